@@ -1,0 +1,1 @@
+"""Storage backends: one per-shard seam (``base.ShardStore``), shared logic in ``sharded``."""

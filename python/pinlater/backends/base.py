@@ -1,0 +1,245 @@
+"""The per-shard storage seam.
+
+Every backend (embedded SQLite, Redis, MySQL) implements ``ShardStore`` for ONE shard. Sharding,
+priority walks, coverage, descriptors and validation live above it in ``sharded.py``, once.
+
+Invariants every implementation keeps (the conformance suite in
+``tests/backends/test_conformance.py`` checks them against each backend):
+
+* Each method is atomic on its shard: it either applies fully or raises.
+* Time never comes from the store's clock: every method that needs "now" takes ``now_ms``
+  (milliseconds since the epoch), so tests and the monitor control time.
+* ``local_id`` values are unique per (shard, queue, priority) and never reused while the
+  job exists.
+* A missing queue raises ``QueueNotFoundError``; a connection problem raises
+  ``ShardConnectionError``. Nothing else is expected to escape.
+* Custom status is truncated to ``custom_status_limit`` characters by the store.
+* State transitions are guarded: an ack or checkpoint of a job that is not IN_PROGRESS is a
+  no-op, never an error.
+
+This is an internal seam, not a public API: it may change with the backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Protocol, runtime_checkable
+
+
+class JobState(IntEnum):
+    """Job states with their wire values (Thrift ``PinLaterJobState``).
+
+    PENDING: enqueued or retried; eligible for dequeue once ``now >= run_after``.
+    IN_PROGRESS: claimed by a dequeue; left by an ack, a checkpoint with move-to-pending, or the
+    monitor's claim timeout (treated like a failure ack).
+    SUCCEEDED / FAILED: final; deleted by the monitor after their TTLs.
+    """
+
+    PENDING = 0
+    IN_PROGRESS = 1
+    SUCCEEDED = 2
+    FAILED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job to insert, with every default already resolved by the caller."""
+
+    priority: int
+    body: bytes
+    run_after_ms: int
+    attempts_allowed: int
+    custom_status: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job returned by ``dequeue_jobs`` (claimed, or only looked at in a dry run)."""
+
+    local_id: int
+    body: bytes
+    attempts_allowed: int
+    attempts_remaining: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """Everything known about one job, as returned by lookups and scans."""
+
+    priority: int
+    local_id: int
+    state: JobState
+    attempts_allowed: int
+    attempts_remaining: int
+    custom_status: str
+    created_at_ms: int
+    run_after_ms: int
+    updated_at_ms: int
+    claim_descriptor: str | None
+    body: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AckItem:
+    """One job to acknowledge. ``retry_delay_ms`` matters only for a failure with attempts left."""
+
+    priority: int
+    local_id: int
+    append_custom_status: str = ""
+    retry_delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointItem:
+    """One checkpoint, applied only while the job is IN_PROGRESS under a claim that contains
+    the caller's source (the original's ``claim_descriptor LIKE %source%`` guard).
+
+    ``run_after_ms`` is resolved by the caller (default: now). ``new_body`` None keeps the body;
+    ``attempts_allowed`` None keeps the attempts, otherwise sets allowed and remaining to it;
+    ``prepend_custom_status`` None keeps the status. ``move_to_pending`` puts the job back to
+    PENDING and clears its claim; otherwise it stays IN_PROGRESS and its updated time is
+    refreshed, which extends the claim.
+    """
+
+    priority: int
+    local_id: int
+    run_after_ms: int
+    move_to_pending: bool = False
+    new_body: bytes | None = None
+    attempts_allowed: int | None = None
+    prepend_custom_status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a count, scan or delete looks at, within one priority of one queue.
+
+    ``future`` False selects ``run_after <= now``; True selects ``run_after > now``; None
+    selects both (used by delete, which ignores time). ``body_regex`` is a regular expression
+    searched for anywhere in the body (decoded as UTF-8 with replacement).
+    """
+
+    state: JobState
+    priority: int
+    now_ms: int
+    future: bool | None = False
+    body_regex: str | None = None
+
+
+@runtime_checkable
+class ShardStore(Protocol):
+    """Storage operations on one shard. See the module docstring for the invariants."""
+
+    @property
+    def name(self) -> str:
+        """The shard name as it appears in job descriptors (``s{name}``)."""
+        ...
+
+    @property
+    def custom_status_limit(self) -> int:
+        """Custom status is truncated to this many characters."""
+        ...
+
+    # -- queues -----------------------------------------------------------------------------
+
+    def create_queue(self, queue: str, num_priorities: int) -> None:
+        """Create the queue with priorities 1..num_priorities; a no-op if it exists."""
+        ...
+
+    def delete_queue(self, queue: str) -> None:
+        """Delete the queue and all its jobs; a no-op if it does not exist."""
+        ...
+
+    def get_queue_names(self) -> set[str]:
+        """The names of the queues that exist on this shard."""
+        ...
+
+    # -- the job lifecycle ------------------------------------------------------------------
+
+    def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
+        """Insert jobs as PENDING in one transaction; return their local ids in order."""
+        ...
+
+    def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` PENDING jobs with ``run_after <= now`` of one priority.
+
+        Claimed jobs become IN_PROGRESS with claim descriptor ``claim`` and updated time now.
+        With ``dry_run`` nothing changes and the jobs are only returned. Jobs come in order of
+        run_after, then local id (oldest first), as far as the store can order them cheaply.
+        """
+        ...
+
+    def ack_jobs(
+        self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int
+    ) -> None:
+        """Apply acks in one transaction; only IN_PROGRESS jobs change.
+
+        Success: SUCCEEDED, status appended. Failure with attempts_remaining > 1: PENDING,
+        run_after = now + retry_delay_ms, attempts_remaining - 1, claim cleared. Failure with
+        attempts_remaining <= 1: FAILED, attempts_remaining 0. Updated time = now in every case.
+        """
+        ...
+
+    def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
+        """Apply checkpoints guarded by state and claim (see ``CheckpointItem``); return how
+        many jobs changed."""
+        ...
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def lookup_jobs(
+        self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool
+    ) -> list[JobRecord]:
+        """The jobs found among ``(priority, local_id)`` keys; missing ones are left out."""
+        ...
+
+    def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
+        """How many jobs match, capped at ``limit`` when given."""
+        ...
+
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
+        """Up to ``limit`` matching jobs without bodies, newest run_after first."""
+        ...
+
+    # -- bulk administration ----------------------------------------------------------------
+
+    def retry_failed_jobs(
+        self, queue: str, priority: int, attempts_to_allow: int, run_after_ms: int, limit: int, now_ms: int
+    ) -> int:
+        """Move up to ``limit`` FAILED jobs back to PENDING; return how many moved."""
+        ...
+
+    def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
+        """Delete up to ``limit`` matching jobs; return how many were deleted."""
+        ...
+
+    # -- maintenance (the monitor) ----------------------------------------------------------
+
+    def resurrect_timed_out_jobs(
+        self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
+    ) -> int:
+        """Treat up to ``limit`` IN_PROGRESS jobs last updated before ``claimed_before_ms`` as
+        failed without a retry delay: back to PENDING (run_after now) with one attempt less,
+        or FAILED when none is left. Return how many changed."""
+        ...
+
+    def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
+        """Delete up to ``limit`` jobs in ``state`` (SUCCEEDED or FAILED) last updated before
+        ``finished_before_ms``. Return how many were deleted."""
+        ...
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise ``ShardConnectionError`` unless the shard answers."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files. Idempotent."""
+        ...

@@ -1,0 +1,6 @@
+//! pinlater's native core. Pure-Rust modules have no PyO3 types; `py/` holds the bindings.
+
+pub mod py;
+
+/// The wire contract, embedded at compile time so the wheel cannot carry a stale copy.
+pub const THRIFT_IDL: &str = include_str!("../thrift/pinlater.thrift");

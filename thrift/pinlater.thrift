@@ -1,0 +1,224 @@
+// The PinLater wire contract.
+//
+// This file is the single source of truth for the protocol. The server loads it at run time
+// (the Rust extension embeds it at compile time, see rust/lib.rs), and the tests generate an
+// independent client from it with Apache Thrift's compiler. No generated code is committed.
+//
+// Field ids, types, names and defaults are wire-compatible with Pinterest's original PinLater:
+// never change them. New capabilities go in as new methods or new optional fields with new ids.
+
+namespace py pinlater_thrift
+namespace java com.pinterest.pinlater.thrift
+
+enum ErrorCode {
+  // The caller's fault (4xx).
+  CONTINUATION_INVALID = 400,
+  PASSWORD_INVALID = 403,
+  QUEUE_NAME_INVALID = 410,
+  QUEUE_NAME_TOO_LONG = 411,
+  QUEUE_NOT_FOUND = 413,
+  PRIORITY_NOT_SUPPORTED = 416,
+  DEQUEUE_RATE_LIMITED = 429,
+  ENQUEUE_REJECTED = 430,
+
+  // The server's or the storage's fault (5xx).
+  UNKNOWN = 500,
+  NO_HEALTHY_SHARDS = 501,
+  SHARD_CONNECTION_FAILED = 502,
+}
+
+// PENDING -> (dequeue) IN_PROGRESS -> (ack success) SUCCEEDED
+//                                  -> (ack failure, attempts left) PENDING after the retry delay
+//                                  -> (ack failure, none left) FAILED
+// IN_PROGRESS past the claim timeout is resurrected like a failure.
+// SUCCEEDED and FAILED jobs are garbage-collected after their TTLs.
+enum PinLaterJobState {
+  PENDING = 0,
+  IN_PROGRESS = 1,
+  SUCCEEDED = 2,
+  FAILED = 3,
+}
+
+const string CONTINUATION_START = "0"
+const string CONTINUATION_END = "-1"
+
+// One job. Priority 1 is the highest. A job without runAfterTimestampMillis may run at once.
+// numAttemptsAllowed counts the first attempt too.
+struct PinLaterJob {
+  1: required binary body;
+  2: optional byte priority = 1;
+  3: optional i64 runAfterTimestampMillis;
+  4: optional i32 numAttemptsAllowed = 2;
+  5: optional string customStatus = "";
+}
+
+struct PinLaterEnqueueRequest {
+  1: required string queueName;
+  2: required list<PinLaterJob> jobs;
+}
+
+// One descriptor per job, in the order the jobs were sent.
+struct PinLaterEnqueueResponse {
+  1: required list<string> jobDescriptors;
+}
+
+// retryDelayMillis applies to failure acks of jobs that have attempts left.
+struct PinLaterJobAckInfo {
+  1: required string jobDescriptor;
+  2: optional string appendCustomStatus = "";
+  3: optional i64 retryDelayMillis = 0;
+}
+
+struct PinLaterJobAckRequest {
+  1: required string queueName;
+  2: optional list<PinLaterJobAckInfo> jobsSucceeded;
+  3: optional list<PinLaterJobAckInfo> jobsFailed;
+}
+
+// coverage < 1.0 looks at only that fraction of the shards; dryRun claims nothing.
+// jobAckRequest, when set, is applied before the dequeue.
+struct PinLaterDequeueRequest {
+  1: required string queueName;
+  2: required i32 limit;
+  3: optional PinLaterJobAckRequest jobAckRequest;
+  4: optional bool dryRun = false;
+  5: optional double coverage = 1.0;
+}
+
+struct PinLaterDequeueMetadata {
+  1: optional i32 attemptsAllowed;
+  2: optional i32 attemptsRemaining;
+}
+
+// jobs maps descriptor -> body; jobMetadata maps descriptor -> attempts.
+struct PinLaterDequeueResponse {
+  1: optional map<string, binary> jobs;
+  2: optional map<string, PinLaterDequeueMetadata> jobMetadata;
+}
+
+// Applies only while the job is IN_PROGRESS under the caller's claim; otherwise a no-op.
+struct PinLaterCheckpointJobRequest {
+  1: required string jobDescriptor;
+  2: optional string newBody;
+  3: optional bool moveToPending = false;
+  4: optional i64 runAfterTimestampMillis;
+  5: optional i32 numOfAttemptsAllowed;
+  6: optional string prependCustomStatus;
+}
+
+struct PinLaterCheckpointJobsRequest {
+  1: required string queueName;
+  2: required list<PinLaterCheckpointJobRequest> requests;
+}
+
+struct PinLaterLookupJobRequest {
+  1: required list<string> jobDescriptors;
+  2: optional bool includeBody = false;
+}
+
+// Field 10 was added after 3..9 in the original; the ids, not the order, are the contract.
+struct PinLaterJobInfo {
+  1: required string jobDescriptor;
+  2: required PinLaterJobState jobState;
+  10: required i32 attemptsAllowed;
+  3: required i32 attemptsRemaining;
+  4: required string customStatus;
+  5: required i64 createdAtTimestampMillis;
+  6: optional i64 runAfterTimestampMillis;
+  7: optional i64 updatedAtTimestampMillis;
+  8: optional string claimDescriptor;
+  9: optional binary body;
+}
+
+// Counts jobs in one state, over all priorities unless one is given. Only jobs whose runAfter
+// has passed are counted, unless countFutureJobs, which counts only the others.
+struct PinLaterGetJobCountRequest {
+  1: required string queueName;
+  2: required PinLaterJobState jobState;
+  3: optional byte priority;
+  4: optional bool countFutureJobs = false;
+  5: optional string bodyRegexToMatch;
+}
+
+// Returns up to limit jobs (without bodies), newest runAfter first. Only CONTINUATION_START
+// is accepted as a continuation.
+struct PinLaterScanJobsRequest {
+  1: required string queueName;
+  2: required PinLaterJobState jobState;
+  3: optional byte priority;
+  4: optional bool scanFutureJobs = false;
+  5: optional string continuation = CONTINUATION_START;
+  6: optional i32 limit = 100;
+  7: optional string bodyRegexToMatch;
+}
+
+struct PinLaterScanJobsResponse {
+  1: required list<PinLaterJobInfo> scannedJobs;
+  2: optional string continuation = CONTINUATION_END;
+}
+
+struct PinLaterRetryFailedJobsRequest {
+  1: required string queueName;
+  2: optional byte priority = 1;
+  3: optional i32 attemptsToAllow = 1;
+  4: optional i64 runAfterTimestampMillis;
+  5: optional i32 limit = 1000;
+}
+
+struct PinLaterDeleteJobsRequest {
+  1: required string queueName;
+  2: required PinLaterJobState jobState;
+  3: optional byte priority = 1;
+  4: optional string bodyRegexToMatch;
+  5: optional i32 limit = 1000;
+}
+
+exception PinLaterException {
+  1: required ErrorCode errorCode;
+  2: required string message;
+}
+
+// source is "service:hostname" of the caller; it also scopes checkpoint claims.
+struct RequestContext {
+  1: required string source;
+  2: optional string requestId = "";
+}
+
+service PinLater {
+  // Idempotent. Names are letters, digits and underscores.
+  void createQueue(1: RequestContext context, 2: string name) throws (1: PinLaterException e);
+
+  // Idempotent; needs the admin password.
+  void deleteQueue(1: RequestContext context, 2: string name, 3: string password)
+      throws (1: PinLaterException e);
+
+  PinLaterEnqueueResponse enqueueJobs(1: RequestContext context, 2: PinLaterEnqueueRequest request)
+      throws (1: PinLaterException e);
+
+  PinLaterDequeueResponse dequeueJobs(1: RequestContext context, 2: PinLaterDequeueRequest request)
+      throws (1: PinLaterException e);
+
+  void ackDequeuedJobs(1: RequestContext context, 2: PinLaterJobAckRequest request)
+      throws (1: PinLaterException e);
+
+  void checkpointJobs(1: RequestContext context, 2: PinLaterCheckpointJobsRequest request)
+      throws (1: PinLaterException e);
+
+  // Jobs that are not found are left out of the map.
+  map<string, PinLaterJobInfo> lookupJobs(1: RequestContext context, 2: PinLaterLookupJobRequest request)
+      throws (1: PinLaterException e);
+
+  i32 getJobCount(1: RequestContext context, 2: PinLaterGetJobCountRequest request)
+      throws (1: PinLaterException e);
+
+  set<string> getQueueNames(1: RequestContext context) throws (1: PinLaterException e);
+
+  PinLaterScanJobsResponse scanJobs(1: RequestContext context, 2: PinLaterScanJobsRequest request)
+      throws (1: PinLaterException e);
+
+  i32 retryFailedJobs(1: RequestContext context, 2: PinLaterRetryFailedJobsRequest request)
+      throws (1: PinLaterException e);
+
+  i32 deleteJobs(1: RequestContext context, 2: PinLaterDeleteJobsRequest request)
+      throws (1: PinLaterException e);
+}
