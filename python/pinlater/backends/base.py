@@ -25,7 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pinlater.config import Settings
 
 
 class JobState(IntEnum):
@@ -243,3 +246,30 @@ class ShardStore(Protocol):
     def close(self) -> None:
         """Release connections and files. Idempotent."""
         ...
+
+
+@runtime_checkable
+class ShardConfig(Protocol):
+    """One shard's entry in a backend config file, as a backend parsed it (a frozen dataclass).
+
+    Two configs compare equal when they describe the same connection; ``dequeue_only`` is
+    compared separately so that flipping it keeps the open store.
+    """
+
+    @property
+    def dequeue_only(self) -> bool: ...
+
+
+class BackendDriver(Protocol):
+    """How the shared layer opens the shards of one backend kind from its JSON config file.
+
+    ``parse_config`` raises ``ConfigError`` with a one-line reason for a bad file. The shared
+    layer (``sharded.py``) diffs successive configs on reload: unchanged shards keep their
+    store, changed ones are reopened, removed ones closed.
+    """
+
+    kind: str
+
+    def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]: ...
+
+    def open_store(self, name: str, config: ShardConfig, settings: Settings) -> ShardStore: ...
