@@ -101,9 +101,14 @@ class Settings:
             (self.embedded_num_shards >= 1, "EMBEDDED_NUM_SHARDS must be at least 1"),
             (self.embedded_synchronous in ("FULL", "NORMAL"), "EMBEDDED_SYNCHRONOUS must be FULL or NORMAL"),
             (self.max_frame_bytes >= 1024, "MAX_FRAME_BYTES must be at least 1024"),
-            (not self.server_set_enabled or self.server_set_path is not None, "SERVER_SET_ENABLED needs SERVER_SET_PATH"),
-            (self.backend == "embedded" or self.backend_config_path is not None,
-             f"the {self.backend} backend needs a backend config file (--backend-config)"),
+            (
+                not self.server_set_enabled or self.server_set_path is not None,
+                "SERVER_SET_ENABLED needs SERVER_SET_PATH",
+            ),
+            (
+                self.backend == "embedded" or self.backend_config_path is not None,
+                f"the {self.backend} backend needs a backend config file (--backend-config)",
+            ),
         ]
         for ok, message in checks:
             if not ok:

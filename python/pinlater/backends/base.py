@@ -178,9 +178,7 @@ class ShardStore(Protocol):
         """
         ...
 
-    def ack_jobs(
-        self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int
-    ) -> None:
+    def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
         """Apply acks in one transaction; only IN_PROGRESS jobs change.
 
         Success: SUCCEEDED, status appended. Failure with attempts_remaining > 1: PENDING,
@@ -196,9 +194,7 @@ class ShardStore(Protocol):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup_jobs(
-        self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool
-    ) -> list[JobRecord]:
+    def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
         """The jobs found among ``(priority, local_id)`` keys; missing ones are left out."""
         ...
 

@@ -1,0 +1,10 @@
+-- Claim up to :limit eligible PENDING jobs of one priority, oldest run_after first.
+-- Params: :queue, :priority, :limit, :claim, :now_ms.
+-- Returns the claimed rows (RETURNING order is unspecified: the caller sorts by run_after, id).
+UPDATE jobs
+   SET state = 1, claim_descriptor = :claim, updated_at_ms = :now_ms
+ WHERE local_id IN (SELECT local_id FROM jobs
+                     WHERE queue = :queue AND priority = :priority AND state = 0 AND run_after_ms <= :now_ms
+                     ORDER BY run_after_ms, local_id
+                     LIMIT :limit)
+RETURNING local_id, body, attempts_allowed, attempts_remaining, created_at_ms, updated_at_ms, run_after_ms

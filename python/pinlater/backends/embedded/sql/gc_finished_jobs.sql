@@ -1,0 +1,8 @@
+-- Delete up to :limit jobs in a final :state last updated before :finished_before_ms.
+-- Params: :queue, :priority, :state, :finished_before_ms, :limit.
+DELETE FROM jobs
+ WHERE local_id IN (SELECT local_id FROM jobs
+                     WHERE queue = :queue AND priority = :priority AND state = :state
+                       AND updated_at_ms < :finished_before_ms
+                     ORDER BY updated_at_ms
+                     LIMIT :limit)

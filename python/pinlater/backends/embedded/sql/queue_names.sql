@@ -1,0 +1,2 @@
+-- Every queue on the shard. Returns: name.
+SELECT name FROM queues

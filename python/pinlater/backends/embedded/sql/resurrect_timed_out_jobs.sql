@@ -1,0 +1,14 @@
+-- Treat up to :limit jobs claimed (last updated) before :claimed_before_ms as failed without a
+-- retry delay: PENDING now with one attempt less, or FAILED when that was the last attempt.
+-- Params: :queue, :priority, :claimed_before_ms, :limit, :now_ms.
+UPDATE jobs
+   SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
+       run_after_ms = CASE WHEN attempts_remaining > 1 THEN :now_ms ELSE run_after_ms END,
+       claim_descriptor = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim_descriptor END,
+       attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END,
+       updated_at_ms = :now_ms
+ WHERE local_id IN (SELECT local_id FROM jobs
+                     WHERE queue = :queue AND priority = :priority AND state = 1
+                       AND updated_at_ms < :claimed_before_ms
+                     ORDER BY updated_at_ms
+                     LIMIT :limit)

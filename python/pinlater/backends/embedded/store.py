@@ -1,0 +1,407 @@
+"""``EmbeddedStore``: one shard in one SQLite file, durable without a server.
+
+Design:
+
+* One file per shard (``{data_dir}/shard-{name}.sqlite3``) in WAL mode. ``synchronous`` FULL
+  fsyncs the WAL on every commit (survives power loss); NORMAL survives a killed process but
+  may lose the last commits on power loss. Either way a method that returned is committed.
+* One connection, guarded by one lock, serves every call: SQLite serialises writers anyway,
+  and a single connection keeps transactions simple. The GIL is released inside SQLite, so the
+  lock only orders calls coming from the server's thread pool.
+* Every method is one transaction: ``BEGIN IMMEDIATE`` for writes (the write lock is taken up
+  front, so a transaction never fails half-way on an upgrade) and ``BEGIN`` for reads (one
+  snapshot for the queue check and the query). Batches use ``executemany`` or set-based
+  statements inside that one transaction.
+* SQL lives in ``sql/*.sql``, one statement per file, values always bound as parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.embedded import sql
+from pinlater.errors import QueueNotFoundError, ShardConnectionError
+
+if TYPE_CHECKING:
+    from pinlater.config import Settings
+
+CUSTOM_STATUS_LIMIT = 5000  # characters, as the original's MySQL backend
+SYNCHRONOUS_MODES = ("FULL", "NORMAL")
+MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
+
+# run_after bounds standing for "no bound" when a filter ignores time (SQLite integers are i64).
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+
+
+def shard_path(data_dir: Path, name: str) -> Path:
+    """Where shard ``name`` keeps its database file."""
+    return data_dir / f"shard-{name}.sqlite3"
+
+
+class EmbeddedStore:
+    """``ShardStore`` for one shard on a local SQLite file (see the module docstring)."""
+
+    def __init__(self, data_dir: Path, name: str, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> None:
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
+        if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+            raise ShardConnectionError(name, f"SQLite >= 3.35 is needed (RETURNING), found {sqlite3.sqlite_version}")
+        self._name = name
+        self._path = shard_path(data_dir, name)
+        self._lock = threading.Lock()
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self._conn: sqlite3.Connection | None = _connect(self._path, synchronous, busy_timeout_ms)
+        except (OSError, sqlite3.Error) as exc:
+            raise ShardConnectionError(name, f"cannot open {self._path}: {exc}") from exc
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def custom_status_limit(self) -> int:
+        return CUSTOM_STATUS_LIMIT
+
+    @property
+    def path(self) -> Path:
+        """The shard's database file."""
+        return self._path
+
+    # -- queues -----------------------------------------------------------------------------
+
+    def create_queue(self, queue: str, num_priorities: int) -> None:
+        with self._write() as conn:
+            # created_at is informational only; the seam passes no clock to create_queue.
+            now_ms = time.time_ns() // 1_000_000
+            conn.execute(sql.load("create_queue"), {"queue": queue, "num_priorities": num_priorities, "now_ms": now_ms})
+
+    def delete_queue(self, queue: str) -> None:
+        with self._write() as conn:
+            conn.execute(sql.load("delete_queue_jobs"), {"queue": queue})
+            conn.execute(sql.load("delete_queue"), {"queue": queue})
+
+    def get_queue_names(self) -> set[str]:
+        with self._read() as conn:
+            return {row[0] for row in conn.execute(sql.load("queue_names"))}
+
+    # -- the job lifecycle ------------------------------------------------------------------
+
+    def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
+        rows = [
+            {
+                "queue": queue,
+                "priority": job.priority,
+                "attempts": job.attempts_allowed,
+                "custom_status": job.custom_status[:CUSTOM_STATUS_LIMIT],
+                "now_ms": now_ms,
+                "run_after_ms": job.run_after_ms,
+                "body": job.body,
+            }
+            for job in jobs
+        ]
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            if not rows:
+                return []
+            conn.executemany(sql.load("enqueue_jobs"), rows)
+            # AUTOINCREMENT gives each row the highest id ever used plus one, and this
+            # transaction holds the write lock, so the batch got consecutive ids ending here.
+            last = int(conn.execute(sql.load("last_job_id")).fetchone()[0])
+        return list(range(last - len(rows) + 1, last + 1))
+
+    def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> list[ClaimedJob]:
+        params: dict[str, Any] = {"queue": queue, "priority": priority, "limit": _limit(limit), "now_ms": now_ms}
+        if dry_run:
+            with self._read() as conn:
+                _require_queue(conn, queue)
+                rows = conn.execute(sql.load("dequeue_jobs_dry_run"), params).fetchall()
+        else:
+            with self._write() as conn:
+                _require_queue(conn, queue)
+                rows = conn.execute(sql.load("dequeue_jobs"), {**params, "claim": claim}).fetchall()
+            rows.sort(key=lambda row: (row[6], row[0]))  # RETURNING has no order; run_after, id
+        return [ClaimedJob(*row[:6]) for row in rows]
+
+    def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
+        def params(item: AckItem) -> dict[str, Any]:  # ack_succeeded.sql ignores retry_delay_ms
+            return {
+                "queue": queue,
+                "priority": item.priority,
+                "local_id": item.local_id,
+                "append": item.append_custom_status,
+                "status_limit": CUSTOM_STATUS_LIMIT,
+                "retry_delay_ms": item.retry_delay_ms,
+                "now_ms": now_ms,
+            }
+
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            if succeeded:
+                conn.executemany(sql.load("ack_succeeded"), [params(i) for i in succeeded])
+            if failed:
+                conn.executemany(sql.load("ack_failed"), [params(i) for i in failed])
+
+    def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
+        rows = [
+            {
+                "queue": queue,
+                "priority": item.priority,
+                "local_id": item.local_id,
+                "source": source,
+                "run_after_ms": item.run_after_ms,
+                "move_to_pending": int(item.move_to_pending),
+                "new_body": item.new_body,
+                "attempts": item.attempts_allowed,
+                "prepend": item.prepend_custom_status,
+                "status_limit": CUSTOM_STATUS_LIMIT,
+                "now_ms": now_ms,
+            }
+            for item in items
+        ]
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            if not rows:
+                return 0
+            # executemany sums the rows changed by every execution into rowcount.
+            return conn.executemany(sql.load("checkpoint_if_claimed"), rows).rowcount
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
+        wanted = list(dict.fromkeys(keys))  # unique, in the caller's order
+        ids = json.dumps(sorted({local_id for _, local_id in wanted}))
+        with self._read() as conn:
+            _require_queue(conn, queue)
+            rows = conn.execute(
+                sql.load("lookup_jobs"), {"queue": queue, "ids": ids, "include_body": int(include_body)}
+            ).fetchall()
+        found = {(row[0], row[1]): _record(row) for row in rows}
+        return [found[key] for key in wanted if key in found]
+
+    def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
+        params = {**_filter_params(queue, where), "limit": -1 if limit is None else _limit(limit)}
+        with self._read() as conn:
+            _require_queue(conn, queue)
+            return int(conn.execute(sql.load("count_jobs"), params).fetchone()[0])
+
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
+        params = {**_filter_params(queue, where), "limit": _limit(limit)}
+        with self._read() as conn:
+            _require_queue(conn, queue)
+            return [_record(row) for row in conn.execute(sql.load("scan_jobs"), params)]
+
+    # -- bulk administration ----------------------------------------------------------------
+
+    def retry_failed_jobs(
+        self, queue: str, priority: int, attempts_to_allow: int, run_after_ms: int, limit: int, now_ms: int
+    ) -> int:
+        params = {
+            "queue": queue,
+            "priority": priority,
+            "attempts": attempts_to_allow,
+            "run_after_ms": run_after_ms,
+            "limit": _limit(limit),
+            "now_ms": now_ms,
+        }
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return conn.execute(sql.load("retry_failed_jobs"), params).rowcount
+
+    def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
+        params = {**_filter_params(queue, where), "limit": _limit(limit)}
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return conn.execute(sql.load("delete_jobs"), params).rowcount
+
+    # -- maintenance (the monitor) ----------------------------------------------------------
+
+    def resurrect_timed_out_jobs(
+        self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
+    ) -> int:
+        params = {
+            "queue": queue,
+            "priority": priority,
+            "claimed_before_ms": claimed_before_ms,
+            "limit": _limit(limit),
+            "now_ms": now_ms,
+        }
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return conn.execute(sql.load("resurrect_timed_out_jobs"), params).rowcount
+
+    def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
+        params = {
+            "queue": queue,
+            "priority": priority,
+            "state": int(state),
+            "finished_before_ms": finished_before_ms,
+            "limit": _limit(limit),
+        }
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return conn.execute(sql.load("gc_finished_jobs"), params).rowcount
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        with self._read() as conn:
+            conn.execute(sql.load("ping")).fetchone()
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # the last connection to close checkpoints the WAL into the file
+
+    # -- transactions -----------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction("BEGIN") as conn:
+            yield conn
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise ShardConnectionError(self._name, "the store is closed")
+            try:
+                conn.execute(begin)
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    _rollback_quietly(conn)
+                # Busy, I/O, disk full or a damaged file: the shard is unusable for now. Other
+                # sqlite3 errors (integrity, programming) are bugs and escape unchanged.
+                if isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError:
+                    raise ShardConnectionError(self._name, str(exc)) from exc
+                raise
+
+
+def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
+    """Open ``settings.embedded_num_shards`` shards named "1", "2", ... under ``settings.data_dir``.
+
+    The data directory lock (``DataDirLock``) is the server's to take, before this is called.
+    """
+    stores: dict[str, EmbeddedStore] = {}
+    # How long a call waits for SQLite's write lock: the same budget as a backend socket timeout.
+    busy_timeout_ms = int(settings.backend_socket_timeout_seconds * 1000)
+    try:
+        for number in range(1, settings.embedded_num_shards + 1):
+            name = str(number)
+            stores[name] = EmbeddedStore(settings.data_dir, name, settings.embedded_synchronous, busy_timeout_ms)
+    except BaseException:
+        for store in stores.values():
+            store.close()
+        raise
+    return stores
+
+
+def _connect(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    # isolation_level=None: the store issues BEGIN/COMMIT itself instead of the module guessing.
+    conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"WAL journal mode is not available here (got {mode})")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")  # checked against SYNCHRONOUS_MODES
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.create_function("regexp", 2, _regexp, deterministic=True)
+        conn.executescript(sql.load("schema"))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _limit(limit: int) -> int:
+    """A LIMIT value. SQLite reads a negative LIMIT as "no limit"; here it asks for nothing."""
+    return max(limit, 0)
+
+
+def _require_queue(conn: sqlite3.Connection, queue: str) -> None:
+    if conn.execute(sql.load("queue_get"), {"queue": queue}).fetchone() is None:
+        raise QueueNotFoundError(queue)
+
+
+def _rollback_quietly(conn: sqlite3.Connection) -> None:
+    try:
+        conn.rollback()
+    except sqlite3.Error:
+        pass  # the original error is the one worth reporting; SQLite rolls back on close anyway
+
+
+def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
+    """Parameters for the filter shared by count, scan and delete (see ``count_jobs.sql``)."""
+    if where.future is None:
+        bounds = (_I64_MIN, _I64_MAX)
+    elif where.future:
+        bounds = (where.now_ms, _I64_MAX)
+    else:
+        bounds = (_I64_MIN, where.now_ms)
+    if where.body_regex is not None:
+        _compiled(where.body_regex)  # fail here, not inside SQLite, where the reason would be lost
+    return {
+        "queue": queue,
+        "priority": where.priority,
+        "state": int(where.state),
+        "run_after_gt": bounds[0],
+        "run_after_le": bounds[1],
+        "body_regex": where.body_regex,
+    }
+
+
+@lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid body regex {pattern!r}: {exc}") from None
+
+
+def _regexp(pattern: str | None, body: bytes | None) -> bool:
+    """SQL ``regexp(pattern, body)``: Python's ``re.search`` over the body decoded leniently."""
+    if pattern is None:
+        return True
+    if body is None:
+        return False
+    return _compiled(pattern).search(bytes(body).decode("utf-8", "replace")) is not None
+
+
+def _record(row: Sequence[Any]) -> JobRecord:
+    """A ``JobRecord`` from a lookup or scan row (column order of ``lookup_jobs.sql``)."""
+    body = row[10] if len(row) > 10 else None
+    return JobRecord(
+        priority=row[0],
+        local_id=row[1],
+        state=JobState(row[2]),
+        attempts_allowed=row[3],
+        attempts_remaining=row[4],
+        custom_status=row[5],
+        created_at_ms=row[6],
+        run_after_ms=row[7],
+        updated_at_ms=row[8],
+        claim_descriptor=row[9],
+        body=None if body is None else bytes(body),
+    )

@@ -1,0 +1,341 @@
+"""Everything above one shard, written once for every backend.
+
+``ShardedBackend`` turns contract operations into per-shard ``ShardStore`` calls: it picks a
+shard for new jobs, walks priorities from 1 down and shards in random order on dequeue, honours
+coverage and dequeue-only shards, routes acks/checkpoints/lookups by job descriptor, merges
+scans and sums counts. Store calls are blocking; they run on a thread pool so shards are asked
+in parallel and the event loop never waits on I/O.
+
+Callers validate arguments first (``server/handler.py``); this layer trusts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pinlater._pinlater import decode_descriptors, encode_descriptors
+from pinlater.backends.base import (
+    AckItem,
+    CheckpointItem,
+    ClaimedJob,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NewJob,
+)
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import Clock, SystemClock
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
+#: is cut to this many characters in claims and in the checkpoint guard alike.
+MAX_SOURCE_IN_CLAIM = 120
+
+
+@dataclass(frozen=True, slots=True)
+class DequeuedJob:
+    descriptor: str
+    job: ClaimedJob
+
+
+@dataclass(frozen=True, slots=True)
+class AckRequest:
+    """Acks for one queue, with descriptors already decoded: (shard, AckItem)."""
+
+    succeeded: Sequence[tuple[str, AckItem]]
+    failed: Sequence[tuple[str, AckItem]]
+
+
+def claim_source(source: str) -> str:
+    return source[:MAX_SOURCE_IN_CLAIM]
+
+
+class ShardedBackend:
+    """The contract's operations over a ``ShardMap`` of stores."""
+
+    def __init__(
+        self,
+        shards: ShardMap,
+        *,
+        num_priorities: int,
+        parallelism: int = 16,
+        count_limit: int | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._shards = shards
+        self.num_priorities = num_priorities
+        self.count_limit = count_limit
+        self.clock: Clock = clock or SystemClock()
+        self._executor = ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="pinlater-store")
+        self._claim_prefix = f"{socket.gethostname()[:40]}:{os.getpid()}"
+        self._claim_seq = itertools.count(1)
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @property
+    def shards(self) -> ShardMap:
+        return self._shards
+
+    def replace_shards(self, shards: ShardMap) -> None:
+        """Swap the shard map (config reload). Requests in flight keep the map they started with."""
+        self._shards = shards
+
+    async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking store call on the pool; a connection failure marks the shard."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, *args)
+        except ShardConnectionError as exc:
+            shard.mark_unhealthy(exc.detail)
+            raise
+
+    def _shard(self, name: str) -> Shard | None:
+        return self._shards.get(name)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        for shard in self._shards:
+            shard.store.close()
+
+    def _new_claim(self, source: str) -> str:
+        return f"{claim_source(source)}|{self._claim_prefix}:{next(self._claim_seq)}"
+
+    # -- queues -----------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        shards = self._shards.all()
+        await asyncio.gather(*(self.call_store(s, s.store.create_queue, queue, self.num_priorities) for s in shards))
+
+    async def delete_queue(self, queue: str) -> None:
+        shards = self._shards.all()
+        await asyncio.gather(*(self.call_store(s, s.store.delete_queue, queue) for s in shards))
+
+    async def get_queue_names(self) -> set[str]:
+        shards = [s for s in self._shards if s.healthy] or self._shards.all()
+        results = await asyncio.gather(*(self.call_store(s, s.store.get_queue_names) for s in shards))
+        names: set[str] = set()
+        for found in results:
+            names |= found
+        return names
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
+        """Insert the batch on one random healthy shard, trying the next on connection failure."""
+        candidates = self._shards.enqueue_candidates()
+        if not candidates:
+            raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard accepts new jobs")
+        last_error: ShardConnectionError | None = None
+        for shard in candidates:
+            now = self.clock.now_ms()
+            try:
+                ids = await self.call_store(shard, shard.store.enqueue_jobs, queue, jobs, now)
+            except ShardConnectionError as exc:
+                last_error = exc
+                continue
+            return list(encode_descriptors(queue, shard.name, [j.priority for j in jobs], ids))
+        assert last_error is not None
+        raise last_error
+
+    # -- dequeue ----------------------------------------------------------------------------
+
+    async def dequeue_jobs(
+        self, queue: str, limit: int, source: str, *, dry_run: bool = False, coverage: float = 1.0
+    ) -> list[DequeuedJob]:
+        """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found.
+
+        An unhealthy shard is skipped; a shard failing mid-walk is marked and skipped, so a
+        dequeue returns what the healthy shards had. When no shard is healthy the call fails.
+        """
+        shards = self._shards.dequeue_candidates(coverage)
+        if not shards:
+            raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to dequeue from")
+        found: list[DequeuedJob] = []
+        claim = self._new_claim(source)
+        failures = 0
+        for priority in range(1, self.num_priorities + 1):
+            for shard in shards:
+                want = limit - len(found)
+                if want <= 0:
+                    return found
+                if not shard.healthy:
+                    continue
+                try:
+                    got = await self.call_store(
+                        shard, shard.store.dequeue_jobs, queue, priority, want, claim, self.clock.now_ms(), dry_run
+                    )
+                except ShardConnectionError:
+                    failures += 1
+                    continue
+                if got:
+                    descriptors = encode_descriptors(
+                        queue, shard.name, [priority] * len(got), [j.local_id for j in got]
+                    )
+                    found.extend(DequeuedJob(d, j) for d, j in zip(descriptors, got, strict=True))
+        if failures and not found and failures >= len(shards):
+            raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
+        return found
+
+    # -- acks and checkpoints ---------------------------------------------------------------
+
+    async def ack_jobs(self, queue: str, acks: AckRequest) -> None:
+        """One store call per shard named by the acks, in parallel."""
+        by_shard: dict[str, tuple[list[AckItem], list[AckItem]]] = defaultdict(lambda: ([], []))
+        for shard_name, item in acks.succeeded:
+            by_shard[shard_name][0].append(item)
+        for shard_name, item in acks.failed:
+            by_shard[shard_name][1].append(item)
+        calls = []
+        for shard_name, (ok, failed) in by_shard.items():
+            shard = self._shard(shard_name)
+            if shard is None:
+                log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(ok) + len(failed))
+                continue
+            calls.append(self.call_store(shard, shard.store.ack_jobs, queue, ok, failed, self.clock.now_ms()))
+        await _gather_raising_first(calls)
+
+    async def checkpoint_jobs(self, queue: str, source: str, items: Sequence[tuple[str, CheckpointItem]]) -> int:
+        by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)
+        for shard_name, item in items:
+            by_shard[shard_name].append(item)
+        calls = []
+        for shard_name, shard_items in by_shard.items():
+            shard = self._shard(shard_name)
+            if shard is None:
+                continue
+            calls.append(
+                self.call_store(
+                    shard, shard.store.checkpoint_jobs, queue, shard_items, claim_source(source), self.clock.now_ms()
+                )
+            )
+        return sum(await _gather_raising_first(calls))
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def lookup_jobs(self, descriptors: Sequence[str], include_body: bool) -> dict[str, JobRecord]:
+        """Jobs found, by descriptor; unknown shards, queues and ids are simply not found."""
+        parsed = decode_descriptors(list(descriptors))
+        groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+        for queue, shard_name, priority, local_id in parsed:
+            groups[(queue, shard_name)].append((priority, local_id))
+        found: dict[str, JobRecord] = {}
+
+        async def one(queue: str, shard: Shard, keys: list[tuple[int, int]]) -> None:
+            try:
+                records = await self.call_store(shard, shard.store.lookup_jobs, queue, keys, include_body)
+            except QueueNotFoundError:
+                return
+            for record in records:
+                found[encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]] = record
+
+        calls = []
+        for (queue, shard_name), keys in groups.items():
+            shard = self._shard(shard_name)
+            if shard is not None:
+                calls.append(one(queue, shard, keys))
+        await _gather_raising_first(calls)
+        return found
+
+    def _priorities(self, priority: int | None) -> range:
+        return range(priority, priority + 1) if priority is not None else range(1, self.num_priorities + 1)
+
+    async def count_jobs(
+        self, queue: str, state: JobState, priority: int | None, future: bool, body_regex: str | None
+    ) -> int:
+        now = self.clock.now_ms()
+        calls = [
+            self.call_store(
+                shard,
+                shard.store.count_jobs,
+                queue,
+                JobFilter(state, p, now, future, body_regex),
+                self.count_limit,
+            )
+            for shard in self._readable_shards()
+            for p in self._priorities(priority)
+        ]
+        return sum(await _gather_raising_first(calls))
+
+    async def scan_jobs(
+        self, queue: str, state: JobState, priority: int | None, future: bool, limit: int, body_regex: str | None
+    ) -> list[tuple[str, JobRecord]]:
+        """Up to ``limit`` jobs over every shard and priority, newest run_after first."""
+        now = self.clock.now_ms()
+        pairs = [(shard, p) for shard in self._readable_shards() for p in self._priorities(priority)]
+        results = await _gather_raising_first(
+            [
+                self.call_store(
+                    shard, shard.store.scan_jobs, queue, JobFilter(state, p, now, future, body_regex), limit
+                )
+                for shard, p in pairs
+            ]
+        )
+        merged: list[tuple[str, JobRecord]] = []
+        for (shard, _p), records in zip(pairs, results, strict=True):
+            if not records:
+                continue
+            descriptors = encode_descriptors(
+                queue, shard.name, [r.priority for r in records], [r.local_id for r in records]
+            )
+            merged.extend(zip(descriptors, records, strict=True))
+        merged.sort(key=lambda pair: (pair[1].run_after_ms, pair[1].local_id), reverse=True)
+        return merged[:limit]
+
+    def _readable_shards(self) -> list[Shard]:
+        shards = [s for s in self._shards if s.healthy]
+        if not shards:
+            raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to read from")
+        return shards
+
+    # -- bulk administration ----------------------------------------------------------------
+
+    async def retry_failed_jobs(
+        self, queue: str, priority: int, attempts_to_allow: int, run_after_ms: int | None, limit: int
+    ) -> int:
+        done = 0
+        for shard in self._shards.dequeue_candidates(1.0):
+            if done >= limit:
+                break
+            now = self.clock.now_ms()
+            done += await self.call_store(
+                shard,
+                shard.store.retry_failed_jobs,
+                queue,
+                priority,
+                attempts_to_allow,
+                now if run_after_ms is None else run_after_ms,
+                limit - done,
+                now,
+            )
+        return done
+
+    async def delete_jobs(self, queue: str, state: JobState, priority: int, body_regex: str | None, limit: int) -> int:
+        done = 0
+        for shard in self._shards.dequeue_candidates(1.0):
+            if done >= limit:
+                break
+            where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex)
+            done += await self.call_store(shard, shard.store.delete_jobs, queue, where, limit - done)
+        return done
+
+
+async def _gather_raising_first(calls: Sequence[object]) -> list[T]:
+    """Gather; if any call failed, wait for all and raise the first failure."""
+    results = await asyncio.gather(*calls, return_exceptions=True)  # type: ignore[call-overload]
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)

@@ -1,0 +1,113 @@
+"""The set of shards a server talks to: their stores, health and dequeue-only flags.
+
+A ``ShardMap`` is swapped whole on a config reload, so a request sees one consistent set of
+shards from start to end. Health is tracked per shard: a ``ShardConnectionError`` marks a shard
+unhealthy, a background checker pings unhealthy shards and brings them back.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pinlater.backends.base import ShardConfig, ShardStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Shard:
+    """One shard: its store and what the server currently believes about it."""
+
+    name: str
+    store: ShardStore
+    dequeue_only: bool = False
+    config: ShardConfig | None = None
+    healthy: bool = True
+    failures: int = field(default=0)
+
+    def mark_unhealthy(self, reason: str) -> None:
+        self.failures += 1
+        if self.healthy:
+            log.warning("shard %s marked unhealthy: %s", self.name, reason)
+        self.healthy = False
+
+    def mark_healthy(self) -> None:
+        if not self.healthy:
+            log.info("shard %s is healthy again", self.name)
+        self.healthy = True
+
+
+class ShardMap:
+    """An immutable view of the shards by name."""
+
+    def __init__(self, shards: Iterable[Shard]) -> None:
+        self._shards: dict[str, Shard] = {}
+        for shard in shards:
+            if shard.name in self._shards:
+                raise ValueError(f"duplicate shard name {shard.name!r}")
+            self._shards[shard.name] = shard
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._shards.values())
+
+    def get(self, name: str) -> Shard | None:
+        return self._shards.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._shards)
+
+    def all(self) -> list[Shard]:
+        return list(self._shards.values())
+
+    def enqueue_candidates(self) -> list[Shard]:
+        """Healthy shards that accept new jobs, in random order."""
+        shards = [s for s in self._shards.values() if s.healthy and not s.dequeue_only]
+        random.shuffle(shards)
+        return shards
+
+    def dequeue_candidates(self, coverage: float) -> list[Shard]:
+        """Healthy shards in random order; with coverage < 1 only that fraction (at least one)."""
+        shards = [s for s in self._shards.values() if s.healthy]
+        random.shuffle(shards)
+        if coverage < 1.0 and shards:
+            keep = max(1, int(len(shards) * coverage + 0.999999))
+            shards = shards[:keep]
+        return shards
+
+
+def diff_configs(
+    current: ShardMap, wanted: Mapping[str, ShardConfig]
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Compare a running map with a freshly parsed config.
+
+    Returns (added, removed, reopened, flag_changed) shard names. A shard whose connection
+    settings changed is reopened; one whose only change is ``dequeue_only`` keeps its store.
+    """
+    added = [name for name in wanted if current.get(name) is None]
+    removed = [shard.name for shard in current if shard.name not in wanted]
+    reopened: list[str] = []
+    flag_changed: list[str] = []
+    for name, config in wanted.items():
+        shard = current.get(name)
+        if shard is None or shard.config is None:
+            continue
+        if _without_flag(shard.config) != _without_flag(config):
+            reopened.append(name)
+        elif shard.dequeue_only != config.dequeue_only:
+            flag_changed.append(name)
+    return added, removed, reopened, flag_changed
+
+
+def _without_flag(config: ShardConfig) -> object:
+    """The config with dequeue_only neutralised, for comparing connection settings."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.replace(config, dequeue_only=False)  # type: ignore[type-var]
+    return config

@@ -1,0 +1,1 @@
+"""The ``pinlater`` command."""

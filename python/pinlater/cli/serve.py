@@ -1,0 +1,119 @@
+"""``pinlater serve``: run the PinLater Thrift server.
+
+Settings come from the defaults, then a properties file (the original's keys), then flags:
+a flag always wins. A bad flag or file ends the command with a one-line error (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from pinlater.config import BACKENDS, Settings, load_properties_file
+from pinlater.errors import ConfigError, StoreLockedError
+
+log = logging.getLogger("pinlater")
+
+EPILOG = """\
+examples:
+  pinlater serve                                  embedded store in ./pinlater-data, port 9010
+  pinlater serve --host 0.0.0.0                   serve other machines too
+  pinlater serve --properties pinlater.properties the original's properties file
+  pinlater serve --backend redis --backend-config redis.json
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve",
+        help="run the PinLater server",
+        description="Serve the PinLater Thrift interface (framed transport, binary protocol) "
+        "and the admin HTTP port (/stats.txt, /healthz, /readyz).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", help="address to serve Thrift on (default 127.0.0.1; 0.0.0.0 for all)")
+    p.add_argument("--port", type=int, help="Thrift port (default 9010; THRIFT_PORT); 0 picks a free port")
+    p.add_argument("--admin-host", help="address of the admin HTTP server (default 127.0.0.1)")
+    p.add_argument("--admin-port", type=int, help="admin HTTP port (default 9999; OSTRICH_PORT)")
+    p.add_argument(
+        "--data-dir", type=Path, help="embedded store directory (default ./pinlater-data; EMBEDDED_DATA_DIR)"
+    )
+    p.add_argument("--properties", type=Path, metavar="FILE", help="a properties file with the original's keys")
+    p.add_argument("--backend", choices=BACKENDS, help="storage backend (default embedded; PINLATER_BACKEND)")
+    p.add_argument(
+        "--backend-config", type=Path, metavar="FILE", help="the backend's JSON shard config (redis or mysql)"
+    )
+    p.add_argument("--num-priorities", type=int, help="priority levels (default 3; NUM_PRIORITY_LEVELS)")
+    p.add_argument("--max-frame-bytes", type=int, help="largest accepted Thrift frame (default 16 MiB)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
+    p.set_defaults(run=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    settings = load_properties_file(args.properties) if args.properties else Settings()
+    flags = {
+        "host": args.host,
+        "port": args.port,
+        "admin_host": args.admin_host,
+        "admin_port": args.admin_port,
+        "data_dir": args.data_dir,
+        "backend": args.backend,
+        "backend_config_path": args.backend_config,
+        "num_priority_levels": args.num_priorities,
+        "max_frame_bytes": args.max_frame_bytes,
+    }
+    return settings.with_values({k: v for k, v in flags.items() if v is not None}, source="flags")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = settings_from_args(args)
+        return asyncio.run(_serve(settings))
+    except (ConfigError, StoreLockedError) as exc:
+        print(f"pinlater serve: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"pinlater serve: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _serve(settings: Settings) -> int:
+    from pinlater.server.app import PinLaterServer
+
+    server = PinLaterServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        addresses = await server.start()
+    except BaseException:
+        await server.stop(0)
+        raise
+    where = f"data dir {settings.data_dir}" if settings.backend == "embedded" else str(settings.backend_config_path)
+    thrift_host, thrift_port = addresses.thrift
+    admin_host, admin_port = addresses.admin
+    log.info(
+        "serving PinLater on %s:%d (admin http://%s:%d/), backend %s, %s",
+        thrift_host,
+        thrift_port,
+        admin_host,
+        admin_port,
+        settings.backend,
+        where,
+    )
+    await stop.wait()
+    log.info("signal received: stopping")
+    await server.stop()
+    return 0

@@ -1,0 +1,131 @@
+"""The background monitor: resurrects timed-out claims and deletes finished jobs.
+
+One task per server walks every shard every BACKEND_MONITOR_THREAD_DELAY_SECONDS. For each
+queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_UPDATE_MAX_SIZE
+jobs each): claims older than the claim timeout are treated as failures (the job returns to
+PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
+than their TTLs are deleted. Several servers on one store may run monitors at once: each step
+is an atomic guarded store operation, so they never double-apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from pinlater.backends.base import JobState
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard
+from pinlater.config import Settings
+from pinlater.errors import PinLaterError
+from pinlater.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorPolicy:
+    interval_seconds: float
+    max_per_pass: int
+    claim_timeout_ms: int
+    succeeded_ttl_ms: int
+    failed_ttl_ms: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MonitorPolicy:
+        return cls(
+            interval_seconds=settings.backend_monitor_thread_delay_seconds,
+            max_per_pass=settings.backend_monitor_update_max_size,
+            claim_timeout_ms=int(settings.backend_monitor_job_claimed_timeout_seconds * 1000),
+            succeeded_ttl_ms=int(settings.backend_monitor_job_succeeded_gc_ttl_hours * HOUR_MS),
+            failed_ttl_ms=int(settings.backend_monitor_job_failed_gc_ttl_hours * HOUR_MS),
+        )
+
+
+class Monitor:
+    def __init__(self, backend: ShardedBackend, policy: MonitorPolicy, metrics: Metrics) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.metrics = metrics
+        self._task: asyncio.Task[None] | None = None
+        self.passes = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pinlater-monitor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self.run_once()
+            await asyncio.sleep(self.policy.interval_seconds)
+
+    async def run_once(self) -> dict[str, int]:
+        """One pass over every shard; returns totals (resurrected, gc_succeeded, gc_failed)."""
+        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0}
+        for shard in self.backend.shards.all():
+            if not shard.healthy:
+                continue
+            try:
+                shard_totals = await self._shard_pass(shard)
+            except PinLaterError as exc:
+                log.warning("monitor pass on shard %s failed: %s", shard.name, exc)
+                continue
+            except Exception:
+                log.exception("monitor pass on shard %s failed unexpectedly", shard.name)
+                continue
+            for key, value in shard_totals.items():
+                totals[key] += value
+        for key, value in totals.items():
+            self.metrics.incr(f"monitor_{key}", value)
+        self.passes += 1
+        return totals
+
+    async def _shard_pass(self, shard: Shard) -> dict[str, int]:
+        p = self.policy
+        call = self.backend.call_store
+        queues = await call(shard, shard.store.get_queue_names)
+        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0}
+        for queue in sorted(queues):
+            for priority in range(1, self.backend.num_priorities + 1):
+                now = self.backend.clock.now_ms()
+                totals["resurrected"] += await call(
+                    shard,
+                    shard.store.resurrect_timed_out_jobs,
+                    queue,
+                    priority,
+                    now - p.claim_timeout_ms,
+                    p.max_per_pass,
+                    now,
+                )
+                totals["gc_succeeded"] += await call(
+                    shard,
+                    shard.store.gc_finished_jobs,
+                    queue,
+                    priority,
+                    JobState.SUCCEEDED,
+                    now - p.succeeded_ttl_ms,
+                    p.max_per_pass,
+                )
+                totals["gc_failed"] += await call(
+                    shard,
+                    shard.store.gc_finished_jobs,
+                    queue,
+                    priority,
+                    JobState.FAILED,
+                    now - p.failed_ttl_ms,
+                    p.max_per_pass,
+                )
+        if totals["resurrected"]:
+            log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])
+        return totals

@@ -1,0 +1,103 @@
+"""Per-queue dequeue rate limits, as the original configured them.
+
+The queue config file (QUEUE_CONFIG_FILE_PATH) is JSON:
+``{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 10.5}}]}``. A queue that is not
+listed is unlimited; 0 pauses it. With SERVER_SET_ENABLED the configured rate is split evenly
+between the live servers listed in the ServerSet file (one ``host:port`` per line), so a
+fleet together holds the configured rate. The token buckets live in the Rust extension
+(``RateLimiter``), charged by the number of jobs a dequeue asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+
+from pinlater._pinlater import RateLimiter
+from pinlater.errors import ConfigError, ErrorCode, PinLaterError
+
+log = logging.getLogger(__name__)
+
+
+def parse_queue_config(text: str) -> dict[str, float]:
+    """Queue name -> max jobs per second; raises ``ConfigError`` with the reason."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not JSON: {exc}") from None
+    queues = data.get("queues") if isinstance(data, dict) else None
+    if not isinstance(queues, list):
+        raise ConfigError('expected {"queues": [...]}')
+    rates: dict[str, float] = {}
+    for i, entry in enumerate(queues):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ConfigError(f"queues[{i}]: expected an object with a string 'name'")
+        config = entry.get("queueConfig", {})
+        rate = config.get("maxJobsPerSecond") if isinstance(config, dict) else None
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
+            raise ConfigError(f"queues[{i}] ({entry['name']}): maxJobsPerSecond must be a number >= 0")
+        rates[entry["name"]] = float(rate)
+    return rates
+
+
+def parse_server_set(text: str) -> list[str]:
+    """The ``host:port`` entries of a ServerSet file (blank lines and # comments skipped)."""
+    servers = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        host, sep, port = line.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"expected host:port, got {line!r}")
+        servers.append(line)
+    return servers
+
+
+class QueueRateLimits:
+    """Holds the configured rates and the server count, and keeps the buckets in step."""
+
+    def __init__(self, limiter: RateLimiter | None = None) -> None:
+        self.limiter = limiter or RateLimiter()
+        self._configured: dict[str, float] = {}
+        self._servers = 1
+
+    @property
+    def configured(self) -> Mapping[str, float]:
+        return dict(self._configured)
+
+    @property
+    def server_count(self) -> int:
+        return self._servers
+
+    def effective_rate(self, queue: str) -> float | None:
+        rate = self._configured.get(queue)
+        return None if rate is None else rate / self._servers
+
+    def apply_queue_config(self, text: str) -> None:
+        rates = parse_queue_config(text)
+        self._configured = rates
+        self._sync()
+
+    def apply_server_set(self, text: str) -> None:
+        servers = parse_server_set(text)
+        if not servers:
+            log.warning("ServerSet file lists no servers; keeping the count of %d", self._servers)
+            return
+        self._servers = len(servers)
+        self._sync()
+
+    def _sync(self) -> None:
+        for queue, rate in self._configured.items():
+            self.limiter.set_rate(queue, rate / self._servers)
+        for queue in set(self.limiter.rates()) - set(self._configured):
+            self.limiter.remove(queue)
+
+    def check_dequeue(self, queue: str, jobs: int) -> None:
+        """Charge ``jobs`` to the queue's bucket or raise DEQUEUE_RATE_LIMITED."""
+        if not self.limiter.try_acquire(queue, jobs):
+            rate = self.effective_rate(queue)
+            detail = "paused" if rate == 0 else f"limited to {rate:g} jobs/s on this server"
+            raise PinLaterError(ErrorCode.DEQUEUE_RATE_LIMITED, f"queue {queue} is {detail}")

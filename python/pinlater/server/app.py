@@ -1,0 +1,213 @@
+"""Wiring: settings -> stores -> backend -> handler -> Thrift server, admin HTTP, monitor.
+
+``PinLaterServer`` owns the lifecycle. ``start()`` opens storage (taking the data-dir lock for
+the embedded store) and binds both ports; ``stop()`` stops accepting, lets requests in flight
+finish, stops the monitor and closes storage. Stop is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from pinlater.backends.base import BackendDriver
+from pinlater.backends.embedded import open_embedded_shards
+from pinlater.backends.embedded.lock import DataDirLock
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.config import Settings
+from pinlater.errors import ConfigError
+from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.ratelimit import QueueRateLimits
+from pinlater.server.dispatch import Dispatcher
+from pinlater.server.handler import PinLaterHandler
+from pinlater.server.metrics import Metrics
+from pinlater.server.transport import FramedServer
+from pinlater.watch import FileWatcher
+
+log = logging.getLogger(__name__)
+
+HEALTH_CHECK_INTERVAL_SECONDS = 1.0
+
+
+def driver_for(kind: str) -> BackendDriver:
+    """The backend driver for a kind other than embedded (imported lazily: optional deps)."""
+    if kind == "redis":
+        from pinlater.backends.redis import RedisDriver
+
+        return RedisDriver()
+    if kind == "mysql":
+        from pinlater.backends.mysql import MySQLDriver
+
+        return MySQLDriver()
+    raise ConfigError(f"unknown backend {kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    thrift: tuple[str, int]
+    admin: tuple[str, int]
+
+
+class PinLaterServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self._lock: DataDirLock | None = None
+        self.backend: ShardedBackend | None = None
+        self._thrift: FramedServer | None = None
+        self._admin: web.AppRunner | None = None
+        self._monitor: Monitor | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self._watchers: list[FileWatcher] = []
+        self._stopped = False
+        self.addresses: Addresses | None = None
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def _open_shards(self) -> ShardMap:
+        s = self.settings
+        if s.backend == "embedded":
+            self._lock = DataDirLock(s.data_dir)
+            self._lock.acquire()
+            stores = open_embedded_shards(s)
+            return ShardMap(Shard(name, store) for name, store in stores.items())
+        assert s.backend_config_path is not None  # Settings.validate guarantees it
+        driver = driver_for(s.backend)
+        path = Path(s.backend_config_path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read backend config {path}: {exc.strerror}") from None
+        configs = driver.parse_config(text, str(path))
+        if not configs:
+            raise ConfigError(f"{path}: no shards configured")
+        shards = []
+        for name, config in configs.items():
+            shards.append(Shard(name, driver.open_store(name, config, s), config.dequeue_only, config))
+        return ShardMap(shards)
+
+    async def start(self) -> Addresses:
+        s = self.settings
+        shards = self._open_shards()
+        count_limit = s.mysql_count_limit if s.backend == "mysql" else None
+        self.backend = ShardedBackend(
+            shards,
+            num_priorities=s.num_priority_levels,
+            parallelism=s.backend_query_parallelism,
+            count_limit=count_limit,
+        )
+        rate_limits = self._start_rate_limits()
+        handler = PinLaterHandler(self.backend, self.metrics, s.admin_password_hash, rate_limits)
+        self._thrift = FramedServer(
+            Dispatcher(handler),
+            s.host,
+            s.port,
+            max_frame_bytes=s.max_frame_bytes,
+            max_concurrent_requests=s.max_concurrent_requests,
+        )
+        await self._thrift.start()
+        self._admin = await self._start_admin()
+        admin_port = self._admin.addresses[0][1]
+        self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
+        self._monitor.start()
+        self._health_task = asyncio.create_task(self._health_loop(), name="pinlater-health")
+        self._register_gauges()
+        self.addresses = Addresses((s.host, self._thrift.port), (s.admin_host, admin_port))
+        return self.addresses
+
+    def _start_rate_limits(self) -> QueueRateLimits | None:
+        """Load and watch the queue config (and the ServerSet), if configured."""
+        s = self.settings
+        if s.queue_config_file_path is None:
+            return None
+        limits = QueueRateLimits()
+        watchers = [FileWatcher(s.queue_config_file_path, limits.apply_queue_config, "queue config")]
+        if s.server_set_enabled and s.server_set_path is not None:
+            watchers.append(FileWatcher(s.server_set_path, limits.apply_server_set, "server set"))
+        for watcher in watchers:
+            watcher.load_now(strict=True)
+        for watcher in watchers:
+            watcher.start()
+        self._watchers.extend(watchers)
+        return limits
+
+    def _register_gauges(self) -> None:
+        assert self.backend is not None and self._thrift is not None
+        backend, thrift = self.backend, self._thrift
+        self.metrics.gauge("shards", lambda: len(backend.shards))
+        self.metrics.gauge("shards_healthy", lambda: sum(1 for s in backend.shards if s.healthy))
+        self.metrics.gauge("connections_open", lambda: thrift.stats().connections_open)
+        self.metrics.gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+
+    async def _start_admin(self) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/stats.txt", self._stats_txt)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.admin_host, self.settings.admin_port)
+        await site.start()
+        return runner
+
+    async def _stats_txt(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render_text(), content_type="text/plain")
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n", content_type="text/plain")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        assert self.backend is not None
+        unhealthy = [s.name for s in self.backend.shards if not s.healthy]
+        if unhealthy:
+            return web.Response(status=503, text=f"unhealthy shards: {', '.join(unhealthy)}\n")
+        return web.Response(text="ready\n", content_type="text/plain")
+
+    async def _health_loop(self) -> None:
+        """Ping unhealthy shards and bring them back when they answer."""
+        assert self.backend is not None
+        backend = self.backend
+        while True:
+            await asyncio.sleep(HEALTH_CHECK_INTERVAL_SECONDS)
+            for shard in backend.shards.all():
+                if shard.healthy:
+                    continue
+                try:
+                    await backend.call_store(shard, shard.store.ping)
+                except Exception as exc:
+                    log.debug("shard %s still unhealthy: %s", shard.name, exc)
+                    continue
+                shard.mark_healthy()
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    async def stop(self, grace_seconds: float = 10.0) -> None:
+        """Stop accepting, finish requests in flight, stop background work, close storage."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._thrift is not None:
+            await self._thrift.stop(grace_seconds)
+        if self._admin is not None:
+            await self._admin.cleanup()
+        if self._monitor is not None:
+            await self._monitor.stop()
+        for watcher in self._watchers:
+            await watcher.stop()
+        if self._health_task is not None:
+            self._health_task.cancel()
+            try:
+                await self._health_task
+            except asyncio.CancelledError:
+                pass
+        if self.backend is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
+        if self._lock is not None:
+            self._lock.release()
+        if self.addresses is not None:
+            log.info("pinlater stopped")

@@ -1,0 +1,375 @@
+"""The PinLater service: validate each request, call the backend, map errors to Thrift.
+
+This is the only place where errors become ``PinLaterException``: a ``PinLaterError`` keeps its
+code; a malformed descriptor is UNKNOWN with the reason (as the original answered it); anything
+else is UNKNOWN with the traceback logged once. Method names are the Thrift names in snake_case;
+``dispatch.py`` maps them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pinlater._pinlater import DescriptorError, decode_descriptors
+from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
+from pinlater.backends.sharded import AckRequest, ShardedBackend
+from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.idl import idl
+from pinlater.ratelimit import QueueRateLimits
+from pinlater.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+#: The original's salt for ADMIN_PASSWORD_HASH = sha256(password + salt), kept so that
+#: existing hashes keep working.
+PASSWORD_SALT = "VHzMjY2Kb9BYlyrbtpyFvnHVPZAvB5Rm"
+
+QUEUE_NAME = re.compile(r"\w+", re.ASCII)
+#: Longest queue name on every backend, so a queue can move between backends; MySQL's
+#: 64-character database names make its own limit tighter (its store checks that).
+MAX_QUEUE_NAME_LENGTH = 128
+I32_MAX = 2**31 - 1
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def hash_password(password: str) -> str:
+    """The value ADMIN_PASSWORD_HASH holds for ``password``."""
+    return hashlib.sha256((password + PASSWORD_SALT).encode("utf-8")).hexdigest()
+
+
+def _thrift_errors(fn: F) -> F:
+    """Time the call and turn every failure into the contract's PinLaterException."""
+    method = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self: PinLaterHandler, *args: Any, **kwargs: Any) -> Any:
+        context = kwargs.get("context", args[0] if args else None)
+        start = time.perf_counter()
+        ok = False
+        try:
+            result = await fn(self, *args, **kwargs)
+            ok = True
+            return result
+        except PinLaterError as exc:
+            raise _exception(exc.code, exc.message) from None
+        except DescriptorError as exc:
+            raise _exception(ErrorCode.UNKNOWN, f"invalid job descriptor: {exc}") from None
+        except Exception as exc:
+            log.exception("unexpected error in %s from %s", method, _who(context))
+            raise _exception(ErrorCode.UNKNOWN, f"internal error in {method}: {type(exc).__name__}: {exc}") from None
+        finally:
+            self.metrics.timing(method, (time.perf_counter() - start) * 1000.0, ok)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _exception(code: ErrorCode, message: str) -> Exception:
+    exc: Exception = idl.PinLaterException(errorCode=int(code), message=message)
+    return exc
+
+
+def _who(context: Any) -> str:
+    if context is None:
+        return "unknown caller"
+    return f"source={context.source!r} requestId={getattr(context, 'requestId', '')!r}"
+
+
+def _source(context: Any) -> str:
+    return str(context.source) if context is not None and context.source else ""
+
+
+class PinLaterHandler:
+    """Implements every method of the ``PinLater`` service over a ``ShardedBackend``."""
+
+    def __init__(
+        self,
+        backend: ShardedBackend,
+        metrics: Metrics,
+        admin_password_hash: str = "",
+        rate_limits: QueueRateLimits | None = None,
+    ) -> None:
+        self.backend = backend
+        self.metrics = metrics
+        self.admin_password_hash = admin_password_hash.lower()
+        self.rate_limits = rate_limits
+
+    # -- validation ---------------------------------------------------------------------------
+
+    def _queue(self, name: str | None) -> str:
+        if not name or not QUEUE_NAME.fullmatch(name):
+            raise PinLaterError(
+                ErrorCode.QUEUE_NAME_INVALID, f"queue name {name!r} must be letters, digits and underscores"
+            )
+        if len(name) > MAX_QUEUE_NAME_LENGTH:
+            raise PinLaterError(
+                ErrorCode.QUEUE_NAME_TOO_LONG, f"queue name is {len(name)} characters; at most {MAX_QUEUE_NAME_LENGTH}"
+            )
+        return name
+
+    def _priority(self, priority: int | None, default: int = 1) -> int:
+        value = default if priority is None else priority
+        if not 1 <= value <= self.backend.num_priorities:
+            raise PinLaterError(
+                ErrorCode.PRIORITY_NOT_SUPPORTED,
+                f"priority {value} is not in 1..{self.backend.num_priorities}",
+            )
+        return value
+
+    def _optional_priority(self, priority: int | None) -> int | None:
+        return None if priority is None else self._priority(priority)
+
+    @staticmethod
+    def _state(state: int | None) -> JobState:
+        try:
+            return JobState(state)
+        except ValueError:
+            raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: job state {state!r} is not 0..3") from None
+
+    @staticmethod
+    def _regex(pattern: str | None) -> str | None:
+        if not pattern:
+            return None
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch {pattern!r}: {exc}") from None
+        return pattern
+
+    # -- queues -------------------------------------------------------------------------------
+
+    @_thrift_errors
+    async def create_queue(self, context: Any, name: str) -> None:
+        await self.backend.create_queue(self._queue(name))
+        log.info("queue %s created by %s", name, _who(context))
+
+    @_thrift_errors
+    async def delete_queue(self, context: Any, name: str, password: str | None) -> None:
+        queue = self._queue(name)
+        if not self.admin_password_hash:
+            raise PinLaterError(ErrorCode.PASSWORD_INVALID, "deleteQueue is disabled: no ADMIN_PASSWORD_HASH is set")
+        if not hmac.compare_digest(hash_password(password or ""), self.admin_password_hash):
+            log.warning("deleteQueue %s refused: wrong password from %s", queue, _who(context))
+            raise PinLaterError(ErrorCode.PASSWORD_INVALID, "invalid admin password")
+        await self.backend.delete_queue(queue)
+        log.warning("queue %s deleted by %s", queue, _who(context))
+
+    @_thrift_errors
+    async def get_queue_names(self, context: Any) -> set[str]:
+        return await self.backend.get_queue_names()
+
+    # -- the job lifecycle ----------------------------------------------------------------------
+
+    @_thrift_errors
+    async def enqueue_jobs(self, context: Any, request: Any) -> Any:
+        queue = self._queue(request.queueName)
+        jobs = request.jobs or []
+        if not jobs:
+            return idl.PinLaterEnqueueResponse(jobDescriptors=[])
+        now = self.backend.clock.now_ms()
+        new_jobs = []
+        for job in jobs:
+            attempts = 2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed
+            if attempts < 1:
+                raise PinLaterError(
+                    ErrorCode.ENQUEUE_REJECTED, f"numAttemptsAllowed must be at least 1, not {attempts}"
+                )
+            if job.body is None:
+                raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, "every job needs a body")
+            new_jobs.append(
+                NewJob(
+                    priority=self._priority(job.priority),
+                    body=job.body,
+                    run_after_ms=now if job.runAfterTimestampMillis is None else job.runAfterTimestampMillis,
+                    attempts_allowed=attempts,
+                    custom_status=job.customStatus or "",
+                )
+            )
+        descriptors = await self.backend.enqueue_jobs(queue, new_jobs)
+        self.metrics.incr(f"{queue}_enqueue", len(descriptors))
+        return idl.PinLaterEnqueueResponse(jobDescriptors=descriptors)
+
+    @_thrift_errors
+    async def dequeue_jobs(self, context: Any, request: Any) -> Any:
+        queue = self._queue(request.queueName)
+        if request.jobAckRequest is not None:
+            await self._ack(request.jobAckRequest)
+        limit = request.limit or 0
+        response = idl.PinLaterDequeueResponse(jobs={}, jobMetadata={})
+        if limit <= 0:
+            return response
+        if self.rate_limits is not None and not request.dryRun:
+            try:
+                self.rate_limits.check_dequeue(queue, limit)
+            except PinLaterError:
+                self.metrics.incr(f"{queue}_dequeue_requests_rate_limited")
+                raise
+        coverage = 1.0 if request.coverage is None or math.isnan(request.coverage) else request.coverage
+        coverage = min(1.0, max(coverage, 1e-9))
+        dequeued = await self.backend.dequeue_jobs(
+            queue, limit, _source(context), dry_run=bool(request.dryRun), coverage=coverage
+        )
+        for item in dequeued:
+            response.jobs[item.descriptor] = item.job.body
+            response.jobMetadata[item.descriptor] = idl.PinLaterDequeueMetadata(
+                attemptsAllowed=item.job.attempts_allowed, attemptsRemaining=item.job.attempts_remaining
+            )
+        if not request.dryRun:
+            self.metrics.incr(f"{queue}_dequeue", len(dequeued))
+        return response
+
+    @_thrift_errors
+    async def ack_dequeued_jobs(self, context: Any, request: Any) -> None:
+        await self._ack(request)
+
+    async def _ack(self, request: Any) -> None:
+        queue = self._queue(request.queueName)
+        succeeded = request.jobsSucceeded or []
+        failed = request.jobsFailed or []
+        if not succeeded and not failed:
+            return
+        parsed = decode_descriptors([a.jobDescriptor for a in succeeded] + [a.jobDescriptor for a in failed])
+
+        def items(acks: list[Any], offset: int) -> list[tuple[str, AckItem]]:
+            out = []
+            for i, ack in enumerate(acks):
+                _q, shard, priority, local_id = parsed[offset + i]
+                out.append(
+                    (
+                        shard,
+                        AckItem(priority, local_id, ack.appendCustomStatus or "", max(0, ack.retryDelayMillis or 0)),
+                    )
+                )
+            return out
+
+        await self.backend.ack_jobs(queue, AckRequest(items(succeeded, 0), items(failed, len(succeeded))))
+        self.metrics.incr(f"{queue}_ack_succeeded", len(succeeded))
+        self.metrics.incr(f"{queue}_ack_failed", len(failed))
+
+    @_thrift_errors
+    async def checkpoint_jobs(self, context: Any, request: Any) -> None:
+        queue = self._queue(request.queueName)
+        requests = request.requests or []
+        if not requests:
+            return
+        parsed = decode_descriptors([r.jobDescriptor for r in requests])
+        now = self.backend.clock.now_ms()
+        items = []
+        for r, (_q, shard, priority, local_id) in zip(requests, parsed, strict=True):
+            if r.numOfAttemptsAllowed is not None and r.numOfAttemptsAllowed < 1:
+                raise PinLaterError(ErrorCode.UNKNOWN, "invalid request: numOfAttemptsAllowed must be at least 1")
+            items.append(
+                (
+                    shard,
+                    CheckpointItem(
+                        priority=priority,
+                        local_id=local_id,
+                        run_after_ms=now if r.runAfterTimestampMillis is None else r.runAfterTimestampMillis,
+                        move_to_pending=bool(r.moveToPending),
+                        new_body=None if r.newBody is None else r.newBody.encode("utf-8"),
+                        attempts_allowed=r.numOfAttemptsAllowed,
+                        prepend_custom_status=r.prependCustomStatus,
+                    ),
+                )
+            )
+        changed = await self.backend.checkpoint_jobs(queue, _source(context), items)
+        self.metrics.incr(f"{queue}_checkpoint", changed)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    @_thrift_errors
+    async def lookup_jobs(self, context: Any, request: Any) -> dict[str, Any]:
+        descriptors = request.jobDescriptors or []
+        if not descriptors:
+            return {}
+        found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
+        return {d: _job_info(d, r) for d, r in found.items()}
+
+    @_thrift_errors
+    async def get_job_count(self, context: Any, request: Any) -> int:
+        count = await self.backend.count_jobs(
+            self._queue(request.queueName),
+            self._state(request.jobState),
+            self._optional_priority(request.priority),
+            bool(request.countFutureJobs),
+            self._regex(request.bodyRegexToMatch),
+        )
+        return min(count, I32_MAX)
+
+    @_thrift_errors
+    async def scan_jobs(self, context: Any, request: Any) -> Any:
+        queue = self._queue(request.queueName)
+        continuation = "0" if request.continuation is None else request.continuation
+        if continuation != "0":
+            raise PinLaterError(
+                ErrorCode.CONTINUATION_INVALID, f"only continuation '0' is supported, not {continuation!r}"
+            )
+        limit = 100 if request.limit is None else request.limit
+        jobs: list[Any] = []
+        if limit > 0:
+            found = await self.backend.scan_jobs(
+                queue,
+                self._state(request.jobState),
+                self._optional_priority(request.priority),
+                bool(request.scanFutureJobs),
+                limit,
+                self._regex(request.bodyRegexToMatch),
+            )
+            jobs = [_job_info(d, r) for d, r in found]
+        return idl.PinLaterScanJobsResponse(scannedJobs=jobs, continuation="-1")
+
+    # -- bulk administration --------------------------------------------------------------------
+
+    @_thrift_errors
+    async def retry_failed_jobs(self, context: Any, request: Any) -> int:
+        queue = self._queue(request.queueName)
+        attempts = 1 if request.attemptsToAllow is None else request.attemptsToAllow
+        if attempts < 1:
+            raise PinLaterError(ErrorCode.UNKNOWN, "invalid request: attemptsToAllow must be at least 1")
+        limit = 1000 if request.limit is None else request.limit
+        if limit <= 0:
+            return 0
+        count = await self.backend.retry_failed_jobs(
+            queue, self._priority(request.priority), attempts, request.runAfterTimestampMillis, limit
+        )
+        log.info("%d failed jobs of %s retried by %s", count, queue, _who(context))
+        return count
+
+    @_thrift_errors
+    async def delete_jobs(self, context: Any, request: Any) -> int:
+        queue = self._queue(request.queueName)
+        limit = 1000 if request.limit is None else request.limit
+        if limit <= 0:
+            return 0
+        count = await self.backend.delete_jobs(
+            queue,
+            self._state(request.jobState),
+            self._priority(request.priority),
+            self._regex(request.bodyRegexToMatch),
+            limit,
+        )
+        log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
+        return count
+
+
+def _job_info(descriptor: str, record: JobRecord) -> Any:
+    return idl.PinLaterJobInfo(
+        jobDescriptor=descriptor,
+        jobState=int(record.state),
+        attemptsAllowed=record.attempts_allowed,
+        attemptsRemaining=record.attempts_remaining,
+        customStatus=record.custom_status,
+        createdAtTimestampMillis=record.created_at_ms,
+        runAfterTimestampMillis=record.run_after_ms,
+        updatedAtTimestampMillis=record.updated_at_ms,
+        claimDescriptor=record.claim_descriptor,
+        body=record.body,
+    )

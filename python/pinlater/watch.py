@@ -1,0 +1,89 @@
+"""Watching configuration files and reloading them on change.
+
+A ``FileWatcher`` polls a file's identity (inode, size, mtime) and, when it changes, reads the
+text and hands it to a callback. A callback that raises is logged with the reason and the
+last good configuration stays in force: a bad edit never takes a running server down.
+Polling (default every 0.5 s) keeps this portable and makes "reloaded within a second" hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pinlater.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+Signature = tuple[int, int, int] | None
+
+
+def _signature(path: Path) -> Signature:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class FileWatcher:
+    """Calls ``on_change(text)`` at start and whenever the file changes."""
+
+    def __init__(self, path: Path, on_change: Callable[[str], None], what: str, interval: float = 0.5) -> None:
+        self.path = path
+        self.on_change = on_change
+        self.what = what
+        self.interval = interval
+        self._seen: Signature = None
+        self._task: asyncio.Task[None] | None = None
+        self.reloads = 0
+        self.errors = 0
+
+    def load_now(self, strict: bool = False) -> bool:
+        """Read and apply the file if it changed since the last look; True if applied.
+
+        With ``strict`` (start-up), a missing or bad file raises ``ConfigError`` naming it
+        instead of being logged.
+        """
+        sig = _signature(self.path)
+        if sig == self._seen and not strict:
+            return False
+        self._seen = sig
+        if sig is None:
+            if strict:
+                raise ConfigError(f"{self.what} {self.path} does not exist")
+            self.errors += 1
+            log.warning("%s %s is missing; keeping the last good one", self.what, self.path)
+            return False
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            self.on_change(text)
+        except Exception as exc:
+            if strict:
+                raise ConfigError(f"{self.what} {self.path}: {exc}") from None
+            self.errors += 1
+            log.error("%s %s rejected, keeping the last good one: %s", self.what, self.path, exc)
+            return False
+        self.reloads += 1
+        log.info("%s %s loaded", self.what, self.path)
+        return True
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"watch:{self.path}")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            self.load_now()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None

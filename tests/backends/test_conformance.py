@@ -1,0 +1,492 @@
+"""The ShardStore conformance suite: every backend kind must pass every test here.
+
+Time is always explicit (``now_ms``), so nothing sleeps. A test states the behaviour of the
+contract (see ``pinlater.backends.base``), never an implementation detail of one backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobRecord, JobState, NewJob, ShardStore
+from pinlater.errors import QueueNotFoundError
+
+Q = "test_queue"
+T0 = 1_700_000_000_000  # an arbitrary "now", in ms since the epoch
+CLAIM = "claim-0001:worker:host-a"
+SOURCE = "host-a"
+
+
+@pytest.fixture
+def queue(store: ShardStore) -> str:
+    store.create_queue(Q, 3)
+    return Q
+
+
+def new_jobs(n: int, *, priority: int = 1, run_after: int = T0, attempts: int = 2, prefix: str = "job") -> list[NewJob]:
+    return [NewJob(priority, f"{prefix}-{i}".encode(), run_after, attempts) for i in range(n)]
+
+
+def lookup(store: ShardStore, local_id: int, priority: int = 1, body: bool = False) -> JobRecord:
+    found = store.lookup_jobs(Q, [(priority, local_id)], body)
+    assert len(found) == 1, f"job p{priority}:{local_id} not found"
+    return found[0]
+
+
+def claim_all(store: ShardStore, n: int, *, now: int = T0, priority: int = 1, attempts: int = 2) -> list[int]:
+    """Enqueue n jobs runnable at ``now`` and claim them all; return their ids."""
+    ids = store.enqueue_jobs(Q, new_jobs(n, priority=priority, run_after=now, attempts=attempts), now)
+    claimed = store.dequeue_jobs(Q, priority, n, CLAIM, now, False)
+    assert sorted(job.local_id for job in claimed) == sorted(ids)
+    return ids
+
+
+def make_failed(store: ShardStore, n: int, *, now: int = T0, priority: int = 1) -> list[int]:
+    ids = claim_all(store, n, now=now, priority=priority, attempts=1)
+    store.ack_jobs(Q, [], [AckItem(priority, i) for i in ids], now)
+    return ids
+
+
+def states(store: ShardStore, ids: Sequence[int], priority: int = 1) -> list[JobState]:
+    return [job.state for job in store.lookup_jobs(Q, [(priority, i) for i in ids], False)]
+
+
+# -- queues -------------------------------------------------------------------------------------
+
+
+def test_new_store_has_no_queues(store: ShardStore) -> None:
+    assert store.get_queue_names() == set()
+
+
+def test_create_queue_is_idempotent(store: ShardStore) -> None:
+    store.create_queue("a", 3)
+    store.create_queue("a", 3)
+    store.create_queue("b_2", 1)
+    assert store.get_queue_names() == {"a", "b_2"}
+
+
+def test_delete_queue_is_idempotent_and_deletes_its_jobs(store: ShardStore, queue: str) -> None:
+    store.create_queue("other", 3)
+    ids = store.enqueue_jobs(queue, new_jobs(3), T0)
+    kept = store.enqueue_jobs("other", new_jobs(2), T0)
+    store.delete_queue(queue)
+    store.delete_queue(queue)
+    store.delete_queue("never_existed")
+    assert store.get_queue_names() == {"other"}
+    store.create_queue(queue, 3)
+    assert store.lookup_jobs(queue, [(1, i) for i in ids], True) == []
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None), None) == 0
+    assert [job.local_id for job in store.lookup_jobs("other", [(1, i) for i in kept], False)] == kept
+
+
+# -- enqueue ------------------------------------------------------------------------------------
+
+
+def test_enqueue_returns_unique_ids_in_request_order(store: ShardStore, queue: str) -> None:
+    jobs = new_jobs(7, prefix="first") + new_jobs(3, priority=2, prefix="p2")
+    ids = store.enqueue_jobs(queue, jobs, T0)
+    more = store.enqueue_jobs(queue, new_jobs(5, prefix="second"), T0)
+    assert len(ids) == len(jobs)
+    assert len({(job.priority, i) for job, i in zip(jobs, ids, strict=True)}) == len(jobs)
+    assert not {(1, i) for i in more} & {(job.priority, i) for job, i in zip(jobs, ids, strict=True)}
+    for job, local_id in zip(jobs, ids, strict=True):
+        assert lookup(store, local_id, job.priority, body=True).body == job.body
+
+
+def test_enqueue_records_every_field(store: ShardStore, queue: str) -> None:
+    job = NewJob(priority=2, body=b"\x00payload\xff", run_after_ms=T0 + 5000, attempts_allowed=4, custom_status="hi")
+    [local_id] = store.enqueue_jobs(queue, [job], T0)
+    record = lookup(store, local_id, priority=2, body=True)
+    assert record == JobRecord(
+        priority=2,
+        local_id=local_id,
+        state=JobState.PENDING,
+        attempts_allowed=4,
+        attempts_remaining=4,
+        custom_status="hi",
+        created_at_ms=T0,
+        run_after_ms=T0 + 5000,
+        updated_at_ms=T0,
+        claim_descriptor=None,
+        body=b"\x00payload\xff",
+    )
+    assert lookup(store, local_id, priority=2, body=False).body is None
+
+
+def test_enqueue_truncates_custom_status(store: ShardStore, queue: str) -> None:
+    limit = store.custom_status_limit
+    [local_id] = store.enqueue_jobs(queue, [NewJob(1, b"x", T0, 1, "s" * (limit + 100))], T0)
+    assert lookup(store, local_id).custom_status == "s" * limit
+
+
+def test_enqueue_of_no_jobs_returns_no_ids(store: ShardStore, queue: str) -> None:
+    assert store.enqueue_jobs(queue, [], T0) == []
+
+
+# -- dequeue ------------------------------------------------------------------------------------
+
+
+def test_dequeue_respects_run_after(store: ShardStore, queue: str) -> None:
+    [now_id] = store.enqueue_jobs(queue, new_jobs(1, run_after=T0), T0)
+    [later_id] = store.enqueue_jobs(queue, new_jobs(1, run_after=T0 + 1000), T0)
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 10, CLAIM, T0 + 999, False)] == [now_id]
+    assert store.dequeue_jobs(queue, 1, 10, CLAIM, T0 + 999, False) == []
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 10, CLAIM, T0 + 1000, False)] == [later_id]
+
+
+def test_dequeue_order_is_run_after_then_id(store: ShardStore, queue: str) -> None:
+    late, early = store.enqueue_jobs(queue, [NewJob(1, b"late", T0 - 10, 2), NewJob(1, b"early", T0 - 20, 2)], T0)
+    tie_a, tie_b = store.enqueue_jobs(queue, new_jobs(2, run_after=T0 - 15), T0)
+    got = [job.local_id for job in store.dequeue_jobs(queue, 1, 10, CLAIM, T0, False)]
+    assert got == [early, tie_a, tie_b, late]
+
+
+def test_dequeue_keeps_priorities_apart(store: ShardStore, queue: str) -> None:
+    p1 = store.enqueue_jobs(queue, new_jobs(3, priority=1), T0)
+    p2 = store.enqueue_jobs(queue, new_jobs(2, priority=2), T0)
+    assert store.dequeue_jobs(queue, 3, 10, CLAIM, T0, False) == []
+    assert sorted(job.local_id for job in store.dequeue_jobs(queue, 2, 10, CLAIM, T0, False)) == sorted(p2)
+    assert sorted(job.local_id for job in store.dequeue_jobs(queue, 1, 10, CLAIM, T0, False)) == sorted(p1)
+
+
+def test_dequeue_limit_and_no_job_twice(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(10), T0)
+    seen: list[int] = []
+    for _ in range(3):
+        batch = store.dequeue_jobs(queue, 1, 4, CLAIM, T0, False)
+        assert len(batch) == min(4, 10 - len(seen))
+        seen += [job.local_id for job in batch]
+    assert sorted(seen) == sorted(ids)
+    assert store.dequeue_jobs(queue, 1, 4, CLAIM, T0, False) == []
+
+
+def test_a_zero_limit_touches_nothing(store: ShardStore, queue: str) -> None:
+    store.enqueue_jobs(queue, new_jobs(3), T0)
+    assert store.dequeue_jobs(queue, 1, 0, CLAIM, T0, False) == []
+    assert store.scan_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 0) == []
+    assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None), 0) == 0
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 0) == 0
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0), None) == 3
+
+
+def test_dequeue_stamps_the_claim(store: ShardStore, queue: str) -> None:
+    [local_id] = store.enqueue_jobs(queue, [NewJob(1, b"body", T0, 3)], T0 - 50)
+    [claimed] = store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + 7, False)
+    assert (claimed.local_id, claimed.body) == (local_id, b"body")
+    assert (claimed.attempts_allowed, claimed.attempts_remaining) == (3, 3)
+    assert (claimed.created_at_ms, claimed.updated_at_ms) == (T0 - 50, T0 + 7)
+    record = lookup(store, local_id)
+    assert (record.state, record.claim_descriptor, record.updated_at_ms) == (JobState.IN_PROGRESS, CLAIM, T0 + 7)
+
+
+def test_dry_run_dequeue_changes_nothing(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(3), T0)
+    before = store.lookup_jobs(queue, [(1, i) for i in ids], True)
+    peek = store.dequeue_jobs(queue, 1, 2, CLAIM, T0, True)
+    assert [job.local_id for job in peek] == ids[:2]
+    assert store.lookup_jobs(queue, [(1, i) for i in ids], True) == before
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 2, CLAIM, T0, False)] == ids[:2]
+
+
+# -- ack ----------------------------------------------------------------------------------------
+
+
+def test_ack_success(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1)
+    store.ack_jobs(queue, [AckItem(1, local_id, append_custom_status="done")], [], T0 + 10)
+    record = lookup(store, local_id)
+    assert (record.state, record.custom_status, record.updated_at_ms) == (JobState.SUCCEEDED, "done", T0 + 10)
+
+
+def test_ack_failure_retries_after_the_delay(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1, attempts=3)
+    store.ack_jobs(queue, [], [AckItem(1, local_id, "boom;", retry_delay_ms=500)], T0 + 10)
+    record = lookup(store, local_id)
+    assert (record.state, record.attempts_remaining, record.attempts_allowed) == (JobState.PENDING, 2, 3)
+    assert (record.run_after_ms, record.updated_at_ms, record.custom_status) == (T0 + 510, T0 + 10, "boom;")
+    assert record.claim_descriptor is None
+    assert store.dequeue_jobs(queue, 1, 1, CLAIM, T0 + 509, False) == []
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 1, CLAIM, T0 + 510, False)] == [local_id]
+
+
+def test_ack_failure_on_the_last_attempt_fails_the_job(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1, attempts=2)
+    store.ack_jobs(queue, [], [AckItem(1, local_id)], T0)
+    assert lookup(store, local_id).attempts_remaining == 1
+    store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)
+    store.ack_jobs(queue, [], [AckItem(1, local_id, retry_delay_ms=100)], T0 + 1)
+    record = lookup(store, local_id)
+    assert (record.state, record.attempts_remaining, record.updated_at_ms) == (JobState.FAILED, 0, T0 + 1)
+
+
+def test_ack_of_a_job_not_in_progress_is_a_no_op(store: ShardStore, queue: str) -> None:
+    done, pending = store.enqueue_jobs(queue, new_jobs(2), T0)
+    store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)  # claims the older one, ``done``
+    store.ack_jobs(queue, [AckItem(1, done)], [], T0)
+    before = store.lookup_jobs(queue, [(1, pending), (1, done)], True)
+    store.ack_jobs(queue, [AckItem(1, pending, "x")], [AckItem(1, done, "y")], T0 + 100)
+    store.ack_jobs(queue, [AckItem(1, 999_999)], [AckItem(1, 999_998)], T0 + 100)
+    assert store.lookup_jobs(queue, [(1, pending), (1, done)], True) == before
+
+
+def test_ack_with_the_wrong_priority_is_a_no_op(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1, priority=2)
+    store.ack_jobs(queue, [AckItem(1, local_id)], [], T0)
+    assert lookup(store, local_id, priority=2).state == JobState.IN_PROGRESS
+
+
+def test_ack_appends_custom_status_up_to_the_limit(store: ShardStore, queue: str) -> None:
+    limit = store.custom_status_limit
+    [local_id] = store.enqueue_jobs(queue, [NewJob(1, b"x", T0, 3, "a" * (limit - 2))], T0)
+    store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)
+    store.ack_jobs(queue, [], [AckItem(1, local_id, "bcdef")], T0)
+    assert lookup(store, local_id).custom_status == "a" * (limit - 2) + "bc"
+
+
+def test_ack_applies_successes_and_failures_together(store: ShardStore, queue: str) -> None:
+    ok, bad = claim_all(store, 2, attempts=1)
+    store.ack_jobs(queue, [AckItem(1, ok)], [AckItem(1, bad)], T0)
+    assert states(store, [ok, bad]) == [JobState.SUCCEEDED, JobState.FAILED]
+
+
+# -- checkpoint ---------------------------------------------------------------------------------
+
+
+def checkpoint(store: ShardStore, local_id: int, now: int = T0 + 10, source: str = SOURCE, **kw: Any) -> int:
+    item = CheckpointItem(
+        priority=kw.pop("priority", 1), local_id=local_id, run_after_ms=kw.pop("run_after", now), **kw
+    )
+    return store.checkpoint_jobs(Q, [item], source, now)
+
+
+def test_checkpoint_replaces_the_body_and_keeps_the_claim(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1)
+    assert checkpoint(store, local_id, new_body=b"progress", now=T0 + 10) == 1
+    record = lookup(store, local_id, body=True)
+    assert (record.body, record.state, record.claim_descriptor) == (b"progress", JobState.IN_PROGRESS, CLAIM)
+    assert record.updated_at_ms == T0 + 10  # refreshed, which extends the claim
+    assert (record.attempts_remaining, record.custom_status) == (2, "")
+
+
+def test_checkpoint_resets_attempts(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1)
+    assert checkpoint(store, local_id, attempts_allowed=5) == 1
+    record = lookup(store, local_id, body=True)
+    assert (record.attempts_allowed, record.attempts_remaining, record.body) == (5, 5, b"job-0")
+
+
+def test_checkpoint_prepends_custom_status_up_to_the_limit(store: ShardStore, queue: str) -> None:
+    limit = store.custom_status_limit
+    [local_id] = store.enqueue_jobs(queue, [NewJob(1, b"x", T0, 2, "old")], T0)
+    store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)
+    assert checkpoint(store, local_id, prepend_custom_status="new;") == 1
+    assert lookup(store, local_id).custom_status == "new;old"
+    assert checkpoint(store, local_id, prepend_custom_status="p" * limit) == 1
+    assert lookup(store, local_id).custom_status == "p" * limit
+
+
+def test_checkpoint_moves_to_pending_with_run_after(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1)
+    assert checkpoint(store, local_id, move_to_pending=True, run_after=T0 + 1000, now=T0 + 10) == 1
+    record = lookup(store, local_id)
+    assert (record.state, record.claim_descriptor, record.run_after_ms) == (JobState.PENDING, None, T0 + 1000)
+    assert store.dequeue_jobs(queue, 1, 1, CLAIM, T0 + 999, False) == []
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 1, CLAIM, T0 + 1000, False)] == [local_id]
+
+
+def test_checkpoint_under_another_claim_is_a_no_op(store: ShardStore, queue: str) -> None:
+    [local_id] = claim_all(store, 1)
+    before = lookup(store, local_id, body=True)
+    assert checkpoint(store, local_id, source="host-b", new_body=b"stale", move_to_pending=True) == 0
+    assert checkpoint(store, local_id, priority=2, new_body=b"stale") == 0
+    assert lookup(store, local_id, body=True) == before
+
+
+def test_checkpoint_of_a_job_not_in_progress_is_a_no_op(store: ShardStore, queue: str) -> None:
+    [local_id] = store.enqueue_jobs(queue, new_jobs(1), T0)
+    before = lookup(store, local_id, body=True)
+    assert checkpoint(store, local_id, new_body=b"nope", move_to_pending=True) == 0
+    assert lookup(store, local_id, body=True) == before
+
+
+def test_checkpoint_returns_how_many_changed(store: ShardStore, queue: str) -> None:
+    a, b, c = claim_all(store, 3)
+    items = [CheckpointItem(1, i, T0, new_body=b"n") for i in (a, b, c, 424242)]
+    items[1] = CheckpointItem(2, b, T0, new_body=b"n")  # wrong priority: not this job
+    assert store.checkpoint_jobs(queue, items, SOURCE, T0) == 2
+    assert store.checkpoint_jobs(queue, [], SOURCE, T0) == 0
+
+
+# -- lookup -------------------------------------------------------------------------------------
+
+
+def test_lookup_leaves_out_missing_keys(store: ShardStore, queue: str) -> None:
+    a, b = store.enqueue_jobs(queue, new_jobs(2), T0)
+    [c] = store.enqueue_jobs(queue, new_jobs(1, priority=3), T0)
+    found = store.lookup_jobs(queue, [(1, a), (1, 987_654), (2, b), (3, c), (1, b)], True)
+    assert {(job.priority, job.local_id) for job in found} == {(1, a), (3, c), (1, b)}
+    assert all(job.body is not None for job in found)
+    assert store.lookup_jobs(queue, [], False) == []
+
+
+def test_lookup_does_not_see_other_queues(store: ShardStore, queue: str) -> None:
+    store.create_queue("other", 3)
+    [theirs] = store.enqueue_jobs("other", new_jobs(1), T0)
+    assert store.lookup_jobs(queue, [(1, theirs)], False) == []
+
+
+# -- count and scan -----------------------------------------------------------------------------
+
+
+def test_count_current_and_future_jobs(store: ShardStore, queue: str) -> None:
+    store.enqueue_jobs(queue, new_jobs(3, run_after=T0), T0)
+    store.enqueue_jobs(queue, new_jobs(2, run_after=T0 + 1), T0)
+    store.enqueue_jobs(queue, new_jobs(4, priority=2), T0)
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, future=False), None) == 3
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, future=True), None) == 2
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 2, T0), None) == 4
+    assert store.count_jobs(queue, JobFilter(JobState.IN_PROGRESS, 1, T0), None) == 0
+
+
+def test_count_by_state_regex_and_limit(store: ShardStore, queue: str) -> None:
+    jobs = [NewJob(1, body, T0, 2) for body in (b"alpha-1", b"alpha-2", b"beta-1", b"\xff\xfealpha")]
+    store.enqueue_jobs(queue, jobs, T0)
+    store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)  # claims alpha-1 (lowest id)
+    pending = JobFilter(JobState.PENDING, 1, T0, body_regex="^alpha")
+    assert store.count_jobs(queue, pending, None) == 1
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, body_regex="alpha"), None) == 2
+    assert store.count_jobs(queue, JobFilter(JobState.IN_PROGRESS, 1, T0, body_regex="-1$"), None) == 1
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 2) == 2
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0), None) == 3
+
+
+def test_an_invalid_body_regex_is_a_value_error(store: ShardStore, queue: str) -> None:
+    store.enqueue_jobs(queue, new_jobs(1), T0)
+    with pytest.raises(ValueError, match="regex"):
+        store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, body_regex="(unclosed"), None)
+    with pytest.raises(ValueError, match="regex"):
+        store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None, body_regex="*"), 10)
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0), None) == 1
+
+
+def test_scan_orders_newest_run_after_first(store: ShardStore, queue: str) -> None:
+    a, b, c = store.enqueue_jobs(
+        queue, [NewJob(1, b"a", T0 - 3, 2), NewJob(1, b"b", T0 - 1, 2), NewJob(1, b"c", T0 - 2, 2)], T0
+    )
+    scanned = store.scan_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 10)
+    assert [job.local_id for job in scanned] == [b, c, a]
+    assert all(job.body is None and job.state == JobState.PENDING for job in scanned)
+    assert [job.local_id for job in store.scan_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 2)] == [b, c]
+
+
+def test_scan_future_jobs_and_regex(store: ShardStore, queue: str) -> None:
+    [now_job] = store.enqueue_jobs(queue, [NewJob(1, b"red", T0, 2)], T0)
+    far, near = store.enqueue_jobs(queue, [NewJob(1, b"red", T0 + 20, 2), NewJob(1, b"blue", T0 + 10, 2)], T0)
+    future = JobFilter(JobState.PENDING, 1, T0, future=True)
+    assert [job.local_id for job in store.scan_jobs(queue, future, 10)] == [far, near]
+    red_future = JobFilter(JobState.PENDING, 1, T0, future=True, body_regex="^red$")
+    assert [job.local_id for job in store.scan_jobs(queue, red_future, 10)] == [far]
+    assert [job.local_id for job in store.scan_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 10)] == [now_job]
+
+
+# -- bulk administration ------------------------------------------------------------------------
+
+
+def test_retry_failed_jobs(store: ShardStore, queue: str) -> None:
+    failed = make_failed(store, 3)
+    [other_priority] = make_failed(store, 1, priority=2)
+    assert store.retry_failed_jobs(queue, 1, 4, T0 + 100, 2, T0 + 1) == 2
+    records = store.lookup_jobs(queue, [(1, i) for i in failed], False)
+    retried = [job for job in records if job.state == JobState.PENDING]
+    assert len(retried) == 2
+    assert all((job.attempts_remaining, job.run_after_ms) == (4, T0 + 100) for job in retried)
+    assert store.retry_failed_jobs(queue, 1, 4, T0 + 100, 10, T0 + 1) == 1
+    assert store.retry_failed_jobs(queue, 1, 4, T0 + 100, 10, T0 + 1) == 0
+    assert lookup(store, other_priority, priority=2).state == JobState.FAILED
+    assert len(store.dequeue_jobs(queue, 1, 10, CLAIM, T0 + 100, False)) == 3
+
+
+def test_delete_jobs_by_state_regex_and_limit(store: ShardStore, queue: str) -> None:
+    keep_done = claim_all(store, 2)
+    store.ack_jobs(queue, [AckItem(1, i) for i in keep_done], [], T0)
+    store.enqueue_jobs(queue, [NewJob(1, b"keep", T0, 2), NewJob(1, b"drop-later", T0 + 10**6, 2)], T0)
+    store.enqueue_jobs(queue, [NewJob(1, f"drop-{i}".encode(), T0, 2) for i in range(3)], T0)
+    anytime = JobFilter(JobState.PENDING, 1, T0, future=None, body_regex="^drop")
+    assert store.delete_jobs(queue, anytime, 2) == 2
+    assert store.delete_jobs(queue, anytime, 10) == 2  # the future job too: delete ignores time
+    assert store.delete_jobs(queue, anytime, 10) == 0
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None), None) == 1
+    assert states(store, keep_done) == [JobState.SUCCEEDED] * 2
+    assert store.delete_jobs(queue, JobFilter(JobState.SUCCEEDED, 1, T0, None), 10) == 2
+
+
+# -- maintenance --------------------------------------------------------------------------------
+
+
+def test_resurrect_retries_or_fails_timed_out_jobs(store: ShardStore, queue: str) -> None:
+    [retry] = claim_all(store, 1, attempts=2, now=T0)
+    [last] = claim_all(store, 1, attempts=1, now=T0)
+    [fresh] = claim_all(store, 1, attempts=2, now=T0 + 50)
+    assert store.resurrect_timed_out_jobs(queue, 1, T0, 10, T0 + 100) == 0  # claimed at T0: not before it
+    assert store.resurrect_timed_out_jobs(queue, 1, T0 + 1, 10, T0 + 100) == 2
+    r, lst, f = (lookup(store, i) for i in (retry, last, fresh))
+    assert (r.state, r.attempts_remaining, r.run_after_ms, r.claim_descriptor) == (JobState.PENDING, 1, T0 + 100, None)
+    assert (lst.state, lst.attempts_remaining) == (JobState.FAILED, 0)
+    assert f.state == JobState.IN_PROGRESS
+
+
+def test_resurrect_respects_the_limit(store: ShardStore, queue: str) -> None:
+    claim_all(store, 5)
+    assert store.resurrect_timed_out_jobs(queue, 1, T0 + 1, 3, T0 + 10) == 3
+    assert store.count_jobs(queue, JobFilter(JobState.IN_PROGRESS, 1, T0 + 10), None) == 2
+
+
+def test_gc_deletes_old_finished_jobs(store: ShardStore, queue: str) -> None:
+    old = claim_all(store, 3, now=T0)
+    store.ack_jobs(queue, [AckItem(1, i) for i in old], [], T0)
+    new = claim_all(store, 1, now=T0 + 500)
+    store.ack_jobs(queue, [AckItem(1, i) for i in new], [], T0 + 500)
+    failed = make_failed(store, 1, now=T0)
+    assert store.gc_finished_jobs(queue, 1, JobState.SUCCEEDED, T0 + 500, 2) == 2
+    assert store.gc_finished_jobs(queue, 1, JobState.SUCCEEDED, T0 + 500, 10) == 1
+    assert store.gc_finished_jobs(queue, 1, JobState.SUCCEEDED, T0 + 500, 10) == 0
+    assert states(store, new + failed) == [JobState.SUCCEEDED, JobState.FAILED]
+    assert store.gc_finished_jobs(queue, 1, JobState.FAILED, T0 + 1, 10) == 1
+
+
+# -- errors and lifecycle -----------------------------------------------------------------------
+
+PER_QUEUE_CALLS: dict[str, Callable[[ShardStore], object]] = {
+    "enqueue_jobs": lambda s: s.enqueue_jobs("nope", new_jobs(1), T0),
+    "dequeue_jobs": lambda s: s.dequeue_jobs("nope", 1, 1, CLAIM, T0, False),
+    "dequeue_jobs_dry_run": lambda s: s.dequeue_jobs("nope", 1, 1, CLAIM, T0, True),
+    "ack_jobs": lambda s: s.ack_jobs("nope", [AckItem(1, 1)], [], T0),
+    "checkpoint_jobs": lambda s: s.checkpoint_jobs("nope", [CheckpointItem(1, 1, T0)], SOURCE, T0),
+    "lookup_jobs": lambda s: s.lookup_jobs("nope", [(1, 1)], False),
+    "count_jobs": lambda s: s.count_jobs("nope", JobFilter(JobState.PENDING, 1, T0), None),
+    "scan_jobs": lambda s: s.scan_jobs("nope", JobFilter(JobState.PENDING, 1, T0), 10),
+    "retry_failed_jobs": lambda s: s.retry_failed_jobs("nope", 1, 1, T0, 10, T0),
+    "delete_jobs": lambda s: s.delete_jobs("nope", JobFilter(JobState.PENDING, 1, T0, None), 10),
+    "resurrect_timed_out_jobs": lambda s: s.resurrect_timed_out_jobs("nope", 1, T0, 10, T0),
+    "gc_finished_jobs": lambda s: s.gc_finished_jobs("nope", 1, JobState.SUCCEEDED, T0, 10),
+}
+
+
+@pytest.mark.parametrize("call", PER_QUEUE_CALLS.values(), ids=PER_QUEUE_CALLS.keys())
+def test_unknown_queue_raises_queue_not_found(
+    store: ShardStore, queue: str, call: Callable[[ShardStore], object]
+) -> None:
+    with pytest.raises(QueueNotFoundError) as info:
+        call(store)
+    assert info.value.queue == "nope"
+
+
+def test_ping_and_close_is_idempotent(store: ShardStore) -> None:
+    assert isinstance(store, ShardStore)
+    assert store.name == "1"
+    store.ping()
+    store.close()
+    store.close()

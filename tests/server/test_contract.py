@@ -1,0 +1,283 @@
+"""Every method of the contract, through a real ``pinlater serve`` and an Apache-generated client."""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tests.conftest import ADMIN_PASSWORD
+
+PENDING, IN_PROGRESS, SUCCEEDED, FAILED = 0, 1, 2, 3
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Api:
+    """Thin sugar over the generated client so tests read as the contract does."""
+
+    def __init__(self, client: Any, t: ModuleType, source: str = "tests:localhost") -> None:
+        self.c = client
+        self.t = t
+        self.ctx = t.RequestContext(source=source, requestId="r1")
+
+    def create(self, queue: str) -> None:
+        self.c.createQueue(self.ctx, queue)
+
+    def enqueue(self, queue: str, *jobs: Any) -> list[str]:
+        return list(
+            self.c.enqueueJobs(self.ctx, self.t.PinLaterEnqueueRequest(queueName=queue, jobs=list(jobs))).jobDescriptors
+        )
+
+    def job(self, body: bytes, **kw: Any) -> Any:
+        return self.t.PinLaterJob(body=body, **kw)
+
+    def dequeue(self, queue: str, limit: int = 10, **kw: Any) -> Any:
+        return self.c.dequeueJobs(self.ctx, self.t.PinLaterDequeueRequest(queueName=queue, limit=limit, **kw))
+
+    def ack_request(self, queue: str, ok: list[str] = (), failed: list[Any] = ()) -> Any:  # type: ignore[assignment]
+        return self.t.PinLaterJobAckRequest(
+            queueName=queue,
+            jobsSucceeded=[self.t.PinLaterJobAckInfo(jobDescriptor=d) for d in ok],
+            jobsFailed=[f if not isinstance(f, str) else self.t.PinLaterJobAckInfo(jobDescriptor=f) for f in failed],
+        )
+
+    def ack(self, queue: str, ok: list[str] = (), failed: list[Any] = ()) -> None:  # type: ignore[assignment]
+        self.c.ackDequeuedJobs(self.ctx, self.ack_request(queue, ok, failed))
+
+    def lookup(self, *descriptors: str, body: bool = False) -> dict[str, Any]:
+        return dict(
+            self.c.lookupJobs(
+                self.ctx, self.t.PinLaterLookupJobRequest(jobDescriptors=list(descriptors), includeBody=body)
+            )
+        )
+
+    def count(self, queue: str, state: int, **kw: Any) -> int:
+        return int(
+            self.c.getJobCount(self.ctx, self.t.PinLaterGetJobCountRequest(queueName=queue, jobState=state, **kw))
+        )
+
+    def scan(self, queue: str, state: int, **kw: Any) -> Any:
+        return self.c.scanJobs(self.ctx, self.t.PinLaterScanJobsRequest(queueName=queue, jobState=state, **kw))
+
+    def error_code(self, fn: Any, *args: Any, **kw: Any) -> int:
+        with pytest.raises(self.t.PinLaterException) as info:
+            fn(*args, **kw)
+        assert info.value.message, "every PinLaterException carries a message"
+        return int(info.value.errorCode)
+
+
+@pytest.fixture
+def api(client: Any, ttypes: ModuleType) -> Api:
+    return Api(client, ttypes)
+
+
+def test_queues_are_created_idempotently_listed_and_deleted_with_the_password(api: Api) -> None:
+    api.create("q_one")
+    api.create("q_one")
+    api.create("q_two")
+    assert set(api.c.getQueueNames(api.ctx)) == {"q_one", "q_two"}
+    code = api.error_code(api.c.deleteQueue, api.ctx, "q_one", "wrong password")
+    assert code == api.t.ErrorCode.PASSWORD_INVALID
+    assert "q_one" in api.c.getQueueNames(api.ctx)
+    api.c.deleteQueue(api.ctx, "q_one", ADMIN_PASSWORD)
+    api.c.deleteQueue(api.ctx, "q_one", ADMIN_PASSWORD)
+    assert set(api.c.getQueueNames(api.ctx)) == {"q_two"}
+    assert api.error_code(api.enqueue, "q_one", api.job(b"x")) == api.t.ErrorCode.QUEUE_NOT_FOUND
+
+
+def test_full_lifecycle_in_priority_order_with_binary_bodies(api: Api) -> None:
+    api.create("life")
+    bodies = [bytes([0, 255, 128, i]) for i in range(3)]
+    low = api.enqueue("life", api.job(bodies[0], priority=3))
+    high = api.enqueue("life", api.job(bodies[1], priority=1, numAttemptsAllowed=5), api.job(bodies[2], priority=2))
+    assert len(low) == 1 and len(high) == 2
+    assert high[0].startswith("life:s1:p1:") and high[1].startswith("life:s1:p2:") and low[0].startswith("life:s1:p3:")
+
+    first = api.dequeue("life", limit=2)
+    assert list(first.jobs) == [high[0], high[1]], "priority 1 first, then 2"
+    assert first.jobs[high[0]] == bodies[1]
+    assert first.jobMetadata[high[0]].attemptsAllowed == 5
+    assert first.jobMetadata[high[0]].attemptsRemaining == 5
+    info = api.lookup(high[0])[high[0]]
+    assert info.jobState == IN_PROGRESS and info.claimDescriptor and "tests:localhost" in info.claimDescriptor
+
+    api.c.ackDequeuedJobs(
+        api.ctx,
+        api.t.PinLaterJobAckRequest(
+            queueName="life",
+            jobsSucceeded=[api.t.PinLaterJobAckInfo(jobDescriptor=high[0], appendCustomStatus=" done")],
+        ),
+    )
+    info = api.lookup(high[0], body=True)[high[0]]
+    assert info.jobState == SUCCEEDED
+    assert info.customStatus == " done"
+    assert info.body == bodies[1]
+    assert info.createdAtTimestampMillis <= info.updatedAtTimestampMillis
+
+    rest = api.dequeue("life", limit=10)
+    assert list(rest.jobs) == [low[0]]
+    assert api.dequeue("life", limit=10).jobs == {}
+
+
+def test_failure_acks_retry_after_the_delay_then_fail_when_attempts_run_out(api: Api) -> None:
+    api.create("retry")
+    (d,) = api.enqueue("retry", api.job(b"r", numAttemptsAllowed=2, customStatus="s0"))
+    assert list(api.dequeue("retry").jobs) == [d]
+    before = now_ms()
+    api.ack(
+        "retry", failed=[api.t.PinLaterJobAckInfo(jobDescriptor=d, appendCustomStatus="|e1", retryDelayMillis=60_000)]
+    )
+    info = api.lookup(d)[d]
+    assert info.jobState == PENDING and info.attemptsRemaining == 1 and info.attemptsAllowed == 2
+    assert info.runAfterTimestampMillis >= before + 60_000
+    assert info.customStatus == "s0|e1"
+    assert api.dequeue("retry").jobs == {}, "not eligible until the retry delay has passed"
+    assert api.count("retry", PENDING, countFutureJobs=True) == 1
+
+    api.ack("retry", failed=[d])  # not IN_PROGRESS: a no-op
+    assert api.lookup(d)[d].attemptsRemaining == 1
+
+    (d2,) = api.enqueue("retry", api.job(b"once", numAttemptsAllowed=1))
+    assert list(api.dequeue("retry").jobs) == [d2]
+    api.ack("retry", failed=[d2])
+    info = api.lookup(d2)[d2]
+    assert info.jobState == FAILED and info.attemptsRemaining == 0
+
+
+def test_run_after_dry_run_and_acks_piggybacked_on_dequeue(api: Api) -> None:
+    api.create("sched")
+    (later,) = api.enqueue("sched", api.job(b"later", runAfterTimestampMillis=now_ms() + 3_600_000))
+    a, b = api.enqueue("sched", api.job(b"a"), api.job(b"b"))
+    dry = api.dequeue("sched", limit=10, dryRun=True)
+    assert set(dry.jobs) == {a, b}
+    assert api.count("sched", PENDING) == 2, "a dry run claims nothing"
+    assert api.count("sched", PENDING, countFutureJobs=True) == 1
+
+    got = api.dequeue("sched", limit=1)
+    (first,) = got.jobs
+    second = api.dequeue("sched", limit=1, jobAckRequest=api.ack_request("sched", ok=[first]))
+    assert list(second.jobs) == [b if first == a else a]
+    assert api.lookup(first)[first].jobState == SUCCEEDED
+    assert later not in second.jobs
+
+
+def test_checkpoint_is_applied_only_under_the_callers_claim(api: Api, client: Any, ttypes: ModuleType) -> None:
+    api.create("cp")
+    d1, d2 = api.enqueue("cp", api.job(b"one"), api.job(b"two"))
+    assert set(api.dequeue("cp").jobs) == {d1, d2}
+    other = Api(client, ttypes, source="someone-else:host2")
+    other.c.checkpointJobs(
+        other.ctx,
+        ttypes.PinLaterCheckpointJobsRequest(
+            queueName="cp", requests=[ttypes.PinLaterCheckpointJobRequest(jobDescriptor=d1, newBody="stolen")]
+        ),
+    )
+    assert api.lookup(d1, body=True)[d1].body == b"one", "a checkpoint from another claimant is a no-op"
+
+    run_after = now_ms() + 3_600_000
+    api.c.checkpointJobs(
+        api.ctx,
+        ttypes.PinLaterCheckpointJobsRequest(
+            queueName="cp",
+            requests=[
+                ttypes.PinLaterCheckpointJobRequest(
+                    jobDescriptor=d1,
+                    newBody="step 2",
+                    numOfAttemptsAllowed=7,
+                    prependCustomStatus="cp1;",
+                    moveToPending=True,
+                    runAfterTimestampMillis=run_after,
+                ),
+                ttypes.PinLaterCheckpointJobRequest(jobDescriptor=d2, prependCustomStatus="alive;"),
+            ],
+        ),
+    )
+    info = api.lookup(d1, body=True)[d1]
+    assert info.jobState == PENDING and info.body == b"step 2"
+    assert info.attemptsAllowed == 7 and info.attemptsRemaining == 7
+    assert info.customStatus == "cp1;" and info.runAfterTimestampMillis == run_after
+    info2 = api.lookup(d2)[d2]
+    assert info2.jobState == IN_PROGRESS and info2.customStatus == "alive;"
+
+
+def test_lookup_leaves_out_missing_jobs_and_rejects_malformed_descriptors(api: Api) -> None:
+    api.create("look")
+    (d,) = api.enqueue("look", api.job(b"body"))
+    missing = d.rsplit(":", 1)[0] + ":999999"
+    found = api.lookup(d, missing, "look:s77:p1:1", "nosuchqueue:s1:p1:1")
+    assert list(found) == [d]
+    assert found[d].body is None, "no body unless asked for"
+    assert api.error_code(api.lookup, "not-a-descriptor") == api.t.ErrorCode.UNKNOWN
+    assert api.error_code(api.ack, "look", ["look:s1:pX:1"]) == api.t.ErrorCode.UNKNOWN
+
+
+def test_counts_and_scans_by_state_priority_time_and_body_regex(api: Api) -> None:
+    api.create("cnt")
+    base = now_ms() - 10_000
+    descriptors = api.enqueue(
+        "cnt",
+        *[api.job(f"user-{i}".encode(), priority=1 + i % 2, runAfterTimestampMillis=base + i) for i in range(6)],
+        api.job(b"future", runAfterTimestampMillis=now_ms() + 3_600_000),
+    )
+    assert api.count("cnt", PENDING) == 6
+    assert api.count("cnt", PENDING, priority=2) == 3
+    assert api.count("cnt", PENDING, countFutureJobs=True) == 1
+    assert api.count("cnt", PENDING, bodyRegexToMatch="user-[0-2]$") == 3
+    assert api.count("cnt", SUCCEEDED) == 0
+
+    scanned = api.scan("cnt", PENDING, limit=4)
+    assert scanned.continuation == "-1"
+    assert [j.jobDescriptor for j in scanned.scannedJobs] == [descriptors[i] for i in (5, 4, 3, 2)], "newest first"
+    assert all(j.body is None for j in scanned.scannedJobs)
+    assert [j.jobDescriptor for j in api.scan("cnt", PENDING, priority=1).scannedJobs] == [
+        descriptors[i] for i in (4, 2, 0)
+    ]
+    assert [j.jobDescriptor for j in api.scan("cnt", PENDING, scanFutureJobs=True).scannedJobs] == [descriptors[6]]
+    assert len(api.scan("cnt", PENDING, bodyRegexToMatch="user-5").scannedJobs) == 1
+    code = api.error_code(api.scan, "cnt", PENDING, continuation="42")
+    assert code == api.t.ErrorCode.CONTINUATION_INVALID
+
+
+def test_retry_failed_jobs_and_delete_jobs_return_counts(api: Api) -> None:
+    api.create("adm")
+    descriptors = api.enqueue("adm", *[api.job(f"job-{i}".encode(), numAttemptsAllowed=1) for i in range(5)])
+    assert len(api.dequeue("adm", limit=5).jobs) == 5
+    api.ack("adm", failed=descriptors)
+    assert api.count("adm", FAILED) == 5
+
+    retried = api.c.retryFailedJobs(
+        api.ctx, api.t.PinLaterRetryFailedJobsRequest(queueName="adm", attemptsToAllow=3, limit=2)
+    )
+    assert retried == 2
+    assert api.count("adm", FAILED) == 3 and api.count("adm", PENDING) == 2
+    pending = [d for d, info in api.lookup(*descriptors).items() if info.jobState == PENDING]
+    assert all(api.lookup(d)[d].attemptsRemaining == 3 for d in pending)
+
+    deleted = api.c.deleteJobs(
+        api.ctx,
+        api.t.PinLaterDeleteJobsRequest(queueName="adm", jobState=FAILED, bodyRegexToMatch="job-[0-9]", limit=2),
+    )
+    assert deleted == 2
+    assert api.count("adm", FAILED) == 1
+    assert api.c.deleteJobs(api.ctx, api.t.PinLaterDeleteJobsRequest(queueName="adm", jobState=PENDING)) == 2
+    assert api.count("adm", PENDING) == 0
+
+
+def test_each_client_error_has_its_contract_code(api: Api) -> None:
+    e = api.t.ErrorCode
+    api.create("errs")
+    assert api.error_code(api.create, "bad-name!") == e.QUEUE_NAME_INVALID
+    assert api.error_code(api.create, "") == e.QUEUE_NAME_INVALID
+    assert api.error_code(api.create, "q" * 129) == e.QUEUE_NAME_TOO_LONG
+    assert api.error_code(api.enqueue, "nope", api.job(b"x")) == e.QUEUE_NOT_FOUND
+    assert api.error_code(api.dequeue, "nope") == e.QUEUE_NOT_FOUND
+    assert api.error_code(api.enqueue, "errs", api.job(b"x", priority=4)) == e.PRIORITY_NOT_SUPPORTED
+    assert api.error_code(api.enqueue, "errs", api.job(b"x", priority=0)) == e.PRIORITY_NOT_SUPPORTED
+    assert api.error_code(api.count, "errs", PENDING, priority=9) == e.PRIORITY_NOT_SUPPORTED
+    assert api.error_code(api.enqueue, "errs", api.job(b"x", numAttemptsAllowed=0)) == e.ENQUEUE_REJECTED
+    assert api.error_code(api.count, "errs", PENDING, bodyRegexToMatch="(unclosed") == e.UNKNOWN
+    assert api.count("errs", PENDING) == 0, "nothing of a rejected batch was stored"
