@@ -1,0 +1,132 @@
+"""The Redis backend's JSON shard config, in the original's format, and its driver.
+
+The original file is read unchanged::
+
+    {"shards": [{"name": "1",
+                 "shardConfig": {"master": {"host": "10.0.0.1", "port": 6379},
+                                 "slave": {"host": "10.0.0.2", "port": 6379},
+                                 "dequeueOnly": false}}]}
+
+``slave`` and ``dequeueOnly`` are optional. As with the original (Jackson's defaults), an unknown
+field is an error, so a misspelt ``dequeueOnly`` does not pass silently. Shard names appear in key
+names and job descriptors, so they must be ``\\w+`` and unique.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pinlater.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pinlater.backends.base import ShardConfig, ShardStore
+    from pinlater.config import Settings
+
+_SHARD_NAME = re.compile(r"\w+", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisEndpoint:
+    """One Redis server."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisShardConfig:
+    """One shard: its master, an optional replica, and whether it takes new jobs.
+
+    The replica is parsed and kept, but every read and write goes to the master for now (the
+    original did the same). ``dequeue_only`` is left out of equality on purpose: flipping it
+    keeps the open store (see ``base.ShardConfig``).
+    """
+
+    master: RedisEndpoint
+    slave: RedisEndpoint | None = None
+    dequeue_only: bool = field(default=False, compare=False)
+
+
+def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
+    """Parse the JSON text of a Redis backend config; ``source`` names the file in errors.
+
+    Raises ``ConfigError`` with a one-line reason for anything that is not a valid config.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{source}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    where = "the top level"
+    _check_object(data, where, source, required={"shards"}, allowed={"shards"})
+    shards = data["shards"]
+    if not isinstance(shards, list):
+        raise ConfigError(f'{source}: "shards" must be a list')
+    result: dict[str, RedisShardConfig] = {}
+    for i, entry in enumerate(shards):
+        where = f"shards[{i}]"
+        _check_object(entry, where, source, required={"name", "shardConfig"}, allowed={"name", "shardConfig"})
+        name = entry["name"]
+        if isinstance(name, int) and not isinstance(name, bool):
+            name = str(name)
+        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+            raise ConfigError(f"{source}: {where}.name must be letters, digits or underscores, not {name!r}")
+        if name in result:
+            raise ConfigError(f"{source}: shard name {name!r} appears twice")
+        shard = entry["shardConfig"]
+        where = f"shard {name!r} shardConfig"
+        _check_object(shard, where, source, required={"master"}, allowed={"master", "slave", "dequeueOnly"})
+        dequeue_only = shard.get("dequeueOnly", False)
+        if not isinstance(dequeue_only, bool):
+            raise ConfigError(f"{source}: {where}.dequeueOnly must be true or false, not {dequeue_only!r}")
+        slave = shard.get("slave")
+        result[name] = RedisShardConfig(
+            master=_endpoint(shard["master"], f"{where}.master", source),
+            slave=None if slave is None else _endpoint(slave, f"{where}.slave", source),
+            dequeue_only=dequeue_only,
+        )
+    return result
+
+
+def _check_object(value: Any, where: str, source: str, *, required: set[str], allowed: set[str]) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {where} must be a JSON object")
+    missing = sorted(required - value.keys())
+    if missing:
+        raise ConfigError(f"{source}: {where} is missing {', '.join(repr(m) for m in missing)}")
+    unknown = sorted(value.keys() - allowed)
+    if unknown:
+        raise ConfigError(f"{source}: {where} has unknown field(s) {', '.join(repr(u) for u in unknown)}")
+
+
+def _endpoint(value: Any, where: str, source: str) -> RedisEndpoint:
+    _check_object(value, where, source, required={"host", "port"}, allowed={"host", "port"})
+    host, port = value["host"], value["port"]
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"{source}: {where}.host must be a non-empty string")
+    if isinstance(port, str) and port.isdigit():
+        port = int(port)
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ConfigError(f"{source}: {where}.port must be a number in 1..65535, not {port!r}")
+    return RedisEndpoint(host, port)
+
+
+class RedisDriver:
+    """``base.BackendDriver`` for Redis: parses the original JSON and opens one store per shard."""
+
+    kind = "redis"
+
+    def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]:
+        return dict(parse_redis_config(text, source))
+
+    def open_store(self, name: str, config: ShardConfig, settings: Settings) -> ShardStore:
+        from pinlater.backends.redis.store import RedisStore
+
+        if not isinstance(config, RedisShardConfig):
+            raise TypeError(f"shard {name}: expected a RedisShardConfig, got {type(config).__name__}")
+        return RedisStore(name, config, settings)

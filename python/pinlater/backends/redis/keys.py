@@ -1,0 +1,111 @@
+"""The original PinLater Redis key layout, in one place.
+
+Kept byte for byte so that a Redis written by the original server (``RedisBackendUtils.java``)
+is readable by ours and the other way round. Nothing else in the package, Lua included, spells a
+key name: the store builds keys here and hands them to scripts as ``KEYS`` or as a prefix in
+``ARGV``.
+
+Per shard ``S`` and queue ``Q``:
+
+* ``plq_{S}_{Q}.p{priority}_s{state}``: sorted set of local ids (members are decimal strings).
+  The score is seconds since the epoch as a float and means, by state:
+  PENDING: run after (eligible once ``score <= now``);
+  IN_PROGRESS: claim time (set by dequeue, refreshed by a checkpoint), read by the claim timeout;
+  SUCCEEDED / FAILED: finish time (the ack or the timeout), read by the GC TTLs.
+* ``plh_{S}_{Q}.{local_id}``: hash with the fields of ``JobField``.
+* ``plj_{S}_{Q}``: string counter (INCR) that hands out local ids; one per queue, shared by all
+  priorities, never reset (so ids are not reused even after a queue is deleted and re-created).
+* ``pln_{S}``: sorted set of queue names; score = creation time in seconds. (The original uses
+  a sorted set, not a plain set: ``ZADD``/``ZRANGE``.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pinlater.backends.base import JobState
+
+QUEUE_KEY_PREFIX = "plq"
+JOB_HASH_KEY_PREFIX = "plh"
+JOB_ID_KEY_PREFIX = "plj"
+QUEUE_NAMES_KEY_PREFIX = "pln"
+
+
+class JobField:
+    """Field names of the job hash (``PINLATER_JOB_HASH_*_FIELD`` in the original)."""
+
+    BODY = "bd"
+    ATTEMPTS_ALLOWED = "al"
+    ATTEMPTS_REMAINING = "ar"
+    CREATED_AT = "ca"  # seconds since the epoch, float as text
+    UPDATED_AT = "ua"  # seconds since the epoch, float as text
+    CUSTOM_STATUS = "cs"
+    CLAIM_DESCRIPTOR = "cd"  # absent unless the job was claimed (removed when it goes back to PENDING)
+
+
+CUSTOM_STATUS_LIMIT = 3000
+"""Characters kept of a custom status (``CUSTOM_STATUS_SIZE_BYTES`` in the original, which
+counted Java chars)."""
+
+
+def queue_set_key(shard: str, queue: str, priority: int, state: JobState) -> str:
+    """``plq_{shard}_{queue}.p{priority}_s{state}``: the sorted set of one priority and state."""
+    return f"{QUEUE_KEY_PREFIX}_{shard}_{queue}.p{priority:d}_s{int(state):d}"
+
+
+def job_hash_prefix(shard: str, queue: str) -> str:
+    """``plh_{shard}_{queue}.``: job hash keys are this prefix followed by the local id."""
+    return f"{JOB_HASH_KEY_PREFIX}_{shard}_{queue}."
+
+
+def job_hash_key(shard: str, queue: str, local_id: int) -> str:
+    """``plh_{shard}_{queue}.{local_id}``: the hash of one job."""
+    return f"{job_hash_prefix(shard, queue)}{local_id:d}"
+
+
+def job_id_key(shard: str, queue: str) -> str:
+    """``plj_{shard}_{queue}``: the local id counter of a queue."""
+    return f"{JOB_ID_KEY_PREFIX}_{shard}_{queue}"
+
+
+def queue_names_key(shard: str) -> str:
+    """``pln_{shard}``: the sorted set of the shard's queue names."""
+    return f"{QUEUE_NAMES_KEY_PREFIX}_{shard}"
+
+
+def seconds_arg(ms: int) -> str:
+    """Milliseconds as the seconds-as-float text the original stores in scores and hashes."""
+    return repr(ms / 1000.0)
+
+
+def ms_from_seconds(value: bytes | str | float | None, default: int = 0) -> int:
+    """Seconds-as-float (a score or an ``ca``/``ua`` field, in our or Java's notation, such as
+    ``1.4E9``) back to milliseconds, rounded to the nearest one; ``default`` when absent."""
+    if value is None:
+        return default
+    if isinstance(value, bytes):
+        value = value.decode("ascii")
+    return round(float(value) * 1000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """Every key of one queue on one shard, built once and cached by the store."""
+
+    shard: str
+    queue: str
+    hash_prefix: str = field(init=False)
+    id_key: str = field(init=False)
+    names_key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hash_prefix", job_hash_prefix(self.shard, self.queue))
+        object.__setattr__(self, "id_key", job_id_key(self.shard, self.queue))
+        object.__setattr__(self, "names_key", queue_names_key(self.shard))
+
+    def set_key(self, priority: int, state: JobState) -> str:
+        return queue_set_key(self.shard, self.queue, priority, state)
+
+    def priority_sets(self, priority: int) -> list[str]:
+        """The four sets of one priority, indexed by ``JobState`` value (PENDING first)."""
+        return [self.set_key(priority, state) for state in JobState]

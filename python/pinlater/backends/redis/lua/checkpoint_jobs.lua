@@ -1,0 +1,93 @@
+--[[ checkpoint_jobs: apply a batch of checkpoints, each guarded by state and claim.
+
+A checkpoint applies only while the job is in its priority's IN_PROGRESS set and its claim (cd)
+contains the source as a plain substring (string.find with plain = true: unlike the original's
+string.match, no character of the source is a pattern). Then, as asked: the body is replaced,
+attempts allowed and remaining are both set, a status is prepended to cs (cut to ARGV[4]
+characters). With move-to-pending the job goes to PENDING scored by its run-after time and loses
+its claim; otherwise it stays IN_PROGRESS re-scored by now, which extends the claim. ua = now
+either way. A member whose hash is gone (evicted) is removed and counted.
+
+KEYS[1]     queue names sorted set (pln_{shard})
+KEYS[2..n]  two sorted sets per priority involved: PENDING then IN_PROGRESS
+            (plq_{shard}_{queue}.p{p}_s0, _s1)
+ARGV[1]     queue name
+ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]     source that must appear in the claim
+ARGV[4]     custom status limit, in characters
+ARGV[5]     now, seconds as float
+ARGV[6]     number of checkpoints, n
+then 9 per checkpoint:
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (IN_PROGRESS follows)
+  ARGV[i+1] local id
+  ARGV[i+2] '1' to move to PENDING, else '0'
+  ARGV[i+3] run after, seconds as float (used with move-to-pending)
+  ARGV[i+4] '1' if a new body follows, else '0'
+  ARGV[i+5] new body
+  ARGV[i+6] attempts to allow, or '' to keep them
+  ARGV[i+7] '1' if a status to prepend follows, else '0'
+  ARGV[i+8] status to prepend
+
+Hash fields: bd al ar ua cs cd (keys.JobField).
+Returns {changed, evicted}, or -1 if the queue does not exist.
+]]
+local function cut_chars(s, limit)
+  -- keep the first `limit` UTF-8 characters (a continuation byte starts no character)
+  if #s <= limit then
+    return s
+  end
+  local count = 0
+  for i = 1, #s do
+    local b = string.byte(s, i)
+    if b < 128 or b >= 192 then
+      count = count + 1
+      if count > limit then
+        return string.sub(s, 1, i - 1)
+      end
+    end
+  end
+  return s
+end
+
+local names_key = KEYS[1]
+local queue, hash_prefix, source = ARGV[1], ARGV[2], ARGV[3]
+local status_limit, now, n = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+if not redis.call('ZSCORE', names_key, queue) then
+  return -1
+end
+local changed, evicted = 0, 0
+for j = 0, n - 1 do
+  local a = 7 + 9 * j
+  local k = tonumber(ARGV[a])
+  local pending_key, in_progress_key = KEYS[k], KEYS[k + 1]
+  local id = ARGV[a + 1]
+  if redis.call('ZSCORE', in_progress_key, id) then
+    local hash_key = hash_prefix .. id
+    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'cs', 'cd')
+    if not job[1] or not job[2] then
+      redis.call('ZREM', in_progress_key, id)
+      redis.call('DEL', hash_key)
+      evicted = evicted + 1
+    elseif job[4] and string.find(job[4], source, 1, true) then
+      if ARGV[a + 4] == '1' then
+        redis.call('HSET', hash_key, 'bd', ARGV[a + 5])
+      end
+      if ARGV[a + 6] ~= '' then
+        redis.call('HSET', hash_key, 'al', ARGV[a + 6], 'ar', ARGV[a + 6])
+      end
+      if ARGV[a + 7] == '1' then
+        redis.call('HSET', hash_key, 'cs', cut_chars(ARGV[a + 8] .. (job[3] or ''), status_limit))
+      end
+      if ARGV[a + 2] == '1' then
+        redis.call('ZREM', in_progress_key, id)
+        redis.call('ZADD', pending_key, ARGV[a + 3], id)
+        redis.call('HDEL', hash_key, 'cd')
+      else
+        redis.call('ZADD', in_progress_key, now, id)
+      end
+      redis.call('HSET', hash_key, 'ua', now)
+      changed = changed + 1
+    end
+  end
+end
+return {changed, evicted}

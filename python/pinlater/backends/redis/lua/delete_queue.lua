@@ -1,0 +1,33 @@
+--[[ delete_queue: unregister a queue and delete up to ARGV[3] of its jobs.
+
+The first call removes the name, so the queue is gone at once; the store repeats the call until
+it returns 0 so that a large queue never blocks Redis for long. The id counter is kept, as the
+original kept it, so ids are never handed out twice (a stale descriptor cannot reach a new job).
+
+KEYS[1]     queue names sorted set (pln_{shard})
+KEYS[2..n]  every state sorted set of the queue (plq_{shard}_{queue}.p{p}_s{s})
+ARGV[1]     queue name
+ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]     the most jobs to delete in this call
+
+Returns how many jobs are left to delete (0: done).
+]]
+local names_key = KEYS[1]
+local queue, hash_prefix, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
+redis.call('ZREM', names_key, queue)
+local left = 0
+for k = 2, #KEYS do
+  local set_key = KEYS[k]
+  if budget > 0 then
+    local ids = redis.call('ZRANGE', set_key, 0, budget - 1)
+    if #ids > 0 then
+      redis.call('ZREMRANGEBYRANK', set_key, 0, #ids - 1)
+      for _, id in ipairs(ids) do
+        redis.call('DEL', hash_prefix .. id)
+      end
+      budget = budget - #ids
+    end
+  end
+  left = left + redis.call('ZCARD', set_key)
+end
+return left

@@ -1,0 +1,134 @@
+--[[ dequeue_jobs: claim up to ARGV[4] eligible PENDING jobs of one priority (or, in a dry run,
+only read them).
+
+Eligible: score (run after) <= now, lowest score first. Members with equal scores sort as text
+in Redis ("10" before "9"), so where the limit cuts through a group of equal scores the group's
+numerically lowest ids are taken (first in, first out within a batch), unless the group holds
+more than ARGV[7] members, where the text order is kept to bound the work. A claimed job moves to
+the IN_PROGRESS set scored by now (the claim time the claim timeout reads) and gets cd = claim and
+ua = now. A member whose hash is gone (evicted) is removed from the PENDING set, its remains
+deleted, and counted, and another job is taken in its place; a dry run only skips it.
+
+KEYS[1]  queue names sorted set (pln_{shard})
+KEYS[2]  PENDING sorted set (plq_{shard}_{queue}.p{p}_s0)
+KEYS[3]  IN_PROGRESS sorted set (plq_{shard}_{queue}.p{p}_s1)
+ARGV[1]  queue name
+ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]  now, seconds as float
+ARGV[4]  limit
+ARGV[5]  claim descriptor
+ARGV[6]  '1' for a dry run, else '0'
+ARGV[7]  largest group of equal scores to reorder by id
+
+Hash fields: bd al ar ca ua cd (keys.JobField).
+Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, where ua is
+the new updated time (the old one in a dry run), or -1 if the queue does not exist. The caller
+orders the jobs by (score, id).
+]]
+local names_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
+local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
+local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
+local max_ties = tonumber(ARGV[7])
+if not redis.call('ZSCORE', names_key, queue) then
+  return -1
+end
+
+-- The first `want` eligible members as {id, score} pairs, with the tie fix described above. One
+-- member more than needed is read to see whether the limit cuts through equal scores at all.
+local function pick(want)
+  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want + 1)
+  local picked = {}
+  local cut = #page > 2 * want and page[2 * want] == page[2 * want + 2]
+  local last = page[2 * want]
+  for i = 1, math.min(#page, 2 * want), 2 do
+    if not cut or page[i + 1] ~= last then
+      picked[#picked + 1] = {page[i], page[i + 1]}
+    end
+  end
+  if not cut then
+    return picked
+  end
+  local ties
+  if redis.call('ZCOUNT', pending_key, last, last) <= max_ties then
+    ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
+    table.sort(ties, function(x, y) return tonumber(x) < tonumber(y) end)
+  else
+    ties = {}
+    for i = 1, 2 * want, 2 do
+      if page[i + 1] == last then
+        ties[#ties + 1] = page[i]
+      end
+    end
+  end
+  for _, id in ipairs(ties) do
+    if #picked >= want then
+      break
+    end
+    picked[#picked + 1] = {id, last}
+  end
+  return picked
+end
+
+-- One variadic command per set rather than one per job (unpack in chunks, below Lua's limit).
+local function zrem_all(key, members)
+  for i = 1, #members, 1000 do
+    redis.call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
+  end
+end
+
+local function zadd_all(key, score, members)
+  for i = 1, #members, 1000 do
+    local args = {}
+    for m = i, math.min(i + 999, #members) do
+      args[#args + 1] = score
+      args[#args + 1] = members[m]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+
+local out = {0}
+local found, evicted = 0, 0
+while found < limit do
+  local want = limit - found
+  local picked = pick(want)
+  local taken, claimed = {}, {}
+  for _, entry in ipairs(picked) do
+    local id, score = entry[1], entry[2]
+    local hash_key = hash_prefix .. id
+    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua')
+    taken[#taken + 1] = id
+    if not job[1] or not job[2] then
+      if not dry_run then
+        redis.call('DEL', hash_key)
+        evicted = evicted + 1
+      end
+    else
+      local updated = job[5]
+      if not dry_run then
+        redis.call('HSET', hash_key, 'ua', now, 'cd', claim)
+        claimed[#claimed + 1] = id
+        updated = now
+      end
+      out[#out + 1] = id
+      out[#out + 1] = score
+      out[#out + 1] = job[1]
+      out[#out + 1] = job[2]
+      out[#out + 1] = job[3]
+      out[#out + 1] = job[4]
+      out[#out + 1] = updated
+      found = found + 1
+    end
+  end
+  -- a dry run removes nothing, so another page would repeat this one
+  if dry_run then
+    break
+  end
+  zrem_all(pending_key, taken)
+  zadd_all(in_progress_key, now, claimed)
+  if #picked < want then
+    break
+  end
+end
+out[1] = evicted
+return out

@@ -1,0 +1,57 @@
+--[[ lookup_jobs: find jobs by (priority, local id) and read them.
+
+A job's state is the first of its priority's four sets that holds it (PENDING, IN_PROGRESS,
+SUCCEEDED, FAILED); its score is the time that state keeps (run after, claim time or finish
+time). Jobs in no set are left out. A member whose hash is gone (evicted) is removed from its
+set and counted, and left out.
+
+KEYS[1]     queue names sorted set (pln_{shard})
+KEYS[2..n]  four sorted sets per priority looked up, in state order (plq_{shard}_{queue}.p{p}_s0 .. _s3)
+ARGV[1]     queue name
+ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]     '1' to include bodies, else '0'
+ARGV[4]     number of lookups, n
+then 2 per lookup:
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
+  ARGV[i+1] local id
+
+Hash fields: bd al ar cs ca ua cd (keys.JobField).
+Returns {evicted, then 10 values per job found: lookup number (1-based), state (0..3), score,
+al, ar, cs, ca, ua, cd (nil if none), bd (nil unless asked)}, or -1 if the queue does not exist.
+]]
+local names_key = KEYS[1]
+local queue, hash_prefix, with_body, n = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+if not redis.call('ZSCORE', names_key, queue) then
+  return -1
+end
+local out = {0}
+local evicted = 0
+for j = 0, n - 1 do
+  local a = 5 + 2 * j
+  local k = tonumber(ARGV[a])
+  local id = ARGV[a + 1]
+  for state = 0, 3 do
+    local score = redis.call('ZSCORE', KEYS[k + state], id)
+    if score then
+      local hash_key = hash_prefix .. id
+      local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd')
+      if not job[1] or not job[2] then
+        redis.call('ZREM', KEYS[k + state], id)
+        redis.call('DEL', hash_key)
+        evicted = evicted + 1
+      else
+        local body = false
+        if with_body then
+          body = job[1]
+        end
+        local row = {j + 1, state, score, job[2], job[3], job[4], job[5], job[6], job[7], body}
+        for v = 1, 10 do
+          out[#out + 1] = row[v]
+        end
+      end
+      break
+    end
+  end
+end
+out[1] = evicted
+return out

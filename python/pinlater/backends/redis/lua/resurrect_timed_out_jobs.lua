@@ -1,0 +1,54 @@
+--[[ resurrect_timed_out_jobs: treat up to ARGV[4] jobs claimed before ARGV[3] as failed with
+no retry delay (the monitor's claim timeout).
+
+Oldest claims first (IN_PROGRESS score < ARGV[3]). With more than one attempt remaining: to
+PENDING scored by now, one attempt less, claim removed. Otherwise: to FAILED scored by now, none
+remaining. ua = now. A member whose hash is gone (evicted) is removed and counted.
+
+KEYS[1]  queue names sorted set (pln_{shard})
+KEYS[2]  PENDING sorted set (plq_{shard}_{queue}.p{p}_s0)
+KEYS[3]  IN_PROGRESS sorted set (plq_{shard}_{queue}.p{p}_s1)
+KEYS[4]  FAILED sorted set (plq_{shard}_{queue}.p{p}_s3)
+ARGV[1]  queue name
+ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]  claimed before, seconds as float (exclusive)
+ARGV[4]  limit
+ARGV[5]  now, seconds as float
+
+Hash fields: bd al ar ua cd (keys.JobField).
+Returns {changed, evicted}, or -1 if the queue does not exist.
+]]
+local names_key, pending_key, in_progress_key, failed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local queue, hash_prefix, before = ARGV[1], ARGV[2], ARGV[3]
+local limit, now = tonumber(ARGV[4]), ARGV[5]
+if not redis.call('ZSCORE', names_key, queue) then
+  return -1
+end
+if limit <= 0 then
+  return {0, 0}
+end
+local ids = redis.call('ZRANGEBYSCORE', in_progress_key, '-inf', '(' .. before, 'LIMIT', 0, limit)
+local changed, evicted = 0, 0
+if #ids > 0 then
+  redis.call('ZREMRANGEBYRANK', in_progress_key, 0, #ids - 1)
+end
+for _, id in ipairs(ids) do
+  local hash_key = hash_prefix .. id
+  local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar')
+  if not job[1] or not job[2] then
+    redis.call('DEL', hash_key)
+    evicted = evicted + 1
+  else
+    local remaining = tonumber(job[3]) or 0
+    if remaining > 1 then
+      redis.call('ZADD', pending_key, now, id)
+      redis.call('HDEL', hash_key, 'cd')
+      redis.call('HSET', hash_key, 'ar', remaining - 1, 'ua', now)
+    else
+      redis.call('ZADD', failed_key, now, id)
+      redis.call('HSET', hash_key, 'ar', 0, 'ua', now)
+    end
+    changed = changed + 1
+  end
+end
+return {changed, evicted}
