@@ -1,6 +1,10 @@
-//! pinlater's native core. Pure-Rust modules have no PyO3 types; `py/` holds the bindings.
+//! pinlater's native core. Pure-Rust modules have no `PyO3` types; `py/` holds the bindings.
 
+pub mod descriptor;
+pub mod error;
 pub mod py;
+pub mod ratelimit;
+pub mod runtime;
 
 /// The wire contract, embedded at compile time so the wheel cannot carry a stale copy.
 pub const THRIFT_IDL: &str = include_str!("../thrift/pinlater.thrift");

@@ -1,0 +1,146 @@
+"""pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits and a tokio runtime.
+
+Every function is safe to call from many threads at once. A Rust panic inside any of them is
+raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``BaseException``).
+"""
+
+from collections.abc import Sequence
+from typing import Final, NoReturn, final
+
+__all__ = [
+    "THRIFT_IDL",
+    "DescriptorError",
+    "NativeError",
+    "RateLimiter",
+    "__version__",
+    "_panic_for_tests",
+    "decode_descriptor",
+    "decode_descriptors",
+    "encode_descriptor",
+    "encode_descriptors",
+    "runtime_worker_count",
+]
+
+__version__: Final[str]
+"""The package version (from Cargo.toml)."""
+
+THRIFT_IDL: Final[str]
+"""The text of ``thrift/pinlater.thrift``, embedded at build time: the wire contract."""
+
+class DescriptorError(ValueError):
+    """A job descriptor, or a part given to build one, is malformed.
+
+    The message names the offending descriptor (and its index in a batch) and what is wrong,
+    e.g. ``descriptor at index 2: invalid job descriptor "q:s1:p0:7": priority "0" is not a
+    decimal integer in 1..=127``.
+    """
+
+class NativeError(RuntimeError):
+    """An internal failure of the extension: a Rust panic or a resource it could not get.
+
+    Never the caller's fault; the message says which function failed and why.
+    """
+
+# Job descriptors: "{queue}:s{shard}:p{priority}:{local_id}", e.g. "test_queue:s1d1:p1:42".
+# queue and shard are non-empty ASCII [A-Za-z0-9_]; priority is 1..=127; local_id is an
+# unsigned 64-bit integer written in decimal digits only.
+
+def encode_descriptor(queue: str, shard: str, priority: int, local_id: int) -> str:
+    """Build one job descriptor, ``f"{queue}:s{shard}:p{priority}:{local_id}"``.
+
+    ``shard`` is the shard name without its ``s`` prefix.
+
+    Raises:
+        DescriptorError: a name is empty or has a character outside ASCII ``[A-Za-z0-9_]``,
+            ``priority`` is outside 1..=127, or ``local_id`` is outside 0..2**64.
+        TypeError: ``priority`` or ``local_id`` is not an int.
+    """
+
+def encode_descriptors(queue: str, shard: str, priorities: Sequence[int], local_ids: Sequence[int]) -> list[str]:
+    """Build one descriptor per ``(priorities[i], local_ids[i])``, all for one queue and shard.
+
+    The whole batch crosses into Rust once; prefer it to a loop over ``encode_descriptor``.
+
+    Raises:
+        DescriptorError: the sequences differ in length, a name is invalid, or an item is out
+            of range (the message gives its index).
+        TypeError: an argument is not a sequence (a lone ``str`` is refused) or an item is not
+            an int.
+    """
+
+def decode_descriptor(descriptor: str) -> tuple[str, str, int, int]:
+    """Split one descriptor into ``(queue, shard, priority, local_id)``.
+
+    ``shard`` comes without its ``s`` prefix. Leading zeros in the numbers are accepted.
+
+    Raises:
+        DescriptorError: the descriptor is malformed; the message says how.
+    """
+
+def decode_descriptors(descriptors: Sequence[str]) -> list[tuple[str, str, int, int]]:
+    """Split each descriptor into ``(queue, shard, priority, local_id)``, in input order.
+
+    The whole batch crosses into Rust once; prefer it to a loop over ``decode_descriptor``.
+
+    Raises:
+        DescriptorError: a descriptor is malformed; the message names the first bad one and
+            its index. Nothing is returned for the good ones.
+        TypeError: ``descriptors`` is a lone ``str`` or not iterable, or an item is not a str.
+    """
+
+@final
+class RateLimiter:
+    """Dequeue rate limits per queue: one token bucket per queue. Thread-safe.
+
+    A queue with no rate is unlimited. A bucket accrues ``rate`` tokens per second up to a
+    capacity of ``max(rate, 1.0) * burst_seconds`` and starts full. A request for ``n`` jobs is
+    granted when the bucket holds at least ``min(n, capacity)`` tokens, and is then charged all
+    ``n``: the balance may go negative, and the debt is repaid by later accrual, so large
+    batches at low rates still keep the long-run rate.
+    """
+
+    def __new__(cls, burst_seconds: float = 1.0) -> RateLimiter:
+        """Create a limiter with no rates set.
+
+        Raises:
+            ValueError: ``burst_seconds`` is not a finite number > 0.
+        """
+
+    @property
+    def burst_seconds(self) -> float:
+        """Seconds of accrual a bucket can hold (at least one job's worth)."""
+
+    def set_rate(self, queue: str, jobs_per_second: float) -> None:
+        """Set or change ``queue``'s rate in jobs per second. ``0`` pauses the queue.
+
+        Changing a rate keeps the tokens accrued so far, clamped to the new capacity; a new
+        queue starts with a full bucket.
+
+        Raises:
+            ValueError: ``jobs_per_second`` is negative, NaN or infinite.
+        """
+
+    def remove(self, queue: str) -> None:
+        """Make ``queue`` unlimited again (forgetting its bucket). Unknown queues are ignored."""
+
+    def rates(self) -> dict[str, float]:
+        """A snapshot of the rates set, by queue."""
+
+    def try_acquire(self, queue: str, n: int = 1) -> bool:
+        """Whether ``n`` jobs of ``queue`` may be dequeued now; if so they are charged.
+
+        Always ``True`` for a queue with no rate, always ``False`` for a paused one (rate 0).
+
+        Raises:
+            OverflowError: ``n`` is negative or at least 2**64.
+        """
+
+def runtime_worker_count() -> int:
+    """Worker threads of the extension's tokio runtime (2), starting it on first call.
+
+    Raises:
+        NativeError: the runtime could not be started.
+    """
+
+def _panic_for_tests(message: str) -> NoReturn:
+    """Test-only: panic in Rust with ``message``, which Python must see as ``NativeError``."""

@@ -1,0 +1,409 @@
+//! Job descriptors: `{queue}:s{shard}:p{priority}:{local_id}`, e.g. `test_queue:s1d1:p1:42`.
+//!
+//! A descriptor routes every ack, lookup and checkpoint to its shard and priority without a search.
+//! Invariants of every descriptor this module accepts or produces:
+//! - exactly 4 colon-separated parts;
+//! - queue and shard names are non-empty and made of ASCII letters, digits and `_` (Python's
+//!   ASCII `\w`), so neither can contain the `:` separator;
+//! - the priority is a decimal integer in `1..=127`;
+//! - the local id is an unsigned 64-bit decimal integer, digits only (no sign, no spaces).
+//!
+//! Leading zeros in the numbers are accepted when decoding (`p01` is priority 1), so
+//! `encode(decode(s))` is canonical but not always byte-equal to `s`. Encoding never emits them.
+
+use crate::error::{DescriptorError, Malformation};
+
+/// Smallest and largest priority a descriptor may carry.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i64> = 1..=127;
+
+/// A decoded descriptor, borrowing its names from the input string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor<'a> {
+    pub queue: &'a str,
+    pub shard: &'a str,
+    pub priority: u8,
+    pub local_id: u64,
+}
+
+fn is_word(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Checks a queue name (non-empty ASCII `\w`).
+pub fn check_queue(queue: &str) -> Result<(), Malformation> {
+    if queue.is_empty() {
+        Err(Malformation::EmptyQueue)
+    } else if is_word(queue) {
+        Ok(())
+    } else {
+        Err(Malformation::QueueChars(queue.to_owned()))
+    }
+}
+
+/// Checks a shard name, without its `s` prefix (non-empty ASCII `\w`).
+pub fn check_shard(shard: &str) -> Result<(), Malformation> {
+    if shard.is_empty() {
+        Err(Malformation::EmptyShard)
+    } else if is_word(shard) {
+        Ok(())
+    } else {
+        Err(Malformation::ShardChars(shard.to_owned()))
+    }
+}
+
+/// Checks a priority and narrows it to the `u8` a descriptor stores.
+pub fn check_priority(priority: i64) -> Result<u8, Malformation> {
+    if PRIORITY_RANGE.contains(&priority) {
+        u8::try_from(priority).map_err(|_| Malformation::Priority(priority.to_string()))
+    } else {
+        Err(Malformation::Priority(priority.to_string()))
+    }
+}
+
+fn split4(s: &str) -> Result<[&str; 4], Malformation> {
+    let mut parts = s.split(':');
+    let (Some(queue), Some(shard), Some(priority), Some(local_id), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Err(Malformation::PartCount(s.split(':').count()));
+    };
+    Ok([queue, shard, priority, local_id])
+}
+
+fn parse_parts(s: &str) -> Result<Descriptor<'_>, Malformation> {
+    let [queue, shard_part, priority_part, local_id] = split4(s)?;
+    check_queue(queue)?;
+    let shard = shard_part
+        .strip_prefix('s')
+        .ok_or_else(|| Malformation::ShardPrefix(shard_part.to_owned()))?;
+    check_shard(shard)?;
+    let priority_text = priority_part
+        .strip_prefix('p')
+        .ok_or_else(|| Malformation::PriorityPrefix(priority_part.to_owned()))?;
+    // Digits only: `str::parse` would also accept a leading '+'.
+    let priority = if is_digits(priority_text) {
+        priority_text
+            .parse::<i64>()
+            .ok()
+            .and_then(|p| check_priority(p).ok())
+    } else {
+        None
+    }
+    .ok_or_else(|| Malformation::Priority(priority_text.to_owned()))?;
+    let local_id = if is_digits(local_id) {
+        local_id.parse::<u64>().ok()
+    } else {
+        None
+    }
+    .ok_or_else(|| Malformation::LocalId(local_id.to_owned()))?;
+    Ok(Descriptor {
+        queue,
+        shard,
+        priority,
+        local_id,
+    })
+}
+
+/// Decodes one descriptor.
+pub fn decode(s: &str) -> Result<Descriptor<'_>, DescriptorError> {
+    parse_parts(s).map_err(|reason| DescriptorError::Malformed {
+        descriptor: s.to_owned(),
+        reason,
+    })
+}
+
+/// Decodes a batch; the error names the first bad descriptor and its index.
+pub fn decode_batch<'a, I>(descriptors: I) -> Result<Vec<Descriptor<'a>>, DescriptorError>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    descriptors
+        .into_iter()
+        .enumerate()
+        .map(|(index, s)| decode(s).map_err(|e| e.at_index(index)))
+        .collect()
+}
+
+/// Appends the decimal digits of `n` (no sign, no leading zeros).
+fn push_decimal(out: &mut String, mut n: u64) {
+    // u64::MAX has 20 digits, so `start` never goes below 0.
+    let mut digits = [0_u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        // `n % 10 < 10`, so the narrowing is exact.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (n % 10) as u8;
+        digits[start] = b'0' + digit;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[start..].iter().map(|&b| char::from(b)));
+}
+
+/// Builds descriptors for one queue and shard, reusing one buffer.
+///
+/// The names are checked once, in [`Encoder::new`]; each [`Encoder::encode`] only checks its
+/// priority and appends two numbers to the shared `{queue}:s{shard}:p` prefix.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    buf: String,
+    prefix_len: usize,
+}
+
+impl Encoder {
+    pub fn new(queue: &str, shard: &str) -> Result<Self, DescriptorError> {
+        check_queue(queue).map_err(DescriptorError::InvalidPart)?;
+        check_shard(shard).map_err(DescriptorError::InvalidPart)?;
+        let mut buf = String::with_capacity(queue.len() + shard.len() + 28);
+        buf.push_str(queue);
+        buf.push_str(":s");
+        buf.push_str(shard);
+        buf.push_str(":p");
+        let prefix_len = buf.len();
+        Ok(Self { buf, prefix_len })
+    }
+
+    /// The descriptor for `(priority, local_id)`, valid until the next call.
+    pub fn encode(&mut self, priority: i64, local_id: u64) -> Result<&str, DescriptorError> {
+        let priority = check_priority(priority).map_err(DescriptorError::InvalidPart)?;
+        self.buf.truncate(self.prefix_len);
+        push_decimal(&mut self.buf, u64::from(priority));
+        self.buf.push(':');
+        push_decimal(&mut self.buf, local_id);
+        Ok(&self.buf)
+    }
+}
+
+/// Encodes one descriptor, validating every part.
+pub fn encode(
+    queue: &str,
+    shard: &str,
+    priority: i64,
+    local_id: u64,
+) -> Result<String, DescriptorError> {
+    Ok(Encoder::new(queue, shard)?
+        .encode(priority, local_id)?
+        .to_owned())
+}
+
+/// Checks that the encoder's parallel inputs have the same length.
+pub fn check_lengths(priorities: usize, local_ids: usize) -> Result<(), DescriptorError> {
+    if priorities == local_ids {
+        Ok(())
+    } else {
+        Err(DescriptorError::LengthMismatch {
+            priorities,
+            local_ids,
+        })
+    }
+}
+
+/// Encodes one descriptor per `(priorities[i], local_ids[i])`, all for one queue and shard.
+///
+/// The names are checked once per batch; an out-of-range priority fails the whole batch with its
+/// index.
+pub fn encode_batch(
+    queue: &str,
+    shard: &str,
+    priorities: &[i64],
+    local_ids: &[u64],
+) -> Result<Vec<String>, DescriptorError> {
+    check_lengths(priorities.len(), local_ids.len())?;
+    let mut encoder = Encoder::new(queue, shard)?;
+    priorities
+        .iter()
+        .zip(local_ids)
+        .enumerate()
+        .map(|(index, (&priority, &local_id))| {
+            encoder
+                .encode(priority, local_id)
+                .map(str::to_owned)
+                .map_err(|e| e.at_index(index))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn malformation(s: &str) -> Malformation {
+        match decode(s) {
+            Err(DescriptorError::Malformed { descriptor, reason }) => {
+                assert_eq!(descriptor, s);
+                reason
+            }
+            other => panic!("{s:?} decoded to {other:?}"),
+        }
+    }
+
+    #[test]
+    fn decodes_the_contract_example() {
+        let d = decode("test_queue:s1d1:p1:42").unwrap();
+        assert_eq!(
+            d,
+            Descriptor {
+                queue: "test_queue",
+                shard: "1d1",
+                priority: 1,
+                local_id: 42
+            }
+        );
+    }
+
+    #[test]
+    fn round_trips_extremes() {
+        for (q, s, p, id) in [
+            ("q", "1", 1, 0),
+            ("Q_9", "x_Y", 127, u64::MAX),
+            ("_", "_", 64, 1),
+        ] {
+            let text = encode(q, s, p, id).unwrap();
+            let d = decode(&text).unwrap();
+            assert_eq!(
+                (d.queue, d.shard, i64::from(d.priority), d.local_id),
+                (q, s, p, id)
+            );
+        }
+    }
+
+    #[test]
+    fn decimal_digits_match_std() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut out = String::from("x");
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
+        }
+    }
+
+    #[test]
+    fn encoder_reuses_its_prefix() {
+        let mut encoder = Encoder::new("q", "2").unwrap();
+        assert_eq!(
+            encoder.encode(127, u64::MAX).unwrap(),
+            "q:s2:p127:18446744073709551615"
+        );
+        assert_eq!(encoder.encode(1, 0).unwrap(), "q:s2:p1:0");
+        assert!(encoder.encode(0, 0).is_err());
+        assert_eq!(encoder.encode(5, 6).unwrap(), "q:s2:p5:6");
+    }
+
+    #[test]
+    fn accepts_leading_zeros_when_decoding() {
+        let d = decode("q:s1:p007:0042").unwrap();
+        assert_eq!((d.priority, d.local_id), (7, 42));
+    }
+
+    #[test]
+    fn names_every_malformation() {
+        use Malformation as M;
+        let cases = [
+            ("", M::PartCount(1)),
+            ("q:s1:p1", M::PartCount(3)),
+            ("q:s1:p1:2:3", M::PartCount(5)),
+            (":s1:p1:2", M::EmptyQueue),
+            ("a-b:s1:p1:2", M::QueueChars("a-b".into())),
+            ("qué:s1:p1:2", M::QueueChars("qué".into())),
+            ("q:1:p1:2", M::ShardPrefix("1".into())),
+            ("q:s:p1:2", M::EmptyShard),
+            ("q:s1 :p1:2", M::ShardChars("1 ".into())),
+            ("q:s1:1:2", M::PriorityPrefix("1".into())),
+            ("q:s1:p:2", M::Priority(String::new())),
+            ("q:s1:p0:2", M::Priority("0".into())),
+            ("q:s1:p128:2", M::Priority("128".into())),
+            ("q:s1:p+1:2", M::Priority("+1".into())),
+            ("q:s1:p-1:2", M::Priority("-1".into())),
+            (
+                "q:s1:p99999999999999999999:2",
+                M::Priority("99999999999999999999".into()),
+            ),
+            ("q:s1:p1:", M::LocalId(String::new())),
+            ("q:s1:p1:+2", M::LocalId("+2".into())),
+            ("q:s1:p1:-2", M::LocalId("-2".into())),
+            ("q:s1:p1:2x", M::LocalId("2x".into())),
+            (
+                "q:s1:p1:18446744073709551616",
+                M::LocalId("18446744073709551616".into()),
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(malformation(input), expected, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn message_names_descriptor_and_problem() {
+        let msg = decode("q:s1:p0:2").unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            r#"invalid job descriptor "q:s1:p0:2": priority "0" is not a decimal integer in 1..=127"#
+        );
+    }
+
+    #[test]
+    fn batch_decode_reports_first_bad_index() {
+        let err = decode_batch(["q:s1:p1:1", "q:s1:p1:2", "bad", "also:bad"]).unwrap_err();
+        assert!(matches!(err, DescriptorError::AtIndex { index: 2, .. }));
+        assert!(err
+            .to_string()
+            .starts_with("descriptor at index 2: invalid job descriptor \"bad\""));
+    }
+
+    #[test]
+    fn batch_encode_checks_lengths_names_and_priorities() {
+        assert_eq!(
+            encode_batch("q", "1", &[1, 2], &[7]).unwrap_err(),
+            DescriptorError::LengthMismatch {
+                priorities: 2,
+                local_ids: 1
+            }
+        );
+        assert_eq!(
+            encode_batch("q:x", "1", &[1], &[7]).unwrap_err(),
+            DescriptorError::InvalidPart(Malformation::QueueChars("q:x".into()))
+        );
+        let err = encode_batch("q", "1", &[1, 200], &[7, 8]).unwrap_err();
+        assert_eq!(err.to_string(), "descriptor at index 1: cannot encode job descriptor: priority \"200\" is not a decimal integer in 1..=127");
+        assert_eq!(
+            encode_batch("q", "1", &[1, 3], &[7, 8]).unwrap(),
+            ["q:s1:p1:7", "q:s1:p3:8"]
+        );
+        assert!(encode_batch("q", "1", &[], &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn batch_round_trip() {
+        let priorities: Vec<i64> = (0..1000).map(|i| i % 127 + 1).collect();
+        let ids: Vec<u64> = (0..1000).map(|i| i * 7_919).collect();
+        let encoded = encode_batch("queue", "3d2", &priorities, &ids).unwrap();
+        let decoded = decode_batch(encoded.iter().map(String::as_str)).unwrap();
+        for ((d, p), id) in decoded.iter().zip(&priorities).zip(&ids) {
+            assert_eq!(
+                (d.queue, d.shard, i64::from(d.priority), d.local_id),
+                ("queue", "3d2", *p, *id)
+            );
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Errors of the native core. Pure Rust: `py/errors.rs` maps each one to a Python exception.
+//!
+//! - [`DescriptorError`]: a job descriptor that does not parse, or parts that cannot form one.
+//!   Always the caller's fault; Python sees `pinlater._pinlater.DescriptorError` (a `ValueError`).
+//! - [`RateLimitError`]: a rate or burst that is negative, NaN or infinite. Python sees `ValueError`.
+//! - [`RuntimeStartError`]: the process-wide tokio runtime could not be built (the OS refused
+//!   threads). Not the caller's fault; Python sees `pinlater._pinlater.NativeError`.
+
+/// What is wrong with one descriptor, or with one part given to the encoder.
+///
+/// Each message names the offending text with `{:?}` quoting, so an empty or odd part stays visible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformation {
+    #[error("expected 4 colon-separated parts `{{queue}}:s{{shard}}:p{{priority}}:{{local_id}}`, found {0}")]
+    PartCount(usize),
+    #[error("queue name is empty")]
+    EmptyQueue,
+    #[error("queue name {0:?} may only contain ASCII letters, digits and underscores")]
+    QueueChars(String),
+    #[error("shard part {0:?} does not start with 's'")]
+    ShardPrefix(String),
+    #[error("shard name is empty")]
+    EmptyShard,
+    #[error("shard name {0:?} may only contain ASCII letters, digits and underscores")]
+    ShardChars(String),
+    #[error("priority part {0:?} does not start with 'p'")]
+    PriorityPrefix(String),
+    #[error("priority {0:?} is not a decimal integer in 1..=127")]
+    Priority(String),
+    #[error("local id {0:?} is not an unsigned 64-bit decimal integer")]
+    LocalId(String),
+}
+
+/// A job descriptor error, with enough context to find the culprit in a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    /// A descriptor string that does not parse.
+    #[error("invalid job descriptor {descriptor:?}: {reason}")]
+    Malformed {
+        descriptor: String,
+        reason: Malformation,
+    },
+    /// A part handed to the encoder that cannot appear in a descriptor.
+    #[error("cannot encode job descriptor: {0}")]
+    InvalidPart(Malformation),
+    /// The encoder's parallel inputs differ in length.
+    #[error("cannot encode job descriptors: {priorities} priorities but {local_ids} local ids")]
+    LengthMismatch { priorities: usize, local_ids: usize },
+    /// The first failing item of a batch; `index` is its position in the input.
+    #[error("descriptor at index {index}: {error}")]
+    AtIndex {
+        index: usize,
+        error: Box<DescriptorError>,
+    },
+}
+
+impl DescriptorError {
+    /// Tags an error with its position in a batch.
+    #[must_use]
+    pub fn at_index(self, index: usize) -> Self {
+        Self::AtIndex {
+            index,
+            error: Box::new(self),
+        }
+    }
+}
+
+/// An invalid rate-limiter setting.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum RateLimitError {
+    #[error("rate must be a finite number of jobs per second >= 0, got {0}")]
+    Rate(f64),
+    #[error("burst_seconds must be a finite number > 0, got {0}")]
+    BurstSeconds(f64),
+}
+
+/// The process-wide tokio runtime could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start the pinlater tokio runtime: {0}")]
+pub struct RuntimeStartError(#[from] pub std::io::Error);
