@@ -127,5 +127,6 @@ class Monitor:
                     p.max_per_pass,
                 )
         if totals["resurrected"]:
+            self.backend.forget_empty(shard.name)
             log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])
         return totals

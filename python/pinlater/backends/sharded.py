@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: After a dequeue finds fewer ready jobs than it asked for in a (shard, queue, priority), later
+#: dequeues skip it for this long unless this server puts a ready job there meanwhile. Jobs
+#: made ready by other servers or by time passing wait at most this long for a dequeue to look.
+EMPTY_RECHECK_MS = 200
+
 #: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
 #: is cut to this many characters in claims and in the checkpoint guard alike.
 MAX_SOURCE_IN_CLAIM = 120
@@ -74,6 +79,8 @@ class ShardedBackend:
         parallelism: int = 16,
         count_limit: int | None = None,
         clock: Clock | None = None,
+        count: Callable[[str, int], None] | None = None,
+        empty_recheck_ms: int = EMPTY_RECHECK_MS,
     ) -> None:
         self._shards = shards
         self.num_priorities = num_priorities
@@ -82,6 +89,10 @@ class ShardedBackend:
         self._executor = ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="pinlater-store")
         self._claim_prefix = f"{socket.gethostname()[:40]}:{os.getpid()}"
         self._claim_seq = itertools.count(1)
+        self._count = count or (lambda name, by: None)
+        self.empty_recheck_ms = empty_recheck_ms
+        # (shard, queue, priority) -> until when a dequeue there is known to find nothing
+        self._empty_until: dict[tuple[str, str, int], int] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -109,6 +120,19 @@ class ShardedBackend:
         self._executor.shutdown(wait=True)
         for shard in self._shards:
             shard.store.close()
+
+    def _mark_ready(self, shard: str, queue: str, priorities: Sequence[int]) -> None:
+        for priority in priorities:
+            self._empty_until.pop((shard, queue, priority), None)
+
+    def forget_empty(self, shard: str | None = None) -> None:
+        """Drop what is known about empty places (all, or one shard's), e.g. after the monitor
+        put jobs back to PENDING."""
+        if shard is None:
+            self._empty_until.clear()
+        else:
+            for key in [k for k in self._empty_until if k[0] == shard]:
+                del self._empty_until[key]
 
     def _new_claim(self, source: str) -> str:
         return f"{claim_source(source)}|{self._claim_prefix}:{next(self._claim_seq)}"
@@ -146,6 +170,7 @@ class ShardedBackend:
             except ShardConnectionError as exc:
                 last_error = exc
                 continue
+            self._mark_ready(shard.name, queue, {j.priority for j in jobs if j.run_after_ms <= now})
             return list(encode_descriptors(queue, shard.name, [j.priority for j in jobs], ids))
         assert last_error is not None
         raise last_error
@@ -173,13 +198,23 @@ class ShardedBackend:
                     return found
                 if not shard.healthy:
                     continue
+                key = (shard.name, queue, priority)
+                now = self.clock.now_ms()
+                if self._empty_until.get(key, 0) > now:
+                    self._count("dequeue_known_empty_skips", 1)
+                    continue
                 try:
                     got = await self.call_store(
-                        shard, shard.store.dequeue_jobs, queue, priority, want, claim, self.clock.now_ms(), dry_run
+                        shard, shard.store.dequeue_jobs, queue, priority, want, claim, now, dry_run
                     )
                 except ShardConnectionError:
                     failures += 1
                     continue
+                self._count("dequeue_store_calls", 1)
+                if len(got) < want and not dry_run:  # it claimed every ready job there
+                    self._empty_until[key] = now + self.empty_recheck_ms
+                    if not got:
+                        self._count("dequeue_store_calls_empty", 1)
                 if got:
                     descriptors = encode_descriptors(
                         queue, shard.name, [priority] * len(got), [j.local_id for j in got]
@@ -198,6 +233,8 @@ class ShardedBackend:
             by_shard[shard_name][0].append(item)
         for shard_name, item in acks.failed:
             by_shard[shard_name][1].append(item)
+            if item.retry_delay_ms == 0:
+                self._mark_ready(shard_name, queue, (item.priority,))
         calls = []
         for shard_name, (ok, failed) in by_shard.items():
             shard = self._shard(shard_name)
@@ -211,6 +248,8 @@ class ShardedBackend:
         by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)
         for shard_name, item in items:
             by_shard[shard_name].append(item)
+            if item.move_to_pending:
+                self._mark_ready(shard_name, queue, (item.priority,))
         calls = []
         for shard_name, shard_items in by_shard.items():
             shard = self._shard(shard_name)
@@ -309,6 +348,7 @@ class ShardedBackend:
         for shard in self._shards.dequeue_candidates(1.0):
             if done >= limit:
                 break
+            self._mark_ready(shard.name, queue, (priority,))
             now = self.clock.now_ms()
             done += await self.call_store(
                 shard,

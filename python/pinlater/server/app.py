@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
 from pinlater.backends.base import BackendDriver
 from pinlater.backends.embedded import open_embedded_shards
 from pinlater.backends.embedded.lock import DataDirLock
+from pinlater.backends.reload import ReloadPlan, plan_reload
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.config import Settings
@@ -64,6 +67,8 @@ class PinLaterServer:
         self._monitor: Monitor | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._watchers: list[FileWatcher] = []
+        self._driver: BackendDriver | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
         self.addresses: Addresses | None = None
 
@@ -77,7 +82,7 @@ class PinLaterServer:
             stores = open_embedded_shards(s)
             return ShardMap(Shard(name, store) for name, store in stores.items())
         assert s.backend_config_path is not None  # Settings.validate guarantees it
-        driver = driver_for(s.backend)
+        driver = self._driver = driver_for(s.backend)
         path = Path(s.backend_config_path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -100,6 +105,7 @@ class PinLaterServer:
             num_priorities=s.num_priority_levels,
             parallelism=s.backend_query_parallelism,
             count_limit=count_limit,
+            count=self.metrics.incr,
         )
         rate_limits = self._start_rate_limits()
         handler = PinLaterHandler(self.backend, self.metrics, s.admin_password_hash, rate_limits)
@@ -116,6 +122,12 @@ class PinLaterServer:
         self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
         self._monitor.start()
         self._health_task = asyncio.create_task(self._health_loop(), name="pinlater-health")
+        if self._driver is not None and s.backend_config_path is not None:
+            await self._warn_durability(self.backend.shards.all())
+            watcher = FileWatcher(s.backend_config_path, self._reload_backend_config, "backend config")
+            watcher.load_now()  # records the file as seen; the map it describes is already open
+            watcher.start()
+            self._watchers.append(watcher)
         self._register_gauges()
         self.addresses = Addresses((s.host, self._thrift.port), (s.admin_host, admin_port))
         return self.addresses
@@ -135,6 +147,54 @@ class PinLaterServer:
             watcher.start()
         self._watchers.extend(watchers)
         return limits
+
+    def _reload_backend_config(self, text: str) -> None:
+        """Parse the edited file and swap in the next shard map (a bad file raises: kept old)."""
+        assert self._driver is not None and self.backend is not None
+        wanted = self._driver.parse_config(text, str(self.settings.backend_config_path))
+        if not wanted:
+            raise ConfigError("no shards configured")
+        plan = plan_reload(self.backend.shards, wanted, self._driver, self.settings)
+        if not plan.changed:
+            return
+        self.backend.replace_shards(plan.shards)
+        log.warning("backend config reloaded: %s", plan.describe())
+        self._spawn(self._after_reload(plan))
+
+    async def _after_reload(self, plan: ReloadPlan) -> None:
+        assert self.backend is not None
+        new = [s for s in plan.shards if s.name in plan.added or s.name in plan.reopened]
+        if new:
+            await self._warn_durability(new)
+            queues = await self.backend.get_queue_names()
+            for shard in new:
+                for queue in sorted(queues):
+                    try:
+                        create = shard.store.create_queue
+                        await self.backend.call_store(shard, create, queue, self.backend.num_priorities)
+                    except Exception as exc:
+                        log.warning("could not create queue %s on new shard %s: %s", queue, shard.name, exc)
+        if plan.retired:
+            # Requests that started on the old map may still use these stores; let them finish.
+            await asyncio.sleep(self.settings.backend_socket_timeout_seconds * 2)
+            for store in plan.retired:
+                await asyncio.get_running_loop().run_in_executor(None, store.close)
+
+    async def _warn_durability(self, shards: list[Shard]) -> None:
+        if self.settings.backend != "redis":
+            return
+        from pinlater.backends.redis import RedisStore, durability_warnings
+
+        for shard in shards:
+            if isinstance(shard.store, RedisStore):
+                warnings = await asyncio.get_running_loop().run_in_executor(None, durability_warnings, shard.store)
+                for warning in warnings:
+                    log.warning("redis shard %s: %s", shard.name, warning)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _register_gauges(self) -> None:
         assert self.backend is not None and self._thrift is not None
@@ -199,6 +259,8 @@ class PinLaterServer:
             await self._monitor.stop()
         for watcher in self._watchers:
             await watcher.stop()
+        for task in list(self._background):
+            task.cancel()
         if self._health_task is not None:
             self._health_task.cancel()
             try:

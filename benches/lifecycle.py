@@ -1,0 +1,153 @@
+"""End-to-end throughput of the job lifecycle through a real server (enqueue, dequeue, ack).
+
+Starts ``pinlater serve`` on the embedded store in a temporary directory (or targets
+``--host/--port``), then runs producer and consumer *processes* (so the load generator is not
+what is measured) for a fixed duration, with batches of ``--batch`` jobs of ``--body-bytes``.
+Consumers piggy-back their acks on the next dequeue, as the original's example worker did.
+
+    python benches/lifecycle.py --seconds 20 --producers 1 --consumers 1 --batch 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+READY = re.compile(r"serving PinLater on [\d.]+:(\d+)")
+
+
+def _client(port: int) -> Any:
+    from thriftpy2.protocol import TCyBinaryProtocolFactory
+    from thriftpy2.rpc import make_client
+    from thriftpy2.transport import TCyFramedTransportFactory
+
+    from pinlater.idl import idl
+
+    return make_client(
+        idl.PinLater,
+        "127.0.0.1",
+        port,
+        proto_factory=TCyBinaryProtocolFactory(),
+        trans_factory=TCyFramedTransportFactory(),
+        timeout=30_000,
+    )
+
+
+def produce(port: int, queue: str, batch: int, body: bytes, deadline: float, out: Any) -> None:
+    from pinlater.idl import idl
+
+    client = _client(port)
+    ctx = idl.RequestContext(source=f"bench-producer:{os.getpid()}")
+    jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
+    done = 0
+    while time.time() < deadline:
+        client.enqueueJobs(ctx, idl.PinLaterEnqueueRequest(queueName=queue, jobs=jobs))
+        done += batch
+    out.put(("enqueued", done))
+
+
+def consume(port: int, queue: str, batch: int, deadline: float, out: Any) -> None:
+    from pinlater.idl import idl
+
+    client = _client(port)
+    ctx = idl.RequestContext(source=f"bench-consumer:{os.getpid()}")
+    acks: list[Any] = []
+    done = empty = 0
+    while time.time() < deadline:
+        ack_request = idl.PinLaterJobAckRequest(queueName=queue, jobsSucceeded=acks) if acks else None
+        got = client.dequeueJobs(
+            ctx, idl.PinLaterDequeueRequest(queueName=queue, limit=batch, jobAckRequest=ack_request)
+        )
+        done += len(acks)
+        acks = [idl.PinLaterJobAckInfo(jobDescriptor=d) for d in got.jobs]
+        if not got.jobs:
+            empty += 1
+    if acks:
+        client.ackDequeuedJobs(ctx, idl.PinLaterJobAckRequest(queueName=queue, jobsSucceeded=acks))
+        done += len(acks)
+    out.put(("acked", done))
+    out.put(("empty_dequeues", empty))
+
+
+def start_server(data_dir: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0", "--data-dir", data_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = READY.search(line)
+        if m:
+            return proc, int(m.group(1))
+    raise SystemExit(f"server did not start (exit {proc.wait()})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--producers", type=int, default=1)
+    parser.add_argument("--consumers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--body-bytes", type=int, default=100)
+    parser.add_argument("--port", type=int, help="target a running server instead of starting one")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = None
+        port = args.port
+        if port is None:
+            proc, port = start_server(os.path.join(tmp, "data"))
+        try:
+            from pinlater.idl import idl
+
+            queue = "bench_lifecycle"
+            _client(port).createQueue(idl.RequestContext(source="bench"), queue)
+            out: Any = mp.Queue()
+            deadline = time.time() + args.seconds
+            body = b"x" * args.body_bytes
+            workers = [
+                mp.Process(target=produce, args=(port, queue, args.batch, body, deadline, out))
+                for _ in range(args.producers)
+            ] + [mp.Process(target=consume, args=(port, queue, args.batch, deadline, out)) for _ in range(args.consumers)]
+            cpu0 = _cpu_seconds(proc.pid) if proc else 0.0
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            cpu = (_cpu_seconds(proc.pid) - cpu0) if proc else float("nan")
+            totals: dict[str, int] = {}
+            while not out.empty():
+                key, value = out.get()
+                totals[key] = totals.get(key, 0) + value
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
+    secs = args.seconds
+    print(
+        f"embedded store, {args.producers} producer(s), {args.consumers} consumer(s), batch {args.batch}, "
+        f"{args.body_bytes}-byte bodies, {secs:g} s"
+    )
+    print(f"  enqueued {totals.get('enqueued', 0) / secs:10.0f} jobs/s")
+    print(f"  acked    {totals.get('acked', 0) / secs:10.0f} jobs/s (dequeue + ack)")
+    print(f"  empty dequeues {totals.get('empty_dequeues', 0)}")
+    print(f"  server CPU {cpu / secs:.2f} cores")
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    main()

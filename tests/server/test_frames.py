@@ -1,0 +1,131 @@
+"""Hostile and broken input against a real server: only the offending connection suffers."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from tests.server.test_contract import Api
+from tests.support.pinlater_server import ServerProcess
+
+Start = Callable[..., ServerProcess]
+Open = Callable[[ServerProcess], Any]
+
+VERSION_1 = 0x80010000
+CALL, REPLY, EXCEPTION = 1, 2, 3
+
+
+def message(name: str, seqid: int, body: bytes = b"\x00") -> bytes:
+    """A strict binary-protocol CALL with the given struct body (default: an empty struct)."""
+    encoded = name.encode()
+    return struct.pack("!II", VERSION_1 | CALL, len(encoded)) + encoded + struct.pack("!i", seqid) + body
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack("!i", len(payload)) + payload
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    header = _read_exactly(sock, 4)
+    (length,) = struct.unpack("!i", header)
+    return _read_exactly(sock, length)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the server")
+        data += chunk
+    return data
+
+
+def is_closed(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def still_served(api: Api) -> None:
+    assert isinstance(api.c.getQueueNames(api.ctx), set)
+
+
+def test_garbage_oversized_and_truncated_frames_close_only_their_connection(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    srv = start_server("--max-frame-bytes", "4096")
+    bystander = Api(open_client(srv), ttypes)
+    still_served(bystander)
+
+    cases = {
+        "garbage": frame(b"\xde\xad\xbe\xef" * 8),
+        "oversized": struct.pack("!i", 4097) + b"x" * 100,
+        "negative length": struct.pack("!i", -5),
+        "empty frame": struct.pack("!i", 0),
+        "truncated message": frame(message("getQueueNames", 7, b"\x0c\x00")),
+    }
+    for name, data in cases.items():
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall(data)
+            if name == "truncated message":
+                reply = read_frame(sock)
+                (version_type,) = struct.unpack("!i", reply[:4])
+                assert version_type & 0xFF == EXCEPTION, "a readable header gets a protocol error reply"
+            assert is_closed(sock), name
+        still_served(bystander)
+
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        sock.sendall(struct.pack("!i", 1000) + b"only part of it")
+    still_served(bystander)
+
+
+def test_unknown_method_gets_an_application_exception_and_the_connection_lives(start_server: Start) -> None:
+    srv = start_server()
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        sock.sendall(frame(message("noSuchMethod", 41)))
+        reply = read_frame(sock)
+        (version_type,) = struct.unpack("!i", reply[:4])
+        assert version_type & 0xFF == EXCEPTION
+        assert b"noSuchMethod" in reply
+        assert struct.unpack("!i", reply[8 + len("noSuchMethod") : 12 + len("noSuchMethod")]) == (41,)
+        sock.sendall(frame(message("getQueueNames", 42, b"\x0c\x00\x01\x0b\x00\x01\x00\x00\x00\x01x\x00\x00")))
+        reply = read_frame(sock)
+        (version_type,) = struct.unpack("!i", reply[:4])
+        assert version_type & 0xFF == REPLY
+
+
+def test_a_thousand_concurrent_connections_are_all_served(start_server: Start, ttypes: ModuleType) -> None:
+    srv = start_server()
+    count = 1000
+    request = frame(message("getQueueNames", 1, b"\x0c\x00\x01\x0b\x00\x01\x00\x00\x00\x01x\x00\x00"))
+    socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(count)]
+    try:
+        barrier = threading.Barrier(8)
+        replies: list[int] = []
+        lock = threading.Lock()
+
+        def worker(part: list[socket.socket]) -> None:
+            barrier.wait()
+            for sock in part:
+                sock.sendall(request)
+            for sock in part:
+                (version_type,) = struct.unpack("!i", read_frame(sock)[:4])
+                with lock:
+                    replies.append(version_type & 0xFF)
+
+        threads = [threading.Thread(target=worker, args=(socks[i::8],)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert replies.count(REPLY) == count
+    finally:
+        for sock in socks:
+            sock.close()
