@@ -117,7 +117,9 @@ def main() -> None:
             workers = [
                 mp.Process(target=produce, args=(port, queue, args.batch, body, deadline, out))
                 for _ in range(args.producers)
-            ] + [mp.Process(target=consume, args=(port, queue, args.batch, deadline, out)) for _ in range(args.consumers)]
+            ] + [
+                mp.Process(target=consume, args=(port, queue, args.batch, deadline, out)) for _ in range(args.consumers)
+            ]
             cpu0 = _cpu_seconds(proc.pid) if proc else 0.0
             for w in workers:
                 w.start()

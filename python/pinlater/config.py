@@ -45,6 +45,7 @@ class Settings:
     backend_monitor_job_failed_gc_ttl_hours: float = 2.0
     mysql_num_db_per_queue: int = 1  # MYSQL_NUM_DB_PER_QUEUE
     mysql_count_limit: int = 100_000  # MYSQL_COUNT_LIMIT
+    shard_allowed_hostname_prefix: str = ""  # SHARD_ALLOWED_HOSTNAME_PREFIX: stripped from MySQL shard keys
     backend: str = "embedded"  # PINLATER_BACKEND
     backend_config_path: Path | None = None  # BACKEND_CONFIG_PATH (or --backend-config)
     data_dir: Path = field(default_factory=lambda: Path("pinlater-data"))  # EMBEDDED_DATA_DIR
@@ -164,6 +165,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BACKEND_MONITOR_JOB_FAILED_GC_TTL_HOURS": ("backend_monitor_job_failed_gc_ttl_hours", float),
     "MYSQL_NUM_DB_PER_QUEUE": ("mysql_num_db_per_queue", int),
     "MYSQL_COUNT_LIMIT": ("mysql_count_limit", int),
+    "SHARD_ALLOWED_HOSTNAME_PREFIX": ("shard_allowed_hostname_prefix", str.strip),
     "PINLATER_BACKEND": ("backend", _lower),
     "BACKEND_CONFIG_PATH": ("backend_config_path", _path),
     "EMBEDDED_DATA_DIR": ("data_dir", Path),

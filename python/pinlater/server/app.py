@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 HEALTH_CHECK_INTERVAL_SECONDS = 1.0
 
 
-def driver_for(kind: str) -> BackendDriver:
+def driver_for(kind: str, settings: Settings) -> BackendDriver:
     """The backend driver for a kind other than embedded (imported lazily: optional deps)."""
     if kind == "redis":
         from pinlater.backends.redis import RedisDriver
@@ -46,7 +46,7 @@ def driver_for(kind: str) -> BackendDriver:
     if kind == "mysql":
         from pinlater.backends.mysql import MySQLDriver
 
-        return MySQLDriver()
+        return MySQLDriver.from_settings(settings)
     raise ConfigError(f"unknown backend {kind!r}")
 
 
@@ -82,7 +82,7 @@ class PinLaterServer:
             stores = open_embedded_shards(s)
             return ShardMap(Shard(name, store) for name, store in stores.items())
         assert s.backend_config_path is not None  # Settings.validate guarantees it
-        driver = self._driver = driver_for(s.backend)
+        driver = self._driver = driver_for(s.backend, s)
         path = Path(s.backend_config_path)
         try:
             text = path.read_text(encoding="utf-8")

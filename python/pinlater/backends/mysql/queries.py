@@ -1,0 +1,103 @@
+"""The MySQL backend's SQL: one file per operation under ``sql/`` (DDL under ``sql/schema/``),
+shipped as package data and loaded once through ``importlib.resources``.
+
+Files take values only as ``%s`` parameters (PyMySQL's paramstyle). The few tokens a file may
+hold are filled by ``Sql.render``: ``{table}`` and ``{database}`` with identifiers from
+``names.py``, ``{ids}`` with a list of ``%s`` for an ``IN``, ``{rows}`` with ``%s`` row groups
+for a multi-row ``INSERT``. ``--`` comment lines document each file and are not sent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+_TOKEN = re.compile(r"\{(\w+)\}")
+_TOKENS = frozenset({"table", "database", "ids", "rows"})
+
+
+@dataclass(frozen=True, slots=True)
+class Sql:
+    """One SQL file, comments stripped."""
+
+    name: str
+    text: str
+    tokens: frozenset[str]
+
+    def render(
+        self, *, table: str | None = None, database: str | None = None, ids: int = 0, rows: tuple[int, int] = (0, 0)
+    ) -> str:
+        """The statement with its tokens filled. ``table``/``database`` must come from
+        ``names.py``; ``ids`` is the number of ``IN`` values; ``rows`` is (rows, values per row)."""
+        given = {"table": table is not None, "database": database is not None, "ids": ids > 0, "rows": rows[0] > 0}
+        wanted = {token for token, present in given.items() if present}
+        if wanted != self.tokens:
+            raise ValueError(f"{self.name}.sql takes {sorted(self.tokens)}, got {sorted(wanted)}")
+        text = self.text
+        if table is not None:
+            text = text.replace("{table}", table)
+        if database is not None:
+            text = text.replace("{database}", database)
+        if ids:
+            text = text.replace("{ids}", _placeholders(ids))
+        if rows[0]:
+            text = text.replace("{rows}", _row_groups(*rows))
+        return text
+
+
+@lru_cache(maxsize=256)
+def _placeholders(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+@lru_cache(maxsize=256)
+def _row_groups(n: int, width: int) -> str:
+    return ", ".join([f"({_placeholders(width)})"] * n)
+
+
+def load(name: str) -> Sql:
+    """Load ``sql/{name}.sql`` (``name`` may be ``schema/...``)."""
+    raw = resources.files(__package__).joinpath("sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    lines = [line for line in raw.splitlines() if not line.lstrip().startswith("--")]
+    text = "\n".join(lines).strip()
+    tokens = frozenset(_TOKEN.findall(text))
+    unknown = tokens - _TOKENS
+    if unknown:
+        raise ValueError(f"{name}.sql: unknown token(s) {sorted(unknown)}")
+    if "%" in text.replace("%s", ""):
+        raise ValueError(f"{name}.sql: a literal % must not appear (PyMySQL formats with %s)")
+    return Sql(name=name, text=text, tokens=tokens)
+
+
+def all_names() -> list[str]:
+    """Every SQL file shipped, as ``load`` names (tests execute each one)."""
+    root = resources.files(__package__).joinpath("sql")
+    names = [f"schema/{f.name[:-4]}" for f in root.joinpath("schema").iterdir() if f.name.endswith(".sql")]
+    names += [f.name[:-4] for f in root.iterdir() if f.name.endswith(".sql")]
+    return sorted(names)
+
+
+CREATE_DATABASE = load("schema/create_database")
+CREATE_JOBS_TABLE = load("schema/create_jobs_table")
+DROP_DATABASE = load("schema/drop_database")
+SESSION_SETUP = load("session_setup")
+SERVER_INFO = load("server_info")
+PING = load("ping")
+LIST_QUEUE_DATABASES = load("list_queue_databases")
+ENQUEUE_JOBS = load("enqueue_jobs")
+ENQUEUE_JOBS_RETURNING = load("enqueue_jobs_returning")
+DEQUEUE_JOBS = load("dequeue_jobs")
+SELECT_CLAIMED_JOBS = load("select_claimed_jobs")
+PEEK_JOBS = load("peek_jobs")
+ACK_SUCCEEDED_JOBS = load("ack_succeeded_jobs")
+ACK_FAILED_JOBS = load("ack_failed_jobs")
+CHECKPOINT_JOB = load("checkpoint_job")
+LOOKUP_JOBS = load("lookup_jobs")
+COUNT_JOBS = load("count_jobs")
+SCAN_JOBS = load("scan_jobs")
+RETRY_FAILED_JOBS = load("retry_failed_jobs")
+DELETE_JOBS = load("delete_jobs")
+RESURRECT_TIMED_OUT_JOBS = load("resurrect_timed_out_jobs")
+GC_FINISHED_JOBS = load("gc_finished_jobs")

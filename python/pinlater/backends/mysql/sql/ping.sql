@@ -1,0 +1,2 @@
+-- Health check.
+SELECT 1
