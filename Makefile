@@ -21,9 +21,11 @@ format: ## format Python and Rust
 	cargo fmt
 
 .PHONY: lint
-lint: ## ruff, rustfmt and clippy, all warnings as errors
+lint: ## ruff, mypy (strict), stubtest, rustfmt and clippy, all warnings as errors
 	$(PYTHON) -m ruff check python tests benches
 	$(PYTHON) -m ruff format --check python tests benches
+	$(PYTHON) -m mypy
+	$(PYTHON) -m mypy.stubtest pinlater._pinlater
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 

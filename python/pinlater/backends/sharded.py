@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
@@ -121,7 +121,7 @@ class ShardedBackend:
         for shard in self._shards:
             shard.store.close()
 
-    def _mark_ready(self, shard: str, queue: str, priorities: Sequence[int]) -> None:
+    def _mark_ready(self, shard: str, queue: str, priorities: Iterable[int]) -> None:
         for priority in priorities:
             self._empty_until.pop((shard, queue, priority), None)
 
@@ -372,10 +372,12 @@ class ShardedBackend:
         return done
 
 
-async def _gather_raising_first(calls: Sequence[object]) -> list[T]:
+async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:
     """Gather; if any call failed, wait for all and raise the first failure."""
-    results = await asyncio.gather(*calls, return_exceptions=True)  # type: ignore[call-overload]
+    results: list[T | BaseException] = await asyncio.gather(*calls, return_exceptions=True)
+    out: list[T] = []
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    return list(results)
+        out.append(result)
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pinlater.backends.base import ShardConfig, ShardStore
@@ -53,7 +53,7 @@ class ShardMap:
     def __len__(self) -> int:
         return len(self._shards)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Shard]:
         return iter(self._shards.values())
 
     def get(self, name: str) -> Shard | None:
@@ -109,5 +109,5 @@ def _without_flag(config: ShardConfig) -> object:
     import dataclasses
 
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return dataclasses.replace(config, dequeue_only=False)  # type: ignore[type-var]
+        return dataclasses.replace(config, dequeue_only=False)
     return config

@@ -130,7 +130,7 @@ class PinLaterHandler:
     @staticmethod
     def _state(state: int | None) -> JobState:
         try:
-            return JobState(state)
+            return JobState(-1 if state is None else state)
         except ValueError:
             raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: job state {state!r} is not 0..3") from None
 
