@@ -77,12 +77,15 @@ struct PinLaterJobAckRequest {
 
 // coverage < 1.0 looks at only that fraction of the shards; dryRun claims nothing.
 // jobAckRequest, when set, is applied before the dequeue.
+// waitMillis (pinlater extension; original servers ignore it): when no job is ready, wait up to
+// this long for one instead of returning empty at once (long polling). 0 or unset: no wait.
 struct PinLaterDequeueRequest {
   1: required string queueName;
   2: required i32 limit;
   3: optional PinLaterJobAckRequest jobAckRequest;
   4: optional bool dryRun = false;
   5: optional double coverage = 1.0;
+  6: optional i32 waitMillis = 0;
 }
 
 struct PinLaterDequeueMetadata {

@@ -35,6 +35,7 @@ from pinlater.backends.base import (
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.wakeup import QueueSignals
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class ShardedBackend:
         self.empty_recheck_ms = empty_recheck_ms
         # (shard, queue, priority) -> until when a dequeue there is known to find nothing
         self._empty_until: dict[tuple[str, str, int], int] = {}
+        self.signals = QueueSignals()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -122,17 +124,22 @@ class ShardedBackend:
             shard.store.close()
 
     def _mark_ready(self, shard: str, queue: str, priorities: Iterable[int]) -> None:
+        """Jobs became ready in these places: forget they were empty, wake long polls."""
+        woke = False
         for priority in priorities:
             self._empty_until.pop((shard, queue, priority), None)
+            woke = True
+        if woke:
+            self.signals.notify(queue)
 
     def forget_empty(self, shard: str | None = None) -> None:
         """Drop what is known about empty places (all, or one shard's), e.g. after the monitor
         put jobs back to PENDING."""
-        if shard is None:
-            self._empty_until.clear()
-        else:
-            for key in [k for k in self._empty_until if k[0] == shard]:
-                del self._empty_until[key]
+        keys = [k for k in self._empty_until if shard is None or k[0] == shard]
+        for key in keys:
+            del self._empty_until[key]
+        for queue in {k[1] for k in keys}:
+            self.signals.notify(queue)
 
     def _new_claim(self, source: str) -> str:
         return f"{claim_source(source)}|{self._claim_prefix}:{next(self._claim_seq)}"

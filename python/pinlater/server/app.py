@@ -203,6 +203,11 @@ class PinLaterServer:
         self.metrics.gauge("shards_healthy", lambda: sum(1 for s in backend.shards if s.healthy))
         self.metrics.gauge("connections_open", lambda: thrift.stats().connections_open)
         self.metrics.gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+        if self.settings.backend == "redis":
+            # Jobs met without their hash (evicted) and skipped, over the shards configured now.
+            self.metrics.gauge(
+                "redis_evicted_jobs", lambda: sum(getattr(s.store, "evicted_jobs", 0) for s in backend.shards)
+            )
 
     async def _start_admin(self) -> web.AppRunner:
         app = web.Application()
@@ -251,6 +256,8 @@ class PinLaterServer:
         if self._stopped:
             return
         self._stopped = True
+        if self.backend is not None:
+            self.backend.signals.close()  # long polls return now, so in-flight requests finish
         if self._thrift is not None:
             await self._thrift.stop(grace_seconds)
         if self._admin is not None:

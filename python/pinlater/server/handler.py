@@ -8,6 +8,7 @@ else is UNKNOWN with the traceback logged once. Method names are the Thrift name
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 from pinlater._pinlater import DescriptorError, decode_descriptors
 from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
-from pinlater.backends.sharded import AckRequest, ShardedBackend
+from pinlater.backends.sharded import AckRequest, DequeuedJob, ShardedBackend
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
@@ -36,6 +37,9 @@ QUEUE_NAME = re.compile(r"\w+", re.ASCII)
 #: Longest queue name on every backend, so a queue can move between backends; MySQL's
 #: 64-character database names make its own limit tighter (its store checks that).
 MAX_QUEUE_NAME_LENGTH = 128
+#: Longest long-poll a dequeue may ask for (waitMillis), so a request never outlives a client
+#: timeout by much and shutdown stays prompt.
+MAX_WAIT_MILLIS = 30_000
 I32_MAX = 2**31 - 1
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -217,6 +221,9 @@ class PinLaterHandler:
         dequeued = await self.backend.dequeue_jobs(
             queue, limit, _source(context), dry_run=bool(request.dryRun), coverage=coverage
         )
+        wait_ms = min(request.waitMillis or 0, MAX_WAIT_MILLIS)
+        if not dequeued and wait_ms > 0 and not request.dryRun:
+            dequeued = await self._long_poll(queue, limit, _source(context), coverage, wait_ms)
         for item in dequeued:
             response.jobs[item.descriptor] = item.job.body
             response.jobMetadata[item.descriptor] = idl.PinLaterDequeueMetadata(
@@ -225,6 +232,21 @@ class PinLaterHandler:
         if not request.dryRun:
             self.metrics.incr(f"{queue}_dequeue", len(dequeued))
         return response
+
+    async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> list[DequeuedJob]:
+        """Wait for jobs: woken at once by this server's enqueues, and re-checking every
+        ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000.0
+        recheck = self.backend.empty_recheck_ms / 1000.0
+        while (remaining := deadline - loop.time()) > 0:
+            await self.backend.signals.wait(queue, min(remaining, recheck))
+            if self.backend.signals.closed:
+                break
+            dequeued = await self.backend.dequeue_jobs(queue, limit, source, coverage=coverage)
+            if dequeued:
+                return dequeued
+        return []
 
     @_thrift_errors
     async def ack_dequeued_jobs(self, context: Any, request: Any) -> None:

@@ -1,0 +1,41 @@
+"""Waking long-polling dequeues as soon as jobs become ready on this server.
+
+Each queue has an ``asyncio.Event`` that is set (and replaced by a fresh one) whenever this
+server makes jobs ready in it: an enqueue, a zero-delay retry, a checkpoint back to pending.
+Waiters also wake on their own timeout, which is how jobs made ready elsewhere (another
+server, or a run-after time passing) are noticed. ``close`` wakes everyone for shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class QueueSignals:
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+        self.closed = False
+
+    def notify(self, queue: str) -> None:
+        event = self._events.pop(queue, None)
+        if event is not None:
+            event.set()
+
+    async def wait(self, queue: str, timeout: float) -> bool:
+        """Wait until ``queue`` is notified (True) or ``timeout`` seconds pass (False)."""
+        if self.closed or timeout <= 0:
+            return False
+        event = self._events.get(queue)
+        if event is None:
+            event = self._events[queue] = asyncio.Event()
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+        for event in self._events.values():
+            event.set()
+        self._events.clear()

@@ -1,0 +1,92 @@
+"""Long-poll dequeue (``waitMillis``, a compatible extension of the dequeue request)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from tests.server.test_contract import Api
+from tests.support.pinlater_server import ServerProcess
+from tests.support.thrift_client import connect
+from tests.support.wait import wait_for
+
+Start = Callable[..., ServerProcess]
+
+
+def in_flight(srv: ServerProcess) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.admin_port}/stats.txt", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            name, _, value = line.strip().partition(": ")
+            if name == "requests_in_flight":
+                return int(float(value))
+    return 0
+
+
+def background_dequeue(srv: ServerProcess, ttypes: ModuleType, **kw: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        client, transport = connect("127.0.0.1", srv.port, timeout=60)
+        try:
+            start = time.monotonic()
+            result["response"] = Api(client, ttypes, source="poller").dequeue("lp", limit=5, **kw)
+            result["elapsed"] = time.monotonic() - start
+        except Exception as exc:
+            result["error"] = exc
+        finally:
+            transport.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, result
+
+
+def test_a_waiting_dequeue_is_woken_by_an_enqueue(server: ServerProcess, client: Any, ttypes: ModuleType) -> None:
+    api = Api(client, ttypes)
+    api.create("lp")
+    thread, result = background_dequeue(server, ttypes, waitMillis=20_000)
+    wait_for(lambda: in_flight(server) >= 1, timeout=10, what="the long poll to be waiting")
+    (descriptor,) = api.enqueue("lp", api.job(b"wake up"))
+    thread.join(30)
+    assert "error" not in result, result
+    assert list(result["response"].jobs) == [descriptor]
+    assert result["elapsed"] < 10, "woken by the enqueue, not by the 20 s timeout"
+
+
+def test_a_waiting_dequeue_returns_empty_when_the_wait_ends(
+    server: ServerProcess, client: Any, ttypes: ModuleType
+) -> None:
+    api = Api(client, ttypes)
+    api.create("lp")
+    start = time.monotonic()
+    assert api.dequeue("lp", waitMillis=600).jobs == {}
+    assert time.monotonic() - start >= 0.55
+    start = time.monotonic()
+    assert api.dequeue("lp").jobs == {}, "without waitMillis the answer is immediate"
+    assert time.monotonic() - start < 0.55
+
+
+def test_a_job_becoming_ready_later_is_found_by_the_recheck(
+    server: ServerProcess, client: Any, ttypes: ModuleType
+) -> None:
+    api = Api(client, ttypes)
+    api.create("lp")
+    (descriptor,) = api.enqueue("lp", api.job(b"soon", runAfterTimestampMillis=int(time.time() * 1000) + 700))
+    got = api.dequeue("lp", waitMillis=15_000)
+    assert list(got.jobs) == [descriptor]
+
+
+def test_shutdown_ends_waiting_dequeues_promptly(start_server: Start, open_client: Any, ttypes: ModuleType) -> None:
+    srv = start_server()
+    Api(open_client(srv), ttypes).create("lp")
+    thread, result = background_dequeue(srv, ttypes, waitMillis=30_000)
+    wait_for(lambda: in_flight(srv) >= 1, timeout=10, what="the long poll to be waiting")
+    start = time.monotonic()
+    assert srv.terminate(timeout=20) == 0
+    thread.join(30)
+    assert time.monotonic() - start < 10
+    assert result.get("response") is not None and result["response"].jobs == {}, result
