@@ -243,3 +243,38 @@ def test_admin_endpoints_answer(server: ServerProcess, path: str) -> None:
 def _stats(srv: ServerProcess) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{srv.admin_port}/stats.txt", timeout=10) as response:
         return str(response.read().decode())
+
+
+def test_rate_limits_are_split_between_the_servers_of_the_server_set(
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
+) -> None:
+    config = tmp_path / "queues.json"
+    config.write_text(json.dumps({"queues": [{"name": "split", "queueConfig": {"maxJobsPerSecond": 40}}]}))
+    server_set = tmp_path / "serverset"
+    server_set.write_text("10.0.0.1:9010\n10.0.0.2:9010\n10.0.0.3:9010\n10.0.0.4:9010\n")
+    srv = start_server(
+        properties={"QUEUE_CONFIG_FILE_PATH": config, "SERVER_SET_ENABLED": "true", "SERVER_SET_PATH": server_set}
+    )
+    api = Api(open_client(srv), ttypes)
+    api.create("split")
+    # 40 jobs/s over 4 servers is 10/s here: one second's burst is 10 jobs, so a second
+    # request for 10 right away is refused (undivided, both would pass).
+    assert api.dequeue("split", limit=10).jobs == {}
+    assert api.error_code(api.dequeue, "split", limit=10) == api.t.ErrorCode.DEQUEUE_RATE_LIMITED
+
+    server_set.write_text("")  # an empty file keeps the old count
+    wait_for(lambda: "lists no servers" in srv.output(), timeout=10, what="the empty server set to be seen")
+
+    def two_bursts_in_a_row() -> bool:
+        try:
+            api.dequeue("split", limit=10)
+            api.dequeue("split", limit=10)
+        except api.t.PinLaterException:
+            return False
+        return True
+
+    # Polled once a second, so the bucket refills between tries: at 10/s (burst 10) the pair
+    # never passes; at 40/s (burst 40) it does.
+    assert not two_bursts_in_a_row()
+    server_set.write_text("10.0.0.1:9010\n")
+    wait_for(two_bursts_in_a_row, timeout=15, interval=1.0, what="the full rate on a one-server set")
