@@ -16,6 +16,7 @@ from typing import Any
 
 from pinlater.config import BACKENDS, Settings, load_properties_file
 from pinlater.errors import ConfigError, StoreLockedError
+from pinlater.logs import FORMATS, setup_logging
 
 log = logging.getLogger("pinlater")
 
@@ -33,7 +34,7 @@ def add_parser(sub: Any) -> None:
         "serve",
         help="run the PinLater server",
         description="Serve the PinLater Thrift interface (framed transport, binary protocol) "
-        "and the admin HTTP port (/stats.txt, /healthz, /readyz).",
+        "and the admin HTTP port (dashboard at /, /stats.txt, /stats.json, /metrics, /healthz, /readyz).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -52,6 +53,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--num-priorities", type=int, help="priority levels (default 3; NUM_PRIORITY_LEVELS)")
     p.add_argument("--max-frame-bytes", type=int, help="largest accepted Thrift frame (default 16 MiB)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
+    p.add_argument(
+        "--log-format", default="text", choices=FORMATS, help="log lines as text (default) or JSON lines, one per event"
+    )
     p.set_defaults(run=run)
 
 
@@ -72,11 +76,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging(args.log_level, args.log_format, sys.stderr)
     try:
         settings = settings_from_args(args)
         return asyncio.run(_serve(settings))

@@ -26,6 +26,7 @@ from pinlater.config import Settings
 from pinlater.errors import ConfigError
 from pinlater.monitor import Monitor, MonitorPolicy
 from pinlater.ratelimit import QueueRateLimits
+from pinlater.server.admin import start_admin
 from pinlater.server.dispatch import Dispatcher
 from pinlater.server.handler import PinLaterHandler
 from pinlater.server.metrics import Metrics
@@ -62,6 +63,7 @@ class PinLaterServer:
         self.metrics = Metrics()
         self._lock: DataDirLock | None = None
         self.backend: ShardedBackend | None = None
+        self.rate_limits: QueueRateLimits | None = None
         self._thrift: FramedServer | None = None
         self._admin: web.AppRunner | None = None
         self._monitor: Monitor | None = None
@@ -107,7 +109,7 @@ class PinLaterServer:
             count_limit=count_limit,
             count=self.metrics.incr,
         )
-        rate_limits = self._start_rate_limits()
+        rate_limits = self.rate_limits = self._start_rate_limits()
         handler = PinLaterHandler(self.backend, self.metrics, s.admin_password_hash, rate_limits)
         self._thrift = FramedServer(
             Dispatcher(handler),
@@ -210,28 +212,7 @@ class PinLaterServer:
             )
 
     async def _start_admin(self) -> web.AppRunner:
-        app = web.Application()
-        app.router.add_get("/stats.txt", self._stats_txt)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.admin_host, self.settings.admin_port)
-        await site.start()
-        return runner
-
-    async def _stats_txt(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics.render_text(), content_type="text/plain")
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n", content_type="text/plain")
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        assert self.backend is not None
-        unhealthy = [s.name for s in self.backend.shards if not s.healthy]
-        if unhealthy:
-            return web.Response(status=503, text=f"unhealthy shards: {', '.join(unhealthy)}\n")
-        return web.Response(text="ready\n", content_type="text/plain")
+        return await start_admin(self)
 
     async def _health_loop(self) -> None:
         """Ping unhealthy shards and bring them back when they answer."""

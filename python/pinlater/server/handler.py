@@ -71,7 +71,10 @@ def _thrift_errors(fn: F) -> F:
             log.exception("unexpected error in %s from %s", method, _who(context))
             raise _exception(ErrorCode.UNKNOWN, f"internal error in {method}: {type(exc).__name__}: {exc}") from None
         finally:
-            self.metrics.timing(method, (time.perf_counter() - start) * 1000.0, ok)
+            millis = (time.perf_counter() - start) * 1000.0
+            self.metrics.timing(method, millis, ok)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s from %s: %s in %.1f ms", method, _who(context), "ok" if ok else "error", millis)
 
     return wrapper  # type: ignore[return-value]
 

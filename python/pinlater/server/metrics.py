@@ -1,20 +1,55 @@
-"""Counters, gauges and timings for ``/stats.txt`` (the original's Ostrich-style text).
+"""Counters, gauges and timings: ``/stats.txt`` (the original's Ostrich-style text), ``/stats.json``,
+Prometheus exposition, and a short history of per-queue counters for the dashboard's charts.
 
-Cheap enough for the hot path: a counter is a dict update; a timing keeps a count, sum,
-min, max and a bounded reservoir sample from which percentiles are read. Everything runs on
-the event loop thread, so no locks are needed.
+Cheap enough for the hot path: a counter is a dict update; a timing keeps a count, sum, min, max,
+fixed histogram buckets and a bounded reservoir sample from which percentiles are read.
+Everything runs on the event loop thread, so no locks are needed.
+
+Per-queue counters are named ``{queue}_{kind}`` (``orders_enqueue``, ``orders_ack_failed``);
+``split_queue_counter`` reads them back, so Prometheus gets them as labelled series
+(``pinlater_jobs_enqueued_total{queue="orders"}``) without the hot path knowing about labels.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import itertools
+import json
 import math
 import random
-from collections import defaultdict
-from collections.abc import Callable
+import re
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 RESERVOIR = 1024
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+#: Histogram bucket upper bounds, in milliseconds (exported in seconds).
+BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
+
+#: Per-queue counter kinds -> (Prometheus family, help, extra labels). The shortest queue name
+#: that leaves a known kind wins: ``q_dequeue_requests_rate_limited`` is queue ``q``.
+QUEUE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "dequeue_requests_rate_limited": (
+        "pinlater_dequeue_requests_rate_limited",
+        "Dequeue requests refused by the queue's rate limit",
+        {},
+    ),
+    "ack_succeeded": ("pinlater_jobs_acked", "Jobs acknowledged, by result", {"result": "succeeded"}),
+    "ack_failed": ("pinlater_jobs_acked", "Jobs acknowledged, by result", {"result": "failed"}),
+    "checkpoint": ("pinlater_jobs_checkpointed", "Jobs checkpointed", {}),
+    "enqueue": ("pinlater_jobs_enqueued", "Jobs enqueued", {}),
+    "dequeue": ("pinlater_jobs_dequeued", "Jobs dequeued (claimed)", {}),
+}
+_QUEUE_COUNTER = re.compile(r"(\w+?)_(" + "|".join(QUEUE_COUNTERS) + r")", re.ASCII)
+#: The kinds the dashboard charts.
+RATE_KINDS = ("enqueue", "dequeue", "ack_succeeded", "ack_failed", "dequeue_requests_rate_limited")
 
 
 @dataclass
@@ -24,18 +59,26 @@ class Timing:
     minimum: float = float("inf")
     maximum: float = 0.0
     sample: list[float] = field(default_factory=list)
+    buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKETS_MS))
 
     def add(self, value: float) -> None:
         self.count += 1
         self.total += value
         self.minimum = min(self.minimum, value)
         self.maximum = max(self.maximum, value)
+        slot = bisect.bisect_left(BUCKETS_MS, value)
+        if slot < len(BUCKETS_MS):
+            self.buckets[slot] += 1
         if len(self.sample) < RESERVOIR:
             self.sample.append(value)
         else:
             slot = random.randrange(self.count)
             if slot < RESERVOIR:
                 self.sample[slot] = value
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.sample)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
     def summary(self) -> dict[str, float]:
         if not self.count:
@@ -50,6 +93,12 @@ class Timing:
         for name, q in PERCENTILES:
             out[name] = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
         return out
+
+
+def split_queue_counter(name: str) -> tuple[str, str] | None:
+    """``"orders_ack_failed"`` -> ``("orders", "ack_failed")``; None for other counters."""
+    m = _QUEUE_COUNTER.fullmatch(name)
+    return (m.group(1), m.group(2)) if m else None
 
 
 class Metrics:
@@ -81,6 +130,16 @@ class Metrics:
                 out[name] = float("nan")
         return out
 
+    def queue_counters(self) -> dict[str, dict[str, int]]:
+        """Per-queue counters: ``{queue: {kind: value}}`` (only those counted so far)."""
+        methods = set(self.timings)
+        out: dict[str, dict[str, int]] = defaultdict(dict)
+        for name, value in self.counters.items():
+            split = split_queue_counter(name)
+            if split is not None and not _is_request_counter(name, methods):
+                out[split[0]][split[1]] = value
+        return dict(out)
+
     def render_text(self) -> str:
         """Ostrich-style text: sections of ``name: value`` lines."""
         lines = ["counters:"]
@@ -93,8 +152,164 @@ class Metrics:
             lines.append(f"  {name}_msec: ({parts})")
         return "\n".join(lines) + "\n"
 
+    def snapshot(self) -> dict[str, Any]:
+        """What ``render_text`` shows, as JSON-ready data (NaN gauges become null)."""
+        return {
+            "counters": dict(sorted(self.counters.items())),
+            "gauges": {k: (v if math.isfinite(v) else None) for k, v in sorted(self.gauges().items())},
+            "metrics": {f"{name}_msec": t.summary() for name, t in sorted(self.timings.items())},
+        }
+
+    def render_json(self) -> str:
+        return json.dumps(self.snapshot(), indent=1, allow_nan=False)
+
+
+def _is_request_counter(name: str, methods: set[str]) -> bool:
+    base, _, outcome = name.rpartition("_")
+    return outcome in ("ok", "error") and base in methods
+
 
 def _num(value: float) -> str:
     if math.isfinite(value) and value == int(value):
         return str(int(value))
     return f"{value:.3f}"
+
+
+# -- Prometheus -------------------------------------------------------------------------------
+
+
+class PrometheusCollector:
+    """Exposes a ``Metrics`` registry to prometheus-client, read fresh on every scrape.
+
+    ``extra`` yields further families (the admin app adds shard health and rate limits).
+    """
+
+    def __init__(self, metrics: Metrics, extra: Callable[[], Iterable[Metric]] | None = None) -> None:
+        self.metrics = metrics
+        self.extra = extra
+
+    def describe(self) -> list[Metric]:
+        return []  # families vary with the queues; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        methods = set(m.timings)
+        queue_families: dict[str, CounterMetricFamily] = {}
+        requests = CounterMetricFamily(
+            "pinlater_requests", "Thrift requests by method and outcome", labels=["method", "outcome"]
+        )
+        others: list[Metric] = []
+        for name, value in sorted(m.counters.items()):
+            if _is_request_counter(name, methods):
+                method, _, outcome = name.rpartition("_")
+                requests.add_metric([method, outcome], value)
+                continue
+            split = split_queue_counter(name)
+            if split is None:
+                others.append(CounterMetricFamily(f"pinlater_{_sanitize(name)}", f"Counter {name}", value=value))
+                continue
+            queue, kind = split
+            family, doc, extra_labels = QUEUE_COUNTERS[kind]
+            if family not in queue_families:
+                queue_families[family] = CounterMetricFamily(family, doc, labels=["queue", *extra_labels])
+            queue_families[family].add_metric([queue, *extra_labels.values()], value)
+        yield from queue_families.values()
+        yield requests
+        yield from others
+        for gauge, reading in sorted(m.gauges().items()):
+            yield GaugeMetricFamily(f"pinlater_{_sanitize(gauge)}", f"Gauge {gauge}", value=reading)
+        yield from self._timings()
+        if self.extra is not None:
+            yield from self.extra()
+
+    def _timings(self) -> Iterator[Metric]:
+        hist = HistogramMetricFamily(
+            "pinlater_request_duration_seconds", "Thrift request duration by method", labels=["method"]
+        )
+        summary = Metric("pinlater_request_latency_seconds", "Thrift request latency quantiles by method", "summary")
+        for method, t in sorted(self.metrics.timings.items()):
+            cumulative, buckets = 0.0, []
+            for bound, n in zip(BUCKETS_MS, t.buckets, strict=True):
+                cumulative += n
+                buckets.append((f"{bound / 1000.0:g}", cumulative))
+            buckets.append(("+Inf", float(t.count)))
+            hist.add_metric([method], buckets, t.total / 1000.0)
+            for _, q in PERCENTILES:
+                summary.add_sample(summary.name, {"method": method, "quantile": f"{q:g}"}, t.quantile(q) / 1000.0)
+            summary.add_sample(f"{summary.name}_count", {"method": method}, float(t.count))
+            summary.add_sample(f"{summary.name}_sum", {"method": method}, t.total / 1000.0)
+        yield hist
+        yield summary
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+def prometheus_registry(metrics: Metrics, extra: Callable[[], Iterable[Metric]] | None = None) -> CollectorRegistry:
+    """A registry of its own (not prometheus-client's global one) with the server's metrics and
+    the process's (CPU, memory, open files)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PrometheusCollector(metrics, extra))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+def render_prometheus(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
+
+
+# -- rate history -----------------------------------------------------------------------------
+
+
+class RateHistory:
+    """A ring buffer of per-queue counter samples, taken every ``interval`` seconds.
+
+    ``rates()`` turns consecutive samples (and a live reading taken now) into per-second rates,
+    which the dashboard draws as small charts. ``keep`` samples at the default 5 s is 10 minutes.
+    """
+
+    def __init__(
+        self, metrics: Metrics, interval: float = 5.0, keep: int = 120, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.metrics = metrics
+        self.interval = interval
+        self.clock = clock
+        self.samples: deque[tuple[float, dict[str, dict[str, int]]]] = deque(maxlen=keep)
+
+    def sample(self) -> None:
+        self.samples.append((self.clock(), self.metrics.queue_counters()))
+
+    async def run(self) -> None:
+        """Sample forever (cancel to stop)."""
+        while True:
+            self.sample()
+            await asyncio.sleep(self.interval)
+
+    def rates(self) -> dict[str, Any]:
+        """``{"interval_seconds", "timestamps_ms": [...], "queues": {q: {kind: [per second...]}}}``.
+
+        Point i covers the time between sample i and sample i+1 (the last one ends now), and is
+        stamped with its end. Summing ``rate * seconds`` over the points gives the counter's growth.
+        """
+        points = list(self.samples)
+        live = (self.clock(), self.metrics.queue_counters())
+        if len(points) >= 2 and live[0] - points[-1][0] < self.interval / 2:
+            points[-1] = live  # a sliver of an interval would chart as a spike: widen the last one
+        else:
+            points.append(live)
+        queues = sorted({q for _, counters in points for q in counters})
+        out: dict[str, dict[str, list[float]]] = {q: {k: [] for k in RATE_KINDS} for q in queues}
+        stamps: list[int] = []
+        seconds: list[float] = []
+        for (t0, before), (t1, after) in itertools.pairwise(points):
+            dt = t1 - t0
+            if dt <= 0:
+                continue
+            stamps.append(int(t1 * 1000))
+            seconds.append(dt)
+            for q in queues:
+                b, a = before.get(q, {}), after.get(q, {})
+                for kind in RATE_KINDS:
+                    out[q][kind].append(max(0, a.get(kind, 0) - b.get(kind, 0)) / dt)
+        return {"interval_seconds": self.interval, "timestamps_ms": stamps, "seconds": seconds, "queues": out}

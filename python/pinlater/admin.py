@@ -1,0 +1,410 @@
+"""Administering PinLater from scripts and notebooks.
+
+Two halves:
+
+* ``Admin`` talks to a running server's admin HTTP port (``/api/...``, the same calls the
+  dashboard makes): queues and their counts, scans, lookups, retrying and deleting jobs, setting,
+  pausing and resuming rate limits, and reading stats::
+
+      >>> from pinlater.admin import Admin
+      >>> admin = Admin("127.0.0.1", admin_port=9999, password="the admin password")
+      >>> admin.queues()
+      ['emails', 'thumbnails']
+      >>> admin.counts("emails")["failed"]            # one count per priority, 1 first
+      [3, 0, 0]
+      >>> [job["descriptor"] for job in admin.scan("emails", "failed", limit=2)]
+      ['emails:s1:p1:42', 'emails:s1:p1:17']
+      >>> admin.lookup("emails:s1:p1:42")["body_text"]
+      'send welcome mail to ...'
+      >>> admin.retry("emails")                       # every priority, up to 1000 jobs
+      3
+      >>> admin.delete("emails", "succeeded", body_regex="^test-")
+      12
+      >>> admin.set_rate("emails", 50.0); admin.pause("emails"); admin.resume("emails")
+      >>> admin.stats()["counters"]["emails_enqueue"]
+      1200
+
+  Changing anything needs the admin password (the one whose hash is ADMIN_PASSWORD_HASH); a wrong
+  one raises ``PasswordRefused`` and nothing is done. Rate limits are changed by rewriting the
+  server's QUEUE_CONFIG_FILE_PATH, so a server without one refuses them (``AdminError``, 409).
+
+* Functions that edit configuration files in place, atomically (a temp file renamed over the
+  original, so a watcher never reads half a file): ``set_queue_rate``, ``pause_queue``,
+  ``resume_queue`` for the queue config, and ``set_shard_dequeue_only`` for the backend config
+  (Redis or MySQL format). Every server watching the file picks the change up within a second::
+
+      >>> from pinlater.admin import set_shard_dequeue_only
+      >>> set_shard_dequeue_only("/etc/pinlater/redis.json", "2")          # drain shard 2
+      ['2']
+      >>> set_shard_dequeue_only("/etc/pinlater/redis.json", "2", False)   # take new jobs again
+      ['2']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from pinlater.ratelimit import parse_queue_config
+
+__all__ = [
+    "Admin",
+    "AdminError",
+    "PasswordRefused",
+    "pause_queue",
+    "read_queue_rates",
+    "resume_queue",
+    "set_queue_rate",
+    "set_shard_dequeue_only",
+    "write_atomically",
+]
+
+#: Where ``pause_queue`` remembers the rate it replaced, inside the queue's entry (the original
+#: server read only ``name`` and ``queueConfig``, so the key is harmless to it).
+PAUSED_FROM = "pausedFromMaxJobsPerSecond"
+
+
+class AdminError(Exception):
+    """The admin API refused or failed a call; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+
+class PasswordRefused(AdminError):
+    """The admin password was wrong or missing (HTTP 403); nothing was done."""
+
+
+# -- configuration files ------------------------------------------------------------------------
+
+
+def write_atomically(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` with ``text``: write a temp file beside it, fsync, rename over it.
+
+    The file keeps its permissions. A reader sees the old file or the new one, never a mix.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.chmod(tmp, os.stat(target).st_mode & 0o7777)
+        except FileNotFoundError:
+            os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _load_queue_config(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {"queues": []}
+    parse_queue_config(text)  # refuse to edit a file the server would reject
+    document: dict[str, Any] = json.loads(text)
+    return document
+
+
+def _save_queue_config(path: Path, document: dict[str, Any]) -> str:
+    text = json.dumps(document, indent=2) + "\n"
+    parse_queue_config(text)
+    write_atomically(path, text)
+    return text
+
+
+def _entry(document: dict[str, Any], queue: str) -> dict[str, Any] | None:
+    for entry in document["queues"]:
+        if entry.get("name") == queue:
+            found: dict[str, Any] = entry
+            return found
+    return None
+
+
+def read_queue_rates(path: str | os.PathLike[str]) -> dict[str, float]:
+    """The rates a queue config file sets: ``{queue: maxJobsPerSecond}`` (0 = paused)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return parse_queue_config(text)
+
+
+def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None) -> str:
+    """Set ``queue``'s maxJobsPerSecond (``None`` removes its limit); returns the new file text.
+
+    Other queues, and any other keys in the file, are kept as they were.
+
+    >>> set_queue_rate("queues.json", "emails", 25)      # doctest: +SKIP
+    """
+    if rate is not None and (not isinstance(rate, int | float) or rate != rate or rate < 0 or rate == float("inf")):
+        raise ValueError(f"rate must be a finite number >= 0, not {rate!r}")
+    target = Path(path)
+    document = _load_queue_config(target)
+    entry = _entry(document, queue)
+    if rate is None:
+        document["queues"] = [e for e in document["queues"] if e is not entry]
+    elif entry is None:
+        document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": rate}})
+    else:
+        entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = rate
+        entry.pop(PAUSED_FROM, None)
+    return _save_queue_config(target, document)
+
+
+def pause_queue(path: str | os.PathLike[str], queue: str) -> str:
+    """Set ``queue``'s rate to 0 (dequeues are refused), remembering the rate it had."""
+    target = Path(path)
+    document = _load_queue_config(target)
+    entry = _entry(document, queue)
+    if entry is None:
+        document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": 0}, PAUSED_FROM: None})
+    else:
+        config = entry.setdefault("queueConfig", {})
+        if config.get("maxJobsPerSecond") != 0:
+            entry[PAUSED_FROM] = config.get("maxJobsPerSecond")
+        config["maxJobsPerSecond"] = 0
+    return _save_queue_config(target, document)
+
+
+def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
+    """Undo ``pause_queue``: restore the remembered rate, or no limit if there was none."""
+    target = Path(path)
+    document = _load_queue_config(target)
+    entry = _entry(document, queue)
+    if entry is None:
+        return _save_queue_config(target, document)
+    previous = entry.pop(PAUSED_FROM, None)
+    if previous is None:
+        document["queues"] = [e for e in document["queues"] if e is not entry]
+    else:
+        entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = previous
+    return _save_queue_config(target, document)
+
+
+_NUMBERED_KEY = re.compile(r"[A-Za-z]*([0-9]+)")
+_SHARD_NAME = re.compile(r"([0-9]+)(?:d[0-9]+)?")
+
+
+def set_shard_dequeue_only(path: str | os.PathLike[str], shard: str, dequeue_only: bool = True) -> list[str]:
+    """Flip ``dequeueOnly`` for ``shard`` in a backend config file; returns the entries changed.
+
+    Redis format (``{"shards": [{"name": "1", "shardConfig": {...}}]}``): the entry named
+    ``shard``. MySQL format (``{"pinlaterdb001": {...}}``): the key ``shard`` itself, or the
+    instance serving shard ``shard`` (``"1"`` and ``"1d2"`` are both served by
+    ``pinlaterdb001``; the flag applies to the whole instance). A dequeue-only shard takes no new
+    jobs but is still drained. Raises ``KeyError`` naming the shards there are.
+    """
+    target = Path(path)
+    document = json.loads(target.read_text(encoding="utf-8"))
+    changed: list[str] = []
+    if isinstance(document, dict) and isinstance(document.get("shards"), list):
+        names = [str(e.get("name")) for e in document["shards"] if isinstance(e, dict)]
+        for entry in document["shards"]:
+            if isinstance(entry, dict) and str(entry.get("name")) == shard:
+                entry.setdefault("shardConfig", {})["dequeueOnly"] = dequeue_only
+                changed.append(shard)
+    elif isinstance(document, dict):
+        names = list(document)
+        keys = [shard] if shard in document else [k for k in document if _mysql_key_serves(k, shard)]
+        for key in keys:
+            if isinstance(document[key], dict):
+                document[key]["dequeueOnly"] = dequeue_only
+                changed.append(key)
+    else:
+        raise ValueError(f"{target}: not a Redis or MySQL backend config")
+    if not changed:
+        raise KeyError(f"{target}: no shard {shard!r}; the file has {', '.join(names) or 'none'}")
+    write_atomically(target, json.dumps(document, indent=2) + "\n")
+    return changed
+
+
+def _mysql_key_serves(key: str, shard: str) -> bool:
+    k, s = _NUMBERED_KEY.fullmatch(key), _SHARD_NAME.fullmatch(shard)
+    return bool(k and s and int(k.group(1)) == int(s.group(1)))
+
+
+# -- the admin HTTP API -------------------------------------------------------------------------
+
+
+class Admin:
+    """A client of a server's admin HTTP port. Reads need nothing; changes need the password."""
+
+    def __init__(
+        self, host: str = "127.0.0.1", admin_port: int = 9999, *, password: str | None = None, timeout: float = 30.0
+    ) -> None:
+        self.base = f"http://{host}:{admin_port}"
+        self.password = password
+        self.timeout = timeout
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as exc:
+            payload = exc.read()
+            try:
+                message = str(json.loads(payload)["error"])
+            except (ValueError, KeyError, TypeError):
+                message = payload.decode("utf-8", "replace").strip() or str(exc.reason)
+            kind = PasswordRefused if exc.code == 403 else AdminError
+            raise kind(exc.code, message) from None
+        except urllib.error.URLError as exc:
+            raise AdminError(0, f"cannot reach {self.base}: {exc.reason}") from None
+
+    def _get(self, path: str, **params: Any) -> Any:
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        _, payload = self._request("GET", path + (f"?{query}" if query else ""))
+        return json.loads(payload)
+
+    def _post(self, path: str, body: dict[str, Any], password: str | None) -> Any:
+        _, payload = self._request("POST", path, {**body, "password": password or self.password or ""})
+        return json.loads(payload)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def overview(self, queue: str | None = None) -> dict[str, Any]:
+        """Everything the dashboard's queue table shows: queues with counts and rate limits,
+        shards, gauges, whether rate limits can be changed."""
+        result: dict[str, Any] = self._get("/api/queues", queue=queue)
+        return result
+
+    def queues(self) -> list[str]:
+        """Queue names, sorted."""
+        return [q["name"] for q in self.overview()["queues"]]
+
+    def counts(self, queue: str) -> dict[str, list[int]]:
+        """``{"pending", "pending_future", "in_progress", "succeeded", "failed"}`` -> one count per
+        priority (index 0 is priority 1)."""
+        for q in self.overview(queue)["queues"]:
+            if q["name"] == queue:
+                counts: dict[str, list[int]] = q["counts"]
+                return counts
+        raise AdminError(404, f"no queue {queue!r}")
+
+    def scan(
+        self,
+        queue: str,
+        state: str = "failed",
+        *,
+        priority: int | None = None,
+        limit: int = 100,
+        body_regex: str | None = None,
+        future: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Jobs of one state (``pending``, ``in_progress``, ``succeeded``, ``failed``), newest first,
+        with attempts and custom status (no bodies: see ``lookup``)."""
+        result = self._get(
+            "/api/scan",
+            queue=queue,
+            state=state,
+            priority=priority,
+            limit=limit,
+            regex=body_regex,
+            future="1" if future else None,
+        )
+        jobs: list[dict[str, Any]] = result["jobs"]
+        return jobs
+
+    def lookup(self, descriptor: str) -> dict[str, Any] | None:
+        """One job with its body (``body_text`` with replacement characters, ``body_hex``), or None."""
+        try:
+            job: dict[str, Any] = self._get("/api/lookup", descriptor=descriptor)["job"]
+        except AdminError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return job
+
+    def rates(self) -> dict[str, Any]:
+        """Recent enqueue/dequeue/ack rates per queue (jobs per second), as the dashboard charts."""
+        result: dict[str, Any] = self._get("/api/rates")
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        """``/stats.json``: counters, gauges and per-method timings."""
+        result: dict[str, Any] = self._get("/stats.json")
+        return result
+
+    def stats_text(self) -> str:
+        return self._request("GET", "/stats.txt")[1].decode("utf-8")
+
+    def metrics_text(self) -> str:
+        """``/metrics`` in Prometheus text format."""
+        return self._request("GET", "/metrics")[1].decode("utf-8")
+
+    def ready(self) -> bool:
+        """True if every shard answers a ping (``/readyz``)."""
+        try:
+            return self._request("GET", "/readyz")[0] == 200
+        except AdminError as exc:
+            if exc.status == 503:
+                return False
+            raise
+
+    # -- changes (password) ------------------------------------------------------------------
+
+    def retry(
+        self,
+        queue: str,
+        *,
+        priority: int | None = None,
+        attempts: int = 1,
+        limit: int = 1000,
+        password: str | None = None,
+    ) -> int:
+        """Move up to ``limit`` FAILED jobs (of one priority, or all) back to PENDING with
+        ``attempts`` attempts; returns how many moved."""
+        body = {"queue": queue, "priority": priority, "attempts": attempts, "limit": limit}
+        return int(self._post("/api/retry", body, password)["retried"])
+
+    def delete(
+        self,
+        queue: str,
+        state: str,
+        *,
+        priority: int | None = None,
+        body_regex: str | None = None,
+        limit: int = 1000,
+        password: str | None = None,
+    ) -> int:
+        """Delete up to ``limit`` jobs of one state (and priority, and body regex); returns how many."""
+        body = {"queue": queue, "state": state, "priority": priority, "regex": body_regex, "limit": limit}
+        return int(self._post("/api/delete", body, password)["deleted"])
+
+    def set_rate(self, queue: str, rate: float | None, *, password: str | None = None) -> dict[str, Any]:
+        """Set the queue's dequeue rate limit in jobs/s for the fleet (None: unlimited)."""
+        action = "unlimit" if rate is None else "set"
+        result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": action, "rate": rate}, password)
+        return result
+
+    def pause(self, queue: str, *, password: str | None = None) -> dict[str, Any]:
+        """Refuse dequeues from the queue (rate 0) until ``resume``."""
+        result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": "pause"}, password)
+        return result
+
+    def resume(self, queue: str, *, password: str | None = None) -> dict[str, Any]:
+        """Restore the rate the queue had before ``pause`` (or no limit)."""
+        result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": "resume"}, password)
+        return result

@@ -1,0 +1,325 @@
+"""The admin port over HTTP, against a real ``pinlater serve``: every reading is checked against
+the actions taken through the Thrift port."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.admin.conftest import FAILED, PENDING, AdminServer, http
+from tests.conftest import ADMIN_PASSWORD, original_password_hash
+from tests.support.pinlater_server import ServerProcess
+from tests.support.wait import wait_for
+
+
+def ostrich_counters(text: str) -> dict[str, int]:
+    """The ``counters:`` section of /stats.txt."""
+    counters: dict[str, int] = {}
+    section = ""
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            section = line.rstrip(":")
+            continue
+        name, _, value = line.strip().partition(": ")
+        if section == "counters":
+            counters[name] = int(value)
+    return counters
+
+
+def ostrich_section(text: str, wanted: str) -> dict[str, str]:
+    out, section = {}, ""
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            section = line.rstrip(":")
+        elif section == wanted:
+            name, _, value = line.strip().partition(": ")
+            out[name] = value
+    return out
+
+
+def prometheus(admin: AdminServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of /metrics, parsed by prometheus-client: (name, labels) -> value."""
+    resp = admin.get("/metrics")
+    assert resp.status == 200
+    assert resp.headers["Content-Type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(resp.text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_enqueue_ten_adds_ten_in_stats_txt_stats_json_and_prometheus(admin_server: AdminServer) -> None:
+    a = admin_server
+    a.jobs.create("metered")
+    before_txt = ostrich_counters(a.get("/stats.txt").text)
+    before_json = a.get("/stats.json").json()["counters"]
+    before_prom = prometheus(a)
+
+    a.jobs.enqueue("metered", *[b"job %d" % i for i in range(3)])
+    a.jobs.enqueue("metered", *[b"job %d" % i for i in range(3, 10)])
+    dequeued = a.jobs.dequeue("metered", 4)
+    assert len(dequeued) == 4
+    ok, bad = sorted(dequeued)[:3], sorted(dequeued)[3:]
+    a.jobs.ack("metered", ok=ok, failed=bad)
+
+    txt = ostrich_counters(a.get("/stats.txt").text)
+    assert txt["metered_enqueue"] - before_txt.get("metered_enqueue", 0) == 10
+    assert txt["metered_dequeue"] - before_txt.get("metered_dequeue", 0) == 4
+    assert txt["metered_ack_succeeded"] == 3 and txt["metered_ack_failed"] == 1
+
+    stats = a.get("/stats.json").json()
+    assert stats["counters"]["metered_enqueue"] - before_json.get("metered_enqueue", 0) == 10
+    assert stats["counters"]["metered_dequeue"] == 4
+    assert stats["metrics"]["enqueue_jobs_msec"]["count"] >= 2
+    for gauge in ("requests_in_flight", "connections_open", "shards_healthy", "shards"):
+        assert gauge in stats["gauges"], gauge
+    assert stats["gauges"]["shards_healthy"] == stats["gauges"]["shards"] == 1
+    assert stats["gauges"]["connections_open"] >= 1
+
+    prom = prometheus(a)
+    enqueued = sample(prom, "pinlater_jobs_enqueued_total", queue="metered")
+    assert enqueued - sample(before_prom, "pinlater_jobs_enqueued_total", queue="metered") == 10
+    assert sample(prom, "pinlater_jobs_dequeued_total", queue="metered") == 4
+    assert sample(prom, "pinlater_jobs_acked_total", queue="metered", result="succeeded") == 3
+    assert sample(prom, "pinlater_jobs_acked_total", queue="metered", result="failed") == 1
+    requests = sample(prom, "pinlater_requests_total", method="enqueue_jobs", outcome="ok")
+    assert requests - sample(before_prom, "pinlater_requests_total", method="enqueue_jobs", outcome="ok") == 2
+    assert sample(prom, "pinlater_request_duration_seconds_count", method="enqueue_jobs") == requests
+    assert sample(prom, "pinlater_request_duration_seconds_bucket", method="enqueue_jobs", le="+Inf") == requests
+    assert sample(prom, "pinlater_request_latency_seconds_count", method="enqueue_jobs") == requests
+    assert sample(prom, "pinlater_request_latency_seconds", method="enqueue_jobs", quantile="0.99") > 0
+    assert sample(prom, "pinlater_shards_healthy") == 1
+    assert sample(prom, "pinlater_shard_healthy", shard="1") == 1
+    assert ("pinlater_connections_open", frozenset()) in prom
+    assert ("pinlater_requests_in_flight", frozenset()) in prom
+
+    # The Ostrich text keeps its shape: timings with count and percentiles.
+    timings = ostrich_section(a.get("/stats.txt").text, "metrics")
+    assert re.fullmatch(
+        r"\(count=\d+, average=[\d.]+, minimum=[\d.]+, maximum=[\d.]+, p50=.*p999=.*\)", timings["enqueue_jobs_msec"]
+    )
+
+    # The rate history accounts for every job: rate x seconds summed over its points.
+    rates = a.get("/api/rates").json()
+    series = rates["queues"]["metered"]
+    assert sum(r * s for r, s in zip(series["enqueue"], rates["seconds"], strict=True)) == pytest.approx(10)
+    assert sum(r * s for r, s in zip(series["ack_failed"], rates["seconds"], strict=True)) == pytest.approx(1)
+
+
+def test_a_paused_queue_counts_rate_limited_dequeues(admin_server: AdminServer) -> None:
+    a = admin_server
+    a.jobs.create("paused_q")
+    a.jobs.enqueue("paused_q", b"x")
+    resp = a.post("/api/rate", {"queue": "paused_q", "action": "pause", "password": ADMIN_PASSWORD})
+    assert resp.status == 200, resp.text
+    assert resp.json()["rate"] == {"configured": 0.0, "effective": 0.0, "paused": True}
+    with pytest.raises(a.jobs.t.PinLaterException) as info:
+        a.jobs.dequeue("paused_q")
+    assert info.value.errorCode == a.jobs.t.ErrorCode.DEQUEUE_RATE_LIMITED
+    assert ostrich_counters(a.get("/stats.txt").text)["paused_q_dequeue_requests_rate_limited"] == 1
+    assert sample(prometheus(a), "pinlater_dequeue_requests_rate_limited_total", queue="paused_q") == 1
+    assert sample(prometheus(a), "pinlater_queue_rate_limit_jobs_per_second", queue="paused_q") == 0
+    assert a.get("/api/queues").json()["queues"][0]["rate"]["paused"] is True
+
+
+def test_healthz_and_readyz_on_the_embedded_store(admin_server: AdminServer) -> None:
+    assert admin_server.get("/healthz").status == 200
+    ready = admin_server.get("/readyz")
+    assert ready.status == 200 and ready.text.startswith("ready")
+
+
+@pytest.mark.redis
+def test_readyz_names_the_shard_that_stops_answering(
+    tmp_path: Path, start_server: Callable[..., ServerProcess]
+) -> None:
+    from tests.support.redis_server import RedisServer
+
+    with RedisServer(tmp_path / "redis-a") as a, RedisServer(tmp_path / "redis-b") as b:
+        config = tmp_path / "redis.json"
+        shards = [
+            {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}}
+            for name, r in (("a", a), ("b", b))
+        ]
+        config.write_text(json.dumps({"shards": shards}))
+        server = start_server(
+            "--backend", "redis", "--backend-config", str(config), properties={"BACKEND_SOCKET_TIMEOUT_SECONDS": 1}
+        )
+        assert http(server, "/readyz").status == 200
+        b.kill()
+        resp = http(server, "/readyz")
+        assert resp.status == 503
+        assert "b (" in resp.text and "a (" not in resp.text, resp.text
+        assert http(server, "/healthz").status == 200, "liveness does not depend on the shards"
+
+
+def test_queue_counts_by_state_and_priority(admin_server: AdminServer) -> None:
+    a = admin_server
+    a.jobs.create("counted")
+    failed = a.jobs.fail_one("counted", b"doomed")
+    a.jobs.enqueue("counted", b"a", b"b", priority=1)
+    a.jobs.enqueue("counted", b"c", priority=2)
+    a.jobs.enqueue("counted", b"later", priority=3, runAfterTimestampMillis=2**41)
+    (claimed,) = a.jobs.dequeue("counted", 1)
+    (done,) = a.jobs.dequeue("counted", 1)
+    a.jobs.ack("counted", ok=[done])
+    body = a.get("/api/queues?queue=counted").json()
+    assert body["priorities"] == 3 and body["password_set"] is True
+    assert body["rate_config_path"] == str(a.queue_config)
+    (q,) = body["queues"]
+    assert q["name"] == "counted"
+    assert q["counts"] == {
+        "pending": [0, 1, 0],
+        "pending_future": [0, 0, 1],
+        "in_progress": [1, 0, 0],
+        "succeeded": [1, 0, 0],
+        "failed": [1, 0, 0],
+    }
+    assert q["rate"] == {"configured": None, "effective": None, "paused": False}
+    assert claimed != done != failed
+    assert a.get("/api/queues?queue=nope").status == 404
+
+
+def test_scan_failed_jobs_and_look_one_up_with_its_body_as_text_and_hex(admin_server: AdminServer) -> None:
+    a = admin_server
+    a.jobs.create("scanned")
+    body = b"caf\xc3\xa9 \xff\x00 <b>bold</b>"
+    first = a.jobs.fail_one("scanned", b"first")
+    second = a.jobs.fail_one("scanned", body, status="<img src=x onerror=alert(1)> exploded")
+    jobs = a.get("/api/scan?queue=scanned&state=failed").json()["jobs"]
+    assert [j["descriptor"] for j in jobs] == [second, first], "newest first"
+    assert jobs[0]["custom_status"] == "<img src=x onerror=alert(1)> exploded"
+    assert (jobs[0]["attempts_allowed"], jobs[0]["attempts_remaining"], jobs[0]["state"]) == (1, 0, "failed")
+    assert a.get("/api/scan?queue=scanned&state=pending").json()["jobs"] == []
+    assert a.get("/api/scan?queue=scanned&state=bogus").status == 400
+
+    job = a.get(f"/api/lookup?descriptor={second}").json()["job"]
+    assert job["body_text"] == "café \ufffd\x00 <b>bold</b>"
+    assert job["body_hex"] == body.hex(" ")
+    assert job["body_size"] == len(body)
+    assert a.get("/api/lookup?descriptor=scanned:s1:p1:999999").status == 404
+    assert a.get("/api/lookup?descriptor=not-a-descriptor").status == 400
+
+
+def test_actions_need_the_admin_password_and_do_what_they_say(admin_server: AdminServer) -> None:
+    a = admin_server
+    a.jobs.create("acted")
+    a.jobs.fail_one("acted", b"one")
+    a.jobs.fail_one("acted", b"two")
+
+    for password in (None, "", "wrong"):
+        resp = a.post("/api/retry", {"queue": "acted", "password": password})
+        assert resp.status == 403 and "password" in resp.json()["error"]
+        assert a.post("/api/delete", {"queue": "acted", "state": "failed", "password": password}).status == 403
+    assert a.jobs.count("acted", FAILED) == 2, "a refused action does nothing"
+    assert http(a.server, "/api/retry", b"queue=acted", content_type="application/x-www-form-urlencoded").status == 415
+
+    resp = a.post("/api/delete", {"queue": "acted", "state": "failed", "regex": "^tw", "password": ADMIN_PASSWORD})
+    assert resp.json() == {"queue": "acted", "deleted": 1}
+    resp = a.post("/api/retry", {"queue": "acted", "priority": 1, "attempts": 3, "password": ADMIN_PASSWORD})
+    assert resp.json() == {"queue": "acted", "retried": 1}
+    assert (a.jobs.count("acted", FAILED), a.jobs.count("acted", PENDING)) == (0, 1)
+    assert a.post("/api/retry", {"queue": "missing", "password": ADMIN_PASSWORD}).status == 404
+    assert a.post("/api/delete", {"queue": "acted", "state": "x", "password": ADMIN_PASSWORD}).status == 400
+    assert any("admin retry refused: wrong admin password" in line for line in a.server.lines)
+    assert any("admin delete on acted from 127.0.0.1: deleted 1 FAILED jobs" in line for line in a.server.lines)
+
+
+def test_rate_changes_rewrite_the_watched_queue_config(admin_server: AdminServer) -> None:
+    a = admin_server
+    a.jobs.create("limited")
+    a.queue_config.write_text(json.dumps({"queues": [{"name": "other", "queueConfig": {"maxJobsPerSecond": 7}}]}))
+
+    def post(**body: Any) -> Any:
+        resp = a.post("/api/rate", {"queue": "limited", "password": ADMIN_PASSWORD, **body})
+        assert resp.status == 200, resp.text
+        return resp.json()["rate"]
+
+    def configured() -> dict[str, float]:
+        entries = json.loads(a.queue_config.read_text())["queues"]
+        return {e["name"]: e["queueConfig"]["maxJobsPerSecond"] for e in entries}
+
+    assert a.post("/api/rate", {"queue": "limited", "rate": 5, "password": "nope"}).status == 403
+    assert configured() == {"other": 7}
+    assert post(action="set", rate=5)["configured"] == 5
+    assert configured() == {"other": 7, "limited": 5}
+    assert post(action="pause") == {"configured": 0, "effective": 0, "paused": True}
+    assert configured() == {"other": 7, "limited": 0}
+    assert post(action="resume")["configured"] == 5
+    assert post(action="unlimit")["configured"] is None
+    assert configured() == {"other": 7}
+    assert (
+        a.post("/api/rate", {"queue": "limited", "action": "set", "rate": -1, "password": ADMIN_PASSWORD}).status == 400
+    )
+
+
+def test_rate_changes_are_refused_without_a_queue_config(
+    start_server: Callable[..., ServerProcess],
+) -> None:
+    server = start_server(properties={"ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)})
+    resp = http(server, "/api/rate", {"queue": "q", "action": "pause", "password": ADMIN_PASSWORD})
+    assert resp.status == 409
+    assert "QUEUE_CONFIG_FILE_PATH" in resp.json()["error"]
+    assert http(server, "/api/queues").json()["rate_config_path"] is None
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.script_text = ""
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.script_text += data
+
+
+def _assets(server: ServerProcess) -> Iterator[tuple[str, str]]:
+    for path in ("/", "/static/dashboard.js", "/static/dashboard.css"):
+        resp = http(server, path)
+        assert resp.status == 200, path
+        yield path, resp.text
+
+
+def test_dashboard_is_self_contained_with_a_strict_content_security_policy(admin_server: AdminServer) -> None:
+    for path in ("/", "/static/dashboard.js", "/api/queues", "/stats.txt"):
+        csp = admin_server.get(path).headers["Content-Security-Policy"]
+        assert "default-src 'self'" in csp and "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert admin_server.get("/static/../admin.py").status == 404
+    assert admin_server.get("/static/nothing.js").status == 404
+    for path, text in _assets(admin_server.server):
+        assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text, re.I), f"{path} loads from elsewhere"
+        assert "innerHTML" not in text and "insertAdjacentHTML" not in text and "document.write" not in text
+    parser = _Tags()
+    parser.feed(admin_server.get("/").text)
+    scripts = [attrs for tag, attrs in parser.tags if tag == "script"]
+    assert scripts and all(attrs.get("src") for attrs in scripts)
+    assert not parser.script_text.strip(), "no inline script"
+    handlers = [(tag, name) for tag, attrs in parser.tags for name in attrs if name.startswith("on")]
+    assert not handlers, f"inline event handlers: {handlers}"
+
+
+def test_admin_actions_are_refused_when_no_password_hash_is_set(start_server: Callable[..., ServerProcess]) -> None:
+    server = start_server()
+    resp = http(server, "/api/retry", {"queue": "q", "password": ""})
+    assert resp.status == 403 and "ADMIN_PASSWORD_HASH" in resp.json()["error"]
+    wait_for(lambda: http(server, "/api/queues").json()["password_set"] is False, 5)
