@@ -148,6 +148,10 @@ class MySQLDriver:
     ``num_db_per_queue`` (MYSQL_NUM_DB_PER_QUEUE) expands each instance into its shards at parse
     time; ``shard_name_prefix`` is the original's SHARD_ALLOWED_HOSTNAME_PREFIX (empty: see the
     module docstring). Build it with ``MySQLDriver.from_settings(settings)``.
+
+    The driver remembers the longest shard name of the last config it parsed (a server parses
+    only the config it is about to apply) and its stores read it when creating a queue: a queue
+    name whose database would pass 64 characters on any shard is refused on every shard.
     """
 
     kind = "mysql"
@@ -155,6 +159,7 @@ class MySQLDriver:
     def __init__(self, num_db_per_queue: int = 1, shard_name_prefix: str = "") -> None:
         self.num_db_per_queue = num_db_per_queue
         self.shard_name_prefix = shard_name_prefix
+        self.longest_shard_name = ""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MySQLDriver:
@@ -164,11 +169,12 @@ class MySQLDriver:
         )
 
     def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]:
-        return dict(
-            parse_mysql_config(
-                text, source, num_db_per_queue=self.num_db_per_queue, shard_name_prefix=self.shard_name_prefix
-            )
+        shards = parse_mysql_config(
+            text, source, num_db_per_queue=self.num_db_per_queue, shard_name_prefix=self.shard_name_prefix
         )
+        if shards:
+            self.longest_shard_name = max(shards, key=len)
+        return dict(shards)
 
     def open_store(self, name: str, config: ShardConfig, settings: Settings) -> MySQLStore:
         from pinlater.backends.mysql.store import MySQLStore
@@ -181,6 +187,7 @@ class MySQLDriver:
             pool_size=settings.backend_connections_per_shard,
             socket_timeout=settings.backend_socket_timeout_seconds,
             num_auto_retries=settings.backend_num_auto_retries,
+            longest_shard_name=lambda: self.longest_shard_name,
         )
         store.warm_up()  # as the original did: connect now, but a shard that is down is not fatal
         return store

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
 
@@ -96,8 +97,36 @@ def _opportunistic_tls_context() -> ssl.SSLContext:
     return ctx
 
 
+def _datetime_literal(value: datetime) -> str:
+    """A datetime as a quoted SQL literal, the same value PyMySQL's ``escape_datetime`` writes
+    (microseconds always shown), at a third of its cost. A small cache serves the timestamps
+    that repeat in a batch (every row of an enqueue carries "now" two or three times)."""
+    literal = _DATETIME_LITERALS.get(value)
+    if literal is None:
+        if len(_DATETIME_LITERALS) >= 1024:
+            _DATETIME_LITERALS.clear()
+        literal = _DATETIME_LITERALS[value] = f"'{value.isoformat(' ', 'microseconds')}'"
+    return literal
+
+
+#: Shared by threads: a lost race only writes the same literal twice.
+_DATETIME_LITERALS: dict[datetime, str] = {}
+
+
 class _Connection(pymysql.connections.Connection):  # type: ignore[misc]  # PyMySQL is untyped
-    """PyMySQL's connection, sharing one context for its default opportunistic TLS."""
+    """PyMySQL's connection, sharing one context for its default opportunistic TLS, with a fast
+    path for escaping the parameters the store sends most (an enqueue of 100 jobs has 300 ints
+    and 300 naive UTC datetimes; PyMySQL's generic escaping of them cost more CPU than
+    everything else in the request)."""
+
+    def escape(self, obj: Any, mapping: Any = None) -> str:
+        kind = type(obj)  # exact types: bool, IntEnum and aware datetimes keep PyMySQL's path
+        if kind is int:
+            return str(obj)
+        if kind is datetime and obj.tzinfo is None and mapping is None:
+            return _datetime_literal(obj)
+        literal: str = super().escape(obj, mapping)
+        return literal
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         if isinstance(sslp, dict) and not sslp:

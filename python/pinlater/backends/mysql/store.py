@@ -12,11 +12,13 @@ drops the milliseconds when writing them. The session time zone is UTC (``sessio
 datetimes cross the wire as UTC. Times are clamped to TIMESTAMP's range (1970-01-01 00:00:01 to
 2038-01-19 03:14:07.999 UTC).
 
-Errors: a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait timeouts and
-lost connections are retried ``num_auto_retries`` times, then ``ShardConnectionError``, as is any
-failure to connect; a bad body regex is ``ValueError``. A retry after a connection lost during
-COMMIT may repeat a transaction that did commit (an enqueue then inserts its jobs twice): delivery
-is at least once, as in the original, which retried the same way.
+Errors: a body over ``MAX_BODY_BYTES`` (the BLOB column) is ENQUEUE_REJECTED, checked before
+any statement runs; a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait
+timeouts and lost connections are retried ``num_auto_retries`` times, then
+``ShardConnectionError``, as is any failure to connect; a bad body regex is ``ValueError``. A
+retry after a connection lost during COMMIT may repeat a transaction that did commit (an enqueue
+then inserts its jobs twice): delivery is at least once, as in the original, which retried the
+same way. A lookup naming a priority the queue has no table for finds nothing there.
 """
 
 from __future__ import annotations
@@ -50,12 +52,15 @@ Cursor = Any  # pymysql.cursors.Cursor (PyMySQL ships no type information)
 CUSTOM_STATUS_LIMIT = 5000
 #: The claim_descriptor column is VARCHAR(200).
 MAX_CLAIM_LENGTH = 200
+#: The body column is a BLOB (in the original's tables too): at most 2**16 - 1 bytes.
+MAX_BODY_BYTES = 65_535
 
 _EPOCH = datetime(1970, 1, 1)
 _MS = timedelta(milliseconds=1)
 _TS_MIN_MS = 1_000  # 1970-01-01 00:00:01 UTC
 _TS_MAX_MS = 2_147_483_647_999  # 2038-01-19 03:14:07.999 UTC
-_NO_QUEUE_ERRORS = frozenset({1049, 1146})
+_NO_TABLE_ERROR = 1146
+_NO_QUEUE_ERRORS = frozenset({1049, _NO_TABLE_ERROR})
 _NAME_TOO_LONG_ERRORS = frozenset({1059, 1102})
 _REGEX_ERROR = 1139
 _ENQUEUE_ROW_WIDTH = 8
@@ -89,13 +94,18 @@ class MySQLStore:
         socket_timeout: float = 5.0,
         num_auto_retries: int = 1,
         insert_id_strategy: str | None = None,
+        longest_shard_name: Callable[[], str] | None = None,
     ) -> None:
+        """``longest_shard_name`` gives the longest shard name of the whole config (the driver
+        passes it): ``create_queue`` checks the queue's database name against it, so a name
+        too long for any shard is created on none."""
         if insert_id_strategy is not None and insert_id_strategy not in INSERT_ID_STRATEGIES:
             raise ValueError(f"insert_id_strategy must be one of {INSERT_ID_STRATEGIES}")
         self._name = names.check_shard_name(name)
         self.config = config
         self.num_auto_retries = num_auto_retries
         self.insert_id_strategy = insert_id_strategy
+        self._longest_shard_name = longest_shard_name
         self.pool = ConnectionPool(
             host=config.master.host,
             port=config.master.port,
@@ -147,6 +157,9 @@ class MySQLStore:
     # -- queues -----------------------------------------------------------------------------
 
     def create_queue(self, queue: str, num_priorities: int) -> None:
+        if self._longest_shard_name is not None:
+            # Fails on every shard alike, before any of them creates anything.
+            names.database_name(max(self._name, self._longest_shard_name(), key=len), queue)
         database = names.quoted_database(self._name, queue)
         tables = [self._table(queue, priority) for priority in range(1, num_priorities + 1)]
 
@@ -181,6 +194,7 @@ class MySQLStore:
             return []
         by_priority: dict[int, list[int]] = defaultdict(list)
         for index, job in enumerate(jobs):
+            _check_body_size(job.body, f"the body of job {index} (counting from 0) of the request")
             by_priority[job.priority].append(index)
         tables = {priority: self._table(queue, priority) for priority in by_priority}
         now = to_db_time(now_ms)
@@ -313,6 +327,9 @@ class MySQLStore:
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         if not items:
             return 0
+        for item in items:
+            if item.new_body is not None:
+                _check_body_size(item.new_body, f"the new body of checkpointed job {item.local_id}")
         tables = {item.priority: self._table(queue, item.priority) for item in items}
         now = to_db_time(now_ms)
 
@@ -353,13 +370,25 @@ class MySQLStore:
 
         def op(cur: Cursor) -> list[JobRecord]:
             found: dict[tuple[int, int], JobRecord] = {}
+            missing_tables: list[pymysql.err.MySQLError] = []
             for priority, ids in by_priority.items():
-                cur.execute(queries.LOOKUP_JOBS.render(table=tables[priority], ids=len(ids)), (int(include_body), *ids))
+                try:
+                    cur.execute(
+                        queries.LOOKUP_JOBS.render(table=tables[priority], ids=len(ids)), (int(include_body), *ids)
+                    )
+                except pymysql.err.ProgrammingError as exc:
+                    # A descriptor of a priority the queue lacks finds nothing; the others still
+                    # do. (A statement error leaves the transaction usable.)
+                    if error_code(exc) != _NO_TABLE_ERROR:
+                        raise
+                    missing_tables.append(exc)
+                    continue
                 for row in cur.fetchall():
                     record = _job_record(priority, row, row[9] if include_body else None)
                     found[(priority, record.local_id)] = record
-            ordered = [found.pop(key) for key in keys if key in found]
-            return ordered
+            if len(missing_tables) == len(by_priority):
+                raise missing_tables[0]  # no table at all: the queue is not here (QueueNotFoundError)
+            return [found.pop(key) for key in keys if key in found]
 
         return self._run(queue, op)
 
@@ -444,6 +473,14 @@ def _rollback_if_none(op: Callable[[Cursor], T | None]) -> Callable[[Cursor], T 
         return result
 
     return wrapped
+
+
+def _check_body_size(body: bytes, what: str) -> None:
+    if len(body) > MAX_BODY_BYTES:
+        raise PinLaterError(
+            ErrorCode.ENQUEUE_REJECTED,
+            f"{what} is {len(body)} bytes; the MySQL backend stores bodies of at most {MAX_BODY_BYTES} bytes (BLOB)",
+        )
 
 
 def _message(exc: BaseException) -> str:
