@@ -1,0 +1,404 @@
+"""One Thrift binary-protocol message in, one reply out: decode, call the handler, encode.
+
+The transport hands over the payload of one frame; ``Dispatcher.handle_frame`` returns the reply
+payload (``None`` for a oneway call) or raises ``ProtocolError`` when the connection must close.
+
+Decoding rules, in order:
+
+* The message header (strict ``0x8001`` versioned form, or the old unversioned form, as Apache's
+  binary protocol accepts both) is parsed here. A header that cannot be read gets no reply.
+* The argument struct is first *walked* (``check_struct``): every length is within the frame,
+  every wire type is a real Thrift type, nesting is bounded. Only then does the Cython protocol
+  decode it. The walk exists because the Cython reader trusts lengths: a 12-byte frame announcing
+  2**31 elements of an unknown type keeps it skipping nothing for seconds, and a huge string length
+  makes it allocate that much. A payload that fails the walk, or whose strings are not UTF-8, is a
+  ``ProtocolError`` carrying a PROTOCOL_ERROR reply; the transport sends it and closes.
+* ``required`` fields: thriftpy2 does not enforce them. Every struct reachable from the arguments is
+  checked against its ``thrift_spec`` (``missing_required_field``); a missing one is answered with
+  TApplicationException(PROTOCOL_ERROR, "missing required field PinLaterJob.body at ...") and the
+  connection stays open, as Apache's Java server does. Top-level arguments themselves are never
+  required in Thrift: a missing one reaches the handler as ``None``.
+* Bytes after the argument struct's STOP are ignored.
+
+Replies are always strict (versioned); every Apache client reads them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
+from thriftpy2.thrift import TApplicationException, TMessageType, TType
+from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
+
+from pinlater.idl import idl
+
+__all__ = ["Dispatcher", "ProtocolError", "snake_case"]
+
+log = logging.getLogger(__name__)
+
+_VERSION_MASK = 0xFFFF0000
+_VERSION_1 = 0x80010000
+_I32 = struct.Struct(">i")
+
+
+class ProtocolError(Exception):
+    """The frame could not be decoded; the connection must be closed.
+
+    ``reply`` is the TApplicationException(PROTOCOL_ERROR) message to send first, when the
+    message header (name and seqid) was readable; otherwise ``None``.
+    """
+
+    def __init__(self, message: str, reply: bytes | None = None) -> None:
+        super().__init__(message)
+        self.reply = reply
+
+
+def snake_case(name: str) -> str:
+    """``enqueueJobs`` -> ``enqueue_jobs``: the handler's name for a Thrift method."""
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class _Method:
+    """Everything needed to serve one Thrift method, resolved once at construction."""
+
+    name: str
+    args_cls: Any
+    result_cls: Any
+    arg_names: tuple[str, ...]
+    call: Callable[..., Awaitable[Any]]
+    #: (result field name, exception class) for each declared ``throws``.
+    exceptions: tuple[tuple[str, type[BaseException]], ...]
+    oneway: bool
+
+
+def _resolve(service: Any, handler: object) -> dict[str, _Method]:
+    methods: dict[str, _Method] = {}
+    missing: list[str] = []
+    for name in service.thrift_services:
+        attr = snake_case(name)
+        call = getattr(handler, attr, None)
+        if call is None or not inspect.iscoroutinefunction(call):
+            missing.append(f"{attr} ({name})")
+            continue
+        args_cls = getattr(service, f"{name}_args")
+        result_cls = getattr(service, f"{name}_result")
+        exceptions = tuple((spec[1], spec[2]) for fid, spec in sorted(result_cls.thrift_spec.items()) if fid != 0)
+        methods[name] = _Method(
+            name=name,
+            args_cls=args_cls,
+            result_cls=result_cls,
+            arg_names=tuple(spec[1] for _, spec in sorted(args_cls.thrift_spec.items())),
+            call=call,
+            exceptions=exceptions,
+            oneway=bool(getattr(result_cls, "oneway", False)),
+        )
+    if missing:
+        raise TypeError(f"{type(handler).__name__} lacks async methods: {', '.join(missing)}")
+    return methods
+
+
+#: Nesting the wire walk accepts (structs and containers); thriftpy2's reader allows 64.
+MAX_NESTING = 32
+
+_LIST_HEADER = struct.Struct(">Bi")
+_MAP_HEADER = struct.Struct(">BBi")
+_STRING, _NESTED, _INVALID = 0, -1, -2
+#: For each possible wire type byte: its fixed width, or _STRING / _NESTED / _INVALID.
+_WIDTH = tuple(
+    {
+        TType.BOOL: 1,
+        TType.BYTE: 1,
+        TType.DOUBLE: 8,
+        TType.I16: 2,
+        TType.I32: 4,
+        TType.I64: 8,
+        TType.STRING: _STRING,
+    }.get(t, _NESTED if t in (TType.STRUCT, TType.MAP, TType.SET, TType.LIST) else _INVALID)
+    for t in range(256)
+)
+
+
+class MalformedPayload(Exception):
+    """The bytes are not a well-formed Thrift binary-protocol message."""
+
+
+def check_struct(buf: bytes, pos: int, depth: int = 0) -> int:
+    """Walk the struct at ``pos`` without building it; return the offset just past its STOP.
+
+    Guarantees what the Cython reader does not check: lengths and counts fit in the frame, wire
+    types are real Thrift types, nesting is bounded. After it, decoding is O(len(buf)). Scalars
+    and strings are handled inline: this runs on every request.
+    """
+    if depth > MAX_NESTING:
+        raise MalformedPayload("structs nested too deeply")
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise MalformedPayload("struct truncated")
+        ftype = buf[pos]
+        if ftype == 0:  # STOP
+            return pos + 1
+        pos += 3  # type byte and field id
+        width = _WIDTH[ftype]
+        if width > 0:
+            pos += width
+        elif width == _STRING:
+            pos = _string_end(buf, pos)
+        else:
+            pos = _skip(buf, pos, ftype, depth)
+
+
+def _string_end(buf: bytes, pos: int) -> int:
+    if pos + 4 > len(buf):
+        raise MalformedPayload("string truncated")
+    n: int = _I32.unpack_from(buf, pos)[0]
+    if n < 0:
+        raise MalformedPayload("negative string length")
+    return pos + 4 + n
+
+
+def _skip(buf: bytes, pos: int, ttype: int, depth: int) -> int:
+    """Skip one value of any type; the result may lie past the end (the caller checks)."""
+    width = _WIDTH[ttype]
+    if width > 0:
+        return pos + width
+    if width == _STRING:
+        return _string_end(buf, pos)
+    end = len(buf)
+    if ttype == TType.STRUCT:
+        return check_struct(buf, pos, depth + 1)
+    if ttype == TType.LIST or ttype == TType.SET:
+        if pos + 5 > end:
+            raise MalformedPayload("list header truncated")
+        etype, n = _LIST_HEADER.unpack_from(buf, pos)
+        return _skip_elements(buf, pos + 5, n, (etype,), depth + 1)
+    if ttype == TType.MAP:
+        if pos + 6 > end:
+            raise MalformedPayload("map header truncated")
+        ktype, vtype, n = _MAP_HEADER.unpack_from(buf, pos)
+        return _skip_elements(buf, pos + 6, n, (ktype, vtype), depth + 1)
+    raise MalformedPayload(f"unknown wire type {ttype}")
+
+
+def _skip_elements(buf: bytes, pos: int, n: int, types: tuple[int, ...], depth: int) -> int:
+    if n < 0:
+        raise MalformedPayload("negative container size")
+    if n == 0:  # some writers put junk element types on empty containers
+        return pos
+    if depth > MAX_NESTING:
+        raise MalformedPayload("containers nested too deeply")
+    widths = [_WIDTH[t] for t in types]
+    if _INVALID in widths:
+        raise MalformedPayload(f"unknown element type in {types}")
+    end = len(buf)
+    if n > end - pos:  # every element of a real type takes at least one byte: bounds the loop below
+        raise MalformedPayload("container truncated")
+    if min(widths) > 0:
+        return pos + n * sum(widths)
+    for _ in range(n):
+        for t in types:
+            pos = _skip(buf, pos, t, depth)
+        if pos > end:
+            raise MalformedPayload("container truncated")
+    return pos
+
+
+# -- required fields --------------------------------------------------------------------------
+
+#: Per struct class: its required field names, and its fields that can hold structs.
+_Plan = tuple[tuple[str, ...], tuple[tuple[str, int, Any], ...]]
+_plans: dict[type, _Plan] = {}
+
+
+def _split(spec: Any) -> tuple[int, Any]:
+    """A container's element spec is either a bare TType or (TType, nested spec)."""
+    if isinstance(spec, int):
+        return spec, None
+    return spec[0], spec[1]
+
+
+def _holds_struct(ttype: int, spec: Any) -> bool:
+    if ttype == TType.STRUCT:
+        return True
+    if ttype == TType.MAP:
+        return any(_holds_struct(*_split(s)) for s in spec)
+    if ttype in (TType.LIST, TType.SET):
+        return _holds_struct(*_split(spec))
+    return False
+
+
+def _plan(cls: type) -> _Plan:
+    plan = _plans.get(cls)
+    if plan is None:
+        specs = [spec for _, spec in sorted(cls.thrift_spec.items())]  # type: ignore[attr-defined]
+        required = tuple(spec[1] for spec in specs if spec[-1] is True)
+        nested = tuple((s[1], s[0], s[2]) for s in specs if len(s) == 4 and _holds_struct(s[0], s[2]))
+        plan = _plans[cls] = (required, nested)
+    return plan
+
+
+def _first_missing(value: Any, ttype: int, spec: Any) -> tuple[str, str] | None:
+    """(``Struct.field``, path below ``value``) of the first required field left unset, if any."""
+    if ttype == TType.STRUCT:
+        required, nested = _plan(type(value))
+        for name in required:
+            if getattr(value, name) is None:
+                return f"{type(value).__name__}.{name}", f".{name}"
+        for name, ftype, fspec in nested:
+            child = getattr(value, name)
+            found = None if child is None else _first_missing(child, ftype, fspec)
+            if found is not None:
+                return found[0], f".{name}{found[1]}"
+    elif ttype == TType.MAP:
+        (ktype, kspec), (vtype, vspec) = _split(spec[0]), _split(spec[1])
+        for key, item in value.items():
+            for part, ptype, pspec in ((key, ktype, kspec), (item, vtype, vspec)):
+                found = None if part is None else _first_missing(part, ptype, pspec)
+                if found is not None:
+                    return found[0], f"[{key!r}]{found[1]}"
+    elif ttype in (TType.LIST, TType.SET):
+        etype, espec = _split(spec)
+        if etype == TType.STRUCT and not _plan(espec)[1]:  # the common flat case, without a call per item
+            for name in _plan(espec)[0]:
+                for i, item in enumerate(value):
+                    if item is not None and getattr(item, name) is None:
+                        return f"{espec.__name__}.{name}", f"[{i}].{name}"
+            return None
+        for i, item in enumerate(value):
+            found = None if item is None else _first_missing(item, etype, espec)
+            if found is not None:
+                return found[0], f"[{i}]{found[1]}"
+    return None
+
+
+def missing_required_field(args: Any) -> str | None:
+    """Describe the first required field unset anywhere in a decoded ``_args`` struct."""
+    found = _first_missing(args, TType.STRUCT, type(args))
+    return None if found is None else f"{found[0]} at {found[1].lstrip('.')}"
+
+
+def _parse_header(payload: bytes) -> tuple[str, int, int, int]:
+    """Return (name, message type, seqid, offset of the argument struct)."""
+    end = len(payload)
+    if end < 4:
+        raise MalformedPayload("message shorter than its header")
+    (first,) = _I32.unpack_from(payload, 0)
+    if first < 0:  # strict: version | type, then the name as a string
+        if first & _VERSION_MASK != _VERSION_1:
+            raise MalformedPayload(f"bad protocol version 0x{first & 0xFFFFFFFF:08x}")
+        mtype = first & 0xFF
+        if end < 8:
+            raise MalformedPayload("message header truncated")
+        (size,) = _I32.unpack_from(payload, 4)
+        pos = 8
+    else:  # old style: the name's length, the name, then the type byte
+        size, pos, mtype = first, 4, -1
+    if size < 0 or pos + size > end:
+        raise MalformedPayload("method name length out of range")
+    name_bytes = payload[pos : pos + size]
+    pos += size
+    if mtype < 0:
+        if pos >= end:
+            raise MalformedPayload("message header truncated")
+        mtype = payload[pos]
+        pos += 1
+    if pos + 4 > end:
+        raise MalformedPayload("message header truncated")
+    (seqid,) = _I32.unpack_from(payload, pos)
+    try:
+        name = name_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedPayload("method name is not UTF-8") from None
+    return name, mtype, seqid, pos + 4
+
+
+def _encode(name: str, mtype: int, seqid: int, body: Any) -> bytes:
+    buf = TCyMemoryBuffer()
+    proto = TCyBinaryProtocol(buf)
+    proto.write_message_begin(name, mtype, seqid)
+    proto.write_struct(body)
+    proto.write_message_end()
+    data: bytes = buf.getvalue()
+    return data
+
+
+def _app_error(name: str, seqid: int, kind: int, message: str) -> bytes:
+    return _encode(name, TMessageType.EXCEPTION, seqid, TApplicationException(kind, message))
+
+
+class Dispatcher:
+    """Serves ``service`` (default ``idl.PinLater``) by awaiting ``handler.<snake_case>(**args)``.
+
+    The handler must have an ``async def`` for every method of the service (checked here). A handler
+    exception that is an instance of a declared ``throws`` type becomes that result field; a
+    ``TApplicationException`` is sent as is; anything else is logged once with its traceback and
+    answered with TApplicationException(INTERNAL_ERROR, "internal error: <type>: <message>").
+    """
+
+    def __init__(self, handler: object, service: Any = None) -> None:
+        self.service: Any = idl.PinLater if service is None else service
+        self._methods = _resolve(self.service, handler)
+
+    async def handle_frame(self, payload: bytes) -> bytes | None:
+        """Serve one message; return the reply message, or ``None`` for a oneway call.
+
+        Raises ``ProtocolError`` when the payload cannot be decoded (the connection must close).
+        """
+        try:
+            name, mtype, seqid, offset = _parse_header(payload)
+        except MalformedPayload as exc:
+            raise ProtocolError(f"unreadable message header: {exc}") from None
+
+        method = self._methods.get(name)
+        try:
+            check_struct(payload, offset)
+            if mtype not in (TMessageType.CALL, TMessageType.ONEWAY):
+                raise MalformedPayload(f"message type {mtype} is not a call")
+            if method is None:
+                return _app_error(name, seqid, TApplicationException.UNKNOWN_METHOD, f"unknown method {name!r}")
+            args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(
+                method.args_cls()
+            )
+        except Exception as exc:  # MalformedPayload, UnicodeDecodeError (strings must be UTF-8), ...
+            reply = _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, f"malformed {name} call: {exc}")
+            raise ProtocolError(f"malformed {name!r} call (seqid {seqid}): {exc}", reply) from None
+
+        missing = missing_required_field(args)
+        if missing is not None:
+            msg = f"missing required field {missing}"
+            return _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, msg)
+        kwargs = {arg: getattr(args, arg) for arg in method.arg_names}
+
+        result = method.result_cls()
+        try:
+            result.success = await method.call(**kwargs)
+        except TApplicationException as exc:
+            return _app_error(name, seqid, exc.type, str(exc))
+        except Exception as exc:
+            for field, exc_cls in method.exceptions:
+                if isinstance(exc, exc_cls):
+                    setattr(result, field, exc)
+                    break
+            else:
+                return self._internal_error(method, seqid, exc)
+        if method.oneway:
+            return None
+        try:
+            return _encode(name, TMessageType.REPLY, seqid, result)
+        except Exception as exc:  # the handler returned something that does not fit the IDL
+            return self._internal_error(method, seqid, exc)
+
+    def _internal_error(self, method: _Method, seqid: int, exc: Exception) -> bytes | None:
+        log.error("internal error in %s (seqid %d)", method.name, seqid, exc_info=exc)
+        if method.oneway:
+            return None
+        msg = f"internal error: {type(exc).__name__}: {exc}"
+        return _app_error(method.name, seqid, TApplicationException.INTERNAL_ERROR, msg)

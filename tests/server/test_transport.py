@@ -1,0 +1,466 @@
+"""FramedServer + Dispatcher on a real loopback socket, driven by an Apache-generated client.
+
+The server runs on its own asyncio loop in a background thread with a trivial in-test handler,
+so these tests exercise the wire and the transport, not the PinLater semantics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Coroutine, Iterator
+from types import ModuleType
+from typing import Any, TypeVar
+
+import pytest
+from tests.support.thrift_client import connect
+from tests.support.wait import wait_for
+from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TApplicationException, TMessageType
+from thrift.transport import TSocket, TTransport
+
+from pinlater.idl import idl
+from pinlater.server.dispatch import Dispatcher
+from pinlater.server.transport import FramedServer
+
+T = TypeVar("T")
+MAX_FRAME = 64 * 1024
+BINARY = bytes(range(256)) + b"\xff\xfe\x00\x80"  # not UTF-8
+
+
+class EchoHandler:
+    """All twelve methods, answering from their arguments; records what it was sent."""
+
+    def __init__(self) -> None:
+        self.queues: set[str] = set()
+        self.calls: list[tuple[str, Any]] = []
+        self.slow_started = threading.Event()
+        self.slow_release = asyncio.Event()
+
+    async def create_queue(self, context: Any, name: str) -> None:
+        self.calls.append(("create_queue", (context, name)))
+        self.queues.add(name)
+
+    async def delete_queue(self, context: Any, name: str, password: str) -> None:
+        raise idl.PinLaterException(errorCode=413, message=f"queue {name} not found")
+
+    async def enqueue_jobs(self, context: Any, request: Any) -> Any:
+        self.calls.append(("enqueue_jobs", request))
+        q = request.queueName
+        return idl.PinLaterEnqueueResponse(jobDescriptors=[f"{q}:s1:p1:{i}" for i in range(len(request.jobs))])
+
+    async def dequeue_jobs(self, context: Any, request: Any) -> Any:
+        q = request.queueName
+        jobs = {f"{q}:s1:p1:{i}": BINARY[: i + 1] for i in range(request.limit)}
+        meta = {d: idl.PinLaterDequeueMetadata(attemptsAllowed=3, attemptsRemaining=2) for d in jobs}
+        return idl.PinLaterDequeueResponse(jobs=jobs, jobMetadata=meta)
+
+    async def ack_dequeued_jobs(self, context: Any, request: Any) -> None:
+        self.calls.append(("ack_dequeued_jobs", request))
+
+    async def checkpoint_jobs(self, context: Any, request: Any) -> None:
+        if request.queueName == "slow":
+            self.slow_started.set()
+            await self.slow_release.wait()
+        self.calls.append(("checkpoint_jobs", request))
+
+    async def lookup_jobs(self, context: Any, request: Any) -> Any:
+        return {
+            d: idl.PinLaterJobInfo(
+                jobDescriptor=d,
+                jobState=1,
+                attemptsAllowed=3,
+                attemptsRemaining=2,
+                customStatus="ok",
+                createdAtTimestampMillis=1_700_000_000_000,
+                body=BINARY if request.includeBody else None,
+            )
+            for d in request.jobDescriptors
+        }
+
+    async def get_job_count(self, context: Any, request: Any) -> int:
+        return int(request.priority) * 1000 + int(request.jobState)
+
+    async def get_queue_names(self, context: Any) -> set[str]:
+        return set(self.queues)
+
+    async def scan_jobs(self, context: Any, request: Any) -> Any:
+        info = idl.PinLaterJobInfo(
+            jobDescriptor=f"{request.queueName}:s1:p1:7",
+            jobState=request.jobState,
+            attemptsAllowed=1,
+            attemptsRemaining=0,
+            customStatus="",
+            createdAtTimestampMillis=5,
+        )
+        return idl.PinLaterScanJobsResponse(scannedJobs=[info], continuation="-1")
+
+    async def retry_failed_jobs(self, context: Any, request: Any) -> int:
+        raise RuntimeError("storage on fire")
+
+    async def delete_jobs(self, context: Any, request: Any) -> int:
+        return int(request.limit)
+
+
+class ServerThread:
+    """A FramedServer on its own event loop in a daemon thread."""
+
+    def __init__(self, handler: EchoHandler, **options: Any) -> None:
+        self.handler = handler
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="framed-server", daemon=True)
+        self.thread.start()
+        self.server = FramedServer(Dispatcher(handler), "127.0.0.1", 0, **options)
+        self.call(self.server.start())
+        self.port = self.server.port
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 15) -> T:
+        result: T = self.submit(coro).result(timeout)
+        return result
+
+    def close(self) -> None:
+        try:
+            self.call(self.server.stop(5))
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
+@pytest.fixture
+def srv() -> Iterator[ServerThread]:
+    server = ServerThread(EchoHandler(), max_frame_bytes=MAX_FRAME)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def gen(thrift_gen: tuple[ModuleType, ModuleType]) -> ModuleType:
+    return thrift_gen[1]
+
+
+@pytest.fixture
+def open_client(srv: ServerThread, thrift_gen: tuple[ModuleType, ModuleType]) -> Iterator[Any]:
+    transports: list[Any] = []
+
+    def open_() -> Any:
+        client, transport = connect("127.0.0.1", srv.port)
+        transports.append(transport)
+        return client
+
+    yield open_
+    for transport in transports:
+        transport.close()
+
+
+# -- raw-socket helpers ---------------------------------------------------------------------------
+
+
+def encode_call(name: str, seqid: int, args: Any = None, strict: bool = True) -> bytes:
+    """A CALL message built with Apache's protocol; ``args`` None means an empty struct."""
+    buf = TTransport.TMemoryBuffer()
+    proto = TBinaryProtocol.TBinaryProtocol(buf, strictWrite=strict)
+    proto.writeMessageBegin(name, TMessageType.CALL, seqid)
+    if args is None:
+        proto.writeStructBegin("args")
+        proto.writeFieldStop()
+        proto.writeStructEnd()
+    else:
+        args.write(proto)
+    proto.writeMessageEnd()
+    value: bytes = buf.getvalue()
+    return value
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def raw_socket(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return sock
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+def read_reply(sock: socket.socket) -> tuple[str, int, int, TBinaryProtocol.TBinaryProtocol]:
+    (length,) = struct.unpack(">i", recv_exact(sock, 4))
+    proto = TBinaryProtocol.TBinaryProtocol(TTransport.TMemoryBuffer(recv_exact(sock, length)))
+    name, mtype, seqid = proto.readMessageBegin()
+    return name, mtype, seqid, proto
+
+
+def read_app_exception(sock: socket.socket) -> tuple[int, TApplicationException]:
+    _, mtype, seqid, proto = read_reply(sock)
+    assert mtype == TMessageType.EXCEPTION
+    exc = TApplicationException()
+    exc.read(proto)
+    return seqid, exc
+
+
+def refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def assert_closed_by_server(sock: socket.socket) -> None:
+    assert sock.recv(1) == b"", "the server should have closed this connection"
+
+
+# -- the contract round-trips ------------------------------------------------------------------
+
+
+def test_every_method_round_trips(srv: ServerThread, open_client: Any, gen: ModuleType) -> None:
+    c = open_client()
+    ctx = gen.RequestContext(source="tests:localhost", requestId="r1")
+    c.createQueue(ctx, "q1")
+    c.createQueue(ctx, "q2")
+    assert c.getQueueNames(ctx) == {"q1", "q2"}
+
+    jobs = [gen.PinLaterJob(body=BINARY, priority=3), gen.PinLaterJob(body=b"", priority=-128)]
+    resp = c.enqueueJobs(ctx, gen.PinLaterEnqueueRequest(queueName="q1", jobs=jobs))
+    assert resp.jobDescriptors == ["q1:s1:p1:0", "q1:s1:p1:1"]
+    seen = srv.handler.calls[-1][1]
+    assert [j.body for j in seen.jobs] == [BINARY, b""]
+    assert [j.priority for j in seen.jobs] == [3, -128]
+    assert seen.jobs[0].numAttemptsAllowed == 2 and seen.jobs[0].customStatus == ""  # IDL defaults
+    assert isinstance(seen.queueName, str)
+    create_ctx = srv.handler.calls[0][1][0]
+    assert (create_ctx.source, create_ctx.requestId) == ("tests:localhost", "r1")
+
+    deq = c.dequeueJobs(ctx, gen.PinLaterDequeueRequest(queueName="q1", limit=3))
+    assert deq.jobs == {f"q1:s1:p1:{i}": BINARY[: i + 1] for i in range(3)}
+    assert deq.jobMetadata["q1:s1:p1:2"].attemptsRemaining == 2
+
+    ack = gen.PinLaterJobAckRequest(
+        queueName="q1",
+        jobsSucceeded=[gen.PinLaterJobAckInfo(jobDescriptor="q1:s1:p1:0")],
+        jobsFailed=[gen.PinLaterJobAckInfo(jobDescriptor="q1:s1:p1:1", retryDelayMillis=2**40)],
+    )
+    assert c.ackDequeuedJobs(ctx, ack) is None
+    seen = srv.handler.calls[-1][1]
+    assert seen.jobsFailed[0].retryDelayMillis == 2**40 and seen.jobsSucceeded[0].appendCustomStatus == ""
+
+    check = gen.PinLaterCheckpointJobRequest(jobDescriptor="q1:s1:p1:0", newBody="é", moveToPending=True)
+    c.checkpointJobs(ctx, gen.PinLaterCheckpointJobsRequest(queueName="q1", requests=[check]))
+    assert srv.handler.calls[-1][1].requests[0].newBody == "é"
+
+    found = c.lookupJobs(ctx, gen.PinLaterLookupJobRequest(jobDescriptors=["a:s1:p1:1"], includeBody=True))
+    assert found["a:s1:p1:1"].body == BINARY and found["a:s1:p1:1"].jobState == gen.PinLaterJobState.IN_PROGRESS
+
+    count = gen.PinLaterGetJobCountRequest(queueName="q1", jobState=gen.PinLaterJobState.FAILED, priority=7)
+    assert c.getJobCount(ctx, count) == 7003
+
+    scan = c.scanJobs(ctx, gen.PinLaterScanJobsRequest(queueName="q1", jobState=gen.PinLaterJobState.SUCCEEDED))
+    assert scan.scannedJobs[0].jobDescriptor == "q1:s1:p1:7" and scan.continuation == "-1"
+    assert scan.scannedJobs[0].body is None
+
+    deleted = c.deleteJobs(ctx, gen.PinLaterDeleteJobsRequest(queueName="q1", jobState=gen.PinLaterJobState.FAILED))
+    assert deleted == 1000  # the IDL default limit, sent by the client
+
+
+def test_unversioned_message_headers_are_accepted(
+    srv: ServerThread, thrift_gen: tuple[ModuleType, ModuleType], gen: ModuleType
+) -> None:
+    transport = TTransport.TFramedTransport(TSocket.TSocket("127.0.0.1", srv.port))
+    proto = TBinaryProtocol.TBinaryProtocol(transport, strictRead=False, strictWrite=False)
+    client = thrift_gen[0].Client(proto)
+    transport.open()
+    try:
+        client.createQueue(gen.RequestContext(source="old:client"), "legacy")
+        assert client.getQueueNames(gen.RequestContext(source="old:client")) == {"legacy"}
+    finally:
+        transport.close()
+
+
+def test_declared_exception_arrives_with_code_and_message(open_client: Any, gen: ModuleType) -> None:
+    c = open_client()
+    with pytest.raises(gen.PinLaterException) as info:
+        c.deleteQueue(gen.RequestContext(source="t"), "nope", "pw")
+    assert info.value.errorCode == gen.ErrorCode.QUEUE_NOT_FOUND == 413
+    assert info.value.message == "queue nope not found"
+
+
+def test_unexpected_exception_is_internal_error_and_connection_survives(
+    open_client: Any, gen: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = open_client()
+    ctx = gen.RequestContext(source="t")
+    with pytest.raises(TApplicationException) as info:
+        c.retryFailedJobs(ctx, gen.PinLaterRetryFailedJobsRequest(queueName="q"))
+    assert info.value.type == TApplicationException.INTERNAL_ERROR
+    assert info.value.message == "internal error: RuntimeError: storage on fire"
+    assert [r.exc_info is not None for r in caplog.records if "retryFailedJobs" in r.getMessage()] == [True]
+    c.createQueue(ctx, "after")
+    assert c.getQueueNames(ctx) == {"after"}
+
+
+def test_missing_required_field_is_protocol_error_and_connection_survives(open_client: Any, gen: ModuleType) -> None:
+    c = open_client()
+    ctx = gen.RequestContext(source="t")
+    jobs = [gen.PinLaterJob(body=b"x"), gen.PinLaterJob(priority=2)]  # the client does not validate
+    with pytest.raises(TApplicationException) as info:
+        c.enqueueJobs(ctx, gen.PinLaterEnqueueRequest(queueName="q", jobs=jobs))
+    assert info.value.type == TApplicationException.PROTOCOL_ERROR
+    assert info.value.message == "missing required field PinLaterJob.body at request.jobs[1].body"
+    assert c.getQueueNames(ctx) == set()
+
+
+def test_unknown_method(srv: ServerThread) -> None:
+    with raw_socket(srv.port) as sock:
+        sock.sendall(frame(encode_call("noSuchMethod", 42)))
+        seqid, exc = read_app_exception(sock)
+        assert (seqid, exc.type) == (42, TApplicationException.UNKNOWN_METHOD)
+        sock.sendall(frame(encode_call("getQueueNames", 43)))  # still served
+        assert read_reply(sock)[1:3] == (TMessageType.REPLY, 43)
+
+
+def test_pipelined_calls_are_answered_in_order(srv: ServerThread) -> None:
+    with raw_socket(srv.port) as sock:
+        sock.sendall(b"".join(frame(encode_call("getQueueNames", seqid)) for seqid in range(1, 101)))
+        assert [read_reply(sock)[2] for _ in range(100)] == list(range(1, 101))
+
+
+def test_frames_split_across_reads(srv: ServerThread, open_client: Any, gen: ModuleType) -> None:
+    with raw_socket(srv.port) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        data = b"".join(frame(encode_call("getQueueNames", seqid)) for seqid in (1, 2, 3))
+        for i in range(0, len(data), 7):
+            sock.sendall(data[i : i + 7])
+        assert [read_reply(sock)[2] for _ in range(3)] == [1, 2, 3]
+    big = gen.PinLaterJob(body=BINARY * 200)  # about 52 KB: one frame, several reads
+    resp = open_client().enqueueJobs(
+        gen.RequestContext(source="t"), gen.PinLaterEnqueueRequest(queueName="b", jobs=[big])
+    )
+    assert resp.jobDescriptors == ["b:s1:p1:0"]
+    assert srv.handler.calls[-1][1].jobs[0].body == BINARY * 200
+
+
+# -- bad frames close only their own connection --------------------------------------------------
+
+GOOD_HEADER = encode_call("createQueue", 9)[:-1]  # the header, and an args struct without its STOP
+BAD_FRAMES = {
+    "garbage": frame(b"GET / HTTP/1.1\r\n"),
+    "bad_args": frame(GOOD_HEADER + b"\x0f\x00\x02\x63\x7f\xff\xff\xff\x00"),  # 2**31 elements, type 99
+    "oversized": struct.pack(">i", MAX_FRAME + 1) + b"\x80\x01",
+    "zero_length": struct.pack(">i", 0),
+    "negative_length": struct.pack(">i", -7),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FRAMES))
+def test_bad_frame_closes_only_that_connection(srv: ServerThread, open_client: Any, gen: ModuleType, kind: str) -> None:
+    good = open_client()
+    ctx = gen.RequestContext(source="t")
+    good.createQueue(ctx, "before")
+    with raw_socket(srv.port) as bad:
+        bad.sendall(BAD_FRAMES[kind])
+        if kind == "bad_args":  # the header was readable: a PROTOCOL_ERROR reply comes first
+            seqid, exc = read_app_exception(bad)
+            assert (seqid, exc.type) == (9, TApplicationException.PROTOCOL_ERROR)
+        assert_closed_by_server(bad)
+    good.createQueue(ctx, "after")
+    assert good.getQueueNames(ctx) == {"before", "after"}
+    stats = srv.server.stats()
+    assert stats.protocol_errors == (kind in ("garbage", "bad_args"))
+    assert stats.oversized_frames == (kind == "oversized")
+    assert stats.invalid_frame_lengths == (kind in ("zero_length", "negative_length"))
+
+
+def test_truncated_frame_ends_only_that_connection(srv: ServerThread, open_client: Any, gen: ModuleType) -> None:
+    good = open_client()
+    ctx = gen.RequestContext(source="t")
+    with raw_socket(srv.port) as bad:
+        bad.sendall(struct.pack(">i", 100) + b"\x80\x01\x00\x01")
+    wait_for(lambda: srv.server.stats().truncated_frames == 1, what="the truncated frame to be noticed")
+    good.createQueue(ctx, "still")
+    assert good.getQueueNames(ctx) == {"still"}
+    wait_for(lambda: srv.server.stats().connections_open == 1, what="the truncated connection to go")
+
+
+# -- scale and lifecycle -------------------------------------------------------------------------
+
+
+def test_connections_beyond_the_limit_are_refused(gen: ModuleType) -> None:
+    server = ServerThread(EchoHandler(), max_connections=1)
+    client, transport = connect("127.0.0.1", server.port)
+    try:
+        with raw_socket(server.port) as extra:
+            assert_closed_by_server(extra)
+        assert server.server.stats().connections_rejected == 1
+        assert client.getQueueNames(gen.RequestContext(source="t")) == set()
+    finally:
+        transport.close()
+        server.close()
+
+
+def test_a_thousand_concurrent_connections(srv: ServerThread) -> None:
+    n = 1000
+    request = frame(encode_call("getQueueNames", 5))
+
+    async def main() -> list[int]:
+        conns = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", srv.port) for _ in range(n)))
+        try:
+            await asyncio.to_thread(
+                wait_for, lambda: srv.server.stats().connections_open >= n, 15.0, 0.02, f"{n} open connections"
+            )
+            for _, writer in conns:
+                writer.write(request)
+
+            async def reply(reader: asyncio.StreamReader) -> int:
+                (length,) = struct.unpack(">i", await reader.readexactly(4))
+                payload = await reader.readexactly(length)
+                seqid: int = struct.unpack_from(">i", payload, 4 + 4 + len("getQueueNames"))[0]
+                return payload[3] * 1000 + seqid  # payload[3] is the message type
+
+            return await asyncio.wait_for(asyncio.gather(*(reply(r) for r, _ in conns)), 15)
+        finally:
+            for _, writer in conns:
+                writer.close()
+            await asyncio.gather(*(w.wait_closed() for _, w in conns), return_exceptions=True)
+
+    replies = asyncio.run(main())
+    assert replies == [TMessageType.REPLY * 1000 + 5] * n
+    assert srv.server.stats().connections_accepted >= n
+
+
+def test_graceful_stop_lets_the_request_in_flight_finish(gen: ModuleType) -> None:
+    handler = EchoHandler()
+    server = ServerThread(handler)
+    client, transport = connect("127.0.0.1", server.port)
+    results: list[Any] = []
+    try:
+        ctx = gen.RequestContext(source="t")
+        slow = gen.PinLaterCheckpointJobsRequest(queueName="slow", requests=[])
+
+        caller = threading.Thread(target=lambda: results.append(client.checkpointJobs(ctx, slow)))
+        caller.start()
+        assert handler.slow_started.wait(10)
+        stopping = server.submit(server.server.stop(10))
+        wait_for(lambda: refused(server.port), what="new connections to be refused")
+        assert not stopping.done()
+        server.loop.call_soon_threadsafe(handler.slow_release.set)
+        caller.join(10)
+        assert results == [None]  # the reply arrived before the connection closed
+        stopping.result(10)
+        assert handler.calls[-1][0] == "checkpoint_jobs"
+        assert server.server.stats().connections_open == 0
+    finally:
+        transport.close()
+        server.close()
