@@ -16,14 +16,14 @@ build-dev: ## rebuild the Rust extension in place
 
 .PHONY: format
 format: ## format Python and Rust
-	$(PYTHON) -m ruff format python tests benches
-	$(PYTHON) -m ruff check --fix python tests benches
+	$(PYTHON) -m ruff format python tests benches examples
+	$(PYTHON) -m ruff check --fix python tests benches examples
 	cargo fmt
 
 .PHONY: lint
 lint: ## ruff, mypy (strict), stubtest, rustfmt and clippy, all warnings as errors
-	$(PYTHON) -m ruff check python tests benches
-	$(PYTHON) -m ruff format --check python tests benches
+	$(PYTHON) -m ruff check python tests benches examples
+	$(PYTHON) -m ruff format --check python tests benches examples
 	$(PYTHON) -m mypy
 	$(PYTHON) -m mypy.stubtest pinlater._pinlater
 	cargo fmt --check

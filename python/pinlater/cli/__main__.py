@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pinlater import __version__
-from pinlater.cli import serve
+from pinlater.cli import serve, worker
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     serve.add_parser(sub)
+    worker.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,55 @@
+"""Python clients of the PinLater contract: ``PinLaterClient`` (threads) and
+``AsyncPinLaterClient`` (asyncio), with typed results and typed errors.
+
+    from pinlater.client import PinLaterClient, Job, JobState
+
+    with PinLaterClient("127.0.0.1:9010") as client:
+        client.create_queue("emails")
+        [descriptor] = client.enqueue("emails", [Job(b"hello", priority=2)])
+        jobs = client.dequeue("emails", limit=10)
+        client.ack("emails", succeeded=[j.descriptor for j in jobs])
+"""
+
+from pinlater.client.aio import AsyncPinLaterClient
+from pinlater.client.calls import Call
+from pinlater.client.errors import (
+    ERROR_CLASSES,
+    EnqueueRejected,
+    InvalidRequest,
+    PasswordInvalid,
+    PinLaterConnectionError,
+    QueueNotFound,
+    RateLimited,
+    ServerError,
+    ServerUnavailable,
+)
+from pinlater.client.servers import ServerSet
+from pinlater.client.sync import PinLaterClient, default_source
+from pinlater.client.types import Ack, Checkpoint, DequeuedJob, Job, JobInfo, JobState, ScanResult
+from pinlater.errors import ErrorCode, PinLaterError
+
+__all__ = [
+    "ERROR_CLASSES",
+    "Ack",
+    "AsyncPinLaterClient",
+    "Call",
+    "Checkpoint",
+    "DequeuedJob",
+    "EnqueueRejected",
+    "ErrorCode",
+    "InvalidRequest",
+    "Job",
+    "JobInfo",
+    "JobState",
+    "PasswordInvalid",
+    "PinLaterClient",
+    "PinLaterConnectionError",
+    "PinLaterError",
+    "QueueNotFound",
+    "RateLimited",
+    "ScanResult",
+    "ServerError",
+    "ServerSet",
+    "ServerUnavailable",
+    "default_source",
+]

@@ -1,0 +1,221 @@
+"""Each client method as a ``Call``: the Thrift method, its arguments, whether it is safe to
+repeat, and how its result becomes a typed value. The sync and asyncio clients only move calls.
+
+``safe`` means that sending the request twice leaves the store as sending it once would:
+reads (lookup, count, scan, getQueueNames, dry-run dequeue) and createQueue (idempotent by
+contract). Everything else (enqueue, dequeue, ack, checkpoint, retry/delete jobs, deleteQueue)
+is repeated only when the first request certainly never reached a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pinlater.client.types import Ack, Checkpoint, DequeuedJob, Job, JobInfo, JobState, ScanResult
+from pinlater.idl import idl
+
+T = TypeVar("T")
+
+#: What ``enqueue`` takes for one job.
+JobLike = bytes | str | Job
+#: What ``ack`` and ``dequeue`` take for one job's outcome: a descriptor or an ``Ack``.
+AckLike = str | Ack
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    method: str
+    #: The arguments after the RequestContext, in the IDL's order.
+    args: tuple[Any, ...]
+    safe: bool
+    convert: Callable[[Any], T]
+
+
+def _none(_: Any) -> None:
+    return None
+
+
+def _int(value: Any) -> int:
+    return int(value or 0)
+
+
+def _thrift_job(job: JobLike) -> Any:
+    if isinstance(job, bytes):
+        return idl.PinLaterJob(body=job)
+    if isinstance(job, str):
+        return idl.PinLaterJob(body=job.encode())
+    body = job.body.encode() if isinstance(job.body, str) else job.body
+    return idl.PinLaterJob(
+        body=body,
+        priority=job.priority,
+        runAfterTimestampMillis=job.run_after_ms,
+        numAttemptsAllowed=job.attempts,
+        customStatus=job.custom_status,
+    )
+
+
+def thrift_ack(ack: AckLike) -> Any:
+    if isinstance(ack, str):
+        return idl.PinLaterJobAckInfo(jobDescriptor=ack)
+    return idl.PinLaterJobAckInfo(
+        jobDescriptor=ack.descriptor,
+        appendCustomStatus=ack.append_status,
+        retryDelayMillis=max(0, round(ack.retry_delay * 1000)),
+    )
+
+
+def thrift_ack_request(queue: str, succeeded: Iterable[AckLike], failed: Iterable[AckLike]) -> Any:
+    return idl.PinLaterJobAckRequest(
+        queueName=queue,
+        jobsSucceeded=[thrift_ack(a) for a in succeeded],
+        jobsFailed=[thrift_ack(a) for a in failed],
+    )
+
+
+def dequeued_jobs(response: Any) -> list[DequeuedJob]:
+    """The jobs of a ``PinLaterDequeueResponse``, in the order the server returned them."""
+    jobs: Mapping[str, bytes] = response.jobs or {}
+    meta: Mapping[str, Any] = response.jobMetadata or {}
+    out = []
+    for descriptor, body in jobs.items():
+        m = meta.get(descriptor)
+        allowed = (m.attemptsAllowed or 0) if m is not None else 0
+        remaining = (m.attemptsRemaining or 0) if m is not None else 0
+        out.append(DequeuedJob(descriptor, body, allowed, remaining))
+    return out
+
+
+def _job_infos(found: Mapping[str, Any] | None) -> dict[str, JobInfo]:
+    return {d: JobInfo.from_thrift(info) for d, info in (found or {}).items()}
+
+
+def _scan_result(response: Any) -> ScanResult:
+    jobs = [JobInfo.from_thrift(info) for info in response.scannedJobs or []]
+    return ScanResult(jobs, response.continuation or "-1", raw=response)
+
+
+def create_queue(name: str) -> Call[None]:
+    return Call("createQueue", (name,), True, _none)
+
+
+def delete_queue(name: str, password: str) -> Call[None]:
+    return Call("deleteQueue", (name, password), False, _none)
+
+
+def queue_names() -> Call[set[str]]:
+    return Call("getQueueNames", (), True, lambda names: set(names or ()))
+
+
+def enqueue(queue: str, jobs: Iterable[JobLike]) -> Call[list[str]]:
+    request = idl.PinLaterEnqueueRequest(queueName=queue, jobs=[_thrift_job(j) for j in jobs])
+    return Call("enqueueJobs", (request,), False, lambda r: list(r.jobDescriptors))
+
+
+def dequeue(
+    queue: str,
+    limit: int,
+    succeeded: Iterable[AckLike] = (),
+    failed: Iterable[AckLike] = (),
+    dry_run: bool = False,
+    coverage: float = 1.0,
+) -> Call[list[DequeuedJob]]:
+    ack_request = thrift_ack_request(queue, succeeded, failed)
+    carries_acks = bool(ack_request.jobsSucceeded or ack_request.jobsFailed)
+    request = idl.PinLaterDequeueRequest(
+        queueName=queue,
+        limit=limit,
+        jobAckRequest=ack_request if carries_acks else None,
+        dryRun=dry_run,
+        coverage=coverage,
+    )
+    return Call("dequeueJobs", (request,), dry_run and not carries_acks, dequeued_jobs)
+
+
+def ack(queue: str, succeeded: Iterable[AckLike] = (), failed: Iterable[AckLike] = ()) -> Call[None]:
+    return Call("ackDequeuedJobs", (thrift_ack_request(queue, succeeded, failed),), False, _none)
+
+
+def checkpoint(queue: str, checkpoints: Iterable[Checkpoint]) -> Call[None]:
+    requests = [
+        idl.PinLaterCheckpointJobRequest(
+            jobDescriptor=c.descriptor,
+            newBody=c.new_body,
+            moveToPending=c.move_to_pending,
+            runAfterTimestampMillis=c.run_after_ms,
+            numOfAttemptsAllowed=c.attempts_allowed,
+            prependCustomStatus=c.prepend_status,
+        )
+        for c in checkpoints
+    ]
+    request = idl.PinLaterCheckpointJobsRequest(queueName=queue, requests=requests)
+    return Call("checkpointJobs", (request,), False, _none)
+
+
+def lookup(descriptors: Iterable[str], include_body: bool = False) -> Call[dict[str, JobInfo]]:
+    request = idl.PinLaterLookupJobRequest(jobDescriptors=list(descriptors), includeBody=include_body)
+    return Call("lookupJobs", (request,), True, _job_infos)
+
+
+def count(
+    queue: str, state: JobState, priority: int | None = None, count_future: bool = False, body_regex: str | None = None
+) -> Call[int]:
+    request = idl.PinLaterGetJobCountRequest(
+        queueName=queue,
+        jobState=int(state),
+        priority=priority,
+        countFutureJobs=count_future,
+        bodyRegexToMatch=body_regex,
+    )
+    return Call("getJobCount", (request,), True, _int)
+
+
+def scan(
+    queue: str,
+    state: JobState,
+    priority: int | None = None,
+    scan_future: bool = False,
+    limit: int = 100,
+    body_regex: str | None = None,
+    continuation: str = "0",
+) -> Call[ScanResult]:
+    request = idl.PinLaterScanJobsRequest(
+        queueName=queue,
+        jobState=int(state),
+        priority=priority,
+        scanFutureJobs=scan_future,
+        continuation=continuation,
+        limit=limit,
+        bodyRegexToMatch=body_regex,
+    )
+    return Call("scanJobs", (request,), True, _scan_result)
+
+
+def retry_failed(
+    queue: str, priority: int = 1, attempts: int = 1, run_after_ms: int | None = None, limit: int = 1000
+) -> Call[int]:
+    request = idl.PinLaterRetryFailedJobsRequest(
+        queueName=queue, priority=priority, attemptsToAllow=attempts, runAfterTimestampMillis=run_after_ms, limit=limit
+    )
+    return Call("retryFailedJobs", (request,), False, _int)
+
+
+def delete_jobs(
+    queue: str, state: JobState, priority: int = 1, body_regex: str | None = None, limit: int = 1000
+) -> Call[int]:
+    request = idl.PinLaterDeleteJobsRequest(
+        queueName=queue, jobState=int(state), priority=priority, bodyRegexToMatch=body_regex, limit=limit
+    )
+    return Call("deleteJobs", (request,), False, _int)
+
+
+#: Thrift methods that are safe to repeat (see the module's docstring); used by ``client.raw``.
+SAFE_METHODS = frozenset({"createQueue", "getQueueNames", "lookupJobs", "getJobCount", "scanJobs"})
+
+
+def raw(method: str, args: tuple[Any, ...]) -> Call[Any]:
+    """A call with Thrift structs in and out (``client.raw``)."""
+    if not hasattr(idl.PinLater, method + "_args"):
+        raise AttributeError(f"PinLater has no method {method!r}")
+    return Call(method, args, method in SAFE_METHODS, lambda value: value)

@@ -1,0 +1,116 @@
+"""Typed requests and results of the client: dataclasses in place of raw Thrift structs.
+
+Times are milliseconds since the epoch, as on the wire (``*_ms``); delays are seconds (float).
+Each result keeps the Thrift struct it came from in ``raw`` (not compared, not printed), and
+``PinLaterClient.raw`` makes calls with Thrift structs in and out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pinlater.backends.base import JobState
+
+__all__ = ["Ack", "Checkpoint", "DequeuedJob", "Job", "JobInfo", "JobState", "ScanResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job to enqueue. Defaults are the contract's: priority 1 (highest), 2 attempts."""
+
+    body: bytes | str
+    priority: int = 1
+    #: Not eligible for dequeue before this time (ms since the epoch); None: now.
+    run_after_ms: int | None = None
+    attempts: int = 2
+    custom_status: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DequeuedJob:
+    """A job claimed by a dequeue (IN_PROGRESS until acked, checkpointed or timed out)."""
+
+    descriptor: str
+    body: bytes
+    attempts_allowed: int
+    attempts_remaining: int
+
+    @property
+    def queue(self) -> str:
+        return self.descriptor.split(":", 1)[0]
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this run is: 1 for the first, ``attempts_allowed`` for the last."""
+        return self.attempts_allowed - self.attempts_remaining + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The outcome of one dequeued job, sent as a ``PinLaterJobAckInfo``."""
+
+    descriptor: str
+    #: Appended to the job's custom status (the store truncates the total).
+    append_status: str = ""
+    #: For a failure with attempts left: seconds until the job is eligible again.
+    retry_delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A checkpoint of one IN_PROGRESS job; a no-op once the caller's claim is gone."""
+
+    descriptor: str
+    #: Replaces the body. The contract's ``newBody`` is a string: bytes must be UTF-8.
+    new_body: str | bytes | None = None
+    #: Back to PENDING without charging an attempt: how a worker releases a job it will not run.
+    move_to_pending: bool = False
+    #: ms since the epoch; the server defaults it to now.
+    run_after_ms: int | None = None
+    #: Resets both attempts allowed and remaining.
+    attempts_allowed: int | None = None
+    prepend_status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """What lookup and scan report about one job."""
+
+    descriptor: str
+    state: JobState
+    attempts_allowed: int
+    attempts_remaining: int
+    custom_status: str
+    created_at_ms: int
+    run_after_ms: int | None = None
+    updated_at_ms: int | None = None
+    claim_descriptor: str | None = None
+    #: Only when asked for (``include_body=True``).
+    body: bytes | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_thrift(cls, info: Any) -> JobInfo:
+        return cls(
+            descriptor=info.jobDescriptor,
+            state=JobState(info.jobState),
+            attempts_allowed=info.attemptsAllowed,
+            attempts_remaining=info.attemptsRemaining,
+            custom_status=info.customStatus or "",
+            created_at_ms=info.createdAtTimestampMillis,
+            run_after_ms=info.runAfterTimestampMillis,
+            updated_at_ms=info.updatedAtTimestampMillis,
+            claim_descriptor=info.claimDescriptor,
+            body=info.body,
+            raw=info,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """One page of a scan; ``continuation`` is "-1" when nothing is left."""
+
+    jobs: list[JobInfo]
+    continuation: str = "-1"
+    raw: Any = field(default=None, repr=False, compare=False)

@@ -1,0 +1,108 @@
+"""``JobContext``: what a handler receives, one per job in hand."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from pinlater.client.types import Checkpoint, DequeuedJob
+
+if TYPE_CHECKING:
+    from pinlater.worker.queue_runner import QueueRunner
+
+
+class JobContext:
+    """One dequeued job and the means to checkpoint it.
+
+    ``checkpoint`` (from a sync handler's thread) and ``acheckpoint`` (from an async handler)
+    extend the claim, replace the body, reset attempts or prepend to the custom status. With
+    ``move_to_pending=True`` the job goes back to PENDING without charging an attempt and the
+    worker sends no ack for it: another worker may hold it by the time this handler returns.
+    """
+
+    __slots__ = ("job", "released", "runner")
+
+    def __init__(self, runner: QueueRunner, job: DequeuedJob) -> None:
+        self.runner = runner
+        self.job = job
+        #: Set once the job went back to PENDING (by the handler or at shutdown): no ack follows.
+        self.released = False
+
+    @property
+    def queue(self) -> str:
+        return self.runner.queue
+
+    @property
+    def descriptor(self) -> str:
+        return self.job.descriptor
+
+    @property
+    def body(self) -> bytes:
+        return self.job.body
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first run; ``attempts_allowed`` on the last."""
+        return self.job.attempt
+
+    @property
+    def attempts_allowed(self) -> int:
+        return self.job.attempts_allowed
+
+    @property
+    def attempts_remaining(self) -> int:
+        """Counting this run: 1 means a failure now makes the job FAILED."""
+        return self.job.attempts_remaining
+
+    def _checkpoint(
+        self,
+        new_body: str | bytes | None,
+        move_to_pending: bool,
+        run_after: float | None,
+        attempts_allowed: int | None,
+        prepend_status: str | None,
+    ) -> Checkpoint:
+        run_after_ms = None if run_after is None else int(run_after * 1000)
+        return Checkpoint(self.descriptor, new_body, move_to_pending, run_after_ms, attempts_allowed, prepend_status)
+
+    def checkpoint(
+        self,
+        *,
+        new_body: str | bytes | None = None,
+        move_to_pending: bool = False,
+        run_after: float | None = None,
+        attempts_allowed: int | None = None,
+        prepend_status: str | None = None,
+    ) -> None:
+        """Checkpoint from a sync handler (blocks its thread). ``run_after``: Unix time in seconds."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("JobContext.checkpoint() would block the event loop: use await ctx.acheckpoint()")
+        cp = self._checkpoint(new_body, move_to_pending, run_after, attempts_allowed, prepend_status)
+        self.runner.worker.sync_client.checkpoint(self.queue, [cp])
+        self.released = self.released or move_to_pending
+
+    async def acheckpoint(
+        self,
+        *,
+        new_body: str | bytes | None = None,
+        move_to_pending: bool = False,
+        run_after: float | None = None,
+        attempts_allowed: int | None = None,
+        prepend_status: str | None = None,
+    ) -> None:
+        """Checkpoint from an async handler."""
+        cp = self._checkpoint(new_body, move_to_pending, run_after, attempts_allowed, prepend_status)
+        await self.runner.worker.client.checkpoint(self.queue, [cp])
+        self.released = self.released or move_to_pending
+
+    def retry_later(self, delay: float) -> None:
+        """Put the job back to PENDING for ``delay`` seconds without using an attempt (sync handlers)."""
+        self.checkpoint(move_to_pending=True, run_after=time.time() + delay)
+
+    def __repr__(self) -> str:
+        return f"JobContext({self.descriptor!r}, attempt {self.attempt} of {self.attempts_allowed})"

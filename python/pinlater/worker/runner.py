@@ -1,0 +1,232 @@
+"""``Worker``: runs handlers for PinLater queues until told to stop.
+
+One asyncio loop drives everything. Per queue, a dequeue loop claims jobs in batches and hands
+them to the handler: ``async def`` handlers as tasks on the loop, plain functions on that
+queue's handler threads. Outcomes become acks, piggy-backed on the queue's next dequeue and also
+flushed every ``ack_interval`` seconds so a quiet queue still acks.
+
+Invariants:
+
+* Jobs in hand (claimed, not yet acked or released) never exceed the queue's ``concurrency``:
+  a dequeue asks for at most the free slots. A claimed job that waits in a local buffer still
+  ages toward the server's claim timeout (180 s), after which it is handed to another worker and
+  runs twice; and it is unavailable to idle workers elsewhere. So nothing is claimed ahead.
+* Every job in hand ends in exactly one of: a success ack, a failure ack carrying the retry
+  policy's delay and the error text, or a release (checkpoint with ``moveToPending``: back to
+  PENDING, no attempt charged) by the handler or at shutdown.
+* Stop (SIGTERM/SIGINT under ``run``) ends dequeuing, waits up to ``grace_period`` for jobs in
+  hand, releases the rest, then sends every pending ack. A second signal skips the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from pinlater.client.aio import AsyncPinLaterClient
+from pinlater.client.servers import Address, ServerSet, make_server_set
+from pinlater.client.sync import PinLaterClient, default_source
+from pinlater.worker.queue_runner import Handler, QueueRunner, Registration, WorkerStats, is_async
+from pinlater.worker.retry import RetryPolicy, linear
+
+log = logging.getLogger("pinlater.worker")
+
+
+class Worker:
+    """Handlers for PinLater queues. ``run()`` blocks until SIGTERM/SIGINT and returns 0.
+
+    ``servers``/``server_set``/``source`` are as for the clients. Per queue (overridable in
+    ``register``): ``concurrency`` (jobs in hand, and handler threads for a sync handler),
+    ``batch_size`` (most jobs per dequeue; default ``concurrency // 2``), ``retry`` (default the
+    original's linear 1 s x attempt). ``poll_interval`` (first, most) bounds the wait after an
+    empty dequeue; errors back off up to ``error_backoff``. ``status_limit`` caps the error
+    text appended to a failed job's custom status.
+    """
+
+    def __init__(
+        self,
+        servers: str | Iterable[str | Address] | ServerSet | None = None,
+        *,
+        server_set: str | os.PathLike[str] | None = None,
+        source: str | None = None,
+        concurrency: int = 8,
+        batch_size: int | None = None,
+        retry: RetryPolicy | None = None,
+        ack_interval: float = 1.0,
+        poll_interval: tuple[float, float] = (0.005, 1.0),
+        error_backoff: float = 5.0,
+        grace_period: float = 30.0,
+        status_limit: int = 500,
+        timeout: float = 30.0,
+    ) -> None:
+        self.servers = make_server_set(servers, server_set)
+        self.source = source or default_source()
+        self.client = AsyncPinLaterClient(self.servers, source=self.source, timeout=timeout)
+        self._sync_client: PinLaterClient | None = None
+        self._sync_lock = threading.Lock()
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.retry = retry or linear(1.0)
+        self.ack_interval = ack_interval
+        self.poll_interval = poll_interval
+        self.error_backoff = error_backoff
+        self.grace_period = grace_period
+        self.status_limit = status_limit
+        self.registrations: dict[str, Registration] = {}
+        self.stats = WorkerStats()
+        self.runners: list[QueueRunner] = []
+        self.stopping = False
+        self._stop_requested = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._hurry = False
+        self.changed = asyncio.Event()
+
+    @property
+    def sync_client(self) -> PinLaterClient:
+        """A thread-safe client for handler threads (``JobContext.checkpoint``), made on first use."""
+        with self._sync_lock:
+            if self._sync_client is None:
+                self._sync_client = PinLaterClient(self.servers, source=self.source, timeout=self.timeout)
+            return self._sync_client
+
+    def register(
+        self,
+        queue: str,
+        handler: Handler | None = None,
+        *,
+        concurrency: int | None = None,
+        batch_size: int | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Run ``handler`` for the jobs of ``queue``; without a handler, a decorator."""
+
+        def add(fn: Handler) -> Handler:
+            size = concurrency or self.concurrency
+            if size < 1:
+                raise ValueError("concurrency must be at least 1")
+            # Default half the slots: the next batch is fetched while the other half still runs.
+            batch = max(1, min(size, batch_size or self.batch_size or size // 2))
+            self.registrations[queue] = Registration(queue, fn, size, batch, retry or self.retry, is_async(fn))
+            return fn
+
+        return add if handler is None else add(handler)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop gracefully; a second call skips the grace period. Safe from any thread."""
+        loop = self._loop
+        if loop is None:
+            self._stop_requested = True
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._request_stop()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop already finished
+                loop.call_soon_threadsafe(self._request_stop)
+
+    def _request_stop(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            held = sum(len(r.in_hand) for r in self.runners)
+            log.info("stopping: finishing %d job(s) in hand (grace period %gs)", held, self.grace_period)
+            for runner in self.runners:
+                runner.slot_freed.set()
+            if self._stop_event is not None:
+                self._stop_event.set()
+        else:
+            log.info("stopping now: releasing jobs in hand")
+            self._hurry = True
+        self.changed.set()
+
+    async def sleep(self, delay: float) -> None:
+        """Sleep that ends early when the worker stops."""
+        assert self._stop_event is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._stop_event.wait()
+
+    async def serve(self) -> None:
+        """Run until ``stop()``; then finish or release jobs in hand and send every ack."""
+        if not self.registrations:
+            raise ValueError("no handler registered")
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.runners = [QueueRunner(self, reg) for reg in self.registrations.values()]
+        if self._stop_requested:
+            self._request_stop()
+        loops = [asyncio.create_task(r.dequeue_loop(), name=f"dequeue:{r.queue}") for r in self.runners]
+        flusher = asyncio.create_task(self._flush_loop(), name="ack-flusher")
+        try:
+            await self._stop_event.wait()
+            await asyncio.gather(*loops)
+            await self._wait_for_jobs()
+            for runner in self.runners:
+                await runner.release_all()
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            for task in loops:
+                task.cancel()
+            await self._final_flush()
+            for runner in self.runners:
+                runner.stop_threads()
+            self.client.close()
+            if self._sync_client is not None:
+                self._sync_client.close()
+        s = self.stats
+        log.info("stopped: %d succeeded, %d failed, %d released", s.succeeded, s.failed, s.released)
+
+    async def _wait_for_jobs(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self.grace_period
+        while any(r.in_hand for r in self.runners) and not self._hurry:
+            self.changed.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self.changed.wait()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.ack_interval)
+            for runner in self.runners:
+                await runner.flush_acks()
+
+    async def _final_flush(self, attempts: int = 3) -> None:
+        for attempt in range(attempts):
+            pending = [r for r in self.runners if not await r.flush_acks()]
+            if not pending:
+                return
+            if attempt + 1 < attempts:
+                await asyncio.sleep(0.2 * 2**attempt)
+        lost = sum(len(r.succeeded) + len(r.failed) for r in self.runners)
+        log.error("%d ack(s) could not be sent; those jobs will be retried after the claim timeout", lost)
+
+    def run(self, install_signal_handlers: bool = True) -> int:
+        """Serve until SIGTERM/SIGINT (the first finishes jobs in hand, the second hurries); 0 on success."""
+
+        async def main() -> None:
+            if install_signal_handlers and threading.current_thread() is threading.main_thread():
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, self.stop)
+            await self.serve()
+
+        asyncio.run(main())
+        return 0

@@ -1,0 +1,82 @@
+"""Threads that run sync handlers, fed through a ``SimpleQueue`` and reporting back in batches.
+
+``ThreadPoolExecutor`` costs a Future and a loop callback per job; here a finished job is a
+deque append, and the event loop is woken once for however many finished since it last looked.
+That keeps the worker's own cost per no-op job small next to the server's (see
+``benches/worker_overhead.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from pinlater.worker.context import JobContext
+
+#: (context, exception or None, handler result)
+Outcome = tuple[JobContext, BaseException | None, Any]
+
+
+class HandlerThreads:
+    """``size`` daemon threads calling ``handler(ctx)``; ``on_done(outcomes)`` runs on the loop.
+
+    Daemon threads, because a handler still running when the grace period ends must not keep
+    the process alive: its job has been released back to PENDING by then.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        size: int,
+        handler: Callable[[JobContext], Any],
+        loop: asyncio.AbstractEventLoop,
+        on_done: Callable[[list[Outcome]], None],
+    ) -> None:
+        self.handler = handler
+        self.loop = loop
+        self.on_done = on_done
+        self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._done: deque[Outcome] = deque()
+        self._wake_pending = False
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, ctx: JobContext) -> None:
+        self._jobs.put(ctx)
+
+    def _work(self) -> None:
+        while True:
+            ctx = self._jobs.get()
+            if ctx is None:
+                return
+            try:
+                outcome: Outcome = (ctx, None, self.handler(ctx))
+            except BaseException as exc:  # every failure is reported, even SystemExit from a handler
+                outcome = (ctx, exc, None)
+            self._done.append(outcome)
+            # One wake-up per batch: _drain clears the flag before it empties the deque, so an
+            # outcome appended after the flag was read as set is still drained.
+            if not self._wake_pending:
+                self._wake_pending = True
+                try:
+                    self.loop.call_soon_threadsafe(self._drain)
+                except RuntimeError:  # the loop is closed: the worker has exited
+                    return
+
+    def _drain(self) -> None:
+        self._wake_pending = False
+        outcomes = []
+        while self._done:
+            outcomes.append(self._done.popleft())
+        if outcomes:
+            self.on_done(outcomes)
+
+    def stop(self) -> None:
+        """Threads exit once the jobs queued before this are done (they are not waited for)."""
+        for _ in self._threads:
+            self._jobs.put(None)

@@ -1,0 +1,112 @@
+"""Failover, ServerSet files, timeouts and the rule that unsafe calls are not repeated once sent."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pinlater.client import JobState, PinLaterClient, PinLaterConnectionError, ServerSet, ServerUnavailable
+from pinlater.errors import ErrorCode
+from tests.client.proxy import FlakyProxy
+from tests.support.pinlater_server import ServerProcess
+from tests.support.wait import wait_for
+
+
+def dead_address() -> str:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture
+def proxy(srv: ServerProcess) -> Iterator[FlakyProxy]:
+    p = FlakyProxy(srv.port)
+    yield p
+    p.close()
+
+
+def test_failover_from_a_dead_server_to_a_live_one(address: str, queue: str) -> None:
+    dead = dead_address()
+    with PinLaterClient([dead, address], retries=0) as client:
+        for _ in range(4):  # round-robin starts on the dead one half of the time
+            assert len(client.enqueue(queue, [b"x"])) == 1, "a connect failure means nothing was sent"
+        assert client.count(queue, JobState.PENDING) == 4
+        assert client.servers.order()[-1] == ("127.0.0.1", int(dead.rsplit(":", 1)[1])), "dead one tried last"
+
+
+def test_only_dead_servers_raise_a_connection_error(queue: str) -> None:
+    with PinLaterClient([dead_address(), dead_address()], connect_timeout=1) as client:
+        with pytest.raises(PinLaterConnectionError) as info:
+            client.enqueue(queue, [b"x"])
+    err = info.value
+    assert err.sent is False and err.code == ErrorCode.SHARD_CONNECTION_FAILED
+    assert isinstance(err, ServerUnavailable) and "cannot connect" in err.message
+
+
+def test_enqueue_is_not_repeated_after_the_request_reached_the_server(
+    proxy: FlakyProxy, pl: PinLaterClient, queue: str
+) -> None:
+    with PinLaterClient(proxy.address, retries=3) as client:
+        proxy.drop_replies = 1
+        with pytest.raises(PinLaterConnectionError) as info:
+            client.enqueue(queue, [b"once"])
+        assert info.value.sent is True
+        assert proxy.dropped == 1
+        assert pl.count(queue, JobState.PENDING) == 1, "the server got it once and the client did not resend"
+
+        proxy.drop_replies = 1
+        assert client.count(queue, JobState.PENDING) == 1, "a safe call is retried after a dropped reply"
+        assert proxy.dropped == 2
+
+
+def test_a_dequeue_whose_reply_is_lost_is_not_repeated(proxy: FlakyProxy, pl: PinLaterClient, queue: str) -> None:
+    pl.enqueue(queue, [b"a", b"b"])
+    with PinLaterClient(proxy.address, retries=3) as client:
+        proxy.drop_replies = 1
+        with pytest.raises(PinLaterConnectionError):
+            client.dequeue(queue, 1)
+        assert pl.count(queue, JobState.IN_PROGRESS) == 1, "claimed once, not twice"
+
+
+def test_a_read_timeout_is_a_connection_error(queue: str) -> None:
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog) but never answers
+    try:
+        with PinLaterClient(f"127.0.0.1:{silent.getsockname()[1]}", timeout=0.3, retries=0) as client:
+            with pytest.raises(PinLaterConnectionError) as info:
+                client.enqueue(queue, [b"x"])
+        assert info.value.sent is True and "no reply" in info.value.message
+    finally:
+        silent.close()
+
+
+def test_server_set_file_changes_are_picked_up(
+    start_server: Callable[..., ServerProcess], srv: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = start_server(data_dir=tmp_path / "other")
+    path = tmp_path / "serverset"
+    path.write_text(f"# the shared server\n127.0.0.1:{srv.port}\n")
+    with PinLaterClient(server_set=path) as client:
+        client.create_queue("only_on_the_first")
+        assert "only_on_the_first" in client.queue_names()
+        path.write_text(f"127.0.0.1:{other.port}\n\n")
+        wait_for(lambda: "only_on_the_first" not in client.queue_names(), timeout=10, what="the new ServerSet")
+        client.create_queue("on_the_second")
+        assert client.servers.addresses() == (("127.0.0.1", other.port),)
+        path.write_text("not an address\n")  # a bad edit keeps the last good list
+        wait_for(lambda: client.queue_names() and "keeping 1 server(s)" in caplog.text, timeout=10, what="bad edit")
+        assert "on_the_second" in client.queue_names()
+        assert client._pools.keys() <= {("127.0.0.1", other.port)}, "pools of removed servers are dropped"
+
+
+def test_server_set_parsing() -> None:
+    assert ServerSet(["h:1", ("x", 2)]).addresses() == (("h", 1), ("x", 2))
+    assert ServerSet(["[::1]:9010"]).addresses() == (("::1", 9010),)
+    for bad in ("nohost", "h:0", "h:port", ":1"):
+        with pytest.raises(ValueError, match="host:port"):
+            ServerSet([bad])
+    with pytest.raises(ValueError, match="does-not-exist"):
+        ServerSet(path="/does-not-exist")

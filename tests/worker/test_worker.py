@@ -1,0 +1,194 @@
+"""``pinlater.worker.Worker`` against a real server: exactly-once processing, retries, the cap on
+jobs in hand, acks on a timer, checkpoints and releases."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pinlater.client import Job, JobState, PinLaterClient
+from pinlater.worker import JobContext, Worker, constant, linear
+from tests.client.fixtures import PAUSED_QUEUE
+from tests.support.wait import wait_for
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[Worker]:
+    """``worker.serve()`` on a thread; stopped (gracefully) and joined on exit."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(worker.serve())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "the worker did not stop"
+        if errors:
+            raise errors[0]
+
+
+def settled(pl: PinLaterClient, queue: str, state: JobState, n: int) -> bool:
+    return pl.count(queue, state, count_future=False) + pl.count(queue, state, count_future=True) == n
+
+
+def test_a_sync_handler_runs_every_job_exactly_once(address: str, pl: PinLaterClient, queue: str) -> None:
+    n = 300
+    ds = pl.enqueue(queue, [str(i) for i in range(n)])
+    seen: list[str] = []
+    worker = Worker(address, concurrency=16, batch_size=8)
+    worker.register(queue, lambda ctx: seen.append(ctx.descriptor))
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == n, timeout=60, what="all jobs to succeed")
+    assert sorted(seen) == sorted(ds)
+    assert pl.count(queue, JobState.IN_PROGRESS) == 0 and pl.count(queue, JobState.PENDING) == 0
+    assert worker.stats.succeeded == n and worker.stats.failed == 0
+
+
+def test_an_async_handler_runs_every_job_exactly_once(address: str, pl: PinLaterClient, queue: str) -> None:
+    n = 300
+    ds = pl.enqueue(queue, [str(i) for i in range(n)])
+    seen: list[str] = []
+    worker = Worker(address, concurrency=32)
+
+    @worker.register(queue)
+    async def handle(ctx: JobContext) -> str:
+        await asyncio.sleep(0)
+        seen.append(ctx.descriptor)
+        return "ok;"  # a returned string is appended to the custom status
+
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == n, timeout=60, what="all jobs to succeed")
+    assert sorted(seen) == sorted(ds)
+    assert pl.lookup(ds[:1])[ds[0]].custom_status == "ok;"
+
+
+def test_a_failure_is_retried_after_the_policy_delay(address: str, pl: PinLaterClient, queue: str) -> None:
+    [d] = pl.enqueue(queue, [Job(b"x", attempts=3)])
+    worker = Worker(address, retry=linear(20.0))
+
+    @worker.register(queue)
+    def fail(ctx: JobContext) -> None:
+        raise ValueError(f"bad body {ctx.body!r}")
+
+    with running(worker):
+        info = wait_for(lambda: pl.lookup([d]).get(d) if pl.lookup([d])[d].attempts_remaining == 2 else None, 30)
+    assert info.state is JobState.PENDING
+    assert info.custom_status == "attempt 1: ValueError: bad body b'x'\n"
+    assert info.run_after_ms is not None and info.updated_at_ms is not None
+    assert abs(info.run_after_ms - info.updated_at_ms - 20_000) < 1_000, "linear: 20 s x 1 attempt used"
+    assert worker.stats.failed == 1 and worker.stats.acks_sent == 1
+
+
+def test_an_exhausted_job_fails_with_the_error_text(address: str, pl: PinLaterClient, queue: str) -> None:
+    [d] = pl.enqueue(queue, [Job(b"x", attempts=2)])
+    worker = Worker(address, retry=constant(0), status_limit=40)
+
+    @worker.register(queue)
+    async def fail(ctx: JobContext) -> None:
+        raise RuntimeError("x" * 100)
+
+    with running(worker):
+        info = wait_for(lambda: pl.lookup([d])[d] if pl.count(queue, JobState.FAILED) else None, 30)
+    assert info.attempts_remaining == 0
+    lines = info.custom_status.splitlines()
+    assert lines == ["attempt 1: RuntimeError: " + "x" * 12 + "...", "attempt 2: RuntimeError: " + "x" * 12 + "..."]
+
+
+def test_jobs_in_hand_never_exceed_the_cap(address: str, pl: PinLaterClient, queue: str) -> None:
+    cap, n = 3, 12
+    pl.enqueue(queue, [b"j"] * n)
+    gate = threading.Event()
+    entered: list[str] = []
+    in_progress_seen: list[int] = []
+    worker = Worker(address, concurrency=cap, batch_size=10)
+
+    @worker.register(queue)
+    def block(ctx: JobContext) -> None:
+        entered.append(ctx.descriptor)
+        with PinLaterClient(address) as probe:
+            in_progress_seen.append(probe.count(queue, JobState.IN_PROGRESS))
+        gate.wait(30)
+
+    with running(worker):
+        wait_for(lambda: len(entered) == cap, timeout=30, what="the first jobs to start")
+        for _ in range(5):  # while every slot is taken, nothing more is claimed
+            assert pl.count(queue, JobState.IN_PROGRESS) == cap
+        gate.set()
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == n, timeout=30, what="all jobs")
+    assert len(entered) == n
+    assert max(in_progress_seen) <= cap
+
+
+def test_acks_are_flushed_on_a_timer_when_the_queue_is_quiet(address: str, pl: PinLaterClient, queue: str) -> None:
+    [d] = pl.enqueue(queue, [b"one"])
+    gate = threading.Event()
+    # After an empty dequeue the next poll is 30 s away: only the 0.2 s ack timer can ack in time.
+    worker = Worker(address, ack_interval=0.2, poll_interval=(30.0, 30.0))
+    worker.register(queue, lambda ctx: gate.wait(30))
+    with running(worker):
+        wait_for(lambda: worker.stats.empty_dequeues >= 1, timeout=30, what="an empty dequeue")
+        gate.set()
+        wait_for(lambda: pl.lookup([d])[d].state is JobState.SUCCEEDED, timeout=10, what="the timer's ack")
+
+
+def test_checkpoint_helper_and_release(address: str, pl: PinLaterClient, queue: str) -> None:
+    keep, release = pl.enqueue(queue, [b"keep", b"release"])
+    worker = Worker(address, concurrency=1)
+    later = time.time() + 3600
+
+    @worker.register(queue)
+    def handle(ctx: JobContext) -> None:
+        if ctx.body == b"keep":
+            ctx.checkpoint(new_body="kept v2", prepend_status="halfway;")
+        else:
+            ctx.checkpoint(move_to_pending=True, run_after=later)
+
+    with running(worker):
+        wait_for(lambda: worker.stats.succeeded + worker.stats.released == 2, timeout=30, what="two outcomes")
+    found = pl.lookup([keep, release], include_body=True)
+    assert found[keep].state is JobState.SUCCEEDED and found[keep].body == b"kept v2"
+    assert found[keep].custom_status == "halfway;"
+    assert found[release].state is JobState.PENDING and found[release].attempts_remaining == 2, "no attempt charged"
+    assert found[release].run_after_ms == int(later * 1000)
+    assert (worker.stats.succeeded, worker.stats.released) == (1, 1), "a released job is not acked"
+
+
+def test_async_handler_checkpoint(address: str, pl: PinLaterClient, queue: str) -> None:
+    [d] = pl.enqueue(queue, [b"a"])
+    worker = Worker(address)
+
+    runs: list[int] = []
+
+    @worker.register(queue)
+    async def handle(ctx: JobContext) -> None:
+        runs.append(ctx.attempts_allowed)
+        if len(runs) == 1:
+            await ctx.acheckpoint(move_to_pending=True, attempts_allowed=5, prepend_status="again;")
+
+    with running(worker):
+        info = wait_for(lambda: (i := pl.lookup([d])[d]).state is JobState.SUCCEEDED and i, timeout=30)
+    assert info.state is JobState.SUCCEEDED and info.custom_status == "again;"
+    assert (info.attempts_allowed, info.attempts_remaining) == (5, 5)
+    assert runs == [2, 5] and worker.stats.released == 1
+
+
+def test_rate_limited_dequeues_back_off(address: str, pl: PinLaterClient) -> None:
+    pl.create_queue(PAUSED_QUEUE)
+    worker = Worker(address, poll_interval=(0.1, 1.0))
+    worker.register(PAUSED_QUEUE, lambda ctx: None)
+    start = time.monotonic()
+    with running(worker):
+        wait_for(lambda: worker.stats.rate_limited >= 3, timeout=30, what="three rate-limited dequeues")
+        elapsed = time.monotonic() - start
+    assert elapsed >= 0.2 + 0.4, "waits of 0.2 s then 0.4 s come between them: no busy loop"
