@@ -1,32 +1,3 @@
-from __future__ import annotations
+from tests.support.library_fixtures import address, pl, queue, srv
 
-from collections.abc import Iterator
-
-import pytest
-
-from pinlater.client import PinLaterClient
-from tests.client.fixtures import shared_server, unique_queue
-from tests.support.pinlater_server import ServerProcess
-
-
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from shared_server(tmp_path_factory)
-
-
-@pytest.fixture
-def address(srv: ServerProcess) -> str:
-    return f"127.0.0.1:{srv.port}"
-
-
-@pytest.fixture
-def pl(address: str) -> Iterator[PinLaterClient]:
-    with PinLaterClient(address, timeout=10) as client:
-        yield client
-
-
-@pytest.fixture
-def queue(request: pytest.FixtureRequest, pl: PinLaterClient) -> str:
-    name = unique_queue(request)
-    pl.create_queue(name)
-    return name
+__all__ = ["address", "pl", "queue", "srv"]
