@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pinlater import __version__
-from pinlater.cli import serve, worker
+from pinlater.cli import bench, client, serve, worker
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     serve.add_parser(sub)
     worker.add_parser(sub)
+    client.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,383 @@
+"""``pinlater client``: the original's client tool (``PinLaterClientTool``), flags and modes kept.
+
+Single-shot modes print their result in a grep-friendly form; the load modes (enqueue,
+dequeue) live in ``pinlater.bench.issuer``. Bad input ends the command with one line on stderr
+and exit 2; an error from the server with one line ``pinlater client: CODE: message`` and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from pinlater.client import AsyncPinLaterClient, JobInfo, JobState, PinLaterClient
+from pinlater.errors import PinLaterError
+
+PROG = "pinlater client"
+LOAD_MODES = ("enqueue", "dequeue")
+MODES = (
+    "create",
+    "enqueue",
+    "dequeue",
+    "check_dequeue",
+    "lookup",
+    "get_job_count",
+    "get_queue_names",
+    "scan",
+    "retry_failed",
+    "delete_jobs",
+    "delete_queue",
+)
+#: Modes that work on one queue and so need --queue.
+QUEUE_MODES = frozenset(MODES) - {"lookup", "get_queue_names"}
+
+EPILOG = """\
+modes:
+  create            create --queue (idempotent)
+  enqueue           load: --num_queries enqueues of --batch_size jobs at --priority
+  dequeue           load: --num_queries dequeues of up to --batch_size jobs, each acked as succeeded
+                    with a chance of --dequeue_success_percent and as failed otherwise
+  check_dequeue     a dry-run dequeue of one job: are jobs available? (claims nothing)
+  lookup            the jobs named by --job_descriptor (repeat it), one block each
+  get_job_count     the number of jobs in --job_state (--priority, --count_future_jobs, --body_regex)
+  get_queue_names   the queues, one per line
+  scan              up to --limit jobs in --job_state, one block each, newest first
+  retry_failed      FAILED jobs of --priority back to PENDING with --attempts; prints how many
+  delete_jobs       delete up to --limit jobs in --job_state (required) of --priority; prints how many
+  delete_queue      delete --queue and its jobs (needs --password)
+
+examples:
+  pinlater client --host 127.0.0.1 --port 9010 --mode create --queue emails
+  pinlater client --port 9010 --mode enqueue --queue emails --concurrency 8 --batch_size 100 --num_queries 1000
+  pinlater client --port 9010 --mode dequeue --queue emails --concurrency 8 --batch_size 50 --num_queries -1
+  pinlater client --port 9010 --mode get_job_count --queue emails --job_state SUCCEEDED
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "client",
+        help="talk to a server: the original's client tool (single calls and load generation)",
+        description="Issue PinLater calls to one server, once or as a load generator "
+        "(the load modes print request rate, jobs/s and latency about once a second, and a summary).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="server hostname (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=9010, help="server Thrift port (default 9010)")
+    p.add_argument("--mode", required=True, choices=MODES, metavar="MODE", help="what to do: see modes below")
+    p.add_argument("--queue", help="queue name")
+    p.add_argument("--concurrency", type=_positive, default=1, help="requests in flight at once (default 1)")
+    p.add_argument("--batch_size", "--batch-size", type=_positive, default=1, help="jobs per query (default 1)")
+    p.add_argument(
+        "--num_queries", "--num-queries", type=_num_queries, default=1, help="queries to issue, -1 for unlimited"
+    )
+    p.add_argument(
+        "--dequeue_success_percent",
+        "--dequeue-success-percent",
+        type=_percent,
+        default=100,
+        help="share of dequeued jobs acked as succeeded, the rest failed (default 100)",
+    )
+    p.add_argument(
+        "--job_descriptor", "--job-descriptor", action="append", default=[], help="job to look up (repeatable)"
+    )
+    p.add_argument(
+        "--priority", type=_priority, help="job priority, 1 is the highest (default 1 for writes, all for reads)"
+    )
+    p.add_argument(
+        "--job_state",
+        "--job-state",
+        type=_job_state,
+        help="PENDING, IN_PROGRESS, SUCCEEDED, FAILED or 0..3 (default PENDING)",
+    )
+    p.add_argument(
+        "--count_future_jobs",
+        "--count-future-jobs",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="count (or scan) only jobs whose run-after time has not come yet (true/false; alone: true)",
+    )
+    p.add_argument("--password", help="the admin password (delete_queue)")
+    p.add_argument("--limit", type=_positive, help="most jobs for scan (100), retry_failed and delete_jobs (1000)")
+    p.add_argument("--body_regex", "--body-regex", help="only jobs whose body matches (count, scan, delete_jobs)")
+    p.add_argument(
+        "--attempts", type=_positive, help="attempts allowed: enqueued jobs (default 2), retry_failed (default 1)"
+    )
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", help="body of every enqueued job (default task_<random>, as the original)")
+    body.add_argument("--body_size", "--body-size", type=_non_negative, help="enqueued bodies of this many bytes")
+    p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
+    p.add_argument("--source", default=f"pinlaterclienttool:{socket.gethostname()}", help="the RequestContext source")
+    p.set_defaults(run=run, parser=p)
+
+
+# -- argument types: a ValueError/ArgumentTypeError becomes argparse's one-line usage error ----
+
+
+def _int_in(text: str, low: int, high: int | None, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise argparse.ArgumentTypeError(f"{what} must be {bounds}, not {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    return _int_in(text, 1, 65535, "a port")
+
+
+def _positive(text: str) -> int:
+    return _int_in(text, 1, None, "it")
+
+
+def _non_negative(text: str) -> int:
+    return _int_in(text, 0, None, "it")
+
+
+def _percent(text: str) -> int:
+    return _int_in(text, 0, 100, "a percentage")
+
+
+def _priority(text: str) -> int:
+    return _int_in(text, 1, 127, "a priority")
+
+
+def _num_queries(text: str) -> int:
+    return _int_in(text, -1, None, "--num_queries")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"it must be > 0, not {text}")
+    return value
+
+
+def _job_state(text: str) -> JobState:
+    if text.strip().lstrip("-").isdigit():
+        try:
+            return JobState(int(text))
+        except ValueError:
+            pass
+    else:
+        try:
+            return JobState[text.strip().upper()]
+        except KeyError:
+            pass
+    names = ", ".join(f"{s.name} ({s.value})" for s in JobState)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a job state: {names}")
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    problem = _check(args)
+    if problem:
+        parser.error(problem)
+    try:
+        if args.mode in LOAD_MODES:
+            return asyncio.run(_run_load(args))
+        with PinLaterClient(f"{args.host}:{args.port}", source=args.source, timeout=args.timeout, retries=0) as client:
+            return MODE_FUNCTIONS[args.mode](client, args)
+    except PinLaterError as exc:
+        print(f"{PROG}: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
+
+
+def _check(args: argparse.Namespace) -> str:
+    """The first problem with the flags for this mode, or empty."""
+    if args.mode in QUEUE_MODES and not args.queue:
+        return f"--mode {args.mode} needs --queue"
+    if args.mode == "lookup" and not args.job_descriptor:
+        return "--mode lookup needs --job_descriptor"
+    if args.mode == "delete_queue" and args.password is None:
+        return "--mode delete_queue needs --password"
+    if args.mode == "delete_jobs" and args.job_state is None:
+        return "--mode delete_jobs needs --job_state (deleted jobs are gone for good)"
+    return ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+async def _run_load(args: argparse.Namespace) -> int:
+    from pinlater.bench.issuer import Issuer, LoadOptions
+
+    options = LoadOptions(
+        mode=args.mode,
+        queue=args.queue,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        num_queries=args.num_queries,
+        dequeue_success_percent=args.dequeue_success_percent,
+        priority=args.priority or 1,
+        attempts=args.attempts or 2,
+        body=args.body.encode() if args.body is not None else None,
+        body_size=args.body_size,
+    )
+    client = AsyncPinLaterClient(
+        f"{args.host}:{args.port}",
+        source=args.source,
+        timeout=args.timeout,
+        max_connections=args.concurrency,
+        retries=0,
+    )
+    try:
+        issuer = Issuer(client, options, sys.stdout)
+        total = await issuer.run()
+    finally:
+        client.close()
+    if issuer.fatal is not None:
+        raise issuer.fatal
+    issuer.print_summary()
+    return 1 if total.errors else 0
+
+
+# -- single-shot modes ------------------------------------------------------------------------
+
+
+def _create(client: PinLaterClient, args: argparse.Namespace) -> int:
+    client.create_queue(args.queue)
+    print(f"created queue {args.queue}")
+    return 0
+
+
+def _delete_queue(client: PinLaterClient, args: argparse.Namespace) -> int:
+    client.delete_queue(args.queue, args.password)
+    print(f"deleted queue {args.queue}")
+    return 0
+
+
+def _get_queue_names(client: PinLaterClient, args: argparse.Namespace) -> int:
+    for name in sorted(client.queue_names()):
+        print(name)
+    return 0
+
+
+def _check_dequeue(client: PinLaterClient, args: argparse.Namespace) -> int:
+    jobs = client.dequeue(args.queue, 1, dry_run=True)
+    print(f"jobs available for dequeue: {'true' if jobs else 'false'}")
+    return 0
+
+
+def _get_job_count(client: PinLaterClient, args: argparse.Namespace) -> int:
+    state = args.job_state if args.job_state is not None else JobState.PENDING
+    count = client.count(
+        args.queue, state, args.priority, count_future=args.count_future_jobs, body_regex=args.body_regex
+    )
+    print(count)
+    return 0
+
+
+def _lookup(client: PinLaterClient, args: argparse.Namespace) -> int:
+    found = client.lookup(args.job_descriptor, include_body=True)
+    blocks = [format_job(found[d]) for d in args.job_descriptor if d in found]
+    print("\n\n".join(blocks))
+    missing = [d for d in args.job_descriptor if d not in found]
+    if missing:
+        print(f"{PROG}: job not found: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _scan(client: PinLaterClient, args: argparse.Namespace) -> int:
+    state = args.job_state if args.job_state is not None else JobState.PENDING
+    result = client.scan(
+        args.queue,
+        state,
+        args.priority,
+        scan_future=args.count_future_jobs,
+        limit=args.limit or 100,
+        body_regex=args.body_regex,
+    )
+    for job in result.jobs:
+        print(format_job(job), end="\n\n")
+    print(f"jobs: {len(result.jobs)}")
+    return 0
+
+
+def _retry_failed(client: PinLaterClient, args: argparse.Namespace) -> int:
+    print(client.retry_failed(args.queue, args.priority or 1, attempts=args.attempts or 1, limit=args.limit or 1000))
+    return 0
+
+
+def _delete_jobs(client: PinLaterClient, args: argparse.Namespace) -> int:
+    deleted = client.delete_jobs(
+        args.queue, args.job_state, args.priority or 1, body_regex=args.body_regex, limit=args.limit or 1000
+    )
+    print(deleted)
+    return 0
+
+
+MODE_FUNCTIONS = {
+    "create": _create,
+    "delete_queue": _delete_queue,
+    "get_queue_names": _get_queue_names,
+    "check_dequeue": _check_dequeue,
+    "get_job_count": _get_job_count,
+    "lookup": _lookup,
+    "scan": _scan,
+    "retry_failed": _retry_failed,
+    "delete_jobs": _delete_jobs,
+}
+
+
+def _timestamp(millis: int | None) -> str:
+    if millis is None:
+        return "-"
+    when = datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"{when} ({millis})"
+
+
+def format_job(job: JobInfo) -> str:
+    """One job as ``key: value`` lines (one block per job, blocks separated by a blank line)."""
+    lines = [
+        f"job_descriptor: {job.descriptor}",
+        f"state: {job.state.name}",
+        f"attempts_allowed: {job.attempts_allowed}",
+        f"attempts_remaining: {job.attempts_remaining}",
+        f"custom_status: {_one_line(job.custom_status)}",
+        f"created_at: {_timestamp(job.created_at_ms)}",
+        f"run_after: {_timestamp(job.run_after_ms)}",
+        f"updated_at: {_timestamp(job.updated_at_ms)}",
+    ]
+    if job.claim_descriptor:
+        lines.append(f"claim_descriptor: {job.claim_descriptor}")
+    if job.body is not None:
+        lines.append(f"body: {_body_text(job.body)}")
+    return "\n".join(lines)
+
+
+def _body_text(body: bytes, limit: int = 200) -> str:
+    try:
+        text = body.decode()
+        shown = text[:limit].encode("unicode_escape").decode()
+    except UnicodeDecodeError:
+        shown = repr(body[:limit])
+    return shown + (f"... ({len(body)} bytes)" if len(body) > limit else "")
