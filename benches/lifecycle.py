@@ -20,7 +20,7 @@ import tempfile
 import time
 from typing import Any
 
-READY = re.compile(r"serving PinLater on [\d.]+:(\d+)")
+READY = re.compile(r"serving PinLater on [\d.]+:(\d+) \(admin http://[\d.]+:(\d+)/\)")
 
 
 def _client(port: int) -> Any:
@@ -76,9 +76,13 @@ def consume(port: int, queue: str, batch: int, deadline: float, out: Any) -> Non
     out.put(("empty_dequeues", empty))
 
 
-def start_server(data_dir: str) -> tuple[subprocess.Popen[str], int]:
+def start_server(data_dir: str, broker: bool) -> tuple[subprocess.Popen[str], int, int]:
+    props = os.path.join(os.path.dirname(data_dir), "bench.properties")
+    with open(props, "w") as f:
+        f.write(f"BROKER_ENABLED={'true' if broker else 'false'}\n")
+    command = [sys.executable, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0", "--data-dir", data_dir],
+        [*command, "--data-dir", data_dir, "--properties", props],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -87,7 +91,7 @@ def start_server(data_dir: str) -> tuple[subprocess.Popen[str], int]:
     for line in proc.stdout:
         m = READY.search(line)
         if m:
-            return proc, int(m.group(1))
+            return proc, int(m.group(1)), int(m.group(2))
     raise SystemExit(f"server did not start (exit {proc.wait()})")
 
 
@@ -99,13 +103,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--port", type=int, help="target a running server instead of starting one")
+    parser.add_argument("--broker", choices=("on", "off"), default="on", help="the dequeue broker of a started server")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         proc = None
         port = args.port
+        admin_port = None
         if port is None:
-            proc, port = start_server(os.path.join(tmp, "data"))
+            proc, port, admin_port = start_server(os.path.join(tmp, "data"), args.broker == "on")
         try:
             from pinlater.idl import idl
 
@@ -126,6 +132,7 @@ def main() -> None:
             for w in workers:
                 w.join()
             cpu = (_cpu_seconds(proc.pid) - cpu0) if proc else float("nan")
+            timings = _timings(admin_port, ("dequeue_jobs", "broker_dequeue")) if admin_port else []
             totals: dict[str, int] = {}
             while not out.empty():
                 key, value = out.get()
@@ -136,13 +143,24 @@ def main() -> None:
                 proc.wait(30)
     secs = args.seconds
     print(
-        f"embedded store, {args.producers} producer(s), {args.consumers} consumer(s), batch {args.batch}, "
-        f"{args.body_bytes}-byte bodies, {secs:g} s"
+        f"embedded store, broker {args.broker}, {args.producers} producer(s), {args.consumers} consumer(s), "
+        f"batch {args.batch}, {args.body_bytes}-byte bodies, {secs:g} s"
     )
     print(f"  enqueued {totals.get('enqueued', 0) / secs:10.0f} jobs/s")
     print(f"  acked    {totals.get('acked', 0) / secs:10.0f} jobs/s (dequeue + ack)")
     print(f"  empty dequeues {totals.get('empty_dequeues', 0)}")
     print(f"  server CPU {cpu / secs:.2f} cores")
+    for line in timings:
+        print(f"  {line}")
+
+
+def _timings(admin_port: int, names: tuple[str, ...]) -> list[str]:
+    """Lines of the server's /stats.txt about these timing metrics."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/stats.txt", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return [line.strip() for line in lines if line.strip().startswith(names)]
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -47,10 +47,16 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
         server.stop()
 
 
-@pytest.fixture
-def server(start_server: Callable[..., ServerProcess]) -> ServerProcess:
-    """A server on a fresh embedded store, with the admin password set."""
-    return start_server(properties={"ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)})
+@pytest.fixture(params=["direct", "broker"])
+def server(request: pytest.FixtureRequest, start_server: Callable[..., ServerProcess]) -> ServerProcess:
+    """A server on a fresh embedded store, with the admin password set; every test using it
+    runs twice: dequeues straight from the store, and through the dequeue broker."""
+    return start_server(
+        properties={
+            "ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD),
+            "BROKER_ENABLED": str(request.param == "broker").lower(),
+        }
+    )
 
 
 @pytest.fixture

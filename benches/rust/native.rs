@@ -6,6 +6,7 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use _pinlater::broker::{BufferedJob, JobBuffer};
 use _pinlater::descriptor;
 use _pinlater::ratelimit::RateLimiter;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -63,5 +64,37 @@ fn rate_limit(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, descriptors, rate_limit);
+/// The broker buffer: refill 1000 jobs over three priorities, then take them in batches of 100
+/// (what one worker dequeue does under the buffer's mutex).
+fn broker_buffer(c: &mut Criterion) {
+    let jobs = |priority: i64| {
+        (0..334_i64).map(move |i| BufferedJob {
+            shard: "1".to_owned(),
+            priority,
+            local_id: i,
+            body: vec![0_u8; 64],
+            attempts_allowed: 2,
+            attempts_remaining: 2,
+            reserved_at_ms: 0,
+        })
+    };
+    let mut group = c.benchmark_group("broker");
+    group.throughput(Throughput::Elements(BATCH));
+    group.bench_function("take_100_of_1000", |b| {
+        b.iter_batched(
+            || {
+                let mut buffer = JobBuffer::new(1002);
+                for p in 1..=3 {
+                    buffer.push(jobs(p));
+                }
+                buffer
+            },
+            |mut buffer| black_box(buffer.take(100)),
+            criterion::BatchSize::SmallInput,
+        );
+    });
+    group.finish();
+}
+
+criterion_group!(benches, descriptors, rate_limit, broker_buffer);
 criterion_main!(benches);

@@ -10,6 +10,7 @@ from typing import Final, NoReturn, final
 __all__ = [
     "THRIFT_IDL",
     "DescriptorError",
+    "JobBuffer",
     "NativeError",
     "RateLimiter",
     "__version__",
@@ -134,6 +135,56 @@ class RateLimiter:
         Raises:
             OverflowError: ``n`` is negative or at least 2**64.
         """
+
+@final
+class JobBuffer:
+    """The dequeue broker's buffer of reserved jobs for one queue. Thread-safe.
+
+    Holds at most ``capacity`` entries. An entry is
+    ``(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)``;
+    bodies are kept as the ``bytes`` objects given (no copy). Every entry comes out of exactly
+    one ``take``, ``take_older_than`` or ``drain`` and is then forgotten.
+    """
+
+    def __new__(cls, capacity: int) -> JobBuffer:
+        """An empty buffer.
+
+        Raises:
+            ValueError: ``capacity`` is negative.
+        """
+
+    @property
+    def capacity(self) -> int:
+        """The most entries held at once."""
+
+    @property
+    def room(self) -> int:
+        """``capacity - len(self)``: how many jobs a refill may add."""
+
+    def __len__(self) -> int:
+        """Entries held now."""
+
+    def len_priority(self, priority: int) -> int:
+        """Entries held for one priority."""
+
+    def lengths(self) -> dict[int, int]:
+        """Entries held by priority, for priorities that hold any."""
+
+    def push(
+        self, shard: str, priority: int, jobs: Sequence[tuple[int, bytes, int, int]], reserved_at_ms: int
+    ) -> list[int]:
+        """Append ``(local_id, body, attempts_allowed, attempts_remaining)`` jobs of one shard and
+        priority, reserved at ``reserved_at_ms``, while there is room; return the local ids that
+        did not fit (their reservations are the caller's to release)."""
+
+    def take(self, limit: int) -> list[tuple[str, int, int, bytes, int, int, int]]:
+        """Remove and return up to ``limit`` entries: priority 1 first, then first in, first out."""
+
+    def take_older_than(self, cutoff_ms: int) -> list[tuple[str, int, int, bytes, int, int, int]]:
+        """Remove and return every entry reserved before ``cutoff_ms``."""
+
+    def drain(self) -> list[tuple[str, int, int, bytes, int, int, int]]:
+        """Remove and return every entry."""
 
 def runtime_worker_count() -> int:
     """Worker threads of the extension's tokio runtime (2), starting it on first call.

@@ -52,6 +52,21 @@ class Settings:
     embedded_num_shards: int = 1  # EMBEDDED_NUM_SHARDS: SQLite files, each its own shard
     embedded_synchronous: str = "FULL"  # EMBEDDED_SYNCHRONOUS: FULL (power-safe) or NORMAL
     max_frame_bytes: int = 16 * 1024 * 1024  # MAX_FRAME_BYTES
+    # BROKER_ENABLED: serve dequeues from a per-queue buffer of reservations. Off by default until
+    # it pays for itself: on the embedded store it costs a second write per job (issue 5).
+    broker_enabled: bool = False
+    broker_buffer_size: int = 1000  # BROKER_BUFFER_SIZE: jobs reserved ahead, per queue and server
+    broker_low_water_fraction: float = 0.25  # BROKER_LOW_WATER_FRACTION: refill in the background below
+    # BROKER_HOLD_SECONDS: how long a reservation lasts; None: min(20 s, claim timeout / 4). Buffered
+    # jobs are released after half of it, well before the reservation could lapse.
+    broker_hold_seconds: float | None = None
+
+    @property
+    def broker_hold_ms(self) -> int:
+        """The reservation hold in effect (see ``broker_hold_seconds``)."""
+        if self.broker_hold_seconds is not None:
+            return int(self.broker_hold_seconds * 1000)
+        return int(min(20.0, self.backend_monitor_job_claimed_timeout_seconds / 4) * 1000)
 
     @classmethod
     def from_properties(cls, text: str, source: str = "properties") -> Settings:
@@ -102,6 +117,13 @@ class Settings:
             (self.embedded_num_shards >= 1, "EMBEDDED_NUM_SHARDS must be at least 1"),
             (self.embedded_synchronous in ("FULL", "NORMAL"), "EMBEDDED_SYNCHRONOUS must be FULL or NORMAL"),
             (self.max_frame_bytes >= 1024, "MAX_FRAME_BYTES must be at least 1024"),
+            (self.broker_buffer_size >= 1, "BROKER_BUFFER_SIZE must be at least 1"),
+            (0 <= self.broker_low_water_fraction <= 1, "BROKER_LOW_WATER_FRACTION must be in 0..1"),
+            (
+                self.broker_hold_seconds is None
+                or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
+                "BROKER_HOLD_SECONDS must be at least 0.01 and at most half the claim timeout",
+            ),
             (
                 not self.server_set_enabled or self.server_set_path is not None,
                 "SERVER_SET_ENABLED needs SERVER_SET_PATH",
@@ -172,6 +194,10 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "EMBEDDED_NUM_SHARDS": ("embedded_num_shards", int),
     "EMBEDDED_SYNCHRONOUS": ("embedded_synchronous", _upper),
     "MAX_FRAME_BYTES": ("max_frame_bytes", int),
+    "BROKER_ENABLED": ("broker_enabled", _bool),
+    "BROKER_BUFFER_SIZE": ("broker_buffer_size", int),
+    "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
+    "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
 }
 
 

@@ -9,14 +9,19 @@ server, or a run-after time passing) are noticed. ``close`` wakes everyone for s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class QueueSignals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
         self.closed = False
+        #: Called with the queue on every notify (the dequeue broker refills on it).
+        self.listeners: list[Callable[[str], None]] = []
 
     def notify(self, queue: str) -> None:
+        for listener in self.listeners:
+            listener(queue)
         event = self._events.pop(queue, None)
         if event is not None:
             event.set()

@@ -3,6 +3,7 @@
 //! Every exported function runs its body under `errors::guarded`, so a Rust panic reaches Python
 //! as `NativeError`, never as `PyO3`'s `PanicException` (a `BaseException`).
 
+pub mod broker;
 pub mod descriptor;
 pub mod errors;
 pub mod ratelimit;
@@ -21,6 +22,8 @@ pub fn runtime_worker_count() -> PyResult<usize> {
 mod _pinlater {
     use pyo3::prelude::*;
 
+    #[pymodule_export]
+    use super::broker::JobBuffer;
     #[pymodule_export]
     use super::descriptor::{
         decode_descriptor, decode_descriptors, encode_descriptor, encode_descriptors,

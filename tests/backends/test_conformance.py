@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 
-from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobRecord, JobState, NewJob, ShardStore
+from pinlater.backends.base import (
+    RESERVATION_PREFIX,
+    AckItem,
+    CheckpointItem,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NewJob,
+    ShardStore,
+)
 from pinlater.errors import QueueNotFoundError
 
 Q = "test_queue"
@@ -189,6 +198,105 @@ def test_dry_run_dequeue_changes_nothing(store: ShardStore, queue: str) -> None:
     assert [job.local_id for job in peek] == ids[:2]
     assert store.lookup_jobs(queue, [(1, i) for i in ids], True) == before
     assert [job.local_id for job in store.dequeue_jobs(queue, 1, 2, CLAIM, T0, False)] == ids[:2]
+
+
+# -- reservations (the dequeue broker) ------------------------------------------------------------
+
+RES_A = f"{RESERVATION_PREFIX}host-a:1:abc"
+RES_B = f"{RESERVATION_PREFIX}host-b:2:def"
+HOLD = 20_000
+
+
+def test_reserve_takes_ready_jobs_in_order_and_leaves_them_pending(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(4, attempts=3), T0)
+    store.enqueue_jobs(queue, new_jobs(1, run_after=T0 + 1), T0)  # not ready yet
+    reserved = store.reserve_jobs(queue, 1, 3, RES_A, T0, HOLD)
+    assert [(j.local_id, j.body, j.attempts_allowed, j.attempts_remaining) for j in reserved] == [
+        (ids[i], f"job-{i}".encode(), 3, 3) for i in range(3)
+    ]
+    for record in store.lookup_jobs(queue, [(1, i) for i in ids], False):
+        assert (record.state, record.attempts_remaining, record.run_after_ms) == (JobState.PENDING, 3, T0)
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0), None) == 4
+    assert {r.local_id for r in store.scan_jobs(queue, JobFilter(JobState.PENDING, 1, T0), 10)} == set(ids)
+
+
+def test_live_reservations_exclude_dequeues_and_other_reservations(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(4), T0)
+    assert [j.local_id for j in store.reserve_jobs(queue, 1, 2, RES_A, T0, HOLD)] == ids[:2]
+    assert [j.local_id for j in store.reserve_jobs(queue, 1, 5, RES_B, T0 + 1, HOLD)] == ids[2:]
+    assert store.reserve_jobs(queue, 1, 5, RES_A, T0 + 2, HOLD) == []
+    assert store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + 3, False) == []
+    # A dry run answers from the store: reserved jobs are PENDING and are shown.
+    assert [j.local_id for j in store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + 3, True)] == ids
+
+
+def test_a_lapsed_reservation_holds_nothing(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(2), T0)
+    store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)
+    assert [j.local_id for j in store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + HOLD - 1, False)] == ids[1:]
+    assert [j.local_id for j in store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + HOLD, False)] == ids[:1]
+    record = lookup(store, ids[0])
+    assert (record.state, record.claim_descriptor, record.attempts_remaining) == (JobState.IN_PROGRESS, CLAIM, 2)
+    assert store.claim_reserved(queue, [(1, ids[0])], RES_A, "late", T0 + HOLD + 1) == []
+
+
+def test_a_lapsed_reservation_can_be_reserved_again(store: ShardStore, queue: str) -> None:
+    [local_id] = store.enqueue_jobs(queue, new_jobs(1), T0)
+    store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)
+    assert [j.local_id for j in store.reserve_jobs(queue, 1, 1, RES_B, T0 + HOLD, HOLD)] == [local_id]
+    assert store.claim_reserved(queue, [(1, local_id)], RES_A, CLAIM, T0 + HOLD + 1) == []
+    assert store.claim_reserved(queue, [(1, local_id)], RES_B, CLAIM, T0 + HOLD + 1) == [(1, local_id)]
+
+
+def test_claim_reserved_claims_like_a_dequeue(store: ShardStore, queue: str) -> None:
+    p1 = store.enqueue_jobs(queue, new_jobs(2, attempts=3), T0)
+    [p2] = store.enqueue_jobs(queue, new_jobs(1, priority=2), T0)
+    store.reserve_jobs(queue, 1, 5, RES_A, T0, HOLD)
+    store.reserve_jobs(queue, 2, 5, RES_A, T0, HOLD)
+    keys = [(1, p1[0]), (2, p2), (1, p1[1])]
+    assert sorted(store.claim_reserved(queue, keys[:2], RES_A, CLAIM, T0 + 5)) == sorted(keys[:2])
+    record = lookup(store, p1[0])
+    assert (record.state, record.claim_descriptor, record.updated_at_ms) == (JobState.IN_PROGRESS, CLAIM, T0 + 5)
+    assert record.attempts_remaining == 3
+    assert lookup(store, p2, priority=2).state == JobState.IN_PROGRESS
+    # claimed jobs behave as any claim: checkpoint guard, ack, claim timeout
+    assert checkpoint(store, p1[0], source=SOURCE) == 1
+    store.ack_jobs(queue, [AckItem(1, p1[0])], [], T0 + 20)
+    assert lookup(store, p1[0]).state == JobState.SUCCEEDED
+    # not twice, not under another reservation
+    assert store.claim_reserved(queue, keys, RES_B, CLAIM, T0 + 30) == []
+    assert store.claim_reserved(queue, keys, RES_A, CLAIM, T0 + 30) == [(1, p1[1])]
+
+
+def test_claim_reserved_skips_deleted_and_unreserved_jobs(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(2), T0)
+    store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)
+    store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None), 10)
+    assert store.claim_reserved(queue, [(1, i) for i in ids], RES_A, CLAIM, T0 + 1) == []
+    assert store.claim_reserved(queue, [], RES_A, CLAIM, T0 + 1) == []
+
+
+def test_release_makes_reserved_jobs_dequeuable_at_once(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(3), T0)
+    store.reserve_jobs(queue, 1, 3, RES_A, T0, HOLD)
+    keys = [(1, i) for i in ids]
+    assert store.release_reservations(queue, keys[:2], RES_B, T0 + 1) == 0
+    assert store.release_reservations(queue, keys[:2], RES_A, T0 + 1) == 2
+    assert store.release_reservations(queue, keys[:2], RES_A, T0 + 1) == 0
+    record = lookup(store, ids[0])
+    assert (record.state, record.claim_descriptor, record.attempts_remaining) == (JobState.PENDING, None, 2)
+    assert [j.local_id for j in store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + 2, False)] == ids[:2]
+    assert store.release_reservations(queue, keys[2:], RES_A, T0 + HOLD) == 0  # lapsed already
+    assert store.release_reservations(queue, [], RES_A, T0) == 0
+
+
+def test_reservation_methods_need_the_queue(store: ShardStore) -> None:
+    with pytest.raises(QueueNotFoundError):
+        store.reserve_jobs("missing", 1, 1, RES_A, T0, HOLD)
+    with pytest.raises(QueueNotFoundError):
+        store.claim_reserved("missing", [(1, 1)], RES_A, CLAIM, T0)
+    with pytest.raises(QueueNotFoundError):
+        store.release_reservations("missing", [(1, 1)], RES_A, T0)
 
 
 # -- ack ----------------------------------------------------------------------------------------

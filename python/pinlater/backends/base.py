@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from pinlater.config import Settings
 
 
+#: Every reservation string starts with this, so a claim descriptor tells a reservation from a
+#: claim ("~" sorts after the characters of sources and host names).
+RESERVATION_PREFIX = "~r|"
+
+
 class JobState(IntEnum):
     """Job states with their wire values (Thrift ``PinLaterJobState``).
 
@@ -175,6 +180,8 @@ class ShardStore(Protocol):
         Claimed jobs become IN_PROGRESS with claim descriptor ``claim`` and updated time now.
         With ``dry_run`` nothing changes and the jobs are only returned. Jobs come in order of
         run_after, then local id (oldest first), as far as the store can order them cheaply.
+        A claim skips jobs under a live reservation (see ``reserve_jobs``); a dry run answers
+        from the store and includes them, since they are PENDING and will be handed out.
         """
         ...
 
@@ -190,6 +197,35 @@ class ShardStore(Protocol):
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         """Apply checkpoints guarded by state and claim (see ``CheckpointItem``); return how
         many jobs changed."""
+        ...
+
+    # -- reservations (the dequeue broker) ----------------------------------------------------
+    #
+    # A reservation is a soft, self-expiring hold on a PENDING job: the job stays PENDING (counts,
+    # scans and lookups see it as such, attempts are never charged for it) but no dequeue takes it
+    # while the reservation is live (``now < expiry``). A lapsed reservation is no hold at all, so
+    # a crashed holder needs no cleanup. Reservation strings start with ``RESERVATION_PREFIX`` and
+    # are stored as the job's claim descriptor; every store documents where the expiry lives.
+
+    def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        """Reserve up to ``limit`` ready PENDING jobs of one priority not under a live
+        reservation, until ``now + hold_ms``, in dequeue order. State, attempts and run_after
+        are unchanged; the returned ``updated_at_ms`` is whatever the store now reports."""
+        ...
+
+    def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        """Claim ``(priority, local_id)`` jobs still PENDING under this live reservation, exactly
+        as ``dequeue_jobs`` claims (IN_PROGRESS, claim descriptor ``claim``, updated now); return
+        the keys claimed. The others lapsed, were taken or deleted: the caller drops them."""
+        ...
+
+    def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
+        """Clear live reservations held by ``reservation`` on these jobs, so they are dequeuable
+        at once (claim descriptor cleared, updated now). Return how many were released."""
         ...
 
     # -- reads ------------------------------------------------------------------------------

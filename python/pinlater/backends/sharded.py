@@ -58,6 +58,16 @@ class DequeuedJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadyBatch:
+    """Jobs one store call of the dequeue walk returned, at ``now_ms``, from one place."""
+
+    shard: str
+    priority: int
+    now_ms: int
+    jobs: list[ClaimedJob]
+
+
+@dataclass(frozen=True, slots=True)
 class AckRequest:
     """Acks for one queue, with descriptors already decoded: (shard, AckItem)."""
 
@@ -141,7 +151,8 @@ class ShardedBackend:
         for queue in {k[1] for k in keys}:
             self.signals.notify(queue)
 
-    def _new_claim(self, source: str) -> str:
+    def new_claim(self, source: str) -> str:
+        """A claim descriptor unique to this call: the caller's source, then this server's id."""
         return f"{claim_source(source)}|{self._claim_prefix}:{next(self._claim_seq)}"
 
     # -- queues -----------------------------------------------------------------------------
@@ -192,41 +203,67 @@ class ShardedBackend:
         An unhealthy shard is skipped; a shard failing mid-walk is marked and skipped, so a
         dequeue returns what the healthy shards had. When no shard is healthy the call fails.
         """
+        claim = self.new_claim(source)
+
+        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[list[ClaimedJob]]:
+            return self.call_store(shard, shard.store.dequeue_jobs, queue, priority, want, claim, now, dry_run)
+
+        found: list[DequeuedJob] = []
+        # A dry run asks the store every time: the known-empty hints say "nothing to claim",
+        # and jobs held in a broker's buffer are PENDING and shown.
+        walk = await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
+        for batch in walk:
+            descriptors = encode_descriptors(
+                queue, batch.shard, [batch.priority] * len(batch.jobs), [j.local_id for j in batch.jobs]
+            )
+            found.extend(DequeuedJob(d, j) for d, j in zip(descriptors, batch.jobs, strict=True))
+        return found
+
+    async def walk_ready(
+        self,
+        queue: str,
+        limit: int,
+        fetch: Callable[[Shard, int, int, int], Awaitable[list[ClaimedJob]]],
+        *,
+        coverage: float = 1.0,
+        use_empty_hints: bool = True,
+    ) -> list[ReadyBatch]:
+        """The dequeue walk, shared by dequeues and the broker's refills: priorities from 1
+        down, shards in random order, ``fetch(shard, priority, want, now)`` at each place until
+        ``limit`` jobs came back. With ``use_empty_hints``, places known to be empty are skipped
+        and a place that gave fewer than asked is remembered as empty for ``empty_recheck_ms``.
+        """
         shards = self._shards.dequeue_candidates(coverage)
         if not shards:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to dequeue from")
-        found: list[DequeuedJob] = []
-        claim = self._new_claim(source)
+        found: list[ReadyBatch] = []
+        total = 0
         failures = 0
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
-                want = limit - len(found)
+                want = limit - total
                 if want <= 0:
                     return found
                 if not shard.healthy:
                     continue
                 key = (shard.name, queue, priority)
                 now = self.clock.now_ms()
-                if self._empty_until.get(key, 0) > now:
+                if use_empty_hints and self._empty_until.get(key, 0) > now:
                     self._count("dequeue_known_empty_skips", 1)
                     continue
                 try:
-                    got = await self.call_store(
-                        shard, shard.store.dequeue_jobs, queue, priority, want, claim, now, dry_run
-                    )
+                    got = await fetch(shard, priority, want, now)
                 except ShardConnectionError:
                     failures += 1
                     continue
                 self._count("dequeue_store_calls", 1)
-                if len(got) < want and not dry_run:  # it claimed every ready job there
+                if len(got) < want and use_empty_hints:  # it took every ready job there
                     self._empty_until[key] = now + self.empty_recheck_ms
                     if not got:
                         self._count("dequeue_store_calls_empty", 1)
                 if got:
-                    descriptors = encode_descriptors(
-                        queue, shard.name, [priority] * len(got), [j.local_id for j in got]
-                    )
-                    found.extend(DequeuedJob(d, j) for d, j in zip(descriptors, got, strict=True))
+                    found.append(ReadyBatch(shard.name, priority, now, got))
+                    total += len(got)
         if failures and not found and failures >= len(shards):
             raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
         return found

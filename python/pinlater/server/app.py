@@ -22,6 +22,7 @@ from pinlater.backends.embedded.lock import DataDirLock
 from pinlater.backends.reload import ReloadPlan, plan_reload
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
 from pinlater.errors import ConfigError
 from pinlater.monitor import Monitor, MonitorPolicy
@@ -64,6 +65,7 @@ class PinLaterServer:
         self._lock: DataDirLock | None = None
         self.backend: ShardedBackend | None = None
         self.rate_limits: QueueRateLimits | None = None
+        self.broker: DequeueBroker | None = None
         self._thrift: FramedServer | None = None
         self._admin: web.AppRunner | None = None
         self._monitor: Monitor | None = None
@@ -110,7 +112,10 @@ class PinLaterServer:
             count=self.metrics.incr,
         )
         rate_limits = self.rate_limits = self._start_rate_limits()
-        handler = PinLaterHandler(self.backend, self.metrics, s.admin_password_hash, rate_limits)
+        if s.broker_enabled:
+            self.broker = DequeueBroker(self.backend, BrokerPolicy.from_settings(s), self.metrics)
+            self.broker.start()
+        handler = PinLaterHandler(self.backend, self.metrics, s.admin_password_hash, rate_limits, self.broker)
         self._thrift = FramedServer(
             Dispatcher(handler),
             s.host,
@@ -205,6 +210,9 @@ class PinLaterServer:
         self.metrics.gauge("shards_healthy", lambda: sum(1 for s in backend.shards if s.healthy))
         self.metrics.gauge("connections_open", lambda: thrift.stats().connections_open)
         self.metrics.gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+        broker = self.broker
+        if broker is not None:
+            self.metrics.gauge("broker_buffered_jobs", broker.buffered)
         if self.settings.backend == "redis":
             # Jobs met without their hash (evicted) and skipped, over the shards configured now.
             self.metrics.gauge(
@@ -243,6 +251,8 @@ class PinLaterServer:
             await self._thrift.stop(grace_seconds)
         if self._admin is not None:
             await self._admin.cleanup()
+        if self.broker is not None:
+            await self.broker.stop()  # requests are done: hand every reservation back now
         if self._monitor is not None:
             await self._monitor.stop()
         for watcher in self._watchers:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pinlater._pinlater import DescriptorError, decode_descriptors
 from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.sharded import AckRequest, DequeuedJob, ShardedBackend
+from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
@@ -103,8 +104,10 @@ class PinLaterHandler:
         metrics: Metrics,
         admin_password_hash: str = "",
         rate_limits: QueueRateLimits | None = None,
+        broker: DequeueBroker | None = None,
     ) -> None:
         self.backend = backend
+        self.broker = broker
         self.metrics = metrics
         self.admin_password_hash = admin_password_hash.lower()
         self.rate_limits = rate_limits
@@ -221,9 +224,7 @@ class PinLaterHandler:
                 raise
         coverage = 1.0 if request.coverage is None or math.isnan(request.coverage) else request.coverage
         coverage = min(1.0, max(coverage, 1e-9))
-        dequeued = await self.backend.dequeue_jobs(
-            queue, limit, _source(context), dry_run=bool(request.dryRun), coverage=coverage
-        )
+        dequeued = await self._dequeue(queue, limit, _source(context), bool(request.dryRun), coverage)
         wait_ms = min(request.waitMillis or 0, MAX_WAIT_MILLIS)
         if not dequeued and wait_ms > 0 and not request.dryRun:
             dequeued = await self._long_poll(queue, limit, _source(context), coverage, wait_ms)
@@ -236,6 +237,13 @@ class PinLaterHandler:
             self.metrics.incr(f"{queue}_dequeue", len(dequeued))
         return response
 
+    async def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> list[DequeuedJob]:
+        """Through the broker, unless it is off or the request needs the direct walk (a dry run
+        answers from the store; a coverage below 1 asks for a random part of the shards)."""
+        if self.broker is not None and not dry_run and coverage >= 1.0:
+            return await self.broker.dequeue(queue, limit, source)
+        return await self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage)
+
     async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> list[DequeuedJob]:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every
         ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once."""
@@ -246,7 +254,7 @@ class PinLaterHandler:
             await self.backend.signals.wait(queue, min(remaining, recheck))
             if self.backend.signals.closed:
                 break
-            dequeued = await self.backend.dequeue_jobs(queue, limit, source, coverage=coverage)
+            dequeued = await self._dequeue(queue, limit, source, False, coverage)
             if dequeued:
                 return dequeued
         return []

@@ -28,7 +28,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.base import (
+    RESERVATION_PREFIX,
+    AckItem,
+    CheckpointItem,
+    ClaimedJob,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NewJob,
+)
 from pinlater.backends.embedded import sql
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
@@ -132,7 +141,8 @@ class EmbeddedStore:
         else:
             with self._write() as conn:
                 _require_queue(conn, queue)
-                rows = conn.execute(sql.load("dequeue_jobs"), {**params, "claim": claim}).fetchall()
+                claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
+                rows = conn.execute(sql.load("dequeue_jobs"), claim_params).fetchall()
             rows.sort(key=lambda row: (row[6], row[0]))  # RETURNING has no order; run_after, id
         return [ClaimedJob(*row[:6]) for row in rows]
 
@@ -178,6 +188,61 @@ class EmbeddedStore:
                 return 0
             # executemany sums the rows changed by every execution into rowcount.
             return conn.executemany(sql.load("checkpoint_if_claimed"), rows).rowcount
+
+    # -- reservations (the dequeue broker) ----------------------------------------------------
+    # A reserved job: claim_descriptor = the reservation, updated_at_ms = its expiry (see
+    # reserve_jobs.sql). Live while updated_at_ms > now.
+
+    def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        params = {
+            "queue": queue,
+            "priority": priority,
+            "limit": _limit(limit),
+            "reservation": reservation,
+            "until_ms": now_ms + hold_ms,
+            "now_ms": now_ms,
+            "reserved_prefix": RESERVATION_PREFIX,
+        }
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            rows = conn.execute(sql.load("reserve_jobs"), params).fetchall()
+        rows.sort(key=lambda row: (row[6], row[0]))
+        return [ClaimedJob(*row[:6]) for row in rows]
+
+    def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        claimed: list[tuple[int, int]] = []
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            for priority, ids in _ids_by_priority(items).items():
+                params = {
+                    "queue": queue,
+                    "priority": priority,
+                    "ids": json.dumps(ids),
+                    "reservation": reservation,
+                    "claim": claim,
+                    "now_ms": now_ms,
+                }
+                claimed += [(priority, row[0]) for row in conn.execute(sql.load("claim_reserved"), params)]
+        return claimed
+
+    def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
+        released = 0
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            for priority, ids in _ids_by_priority(items).items():
+                params = {
+                    "queue": queue,
+                    "priority": priority,
+                    "ids": json.dumps(ids),
+                    "reservation": reservation,
+                    "now_ms": now_ms,
+                }
+                released += conn.execute(sql.load("release_reservations"), params).rowcount
+        return released
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -333,6 +398,13 @@ def _connect(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3.Conn
         conn.close()
         raise
     return conn
+
+
+def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    by_priority: dict[int, list[int]] = {}
+    for priority, local_id in items:
+        by_priority.setdefault(priority, []).append(local_id)
+    return by_priority
 
 
 def _limit(limit: int) -> int:

@@ -31,7 +31,16 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.base import (
+    RESERVATION_PREFIX,
+    AckItem,
+    CheckpointItem,
+    ClaimedJob,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NewJob,
+)
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.pool import (
@@ -276,7 +285,10 @@ class MySQLStore:
             return [_claimed_job(row) for row in cur.fetchall()]
 
         def claim_jobs(cur: Cursor) -> list[ClaimedJob] | None:
-            claimed = cur.execute(queries.DEQUEUE_JOBS.render(table=table), (claim, now, now, limit))
+            claimed = cur.execute(
+                queries.DEQUEUE_JOBS.render(table=table),
+                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, limit),
+            )
             if not claimed:
                 return []
             cur.execute(queries.SELECT_CLAIMED_JOBS.render(table=table), (claim,))
@@ -289,7 +301,10 @@ class MySQLStore:
             select_claimed = queries.SELECT_CLAIMED_JOBS.render(table=table)
             cur.execute(select_claimed, (claim,))
             before = {int(row[0]) for row in cur.fetchall()}
-            cur.execute(queries.DEQUEUE_JOBS.render(table=table), (claim, now, now, limit))
+            cur.execute(
+                queries.DEQUEUE_JOBS.render(table=table),
+                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, limit),
+            )
             cur.execute(select_claimed, (claim,))
             return [_claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
 
@@ -299,6 +314,78 @@ class MySQLStore:
         if jobs is None:
             jobs = self._run(queue, claim_jobs_reused_claim)
         return jobs
+
+    # -- reservations (the dequeue broker) ----------------------------------------------------
+    # A reserved job: claim_descriptor = the reservation, updated_at = its expiry (see
+    # reserve_jobs.sql). Live while updated_at > now.
+
+    def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        if len(reservation) > MAX_CLAIM_LENGTH:
+            raise ValueError(f"reservation longer than {MAX_CLAIM_LENGTH} characters")
+        table = self._table(queue, priority)
+        now = to_db_time(now_ms)
+        prefix = RESERVATION_PREFIX
+
+        def op(cur: Cursor) -> list[ClaimedJob]:
+            if limit <= 0:
+                cur.execute(queries.PEEK_JOBS.render(table=table), (now, 0))  # QUEUE_NOT_FOUND check
+                return []
+            # Ours already live before this call are not part of its answer.
+            select = queries.SELECT_RESERVED_JOBS.render(table=table)
+            cur.execute(select, (reservation, now))
+            before = {int(row[0]) for row in cur.fetchall()}
+            until = to_db_time(now_ms + hold_ms)
+            reserved = cur.execute(
+                queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now, prefix, prefix, limit)
+            )
+            if not reserved:
+                return []
+            cur.execute(select, (reservation, now))
+            return [_claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
+
+        return self._run(queue, op)
+
+    def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        by_priority = _ids_by_priority(items)
+        tables = {priority: self._table(queue, priority) for priority in by_priority}
+        now = to_db_time(now_ms)
+
+        def op(cur: Cursor) -> list[tuple[int, int]]:
+            claimed: list[tuple[int, int]] = []
+            for priority, ids in sorted(by_priority.items()):
+                table = tables[priority]
+                n = len(ids)
+                if not cur.execute(
+                    queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), (claim, now, reservation, now, *ids)
+                ):
+                    continue
+                cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), (claim, *ids))
+                claimed += [(priority, int(row[0])) for row in cur.fetchall()]
+            return claimed
+
+        if not items:
+            return []
+        return self._run(queue, op)
+
+    def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
+        by_priority = _ids_by_priority(items)
+        tables = {priority: self._table(queue, priority) for priority in by_priority}
+        now = to_db_time(now_ms)
+
+        def op(cur: Cursor) -> int:
+            released = 0
+            for priority, ids in sorted(by_priority.items()):
+                sql = queries.RELEASE_RESERVATIONS.render(table=tables[priority], ids=len(ids))
+                released += int(cur.execute(sql, (now, reservation, now, *ids)))
+            return released
+
+        if not items:
+            return 0
+        return self._run(queue, op)
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
         if not succeeded and not failed:
@@ -461,6 +548,14 @@ class MySQLStore:
 
     def __repr__(self) -> str:
         return f"MySQLStore({self._name!r}, {self.config.master.host}:{self.config.master.port})"
+
+
+def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """Local ids by priority, each list sorted (rows are locked in one order: no deadlocks)."""
+    by_priority: dict[int, list[int]] = defaultdict(list)
+    for priority, local_id in items:
+        by_priority[priority].append(local_id)
+    return {priority: sorted(ids) for priority, ids in by_priority.items()}
 
 
 def _rollback_if_none(op: Callable[[Cursor], T | None]) -> Callable[[Cursor], T | None]:

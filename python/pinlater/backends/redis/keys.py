@@ -106,6 +106,12 @@ class QueueKeys:
     def set_key(self, priority: int, state: JobState) -> str:
         return queue_set_key(self.shard, self.queue, priority, state)
 
+    def reserved_key(self, priority: int) -> str:
+        """``plq_{shard}_{queue}.p{priority}_r``: the dequeue broker's live reservations of one
+        priority (member: local id, score: the reservation's expiry in seconds). Not in the
+        original layout, which never reads it; a reserved job stays in its PENDING set."""
+        return f"{QUEUE_KEY_PREFIX}_{self.shard}_{self.queue}.p{priority:d}_r"
+
     def priority_sets(self, priority: int) -> list[str]:
         """The four sets of one priority, indexed by ``JobState`` value (PENDING first)."""
         return [self.set_key(priority, state) for state in JobState]

@@ -123,7 +123,9 @@ class RedisStore:
 
     def delete_queue(self, queue: str) -> None:
         keys = self._keys(queue)
-        sets = [key for p in range(1, self._num_priorities + 1) for key in keys.priority_sets(p)]
+        sets = [
+            key for p in range(1, self._num_priorities + 1) for key in [*keys.priority_sets(p), keys.reserved_key(p)]
+        ]
         while self._run("delete_queue", [keys.names_key, *sets], [queue, keys.hash_prefix, DELETE_QUEUE_BATCH]):
             pass
 
@@ -156,23 +158,12 @@ class RedisStore:
             keys.names_key,
             keys.set_key(priority, JobState.PENDING),
             keys.set_key(priority, JobState.IN_PROGRESS),
+            keys.reserved_key(priority),
         ]
         args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
         out = self._run_in_queue("dequeue_jobs", queue, key_list, args)
         self._count_evicted(out[0])
-        rows = [out[i : i + 7] for i in range(1, len(out), 7)]
-        rows.sort(key=lambda row: (float(row[1]), int(row[0])))
-        return [
-            ClaimedJob(
-                local_id=int(row[0]),
-                body=row[2],
-                attempts_allowed=_int(row[3]),
-                attempts_remaining=_int(row[4]),
-                created_at_ms=ms_from_seconds(row[5]),
-                updated_at_ms=ms_from_seconds(row[6]),
-            )
-            for row in rows
-        ]
+        return _claimed_jobs(out)
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
         keys = self._keys(queue)
@@ -204,6 +195,51 @@ class RedisStore:
         changed, evicted = self._run_in_queue("checkpoint_jobs", queue, key_list, args)
         self._count_evicted(evicted)
         return int(changed)
+
+    # -- reservations (the dequeue broker) ----------------------------------------------------
+    # A reserved job stays in its PENDING set with its score (run after), so counts and scans
+    # are unchanged; cd = the reservation, and the priority's reserved set holds id -> expiry
+    # (see reserve_jobs.lua). Live while the expiry is after now.
+
+    def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        if limit <= 0:
+            self._require_queue(queue)
+            return []
+        keys = self._keys(queue)
+        key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), keys.reserved_key(priority)]
+        args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
+        out = self._run_in_queue("reserve_jobs", queue, key_list, args)
+        self._count_evicted(out[0])
+        return _claimed_jobs(out)
+
+    def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        keys = self._keys(queue)
+        key_list = [keys.names_key]
+        index: dict[int, int] = {}
+        for p in sorted({p for p, _ in items}):
+            index[p] = len(key_list) + 1
+            key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), keys.reserved_key(p)]
+        args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, claim, len(items)]
+        for priority, local_id in items:
+            args += [index[priority], local_id]
+        numbers = self._run_in_queue("claim_reserved", queue, key_list, args)
+        return [items[int(n) - 1] for n in numbers]
+
+    def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
+        keys = self._keys(queue)
+        key_list = [keys.names_key]
+        index: dict[int, int] = {}
+        for p in sorted({p for p, _ in items}):
+            index[p] = len(key_list) + 1
+            key_list += [keys.set_key(p, JobState.PENDING), keys.reserved_key(p)]
+        args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
+        for priority, local_id in items:
+            args += [index[priority], local_id]
+        return int(self._run_in_queue("release_reservations", queue, key_list, args))
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -393,6 +429,24 @@ class RedisStore:
             if looked < page_size:
                 return
             offset += looked - evicted
+
+
+def _claimed_jobs(out: Sequence[Any]) -> list[ClaimedJob]:
+    """Jobs from a dequeue or reserve reply (after the evicted count, 7 values per job),
+    ordered by (run after, id)."""
+    rows = [out[i : i + 7] for i in range(1, len(out), 7)]
+    rows.sort(key=lambda row: (float(row[1]), int(row[0])))
+    return [
+        ClaimedJob(
+            local_id=int(row[0]),
+            body=row[2],
+            attempts_allowed=_int(row[3]),
+            attempts_remaining=_int(row[4]),
+            created_at_ms=ms_from_seconds(row[5]),
+            updated_at_ms=ms_from_seconds(row[6]),
+        )
+        for row in rows
+    ]
 
 
 def _priority_keys(keys: QueueKeys, priorities: set[int], per: int) -> tuple[list[str], dict[int, int]]:

@@ -9,9 +9,15 @@ the IN_PROGRESS set scored by now (the claim time the claim timeout reads) and g
 ua = now. A member whose hash is gone (evicted) is removed from the PENDING set, its remains
 deleted, and counted, and another job is taken in its place; a dry run only skips it.
 
+A claim skips jobs under a live reservation of the dequeue broker (reserve_jobs.lua: members of
+KEYS[4]); lapsed reservations are removed from KEYS[4] first. While any reservation is live the
+tie fix is not applied (equal scores come in text order). A dry run shows reserved jobs too:
+they are PENDING.
+
 KEYS[1]  queue names sorted set (pln_{shard})
 KEYS[2]  PENDING sorted set (plq_{shard}_{queue}.p{p}_s0)
 KEYS[3]  IN_PROGRESS sorted set (plq_{shard}_{queue}.p{p}_s1)
+KEYS[4]  reserved sorted set (plq_{shard}_{queue}.p{p}_r)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]  now, seconds as float
@@ -25,7 +31,7 @@ Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua
 the new updated time (the old one in a dry run), or -1 if the queue does not exist. The caller
 orders the jobs by (score, id).
 ]]
-local names_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
+local names_key, pending_key, in_progress_key, reserved_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
 local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
 local max_ties = tonumber(ARGV[7])
@@ -69,6 +75,29 @@ local function pick(want)
   return picked
 end
 
+-- The first `want` eligible members not under a live reservation (every member of the reserved
+-- set is live once lapsed ones are removed), in text order within equal scores.
+local function pick_unreserved(want)
+  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+    want + redis.call('ZCARD', reserved_key))
+  local picked = {}
+  for i = 1, #page, 2 do
+    if #picked >= want then
+      break
+    end
+    if not redis.call('ZSCORE', reserved_key, page[i]) then
+      picked[#picked + 1] = {page[i], page[i + 1]}
+    end
+  end
+  return picked
+end
+
+local any_reserved = false
+if not dry_run then
+  redis.call('ZREMRANGEBYSCORE', reserved_key, '-inf', now)
+  any_reserved = redis.call('ZCARD', reserved_key) > 0
+end
+
 -- One variadic command per set rather than one per job (unpack in chunks, below Lua's limit).
 local function zrem_all(key, members)
   for i = 1, #members, 1000 do
@@ -91,7 +120,12 @@ local out = {0}
 local found, evicted = 0, 0
 while found < limit do
   local want = limit - found
-  local picked = pick(want)
+  local picked
+  if any_reserved then
+    picked = pick_unreserved(want)
+  else
+    picked = pick(want)
+  end
   local taken, claimed = {}, {}
   for _, entry in ipairs(picked) do
     local id, score = entry[1], entry[2]

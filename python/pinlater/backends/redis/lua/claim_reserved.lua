@@ -1,0 +1,44 @@
+--[[ claim_reserved: claim jobs the dequeue broker reserved (reserve_jobs.lua), exactly as
+dequeue_jobs.lua claims, only where the job is still in its PENDING set under this live
+reservation (a member of the reserved set, which holds only live ones once lapsed entries are
+removed, with cd = the reservation).
+
+KEYS[1]     queue names sorted set (pln_{shard})
+KEYS[2..n]  three per priority named: PENDING set, IN_PROGRESS set, reserved set
+            (plq_{shard}_{queue}.p{p}_s0, plq_{shard}_{queue}.p{p}_s1, plq_{shard}_{queue}.p{p}_r)
+ARGV[1]     queue name
+ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]     now, seconds as float
+ARGV[4]     reservation
+ARGV[5]     claim descriptor
+ARGV[6]     number of jobs, n
+then 2 per job:
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other two follow)
+  ARGV[i+1] local id
+
+Returns the 1-based numbers of the jobs claimed, or -1 if the queue does not exist.
+]]
+local names_key = KEYS[1]
+local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
+local reservation, claim, n = ARGV[4], ARGV[5], tonumber(ARGV[6])
+if not redis.call('ZSCORE', names_key, queue) then
+  return -1
+end
+for k = 4, #KEYS, 3 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
+end
+local out = {}
+for j = 0, n - 1 do
+  local k, id = tonumber(ARGV[7 + 2 * j]), ARGV[8 + 2 * j]
+  local pending_key, in_progress_key, reserved_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local hash_key = hash_prefix .. id
+  if redis.call('ZSCORE', reserved_key, id) and redis.call('ZSCORE', pending_key, id)
+      and redis.call('HGET', hash_key, 'cd') == reservation then
+    redis.call('ZREM', pending_key, id)
+    redis.call('ZREM', reserved_key, id)
+    redis.call('ZADD', in_progress_key, now, id)
+    redis.call('HSET', hash_key, 'ua', now, 'cd', claim)
+    out[#out + 1] = j + 1
+  end
+end
+return out

@@ -1,0 +1,236 @@
+//! The dequeue broker's per-queue buffer of reserved jobs. Pure Rust; bodies are opaque (`B`).
+//!
+//! The broker (Python, `pinlater/broker.py`) reserves jobs in the store ahead of demand and keeps
+//! them here until a worker's dequeue takes them. Invariants of a [`JobBuffer`]:
+//! - it never holds more than `capacity` entries: a push beyond that hands the overflow back,
+//!   and the caller releases those reservations;
+//! - [`JobBuffer::take`] returns entries in priority order (1 first), then first in, first out
+//!   within a priority; an entry is returned by at most one call (take, `take_older_than` or
+//!   drain) and then forgotten;
+//! - lengths (total and per priority) always equal what a drain would return.
+//!
+//! Nothing here panics on any input; the Python binding still runs every call under
+//! `catch_unwind` like the rest of the extension.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// One reserved job held for a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferedJob<B> {
+    /// The shard that holds the job (the descriptor's shard name).
+    pub shard: String,
+    pub priority: i64,
+    pub local_id: i64,
+    pub body: B,
+    pub attempts_allowed: i64,
+    pub attempts_remaining: i64,
+    /// When the reservation was made (ms since the epoch): the age bound is measured from it.
+    pub reserved_at_ms: i64,
+}
+
+/// A bounded buffer of reserved jobs, by priority then arrival order.
+#[derive(Debug)]
+pub struct JobBuffer<B> {
+    capacity: usize,
+    len: usize,
+    by_priority: BTreeMap<i64, VecDeque<BufferedJob<B>>>,
+}
+
+impl<B> JobBuffer<B> {
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            len: 0,
+            by_priority: BTreeMap::new(),
+        }
+    }
+
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Entries held now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Free places: how many jobs a refill may reserve.
+    #[must_use]
+    pub fn room(&self) -> usize {
+        self.capacity.saturating_sub(self.len)
+    }
+
+    /// Entries held for one priority.
+    #[must_use]
+    pub fn len_priority(&self, priority: i64) -> usize {
+        self.by_priority.get(&priority).map_or(0, VecDeque::len)
+    }
+
+    /// `(priority, entries)` for every priority that holds any, lowest number first.
+    pub fn lengths(&self) -> impl Iterator<Item = (i64, usize)> + '_ {
+        self.by_priority
+            .iter()
+            .filter(|(_, jobs)| !jobs.is_empty())
+            .map(|(priority, jobs)| (*priority, jobs.len()))
+    }
+
+    /// Appends jobs (each to the back of its priority) while there is room; returns the ones
+    /// that did not fit, in the order given.
+    pub fn push(&mut self, jobs: impl IntoIterator<Item = BufferedJob<B>>) -> Vec<BufferedJob<B>> {
+        let mut rejected = Vec::new();
+        for job in jobs {
+            if self.len >= self.capacity {
+                rejected.push(job);
+                continue;
+            }
+            self.by_priority
+                .entry(job.priority)
+                .or_default()
+                .push_back(job);
+            self.len += 1;
+        }
+        rejected
+    }
+
+    /// Up to `limit` entries: priority 1 first, then first in, first out.
+    pub fn take(&mut self, limit: usize) -> Vec<BufferedJob<B>> {
+        let mut out = Vec::with_capacity(limit.min(self.len));
+        for jobs in self.by_priority.values_mut() {
+            while out.len() < limit {
+                match jobs.pop_front() {
+                    Some(job) => out.push(job),
+                    None => break,
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        self.len -= out.len();
+        out
+    }
+
+    /// Every entry reserved before `cutoff_ms` (strictly), oldest first within a priority.
+    pub fn take_older_than(&mut self, cutoff_ms: i64) -> Vec<BufferedJob<B>> {
+        let mut out = Vec::new();
+        for jobs in self.by_priority.values_mut() {
+            if !jobs.iter().any(|job| job.reserved_at_ms < cutoff_ms) {
+                continue;
+            }
+            let (old, young): (VecDeque<_>, VecDeque<_>) = std::mem::take(jobs)
+                .into_iter()
+                .partition(|job| job.reserved_at_ms < cutoff_ms);
+            *jobs = young;
+            out.extend(old);
+        }
+        self.len -= out.len();
+        out
+    }
+
+    /// Every entry, by priority then arrival; the buffer is empty afterwards.
+    pub fn drain(&mut self) -> Vec<BufferedJob<B>> {
+        let mut out = Vec::with_capacity(self.len);
+        for jobs in self.by_priority.values_mut() {
+            out.extend(jobs.drain(..));
+        }
+        self.len = 0;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(priority: i64, local_id: i64, reserved_at_ms: i64) -> BufferedJob<u32> {
+        BufferedJob {
+            shard: "1".to_owned(),
+            priority,
+            local_id,
+            body: 0,
+            attempts_allowed: 2,
+            attempts_remaining: 2,
+            reserved_at_ms,
+        }
+    }
+
+    fn ids(jobs: &[BufferedJob<u32>]) -> Vec<(i64, i64)> {
+        jobs.iter().map(|j| (j.priority, j.local_id)).collect()
+    }
+
+    #[test]
+    fn take_is_priority_order_then_fifo() {
+        let mut buffer = JobBuffer::new(10);
+        assert!(buffer
+            .push([job(2, 1, 0), job(1, 2, 0), job(3, 3, 0), job(1, 4, 0)])
+            .is_empty());
+        assert_eq!(buffer.len(), 4);
+        assert_eq!(ids(&buffer.take(3)), vec![(1, 2), (1, 4), (2, 1)]);
+        assert_eq!(buffer.len(), 1);
+        assert_eq!(ids(&buffer.take(5)), vec![(3, 3)]);
+        assert!(buffer.is_empty());
+        assert!(buffer.take(5).is_empty());
+    }
+
+    #[test]
+    fn push_is_bounded_and_hands_back_the_overflow() {
+        let mut buffer = JobBuffer::new(2);
+        let rejected = buffer.push([job(1, 1, 0), job(1, 2, 0), job(1, 3, 0), job(2, 4, 0)]);
+        assert_eq!(ids(&rejected), vec![(1, 3), (2, 4)]);
+        assert_eq!((buffer.len(), buffer.room()), (2, 0));
+        buffer.take(1);
+        assert_eq!(buffer.room(), 1);
+    }
+
+    #[test]
+    fn zero_capacity_holds_nothing() {
+        let mut buffer = JobBuffer::new(0);
+        assert_eq!(buffer.push([job(1, 1, 0)]).len(), 1);
+        assert!(buffer.is_empty());
+        assert!(buffer.take(0).is_empty());
+    }
+
+    #[test]
+    fn take_older_than_keeps_the_young_in_order() {
+        let mut buffer = JobBuffer::new(10);
+        buffer.push([job(1, 1, 5), job(1, 2, 20), job(1, 3, 6), job(2, 4, 1)]);
+        assert_eq!(
+            ids(&buffer.take_older_than(10)),
+            vec![(1, 1), (1, 3), (2, 4)]
+        );
+        assert_eq!(buffer.len(), 1);
+        assert_eq!(buffer.len_priority(2), 0);
+        assert!(buffer.take_older_than(10).is_empty());
+        assert_eq!(ids(&buffer.take(10)), vec![(1, 2)]);
+    }
+
+    #[test]
+    fn lengths_and_drain() {
+        let mut buffer = JobBuffer::new(10);
+        buffer.push([job(3, 1, 0), job(1, 2, 0), job(3, 3, 0)]);
+        assert_eq!(buffer.lengths().collect::<Vec<_>>(), vec![(1, 1), (3, 2)]);
+        assert_eq!(buffer.len_priority(3), 2);
+        assert_eq!(ids(&buffer.drain()), vec![(1, 2), (3, 1), (3, 3)]);
+        assert_eq!(buffer.len(), 0);
+        assert_eq!(buffer.lengths().count(), 0);
+    }
+
+    #[test]
+    fn odd_priorities_do_not_panic() {
+        let mut buffer = JobBuffer::new(3);
+        buffer.push([job(i64::MIN, 1, i64::MIN), job(i64::MAX, 2, i64::MAX)]);
+        assert_eq!(buffer.take_older_than(i64::MIN).len(), 0);
+        assert_eq!(
+            ids(&buffer.take(usize::MAX)),
+            vec![(i64::MIN, 1), (i64::MAX, 2)]
+        );
+    }
+}

@@ -1,0 +1,208 @@
+"""The dequeue broker through real servers: buffered jobs stay PENDING to clients, refills are
+shared, reservations are handed back on stop, lapse after a crash, are released after the hold,
+and several servers on one Redis deliver every job exactly once."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tests.server.test_contract import IN_PROGRESS, PENDING, SUCCEEDED, Api
+from tests.support.pinlater_server import ServerProcess
+from tests.support.redis_server import RedisServer
+from tests.support.wait import wait_for
+
+Start = Callable[..., ServerProcess]
+Open = Callable[[ServerProcess], Any]
+RESERVED = "~r|"
+
+
+def stats(server: ServerProcess) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/stats.txt", timeout=5) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition(": ")
+        if sep:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                continue
+    return out
+
+
+def fill(api: Api, queue: str, n: int) -> list[str]:
+    api.create(queue)
+    return api.enqueue(queue, *[api.job(b"job-%d" % i, numAttemptsAllowed=3) for i in range(n)])
+
+
+@pytest.fixture
+def start_server(start_server: Start) -> Start:
+    """The broker is opt-in (BROKER_ENABLED); every server of this module turns it on."""
+
+    def start(*extra: str, properties: dict[str, Any] | None = None, **kw: Any) -> ServerProcess:
+        return start_server(*extra, properties={"BROKER_ENABLED": "true", **(properties or {})}, **kw)
+
+    return start
+
+
+def test_buffered_jobs_show_as_pending_everywhere(start_server: Start, open_client: Open, ttypes: ModuleType) -> None:
+    srv = start_server()
+    api = Api(open_client(srv), ttypes)
+    descriptors = fill(api, "buf", 20)
+    [taken] = api.dequeue("buf", limit=1).jobs
+    assert stats(srv)["broker_buffered_jobs"] == 19
+    found = api.lookup(*descriptors)
+    assert Counter(info.jobState for info in found.values()) == {PENDING: 19, IN_PROGRESS: 1}
+    assert found[taken].jobState == IN_PROGRESS and not found[taken].claimDescriptor.startswith(RESERVED)
+    assert all(info.attemptsRemaining == 3 for info in found.values())
+    assert api.count("buf", PENDING) == 19
+    assert len(api.scan("buf", PENDING, limit=100).scannedJobs) == 19
+    # a dry run answers from the store and shows buffered jobs; it claims nothing
+    assert len(api.dequeue("buf", limit=100, dryRun=True).jobs) == 19
+    assert len(api.dequeue("buf", limit=100).jobs) == 19
+
+
+def test_concurrent_dequeues_share_one_refill(start_server: Start, open_client: Open, ttypes: ModuleType) -> None:
+    srv = start_server(properties={"BROKER_LOW_WATER_FRACTION": "0"})
+    api = Api(open_client(srv), ttypes)
+    fill(api, "shared", 100)
+    apis = [Api(open_client(srv), ttypes, source=f"worker-{i}") for i in range(10)]
+    barrier = threading.Barrier(len(apis))
+    got: list[list[str]] = [[] for _ in apis]
+
+    def work(i: int) -> None:
+        barrier.wait(10)
+        got[i] = list(apis[i].dequeue("shared", limit=5).jobs)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(apis))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    delivered = [d for batch in got for d in batch]
+    assert len(delivered) == 50 and len(set(delivered)) == 50
+    s = stats(srv)
+    assert s["broker_refills"] == 1
+    assert s["broker_refill_jobs"] == 100
+    assert s["dequeue_store_calls"] <= 3  # one walk: one call per priority
+    assert s["broker_buffered_jobs"] == 50
+
+
+def test_graceful_stop_releases_reservations_at_once(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    props = {"BROKER_HOLD_SECONDS": "60"}
+    srv = start_server(properties=props)
+    api = Api(open_client(srv), ttypes)
+    descriptors = fill(api, "bye", 10)
+    [taken] = api.dequeue("bye", limit=1).jobs
+    rest = [d for d in descriptors if d != taken]
+    assert all(info.claimDescriptor.startswith(RESERVED) for info in api.lookup(*rest).values())
+    assert srv.terminate() == 0
+
+    srv2 = start_server(properties=props)
+    api2 = Api(open_client(srv2), ttypes)
+    found = api2.lookup(*rest)
+    assert all(info.jobState == PENDING and info.claimDescriptor is None for info in found.values())
+    response = api2.dequeue("bye", limit=20)  # a 60 s hold would block them, had they not been released
+    assert sorted(response.jobs) == sorted(rest)
+    assert all(m.attemptsRemaining == 3 for m in response.jobMetadata.values())
+
+
+def test_a_killed_servers_reservations_lapse_and_nothing_is_charged(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    props = {"BROKER_HOLD_SECONDS": "1"}
+    srv = start_server(properties=props)
+    api = Api(open_client(srv), ttypes)
+    descriptors = fill(api, "crash", 10)
+    [taken] = api.dequeue("crash", limit=1).jobs
+    srv.kill()
+
+    srv2 = start_server(properties=props)
+    api2 = Api(open_client(srv2), ttypes)
+    rest = {d for d in descriptors if d != taken}
+    assert {info.jobState for info in api2.lookup(*rest).values()} == {PENDING}
+    got: dict[str, Any] = {}
+
+    def step() -> bool:
+        response = api2.dequeue("crash", limit=20)
+        got.update(response.jobMetadata)
+        return len(got) >= len(rest)
+
+    wait_for(step, 15, interval=0.1, what="the lapsed reservations to be dequeued")
+    assert set(got) == rest
+    assert all(m.attemptsRemaining == 3 for m in got.values())
+
+
+def test_entries_older_than_the_hold_bound_are_released(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    srv = start_server(properties={"BROKER_HOLD_SECONDS": "0.5"})
+    api = Api(open_client(srv), ttypes)
+    descriptors = fill(api, "old", 10)
+    [taken] = api.dequeue("old", limit=1).jobs
+    rest = [d for d in descriptors if d != taken]
+    wait_for(lambda: stats(srv).get("broker_released", 0) >= 9, 10, what="the old entries to be released")
+    assert stats(srv)["broker_buffered_jobs"] == 0
+    found = api.lookup(*rest)
+    assert all(info.jobState == PENDING and info.claimDescriptor is None for info in found.values())
+    assert sorted(api.dequeue("old", limit=20).jobs) == sorted(rest)
+    assert stats(srv).get("broker_lapsed", 0) == 0
+
+
+@pytest.mark.redis
+def test_three_servers_on_one_redis_deliver_every_job_exactly_once(
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
+) -> None:
+    with RedisServer(tmp_path / "redis") as redis:
+        config = tmp_path / "redis.json"
+        shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
+        config.write_text(json.dumps({"shards": [shard]}))
+        props = {"BROKER_BUFFER_SIZE": "40", "BROKER_HOLD_SECONDS": "5"}
+        servers = [
+            start_server("--backend", "redis", "--backend-config", str(config), properties=props) for _ in range(3)
+        ]
+        api = Api(open_client(servers[0]), ttypes)
+        api.create("many")
+        enqueued: list[str] = []
+        for batch in range(6):
+            enqueued += api.enqueue("many", *[api.job(b"%d-%d" % (batch, i)) for i in range(100)])
+        delivered: list[list[str]] = [[] for _ in servers]
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def consume(k: int, server: ServerProcess) -> None:
+            worker = Api(open_client(server), ttypes, source=f"consumer-{k}")
+            try:
+                while not done.is_set():
+                    jobs = list(worker.dequeue("many", limit=7, waitMillis=200).jobs)
+                    delivered[k] += jobs
+                    if jobs:
+                        worker.ack("many", ok=jobs)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=consume, args=(k, s)) for k, s in enumerate(servers) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(lambda: sum(map(len, delivered)) >= len(enqueued), 60, what="every job delivered")
+        finally:
+            done.set()
+            for t in threads:
+                t.join(30)
+        assert not errors, errors
+        counts = Counter(d for batch in delivered for d in batch)
+        assert set(counts) == set(enqueued)
+        assert max(counts.values()) == 1, [d for d, n in counts.items() if n > 1][:5]
+        assert sum(1 for batch in delivered if batch) >= 2, "more than one server handed out jobs"
+        assert {info.jobState for info in api.lookup(*enqueued).values()} == {SUCCEEDED}
