@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--port", type=int, help="target a running server instead of starting one")
-    parser.add_argument("--broker", choices=("on", "off"), default="on", help="the dequeue broker of a started server")
+    parser.add_argument("--broker", choices=("on", "off"), default="off", help="the dequeue broker of a started server")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -159,6 +159,7 @@ def direct_consumer(db: Db, queue: str, batch: int, start_at: float, deadline: f
 
     import pymysql
 
+    from pinlater.backends.base import RESERVATION_PREFIX
     from pinlater.backends.mysql import queries
 
     table = table_of(queue)
@@ -180,7 +181,7 @@ def direct_consumer(db: Db, queue: str, batch: int, start_at: float, deadline: f
                     acks = []
                 seq += 1
                 claim = f"bench:direct|{os.getpid()}:{seq}"
-                if cur.execute(claim_sql, (claim, now, now, batch)):
+                if cur.execute(claim_sql, (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, batch)):
                     cur.execute(select_sql, (claim,))
                     acks = [int(r[0]) for r in cur.fetchall()]
                 else:

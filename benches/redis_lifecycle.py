@@ -104,8 +104,10 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
     return proc, port
 
 
-def start_server(directory: Path, redis_port: int) -> tuple[subprocess.Popen[bytes], int, Path]:
+def start_server(directory: Path, redis_port: int, broker: bool) -> tuple[subprocess.Popen[bytes], int, Path]:
     config = directory / "redis.json"
+    props = directory / "server.properties"
+    props.write_text(f"BROKER_ENABLED={str(broker).lower()}\n")
     shard = {"name": SHARD, "shardConfig": {"master": {"host": "127.0.0.1", "port": redis_port}}}
     config.write_text(json.dumps({"shards": [shard]}))
     log_path = directory / "server.log"
@@ -114,6 +116,7 @@ def start_server(directory: Path, redis_port: int) -> tuple[subprocess.Popen[byt
             [
                 sys.executable, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0",
                 "--data-dir", str(directory / "data"), "--backend", "redis", "--backend-config", str(config),
+                "--properties", str(props),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -154,7 +157,12 @@ def ceiling_client(redis_port: int, batch: int, body: bytes, deadline: float, ou
     sha = {name: client.script_load(source(name)) for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs")}
     qk = k.QueueKeys(SHARD, QUEUE)
     enqueue_keys = [qk.names_key, qk.id_key, qk.set_key(1, JobState.PENDING)]
-    dequeue_keys = [qk.names_key, qk.set_key(1, JobState.PENDING), qk.set_key(1, JobState.IN_PROGRESS)]
+    dequeue_keys = [
+        qk.names_key,
+        qk.set_key(1, JobState.PENDING),
+        qk.set_key(1, JobState.IN_PROGRESS),
+        qk.reserved_key(1),
+    ]
     ack_keys = [qk.names_key, *qk.priority_sets(1)]
     claim = f"bench-ceiling|{socket.gethostname()}:{os.getpid()}"
     cycles = acked = 0
@@ -329,6 +337,7 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, default=4, help="server-phase consumer processes (default 4)")
     parser.add_argument("--profile", metavar="FILE", help="py-spy record the server (raw format) into FILE")
     parser.add_argument("--profile-gil", action="store_true", help="profile only threads holding the GIL (CPU)")
+    parser.add_argument("--broker", choices=("on", "off"), default="off", help="the server's dequeue broker")
     parser.add_argument("--skip-ceiling", action="store_true", help="only the server phase")
     args = parser.parse_args()
 
@@ -344,7 +353,7 @@ def main() -> None:
                 ceiling, client_cpu_ceiling = run_ceiling(redis_port, args)
                 redis_cpu_ceiling = cpu_seconds(redis_proc.pid) - r0
                 raw.flushall()
-            server_proc, port, log_path = start_server(Path(tmp), redis_port)
+            server_proc, port, log_path = start_server(Path(tmp), redis_port, args.broker == "on")
             try:
                 r0 = cpu_seconds(redis_proc.pid)
                 run = run_server(server_proc.pid, port, args)

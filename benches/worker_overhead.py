@@ -146,7 +146,7 @@ def main() -> None:
         proc = None
         port = args.port
         if port is None:
-            proc, port = start_server(os.path.join(tmp, "data"))
+            proc, port, _admin_port = start_server(os.path.join(tmp, "data"), broker=False)
         try:
             from pinlater.idl import idl
 

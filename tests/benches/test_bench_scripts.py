@@ -1,0 +1,43 @@
+"""Every benchmark script runs once, briefly, so a change to the code they drive cannot leave
+them broken unnoticed (their figures are not checked here: speed is measured, not tested)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHES = Path(__file__).resolve().parents[2] / "benches"
+
+
+def run(script: str, *args: str, timeout: float = 240) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHES / script), *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.parametrize("broker", ["off", "on"])
+def test_lifecycle_through_the_embedded_store(broker: str) -> None:
+    out = run("lifecycle.py", "--seconds", "1", "--broker", broker)
+    assert "acked" in out and "jobs/s" in out
+
+
+@pytest.mark.redis
+def test_redis_ceiling_and_server() -> None:
+    out = run("redis_lifecycle.py", "--seconds", "1")
+    assert "ratio server/ceiling" in out
+
+
+@pytest.mark.mysql
+def test_mysql_phases() -> None:
+    out = run("mysql_lifecycle.py", "--seconds", "1")
+    assert "lifecycle: server / direct SQL" in out
+
+
+def test_worker_overhead() -> None:
+    out = run("worker_overhead.py", "--jobs", "200", "--rounds", "1")
+    assert "worker-sync" in out and "of bare" in out
