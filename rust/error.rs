@@ -3,6 +3,8 @@
 //! - [`DescriptorError`]: a job descriptor that does not parse, or parts that cannot form one.
 //!   Always the caller's fault; Python sees `pinlater._pinlater.DescriptorError` (a `ValueError`).
 //! - [`RateLimitError`]: a rate or burst that is negative, NaN or infinite. Python sees `ValueError`.
+//! - [`WalkError`]: bytes that are not a well-formed Thrift binary-protocol struct. Always the
+//!   peer's fault; Python sees `pinlater._pinlater.MalformedThriftError` (a `ValueError`).
 //! - [`RuntimeStartError`]: the process-wide tokio runtime could not be built (the OS refused
 //!   threads). Not the caller's fault; Python sees `pinlater._pinlater.NativeError`.
 
@@ -78,3 +80,36 @@ pub enum RateLimitError {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot start the pinlater tokio runtime: {0}")]
 pub struct RuntimeStartError(#[from] pub std::io::Error);
+
+/// Why a Thrift binary-protocol struct failed the walk (`crate::thrift_walk`).
+///
+/// The messages are the server's wire contract: they reach the peer inside
+/// `TApplicationException(PROTOCOL_ERROR, "malformed <method> call: <message>")`, worded as the
+/// Python walker worded them (element types are listed as a Python tuple would print).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WalkError {
+    #[error("struct truncated")]
+    StructTruncated,
+    #[error("string truncated")]
+    StringTruncated,
+    #[error("negative string length")]
+    NegativeStringLength,
+    #[error("list header truncated")]
+    ListHeaderTruncated,
+    #[error("map header truncated")]
+    MapHeaderTruncated,
+    #[error("unknown wire type {0}")]
+    UnknownWireType(u8),
+    #[error("negative container size")]
+    NegativeContainerSize,
+    #[error("unknown element type in ({0},)")]
+    UnknownElementType(u8),
+    #[error("unknown element type in ({0}, {1})")]
+    UnknownMapElementType(u8, u8),
+    #[error("container truncated")]
+    ContainerTruncated,
+    #[error("structs nested too deeply")]
+    StructsTooDeep,
+    #[error("containers nested too deeply")]
+    ContainersTooDeep,
+}

@@ -6,6 +6,7 @@ pub mod error;
 pub mod py;
 pub mod ratelimit;
 pub mod runtime;
+pub mod thrift_walk;
 
 /// The wire contract, embedded at compile time so the wheel cannot carry a stale copy.
 pub const THRIFT_IDL: &str = include_str!("../thrift/pinlater.thrift");

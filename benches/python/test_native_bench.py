@@ -8,15 +8,27 @@ each once (``--benchmark-disable``), which also checks that both sides agree.
 
 from __future__ import annotations
 
+import random
 import re
+import struct
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
+from thriftpy2.thrift import TType
+from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
-from pinlater._pinlater import RateLimiter, decode_descriptors, encode_descriptors
+from pinlater._pinlater import (
+    MalformedThriftError,
+    RateLimiter,
+    decode_descriptors,
+    encode_descriptors,
+    thrift_struct_end,
+)
+from pinlater.idl import idl
 
 BATCH = 100
 QUEUE, SHARD = "test_queue", "1d1"
@@ -96,6 +108,127 @@ class PyRateLimiter:
             return False
 
 
+# The server's struct walk as it was in Python (server/dispatch.py before it moved to Rust), kept
+# verbatim as the baseline and as the reference the Rust walker must agree with.
+
+MAX_NESTING = 32
+_I32 = struct.Struct(">i")
+_LIST_HEADER = struct.Struct(">Bi")
+_MAP_HEADER = struct.Struct(">BBi")
+_STRING, _NESTED, _INVALID = 0, -1, -2
+_WIDTH = tuple(
+    {
+        TType.BOOL: 1,
+        TType.BYTE: 1,
+        TType.DOUBLE: 8,
+        TType.I16: 2,
+        TType.I32: 4,
+        TType.I64: 8,
+        TType.STRING: _STRING,
+    }.get(t, _NESTED if t in (TType.STRUCT, TType.MAP, TType.SET, TType.LIST) else _INVALID)
+    for t in range(256)
+)
+
+
+class MalformedPayload(Exception):
+    pass
+
+
+def py_check_struct(buf: bytes, pos: int, depth: int = 0) -> int:
+    if depth > MAX_NESTING:
+        raise MalformedPayload("structs nested too deeply")
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise MalformedPayload("struct truncated")
+        ftype = buf[pos]
+        if ftype == 0:  # STOP
+            return pos + 1
+        pos += 3  # type byte and field id
+        width = _WIDTH[ftype]
+        if width > 0:
+            pos += width
+        elif width == _STRING:
+            pos = _string_end(buf, pos)
+        else:
+            pos = _skip(buf, pos, ftype, depth)
+
+
+def _string_end(buf: bytes, pos: int) -> int:
+    if pos + 4 > len(buf):
+        raise MalformedPayload("string truncated")
+    n: int = _I32.unpack_from(buf, pos)[0]
+    if n < 0:
+        raise MalformedPayload("negative string length")
+    return pos + 4 + n
+
+
+def _skip(buf: bytes, pos: int, ttype: int, depth: int) -> int:
+    width = _WIDTH[ttype]
+    if width > 0:
+        return pos + width
+    if width == _STRING:
+        return _string_end(buf, pos)
+    end = len(buf)
+    if ttype == TType.STRUCT:
+        return py_check_struct(buf, pos, depth + 1)
+    if ttype == TType.LIST or ttype == TType.SET:
+        if pos + 5 > end:
+            raise MalformedPayload("list header truncated")
+        etype, n = _LIST_HEADER.unpack_from(buf, pos)
+        return _skip_elements(buf, pos + 5, n, (etype,), depth + 1)
+    if ttype == TType.MAP:
+        if pos + 6 > end:
+            raise MalformedPayload("map header truncated")
+        ktype, vtype, n = _MAP_HEADER.unpack_from(buf, pos)
+        return _skip_elements(buf, pos + 6, n, (ktype, vtype), depth + 1)
+    raise MalformedPayload(f"unknown wire type {ttype}")
+
+
+def _skip_elements(buf: bytes, pos: int, n: int, types: tuple[int, ...], depth: int) -> int:
+    if n < 0:
+        raise MalformedPayload("negative container size")
+    if n == 0:
+        return pos
+    if depth > MAX_NESTING:
+        raise MalformedPayload("containers nested too deeply")
+    widths = [_WIDTH[t] for t in types]
+    if _INVALID in widths:
+        raise MalformedPayload(f"unknown element type in {types}")
+    end = len(buf)
+    if n > end - pos:
+        raise MalformedPayload("container truncated")
+    if min(widths) > 0:
+        return pos + n * sum(widths)
+    for _ in range(n):
+        for t in types:
+            pos = _skip(buf, pos, t, depth)
+        if pos > end:
+            raise MalformedPayload("container truncated")
+    return pos
+
+
+def enqueue_args(n_jobs: int, body_bytes: int = 100) -> bytes:
+    """An ``enqueueJobs`` argument struct as a client sends it (benches/lifecycle.py's jobs)."""
+    jobs = [idl.PinLaterJob(body=b"x" * body_bytes) for _ in range(n_jobs)]
+    args = idl.PinLater.enqueueJobs_args(
+        context=idl.RequestContext(source="bench:localhost"),
+        request=idl.PinLaterEnqueueRequest(queueName=QUEUE, jobs=jobs),
+    )
+    buf = TCyMemoryBuffer()
+    TCyBinaryProtocol(buf).write_struct(args)
+    data: bytes = buf.getvalue()
+    return data
+
+
+def walk_outcome(walk: Any, error: type[Exception], payload: bytes) -> int | str:
+    try:
+        end: int = walk(payload, 0)
+    except error as exc:
+        return str(exc)
+    return end
+
+
 # --- benches ---------------------------------------------------------------------------------
 
 ENCODERS: dict[str, Any] = {"rust": encode_descriptors, "python": py_encode_descriptors}
@@ -133,3 +266,53 @@ def test_try_acquire(benchmark: Any, impl: str) -> None:
 def test_try_acquire_unlimited(benchmark: Any, impl: str) -> None:
     limiter = LIMITERS[impl]()
     assert benchmark(limiter.try_acquire, "free", 1) is True
+
+
+WALKERS: dict[str, Any] = {"rust": thrift_struct_end, "python": py_check_struct}
+
+
+@pytest.mark.benchmark(group="thrift-walk")
+@pytest.mark.parametrize("impl", ["rust", "python"])
+@pytest.mark.parametrize("n_jobs", [100, 1000])
+def test_walk_enqueue(benchmark: Any, impl: str, n_jobs: int) -> None:
+    payload = enqueue_args(n_jobs)
+    assert benchmark(WALKERS[impl], payload, 0) == len(payload)
+
+
+def test_walkers_agree_on_damaged_payloads() -> None:
+    """The Rust walker says what the Python one said, end offset or message, byte for byte."""
+    rng = random.Random(20240611)
+    seeds = [enqueue_args(3, 5), enqueue_args(0), b"\x00"]
+    deep = [
+        b"\x0c\x00\x01" * levels + b"\x00" * (levels + 1)
+        for levels in (32, 33)  # structs in structs
+    ] + [
+        b"\x0f\x00\x01" + b"\x0f\x00\x00\x00\x01" * (levels - 1) + b"\x03\x00\x00\x00\x01\x07\x00"
+        for levels in (32, 33)  # lists in lists
+    ]
+    for payload in deep:
+        expected = walk_outcome(py_check_struct, MalformedPayload, payload)
+        assert walk_outcome(thrift_struct_end, MalformedThriftError, payload) == expected
+    assert [walk_outcome(py_check_struct, MalformedPayload, p) for p in deep] == [
+        len(deep[0]),
+        "structs nested too deeply",
+        len(deep[2]),
+        "containers nested too deeply",
+    ]
+    seen: set[int | str] = set()
+    for _ in range(20_000):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            op = rng.randrange(3)
+            i = rng.randrange(len(data) + 1)
+            if op == 0 and i < len(data):
+                data[i] = rng.choice((0, 1, 11, 12, 13, 15, 99, 0x7F, 0x80, 0xFF, rng.randrange(256)))
+            elif op == 1:
+                data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 6)))
+            else:
+                del data[i : i + rng.randint(1, 8)]
+        payload = bytes(data)
+        expected = walk_outcome(py_check_struct, MalformedPayload, payload)
+        assert walk_outcome(thrift_struct_end, MalformedThriftError, payload) == expected, payload.hex()
+        seen.add(expected if isinstance(expected, str) else 0)
+    assert {"struct truncated", "string truncated", "container truncated", 0} <= seen

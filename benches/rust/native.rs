@@ -1,6 +1,6 @@
-//! Criterion benches of the native hot path, without Python: descriptor batches of 100 and the
+//! Criterion benches of the native hot path, without Python: descriptor batches of 100, the
 //! rate-limit decision (goal: well under 1 µs, including the clock read and the mutex the Python
-//! binding takes).
+//! binding takes), and the Thrift struct walk over enqueue payloads.
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -9,6 +9,7 @@ use std::time::Instant;
 use _pinlater::broker::{BufferedJob, JobBuffer};
 use _pinlater::descriptor;
 use _pinlater::ratelimit::RateLimiter;
+use _pinlater::thrift_walk;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const BATCH: u64 = 100;
@@ -96,5 +97,55 @@ fn broker_buffer(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, descriptors, rate_limit, broker_buffer);
+/// An `enqueueJobs` argument struct as thriftpy2 writes it: `n` jobs with 100-byte bodies and
+/// the IDL defaults (priority, attempts, custom status) set.
+fn enqueue_args(n: usize) -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, ttype: u8, id: i16) {
+        out.push(ttype);
+        out.extend_from_slice(&id.to_be_bytes());
+    }
+    fn string(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&i32::try_from(bytes.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(bytes);
+    }
+    let mut out = Vec::new();
+    field(&mut out, 12, 1); // context
+    field(&mut out, 11, 1);
+    string(&mut out, b"bench:localhost");
+    out.push(0);
+    field(&mut out, 12, 2); // request
+    field(&mut out, 11, 1);
+    string(&mut out, b"test_queue");
+    field(&mut out, 15, 2);
+    out.push(12);
+    out.extend_from_slice(&i32::try_from(n).unwrap().to_be_bytes());
+    for _ in 0..n {
+        field(&mut out, 11, 1);
+        string(&mut out, &[b'x'; 100]);
+        field(&mut out, 3, 2);
+        out.push(1);
+        field(&mut out, 8, 4);
+        out.extend_from_slice(&2_i32.to_be_bytes());
+        field(&mut out, 11, 5);
+        string(&mut out, b"");
+        out.push(0);
+    }
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+fn thrift_walk(c: &mut Criterion) {
+    let mut group = c.benchmark_group("thrift_walk");
+    for n in [100_u64, 1000] {
+        let payload = enqueue_args(usize::try_from(n).unwrap());
+        assert_eq!(thrift_walk::struct_end(&payload, 0), Ok(payload.len()));
+        group.throughput(Throughput::Elements(n));
+        group.bench_function(format!("enqueue_{n}_jobs"), |b| {
+            b.iter(|| thrift_walk::struct_end(black_box(&payload), 0));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, descriptors, rate_limit, broker_buffer, thrift_walk);
 criterion_main!(benches);

@@ -1,4 +1,5 @@
-"""pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits and a tokio runtime.
+"""pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits, the dequeue broker's
+buffer, the Thrift struct walk and a tokio runtime.
 
 Every function is safe to call from many threads at once. A Rust panic inside any of them is
 raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``BaseException``).
@@ -11,6 +12,7 @@ __all__ = [
     "THRIFT_IDL",
     "DescriptorError",
     "JobBuffer",
+    "MalformedThriftError",
     "NativeError",
     "RateLimiter",
     "__version__",
@@ -20,6 +22,7 @@ __all__ = [
     "encode_descriptor",
     "encode_descriptors",
     "runtime_worker_count",
+    "thrift_struct_end",
 ]
 
 __version__: Final[str]
@@ -34,6 +37,16 @@ class DescriptorError(ValueError):
     The message names the offending descriptor (and its index in a batch) and what is wrong,
     e.g. ``descriptor at index 2: invalid job descriptor "q:s1:p0:7": priority "0" is not a
     decimal integer in 1..=127``.
+    """
+
+class MalformedThriftError(ValueError):
+    """The bytes are not a well-formed Thrift binary-protocol struct.
+
+    The message says what is wrong, worded for a PROTOCOL_ERROR reply: ``struct truncated``,
+    ``string truncated``, ``negative string length``, ``list header truncated``, ``map header
+    truncated``, ``unknown wire type 99``, ``negative container size``, ``unknown element type in
+    (99,)`` (or ``(11, 99)`` for a map's key and value), ``container truncated``, ``structs nested
+    too deeply`` or ``containers nested too deeply``.
     """
 
 class NativeError(RuntimeError):
@@ -185,6 +198,25 @@ class JobBuffer:
 
     def drain(self) -> list[tuple[str, int, int, bytes, int, int, int]]:
         """Remove and return every entry."""
+
+def thrift_struct_end(payload: bytes, offset: int = 0) -> int:
+    """Walk the Thrift binary-protocol struct at ``offset`` without building it; return the offset
+    just past its STOP.
+
+    The guard in front of a decoder that trusts lengths: when it returns, every length and count
+    met fits in ``payload``, every wire type is a real Thrift type, and structs and containers nest
+    at most 32 deep, so decoding the same bytes is O(len(payload)). Strings are bytes to the walk
+    (UTF-8 is the decoder's check, where the IDL says ``string``); required fields are not looked
+    at; bytes after the STOP are ignored. An empty container is accepted whatever its element
+    types. A 1,000-job enqueue (126 KB) takes about 30 µs, with the GIL held; from 1 MiB on the
+    GIL is released while walking (a 16 MiB payload takes about 4 ms).
+
+    Raises:
+        MalformedThriftError: the struct is truncated, has a negative length or size, an unknown
+            wire type, or nests too deeply; ``offset`` at or past the end is ``struct truncated``.
+        TypeError: ``payload`` is not ``bytes``.
+        OverflowError: ``offset`` is negative.
+    """
 
 def runtime_worker_count() -> int:
     """Worker threads of the extension's tokio runtime (2), starting it on first call.

@@ -1,6 +1,7 @@
 //! Python exceptions of the extension, and the conversions from core errors.
 //!
 //! - `DescriptorError(ValueError)`: a bad job descriptor or descriptor part.
+//! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct.
 //! - `NativeError(RuntimeError)`: a bug or resource failure inside the extension, including any
 //!   Rust panic. A panic must never reach Python as `PyO3`'s `PanicException`, which derives from
 //!   `BaseException` and so slips past `except Exception` in the server's error mapping.
@@ -11,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::error::{self, RateLimitError, RuntimeStartError};
+use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
 
 pyo3::create_exception!(
     pinlater._pinlater,
@@ -19,6 +20,14 @@ pyo3::create_exception!(
     PyValueError,
     "A job descriptor, or a part given to build one, is malformed. The message names the \
      offending descriptor (and its index in a batch) and what is wrong with it."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    MalformedThriftError,
+    PyValueError,
+    "The bytes are not a well-formed Thrift binary-protocol struct. The message is what is wrong, \
+     e.g. `struct truncated` or `unknown wire type 99`."
 );
 
 pyo3::create_exception!(
@@ -32,6 +41,11 @@ pyo3::create_exception!(
 #[must_use]
 pub fn descriptor_error(err: &error::DescriptorError) -> PyErr {
     DescriptorError::new_err(err.to_string())
+}
+
+#[must_use]
+pub fn walk_error(err: &WalkError) -> PyErr {
+    MalformedThriftError::new_err(err.to_string())
 }
 
 #[must_use]

@@ -7,6 +7,7 @@ pub mod broker;
 pub mod descriptor;
 pub mod errors;
 pub mod ratelimit;
+pub mod thrift_walk;
 
 use pyo3::prelude::*;
 
@@ -34,6 +35,8 @@ mod _pinlater {
     use super::ratelimit::RateLimiter;
     #[pymodule_export]
     use super::runtime_worker_count;
+    #[pymodule_export]
+    use super::thrift_walk::thrift_struct_end;
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -43,6 +46,10 @@ mod _pinlater {
         m.add(
             "DescriptorError",
             py.get_type::<super::errors::DescriptorError>(),
+        )?;
+        m.add(
+            "MalformedThriftError",
+            py.get_type::<super::errors::MalformedThriftError>(),
         )?;
         m.add("NativeError", py.get_type::<super::errors::NativeError>())?;
         Ok(())

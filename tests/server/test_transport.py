@@ -358,9 +358,18 @@ GOOD_HEADER = encode_call("createQueue", 9)[:-1]  # the header, and an args stru
 BAD_FRAMES = {
     "garbage": frame(b"GET / HTTP/1.1\r\n"),
     "bad_args": frame(GOOD_HEADER + b"\x0f\x00\x02\x63\x7f\xff\xff\xff\x00"),  # 2**31 elements, type 99
+    "too_deep": frame(GOOD_HEADER + b"\x0c\x00\x01" * 33 + b"\x00" * 34),  # context nests 33 structs
+    "not_utf8": frame(GOOD_HEADER + b"\x0b\x00\x02\x00\x00\x00\x02\xff\xfe\x00"),  # name: string, not UTF-8
     "oversized": struct.pack(">i", MAX_FRAME + 1) + b"\x80\x01",
     "zero_length": struct.pack(">i", 0),
     "negative_length": struct.pack(">i", -7),
+}
+
+#: The frames whose header is readable, and the start of the reason their reply gives.
+REPLIED = {
+    "bad_args": "unknown element type in (99,)",
+    "too_deep": "structs nested too deeply",
+    "not_utf8": "'utf-8' codec can't decode",
 }
 
 
@@ -371,14 +380,15 @@ def test_bad_frame_closes_only_that_connection(srv: ServerThread, open_client: A
     good.createQueue(ctx, "before")
     with raw_socket(srv.port) as bad:
         bad.sendall(BAD_FRAMES[kind])
-        if kind == "bad_args":  # the header was readable: a PROTOCOL_ERROR reply comes first
+        if kind in REPLIED:  # the header was readable: a PROTOCOL_ERROR reply comes first
             seqid, exc = read_app_exception(bad)
             assert (seqid, exc.type) == (9, TApplicationException.PROTOCOL_ERROR)
+            assert exc.message.startswith(f"malformed createQueue call: {REPLIED[kind]}")
         assert_closed_by_server(bad)
     good.createQueue(ctx, "after")
     assert good.getQueueNames(ctx) == {"before", "after"}
     stats = srv.server.stats()
-    assert stats.protocol_errors == (kind in ("garbage", "bad_args"))
+    assert stats.protocol_errors == (kind == "garbage" or kind in REPLIED)
     assert stats.oversized_frames == (kind == "oversized")
     assert stats.invalid_frame_lengths == (kind in ("zero_length", "negative_length"))
 

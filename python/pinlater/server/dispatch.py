@@ -7,12 +7,14 @@ Decoding rules, in order:
 
 * The message header (strict ``0x8001`` versioned form, or the old unversioned form, as Apache's
   binary protocol accepts both) is parsed here. A header that cannot be read gets no reply.
-* The argument struct is first *walked* (``check_struct``): every length is within the frame,
-  every wire type is a real Thrift type, nesting is bounded. Only then does the Cython protocol
-  decode it. The walk exists because the Cython reader trusts lengths: a 12-byte frame announcing
-  2**31 elements of an unknown type keeps it skipping nothing for seconds, and a huge string length
-  makes it allocate that much. A payload that fails the walk, or whose strings are not UTF-8, is a
-  ``ProtocolError`` carrying a PROTOCOL_ERROR reply; the transport sends it and closes.
+* The argument struct is first *walked* (``thrift_struct_end``, in Rust): every length is within
+  the frame, every wire type is a real Thrift type, structs and containers nest at most 32 deep.
+  Only then does the Cython protocol decode it. The walk exists because the Cython reader trusts
+  lengths: a 12-byte frame announcing 2**31 elements of an unknown type keeps it skipping nothing
+  for seconds, and a huge string length makes it allocate that much. The walk treats strings as
+  bytes; the decoder then checks that ``string`` fields (not ``binary`` ones) are UTF-8. A payload
+  that fails either is a ``ProtocolError`` carrying a PROTOCOL_ERROR reply; the transport sends it
+  and closes.
 * ``required`` fields: thriftpy2 does not enforce them. Every struct reachable from the arguments is
   checked against its ``thrift_spec`` (``missing_required_field``); a missing one is answered with
   TApplicationException(PROTOCOL_ERROR, "missing required field PinLaterJob.body at ...") and the
@@ -37,6 +39,7 @@ from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
+from pinlater._pinlater import thrift_struct_end
 from pinlater.idl import idl
 
 __all__ = ["Dispatcher", "ProtocolError", "snake_case"]
@@ -105,110 +108,8 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
     return methods
 
 
-#: Nesting the wire walk accepts (structs and containers); thriftpy2's reader allows 64.
-MAX_NESTING = 32
-
-_LIST_HEADER = struct.Struct(">Bi")
-_MAP_HEADER = struct.Struct(">BBi")
-_STRING, _NESTED, _INVALID = 0, -1, -2
-#: For each possible wire type byte: its fixed width, or _STRING / _NESTED / _INVALID.
-_WIDTH = tuple(
-    {
-        TType.BOOL: 1,
-        TType.BYTE: 1,
-        TType.DOUBLE: 8,
-        TType.I16: 2,
-        TType.I32: 4,
-        TType.I64: 8,
-        TType.STRING: _STRING,
-    }.get(t, _NESTED if t in (TType.STRUCT, TType.MAP, TType.SET, TType.LIST) else _INVALID)
-    for t in range(256)
-)
-
-
 class MalformedPayload(Exception):
-    """The bytes are not a well-formed Thrift binary-protocol message."""
-
-
-def check_struct(buf: bytes, pos: int, depth: int = 0) -> int:
-    """Walk the struct at ``pos`` without building it; return the offset just past its STOP.
-
-    Guarantees what the Cython reader does not check: lengths and counts fit in the frame, wire
-    types are real Thrift types, nesting is bounded. After it, decoding is O(len(buf)). Scalars
-    and strings are handled inline: this runs on every request.
-    """
-    if depth > MAX_NESTING:
-        raise MalformedPayload("structs nested too deeply")
-    end = len(buf)
-    while True:
-        if pos >= end:
-            raise MalformedPayload("struct truncated")
-        ftype = buf[pos]
-        if ftype == 0:  # STOP
-            return pos + 1
-        pos += 3  # type byte and field id
-        width = _WIDTH[ftype]
-        if width > 0:
-            pos += width
-        elif width == _STRING:
-            pos = _string_end(buf, pos)
-        else:
-            pos = _skip(buf, pos, ftype, depth)
-
-
-def _string_end(buf: bytes, pos: int) -> int:
-    if pos + 4 > len(buf):
-        raise MalformedPayload("string truncated")
-    n: int = _I32.unpack_from(buf, pos)[0]
-    if n < 0:
-        raise MalformedPayload("negative string length")
-    return pos + 4 + n
-
-
-def _skip(buf: bytes, pos: int, ttype: int, depth: int) -> int:
-    """Skip one value of any type; the result may lie past the end (the caller checks)."""
-    width = _WIDTH[ttype]
-    if width > 0:
-        return pos + width
-    if width == _STRING:
-        return _string_end(buf, pos)
-    end = len(buf)
-    if ttype == TType.STRUCT:
-        return check_struct(buf, pos, depth + 1)
-    if ttype == TType.LIST or ttype == TType.SET:
-        if pos + 5 > end:
-            raise MalformedPayload("list header truncated")
-        etype, n = _LIST_HEADER.unpack_from(buf, pos)
-        return _skip_elements(buf, pos + 5, n, (etype,), depth + 1)
-    if ttype == TType.MAP:
-        if pos + 6 > end:
-            raise MalformedPayload("map header truncated")
-        ktype, vtype, n = _MAP_HEADER.unpack_from(buf, pos)
-        return _skip_elements(buf, pos + 6, n, (ktype, vtype), depth + 1)
-    raise MalformedPayload(f"unknown wire type {ttype}")
-
-
-def _skip_elements(buf: bytes, pos: int, n: int, types: tuple[int, ...], depth: int) -> int:
-    if n < 0:
-        raise MalformedPayload("negative container size")
-    if n == 0:  # some writers put junk element types on empty containers
-        return pos
-    if depth > MAX_NESTING:
-        raise MalformedPayload("containers nested too deeply")
-    widths = [_WIDTH[t] for t in types]
-    if _INVALID in widths:
-        raise MalformedPayload(f"unknown element type in {types}")
-    end = len(buf)
-    if n > end - pos:  # every element of a real type takes at least one byte: bounds the loop below
-        raise MalformedPayload("container truncated")
-    if min(widths) > 0:
-        return pos + n * sum(widths)
-    for _ in range(n):
-        for t in types:
-            pos = _skip(buf, pos, t, depth)
-        if pos > end:
-            raise MalformedPayload("container truncated")
-    return pos
+    """The message header is not well-formed, or the message is not a call."""
 
 
 # -- required fields --------------------------------------------------------------------------
@@ -359,7 +260,7 @@ class Dispatcher:
 
         method = self._methods.get(name)
         try:
-            check_struct(payload, offset)
+            thrift_struct_end(payload, offset)
             if mtype not in (TMessageType.CALL, TMessageType.ONEWAY):
                 raise MalformedPayload(f"message type {mtype} is not a call")
             if method is None:
@@ -367,7 +268,7 @@ class Dispatcher:
             args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(
                 method.args_cls()
             )
-        except Exception as exc:  # MalformedPayload, UnicodeDecodeError (strings must be UTF-8), ...
+        except Exception as exc:  # MalformedThriftError, MalformedPayload, UnicodeDecodeError (not UTF-8), ...
             reply = _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, f"malformed {name} call: {exc}")
             raise ProtocolError(f"malformed {name!r} call (seqid {seqid}): {exc}", reply) from None
 

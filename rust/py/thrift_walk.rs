@@ -1,0 +1,29 @@
+//! Python binding of `crate::thrift_walk`: the server's guard before the Cython decoder.
+
+use pyo3::prelude::*;
+
+use super::errors::{guarded, walk_error};
+use crate::thrift_walk;
+
+/// Payloads at least this long are walked with the interpreter released.
+///
+/// The walk runs at about 4 GB/s: a 1,000-job enqueue (126 KB) takes 30 µs, less than handing
+/// the GIL to a waiting thread and taking it back can cost, so small payloads keep it. From
+/// 1 MiB (about 250 µs; a 16 MiB frame takes about 4 ms) other threads get to run meanwhile.
+pub const DETACH_BYTES: usize = 1 << 20;
+
+/// Walks the Thrift binary-protocol struct at `offset` in `payload`; returns the offset just past
+/// its STOP.
+#[pyfunction]
+#[pyo3(signature = (payload, offset = 0))]
+pub fn thrift_struct_end(py: Python<'_>, payload: &[u8], offset: usize) -> PyResult<usize> {
+    guarded("thrift_struct_end", || {
+        // `payload` borrows an immutable `bytes` that the caller keeps alive for this call.
+        let walked = if payload.len() >= DETACH_BYTES {
+            py.detach(|| thrift_walk::struct_end(payload, offset))
+        } else {
+            thrift_walk::struct_end(payload, offset)
+        };
+        walked.map_err(|e| walk_error(&e))
+    })
+}
