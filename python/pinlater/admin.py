@@ -43,16 +43,20 @@ Two halves:
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
-from pinlater.ratelimit import parse_queue_config
+from pinlater.admin_files import PAUSED_FROM as PAUSED_FROM
+from pinlater.admin_files import (
+    pause_queue,
+    read_queue_rates,
+    resume_queue,
+    set_queue_rate,
+    set_shard_dequeue_only,
+    write_atomically,
+)
 
 __all__ = [
     "Admin",
@@ -66,10 +70,6 @@ __all__ = [
     "write_atomically",
 ]
 
-#: Where ``pause_queue`` remembers the rate it replaced, inside the queue's entry (the original
-#: server read only ``name`` and ``queueConfig``, so the key is harmless to it).
-PAUSED_FROM = "pausedFromMaxJobsPerSecond"
-
 
 class AdminError(Exception):
     """The admin API refused or failed a call; ``status`` is the HTTP status (0: no answer)."""
@@ -82,161 +82,6 @@ class AdminError(Exception):
 
 class PasswordRefused(AdminError):
     """The admin password was wrong or missing (HTTP 403); nothing was done."""
-
-
-# -- configuration files ------------------------------------------------------------------------
-
-
-def write_atomically(path: str | os.PathLike[str], text: str) -> None:
-    """Replace ``path`` with ``text``: write a temp file beside it, fsync, rename over it.
-
-    The file keeps its permissions. A reader sees the old file or the new one, never a mix.
-    """
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.chmod(tmp, os.stat(target).st_mode & 0o7777)
-        except FileNotFoundError:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _load_queue_config(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {"queues": []}
-    parse_queue_config(text)  # refuse to edit a file the server would reject
-    document: dict[str, Any] = json.loads(text)
-    return document
-
-
-def _save_queue_config(path: Path, document: dict[str, Any]) -> str:
-    text = json.dumps(document, indent=2) + "\n"
-    parse_queue_config(text)
-    write_atomically(path, text)
-    return text
-
-
-def _entry(document: dict[str, Any], queue: str) -> dict[str, Any] | None:
-    for entry in document["queues"]:
-        if entry.get("name") == queue:
-            found: dict[str, Any] = entry
-            return found
-    return None
-
-
-def read_queue_rates(path: str | os.PathLike[str]) -> dict[str, float]:
-    """The rates a queue config file sets: ``{queue: maxJobsPerSecond}`` (0 = paused)."""
-    text = Path(path).read_text(encoding="utf-8")
-    return parse_queue_config(text)
-
-
-def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None) -> str:
-    """Set ``queue``'s maxJobsPerSecond (``None`` removes its limit); returns the new file text.
-
-    Other queues, and any other keys in the file, are kept as they were.
-
-    >>> set_queue_rate("queues.json", "emails", 25)      # doctest: +SKIP
-    """
-    if rate is not None and (not isinstance(rate, int | float) or rate != rate or rate < 0 or rate == float("inf")):
-        raise ValueError(f"rate must be a finite number >= 0, not {rate!r}")
-    target = Path(path)
-    document = _load_queue_config(target)
-    entry = _entry(document, queue)
-    if rate is None:
-        document["queues"] = [e for e in document["queues"] if e is not entry]
-    elif entry is None:
-        document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": rate}})
-    else:
-        entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = rate
-        entry.pop(PAUSED_FROM, None)
-    return _save_queue_config(target, document)
-
-
-def pause_queue(path: str | os.PathLike[str], queue: str) -> str:
-    """Set ``queue``'s rate to 0 (dequeues are refused), remembering the rate it had."""
-    target = Path(path)
-    document = _load_queue_config(target)
-    entry = _entry(document, queue)
-    if entry is None:
-        document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": 0}, PAUSED_FROM: None})
-    else:
-        config = entry.setdefault("queueConfig", {})
-        if config.get("maxJobsPerSecond") != 0:
-            entry[PAUSED_FROM] = config.get("maxJobsPerSecond")
-        config["maxJobsPerSecond"] = 0
-    return _save_queue_config(target, document)
-
-
-def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
-    """Undo ``pause_queue``: restore the remembered rate, or no limit if there was none."""
-    target = Path(path)
-    document = _load_queue_config(target)
-    entry = _entry(document, queue)
-    if entry is None:
-        return _save_queue_config(target, document)
-    previous = entry.pop(PAUSED_FROM, None)
-    if previous is None:
-        document["queues"] = [e for e in document["queues"] if e is not entry]
-    else:
-        entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = previous
-    return _save_queue_config(target, document)
-
-
-_NUMBERED_KEY = re.compile(r"[A-Za-z]*([0-9]+)")
-_SHARD_NAME = re.compile(r"([0-9]+)(?:d[0-9]+)?")
-
-
-def set_shard_dequeue_only(path: str | os.PathLike[str], shard: str, dequeue_only: bool = True) -> list[str]:
-    """Flip ``dequeueOnly`` for ``shard`` in a backend config file; returns the entries changed.
-
-    Redis format (``{"shards": [{"name": "1", "shardConfig": {...}}]}``): the entry named
-    ``shard``. MySQL format (``{"pinlaterdb001": {...}}``): the key ``shard`` itself, or the
-    instance serving shard ``shard`` (``"1"`` and ``"1d2"`` are both served by
-    ``pinlaterdb001``; the flag applies to the whole instance). A dequeue-only shard takes no new
-    jobs but is still drained. Raises ``KeyError`` naming the shards there are.
-    """
-    target = Path(path)
-    document = json.loads(target.read_text(encoding="utf-8"))
-    changed: list[str] = []
-    if isinstance(document, dict) and isinstance(document.get("shards"), list):
-        names = [str(e.get("name")) for e in document["shards"] if isinstance(e, dict)]
-        for entry in document["shards"]:
-            if isinstance(entry, dict) and str(entry.get("name")) == shard:
-                entry.setdefault("shardConfig", {})["dequeueOnly"] = dequeue_only
-                changed.append(shard)
-    elif isinstance(document, dict):
-        names = list(document)
-        keys = [shard] if shard in document else [k for k in document if _mysql_key_serves(k, shard)]
-        for key in keys:
-            if isinstance(document[key], dict):
-                document[key]["dequeueOnly"] = dequeue_only
-                changed.append(key)
-    else:
-        raise ValueError(f"{target}: not a Redis or MySQL backend config")
-    if not changed:
-        raise KeyError(f"{target}: no shard {shard!r}; the file has {', '.join(names) or 'none'}")
-    write_atomically(target, json.dumps(document, indent=2) + "\n")
-    return changed
-
-
-def _mysql_key_serves(key: str, shard: str) -> bool:
-    k, s = _NUMBERED_KEY.fullmatch(key), _SHARD_NAME.fullmatch(shard)
-    return bool(k and s and int(k.group(1)) == int(s.group(1)))
 
 
 # -- the admin HTTP API -------------------------------------------------------------------------

@@ -18,10 +18,7 @@ cannot inject script. POSTs must be ``application/json``, which a cross-site for
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from importlib import resources
@@ -31,33 +28,22 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from pinlater import admin as config_files
-from pinlater._pinlater import DescriptorError
-from pinlater.backends.base import JobRecord, JobState
 from pinlater.errors import ErrorCode, PinLaterError
-from pinlater.server.handler import QUEUE_NAME, hash_password
+from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
+from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
+from pinlater.server.admin_api import COUNT_COLUMNS as COUNT_COLUMNS
+from pinlater.server.admin_api import MAX_BULK as MAX_BULK
+from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
+from pinlater.server.admin_api import STATES as STATES
+from pinlater.server.admin_api import AdminApi, ApiError
 from pinlater.server.metrics import RateHistory, prometheus_registry, render_prometheus
 
 if TYPE_CHECKING:
-    from pinlater.backends.sharded import ShardedBackend
     from pinlater.server.app import PinLaterServer
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECONDS = 2.0
-MAX_SCAN = 1000
-MAX_BULK = 1_000_000
-BODY_TEXT_LIMIT = 64 * 1024
-BODY_HEX_LIMIT = 4 * 1024
-STATES = {s.name.lower(): s for s in JobState}
-#: The dashboard's count columns: (name, state, future jobs only).
-COUNT_COLUMNS = (
-    ("pending", JobState.PENDING, False),
-    ("pending_future", JobState.PENDING, True),
-    ("in_progress", JobState.IN_PROGRESS, False),
-    ("succeeded", JobState.SUCCEEDED, False),
-    ("failed", JobState.FAILED, False),
-)
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
@@ -76,33 +62,18 @@ _STATUS_FOR_CODE = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class ApiError(Exception):
-    """Answered as ``{"error": message}`` with ``status``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def _dashboard_file(name: str) -> bytes:
     return (resources.files("pinlater.server") / "dashboard" / name).read_bytes()
 
 
-class AdminApp:
-    """The aiohttp application over a running ``PinLaterServer``."""
+class AdminApp(AdminApi):
+    """The aiohttp application over a running ``PinLaterServer`` (the ``/api`` handlers: ``AdminApi``)."""
 
     def __init__(self, server: PinLaterServer, sample_interval: float = 5.0) -> None:
         self.server = server
         self.history = RateHistory(server.metrics, interval=sample_interval)
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
-
-    @property
-    def backend(self) -> ShardedBackend:
-        if self.server.backend is None:
-            raise ApiError(503, "the server is not started")
-        return self.server.backend
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
@@ -228,251 +199,9 @@ class AdminApp:
             raise web.HTTPNotFound()
         return web.Response(body=_dashboard_file(name), content_type=STATIC[name], charset="utf-8")
 
-    # -- reads -----------------------------------------------------------------------------------
-
-    async def api_queues(self, request: web.Request) -> web.Response:
-        backend = self.backend
-        names = sorted(await backend.get_queue_names())
-        wanted = request.query.get("queue")
-        if wanted is not None:
-            if wanted not in names:
-                raise ApiError(404, f"no queue {wanted!r}")
-            names = [wanted]
-        priorities = range(1, backend.num_priorities + 1)
-        calls = [
-            backend.count_jobs(queue, state, p, future, None)
-            for queue in names
-            for _, state, future in COUNT_COLUMNS
-            for p in priorities
-        ]
-        counts = iter(await asyncio.gather(*calls))
-        queues = []
-        for queue in names:
-            by_column = {column: [next(counts) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
-            queues.append({"name": queue, "counts": by_column, "rate": self._rate(queue)})
-        s = self.server.settings
-        limits = self.server.rate_limits
-        return _json(
-            {
-                "queues": queues,
-                "priorities": backend.num_priorities,
-                "shards": [
-                    {"name": sh.name, "healthy": sh.healthy, "dequeue_only": sh.dequeue_only} for sh in backend.shards
-                ],
-                "gauges": self.server.metrics.snapshot()["gauges"],
-                "rate_config_path": None if s.queue_config_file_path is None else str(s.queue_config_file_path),
-                "server_count": 1 if limits is None else limits.server_count,
-                "password_set": bool(s.admin_password_hash),
-                "now_ms": int(time.time() * 1000),
-            }
-        )
-
-    def _rate(self, queue: str) -> dict[str, Any]:
-        limits = self.server.rate_limits
-        configured = None if limits is None else limits.configured.get(queue)
-        effective = None if limits is None else limits.effective_rate(queue)
-        return {"configured": configured, "effective": effective, "paused": configured == 0}
-
-    async def api_rates(self, request: web.Request) -> web.Response:
-        return _json(self.history.rates())
-
-    async def api_scan(self, request: web.Request) -> web.Response:
-        q = request.query
-        queue = await self._existing_queue(q.get("queue"))
-        state = _state(q.get("state", "failed"))
-        priority = self._priority(q.get("priority"))
-        limit = _int(q.get("limit", "100"), "limit", 1, MAX_SCAN)
-        regex = _regex(q.get("regex"))
-        future = q.get("future", "") in ("1", "true", "yes")
-        found = await self.backend.scan_jobs(queue, state, priority, future, limit, regex)
-        jobs = [_job(d, r) for d, r in found]
-        jobs.sort(key=lambda j: (j["updated_at_ms"], j["descriptor"]), reverse=True)  # newest change first
-        return _json({"queue": queue, "state": state.name.lower(), "jobs": jobs})
-
-    async def api_lookup(self, request: web.Request) -> web.Response:
-        descriptor = request.query.get("descriptor", "").strip()
-        if not descriptor:
-            raise ApiError(400, "give a job descriptor, like queue:s1:p1:42")
-        try:
-            found = await self.backend.lookup_jobs([descriptor], True)
-        except DescriptorError as exc:
-            raise ApiError(400, f"invalid job descriptor: {exc}") from None
-        record = found.get(descriptor)
-        if record is None:
-            raise ApiError(404, f"no job {descriptor}")
-        return _json({"job": _job(descriptor, record, with_body=True)})
-
-    # -- changes ---------------------------------------------------------------------------------
-
-    async def _authorized(self, request: web.Request, action: str) -> dict[str, Any]:
-        """The JSON body of an admin action, once its password is right (else 403)."""
-        if request.content_type != "application/json":
-            raise ApiError(415, "send the action as application/json")
-        try:
-            body = await request.json()
-        except ValueError:
-            raise ApiError(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        expected = self.server.settings.admin_password_hash
-        if not expected:
-            log.warning("admin %s refused: no ADMIN_PASSWORD_HASH is set", action, extra={"remote": request.remote})
-            raise ApiError(403, "admin actions are disabled: the server has no ADMIN_PASSWORD_HASH")
-        password = body.get("password")
-        if not isinstance(password, str) or not hmac.compare_digest(hash_password(password), expected):
-            log.warning("admin %s refused: wrong admin password", action, extra={"remote": request.remote})
-            raise ApiError(403, "wrong admin password: nothing was done")
-        return body
-
-    async def api_retry(self, request: web.Request) -> web.Response:
-        body = await self._authorized(request, "retry")
-        queue = await self._existing_queue(body.get("queue"))
-        priorities = self._priorities(body.get("priority"))
-        attempts = _int(body.get("attempts", 1), "attempts", 1, 1_000_000)
-        limit = _int(body.get("limit", 1000), "limit", 1, MAX_BULK)
-        done = 0
-        for p in priorities:
-            if done < limit:
-                done += await self.backend.retry_failed_jobs(queue, p, attempts, None, limit - done)
-        which = body.get("priority") or "all"
-        _audit(
-            request, logging.INFO, "retry", queue, f"retried {done} failed jobs (priority {which}, {attempts} attempts)"
-        )
-        return _json({"queue": queue, "retried": done})
-
-    async def api_delete(self, request: web.Request) -> web.Response:
-        body = await self._authorized(request, "delete")
-        queue = await self._existing_queue(body.get("queue"))
-        state = _state(body.get("state"))
-        priorities = self._priorities(body.get("priority"))
-        regex = _regex(body.get("regex"))
-        limit = _int(body.get("limit", 1000), "limit", 1, MAX_BULK)
-        done = 0
-        for p in priorities:
-            if done < limit:
-                done += await self.backend.delete_jobs(queue, state, p, regex, limit - done)
-        which = body.get("priority") or "all"
-        _audit(
-            request,
-            logging.WARNING,
-            "delete",
-            queue,
-            f"deleted {done} {state.name} jobs (priority {which}, regex {regex!r})",
-        )
-        return _json({"queue": queue, "deleted": done})
-
-    async def api_rate(self, request: web.Request) -> web.Response:
-        path = self.server.settings.queue_config_file_path
-        if path is None:
-            raise ApiError(409, "rate limits cannot be changed here: the server has no QUEUE_CONFIG_FILE_PATH")
-        body = await self._authorized(request, "rate")
-        queue = await self._existing_queue(body.get("queue"))
-        action = body.get("action", "set")
-        loop = asyncio.get_running_loop()
-        if action == "set":
-            rate = body.get("rate")
-            if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < float("inf"):
-                raise ApiError(400, "rate must be a number of jobs per second >= 0")
-            text = await loop.run_in_executor(None, config_files.set_queue_rate, path, queue, float(rate))
-        elif action == "unlimit":
-            text = await loop.run_in_executor(None, config_files.set_queue_rate, path, queue, None)
-        elif action == "pause":
-            text = await loop.run_in_executor(None, config_files.pause_queue, path, queue)
-        elif action == "resume":
-            text = await loop.run_in_executor(None, config_files.resume_queue, path, queue)
-        else:
-            raise ApiError(400, f"action must be set, unlimit, pause or resume, not {action!r}")
-        if self.server.rate_limits is not None:
-            self.server.rate_limits.apply_queue_config(text)  # now, not at the watcher's next look
-        rate_info = self._rate(queue)
-        now = "unlimited" if rate_info["configured"] is None else f"{rate_info['configured']:g} jobs/s"
-        _audit(request, logging.WARNING, action, queue, f"rate limit now {now}")
-        return _json({"queue": queue, "rate": rate_info, "config_path": str(path)})
-
-    # -- validation ------------------------------------------------------------------------------
-
-    async def _existing_queue(self, name: Any) -> str:
-        if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-            raise ApiError(400, f"queue name {name!r} must be letters, digits and underscores")
-        if name not in await self.backend.get_queue_names():
-            raise ApiError(404, f"no queue {name!r}")
-        return name
-
-    def _priority(self, value: Any) -> int | None:
-        if value in (None, "", "all"):
-            return None
-        return _int(value, "priority", 1, self.backend.num_priorities)
-
-    def _priorities(self, value: Any) -> range:
-        p = self._priority(value)
-        return range(1, self.backend.num_priorities + 1) if p is None else range(p, p + 1)
-
-
-def _audit(request: web.Request, level: int, action: str, queue: str, what: str) -> None:
-    """One log line per admin action done, with who asked (JSON logs get the fields as keys)."""
-    extra = {"remote": request.remote, "action": action, "queue": queue}
-    log.log(level, "admin %s on %s from %s: %s", action, queue, request.remote, what, extra=extra)
-
 
 def _status_for(exc: PinLaterError) -> int:
     return _STATUS_FOR_CODE.get(exc.code, 400)
-
-
-def _int(value: Any, what: str, low: int, high: int) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ApiError(400, f"{what} must be a whole number, not {value!r}") from None
-    if isinstance(value, bool) or isinstance(value, float) or not low <= number <= high:
-        raise ApiError(400, f"{what} must be a whole number in {low}..{high}, not {value!r}")
-    return number
-
-
-def _state(value: Any) -> JobState:
-    if isinstance(value, str) and value.lower() in STATES:
-        return STATES[value.lower()]
-    raise ApiError(400, f"state must be one of {', '.join(STATES)}, not {value!r}")
-
-
-def _regex(value: Any) -> str | None:
-    if value in (None, ""):
-        return None
-    if not isinstance(value, str):
-        raise ApiError(400, "regex must be a string")
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ApiError(400, f"invalid body regex {value!r}: {exc}") from None
-    return value
-
-
-def _job(descriptor: str, record: JobRecord, with_body: bool = False) -> dict[str, Any]:
-    job: dict[str, Any] = {
-        "descriptor": descriptor,
-        "state": record.state.name.lower(),
-        "priority": record.priority,
-        "attempts_allowed": record.attempts_allowed,
-        "attempts_remaining": record.attempts_remaining,
-        "custom_status": record.custom_status,
-        "created_at_ms": record.created_at_ms,
-        "updated_at_ms": record.updated_at_ms,
-        "run_after_ms": record.run_after_ms,
-        "claim_descriptor": record.claim_descriptor,
-    }
-    if with_body and record.body is not None:
-        body = record.body
-        job["body_size"] = len(body)
-        job["body_text"] = body[:BODY_TEXT_LIMIT].decode("utf-8", "replace")
-        job["body_hex"] = body[:BODY_HEX_LIMIT].hex(" ")
-        job["body_text_truncated"] = len(body) > BODY_TEXT_LIMIT
-        job["body_hex_truncated"] = len(body) > BODY_HEX_LIMIT
-    return job
-
-
-def _json(data: Any) -> web.Response:
-    return web.Response(
-        text=json.dumps(data, allow_nan=False), content_type="application/json", headers={"Cache-Control": "no-store"}
-    )
 
 
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:

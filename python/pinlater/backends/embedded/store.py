@@ -5,26 +5,17 @@ Design:
 * One file per shard (``{data_dir}/shard-{name}.sqlite3``) in WAL mode. ``synchronous`` FULL
   fsyncs the WAL on every commit (survives power loss); NORMAL survives a killed process but
   may lose the last commits on power loss. Either way a method that returned is committed.
-* One connection, guarded by one lock, serves every call: SQLite serialises writers anyway,
-  and a single connection keeps transactions simple. The GIL is released inside SQLite, so the
-  lock only orders calls coming from the server's thread pool.
-* Every method is one transaction: ``BEGIN IMMEDIATE`` for writes (the write lock is taken up
-  front, so a transaction never fails half-way on an upgrade) and ``BEGIN`` for reads (one
-  snapshot for the queue check and the query). Batches use ``executemany`` or set-based
-  statements inside that one transaction.
+* One connection serves every call; every method is one transaction (see ``connection``).
 * SQL lives in ``sql/*.sql``, one statement per file, values always bound as parameters.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from functools import lru_cache
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +30,7 @@ from pinlater.backends.base import (
     NewJob,
 )
 from pinlater.backends.embedded import sql
+from pinlater.backends.embedded.connection import SQLiteTransactions, compiled_regex, connect
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
@@ -58,7 +50,7 @@ def shard_path(data_dir: Path, name: str) -> Path:
     return data_dir / f"shard-{name}.sqlite3"
 
 
-class EmbeddedStore:
+class EmbeddedStore(SQLiteTransactions):
     """``ShardStore`` for one shard on a local SQLite file (see the module docstring)."""
 
     def __init__(self, data_dir: Path, name: str, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> None:
@@ -71,7 +63,7 @@ class EmbeddedStore:
         self._lock = threading.Lock()
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            self._conn: sqlite3.Connection | None = _connect(self._path, synchronous, busy_timeout_ms)
+            self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"))
         except (OSError, sqlite3.Error) as exc:
             raise ShardConnectionError(name, f"cannot open {self._path}: {exc}") from exc
 
@@ -332,37 +324,6 @@ class EmbeddedStore:
         if conn is not None:
             conn.close()  # the last connection to close checkpoints the WAL into the file
 
-    # -- transactions -----------------------------------------------------------------------
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._transaction("BEGIN IMMEDIATE") as conn:
-            yield conn
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._transaction("BEGIN") as conn:
-            yield conn
-
-    @contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise ShardConnectionError(self._name, "the store is closed")
-            try:
-                conn.execute(begin)
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    _rollback_quietly(conn)
-                # Busy, I/O, disk full or a damaged file: the shard is unusable for now. Other
-                # sqlite3 errors (integrity, programming) are bugs and escape unchanged.
-                if isinstance(exc, sqlite3.OperationalError) or type(exc) is sqlite3.DatabaseError:
-                    raise ShardConnectionError(self._name, str(exc)) from exc
-                raise
-
 
 def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
     """Open ``settings.embedded_num_shards`` shards named "1", "2", ... under ``settings.data_dir``.
@@ -383,23 +344,6 @@ def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
     return stores
 
 
-def _connect(path: Path, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    # isolation_level=None: the store issues BEGIN/COMMIT itself instead of the module guessing.
-    conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
-    try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise sqlite3.OperationalError(f"WAL journal mode is not available here (got {mode})")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")  # checked against SYNCHRONOUS_MODES
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.create_function("regexp", 2, _regexp, deterministic=True)
-        conn.executescript(sql.load("schema"))
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
 def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
     by_priority: dict[int, list[int]] = {}
     for priority, local_id in items:
@@ -417,13 +361,6 @@ def _require_queue(conn: sqlite3.Connection, queue: str) -> None:
         raise QueueNotFoundError(queue)
 
 
-def _rollback_quietly(conn: sqlite3.Connection) -> None:
-    try:
-        conn.rollback()
-    except sqlite3.Error:
-        pass  # the original error is the one worth reporting; SQLite rolls back on close anyway
-
-
 def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
     """Parameters for the filter shared by count, scan and delete (see ``count_jobs.sql``)."""
     if where.future is None:
@@ -433,7 +370,7 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
     else:
         bounds = (_I64_MIN, where.now_ms)
     if where.body_regex is not None:
-        _compiled(where.body_regex)  # fail here, not inside SQLite, where the reason would be lost
+        compiled_regex(where.body_regex)  # fail here, not inside SQLite, where the reason would be lost
     return {
         "queue": queue,
         "priority": where.priority,
@@ -442,23 +379,6 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
         "run_after_le": bounds[1],
         "body_regex": where.body_regex,
     }
-
-
-@lru_cache(maxsize=64)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid body regex {pattern!r}: {exc}") from None
-
-
-def _regexp(pattern: str | None, body: bytes | None) -> bool:
-    """SQL ``regexp(pattern, body)``: Python's ``re.search`` over the body decoded leniently."""
-    if pattern is None:
-        return True
-    if body is None:
-        return False
-    return _compiled(pattern).search(bytes(body).decode("utf-8", "replace")) is not None
 
 
 def _record(row: Sequence[Any]) -> JobRecord:
