@@ -6,11 +6,9 @@ per priority, DDL in ``sql/schema/``. Every operation is one transaction of stat
 ``UPDATE ... LIMIT`` stamping the claim plus one SELECT by claim, acks one UPDATE per (priority,
 outcome, appended status[, retry delay]) group.
 
-Time: every "now" is a parameter. Columns are TIMESTAMP(3) in databases created here, so
-milliseconds survive; databases the original created have TIMESTAMP (seconds) and the server
-drops the milliseconds when writing them. The session time zone is UTC (``session_setup.sql``), so
-datetimes cross the wire as UTC. Times are clamped to TIMESTAMP's range (1970-01-01 00:00:01 to
-2038-01-19 03:14:07.999 UTC).
+Time: every "now" is a parameter; ``db_time.py`` converts (milliseconds survive in databases
+created here) and clamps to TIMESTAMP's range. The session time zone is UTC
+(``session_setup.sql``), so datetimes cross the wire as UTC.
 
 Errors: a body over ``MAX_BODY_BYTES`` (the BLOB column) is ENQUEUE_REJECTED, checked before
 any statement runs; a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait
@@ -26,8 +24,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypeVar
 
 import pymysql
 
@@ -41,54 +37,35 @@ from pinlater.backends.base import (
     JobState,
     NewJob,
 )
-from pinlater.backends.mysql import names, queries
+from pinlater.backends.mysql import job_rows, names, queries, reservations
 from pinlater.backends.mysql.config import MySQLShardConfig
-from pinlater.backends.mysql.pool import (
-    RETRYABLE_ERRORS,
-    ConnectionPool,
-    PoolTimeout,
-    error_code,
-    is_connection_failure,
+from pinlater.backends.mysql.db_time import from_db_time, to_db_time
+from pinlater.backends.mysql.inserts import INSERT_ID_STRATEGIES, insert, insert_chunks
+from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_BODY_BYTES, MAX_CLAIM_LENGTH
+from pinlater.backends.mysql.pool import ConnectionPool, error_code
+from pinlater.backends.mysql.transactions import (
+    NAME_TOO_LONG_ERRORS,
+    NO_TABLE_ERROR,
+    Cursor,
+    T,
+    rollback_if_none,
+    run_transaction,
 )
-from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
+
+__all__ = [
+    "CUSTOM_STATUS_LIMIT",
+    "INSERT_ID_STRATEGIES",
+    "MAX_BODY_BYTES",
+    "MAX_CLAIM_LENGTH",
+    "MySQLStore",
+    "from_db_time",
+    "to_db_time",
+]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-Cursor = Any  # pymysql.cursors.Cursor (PyMySQL ships no type information)
-
-#: The original's CUSTOM_STATUS_SIZE_BYTES, the width of the custom_status column.
-CUSTOM_STATUS_LIMIT = 5000
-#: The claim_descriptor column is VARCHAR(200).
-MAX_CLAIM_LENGTH = 200
-#: The body column is a BLOB (in the original's tables too): at most 2**16 - 1 bytes.
-MAX_BODY_BYTES = 65_535
-
-_EPOCH = datetime(1970, 1, 1)
-_MS = timedelta(milliseconds=1)
-_TS_MIN_MS = 1_000  # 1970-01-01 00:00:01 UTC
-_TS_MAX_MS = 2_147_483_647_999  # 2038-01-19 03:14:07.999 UTC
-_NO_TABLE_ERROR = 1146
-_NO_QUEUE_ERRORS = frozenset({1049, _NO_TABLE_ERROR})
-_NAME_TOO_LONG_ERRORS = frozenset({1059, 1102})
-_REGEX_ERROR = 1139
-_ENQUEUE_ROW_WIDTH = 8
 _NO_LIMIT = 2**62
-
-#: How ids of a multi-row INSERT are recovered; None picks from the server's settings.
-INSERT_ID_STRATEGIES = ("last_insert_id", "returning", "per_row")
-
-
-def to_db_time(ms: int) -> datetime:
-    """Milliseconds since the epoch as a naive UTC datetime, clamped to TIMESTAMP's range."""
-    return _EPOCH + _MS * min(max(ms, _TS_MIN_MS), _TS_MAX_MS)
-
-
-def from_db_time(value: object) -> int:
-    """A TIMESTAMP read back (naive UTC datetime) as milliseconds since the epoch; zero dates are 0."""
-    if isinstance(value, datetime):
-        return (value - _EPOCH) // _MS
-    return 0
 
 
 class MySQLStore:
@@ -136,29 +113,7 @@ class MySQLStore:
 
     def _run(self, queue: str | None, op: Callable[[Cursor], T]) -> T:
         """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors."""
-        attempt = 0
-        while True:
-            try:
-                with self.pool.transaction() as cur:
-                    return op(cur)
-            except PoolTimeout as exc:
-                raise ShardConnectionError(self._name, str(exc)) from exc
-            except pymysql.err.MySQLError as exc:
-                code = error_code(exc)
-                if code in _NO_QUEUE_ERRORS and queue is not None:
-                    raise QueueNotFoundError(queue) from exc
-                if code == _REGEX_ERROR:
-                    raise ValueError(f"invalid body regex: {exc.args[1] if len(exc.args) > 1 else exc}") from exc
-                retryable = code in RETRYABLE_ERRORS or isinstance(exc, pymysql.err.InterfaceError)
-                if retryable and attempt < self.num_auto_retries:
-                    attempt += 1
-                    log.info("shard %s: retrying after MySQL error %s (attempt %d)", self._name, code, attempt)
-                    continue
-                if retryable or is_connection_failure(exc):
-                    raise ShardConnectionError(self._name, f"MySQL error {code}: {_message(exc)}") from exc
-                raise
-            except (OSError, EOFError) as exc:
-                raise ShardConnectionError(self._name, f"{type(exc).__name__}: {exc}") from exc
+        return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op)
 
     def _table(self, queue: str, priority: int) -> str:
         return names.quoted_table(self._name, queue, priority)
@@ -180,7 +135,7 @@ class MySQLStore:
         try:
             self._run(None, op)
         except pymysql.err.MySQLError as exc:
-            if error_code(exc) in _NAME_TOO_LONG_ERRORS:
+            if error_code(exc) in NAME_TOO_LONG_ERRORS:
                 raise PinLaterError(ErrorCode.QUEUE_NAME_TOO_LONG, f"queue name too long: {queue}") from exc
             raise
 
@@ -203,7 +158,7 @@ class MySQLStore:
             return []
         by_priority: dict[int, list[int]] = defaultdict(list)
         for index, job in enumerate(jobs):
-            _check_body_size(job.body, f"the body of job {index} (counting from 0) of the request")
+            job_rows.check_body_size(job.body, f"the body of job {index} (counting from 0) of the request")
             by_priority[job.priority].append(index)
         tables = {priority: self._table(queue, priority) for priority in by_priority}
         now = to_db_time(now_ms)
@@ -211,64 +166,14 @@ class MySQLStore:
         def op(cur: Cursor) -> list[int]:
             ids = [0] * len(jobs)
             for priority, indexes in by_priority.items():
-                for chunk in self._insert_chunks(indexes, jobs):
-                    rows = [_enqueue_row(jobs[i], now) for i in chunk]
-                    for index, local_id in zip(chunk, self._insert(cur, tables[priority], rows), strict=True):
+                for chunk in insert_chunks(self.pool, indexes, jobs):
+                    rows = [job_rows.enqueue_row(jobs[i], now) for i in chunk]
+                    new_ids = insert(self.pool, self.insert_id_strategy, cur, tables[priority], rows)
+                    for index, local_id in zip(chunk, new_ids, strict=True):
                         ids[index] = local_id
             return ids
 
         return self._run(queue, op)
-
-    def _insert_chunks(self, indexes: list[int], jobs: Sequence[NewJob]) -> list[list[int]]:
-        """Split one priority's jobs so each INSERT stays well under max_allowed_packet."""
-        info = self.pool.server_info
-        budget = (info.max_allowed_packet if info else 16 * 1024 * 1024) // 2
-        chunks: list[list[int]] = [[]]
-        size = 0
-        for index in indexes:
-            job = jobs[index]
-            # Escaped bytes take up to twice their size; a character up to 4 bytes.
-            cost = 2 * len(job.body) + 4 * min(len(job.custom_status), CUSTOM_STATUS_LIMIT) + 200
-            if chunks[-1] and size + cost > budget:
-                chunks.append([])
-                size = 0
-            chunks[-1].append(index)
-            size += cost
-        return chunks
-
-    def _insert(self, cur: Cursor, table: str, rows: list[tuple[Any, ...]]) -> list[int]:
-        """One multi-row INSERT; the new ids in row order."""
-        strategy = self.insert_id_strategy or self._default_insert_id_strategy()
-        if strategy == "returning":
-            cur.execute(
-                queries.ENQUEUE_JOBS_RETURNING.render(table=table, rows=(len(rows), _ENQUEUE_ROW_WIDTH)),
-                [value for row in rows for value in row],
-            )
-            ids = [int(row[0]) for row in cur.fetchall()]
-        elif strategy == "last_insert_id":
-            cur.execute(
-                queries.ENQUEUE_JOBS.render(table=table, rows=(len(rows), _ENQUEUE_ROW_WIDTH)),
-                [value for row in rows for value in row],
-            )
-            first = int(cur.lastrowid)
-            info = self.pool.server_info
-            step = info.auto_increment_increment if info else 1
-            ids = [first + k * step for k in range(cur.rowcount)]
-        else:
-            ids = []
-            single = queries.ENQUEUE_JOBS.render(table=table, rows=(1, _ENQUEUE_ROW_WIDTH))
-            for row in rows:
-                cur.execute(single, row)
-                ids.append(int(cur.lastrowid))
-        if len(ids) != len(rows):
-            raise RuntimeError(f"inserted {len(rows)} jobs into {table} but recovered {len(ids)} ids")
-        return ids
-
-    def _default_insert_id_strategy(self) -> str:
-        info = self.pool.server_info
-        if info is None or info.consecutive_insert_ids:
-            return "last_insert_id"
-        return "returning" if info.supports_insert_returning else "per_row"
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -282,7 +187,7 @@ class MySQLStore:
 
         def peek(cur: Cursor) -> list[ClaimedJob]:
             cur.execute(queries.PEEK_JOBS.render(table=table), (now, limit))
-            return [_claimed_job(row) for row in cur.fetchall()]
+            return [job_rows.claimed_job(row) for row in cur.fetchall()]
 
         def claim_jobs(cur: Cursor) -> list[ClaimedJob] | None:
             claimed = cur.execute(
@@ -295,7 +200,7 @@ class MySQLStore:
             rows = cur.fetchall()
             if len(rows) != claimed:
                 return None  # the claim was not unique: redo telling our rows from the others
-            return [_claimed_job(row) for row in rows]
+            return [job_rows.claimed_job(row) for row in rows]
 
         def claim_jobs_reused_claim(cur: Cursor) -> list[ClaimedJob]:
             select_claimed = queries.SELECT_CLAIMED_JOBS.render(table=table)
@@ -306,86 +211,29 @@ class MySQLStore:
                 (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, limit),
             )
             cur.execute(select_claimed, (claim,))
-            return [_claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
+            return [job_rows.claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
 
         if dry_run:
             return self._run(queue, peek)
-        jobs = self._run(queue, _rollback_if_none(claim_jobs))
+        jobs = self._run(queue, rollback_if_none(claim_jobs))
         if jobs is None:
             jobs = self._run(queue, claim_jobs_reused_claim)
         return jobs
 
-    # -- reservations (the dequeue broker) ----------------------------------------------------
-    # A reserved job: claim_descriptor = the reservation, updated_at = its expiry (see
-    # reserve_jobs.sql). Live while updated_at > now.
+    # -- reservations (the dequeue broker): see reservations.py --------------------------------
 
     def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> list[ClaimedJob]:
-        if len(reservation) > MAX_CLAIM_LENGTH:
-            raise ValueError(f"reservation longer than {MAX_CLAIM_LENGTH} characters")
-        table = self._table(queue, priority)
-        now = to_db_time(now_ms)
-        prefix = RESERVATION_PREFIX
-
-        def op(cur: Cursor) -> list[ClaimedJob]:
-            if limit <= 0:
-                cur.execute(queries.PEEK_JOBS.render(table=table), (now, 0))  # QUEUE_NOT_FOUND check
-                return []
-            # Ours already live before this call are not part of its answer.
-            select = queries.SELECT_RESERVED_JOBS.render(table=table)
-            cur.execute(select, (reservation, now))
-            before = {int(row[0]) for row in cur.fetchall()}
-            until = to_db_time(now_ms + hold_ms)
-            reserved = cur.execute(
-                queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now, prefix, prefix, limit)
-            )
-            if not reserved:
-                return []
-            cur.execute(select, (reservation, now))
-            return [_claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
-
-        return self._run(queue, op)
+        return reservations.reserve_jobs(self, queue, priority, limit, reservation, now_ms, hold_ms)
 
     def claim_reserved(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        by_priority = _ids_by_priority(items)
-        tables = {priority: self._table(queue, priority) for priority in by_priority}
-        now = to_db_time(now_ms)
-
-        def op(cur: Cursor) -> list[tuple[int, int]]:
-            claimed: list[tuple[int, int]] = []
-            for priority, ids in sorted(by_priority.items()):
-                table = tables[priority]
-                n = len(ids)
-                if not cur.execute(
-                    queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), (claim, now, reservation, now, *ids)
-                ):
-                    continue
-                cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), (claim, *ids))
-                claimed += [(priority, int(row[0])) for row in cur.fetchall()]
-            return claimed
-
-        if not items:
-            return []
-        return self._run(queue, op)
+        return reservations.claim_reserved(self, queue, items, reservation, claim, now_ms)
 
     def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
-        by_priority = _ids_by_priority(items)
-        tables = {priority: self._table(queue, priority) for priority in by_priority}
-        now = to_db_time(now_ms)
-
-        def op(cur: Cursor) -> int:
-            released = 0
-            for priority, ids in sorted(by_priority.items()):
-                sql = queries.RELEASE_RESERVATIONS.render(table=tables[priority], ids=len(ids))
-                released += int(cur.execute(sql, (now, reservation, now, *ids)))
-            return released
-
-        if not items:
-            return 0
-        return self._run(queue, op)
+        return reservations.release_reservations(self, queue, items, reservation, now_ms)
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
         if not succeeded and not failed:
@@ -416,7 +264,7 @@ class MySQLStore:
             return 0
         for item in items:
             if item.new_body is not None:
-                _check_body_size(item.new_body, f"the new body of checkpointed job {item.local_id}")
+                job_rows.check_body_size(item.new_body, f"the new body of checkpointed job {item.local_id}")
         tables = {item.priority: self._table(queue, item.priority) for item in items}
         now = to_db_time(now_ms)
 
@@ -466,12 +314,12 @@ class MySQLStore:
                 except pymysql.err.ProgrammingError as exc:
                     # A descriptor of a priority the queue lacks finds nothing; the others still
                     # do. (A statement error leaves the transaction usable.)
-                    if error_code(exc) != _NO_TABLE_ERROR:
+                    if error_code(exc) != NO_TABLE_ERROR:
                         raise
                     missing_tables.append(exc)
                     continue
                 for row in cur.fetchall():
-                    record = _job_record(priority, row, row[9] if include_body else None)
+                    record = job_rows.job_record(priority, row, row[9] if include_body else None)
                     found[(priority, record.local_id)] = record
             if len(missing_tables) == len(by_priority):
                 raise missing_tables[0]  # no table at all: the queue is not here (QueueNotFoundError)
@@ -484,7 +332,7 @@ class MySQLStore:
 
         def op(cur: Cursor) -> int:
             cap = _NO_LIMIT if limit is None else limit
-            cur.execute(queries.COUNT_JOBS.render(table=table), (*_filter_args(where), cap))
+            cur.execute(queries.COUNT_JOBS.render(table=table), (*job_rows.filter_args(where), cap))
             row = cur.fetchone()
             return int(row[0]) if row else 0
 
@@ -494,8 +342,8 @@ class MySQLStore:
         table = self._table(queue, where.priority)
 
         def op(cur: Cursor) -> list[JobRecord]:
-            cur.execute(queries.SCAN_JOBS.render(table=table), (*_filter_args(where), limit))
-            return [_job_record(where.priority, row, None) for row in cur.fetchall()]
+            cur.execute(queries.SCAN_JOBS.render(table=table), (*job_rows.filter_args(where), limit))
+            return [job_rows.job_record(where.priority, row, None) for row in cur.fetchall()]
 
         return self._run(queue, op)
 
@@ -510,7 +358,7 @@ class MySQLStore:
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         sql = queries.DELETE_JOBS.render(table=self._table(queue, where.priority))
-        args = (*_filter_args(where), limit)
+        args = (*job_rows.filter_args(where), limit)
         return self._run(queue, lambda cur: int(cur.execute(sql, args)))
 
     # -- maintenance (the monitor) ----------------------------------------------------------
@@ -548,89 +396,3 @@ class MySQLStore:
 
     def __repr__(self) -> str:
         return f"MySQLStore({self._name!r}, {self.config.master.host}:{self.config.master.port})"
-
-
-def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
-    """Local ids by priority, each list sorted (rows are locked in one order: no deadlocks)."""
-    by_priority: dict[int, list[int]] = defaultdict(list)
-    for priority, local_id in items:
-        by_priority[priority].append(local_id)
-    return {priority: sorted(ids) for priority, ids in by_priority.items()}
-
-
-def _rollback_if_none(op: Callable[[Cursor], T | None]) -> Callable[[Cursor], T | None]:
-    """``op`` whose None result rolls the transaction back (and is still returned)."""
-
-    def wrapped(cur: Cursor) -> T | None:
-        result = op(cur)
-        if result is None:
-            cur.connection.rollback()
-        return result
-
-    return wrapped
-
-
-def _check_body_size(body: bytes, what: str) -> None:
-    if len(body) > MAX_BODY_BYTES:
-        raise PinLaterError(
-            ErrorCode.ENQUEUE_REJECTED,
-            f"{what} is {len(body)} bytes; the MySQL backend stores bodies of at most {MAX_BODY_BYTES} bytes (BLOB)",
-        )
-
-
-def _message(exc: BaseException) -> str:
-    return str(exc.args[1]) if len(exc.args) > 1 else str(exc)
-
-
-def _enqueue_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
-    return (
-        int(JobState.PENDING),
-        job.attempts_allowed,
-        job.attempts_allowed,
-        job.custom_status[:CUSTOM_STATUS_LIMIT],
-        now,
-        now,
-        to_db_time(job.run_after_ms),
-        job.body,
-    )
-
-
-def _filter_args(where: JobFilter) -> tuple[Any, ...]:
-    """(state, run_after from, run_after to, regex, regex) for count/scan/delete."""
-    if where.future is None:
-        low, high = _TS_MIN_MS, _TS_MAX_MS
-    elif where.future:
-        low, high = where.now_ms + 1, _TS_MAX_MS
-    else:
-        low, high = _TS_MIN_MS, where.now_ms
-    return (int(where.state), to_db_time(low), to_db_time(high), where.body_regex, where.body_regex)
-
-
-def _claimed_job(row: Sequence[Any]) -> ClaimedJob:
-    # local_id, body, attempts_allowed, attempts_remaining, created_at, updated_at
-    return ClaimedJob(
-        local_id=int(row[0]),
-        body=bytes(row[1]),
-        attempts_allowed=int(row[2] or 0),
-        attempts_remaining=int(row[3]),
-        created_at_ms=from_db_time(row[4]),
-        updated_at_ms=from_db_time(row[5]),
-    )
-
-
-def _job_record(priority: int, row: Sequence[Any], body: bytes | None) -> JobRecord:
-    # local_id, state, attempts_allowed, attempts_remaining, custom_status, created_at, run_after,
-    # updated_at, claim_descriptor
-    return JobRecord(
-        priority=priority,
-        local_id=int(row[0]),
-        state=JobState(int(row[1])),
-        attempts_allowed=int(row[2] or 0),
-        attempts_remaining=int(row[3]),
-        custom_status=row[4] or "",
-        created_at_ms=from_db_time(row[5]),
-        run_after_ms=from_db_time(row[6]),
-        updated_at_ms=from_db_time(row[7]),
-        claim_descriptor=row[8],
-        body=None if body is None else bytes(body),
-    )

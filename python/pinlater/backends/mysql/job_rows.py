@@ -1,0 +1,83 @@
+"""Row conversion for the MySQL backend: column limits, jobs to INSERT rows, SELECT rows to
+``ClaimedJob``/``JobRecord``, and a ``JobFilter`` to statement arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pinlater.backends.base import ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.mysql.db_time import TS_MAX_MS, TS_MIN_MS, from_db_time, to_db_time
+from pinlater.errors import ErrorCode, PinLaterError
+
+#: The original's CUSTOM_STATUS_SIZE_BYTES, the width of the custom_status column.
+CUSTOM_STATUS_LIMIT = 5000
+#: The claim_descriptor column is VARCHAR(200).
+MAX_CLAIM_LENGTH = 200
+#: The body column is a BLOB (in the original's tables too): at most 2**16 - 1 bytes.
+MAX_BODY_BYTES = 65_535
+
+ENQUEUE_ROW_WIDTH = 8
+
+
+def check_body_size(body: bytes, what: str) -> None:
+    if len(body) > MAX_BODY_BYTES:
+        raise PinLaterError(
+            ErrorCode.ENQUEUE_REJECTED,
+            f"{what} is {len(body)} bytes; the MySQL backend stores bodies of at most {MAX_BODY_BYTES} bytes (BLOB)",
+        )
+
+
+def enqueue_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
+    return (
+        int(JobState.PENDING),
+        job.attempts_allowed,
+        job.attempts_allowed,
+        job.custom_status[:CUSTOM_STATUS_LIMIT],
+        now,
+        now,
+        to_db_time(job.run_after_ms),
+        job.body,
+    )
+
+
+def filter_args(where: JobFilter) -> tuple[Any, ...]:
+    """(state, run_after from, run_after to, regex, regex) for count/scan/delete."""
+    if where.future is None:
+        low, high = TS_MIN_MS, TS_MAX_MS
+    elif where.future:
+        low, high = where.now_ms + 1, TS_MAX_MS
+    else:
+        low, high = TS_MIN_MS, where.now_ms
+    return (int(where.state), to_db_time(low), to_db_time(high), where.body_regex, where.body_regex)
+
+
+def claimed_job(row: Sequence[Any]) -> ClaimedJob:
+    # local_id, body, attempts_allowed, attempts_remaining, created_at, updated_at
+    return ClaimedJob(
+        local_id=int(row[0]),
+        body=bytes(row[1]),
+        attempts_allowed=int(row[2] or 0),
+        attempts_remaining=int(row[3]),
+        created_at_ms=from_db_time(row[4]),
+        updated_at_ms=from_db_time(row[5]),
+    )
+
+
+def job_record(priority: int, row: Sequence[Any], body: bytes | None) -> JobRecord:
+    # local_id, state, attempts_allowed, attempts_remaining, custom_status, created_at, run_after,
+    # updated_at, claim_descriptor
+    return JobRecord(
+        priority=priority,
+        local_id=int(row[0]),
+        state=JobState(int(row[1])),
+        attempts_allowed=int(row[2] or 0),
+        attempts_remaining=int(row[3]),
+        custom_status=row[4] or "",
+        created_at_ms=from_db_time(row[5]),
+        run_after_ms=from_db_time(row[6]),
+        updated_at_ms=from_db_time(row[7]),
+        claim_descriptor=row[8],
+        body=None if body is None else bytes(body),
+    )

@@ -1,0 +1,101 @@
+"""The reservation operations of ``MySQLStore`` (the dequeue broker).
+
+A reserved job: claim_descriptor = the reservation, updated_at = its expiry (see
+reserve_jobs.sql). Live while updated_at > now.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
+from pinlater.backends.mysql import queries
+from pinlater.backends.mysql.db_time import to_db_time
+from pinlater.backends.mysql.job_rows import MAX_CLAIM_LENGTH, claimed_job
+from pinlater.backends.mysql.transactions import Cursor
+
+if TYPE_CHECKING:
+    from pinlater.backends.mysql.store import MySQLStore
+
+
+def reserve_jobs(
+    store: MySQLStore, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+) -> list[ClaimedJob]:
+    if len(reservation) > MAX_CLAIM_LENGTH:
+        raise ValueError(f"reservation longer than {MAX_CLAIM_LENGTH} characters")
+    table = store._table(queue, priority)
+    now = to_db_time(now_ms)
+    prefix = RESERVATION_PREFIX
+
+    def op(cur: Cursor) -> list[ClaimedJob]:
+        if limit <= 0:
+            cur.execute(queries.PEEK_JOBS.render(table=table), (now, 0))  # QUEUE_NOT_FOUND check
+            return []
+        # Ours already live before this call are not part of its answer.
+        select = queries.SELECT_RESERVED_JOBS.render(table=table)
+        cur.execute(select, (reservation, now))
+        before = {int(row[0]) for row in cur.fetchall()}
+        until = to_db_time(now_ms + hold_ms)
+        reserved = cur.execute(
+            queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now, prefix, prefix, limit)
+        )
+        if not reserved:
+            return []
+        cur.execute(select, (reservation, now))
+        return [claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
+
+    return store._run(queue, op)
+
+
+def claim_reserved(
+    store: MySQLStore, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+) -> list[tuple[int, int]]:
+    by_priority = _ids_by_priority(items)
+    tables = {priority: store._table(queue, priority) for priority in by_priority}
+    now = to_db_time(now_ms)
+
+    def op(cur: Cursor) -> list[tuple[int, int]]:
+        claimed: list[tuple[int, int]] = []
+        for priority, ids in sorted(by_priority.items()):
+            table = tables[priority]
+            n = len(ids)
+            if not cur.execute(
+                queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), (claim, now, reservation, now, *ids)
+            ):
+                continue
+            cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), (claim, *ids))
+            claimed += [(priority, int(row[0])) for row in cur.fetchall()]
+        return claimed
+
+    if not items:
+        return []
+    return store._run(queue, op)
+
+
+def release_reservations(
+    store: MySQLStore, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+) -> int:
+    by_priority = _ids_by_priority(items)
+    tables = {priority: store._table(queue, priority) for priority in by_priority}
+    now = to_db_time(now_ms)
+
+    def op(cur: Cursor) -> int:
+        released = 0
+        for priority, ids in sorted(by_priority.items()):
+            sql = queries.RELEASE_RESERVATIONS.render(table=tables[priority], ids=len(ids))
+            released += int(cur.execute(sql, (now, reservation, now, *ids)))
+        return released
+
+    if not items:
+        return 0
+    return store._run(queue, op)
+
+
+def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """Local ids by priority, each list sorted (rows are locked in one order: no deadlocks)."""
+    by_priority: dict[int, list[int]] = defaultdict(list)
+    for priority, local_id in items:
+        by_priority[priority].append(local_id)
+    return {priority: sorted(ids) for priority, ids in by_priority.items()}

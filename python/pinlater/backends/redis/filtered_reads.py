@@ -1,0 +1,103 @@
+"""Filtered reads of the Redis backend: a ``JobFilter``'s score range, paging through
+scan_jobs.lua, and body regex matching.
+
+Body regex filters (count, scan, delete) cannot run in Lua, which has no regular expressions:
+the store pages through the candidates with their bodies, a page at a time, and matches in
+Python. The pages are separate reads, so a concurrent change may be seen between pages (deletes
+themselves are guarded per id).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pinlater.backends.base import JobFilter
+from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.script_calls import ShardScripts
+
+
+def score_range(where: JobFilter) -> tuple[str, str]:
+    """ZRANGEBYSCORE bounds of a filter: run after (or the state's time) <= now, > now, or any."""
+    now = seconds_arg(where.now_ms)
+    if where.future is None:
+        return "-inf", "+inf"
+    if where.future:
+        return f"({now}", "+inf"
+    return "-inf", now
+
+
+def compiled(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid body regex {pattern!r}: {exc}") from None
+
+
+def matches(pattern: re.Pattern[str], body: bytes | None) -> bool:
+    return body is not None and pattern.search(body.decode("utf-8", "replace")) is not None
+
+
+def page(
+    shard: ShardScripts,
+    queue: str,
+    set_key: str,
+    low: str,
+    high: str,
+    offset: int,
+    count: int,
+    with_body: bool,
+    newest: bool,
+) -> tuple[int, int, list[list[Any]]]:
+    """One call of scan_jobs.lua: (evicted, members looked at, rows of 9 values)."""
+    keys = shard.keys(queue)
+    args = [queue, keys.hash_prefix, low, high, offset, count, "1" if with_body else "0", "1" if newest else "0"]
+    out = shard.run_in_queue("scan_jobs", queue, [keys.names_key, set_key], args)
+    evicted, looked = int(out[0]), int(out[1])
+    shard.count_evicted(evicted)
+    return evicted, looked, [out[i : i + 9] for i in range(2, len(out), 9)]
+
+
+def pages(
+    shard: ShardScripts,
+    queue: str,
+    set_key: str,
+    low: str,
+    high: str,
+    with_body: bool,
+    newest_first: bool,
+    page_size: int,
+) -> Iterator[list[Any]]:
+    """Every row of a score range, a page per call (evicted members removed on the way)."""
+    offset = 0
+    while True:
+        evicted, looked, rows = page(shard, queue, set_key, low, high, offset, page_size, with_body, newest_first)
+        yield from rows
+        if looked < page_size:
+            return
+        offset += looked - evicted
+
+
+def delete_matching(
+    shard: ShardScripts, queue: str, where: JobFilter, pattern: re.Pattern[str], limit: int, page_size: int
+) -> int:
+    """delete_jobs with a body regex: page through the candidates, delete the matching ids."""
+    keys = shard.keys(queue)
+    low, high = score_range(where)
+    set_key = keys.set_key(where.priority, where.state)
+    key_list = [keys.names_key, set_key]
+    shard.require_queue(queue)
+    deleted, offset = 0, 0
+    while deleted < limit:
+        evicted, looked, rows = page(shard, queue, set_key, low, high, offset, page_size, True, False)
+        picked = [row[0] for row in rows if matches(pattern, row[8])][: limit - deleted]
+        removed = 0
+        if picked:
+            args = [queue, keys.hash_prefix, low, high, limit - deleted, *picked]
+            removed = int(shard.run_in_queue("delete_jobs", queue, key_list, args))
+        deleted += removed
+        if looked < page_size:
+            break
+        offset += looked - evicted - removed
+    return deleted

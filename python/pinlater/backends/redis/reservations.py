@@ -1,0 +1,61 @@
+"""The reservation operations of ``RedisStore`` (the dequeue broker).
+
+A reserved job stays in its PENDING set with its score (run after), so counts and scans are
+unchanged; cd = the reservation, and the priority's reserved set holds id -> expiry (see
+reserve_jobs.lua). Live while the expiry is after now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pinlater.backends.base import ClaimedJob, JobState
+from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.replies import claimed_jobs
+from pinlater.backends.redis.script_calls import ShardScripts
+
+
+def reserve_jobs(
+    shard: ShardScripts, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+) -> list[ClaimedJob]:
+    if limit <= 0:
+        shard.require_queue(queue)
+        return []
+    keys = shard.keys(queue)
+    key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), keys.reserved_key(priority)]
+    args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
+    out = shard.run_in_queue("reserve_jobs", queue, key_list, args)
+    shard.count_evicted(out[0])
+    return claimed_jobs(out)
+
+
+def claim_reserved(
+    shard: ShardScripts, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+) -> list[tuple[int, int]]:
+    keys = shard.keys(queue)
+    key_list = [keys.names_key]
+    index: dict[int, int] = {}
+    for p in sorted({p for p, _ in items}):
+        index[p] = len(key_list) + 1
+        key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), keys.reserved_key(p)]
+    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, claim, len(items)]
+    for priority, local_id in items:
+        args += [index[priority], local_id]
+    numbers = shard.run_in_queue("claim_reserved", queue, key_list, args)
+    return [items[int(n) - 1] for n in numbers]
+
+
+def release_reservations(
+    shard: ShardScripts, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+) -> int:
+    keys = shard.keys(queue)
+    key_list = [keys.names_key]
+    index: dict[int, int] = {}
+    for p in sorted({p for p, _ in items}):
+        index[p] = len(key_list) + 1
+        key_list += [keys.set_key(p, JobState.PENDING), keys.reserved_key(p)]
+    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
+    for priority, local_id in items:
+        args += [index[priority], local_id]
+    return int(shard.run_in_queue("release_reservations", queue, key_list, args))
