@@ -17,6 +17,7 @@ from typing import Any
 import pymysql
 import pytest
 from tests.support.mariadb_server import MariaDBServer, shared_server
+from tests.support.original_mysql import ORIGINAL_JOBS_TABLE
 
 from pinlater.backends.base import AckItem, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLDriver, MySQLShardConfig, MySQLStore, parse_mysql_config, queries
@@ -27,23 +28,6 @@ pytestmark = pytest.mark.mysql
 
 T0 = 1_700_000_000_000  # a whole second, in ms
 Q = "test_queue"
-
-#: The original's CREATE_JOBS_TABLE (MySQLQueries.java), as a database it created has it.
-ORIGINAL_JOBS_TABLE = """
-CREATE TABLE {table}
-( local_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT
-, state TINYINT NOT NULL
-, claim_descriptor VARCHAR(200)
-, attempts_allowed INT
-, attempts_remaining INT NOT NULL
-, custom_status VARCHAR(5000)
-, updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP
-, created_at TIMESTAMP NOT NULL
-, run_after TIMESTAMP NOT NULL
-, body BLOB NOT NULL
-, PRIMARY KEY (local_id), INDEX (state, run_after), INDEX (claim_descriptor)
- ) ENGINE=INNODB
-"""
 
 
 # -- fixtures -----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api, now_ms
 from tests.support.mariadb_server import MariaDBServer, shared_server
+from tests.support.original_mysql import ORIGINAL_JOBS_TABLE
 from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
@@ -38,22 +39,6 @@ pytestmark = pytest.mark.mysql
 DESCRIPTOR = re.compile(r"^(\w+):s(\w+):p(\d+):(\d+)$")
 QUEUE_NAME_TOO_LONG, ENQUEUE_REJECTED = 411, 430
 
-#: The original's CREATE_JOBS_TABLE (MySQLQueries.java), as a database it created has it.
-ORIGINAL_JOBS_TABLE = """
-CREATE TABLE {table}
-( local_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT
-, state TINYINT NOT NULL
-, claim_descriptor VARCHAR(200)
-, attempts_allowed INT
-, attempts_remaining INT NOT NULL
-, custom_status VARCHAR(5000)
-, updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP
-, created_at TIMESTAMP NOT NULL
-, run_after TIMESTAMP NOT NULL
-, body BLOB NOT NULL
-, PRIMARY KEY (local_id), INDEX (state, run_after), INDEX (claim_descriptor)
- ) ENGINE=INNODB
-"""
 
 Start = Callable[..., ServerProcess]
 Shards = dict[str, tuple[MariaDBServer, bool]]
