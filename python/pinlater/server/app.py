@@ -124,7 +124,7 @@ class PinLaterServer:
             max_concurrent_requests=s.max_concurrent_requests,
         )
         await self._thrift.start()
-        self._admin = await self._start_admin()
+        self._admin = await start_admin(self)
         admin_port = self._admin.addresses[0][1]
         self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
         self._monitor.start()
@@ -218,9 +218,6 @@ class PinLaterServer:
             self.metrics.gauge(
                 "redis_evicted_jobs", lambda: sum(getattr(s.store, "evicted_jobs", 0) for s in backend.shards)
             )
-
-    async def _start_admin(self) -> web.AppRunner:
-        return await start_admin(self)
 
     async def _health_loop(self) -> None:
         """Ping unhealthy shards and bring them back when they answer."""
