@@ -3,15 +3,28 @@
 One ``DequeueBroker`` per server. Per queue it keeps a bounded ``JobBuffer`` (Rust) of jobs it
 has *reserved* in the store (``ShardStore.reserve_jobs``): a reserved job stays PENDING, so
 counts, scans and lookups show it as PENDING, no attempt is charged for it, and a crash needs no
-cleanup, because a reservation lapses by itself after the hold. Invariants:
+cleanup, because a reservation lapses by itself after the hold.
 
-* A worker only ever gets a job through ``claim_reserved`` with the normal unique claim for its
-  source, so checkpoint guards, acks and claim timeouts work exactly as without the broker. A
-  buffered job whose reservation lapsed or was taken is dropped (``broker_lapsed``), never
-  handed out: no job goes to two workers unless a claim timed out.
+A dequeue is served from the buffer without a store call: the jobs are taken, their descriptors
+encoded, and the response goes out at once. Their claims (``claim_reserved``, the normal unique
+claim for the worker's source, so checkpoint guards, acks and claim timeouts work exactly as
+without the broker) are written behind the response: every hand-out queues its claims, and one
+flush at a time writes all that queued, one store call per (queue, shard), each job with its own
+worker's claim. Concurrent dequeues so share store calls twice: one refill serves them all, and
+so does one claim flush. Invariants:
+
+* A reservation is live when its job is handed out: entries older than half the hold are never
+  handed out but released (and a loop releases them in the background), and the claim is written
+  within one flush, well inside the other half.
+* Acks, checkpoints and lookups on this server first wait for the claims of the jobs they name
+  (``settle``), so a worker that acks through the server that gave it the job never races its
+  own claim; counts and scans wait for the queue's pending claims.
+* A claim that cannot be written (the shard is down past a few retries, or the job was deleted
+  or retried meanwhile) is counted (``broker_lapsed``) and logged: the job is still PENDING under
+  a lapsing reservation, so it is delivered again, at least once, never lost. An ack for it is a
+  no-op, as for any job that is not IN_PROGRESS.
 * Reservations exclude each other, so several servers on one store reserve distinct jobs.
-* A buffered entry is released back to the store (``release_reservations``) once it is older
-  than half the hold, before its reservation could lapse, and ``stop`` releases everything.
+* ``stop`` writes every queued claim, then releases every buffered reservation at once.
 * Refills are single-flight per queue: concurrent dequeues await the same refill rather than
   each walking every shard. A take that leaves the buffer below the low-water mark, and any
   job made ready on this server, start a refill in the background.
@@ -34,8 +47,9 @@ import secrets
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pinlater._pinlater import JobBuffer, encode_descriptors
 from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
@@ -49,6 +63,11 @@ log = logging.getLogger(__name__)
 
 #: (shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)
 Entry = tuple[str, int, int, bytes, int, int, int]
+
+#: A claim write that meets a failing shard is tried this many times in all, the waits between
+#: growing by this many seconds each time; all of it well inside half the reservation hold.
+CLAIM_ATTEMPTS = 3
+CLAIM_RETRY_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +97,14 @@ class DequeueBroker:
         self.reservation = f"{RESERVATION_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
         self._buffers: dict[str, JobBuffer] = {}
         self._refills: dict[str, asyncio.Task[int]] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         self._release_task: asyncio.Task[None] | None = None
+        # Claims of handed-out jobs not yet written, by (queue, shard): (priority, local_id, claim).
+        self._pending: defaultdict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
+        # (queue, shard, priority, local_id) -> the flush that writes its claim.
+        self._unsettled: dict[tuple[str, str, int, int], asyncio.Future[None]] = {}
+        self._next_flush: asyncio.Future[None] | None = None
+        self._flush_task: asyncio.Task[None] | None = None
         self._closed = False
         backend.signals.listeners.append(self._on_ready)
 
@@ -89,8 +114,10 @@ class DequeueBroker:
         self._release_task = asyncio.create_task(self._release_loop(), name="pinlater-broker-release")
 
     async def stop(self) -> None:
-        """Stop refilling and release every buffered reservation at once."""
+        """Stop refilling, write every queued claim, and release every buffered reservation."""
         self._closed = True
+        while self._flush_task is not None and not self._flush_task.done():
+            await asyncio.wait([self._flush_task])
         if self._release_task is not None:
             self._release_task.cancel()
             try:
@@ -117,74 +144,128 @@ class DequeueBroker:
     # -- dequeue --------------------------------------------------------------------------------
 
     async def dequeue(self, queue: str, limit: int, source: str) -> list[DequeuedJob]:
-        """Up to ``limit`` jobs from the queue's buffer, refilled first if it holds too few."""
+        """Up to ``limit`` jobs from the queue's buffer, refilled first if it holds too few.
+
+        No store call unless the buffer is short: the claims are written behind the response."""
         start = time.perf_counter()
         buffer = self.buffer(queue)
-        out: list[DequeuedJob] = []
-        refilled = False
-        while len(out) < limit:
-            if len(buffer) < limit - len(out) and not refilled:
-                try:
-                    await self._refill_once(queue)
-                except QueueNotFoundError:
-                    self._buffers.pop(queue, None)
-                    raise
-                refilled = True
-            entries = buffer.take(limit - len(out))
-            if not entries:
-                break
-            claimed = await self._claim(queue, entries, source)
-            out.extend(claimed)
-            if len(claimed) == len(entries) or refilled:
-                break  # a lapsed entry is retried once, from what a refill brings
+        if len(buffer) < limit:
+            try:
+                await self._refill_once(queue)
+            except QueueNotFoundError:
+                self._buffers.pop(queue, None)
+                raise
+        entries = buffer.take(limit)
+        out = self._hand_out(queue, entries, source) if entries else []
         if len(buffer) <= self.policy.low_water:
             self._refill_in_background(queue)
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
 
-    async def _claim(self, queue: str, entries: list[Entry], source: str) -> list[DequeuedJob]:
-        """Claim taken entries, one store call per shard; return those claimed, in take order."""
+    def _hand_out(self, queue: str, entries: list[Entry], source: str) -> list[DequeuedJob]:
+        """Jobs for the worker, from memory; their claims are queued for the next flush."""
+        now = self.backend.clock.now_ms()
+        cutoff = now - self.policy.max_age_ms
+        stale = [e for e in entries if e[6] < cutoff]
+        if stale:  # the release loop lagged: never hand out a reservation that may be lapsing
+            entries = [e for e in entries if e[6] >= cutoff]
+            self._spawn(self._release(queue, stale))
         claim = self.backend.new_claim(source)
-        by_shard: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for shard_name, priority, local_id, *_ in entries:
-            by_shard[shard_name].append((priority, local_id))
-        names = list(by_shard)
-        results = await asyncio.gather(
-            *(self._claim_on(queue, name, by_shard[name], claim) for name in names), return_exceptions=True
-        )
-        claimed: set[tuple[str, int, int]] = set()
-        for name, result in zip(names, results, strict=True):
-            if isinstance(result, QueueNotFoundError):
-                self._buffers.pop(queue, None)
-                raise result
-            if isinstance(result, BaseException):
-                if not isinstance(result, ShardConnectionError):
-                    raise result
-                log.warning("broker: claim on shard %s failed (%s); %d jobs dropped", name, result, len(by_shard[name]))
-                continue
-            claimed.update((name, p, i) for p, i in result)
+        flush = self._next_flush
+        if flush is None:
+            flush = self._next_flush = asyncio.get_running_loop().create_future()
+        by_shard: dict[str, list[Entry]] = defaultdict(list)
+        for entry in entries:
+            by_shard[entry[0]].append(entry)
         out: list[DequeuedJob] = []
-        for shard_name, priority, local_id, body, allowed, remaining, _at in entries:
-            if (shard_name, priority, local_id) not in claimed:
-                continue
-            [descriptor] = encode_descriptors(queue, shard_name, [priority], [local_id])
-            now = self.backend.clock.now_ms()
-            out.append(DequeuedJob(descriptor, ClaimedJob(local_id, body, allowed, remaining, 0, now)))
-        self.metrics.incr("broker_claimed", len(out))
-        if len(out) < len(entries):
-            self.metrics.incr("broker_lapsed", len(entries) - len(out))
+        for shard_name, group in by_shard.items():
+            descriptors = encode_descriptors(queue, shard_name, [e[1] for e in group], [e[2] for e in group])
+            pending = self._pending[(queue, shard_name)]
+            for descriptor, (_s, priority, local_id, body, allowed, remaining, _at) in zip(
+                descriptors, group, strict=True
+            ):
+                pending.append((priority, local_id, claim))
+                self._unsettled[(queue, shard_name, priority, local_id)] = flush
+                out.append(DequeuedJob(descriptor, ClaimedJob(local_id, body, allowed, remaining, 0, now)))
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
+        self.metrics.incr("broker_handed_out", len(out))
         return out
 
-    async def _claim_on(
-        self, queue: str, shard_name: str, items: list[tuple[int, int]], claim: str
-    ) -> list[tuple[int, int]]:
-        shard = self.backend.shards.get(shard_name)
-        if shard is None:  # removed by a config reload: its reservations simply lapse
-            return []
-        now = self.backend.clock.now_ms()
-        return await self.backend.call_store(
-            shard, shard.store.claim_reserved, queue, items, self.reservation, claim, now
-        )
+    # -- claims ---------------------------------------------------------------------------------
+
+    async def settle(self, jobs: Iterable[tuple[str, str, int, int]]) -> None:
+        """Wait until the claims of these ``(queue, shard, priority, local_id)`` jobs handed out
+        by this server are written (decoded descriptors are such tuples)."""
+        if not self._unsettled:
+            return
+        found = (self._unsettled.get(job) for job in jobs)
+        await _wait_for({f for f in found if f is not None})
+
+    async def settle_queue(self, queue: str) -> None:
+        """Wait until every claim of the queue queued so far is written."""
+        if self._unsettled:
+            await _wait_for({f for (q, *_), f in self._unsettled.items() if q == queue})
+
+    async def _flush_claims(self) -> None:
+        """Write queued claims, one flush at a time, until none is queued; each flush is one
+        store call per (queue, shard) for every hand-out that queued since the last one."""
+        await asyncio.sleep(0)  # let hand-outs of this turn of the loop join the first flush
+        while self._pending:
+            pending, self._pending = self._pending, defaultdict(list)
+            flush, self._next_flush = self._next_flush, None
+            try:
+                await asyncio.gather(*(self._claim_on(q, shard, items) for (q, shard), items in pending.items()))
+            finally:
+                for (q, shard), items in pending.items():
+                    for priority, local_id, _claim in items:
+                        key = (q, shard, priority, local_id)
+                        if self._unsettled.get(key) is flush:
+                            del self._unsettled[key]
+                if flush is not None and not flush.done():
+                    flush.set_result(None)
+
+    async def _claim_on(self, queue: str, shard_name: str, items: list[tuple[int, int, str]]) -> None:
+        """Claim handed-out jobs on one shard, retrying a failing shard a few times."""
+        self.metrics.incr("broker_claim_calls")
+        claimed = 0
+        for attempt in range(CLAIM_ATTEMPTS):
+            shard = self.backend.shards.get(shard_name)
+            if shard is None:  # removed by a config reload: its reservations simply lapse
+                break
+            now = self.backend.clock.now_ms()
+            try:
+                keys = await self.backend.call_store(
+                    shard, shard.store.claim_reserved, queue, items, self.reservation, now
+                )
+            except ShardConnectionError as exc:
+                if attempt + 1 < CLAIM_ATTEMPTS:
+                    await asyncio.sleep(CLAIM_RETRY_SECONDS * (attempt + 1))
+                    continue
+                log.warning("broker: claiming %d jobs of %s on shard %s failed: %s", len(items), queue, shard_name, exc)
+                break
+            except QueueNotFoundError:
+                break
+            except Exception:
+                log.exception("broker: claiming %d jobs of %s on shard %s failed", len(items), queue, shard_name)
+                break
+            claimed = len(keys)
+            break
+        self.metrics.incr("broker_claimed", claimed)
+        if claimed < len(items):  # delivered again once the reservation lapses: at least once
+            self.metrics.incr("broker_lapsed", len(items) - claimed)
+            log.warning(
+                "broker: %d of %d jobs of %s handed out on shard %s could not be claimed; they will be delivered again",
+                len(items) - claimed,
+                len(items),
+                queue,
+                shard_name,
+            )
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- refills --------------------------------------------------------------------------------
 
@@ -198,9 +279,7 @@ class DequeueBroker:
     def _refill_in_background(self, queue: str) -> None:
         if self._closed or (queue in self._refills and not self._refills[queue].done()):
             return
-        task = asyncio.create_task(self._background_refill(queue))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(self._background_refill(queue))
 
     async def _background_refill(self, queue: str) -> None:
         try:
@@ -289,3 +368,9 @@ class DequeueBroker:
                 )
         self.metrics.incr("broker_released", released)
         return released
+
+
+async def _wait_for(flushes: set[asyncio.Future[None]]) -> None:
+    """Wait for claim flushes; a caller cancelled meanwhile does not cancel them."""
+    if flushes:
+        await asyncio.wait([asyncio.shield(f) for f in flushes])

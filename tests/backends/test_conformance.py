@@ -237,15 +237,15 @@ def test_a_lapsed_reservation_holds_nothing(store: ShardStore, queue: str) -> No
     assert [j.local_id for j in store.dequeue_jobs(queue, 1, 5, CLAIM, T0 + HOLD, False)] == ids[:1]
     record = lookup(store, ids[0])
     assert (record.state, record.claim_descriptor, record.attempts_remaining) == (JobState.IN_PROGRESS, CLAIM, 2)
-    assert store.claim_reserved(queue, [(1, ids[0])], RES_A, "late", T0 + HOLD + 1) == []
+    assert store.claim_reserved(queue, [(1, ids[0], "late")], RES_A, T0 + HOLD + 1) == []
 
 
 def test_a_lapsed_reservation_can_be_reserved_again(store: ShardStore, queue: str) -> None:
     [local_id] = store.enqueue_jobs(queue, new_jobs(1), T0)
     store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)
     assert [j.local_id for j in store.reserve_jobs(queue, 1, 1, RES_B, T0 + HOLD, HOLD)] == [local_id]
-    assert store.claim_reserved(queue, [(1, local_id)], RES_A, CLAIM, T0 + HOLD + 1) == []
-    assert store.claim_reserved(queue, [(1, local_id)], RES_B, CLAIM, T0 + HOLD + 1) == [(1, local_id)]
+    assert store.claim_reserved(queue, [(1, local_id, CLAIM)], RES_A, T0 + HOLD + 1) == []
+    assert store.claim_reserved(queue, [(1, local_id, CLAIM)], RES_B, T0 + HOLD + 1) == [(1, local_id)]
 
 
 def test_claim_reserved_claims_like_a_dequeue(store: ShardStore, queue: str) -> None:
@@ -254,7 +254,8 @@ def test_claim_reserved_claims_like_a_dequeue(store: ShardStore, queue: str) -> 
     store.reserve_jobs(queue, 1, 5, RES_A, T0, HOLD)
     store.reserve_jobs(queue, 2, 5, RES_A, T0, HOLD)
     keys = [(1, p1[0]), (2, p2), (1, p1[1])]
-    assert sorted(store.claim_reserved(queue, keys[:2], RES_A, CLAIM, T0 + 5)) == sorted(keys[:2])
+    items = [(p, i, CLAIM) for p, i in keys]
+    assert sorted(store.claim_reserved(queue, items[:2], RES_A, T0 + 5)) == sorted(keys[:2])
     record = lookup(store, p1[0])
     assert (record.state, record.claim_descriptor, record.updated_at_ms) == (JobState.IN_PROGRESS, CLAIM, T0 + 5)
     assert record.attempts_remaining == 3
@@ -264,16 +265,28 @@ def test_claim_reserved_claims_like_a_dequeue(store: ShardStore, queue: str) -> 
     store.ack_jobs(queue, [AckItem(1, p1[0])], [], T0 + 20)
     assert lookup(store, p1[0]).state == JobState.SUCCEEDED
     # not twice, not under another reservation
-    assert store.claim_reserved(queue, keys, RES_B, CLAIM, T0 + 30) == []
-    assert store.claim_reserved(queue, keys, RES_A, CLAIM, T0 + 30) == [(1, p1[1])]
+    assert store.claim_reserved(queue, items, RES_B, T0 + 30) == []
+    assert store.claim_reserved(queue, items, RES_A, T0 + 30) == [(1, p1[1])]
+
+
+def test_claim_reserved_stamps_each_job_with_its_own_claim(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(4), T0)
+    store.reserve_jobs(queue, 1, 4, RES_A, T0, HOLD)
+    claims = ["worker-a|s:1", "worker-b|s:2", "worker-a|s:3", "worker-c|s:4"]
+    items = [(1, i, c) for i, c in zip(ids, claims, strict=True)]
+    assert sorted(store.claim_reserved(queue, items, RES_A, T0 + 1)) == sorted((1, i) for i in ids)
+    assert [lookup(store, i).claim_descriptor for i in ids] == claims
+    # the checkpoint guard sees each job's own worker
+    assert checkpoint(store, ids[1], source="worker-b") == 1
+    assert checkpoint(store, ids[0], source="worker-b") == 0
 
 
 def test_claim_reserved_skips_deleted_and_unreserved_jobs(store: ShardStore, queue: str) -> None:
     ids = store.enqueue_jobs(queue, new_jobs(2), T0)
     store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)
     store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None), 10)
-    assert store.claim_reserved(queue, [(1, i) for i in ids], RES_A, CLAIM, T0 + 1) == []
-    assert store.claim_reserved(queue, [], RES_A, CLAIM, T0 + 1) == []
+    assert store.claim_reserved(queue, [(1, i, CLAIM) for i in ids], RES_A, T0 + 1) == []
+    assert store.claim_reserved(queue, [], RES_A, T0 + 1) == []
 
 
 def test_release_makes_reserved_jobs_dequeuable_at_once(store: ShardStore, queue: str) -> None:
@@ -294,7 +307,7 @@ def test_reservation_methods_need_the_queue(store: ShardStore) -> None:
     with pytest.raises(QueueNotFoundError):
         store.reserve_jobs("missing", 1, 1, RES_A, T0, HOLD)
     with pytest.raises(QueueNotFoundError):
-        store.claim_reserved("missing", [(1, 1)], RES_A, CLAIM, T0)
+        store.claim_reserved("missing", [(1, 1, CLAIM)], RES_A, T0)
     with pytest.raises(QueueNotFoundError):
         store.release_reservations("missing", [(1, 1)], RES_A, T0)
 

@@ -216,11 +216,12 @@ class ShardStore(Protocol):
         ...
 
     def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        """Claim ``(priority, local_id)`` jobs still PENDING under this live reservation, exactly
-        as ``dequeue_jobs`` claims (IN_PROGRESS, claim descriptor ``claim``, updated now); return
-        the keys claimed. The others lapsed, were taken or deleted: the caller drops them."""
+        """Claim ``(priority, local_id, claim)`` jobs still PENDING under this live reservation,
+        exactly as ``dequeue_jobs`` claims (IN_PROGRESS, claim descriptor ``claim``, updated now),
+        each with its own claim (one call serves many workers' dequeues); return the
+        ``(priority, local_id)`` keys claimed. The others lapsed, were taken or deleted."""
         ...
 
     def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:

@@ -270,6 +270,8 @@ class PinLaterHandler:
         if not succeeded and not failed:
             return
         parsed = decode_descriptors([a.jobDescriptor for a in succeeded] + [a.jobDescriptor for a in failed])
+        if self.broker is not None:  # jobs it handed out: their claims are written first
+            await self.broker.settle(parsed)
 
         def items(acks: list[Any], offset: int) -> list[tuple[str, AckItem]]:
             out = []
@@ -294,6 +296,8 @@ class PinLaterHandler:
         if not requests:
             return
         parsed = decode_descriptors([r.jobDescriptor for r in requests])
+        if self.broker is not None:
+            await self.broker.settle(parsed)
         now = self.backend.clock.now_ms()
         items = []
         for r, (_q, shard, priority, local_id) in zip(requests, parsed, strict=True):
@@ -323,13 +327,18 @@ class PinLaterHandler:
         descriptors = request.jobDescriptors or []
         if not descriptors:
             return {}
+        if self.broker is not None:
+            await self.broker.settle(decode_descriptors(descriptors))
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
         return {d: _job_info(d, r) for d, r in found.items()}
 
     @_thrift_errors
     async def get_job_count(self, context: Any, request: Any) -> int:
+        queue = self._queue(request.queueName)
+        if self.broker is not None:
+            await self.broker.settle_queue(queue)
         count = await self.backend.count_jobs(
-            self._queue(request.queueName),
+            queue,
             self._state(request.jobState),
             self._optional_priority(request.priority),
             bool(request.countFutureJobs),
@@ -347,6 +356,8 @@ class PinLaterHandler:
             )
         limit = 100 if request.limit is None else request.limit
         jobs: list[Any] = []
+        if self.broker is not None:
+            await self.broker.settle_queue(queue)
         if limit > 0:
             found = await self.backend.scan_jobs(
                 queue,

@@ -204,12 +204,17 @@ class EmbeddedStore(SQLiteTransactions):
         return [ClaimedJob(*row[:6]) for row in rows]
 
     def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
+        # One statement per (priority, claim): in-process statements are cheap, the transaction
+        # is what costs, and there is one.
+        groups: dict[tuple[int, str], list[int]] = {}
+        for priority, local_id, claim in items:
+            groups.setdefault((priority, claim), []).append(local_id)
         claimed: list[tuple[int, int]] = []
         with self._write() as conn:
             _require_queue(conn, queue)
-            for priority, ids in _ids_by_priority(items).items():
+            for (priority, claim), ids in groups.items():
                 params = {
                     "queue": queue,
                     "priority": priority,

@@ -50,23 +50,28 @@ def reserve_jobs(
 
 
 def claim_reserved(
-    store: MySQLStore, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+    store: MySQLStore, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
 ) -> list[tuple[int, int]]:
-    by_priority = _ids_by_priority(items)
+    # Per priority: local id -> claim, ids sorted (rows are locked in one order: no deadlocks).
+    by_priority: dict[int, dict[int, str]] = defaultdict(dict)
+    for priority, local_id, claim in items:
+        if len(claim) > MAX_CLAIM_LENGTH:
+            raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
+        by_priority[priority][local_id] = claim
     tables = {priority: store._table(queue, priority) for priority in by_priority}
     now = to_db_time(now_ms)
 
     def op(cur: Cursor) -> list[tuple[int, int]]:
         claimed: list[tuple[int, int]] = []
-        for priority, ids in sorted(by_priority.items()):
+        for priority, claims in sorted(by_priority.items()):
             table = tables[priority]
+            ids = sorted(claims)
             n = len(ids)
-            if not cur.execute(
-                queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), (claim, now, reservation, now, *ids)
-            ):
+            params = (*ids, *(claims[i] for i in ids), now, reservation, now, *ids)
+            if not cur.execute(queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), params):
                 continue
-            cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), (claim, *ids))
-            claimed += [(priority, int(row[0])) for row in cur.fetchall()]
+            cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), ids)
+            claimed += [(priority, int(i)) for i, cd in cur.fetchall() if claims.get(int(i)) == cd]
         return claimed
 
     if not items:

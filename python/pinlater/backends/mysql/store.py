@@ -228,9 +228,9 @@ class MySQLStore:
         return reservations.reserve_jobs(self, queue, priority, limit, reservation, now_ms, hold_ms)
 
     def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        return reservations.claim_reserved(self, queue, items, reservation, claim, now_ms)
+        return reservations.claim_reserved(self, queue, items, reservation, now_ms)
 
     def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
         return reservations.release_reservations(self, queue, items, reservation, now_ms)

@@ -31,19 +31,19 @@ def reserve_jobs(
 
 
 def claim_reserved(
-    shard: ShardScripts, queue: str, items: Sequence[tuple[int, int]], reservation: str, claim: str, now_ms: int
+    shard: ShardScripts, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
 ) -> list[tuple[int, int]]:
     keys = shard.keys(queue)
     key_list = [keys.names_key]
     index: dict[int, int] = {}
-    for p in sorted({p for p, _ in items}):
+    for p in sorted({p for p, _, _ in items}):
         index[p] = len(key_list) + 1
         key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), keys.reserved_key(p)]
-    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, claim, len(items)]
-    for priority, local_id in items:
-        args += [index[priority], local_id]
+    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
+    for priority, local_id, claim in items:
+        args += [index[priority], local_id, claim]
     numbers = shard.run_in_queue("claim_reserved", queue, key_list, args)
-    return [items[int(n) - 1] for n in numbers]
+    return [items[int(n) - 1][:2] for n in numbers]
 
 
 def release_reservations(

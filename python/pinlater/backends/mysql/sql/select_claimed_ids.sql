@@ -1,5 +1,6 @@
--- Which of these jobs are IN_PROGRESS under this claim (the claim is unique per call).
--- {table}: the priority's jobs table. {ids}: the local ids. %s: claim descriptor, then the ids.
-SELECT local_id
+-- The claim descriptors of these jobs where they are IN_PROGRESS: the caller keeps those whose
+-- claim is the one it stamped (claims are unique per dequeue).
+-- {table}: the priority's jobs table. {ids}: the local ids. %s: the ids.
+SELECT local_id, claim_descriptor
   FROM {table}
- WHERE claim_descriptor = %s AND state = 1 AND local_id IN ({ids})
+ WHERE state = 1 AND local_id IN ({ids})

@@ -10,17 +10,17 @@ ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     now, seconds as float
 ARGV[4]     reservation
-ARGV[5]     claim descriptor
-ARGV[6]     number of jobs, n
-then 2 per job:
+ARGV[5]     number of jobs, n
+then 3 per job:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other two follow)
   ARGV[i+1] local id
+  ARGV[i+2] the job's claim descriptor (the broker claims many workers' jobs in one call)
 
 Returns the 1-based numbers of the jobs claimed, or -1 if the queue does not exist.
 ]]
 local names_key = KEYS[1]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
-local reservation, claim, n = ARGV[4], ARGV[5], tonumber(ARGV[6])
+local reservation, n = ARGV[4], tonumber(ARGV[5])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
@@ -29,7 +29,7 @@ for k = 4, #KEYS, 3 do
 end
 local out = {}
 for j = 0, n - 1 do
-  local k, id = tonumber(ARGV[7 + 2 * j]), ARGV[8 + 2 * j]
+  local k, id, claim = tonumber(ARGV[6 + 3 * j]), ARGV[7 + 3 * j], ARGV[8 + 3 * j]
   local pending_key, in_progress_key, reserved_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   local hash_key = hash_prefix .. id
   if redis.call('ZSCORE', reserved_key, id) and redis.call('ZSCORE', pending_key, id)

@@ -1,0 +1,99 @@
+"""The dequeue broker's write-behind claims, in process, on a real store of every kind.
+
+A hand-out returns without a store call; its claims are written by the next flush. These tests
+hold the event loop between the hand-out and the flush to look at the store in that window,
+which a test over a socket cannot do deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from pinlater._pinlater import decode_descriptors
+from pinlater.backends.base import JobFilter, JobState, NewJob, ShardStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.broker import BrokerPolicy, DequeueBroker
+from pinlater.server.metrics import Metrics
+
+Q = "claims"
+
+
+@pytest.fixture
+def backend(store: ShardStore) -> Iterator[ShardedBackend]:
+    store.create_queue(Q, 3)
+    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=4)
+    yield backend
+    backend._executor.shutdown(wait=True)
+
+
+def enqueue(backend: ShardedBackend, n: int) -> list[str]:
+    now = backend.clock.now_ms()
+    jobs = [NewJob(priority=1, body=b"job-%d" % i, run_after_ms=now, attempts_allowed=2) for i in range(n)]
+    return asyncio.run(backend.enqueue_jobs(Q, jobs))
+
+
+def states(store: ShardStore, descriptors: list[str]) -> list[tuple[JobState, str | None]]:
+    keys = [(p, i) for _q, _s, p, i in decode_descriptors(descriptors)]
+    by_id = {r.local_id: r for r in store.lookup_jobs(Q, keys, False)}
+    return [(by_id[i].state, by_id[i].claim_descriptor) for _p, i in keys]
+
+
+def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    enqueue(backend, 6)
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        first = await broker.dequeue(Q, 2, "worker-a")  # refills, then hands out from memory
+        second = await broker.dequeue(Q, 3, "worker-b")  # no store call: the buffer holds 4
+        handed = [j.descriptor for j in first + second]
+        # Nothing has yielded to the flush yet: every job is still PENDING under the reservation.
+        assert {state for state, _ in states(store, handed)} == {JobState.PENDING}
+        await broker.settle(decode_descriptors(handed))
+        found = states(store, handed)
+        assert [s for s, _ in found] == [JobState.IN_PROGRESS] * 5
+        claims = [c or "" for _, c in found]
+        assert all(c.startswith("worker-a|") for c in claims[:2]), claims
+        assert all(c.startswith("worker-b|") for c in claims[2:]), claims
+        assert len(set(claims[:2])) == 1 and claims[0] != claims[2], "one claim per dequeue"
+        assert metrics.counters["broker_claim_calls"] == 1, "both hand-outs shared one flush"
+        await broker.stop()
+        assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, backend.clock.now_ms()), None) == 1
+
+    asyncio.run(scenario())
+    assert metrics.counters["broker_claimed"] == 5
+    assert metrics.counters["broker_lapsed"] == 0
+
+
+def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    enqueue(backend, 3)
+    metrics = Metrics()
+
+    async def scenario() -> list[str]:
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        handed = [j.descriptor for j in await broker.dequeue(Q, 3, "worker-a")]
+        [(_q, _s, priority, local_id)] = decode_descriptors(handed[:1])
+        # Before the flush, an administrator's retry-style move of one job back to plain PENDING
+        # (the reservation is released): that claim must not be written.
+        assert store.release_reservations(Q, [(priority, local_id)], broker.reservation, backend.clock.now_ms()) == 1
+        await broker.settle(decode_descriptors(handed))
+        await broker.stop()
+        return handed
+
+    handed = asyncio.run(scenario())
+    assert metrics.counters["broker_claimed"] == 2
+    assert metrics.counters["broker_lapsed"] == 1
+    found = states(store, handed)
+    assert found[0] == (JobState.PENDING, None), "dequeuable again: at least once"
+    assert [s for s, _ in found[1:]] == [JobState.IN_PROGRESS] * 2
+    backend.forget_empty()  # the release above went around the backend, which would note it
+    again = asyncio.run(backend.dequeue_jobs(Q, 10, "worker-b"))
+    assert [j.descriptor for j in again] == handed[:1]
