@@ -6,6 +6,10 @@ what is measured) for a fixed duration, with batches of ``--batch`` jobs of ``--
 Consumers piggy-back their acks on the next dequeue, as the original's example worker did.
 
     python benches/lifecycle.py --seconds 20 --producers 1 --consumers 1 --batch 100
+
+``--backlog N`` enqueues N jobs before the clock starts, so consumers never find the queue empty
+during the run: the dequeue latencies (``broker_dequeue_msec`` with ``--broker on``) are then
+those of a loaded queue, not of waiting for producers.
 """
 
 from __future__ import annotations
@@ -104,6 +108,7 @@ def main() -> None:
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--port", type=int, help="target a running server instead of starting one")
     parser.add_argument("--broker", choices=("on", "off"), default="off", help="the dequeue broker of a started server")
+    parser.add_argument("--backlog", type=int, default=0, help="jobs enqueued before the clock starts")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +121,13 @@ def main() -> None:
             from pinlater.idl import idl
 
             queue = "bench_lifecycle"
-            _client(port).createQueue(idl.RequestContext(source="bench"), queue)
+            setup = _client(port)
+            setup.createQueue(idl.RequestContext(source="bench"), queue)
+            for start in range(0, args.backlog, 1000):
+                jobs = [idl.PinLaterJob(body=b"b" * args.body_bytes) for _ in range(min(1000, args.backlog - start))]
+                setup.enqueueJobs(
+                    idl.RequestContext(source="bench"), idl.PinLaterEnqueueRequest(queueName=queue, jobs=jobs)
+                )
             out: Any = mp.Queue()
             deadline = time.time() + args.seconds
             body = b"x" * args.body_bytes
@@ -144,7 +155,7 @@ def main() -> None:
     secs = args.seconds
     print(
         f"embedded store, broker {args.broker}, {args.producers} producer(s), {args.consumers} consumer(s), "
-        f"batch {args.batch}, {args.body_bytes}-byte bodies, {secs:g} s"
+        f"batch {args.batch}, {args.body_bytes}-byte bodies, {secs:g} s, backlog {args.backlog}"
     )
     print(f"  enqueued {totals.get('enqueued', 0) / secs:10.0f} jobs/s")
     print(f"  acked    {totals.get('acked', 0) / secs:10.0f} jobs/s (dequeue + ack)")

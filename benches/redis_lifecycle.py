@@ -407,10 +407,20 @@ def _stats_lines(log_path: Path, raw: Any) -> str:
             text = response.read().decode()
     except OSError:
         return ""
-    wanted = ("dequeue_store_calls", "dequeue_store_calls_empty", "dequeue_known_empty_skips")
+    wanted = (
+        "dequeue_store_calls",
+        "dequeue_store_calls_empty",
+        "dequeue_known_empty_skips",
+        "broker_claim_calls",
+        "broker_lapsed",
+    )
     found = dict(line.strip().split(": ", 1) for line in text.splitlines() if line.strip().startswith(wanted))
     counters = ", ".join(f"{name} {found[name]}" for name in wanted if name in found)
-    timings = [line.strip() for line in text.splitlines() if re.match(r"\s*(enqueue|dequeue|ack)\w*_msec:", line)]
+    timings = [
+        line.strip()
+        for line in text.splitlines()
+        if re.match(r"\s*(enqueue|dequeue|ack|broker_dequeue)\w*_msec:", line)
+    ]
     return "\n  ".join([counters, *timings])
 
 

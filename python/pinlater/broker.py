@@ -144,12 +144,14 @@ class DequeueBroker:
     # -- dequeue --------------------------------------------------------------------------------
 
     async def dequeue(self, queue: str, limit: int, source: str) -> list[DequeuedJob]:
-        """Up to ``limit`` jobs from the queue's buffer, refilled first if it holds too few.
+        """Up to ``limit`` jobs from the queue's buffer, refilled first only if it is empty.
 
-        No store call unless the buffer is short: the claims are written behind the response."""
+        No store call unless the buffer is empty: what it holds is handed out at once (a refill
+        starts in the background below the low-water mark), and the claims are written behind
+        the response."""
         start = time.perf_counter()
         buffer = self.buffer(queue)
-        if len(buffer) < limit:
+        if not len(buffer):
             try:
                 await self._refill_once(queue)
             except QueueNotFoundError:
