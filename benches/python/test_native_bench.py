@@ -8,6 +8,7 @@ each once (``--benchmark-disable``), which also checks that both sides agree.
 
 from __future__ import annotations
 
+import collections
 import random
 import re
 import struct
@@ -22,6 +23,7 @@ from thriftpy2.thrift import TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
 from pinlater._pinlater import (
+    JobBuffer,
     MalformedThriftError,
     RateLimiter,
     decode_descriptors,
@@ -130,6 +132,45 @@ _WIDTH = tuple(
 )
 
 
+class PyJobBuffer:
+    """The broker's buffer in Python: a lock, a deque per priority, and the encoder above."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._len = 0
+        self._lock = threading.Lock()
+        self._by_priority: dict[int, collections.deque[tuple[str, int, int, bytes, int, int, int]]] = {}
+
+    def push(self, shard: str, priority: int, jobs: list[tuple[int, bytes, int, int]], at_ms: int) -> list[int]:
+        rejected = []
+        with self._lock:
+            lane = self._by_priority.setdefault(priority, collections.deque())
+            for local_id, body, allowed, remaining in jobs:
+                if self._len >= self._capacity:
+                    rejected.append(local_id)
+                    continue
+                lane.append((shard, priority, local_id, body, allowed, remaining, at_ms))
+                self._len += 1
+        return rejected
+
+    def hand_out(self, queue: str, limit: int, fresh_after_ms: int) -> tuple[list[Any], list[Any]]:
+        taken = []
+        with self._lock:
+            for priority in sorted(self._by_priority):
+                lane = self._by_priority[priority]
+                while lane and len(taken) < limit:
+                    taken.append(lane.popleft())
+            self._len -= len(taken)
+        stale = [e for e in taken if e[6] < fresh_after_ms]
+        fresh = [e for e in taken if e[6] >= fresh_after_ms]
+        out = []
+        for shard in dict.fromkeys(e[0] for e in fresh):
+            group = [e for e in fresh if e[0] == shard]
+            descriptors = py_encode_descriptors(queue, shard, [e[1] for e in group], [e[2] for e in group])
+            out += [(d, *e[:6]) for d, e in zip(descriptors, group, strict=True)]
+        return out, stale
+
+
 class MalformedPayload(Exception):
     pass
 
@@ -234,6 +275,7 @@ def walk_outcome(walk: Any, error: type[Exception], payload: bytes) -> int | str
 ENCODERS: dict[str, Any] = {"rust": encode_descriptors, "python": py_encode_descriptors}
 DECODERS: dict[str, Any] = {"rust": decode_descriptors, "python": py_decode_descriptors}
 LIMITERS: dict[str, Any] = {"rust": RateLimiter, "python": PyRateLimiter}
+BUFFERS: dict[str, Any] = {"rust": JobBuffer, "python": PyJobBuffer}
 
 
 @pytest.mark.benchmark(group="descriptor-encode-100")
@@ -316,3 +358,20 @@ def test_walkers_agree_on_damaged_payloads() -> None:
         assert walk_outcome(thrift_struct_end, MalformedThriftError, payload) == expected, payload.hex()
         seen.add(expected if isinstance(expected, str) else 0)
     assert {"struct truncated", "string truncated", "container truncated", 0} <= seen
+
+
+@pytest.mark.benchmark(group="broker-hand-out-100")
+@pytest.mark.parametrize("impl", ["rust", "python"])
+def test_broker_hand_out_100(benchmark: Any, impl: str) -> None:
+    """One broker dequeue of 100 jobs: the refill's push, then the hand-out with descriptors."""
+    buffer = BUFFERS[impl](1000)
+    jobs = [(local_id, b"x" * 100, 2, 2) for local_id in LOCAL_IDS]
+
+    def cycle() -> tuple[list[Any], list[Any]]:
+        buffer.push(SHARD, 1, jobs, 1_000)
+        out: tuple[list[Any], list[Any]] = buffer.hand_out(QUEUE, BATCH, 500)
+        return out
+
+    fresh, stale = benchmark(cycle)
+    assert stale == [] and len(fresh) == BATCH
+    assert [f[0] for f in fresh] == py_encode_descriptors(QUEUE, SHARD, [1] * BATCH, LOCAL_IDS)

@@ -193,6 +193,19 @@ class JobBuffer:
     def take(self, limit: int) -> list[tuple[str, int, int, bytes, int, int, int]]:
         """Remove and return up to ``limit`` entries: priority 1 first, then first in, first out."""
 
+    def hand_out(
+        self, queue: str, limit: int, fresh_after_ms: int
+    ) -> tuple[list[tuple[str, str, int, int, bytes, int, int]], list[tuple[str, int, int, bytes, int, int, int]]]:
+        """Remove up to ``limit`` entries as ``take`` does, and split them: those reserved at or
+        after ``fresh_after_ms`` as ``(descriptor, shard, priority, local_id, body,
+        attempts_allowed, attempts_remaining)`` with their job descriptors for ``queue``; older
+        ones, whose reservation may be about to lapse, as entries (to release, not hand out).
+
+        Raises:
+            DescriptorError: ``queue`` or a shard name cannot appear in a descriptor (the
+                entries taken are then dropped: their reservations lapse after the hold).
+        """
+
     def take_older_than(self, cutoff_ms: int) -> list[tuple[str, int, int, bytes, int, int, int]]:
         """Remove and return every entry reserved before ``cutoff_ms``."""
 

@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pinlater._pinlater import JobBuffer, encode_descriptors
+from pinlater._pinlater import JobBuffer
 from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
 from pinlater.backends.sharded import DequeuedJob, ShardedBackend
 from pinlater.backends.shardmap import Shard
@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: (shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)
 Entry = tuple[str, int, int, bytes, int, int, int]
+#: (descriptor, shard, priority, local_id, body, attempts_allowed, attempts_remaining)
+HandOut = tuple[str, str, int, int, bytes, int, int]
 
 #: A claim write that meets a failing shard is tried this many times in all, the waits between
 #: growing by this many seconds each time; all of it well inside half the reservation hold.
@@ -157,38 +159,31 @@ class DequeueBroker:
             except QueueNotFoundError:
                 self._buffers.pop(queue, None)
                 raise
-        entries = buffer.take(limit)
-        out = self._hand_out(queue, entries, source) if entries else []
+        now = self.backend.clock.now_ms()
+        # Entries older than half the hold are never handed out (the release loop lagged):
+        # their reservations may be about to lapse. They are released instead.
+        fresh, stale = buffer.hand_out(queue, limit, now - self.policy.max_age_ms)
+        if stale:
+            self._spawn(self._release(queue, stale))
+        out = self._queue_claims(queue, fresh, source, now) if fresh else []
         if len(buffer) <= self.policy.low_water:
             self._refill_in_background(queue)
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
 
-    def _hand_out(self, queue: str, entries: list[Entry], source: str) -> list[DequeuedJob]:
-        """Jobs for the worker, from memory; their claims are queued for the next flush."""
-        now = self.backend.clock.now_ms()
-        cutoff = now - self.policy.max_age_ms
-        stale = [e for e in entries if e[6] < cutoff]
-        if stale:  # the release loop lagged: never hand out a reservation that may be lapsing
-            entries = [e for e in entries if e[6] >= cutoff]
-            self._spawn(self._release(queue, stale))
+    def _queue_claims(self, queue: str, fresh: list[HandOut], source: str, now: int) -> list[DequeuedJob]:
+        """The jobs for the worker; their claims are queued for the next flush."""
         claim = self.backend.new_claim(source)
         flush = self._next_flush
         if flush is None:
             flush = self._next_flush = asyncio.get_running_loop().create_future()
-        by_shard: dict[str, list[Entry]] = defaultdict(list)
-        for entry in entries:
-            by_shard[entry[0]].append(entry)
+        unsettled = self._unsettled
+        pending = self._pending
         out: list[DequeuedJob] = []
-        for shard_name, group in by_shard.items():
-            descriptors = encode_descriptors(queue, shard_name, [e[1] for e in group], [e[2] for e in group])
-            pending = self._pending[(queue, shard_name)]
-            for descriptor, (_s, priority, local_id, body, allowed, remaining, _at) in zip(
-                descriptors, group, strict=True
-            ):
-                pending.append((priority, local_id, claim))
-                self._unsettled[(queue, shard_name, priority, local_id)] = flush
-                out.append(DequeuedJob(descriptor, ClaimedJob(local_id, body, allowed, remaining, 0, now)))
+        for descriptor, shard, priority, local_id, body, allowed, remaining in fresh:
+            pending[(queue, shard)].append((priority, local_id, claim))
+            unsettled[(queue, shard, priority, local_id)] = flush
+            out.append(DequeuedJob(descriptor, ClaimedJob(local_id, body, allowed, remaining, 0, now)))
         if self._flush_task is None or self._flush_task.done():
             self._flush_task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
         self.metrics.incr("broker_handed_out", len(out))

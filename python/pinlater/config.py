@@ -52,8 +52,8 @@ class Settings:
     embedded_num_shards: int = 1  # EMBEDDED_NUM_SHARDS: SQLite files, each its own shard
     embedded_synchronous: str = "FULL"  # EMBEDDED_SYNCHRONOUS: FULL (power-safe) or NORMAL
     max_frame_bytes: int = 16 * 1024 * 1024  # MAX_FRAME_BYTES
-    # BROKER_ENABLED: serve dequeues from a per-queue buffer of reservations. Off by default until
-    # it pays for itself: on the embedded store it costs a second write per job (issue 5).
+    # BROKER_ENABLED: serve dequeues from memory, from a per-queue buffer of reservations. Off by
+    # default: it costs the store a reservation write per job (see README, issue 5).
     broker_enabled: bool = False
     broker_buffer_size: int = 1000  # BROKER_BUFFER_SIZE: jobs reserved ahead, per queue and server
     broker_low_water_fraction: float = 0.25  # BROKER_LOW_WATER_FRACTION: refill in the background below

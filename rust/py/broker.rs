@@ -4,19 +4,25 @@
 //! The buffer sits behind a `std::sync::Mutex` held only for queue operations, never while
 //! calling into Python, so holding the interpreter while waiting for it cannot deadlock.
 
-use std::collections::BTreeMap;
+use std::collections::hash_map::Entry as Slot;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::guarded;
+use super::errors::{descriptor_error, guarded};
 use crate::broker::{self, BufferedJob};
+use crate::descriptor::Encoder;
+use crate::error::{DescriptorError, Malformation};
 
 type Buffer = broker::JobBuffer<Py<PyBytes>>;
 /// `(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)`.
 type Entry = (String, i64, i64, Py<PyBytes>, i64, i64, i64);
+
+/// `(descriptor, shard, priority, local_id, body, attempts_allowed, attempts_remaining)`.
+type HandOut = (String, String, i64, i64, Py<PyBytes>, i64, i64);
 
 fn entries(jobs: Vec<BufferedJob<Py<PyBytes>>>) -> Vec<Entry> {
     jobs.into_iter()
@@ -116,6 +122,55 @@ impl JobBuffer {
             let limit = usize::try_from(limit).unwrap_or(0);
             let taken = self.lock().take(limit);
             Ok(entries(taken))
+        })
+    }
+
+    /// Takes up to `limit` entries for a worker, as `take` does, and splits them: those
+    /// reserved at or after `fresh_after_ms` come back with their job descriptors for `queue`;
+    /// older ones, whose reservation may be about to lapse, come back apart as entries (to be
+    /// released, not handed out).
+    fn hand_out(
+        &self,
+        queue: &str,
+        limit: i64,
+        fresh_after_ms: i64,
+    ) -> PyResult<(Vec<HandOut>, Vec<Entry>)> {
+        guarded("JobBuffer.hand_out", || {
+            let limit = usize::try_from(limit).unwrap_or(0);
+            let taken = self.lock().take(limit);
+            let mut fresh = Vec::with_capacity(taken.len());
+            let mut stale = Vec::new();
+            let mut encoders: HashMap<String, Encoder> = HashMap::new();
+            for job in taken {
+                if job.reserved_at_ms < fresh_after_ms {
+                    stale.push(job);
+                    continue;
+                }
+                let encoder = match encoders.entry(job.shard.clone()) {
+                    Slot::Occupied(slot) => slot.into_mut(),
+                    Slot::Vacant(slot) => slot
+                        .insert(Encoder::new(queue, &job.shard).map_err(|e| descriptor_error(&e))?),
+                };
+                let local_id = u64::try_from(job.local_id).map_err(|_| {
+                    descriptor_error(&DescriptorError::InvalidPart(Malformation::LocalId(
+                        job.local_id.to_string(),
+                    )))
+                })?;
+                let descriptor = encoder
+                    .encode(job.priority, local_id)
+                    .map_err(|e| descriptor_error(&e))?
+                    .to_owned();
+                fresh.push((
+                    descriptor,
+                    job.shard,
+                    job.priority,
+                    job.local_id,
+                    job.body,
+                    job.attempts_allowed,
+                    job.attempts_remaining,
+                ));
+            }
+            Ok((fresh, entries(stale)))
         })
     }
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pinlater._pinlater import JobBuffer
+from pinlater._pinlater import DescriptorError, JobBuffer
 
 
 def test_take_is_priority_order_then_first_in_first_out() -> None:
@@ -66,3 +66,32 @@ def test_concurrent_takes_hand_out_each_entry_once() -> None:
         t.join()
     everything = sorted(i for batch in taken for i in batch)
     assert everything == list(range(10_000))
+
+
+def test_hand_out_encodes_descriptors_and_keeps_stale_entries_apart() -> None:
+    buffer = JobBuffer(10)
+    body = b"payload"
+    buffer.push("1", 2, [(7, body, 3, 2)], 100)
+    buffer.push("east_2", 1, [(9, b"b", 2, 2)], 100)
+    buffer.push("1", 1, [(8, b"old", 2, 1)], 10)  # reserved before the cutoff
+    fresh, stale = buffer.hand_out("emails", 5, 50)
+    assert fresh == [("emails:seast_2:p1:9", "east_2", 1, 9, b"b", 2, 2), ("emails:s1:p2:7", "1", 2, 7, body, 3, 2)]
+    assert fresh[1][4] is body
+    assert stale == [("1", 1, 8, b"old", 2, 1, 10)]
+    assert len(buffer) == 0
+
+
+def test_hand_out_takes_at_most_the_limit_in_priority_order() -> None:
+    buffer = JobBuffer(10)
+    buffer.push("1", 3, [(1, b"", 1, 1), (2, b"", 1, 1)], 0)
+    buffer.push("1", 1, [(3, b"", 1, 1)], 0)
+    fresh, stale = buffer.hand_out("q", 2, 0)
+    assert [f[0] for f in fresh] == ["q:s1:p1:3", "q:s1:p3:1"] and stale == []
+    assert buffer.hand_out("q", 0, 0) == ([], []) and len(buffer) == 1
+
+
+def test_hand_out_rejects_a_queue_name_no_descriptor_can_hold() -> None:
+    buffer = JobBuffer(2)
+    buffer.push("1", 1, [(1, b"", 1, 1)], 0)
+    with pytest.raises(DescriptorError, match="queue name"):
+        buffer.hand_out("bad:queue", 1, 0)
