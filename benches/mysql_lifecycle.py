@@ -5,13 +5,15 @@ datadir, stopped by PID at the end), five phases of ``--seconds`` each, every on
 
 A1. **original enqueue**: the original's pattern, one autocommitted INSERT per job, driven straight
     at MariaDB with PyMySQL by ``--clients`` processes.
-A0. **direct batched enqueue** (a reference): the store's multi-row INSERT of ``--batch`` jobs,
-    one per transaction, straight at MariaDB by ``--clients`` processes: the ceiling for A2.
+A0. **direct batched enqueue** (a reference): the store's multi-row INSERT of ``--batch`` jobs
+    (rendered by the store's own ``inserts.py``), one per transaction, straight at MariaDB by
+    ``--clients`` processes: the ceiling for A2.
 A2. **server enqueue**: ``pinlater serve --backend mysql`` with ``--clients`` producer processes
     sending ``enqueueJobs`` batches of ``--batch`` (one multi-row INSERT each on the shard).
     The issue wants A2 >= 10 x A1.
 B1. **direct lifecycle**: the store's own SQL files (``enqueue_jobs.sql``, ``dequeue_jobs.sql`` +
-    ``select_claimed_jobs.sql``, ``ack_succeeded_jobs.sql``), rendered by ``queries.py``, driven
+    ``select_claimed_jobs.sql``, ``ack_succeeded_jobs.sql``), rendered by ``queries.py`` (the
+    INSERT by ``inserts.py``, as the store renders it), driven
     straight at MariaDB by two processes: a producer inserting batches of ``--batch`` and a
     consumer that claims a batch, reads it, and acks it, each step one transaction as in the
     store. No server: the ceiling for this SQL on this machine.
@@ -134,19 +136,21 @@ def store_pool(db: Db) -> Any:
 
 
 def direct_producer(db: Db, queue: str, batch: int, body: bytes, start_at: float, deadline: float, out: Any) -> None:
-    """The store's enqueue: one multi-row INSERT of ``batch`` jobs per transaction."""
-    from datetime import UTC, datetime
+    """The store's enqueue: one multi-row INSERT of ``batch`` jobs per transaction, rendered by
+    the store's own code (``inserts.py``)."""
+    from pinlater.backends.base import NewJob
+    from pinlater.backends.mysql.inserts import insert_jobs
 
-    from pinlater.backends.mysql import queries
-
-    sql = queries.ENQUEUE_JOBS.render(table=table_of(queue), rows=(batch, 8))
+    table = table_of(queue)
+    pool = store_pool(db)
     done = 0
-    with store_pool(db).connection() as conn, conn.cursor() as cur:
+    with pool.connection() as conn, conn.cursor() as cur:
         sleep_until(start_at)
         cpu0 = time.process_time()
         while time.time() < deadline:
-            now = datetime.now(UTC).replace(tzinfo=None)
-            cur.execute(sql, [value for _ in range(batch) for value in row(body, now)])
+            now_ms = int(time.time() * 1000)
+            jobs = [NewJob(priority=1, body=body, run_after_ms=now_ms, attempts_allowed=2) for _ in range(batch)]
+            insert_jobs(pool, None, cur, table, jobs, now_ms)
             conn.commit()
             done += batch
     out.put({"enqueued": done, "client_cpu_ms": int((time.process_time() - cpu0) * 1000)})

@@ -3,6 +3,7 @@
 pub mod broker;
 pub mod descriptor;
 pub mod error;
+pub mod mysql_rows;
 pub mod py;
 pub mod ratelimit;
 pub mod runtime;

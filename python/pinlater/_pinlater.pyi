@@ -6,7 +6,7 @@ raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``Base
 """
 
 from collections.abc import Sequence
-from typing import Final, NoReturn, final
+from typing import Final, NoReturn, Protocol, final
 
 __all__ = [
     "THRIFT_IDL",
@@ -21,6 +21,7 @@ __all__ = [
     "decode_descriptors",
     "encode_descriptor",
     "encode_descriptors",
+    "mysql_insert_statements",
     "runtime_worker_count",
     "thrift_struct_end",
 ]
@@ -211,6 +212,50 @@ class JobBuffer:
 
     def drain(self) -> list[tuple[str, int, int, bytes, int, int, int]]:
         """Remove and return every entry."""
+
+class _InsertJob(Protocol):
+    """What ``mysql_insert_statements`` reads of a job (``pinlater.backends.base.NewJob``)."""
+
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def attempts_allowed(self) -> int: ...
+    @property
+    def custom_status(self) -> str: ...
+    @property
+    def run_after_ms(self) -> int: ...
+
+def mysql_insert_statements(
+    head: str,
+    tail: str,
+    jobs: Sequence[_InsertJob],
+    now_ms: int,
+    *,
+    budget: int,
+    custom_status_limit: int,
+    no_backslash_escapes: bool,
+) -> list[tuple[int, bytes]]:
+    """The MySQL backend's multi-row enqueue INSERT for ``jobs``, as ``(rows, statement)`` pairs
+    whose rows together are the jobs in order.
+
+    Each statement is ``head``, then one ``(0, attempts_allowed, attempts_allowed,
+    'custom_status', 'now', 'now', 'run_after', X'body')`` group per job separated by ``", "``,
+    then ``tail``: byte for byte what PyMySQL sends for ``enqueue_jobs.sql`` with those
+    parameters. ``custom_status`` is cut to ``custom_status_limit`` characters and quoted with
+    PyMySQL's escapes (only ``'`` doubled when ``no_backslash_escapes``, the session's
+    NO_BACKSLASH_ESCAPES status); times (``now_ms``, ``run_after_ms``) are clamped to
+    TIMESTAMP's range and written as naive UTC with microseconds; the body is a hex literal.
+
+    A statement grows to at most ``budget`` bytes; a job that alone passes it gets a statement of
+    its own (so ``budget=0`` gives one statement per job). No jobs give no statements.
+
+    Raises:
+        TypeError: ``jobs`` is not a sequence, or a job's ``body`` is not bytes, its
+            ``custom_status`` not a str, or a number not an int.
+        AttributeError: a job lacks one of the four attributes.
+        OverflowError: ``attempts_allowed`` does not fit 64 bits, or a size is negative.
+        UnicodeEncodeError: ``custom_status`` holds a lone surrogate (not UTF-8 encodable).
+    """
 
 def thrift_struct_end(payload: bytes, offset: int = 0) -> int:
     """Walk the Thrift binary-protocol struct at ``offset`` without building it; return the offset

@@ -6,6 +6,7 @@
 pub mod broker;
 pub mod descriptor;
 pub mod errors;
+pub mod mysql_rows;
 pub mod ratelimit;
 pub mod thrift_walk;
 
@@ -31,6 +32,8 @@ mod _pinlater {
     };
     #[pymodule_export]
     use super::errors::panic_for_tests;
+    #[pymodule_export]
+    use super::mysql_rows::mysql_insert_statements;
     #[pymodule_export]
     use super::ratelimit::RateLimiter;
     #[pymodule_export]

@@ -1,13 +1,12 @@
-"""Row conversion for the MySQL backend: column limits, jobs to INSERT rows, SELECT rows to
+"""Row conversion for the MySQL backend: column limits, SELECT rows to
 ``ClaimedJob``/``JobRecord``, and a ``JobFilter`` to statement arguments."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from pinlater.backends.base import ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.base import ClaimedJob, JobFilter, JobRecord, JobState
 from pinlater.backends.mysql.db_time import TS_MAX_MS, TS_MIN_MS, from_db_time, to_db_time
 from pinlater.errors import ErrorCode, PinLaterError
 
@@ -18,8 +17,6 @@ MAX_CLAIM_LENGTH = 200
 #: The body column is a BLOB (in the original's tables too): at most 2**16 - 1 bytes.
 MAX_BODY_BYTES = 65_535
 
-ENQUEUE_ROW_WIDTH = 8
-
 
 def check_body_size(body: bytes, what: str) -> None:
     if len(body) > MAX_BODY_BYTES:
@@ -27,19 +24,6 @@ def check_body_size(body: bytes, what: str) -> None:
             ErrorCode.ENQUEUE_REJECTED,
             f"{what} is {len(body)} bytes; the MySQL backend stores bodies of at most {MAX_BODY_BYTES} bytes (BLOB)",
         )
-
-
-def enqueue_row(job: NewJob, now: datetime) -> tuple[Any, ...]:
-    return (
-        int(JobState.PENDING),
-        job.attempts_allowed,
-        job.attempts_allowed,
-        job.custom_status[:CUSTOM_STATUS_LIMIT],
-        now,
-        now,
-        to_db_time(job.run_after_ms),
-        job.body,
-    )
 
 
 def filter_args(where: JobFilter) -> tuple[Any, ...]:

@@ -46,6 +46,17 @@ class Sql:
             text = text.replace("{rows}", _row_groups(*rows))
         return text
 
+    def around_rows(self, *, table: str) -> tuple[str, str]:
+        """The statement before and after its ``{rows}``, with ``table`` (from ``names.py``)
+        filled in: for a multi-row INSERT whose rows are rendered already escaped
+        (``_pinlater.mysql_insert_statements``)."""
+        if self.tokens != {"table", "rows"}:
+            raise ValueError(f"{self.name}.sql takes {sorted(self.tokens)}, not table and rows")
+        head, tail = self.text.replace("{table}", table).split("{rows}")
+        if "%s" in head or "%s" in tail:
+            raise ValueError(f"{self.name}.sql: parameters outside {{rows}} cannot be pre-rendered")
+        return head, tail
+
 
 @lru_cache(maxsize=256)
 def _placeholders(n: int) -> str:

@@ -40,7 +40,7 @@ from pinlater.backends.base import (
 from pinlater.backends.mysql import job_rows, names, queries, reservations
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
-from pinlater.backends.mysql.inserts import INSERT_ID_STRATEGIES, insert, insert_chunks
+from pinlater.backends.mysql.inserts import INSERT_ID_STRATEGIES, insert_jobs
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_BODY_BYTES, MAX_CLAIM_LENGTH
 from pinlater.backends.mysql.pool import ConnectionPool, error_code
 from pinlater.backends.mysql.transactions import (
@@ -156,22 +156,21 @@ class MySQLStore:
     def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
         if not jobs:
             return []
-        by_priority: dict[int, list[int]] = defaultdict(list)
+        by_priority: dict[int, list[NewJob]] = defaultdict(list)
         for index, job in enumerate(jobs):
-            job_rows.check_body_size(job.body, f"the body of job {index} (counting from 0) of the request")
-            by_priority[job.priority].append(index)
+            if len(job.body) > MAX_BODY_BYTES:
+                job_rows.check_body_size(job.body, f"the body of job {index} (counting from 0) of the request")
+            by_priority[job.priority].append(job)
         tables = {priority: self._table(queue, priority) for priority in by_priority}
-        now = to_db_time(now_ms)
 
         def op(cur: Cursor) -> list[int]:
-            ids = [0] * len(jobs)
-            for priority, indexes in by_priority.items():
-                for chunk in insert_chunks(self.pool, indexes, jobs):
-                    rows = [job_rows.enqueue_row(jobs[i], now) for i in chunk]
-                    new_ids = insert(self.pool, self.insert_id_strategy, cur, tables[priority], rows)
-                    for index, local_id in zip(chunk, new_ids, strict=True):
-                        ids[index] = local_id
-            return ids
+            ids = {
+                priority: iter(insert_jobs(self.pool, self.insert_id_strategy, cur, tables[priority], group, now_ms))
+                for priority, group in by_priority.items()
+            }
+            if len(ids) == 1:
+                return list(next(iter(ids.values())))
+            return [next(ids[job.priority]) for job in jobs]
 
         return self._run(queue, op)
 
