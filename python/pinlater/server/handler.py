@@ -185,24 +185,28 @@ class PinLaterHandler:
         if not jobs:
             return idl.PinLaterEnqueueResponse(jobDescriptors=[])
         now = self.backend.clock.now_ms()
-        new_jobs = []
+        num_priorities = self.backend.num_priorities
+        new_jobs: list[NewJob] = []
+        append = new_jobs.append  # the per-job loop is hot: a few µs a job matter at 100k jobs/s
         for job in jobs:
-            attempts = 2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed
-            if attempts < 1:
+            attempts = job.numAttemptsAllowed
+            if attempts is None:
+                attempts = 2
+            elif attempts < 1:
                 raise PinLaterError(
                     ErrorCode.ENQUEUE_REJECTED, f"numAttemptsAllowed must be at least 1, not {attempts}"
                 )
-            if job.body is None:
+            body = job.body
+            if body is None:
                 raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, "every job needs a body")
-            new_jobs.append(
-                NewJob(
-                    priority=self._priority(job.priority),
-                    body=job.body,
-                    run_after_ms=now if job.runAfterTimestampMillis is None else job.runAfterTimestampMillis,
-                    attempts_allowed=attempts,
-                    custom_status=job.customStatus or "",
-                )
-            )
+            priority = job.priority
+            if priority is None:
+                priority = 1
+            elif not 1 <= priority <= num_priorities:
+                priority = self._priority(priority)  # raises PRIORITY_NOT_SUPPORTED
+            run_after = job.runAfterTimestampMillis
+            # NewJob(priority, body, run_after_ms, attempts_allowed, custom_status)
+            append(NewJob(priority, body, now if run_after is None else run_after, attempts, job.customStatus or ""))
         descriptors = await self.backend.enqueue_jobs(queue, new_jobs)
         self.metrics.incr(f"{queue}_enqueue", len(descriptors))
         return idl.PinLaterEnqueueResponse(jobDescriptors=descriptors)
