@@ -27,18 +27,31 @@ end
 for k = 4, #KEYS, 3 do
   redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
 end
-local out = {}
+-- Checks per job; the set moves as one variadic command per set (in chunks below Lua's limit).
+local out, moved = {}, {}
 for j = 0, n - 1 do
   local k, id, claim = tonumber(ARGV[6 + 3 * j]), ARGV[7 + 3 * j], ARGV[8 + 3 * j]
-  local pending_key, in_progress_key, reserved_key = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local pending_key, reserved_key = KEYS[k], KEYS[k + 2]
   local hash_key = hash_prefix .. id
   if redis.call('ZSCORE', reserved_key, id) and redis.call('ZSCORE', pending_key, id)
       and redis.call('HGET', hash_key, 'cd') == reservation then
-    redis.call('ZREM', pending_key, id)
-    redis.call('ZREM', reserved_key, id)
-    redis.call('ZADD', in_progress_key, now, id)
     redis.call('HSET', hash_key, 'ua', now, 'cd', claim)
+    moved[k] = moved[k] or {}
+    table.insert(moved[k], id)
     out[#out + 1] = j + 1
+  end
+end
+for k, ids in pairs(moved) do
+  for i = 1, #ids, 1000 do
+    local last = math.min(i + 999, #ids)
+    redis.call('ZREM', KEYS[k], unpack(ids, i, last))
+    redis.call('ZREM', KEYS[k + 2], unpack(ids, i, last))
+    local args = {}
+    for m = i, last do
+      args[#args + 1] = now
+      args[#args + 1] = ids[m]
+    end
+    redis.call('ZADD', KEYS[k + 1], unpack(args))
   end
 end
 return out

@@ -28,7 +28,7 @@ if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
 redis.call('ZREMRANGEBYSCORE', reserved_key, '-inf', now)
-local out = {0}
+local out, reserved = {0}, {}
 local found, evicted, offset = 0, 0, 0
 while found < limit do
   local page_size = limit - found + redis.call('ZCARD', reserved_key)
@@ -49,7 +49,8 @@ while found < limit do
         evicted = evicted + 1
       else
         redis.call('HSET', hash_key, 'cd', reservation)
-        redis.call('ZADD', reserved_key, expiry, id)
+        reserved[#reserved + 1] = expiry
+        reserved[#reserved + 1] = id
         offset = offset + 1
         out[#out + 1] = id
         out[#out + 1] = score
@@ -62,6 +63,12 @@ while found < limit do
       end
     end
   end
+  -- One variadic ZADD per page: the page's later members are not reserved, so the next page
+  -- (read after this) sees every reservation made here.
+  for i = 1, #reserved, 2000 do
+    redis.call('ZADD', reserved_key, unpack(reserved, i, math.min(i + 1999, #reserved)))
+  end
+  reserved = {}
   if #page < 2 * page_size then
     break
   end
