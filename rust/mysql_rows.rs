@@ -196,13 +196,19 @@ pub fn push_quoted(out: &mut Vec<u8>, s: &str, no_backslash_escapes: bool) {
 }
 
 fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let start = out.len();
-    out.resize(start + 2 * bytes.len(), 0);
-    for (pair, &b) in out[start..].chunks_exact_mut(2).zip(bytes) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 0xf)];
-    }
+    /// Both hex digits of every byte value, in one table: a lookup per byte.
+    const PAIRS: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut pairs = [[0u8; 2]; 256];
+        let mut b = 0;
+        while b < 256 {
+            pairs[b] = [DIGITS[b >> 4], DIGITS[b & 0xf]];
+            b += 1;
+        }
+        pairs
+    };
+    out.reserve(2 * bytes.len());
+    out.extend(bytes.iter().flat_map(|&b| PAIRS[usize::from(b)]));
 }
 
 /// `ms` since the epoch, clamped to TIMESTAMP's range, as a quoted naive UTC datetime with
