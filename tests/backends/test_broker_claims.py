@@ -30,10 +30,10 @@ def backend(store: ShardStore) -> Iterator[ShardedBackend]:
     backend._executor.shutdown(wait=True)
 
 
-def enqueue(backend: ShardedBackend, n: int) -> list[str]:
+async def enqueue(backend: ShardedBackend, n: int) -> list[str]:
     now = backend.clock.now_ms()
     jobs = [NewJob(priority=1, body=b"job-%d" % i, run_after_ms=now, attempts_allowed=2) for i in range(n)]
-    return asyncio.run(backend.enqueue_jobs(Q, jobs))
+    return await backend.enqueue_jobs(Q, jobs)
 
 
 def states(store: ShardStore, descriptors: list[str]) -> list[tuple[JobState, str | None]]:
@@ -45,10 +45,10 @@ def states(store: ShardStore, descriptors: list[str]) -> list[tuple[JobState, st
 def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
     store: ShardStore, backend: ShardedBackend
 ) -> None:
-    enqueue(backend, 6)
     metrics = Metrics()
 
     async def scenario() -> None:
+        await enqueue(backend, 6)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
         first = await broker.dequeue(Q, 2, "worker-a")  # refills, then hands out from memory
         second = await broker.dequeue(Q, 3, "worker-b")  # no store call: the buffer holds 4
@@ -64,6 +64,7 @@ def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
         assert len(set(claims[:2])) == 1 and claims[0] != claims[2], "one claim per dequeue"
         assert metrics.counters["broker_claim_calls"] == 1, "both hand-outs shared one flush"
         await broker.stop()
+        await backend.aclose()
         assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, backend.clock.now_ms()), None) == 1
 
     asyncio.run(scenario())
@@ -74,10 +75,10 @@ def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
 def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
     store: ShardStore, backend: ShardedBackend
 ) -> None:
-    enqueue(backend, 3)
     metrics = Metrics()
 
-    async def scenario() -> list[str]:
+    async def scenario() -> tuple[list[str], list[str]]:
+        await enqueue(backend, 3)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
         handed = [j.descriptor for j in await broker.dequeue(Q, 3, "worker-a")]
         [(_q, _s, priority, local_id)] = decode_descriptors(handed[:1])
@@ -86,14 +87,15 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
         assert store.release_reservations(Q, [(priority, local_id)], broker.reservation, backend.clock.now_ms()) == 1
         await broker.settle(decode_descriptors(handed))
         await broker.stop()
-        return handed
+        found = states(store, handed)
+        assert found[0] == (JobState.PENDING, None), "dequeuable again: at least once"
+        assert [s for s, _ in found[1:]] == [JobState.IN_PROGRESS] * 2
+        backend.forget_empty()  # the release above went around the backend, which would note it
+        again = [j.descriptor for j in await backend.dequeue_jobs(Q, 10, "worker-b")]
+        await backend.aclose()
+        return handed, again
 
-    handed = asyncio.run(scenario())
+    handed, again = asyncio.run(scenario())
     assert metrics.counters["broker_claimed"] == 2
     assert metrics.counters["broker_lapsed"] == 1
-    found = states(store, handed)
-    assert found[0] == (JobState.PENDING, None), "dequeuable again: at least once"
-    assert [s for s, _ in found[1:]] == [JobState.IN_PROGRESS] * 2
-    backend.forget_empty()  # the release above went around the backend, which would note it
-    again = asyncio.run(backend.dequeue_jobs(Q, 10, "worker-b"))
-    assert [j.descriptor for j in again] == handed[:1]
+    assert again == handed[:1]

@@ -281,6 +281,15 @@ class ShardStore(Protocol):
         ...
 
 
+class NativeAsyncOps(Protocol):
+    """What a store may offer as ``store.aio``: coroutine versions of some of its methods, with
+    the same names, arguments, results and errors, run on the event loop instead of the thread
+    pool (``ShardedBackend.call_store`` picks them by name). The Redis store offers its hot
+    operations this way. ``aclose`` closes what they opened, on the loop that opened it."""
+
+    async def aclose(self) -> None: ...
+
+
 @runtime_checkable
 class ShardConfig(Protocol):
     """One shard's entry in a backend config file, as a backend parsed it (a frozen dataclass).

@@ -117,16 +117,25 @@ class ShardedBackend:
         self._shards = shards
 
     async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
-        """Run a blocking store call on the pool; a connection failure marks the shard."""
-        loop = asyncio.get_running_loop()
+        """Run a store call: a method of ``shard.store``, on the thread pool, or its coroutine of
+        the same name on the loop where the store offers one (``store.aio``, see
+        ``base.NativeAsyncOps``). A connection failure marks the shard."""
+        native = getattr(getattr(shard.store, "aio", None), fn.__name__, None)
         try:
-            return await loop.run_in_executor(self._executor, fn, *args)
+            if native is not None:
+                result: T = await native(*args)
+                return result
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except ShardConnectionError as exc:
             shard.mark_unhealthy(exc.detail)
             raise
 
     def _shard(self, name: str) -> Shard | None:
         return self._shards.get(name)
+
+    async def aclose(self) -> None:
+        """Close what the stores opened on this event loop; ``close`` does the rest."""
+        await asyncio.gather(*(aclose_store(shard.store) for shard in self._shards))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -414,6 +423,13 @@ class ShardedBackend:
             where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex)
             done += await self.call_store(shard, shard.store.delete_jobs, queue, where, limit - done)
         return done
+
+
+async def aclose_store(store: object) -> None:
+    """Close a store's event-loop connections, if it has any (``NativeAsyncOps.aclose``)."""
+    aio = getattr(store, "aio", None)
+    if aio is not None:
+        await aio.aclose()
 
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:

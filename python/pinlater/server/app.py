@@ -20,7 +20,7 @@ from pinlater.backends.base import BackendDriver
 from pinlater.backends.embedded import open_embedded_shards
 from pinlater.backends.embedded.lock import DataDirLock
 from pinlater.backends.reload import ReloadPlan, plan_reload
-from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.sharded import ShardedBackend, aclose_store
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
@@ -185,6 +185,7 @@ class PinLaterServer:
             # Requests that started on the old map may still use these stores; let them finish.
             await asyncio.sleep(self.settings.backend_socket_timeout_seconds * 2)
             for store in plan.retired:
+                await aclose_store(store)
                 await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     async def _warn_durability(self, shards: list[Shard]) -> None:
@@ -263,6 +264,7 @@ class PinLaterServer:
             except asyncio.CancelledError:
                 pass
         if self.backend is not None:
+            await self.backend.aclose()
             await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
         if self._lock is not None:
             self._lock.release()

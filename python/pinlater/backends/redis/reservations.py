@@ -13,26 +13,28 @@ from typing import Any
 from pinlater.backends.base import ClaimedJob, JobState
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.replies import claimed_jobs
-from pinlater.backends.redis.script_calls import ShardScripts
+from pinlater.backends.redis.script_calls import ScriptCall, ShardScripts
 
 
-def reserve_jobs(
+def reserve_call(
     shard: ShardScripts, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-) -> list[ClaimedJob]:
+) -> ScriptCall[list[ClaimedJob]]:
     if limit <= 0:
-        shard.require_queue(queue)
-        return []
+        return shard.require_queue_call(queue, lambda _reply: [])
     keys = shard.keys(queue)
     key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), keys.reserved_key(priority)]
-    args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
-    out = shard.run_in_queue("reserve_jobs", queue, key_list, args)
-    shard.count_evicted(out[0])
-    return claimed_jobs(out)
+    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
+
+    def parse(out: Any) -> list[ClaimedJob]:
+        shard.count_evicted(out[0])
+        return claimed_jobs(out)
+
+    return ScriptCall("reserve_jobs", queue, key_list, args, parse)
 
 
-def claim_reserved(
+def claim_call(
     shard: ShardScripts, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-) -> list[tuple[int, int]]:
+) -> ScriptCall[list[tuple[int, int]]]:
     keys = shard.keys(queue)
     key_list = [keys.names_key]
     index: dict[int, int] = {}
@@ -42,13 +44,16 @@ def claim_reserved(
     args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
     for priority, local_id, claim in items:
         args += [index[priority], local_id, claim]
-    numbers = shard.run_in_queue("claim_reserved", queue, key_list, args)
-    return [items[int(n) - 1][:2] for n in numbers]
+
+    def parse(numbers: Any) -> list[tuple[int, int]]:
+        return [(items[int(n) - 1][0], items[int(n) - 1][1]) for n in numbers]
+
+    return ScriptCall("claim_reserved", queue, key_list, args, parse)
 
 
-def release_reservations(
+def release_call(
     shard: ShardScripts, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
-) -> int:
+) -> ScriptCall[int]:
     keys = shard.keys(queue)
     key_list = [keys.names_key]
     index: dict[int, int] = {}
@@ -58,4 +63,4 @@ def release_reservations(
     args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
     for priority, local_id in items:
         args += [index[priority], local_id]
-    return int(shard.run_in_queue("release_reservations", queue, key_list, args))
+    return ScriptCall("release_reservations", queue, key_list, args, int)

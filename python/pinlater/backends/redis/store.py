@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -48,8 +48,10 @@ from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.filtered_reads import compiled, delete_matching, matches, pages, score_range
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
 from pinlater.backends.redis.replies import claimed_jobs, job_record
-from pinlater.backends.redis.script_calls import ShardScripts, priority_keys
+from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts, priority_keys
 from pinlater.config import Settings
+
+T = TypeVar("T")
 
 REGEX_PAGE_SIZE = 500
 """Candidates fetched per call when a body regex filters a count, scan or delete."""
@@ -81,6 +83,8 @@ class RedisStore:
         )
         self._client = redis.Redis(connection_pool=self._pool)
         self._shard = ShardScripts(name, config, self._client)
+        #: The hot operations on the event loop, with a pool of their own of the same size.
+        self.aio = AsyncHotPath(self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout))
         self._num_priorities = settings.num_priority_levels
         self._closed = False
 
@@ -129,6 +133,9 @@ class RedisStore:
     # -- the job lifecycle ------------------------------------------------------------------
 
     def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
+        return self._shard.call(self._enqueue_call(queue, jobs, now_ms))
+
+    def _enqueue_call(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> ScriptCall[list[int]]:
         keys = self._keys(queue)
         priorities = sorted({job.priority for job in jobs})
         key_list = [keys.names_key, keys.id_key] + [keys.set_key(p, JobState.PENDING) for p in priorities]
@@ -137,15 +144,18 @@ class RedisStore:
         for job in jobs:
             status = job.custom_status[:CUSTOM_STATUS_LIMIT]
             args += [index[job.priority], job.body, job.attempts_allowed, seconds_arg(job.run_after_ms), status]
-        ids = self._run_in_queue("enqueue_jobs", queue, key_list, args)
-        return [int(i) for i in ids]
+        return ScriptCall("enqueue_jobs", queue, key_list, args, _ids)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> list[ClaimedJob]:
+        return self._shard.call(self._dequeue_call(queue, priority, limit, claim, now_ms, dry_run))
+
+    def _dequeue_call(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> ScriptCall[list[ClaimedJob]]:
         if limit <= 0:
-            self._require_queue(queue)
-            return []
+            return self._require_queue_call(queue, [])
         keys = self._keys(queue)
         key_list = [
             keys.names_key,
@@ -154,11 +164,14 @@ class RedisStore:
             keys.reserved_key(priority),
         ]
         args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
-        out = self._run_in_queue("dequeue_jobs", queue, key_list, args)
-        self._count_evicted(out[0])
-        return claimed_jobs(out)
+        return ScriptCall("dequeue_jobs", queue, key_list, args, self._claimed_jobs)
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
+        self._shard.call(self._ack_call(queue, succeeded, failed, now_ms))
+
+    def _ack_call(
+        self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int
+    ) -> ScriptCall[None]:
         keys = self._keys(queue)
         items = [("s", item) for item in succeeded] + [("f", item) for item in failed]
         key_list, index = priority_keys(keys, {item.priority for _, item in items}, 4)
@@ -166,8 +179,7 @@ class RedisStore:
         for kind, item in items:
             retry_at = seconds_arg(now_ms + item.retry_delay_ms)
             args += [index[item.priority], item.local_id, kind, item.append_custom_status, retry_at]
-        _changed, evicted = self._run_in_queue("ack_jobs", queue, key_list, args)
-        self._count_evicted(evicted)
+        return ScriptCall("ack_jobs", queue, key_list, args, self._count_evicted_of_pair)
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         keys = self._keys(queue)
@@ -194,15 +206,17 @@ class RedisStore:
     def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> list[ClaimedJob]:
-        return reservations.reserve_jobs(self._shard, queue, priority, limit, reservation, now_ms, hold_ms)
+        return self._shard.call(
+            reservations.reserve_call(self._shard, queue, priority, limit, reservation, now_ms, hold_ms)
+        )
 
     def claim_reserved(
         self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        return reservations.claim_reserved(self._shard, queue, items, reservation, now_ms)
+        return self._shard.call(reservations.claim_call(self._shard, queue, items, reservation, now_ms))
 
     def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
-        return reservations.release_reservations(self._shard, queue, items, reservation, now_ms)
+        return self._shard.call(reservations.release_call(self._shard, queue, items, reservation, now_ms))
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -308,6 +322,7 @@ class RedisStore:
             self._closed = True
             self._client.close()
             self._pool.disconnect()
+            self.aio._scripts.forget()  # its connections are closed by ``aio.aclose`` on its loop
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -323,8 +338,67 @@ class RedisStore:
     def _require_queue(self, queue: str) -> None:
         self._shard.require_queue(queue)
 
+    def _require_queue_call(self, queue: str, answer: T) -> ScriptCall[T]:
+        """A call that only checks the queue exists (QUEUE_NOT_FOUND), then answers ``answer``."""
+        return self._shard.require_queue_call(queue, lambda _reply: answer)
+
     def _count_evicted(self, n: Any) -> None:
         self._shard.count_evicted(n)
+
+    def _claimed_jobs(self, out: Any) -> list[ClaimedJob]:
+        self._count_evicted(out[0])
+        return claimed_jobs(out)
+
+    def _count_evicted_of_pair(self, out: Any) -> None:
+        self._count_evicted(out[1])
+
+
+class AsyncHotPath:
+    """``RedisStore``'s hot operations as coroutines on the event loop (redis.asyncio): the same
+    scripts, arguments and errors as the blocking methods of the same names, without a thread
+    hand-off per call. ``ShardedBackend.call_store`` uses them where a store offers ``aio``."""
+
+    def __init__(self, store: RedisStore, scripts: AsyncShardScripts) -> None:
+        self._store = store
+        self._scripts = scripts
+
+    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
+        return await self._scripts.call(self._store._enqueue_call(queue, jobs, now_ms))
+
+    async def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> list[ClaimedJob]:
+        return await self._scripts.call(self._store._dequeue_call(queue, priority, limit, claim, now_ms, dry_run))
+
+    async def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
+        await self._scripts.call(self._store._ack_call(queue, succeeded, failed, now_ms))
+
+    async def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        shard = self._store._shard
+        return await self._scripts.call(
+            reservations.reserve_call(shard, queue, priority, limit, reservation, now_ms, hold_ms)
+        )
+
+    async def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        return await self._scripts.call(reservations.claim_call(self._store._shard, queue, items, reservation, now_ms))
+
+    async def release_reservations(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+    ) -> int:
+        return await self._scripts.call(
+            reservations.release_call(self._store._shard, queue, items, reservation, now_ms)
+        )
+
+    async def aclose(self) -> None:
+        await self._scripts.aclose()
+
+
+def _ids(reply: Any) -> list[int]:
+    return [int(i) for i in reply]
 
 
 def _now_seconds() -> str:
