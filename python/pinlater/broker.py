@@ -8,10 +8,10 @@ cleanup, because a reservation lapses by itself after the hold.
 A dequeue is served from the buffer without a store call: the jobs are taken, their descriptors
 encoded, and the response goes out at once. Their claims (``claim_reserved``, the normal unique
 claim for the worker's source, so checkpoint guards, acks and claim timeouts work exactly as
-without the broker) are written behind the response: every hand-out queues its claims, and one
-flush at a time writes all that queued, one store call per (queue, shard), each job with its own
-worker's claim. Concurrent dequeues so share store calls twice: one refill serves them all, and
-so does one claim flush. Invariants:
+without the broker) are written behind the response: every hand-out queues its claims, and a
+flush at the next turn of the event loop writes all that queued in that turn, one store call per
+(queue, shard), each job with its own worker's claim. Concurrent dequeues so share store calls
+twice: one refill serves them all, and so does one claim flush. Invariants:
 
 * A reservation is live when its job is handed out: entries older than half the hold are never
   handed out but released (and a loop releases them in the background), and the claim is written
@@ -106,7 +106,8 @@ class DequeueBroker:
         # (queue, shard, priority, local_id) -> the flush that writes its claim.
         self._unsettled: dict[tuple[str, str, int, int], asyncio.Future[None]] = {}
         self._next_flush: asyncio.Future[None] | None = None
-        self._flush_task: asyncio.Task[None] | None = None
+        self._flush_scheduled = False
+        self._flushes: set[asyncio.Task[None]] = set()
         self._closed = False
         backend.signals.listeners.append(self._on_ready)
 
@@ -118,8 +119,8 @@ class DequeueBroker:
     async def stop(self) -> None:
         """Stop refilling, write every queued claim, and release every buffered reservation."""
         self._closed = True
-        while self._flush_task is not None and not self._flush_task.done():
-            await asyncio.wait([self._flush_task])
+        while self._flushes:
+            await asyncio.wait(list(self._flushes))
         if self._release_task is not None:
             self._release_task.cancel()
             try:
@@ -184,8 +185,11 @@ class DequeueBroker:
             pending[(queue, shard)].append((priority, local_id, claim))
             unsettled[(queue, shard, priority, local_id)] = flush
             out.append(DequeuedJob(descriptor, ClaimedJob(local_id, body, allowed, remaining, 0, now)))
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
         self.metrics.incr("broker_handed_out", len(out))
         return out
 
@@ -205,22 +209,23 @@ class DequeueBroker:
             await _wait_for({f for (q, *_), f in self._unsettled.items() if q == queue})
 
     async def _flush_claims(self) -> None:
-        """Write queued claims, one flush at a time, until none is queued; each flush is one
-        store call per (queue, shard) for every hand-out that queued since the last one."""
-        await asyncio.sleep(0)  # let hand-outs of this turn of the loop join the first flush
-        while self._pending:
-            pending, self._pending = self._pending, defaultdict(list)
-            flush, self._next_flush = self._next_flush, None
-            try:
-                await asyncio.gather(*(self._claim_on(q, shard, items) for (q, shard), items in pending.items()))
-            finally:
-                for (q, shard), items in pending.items():
-                    for priority, local_id, _claim in items:
-                        key = (q, shard, priority, local_id)
-                        if self._unsettled.get(key) is flush:
-                            del self._unsettled[key]
-                if flush is not None and not flush.done():
-                    flush.set_result(None)
+        """Write the claims queued by every hand-out of this turn of the loop: one store call
+        per (queue, shard). It does not wait for an earlier flush still in flight (they touch
+        distinct jobs), so a claim is on its way within one turn of the loop."""
+        await asyncio.sleep(0)  # let hand-outs of this turn of the loop join
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, defaultdict(list)
+        flush, self._next_flush = self._next_flush, None
+        try:
+            await asyncio.gather(*(self._claim_on(q, shard, items) for (q, shard), items in pending.items()))
+        finally:
+            for (q, shard), items in pending.items():
+                for priority, local_id, _claim in items:
+                    key = (q, shard, priority, local_id)
+                    if self._unsettled.get(key) is flush:
+                        del self._unsettled[key]
+            if flush is not None and not flush.done():
+                flush.set_result(None)
 
     async def _claim_on(self, queue: str, shard_name: str, items: list[tuple[int, int, str]]) -> None:
         """Claim handed-out jobs on one shard, retrying a failing shard a few times."""
