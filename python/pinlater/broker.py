@@ -121,6 +121,7 @@ class DequeueBroker:
         self._closed = True
         while self._flushes:
             await asyncio.wait(list(self._flushes))
+            self._flushes.difference_update([t for t in self._flushes if t.done()])
         if self._release_task is not None:
             self._release_task.cancel()
             try:
