@@ -1,5 +1,5 @@
 """pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits, the dequeue broker's
-buffer, the Thrift struct walk and a tokio runtime.
+buffer, the Thrift struct walk, the MySQL backend's enqueue INSERT and a tokio runtime.
 
 Every function is safe to call from many threads at once. A Rust panic inside any of them is
 raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``BaseException``).

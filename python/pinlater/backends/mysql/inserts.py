@@ -58,7 +58,7 @@ def insert_jobs(
             first = int(cur.lastrowid)
             info = pool.server_info
             step = info.auto_increment_increment if info else 1
-            new_ids = [first + k * step for k in range(cur.rowcount)]
+            new_ids = list(range(first, first + step * cur.rowcount, step))
         if len(new_ids) != rows:
             raise RuntimeError(f"inserted {rows} jobs into {table} but recovered {len(new_ids)} ids")
         ids.extend(new_ids)
