@@ -191,3 +191,23 @@ def test_a_closed_idle_connection_is_replaced(srv: ServerProcess, pl: PinLaterCl
     pool.idle[0].sock.shutdown(socket.SHUT_RDWR)  # as if the server had dropped it while idle
     assert len(pl.enqueue(queue, [b"2"])) == 1
     assert pl.count(queue, JobState.PENDING) == 2
+
+
+def test_a_long_poll_is_held_by_the_server_past_the_client_timeout(address: str, queue: str) -> None:
+    # The server holds the call until the wait is up; the client allows for it on top of its
+    # own 1 s timeout (without that, this call would fail with a timeout after 1 s).
+    with PinLaterClient(address, timeout=1.0) as client:
+        client.create_queue(queue)
+        started = time.monotonic()
+        assert client.dequeue(queue, 5, wait=1.5) == []
+        assert time.monotonic() - started >= 1.4, "the server held the call"
+
+
+def test_a_long_poll_returns_the_job_enqueued_meanwhile(pl: PinLaterClient, queue: str) -> None:
+    got: list[list[DequeuedJob]] = []
+    poller = threading.Thread(target=lambda: got.append(pl.dequeue(queue, 5, wait=25)))
+    poller.start()
+    [descriptor] = pl.enqueue(queue, [b"wake up"])
+    poller.join(20)
+    assert not poller.is_alive(), "the long poll returned before its 25 s were up"
+    assert [j.descriptor for j in got[0]] == [descriptor]

@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from pinlater.client import Job, JobState, PinLaterClient
 from pinlater.worker import JobContext, Worker, constant, linear
 from tests.client.fixtures import PAUSED_QUEUE
@@ -140,6 +142,24 @@ def test_acks_are_flushed_on_a_timer_when_the_queue_is_quiet(address: str, pl: P
         wait_for(lambda: worker.stats.empty_dequeues >= 1, timeout=30, what="an empty dequeue")
         gate.set()
         wait_for(lambda: pl.lookup([d])[d].state is JobState.SUCCEEDED, timeout=10, what="the timer's ack")
+
+
+def test_an_idle_worker_long_polls_and_takes_a_new_job_at_once(address: str, pl: PinLaterClient, queue: str) -> None:
+    pl.create_queue(queue)
+    done = threading.Event()
+    # After an empty dequeue that was not held, the next poll would be 30 s away: only the long
+    # poll, held by the server and woken by the enqueue, can take the job in time.
+    worker = Worker(address, poll_interval=(30.0, 30.0), long_poll=1.0)
+    worker.register(queue, lambda ctx: done.set())
+    with running(worker):
+        wait_for(lambda: worker.stats.empty_dequeues >= 1, timeout=30, what="an empty (held) dequeue")
+        pl.enqueue(queue, [b"late"])
+        assert done.wait(10), "the idle worker did not take the new job"
+
+
+def test_long_poll_must_be_within_the_servers_bound(address: str) -> None:
+    with pytest.raises(ValueError, match="long_poll"):
+        Worker(address, long_poll=31)
 
 
 def test_checkpoint_helper_and_release(address: str, pl: PinLaterClient, queue: str) -> None:

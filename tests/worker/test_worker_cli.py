@@ -162,3 +162,10 @@ def test_the_example_worker(srv: ServerProcess, pl: PinLaterClient, queue: str, 
     assert failed.custom_status == "RuntimeError: the example job was told to fail\n"
     assert failed.run_after_ms is not None and failed.updated_at_ms is not None
     assert abs(failed.run_after_ms - failed.updated_at_ms - 1000) < 200, "linear: 1 s x 1 attempt used"
+
+
+def test_a_long_poll_beyond_the_servers_bound_is_a_one_line_error(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "pinlater.cli", "worker", "os:getcwd", "--queue", "q", "--long-poll", "45"]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("pinlater worker: long_poll must be in 0..30") and done.stderr.count("\n") == 1

@@ -49,6 +49,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--grace-period", type=float, default=30.0, help="seconds to finish jobs on stop (default 30)")
     p.add_argument("--ack-interval", type=float, default=1.0, help="seconds between ack flushes (default 1)")
     p.add_argument("--max-poll-interval", type=float, default=1.0, help="longest wait on an empty queue (default 1)")
+    p.add_argument(
+        "--long-poll",
+        type=float,
+        default=1.0,
+        help="seconds a pinlater server may hold an idle worker's dequeue until a job is ready (0: never; default 1)",
+    )
     p.add_argument("--create-queue", action="store_true", help="create the queues first (idempotent)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
     p.set_defaults(run=run)
@@ -109,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
             retry=retry,
             ack_interval=args.ack_interval,
             poll_interval=(min(0.05, args.max_poll_interval), args.max_poll_interval),
+            long_poll=args.long_poll,
             grace_period=args.grace_period,
         )
         if args.create_queue:

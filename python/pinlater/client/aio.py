@@ -164,7 +164,7 @@ class AsyncPinLaterClient:
                     continue
                 broken = True
                 try:
-                    payload = await conn.roundtrip(frame, self.timeout)
+                    payload = await conn.roundtrip(frame, self.timeout + call.wait)
                     result = decode(call.method, seqid, payload, conn.name)
                     broken = False
                 except PinLaterConnectionError as exc:
@@ -215,8 +215,10 @@ class AsyncPinLaterClient:
         failed: Iterable[AckLike] = (),
         dry_run: bool = False,
         coverage: float = 1.0,
+        wait: float = 0.0,
     ) -> list[DequeuedJob]:
-        return await self.call(calls.dequeue(queue, limit, succeeded, failed, dry_run, coverage))
+        """As ``PinLaterClient.dequeue``, ``wait`` included."""
+        return await self.call(calls.dequeue(queue, limit, succeeded, failed, dry_run, coverage, wait))
 
     async def ack(self, queue: str, succeeded: Iterable[AckLike] = (), failed: Iterable[AckLike] = ()) -> None:
         await self.call(calls.ack(queue, succeeded, failed))

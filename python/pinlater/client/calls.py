@@ -22,6 +22,8 @@ T = TypeVar("T")
 JobLike = bytes | str | Job
 #: What ``ack`` and ``dequeue`` take for one job's outcome: a descriptor or an ``Ack``.
 AckLike = str | Ack
+#: The longest long poll a dequeue asks for, in seconds (the server's own bound).
+MAX_WAIT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,9 @@ class Call(Generic[T]):
     args: tuple[Any, ...]
     safe: bool
     convert: Callable[[Any], T]
+    #: Seconds the server may hold the call on purpose (a long-poll dequeue), added to the
+    #: client's timeout for this call.
+    wait: float = 0.0
 
 
 def _none(_: Any) -> None:
@@ -120,17 +125,24 @@ def dequeue(
     failed: Iterable[AckLike] = (),
     dry_run: bool = False,
     coverage: float = 1.0,
+    wait: float = 0.0,
 ) -> Call[list[DequeuedJob]]:
+    """``wait`` > 0 asks the server to hold the call up to that many seconds (at most
+    ``MAX_WAIT``) until a job is ready (``waitMillis``, field 6: a pinlater extension; the
+    original server ignores it and answers at once)."""
     ack_request = thrift_ack_request(queue, succeeded, failed)
     carries_acks = bool(ack_request.jobsSucceeded or ack_request.jobsFailed)
+    wait = min(max(wait, 0.0), MAX_WAIT) if not dry_run else 0.0
+    wait_ms = round(wait * 1000)
     request = idl.PinLaterDequeueRequest(
         queueName=queue,
         limit=limit,
         jobAckRequest=ack_request if carries_acks else None,
         dryRun=dry_run,
         coverage=coverage,
+        waitMillis=wait_ms or None,
     )
-    return Call("dequeueJobs", (request,), dry_run and not carries_acks, dequeued_jobs)
+    return Call("dequeueJobs", (request,), dry_run and not carries_acks, dequeued_jobs, wait_ms / 1000)
 
 
 def ack(queue: str, succeeded: Iterable[AckLike] = (), failed: Iterable[AckLike] = ()) -> Call[None]:

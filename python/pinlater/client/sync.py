@@ -53,15 +53,22 @@ class _Connection:
             return True
         return bool(readable)
 
-    def roundtrip(self, frame: bytes) -> bytes:
+    def roundtrip(self, frame: bytes, wait: float = 0.0) -> bytes:
+        """Send a frame and read the reply; ``wait`` seconds are added to the timeout."""
         try:
             self.sock.sendall(frame)
         except OSError as exc:  # an incomplete frame is never processed: not sent
             raise PinLaterConnectionError(f"{self.name}: send failed: {exc}", address=self.name, sent=False) from exc
+        timeout = self.sock.gettimeout()
+        if wait and timeout is not None:
+            self.sock.settimeout(timeout + wait)
         try:
             return self._read(frame_length(self._read(4), self.name))
         except OSError as exc:
             raise PinLaterConnectionError(f"{self.name}: no reply: {exc}", address=self.name) from exc
+        finally:
+            if wait and timeout is not None:
+                self.sock.settimeout(timeout)
 
     def _read(self, n: int) -> bytes:
         data = self.sock.recv(n)
@@ -211,7 +218,7 @@ class PinLaterClient:
                     continue
                 broken = True
                 try:
-                    payload = conn.roundtrip(frame)
+                    payload = conn.roundtrip(frame, call.wait)
                     result = decode(call.method, seqid, payload, conn.name)
                     broken = False
                 except PinLaterConnectionError as exc:
@@ -264,9 +271,12 @@ class PinLaterClient:
         failed: Iterable[AckLike] = (),
         dry_run: bool = False,
         coverage: float = 1.0,
+        wait: float = 0.0,
     ) -> list[DequeuedJob]:
-        """Claim up to ``limit`` jobs, applying the acks given first (piggy-backed)."""
-        return self.call(calls.dequeue(queue, limit, succeeded, failed, dry_run, coverage))
+        """Claim up to ``limit`` jobs, applying the acks given first (piggy-backed). With
+        ``wait`` > 0 (seconds, at most 30), a pinlater server holds the call until a job is
+        ready or the time is up (long polling); the original PinLater answers at once."""
+        return self.call(calls.dequeue(queue, limit, succeeded, failed, dry_run, coverage, wait))
 
     def ack(self, queue: str, succeeded: Iterable[AckLike] = (), failed: Iterable[AckLike] = ()) -> None:
         self.call(calls.ack(queue, succeeded, failed))

@@ -136,9 +136,12 @@ class QueueRunner:
                 await asyncio.sleep(0)  # let outcomes already on the loop free more slots first
                 continue
             succeeded, failed = self.take_acks()
+            # Hold the call on the server only with nothing in hand, whose acks would wait.
+            wait = 0.0 if self.in_hand else worker.long_poll
+            started = self.loop.time()
             try:
                 limit = min(reg.batch_size, free)
-                jobs = await worker.client.dequeue(self.queue, limit, succeeded=succeeded, failed=failed)
+                jobs = await worker.client.dequeue(self.queue, limit, succeeded=succeeded, failed=failed, wait=wait)
             except Exception as exc:  # the loop must survive anything; errors are logged and waited out
                 self.put_back(succeeded, failed)
                 if isinstance(exc, RateLimited):
@@ -154,7 +157,8 @@ class QueueRunner:
             worker.stats.acks_sent += len(succeeded) + len(failed)
             if not jobs:
                 worker.stats.empty_dequeues += 1
-                await worker.sleep(idle.next())
+                if self.loop.time() - started < wait / 2 or not wait:  # not held: an original server
+                    await worker.sleep(idle.next())
                 continue
             idle.reset()
             worker.stats.dequeued += len(jobs)

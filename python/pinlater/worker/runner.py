@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pinlater.client.aio import AsyncPinLaterClient
+from pinlater.client.calls import MAX_WAIT
 from pinlater.client.servers import Address, ServerSet, make_server_set
 from pinlater.client.sync import PinLaterClient, default_source
 from pinlater.worker.queue_runner import Handler, QueueRunner, Registration, WorkerStats, is_async
@@ -44,9 +45,12 @@ class Worker:
     ``servers``/``server_set``/``source`` are as for the clients. Per queue (overridable in
     ``register``): ``concurrency`` (jobs in hand, and handler threads for a sync handler),
     ``batch_size`` (most jobs per dequeue; default ``concurrency // 2``), ``retry`` (default the
-    original's linear 1 s x attempt). ``poll_interval`` (first, most) bounds the wait after an
-    empty dequeue; errors back off up to ``error_backoff``. ``status_limit`` caps the error
-    text appended to a failed job's custom status.
+    original's linear 1 s x attempt). With no job in hand, a dequeue asks a pinlater server to
+    hold it up to ``long_poll`` seconds until a job is ready (0: never), so an idle worker gets
+    a new job at once without polling; ``poll_interval`` (first, most) bounds the wait after an
+    empty dequeue that was not held (the original server, or jobs in hand); errors back off up
+    to ``error_backoff``. ``status_limit`` caps the error text appended to a failed job's
+    custom status.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class Worker:
         retry: RetryPolicy | None = None,
         ack_interval: float = 1.0,
         poll_interval: tuple[float, float] = (0.005, 1.0),
+        long_poll: float = 1.0,
         error_backoff: float = 5.0,
         grace_period: float = 30.0,
         status_limit: int = 500,
@@ -76,6 +81,9 @@ class Worker:
         self.retry = retry or linear(1.0)
         self.ack_interval = ack_interval
         self.poll_interval = poll_interval
+        if not 0 <= long_poll <= MAX_WAIT:
+            raise ValueError(f"long_poll must be in 0..{MAX_WAIT:g} seconds, not {long_poll}")
+        self.long_poll = long_poll
         self.error_backoff = error_backoff
         self.grace_period = grace_period
         self.status_limit = status_limit
