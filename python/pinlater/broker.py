@@ -362,13 +362,17 @@ class DequeueBroker:
                 continue
             now = self.backend.clock.now_ms()
             try:
-                released += await self.backend.call_store(
+                n = await self.backend.call_store(
                     shard, shard.store.release_reservations, queue, items, self.reservation, now
                 )
             except Exception as exc:  # the reservations lapse after the hold instead
                 log.warning(
                     "broker: releasing %d jobs of %s on shard %s failed: %s", len(items), queue, shard_name, exc
                 )
+                continue
+            released += n
+            if n:  # dequeuable at once: direct dequeues must not skip them as known-empty
+                self.backend.mark_ready(shard_name, queue, {priority for priority, _ in items})
         self.metrics.incr("broker_released", released)
         return released
 

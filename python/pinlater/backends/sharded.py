@@ -12,6 +12,7 @@ Callers validate arguments first (``server/handler.py``); this layer trusts them
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import logging
 import os
@@ -40,11 +41,19 @@ from pinlater.wakeup import QueueSignals
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+#: (shard, queue, priority): one place a dequeue looks.
+Place = tuple[str, str, int]
 
 #: After a dequeue finds fewer ready jobs than it asked for in a (shard, queue, priority), later
-#: dequeues skip it for this long unless this server puts a ready job there meanwhile. Jobs
-#: made ready by other servers or by time passing wait at most this long for a dequeue to look.
+#: dequeues skip it for this long unless this server puts a ready job there meanwhile. Each
+#: further look that finds nothing at all doubles the wait, up to ``MAX_EMPTY_RECHECK_MS``; a
+#: look that finds jobs, or a job made ready by this server, starts again from the first. Jobs
+#: made ready by other servers wait at most the current wait for a dequeue to look; jobs this
+#: server made ready for later (a future run-after, a retry delay) are looked for at that time.
 EMPTY_RECHECK_MS = 200
+MAX_EMPTY_RECHECK_MS = 3200
+#: Future ready times remembered per place; beyond this the backoff alone bounds the delay.
+MAX_FUTURE_READY_TIMES = 64
 
 #: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
 #: is cut to this many characters in claims and in the checkpoint guard alike.
@@ -103,7 +112,14 @@ class ShardedBackend:
         self._count = count or (lambda name, by: None)
         self.empty_recheck_ms = empty_recheck_ms
         # (shard, queue, priority) -> until when a dequeue there is known to find nothing
-        self._empty_until: dict[tuple[str, str, int], int] = {}
+        self._empty_until: dict[Place, int] = {}
+        # -> how many looks in a row found nothing there (the backoff's exponent)
+        self._empty_streak: dict[Place, int] = {}
+        # -> when jobs this server wrote there become ready (a min-heap of ms)
+        self._future_ready: dict[Place, list[int]] = {}
+        # -> the dequeue store call in flight there: concurrent dequeues wait for its answer
+        self._in_flight: dict[Place, asyncio.Future[None]] = {}
+        self.max_empty_recheck_ms = max(empty_recheck_ms, MAX_EMPTY_RECHECK_MS)
         self.signals = QueueSignals()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -142,14 +158,42 @@ class ShardedBackend:
         for shard in self._shards:
             shard.store.close()
 
-    def _mark_ready(self, shard: str, queue: str, priorities: Iterable[int]) -> None:
+    def mark_ready(self, shard: str, queue: str, priorities: Iterable[int]) -> None:
         """Jobs became ready in these places: forget they were empty, wake long polls."""
         woke = False
         for priority in priorities:
             self._empty_until.pop((shard, queue, priority), None)
+            self._empty_streak.pop((shard, queue, priority), None)
             woke = True
         if woke:
             self.signals.notify(queue)
+
+    def _ready_later(self, shard: str, queue: str, priority: int, ready_at_ms: int) -> None:
+        """A job this server wrote becomes ready at ``ready_at_ms``: look there by then."""
+        place = (shard, queue, priority)
+        times = self._future_ready.setdefault(place, [])
+        if len(times) < MAX_FUTURE_READY_TIMES:
+            heapq.heappush(times, ready_at_ms)
+        if self._empty_until.get(place, 0) > ready_at_ms:
+            self._empty_until[place] = ready_at_ms
+
+    def _found_empty(self, place: Place, now: int, found_some: bool) -> None:
+        """A look at ``place`` found fewer jobs than it asked for (``found_some``: but not none)."""
+        if found_some:  # drained, not idle: back to the first wait
+            self._empty_streak.pop(place, None)
+            streak = 0
+        else:
+            streak = self._empty_streak[place] = min(self._empty_streak.get(place, -1) + 1, 16)
+        until = now + min(self.empty_recheck_ms << streak, self.max_empty_recheck_ms)
+        times = self._future_ready.get(place)
+        if times is not None:
+            while times and times[0] <= now:  # ready by now: this look saw them
+                heapq.heappop(times)
+            if times:
+                until = min(until, times[0])
+            else:
+                del self._future_ready[place]
+        self._empty_until[place] = until
 
     def forget_empty(self, shard: str | None = None) -> None:
         """Drop what is known about empty places (all, or one shard's), e.g. after the monitor
@@ -157,6 +201,7 @@ class ShardedBackend:
         keys = [k for k in self._empty_until if shard is None or k[0] == shard]
         for key in keys:
             del self._empty_until[key]
+            self._empty_streak.pop(key, None)
         for queue in {k[1] for k in keys}:
             self.signals.notify(queue)
 
@@ -197,7 +242,10 @@ class ShardedBackend:
             except ShardConnectionError as exc:
                 last_error = exc
                 continue
-            self._mark_ready(shard.name, queue, {j.priority for j in jobs if j.run_after_ms <= now})
+            self.mark_ready(shard.name, queue, {j.priority for j in jobs if j.run_after_ms <= now})
+            for job in jobs:
+                if job.run_after_ms > now:
+                    self._ready_later(shard.name, queue, job.priority, job.run_after_ms)
             return list(encode_descriptors(queue, shard.name, [j.priority for j in jobs], ids))
         assert last_error is not None
         raise last_error
@@ -239,8 +287,9 @@ class ShardedBackend:
     ) -> list[ReadyBatch]:
         """The dequeue walk, shared by dequeues and the broker's refills: priorities from 1
         down, shards in random order, ``fetch(shard, priority, want, now)`` at each place until
-        ``limit`` jobs came back. With ``use_empty_hints``, places known to be empty are skipped
-        and a place that gave fewer than asked is remembered as empty for ``empty_recheck_ms``.
+        ``limit`` jobs came back. With ``use_empty_hints``, places known to be empty are skipped,
+        a place that gave fewer than asked is remembered as empty for a while (see
+        ``EMPTY_RECHECK_MS``), and concurrent walks do not look at one place at the same time.
         """
         shards = self._shards.dequeue_candidates(coverage)
         if not shards:
@@ -255,27 +304,50 @@ class ShardedBackend:
                     return found
                 if not shard.healthy:
                     continue
-                key = (shard.name, queue, priority)
-                now = self.clock.now_ms()
-                if use_empty_hints and self._empty_until.get(key, 0) > now:
+                place = (shard.name, queue, priority)
+                if use_empty_hints and not await self._worth_a_look(place):
                     self._count("dequeue_known_empty_skips", 1)
                     continue
+                now = self.clock.now_ms()
+                call: asyncio.Future[None] | None = None
+                if use_empty_hints:
+                    call = self._in_flight[place] = asyncio.get_running_loop().create_future()
                 try:
                     got = await fetch(shard, priority, want, now)
                 except ShardConnectionError:
                     failures += 1
                     continue
+                finally:
+                    if call is not None:
+                        if self._in_flight.get(place) is call:
+                            del self._in_flight[place]
+                        call.set_result(None)
                 self._count("dequeue_store_calls", 1)
-                if len(got) < want and use_empty_hints:  # it took every ready job there
-                    self._empty_until[key] = now + self.empty_recheck_ms
-                    if not got:
-                        self._count("dequeue_store_calls_empty", 1)
+                if not got:
+                    self._count("dequeue_store_calls_empty", 1)
+                if use_empty_hints:
+                    if len(got) < want:  # it took every ready job there
+                        self._found_empty(place, now, bool(got))
+                    else:
+                        self._empty_streak.pop(place, None)
                 if got:
                     found.append(ReadyBatch(shard.name, priority, now, got))
                     total += len(got)
         if failures and not found and failures >= len(shards):
             raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
         return found
+
+    async def _worth_a_look(self, place: Place) -> bool:
+        """False while ``place`` is known to be empty. A dequeue store call already in flight
+        there is waited for first: if it finds the place empty, this dequeue need not look too
+        (so a wake-up of many long polls for one job costs one store call, not one each)."""
+        if self._empty_until.get(place, 0) > self.clock.now_ms():
+            return False
+        in_flight = self._in_flight.get(place)
+        if in_flight is None:
+            return True
+        await asyncio.shield(in_flight)
+        return self._empty_until.get(place, 0) <= self.clock.now_ms()
 
     # -- acks and checkpoints ---------------------------------------------------------------
 
@@ -284,10 +356,13 @@ class ShardedBackend:
         by_shard: dict[str, tuple[list[AckItem], list[AckItem]]] = defaultdict(lambda: ([], []))
         for shard_name, item in acks.succeeded:
             by_shard[shard_name][0].append(item)
+        now = self.clock.now_ms()
         for shard_name, item in acks.failed:
             by_shard[shard_name][1].append(item)
             if item.retry_delay_ms == 0:
-                self._mark_ready(shard_name, queue, (item.priority,))
+                self.mark_ready(shard_name, queue, (item.priority,))
+            else:  # if it has attempts left
+                self._ready_later(shard_name, queue, item.priority, now + item.retry_delay_ms)
         calls = []
         for shard_name, (ok, failed) in by_shard.items():
             shard = self._shard(shard_name)
@@ -302,7 +377,7 @@ class ShardedBackend:
         for shard_name, item in items:
             by_shard[shard_name].append(item)
             if item.move_to_pending:
-                self._mark_ready(shard_name, queue, (item.priority,))
+                self.mark_ready(shard_name, queue, (item.priority,))
         calls = []
         for shard_name, shard_items in by_shard.items():
             shard = self._shard(shard_name)
@@ -401,7 +476,7 @@ class ShardedBackend:
         for shard in self._shards.dequeue_candidates(1.0):
             if done >= limit:
                 break
-            self._mark_ready(shard.name, queue, (priority,))
+            self.mark_ready(shard.name, queue, (priority,))
             now = self.clock.now_ms()
             done += await self.call_store(
                 shard,

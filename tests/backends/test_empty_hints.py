@@ -1,0 +1,105 @@
+"""How often a dequeue looks at a place it found empty, on a real embedded store with a manual
+clock: a backoff for places that stay empty, at once for jobs this server makes ready, at their
+time for jobs it made ready for later, and one look for many concurrent dequeues."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pinlater.backends.base import AckItem, NewJob
+from pinlater.backends.embedded.store import EmbeddedStore
+from pinlater.backends.sharded import EMPTY_RECHECK_MS, MAX_EMPTY_RECHECK_MS, AckRequest, ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
+
+Q = "hints"
+
+
+@pytest.fixture
+def counts() -> Counter[str]:
+    return Counter()
+
+
+@pytest.fixture
+def backend(tmp_path: Path, counts: Counter[str]) -> Iterator[ShardedBackend]:
+    store = EmbeddedStore(tmp_path, "1")
+    store.create_queue(Q, 1)
+    backend = ShardedBackend(
+        ShardMap([Shard("1", store)]),
+        num_priorities=1,
+        parallelism=2,
+        clock=ManualClock(),
+        count=lambda name, by: counts.update({name: by}),
+    )
+    yield backend
+    backend.close()
+
+
+def looks(backend: ShardedBackend, counts: Counter[str], at_ms: list[int]) -> list[int]:
+    """Dequeue once at each of these times (ms after now); the times a store call was made."""
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+    start, made = clock.now_ms(), []
+    for t in at_ms:
+        clock.advance(start + t - clock.now_ms())
+        before = counts["dequeue_store_calls"]
+        asyncio.run(backend.dequeue_jobs(Q, 10, "w"))
+        if counts["dequeue_store_calls"] > before:
+            made.append(t)
+    return made
+
+
+def test_a_place_that_stays_empty_is_looked_at_less_and_less(backend: ShardedBackend, counts: Counter[str]) -> None:
+    every_50ms_for_10s = list(range(0, 10_000, 50))
+    made = looks(backend, counts, every_50ms_for_10s)
+    gaps = [b - a for a, b in itertools.pairwise(made)]
+    assert gaps[:6] == [200, 400, 800, 1600, 3200, 3200], gaps  # 200 ms first, doubling, capped
+    assert MAX_EMPTY_RECHECK_MS == 3200 and EMPTY_RECHECK_MS == 200
+    assert counts["dequeue_store_calls_empty"] == len(made)
+
+
+def test_this_servers_jobs_are_looked_for_at_once_or_at_their_time(
+    backend: ShardedBackend, counts: Counter[str]
+) -> None:
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+    backoff = [0, 200, 600, 1400, 3000]  # empty each time: the next look would be 3200 ms on
+
+    def enqueue(run_after_ms: int) -> None:
+        job = NewJob(priority=1, body=b"job", run_after_ms=run_after_ms, attempts_allowed=2)
+        asyncio.run(backend.enqueue_jobs(Q, [job]))
+
+    assert looks(backend, counts, backoff) == backoff
+    enqueue(clock.now_ms() + 300)  # ready in 300 ms: looked for then, not on the backoff
+    assert looks(backend, counts, [100, 299, 300]) == [300]
+    [claimed] = asyncio.run(backend.dequeue_jobs(Q, 10, "w")) or [None]
+    assert claimed is None, "the look at 300 ms claimed it"
+    clock.advance(EMPTY_RECHECK_MS)  # a look that found jobs: the first wait again
+    assert looks(backend, counts, backoff) == backoff
+    # A failure with a retry delay (the job is claimed first): looked for when the delay is up.
+    clock.advance(3_300)
+    enqueue(clock.now_ms())  # ready now: the hint is dropped at once
+    [job] = asyncio.run(backend.dequeue_jobs(Q, 10, "w"))
+    assert looks(backend, counts, backoff)[-1] == 3000
+    asyncio.run(backend.ack_jobs(Q, AckRequest([], [("1", AckItem(1, job.job.local_id, "", 1_000))])))
+    assert looks(backend, counts, [999]) == []
+    clock.advance(1)
+    assert [j.descriptor for j in asyncio.run(backend.dequeue_jobs(Q, 10, "w"))] == [job.descriptor]
+
+
+def test_concurrent_dequeues_of_one_empty_place_make_one_store_call(
+    backend: ShardedBackend, counts: Counter[str]
+) -> None:
+    async def many() -> list[int]:
+        got = await asyncio.gather(*(backend.dequeue_jobs(Q, 10, f"w{i}") for i in range(8)))
+        return [len(g) for g in got]
+
+    assert asyncio.run(many()) == [0] * 8
+    assert counts["dequeue_store_calls"] == 1, "the others waited for the first look and skipped"
+    assert counts["dequeue_known_empty_skips"] == 7
