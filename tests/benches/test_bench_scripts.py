@@ -38,6 +38,11 @@ def test_mysql_phases() -> None:
     assert "lifecycle: server / direct SQL" in out
 
 
+def test_sparse_poll() -> None:
+    out = run("sparse_poll.py", "--seconds", "1", "--rate", "10", "--consumers", "2", "--wait-ms", "200")
+    assert "dequeue store calls" in out
+
+
 def test_worker_overhead() -> None:
     out = run("worker_overhead.py", "--jobs", "200", "--rounds", "1")
     assert "worker-sync" in out and "of bare" in out
