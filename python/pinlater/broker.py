@@ -109,6 +109,7 @@ class DequeueBroker:
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._releasing = False
         backend.signals.listeners.append(self._on_ready)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ class DequeueBroker:
     def _on_ready(self, queue: str) -> None:
         """Jobs became ready on this server: top the buffer up (a better priority may be among them)."""
         buffer = self._buffers.get(queue)
-        if buffer is not None and buffer.room > 0:
+        if buffer is not None and buffer.room > 0 and not self._releasing:
             self._refill_in_background(queue)
 
     async def _refill(self, queue: str) -> int:
@@ -371,8 +372,12 @@ class DequeueBroker:
                 )
                 continue
             released += n
-            if n:  # dequeuable at once: direct dequeues must not skip them as known-empty
-                self.backend.mark_ready(shard_name, queue, {priority for priority, _ in items})
+            if n:  # dequeuable at once: dequeues must not skip them as known-empty
+                self._releasing = True  # but this broker does not refill on its own release
+                try:
+                    self.backend.mark_ready(shard_name, queue, {priority for priority, _ in items})
+                finally:
+                    self._releasing = False
         self.metrics.incr("broker_released", released)
         return released
 
