@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from pinlater.config import Settings
@@ -51,8 +51,11 @@ class JobState(IntEnum):
     FAILED = 3
 
 
-@dataclass(frozen=True, slots=True)
-class NewJob:
+# The records made once per job on the hot path (NewJob, ClaimedJob, AckItem) are NamedTuples:
+# immutable like the frozen dataclasses elsewhere here, and built in a third of the time.
+
+
+class NewJob(NamedTuple):
     """A job to insert, with every default already resolved by the caller."""
 
     priority: int
@@ -62,8 +65,7 @@ class NewJob:
     custom_status: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):
     """A job returned by ``dequeue_jobs`` (claimed, or only looked at in a dry run)."""
 
     local_id: int
@@ -91,8 +93,7 @@ class JobRecord:
     body: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AckItem:
+class AckItem(NamedTuple):
     """One job to acknowledge. ``retry_delay_ms`` matters only for a failure with attempts left."""
 
     priority: int

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from pinlater._pinlater import decode_descriptors, encode_descriptors
 from pinlater.backends.base import (
@@ -60,8 +60,9 @@ MAX_FUTURE_READY_TIMES = 64
 MAX_SOURCE_IN_CLAIM = 120
 
 
-@dataclass(frozen=True, slots=True)
-class DequeuedJob:
+class DequeuedJob(NamedTuple):
+    """A job a dequeue hands out, with its descriptor (a NamedTuple: one per job, made fast)."""
+
     descriptor: str
     job: ClaimedJob
 
