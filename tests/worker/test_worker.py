@@ -157,6 +157,17 @@ def test_an_idle_worker_long_polls_and_takes_a_new_job_at_once(address: str, pl:
         assert done.wait(10), "the idle worker did not take the new job"
 
 
+def test_acks_go_out_before_a_long_poll_not_with_it(address: str, pl: PinLaterClient, queue: str) -> None:
+    [d] = pl.enqueue(queue, [b"one"])
+    # The ack timer is 30 s away and the long poll 10 s: only an ack sent ahead of the poll
+    # is confirmed (and counted) in time.
+    worker = Worker(address, ack_interval=30.0, long_poll=10.0)
+    worker.register(queue, lambda ctx: None)
+    with running(worker):
+        wait_for(lambda: worker.stats.acks_sent == 1, timeout=5, what="the ack, sent before the long poll")
+        assert pl.lookup([d])[d].state is JobState.SUCCEEDED
+
+
 def test_long_poll_must_be_within_the_servers_bound(address: str) -> None:
     with pytest.raises(ValueError, match="long_poll"):
         Worker(address, long_poll=31)

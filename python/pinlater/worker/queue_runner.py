@@ -135,9 +135,12 @@ class QueueRunner:
                 await self.slot_freed.wait()
                 await asyncio.sleep(0)  # let outcomes already on the loop free more slots first
                 continue
-            succeeded, failed = self.take_acks()
-            # Hold the call on the server only with nothing in hand, whose acks would wait.
+            # Hold the call on the server only with nothing in hand, whose acks would wait; and
+            # send the acks due first, so that they are not held (nor counted late) with it.
             wait = 0.0 if self.in_hand else worker.long_poll
+            if wait and (self.succeeded or self.failed) and not await self.flush_acks():
+                wait = 0.0  # they failed to go alone: they ride on a dequeue that is not held
+            succeeded, failed = self.take_acks()
             started = self.loop.time()
             try:
                 limit = min(reg.batch_size, free)
