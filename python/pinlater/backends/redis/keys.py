@@ -22,6 +22,7 @@ Per shard ``S`` and queue ``Q``:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from pinlater.backends.base import JobState
 
@@ -73,8 +74,10 @@ def queue_names_key(shard: str) -> str:
     return f"{QUEUE_NAMES_KEY_PREFIX}_{shard}"
 
 
+@lru_cache(maxsize=1024)
 def seconds_arg(ms: int) -> str:
-    """Milliseconds as the seconds-as-float text the original stores in scores and hashes."""
+    """Milliseconds as the seconds-as-float text the original stores in scores and hashes
+    (cached: a batch's jobs mostly share one time, and formatting a float is not free)."""
     return repr(ms / 1000.0)
 
 
@@ -83,9 +86,7 @@ def ms_from_seconds(value: bytes | str | float | None, default: int = 0) -> int:
     ``1.4E9``) back to milliseconds, rounded to the nearest one; ``default`` when absent."""
     if value is None:
         return default
-    if isinstance(value, bytes):
-        value = value.decode("ascii")
-    return round(float(value) * 1000.0)
+    return round(float(value) * 1000.0)  # float() reads ASCII bytes as they are
 
 
 @dataclass(frozen=True, slots=True)

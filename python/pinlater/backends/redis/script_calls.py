@@ -143,11 +143,14 @@ class _HiredisPackedConnection(redis.asyncio.Connection):
             args = (*args[0].encode().split(), *args[1:])
         elif b" " in args[0]:
             args = (*args[0].split(), *args[1:])
-        packed = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
-        try:
-            return [hiredis.pack_command(packed)]  # type: ignore[arg-type]  # its stub types a 1-tuple
-        except TypeError as exc:
-            raise redis.DataError(str(exc)) from exc
+        try:  # our scripts' arguments are str, int, float and bytes: hiredis takes them as they are
+            return [hiredis.pack_command(args)]
+        except TypeError:  # a bytearray, say: as redis-py does, as bytes
+            packed = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
+            try:
+                return [hiredis.pack_command(packed)]  # type: ignore[arg-type]  # its stub: a 1-tuple
+            except TypeError as exc:
+                raise redis.DataError(str(exc)) from exc
 
 
 class AsyncShardScripts:
