@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pinlater.backends.base import AckItem, NewJob
+from pinlater.backends.base import AckItem, CheckpointItem, NewJob
 from pinlater.backends.embedded.store import EmbeddedStore
 from pinlater.backends.sharded import EMPTY_RECHECK_MS, MAX_EMPTY_RECHECK_MS, AckRequest, ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
@@ -103,3 +103,22 @@ def test_concurrent_dequeues_of_one_empty_place_make_one_store_call(
     assert asyncio.run(many()) == [0] * 8
     assert counts["dequeue_store_calls"] == 1, "the others waited for the first look and skipped"
     assert counts["dequeue_known_empty_skips"] == 7
+
+
+def test_a_checkpoint_back_to_pending_later_is_looked_for_at_its_time(
+    backend: ShardedBackend, counts: Counter[str]
+) -> None:
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+    job = NewJob(priority=1, body=b"job", run_after_ms=clock.now_ms(), attempts_allowed=2)
+    asyncio.run(backend.enqueue_jobs(Q, [job]))
+    [got] = asyncio.run(backend.dequeue_jobs(Q, 10, "w"))
+    clock.advance(EMPTY_RECHECK_MS)
+    backoff = [0, 200, 600, 1400, 3000]  # empty each time: the next look would be 3200 ms on
+    assert looks(backend, counts, backoff) == backoff
+    later = clock.now_ms() + 500
+    item = CheckpointItem(priority=1, local_id=got.job.local_id, run_after_ms=later, move_to_pending=True)
+    assert asyncio.run(backend.checkpoint_jobs(Q, "w", [("1", item)])) == 1
+    assert looks(backend, counts, [499]) == []
+    clock.advance(1)
+    assert [j.descriptor for j in asyncio.run(backend.dequeue_jobs(Q, 10, "w"))] == [got.descriptor]

@@ -169,6 +169,13 @@ class ShardedBackend:
         if woke:
             self.signals.notify(queue)
 
+    def _ready_at(self, shard: str, queue: str, priority: int, ready_at_ms: int, now: int) -> None:
+        """Jobs this server wrote become ready at ``ready_at_ms``: now, or later."""
+        if ready_at_ms <= now:
+            self.mark_ready(shard, queue, (priority,))
+        else:
+            self._ready_later(shard, queue, priority, ready_at_ms)
+
     def _ready_later(self, shard: str, queue: str, priority: int, ready_at_ms: int) -> None:
         """A job this server wrote becomes ready at ``ready_at_ms``: look there by then."""
         place = (shard, queue, priority)
@@ -357,39 +364,41 @@ class ShardedBackend:
         by_shard: dict[str, tuple[list[AckItem], list[AckItem]]] = defaultdict(lambda: ([], []))
         for shard_name, item in acks.succeeded:
             by_shard[shard_name][0].append(item)
-        now = self.clock.now_ms()
         for shard_name, item in acks.failed:
             by_shard[shard_name][1].append(item)
-            if item.retry_delay_ms == 0:
-                self.mark_ready(shard_name, queue, (item.priority,))
-            else:  # if it has attempts left
-                self._ready_later(shard_name, queue, item.priority, now + item.retry_delay_ms)
         calls = []
+        now = self.clock.now_ms()
         for shard_name, (ok, failed) in by_shard.items():
             shard = self._shard(shard_name)
             if shard is None:
                 log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(ok) + len(failed))
                 continue
-            calls.append(self.call_store(shard, shard.store.ack_jobs, queue, ok, failed, self.clock.now_ms()))
-        await _gather_raising_first(calls)
+            calls.append(self.call_store(shard, shard.store.ack_jobs, queue, ok, failed, now))
+        try:
+            await _gather_raising_first(calls)
+        finally:  # after the writes, so no dequeue in between notes the places empty again
+            for shard_name, item in acks.failed:  # retried, if it had attempts left
+                self._ready_at(shard_name, queue, item.priority, now + item.retry_delay_ms, now)
 
     async def checkpoint_jobs(self, queue: str, source: str, items: Sequence[tuple[str, CheckpointItem]]) -> int:
         by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)
         for shard_name, item in items:
             by_shard[shard_name].append(item)
-            if item.move_to_pending:
-                self.mark_ready(shard_name, queue, (item.priority,))
         calls = []
+        now = self.clock.now_ms()
         for shard_name, shard_items in by_shard.items():
             shard = self._shard(shard_name)
             if shard is None:
                 continue
             calls.append(
-                self.call_store(
-                    shard, shard.store.checkpoint_jobs, queue, shard_items, claim_source(source), self.clock.now_ms()
-                )
+                self.call_store(shard, shard.store.checkpoint_jobs, queue, shard_items, claim_source(source), now)
             )
-        return sum(await _gather_raising_first(calls))
+        try:
+            return sum(await _gather_raising_first(calls))
+        finally:
+            for shard_name, item in items:
+                if item.move_to_pending:
+                    self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -477,18 +486,21 @@ class ShardedBackend:
         for shard in self._shards.dequeue_candidates(1.0):
             if done >= limit:
                 break
-            self.mark_ready(shard.name, queue, (priority,))
             now = self.clock.now_ms()
-            done += await self.call_store(
-                shard,
-                shard.store.retry_failed_jobs,
-                queue,
-                priority,
-                attempts_to_allow,
-                now if run_after_ms is None else run_after_ms,
-                limit - done,
-                now,
-            )
+            run_after = now if run_after_ms is None else run_after_ms
+            try:
+                done += await self.call_store(
+                    shard,
+                    shard.store.retry_failed_jobs,
+                    queue,
+                    priority,
+                    attempts_to_allow,
+                    run_after,
+                    limit - done,
+                    now,
+                )
+            finally:
+                self._ready_at(shard.name, queue, priority, run_after, now)
         return done
 
     async def delete_jobs(self, queue: str, state: JobState, priority: int, body_regex: str | None, limit: int) -> int:
