@@ -322,7 +322,7 @@ class RedisStore:
             self._closed = True
             self._client.close()
             self._pool.disconnect()
-            self.aio._scripts.forget()  # its connections are closed by ``aio.aclose`` on its loop
+            self.aio.forget()  # its connections are closed by ``aio.aclose`` on its loop
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -395,6 +395,10 @@ class AsyncHotPath:
 
     async def aclose(self) -> None:
         await self._scripts.aclose()
+
+    def forget(self) -> None:
+        """Drop the asyncio client without awaiting it (the blocking ``close``)."""
+        self._scripts.forget()
 
 
 def _ids(reply: Any) -> list[int]:
