@@ -161,7 +161,7 @@ def ceiling_client(redis_port: int, batch: int, body: bytes, deadline: float, ou
         qk.names_key,
         qk.set_key(1, JobState.PENDING),
         qk.set_key(1, JobState.IN_PROGRESS),
-        qk.reserved_key(1),
+        *qk.hold_keys(1),
     ]
     ack_keys = [qk.names_key, *qk.priority_sets(1)]
     claim = f"bench-ceiling|{socket.gethostname()}:{os.getpid()}"

@@ -303,6 +303,38 @@ def test_release_makes_reserved_jobs_dequeuable_at_once(store: ShardStore, queue
     assert store.release_reservations(queue, [], RES_A, T0) == 0
 
 
+def test_reserved_jobs_take_their_places_in_pending_reads(store: ShardStore, queue: str) -> None:
+    [a] = store.enqueue_jobs(queue, [NewJob(1, b"a", T0 - 5, 2)], T0)
+    [held] = store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)
+    assert held.local_id == a
+    b, c, d = store.enqueue_jobs(
+        queue, [NewJob(1, b"b", T0 - 10, 2), NewJob(1, b"c", T0 - 1, 2), NewJob(1, b"d", T0 + 100, 2)], T0
+    )
+    pending = JobFilter(JobState.PENDING, 1, T0, future=None)
+    # newest run_after first, the held job in its place
+    assert [r.local_id for r in store.scan_jobs(queue, pending, 10)] == [d, c, a, b]
+    assert [r.local_id for r in store.scan_jobs(queue, pending, 3)] == [d, c, a]
+    assert store.count_jobs(queue, pending, None) == 4
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, future=False), None) == 3
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, future=True), None) == 1
+    by_body = JobFilter(JobState.PENDING, 1, T0, future=None, body_regex="^a$")
+    assert [r.local_id for r in store.scan_jobs(queue, by_body, 10)] == [a]
+    assert store.count_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None, "^[ab]$"), None) == 2
+    # deleting PENDING jobs deletes held ones too, lowest run_after first
+    assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, T0, future=None), 2) == 2
+    assert states(store, [a, b, c, d]) == [JobState.PENDING, JobState.PENDING]
+    assert [r.local_id for r in store.scan_jobs(queue, pending, 10)] == [d, c]
+    assert store.claim_reserved(queue, [(1, a, CLAIM)], RES_A, T0 + 1) == []
+
+
+def test_a_deleted_reserved_job_matched_by_body_is_gone(store: ShardStore, queue: str) -> None:
+    ids = store.enqueue_jobs(queue, new_jobs(3), T0)
+    store.reserve_jobs(queue, 1, 2, RES_A, T0, HOLD)
+    assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None, "job-[02]"), 10) == 2
+    assert [r.local_id for r in store.scan_jobs(queue, JobFilter(JobState.PENDING, 1, T0, None), 10)] == [ids[1]]
+    assert store.claim_reserved(queue, [(1, i, CLAIM) for i in ids], RES_A, T0 + 1) == [(1, ids[1])]
+
+
 def test_reservation_methods_need_the_queue(store: ShardStore) -> None:
     with pytest.raises(QueueNotFoundError):
         store.reserve_jobs("missing", 1, 1, RES_A, T0, HOLD)

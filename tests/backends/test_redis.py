@@ -7,6 +7,7 @@ ports, one per test (``tests/support/redis_server.py``).
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Iterator
 from importlib import resources
@@ -26,9 +27,11 @@ from pinlater.backends.redis import (
     durability_warnings,
     parse_redis_config,
 )
+from pinlater.backends.redis import scripts as scripts_module
 from pinlater.backends.redis import store as store_module
-from pinlater.backends.redis.keys import JobField
-from pinlater.backends.redis.scripts import SCRIPT_NAMES
+from pinlater.backends.redis.filtered_reads import page, read_sets
+from pinlater.backends.redis.keys import JobField, seconds_arg
+from pinlater.backends.redis.scripts import SCRIPT_NAMES, source
 from pinlater.config import Settings
 from pinlater.errors import ConfigError, ShardConnectionError
 
@@ -133,6 +136,58 @@ def test_layout_after_enqueue_dequeue_and_ack(store: RedisStore, raw: redis.Redi
     }  # fmt: skip
 
 
+RES = "~r|host:1:abcd"
+
+
+@pytest.mark.redis
+def test_layout_of_the_brokers_holds(store: RedisStore, raw: redis.Redis) -> None:
+    a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0 - 10, 2), NewJob(1, b"b", T0 - 5, 2)], T0 - 20)
+    before = job_hash(raw, a)
+    store.reserve_jobs(Q, 1, 5, RES, T0, 20_000)
+    # out of PENDING, in the held set with its run after, expiry and holder beside it
+    assert zset(raw, f"plq_1_{Q}.p1_s0") == {}
+    assert zset(raw, f"plq_1_{Q}.p1_h") == {str(a): (T0 - 10) / 1000, str(b): (T0 - 5) / 1000}
+    assert zset(raw, f"plq_1_{Q}.p1_x") == {str(a): (T0 + 20_000) / 1000, str(b): (T0 + 20_000) / 1000}
+    assert raw.hgetall(f"plq_1_{Q}.p1_o") == {str(a).encode(): RES.encode(), str(b).encode(): RES.encode()}
+    assert job_hash(raw, a) == before  # the hash is not touched
+    assert store.claim_reserved(Q, [(1, a, CLAIM)], RES, T0 + 1) == [(1, a)]
+    assert zset(raw, f"plq_1_{Q}.p1_s1") == {str(a): (T0 + 1) / 1000}
+    assert job_hash(raw, a)["cd"] == CLAIM
+    assert zset(raw, f"plq_1_{Q}.p1_h") == {str(b): (T0 - 5) / 1000}
+    assert raw.hkeys(f"plq_1_{Q}.p1_o") == [str(b).encode()]
+    # the monitor returns a lapsed hold to PENDING, in its old place, when nothing else runs
+    assert store.resurrect_timed_out_jobs(Q, 1, T0, 10, T0 + 20_000) == 0
+    assert zset(raw, f"plq_1_{Q}.p1_s0") == {str(b): (T0 - 5) / 1000}
+    assert not raw.exists(f"plq_1_{Q}.p1_h", f"plq_1_{Q}.p1_x", f"plq_1_{Q}.p1_o")
+    store.reserve_jobs(Q, 1, 5, RES, T0 + 20_000, 20_000)
+    store.delete_queue(Q)
+    assert all_keys(raw) == {f"plj_1_{Q}"}  # the id counter is kept
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_scan_pages_merge_held_jobs_in_redis_order(store: RedisStore, raw: redis.Redis, newest_first: bool) -> None:
+    rng = random.Random(7)
+    now = T0
+    for _ in range(6):  # held jobs land among pending ones: later enqueues run before them
+        store.enqueue_jobs(Q, [NewJob(1, b"x", now - rng.randrange(30), 2) for _ in range(12)], now)
+        store.reserve_jobs(Q, 1, rng.randrange(1, 6), RES, now, 60_000)
+        now += 3
+    held = zset(raw, f"plq_1_{Q}.p1_h")
+    pending = zset(raw, f"plq_1_{Q}.p1_s0")
+    assert len(held) > 5 and len(pending) > 30
+    merged = sorted([*held.items(), *pending.items()], key=lambda m: (m[1], m[0]), reverse=newest_first)
+    sets = read_sets(store._shard.keys(Q), JobFilter(JobState.PENDING, 1, now))
+    high = seconds_arg(now - 10)
+    in_range = [m for m in merged if m[1] <= float(high)]
+    for count in (1, 3, 8):
+        for offset in range(len(in_range) + 2):
+            evicted, looked, rows = page(store._shard, Q, sets, "-inf", high, offset, count, False, newest_first)
+            want = in_range[offset : offset + count]
+            assert (evicted, looked) == (0, len(want))
+            assert [(text(r[0]), float(r[1])) for r in rows] == want, (offset, count)
+
+
 @pytest.mark.redis
 def test_reads_and_runs_jobs_written_by_the_original(server: RedisServer, raw: redis.Redis) -> None:
     # What the original server wrote (Java's Double.toString gives 1.7000000001E9 notation).
@@ -225,8 +280,15 @@ def lua_files() -> dict[str, str]:
 def test_every_lua_file_loads_on_a_real_server(raw: redis.Redis) -> None:
     files = lua_files()
     assert set(files) == set(SCRIPT_NAMES)
-    for name, text in files.items():
-        assert raw.script_load(text), name
+    for name in files:
+        assert raw.script_load(source(name)), name  # with its includes
+
+
+def test_includes_are_expanded() -> None:
+    assert "--@include holds" in lua_files()["reserve_jobs"]
+    expanded = source("reserve_jobs")
+    assert not scripts_module.INCLUDE.search(expanded)
+    assert "local function sweep_lapsed(" in expanded
 
 
 def test_lua_files_have_headers_and_use_only_known_fields() -> None:

@@ -205,8 +205,9 @@ class ShardStore(Protocol):
     # A reservation is a soft, self-expiring hold on a PENDING job: the job stays PENDING (counts,
     # scans and lookups see it as such, attempts are never charged for it) but no dequeue takes it
     # while the reservation is live (``now < expiry``). A lapsed reservation is no hold at all, so
-    # a crashed holder needs no cleanup. Reservation strings start with ``RESERVATION_PREFIX`` and
-    # are stored as the job's claim descriptor; every store documents where the expiry lives.
+    # a crashed holder needs no cleanup. Reservation strings start with ``RESERVATION_PREFIX``;
+    # every store documents where it keeps them and the expiry (the SQL stores in the job's claim
+    # descriptor; Redis beside the job, which leaves PENDING's set and is merged back into reads).
 
     def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from pinlater.backends.base import JobFilter
-from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.base import JobFilter, JobState
+from pinlater.backends.redis.keys import QueueKeys, seconds_arg
 from pinlater.backends.redis.script_calls import ShardScripts
 
 
@@ -26,6 +26,15 @@ def score_range(where: JobFilter) -> tuple[str, str]:
     if where.future:
         return f"({now}", "+inf"
     return "-inf", now
+
+
+def read_sets(keys: QueueKeys, where: JobFilter) -> list[str]:
+    """The keys a read of a filter covers: its state's set, and for PENDING the held set, hold
+    expiry set and holders hash (held jobs are PENDING; see ``lua/lib/holds.lua``)."""
+    set_key = keys.set_key(where.priority, where.state)
+    if where.state == JobState.PENDING:
+        return [set_key, *keys.hold_keys(where.priority)]
+    return [set_key]
 
 
 def compiled(pattern: str) -> re.Pattern[str]:
@@ -42,7 +51,7 @@ def matches(pattern: re.Pattern[str], body: bytes | None) -> bool:
 def page(
     shard: ShardScripts,
     queue: str,
-    set_key: str,
+    sets: list[str],
     low: str,
     high: str,
     offset: int,
@@ -53,7 +62,7 @@ def page(
     """One call of scan_jobs.lua: (evicted, members looked at, rows of 9 values)."""
     keys = shard.keys(queue)
     args = [queue, keys.hash_prefix, low, high, offset, count, "1" if with_body else "0", "1" if newest else "0"]
-    out = shard.run_in_queue("scan_jobs", queue, [keys.names_key, set_key], args)
+    out = shard.run_in_queue("scan_jobs", queue, [keys.names_key, *sets], args)
     evicted, looked = int(out[0]), int(out[1])
     shard.count_evicted(evicted)
     return evicted, looked, [out[i : i + 9] for i in range(2, len(out), 9)]
@@ -62,7 +71,7 @@ def page(
 def pages(
     shard: ShardScripts,
     queue: str,
-    set_key: str,
+    sets: list[str],
     low: str,
     high: str,
     with_body: bool,
@@ -72,7 +81,7 @@ def pages(
     """Every row of a score range, a page per call (evicted members removed on the way)."""
     offset = 0
     while True:
-        evicted, looked, rows = page(shard, queue, set_key, low, high, offset, page_size, with_body, newest_first)
+        evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, with_body, newest_first)
         yield from rows
         if looked < page_size:
             return
@@ -85,12 +94,12 @@ def delete_matching(
     """delete_jobs with a body regex: page through the candidates, delete the matching ids."""
     keys = shard.keys(queue)
     low, high = score_range(where)
-    set_key = keys.set_key(where.priority, where.state)
-    key_list = [keys.names_key, set_key]
+    sets = read_sets(keys, where)
+    key_list = [keys.names_key, *sets]
     shard.require_queue(queue)
     deleted, offset = 0, 0
     while deleted < limit:
-        evicted, looked, rows = page(shard, queue, set_key, low, high, offset, page_size, True, False)
+        evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, True, False)
         picked = [row[0] for row in rows if matches(pattern, row[8])][: limit - deleted]
         removed = 0
         if picked:

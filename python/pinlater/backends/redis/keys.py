@@ -17,6 +17,13 @@ Per shard ``S`` and queue ``Q``:
   priorities, never reset (so ids are not reused even after a queue is deleted and re-created).
 * ``pln_{S}``: sorted set of queue names; score = creation time in seconds. (The original uses
   a sorted set, not a plain set: ``ZADD``/``ZRANGE``.)
+
+Ours alone, for the dequeue broker (``QueueKeys.hold_keys``, ``lua/lib/holds.lua``): per priority,
+``plq_{S}_{Q}.p{priority}_h`` (held jobs, scored by run after), ``_x`` (hold expiries) and ``_o``
+(holders). A held job is out of its PENDING set, so the original server does not see it; our
+servers count, scan and look it up as PENDING, and put it back in PENDING when its hold lapses
+or is released. Stop our servers gracefully (they release their holds) before pointing only
+original servers at a shard, or jobs held at that moment stay out of their sight.
 """
 
 from __future__ import annotations
@@ -107,10 +114,27 @@ class QueueKeys:
     def set_key(self, priority: int, state: JobState) -> str:
         return queue_set_key(self.shard, self.queue, priority, state)
 
-    def reserved_key(self, priority: int) -> str:
-        """``plq_{shard}_{queue}.p{priority}_r``: the dequeue broker's live reservations of one
-        priority (member: local id, score: the reservation's expiry in seconds). Not in the
-        original layout, which never reads it; a reserved job stays in its PENDING set."""
+    def held_key(self, priority: int) -> str:
+        """``plq_{shard}_{queue}.p{priority}_h``: jobs the dequeue broker holds, out of PENDING
+        (member: local id, score: run after, as in PENDING). See ``lua/lib/holds.lua``."""
+        return f"{QUEUE_KEY_PREFIX}_{self.shard}_{self.queue}.p{priority:d}_h"
+
+    def hold_expiry_key(self, priority: int) -> str:
+        """``plq_{shard}_{queue}.p{priority}_x``: when each hold lapses (member: local id,
+        score: seconds)."""
+        return f"{QUEUE_KEY_PREFIX}_{self.shard}_{self.queue}.p{priority:d}_x"
+
+    def holders_key(self, priority: int) -> str:
+        """``plq_{shard}_{queue}.p{priority}_o``: hash of local id -> the reservation holding it."""
+        return f"{QUEUE_KEY_PREFIX}_{self.shard}_{self.queue}.p{priority:d}_o"
+
+    def hold_keys(self, priority: int) -> list[str]:
+        """The held set, the expiry set and the holders hash of one priority, in that order."""
+        return [self.held_key(priority), self.hold_expiry_key(priority), self.holders_key(priority)]
+
+    def legacy_reserved_key(self, priority: int) -> str:
+        """``plq_{shard}_{queue}.p{priority}_r``: where servers before the held set kept
+        reservations (jobs stayed in PENDING). Read by nothing; delete_queue removes it."""
         return f"{QUEUE_KEY_PREFIX}_{self.shard}_{self.queue}.p{priority:d}_r"
 
     def priority_sets(self, priority: int) -> list[str]:

@@ -1,8 +1,9 @@
 """The reservation operations of ``RedisStore`` (the dequeue broker).
 
-A reserved job stays in its PENDING set with its score (run after), so counts and scans are
-unchanged; cd = the reservation, and the priority's reserved set holds id -> expiry (see
-reserve_jobs.lua). Live while the expiry is after now.
+A reserved (held) job moves out of its PENDING set into the priority's held set, with its expiry
+and holder beside it (``QueueKeys.hold_keys``, ``lua/lib/holds.lua``); counts, scans and lookups
+merge the held set back as PENDING. Live while the expiry is after now: every script that meets
+the priority's holds first puts lapsed ones back in PENDING.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def reserve_call(
     if limit <= 0:
         return shard.require_queue_call(queue, lambda _reply: [])
     keys = shard.keys(queue)
-    key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), keys.reserved_key(priority)]
+    key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
     args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
 
     def parse(out: Any) -> list[ClaimedJob]:
@@ -40,7 +41,7 @@ def claim_call(
     index: dict[int, int] = {}
     for p in sorted({p for p, _, _ in items}):
         index[p] = len(key_list) + 1
-        key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), keys.reserved_key(p)]
+        key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), *keys.hold_keys(p)]
     args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
     for priority, local_id, claim in items:
         args += [index[priority], local_id, claim]
@@ -59,8 +60,8 @@ def release_call(
     index: dict[int, int] = {}
     for p in sorted({p for p, _ in items}):
         index[p] = len(key_list) + 1
-        key_list += [keys.set_key(p, JobState.PENDING), keys.reserved_key(p)]
-    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
+        key_list += [keys.set_key(p, JobState.PENDING), *keys.hold_keys(p)]
+    args: list[Any] = [queue, seconds_arg(now_ms), reservation, len(items)]
     for priority, local_id in items:
         args += [index[priority], local_id]
     return ScriptCall("release_reservations", queue, key_list, args, int)

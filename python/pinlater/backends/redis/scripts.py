@@ -3,11 +3,13 @@
 Each file opens with a header naming its ``KEYS``/``ARGV`` and return values. ``register`` reads
 them through ``importlib.resources`` and registers them on a client; redis-py's ``Script`` runs
 EVALSHA and loads the script again when the server answers NOSCRIPT (after a restart or a
-``SCRIPT FLUSH``).
+``SCRIPT FLUSH``). Helpers shared by several scripts live in ``lua/lib/{name}.lua``; a line
+``--@include {name}`` in a script is replaced by that file (Redis has no module system).
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -40,10 +42,18 @@ QUEUE_NOT_FOUND = -1
 """What every script that names a queue returns when the queue is not registered."""
 
 
+INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
+
+
 @cache
 def source(name: str) -> str:
-    """The text of ``lua/{name}.lua``."""
-    return resources.files("pinlater.backends.redis").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    """The text of ``lua/{name}.lua``, with its ``--@include`` lines expanded."""
+    text = _read("lua", f"{name}.lua")
+    return INCLUDE.sub(lambda m: _read("lua", "lib", f"{m.group(1)}.lua"), text)
+
+
+def _read(*parts: str) -> str:
+    return resources.files("pinlater.backends.redis").joinpath(*parts).read_text(encoding="utf-8")
 
 
 def register(client: redis.Redis) -> dict[str, Script]:

@@ -45,7 +45,7 @@ from redis.retry import Retry
 from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
 from pinlater.backends.redis import reservations
 from pinlater.backends.redis.config import RedisShardConfig
-from pinlater.backends.redis.filtered_reads import compiled, delete_matching, matches, pages, score_range
+from pinlater.backends.redis.filtered_reads import compiled, delete_matching, matches, pages, read_sets, score_range
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
 from pinlater.backends.redis.replies import claimed_jobs, job_record
 from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts, priority_keys
@@ -120,10 +120,15 @@ class RedisStore:
 
     def delete_queue(self, queue: str) -> None:
         keys = self._keys(queue)
+        priorities = range(1, self._num_priorities + 1)
         sets = [
-            key for p in range(1, self._num_priorities + 1) for key in [*keys.priority_sets(p), keys.reserved_key(p)]
+            key
+            for p in priorities
+            for key in [*keys.priority_sets(p), keys.held_key(p), keys.hold_expiry_key(p), keys.legacy_reserved_key(p)]
         ]
-        while self._run("delete_queue", [keys.names_key, *sets], [queue, keys.hash_prefix, DELETE_QUEUE_BATCH]):
+        holders = [keys.holders_key(p) for p in priorities]
+        args = [queue, keys.hash_prefix, DELETE_QUEUE_BATCH, len(holders)]
+        while self._run("delete_queue", [keys.names_key, *sets, *holders], args):
             pass
 
     def get_queue_names(self) -> set[str]:
@@ -161,7 +166,7 @@ class RedisStore:
             keys.names_key,
             keys.set_key(priority, JobState.PENDING),
             keys.set_key(priority, JobState.IN_PROGRESS),
-            keys.reserved_key(priority),
+            *keys.hold_keys(priority),
         ]
         args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
         return ScriptCall("dequeue_jobs", queue, key_list, args, self._claimed_jobs)
@@ -222,7 +227,10 @@ class RedisStore:
 
     def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
         qkeys = self._keys(queue)
-        key_list, index = priority_keys(qkeys, {priority for priority, _ in keys}, 4)
+        key_list, index = [qkeys.names_key], {}
+        for p in sorted({priority for priority, _ in keys}):  # the four state sets, then the held set
+            index[p] = len(key_list) + 1
+            key_list += [*qkeys.priority_sets(p), qkeys.held_key(p)]
         args: list[Any] = [queue, qkeys.hash_prefix, "1" if include_body else "0", len(keys)]
         for priority, local_id in keys:
             args += [index[priority], local_id]
@@ -238,13 +246,14 @@ class RedisStore:
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
         keys = self._keys(queue)
         low, high = score_range(where)
-        set_key = keys.set_key(where.priority, where.state)
+        sets = read_sets(keys, where)
         if where.body_regex is None:
-            count = int(self._run_in_queue("count_jobs", queue, [keys.names_key, set_key], [queue, low, high]))
+            key_list = [keys.names_key, *sets[:2]]  # the state set, and the held set for PENDING
+            count = int(self._run_in_queue("count_jobs", queue, key_list, [queue, low, high]))
         else:
             pattern = compiled(where.body_regex)
             count = 0
-            for row in pages(self._shard, queue, set_key, low, high, True, False, REGEX_PAGE_SIZE):
+            for row in pages(self._shard, queue, sets, low, high, True, False, REGEX_PAGE_SIZE):
                 count += matches(pattern, row[8])
                 if limit is not None and count >= limit:
                     break
@@ -253,14 +262,14 @@ class RedisStore:
     def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
         keys = self._keys(queue)
         low, high = score_range(where)
-        set_key = keys.set_key(where.priority, where.state)
+        sets = read_sets(keys, where)
         pattern = None if where.body_regex is None else compiled(where.body_regex)
         page_size = REGEX_PAGE_SIZE if pattern is not None else max(limit, 1)
         found: list[JobRecord] = []
         if limit <= 0:
             self._require_queue(queue)
             return found
-        for row in pages(self._shard, queue, set_key, low, high, pattern is not None, True, page_size):
+        for row in pages(self._shard, queue, sets, low, high, pattern is not None, True, page_size):
             if pattern is None or matches(pattern, row[8]):
                 found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None]))
                 if len(found) >= limit:
@@ -283,8 +292,7 @@ class RedisStore:
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         keys = self._keys(queue)
         low, high = score_range(where)
-        set_key = keys.set_key(where.priority, where.state)
-        key_list = [keys.names_key, set_key]
+        key_list = [keys.names_key, *read_sets(keys, where)]
         if where.body_regex is None:
             return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.hash_prefix, low, high, limit]))
         pattern = compiled(where.body_regex)
@@ -297,7 +305,7 @@ class RedisStore:
     ) -> int:
         keys = self._keys(queue)
         key_list = [keys.names_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
-        key_list.append(keys.set_key(priority, JobState.FAILED))
+        key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority)]
         args = [queue, keys.hash_prefix, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
         changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list, args)
         self._count_evicted(evicted)

@@ -5,18 +5,23 @@ it returns 0 so that a large queue never blocks Redis for long. The id counter i
 original kept it, so ids are never handed out twice (a stale descriptor cannot reach a new job).
 
 KEYS[1]     queue names sorted set (pln_{shard})
-KEYS[2..n]  every state sorted set of the queue (plq_{shard}_{queue}.p{p}_s{s})
+KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the state sets, the
+            held and hold expiry sets, and any set left by servers before the held set
+            (plq_{shard}_{queue}.p{p}_s{s}, _h, _x, _r)
+KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (..._o)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     the most jobs to delete in this call
+ARGV[4]     how many of the last KEYS are deleted outright (n - m)
 
 Returns how many jobs are left to delete (0: done).
 ]]
 local names_key = KEYS[1]
 local queue, hash_prefix, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local last_set = #KEYS - tonumber(ARGV[4])
 redis.call('ZREM', names_key, queue)
 local left = 0
-for k = 2, #KEYS do
+for k = 2, last_set do
   local set_key = KEYS[k]
   if budget > 0 then
     local ids = redis.call('ZRANGE', set_key, 0, budget - 1)
@@ -29,5 +34,8 @@ for k = 2, #KEYS do
     end
   end
   left = left + redis.call('ZCARD', set_key)
+end
+if left == 0 and last_set < #KEYS then
+  redis.call('DEL', unpack(KEYS, last_set + 1, #KEYS))
 end
 return left

@@ -9,15 +9,16 @@ the IN_PROGRESS set scored by now (the claim time the claim timeout reads) and g
 ua = now. A member whose hash is gone (evicted) is removed from the PENDING set, its remains
 deleted, and counted, and another job is taken in its place; a dry run only skips it.
 
-A claim skips jobs under a live reservation of the dequeue broker (reserve_jobs.lua: members of
-KEYS[4]); lapsed reservations are removed from KEYS[4] first. While any reservation is live the
-tie fix is not applied (equal scores come in text order). A dry run shows reserved jobs too:
-they are PENDING.
+Jobs the dequeue broker holds (reserve_jobs.lua) are out of the PENDING set, so a claim never
+meets them; lapsed holds go back to PENDING first (lib/holds.lua). A dry run shows held jobs too,
+merged by (score, id): they are PENDING.
 
 KEYS[1]  queue names sorted set (pln_{shard})
 KEYS[2]  PENDING sorted set (plq_{shard}_{queue}.p{p}_s0)
 KEYS[3]  IN_PROGRESS sorted set (plq_{shard}_{queue}.p{p}_s1)
-KEYS[4]  reserved sorted set (plq_{shard}_{queue}.p{p}_r)
+KEYS[4]  held sorted set (plq_{shard}_{queue}.p{p}_h)
+KEYS[5]  hold expiry sorted set (plq_{shard}_{queue}.p{p}_x)
+KEYS[6]  holders hash (plq_{shard}_{queue}.p{p}_o)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]  now, seconds as float
@@ -31,7 +32,9 @@ Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua
 the new updated time (the old one in a dry run), or -1 if the queue does not exist. The caller
 orders the jobs by (score, id).
 ]]
-local names_key, pending_key, in_progress_key, reserved_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+--@include holds
+local names_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
+local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
 local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
 local max_ties = tonumber(ARGV[7])
@@ -75,45 +78,28 @@ local function pick(want)
   return picked
 end
 
--- The first `want` eligible members not under a live reservation (every member of the reserved
--- set is live once lapsed ones are removed), in text order within equal scores.
-local function pick_unreserved(want)
-  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-    want + redis.call('ZCARD', reserved_key))
-  local picked = {}
-  for i = 1, #page, 2 do
-    if #picked >= want then
-      break
+-- A dry run: the first `want` eligible jobs of PENDING and the held set together, by (score, id).
+local function pick_with_held(want)
+  local picked = pick(want)
+  local held = redis.call('ZRANGEBYSCORE', held_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+  for i = 1, #held, 2 do
+    picked[#picked + 1] = {held[i], held[i + 1]}
+  end
+  table.sort(picked, function(x, y)
+    local sx, sy = tonumber(x[2]), tonumber(y[2])
+    if sx ~= sy then
+      return sx < sy
     end
-    if not redis.call('ZSCORE', reserved_key, page[i]) then
-      picked[#picked + 1] = {page[i], page[i + 1]}
-    end
+    return tonumber(x[1]) < tonumber(y[1])
+  end)
+  for i = #picked, want + 1, -1 do
+    picked[i] = nil
   end
   return picked
 end
 
-local any_reserved = false
 if not dry_run then
-  redis.call('ZREMRANGEBYSCORE', reserved_key, '-inf', now)
-  any_reserved = redis.call('ZCARD', reserved_key) > 0
-end
-
--- One variadic command per set rather than one per job (unpack in chunks, below Lua's limit).
-local function zrem_all(key, members)
-  for i = 1, #members, 1000 do
-    redis.call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
-  end
-end
-
-local function zadd_all(key, score, members)
-  for i = 1, #members, 1000 do
-    local args = {}
-    for m = i, math.min(i + 999, #members) do
-      args[#args + 1] = score
-      args[#args + 1] = members[m]
-    end
-    redis.call('ZADD', key, unpack(args))
-  end
+  sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 end
 
 local out = {0}
@@ -121,8 +107,8 @@ local found, evicted = 0, 0
 while found < limit do
   local want = limit - found
   local picked
-  if any_reserved then
-    picked = pick_unreserved(want)
+  if dry_run then
+    picked = pick_with_held(want)
   else
     picked = pick(want)
   end

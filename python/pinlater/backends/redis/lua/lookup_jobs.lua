@@ -1,18 +1,19 @@
 --[[ lookup_jobs: find jobs by (priority, local id) and read them.
 
-A job's state is the first of its priority's four sets that holds it (PENDING, IN_PROGRESS,
-SUCCEEDED, FAILED); its score is the time that state keeps (run after, claim time or finish
-time). Jobs in no set are left out. A member whose hash is gone (evicted) is removed from its
+A job's state is the first of its priority's sets that holds it (PENDING, IN_PROGRESS,
+SUCCEEDED, FAILED, then the held set, whose jobs are PENDING: see lib/holds.lua); its score is the
+time that state keeps (run after, claim time or finish time). Jobs in no set are left out. A member whose hash is gone (evicted) is removed from its
 set and counted, and left out.
 
 KEYS[1]     queue names sorted set (pln_{shard})
-KEYS[2..n]  four sorted sets per priority looked up, in state order (plq_{shard}_{queue}.p{p}_s0 .. _s3)
+KEYS[2..n]  five sorted sets per priority looked up: the four in state order, then the held set
+            (plq_{shard}_{queue}.p{p}_s0 .. _s3, plq_{shard}_{queue}.p{p}_h)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     '1' to include bodies, else '0'
 ARGV[4]     number of lookups, n
 then 2 per lookup:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other four follow)
   ARGV[i+1] local id
 
 Hash fields: bd al ar cs ca ua cd (keys.JobField).
@@ -30,15 +31,18 @@ for j = 0, n - 1 do
   local a = 5 + 2 * j
   local k = tonumber(ARGV[a])
   local id = ARGV[a + 1]
-  for state = 0, 3 do
-    local score = redis.call('ZSCORE', KEYS[k + state], id)
+  for set = 0, 4 do
+    local score = redis.call('ZSCORE', KEYS[k + set], id)
+    local state = set % 4  -- the held set (4) is PENDING (0)
     if score then
       local hash_key = hash_prefix .. id
       local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd')
       if not job[1] or not job[2] then
-        redis.call('ZREM', KEYS[k + state], id)
-        redis.call('DEL', hash_key)
-        evicted = evicted + 1
+        if set < 4 then  -- an evicted held job is left to its holder's claim or the sweep
+          redis.call('ZREM', KEYS[k + set], id)
+          redis.call('DEL', hash_key)
+          evicted = evicted + 1
+        end
       else
         local body = false
         if with_body then

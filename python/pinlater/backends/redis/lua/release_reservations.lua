@@ -1,40 +1,50 @@
---[[ release_reservations: clear live reservations (reserve_jobs.lua) held by ARGV[4], so the
-jobs are dequeuable at once: out of the reserved set, cd removed, ua = now; still PENDING.
+--[[ release_reservations: end live holds of ARGV[4] (reserve_jobs.lua), so the jobs are
+dequeuable at once: back to their PENDING set with their run-after score. Their hashes were never
+changed by the hold and are not touched. Lapsed holds go back to PENDING first (lib/holds.lua).
 
 KEYS[1]     queue names sorted set (pln_{shard})
-KEYS[2..n]  two per priority named: PENDING set, reserved set
-            (plq_{shard}_{queue}.p{p}_s0, plq_{shard}_{queue}.p{p}_r)
+KEYS[2..n]  four per priority named: PENDING set, held set, hold expiry set, holders hash
+            (plq_{shard}_{queue}.p{p}_s0, _h, _x, _o)
 ARGV[1]     queue name
-ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
-ARGV[3]     now, seconds as float
-ARGV[4]     reservation
-ARGV[5]     number of jobs, n
+ARGV[2]     now, seconds as float
+ARGV[3]     reservation
+ARGV[4]     number of jobs, n
 then 2 per job:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the reserved set follows)
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
   ARGV[i+1] local id
 
-Returns how many reservations were released, or -1 if the queue does not exist.
+Returns how many holds were released, or -1 if the queue does not exist.
 ]]
+--@include holds
 local names_key = KEYS[1]
-local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
-local reservation, n = ARGV[4], tonumber(ARGV[5])
+local queue, now = ARGV[1], ARGV[2]
+local reservation, n = ARGV[3], tonumber(ARGV[4])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
-for k = 3, #KEYS, 2 do
-  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
+local groups, order = {}, {}
+for j = 0, n - 1 do
+  local k = tonumber(ARGV[5 + 2 * j])
+  if not groups[k] then
+    groups[k] = {}
+    order[#order + 1] = k
+  end
+  table.insert(groups[k], ARGV[6 + 2 * j])
 end
 local released = 0
-for j = 0, n - 1 do
-  local k, id = tonumber(ARGV[6 + 2 * j]), ARGV[7 + 2 * j]
-  local pending_key, reserved_key = KEYS[k], KEYS[k + 1]
-  local hash_key = hash_prefix .. id
-  if redis.call('ZSCORE', reserved_key, id) and redis.call('ZSCORE', pending_key, id)
-      and redis.call('HGET', hash_key, 'cd') == reservation then
-    redis.call('ZREM', reserved_key, id)
-    redis.call('HDEL', hash_key, 'cd')
-    redis.call('HSET', hash_key, 'ua', now)
-    released = released + 1
+for _, k in ipairs(order) do
+  local pending_key, held_key, expiry_key, holders_key = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
+  local ids, mine, back = groups[k], {}, {}
+  for _, id in ipairs(ids) do
+    if redis.call('HGET', holders_key, id) == reservation then
+      back[#back + 1] = redis.call('ZSCORE', held_key, id)
+      back[#back + 1] = id
+      mine[#mine + 1] = id
+    end
   end
+  drop_holds(held_key, expiry_key, holders_key, mine)
+  zadd_pairs(pending_key, back)
+  released = released + #mine
 end
 return released

@@ -3,12 +3,17 @@ no retry delay (the monitor's claim timeout).
 
 Oldest claims first (IN_PROGRESS score < ARGV[3]). With more than one attempt remaining: to
 PENDING scored by now, one attempt less, claim removed. Otherwise: to FAILED scored by now, none
-remaining. ua = now. A member whose hash is gone (evicted) is removed and counted.
+remaining. ua = now. A member whose hash is gone (evicted) is removed and counted. Holds of the
+dequeue broker that lapsed by ARGV[5] go back to PENDING first (lib/holds.lua): the monitor is
+what returns the holds of a server that crashed when nothing else touches the queue.
 
 KEYS[1]  queue names sorted set (pln_{shard})
 KEYS[2]  PENDING sorted set (plq_{shard}_{queue}.p{p}_s0)
 KEYS[3]  IN_PROGRESS sorted set (plq_{shard}_{queue}.p{p}_s1)
 KEYS[4]  FAILED sorted set (plq_{shard}_{queue}.p{p}_s3)
+KEYS[5]  held sorted set (plq_{shard}_{queue}.p{p}_h)
+KEYS[6]  hold expiry sorted set (plq_{shard}_{queue}.p{p}_x)
+KEYS[7]  holders hash (plq_{shard}_{queue}.p{p}_o)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]  claimed before, seconds as float (exclusive)
@@ -18,12 +23,14 @@ ARGV[5]  now, seconds as float
 Hash fields: bd al ar ua cd (keys.JobField).
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
+--@include holds
 local names_key, pending_key, in_progress_key, failed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local queue, hash_prefix, before = ARGV[1], ARGV[2], ARGV[3]
 local limit, now = tonumber(ARGV[4]), ARGV[5]
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
+sweep_lapsed(pending_key, KEYS[5], KEYS[6], KEYS[7], now)
 if limit <= 0 then
   return {0, 0}
 end

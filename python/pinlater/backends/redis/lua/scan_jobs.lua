@@ -1,12 +1,16 @@
---[[ scan_jobs: read up to ARGV[6] jobs of one set within a score range, from an offset.
+--[[ scan_jobs: read up to ARGV[6] jobs of one set within a score range, from an offset; for
+PENDING, merged with the jobs the dequeue broker holds (lib/holds.lua), which are PENDING too.
 
 Also the candidate reader for body-regex filters, which cannot run in Lua (it has no regular
 expressions): the store pages through with bodies and matches in Python. A member whose hash is
-gone (evicted) is removed from the set, counted, and skipped; `looked` tells the caller how far
-the offset moved.
+gone (evicted) is removed from its set, counted, and skipped; `looked` tells the caller how far
+the offset moved. Order: by score, equal scores by id as text (Redis' order), reversed when
+newest first; the held set's members take their places in that order.
 
 KEYS[1]  queue names sorted set (pln_{shard})
 KEYS[2]  the sorted set to read (plq_{shard}_{queue}.p{p}_s{s})
+KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash to
+         merge (plq_{shard}_{queue}.p{p}_h, _x, _o)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]  lowest score (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
@@ -20,26 +24,90 @@ Hash fields: bd al ar cs ca ua cd (keys.JobField).
 Returns {evicted, looked, then 9 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
 bd (nil unless asked)}, or -1 if the queue does not exist.
 ]]
+--@include holds
 local names_key, set_key = KEYS[1], KEYS[2]
+local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local queue, hash_prefix, low, high = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local offset, count, with_body, newest_first = ARGV[5], ARGV[6], ARGV[7] == '1', ARGV[8] == '1'
+local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
+local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
-local page
-if newest_first then
-  page = redis.call('ZREVRANGEBYSCORE', set_key, high, low, 'WITHSCORES', 'LIMIT', offset, count)
-else
-  page = redis.call('ZRANGEBYSCORE', set_key, low, high, 'WITHSCORES', 'LIMIT', offset, count)
+
+-- Members [from, from + n) of a set's range in scan order, as {id, score} pairs.
+local function range(key, from, n)
+  local page
+  if newest_first then
+    page = redis.call('ZREVRANGEBYSCORE', key, high, low, 'WITHSCORES', 'LIMIT', from, n)
+  else
+    page = redis.call('ZRANGEBYSCORE', key, low, high, 'WITHSCORES', 'LIMIT', from, n)
+  end
+  local out = {}
+  for i = 1, #page, 2 do
+    out[#out + 1] = {page[i], page[i + 1]}
+  end
+  return out
 end
-local out = {0, #page / 2}
+
+-- Whether a comes before b in scan order (ids are unique across the two sets).
+local function before(a, b)
+  local sa, sb = tonumber(a[2]), tonumber(b[2])
+  if sa ~= sb then
+    return (sa < sb) ~= newest_first
+  end
+  return (a[1] < b[1]) ~= newest_first
+end
+
+-- The window [offset, offset + count) of the range: {id, score, held?} triples, in order.
+local window = {}
+if not held_key then
+  for _, m in ipairs(range(set_key, offset, count)) do
+    window[#window + 1] = {m[1], m[2], false}
+  end
+else
+  -- Held members in the window are among its first offset + count; set members among those
+  -- from offset - #held. One set member more is read (at `base`) to place held members before it.
+  local held = range(held_key, 0, offset + count)
+  local base = math.max(0, offset - #held - 1)
+  local main = range(set_key, base, offset + count - base)
+  local placed = {}
+  local p = 1
+  for i, m in ipairs(main) do
+    while p <= #held and before(held[p], m) do
+      p = p + 1
+    end
+    placed[#placed + 1] = {base + (i - 1) + (p - 1), m[1], m[2], false}
+  end
+  p = 1
+  for j, h in ipairs(held) do
+    while p <= #main and before(main[p], h) do
+      p = p + 1
+    end
+    -- before the first set member read, past `base`: the window starts later
+    if base == 0 or p > 1 then
+      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], true}
+    end
+  end
+  table.sort(placed, function(x, y) return x[1] < y[1] end)
+  for _, e in ipairs(placed) do
+    if e[1] >= offset and e[1] < offset + count then
+      window[#window + 1] = {e[2], e[3], e[4]}
+    end
+  end
+end
+
+local out = {0, #window}
 local evicted = 0
-for i = 1, #page, 2 do
-  local id, score = page[i], page[i + 1]
+for _, m in ipairs(window) do
+  local id, score, is_held = m[1], m[2], m[3]
   local hash_key = hash_prefix .. id
   local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd')
   if not job[1] or not job[2] then
-    redis.call('ZREM', set_key, id)
+    if is_held then
+      drop_holds(held_key, expiry_key, holders_key, {id})
+    else
+      redis.call('ZREM', set_key, id)
+    end
     redis.call('DEL', hash_key)
     evicted = evicted + 1
   else
