@@ -6,6 +6,7 @@ pub mod error;
 pub mod mysql_rows;
 pub mod py;
 pub mod ratelimit;
+pub mod redis_rows;
 pub mod runtime;
 pub mod thrift_walk;
 

@@ -9,6 +9,7 @@ each once (``--benchmark-disable``), which also checks that both sides agree.
 from __future__ import annotations
 
 import collections
+import functools
 import random
 import re
 import struct
@@ -28,8 +29,10 @@ from pinlater._pinlater import (
     RateLimiter,
     decode_descriptors,
     encode_descriptors,
+    redis_claimed_jobs,
     thrift_struct_end,
 )
+from pinlater.backends.base import ClaimedJob
 from pinlater.idl import idl
 
 BATCH = 100
@@ -249,6 +252,30 @@ def _skip_elements(buf: bytes, pos: int, n: int, types: tuple[int, ...], depth: 
     return pos
 
 
+def py_claimed_jobs(out: list[Any], make: Any) -> list[Any]:
+    """The Redis store's reply reader as it was in Python: rows of 7, sorted by (score, id)."""
+
+    def num(value: bytes | None) -> int:
+        return 0 if value is None else int(value)
+
+    def ms(value: bytes | None) -> int:
+        return 0 if value is None else round(float(value) * 1000.0)
+
+    rows = [out[i : i + 7] for i in range(1, len(out), 7)]
+    rows.sort(key=lambda row: (float(row[1]), int(row[0])))
+    return [make(int(r[0]), r[2], num(r[3]), num(r[4]), ms(r[5]), ms(r[6])) for r in rows]
+
+
+def redis_reply(n_jobs: int) -> list[Any]:
+    """A dequeue reply as redis-py returns it: batches of 10 share a run-after, ids as text."""
+    out: list[Any] = [0]
+    for i in range(n_jobs):
+        run_after = repr(1_700_000_000 + (i // 10) / 1000).encode()
+        created = repr(1_699_999_999.5 + i / 1000).encode()
+        out += [str(1_000_000 + (i * 7) % n_jobs).encode(), run_after, b"x" * 100, b"2", b"2", created, created]
+    return out
+
+
 def enqueue_args(n_jobs: int, body_bytes: int = 100) -> bytes:
     """An ``enqueueJobs`` argument struct as a client sends it (benches/lifecycle.py's jobs)."""
     jobs = [idl.PinLaterJob(body=b"x" * body_bytes) for _ in range(n_jobs)]
@@ -375,3 +402,16 @@ def test_broker_hand_out_100(benchmark: Any, impl: str) -> None:
     fresh, stale = benchmark(cycle)
     assert stale == [] and len(fresh) == BATCH
     assert [f[0] for f in fresh] == py_encode_descriptors(QUEUE, SHARD, [1] * BATCH, LOCAL_IDS)
+
+
+@pytest.mark.benchmark(group="redis-reply-100")
+@pytest.mark.parametrize("impl", ["rust", "python"])
+def test_redis_reply_100(benchmark: Any, impl: str) -> None:
+    """Reading a 100-job dequeue or reserve reply of the Redis store into ClaimedJob tuples."""
+    reply = redis_reply(BATCH)
+    if impl == "rust":
+        jobs = benchmark(redis_claimed_jobs, reply, functools.partial(tuple.__new__, ClaimedJob))
+    else:
+        jobs = benchmark(py_claimed_jobs, reply, ClaimedJob)
+    assert jobs == py_claimed_jobs(reply, ClaimedJob)
+    assert [j.local_id for j in jobs[:3]] == sorted(j.local_id for j in jobs[:10])[:3]

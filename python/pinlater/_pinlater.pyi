@@ -5,8 +5,8 @@ Every function is safe to call from many threads at once. A Rust panic inside an
 raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``BaseException``).
 """
 
-from collections.abc import Sequence
-from typing import Final, NoReturn, Protocol, final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 
 __all__ = [
     "THRIFT_IDL",
@@ -22,6 +22,7 @@ __all__ = [
     "encode_descriptor",
     "encode_descriptors",
     "mysql_insert_statements",
+    "redis_claimed_jobs",
     "runtime_worker_count",
     "thrift_struct_end",
 ]
@@ -274,6 +275,24 @@ def thrift_struct_end(payload: bytes, offset: int = 0) -> int:
             wire type, or nests too deeply; ``offset`` at or past the end is ``struct truncated``.
         TypeError: ``payload`` is not ``bytes``.
         OverflowError: ``offset`` is negative.
+    """
+
+_Job = TypeVar("_Job")
+
+def redis_claimed_jobs(reply: list[Any], make: Callable[[tuple[int, bytes, int, int, int, int]], _Job]) -> list[_Job]:
+    """The jobs of a Redis dequeue or reserve reply, ordered by (run after, id), each built as
+    ``make((local_id, body, attempts_allowed, attempts_remaining, created_at_ms, updated_at_ms))``
+    (``functools.partial(tuple.__new__, ClaimedJob)`` builds named tuples fastest).
+
+    ``reply[0]`` is the evicted count; then 7 values per job: id, run-after score, body,
+    attempts allowed, attempts remaining, created and updated time (bytes as redis-py returns
+    them; a count or time may be ``None``, read as 0). Ids are read as ``int(id)`` and times as
+    ``round(float(seconds) * 1000)``, halves to even, exactly as Python reads them; equal
+    (score, id) keys keep the reply's order.
+
+    Raises:
+        ValueError: a value is not the number its place holds, or the rows are not whole.
+        TypeError: a value is neither bytes, str, int nor None, or a body is not bytes.
     """
 
 def runtime_worker_count() -> int:

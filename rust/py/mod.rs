@@ -8,6 +8,7 @@ pub mod descriptor;
 pub mod errors;
 pub mod mysql_rows;
 pub mod ratelimit;
+pub mod redis_rows;
 pub mod thrift_walk;
 
 use pyo3::prelude::*;
@@ -36,6 +37,8 @@ mod _pinlater {
     use super::mysql_rows::mysql_insert_statements;
     #[pymodule_export]
     use super::ratelimit::RateLimiter;
+    #[pymodule_export]
+    use super::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
     use super::runtime_worker_count;
     #[pymodule_export]

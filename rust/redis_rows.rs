@@ -1,0 +1,122 @@
+//! Reading the job rows of the Redis store's dequeue and reserve replies.
+//!
+//! The scripts answer `{evicted, then 7 values per job: id, score, bd, al, ar, ca, ua}`, with
+//! the ids and times as text: an id in decimal, a score or time as seconds since the epoch in
+//! Redis' or Java's float notation (`1700000000.123`, `1.7E9`). This module turns the text into
+//! numbers exactly as the Python store did: `int(id)`, and `round(float(s) * 1000.0)` for times,
+//! rounding halves to even as Python's `round` does.
+
+/// A number field that is not what the layout says it holds.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{what} {text:?} is not {expected}")]
+pub struct RowError {
+    pub what: &'static str,
+    pub text: String,
+    pub expected: &'static str,
+}
+
+fn error(what: &'static str, text: &[u8], expected: &'static str) -> RowError {
+    RowError {
+        what,
+        text: String::from_utf8_lossy(text).into_owned(),
+        expected,
+    }
+}
+
+/// Seconds as float text, as Python's `float()` reads it (surrounding ASCII whitespace allowed).
+pub fn seconds(what: &'static str, text: &[u8]) -> Result<f64, RowError> {
+    std::str::from_utf8(text)
+        .ok()
+        .map(str::trim_ascii)
+        .and_then(|t| t.parse::<f64>().ok())
+        .ok_or_else(|| error(what, text, "a number of seconds"))
+}
+
+/// Milliseconds from seconds: `round(seconds * 1000.0)`, halves to even.
+pub fn ms(what: &'static str, seconds: f64, text: &[u8]) -> Result<i64, RowError> {
+    let ms = (seconds * 1000.0).round_ties_even();
+    // i64's range, exclusive of the end that f64 cannot hold exactly (NaN is in no range)
+    if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&ms) {
+        #[allow(clippy::cast_possible_truncation)] // in range and integral, checked above
+        Ok(ms as i64)
+    } else {
+        Err(error(what, text, "a time in milliseconds' range"))
+    }
+}
+
+/// A decimal local id.
+pub fn local_id(text: &[u8]) -> Result<u64, RowError> {
+    std::str::from_utf8(text)
+        .ok()
+        .map(str::trim_ascii)
+        .and_then(|t| t.parse::<u64>().ok())
+        .ok_or_else(|| error("id", text, "a decimal local id"))
+}
+
+/// A decimal count (attempts allowed or remaining).
+pub fn count(what: &'static str, text: &[u8]) -> Result<i64, RowError> {
+    std::str::from_utf8(text)
+        .ok()
+        .map(str::trim_ascii)
+        .and_then(|t| t.parse::<i64>().ok())
+        .ok_or_else(|| error(what, text, "a decimal integer"))
+}
+
+/// Row indexes in `(score, id)` order, the order the store hands jobs out in; stable, so equal
+/// keys keep the reply's order (Python's `sort`).
+#[must_use]
+pub fn order(keys: &[(f64, u64)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (sa, ia) = keys[a];
+        let (sb, ib) = keys[b];
+        sa.total_cmp(&sb).then(ia.cmp(&ib))
+    });
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_read_our_and_javas_notation() {
+        assert_eq!(seconds("ca", b"1700000000.123"), Ok(1_700_000_000.123));
+        assert_eq!(seconds("ca", b"1.7E9"), Ok(1.7e9));
+        assert_eq!(seconds("ca", b" 12.5\n"), Ok(12.5));
+        assert!(seconds("ca", b"soon").is_err());
+        assert!(seconds("ca", b"").is_err());
+    }
+
+    #[test]
+    fn milliseconds_round_halves_to_even_like_python() {
+        assert_eq!(ms("t", 0.0005, b""), Ok(0)); // 0.5 -> 0
+        assert_eq!(ms("t", 0.0015, b""), Ok(2)); // 1.5 -> 2
+        assert_eq!(ms("t", 0.0025, b""), Ok(2)); // 2.5 -> 2
+        assert_eq!(ms("t", 1_700_000_000.123, b""), Ok(1_700_000_000_123));
+        assert_eq!(ms("t", -1.5, b""), Ok(-1500));
+        assert!(ms("t", f64::INFINITY, b"inf").is_err());
+        assert!(ms("t", f64::NAN, b"nan").is_err());
+        assert!(ms("t", 1e17, b"1e17").is_err());
+    }
+
+    #[test]
+    fn ids_and_counts_are_decimal() {
+        assert_eq!(local_id(b"42"), Ok(42));
+        assert_eq!(local_id(b"18446744073709551615"), Ok(u64::MAX));
+        assert!(local_id(b"-1").is_err());
+        assert!(local_id(b"4x").is_err());
+        assert_eq!(count("al", b"-3"), Ok(-3));
+        assert_eq!(
+            count("al", b"two").unwrap_err().to_string(),
+            "al \"two\" is not a decimal integer"
+        );
+    }
+
+    #[test]
+    fn order_is_by_score_then_id_and_stable() {
+        let keys = [(2.0, 1), (1.0, 10), (1.0, 9), (1.0, 9), (0.5, 100)];
+        assert_eq!(order(&keys), vec![4, 2, 3, 1, 0]);
+        assert!(order(&[]).is_empty());
+    }
+}
