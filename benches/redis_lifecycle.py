@@ -411,7 +411,11 @@ def _stats_lines(log_path: Path, raw: Any) -> str:
         "dequeue_store_calls",
         "dequeue_store_calls_empty",
         "dequeue_known_empty_skips",
+        "broker_refills",
+        "broker_refill_jobs",
         "broker_claim_calls",
+        "broker_claimed",
+        "broker_released",
         "broker_lapsed",
     )
     found = dict(line.strip().split(": ", 1) for line in text.splitlines() if line.strip().startswith(wanted))
