@@ -29,7 +29,9 @@ def test_lifecycle_through_the_embedded_store(broker: str) -> None:
 @pytest.mark.redis
 def test_redis_ceiling_and_server() -> None:
     out = run("redis_lifecycle.py", "--seconds", "1")
-    assert "ratio server/ceiling" in out
+    assert "ratio server/ceiling, broker off" in out
+    assert "ratio server/ceiling, broker on" in out
+    assert "broker_claimed" in out  # the broker phase really ran with the broker
 
 
 @pytest.mark.mysql
