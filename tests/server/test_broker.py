@@ -207,18 +207,55 @@ def test_entries_older_than_the_hold_bound_are_released(
     assert stats(srv).get("broker_lapsed", 0) == 0
 
 
+def redis_config(redis: RedisServer, tmp_path: Path) -> str:
+    config = tmp_path / "redis.json"
+    shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
+    config.write_text(json.dumps({"shards": [shard]}))
+    return str(config)
+
+
+@pytest.mark.redis
+def test_a_killed_servers_holds_on_redis_come_back_to_a_server_without_the_broker(
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
+) -> None:
+    with RedisServer(tmp_path / "redis") as redis:
+        backend = ("--backend", "redis", "--backend-config", redis_config(redis, tmp_path))
+        srv = start_server(*backend, properties={"BROKER_HOLD_SECONDS": "1"})
+        api = Api(open_client(srv), ttypes)
+        descriptors = fill(api, "crash", 10)
+        [taken] = api.dequeue("crash", limit=1).jobs
+        rest = {d for d in descriptors if d != taken}
+        assert {info.jobState for info in api.lookup(*rest).values()} == {PENDING}  # held, shown PENDING
+        srv.kill()
+
+        # A server that never reserves: its monitor puts the lapsed holds back in PENDING ...
+        props = {"BROKER_ENABLED": "false", "BACKEND_MONITOR_THREAD_DELAY_SECONDS": "0.2"}
+        srv2 = start_server(*backend, properties=props)
+        api2 = Api(open_client(srv2), ttypes)
+        assert api2.count("crash", PENDING) == len(rest)
+        raw = redis.client()
+        wait_for(lambda: raw.zcard("plq_1_crash.p1_s0") == len(rest), 15, what="the monitor's sweep")
+        assert not raw.exists("plq_1_crash.p1_h", "plq_1_crash.p1_x", "plq_1_crash.p1_o")
+        # ... and its dequeues take them, no attempt charged
+        got: dict[str, Any] = {}
+
+        def step() -> bool:
+            got.update(api2.dequeue("crash", limit=20).jobMetadata)
+            return len(got) >= len(rest)
+
+        wait_for(step, 15, interval=0.1, what="the lapsed holds to be dequeued")
+        assert set(got) == rest
+        assert all(m.attemptsRemaining == 3 for m in got.values())
+
+
 @pytest.mark.redis
 def test_three_servers_on_one_redis_deliver_every_job_exactly_once(
     start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
 ) -> None:
     with RedisServer(tmp_path / "redis") as redis:
-        config = tmp_path / "redis.json"
-        shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
-        config.write_text(json.dumps({"shards": [shard]}))
+        config = redis_config(redis, tmp_path)
         props = {"BROKER_BUFFER_SIZE": "40", "BROKER_HOLD_SECONDS": "5"}
-        servers = [
-            start_server("--backend", "redis", "--backend-config", str(config), properties=props) for _ in range(3)
-        ]
+        servers = [start_server("--backend", "redis", "--backend-config", config, properties=props) for _ in range(3)]
         api = Api(open_client(servers[0]), ttypes)
         api.create("many")
         enqueued: list[str] = []
