@@ -281,6 +281,18 @@ def test_claim_reserved_stamps_each_job_with_its_own_claim(store: ShardStore, qu
     assert checkpoint(store, ids[0], source="worker-b") == 0
 
 
+def test_claim_reserved_takes_runs_of_jobs_and_names_each_claimed_one(store: ShardStore, queue: str) -> None:
+    a, b, c, d = store.enqueue_jobs(queue, new_jobs(4), T0)
+    [x] = store.enqueue_jobs(queue, new_jobs(1, priority=2), T0)
+    store.reserve_jobs(queue, 1, 3, RES_A, T0, HOLD)  # a, b, c; d stays unreserved
+    store.reserve_jobs(queue, 2, 1, RES_A, T0, HOLD)
+    items = [(1, a, "w1"), (1, b, "w1"), (2, x, "w1"), (1, d, "w2"), (1, c, "w2")]
+    assert sorted(store.claim_reserved(queue, items, RES_A, T0 + 1)) == sorted([(1, a), (1, b), (2, x), (1, c)])
+    assert [lookup(store, i).claim_descriptor for i in (a, b, c)] == ["w1", "w1", "w2"]
+    assert lookup(store, x, priority=2).claim_descriptor == "w1"
+    assert lookup(store, d).state == JobState.PENDING
+
+
 def test_claim_reserved_skips_deleted_and_unreserved_jobs(store: ShardStore, queue: str) -> None:
     ids = store.enqueue_jobs(queue, new_jobs(2), T0)
     store.reserve_jobs(queue, 1, 1, RES_A, T0, HOLD)

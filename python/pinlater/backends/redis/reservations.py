@@ -42,9 +42,21 @@ def claim_call(
     for p in sorted({p for p, _, _ in items}):
         index[p] = len(key_list) + 1
         key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), *keys.hold_keys(p)]
-    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, len(items)]
+    # Runs of jobs that share a priority and a claim (one worker's dequeue) go as one group:
+    # index, claim, count, then the ids, so a job costs one argument.
+    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, 0]
+    groups = 0
+    count_at = 0
+    run: tuple[int, str] | None = None
     for priority, local_id, claim in items:
-        args += [index[priority], local_id, claim]
+        if run != (priority, claim):
+            run = (priority, claim)
+            groups += 1
+            args += [index[priority], claim, 0]
+            count_at = len(args) - 1
+        args.append(local_id)
+        args[count_at] += 1
+    args[4] = groups
 
     def parse(numbers: Any) -> list[tuple[int, int]]:
         return [(items[int(n) - 1][0], items[int(n) - 1][1]) for n in numbers]

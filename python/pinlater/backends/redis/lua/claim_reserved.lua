@@ -3,6 +3,9 @@ dequeue_jobs.lua claims, only where the hold is live and ARGV[4]'s: from the hel
 IN_PROGRESS set scored by now, cd = the job's claim, ua = now. Lapsed holds go back to PENDING
 first (lib/holds.lua), so a hold found in the holders hash is live.
 
+The jobs come in groups that share a priority and a claim (one worker's dequeue), so each job
+costs one argument.
+
 KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2..n]  five per priority named: PENDING set, IN_PROGRESS set, held set, hold expiry set,
             holders hash (plq_{shard}_{queue}.p{p}_s0, _s1, _h, _x, _o)
@@ -10,57 +13,53 @@ ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     now, seconds as float
 ARGV[4]     reservation
-ARGV[5]     number of jobs, n
-then 3 per job:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other four follow)
-  ARGV[i+1] local id
-  ARGV[i+2] the job's claim descriptor (the broker claims many workers' jobs in one call)
+ARGV[5]     number of groups
+then per group:
+  ARGV[i]   index into KEYS of the PENDING set of the group's priority (the other four follow)
+  ARGV[i+1] the group's claim descriptor
+  ARGV[i+2] number of jobs in the group, m
+  ARGV[i+3..i+2+m] their local ids
 
 Hash fields: ua cd (keys.JobField). A job whose hash was evicted gets a partial one, which the
 next script to meet it removes as evicted.
-Returns the 1-based numbers of the jobs claimed, or -1 if the queue does not exist.
+Returns the 1-based numbers of the jobs claimed, counting through the groups in order, or -1 if
+the queue does not exist.
 ]]
 --@include holds
 local names_key = KEYS[1]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
-local reservation, n = ARGV[4], tonumber(ARGV[5])
+local reservation, groups = ARGV[4], tonumber(ARGV[5])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
--- The jobs by priority (the index of its PENDING key): their numbers, ids and claims.
-local groups, order = {}, {}
-for j = 0, n - 1 do
-  local k = tonumber(ARGV[6 + 3 * j])
-  local group = groups[k]
-  if not group then
-    group = {numbers = {}, ids = {}, claims = {}}
-    groups[k] = group
-    order[#order + 1] = k
+local out, claimed, swept = {}, {}, {}
+local a, number = 6, 0
+for _ = 1, groups do
+  local k, claim, m = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+  local first = a + 3
+  a = first + m
+  if not swept[k] then
+    sweep_lapsed(KEYS[k], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], now)
+    swept[k] = true
+    claimed[k] = {}
   end
-  group.numbers[#group.numbers + 1] = j + 1
-  group.ids[#group.ids + 1] = ARGV[7 + 3 * j]
-  group.claims[#group.claims + 1] = ARGV[8 + 3 * j]
-end
-table.sort(order)
-local out = {}
-for _, k in ipairs(order) do
-  local pending_key, in_progress_key = KEYS[k], KEYS[k + 1]
-  local held_key, expiry_key, holders_key = KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-  sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
-  local group, claimed = groups[k], {}
-  for i = 1, #group.ids, 1000 do
-    local last = math.min(i + 999, #group.ids)
-    local holders = redis.call('HMGET', holders_key, unpack(group.ids, i, last))
-    for m = i, last do
-      if holders[m - i + 1] == reservation then
-        local id = group.ids[m]
-        redis.call('HSET', hash_prefix .. id, 'ua', now, 'cd', group.claims[m])
-        claimed[#claimed + 1] = id
-        out[#out + 1] = group.numbers[m]
+  local mine = claimed[k]
+  for i = first, first + m - 1, 1000 do
+    local last = math.min(i + 999, first + m - 1)
+    local holders = redis.call('HMGET', KEYS[k + 4], unpack(ARGV, i, last))
+    for j = i, last do
+      number = number + 1
+      if holders[j - i + 1] == reservation then
+        local id = ARGV[j]
+        redis.call('HSET', hash_prefix .. id, 'ua', now, 'cd', claim)
+        mine[#mine + 1] = id
+        out[#out + 1] = number
       end
     end
   end
-  drop_holds(held_key, expiry_key, holders_key, claimed)
-  zadd_all(in_progress_key, now, claimed)
+end
+for k, ids in pairs(claimed) do
+  drop_holds(KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ids)
+  zadd_all(KEYS[k + 1], now, ids)
 end
 return out
