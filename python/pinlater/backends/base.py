@@ -23,7 +23,7 @@ This is an internal seam, not a public API: it may change with the backends.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
@@ -91,6 +91,15 @@ class JobRecord:
     updated_at_ms: int
     claim_descriptor: str | None
     body: bytes | None = None
+
+    def as_clients_see_it(self) -> JobRecord:
+        """The record without a dequeue broker's reservation: a PENDING job held by a broker
+        shows no claim descriptor, as if no broker held it (the SQL stores keep the reservation
+        there; see ``RESERVATION_PREFIX``)."""
+        claim = self.claim_descriptor
+        if claim is not None and self.state == JobState.PENDING and claim.startswith(RESERVATION_PREFIX):
+            return replace(self, claim_descriptor=None)
+        return self
 
 
 class AckItem(NamedTuple):

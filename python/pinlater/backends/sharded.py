@@ -416,7 +416,8 @@ class ShardedBackend:
             except QueueNotFoundError:
                 return
             for record in records:
-                found[encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]] = record
+                descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
+                found[descriptor] = record.as_clients_see_it()
 
         calls = []
         for (queue, shard_name), keys in groups.items():
@@ -467,7 +468,7 @@ class ShardedBackend:
             descriptors = encode_descriptors(
                 queue, shard.name, [r.priority for r in records], [r.local_id for r in records]
             )
-            merged.extend(zip(descriptors, records, strict=True))
+            merged.extend(zip(descriptors, (r.as_clients_see_it() for r in records), strict=True))
         merged.sort(key=lambda pair: (pair[1].run_after_ms, pair[1].local_id), reverse=True)
         return merged[:limit]
 
