@@ -23,13 +23,22 @@ fn error(what: &'static str, text: &[u8], expected: &'static str) -> RowError {
     }
 }
 
-/// Seconds as float text, as Python's `float()` reads it (surrounding ASCII whitespace allowed).
-pub fn seconds(what: &'static str, text: &[u8]) -> Result<f64, RowError> {
+/// ASCII text parsed as `T`, surrounding ASCII whitespace allowed (as Python's `int()` and
+/// `float()` allow it).
+fn parse<T: std::str::FromStr>(
+    what: &'static str,
+    text: &[u8],
+    expected: &'static str,
+) -> Result<T, RowError> {
     std::str::from_utf8(text)
         .ok()
-        .map(str::trim_ascii)
-        .and_then(|t| t.parse::<f64>().ok())
-        .ok_or_else(|| error(what, text, "a number of seconds"))
+        .and_then(|t| t.trim_ascii().parse::<T>().ok())
+        .ok_or_else(|| error(what, text, expected))
+}
+
+/// Seconds as float text, as Python's `float()` reads it.
+pub fn seconds(what: &'static str, text: &[u8]) -> Result<f64, RowError> {
+    parse(what, text, "a number of seconds")
 }
 
 /// Milliseconds from seconds: `round(seconds * 1000.0)`, halves to even.
@@ -46,20 +55,12 @@ pub fn ms(what: &'static str, seconds: f64, text: &[u8]) -> Result<i64, RowError
 
 /// A decimal local id.
 pub fn local_id(text: &[u8]) -> Result<u64, RowError> {
-    std::str::from_utf8(text)
-        .ok()
-        .map(str::trim_ascii)
-        .and_then(|t| t.parse::<u64>().ok())
-        .ok_or_else(|| error("id", text, "a decimal local id"))
+    parse("id", text, "a decimal local id")
 }
 
 /// A decimal count (attempts allowed or remaining).
 pub fn count(what: &'static str, text: &[u8]) -> Result<i64, RowError> {
-    std::str::from_utf8(text)
-        .ok()
-        .map(str::trim_ascii)
-        .and_then(|t| t.parse::<i64>().ok())
-        .ok_or_else(|| error(what, text, "a decimal integer"))
+    parse(what, text, "a decimal integer")
 }
 
 /// Row indexes in `(score, id)` order, the order the store hands jobs out in; stable, so equal

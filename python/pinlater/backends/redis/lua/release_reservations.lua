@@ -35,16 +35,13 @@ local released = 0
 for _, k in ipairs(order) do
   local pending_key, held_key, expiry_key, holders_key = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
-  local ids, mine, back = groups[k], {}, {}
-  for _, id in ipairs(ids) do
+  local mine = {}
+  for _, id in ipairs(groups[k]) do
     if redis.call('HGET', holders_key, id) == reservation then
-      back[#back + 1] = redis.call('ZSCORE', held_key, id)
-      back[#back + 1] = id
       mine[#mine + 1] = id
     end
   end
-  drop_holds(held_key, expiry_key, holders_key, mine)
-  zadd_pairs(pending_key, back)
+  unhold(pending_key, held_key, expiry_key, holders_key, mine)
   released = released + #mine
 end
 return released

@@ -45,6 +45,20 @@ local function drop_holds(held_key, expiry_key, holders_key, ids)
   end
 end
 
+-- End the holds on `ids` (present or not): back in PENDING with their run-after scores.
+local function unhold(pending_key, held_key, expiry_key, holders_key, ids)
+  local back = {}
+  for _, id in ipairs(ids) do
+    local score = redis.call('ZSCORE', held_key, id)
+    if score then
+      back[#back + 1] = score
+      back[#back + 1] = id
+    end
+  end
+  drop_holds(held_key, expiry_key, holders_key, ids)
+  zadd_pairs(pending_key, back)
+end
+
 -- Put every hold that lapsed by `now` back in PENDING with its run-after score. Returns how many.
 local function sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
   local swept = 0
@@ -53,16 +67,7 @@ local function sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
     if #ids == 0 then
       return swept
     end
-    local back = {}
-    for _, id in ipairs(ids) do
-      local score = redis.call('ZSCORE', held_key, id)
-      if score then
-        back[#back + 1] = score
-        back[#back + 1] = id
-      end
-    end
-    drop_holds(held_key, expiry_key, holders_key, ids)
-    zadd_pairs(pending_key, back)
+    unhold(pending_key, held_key, expiry_key, holders_key, ids)
     swept = swept + #ids
     if #ids < 1000 then
       return swept
