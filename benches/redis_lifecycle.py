@@ -55,11 +55,64 @@ MAX_TIES_REORDERED = 10_000  # store.MAX_TIES_REORDERED
 # -- processes and CPU ------------------------------------------------------------------------
 
 
+def _stat_fields(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process (all its threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process's children that it has waited for (Redis: its AOF rewrites)."""
+    fields = _stat_fields(pid)
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot, from /proc/stat; idle and iowait are idle."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
+@dataclass
+class Machine:
+    """What a phase cost the machine beyond the processes measured one by one."""
+
+    busy_cores: float
+    cores: int
+    redis_forks: int
+    redis_fork_cpu: float
+
+    def line(self) -> str:
+        return (
+            f"  machine: {self.busy_cores:.2f} of {self.cores} cores busy; "
+            f"redis forked {self.redis_forks} time(s) (AOF rewrites), {self.redis_fork_cpu:.1f} CPU-s in the children"
+        )
+
+
+class MachineMeter:
+    def __init__(self, redis_pid: int, raw: Any) -> None:
+        self.redis_pid, self.raw = redis_pid, raw
+        self.ticks = machine_ticks()
+        self.forks = int(raw.info("stats")["total_forks"])
+        self.fork_cpu = children_cpu_seconds(redis_pid)
+
+    def read(self) -> Machine:
+        busy, total = machine_ticks()
+        cores = os.cpu_count() or 1
+        share = (busy - self.ticks[0]) / max(total - self.ticks[1], 1)
+        # An AOF rewrite still running when the phase ends is counted when Redis reaps it.
+        return Machine(
+            share * cores,
+            cores,
+            int(self.raw.info("stats")["total_forks"]) - self.forks,
+            children_cpu_seconds(self.redis_pid) - self.fork_cpu,
+        )
 
 
 def free_port() -> int:
@@ -78,7 +131,7 @@ def wait_until(cond: Any, timeout: float, what: str) -> Any:
     raise SystemExit(f"timed out waiting for {what}")
 
 
-def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_redis(directory: Path, aof_rewrite: bool) -> tuple[subprocess.Popen[bytes], int]:
     import redis
 
     binary = os.environ.get("PINLATER_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -92,6 +145,7 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
         "--save", "",
         "--appendonly", "yes",
         "--appendfsync", "everysec",
+        *([] if aof_rewrite else ["--auto-aof-rewrite-percentage", "0"]),
         "--logfile", str(directory / "redis.log"),
     ]  # fmt: skip
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -108,10 +162,12 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
     return proc, port
 
 
-def start_server(directory: Path, redis_port: int, broker: bool) -> tuple[subprocess.Popen[bytes], int, Path]:
+def start_server(
+    directory: Path, redis_port: int, broker: bool, properties: list[str]
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     config = directory / "redis.json"
     props = directory / "server.properties"
-    props.write_text(f"BROKER_ENABLED={str(broker).lower()}\n")
+    props.write_text("".join(f"{line}\n" for line in [f"BROKER_ENABLED={str(broker).lower()}", *properties]))
     shard = {"name": SHARD, "shardConfig": {"master": {"host": "127.0.0.1", "port": redis_port}}}
     config.write_text(json.dumps({"shards": [shard]}))
     log_path = directory / "server.log"
@@ -371,30 +427,46 @@ def main() -> None:
         help="the server's dequeue broker; both (default): a server phase without it, then one with it",
     )
     parser.add_argument("--skip-ceiling", action="store_true", help="only the server phases")
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a line for the server's properties file, e.g. BROKER_BUFFER_SIZE=2000 (repeatable)",
+    )
+    parser.add_argument(
+        "--aof-rewrite",
+        choices=("auto", "off"),
+        default="auto",
+        help="Redis's automatic AOF rewrites: auto (default, Redis's own setting) or off, to see what the "
+        "forked rewrites take from the other processes on this machine",
+    )
     args = parser.parse_args()
     modes = ["off", "on"] if args.broker == "both" else [args.broker]
     if args.profile and len(modes) > 1:
         parser.error("--profile needs --broker on or --broker off")
 
-    runs: list[tuple[str, ServerRun, float, str]] = []
+    runs: list[tuple[str, ServerRun, float, str, Machine]] = []
+    ceiling_machine: Machine | None = None
     with tempfile.TemporaryDirectory(prefix="pinlater-bench-") as tmp:
-        redis_proc, redis_port = start_redis(Path(tmp))
+        redis_proc, redis_port = start_redis(Path(tmp), args.aof_rewrite == "auto")
         try:
             import redis
 
             raw = redis.Redis("127.0.0.1", redis_port)
             ceiling = client_cpu_ceiling = redis_cpu_ceiling = 0.0
             if not args.skip_ceiling:
-                r0 = cpu_seconds(redis_proc.pid)
+                r0, meter = cpu_seconds(redis_proc.pid), MachineMeter(redis_proc.pid, raw)
                 ceiling, client_cpu_ceiling = run_ceiling(redis_port, args)
-                redis_cpu_ceiling = cpu_seconds(redis_proc.pid) - r0
+                redis_cpu_ceiling, ceiling_machine = cpu_seconds(redis_proc.pid) - r0, meter.read()
             for mode in modes:
                 fresh_start(raw)
-                server_proc, port, log_path = start_server(Path(tmp), redis_port, mode == "on")
+                server_proc, port, log_path = start_server(Path(tmp), redis_port, mode == "on", args.property)
                 try:
-                    r0 = cpu_seconds(redis_proc.pid)
+                    r0, meter = cpu_seconds(redis_proc.pid), MachineMeter(redis_proc.pid, raw)
                     run = run_server(server_proc.pid, port, args)
-                    runs.append((mode, run, cpu_seconds(redis_proc.pid) - r0, _stats_lines(log_path, raw)))
+                    redis_cpu, machine = cpu_seconds(redis_proc.pid) - r0, meter.read()
+                    runs.append((mode, run, redis_cpu, _stats_lines(log_path, raw), machine))
                 finally:
                     stop(server_proc)
         finally:
@@ -402,8 +474,8 @@ def main() -> None:
 
     secs = args.seconds
     print(
-        f"one Redis shard (appendonly yes, appendfsync everysec); lifecycle enqueue+dequeue+ack, batch {args.batch}, "
-        f"{args.body_bytes}-byte bodies, {secs:g} s per phase"
+        f"one Redis shard (appendonly yes, appendfsync everysec, automatic AOF rewrites {args.aof_rewrite}); "
+        f"lifecycle enqueue+dequeue+ack, batch {args.batch}, {args.body_bytes}-byte bodies, {secs:g} s per phase"
     )
     if not args.skip_ceiling:
         print(f"ceiling  ({args.clients} pipelined script clients): {ceiling:8.0f} jobs/s")
@@ -412,7 +484,9 @@ def main() -> None:
             f"{ceiling * secs / max(redis_cpu_ceiling, 1e-9):8.0f} jobs per redis CPU-s; "
             f"clients CPU {client_cpu_ceiling / secs:.2f} cores"
         )
-    for mode, run, redis_cpu, stats in runs:
+        if ceiling_machine is not None:
+            print(ceiling_machine.line())
+    for mode, run, redis_cpu, stats, machine in runs:
         print(
             f"server, broker {mode} ({args.producers} producers, {args.consumers} consumers): "
             f"{run.jobs_per_second:8.0f} jobs/s acked"
@@ -426,9 +500,10 @@ def main() -> None:
             f"  server CPU {run.server_cpu:5.1f} s ({run.server_cpu / secs:.2f} cores); "
             f"clients CPU {run.client_cpu / secs:.2f} cores"
         )
+        print(machine.line())
         if stats:
             print(f"  {stats}")
-    for mode, run, _redis_cpu, _stats in runs:
+    for mode, run, *_ in runs:
         if not args.skip_ceiling and ceiling:
             ratio, target = run.jobs_per_second / ceiling, TARGETS[mode]
             verdict = "met" if ratio >= target else "NOT met"
@@ -455,6 +530,7 @@ def _stats_lines(log_path: Path, raw: Any) -> str:
         "dequeue_known_empty_skips",
         "broker_refills",
         "broker_refill_jobs",
+        "broker_refill_waits",
         "broker_claim_calls",
         "broker_claimed",
         "broker_released",
