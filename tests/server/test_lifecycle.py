@@ -4,6 +4,7 @@ the background monitor, rate limits from a watched file, and many clients at onc
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -238,6 +239,14 @@ def test_admin_endpoints_answer(server: ServerProcess, path: str) -> None:
         assert response.status == 200
         body = response.read().decode()
     assert body.strip()
+
+
+def test_serve_freezes_what_start_up_made(server: ServerProcess) -> None:
+    """Full garbage collections must not walk the modules and pools made at start-up (they
+    stalled every request for tens of milliseconds): `pinlater serve` freezes them."""
+    frozen = re.search(r"^\s*gc_frozen_objects: (\d+)$", _stats(server), re.MULTILINE)
+    assert frozen, "gc_frozen_objects missing from /stats.txt"
+    assert int(frozen.group(1)) > 10_000
 
 
 def _stats(srv: ServerProcess) -> str:

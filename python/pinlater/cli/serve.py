@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -113,6 +114,10 @@ async def _serve(settings: Settings) -> int:
         settings.backend,
         where,
     )
+    # What start-up made (modules, settings, pools, the server itself) lives as long as the
+    # process: frozen, a full collection no longer walks it. In the Redis lifecycle bench such a
+    # collection stalled every request for 29-39 ms, eight times in 15 s; frozen, 0.8-1.6 ms.
+    gc.freeze()
     await stop.wait()
     log.info("signal received: stopping")
     await server.stop()

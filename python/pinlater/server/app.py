@@ -8,6 +8,7 @@ finish, stops the monitor and closes storage. Stop is idempotent.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -211,6 +212,8 @@ class PinLaterServer:
         self.metrics.gauge("shards_healthy", lambda: sum(1 for s in backend.shards if s.healthy))
         self.metrics.gauge("connections_open", lambda: thrift.stats().connections_open)
         self.metrics.gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+        # Objects out of the garbage collector's reach: what `pinlater serve` froze after start-up.
+        self.metrics.gauge("gc_frozen_objects", gc.get_freeze_count)
         broker = self.broker
         if broker is not None:
             self.metrics.gauge("broker_buffered_jobs", broker.buffered)
