@@ -27,7 +27,10 @@ twice: one refill serves them all, and so does one claim flush. Invariants:
 * ``stop`` writes every queued claim, then releases every buffered reservation at once.
 * Refills are single-flight per queue: concurrent dequeues await the same refill rather than
   each walking every shard. A take that leaves the buffer below the low-water mark, and any
-  job made ready on this server, start a refill in the background.
+  job made ready on this server, start a refill in the background. While the last refill got
+  all it asked for (the store may hold more), so does the end of that refill and any take that
+  leaves a tenth of the buffer free: under load, dequeues drain the buffer while a refill is out,
+  and waiting for the low-water mark let it run dry.
 
 The walk over priorities and shards (and its known-empty hints) is ``ShardedBackend.walk_ready``,
 the same one the direct dequeue uses. dryRun and coverage < 1 bypass the broker (the handler
@@ -84,6 +87,11 @@ class BrokerPolicy:
         return cls(size, int(size * settings.broker_low_water_fraction), settings.broker_hold_ms)
 
     @property
+    def min_top_up(self) -> int:
+        """A refill that got all it asked for is followed by another while this much is free."""
+        return max(self.buffer_size // 10, 1)
+
+    @property
     def max_age_ms(self) -> int:
         """Entries older than this are released: half the hold, so the reservation is still live."""
         return max(self.hold_ms // 2, 1)
@@ -99,6 +107,8 @@ class DequeueBroker:
         self.reservation = f"{RESERVATION_PREFIX}{host}:{os.getpid()}:{secrets.token_hex(4)}"
         self._buffers: dict[str, JobBuffer] = {}
         self._refills: dict[str, asyncio.Task[int]] = {}
+        #: Queues whose last refill got all it asked for: the store may hold more.
+        self._more: set[str] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._release_task: asyncio.Task[None] | None = None
         # Claims of handed-out jobs not yet written, by (queue, shard): (priority, local_id, claim).
@@ -157,6 +167,7 @@ class DequeueBroker:
         start = time.perf_counter()
         buffer = self.buffer(queue)
         if not len(buffer):
+            self.metrics.incr("broker_refill_waits")
             try:
                 await self._refill_once(queue)
             except QueueNotFoundError:
@@ -169,7 +180,7 @@ class DequeueBroker:
         if stale:
             self._spawn(self._release(queue, stale))
         out = self._queue_claims(queue, fresh, source, now) if fresh else []
-        if len(buffer) <= self.policy.low_water:
+        if len(buffer) <= self.policy.low_water or (queue in self._more and buffer.room >= self.policy.min_top_up):
             self._refill_in_background(queue)
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
@@ -328,7 +339,19 @@ class DequeueBroker:
         self.metrics.incr("broker_refill_jobs", total)
         if total:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
+        if total >= room:
+            # All it asked for: the store may hold more, so the buffer is kept topped up, here
+            # (dequeues took from it while this refill was out) and after each take.
+            self._more.add(queue)
+            asyncio.get_running_loop().call_soon(self._top_up, queue)
+        else:
+            self._more.discard(queue)
         return total
+
+    def _top_up(self, queue: str) -> None:
+        buffer = self._buffers.get(queue)
+        if buffer is not None and buffer.room >= self.policy.min_top_up:
+            self._refill_in_background(queue)
 
     # -- releases -------------------------------------------------------------------------------
 

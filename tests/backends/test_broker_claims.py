@@ -99,3 +99,51 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
     assert metrics.counters["broker_claimed"] == 2
     assert metrics.counters["broker_lapsed"] == 1
     assert again == handed[:1]
+
+
+async def _quiet(broker: DequeueBroker) -> None:
+    """Until the broker has no refill out and nothing in the background (5 s at most)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while True:
+        await asyncio.sleep(0)  # scheduled top-ups become tasks first
+        busy = [*broker._background, *(t for t in broker._refills.values() if not t.done())]
+        if not busy:
+            return
+        assert loop.time() < deadline, "the broker kept refilling"
+        await asyncio.wait(busy, timeout=deadline - loop.time())
+
+
+def test_a_refill_that_got_all_it_asked_for_is_topped_up_at_once(store: ShardStore, backend: ShardedBackend) -> None:
+    """Under load dequeues drain the buffer while a refill is out; the broker tops it up as soon
+    as the refill ends, not when a later dequeue finds it below the low-water mark."""
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        await enqueue(backend, 300)
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)  # no low-water refills
+        assert len(await broker.dequeue(Q, 60, "worker")) == 60  # a refill of 100, 40 left
+        await _quiet(broker)
+        assert len(broker.buffer(Q)) == 100, "topped up to capacity without another dequeue"
+        assert metrics.counters["broker_refills"] == 2
+        await broker.stop()
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_refill_that_found_fewer_jobs_than_room_is_not_repeated(store: ShardStore, backend: ShardedBackend) -> None:
+    """A sparse queue must not pay an empty store call after every refill."""
+    metrics = Metrics()
+
+    async def scenario() -> None:
+        await enqueue(backend, 30)
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        assert len(await broker.dequeue(Q, 10, "worker")) == 10
+        await _quiet(broker)
+        assert len(broker.buffer(Q)) == 20
+        assert metrics.counters["broker_refills"] == 1
+        await broker.stop()
+        await backend.aclose()
+
+    asyncio.run(scenario())
