@@ -21,7 +21,10 @@ In one run, on one redis-server it starts itself (``appendonly yes``, ``appendfs
 It prints jobs/s (fully acked) for each phase, the ratio server/ceiling for each (the Redis issue's
 target for the broker off is >= 0.60; #5's for the broker on is >= 0.70), redis-server CPU seconds
 in each phase (from /proc/PID/stat) and jobs per Redis CPU-second, and the server's and clients'
-CPU. ``--profile`` records the server with py-spy during a server phase (one broker setting).
+CPU. A machine line per phase adds the cores busy in all, the cores the hypervisor stole (a phase
+that had some ran slow, and its ratio says little), and Redis's forks for AOF rewrites with their
+CPU, which the Redis figure leaves out. ``--profile`` records the server with py-spy during a
+server phase (one broker setting).
 
     python benches/redis_lifecycle.py --seconds 15
     python benches/redis_lifecycle.py --seconds 15 --broker on --profile /tmp/profile.txt
@@ -72,11 +75,13 @@ def children_cpu_seconds(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot, from /proc/stat; idle and iowait are idle."""
+def machine_ticks() -> tuple[int, int, int]:
+    """(busy, stolen, total) clock ticks of all cores since boot, from /proc/stat. Stolen: the
+    hypervisor ran something else while we had work, which makes every figure of the phase low."""
     with open("/proc/stat") as f:
         values = [int(v) for v in f.readline().split()[1:9]]
-    return sum(values) - values[3] - values[4], sum(values)
+    idle, stolen = values[3] + values[4], values[7]
+    return sum(values) - idle - stolen, stolen, sum(values)
 
 
 @dataclass
@@ -84,14 +89,16 @@ class Machine:
     """What a phase cost the machine beyond the processes measured one by one."""
 
     busy_cores: float
+    stolen_cores: float
     cores: int
     redis_forks: int
     redis_fork_cpu: float
 
     def line(self) -> str:
         return (
-            f"  machine: {self.busy_cores:.2f} of {self.cores} cores busy; "
-            f"redis forked {self.redis_forks} time(s) (AOF rewrites), {self.redis_fork_cpu:.1f} CPU-s in the children"
+            f"  machine: {self.busy_cores:.2f} of {self.cores} cores busy, {self.stolen_cores:.2f} stolen by the "
+            f"hypervisor; redis forked {self.redis_forks} time(s) (AOF rewrites), "
+            f"{self.redis_fork_cpu:.1f} CPU-s in the children"
         )
 
 
@@ -103,12 +110,13 @@ class MachineMeter:
         self.fork_cpu = children_cpu_seconds(redis_pid)
 
     def read(self) -> Machine:
-        busy, total = machine_ticks()
+        busy, stolen, total = machine_ticks()
         cores = os.cpu_count() or 1
-        share = (busy - self.ticks[0]) / max(total - self.ticks[1], 1)
+        elapsed = max(total - self.ticks[2], 1)
         # An AOF rewrite still running when the phase ends is counted when Redis reaps it.
         return Machine(
-            share * cores,
+            (busy - self.ticks[0]) / elapsed * cores,
+            (stolen - self.ticks[1]) / elapsed * cores,
             cores,
             int(self.raw.info("stats")["total_forks"]) - self.forks,
             children_cpu_seconds(self.redis_pid) - self.fork_cpu,

@@ -32,6 +32,7 @@ def test_redis_ceiling_and_server() -> None:
     assert "ratio server/ceiling, broker off" in out
     assert "ratio server/ceiling, broker on" in out
     assert "broker_claimed" in out  # the broker phase really ran with the broker
+    assert out.count("stolen by the hypervisor") == 3, "a machine line for each phase"
 
 
 @pytest.mark.mysql
