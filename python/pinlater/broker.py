@@ -44,6 +44,7 @@ low-water mark (at most ``buffer_size`` jobs); on this server a refill starts at
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -68,6 +69,10 @@ log = logging.getLogger(__name__)
 Entry = tuple[str, int, int, bytes, int, int, int]
 #: (descriptor, shard, priority, local_id, body, attempts_allowed, attempts_remaining)
 HandOut = tuple[str, str, int, int, bytes, int, int]
+
+# The hand-out's objects, built as tuples of their NamedTuple types without a Python frame each.
+_claimed = functools.partial(tuple.__new__, ClaimedJob)
+_dequeued = functools.partial(tuple.__new__, DequeuedJob)
 
 #: A claim write that meets a failing shard is tried this many times in all, the waits between
 #: growing by this many seconds each time; all of it well inside half the reservation hold.
@@ -113,6 +118,8 @@ class DequeueBroker:
         self._release_task: asyncio.Task[None] | None = None
         # Claims of handed-out jobs not yet written, by (queue, shard): (priority, local_id, claim).
         self._pending: defaultdict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
+        # Hand-outs not yet booked into the two below: (queue, claim, jobs).
+        self._handouts: list[tuple[str, str, list[HandOut]]] = []
         # (queue, shard, priority, local_id) -> the flush that writes its claim.
         self._unsettled: dict[tuple[str, str, int, int], asyncio.Future[None]] = {}
         self._next_flush: asyncio.Future[None] | None = None
@@ -186,18 +193,16 @@ class DequeueBroker:
         return out
 
     def _queue_claims(self, queue: str, fresh: list[HandOut], source: str, now: int) -> list[DequeuedJob]:
-        """The jobs for the worker; their claims are queued for the next flush."""
+        """The jobs for the worker; their claims are queued for the next flush.
+
+        Only the jobs are built here, on the way to the response; the claims are booked per job
+        (``_book``) by the flush, or by a ``settle`` that comes first."""
         claim = self.backend.new_claim(source)
         flush = self._next_flush
         if flush is None:
             flush = self._next_flush = asyncio.get_running_loop().create_future()
-        unsettled = self._unsettled
-        pending = self._pending
-        out: list[DequeuedJob] = []
-        for descriptor, shard, priority, local_id, body, allowed, remaining in fresh:
-            pending[(queue, shard)].append((priority, local_id, claim))
-            unsettled[(queue, shard, priority, local_id)] = flush
-            out.append(DequeuedJob(descriptor, ClaimedJob(local_id, body, allowed, remaining, 0, now)))
+        self._handouts.append((queue, claim, fresh))
+        out = [_dequeued((d, _claimed((i, b, a, r, 0, now)))) for d, _s, _p, i, b, a, r in fresh]
         if not self._flush_scheduled:
             self._flush_scheduled = True
             task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
@@ -206,11 +211,27 @@ class DequeueBroker:
         self.metrics.incr("broker_handed_out", len(out))
         return out
 
+    def _book(self) -> None:
+        """Book the claims of the hand-outs since the last booking for the next flush: its store
+        calls (``_pending``) and what ``settle`` waits for (``_unsettled``)."""
+        handouts, self._handouts = self._handouts, []
+        if not handouts:
+            return
+        flush = self._next_flush
+        assert flush is not None, "hand-outs are booked before their flush starts"
+        pending, unsettled = self._pending, self._unsettled
+        for queue, claim, fresh in handouts:
+            for _descriptor, shard, priority, local_id, *_ in fresh:
+                pending[(queue, shard)].append((priority, local_id, claim))
+                unsettled[(queue, shard, priority, local_id)] = flush
+
     # -- claims ---------------------------------------------------------------------------------
 
     async def settle(self, jobs: Iterable[tuple[str, str, int, int]]) -> None:
         """Wait until the claims of these ``(queue, shard, priority, local_id)`` jobs handed out
         by this server are written (decoded descriptors are such tuples)."""
+        if self._handouts:
+            self._book()
         if not self._unsettled:
             return
         found = (self._unsettled.get(job) for job in jobs)
@@ -218,6 +239,8 @@ class DequeueBroker:
 
     async def settle_queue(self, queue: str) -> None:
         """Wait until every claim of the queue queued so far is written."""
+        if self._handouts:
+            self._book()
         if self._unsettled:
             await _wait_for({f for (q, *_), f in self._unsettled.items() if q == queue})
 
@@ -227,6 +250,7 @@ class DequeueBroker:
         distinct jobs), so a claim is on its way within one turn of the loop."""
         await asyncio.sleep(0)  # let hand-outs of this turn of the loop join
         self._flush_scheduled = False
+        self._book()
         pending, self._pending = self._pending, defaultdict(list)
         flush, self._next_flush = self._next_flush, None
         try:
