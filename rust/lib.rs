@@ -8,6 +8,7 @@ pub mod py;
 pub mod ratelimit;
 pub mod redis_rows;
 pub mod runtime;
+pub mod thrift_reply;
 pub mod thrift_walk;
 
 /// The wire contract, embedded at compile time so the wheel cannot carry a stale copy.

@@ -28,11 +28,13 @@ from pinlater._pinlater import (
     MalformedThriftError,
     RateLimiter,
     decode_descriptors,
+    encode_dequeue_reply,
     encode_descriptors,
     redis_claimed_jobs,
     thrift_struct_end,
 )
 from pinlater.backends.base import ClaimedJob
+from pinlater.backends.sharded import DequeuedJob
 from pinlater.idl import idl
 
 BATCH = 100
@@ -415,3 +417,33 @@ def test_redis_reply_100(benchmark: Any, impl: str) -> None:
         jobs = benchmark(py_claimed_jobs, reply, ClaimedJob)
     assert jobs == py_claimed_jobs(reply, ClaimedJob)
     assert [j.local_id for j in jobs[:3]] == sorted(j.local_id for j in jobs[:10])[:3]
+
+
+def py_dequeue_reply(seqid: int, jobs: list[DequeuedJob]) -> bytes:
+    """The reply as the handler built it before: thriftpy2 objects, encoded by its Cython protocol."""
+    response = idl.PinLaterDequeueResponse(jobs={}, jobMetadata={})
+    for item in jobs:
+        response.jobs[item.descriptor] = item.job.body
+        response.jobMetadata[item.descriptor] = idl.PinLaterDequeueMetadata(
+            attemptsAllowed=item.job.attempts_allowed, attemptsRemaining=item.job.attempts_remaining
+        )
+    buf = TCyMemoryBuffer()
+    proto = TCyBinaryProtocol(buf)
+    proto.write_message_begin("dequeueJobs", 2, seqid)  # TMessageType.REPLY
+    proto.write_struct(idl.PinLater.dequeueJobs_result(success=response))
+    proto.write_message_end()
+    out: bytes = buf.getvalue()
+    return out
+
+
+@pytest.mark.benchmark(group="dequeue-reply-100")
+@pytest.mark.parametrize("impl", ["rust", "python"])
+def test_dequeue_reply_100(benchmark: Any, impl: str) -> None:
+    """The reply to a 100-job dequeue, from the DequeuedJob tuples to the message bytes."""
+    descriptors = py_encode_descriptors(QUEUE, SHARD, PRIORITIES, LOCAL_IDS)
+    jobs = [DequeuedJob(d, ClaimedJob(i, b"x" * 100, 3, 2, 0, 0)) for d, i in zip(descriptors, LOCAL_IDS, strict=True)]
+    if impl == "rust":
+        reply = benchmark(encode_dequeue_reply, "dequeueJobs", 17, jobs)
+    else:
+        reply = benchmark(py_dequeue_reply, 17, jobs)
+    assert reply == py_dequeue_reply(17, jobs)

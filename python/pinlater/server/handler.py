@@ -19,13 +19,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pinlater._pinlater import DescriptorError, decode_descriptors
+from pinlater._pinlater import DescriptorError, decode_descriptors, encode_dequeue_reply
 from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.sharded import AckRequest, DequeuedJob, ShardedBackend
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
+from pinlater.server.dispatch import EncodedReply
 from pinlater.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,20 @@ def _who(context: Any) -> str:
 
 def _source(context: Any) -> str:
     return str(context.source) if context is not None and context.source else ""
+
+
+class DequeueReply(EncodedReply):
+    """A dequeue's jobs, answered as ``PinLaterDequeueResponse(jobs={descriptor: body},
+    jobMetadata={descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``
+    but written by the extension straight from the jobs, in their order."""
+
+    __slots__ = ("jobs",)
+
+    def __init__(self, jobs: list[DequeuedJob]) -> None:
+        self.jobs = jobs
+
+    def message(self, method: str, seqid: int) -> bytes:
+        return encode_dequeue_reply(method, seqid, self.jobs)
 
 
 class PinLaterHandler:
@@ -217,9 +232,8 @@ class PinLaterHandler:
         if request.jobAckRequest is not None:
             await self._ack(request.jobAckRequest)
         limit = request.limit or 0
-        response = idl.PinLaterDequeueResponse(jobs={}, jobMetadata={})
         if limit <= 0:
-            return response
+            return DequeueReply([])
         if self.rate_limits is not None and not request.dryRun:
             try:
                 self.rate_limits.check_dequeue(queue, limit)
@@ -232,14 +246,9 @@ class PinLaterHandler:
         wait_ms = min(request.waitMillis or 0, MAX_WAIT_MILLIS)
         if not dequeued and wait_ms > 0 and not request.dryRun:
             dequeued = await self._long_poll(queue, limit, _source(context), coverage, wait_ms)
-        for item in dequeued:
-            response.jobs[item.descriptor] = item.job.body
-            response.jobMetadata[item.descriptor] = idl.PinLaterDequeueMetadata(
-                attemptsAllowed=item.job.attempts_allowed, attemptsRemaining=item.job.attempts_remaining
-            )
         if not request.dryRun:
             self.metrics.incr(f"{queue}_dequeue", len(dequeued))
-        return response
+        return DequeueReply(dequeued)
 
     async def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> list[DequeuedJob]:
         """Through the broker, unless it is off or the request needs the direct walk (a dry run

@@ -1,0 +1,71 @@
+//! Python binding of `crate::thrift_reply`: the dequeue reply written without thriftpy2 objects.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+use super::errors::guarded;
+use crate::thrift_reply::{self, ReplyJob};
+
+fn attempts(job: &Bound<'_, PyTuple>, index: usize, what: &str) -> PyResult<i32> {
+    let value: i64 = job.get_item(index)?.extract()?;
+    i32::try_from(value)
+        .map_err(|_| PyValueError::new_err(format!("{what} {value} does not fit a Thrift i32")))
+}
+
+/// The `dequeueJobs` REPLY message for `seqid`: `jobs` are `DequeuedJob`s (`(descriptor,
+/// ClaimedJob)` tuples; the body and attempts are read from the `ClaimedJob`).
+#[pyfunction]
+pub fn encode_dequeue_reply<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    jobs: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_dequeue_reply", || {
+        // Borrowed views into the Python objects, which `jobs` keeps alive for this call.
+        let mut items: Vec<(Bound<'py, PyString>, Bound<'py, PyBytes>, i32, i32)> =
+            Vec::with_capacity(jobs.len());
+        for item in jobs.iter() {
+            let item = item
+                .cast_into::<PyTuple>()
+                .ok()
+                .filter(|t| t.len() >= 2)
+                .ok_or_else(|| PyTypeError::new_err("a job is not a DequeuedJob tuple"))?;
+            let descriptor = item
+                .get_item(0)?
+                .cast_into::<PyString>()
+                .map_err(|_| PyTypeError::new_err("a job descriptor is not a str"))?;
+            let job = item
+                .get_item(1)?
+                .cast_into::<PyTuple>()
+                .ok()
+                .filter(|t| t.len() >= 4)
+                .ok_or_else(|| PyTypeError::new_err("a job is not a ClaimedJob tuple"))?;
+            let body = job
+                .get_item(1)?
+                .cast_into::<PyBytes>()
+                .map_err(|_| PyTypeError::new_err("a job body is not bytes"))?;
+            let allowed = attempts(&job, 2, "attempts_allowed")?;
+            let remaining = attempts(&job, 3, "attempts_remaining")?;
+            items.push((descriptor, body, allowed, remaining));
+        }
+        let texts = items
+            .iter()
+            .map(|(d, ..)| d.to_str())
+            .collect::<PyResult<Vec<&str>>>()?;
+        let reply_jobs: Vec<ReplyJob<'_>> = items
+            .iter()
+            .zip(&texts)
+            .map(|((_, body, allowed, remaining), descriptor)| ReplyJob {
+                descriptor,
+                body: body.as_bytes(),
+                attempts_allowed: *allowed,
+                attempts_remaining: *remaining,
+            })
+            .collect();
+        let reply = thrift_reply::dequeue_reply(method, seqid, &reply_jobs)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
