@@ -10,6 +10,8 @@
 //! Rows are cut into statements so that each one stays within a byte budget (a row bigger than
 //! the budget still goes, alone): the caller derives the budget from `max_allowed_packet`.
 
+use crate::decimal::push_int;
+
 /// Earliest TIMESTAMP: 1970-01-01 00:00:01 UTC (times are clamped into the column's range).
 pub const TS_MIN_MS: i64 = 1_000;
 /// Latest TIMESTAMP(3): 2038-01-19 03:14:07.999 UTC.
@@ -132,24 +134,6 @@ impl<'a> Statements<'a> {
         push_hex(out, row.body);
         out.extend_from_slice(b"')");
     }
-}
-
-fn push_int(out: &mut Vec<u8>, value: i64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = value.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + u8::try_from(rest % 10).unwrap_or(0);
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if value < 0 {
-        out.push(b'-');
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// The first `limit` characters (Unicode scalar values, as Python counts them).

@@ -31,6 +31,7 @@ from pinlater._pinlater import (
     encode_dequeue_reply,
     encode_descriptors,
     redis_claimed_jobs,
+    redis_pack_command,
     thrift_struct_end,
 )
 from pinlater.backends.base import ClaimedJob
@@ -447,3 +448,21 @@ def test_dequeue_reply_100(benchmark: Any, impl: str) -> None:
     else:
         reply = benchmark(py_dequeue_reply, 17, jobs)
     assert reply == py_dequeue_reply(17, jobs)
+
+
+@pytest.mark.benchmark(group="redis-pack-enqueue-100")
+@pytest.mark.parametrize("impl", ["rust", "hiredis"])
+def test_redis_pack_enqueue_100(benchmark: Any, impl: str) -> None:
+    """Packing a 100-job enqueue script call (510 arguments) for the socket. The baseline is
+    hiredis (C), which the Redis backend's connections used before; redis.asyncio alone packs
+    in Python, slower still."""
+    import hiredis
+
+    now = "1700000000.123"
+    keys = ("pln_1", "plq_1_q.id", "plq_1_q.p1_s0")
+    args: tuple[Any, ...] = ("EVALSHA", "f" * 40, len(keys), *keys, QUEUE, "plh_1_q.", now, BATCH)
+    for _ in range(BATCH):
+        args += (3, b"x" * 100, 2, now, "")
+    pack = redis_pack_command if impl == "rust" else hiredis.pack_command
+    packed = benchmark(pack, args)
+    assert packed == hiredis.pack_command(args)

@@ -24,6 +24,7 @@ __all__ = [
     "encode_descriptors",
     "mysql_insert_statements",
     "redis_claimed_jobs",
+    "redis_pack_command",
     "runtime_worker_count",
     "thrift_struct_end",
 ]
@@ -272,6 +273,20 @@ def encode_dequeue_reply(method: str, seqid: int, jobs: list[Any]) -> bytes:
     Raises:
         TypeError: a job is not such a tuple, a descriptor not a str, a body not bytes.
         ValueError: attempts that do not fit a Thrift i32, or a length beyond 2**31 - 1.
+        NativeError: a bug in the extension.
+    """
+
+def redis_pack_command(args: tuple[str | int | float | bytes, ...]) -> bytes:
+    """``args`` as one Redis command in RESP (``*<n>``, then ``$<len>`` and the bytes of each),
+    byte for byte as ``hiredis.pack_command(args)`` packs it: a ``str`` as UTF-8, an ``int`` in
+    decimal, a ``float`` as its ``repr``, ``bytes`` as they are; exact types only, as hiredis.
+
+    A 100-job enqueue script's 510 arguments take about 9 µs, against 74 µs through hiredis.
+
+    Raises:
+        TypeError: an argument of another type (a subclass, ``bool``, ``None``, ``bytearray``;
+            also a ``memoryview``, which hiredis takes: the caller makes it ``bytes``).
+        UnicodeEncodeError: a ``str`` with a lone surrogate.
         NativeError: a bug in the extension.
     """
 

@@ -8,6 +8,7 @@ pub mod descriptor;
 pub mod errors;
 pub mod mysql_rows;
 pub mod ratelimit;
+pub mod redis_pack;
 pub mod redis_rows;
 pub mod thrift_reply;
 pub mod thrift_walk;
@@ -38,6 +39,8 @@ mod _pinlater {
     use super::mysql_rows::mysql_insert_statements;
     #[pymodule_export]
     use super::ratelimit::RateLimiter;
+    #[pymodule_export]
+    use super::redis_pack::redis_pack_command;
     #[pymodule_export]
     use super::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
