@@ -281,7 +281,7 @@ def redis_pack_command(args: tuple[str | int | float | bytes, ...]) -> bytes:
     byte for byte as ``hiredis.pack_command(args)`` packs it: a ``str`` as UTF-8, an ``int`` in
     decimal, a ``float`` as its ``repr``, ``bytes`` as they are; exact types only, as hiredis.
 
-    A 100-job enqueue script's 510 arguments take about 9 µs, against 74 µs through hiredis.
+    A 100-job enqueue script's 510 arguments take about 10 µs, against 65-110 µs through hiredis.
 
     Raises:
         TypeError: an argument of another type (a subclass, ``bool``, ``None``, ``bytearray``;

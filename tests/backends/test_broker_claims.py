@@ -115,8 +115,8 @@ async def _quiet(broker: DequeueBroker) -> None:
 
 
 def test_a_refill_that_got_all_it_asked_for_is_topped_up_at_once(store: ShardStore, backend: ShardedBackend) -> None:
-    """Under load dequeues drain the buffer while a refill is out; the broker tops it up as soon
-    as the refill ends, not when a later dequeue finds it below the low-water mark."""
+    """Under load dequeues drain the buffer while a refill is out. While the store has more, the
+    broker tops the buffer up after a take, without waiting for the low-water mark."""
     metrics = Metrics()
 
     async def scenario() -> None:
