@@ -50,20 +50,15 @@ pub fn encode_dequeue_reply<'py>(
             let remaining = attempts(&job, 3, "attempts_remaining")?;
             items.push((descriptor, body, allowed, remaining));
         }
-        let texts = items
-            .iter()
-            .map(|(d, ..)| d.to_str())
-            .collect::<PyResult<Vec<&str>>>()?;
-        let reply_jobs: Vec<ReplyJob<'_>> = items
-            .iter()
-            .zip(&texts)
-            .map(|((_, body, allowed, remaining), descriptor)| ReplyJob {
-                descriptor,
+        let mut reply_jobs = Vec::with_capacity(items.len());
+        for (descriptor, body, allowed, remaining) in &items {
+            reply_jobs.push(ReplyJob {
+                descriptor: descriptor.to_str()?,
                 body: body.as_bytes(),
                 attempts_allowed: *allowed,
                 attempts_remaining: *remaining,
-            })
-            .collect();
+            });
+        }
         let reply = thrift_reply::dequeue_reply(method, seqid, &reply_jobs)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(PyBytes::new(py, &reply))
