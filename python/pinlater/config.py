@@ -1,9 +1,10 @@
 """Server settings: the original's properties keys, with flags layered on top.
 
-``Settings`` is frozen; build it with ``Settings.from_properties`` (a properties file's text,
-key=value per line, ``#`` or ``!`` comments) and ``dataclasses.replace`` for flags. Every value
-is validated here, so the rest of the server can trust it; a bad value raises ``ConfigError``
-naming the key.
+``Settings`` is frozen. ``resolve_settings`` builds it from layers: the defaults, then a
+properties file (``parse_properties``/``load_properties``: key=value per line, ``#`` or ``!``
+comments), then the flags; a later layer wins, and the result is validated once, so checks that
+read two values (the backend and its config file) see them wherever each came from. A bad value
+raises ``ConfigError`` naming its source: the flag, or the file, line and key.
 """
 
 from __future__ import annotations
@@ -70,72 +71,140 @@ class Settings:
 
     @classmethod
     def from_properties(cls, text: str, source: str = "properties") -> Settings:
-        """Parse a properties file's text; unknown keys are ignored (the original had more)."""
-        values: dict[str, Any] = {}
-        for lineno, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if not line or line[0] in "#!":
-                continue
-            key, sep, value = _split_property(line)
-            if not sep:
-                raise ConfigError(f"{source}:{lineno}: expected KEY=VALUE, got {line!r}")
-            spec = _PROPERTIES.get(key)
-            if spec is None:
-                continue
-            attr, convert = spec
-            try:
-                values[attr] = convert(value)
-            except ValueError as exc:
-                raise ConfigError(f"{source}:{lineno}: {key}={value!r}: {exc}") from None
-        return cls().with_values(values, source)
+        """Parse a properties file's text over the defaults and validate the result."""
+        return resolve_settings(parse_properties(text, source))
 
     def with_values(self, values: Mapping[str, Any], source: str = "flags") -> Settings:
         """A copy with ``values`` (attribute names) applied, then validated."""
         updated = dataclasses.replace(self, **values)
-        updated.validate(source)
+        updated.validate({attr: f"{source} {_KEY_OF.get(attr, attr)}" for attr in values})
         return updated
 
-    def validate(self, source: str = "settings") -> None:
-        """Raise ``ConfigError`` on the first value out of range."""
-        checks: list[tuple[bool, str]] = [
-            (0 <= self.port <= 65535, f"port {self.port} is not in 0..65535"),
-            (0 <= self.admin_port <= 65535, f"admin port {self.admin_port} is not in 0..65535"),
-            (1 <= self.num_priority_levels <= 127, "NUM_PRIORITY_LEVELS must be in 1..127"),
-            (self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"),
-            (self.max_concurrent_requests >= 1, "MAX_CONCURRENT_REQUESTS must be at least 1"),
-            (self.backend_query_parallelism >= 1, "BACKEND_QUERY_PARALLELISM must be at least 1"),
-            (self.backend_connections_per_shard >= 1, "BACKEND_CONNECTIONS_PER_SHARD must be at least 1"),
-            (self.backend_num_auto_retries >= 0, "BACKEND_NUM_AUTO_RETRIES must not be negative"),
-            (self.backend_socket_timeout_seconds > 0, "BACKEND_SOCKET_TIMEOUT_SECONDS must be positive"),
-            (self.backend_monitor_thread_delay_seconds > 0, "BACKEND_MONITOR_THREAD_DELAY_SECONDS must be positive"),
-            (self.backend_monitor_update_max_size >= 1, "BACKEND_MONITOR_UPDATE_MAX_SIZE must be at least 1"),
-            (self.backend_monitor_job_claimed_timeout_seconds > 0, "claim timeout must be positive"),
-            (self.backend_monitor_job_succeeded_gc_ttl_hours >= 0, "succeeded GC TTL must not be negative"),
-            (self.backend_monitor_job_failed_gc_ttl_hours >= 0, "failed GC TTL must not be negative"),
-            (self.mysql_num_db_per_queue >= 1, "MYSQL_NUM_DB_PER_QUEUE must be at least 1"),
-            (self.mysql_count_limit >= 1, "MYSQL_COUNT_LIMIT must be at least 1"),
-            (self.embedded_num_shards >= 1, "EMBEDDED_NUM_SHARDS must be at least 1"),
-            (self.embedded_synchronous in ("FULL", "NORMAL"), "EMBEDDED_SYNCHRONOUS must be FULL or NORMAL"),
-            (self.max_frame_bytes >= 1024, "MAX_FRAME_BYTES must be at least 1024"),
-            (self.broker_buffer_size >= 1, "BROKER_BUFFER_SIZE must be at least 1"),
-            (0 <= self.broker_low_water_fraction <= 1, "BROKER_LOW_WATER_FRACTION must be in 0..1"),
+    def validate(self, origins: Mapping[str, str] | None = None) -> None:
+        """Raise ``ConfigError`` on the first value out of range, naming where that value came
+        from (``origins``: attribute name -> a flag or ``FILE:LINE KEY``; defaults name the key)."""
+        for ok, attrs, message in self._checks():
+            if not ok:
+                raise ConfigError(f"{_origin_of(attrs, origins or {})}: {message}")
+
+    def _checks(self) -> list[tuple[bool, tuple[str, ...], str]]:
+        """(holds, the attributes it reads, what is wrong when it does not)."""
+        return [
+            (0 <= self.port <= 65535, ("port",), f"port {self.port} is not in 0..65535"),
+            (0 <= self.admin_port <= 65535, ("admin_port",), f"admin port {self.admin_port} is not in 0..65535"),
+            (1 <= self.num_priority_levels <= 127, ("num_priority_levels",), "must be in 1..127"),
+            (
+                self.backend in BACKENDS,
+                ("backend",),
+                f"backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}",
+            ),
+            (self.max_concurrent_requests >= 1, ("max_concurrent_requests",), "must be at least 1"),
+            (self.backend_query_parallelism >= 1, ("backend_query_parallelism",), "must be at least 1"),
+            (self.backend_connections_per_shard >= 1, ("backend_connections_per_shard",), "must be at least 1"),
+            (self.backend_num_auto_retries >= 0, ("backend_num_auto_retries",), "must not be negative"),
+            (self.backend_socket_timeout_seconds > 0, ("backend_socket_timeout_seconds",), "must be positive"),
+            (
+                self.backend_monitor_thread_delay_seconds > 0,
+                ("backend_monitor_thread_delay_seconds",),
+                "must be positive",
+            ),
+            (self.backend_monitor_update_max_size >= 1, ("backend_monitor_update_max_size",), "must be at least 1"),
+            (
+                self.backend_monitor_job_claimed_timeout_seconds > 0,
+                ("backend_monitor_job_claimed_timeout_seconds",),
+                "claim timeout must be positive",
+            ),
+            (
+                self.backend_monitor_job_succeeded_gc_ttl_hours >= 0,
+                ("backend_monitor_job_succeeded_gc_ttl_hours",),
+                "succeeded GC TTL must not be negative",
+            ),
+            (
+                self.backend_monitor_job_failed_gc_ttl_hours >= 0,
+                ("backend_monitor_job_failed_gc_ttl_hours",),
+                "failed GC TTL must not be negative",
+            ),
+            (self.mysql_num_db_per_queue >= 1, ("mysql_num_db_per_queue",), "must be at least 1"),
+            (self.mysql_count_limit >= 1, ("mysql_count_limit",), "must be at least 1"),
+            (self.embedded_num_shards >= 1, ("embedded_num_shards",), "must be at least 1"),
+            (self.embedded_synchronous in ("FULL", "NORMAL"), ("embedded_synchronous",), "must be FULL or NORMAL"),
+            (self.max_frame_bytes >= 1024, ("max_frame_bytes",), "must be at least 1024"),
+            (self.broker_buffer_size >= 1, ("broker_buffer_size",), "must be at least 1"),
+            (0 <= self.broker_low_water_fraction <= 1, ("broker_low_water_fraction",), "must be in 0..1"),
             (
                 self.broker_hold_seconds is None
                 or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
+                ("broker_hold_seconds", "backend_monitor_job_claimed_timeout_seconds"),
                 "BROKER_HOLD_SECONDS must be at least 0.01 and at most half the claim timeout",
             ),
             (
                 not self.server_set_enabled or self.server_set_path is not None,
+                ("server_set_enabled", "server_set_path"),
                 "SERVER_SET_ENABLED needs SERVER_SET_PATH",
             ),
             (
                 self.backend == "embedded" or self.backend_config_path is not None,
-                f"the {self.backend} backend needs a backend config file (--backend-config)",
+                ("backend", "backend_config_path"),
+                f"the {self.backend} backend needs a backend config file (--backend-config or BACKEND_CONFIG_PATH)",
             ),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(f"{source}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsLayer:
+    """Values from one source (a properties file, the command line), by attribute name, each
+    with where it came from: ``origins[attr]`` is ``FILE:LINE KEY`` or a flag such as ``--port``."""
+
+    values: Mapping[str, Any]
+    origins: Mapping[str, str]
+
+
+def resolve_settings(*layers: SettingsLayer) -> Settings:
+    """The defaults, then each layer in turn (a later one wins: pass the properties file, then
+    the flags), validated once, so a check that reads two values (say the backend and its
+    config file) sees them wherever each came from. A bad value is a ``ConfigError`` naming
+    its source and key."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for layer in layers:
+        values.update(layer.values)
+        origins.update(layer.origins)
+    settings = dataclasses.replace(Settings(), **values)
+    settings.validate(origins)
+    return settings
+
+
+def parse_properties(text: str, source: str = "properties") -> SettingsLayer:
+    """A properties file's text (key=value per line, ``#`` or ``!`` comments) as a layer.
+    Unknown keys are ignored (the original had more); a value that does not convert is a
+    ``ConfigError`` naming ``source:line`` and the key."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = _split_property(line)
+        if not sep:
+            raise ConfigError(f"{source}:{lineno}: expected KEY=VALUE, got {line!r}")
+        spec = _PROPERTIES.get(key)
+        if spec is None:
+            continue
+        attr, convert = spec
+        try:
+            values[attr] = convert(value)
+        except ValueError as exc:
+            raise ConfigError(f"{source}:{lineno}: {key}={value!r}: {exc}") from None
+        origins[attr] = f"{source}:{lineno} {key}={value}"
+    return SettingsLayer(values, origins)
+
+
+def _origin_of(attrs: tuple[str, ...], origins: Mapping[str, str]) -> str:
+    """Where the first of ``attrs`` that was set came from; else the first one's key (a default)."""
+    for attr in attrs:
+        if attr in origins:
+            return origins[attr]
+    return _KEY_OF.get(attrs[0], attrs[0])
 
 
 def _split_property(line: str) -> tuple[str, str, str]:
@@ -200,11 +269,14 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
 }
 
+#: Attribute name -> its properties key, for errors about a value left at its default.
+_KEY_OF: dict[str, str] = {attr: key for key, (attr, _convert) in _PROPERTIES.items()}
 
-def load_properties_file(path: Path) -> Settings:
+
+def load_properties(path: Path) -> SettingsLayer:
     """Read and parse a properties file; a missing or unreadable file is a ``ConfigError``."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read properties file {path}: {exc.strerror}") from None
-    return Settings.from_properties(text, source=str(path))
+    return parse_properties(text, source=str(path))

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pinlater.config import BACKENDS, Settings, load_properties_file
+from pinlater.config import BACKENDS, Settings, SettingsLayer, load_properties, resolve_settings
 from pinlater.errors import ConfigError, StoreLockedError
 from pinlater.logs import FORMATS, setup_logging
 
@@ -60,20 +60,32 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+#: Flag -> the Settings attribute it sets.
+FLAG_ATTRS = {
+    "--host": "host",
+    "--port": "port",
+    "--admin-host": "admin_host",
+    "--admin-port": "admin_port",
+    "--data-dir": "data_dir",
+    "--backend": "backend",
+    "--backend-config": "backend_config_path",
+    "--num-priorities": "num_priority_levels",
+    "--max-frame-bytes": "max_frame_bytes",
+}
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    settings = load_properties_file(args.properties) if args.properties else Settings()
-    flags = {
-        "host": args.host,
-        "port": args.port,
-        "admin_host": args.admin_host,
-        "admin_port": args.admin_port,
-        "data_dir": args.data_dir,
-        "backend": args.backend,
-        "backend_config_path": args.backend_config,
-        "num_priority_levels": args.num_priorities,
-        "max_frame_bytes": args.max_frame_bytes,
-    }
-    return settings.with_values({k: v for k, v in flags.items() if v is not None}, source="flags")
+    """Defaults, then the properties file, then the flags given (a flag wins), validated once."""
+    layers = [load_properties(args.properties)] if args.properties else []
+    given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in FLAG_ATTRS}
+    given = {flag: value for flag, value in given.items() if value is not None}
+    layers.append(
+        SettingsLayer(
+            {FLAG_ATTRS[flag]: value for flag, value in given.items()},
+            {FLAG_ATTRS[flag]: f"{flag} {value}" for flag, value in given.items()},
+        )
+    )
+    return resolve_settings(*layers)
 
 
 def run(args: argparse.Namespace) -> int:
