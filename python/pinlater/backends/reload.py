@@ -5,16 +5,24 @@ next map: unchanged shards keep their open store (and their health), a shard who
 is ``dequeue_only`` keeps its store with the new flag, a shard whose connection changed is
 reopened, new shards are opened and removed ones retired. Retired stores are returned rather
 than closed, so the caller can close them once requests that started on the old map are done.
+
+``create_missing_queues`` then gives the shards that take new jobs every queue another shard
+has (the server runs it at start-up too), so an enqueue can land on any of them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pinlater.backends.base import BackendDriver, ShardConfig, ShardStore
+from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap, diff_configs
 from pinlater.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +37,12 @@ class ReloadPlan:
     @property
     def changed(self) -> bool:
         return bool(self.added or self.removed or self.reopened or self.flag_changed)
+
+    def needing_queues(self) -> list[Shard]:
+        """Shards that may lack queues and now take new jobs: added, reopened, or no longer
+        dequeue-only."""
+        changed = {*self.added, *self.reopened, *self.flag_changed}
+        return [s for s in self.shards if s.name in changed and not s.dequeue_only]
 
     def describe(self) -> str:
         parts = [
@@ -76,3 +90,41 @@ def plan_reload(
         if old is not None:
             retired.append(old.store)
     return ReloadPlan(ShardMap(shards), added, removed, reopened, flag_changed, retired)
+
+
+async def create_missing_queues(backend: ShardedBackend, targets: Sequence[Shard]) -> list[tuple[str, str]]:
+    """Create on each of ``targets`` every queue that some shard of ``backend`` has and it lacks.
+
+    The original created a queue on every shard at once; shards added later or restored from a
+    backup may lack some, and an enqueue landing there would fail. A shard that cannot be asked
+    is logged and skipped (reads treat a shard without a queue as empty meanwhile). Returns the
+    (queue, shard) pairs created; each is logged once.
+    """
+    if not targets:
+        return []
+    shards = backend.shards.all()
+    listed = await asyncio.gather(
+        *(backend.call_store(s, s.store.get_queue_names) for s in shards), return_exceptions=True
+    )
+    have: dict[str, set[str]] = {}
+    for shard, names in zip(shards, listed, strict=True):
+        if isinstance(names, BaseException):
+            log.warning("could not list the queues on shard %s: %s", shard.name, names)
+        else:
+            have[shard.name] = names
+    everywhere = set().union(*have.values())
+
+    async def fill(shard: Shard) -> list[tuple[str, str]]:
+        created = []
+        for queue in sorted(everywhere - have[shard.name]):
+            try:
+                await backend.call_store(shard, shard.store.create_queue, queue, backend.num_priorities)
+            except Exception as exc:
+                log.warning("could not create queue %s on shard %s: %s", queue, shard.name, exc)
+                continue
+            log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
+            created.append((queue, shard.name))
+        return created
+
+    done = await asyncio.gather(*(fill(s) for s in targets if s.name in have))
+    return [pair for pairs in done for pair in pairs]

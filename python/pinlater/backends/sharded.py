@@ -3,8 +3,11 @@
 ``ShardedBackend`` turns contract operations into per-shard ``ShardStore`` calls: it picks a
 shard for new jobs, walks priorities from 1 down and shards in random order on dequeue, honours
 coverage and dequeue-only shards, routes acks/checkpoints/lookups by job descriptor, merges
-scans and sums counts. Store calls are blocking; they run on a thread pool so shards are asked
-in parallel and the event loop never waits on I/O.
+scans and sums counts. A shard without a queue holds none of its jobs (``QueueAnswers``): reads
+fail with ``QueueNotFoundError`` only when no shard has the queue.
+
+Store calls are blocking; they run on a thread pool so shards are asked in parallel and the
+event loop never waits on I/O.
 
 Callers validate arguments first (``server/handler.py``); this layer trusts them.
 """
@@ -89,6 +92,44 @@ def claim_source(source: str) -> str:
     return source[:MAX_SOURCE_IN_CLAIM]
 
 
+class QueueAnswers:
+    """What the shards asked about one queue said, for the reads of that queue.
+
+    The original created a queue on every shard, but shards added later, restored from a
+    backup, or written by several deployments may hold a queue on some shards only. A shard
+    without the queue holds none of its jobs: its calls answer ``empty``. The queue is missing
+    (``QueueNotFoundError``) only when every shard asked said so; a shard that could not answer
+    (a connection failure) may hold it.
+    """
+
+    __slots__ = ("held", "lacking", "queue")
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        #: Shards that said they do not have the queue.
+        self.lacking: set[str] = set()
+        #: Some shard had the queue, or could not say.
+        self.held = False
+
+    async def ask(self, shard: Shard, call: Awaitable[T], empty: T) -> T:
+        """Await one store call on ``shard`` about the queue; ``empty`` if the shard lacks it."""
+        try:
+            result = await call
+        except QueueNotFoundError:
+            self.lacking.add(shard.name)
+            return empty
+        except ShardConnectionError:
+            self.held = True
+            raise
+        self.held = True
+        return result
+
+    def check(self) -> None:
+        """Raise ``QueueNotFoundError`` when the shards asked all said they lack the queue."""
+        if self.lacking and not self.held:
+            raise QueueNotFoundError(self.queue)
+
+
 class ShardedBackend:
     """The contract's operations over a ``ShardMap`` of stores."""
 
@@ -120,6 +161,9 @@ class ShardedBackend:
         self._future_ready: dict[Place, list[int]] = {}
         # -> the dequeue store call in flight there: concurrent dequeues wait for its answer
         self._in_flight: dict[Place, asyncio.Future[None]] = {}
+        # (shard, queue): the last dequeue look found no such queue there, while another shard
+        # had it; its places are remembered as empty, and a walk that skips them knows why
+        self._lacking: set[tuple[str, str]] = set()
         self.max_empty_recheck_ms = max(empty_recheck_ms, MAX_EMPTY_RECHECK_MS)
         self.signals = QueueSignals()
 
@@ -162,6 +206,8 @@ class ShardedBackend:
     def mark_ready(self, shard: str, queue: str, priorities: Iterable[int]) -> None:
         """Jobs became ready in these places: forget they were empty, wake long polls."""
         woke = False
+        if self._lacking:
+            self._lacking.discard((shard, queue))
         for priority in priorities:
             self._empty_until.pop((shard, queue, priority), None)
             self._empty_streak.pop((shard, queue, priority), None)
@@ -221,11 +267,16 @@ class ShardedBackend:
 
     async def create_queue(self, queue: str) -> None:
         shards = self._shards.all()
+        self._forget_lacking(queue)
         await asyncio.gather(*(self.call_store(s, s.store.create_queue, queue, self.num_priorities) for s in shards))
 
     async def delete_queue(self, queue: str) -> None:
         shards = self._shards.all()
+        self._forget_lacking(queue)
         await asyncio.gather(*(self.call_store(s, s.store.delete_queue, queue) for s in shards))
+
+    def _forget_lacking(self, queue: str) -> None:
+        self._lacking = {key for key in self._lacking if key[1] != queue}
 
     async def get_queue_names(self) -> set[str]:
         shards = [s for s in self._shards if s.healthy] or self._shards.all()
@@ -298,6 +349,8 @@ class ShardedBackend:
         ``limit`` jobs came back. With ``use_empty_hints``, places known to be empty are skipped,
         a place that gave fewer than asked is remembered as empty for a while (see
         ``EMPTY_RECHECK_MS``), and concurrent walks do not look at one place at the same time.
+        A shard without the queue is not asked again in this walk, and its places are remembered
+        as empty; the walk raises ``QueueNotFoundError`` only when no shard has the queue.
         """
         shards = self._shards.dequeue_candidates(coverage)
         if not shards:
@@ -305,23 +358,29 @@ class ShardedBackend:
         found: list[ReadyBatch] = []
         total = 0
         failures = 0
+        answers = QueueAnswers(queue)
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
                 want = limit - total
                 if want <= 0:
-                    return found
+                    break
+                if shard.name in answers.lacking:  # no such queue there, at any priority
+                    continue
                 if not shard.healthy:
+                    answers.held = True  # it cannot say
                     continue
                 place = (shard.name, queue, priority)
                 if use_empty_hints and not await self._worth_a_look(place):
                     self._count("dequeue_known_empty_skips", 1)
+                    if (shard.name, queue) not in self._lacking:
+                        answers.held = True  # it had the queue at the last look
                     continue
                 now = self.clock.now_ms()
                 call: asyncio.Future[None] | None = None
                 if use_empty_hints:
                     call = self._in_flight[place] = asyncio.get_running_loop().create_future()
                 try:
-                    got = await fetch(shard, priority, want, now)
+                    got = await answers.ask(shard, fetch(shard, priority, want, now), [])
                 except ShardConnectionError:
                     failures += 1
                     continue
@@ -331,9 +390,12 @@ class ShardedBackend:
                             del self._in_flight[place]
                         call.set_result(None)
                 self._count("dequeue_store_calls", 1)
+                if shard.name in answers.lacking:
+                    continue
                 if not got:
                     self._count("dequeue_store_calls_empty", 1)
                 if use_empty_hints:
+                    self._lacking.discard((shard.name, queue))
                     if len(got) < want:  # it took every ready job there
                         self._found_empty(place, now, bool(got))
                     else:
@@ -341,6 +403,15 @@ class ShardedBackend:
                 if got:
                     found.append(ReadyBatch(shard.name, priority, now, got))
                     total += len(got)
+            if total >= limit:
+                break
+        answers.check()
+        if use_empty_hints and answers.lacking:  # remembered as empty, like any other place
+            now = self.clock.now_ms()
+            for name in answers.lacking:
+                self._lacking.add((name, queue))
+                for priority in range(1, self.num_priorities + 1):
+                    self._found_empty((name, queue, priority), now, False)
         if failures and not found and failures >= len(shards):
             raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
         return found
@@ -411,10 +482,8 @@ class ShardedBackend:
         found: dict[str, JobRecord] = {}
 
         async def one(queue: str, shard: Shard, keys: list[tuple[int, int]]) -> None:
-            try:
-                records = await self.call_store(shard, shard.store.lookup_jobs, queue, keys, include_body)
-            except QueueNotFoundError:
-                return
+            call = self.call_store(shard, shard.store.lookup_jobs, queue, keys, include_body)
+            records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
             for record in records:
                 descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
                 found[descriptor] = record.as_clients_see_it()
@@ -434,18 +503,25 @@ class ShardedBackend:
         self, queue: str, state: JobState, priority: int | None, future: bool, body_regex: str | None
     ) -> int:
         now = self.clock.now_ms()
+        answers = QueueAnswers(queue)
         calls = [
-            self.call_store(
+            answers.ask(
                 shard,
-                shard.store.count_jobs,
-                queue,
-                JobFilter(state, p, now, future, body_regex),
-                self.count_limit,
+                self.call_store(
+                    shard,
+                    shard.store.count_jobs,
+                    queue,
+                    JobFilter(state, p, now, future, body_regex),
+                    self.count_limit,
+                ),
+                0,
             )
             for shard in self._readable_shards()
             for p in self._priorities(priority)
         ]
-        return sum(await _gather_raising_first(calls))
+        counts = await _gather_raising_first(calls)
+        answers.check()
+        return sum(counts)
 
     async def scan_jobs(
         self, queue: str, state: JobState, priority: int | None, future: bool, limit: int, body_regex: str | None
@@ -453,14 +529,21 @@ class ShardedBackend:
         """Up to ``limit`` jobs over every shard and priority, newest run_after first."""
         now = self.clock.now_ms()
         pairs = [(shard, p) for shard in self._readable_shards() for p in self._priorities(priority)]
+        answers = QueueAnswers(queue)
+        no_records: list[JobRecord] = []
         results = await _gather_raising_first(
             [
-                self.call_store(
-                    shard, shard.store.scan_jobs, queue, JobFilter(state, p, now, future, body_regex), limit
+                answers.ask(
+                    shard,
+                    self.call_store(
+                        shard, shard.store.scan_jobs, queue, JobFilter(state, p, now, future, body_regex), limit
+                    ),
+                    no_records,
                 )
                 for shard, p in pairs
             ]
         )
+        answers.check()
         merged: list[tuple[str, JobRecord]] = []
         for (shard, _p), records in zip(pairs, results, strict=True):
             if not records:
@@ -484,33 +567,40 @@ class ShardedBackend:
         self, queue: str, priority: int, attempts_to_allow: int, run_after_ms: int | None, limit: int
     ) -> int:
         done = 0
+        answers = QueueAnswers(queue)
         for shard in self._shards.dequeue_candidates(1.0):
             if done >= limit:
                 break
             now = self.clock.now_ms()
             run_after = now if run_after_ms is None else run_after_ms
+            call = self.call_store(
+                shard,
+                shard.store.retry_failed_jobs,
+                queue,
+                priority,
+                attempts_to_allow,
+                run_after,
+                limit - done,
+                now,
+            )
             try:
-                done += await self.call_store(
-                    shard,
-                    shard.store.retry_failed_jobs,
-                    queue,
-                    priority,
-                    attempts_to_allow,
-                    run_after,
-                    limit - done,
-                    now,
-                )
+                done += await answers.ask(shard, call, 0)
             finally:
-                self._ready_at(shard.name, queue, priority, run_after, now)
+                if shard.name not in answers.lacking:
+                    self._ready_at(shard.name, queue, priority, run_after, now)
+        answers.check()
         return done
 
     async def delete_jobs(self, queue: str, state: JobState, priority: int, body_regex: str | None, limit: int) -> int:
         done = 0
+        answers = QueueAnswers(queue)
         for shard in self._shards.dequeue_candidates(1.0):
             if done >= limit:
                 break
             where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex)
-            done += await self.call_store(shard, shard.store.delete_jobs, queue, where, limit - done)
+            call = self.call_store(shard, shard.store.delete_jobs, queue, where, limit - done)
+            done += await answers.ask(shard, call, 0)
+        answers.check()
         return done
 
 

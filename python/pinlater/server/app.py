@@ -20,7 +20,7 @@ from aiohttp import web
 from pinlater.backends.base import BackendDriver
 from pinlater.backends.embedded import open_embedded_shards
 from pinlater.backends.embedded.lock import DataDirLock
-from pinlater.backends.reload import ReloadPlan, plan_reload
+from pinlater.backends.reload import ReloadPlan, create_missing_queues, plan_reload
 from pinlater.backends.sharded import ShardedBackend, aclose_store
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.broker import BrokerPolicy, DequeueBroker
@@ -112,6 +112,8 @@ class PinLaterServer:
             count_limit=count_limit,
             count=self.metrics.incr,
         )
+        # Before serving: a queue on some shards only is put on every shard that takes new jobs.
+        await create_missing_queues(self.backend, self.backend.shards.enqueue_candidates())
         rate_limits = self.rate_limits = self._start_rate_limits()
         if s.broker_enabled:
             self.broker = DequeueBroker(self.backend, BrokerPolicy.from_settings(s), self.metrics)
@@ -174,14 +176,7 @@ class PinLaterServer:
         new = [s for s in plan.shards if s.name in plan.added or s.name in plan.reopened]
         if new:
             await self._warn_durability(new)
-            queues = await self.backend.get_queue_names()
-            for shard in new:
-                for queue in sorted(queues):
-                    try:
-                        create = shard.store.create_queue
-                        await self.backend.call_store(shard, create, queue, self.backend.num_priorities)
-                    except Exception as exc:
-                        log.warning("could not create queue %s on new shard %s: %s", queue, shard.name, exc)
+        await create_missing_queues(self.backend, plan.needing_queues())
         if plan.retired:
             # Requests that started on the old map may still use these stores; let them finish.
             await asyncio.sleep(self.settings.backend_socket_timeout_seconds * 2)

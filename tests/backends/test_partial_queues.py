@@ -1,0 +1,202 @@
+"""A queue that exists on only some shards, through ``ShardedBackend`` over three real embedded
+shards: reads treat a shard without the queue as holding none of its jobs, the queue is missing
+only when no shard has it, the dequeue's empty-place hints remember such a shard like any empty
+place, and ``create_missing_queues`` puts the queue on the shards that take new jobs.
+
+End to end on Redis and MySQL, with the original's data layouts: ``tests/server/test_partial_queues.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pinlater.backends.base import JobState, NewJob
+from pinlater.backends.embedded.store import EmbeddedStore
+from pinlater.backends.reload import create_missing_queues
+from pinlater.backends.sharded import MAX_EMPTY_RECHECK_MS, ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.broker import BrokerPolicy, DequeueBroker
+from pinlater.clock import ManualClock
+from pinlater.errors import QueueNotFoundError
+from pinlater.server.metrics import Metrics
+
+Q = "part"
+PRIORITIES = 3
+
+
+@pytest.fixture
+def counts() -> Counter[str]:
+    return Counter()
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[dict[str, EmbeddedStore]]:
+    """Three shards; the queue is on shard 2 only, with jobs in every state it reads."""
+    shards = {name: EmbeddedStore(tmp_path, name) for name in ("1", "2", "3")}
+    yield shards
+    for store in shards.values():
+        store.close()
+
+
+def make_backend(stores: dict[str, EmbeddedStore], counts: Counter[str], dequeue_only: str = "") -> ShardedBackend:
+    return ShardedBackend(
+        ShardMap(Shard(name, store, name == dequeue_only) for name, store in stores.items()),
+        num_priorities=PRIORITIES,
+        parallelism=4,
+        clock=ManualClock(),
+        count=lambda name, by: counts.update({name: by}),
+    )
+
+
+@pytest.fixture
+def backend(stores: dict[str, EmbeddedStore], counts: Counter[str]) -> Iterator[ShardedBackend]:
+    backend = make_backend(stores, counts)
+    on_2 = stores["2"]
+    on_2.create_queue(Q, PRIORITIES)
+    now = backend.clock.now_ms()
+    on_2.enqueue_jobs(Q, [NewJob(1, b"a", now - 10, 2), NewJob(1, b"b", now - 5, 2), NewJob(3, b"c", now, 1)], now)
+    on_2.enqueue_jobs(Q, [NewJob(2, b"later", now + 60_000, 2)], now)
+    yield backend
+    backend.close()
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_reads_see_the_jobs_of_the_one_shard_that_has_the_queue(backend: ShardedBackend) -> None:
+    async def scenario() -> None:
+        assert await backend.get_queue_names() == {Q}
+        assert await backend.count_jobs(Q, JobState.PENDING, None, False, None) == 3
+        assert await backend.count_jobs(Q, JobState.PENDING, 2, True, None) == 1
+        assert await backend.count_jobs(Q, JobState.PENDING, None, False, "^b$") == 1
+        scanned = await backend.scan_jobs(Q, JobState.PENDING, None, False, 10, None)
+        assert [d for d, _ in scanned] == [f"{Q}:s2:p3:3", f"{Q}:s2:p1:2", f"{Q}:s2:p1:1"]
+        looked = await backend.lookup_jobs([f"{Q}:s2:p1:1", f"{Q}:s1:p1:1", f"{Q}:s3:p1:1"], True)
+        assert list(looked) == [f"{Q}:s2:p1:1"] and looked[f"{Q}:s2:p1:1"].body == b"a"
+
+        dry = await backend.dequeue_jobs(Q, 10, "w", dry_run=True)
+        assert [j.descriptor for j in dry] == [f"{Q}:s2:p1:1", f"{Q}:s2:p1:2", f"{Q}:s2:p3:3"]
+        got = await backend.dequeue_jobs(Q, 10, "w")
+        assert [j.descriptor for j in got] == [j.descriptor for j in dry]
+        assert await backend.count_jobs(Q, JobState.IN_PROGRESS, None, False, None) == 3
+        assert await backend.dequeue_jobs(Q, 10, "w") == []
+
+        backend.clock.advance(60_000)  # type: ignore[attr-defined]
+        [later] = await backend.dequeue_jobs(Q, 10, "w", dry_run=True)
+        assert later.descriptor == f"{Q}:s2:p2:4"
+        assert await backend.delete_jobs(Q, JobState.PENDING, 2, None, 10) == 1
+        assert await backend.retry_failed_jobs(Q, 1, 2, None, 10) == 0
+
+    run(scenario())
+
+
+def test_the_queue_is_missing_only_when_no_shard_has_it(backend: ShardedBackend) -> None:
+    async def scenario() -> None:
+        for _ in range(2):  # nothing is remembered about a queue no shard has
+            with pytest.raises(QueueNotFoundError):
+                await backend.dequeue_jobs("nope", 10, "w")
+        with pytest.raises(QueueNotFoundError):
+            await backend.dequeue_jobs("nope", 10, "w", dry_run=True)
+        with pytest.raises(QueueNotFoundError):
+            await backend.count_jobs("nope", JobState.PENDING, None, False, None)
+        with pytest.raises(QueueNotFoundError):
+            await backend.scan_jobs("nope", JobState.PENDING, 1, False, 10, None)
+        with pytest.raises(QueueNotFoundError):
+            await backend.retry_failed_jobs("nope", 1, 1, None, 10)
+        with pytest.raises(QueueNotFoundError):
+            await backend.delete_jobs("nope", JobState.FAILED, 1, None, 10)
+        assert await backend.lookup_jobs(["nope:s1:p1:1"], False) == {}
+
+    run(scenario())
+
+
+def test_a_shard_without_the_queue_is_asked_once_a_walk_then_remembered_as_empty(
+    backend: ShardedBackend, counts: Counter[str]
+) -> None:
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+
+    async def scenario() -> None:
+        await backend.dequeue_jobs(Q, 10, "w")  # takes the 3 ready jobs of shard 2
+        # Shard 2 at three priorities, shards 1 and 3 once each (not again at priorities 2 and 3).
+        assert counts["dequeue_store_calls"] == 3 + 2
+        counts.clear()
+        assert await backend.dequeue_jobs(Q, 10, "w") == []
+        assert counts["dequeue_store_calls"] == 0, "every place is remembered as empty, shards 1 and 3 too"
+        assert counts["dequeue_known_empty_skips"] == 3 * PRIORITIES
+        # However the backoffs of the places fall, the queue is never taken for missing: here
+        # shard 2's places start again from the first wait (as after the monitor gave jobs
+        # back there), so they are often skipped while shards 1 and 3 are asked.
+        for step in range(300):
+            clock.advance(97)
+            if step == 100:
+                backend.forget_empty("2")
+            assert await backend.dequeue_jobs(Q, 10, "w") == []
+        assert 0 < counts["dequeue_store_calls"] < 300 * 3 * PRIORITIES / 10
+
+    run(scenario())
+
+
+def test_a_queue_deleted_everywhere_is_missing_again(backend: ShardedBackend) -> None:
+    async def scenario() -> None:
+        await backend.dequeue_jobs(Q, 10, "w")
+        assert await backend.dequeue_jobs(Q, 10, "w") == []  # shards 1 and 3 remembered as lacking it
+        await backend.delete_queue(Q)
+        backend.clock.advance(MAX_EMPTY_RECHECK_MS)  # type: ignore[attr-defined]
+        with pytest.raises(QueueNotFoundError):
+            await backend.dequeue_jobs(Q, 10, "w")
+
+    run(scenario())
+
+
+def test_the_broker_refills_from_the_shard_that_has_the_queue(backend: ShardedBackend) -> None:
+    async def scenario() -> list[str]:
+        broker = DequeueBroker(backend, BrokerPolicy(100, 10, 20_000), Metrics())
+        try:
+            with pytest.raises(QueueNotFoundError):
+                await broker.dequeue("nope", 10, "w")
+            got = await broker.dequeue(Q, 10, "w")
+            await broker.settle([(Q, "2", 1, 1)])
+            return [j.descriptor for j in got]
+        finally:
+            await broker.stop()
+
+    assert run(scenario()) == [f"{Q}:s2:p1:1", f"{Q}:s2:p1:2", f"{Q}:s2:p3:3"]
+
+
+def test_missing_queues_are_created_on_the_shards_that_take_new_jobs(
+    stores: dict[str, EmbeddedStore], counts: Counter[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    stores["2"].create_queue(Q, PRIORITIES)
+    stores["3"].create_queue("other", PRIORITIES)
+    backend = make_backend(stores, counts, dequeue_only="3")
+    try:
+        with caplog.at_level(logging.INFO, logger="pinlater.backends.reload"):
+            created = run(create_missing_queues(backend, backend.shards.enqueue_candidates()))
+            assert sorted(created) == [("other", "1"), ("other", "2"), (Q, "1")]  # type: ignore[arg-type]
+            assert run(create_missing_queues(backend, backend.shards.enqueue_candidates())) == []
+        assert {name: store.get_queue_names() for name, store in stores.items()} == {
+            "1": {Q, "other"},
+            "2": {Q, "other"},
+            "3": {"other"},  # dequeue-only: takes no new jobs, so needs no queue
+        }
+        lines = [r.getMessage() for r in caplog.records if "created queue" in r.getMessage()]
+        assert sorted(lines) == [
+            "created queue other on shard 1: another shard has it",
+            "created queue other on shard 2: another shard has it",
+            f"created queue {Q} on shard 1: another shard has it",
+        ]
+        now = backend.clock.now_ms()
+        placed = Counter(
+            d.split(":")[1] for _ in range(30) for d in run(backend.enqueue_jobs(Q, [NewJob(1, b"x", now, 1)]))
+        )
+        assert set(placed) == {"s1", "s2"}
+    finally:
+        backend.close()
