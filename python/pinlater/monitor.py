@@ -18,7 +18,7 @@ from pinlater.backends.base import JobState
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
-from pinlater.errors import PinLaterError
+from pinlater.errors import PinLaterError, QueueNotFoundError
 from pinlater.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -92,41 +92,48 @@ class Monitor:
         return totals
 
     async def _shard_pass(self, shard: Shard) -> dict[str, int]:
-        p = self.policy
-        call = self.backend.call_store
-        queues = await call(shard, shard.store.get_queue_names)
+        queues = await self.backend.call_store(shard, shard.store.get_queue_names)
         totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0}
         for queue in sorted(queues):
-            for priority in range(1, self.backend.num_priorities + 1):
-                now = self.backend.clock.now_ms()
-                totals["resurrected"] += await call(
-                    shard,
-                    shard.store.resurrect_timed_out_jobs,
-                    queue,
-                    priority,
-                    now - p.claim_timeout_ms,
-                    p.max_per_pass,
-                    now,
-                )
-                totals["gc_succeeded"] += await call(
-                    shard,
-                    shard.store.gc_finished_jobs,
-                    queue,
-                    priority,
-                    JobState.SUCCEEDED,
-                    now - p.succeeded_ttl_ms,
-                    p.max_per_pass,
-                )
-                totals["gc_failed"] += await call(
-                    shard,
-                    shard.store.gc_finished_jobs,
-                    queue,
-                    priority,
-                    JobState.FAILED,
-                    now - p.failed_ttl_ms,
-                    p.max_per_pass,
-                )
+            try:
+                await self._queue_pass(shard, queue, totals)
+            except QueueNotFoundError:  # deleted since the listing: the rest of the shard goes on
+                continue
         if totals["resurrected"]:
             self.backend.forget_empty(shard.name)
             log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])
         return totals
+
+    async def _queue_pass(self, shard: Shard, queue: str, totals: dict[str, int]) -> None:
+        """The three bounded sweeps of one queue on one shard, each priority; adds to ``totals``."""
+        p = self.policy
+        call = self.backend.call_store
+        for priority in range(1, self.backend.num_priorities + 1):
+            now = self.backend.clock.now_ms()
+            totals["resurrected"] += await call(
+                shard,
+                shard.store.resurrect_timed_out_jobs,
+                queue,
+                priority,
+                now - p.claim_timeout_ms,
+                p.max_per_pass,
+                now,
+            )
+            totals["gc_succeeded"] += await call(
+                shard,
+                shard.store.gc_finished_jobs,
+                queue,
+                priority,
+                JobState.SUCCEEDED,
+                now - p.succeeded_ttl_ms,
+                p.max_per_pass,
+            )
+            totals["gc_failed"] += await call(
+                shard,
+                shard.store.gc_finished_jobs,
+                queue,
+                priority,
+                JobState.FAILED,
+                now - p.failed_ttl_ms,
+                p.max_per_pass,
+            )

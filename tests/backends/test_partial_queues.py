@@ -28,6 +28,7 @@ from pinlater.server.metrics import Metrics
 
 Q = "part"
 PRIORITIES = 3
+HOUR = 3_600_000
 
 
 @pytest.fixture
@@ -200,3 +201,25 @@ def test_missing_queues_are_created_on_the_shards_that_take_new_jobs(
         assert set(placed) == {"s1", "s2"}
     finally:
         backend.close()
+
+
+def test_the_monitor_goes_past_a_queue_deleted_since_it_listed_them(
+    backend: ShardedBackend, stores: dict[str, EmbeddedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue that vanished between the listing and its sweep (``a_gone`` sorts first) is
+    skipped; the queues after it on that shard are still swept."""
+    from pinlater.monitor import Monitor, MonitorPolicy
+
+    on_2 = stores["2"]
+    listed = on_2.get_queue_names() | {"a_gone"}
+    monkeypatch.setattr(on_2, "get_queue_names", lambda: listed)
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+    claimed = on_2.dequeue_jobs(Q, 1, 2, "worker|host:1", clock.now_ms(), False)
+    assert len(claimed) == 2
+    clock.advance(10_000)
+    policy = MonitorPolicy(
+        interval_seconds=60, max_per_pass=100, claim_timeout_ms=1_000, succeeded_ttl_ms=HOUR, failed_ttl_ms=HOUR
+    )
+    totals = run(Monitor(backend, policy, Metrics()).run_once())
+    assert totals == {"resurrected": 2, "gc_succeeded": 0, "gc_failed": 0}
