@@ -229,6 +229,9 @@ def test_a_killed_servers_holds_on_redis_come_back_to_a_server_without_the_broke
         [taken] = api.dequeue("crash", limit=1).jobs
         rest = {d for d in descriptors if d != taken}
         assert {info.jobState for info in api.lookup(*rest).values()} == {PENDING}  # held, shown PENDING
+        # the lookup waits for the hand-out's claim to be written (killed before that, the taken
+        # job's hold would lapse too and it would come back as the eleventh PENDING job)
+        assert api.lookup(taken)[taken].jobState == IN_PROGRESS
         srv.kill()
 
         # A server that never reserves: its monitor puts the lapsed holds back in PENDING ...
