@@ -385,14 +385,17 @@ def test_lost_connection_then_recovery_after_restart(own_server: MariaDBServer) 
         store.close()
 
 
-def test_without_retries_a_dead_pooled_connection_is_reported(own_server: MariaDBServer) -> None:
+def test_without_retries_a_dead_pooled_connection_is_replaced_not_reported(own_server: MariaDBServer) -> None:
     store = MySQLStore("1", config_for(own_server), pool_size=1, socket_timeout=2.0, num_auto_retries=0)
     try:
         store.ping()
         own_server.restart()
+        store.ping()  # the dead connection was found closed and replaced before anything was sent
+        own_server.kill()
         with pytest.raises(ShardConnectionError):
-            store.ping()
-        store.ping()  # the dead connection was dropped
+            store.ping()  # a server that is down is still reported at once
+        own_server.start()
+        store.ping()
     finally:
         store.close()
 

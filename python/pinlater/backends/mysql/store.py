@@ -18,9 +18,11 @@ never truncated (sessions run in strict mode).
 Errors: a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait
 timeouts and lost connections are retried ``num_auto_retries`` times, then
 ``ShardConnectionError``, as is any failure to connect; a bad body regex is ``ValueError``. A
-retry after a connection lost during COMMIT may repeat a transaction that did commit (an enqueue
-then inserts its jobs twice): delivery is at least once, as in the original, which retried the
-same way. A lookup naming a priority the queue has no table for finds nothing there.
+stale pooled connection (after a server restart) is replaced before use, or once it fails
+before COMMIT, at no cost to ``num_auto_retries``. A transaction whose COMMIT was cut off is
+repeated only where a repeat is harmless: not an enqueue (it would insert its jobs twice, where
+the original retried and duplicated), nor the limit-bounded bulk writes retry_failed_jobs and
+delete_jobs (``transactions.py``). A lookup naming a priority the queue has no table for finds nothing there.
 """
 
 from __future__ import annotations
@@ -121,9 +123,10 @@ class MySQLStore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _run(self, queue: str | None, op: Callable[[Cursor], T]) -> T:
-        """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors."""
-        return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op)
+    def _run(self, queue: str | None, op: Callable[[Cursor], T], *, repeatable: bool = True) -> T:
+        """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors;
+        ``repeatable`` False: not run again once its COMMIT may have been applied."""
+        return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op, repeatable=repeatable)
 
     def _table(self, queue: str, priority: int) -> str:
         return names.quoted_table(self._name, queue, priority)
@@ -142,11 +145,13 @@ class MySQLStore:
         max_packet = info.max_allowed_packet if info else DEFAULT_MAX_ALLOWED_PACKET
         self.bodies.check(queue, priority, body, what, max_packet)
 
-    def _run_writing_bodies(self, queue: str, op: Callable[[Cursor], T], check_again: Callable[[], None]) -> T:
+    def _run_writing_bodies(
+        self, queue: str, op: Callable[[Cursor], T], check_again: Callable[[], None], *, repeatable: bool
+    ) -> T:
         """``_run`` for a write of bodies: a body the server finds too long for its column (the
         cache missed an ALTER TABLE) is refused as the checks before it would have."""
         try:
-            return self._run(queue, op)
+            return self._run(queue, op, repeatable=repeatable)
         except pymysql.err.DataError as exc:
             if error_code(exc) != DATA_TOO_LONG_ERROR:
                 raise
@@ -221,7 +226,7 @@ class MySQLStore:
                 return list(next(iter(ids.values())))
             return [next(ids[job.priority]) for job in jobs]
 
-        return self._run_writing_bodies(queue, op, check_bodies)
+        return self._run_writing_bodies(queue, op, check_bodies, repeatable=False)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -343,7 +348,7 @@ class MySQLStore:
                 )
             return changed
 
-        return self._run_writing_bodies(queue, op, check_bodies)
+        return self._run_writing_bodies(queue, op, check_bodies, repeatable=True)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -407,12 +412,12 @@ class MySQLStore:
     ) -> int:
         sql = queries.RETRY_FAILED_JOBS.render(table=self._table(queue, priority))
         args = (attempts_to_allow, to_db_time(run_after_ms), to_db_time(now_ms), limit)
-        return self._run(queue, lambda cur: int(cur.execute(sql, args)))
+        return self._run(queue, lambda cur: int(cur.execute(sql, args)), repeatable=False)
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         sql = queries.DELETE_JOBS.render(table=self._table(queue, where.priority))
         args = (*job_rows.filter_args(where), limit)
-        return self._run(queue, lambda cur: int(cur.execute(sql, args)))
+        return self._run(queue, lambda cur: int(cur.execute(sql, args)), repeatable=False)
 
     # -- maintenance (the monitor) ----------------------------------------------------------
 
