@@ -8,22 +8,11 @@ from typing import Any
 
 from pinlater.backends.base import ClaimedJob, JobFilter, JobRecord, JobState
 from pinlater.backends.mysql.db_time import TS_MAX_MS, TS_MIN_MS, from_db_time, to_db_time
-from pinlater.errors import ErrorCode, PinLaterError
 
 #: The original's CUSTOM_STATUS_SIZE_BYTES, the width of the custom_status column.
 CUSTOM_STATUS_LIMIT = 5000
 #: The claim_descriptor column is VARCHAR(200).
 MAX_CLAIM_LENGTH = 200
-#: The body column is a BLOB (in the original's tables too): at most 2**16 - 1 bytes.
-MAX_BODY_BYTES = 65_535
-
-
-def check_body_size(body: bytes, what: str) -> None:
-    if len(body) > MAX_BODY_BYTES:
-        raise PinLaterError(
-            ErrorCode.ENQUEUE_REJECTED,
-            f"{what} is {len(body)} bytes; the MySQL backend stores bodies of at most {MAX_BODY_BYTES} bytes (BLOB)",
-        )
 
 
 def filter_args(where: JobFilter) -> tuple[Any, ...]:

@@ -6,6 +6,13 @@ committed when the body returns, rolled back when it raises. Connection-level fa
 gone, lost connection, timeouts) drop the connection and every idle one with it: after a server
 restart they are all dead, and the next attempt must not pick up another corpse.
 
+Stale connections: a pooled connection whose socket is readable while idle (the server closed
+it: a restart, ``wait_timeout``, a kill) is dropped at checkout, before anything is sent, for
+the cost of one ``poll``. One that still fails before its COMMIT was sent raises
+``StaleConnectionError``: nothing of the transaction was committed (the server rolls back what a
+dead session left), so it is safe to run again on a fresh connection. A connection lost while
+COMMIT was on its way raises ``CommitUnknownError``: the transaction may have committed.
+
 ``ServerInfo`` is read on every new connection, so a server replaced under us (a restart with
 different settings) is noticed.
 """
@@ -13,6 +20,7 @@ different settings) is noticed.
 from __future__ import annotations
 
 import logging
+import select
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -80,7 +88,7 @@ def error_code(exc: BaseException) -> int | None:
 
 def is_connection_failure(exc: BaseException) -> bool:
     """True when ``exc`` means the connection (or the server) is unusable."""
-    if isinstance(exc, pymysql.err.InterfaceError | OSError | EOFError):
+    if isinstance(exc, pymysql.err.InterfaceError | OSError | EOFError | StaleConnectionError | CommitUnknownError):
         return True
     code = error_code(exc)
     return code is not None and (code in LOST_CONNECTION_ERRORS or code in CONNECT_ERRORS or 2000 <= code < 2100)
@@ -137,6 +145,15 @@ class _Connection(pymysql.connections.Connection):  # type: ignore[misc]  # PyMy
 
 class PoolTimeout(Exception):
     """No connection became free in time."""
+
+
+class StaleConnectionError(pymysql.err.OperationalError):  # type: ignore[misc]  # PyMySQL is untyped
+    """A pooled connection died before its transaction's COMMIT was sent: nothing of it was
+    committed. The args are the original error's (its MySQL error number first)."""
+
+
+class CommitUnknownError(pymysql.err.OperationalError):  # type: ignore[misc]  # PyMySQL is untyped
+    """The connection failed while COMMIT was on its way: the transaction may have committed."""
 
 
 class ConnectionPool:
@@ -208,10 +225,8 @@ class ConnectionPool:
             raise PoolTimeout(f"no free connection within {self._timeout}s")
         conn: pymysql.connections.Connection[Any] | None = None
         try:
-            with self._lock:
-                if self._closed:
-                    raise pymysql.err.InterfaceError(0, "the connection pool is closed")
-                conn = self._idle.pop() if self._idle else None
+            conn = self._take_idle()
+            reused = conn is not None
             if conn is None:
                 conn = self._connect()
             yield conn
@@ -220,6 +235,8 @@ class ConnectionPool:
                 _force_close(conn)
                 conn = None
                 self.discard_idle()
+                if reused and not isinstance(exc, CommitUnknownError | StaleConnectionError):
+                    raise StaleConnectionError(error_code(exc) or 2006, _describe(exc)) from exc
             raise
         finally:
             if conn is not None:
@@ -230,14 +247,37 @@ class ConnectionPool:
                         self._idle.append(conn)
             self._slots.release()
 
+    def _take_idle(self) -> pymysql.connections.Connection[Any] | None:
+        """An idle connection that still looks alive, or None; dead ones found are closed."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise pymysql.err.InterfaceError(0, "the connection pool is closed")
+                if not self._idle:
+                    return None
+                conn = self._idle.pop()
+            if not _closed_by_server(conn):
+                return conn
+            log.debug("MySQL %s:%s: dropping a pooled connection the server closed", *self._address())
+            _force_close(conn)
+
+    def _address(self) -> tuple[Any, Any]:
+        return self._connect_args["host"], self._connect_args["port"]
+
     @contextmanager
     def transaction(self) -> Iterator[pymysql.cursors.Cursor]:
-        """A cursor in a transaction: committed if the body returns, rolled back if it raises."""
+        """A cursor in a transaction: committed if the body returns, rolled back if it raises.
+        A connection failure during COMMIT raises ``CommitUnknownError``."""
         with self.connection() as conn:
             try:
                 with conn.cursor() as cur:
                     yield cur
-                conn.commit()
+                try:
+                    conn.commit()
+                except BaseException as exc:
+                    if is_connection_failure(exc):
+                        raise CommitUnknownError(error_code(exc) or 2013, _describe(exc)) from exc
+                    raise
             except BaseException as exc:
                 if not is_connection_failure(exc):
                     try:
@@ -258,6 +298,26 @@ class ConnectionPool:
         with self._lock:
             self._closed = True
         self.discard_idle()
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc.args[1]) if len(exc.args) > 1 else f"{type(exc).__name__}: {exc}"
+
+
+def _closed_by_server(conn: pymysql.connections.Connection[Any]) -> bool:
+    """Whether an idle connection's socket is readable: between transactions the server sends
+    nothing, so anything there (end of stream, a "connection killed" error) means it is gone."""
+    sock = conn._sock
+    if sock is None:
+        return True
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 def _force_close(conn: pymysql.connections.Connection[Any]) -> None:

@@ -10,13 +10,19 @@ Time: every "now" is a parameter; ``db_time.py`` converts (milliseconds survive 
 created here) and clamps to TIMESTAMP's range. The session time zone is UTC
 (``session_setup.sql``), so datetimes cross the wire as UTC.
 
-Errors: a body over ``MAX_BODY_BYTES`` (the BLOB column) is ENQUEUE_REJECTED, checked before
-any statement runs; a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait
+Bodies: tables created here hold bodies up to a MEDIUMBLOB (16 MiB - 1), the original's up to a
+BLOB (64 KiB - 1); a body longer than its table holds is ENQUEUE_REJECTED naming the table and
+the ``ALTER TABLE`` that lifts the limit, checked before any statement runs (``bodies.py``), and
+never truncated (sessions run in strict mode).
+
+Errors: a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait
 timeouts and lost connections are retried ``num_auto_retries`` times, then
 ``ShardConnectionError``, as is any failure to connect; a bad body regex is ``ValueError``. A
-retry after a connection lost during COMMIT may repeat a transaction that did commit (an enqueue
-then inserts its jobs twice): delivery is at least once, as in the original, which retried the
-same way. A lookup naming a priority the queue has no table for finds nothing there.
+stale pooled connection (after a server restart) is replaced before use, or once it fails
+before COMMIT, at no cost to ``num_auto_retries``. A transaction whose COMMIT was cut off is
+repeated only where a repeat is harmless: not an enqueue (it would insert its jobs twice, where
+the original retried and duplicated), nor the limit-bounded bulk writes retry_failed_jobs and
+delete_jobs (``transactions.py``). A lookup naming a priority the queue has no table for finds nothing there.
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ from pinlater.backends.base import (
     NewJob,
 )
 from pinlater.backends.mysql import job_rows, names, queries, reservations
+from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, parse_columns
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
-from pinlater.backends.mysql.inserts import INSERT_ID_STRATEGIES, insert_jobs
-from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_BODY_BYTES, MAX_CLAIM_LENGTH
+from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET, INSERT_ID_STRATEGIES, insert_jobs
+from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_CLAIM_LENGTH
 from pinlater.backends.mysql.pool import ConnectionPool, error_code
 from pinlater.backends.mysql.transactions import (
     NAME_TOO_LONG_ERRORS,
@@ -54,10 +61,11 @@ from pinlater.backends.mysql.transactions import (
 from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
 
 __all__ = [
+    "BLOB_BYTES",
     "CUSTOM_STATUS_LIMIT",
     "INSERT_ID_STRATEGIES",
-    "MAX_BODY_BYTES",
     "MAX_CLAIM_LENGTH",
+    "MEDIUMBLOB_BYTES",
     "MySQLStore",
     "from_db_time",
     "to_db_time",
@@ -66,6 +74,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NO_LIMIT = 2**62
+#: MySQL's ER_DATA_TOO_LONG: in strict mode, a value too long for its column.
+DATA_TOO_LONG_ERROR = 1406
 
 
 class MySQLStore:
@@ -100,6 +110,8 @@ class MySQLStore:
             size=pool_size,
             timeout=socket_timeout,
         )
+        #: The body column of each table, learned when a body longer than a BLOB first needs it.
+        self.bodies = BodyLimits(self._read_body_columns, self._table)
 
     @property
     def name(self) -> str:
@@ -111,12 +123,41 @@ class MySQLStore:
 
     # -- plumbing ---------------------------------------------------------------------------
 
-    def _run(self, queue: str | None, op: Callable[[Cursor], T]) -> T:
-        """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors."""
-        return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op)
+    def _run(self, queue: str | None, op: Callable[[Cursor], T], *, repeatable: bool = True) -> T:
+        """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors;
+        ``repeatable`` False: not run again once its COMMIT may have been applied."""
+        return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op, repeatable=repeatable)
 
     def _table(self, queue: str, priority: int) -> str:
         return names.quoted_table(self._name, queue, priority)
+
+    def _read_body_columns(self, queue: str) -> dict[int, tuple[str, int]]:
+        database = names.database_name(self._name, queue)
+
+        def op(cur: Cursor) -> dict[int, tuple[str, int]]:
+            cur.execute(queries.BODY_COLUMNS.render(), (database,))
+            return parse_columns(list(cur.fetchall()))
+
+        return self._run(None, op)
+
+    def _check_body(self, queue: str, priority: int, body: bytes, what: str) -> None:
+        info = self.pool.server_info
+        max_packet = info.max_allowed_packet if info else DEFAULT_MAX_ALLOWED_PACKET
+        self.bodies.check(queue, priority, body, what, max_packet)
+
+    def _run_writing_bodies(
+        self, queue: str, op: Callable[[Cursor], T], check_again: Callable[[], None], *, repeatable: bool
+    ) -> T:
+        """``_run`` for a write of bodies: a body the server finds too long for its column (the
+        cache missed an ALTER TABLE) is refused as the checks before it would have."""
+        try:
+            return self._run(queue, op, repeatable=repeatable)
+        except pymysql.err.DataError as exc:
+            if error_code(exc) != DATA_TOO_LONG_ERROR:
+                raise
+            self.bodies.forget(queue)
+            check_again()  # raises the refusal naming the body and its table
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"a value is too long for its column: {exc}") from exc
 
     # -- queues -----------------------------------------------------------------------------
 
@@ -138,10 +179,15 @@ class MySQLStore:
             if error_code(exc) in NAME_TOO_LONG_ERRORS:
                 raise PinLaterError(ErrorCode.QUEUE_NAME_TOO_LONG, f"queue name too long: {queue}") from exc
             raise
+        finally:
+            self.bodies.forget(queue)
 
     def delete_queue(self, queue: str) -> None:
         database = names.quoted_database(self._name, queue)
-        self._run(None, lambda cur: cur.execute(queries.DROP_DATABASE.render(database=database)))
+        try:
+            self._run(None, lambda cur: cur.execute(queries.DROP_DATABASE.render(database=database)))
+        finally:
+            self.bodies.forget(queue)
 
     def get_queue_names(self) -> set[str]:
         def op(cur: Cursor) -> set[str]:
@@ -157,10 +203,18 @@ class MySQLStore:
         if not jobs:
             return []
         by_priority: dict[int, list[NewJob]] = defaultdict(list)
-        for index, job in enumerate(jobs):
-            if len(job.body) > MAX_BODY_BYTES:
-                job_rows.check_body_size(job.body, f"the body of job {index} (counting from 0) of the request")
+        long_bodies = False
+        for job in jobs:
+            long_bodies = long_bodies or len(job.body) > BLOB_BYTES
             by_priority[job.priority].append(job)
+
+        def check_bodies() -> None:
+            for index, job in enumerate(jobs):
+                what = f"the body of job {index} (counting from 0) of the request"
+                self._check_body(queue, job.priority, job.body, what)
+
+        if long_bodies:
+            check_bodies()
         tables = {priority: self._table(queue, priority) for priority in by_priority}
 
         def op(cur: Cursor) -> list[int]:
@@ -172,7 +226,7 @@ class MySQLStore:
                 return list(next(iter(ids.values())))
             return [next(ids[job.priority]) for job in jobs]
 
-        return self._run(queue, op)
+        return self._run_writing_bodies(queue, op, check_bodies, repeatable=False)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -261,9 +315,14 @@ class MySQLStore:
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         if not items:
             return 0
-        for item in items:
-            if item.new_body is not None:
-                job_rows.check_body_size(item.new_body, f"the new body of checkpointed job {item.local_id}")
+
+        def check_bodies() -> None:
+            for item in items:
+                if item.new_body is not None:
+                    what = f"the new body of checkpointed job {item.local_id}"
+                    self._check_body(queue, item.priority, item.new_body, what)
+
+        check_bodies()
         tables = {item.priority: self._table(queue, item.priority) for item in items}
         now = to_db_time(now_ms)
 
@@ -289,7 +348,7 @@ class MySQLStore:
                 )
             return changed
 
-        return self._run(queue, op)
+        return self._run_writing_bodies(queue, op, check_bodies, repeatable=True)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -353,12 +412,12 @@ class MySQLStore:
     ) -> int:
         sql = queries.RETRY_FAILED_JOBS.render(table=self._table(queue, priority))
         args = (attempts_to_allow, to_db_time(run_after_ms), to_db_time(now_ms), limit)
-        return self._run(queue, lambda cur: int(cur.execute(sql, args)))
+        return self._run(queue, lambda cur: int(cur.execute(sql, args)), repeatable=False)
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         sql = queries.DELETE_JOBS.render(table=self._table(queue, where.priority))
         args = (*job_rows.filter_args(where), limit)
-        return self._run(queue, lambda cur: int(cur.execute(sql, args)))
+        return self._run(queue, lambda cur: int(cur.execute(sql, args)), repeatable=False)
 
     # -- maintenance (the monitor) ----------------------------------------------------------
 

@@ -1,6 +1,15 @@
 """Running one MySQL transaction for a shard: retrying deadlocks, lock wait timeouts and lost
 connections ``num_auto_retries`` times, and mapping server errors to PinLater's.
 
+Retries never repeat a commit: a transaction is run again only when it cannot have committed
+(a deadlock or lock wait timeout rolled it back; the connection died before COMMIT was sent, and
+the server rolls back what a dead session left) or when running it twice is harmless
+(``repeatable``). A connection lost during COMMIT leaves the outcome unknown: a transaction that
+is not repeatable (an enqueue: it would insert its jobs twice) then fails with
+``ShardConnectionError`` saying so. A pooled connection found dead before COMMIT (a stale one,
+after a server restart) is replaced and the transaction run again at once, once, whatever
+``num_auto_retries`` says: nothing was committed.
+
 A missing database or table is ``QueueNotFoundError``; a bad body regex is ``ValueError``;
 retryable errors past the retries, and any failure to connect, are ``ShardConnectionError``.
 """
@@ -15,8 +24,10 @@ import pymysql
 
 from pinlater.backends.mysql.pool import (
     RETRYABLE_ERRORS,
+    CommitUnknownError,
     ConnectionPool,
     PoolTimeout,
+    StaleConnectionError,
     error_code,
     is_connection_failure,
 )
@@ -35,10 +46,18 @@ REGEX_ERROR = 1139
 
 
 def run_transaction(
-    pool: ConnectionPool, shard: str, num_auto_retries: int, queue: str | None, op: Callable[[Cursor], T]
+    pool: ConnectionPool,
+    shard: str,
+    num_auto_retries: int,
+    queue: str | None,
+    op: Callable[[Cursor], T],
+    *,
+    repeatable: bool = True,
 ) -> T:
-    """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors."""
+    """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors.
+    ``repeatable`` False: not run again once its COMMIT may have been applied."""
     attempt = 0
+    replaced_stale = False
     while True:
         try:
             with pool.transaction() as cur:
@@ -51,6 +70,13 @@ def run_transaction(
                 raise QueueNotFoundError(queue) from exc
             if code == REGEX_ERROR:
                 raise ValueError(f"invalid body regex: {exc.args[1] if len(exc.args) > 1 else exc}") from exc
+            if isinstance(exc, StaleConnectionError) and not replaced_stale:
+                replaced_stale = True
+                log.info("shard %s: again on a fresh connection after a dead pooled one (%s)", shard, code)
+                continue
+            if isinstance(exc, CommitUnknownError) and not repeatable:
+                detail = f"connection lost during COMMIT, which may have been applied: not repeated ({_message(exc)})"
+                raise ShardConnectionError(shard, detail) from exc
             retryable = code in RETRYABLE_ERRORS or isinstance(exc, pymysql.err.InterfaceError)
             if retryable and attempt < num_auto_retries:
                 attempt += 1

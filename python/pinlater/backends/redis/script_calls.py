@@ -8,13 +8,15 @@ same errors either way.
 
 A connection error, a timeout, or a server that cannot take writes (loading, read-only replica,
 failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}`` raises
-``QueueNotFoundError`` (scripts return -1).
+``QueueNotFoundError`` (scripts return -1). A call that failed on a dead connection is repeated
+once on a fresh one where that cannot do harm (``connections.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,10 +28,10 @@ import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from pinlater._pinlater import redis_pack_command
 from pinlater.backends.base import JobState
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
+from pinlater.backends.redis.connections import SENT, PackedConnection, pool_options, repeatable
 from pinlater.backends.redis.keys import QueueKeys
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
@@ -37,6 +39,8 @@ from pinlater.errors import QueueNotFoundError, ShardConnectionError
 _UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "MISCONF", "NOREPLICAS", "READONLY", "TRYAGAIN")
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,7 @@ class ShardScripts:
     def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis) -> None:
         self._name = name
         self._config = config
+        self._client = client
         self._scripts = scripts.register(client)
         self._queue_keys: dict[str, QueueKeys] = {}
         self._lock = threading.Lock()
@@ -97,8 +102,26 @@ class ShardScripts:
         return shard_errors(self._name, self._config)
 
     def run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        with self.errors():
-            return self._scripts[script](keys=list(keys), args=list(args))
+        return self._on_live_connection(script, lambda: self._scripts[script](keys=list(keys), args=list(args)))
+
+    def ping(self) -> None:
+        self._on_live_connection("ping", self._client.ping)
+
+    def _on_live_connection(self, what: str, send: Callable[[], T]) -> T:
+        """``send()``, repeated once on a fresh connection after a dead one where harmless."""
+        for attempt in (1, 2):
+            token = SENT.set(False)
+            try:
+                with self.errors():
+                    return send()
+            except ShardConnectionError as exc:
+                if attempt == 2 or not repeatable(what, exc.__cause__ or exc):
+                    raise
+                log.info("shard %s: %s again on a fresh connection after: %s", self._name, what, exc.detail)
+                self._client.connection_pool.disconnect(inuse_connections=False)
+            finally:
+                SENT.reset(token)
+        raise AssertionError("unreachable")
 
     def run_in_queue(self, script: str, queue: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return _in_queue(self.run(script, keys, args), queue)
@@ -133,27 +156,6 @@ def priority_keys(keys: QueueKeys, priorities: set[int], per: int) -> tuple[list
     return key_list, index
 
 
-class _PackedConnection(redis.asyncio.Connection):
-    """redis.asyncio's connection with commands packed by the extension (``redis_pack_command``),
-    byte for byte as hiredis packs them for redis-py's blocking client. redis.asyncio packs in
-    Python, which profiles showed at about a quarter of the server's time for 100-job scripts;
-    hiredis took 65-110 µs for a 100-job enqueue's 510 arguments, the extension about 10 µs."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str):
-            args = (*args[0].encode().split(), *args[1:])
-        elif b" " in args[0]:
-            args = (*args[0].split(), *args[1:])
-        try:  # our scripts' arguments are str, int, float and bytes: packed as they are
-            return [redis_pack_command(args)]
-        except TypeError:  # a bytearray, say: as redis-py does, as bytes
-            packed = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
-            try:
-                return [redis_pack_command(packed)]
-            except TypeError as exc:
-                raise redis.DataError(str(exc)) from exc
-
-
 class AsyncShardScripts:
     """The same scripts through redis.asyncio, on the event loop that first uses them: no thread
     hand-off per call. The client (its own pool of ``max_connections``) is made on first use and
@@ -181,7 +183,8 @@ class AsyncShardScripts:
                 socket_connect_timeout=self._timeout,
                 retry=AsyncRetry(NoBackoff(), 0),
                 client_name=f"pinlater-shard-{self._name}",
-                connection_class=_PackedConnection,
+                connection_class=PackedConnection,
+                **pool_options(),
             )
             self._client = redis.asyncio.Redis(connection_pool=pool)
             self._scripts = scripts.register(self._client)  # type: ignore[arg-type]  # same API
@@ -189,9 +192,21 @@ class AsyncShardScripts:
         return self._scripts
 
     async def call(self, call: ScriptCall[T]) -> T:
-        with shard_errors(self._name, self._config):
-            result = await self._scripts_here()[call.script](keys=call.keys, args=call.args)
-        return call.parse(_in_queue(result, call.queue))
+        for attempt in (1, 2):
+            token = SENT.set(False)
+            try:
+                with shard_errors(self._name, self._config):
+                    result = await self._scripts_here()[call.script](keys=call.keys, args=call.args)
+                return call.parse(_in_queue(result, call.queue))
+            except ShardConnectionError as exc:
+                if attempt == 2 or not repeatable(call.script, exc.__cause__ or exc):
+                    raise
+                log.info("shard %s: %s again on a fresh connection after: %s", self._name, call.script, exc.detail)
+                if self._client is not None:
+                    await self._client.connection_pool.disconnect(inuse_connections=False)
+            finally:
+                SENT.reset(token)
+        raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
         """Close the client's connections (on the loop that made them)."""

@@ -10,8 +10,10 @@ Design:
 * Connections: one ``BlockingConnectionPool`` per shard (``BACKEND_CONNECTIONS_PER_SHARD``
   connections; a caller waits up to ``BACKEND_SOCKET_TIMEOUT_SECONDS`` for one), hiredis as the
   parser when installed. redis-py's own retries are off: re-sending a script after a timeout
-  could apply it twice (an enqueue would duplicate jobs), so retrying is left to the shared layer.
-  A stale pooled connection (after a Redis restart) is detected and replaced at checkout.
+  could apply it twice (an enqueue would duplicate jobs). A stale pooled connection (after a
+  Redis restart) is detected and replaced at checkout, and a call that fails on a dead
+  connection is repeated once on a fresh one where that cannot duplicate anything
+  (``connections.py`` says which).
 * Errors: a connection error, a timeout, or a server that cannot take writes (loading, read-only
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
   raises ``QueueNotFoundError`` (scripts return -1).
@@ -45,6 +47,7 @@ from redis.retry import Retry
 from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
 from pinlater.backends.redis import reservations
 from pinlater.backends.redis.config import RedisShardConfig
+from pinlater.backends.redis.connections import TrackedConnection, pool_options
 from pinlater.backends.redis.filtered_reads import compiled, delete_matching, matches, pages, read_sets, score_range
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
 from pinlater.backends.redis.replies import claimed_jobs, job_record
@@ -80,6 +83,8 @@ class RedisStore:
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
             client_name=f"pinlater-shard-{name}",
+            connection_class=TrackedConnection,
+            **pool_options(),
         )
         self._client = redis.Redis(connection_pool=self._pool)
         self._shard = ShardScripts(name, config, self._client)
@@ -322,8 +327,7 @@ class RedisStore:
     # -- lifecycle --------------------------------------------------------------------------
 
     def ping(self) -> None:
-        with self._shard.errors():
-            self._client.ping()
+        self._shard.ping()
 
     def close(self) -> None:
         if not self._closed:

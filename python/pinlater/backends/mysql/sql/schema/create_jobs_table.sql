@@ -1,8 +1,9 @@
 -- One table per priority: the original's jobs_p{priority}, same columns, types and indexes.
 -- {table}: `plq_{shard}_{queue}`.`jobs_p{priority}` from names.py.
--- The one change: TIMESTAMP(3) instead of TIMESTAMP, so times keep their milliseconds. Tables
--- the original created (second precision) are read and written as they are; the server drops
--- the milliseconds there.
+-- Two changes: TIMESTAMP(3) instead of TIMESTAMP, so times keep their milliseconds, and the body
+-- a MEDIUMBLOB (up to 16 MiB - 1, the default frame limit) instead of a BLOB (64 KiB - 1). Tables
+-- the original created are read and written as they are: the server drops the milliseconds
+-- there, and a body too long for their BLOB is refused (bodies.py names the ALTER TABLE).
 -- state: 0 PENDING, 1 IN_PROGRESS, 2 SUCCEEDED, 3 FAILED.
 CREATE TABLE IF NOT EXISTS {table} (
   local_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
@@ -14,7 +15,7 @@ CREATE TABLE IF NOT EXISTS {table} (
   updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
   created_at TIMESTAMP(3) NOT NULL,
   run_after TIMESTAMP(3) NOT NULL,
-  body BLOB NOT NULL,
+  body MEDIUMBLOB NOT NULL,
   PRIMARY KEY (local_id),
   INDEX (state, run_after),
   INDEX (claim_descriptor)
