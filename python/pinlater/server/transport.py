@@ -157,10 +157,11 @@ def raise_open_files_limit() -> int:
 class _Connection(asyncio.Protocol):
     """One client connection: split frames, serve them in order, write the replies."""
 
-    def __init__(self, server: FramedServer) -> None:
+    def __init__(self, server: FramedServer, peer: Any = None) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
-        self.peer: Any = None
+        #: The peer's address, from accept() (the transport cannot tell once the peer has reset).
+        self.peer: Any = peer
         self._buf = bytearray()
         self._queue: collections.deque[bytes] = collections.deque()
         self.worker: asyncio.Task[None] | None = None
@@ -183,7 +184,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self.peer = transport.get_extra_info("peername")
+        self.peer = transport.get_extra_info("peername") or self.peer
         self._server._opened(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -547,7 +548,7 @@ class FramedServer:
         loop = self._loop()
         for _ in range(ACCEPTS_PER_WAKEUP):
             try:
-                conn, _address = sock.accept()
+                conn, address = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:  # the peer gave up while queued: take the next
@@ -556,8 +557,13 @@ class FramedServer:
                 self._accept_failed(exc)
                 return
             self._accept_backoff = 0.0
+            if len(self._connections) + len(self._attaching) >= self.connection_cap:
+                # Refused before a transport is made, so the descriptor is free again at once.
+                self._refused(address)
+                conn.close()
+                continue
             conn.setblocking(False)
-            task = loop.create_task(self._attach(conn))
+            task = loop.create_task(self._attach(conn, address))
             self._attaching.add(task)
             task.add_done_callback(self._attaching.discard)
 
@@ -585,9 +591,9 @@ class FramedServer:
         if self._accepting and self._accept_paused:
             self._start_accepting()
 
-    async def _attach(self, conn: socket.socket) -> None:
+    async def _attach(self, conn: socket.socket, address: Any) -> None:
         try:
-            await self._loop().connect_accepted_socket(lambda: _Connection(self), conn)
+            await self._loop().connect_accepted_socket(lambda: _Connection(self, address), conn)
         except Exception as exc:  # the peer went away before its transport was made
             conn.close()
             log.debug("dropped an accepted connection: %s", exc)
@@ -697,15 +703,23 @@ class FramedServer:
     def _opened(self, conn: _Connection) -> None:
         self._live.add(conn)
         if not self._accepting or len(self._connections) >= self.connection_cap:
-            self._counters.connections_rejected += 1
             if self._accepting:
-                self._log_refused(
-                    "refusing connection from %s: %d connections open (the cap)", conn.peer, len(self._connections)
-                )
+                self._refused(conn.peer)
+            else:
+                self._counters.connections_rejected += 1
             conn.abort()
             return
         self._counters.connections_accepted += 1
         self._connections.add(conn)
+
+    def _refused(self, peer: Any) -> None:
+        self._counters.connections_rejected += 1
+        self._log_refused(
+            "refusing connection from %s: %d connections open (the cap is %d)",
+            peer,
+            len(self._connections),
+            self.connection_cap,
+        )
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         assert self._event_loop is not None, "server not started"
