@@ -61,6 +61,16 @@ class Settings:
     # BROKER_HOLD_SECONDS: how long a reservation lasts; None: min(20 s, claim timeout / 4). Buffered
     # jobs are released after half of it, well before the reservation could lapse.
     broker_hold_seconds: float | None = None
+    # Limits on what one peer can hold (issue 14). MAX_CONNECTIONS is kept below the open-files
+    # limit less OPEN_FILES_RESERVE (the files stores, SQLite and the admin port need).
+    max_connections: int = 10_000  # MAX_CONNECTIONS
+    open_files_reserve: int = 1024  # OPEN_FILES_RESERVE
+    frame_timeout_seconds: float = 60.0  # FRAME_TIMEOUT_SECONDS: a frame arrives whole within this
+    # MAX_PENDING_FRAME_BYTES: bytes held in unfinished frames over all connections
+    max_pending_frame_bytes: int = 256 * 1024 * 1024
+    # SERVER_CONN_MAX_IDLE_TIME_MINUTES (the original's key and value): idle connections close; 0 never
+    server_conn_max_idle_time_minutes: float = 5.0
+    max_scan_limit: int = 10_000  # MAX_SCAN_LIMIT: most jobs in one scanJobs reply (a larger limit gets this)
 
     @property
     def broker_hold_ms(self) -> int:
@@ -131,6 +141,20 @@ class Settings:
             (self.max_frame_bytes >= 1024, ("max_frame_bytes",), "must be at least 1024"),
             (self.broker_buffer_size >= 1, ("broker_buffer_size",), "must be at least 1"),
             (0 <= self.broker_low_water_fraction <= 1, ("broker_low_water_fraction",), "must be in 0..1"),
+            (self.max_connections >= 1, ("max_connections",), "must be at least 1"),
+            (self.open_files_reserve >= 0, ("open_files_reserve",), "must not be negative"),
+            (self.frame_timeout_seconds > 0, ("frame_timeout_seconds",), "must be positive"),
+            (
+                self.max_pending_frame_bytes >= self.max_frame_bytes,
+                ("max_pending_frame_bytes", "max_frame_bytes"),
+                "MAX_PENDING_FRAME_BYTES must be at least MAX_FRAME_BYTES",
+            ),
+            (
+                self.server_conn_max_idle_time_minutes >= 0,
+                ("server_conn_max_idle_time_minutes",),
+                "must not be negative",
+            ),
+            (self.max_scan_limit >= 1, ("max_scan_limit",), "must be at least 1"),
             (
                 self.broker_hold_seconds is None
                 or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
@@ -267,6 +291,12 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BROKER_BUFFER_SIZE": ("broker_buffer_size", int),
     "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
+    "MAX_CONNECTIONS": ("max_connections", int),
+    "OPEN_FILES_RESERVE": ("open_files_reserve", int),
+    "FRAME_TIMEOUT_SECONDS": ("frame_timeout_seconds", float),
+    "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),
+    "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
+    "MAX_SCAN_LIMIT": ("max_scan_limit", int),
 }
 
 #: Attribute name -> its properties key, for errors about a value left at its default.

@@ -18,7 +18,7 @@ import pytest
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
 from thrift.protocol import TBinaryProtocol
-from thrift.Thrift import TApplicationException, TMessageType
+from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport import TSocket, TTransport
 
 from pinlater.idl import idl
@@ -162,12 +162,21 @@ def open_client(srv: ServerThread, thrift_gen: tuple[ModuleType, ModuleType]) ->
 
 
 def encode_call(name: str, seqid: int, args: Any = None, strict: bool = True) -> bytes:
-    """A CALL message built with Apache's protocol; ``args`` None means an empty struct."""
+    """A CALL message built with Apache's protocol; ``args`` None means a struct holding only the
+    RequestContext (every method's first argument, which the server requires)."""
     buf = TTransport.TMemoryBuffer()
     proto = TBinaryProtocol.TBinaryProtocol(buf, strictWrite=strict)
     proto.writeMessageBegin(name, TMessageType.CALL, seqid)
     if args is None:
         proto.writeStructBegin("args")
+        proto.writeFieldBegin("context", TType.STRUCT, 1)
+        proto.writeStructBegin("RequestContext")
+        proto.writeFieldBegin("source", TType.STRING, 1)
+        proto.writeString("test")
+        proto.writeFieldEnd()
+        proto.writeFieldStop()
+        proto.writeStructEnd()
+        proto.writeFieldEnd()
         proto.writeFieldStop()
         proto.writeStructEnd()
     else:

@@ -118,13 +118,21 @@ class PinLaterServer:
         if s.broker_enabled:
             self.broker = DequeueBroker(self.backend, BrokerPolicy.from_settings(s), self.metrics)
             self.broker.start()
-        handler = PinLaterHandler(self.backend, self.metrics, s.admin_password_hash, rate_limits, self.broker)
+        handler = PinLaterHandler(
+            self.backend, self.metrics, s.admin_password_hash, rate_limits, self.broker, s.max_scan_limit
+        )
+        idle_minutes = s.server_conn_max_idle_time_minutes
         self._thrift = FramedServer(
             Dispatcher(handler),
             s.host,
             s.port,
             max_frame_bytes=s.max_frame_bytes,
             max_concurrent_requests=s.max_concurrent_requests,
+            max_connections=s.max_connections,
+            open_files_reserve=s.open_files_reserve,
+            frame_timeout_seconds=s.frame_timeout_seconds,
+            max_pending_frame_bytes=s.max_pending_frame_bytes,
+            idle_timeout_seconds=idle_minutes * 60 if idle_minutes > 0 else None,
         )
         await self._thrift.start()
         self._admin = await start_admin(self)
@@ -207,6 +215,13 @@ class PinLaterServer:
         self.metrics.gauge("shards_healthy", lambda: sum(1 for s in backend.shards if s.healthy))
         self.metrics.gauge("connections_open", lambda: thrift.stats().connections_open)
         self.metrics.gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+        self.metrics.gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
+        # Peers closed or refused by the transport's limits (totals since start).
+        self.metrics.gauge("accept_errors", lambda: thrift.stats().accept_errors)
+        self.metrics.gauge("connections_rejected", lambda: thrift.stats().connections_rejected)
+        self.metrics.gauge("frame_timeouts", lambda: thrift.stats().frame_timeouts)
+        self.metrics.gauge("frames_over_budget", lambda: thrift.stats().over_budget)
+        self.metrics.gauge("connections_closed_idle", lambda: thrift.stats().idle_closed)
         # Objects out of the garbage collector's reach: what `pinlater serve` froze after start-up.
         self.metrics.gauge("gc_frozen_objects", gc.get_freeze_count)
         broker = self.broker

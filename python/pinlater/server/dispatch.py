@@ -18,8 +18,14 @@ Decoding rules, in order:
 * ``required`` fields: thriftpy2 does not enforce them. Every struct reachable from the arguments is
   checked against its ``thrift_spec`` (``missing_required_field``); a missing one is answered with
   TApplicationException(PROTOCOL_ERROR, "missing required field PinLaterJob.body at ...") and the
-  connection stays open, as Apache's Java server does. Top-level arguments themselves are never
-  required in Thrift: a missing one reaches the handler as ``None``.
+  connection stays open, as Apache's Java server does. Top-level arguments are never ``required``
+  in Thrift, but a struct argument (the ``RequestContext``, the request) left out is answered the
+  same way, "missing argument enqueueJobs.request": no PinLater method can be served without one
+  (the original failed such calls with a NullPointerException), and a handler reached with
+  ``None`` would fail with an AttributeError. Scalar arguments (a queue name, a password) may be
+  absent; the handler validates them. Each such request is logged, one line, rate-limited.
+* A message of type ONEWAY is served and never answered, whatever the method (the Thrift
+  protocol: a oneway caller reads no reply), not even with an error; a failure is logged.
 * Bytes after the argument struct's STOP are ignored.
 
 Replies are always strict (versioned); every Apache client reads them.
@@ -41,6 +47,7 @@ from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
 from pinlater._pinlater import thrift_struct_end
 from pinlater.idl import idl
+from pinlater.server.logthrottle import ThrottledLog
 
 __all__ = ["Dispatcher", "EncodedReply", "ProtocolError", "snake_case"]
 
@@ -80,6 +87,8 @@ class _Method:
     #: (result field name, exception class) for each declared ``throws``.
     exceptions: tuple[tuple[str, type[BaseException]], ...]
     oneway: bool
+    #: Arguments that are structs: a call without one is refused (see the module doc).
+    struct_args: tuple[str, ...]
 
 
 def _resolve(service: Any, handler: object) -> dict[str, _Method]:
@@ -102,6 +111,7 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
             call=call,
             exceptions=exceptions,
             oneway=bool(getattr(result_cls, "oneway", False)),
+            struct_args=tuple(spec[1] for _, spec in sorted(args_cls.thrift_spec.items()) if spec[0] == TType.STRUCT),
         )
     if missing:
         raise TypeError(f"{type(handler).__name__} lacks async methods: {', '.join(missing)}")
@@ -259,9 +269,11 @@ class Dispatcher:
     def __init__(self, handler: object, service: Any = None) -> None:
         self.service: Any = idl.PinLater if service is None else service
         self._methods = _resolve(self.service, handler)
+        self._log_refused = ThrottledLog(log, 5.0)
 
     async def handle_frame(self, payload: bytes) -> bytes | None:
-        """Serve one message; return the reply message, or ``None`` for a oneway call.
+        """Serve one message; return the reply message, or ``None`` when there is none to send
+        (a oneway message).
 
         Raises ``ProtocolError`` when the payload cannot be decoded (the connection must close).
         """
@@ -271,50 +283,73 @@ class Dispatcher:
             raise ProtocolError(f"unreadable message header: {exc}") from None
 
         method = self._methods.get(name)
+        oneway = mtype == TMessageType.ONEWAY or (method is not None and method.oneway)
         try:
             thrift_struct_end(payload, offset)
             if mtype not in (TMessageType.CALL, TMessageType.ONEWAY):
                 raise MalformedPayload(f"message type {mtype} is not a call")
             if method is None:
-                return _app_error(name, seqid, TApplicationException.UNKNOWN_METHOD, f"unknown method {name!r}")
+                return self._refuse(
+                    name, seqid, oneway, TApplicationException.UNKNOWN_METHOD, f"unknown method {name!r}"
+                )
             args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(
                 method.args_cls()
             )
         except Exception as exc:  # MalformedThriftError, MalformedPayload, UnicodeDecodeError (not UTF-8), ...
-            reply = _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, f"malformed {name} call: {exc}")
+            reply = (
+                None
+                if oneway
+                else _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, f"malformed {name} call: {exc}")
+            )
             raise ProtocolError(f"malformed {name!r} call (seqid {seqid}): {exc}", reply) from None
 
+        for arg in method.struct_args:
+            if getattr(args, arg) is None:
+                return self._refuse(
+                    name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, f"missing argument {name}.{arg}"
+                )
         missing = missing_required_field(args)
         if missing is not None:
             msg = f"missing required field {missing}"
-            return _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, msg)
+            return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, msg)
         kwargs = {arg: getattr(args, arg) for arg in method.arg_names}
 
         result = method.result_cls()
         try:
             answer = await method.call(**kwargs)
+            if oneway:
+                return None
             if isinstance(answer, EncodedReply):
                 return answer.message(name, seqid)
             result.success = answer
         except TApplicationException as exc:
+            if oneway:
+                self._log_refused("oneway %s (seqid %d) failed: %s", name, seqid, exc)
+                return None
             return _app_error(name, seqid, exc.type, str(exc))
         except Exception as exc:
             for field, exc_cls in method.exceptions:
                 if isinstance(exc, exc_cls):
+                    if oneway:
+                        self._log_refused("oneway %s (seqid %d) failed: %s", name, seqid, exc)
+                        return None
                     setattr(result, field, exc)
                     break
             else:
-                return self._internal_error(method, seqid, exc)
-        if method.oneway:
-            return None
+                return self._internal_error(method, seqid, exc, oneway)
         try:
             return _encode(name, TMessageType.REPLY, seqid, result)
         except Exception as exc:  # the handler returned something that does not fit the IDL
-            return self._internal_error(method, seqid, exc)
+            return self._internal_error(method, seqid, exc, oneway)
 
-    def _internal_error(self, method: _Method, seqid: int, exc: Exception) -> bytes | None:
+    def _refuse(self, name: str, seqid: int, oneway: bool, kind: int, message: str) -> bytes | None:
+        """A call not served: logged (one line, rate-limited), answered unless it was oneway."""
+        self._log_refused("%s%s (seqid %d) refused: %s", "oneway " if oneway else "", name, seqid, message)
+        return None if oneway else _app_error(name, seqid, kind, message)
+
+    def _internal_error(self, method: _Method, seqid: int, exc: Exception, oneway: bool) -> bytes | None:
         log.error("internal error in %s (seqid %d)", method.name, seqid, exc_info=exc)
-        if method.oneway:
+        if oneway:
             return None
         msg = f"internal error: {type(exc).__name__}: {exc}"
         return _app_error(method.name, seqid, TApplicationException.INTERNAL_ERROR, msg)

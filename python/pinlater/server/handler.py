@@ -42,6 +42,9 @@ MAX_QUEUE_NAME_LENGTH = 128
 #: Longest long-poll a dequeue may ask for (waitMillis), so a request never outlives a client
 #: timeout by much and shutdown stays prompt.
 MAX_WAIT_MILLIS = 30_000
+#: Most jobs one scanJobs reply carries (MAX_SCAN_LIMIT); a larger limit gets this many, so a
+#: limit of 2**31-1 cannot build a reply of every job in the queue.
+DEFAULT_MAX_SCAN_LIMIT = 10_000
 I32_MAX = 2**31 - 1
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -120,8 +123,10 @@ class PinLaterHandler:
         admin_password_hash: str = "",
         rate_limits: QueueRateLimits | None = None,
         broker: DequeueBroker | None = None,
+        max_scan_limit: int = DEFAULT_MAX_SCAN_LIMIT,
     ) -> None:
         self.backend = backend
+        self.max_scan_limit = max_scan_limit
         self.broker = broker
         self.metrics = metrics
         self.admin_password_hash = admin_password_hash.lower()
@@ -367,7 +372,9 @@ class PinLaterHandler:
             raise PinLaterError(
                 ErrorCode.CONTINUATION_INVALID, f"only continuation '0' is supported, not {continuation!r}"
             )
-        limit = 100 if request.limit is None else request.limit
+        # Capped, not refused: the original had no cap, so a caller may ask for more. Scans do not
+        # page (only continuation "0"), so the reply still ends with CONTINUATION_END.
+        limit = min(100 if request.limit is None else request.limit, self.max_scan_limit)
         jobs: list[Any] = []
         if self.broker is not None:
             await self.broker.settle_queue(queue)

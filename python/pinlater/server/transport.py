@@ -5,12 +5,29 @@ Invariants:
 * Each connection answers its requests one at a time, in the order they arrived, so pipelined
   calls get their replies in order. Concurrency comes from many connections; a global semaphore
   caps the requests being handled at once (``max_concurrent_requests``).
-* A frame length of zero, below zero or above ``max_frame_bytes`` closes that connection (one
+* A frame length of zero, below zero or above ``max_frame_bytes`` closes that connection (a
   warning naming the peer). So does a payload the dispatcher cannot decode (``ProtocolError``),
   after its PROTOCOL_ERROR reply, if it has one. A peer that closes mid-frame just goes away.
   Nothing one connection sends can affect another.
+* Memory held for peers is bounded. A frame must arrive whole within ``frame_timeout_seconds`` of
+  its first byte, or its connection is closed. The bytes held in unfinished frames, over all
+  connections, stay within ``max_pending_frame_bytes``: the connection whose bytes would pass it
+  is closed (closed rather than paused: a paused peer still holds its slot and learns nothing,
+  while a closed one fails at once and retries once the budget has room; a frame that arrives
+  whole in one read holds nothing, so small requests are served throughout). A connection with
+  nothing in flight and nothing received for ``idle_timeout_seconds`` is closed (``None``: never).
 * A connection with ``PIPELINE_DEPTH`` undecoded frames waiting stops being read until it drains,
-  and a connection whose peer does not read its replies stops being served until it does.
+  and a connection whose peer does not read its replies stops being served until it does. A peer
+  that goes away before its replies are written costs one rate-limited line naming it.
+* The accept loop is ours (not ``asyncio.Server``'s, which in Python 3.11 retries a failing accept
+  as many times as the listen backlog per wake-up, logging each): an accept error (EMFILE at the
+  open-files limit, ENFILE, ENOBUFS, ...) pauses accepting, for 50 ms doubling up to 1 s while
+  it repeats, and is logged at most once per ``LOG_INTERVAL_SECONDS`` with a count of the rest.
+  Connections are capped below the open-files limit, less ``open_files_reserve`` for store
+  connections, files and the admin port (``connection_cap``), so the cap refuses before the
+  limit does; the cap in force is logged at start.
+* Events a peer can repeat at will (refusals, bad frames, timeouts, a peer gone mid-reply) are
+  logged through ``ThrottledLog``: at most one line per kind per ``LOG_INTERVAL_SECONDS``.
 * ``stop(grace)`` stops accepting, drops frames not yet started, lets requests in flight finish
   for up to ``grace`` seconds, then closes every connection.
 """
@@ -18,41 +35,55 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import resource
-import struct
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from pinlater.server.dispatch import Dispatcher, ProtocolError
+from pinlater.server.connection import Connection
+from pinlater.server.dispatch import Dispatcher
+from pinlater.server.logthrottle import ThrottledLog
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_REQUESTS",
     "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_PENDING_FRAME_BYTES",
     "FramedServer",
     "ServerStats",
+    "connection_cap",
 ]
 
 log = logging.getLogger(__name__)
 
-_I32 = struct.Struct(">i")
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 10_000
 DEFAULT_MAX_CONCURRENT_REQUESTS = 1_024
-#: Frames queued on one connection before it stops being read (and read again below half).
-PIPELINE_DEPTH = 64
+#: Bytes held in unfinished frames over all connections (40 peers each stopping 1 MiB short of a
+#: 16 MiB frame held 600 MB before this budget existed).
+DEFAULT_MAX_PENDING_FRAME_BYTES = 256 * 1024 * 1024
+#: A frame must arrive whole this long after its first byte.
+DEFAULT_FRAME_TIMEOUT_SECONDS = 60.0
+#: The original's SERVER_CONN_MAX_IDLE_TIME_MINUTES=5; workers long-poll at most 30 s.
+DEFAULT_IDLE_TIMEOUT_SECONDS = 300.0
+#: Open files kept out of the connection cap: store connections, SQLite files, admin HTTP, logs.
+DEFAULT_OPEN_FILES_RESERVE = 1024
+#: Accepts taken per wake-up of a listening socket, so one burst cannot hold up the loop.
+ACCEPTS_PER_WAKEUP = 256
+#: Accepting pauses this long after an accept error, doubling while errors repeat, up to the max.
+ACCEPT_BACKOFF_MIN_SECONDS = 0.05
+ACCEPT_BACKOFF_MAX_SECONDS = 1.0
+#: Timeouts are checked this often at most (and at least once a second).
+SWEEP_MIN_INTERVAL_SECONDS = 0.05
 #: Listen backlog: bursts of thousands of connects must not overflow the accept queue.
 LISTEN_BACKLOG = 4096
-#: Loop turns stop() gives accepts under way to reach connection_made.
-ACCEPT_SETTLE_TURNS = 4
 #: How long stop() waits for aborted transports to report connection_lost.
 CLOSE_TIMEOUT_SECONDS = 2.0
-#: At most one "too many connections" warning per this many seconds.
-REJECT_LOG_INTERVAL_SECONDS = 5.0
+#: At most one line per kind of peer-triggered event per this many seconds.
+LOG_INTERVAL_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +101,14 @@ class ServerStats:
     #: Frames whose length was zero or negative.
     invalid_frame_lengths: int
     truncated_frames: int
+    accept_errors: int
+    #: Connections closed because a frame did not arrive whole in time.
+    frame_timeouts: int
+    #: Connections closed because their frame would pass the unfinished-frame budget.
+    over_budget: int
+    idle_closed: int
+    #: Gauge: bytes held in unfinished frames now, over all connections.
+    pending_frame_bytes: int
 
 
 @dataclass(slots=True)
@@ -83,6 +122,19 @@ class _Counters:
     oversized_frames: int = 0
     invalid_frame_lengths: int = 0
     truncated_frames: int = 0
+    accept_errors: int = 0
+    frame_timeouts: int = 0
+    over_budget: int = 0
+    idle_closed: int = 0
+
+
+def connection_cap(max_connections: int, open_files_limit: int, reserve: int) -> int:
+    """The connections to serve at most: ``max_connections``, but below the open-files limit less
+    ``reserve`` (at most half a small limit), so the cap refuses before accept() fails."""
+    if open_files_limit == resource.RLIM_INFINITY or open_files_limit < 0:
+        return max_connections
+    reserve = min(reserve, open_files_limit // 2)
+    return max(1, min(max_connections, open_files_limit - reserve))
 
 
 def raise_open_files_limit() -> int:
@@ -98,181 +150,6 @@ def raise_open_files_limit() -> int:
     return soft
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection: split frames, serve them in order, write the replies."""
-
-    def __init__(self, server: FramedServer) -> None:
-        self._server = server
-        self._transport: asyncio.Transport | None = None
-        self.peer: Any = None
-        self._buf = bytearray()
-        self._queue: collections.deque[bytes] = collections.deque()
-        self.worker: asyncio.Task[None] | None = None
-        self._reading_paused = False
-        self._writable: asyncio.Future[None] | None = None
-        #: No more frames are taken; close once the worker is done.
-        self._closing = False
-        self._lost = False
-
-    # -- asyncio callbacks ----------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self.peer = transport.get_extra_info("peername")
-        self._server._opened(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._queue.clear()
-        self._buf.clear()
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-        self._server._closed(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self._closing:
-            return
-        if self._buf:  # a frame spans reads: grow the buffer in place (no quadratic copying)
-            self._buf += data
-            with memoryview(self._buf) as view:
-                pos, bad_length = self._split_frames(view)
-            del self._buf[:pos]
-        else:  # fast path: frames are sliced straight out of ``data``
-            pos, bad_length = self._split_frames(data)
-            if pos < len(data):
-                self._buf = bytearray(data[pos:])
-        if self._queue:
-            if self.worker is None:
-                self.worker = self._server._loop().create_task(self._serve())
-            if len(self._queue) >= PIPELINE_DEPTH and not self._reading_paused:
-                self._reading_paused = True
-                self._transport_or_fail().pause_reading()
-        if bad_length is not None:
-            self._bad_length(bad_length)
-
-    def _split_frames(self, view: bytes | memoryview) -> tuple[int, int | None]:
-        """Queue every whole frame in ``view``; return (bytes consumed, bad frame length or None)."""
-        max_bytes = self._server.max_frame_bytes
-        stats = self._server._counters
-        pos, end = 0, len(view)
-        while end - pos >= 4:
-            length: int = _I32.unpack_from(view, pos)[0]
-            if length <= 0 or length > max_bytes:
-                return pos, length
-            if end - pos - 4 < length:
-                break
-            self._queue.append(bytes(view[pos + 4 : pos + 4 + length]))
-            stats.frames_in += 1
-            pos += 4 + length
-        return pos, None
-
-    def eof_received(self) -> bool:
-        if self._buf:
-            self._server._counters.truncated_frames += 1
-            self._buf.clear()
-        self._closing = True
-        # Keep the socket half-open while queued requests are answered; close now if idle.
-        return self.worker is not None
-
-    def pause_writing(self) -> None:
-        if self._writable is None or self._writable.done():
-            self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-
-    # -- serving --------------------------------------------------------------------------------
-
-    async def _serve(self) -> None:
-        server = self._server
-        stats = server._counters
-        transport = self._transport_or_fail()
-        try:
-            while self._queue and not self._lost:
-                payload = self._queue.popleft()
-                if self._reading_paused and len(self._queue) <= PIPELINE_DEPTH // 2 and not self._closing:
-                    self._reading_paused = False
-                    transport.resume_reading()
-                async with server._semaphore:
-                    stats.requests_in_flight += 1
-                    try:
-                        reply = await server.dispatcher.handle_frame(payload)
-                    except ProtocolError as exc:
-                        stats.protocol_errors += 1
-                        log.warning("closing connection from %s: %s", self.peer, exc)
-                        if exc.reply is not None:
-                            self._write(exc.reply)
-                        self._begin_close()
-                        break
-                    except Exception:  # the dispatcher answers handler errors itself: this is a bug
-                        log.exception("closing connection from %s: dispatcher failed", self.peer)
-                        self._begin_close()
-                        break
-                    finally:
-                        stats.requests_in_flight -= 1
-                if reply is not None:
-                    self._write(reply)
-                if self._writable is not None and not self._writable.done():
-                    await self._writable
-        finally:
-            self.worker = None
-            if self._closing and not self._lost:
-                transport.close()
-
-    def _write(self, reply: bytes) -> None:
-        if self._lost:
-            return
-        self._transport_or_fail().write(len(reply).to_bytes(4, "big") + reply)
-        self._server._counters.frames_out += 1
-
-    # -- closing --------------------------------------------------------------------------------
-
-    def _bad_length(self, length: int) -> None:
-        stats = self._server._counters
-        if length <= 0:
-            stats.invalid_frame_lengths += 1
-            log.warning("closing connection from %s: frame length %d", self.peer, length)
-        else:
-            stats.oversized_frames += 1
-            log.warning(
-                "closing connection from %s: frame of %d bytes exceeds %d",
-                self.peer,
-                length,
-                self._server.max_frame_bytes,
-            )
-        self._begin_close()
-
-    def _begin_close(self) -> None:
-        """Take no more frames; requests already queued are answered, then the socket closes."""
-        if self._closing and self.worker is None:
-            return
-        self._closing = True
-        self._buf.clear()
-        transport = self._transport_or_fail()
-        if not self._reading_paused and not self._lost:
-            self._reading_paused = True
-            transport.pause_reading()
-        if self.worker is None:
-            transport.close()
-
-    def shutdown(self) -> None:
-        """Server stop: drop frames not yet started, finish the one in flight, then close."""
-        self._queue.clear()
-        self._begin_close()
-
-    def abort(self) -> None:
-        self._closing = True
-        self._queue.clear()
-        if self._transport is not None and not self._lost:
-            self._transport.abort()
-
-    def _transport_or_fail(self) -> asyncio.Transport:
-        assert self._transport is not None, "connection not made yet"
-        return self._transport
-
-
 class FramedServer:
     """Serves ``dispatcher`` over Thrift framed transport on ``host:port`` (0 picks a free port)."""
 
@@ -285,49 +162,222 @@ class FramedServer:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS,
+        max_pending_frame_bytes: int = DEFAULT_MAX_PENDING_FRAME_BYTES,
+        frame_timeout_seconds: float = DEFAULT_FRAME_TIMEOUT_SECONDS,
+        idle_timeout_seconds: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS,
+        open_files_reserve: int = DEFAULT_OPEN_FILES_RESERVE,
     ) -> None:
         if max_frame_bytes <= 0 or max_connections <= 0 or max_concurrent_requests <= 0:
             raise ValueError("max_frame_bytes, max_connections and max_concurrent_requests must be positive")
+        if max_pending_frame_bytes <= 0 or frame_timeout_seconds <= 0 or open_files_reserve < 0:
+            raise ValueError("max_pending_frame_bytes and frame_timeout_seconds must be positive")
+        if idle_timeout_seconds is not None and idle_timeout_seconds <= 0:
+            raise ValueError("idle_timeout_seconds must be positive (or None: never)")
         self.dispatcher = dispatcher
         self.host = host
         self.port = port
         self.max_frame_bytes = max_frame_bytes
         self.max_connections = max_connections
+        #: The connections served at most: ``max_connections``, kept below the open-files limit.
+        self.connection_cap = max_connections
         self.max_concurrent_requests = max_concurrent_requests
+        self.max_pending_frame_bytes = max_pending_frame_bytes
+        self.frame_timeout_seconds = frame_timeout_seconds
+        self.idle_timeout_seconds = idle_timeout_seconds
+        self.open_files_reserve = open_files_reserve
         self._counters = _Counters()
         #: Connections being served.
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         #: Every transport made and not yet lost, refused ones included.
-        self._live: set[_Connection] = set()
+        self._live: set[Connection] = set()
+        #: Connections holding an unfinished frame, and the bytes they hold.
+        self._partial: set[Connection] = set()
+        self._pending_frame_bytes = 0
         self._all_lost: asyncio.Future[None] | None = None
-        self._server: asyncio.Server | None = None
+        self._sockets: list[socket.socket] = []
+        self._attaching: set[asyncio.Task[None]] = set()
         self._semaphore = asyncio.Semaphore(max_concurrent_requests)
-        self._last_reject_log = float("-inf")
         self._accepting = False
+        self._accept_paused = False
+        self._accept_backoff = 0.0
+        self._resume_handle: asyncio.TimerHandle | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._log_refused = ThrottledLog(log, LOG_INTERVAL_SECONDS)
+        self._log_accept_error = ThrottledLog(log, LOG_INTERVAL_SECONDS, logging.ERROR)
+        self._log_bad_frame = ThrottledLog(log, LOG_INTERVAL_SECONDS)
+        self._log_limit = ThrottledLog(log, LOG_INTERVAL_SECONDS)
+        self._log_peer_gone = ThrottledLog(log, LOG_INTERVAL_SECONDS, logging.INFO)
 
     async def start(self) -> None:
         """Bind and start accepting; ``self.port`` is the bound port afterwards."""
-        if self._server is not None:
+        if self._sockets:
             raise RuntimeError("server already started")
         limit = raise_open_files_limit()
-        if limit != resource.RLIM_INFINITY and limit < self.max_connections + 64:
-            log.warning("open files limit %d is below max_connections %d", limit, self.max_connections)
+        self.connection_cap = connection_cap(self.max_connections, limit, self.open_files_reserve)
         loop = self._event_loop = asyncio.get_running_loop()
+        self._sockets = self._bind()
+        self.port = self._sockets[0].getsockname()[1]
         self._accepting = True
-        self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self.port, backlog=LISTEN_BACKLOG, reuse_address=True
+        self._start_accepting()
+        self._sweeper = loop.create_task(self._sweep(), name="pinlater-thrift-timeouts")
+        if limit == resource.RLIM_INFINITY:
+            why = "no open files limit"
+        else:
+            kept = min(self.open_files_reserve, limit // 2)
+            why = f"open files limit {limit}, {kept} of them kept for stores and files"
+        log.info(
+            "thrift server listening on %s:%d; at most %d connections (MAX_CONNECTIONS %d, %s)",
+            self.host,
+            self.port,
+            self.connection_cap,
+            self.max_connections,
+            why,
         )
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.info("thrift server listening on %s:%d", self.host, self.port)
+
+    def _bind(self) -> list[socket.socket]:
+        """Listening sockets for every address ``host`` resolves to, all on one port."""
+        infos = socket.getaddrinfo(
+            self.host or None, self.port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+        )
+        sockets: list[socket.socket] = []
+        port = self.port
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                sock = socket.socket(family, kind, proto)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if port:
+                    address = (address[0], port, *address[2:])
+                try:
+                    sock.bind(address)
+                except OSError as exc:
+                    raise OSError(
+                        exc.errno, f"error while attempting to bind on address {address!r}: {exc.strerror}"
+                    ) from None
+                port = sock.getsockname()[1]
+                sock.listen(LISTEN_BACKLOG)
+                sock.setblocking(False)
+        except BaseException:
+            for sock in sockets:
+                sock.close()
+            raise
+        return sockets
+
+    # -- accepting ------------------------------------------------------------------------------
+
+    def _start_accepting(self) -> None:
+        loop = self._loop()
+        self._accept_paused = False
+        for sock in self._sockets:
+            loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _pause_accepting(self) -> None:
+        loop = self._loop()
+        self._accept_paused = True
+        for sock in self._sockets:
+            loop.remove_reader(sock.fileno())
+
+    def _accept(self, sock: socket.socket) -> None:
+        loop = self._loop()
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:  # the peer gave up while queued: take the next
+                continue
+            except OSError as exc:
+                self._accept_failed(exc)
+                return
+            self._accept_backoff = 0.0
+            if len(self._connections) + len(self._attaching) >= self.connection_cap:
+                # Refused before a transport is made, so the descriptor is free again at once.
+                self._refused(address)
+                conn.close()
+                continue
+            conn.setblocking(False)
+            task = loop.create_task(self._attach(conn, address))
+            self._attaching.add(task)
+            task.add_done_callback(self._attaching.discard)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        """Out of file descriptors (or another accept error): pause, then try again.
+
+        Linux keeps reporting the listening socket readable while the connection waits in the
+        backlog, so retrying at once would spin; the backoff doubles while errors repeat.
+        """
+        self._counters.accept_errors += 1
+        backoff = min(max(self._accept_backoff * 2, ACCEPT_BACKOFF_MIN_SECONDS), ACCEPT_BACKOFF_MAX_SECONDS)
+        self._accept_backoff = backoff
+        self._log_accept_error(
+            "accept failed: %s; pausing accepts for %.2fs (%d connections open, cap %d)",
+            exc,
+            backoff,
+            len(self._connections),
+            self.connection_cap,
+        )
+        self._pause_accepting()
+        self._resume_handle = self._loop().call_later(backoff, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        self._resume_handle = None
+        if self._accepting and self._accept_paused:
+            self._start_accepting()
+
+    async def _attach(self, conn: socket.socket, address: Any) -> None:
+        try:
+            await self._loop().connect_accepted_socket(lambda: Connection(self, address), conn)
+        except Exception as exc:  # the peer went away before its transport was made
+            conn.close()
+            log.debug("dropped an accepted connection: %s", exc)
+
+    # -- timeouts -------------------------------------------------------------------------------
+
+    async def _sweep(self) -> None:
+        """Close connections whose frame is late, and idle ones."""
+        timeouts = [self.frame_timeout_seconds]
+        if self.idle_timeout_seconds is not None:
+            timeouts.append(self.idle_timeout_seconds)
+        interval = min(max(min(timeouts) / 4, SWEEP_MIN_INTERVAL_SECONDS), 1.0)
+        idle = self.idle_timeout_seconds
+        idle_interval = 0.0 if idle is None else min(max(idle / 4, SWEEP_MIN_INTERVAL_SECONDS), 5.0)
+        next_idle_check = 0.0
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            late = now - self.frame_timeout_seconds
+            for conn in [c for c in self._partial if c.frame_started < late]:
+                if not conn._reading_paused:
+                    conn.frame_timed_out(now)
+            if idle is not None and now >= next_idle_check:
+                next_idle_check = now + idle_interval
+                for conn in list(self._connections):
+                    since = conn.idle_since()
+                    if since is not None and now - since > idle:
+                        conn.close_idle()
+
+    def _hold(self, conn: Connection, held: int) -> None:
+        self._pending_frame_bytes += held - conn.held
+        conn.held = held
+        if held:
+            self._partial.add(conn)
+        else:
+            self._partial.discard(conn)
+
+    # -- stopping -------------------------------------------------------------------------------
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop accepting, let requests in flight finish (at most ``grace_seconds``), close all."""
-        server, self._server = self._server, None
-        if server is None:
+        if not self._sockets:
             return
         self._accepting = False
-        await self._stop_listening(server)
+        await self._stop_listening()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         connections = list(self._connections)
         for conn in connections:
             conn.shutdown()
@@ -349,25 +399,20 @@ class FramedServer:
                 await asyncio.wait_for(self._all_lost, CLOSE_TIMEOUT_SECONDS)
             except TimeoutError:
                 log.warning("%d connections did not close", len(self._live))
-        await server.wait_closed()
 
-    async def _stop_listening(self, server: asyncio.Server) -> None:
-        """Close the listening sockets without stranding connections accepted a moment ago.
-
-        An accept creates its transport one loop turn later, and Python 3.11's ``Server._attach``
-        asserts (leaking that socket) if the server was closed in between. So: stop reading the
-        listening sockets, let accepts under way reach connection_made (where they are refused),
-        then close.
-        """
-        loop = self._loop()
-        for sock in server.sockets:
-            try:
-                loop.remove_reader(sock.fileno())
-            except (NotImplementedError, ValueError, OSError):  # a loop without readers: close at once
-                pass
-        for _ in range(ACCEPT_SETTLE_TURNS):
-            await asyncio.sleep(0)
-        server.close()
+    async def _stop_listening(self) -> None:
+        """Close the listening sockets; connections accepted a moment ago reach connection_made
+        (where they are refused) before this returns."""
+        if not self._accept_paused:
+            self._pause_accepting()
+        if self._resume_handle is not None:
+            self._resume_handle.cancel()
+            self._resume_handle = None
+        sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+        if self._attaching:
+            await asyncio.gather(*list(self._attaching), return_exceptions=True)
 
     def stats(self) -> ServerStats:
         c = self._counters
@@ -382,28 +427,41 @@ class FramedServer:
             oversized_frames=c.oversized_frames,
             invalid_frame_lengths=c.invalid_frame_lengths,
             truncated_frames=c.truncated_frames,
+            accept_errors=c.accept_errors,
+            frame_timeouts=c.frame_timeouts,
+            over_budget=c.over_budget,
+            idle_closed=c.idle_closed,
+            pending_frame_bytes=self._pending_frame_bytes,
         )
 
     # -- called by connections ------------------------------------------------------------------
 
-    def _opened(self, conn: _Connection) -> None:
+    def _opened(self, conn: Connection) -> None:
         self._live.add(conn)
-        if not self._accepting or len(self._connections) >= self.max_connections:
-            self._counters.connections_rejected += 1
-            now = time.monotonic()
-            if now - self._last_reject_log >= REJECT_LOG_INTERVAL_SECONDS:
-                self._last_reject_log = now
-                log.warning("refusing connection from %s: %d connections open", conn.peer, len(self._connections))
+        if not self._accepting or len(self._connections) >= self.connection_cap:
+            if self._accepting:
+                self._refused(conn.peer)
+            else:
+                self._counters.connections_rejected += 1
             conn.abort()
             return
         self._counters.connections_accepted += 1
         self._connections.add(conn)
 
+    def _refused(self, peer: Any) -> None:
+        self._counters.connections_rejected += 1
+        self._log_refused(
+            "refusing connection from %s: %d connections open (the cap is %d)",
+            peer,
+            len(self._connections),
+            self.connection_cap,
+        )
+
     def _loop(self) -> asyncio.AbstractEventLoop:
         assert self._event_loop is not None, "server not started"
         return self._event_loop
 
-    def _closed(self, conn: _Connection) -> None:
+    def _closed(self, conn: Connection) -> None:
         self._connections.discard(conn)
         self._live.discard(conn)
         if not self._live and self._all_lost is not None and not self._all_lost.done():

@@ -1,0 +1,312 @@
+"""One hostile or careless peer must not take the server down (issue 14, item 6).
+
+Each attack runs against a real ``pinlater serve`` (embedded store: the transport behaves the same
+on every backend) with raw sockets, while a client generated from the IDL checks that everyone
+else is still served.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tests.server.test_contract import Api
+from tests.server.test_frames import frame, is_closed, message, read_frame, still_served
+from tests.support.pinlater_server import ServerProcess
+from tests.support.thrift_client import connect
+from tests.support.wait import wait_for
+from thrift.Thrift import TApplicationException
+
+Start = Callable[..., ServerProcess]
+
+VERSION_1 = 0x80010000
+ONEWAY = 4
+#: A getQueueNames argument struct holding RequestContext(source="t"), then STOP.
+CONTEXT_ARGS = b"\x0c\x00\x01" + b"\x0b\x00\x01" + struct.pack("!i", 1) + b"t" + b"\x00" + b"\x00"
+
+
+@pytest.fixture
+def api_for(thrift_gen: tuple[ModuleType, ModuleType]) -> Iterator[Callable[[ServerProcess], Api]]:
+    transports: list[Any] = []
+
+    def open_(srv: ServerProcess) -> Api:
+        client, transport = connect("127.0.0.1", srv.port)
+        transports.append(transport)
+        return Api(client, thrift_gen[1])
+
+    yield open_
+    for transport in transports:
+        transport.close()
+
+
+def stats(server: ServerProcess) -> dict[str, str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/stats.txt", timeout=5) as response:
+        text = response.read().decode()
+    return dict(line.strip().split(": ", 1) for line in text.splitlines() if ": " in line)
+
+
+def gauge(server: ServerProcess, name: str) -> int:
+    return int(float(stats(server)[name]))
+
+
+def log_lines(server: ServerProcess, needle: str) -> list[str]:
+    return [line for line in list(server.lines) if needle in line]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of stat(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+def raw(server: ServerProcess) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=10)
+
+
+def get_queue_names_call(seqid: int, mtype: int = 1) -> bytes:
+    name = b"getQueueNames"
+    return struct.pack("!Ii", VERSION_1 | mtype, len(name)) + name + struct.pack("!i", seqid) + CONTEXT_ARGS
+
+
+# -- the open-files limit -----------------------------------------------------------------------
+
+
+class LimitedServer(ServerProcess):
+    """``pinlater serve`` started under ``prlimit --nofile=N:N`` (it cannot raise its own limit)."""
+
+    def __init__(self, data_dir: Path, nofile: int, properties: Path) -> None:
+        super().__init__(data_dir, properties=properties)
+        self.nofile = nofile
+
+    def command(self) -> list[str]:
+        return ["prlimit", f"--nofile={self.nofile}:{self.nofile}", "--", *super().command()]
+
+
+@pytest.fixture
+def limited_server(tmp_path: Path) -> Iterator[Callable[..., LimitedServer]]:
+    started: list[LimitedServer] = []
+
+    def start(nofile: int, **properties: Any) -> LimitedServer:
+        props = tmp_path / f"limited-{len(started)}.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+        server = LimitedServer(tmp_path / f"data-{len(started)}", nofile, props)
+        started.append(server)
+        return server.start()  # type: ignore[return-value]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and uses prlimit")
+@pytest.mark.parametrize("reserve", ["0", "default"])
+def test_at_the_open_files_limit_the_server_idles_logs_little_and_recovers(
+    limited_server: Callable[..., LimitedServer], api_for: Callable[[ServerProcess], Api], reserve: str
+) -> None:
+    """With no reserve the process runs out of descriptors and accept() fails with EMFILE: it
+    backs off. With the default reserve the connection cap refuses first and accept never fails."""
+    nofile = 192
+    props = {} if reserve == "default" else {"OPEN_FILES_RESERVE": reserve}
+    server = limited_server(nofile, **props)
+    cap = nofile if reserve == "0" else nofile // 2
+    assert log_lines(server, f"at most {cap} connections (MAX_CONNECTIONS 10000, open files limit {nofile}")
+
+    clients = [raw(server) for _ in range(3 * nofile)]  # the kernel's backlog takes them all
+    try:
+        if reserve == "0":
+            wait_for(lambda: log_lines(server, "Too many open files"), 15, what="accept() to hit EMFILE")
+        else:
+            wait_for(lambda: log_lines(server, "refusing connection"), 15, what="the cap to refuse")
+        cpu_before, lines_before = cpu_seconds(server.pid), len(server.lines)
+        chars_before = sum(len(line) for line in list(server.lines))
+        time.sleep(3.0)  # a measuring window: what the server does while the flood waits
+        cpu = cpu_seconds(server.pid) - cpu_before
+        logged = list(server.lines)[lines_before:]
+        assert cpu < 0.6, f"the server used {cpu:.2f}s of CPU in 3s at the open-files limit"
+        assert len(logged) <= 3, f"{len(logged)} lines logged in 3s:\n" + "\n".join(logged[:10])
+        assert sum(len(line) for line in list(server.lines)) - chars_before < 2000
+        if reserve == "default":
+            assert not log_lines(server, "accept failed"), "the cap should refuse before the limit is hit"
+    finally:
+        for sock in clients:
+            sock.close()
+    api = api_for(server)
+    assert wait_for(lambda: api.c.getQueueNames(api.ctx) is not None, 30, what="a new client to be served")
+
+
+# -- memory held for unfinished frames ----------------------------------------------------------
+
+
+def test_a_frame_that_does_not_arrive_in_time_closes_its_connection(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    server = start_server(properties={"FRAME_TIMEOUT_SECONDS": "0.5"})
+    api = api_for(server)
+    slow = raw(server)
+    slow.sendall(struct.pack("!i", 100_000) + b"x" * 5_000)  # 5 KB of a 100 KB frame, then nothing
+    still_served(api)
+    assert is_closed(slow), "the slow frame's connection should be closed"
+    assert wait_for(lambda: log_lines(server, "frame incomplete"), what="the timeout to be logged")
+    assert gauge(server, "pending_frame_bytes") == 0
+    assert gauge(server, "frame_timeouts") == 1
+    still_served(api)
+    slow.close()
+
+
+def test_unfinished_frames_share_one_budget_and_the_one_past_it_is_closed(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    mib = 1024 * 1024
+    server = start_server(properties={"MAX_FRAME_BYTES": 4 * mib, "MAX_PENDING_FRAME_BYTES": 6 * mib})
+    api = api_for(server)
+    # A: a real call padded to 4 MiB (bytes after the arguments' STOP are ignored), 3 MiB sent.
+    call = get_queue_names_call(7)
+    a_payload = call + b"\x00" * (4 * mib - len(call))
+    a = raw(server)
+    a.sendall(struct.pack("!i", len(a_payload)) + a_payload[: 3 * mib])
+    wait_for(lambda: gauge(server, "pending_frame_bytes") >= 3 * mib, what="A's bytes to be held")
+    still_served(api)
+
+    b = raw(server)  # B: 3.5 MiB of another 4 MiB frame passes the 6 MiB budget
+    try:
+        b.sendall(struct.pack("!i", 4 * mib) + b"y" * (7 * mib // 2))
+    except OSError:  # closed under the send: as expected
+        pass
+    assert is_closed(b), "the connection whose frame passes the budget should be closed"
+    assert gauge(server, "frames_over_budget") == 1
+    assert log_lines(server, "MAX_PENDING_FRAME_BYTES 6291456")
+    still_served(api)
+
+    a.sendall(a_payload[3 * mib :])  # A was never touched: its frame completes and is answered
+    reply = read_frame(a)
+    assert struct.unpack_from("!Ii", reply, 0)[0] & 0xFF == 2  # REPLY
+    assert gauge(server, "pending_frame_bytes") == 0
+    a.close()
+    b.close()
+
+
+def test_idle_connections_are_closed_and_busy_ones_are_not(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    server = start_server(properties={"SERVER_CONN_MAX_IDLE_TIME_MINUTES": "0.01"})  # 0.6 s
+    busy = api_for(server)
+    idle = raw(server)
+    idle.sendall(frame(get_queue_names_call(1)))
+    read_frame(idle)
+    idle.settimeout(0.05)
+    closed = False
+    calls = 0
+    deadline = time.monotonic() + 20
+    while not closed and time.monotonic() < deadline:
+        still_served(busy)  # a call every 50 ms keeps this one open throughout
+        calls += 1
+        try:
+            closed = idle.recv(1) == b""
+        except TimeoutError:
+            pass
+        except ConnectionResetError:
+            closed = True
+    assert closed, "the idle connection should have been closed"
+    assert calls >= 5
+    assert gauge(server, "connections_closed_idle") == 1
+    still_served(busy)
+    idle.close()
+
+
+# -- requests that do not fit the contract ------------------------------------------------------
+
+
+def test_a_call_without_its_request_is_a_protocol_error_logged_in_one_line(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    server = start_server()
+    api = api_for(server)
+    methods = [
+        "enqueueJobs",
+        "dequeueJobs",
+        "ackDequeuedJobs",
+        "checkpointJobs",
+        "lookupJobs",
+        "getJobCount",
+        "scanJobs",
+        "retryFailedJobs",
+        "deleteJobs",
+    ]
+    for method in methods:
+        with pytest.raises(TApplicationException) as info:
+            getattr(api.c, method)(api.ctx, None)
+        assert info.value.type == TApplicationException.PROTOCOL_ERROR
+        assert info.value.message == f"missing argument {method}.request"
+    with pytest.raises(TApplicationException) as info:
+        api.c.getQueueNames(None)
+    assert (info.value.type, info.value.message) == (
+        TApplicationException.PROTOCOL_ERROR,
+        "missing argument getQueueNames.context",
+    )
+    still_served(api)  # the same connection
+    assert not log_lines(server, "Traceback") and not log_lines(server, "AttributeError")
+    refused = log_lines(server, "missing argument")
+    assert len(refused) == 1, refused  # the rest were within the rate limit's interval
+    assert "enqueueJobs (seqid" in refused[0]
+
+
+def test_a_oneway_message_is_served_and_never_answered(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    server = start_server()
+    api = api_for(server)
+    sock = raw(server)
+    name = b"createQueue"
+    args = CONTEXT_ARGS[:-1] + b"\x0b\x00\x02" + struct.pack("!i", 6) + b"oneway" + b"\x00"
+    oneway_create = struct.pack("!Ii", VERSION_1 | ONEWAY, len(name)) + name + struct.pack("!i", 1) + args
+    unknown = message("noSuchMethod", 2).replace(
+        struct.pack("!I", VERSION_1 | 1), struct.pack("!I", VERSION_1 | ONEWAY)
+    )
+    sock.sendall(frame(oneway_create) + frame(unknown) + frame(get_queue_names_call(3, ONEWAY)))
+    sock.sendall(frame(get_queue_names_call(4)))
+    reply = read_frame(sock)
+    assert struct.unpack_from("!I", reply, 0)[0] & 0xFF == 2  # the first reply is the CALL's
+    assert reply[8 + len(b"getQueueNames") : 12 + len(b"getQueueNames")] == struct.pack("!i", 4)
+    assert "oneway" in api.c.getQueueNames(api.ctx), "the oneway createQueue was served"
+    sock.close()
+
+
+def test_scan_jobs_limit_is_capped(start_server: Start, api_for: Callable[[ServerProcess], Api]) -> None:
+    server = start_server(properties={"MAX_SCAN_LIMIT": "5"})
+    api = api_for(server)
+    api.create("scanned")
+    api.enqueue("scanned", *(api.job(b"j%d" % i) for i in range(8)))
+    page = api.scan("scanned", 0, limit=2**31 - 1)
+    assert len(page.scannedJobs) == 5 and page.continuation == "-1"
+    assert len(api.scan("scanned", 0, limit=3).scannedJobs) == 3
+
+
+def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """Pipelined calls answered without touching the store (unknown methods), then a reset: the
+    replies after it would each have made asyncio warn, without saying whose they were."""
+    server = start_server()
+    api = api_for(server)
+    batch = b"".join(frame(message("noSuchMethod", seqid)) for seqid in range(200))
+    for _ in range(30):
+        sock = raw(server)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.sendall(batch)
+        sock.close()  # RST: the server is still writing
+    still_served(api)
+    assert not log_lines(server, "socket.send() raised exception")
+    gone = log_lines(server, "went away before its replies were written")
+    assert len(gone) <= 2, gone
+    if gone:
+        assert "127.0.0.1" in gone[0]
