@@ -60,6 +60,13 @@ class Settings:
     # BROKER_HOLD_SECONDS: how long a reservation lasts; None: min(20 s, claim timeout / 4). Buffered
     # jobs are released after half of it, well before the reservation could lapse.
     broker_hold_seconds: float | None = None
+    # REDIS_MEMORY_HIGH_WATER_FRACTION: a shard whose store reports memory used at or above this
+    # fraction of its limit (Redis used_memory / maxmemory) takes no new jobs; when every shard
+    # is there, enqueue is refused (ENQUEUE_REJECTED) while dequeue and ack drain the backlog.
+    # 0.8: claiming a backlog of small jobs grows it by about 13% until GC (backends/redis/memory.py).
+    redis_memory_high_water_fraction: float = 0.8
+    # REDIS_MEMORY_PROBE_INTERVAL_SECONDS: how often each shard's memory is read (one INFO each).
+    redis_memory_probe_interval_seconds: float = 1.0
 
     @property
     def broker_hold_ms(self) -> int:
@@ -124,6 +131,11 @@ class Settings:
                 or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
                 "BROKER_HOLD_SECONDS must be at least 0.01 and at most half the claim timeout",
             ),
+            (
+                0 < self.redis_memory_high_water_fraction <= 1,
+                "REDIS_MEMORY_HIGH_WATER_FRACTION must be more than 0 and at most 1",
+            ),
+            (self.redis_memory_probe_interval_seconds > 0, "REDIS_MEMORY_PROBE_INTERVAL_SECONDS must be positive"),
             (
                 not self.server_set_enabled or self.server_set_path is not None,
                 "SERVER_SET_ENABLED needs SERVER_SET_PATH",
@@ -198,6 +210,8 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BROKER_BUFFER_SIZE": ("broker_buffer_size", int),
     "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
+    "REDIS_MEMORY_HIGH_WATER_FRACTION": ("redis_memory_high_water_fraction", float),
+    "REDIS_MEMORY_PROBE_INTERVAL_SECONDS": ("redis_memory_probe_interval_seconds", float),
 }
 
 

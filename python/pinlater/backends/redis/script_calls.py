@@ -8,7 +8,8 @@ same errors either way.
 
 A connection error, a timeout, or a server that cannot take writes (loading, read-only replica,
 failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}`` raises
-``QueueNotFoundError`` (scripts return -1).
+``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` (OOM) raises
+``StoreMemoryFullError``, which leaves the shard healthy.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from redis.backoff import NoBackoff
 
 from pinlater._pinlater import redis_pack_command
 from pinlater.backends.base import JobState
+from pinlater.backends.pressure import StoreMemoryFullError
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.keys import QueueKeys
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 # Server answers that mean "this shard cannot serve now", not "this request is wrong".
+_OUT_OF_MEMORY = "command not allowed when used memory > 'maxmemory'"
 _UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "MISCONF", "NOREPLICAS", "READONLY", "TRYAGAIN")
 
 T = TypeVar("T")
@@ -58,6 +61,10 @@ def shard_errors(name: str, config: RedisShardConfig) -> Iterator[None]:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise ShardConnectionError(name, f"{config.master}: {type(exc).__name__}: {exc}") from exc
     except redis.ResponseError as exc:
+        # redis-py raises OutOfMemoryError for "-OOM command not allowed when used memory >
+        # 'maxmemory'"; older servers wrap it in a script error, so the text is checked too.
+        if isinstance(exc, redis.exceptions.OutOfMemoryError) or _OUT_OF_MEMORY in str(exc):
+            raise StoreMemoryFullError(name, f"{config.master}: {exc}") from exc
         if str(exc).startswith(_UNAVAILABLE):
             raise ShardConnectionError(name, f"{config.master}: {exc}") from exc
         raise
