@@ -158,7 +158,7 @@ class MemoryWatch:
                 log.warning(
                     "shard %s has no memory limit (Redis maxmemory 0): the memory high-water mark cannot apply "
                     "there, and a backlog can grow until the host runs out of memory; set maxmemory "
-                    "(with maxmemory-policy noeviction)",
+                    "(and keep the noeviction policy)",
                     name,
                 )
             return
