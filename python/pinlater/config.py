@@ -71,6 +71,13 @@ class Settings:
     # SERVER_CONN_MAX_IDLE_TIME_MINUTES (the original's key and value): idle connections close; 0 never
     server_conn_max_idle_time_minutes: float = 5.0
     max_scan_limit: int = 10_000  # MAX_SCAN_LIMIT: most jobs in one scanJobs reply (a larger limit gets this)
+    # REDIS_MEMORY_HIGH_WATER_FRACTION: a shard whose store reports memory used at or above this
+    # fraction of its limit (Redis used_memory / maxmemory) takes no new jobs; when every shard
+    # is there, enqueue is refused (ENQUEUE_REJECTED) while dequeue and ack drain the backlog.
+    # 0.8: claiming a backlog of small jobs grows it by about 13% until GC (backends/redis/memory.py).
+    redis_memory_high_water_fraction: float = 0.8
+    # REDIS_MEMORY_PROBE_INTERVAL_SECONDS: how often each shard's memory is read (one INFO each).
+    redis_memory_probe_interval_seconds: float = 1.0
 
     @property
     def broker_hold_ms(self) -> int:
@@ -160,6 +167,16 @@ class Settings:
                 or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
                 ("broker_hold_seconds", "backend_monitor_job_claimed_timeout_seconds"),
                 "BROKER_HOLD_SECONDS must be at least 0.01 and at most half the claim timeout",
+            ),
+            (
+                0 < self.redis_memory_high_water_fraction <= 1,
+                ("redis_memory_high_water_fraction",),
+                "must be more than 0 and at most 1",
+            ),
+            (
+                self.redis_memory_probe_interval_seconds > 0,
+                ("redis_memory_probe_interval_seconds",),
+                "must be positive",
             ),
             (
                 not self.server_set_enabled or self.server_set_path is not None,
@@ -297,6 +314,8 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),
     "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
     "MAX_SCAN_LIMIT": ("max_scan_limit", int),
+    "REDIS_MEMORY_HIGH_WATER_FRACTION": ("redis_memory_high_water_fraction", float),
+    "REDIS_MEMORY_PROBE_INTERVAL_SECONDS": ("redis_memory_probe_interval_seconds", float),
 }
 
 #: Attribute name -> its properties key, for errors about a value left at its default.

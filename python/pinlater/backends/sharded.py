@@ -36,6 +36,7 @@ from pinlater.backends.base import (
     JobState,
     NewJob,
 )
+from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
@@ -143,7 +144,11 @@ class ShardedBackend:
         clock: Clock | None = None,
         count: Callable[[str, int], None] | None = None,
         empty_recheck_ms: int = EMPTY_RECHECK_MS,
+        memory_high_water: float | None = None,
     ) -> None:
+        #: New jobs go to shards whose store reports memory use below this fraction of its limit
+        #: (``pressure.py``); None: memory reports do not steer enqueues.
+        self.memory_high_water = memory_high_water
         self._shards = shards
         self.num_priorities = num_priorities
         self.count_limit = count_limit
@@ -289,11 +294,19 @@ class ShardedBackend:
     # -- enqueue ----------------------------------------------------------------------------
 
     async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
-        """Insert the batch on one random healthy shard, trying the next on connection failure."""
-        candidates = self._shards.enqueue_candidates()
+        """Insert the batch on one random healthy shard below the memory high-water mark, trying
+        the next on connection failure or when a store refuses it for memory (``pressure.py``).
+        When every shard taking new jobs is full, ENQUEUE_REJECTED says which and how full."""
+        mark = self.memory_high_water
+        candidates = self._shards.enqueue_candidates(mark)
         if not candidates:
+            full = self._shards.memory_full(mark)
+            if full:
+                reason = memory_full_reason(((s.name, use) for s, use in full), mark)
+                raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason)
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard accepts new jobs")
         last_error: ShardConnectionError | None = None
+        refused: list[tuple[str, MemoryUse | None]] = []
         for shard in candidates:
             now = self.clock.now_ms()
             try:
@@ -301,13 +314,35 @@ class ShardedBackend:
             except ShardConnectionError as exc:
                 last_error = exc
                 continue
+            except StoreMemoryFullError:
+                refused.append((shard.name, await self._read_memory(shard)))
+                continue
+            if (probe := memory_probe(shard.store)) is not None:
+                probe.note_enqueued(len(jobs), sum(len(j.body) for j in jobs))
             self.mark_ready(shard.name, queue, {j.priority for j in jobs if j.run_after_ms <= now})
             for job in jobs:
                 if job.run_after_ms > now:
                     self._ready_later(shard.name, queue, job.priority, job.run_after_ms)
             return list(encode_descriptors(queue, shard.name, [j.priority for j in jobs], ids))
+        if refused:
+            names = {name for name, _ in refused}
+            refused += [(s.name, use) for s, use in self._shards.memory_full(mark) if s.name not in names]
+            refused.sort(key=lambda pair: pair[0])
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, memory_full_reason(refused, mark))
         assert last_error is not None
         raise last_error
+
+    async def _read_memory(self, shard: Shard) -> MemoryUse | None:
+        """Read a shard's memory now (after it refused a write for memory), so later enqueues
+        pass it by until the background probe sees it below the mark; None if it cannot say."""
+        probe = memory_probe(shard.store)
+        if probe is None:
+            return None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, probe.refresh)
+        except PinLaterError as exc:
+            log.debug("memory probe of shard %s failed: %s", shard.name, exc)
+            return None
 
     # -- dequeue ----------------------------------------------------------------------------
 
@@ -381,7 +416,7 @@ class ShardedBackend:
                     call = self._in_flight[place] = asyncio.get_running_loop().create_future()
                 try:
                     got = await answers.ask(shard, fetch(shard, priority, want, now), [])
-                except ShardConnectionError:
+                except (ShardConnectionError, StoreMemoryFullError):  # at maxmemory Redis refuses claims too
                     failures += 1
                     continue
                 finally:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pinlater.backends.base import ShardConfig, ShardStore
+from pinlater.backends.pressure import MemoryUse, memory_use
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,25 @@ class ShardMap:
     def all(self) -> list[Shard]:
         return list(self._shards.values())
 
-    def enqueue_candidates(self) -> list[Shard]:
-        """Healthy shards that accept new jobs, in random order."""
-        shards = [s for s in self._shards.values() if s.healthy and not s.dequeue_only]
+    def enqueue_candidates(self, memory_high_water: float | None = None) -> list[Shard]:
+        """Healthy shards that accept new jobs, in random order; with ``memory_high_water``,
+        not those whose store reports memory use at or above it (see ``pressure.py``)."""
+        shards = [
+            s
+            for s in self._shards.values()
+            if s.healthy and not s.dequeue_only and not _above(memory_use(s), memory_high_water)
+        ]
         random.shuffle(shards)
         return shards
+
+    def memory_full(self, memory_high_water: float | None) -> list[tuple[Shard, MemoryUse]]:
+        """Healthy shards that would accept new jobs but are at or above ``memory_high_water``."""
+        full = []
+        for s in self._shards.values():
+            use = memory_use(s)
+            if s.healthy and not s.dequeue_only and use is not None and use.above(memory_high_water):
+                full.append((s, use))
+        return full
 
     def dequeue_candidates(self, coverage: float) -> list[Shard]:
         """Healthy shards in random order; with coverage < 1 only that fraction (at least one)."""
@@ -79,6 +94,10 @@ class ShardMap:
             keep = max(1, int(len(shards) * coverage + 0.999999))
             shards = shards[:keep]
         return shards
+
+
+def _above(use: MemoryUse | None, high_water: float | None) -> bool:
+    return use is not None and use.above(high_water)
 
 
 def diff_configs(

@@ -36,7 +36,7 @@ from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_api import AdminApi, ApiError
-from pinlater.server.metrics import RateHistory, prometheus_registry, render_prometheus
+from pinlater.server.metrics import RateHistory, memory_families, prometheus_registry, render_prometheus
 
 if TYPE_CHECKING:
     from pinlater.server.app import PinLaterServer
@@ -155,6 +155,7 @@ class AdminApp(AdminApi):
                 drain.add_metric([shard.name], float(shard.dequeue_only))
             yield healthy
             yield drain
+            yield from memory_families(backend.shards, backend.memory_high_water)
         limits = self.server.rate_limits
         if limits is not None:
             rate = GaugeMetricFamily(

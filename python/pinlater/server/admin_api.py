@@ -25,6 +25,7 @@ from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
 from pinlater.backends.base import JobRecord, JobState
 from pinlater.server.handler import QUEUE_NAME, hash_password
+from pinlater.server.metrics import memory_snapshot
 
 if TYPE_CHECKING:
     from pinlater.backends.sharded import ShardedBackend
@@ -102,6 +103,7 @@ class AdminApi:
                     {"name": sh.name, "healthy": sh.healthy, "dequeue_only": sh.dequeue_only} for sh in backend.shards
                 ],
                 "gauges": self.server.metrics.snapshot()["gauges"],
+                "memory": memory_snapshot(backend.shards, backend.memory_high_water),
                 "rate_config_path": None if s.queue_config_file_path is None else str(s.queue_config_file_path),
                 "server_count": 1 if limits is None else limits.server_count,
                 "password_set": bool(s.admin_password_hash),

@@ -20,6 +20,7 @@ from aiohttp import web
 from pinlater.backends.base import BackendDriver
 from pinlater.backends.embedded import open_embedded_shards
 from pinlater.backends.embedded.lock import DataDirLock
+from pinlater.backends.pressure import MemoryWatch
 from pinlater.backends.reload import ReloadPlan, create_missing_queues, plan_reload
 from pinlater.backends.sharded import ShardedBackend, aclose_store
 from pinlater.backends.shardmap import Shard, ShardMap
@@ -111,9 +112,15 @@ class PinLaterServer:
             parallelism=s.backend_query_parallelism,
             count_limit=count_limit,
             count=self.metrics.incr,
+            memory_high_water=s.redis_memory_high_water_fraction,
         )
         # Before serving: a queue on some shards only is put on every shard that takes new jobs.
         await create_missing_queues(self.backend, self.backend.shards.enqueue_candidates())
+        backend = self.backend
+        memory = MemoryWatch(
+            lambda: backend.shards, s.redis_memory_high_water_fraction, s.redis_memory_probe_interval_seconds
+        )
+        self._spawn(memory.run())
         rate_limits = self.rate_limits = self._start_rate_limits()
         if s.broker_enabled:
             self.broker = DequeueBroker(self.backend, BrokerPolicy.from_settings(s), self.metrics)

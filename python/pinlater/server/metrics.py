@@ -23,10 +23,15 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from pinlater.backends.pressure import memory_use
+
+if TYPE_CHECKING:
+    from pinlater.backends.shardmap import Shard
 
 RESERVOIR = 1024
 PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
@@ -240,6 +245,47 @@ class PrometheusCollector:
             summary.add_sample(f"{summary.name}_sum", {"method": method}, t.total / 1000.0)
         yield hist
         yield summary
+
+
+def memory_families(shards: Iterable[Shard], high_water: float | None) -> Iterator[Metric]:
+    """Per shard, memory used against the store's limit, for shards whose store reports memory
+    (``backends/pressure.py``; Redis: used_memory and maxmemory, 0 = no limit), as last read
+    by the background probe; and the high-water mark above which a shard takes no new jobs."""
+    used = GaugeMetricFamily(
+        "pinlater_store_memory_used_bytes", "Memory the shard's store uses (last background reading)", labels=["shard"]
+    )
+    limit = GaugeMetricFamily(
+        "pinlater_store_memory_max_bytes", "The shard's store memory limit (Redis maxmemory; 0: none)", labels=["shard"]
+    )
+    for shard in shards:
+        use = memory_use(shard)
+        if use is not None:
+            used.add_metric([shard.name], float(use.used_bytes))
+            limit.add_metric([shard.name], float(use.max_bytes))
+    yield used
+    yield limit
+    if high_water is not None:
+        yield GaugeMetricFamily(
+            "pinlater_store_memory_high_water_fraction",
+            "Above this fraction of its memory limit a shard takes no new jobs",
+            value=high_water,
+        )
+
+
+def memory_snapshot(shards: Iterable[Shard], high_water: float | None) -> dict[str, Any]:
+    """What ``memory_families`` exports, as JSON for the dashboard: ``{"high_water": f,
+    "shards": {name: {"used_bytes", "max_bytes", "fraction", "above"}}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for shard in shards:
+        use = memory_use(shard)
+        if use is not None:
+            out[shard.name] = {
+                "used_bytes": use.used_bytes,
+                "max_bytes": use.max_bytes,
+                "fraction": use.fraction,
+                "above": use.above(high_water),
+            }
+    return {"high_water": high_water, "shards": out}
 
 
 def _sanitize(name: str) -> str:

@@ -8,8 +8,9 @@ same errors either way.
 
 A connection error, a timeout, or a server that cannot take writes (loading, read-only replica,
 failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}`` raises
-``QueueNotFoundError`` (scripts return -1). A call that failed on a dead connection is repeated
-once on a fresh one where that cannot do harm (``connections.py``).
+``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` (OOM) raises
+``StoreMemoryFullError``, which leaves the shard healthy. A call that failed on a dead connection
+is repeated once on a fresh one where that cannot do harm (``connections.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from pinlater.backends.base import JobState
+from pinlater.backends.pressure import StoreMemoryFullError
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import SENT, PackedConnection, pool_options, repeatable
@@ -36,6 +38,7 @@ from pinlater.backends.redis.keys import QueueKeys
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 # Server answers that mean "this shard cannot serve now", not "this request is wrong".
+_OUT_OF_MEMORY = "command not allowed when used memory > 'maxmemory'"
 _UNAVAILABLE = ("BUSY", "LOADING", "MASTERDOWN", "MISCONF", "NOREPLICAS", "READONLY", "TRYAGAIN")
 
 T = TypeVar("T")
@@ -62,6 +65,10 @@ def shard_errors(name: str, config: RedisShardConfig) -> Iterator[None]:
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise ShardConnectionError(name, f"{config.master}: {type(exc).__name__}: {exc}") from exc
     except redis.ResponseError as exc:
+        # redis-py raises OutOfMemoryError for "-OOM command not allowed when used memory >
+        # 'maxmemory'"; older servers wrap it in a script error, so the text is checked too.
+        if isinstance(exc, redis.exceptions.OutOfMemoryError) or _OUT_OF_MEMORY in str(exc):
+            raise StoreMemoryFullError(name, f"{config.master}: {exc}") from exc
         if str(exc).startswith(_UNAVAILABLE):
             raise ShardConnectionError(name, f"{config.master}: {exc}") from exc
         raise

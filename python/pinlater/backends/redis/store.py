@@ -16,7 +16,10 @@ Design:
   (``connections.py`` says which).
 * Errors: a connection error, a timeout, or a server that cannot take writes (loading, read-only
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
-  raises ``QueueNotFoundError`` (scripts return -1).
+  raises ``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` raises
+  ``StoreMemoryFullError``.
+* Memory: ``memory`` reads used_memory against maxmemory in the background (``memory.py``), so
+  the shared layer sends new jobs elsewhere above REDIS_MEMORY_HIGH_WATER_FRACTION.
 * Evicted jobs (a set member whose hash is gone, as the original's docs expected under LRU
   eviction) are removed from their set wherever a script meets them and counted in
   ``evicted_jobs``; they are never returned and never crash a call.
@@ -50,6 +53,7 @@ from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import TrackedConnection, pool_options
 from pinlater.backends.redis.filtered_reads import compiled, delete_matching, matches, pages, read_sets, score_range
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
+from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.replies import claimed_jobs, job_record
 from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts, priority_keys
 from pinlater.config import Settings
@@ -88,6 +92,8 @@ class RedisStore:
         )
         self._client = redis.Redis(connection_pool=self._pool)
         self._shard = ShardScripts(name, config, self._client)
+        #: used_memory against maxmemory, read in the background (``pressure.MemoryProbe``).
+        self.memory = RedisMemoryProbe(name, config, self._client)
         #: The hot operations on the event loop, with a pool of their own of the same size.
         self.aio = AsyncHotPath(self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout))
         self._num_priorities = settings.num_priority_levels

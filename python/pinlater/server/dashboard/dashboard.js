@@ -118,6 +118,28 @@
     if (!overview.password_set) parts.push("admin actions disabled (no ADMIN_PASSWORD_HASH)");
     $("server-summary").textContent = parts.join(" · ");
     $("refreshed").textContent = `updated ${fmtTime(overview.now_ms)}`;
+    renderMemory();
+  }
+
+  // Per shard, store memory used against its limit (shards whose store reports it: Redis).
+  function renderMemory() {
+    const memory = overview.memory;
+    const box = $("shard-memory");
+    const names = memory ? Object.keys(memory.shards).sort() : [];
+    box.hidden = names.length === 0;
+    const mib = (n) => `${(n / 1048576).toFixed(1)} MiB`;
+    const parts = names.map((name) => {
+      const m = memory.shards[name];
+      if (!m.max_bytes) return el("span", { text: `shard ${name}: ${mib(m.used_bytes)} (no limit)` });
+      const pct = Math.round(m.fraction * 100);
+      const text = `shard ${name}: ${mib(m.used_bytes)} of ${mib(m.max_bytes)} (${pct}%)`;
+      if (!m.above) return el("span", { text });
+      const mark = Math.round(memory.high_water * 100);
+      return el("span", { class: "memory-high", text: `${text}, above ${mark}%: no new jobs` });
+    });
+    const nodes = [];
+    parts.forEach((part, i) => nodes.push(...(i ? [" · ", part] : ["memory: ", part])));
+    box.replaceChildren(...nodes);
   }
 
   function fillSelect(select, values, labels) {
