@@ -166,6 +166,8 @@ class ShardedBackend:
         self._future_ready: dict[Place, list[int]] = {}
         # -> the dequeue store call in flight there: concurrent dequeues wait for its answer
         self._in_flight: dict[Place, asyncio.Future[None]] = {}
+        # shard name -> the ping in flight that asks whether an unhealthy shard is back
+        self._pings: dict[str, asyncio.Future[bool]] = {}
         # (shard, queue): the last dequeue look found no such queue there, while another shard
         # had it; its places are remembered as empty, and a walk that skips them knows why
         self._lacking: set[tuple[str, str]] = set()
@@ -195,6 +197,38 @@ class ShardedBackend:
         except ShardConnectionError as exc:
             shard.mark_unhealthy(exc.detail)
             raise
+
+    async def revive(self, shard: Shard) -> bool:
+        """Ask an unhealthy shard whether it answers again and mark it healthy if so; True if it
+        is healthy. One ping per shard at a time: concurrent callers share its answer."""
+        if shard.healthy:
+            return True
+        ping = self._pings.get(shard.name)
+        if ping is None:
+            ping = self._pings[shard.name] = asyncio.ensure_future(self._ping(shard))
+            ping.add_done_callback(lambda _: self._pings.pop(shard.name, None))
+        return await asyncio.shield(ping)
+
+    async def _ping(self, shard: Shard) -> bool:
+        try:
+            await self.call_store(shard, shard.store.ping)
+        except Exception as exc:
+            log.debug("shard %s still unhealthy: %s", shard.name, exc)
+            return False
+        shard.mark_healthy()
+        return True
+
+    async def _usable(self, pick: Callable[[], list[Shard]]) -> list[Shard]:
+        """``pick()``'s shards. When it finds none (every shard it would pick is unhealthy), the
+        unhealthy shards are pinged first, so a store that has just come back serves this call
+        rather than wait for the health loop's next round (a restarted store costs no failed
+        call once it answers)."""
+        shards = pick()
+        if not shards:
+            down = [s for s in self._shards if not s.healthy]
+            if down and any(await asyncio.gather(*(self.revive(s) for s in down))):
+                shards = pick()
+        return shards
 
     def _shard(self, name: str) -> Shard | None:
         return self._shards.get(name)
@@ -298,7 +332,7 @@ class ShardedBackend:
         the next on connection failure or when a store refuses it for memory (``pressure.py``).
         When every shard taking new jobs is full, ENQUEUE_REJECTED says which and how full."""
         mark = self.memory_high_water
-        candidates = self._shards.enqueue_candidates(mark)
+        candidates = await self._usable(lambda: self._shards.enqueue_candidates(mark))
         if not candidates:
             full = self._shards.memory_full(mark)
             if full:
@@ -387,7 +421,7 @@ class ShardedBackend:
         A shard without the queue is not asked again in this walk, and its places are remembered
         as empty; the walk raises ``QueueNotFoundError`` only when no shard has the queue.
         """
-        shards = self._shards.dequeue_candidates(coverage)
+        shards = await self._usable(lambda: self._shards.dequeue_candidates(coverage))
         if not shards:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to dequeue from")
         found: list[ReadyBatch] = []
@@ -551,7 +585,7 @@ class ShardedBackend:
                 ),
                 0,
             )
-            for shard in self._readable_shards()
+            for shard in await self._readable_shards()
             for p in self._priorities(priority)
         ]
         counts = await _gather_raising_first(calls)
@@ -563,7 +597,7 @@ class ShardedBackend:
     ) -> list[tuple[str, JobRecord]]:
         """Up to ``limit`` jobs over every shard and priority, newest run_after first."""
         now = self.clock.now_ms()
-        pairs = [(shard, p) for shard in self._readable_shards() for p in self._priorities(priority)]
+        pairs = [(shard, p) for shard in await self._readable_shards() for p in self._priorities(priority)]
         answers = QueueAnswers(queue)
         no_records: list[JobRecord] = []
         results = await _gather_raising_first(
@@ -590,8 +624,8 @@ class ShardedBackend:
         merged.sort(key=lambda pair: (pair[1].run_after_ms, pair[1].local_id), reverse=True)
         return merged[:limit]
 
-    def _readable_shards(self) -> list[Shard]:
-        shards = [s for s in self._shards if s.healthy]
+    async def _readable_shards(self) -> list[Shard]:
+        shards = await self._usable(lambda: [s for s in self._shards if s.healthy])
         if not shards:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to read from")
         return shards
@@ -603,7 +637,7 @@ class ShardedBackend:
     ) -> int:
         done = 0
         answers = QueueAnswers(queue)
-        for shard in self._shards.dequeue_candidates(1.0):
+        for shard in await self._usable(lambda: self._shards.dequeue_candidates(1.0)):
             if done >= limit:
                 break
             now = self.clock.now_ms()
@@ -629,7 +663,7 @@ class ShardedBackend:
     async def delete_jobs(self, queue: str, state: JobState, priority: int, body_regex: str | None, limit: int) -> int:
         done = 0
         answers = QueueAnswers(queue)
-        for shard in self._shards.dequeue_candidates(1.0):
+        for shard in await self._usable(lambda: self._shards.dequeue_candidates(1.0)):
             if done >= limit:
                 break
             where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex)

@@ -241,20 +241,14 @@ class PinLaterServer:
             )
 
     async def _health_loop(self) -> None:
-        """Ping unhealthy shards and bring them back when they answer."""
+        """Ping unhealthy shards and bring them back when they answer (calls that find no
+        healthy shard ask too: ``ShardedBackend.revive``)."""
         assert self.backend is not None
         backend = self.backend
         while True:
             await asyncio.sleep(HEALTH_CHECK_INTERVAL_SECONDS)
             for shard in backend.shards.all():
-                if shard.healthy:
-                    continue
-                try:
-                    await backend.call_store(shard, shard.store.ping)
-                except Exception as exc:
-                    log.debug("shard %s still unhealthy: %s", shard.name, exc)
-                    continue
-                shard.mark_healthy()
+                await backend.revive(shard)
 
     # -- stop -----------------------------------------------------------------------------------
 
