@@ -10,6 +10,7 @@ raises ``ConfigError`` naming its source: the flag, or the file, line and key.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,11 @@ class Settings:
                 "SERVER_SET_ENABLED needs SERVER_SET_PATH",
             ),
             (
+                self.backend != "embedded" or self.backend_config_path is None,
+                ("backend", "backend_config_path"),
+                "the embedded backend takes no backend config file (its files are in EMBEDDED_DATA_DIR)",
+            ),
+            (
                 self.backend == "embedded" or self.backend_config_path is not None,
                 ("backend", "backend_config_path"),
                 f"the {self.backend} backend needs a backend config file (--backend-config or BACKEND_CONFIG_PATH)",
@@ -210,9 +216,31 @@ def resolve_settings(*layers: SettingsLayer) -> Settings:
     for layer in layers:
         values.update(layer.values)
         origins.update(layer.origins)
+    config_path = values.get("backend_config_path")
+    if "backend" not in values and config_path is not None:
+        # The original's MySQL properties files name no backend (anything but "redis" meant
+        # MySQL there); its two config formats tell the backend apart.
+        values["backend"] = backend_of_config(config_path)
+        origins["backend"] = f"{origins['backend_config_path']} (a {values['backend']} shard config)"
     settings = dataclasses.replace(Settings(), **values)
     settings.validate(origins)
     return settings
+
+
+def backend_of_config(path: Path) -> str:
+    """Which backend a shard config file is for, by its shape: the original's Redis files are
+    ``{"shards": [...]}``, its MySQL files map shard names to ``{"master": {...}, ...}``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read backend config {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"backend config {path} is not JSON: {exc}") from None
+    if isinstance(data, dict) and "shards" in data:
+        return "redis"
+    if isinstance(data, dict) and data and all(isinstance(v, dict) and "master" in v for v in data.values()):
+        return "mysql"
+    raise ConfigError(f"cannot tell which backend {path} is for: set PINLATER_BACKEND or --backend")
 
 
 def parse_properties(text: str, source: str = "properties") -> SettingsLayer:

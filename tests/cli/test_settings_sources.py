@@ -37,21 +37,27 @@ def resolve(tmp_path: Path, properties: dict[str, str], flags: list[str]) -> Set
     return settings_from_args(build_parser().parse_args(argv))
 
 
+REDIS_CONFIG = {"shards": [{"name": "1", "shardConfig": {"master": {"host": "127.0.0.1", "port": 6379}}}]}
+MYSQL_CONFIG = {"1": {"master": {"host": "127.0.0.1", "port": 3306}, "user": "u", "passwd": "p"}}
+
+
 @pytest.mark.parametrize(
     ("backend_from", "config_from", "ports_from"),
     [
         combo
         for combo in itertools.product(SOURCES, SOURCES, SOURCES)
-        # the embedded default needs no config file; a redis backend always has one here
+        # a redis backend always has its config here (without one it is an error, below)
         if not (combo[0] != "default" and combo[1] == "default")
     ],
 )
 def test_every_combination_of_sources_resolves(
     tmp_path: Path, backend_from: str, config_from: str, ports_from: str
 ) -> None:
+    """With no backend named, a config file given says which backend (the redis format here)."""
     properties: dict[str, str] = {}
     flags: list[str] = []
     config = tmp_path / "redis.json"
+    config.write_text(json.dumps(REDIS_CONFIG))
     if backend_from == "properties":
         properties["PINLATER_BACKEND"] = "redis"
     elif backend_from == "flag":
@@ -67,9 +73,40 @@ def test_every_combination_of_sources_resolves(
 
     settings = resolve(tmp_path, properties, flags)
 
-    assert settings.backend == ("embedded" if backend_from == "default" else "redis")
+    assert settings.backend == ("embedded" if config_from == "default" else "redis")
     assert settings.backend_config_path == (None if config_from == "default" else config)
     assert (settings.port, settings.admin_port) == ((9010, 9999) if ports_from == "default" else (9100, 9101))
+
+
+@pytest.mark.parametrize(("config", "backend"), [(REDIS_CONFIG, "redis"), (MYSQL_CONFIG, "mysql")])
+def test_an_original_properties_file_without_a_backend_takes_it_from_the_config(
+    tmp_path: Path, config: dict[str, Any], backend: str
+) -> None:
+    """The original's MySQL properties name no backend (anything but redis meant MySQL there)."""
+    path = tmp_path / "backend.json"
+    path.write_text(json.dumps(config))
+    settings = resolve(
+        tmp_path, {"THRIFT_PORT": "9010", "MYSQL_NUM_DB_PER_QUEUE": "4"}, ["--backend-config", str(path)]
+    )
+    assert (settings.backend, settings.backend_config_path, settings.mysql_num_db_per_queue) == (backend, path, 4)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("{not json", "is not JSON"), ('{"x": 1}', "cannot tell which backend"), ("[]", "cannot tell which backend")],
+)
+def test_a_config_that_names_no_backend_is_an_error(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "backend.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=expected):
+        resolve(tmp_path, {}, ["--backend-config", str(path)])
+
+
+def test_the_embedded_backend_named_with_a_config_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "backend.json"
+    path.write_text(json.dumps(REDIS_CONFIG))
+    with pytest.raises(ConfigError, match="--backend embedded: the embedded backend takes no backend config"):
+        resolve(tmp_path, {}, ["--backend", "embedded", "--backend-config", str(path)])
 
 
 def test_a_flag_wins_over_the_properties_file(tmp_path: Path) -> None:
