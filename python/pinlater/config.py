@@ -60,6 +60,10 @@ class Settings:
     # BROKER_HOLD_SECONDS: how long a reservation lasts; None: min(20 s, claim timeout / 4). Buffered
     # jobs are released after half of it, well before the reservation could lapse.
     broker_hold_seconds: float | None = None
+    # BODY_FILTER_TIME_BUDGET_SECONDS: how long one store call (a shard and priority) may spend on a
+    # bodyRegexToMatch filter (count, scan, delete) on the embedded and Redis stores; past it the
+    # request fails with an error naming this key instead of returning a partial answer.
+    body_filter_time_budget_seconds: float = 10.0
 
     @property
     def broker_hold_ms(self) -> int:
@@ -117,6 +121,7 @@ class Settings:
             (self.embedded_num_shards >= 1, "EMBEDDED_NUM_SHARDS must be at least 1"),
             (self.embedded_synchronous in ("FULL", "NORMAL"), "EMBEDDED_SYNCHRONOUS must be FULL or NORMAL"),
             (self.max_frame_bytes >= 1024, "MAX_FRAME_BYTES must be at least 1024"),
+            (self.body_filter_time_budget_seconds > 0, "BODY_FILTER_TIME_BUDGET_SECONDS must be positive"),
             (self.broker_buffer_size >= 1, "BROKER_BUFFER_SIZE must be at least 1"),
             (0 <= self.broker_low_water_fraction <= 1, "BROKER_LOW_WATER_FRACTION must be in 0..1"),
             (
@@ -198,6 +203,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BROKER_BUFFER_SIZE": ("broker_buffer_size", int),
     "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
+    "BODY_FILTER_TIME_BUDGET_SECONDS": ("body_filter_time_budget_seconds", float),
 }
 
 
