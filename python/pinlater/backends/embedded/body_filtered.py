@@ -35,7 +35,9 @@ BATCH_BYTES = 8 << 20
 """A batch stops once its bodies reach this many bytes (so at most one body more)."""
 
 _I64_MAX = 2**63 - 1
-_BODY = 10  # column of the body in filter_candidates*.sql; the ten before it are a scan's record
+# Columns of filter_candidates.sql: local id, run after, body; of filter_candidates_newest.sql:
+# the ten of a scan's record (local id 1, run after 7), then the body.
+_RECORD = 10
 
 Row = Sequence[Any]
 RequireQueue = Callable[[sqlite3.Connection, str], None]
@@ -49,7 +51,7 @@ def _batch(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> 
     try:
         for row in cursor:
             rows.append(row)
-            size += len(row[_BODY])
+            size += len(row[-1])
             if size >= BATCH_BYTES:
                 return rows, False
     finally:
@@ -76,10 +78,10 @@ class BodyFilteredReads(SQLiteTransactions):
                 if limit is not None and count >= limit:
                     break
                 rows, last = _batch(conn, sql.load("filter_candidates"), {**params, **position})
-            count += len(body_filter.matching([row[_BODY] for row in rows]))
+            count += len(body_filter.matching([row[2] for row in rows]))
             if last:
                 break
-            position = {"after_run_after": rows[-1][7], "after_id": rows[-1][1]}
+            position = {"after_run_after": rows[-1][1], "after_id": rows[-1][0]}
         return count if limit is None else min(count, limit)
 
     def _scan_matching(
@@ -98,7 +100,7 @@ class BodyFilteredReads(SQLiteTransactions):
                 if limit <= 0:
                     return found
                 rows, last = _batch(conn, sql.load("filter_candidates_newest"), {**params, **position})
-            found += [rows[i][:_BODY] for i in body_filter.matching([row[_BODY] for row in rows])]
+            found += [rows[i][:_RECORD] for i in body_filter.matching([row[-1] for row in rows])]
             if last or len(found) >= limit:
                 return found[:limit]
             position = {"before_run_after": rows[-1][7], "before_id": rows[-1][1]}
@@ -118,12 +120,12 @@ class BodyFilteredReads(SQLiteTransactions):
                 if deleted >= limit:
                     return deleted
                 rows, last = _batch(conn, sql.load("filter_candidates"), {**params, **position})
-                matched = body_filter.matching([row[_BODY] for row in rows])[: limit - deleted]
+                matched = body_filter.matching([row[2] for row in rows])[: limit - deleted]
                 if matched:
-                    ids = json.dumps([rows[i][1] for i in matched])
+                    ids = json.dumps([rows[i][0] for i in matched])
                     deleted += conn.execute(
                         sql.load("delete_jobs_by_id"), {"queue": params["queue"], "ids": ids}
                     ).rowcount
             if last:
                 return deleted
-            position = {"after_run_after": rows[-1][7], "after_id": rows[-1][1]}
+            position = {"after_run_after": rows[-1][1], "after_id": rows[-1][0]}
