@@ -4,6 +4,7 @@ time budget. MySQL runs REGEXP in the database; the conformance suite covers its
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pinlater.backends.base import JobFilter, JobState, NewJob, ShardStore
-from pinlater.backends.body_filter import BodyFilterBudgetExceeded, BodyPatternError
+from pinlater.backends.body_filter import BodyFilter, BodyFilterBudgetExceeded, BodyPatternError
 from pinlater.backends.embedded import EmbeddedStore, body_filtered
 from pinlater.config import Settings
 
@@ -116,3 +117,17 @@ def test_a_spent_budget_fails_the_call_instead_of_answering_part(kind: str, tmp_
                 call()
         # Nothing was deleted, and unfiltered calls are not budgeted.
         assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), None) == 20
+
+
+def test_filtered_reads_never_run_on_the_event_loop() -> None:
+    from pinlater.backends.redis.store import AsyncHotPath
+
+    # call_store runs a store method on the loop only where ``store.aio`` has one of that name.
+    assert not any(hasattr(AsyncHotPath, name) for name in ("count_jobs", "scan_jobs", "delete_jobs"))
+
+    async def on_the_loop() -> None:
+        BodyFilter("x", 1.0)
+
+    with pytest.raises(RuntimeError, match="never on the event loop"):
+        asyncio.run(on_the_loop())
+    assert BodyFilter("x", 1.0).matching([b"x"]) == [0]

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from functools import lru_cache
@@ -69,12 +70,22 @@ def compiled(pattern: str) -> BodyMatcher:
         raise BodyPatternError(f"body regex {describe(pattern)} cannot be used: {exc}") from None
 
 
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class BodyFilter:
     """One store call's filter: the compiled pattern and the deadline of its budget."""
 
     __slots__ = ("_deadline", "budget_seconds", "looked", "matcher")
 
     def __init__(self, pattern: str, budget_seconds: float) -> None:
+        if _on_event_loop():
+            raise RuntimeError("a body filter must run on a worker thread, never on the event loop")
         self.matcher = compiled(pattern)
         self.budget_seconds = budget_seconds
         self._deadline = time.monotonic() + budget_seconds
