@@ -1,5 +1,6 @@
 //! pinlater's native core. Pure-Rust modules have no `PyO3` types; `py/` holds the bindings.
 
+pub mod body_filter;
 pub mod broker;
 pub mod decimal;
 pub mod descriptor;

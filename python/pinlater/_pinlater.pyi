@@ -1,5 +1,6 @@
 """pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits, the dequeue broker's
-buffer, the Thrift struct walk, the MySQL backend's enqueue INSERT and a tokio runtime.
+buffer, the Thrift struct walk, the MySQL backend's enqueue INSERT, body filters and a tokio
+runtime.
 
 Every function is safe to call from many threads at once. A Rust panic inside any of them is
 raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``BaseException``).
@@ -10,6 +11,9 @@ from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 
 __all__ = [
     "THRIFT_IDL",
+    "BodyFilterTimeout",
+    "BodyMatcher",
+    "BodyPatternError",
     "DescriptorError",
     "JobBuffer",
     "MalformedThriftError",
@@ -52,6 +56,17 @@ class MalformedThriftError(ValueError):
     (99,)`` (or ``(11, 99)`` for a map's key and value), ``container truncated``, ``structs nested
     too deeply`` or ``containers nested too deeply``.
     """
+
+class BodyPatternError(ValueError):
+    """A body regex that ``BodyMatcher`` cannot take; the message is the reason in one line:
+    a syntax error (``unclosed group``), ``backreferences are not supported``, ``look-around,
+    including look-ahead and look-behind, is not supported``, a pattern longer than 4096 bytes,
+    or one whose compiled program would pass 1 MiB (e.g. ``\\w{50}``).
+    """
+
+class BodyFilterTimeout(TimeoutError):
+    """``BodyMatcher.match_indices`` ran past its budget; the message says how many bodies of
+    the batch it had matched."""
 
 class NativeError(RuntimeError):
     """An internal failure of the extension: a Rust panic or a resource it could not get.
@@ -326,6 +341,45 @@ def redis_claimed_jobs(reply: list[Any], make: Callable[[tuple[int, bytes, int, 
         ValueError: a value is not the number its place holds, or the rows are not whole.
         TypeError: a value is neither bytes, str, int nor None, or a body is not bytes.
     """
+
+@final
+class BodyMatcher:
+    """A compiled body filter (``bodyRegexToMatch``), searched anywhere in a body's bytes in time
+    linear in the body's length, whatever the pattern (the Rust ``regex`` crate).
+
+    On valid UTF-8, ``.`` and the classes match code points, as on the decoded text; an invalid
+    UTF-8 byte is matched by no Unicode class (``(?-u:.)`` matches any byte). The dialect is the
+    ``regex`` crate's: ``$`` matches only at the very end, and there are no backreferences or
+    look-around. Safe to share between threads.
+    """
+
+    def __new__(cls, pattern: str) -> BodyMatcher:
+        """Compile ``pattern`` (with the GIL released; about 15 ms at worst).
+
+        Raises:
+            BodyPatternError: the pattern is refused (see there).
+        """
+
+    @property
+    def pattern(self) -> str:
+        """The pattern as given."""
+
+    def is_match(self, body: bytes) -> bool:
+        """Whether the pattern occurs in ``body`` (the GIL released from 64 KiB on)."""
+
+    def match_indices(self, bodies: Sequence[bytes | None], budget_seconds: float) -> list[int]:
+        """Positions in ``bodies`` of the bodies the pattern occurs in (``None`` never matches),
+        matched with the GIL released.
+
+        The clock is read before each body: once ``budget_seconds`` have passed (at once when it
+        is 0 or negative and a body remains), the batch stops with ``BodyFilterTimeout``.
+
+        Raises:
+            BodyFilterTimeout: the budget ran out.
+            TypeError: ``bodies`` is a single ``bytes`` or ``str``, or an item is neither
+                ``bytes`` nor ``None``.
+            ValueError: ``budget_seconds`` is NaN.
+        """
 
 def runtime_worker_count() -> int:
     """Worker threads of the extension's tokio runtime (2), starting it on first call.

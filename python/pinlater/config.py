@@ -79,6 +79,10 @@ class Settings:
     redis_memory_high_water_fraction: float = 0.8
     # REDIS_MEMORY_PROBE_INTERVAL_SECONDS: how often each shard's memory is read (one INFO each).
     redis_memory_probe_interval_seconds: float = 1.0
+    # BODY_FILTER_TIME_BUDGET_SECONDS: how long one store call (a shard and priority) may spend on a
+    # bodyRegexToMatch filter (count, scan, delete) on the embedded and Redis stores; past it the
+    # request fails with an error naming this key instead of returning a partial answer.
+    body_filter_time_budget_seconds: float = 10.0
 
     @property
     def broker_hold_ms(self) -> int:
@@ -163,6 +167,7 @@ class Settings:
                 "must not be negative",
             ),
             (self.max_scan_limit >= 1, ("max_scan_limit",), "must be at least 1"),
+            (self.body_filter_time_budget_seconds > 0, ("body_filter_time_budget_seconds",), "must be positive"),
             (
                 self.broker_hold_seconds is None
                 or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
@@ -344,6 +349,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_SCAN_LIMIT": ("max_scan_limit", int),
     "REDIS_MEMORY_HIGH_WATER_FRACTION": ("redis_memory_high_water_fraction", float),
     "REDIS_MEMORY_PROBE_INTERVAL_SECONDS": ("redis_memory_probe_interval_seconds", float),
+    "BODY_FILTER_TIME_BUDGET_SECONDS": ("body_filter_time_budget_seconds", float),
 }
 
 #: Attribute name -> its properties key, for errors about a value left at its default.

@@ -2,6 +2,8 @@
 //!
 //! - `DescriptorError(ValueError)`: a bad job descriptor or descriptor part.
 //! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct.
+//! - `BodyPatternError(ValueError)`: a body regex the linear-time engine cannot take.
+//! - `BodyFilterTimeout(TimeoutError)`: a batch of bodies ran past its time budget.
 //! - `NativeError(RuntimeError)`: a bug or resource failure inside the extension, including any
 //!   Rust panic. A panic must never reach Python as `PyO3`'s `PanicException`, which derives from
 //!   `BaseException` and so slips past `except Exception` in the server's error mapping.
@@ -9,9 +11,10 @@
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::body_filter::{BudgetExceeded, PatternError};
 use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
 
 pyo3::create_exception!(
@@ -28,6 +31,22 @@ pyo3::create_exception!(
     PyValueError,
     "The bytes are not a well-formed Thrift binary-protocol struct. The message is what is wrong, \
      e.g. `struct truncated` or `unknown wire type 99`."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    BodyPatternError,
+    PyValueError,
+    "A body regex that the linear-time engine cannot take: a syntax error, a backreference or \
+     look-around, a pattern too long or one that compiles too big. The message is the reason, in \
+     one line (e.g. `backreferences are not supported`)."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    BodyFilterTimeout,
+    PyTimeoutError,
+    "A batch of bodies was not matched within its time budget. The message says how far it got."
 );
 
 pyo3::create_exception!(
@@ -51,6 +70,16 @@ pub fn walk_error(err: &WalkError) -> PyErr {
 #[must_use]
 pub fn rate_limit_error(err: &RateLimitError) -> PyErr {
     PyValueError::new_err(err.to_string())
+}
+
+#[must_use]
+pub fn body_pattern_error(err: &PatternError) -> PyErr {
+    BodyPatternError::new_err(err.to_string())
+}
+
+#[must_use]
+pub fn body_budget_error(err: &BudgetExceeded) -> PyErr {
+    BodyFilterTimeout::new_err(err.to_string())
 }
 
 #[must_use]

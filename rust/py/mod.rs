@@ -3,6 +3,7 @@
 //! Every exported function runs its body under `errors::guarded`, so a Rust panic reaches Python
 //! as `NativeError`, never as `PyO3`'s `PanicException` (a `BaseException`).
 
+pub mod body_filter;
 pub mod broker;
 pub mod descriptor;
 pub mod errors;
@@ -27,6 +28,8 @@ pub fn runtime_worker_count() -> PyResult<usize> {
 mod _pinlater {
     use pyo3::prelude::*;
 
+    #[pymodule_export]
+    use super::body_filter::BodyMatcher;
     #[pymodule_export]
     use super::broker::JobBuffer;
     #[pymodule_export]
@@ -55,6 +58,14 @@ mod _pinlater {
         let py = m.py();
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("THRIFT_IDL", crate::THRIFT_IDL)?;
+        m.add(
+            "BodyFilterTimeout",
+            py.get_type::<super::errors::BodyFilterTimeout>(),
+        )?;
+        m.add(
+            "BodyPatternError",
+            py.get_type::<super::errors::BodyPatternError>(),
+        )?;
         m.add(
             "DescriptorError",
             py.get_type::<super::errors::DescriptorError>(),

@@ -21,6 +21,7 @@ import pytest
 import pinlater
 from pinlater.backends.base import AckItem, JobFilter, JobState, NewJob
 from pinlater.backends.embedded import DataDirLock, EmbeddedStore, open_embedded_shards, shard_path, sql
+from pinlater.backends.embedded import body_filtered as body_filtered_module
 from pinlater.backends.embedded import store as store_module
 from pinlater.config import Settings
 from pinlater.errors import ShardConnectionError, StoreLockedError
@@ -238,7 +239,9 @@ def test_every_sql_file_compiles_and_is_used(store: EmbeddedStore) -> None:
     statements = [name for name in sql.names() if name != "schema"]
     for name in statements:
         store._conn.execute("EXPLAIN " + sql.load(name), _AnyParams()).fetchall()
-    used = set(re.findall(r'sql\.load\("(\w+)"\)', inspect.getsource(store_module)))
+    used = set(
+        re.findall(r'sql\.load\("(\w+)"\)', inspect.getsource(store_module) + inspect.getsource(body_filtered_module))
+    )
     assert used == set(sql.names())
 
 

@@ -15,7 +15,6 @@ import asyncio
 import hmac
 import json
 import logging
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
+from pinlater.backends import body_filter
 from pinlater.backends.base import JobRecord, JobState
 from pinlater.server.handler import QUEUE_NAME, hash_password
 from pinlater.server.metrics import memory_snapshot
@@ -280,9 +280,9 @@ def _regex(value: Any) -> str | None:
     if not isinstance(value, str):
         raise ApiError(400, "regex must be a string")
     try:
-        re.compile(value)
-    except re.error as exc:
-        raise ApiError(400, f"invalid body regex {value!r}: {exc}") from None
+        body_filter.compiled(value)  # the engine the stores match with (see handler._regex)
+    except body_filter.BodyPatternError as exc:
+        raise ApiError(400, str(exc)) from None
     return value
 
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pinlater._pinlater import DescriptorError, decode_descriptors, encode_dequeue_reply
+from pinlater.backends import body_filter
 from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.sharded import AckRequest, DequeuedJob, ShardedBackend
 from pinlater.broker import DequeueBroker
@@ -166,12 +167,14 @@ class PinLaterHandler:
 
     @staticmethod
     def _regex(pattern: str | None) -> str | None:
+        """A body filter the linear-time engine takes (``backends.body_filter``), checked here for
+        every backend, so MySQL accepts the same patterns; a refused one is a bad request."""
         if not pattern:
             return None
         try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch {pattern!r}: {exc}") from None
+            body_filter.compiled(pattern)
+        except body_filter.BodyPatternError as exc:
+            raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch: {exc}") from None
         return pattern
 
     # -- queues -------------------------------------------------------------------------------

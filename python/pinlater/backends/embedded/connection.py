@@ -1,7 +1,9 @@
 """The SQLite connection under one embedded shard: opening it, and one transaction at a time.
 
 ``connect`` opens a shard file in WAL mode with the chosen ``synchronous`` level, a busy timeout,
-the ``regexp`` SQL function and the schema; ``SQLiteTransactions`` (mixed into ``EmbeddedStore``)
+the ``regexp`` SQL function (the extension's linear-time matcher; the stores match bodies in
+batches outside SQLite, see ``body_filtered``, but the shared statements name the function) and the
+schema; ``SQLiteTransactions`` (mixed into ``EmbeddedStore``)
 runs the transactions:
 
 * One connection, guarded by one lock, serves every call: SQLite serialises writers anyway,
@@ -16,14 +18,13 @@ runs the transactions:
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 
+from pinlater.backends.body_filter import compiled
 from pinlater.errors import ShardConnectionError
 
 
@@ -88,18 +89,10 @@ def _rollback_quietly(conn: sqlite3.Connection) -> None:
         pass  # the original error is the one worth reporting; SQLite rolls back on close anyway
 
 
-@lru_cache(maxsize=64)
-def compiled_regex(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid body regex {pattern!r}: {exc}") from None
-
-
 def _regexp(pattern: str | None, body: bytes | None) -> bool:
-    """SQL ``regexp(pattern, body)``: Python's ``re.search`` over the body decoded leniently."""
+    """SQL ``regexp(pattern, body)``: the body filter's search (linear time, see ``body_filter``)."""
     if pattern is None:
         return True
     if body is None:
         return False
-    return compiled_regex(pattern).search(bytes(body).decode("utf-8", "replace")) is not None
+    return compiled(pattern).is_match(bytes(body))

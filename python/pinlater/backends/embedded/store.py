@@ -29,8 +29,10 @@ from pinlater.backends.base import (
     JobState,
     NewJob,
 )
+from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.embedded import sql
-from pinlater.backends.embedded.connection import SQLiteTransactions, compiled_regex, connect
+from pinlater.backends.embedded.body_filtered import BodyFilteredReads
+from pinlater.backends.embedded.connection import connect
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
@@ -50,10 +52,17 @@ def shard_path(data_dir: Path, name: str) -> Path:
     return data_dir / f"shard-{name}.sqlite3"
 
 
-class EmbeddedStore(SQLiteTransactions):
+class EmbeddedStore(BodyFilteredReads):
     """``ShardStore`` for one shard on a local SQLite file (see the module docstring)."""
 
-    def __init__(self, data_dir: Path, name: str, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        name: str,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 5000,
+        body_filter_budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+    ) -> None:
         if synchronous not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
         if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
@@ -61,6 +70,7 @@ class EmbeddedStore(SQLiteTransactions):
         self._name = name
         self._path = shard_path(data_dir, name)
         self._lock = threading.Lock()
+        self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
             self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"))
@@ -255,12 +265,19 @@ class EmbeddedStore(SQLiteTransactions):
         return [found[key] for key in wanted if key in found]
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
+        if where.body_regex is not None:
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            return self._count_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
         params = {**_filter_params(queue, where), "limit": -1 if limit is None else _limit(limit)}
         with self._read() as conn:
             _require_queue(conn, queue)
             return int(conn.execute(sql.load("count_jobs"), params).fetchone()[0])
 
     def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
+        if where.body_regex is not None:
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            rows = self._scan_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
+            return [_record(row) for row in rows]
         params = {**_filter_params(queue, where), "limit": _limit(limit)}
         with self._read() as conn:
             _require_queue(conn, queue)
@@ -284,6 +301,9 @@ class EmbeddedStore(SQLiteTransactions):
             return conn.execute(sql.load("retry_failed_jobs"), params).rowcount
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
+        if where.body_regex is not None:
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            return self._delete_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
         params = {**_filter_params(queue, where), "limit": _limit(limit)}
         with self._write() as conn:
             _require_queue(conn, queue)
@@ -341,7 +361,13 @@ def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
     try:
         for number in range(1, settings.embedded_num_shards + 1):
             name = str(number)
-            stores[name] = EmbeddedStore(settings.data_dir, name, settings.embedded_synchronous, busy_timeout_ms)
+            stores[name] = EmbeddedStore(
+                settings.data_dir,
+                name,
+                settings.embedded_synchronous,
+                busy_timeout_ms,
+                settings.body_filter_time_budget_seconds,
+            )
     except BaseException:
         for store in stores.values():
             store.close()
@@ -374,15 +400,13 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
         bounds = (where.now_ms, _I64_MAX)
     else:
         bounds = (_I64_MIN, where.now_ms)
-    if where.body_regex is not None:
-        compiled_regex(where.body_regex)  # fail here, not inside SQLite, where the reason would be lost
     return {
         "queue": queue,
         "priority": where.priority,
         "state": int(where.state),
         "run_after_gt": bounds[0],
         "run_after_le": bounds[1],
-        "body_regex": where.body_regex,
+        "body_regex": None,  # matched outside SQLite (body_filtered.py), never by regexp()
     }
 
 

@@ -2,18 +2,20 @@
 scan_jobs.lua, and body regex matching.
 
 Body regex filters (count, scan, delete) cannot run in Lua, which has no regular expressions:
-the store pages through the candidates with their bodies, a page at a time, and matches in
-Python. The pages are separate reads, so a concurrent change may be seen between pages (deletes
-themselves are guarded per id).
+the store pages through the candidates with their bodies, a page at a time, and the extension
+matches each page with the interpreter released, in linear time, within the call's time budget
+(``body_filter.BodyFilter``). These calls always run on the server's thread pool, never on the
+event loop (``AsyncHotPath`` has no filtered reads). The pages are separate reads, so a concurrent
+change may be seen between pages (deletes themselves are guarded per id).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from pinlater.backends.base import JobFilter, JobState
+from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis.keys import QueueKeys, seconds_arg
 from pinlater.backends.redis.script_calls import ShardScripts
 
@@ -35,17 +37,6 @@ def read_sets(keys: QueueKeys, where: JobFilter) -> list[str]:
     if where.state == JobState.PENDING:
         return [set_key, *keys.hold_keys(where.priority)]
     return [set_key]
-
-
-def compiled(pattern: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise ValueError(f"invalid body regex {pattern!r}: {exc}") from None
-
-
-def matches(pattern: re.Pattern[str], body: bytes | None) -> bool:
-    return body is not None and pattern.search(body.decode("utf-8", "replace")) is not None
 
 
 def page(
@@ -88,8 +79,29 @@ def pages(
         offset += looked - evicted
 
 
+def matching_pages(
+    shard: ShardScripts,
+    queue: str,
+    sets: list[str],
+    low: str,
+    high: str,
+    newest_first: bool,
+    page_size: int,
+    body_filter: BodyFilter,
+) -> Iterator[list[list[Any]]]:
+    """The rows of each page whose body matches (rows of 9 values, the body last)."""
+    offset = 0
+    while True:
+        body_filter.check()
+        evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, True, newest_first)
+        yield [rows[i] for i in body_filter.matching([row[8] for row in rows])]
+        if looked < page_size:
+            return
+        offset += looked - evicted
+
+
 def delete_matching(
-    shard: ShardScripts, queue: str, where: JobFilter, pattern: re.Pattern[str], limit: int, page_size: int
+    shard: ShardScripts, queue: str, where: JobFilter, body_filter: BodyFilter, limit: int, page_size: int
 ) -> int:
     """delete_jobs with a body regex: page through the candidates, delete the matching ids."""
     keys = shard.keys(queue)
@@ -99,8 +111,9 @@ def delete_matching(
     shard.require_queue(queue)
     deleted, offset = 0, 0
     while deleted < limit:
+        body_filter.check()
         evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, True, False)
-        picked = [row[0] for row in rows if matches(pattern, row[8])][: limit - deleted]
+        picked = [rows[i][0] for i in body_filter.matching([row[8] for row in rows])][: limit - deleted]
         removed = 0
         if picked:
             args = [queue, keys.hash_prefix, low, high, limit - deleted, *picked]

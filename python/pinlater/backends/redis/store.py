@@ -32,15 +32,17 @@ Design:
   Redis CPU per job of the enqueue-dequeue-ack cycle here.
 * Body regex filters (count, scan, delete) cannot run in Lua, which has no regular expressions:
   the store pages through the candidates with their bodies, ``REGEX_PAGE_SIZE`` at a time, and
-  matches in Python. That moves every candidate body over the network once, O(n) in the jobs of
-  one (queue, priority, state); it is a rare admin call, and the pages are separate reads, so a
-  concurrent change may be seen between pages (deletes themselves are guarded per id).
+  the extension matches each page in linear time with the interpreter released, on the thread
+  pool (never on the event loop), within ``BODY_FILTER_TIME_BUDGET_SECONDS``. That moves every
+  candidate body over the network once, O(n) in the jobs of one (queue, priority, state); it is
+  a rare admin call, and the pages are separate reads, so a concurrent change may be seen
+  between pages (deletes themselves are guarded per id).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -48,10 +50,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import reservations
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import TrackedConnection, pool_options
-from pinlater.backends.redis.filtered_reads import compiled, delete_matching, matches, pages, read_sets, score_range
+from pinlater.backends.redis.filtered_reads import delete_matching, matching_pages, pages, read_sets, score_range
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.replies import claimed_jobs, job_record
@@ -97,6 +100,7 @@ class RedisStore:
         #: The hot operations on the event loop, with a pool of their own of the same size.
         self.aio = AsyncHotPath(self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout))
         self._num_priorities = settings.num_priority_levels
+        self._body_filter_budget = settings.body_filter_time_budget_seconds
         self._closed = False
 
     @property
@@ -262,10 +266,10 @@ class RedisStore:
             key_list = [keys.names_key, *sets[:2]]  # the state set, and the held set for PENDING
             count = int(self._run_in_queue("count_jobs", queue, key_list, [queue, low, high]))
         else:
-            pattern = compiled(where.body_regex)
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
             count = 0
-            for row in pages(self._shard, queue, sets, low, high, True, False, REGEX_PAGE_SIZE):
-                count += matches(pattern, row[8])
+            for matched in matching_pages(self._shard, queue, sets, low, high, False, REGEX_PAGE_SIZE, body_filter):
+                count += len(matched)
                 if limit is not None and count >= limit:
                     break
         return count if limit is None else min(count, limit)
@@ -274,17 +278,21 @@ class RedisStore:
         keys = self._keys(queue)
         low, high = score_range(where)
         sets = read_sets(keys, where)
-        pattern = None if where.body_regex is None else compiled(where.body_regex)
-        page_size = REGEX_PAGE_SIZE if pattern is not None else max(limit, 1)
+        body_filter = None if where.body_regex is None else BodyFilter(where.body_regex, self._body_filter_budget)
         found: list[JobRecord] = []
         if limit <= 0:
             self._require_queue(queue)
             return found
-        for row in pages(self._shard, queue, sets, low, high, pattern is not None, True, page_size):
-            if pattern is None or matches(pattern, row[8]):
-                found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None]))
-                if len(found) >= limit:
-                    break
+        rows: Iterator[list[Any]]
+        if body_filter is None:
+            rows = pages(self._shard, queue, sets, low, high, False, True, max(limit, 1))
+        else:
+            matched = matching_pages(self._shard, queue, sets, low, high, True, REGEX_PAGE_SIZE, body_filter)
+            rows = (row for page_matched in matched for row in page_matched)
+        for row in rows:
+            found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None]))
+            if len(found) >= limit:
+                break
         found.sort(key=lambda job: (job.run_after_ms, job.local_id), reverse=True)
         return found
 
@@ -306,8 +314,8 @@ class RedisStore:
         key_list = [keys.names_key, *read_sets(keys, where)]
         if where.body_regex is None:
             return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.hash_prefix, low, high, limit]))
-        pattern = compiled(where.body_regex)
-        return delete_matching(self._shard, queue, where, pattern, limit, REGEX_PAGE_SIZE)
+        body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+        return delete_matching(self._shard, queue, where, body_filter, limit, REGEX_PAGE_SIZE)
 
     # -- maintenance (the monitor) ----------------------------------------------------------
 

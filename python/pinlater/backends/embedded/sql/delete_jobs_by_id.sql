@@ -1,0 +1,4 @@
+-- Delete jobs of one queue by local id (those a body filter matched, in the same transaction).
+-- Params: :queue, :ids (a JSON array of local ids).
+DELETE FROM jobs
+ WHERE queue = :queue AND local_id IN (SELECT value FROM json_each(:ids))
