@@ -172,5 +172,5 @@ def test_the_budget_is_a_validated_setting() -> None:
     assert Settings().body_filter_time_budget_seconds == 10.0
     settings = Settings.from_properties("BODY_FILTER_TIME_BUDGET_SECONDS=2.5\n")
     assert settings.body_filter_time_budget_seconds == 2.5
-    with pytest.raises(ConfigError, match="BODY_FILTER_TIME_BUDGET_SECONDS must be positive"):
+    with pytest.raises(ConfigError, match="BODY_FILTER_TIME_BUDGET_SECONDS=0: must be positive"):
         Settings.from_properties("BODY_FILTER_TIME_BUDGET_SECONDS=0\n")
