@@ -3,7 +3,7 @@ shards: reads treat a shard without the queue as holding none of its jobs, the q
 only when no shard has it, the dequeue's empty-place hints remember such a shard like any empty
 place, and ``create_missing_queues`` puts the queue on the shards that take new jobs.
 
-End to end on Redis and MySQL, with the original's data layouts: ``tests/server/test_partial_queues.py``.
+End to end on Redis and MySQL, with the original's data layouts: ``tests/server/test_partial_queues_server.py``.
 """
 
 from __future__ import annotations
