@@ -75,6 +75,7 @@ class ShardScripts:
     def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis) -> None:
         self._name = name
         self._config = config
+        self._client = client
         self._scripts = scripts.register(client)
         self._queue_keys: dict[str, QueueKeys] = {}
         self._lock = threading.Lock()
@@ -99,6 +100,17 @@ class ShardScripts:
     def run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with self.errors():
             return self._scripts[script](keys=list(keys), args=list(args))
+
+    def run_pipelined(self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)`` in one pipeline: one round trip (two when
+        redis-py first checks the script is loaded). Redis runs the calls one after another, so
+        other clients' commands go in between; together they are not atomic."""
+        with self.errors():
+            pipe = self._client.pipeline(transaction=False)
+            for keys, args in calls:
+                self._scripts[script](keys=list(keys), args=list(args), client=pipe)
+            replies: list[Any] = pipe.execute()
+        return replies
 
     def run_in_queue(self, script: str, queue: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return _in_queue(self.run(script, keys, args), queue)
