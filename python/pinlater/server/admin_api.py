@@ -23,7 +23,7 @@ from aiohttp import web
 
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
-from pinlater.backends.base import JobRecord, JobState
+from pinlater.backends.base import CountKey, JobRecord, JobState
 from pinlater.server.handler import QUEUE_NAME, hash_password
 
 if TYPE_CHECKING:
@@ -80,18 +80,8 @@ class AdminApi:
             if wanted not in names:
                 raise ApiError(404, f"no queue {wanted!r}")
             names = [wanted]
-        priorities = range(1, backend.num_priorities + 1)
-        calls = [
-            backend.count_jobs(queue, state, p, future, None)
-            for queue in names
-            for _, state, future in COUNT_COLUMNS
-            for p in priorities
-        ]
-        counts = iter(await asyncio.gather(*calls))
-        queues = []
-        for queue in names:
-            by_column = {column: [next(counts) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
-            queues.append({"name": queue, "counts": by_column, "rate": self._rate(queue)})
+        counts = await queue_columns(backend, names, one_queue=wanted is not None)
+        queues = [{"name": queue, "counts": counts[queue], "rate": self._rate(queue)} for queue in names]
         s = self.server.settings
         limits = self.server.rate_limits
         return _json(
@@ -108,6 +98,23 @@ class AdminApi:
                 "now_ms": int(time.time() * 1000),
             }
         )
+
+    async def queue_jobs_for_metrics(self) -> dict[str, dict[str, list[int]]] | None:
+        """Every queue's count columns for a ``/metrics`` scrape (``queue_jobs_family``), or None
+        when the stores do not answer within BACKEND_SOCKET_TIMEOUT_SECONDS: the scrape then
+        goes on without them (logged), so a store outage never hides the other metrics."""
+        backend = self.server.backend
+        if backend is None:
+            return None
+
+        async def read() -> dict[str, dict[str, list[int]]]:
+            return await queue_columns(backend, sorted(await backend.get_queue_names()))
+
+        try:
+            return await asyncio.wait_for(read(), self.server.settings.backend_socket_timeout_seconds)
+        except Exception as exc:
+            log.warning("/metrics without queue job counts: %s: %s", type(exc).__name__, exc)
+            return None
 
     def _rate(self, queue: str) -> dict[str, Any]:
         limits = self.server.rate_limits
@@ -248,6 +255,36 @@ class AdminApi:
     def _priorities(self, value: Any) -> range:
         p = self._priority(value)
         return range(1, self.backend.num_priorities + 1) if p is None else range(p, p + 1)
+
+
+async def queue_columns(
+    backend: ShardedBackend, names: list[str], *, one_queue: bool = False
+) -> dict[str, dict[str, list[int]]]:
+    """The dashboard's count columns of ``names``: ``{queue: {column: [count per priority]}}``.
+
+    From ``backend.queue_counts``, one store call per shard whatever the number of queues (a
+    list of 1,000 queues took seconds as a count per queue, column and priority). For
+    ``one_queue`` (a single name), its own counts instead (``count_jobs``), which cost what that
+    queue holds rather than a pass over every queue. Either way the numbers are the same.
+    """
+    priorities = range(1, backend.num_priorities + 1)
+    if one_queue:
+        calls = [
+            backend.count_jobs(queue, state, p, future, None)
+            for queue in names
+            for _, state, future in COUNT_COLUMNS
+            for p in priorities
+        ]
+        flat = iter(await asyncio.gather(*calls))
+        return {queue: {column: [next(flat) for _ in priorities] for column, _, _ in COUNT_COLUMNS} for queue in names}
+    counts = await backend.queue_counts()
+    return {
+        queue: {
+            column: [counts.get(CountKey(queue, p, state, future), 0) for p in priorities]
+            for column, state, future in COUNT_COLUMNS
+        }
+        for queue in names
+    }
 
 
 def _audit(request: web.Request, level: int, action: str, queue: str, what: str) -> None:
