@@ -22,7 +22,8 @@ from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
-from pinlater.server.admin_api import COUNT_COLUMNS, queue_columns
+from pinlater.server.admin_api import COUNT_COLUMNS, count_columns
+from pinlater.server.queue_counts import QueueCounts
 
 T0 = 1_700_000_000_000
 PRIORITIES = 3
@@ -205,8 +206,8 @@ def test_queue_list_store_calls_do_not_grow_with_the_queues(stores: list[ShardSt
         stats.clear()
 
         async def go() -> dict[str, dict[str, list[int]]]:
-            names = sorted(await backend.get_queue_names())
-            return await queue_columns(backend, names)
+            snapshot = await QueueCounts(backend).read()  # as /api/queues and /metrics read them
+            return count_columns(snapshot.counts, sorted(snapshot.names), PRIORITIES)
 
         shown = asyncio.run(go())
         return Counter(calls), shown
@@ -232,3 +233,38 @@ def test_queue_list_store_calls_do_not_grow_with_the_queues(stores: list[ShardSt
         assert all(sum(sum(c) for c in cols.values()) == 2 for cols in many.values())
     finally:
         backend.close()
+
+
+def test_slow_passes_are_served_from_while_the_next_one_runs(tmp_path: Path) -> None:
+    """Once passes take longer than the budget (here: a clock on which each takes a second),
+    reads answer from the last pass and the next one runs behind them; until then, and again
+    once a pass is quick, every read waits for a fresh pass."""
+    with two_shards("embedded", tmp_path) as found:
+        backend = backend_over(found)
+        ticks = iter(range(1_000_000))
+        slow = QueueCounts(backend, fresh_budget_s=0.5, clock=lambda: float(next(ticks)))
+        key = CountKey("q", 1, JobState.PENDING, False)
+
+        async def go() -> None:
+            await backend.create_queue("q")
+            for n in range(1, 4):  # three slow passes, each read waiting for its own
+                found[0].enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
+                assert not slow.serving_last
+                assert (await slow.read()).counts[key] == n
+            assert slow.serving_last
+            found[0].enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
+            last = slow.last
+            assert await slow.read() is last and last is not None and last.counts[key] == 3
+            settled = await slow.settled()  # the pass that read started
+            assert settled is not None and settled is not last and settled.counts[key] == 4
+            assert (await slow.read()).counts[key] == 4
+
+            quick = QueueCounts(backend, fresh_budget_s=10.0, clock=lambda: float(next(ticks)))
+            for n in range(5, 9):
+                found[1].enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
+                assert (await quick.read()).counts[key] == n and not quick.serving_last
+
+        try:
+            asyncio.run(go())
+        finally:
+            backend.close()

@@ -290,11 +290,16 @@ class RedisStore:
         now = seconds_arg(now_ms)
         calls = [(key_list[i : i + step], [now]) for i in range(0, len(key_list), step)]
         replies = self._shard.run_pipelined("queue_counts", calls) if calls else []
-        numbers = [int(n) for reply in replies for n in reply]
+        numbers: list[int] = []
+        for reply in replies:
+            numbers.extend(reply)
         counts: dict[CountKey, int] = {}
         for i, (queue, p, state) in enumerate(cells):
-            total, ready = numbers[2 * i], numbers[2 * i + 1]
-            for future, n in ((False, ready), (True, total - ready)):
+            total = numbers[2 * i]
+            if not total:  # most sets are empty, or not there at all
+                continue
+            ready = int(numbers[2 * i + 1])
+            for future, n in ((False, ready), (True, int(total) - ready)):
                 cell = CountKey(queue, p, state, future)
                 counts[cell] = counts.get(cell, 0) + n
         return counts
