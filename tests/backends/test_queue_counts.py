@@ -242,7 +242,7 @@ def test_slow_passes_are_served_from_while_the_next_one_runs(tmp_path: Path) -> 
     with two_shards("embedded", tmp_path) as found:
         backend = backend_over(found)
         ticks = iter(range(1_000_000))
-        slow = QueueCounts(backend, fresh_budget_s=0.5, clock=lambda: float(next(ticks)))
+        slow = QueueCounts(backend, fresh_budget_s=0.5, clock=lambda: float(next(ticks)))  # a pass: 1 s
         key = CountKey("q", 1, JobState.PENDING, False)
 
         async def go() -> None:
@@ -263,6 +263,10 @@ def test_slow_passes_are_served_from_while_the_next_one_runs(tmp_path: Path) -> 
             for n in range(5, 9):
                 found[1].enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
                 assert (await quick.read()).counts[key] == n and not quick.serving_last
+
+            very_slow = QueueCounts(backend, fresh_budget_s=0.05, clock=lambda: float(next(ticks)))
+            assert (await very_slow.read()).counts[key] == 8
+            assert very_slow.serving_last, "one pass of 20 times the budget is enough"
 
         try:
             asyncio.run(go())

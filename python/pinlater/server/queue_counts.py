@@ -9,7 +9,8 @@ beyond its ``table_definition_cache``). So ``QueueCounts`` times each pass:
 * a read waits for a pass of its own (concurrent reads share one): the numbers are as fresh as
   a count per queue was;
 * but once ``SLOW_PASSES`` passes in a row took longer than ``fresh_budget_s`` (several, so
-  that one slow moment of a small store does not serve stale numbers), a read answers at once
+  that one slow moment of a small store does not serve stale numbers), or the last one took
+  ``VERY_SLOW`` times that (no moment is that slow), a read answers at once
   from the last pass and starts the next one in the background (one at a time): the numbers are
   at most one pass behind, and ``QueueSnapshot.taken_at_ms`` says when they were counted. A
   pass within the budget goes back to the first way.
@@ -36,8 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Passes that take longer than this are served from rather than waited for ...
 FRESH_BUDGET_S = 0.1
-#: ... once this many in a row did.
+#: ... once this many in a row did, or the last one took this many times as long.
 SLOW_PASSES = 3
+VERY_SLOW = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,10 @@ class QueueCounts:
     @property
     def serving_last(self) -> bool:
         """True while reads answer from the last pass (passes are slow), False while they wait."""
-        return len(self._took) == SLOW_PASSES and min(self._took) > self.fresh_budget_s
+        took = self._took
+        if took and took[-1] > VERY_SLOW * self.fresh_budget_s:
+            return True
+        return len(took) == SLOW_PASSES and min(took) > self.fresh_budget_s
 
     async def read(self) -> QueueSnapshot:
         """The counts, fresh or from the last pass (see the module docstring)."""
