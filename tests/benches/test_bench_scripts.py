@@ -49,3 +49,16 @@ def test_sparse_poll() -> None:
 def test_worker_overhead() -> None:
     out = run("worker_overhead.py", "--jobs", "200", "--rounds", "1")
     assert "worker-sync" in out and "of bare" in out
+
+
+def test_many_queues_on_the_embedded_store() -> None:
+    out = run("many_queues.py", "--queues", "20", "--repeat", "1", "--backends", "embedded")
+    assert "queue list /api/queues" in out and "/metrics" in out
+
+
+@pytest.mark.redis
+@pytest.mark.mysql
+def test_many_queues_on_redis_and_mysql() -> None:
+    out = run("many_queues.py", "--queues", "20", "--repeat", "1", "--backends", "redis,mysql")
+    assert out.startswith("redis, 2 shards") and "mysql, 2 shards" in out
+    assert out.count("queue list /api/queues") == 2

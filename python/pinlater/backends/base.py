@@ -148,6 +148,18 @@ class JobFilter:
     body_regex: str | None = None
 
 
+class CountKey(NamedTuple):
+    """One cell of a shard's job counts (``ShardStore.queue_counts``): the jobs of one queue,
+    priority and state, with ``future`` False for ``run_after <= now`` and True for later ones,
+    as ``JobFilter.future`` selects them (for states other than PENDING, the time the store
+    compares, as ``count_jobs`` does)."""
+
+    queue: str
+    priority: int
+    state: JobState
+    future: bool
+
+
 @runtime_checkable
 class ShardStore(Protocol):
     """Storage operations on one shard. See the module docstring for the invariants."""
@@ -252,6 +264,13 @@ class ShardStore(Protocol):
 
     def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
         """Up to ``limit`` matching jobs without bodies, newest run_after first."""
+        ...
+
+    def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
+        """The jobs of every queue on the shard, priorities 1..num_priorities, by state and
+        ready/future, in a number of store round trips that does not grow with the queues (the
+        dashboard's queue list). Each count equals what ``count_jobs`` answers for that filter
+        without a body regex and without a cap; cells without jobs may be left out."""
         ...
 
     # -- bulk administration ----------------------------------------------------------------

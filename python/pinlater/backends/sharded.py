@@ -31,6 +31,7 @@ from pinlater.backends.base import (
     AckItem,
     CheckpointItem,
     ClaimedJob,
+    CountKey,
     JobFilter,
     JobRecord,
     JobState,
@@ -591,6 +592,27 @@ class ShardedBackend:
         counts = await _gather_raising_first(calls)
         answers.check()
         return sum(counts)
+
+    async def queue_counts(self) -> dict[CountKey, int]:
+        """Every queue's jobs by priority, state and ready/future, summed over the healthy
+        shards: one ``ShardStore.queue_counts`` call per shard, in parallel, however many queues
+        there are (counted in ``queue_counts_store_calls``). A shard without a queue adds
+        nothing to it. Each shard's count is capped at ``count_limit`` before the sum, so every
+        number is the one ``count_jobs`` gives for that queue, state and priority; cells
+        without jobs are left out."""
+        now = self.clock.now_ms()
+        shards = await self._readable_shards()
+        self._count("queue_counts_store_calls", len(shards))
+        results = await _gather_raising_first(
+            [self.call_store(shard, shard.store.queue_counts, self.num_priorities, now) for shard in shards]
+        )
+        cap = self.count_limit
+        total: dict[CountKey, int] = defaultdict(int)
+        for counts in results:
+            for key, n in counts.items():
+                if n > 0 and 1 <= key.priority <= self.num_priorities:
+                    total[key] += n if cap is None else min(n, cap)
+        return dict(total)
 
     async def scan_jobs(
         self, queue: str, state: JobState, priority: int | None, future: bool, limit: int, body_regex: str | None

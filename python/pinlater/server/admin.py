@@ -36,7 +36,13 @@ from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_api import AdminApi, ApiError
-from pinlater.server.metrics import RateHistory, memory_families, prometheus_registry, render_prometheus
+from pinlater.server.metrics import (
+    RateHistory,
+    memory_families,
+    prometheus_registry,
+    queue_jobs_family,
+    render_prometheus,
+)
 
 if TYPE_CHECKING:
     from pinlater.server.app import PinLaterServer
@@ -74,6 +80,7 @@ class AdminApp(AdminApi):
         self.history = RateHistory(server.metrics, interval=sample_interval)
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
+        self._queue_jobs: dict[str, dict[str, list[int]]] | None = None  # read for each scrape
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
@@ -141,6 +148,8 @@ class AdminApp(AdminApi):
         return web.Response(text=self.server.metrics.render_json(), content_type="application/json")
 
     async def prometheus(self, request: web.Request) -> web.Response:
+        # Set, then rendered with no await between: a concurrent scrape cannot swap it meanwhile.
+        self._queue_jobs = await self.queue_jobs_for_metrics()
         return web.Response(body=render_prometheus(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _extra_families(self) -> Iterator[Metric]:
@@ -156,6 +165,8 @@ class AdminApp(AdminApi):
             yield healthy
             yield drain
             yield from memory_families(backend.shards, backend.memory_high_water)
+        if self._queue_jobs is not None:
+            yield queue_jobs_family(self._queue_jobs)
         limits = self.server.rate_limits
         if limits is not None:
             rate = GaugeMetricFamily(

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -23,9 +24,10 @@ from aiohttp import web
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
 from pinlater.backends import body_filter
-from pinlater.backends.base import JobRecord, JobState
+from pinlater.backends.base import CountKey, JobRecord, JobState
 from pinlater.server.handler import QUEUE_NAME, hash_password
 from pinlater.server.metrics import memory_snapshot
+from pinlater.server.queue_counts import QueueCounts
 
 if TYPE_CHECKING:
     from pinlater.backends.sharded import ShardedBackend
@@ -64,6 +66,7 @@ class AdminApi:
 
     server: PinLaterServer
     history: RateHistory
+    _queue_counts: QueueCounts | None = None
 
     @property
     def backend(self) -> ShardedBackend:
@@ -75,24 +78,19 @@ class AdminApi:
 
     async def api_queues(self, request: web.Request) -> web.Response:
         backend = self.backend
-        names = sorted(await backend.get_queue_names())
         wanted = request.query.get("queue")
-        if wanted is not None:
-            if wanted not in names:
+        if wanted is not None:  # one queue: its own counts, which cost what it holds
+            if wanted not in await backend.get_queue_names():
                 raise ApiError(404, f"no queue {wanted!r}")
             names = [wanted]
-        priorities = range(1, backend.num_priorities + 1)
-        calls = [
-            backend.count_jobs(queue, state, p, future, None)
-            for queue in names
-            for _, state, future in COUNT_COLUMNS
-            for p in priorities
-        ]
-        counts = iter(await asyncio.gather(*calls))
-        queues = []
-        for queue in names:
-            by_column = {column: [next(counts) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
-            queues.append({"name": queue, "counts": by_column, "rate": self._rate(queue)})
+            counts = {wanted: await one_queue_columns(backend, wanted)}
+            counted_at_ms, took_ms = int(time.time() * 1000), None
+        else:  # every queue: one count pass per shard, or the last one when passes are slow
+            snapshot = await self.queue_counts.read()
+            names = sorted(snapshot.names)
+            counts = count_columns(snapshot.counts, names, backend.num_priorities)
+            counted_at_ms, took_ms = snapshot.taken_at_ms, round(snapshot.took_s * 1000, 1)
+        queues = [{"name": queue, "counts": counts[queue], "rate": self._rate(queue)} for queue in names]
         s = self.server.settings
         limits = self.server.rate_limits
         return _json(
@@ -108,8 +106,32 @@ class AdminApi:
                 "server_count": 1 if limits is None else limits.server_count,
                 "password_set": bool(s.admin_password_hash),
                 "now_ms": int(time.time() * 1000),
+                "counts_at_ms": counted_at_ms,
+                "counts_took_ms": took_ms,
             }
         )
+
+    @property
+    def queue_counts(self) -> QueueCounts:
+        """The job counts of every queue, shared by the queue list and ``/metrics``."""
+        backend = self.backend
+        if self._queue_counts is None or self._queue_counts.backend is not backend:
+            self._queue_counts = QueueCounts(backend)
+        return self._queue_counts
+
+    async def queue_jobs_for_metrics(self) -> dict[str, Columns] | None:
+        """Every queue's count columns for a ``/metrics`` scrape (``queue_jobs_family``), or None
+        when the stores do not answer within BACKEND_SOCKET_TIMEOUT_SECONDS: the scrape then
+        goes on without them (logged), so a store outage never hides the other metrics."""
+        if self.server.backend is None:
+            return None
+        try:
+            timeout = self.server.settings.backend_socket_timeout_seconds
+            snapshot = await asyncio.wait_for(self.queue_counts.read(), timeout)
+        except Exception as exc:
+            log.warning("/metrics without queue job counts: %s: %s", type(exc).__name__, exc)
+            return None
+        return count_columns(snapshot.counts, sorted(snapshot.names), self.server.backend.num_priorities)
 
     def _rate(self, queue: str) -> dict[str, Any]:
         limits = self.server.rate_limits
@@ -250,6 +272,33 @@ class AdminApi:
     def _priorities(self, value: Any) -> range:
         p = self._priority(value)
         return range(1, self.backend.num_priorities + 1) if p is None else range(p, p + 1)
+
+
+Columns = dict[str, list[int]]
+"""A queue's count columns: ``{column: [count per priority]}`` (``COUNT_COLUMNS``)."""
+
+
+def count_columns(counts: Mapping[CountKey, int], names: list[str], num_priorities: int) -> dict[str, Columns]:
+    """The dashboard's count columns of ``names`` from a count pass (``ShardedBackend.queue_counts``):
+    ``{queue: {column: [count per priority]}}``, the numbers ``count_jobs`` gives."""
+    priorities = range(1, num_priorities + 1)
+    return {
+        queue: {
+            column: [counts.get(CountKey(queue, p, state, future), 0) for p in priorities]
+            for column, state, future in COUNT_COLUMNS
+        }
+        for queue in names
+    }
+
+
+async def one_queue_columns(backend: ShardedBackend, queue: str) -> Columns:
+    """One queue's count columns, from its own counts (``count_jobs``): ``{column: [per priority]}``."""
+    priorities = range(1, backend.num_priorities + 1)
+    calls = [
+        backend.count_jobs(queue, state, p, future, None) for _, state, future in COUNT_COLUMNS for p in priorities
+    ]
+    flat = iter(await asyncio.gather(*calls))
+    return {column: [next(flat) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
 
 
 def _audit(request: web.Request, level: int, action: str, queue: str, what: str) -> None:

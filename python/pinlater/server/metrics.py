@@ -5,6 +5,9 @@ Cheap enough for the hot path: a counter is a dict update; a timing keeps a coun
 fixed histogram buckets and a bounded reservoir sample from which percentiles are read.
 Everything runs on the event loop thread, so no locks are needed.
 
+``/metrics`` also carries every queue's job counts (``queue_jobs_family``), read fresh per scrape
+in one pass per shard (``ShardedBackend.queue_counts``).
+
 Per-queue counters are named ``{queue}_{kind}`` (``orders_enqueue``, ``orders_ack_failed``);
 ``split_queue_counter`` reads them back, so Prometheus gets them as labelled series
 (``pinlater_jobs_enqueued_total{queue="orders"}``) without the hot path knowing about labels.
@@ -21,7 +24,7 @@ import random
 import re
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -286,6 +289,21 @@ def memory_snapshot(shards: Iterable[Shard], high_water: float | None) -> dict[s
                 "above": use.above(high_water),
             }
     return {"high_water": high_water, "shards": out}
+
+
+def queue_jobs_family(columns: Mapping[str, Mapping[str, Sequence[int]]]) -> GaugeMetricFamily:
+    """``pinlater_queue_jobs{queue, state}``: the dashboard's count columns (``pending``,
+    ``pending_future``, ``in_progress``, ``succeeded``, ``failed``) of each queue, summed over
+    priorities and shards, from ``{queue: {column: [count per priority]}}``."""
+    family = GaugeMetricFamily(
+        "pinlater_queue_jobs",
+        "Jobs per queue by state, as the dashboard counts them (pending_future: pending, runnable later)",
+        labels=["queue", "state"],
+    )
+    for queue, by_column in sorted(columns.items()):
+        for column, per_priority in by_column.items():
+            family.add_metric([queue, column], float(sum(per_priority)))
+    return family
 
 
 def _sanitize(name: str) -> str:

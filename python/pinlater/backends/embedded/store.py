@@ -24,6 +24,7 @@ from pinlater.backends.base import (
     AckItem,
     CheckpointItem,
     ClaimedJob,
+    CountKey,
     JobFilter,
     JobRecord,
     JobState,
@@ -282,6 +283,17 @@ class EmbeddedStore(BodyFilteredReads):
         with self._read() as conn:
             _require_queue(conn, queue)
             return [_record(row) for row in conn.execute(sql.load("scan_jobs"), params)]
+
+    def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
+        """One statement over the whole shard file (``queue_counts.sql``)."""
+        params = {"now_ms": now_ms, "num_priorities": num_priorities}
+        with self._read() as conn:
+            rows = conn.execute(sql.load("queue_counts"), params).fetchall()
+        counts: dict[CountKey, int] = {}
+        for queue, priority, state, total, future in rows:
+            counts[CountKey(queue, priority, JobState(state), False)] = total - future
+            counts[CountKey(queue, priority, JobState(state), True)] = future
+        return counts
 
     # -- bulk administration ----------------------------------------------------------------
 

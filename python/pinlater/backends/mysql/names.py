@@ -67,6 +67,17 @@ def queue_database_pattern(shard: str) -> str:
     return f"{DB_PREFIX}\\_{check_shard_name(shard)}\\_%"
 
 
+#: A LIKE pattern (a parameter value) matching the jobs tables' names, ``jobs_p{priority}``.
+JOBS_TABLE_PATTERN = "jobs\\_p%"
+_JOBS_TABLE_RE = re.compile(r"jobs_p([1-9][0-9]{0,2})")
+
+
+def priority_from_table(table: str) -> int | None:
+    """The priority a jobs table holds (``jobs_p2`` -> 2), or None if it is not a jobs table."""
+    m = _JOBS_TABLE_RE.fullmatch(table)
+    return int(m.group(1)) if m else None
+
+
 def queue_from_database(database: str, shard: str) -> str | None:
     """The queue a database holds on ``shard``, or None if it is not one of the shard's queues."""
     parts = database.split("_", 2)

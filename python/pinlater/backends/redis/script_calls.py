@@ -130,6 +130,17 @@ class ShardScripts:
                 SENT.reset(token)
         raise AssertionError("unreachable")
 
+    def run_pipelined(self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)`` in one pipeline: one round trip (two when
+        redis-py first checks the script is loaded). Redis runs the calls one after another, so
+        other clients' commands go in between; together they are not atomic."""
+        with self.errors():
+            pipe = self._client.pipeline(transaction=False)
+            for keys, args in calls:
+                self._scripts[script](keys=list(keys), args=list(args), client=pipe)
+            replies: list[Any] = pipe.execute()
+        return replies
+
     def run_in_queue(self, script: str, queue: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return _in_queue(self.run(script, keys, args), queue)
 

@@ -31,6 +31,7 @@ SCRIPT_NAMES = (
     "checkpoint_jobs",
     "lookup_jobs",
     "count_jobs",
+    "queue_counts",
     "scan_jobs",
     "delete_jobs",
     "retry_failed_jobs",

@@ -49,7 +49,16 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from pinlater.backends.base import AckItem, CheckpointItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.base import (
+    AckItem,
+    CheckpointItem,
+    ClaimedJob,
+    CountKey,
+    JobFilter,
+    JobRecord,
+    JobState,
+    NewJob,
+)
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import reservations
 from pinlater.backends.redis.config import RedisShardConfig
@@ -68,6 +77,10 @@ REGEX_PAGE_SIZE = 500
 
 MAX_TIES_REORDERED = 10_000
 """Dequeue reorders a group of equal run-after scores by id only up to this size (see the Lua)."""
+
+QUEUE_COUNTS_KEYS_PER_CALL = 3000
+"""Sets counted per call of queue_counts.lua (the calls go in one pipeline): 200 queues of three
+priorities, a few milliseconds of Redis's time, so other clients wait no longer than that."""
 
 DELETE_QUEUE_BATCH = 1000
 """Jobs deleted per call of delete_queue.lua, so a big queue never blocks Redis for long."""
@@ -273,6 +286,38 @@ class RedisStore:
                 if limit is not None and count >= limit:
                     break
         return count if limit is None else min(count, limit)
+
+    def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
+        """The queue names, then ``queue_counts.lua`` over each queue's state sets and held sets
+        (held jobs are PENDING, as ``count_jobs`` counts them), pipelined: a few round trips
+        whatever the number of queues. A queue deleted in between counts as empty."""
+        cells: list[tuple[str, int, JobState]] = []
+        key_list: list[str] = []
+        for queue in sorted(self.get_queue_names()):
+            keys = self._keys(queue)
+            for p in range(1, num_priorities + 1):
+                for state, key in zip(JobState, keys.priority_sets(p), strict=True):
+                    cells.append((queue, p, state))
+                    key_list.append(key)
+                cells.append((queue, p, JobState.PENDING))
+                key_list.append(keys.held_key(p))
+        step = QUEUE_COUNTS_KEYS_PER_CALL
+        now = seconds_arg(now_ms)
+        calls = [(key_list[i : i + step], [now]) for i in range(0, len(key_list), step)]
+        replies = self._shard.run_pipelined("queue_counts", calls) if calls else []
+        numbers: list[int] = []
+        for reply in replies:
+            numbers.extend(reply)
+        counts: dict[CountKey, int] = {}
+        for i, (queue, p, state) in enumerate(cells):
+            total = numbers[2 * i]
+            if not total:  # most sets are empty, or not there at all
+                continue
+            ready = int(numbers[2 * i + 1])
+            for future, n in ((False, ready), (True, int(total) - ready)):
+                cell = CountKey(queue, p, state, future)
+                counts[cell] = counts.get(cell, 0) + n
+        return counts
 
     def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
         keys = self._keys(queue)

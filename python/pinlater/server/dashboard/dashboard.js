@@ -117,7 +117,11 @@
     if (g.connections_open !== undefined) parts.push(`${g.connections_open} connections`);
     if (!overview.password_set) parts.push("admin actions disabled (no ADMIN_PASSWORD_HASH)");
     $("server-summary").textContent = parts.join(" · ");
-    $("refreshed").textContent = `updated ${fmtTime(overview.now_ms)}`;
+    let refreshed = `updated ${fmtTime(overview.now_ms)}`;
+    // Counts come from the last count pass when passes are slow (many queues on MySQL, say).
+    const age = overview.counts_at_ms ? (overview.now_ms - overview.counts_at_ms) / 1000 : 0;
+    if (age >= 2) refreshed += ` · job counts from ${age.toFixed(0)} s before`;
+    $("refreshed").textContent = refreshed;
     renderMemory();
   }
 

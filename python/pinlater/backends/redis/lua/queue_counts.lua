@@ -1,0 +1,23 @@
+--[[ queue_counts: the members of many sorted sets, in all and those scored up to now (ZCARD,
+then ZCOUNT where the set is not empty), for the job counts of every queue of a shard in one
+round trip (RedisStore.queue_counts sends the keys of all its queues, a chunk per call).
+
+KEYS[1]     the first set to count, and so on to KEYS[n]: state sets
+            (plq_{shard}_{queue}.p{p}_s{s}) and held sets (plq_{shard}_{queue}.p{p}_h), in any
+            order; a missing key counts as empty
+ARGV[1]     now: the highest score counted as ready (ZRANGEBYSCORE syntax)
+
+Returns a flat array, two numbers per key in KEYS order: its members, then those scored <= now.
+]]
+local now = ARGV[1]
+local out = {}
+for i, key in ipairs(KEYS) do
+  local total = redis.call('ZCARD', key)
+  local ready = 0
+  if total > 0 then
+    ready = redis.call('ZCOUNT', key, '-inf', now)
+  end
+  out[2 * i - 1] = total
+  out[2 * i] = ready
+end
+return out
