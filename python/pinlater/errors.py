@@ -8,6 +8,7 @@ only place that turns errors into Thrift exceptions.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 
 class ErrorCode(IntEnum):
@@ -55,15 +56,23 @@ class QueueNotFoundError(PinLaterError):
 
 
 class ShardConnectionError(PinLaterError):
-    """A shard could not be reached or stopped answering; the operation may be retried."""
+    """A shard could not be reached or stopped answering. ``maybe_applied``: the operation had
+    reached the store when the connection failed, so it may have taken effect (a write whose
+    outcome is unknown must not be sent again, to this shard or another, where that could
+    duplicate jobs)."""
 
-    def __init__(self, shard: str, detail: str) -> None:
+    def __init__(self, shard: str, detail: str, *, maybe_applied: bool = False) -> None:
         super().__init__(ErrorCode.SHARD_CONNECTION_FAILED, f"shard {shard}: {detail}")
         self.shard = shard
         self.detail = detail
+        self.maybe_applied = maybe_applied
 
-    def __reduce__(self) -> tuple[type[ShardConnectionError], tuple[str, str]]:  # type: ignore[override]
-        return (ShardConnectionError, (self.shard, self.detail))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_shard_connection_error, (self.shard, self.detail, self.maybe_applied))
+
+
+def _shard_connection_error(shard: str, detail: str, maybe_applied: bool) -> ShardConnectionError:
+    return ShardConnectionError(shard, detail, maybe_applied=maybe_applied)
 
 
 class StoreLockedError(RuntimeError):

@@ -179,7 +179,7 @@ def test_missing_queues_are_created_on_the_shards_that_take_new_jobs(
     stores["3"].create_queue("other", PRIORITIES)
     backend = make_backend(stores, counts, dequeue_only="3")
     try:
-        with caplog.at_level(logging.INFO, logger="pinlater.backends.reload"):
+        with caplog.at_level(logging.INFO, logger="pinlater.backends.sharded"):
             created = run(create_missing_queues(backend, backend.shards.enqueue_candidates()))
             assert sorted(created) == [("other", "1"), ("other", "2"), (Q, "1")]  # type: ignore[arg-type]
             assert run(create_missing_queues(backend, backend.shards.enqueue_candidates())) == []
@@ -223,3 +223,20 @@ def test_the_monitor_goes_past_a_queue_deleted_since_it_listed_them(
     )
     totals = run(Monitor(backend, policy, Metrics()).run_once())
     assert totals == {"resurrected": 2, "gc_succeeded": 0, "gc_failed": 0}
+
+
+def test_an_enqueue_passes_a_shard_without_the_queue_and_gives_it_the_queue(
+    backend: ShardedBackend, stores: dict[str, EmbeddedStore]
+) -> None:
+    """Nothing is written on a shard that lacks the queue, so the next one is tried; the queue
+    is then created there behind the reply (a shard back from an outage, a half-done create)."""
+
+    async def scenario() -> list[str]:
+        now = backend.clock.now_ms()
+        descriptors = [d for _ in range(10) for d in await backend.enqueue_jobs(Q, [NewJob(1, b"x", now, 1)])]
+        await backend.background_done()
+        return descriptors
+
+    descriptors = run(scenario())
+    assert isinstance(descriptors, list) and len(descriptors) == 10
+    assert all(Q in store.get_queue_names() for store in stores.values())

@@ -183,3 +183,47 @@ def test_a_store_restart_under_load_costs_no_failed_call_once_it_answers(
     print(f"failed calls during the outage: {dict(during)}; calls after it: {dict(calls_after)}")
     assert min(calls_after["enqueue"], calls_after["dequeue"], calls_after["ack"]) >= 20, calls_after
     assert after == [], f"{len(after)} calls failed after the store answered again: {after[:5]}"
+
+
+@pytest.mark.redis
+def test_an_enqueue_whose_outcome_is_unknown_is_not_sent_to_another_shard(
+    start_server: Callable[..., ServerProcess],
+    open_client: Callable[[ServerProcess], Any],
+    ttypes: ModuleType,
+    tmp_path: Path,
+) -> None:
+    """Shard a takes the command but does not answer in time (its writes are paused): the jobs
+    may be in it, so the enqueue fails with SHARD_CONNECTION_FAILED instead of landing on shard
+    b as well; after a's writes resume, the failed batch is in the store at most once."""
+    with RedisServer(tmp_path / "a") as a, RedisServer(tmp_path / "b") as b:
+        config = tmp_path / "redis.json"
+        shards = [
+            {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}}
+            for name, r in (("a", a), ("b", b))
+        ]
+        config.write_text(json.dumps({"shards": shards}))
+        server = start_server(
+            "--backend", "redis", "--backend-config", str(config), properties={"BACKEND_SOCKET_TIMEOUT_SECONDS": 0.5}
+        )
+        api = Api(open_client(server), ttypes)
+        api.create(QUEUE)
+        a.client().execute_command("CLIENT", "PAUSE", "60000", "WRITE")  # scripts that may write wait
+        enqueued: list[str] = []
+        failures: list[int] = []
+
+        def one_fails() -> bool:
+            try:
+                enqueued.extend(api.enqueue(QUEUE, api.job(b"try-%d" % len(enqueued))))
+            except ttypes.PinLaterException as exc:
+                failures.append(int(exc.errorCode))
+                return True
+            return False
+
+        try:
+            wait_for(one_fails, 60, interval=0.05, what="an enqueue sent to the paused shard")
+        finally:
+            a.client().execute_command("CLIENT", "UNPAUSE")
+        assert failures == [502]  # SHARD_CONNECTION_FAILED
+        assert all(":sb:" in d for d in enqueued)
+        pending = api.count(QUEUE, 0)
+        assert pending - len(enqueued) in (0, 1), (pending, len(enqueued))

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pinlater.backends.base import BackendDriver, ShardConfig, ShardStore
-from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.sharded import ShardedBackend, create_on
 from pinlater.backends.shardmap import Shard, ShardMap, diff_configs
 from pinlater.config import Settings
 
@@ -117,13 +117,7 @@ async def create_missing_queues(backend: ShardedBackend, targets: Sequence[Shard
     async def fill(shard: Shard) -> list[tuple[str, str]]:
         created = []
         for queue in sorted(everywhere - have[shard.name]):
-            try:
-                await backend.call_store(shard, shard.store.create_queue, queue, backend.num_priorities)
-            except Exception as exc:
-                log.warning("could not create queue %s on shard %s: %s", queue, shard.name, exc)
-                continue
-            log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
-            created.append((queue, shard.name))
+            created += [(queue, name) for name in await create_on(backend, queue, [shard])]
         return created
 
     done = await asyncio.gather(*(fill(s) for s in targets if s.name in have))

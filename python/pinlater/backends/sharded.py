@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import socket
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,12 @@ EMPTY_RECHECK_MS = 200
 MAX_EMPTY_RECHECK_MS = 3200
 #: Future ready times remembered per place; beyond this the backoff alone bounds the delay.
 MAX_FUTURE_READY_TIMES = 64
+
+#: A failed ping that took longer than this (a store that does not answer, rather than one that
+#: refuses connections) keeps calls from pinging that shard again for ``SLOW_PING_BACKOFF_MS``;
+#: the health loop still does, every second.
+SLOW_PING_SECONDS = 0.5
+SLOW_PING_BACKOFF_MS = 1000
 
 #: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
 #: is cut to this many characters in claims and in the checkpoint guard alike.
@@ -120,7 +127,7 @@ class QueueAnswers:
         except QueueNotFoundError:
             self.lacking.add(shard.name)
             return empty
-        except ShardConnectionError:
+        except (ShardConnectionError, StoreMemoryFullError):  # it may hold the queue
             self.held = True
             raise
         self.held = True
@@ -169,6 +176,9 @@ class ShardedBackend:
         self._in_flight: dict[Place, asyncio.Future[None]] = {}
         # shard name -> the ping in flight that asks whether an unhealthy shard is back
         self._pings: dict[str, asyncio.Future[bool]] = {}
+        # -> until when (ms) a shard whose ping failed slowly is not pinged again
+        self._ping_backoff_until: dict[str, int] = {}
+        self._background: set[asyncio.Future[object]] = set()
         # (shard, queue): the last dequeue look found no such queue there, while another shard
         # had it; its places are remembered as empty, and a walk that skips them knows why
         self._lacking: set[tuple[str, str]] = set()
@@ -199,23 +209,33 @@ class ShardedBackend:
             shard.mark_unhealthy(exc.detail)
             raise
 
-    async def revive(self, shard: Shard) -> bool:
+    async def revive(self, shard: Shard, *, force: bool = False) -> bool:
         """Ask an unhealthy shard whether it answers again and mark it healthy if so; True if it
-        is healthy. One ping per shard at a time: concurrent callers share its answer."""
+        is healthy. One ping per shard at a time: concurrent callers share its answer. Without
+        ``force`` (the health loop's), a shard whose last ping failed slowly is not asked again
+        for ``SLOW_PING_BACKOFF_MS``."""
         if shard.healthy:
             return True
         ping = self._pings.get(shard.name)
+        if ping is None and not force and self._ping_backoff_until.get(shard.name, 0) > self.clock.now_ms():
+            return False
         if ping is None:
             ping = self._pings[shard.name] = asyncio.ensure_future(self._ping(shard))
             ping.add_done_callback(lambda _: self._pings.pop(shard.name, None))
         return await asyncio.shield(ping)
 
     async def _ping(self, shard: Shard) -> bool:
+        started = time.monotonic()
         try:
             await self.call_store(shard, shard.store.ping)
         except Exception as exc:
             log.debug("shard %s still unhealthy: %s", shard.name, exc)
+            if time.monotonic() - started > SLOW_PING_SECONDS:
+                # a store that does not answer at all (not one that refuses at once): calls that
+                # find no healthy shard fail at once for a while instead of each waiting so long
+                self._ping_backoff_until[shard.name] = self.clock.now_ms() + SLOW_PING_BACKOFF_MS
             return False
+        self._ping_backoff_until.pop(shard.name, None)
         shard.mark_healthy()
         return True
 
@@ -235,8 +255,15 @@ class ShardedBackend:
         return self._shards.get(name)
 
     async def aclose(self) -> None:
-        """Close what the stores opened on this event loop; ``close`` does the rest."""
+        """Finish the background work, close what the stores opened on this event loop; ``close``
+        does the rest."""
+        await self.background_done()
         await asyncio.gather(*(aclose_store(shard.store) for shard in self._shards))
+
+    async def background_done(self) -> None:
+        """Wait for the work started behind replies (``_spawn``) so far."""
+        if self._background:
+            await asyncio.wait(list(self._background))
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
@@ -342,16 +369,24 @@ class ShardedBackend:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard accepts new jobs")
         last_error: ShardConnectionError | None = None
         refused: list[tuple[str, MemoryUse | None]] = []
+        lacking: list[Shard] = []  # shards without the queue (nothing was written there)
         for shard in candidates:
             now = self.clock.now_ms()
             try:
                 ids = await self.call_store(shard, shard.store.enqueue_jobs, queue, jobs, now)
             except ShardConnectionError as exc:
+                if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
+                    raise
                 last_error = exc
                 continue
             except StoreMemoryFullError:
                 refused.append((shard.name, await self._read_memory(shard)))
                 continue
+            except QueueNotFoundError:
+                lacking.append(shard)
+                continue
+            if lacking:  # the queue exists: give it to the shards that lack it, behind the reply
+                self._spawn(create_on(self, queue, lacking))
             if (probe := memory_probe(shard.store)) is not None:
                 probe.note_enqueued(len(jobs), sum(len(j.body) for j in jobs))
             self.mark_ready(shard.name, queue, {j.priority for j in jobs if j.run_after_ms <= now})
@@ -364,8 +399,15 @@ class ShardedBackend:
             refused += [(s.name, use) for s, use in self._shards.memory_full(mark) if s.name not in names]
             refused.sort(key=lambda pair: pair[0])
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, memory_full_reason(refused, mark))
-        assert last_error is not None
-        raise last_error
+        if last_error is not None:
+            raise last_error
+        raise QueueNotFoundError(queue)
+
+    def _spawn(self, work: Awaitable[object]) -> None:
+        """Run ``work`` in the background, held until done (its failures are its own to log)."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _read_memory(self, shard: Shard) -> MemoryUse | None:
         """Read a shard's memory now (after it refused a write for memory), so later enqueues
@@ -693,6 +735,21 @@ class ShardedBackend:
             done += await answers.ask(shard, call, 0)
         answers.check()
         return done
+
+
+async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]) -> list[str]:
+    """Create ``queue``, which another shard has, on each of ``shards``; each creation and each
+    failure (then skipped) is logged. Returns the names of the shards it was created on."""
+    created = []
+    for shard in shards:
+        try:
+            await backend.call_store(shard, shard.store.create_queue, queue, backend.num_priorities)
+        except Exception as exc:
+            log.warning("could not create queue %s on shard %s: %s", queue, shard.name, exc)
+            continue
+        log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
+        created.append(shard.name)
+    return created
 
 
 async def aclose_store(store: object) -> None:

@@ -248,7 +248,7 @@ class PinLaterServer:
         while True:
             await asyncio.sleep(HEALTH_CHECK_INTERVAL_SECONDS)
             for shard in backend.shards.all():
-                await backend.revive(shard)
+                await backend.revive(shard, force=True)
 
     # -- stop -----------------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ def run_transaction(
                 continue
             if isinstance(exc, CommitUnknownError) and not repeatable:
                 detail = f"connection lost during COMMIT, which may have been applied: not repeated ({_message(exc)})"
-                raise ShardConnectionError(shard, detail) from exc
+                raise ShardConnectionError(shard, detail, maybe_applied=True) from exc
             retryable = code in RETRYABLE_ERRORS or isinstance(exc, pymysql.err.InterfaceError)
             if retryable and attempt < num_auto_retries:
                 attempt += 1

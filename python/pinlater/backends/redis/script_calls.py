@@ -63,7 +63,8 @@ def shard_errors(name: str, config: RedisShardConfig) -> Iterator[None]:
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise ShardConnectionError(name, f"{config.master}: {type(exc).__name__}: {exc}") from exc
+        detail = f"{config.master}: {type(exc).__name__}: {exc}"
+        raise ShardConnectionError(name, detail, maybe_applied=SENT.get()) from exc
     except redis.ResponseError as exc:
         # redis-py raises OutOfMemoryError for "-OOM command not allowed when used memory >
         # 'maxmemory'"; older servers wrap it in a script error, so the text is checked too.
