@@ -225,7 +225,10 @@ def resolve_settings(*layers: SettingsLayer) -> Settings:
     if "backend" not in values and config_path is not None:
         # The original's MySQL properties files name no backend (anything but "redis" meant
         # MySQL there); its two config formats tell the backend apart.
-        values["backend"] = backend_of_config(config_path)
+        try:
+            values["backend"] = backend_of_config(config_path)
+        except ConfigError as exc:
+            raise ConfigError(f"{origins.get('backend_config_path', 'BACKEND_CONFIG_PATH')}: {exc}") from None
         origins["backend"] = f"{origins['backend_config_path']} (a {values['backend']} shard config)"
     settings = dataclasses.replace(Settings(), **values)
     settings.validate(origins)

@@ -98,8 +98,9 @@ def test_an_original_properties_file_without_a_backend_takes_it_from_the_config(
 def test_a_config_that_names_no_backend_is_an_error(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "backend.json"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=expected):
+    with pytest.raises(ConfigError, match=expected) as info:
         resolve(tmp_path, {}, ["--backend-config", str(path)])
+    assert str(info.value).startswith(f"--backend-config {path}: ")
 
 
 def test_the_embedded_backend_named_with_a_config_file_is_an_error(tmp_path: Path) -> None:
