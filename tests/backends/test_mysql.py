@@ -66,16 +66,6 @@ def make_store(server: MariaDBServer) -> Iterator[Callable[..., MySQLStore]]:
         store.close()
 
 
-def admin_query(server: MariaDBServer, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = server.admin_connection()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def session_counters(store: MySQLStore) -> dict[str, int]:
     """Com_* counters of the store's only connection (the store must have pool_size=1)."""
     with store.pool.connection() as conn, conn.cursor() as cur:
@@ -98,7 +88,7 @@ def new_jobs(n: int, priority: int = 1, run_after: int = T0) -> list[NewJob]:
 
 
 def _normalised_create_table(server: MariaDBServer, database: str) -> list[str]:
-    [(_, ddl)] = admin_query(server, f"SHOW CREATE TABLE `{database}`.`jobs_p1`")
+    [(_, ddl)] = server.query(f"SHOW CREATE TABLE `{database}`.`jobs_p1`")
     lines = [line.strip().rstrip(",") for line in ddl.splitlines()[1:-1]]
     # The intended differences: our timestamps keep milliseconds, our bodies are MEDIUMBLOBs.
     return [
@@ -111,25 +101,22 @@ def _normalised_create_table(server: MariaDBServer, database: str) -> list[str]:
 
 def test_schema_matches_the_original(server: MariaDBServer, make_store: Callable[..., MySQLStore]) -> None:
     make_store().create_queue("fresh", 3)
-    admin_query(server, "CREATE DATABASE plq_9_original")
-    admin_query(server, ORIGINAL_JOBS_TABLE.format(table="plq_9_original.jobs_p1"))
+    server.query("CREATE DATABASE plq_9_original")
+    server.query(ORIGINAL_JOBS_TABLE.format(table="plq_9_original.jobs_p1"))
     ours = _normalised_create_table(server, "plq_1_fresh")
     theirs = _normalised_create_table(server, "plq_9_original")
     assert ours == theirs
     assert "`local_id` bigint(20) unsigned NOT NULL AUTO_INCREMENT" in ours
     assert "KEY `state` (`state`,`run_after`)" in ours
     assert "KEY `claim_descriptor` (`claim_descriptor`)" in ours
-    [(_, ddl)] = admin_query(server, "SHOW CREATE TABLE plq_1_fresh.jobs_p1")
+    [(_, ddl)] = server.query("SHOW CREATE TABLE plq_1_fresh.jobs_p1")
     assert "`body` mediumblob NOT NULL" in ddl
-    precision = admin_query(
-        server,
+    precision = server.query(
         "SELECT COLUMN_NAME, DATETIME_PRECISION FROM information_schema.COLUMNS"
         " WHERE TABLE_SCHEMA = 'plq_1_fresh' AND TABLE_NAME = 'jobs_p1' AND DATA_TYPE = 'timestamp'",
     )
     assert sorted(precision) == [("created_at", 3), ("run_after", 3), ("updated_at", 3)]
-    tables = admin_query(
-        server, "SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'plq_1_fresh'"
-    )
+    tables = server.query("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'plq_1_fresh'")
     assert sorted(tables) == [("jobs_p1", "InnoDB"), ("jobs_p2", "InnoDB"), ("jobs_p3", "InnoDB")]
 
 
@@ -321,7 +308,7 @@ def test_num_db_per_queue_expands_each_instance_into_shards(server: MariaDBServe
     finally:
         for store in stores.values():
             store.close()
-    databases = {row[0] for row in admin_query(server, "SHOW DATABASES LIKE 'plq%'")}
+    databases = {row[0] for row in server.query("SHOW DATABASES LIKE 'plq%'")}
     assert databases == {"plq_1_test_queue", "plq_1d1_test_queue", "plq_1d2_test_queue", "plq_1d2_only_1d2"}
 
 

@@ -48,21 +48,11 @@ def store(mariadb: MariaDBServer) -> Iterator[MySQLStore]:
         shard.close()
 
 
-def admin(server: MariaDBServer, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = server.admin_connection()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def original_queue(server: MariaDBServer, database: str, priorities: int = 1) -> None:
     """A queue's database as the original created it (BLOB bodies)."""
-    admin(server, f"CREATE DATABASE {database}")
+    server.query(f"CREATE DATABASE {database}")
     for priority in range(1, priorities + 1):
-        admin(server, ORIGINAL_JOBS_TABLE.format(table=f"{database}.jobs_p{priority}"))
+        server.query(ORIGINAL_JOBS_TABLE.format(table=f"{database}.jobs_p{priority}"))
 
 
 def job(body: bytes, priority: int = 1) -> NewJob:
@@ -79,8 +69,7 @@ def body_of(n: int, seed: int = 7) -> bytes:
 
 def test_queues_created_here_hold_bodies_up_to_a_mediumblob(store: MySQLStore, mariadb: MariaDBServer) -> None:
     store.create_queue("big", 2)
-    column = admin(
-        mariadb,
+    column = mariadb.query(
         "SELECT DISTINCT DATA_TYPE, CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS"
         " WHERE TABLE_SCHEMA = 'plq_1_big' AND COLUMN_NAME = 'body'",
     )
@@ -106,9 +95,9 @@ def test_an_original_table_refuses_a_long_body_naming_the_alter_that_lifts_it(
     assert "`plq_1_legacy`.`jobs_p1`" in error.message and "BLOB" in error.message
     m = ALTER.search(error.message)
     assert m, error.message
-    assert admin(mariadb, "SELECT COUNT(*) FROM plq_1_legacy.jobs_p2") == [(0,)], "nothing of the batch was written"
+    assert mariadb.query("SELECT COUNT(*) FROM plq_1_legacy.jobs_p2") == [(0,)], "nothing of the batch was written"
 
-    admin(mariadb, m.group(1))  # what the message says to run: the same enqueue now succeeds
+    mariadb.query(m.group(1))  # what the message says to run: the same enqueue now succeeds
     small_id, long_id = store.enqueue_jobs("legacy", [job(b"small", priority=2), job(body)], T0)
     [record] = store.lookup_jobs("legacy", [(1, long_id)], True)
     assert record.body == body, "stored whole"
@@ -136,9 +125,9 @@ def test_a_column_narrowed_behind_the_cache_refuses_rather_than_truncates(
 ) -> None:
     store.create_queue("shrunk", 2)
     store.enqueue_jobs("shrunk", [job(body_of(70_000), priority=2)], T0)  # the store has learned MEDIUMBLOB
-    admin(mariadb, "ALTER TABLE plq_1_shrunk.jobs_p1 MODIFY body BLOB NOT NULL")
+    mariadb.query("ALTER TABLE plq_1_shrunk.jobs_p1 MODIFY body BLOB NOT NULL")
     # The server's own default mode is lenient here: only the session's strict mode stops it.
-    admin(mariadb, "SET GLOBAL sql_mode = ''")
+    mariadb.query("SET GLOBAL sql_mode = ''")
     try:
         store.pool.discard_idle()  # new sessions, under the lenient global mode
         with pytest.raises(PinLaterError, match=r"limit of 65535 bytes of table `plq_1_shrunk`\.`jobs_p1`") as info:
@@ -148,15 +137,15 @@ def test_a_column_narrowed_behind_the_cache_refuses_rather_than_truncates(
             cur.execute("SELECT @@SESSION.sql_mode")
             assert "STRICT_ALL_TABLES" in cur.fetchone()[0]
     finally:
-        admin(mariadb, "SET GLOBAL sql_mode = DEFAULT")
-    assert admin(mariadb, "SELECT LENGTH(body) FROM plq_1_shrunk.jobs_p1") == [], "nothing truncated, nothing written"
+        mariadb.query("SET GLOBAL sql_mode = DEFAULT")
+    assert mariadb.query("SELECT LENGTH(body) FROM plq_1_shrunk.jobs_p1") == [], "nothing truncated, nothing written"
     assert store.count_jobs("shrunk", JobFilter(JobState.PENDING, 2, T0), None) == 1
 
 
 def test_a_body_over_max_allowed_packet_is_refused_naming_it(store: MySQLStore, mariadb: MariaDBServer) -> None:
     store.create_queue("packet", 1)
-    (default_packet,) = admin(mariadb, "SELECT @@GLOBAL.max_allowed_packet")[0]
-    admin(mariadb, "SET GLOBAL max_allowed_packet = 1048576")
+    (default_packet,) = mariadb.query("SELECT @@GLOBAL.max_allowed_packet")[0]
+    mariadb.query("SET GLOBAL max_allowed_packet = 1048576")
     try:
         store.pool.discard_idle()
         store.ping()  # a new connection reads the server's setting
@@ -166,7 +155,7 @@ def test_a_body_over_max_allowed_packet_is_refused_naming_it(store: MySQLStore, 
         [local_id] = store.enqueue_jobs("packet", [job(body_of(400_000))], T0)
         assert store.lookup_jobs("packet", [(1, local_id)], True)[0].body == body_of(400_000)
     finally:
-        admin(mariadb, "SET GLOBAL max_allowed_packet = %s", (default_packet,))
+        mariadb.query("SET GLOBAL max_allowed_packet = %s", (default_packet,))
 
 
 # -- through the server -------------------------------------------------------------------------
@@ -205,11 +194,11 @@ def test_bodies_through_the_server(
     assert "70000 bytes" in message and "limit of 65535 bytes" in message and "`plq_1_legacy`.`jobs_p1`" in message
     m = ALTER.search(message)
     assert m, message
-    assert admin(mariadb, "SELECT COUNT(*) FROM plq_1_legacy.jobs_p1") == [(0,)]
-    admin(mariadb, m.group(1))
+    assert mariadb.query("SELECT COUNT(*) FROM plq_1_legacy.jobs_p1") == [(0,)]
+    mariadb.query(m.group(1))
     [descriptor] = api.enqueue("legacy", api.job(body))
     assert api.lookup(descriptor, body=True)[descriptor].body == body
-    assert admin(mariadb, "SELECT LENGTH(body) FROM plq_1_legacy.jobs_p1") == [(70_000,)]
+    assert mariadb.query("SELECT LENGTH(body) FROM plq_1_legacy.jobs_p1") == [(70_000,)]
 
 
 def test_strict_mode_is_set_on_every_session(store: MySQLStore) -> None:

@@ -81,18 +81,8 @@ def shard_of(descriptor: str) -> str:
     return m.group(2)
 
 
-def query(db: MariaDBServer, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = db.admin_connection()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def databases(db: MariaDBServer) -> set[str]:
-    return {row[0] for row in query(db, "SHOW DATABASES LIKE 'plq%'")}
+    return {row[0] for row in db.query("SHOW DATABASES LIKE 'plq%'")}
 
 
 def readyz(server: ServerProcess) -> int:
@@ -166,7 +156,7 @@ def test_lifecycle_through_the_server_in_the_original_databases(
     assert found["life:s1:p2:1"].jobState == PENDING
 
     # The rows are the original's: one table per priority, the state as a number.
-    rows = query(mariadb, "SELECT local_id, state, custom_status, body FROM plq_1_life.jobs_p1 ORDER BY local_id")
+    rows = mariadb.query("SELECT local_id, state, custom_status, body FROM plq_1_life.jobs_p1 ORDER BY local_id")
     assert rows[:2] == [(1, SUCCEEDED, "ok", bodies[0]), (2, PENDING, "boom", bodies[1])]
     assert [info.jobDescriptor for info in api.scan("life", SUCCEEDED).scannedJobs] == ["life:s1:p1:1"]
     scanned = api.scan("life", PENDING, scanFutureJobs=True, priority=1).scannedJobs
@@ -181,15 +171,15 @@ def test_a_body_over_the_blob_limit_is_rejected_before_anything_is_written(
 ) -> None:
     # A table the original created holds bodies in a BLOB (tests/backends/test_mysql_bodies.py
     # has the rest: our MEDIUMBLOB tables, the ALTER TABLE named in the refusal).
-    query(mariadb, "CREATE DATABASE plq_1_big")
-    query(mariadb, ORIGINAL_JOBS_TABLE.format(table="plq_1_big.jobs_p1"))
+    mariadb.query("CREATE DATABASE plq_1_big")
+    mariadb.query(ORIGINAL_JOBS_TABLE.format(table="plq_1_big.jobs_p1"))
     api = api_for(serve(start_server, tmp_path, {"1": (mariadb, False)}))
     [at_limit] = api.enqueue("big", api.job(b"x" * 65_535))
     with pytest.raises(api.t.PinLaterException) as info:
         api.enqueue("big", api.job(b"small"), api.job(b"y" * 65_536))
     assert info.value.errorCode == ENQUEUE_REJECTED
     assert "65536 bytes" in info.value.message and "65535" in info.value.message
-    assert query(mariadb, "SELECT COUNT(*) FROM plq_1_big.jobs_p1") == [(1,)], "nothing of the batch was written"
+    assert mariadb.query("SELECT COUNT(*) FROM plq_1_big.jobs_p1") == [(1,)], "nothing of the batch was written"
 
     [claimed] = api.dequeue("big", limit=1).jobs
     assert claimed == at_limit
@@ -225,7 +215,7 @@ def test_new_jobs_land_only_on_writable_shards_and_the_dequeue_only_shard_is_dra
     new = enqueue_singles(api, "spread", 40)
     new += api.enqueue("spread", *[api.job(f"batch-{i}".encode()) for i in range(10)])
     assert set(Counter(shard_of(d) for d in new)) == {"1", "2"}, "40 calls picked both writable shards, never 3"
-    assert query(mariadb, "SELECT COUNT(*) FROM plq_3_spread.jobs_p1") == [(20,)]
+    assert mariadb.query("SELECT COUNT(*) FROM plq_3_spread.jobs_p1") == [(20,)]
 
     drained = drain(api, "spread", 70)
     from_3 = {d: body for d, body in drained.items() if shard_of(d) == "3"}
@@ -284,8 +274,7 @@ def test_a_database_the_original_created_is_served(
     retry = api.c.retryFailedJobs(api.ctx, api.t.PinLaterRetryFailedJobsRequest(queueName="legacy", priority=3))
     assert retry == 1
     assert drain(api, "legacy", 3) == {"legacy:s1:p1:3": b"old-2", "legacy:s1:p1:4": b"new", "legacy:s1:p3:1": b"dead"}
-    timestamps = query(
-        mariadb,
+    timestamps = mariadb.query(
         "SELECT DATETIME_PRECISION FROM information_schema.COLUMNS WHERE"
         " TABLE_SCHEMA = 'plq_1_legacy' AND DATA_TYPE = 'timestamp'",
     )
@@ -328,7 +317,7 @@ def test_marking_a_shard_dequeue_only_in_the_config_stops_new_jobs_there(
     after = enqueue_singles(api, "moving", 40, "after")
     assert {shard_of(d) for d in after} == {"1"}
     on_2 = [d for d in before if shard_of(d) == "2"]
-    assert query(mariadb, "SELECT COUNT(*) FROM plq_2_moving.jobs_p1") == [(len(on_2),)]
+    assert mariadb.query("SELECT COUNT(*) FROM plq_2_moving.jobs_p1") == [(len(on_2),)]
     drained = drain(api, "moving", 80)
     assert set(on_2) <= set(drained), "jobs on the now dequeue-only shard are still drained"
     assert server.proc is not None and server.proc.poll() is None

@@ -276,6 +276,16 @@ class MariaDBServer:
         """A root connection with autocommit on, for setting up and inspecting."""
         return self._root_connection(database=database)
 
+    def query(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+        """Run one statement as root (autocommit) and return its rows."""
+        conn = self.admin_connection()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
     def shard_entry(self, *, dequeue_only: bool = False) -> dict[str, Any]:
         """This server as one shard entry of the original MySQL JSON config."""
         endpoint = {"host": self.host, "port": self.port}
