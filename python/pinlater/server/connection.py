@@ -167,26 +167,29 @@ class Connection(asyncio.Protocol):
             while self._queue and not self._lost:
                 payload = self._queue.popleft()
                 self._maybe_resume_reading()
-                async with server._semaphore:
-                    stats.requests_in_flight += 1
-                    try:
-                        reply = await server.dispatcher.handle_frame(payload)
-                    except ProtocolError as exc:
-                        stats.protocol_errors += 1
-                        server._log_bad_frame("closing connection from %s: %s", self.peer, exc)
-                        if exc.reply is not None:
-                            self._write(exc.reply)
-                        self._begin_close()
-                        break
-                    except Exception:  # the dispatcher answers handler errors itself: this is a bug
-                        log.exception("closing connection from %s: dispatcher failed", self.peer)
-                        self._begin_close()
-                        break
-                    finally:
-                        stats.requests_in_flight -= 1
-                        # The payload is garbage once handled: its bytes go back to the budget.
-                        server._count_queued(self, -len(payload))
-                        self._maybe_resume_reading()
+                try:
+                    async with server._semaphore:
+                        stats.requests_in_flight += 1
+                        try:
+                            reply = await server.dispatcher.handle_frame(payload)
+                        except ProtocolError as exc:
+                            stats.protocol_errors += 1
+                            server._log_bad_frame("closing connection from %s: %s", self.peer, exc)
+                            if exc.reply is not None:
+                                self._write(exc.reply)
+                            self._begin_close()
+                            break
+                        except Exception:  # the dispatcher answers handler errors itself: a bug
+                            log.exception("closing connection from %s: dispatcher failed", self.peer)
+                            self._begin_close()
+                            break
+                        finally:
+                            stats.requests_in_flight -= 1
+                finally:
+                    # Handled (or cancelled, even while waiting for the semaphore): the payload is
+                    # garbage now, and its bytes go back to the budget.
+                    server._count_queued(self, -len(payload))
+                    self._maybe_resume_reading()
                 if reply is not None:
                     self._write(reply)
                 if self._writable is not None and not self._writable.done():
