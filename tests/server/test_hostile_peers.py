@@ -11,6 +11,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -21,10 +22,15 @@ from typing import Any
 import pytest
 from tests.server.test_contract import Api
 from tests.server.test_frames import frame, is_closed, message, read_frame, still_served
+from tests.server.test_transport import EchoHandler, ServerThread
 from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
-from thrift.Thrift import TApplicationException
+from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TApplicationException, TMessageType
+from thrift.transport import TTransport
+
+from pinlater.server.connection import Connection
 
 Start = Callable[..., ServerProcess]
 
@@ -223,6 +229,182 @@ def test_idle_connections_are_closed_and_busy_ones_are_not(
     idle.close()
 
 
+def encoded_call(service: ModuleType, name: str, seqid: int, **args: Any) -> bytes:
+    """A CALL of ``name`` with the given arguments, built by the generated code."""
+    buf = TTransport.TMemoryBuffer()
+    proto = TBinaryProtocol.TBinaryProtocol(buf)
+    proto.writeMessageBegin(name, TMessageType.CALL, seqid)
+    getattr(service, f"{name}_args")(**args).write(proto)
+    proto.writeMessageEnd()
+    value: bytes = buf.getvalue()
+    return value
+
+
+def padded_call(seqid: int, size: int) -> bytes:
+    """A framed getQueueNames call padded to ``size`` bytes (bytes after the arguments are ignored)."""
+    call = get_queue_names_call(seqid)
+    return frame(call + b"\x00" * (size - len(call)))
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident set so far (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
+def send_in_background(sock: socket.socket, frames: Iterator[bytes]) -> tuple[threading.Thread, list[BaseException]]:
+    """Send ``frames`` on ``sock`` from a thread (sendall blocks while the server does not read)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for data in frames:
+                sock.sendall(data)
+        except OSError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_whole_frames_queued_behind_a_long_poll_count_against_the_budget(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """40 frames of 4 MiB pipelined behind a long poll: before, the server read them all (64
+    frames was the only bound) and held 160 MiB with pending_frame_bytes at 0."""
+    mib = 1024 * 1024
+    service, t = thrift_gen
+    server = start_server(properties={"MAX_FRAME_BYTES": 4 * mib})
+    api = api_for(server)
+    api.create("lp")
+    poll = encoded_call(
+        service,
+        "dequeueJobs",
+        1,
+        context=t.RequestContext(source="t"),
+        request=t.PinLaterDequeueRequest(queueName="lp", limit=1, waitMillis=5000),
+    )
+    peak_before = peak_rss(server.pid)
+    sock = raw(server)
+    sock.sendall(frame(poll))
+    wait_for(lambda: gauge(server, "requests_in_flight") >= 1, what="the long poll to be waiting")
+    sender, errors = send_in_background(sock, (padded_call(seqid, 4 * mib) for seqid in range(2, 42)))
+    # Before, the server read all 40 (64 frames was the only bound) and the gauge stayed at 0.
+    highest = wait_for(
+        lambda: (n := gauge(server, "pending_frame_bytes")) >= 4 * mib and n, what="the queued frames to be counted"
+    )
+    while sender.is_alive():  # until the long poll ends and the frames are served
+        highest = max(highest, gauge(server, "pending_frame_bytes"))
+        still_served(api)  # another client is served throughout
+    sender.join(60)
+    assert not errors, errors
+    # One connection holds at most about two frames (the one that reaches max_frame_bytes, and
+    # the one before it) and part of a third; 40 were sent.
+    assert highest <= 9 * mib, highest
+    assert [reply_seqid(read_frame(sock)) for _ in range(41)] == list(range(1, 42))
+    wait_for(lambda: gauge(server, "pending_frame_bytes") == 0, what="the budget to be released")
+    grown = peak_rss(server.pid) - peak_before
+    assert grown < 80 * mib, f"the server's peak RSS grew by {grown // mib} MiB"
+    still_served(api)
+    sock.close()
+
+
+def test_a_peer_that_never_reads_its_replies_is_closed_and_its_bytes_released(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """Calls with big replies, never read, then big frames: the worker waits for the peer to
+    drain, so before this was bounded only by 64 frames and held forever."""
+    mib = 1024 * 1024
+    service, t = thrift_gen
+    server = start_server(properties={"MAX_FRAME_BYTES": 4 * mib, "FRAME_TIMEOUT_SECONDS": "1"})
+    api = api_for(server)
+    api.create("big")
+    (descriptor,) = api.enqueue("big", api.job(b"b" * (512 * 1024)))
+    lookup = encoded_call(
+        service,
+        "lookupJobs",
+        1,
+        context=t.RequestContext(source="t"),
+        request=t.PinLaterLookupJobRequest(jobDescriptors=[descriptor], includeBody=True),
+    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(60)
+    sock.connect(("127.0.0.1", server.port))
+    frames = [frame(lookup)] * 32 + [padded_call(seqid, 4 * mib) for seqid in range(2, 42)]
+    peak_before = peak_rss(server.pid)
+    sender, _ = send_in_background(sock, iter(frames))  # sendall fails once the server resets us
+    highest = 0
+
+    def closed_for_stalling() -> bool:
+        nonlocal highest
+        highest = max(highest, gauge(server, "pending_frame_bytes"))
+        still_served(api)
+        return gauge(server, "connections_closed_write_stall") == 1
+
+    wait_for(closed_for_stalling, 30, what="the stalled peer to be closed")
+    assert highest <= 9 * mib, highest
+    grown = peak_rss(server.pid) - peak_before
+    assert grown < 80 * mib, f"the server's peak RSS grew by {grown // mib} MiB"
+    (line,) = wait_for(lambda: log_lines(server, "has not read its replies"), what="the stall to be logged")
+    assert "127.0.0.1" in line and "FRAME_TIMEOUT_SECONDS 1" in line, line
+    wait_for(lambda: gauge(server, "pending_frame_bytes") == 0, what="the budget to be released")
+    sender.join(60)
+    assert not sender.is_alive()
+    drain_until_closed(sock)  # times out if the server left it open
+    still_served(api)
+    sock.close()
+
+
+def drain_until_closed(sock: socket.socket) -> None:
+    """Read whatever replies were delivered until the server's close (EOF or reset)."""
+    sock.settimeout(10)
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except ConnectionResetError:
+        pass
+
+
+def reply_seqid(reply: bytes) -> int:
+    (name_length,) = struct.unpack_from("!i", reply, 4)
+    seqid: int = struct.unpack_from("!i", reply, 8 + name_length)[0]
+    return seqid
+
+
+def test_an_error_in_the_timeout_sweep_is_logged_and_the_sweep_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In process, to inject the fault: before, one exception ended the sweep task silently and no
+    frame or idle timeout was enforced again for the life of the process."""
+    calls: list[float] = []
+    frame_timed_out = Connection.frame_timed_out
+
+    def fails_once(self: Connection, now: float) -> None:
+        calls.append(now)
+        if len(calls) == 1:
+            raise RuntimeError("injected sweep fault")
+        frame_timed_out(self, now)
+
+    monkeypatch.setattr(Connection, "frame_timed_out", fails_once)
+    server = ServerThread(EchoHandler(), frame_timeout_seconds=0.2)
+    try:
+        for _ in range(2):
+            slow = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            slow.sendall(struct.pack("!i", 1000) + b"x" * 10)
+            assert is_closed(slow), "the late frame's connection should be closed"
+            slow.close()
+        assert len(calls) >= 3
+        assert "timeout sweep failed on connection from ('127.0.0.1'" in caplog.text
+        assert "RuntimeError: injected sweep fault" in caplog.text  # with its traceback
+    finally:
+        server.close()
+
+
 # -- requests that do not fit the contract ------------------------------------------------------
 
 
@@ -305,8 +487,7 @@ def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
         sock.sendall(batch)
         sock.close()  # RST: the server is still writing
     still_served(api)
+    gone = wait_for(lambda: log_lines(server, "went away before its replies were written"), what="the peer-gone line")
+    assert "127.0.0.1" in gone[0], gone
+    assert len(log_lines(server, "went away before its replies were written")) <= 2, gone
     assert not log_lines(server, "socket.send() raised exception")
-    gone = log_lines(server, "went away before its replies were written")
-    assert len(gone) <= 2, gone
-    if gone:
-        assert "127.0.0.1" in gone[0]

@@ -229,6 +229,7 @@ class PinLaterServer:
         self.metrics.gauge("frame_timeouts", lambda: thrift.stats().frame_timeouts)
         self.metrics.gauge("frames_over_budget", lambda: thrift.stats().over_budget)
         self.metrics.gauge("connections_closed_idle", lambda: thrift.stats().idle_closed)
+        self.metrics.gauge("connections_closed_write_stall", lambda: thrift.stats().write_stalls)
         # Objects out of the garbage collector's reach: what `pinlater serve` froze after start-up.
         self.metrics.gauge("gc_frozen_objects", gc.get_freeze_count)
         broker = self.broker

@@ -1,8 +1,9 @@
 """One client connection of the framed transport: split frames, serve them in order, write replies.
 
 ``FramedServer`` (``transport.py``) owns the limits; a connection reports to it what it holds
-(``_hold``), and the server's sweep closes it when a frame is late or it is idle. The invariants
-are stated in ``transport.py``'s module doc.
+(``_hold`` for the unfinished frame, ``_count_queued`` for whole frames not yet answered), and the
+server's sweep closes it when a frame is late, its peer stops reading replies, or it is idle. The
+invariants are stated in ``transport.py``'s module doc.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ log = logging.getLogger("pinlater.server.transport")
 
 _I32 = struct.Struct(">i")
 
-#: Frames queued on one connection before it stops being read (and read again below half).
+#: Frames queued on one connection before it stops being read (and read again below half). A
+#: connection also stops being read once its queued bytes reach ``max_frame_bytes`` (again below
+#: half), and, while the server is over ``max_pending_frame_bytes``, once it has any queued.
 PIPELINE_DEPTH = 64
 
 
@@ -47,6 +50,12 @@ class Connection(asyncio.Protocol):
         self._lost = False
         #: Bytes of the unfinished frame counted against the server's budget (``len(_buf)``).
         self.held = 0
+        #: Bytes of whole frames queued or being served, counted against the same budget.
+        self.queued = 0
+        #: While the peer is not draining its replies: when the write buffer last shrank, and
+        #: its smallest size since writing paused (``FramedServer._sweep`` watches both).
+        self.write_progress_at = 0.0
+        self.write_buffer_low = 0
         #: When the unfinished frame's first byte arrived (``time.monotonic``).
         self.frame_started = 0.0
         #: When the peer last sent anything or was last answered.
@@ -66,8 +75,9 @@ class Connection(asyncio.Protocol):
         if exc is not None and self.worker is not None:
             self._peer_gone(exc)
         self._lost = True
-        self._queue.clear()
+        self._drop_queue()
         self._release()
+        self._server._write_paused.discard(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         self._server._closed(self)
@@ -87,12 +97,8 @@ class Connection(asyncio.Protocol):
             if pos < len(data):
                 self._buf = bytearray(data[pos:])
             new_frame = True
-        if self._queue:
-            if self.worker is None:
-                self.worker = self._server._loop().create_task(self._serve())
-            if len(self._queue) >= PIPELINE_DEPTH and not self._reading_paused:
-                self._reading_paused = True
-                self._transport_or_fail().pause_reading()
+        if self._queue and self.worker is None:
+            self.worker = self._server._loop().create_task(self._serve())
         if bad_length is not None:
             self._bad_length(bad_length)
             return
@@ -104,22 +110,32 @@ class Connection(asyncio.Protocol):
             self._server._hold(self, held)
             if grew and self._server._pending_frame_bytes > self._server.max_pending_frame_bytes:
                 self._over_budget()
+                return
+        if self._queue and not self._reading_paused and self._queue_full():
+            self._reading_paused = True
+            self._transport_or_fail().pause_reading()
 
     def _split_frames(self, view: bytes | memoryview) -> tuple[int, int | None]:
         """Queue every whole frame in ``view``; return (bytes consumed, bad frame length or None)."""
         max_bytes = self._server.max_frame_bytes
         stats = self._server._counters
         pos, end = 0, len(view)
+        queued = 0
+        bad_length = None
         while end - pos >= 4:
             length: int = _I32.unpack_from(view, pos)[0]
             if length <= 0 or length > max_bytes:
-                return pos, length
+                bad_length = length
+                break
             if end - pos - 4 < length:
                 break
             self._queue.append(bytes(view[pos + 4 : pos + 4 + length]))
             stats.frames_in += 1
+            queued += length
             pos += 4 + length
-        return pos, None
+        if queued:
+            self._server._count_queued(self, queued)
+        return pos, bad_length
 
     def eof_received(self) -> bool:
         if self._buf:
@@ -132,8 +148,12 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._writable is None or self._writable.done():
             self._writable = asyncio.get_running_loop().create_future()
+        self.write_progress_at = time.monotonic()
+        self.write_buffer_low = self._transport_or_fail().get_write_buffer_size()
+        self._server._write_paused.add(self)
 
     def resume_writing(self) -> None:
+        self._server._write_paused.discard(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -146,28 +166,30 @@ class Connection(asyncio.Protocol):
         try:
             while self._queue and not self._lost:
                 payload = self._queue.popleft()
-                if self._reading_paused and len(self._queue) <= PIPELINE_DEPTH // 2 and not self._closing:
-                    self._reading_paused = False
-                    if self._buf:  # the frame's clock stood still while we did not read
-                        self.frame_started = time.monotonic()
-                    transport.resume_reading()
-                async with server._semaphore:
-                    stats.requests_in_flight += 1
-                    try:
-                        reply = await server.dispatcher.handle_frame(payload)
-                    except ProtocolError as exc:
-                        stats.protocol_errors += 1
-                        server._log_bad_frame("closing connection from %s: %s", self.peer, exc)
-                        if exc.reply is not None:
-                            self._write(exc.reply)
-                        self._begin_close()
-                        break
-                    except Exception:  # the dispatcher answers handler errors itself: this is a bug
-                        log.exception("closing connection from %s: dispatcher failed", self.peer)
-                        self._begin_close()
-                        break
-                    finally:
-                        stats.requests_in_flight -= 1
+                self._maybe_resume_reading()
+                try:
+                    async with server._semaphore:
+                        stats.requests_in_flight += 1
+                        try:
+                            reply = await server.dispatcher.handle_frame(payload)
+                        except ProtocolError as exc:
+                            stats.protocol_errors += 1
+                            server._log_bad_frame("closing connection from %s: %s", self.peer, exc)
+                            if exc.reply is not None:
+                                self._write(exc.reply)
+                            self._begin_close()
+                            break
+                        except Exception:  # the dispatcher answers handler errors itself: a bug
+                            log.exception("closing connection from %s: dispatcher failed", self.peer)
+                            self._begin_close()
+                            break
+                        finally:
+                            stats.requests_in_flight -= 1
+                finally:
+                    # Handled (or cancelled, even while waiting for the semaphore): the payload is
+                    # garbage now, and its bytes go back to the budget.
+                    server._count_queued(self, -len(payload))
+                    self._maybe_resume_reading()
                 if reply is not None:
                     self._write(reply)
                 if self._writable is not None and not self._writable.done():
@@ -199,6 +221,38 @@ class Connection(asyncio.Protocol):
         self._server._log_peer_gone("client %s went away before its replies were written%s", self.peer, why)
 
     # -- limits ---------------------------------------------------------------------------------
+
+    def _queue_full(self) -> bool:
+        """Whether to stop reading: enough whole frames wait to be served (by count, by bytes,
+        or any at all while the server holds more than its budget)."""
+        server = self._server
+        return (
+            len(self._queue) >= PIPELINE_DEPTH
+            or self.queued >= server.max_frame_bytes
+            or (self.queued > 0 and server._pending_frame_bytes > server.max_pending_frame_bytes)
+        )
+
+    def _maybe_resume_reading(self) -> None:
+        """Read again once the queue is down to half its bounds (and within the budget)."""
+        if not self._reading_paused or self._closing or self._lost:
+            return
+        server = self._server
+        if len(self._queue) > PIPELINE_DEPTH // 2 or self.queued > server.max_frame_bytes // 2:
+            return
+        if self.queued > 0 and server._pending_frame_bytes > server.max_pending_frame_bytes:
+            return
+        self._reading_paused = False
+        if self._buf:  # the frame's clock stood still while we did not read
+            self.frame_started = time.monotonic()
+        self._transport_or_fail().resume_reading()
+
+    def _drop_queue(self) -> None:
+        """Drop the frames not yet started and give their bytes back to the budget (the one being
+        served, if any, is given back when it has been handled)."""
+        if self._queue:
+            dropped = sum(len(payload) for payload in self._queue)
+            self._queue.clear()
+            self._server._count_queued(self, -dropped)
 
     def _release(self) -> None:
         """Drop the unfinished frame and give its bytes back to the budget."""
@@ -233,6 +287,25 @@ class Connection(asyncio.Protocol):
         )
         self._begin_close()
 
+    def write_buffer_size(self) -> int:
+        """Reply bytes waiting in our buffer for the peer to take."""
+        return 0 if self._transport is None else self._transport.get_write_buffer_size()
+
+    def write_stalled(self, now: float) -> None:
+        """The peer has not taken any of its replies for ``frame_timeout_seconds``: abort (a
+        graceful close would wait for the replies to drain, which they never will)."""
+        server = self._server
+        server._counters.write_stalls += 1
+        server._log_limit(
+            "closing connection from %s: it has not read its replies for %.1fs (%d bytes waiting to be written; "
+            "FRAME_TIMEOUT_SECONDS %g)",
+            self.peer,
+            now - self.write_progress_at,
+            self.write_buffer_size(),
+            server.frame_timeout_seconds,
+        )
+        self.abort()
+
     def idle_since(self) -> float | None:
         """When this connection fell idle (nothing queued, in flight or half-received), if it is."""
         if self.worker is not None or self._queue or self._buf or self._closing:
@@ -242,7 +315,10 @@ class Connection(asyncio.Protocol):
     def close_idle(self) -> None:
         self._server._counters.idle_closed += 1
         log.debug("closing idle connection from %s", self.peer)
-        self._begin_close()
+        if self.write_buffer_size():  # replies untaken all this time: a graceful close would wait on
+            self.abort()  # them forever
+        else:
+            self._begin_close()
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -274,13 +350,13 @@ class Connection(asyncio.Protocol):
 
     def shutdown(self) -> None:
         """Server stop: drop frames not yet started, finish the one in flight, then close."""
-        self._queue.clear()
+        self._drop_queue()
         self._begin_close()
 
     def abort(self) -> None:
         self._closing = True
         self._aborted = True
-        self._queue.clear()
+        self._drop_queue()
         if self._transport is not None and not self._lost:
             self._transport.abort()
 

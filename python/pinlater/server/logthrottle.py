@@ -25,8 +25,9 @@ class ThrottledLog:
         self._last = float("-inf")
         self._suppressed = 0
 
-    def __call__(self, msg: str, *args: object) -> bool:
-        """Log ``msg % args`` unless a line of this kind went out less than ``interval`` ago.
+    def __call__(self, msg: str, *args: object, exc_info: bool = False) -> bool:
+        """Log ``msg % args`` unless a line of this kind went out less than ``interval`` ago
+        (with the exception being handled and its traceback, if ``exc_info``).
 
         Returns whether the line was written.
         """
@@ -39,7 +40,7 @@ class ThrottledLog:
             msg += " (and %d more like this since the last such line)"
             args = (*args, self._suppressed)
             self._suppressed = 0
-        self._logger.log(self.level, msg, *args)
+        self._logger.log(self.level, msg, *args, exc_info=exc_info)
         return True
 
     @property

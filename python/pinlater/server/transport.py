@@ -9,16 +9,26 @@ Invariants:
   warning naming the peer). So does a payload the dispatcher cannot decode (``ProtocolError``),
   after its PROTOCOL_ERROR reply, if it has one. A peer that closes mid-frame just goes away.
   Nothing one connection sends can affect another.
-* Memory held for peers is bounded. A frame must arrive whole within ``frame_timeout_seconds`` of
-  its first byte, or its connection is closed. The bytes held in unfinished frames, over all
-  connections, stay within ``max_pending_frame_bytes``: the connection whose bytes would pass it
-  is closed (closed rather than paused: a paused peer still holds its slot and learns nothing,
-  while a closed one fails at once and retries once the budget has room; a frame that arrives
-  whole in one read holds nothing, so small requests are served throughout). A connection with
-  nothing in flight and nothing received for ``idle_timeout_seconds`` is closed (``None``: never).
-* A connection with ``PIPELINE_DEPTH`` undecoded frames waiting stops being read until it drains,
-  and a connection whose peer does not read its replies stops being served until it does. A peer
-  that goes away before its replies are written costs one rate-limited line naming it.
+* Memory held for peers is bounded. ``max_pending_frame_bytes`` bounds the bytes held in frames
+  over all connections: unfinished frames, and whole frames queued or being served (a frame's
+  bytes go back when its request has been handled, or when its connection drops it).
+  - A frame must arrive whole within ``frame_timeout_seconds`` of its first byte, or its
+    connection is closed. The connection whose unfinished frame would take the total past the
+    budget is closed (closed rather than paused: a paused peer still holds its slot and learns
+    nothing, while a closed one fails at once and retries once the budget has room).
+  - Whole frames are never refused for the budget (they are answered; a small request arriving
+    whole in one read is served throughout). Instead a connection stops being read while it
+    has ``PIPELINE_DEPTH`` frames or ``max_frame_bytes`` bytes queued, or any at all while the
+    total is past the budget, and is read again once its queue drains (below half). So one
+    connection holds about two frames at most, plus one read (asyncio reads at most 256 KiB).
+  - A peer that does not take its replies stops being served until it does (the worker waits
+    for the write buffer to drain, holding the frames queued behind). If the write buffer does
+    not shrink for ``frame_timeout_seconds`` the connection is aborted (aborted, as a graceful
+    close would wait for the replies to drain). The frame timeout rather than the idle timeout,
+    because a reply is a frame in transit like a request, and the idle timeout may be off.
+  - A connection with nothing in flight and nothing received for ``idle_timeout_seconds`` is
+    closed (``None``: never).
+* A peer that goes away before its replies are written costs one rate-limited line naming it.
 * The accept loop is ours (not ``asyncio.Server``'s, which in Python 3.11 retries a failing accept
   as many times as the listen backlog per wake-up, logging each): an accept error (EMFILE at the
   open-files limit, ENFILE, ENOBUFS, ...) pauses accepting, for 50 ms doubling up to 1 s while
@@ -39,6 +49,7 @@ import logging
 import resource
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,10 +115,12 @@ class ServerStats:
     accept_errors: int
     #: Connections closed because a frame did not arrive whole in time.
     frame_timeouts: int
-    #: Connections closed because their frame would pass the unfinished-frame budget.
+    #: Connections closed because their unfinished frame would pass the frame budget.
     over_budget: int
     idle_closed: int
-    #: Gauge: bytes held in unfinished frames now, over all connections.
+    #: Connections aborted because their peer took none of its replies for the frame timeout.
+    write_stalls: int
+    #: Gauge: bytes held in unfinished frames and in whole frames not yet handled, now.
     pending_frame_bytes: int
 
 
@@ -126,6 +139,7 @@ class _Counters:
     frame_timeouts: int = 0
     over_budget: int = 0
     idle_closed: int = 0
+    write_stalls: int = 0
 
 
 def connection_cap(max_connections: int, open_files_limit: int, reserve: int) -> int:
@@ -192,7 +206,10 @@ class FramedServer:
         self._live: set[Connection] = set()
         #: Connections holding an unfinished frame, and the bytes they hold.
         self._partial: set[Connection] = set()
+        #: Bytes in unfinished frames plus whole frames queued or being served (``conn.queued``).
         self._pending_frame_bytes = 0
+        #: Connections whose peer is not draining its replies (asyncio paused writing).
+        self._write_paused: set[Connection] = set()
         self._all_lost: asyncio.Future[None] | None = None
         self._sockets: list[socket.socket] = []
         self._attaching: set[asyncio.Task[None]] = set()
@@ -208,6 +225,7 @@ class FramedServer:
         self._log_bad_frame = ThrottledLog(log, LOG_INTERVAL_SECONDS)
         self._log_limit = ThrottledLog(log, LOG_INTERVAL_SECONDS)
         self._log_peer_gone = ThrottledLog(log, LOG_INTERVAL_SECONDS, logging.INFO)
+        self._log_sweep_error = ThrottledLog(log, LOG_INTERVAL_SECONDS, logging.ERROR)
 
     async def start(self) -> None:
         """Bind and start accepting; ``self.port`` is the bound port afterwards."""
@@ -337,7 +355,11 @@ class FramedServer:
     # -- timeouts -------------------------------------------------------------------------------
 
     async def _sweep(self) -> None:
-        """Close connections whose frame is late, and idle ones."""
+        """Close connections whose frame is late, whose peer takes no replies, and idle ones.
+
+        An error on one connection is logged (rate-limited) and the sweep goes on: were this task
+        to end, no timeout would be enforced again for the life of the process.
+        """
         timeouts = [self.frame_timeout_seconds]
         if self.idle_timeout_seconds is not None:
             timeouts.append(self.idle_timeout_seconds)
@@ -348,16 +370,39 @@ class FramedServer:
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
-            late = now - self.frame_timeout_seconds
-            for conn in [c for c in self._partial if c.frame_started < late]:
-                if not conn._reading_paused:
-                    conn.frame_timed_out(now)
+            for conn in list(self._partial):
+                self._sweep_one(conn, self._check_frame_late, now)
+            for conn in list(self._write_paused):
+                self._sweep_one(conn, self._check_write_stalled, now)
             if idle is not None and now >= next_idle_check:
                 next_idle_check = now + idle_interval
                 for conn in list(self._connections):
-                    since = conn.idle_since()
-                    if since is not None and now - since > idle:
-                        conn.close_idle()
+                    self._sweep_one(conn, self._check_idle, now)
+
+    def _sweep_one(self, conn: Connection, check: Callable[[Connection, float], None], now: float) -> None:
+        try:
+            check(conn, now)
+        except Exception:
+            self._log_sweep_error("timeout sweep failed on connection from %s", conn.peer, exc_info=True)
+
+    def _check_frame_late(self, conn: Connection, now: float) -> None:
+        # A connection we stopped reading is not late: its frame's clock restarts when we read again.
+        if conn.frame_started < now - self.frame_timeout_seconds and not conn._reading_paused:
+            conn.frame_timed_out(now)
+
+    def _check_write_stalled(self, conn: Connection, now: float) -> None:
+        size = conn.write_buffer_size()
+        if size < conn.write_buffer_low:  # the peer took some: it is slow, not stalled
+            conn.write_buffer_low = size
+            conn.write_progress_at = now
+        elif now - conn.write_progress_at > self.frame_timeout_seconds:
+            conn.write_stalled(now)
+
+    def _check_idle(self, conn: Connection, now: float) -> None:
+        idle = self.idle_timeout_seconds
+        since = conn.idle_since()
+        if idle is not None and since is not None and now - since > idle:
+            conn.close_idle()
 
     def _hold(self, conn: Connection, held: int) -> None:
         self._pending_frame_bytes += held - conn.held
@@ -366,6 +411,11 @@ class FramedServer:
             self._partial.add(conn)
         else:
             self._partial.discard(conn)
+
+    def _count_queued(self, conn: Connection, delta: int) -> None:
+        """Whole frames of ``delta`` bytes were queued on ``conn`` (or, below zero, handled)."""
+        self._pending_frame_bytes += delta
+        conn.queued += delta
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -431,6 +481,7 @@ class FramedServer:
             frame_timeouts=c.frame_timeouts,
             over_budget=c.over_budget,
             idle_closed=c.idle_closed,
+            write_stalls=c.write_stalls,
             pending_frame_bytes=self._pending_frame_bytes,
         )
 
