@@ -418,7 +418,6 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
         "state": int(where.state),
         "run_after_gt": bounds[0],
         "run_after_le": bounds[1],
-        "body_regex": None,  # matched outside SQLite (body_filtered.py), never by regexp()
     }
 
 
