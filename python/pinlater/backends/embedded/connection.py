@@ -83,4 +83,3 @@ def _rollback_quietly(conn: sqlite3.Connection) -> None:
         conn.rollback()
     except sqlite3.Error:
         pass  # the original error is the one worth reporting; SQLite rolls back on close anyway
-
