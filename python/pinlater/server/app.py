@@ -115,6 +115,7 @@ class PinLaterServer:
             count_limit=count_limit,
             count=self.metrics.incr,
             memory_high_water=s.redis_memory_high_water_fraction,
+            body_filter_budget_seconds=s.body_filter_time_budget_seconds,
         )
         # Before serving: a queue on some shards only is put on every shard that takes new jobs.
         await create_missing_queues(self.backend, self.backend.shards.enqueue_candidates())
