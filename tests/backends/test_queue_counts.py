@@ -357,20 +357,3 @@ def test_a_pass_started_ahead_serves_the_first_read(tmp_path: Path, monkeypatch:
             asyncio.run(go())
         finally:
             backend.close()
-
-
-@pytest.mark.mysql
-def test_mysql_stops_each_count_at_the_count_limit(tmp_path: Path) -> None:
-    """MySQL's pass caps each (queue, priority, state, ready/future) count at MYSQL_COUNT_LIMIT in
-    the store, as count_jobs does, rather than count a big table to the end."""
-    with two_shards("mysql", tmp_path) as found:
-        store = found[0]
-        store.create_queue("big", PRIORITIES)
-        store.enqueue_jobs("big", [NewJob(1, b"x", T0 - 1, 1) for _ in range(7)], T0)
-        store.enqueue_jobs("big", [NewJob(1, b"x", T0 + 60_000, 1) for _ in range(5)], T0)
-        ready, future = CountKey("big", 1, JobState.PENDING, False), CountKey("big", 1, JobState.PENDING, True)
-        full = store.queue_counts(PRIORITIES, T0)
-        assert (full[ready], full[future]) == (7, 5)
-        store.count_limit = 3  # type: ignore[attr-defined]
-        capped = store.queue_counts(PRIORITIES, T0)
-        assert (capped[ready], capped[future]) == (3, 3)

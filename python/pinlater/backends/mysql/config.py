@@ -188,7 +188,6 @@ class MySQLDriver:
             socket_timeout=settings.backend_socket_timeout_seconds,
             num_auto_retries=settings.backend_num_auto_retries,
             longest_shard_name=lambda: self.longest_shard_name,
-            count_limit=settings.mysql_count_limit,
         )
         store.warm_up()  # as the original did: connect now, but a shard that is down is not fatal
         return store

@@ -97,7 +97,6 @@ class MySQLStore:
         num_auto_retries: int = 1,
         insert_id_strategy: str | None = None,
         longest_shard_name: Callable[[], str] | None = None,
-        count_limit: int | None = None,
     ) -> None:
         """``longest_shard_name`` gives the longest shard name of the whole config (the driver
         passes it): ``create_queue`` checks the queue's database name against it, so a name
@@ -109,8 +108,6 @@ class MySQLStore:
         self.num_auto_retries = num_auto_retries
         self.insert_id_strategy = insert_id_strategy
         self._longest_shard_name = longest_shard_name
-        #: MYSQL_COUNT_LIMIT: ``queue_counts`` stops each count there, as ``count_jobs`` does.
-        self.count_limit = count_limit
         self.pool = ConnectionPool(
             host=config.master.host,
             port=config.master.port,
@@ -408,13 +405,11 @@ class MySQLStore:
     def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
         """Two statements whatever the number of queues: the shard's jobs tables (by name, from
         the data dictionary), then one UNION ALL of ``queue_counts_table.sql`` over them,
-        ``QUEUE_COUNTS_TABLES_PER_STATEMENT`` tables a statement. Each count (state, ready or
-        future) is a subquery that stops at ``count_limit`` (MYSQL_COUNT_LIMIT), as
-        ``count_jobs`` does, so a table of millions of jobs costs a pass no more than the cap.
-        A queue dropped in between is looked for again, once."""
+        ``QUEUE_COUNTS_TABLES_PER_STATEMENT`` tables a statement. Exact counts, not capped: a
+        capped count needs a statement per (table, state, ready/future), which is what makes
+        the per-queue path slow; ``ShardedBackend.queue_counts`` caps each count as
+        ``count_jobs`` would. A queue dropped in between is looked for again, once."""
         now = to_db_time(now_ms)
-        cap = _NO_LIMIT if self.count_limit is None else self.count_limit
-        per_table = [arg for _state in JobState for arg in (now, cap, now, cap)]
 
         def tables(cur: Cursor) -> list[tuple[str, int]]:
             cur.execute(
@@ -435,11 +430,10 @@ class MySQLStore:
             for start in range(0, len(found), step):
                 chunk = found[start : start + step]
                 parts = [queries.QUEUE_COUNTS_TABLE.render(table=self._table(q, p)) for q, p in chunk]
-                cur.execute("\nUNION ALL\n".join(parts), [arg for q, p in chunk for arg in (q, p, *per_table)])
-                for queue, priority, *cells in cur.fetchall():
-                    for i, state in enumerate(JobState):
-                        counts[CountKey(str(queue), int(priority), state, False)] = int(cells[2 * i])
-                        counts[CountKey(str(queue), int(priority), state, True)] = int(cells[2 * i + 1])
+                cur.execute("\nUNION ALL\n".join(parts), [arg for q, p in chunk for arg in (q, p, now)])
+                for queue, priority, state, total, future in cur.fetchall():
+                    counts[CountKey(str(queue), int(priority), JobState(int(state)), False)] = int(total) - int(future)
+                    counts[CountKey(str(queue), int(priority), JobState(int(state)), True)] = int(future)
             return counts
 
         def op(cur: Cursor) -> dict[CountKey, int]:
