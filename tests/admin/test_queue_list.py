@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.admin.conftest import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Http, Jobs, http
 from tests.support.pinlater_server import ServerProcess
+from tests.support.wait import wait_for
 
 COLUMNS = {"pending": PENDING, "in_progress": IN_PROGRESS, "succeeded": SUCCEEDED, "failed": FAILED}
 
@@ -70,3 +71,12 @@ def test_queue_list_and_metrics_count_as_get_job_count(
     assert len(http(srv, "/api/queues").json()["queues"]) == 34
     assert store_calls(srv) - calls_before == 2
     assert queue_jobs(http(srv, "/metrics"))[("more_29", "pending")] == 0
+
+
+def test_the_first_count_pass_runs_when_the_server_starts(start_server: Callable[..., ServerProcess]) -> None:
+    """The server counts its queues once as it starts, before anything asks (no queue list or
+    /metrics load here), so the dashboard's first load finds counts rather than waits for them."""
+    srv = start_server(properties={"EMBEDDED_NUM_SHARDS": 2})
+    assert wait_for(lambda: store_calls(srv) == 2, what="the start-up count pass (one call per shard)")
+    listed = http(srv, "/api/queues").json()
+    assert listed["queues"] == [] and listed["counts_at_ms"] is not None

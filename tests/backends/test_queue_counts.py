@@ -253,6 +253,7 @@ def test_slow_passes_are_served_from_while_the_next_one_runs(tmp_path: Path) -> 
                 assert (await slow.read()).counts[key] == n
             assert slow.serving_last
             found[0].enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
+            next(ticks), next(ticks)  # two seconds pass: twice the last pass, so the next may start
             last = slow.last
             assert await slow.read() is last and last is not None and last.counts[key] == 3
             settled = await slow.settled()  # the pass that read started
@@ -267,6 +268,90 @@ def test_slow_passes_are_served_from_while_the_next_one_runs(tmp_path: Path) -> 
             very_slow = QueueCounts(backend, fresh_budget_s=0.05, clock=lambda: float(next(ticks)))
             assert (await very_slow.read()).counts[key] == 8
             assert very_slow.serving_last, "one pass of 20 times the budget is enough"
+
+        try:
+            asyncio.run(go())
+        finally:
+            backend.close()
+
+
+def test_passes_served_from_are_spaced_by_twice_their_duration_or_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While reads answer from the last pass, the next pass starts only once max(the floor, twice
+    the last pass's duration) has passed since the last one ended: reads in between start none.
+    The clock moves only while a pass counts (by ``took[0]`` a pass) and where the test moves it."""
+    with two_shards("embedded", tmp_path) as found:
+        backend = backend_over(found)
+        now = [100.0]
+        took = [3.0]
+        real = backend.queue_counts
+
+        async def timed_pass() -> dict[CountKey, int]:
+            now[0] += took[0]
+            return await real()
+
+        monkeypatch.setattr(backend, "queue_counts", timed_pass)
+        counts = QueueCounts(backend, fresh_budget_s=0.01, min_interval_s=1.0, clock=lambda: now[0])
+        key = CountKey("q", 1, JobState.PENDING, False)
+
+        async def go() -> None:
+            await backend.create_queue("q")
+            first = await counts.read()  # 3 s: 300 times the budget, so served from from now on
+            assert counts.serving_last and now[0] == 103.0
+            found[0].enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
+            for at in (103.0, 106.0, 108.99):  # before 2 x 3 s after the pass ended: no pass
+                now[0] = at
+                assert await counts.read() is first
+                assert await counts.settled() is first, f"a pass started at {at}"
+            now[0] = 109.0
+            assert await counts.read() is first  # answered from the last; starts the next
+            second = await counts.settled()
+            assert second is not None and second is not first and second.counts[key] == 1
+
+            took[0] = 0.2  # short passes: the floor (1 s) spaces them, not 2 x 0.2 s
+            now[0] = 200.0
+            assert await counts.read() is second
+            third = await counts.settled()
+            assert third is not None and third is not second and now[0] == 200.2
+            now[0] = 201.19
+            assert await counts.read() is third and await counts.settled() is third
+            now[0] = 201.2
+            await counts.read()
+            assert await counts.settled() is not third
+
+        try:
+            asyncio.run(go())
+        finally:
+            backend.close()
+
+
+def test_a_pass_started_ahead_serves_the_first_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``start`` (at server start) runs a pass before anyone reads: a read during it waits for
+    that pass rather than start another, and once a slow first pass is done reads answer from it
+    at once."""
+    with two_shards("embedded", tmp_path) as found:
+        backend = backend_over(found)
+        now = [0.0]
+        passes = [0]
+        real = backend.queue_counts
+
+        async def timed_pass() -> dict[CountKey, int]:
+            passes[0] += 1
+            now[0] += 3.0
+            return await real()
+
+        monkeypatch.setattr(backend, "queue_counts", timed_pass)
+        counts = QueueCounts(backend, clock=lambda: now[0])
+
+        async def go() -> None:
+            await backend.create_queue("q")
+            counts.start()
+            assert counts.last is None
+            during = await counts.read()  # waits for the pass start began
+            assert passes[0] == 1 and counts.last is during and "q" in during.names
+            assert await counts.read() is during and passes[0] == 1
+            await counts.aclose()
 
         try:
             asyncio.run(go())

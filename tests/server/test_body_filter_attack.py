@@ -1,4 +1,5 @@
-"""A hostile body filter against a real server, on the embedded store and on Redis.
+"""A hostile body filter against a real server, on the embedded store and on Redis (refused
+patterns on MySQL too).
 
 At the parent commit, ``bodyRegexToMatch = "(a+)+$"`` against one body of 28 ``a``s and a ``!``
 stalled every client for 20 s (Python's backtracking ``re`` on the event loop's GIL, and on the
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,13 +34,37 @@ Start = Callable[..., ServerProcess]
 @pytest.fixture(params=["embedded", pytest.param("redis", marks=pytest.mark.redis)])
 def start_pinlater(request: pytest.FixtureRequest, start_server: Start, tmp_path: Path) -> Iterator[Start]:
     """Start a server on the backend of the parameter (Redis: one redis-server shard of its own)."""
+    with _starter(request.param, start_server, tmp_path) as start:
+        yield start
+
+
+@pytest.fixture(
+    params=["embedded", pytest.param("redis", marks=pytest.mark.redis), pytest.param("mysql", marks=pytest.mark.mysql)]
+)
+def start_any(request: pytest.FixtureRequest, start_server: Start, tmp_path: Path) -> Iterator[Start]:
+    """``start_pinlater``, and on MySQL (one shard in the process-wide MariaDB)."""
+    with _starter(request.param, start_server, tmp_path) as start:
+        yield start
+
+
+@contextmanager
+def _starter(kind: str, start_server: Start, tmp_path: Path) -> Iterator[Start]:
     with ExitStack() as stack:
 
         def start(**properties: Any) -> ServerProcess:
-            if request.param == "embedded":
+            if kind == "embedded":
                 return start_server(properties=properties or None)
-            redis = stack.enter_context(RedisServer(tmp_path / "redis"))
             config = tmp_path / "backend.json"
+            if kind == "mysql":
+                from tests.support.mariadb_server import shared_server
+
+                db = shared_server()
+                db.drop_queue_databases()
+                config.write_text(json.dumps({"m1": db.shard_entry()}))
+                return start_server(
+                    "--backend", "mysql", "--backend-config", str(config), properties=properties or None
+                )
+            redis = stack.enter_context(RedisServer(tmp_path / "redis"))
             shard = {"name": "r1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
             config.write_text(json.dumps({"shards": [shard]}))
             return start_server("--backend", "redis", "--backend-config", str(config), properties=properties or None)
@@ -113,9 +138,11 @@ def test_a_backtracking_pattern_is_answered_at_once_while_another_client_is_serv
 
 
 def test_patterns_without_a_linear_time_algorithm_are_refused_as_bad_requests(
-    start_pinlater: Start, ttypes: ModuleType
+    start_any: Start, ttypes: ModuleType
 ) -> None:
-    server = start_pinlater()
+    """The same refusal, in the same words, on every backend: on MySQL too, where the database
+    would run the pattern itself, the server checks it first."""
+    server = start_any()
     with ExitStack() as stack:
         a = api(server, ttypes, stack)
         a.create("refused")

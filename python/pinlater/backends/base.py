@@ -138,7 +138,10 @@ class JobFilter:
 
     ``future`` False selects ``run_after <= now``; True selects ``run_after > now``; None
     selects both (used by delete, which ignores time). ``body_regex`` is a regular expression
-    searched for anywhere in the body (decoded as UTF-8 with replacement).
+    searched for anywhere in the body (decoded as UTF-8 with replacement). ``deadline`` is the
+    ``time.monotonic()`` by which a body filter must be done: the whole request's
+    BODY_FILTER_TIME_BUDGET_SECONDS, set once by ``ShardedBackend`` for all its store calls; None
+    gives each store call the budget from its own start.
     """
 
     state: JobState
@@ -146,6 +149,7 @@ class JobFilter:
     now_ms: int
     future: bool | None = False
     body_regex: str | None = None
+    deadline: float | None = None
 
 
 class CountKey(NamedTuple):

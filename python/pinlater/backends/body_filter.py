@@ -11,9 +11,12 @@
   line; the server answers it as a bad request. MySQL runs its own REGEXP, but the server checks
   every pattern here first, so the same patterns are accepted on every backend.
 * Bodies are matched a batch at a time with the interpreter released (``BodyFilter.matching``),
-  never on the event loop: the stores run on the server's thread pool. One store call (one shard
-  and priority) has ``BODY_FILTER_TIME_BUDGET_SECONDS`` for its whole filter, fetching included;
-  past it the call fails with ``BodyFilterBudgetExceeded`` rather than return a partial count.
+  never on the event loop: the stores run on the server's thread pool, at most
+  ``sharded.FILTERED_CALLS`` filtered store calls at a time, so ordinary calls always find a
+  thread. One request (a count over every shard and priority, a delete walking the shards) has
+  ``BODY_FILTER_TIME_BUDGET_SECONDS`` from its start for all its filtering, fetching and waiting
+  for a turn included (``JobFilter.deadline``); past it the call fails with
+  ``BodyFilterBudgetExceeded`` rather than return a partial count.
 """
 
 from __future__ import annotations
@@ -83,12 +86,14 @@ class BodyFilter:
 
     __slots__ = ("_deadline", "budget_seconds", "looked", "matcher")
 
-    def __init__(self, pattern: str, budget_seconds: float) -> None:
+    def __init__(self, pattern: str, budget_seconds: float, deadline: float | None = None) -> None:
+        """``deadline`` (``time.monotonic()``): the request's, shared by its store calls
+        (``JobFilter.deadline``); None: ``budget_seconds`` from now."""
         if _on_event_loop():
             raise RuntimeError("a body filter must run on a worker thread, never on the event loop")
         self.matcher = compiled(pattern)
         self.budget_seconds = budget_seconds
-        self._deadline = time.monotonic() + budget_seconds
+        self._deadline = time.monotonic() + budget_seconds if deadline is None else deadline
         self.looked = 0
 
     def matching(self, bodies: Sequence[bytes | None]) -> list[int]:

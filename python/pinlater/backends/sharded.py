@@ -38,6 +38,7 @@ from pinlater.backends.base import (
     JobState,
     NewJob,
 )
+from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
@@ -47,6 +48,7 @@ from pinlater.wakeup import QueueSignals
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+T2 = TypeVar("T2")
 #: (shard, queue, priority): one place a dequeue looks.
 Place = tuple[str, str, int]
 
@@ -70,6 +72,11 @@ SLOW_PING_BACKOFF_MS = 1000
 #: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
 #: is cut to this many characters in claims and in the checkpoint guard alike.
 MAX_SOURCE_IN_CLAIM = 120
+FILTERED_CALLS = 2
+"""Store calls with a body filter (count, scan, delete with ``bodyRegexToMatch``) that run at
+once, over all requests (at most half the store threads): each may hold a store thread for
+BODY_FILTER_TIME_BUDGET_SECONDS, so without a bound a few filters over a big queue would take every
+thread of the pool and stall every client. Others wait for a turn within their request's budget."""
 
 
 class DequeuedJob(NamedTuple):
@@ -153,6 +160,7 @@ class ShardedBackend:
         count: Callable[[str, int], None] | None = None,
         empty_recheck_ms: int = EMPTY_RECHECK_MS,
         memory_high_water: float | None = None,
+        body_filter_budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     ) -> None:
         #: New jobs go to shards whose store reports memory use below this fraction of its limit
         #: (``pressure.py``); None: memory reports do not steer enqueues.
@@ -162,6 +170,9 @@ class ShardedBackend:
         self.count_limit = count_limit
         self.clock: Clock = clock or SystemClock()
         self._executor = ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="pinlater-store")
+        #: BODY_FILTER_TIME_BUDGET_SECONDS: one request's time for all its body filtering.
+        self.body_filter_budget_seconds = body_filter_budget_seconds
+        self._filter_slots = asyncio.Semaphore(max(1, min(FILTERED_CALLS, parallelism // 2)))
         self._claim_prefix = f"{socket.gethostname()[:40]}:{os.getpid()}"
         self._claim_seq = itertools.count(1)
         self._count = count or (lambda name, by: None)
@@ -208,6 +219,28 @@ class ShardedBackend:
         except ShardConnectionError as exc:
             shard.mark_unhealthy(exc.detail)
             raise
+
+    def _filter_deadline(self, body_regex: str | None) -> float | None:
+        """The request's deadline for its body filtering (``JobFilter.deadline``), from now."""
+        return None if body_regex is None else time.monotonic() + self.body_filter_budget_seconds
+
+    async def call_filtered(
+        self, shard: Shard, fn: Callable[[str, JobFilter, T2], T], queue: str, where: JobFilter, limit: T2
+    ) -> T:
+        """``call_store`` for a count, scan or delete: one with a body filter first waits for one
+        of the ``FILTERED_CALLS`` turns, within its request's deadline (past it:
+        ``BodyFilterBudgetExceeded``), so ordinary calls always find a store thread."""
+        if where.body_regex is None:
+            return await self.call_store(shard, fn, queue, where, limit)
+        deadline = where.deadline if where.deadline is not None else time.monotonic() + self.body_filter_budget_seconds
+        try:
+            await asyncio.wait_for(self._filter_slots.acquire(), max(deadline - time.monotonic(), 0.0))
+        except TimeoutError:
+            raise BodyFilterBudgetExceeded(where.body_regex, self.body_filter_budget_seconds, 0) from None
+        try:
+            return await self.call_store(shard, fn, queue, where, limit)
+        finally:
+            self._filter_slots.release()
 
     async def revive(self, shard: Shard, *, force: bool = False) -> bool:
         """Ask an unhealthy shard whether it answers again and mark it healthy if so; True if it
@@ -615,15 +648,16 @@ class ShardedBackend:
         self, queue: str, state: JobState, priority: int | None, future: bool, body_regex: str | None
     ) -> int:
         now = self.clock.now_ms()
+        deadline = self._filter_deadline(body_regex)
         answers = QueueAnswers(queue)
         calls = [
             answers.ask(
                 shard,
-                self.call_store(
+                self.call_filtered(
                     shard,
                     shard.store.count_jobs,
                     queue,
-                    JobFilter(state, p, now, future, body_regex),
+                    JobFilter(state, p, now, future, body_regex, deadline),
                     self.count_limit,
                 ),
                 0,
@@ -661,6 +695,7 @@ class ShardedBackend:
     ) -> list[tuple[str, JobRecord]]:
         """Up to ``limit`` jobs over every shard and priority, newest run_after first."""
         now = self.clock.now_ms()
+        deadline = self._filter_deadline(body_regex)
         pairs = [(shard, p) for shard in await self._readable_shards() for p in self._priorities(priority)]
         answers = QueueAnswers(queue)
         no_records: list[JobRecord] = []
@@ -668,8 +703,12 @@ class ShardedBackend:
             [
                 answers.ask(
                     shard,
-                    self.call_store(
-                        shard, shard.store.scan_jobs, queue, JobFilter(state, p, now, future, body_regex), limit
+                    self.call_filtered(
+                        shard,
+                        shard.store.scan_jobs,
+                        queue,
+                        JobFilter(state, p, now, future, body_regex, deadline),
+                        limit,
                     ),
                     no_records,
                 )
@@ -726,12 +765,13 @@ class ShardedBackend:
 
     async def delete_jobs(self, queue: str, state: JobState, priority: int, body_regex: str | None, limit: int) -> int:
         done = 0
+        deadline = self._filter_deadline(body_regex)  # one budget for the walk over the shards
         answers = QueueAnswers(queue)
         for shard in await self._usable(lambda: self._shards.dequeue_candidates(1.0)):
             if done >= limit:
                 break
-            where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex)
-            call = self.call_store(shard, shard.store.delete_jobs, queue, where, limit - done)
+            where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex, deadline)
+            call = self.call_filtered(shard, shard.store.delete_jobs, queue, where, limit - done)
             done += await answers.ask(shard, call, 0)
         answers.check()
         return done

@@ -115,6 +115,9 @@ class AdminApi:
     def queue_counts(self) -> QueueCounts:
         """The job counts of every queue, shared by the queue list and ``/metrics``."""
         backend = self.backend
+        started = getattr(self.server, "queue_counts", None)  # created, its first pass begun, at start
+        if isinstance(started, QueueCounts) and started.backend is backend:
+            return started
         if self._queue_counts is None or self._queue_counts.backend is not backend:
             self._queue_counts = QueueCounts(backend)
         return self._queue_counts

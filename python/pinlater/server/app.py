@@ -33,6 +33,7 @@ from pinlater.server.admin import start_admin
 from pinlater.server.dispatch import Dispatcher
 from pinlater.server.handler import PinLaterHandler
 from pinlater.server.metrics import Metrics
+from pinlater.server.queue_counts import QueueCounts
 from pinlater.server.transport import FramedServer
 from pinlater.watch import FileWatcher
 
@@ -66,6 +67,7 @@ class PinLaterServer:
         self.metrics = Metrics()
         self._lock: DataDirLock | None = None
         self.backend: ShardedBackend | None = None
+        self.queue_counts: QueueCounts | None = None
         self.rate_limits: QueueRateLimits | None = None
         self.broker: DequeueBroker | None = None
         self._thrift: FramedServer | None = None
@@ -113,9 +115,13 @@ class PinLaterServer:
             count_limit=count_limit,
             count=self.metrics.incr,
             memory_high_water=s.redis_memory_high_water_fraction,
+            body_filter_budget_seconds=s.body_filter_time_budget_seconds,
         )
         # Before serving: a queue on some shards only is put on every shard that takes new jobs.
         await create_missing_queues(self.backend, self.backend.shards.enqueue_candidates())
+        # The queue list's counts: the first pass runs now, so the dashboard's first load finds it.
+        self.queue_counts = QueueCounts(self.backend)
+        self.queue_counts.start()
         backend = self.backend
         memory = MemoryWatch(
             lambda: backend.shards, s.redis_memory_high_water_fraction, s.redis_memory_probe_interval_seconds
@@ -278,6 +284,8 @@ class PinLaterServer:
                 await self._health_task
             except asyncio.CancelledError:
                 pass
+        if self.queue_counts is not None:
+            await self.queue_counts.aclose()
         if self.backend is not None:
             await self.backend.aclose()
             await asyncio.get_running_loop().run_in_executor(None, self.backend.close)

@@ -1,10 +1,8 @@
 """The SQLite connection under one embedded shard: opening it, and one transaction at a time.
 
 ``connect`` opens a shard file in WAL mode with the chosen ``synchronous`` level, a busy timeout,
-the ``regexp`` SQL function (the extension's linear-time matcher; the stores match bodies in
-batches outside SQLite, see ``body_filtered``, but the shared statements name the function) and the
-schema; ``SQLiteTransactions`` (mixed into ``EmbeddedStore``)
-runs the transactions:
+and the schema; ``SQLiteTransactions`` (mixed into ``EmbeddedStore``) runs the transactions. SQLite
+never matches bodies: body filters run outside it, a batch at a time (``body_filtered``).
 
 * One connection, guarded by one lock, serves every call: SQLite serialises writers anyway,
   and a single connection keeps transactions simple. The GIL is released inside SQLite, so the
@@ -24,7 +22,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pinlater.backends.body_filter import compiled
 from pinlater.errors import ShardConnectionError
 
 
@@ -37,7 +34,6 @@ def connect(path: Path, synchronous: str, busy_timeout_ms: int, schema: str) -> 
             raise sqlite3.OperationalError(f"WAL journal mode is not available here (got {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous}")  # checked against SYNCHRONOUS_MODES
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.create_function("regexp", 2, _regexp, deterministic=True)
         conn.executescript(schema)
     except BaseException:
         conn.close()
@@ -87,12 +83,3 @@ def _rollback_quietly(conn: sqlite3.Connection) -> None:
         conn.rollback()
     except sqlite3.Error:
         pass  # the original error is the one worth reporting; SQLite rolls back on close anyway
-
-
-def _regexp(pattern: str | None, body: bytes | None) -> bool:
-    """SQL ``regexp(pattern, body)``: the body filter's search (linear time, see ``body_filter``)."""
-    if pattern is None:
-        return True
-    if body is None:
-        return False
-    return compiled(pattern).is_match(bytes(body))

@@ -267,7 +267,7 @@ class EmbeddedStore(BodyFilteredReads):
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
         if where.body_regex is not None:
-            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
             return self._count_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
         params = {**_filter_params(queue, where), "limit": -1 if limit is None else _limit(limit)}
         with self._read() as conn:
@@ -276,7 +276,7 @@ class EmbeddedStore(BodyFilteredReads):
 
     def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
         if where.body_regex is not None:
-            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
             rows = self._scan_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
             return [_record(row) for row in rows]
         params = {**_filter_params(queue, where), "limit": _limit(limit)}
@@ -314,7 +314,7 @@ class EmbeddedStore(BodyFilteredReads):
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         if where.body_regex is not None:
-            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
             return self._delete_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
         params = {**_filter_params(queue, where), "limit": _limit(limit)}
         with self._write() as conn:
@@ -418,7 +418,6 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
         "state": int(where.state),
         "run_after_gt": bounds[0],
         "run_after_le": bounds[1],
-        "body_regex": None,  # matched outside SQLite (body_filtered.py), never by regexp()
     }
 
 

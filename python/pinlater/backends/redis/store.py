@@ -279,7 +279,7 @@ class RedisStore:
             key_list = [keys.names_key, *sets[:2]]  # the state set, and the held set for PENDING
             count = int(self._run_in_queue("count_jobs", queue, key_list, [queue, low, high]))
         else:
-            body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+            body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
             count = 0
             for matched in matching_pages(self._shard, queue, sets, low, high, False, REGEX_PAGE_SIZE, body_filter):
                 count += len(matched)
@@ -323,7 +323,9 @@ class RedisStore:
         keys = self._keys(queue)
         low, high = score_range(where)
         sets = read_sets(keys, where)
-        body_filter = None if where.body_regex is None else BodyFilter(where.body_regex, self._body_filter_budget)
+        body_filter = (
+            None if where.body_regex is None else BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
+        )
         found: list[JobRecord] = []
         if limit <= 0:
             self._require_queue(queue)
@@ -359,7 +361,7 @@ class RedisStore:
         key_list = [keys.names_key, *read_sets(keys, where)]
         if where.body_regex is None:
             return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.hash_prefix, low, high, limit]))
-        body_filter = BodyFilter(where.body_regex, self._body_filter_budget)
+        body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
         return delete_matching(self._shard, queue, where, body_filter, limit, REGEX_PAGE_SIZE)
 
     # -- maintenance (the monitor) ----------------------------------------------------------

@@ -3,5 +3,4 @@ DELETE FROM jobs
  WHERE local_id IN (SELECT local_id FROM jobs
                      WHERE queue = :queue AND priority = :priority AND state = :state
                        AND run_after_ms > :run_after_gt AND run_after_ms <= :run_after_le
-                       AND (:body_regex IS NULL OR regexp(:body_regex, body))
                      LIMIT :limit)

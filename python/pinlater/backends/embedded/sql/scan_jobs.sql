@@ -5,6 +5,5 @@ SELECT priority, local_id, state, attempts_allowed, attempts_remaining, custom_s
   FROM jobs
  WHERE queue = :queue AND priority = :priority AND state = :state
    AND run_after_ms > :run_after_gt AND run_after_ms <= :run_after_le
-   AND (:body_regex IS NULL OR regexp(:body_regex, body))
  ORDER BY run_after_ms DESC, local_id DESC
  LIMIT :limit
