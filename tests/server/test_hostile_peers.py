@@ -190,7 +190,7 @@ def test_unfinished_frames_share_one_budget_and_the_one_past_it_is_closed(
         pass
     assert is_closed(b), "the connection whose frame passes the budget should be closed"
     assert gauge(server, "frames_over_budget") == 1
-    assert log_lines(server, "MAX_PENDING_FRAME_BYTES 6291456")
+    wait_for(lambda: log_lines(server, "MAX_PENDING_FRAME_BYTES 6291456"), what="the over-budget line in the log")
     still_served(api)
 
     a.sendall(a_payload[3 * mib :])  # A was never touched: its frame completes and is answered
