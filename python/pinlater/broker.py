@@ -60,8 +60,8 @@ from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
 from pinlater.backends.sharded import DequeuedJob, ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
+from pinlater.counters import Counters
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
-from pinlater.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class BrokerPolicy:
 
 
 class DequeueBroker:
-    def __init__(self, backend: ShardedBackend, policy: BrokerPolicy, metrics: Metrics) -> None:
+    def __init__(self, backend: ShardedBackend, policy: BrokerPolicy, metrics: Counters) -> None:
         self.backend = backend
         self.policy = policy
         self.metrics = metrics
