@@ -83,3 +83,18 @@ def test_the_check_sees_every_kind_of_import() -> None:
     assert server_imports("pinlater.cli.serve", False, "from pinlater.server.app import PinLaterServer") == []
     assert module_name(PACKAGE / "backends" / "__init__.py") == "pinlater.backends"
     assert module_name(PACKAGE / "monitor.py") == "pinlater.monitor"
+
+
+def test_the_server_never_asks_which_backend_it_has() -> None:
+    # Every kind is a BackendDriver (backends/drivers.py reads the kind's name, once).
+    tree = ast.parse((PACKAGE / "server" / "app.py").read_text(encoding="utf-8"))
+    names = {"embedded", "redis", "mysql"}
+    found = [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names)
+        or (isinstance(node, ast.Attribute) and node.attr == "backend" and ast.unparse(node.value).endswith("settings"))
+        or (isinstance(node, ast.Attribute) and node.attr == "backend" and ast.unparse(node.value) == "s")
+        or (isinstance(node, ast.Name) and node.id == "isinstance")
+    ]
+    assert found == []
