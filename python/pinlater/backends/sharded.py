@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import socket
+import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -178,6 +179,8 @@ class ShardedBackend:
         self._lacking: set[tuple[str, str]] = set()
         self.max_empty_recheck_ms = max(empty_recheck_ms, MAX_EMPTY_RECHECK_MS)
         self.signals = QueueSignals()
+        # shard -> its store's hot path on this backend's pool (gone with the shard after a reload)
+        self._hot_paths: weakref.WeakKeyDictionary[Shard, HotPath] = weakref.WeakKeyDictionary()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -192,9 +195,9 @@ class ShardedBackend:
     def hot_path(self, shard: Shard) -> HotPath:
         """The shard store's hot operations as coroutines (``ShardStore.hot_path``, made once
         per shard); await them through ``on_shard``."""
-        hot = shard.hot
+        hot = self._hot_paths.get(shard)
         if hot is None:
-            hot = shard.hot = shard.store.hot_path(self._offload)
+            hot = self._hot_paths[shard] = shard.store.hot_path(self._offload)
         return hot
 
     def _offload(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]:

@@ -12,7 +12,7 @@ import random
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from pinlater.backends.base import HotPath, ShardConfig, ShardStore
+from pinlater.backends.base import ShardConfig, ShardStore
 from pinlater.backends.pressure import MemoryUse, memory_use
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,6 @@ class Shard:
     config: ShardConfig | None = None
     healthy: bool = True
     failures: int = field(default=0)
-    #: The store's hot path as the backend runs it (``ShardedBackend.hot_path`` makes it).
-    hot: HotPath | None = field(default=None, repr=False)
 
     def mark_unhealthy(self, reason: str) -> None:
         self.failures += 1
