@@ -1,4 +1,4 @@
-//! Errors of the native core. Pure Rust: `py/errors.rs` maps each one to a Python exception.
+//! Errors of the native core. Pure Rust: `py/errors.rs` converts each one (`From`) into a Python exception.
 //!
 //! - [`DescriptorError`]: a job descriptor that does not parse, or parts that cannot form one.
 //!   Always the caller's fault; Python sees `pinlater._pinlater.DescriptorError` (a `ValueError`).
@@ -81,7 +81,7 @@ pub enum RateLimitError {
 #[error("cannot start the pinlater tokio runtime: {0}")]
 pub struct RuntimeStartError(#[from] pub std::io::Error);
 
-/// Why a Thrift binary-protocol struct failed the walk (`crate::thrift_walk`).
+/// Why a Thrift binary-protocol struct failed the walk (`crate::wire::struct_end`).
 ///
 /// The messages are the server's wire contract: they reach the peer inside
 /// `TApplicationException(PROTOCOL_ERROR, "malformed <method> call: <message>")`, worded as the

@@ -6,10 +6,10 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use _pinlater::broker::{BufferedJob, JobBuffer};
-use _pinlater::descriptor;
-use _pinlater::ratelimit::RateLimiter;
-use _pinlater::thrift_walk;
+use _pinlater::queue::descriptor;
+use _pinlater::queue::job_buffer::{BufferedJob, JobBuffer};
+use _pinlater::queue::rate_limiter::RateLimiter;
+use _pinlater::wire::struct_end;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const BATCH: u64 = 100;
@@ -138,10 +138,10 @@ fn thrift_walk(c: &mut Criterion) {
     let mut group = c.benchmark_group("thrift_walk");
     for n in [100_u64, 1000] {
         let payload = enqueue_args(usize::try_from(n).unwrap());
-        assert_eq!(thrift_walk::struct_end(&payload, 0), Ok(payload.len()));
+        assert_eq!(struct_end::struct_end(&payload, 0), Ok(payload.len()));
         group.throughput(Throughput::Elements(n));
         group.bench_function(format!("enqueue_{n}_jobs"), |b| {
-            b.iter(|| thrift_walk::struct_end(black_box(&payload), 0));
+            b.iter(|| struct_end::struct_end(black_box(&payload), 0));
         });
     }
     group.finish();

@@ -60,8 +60,8 @@ from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
 from pinlater.backends.sharded import DequeuedJob, ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
+from pinlater.counters import Counters
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
-from pinlater.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class BrokerPolicy:
 
 
 class DequeueBroker:
-    def __init__(self, backend: ShardedBackend, policy: BrokerPolicy, metrics: Metrics) -> None:
+    def __init__(self, backend: ShardedBackend, policy: BrokerPolicy, metrics: Counters) -> None:
         self.backend = backend
         self.policy = policy
         self.metrics = metrics
@@ -274,9 +274,8 @@ class DequeueBroker:
                 break
             now = self.backend.clock.now_ms()
             try:
-                keys = await self.backend.call_store(
-                    shard, shard.store.claim_reserved, queue, items, self.reservation, now
-                )
+                hot = self.backend.hot_path(shard)
+                keys = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
             except ShardConnectionError as exc:
                 if attempt + 1 < CLAIM_ATTEMPTS:
                     await asyncio.sleep(CLAIM_RETRY_SECONDS * (attempt + 1))
@@ -345,10 +344,8 @@ class DequeueBroker:
         hold_ms = self.policy.hold_ms
 
         def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[list[ClaimedJob]]:
-            store = shard.store
-            return self.backend.call_store(
-                shard, store.reserve_jobs, queue, priority, want, self.reservation, now, hold_ms
-            )
+            hot = self.backend.hot_path(shard)
+            return self.backend.on_shard(shard, hot.reserve_jobs(queue, priority, want, self.reservation, now, hold_ms))
 
         batches = await self.backend.walk_ready(queue, room, fetch)
         self.metrics.incr("broker_refills")
@@ -410,9 +407,8 @@ class DequeueBroker:
                 continue
             now = self.backend.clock.now_ms()
             try:
-                n = await self.backend.call_store(
-                    shard, shard.store.release_reservations, queue, items, self.reservation, now
-                )
+                hot = self.backend.hot_path(shard)
+                n = await self.backend.on_shard(shard, hot.release_reservations(queue, items, self.reservation, now))
             except Exception as exc:  # the reservations lapse after the hold instead
                 log.warning(
                     "broker: releasing %d jobs of %s on shard %s failed: %s", len(items), queue, shard_name, exc

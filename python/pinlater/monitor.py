@@ -18,8 +18,8 @@ from pinlater.backends.base import JobState
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
+from pinlater.counters import Counters
 from pinlater.errors import PinLaterError, QueueNotFoundError
-from pinlater.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class MonitorPolicy:
 
 
 class Monitor:
-    def __init__(self, backend: ShardedBackend, policy: MonitorPolicy, metrics: Metrics) -> None:
+    def __init__(self, backend: ShardedBackend, policy: MonitorPolicy, metrics: Counters) -> None:
         self.backend = backend
         self.policy = policy
         self.metrics = metrics

@@ -1,4 +1,4 @@
-//! Python exceptions of the extension, and the conversions from core errors.
+//! Python exceptions of the extension, and the `From` conversions of core errors into them.
 //!
 //! - `DescriptorError(ValueError)`: a bad job descriptor or descriptor part.
 //! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct.
@@ -14,8 +14,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::body_filter::{BudgetExceeded, PatternError};
 use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
+use crate::queue::body_matcher::{BudgetExceeded, PatternError};
+use crate::store::redis_rows::RowError;
+use crate::wire::dequeue_reply::TooLong;
 
 pyo3::create_exception!(
     pinlater._pinlater,
@@ -57,34 +59,54 @@ pyo3::create_exception!(
      Never the caller's fault; report it with the message."
 );
 
-#[must_use]
-pub fn descriptor_error(err: &error::DescriptorError) -> PyErr {
-    DescriptorError::new_err(err.to_string())
+// Core errors cross into Python through these conversions, so a binding returns them with `?`.
+
+impl From<error::DescriptorError> for PyErr {
+    fn from(err: error::DescriptorError) -> Self {
+        DescriptorError::new_err(err.to_string())
+    }
 }
 
-#[must_use]
-pub fn walk_error(err: &WalkError) -> PyErr {
-    MalformedThriftError::new_err(err.to_string())
+impl From<WalkError> for PyErr {
+    fn from(err: WalkError) -> Self {
+        MalformedThriftError::new_err(err.to_string())
+    }
 }
 
-#[must_use]
-pub fn rate_limit_error(err: &RateLimitError) -> PyErr {
-    PyValueError::new_err(err.to_string())
+impl From<RateLimitError> for PyErr {
+    fn from(err: RateLimitError) -> Self {
+        PyValueError::new_err(err.to_string())
+    }
 }
 
-#[must_use]
-pub fn body_pattern_error(err: &PatternError) -> PyErr {
-    BodyPatternError::new_err(err.to_string())
+impl From<PatternError> for PyErr {
+    fn from(err: PatternError) -> Self {
+        BodyPatternError::new_err(err.to_string())
+    }
 }
 
-#[must_use]
-pub fn body_budget_error(err: &BudgetExceeded) -> PyErr {
-    BodyFilterTimeout::new_err(err.to_string())
+impl From<BudgetExceeded> for PyErr {
+    fn from(err: BudgetExceeded) -> Self {
+        BodyFilterTimeout::new_err(err.to_string())
+    }
 }
 
-#[must_use]
-pub fn runtime_start_error(err: &RuntimeStartError) -> PyErr {
-    NativeError::new_err(err.to_string())
+impl From<RuntimeStartError> for PyErr {
+    fn from(err: RuntimeStartError) -> Self {
+        NativeError::new_err(err.to_string())
+    }
+}
+
+impl From<RowError> for PyErr {
+    fn from(err: RowError) -> Self {
+        PyValueError::new_err(format!("malformed Redis reply: {err}"))
+    }
+}
+
+impl From<TooLong> for PyErr {
+    fn from(err: TooLong) -> Self {
+        PyValueError::new_err(err.to_string())
+    }
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> &str {

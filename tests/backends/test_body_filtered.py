@@ -122,7 +122,7 @@ def test_a_spent_budget_fails_the_call_instead_of_answering_part(kind: str, tmp_
 def test_filtered_reads_never_run_on_the_event_loop() -> None:
     from pinlater.backends.redis.store import AsyncHotPath
 
-    # call_store runs a store method on the loop only where ``store.aio`` has one of that name.
+    # Only the hot path (``HotPath``) runs on the loop, and filtered reads are not part of it.
     assert not any(hasattr(AsyncHotPath, name) for name in ("count_jobs", "scan_jobs", "delete_jobs"))
 
     async def on_the_loop() -> None:

@@ -1,6 +1,6 @@
-"""The Redis store's hot operations on the event loop (``RedisStore.aio``, redis.asyncio).
+"""The Redis store's hot operations on the event loop (``RedisStore.hot_path``, redis.asyncio).
 
-Through ``ShardedBackend.call_store``, as the server calls them, against a real redis-server:
+Through ``ShardedBackend.hot_path``, as the server calls them, against a real redis-server:
 they run without the thread pool, agree with the blocking methods, and fail the same ways.
 """
 
@@ -56,7 +56,7 @@ def test_the_lifecycle_runs_on_the_loop_and_matches_the_blocking_store(store: Re
         assert [j.descriptor for j in got] == descriptors[::-1], "priority 1 first"
         shard = backend.shards.get("1")
         assert shard is not None
-        await backend.call_store(shard, store.ack_jobs, Q, [AckItem(1, got[0].job.local_id)], [], now)
+        await backend.on_shard(shard, backend.hot_path(shard).ack_jobs(Q, [AckItem(1, got[0].job.local_id)], [], now))
         await backend.aclose()
         return descriptors
 
@@ -76,7 +76,7 @@ def test_a_missing_queue_and_a_dead_server_fail_as_on_the_pool(store: RedisStore
 
     async def missing() -> None:
         try:
-            await backend.call_store(shard, store.dequeue_jobs, "nope", 1, 10, "c", 0, False)
+            await backend.on_shard(shard, backend.hot_path(shard).dequeue_jobs("nope", 1, 10, "c", 0, False))
         finally:
             await backend.aclose()
 
@@ -87,7 +87,7 @@ def test_a_missing_queue_and_a_dead_server_fail_as_on_the_pool(store: RedisStore
 
     async def dead() -> None:
         try:
-            await backend.call_store(shard, store.enqueue_jobs, Q, [NewJob(1, b"x", 0, 1)], 0)
+            await backend.on_shard(shard, backend.hot_path(shard).enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)], 0))
         finally:
             await backend.aclose()
 

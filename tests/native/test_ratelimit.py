@@ -1,6 +1,6 @@
 """The native RateLimiter from Python: semantics, validation and concurrent use.
 
-Precise rate checks live in the Rust tests (rust/ratelimit.rs) with an injected clock. Here the
+Precise rate checks live in the Rust tests (rust/queue/rate_limiter.rs) with an injected clock. Here the
 only real-time test is short with loose bounds, and the rest use rates so low or so high that
 the time between calls cannot change the outcome.
 """

@@ -22,13 +22,18 @@ This is an internal seam, not a public API: it may change with the backends.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
+
+T = TypeVar("T")
 
 
 #: Every reservation string starts with this, so a claim descriptor tells a reservation from a
@@ -314,14 +319,56 @@ class ShardStore(Protocol):
         """Release connections and files. Idempotent."""
         ...
 
+    # -- the hot path, as the server calls it -------------------------------------------------
 
-class NativeAsyncOps(Protocol):
-    """What a store may offer as ``store.aio``: coroutine versions of some of its methods, with
-    the same names, arguments, results and errors, run on the event loop instead of the thread
-    pool (``ShardedBackend.call_store`` picks them by name). The Redis store offers its hot
-    operations this way. ``aclose`` closes what they opened, on the loop that opened it."""
+    def hot_path(self, offload: Offload) -> HotPath:
+        """The hot operations as coroutines, as the server calls them (``HotPath``).
 
-    async def aclose(self) -> None: ...
+        ``offload`` runs a blocking call on the server's thread pool: a store whose client
+        blocks (embedded, MySQL) answers ``ThreadedHotPath(self, offload)`` (``threaded.py``);
+        the Redis store runs them on the event loop (redis.asyncio) and does not use it.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close what the hot path opened on the running event loop, before ``close``.
+        Idempotent; nothing to do for a store whose hot path runs on the thread pool."""
+        ...
+
+
+class Offload(Protocol):
+    """Runs a blocking call off the event loop (the server's store thread pool)."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]: ...
+
+
+class HotPath(Protocol):
+    """A store's hot operations as coroutines: the ``ShardStore`` methods of the same names,
+    with the same arguments, results and errors, as ``ShardStore.hot_path`` runs them (on the
+    event loop or on the thread pool). Everything else the server asks a store runs on the
+    thread pool (``ShardedBackend.call_store``)."""
+
+    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]: ...
+
+    async def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> list[ClaimedJob]: ...
+
+    async def ack_jobs(
+        self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int
+    ) -> None: ...
+
+    async def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]: ...
+
+    async def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+    ) -> list[tuple[int, int]]: ...
+
+    async def release_reservations(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+    ) -> int: ...
 
 
 @runtime_checkable
@@ -337,15 +384,49 @@ class ShardConfig(Protocol):
 
 
 class BackendDriver(Protocol):
-    """How the shared layer opens the shards of one backend kind from its JSON config file.
+    """One backend kind, as the server sees it: every kind (embedded, Redis, MySQL) is a driver,
+    so the server never asks which one it has (``drivers.driver_for`` picks it from settings).
 
-    ``parse_config`` raises ``ConfigError`` with a one-line reason for a bad file. The shared
-    layer (``sharded.py``) diffs successive configs on reload: unchanged shards keep their
-    store, changed ones are reopened, removed ones closed.
+    The shards are listed in a JSON config file (``config_path``; watched, and reloaded without a
+    restart) or by the settings alone (``config_path`` None: the embedded store's
+    ``EMBEDDED_NUM_SHARDS``). ``parse_config`` raises ``ConfigError`` with a one-line reason for
+    a bad file. The shared layer (``reload.py``) diffs successive configs on reload: unchanged
+    shards keep their store, changed ones are reopened, removed ones closed.
     """
 
     kind: str
 
+    def config_path(self, settings: Settings) -> Path | None:
+        """The file that lists the shards (watched for edits), or None when the settings do."""
+        ...
+
+    def shard_configs(self, settings: Settings) -> dict[str, ShardConfig]:
+        """The shards to open at start: from ``config_path`` (parsed; ``ConfigError`` if it
+        cannot be read or lists none) or from the settings."""
+        ...
+
     def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]: ...
 
     def open_store(self, name: str, config: ShardConfig, settings: Settings) -> ShardStore: ...
+
+    def acquire(self, settings: Settings) -> None:
+        """Take what one server must hold alone before it opens a store (the embedded data
+        directory's lock), or raise ``StoreLockedError``."""
+        ...
+
+    def release(self) -> None:
+        """Let go of what ``acquire`` took, once every store is closed. Idempotent."""
+        ...
+
+    def count_limit(self, settings: Settings) -> int | None:
+        """The cap on a shard's answer to a count (``ShardedBackend.count_limit``)."""
+        ...
+
+    def warnings(self, store: ShardStore) -> list[str]:
+        """What the store's own settings put at risk (jobs lost on a restart), one line each.
+        Blocking: the server calls it on its thread pool."""
+        ...
+
+    def gauges(self, shards: Callable[[], Iterable[Shard]]) -> Mapping[str, Callable[[], float]]:
+        """Gauges of this kind for ``/stats.txt``, over the shards configured when read."""
+        ...

@@ -6,8 +6,11 @@ coverage and dequeue-only shards, routes acks/checkpoints/lookups by job descrip
 scans and sums counts. A shard without a queue holds none of its jobs (``QueueAnswers``): reads
 fail with ``QueueNotFoundError`` only when no shard has the queue.
 
-Store calls are blocking; they run on a thread pool so shards are asked in parallel and the
-event loop never waits on I/O.
+The hot operations (enqueue, dequeue, ack, the broker's reservations) go through each store's
+declared ``HotPath`` (``base.ShardStore.hot_path``): on the event loop where the store's client is
+async (Redis), on this backend's thread pool where it blocks. Every other store call is blocking
+and runs on the thread pool (``call_store``), so shards are asked in parallel and the event loop
+never waits on I/O.
 
 Callers validate arguments first (``server/handler.py``); this layer trusts them.
 """
@@ -21,6 +24,7 @@ import logging
 import os
 import socket
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +37,7 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
+    HotPath,
     JobFilter,
     JobRecord,
     JobState,
@@ -195,6 +200,8 @@ class ShardedBackend:
         self._lacking: set[tuple[str, str]] = set()
         self.max_empty_recheck_ms = max(empty_recheck_ms, MAX_EMPTY_RECHECK_MS)
         self.signals = QueueSignals()
+        # shard -> its store's hot path on this backend's pool (gone with the shard after a reload)
+        self._hot_paths: weakref.WeakKeyDictionary[Shard, HotPath] = weakref.WeakKeyDictionary()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -206,19 +213,30 @@ class ShardedBackend:
         """Swap the shard map (config reload). Requests in flight keep the map they started with."""
         self._shards = shards
 
-    async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
-        """Run a store call: a method of ``shard.store``, on the thread pool, or its coroutine of
-        the same name on the loop where the store offers one (``store.aio``, see
-        ``base.NativeAsyncOps``). A connection failure marks the shard."""
-        native = getattr(getattr(shard.store, "aio", None), fn.__name__, None)
+    def hot_path(self, shard: Shard) -> HotPath:
+        """The shard store's hot operations as coroutines (``ShardStore.hot_path``, made once
+        per shard); await them through ``on_shard``."""
+        hot = self._hot_paths.get(shard)
+        if hot is None:
+            hot = self._hot_paths[shard] = shard.store.hot_path(self._offload)
+        return hot
+
+    def _offload(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]:
+        """Run a blocking store call on the thread pool (the ``base.Offload`` stores are handed)."""
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def on_shard(self, shard: Shard, call: Awaitable[T]) -> T:
+        """Await one store call on ``shard``; a connection failure marks the shard."""
         try:
-            if native is not None:
-                result: T = await native(*args)
-                return result
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+            return await call
         except ShardConnectionError as exc:
             shard.mark_unhealthy(exc.detail)
             raise
+
+    async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
+        """Run a blocking method of ``shard.store`` on the thread pool (the operations outside
+        the hot path). A connection failure marks the shard."""
+        return await self.on_shard(shard, self._offload(fn, *args))
 
     def _filter_deadline(self, body_regex: str | None) -> float | None:
         """The request's deadline for its body filtering (``JobFilter.deadline``), from now."""
@@ -291,7 +309,7 @@ class ShardedBackend:
         """Finish the background work, close what the stores opened on this event loop; ``close``
         does the rest."""
         await self.background_done()
-        await asyncio.gather(*(aclose_store(shard.store) for shard in self._shards))
+        await asyncio.gather(*(shard.store.aclose() for shard in self._shards))
 
     async def background_done(self) -> None:
         """Wait for the work started behind replies (``_spawn``) so far."""
@@ -406,7 +424,7 @@ class ShardedBackend:
         for shard in candidates:
             now = self.clock.now_ms()
             try:
-                ids = await self.call_store(shard, shard.store.enqueue_jobs, queue, jobs, now)
+                ids = await self.on_shard(shard, self.hot_path(shard).enqueue_jobs(queue, jobs, now))
             except ShardConnectionError as exc:
                 if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
                     raise
@@ -467,7 +485,7 @@ class ShardedBackend:
         claim = self.new_claim(source)
 
         def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[list[ClaimedJob]]:
-            return self.call_store(shard, shard.store.dequeue_jobs, queue, priority, want, claim, now, dry_run)
+            return self.on_shard(shard, self.hot_path(shard).dequeue_jobs(queue, priority, want, claim, now, dry_run))
 
         found: list[DequeuedJob] = []
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
@@ -589,7 +607,7 @@ class ShardedBackend:
             if shard is None:
                 log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(ok) + len(failed))
                 continue
-            calls.append(self.call_store(shard, shard.store.ack_jobs, queue, ok, failed, now))
+            calls.append(self.on_shard(shard, self.hot_path(shard).ack_jobs(queue, ok, failed, now)))
         try:
             await _gather_raising_first(calls)
         finally:  # after the writes, so no dequeue in between notes the places empty again
@@ -790,13 +808,6 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
         log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
         created.append(shard.name)
     return created
-
-
-async def aclose_store(store: object) -> None:
-    """Close a store's event-loop connections, if it has any (``NativeAsyncOps.aclose``)."""
-    aio = getattr(store, "aio", None)
-    if aio is not None:
-        await aio.aclose()
 
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:

@@ -1,8 +1,10 @@
 """Wiring: settings -> stores -> backend -> handler -> Thrift server, admin HTTP, monitor.
 
-``PinLaterServer`` owns the lifecycle. ``start()`` opens storage (taking the data-dir lock for
-the embedded store) and binds both ports; ``stop()`` stops accepting, lets requests in flight
-finish, stops the monitor and closes storage. Stop is idempotent.
+``PinLaterServer`` owns the lifecycle. ``start()`` opens storage through the backend's driver
+(which takes what it must hold alone first, e.g. the embedded data-dir lock) and binds both ports;
+``stop()`` stops accepting, lets requests in flight finish, stops the monitor and closes storage.
+Stop is idempotent. The server never asks which backend it has: every kind is a
+``BackendDriver`` (``backends/drivers.py``).
 """
 
 from __future__ import annotations
@@ -12,17 +14,15 @@ import gc
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from pinlater.backends.base import BackendDriver
-from pinlater.backends.embedded import open_embedded_shards
-from pinlater.backends.embedded.lock import DataDirLock
+from pinlater.backends.drivers import driver_for
 from pinlater.backends.pressure import MemoryWatch
 from pinlater.backends.reload import ReloadPlan, create_missing_queues, plan_reload
-from pinlater.backends.sharded import ShardedBackend, aclose_store
+from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
@@ -42,19 +42,6 @@ log = logging.getLogger(__name__)
 HEALTH_CHECK_INTERVAL_SECONDS = 1.0
 
 
-def driver_for(kind: str, settings: Settings) -> BackendDriver:
-    """The backend driver for a kind other than embedded (imported lazily: optional deps)."""
-    if kind == "redis":
-        from pinlater.backends.redis import RedisDriver
-
-        return RedisDriver()
-    if kind == "mysql":
-        from pinlater.backends.mysql import MySQLDriver
-
-        return MySQLDriver.from_settings(settings)
-    raise ConfigError(f"unknown backend {kind!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class Addresses:
     thrift: tuple[str, int]
@@ -65,7 +52,6 @@ class PinLaterServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self._lock: DataDirLock | None = None
         self.backend: ShardedBackend | None = None
         self.queue_counts: QueueCounts | None = None
         self.rate_limits: QueueRateLimits | None = None
@@ -82,37 +68,28 @@ class PinLaterServer:
 
     # -- start ----------------------------------------------------------------------------------
 
-    def _open_shards(self) -> ShardMap:
+    def _open_shards(self, driver: BackendDriver) -> ShardMap:
         s = self.settings
-        if s.backend == "embedded":
-            self._lock = DataDirLock(s.data_dir)
-            self._lock.acquire()
-            stores = open_embedded_shards(s)
-            return ShardMap(Shard(name, store) for name, store in stores.items())
-        assert s.backend_config_path is not None  # Settings.validate guarantees it
-        driver = self._driver = driver_for(s.backend, s)
-        path = Path(s.backend_config_path)
+        driver.acquire(s)
+        shards: list[Shard] = []
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read backend config {path}: {exc.strerror}") from None
-        configs = driver.parse_config(text, str(path))
-        if not configs:
-            raise ConfigError(f"{path}: no shards configured")
-        shards = []
-        for name, config in configs.items():
-            shards.append(Shard(name, driver.open_store(name, config, s), config.dequeue_only, config))
+            for name, config in driver.shard_configs(s).items():
+                shards.append(Shard(name, driver.open_store(name, config, s), config.dequeue_only, config))
+        except BaseException:
+            for shard in shards:
+                shard.store.close()
+            raise
         return ShardMap(shards)
 
     async def start(self) -> Addresses:
         s = self.settings
-        shards = self._open_shards()
-        count_limit = s.mysql_count_limit if s.backend == "mysql" else None
+        driver = self._driver = driver_for(s)
+        shards = self._open_shards(driver)
         self.backend = ShardedBackend(
             shards,
             num_priorities=s.num_priority_levels,
             parallelism=s.backend_query_parallelism,
-            count_limit=count_limit,
+            count_limit=driver.count_limit(s),
             count=self.metrics.incr,
             memory_high_water=s.redis_memory_high_water_fraction,
             body_filter_budget_seconds=s.body_filter_time_budget_seconds,
@@ -153,9 +130,10 @@ class PinLaterServer:
         self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
         self._monitor.start()
         self._health_task = asyncio.create_task(self._health_loop(), name="pinlater-health")
-        if self._driver is not None and s.backend_config_path is not None:
-            await self._warn_durability(self.backend.shards.all())
-            watcher = FileWatcher(s.backend_config_path, self._reload_backend_config, "backend config")
+        await self._warn(self.backend.shards.all())
+        config_path = driver.config_path(s)
+        if config_path is not None:
+            watcher = FileWatcher(config_path, self._reload_backend_config, "backend config")
             watcher.load_now()  # records the file as seen; the map it describes is already open
             watcher.start()
             self._watchers.append(watcher)
@@ -196,25 +174,23 @@ class PinLaterServer:
         assert self.backend is not None
         new = [s for s in plan.shards if s.name in plan.added or s.name in plan.reopened]
         if new:
-            await self._warn_durability(new)
+            await self._warn(new)
         await create_missing_queues(self.backend, plan.needing_queues())
         if plan.retired:
             # Requests that started on the old map may still use these stores; let them finish.
             await asyncio.sleep(self.settings.backend_socket_timeout_seconds * 2)
             for store in plan.retired:
-                await aclose_store(store)
+                await store.aclose()
                 await asyncio.get_running_loop().run_in_executor(None, store.close)
 
-    async def _warn_durability(self, shards: list[Shard]) -> None:
-        if self.settings.backend != "redis":
-            return
-        from pinlater.backends.redis import RedisStore, durability_warnings
-
+    async def _warn(self, shards: list[Shard]) -> None:
+        """Log what each shard's own settings put at risk (``BackendDriver.warnings``)."""
+        driver = self._driver
+        assert driver is not None
         for shard in shards:
-            if isinstance(shard.store, RedisStore):
-                warnings = await asyncio.get_running_loop().run_in_executor(None, durability_warnings, shard.store)
-                for warning in warnings:
-                    log.warning("redis shard %s: %s", shard.name, warning)
+            warnings = await asyncio.get_running_loop().run_in_executor(None, driver.warnings, shard.store)
+            for warning in warnings:
+                log.warning("%s shard %s: %s", driver.kind, shard.name, warning)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -241,11 +217,9 @@ class PinLaterServer:
         broker = self.broker
         if broker is not None:
             self.metrics.gauge("broker_buffered_jobs", broker.buffered)
-        if self.settings.backend == "redis":
-            # Jobs met without their hash (evicted) and skipped, over the shards configured now.
-            self.metrics.gauge(
-                "redis_evicted_jobs", lambda: sum(getattr(s.store, "evicted_jobs", 0) for s in backend.shards)
-            )
+        assert self._driver is not None
+        for name, read in self._driver.gauges(lambda: backend.shards).items():
+            self.metrics.gauge(name, read)
 
     async def _health_loop(self) -> None:
         """Ping unhealthy shards and bring them back when they answer (calls that find no
@@ -289,7 +263,7 @@ class PinLaterServer:
         if self.backend is not None:
             await self.backend.aclose()
             await asyncio.get_running_loop().run_in_executor(None, self.backend.close)
-        if self._lock is not None:
-            self._lock.release()
+        if self._driver is not None:
+            self._driver.release()
         if self.addresses is not None:
             log.info("pinlater stopped")

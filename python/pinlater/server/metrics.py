@@ -110,7 +110,8 @@ def split_queue_counter(name: str) -> tuple[str, str] | None:
 
 
 class Metrics:
-    """The server's statistics registry."""
+    """The server's statistics registry; the ``Counters`` handed down to the monitor, the broker
+    and the sharded backend (``pinlater/counters.py``)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, int] = defaultdict(int)

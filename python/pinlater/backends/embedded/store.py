@@ -34,6 +34,7 @@ from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.embedded import sql
 from pinlater.backends.embedded.body_filtered import BodyFilteredReads
 from pinlater.backends.embedded.connection import connect
+from pinlater.backends.threaded import BlockingStore
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def shard_path(data_dir: Path, name: str) -> Path:
     return data_dir / f"shard-{name}.sqlite3"
 
 
-class EmbeddedStore(BodyFilteredReads):
+class EmbeddedStore(BlockingStore, BodyFilteredReads):
     """``ShardStore`` for one shard on a local SQLite file (see the module docstring)."""
 
     def __init__(
@@ -363,23 +364,18 @@ class EmbeddedStore(BodyFilteredReads):
 
 
 def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
-    """Open ``settings.embedded_num_shards`` shards named "1", "2", ... under ``settings.data_dir``.
+    """Open ``settings.embedded_num_shards`` shards named "1", "2", ... under ``settings.data_dir``
+    (as ``EmbeddedDriver`` opens them).
 
-    The data directory lock (``DataDirLock``) is the server's to take, before this is called.
+    The data directory lock (``DataDirLock``) is the caller's to take, before this is called.
     """
+    from pinlater.backends.embedded.driver import EmbeddedDriver
+
+    driver = EmbeddedDriver()
     stores: dict[str, EmbeddedStore] = {}
-    # How long a call waits for SQLite's write lock: the same budget as a backend socket timeout.
-    busy_timeout_ms = int(settings.backend_socket_timeout_seconds * 1000)
     try:
-        for number in range(1, settings.embedded_num_shards + 1):
-            name = str(number)
-            stores[name] = EmbeddedStore(
-                settings.data_dir,
-                name,
-                settings.embedded_synchronous,
-                busy_timeout_ms,
-                settings.body_filter_time_budget_seconds,
-            )
+        for name, config in driver.shard_configs(settings).items():
+            stores[name] = driver.open_store(name, config, settings)
     except BaseException:
         for store in stores.values():
             store.close()

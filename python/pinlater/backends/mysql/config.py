@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pinlater.backends.base import ShardConfig
+from pinlater.backends.drivers import DriverDefaults
 from pinlater.backends.mysql.names import shard_name
 from pinlater.errors import ConfigError
 
@@ -142,7 +143,7 @@ def _parse_endpoint(value: Any, where: str) -> Endpoint:
     return Endpoint(host=host, port=port)
 
 
-class MySQLDriver:
+class MySQLDriver(DriverDefaults):
     """``BackendDriver`` for ``kind="mysql"``.
 
     ``num_db_per_queue`` (MYSQL_NUM_DB_PER_QUEUE) expands each instance into its shards at parse
@@ -167,6 +168,9 @@ class MySQLDriver:
             num_db_per_queue=settings.mysql_num_db_per_queue,
             shard_name_prefix=settings.shard_allowed_hostname_prefix,
         )
+
+    def count_limit(self, settings: Settings) -> int | None:
+        return settings.mysql_count_limit
 
     def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]:
         shards = parse_mysql_config(

@@ -59,6 +59,7 @@ from pinlater.backends.mysql.transactions import (
     rollback_if_none,
     run_transaction,
 )
+from pinlater.backends.threaded import BlockingStore
 from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
 
 __all__ = [
@@ -84,7 +85,7 @@ the tables one statement opens at once (MariaDB's table_open_cache is 2000 by de
 its size (about 150 bytes a part)."""
 
 
-class MySQLStore:
+class MySQLStore(BlockingStore):
     """``ShardStore`` for one shard on one MySQL/MariaDB server. Thread-safe."""
 
     def __init__(

@@ -19,10 +19,14 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pinlater.backends.drivers import DriverDefaults
 from pinlater.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
     from pinlater.backends.base import ShardConfig, ShardStore
+    from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
 
 _SHARD_NAME = re.compile(r"\w+", re.ASCII)
@@ -116,10 +120,21 @@ def _endpoint(value: Any, where: str, source: str) -> RedisEndpoint:
     return RedisEndpoint(host, port)
 
 
-class RedisDriver:
-    """``base.BackendDriver`` for Redis: parses the original JSON and opens one store per shard."""
+class RedisDriver(DriverDefaults):
+    """``base.BackendDriver`` for Redis: parses the original JSON and opens one store per shard;
+    warns at start about a shard's own settings that could lose jobs; counts evicted jobs."""
 
     kind = "redis"
+
+    def warnings(self, store: ShardStore) -> list[str]:
+        from pinlater.backends.redis.durability import durability_warnings
+        from pinlater.backends.redis.store import RedisStore
+
+        return durability_warnings(store) if isinstance(store, RedisStore) else []
+
+    def gauges(self, shards: Callable[[], Iterable[Shard]]) -> Mapping[str, Callable[[], float]]:
+        # Jobs met without their hash (evicted) and skipped, over the shards configured now.
+        return {"redis_evicted_jobs": lambda: sum(getattr(s.store, "evicted_jobs", 0) for s in shards())}
 
     def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]:
         return dict(parse_redis_config(text, source))

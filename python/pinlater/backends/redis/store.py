@@ -58,6 +58,7 @@ from pinlater.backends.base import (
     JobRecord,
     JobState,
     NewJob,
+    Offload,
 )
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import reservations
@@ -395,7 +396,16 @@ class RedisStore:
             self._closed = True
             self._client.close()
             self._pool.disconnect()
-            self.aio.forget()  # its connections are closed by ``aio.aclose`` on its loop
+            self.aio.forget()  # its connections are closed by ``aclose`` on its loop
+
+    # -- the hot path ---------------------------------------------------------------------------
+
+    def hot_path(self, offload: Offload) -> AsyncHotPath:
+        """On the event loop (redis.asyncio): no thread hand-off, so ``offload`` is not used."""
+        return self.aio
+
+    async def aclose(self) -> None:
+        await self.aio.aclose()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -429,7 +439,7 @@ class RedisStore:
 class AsyncHotPath:
     """``RedisStore``'s hot operations as coroutines on the event loop (redis.asyncio): the same
     scripts, arguments and errors as the blocking methods of the same names, without a thread
-    hand-off per call. ``ShardedBackend.call_store`` uses them where a store offers ``aio``."""
+    hand-off per call. The store's ``hot_path``, as the server calls it."""
 
     def __init__(self, store: RedisStore, scripts: AsyncShardScripts) -> None:
         self._store = store

@@ -1,11 +1,11 @@
-//! Python binding of `crate::thrift_reply`: the dequeue reply written without thriftpy2 objects.
+//! Python binding of `crate::wire::dequeue_reply`: the dequeue reply written without thriftpy2 objects.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use super::errors::guarded;
-use crate::thrift_reply::{self, ReplyJob};
+use crate::py::errors::guarded;
+use crate::wire::dequeue_reply::{self, ReplyJob};
 
 fn attempts(job: &Bound<'_, PyTuple>, index: usize, what: &str) -> PyResult<i32> {
     let value: i64 = job.get_item(index)?.extract()?;
@@ -59,8 +59,7 @@ pub fn encode_dequeue_reply<'py>(
                 attempts_remaining: *remaining,
             });
         }
-        let reply = thrift_reply::dequeue_reply(method, seqid, &reply_jobs)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let reply = dequeue_reply::dequeue_reply(method, seqid, &reply_jobs)?;
         Ok(PyBytes::new(py, &reply))
     })
 }

@@ -2,7 +2,7 @@
 //! per argument. The Redis backend's scripts take hundreds of arguments a call (five per job);
 //! hiredis packed them from Python objects at 0.13-0.25 µs each on the development machine.
 
-use crate::decimal::{push_int, push_uint};
+use crate::store::decimal::{push_int, push_uint};
 
 /// Appends a `$` or `*` marker, `n` in decimal and CRLF.
 fn header(buf: &mut Vec<u8>, marker: u8, n: usize) {

@@ -1,4 +1,4 @@
-//! Python binding of `crate::broker`: one `JobBuffer` per queue, shared by the server's tasks.
+//! Python binding of `crate::queue::job_buffer`: one `JobBuffer` per queue, shared by the server's tasks.
 //!
 //! Bodies stay Python `bytes` objects (`Py<PyBytes>`): they go in and come out without a copy.
 //! The buffer sits behind a `std::sync::Mutex` held only for queue operations, never while
@@ -12,12 +12,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::{descriptor_error, guarded};
-use crate::broker::{self, BufferedJob};
-use crate::descriptor::Encoder;
 use crate::error::{DescriptorError, Malformation};
+use crate::py::errors::guarded;
+use crate::queue::descriptor::Encoder;
+use crate::queue::job_buffer::{self, BufferedJob};
 
-type Buffer = broker::JobBuffer<Py<PyBytes>>;
+type Buffer = job_buffer::JobBuffer<Py<PyBytes>>;
 /// `(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)`.
 type Entry = (String, i64, i64, Py<PyBytes>, i64, i64, i64);
 
@@ -148,18 +148,12 @@ impl JobBuffer {
                 }
                 let encoder = match encoders.entry(job.shard.clone()) {
                     Slot::Occupied(slot) => slot.into_mut(),
-                    Slot::Vacant(slot) => slot
-                        .insert(Encoder::new(queue, &job.shard).map_err(|e| descriptor_error(&e))?),
+                    Slot::Vacant(slot) => slot.insert(Encoder::new(queue, &job.shard)?),
                 };
                 let local_id = u64::try_from(job.local_id).map_err(|_| {
-                    descriptor_error(&DescriptorError::InvalidPart(Malformation::LocalId(
-                        job.local_id.to_string(),
-                    )))
+                    DescriptorError::InvalidPart(Malformation::LocalId(job.local_id.to_string()))
                 })?;
-                let descriptor = encoder
-                    .encode(job.priority, local_id)
-                    .map_err(|e| descriptor_error(&e))?
-                    .to_owned();
+                let descriptor = encoder.encode(job.priority, local_id)?.to_owned();
                 fresh.push((
                     descriptor,
                     job.shard,

@@ -112,7 +112,7 @@ pub fn dequeue_reply(method: &str, seqid: i32, jobs: &[ReplyJob<'_>]) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::thrift_walk::struct_end;
+    use crate::wire::struct_end::struct_end;
 
     #[test]
     fn empty_reply_has_both_maps_and_walks_as_one_struct() {

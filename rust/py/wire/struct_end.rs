@@ -1,9 +1,9 @@
-//! Python binding of `crate::thrift_walk`: the server's guard before the Cython decoder.
+//! Python binding of `crate::wire::struct_end`: the server's guard before the Cython decoder.
 
 use pyo3::prelude::*;
 
-use super::errors::{guarded, walk_error};
-use crate::thrift_walk;
+use crate::py::errors::guarded;
+use crate::wire::struct_end;
 
 /// Payloads at least this long are walked with the interpreter released.
 ///
@@ -20,10 +20,10 @@ pub fn thrift_struct_end(py: Python<'_>, payload: &[u8], offset: usize) -> PyRes
     guarded("thrift_struct_end", || {
         // `payload` borrows an immutable `bytes` that the caller keeps alive for this call.
         let walked = if payload.len() >= DETACH_BYTES {
-            py.detach(|| thrift_walk::struct_end(payload, offset))
+            py.detach(|| struct_end::struct_end(payload, offset))
         } else {
-            thrift_walk::struct_end(payload, offset)
+            struct_end::struct_end(payload, offset)
         };
-        walked.map_err(|e| walk_error(&e))
+        Ok(walked?)
     })
 }

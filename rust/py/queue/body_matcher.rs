@@ -1,4 +1,4 @@
-//! Python binding of `crate::body_filter`: a compiled body filter that matches a batch of bodies
+//! Python binding of `crate::queue::body_matcher`: a compiled body filter that matches a batch of bodies
 //! with the interpreter released.
 
 use std::time::Duration;
@@ -7,8 +7,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use super::errors::{body_budget_error, body_pattern_error, guarded};
-use crate::body_filter;
+use crate::py::errors::guarded;
+use crate::queue::body_matcher;
 
 /// Single bodies at least this long are matched with the interpreter released (a search runs
 /// at hundreds of MB/s, so below this it costs less than handing the GIL over and back).
@@ -17,7 +17,7 @@ const DETACH_BYTES: usize = 64 << 10;
 /// A compiled `bodyRegexToMatch`.
 #[pyclass(frozen, module = "pinlater._pinlater")]
 pub struct BodyMatcher {
-    inner: body_filter::BodyMatcher,
+    inner: body_matcher::BodyMatcher,
 }
 
 fn budget(seconds: f64) -> PyResult<Duration> {
@@ -36,9 +36,8 @@ impl BodyMatcher {
     #[new]
     fn new(py: Python<'_>, pattern: &str) -> PyResult<Self> {
         guarded("BodyMatcher", || {
-            py.detach(|| body_filter::BodyMatcher::new(pattern))
-                .map(|inner| Self { inner })
-                .map_err(|e| body_pattern_error(&e))
+            let inner = py.detach(|| body_matcher::BodyMatcher::new(pattern))?;
+            Ok(Self { inner })
         })
     }
 
@@ -96,8 +95,7 @@ impl BodyMatcher {
                 })
                 .collect::<PyResult<Vec<Option<&[u8]>>>>()?;
             // The slices borrow immutable `bytes` objects that `items` keeps alive meanwhile.
-            py.detach(|| self.inner.match_indices(&slices, budget))
-                .map_err(|e| body_budget_error(&e))
+            Ok(py.detach(|| self.inner.match_indices(&slices, budget))?)
         })
     }
 

@@ -1,12 +1,12 @@
-//! Python bindings of `crate::descriptor`: batch forms, so a batch crosses the boundary once.
+//! Python bindings of `crate::queue::descriptor`: batch forms, so a batch crosses the boundary once.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-use super::errors::{descriptor_error, guarded};
-use crate::descriptor;
 use crate::error::{DescriptorError, Malformation};
+use crate::py::errors::guarded;
+use crate::queue::descriptor;
 
 /// An int out of the Rust type's range becomes the descriptor error `malformation` names.
 fn int_part<'py, T>(
@@ -23,7 +23,7 @@ where
                 .str()
                 .map_or_else(|_| "?".to_owned(), |s| s.to_string());
             let error = DescriptorError::InvalidPart(malformation(text));
-            descriptor_error(&match index {
+            PyErr::from(match index {
                 Some(i) => error.at_index(i),
                 None => error,
             })
@@ -54,7 +54,7 @@ pub fn encode_descriptor(
     guarded("encode_descriptor", || {
         let priority: i64 = int_part(priority, Malformation::Priority, None)?;
         let local_id: u64 = int_part(local_id, Malformation::LocalId, None)?;
-        descriptor::encode(queue, shard, priority, local_id).map_err(|e| descriptor_error(&e))
+        Ok(descriptor::encode(queue, shard, priority, local_id)?)
     })
 }
 
@@ -70,10 +70,8 @@ pub fn encode_descriptors<'py>(
     guarded("encode_descriptors", || {
         let priorities = items(priorities, "priorities")?;
         let local_ids = items(local_ids, "local_ids")?;
-        descriptor::check_lengths(priorities.len(), local_ids.len())
-            .map_err(|e| descriptor_error(&e))?;
-        let mut encoder =
-            descriptor::Encoder::new(queue, shard).map_err(|e| descriptor_error(&e))?;
+        descriptor::check_lengths(priorities.len(), local_ids.len())?;
+        let mut encoder = descriptor::Encoder::new(queue, shard)?;
         let strings = priorities
             .iter()
             .zip(&local_ids)
@@ -83,7 +81,7 @@ pub fn encode_descriptors<'py>(
                 let local_id: u64 = int_part(local_id, Malformation::LocalId, Some(i))?;
                 let text = encoder
                     .encode(priority, local_id)
-                    .map_err(|e| descriptor_error(&e.at_index(i)))?;
+                    .map_err(|e| e.at_index(i))?;
                 Ok(PyString::new(py, text))
             })
             .collect::<PyResult<Vec<_>>>()?;
@@ -118,7 +116,7 @@ fn to_tuple<'py>(py: Python<'py>, d: &descriptor::Descriptor<'_>) -> PyResult<Bo
 #[pyfunction]
 pub fn decode_descriptor<'py>(py: Python<'py>, descriptor: &str) -> PyResult<Bound<'py, PyTuple>> {
     guarded("decode_descriptor", || {
-        let d = descriptor::decode(descriptor).map_err(|e| descriptor_error(&e))?;
+        let d = descriptor::decode(descriptor)?;
         to_tuple(py, &d)
     })
 }
@@ -149,7 +147,7 @@ pub fn decode_descriptors<'py>(
             .iter()
             .map(|s| s.to_str())
             .collect::<PyResult<Vec<&str>>>()?;
-        let decoded = descriptor::decode_batch(texts).map_err(|e| descriptor_error(&e))?;
+        let decoded = descriptor::decode_batch(texts)?;
         // A batch is usually one queue on few shards: share the name objects between tuples.
         let mut queue = NameCache::default();
         let mut shard = NameCache::default();

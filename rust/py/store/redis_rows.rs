@@ -1,4 +1,4 @@
-//! Python binding of `crate::redis_rows`: a dequeue or reserve reply in, the jobs out.
+//! Python binding of `crate::store::redis_rows`: a dequeue or reserve reply in, the jobs out.
 
 use std::borrow::Cow;
 
@@ -6,15 +6,11 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyList, PyString};
 
-use super::errors::guarded;
-use crate::redis_rows::{count, local_id, ms, order, seconds, RowError};
+use crate::py::errors::guarded;
+use crate::store::redis_rows::{count, local_id, ms, order, seconds};
 
 /// Values per job in the reply: id, score, bd, al, ar, ca, ua.
 const WIDTH: usize = 7;
-
-fn row_error(err: &RowError) -> PyErr {
-    PyValueError::new_err(format!("malformed Redis reply: {err}"))
-}
 
 /// A reply value as text: bulk strings arrive as bytes, integers as int; nil as `None`.
 fn text<'a>(value: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Option<Cow<'a, [u8]>>> {
@@ -44,7 +40,7 @@ fn required<'a>(value: &'a Bound<'_, PyAny>, what: &'static str) -> PyResult<Cow
 
 /// `int(x)` of a count, 0 when absent.
 fn count_or_zero(value: &Bound<'_, PyAny>, what: &'static str) -> PyResult<i64> {
-    text(value, what)?.map_or(Ok(0), |t| count(what, &t).map_err(|e| row_error(&e)))
+    Ok(text(value, what)?.map_or(Ok(0), |t| count(what, &t))?)
 }
 
 /// `round(float(x) * 1000)` of a time, 0 when absent.
@@ -52,8 +48,8 @@ fn ms_or_zero(value: &Bound<'_, PyAny>, what: &'static str) -> PyResult<i64> {
     match text(value, what)? {
         None => Ok(0),
         Some(t) => {
-            let s = seconds(what, &t).map_err(|e| row_error(&e))?;
-            ms(what, s, &t).map_err(|e| row_error(&e))
+            let s = seconds(what, &t)?;
+            Ok(ms(what, s, &t)?)
         }
     }
 }
@@ -81,10 +77,10 @@ pub fn redis_claimed_jobs<'py>(
         for row in 0..n / WIDTH {
             let at = |k: usize| values.get_item(1 + row * WIDTH + k);
             let id_value = at(0)?;
-            let id = local_id(&required(&id_value, "id")?).map_err(|e| row_error(&e))?;
+            let id = local_id(&required(&id_value, "id")?)?;
             let score_value = at(1)?;
             let score_text = required(&score_value, "score")?;
-            let score = seconds("score", &score_text).map_err(|e| row_error(&e))?;
+            let score = seconds("score", &score_text)?;
             let body = at(2)?;
             if !body.is_instance_of::<PyBytes>() {
                 return Err(PyTypeError::new_err(

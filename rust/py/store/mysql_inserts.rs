@@ -1,12 +1,12 @@
-//! Python binding of `crate::mysql_rows`: a batch of jobs in, the INSERT statements out.
+//! Python binding of `crate::store::mysql_inserts`: a batch of jobs in, the INSERT statements out.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use super::errors::guarded;
-use crate::mysql_rows::{Format, Row, Statements, TS_MAX_MS, TS_MIN_MS};
+use crate::py::errors::guarded;
+use crate::store::mysql_inserts::{Format, Row, Statements, TS_MAX_MS, TS_MIN_MS};
 
 /// An int attribute; one past i64 (a time far out of range) is clamped, as the store clamps.
 fn time_ms(value: &Bound<'_, PyAny>) -> PyResult<i64> {

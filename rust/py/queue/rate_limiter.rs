@@ -1,4 +1,4 @@
-//! Python binding of `crate::ratelimit`: one limiter shared by every thread of the server.
+//! Python binding of `crate::queue::rate_limiter`: one limiter shared by every thread of the server.
 //!
 //! The limiter sits behind a `std::sync::Mutex`, held only for a hash lookup and a few float
 //! operations, never while calling into Python, so holding the interpreter while waiting for it
@@ -10,17 +10,17 @@ use std::time::Instant;
 
 use pyo3::prelude::*;
 
-use super::errors::{guarded, rate_limit_error};
-use crate::ratelimit;
+use crate::py::errors::guarded;
+use crate::queue::rate_limiter;
 
 /// Dequeue rate limits per queue (token buckets). Thread-safe.
 #[pyclass(frozen, name = "RateLimiter", module = "pinlater._pinlater")]
 pub struct RateLimiter {
-    inner: Mutex<ratelimit::RateLimiter>,
+    inner: Mutex<rate_limiter::RateLimiter>,
 }
 
 impl RateLimiter {
-    fn lock(&self) -> MutexGuard<'_, ratelimit::RateLimiter> {
+    fn lock(&self) -> MutexGuard<'_, rate_limiter::RateLimiter> {
         // A panic while locked leaves only plain numbers behind: still a valid limiter.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -32,8 +32,7 @@ impl RateLimiter {
     #[pyo3(signature = (burst_seconds = 1.0))]
     fn new(burst_seconds: f64) -> PyResult<Self> {
         guarded("RateLimiter", || {
-            let inner =
-                ratelimit::RateLimiter::new(burst_seconds).map_err(|e| rate_limit_error(&e))?;
+            let inner = rate_limiter::RateLimiter::new(burst_seconds)?;
             Ok(Self {
                 inner: Mutex::new(inner),
             })
@@ -50,9 +49,7 @@ impl RateLimiter {
     fn set_rate(&self, queue: &str, jobs_per_second: f64) -> PyResult<()> {
         guarded("RateLimiter.set_rate", || {
             let now = Instant::now();
-            self.lock()
-                .set_rate(queue, jobs_per_second, now)
-                .map_err(|e| rate_limit_error(&e))
+            Ok(self.lock().set_rate(queue, jobs_per_second, now)?)
         })
     }
 

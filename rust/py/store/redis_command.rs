@@ -1,11 +1,11 @@
-//! Python binding of `crate::redis_pack`: the Redis backend's commands packed for the socket.
+//! Python binding of `crate::store::redis_command`: the Redis backend's commands packed for the socket.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFloat, PyInt, PyString, PyTuple};
 
-use super::errors::guarded;
-use crate::redis_pack::Command;
+use crate::py::errors::guarded;
+use crate::store::redis_command::Command;
 
 /// `args` as one RESP command, exactly as `hiredis.pack_command(args)` packs it: each argument
 /// must be exactly a `str` (as UTF-8), `int` (in decimal), `float` (as its `repr`) or `bytes`.

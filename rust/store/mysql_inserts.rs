@@ -10,7 +10,7 @@
 //! Rows are cut into statements so that each one stays within a byte budget (a row bigger than
 //! the budget still goes, alone): the caller derives the budget from `max_allowed_packet`.
 
-use crate::decimal::push_int;
+use crate::store::decimal::push_int;
 
 /// Earliest TIMESTAMP: 1970-01-01 00:00:01 UTC (times are clamped into the column's range).
 pub const TS_MIN_MS: i64 = 1_000;

@@ -1,0 +1,71 @@
+"""``EmbeddedDriver``: the embedded store as a backend driver like Redis and MySQL.
+
+Its shards are named by the settings (``EMBEDDED_NUM_SHARDS`` files under ``EMBEDDED_DATA_DIR``),
+not listed in a config file, so there is nothing to watch or reload; and one server holds the
+data directory alone (``DataDirLock``, taken by ``acquire`` before any file is opened).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pinlater.backends.drivers import DriverDefaults
+from pinlater.backends.embedded.lock import DataDirLock
+from pinlater.backends.embedded.store import EmbeddedStore
+from pinlater.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pinlater.backends.base import ShardConfig
+    from pinlater.config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedShardConfig:
+    """One embedded shard: a file named after the shard in the data directory. Every embedded
+    shard takes new jobs."""
+
+    dequeue_only: bool = False
+
+
+class EmbeddedDriver(DriverDefaults):
+    """``base.BackendDriver`` for the embedded store (see the module docstring)."""
+
+    kind = "embedded"
+
+    def __init__(self) -> None:
+        self._lock: DataDirLock | None = None
+
+    def config_path(self, settings: Settings) -> Path | None:
+        return None
+
+    def shard_configs(self, settings: Settings) -> dict[str, ShardConfig]:
+        """Shards "1", "2", ... up to ``EMBEDDED_NUM_SHARDS``."""
+        return {str(number): EmbeddedShardConfig() for number in range(1, settings.embedded_num_shards + 1)}
+
+    def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]:
+        raise ConfigError(
+            f"{source}: the embedded backend takes no backend config file (its files are in EMBEDDED_DATA_DIR)"
+        )
+
+    def open_store(self, name: str, config: ShardConfig, settings: Settings) -> EmbeddedStore:
+        return EmbeddedStore(
+            settings.data_dir,
+            name,
+            settings.embedded_synchronous,
+            # How long a call waits for SQLite's write lock: the same budget as a socket timeout.
+            int(settings.backend_socket_timeout_seconds * 1000),
+            settings.body_filter_time_budget_seconds,
+        )
+
+    def acquire(self, settings: Settings) -> None:
+        if self._lock is None:
+            lock = DataDirLock(settings.data_dir)
+            lock.acquire()
+            self._lock = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None

@@ -1,0 +1,124 @@
+"""The hot path as the server runs it, on every backend: ``ShardStore.hot_path`` through
+``ShardedBackend`` (on the event loop for Redis, on the thread pool for the blocking stores),
+answering and failing as the store's blocking methods of the same names do.
+
+Also the drivers: every backend kind, the embedded one included, is a ``BackendDriver``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from pinlater.backends.base import AckItem, BackendDriver, ClaimedJob, JobState, NewJob, ShardStore
+from pinlater.backends.drivers import driver_for
+from pinlater.backends.embedded import EmbeddedDriver, EmbeddedStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.config import Settings
+from pinlater.errors import ConfigError, QueueNotFoundError, StoreLockedError
+
+Q = "hot"
+T0 = 1_700_000_000_000
+HOLD_MS = 60_000
+
+
+def test_the_hot_operations_answer_as_the_blocking_methods(store: ShardStore) -> None:
+    store.create_queue(Q, 2)
+    shard = Shard(store.name, store)
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=2, parallelism=2)
+
+    async def lifecycle() -> tuple[list[int], list[ClaimedJob], list[ClaimedJob], list[tuple[int, int]], int]:
+        hot = backend.hot_path(shard)
+        assert backend.hot_path(shard) is hot, "made once per shard"
+        ids = await backend.on_shard(
+            shard, hot.enqueue_jobs(Q, [NewJob(1, b"job-%d" % i, T0, 2) for i in range(4)], T0)
+        )
+        claimed = await hot.dequeue_jobs(Q, 1, 2, "claim|a", T0, False)
+        await hot.ack_jobs(Q, [AckItem(1, claimed[0].local_id)], [AckItem(1, claimed[1].local_id, "", 1000)], T0)
+        reserved = await hot.reserve_jobs(Q, 1, 10, "~r|hot", T0, HOLD_MS)
+        keys = await hot.claim_reserved(Q, [(1, reserved[0].local_id, "claim|b")], "~r|hot", T0)
+        released = await hot.release_reservations(Q, [(1, j.local_id) for j in reserved[1:]], "~r|hot", T0)
+        with pytest.raises(QueueNotFoundError):
+            await backend.on_shard(shard, hot.dequeue_jobs("nope", 1, 1, "c", T0, False))
+        await backend.aclose()
+        return ids, claimed, reserved, keys, released
+
+    ids, claimed, reserved, keys, released = asyncio.run(lifecycle())
+    backend._executor.shutdown(wait=True)  # the fixture closes the store
+    assert len(set(ids)) == 4
+    assert [j.local_id for j in claimed] == ids[:2] and claimed[0].body == b"job-0"
+    assert [j.local_id for j in reserved] == ids[2:], "the retried job waits for its delay"
+    assert keys == [(1, ids[2])] and released == 1
+    records = {r.local_id: r for r in store.lookup_jobs(Q, [(1, i) for i in ids], False)}
+    assert [records[i].state for i in ids] == [
+        JobState.SUCCEEDED,
+        JobState.PENDING,
+        JobState.IN_PROGRESS,
+        JobState.PENDING,
+    ]
+    assert records[ids[1]].attempts_remaining == 1 and records[ids[1]].run_after_ms == T0 + 1000
+    assert records[ids[2]].claim_descriptor == "claim|b"
+    assert records[ids[3]].as_clients_see_it().claim_descriptor is None
+    assert shard.healthy
+
+
+def test_a_blocking_store_runs_its_hot_path_on_the_thread_pool(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path / "data", "1")
+    store.create_queue(Q, 1)
+    shard = Shard("1", store)
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=1, parallelism=2)
+
+    async def enqueue() -> list[str]:
+        return await backend.enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)])
+
+    try:
+        assert len(asyncio.run(enqueue())) == 1
+        assert backend._executor._threads, "the blocking store ran on the backend's pool"
+    finally:
+        backend.close()
+
+
+def test_every_backend_kind_is_a_driver(tmp_path: Path) -> None:
+    shards_file = tmp_path / "shards.json"
+
+    def settings(kind: str, **values: object) -> Settings:
+        where = {"data_dir": tmp_path / "data"} if kind == "embedded" else {"backend_config_path": shards_file}
+        return Settings().with_values({"backend": kind, **where, **values}, source="test")
+
+    kinds: list[BackendDriver] = [driver_for(settings(kind)) for kind in ("embedded", "redis", "mysql")]
+    assert [d.kind for d in kinds] == ["embedded", "redis", "mysql"]
+    assert [d.count_limit(settings(d.kind, mysql_count_limit=7)) for d in kinds] == [None, None, 7]
+    embedded = kinds[0]
+    assert embedded.config_path(settings("embedded")) is None
+    assert list(embedded.shard_configs(settings("embedded", embedded_num_shards=3))) == ["1", "2", "3"]
+    with pytest.raises(ConfigError, match="no backend config file"):
+        embedded.parse_config("{}", "shards.json")
+    redis = kinds[1]
+    assert redis.config_path(settings("redis")) == shards_file
+    with pytest.raises(ConfigError, match="cannot read backend config"):
+        redis.shard_configs(settings("redis"))
+    shards_file.write_text('{"shards": []}', encoding="utf-8")
+    with pytest.raises(ConfigError, match="no shards configured"):
+        redis.shard_configs(settings("redis"))
+    shards_file.write_text('{"shards": [{"name": "7", "shardConfig": {"master": {"host": "h", "port": 1}}}]}')
+    assert list(redis.shard_configs(settings("redis"))) == ["7"]
+
+
+def test_the_embedded_driver_holds_the_data_dir_alone(tmp_path: Path) -> None:
+    settings = Settings().with_values({"data_dir": tmp_path / "data"}, source="test")
+    first, second = EmbeddedDriver(), EmbeddedDriver()
+    first.acquire(settings)
+    try:
+        with pytest.raises(StoreLockedError):
+            second.acquire(settings)
+        store = first.open_store("1", first.shard_configs(settings)["1"], settings)
+        assert store.path.parent == tmp_path / "data" and first.warnings(store) == []
+        store.close()
+    finally:
+        first.release()
+        first.release()  # idempotent
+    second.acquire(settings)
+    second.release()
