@@ -408,7 +408,11 @@ def test_a_shard_killed_and_restarted_under_load_loses_no_job(
         for thread in producers + consumers:
             thread.join(15)
 
-    assert not [e for p in producers for e in p.errors], "enqueue never failed: it moved to the healthy shard"
+    # An enqueue in flight on a when it died may have been stored there: it fails rather than
+    # being sent to b too (at most one per producer); every later one moved to b.
+    for producer in producers:
+        assert len(producer.errors) <= 1, producer.errors
+        assert all(e.startswith("502: shard a: ") and "not sent to another shard" in e for e in producer.errors)
     for consumer in consumers:
         for d, remaining in consumer.deliveries.items():
             deliveries[d] += remaining

@@ -427,7 +427,8 @@ class ShardedBackend:
                 ids = await self.on_shard(shard, self.hot_path(shard).enqueue_jobs(queue, jobs, now))
             except ShardConnectionError as exc:
                 if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
-                    raise
+                    detail = f"{exc.detail} (the jobs may have been stored there: not sent to another shard)"
+                    raise ShardConnectionError(exc.shard, detail, maybe_applied=True) from exc
                 last_error = exc
                 continue
             except StoreMemoryFullError:
