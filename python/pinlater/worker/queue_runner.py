@@ -244,6 +244,7 @@ class QueueRunner:
         worker, reg = self.worker, self.reg
         idle = _Backoff(worker.poll_interval[0], worker.poll_interval[1])
         trouble = _Backoff(worker.poll_interval[0] * 2, worker.error_backoff)
+        full = False  # the last dequeue got as many jobs as it asked for
         while not worker.stopping:
             oldest = self._oldest_claim()
             if oldest is not None and self.loop.time() - oldest >= worker.prefetch_timeout:
@@ -255,9 +256,11 @@ class QueueRunner:
             if held >= reg.concurrency and room < self.min_refill:
                 await self._wait_for_room()
                 continue
-            # Hold the call on the server only with nothing in hand, whose acks would wait; and
-            # send the acks due first, so that they are not held (nor counted late) with it.
-            wait = 0.0 if self.in_hand else worker.long_poll
+            # Hold the call on the server only with nothing in hand, whose acks would wait, and
+            # when the last dequeue found the queue short (a full batch means more is ready: no
+            # need to send the acks on their own for a call that will not be held); and send
+            # the acks due first, so that they are not held (nor counted late) with it.
+            wait = 0.0 if self.in_hand or full else worker.long_poll
             if wait and (self.succeeded or self.failed) and not await self.flush_acks():
                 wait = 0.0  # they failed to go alone: they ride on a dequeue that is not held
             succeeded, failed = self.take_acks()
@@ -267,6 +270,7 @@ class QueueRunner:
                 jobs = await worker.client.dequeue(self.queue, limit, succeeded=succeeded, failed=failed, wait=wait)
             except Exception as exc:  # the loop must survive anything; errors are logged and waited out
                 self.put_back(succeeded, failed)
+                full = False
                 if isinstance(exc, RateLimited):
                     worker.stats.rate_limited += 1
                     log.debug("%s: rate limited", self.queue)
@@ -278,6 +282,7 @@ class QueueRunner:
                 continue
             trouble.reset()
             worker.stats.acks_sent += len(succeeded) + len(failed)
+            full = len(jobs) >= limit
             if not jobs:
                 worker.stats.empty_dequeues += 1
                 if self.loop.time() - started < wait / 2 or not wait:  # not held: an original server
