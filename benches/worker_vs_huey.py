@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support: the redis-server helper the tests use
 sys.path.insert(0, str(ROOT / "benches"))
-from many_queues import pinlater_server  # the sibling bench's `pinlater serve` runner
+from many_queues import pinlater_server  # noqa: E402  (the sibling bench's `pinlater serve` runner)
 
 QUEUE = "bench_worker_vs_huey"
 BODY = b"x" * 100
@@ -221,9 +221,8 @@ def main() -> None:
             if mode in rates:
                 print(f"  ratio {mode}/huey (medians): {statistics.median(rates[mode]) / huey:.2f}x")
     if "before" in rates:
-        print(
-            f"  ratio now/before (medians): {statistics.median(rates['pinlater']) / statistics.median(rates['before']):.2f}x"
-        )
+        now, before = statistics.median(rates["pinlater"]), statistics.median(rates["before"])
+        print(f"  ratio now/before (medians): {now / before:.2f}x")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--prefetch",
         type=_non_negative_int,
-        help="most jobs claimed ahead of free slots per queue, for quick handlers (default 4 x --concurrency; 0: none)",
+        help="most jobs claimed ahead of free slots per queue, for quick handlers (default 256; 0: none)",
     )
     p.add_argument(
         "--prefetch-timeout",

@@ -115,9 +115,6 @@ class QueueRunner:
         self.peak_in_hand = 0
         #: Taken out of ``waiting`` at stop, to be handed back by ``return_prefetched``.
         self.returning: list[JobContext] = []
-        # A dequeue made only to refill the prefetch (every slot busy) waits for half a batch of
-        # room: a round trip per job or two would cost more than it saves.
-        self.min_refill = max(1, reg.batch_size // 2)
         self.threads: HandlerThreads | None = None
         if not reg.is_async:
             self.threads = HandlerThreads(
@@ -251,9 +248,12 @@ class QueueRunner:
                 await self.return_stale(self.loop.time())
                 continue
             held = len(self.in_hand)
-            room = reg.concurrency + self.prefetch_allowance() - held
-            # An idle slot always asks for work; a prefetch alone waits for half a batch of room.
-            if held >= reg.concurrency and room < self.min_refill:
+            bound = reg.concurrency + self.prefetch_allowance()
+            room = bound - held
+            # An idle slot always asks for work. A dequeue only to refill the prefetch (every
+            # slot busy) waits for half a batch of room: a round trip for a job or two would
+            # cost more than it saves.
+            if held >= reg.concurrency and 2 * room < min(reg.batch_size, bound):
                 await self._wait_for_room()
                 continue
             # Hold the call on the server only with nothing in hand, whose acks would wait, and

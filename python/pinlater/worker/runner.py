@@ -46,8 +46,9 @@ from pinlater.worker.retry import RetryPolicy, linear
 
 log = logging.getLogger("pinlater.worker")
 
-#: The default ``prefetch`` is this many times ``concurrency``.
-DEFAULT_PREFETCH_FACTOR = 4
+#: The default ``prefetch``: enough no-op jobs to cover a round trip to the server (measured by
+#: ``benches/worker_vs_huey.py``); only a quick handler ever gets that many (``prefetch_horizon``).
+DEFAULT_PREFETCH = 256
 
 
 class Worker:
@@ -55,7 +56,7 @@ class Worker:
 
     ``servers``/``server_set``/``source`` are as for the clients. Per queue (overridable in
     ``register``): ``concurrency`` (jobs running at once, and handler threads for a sync
-    handler), ``prefetch`` (most jobs claimed ahead of free slots, default ``4 x concurrency``;
+    handler), ``prefetch`` (most jobs claimed ahead of free slots, default 256;
     0: none, jobs in hand never exceed ``concurrency``), ``batch_size`` (most jobs per dequeue;
     default half of ``concurrency + prefetch``), ``retry`` (default the original's linear 1 s x
     attempt). Prefetch adapts: only what the handler should start within ``prefetch_horizon``
@@ -147,7 +148,7 @@ class Worker:
             size = concurrency or self.concurrency
             if size < 1:
                 raise ValueError("concurrency must be at least 1")
-            ahead = next(p for p in (prefetch, self.prefetch, DEFAULT_PREFETCH_FACTOR * size) if p is not None)
+            ahead = next(p for p in (prefetch, self.prefetch, DEFAULT_PREFETCH) if p is not None)
             if ahead < 0:
                 raise ValueError(f"prefetch must be at least 0, not {ahead}")
             bound = size + ahead
