@@ -172,14 +172,21 @@ class QueueRunner:
         except (StopIteration, RuntimeError):
             return None
 
-    def take_waiting(self) -> list[JobContext]:
-        """Every job not started yet, out of ``waiting`` and ``in_hand``: none of them will start."""
+    def take_waiting(self, keep: int = 0) -> list[JobContext]:
+        """The jobs not started yet but the ``keep`` oldest, out of ``waiting`` and ``in_hand``:
+        none of them will start."""
         taken = []
-        for ctx, _ in self._waiting_items():
+        for ctx, _ in self._waiting_items()[keep:]:
             if self.waiting.pop(ctx, None) is not None:
                 taken.append(ctx)
                 self.in_hand.discard(ctx)
         return taken
+
+    def take_prefetched(self) -> list[JobContext]:
+        """At stop: the jobs waiting beyond the free slots. Those a free slot is about to start
+        (a sync handler's thread has yet to pick them up) stay in hand, as jobs running do."""
+        running = len(self.in_hand) - len(self.waiting)
+        return self.take_waiting(keep=max(0, self.reg.concurrency - running))
 
     async def hand_back(self, held: list[JobContext], why: str, attempts: int = 3) -> None:
         """Back to PENDING, no attempt charged, for jobs that never started (or were released)."""
@@ -221,8 +228,8 @@ class QueueRunner:
             self.worker.changed.set()
 
     async def return_prefetched(self) -> None:
-        """At stop: hand back every job not started yet."""
-        held, self.returning = self.returning + self.take_waiting(), []
+        """At stop: hand back the prefetched jobs ``take_prefetched`` took."""
+        held, self.returning = self.returning, []
         await self.hand_back(held, "at stop")
 
     # -- dequeue ----------------------------------------------------------------------------

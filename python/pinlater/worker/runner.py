@@ -22,8 +22,9 @@ Invariants:
   policy's delay and the error text, or a release (checkpoint with ``moveToPending``: back to
   PENDING, no attempt charged) by the handler, by the prefetch timeout, or at shutdown.
 * Stop (SIGTERM/SIGINT under ``run``) ends dequeuing and hands back the prefetched jobs at once
-  (none of them starts after the signal), waits up to ``grace_period`` for the jobs running,
-  releases the rest, then sends every pending ack. A second signal skips the wait.
+  (those beyond the free slots: none of them starts after the signal), waits up to
+  ``grace_period`` for the jobs in hand, releases the rest, then sends every pending ack. A
+  second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -182,8 +183,8 @@ class Worker:
     def _request_stop(self) -> None:
         if not self.stopping:
             self.stopping = True
-            for runner in self.runners:  # from now on none of them starts: handed back in serve()
-                runner.returning.extend(runner.take_waiting())
+            for runner in self.runners:  # none of them starts: handed back in serve()
+                runner.returning.extend(runner.take_prefetched())
             held = sum(len(r.in_hand) for r in self.runners)
             log.info("stopping: finishing %d job(s) in hand (grace period %gs)", held, self.grace_period)
             for runner in self.runners:
