@@ -3,6 +3,7 @@ them broken unnoticed (their figures are not checked here: speed is measured, no
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,17 @@ def test_sparse_poll() -> None:
 def test_worker_overhead() -> None:
     out = run("worker_overhead.py", "--jobs", "200", "--rounds", "1")
     assert "worker-sync" in out and "of bare" in out
+
+
+@pytest.mark.redis
+def test_worker_vs_huey() -> None:
+    args = ["--jobs", "300", "--rounds", "1"]
+    if importlib.util.find_spec("huey") is None:  # an optional extra (bench): our side alone
+        args.append("--no-huey")
+    out = run("worker_vs_huey.py", *args)
+    assert "pinlater worker, this tree" in out and "round 1 pinlater" in out
+    if "--no-huey" not in args:
+        assert "ratio pinlater/huey" in out
 
 
 def test_many_queues_on_the_embedded_store() -> None:

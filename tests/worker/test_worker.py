@@ -113,7 +113,8 @@ def test_jobs_in_hand_never_exceed_the_cap(address: str, pl: PinLaterClient, que
     gate = threading.Event()
     entered: list[str] = []
     in_progress_seen: list[int] = []
-    worker = Worker(address, concurrency=cap, batch_size=10)
+    # With no prefetch, the cap is ``concurrency`` (test_prefetch.py covers the bound with one).
+    worker = Worker(address, concurrency=cap, batch_size=10, prefetch=0)
 
     @worker.register(queue)
     def block(ctx: JobContext) -> None:

@@ -26,6 +26,10 @@ def slow(ctx):
     (GATE / ("started-" + ctx.descriptor.replace(":", "_"))).touch()
     while not (GATE / "go").exists():
         time.sleep(0.01)
+
+def mixed(ctx):
+    if ctx.body != b"fast":
+        slow(ctx)
 """
 
 
@@ -115,6 +119,40 @@ def test_a_second_signal_releases_jobs_in_hand_without_charging_an_attempt(
     assert pl.count(queue, JobState.PENDING) == 6
     assert {i.attempts_remaining for i in pl.lookup(ds).values()} == {3}
     assert "released 4 unfinished job(s)" in worker.output()
+
+
+def test_sigterm_hands_back_prefetched_jobs_at_once(
+    srv: ServerProcess, pl: PinLaterClient, queue: str, gate: Path
+) -> None:
+    pl.enqueue(queue, [Job(b"fast", priority=1) for _ in range(30)])  # quick: the worker learns to prefetch
+    slow = pl.enqueue(queue, [Job(b"slow", priority=2, attempts=3) for _ in range(12)])
+    cmd = [sys.executable, "-m", "pinlater.cli", "worker", "handlers:mixed", "--queue", queue]
+    cmd += ["--port", str(srv.port), "--concurrency", "2", "--prefetch", "6", "--batch-size", "8"]
+    cmd += ["--prefetch-timeout", "300", "--grace-period", "300"]  # neither can be what hands them back
+    worker = Proc(cmd, cwd=gate.parent, env={"GATE_DIR": str(gate)})
+    try:
+        wait_for(
+            lambda: started(gate) == 2 and pl.count(queue, JobState.PENDING) < 10,
+            30,
+            what="both slots on slow jobs, more of them prefetched",
+        )
+        worker.proc.send_signal(signal.SIGTERM)
+        wait_for(
+            lambda: pl.count(queue, JobState.PENDING) == 10 and pl.count(queue, JobState.IN_PROGRESS) == 2,
+            10,
+            what="the prefetched jobs back in PENDING while the running ones still run",
+        )
+        (gate / "go").touch()
+        assert worker.wait() == 0, worker.output()
+    finally:
+        worker.kill()
+    assert started(gate) == 2, "no prefetched job started after the signal"
+    assert pl.count(queue, JobState.SUCCEEDED) == 32
+    found = pl.lookup(slow)
+    assert len(found) == 12, "none lost"
+    pending = [i for i in found.values() if i.state is JobState.PENDING]
+    assert len(pending) == 10 and {i.attempts_remaining for i in pending} == {3}, "no attempt charged"
+    assert "prefetched job(s) at stop" in worker.output()
 
 
 def test_grace_period_end_releases_jobs(srv: ServerProcess, pl: PinLaterClient, queue: str, gate: Path) -> None:

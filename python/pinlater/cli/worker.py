@@ -39,8 +39,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--servers", help="several servers: host:port,host:port (instead of --host/--port)")
     p.add_argument("--server-set", metavar="FILE", help="a ServerSet file, host:port per line, watched")
     p.add_argument("--source", help="RequestContext source (default {program}:{hostname})")
-    p.add_argument("--concurrency", type=_positive_int, default=8, help="jobs in hand per queue (default 8)")
-    p.add_argument("--batch-size", type=_positive_int, help="most jobs per dequeue (default: half of --concurrency)")
+    p.add_argument("--concurrency", type=_positive_int, default=8, help="jobs running at once per queue (default 8)")
+    p.add_argument(
+        "--prefetch",
+        type=_non_negative_int,
+        help="most jobs claimed ahead of free slots per queue, for quick handlers (default 256; 0: none)",
+    )
+    p.add_argument(
+        "--prefetch-timeout",
+        type=float,
+        default=5.0,
+        help="seconds after which a prefetched job not started yet goes back to PENDING (default 5)",
+    )
+    p.add_argument(
+        "--batch-size", type=_positive_int, help="most jobs per dequeue (default: half of concurrency + prefetch)"
+    )
     p.add_argument("--retry", choices=POLICY_NAMES, default="linear", help="retry policy (default linear)")
     p.add_argument(
         "--retry-delay", type=float, default=1.0, help="seconds: constant delay, linear step, exponential base"
@@ -64,6 +77,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
     return value
 
 
@@ -111,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             server_set=args.server_set,
             source=args.source,
             concurrency=args.concurrency,
+            prefetch=args.prefetch,
+            prefetch_timeout=args.prefetch_timeout,
             batch_size=args.batch_size,
             retry=retry,
             ack_interval=args.ack_interval,
@@ -129,11 +151,12 @@ def run(args: argparse.Namespace) -> int:
         worker.register(queue, handler)
     where = args.server_set or ", ".join(f"{h}:{p}" for h, p in worker.servers.addresses())
     logging.getLogger("pinlater.worker").info(
-        "pinlater worker: %s on queue(s) %s via %s (concurrency %d, retry %s)",
+        "pinlater worker: %s on queue(s) %s via %s (concurrency %d, prefetch up to %d, retry %s)",
         args.handler,
         ", ".join(args.queue),
         where,
         args.concurrency,
+        next(iter(worker.registrations.values())).prefetch,
         args.retry,
     )
     return worker.run()

@@ -1,13 +1,17 @@
 """``QueueRunner``: the dequeue loop, jobs in hand and pending acks of one registered queue.
 
-See ``runner.py`` for the invariants (cap on jobs in hand, one outcome per job, shutdown).
+See ``runner.py`` for the invariants (bound on jobs in hand, prefetch, one outcome per job,
+shutdown).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +41,8 @@ class Registration:
     batch_size: int
     retry: RetryPolicy
     is_async: bool
+    #: Most jobs claimed ahead of free slots: jobs in hand never exceed concurrency + prefetch.
+    prefetch: int = 0
 
 
 @dataclass(slots=True)
@@ -45,7 +51,11 @@ class WorkerStats:
     succeeded: int = 0
     failed: int = 0
     released: int = 0
+    #: Prefetched jobs handed back to PENDING unstarted (at stop, or not started in time).
+    returned: int = 0
     acks_sent: int = 0
+    #: Ack requests sent on their own (timer, before a long poll, at stop); the rest rode on dequeues.
+    ack_requests: int = 0
     empty_dequeues: int = 0
     rate_limited: int = 0
 
@@ -79,22 +89,36 @@ class _Backoff:
 
 
 class QueueRunner:
-    """The jobs in hand and pending acks of one registered queue."""
+    """The jobs in hand and pending acks of one registered queue.
+
+    ``in_hand`` holds every claimed job not yet acked, released or handed back; ``waiting``
+    those of them not started yet (prefetched, or just dequeued), with the loop time of their
+    claim, oldest first. A job leaves ``waiting`` exactly once: started by a handler thread or
+    task, or handed back to the server (see ``threads.py``).
+    """
 
     def __init__(self, worker: Worker, reg: Registration) -> None:
         self.worker = worker
         self.reg = reg
         self.queue = reg.queue
         self.in_hand: set[JobContext] = set()
+        self.waiting: dict[JobContext, float] = {}
         self.succeeded: list[AckLike] = []
         self.failed: list[AckLike] = []
         self.slot_freed = asyncio.Event()
         self.tasks: dict[JobContext, asyncio.Task[None]] = {}
+        self.backlog: deque[JobContext] = deque()  # async handlers: dequeued, not yet a task
         self.loop = asyncio.get_running_loop()
+        #: Handler seconds per job, a moving average; None until a job finished.
+        self.avg_duration: float | None = None
+        #: The most jobs this queue had in hand at once.
+        self.peak_in_hand = 0
+        #: Taken out of ``waiting`` at stop, to be handed back by ``return_prefetched``.
+        self.returning: list[JobContext] = []
         self.threads: HandlerThreads | None = None
         if not reg.is_async:
             self.threads = HandlerThreads(
-                f"pinlater-{reg.queue}", reg.concurrency, reg.handler, self.loop, self._finished
+                f"pinlater-{reg.queue}", reg.concurrency, reg.handler, self.loop, self._finished, self.waiting
             )
 
     # -- acks -------------------------------------------------------------------------------
@@ -120,33 +144,140 @@ class QueueRunner:
             log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(succeeded) + len(failed), exc)
             return False
         self.worker.stats.acks_sent += len(succeeded) + len(failed)
+        self.worker.stats.ack_requests += 1
         return True
 
+    # -- prefetch ---------------------------------------------------------------------------
+
+    def prefetch_allowance(self) -> int:
+        """Jobs to claim ahead of free slots now: as many as the handler is expected to start
+        within ``prefetch_horizon`` seconds, judged by its recent durations, up to the bound.
+        None before a job has finished here: a handler of unknown speed gets no prefetch."""
+        avg = self.avg_duration
+        if avg is None or not self.reg.prefetch:
+            return 0
+        fits = self.worker.prefetch_horizon * self.reg.concurrency / max(avg, 1e-6)
+        return min(self.reg.prefetch, int(fits))
+
+    def _waiting_items(self) -> list[tuple[JobContext, float]]:
+        # Handler threads pop from ``waiting`` meanwhile; a copy made in C under the GIL is
+        # consistent, and the retry covers an interpreter where it is not.
+        while True:
+            with contextlib.suppress(RuntimeError):
+                return list(self.waiting.items())
+
+    def _oldest_claim(self) -> float | None:
+        try:
+            return next(iter(self.waiting.values()))
+        except (StopIteration, RuntimeError):
+            return None
+
+    def take_waiting(self, keep: int = 0) -> list[JobContext]:
+        """The jobs not started yet but the ``keep`` oldest, out of ``waiting`` and ``in_hand``:
+        none of them will start."""
+        taken = []
+        for ctx, _ in self._waiting_items()[keep:]:
+            if self.waiting.pop(ctx, None) is not None:
+                taken.append(ctx)
+                self.in_hand.discard(ctx)
+        return taken
+
+    def take_prefetched(self) -> list[JobContext]:
+        """At stop: the jobs waiting beyond the free slots. Those a free slot is about to start
+        (a sync handler's thread has yet to pick them up) stay in hand, as jobs running do."""
+        running = len(self.in_hand) - len(self.waiting)
+        return self.take_waiting(keep=max(0, self.reg.concurrency - running))
+
+    async def hand_back(self, held: list[JobContext], why: str, attempts: int = 3) -> None:
+        """Back to PENDING, no attempt charged, for jobs that never started (or were released)."""
+        if not held:
+            return
+        for ctx in held:
+            ctx.released = True
+        releases = [Checkpoint(c.descriptor, move_to_pending=True) for c in held]
+        for attempt in range(attempts):
+            try:
+                await self.worker.client.checkpoint(self.queue, releases)
+                break
+            except PinLaterError as exc:
+                if attempt + 1 == attempts:
+                    log.error(
+                        "%s: handing back %d job(s) %s failed (the claim timeout will): %s",
+                        self.queue, len(held), why, exc,
+                    )  # fmt: skip
+                    return
+                await asyncio.sleep(0.2 * 2**attempt)
+        self.worker.stats.returned += len(held)
+        log.info("%s: handed back %d prefetched job(s) %s", self.queue, len(held), why)
+
+    async def return_stale(self, now: float) -> None:
+        """Hand back the prefetched jobs claimed ``prefetch_timeout`` ago or more and not started
+        (slots held by slow jobs), before they come near the server's claim timeout; and stop
+        prefetching until jobs prove fast again."""
+        timeout = self.worker.prefetch_timeout
+        stale = []
+        for ctx, claimed in self._waiting_items():
+            if now - claimed < timeout:
+                break
+            if self.waiting.pop(ctx, None) is not None:
+                stale.append(ctx)
+                self.in_hand.discard(ctx)
+        if stale:
+            self.avg_duration = max(self.avg_duration or 0.0, timeout)
+            await self.hand_back(stale, f"not started within {timeout:g}s")
+            self.worker.changed.set()
+
+    async def return_prefetched(self) -> None:
+        """At stop: hand back the prefetched jobs ``take_prefetched`` took."""
+        held, self.returning = self.returning, []
+        await self.hand_back(held, "at stop")
+
     # -- dequeue ----------------------------------------------------------------------------
+
+    async def _wait_for_room(self) -> None:
+        """Until a slot frees, or the oldest prefetched job is due to go back."""
+        self.slot_freed.clear()
+        oldest = self._oldest_claim()
+        delay = None if oldest is None else max(0.0, oldest + self.worker.prefetch_timeout - self.loop.time())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self.slot_freed.wait()
+        await asyncio.sleep(0)  # let outcomes already on the loop free more slots first
 
     async def dequeue_loop(self) -> None:
         worker, reg = self.worker, self.reg
         idle = _Backoff(worker.poll_interval[0], worker.poll_interval[1])
         trouble = _Backoff(worker.poll_interval[0] * 2, worker.error_backoff)
+        full = False  # the last dequeue got as many jobs as it asked for
         while not worker.stopping:
-            free = reg.concurrency - len(self.in_hand)
-            if free <= 0:
-                self.slot_freed.clear()
-                await self.slot_freed.wait()
-                await asyncio.sleep(0)  # let outcomes already on the loop free more slots first
+            oldest = self._oldest_claim()
+            if oldest is not None and self.loop.time() - oldest >= worker.prefetch_timeout:
+                await self.return_stale(self.loop.time())
                 continue
-            # Hold the call on the server only with nothing in hand, whose acks would wait; and
-            # send the acks due first, so that they are not held (nor counted late) with it.
-            wait = 0.0 if self.in_hand else worker.long_poll
+            held = len(self.in_hand)
+            bound = reg.concurrency + self.prefetch_allowance()
+            room = bound - held
+            # An idle slot always asks for work. A dequeue only to refill the prefetch (every
+            # slot busy) waits for half a batch of room: a round trip for a job or two would
+            # cost more than it saves.
+            if held >= reg.concurrency and 2 * room < min(reg.batch_size, bound):
+                await self._wait_for_room()
+                continue
+            # Hold the call on the server only with nothing in hand, whose acks would wait, and
+            # when the last dequeue found the queue short (a full batch means more is ready: no
+            # need to send the acks on their own for a call that will not be held); and send
+            # the acks due first, so that they are not held (nor counted late) with it.
+            wait = 0.0 if self.in_hand or full else worker.long_poll
             if wait and (self.succeeded or self.failed) and not await self.flush_acks():
                 wait = 0.0  # they failed to go alone: they ride on a dequeue that is not held
             succeeded, failed = self.take_acks()
             started = self.loop.time()
             try:
-                limit = min(reg.batch_size, free)
+                limit = min(reg.batch_size, room)
                 jobs = await worker.client.dequeue(self.queue, limit, succeeded=succeeded, failed=failed, wait=wait)
             except Exception as exc:  # the loop must survive anything; errors are logged and waited out
                 self.put_back(succeeded, failed)
+                full = False
                 if isinstance(exc, RateLimited):
                     worker.stats.rate_limited += 1
                     log.debug("%s: rate limited", self.queue)
@@ -158,6 +289,7 @@ class QueueRunner:
                 continue
             trouble.reset()
             worker.stats.acks_sent += len(succeeded) + len(failed)
+            full = len(jobs) >= limit
             if not jobs:
                 worker.stats.empty_dequeues += 1
                 if self.loop.time() - started < wait / 2 or not wait:  # not held: an original server
@@ -165,28 +297,46 @@ class QueueRunner:
                 continue
             idle.reset()
             worker.stats.dequeued += len(jobs)
-            for job in jobs:
-                self._start(job)
+            if worker.stopping:  # the stop came while this dequeue was out: none of them starts
+                await self.hand_back([JobContext(self, job) for job in jobs], "at stop")
+                break
+            self._start(jobs)
 
-    def _start(self, job: DequeuedJob) -> None:
-        ctx = JobContext(self, job)
-        self.in_hand.add(ctx)
-        if self.threads is not None:
-            self.threads.submit(ctx)
-        else:
-            self.tasks[ctx] = self.loop.create_task(self._run_async(ctx))
+    def _start(self, jobs: list[DequeuedJob]) -> None:
+        now = self.loop.time()
+        for job in jobs:
+            ctx = JobContext(self, job)
+            self.in_hand.add(ctx)
+            self.waiting[ctx] = now
+            if self.threads is not None:
+                self.threads.submit(ctx)
+            else:
+                self.backlog.append(ctx)
+        self.peak_in_hand = max(self.peak_in_hand, len(self.in_hand))
+        if self.threads is None:
+            self._start_tasks()
+
+    def _start_tasks(self) -> None:
+        """Async handlers: a task for each job of the backlog that a free slot can take."""
+        while self.backlog and len(self.tasks) < self.reg.concurrency:
+            ctx = self.backlog.popleft()
+            if self.waiting.pop(ctx, None) is not None:  # else handed back meanwhile
+                self.tasks[ctx] = self.loop.create_task(self._run_async(ctx))
 
     async def _run_async(self, ctx: JobContext) -> None:
+        started = time.perf_counter()
         try:
-            outcome: Outcome = (ctx, None, await self.reg.handler(ctx))
+            outcome: Outcome = (ctx, None, await self.reg.handler(ctx), time.perf_counter() - started)
         except BaseException as exc:  # CancelledError included: a cancelled job was released at shutdown
-            outcome = (ctx, exc, None)
+            outcome = (ctx, exc, None, time.perf_counter() - started)
         self.tasks.pop(ctx, None)  # cheaper than a done callback per job
         self._finished([outcome])
 
     def _finished(self, outcomes: list[Outcome]) -> None:
         worker = self.worker
-        for ctx, exc, result in outcomes:
+        total = 0.0
+        for ctx, exc, result, seconds in outcomes:
+            total += seconds
             if ctx not in self.in_hand:  # released at shutdown while it ran
                 continue
             self.in_hand.discard(ctx)
@@ -199,6 +349,11 @@ class QueueRunner:
             else:
                 worker.stats.failed += 1
                 self.failed.append(self._failure_ack(ctx, exc))
+        mean = total / len(outcomes)
+        avg = self.avg_duration
+        self.avg_duration = mean if avg is None else avg + (mean - avg) * min(0.5, 0.05 * len(outcomes))
+        if self.backlog:
+            self._start_tasks()
         self.slot_freed.set()
         worker.changed.set()
 
@@ -227,6 +382,7 @@ class QueueRunner:
         held = list(self.in_hand)
         self.in_hand.clear()
         for ctx in held:
+            self.waiting.pop(ctx, None)  # not started: it never will be
             ctx.released = True
         for task in list(self.tasks.values()):
             task.cancel()

@@ -7,15 +7,24 @@ flushed every ``ack_interval`` seconds so a quiet queue still acks.
 
 Invariants:
 
-* Jobs in hand (claimed, not yet acked or released) never exceed the queue's ``concurrency``:
-  a dequeue asks for at most the free slots. A claimed job that waits in a local buffer still
-  ages toward the server's claim timeout (180 s), after which it is handed to another worker and
-  runs twice; and it is unavailable to idle workers elsewhere. So nothing is claimed ahead.
+* Jobs in hand (claimed, not yet acked, released or handed back) never exceed the queue's
+  ``concurrency + prefetch``; at most ``concurrency`` of them run, the rest wait in a local
+  buffer (prefetched). The next dequeue goes out while the jobs in hand run, so a quick handler
+  never waits on a round trip, and it carries the acks due.
+* A prefetched job still ages toward the server's claim timeout (180 s by default), after which
+  it is handed to another worker and runs twice; and idle workers elsewhere cannot have it. So
+  the worker prefetches only what the handler is expected to start within ``prefetch_horizon``
+  seconds, judged by its recent durations (none before a job has finished: a slow handler gets
+  no prefetch), and hands back to PENDING, no attempt charged, any prefetched job that has not
+  started ``prefetch_timeout`` seconds after its claim (slow jobs holding every slot); after
+  that it prefetches again only once jobs prove quick.
 * Every job in hand ends in exactly one of: a success ack, a failure ack carrying the retry
   policy's delay and the error text, or a release (checkpoint with ``moveToPending``: back to
-  PENDING, no attempt charged) by the handler or at shutdown.
-* Stop (SIGTERM/SIGINT under ``run``) ends dequeuing, waits up to ``grace_period`` for jobs in
-  hand, releases the rest, then sends every pending ack. A second signal skips the wait.
+  PENDING, no attempt charged) by the handler, by the prefetch timeout, or at shutdown.
+* Stop (SIGTERM/SIGINT under ``run``) ends dequeuing and hands back the prefetched jobs at once
+  (those beyond the free slots: none of them starts after the signal), waits up to
+  ``grace_period`` for the jobs in hand, releases the rest, then sends every pending ack. A
+  second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -38,19 +47,28 @@ from pinlater.worker.retry import RetryPolicy, linear
 
 log = logging.getLogger("pinlater.worker")
 
+#: The default ``prefetch``: enough no-op jobs to cover a round trip to the server (measured by
+#: ``benches/worker_vs_huey.py``); only a quick handler ever gets that many (``prefetch_horizon``).
+DEFAULT_PREFETCH = 256
+
 
 class Worker:
     """Handlers for PinLater queues. ``run()`` blocks until SIGTERM/SIGINT and returns 0.
 
     ``servers``/``server_set``/``source`` are as for the clients. Per queue (overridable in
-    ``register``): ``concurrency`` (jobs in hand, and handler threads for a sync handler),
-    ``batch_size`` (most jobs per dequeue; default ``concurrency // 2``), ``retry`` (default the
-    original's linear 1 s x attempt). With no job in hand, a dequeue asks a pinlater server to
-    hold it up to ``long_poll`` seconds until a job is ready (0: never), so an idle worker gets
-    a new job at once without polling; ``poll_interval`` (first, most) bounds the wait after an
-    empty dequeue that was not held (the original server, or jobs in hand); errors back off up
-    to ``error_backoff``. ``status_limit`` caps the error text appended to a failed job's
-    custom status.
+    ``register``): ``concurrency`` (jobs running at once, and handler threads for a sync
+    handler), ``prefetch`` (most jobs claimed ahead of free slots, default 256;
+    0: none, jobs in hand never exceed ``concurrency``), ``batch_size`` (most jobs per dequeue;
+    default half of ``concurrency + prefetch``), ``retry`` (default the original's linear 1 s x
+    attempt). Prefetch adapts: only what the handler should start within ``prefetch_horizon``
+    seconds, and a prefetched job not started ``prefetch_timeout`` seconds after its claim goes
+    back to PENDING (keep it well under the server's claim timeout).
+
+    With no job in hand, a dequeue asks a pinlater server to hold it up to ``long_poll`` seconds
+    until a job is ready (0: never), so an idle worker gets a new job at once without polling;
+    ``poll_interval`` (first, most) bounds the wait after an empty dequeue that was not held
+    (the original server, or jobs in hand); errors back off up to ``error_backoff``.
+    ``status_limit`` caps the error text appended to a failed job's custom status.
     """
 
     def __init__(
@@ -60,8 +78,11 @@ class Worker:
         server_set: str | os.PathLike[str] | None = None,
         source: str | None = None,
         concurrency: int = 8,
+        prefetch: int | None = None,
         batch_size: int | None = None,
         retry: RetryPolicy | None = None,
+        prefetch_horizon: float = 0.25,
+        prefetch_timeout: float = 5.0,
         ack_interval: float = 1.0,
         poll_interval: tuple[float, float] = (0.005, 1.0),
         long_poll: float = 1.0,
@@ -77,6 +98,13 @@ class Worker:
         self._sync_lock = threading.Lock()
         self.timeout = timeout
         self.concurrency = concurrency
+        if prefetch is not None and prefetch < 0:
+            raise ValueError(f"prefetch must be at least 0, not {prefetch}")
+        self.prefetch = prefetch
+        if prefetch_horizon <= 0 or prefetch_timeout <= 0:
+            raise ValueError("prefetch_horizon and prefetch_timeout must be positive")
+        self.prefetch_horizon = prefetch_horizon
+        self.prefetch_timeout = prefetch_timeout
         self.batch_size = batch_size
         self.retry = retry or linear(1.0)
         self.ack_interval = ack_interval
@@ -111,6 +139,7 @@ class Worker:
         handler: Handler | None = None,
         *,
         concurrency: int | None = None,
+        prefetch: int | None = None,
         batch_size: int | None = None,
         retry: RetryPolicy | None = None,
     ) -> Any:
@@ -120,9 +149,15 @@ class Worker:
             size = concurrency or self.concurrency
             if size < 1:
                 raise ValueError("concurrency must be at least 1")
-            # Default half the slots: the next batch is fetched while the other half still runs.
-            batch = max(1, min(size, batch_size or self.batch_size or size // 2))
-            self.registrations[queue] = Registration(queue, fn, size, batch, retry or self.retry, is_async(fn))
+            ahead = next(p for p in (prefetch, self.prefetch, DEFAULT_PREFETCH) if p is not None)
+            if ahead < 0:
+                raise ValueError(f"prefetch must be at least 0, not {ahead}")
+            bound = size + ahead
+            # Default half the bound: the next batch is fetched while the other half still runs.
+            batch = max(1, min(bound, batch_size or self.batch_size or bound // 2))
+            self.registrations[queue] = Registration(
+                queue, fn, size, batch, retry or self.retry, is_async(fn), prefetch=ahead
+            )
             return fn
 
         return add if handler is None else add(handler)
@@ -148,6 +183,8 @@ class Worker:
     def _request_stop(self) -> None:
         if not self.stopping:
             self.stopping = True
+            for runner in self.runners:  # none of them starts: handed back in serve()
+                runner.returning.extend(runner.take_prefetched())
             held = sum(len(r.in_hand) for r in self.runners)
             log.info("stopping: finishing %d job(s) in hand (grace period %gs)", held, self.grace_period)
             for runner in self.runners:
@@ -180,6 +217,7 @@ class Worker:
         flusher = asyncio.create_task(self._flush_loop(), name="ack-flusher")
         try:
             await self._stop_event.wait()
+            await asyncio.gather(*(r.return_prefetched() for r in self.runners))
             await asyncio.gather(*loops)
             await self._wait_for_jobs()
             for runner in self.runners:
@@ -197,7 +235,10 @@ class Worker:
             if self._sync_client is not None:
                 self._sync_client.close()
         s = self.stats
-        log.info("stopped: %d succeeded, %d failed, %d released", s.succeeded, s.failed, s.released)
+        log.info(
+            "stopped: %d succeeded, %d failed, %d released, %d prefetched handed back",
+            s.succeeded, s.failed, s.released, s.returned,
+        )  # fmt: skip
 
     async def _wait_for_jobs(self) -> None:
         deadline = asyncio.get_running_loop().time() + self.grace_period

@@ -4,6 +4,12 @@
 deque append, and the event loop is woken once for however many finished since it last looked.
 That keeps the worker's own cost per no-op job small next to the server's (see
 ``benches/worker_overhead.py``).
+
+Prefetched jobs wait in the same ``SimpleQueue``, so a thread that frees up takes the next job
+without a trip through the event loop. Whether a queued job may still start is decided by one
+atomic ``dict.pop`` on the runner's ``waiting`` map: a thread starts the job only if it takes
+it out of the map, and the loop hands a job back to the server only if it does, so a job is
+either started or handed back, never both.
 """
 
 from __future__ import annotations
@@ -11,18 +17,22 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from pinlater.worker.context import JobContext
 
-#: (context, exception or None, handler result)
-Outcome = tuple[JobContext, BaseException | None, Any]
+#: (context, exception or None, handler result, seconds the handler ran)
+Outcome = tuple[JobContext, BaseException | None, Any, float]
 
 
 class HandlerThreads:
     """``size`` daemon threads calling ``handler(ctx)``; ``on_done(outcomes)`` runs on the loop.
+
+    ``waiting`` maps the jobs submitted but not started yet (see the module docstring); a job
+    that is no longer in it when a thread takes it from the queue is skipped.
 
     Daemon threads, because a handler still running when the grace period ends must not keep
     the process alive: its job has been released back to PENDING by then.
@@ -35,10 +45,12 @@ class HandlerThreads:
         handler: Callable[[JobContext], Any],
         loop: asyncio.AbstractEventLoop,
         on_done: Callable[[list[Outcome]], None],
+        waiting: dict[JobContext, float],
     ) -> None:
         self.handler = handler
         self.loop = loop
         self.on_done = on_done
+        self.waiting = waiting
         self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._done: deque[Outcome] = deque()
         self._wake_pending = False
@@ -50,14 +62,19 @@ class HandlerThreads:
         self._jobs.put(ctx)
 
     def _work(self) -> None:
+        clock = time.perf_counter
+        waiting = self.waiting
         while True:
             ctx = self._jobs.get()
             if ctx is None:
                 return
+            if waiting.pop(ctx, None) is None:  # handed back to the server before it could start
+                continue
+            started = clock()
             try:
-                outcome: Outcome = (ctx, None, self.handler(ctx))
+                outcome: Outcome = (ctx, None, self.handler(ctx), clock() - started)
             except BaseException as exc:  # every failure is reported, even SystemExit from a handler
-                outcome = (ctx, exc, None)
+                outcome = (ctx, exc, None, clock() - started)
             self._done.append(outcome)
             # One wake-up per batch: _drain clears the flag before it empties the deque, so an
             # outcome appended after the flag was read as set is still drained.
