@@ -222,3 +222,12 @@ def test_prefetched_jobs_behind_a_slow_one_do_not_time_out(kind: str, quick_clai
         assert {i.attempts_remaining for i in found.values()} == {2}, "no claim timed out (it charges an attempt)"
         assert [runs[d] for d in ds] == [1, 1, 1, 1], "each slow job ran once"
         assert worker.stats.returned >= 1, "prefetched slow jobs were handed back"
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_prefetch_times_must_be_positive_and_finite(bad: float) -> None:
+    """A NaN timeout would never hand a job back (and spin the loop that waits for room)."""
+    with pytest.raises(ValueError, match="positive and finite"):
+        Worker("127.0.0.1:9", prefetch_timeout=bad)
+    with pytest.raises(ValueError, match="positive and finite"):
+        Worker("127.0.0.1:9", prefetch_horizon=bad)

@@ -143,6 +143,9 @@ class QueueRunner:
             self.put_back(succeeded, failed)
             log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(succeeded) + len(failed), exc)
             return False
+        except BaseException:  # cancelled mid-request (at stop): the final flush sends them again
+            self.put_back(succeeded, failed)
+            raise
         self.worker.stats.acks_sent += len(succeeded) + len(failed)
         self.worker.stats.ack_requests += 1
         return True
@@ -188,25 +191,23 @@ class QueueRunner:
         running = len(self.in_hand) - len(self.waiting)
         return self.take_waiting(keep=max(0, self.reg.concurrency - running))
 
-    async def hand_back(self, held: list[JobContext], why: str, attempts: int = 3) -> None:
-        """Back to PENDING, no attempt charged, for jobs that never started (or were released)."""
+    async def hand_back(self, held: list[JobContext], why: str) -> None:
+        """Back to PENDING, no attempt charged, for jobs that never started (or were released).
+        Sent once (the client repeats it only when it certainly never reached a server): sent
+        again after a failure that may have been applied, it could put back a job another worker
+        with the same source has claimed since."""
         if not held:
             return
         for ctx in held:
             ctx.released = True
         releases = [Checkpoint(c.descriptor, move_to_pending=True) for c in held]
-        for attempt in range(attempts):
-            try:
-                await self.worker.client.checkpoint(self.queue, releases)
-                break
-            except PinLaterError as exc:
-                if attempt + 1 == attempts:
-                    log.error(
-                        "%s: handing back %d job(s) %s failed (the claim timeout will): %s",
-                        self.queue, len(held), why, exc,
-                    )  # fmt: skip
-                    return
-                await asyncio.sleep(0.2 * 2**attempt)
+        try:
+            await self.worker.client.checkpoint(self.queue, releases)
+        except PinLaterError as exc:
+            log.error(
+                "%s: handing back %d job(s) %s failed (the claim timeout will): %s", self.queue, len(held), why, exc
+            )
+            return
         self.worker.stats.returned += len(held)
         log.info("%s: handed back %d prefetched job(s) %s", self.queue, len(held), why)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import threading
@@ -101,8 +102,8 @@ class Worker:
         if prefetch is not None and prefetch < 0:
             raise ValueError(f"prefetch must be at least 0, not {prefetch}")
         self.prefetch = prefetch
-        if prefetch_horizon <= 0 or prefetch_timeout <= 0:
-            raise ValueError("prefetch_horizon and prefetch_timeout must be positive")
+        if not (0 < prefetch_horizon < math.inf and 0 < prefetch_timeout < math.inf):
+            raise ValueError("prefetch_horizon and prefetch_timeout must be positive and finite")
         self.prefetch_horizon = prefetch_horizon
         self.prefetch_timeout = prefetch_timeout
         self.batch_size = batch_size
