@@ -17,37 +17,19 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
-READY = re.compile(r"serving PinLater on [\d.]+:(\d+) \(admin http://[\d.]+:(\d+)/\)")
-
-
-def _client(port: int) -> Any:
-    from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.rpc import make_client
-    from thriftpy2.transport import TCyFramedTransportFactory
-
-    from pinlater.idl import idl
-
-    return make_client(
-        idl.PinLater,
-        "127.0.0.1",
-        port,
-        proto_factory=TCyBinaryProtocolFactory(),
-        trans_factory=TCyFramedTransportFactory(),
-        timeout=30_000,
-    )
+from _common import READY, cpu_seconds, thrift_client
 
 
 def produce(port: int, queue: str, batch: int, body: bytes, deadline: float, out: Any) -> None:
     from pinlater.idl import idl
 
-    client = _client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-producer:{os.getpid()}")
     jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
     done = 0
@@ -60,7 +42,7 @@ def produce(port: int, queue: str, batch: int, body: bytes, deadline: float, out
 def consume(port: int, queue: str, batch: int, deadline: float, out: Any) -> None:
     from pinlater.idl import idl
 
-    client = _client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-consumer:{os.getpid()}")
     acks: list[Any] = []
     done = empty = 0
@@ -121,7 +103,7 @@ def main() -> None:
             from pinlater.idl import idl
 
             queue = "bench_lifecycle"
-            setup = _client(port)
+            setup = thrift_client(port)
             setup.createQueue(idl.RequestContext(source="bench"), queue)
             for start in range(0, args.backlog, 1000):
                 jobs = [idl.PinLaterJob(body=b"b" * args.body_bytes) for _ in range(min(1000, args.backlog - start))]
@@ -137,12 +119,12 @@ def main() -> None:
             ] + [
                 mp.Process(target=consume, args=(port, queue, args.batch, deadline, out)) for _ in range(args.consumers)
             ]
-            cpu0 = _cpu_seconds(proc.pid) if proc else 0.0
+            cpu0 = cpu_seconds(proc.pid) if proc else 0.0
             for w in workers:
                 w.start()
             for w in workers:
                 w.join()
-            cpu = (_cpu_seconds(proc.pid) - cpu0) if proc else float("nan")
+            cpu = (cpu_seconds(proc.pid) - cpu0) if proc else float("nan")
             timings = _timings(admin_port, ("dequeue_jobs", "broker_dequeue")) if admin_port else []
             totals: dict[str, int] = {}
             while not out.empty():
@@ -172,12 +154,6 @@ def _timings(admin_port: int, names: tuple[str, ...]) -> list[str]:
     with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/stats.txt", timeout=10) as response:
         lines = response.read().decode().splitlines()
     return [line.strip() for line in lines if line.strip().startswith(names)]
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

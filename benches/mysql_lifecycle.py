@@ -43,7 +43,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -53,10 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _common import READY, cpu_seconds, thrift_client
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support.mariadb_server: the MariaDB helper the tests use
 
-READY = re.compile(r"serving PinLater on [\d.]+:(\d+) \(admin http://[\d.]+:(\d+)/\)")
 SHARD = "1"
 
 
@@ -69,13 +69,6 @@ class Db:
 
 
 # -- processes and CPU ------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sleep_until(t: float) -> None:
@@ -206,23 +199,6 @@ def direct_consumer(db: Db, queue: str, batch: int, start_at: float, deadline: f
 
 
 # -- A2 and B2: through the server ------------------------------------------------------------
-
-
-def thrift_client(port: int) -> Any:
-    from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.rpc import make_client
-    from thriftpy2.transport import TCyFramedTransportFactory
-
-    from pinlater.idl import idl
-
-    return make_client(
-        idl.PinLater,
-        "127.0.0.1",
-        port,
-        proto_factory=TCyBinaryProtocolFactory(),
-        trans_factory=TCyFramedTransportFactory(),
-        timeout=30_000,
-    )
 
 
 def server_producer(port: int, queue: str, batch: int, body: bytes, start_at: float, deadline: float, out: Any) -> None:

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-READY = re.compile(r"serving PinLater on [\d.]+:(\d+) \(admin http://[\d.]+:(\d+)/\)")
+from _common import READY, cpu_seconds, machine_ticks, thrift_client
+
 QUEUE = "bench_lifecycle"
 SHARD = "1"
 STATUS_LIMIT = 3000  # keys.CUSTOM_STATUS_LIMIT
@@ -63,25 +64,10 @@ def _stat_fields(pid: int) -> list[str]:
         return f.read().rsplit(")", 1)[1].split()
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads), from /proc/PID/stat."""
-    fields = _stat_fields(pid)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def children_cpu_seconds(pid: int) -> float:
     """User + system CPU of a process's children that it has waited for (Redis: its AOF rewrites)."""
     fields = _stat_fields(pid)
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_ticks() -> tuple[int, int, int]:
-    """(busy, stolen, total) clock ticks of all cores since boot, from /proc/stat. Stolen: the
-    hypervisor ran something else while we had work, which makes every figure of the phase low."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:9]]
-    idle, stolen = values[3] + values[4], values[7]
-    return sum(values) - idle - stolen, stolen, sum(values)
 
 
 @dataclass
@@ -290,27 +276,10 @@ def _cpu_or_zero(pid: int) -> float:
 # -- phase 2: through the server --------------------------------------------------------------
 
 
-def _thrift_client(port: int) -> Any:
-    from thriftpy2.protocol import TCyBinaryProtocolFactory
-    from thriftpy2.rpc import make_client
-    from thriftpy2.transport import TCyFramedTransportFactory
-
-    from pinlater.idl import idl
-
-    return make_client(
-        idl.PinLater,
-        "127.0.0.1",
-        port,
-        proto_factory=TCyBinaryProtocolFactory(),  # type: ignore[no-untyped-call]  # thriftpy2 has no stubs
-        trans_factory=TCyFramedTransportFactory(),
-        timeout=30_000,
-    )
-
-
 def producer(port: int, batch: int, body: bytes, deadline: float, out: Any) -> None:
     from pinlater.idl import idl
 
-    client = _thrift_client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-producer:{os.getpid()}")
     jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
     done = 0
@@ -324,7 +293,7 @@ def producer(port: int, batch: int, body: bytes, deadline: float, out: Any) -> N
 def consumer(port: int, batch: int, deadline: float, out: Any) -> None:
     from pinlater.idl import idl
 
-    client = _thrift_client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-consumer:{os.getpid()}")
     acks: list[Any] = []
     done = empty = 0
@@ -357,7 +326,7 @@ class ServerRun:
 def run_server(server_pid: int, port: int, args: argparse.Namespace) -> ServerRun:
     from pinlater.idl import idl
 
-    _thrift_client(port).createQueue(idl.RequestContext(source="bench"), QUEUE)
+    thrift_client(port).createQueue(idl.RequestContext(source="bench"), QUEUE)
     out: Any = mp.Queue()
     deadline = time.time() + args.seconds
     body = b"x" * args.body_bytes

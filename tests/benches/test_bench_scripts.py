@@ -74,3 +74,10 @@ def test_many_queues_on_redis_and_mysql() -> None:
     out = run("many_queues.py", "--queues", "20", "--repeat", "1", "--backends", "redis,mysql")
     assert out.startswith("redis, 2 shards") and "mysql, 2 shards" in out
     assert out.count("queue list /api/queues") == 2
+
+
+def test_cost_per_job_on_the_embedded_store() -> None:
+    out = run("cost_per_job.py", "--backends", "embedded", "--seconds", "1", "--warmup", "0.5", "--rounds", "1")
+    assert "server µs/job" in out and "in server" in out
+    row = next(line for line in out.splitlines() if line.startswith("embedded  current      1"))
+    assert float(row.split()[4]) > 0, "some server CPU per acked job was measured"
