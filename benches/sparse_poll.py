@@ -24,13 +24,14 @@ import time
 import urllib.request
 from typing import Any
 
-from lifecycle import _client, start_server
+from _common import thrift_client
+from lifecycle import start_server  # the sibling bench's server
 
 
 def produce(port: int, queue: str, rate: float, deadline: float, out: Any) -> None:
     from pinlater.idl import idl
 
-    client = _client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"sparse-producer:{os.getpid()}")
     done = 0
     next_at = time.monotonic()
@@ -47,7 +48,7 @@ def produce(port: int, queue: str, rate: float, deadline: float, out: Any) -> No
 def consume(port: int, queue: str, batch: int, wait_ms: int, poll_ms: int, deadline: float, out: Any) -> None:
     from pinlater.idl import idl
 
-    client = _client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"sparse-consumer:{os.getpid()}")
     acks: list[Any] = []
     delivered = empty = 0
@@ -100,7 +101,7 @@ def main() -> None:
             from pinlater.idl import idl
 
             queue = "bench_sparse"
-            _client(port).createQueue(idl.RequestContext(source="bench"), queue)
+            thrift_client(port).createQueue(idl.RequestContext(source="bench"), queue)
             before = counters(admin_port)
             out: Any = mp.Queue()
             deadline = time.time() + args.seconds

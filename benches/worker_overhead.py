@@ -30,7 +30,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lifecycle import _client, start_server  # the sibling bench's server and client
+from _common import thrift_client
+from lifecycle import start_server  # the sibling bench's server
 
 QUEUE = "bench_worker_overhead"
 MODES = ("bare", "worker-sync", "worker-async")
@@ -39,7 +40,7 @@ MODES = ("bare", "worker-sync", "worker-async")
 def bare(port: int, n: int, batch: int, ready: Any) -> tuple[float, float]:
     from pinlater.idl import idl
 
-    client = _client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-bare:{os.getpid()}")
     client.getQueueNames(ctx)  # connected and warm
     ready.put("ready")
@@ -113,7 +114,7 @@ def preload(port: int, n: int) -> None:
     """``n`` jobs, all eligible at the same moment, a little after they are all in."""
     from pinlater.idl import idl
 
-    client = _client(port)
+    client = thrift_client(port)
     ctx = idl.RequestContext(source="bench-preload")
     eligible = int((time.time() + 0.5 + n / 2000) * 1000)
     jobs = [idl.PinLaterJob(body=b"x" * 100, runAfterTimestampMillis=eligible) for _ in range(500)]
@@ -150,7 +151,7 @@ def main() -> None:
         try:
             from pinlater.idl import idl
 
-            _client(port).createQueue(idl.RequestContext(source="bench"), QUEUE)
+            thrift_client(port).createQueue(idl.RequestContext(source="bench"), QUEUE)
             for rnd in range(args.rounds):
                 for mode in modes if rnd % 2 == 0 else reversed(modes):
                     out = spawn.Queue()
