@@ -50,10 +50,19 @@ def pending(body_regex: str, future: bool | None = None) -> JobFilter:
     return JobFilter(JobState.PENDING, 1, T0 + 1000, future, body_regex)
 
 
-def test_embedded_batches_split_ties_and_stop_at_a_byte_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(body_filtered, "BATCH_ROWS", 7)
-    monkeypatch.setattr(body_filtered, "BATCH_BYTES", 40)  # about 3 bodies of 15 bytes
-    with open_store("embedded", tmp_path) as store:
+@pytest.mark.parametrize("kind", KINDS)
+def test_batches_split_ties_and_stop_at_a_byte_bound(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kind == "embedded":
+        monkeypatch.setattr(body_filtered, "BATCH_ROWS", 7)
+        monkeypatch.setattr(body_filtered, "BATCH_BYTES", 40)  # about 3 bodies of 15 bytes
+    else:
+        from pinlater.backends.redis import store as redis_store
+
+        monkeypatch.setattr(redis_store, "REGEX_PAGE_SIZE", 7)
+        monkeypatch.setattr(redis_store, "REGEX_PAGE_BYTES", 40)
+    with open_store(kind, tmp_path) as store:
         store.create_queue(Q, 1)
         # Runs after in groups of 4 equal values, so batches end inside a group of ties.
         bodies = [(b"even-%09d" if i % 2 == 0 else b"odd--%09d") % i for i in range(60)]

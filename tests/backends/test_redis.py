@@ -182,10 +182,10 @@ def test_scan_pages_merge_held_jobs_in_redis_order(store: RedisStore, raw: redis
     in_range = [m for m in merged if m[1] <= float(high)]
     for count in (1, 3, 8):
         for offset in range(len(in_range) + 2):
-            evicted, looked, rows = page(store._shard, Q, sets, "-inf", high, offset, count, False, newest_first)
+            got = page(store._shard, Q, sets, "-inf", high, offset, count, False, newest_first)
             want = in_range[offset : offset + count]
-            assert (evicted, looked) == (0, len(want))
-            assert [(text(r[0]), float(r[1])) for r in rows] == want, (offset, count)
+            assert (got.evicted, got.looked, got.last) == (0, len(want), offset + count > len(in_range))
+            assert [(text(r[0]), float(r[1])) for r in got.rows] == want, (offset, count)
 
 
 @pytest.mark.redis
@@ -358,6 +358,101 @@ def test_body_regex_pages_through_many_candidates(store: RedisStore, monkeypatch
     assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None, "^even$"), 13) == 13
     assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None, "^even$"), 100) == 7
     assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), None) == 20
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_a_page_with_bodies_stops_at_its_byte_budget(store: RedisStore, raw: redis.Redis, newest_first: bool) -> None:
+    rng = random.Random(5)
+    sizes: dict[str, int] = {}
+    now = T0
+    for _ in range(5):  # held jobs among pending ones, as in the test above
+        jobs = [NewJob(1, b"b" * rng.randrange(1, 30), now - rng.randrange(20), 2) for _ in range(8)]
+        for local_id, job in zip(store.enqueue_jobs(Q, jobs, now), jobs, strict=True):
+            sizes[str(local_id)] = len(job.body)
+        store.reserve_jobs(Q, 1, rng.randrange(1, 4), RES, now, 60_000)
+        now += 3
+    sets = read_sets(store._shard.keys(Q), JobFilter(JobState.PENDING, 1, now))
+    merged = sorted(
+        [*zset(raw, f"plq_1_{Q}.p1_h").items(), *zset(raw, f"plq_1_{Q}.p1_s0").items()],
+        key=lambda m: (m[1], m[0]),
+        reverse=newest_first,
+    )
+    for count in (1, 4, 9):
+        for budget in (1, 25, 60):
+            for offset in range(len(merged) + 1):
+                got = page(store._shard, Q, sets, "-inf", "+inf", offset, count, True, newest_first, budget)
+                want = merged[offset : offset + count]
+                n, taken = 0, 0
+                while n < len(want) and (n == 0 or taken < budget):
+                    taken += sizes[want[n][0]]
+                    n += 1
+                assert [(text(r[0]), float(r[1])) for r in got.rows] == want[:n], (count, budget, offset)
+                assert [len(r[8]) for r in got.rows] == [sizes[m[0]] for m in want[:n]]
+                assert (got.evicted, got.looked, got.last) == (0, n, n == len(want) < count)
+
+
+@pytest.mark.redis
+def test_body_regex_pages_of_large_bodies_stay_within_the_byte_budget(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    budget = 3 << 20
+    monkeypatch.setattr(store_module, "REGEX_PAGE_BYTES", budget)
+    rng = random.Random(11)
+    bodies: dict[int, bytes] = {}
+    run_after: dict[int, int] = {}
+    jobs = []
+    for i in range(30):  # up to 1 MiB each, some small; run afters in ties of three
+        size = rng.choice([rng.randrange(16, 1024), rng.randrange(1 << 18, (1 << 20) + 1)])
+        jobs.append(NewJob(1, (b"keep" if rng.random() < 0.5 else b"drop") + b"." * size, T0 + i // 3, 1))
+    for local_id, job in zip(store.enqueue_jobs(Q, jobs, T0), jobs, strict=True):
+        bodies[local_id], run_after[local_id] = job.body, job.run_after_ms
+    store.reserve_jobs(Q, 1, 4, RES, T0 + 100, 60_000)  # the four oldest are held: still PENDING
+    oldest_first = sorted(bodies, key=lambda j: (run_after[j], str(j)))  # Redis' order: ties by id as text
+    keep = [j for j in oldest_first if bodies[j].startswith(b"keep")]
+    assert 8 < len(keep) < 22
+
+    fetched: list[list[tuple[int, int]]] = []  # each scan_jobs page: (id, body length) per row
+    run_in_queue = store._shard.run_in_queue
+
+    def spy(script: str, queue: str, keys: Any, args: Any) -> Any:
+        out = run_in_queue(script, queue, keys, args)
+        if script == "scan_jobs" and args[6] == "1":  # with bodies
+            fetched.append([(int(out[i]), len(out[i + 8])) for i in range(3, len(out), 9)])
+        return out
+
+    monkeypatch.setattr(store._shard, "run_in_queue", spy)
+
+    def seen_once() -> list[int]:
+        """The ids of the pages fetched since the last call, checking each page's bytes."""
+        for rows in fetched:
+            assert rows, "every page moves on"
+            assert sum(size for _, size in rows[:-1]) < budget  # so within the budget plus one body
+        seen = [local_id for rows in fetched for local_id, _ in rows]
+        assert len(seen) == len(set(seen)), "no row is fetched twice"
+        fetched.clear()
+        return seen
+
+    every = JobFilter(JobState.PENDING, 1, T0 + 1000, body_regex="^keep")
+    assert store.count_jobs(Q, every, None) == len(keep)
+    assert seen_once() == oldest_first
+    assert store.count_jobs(Q, every, 3) == 3
+    seen_once()
+    assert {job.local_id for job in store.scan_jobs(Q, every, 5)} == set(keep[-5:])
+    seen = seen_once()  # newest first, up to the page holding the fifth match
+    assert seen == oldest_first[::-1][: len(seen)] and keep[-5] in seen
+
+    anytime = JobFilter(JobState.PENDING, 1, T0, None, "^keep")
+    assert store.delete_jobs(Q, anytime, 4) == 4
+    seen = seen_once()
+    assert seen == oldest_first[: len(seen)] and keep[3] in seen
+    left = oldest_first[:]
+    for local_id in keep[:4]:
+        left.remove(local_id)
+    assert store.delete_jobs(Q, anytime, 100) == len(keep) - 4
+    assert seen_once() == left  # every remaining job once, though rows went between pages
+    unfiltered = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1000), 100)
+    assert {job.local_id for job in unfiltered} == set(oldest_first) - set(keep)
 
 
 @pytest.mark.redis

@@ -2,7 +2,9 @@
 scan_jobs.lua, and body regex matching.
 
 Body regex filters (count, scan, delete) cannot run in Lua, which has no regular expressions:
-the store pages through the candidates with their bodies, a page at a time, and the extension
+the store pages through the candidates with their bodies, a page at a time (bounded in rows and
+in bytes of bodies: ``REGEX_PAGE_SIZE`` and ``REGEX_PAGE_BYTES`` in store.py, so large bodies
+cost the server's reply buffer and the client one page of bytes at a time), and the extension
 matches each page with the interpreter released, in linear time, within the call's time budget
 (``body_filter.BodyFilter``). These calls always run on the server's thread pool, never on the
 event loop (``AsyncHotPath`` has no filtered reads). The pages are separate reads, so a concurrent
@@ -12,7 +14,7 @@ change may be seen between pages (deletes themselves are guarded per id).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from pinlater.backends.base import JobFilter, JobState
 from pinlater.backends.body_filter import BodyFilter
@@ -39,6 +41,17 @@ def read_sets(keys: QueueKeys, where: JobFilter) -> list[str]:
     return [set_key]
 
 
+class Page(NamedTuple):
+    """One call of scan_jobs.lua: evicted members removed, members looked at (evicted ones
+    included: the next page's offset is ``looked - evicted`` further, less any rows deleted in
+    between), whether the range ends there, and the rows of 9 values (the body last)."""
+
+    evicted: int
+    looked: int
+    last: bool
+    rows: list[list[Any]]
+
+
 def page(
     shard: ShardScripts,
     queue: str,
@@ -49,14 +62,26 @@ def page(
     count: int,
     with_body: bool,
     newest: bool,
-) -> tuple[int, int, list[list[Any]]]:
-    """One call of scan_jobs.lua: (evicted, members looked at, rows of 9 values)."""
+    max_bytes: int = 0,
+) -> Page:
+    """Up to ``count`` members from ``offset``; with bodies and ``max_bytes``, fewer once the
+    bodies taken reach ``max_bytes`` (at most one body more, and at least one member)."""
     keys = shard.keys(queue)
-    args = [queue, keys.hash_prefix, low, high, offset, count, "1" if with_body else "0", "1" if newest else "0"]
+    args = [
+        queue,
+        keys.hash_prefix,
+        low,
+        high,
+        offset,
+        count,
+        "1" if with_body else "0",
+        "1" if newest else "0",
+        max_bytes,
+    ]
     out = shard.run_in_queue("scan_jobs", queue, [keys.names_key, *sets], args)
-    evicted, looked = int(out[0]), int(out[1])
+    evicted = int(out[0])
     shard.count_evicted(evicted)
-    return evicted, looked, [out[i : i + 9] for i in range(2, len(out), 9)]
+    return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + 9] for i in range(3, len(out), 9)])
 
 
 def pages(
@@ -72,11 +97,11 @@ def pages(
     """Every row of a score range, a page per call (evicted members removed on the way)."""
     offset = 0
     while True:
-        evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, with_body, newest_first)
-        yield from rows
-        if looked < page_size:
+        got = page(shard, queue, sets, low, high, offset, page_size, with_body, newest_first)
+        yield from got.rows
+        if got.last:
             return
-        offset += looked - evicted
+        offset += got.looked - got.evicted
 
 
 def matching_pages(
@@ -87,23 +112,33 @@ def matching_pages(
     high: str,
     newest_first: bool,
     page_size: int,
+    page_bytes: int,
     body_filter: BodyFilter,
 ) -> Iterator[list[list[Any]]]:
-    """The rows of each page whose body matches (rows of 9 values, the body last)."""
+    """The rows of each page whose body matches (rows of 9 values, the body last); a page holds
+    up to ``page_size`` candidates and about ``page_bytes`` of bodies (see ``page``)."""
     offset = 0
     while True:
         body_filter.check()
-        evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, True, newest_first)
-        yield [rows[i] for i in body_filter.matching([row[8] for row in rows])]
-        if looked < page_size:
+        got = page(shard, queue, sets, low, high, offset, page_size, True, newest_first, page_bytes)
+        yield [got.rows[i] for i in body_filter.matching([row[8] for row in got.rows])]
+        if got.last:
             return
-        offset += looked - evicted
+        offset += got.looked - got.evicted
 
 
 def delete_matching(
-    shard: ShardScripts, queue: str, where: JobFilter, body_filter: BodyFilter, limit: int, page_size: int
+    shard: ShardScripts,
+    queue: str,
+    where: JobFilter,
+    body_filter: BodyFilter,
+    limit: int,
+    page_size: int,
+    page_bytes: int,
 ) -> int:
-    """delete_jobs with a body regex: page through the candidates, delete the matching ids."""
+    """delete_jobs with a body regex: page through the candidates (as ``matching_pages``), delete
+    the matching ids; the rows deleted were among those looked at, so the offset moves past the
+    rest of them only."""
     keys = shard.keys(queue)
     low, high = score_range(where)
     sets = read_sets(keys, where)
@@ -112,14 +147,14 @@ def delete_matching(
     deleted, offset = 0, 0
     while deleted < limit:
         body_filter.check()
-        evicted, looked, rows = page(shard, queue, sets, low, high, offset, page_size, True, False)
-        picked = [rows[i][0] for i in body_filter.matching([row[8] for row in rows])][: limit - deleted]
+        got = page(shard, queue, sets, low, high, offset, page_size, True, False, page_bytes)
+        picked = [got.rows[i][0] for i in body_filter.matching([row[8] for row in got.rows])][: limit - deleted]
         removed = 0
         if picked:
             args = [queue, keys.hash_prefix, low, high, limit - deleted, *picked]
             removed = int(shard.run_in_queue("delete_jobs", queue, key_list, args))
         deleted += removed
-        if looked < page_size:
+        if got.last:
             break
-        offset += looked - evicted - removed
+        offset += got.looked - got.evicted - removed
     return deleted

@@ -31,12 +31,13 @@ Design:
   set costs O(n^2); on a Redis that only holds queues, ``zset-max-listpack-entries 0`` halved the
   Redis CPU per job of the enqueue-dequeue-ack cycle here.
 * Body regex filters (count, scan, delete) cannot run in Lua, which has no regular expressions:
-  the store pages through the candidates with their bodies, ``REGEX_PAGE_SIZE`` at a time, and
-  the extension matches each page in linear time with the interpreter released, on the thread
-  pool (never on the event loop), within ``BODY_FILTER_TIME_BUDGET_SECONDS``. That moves every
-  candidate body over the network once, O(n) in the jobs of one (queue, priority, state); it is
-  a rare admin call, and the pages are separate reads, so a concurrent change may be seen
-  between pages (deletes themselves are guarded per id).
+  the store pages through the candidates with their bodies, ``REGEX_PAGE_SIZE`` at a time but
+  about ``REGEX_PAGE_BYTES`` of bodies at most, and the extension matches each page in linear
+  time with the interpreter released, on the thread pool (never on the event loop), within
+  ``BODY_FILTER_TIME_BUDGET_SECONDS``. That moves every candidate body over the network once,
+  O(n) in the jobs of one (queue, priority, state); it is a rare admin call, and the pages are
+  separate reads, so a concurrent change may be seen between pages (deletes themselves are
+  guarded per id).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ T = TypeVar("T")
 
 REGEX_PAGE_SIZE = 500
 """Candidates fetched per call when a body regex filters a count, scan or delete."""
+
+REGEX_PAGE_BYTES = 8 << 20
+"""Such a page stops once its bodies reach this many bytes (so at most one body more, and at
+least one candidate), as the embedded store's batches do (``body_filtered.BATCH_BYTES``)."""
 
 MAX_TIES_REORDERED = 10_000
 """Dequeue reorders a group of equal run-after scores by id only up to this size (see the Lua)."""
@@ -282,7 +287,9 @@ class RedisStore:
         else:
             body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
             count = 0
-            for matched in matching_pages(self._shard, queue, sets, low, high, False, REGEX_PAGE_SIZE, body_filter):
+            for matched in matching_pages(
+                self._shard, queue, sets, low, high, False, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES, body_filter
+            ):
                 count += len(matched)
                 if limit is not None and count >= limit:
                     break
@@ -335,7 +342,9 @@ class RedisStore:
         if body_filter is None:
             rows = pages(self._shard, queue, sets, low, high, False, True, max(limit, 1))
         else:
-            matched = matching_pages(self._shard, queue, sets, low, high, True, REGEX_PAGE_SIZE, body_filter)
+            matched = matching_pages(
+                self._shard, queue, sets, low, high, True, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES, body_filter
+            )
             rows = (row for page_matched in matched for row in page_matched)
         for row in rows:
             found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None]))
@@ -363,7 +372,7 @@ class RedisStore:
         if where.body_regex is None:
             return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.hash_prefix, low, high, limit]))
         body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
-        return delete_matching(self._shard, queue, where, body_filter, limit, REGEX_PAGE_SIZE)
+        return delete_matching(self._shard, queue, where, body_filter, limit, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES)
 
     # -- maintenance (the monitor) ----------------------------------------------------------
 

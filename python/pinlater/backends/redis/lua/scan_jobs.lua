@@ -1,10 +1,13 @@
 --[[ scan_jobs: read up to ARGV[6] jobs of one set within a score range, from an offset; for
 PENDING, merged with the jobs the dequeue broker holds (lib/holds.lua), which are PENDING too.
+With bodies and a byte budget (ARGV[9]), the page stops early once the bodies taken reach it, so
+it holds at most the budget plus one body, and always at least one member.
 
 Also the candidate reader for body-regex filters, which cannot run in Lua (it has no regular
 expressions): the store pages through with bodies and matches in Python. A member whose hash is
-gone (evicted) is removed from its set, counted, and skipped; `looked` tells the caller how far
-the offset moved. Order: by score, equal scores by id as text (Redis' order), reversed when
+gone (evicted) is removed from its set, counted, and skipped; `looked` (members of the window
+read, evicted ones included) tells the caller how far the offset moved, and `last` whether the
+range ends within them. Order: by score, equal scores by id as text (Redis' order), reversed when
 newest first; the held set's members take their places in that order.
 
 KEYS[1]  queue names sorted set (pln_{shard})
@@ -19,9 +22,12 @@ ARGV[5]  offset (in members of the range, after earlier evictions were removed)
 ARGV[6]  count
 ARGV[7]  '1' to include bodies, else '0'
 ARGV[8]  '1' for highest score first, else '0'
+ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes ('0' or none:
+         no bound)
 
 Hash fields: bd al ar cs ca ua cd (keys.JobField).
-Returns {evicted, looked, then 9 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
+Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
+then 9 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
 bd (nil unless asked)}, or -1 if the queue does not exist.
 ]]
 --@include holds
@@ -96,9 +102,14 @@ else
   end
 end
 
-local out = {0, #window}
-local evicted = 0
+local budget = tonumber(ARGV[9]) or 0
+local out = {0, 0, 0}
+local evicted, looked, taken = 0, 0, 0
 for _, m in ipairs(window) do
+  if with_body and budget > 0 and taken >= budget then
+    break
+  end
+  looked = looked + 1
   local id, score, is_held = m[1], m[2], m[3]
   local hash_key = hash_prefix .. id
   local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd')
@@ -114,6 +125,7 @@ for _, m in ipairs(window) do
     local body = false
     if with_body then
       body = job[1]
+      taken = taken + #body
     end
     local row = {id, score, job[2], job[3], job[4], job[5], job[6], job[7], body}
     for v = 1, 9 do
@@ -122,4 +134,8 @@ for _, m in ipairs(window) do
   end
 end
 out[1] = evicted
+out[2] = looked
+if looked == #window and #window < count then
+  out[3] = 1
+end
 return out
