@@ -231,3 +231,27 @@ def test_prefetch_times_must_be_positive_and_finite(bad: float) -> None:
         Worker("127.0.0.1:9", prefetch_timeout=bad)
     with pytest.raises(ValueError, match="positive and finite"):
         Worker("127.0.0.1:9", prefetch_horizon=bad)
+
+
+def test_worker_processes_on_one_host_have_sources_of_their_own(address: str, pl: PinLaterClient, queue: str) -> None:
+    """A checkpoint applies under a claim containing the caller's source: a sibling process's
+    hand-back must not move a job this process holds. The pid in brackets keeps them apart,
+    even where one pid is a prefix of the other."""
+    import os
+    import subprocess
+    import sys
+
+    from pinlater.client import Checkpoint
+
+    mine = Worker(address).source
+    # the same program on the same host, as two `pinlater worker` processes are
+    code = f"import sys; sys.argv[0] = {sys.argv[0]!r}; from pinlater.worker import Worker; print(Worker('x:9').source)"
+    theirs = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert mine.endswith(f"[{os.getpid()}]") and theirs != mine
+    pl.enqueue(queue, [b"held"])
+    with PinLaterClient(pl.servers, source=mine) as me, PinLaterClient(pl.servers, source=theirs) as sibling:
+        [job] = me.dequeue(queue, 1)
+        sibling.checkpoint(queue, [Checkpoint(job.descriptor, move_to_pending=True)])
+        assert pl.count(queue, JobState.IN_PROGRESS) == 1  # the sibling's hand-back did not apply
+        me.checkpoint(queue, [Checkpoint(job.descriptor, move_to_pending=True)])
+        assert pl.count(queue, JobState.PENDING) == 1

@@ -53,10 +53,18 @@ log = logging.getLogger("pinlater.worker")
 DEFAULT_PREFETCH = 256
 
 
+def worker_source() -> str:
+    """``{program}:{hostname}[{pid}]``: the bracket keeps pid 12's source out of pid 123's."""
+    return f"{default_source()}[{os.getpid()}]"
+
+
 class Worker:
     """Handlers for PinLater queues. ``run()`` blocks until SIGTERM/SIGINT and returns 0.
 
-    ``servers``/``server_set``/``source`` are as for the clients. Per queue (overridable in
+    ``servers``/``server_set`` are as for the clients; ``source`` defaults to the clients' default
+    with this process's id in brackets (``{program}:{hostname}[{pid}]``): a checkpoint applies
+    only under a claim that contains the caller's source, so sibling worker processes on one host
+    must not share it, or one could hand back a job the other has claimed since. Per queue (overridable in
     ``register``): ``concurrency`` (jobs running at once, and handler threads for a sync
     handler), ``prefetch`` (most jobs claimed ahead of free slots, default 256;
     0: none, jobs in hand never exceed ``concurrency``), ``batch_size`` (most jobs per dequeue;
@@ -93,7 +101,7 @@ class Worker:
         timeout: float = 30.0,
     ) -> None:
         self.servers = make_server_set(servers, server_set)
-        self.source = source or default_source()
+        self.source = source or worker_source()
         self.client = AsyncPinLaterClient(self.servers, source=self.source, timeout=timeout)
         self._sync_client: PinLaterClient | None = None
         self._sync_lock = threading.Lock()
