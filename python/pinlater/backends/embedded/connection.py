@@ -11,7 +11,8 @@ never matches bodies: body filters run outside it, a batch at a time (``body_fil
 * Reads (``_read``) are one ``BEGIN`` ... ``COMMIT`` each (one snapshot for the queue check and the
   query). A read first commits any open write group, so it never sees an uncommitted write.
 * Writes (``_write``) are grouped. With ``synchronous`` FULL every ``COMMIT`` waits for a disk sync,
-  and that sync, not the CPU, set the shard's rate when each write had its own transaction. So:
+  and when each write had its own transaction that sync, held under the shard's one connection,
+  could set the shard's rate on a slow disk. So:
 
   - the first writer to find no group open begins one (``BEGIN IMMEDIATE``: the write lock is
     taken up front, so a transaction never fails half-way on an upgrade);
@@ -19,17 +20,20 @@ never matches bodies: body filters run outside it, a batch at a time (``body_fil
     alone and its caller gets the error, while the others of the group stay in it;
   - after its write, a writer hands the connection to the next waiting writer, who adds its
     savepoint to the same transaction, as long as someone is waiting and the group is within its
-    bounds (``GROUP_MAX_OPS`` writes, ``GROUP_MAX_SECONDS`` since its first write finished); otherwise it commits.
-    A lone writer on an idle shard therefore commits at once and pays nothing but the savepoint;
+    bounds (``GROUP_MAX_OPS`` writes, ``GROUP_MAX_SECONDS`` since its first write finished);
+    otherwise it commits. A lone writer on an idle shard therefore commits at once and pays
+    nothing but the savepoint. Later writes of a group see the earlier ones, as sequential
+    calls would, and none of them returns before the group commits;
   - writers that arrive while a group commits (the sync) wait, and form the next group;
   - no writer returns before the ``COMMIT`` that includes its write has completed, so a client
     is never told of a write that a kill -9 or a power loss (FULL) could lose. If that ``COMMIT``
     fails, every write of the group fails with ``ShardConnectionError``.
 
   The bounds keep a group from holding its first caller's reply for long under sustained load
-  (writers keep arriving while each one runs) and the WAL from growing by more than a few
-  hundred batches per transaction. The server's thread pool has a handful of threads, so groups
-  are usually smaller than ``GROUP_MAX_OPS``; ``GROUP_MAX_SECONDS`` caps the wait of the first.
+  (writers keep arriving while each one runs), and one transaction's WAL frames to at most
+  ``GROUP_MAX_OPS`` batches. The server's thread pool has a handful of threads, so groups are
+  usually smaller than that and ``GROUP_MAX_SECONDS`` is the bound that matters: it caps what
+  the first caller waits for the others' writes (the commit after them is shared).
 * SQLite errors that make the shard unusable become ``ShardConnectionError``.
 """
 
