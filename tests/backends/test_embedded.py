@@ -17,11 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tests.support.wait import wait_for
 
 import pinlater
 from pinlater.backends.base import AckItem, JobFilter, JobState, NewJob
 from pinlater.backends.embedded import DataDirLock, EmbeddedStore, open_embedded_shards, shard_path, sql
 from pinlater.backends.embedded import body_filtered as body_filtered_module
+from pinlater.backends.embedded import connection as connection_module
 from pinlater.backends.embedded import store as store_module
 from pinlater.config import Settings
 from pinlater.errors import ShardConnectionError, StoreLockedError
@@ -222,6 +224,178 @@ def test_concurrent_threads_never_dequeue_a_job_twice(store: EmbeddedStore) -> N
     all_dequeued = [i for ids in dequeued for i in ids] + leftover
     assert len(all_dequeued) == len(set(all_dequeued)) == 8 * 25 * 10
     assert sorted(all_dequeued) == sorted(i for ids in enqueued for i in ids)
+
+
+# -- group commit --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_time_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups bounded by their size only, so a slow machine cannot split the groups a test builds."""
+    monkeypatch.setattr(connection_module, "GROUP_MAX_SECONDS", 3600.0)
+
+
+class Holder:
+    """A write that stays inside its savepoint until ``writers`` more writers wait behind it, so
+    that they all join its group. ``op`` runs first inside the held write."""
+
+    def __init__(self, store: EmbeddedStore, writers: int, op: str = "") -> None:
+        self.store, self.writers, self.op = store, writers, op
+        self.go = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        try:
+            with self.store._write() as conn:
+                if self.op:
+                    conn.execute(self.op)
+                self.go.wait(timeout=30)
+        except BaseException as exc:
+            self.error = exc
+
+    def __enter__(self) -> Holder:
+        self.thread.start()
+        wait_for(lambda: self.store._in_use, what="the held write")
+        return self
+
+    def release_when_queued(self) -> None:
+        wait_for(lambda: self.store._waiting_writers == self.writers, what=f"{self.writers} waiting writers")
+        self.go.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.go.set()
+        self.thread.join(timeout=30)
+
+
+def test_a_lone_writer_commits_at_once(store: EmbeddedStore) -> None:
+    before = store.commits
+    store.enqueue_jobs(Q, jobs(2), T0)
+    assert store.commits == before + 1
+    assert store._conn is not None and not store._conn.in_transaction
+
+
+def test_concurrent_writers_share_commits_and_see_their_own_results(store: EmbeddedStore, no_time_bound: None) -> None:
+    threads, rounds = 8, 20
+    enqueued: list[list[int]] = [[] for _ in range(threads)]
+    statements = traced(store)
+    before = store.commits
+
+    def writer(n: int) -> None:
+        for round_ in range(rounds):
+            batch = [NewJob(1, f"{n}-{round_}-{i}".encode(), T0, 2) for i in range(5)]
+            ids = store.enqueue_jobs(Q, batch, T0)
+            # What a call returned is committed: a read (which never sees an open group) finds it.
+            found = store.lookup_jobs(Q, [(1, i) for i in ids], True)
+            assert [job.body for job in found] == [job.body for job in batch]
+            enqueued[n] += ids
+
+    with Holder(store, threads) as holder, ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(writer, n) for n in range(threads)]
+        holder.release_when_queued()  # the first round of every thread joins the holder's group
+        for future in futures:
+            future.result()
+    assert holder.error is None
+    ids = [i for batch in enqueued for i in batch]
+    assert len(ids) == len(set(ids)) == threads * rounds * 5
+    operations = threads * rounds + 1
+    commits = store.commits - before
+    assert verbs(statements).count("COMMIT") - threads * rounds == commits  # one COMMIT per lookup too
+    assert commits <= operations - threads  # at least the holder's group of threads + 1 shared one
+    assert verbs(statements).count("SAVEPOINT") == operations
+
+
+def test_a_write_that_raises_leaves_the_rest_of_its_group_committed(store: EmbeddedStore, no_time_bound: None) -> None:
+    before = store.commits
+    results: dict[str, object] = {}
+
+    def good() -> None:
+        results["good"] = store.enqueue_jobs(Q, jobs(3), T0)
+
+    def bad() -> None:  # two rows are inserted, then the third cannot be bound
+        try:
+            store.enqueue_jobs(Q, [*jobs(2), NewJob(1, b"too late", 2**64, 2)], T0)
+        except OverflowError as exc:
+            results["bad"] = exc
+
+    with Holder(store, 2, op="INSERT INTO queues VALUES ('held', 1, 0)") as holder:
+        others = [threading.Thread(target=good), threading.Thread(target=bad)]
+        for thread in others:
+            thread.start()
+        holder.release_when_queued()
+        for thread in others:
+            thread.join(timeout=30)
+    assert holder.error is None
+    assert isinstance(results["bad"], OverflowError)
+    assert store.commits == before + 1  # the three writes were one transaction
+    assert store.get_queue_names() == {Q, "held"}
+    pending = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), 100)
+    assert sorted(job.local_id for job in pending) == results["good"]
+    assert store._conn is not None and not store._conn.in_transaction
+
+
+def test_a_failed_commit_fails_every_write_of_the_group(store: EmbeddedStore, no_time_bound: None) -> None:
+    # A deferred foreign key is checked at COMMIT only: the held write makes that COMMIT fail.
+    assert store._conn is not None
+    store._conn.execute("PRAGMA foreign_keys = ON")
+    store._conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    store._conn.execute("CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)")
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            store.enqueue_jobs(Q, jobs(3), T0)
+        except ShardConnectionError as exc:
+            errors.append(exc)
+
+    before = store.commits
+    with Holder(store, 2, op="INSERT INTO child VALUES (1)") as holder:
+        others = [threading.Thread(target=writer) for _ in range(2)]
+        for thread in others:
+            thread.start()
+        holder.release_when_queued()
+        for thread in others:
+            thread.join(timeout=30)
+    assert isinstance(holder.error, ShardConnectionError) and "FOREIGN KEY" in str(holder.error)
+    assert len(errors) == 2 and all("FOREIGN KEY" in str(exc) for exc in errors)
+    assert store.commits == before
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), None) == 0
+    assert store._conn.execute("SELECT count(*) FROM child").fetchone()[0] == 0
+    assert len(store.enqueue_jobs(Q, jobs(1), T0)) == 1  # the shard still works
+
+
+def test_close_waits_for_the_group_in_flight_and_keeps_what_it_told(
+    store: EmbeddedStore, data_dir: Path, no_time_bound: None
+) -> None:
+    outcome: list[object] = []
+
+    def writer() -> None:
+        try:
+            outcome.append(store.enqueue_jobs(Q, jobs(2), T0))
+        except ShardConnectionError as exc:
+            outcome.append(exc)
+
+    with Holder(store, 1, op="INSERT INTO queues VALUES ('held', 1, 0)") as holder:
+        threads = [threading.Thread(target=writer), threading.Thread(target=store.close)]
+        for thread in threads:
+            thread.start()
+        holder.release_when_queued()  # the writer joins the group, unless close takes it first
+        for thread in threads:
+            thread.join(timeout=30)
+    assert holder.error is None
+    with pytest.raises(ShardConnectionError, match="closed"):
+        store.enqueue_jobs(Q, jobs(1), T0)
+    reopened = EmbeddedStore(data_dir, "1")
+    try:
+        assert reopened.get_queue_names() == {Q, "held"}
+        [result] = outcome
+        if isinstance(result, list):  # it joined the group: it is stored
+            assert len(reopened.lookup_jobs(Q, [(1, i) for i in result], False)) == 2
+        else:  # close committed the holder's group first
+            assert "closed" in str(result)
+            assert reopened.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), None) == 0
+    finally:
+        reopened.close()
 
 
 # -- SQL files and shard opening ----------------------------------------------------------------

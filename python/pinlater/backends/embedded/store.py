@@ -5,7 +5,8 @@ Design:
 * One file per shard (``{data_dir}/shard-{name}.sqlite3``) in WAL mode. ``synchronous`` FULL
   fsyncs the WAL on every commit (survives power loss); NORMAL survives a killed process but
   may lose the last commits on power loss. Either way a method that returned is committed.
-* One connection serves every call; every method is one transaction (see ``connection``).
+* One connection serves every call; every method is atomic on its own, and writes arriving
+  together share one transaction and one sync (group commit, see ``connection``).
 * SQL lives in ``sql/*.sql``, one statement per file, values always bound as parameters.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,7 +71,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             raise ShardConnectionError(name, f"SQLite >= 3.35 is needed (RETURNING), found {sqlite3.sqlite_version}")
         self._name = name
         self._path = shard_path(data_dir, name)
-        self._lock = threading.Lock()
+        self._init_transactions()
         self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
@@ -357,10 +357,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             conn.execute(sql.load("ping")).fetchone()
 
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()  # the last connection to close checkpoints the WAL into the file
+        self._close_connection()  # commits any open write group first
 
 
 def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
