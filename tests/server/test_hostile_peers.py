@@ -130,7 +130,12 @@ def test_at_the_open_files_limit_the_server_idles_logs_little_and_recovers(
     clients = [raw(server) for _ in range(3 * nofile)]  # the kernel's backlog takes them all
     try:
         if reserve == "0":
-            wait_for(lambda: log_lines(server, "Too many open files"), 15, what="accept() to hit EMFILE")
+            # every descriptor in use (the next accept() fails with EMFILE), or its line logged
+            wait_for(
+                lambda: log_lines(server, "Too many open files") or len(os.listdir(f"/proc/{server.pid}/fd")) >= nofile,
+                30,
+                what="accept() to hit EMFILE",
+            )
         else:
             wait_for(lambda: log_lines(server, "refusing connection"), 15, what="the cap to refuse")
         cpu_before, lines_before = cpu_seconds(server.pid), len(server.lines)
