@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 READY = re.compile(r"serving PinLater on [\d.]+:(\d+) \(admin http://[\d.]+:(\d+)/\)")
@@ -46,3 +49,23 @@ def thrift_client(port: int, host: str = "127.0.0.1") -> Any:
         trans_factory=TCyFramedTransportFactory(),
         timeout=30_000,
     )
+
+
+def await_ready(proc: subprocess.Popen[str], what: str = "server") -> tuple[int, list[str]]:
+    """Read ``pinlater serve``'s output until its ready line: (Thrift port, lines so far). A
+    thread then keeps collecting the rest into the same list, so the pipe never fills."""
+    lines: list[str] = []
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    for line in stdout:
+        lines.append(line)
+        m = READY.search(line)
+        if m:
+            threading.Thread(target=_collect, args=(stdout, lines), daemon=True).start()
+            return int(m.group(1)), lines
+    raise SystemExit(f"{what} did not start (exit {proc.wait()}):\n{''.join(lines)}")
+
+
+def _collect(stream: Iterable[str], lines: list[str]) -> None:
+    for line in stream:
+        lines.append(line)

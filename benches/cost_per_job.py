@@ -63,7 +63,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import READY, cpu_seconds, machine_ticks, thrift_client
+from _common import await_ready, cpu_seconds, machine_ticks, thrift_client
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support: the real-store helpers the tests use
@@ -202,22 +201,7 @@ class Server:
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=build.env, cwd=directory
         )
-        self.lines: list[str] = []
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            m = READY.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        else:
-            raise SystemExit(f"{build.label}: server did not start (exit {self.proc.wait()}):\n{''.join(self.lines)}")
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
+        self.port, self.lines = await_ready(self.proc, f"{build.label}: server")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -46,13 +46,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import READY, cpu_seconds, thrift_client
+from _common import await_ready, cpu_seconds, thrift_client
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support.mariadb_server: the MariaDB helper the tests use
@@ -305,22 +304,7 @@ class Server:
         cmd += ["--data-dir", str(tmp / "data"), "--properties", str(props)]
         cmd += ["--backend", "mysql", "--backend-config", str(config)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            m = READY.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        else:
-            raise SystemExit(f"server did not start (exit {self.proc.wait()}):\n{''.join(self.lines)}")
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
+        self.port, self.lines = await_ready(self.proc)
 
     def count_lines(self, needle: str) -> int:
         return sum(1 for line in list(self.lines) if needle in line)

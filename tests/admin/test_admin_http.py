@@ -144,15 +144,10 @@ def test_healthz_and_readyz_on_the_embedded_store(admin_server: AdminServer) -> 
 def test_readyz_names_the_shard_that_stops_answering(
     tmp_path: Path, start_server: Callable[..., ServerProcess]
 ) -> None:
-    from tests.support.redis_server import RedisServer
+    from tests.support.redis_server import RedisServer, write_shard_config
 
     with RedisServer(tmp_path / "redis-a") as a, RedisServer(tmp_path / "redis-b") as b:
-        config = tmp_path / "redis.json"
-        shards = [
-            {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}}
-            for name, r in (("a", a), ("b", b))
-        ]
-        config.write_text(json.dumps({"shards": shards}))
+        config = write_shard_config(tmp_path / "redis.json", {"a": a, "b": b})
         server = start_server(
             "--backend", "redis", "--backend-config", str(config), properties={"BACKEND_SOCKET_TIMEOUT_SECONDS": 1}
         )

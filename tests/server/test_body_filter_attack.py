@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from tests.server.test_contract import FAILED, PENDING, Api
 from tests.support.pinlater_server import ServerProcess
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, write_shard_config
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
 
@@ -65,8 +65,7 @@ def _starter(kind: str, start_server: Start, tmp_path: Path) -> Iterator[Start]:
                     "--backend", "mysql", "--backend-config", str(config), properties=properties or None
                 )
             redis = stack.enter_context(RedisServer(tmp_path / "redis"))
-            shard = {"name": "r1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
-            config.write_text(json.dumps({"shards": [shard]}))
+            write_shard_config(config, {"r1": redis})
             return start_server("--backend", "redis", "--backend-config", str(config), properties=properties or None)
 
         yield start

@@ -33,7 +33,7 @@ import pytest
 import redis
 from tests.server.test_contract import PENDING, SUCCEEDED, Api
 from tests.support.pinlater_server import ServerProcess
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, write_shard_config
 from tests.support.wait import wait_for
 
 from pinlater.backends.base import NewJob
@@ -134,11 +134,7 @@ def test_a_full_shard_takes_no_new_jobs_and_a_full_fleet_refuses_enqueue_while_t
     ttypes: ModuleType,
 ) -> None:
     a, b = redis_servers("a"), redis_servers("b")
-    config = tmp_path / "redis.json"
-    shards = [
-        {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}} for name, r in (("a", a), ("b", b))
-    ]
-    config.write_text(json.dumps({"shards": shards}))
+    config = write_shard_config(tmp_path / "redis.json", {"a": a, "b": b})
     mark = 0.8
     server = start_server(
         "--backend",

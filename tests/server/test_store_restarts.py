@@ -27,7 +27,7 @@ import pytest
 from tests.server.test_contract import SUCCEEDED, Api
 from tests.support.mariadb_server import MariaDBServer
 from tests.support.pinlater_server import ServerProcess
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, write_shard_config
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
 
@@ -104,9 +104,7 @@ class Worker(threading.Thread):
 @contextmanager
 def redis_store(tmp_path: Path) -> Iterator[tuple[Store, list[str]]]:
     with RedisServer(tmp_path / "redis", appendonly=True, appendfsync="always") as redis:
-        config = tmp_path / "redis.json"
-        shard = {"name": "a", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
-        config.write_text(json.dumps({"shards": [shard]}))
+        config = write_shard_config(tmp_path / "redis.json", {"a": redis})
         yield redis, ["--backend", "redis", "--backend-config", str(config)]
 
 
@@ -203,12 +201,7 @@ def test_an_enqueue_whose_outcome_is_unknown_is_not_sent_to_another_shard(
     may be in it, so the enqueue fails with SHARD_CONNECTION_FAILED instead of landing on shard
     b as well; after a's writes resume, the failed batch is in the store at most once."""
     with RedisServer(tmp_path / "a") as a, RedisServer(tmp_path / "b") as b:
-        config = tmp_path / "redis.json"
-        shards = [
-            {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}}
-            for name, r in (("a", a), ("b", b))
-        ]
-        config.write_text(json.dumps({"shards": shards}))
+        config = write_shard_config(tmp_path / "redis.json", {"a": a, "b": b})
         server = start_server(
             "--backend", "redis", "--backend-config", str(config), properties={"BACKEND_SOCKET_TIMEOUT_SECONDS": 0.5}
         )

@@ -11,11 +11,13 @@ message naming the Debian package.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -156,3 +158,12 @@ class RedisServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def write_shard_config(path: Path, shards: Mapping[str, RedisServer]) -> Path:
+    """Write the original's Redis shard config (``{"shards": [...]}``) naming these servers."""
+    entries = [
+        {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}} for name, r in shards.items()
+    ]
+    path.write_text(json.dumps({"shards": entries}))
+    return path
