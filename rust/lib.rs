@@ -38,6 +38,8 @@ pub mod queue {
     pub mod descriptor;
     /// `JobBuffer`: the dequeue broker's per-queue buffer of reserved jobs.
     pub mod job_buffer;
+    /// `NewJob`, `ClaimedJob`, `AckItem`, `AckGroup`: the hot path's jobs as Rust values.
+    pub mod jobs;
     /// `RateLimiter`, `TokenBucket`: per-queue dequeue rate limits.
     pub mod rate_limiter;
 }
@@ -59,6 +61,7 @@ pub mod py {
         pub mod body_matcher;
         pub mod descriptor;
         pub mod job_buffer;
+        pub mod jobs;
         pub mod rate_limiter;
     }
 }
@@ -85,6 +88,8 @@ mod _pinlater {
     };
     #[pymodule_export]
     use crate::py::queue::job_buffer::JobBuffer;
+    #[pymodule_export]
+    use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
     #[pymodule_export]
     use crate::py::queue::rate_limiter::RateLimiter;
     #[pymodule_export]

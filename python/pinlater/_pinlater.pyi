@@ -11,13 +11,17 @@ from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 
 __all__ = [
     "THRIFT_IDL",
+    "AckGroup",
     "BodyFilterTimeout",
     "BodyMatcher",
     "BodyPatternError",
+    "ClaimedJobs",
     "DescriptorError",
     "JobBuffer",
+    "LocalIds",
     "MalformedThriftError",
     "NativeError",
+    "NewJobBatch",
     "RateLimiter",
     "__version__",
     "_panic_for_tests",
@@ -230,6 +234,73 @@ class JobBuffer:
 
     def drain(self) -> list[tuple[str, int, int, bytes, int, int, int]]:
         """Remove and return every entry."""
+
+#: ``(priority, body, run_after_ms, attempts_allowed, custom_status)``: ``backends.base.NewJob``.
+_NewJobTuple = tuple[int, bytes, int, int, str]
+#: ``(local_id, body, attempts_allowed, attempts_remaining, created_at_ms, updated_at_ms)``:
+#: ``backends.base.ClaimedJob``.
+_ClaimedTuple = tuple[int, bytes, int, int, int, int]
+#: ``(priority, local_id, append_custom_status, retry_delay_ms)``: ``backends.base.AckItem``.
+_AckTuple = tuple[int, int, str, int]
+
+@final
+class NewJobBatch:
+    """The jobs of one enqueue, every default resolved, in request order: held in Rust, handed
+    from the wire decoder to a store without a Python object per job."""
+
+    def __new__(cls, jobs: Sequence[_NewJobTuple]) -> NewJobBatch:
+        """A batch of Python jobs (``NewJob`` tuples), for stores and tests."""
+
+    def __len__(self) -> int: ...
+    @property
+    def body_bytes(self) -> int:
+        """The sum of the bodies' lengths."""
+
+    def priorities(self) -> list[int]:
+        """The distinct priorities, ascending."""
+
+    def ready_priorities(self, now_ms: int) -> list[int]:
+        """The distinct priorities of the jobs ready at ``now_ms``, ascending."""
+
+    def later(self, now_ms: int) -> list[tuple[int, int]]:
+        """Distinct ``(priority, run_after_ms)`` of the jobs not ready at ``now_ms``, ascending."""
+
+    def to_list(self) -> list[_NewJobTuple]:
+        """One ``NewJob`` tuple per job."""
+
+@final
+class LocalIds:
+    """The local ids a store gave an enqueue's jobs, in job order."""
+
+    def __new__(cls, ids: Sequence[int]) -> LocalIds: ...
+    def __len__(self) -> int: ...
+    def to_list(self) -> list[int]: ...
+
+@final
+class ClaimedJobs:
+    """The jobs one store call of a dequeue claimed, in dequeue order, held in Rust."""
+
+    def __new__(cls, jobs: Sequence[_ClaimedTuple]) -> ClaimedJobs:
+        """Claimed jobs from Python values (``ClaimedJob`` tuples), for stores and tests."""
+
+    def __len__(self) -> int: ...
+    def to_list(self) -> list[_ClaimedTuple]:
+        """One ``ClaimedJob`` tuple per job."""
+
+@final
+class AckGroup:
+    """The acks of one queue on one shard, held in Rust."""
+
+    def __new__(cls, succeeded: Sequence[_AckTuple], failed: Sequence[_AckTuple]) -> AckGroup: ...
+    def __len__(self) -> int: ...
+    def priorities(self) -> list[int]:
+        """The distinct priorities, ascending."""
+
+    def succeeded(self) -> list[_AckTuple]:
+        """One ``AckItem`` tuple per success."""
+
+    def failed(self) -> list[_AckTuple]:
+        """One ``AckItem`` tuple per failure."""
 
 class _InsertJob(Protocol):
     """What ``mysql_insert_statements`` reads of a job (``pinlater.backends.base.NewJob``)."""

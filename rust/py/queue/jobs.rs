@@ -1,0 +1,273 @@
+//! Python binding of `crate::queue::jobs`: a request's jobs as one opaque value per batch.
+//!
+//! The hot path hands these between the wire decoder, the stores and the reply encoder without
+//! looking inside: Python sees a length and a few per-batch facts. `to_list` and the
+//! constructors exist for the stores and tests that work on Python values (one tuple per job,
+//! in the field order of `backends.base`'s `NewJob`, `ClaimedJob` and `AckItem`).
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::py::errors::guarded;
+use crate::queue::jobs::{self, AckItem, ClaimedJob, NewJob};
+
+/// `(priority, body, run_after_ms, attempts_allowed, custom_status)`.
+type NewJobTuple<'py> = (i64, Bound<'py, PyBytes>, i64, i64, String);
+/// `(local_id, body, attempts_allowed, attempts_remaining, created_at_ms, updated_at_ms)`.
+type ClaimedTuple<'py> = (i64, Bound<'py, PyBytes>, i64, i64, i64, i64);
+/// `(priority, local_id, append_custom_status, retry_delay_ms)`.
+type AckTuple = (i64, i64, String, i64);
+
+/// The jobs of one enqueue, every default resolved, in request order.
+#[pyclass(frozen, name = "NewJobBatch", module = "pinlater._pinlater")]
+pub struct NewJobBatch {
+    jobs: Vec<NewJob>,
+}
+
+impl NewJobBatch {
+    #[must_use]
+    pub fn from_jobs(jobs: Vec<NewJob>) -> Self {
+        Self { jobs }
+    }
+
+    #[must_use]
+    pub fn jobs(&self) -> &[NewJob] {
+        &self.jobs
+    }
+}
+
+#[pymethods]
+impl NewJobBatch {
+    #[new]
+    fn new(jobs: Vec<NewJobTuple<'_>>) -> PyResult<Self> {
+        guarded("NewJobBatch", || {
+            Ok(Self::from_jobs(
+                jobs.into_iter()
+                    .map(
+                        |(priority, body, run_after_ms, attempts_allowed, custom_status)| NewJob {
+                            priority,
+                            body: body.as_bytes().to_vec(),
+                            run_after_ms,
+                            attempts_allowed,
+                            custom_status,
+                        },
+                    )
+                    .collect(),
+            ))
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The sum of the bodies' lengths.
+    #[getter]
+    fn body_bytes(&self) -> usize {
+        self.jobs.iter().map(|j| j.body.len()).sum()
+    }
+
+    /// The distinct priorities, ascending.
+    fn priorities(&self) -> Vec<i64> {
+        jobs::priorities(&self.jobs)
+    }
+
+    /// The distinct priorities of the jobs ready at `now_ms`, ascending.
+    fn ready_priorities(&self, now_ms: i64) -> Vec<i64> {
+        jobs::ready_priorities(&self.jobs, now_ms)
+    }
+
+    /// Distinct `(priority, run_after_ms)` of the jobs not ready at `now_ms`, ascending.
+    fn later(&self, now_ms: i64) -> Vec<(i64, i64)> {
+        jobs::later(&self.jobs, now_ms)
+    }
+
+    /// One `(priority, body, run_after_ms, attempts_allowed, custom_status)` per job.
+    fn to_list<'py>(&self, py: Python<'py>) -> Vec<NewJobTuple<'py>> {
+        self.jobs
+            .iter()
+            .map(|j| {
+                (
+                    j.priority,
+                    PyBytes::new(py, &j.body),
+                    j.run_after_ms,
+                    j.attempts_allowed,
+                    j.custom_status.clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The local ids a store gave an enqueue's jobs, in job order.
+#[pyclass(frozen, name = "LocalIds", module = "pinlater._pinlater")]
+pub struct LocalIds {
+    ids: Vec<i64>,
+}
+
+impl LocalIds {
+    #[must_use]
+    pub fn from_ids(ids: Vec<i64>) -> Self {
+        Self { ids }
+    }
+
+    #[must_use]
+    pub fn ids(&self) -> &[i64] {
+        &self.ids
+    }
+}
+
+#[pymethods]
+impl LocalIds {
+    #[new]
+    fn new(ids: Vec<i64>) -> Self {
+        Self::from_ids(ids)
+    }
+
+    fn __len__(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn to_list(&self) -> Vec<i64> {
+        self.ids.clone()
+    }
+}
+
+/// The jobs one store call of a dequeue claimed, in dequeue order.
+#[pyclass(frozen, name = "ClaimedJobs", module = "pinlater._pinlater")]
+pub struct ClaimedJobs {
+    jobs: Vec<ClaimedJob>,
+}
+
+impl ClaimedJobs {
+    #[must_use]
+    pub fn from_jobs(jobs: Vec<ClaimedJob>) -> Self {
+        Self { jobs }
+    }
+
+    #[must_use]
+    pub fn jobs(&self) -> &[ClaimedJob] {
+        &self.jobs
+    }
+}
+
+#[pymethods]
+impl ClaimedJobs {
+    #[new]
+    fn new(jobs: Vec<ClaimedTuple<'_>>) -> PyResult<Self> {
+        guarded("ClaimedJobs", || {
+            Ok(Self::from_jobs(
+                jobs.into_iter()
+                    .map(
+                        |(local_id, body, allowed, remaining, created, updated)| ClaimedJob {
+                            local_id,
+                            body: body.as_bytes().to_vec(),
+                            attempts_allowed: allowed,
+                            attempts_remaining: remaining,
+                            created_at_ms: created,
+                            updated_at_ms: updated,
+                        },
+                    )
+                    .collect(),
+            ))
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// One `(local_id, body, attempts_allowed, attempts_remaining, created_at_ms,
+    /// updated_at_ms)` per job.
+    fn to_list<'py>(&self, py: Python<'py>) -> Vec<ClaimedTuple<'py>> {
+        self.jobs
+            .iter()
+            .map(|j| {
+                (
+                    j.local_id,
+                    PyBytes::new(py, &j.body),
+                    j.attempts_allowed,
+                    j.attempts_remaining,
+                    j.created_at_ms,
+                    j.updated_at_ms,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The acks of one queue on one shard.
+#[pyclass(frozen, name = "AckGroup", module = "pinlater._pinlater")]
+pub struct AckGroup {
+    group: jobs::AckGroup,
+}
+
+impl AckGroup {
+    #[must_use]
+    pub fn from_group(group: jobs::AckGroup) -> Self {
+        Self { group }
+    }
+
+    #[must_use]
+    pub fn group(&self) -> &jobs::AckGroup {
+        &self.group
+    }
+}
+
+fn ack_items(items: Vec<AckTuple>) -> Vec<AckItem> {
+    items
+        .into_iter()
+        .map(
+            |(priority, local_id, append_custom_status, retry_delay_ms)| AckItem {
+                priority,
+                local_id,
+                append_custom_status,
+                retry_delay_ms,
+            },
+        )
+        .collect()
+}
+
+fn ack_tuples(items: &[AckItem]) -> Vec<AckTuple> {
+    items
+        .iter()
+        .map(|a| {
+            (
+                a.priority,
+                a.local_id,
+                a.append_custom_status.clone(),
+                a.retry_delay_ms,
+            )
+        })
+        .collect()
+}
+
+#[pymethods]
+impl AckGroup {
+    #[new]
+    fn new(succeeded: Vec<AckTuple>, failed: Vec<AckTuple>) -> Self {
+        Self::from_group(jobs::AckGroup {
+            succeeded: ack_items(succeeded),
+            failed: ack_items(failed),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.group.len()
+    }
+
+    /// The distinct priorities, ascending.
+    fn priorities(&self) -> Vec<i64> {
+        self.group.priorities()
+    }
+
+    /// One `(priority, local_id, append_custom_status, retry_delay_ms)` per success.
+    fn succeeded(&self) -> Vec<AckTuple> {
+        ack_tuples(&self.group.succeeded)
+    }
+
+    /// One `(priority, local_id, append_custom_status, retry_delay_ms)` per failure.
+    fn failed(&self) -> Vec<AckTuple> {
+        ack_tuples(&self.group.failed)
+    }
+}
