@@ -12,10 +12,10 @@ pub mod runtime;
 
 /// The Thrift binary protocol on the wire.
 pub mod wire {
-    /// `dequeue_reply`: the `dequeueJobs` REPLY message written from claimed jobs.
-    pub mod dequeue_reply;
     /// `decode`, `HotCall`, `EnqueueCall`, `DequeueCall`, `AckCall`: the three hot calls read from the frame.
     pub mod hot_calls;
+    /// `enqueue_reply`, `dequeue_reply`, `dequeue_batches_reply`, `void_reply`: their REPLY messages.
+    pub mod replies;
     /// `struct_end`: the bounds walk of a struct, before anything decodes it.
     pub mod struct_end;
 }
@@ -51,8 +51,8 @@ pub mod py {
     pub mod errors;
     pub mod runtime;
     pub mod wire {
-        pub mod dequeue_reply;
         pub mod hot_calls;
+        pub mod replies;
         pub mod struct_end;
     }
     pub mod store {
@@ -105,9 +105,11 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
-    use crate::py::wire::dequeue_reply::encode_dequeue_reply;
-    #[pymodule_export]
     use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
+    #[pymodule_export]
+    use crate::py::wire::replies::{
+        encode_dequeue_batches, encode_dequeue_reply, encode_enqueue_reply, encode_void_reply,
+    };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;
 

@@ -33,9 +33,12 @@ __all__ = [
     "decode_descriptor",
     "decode_descriptors",
     "decode_hot_call",
+    "encode_dequeue_batches",
     "encode_dequeue_reply",
     "encode_descriptor",
     "encode_descriptors",
+    "encode_enqueue_reply",
+    "encode_void_reply",
     "mysql_insert_statements",
     "redis_claimed_jobs",
     "redis_pack_command",
@@ -367,6 +370,36 @@ def mysql_insert_statements(
         OverflowError: ``attempts_allowed`` does not fit 64 bits, or a size is negative.
         UnicodeEncodeError: ``custom_status`` holds a lone surrogate (not UTF-8 encodable).
     """
+
+def encode_enqueue_reply(method: str, seqid: int, queue: str, shard: str, batch: NewJobBatch, ids: LocalIds) -> bytes:
+    """The strict Thrift binary REPLY message of ``method`` (``enqueueJobs``) for ``seqid``, whose
+    result's ``success`` is ``PinLaterEnqueueResponse(jobDescriptors=[...])``, byte for byte what
+    thriftpy2 writes: one ``{queue}:s{shard}:p{priority}:{id}`` per job of ``batch``, ``ids[i]``
+    being the local id the store gave job ``i`` on ``shard``.
+
+    Raises:
+        DescriptorError: a bad queue or shard name, a priority or id that cannot form a
+            descriptor, or not one id per job.
+        ValueError: a length beyond 2**31 - 1.
+    """
+
+def encode_dequeue_batches(
+    method: str, seqid: int, queue: str, batches: Sequence[tuple[str, int, ClaimedJobs]]
+) -> bytes:
+    """The REPLY message of ``method`` (``dequeueJobs``) for ``seqid``, exactly as
+    ``encode_dequeue_reply`` writes it for the same jobs: ``batches`` are ``(shard, priority,
+    ClaimedJobs)``, one per store call; each job's descriptor is built from its batch, jobs in
+    order. Descriptors must be distinct (a dequeue's are).
+
+    Raises:
+        DescriptorError: a bad queue or shard name, or a priority or id that cannot form a
+            descriptor.
+        ValueError: attempts that do not fit a Thrift i32, or a length beyond 2**31 - 1.
+    """
+
+def encode_void_reply(method: str, seqid: int) -> bytes:
+    """The REPLY message of a void ``method`` (``ackDequeuedJobs``) for ``seqid``: an empty result
+    struct, as thriftpy2 writes it."""
 
 def encode_dequeue_reply(method: str, seqid: int, jobs: list[Any]) -> bytes:
     """The strict Thrift binary REPLY message of ``method`` (``dequeueJobs``) for ``seqid``, whose

@@ -20,8 +20,8 @@ use pyo3::prelude::*;
 use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
 use crate::queue::body_matcher::{BudgetExceeded, PatternError};
 use crate::store::redis_rows::RowError;
-use crate::wire::dequeue_reply::TooLong;
 use crate::wire::hot_calls::{self, DecodeError};
+use crate::wire::replies::{ReplyError, TooLong};
 
 pyo3::create_exception!(
     pinlater._pinlater,
@@ -144,6 +144,17 @@ impl From<RuntimeStartError> for PyErr {
 impl From<RowError> for PyErr {
     fn from(err: RowError) -> Self {
         PyValueError::new_err(format!("malformed Redis reply: {err}"))
+    }
+}
+
+impl From<ReplyError> for PyErr {
+    fn from(err: ReplyError) -> Self {
+        match err {
+            ReplyError::Descriptor(descriptor) => descriptor.into(),
+            ReplyError::TooLong(_) | ReplyError::NotI32(..) => {
+                PyValueError::new_err(err.to_string())
+            }
+        }
     }
 }
 
