@@ -7,8 +7,6 @@
 //! `py::errors::guarded`: a Rust panic reaches Python as `NativeError`.
 
 pub mod error;
-/// The process-wide tokio runtime.
-pub mod runtime;
 
 /// The Thrift binary protocol on the wire.
 pub mod wire {
@@ -47,7 +45,6 @@ pub mod queue {
 /// The bindings, mirroring the core modules; exported by `_pinlater` below.
 pub mod py {
     pub mod errors;
-    pub mod runtime;
     pub mod wire {
         pub mod dequeue_reply;
         pub mod struct_end;
@@ -92,8 +89,6 @@ mod _pinlater {
     use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
     #[pymodule_export]
     use crate::py::queue::rate_limiter::RateLimiter;
-    #[pymodule_export]
-    use crate::py::runtime::runtime_worker_count;
     #[pymodule_export]
     use crate::py::store::mysql_inserts::mysql_insert_statements;
     #[pymodule_export]
