@@ -100,6 +100,7 @@ def test_two_processes_serve_one_port_and_stats_show_the_sum(
     server = start_two(start_server, redis_config)
     parent, child = pids_of(server)
     assert parent == server.pid and alive(child)
+    assert any("thrift server listening" in line and "server_process=1" in line for line in server.lines)
     clients = [PinLaterClient(f"127.0.0.1:{server.port}", max_connections=1) for _ in range(24)]
     try:
         clients[0].create_queue(QUEUE)

@@ -186,6 +186,9 @@ class Supervisor:
                 await self._spawn(child)
             except OSError as exc:
                 log.error("cannot start %s: %s", child.name, exc)
+                if child.ready is not None and not child.ready.done():
+                    child.ready.set_exception(ChildStartError(f"cannot start {child.name}: {exc}"))
+                    return
             else:
                 assert child.proc is not None and child.reading is not None
                 status = await child.proc.wait()
@@ -249,11 +252,25 @@ def child_main(fd: int) -> int:
     init = pickle.loads(_recv_exactly(sock, _LENGTH.unpack(head)[0]))
     assert isinstance(init, ChildInit)
     setup_logging(init.log_level, init.log_format, sys.stderr)
+    for handler in logging.getLogger().handlers:  # every line says which process wrote it
+        handler.addFilter(_ProcessTag(init.index))
     try:
         return asyncio.run(_serve_child(sock, init))
     except Exception:
         log.exception("server process %d failed", init.index)
         return 1
+
+
+class _ProcessTag(logging.Filter):
+    """Adds ``server_process=N`` to a child's log lines (an ``extra`` field in both formats)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.server_process = self.index
+        return True
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
