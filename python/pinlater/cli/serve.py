@@ -19,7 +19,6 @@ from typing import Any
 from pinlater.config import BACKENDS, Settings, SettingsLayer, load_properties, processes, resolve_settings
 from pinlater.errors import ConfigError, StoreLockedError
 from pinlater.logs import FORMATS, setup_logging
-from pinlater.server.processes import ChildStartError
 
 log = logging.getLogger("pinlater")
 
@@ -107,6 +106,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pinlater.server.processes import ChildStartError
+
     setup_logging(args.log_level, args.log_format, sys.stderr)
     try:
         settings = settings_from_args(args)
