@@ -7,6 +7,8 @@ holding the accepted socket), never guessed. Waits are ``wait_for`` on a conditi
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
@@ -16,8 +18,11 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
+from tests.server.test_contract import Api
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer, write_shard_config
 from tests.support.wait import wait_for
@@ -230,6 +235,45 @@ def test_a_killed_process_is_replaced_and_its_claimed_jobs_come_back(
 
         wait_for(drained, 40, interval=0.2, what="every enqueued job to be dequeued and acked")
     assert acked == enqueued
+
+
+def test_every_process_holds_a_share_of_the_rate_limit_and_reloads_the_queue_config(
+    start_server: Callable[..., ServerProcess],
+    redis_config: Path,
+    tmp_path: Path,
+    open_client: Callable[[ServerProcess], Any],
+    ttypes: ModuleType,
+) -> None:
+    queue_config = tmp_path / "queues.json"
+    write_rate(queue_config, 1000)
+    server = start_two(start_server, redis_config, QUEUE_CONFIG_FILE_PATH=queue_config)
+    parent, child = pids_of(server)
+    # Generated clients keep their connection through a refusal (a Thrift exception reply).
+    apis = [Api(open_client(server), ttypes) for _ in range(16)]
+    apis[0].create(QUEUE)
+    assert established(parent, server.port) > 0 and established(child, server.port) > 0
+
+    def refusal(api: Api, limit: int) -> str:
+        with pytest.raises(ttypes.PinLaterException) as info:
+            api.dequeue(QUEUE, limit)
+        assert info.value.errorCode == ttypes.ErrorCode.DEQUEUE_RATE_LIMITED
+        return str(info.value.message)
+
+    messages = []
+    for api in apis:
+        with contextlib.suppress(ttypes.PinLaterException):
+            api.dequeue(QUEUE, 1000)  # the first on each process is granted, and charged in full
+        messages.append(refusal(api, 1))
+    # 1000 jobs/s split between the two processes, in each of them.
+    assert all("limited to 500 jobs/s on this server process" in m for m in messages), messages
+    write_rate(queue_config, 0)  # paused: every process reloads the file
+    wait_for(lambda: all("is paused" in refusal(api, 1) for api in apis), 10, what="every process to pause the queue")
+
+
+def write_rate(path: Path, rate: float) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"queues": [{"name": QUEUE, "queueConfig": {"maxJobsPerSecond": rate}}]}))
+    os.replace(tmp, path)
 
 
 # -- settings -------------------------------------------------------------------------------------
