@@ -192,6 +192,15 @@ def test_sigterm_stops_every_process_and_lets_long_polls_finish(
             c.close()
 
 
+def test_a_child_outlives_no_killed_parent(start_server: Callable[..., ServerProcess], redis_config: Path) -> None:
+    server = start_two(start_server, redis_config)
+    parent, child = pids_of(server)
+    server.kill()  # SIGKILL: no chance to stop its children
+    wait_for(lambda: not alive(child), 15, what=f"server process 1 (pid {child}) to stop without its parent")
+    assert not alive(parent)
+    assert "server process 1: the supervisor is gone; stopping" in server.output()
+
+
 def test_a_killed_process_is_replaced_and_its_claimed_jobs_come_back(
     start_server: Callable[..., ServerProcess], redis_config: Path
 ) -> None:
