@@ -76,7 +76,9 @@ def make_plan(p: PlanInputs) -> dict[str, Any]:
         )
     else:
         server_capacity = p.lifecycle_per_s
-        assumptions.append("server CPU was not measured: a server process is assumed to do what this run measured")
+        assumptions.append(
+            "server CPU was not measured: a server (of as many processes) is assumed to do what this run measured"
+        )
     if p.backend == "embedded":
         shard_capacity = server_capacity
         assumptions.append("embedded: the store (SQLite) lives inside the server process, so a shard is a server")
