@@ -5,8 +5,6 @@
 //! - [`RateLimitError`]: a rate or burst that is negative, NaN or infinite. Python sees `ValueError`.
 //! - [`WalkError`]: bytes that are not a well-formed Thrift binary-protocol struct. Always the
 //!   peer's fault; Python sees `pinlater._pinlater.MalformedThriftError` (a `ValueError`).
-//! - [`RuntimeStartError`]: the process-wide tokio runtime could not be built (the OS refused
-//!   threads). Not the caller's fault; Python sees `pinlater._pinlater.NativeError`.
 
 /// What is wrong with one descriptor, or with one part given to the encoder.
 ///
@@ -75,11 +73,6 @@ pub enum RateLimitError {
     #[error("burst_seconds must be a finite number > 0, got {0}")]
     BurstSeconds(f64),
 }
-
-/// The process-wide tokio runtime could not be started.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot start the pinlater tokio runtime: {0}")]
-pub struct RuntimeStartError(#[from] pub std::io::Error);
 
 /// Why a Thrift binary-protocol struct failed the walk (`crate::wire::struct_end`).
 ///

@@ -7,8 +7,6 @@
 //! `py::errors::guarded`: a Rust panic reaches Python as `NativeError`.
 
 pub mod error;
-/// The process-wide tokio runtime.
-pub mod runtime;
 
 /// The Thrift binary protocol on the wire.
 pub mod wire {
@@ -49,7 +47,6 @@ pub mod queue {
 /// The bindings, mirroring the core modules; exported by `_pinlater` below.
 pub mod py {
     pub mod errors;
-    pub mod runtime;
     pub mod wire {
         pub mod hot_calls;
         pub mod replies;
@@ -96,8 +93,6 @@ mod _pinlater {
     use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
     #[pymodule_export]
     use crate::py::queue::rate_limiter::RateLimiter;
-    #[pymodule_export]
-    use crate::py::runtime::runtime_worker_count;
     #[pymodule_export]
     use crate::py::store::mysql_inserts::mysql_insert_statements;
     #[pymodule_export]

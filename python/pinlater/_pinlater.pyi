@@ -1,7 +1,7 @@
 """pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits, the dequeue broker's
 buffer, the Thrift struct walk, the hot calls decoded from their frames and their replies, the
-hot path's jobs as Rust values, the MySQL backend's enqueue INSERT, body filters and a tokio
-runtime.
+hot path's jobs as Rust values, the MySQL backend's enqueue INSERT, the Redis backend's commands
+and replies, and body filters.
 
 Every function is safe to call from many threads at once. A Rust panic inside any of them is
 raised as ``NativeError`` (never as PyO3's ``PanicException``, which is a ``BaseException``).
@@ -43,7 +43,6 @@ __all__ = [
     "mysql_insert_statements",
     "redis_claimed_jobs",
     "redis_pack_command",
-    "runtime_worker_count",
     "thrift_struct_end",
 ]
 
@@ -621,13 +620,6 @@ class BodyMatcher:
                 ``bytes`` nor ``None``.
             ValueError: ``budget_seconds`` is NaN.
         """
-
-def runtime_worker_count() -> int:
-    """Worker threads of the extension's tokio runtime (2), starting it on first call.
-
-    Raises:
-        NativeError: the runtime could not be started.
-    """
 
 def _panic_for_tests(message: str) -> NoReturn:
     """Test-only: panic in Rust with ``message``, which Python must see as ``NativeError``."""

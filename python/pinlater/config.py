@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,12 @@ class Settings:
     # bodyRegexToMatch filter (count, scan, delete) on the embedded and Redis stores; past it the
     # request fails with an error naming this key instead of returning a partial answer.
     body_filter_time_budget_seconds: float = 10.0
+    # SERVER_PROCESSES (or --processes): server processes sharing the Thrift port (SO_REUSEPORT;
+    # the kernel spreads connections), each a full server over the same shards; "auto" is the
+    # cores this process may run on. 1 by default: the store (Redis, MariaDB) often shares the
+    # machine and is the limit, every process holds its own store connections and broker buffers,
+    # and the embedded store serves from one process only (server/processes.py).
+    server_processes: int = 1
 
     @property
     def broker_hold_ms(self) -> int:
@@ -168,6 +175,13 @@ class Settings:
             ),
             (self.max_scan_limit >= 1, ("max_scan_limit",), "must be at least 1"),
             (self.body_filter_time_budget_seconds > 0, ("body_filter_time_budget_seconds",), "must be positive"),
+            (1 <= self.server_processes <= 1024, ("server_processes",), "must be in 1..1024 (or auto)"),
+            (
+                self.backend != "embedded" or self.server_processes == 1,
+                ("server_processes", "backend"),
+                f"the embedded backend serves from one process (one process holds its data directory), "
+                f"not {self.server_processes}: set SERVER_PROCESSES to 1, or use the redis or mysql backend",
+            ),
             (
                 self.broker_hold_seconds is None
                 or 0.01 <= self.broker_hold_seconds <= self.backend_monitor_job_claimed_timeout_seconds / 2,
@@ -312,6 +326,24 @@ def _upper(value: str) -> str:
     return value.strip().upper()
 
 
+def processes(value: str) -> int:
+    """SERVER_PROCESSES: a whole number, or ``auto``: the cores this process may run on."""
+    if value.strip().lower() == "auto":
+        return usable_cores()
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("expected a whole number or auto") from None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; all cores where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "THRIFT_PORT": ("port", int),
     "OSTRICH_PORT": ("admin_port", int),
@@ -353,6 +385,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "REDIS_MEMORY_HIGH_WATER_FRACTION": ("redis_memory_high_water_fraction", float),
     "REDIS_MEMORY_PROBE_INTERVAL_SECONDS": ("redis_memory_probe_interval_seconds", float),
     "BODY_FILTER_TIME_BUDGET_SECONDS": ("body_filter_time_budget_seconds", float),
+    "SERVER_PROCESSES": ("server_processes", processes),
 }
 
 #: Attribute name -> its properties key, for errors about a value left at its default.

@@ -4,7 +4,8 @@ The queue config file (QUEUE_CONFIG_FILE_PATH) is JSON:
 ``{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 10.5}}]}``. A queue that is not
 listed is unlimited; 0 pauses it. With SERVER_SET_ENABLED the configured rate is split evenly
 between the live servers listed in the ServerSet file (one ``host:port`` per line), so a
-fleet together holds the configured rate. The token buckets live in the Rust extension
+fleet together holds the configured rate; a server of several processes (SERVER_PROCESSES) splits
+its share evenly between them. The token buckets live in the Rust extension
 (``RateLimiter``), charged by the number of jobs a dequeue asks for.
 """
 
@@ -59,10 +60,12 @@ def parse_server_set(text: str) -> list[str]:
 class QueueRateLimits:
     """Holds the configured rates and the server count, and keeps the buckets in step."""
 
-    def __init__(self, limiter: RateLimiter | None = None) -> None:
+    def __init__(self, limiter: RateLimiter | None = None, processes: int = 1) -> None:
         self.limiter = limiter or RateLimiter()
         self._configured: dict[str, float] = {}
         self._servers = 1
+        #: Processes of this server, each holding an even share of its rate.
+        self._processes = processes
 
     @property
     def configured(self) -> Mapping[str, float]:
@@ -74,7 +77,7 @@ class QueueRateLimits:
 
     def effective_rate(self, queue: str) -> float | None:
         rate = self._configured.get(queue)
-        return None if rate is None else rate / self._servers
+        return None if rate is None else rate / (self._servers * self._processes)
 
     def apply_queue_config(self, text: str) -> None:
         rates = parse_queue_config(text)
@@ -91,7 +94,7 @@ class QueueRateLimits:
 
     def _sync(self) -> None:
         for queue, rate in self._configured.items():
-            self.limiter.set_rate(queue, rate / self._servers)
+            self.limiter.set_rate(queue, rate / (self._servers * self._processes))
         for queue in set(self.limiter.rates()) - set(self._configured):
             self.limiter.remove(queue)
 
@@ -99,5 +102,9 @@ class QueueRateLimits:
         """Charge ``jobs`` to the queue's bucket or raise DEQUEUE_RATE_LIMITED."""
         if not self.limiter.try_acquire(queue, jobs):
             rate = self.effective_rate(queue)
-            detail = "paused" if rate == 0 else f"limited to {rate:g} jobs/s on this server"
+            detail = (
+                "paused"
+                if rate == 0
+                else f"limited to {rate:g} jobs/s on this server{' process' if self._processes > 1 else ''}"
+            )
             raise PinLaterError(ErrorCode.DEQUEUE_RATE_LIMITED, f"queue {queue} is {detail}")

@@ -17,7 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
+use crate::error::{self, RateLimitError, WalkError};
 use crate::queue::body_matcher::{BudgetExceeded, PatternError};
 use crate::store::redis_rows::RowError;
 use crate::wire::hot_calls::{self, DecodeError};
@@ -132,12 +132,6 @@ impl From<PatternError> for PyErr {
 impl From<BudgetExceeded> for PyErr {
     fn from(err: BudgetExceeded) -> Self {
         BodyFilterTimeout::new_err(err.to_string())
-    }
-}
-
-impl From<RuntimeStartError> for PyErr {
-    fn from(err: RuntimeStartError) -> Self {
-        NativeError::new_err(err.to_string())
     }
 }
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 from tests.support.pinlater_server import ServerProcess
+from tests.support.wait import wait_for
 
 from pinlater.bench.local import MissingBinaryError, find_binary
 from pinlater.bench.plan import PlanInputs, format_plan, make_plan
@@ -101,13 +104,15 @@ def test_redis_run_measures_the_store_too(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = bench(
         "--backend", "redis", "--duration", "2", "--consumers", "1", "--batch", "20", "--out", str(out),
-        "--target-rate", "800k/s",
+        "--target-rate", "800k/s", "--processes", "2",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     check_result(result, 2)
     assert result["cpu_seconds"]["store"] > 0
+    assert result["config"]["processes"] == 2 and "2 server processes" in done.stdout
     plan = result["plan"]
+    assert plan["processes_per_server"] == 2 and plan["server_cores"] == plan["servers"] * 2
     assert plan["jobs_per_store_cpu_second"] > 0 and plan["shards"] >= 1
     assert any("Redis runs commands on one thread" in a for a in plan["assumptions"])
 
@@ -123,6 +128,7 @@ def test_redis_run_measures_the_store_too(tmp_path: Path) -> None:
         (["--producers", "0", "--consumers", "0"], "nothing to run"),
         (["--headroom", "0.5"], "headroom must be >= 1"),
         (["--server-pid", "1"], "--server-pid and --store-pid go with --target"),
+        (["--processes", "2"], "--processes above 1 needs --backend redis or mysql"),
     ],
 )
 def test_bad_flags_are_one_line_usage_errors(args: list[str], expected: str) -> None:
@@ -191,3 +197,35 @@ def test_plan_without_completed_jobs_says_so() -> None:
     )  # fmt: skip
     assert plan["shards"] is None and "no job completed" in plan["error"]
     assert format_plan(plan).startswith("plan: none: ")
+
+
+def test_plan_counts_servers_of_several_processes() -> None:
+    # As above (2000 jobs per server CPU-second, all processes' CPU counted), servers of 4 processes.
+    plan = make_plan(
+        PlanInputs(
+            target_per_s=50_000, headroom=2, backend="redis", lifecycle_per_s=1000, duration_s=10,
+            server_cpu_s=5, store_cpu_s=1, processes_per_server=4,
+        )
+    )  # fmt: skip
+    assert plan["server_capacity_jobs_per_min"] == 8000 * 60  # 4 processes x 2000 jobs/s
+    assert plan["servers"] == 13  # 100k/s / 8000 per server, rounded up
+    assert plan["server_cores"] == 52  # 13 servers x 4 processes x 1 core
+    assert "servers: 13  (pinlater serve of 4 process(es)" in format_plan(plan)
+
+
+def test_server_cpu_counts_its_child_processes(tmp_path: Path) -> None:
+    """``pinlater serve --processes N`` runs N - 1 children: the server's CPU is the whole tree's."""
+    from pinlater.bench import local
+
+    script = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])"
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        kids = wait_for(lambda: local.children(parent.pid), 10, what="the child process")
+        wait_for(lambda: local.cpu_seconds(kids[0]) >= 0.2, 10, what="the child to use CPU")
+        own = local.cpu_seconds(parent.pid)
+        assert local.tree_cpu_seconds(parent.pid) >= own + 0.2
+    finally:
+        for pid in local.children(parent.pid):
+            os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait(10)

@@ -41,6 +41,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of a process and of its running descendants (``pinlater serve --processes N`` runs
+    N - 1 children); a descendant that ended meanwhile is not counted."""
+    total = cpu_seconds(pid)
+    for child in children(pid):
+        try:
+            total += tree_cpu_seconds(child)
+        except OSError:
+            continue  # ended meanwhile
+    return total
+
+
+def children(pid: int) -> list[int]:
+    """The children of a process, from /proc/PID/task/*/children."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -171,13 +199,14 @@ def start_mariadb(directory: Path, buffer_pool: str = "128M") -> LocalStore:
 
 
 class LocalServer:
-    """``pinlater serve`` on free ports, its output in ``server.log`` (a file: nobody must read a pipe)."""
+    """``pinlater serve`` on free ports (``processes`` of them on one port), its output in
+    ``server.log`` (a file: nobody must read a pipe)."""
 
-    def __init__(self, directory: Path, backend: str, store: LocalStore | None) -> None:
+    def __init__(self, directory: Path, backend: str, store: LocalStore | None, processes: int = 1) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / "server.log"
         cmd = [sys.executable, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0"]
-        cmd += ["--data-dir", str(directory / "data"), "--backend", backend]
+        cmd += ["--data-dir", str(directory / "data"), "--backend", backend, "--processes", str(processes)]
         if store is not None:
             config = directory / f"{backend}.json"
             config.write_text(json.dumps(store.config))

@@ -10,7 +10,9 @@ The arithmetic is deliberately simple and every assumption it makes is returned 
   That is what lets a run on a small shared machine (where the load generator takes cores too)
   say something about dedicated machines;
 * throughput scales linearly with shards (they share nothing) and with server processes (they are
-  stateless; every server talks to every shard);
+  stateless; every server talks to every shard). A server (``pinlater serve``) runs
+  ``processes_per_server`` processes on one port (SERVER_PROCESSES), one event loop and about one
+  core each, so the plan counts servers of that many processes and the cores they use;
 * the plan provisions ``headroom`` times the target, for peaks, failover and GC.
 """
 
@@ -34,8 +36,11 @@ class PlanInputs:
     server_cpu_s: float | None
     #: None when the store runs inside the server (embedded) or was not measured.
     store_cpu_s: float | None
+    #: Cores one server process may use (one event loop: about one).
     cores_per_server: float = 1.0
     cores_per_store: float = 1.0
+    #: Processes of one ``pinlater serve`` (SERVER_PROCESSES); its CPU above counts them all.
+    processes_per_server: int = 1
 
 
 def make_plan(p: PlanInputs) -> dict[str, Any]:
@@ -54,22 +59,26 @@ def make_plan(p: PlanInputs) -> dict[str, Any]:
     jobs = p.lifecycle_per_s * p.duration_s
     per_server_cpu = jobs / p.server_cpu_s if p.server_cpu_s else None
     per_store_cpu = jobs / p.store_cpu_s if p.store_cpu_s else None
+    procs = p.processes_per_server
     assumptions = [
         f"throughput scales linearly with shards and with server processes; the measurement was one shard "
-        f"({p.backend}) behind one server process",
+        f"({p.backend}) behind one server of {procs} process{'es' if procs > 1 else ''}",
         "a job costs its whole lifecycle (enqueue + dequeue + ack): the measured rate is the slowest of the three, "
         "and all CPU of the run is charged to those jobs",
         f"provision {p.headroom:g}x the target (headroom for peaks, failover, backlog drain and GC)",
     ]
     if per_server_cpu is not None:
-        server_capacity = per_server_cpu * p.cores_per_server
+        server_capacity = per_server_cpu * p.cores_per_server * procs
         assumptions.append(
-            f"CPU per job is constant: {per_server_cpu:,.0f} jobs per server CPU-second measured; one server process "
-            f"(one asyncio event loop) uses at most {p.cores_per_server:g} core(s), so run about one per core"
+            f"CPU per job is constant: {per_server_cpu:,.0f} jobs per server CPU-second measured (all its processes); "
+            f"one server process (one asyncio event loop) uses at most {p.cores_per_server:g} core(s), and a server "
+            f"runs {procs} (SERVER_PROCESSES; --processes auto runs one per core)"
         )
     else:
         server_capacity = p.lifecycle_per_s
-        assumptions.append("server CPU was not measured: a server process is assumed to do what this run measured")
+        assumptions.append(
+            "server CPU was not measured: a server (of as many processes) is assumed to do what this run measured"
+        )
     if p.backend == "embedded":
         shard_capacity = server_capacity
         assumptions.append("embedded: the store (SQLite) lives inside the server process, so a shard is a server")
@@ -95,12 +104,13 @@ def make_plan(p: PlanInputs) -> dict[str, Any]:
         "jobs_per_server_cpu_second": _round(per_server_cpu),
         "jobs_per_store_cpu_second": _round(per_store_cpu),
         "cores_per_server": p.cores_per_server,
+        "processes_per_server": procs,
         "cores_per_store": p.cores_per_store if p.backend != "embedded" else None,
         "server_capacity_jobs_per_min": round(server_capacity * 60, 1),
         "shard_capacity_jobs_per_min": round(shard_capacity * 60, 1),
         "shards": shards,
         "servers": servers,
-        "server_cores": _round(servers * p.cores_per_server if servers else None),
+        "server_cores": _round(servers * procs * p.cores_per_server if servers else None),
         "store_cores": _round(shards * p.cores_per_store if shards and p.backend != "embedded" else None),
         "assumptions": assumptions,
     }
@@ -117,7 +127,8 @@ def format_plan(plan: dict[str, Any]) -> str:
         f"plan: {si(plan['target_jobs_per_min'])} jobs/min target x {plan['headroom']:g} headroom "
         f"= {si(plan['provisioned_jobs_per_min'])} jobs/min to provision",
         f"  shards:  {plan['shards']}  (each ~{si(plan['shard_capacity_jobs_per_min'])} jobs/min)",
-        f"  servers: {plan['servers']}  (server processes, each ~{si(plan['server_capacity_jobs_per_min'])} jobs/min"
+        f"  servers: {plan['servers']}  (pinlater serve of {plan.get('processes_per_server', 1)} process(es), "
+        f"each ~{si(plan['server_capacity_jobs_per_min'])} jobs/min"
         f"{'; ' + format(plan['server_cores'], 'g') + ' cores in all' if plan['server_cores'] else ''})",
     ]
     if plan["store_cores"]:

@@ -37,6 +37,8 @@ class BenchConfig:
     body_bytes: int
     piggyback_acks: bool = False
     queue: str = "pinlater_bench"
+    #: Server processes (SERVER_PROCESSES) of the started server, or of the target.
+    processes: int = 1
     #: PIDs to measure CPU of when targeting a running server on this machine.
     server_pid: int | None = None
     store_pid: int | None = None
@@ -63,7 +65,7 @@ def _servers(config: BenchConfig) -> Iterator[_Setup]:
                 store = local.start_redis(Path(tmp) / "redis")
             elif config.backend == "mysql":
                 store = local.start_mariadb(Path(tmp) / "mariadb")
-            server = local.LocalServer(Path(tmp) / "server", config.backend, store)
+            server = local.LocalServer(Path(tmp) / "server", config.backend, store, config.processes)
             yield _Setup(local.HOST, server.port, server.pid, store.pid if store else None)
         finally:
             if server is not None:
@@ -76,7 +78,7 @@ def _cpu(pid: int | None) -> float | None:
     if pid is None:
         return None
     try:
-        return local.cpu_seconds(pid)
+        return local.tree_cpu_seconds(pid)
     except OSError:
         return None
 

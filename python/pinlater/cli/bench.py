@@ -25,6 +25,7 @@ examples:
   pinlater bench --duration 20                                   embedded store, 1 producer, 2 consumers
   pinlater bench --backend redis --producers 2 --consumers 4 --out bench.json --plot bench.png
   pinlater bench --backend mysql --target-rate 50M/min --cores-per-store 8
+  pinlater bench --backend redis --processes 2 --target-rate 50M/min       servers of 2 processes
   pinlater bench --target 10.0.0.5:9010 --backend redis --target-rate 800k/s
 
 rates: 50M/min, 800k/s, 1e6/min, 2.5B/day (k, M, G/B; per s, min, h or day; a bare number is per second)
@@ -57,12 +58,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--target-rate", type=_rate, metavar="RATE", help="plan shards and servers for this rate")
     p.add_argument("--headroom", type=_headroom, default=2.0, help="provision this multiple of the target (default 2)")
     p.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=1,
+        help="server processes of the server started (--processes of pinlater serve; redis and mysql only), "
+        "or that the --target server runs; the plan counts servers of this many (default 1)",
+    )
+    p.add_argument(
         "--cores-per-server", type=_positive_float, default=1.0, help="cores one server process may use (default 1)"
     )
     p.add_argument(
         "--cores-per-store", type=_positive_float, default=1.0, help="cores one shard's store may use (default 1)"
     )
-    p.add_argument("--server-pid", type=_positive_int, help="with --target: the server's PID, to measure its CPU")
+    p.add_argument(
+        "--server-pid", type=_positive_int, help="with --target: the server's PID, to measure its CPU (children's too)"
+    )
     p.add_argument("--store-pid", type=_positive_int, help="with --target: the store's PID, to measure its CPU")
     p.set_defaults(run=run, parser=p)
 
@@ -124,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
     parser: argparse.ArgumentParser = args.parser
     if args.producers + args.consumers == 0:
         parser.error("nothing to run: --producers and --consumers are both 0")
+    if args.processes > 1 and args.backend == "embedded":
+        parser.error("--processes above 1 needs --backend redis or mysql (the embedded store serves from one process)")
     if (args.server_pid or args.store_pid) and args.target is None:
         parser.error("--server-pid and --store-pid go with --target (started servers are measured anyway)")
     if args.plot is not None:
@@ -143,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         queue=args.queue,
         server_pid=args.server_pid,
         store_pid=args.store_pid,
+        processes=args.processes,
     )
     try:
         result = run_bench(config, sys.stderr)
@@ -188,6 +201,7 @@ def _plan(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             store_cpu_s=result["cpu_seconds"]["store"],
             cores_per_server=args.cores_per_server,
             cores_per_store=args.cores_per_store,
+            processes_per_server=args.processes,
         )
     )
 
@@ -201,7 +215,9 @@ def report(result: dict[str, Any]) -> str:
     lines = [
         f"pinlater bench: {result['backend']}, {cfg['duration']:g}s, {cfg['producers']} producer(s), "
         f"{cfg['consumers']} consumer(s), batch {cfg['batch']}, {cfg['body_bytes']}-byte bodies"
-        f"{', acks piggy-backed' if cfg['piggyback_acks'] else ''}; {result['machine']['cpus']} CPUs",
+        f"{', acks piggy-backed' if cfg['piggyback_acks'] else ''}"
+        f"{', ' + str(cfg['processes']) + ' server processes' if cfg.get('processes', 1) > 1 else ''}; "
+        f"{result['machine']['cpus']} CPUs",
         f"{'operation':<10}{'jobs/min':>12}{'jobs/s':>11}{'req/s':>9}{'p50':>10}{'p99':>10}{'p999':>10}  errors",
     ]
     for op, t in result["throughput"].items():

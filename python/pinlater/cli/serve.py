@@ -10,12 +10,13 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from pinlater.config import BACKENDS, Settings, SettingsLayer, load_properties, resolve_settings
+from pinlater.config import BACKENDS, Settings, SettingsLayer, load_properties, processes, resolve_settings
 from pinlater.errors import ConfigError, StoreLockedError
 from pinlater.logs import FORMATS, setup_logging
 
@@ -27,6 +28,7 @@ examples:
   pinlater serve --host 0.0.0.0                   serve other machines too
   pinlater serve --properties pinlater.properties the original's properties file
   pinlater serve --backend redis --backend-config redis.json
+  pinlater serve --backend redis --backend-config redis.json --processes auto   one process per core
 """
 
 
@@ -53,6 +55,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--num-priorities", type=int, help="priority levels (default 3; NUM_PRIORITY_LEVELS)")
     p.add_argument("--max-frame-bytes", type=int, help="largest accepted Thrift frame (default 16 MiB)")
+    p.add_argument(
+        "--processes",
+        type=_processes,
+        metavar="N|auto",
+        help="server processes sharing the Thrift port (default 1; auto: one per usable core; "
+        "not with the embedded backend; SERVER_PROCESSES)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
     p.add_argument(
         "--log-format", default="text", choices=FORMATS, help="log lines as text (default) or JSON lines, one per event"
@@ -71,7 +80,15 @@ FLAG_ATTRS = {
     "--backend-config": "backend_config_path",
     "--num-priorities": "num_priority_levels",
     "--max-frame-bytes": "max_frame_bytes",
+    "--processes": "server_processes",
 }
+
+
+def _processes(text: str) -> int:
+    try:
+        return processes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, not {text!r}") from None
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -89,11 +106,13 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pinlater.server.processes import ChildStartError
+
     setup_logging(args.log_level, args.log_format, sys.stderr)
     try:
         settings = settings_from_args(args)
-        return asyncio.run(_serve(settings))
-    except (ConfigError, StoreLockedError) as exc:
+        return asyncio.run(_serve(settings, args.log_level, args.log_format))
+    except (ConfigError, StoreLockedError, ChildStartError) as exc:
         print(f"pinlater serve: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
@@ -101,30 +120,41 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-async def _serve(settings: Settings) -> int:
+async def _serve(settings: Settings, log_level: str = "INFO", log_format: str = "text") -> int:
     from pinlater.server.app import PinLaterServer
+    from pinlater.server.processes import Supervisor, settings_for_children
 
     server = PinLaterServer(settings)
+    supervisor: Supervisor | None = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         addresses = await server.start()
+        if settings.server_processes > 1:
+            children = settings_for_children(settings, addresses.thrift[1])
+            supervisor = Supervisor(children, server.metrics, log_level, log_format)
+            await supervisor.start()
     except BaseException:
+        if supervisor is not None:
+            await supervisor.stop(0)
         await server.stop(0)
         raise
     where = f"data dir {settings.data_dir}" if settings.backend == "embedded" else str(settings.backend_config_path)
     thrift_host, thrift_port = addresses.thrift
     admin_host, admin_port = addresses.admin
     log.info(
-        "serving PinLater on %s:%d (admin http://%s:%d/), backend %s, %s",
+        "serving PinLater on %s:%d (admin http://%s:%d/), backend %s, %s, %d server process%s (pids %s)",
         thrift_host,
         thrift_port,
         admin_host,
         admin_port,
         settings.backend,
         where,
+        settings.server_processes,
+        "es" if settings.server_processes > 1 else "",
+        " ".join(map(str, [os.getpid(), *(supervisor.pids() if supervisor else [])])),
     )
     # What start-up made (modules, settings, pools, the server itself) lives as long as the
     # process: frozen, a full collection no longer walks it. In the Redis lifecycle bench such a
@@ -132,5 +162,8 @@ async def _serve(settings: Settings) -> int:
     gc.freeze()
     await stop.wait()
     log.info("signal received: stopping")
-    await server.stop()
+    if supervisor is not None:
+        await asyncio.gather(server.stop(), supervisor.stop())
+    else:
+        await server.stop()
     return 0

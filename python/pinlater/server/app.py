@@ -5,11 +5,17 @@
 ``stop()`` stops accepting, lets requests in flight finish, stops the monitor and closes storage.
 Stop is idempotent. The server never asks which backend it has: every kind is a
 ``BackendDriver`` (``backends/drivers.py``).
+
+With SERVER_PROCESSES > 1 (``server/processes.py``) each process is a ``PinLaterServer`` over the
+same shards, its Thrift listener sharing the port. Process 0 alone serves the admin port and runs
+the monitor and the queue counts, and merges the others' counters into its own; every process
+runs its own broker, rate limits (an even share), health checks, memory probe and config watches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import Coroutine
@@ -49,8 +55,10 @@ class Addresses:
 
 
 class PinLaterServer:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, process_index: int = 0) -> None:
         self.settings = settings
+        #: 0: the process that serves the admin port and runs the monitor; others serve Thrift only.
+        self.process_index = process_index
         self.metrics = Metrics()
         self.backend: ShardedBackend | None = None
         self.queue_counts: QueueCounts | None = None
@@ -97,8 +105,9 @@ class PinLaterServer:
         # Before serving: a queue on some shards only is put on every shard that takes new jobs.
         await create_missing_queues(self.backend, self.backend.shards.enqueue_candidates())
         # The queue list's counts: the first pass runs now, so the dashboard's first load finds it.
-        self.queue_counts = QueueCounts(self.backend)
-        self.queue_counts.start()
+        if self.process_index == 0:
+            self.queue_counts = QueueCounts(self.backend)
+            self.queue_counts.start()
         backend = self.backend
         memory = MemoryWatch(
             lambda: backend.shards, s.redis_memory_high_water_fraction, s.redis_memory_probe_interval_seconds
@@ -123,12 +132,15 @@ class PinLaterServer:
             frame_timeout_seconds=s.frame_timeout_seconds,
             max_pending_frame_bytes=s.max_pending_frame_bytes,
             idle_timeout_seconds=idle_minutes * 60 if idle_minutes > 0 else None,
+            share_port=None if s.server_processes == 1 else "open" if self.process_index == 0 else "join",
         )
         await self._thrift.start()
-        self._admin = await start_admin(self)
-        admin_port = self._admin.addresses[0][1]
-        self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
-        self._monitor.start()
+        admin_port = 0
+        if self.process_index == 0:
+            self._admin = await start_admin(self)
+            admin_port = self._admin.addresses[0][1]
+            self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
+            self._monitor.start()
         self._health_task = asyncio.create_task(self._health_loop(), name="pinlater-health")
         await self._warn(self.backend.shards.all())
         config_path = driver.config_path(s)
@@ -146,7 +158,7 @@ class PinLaterServer:
         s = self.settings
         if s.queue_config_file_path is None:
             return None
-        limits = QueueRateLimits()
+        limits = QueueRateLimits(processes=s.server_processes)
         watchers = [FileWatcher(s.queue_config_file_path, limits.apply_queue_config, "queue config")]
         if s.server_set_enabled and s.server_set_path is not None:
             watchers.append(FileWatcher(s.server_set_path, limits.apply_server_set, "server set"))
@@ -202,21 +214,23 @@ class PinLaterServer:
         backend, thrift = self.backend, self._thrift
         self.metrics.gauge("shards", lambda: len(backend.shards))
         self.metrics.gauge("shards_healthy", lambda: sum(1 for s in backend.shards if s.healthy))
-        self.metrics.gauge("connections_open", lambda: thrift.stats().connections_open)
-        self.metrics.gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
-        self.metrics.gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
+        # Per process, summed over the server processes on the stats pages.
+        gauge = functools.partial(self.metrics.gauge, summed=True)
+        gauge("connections_open", lambda: thrift.stats().connections_open)
+        gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+        gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
         # Peers closed or refused by the transport's limits (totals since start).
-        self.metrics.gauge("accept_errors", lambda: thrift.stats().accept_errors)
-        self.metrics.gauge("connections_rejected", lambda: thrift.stats().connections_rejected)
-        self.metrics.gauge("frame_timeouts", lambda: thrift.stats().frame_timeouts)
-        self.metrics.gauge("frames_over_budget", lambda: thrift.stats().over_budget)
-        self.metrics.gauge("connections_closed_idle", lambda: thrift.stats().idle_closed)
-        self.metrics.gauge("connections_closed_write_stall", lambda: thrift.stats().write_stalls)
+        gauge("accept_errors", lambda: thrift.stats().accept_errors)
+        gauge("connections_rejected", lambda: thrift.stats().connections_rejected)
+        gauge("frame_timeouts", lambda: thrift.stats().frame_timeouts)
+        gauge("frames_over_budget", lambda: thrift.stats().over_budget)
+        gauge("connections_closed_idle", lambda: thrift.stats().idle_closed)
+        gauge("connections_closed_write_stall", lambda: thrift.stats().write_stalls)
         # Objects out of the garbage collector's reach: what `pinlater serve` froze after start-up.
-        self.metrics.gauge("gc_frozen_objects", gc.get_freeze_count)
+        gauge("gc_frozen_objects", gc.get_freeze_count)
         broker = self.broker
         if broker is not None:
-            self.metrics.gauge("broker_buffered_jobs", broker.buffered)
+            gauge("broker_buffered_jobs", broker.buffered)
         assert self._driver is not None
         for name, read in self._driver.gauges(lambda: backend.shards).items():
             self.metrics.gauge(name, read)

@@ -84,6 +84,24 @@ class Timing:
             if slot < RESERVOIR:
                 self.sample[slot] = value
 
+    def merge(self, other: Timing) -> None:
+        """Add ``other``'s observations (another process's): exact for count, sum, extremes and
+        buckets; the sample keeps each side's share of the reservoir in proportion to its count."""
+        if not other.count:
+            return
+        total = self.count + other.count
+        if len(self.sample) + len(other.sample) > RESERVOIR:
+            mine = min(len(self.sample), round(RESERVOIR * self.count / total))
+            theirs = min(len(other.sample), RESERVOIR - mine)
+            self.sample = random.sample(self.sample, mine) + random.sample(other.sample, theirs)
+        else:
+            self.sample = self.sample + other.sample
+        self.count = total
+        self.total += other.total
+        self.minimum = min(self.minimum, other.minimum)
+        self.maximum = max(self.maximum, other.maximum)
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+
     def quantile(self, q: float) -> float:
         ordered = sorted(self.sample)
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -109,14 +127,31 @@ def split_queue_counter(name: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
+@dataclass(frozen=True, slots=True)
+class MetricsDelta:
+    """What one server process counted since its last delta, and its summed gauges now: sent to
+    the process that serves the admin port (``server/processes.py``), which merges it."""
+
+    counters: dict[str, int]
+    timings: dict[str, Timing]
+    gauges: dict[str, float]
+
+
 class Metrics:
     """The server's statistics registry; the ``Counters`` handed down to the monitor, the broker
-    and the sharded backend (``pinlater/counters.py``)."""
+    and the sharded backend (``pinlater/counters.py``).
+
+    With several server processes, the others' counts are merged in (``merge``): counters and
+    timings add up, and the gauges registered ``summed`` (connections, requests in flight) show
+    the sum over the live processes; the rest (shards, shard health) are this process's reading."""
 
     def __init__(self) -> None:
         self.counters: dict[str, int] = defaultdict(int)
         self.timings: dict[str, Timing] = defaultdict(Timing)
         self._gauges: dict[str, Callable[[], float]] = {}
+        self._summed: set[str] = set()
+        #: The summed gauges of the other processes, by process name.
+        self._remote_gauges: dict[str, dict[str, float]] = {}
 
     def incr(self, name: str, by: int = 1) -> None:
         if by:
@@ -126,18 +161,48 @@ class Metrics:
         self.timings[method].add(millis)
         self.counters[f"{method}_{'ok' if ok else 'error'}"] += 1
 
-    def gauge(self, name: str, read: Callable[[], float]) -> None:
-        """Register a gauge, read when stats are rendered."""
+    def gauge(self, name: str, read: Callable[[], float], *, summed: bool = False) -> None:
+        """Register a gauge, read when stats are rendered; ``summed``: a per-process quantity
+        (connections open, say), shown summed over the server processes."""
         self._gauges[name] = read
+        if summed:
+            self._summed.add(name)
 
     def gauges(self) -> dict[str, float]:
+        out = self._local_gauges()
+        for remote in self._remote_gauges.values():
+            for name, value in remote.items():
+                if name in out:
+                    out[name] += value
+        return out
+
+    def _local_gauges(self, names: Iterable[str] | None = None) -> dict[str, float]:
         out = {}
-        for name, read in self._gauges.items():
+        for name in self._gauges if names is None else names:
             try:
-                out[name] = float(read())
+                out[name] = float(self._gauges[name]())
             except Exception:  # a gauge must never break the stats page
                 out[name] = float("nan")
         return out
+
+    def take_delta(self) -> MetricsDelta:
+        """What was counted since the last call (then forgotten here), and the summed gauges."""
+        counters, timings = dict(self.counters), dict(self.timings)
+        self.counters.clear()
+        self.timings.clear()
+        return MetricsDelta(counters, timings, self._local_gauges(sorted(self._summed)))
+
+    def merge(self, process: str, delta: MetricsDelta) -> None:
+        """Add another process's delta: its counts join these, its gauges replace its last ones."""
+        for name, value in delta.counters.items():
+            self.counters[name] += value
+        for name, timing in delta.timings.items():
+            self.timings[name].merge(timing)
+        self._remote_gauges[process] = dict(delta.gauges)
+
+    def forget(self, process: str) -> None:
+        """A process ended: its gauges no longer count (its counts stay)."""
+        self._remote_gauges.pop(process, None)
 
     def queue_counters(self) -> dict[str, dict[str, int]]:
         """Per-queue counters: ``{queue: {kind: value}}`` (only those counted so far)."""

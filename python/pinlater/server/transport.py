@@ -40,6 +40,10 @@ Invariants:
   logged through ``ThrottledLog``: at most one line per kind per ``LOG_INTERVAL_SECONDS``.
 * ``stop(grace)`` stops accepting, drops frames not yet started, lets requests in flight finish
   for up to ``grace`` seconds, then closes every connection.
+* ``share_port``: several processes serve one port (SO_REUSEPORT; the kernel spreads new
+  connections over their listening sockets). ``"open"`` binds first, as a lone server does, so
+  a port someone holds is refused, then lets others join; ``"join"`` joins a port a process of
+  the same user opened so. ``None`` (the default): the port is this process's alone.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import Dispatcher
@@ -180,6 +184,7 @@ class FramedServer:
         frame_timeout_seconds: float = DEFAULT_FRAME_TIMEOUT_SECONDS,
         idle_timeout_seconds: float | None = DEFAULT_IDLE_TIMEOUT_SECONDS,
         open_files_reserve: int = DEFAULT_OPEN_FILES_RESERVE,
+        share_port: Literal["open", "join"] | None = None,
     ) -> None:
         if max_frame_bytes <= 0 or max_connections <= 0 or max_concurrent_requests <= 0:
             raise ValueError("max_frame_bytes, max_connections and max_concurrent_requests must be positive")
@@ -199,6 +204,7 @@ class FramedServer:
         self.frame_timeout_seconds = frame_timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
         self.open_files_reserve = open_files_reserve
+        self.share_port = share_port
         self._counters = _Counters()
         #: Connections being served.
         self._connections: set[Connection] = set()
@@ -267,6 +273,8 @@ class FramedServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                if self.share_port == "join":
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if port:
                     address = (address[0], port, *address[2:])
                 try:
@@ -276,6 +284,9 @@ class FramedServer:
                         exc.errno, f"error while attempting to bind on address {address!r}: {exc.strerror}"
                     ) from None
                 port = sock.getsockname()[1]
+                if self.share_port == "open":
+                    # Set after an exclusive bind and before listen (where Linux forms the group).
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 sock.listen(LISTEN_BACKLOG)
                 sock.setblocking(False)
         except BaseException:
