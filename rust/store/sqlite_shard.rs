@@ -271,7 +271,7 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
     }
     conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
         .map_err(|e| e.to_string())?;
-    conn.set_prepared_statement_cache_capacity(16);
+    conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
 
@@ -322,7 +322,7 @@ impl<T: Send> Writer<T> {
     fn group(&mut self, batch: &mut VecDeque<(T, Op)>) -> Vec<(T, Outcome)> {
         self.gate.acquire();
         let mut done: Vec<(T, Outcome)> = Vec::with_capacity(batch.len());
-        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = self.control("BEGIN IMMEDIATE") {
             self.gate.release();
             let error = connection_error(&e);
             return batch
@@ -345,7 +345,7 @@ impl<T: Send> Writer<T> {
         let interrupted = lost.as_ref().map(|_| done.len() - 1);
         let failure = match lost {
             Some(why) => Some(format!("the write transaction failed: {why}")),
-            None => match self.conn.execute_batch("COMMIT") {
+            None => match self.control("COMMIT") {
                 Ok(()) => {
                     self.commits.fetch_add(1, Ordering::Relaxed);
                     None
@@ -371,7 +371,7 @@ impl<T: Send> Writer<T> {
 
     /// One request inside its savepoint.
     fn one(&mut self, op: &Op) -> Result<Outcome, Interrupted> {
-        if let Err(e) = self.conn.execute_batch("SAVEPOINT pinlater_op") {
+        if let Err(e) = self.control("SAVEPOINT pinlater_op") {
             return Err(Interrupted::Transaction(e.to_string()));
         }
         let result = self.run_op(op);
@@ -385,15 +385,20 @@ impl<T: Send> Writer<T> {
             return Err(Interrupted::Transaction(why));
         }
         let end = if undo {
-            self.conn
-                .execute_batch("ROLLBACK TO pinlater_op; RELEASE pinlater_op")
+            self.control("ROLLBACK TO pinlater_op")
+                .and_then(|()| self.control("RELEASE pinlater_op"))
         } else {
-            self.conn.execute_batch("RELEASE pinlater_op")
+            self.control("RELEASE pinlater_op")
         };
         if let Err(e) = end {
             return Err(Interrupted::Transaction(e.to_string()));
         }
         Ok(result)
+    }
+
+    /// Runs a transaction control statement, prepared once (not parsed again per group).
+    fn control(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.raw_execute().map(|_| ())
     }
 
     fn run_op(&self, op: &Op) -> Outcome {

@@ -1,14 +1,17 @@
 //! Python binding of `crate::store::sqlite_shard`: the embedded store's hot writes, awaited
 //! from asyncio.
 //!
-//! A request is submitted with an asyncio future and its loop; the writer thread answers a whole
-//! group at once after its `COMMIT`: it takes the GIL once and calls, per loop,
+//! A request is submitted with an asyncio future and its loop. After a group's `COMMIT` the
+//! writer hands its answers to a settler thread and goes on with the next group; the settler
+//! takes the GIL once for every group waiting and calls, per loop,
 //! `loop.call_soon_threadsafe(settle, [(future, value, error), ...])`, where `settle` is the
 //! Python function given at open. `value` is a `LocalIds`, a `ClaimedJobs` or `None`; `error`
 //! is `None`, `(1, queue)` for a missing queue or `(2, message)` for a connection problem.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -84,6 +87,7 @@ impl AckSource for Acks {
 #[pyclass(frozen, name = "SqliteShard", module = "pinlater._pinlater")]
 pub struct SqliteShard {
     inner: core::SqliteShard<Token>,
+    settler: Mutex<Option<JoinHandle<()>>>,
 }
 
 fn answer(py: Python<'_>, token: Token, outcome: Outcome) -> PyResult<Bound<'_, PyAny>> {
@@ -102,9 +106,23 @@ fn answer(py: Python<'_>, token: Token, outcome: Outcome) -> PyResult<Bound<'_, 
         .map(Bound::into_any)
 }
 
-/// The writer thread's answer to a group: one `call_soon_threadsafe` per event loop.
-fn settle_all(settle: &Py<PyAny>, answered: Vec<(Token, Outcome)>) {
-    Python::attach(|py| {
+/// The settler thread: answers the groups the writer finished, taking the GIL once for every
+/// group waiting, so the writer never waits for the GIL (up to Python's switch interval while
+/// the event loop runs) before its next group.
+fn settle_groups(settle: &Py<PyAny>, groups: &Receiver<Vec<(Token, Outcome)>>) {
+    while let Ok(first) = groups.recv() {
+        Python::attach(|py| {
+            settle_all(py, settle, first);
+            while let Ok(next) = groups.try_recv() {
+                settle_all(py, settle, next);
+            }
+        });
+    }
+}
+
+/// One `call_soon_threadsafe` per event loop for a group's answers.
+fn settle_all(py: Python<'_>, settle: &Py<PyAny>, answered: Vec<(Token, Outcome)>) {
+    {
         let mut by_loop: Vec<(Py<PyAny>, Bound<'_, PyList>)> = Vec::new();
         for (token, outcome) in answered {
             let event_loop = token.event_loop.clone_ref(py);
@@ -131,7 +149,7 @@ fn settle_all(settle: &Py<PyAny>, answered: Vec<(Token, Outcome)>) {
             let _ =
                 event_loop.call_method1(py, "call_soon_threadsafe", (settle.clone_ref(py), list));
         }
-    });
+    }
 }
 
 #[pymethods]
@@ -177,11 +195,21 @@ impl SqliteShard {
                 },
             };
             let gate = Arc::clone(&gate.inner);
-            let complete = Box::new(move |answered| settle_all(&settle, answered));
+            let (done, groups) = channel();
+            let settler = std::thread::Builder::new()
+                .name("pinlater-sqlite-settle".into())
+                .spawn(move || settle_groups(&settle, &groups))?;
+            // The writer owns `done`: the settler ends once the writer has, after its last group.
+            let complete = Box::new(move |answered| {
+                let _ = done.send(answered);
+            });
             let inner = py
                 .detach(|| core::SqliteShard::open(options, gate, complete))
                 .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
-            Ok(Self { inner })
+            Ok(Self {
+                inner,
+                settler: Mutex::new(Some(settler)),
+            })
         })
     }
 
@@ -252,7 +280,17 @@ impl SqliteShard {
     /// Finishes the queued requests (answering them), then stops the thread and closes the
     /// connection. Idempotent.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.inner.close());
+        py.detach(|| {
+            self.inner.close();
+            let settler = self
+                .settler
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(settler) = settler {
+                let _ = settler.join(); // every answer is with its loop
+            }
+        });
     }
 }
 
