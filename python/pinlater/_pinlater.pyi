@@ -325,10 +325,10 @@ class SqliteShard:
     connection of its own, group committed (``rust/store/sqlite_shard.rs``).
 
     A request is submitted with an asyncio future and its loop; after the ``COMMIT`` holding it,
-    a second thread (so the writer never waits for the GIL) calls ``loop.call_soon_threadsafe(settle, [(future, value, error), ...])`` once
-    per loop and group: ``value`` is ``LocalIds``, ``ClaimedJobs`` or ``None``; ``error`` is
-    ``None``, ``(1, queue)`` (no such queue) or ``(2, message)`` (a connection problem).
-    Submitting answers False when the shard is closed.
+    a second thread (so the writer never waits for the GIL) calls
+    ``loop.call_soon_threadsafe(settle, [(future, value, error), ...])`` once per loop and group:
+    ``value`` is ``LocalIds``, ``ClaimedJobs`` or ``None``; ``error`` is ``None``, ``(1, queue)``
+    (no such queue) or ``(2, message)`` (a connection problem). Submitting answers False when the shard is closed.
     """
 
     def __new__(

@@ -302,3 +302,22 @@ def test_the_store_hands_the_server_its_native_path(store: EmbeddedStore) -> Non
     assert isinstance(store.native_hot_path(offload), NativeEmbeddedHotPath)
     run(store.hot_path(offload).enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)], T0))
     assert store.native_hot_path(offload).commits == 1
+
+
+def test_a_locked_database_is_a_shard_connection_error_and_passes(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = EmbeddedStore(tmp_path / "locked", "1", busy_timeout_ms=50)
+    store.create_queue(Q, 1)
+    hot = store.native_hot_path(offload)
+    other = sqlite3.connect(store.path, isolation_level=None)  # a writer that knows no WriteGate
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(ShardConnectionError, match="locked") as info:
+            run(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"x", 0, 1)]), T0))
+        assert not info.value.maybe_applied
+        other.execute("ROLLBACK")
+        assert run(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"y", 0, 1)]), T0)).to_list() == [1]
+    finally:
+        other.close()
+        store.close()
