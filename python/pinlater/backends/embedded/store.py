@@ -383,7 +383,8 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             conn.execute(sql.load("ping")).fetchone()
 
     def close(self) -> None:
-        native, self._native = self._native, None
+        with self._lock:
+            native, self._native = self._native, None
         if native is not None:
             native.close()  # answers every request queued first
         self._close_connection()  # commits any open write group first
