@@ -28,6 +28,8 @@ pub mod store {
     pub mod redis_command;
     /// `seconds`, `ms`, `local_id`, `count`, `order`: a Redis dequeue reply's fields.
     pub mod redis_rows;
+    /// `SqliteShard`, `WriteGate`: the embedded store's hot writes on a thread, group committed.
+    pub mod sqlite_shard;
 }
 
 /// The queue's own logic: job names, buffers, limits and filters.
@@ -56,6 +58,7 @@ pub mod py {
         pub mod mysql_inserts;
         pub mod redis_command;
         pub mod redis_rows;
+        pub mod sqlite_shard;
     }
     pub mod queue {
         pub mod body_matcher;
@@ -99,6 +102,8 @@ mod _pinlater {
     use crate::py::store::redis_command::redis_pack_command;
     #[pymodule_export]
     use crate::py::store::redis_rows::redis_claimed_jobs;
+    #[pymodule_export]
+    use crate::py::store::sqlite_shard::{sqlite_library_version, SqliteShard, WriteGate};
     #[pymodule_export]
     use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
     #[pymodule_export]

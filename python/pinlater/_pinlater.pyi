@@ -29,6 +29,8 @@ __all__ = [
     "NativeError",
     "NewJobBatch",
     "RateLimiter",
+    "SqliteShard",
+    "WriteGate",
     "__version__",
     "_panic_for_tests",
     "decode_descriptor",
@@ -43,6 +45,7 @@ __all__ = [
     "mysql_insert_statements",
     "redis_claimed_jobs",
     "redis_pack_command",
+    "sqlite_library_version",
     "thrift_struct_end",
 ]
 
@@ -326,6 +329,76 @@ class AckGroup:
 
     def failed(self) -> list[_AckTuple]:
         """One ``AckItem`` tuple per failure."""
+
+@final
+class WriteGate:
+    """An embedded shard file's write lock in this process: a FIFO ticket lock that Python's
+    connection and the ``SqliteShard`` writer take around each write transaction."""
+
+    def __new__(cls) -> WriteGate: ...
+    def acquire(self) -> None:
+        """Wait (with the GIL released) for the caller's turn to write the file."""
+
+    def release(self) -> None:
+        """End the caller's turn: exactly once per ``acquire``."""
+
+_Settle = Callable[[list[tuple[Any, Any, tuple[int, str] | None]]], object]
+
+@final
+class SqliteShard:
+    """The embedded store's hot writes (enqueue, dequeue, ack) on a Rust thread with a
+    connection of its own, group committed (``rust/store/sqlite_shard.rs``).
+
+    A request is submitted with an asyncio future and its loop; after the ``COMMIT`` holding it,
+    a second thread (so the writer never waits for the GIL) calls
+    ``loop.call_soon_threadsafe(settle, [(future, value, error), ...])`` once per loop and group:
+    ``value`` is ``LocalIds``, ``ClaimedJobs`` or ``None``; ``error`` is ``None``, ``(1, queue)``
+    (no such queue) or ``(2, message)`` (a connection problem). Submitting answers False when the shard is closed.
+    """
+
+    def __new__(
+        cls,
+        path: str,
+        synchronous: str,
+        busy_timeout_ms: int,
+        group_max_ops: int,
+        custom_status_limit: int,
+        reserved_prefix: str,
+        statements: dict[str, str],
+        gate: WriteGate,
+        settle: _Settle,
+    ) -> SqliteShard:
+        """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread.
+        ``statements``: the text of each of ``queue_get``, ``enqueue_jobs``, ``last_job_id``,
+        ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``.
+
+        Raises:
+            OSError: the file cannot be opened as a WAL database.
+            ValueError: a statement is missing.
+        """
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed so far."""
+
+    def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int, future: Any, event_loop: Any) -> bool: ...
+    def dequeue(
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        future: Any,
+        event_loop: Any,
+    ) -> bool: ...
+    def ack(self, queue: str, acks: AckGroup, now_ms: int, future: Any, event_loop: Any) -> bool: ...
+    def close(self) -> None:
+        """Answer the requests queued, stop the thread and close the connection. Idempotent."""
+
+def sqlite_library_version() -> str:
+    """The version of the SQLite library the extension links (the system one, as ``sqlite3``)."""
 
 class _InsertJob(Protocol):
     """What ``mysql_insert_statements`` reads of a job (``pinlater.backends.base.NewJob``)."""

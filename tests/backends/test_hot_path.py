@@ -65,7 +65,7 @@ def test_the_hot_operations_answer_as_the_blocking_methods(store: ShardStore) ->
     assert shard.healthy
 
 
-def test_a_blocking_store_runs_its_hot_path_on_the_thread_pool(tmp_path: Path) -> None:
+def test_the_embedded_store_runs_its_hot_path_on_its_native_writer(tmp_path: Path) -> None:
     store = EmbeddedStore(tmp_path / "data", "1")
     store.create_queue(Q, 1)
     shard = Shard("1", store)
@@ -76,7 +76,8 @@ def test_a_blocking_store_runs_its_hot_path_on_the_thread_pool(tmp_path: Path) -
 
     try:
         assert len(asyncio.run(enqueue())) == 1
-        assert backend._executor._threads, "the blocking store ran on the backend's pool"
+        assert not backend._executor._threads, "not on the backend's pool"
+        assert store.native_hot_path(backend._offload).commits == 1, "its Rust writer committed it"
     finally:
         backend.close()
 

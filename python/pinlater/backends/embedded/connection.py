@@ -34,6 +34,11 @@ never matches bodies: body filters run outside it, a batch at a time (``body_fil
   ``GROUP_MAX_OPS`` batches. The server's thread pool has a handful of threads, so groups are
   usually smaller than that and ``GROUP_MAX_SECONDS`` is the bound that matters: it caps what
   the first caller waits for the others' writes (the commit after them is shared).
+* Every write transaction holds the shard's ``WriteGate`` (``_gate``) from just before its
+  ``BEGIN IMMEDIATE`` to its ``COMMIT`` or rollback. The native hot path (``native_hot``) writes
+  the same file on a connection of its own and takes the same gate, a FIFO ticket lock, so the
+  two writers take turns in order instead of polling SQLite's lock in its busy handler, where
+  one that keeps the lock busy could starve the other.
 * SQLite errors that make the shard unusable become ``ShardConnectionError``.
 """
 
@@ -47,6 +52,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
+from pinlater._pinlater import WriteGate
 from pinlater.errors import ShardConnectionError
 
 GROUP_MAX_OPS = 64
@@ -78,11 +84,12 @@ def connect(path: Path, synchronous: str, busy_timeout_ms: int, schema: str) -> 
 class _Group:
     """One write transaction shared by several writes."""
 
-    __slots__ = ("done", "error", "first_done", "ops")
+    __slots__ = ("done", "error", "first_done", "gated", "ops")
 
     def __init__(self) -> None:
         self.first_done = 0.0  # time.monotonic() when its first write finished
         self.ops = 0  # writes run in it so far
+        self.gated = False  # it holds the shard's WriteGate
         self.done = False
         self.error: str | None = None  # why its COMMIT (or the transaction) failed
 
@@ -100,6 +107,7 @@ class SQLiteTransactions:
     _in_use: bool  # a thread owns the connection (running a call or a COMMIT)
     _waiting_writers: int
     _group: _Group | None  # the open write transaction, if any
+    _gate: WriteGate  # the shard file's write lock in this process (see the module docstring)
     commits: int
     """Write transactions committed (each one ``COMMIT`` and, with FULL, one disk sync)."""
 
@@ -110,6 +118,7 @@ class SQLiteTransactions:
         self._in_use = False
         self._waiting_writers = 0
         self._group = None
+        self._gate = WriteGate()
         self.commits = 0
 
     def _acquire(self, writer: bool) -> sqlite3.Connection:
@@ -141,6 +150,8 @@ class SQLiteTransactions:
                 group = self._group = _Group()
         try:
             if group.ops == 0:  # the group's first write (a joiner finds ops >= 1)
+                self._gate.acquire()
+                group.gated = True
                 conn.execute("BEGIN IMMEDIATE")
             conn.execute("SAVEPOINT " + _SAVEPOINT)
         except BaseException as exc:
@@ -209,6 +220,9 @@ class SQLiteTransactions:
                 error = f"commit failed: {exc}"
         if conn.in_transaction:
             _rollback_quietly(conn)
+        if group.gated:
+            group.gated = False
+            self._gate.release()
         with self._lock:
             if error is None:
                 self.commits += 1

@@ -8,6 +8,9 @@ Design:
 * One connection serves every call; every method is atomic on its own, and writes arriving
   together share one transaction and one sync (group commit, see ``connection``).
 * SQL lives in ``sql/*.sql``, one statement per file, values always bound as parameters.
+* The hot path (enqueue, dequeue, ack as the server calls them) runs in Rust on a connection of
+  its own (``native_hot``), opened at the first ``hot_path``; the methods below are the same
+  operations for everyone else (tests, tools).
 """
 
 from __future__ import annotations
@@ -34,10 +37,13 @@ from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.embedded import sql
 from pinlater.backends.embedded.body_filtered import BodyFilteredReads
 from pinlater.backends.embedded.connection import connect
+from pinlater.backends.embedded.native_hot import NativeEmbeddedHotPath, PythonValuesHotPath, open_native_shard
 from pinlater.backends.threaded import BlockingStore
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
+    from pinlater._pinlater import SqliteShard, WriteGate
+    from pinlater.backends.base import HotPath, Offload
     from pinlater.config import Settings
 
 CUSTOM_STATUS_LIMIT = 5000  # characters, as the original's MySQL backend
@@ -71,6 +77,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             raise ShardConnectionError(name, f"SQLite >= 3.35 is needed (RETURNING), found {sqlite3.sqlite_version}")
         self._name = name
         self._path = shard_path(data_dir, name)
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._native: SqliteShard | None = None  # the hot path's writer, from the first hot_path
         self._init_transactions()
         self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
         try:
@@ -91,6 +100,23 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     def path(self) -> Path:
         """The shard's database file."""
         return self._path
+
+    @property
+    def write_gate(self) -> WriteGate:
+        """The file's write lock in this process, shared with the native hot path."""
+        return self._gate
+
+    def native_hot_path(self, offload: Offload) -> NativeEmbeddedHotPath:
+        """The hot path in Rust (``native_hot``), opening its connection the first time."""
+        with self._lock:
+            if self._conn is None:
+                raise ShardConnectionError(self._name, "the store is closed")
+            if self._native is None:
+                self._native = open_native_shard(self, self._synchronous, self._busy_timeout_ms)
+            return NativeEmbeddedHotPath(self, self._native, offload)
+
+    def hot_path(self, offload: Offload) -> HotPath:
+        return PythonValuesHotPath(self.native_hot_path(offload))
 
     # -- queues -----------------------------------------------------------------------------
 
@@ -357,6 +383,10 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             conn.execute(sql.load("ping")).fetchone()
 
     def close(self) -> None:
+        with self._lock:
+            native, self._native = self._native, None
+        if native is not None:
+            native.close()  # answers every request queued first
         self._close_connection()  # commits any open write group first
 
 

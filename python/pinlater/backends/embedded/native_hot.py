@@ -1,0 +1,184 @@
+"""``NativeEmbeddedHotPath``: the embedded store's enqueue, dequeue and ack run in Rust.
+
+Each shard file gets a ``SqliteShard`` (``rust/store/sqlite_shard.rs``): a second connection to
+the file, owned by a Rust thread that runs the hot writes off the GIL, with no Python object
+per job, group-committing whatever requests are queued (one ``BEGIN IMMEDIATE`` ... ``COMMIT``,
+a savepoint per request). A coroutine here submits its request with an asyncio future; the
+thread completes the futures of a group after its ``COMMIT`` with one
+``loop.call_soon_threadsafe`` per group, so no caller hears of a write a kill -9 could lose.
+
+The statements are the store's own ``sql/*.sql`` files, handed to Rust as text. Everything
+else (the monitor, admin, reads, the broker's reservations) stays on the Python store's
+connection; the two writers take turns through the store's ``WriteGate``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, SqliteShard, sqlite_library_version
+from pinlater.backends.base import RESERVATION_PREFIX, AckItem, ClaimedJob, NewJob, Offload
+from pinlater.backends.embedded import connection, sql
+from pinlater.backends.threaded import ThreadedHotPath
+from pinlater.errors import QueueNotFoundError, ShardConnectionError
+
+if TYPE_CHECKING:
+    from pinlater.backends.embedded.store import EmbeddedStore
+
+STATEMENTS = (
+    "queue_get",
+    "enqueue_jobs",
+    "last_job_id",
+    "dequeue_jobs",
+    "dequeue_jobs_dry_run",
+    "ack_succeeded",
+    "ack_failed",
+)
+"""The ``sql/*.sql`` files the Rust writer runs."""
+
+_QUEUE_NOT_FOUND = 1  # the error kinds of rust/py/store/sqlite_shard.rs
+_CONNECTION = 2
+
+
+def open_native_shard(store: EmbeddedStore, synchronous: str, busy_timeout_ms: int) -> SqliteShard:
+    """The Rust writer of ``store``'s file, sharing its ``WriteGate``. Raises
+    ``ShardConnectionError`` if the file cannot be opened."""
+    name = store.name
+    if sqlite_library_version() != sqlite3.sqlite_version:
+        # Two SQLite libraries in one process on one file lose each other's POSIX locks.
+        raise ShardConnectionError(
+            name,
+            f"the extension links SQLite {sqlite_library_version()} but Python's sqlite3 uses "
+            f"{sqlite3.sqlite_version}: both must use the system library",
+        )
+
+    def settle(results: list[tuple[asyncio.Future[Any], Any, tuple[int, str] | None]]) -> None:
+        """Runs on the event loop: completes the futures of one group."""
+        for future, value, error in results:
+            if future.cancelled():
+                continue  # its caller gave up; the write stands, as one run on a thread would
+            if error is None:
+                future.set_result(value)
+            elif error[0] == _QUEUE_NOT_FOUND:
+                future.set_exception(QueueNotFoundError(error[1]))
+            else:
+                future.set_exception(ShardConnectionError(name, error[1]))
+
+    from pinlater.backends.embedded.store import CUSTOM_STATUS_LIMIT
+
+    try:
+        return SqliteShard(
+            str(store.path),
+            synchronous,
+            busy_timeout_ms,
+            connection.GROUP_MAX_OPS,
+            CUSTOM_STATUS_LIMIT,
+            RESERVATION_PREFIX,
+            {statement: sql.load(statement) for statement in STATEMENTS},
+            store.write_gate,
+            settle,
+        )
+    except OSError as exc:
+        raise ShardConnectionError(name, str(exc)) from exc
+
+
+class NativeEmbeddedHotPath:
+    """``HotPath`` of an embedded shard: enqueue, dequeue and ack through its ``SqliteShard``;
+    the broker's reserve, claim and release through ``ThreadedHotPath`` on the Python store."""
+
+    __slots__ = ("_name", "_shard", "_threaded")
+
+    def __init__(self, store: EmbeddedStore, shard: SqliteShard, offload: Offload) -> None:
+        self._name = store.name
+        self._shard = shard
+        self._threaded = ThreadedHotPath(store, offload)
+
+    @property
+    def commits(self) -> int:
+        """Write transactions the Rust writer committed (every hot path of the store shares it)."""
+        return self._shard.commits
+
+    def _closed(self) -> ShardConnectionError:
+        return ShardConnectionError(self._name, "the store is closed")
+
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[LocalIds] = loop.create_future()
+        if not self._shard.enqueue(queue, jobs, now_ms, future, loop):
+            raise self._closed()
+        return await future
+
+    async def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> ClaimedJobs:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ClaimedJobs] = loop.create_future()
+        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, future, loop):
+            raise self._closed()
+        return await future
+
+    async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        if not self._shard.ack(queue, acks, now_ms, future, loop):
+            raise self._closed()
+        await future
+
+    async def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+
+    async def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
+
+    async def release_reservations(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+    ) -> int:
+        return await self._threaded.release_reservations(queue, items, reservation, now_ms)
+
+
+class PythonValuesHotPath:
+    """Today's ``HotPath`` signatures (Python jobs in and out) over ``NativeEmbeddedHotPath``,
+    converting at the seam, until the server hands the hot path Rust batches (helper "plumb"
+    changes ``base.HotPath``); then ``EmbeddedStore.hot_path`` returns the native one itself
+    and this class goes."""
+
+    __slots__ = ("_native",)
+
+    def __init__(self, native: NativeEmbeddedHotPath) -> None:
+        self._native = native
+
+    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
+        ids = await self._native.enqueue_jobs(queue, NewJobBatch(jobs), now_ms)
+        return ids.to_list()
+
+    async def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> list[ClaimedJob]:
+        claimed = await self._native.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
+        return [ClaimedJob._make(job) for job in claimed.to_list()]
+
+    async def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
+        acks = AckGroup(succeeded, failed)
+        await self._native.ack_jobs(queue, acks, now_ms)
+
+    async def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        return await self._native.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+
+    async def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        return await self._native.claim_reserved(queue, items, reservation, now_ms)
+
+    async def release_reservations(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+    ) -> int:
+        return await self._native.release_reservations(queue, items, reservation, now_ms)

@@ -1,0 +1,301 @@
+//! Python binding of `crate::store::sqlite_shard`: the embedded store's hot writes, awaited
+//! from asyncio.
+//!
+//! A request is submitted with an asyncio future and its loop. After a group's `COMMIT` the
+//! writer hands its answers to a settler thread and goes on with the next group; the settler
+//! takes the GIL once for every group waiting and calls, per loop,
+//! `loop.call_soon_threadsafe(settle, [(future, value, error), ...])`, where `settle` is the
+//! Python function given at open. `value` is a `LocalIds`, a `ClaimedJobs` or `None`; `error`
+//! is `None`, `(1, queue)` for a missing queue or `(2, message)` for a connection problem.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::py::errors::guarded;
+use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
+use crate::queue::jobs::{self, NewJob};
+use crate::store::sqlite_shard::{
+    self as core, AckSource, Answer, JobSource, Op, Outcome, ShardError, ShardOptions, Statements,
+};
+
+/// `error[0]` of a missing queue.
+const QUEUE_NOT_FOUND: u8 = 1;
+/// `error[0]` of a connection problem.
+const CONNECTION: u8 = 2;
+
+/// The shard's in-process write lock, shared by Python's connection and the writer thread.
+#[pyclass(frozen, name = "WriteGate", module = "pinlater._pinlater")]
+pub struct WriteGate {
+    inner: Arc<core::WriteGate>,
+}
+
+#[pymethods]
+impl WriteGate {
+    #[new]
+    fn new() -> Self {
+        Self {
+            inner: Arc::new(core::WriteGate::default()),
+        }
+    }
+
+    /// Waits (without the GIL) for the caller's turn to write the shard file.
+    fn acquire(&self, py: Python<'_>) {
+        py.detach(|| self.inner.acquire());
+    }
+
+    /// Ends the caller's turn; exactly once per `acquire`.
+    fn release(&self) {
+        self.inner.release();
+    }
+}
+
+/// The version of the `SQLite` library the extension links: the same as `sqlite3.sqlite_version`,
+/// since both use the system library.
+#[pyfunction]
+#[must_use]
+pub fn sqlite_library_version() -> &'static str {
+    core::sqlite_version()
+}
+
+struct Token {
+    future: Py<PyAny>,
+    event_loop: Py<PyAny>,
+}
+
+struct Batch(Py<NewJobBatch>);
+
+impl JobSource for Batch {
+    fn jobs(&self) -> &[NewJob] {
+        self.0.get().jobs()
+    }
+}
+
+struct Acks(Py<AckGroup>);
+
+impl AckSource for Acks {
+    fn group(&self) -> &jobs::AckGroup {
+        self.0.get().group()
+    }
+}
+
+/// A shard file's hot-path writer thread (see the module docs).
+#[pyclass(frozen, name = "SqliteShard", module = "pinlater._pinlater")]
+pub struct SqliteShard {
+    inner: core::SqliteShard<Token>,
+    settler: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn answer(py: Python<'_>, token: Token, outcome: Outcome) -> PyResult<Bound<'_, PyAny>> {
+    let (value, error): (Py<PyAny>, Option<(u8, String)>) = match outcome {
+        Ok(Answer::Ids(ids)) => (Py::new(py, LocalIds::from_ids(ids))?.into_any(), None),
+        Ok(Answer::Claimed(claimed)) => (
+            Py::new(py, ClaimedJobs::from_jobs(claimed))?.into_any(),
+            None,
+        ),
+        Ok(Answer::Acked) => (py.None(), None),
+        Err(ShardError::QueueNotFound(queue)) => (py.None(), Some((QUEUE_NOT_FOUND, queue))),
+        Err(ShardError::Connection(message)) => (py.None(), Some((CONNECTION, message))),
+    };
+    (token.future, value, error)
+        .into_pyobject(py)
+        .map(Bound::into_any)
+}
+
+/// The settler thread: answers the groups the writer finished, taking the GIL once for every
+/// group waiting, so the writer never waits for the GIL (up to Python's switch interval while
+/// the event loop runs) before its next group.
+fn settle_groups(settle: &Py<PyAny>, groups: &Receiver<Vec<(Token, Outcome)>>) {
+    while let Ok(first) = groups.recv() {
+        Python::attach(|py| {
+            settle_all(py, settle, first);
+            while let Ok(next) = groups.try_recv() {
+                settle_all(py, settle, next);
+            }
+        });
+    }
+}
+
+/// One `call_soon_threadsafe` per event loop for a group's answers.
+fn settle_all(py: Python<'_>, settle: &Py<PyAny>, answered: Vec<(Token, Outcome)>) {
+    {
+        let mut by_loop: Vec<(Py<PyAny>, Bound<'_, PyList>)> = Vec::new();
+        for (token, outcome) in answered {
+            let event_loop = token.event_loop.clone_ref(py);
+            let item = match answer(py, token, outcome) {
+                Ok(item) => item,
+                Err(err) => {
+                    err.write_unraisable(py, None);
+                    continue;
+                }
+            };
+            let list = if let Some((_, list)) = by_loop.iter().find(|(l, _)| l.is(&event_loop)) {
+                list.clone()
+            } else {
+                let list = PyList::empty(py);
+                by_loop.push((event_loop, list.clone()));
+                list
+            };
+            if let Err(err) = list.append(item) {
+                err.write_unraisable(py, None);
+            }
+        }
+        for (event_loop, list) in by_loop {
+            // A closed loop has no one left to answer (RuntimeError): nothing to do.
+            let _ =
+                event_loop.call_method1(py, "call_soon_threadsafe", (settle.clone_ref(py), list));
+        }
+    }
+}
+
+#[pymethods]
+impl SqliteShard {
+    /// Opens `path` (WAL, `synchronous`, busy timeout) and starts the writer thread.
+    /// `statements` maps each `.sql` file's name to its text (see `Statements`).
+    #[new]
+    #[pyo3(signature = (path, synchronous, busy_timeout_ms, group_max_ops, custom_status_limit, reserved_prefix, statements, gate, settle))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        synchronous: String,
+        busy_timeout_ms: u64,
+        group_max_ops: usize,
+        custom_status_limit: usize,
+        reserved_prefix: String,
+        statements: std::collections::HashMap<String, String>,
+        gate: &WriteGate,
+        settle: Py<PyAny>,
+    ) -> PyResult<Self> {
+        guarded("SqliteShard", || {
+            let get = |name: &str| {
+                statements.get(name).cloned().ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err(format!("statement {name} missing"))
+                })
+            };
+            let options = ShardOptions {
+                path,
+                synchronous,
+                busy_timeout_ms,
+                group_max_ops,
+                custom_status_limit,
+                reserved_prefix,
+                statements: Statements {
+                    queue_get: get("queue_get")?,
+                    enqueue_jobs: get("enqueue_jobs")?,
+                    last_job_id: get("last_job_id")?,
+                    dequeue_jobs: get("dequeue_jobs")?,
+                    dequeue_jobs_dry_run: get("dequeue_jobs_dry_run")?,
+                    ack_succeeded: get("ack_succeeded")?,
+                    ack_failed: get("ack_failed")?,
+                },
+            };
+            let gate = Arc::clone(&gate.inner);
+            let (done, groups) = channel();
+            let settler = std::thread::Builder::new()
+                .name("pinlater-sqlite-settle".into())
+                .spawn(move || settle_groups(&settle, &groups))?;
+            // The writer owns `done`: the settler ends once the writer has, after its last group.
+            let complete = Box::new(move |answered| {
+                let _ = done.send(answered);
+            });
+            let inner = py
+                .detach(|| core::SqliteShard::open(options, gate, complete))
+                .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+            Ok(Self {
+                inner,
+                settler: Mutex::new(Some(settler)),
+            })
+        })
+    }
+
+    /// Queues an enqueue; `future` gets a `LocalIds`. False if the shard is closed.
+    fn enqueue(
+        &self,
+        queue: String,
+        jobs: Py<NewJobBatch>,
+        now_ms: i64,
+        future: Py<PyAny>,
+        event_loop: Py<PyAny>,
+    ) -> bool {
+        let op = Op::Enqueue {
+            queue,
+            jobs: Box::new(Batch(jobs)),
+            now_ms,
+        };
+        self.submit(future, event_loop, op)
+    }
+
+    /// Queues a dequeue; `future` gets a `ClaimedJobs`. False if the shard is closed.
+    #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
+    fn dequeue(
+        &self,
+        queue: String,
+        priority: i64,
+        limit: i64,
+        claim: String,
+        now_ms: i64,
+        dry_run: bool,
+        future: Py<PyAny>,
+        event_loop: Py<PyAny>,
+    ) -> bool {
+        let op = Op::Dequeue {
+            queue,
+            priority,
+            limit,
+            claim,
+            now_ms,
+            dry_run,
+        };
+        self.submit(future, event_loop, op)
+    }
+
+    /// Queues an ack; `future` gets `None`. False if the shard is closed.
+    fn ack(
+        &self,
+        queue: String,
+        acks: Py<AckGroup>,
+        now_ms: i64,
+        future: Py<PyAny>,
+        event_loop: Py<PyAny>,
+    ) -> bool {
+        let op = Op::Ack {
+            queue,
+            acks: Box::new(Acks(acks)),
+            now_ms,
+        };
+        self.submit(future, event_loop, op)
+    }
+
+    /// Write transactions committed so far.
+    #[getter]
+    fn commits(&self) -> u64 {
+        self.inner.commits()
+    }
+
+    /// Finishes the queued requests (answering them), then stops the thread and closes the
+    /// connection. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| {
+            self.inner.close();
+            let settler = self
+                .settler
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(settler) = settler {
+                let _ = settler.join(); // every answer is with its loop
+            }
+        });
+    }
+}
+
+impl SqliteShard {
+    fn submit(&self, future: Py<PyAny>, event_loop: Py<PyAny>, op: Op) -> bool {
+        self.inner.submit(Token { future, event_loop }, op).is_ok()
+    }
+}

@@ -1,0 +1,747 @@
+//! `SqliteShard`: the embedded store's hot writes (enqueue, dequeue, ack) on a thread of their
+//! own, with group commit; `WriteGate`: the shard's write lock, shared with Python's connection.
+//!
+//! * One connection per shard file, opened as Python's `connection.connect` opens it (WAL, the
+//!   same `synchronous` level and busy timeout). The schema is Python's to create, before this
+//!   opens. rusqlite links the system `SQLite`, the library Python's `sqlite3` uses: two copies of
+//!   `SQLite` in one process lose each other's POSIX locks on the same file.
+//! * A writer thread owns the connection. It takes every request queued (up to
+//!   `group_max_ops`) and runs them as one group: `BEGIN IMMEDIATE`, a `SAVEPOINT` per request
+//!   (a failing request is rolled back alone), `COMMIT`, then it answers each one. No request is
+//!   answered before the `COMMIT` that holds its write completed. A lone request on an idle shard
+//!   is a group of one: grouping never waits for company.
+//! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
+//!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
+//! * Python's own connection (monitor, admin, broker, reads) writes the same file. Both writers
+//!   take the `WriteGate`, a FIFO ticket lock, around each write transaction, so neither can
+//!   starve the other while `SQLite`'s busy handler polls (`SQLite`'s lock stays the last word, and
+//!   the busy timeout still bounds a wait on another process).
+//! * `close` finishes every request already queued, then stops the thread and closes the
+//!   connection; a request after that is refused.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, Statement, ToSql};
+
+use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    /// The queue does not exist on this shard.
+    #[error("queue not found: {0}")]
+    QueueNotFound(String),
+    /// `SQLite` failed (busy past the timeout, I/O, a damaged file) or the shard is closed.
+    #[error("{0}")]
+    Connection(String),
+}
+
+/// The statements of the hot path: the texts of the Python store's `.sql` files.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    pub queue_get: String,
+    pub enqueue_jobs: String,
+    pub last_job_id: String,
+    pub dequeue_jobs: String,
+    pub dequeue_jobs_dry_run: String,
+    pub ack_succeeded: String,
+    pub ack_failed: String,
+}
+
+/// How a shard is opened and run.
+#[derive(Debug, Clone)]
+pub struct ShardOptions {
+    pub path: PathBuf,
+    /// `FULL` or `NORMAL` (checked by the caller).
+    pub synchronous: String,
+    pub busy_timeout_ms: u64,
+    /// Most requests committed by one transaction.
+    pub group_max_ops: usize,
+    /// Characters of a custom status kept (longer ones are cut).
+    pub custom_status_limit: usize,
+    /// A live reservation's claim descriptor starts with this (the dequeue broker).
+    pub reserved_prefix: String,
+    pub statements: Statements,
+}
+
+/// A request's jobs to enqueue, borrowed from wherever they live (a Python batch, a test's vec).
+pub trait JobSource: Send {
+    fn jobs(&self) -> &[NewJob];
+}
+
+impl JobSource for Vec<NewJob> {
+    fn jobs(&self) -> &[NewJob] {
+        self
+    }
+}
+
+/// A request's acks, borrowed likewise.
+pub trait AckSource: Send {
+    fn group(&self) -> &AckGroup;
+}
+
+impl AckSource for AckGroup {
+    fn group(&self) -> &AckGroup {
+        self
+    }
+}
+
+/// One hot-path request.
+pub enum Op {
+    Enqueue {
+        queue: String,
+        jobs: Box<dyn JobSource>,
+        now_ms: i64,
+    },
+    Dequeue {
+        queue: String,
+        priority: i64,
+        limit: i64,
+        claim: String,
+        now_ms: i64,
+        dry_run: bool,
+    },
+    Ack {
+        queue: String,
+        acks: Box<dyn AckSource>,
+        now_ms: i64,
+    },
+}
+
+/// What a request answers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The new jobs' local ids, in job order.
+    Ids(Vec<i64>),
+    /// The jobs claimed (or seen, in a dry run), oldest run-after first.
+    Claimed(Vec<ClaimedJob>),
+    Acked,
+}
+
+pub type Outcome = Result<Answer, ShardError>;
+
+/// Called on the writer thread with the outcome of each request of a group, in request order,
+/// each beside the token its caller submitted it with; after the group's `COMMIT`.
+pub type Complete<T> = Box<dyn FnMut(Vec<(T, Outcome)>) + Send>;
+
+/// The shard's write lock, in process: a FIFO ticket lock. Whoever runs a write transaction on
+/// the shard file takes it just before `BEGIN IMMEDIATE` and gives it back after the `COMMIT`
+/// (or rollback), so writers get the file in the order they asked for it.
+#[derive(Debug, Default)]
+pub struct WriteGate {
+    tickets: Mutex<(u64, u64)>, // (next ticket, ticket being served)
+    turn: Condvar,
+}
+
+impl WriteGate {
+    /// Waits for the caller's turn; the caller must `release` exactly once after.
+    pub fn acquire(&self) {
+        let mut t = self.tickets.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = t.0;
+        t.0 += 1;
+        while t.1 != mine {
+            t = self.turn.wait(t).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Ends the caller's turn (the next ticket is served).
+    pub fn release(&self) {
+        let mut t = self.tickets.lock().unwrap_or_else(PoisonError::into_inner);
+        t.1 += 1;
+        drop(t);
+        self.turn.notify_all();
+    }
+}
+
+enum Msg<T> {
+    Op(T, Op),
+    Close,
+}
+
+/// A shard's hot-path writer (see the module docs). `T` is the caller's token for a request,
+/// handed back beside its outcome.
+pub struct SqliteShard<T: Send + 'static> {
+    sender: Mutex<Option<Sender<Msg<T>>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    commits: Arc<AtomicU64>,
+}
+
+impl<T: Send + 'static> SqliteShard<T> {
+    /// Opens the shard file and starts its writer thread.
+    pub fn open(
+        options: ShardOptions,
+        gate: Arc<WriteGate>,
+        complete: Complete<T>,
+    ) -> Result<Self, ShardError> {
+        let conn = open_connection(&options).map_err(|e| {
+            ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
+        })?;
+        let (sender, receiver) = channel();
+        let commits = Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            conn,
+            options,
+            gate,
+            complete,
+            commits: Arc::clone(&commits),
+        };
+        let thread = std::thread::Builder::new()
+            .name("pinlater-sqlite".into())
+            .spawn(move || writer.run(&receiver))
+            .map_err(|e| ShardError::Connection(format!("cannot start the writer thread: {e}")))?;
+        Ok(Self {
+            sender: Mutex::new(Some(sender)),
+            thread: Mutex::new(Some(thread)),
+            commits,
+        })
+    }
+
+    /// Write transactions committed so far (each one `COMMIT` and, with FULL, one sync).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Queues a request; its outcome goes to `complete`. `Err` gives the token back when the
+    /// shard is closed.
+    pub fn submit(&self, token: T, op: Op) -> Result<(), T> {
+        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        match sender.as_ref() {
+            Some(s) => s.send(Msg::Op(token, op)).map_err(|e| match e.0 {
+                Msg::Op(token, _) => token,
+                Msg::Close => unreachable!("only close sends Close"),
+            }),
+            None => Err(token),
+        }
+    }
+
+    /// Finishes the requests already queued, stops the writer thread and closes the connection.
+    /// Idempotent.
+    pub fn close(&self) {
+        if let Some(sender) = self
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = sender.send(Msg::Close);
+        }
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for SqliteShard<T> {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
+    let sync = match options.synchronous.to_ascii_uppercase().as_str() {
+        "FULL" => "FULL",
+        "NORMAL" => "NORMAL",
+        other => return Err(format!("synchronous must be FULL or NORMAL, not {other}")),
+    };
+    let conn = Connection::open_with_flags(
+        &options.path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| e.to_string())?;
+    conn.busy_timeout(Duration::from_millis(options.busy_timeout_ms))
+        .map_err(|e| e.to_string())?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|e| e.to_string())?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(format!(
+            "WAL journal mode is not available here (got {mode})"
+        ));
+    }
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
+        .map_err(|e| e.to_string())?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+struct Writer<T> {
+    conn: Connection,
+    options: ShardOptions,
+    gate: Arc<WriteGate>,
+    complete: Complete<T>,
+    commits: Arc<AtomicU64>,
+}
+
+/// A request that could not run because its transaction was lost under it.
+enum Interrupted {
+    /// `SQLite` rolled back the whole transaction: what ran before in it is gone.
+    Transaction(String),
+}
+
+impl<T: Send> Writer<T> {
+    fn run(mut self, receiver: &Receiver<Msg<T>>) {
+        let mut closing = false;
+        while !closing {
+            let mut batch: VecDeque<(T, Op)> = VecDeque::new();
+            match receiver.recv() {
+                Ok(Msg::Op(token, op)) => batch.push_back((token, op)),
+                Ok(Msg::Close) | Err(_) => break,
+            }
+            while batch.len() < self.options.group_max_ops.max(1) {
+                match receiver.try_recv() {
+                    Ok(Msg::Op(token, op)) => batch.push_back((token, op)),
+                    Ok(Msg::Close) => {
+                        closing = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            while !batch.is_empty() {
+                let answered = self.group(&mut batch);
+                (self.complete)(answered);
+            }
+        }
+        // Requests queued after Close cannot exist (close takes the sender first); the
+        // connection closes as the writer drops, checkpointing the WAL if it is the last one.
+    }
+
+    /// Runs requests from the front of `batch` as one transaction and answers them: all of
+    /// them, unless `SQLite` lost the transaction half-way, when the rest stay for a new group.
+    fn group(&mut self, batch: &mut VecDeque<(T, Op)>) -> Vec<(T, Outcome)> {
+        self.gate.acquire();
+        let mut done: Vec<(T, Outcome)> = Vec::with_capacity(batch.len());
+        if let Err(e) = self.control("BEGIN IMMEDIATE") {
+            self.gate.release();
+            let error = connection_error(&e);
+            return batch
+                .drain(..)
+                .map(|(token, _)| (token, Err(error.clone())))
+                .collect();
+        }
+        let mut lost: Option<String> = None;
+        while let Some((token, op)) = batch.pop_front() {
+            match self.one(&op) {
+                Ok(outcome) => done.push((token, outcome)),
+                Err(Interrupted::Transaction(why)) => {
+                    lost = Some(why.clone());
+                    // Answered below with the others; the rest of the batch forms a new group.
+                    done.push((token, Err(ShardError::Connection(why))));
+                    break;
+                }
+            }
+        }
+        let interrupted = lost.as_ref().map(|_| done.len() - 1);
+        let failure = match lost {
+            Some(why) => Some(format!("the write transaction failed: {why}")),
+            None => match self.control("COMMIT") {
+                Ok(()) => {
+                    self.commits.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+                Err(e) => Some(format!("commit failed: {e}")),
+            },
+        };
+        if failure.is_some() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        self.gate.release();
+        if let Some(why) = failure {
+            // Nothing of the group was committed: every request fails, the one that found
+            // the transaction lost with its own error.
+            for (index, (_, outcome)) in done.iter_mut().enumerate() {
+                if Some(index) != interrupted {
+                    *outcome = Err(ShardError::Connection(why.clone()));
+                }
+            }
+        }
+        done
+    }
+
+    /// One request inside its savepoint.
+    fn one(&mut self, op: &Op) -> Result<Outcome, Interrupted> {
+        if let Err(e) = self.control("SAVEPOINT pinlater_op") {
+            return Err(Interrupted::Transaction(e.to_string()));
+        }
+        let result = self.run_op(op);
+        let undo = result.is_err();
+        if undo && self.conn.is_autocommit() {
+            // SQLite rolled back the whole transaction (I/O error, disk full...).
+            let why = match &result {
+                Err(ShardError::Connection(why) | ShardError::QueueNotFound(why)) => why.clone(),
+                Ok(_) => unreachable!(),
+            };
+            return Err(Interrupted::Transaction(why));
+        }
+        let end = if undo {
+            self.control("ROLLBACK TO pinlater_op")
+                .and_then(|()| self.control("RELEASE pinlater_op"))
+        } else {
+            self.control("RELEASE pinlater_op")
+        };
+        if let Err(e) = end {
+            return Err(Interrupted::Transaction(e.to_string()));
+        }
+        Ok(result)
+    }
+
+    /// Runs a transaction control statement, prepared once (not parsed again per group).
+    fn control(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.raw_execute().map(|_| ())
+    }
+
+    fn run_op(&self, op: &Op) -> Outcome {
+        match op {
+            Op::Enqueue {
+                queue,
+                jobs,
+                now_ms,
+            } => self.enqueue(queue, jobs.jobs(), *now_ms).map(Answer::Ids),
+            Op::Dequeue {
+                queue,
+                priority,
+                limit,
+                claim,
+                now_ms,
+                dry_run,
+            } => self
+                .dequeue(queue, *priority, *limit, claim, *now_ms, *dry_run)
+                .map(Answer::Claimed),
+            Op::Ack {
+                queue,
+                acks,
+                now_ms,
+            } => self
+                .ack(queue, acks.group(), *now_ms)
+                .map(|()| Answer::Acked),
+        }
+    }
+
+    fn require_queue(&self, queue: &str) -> Result<(), ShardError> {
+        let mut stmt = self.prepare(&self.options.statements.queue_get)?;
+        bind(&mut stmt, &[(":queue", &queue)])?;
+        let found = stmt
+            .raw_query()
+            .next()
+            .map_err(|e| connection_error(&e))?
+            .is_some();
+        if found {
+            Ok(())
+        } else {
+            Err(ShardError::QueueNotFound(queue.to_owned()))
+        }
+    }
+
+    fn prepare(&self, sql: &str) -> Result<rusqlite::CachedStatement<'_>, ShardError> {
+        self.conn
+            .prepare_cached(sql)
+            .map_err(|e| connection_error(&e))
+    }
+
+    fn enqueue(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
+        self.require_queue(queue)?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self.prepare(&self.options.statements.enqueue_jobs)?;
+        let limit = self.options.custom_status_limit;
+        for job in jobs {
+            let status = truncate_chars(&job.custom_status, limit);
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":priority", &job.priority),
+                    (":attempts", &job.attempts_allowed),
+                    (":custom_status", &status),
+                    (":now_ms", &now_ms),
+                    (":run_after_ms", &job.run_after_ms),
+                    (":body", &job.body.as_slice()),
+                ],
+            )?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        // AUTOINCREMENT gives each row the highest id ever used plus one, and this transaction
+        // holds the write lock, so the batch got consecutive ids ending here.
+        let last: i64 = self
+            .conn
+            .prepare_cached(&self.options.statements.last_job_id)
+            .and_then(|mut s| s.query_row([], |row| row.get(0)))
+            .map_err(|e| connection_error(&e))?;
+        let count = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+        Ok((last - count + 1..=last).collect())
+    }
+
+    fn dequeue(
+        &self,
+        queue: &str,
+        priority: i64,
+        limit: i64,
+        claim: &str,
+        now_ms: i64,
+        dry_run: bool,
+    ) -> Result<Vec<ClaimedJob>, ShardError> {
+        self.require_queue(queue)?;
+        let statements = &self.options.statements;
+        let sql = if dry_run {
+            &statements.dequeue_jobs_dry_run
+        } else {
+            &statements.dequeue_jobs
+        };
+        let mut stmt = self.prepare(sql)?;
+        let limit = limit.max(0); // SQLite reads a negative LIMIT as "no limit"
+        let prefix = self.options.reserved_prefix.as_str();
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":priority", &priority),
+                (":limit", &limit),
+                (":now_ms", &now_ms),
+                (":claim", &claim),
+                (":reserved_prefix", &prefix),
+            ],
+        )?;
+        let mut rows = stmt.raw_query();
+        let mut claimed: Vec<(i64, ClaimedJob)> = Vec::new();
+        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+            let job = (|| {
+                Ok::<_, rusqlite::Error>((
+                    row.get::<_, i64>(6)?,
+                    ClaimedJob {
+                        local_id: row.get(0)?,
+                        body: row.get(1)?,
+                        attempts_allowed: row.get(2)?,
+                        attempts_remaining: row.get(3)?,
+                        created_at_ms: row.get(4)?,
+                        updated_at_ms: row.get(5)?,
+                    },
+                ))
+            })()
+            .map_err(|e| connection_error(&e))?;
+            claimed.push(job);
+        }
+        // RETURNING has no order: run_after, then id.
+        claimed.sort_unstable_by_key(|(run_after, job)| (*run_after, job.local_id));
+        Ok(claimed.into_iter().map(|(_, job)| job).collect())
+    }
+
+    fn ack(&self, queue: &str, acks: &AckGroup, now_ms: i64) -> Result<(), ShardError> {
+        self.require_queue(queue)?;
+        let statements = &self.options.statements;
+        let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
+        for (items, sql) in [
+            (&acks.succeeded, &statements.ack_succeeded),
+            (&acks.failed, &statements.ack_failed),
+        ] {
+            if items.is_empty() {
+                continue;
+            }
+            let mut stmt = self.prepare(sql)?;
+            for item in items {
+                bind(
+                    &mut stmt,
+                    &[
+                        (":queue", &queue),
+                        (":priority", &item.priority),
+                        (":local_id", &item.local_id),
+                        (":append", &item.append_custom_status.as_str()),
+                        (":status_limit", &limit),
+                        (":retry_delay_ms", &item.retry_delay_ms),
+                        (":now_ms", &now_ms),
+                    ],
+                )?;
+                stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Binds each named parameter the statement uses; names it does not use are skipped (as
+/// Python's `sqlite3` does with a dict of parameters).
+fn bind(stmt: &mut Statement<'_>, params: &[(&str, &dyn ToSql)]) -> Result<(), ShardError> {
+    for (name, value) in params {
+        if let Some(index) = stmt
+            .parameter_index(name)
+            .map_err(|e| connection_error(&e))?
+        {
+            stmt.raw_bind_parameter(index, value)
+                .map_err(|e| connection_error(&e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The version of the `SQLite` library linked (the system one: see the module docs).
+#[must_use]
+pub fn sqlite_version() -> &'static str {
+    rusqlite::version()
+}
+
+fn connection_error(e: &rusqlite::Error) -> ShardError {
+    ShardError::Connection(e.to_string())
+}
+
+/// The first `limit` characters of `s` (Python's `s[:limit]`).
+fn truncate_chars(s: &str, limit: usize) -> &str {
+    match s.char_indices().nth(limit) {
+        Some((end, _)) => &s[..end],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_by_characters() {
+        assert_eq!(truncate_chars("héllo", 2), "hé");
+        assert_eq!(truncate_chars("abc", 5), "abc");
+        assert_eq!(truncate_chars("", 0), "");
+    }
+
+    fn sql(name: &str) -> String {
+        let path = format!(
+            "{}/python/pinlater/backends/embedded/sql/{name}.sql",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    fn options(path: &std::path::Path) -> ShardOptions {
+        ShardOptions {
+            path: path.to_path_buf(),
+            synchronous: "NORMAL".into(),
+            busy_timeout_ms: 1000,
+            group_max_ops: 64,
+            custom_status_limit: 3,
+            reserved_prefix: "~r|".into(),
+            statements: Statements {
+                queue_get: sql("queue_get"),
+                enqueue_jobs: sql("enqueue_jobs"),
+                last_job_id: sql("last_job_id"),
+                dequeue_jobs: sql("dequeue_jobs"),
+                dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
+                ack_succeeded: sql("ack_succeeded"),
+                ack_failed: sql("ack_failed"),
+            },
+        }
+    }
+
+    #[test]
+    fn runs_queued_requests_as_one_group_and_answers_each() {
+        let path =
+            std::env::temp_dir().join(format!("pinlater-shard-{}.sqlite3", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let setup = Connection::open(&path).unwrap();
+        setup.execute_batch(&sql("schema")).unwrap();
+        setup
+            .execute("INSERT INTO queues VALUES ('q', 3, 0)", [])
+            .unwrap();
+        let options = options(&path);
+        let (tx, rx) = channel();
+        let gate = Arc::new(WriteGate::default());
+        gate.acquire(); // hold the writer back until every request is queued
+        let shard = SqliteShard::open(
+            options,
+            Arc::clone(&gate),
+            Box::new(move |done| tx.send(done).unwrap()),
+        )
+        .unwrap();
+        let job = |body: &[u8]| NewJob {
+            priority: 1,
+            body: body.to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 2,
+            custom_status: "long status".into(),
+        };
+        let enqueue = |queue: &str, jobs: Vec<NewJob>| Op::Enqueue {
+            queue: queue.into(),
+            jobs: Box::new(jobs),
+            now_ms: 10,
+        };
+        shard
+            .submit(1, enqueue("q", vec![job(b"a"), job(b"b")]))
+            .unwrap();
+        shard.submit(2, enqueue("nope", vec![job(b"c")])).unwrap();
+        shard.submit(3, enqueue("q", vec![job(b"d")])).unwrap();
+        gate.release();
+        let mut answered = Vec::new();
+        while answered.len() < 3 {
+            answered.extend(rx.recv().unwrap());
+        }
+        assert!(shard.commits() <= 2, "queued requests share a commit");
+        assert_eq!(answered[0], (1, Ok(Answer::Ids(vec![1, 2]))));
+        assert_eq!(
+            answered[1],
+            (2, Err(ShardError::QueueNotFound("nope".into())))
+        );
+        assert_eq!(
+            answered[2],
+            (3, Ok(Answer::Ids(vec![3]))),
+            "the failed request was undone alone"
+        );
+        shard
+            .submit(
+                4,
+                Op::Dequeue {
+                    queue: "q".into(),
+                    priority: 1,
+                    limit: 2,
+                    claim: "c".into(),
+                    now_ms: 20,
+                    dry_run: false,
+                },
+            )
+            .unwrap();
+        shard.close();
+        let (token, outcome) = rx.recv().unwrap().pop().unwrap();
+        assert_eq!(token, 4, "close answers what was queued");
+        let Ok(Answer::Claimed(claimed)) = outcome else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!(
+            claimed.iter().map(|j| j.local_id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let status: String = setup
+            .query_row(
+                "SELECT custom_status FROM jobs WHERE local_id = 3",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(status, "lon", "custom status cut to the limit");
+        assert!(shard.submit(5, enqueue("q", vec![])).is_err(), "closed");
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn gate_serves_in_order() {
+        let gate = Arc::new(WriteGate::default());
+        gate.acquire();
+        let other = Arc::clone(&gate);
+        let waiter = std::thread::spawn(move || {
+            other.acquire();
+            other.release();
+        });
+        gate.release();
+        waiter.join().unwrap();
+        gate.acquire(); // the third ticket is served after the waiter's
+        gate.release();
+    }
+}

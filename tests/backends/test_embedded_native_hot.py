@@ -1,0 +1,323 @@
+"""The embedded store's hot path in Rust (``NativeEmbeddedHotPath`` over ``SqliteShard``):
+it answers as the Python store's methods do, groups concurrent calls into one commit, shares
+the file with the Python connection's writes (the monitor's) without starving either, and
+never answers before its commit (a killed server keeps what it acknowledged)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import pytest
+from tests.server.test_contract import IN_PROGRESS, SUCCEEDED, Api
+from tests.support.pinlater_server import ServerProcess
+
+from pinlater._pinlater import AckGroup, NewJobBatch, sqlite_library_version
+from pinlater.backends.base import AckItem, ClaimedJob, JobRecord, JobState, NewJob
+from pinlater.backends.embedded import EmbeddedStore
+from pinlater.backends.embedded.native_hot import NativeEmbeddedHotPath
+from pinlater.errors import QueueNotFoundError, ShardConnectionError
+
+Q = "q"
+T0 = 1_700_000_000_000
+T = TypeVar("T")
+
+
+async def offload(fn: Callable[..., T], /, *args: object) -> T:
+    return await asyncio.to_thread(fn, *args)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EmbeddedStore]:
+    shard = EmbeddedStore(tmp_path / "native", "1")
+    shard.create_queue(Q, 3)
+    yield shard
+    shard.close()
+
+
+@pytest.fixture
+def reference(tmp_path: Path) -> Iterator[EmbeddedStore]:
+    """A second store, driven through its Python methods only."""
+    shard = EmbeddedStore(tmp_path / "python", "1")
+    shard.create_queue(Q, 3)
+    yield shard
+    shard.close()
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coro
+
+    return asyncio.run(main())
+
+
+def records(store: EmbeddedStore, ids: Sequence[int]) -> list[JobRecord]:
+    return store.lookup_jobs(Q, [(p, i) for i in ids for p in (1, 2, 3)], True)
+
+
+def claimed(jobs: Any) -> list[ClaimedJob]:
+    return [ClaimedJob._make(job) for job in jobs.to_list()]
+
+
+def test_the_extension_links_the_sqlite_python_uses() -> None:
+    import sqlite3
+
+    assert sqlite_library_version() == sqlite3.sqlite_version
+
+
+def test_the_lifecycle_answers_as_the_python_store(store: EmbeddedStore, reference: EmbeddedStore) -> None:
+    new = [
+        NewJob(1, b"a", T0 - 5, 3, "first"),
+        NewJob(2, b"b", T0 - 9, 1),
+        NewJob(1, b"c", T0 - 7, 1, "x" * 6000),  # cut to CUSTOM_STATUS_LIMIT
+        NewJob(1, b"later", T0 + 60_000, 2),
+        NewJob(1, b"", T0 - 7, 2, "\u00e9" * 4999 + "\u00e9\u00e9"),  # characters, not bytes
+    ]
+    hot = store.native_hot_path(offload)
+
+    async def native() -> tuple[list[int], list[ClaimedJob], list[ClaimedJob], list[ClaimedJob]]:
+        ids = (await hot.enqueue_jobs(Q, NewJobBatch(new), T0)).to_list()
+        dry = claimed(await hot.dequeue_jobs(Q, 1, 10, "c1", T0, True))
+        got = claimed(await hot.dequeue_jobs(Q, 1, 2, "c1", T0 + 1, False))
+        rest = claimed(await hot.dequeue_jobs(Q, 1, 10, "c2", T0 + 2, False))
+        await hot.ack_jobs(Q, AckGroup([(1, got[0].local_id, "+ok", 0)], [(1, got[1].local_id, "+no", 500)]), T0 + 3)
+        await hot.ack_jobs(Q, AckGroup([], [(1, rest[0].local_id, "+no", 7)]), T0 + 4)
+        await hot.ack_jobs(Q, AckGroup([(1, 10_000, "", 0), (2, rest[0].local_id, "", 0)], []), T0 + 5)  # unclaimed
+        return ids, dry, got, rest
+
+    ids, dry, got, rest = run(native())
+
+    ref_ids = reference.enqueue_jobs(Q, new, T0)
+    assert ids == ref_ids == [1, 2, 3, 4, 5]
+    assert dry == reference.dequeue_jobs(Q, 1, 10, "c1", T0, True)
+    assert [j.local_id for j in dry] == [3, 5, 1], "oldest run_after first, then id"
+    assert got == reference.dequeue_jobs(Q, 1, 2, "c1", T0 + 1, False)
+    assert rest == reference.dequeue_jobs(Q, 1, 10, "c2", T0 + 2, False)
+    reference.ack_jobs(Q, [AckItem(1, got[0].local_id, "+ok")], [AckItem(1, got[1].local_id, "+no", 500)], T0 + 3)
+    reference.ack_jobs(Q, [], [AckItem(1, rest[0].local_id, "+no", 7)], T0 + 4)
+    reference.ack_jobs(Q, [AckItem(1, 10_000), AckItem(2, rest[0].local_id)], [], T0 + 5)
+
+    mine, theirs = records(store, ids), records(reference, ids)
+    assert mine == theirs
+    by_id = {r.local_id: r for r in mine}
+    assert by_id[3].state == JobState.SUCCEEDED and len(by_id[3].custom_status) == 5000
+    assert by_id[5].state == JobState.PENDING and by_id[5].run_after_ms == T0 + 3 + 500
+    assert by_id[5].attempts_remaining == 1 and by_id[5].claim_descriptor is None
+    assert (by_id[1].state, by_id[1].attempts_remaining, by_id[1].run_after_ms) == (JobState.PENDING, 2, T0 + 11)
+    assert by_id[4].state == JobState.PENDING and by_id[4].claim_descriptor is None
+    assert by_id[2].state == JobState.PENDING, "priority 2 was never dequeued"
+
+
+def test_a_failure_on_the_last_attempt_is_final(store: EmbeddedStore) -> None:
+    hot = store.native_hot_path(offload)
+
+    async def go() -> None:
+        (local_id,) = (await hot.enqueue_jobs(Q, NewJobBatch([NewJob(3, b"x", 0, 1, "s")]), T0)).to_list()
+        assert len(await hot.dequeue_jobs(Q, 3, 5, "c", T0, False)) == 1
+        await hot.ack_jobs(Q, AckGroup([], [(3, local_id, "|gone", 1000)]), T0 + 1)
+        assert len(await hot.dequeue_jobs(Q, 3, 5, "c", T0 + 10_000, False)) == 0
+
+    run(go())
+    (record,) = store.lookup_jobs(Q, [(3, 1)], False)
+    assert (record.state, record.attempts_remaining, record.custom_status) == (JobState.FAILED, 0, "s|gone")
+
+
+def test_a_missing_queue_raises_queue_not_found(store: EmbeddedStore) -> None:
+    hot = store.native_hot_path(offload)
+
+    async def go() -> list[BaseException]:
+        calls = [
+            hot.enqueue_jobs("nope", NewJobBatch([NewJob(1, b"x", 0, 1)]), T0),
+            hot.enqueue_jobs("nope", NewJobBatch([]), T0),
+            hot.dequeue_jobs("nope", 1, 1, "c", T0, False),
+            hot.dequeue_jobs("nope", 1, 1, "c", T0, True),
+            hot.ack_jobs("nope", AckGroup([(1, 1, "", 0)], []), T0),
+        ]
+        errors: list[BaseException] = []
+        for call in calls:
+            with pytest.raises(QueueNotFoundError) as info:
+                await call
+            errors.append(info.value)
+        return errors
+
+    errors = run(go())
+    assert [e.queue for e in errors if isinstance(e, QueueNotFoundError)] == ["nope"] * 5
+    assert store.get_queue_names() == {Q}
+
+
+def test_calls_queued_together_share_one_commit_and_fail_alone(store: EmbeddedStore) -> None:
+    hot = store.native_hot_path(offload)
+    gate = store.write_gate
+
+    async def go() -> list[Any]:
+        before = hot.commits
+        gate.acquire()  # the writer waits for the file while every call is queued
+        try:
+            queues = [Q if n != 7 else "nope" for n in range(30)]
+            batches = [NewJobBatch([NewJob(1, b"%d" % n, 0, 1)]) for n in range(30)]
+            tasks = [asyncio.ensure_future(hot.enqueue_jobs(q, b, T0)) for q, b in zip(queues, batches, strict=True)]
+            await asyncio.sleep(0)  # each task runs to its await: all 30 are submitted
+        finally:
+            gate.release()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert hot.commits - before <= 2, "the first call's group, then everyone queued behind it"
+        return results
+
+    results = run(go())
+    assert isinstance(results[7], QueueNotFoundError)
+    ids = [r.to_list()[0] for n, r in enumerate(results) if n != 7]
+    assert sorted(ids) == list(range(1, 30)), "the failed call was undone alone; the others committed"
+    assert [r.body for r in store.lookup_jobs(Q, [(1, i) for i in ids], True)] == [
+        b"%d" % n for n in range(30) if n != 7
+    ]
+
+
+def test_python_writes_and_hot_writes_take_turns(tmp_path: Path) -> None:
+    """The monitor's writes (resurrect, GC) and Python-side enqueues race the hot path with a
+    busy timeout too short for SQLite's busy handler to settle it: neither side fails."""
+    store = EmbeddedStore(tmp_path / "race", "1", busy_timeout_ms=20)
+    store.create_queue(Q, 3)
+    rounds = 60
+    gc_deleted: list[int] = []  # list.append is atomic; += across threads is not
+    python_enqueues: list[int] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def monitor() -> None:
+        try:
+            while not stop.is_set():
+                store.resurrect_timed_out_jobs(Q, 1, 0, 100, T0)
+                gc_deleted.append(store.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 10**9, 100))
+                python_enqueues.append(len(store.enqueue_jobs(Q, [NewJob(2, b"py", 0, 1)], T0)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    async def hot_rounds() -> None:
+        hot = store.native_hot_path(offload)
+        for n in range(rounds):
+            batch = NewJobBatch([NewJob(1, b"%d" % n, 0, 1) for _ in range(10)])
+            await asyncio.gather(hot.enqueue_jobs(Q, batch, T0), hot.enqueue_jobs(Q, batch, T0))
+            jobs = claimed(await hot.dequeue_jobs(Q, 1, 20, "c", T0, False))
+            assert len(jobs) == 20
+            ok, bad = jobs[:10], jobs[10:]
+            await hot.ack_jobs(
+                Q, AckGroup([(1, j.local_id, "", 0) for j in ok], [(1, j.local_id, "", 0) for j in bad]), T0
+            )
+
+    threads = [threading.Thread(target=monitor) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        run(hot_rounds())
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    try:
+        assert errors == []
+        counts = store.queue_counts(3, T0)
+        total = {(k.priority, k.state): 0 for k in counts}
+        for key, n in counts.items():
+            total[key.priority, key.state] += n
+        assert total.get((1, JobState.FAILED)) == rounds * 10
+        assert total.get((1, JobState.SUCCEEDED), 0) + sum(gc_deleted) == rounds * 10
+        assert total.get((1, JobState.PENDING), 0) == total.get((1, JobState.IN_PROGRESS), 0) == 0
+        assert total.get((2, JobState.PENDING)) == sum(python_enqueues) > 0
+    finally:
+        store.close()
+
+
+def test_close_answers_what_was_queued_and_then_refuses(store: EmbeddedStore, tmp_path: Path) -> None:
+    hot = store.native_hot_path(offload)
+
+    async def go() -> list[Any]:
+        store.write_gate.acquire()
+        try:
+            tasks = [
+                asyncio.ensure_future(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"%d" % n, 0, 1)]), T0))
+                for n in range(5)
+            ]
+            await asyncio.sleep(0)
+        finally:
+            store.write_gate.release()
+        await asyncio.to_thread(store.close)  # joins the writer after the queued work
+        results = await asyncio.gather(*tasks)
+        with pytest.raises(ShardConnectionError, match="closed"):
+            await hot.enqueue_jobs(Q, NewJobBatch([]), T0)
+        return [r.to_list()[0] for r in results]
+
+    ids = run(go())
+    reopened = EmbeddedStore(tmp_path / "native", "1")
+    try:
+        assert [r.body for r in reopened.lookup_jobs(Q, [(1, i) for i in ids], True)] == [b"%d" % n for n in range(5)]
+    finally:
+        reopened.close()
+
+
+def test_a_cancelled_caller_leaves_the_others_answered(store: EmbeddedStore) -> None:
+    hot = store.native_hot_path(offload)
+
+    async def go() -> list[int]:
+        store.write_gate.acquire()
+        try:
+            first = asyncio.ensure_future(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"gone", 0, 1)]), T0))
+            second = asyncio.ensure_future(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"kept", 0, 1)]), T0))
+            await asyncio.sleep(0)
+            first.cancel()
+        finally:
+            store.write_gate.release()
+        return (await second).to_list()
+
+    assert run(go()) == [2]
+    assert len(store.lookup_jobs(Q, [(1, 1)], False)) == 1, "the write stands, as a thread's would"
+
+
+def test_a_killed_server_keeps_every_job_it_acknowledged(
+    start_server: Callable[..., ServerProcess], open_client: Callable[[ServerProcess], Any], ttypes: ModuleType
+) -> None:
+    srv = start_server()
+    api = Api(open_client(srv), ttypes)
+    api.create("durable")
+    descriptors: list[str] = []
+    for batch in range(10):
+        descriptors += api.enqueue("durable", *[api.job(b"%d-%d" % (batch, i)) for i in range(50)])
+    claimed_jobs = list(api.dequeue("durable", limit=40).jobs)
+    api.ack("durable", ok=claimed_jobs[:15])
+    srv.kill()  # SIGKILL right after the last answer
+
+    api2 = Api(open_client(start_server()), ttypes)
+    found = api2.lookup(*descriptors, body=True)
+    assert len(found) == 500
+    assert found[descriptors[-1]].body == b"9-49"
+    states = sorted(info.jobState for info in found.values())
+    assert states.count(SUCCEEDED) == 15
+    assert states.count(IN_PROGRESS) == 25
+
+
+def test_the_store_hands_the_server_its_native_path(store: EmbeddedStore) -> None:
+    assert isinstance(store.native_hot_path(offload), NativeEmbeddedHotPath)
+    run(store.hot_path(offload).enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)], T0))
+    assert store.native_hot_path(offload).commits == 1
+
+
+def test_a_locked_database_is_a_shard_connection_error_and_passes(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = EmbeddedStore(tmp_path / "locked", "1", busy_timeout_ms=50)
+    store.create_queue(Q, 1)
+    hot = store.native_hot_path(offload)
+    other = sqlite3.connect(store.path, isolation_level=None)  # a writer that knows no WriteGate
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(ShardConnectionError, match="locked") as info:
+            run(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"x", 0, 1)]), T0))
+        assert not info.value.maybe_applied
+        other.execute("ROLLBACK")
+        assert run(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"y", 0, 1)]), T0)).to_list() == [1]
+    finally:
+        other.close()
+        store.close()
