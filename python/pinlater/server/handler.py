@@ -19,10 +19,18 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pinlater._pinlater import DescriptorError, decode_descriptors, encode_dequeue_reply
+from pinlater._pinlater import (
+    AckGroup,
+    ClaimedJobs,
+    DescriptorError,
+    NewJobBatch,
+    decode_descriptors,
+    encode_dequeue_reply,
+    encode_descriptors,
+)
 from pinlater.backends import body_filter
 from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
-from pinlater.backends.sharded import AckRequest, DequeuedJob, ShardedBackend
+from pinlater.backends.sharded import DequeuedJob, ReadyBatch, ShardedBackend
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
@@ -100,18 +108,36 @@ def _source(context: Any) -> str:
     return str(context.source) if context is not None and context.source else ""
 
 
+#: A dequeue's jobs: the walk's batches (a direct dequeue), or the broker's hand-out.
+Dequeued = list[ReadyBatch[ClaimedJobs]] | list[DequeuedJob]
+
+
+def _count(dequeued: Dequeued) -> int:
+    return sum(len(b.jobs) for b in dequeued) if dequeued and isinstance(dequeued[0], ReadyBatch) else len(dequeued)
+
+
 class DequeueReply(EncodedReply):
     """A dequeue's jobs, answered as ``PinLaterDequeueResponse(jobs={descriptor: body},
     jobMetadata={descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``
     but written by the extension straight from the jobs, in their order."""
 
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "queue")
 
-    def __init__(self, jobs: list[DequeuedJob]) -> None:
+    def __init__(self, queue: str, jobs: Dequeued) -> None:
+        self.queue = queue
         self.jobs = jobs
 
     def message(self, method: str, seqid: int) -> bytes:
-        return encode_dequeue_reply(method, seqid, self.jobs)
+        jobs = self.jobs
+        if jobs and isinstance(jobs[0], ReadyBatch):
+            out: list[Any] = []
+            for batch in jobs:
+                claimed = batch.jobs.to_list()
+                ids = [j[0] for j in claimed]
+                descriptors = encode_descriptors(self.queue, batch.shard, [batch.priority] * len(ids), ids)
+                out.extend(zip(descriptors, claimed, strict=True))
+            return encode_dequeue_reply(method, seqid, out)
+        return encode_dequeue_reply(method, seqid, jobs)
 
 
 class PinLaterHandler:
@@ -230,7 +256,8 @@ class PinLaterHandler:
             run_after = job.runAfterTimestampMillis
             # NewJob(priority, body, run_after_ms, attempts_allowed, custom_status)
             append(NewJob(priority, body, now if run_after is None else run_after, attempts, job.customStatus or ""))
-        descriptors = await self.backend.enqueue_jobs(queue, new_jobs)
+        shard, ids = await self.backend.enqueue_jobs(queue, NewJobBatch(new_jobs))
+        descriptors = encode_descriptors(queue, shard, [j.priority for j in new_jobs], ids.to_list())
         self.metrics.incr(f"{queue}_enqueue", len(descriptors))
         return idl.PinLaterEnqueueResponse(jobDescriptors=descriptors)
 
@@ -241,7 +268,7 @@ class PinLaterHandler:
             await self._ack(request.jobAckRequest)
         limit = request.limit or 0
         if limit <= 0:
-            return DequeueReply([])
+            return DequeueReply(queue, [])
         if self.rate_limits is not None and not request.dryRun:
             try:
                 self.rate_limits.check_dequeue(queue, limit)
@@ -255,17 +282,17 @@ class PinLaterHandler:
         if not dequeued and wait_ms > 0 and not request.dryRun:
             dequeued = await self._long_poll(queue, limit, _source(context), coverage, wait_ms)
         if not request.dryRun:
-            self.metrics.incr(f"{queue}_dequeue", len(dequeued))
-        return DequeueReply(dequeued)
+            self.metrics.incr(f"{queue}_dequeue", _count(dequeued))
+        return DequeueReply(queue, dequeued)
 
-    async def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> list[DequeuedJob]:
+    async def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> Dequeued:
         """Through the broker, unless it is off or the request needs the direct walk (a dry run
         answers from the store; a coverage below 1 asks for a random part of the shards)."""
         if self.broker is not None and not dry_run and coverage >= 1.0:
             return await self.broker.dequeue(queue, limit, source)
         return await self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage)
 
-    async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> list[DequeuedJob]:
+    async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every
         ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once."""
         loop = asyncio.get_running_loop()
@@ -293,20 +320,19 @@ class PinLaterHandler:
         parsed = decode_descriptors([a.jobDescriptor for a in succeeded] + [a.jobDescriptor for a in failed])
         if self.broker is not None:  # jobs it handed out: their claims are written first
             await self.broker.settle(parsed)
-
-        def items(acks: list[Any], offset: int) -> list[tuple[str, AckItem]]:
-            out = []
-            for i, ack in enumerate(acks):
-                _q, shard, priority, local_id = parsed[offset + i]
-                out.append(
-                    (
-                        shard,
-                        AckItem(priority, local_id, ack.appendCustomStatus or "", max(0, ack.retryDelayMillis or 0)),
-                    )
-                )
-            return out
-
-        await self.backend.ack_jobs(queue, AckRequest(items(succeeded, 0), items(failed, len(succeeded))))
+        by_shard: dict[str, tuple[list[AckItem], list[AckItem]]] = {}
+        retried: list[tuple[str, int, int]] = []
+        for i, ack in enumerate(succeeded + failed):
+            _q, shard, priority, local_id = parsed[i]
+            delay = max(0, ack.retryDelayMillis or 0)
+            ok = i < len(succeeded)
+            by_shard.setdefault(shard, ([], []))[0 if ok else 1].append(
+                AckItem(priority, local_id, ack.appendCustomStatus or "", delay)
+            )
+            if not ok:
+                retried.append((shard, priority, delay))
+        groups = [(shard, AckGroup(ok_items, failed_items)) for shard, (ok_items, failed_items) in by_shard.items()]
+        await self.backend.ack_jobs(queue, groups, retried)
         self.metrics.incr(f"{queue}_ack_succeeded", len(succeeded))
         self.metrics.incr(f"{queue}_ack_failed", len(failed))
 
