@@ -12,8 +12,10 @@ pub mod runtime;
 
 /// The Thrift binary protocol on the wire.
 pub mod wire {
-    /// `dequeue_reply`: the `dequeueJobs` REPLY message written from claimed jobs.
-    pub mod dequeue_reply;
+    /// `decode`, `HotCall`, `EnqueueCall`, `DequeueCall`, `AckCall`: the three hot calls read from the frame.
+    pub mod hot_calls;
+    /// `enqueue_reply`, `dequeue_reply`, `dequeue_batches_reply`, `void_reply`: their REPLY messages.
+    pub mod replies;
     /// `struct_end`: the bounds walk of a struct, before anything decodes it.
     pub mod struct_end;
 }
@@ -49,7 +51,8 @@ pub mod py {
     pub mod errors;
     pub mod runtime;
     pub mod wire {
-        pub mod dequeue_reply;
+        pub mod hot_calls;
+        pub mod replies;
         pub mod struct_end;
     }
     pub mod store {
@@ -75,7 +78,8 @@ mod _pinlater {
     use pyo3::prelude::*;
 
     use crate::py::errors::{
-        BodyFilterTimeout, BodyPatternError, DescriptorError, MalformedThriftError, NativeError,
+        BodyFilterTimeout, BodyPatternError, DescriptorError, JobRejected, MalformedThriftError,
+        MissingFieldError, NativeError,
     };
 
     #[pymodule_export]
@@ -101,7 +105,11 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
-    use crate::py::wire::dequeue_reply::encode_dequeue_reply;
+    use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
+    #[pymodule_export]
+    use crate::py::wire::replies::{
+        encode_dequeue_batches, encode_dequeue_reply, encode_enqueue_reply, encode_void_reply,
+    };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;
 
@@ -113,10 +121,12 @@ mod _pinlater {
         m.add("BodyFilterTimeout", py.get_type::<BodyFilterTimeout>())?;
         m.add("BodyPatternError", py.get_type::<BodyPatternError>())?;
         m.add("DescriptorError", py.get_type::<DescriptorError>())?;
+        m.add("JobRejected", py.get_type::<JobRejected>())?;
         m.add(
             "MalformedThriftError",
             py.get_type::<MalformedThriftError>(),
         )?;
+        m.add("MissingFieldError", py.get_type::<MissingFieldError>())?;
         m.add("NativeError", py.get_type::<NativeError>())?;
         Ok(())
     }

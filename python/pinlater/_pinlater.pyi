@@ -11,15 +11,20 @@ from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 
 __all__ = [
     "THRIFT_IDL",
+    "AckCall",
     "AckGroup",
     "BodyFilterTimeout",
     "BodyMatcher",
     "BodyPatternError",
     "ClaimedJobs",
+    "DequeueCall",
     "DescriptorError",
+    "EnqueueCall",
     "JobBuffer",
+    "JobRejected",
     "LocalIds",
     "MalformedThriftError",
+    "MissingFieldError",
     "NativeError",
     "NewJobBatch",
     "RateLimiter",
@@ -27,9 +32,13 @@ __all__ = [
     "_panic_for_tests",
     "decode_descriptor",
     "decode_descriptors",
+    "decode_hot_call",
+    "encode_dequeue_batches",
     "encode_dequeue_reply",
     "encode_descriptor",
     "encode_descriptors",
+    "encode_enqueue_reply",
+    "encode_void_reply",
     "mysql_insert_statements",
     "redis_claimed_jobs",
     "redis_pack_command",
@@ -58,8 +67,24 @@ class MalformedThriftError(ValueError):
     ``string truncated``, ``negative string length``, ``list header truncated``, ``map header
     truncated``, ``unknown wire type 99``, ``negative container size``, ``unknown element type in
     (99,)`` (or ``(11, 99)`` for a map's key and value), ``container truncated``, ``structs nested
-    too deeply`` or ``containers nested too deeply``.
+    too deeply`` or ``containers nested too deeply``. From ``decode_hot_call``, also a ``string``
+    field that is not UTF-8, worded as Python's ``UnicodeDecodeError`` (``'utf-8' codec can't
+    decode byte 0xff in position 0: invalid start byte``).
     """
+
+class MissingFieldError(ValueError):
+    """A hot call without a struct argument, or without a ``required`` field. The message is the
+    server's PROTOCOL_ERROR reply: ``missing argument enqueueJobs.request``, ``missing required
+    field PinLaterJob.body at request.jobs[3].body`` (the first missing, depth first in field
+    order)."""
+
+class JobRejected(ValueError):
+    """A job of an enqueue that the server refuses, as ``PinLaterException(code, message)``:
+    ``ENQUEUE_REJECTED`` (``numAttemptsAllowed must be at least 1, not 0``) or
+    ``PRIORITY_NOT_SUPPORTED`` (``priority 9 is not in 1..3``)."""
+
+    code: int
+    """The ``ErrorCode`` (an int)."""
 
 class BodyPatternError(ValueError):
     """A body regex that ``BodyMatcher`` cannot take; the message is the reason in one line:
@@ -346,6 +371,36 @@ def mysql_insert_statements(
         UnicodeEncodeError: ``custom_status`` holds a lone surrogate (not UTF-8 encodable).
     """
 
+def encode_enqueue_reply(method: str, seqid: int, queue: str, shard: str, batch: NewJobBatch, ids: LocalIds) -> bytes:
+    """The strict Thrift binary REPLY message of ``method`` (``enqueueJobs``) for ``seqid``, whose
+    result's ``success`` is ``PinLaterEnqueueResponse(jobDescriptors=[...])``, byte for byte what
+    thriftpy2 writes: one ``{queue}:s{shard}:p{priority}:{id}`` per job of ``batch``, ``ids[i]``
+    being the local id the store gave job ``i`` on ``shard``.
+
+    Raises:
+        DescriptorError: a bad queue or shard name, a priority or id that cannot form a
+            descriptor, or not one id per job.
+        ValueError: a length beyond 2**31 - 1.
+    """
+
+def encode_dequeue_batches(
+    method: str, seqid: int, queue: str, batches: Sequence[tuple[str, int, ClaimedJobs]]
+) -> bytes:
+    """The REPLY message of ``method`` (``dequeueJobs``) for ``seqid``, exactly as
+    ``encode_dequeue_reply`` writes it for the same jobs: ``batches`` are ``(shard, priority,
+    ClaimedJobs)``, one per store call; each job's descriptor is built from its batch, jobs in
+    order. Descriptors must be distinct (a dequeue's are).
+
+    Raises:
+        DescriptorError: a bad queue or shard name, or a priority or id that cannot form a
+            descriptor.
+        ValueError: attempts that do not fit a Thrift i32, or a length beyond 2**31 - 1.
+    """
+
+def encode_void_reply(method: str, seqid: int) -> bytes:
+    """The REPLY message of a void ``method`` (``ackDequeuedJobs``) for ``seqid``: an empty result
+    struct, as thriftpy2 writes it."""
+
 def encode_dequeue_reply(method: str, seqid: int, jobs: list[Any]) -> bytes:
     """The strict Thrift binary REPLY message of ``method`` (``dequeueJobs``) for ``seqid``, whose
     result's ``success`` is ``PinLaterDequeueResponse(jobs={descriptor: body}, jobMetadata=
@@ -360,6 +415,120 @@ def encode_dequeue_reply(method: str, seqid: int, jobs: list[Any]) -> bytes:
         TypeError: a job is not such a tuple, a descriptor not a str, a body not bytes.
         ValueError: attempts that do not fit a Thrift i32, or a length beyond 2**31 - 1.
         NativeError: a bug in the extension.
+    """
+
+@final
+class EnqueueCall:
+    """An ``enqueueJobs`` call decoded by ``decode_hot_call``; its jobs stay in Rust (in the
+    frame's bytes, which it keeps) until ``batch`` makes them ``NewJob`` values."""
+
+    @property
+    def source(self) -> str | None:
+        """``RequestContext.source``."""
+
+    @property
+    def request_id(self) -> str:
+        """``RequestContext.requestId``; ``""`` when absent (its IDL default)."""
+
+    @property
+    def queue(self) -> str | None:
+        """``request.queueName``, not yet checked."""
+
+    def __len__(self) -> int:
+        """The number of jobs."""
+
+    def batch(self, num_priorities: int, now_ms: int) -> NewJobBatch:
+        """The jobs, defaults resolved as the handler does: attempts 2, priority 1, run after
+        ``now_ms``, custom status ``""``.
+
+        Raises:
+            JobRejected: the first job (in request order; attempts checked before priority) with
+                ``numAttemptsAllowed`` below 1 (``ENQUEUE_REJECTED``) or a priority outside
+                ``1..num_priorities`` (``PRIORITY_NOT_SUPPORTED``).
+        """
+
+@final
+class DequeueCall:
+    """A ``dequeueJobs`` call decoded by ``decode_hot_call``."""
+
+    @property
+    def source(self) -> str | None: ...
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def dry_run(self) -> bool:
+        """``dryRun``, ``False`` when absent."""
+
+    @property
+    def coverage(self) -> float:
+        """``coverage`` as sent (``1.0`` when absent; may be NaN or out of range)."""
+
+    @property
+    def wait_millis(self) -> int | None:
+        """``waitMillis``, ``None`` when absent."""
+
+    @property
+    def ack(self) -> AckCall | None:
+        """The piggy-backed ``jobAckRequest``, if any."""
+
+@final
+class AckCall:
+    """A ``PinLaterJobAckRequest`` decoded by ``decode_hot_call``: an ``ackDequeuedJobs`` call, or
+    a dequeue's piggy-backed acks. Descriptors are decoded by each method below, so a bad one is
+    raised there (after the caller checked the queue name), as ``decode_descriptors`` raises it
+    for the successes followed by the failures."""
+
+    @property
+    def queue(self) -> str | None: ...
+    @property
+    def succeeded(self) -> int:
+        """How many jobs succeeded."""
+
+    @property
+    def failed(self) -> int:
+        """How many jobs failed."""
+
+    def groups(self) -> list[tuple[str, AckGroup]]:
+        """``(shard, AckGroup)`` per shard, in first-seen order (successes first), items in
+        request order: ``AckItem(priority, local_id, appendCustomStatus or "",
+        max(0, retryDelayMillis))``. The descriptors' queue is ignored. A local id beyond 2**63 - 1
+        (which no store hands out) is left out: acking it would change nothing.
+
+        Raises:
+            DescriptorError: a bad descriptor.
+        """
+
+    def retried(self) -> list[tuple[str, int, int]]:
+        """``(shard, priority, retry_delay_ms)`` per failed job (as in ``groups``), in request order.
+
+        Raises:
+            DescriptorError: a bad descriptor.
+        """
+
+    def keys(self) -> list[tuple[str, str, int, int]]:
+        """``(queue, shard, priority, local_id)`` per job, successes first: what
+        ``decode_descriptors`` returns for the descriptors (for the broker's settle).
+
+        Raises:
+            DescriptorError: a bad descriptor.
+        """
+
+def decode_hot_call(method: str, payload: bytes, offset: int) -> EnqueueCall | DequeueCall | AckCall:
+    """Decode the arguments of ``method`` (``enqueueJobs``, ``dequeueJobs`` or
+    ``ackDequeuedJobs``) at ``offset`` in ``payload`` (just past the message header), as
+    thriftpy2's Cython decoder with ``strict_decode`` does: the struct is walked first
+    (``thrift_struct_end``), unknown fields and fields of another wire type are skipped, a list
+    of another element type is empty, a later duplicate wins, absent optional fields take their
+    IDL defaults. No Python object is made per job.
+
+    Raises:
+        MalformedThriftError: not a well-formed struct, or a ``string`` field not UTF-8.
+        MissingFieldError: a struct argument or a required field missing.
+        ValueError: ``method`` is not one of the three.
     """
 
 def redis_pack_command(args: tuple[str | int | float | bytes, ...]) -> bytes:

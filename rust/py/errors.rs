@@ -1,7 +1,10 @@
 //! Python exceptions of the extension, and the `From` conversions of core errors into them.
 //!
 //! - `DescriptorError(ValueError)`: a bad job descriptor or descriptor part.
-//! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct.
+//! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct,
+//!   or a `string` field of a hot call that is not UTF-8.
+//! - `MissingFieldError(ValueError)`: a hot call without a struct argument or a required field.
+//! - `JobRejected(ValueError)`: an enqueue's job the handler refuses; `.code` is its `ErrorCode`.
 //! - `BodyPatternError(ValueError)`: a body regex the linear-time engine cannot take.
 //! - `BodyFilterTimeout(TimeoutError)`: a batch of bodies ran past its time budget.
 //! - `NativeError(RuntimeError)`: a bug or resource failure inside the extension, including any
@@ -17,7 +20,8 @@ use pyo3::prelude::*;
 use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
 use crate::queue::body_matcher::{BudgetExceeded, PatternError};
 use crate::store::redis_rows::RowError;
-use crate::wire::dequeue_reply::TooLong;
+use crate::wire::hot_calls::{self, DecodeError};
+use crate::wire::replies::{ReplyError, TooLong};
 
 pyo3::create_exception!(
     pinlater._pinlater,
@@ -33,6 +37,23 @@ pyo3::create_exception!(
     PyValueError,
     "The bytes are not a well-formed Thrift binary-protocol struct. The message is what is wrong, \
      e.g. `struct truncated` or `unknown wire type 99`."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    MissingFieldError,
+    PyValueError,
+    "A hot call without a struct argument or a required field. The message is what the server \
+     answers, e.g. `missing argument enqueueJobs.request` or `missing required field \
+     PinLaterJob.body at request.jobs[3].body`."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    JobRejected,
+    PyValueError,
+    "A job of an enqueue that the server refuses: `.code` is the `ErrorCode` (an int) and the \
+     message is the `PinLaterException`'s, e.g. `priority 9 is not in 1..3`."
 );
 
 pyo3::create_exception!(
@@ -73,6 +94,29 @@ impl From<WalkError> for PyErr {
     }
 }
 
+impl From<DecodeError> for PyErr {
+    fn from(err: DecodeError) -> Self {
+        match err {
+            DecodeError::Walk(walk) => walk.into(),
+            DecodeError::NotUtf8(_) => MalformedThriftError::new_err(err.to_string()),
+            DecodeError::Missing(_) => MissingFieldError::new_err(err.to_string()),
+            DecodeError::UnknownMethod(_) => PyValueError::new_err(err.to_string()),
+        }
+    }
+}
+
+impl From<hot_calls::JobRejected> for PyErr {
+    fn from(err: hot_calls::JobRejected) -> Self {
+        Python::attach(|py| {
+            let exc = JobRejected::new_err(err.message);
+            match exc.value(py).setattr("code", err.code) {
+                Ok(()) => exc,
+                Err(setattr_failed) => setattr_failed,
+            }
+        })
+    }
+}
+
 impl From<RateLimitError> for PyErr {
     fn from(err: RateLimitError) -> Self {
         PyValueError::new_err(err.to_string())
@@ -100,6 +144,17 @@ impl From<RuntimeStartError> for PyErr {
 impl From<RowError> for PyErr {
     fn from(err: RowError) -> Self {
         PyValueError::new_err(format!("malformed Redis reply: {err}"))
+    }
+}
+
+impl From<ReplyError> for PyErr {
+    fn from(err: ReplyError) -> Self {
+        match err {
+            ReplyError::Descriptor(descriptor) => descriptor.into(),
+            ReplyError::TooLong(_) | ReplyError::NotI32(..) => {
+                PyValueError::new_err(err.to_string())
+            }
+        }
     }
 }
 

@@ -63,6 +63,18 @@ pub fn struct_end(buf: &[u8], offset: usize) -> Result<usize, WalkError> {
     walk_struct(buf, offset, 0)
 }
 
+/// The offset just past the value of wire type `ttype` at `pos`, for a decoder skipping a field it
+/// does not read, in a struct that [`struct_end`] already accepted.
+///
+/// Checked all the same: a value that runs past the end is a truncated struct.
+pub fn value_end(buf: &[u8], pos: usize, ttype: u8) -> Result<usize, WalkError> {
+    let end = skip(buf, pos, ttype, 0)?;
+    if end > buf.len() {
+        return Err(WalkError::StructTruncated);
+    }
+    Ok(end)
+}
+
 fn walk_struct(buf: &[u8], mut pos: usize, depth: usize) -> Result<usize, WalkError> {
     if depth > MAX_NESTING {
         return Err(WalkError::StructsTooDeep);

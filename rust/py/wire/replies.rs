@@ -1,11 +1,13 @@
-//! Python binding of `crate::wire::dequeue_reply`: the dequeue reply written without thriftpy2 objects.
+//! Python bindings of `crate::wire::replies`: the hot calls' replies written without thriftpy2
+//! objects, from the Rust job values (`NewJobBatch`, `LocalIds`, `ClaimedJobs`).
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::py::errors::guarded;
-use crate::wire::dequeue_reply::{self, ReplyJob};
+use crate::py::queue::jobs::{ClaimedJobs, LocalIds, NewJobBatch};
+use crate::wire::replies::{self, Batch, ReplyJob};
 
 fn attempts(job: &Bound<'_, PyTuple>, index: usize, what: &str) -> PyResult<i32> {
     let value: i64 = job.get_item(index)?.extract()?;
@@ -59,7 +61,64 @@ pub fn encode_dequeue_reply<'py>(
                 attempts_remaining: *remaining,
             });
         }
-        let reply = dequeue_reply::dequeue_reply(method, seqid, &reply_jobs)?;
+        let reply = replies::dequeue_reply(method, seqid, &reply_jobs)?;
         Ok(PyBytes::new(py, &reply))
+    })
+}
+
+/// The `enqueueJobs` REPLY message for `seqid`: a descriptor per job of `batch`, with the local
+/// ids a store gave them on `shard` of `queue`.
+#[pyfunction]
+pub fn encode_enqueue_reply<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    shard: &str,
+    batch: &Bound<'py, NewJobBatch>,
+    ids: &Bound<'py, LocalIds>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_enqueue_reply", || {
+        let reply = replies::enqueue_reply(
+            method,
+            seqid,
+            queue,
+            shard,
+            batch.get().jobs(),
+            ids.get().ids(),
+        )?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
+
+/// The `dequeueJobs` REPLY message for `seqid`: the jobs of `batches` (`(shard, priority,
+/// ClaimedJobs)`, one per store call) of `queue`, in order.
+#[pyfunction]
+pub fn encode_dequeue_batches<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    batches: Vec<(String, i64, Bound<'py, ClaimedJobs>)>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_dequeue_batches", || {
+        let views: Vec<Batch<'_>> = batches
+            .iter()
+            .map(|(shard, priority, jobs)| (shard.as_str(), *priority, jobs.get().jobs()))
+            .collect();
+        let reply = replies::dequeue_batches_reply(method, seqid, queue, &views)?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
+
+/// The REPLY message of a void method (`ackDequeuedJobs`) for `seqid`.
+#[pyfunction]
+pub fn encode_void_reply<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_void_reply", || {
+        Ok(PyBytes::new(py, &replies::void_reply(method, seqid)?))
     })
 }

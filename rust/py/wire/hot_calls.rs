@@ -1,0 +1,264 @@
+//! Python binding of `crate::wire::hot_calls`: a hot call as one object, its jobs left in Rust.
+//!
+//! Each call object keeps the frame's `bytes` alive: bodies, descriptors and statuses are read
+//! from it only when a batch or an ack group is built, straight into the Rust job values.
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::py::errors::guarded;
+use crate::py::queue::jobs::{AckGroup, NewJobBatch};
+use crate::py::wire::struct_end::DETACH_BYTES;
+use crate::wire::hot_calls::{self, HotCall};
+
+/// An `enqueueJobs` call.
+#[pyclass(frozen, name = "EnqueueCall", module = "pinlater._pinlater")]
+pub struct EnqueueCall {
+    payload: Py<PyBytes>,
+    call: hot_calls::EnqueueCall,
+}
+
+impl EnqueueCall {
+    /// The decoded call; its spans point into [`EnqueueCall::payload`].
+    #[must_use]
+    pub fn call(&self) -> &hot_calls::EnqueueCall {
+        &self.call
+    }
+
+    #[must_use]
+    pub fn payload(&self) -> &Py<PyBytes> {
+        &self.payload
+    }
+}
+
+#[pymethods]
+impl EnqueueCall {
+    #[getter]
+    fn source(&self) -> Option<&str> {
+        self.call.context.source.as_deref()
+    }
+
+    #[getter]
+    fn request_id(&self) -> &str {
+        &self.call.context.request_id
+    }
+
+    #[getter]
+    fn queue(&self) -> Option<&str> {
+        self.call.queue.as_deref()
+    }
+
+    fn __len__(&self) -> usize {
+        self.call.jobs.len()
+    }
+
+    /// The jobs to insert, defaults resolved (`now_ms` for an absent run-after); raises
+    /// `JobRejected` for the first job the handler refuses.
+    fn batch(&self, py: Python<'_>, num_priorities: i64, now_ms: i64) -> PyResult<NewJobBatch> {
+        guarded("EnqueueCall.batch", || {
+            let payload = self.payload.bind(py).as_bytes();
+            let jobs = self.call.new_jobs(payload, num_priorities, now_ms)?;
+            Ok(NewJobBatch::from_jobs(jobs))
+        })
+    }
+}
+
+/// A `dequeueJobs` call; its piggy-backed acks are an [`AckCall`].
+#[pyclass(frozen, name = "DequeueCall", module = "pinlater._pinlater")]
+pub struct DequeueCall {
+    /// The call without its acks (`ack` is always `None` here).
+    call: hot_calls::DequeueCall,
+    ack: Option<Py<AckCall>>,
+}
+
+impl DequeueCall {
+    /// The decoded call, without its acks (see [`DequeueCall::ack_call`]).
+    #[must_use]
+    pub fn call(&self) -> &hot_calls::DequeueCall {
+        &self.call
+    }
+
+    #[must_use]
+    pub fn ack_call(&self) -> Option<&Py<AckCall>> {
+        self.ack.as_ref()
+    }
+}
+
+#[pymethods]
+impl DequeueCall {
+    #[getter]
+    fn source(&self) -> Option<&str> {
+        self.call.context.source.as_deref()
+    }
+
+    #[getter]
+    fn request_id(&self) -> &str {
+        &self.call.context.request_id
+    }
+
+    #[getter]
+    fn queue(&self) -> Option<&str> {
+        self.call.queue.as_deref()
+    }
+
+    #[getter]
+    fn limit(&self) -> i32 {
+        self.call.limit
+    }
+
+    #[getter]
+    fn dry_run(&self) -> bool {
+        self.call.dry_run
+    }
+
+    #[getter]
+    fn coverage(&self) -> f64 {
+        self.call.coverage
+    }
+
+    #[getter]
+    fn wait_millis(&self) -> Option<i32> {
+        self.call.wait_millis
+    }
+
+    #[getter]
+    fn ack(&self, py: Python<'_>) -> Option<Py<AckCall>> {
+        self.ack.as_ref().map(|a| a.clone_ref(py))
+    }
+}
+
+/// A `PinLaterJobAckRequest`: an `ackDequeuedJobs` call, or the acks of a dequeue.
+#[pyclass(frozen, name = "AckCall", module = "pinlater._pinlater")]
+pub struct AckCall {
+    payload: Py<PyBytes>,
+    call: hot_calls::AckCall,
+}
+
+impl AckCall {
+    /// The decoded acks; their spans point into [`AckCall::payload`].
+    #[must_use]
+    pub fn call(&self) -> &hot_calls::AckCall {
+        &self.call
+    }
+
+    #[must_use]
+    pub fn payload(&self) -> &Py<PyBytes> {
+        &self.payload
+    }
+}
+
+#[pymethods]
+impl AckCall {
+    #[getter]
+    fn queue(&self) -> Option<&str> {
+        self.call.queue.as_deref()
+    }
+
+    /// How many jobs succeeded.
+    #[getter]
+    fn succeeded(&self) -> usize {
+        self.call.succeeded.len()
+    }
+
+    /// How many jobs failed.
+    #[getter]
+    fn failed(&self) -> usize {
+        self.call.failed.len()
+    }
+
+    /// `(shard, AckGroup)` per shard named, in first-seen order (successes first).
+    fn groups(&self, py: Python<'_>) -> PyResult<Vec<(String, AckGroup)>> {
+        guarded("AckCall.groups", || {
+            let payload = self.payload.bind(py).as_bytes();
+            Ok(self
+                .call
+                .groups(payload)?
+                .into_iter()
+                .map(|(shard, group)| (shard, AckGroup::from_group(group)))
+                .collect())
+        })
+    }
+
+    /// `(shard, priority, retry_delay_ms)` per failed job, in request order.
+    fn retried(&self, py: Python<'_>) -> PyResult<Vec<(String, i64, i64)>> {
+        guarded("AckCall.retried", || {
+            Ok(self.call.retried(self.payload.bind(py).as_bytes())?)
+        })
+    }
+
+    /// `(queue, shard, priority, local_id)` per job, successes first: `decode_descriptors` of
+    /// the descriptors.
+    fn keys(&self, py: Python<'_>) -> PyResult<Vec<(String, String, u8, u64)>> {
+        guarded("AckCall.keys", || {
+            let payload = self.payload.bind(py).as_bytes();
+            Ok(self
+                .call
+                .keys(payload)?
+                .into_iter()
+                .map(|d| {
+                    (
+                        d.queue.to_owned(),
+                        d.shard.to_owned(),
+                        d.priority,
+                        d.local_id,
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+/// Decodes the arguments of a hot call (`method` one of `enqueueJobs`, `dequeueJobs`,
+/// `ackDequeuedJobs`) at `offset` in `payload`, just past the message header.
+#[pyfunction]
+pub fn decode_hot_call(
+    py: Python<'_>,
+    method: &str,
+    payload: &Bound<'_, PyBytes>,
+    offset: usize,
+) -> PyResult<Py<PyAny>> {
+    guarded("decode_hot_call", || {
+        // `bytes` is immutable and `payload` keeps it alive for this call.
+        let bytes = payload.as_bytes();
+        let decoded = if bytes.len() >= DETACH_BYTES {
+            py.detach(|| hot_calls::decode(method, bytes, offset))
+        } else {
+            hot_calls::decode(method, bytes, offset)
+        }?;
+        let owner = payload.clone().unbind();
+        Ok(match decoded {
+            HotCall::Enqueue(call) => Py::new(
+                py,
+                EnqueueCall {
+                    payload: owner,
+                    call,
+                },
+            )?
+            .into_any(),
+            HotCall::Dequeue(mut call) => {
+                let ack = call
+                    .ack
+                    .take()
+                    .map(|call| {
+                        Py::new(
+                            py,
+                            AckCall {
+                                payload: owner,
+                                call,
+                            },
+                        )
+                    })
+                    .transpose()?;
+                Py::new(py, DequeueCall { call, ack })?.into_any()
+            }
+            HotCall::Ack(call) => Py::new(
+                py,
+                AckCall {
+                    payload: owner,
+                    call,
+                },
+            )?
+            .into_any(),
+        })
+    })
+}

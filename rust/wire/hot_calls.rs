@@ -1,0 +1,1039 @@
+//! The three hot calls, `enqueueJobs`, `dequeueJobs` and `ackDequeuedJobs`, decoded straight
+//! from the frame into Rust values: no Python object per job.
+//!
+//! The rules are those of the Cython decoder (thriftpy2's `cybin` with `strict_decode`) that the
+//! server used before, checked against it by `tests/server/test_hot_wire.py`:
+//! - the argument struct is walked first ([`struct_end`]), so a frame that is not well-formed
+//!   fails with the walk's error, worded as before;
+//! - an unknown field id is skipped, and so is a known id with another wire type; a list whose
+//!   element type is not the IDL's decodes as empty (its elements skipped);
+//! - a later duplicate field replaces the earlier one (a struct wholly: the two are not merged);
+//! - a `string` field must be UTF-8 ([`NotUtf8`], worded as Python's `UnicodeDecodeError`); a
+//!   `binary` one (`PinLaterJob.body`) is bytes;
+//! - absent optional fields take their IDL defaults, except `runAfterTimestampMillis` and
+//!   `waitMillis`, which stay `None` (the handler treats an absent `waitMillis` as 0);
+//! - then a missing struct argument, and after it the first missing `required` field (depth
+//!   first, in field-id order, as the dispatcher's `_first_missing` walks) is a [`MissingField`]
+//!   whose message is the dispatcher's reply.
+//!
+//! Per-job bytes (bodies, descriptors, custom statuses) stay in the payload as [`Span`]s: the
+//! caller keeps the payload and hands it back to the accessors, which copy what they need once.
+
+use std::ops::Range;
+
+use crate::error::{DescriptorError, WalkError};
+use crate::queue::descriptor::{self, Descriptor};
+use crate::queue::jobs::{AckGroup, AckItem, NewJob};
+use crate::wire::struct_end;
+
+const T_STOP: u8 = 0;
+const T_BOOL: u8 = 2;
+const T_BYTE: u8 = 3;
+const T_DOUBLE: u8 = 4;
+const T_I32: u8 = 8;
+const T_I64: u8 = 10;
+const T_STRING: u8 = 11;
+const T_STRUCT: u8 = 12;
+const T_LIST: u8 = 15;
+
+/// `ErrorCode.PRIORITY_NOT_SUPPORTED` of the IDL.
+pub const PRIORITY_NOT_SUPPORTED: i32 = 416;
+/// `ErrorCode.ENQUEUE_REJECTED` of the IDL.
+pub const ENQUEUE_REJECTED: i32 = 430;
+
+/// Where a value lies in the payload.
+pub type Span = Range<usize>;
+
+/// Why a hot call could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Not a well-formed struct (Python: `MalformedThriftError`).
+    #[error(transparent)]
+    Walk(#[from] WalkError),
+    /// A `string` field that is not UTF-8 (Python: `MalformedThriftError`).
+    #[error(transparent)]
+    NotUtf8(#[from] NotUtf8),
+    /// A struct argument or a required field left out (Python: `MissingFieldError`).
+    #[error(transparent)]
+    Missing(#[from] MissingField),
+    /// Not one of the three hot methods: the caller's bug (Python: `ValueError`).
+    #[error("{0:?} is not a hot call (enqueueJobs, dequeueJobs or ackDequeuedJobs)")]
+    UnknownMethod(String),
+}
+
+/// A `string` field's bytes that are not UTF-8, described as Python's `UnicodeDecodeError` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotUtf8 {
+    /// The first offending byte.
+    pub byte: u8,
+    /// How many bytes the error covers (1 to 3).
+    pub len: usize,
+    /// Where they start in the string.
+    pub position: usize,
+    pub reason: &'static str,
+}
+
+impl std::fmt::Display for NotUtf8 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (p, reason) = (self.position, self.reason);
+        if self.len == 1 {
+            let b = self.byte;
+            write!(
+                f,
+                "'utf-8' codec can't decode byte 0x{b:02x} in position {p}: {reason}"
+            )
+        } else {
+            let last = p + self.len - 1;
+            write!(
+                f,
+                "'utf-8' codec can't decode bytes in position {p}-{last}: {reason}"
+            )
+        }
+    }
+}
+
+impl std::error::Error for NotUtf8 {}
+
+/// `bytes` as UTF-8, or Python's description of the first error.
+pub fn utf8(bytes: &[u8]) -> Result<&str, NotUtf8> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        let position = e.valid_up_to();
+        let byte = bytes[position];
+        // Rust and Python both report the maximal invalid subpart (the Unicode practice).
+        let (len, reason) = match e.error_len() {
+            None => (bytes.len() - position, "unexpected end of data"),
+            Some(n) if (0xC2..=0xF4).contains(&byte) => (n, "invalid continuation byte"),
+            Some(n) => (n, "invalid start byte"),
+        };
+        NotUtf8 {
+            byte,
+            len,
+            position,
+            reason,
+        }
+    })
+}
+
+/// A struct argument or required field left out; the message is the dispatcher's reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MissingField {
+    #[error("missing argument {method}.{argument}")]
+    Argument {
+        method: &'static str,
+        argument: &'static str,
+    },
+    /// `field` is `Struct.field`, `path` where it is below the arguments.
+    #[error("missing required field {field} at {path}")]
+    Field { field: &'static str, path: String },
+}
+
+fn missing(field: &'static str, path: String) -> MissingField {
+    MissingField::Field { field, path }
+}
+
+/// A job the handler refuses, as `PinLaterException(code, message)`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct JobRejected {
+    /// An `ErrorCode` of the IDL.
+    pub code: i32,
+    pub message: String,
+}
+
+/// `RequestContext`. `request_id` is `""` when absent (its IDL default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Context {
+    pub source: Option<String>,
+    pub request_id: String,
+}
+
+/// `PinLaterJob`, defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub body: Option<Span>,
+    pub priority: i8,
+    pub run_after_ms: Option<i64>,
+    pub attempts_allowed: i32,
+    pub custom_status: Span,
+}
+
+impl Default for Job {
+    fn default() -> Self {
+        Self {
+            body: None,
+            priority: 1,
+            run_after_ms: None,
+            attempts_allowed: 2,
+            custom_status: 0..0,
+        }
+    }
+}
+
+/// `PinLaterJobAckInfo`, defaults applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckInfo {
+    pub descriptor: Option<Span>,
+    pub append_custom_status: Span,
+    pub retry_delay_ms: i64,
+}
+
+/// An `enqueueJobs` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnqueueCall {
+    pub context: Context,
+    pub queue: Option<String>,
+    pub jobs: Vec<Job>,
+}
+
+/// A `PinLaterJobAckRequest`: the argument of `ackDequeuedJobs`, or piggy-backed on a dequeue.
+/// An absent list is empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AckCall {
+    pub queue: Option<String>,
+    pub succeeded: Vec<AckInfo>,
+    pub failed: Vec<AckInfo>,
+}
+
+/// A `dequeueJobs` call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DequeueCall {
+    pub context: Context,
+    pub queue: Option<String>,
+    pub limit: i32,
+    pub ack: Option<AckCall>,
+    pub dry_run: bool,
+    pub coverage: f64,
+    pub wait_millis: Option<i32>,
+}
+
+/// One decoded hot call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HotCall {
+    Enqueue(EnqueueCall),
+    Dequeue(DequeueCall),
+    Ack(AckCall),
+}
+
+/// The bytes of `span` in `payload` (empty if the payload is not the one decoded).
+#[must_use]
+pub fn bytes_at<'p>(payload: &'p [u8], span: &Span) -> &'p [u8] {
+    payload.get(span.clone()).unwrap_or_default()
+}
+
+/// The text of `span`, which the decoder checked is UTF-8.
+#[must_use]
+pub fn text_at<'p>(payload: &'p [u8], span: &Span) -> &'p str {
+    std::str::from_utf8(bytes_at(payload, span)).unwrap_or_default()
+}
+
+/// Decodes the arguments of `method` at `offset` in `payload` (just past the message header).
+pub fn decode(method: &str, payload: &[u8], offset: usize) -> Result<HotCall, DecodeError> {
+    let method: &'static str = match method {
+        "enqueueJobs" => "enqueueJobs",
+        "dequeueJobs" => "dequeueJobs",
+        "ackDequeuedJobs" => "ackDequeuedJobs",
+        other => return Err(DecodeError::UnknownMethod(other.to_owned())),
+    };
+    struct_end::struct_end(payload, offset)?;
+    let mut r = Reader {
+        buf: payload,
+        pos: offset,
+    };
+    Ok(match method {
+        "enqueueJobs" => {
+            let (context, request) = args(&mut r, method, enqueue_request)?;
+            if request.queue.is_none() {
+                return Err(missing(
+                    "PinLaterEnqueueRequest.queueName",
+                    "request.queueName".into(),
+                )
+                .into());
+            }
+            let Some(jobs) = request.jobs else {
+                return Err(missing("PinLaterEnqueueRequest.jobs", "request.jobs".into()).into());
+            };
+            if let Some(i) = jobs.iter().position(|j| j.body.is_none()) {
+                return Err(missing("PinLaterJob.body", format!("request.jobs[{i}].body")).into());
+            }
+            HotCall::Enqueue(EnqueueCall {
+                context,
+                queue: request.queue,
+                jobs,
+            })
+        }
+        "dequeueJobs" => {
+            let (context, request) = args(&mut r, method, dequeue_request)?;
+            if request.queue.is_none() {
+                return Err(missing(
+                    "PinLaterDequeueRequest.queueName",
+                    "request.queueName".into(),
+                )
+                .into());
+            }
+            let Some(limit) = request.limit else {
+                return Err(missing("PinLaterDequeueRequest.limit", "request.limit".into()).into());
+            };
+            if let Some(ack) = &request.ack {
+                check_ack(ack, "request.jobAckRequest")?;
+            }
+            HotCall::Dequeue(DequeueCall {
+                context,
+                queue: request.queue,
+                limit,
+                ack: request.ack,
+                dry_run: request.dry_run,
+                coverage: request.coverage,
+                wait_millis: request.wait_millis,
+            })
+        }
+        _ => {
+            let (_context, request) = args(&mut r, method, ack_request)?;
+            check_ack(&request, "request")?;
+            HotCall::Ack(request)
+        }
+    })
+}
+
+fn check_ack(ack: &AckCall, at: &str) -> Result<(), MissingField> {
+    if ack.queue.is_none() {
+        return Err(missing(
+            "PinLaterJobAckRequest.queueName",
+            format!("{at}.queueName"),
+        ));
+    }
+    for (name, list) in [
+        ("jobsSucceeded", &ack.succeeded),
+        ("jobsFailed", &ack.failed),
+    ] {
+        if let Some(i) = list.iter().position(|a| a.descriptor.is_none()) {
+            return Err(missing(
+                "PinLaterJobAckInfo.jobDescriptor",
+                format!("{at}.{name}[{i}].jobDescriptor"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads `(1: RequestContext context, 2: <request> request)`; both must be there, and the
+/// context's `source` set (the context is checked before the request, as it comes first).
+fn args<T>(
+    r: &mut Reader<'_>,
+    method: &'static str,
+    mut request: impl FnMut(&mut Reader<'_>) -> Result<T, DecodeError>,
+) -> Result<(Context, T), DecodeError> {
+    let mut ctx = None;
+    let mut req = None;
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRUCT) => ctx = Some(context(r)?),
+            (2, T_STRUCT) => req = Some(request(r)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    let argument = |argument| MissingField::Argument { method, argument };
+    let ctx = ctx.ok_or_else(|| argument("context"))?;
+    let req = req.ok_or_else(|| argument("request"))?;
+    if ctx.source.is_none() {
+        return Err(missing("RequestContext.source", "context.source".into()).into());
+    }
+    Ok((ctx, req))
+}
+
+fn context(r: &mut Reader<'_>) -> Result<Context, DecodeError> {
+    let mut c = Context::default();
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRING) => c.source = Some(r.string()?),
+            (2, T_STRING) => c.request_id = r.string()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(c)
+}
+
+struct EnqueueRequest {
+    queue: Option<String>,
+    jobs: Option<Vec<Job>>,
+}
+
+fn enqueue_request(r: &mut Reader<'_>) -> Result<EnqueueRequest, DecodeError> {
+    let mut req = EnqueueRequest {
+        queue: None,
+        jobs: None,
+    };
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRING) => req.queue = Some(r.string()?),
+            (2, T_LIST) => req.jobs = Some(r.list(T_STRUCT, job)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(req)
+}
+
+fn job(r: &mut Reader<'_>) -> Result<Job, DecodeError> {
+    let mut j = Job::default();
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRING) => j.body = Some(r.span()?),
+            (2, T_BYTE) => j.priority = i8::from_be_bytes(r.take()?),
+            (3, T_I64) => j.run_after_ms = Some(i64::from_be_bytes(r.take()?)),
+            (4, T_I32) => j.attempts_allowed = i32::from_be_bytes(r.take()?),
+            (5, T_STRING) => j.custom_status = r.text()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(j)
+}
+
+struct DequeueRequest {
+    queue: Option<String>,
+    limit: Option<i32>,
+    ack: Option<AckCall>,
+    dry_run: bool,
+    coverage: f64,
+    wait_millis: Option<i32>,
+}
+
+fn dequeue_request(r: &mut Reader<'_>) -> Result<DequeueRequest, DecodeError> {
+    let mut req = DequeueRequest {
+        queue: None,
+        limit: None,
+        ack: None,
+        dry_run: false,
+        coverage: 1.0,
+        wait_millis: None,
+    };
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRING) => req.queue = Some(r.string()?),
+            (2, T_I32) => req.limit = Some(i32::from_be_bytes(r.take()?)),
+            (3, T_STRUCT) => req.ack = Some(ack_request(r)?),
+            (4, T_BOOL) => req.dry_run = r.take::<1>()? != [0],
+            (5, T_DOUBLE) => req.coverage = f64::from_be_bytes(r.take()?),
+            (6, T_I32) => req.wait_millis = Some(i32::from_be_bytes(r.take()?)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(req)
+}
+
+fn ack_request(r: &mut Reader<'_>) -> Result<AckCall, DecodeError> {
+    let mut req = AckCall::default();
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRING) => req.queue = Some(r.string()?),
+            (2, T_LIST) => req.succeeded = r.list(T_STRUCT, ack_info)?,
+            (3, T_LIST) => req.failed = r.list(T_STRUCT, ack_info)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(req)
+}
+
+fn ack_info(r: &mut Reader<'_>) -> Result<AckInfo, DecodeError> {
+    let mut a = AckInfo::default();
+    r.fields(|r, ttype, id| {
+        match (id, ttype) {
+            (1, T_STRING) => a.descriptor = Some(r.text()?),
+            (2, T_STRING) => a.append_custom_status = r.text()?,
+            (3, T_I64) => a.retry_delay_ms = i64::from_be_bytes(r.take()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(a)
+}
+
+/// Reads a struct that `struct_end` accepted; every read is still bounds-checked.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], WalkError> {
+        let end = self.pos.checked_add(N).ok_or(WalkError::StructTruncated)?;
+        let bytes = self
+            .buf
+            .get(self.pos..end)
+            .and_then(|b| <[u8; N]>::try_from(b).ok())
+            .ok_or(WalkError::StructTruncated)?;
+        self.pos = end;
+        Ok(bytes)
+    }
+
+    fn span(&mut self) -> Result<Span, WalkError> {
+        let n = i32::from_be_bytes(self.take()?);
+        let n = usize::try_from(n).map_err(|_| WalkError::NegativeStringLength)?;
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or(WalkError::StructTruncated)?;
+        let span = self.pos..end;
+        self.pos = end;
+        Ok(span)
+    }
+
+    /// A `string` kept in the payload, checked to be UTF-8.
+    fn text(&mut self) -> Result<Span, DecodeError> {
+        let span = self.span()?;
+        utf8(bytes_at(self.buf, &span))?;
+        Ok(span)
+    }
+
+    fn string(&mut self) -> Result<String, DecodeError> {
+        let span = self.span()?;
+        Ok(utf8(bytes_at(self.buf, &span))?.to_owned())
+    }
+
+    fn skip(&mut self, ttype: u8) -> Result<(), WalkError> {
+        self.pos = struct_end::value_end(self.buf, self.pos, ttype)?;
+        Ok(())
+    }
+
+    /// Reads fields up to the struct's STOP: `field` reads those it knows (by id and wire type)
+    /// and answers `false` for the others, which are skipped.
+    fn fields(
+        &mut self,
+        mut field: impl FnMut(&mut Self, u8, i16) -> Result<bool, DecodeError>,
+    ) -> Result<(), DecodeError> {
+        loop {
+            let [ttype] = self.take()?;
+            if ttype == T_STOP {
+                return Ok(());
+            }
+            let id = i16::from_be_bytes(self.take()?);
+            if !field(self, ttype, id)? {
+                self.skip(ttype)?;
+            }
+        }
+    }
+
+    /// A list of `etype` elements; one of another element type is skipped and reads as empty.
+    fn list<T>(
+        &mut self,
+        etype: u8,
+        mut item: impl FnMut(&mut Self) -> Result<T, DecodeError>,
+    ) -> Result<Vec<T>, DecodeError> {
+        let [found] = self.take()?;
+        let n = i32::from_be_bytes(self.take()?);
+        let n = usize::try_from(n).map_err(|_| WalkError::NegativeContainerSize)?;
+        if found != etype {
+            for _ in 0..n {
+                self.skip(found)?;
+            }
+            return Ok(Vec::new());
+        }
+        // Each element takes at least one byte: never reserve more than the payload could hold.
+        let mut out = Vec::with_capacity(n.min(self.buf.len().saturating_sub(self.pos)));
+        for _ in 0..n {
+            out.push(item(self)?);
+        }
+        Ok(out)
+    }
+}
+
+impl EnqueueCall {
+    /// The jobs to insert, as the handler built them: `now_ms` for an absent run-after, each job
+    /// checked in order (attempts, then priority in `1..=num_priorities`); the first refused job
+    /// refuses the call.
+    pub fn new_jobs(
+        &self,
+        payload: &[u8],
+        num_priorities: i64,
+        now_ms: i64,
+    ) -> Result<Vec<NewJob>, JobRejected> {
+        let mut out = Vec::with_capacity(self.jobs.len());
+        for job in &self.jobs {
+            let attempts = job.attempts_allowed;
+            if attempts < 1 {
+                return Err(JobRejected {
+                    code: ENQUEUE_REJECTED,
+                    message: format!("numAttemptsAllowed must be at least 1, not {attempts}"),
+                });
+            }
+            let Some(body) = &job.body else {
+                return Err(JobRejected {
+                    code: ENQUEUE_REJECTED,
+                    message: "every job needs a body".to_owned(),
+                });
+            };
+            let priority = i64::from(job.priority);
+            if !(1..=num_priorities).contains(&priority) {
+                return Err(JobRejected {
+                    code: PRIORITY_NOT_SUPPORTED,
+                    message: format!("priority {priority} is not in 1..{num_priorities}"),
+                });
+            }
+            out.push(NewJob {
+                priority,
+                body: bytes_at(payload, body).to_vec(),
+                run_after_ms: job.run_after_ms.unwrap_or(now_ms),
+                attempts_allowed: i64::from(attempts),
+                custom_status: text_at(payload, &job.custom_status).to_owned(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// One decoded ack: its descriptor, whether it succeeded, and its item for the store (`None`
+/// when the local id exceeds `i64`, which no store hands out: acking it would change nothing).
+type Decoded<'p> = (Descriptor<'p>, bool, Option<AckItem>);
+
+impl AckCall {
+    /// Every descriptor, the successes first, decoded as `decode_descriptors` does (the error
+    /// names the first bad one and its index in that order).
+    pub fn keys<'p>(&self, payload: &'p [u8]) -> Result<Vec<Descriptor<'p>>, DescriptorError> {
+        descriptor::decode_batch(self.infos().map(|(_, a)| descriptor_text(payload, a)))
+    }
+
+    fn infos(&self) -> impl Iterator<Item = (bool, &AckInfo)> {
+        self.succeeded
+            .iter()
+            .map(|a| (true, a))
+            .chain(self.failed.iter().map(|a| (false, a)))
+    }
+
+    fn decoded<'p>(&self, payload: &'p [u8]) -> Result<Vec<Decoded<'p>>, DescriptorError> {
+        let keys = self.keys(payload)?;
+        Ok(keys
+            .into_iter()
+            .zip(self.infos())
+            .map(|(d, (ok, a))| {
+                let item = i64::try_from(d.local_id).ok().map(|local_id| AckItem {
+                    priority: i64::from(d.priority),
+                    local_id,
+                    append_custom_status: text_at(payload, &a.append_custom_status).to_owned(),
+                    retry_delay_ms: a.retry_delay_ms.max(0),
+                });
+                (d, ok, item)
+            })
+            .collect())
+    }
+
+    /// The acks by shard, shards in first-seen order (successes first), each group's items in
+    /// request order. The descriptors' queue part is ignored: the call's queue is acked.
+    pub fn groups(&self, payload: &[u8]) -> Result<Vec<(String, AckGroup)>, DescriptorError> {
+        let mut groups: Vec<(String, AckGroup)> = Vec::new();
+        for (d, ok, item) in self.decoded(payload)? {
+            let Some(item) = item else { continue };
+            let i = if let Some(i) = groups.iter().rposition(|(s, _)| s == d.shard) {
+                i
+            } else {
+                groups.push((d.shard.to_owned(), AckGroup::default()));
+                groups.len() - 1
+            };
+            let group = &mut groups[i].1;
+            if ok {
+                group.succeeded.push(item);
+            } else {
+                group.failed.push(item);
+            }
+        }
+        Ok(groups)
+    }
+
+    /// `(shard, priority, retry_delay_ms)` of each failure, in request order (a retried job
+    /// becomes ready again after its delay).
+    pub fn retried(&self, payload: &[u8]) -> Result<Vec<(String, i64, i64)>, DescriptorError> {
+        Ok(self
+            .decoded(payload)?
+            .into_iter()
+            .filter(|(_, ok, _)| !ok)
+            .filter_map(|(d, _, item)| {
+                item.map(|i| (d.shard.to_owned(), i.priority, i.retry_delay_ms))
+            })
+            .collect())
+    }
+}
+
+fn descriptor_text<'p>(payload: &'p [u8], a: &AckInfo) -> &'p str {
+    a.descriptor.as_ref().map_or("", |s| text_at(payload, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T_I16: u8 = 6;
+    const T_MAP: u8 = 13;
+
+    /// Writes binary-protocol pieces.
+    #[derive(Default, Clone)]
+    struct Wire(Vec<u8>);
+
+    impl Wire {
+        fn field(mut self, ttype: u8, id: i16) -> Self {
+            self.0.push(ttype);
+            self.0.extend_from_slice(&id.to_be_bytes());
+            self
+        }
+        fn bytes(mut self, bytes: &[u8]) -> Self {
+            self.0.extend_from_slice(bytes);
+            self
+        }
+        fn i32(self, v: i32) -> Self {
+            self.bytes(&v.to_be_bytes())
+        }
+        fn i64(self, v: i64) -> Self {
+            self.bytes(&v.to_be_bytes())
+        }
+        fn string(self, s: &[u8]) -> Self {
+            self.i32(i32::try_from(s.len()).unwrap()).bytes(s)
+        }
+        fn list(self, etype: u8, n: i32) -> Self {
+            self.bytes(&[etype]).i32(n)
+        }
+        fn stop(self) -> Self {
+            self.bytes(&[0])
+        }
+        fn str_field(self, id: i16, s: &str) -> Self {
+            self.field(T_STRING, id).string(s.as_bytes())
+        }
+        fn context(self, source: &str) -> Self {
+            self.field(T_STRUCT, 1).str_field(1, source).stop()
+        }
+    }
+
+    fn wire() -> Wire {
+        Wire::default()
+    }
+
+    fn job(body: &[u8]) -> Wire {
+        wire().field(T_STRING, 1).string(body)
+    }
+
+    fn enqueue(jobs: &[Wire]) -> Wire {
+        let mut w = wire()
+            .context("src")
+            .field(T_STRUCT, 2)
+            .str_field(1, "q")
+            .field(T_LIST, 2)
+            .list(T_STRUCT, i32::try_from(jobs.len()).unwrap());
+        for j in jobs {
+            w = w.bytes(&j.0).stop();
+        }
+        w.stop().stop()
+    }
+
+    fn decode_enqueue(w: &Wire) -> Result<EnqueueCall, DecodeError> {
+        match decode("enqueueJobs", &w.0, 0)? {
+            HotCall::Enqueue(call) => Ok(call),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn decode_ack(w: &Wire) -> Result<AckCall, DecodeError> {
+        match decode("ackDequeuedJobs", &w.0, 0)? {
+            HotCall::Ack(call) => Ok(call),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn message(err: DecodeError) -> String {
+        err.to_string()
+    }
+
+    #[test]
+    fn enqueue_defaults_and_every_field() {
+        let w = enqueue(&[
+            job(b"\xff\x00"),
+            job(b"b")
+                .field(T_BYTE, 2)
+                .bytes(&[3])
+                .field(T_I64, 3)
+                .i64(77)
+                .field(T_I32, 4)
+                .i32(5)
+                .str_field(5, "st"),
+        ]);
+        let call = decode_enqueue(&w).unwrap();
+        assert_eq!(call.context.source.as_deref(), Some("src"));
+        assert_eq!(call.context.request_id, "");
+        assert_eq!(call.queue.as_deref(), Some("q"));
+        let jobs = call.new_jobs(&w.0, 3, 1000).unwrap();
+        assert_eq!(
+            jobs,
+            vec![
+                NewJob {
+                    priority: 1,
+                    body: b"\xff\x00".to_vec(),
+                    run_after_ms: 1000,
+                    attempts_allowed: 2,
+                    custom_status: String::new()
+                },
+                NewJob {
+                    priority: 3,
+                    body: b"b".to_vec(),
+                    run_after_ms: 77,
+                    attempts_allowed: 5,
+                    custom_status: "st".into()
+                },
+            ]
+        );
+        let refused = call.new_jobs(&w.0, 2, 0).unwrap_err();
+        assert_eq!(refused.code, PRIORITY_NOT_SUPPORTED);
+        assert_eq!(refused.message, "priority 3 is not in 1..2");
+    }
+
+    #[test]
+    fn attempts_are_checked_before_priority() {
+        let w = enqueue(&[job(b"a")
+            .field(T_BYTE, 2)
+            .bytes(&[0xff])
+            .field(T_I32, 4)
+            .i32(0)]);
+        let call = decode_enqueue(&w).unwrap();
+        let refused = call.new_jobs(&w.0, 3, 0).unwrap_err();
+        assert_eq!(refused.code, ENQUEUE_REJECTED);
+        assert_eq!(
+            refused.message,
+            "numAttemptsAllowed must be at least 1, not 0"
+        );
+        let w = enqueue(&[job(b"a").field(T_BYTE, 2).bytes(&[0xff])]);
+        let refused = decode_enqueue(&w)
+            .unwrap()
+            .new_jobs(&w.0, 3, 0)
+            .unwrap_err();
+        assert_eq!(refused.message, "priority -1 is not in 1..3");
+    }
+
+    #[test]
+    fn unknown_ids_wrong_types_and_duplicates() {
+        let j = job(b"first")
+            .field(T_I32, 2) // priority with the wrong wire type: skipped
+            .i32(9)
+            .field(T_MAP, 99) // unknown id: skipped
+            .bytes(&[T_STRING, T_I32])
+            .i32(1)
+            .string(b"k")
+            .i32(5)
+            .field(T_STRING, 1) // a later body wins
+            .string(b"second");
+        let w = enqueue(&[j]);
+        let call = decode_enqueue(&w).unwrap();
+        let jobs = call.new_jobs(&w.0, 3, 0).unwrap();
+        assert_eq!(jobs[0].body, b"second");
+        assert_eq!(jobs[0].priority, 1);
+    }
+
+    #[test]
+    fn a_list_of_another_element_type_is_empty() {
+        let w = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .str_field(1, "q")
+            .field(T_LIST, 2)
+            .list(T_I16, 2)
+            .bytes(&[0, 1, 0, 2])
+            .stop()
+            .stop();
+        assert!(decode_enqueue(&w).unwrap().jobs.is_empty());
+    }
+
+    #[test]
+    fn missing_arguments_and_fields() {
+        let no_request = wire().context("s").stop();
+        assert_eq!(
+            message(decode("enqueueJobs", &no_request.0, 0).unwrap_err()),
+            "missing argument enqueueJobs.request"
+        );
+        // The context comes first, even with the request missing too.
+        let empty = wire().stop();
+        assert_eq!(
+            message(decode("dequeueJobs", &empty.0, 0).unwrap_err()),
+            "missing argument dequeueJobs.context"
+        );
+        let no_source = wire()
+            .field(T_STRUCT, 1)
+            .stop()
+            .field(T_STRUCT, 2)
+            .stop()
+            .stop();
+        assert_eq!(
+            message(decode("ackDequeuedJobs", &no_source.0, 0).unwrap_err()),
+            "missing required field RequestContext.source at context.source"
+        );
+        let no_body = enqueue(&[job(b"a"), job(b"b"), wire(), wire()]);
+        assert_eq!(
+            message(decode("enqueueJobs", &no_body.0, 0).unwrap_err()),
+            "missing required field PinLaterJob.body at request.jobs[2].body"
+        );
+        let no_jobs = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .str_field(1, "q")
+            .stop()
+            .stop();
+        assert_eq!(
+            message(decode("enqueueJobs", &no_jobs.0, 0).unwrap_err()),
+            "missing required field PinLaterEnqueueRequest.jobs at request.jobs"
+        );
+        let ack_without_descriptor = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .str_field(1, "q")
+            .field(T_I32, 2)
+            .i32(5)
+            .field(T_STRUCT, 3)
+            .str_field(1, "q")
+            .field(T_LIST, 3)
+            .list(T_STRUCT, 2)
+            .str_field(1, "q:s1:p1:1")
+            .stop()
+            .stop()
+            .stop()
+            .stop()
+            .stop();
+        assert_eq!(
+            message(decode("dequeueJobs", &ack_without_descriptor.0, 0).unwrap_err()),
+            "missing required field PinLaterJobAckInfo.jobDescriptor at \
+             request.jobAckRequest.jobsFailed[1].jobDescriptor"
+        );
+    }
+
+    #[test]
+    fn dequeue_fields() {
+        let w = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .str_field(1, "q")
+            .field(T_I32, 2)
+            .i32(10)
+            .field(T_BOOL, 4)
+            .bytes(&[7])
+            .field(T_DOUBLE, 5)
+            .bytes(&0.5_f64.to_be_bytes())
+            .field(T_I32, 6)
+            .i32(250)
+            .stop()
+            .stop();
+        let HotCall::Dequeue(call) = decode("dequeueJobs", &w.0, 0).unwrap() else {
+            panic!()
+        };
+        assert_eq!(call.limit, 10);
+        assert!(call.dry_run);
+        assert!((call.coverage - 0.5).abs() < f64::EPSILON);
+        assert_eq!(call.wait_millis, Some(250));
+        assert!(call.ack.is_none());
+    }
+
+    fn ack_call(succeeded: &[&str], failed: &[(&str, i64)]) -> Wire {
+        let mut w = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .str_field(1, "q")
+            .field(T_LIST, 2)
+            .list(T_STRUCT, i32::try_from(succeeded.len()).unwrap());
+        for d in succeeded {
+            w = w.str_field(1, d).stop();
+        }
+        w = w
+            .field(T_LIST, 3)
+            .list(T_STRUCT, i32::try_from(failed.len()).unwrap());
+        for (d, delay) in failed {
+            w = w
+                .str_field(1, d)
+                .field(T_I64, 3)
+                .i64(*delay)
+                .str_field(2, "x")
+                .stop();
+        }
+        w.stop().stop()
+    }
+
+    #[test]
+    fn acks_group_by_shard_in_first_seen_order() {
+        let w = ack_call(
+            &["q:s2:p1:1", "q:s1:p2:2", "other:s2:p1:3"],
+            &[("q:s1:p1:4", -5), ("q:s3:p1:18446744073709551615", 9)],
+        );
+        let call = decode_ack(&w).unwrap();
+        let groups = call.groups(&w.0).unwrap();
+        let shards: Vec<&str> = groups.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(shards, vec!["2", "1"]);
+        let ids = |items: &[AckItem]| items.iter().map(|a| a.local_id).collect::<Vec<_>>();
+        assert_eq!(ids(&groups[0].1.succeeded), vec![1, 3]);
+        assert_eq!(ids(&groups[1].1.succeeded), vec![2]);
+        assert_eq!(ids(&groups[1].1.failed), vec![4]);
+        assert_eq!(groups[1].1.failed[0].retry_delay_ms, 0);
+        assert_eq!(groups[1].1.failed[0].append_custom_status, "x");
+        assert_eq!(call.retried(&w.0).unwrap(), vec![("1".to_owned(), 1, 0)]);
+        assert_eq!(call.keys(&w.0).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn a_bad_descriptor_names_its_index_over_both_lists() {
+        let w = ack_call(&["q:s1:p1:1"], &[("q:s1:p1:2", 0), ("nope", 0)]);
+        let call = decode_ack(&w).unwrap();
+        let err = call.groups(&w.0).unwrap_err();
+        assert!(
+            err.to_string().starts_with("descriptor at index 2: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn strings_must_be_utf8_but_bodies_need_not() {
+        let w = enqueue(&[
+            job(b"\xff"),
+            job(b"ok").field(T_STRING, 5).string(b"a\xe2\x82"),
+        ]);
+        assert_eq!(
+            message(decode("enqueueJobs", &w.0, 0).unwrap_err()),
+            "'utf-8' codec can't decode bytes in position 1-2: unexpected end of data"
+        );
+        let cases: [(&[u8], &str); 4] = [
+            (b"\x80", "byte 0x80 in position 0: invalid start byte"),
+            (
+                b"ab\xe2(",
+                "byte 0xe2 in position 2: invalid continuation byte",
+            ),
+            (
+                b"\xf0\x90(",
+                "bytes in position 0-1: invalid continuation byte",
+            ),
+            (
+                b"\xed\xa0\x80",
+                "byte 0xed in position 0: invalid continuation byte",
+            ),
+        ];
+        for (bytes, tail) in cases {
+            let err = utf8(bytes).unwrap_err().to_string();
+            assert_eq!(err, format!("'utf-8' codec can't decode {tail}"));
+        }
+    }
+
+    #[test]
+    fn malformed_frames_fail_the_walk_first() {
+        // A list announcing 2**31 - 1 jobs in a few bytes.
+        let w = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .field(T_LIST, 2)
+            .list(T_STRUCT, i32::MAX)
+            .stop();
+        assert_eq!(
+            decode("enqueueJobs", &w.0, 0).unwrap_err(),
+            DecodeError::Walk(WalkError::ContainerTruncated)
+        );
+        let full = enqueue(&[job(b"abc").str_field(5, "s")]);
+        for cut in 0..full.0.len() {
+            assert!(matches!(
+                decode("enqueueJobs", &full.0[..cut], 0),
+                Err(DecodeError::Walk(_))
+            ));
+        }
+        assert!(matches!(
+            decode("getQueueNames", &full.0, 0),
+            Err(DecodeError::UnknownMethod(_))
+        ));
+    }
+}
