@@ -129,8 +129,8 @@ Dequeued = list[ReadyBatch[ClaimedJobs]] | list[DequeuedJob]
 
 #: The Thrift names of the hot methods, for their replies.
 ENQUEUE, DEQUEUE, ACK = "enqueueJobs", "dequeueJobs", "ackDequeuedJobs"
-_NO_JOBS = NewJobBatch([])
-_NO_IDS = LocalIds([])
+#: The reply to an enqueue of no jobs: no descriptor is written, so any valid shard name does.
+_NO_JOBS, _NO_IDS, _NO_SHARD = NewJobBatch([]), LocalIds([]), "0"
 
 
 def _dequeue_reply(seqid: int, queue: str, dequeued: Dequeued) -> tuple[int, bytes]:
@@ -234,7 +234,7 @@ class PinLaterHandler:
     async def enqueue_jobs(self, call: EnqueueCall, seqid: int) -> bytes:
         queue = self._queue(call.queue)
         if not len(call):
-            return encode_enqueue_reply(ENQUEUE, seqid, queue, "", _NO_JOBS, _NO_IDS)
+            return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         batch = call.batch(self.backend.num_priorities, self.backend.clock.now_ms())
         shard, ids = await self.backend.enqueue_jobs(queue, batch)
