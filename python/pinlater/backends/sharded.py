@@ -8,9 +8,11 @@ fail with ``QueueNotFoundError`` only when no shard has the queue.
 
 The hot operations (enqueue, dequeue, ack, the broker's reservations) go through each store's
 declared ``HotPath`` (``base.ShardStore.hot_path``): on the event loop where the store's client is
-async (Redis), on this backend's thread pool where it blocks. Every other store call is blocking
-and runs on the thread pool (``call_store``), so shards are asked in parallel and the event loop
-never waits on I/O.
+async (Redis), on this backend's thread pool where it blocks. The jobs of enqueue, dequeue and ack
+are the extension's values (``NewJobBatch`` in, ``LocalIds`` and ``ClaimedJobs`` out, an
+``AckGroup`` per shard): this layer reads only their counts and priorities, and makes no Python
+object per job. Every other store call is blocking and runs on the thread pool (``call_store``),
+so shards are asked in parallel and the event loop never waits on I/O.
 
 Callers validate arguments first (``server/handler.py``); this layer trusts them.
 """
