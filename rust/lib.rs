@@ -16,7 +16,7 @@ pub mod wire {
     pub mod hot_calls;
     /// `enqueue_reply`, `dequeue_reply`, `dequeue_batches_reply`, `void_reply`: their REPLY messages.
     pub mod replies;
-    /// `struct_end`: the bounds walk of a struct, before anything decodes it.
+    /// `struct_end`, `value_end`: the bounds walk of a struct, before anything decodes it.
     pub mod struct_end;
 }
 

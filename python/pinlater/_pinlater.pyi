@@ -1,5 +1,6 @@
 """pinlater's native core (Rust, PyO3): job descriptors, dequeue rate limits, the dequeue broker's
-buffer, the Thrift struct walk, the MySQL backend's enqueue INSERT, body filters and a tokio
+buffer, the Thrift struct walk, the hot calls decoded from their frames and their replies, the
+hot path's jobs as Rust values, the MySQL backend's enqueue INSERT, body filters and a tokio
 runtime.
 
 Every function is safe to call from many threads at once. A Rust panic inside any of them is

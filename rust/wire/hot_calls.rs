@@ -36,6 +36,10 @@ const T_STRING: u8 = 11;
 const T_STRUCT: u8 = 12;
 const T_LIST: u8 = 15;
 
+/// The fewest bytes a complete list item takes: both lists' items (`PinLaterJob`,
+/// `PinLaterJobAckInfo`) need a string field (a 3-byte header, a 4-byte length) and a STOP.
+const MIN_COMPLETE_ITEM: usize = 8;
+
 /// `ErrorCode.PRIORITY_NOT_SUPPORTED` of the IDL.
 pub const PRIORITY_NOT_SUPPORTED: i32 = 416;
 /// `ErrorCode.ENQUEUE_REJECTED` of the IDL.
@@ -367,7 +371,7 @@ fn enqueue_request(r: &mut Reader<'_>) -> Result<EnqueueRequest, DecodeError> {
     r.fields(|r, ttype, id| {
         match (id, ttype) {
             (1, T_STRING) => req.queue = Some(r.string()?),
-            (2, T_LIST) => req.jobs = Some(r.list(T_STRUCT, job)?),
+            (2, T_LIST) => req.jobs = Some(r.list(T_STRUCT, job, |j| j.body.is_some())?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -429,13 +433,17 @@ fn ack_request(r: &mut Reader<'_>) -> Result<AckCall, DecodeError> {
     r.fields(|r, ttype, id| {
         match (id, ttype) {
             (1, T_STRING) => req.queue = Some(r.string()?),
-            (2, T_LIST) => req.succeeded = r.list(T_STRUCT, ack_info)?,
-            (3, T_LIST) => req.failed = r.list(T_STRUCT, ack_info)?,
+            (2, T_LIST) => req.succeeded = r.list(T_STRUCT, ack_info, has_descriptor)?,
+            (3, T_LIST) => req.failed = r.list(T_STRUCT, ack_info, has_descriptor)?,
             _ => return Ok(false),
         }
         Ok(true)
     })?;
     Ok(req)
+}
+
+fn has_descriptor(a: &AckInfo) -> bool {
+    a.descriptor.is_some()
 }
 
 fn ack_info(r: &mut Reader<'_>) -> Result<AckInfo, DecodeError> {
@@ -516,10 +524,16 @@ impl Reader<'_> {
     }
 
     /// A list of `etype` elements; one of another element type is skipped and reads as empty.
+    ///
+    /// Items are kept up to the first that is not `complete` (a required field missing): the
+    /// call will be refused for it (or for an error found earlier in the checks' order), so later
+    /// items are read, for their errors, but not kept. A frame of a million empty structs thus
+    /// costs no memory, and the first incomplete item keeps its index.
     fn list<T>(
         &mut self,
         etype: u8,
         mut item: impl FnMut(&mut Self) -> Result<T, DecodeError>,
+        complete: fn(&T) -> bool,
     ) -> Result<Vec<T>, DecodeError> {
         let [found] = self.take()?;
         let n = i32::from_be_bytes(self.take()?);
@@ -530,10 +544,15 @@ impl Reader<'_> {
             }
             return Ok(Vec::new());
         }
-        // Each element takes at least one byte: never reserve more than the payload could hold.
-        let mut out = Vec::with_capacity(n.min(self.buf.len().saturating_sub(self.pos)));
+        let remaining = self.buf.len().saturating_sub(self.pos);
+        let mut out = Vec::with_capacity(n.min(remaining / MIN_COMPLETE_ITEM));
+        let mut keep = true;
         for _ in 0..n {
-            out.push(item(self)?);
+            let value = item(self)?;
+            if keep {
+                keep = complete(&value);
+                out.push(value);
+            }
         }
         Ok(out)
     }
@@ -896,6 +915,37 @@ mod tests {
             message(decode("dequeueJobs", &ack_without_descriptor.0, 0).unwrap_err()),
             "missing required field PinLaterJobAckInfo.jobDescriptor at \
              request.jobAckRequest.jobsFailed[1].jobDescriptor"
+        );
+    }
+
+    #[test]
+    fn items_after_the_first_incomplete_are_read_but_not_kept() {
+        let w = enqueue(&[job(b"a"), wire(), job(b"b"), wire()]);
+        // The request starts after the context (3 + 3 + 4 + 3 + 1 bytes) and its own header.
+        let mut r = Reader { buf: &w.0, pos: 17 };
+        let request = enqueue_request(&mut r).unwrap();
+        assert_eq!(request.jobs.map(|j| j.len()), Some(2));
+        assert_eq!(
+            message(decode("enqueueJobs", &w.0, 0).unwrap_err()),
+            "missing required field PinLaterJob.body at request.jobs[1].body"
+        );
+        // A later item's UTF-8 error still comes first, as thriftpy2 decodes everything.
+        let w = enqueue(&[wire(), job(b"b").field(T_STRING, 5).string(b"\xff")]);
+        assert!(matches!(
+            decode("enqueueJobs", &w.0, 0),
+            Err(DecodeError::NotUtf8(_))
+        ));
+        // A million empty jobs in a megabyte.
+        let mut w = wire()
+            .context("s")
+            .field(T_STRUCT, 2)
+            .field(T_LIST, 2)
+            .list(T_STRUCT, 1 << 20);
+        w.0.resize(w.0.len() + (1 << 20), T_STOP);
+        let w = w.stop().stop();
+        assert_eq!(
+            message(decode("enqueueJobs", &w.0, 0).unwrap_err()),
+            "missing required field PinLaterEnqueueRequest.queueName at request.queueName"
         );
     }
 
