@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from tests.support.hot import dequeue, enqueue
 
 from pinlater._pinlater import decode_descriptors
 from pinlater.backends.base import JobFilter, JobState, NewJob, ShardStore
@@ -30,10 +31,10 @@ def backend(store: ShardStore) -> Iterator[ShardedBackend]:
     backend._executor.shutdown(wait=True)
 
 
-async def enqueue(backend: ShardedBackend, n: int) -> list[str]:
+async def enqueue_n(backend: ShardedBackend, n: int) -> list[str]:
     now = backend.clock.now_ms()
     jobs = [NewJob(priority=1, body=b"job-%d" % i, run_after_ms=now, attempts_allowed=2) for i in range(n)]
-    return await backend.enqueue_jobs(Q, jobs)
+    return await enqueue(backend, Q, jobs)
 
 
 def states(store: ShardStore, descriptors: list[str]) -> list[tuple[JobState, str | None]]:
@@ -48,7 +49,7 @@ def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
     metrics = Metrics()
 
     async def scenario() -> None:
-        await enqueue(backend, 6)
+        await enqueue_n(backend, 6)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
         first = await broker.dequeue(Q, 2, "worker-a")  # refills, then hands out from memory
         second = await broker.dequeue(Q, 3, "worker-b")  # no store call: the buffer holds 4
@@ -78,7 +79,7 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
     metrics = Metrics()
 
     async def scenario() -> tuple[list[str], list[str]]:
-        await enqueue(backend, 3)
+        await enqueue_n(backend, 3)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
         handed = [j.descriptor for j in await broker.dequeue(Q, 3, "worker-a")]
         [(_q, _s, priority, local_id)] = decode_descriptors(handed[:1])
@@ -91,7 +92,7 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
         assert found[0] == (JobState.PENDING, None), "dequeuable again: at least once"
         assert [s for s, _ in found[1:]] == [JobState.IN_PROGRESS] * 2
         backend.forget_empty()  # the release above went around the backend, which would note it
-        again = [j.descriptor for j in await backend.dequeue_jobs(Q, 10, "worker-b")]
+        again = [j.descriptor for j in await dequeue(backend, Q, 10, "worker-b")]
         await backend.aclose()
         return handed, again
 
@@ -120,7 +121,7 @@ def test_a_refill_that_got_all_it_asked_for_is_topped_up_at_once(store: ShardSto
     metrics = Metrics()
 
     async def scenario() -> None:
-        await enqueue(backend, 300)
+        await enqueue_n(backend, 300)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)  # no low-water refills
         assert len(await broker.dequeue(Q, 60, "worker")) == 60  # a refill of 100, 40 left
         await _quiet(broker)
@@ -137,7 +138,7 @@ def test_a_refill_that_found_fewer_jobs_than_room_is_not_repeated(store: ShardSt
     metrics = Metrics()
 
     async def scenario() -> None:
-        await enqueue(backend, 30)
+        await enqueue_n(backend, 30)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
         assert len(await broker.dequeue(Q, 10, "worker")) == 10
         await _quiet(broker)

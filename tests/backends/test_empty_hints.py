@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.hot import ack, dequeue, enqueue
 
 from pinlater.backends.base import AckItem, CheckpointItem, NewJob
 from pinlater.backends.embedded.store import EmbeddedStore
-from pinlater.backends.sharded import EMPTY_RECHECK_MS, MAX_EMPTY_RECHECK_MS, AckRequest, ShardedBackend
+from pinlater.backends.sharded import EMPTY_RECHECK_MS, MAX_EMPTY_RECHECK_MS, ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
 
@@ -49,7 +50,7 @@ def looks(backend: ShardedBackend, counts: Counter[str], at_ms: list[int]) -> li
     for t in at_ms:
         clock.advance(start + t - clock.now_ms())
         before = counts["dequeue_store_calls"]
-        asyncio.run(backend.dequeue_jobs(Q, 10, "w"))
+        asyncio.run(dequeue(backend, Q, 10, "w"))
         if counts["dequeue_store_calls"] > before:
             made.append(t)
     return made
@@ -71,33 +72,33 @@ def test_this_servers_jobs_are_looked_for_at_once_or_at_their_time(
     assert isinstance(clock, ManualClock)
     backoff = [0, 200, 600, 1400, 3000]  # empty each time: the next look would be 3200 ms on
 
-    def enqueue(run_after_ms: int) -> None:
+    def put(run_after_ms: int) -> None:
         job = NewJob(priority=1, body=b"job", run_after_ms=run_after_ms, attempts_allowed=2)
-        asyncio.run(backend.enqueue_jobs(Q, [job]))
+        asyncio.run(enqueue(backend, Q, [job]))
 
     assert looks(backend, counts, backoff) == backoff
-    enqueue(clock.now_ms() + 300)  # ready in 300 ms: looked for then, not on the backoff
+    put(clock.now_ms() + 300)  # ready in 300 ms: looked for then, not on the backoff
     assert looks(backend, counts, [100, 299, 300]) == [300]
-    [claimed] = asyncio.run(backend.dequeue_jobs(Q, 10, "w")) or [None]
+    [claimed] = asyncio.run(dequeue(backend, Q, 10, "w")) or [None]
     assert claimed is None, "the look at 300 ms claimed it"
     clock.advance(EMPTY_RECHECK_MS)  # a look that found jobs: the first wait again
     assert looks(backend, counts, backoff) == backoff
     # A failure with a retry delay (the job is claimed first): looked for when the delay is up.
     clock.advance(3_300)
-    enqueue(clock.now_ms())  # ready now: the hint is dropped at once
-    [job] = asyncio.run(backend.dequeue_jobs(Q, 10, "w"))
+    put(clock.now_ms())  # ready now: the hint is dropped at once
+    [job] = asyncio.run(dequeue(backend, Q, 10, "w"))
     assert looks(backend, counts, backoff)[-1] == 3000
-    asyncio.run(backend.ack_jobs(Q, AckRequest([], [("1", AckItem(1, job.job.local_id, "", 1_000))])))
+    asyncio.run(ack(backend, Q, failed=[("1", AckItem(1, job.job.local_id, "", 1_000))]))
     assert looks(backend, counts, [999]) == []
     clock.advance(1)
-    assert [j.descriptor for j in asyncio.run(backend.dequeue_jobs(Q, 10, "w"))] == [job.descriptor]
+    assert [j.descriptor for j in asyncio.run(dequeue(backend, Q, 10, "w"))] == [job.descriptor]
 
 
 def test_concurrent_dequeues_of_one_empty_place_make_one_store_call(
     backend: ShardedBackend, counts: Counter[str]
 ) -> None:
     async def many() -> list[int]:
-        got = await asyncio.gather(*(backend.dequeue_jobs(Q, 10, f"w{i}") for i in range(8)))
+        got = await asyncio.gather(*(dequeue(backend, Q, 10, f"w{i}") for i in range(8)))
         return [len(g) for g in got]
 
     assert asyncio.run(many()) == [0] * 8
@@ -111,8 +112,8 @@ def test_a_checkpoint_back_to_pending_later_is_looked_for_at_its_time(
     clock = backend.clock
     assert isinstance(clock, ManualClock)
     job = NewJob(priority=1, body=b"job", run_after_ms=clock.now_ms(), attempts_allowed=2)
-    asyncio.run(backend.enqueue_jobs(Q, [job]))
-    [got] = asyncio.run(backend.dequeue_jobs(Q, 10, "w"))
+    asyncio.run(enqueue(backend, Q, [job]))
+    [got] = asyncio.run(dequeue(backend, Q, 10, "w"))
     clock.advance(EMPTY_RECHECK_MS)
     backoff = [0, 200, 600, 1400, 3000]  # empty each time: the next look would be 3200 ms on
     assert looks(backend, counts, backoff) == backoff
@@ -121,4 +122,4 @@ def test_a_checkpoint_back_to_pending_later_is_looked_for_at_its_time(
     assert asyncio.run(backend.checkpoint_jobs(Q, "w", [("1", item)])) == 1
     assert looks(backend, counts, [499]) == []
     clock.advance(1)
-    assert [j.descriptor for j in asyncio.run(backend.dequeue_jobs(Q, 10, "w"))] == [got.descriptor]
+    assert [j.descriptor for j in asyncio.run(dequeue(backend, Q, 10, "w"))] == [got.descriptor]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.hot import dequeue, enqueue
 
 from pinlater.backends.base import JobFilter, JobState, NewJob
 from pinlater.backends.body_filter import BodyFilter, BodyFilterBudgetExceeded
@@ -97,8 +98,8 @@ def test_ordinary_calls_find_threads_while_filters_hold_theirs(
         loop = asyncio.get_running_loop()
         for _ in range(FILTERED_CALLS):  # the filters that got a turn are inside the matcher
             assert await loop.run_in_executor(None, entered.acquire, True, WAIT_S)
-        descriptors = await asyncio.wait_for(backend.enqueue_jobs("plain", [NewJob(1, b"plain", 0, 1)]), WAIT_S)
-        dequeued = await asyncio.wait_for(backend.dequeue_jobs("plain", 100, "test"), WAIT_S)
+        descriptors = await asyncio.wait_for(enqueue(backend, "plain", [NewJob(1, b"plain", 0, 1)]), WAIT_S)
+        dequeued = await asyncio.wait_for(dequeue(backend, "plain", 100, "test"), WAIT_S)
         assert [job.descriptor for job in dequeued] == descriptors
         assert not any(task.done() for task in counts), "the filters are still held"
         with lock:

@@ -11,7 +11,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from tests.support.hot import enqueue
 
+from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
 from pinlater.backends.base import AckItem, BackendDriver, ClaimedJob, JobState, NewJob, ShardStore
 from pinlater.backends.drivers import driver_for
 from pinlater.backends.embedded import EmbeddedDriver, EmbeddedStore
@@ -33,11 +35,15 @@ def test_the_hot_operations_answer_as_the_blocking_methods(store: ShardStore) ->
     async def lifecycle() -> tuple[list[int], list[ClaimedJob], list[ClaimedJob], list[tuple[int, int]], int]:
         hot = backend.hot_path(shard)
         assert backend.hot_path(shard) is hot, "made once per shard"
-        ids = await backend.on_shard(
-            shard, hot.enqueue_jobs(Q, [NewJob(1, b"job-%d" % i, T0, 2) for i in range(4)], T0)
-        )
-        claimed = await hot.dequeue_jobs(Q, 1, 2, "claim|a", T0, False)
-        await hot.ack_jobs(Q, [AckItem(1, claimed[0].local_id)], [AckItem(1, claimed[1].local_id, "", 1000)], T0)
+        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(4)])
+        local_ids = await backend.on_shard(shard, hot.enqueue_jobs(Q, batch, T0))
+        assert isinstance(local_ids, LocalIds)
+        ids = local_ids.to_list()
+        got = await hot.dequeue_jobs(Q, 1, 2, "claim|a", T0, False)
+        assert isinstance(got, ClaimedJobs) and len(got) == 2
+        claimed = [ClaimedJob._make(j) for j in got.to_list()]
+        acks = AckGroup([AckItem(1, claimed[0].local_id)], [AckItem(1, claimed[1].local_id, "", 1000)])
+        await hot.ack_jobs(Q, acks, T0)
         reserved = await hot.reserve_jobs(Q, 1, 10, "~r|hot", T0, HOLD_MS)
         keys = await hot.claim_reserved(Q, [(1, reserved[0].local_id, "claim|b")], "~r|hot", T0)
         released = await hot.release_reservations(Q, [(1, j.local_id) for j in reserved[1:]], "~r|hot", T0)
@@ -71,11 +77,11 @@ def test_the_embedded_store_runs_its_hot_path_on_its_native_writer(tmp_path: Pat
     shard = Shard("1", store)
     backend = ShardedBackend(ShardMap([shard]), num_priorities=1, parallelism=2)
 
-    async def enqueue() -> list[str]:
-        return await backend.enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)])
+    async def enqueue_one() -> list[str]:
+        return await enqueue(backend, Q, [NewJob(1, b"x", 0, 1)])
 
     try:
-        assert len(asyncio.run(enqueue())) == 1
+        assert len(asyncio.run(enqueue_one())) == 1
         assert not backend._executor._threads, "not on the backend's pool"
         assert store.native_hot_path(backend._offload).commits == 1, "its Rust writer committed it"
     finally:

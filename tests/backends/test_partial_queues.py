@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.hot import dequeue, enqueue
 
 from pinlater.backends.base import JobState, NewJob
 from pinlater.backends.embedded.store import EmbeddedStore
@@ -82,15 +83,15 @@ def test_reads_see_the_jobs_of_the_one_shard_that_has_the_queue(backend: Sharded
         looked = await backend.lookup_jobs([f"{Q}:s2:p1:1", f"{Q}:s1:p1:1", f"{Q}:s3:p1:1"], True)
         assert list(looked) == [f"{Q}:s2:p1:1"] and looked[f"{Q}:s2:p1:1"].body == b"a"
 
-        dry = await backend.dequeue_jobs(Q, 10, "w", dry_run=True)
+        dry = await dequeue(backend, Q, 10, "w", dry_run=True)
         assert [j.descriptor for j in dry] == [f"{Q}:s2:p1:1", f"{Q}:s2:p1:2", f"{Q}:s2:p3:3"]
-        got = await backend.dequeue_jobs(Q, 10, "w")
+        got = await dequeue(backend, Q, 10, "w")
         assert [j.descriptor for j in got] == [j.descriptor for j in dry]
         assert await backend.count_jobs(Q, JobState.IN_PROGRESS, None, False, None) == 3
-        assert await backend.dequeue_jobs(Q, 10, "w") == []
+        assert await dequeue(backend, Q, 10, "w") == []
 
         backend.clock.advance(60_000)  # type: ignore[attr-defined]
-        [later] = await backend.dequeue_jobs(Q, 10, "w", dry_run=True)
+        [later] = await dequeue(backend, Q, 10, "w", dry_run=True)
         assert later.descriptor == f"{Q}:s2:p2:4"
         assert await backend.delete_jobs(Q, JobState.PENDING, 2, None, 10) == 1
         assert await backend.retry_failed_jobs(Q, 1, 2, None, 10) == 0
@@ -102,9 +103,9 @@ def test_the_queue_is_missing_only_when_no_shard_has_it(backend: ShardedBackend)
     async def scenario() -> None:
         for _ in range(2):  # nothing is remembered about a queue no shard has
             with pytest.raises(QueueNotFoundError):
-                await backend.dequeue_jobs("nope", 10, "w")
+                await dequeue(backend, "nope", 10, "w")
         with pytest.raises(QueueNotFoundError):
-            await backend.dequeue_jobs("nope", 10, "w", dry_run=True)
+            await dequeue(backend, "nope", 10, "w", dry_run=True)
         with pytest.raises(QueueNotFoundError):
             await backend.count_jobs("nope", JobState.PENDING, None, False, None)
         with pytest.raises(QueueNotFoundError):
@@ -125,11 +126,11 @@ def test_a_shard_without_the_queue_is_asked_once_a_walk_then_remembered_as_empty
     assert isinstance(clock, ManualClock)
 
     async def scenario() -> None:
-        await backend.dequeue_jobs(Q, 10, "w")  # takes the 3 ready jobs of shard 2
+        await dequeue(backend, Q, 10, "w")  # takes the 3 ready jobs of shard 2
         # Shard 2 at three priorities, shards 1 and 3 once each (not again at priorities 2 and 3).
         assert counts["dequeue_store_calls"] == 3 + 2
         counts.clear()
-        assert await backend.dequeue_jobs(Q, 10, "w") == []
+        assert await dequeue(backend, Q, 10, "w") == []
         assert counts["dequeue_store_calls"] == 0, "every place is remembered as empty, shards 1 and 3 too"
         assert counts["dequeue_known_empty_skips"] == 3 * PRIORITIES
         # However the backoffs of the places fall, the queue is never taken for missing: here
@@ -139,7 +140,7 @@ def test_a_shard_without_the_queue_is_asked_once_a_walk_then_remembered_as_empty
             clock.advance(97)
             if step == 100:
                 backend.forget_empty("2")
-            assert await backend.dequeue_jobs(Q, 10, "w") == []
+            assert await dequeue(backend, Q, 10, "w") == []
         assert 0 < counts["dequeue_store_calls"] < 300 * 3 * PRIORITIES / 10
 
     run(scenario())
@@ -147,12 +148,12 @@ def test_a_shard_without_the_queue_is_asked_once_a_walk_then_remembered_as_empty
 
 def test_a_queue_deleted_everywhere_is_missing_again(backend: ShardedBackend) -> None:
     async def scenario() -> None:
-        await backend.dequeue_jobs(Q, 10, "w")
-        assert await backend.dequeue_jobs(Q, 10, "w") == []  # shards 1 and 3 remembered as lacking it
+        await dequeue(backend, Q, 10, "w")
+        assert await dequeue(backend, Q, 10, "w") == []  # shards 1 and 3 remembered as lacking it
         await backend.delete_queue(Q)
         backend.clock.advance(MAX_EMPTY_RECHECK_MS)  # type: ignore[attr-defined]
         with pytest.raises(QueueNotFoundError):
-            await backend.dequeue_jobs(Q, 10, "w")
+            await dequeue(backend, Q, 10, "w")
 
     run(scenario())
 
@@ -196,7 +197,7 @@ def test_missing_queues_are_created_on_the_shards_that_take_new_jobs(
         ]
         now = backend.clock.now_ms()
         placed = Counter(
-            d.split(":")[1] for _ in range(30) for d in run(backend.enqueue_jobs(Q, [NewJob(1, b"x", now, 1)]))
+            d.split(":")[1] for _ in range(30) for d in run(enqueue(backend, Q, [NewJob(1, b"x", now, 1)]))
         )
         assert set(placed) == {"s1", "s2"}
     finally:
@@ -233,7 +234,7 @@ def test_an_enqueue_passes_a_shard_without_the_queue_and_gives_it_the_queue(
 
     async def scenario() -> list[str]:
         now = backend.clock.now_ms()
-        descriptors = [d for _ in range(10) for d in await backend.enqueue_jobs(Q, [NewJob(1, b"x", now, 1)])]
+        descriptors = [d for _ in range(10) for d in await enqueue(backend, Q, [NewJob(1, b"x", now, 1)])]
         await backend.background_done()
         return descriptors
 

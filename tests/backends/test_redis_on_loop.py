@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.hot import dequeue, enqueue
 from tests.support.redis_server import RedisServer
 
-from pinlater._pinlater import decode_descriptors
+from pinlater._pinlater import AckGroup, NewJobBatch, decode_descriptors
 from pinlater.backends.base import AckItem, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.sharded import ShardedBackend
@@ -51,12 +52,13 @@ def test_the_lifecycle_runs_on_the_loop_and_matches_the_blocking_store(store: Re
     async def lifecycle() -> list[str]:
         now = backend.clock.now_ms()
         jobs = [NewJob(priority=p, body=b"job-%d" % p, run_after_ms=now, attempts_allowed=2) for p in (2, 1)]
-        descriptors = await backend.enqueue_jobs(Q, jobs)
-        got = await backend.dequeue_jobs(Q, 5, "worker")
+        descriptors = await enqueue(backend, Q, jobs)
+        got = await dequeue(backend, Q, 5, "worker")
         assert [j.descriptor for j in got] == descriptors[::-1], "priority 1 first"
         shard = backend.shards.get("1")
         assert shard is not None
-        await backend.on_shard(shard, backend.hot_path(shard).ack_jobs(Q, [AckItem(1, got[0].job.local_id)], [], now))
+        acks = AckGroup([AckItem(1, got[0].job.local_id)], [])
+        await backend.on_shard(shard, backend.hot_path(shard).ack_jobs(Q, acks, now))
         await backend.aclose()
         return descriptors
 
@@ -87,7 +89,8 @@ def test_a_missing_queue_and_a_dead_server_fail_as_on_the_pool(store: RedisStore
 
     async def dead() -> None:
         try:
-            await backend.on_shard(shard, backend.hot_path(shard).enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)], 0))
+            batch = NewJobBatch([NewJob(1, b"x", 0, 1)])
+            await backend.on_shard(shard, backend.hot_path(shard).enqueue_jobs(Q, batch, 0))
         finally:
             await backend.aclose()
 

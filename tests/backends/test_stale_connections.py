@@ -15,6 +15,7 @@ import redis
 from tests.support.mariadb_server import MariaDBServer
 from tests.support.redis_server import RedisServer
 
+from pinlater._pinlater import AckGroup, LocalIds, NewJobBatch
 from pinlater.backends.base import AckItem, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
 from pinlater.backends.mysql.transactions import run_transaction
@@ -50,8 +51,9 @@ def test_redis_restart_leaves_no_failed_call_on_either_pool(redis_server: RedisS
         async def main() -> None:
             store.create_queue("q", 1)
 
-            async def enqueue_all() -> list[list[int]]:
-                return await asyncio.gather(*(store.aio.enqueue_jobs("q", jobs(1), T0) for _ in range(POOL)))
+            async def enqueue_all() -> list[LocalIds]:
+                batch = NewJobBatch(jobs(1))
+                return await asyncio.gather(*(store.aio.enqueue_jobs("q", batch, T0) for _ in range(POOL)))
 
             await enqueue_all()  # every connection of the asyncio pool is open and idle
 
@@ -76,8 +78,8 @@ def test_redis_restart_leaves_no_failed_call_on_either_pool(redis_server: RedisS
             assert all(len(ids) == 1 for ids in await enqueue_all())
             await asyncio.to_thread(sync_calls)
             assert errors == []
-            claimed = await store.aio.dequeue_jobs("q", 1, 100, "claim", T0, False)
-            await store.aio.ack_jobs("q", [AckItem(1, job.local_id) for job in claimed], [], T0)
+            claimed = (await store.aio.dequeue_jobs("q", 1, 100, "claim", T0, False)).to_list()
+            await store.aio.ack_jobs("q", AckGroup([AckItem(1, job[0]) for job in claimed], []), T0)
             store.ping()
             assert store.count_jobs("q", JobFilter(JobState.SUCCEEDED, 1, T0), None) == 4 * POOL
             await store.aio.aclose()

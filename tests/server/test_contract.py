@@ -281,3 +281,10 @@ def test_each_client_error_has_its_contract_code(api: Api) -> None:
     assert api.error_code(api.enqueue, "errs", api.job(b"x", numAttemptsAllowed=0)) == e.ENQUEUE_REJECTED
     assert api.error_code(api.count, "errs", PENDING, bodyRegexToMatch="(unclosed") == e.UNKNOWN
     assert api.count("errs", PENDING) == 0, "nothing of a rejected batch was stored"
+    assert api.enqueue("errs") == [], "an enqueue of no jobs is answered, with no descriptor"
+    with pytest.raises(api.t.PinLaterException) as info:  # acked alone or piggy-backed on a dequeue
+        api.c.ackDequeuedJobs(api.ctx, api.ack_request("errs", ok=["errs:s1:p1:1"], failed=["not a descriptor"]))
+    assert info.value.errorCode == e.UNKNOWN and info.value.message.startswith("invalid job descriptor: ")
+    with pytest.raises(api.t.PinLaterException) as info:
+        api.dequeue("errs", jobAckRequest=api.ack_request("errs", ok=["errs:p1:1"]))
+    assert info.value.errorCode == e.UNKNOWN and info.value.message.startswith("invalid job descriptor: ")

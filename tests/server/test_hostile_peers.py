@@ -29,7 +29,10 @@ from tests.support.wait import wait_for
 from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TApplicationException, TMessageType
 from thrift.transport import TTransport
+from thriftpy2.protocol.binary import TBinaryProtocol as TPyBinaryProtocol
+from thriftpy2.transport.memory import TMemoryBuffer
 
+from pinlater.idl import idl
 from pinlater.server.connection import Connection
 
 Start = Callable[..., ServerProcess]
@@ -498,3 +501,52 @@ def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
     assert "127.0.0.1" in gone[0], gone
     assert len(log_lines(server, "went away before its replies were written")) <= 2, gone
     assert not log_lines(server, "socket.send() raised exception")
+
+
+def oneway_call(name: str, seqid: int, args: Any) -> bytes:
+    """A strict ONEWAY message of ``name`` with ``args`` (an ``idl.PinLater.<name>_args``)."""
+    buf = TMemoryBuffer()
+    proto = TPyBinaryProtocol(buf)
+    proto.write_message_begin(name, ONEWAY, seqid)
+    proto.write_struct(args)
+    proto.write_message_end()
+    data: bytes = buf.getvalue()
+    return data
+
+
+def test_a_oneway_hot_call_is_served_and_never_answered(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """The hot methods (decoded by the extension) follow the oneway rule too: served, and never
+    answered, not even when refused (a missing body, a priority out of range)."""
+    server = start_server()
+    api = api_for(server)
+    api.create("oneway")
+    ctx = idl.RequestContext(source="t")
+
+    def enqueue(*jobs: Any) -> Any:
+        request = idl.PinLaterEnqueueRequest(queueName="oneway", jobs=list(jobs))
+        return idl.PinLater.enqueueJobs_args(context=ctx, request=request)
+
+    sock = raw(server)
+    calls = [
+        oneway_call("enqueueJobs", 1, enqueue(idl.PinLaterJob(body=b"a"), idl.PinLaterJob(body=b"b"))),
+        oneway_call("enqueueJobs", 2, enqueue(idl.PinLaterJob(priority=1))),  # no body: refused
+        oneway_call("enqueueJobs", 3, enqueue(idl.PinLaterJob(body=b"c", priority=99))),  # rejected
+    ]
+    sock.sendall(b"".join(frame(c) for c in calls) + frame(get_queue_names_call(4)))
+    reply = read_frame(sock)
+    assert reply[8 + len(b"getQueueNames") : 12 + len(b"getQueueNames")] == struct.pack("!i", 4)
+    wait_for(lambda: api.count("oneway", 0) == 2, what="the oneway enqueue's two jobs")
+    [descriptor] = api.dequeue("oneway", limit=1).jobs
+    done = [idl.PinLaterJobAckInfo(jobDescriptor=descriptor)]
+    acks = idl.PinLater.ackDequeuedJobs_args(
+        context=ctx, request=idl.PinLaterJobAckRequest(queueName="oneway", jobsSucceeded=done)
+    )
+    sock.sendall(frame(oneway_call("ackDequeuedJobs", 5, acks)))
+    sock.sendall(frame(get_queue_names_call(6)))
+    reply = read_frame(sock)
+    assert reply[8 + len(b"getQueueNames") : 12 + len(b"getQueueNames")] == struct.pack("!i", 6)
+    wait_for(lambda: api.count("oneway", 2) == 1, what="the oneway ack")
+    assert api.count("oneway", 0) == 1
+    sock.close()

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import redis
 from tests.server.test_contract import PENDING, SUCCEEDED, Api
+from tests.support.hot import dequeue, enqueue
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer, write_shard_config
 from tests.support.wait import wait_for
@@ -268,7 +269,7 @@ def test_redis_refusing_a_write_for_memory_sends_the_jobs_elsewhere_then_rejects
         assert fill_to_oom(stores["x"], x, "q") > 0
         assert stores["x"].memory.latest is None, "nothing read x's memory yet"
         for _ in range(10):  # random shard order: x refuses, y takes it
-            assert shard_of((await backend.enqueue_jobs("q", jobs))[0]) == "y"
+            assert shard_of((await enqueue(backend, "q", jobs))[0]) == "y"
         use = stores["x"].memory.latest
         assert use is not None and use.max_bytes > 0, "the refusal made the server read x's memory"
         shard_x = backend.shards.get("x")
@@ -278,13 +279,13 @@ def test_redis_refusing_a_write_for_memory_sends_the_jobs_elsewhere_then_rejects
         # passes the full shard by and takes what the other has.
         with pytest.raises(StoreMemoryFullError):
             stores["x"].dequeue_jobs("q", 1, 1, "tests", int(time.time() * 1000), False)
-        got = await backend.dequeue_jobs("q", 50, "tests")
+        got = await dequeue(backend, "q", 50, "tests")
         assert len(got) == 10 and {shard_of(job.descriptor) for job in got} == {"y"}
 
         set_maxmemory(y, memory(y)[0] + MIB)
         assert fill_to_oom(stores["y"], y, "q") > 0
         with pytest.raises(PinLaterError) as info:
-            await backend.enqueue_jobs("q", jobs)
+            await enqueue(backend, "q", jobs)
         assert info.value.code == ErrorCode.ENQUEUE_REJECTED
         assert "shard x used" in info.value.message and "shard y used" in info.value.message
         assert "out of memory" in info.value.message
@@ -312,17 +313,17 @@ def test_with_a_mark_a_shard_read_above_it_is_passed_by_before_redis_refuses(
         used = memory(x)[0]
         set_maxmemory(x, used + used // 2)  # about 67% used: above the mark of 0.5
         assert (stores["x"].memory.refresh().fraction or 0) >= 0.5
-        assert {shard_of((await backend.enqueue_jobs("q", jobs))[0]) for _ in range(10)} == {"y"}
+        assert {shard_of((await enqueue(backend, "q", jobs))[0]) for _ in range(10)} == {"y"}
         assert oom_refusals(x) == 0, "x was passed by, not tried"
         set_maxmemory(y, memory(y)[0] + 1)
         stores["y"].memory.refresh()
         with pytest.raises(PinLaterError) as info:
-            await backend.enqueue_jobs("q", jobs)
+            await enqueue(backend, "q", jobs)
         assert info.value.code == ErrorCode.ENQUEUE_REJECTED
         assert "high-water mark 50%" in info.value.message and "shard x used" in info.value.message
         set_maxmemory(x, 0)  # no limit: the mark does not apply
         stores["x"].memory.refresh()
-        assert shard_of((await backend.enqueue_jobs("q", jobs))[0]) == "x"
+        assert shard_of((await enqueue(backend, "q", jobs))[0]) == "x"
         await backend.aclose()
 
     try:

@@ -21,6 +21,17 @@ from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TApplicationException, TMessageType, TType
 from thrift.transport import TSocket, TTransport
 
+from pinlater._pinlater import (
+    AckCall,
+    ClaimedJobs,
+    DequeueCall,
+    EnqueueCall,
+    JobRejected,
+    LocalIds,
+    encode_dequeue_batches,
+    encode_enqueue_reply,
+    encode_void_reply,
+)
 from pinlater.idl import idl
 from pinlater.server.dispatch import Dispatcher
 from pinlater.server.transport import FramedServer
@@ -46,19 +57,24 @@ class EchoHandler:
     async def delete_queue(self, context: Any, name: str, password: str) -> None:
         raise idl.PinLaterException(errorCode=413, message=f"queue {name} not found")
 
-    async def enqueue_jobs(self, context: Any, request: Any) -> Any:
-        self.calls.append(("enqueue_jobs", request))
-        q = request.queueName
-        return idl.PinLaterEnqueueResponse(jobDescriptors=[f"{q}:s1:p1:{i}" for i in range(len(request.jobs))])
+    # The hot methods take the extension's decoded call and answer the reply's bytes.
 
-    async def dequeue_jobs(self, context: Any, request: Any) -> Any:
-        q = request.queueName
-        jobs = {f"{q}:s1:p1:{i}": BINARY[: i + 1] for i in range(request.limit)}
-        meta = {d: idl.PinLaterDequeueMetadata(attemptsAllowed=3, attemptsRemaining=2) for d in jobs}
-        return idl.PinLaterDequeueResponse(jobs=jobs, jobMetadata=meta)
+    async def enqueue_jobs(self, call: EnqueueCall, seqid: int) -> bytes:
+        try:
+            batch = call.batch(3, 0)
+        except JobRejected as exc:
+            raise idl.PinLaterException(errorCode=exc.code, message=str(exc)) from None
+        self.calls.append(("enqueue_jobs", (call, batch.to_list())))
+        ids = LocalIds(list(range(len(batch))))
+        return encode_enqueue_reply("enqueueJobs", seqid, call.queue or "", "1", batch, ids)
 
-    async def ack_dequeued_jobs(self, context: Any, request: Any) -> None:
-        self.calls.append(("ack_dequeued_jobs", request))
+    async def dequeue_jobs(self, call: DequeueCall, seqid: int) -> bytes:
+        jobs = ClaimedJobs([(i, BINARY[: i + 1], 3, 2, 0, 0) for i in range(call.limit)])
+        return encode_dequeue_batches("dequeueJobs", seqid, call.queue or "", [("1", 1, jobs)])
+
+    async def ack_dequeued_jobs(self, call: AckCall, seqid: int) -> bytes:
+        self.calls.append(("ack_dequeued_jobs", call))
+        return encode_void_reply("ackDequeuedJobs", seqid)
 
     async def checkpoint_jobs(self, context: Any, request: Any) -> None:
         if request.queueName == "slow":
@@ -242,16 +258,19 @@ def test_every_method_round_trips(srv: ServerThread, open_client: Any, gen: Modu
     c.createQueue(ctx, "q2")
     assert c.getQueueNames(ctx) == {"q1", "q2"}
 
-    jobs = [gen.PinLaterJob(body=BINARY, priority=3), gen.PinLaterJob(body=b"", priority=-128)]
+    jobs = [gen.PinLaterJob(body=BINARY, priority=3), gen.PinLaterJob(body=b"")]
     resp = c.enqueueJobs(ctx, gen.PinLaterEnqueueRequest(queueName="q1", jobs=jobs))
-    assert resp.jobDescriptors == ["q1:s1:p1:0", "q1:s1:p1:1"]
-    seen = srv.handler.calls[-1][1]
-    assert [j.body for j in seen.jobs] == [BINARY, b""]
-    assert [j.priority for j in seen.jobs] == [3, -128]
-    assert seen.jobs[0].numAttemptsAllowed == 2 and seen.jobs[0].customStatus == ""  # IDL defaults
-    assert isinstance(seen.queueName, str)
+    assert resp.jobDescriptors == ["q1:s1:p3:0", "q1:s1:p1:1"]
+    call, seen = srv.handler.calls[-1][1]
+    assert [j[1] for j in seen] == [BINARY, b""]
+    assert [j[0] for j in seen] == [3, 1]
+    assert seen[0][3] == 2 and seen[0][4] == ""  # IDL defaults: numAttemptsAllowed, customStatus
+    assert (call.queue, call.source, call.request_id) == ("q1", "tests:localhost", "r1")
     create_ctx = srv.handler.calls[0][1][0]
     assert (create_ctx.source, create_ctx.requestId) == ("tests:localhost", "r1")
+    with pytest.raises(gen.PinLaterException) as refused:  # a byte priority, sign and all
+        c.enqueueJobs(ctx, gen.PinLaterEnqueueRequest(queueName="q1", jobs=[gen.PinLaterJob(body=b"", priority=-128)]))
+    assert refused.value.errorCode == gen.ErrorCode.PRIORITY_NOT_SUPPORTED and "-128" in refused.value.message
 
     deq = c.dequeueJobs(ctx, gen.PinLaterDequeueRequest(queueName="q1", limit=3))
     assert deq.jobs == {f"q1:s1:p1:{i}": BINARY[: i + 1] for i in range(3)}
@@ -263,8 +282,10 @@ def test_every_method_round_trips(srv: ServerThread, open_client: Any, gen: Modu
         jobsFailed=[gen.PinLaterJobAckInfo(jobDescriptor="q1:s1:p1:1", retryDelayMillis=2**40)],
     )
     assert c.ackDequeuedJobs(ctx, ack) is None
-    seen = srv.handler.calls[-1][1]
-    assert seen.jobsFailed[0].retryDelayMillis == 2**40 and seen.jobsSucceeded[0].appendCustomStatus == ""
+    acked = srv.handler.calls[-1][1]
+    [(shard, group)] = acked.groups()
+    assert shard == "1" and group.succeeded() == [(1, 0, "", 0)]
+    assert acked.retried() == [("1", 1, 2**40)]  # an i64 delay, whole
 
     check = gen.PinLaterCheckpointJobRequest(jobDescriptor="q1:s1:p1:0", newBody="é", moveToPending=True)
     c.checkpointJobs(ctx, gen.PinLaterCheckpointJobsRequest(queueName="q1", requests=[check]))
@@ -358,7 +379,7 @@ def test_frames_split_across_reads(srv: ServerThread, open_client: Any, gen: Mod
         gen.RequestContext(source="t"), gen.PinLaterEnqueueRequest(queueName="b", jobs=[big])
     )
     assert resp.jobDescriptors == ["b:s1:p1:0"]
-    assert srv.handler.calls[-1][1].jobs[0].body == BINARY * 200
+    assert srv.handler.calls[-1][1][1][0][1] == BINARY * 200
 
 
 # -- bad frames close only their own connection --------------------------------------------------

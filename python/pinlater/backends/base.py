@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, runtime_checkab
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
     from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
 
@@ -343,20 +344,21 @@ class Offload(Protocol):
 
 
 class HotPath(Protocol):
-    """A store's hot operations as coroutines: the ``ShardStore`` methods of the same names,
-    with the same arguments, results and errors, as ``ShardStore.hot_path`` runs them (on the
-    event loop or on the thread pool). Everything else the server asks a store runs on the
-    thread pool (``ShardedBackend.call_store``)."""
+    """A store's hot operations as coroutines, as ``ShardStore.hot_path`` runs them (on the
+    event loop or on the thread pool): the ``ShardStore`` methods of the same names, with the
+    same semantics and errors, but the jobs of enqueue, dequeue and ack are the extension's
+    values (``NewJobBatch``, ``LocalIds``, ``ClaimedJobs``, ``AckGroup``), held in Rust, so no
+    Python object is made per job between the wire and a native store. The broker's operations
+    keep Python values (the broker is off by default). Everything else the server asks a store
+    runs on the thread pool (``ShardedBackend.call_store``)."""
 
-    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]: ...
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds: ...
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
-    ) -> list[ClaimedJob]: ...
+    ) -> ClaimedJobs: ...
 
-    async def ack_jobs(
-        self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int
-    ) -> None: ...
+    async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None: ...
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int

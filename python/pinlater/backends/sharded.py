@@ -8,9 +8,11 @@ fail with ``QueueNotFoundError`` only when no shard has the queue.
 
 The hot operations (enqueue, dequeue, ack, the broker's reservations) go through each store's
 declared ``HotPath`` (``base.ShardStore.hot_path``): on the event loop where the store's client is
-async (Redis), on this backend's thread pool where it blocks. Every other store call is blocking
-and runs on the thread pool (``call_store``), so shards are asked in parallel and the event loop
-never waits on I/O.
+async (Redis), on this backend's thread pool where it blocks. The jobs of enqueue, dequeue and ack
+are the extension's values (``NewJobBatch`` in, ``LocalIds`` and ``ClaimedJobs`` out, an
+``AckGroup`` per shard): this layer reads only their counts and priorities, and makes no Python
+object per job. Every other store call is blocking and runs on the thread pool (``call_store``),
+so shards are asked in parallel and the event loop never waits on I/O.
 
 Callers validate arguments first (``server/handler.py``); this layer trusts them.
 """
@@ -26,14 +28,13 @@ import socket
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
-from pinlater._pinlater import decode_descriptors, encode_descriptors
+from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, decode_descriptors, encode_descriptors
 from pinlater.backends.base import (
-    AckItem,
     CheckpointItem,
     ClaimedJob,
     CountKey,
@@ -41,7 +42,6 @@ from pinlater.backends.base import (
     JobFilter,
     JobRecord,
     JobState,
-    NewJob,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe
@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 T2 = TypeVar("T2")
+#: What one store call of a dequeue walk returns: a store's ``ClaimedJobs`` (dequeues), or a
+#: list of ``ClaimedJob`` (the broker's refills); the walk only counts them.
+J = TypeVar("J", bound=Sized)
 #: (shard, queue, priority): one place a dequeue looks.
 Place = tuple[str, str, int]
 
@@ -85,28 +88,22 @@ thread of the pool and stall every client. Others wait for a turn within their r
 
 
 class DequeuedJob(NamedTuple):
-    """A job a dequeue hands out, with its descriptor (a NamedTuple: one per job, made fast)."""
+    """A job the dequeue broker hands out, with its descriptor (a NamedTuple: one per job, made
+    fast). A direct dequeue makes none: it answers ``ReadyBatch``es."""
 
     descriptor: str
     job: ClaimedJob
 
 
 @dataclass(frozen=True, slots=True)
-class ReadyBatch:
-    """Jobs one store call of the dequeue walk returned, at ``now_ms``, from one place."""
+class ReadyBatch(Generic[J]):
+    """Jobs one store call of the dequeue walk returned, at ``now_ms``, from one place: a
+    ``ClaimedJobs`` for a dequeue, a list of ``ClaimedJob`` for a broker's refill."""
 
     shard: str
     priority: int
     now_ms: int
-    jobs: list[ClaimedJob]
-
-
-@dataclass(frozen=True, slots=True)
-class AckRequest:
-    """Acks for one queue, with descriptors already decoded: (shard, AckItem)."""
-
-    succeeded: Sequence[tuple[str, AckItem]]
-    failed: Sequence[tuple[str, AckItem]]
+    jobs: J
 
 
 def claim_source(source: str) -> str:
@@ -406,10 +403,12 @@ class ShardedBackend:
 
     # -- enqueue ----------------------------------------------------------------------------
 
-    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch) -> tuple[str, LocalIds]:
         """Insert the batch on one random healthy shard below the memory high-water mark, trying
         the next on connection failure or when a store refuses it for memory (``pressure.py``).
-        When every shard taking new jobs is full, ENQUEUE_REJECTED says which and how full."""
+        When every shard taking new jobs is full, ENQUEUE_REJECTED says which and how full.
+        Returns the shard written and the jobs' local ids there, in job order (the descriptors
+        are ``encode_descriptors(queue, shard, jobs.priorities in order, ids)``)."""
         mark = self.memory_high_water
         candidates = await self._usable(lambda: self._shards.enqueue_candidates(mark))
         if not candidates:
@@ -440,12 +439,11 @@ class ShardedBackend:
             if lacking:  # the queue exists: give it to the shards that lack it, behind the reply
                 self._spawn(create_on(self, queue, lacking))
             if (probe := memory_probe(shard.store)) is not None:
-                probe.note_enqueued(len(jobs), sum(len(j.body) for j in jobs))
-            self.mark_ready(shard.name, queue, {j.priority for j in jobs if j.run_after_ms <= now})
-            for job in jobs:
-                if job.run_after_ms > now:
-                    self._ready_later(shard.name, queue, job.priority, job.run_after_ms)
-            return list(encode_descriptors(queue, shard.name, [j.priority for j in jobs], ids))
+                probe.note_enqueued(len(jobs), jobs.body_bytes)
+            self.mark_ready(shard.name, queue, jobs.ready_priorities(now))
+            for priority, run_after_ms in jobs.later(now):
+                self._ready_later(shard.name, queue, priority, run_after_ms)
+            return shard.name, ids
         if refused:
             names = {name for name, _ in refused}
             refused += [(s.name, use) for s, use in self._shards.memory_full(mark) if s.name not in names]
@@ -477,37 +475,32 @@ class ShardedBackend:
 
     async def dequeue_jobs(
         self, queue: str, limit: int, source: str, *, dry_run: bool = False, coverage: float = 1.0
-    ) -> list[DequeuedJob]:
+    ) -> list[ReadyBatch[ClaimedJobs]]:
         """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found.
 
         An unhealthy shard is skipped; a shard failing mid-walk is marked and skipped, so a
         dequeue returns what the healthy shards had. When no shard is healthy the call fails.
+        The jobs stay in the stores' ``ClaimedJobs``, one batch per place, in walk order; a job's
+        descriptor is ``encode_descriptor(queue, batch.shard, batch.priority, local_id)``.
         """
         claim = self.new_claim(source)
 
-        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[list[ClaimedJob]]:
+        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
             return self.on_shard(shard, self.hot_path(shard).dequeue_jobs(queue, priority, want, claim, now, dry_run))
 
-        found: list[DequeuedJob] = []
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
         # and jobs held in a broker's buffer are PENDING and shown.
-        walk = await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
-        for batch in walk:
-            descriptors = encode_descriptors(
-                queue, batch.shard, [batch.priority] * len(batch.jobs), [j.local_id for j in batch.jobs]
-            )
-            found.extend(DequeuedJob(d, j) for d, j in zip(descriptors, batch.jobs, strict=True))
-        return found
+        return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
 
     async def walk_ready(
         self,
         queue: str,
         limit: int,
-        fetch: Callable[[Shard, int, int, int], Awaitable[list[ClaimedJob]]],
+        fetch: Callable[[Shard, int, int, int], Awaitable[J]],
         *,
         coverage: float = 1.0,
         use_empty_hints: bool = True,
-    ) -> list[ReadyBatch]:
+    ) -> list[ReadyBatch[J]]:
         """The dequeue walk, shared by dequeues and the broker's refills: priorities from 1
         down, shards in random order, ``fetch(shard, priority, want, now)`` at each place until
         ``limit`` jobs came back. With ``use_empty_hints``, places known to be empty are skipped,
@@ -519,7 +512,7 @@ class ShardedBackend:
         shards = await self._usable(lambda: self._shards.dequeue_candidates(coverage))
         if not shards:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to dequeue from")
-        found: list[ReadyBatch] = []
+        found: list[ReadyBatch[J]] = []
         total = 0
         failures = 0
         answers = QueueAnswers(queue)
@@ -544,7 +537,7 @@ class ShardedBackend:
                 if use_empty_hints:
                     call = self._in_flight[place] = asyncio.get_running_loop().create_future()
                 try:
-                    got = await answers.ask(shard, fetch(shard, priority, want, now), [])
+                    got = await answers.ask(shard, fetch(shard, priority, want, now), None)
                 except (ShardConnectionError, StoreMemoryFullError):  # at maxmemory Redis refuses claims too
                     failures += 1
                     continue
@@ -554,19 +547,20 @@ class ShardedBackend:
                             del self._in_flight[place]
                         call.set_result(None)
                 self._count("dequeue_store_calls", 1)
-                if shard.name in answers.lacking:
+                if got is None:  # no such queue there (answers.lacking)
                     continue
-                if not got:
+                n = len(got)
+                if not n:
                     self._count("dequeue_store_calls_empty", 1)
                 if use_empty_hints:
                     self._lacking.discard((shard.name, queue))
-                    if len(got) < want:  # it took every ready job there
-                        self._found_empty(place, now, bool(got))
+                    if n < want:  # it took every ready job there
+                        self._found_empty(place, now, n > 0)
                     else:
                         self._empty_streak.pop(place, None)
-                if got:
+                if n:
                     found.append(ReadyBatch(shard.name, priority, now, got))
-                    total += len(got)
+                    total += n
             if total >= limit:
                 break
         answers.check()
@@ -594,26 +588,25 @@ class ShardedBackend:
 
     # -- acks and checkpoints ---------------------------------------------------------------
 
-    async def ack_jobs(self, queue: str, acks: AckRequest) -> None:
-        """One store call per shard named by the acks, in parallel."""
-        by_shard: dict[str, tuple[list[AckItem], list[AckItem]]] = defaultdict(lambda: ([], []))
-        for shard_name, item in acks.succeeded:
-            by_shard[shard_name][0].append(item)
-        for shard_name, item in acks.failed:
-            by_shard[shard_name][1].append(item)
+    async def ack_jobs(
+        self, queue: str, groups: Sequence[tuple[str, AckGroup]], retried: Sequence[tuple[str, int, int]]
+    ) -> None:
+        """One store call per shard named by the acks (``groups``: an ``AckGroup`` per shard), in
+        parallel. ``retried`` is ``(shard, priority, retry_delay_ms)`` for the failures (made
+        ready again if they had attempts left), so the hints know where jobs come back."""
         calls = []
         now = self.clock.now_ms()
-        for shard_name, (ok, failed) in by_shard.items():
+        for shard_name, acks in groups:
             shard = self._shard(shard_name)
             if shard is None:
-                log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(ok) + len(failed))
+                log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(acks))
                 continue
-            calls.append(self.on_shard(shard, self.hot_path(shard).ack_jobs(queue, ok, failed, now)))
+            calls.append(self.on_shard(shard, self.hot_path(shard).ack_jobs(queue, acks, now)))
         try:
             await _gather_raising_first(calls)
         finally:  # after the writes, so no dequeue in between notes the places empty again
-            for shard_name, item in acks.failed:  # retried, if it had attempts left
-                self._ready_at(shard_name, queue, item.priority, now + item.retry_delay_ms, now)
+            for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
+                self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
 
     async def checkpoint_jobs(self, queue: str, source: str, items: Sequence[tuple[str, CheckpointItem]]) -> int:
         by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)

@@ -3,18 +3,46 @@
 ``ThreadedHotPath`` runs the store's blocking methods on the server's thread pool (the
 ``offload`` the server hands ``ShardStore.hot_path``), so the server awaits every backend's hot
 operations the same way. ``BlockingStore`` gives such a store its ``hot_path`` and ``aclose``.
+
+The hot path carries the extension's job values (``NewJobBatch``, ``LocalIds``, ``ClaimedJobs``,
+``AckGroup``); a blocking store takes and gives Python ``NamedTuple`` jobs, so this adapter
+converts on the thread pool, beside the store call: tuples made into their NamedTuple types
+without a Python frame per job. A store with a native hot path needs no such conversion.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
+from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
 from pinlater.backends.base import AckItem, ClaimedJob, HotPath, NewJob, Offload, ShardStore
+
+# The extension's tuples as the NamedTuples the blocking stores read, without a frame per job.
+new_job = functools.partial(tuple.__new__, NewJob)
+ack_item = functools.partial(tuple.__new__, AckItem)
+
+
+def enqueue_batch(store: ShardStore, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
+    """``store.enqueue_jobs`` for a ``NewJobBatch``."""
+    return LocalIds(store.enqueue_jobs(queue, list(map(new_job, jobs.to_list())), now_ms))
+
+
+def dequeue_batch(
+    store: ShardStore, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+) -> ClaimedJobs:
+    """``store.dequeue_jobs`` as ``ClaimedJobs``."""
+    return ClaimedJobs(store.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run))
+
+
+def ack_group(store: ShardStore, queue: str, acks: AckGroup, now_ms: int) -> None:
+    """``store.ack_jobs`` for an ``AckGroup``."""
+    store.ack_jobs(queue, list(map(ack_item, acks.succeeded())), list(map(ack_item, acks.failed())), now_ms)
 
 
 class ThreadedHotPath:
     """``HotPath`` over a blocking store: each operation is its method of the same name, run by
-    ``offload``."""
+    ``offload`` (with the conversions above for enqueue, dequeue and ack)."""
 
     __slots__ = ("_offload", "_store")
 
@@ -22,16 +50,16 @@ class ThreadedHotPath:
         self._store = store
         self._offload = offload
 
-    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
-        return await self._offload(self._store.enqueue_jobs, queue, jobs, now_ms)
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
+        return await self._offload(enqueue_batch, self._store, queue, jobs, now_ms)
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
-    ) -> list[ClaimedJob]:
-        return await self._offload(self._store.dequeue_jobs, queue, priority, limit, claim, now_ms, dry_run)
+    ) -> ClaimedJobs:
+        return await self._offload(dequeue_batch, self._store, queue, priority, limit, claim, now_ms, dry_run)
 
-    async def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
-        await self._offload(self._store.ack_jobs, queue, succeeded, failed, now_ms)
+    async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
+        await self._offload(ack_group, self._store, queue, acks, now_ms)
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int

@@ -9,12 +9,19 @@ Decoding rules, in order:
   binary protocol accepts both) is parsed here. A header that cannot be read gets no reply.
 * The argument struct is first *walked* (``thrift_struct_end``, in Rust): every length is within
   the frame, every wire type is a real Thrift type, structs and containers nest at most 32 deep.
-  Only then does the Cython protocol decode it. The walk exists because the Cython reader trusts
+  Only then is it decoded: the three hot methods (``HOT_METHODS``: enqueueJobs, dequeueJobs,
+  ackDequeuedJobs) by the extension (``decode_hot_call``, see below), the others by the Cython
+  protocol. The walk exists because the Cython reader trusts
   lengths: a 12-byte frame announcing 2**31 elements of an unknown type keeps it skipping nothing
   for seconds, and a huge string length makes it allocate that much. The walk treats strings as
   bytes; the decoder then checks that ``string`` fields (not ``binary`` ones) are UTF-8. A payload
   that fails either is a ``ProtocolError`` carrying a PROTOCOL_ERROR reply; the transport sends it
   and closes.
+* The hot methods: ``decode_hot_call`` reads the arguments into the extension's call values
+  (``EnqueueCall``, ``DequeueCall``, ``AckCall``; the jobs stay in Rust) with the same rules as
+  below (UTF-8 ``string`` fields, required fields and struct arguments, the same messages), and
+  the handler's method of the snake_case name is awaited with ``(call, seqid)``: it answers the
+  reply message's bytes, written by the extension. Its declared exceptions are encoded as below.
 * ``required`` fields: thriftpy2 does not enforce them. Every struct reachable from the arguments is
   checked against its ``thrift_spec`` (``missing_required_field``); a missing one is answered with
   TApplicationException(PROTOCOL_ERROR, "missing required field PinLaterJob.body at ...") and the
@@ -45,17 +52,20 @@ from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
-from pinlater._pinlater import thrift_struct_end
+from pinlater._pinlater import MissingFieldError, decode_hot_call, thrift_struct_end
 from pinlater.idl import idl
 from pinlater.server.logthrottle import ThrottledLog
 
-__all__ = ["Dispatcher", "EncodedReply", "ProtocolError", "snake_case"]
+__all__ = ["HOT_METHODS", "Dispatcher", "ProtocolError", "snake_case"]
 
 log = logging.getLogger(__name__)
 
 _VERSION_MASK = 0xFFFF0000
 _VERSION_1 = 0x80010000
 _I32 = struct.Struct(">i")
+
+#: Methods decoded by the extension and answered by the handler as bytes (see the module doc).
+HOT_METHODS = frozenset({"enqueueJobs", "dequeueJobs", "ackDequeuedJobs"})
 
 
 class ProtocolError(Exception):
@@ -89,6 +99,8 @@ class _Method:
     oneway: bool
     #: Arguments that are structs: a call without one is refused (see the module doc).
     struct_args: tuple[str, ...]
+    #: Decoded by ``decode_hot_call``; ``call(decoded, seqid)`` answers the reply's bytes.
+    hot: bool
 
 
 def _resolve(service: Any, handler: object) -> dict[str, _Method]:
@@ -112,6 +124,7 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
             exceptions=exceptions,
             oneway=bool(getattr(result_cls, "oneway", False)),
             struct_args=tuple(spec[1] for _, spec in sorted(args_cls.thrift_spec.items()) if spec[0] == TType.STRUCT),
+            hot=name in HOT_METHODS,
         )
     if missing:
         raise TypeError(f"{type(handler).__name__} lacks async methods: {', '.join(missing)}")
@@ -245,20 +258,10 @@ def _app_error(name: str, seqid: int, kind: int, message: str) -> bytes:
     return _encode(name, TMessageType.EXCEPTION, seqid, TApplicationException(kind, message))
 
 
-class EncodedReply:
-    """A handler's answer that writes its own reply message, for a hot path where building
-    thriftpy2 objects to encode them costs more than the rest of the call (``dequeueJobs``).
-    ``message`` must return exactly what encoding the method's result with ``success`` set to
-    the answer would."""
-
-    __slots__ = ()
-
-    def message(self, method: str, seqid: int) -> bytes:
-        raise NotImplementedError
-
-
 class Dispatcher:
-    """Serves ``service`` (default ``idl.PinLater``) by awaiting ``handler.<snake_case>(**args)``.
+    """Serves ``service`` (default ``idl.PinLater``) by awaiting ``handler.<snake_case>(**args)``,
+    or ``handler.<snake_case>(call, seqid)`` for the hot methods (``HOT_METHODS``), which answer
+    the reply message's bytes.
 
     The handler must have an ``async def`` for every method of the service (checked here). A handler
     exception that is an instance of a declared ``throws`` type becomes that result field; a
@@ -292,9 +295,15 @@ class Dispatcher:
                 return self._refuse(
                     name, seqid, oneway, TApplicationException.UNKNOWN_METHOD, f"unknown method {name!r}"
                 )
-            args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(
-                method.args_cls()
-            )
+            if method.hot:
+                try:
+                    call = decode_hot_call(name, payload, offset)
+                except MissingFieldError as exc:  # a refusal, not a malformed call: the connection stays
+                    return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, str(exc))
+            else:
+                args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(
+                    method.args_cls()
+                )
         except Exception as exc:  # MalformedThriftError, MalformedPayload, UnicodeDecodeError (not UTF-8), ...
             reply = (
                 None
@@ -303,6 +312,8 @@ class Dispatcher:
             )
             raise ProtocolError(f"malformed {name!r} call (seqid {seqid}): {exc}", reply) from None
 
+        if method.hot:
+            return await self._serve_hot(method, call, seqid, oneway)
         for arg in method.struct_args:
             if getattr(args, arg) is None:
                 return self._refuse(
@@ -319,8 +330,6 @@ class Dispatcher:
             answer = await method.call(**kwargs)
             if oneway:
                 return None
-            if isinstance(answer, EncodedReply):
-                return answer.message(name, seqid)
             result.success = answer
         except TApplicationException as exc:
             if oneway:
@@ -341,6 +350,28 @@ class Dispatcher:
             return _encode(name, TMessageType.REPLY, seqid, result)
         except Exception as exc:  # the handler returned something that does not fit the IDL
             return self._internal_error(method, seqid, exc, oneway)
+
+    async def _serve_hot(self, method: _Method, call: Any, seqid: int, oneway: bool) -> bytes | None:
+        """A hot method: the handler answers the reply's bytes; its failures are answered as
+        any method's (a declared exception in the result, a TApplicationException as is)."""
+        try:
+            reply: bytes = await method.call(call, seqid)
+        except TApplicationException as exc:
+            if oneway:
+                self._log_refused("oneway %s (seqid %d) failed: %s", method.name, seqid, exc)
+                return None
+            return _app_error(method.name, seqid, exc.type, str(exc))
+        except Exception as exc:
+            for field, exc_cls in method.exceptions:
+                if isinstance(exc, exc_cls):
+                    if oneway:
+                        self._log_refused("oneway %s (seqid %d) failed: %s", method.name, seqid, exc)
+                        return None
+                    result = method.result_cls()
+                    setattr(result, field, exc)
+                    return _encode(method.name, TMessageType.REPLY, seqid, result)
+            return self._internal_error(method, seqid, exc, oneway)
+        return None if oneway else reply
 
     def _refuse(self, name: str, seqid: int, oneway: bool, kind: int, message: str) -> bytes | None:
         """A call not served: logged (one line, rate-limited), answered unless it was oneway."""

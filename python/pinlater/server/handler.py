@@ -1,9 +1,16 @@
 """The PinLater service: validate each request, call the backend, map errors to Thrift.
 
 This is the only place where errors become ``PinLaterException``: a ``PinLaterError`` keeps its
-code; a malformed descriptor is UNKNOWN with the reason (as the original answered it); anything
-else is UNKNOWN with the traceback logged once. Method names are the Thrift names in snake_case;
-``dispatch.py`` maps them.
+code, and so does a job the extension's enqueue decoder refuses (``JobRejected``); a malformed
+descriptor is UNKNOWN with the reason (as the original answered it); anything else is UNKNOWN
+with the traceback logged once. Method names are the Thrift names in snake_case; ``dispatch.py``
+maps them.
+
+The three hot methods (``enqueue_jobs``, ``dequeue_jobs``, ``ack_dequeued_jobs``) take the call
+as the extension decoded it (``EnqueueCall``, ``DequeueCall``, ``AckCall``) and the message's
+seqid, and answer the reply message's bytes, written by the extension from the jobs as the
+stores gave them: no Python object is made per job on their way (the broker's hand-outs aside).
+The others take and answer thriftpy2 objects.
 """
 
 from __future__ import annotations
@@ -19,15 +26,28 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pinlater._pinlater import DescriptorError, decode_descriptors, encode_dequeue_reply
+from pinlater._pinlater import (
+    AckCall,
+    ClaimedJobs,
+    DequeueCall,
+    DescriptorError,
+    EnqueueCall,
+    JobRejected,
+    LocalIds,
+    NewJobBatch,
+    decode_descriptors,
+    encode_dequeue_batches,
+    encode_dequeue_reply,
+    encode_enqueue_reply,
+    encode_void_reply,
+)
 from pinlater.backends import body_filter
-from pinlater.backends.base import AckItem, CheckpointItem, JobRecord, JobState, NewJob
-from pinlater.backends.sharded import AckRequest, DequeuedJob, ShardedBackend
+from pinlater.backends.base import CheckpointItem, JobRecord, JobState
+from pinlater.backends.sharded import DequeuedJob, ReadyBatch, ShardedBackend
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
-from pinlater.server.dispatch import EncodedReply
 from pinlater.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -71,6 +91,8 @@ def _thrift_errors(fn: F) -> F:
             return result
         except PinLaterError as exc:
             raise _exception(exc.code, exc.message) from None
+        except JobRejected as exc:
+            raise _exception(ErrorCode(exc.code), str(exc)) from None
         except DescriptorError as exc:
             raise _exception(ErrorCode.UNKNOWN, f"invalid job descriptor: {exc}") from None
         except Exception as exc:
@@ -91,27 +113,34 @@ def _exception(code: ErrorCode, message: str) -> Exception:
 
 
 def _who(context: Any) -> str:
+    """The caller, from a ``RequestContext`` or a hot method's decoded call."""
     if context is None:
         return "unknown caller"
-    return f"source={context.source!r} requestId={getattr(context, 'requestId', '')!r}"
+    request_id = context.requestId if hasattr(context, "requestId") else getattr(context, "request_id", "")
+    return f"source={context.source!r} requestId={request_id!r}"
 
 
 def _source(context: Any) -> str:
     return str(context.source) if context is not None and context.source else ""
 
 
-class DequeueReply(EncodedReply):
-    """A dequeue's jobs, answered as ``PinLaterDequeueResponse(jobs={descriptor: body},
-    jobMetadata={descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``
-    but written by the extension straight from the jobs, in their order."""
+#: A dequeue's jobs: the walk's batches (a direct dequeue), or the broker's hand-out.
+Dequeued = list[ReadyBatch[ClaimedJobs]] | list[DequeuedJob]
 
-    __slots__ = ("jobs",)
+#: The Thrift names of the hot methods, for their replies.
+ENQUEUE, DEQUEUE, ACK = "enqueueJobs", "dequeueJobs", "ackDequeuedJobs"
+#: The reply to an enqueue of no jobs: no descriptor is written, so any valid shard name does.
+_NO_JOBS, _NO_IDS, _NO_SHARD = NewJobBatch([]), LocalIds([]), "0"
 
-    def __init__(self, jobs: list[DequeuedJob]) -> None:
-        self.jobs = jobs
 
-    def message(self, method: str, seqid: int) -> bytes:
-        return encode_dequeue_reply(method, seqid, self.jobs)
+def _dequeue_reply(seqid: int, queue: str, dequeued: Dequeued) -> tuple[int, bytes]:
+    """How many jobs, and the reply message: ``PinLaterDequeueResponse(jobs={descriptor: body},
+    jobMetadata={descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``,
+    written by the extension straight from the jobs, in their order."""
+    if dequeued and isinstance(dequeued[0], DequeuedJob):  # the broker's hand-out
+        return len(dequeued), encode_dequeue_reply(DEQUEUE, seqid, dequeued)
+    batches = [(b.shard, b.priority, b.jobs) for b in dequeued if isinstance(b, ReadyBatch)]
+    return sum(len(jobs) for _s, _p, jobs in batches), encode_dequeue_batches(DEQUEUE, seqid, queue, batches)
 
 
 class PinLaterHandler:
@@ -202,70 +231,52 @@ class PinLaterHandler:
     # -- the job lifecycle ----------------------------------------------------------------------
 
     @_thrift_errors
-    async def enqueue_jobs(self, context: Any, request: Any) -> Any:
-        queue = self._queue(request.queueName)
-        jobs = request.jobs or []
-        if not jobs:
-            return idl.PinLaterEnqueueResponse(jobDescriptors=[])
-        now = self.backend.clock.now_ms()
-        num_priorities = self.backend.num_priorities
-        new_jobs: list[NewJob] = []
-        append = new_jobs.append  # the per-job loop is hot: a few µs a job matter at 100k jobs/s
-        for job in jobs:
-            attempts = job.numAttemptsAllowed
-            if attempts is None:
-                attempts = 2
-            elif attempts < 1:
-                raise PinLaterError(
-                    ErrorCode.ENQUEUE_REJECTED, f"numAttemptsAllowed must be at least 1, not {attempts}"
-                )
-            body = job.body
-            if body is None:
-                raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, "every job needs a body")
-            priority = job.priority
-            if priority is None:
-                priority = 1
-            elif not 1 <= priority <= num_priorities:
-                priority = self._priority(priority)  # raises PRIORITY_NOT_SUPPORTED
-            run_after = job.runAfterTimestampMillis
-            # NewJob(priority, body, run_after_ms, attempts_allowed, custom_status)
-            append(NewJob(priority, body, now if run_after is None else run_after, attempts, job.customStatus or ""))
-        descriptors = await self.backend.enqueue_jobs(queue, new_jobs)
-        self.metrics.incr(f"{queue}_enqueue", len(descriptors))
-        return idl.PinLaterEnqueueResponse(jobDescriptors=descriptors)
+    async def enqueue_jobs(self, call: EnqueueCall, seqid: int) -> bytes:
+        queue = self._queue(call.queue)
+        if not len(call):
+            return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
+        # every default resolved, each job checked (JobRejected) as the original did, in Rust
+        batch = call.batch(self.backend.num_priorities, self.backend.clock.now_ms())
+        shard, ids = await self.backend.enqueue_jobs(queue, batch)
+        self.metrics.incr(f"{queue}_enqueue", len(batch))
+        return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 
     @_thrift_errors
-    async def dequeue_jobs(self, context: Any, request: Any) -> Any:
-        queue = self._queue(request.queueName)
-        if request.jobAckRequest is not None:
-            await self._ack(request.jobAckRequest)
-        limit = request.limit or 0
+    async def dequeue_jobs(self, call: DequeueCall, seqid: int) -> bytes:
+        queue = self._queue(call.queue)
+        acks = call.ack
+        if acks is not None:
+            await self._ack(acks)
+        limit = call.limit
         if limit <= 0:
-            return DequeueReply([])
-        if self.rate_limits is not None and not request.dryRun:
+            return encode_dequeue_batches(DEQUEUE, seqid, queue, [])
+        dry_run = bool(call.dry_run)
+        if self.rate_limits is not None and not dry_run:
             try:
                 self.rate_limits.check_dequeue(queue, limit)
             except PinLaterError:
                 self.metrics.incr(f"{queue}_dequeue_requests_rate_limited")
                 raise
-        coverage = 1.0 if request.coverage is None or math.isnan(request.coverage) else request.coverage
+        coverage = 1.0 if math.isnan(call.coverage) else call.coverage
         coverage = min(1.0, max(coverage, 1e-9))
-        dequeued = await self._dequeue(queue, limit, _source(context), bool(request.dryRun), coverage)
-        wait_ms = min(request.waitMillis or 0, MAX_WAIT_MILLIS)
-        if not dequeued and wait_ms > 0 and not request.dryRun:
-            dequeued = await self._long_poll(queue, limit, _source(context), coverage, wait_ms)
-        if not request.dryRun:
-            self.metrics.incr(f"{queue}_dequeue", len(dequeued))
-        return DequeueReply(dequeued)
+        source = _source(call)
+        dequeued = await self._dequeue(queue, limit, source, dry_run, coverage)
+        wait_ms = min(call.wait_millis or 0, MAX_WAIT_MILLIS)
+        if not dequeued and wait_ms > 0 and not dry_run:
+            dequeued = await self._long_poll(queue, limit, source, coverage, wait_ms)
+        count, reply = _dequeue_reply(seqid, queue, dequeued)
+        if not dry_run:
+            self.metrics.incr(f"{queue}_dequeue", count)
+        return reply
 
-    async def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> list[DequeuedJob]:
+    async def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> Dequeued:
         """Through the broker, unless it is off or the request needs the direct walk (a dry run
         answers from the store; a coverage below 1 asks for a random part of the shards)."""
         if self.broker is not None and not dry_run and coverage >= 1.0:
             return await self.broker.dequeue(queue, limit, source)
         return await self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage)
 
-    async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> list[DequeuedJob]:
+    async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every
         ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once."""
         loop = asyncio.get_running_loop()
@@ -281,34 +292,20 @@ class PinLaterHandler:
         return []
 
     @_thrift_errors
-    async def ack_dequeued_jobs(self, context: Any, request: Any) -> None:
-        await self._ack(request)
+    async def ack_dequeued_jobs(self, call: AckCall, seqid: int) -> bytes:
+        await self._ack(call)
+        return encode_void_reply(ACK, seqid)
 
-    async def _ack(self, request: Any) -> None:
-        queue = self._queue(request.queueName)
-        succeeded = request.jobsSucceeded or []
-        failed = request.jobsFailed or []
-        if not succeeded and not failed:
+    async def _ack(self, call: AckCall) -> None:
+        queue = self._queue(call.queue)
+        if not call.succeeded and not call.failed:
             return
-        parsed = decode_descriptors([a.jobDescriptor for a in succeeded] + [a.jobDescriptor for a in failed])
+        groups = call.groups()  # by shard; a malformed descriptor raises DescriptorError
         if self.broker is not None:  # jobs it handed out: their claims are written first
-            await self.broker.settle(parsed)
-
-        def items(acks: list[Any], offset: int) -> list[tuple[str, AckItem]]:
-            out = []
-            for i, ack in enumerate(acks):
-                _q, shard, priority, local_id = parsed[offset + i]
-                out.append(
-                    (
-                        shard,
-                        AckItem(priority, local_id, ack.appendCustomStatus or "", max(0, ack.retryDelayMillis or 0)),
-                    )
-                )
-            return out
-
-        await self.backend.ack_jobs(queue, AckRequest(items(succeeded, 0), items(failed, len(succeeded))))
-        self.metrics.incr(f"{queue}_ack_succeeded", len(succeeded))
-        self.metrics.incr(f"{queue}_ack_failed", len(failed))
+            await self.broker.settle(call.keys())
+        await self.backend.ack_jobs(queue, groups, call.retried())
+        self.metrics.incr(f"{queue}_ack_succeeded", call.succeeded)
+        self.metrics.incr(f"{queue}_ack_failed", call.failed)
 
     @_thrift_errors
     async def checkpoint_jobs(self, context: Any, request: Any) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, SqliteShard, sqlite_library_version
-from pinlater.backends.base import RESERVATION_PREFIX, AckItem, ClaimedJob, NewJob, Offload
+from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob, Offload
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -141,44 +141,3 @@ class NativeEmbeddedHotPath:
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
     ) -> int:
         return await self._threaded.release_reservations(queue, items, reservation, now_ms)
-
-
-class PythonValuesHotPath:
-    """Today's ``HotPath`` signatures (Python jobs in and out) over ``NativeEmbeddedHotPath``,
-    converting at the seam, until the server hands the hot path Rust batches (helper "plumb"
-    changes ``base.HotPath``); then ``EmbeddedStore.hot_path`` returns the native one itself
-    and this class goes."""
-
-    __slots__ = ("_native",)
-
-    def __init__(self, native: NativeEmbeddedHotPath) -> None:
-        self._native = native
-
-    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
-        ids = await self._native.enqueue_jobs(queue, NewJobBatch(jobs), now_ms)
-        return ids.to_list()
-
-    async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
-    ) -> list[ClaimedJob]:
-        claimed = await self._native.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
-        return [ClaimedJob._make(job) for job in claimed.to_list()]
-
-    async def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
-        acks = AckGroup(succeeded, failed)
-        await self._native.ack_jobs(queue, acks, now_ms)
-
-    async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]:
-        return await self._native.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
-
-    async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
-        return await self._native.claim_reserved(queue, items, reservation, now_ms)
-
-    async def release_reservations(
-        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
-    ) -> int:
-        return await self._native.release_reservations(queue, items, reservation, now_ms)

@@ -37,7 +37,7 @@ from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.embedded import sql
 from pinlater.backends.embedded.body_filtered import BodyFilteredReads
 from pinlater.backends.embedded.connection import connect
-from pinlater.backends.embedded.native_hot import NativeEmbeddedHotPath, PythonValuesHotPath, open_native_shard
+from pinlater.backends.embedded.native_hot import NativeEmbeddedHotPath, open_native_shard
 from pinlater.backends.threaded import BlockingStore
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
@@ -116,7 +116,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             return NativeEmbeddedHotPath(self, self._native, offload)
 
     def hot_path(self, offload: Offload) -> HotPath:
-        return PythonValuesHotPath(self.native_hot_path(offload))
+        return self.native_hot_path(offload)
 
     # -- queues -----------------------------------------------------------------------------
 

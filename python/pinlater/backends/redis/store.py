@@ -50,6 +50,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
 from pinlater.backends.base import (
     AckItem,
     CheckpointItem,
@@ -70,6 +71,7 @@ from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_n
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.replies import claimed_jobs, job_record
 from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts, priority_keys
+from pinlater.backends.threaded import ack_item, new_job
 from pinlater.config import Settings
 
 T = TypeVar("T")
@@ -448,21 +450,29 @@ class RedisStore:
 class AsyncHotPath:
     """``RedisStore``'s hot operations as coroutines on the event loop (redis.asyncio): the same
     scripts, arguments and errors as the blocking methods of the same names, without a thread
-    hand-off per call. The store's ``hot_path``, as the server calls it."""
+    hand-off per call. The store's ``hot_path``, as the server calls it. Enqueue, dequeue and ack
+    convert the extension's job values to and from the blocking methods' NamedTuples (as
+    ``threaded.py`` does), without a Python frame per job."""
 
     def __init__(self, store: RedisStore, scripts: AsyncShardScripts) -> None:
         self._store = store
         self._scripts = scripts
 
-    async def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
-        return await self._scripts.call(self._store._enqueue_call(queue, jobs, now_ms))
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
+        new_jobs = list(map(new_job, jobs.to_list()))
+        ids: list[int] = await self._scripts.call(self._store._enqueue_call(queue, new_jobs, now_ms))
+        return LocalIds(ids)
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
-    ) -> list[ClaimedJob]:
-        return await self._scripts.call(self._store._dequeue_call(queue, priority, limit, claim, now_ms, dry_run))
+    ) -> ClaimedJobs:
+        call = self._store._dequeue_call(queue, priority, limit, claim, now_ms, dry_run)
+        claimed: list[ClaimedJob] = await self._scripts.call(call)
+        return ClaimedJobs(claimed)
 
-    async def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
+    async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
+        succeeded = list(map(ack_item, acks.succeeded()))
+        failed = list(map(ack_item, acks.failed()))
         await self._scripts.call(self._store._ack_call(queue, succeeded, failed, now_ms))
 
     async def reserve_jobs(
