@@ -26,8 +26,12 @@ pub mod store {
     pub mod mysql_inserts;
     /// `Command`: a Redis command packed in RESP.
     pub mod redis_command;
+    /// `reply_end`, `ids_reply`, `claimed_reply`, `ack_reply`, `int_reply`: Redis replies read.
+    pub mod redis_reply;
     /// `seconds`, `ms`, `local_id`, `count`, `order`: a Redis dequeue reply's fields.
     pub mod redis_rows;
+    /// `enqueue_command`, `dequeue_command`, `ack_command`: the hot scripts' EVALSHA commands.
+    pub mod redis_scripts;
 }
 
 /// The queue's own logic: job names, buffers, limits and filters.
