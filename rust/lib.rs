@@ -59,7 +59,9 @@ pub mod py {
     pub mod store {
         pub mod mysql_inserts;
         pub mod redis_command;
+        pub mod redis_reply;
         pub mod redis_rows;
+        pub mod redis_scripts;
     }
     pub mod queue {
         pub mod body_matcher;
@@ -80,6 +82,7 @@ mod _pinlater {
 
     use crate::py::errors::{
         BodyFilterTimeout, BodyPatternError, DescriptorError, MalformedThriftError, NativeError,
+        RedisErrorReply,
     };
 
     #[pymodule_export]
@@ -103,7 +106,16 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::redis_command::redis_pack_command;
     #[pymodule_export]
+    use crate::py::store::redis_reply::{
+        redis_ack_reply, redis_claimed_reply, redis_ids_reply, redis_int_reply, redis_reply_end,
+    };
+    #[pymodule_export]
     use crate::py::store::redis_rows::redis_claimed_jobs;
+    #[pymodule_export]
+    use crate::py::store::redis_scripts::{
+        redis_ack_command, redis_dequeue_command, redis_enqueue_command,
+        redis_require_queue_command,
+    };
     #[pymodule_export]
     use crate::py::wire::dequeue_reply::encode_dequeue_reply;
     #[pymodule_export]
@@ -122,6 +134,7 @@ mod _pinlater {
             py.get_type::<MalformedThriftError>(),
         )?;
         m.add("NativeError", py.get_type::<NativeError>())?;
+        m.add("RedisErrorReply", py.get_type::<RedisErrorReply>())?;
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 //! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct.
 //! - `BodyPatternError(ValueError)`: a body regex the linear-time engine cannot take.
 //! - `BodyFilterTimeout(TimeoutError)`: a batch of bodies ran past its time budget.
+//! - `RedisErrorReply(Exception)`: Redis answered an error; the message is its text.
 //! - `NativeError(RuntimeError)`: a bug or resource failure inside the extension, including any
 //!   Rust panic. A panic must never reach Python as `PyO3`'s `PanicException`, which derives from
 //!   `BaseException` and so slips past `except Exception` in the server's error mapping.
@@ -11,11 +12,12 @@
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::error::{self, RateLimitError, RuntimeStartError, WalkError};
 use crate::queue::body_matcher::{BudgetExceeded, PatternError};
+use crate::store::redis_reply::ReplyError;
 use crate::store::redis_rows::RowError;
 use crate::wire::dequeue_reply::TooLong;
 
@@ -49,6 +51,14 @@ pyo3::create_exception!(
     BodyFilterTimeout,
     PyTimeoutError,
     "A batch of bodies was not matched within its time budget. The message says how far it got."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    RedisErrorReply,
+    PyException,
+    "Redis answered a command with an error. The message is the error's text without its `-` \
+     (`NOSCRIPT No matching script...`, `OOM command not allowed...`), for the store to map."
 );
 
 pyo3::create_exception!(
@@ -99,6 +109,12 @@ impl From<RuntimeStartError> for PyErr {
 
 impl From<RowError> for PyErr {
     fn from(err: RowError) -> Self {
+        PyValueError::new_err(format!("malformed Redis reply: {err}"))
+    }
+}
+
+impl From<ReplyError> for PyErr {
+    fn from(err: ReplyError) -> Self {
         PyValueError::new_err(format!("malformed Redis reply: {err}"))
     }
 }
