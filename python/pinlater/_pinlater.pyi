@@ -82,7 +82,7 @@ class BodyFilterTimeout(TimeoutError):
     """``BodyMatcher.match_indices`` ran past its budget; the message says how many bodies of
     the batch it had matched."""
 
-class RedisErrorReply(Exception):  # noqa: N818  # named as the other replies it stands beside
+class RedisErrorReply(Exception):
     """Redis answered with an error: the message is its text without the ``-``
     (``NOSCRIPT No matching script...``), for the store to map as ``shard_errors`` does."""
 
