@@ -52,9 +52,9 @@ impl QueueKeys<'_> {
 /// `repr(ms / 1000.0)` in Python: the shortest text that reads back as the same float, in
 /// positional notation for exponents -4 to 15 (with `.0` when whole), else as `1.5e+16`.
 #[must_use]
-pub fn seconds_text(ms: i64) -> String {
+pub fn seconds_text(ms: impl Into<i128>) -> String {
     #[allow(clippy::cast_precision_loss)] // as Python converts an int to float: round to nearest
-    let value = ms as f64 / 1000.0;
+    let value = ms.into() as f64 / 1000.0;
     python_float_repr(value)
 }
 
@@ -69,15 +69,8 @@ pub fn python_float_repr(value: f64) -> String {
         }
         .to_owned();
     }
-    // `{:e}` is the shortest round-trip digits, as Python's repr: "d.ddde±x".
-    let sci = format!("{value:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(rest) => ("-", rest),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let (digits, exp) = shortest_digits(value.abs());
+    let sign = if value < 0.0 { "-" } else { "" };
     let mut out = String::with_capacity(24);
     out.push_str(sign);
     if !(-4..16).contains(&exp) {
@@ -114,6 +107,54 @@ pub fn python_float_repr(value: f64) -> String {
         }
     }
     out
+}
+
+/// `value`'s (positive, finite) shortest round-trip digits and decimal exponent (`d.ddd × 10^exp`),
+/// as Python picks them: where two candidates are equally near the exact value, the even one
+/// (Rust's `{:e}` picks the upper). Exact for the times here (`ms / 1000.0`, at most ~60
+/// significant digits, checked against 80).
+fn shortest_digits(value: f64) -> (String, i32) {
+    let split = |text: String| -> (String, i32) {
+        let (mantissa, exp) = text.split_once('e').unwrap_or((&text, "0"));
+        let digits = mantissa.chars().filter(char::is_ascii_digit).collect();
+        (digits, exp.parse().unwrap_or(0))
+    };
+    let (digits, exp) = split(format!("{value:e}"));
+    let n = digits.len();
+    let (exact, exact_exp) = split(format!("{value:.80e}"));
+    let tie = exact_exp == exp
+        && exact.len() > n
+        && exact.as_bytes()[n] == b'5'
+        && exact.as_bytes()[n + 1..].iter().all(|&b| b == b'0');
+    if !tie {
+        return (digits, exp);
+    }
+    let mut lower = exact.as_bytes()[..n].to_vec();
+    if lower[n - 1] % 2 == 1 {
+        // the upper candidate: lower + 1 in the last place, carried
+        let mut at = n;
+        loop {
+            if at == 0 {
+                lower.insert(0, b'1');
+                return (trim_zeros(lower), exp + 1);
+            }
+            at -= 1;
+            if lower[at] == b'9' {
+                lower[at] = b'0';
+            } else {
+                lower[at] += 1;
+                break;
+            }
+        }
+    }
+    (trim_zeros(lower), exp)
+}
+
+fn trim_zeros(mut digits: Vec<u8>) -> String {
+    while digits.len() > 1 && digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 /// The first `limit` characters of `text` (Python's `text[:limit]`).
@@ -259,7 +300,7 @@ pub fn ack_command(sha: &str, shard: &str, queue: &str, group: &AckGroup, now_ms
     let now = seconds_text(now_ms);
     cmd.bulk(now.as_bytes());
     cmd.int(count(group.len()));
-    let mut last: Option<(i64, String)> = None;
+    let mut last: Option<(i128, String)> = None;
     for (succeeded, item) in group.items() {
         // KEYS[1] is the names key, then four sets per priority: PENDING's 1-based index.
         let index = priorities.binary_search(&item.priority).unwrap_or(0) * 4 + 2;
@@ -267,7 +308,8 @@ pub fn ack_command(sha: &str, shard: &str, queue: &str, group: &AckGroup, now_ms
         cmd.int(item.local_id);
         cmd.bulk(if succeeded { b"s" } else { b"f" });
         cmd.bulk(item.append_custom_status.as_bytes());
-        let retry_ms = now_ms.saturating_add(item.retry_delay_ms);
+        // as Python adds them: past i64 too
+        let retry_ms = i128::from(now_ms) + i128::from(item.retry_delay_ms);
         match &last {
             Some((ms, text)) if *ms == retry_ms => cmd.bulk(text.as_bytes()),
             _ => {
@@ -305,14 +347,18 @@ mod tests {
             (-9.223_372_036_854_776e15, "-9223372036854776.0"),
             (-2.5, "-2.5"),
             (1e100, "1e+100"),
+            // ties between two shortest candidates go to the even one, as in Python
+            (768_945_072_258_468_229.0 / 1000.0, "768945072258468.2"),
+            (0.125, "0.125"),
         ];
         for (value, text) in cases {
             assert_eq!(python_float_repr(value), text, "{value}");
         }
-        assert_eq!(seconds_text(1_700_000_000_123), "1700000000.123");
+        assert_eq!(seconds_text(1_700_000_000_123_i64), "1700000000.123");
         assert_eq!(seconds_text(i64::MIN), "-9223372036854776.0");
         assert_eq!(seconds_text(i64::MAX), "9223372036854776.0");
-        assert_eq!(seconds_text(-1), "-0.001");
+        assert_eq!(seconds_text(-1_i64), "-0.001");
+        assert_eq!(seconds_text(i128::from(i64::MAX) * 2), "1.844674407370955e+16");
     }
 
     #[test]
