@@ -56,10 +56,21 @@ pub enum Scan {
 fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, ReplyError> {
     let rest = &buf[at..];
     let window = &rest[..rest.len().min(MAX_LINE + 2)];
-    match window.windows(2).position(|w| w == b"\r\n") {
-        Some(n) => Ok(Some((&rest[..n], at + n + 2))),
-        None if rest.len() > MAX_LINE => Err(ReplyError::LongLine),
-        None => Ok(None),
+    let mut from = 0;
+    // A CR starts the end of the line only where LF follows; headers are short, so this is a
+    // few bytes' scan.
+    while let Some(n) = window[from..].iter().position(|&b| b == b'\r') {
+        let cr = from + n;
+        match window.get(cr + 1) {
+            Some(b'\n') => return Ok(Some((&rest[..cr], at + cr + 2))),
+            Some(_) => from = cr + 1,
+            None => break,
+        }
+    }
+    if rest.len() > MAX_LINE {
+        Err(ReplyError::LongLine)
+    } else {
+        Ok(None)
     }
 }
 

@@ -358,7 +358,10 @@ mod tests {
         assert_eq!(seconds_text(i64::MIN), "-9223372036854776.0");
         assert_eq!(seconds_text(i64::MAX), "9223372036854776.0");
         assert_eq!(seconds_text(-1_i64), "-0.001");
-        assert_eq!(seconds_text(i128::from(i64::MAX) * 2), "1.844674407370955e+16");
+        assert_eq!(
+            seconds_text(i128::from(i64::MAX) * 2),
+            "1.844674407370955e+16"
+        );
     }
 
     #[test]
