@@ -472,6 +472,8 @@ def test_a_close_mid_reply_repeats_a_dequeue_once_but_never_an_enqueue() -> None
         (b"-LOADING Redis is loading the dataset in memory\r\n", ShardConnectionError),
         (b"-BUSY Redis is busy running a script.\r\n", ShardConnectionError),
         (b"-MISCONF Errors writing to the AOF file\r\n", ShardConnectionError),
+        (b"-READONLY You can't write against a read only replica.\r\n", ShardConnectionError),
+        (b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", ShardConnectionError),
         (b"-ERR Error running script: boom\r\n", redis.ResponseError),
     ],
 )
