@@ -283,6 +283,45 @@ def test_a_restart_is_survived_and_the_connection_named(store: RedisStore, serve
     assert run(store, across) == [1, 2, 1, 2]
 
 
+async def until_written(hot: NativeHotPath) -> None:
+    """Until the hot client has a command on the wire with no reply yet (it writes as it sends,
+    so this takes a loop step or two)."""
+    for _ in range(1000):
+        conn = hot._client._conn
+        if conn is not None and conn._waiters:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("nothing was written")
+
+
+@pytest.mark.parametrize("operation", ["enqueue", "dequeue"])
+def test_a_restart_mid_call_never_repeats_an_enqueue(store: RedisStore, server: RedisServer, operation: str) -> None:
+    store.enqueue_jobs(Q, [NewJob(1, b"old", NOW, 1)], NOW)
+
+    async def across(hot: NativeHotPath) -> Any:
+        await hot.dequeue_jobs(Q, 2, 1, "c", NOW, False)  # connected, scripts loaded
+        server.client().execute_command("CLIENT", "PAUSE", "20000", "ALL")  # Redis holds what comes
+        if operation == "enqueue":
+            call = asyncio.ensure_future(hot.enqueue_jobs(Q, batch([NewJob(1, b"new", NOW, 1)]), NOW))
+        else:
+            call = asyncio.ensure_future(hot.dequeue_jobs(Q, 1, 5, "c", NOW, False))
+        await until_written(hot)
+        server.kill()  # with the command read or not: it was written
+        server.restart()
+        try:
+            return claimed(await call)
+        except ShardConnectionError as exc:
+            return exc
+
+    result = run(store, across)
+    pending = store.count_jobs(Q, JobFilter(priority=1, state=JobState.PENDING, now_ms=NOW), None)
+    if operation == "enqueue":
+        assert isinstance(result, ShardConnectionError) and result.maybe_applied
+        assert pending == 1, "the enqueue was not sent again to the restarted server"
+    else:
+        assert [j.body for j in result] == [b"old"], "repeated once, on a fresh connection"
+
+
 def ours(server: RedisServer) -> int:
     return sum(1 for c in server.client().client_list() if c["name"] == "pinlater-shard-1")
 

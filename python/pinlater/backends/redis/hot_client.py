@@ -194,7 +194,7 @@ class HotClient:
         raise AssertionError("unreachable")
 
     async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
-        reply = await self._round_trip(command)
+        conn, reply = await self._round_trip(command)
         try:
             return parse(reply)
         except RedisErrorReply as exc:
@@ -202,18 +202,19 @@ class HotClient:
             if not text.startswith("NOSCRIPT"):
                 raise _error_reply(text) from None
         except ValueError as exc:
-            raise self._protocol_error(exc) from None
+            raise _protocol_error(conn, exc) from None
         # Flushed since we connected (SCRIPT FLUSH): Redis ran nothing; load it and send again.
         await self._load([script])
+        conn, reply = await self._round_trip(command)
         try:
-            return parse(await self._round_trip(command))
+            return parse(reply)
         except RedisErrorReply as exc:
             raise _error_reply(str(exc)) from None
         except ValueError as exc:
-            raise self._protocol_error(exc) from None
+            raise _protocol_error(conn, exc) from None
 
-    async def _round_trip(self, command: bytes) -> bytes:
-        """The reply to ``command``, as bytes; redis-py's connection errors for a failure."""
+    async def _round_trip(self, command: bytes) -> tuple[_Connection, bytes]:
+        """The connection and its reply to ``command``; redis-py's connection errors for a failure."""
         conn = await self._connection()
         loop = asyncio.get_running_loop()
         try:
@@ -223,17 +224,11 @@ class HotClient:
         SENT.set(True)
         timer = loop.call_later(self._timeout, _time_out, conn, waiter)
         try:
-            return await waiter
+            return conn, await waiter
         except _Broken as exc:
             raise exc.kind(str(exc)) from None
         finally:
             timer.cancel()
-
-    def _protocol_error(self, exc: ValueError) -> redis.ConnectionError:
-        """A reply that is not the script's: the connection is out of step; drop it."""
-        if self._conn is not None:
-            self._conn.fail(_Broken(redis.ConnectionError, f"Protocol error: {exc}"))
-        return redis.ConnectionError(f"Protocol error: {exc}")
 
     async def _connection(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -314,6 +309,12 @@ def _error_reply(text: str) -> redis.RedisError:
     ours exactly as theirs: ``OutOfMemoryError``, ``BusyLoadingError``, ``ResponseError``...)."""
     exc: redis.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]  # untyped in redis-py
     return exc
+
+
+def _protocol_error(conn: _Connection, exc: ValueError) -> redis.ConnectionError:
+    """A reply that is not the script's: the connection is out of step; drop it."""
+    conn.fail(_Broken(redis.ConnectionError, f"Protocol error: {exc}"))
+    return redis.ConnectionError(f"Protocol error: {exc}")
 
 
 def _time_out(conn: _Connection, waiter: asyncio.Future[bytes]) -> None:
