@@ -300,7 +300,8 @@ def test_a_restart_mid_call_never_repeats_an_enqueue(store: RedisStore, server: 
 
     async def across(hot: NativeHotPath) -> Any:
         await hot.dequeue_jobs(Q, 2, 1, "c", NOW, False)  # connected, scripts loaded
-        server.client().execute_command("CLIENT", "PAUSE", "20000", "ALL")  # Redis holds what comes
+        server.client().client_pause(20_000)  # Redis holds what comes
+        call: asyncio.Future[Any]
         if operation == "enqueue":
             call = asyncio.ensure_future(hot.enqueue_jobs(Q, batch([NewJob(1, b"new", NOW, 1)]), NOW))
         else:
