@@ -13,7 +13,9 @@ Design:
   could apply it twice (an enqueue would duplicate jobs). A stale pooled connection (after a
   Redis restart) is detected and replaced at checkout, and a call that fails on a dead
   connection is repeated once on a fresh one where that cannot duplicate anything
-  (``connections.py`` says which).
+  (``connections.py`` says which). The hot path the server uses (``hot_path``: enqueue, dequeue,
+  ack) has a connection of its own per event loop instead, pipelined, with the commands packed
+  and the replies read in Rust (``native_hot.py``, ``hot_client.py``), under the same rules.
 * Errors: a connection error, a timeout, or a server that cannot take writes (loading, read-only
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
   raises ``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` raises
