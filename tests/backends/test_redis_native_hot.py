@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.wait import wait_for
 
 from pinlater._pinlater import (
     AckGroup,
@@ -631,3 +632,22 @@ def test_an_unreachable_server_fails_fast_and_unapplied() -> None:
     with pytest.raises(ShardConnectionError) as info:
         asyncio.run(call())
     assert not info.value.maybe_applied
+
+
+def test_each_event_loop_gets_its_connection_and_aclose_closes_it(store: RedisStore, server: RedisServer) -> None:
+    hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
+    before = ours(server)
+    made: list[object] = []
+
+    async def once(body: bytes) -> list[int]:
+        ids = (await hot.enqueue_jobs(Q, batch([NewJob(1, body, NOW, 1)]), NOW)).to_list()
+        assert ours(server) == before + 1
+        made.append(hot._client._conn)
+        await store.aclose()
+        return ids
+
+    assert asyncio.run(once(b"a")) == [1]
+    wait_for(lambda: ours(server) == before, what="the connection closed by aclose")
+    assert asyncio.run(once(b"b")) == [2]
+    wait_for(lambda: ours(server) == before, what="the connection closed by aclose")
+    assert made[0] is not made[1], "a new loop, a new connection"
