@@ -26,8 +26,12 @@ pub mod store {
     pub mod mysql_inserts;
     /// `Command`: a Redis command packed in RESP.
     pub mod redis_command;
+    /// `reply_end`, `ids_reply`, `claimed_reply`, `ack_reply`, `int_reply`: Redis replies read.
+    pub mod redis_reply;
     /// `seconds`, `ms`, `local_id`, `count`, `order`: a Redis dequeue reply's fields.
     pub mod redis_rows;
+    /// `enqueue_command`, `dequeue_command`, `ack_command`: the hot scripts' EVALSHA commands.
+    pub mod redis_scripts;
     /// `SqliteShard`, `WriteGate`: the embedded store's hot writes on a thread, group committed.
     pub mod sqlite_shard;
 }
@@ -57,7 +61,9 @@ pub mod py {
     pub mod store {
         pub mod mysql_inserts;
         pub mod redis_command;
+        pub mod redis_reply;
         pub mod redis_rows;
+        pub mod redis_scripts;
         pub mod sqlite_shard;
     }
     pub mod queue {
@@ -79,7 +85,7 @@ mod _pinlater {
 
     use crate::py::errors::{
         BodyFilterTimeout, BodyPatternError, DescriptorError, JobRejected, MalformedThriftError,
-        MissingFieldError, NativeError,
+        MissingFieldError, NativeError, RedisErrorReply,
     };
 
     #[pymodule_export]
@@ -101,7 +107,16 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::redis_command::redis_pack_command;
     #[pymodule_export]
+    use crate::py::store::redis_reply::{
+        redis_ack_reply, redis_claimed_reply, redis_ids_reply, redis_int_reply, redis_reply_end,
+    };
+    #[pymodule_export]
     use crate::py::store::redis_rows::redis_claimed_jobs;
+    #[pymodule_export]
+    use crate::py::store::redis_scripts::{
+        redis_ack_command, redis_dequeue_command, redis_enqueue_command,
+        redis_require_queue_command,
+    };
     #[pymodule_export]
     use crate::py::store::sqlite_shard::{sqlite_library_version, SqliteShard, WriteGate};
     #[pymodule_export]
@@ -128,6 +143,7 @@ mod _pinlater {
         )?;
         m.add("MissingFieldError", py.get_type::<MissingFieldError>())?;
         m.add("NativeError", py.get_type::<NativeError>())?;
+        m.add("RedisErrorReply", py.get_type::<RedisErrorReply>())?;
         Ok(())
     }
 }

@@ -29,6 +29,7 @@ __all__ = [
     "NativeError",
     "NewJobBatch",
     "RateLimiter",
+    "RedisErrorReply",
     "SqliteShard",
     "WriteGate",
     "__version__",
@@ -43,8 +44,17 @@ __all__ = [
     "encode_enqueue_reply",
     "encode_void_reply",
     "mysql_insert_statements",
+    "redis_ack_command",
+    "redis_ack_reply",
     "redis_claimed_jobs",
+    "redis_claimed_reply",
+    "redis_dequeue_command",
+    "redis_enqueue_command",
+    "redis_ids_reply",
+    "redis_int_reply",
     "redis_pack_command",
+    "redis_reply_end",
+    "redis_require_queue_command",
     "sqlite_library_version",
     "thrift_struct_end",
 ]
@@ -99,6 +109,10 @@ class BodyPatternError(ValueError):
 class BodyFilterTimeout(TimeoutError):
     """``BodyMatcher.match_indices`` ran past its budget; the message says how many bodies of
     the batch it had matched."""
+
+class RedisErrorReply(Exception):
+    """Redis answered with an error: the message is its text without the ``-``
+    (``NOSCRIPT No matching script...``), for the store to map as ``shard_errors`` does."""
 
 class NativeError(RuntimeError):
     """An internal failure of the extension: a Rust panic or a resource it could not get.
@@ -696,3 +710,70 @@ class BodyMatcher:
 
 def _panic_for_tests(message: str) -> NoReturn:
     """Test-only: panic in Rust with ``message``, which Python must see as ``NativeError``."""
+
+# The Redis store's hot scripts over the store's own connection (backends/redis/hot_client.py):
+# commands packed from the batches held in Rust, replies read into them.
+
+def redis_enqueue_command(sha: str, shard: str, queue: str, jobs: NewJobBatch, now_ms: int) -> bytes:
+    """``EVALSHA sha`` of ``enqueue_jobs.lua`` for ``jobs``, in RESP: the keys and arguments
+    ``RedisStore._enqueue_call`` sends (key names as ``keys.py`` spells them, times as
+    ``keys.seconds_arg``, statuses cut to ``CUSTOM_STATUS_LIMIT`` characters)."""
+
+def redis_dequeue_command(
+    sha: str, shard: str, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+) -> bytes:
+    """``EVALSHA sha`` of ``dequeue_jobs.lua``, as ``RedisStore._dequeue_call`` sends it for a
+    limit above 0."""
+
+def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int) -> bytes:
+    """``EVALSHA sha`` of ``ack_jobs.lua`` for the group (successes first), as
+    ``RedisStore._ack_call`` sends it."""
+
+def redis_require_queue_command(sha: str, shard: str, queue: str) -> bytes:
+    """``EVALSHA sha`` of ``count_jobs.lua`` counting nothing (``ShardScripts.require_queue_call``):
+    answers -1 when the queue does not exist."""
+
+def redis_reply_end(buf: bytes, start: int, max_bytes: int) -> int:
+    """Where the first whole RESP2 reply of ``buf[start:]`` ends (an offset into ``buf``); when it
+    is not whole yet, minus the length ``buf`` must reach before it can be (a lower bound: scan
+    again once that much has arrived).
+
+    Raises:
+        ValueError: not RESP2, nested deeper than 8, a line over 64 KiB, or a reply whose headers
+            already announce more than ``max_bytes`` (the connection is out of step: close it).
+        NativeError: a bug in the extension.
+    """
+
+def redis_ids_reply(reply: bytes) -> LocalIds | None:
+    """The local ids of an ``enqueue_jobs.lua`` reply; ``None`` when the queue does not exist (-1).
+
+    Raises:
+        RedisErrorReply: the reply is an error.
+        ValueError: the reply is not this script's (a malformed Redis reply).
+    """
+
+def redis_claimed_reply(reply: bytes) -> tuple[ClaimedJobs, int] | None:
+    """The jobs of a ``dequeue_jobs.lua`` reply in (run after, id) order, and its evicted count,
+    read as ``redis_claimed_jobs`` reads them; ``None`` when the queue does not exist (-1).
+
+    Raises:
+        RedisErrorReply: the reply is an error.
+        ValueError: the reply is not this script's (a malformed Redis reply).
+    """
+
+def redis_ack_reply(reply: bytes) -> int | None:
+    """The evicted count of an ``ack_jobs.lua`` reply ``{changed, evicted}``; ``None`` when the
+    queue does not exist (-1).
+
+    Raises:
+        RedisErrorReply: the reply is an error.
+        ValueError: the reply is not this script's.
+    """
+
+def redis_int_reply(reply: bytes) -> int | None:
+    """An integer reply (``count_jobs.lua``); ``None`` for -1 (the queue does not exist).
+
+    Raises:
+        RedisErrorReply: the reply is an error.
+        ValueError: not an integer reply.
+    """

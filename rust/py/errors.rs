@@ -7,6 +7,7 @@
 //! - `JobRejected(ValueError)`: an enqueue's job the handler refuses; `.code` is its `ErrorCode`.
 //! - `BodyPatternError(ValueError)`: a body regex the linear-time engine cannot take.
 //! - `BodyFilterTimeout(TimeoutError)`: a batch of bodies ran past its time budget.
+//! - `RedisErrorReply(Exception)`: Redis answered an error; the message is its text.
 //! - `NativeError(RuntimeError)`: a bug or resource failure inside the extension, including any
 //!   Rust panic. A panic must never reach Python as `PyO3`'s `PanicException`, which derives from
 //!   `BaseException` and so slips past `except Exception` in the server's error mapping.
@@ -14,11 +15,12 @@
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::error::{self, RateLimitError, WalkError};
 use crate::queue::body_matcher::{BudgetExceeded, PatternError};
+use crate::store::redis_reply::ReplyError as RedisReplyError;
 use crate::store::redis_rows::RowError;
 use crate::wire::hot_calls::{self, DecodeError};
 use crate::wire::replies::{ReplyError, TooLong};
@@ -70,6 +72,14 @@ pyo3::create_exception!(
     BodyFilterTimeout,
     PyTimeoutError,
     "A batch of bodies was not matched within its time budget. The message says how far it got."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    RedisErrorReply,
+    PyException,
+    "Redis answered a command with an error. The message is the error's text without its `-` \
+     (`NOSCRIPT No matching script...`, `OOM command not allowed...`), for the store to map."
 );
 
 pyo3::create_exception!(
@@ -149,6 +159,12 @@ impl From<ReplyError> for PyErr {
                 PyValueError::new_err(err.to_string())
             }
         }
+    }
+}
+
+impl From<RedisReplyError> for PyErr {
+    fn from(err: RedisReplyError) -> Self {
+        PyValueError::new_err(format!("malformed Redis reply: {err}"))
     }
 }
 

@@ -70,7 +70,9 @@ def shard_errors(name: str, config: RedisShardConfig) -> Iterator[None]:
         # 'maxmemory'"; older servers wrap it in a script error, so the text is checked too.
         if isinstance(exc, redis.exceptions.OutOfMemoryError) or _OUT_OF_MEMORY in str(exc):
             raise StoreMemoryFullError(name, f"{config.master}: {exc}") from exc
-        if str(exc).startswith(_UNAVAILABLE):
+        # redis-py strips the codes it has a class for (READONLY, TRYAGAIN, MASTERDOWN) from the
+        # text and keeps them in status_code; the others (BUSY, MISCONF...) stay in the text.
+        if str(exc).startswith(_UNAVAILABLE) or getattr(exc, "status_code", None) in _UNAVAILABLE:
             raise ShardConnectionError(name, f"{config.master}: {exc}") from exc
         raise
 

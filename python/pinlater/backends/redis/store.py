@@ -13,7 +13,9 @@ Design:
   could apply it twice (an enqueue would duplicate jobs). A stale pooled connection (after a
   Redis restart) is detected and replaced at checkout, and a call that fails on a dead
   connection is repeated once on a fresh one where that cannot duplicate anything
-  (``connections.py`` says which).
+  (``connections.py`` says which). The hot path the server uses (``hot_path``: enqueue, dequeue,
+  ack) has a connection of its own per event loop instead, pipelined, with the commands packed
+  and the replies read in Rust (``native_hot.py``, ``hot_client.py``), under the same rules.
 * Errors: a connection error, a timeout, or a server that cannot take writes (loading, read-only
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
   raises ``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` raises
@@ -67,8 +69,10 @@ from pinlater.backends.redis import reservations
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import TrackedConnection, pool_options
 from pinlater.backends.redis.filtered_reads import delete_matching, matching_pages, pages, read_sets, score_range
+from pinlater.backends.redis.hot_client import HotClient
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
 from pinlater.backends.redis.memory import RedisMemoryProbe
+from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.backends.redis.replies import claimed_jobs, job_record
 from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts, priority_keys
 from pinlater.backends.threaded import ack_item, new_job
@@ -120,6 +124,9 @@ class RedisStore:
         self.memory = RedisMemoryProbe(name, config, self._client)
         #: The hot operations on the event loop, with a pool of their own of the same size.
         self.aio = AsyncHotPath(self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout))
+        #: The hot path the server uses: the same scripts over a connection of its own, with
+        #: commands and replies handled in Rust (``native_hot.py``, ``hot_client.py``).
+        self.native = NativeHotPath(self, HotClient(name, config, timeout))
         self._num_priorities = settings.num_priority_levels
         self._body_filter_budget = settings.body_filter_time_budget_seconds
         self._closed = False
@@ -408,14 +415,17 @@ class RedisStore:
             self._client.close()
             self._pool.disconnect()
             self.aio.forget()  # its connections are closed by ``aclose`` on its loop
+            self.native.forget()
 
     # -- the hot path ---------------------------------------------------------------------------
 
-    def hot_path(self, offload: Offload) -> AsyncHotPath:
-        """On the event loop (redis.asyncio): no thread hand-off, so ``offload`` is not used."""
-        return self.aio
+    def hot_path(self, offload: Offload) -> NativeHotPath:
+        """On the event loop, over the store's own connection: no thread hand-off, so
+        ``offload`` is not used."""
+        return self.native
 
     async def aclose(self) -> None:
+        await self.native.aclose()
         await self.aio.aclose()
 
     # -- helpers ----------------------------------------------------------------------------

@@ -1,0 +1,333 @@
+"""The Redis store's own asyncio connection for the hot scripts: commands packed in Rust from the
+batches, replies read in Rust into them, no Python object per job and no redis-py on the way.
+
+One ``HotClient`` per shard keeps one connection per event loop and pipelines on it: every call
+writes its command at once and waits on a FIFO of futures, since Redis answers in order. The
+connection is made on first use (``CLIENT SETNAME pinlater-shard-{name}``, as the store's pools
+name theirs, and ``SCRIPT LOAD`` of the hot scripts, all in one round trip); the shard config holds
+a host and port only (no password or database), as for the pools. A script flushed since
+(``NOSCRIPT``) is loaded again and the call sent once more: Redis ran nothing.
+
+Failures, mapped by ``shard_errors`` exactly as for redis-py's clients (the same exception types
+go in: ``redis.ConnectionError`` and ``redis.TimeoutError`` for the connection, redis-py's own
+``parse_error`` for an error reply):
+
+* a connection that breaks (closed, reset, a reply that is not RESP or not the script's, or one
+  whose headers announce more than ``MAX_REPLY_BYTES``) fails every call waiting on it with
+  ``ShardConnectionError`` (``maybe_applied`` when its command was written), and the next call
+  connects afresh;
+* a call with no reply within the timeout (BACKEND_SOCKET_TIMEOUT_SECONDS, as the pools' socket
+  timeout) fails with a ``TimeoutError`` cause, and the connection is dropped with every call on
+  it (their replies would come after the late one);
+* a call is repeated once on a fresh connection where ``connections.repeatable`` allows it (never
+  an enqueue once written);
+* an idle connection that has something to read (the server closed it, say after a restart) is
+  dropped before anything is written on it (``connections.readable_now``), as the pools' checkout
+  check does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+from redis._parsers.base import BaseParser
+
+from pinlater._pinlater import RedisErrorReply, redis_pack_command, redis_reply_end
+from pinlater.backends.redis import scripts
+from pinlater.backends.redis.config import RedisShardConfig
+from pinlater.backends.redis.connections import SENT, readable_now, repeatable
+from pinlater.backends.redis.script_calls import shard_errors
+from pinlater.errors import ShardConnectionError
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+HOT_SCRIPTS = ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs")
+"""The scripts loaded on connect (``count_jobs`` checks a queue exists for a dequeue of 0 jobs)."""
+
+MAX_REPLY_BYTES = 512 << 20
+"""A reply announcing more is refused and its connection dropped (Redis's own largest bulk
+string, ``proto-max-bulk-len``, is 512 MiB by default)."""
+
+
+def script_sha(name: str) -> str:
+    """The SHA1 Redis names ``lua/{name}.lua`` by (as redis-py's ``Script`` computes it)."""
+    return hashlib.sha1(scripts.source(name).encode(), usedforsecurity=False).hexdigest()
+
+
+class _Broken(Exception):
+    """Why a connection stopped: the redis-py exception type to raise, and its text."""
+
+    def __init__(self, kind: type[redis.RedisError], text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
+
+
+class _Connection(asyncio.Protocol):
+    """One socket to Redis: commands written as they come, replies matched to them in order."""
+
+    def __init__(self, max_reply_bytes: int) -> None:
+        self._max = max_reply_bytes
+        self._transport: asyncio.Transport | None = None
+        self._waiters: deque[asyncio.Future[bytes]] = deque()
+        self._chunks: list[bytes] = []
+        self._have = 0  # bytes in _chunks
+        self._need = 1  # scan again once _have reaches this
+        self.broken: _Broken | None = None
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.broken is not None:
+            return
+        self._chunks.append(data)
+        self._have += len(data)
+        if self._have < self._need:
+            return
+        buf = data if len(self._chunks) == 1 else b"".join(self._chunks)
+        pos, size = 0, len(buf)
+        need = 1
+        while pos < size:
+            try:
+                end = redis_reply_end(buf, pos, self._max)
+            except ValueError as exc:
+                self.fail(_Broken(redis.ConnectionError, f"Protocol error: {exc}"))
+                return
+            if end < 0:
+                need = -end - pos
+                break
+            reply = buf if pos == 0 and end == size else buf[pos:end]
+            pos = end
+            if not self._waiters:
+                self.fail(_Broken(redis.ConnectionError, "Protocol error: a reply nobody asked for"))
+                return
+            waiter = self._waiters.popleft()
+            if not waiter.done():  # a caller that was cancelled leaves its reply unread
+                waiter.set_result(reply)
+        rest = buf[pos:] if pos < size else b""
+        self._chunks = [rest] if rest else []
+        self._have = len(rest)
+        self._need = need
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = "Connection closed by server." if exc is None else f"Connection lost: {exc}"
+        self.fail(_Broken(redis.ConnectionError, reason))
+
+    # -- ours ------------------------------------------------------------------------------------
+
+    def usable(self) -> bool:
+        """Not broken; when idle, nothing to read (the server closed it, or is out of step)."""
+        if self.broken is not None or self._transport is None or self._transport.is_closing():
+            return False
+        if self._waiters:
+            return True
+        sock = self._transport.get_extra_info("socket")
+        if sock is None or readable_now(sock.fileno()):
+            self.fail(_Broken(redis.ConnectionError, "Connection closed by server."))
+            return False
+        return True
+
+    def send(self, command: bytes) -> asyncio.Future[bytes]:
+        """Write ``command``; the future gets its reply. Raises ``_Broken`` if nothing was written."""
+        if self.broken is not None or self._transport is None:
+            raise self.broken or _Broken(redis.ConnectionError, "Not connected.")
+        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._transport.write(command)
+        return waiter
+
+    def fail(self, why: _Broken) -> None:
+        """Break the connection: every waiting call fails with ``why``."""
+        if self.broken is None:
+            self.broken = why
+        if self._transport is not None:
+            self._transport.abort()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(_Broken(why.kind, str(why)))
+        self._chunks, self._have = [], 0
+
+    def close(self) -> None:
+        self.fail(_Broken(redis.ConnectionError, "Connection closed by the store."))
+
+
+class HotClient:
+    """One shard's hot scripts over a connection of its own (see the module docstring)."""
+
+    def __init__(
+        self, name: str, config: RedisShardConfig, timeout: float, max_reply_bytes: int = MAX_REPLY_BYTES
+    ) -> None:
+        self._name = name
+        self._config = config
+        self._timeout = timeout
+        self._max_reply_bytes = max_reply_bytes
+        self.shas = {script: script_sha(script) for script in HOT_SCRIPTS}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: _Connection | None = None
+        self._connecting: asyncio.Task[_Connection] | None = None
+
+    async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
+        """Send ``command`` (an EVALSHA of ``script``) and read its reply with ``parse``."""
+        for attempt in (1, 2):
+            token = SENT.set(False)
+            try:
+                with shard_errors(self._name, self._config):
+                    return await self._call_once(script, command, parse)
+            except ShardConnectionError as exc:
+                if attempt == 2 or not repeatable(script, exc.__cause__ or exc):
+                    raise
+                log.info("shard %s: %s again on a fresh connection after: %s", self._name, script, exc.detail)
+            finally:
+                SENT.reset(token)
+        raise AssertionError("unreachable")
+
+    async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
+        conn, reply = await self._round_trip(command)
+        try:
+            return parse(reply)
+        except RedisErrorReply as exc:
+            text = str(exc)
+            if not text.startswith("NOSCRIPT"):
+                raise _error_reply(text) from None
+        except ValueError as exc:
+            raise _protocol_error(conn, exc) from None
+        # Flushed since we connected (SCRIPT FLUSH): Redis ran nothing; load it and send again.
+        await self._load([script])
+        conn, reply = await self._round_trip(command)
+        try:
+            return parse(reply)
+        except RedisErrorReply as exc:
+            raise _error_reply(str(exc)) from None
+        except ValueError as exc:
+            raise _protocol_error(conn, exc) from None
+
+    async def _round_trip(self, command: bytes) -> tuple[_Connection, bytes]:
+        """The connection and its reply to ``command``; redis-py's connection errors for a failure."""
+        conn = await self._connection()
+        loop = asyncio.get_running_loop()
+        try:
+            waiter = conn.send(command)
+        except _Broken as exc:
+            raise exc.kind(str(exc)) from None
+        SENT.set(True)
+        timer = loop.call_later(self._timeout, _time_out, conn, waiter)
+        try:
+            return conn, await waiter
+        except _Broken as exc:
+            raise exc.kind(str(exc)) from None
+        finally:
+            timer.cancel()
+
+    async def _connection(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self.forget()
+            self._loop = loop
+        conn = self._conn
+        if conn is not None and conn.usable():
+            return conn
+        self._conn = None
+        if self._connecting is None or self._connecting.done():
+            self._connecting = loop.create_task(self._connect())
+            # read by whoever awaits it; this only keeps an abandoned failure from being logged
+            self._connecting.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            conn = await asyncio.shield(self._connecting)
+        except (TimeoutError, OSError) as exc:
+            detail = f"Error connecting to {self._config.master}: {exc or type(exc).__name__}"
+            kind = redis.TimeoutError if isinstance(exc, asyncio.TimeoutError) else redis.ConnectionError
+            raise kind(detail) from None
+        except _Broken as exc:
+            raise exc.kind(f"Error connecting to {self._config.master}: {exc}") from None
+        return conn
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        endpoint = self._config.master
+        max_bytes = self._max_reply_bytes
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: _Connection(max_bytes), endpoint.host, endpoint.port), self._timeout
+        )
+        try:
+            setname = conn.send(redis_pack_command(("CLIENT", "SETNAME", f"pinlater-shard-{self._name}")))
+            loads = self._send_loads(conn, HOT_SCRIPTS)
+            replies = await asyncio.wait_for(asyncio.gather(setname, *loads), self._timeout)
+            _check_loaded(replies[0], None)
+            for script, reply in zip(HOT_SCRIPTS, replies[1:], strict=True):
+                _check_loaded(reply, self.shas[script])
+        except BaseException:
+            conn.close()
+            raise
+        if self._loop is loop:
+            self._conn = conn
+        return conn
+
+    def _send_loads(self, conn: _Connection, names: tuple[str, ...] | list[str]) -> list[asyncio.Future[bytes]]:
+        return [conn.send(redis_pack_command(("SCRIPT", "LOAD", scripts.source(name)))) for name in names]
+
+    async def _load(self, names: list[str]) -> None:
+        conn = await self._connection()
+        try:
+            loads = self._send_loads(conn, names)
+        except _Broken as exc:
+            raise exc.kind(str(exc)) from None
+        timer = asyncio.get_running_loop().call_later(self._timeout, _time_out, conn, loads[-1])
+        try:
+            for name, waiter in zip(names, loads, strict=True):
+                _check_loaded(await waiter, self.shas[name])
+        except _Broken as exc:
+            raise exc.kind(str(exc)) from None
+        finally:
+            timer.cancel()
+
+    async def aclose(self) -> None:
+        """Close the connection (on the loop that made it)."""
+        conn, loop = self._conn, self._loop
+        self.forget()
+        if conn is not None and loop is asyncio.get_running_loop():
+            conn.close()
+
+    def forget(self) -> None:
+        """Drop the connection of another loop without touching it (it goes with its loop)."""
+        self._conn, self._loop, self._connecting = None, None, None
+
+
+def _error_reply(text: str) -> redis.RedisError:
+    """The exception redis-py raises for the error reply ``-{text}`` (so ``shard_errors`` maps
+    ours exactly as theirs: ``OutOfMemoryError``, ``BusyLoadingError``, ``ResponseError``...)."""
+    exc: redis.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]  # untyped in redis-py
+    return exc
+
+
+def _protocol_error(conn: _Connection, exc: ValueError) -> redis.ConnectionError:
+    """A reply that is not the script's: the connection is out of step; drop it."""
+    conn.fail(_Broken(redis.ConnectionError, f"Protocol error: {exc}"))
+    return redis.ConnectionError(f"Protocol error: {exc}")
+
+
+def _time_out(conn: _Connection, waiter: asyncio.Future[bytes]) -> None:
+    if not waiter.done():
+        conn.fail(_Broken(redis.TimeoutError, "Timeout reading from socket"))
+
+
+def _check_loaded(reply: bytes, sha: str | None) -> None:
+    """A setup reply: ``+OK`` (``sha`` None) or the script's SHA; an error reply is raised."""
+    if reply.startswith(b"-"):
+        raise _error_reply(reply[1:-2].decode("utf-8", "replace"))
+    if sha is None:
+        if reply != b"+OK\r\n":
+            raise _Broken(redis.ConnectionError, f"Protocol error: unexpected reply {reply[:64]!r}")
+    elif not reply.startswith(b"$") or reply.split(b"\r\n")[1] != sha.encode():
+        raise _Broken(redis.ConnectionError, f"Protocol error: SCRIPT LOAD answered {reply[:64]!r}")

@@ -1,0 +1,110 @@
+"""``NativeHotPath``: the Redis store's hot path with no Python object per job.
+
+``enqueue_jobs``, ``dequeue_jobs`` and ``ack_jobs`` take and give the batches held in Rust
+(``NewJobBatch``, ``ClaimedJobs``, ``AckGroup``, ``LocalIds``): the extension packs each script's
+``EVALSHA`` from the batch (``redis_*_command``, the keys and arguments of ``store.py``'s
+``_enqueue_call``, ``_dequeue_call`` and ``_ack_call``), ``HotClient`` sends it on the store's
+own pipelined connection, and the extension reads the reply into the batch the wire encoder
+takes. Errors are the blocking store's (``QueueNotFoundError`` for -1, ``ShardConnectionError``,
+``StoreMemoryFullError``), and evicted jobs the scripts report go to the store's counter.
+
+The dequeue broker's operations (``reserve_jobs``, ``claim_reserved``, ``release_reservations``;
+off by default) take Python values and go through the redis.asyncio path (``store.aio``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pinlater._pinlater import (
+    AckGroup,
+    ClaimedJobs,
+    LocalIds,
+    NewJobBatch,
+    redis_ack_command,
+    redis_ack_reply,
+    redis_claimed_reply,
+    redis_dequeue_command,
+    redis_enqueue_command,
+    redis_ids_reply,
+    redis_int_reply,
+    redis_require_queue_command,
+)
+from pinlater.backends.base import ClaimedJob
+from pinlater.backends.redis.hot_client import HotClient
+from pinlater.errors import QueueNotFoundError
+
+if TYPE_CHECKING:
+    from pinlater.backends.redis.store import RedisStore
+
+_NO_JOBS = ClaimedJobs([])
+
+
+class NativeHotPath:
+    """``RedisStore``'s ``HotPath`` (see the module docstring)."""
+
+    def __init__(self, store: RedisStore, client: HotClient) -> None:
+        self._store = store
+        self._shard = store.name
+        self._client = client
+        self._sha = client.shas
+
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
+        command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms)
+        ids = await self._client.call("enqueue_jobs", command, redis_ids_reply)
+        if ids is None:
+            raise QueueNotFoundError(queue)
+        return ids
+
+    async def dequeue_jobs(
+        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    ) -> ClaimedJobs:
+        if limit <= 0:  # only whether the queue exists, as the blocking store answers
+            command = redis_require_queue_command(self._sha["count_jobs"], self._shard, queue)
+            if await self._client.call("count_jobs", command, redis_int_reply) is None:
+                raise QueueNotFoundError(queue)
+            return _NO_JOBS
+        sha = self._sha["dequeue_jobs"]
+        command = redis_dequeue_command(sha, self._shard, queue, priority, limit, claim, now_ms, dry_run)
+        out = await self._client.call("dequeue_jobs", command, redis_claimed_reply)
+        if out is None:
+            raise QueueNotFoundError(queue)
+        jobs, evicted = out
+        if evicted:
+            self._store._shard.count_evicted(evicted)
+        return jobs
+
+    async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
+        command = redis_ack_command(self._sha["ack_jobs"], self._shard, queue, acks, now_ms)
+        evicted = await self._client.call("ack_jobs", command, redis_ack_reply)
+        if evicted is None:
+            raise QueueNotFoundError(queue)
+        if evicted:
+            self._store._shard.count_evicted(evicted)
+
+    # -- the dequeue broker: Python values, through redis.asyncio -------------------------------
+
+    async def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> list[ClaimedJob]:
+        return await self._store.aio.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+
+    async def claim_reserved(
+        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+    ) -> list[tuple[int, int]]:
+        return await self._store.aio.claim_reserved(queue, items, reservation, now_ms)
+
+    async def release_reservations(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+    ) -> int:
+        return await self._store.aio.release_reservations(queue, items, reservation, now_ms)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def forget(self) -> None:
+        """Drop the connection without awaiting it (the blocking ``close``)."""
+        self._client.forget()

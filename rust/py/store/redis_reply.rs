@@ -1,0 +1,63 @@
+//! Python binding of `crate::store::redis_reply`: where a reply ends in the socket's bytes, and
+//! the hot scripts' replies read into the Rust values the wire encoder takes.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::py::errors::{guarded, RedisErrorReply};
+use crate::py::queue::jobs::{ClaimedJobs, LocalIds};
+use crate::store::redis_reply::{self, Scan, ScriptReply};
+
+/// Where the first whole reply of `buf[start:]` ends (an offset into `buf`), or, when it is
+/// not whole yet, minus the length `buf` must reach before it can be.
+#[pyfunction]
+pub fn redis_reply_end(buf: &[u8], start: usize, max_bytes: usize) -> PyResult<i64> {
+    guarded("redis_reply_end", || {
+        let rest = buf
+            .get(start..)
+            .ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+        let offset = |n: usize| i64::try_from(start.saturating_add(n)).unwrap_or(i64::MAX);
+        Ok(match redis_reply::reply_end(rest, max_bytes)? {
+            Scan::Complete(end) => offset(end),
+            Scan::Partial(need) => -offset(need),
+        })
+    })
+}
+
+/// The value, `None` for a queue missing (-1), or `RedisErrorReply` with the server's text.
+fn value<T>(reply: ScriptReply<T>) -> PyResult<Option<T>> {
+    match reply {
+        ScriptReply::Value(v) => Ok(Some(v)),
+        ScriptReply::QueueMissing => Ok(None),
+        ScriptReply::Error(text) => Err(RedisErrorReply::new_err(text)),
+    }
+}
+
+/// `enqueue_jobs.lua`'s reply: the local ids in job order.
+#[pyfunction]
+pub fn redis_ids_reply(reply: &[u8]) -> PyResult<Option<LocalIds>> {
+    guarded("redis_ids_reply", || {
+        Ok(value(redis_reply::ids_reply(reply)?)?.map(LocalIds::from_ids))
+    })
+}
+
+/// `dequeue_jobs.lua`'s reply: the jobs in (run after, id) order, and the evicted count.
+#[pyfunction]
+pub fn redis_claimed_reply(py: Python<'_>, reply: &[u8]) -> PyResult<Option<(ClaimedJobs, i64)>> {
+    guarded("redis_claimed_reply", || {
+        let parsed = py.detach(|| redis_reply::claimed_reply(reply))?;
+        Ok(value(parsed)?.map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted)))
+    })
+}
+
+/// `ack_jobs.lua`'s reply: the evicted count.
+#[pyfunction]
+pub fn redis_ack_reply(reply: &[u8]) -> PyResult<Option<i64>> {
+    guarded("redis_ack_reply", || value(redis_reply::ack_reply(reply)?))
+}
+
+/// An integer reply (`count_jobs.lua`).
+#[pyfunction]
+pub fn redis_int_reply(reply: &[u8]) -> PyResult<Option<i64>> {
+    guarded("redis_int_reply", || value(redis_reply::int_reply(reply)?))
+}

@@ -1,0 +1,78 @@
+//! Python binding of `crate::store::redis_scripts`: the Redis store's hot scripts as whole
+//! `EVALSHA` commands, packed from a batch held in Rust.
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::py::errors::guarded;
+use crate::py::queue::jobs::{AckGroup, NewJobBatch};
+use crate::store::redis_scripts;
+
+/// `EVALSHA` of `enqueue_jobs.lua` for the batch, as `RedisStore._enqueue_call` sends it.
+#[pyfunction]
+pub fn redis_enqueue_command<'py>(
+    py: Python<'py>,
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    jobs: &Bound<'py, NewJobBatch>,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("redis_enqueue_command", || {
+        let jobs = jobs.get().jobs();
+        let command = redis_scripts::enqueue_command(sha, shard, queue, jobs, now_ms);
+        Ok(PyBytes::new(py, &command))
+    })
+}
+
+/// `EVALSHA` of `dequeue_jobs.lua` (limit > 0), as `RedisStore._dequeue_call` sends it.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
+pub fn redis_dequeue_command<'py>(
+    py: Python<'py>,
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    priority: i64,
+    limit: i64,
+    claim: &str,
+    now_ms: i64,
+    dry_run: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("redis_dequeue_command", || {
+        let command = redis_scripts::dequeue_command(
+            sha, shard, queue, priority, limit, claim, now_ms, dry_run,
+        );
+        Ok(PyBytes::new(py, &command))
+    })
+}
+
+/// `EVALSHA` of `ack_jobs.lua` for the group, as `RedisStore._ack_call` sends it.
+#[pyfunction]
+pub fn redis_ack_command<'py>(
+    py: Python<'py>,
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    acks: &Bound<'py, AckGroup>,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("redis_ack_command", || {
+        let command = redis_scripts::ack_command(sha, shard, queue, acks.get().group(), now_ms);
+        Ok(PyBytes::new(py, &command))
+    })
+}
+
+/// `EVALSHA` of `count_jobs.lua` counting nothing: whether the queue exists.
+#[pyfunction]
+pub fn redis_require_queue_command<'py>(
+    py: Python<'py>,
+    sha: &str,
+    shard: &str,
+    queue: &str,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("redis_require_queue_command", || {
+        let command = redis_scripts::require_queue_command(sha, shard, queue);
+        Ok(PyBytes::new(py, &command))
+    })
+}

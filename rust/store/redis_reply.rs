@@ -1,0 +1,519 @@
+//! Redis replies (RESP2) read straight from the socket's bytes: where one reply ends
+//! (`reply_end`), and the hot scripts' replies read into Rust values (`ids_reply`,
+//! `claimed_reply`, `ack_reply`, `int_reply`), with no Python object per job.
+//!
+//! The reader trusts nothing: nesting is at most `MAX_DEPTH` deep, a line at most `MAX_LINE`
+//! bytes, and a reply whose headers announce more than the caller's `max_bytes` is refused at
+//! once, before its bytes arrive. A script's answers are read as `store.py` reads them: ids as
+//! `int(id)`, times as `round(float(seconds) * 1000)` (`redis_rows`), jobs ordered by
+//! (run after, id); -1 is a queue missing from `pln_{S}`, and an error reply comes back as its
+//! text (`ERR ...`, `NOSCRIPT ...`, `OOM ...`) for Python to map as `shard_errors` does.
+
+use std::borrow::Cow;
+
+use crate::queue::jobs::ClaimedJob;
+use crate::store::redis_rows::{count, local_id, ms, order, seconds, RowError};
+
+/// Deepest nesting of arrays read (our scripts answer flat arrays).
+pub const MAX_DEPTH: usize = 8;
+/// Longest header, integer or status line, in bytes (error texts are well under this).
+pub const MAX_LINE: usize = 64 * 1024;
+/// The fewest bytes any RESP value takes (`+\r\n`): a lower bound for the values still to come.
+const MIN_VALUE: usize = 3;
+
+/// What is wrong with a reply: the connection is out of step or the peer is not Redis.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    #[error("unknown RESP type byte {0:#04x} at {1}")]
+    TypeByte(u8, usize),
+    #[error("bad RESP header {0:?}")]
+    Header(String),
+    #[error("a line longer than {MAX_LINE} bytes")]
+    LongLine,
+    #[error("arrays nested deeper than {MAX_DEPTH}")]
+    TooDeep,
+    #[error("a reply of at least {0} bytes, over the limit of {1}")]
+    TooBig(usize, usize),
+    #[error("a bulk string not followed by CRLF")]
+    BulkEnd,
+    #[error("unexpected reply shape: {0}")]
+    Shape(String),
+    #[error("{0}")]
+    Row(#[from] RowError),
+}
+
+/// How far a buffer holds a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// One whole reply ends at this offset.
+    Complete(usize),
+    /// Not whole yet; it cannot end before the buffer is this long (scan again then).
+    Partial(usize),
+}
+
+/// The line at `at` (without its CRLF) and where the next value starts, or `None` when the
+/// CRLF has not arrived.
+fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, ReplyError> {
+    let rest = &buf[at..];
+    let window = &rest[..rest.len().min(MAX_LINE + 2)];
+    let mut from = 0;
+    // A CR starts the end of the line only where LF follows; headers are short, so this is a
+    // few bytes' scan.
+    while let Some(n) = window[from..].iter().position(|&b| b == b'\r') {
+        let cr = from + n;
+        match window.get(cr + 1) {
+            Some(b'\n') => return Ok(Some((&rest[..cr], at + cr + 2))),
+            Some(_) => from = cr + 1,
+            None => break,
+        }
+    }
+    if rest.len() > MAX_LINE {
+        Err(ReplyError::LongLine)
+    } else {
+        Ok(None)
+    }
+}
+
+/// A header's or integer's decimal text, strictly (an optional `-`, then digits).
+fn decimal(text: &[u8]) -> Result<i64, ReplyError> {
+    let bad = || ReplyError::Header(String::from_utf8_lossy(text).into_owned());
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(bad());
+    }
+    let n: i64 = std::str::from_utf8(digits)
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .ok_or_else(bad)?;
+    Ok(if negative { -n } else { n })
+}
+
+/// Where the first whole RESP2 value of `buf` ends, refusing one that would pass `max_bytes`.
+pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
+    // Values still to read of each open array, innermost last (each counts the one being read).
+    let mut open: Vec<usize> = Vec::new();
+    let mut at = 0;
+    loop {
+        // The fewest bytes the values after the one at `at` still take (each open array's
+        // count includes the value being read, or the array inside it being read).
+        let after = open
+            .iter()
+            .map(|left| left - 1)
+            .fold(0_usize, usize::saturating_add);
+        let after = after.saturating_mul(MIN_VALUE);
+        let partial = |end: usize| {
+            let need = end.saturating_add(after);
+            if need > max_bytes {
+                Err(ReplyError::TooBig(need, max_bytes))
+            } else {
+                Ok(Scan::Partial(need))
+            }
+        };
+        if at >= buf.len() {
+            return partial(at + MIN_VALUE);
+        }
+        let Some((text, next)) = line(buf, at)? else {
+            return partial(buf.len() + 1);
+        };
+        let Some((&kind, body)) = text.split_first() else {
+            return Err(ReplyError::Header(String::new()));
+        };
+        match kind {
+            b'+' | b'-' => {}
+            b':' => {
+                decimal(body)?;
+            }
+            b'$' => {
+                let len = decimal(body)?;
+                if len >= 0 {
+                    let len = usize::try_from(len)
+                        .map_err(|_| ReplyError::TooBig(usize::MAX, max_bytes))?;
+                    let end = next.saturating_add(len).saturating_add(2);
+                    if end > buf.len() {
+                        return partial(end);
+                    }
+                    if &buf[end - 2..end] != b"\r\n" {
+                        return Err(ReplyError::BulkEnd);
+                    }
+                    at = end;
+                } else if len != -1 {
+                    return Err(ReplyError::Header(
+                        String::from_utf8_lossy(text).into_owned(),
+                    ));
+                }
+            }
+            b'*' => {
+                let n = decimal(body)?;
+                if n > 0 {
+                    let n = usize::try_from(n).unwrap_or(usize::MAX);
+                    if n.saturating_mul(MIN_VALUE) > max_bytes {
+                        return Err(ReplyError::TooBig(n.saturating_mul(MIN_VALUE), max_bytes));
+                    }
+                    if open.len() >= MAX_DEPTH {
+                        return Err(ReplyError::TooDeep);
+                    }
+                    open.push(n);
+                    at = next;
+                    continue;
+                } else if n < -1 {
+                    return Err(ReplyError::Header(
+                        String::from_utf8_lossy(text).into_owned(),
+                    ));
+                }
+            }
+            other => return Err(ReplyError::TypeByte(other, at)),
+        }
+        if kind != b'$' || at < next {
+            at = next;
+        }
+        // One value done: close every array it completes.
+        loop {
+            match open.last_mut() {
+                None => return Ok(Scan::Complete(at)),
+                Some(left) => {
+                    *left -= 1;
+                    if *left > 0 {
+                        break;
+                    }
+                    open.pop();
+                }
+            }
+        }
+    }
+}
+
+/// One RESP value's head, read from a whole reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item<'a> {
+    Int(i64),
+    Bulk(Option<&'a [u8]>),
+    Array(Option<usize>),
+    Status(&'a [u8]),
+    Error(&'a [u8]),
+}
+
+/// A cursor over one whole reply (checked by `reply_end`, so lines are there; still checked).
+struct Cursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn next(&mut self) -> Result<Item<'a>, ReplyError> {
+        let truncated = || ReplyError::Shape("truncated".to_owned());
+        let (text, next) = line(self.buf, self.at)?.ok_or_else(truncated)?;
+        if text.is_empty() {
+            return Err(ReplyError::Header(String::new()));
+        }
+        let (kind, body) = (text[0], &text[1..]);
+        self.at = next;
+        Ok(match kind {
+            b':' => Item::Int(decimal(body)?),
+            b'+' => Item::Status(body),
+            b'-' => Item::Error(body),
+            b'*' => Item::Array(usize::try_from(decimal(body)?).ok()),
+            b'$' => match usize::try_from(decimal(body)?) {
+                Ok(len) => {
+                    let end = next.checked_add(len).filter(|&e| e + 2 <= self.buf.len());
+                    let end = end.ok_or_else(truncated)?;
+                    self.at = end + 2;
+                    Item::Bulk(Some(&self.buf[next..end]))
+                }
+                Err(_) => Item::Bulk(None),
+            },
+            other => return Err(ReplyError::TypeByte(other, self.at)),
+        })
+    }
+
+    /// A scalar as text (an integer as its decimal), `None` for nil.
+    fn text(&mut self) -> Result<Option<Cow<'a, [u8]>>, ReplyError> {
+        match self.next()? {
+            Item::Bulk(b) => Ok(b.map(Cow::Borrowed)),
+            Item::Int(n) => {
+                let mut text = Vec::with_capacity(20);
+                crate::store::decimal::push_int(&mut text, n);
+                Ok(Some(Cow::Owned(text)))
+            }
+            other => Err(shape(&format!("a scalar, not {other:?}"))),
+        }
+    }
+}
+
+fn shape(what: &str) -> ReplyError {
+    ReplyError::Shape(what.to_owned())
+}
+
+/// A script's answer: its value, the queue missing (-1), or a server error's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScriptReply<T> {
+    Value(T),
+    QueueMissing,
+    Error(String),
+}
+
+/// The head of a script reply: `Ok(Err(..))` for -1 or an error, else the array's length.
+fn head(cursor: &mut Cursor<'_>) -> Result<Result<usize, ScriptReply<()>>, ReplyError> {
+    match cursor.next()? {
+        Item::Int(-1) => Ok(Err(ScriptReply::QueueMissing)),
+        Item::Error(text) => Ok(Err(ScriptReply::Error(
+            String::from_utf8_lossy(text).into_owned(),
+        ))),
+        Item::Array(Some(n)) => Ok(Ok(n)),
+        other => Err(shape(&format!("an array, not {other:?}"))),
+    }
+}
+
+fn other<T>(reply: ScriptReply<()>) -> ScriptReply<T> {
+    match reply {
+        ScriptReply::QueueMissing => ScriptReply::QueueMissing,
+        ScriptReply::Error(e) => ScriptReply::Error(e),
+        ScriptReply::Value(()) => unreachable!("head answers only -1 or an error"),
+    }
+}
+
+/// A decimal integer value (an integer reply, or a bulk string of digits).
+fn int_value(cursor: &mut Cursor<'_>, what: &'static str) -> Result<i64, ReplyError> {
+    let text = cursor.text()?.ok_or_else(|| shape(&format!("no {what}")))?;
+    Ok(count(what, &text)?)
+}
+
+/// `enqueue_jobs.lua`'s answer: the new local ids in job order.
+pub fn ids_reply(reply: &[u8]) -> Result<ScriptReply<Vec<i64>>, ReplyError> {
+    let mut cursor = Cursor { buf: reply, at: 0 };
+    let n = match head(&mut cursor)? {
+        Ok(n) => n,
+        Err(r) => return Ok(other(r)),
+    };
+    let mut ids = Vec::with_capacity(n.min(reply.len()));
+    for _ in 0..n {
+        ids.push(int_value(&mut cursor, "id")?);
+    }
+    Ok(ScriptReply::Value(ids))
+}
+
+/// `ack_jobs.lua`'s answer `{changed, evicted}`: the evicted count.
+pub fn ack_reply(reply: &[u8]) -> Result<ScriptReply<i64>, ReplyError> {
+    let mut cursor = Cursor { buf: reply, at: 0 };
+    match head(&mut cursor)? {
+        Ok(2) => {
+            int_value(&mut cursor, "changed")?;
+            Ok(ScriptReply::Value(int_value(&mut cursor, "evicted")?))
+        }
+        Ok(n) => Err(shape(&format!("{n} values, not 2"))),
+        Err(r) => Ok(other(r)),
+    }
+}
+
+/// An integer answer (`count_jobs.lua`).
+pub fn int_reply(reply: &[u8]) -> Result<ScriptReply<i64>, ReplyError> {
+    let mut cursor = Cursor { buf: reply, at: 0 };
+    match cursor.next()? {
+        Item::Int(-1) => Ok(ScriptReply::QueueMissing),
+        Item::Int(n) => Ok(ScriptReply::Value(n)),
+        Item::Error(text) => Ok(ScriptReply::Error(
+            String::from_utf8_lossy(text).into_owned(),
+        )),
+        other => Err(shape(&format!("an integer, not {other:?}"))),
+    }
+}
+
+/// Values per job in a dequeue reply: id, score, bd, al, ar, ca, ua.
+const WIDTH: usize = 7;
+
+/// `dequeue_jobs.lua`'s answer `{evicted, 7 values per job}`: the jobs in (run after, id)
+/// order, and the evicted count.
+pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>, ReplyError> {
+    let mut cursor = Cursor { buf: reply, at: 0 };
+    let n = match head(&mut cursor)? {
+        Ok(n) => n,
+        Err(r) => return Ok(other(r)),
+    };
+    if n == 0 || (n - 1) % WIDTH != 0 {
+        return Err(shape(&format!("{n} values, not 1 + {WIDTH} per job")));
+    }
+    let evicted = int_value(&mut cursor, "evicted")?;
+    let rows = (n - 1) / WIDTH;
+    let mut keys = Vec::with_capacity(rows.min(reply.len()));
+    let mut jobs = Vec::with_capacity(rows.min(reply.len()));
+    for _ in 0..rows {
+        let id_text = cursor.text()?.ok_or_else(|| shape("no id"))?;
+        let id = local_id(&id_text)?;
+        let local = i64::try_from(id).map_err(|_| shape("an id past i64"))?;
+        let score_text = cursor.text()?.ok_or_else(|| shape("no score"))?;
+        let score = seconds("score", &score_text)?;
+        let body = match cursor.next()? {
+            Item::Bulk(Some(body)) => body.to_vec(),
+            _ => return Err(shape("a body that is not a string")),
+        };
+        let mut num = |what: &'static str, time: bool| -> Result<i64, ReplyError> {
+            Ok(match cursor.text()? {
+                None => 0,
+                Some(t) if time => ms(what, seconds(what, &t)?, &t)?,
+                Some(t) => count(what, &t)?,
+            })
+        };
+        let attempts_allowed = num("al", false)?;
+        let attempts_remaining = num("ar", false)?;
+        let created_at_ms = num("ca", true)?;
+        let updated_at_ms = num("ua", true)?;
+        keys.push((score, id));
+        jobs.push(ClaimedJob {
+            local_id: local,
+            body,
+            attempts_allowed,
+            attempts_remaining,
+            created_at_ms,
+            updated_at_ms,
+        });
+    }
+    let mut slots: Vec<Option<ClaimedJob>> = jobs.into_iter().map(Some).collect();
+    let ordered = order(&keys)
+        .into_iter()
+        .filter_map(|i| slots[i].take())
+        .collect();
+    Ok(ScriptReply::Value((ordered, evicted)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 1 << 20;
+
+    #[test]
+    fn whole_values_end_where_they_end() {
+        let cases: [&[u8]; 7] = [
+            b"+OK\r\n",
+            b"-ERR no\r\n",
+            b":-12\r\n",
+            b"$3\r\na\r\n\r\n",
+            b"$-1\r\n",
+            b"*-1\r\n",
+            b"*3\r\n:1\r\n*2\r\n$0\r\n\r\n*0\r\n+x\r\n",
+        ];
+        for case in cases {
+            let mut buf = case.to_vec();
+            buf.extend_from_slice(b"+next\r\n");
+            assert_eq!(
+                reply_end(&buf, MAX),
+                Ok(Scan::Complete(case.len())),
+                "{case:?}"
+            );
+            // every proper prefix is partial, and its need is a true lower bound
+            for cut in 0..case.len() {
+                match reply_end(&case[..cut], MAX) {
+                    Ok(Scan::Partial(need)) => {
+                        assert!(need > cut && need <= case.len(), "{case:?} {cut} {need}");
+                    }
+                    other => panic!("{case:?} cut at {cut}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_replies_are_refused() {
+        assert!(matches!(
+            reply_end(b"?x\r\n", MAX),
+            Err(ReplyError::TypeByte(b'?', 0))
+        ));
+        assert!(matches!(
+            reply_end(b"$abc\r\n", MAX),
+            Err(ReplyError::Header(_))
+        ));
+        assert!(matches!(
+            reply_end(b"$-2\r\n", MAX),
+            Err(ReplyError::Header(_))
+        ));
+        assert!(matches!(
+            reply_end(b":\r\n", MAX),
+            Err(ReplyError::Header(_))
+        ));
+        assert!(matches!(
+            reply_end(b":99999999999999999999\r\n", MAX),
+            Err(ReplyError::Header(_))
+        ));
+        assert!(matches!(
+            reply_end(b"$2\r\nabcd", MAX),
+            Err(ReplyError::BulkEnd)
+        ));
+        assert!(matches!(
+            reply_end(b"$9999999999\r\n", MAX),
+            Err(ReplyError::TooBig(..))
+        ));
+        assert!(matches!(
+            reply_end(b"*9999999999\r\n", MAX),
+            Err(ReplyError::TooBig(..))
+        ));
+        assert!(matches!(
+            reply_end(&b"*1\r\n".repeat(9), MAX),
+            Err(ReplyError::TooDeep)
+        ));
+        assert!(matches!(
+            reply_end(&vec![b'+'; MAX_LINE + 3], usize::MAX),
+            Err(ReplyError::LongLine)
+        ));
+        // an empty line has no type byte
+        assert!(reply_end(b"\r\n", MAX).is_err());
+    }
+
+    #[test]
+    fn script_replies() {
+        assert_eq!(
+            ids_reply(b"*2\r\n:5\r\n:6\r\n"),
+            Ok(ScriptReply::Value(vec![5, 6]))
+        );
+        assert_eq!(ids_reply(b"*0\r\n"), Ok(ScriptReply::Value(vec![])));
+        assert_eq!(ids_reply(b":-1\r\n"), Ok(ScriptReply::QueueMissing));
+        assert_eq!(
+            ids_reply(b"-NOSCRIPT No matching script\r\n"),
+            Ok(ScriptReply::Error("NOSCRIPT No matching script".to_owned()))
+        );
+        assert!(ids_reply(b"+OK\r\n").is_err());
+        assert!(ids_reply(b"*1\r\n$1\r\nx\r\n").is_err());
+        assert_eq!(ack_reply(b"*2\r\n:3\r\n:1\r\n"), Ok(ScriptReply::Value(1)));
+        assert!(ack_reply(b"*1\r\n:3\r\n").is_err());
+        assert_eq!(int_reply(b":0\r\n"), Ok(ScriptReply::Value(0)));
+        assert_eq!(int_reply(b":-1\r\n"), Ok(ScriptReply::QueueMissing));
+    }
+
+    fn bulk(out: &mut Vec<u8>, text: &[u8]) {
+        out.extend_from_slice(format!("${}\r\n", text.len()).as_bytes());
+        out.extend_from_slice(text);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    #[test]
+    fn claimed_jobs_are_read_and_ordered() {
+        let mut reply = b"*15\r\n:2\r\n".to_vec();
+        for (id, score, ua) in [("10", "5.5", "7.0"), ("9", "5.5", "7.0005")] {
+            bulk(&mut reply, id.as_bytes());
+            bulk(&mut reply, score.as_bytes());
+            bulk(&mut reply, b"body\r\n");
+            bulk(&mut reply, b"3");
+            reply.extend_from_slice(b"$-1\r\n"); // ar absent: 0
+            bulk(&mut reply, b"1.7E9");
+            bulk(&mut reply, ua.as_bytes());
+        }
+        assert_eq!(reply_end(&reply, MAX), Ok(Scan::Complete(reply.len())));
+        let ScriptReply::Value((jobs, evicted)) = claimed_reply(&reply).unwrap() else {
+            panic!("not a value")
+        };
+        assert_eq!(evicted, 2);
+        assert_eq!(jobs.iter().map(|j| j.local_id).collect::<Vec<_>>(), [9, 10]);
+        assert_eq!(jobs[0].body, b"body\r\n");
+        assert_eq!(jobs[0].attempts_allowed, 3);
+        assert_eq!(jobs[0].attempts_remaining, 0);
+        assert_eq!(jobs[0].created_at_ms, 1_700_000_000_000);
+        assert_eq!(jobs[0].updated_at_ms, 7000); // 7000.5 rounds to even
+        assert_eq!(
+            claimed_reply(b"*1\r\n:0\r\n").unwrap(),
+            ScriptReply::Value((vec![], 0))
+        );
+        assert!(claimed_reply(b"*2\r\n:0\r\n:1\r\n").is_err());
+        assert_eq!(claimed_reply(b":-1\r\n"), Ok(ScriptReply::QueueMissing));
+    }
+}

@@ -1,0 +1,484 @@
+//! The Redis store's hot scripts (`enqueue_jobs`, `dequeue_jobs`, `ack_jobs`, and `count_jobs`
+//! as the cheap "does the queue exist" call of a dequeue of nothing) as whole `EVALSHA`
+//! commands, packed straight from the jobs: no Python object per job.
+//!
+//! `KEYS` and `ARGV` are byte for byte what `backends/redis/store.py` sends (`_enqueue_call`,
+//! `_dequeue_call`, `_ack_call`, `require_queue_call`), with the key names of `keys.py`
+//! (`plq_{S}_{Q}.p{p}_s{state}`, `plh_{S}_{Q}.`, `plj_{S}_{Q}`, `pln_{S}`, `..._h`, `_x`, `_o`)
+//! and times as Python's `repr(ms / 1000.0)` (`keys.seconds_arg`). The Python tests pack
+//! today's `ScriptCall` arguments with `redis_pack_command` and compare.
+
+use crate::queue::jobs::{AckGroup, NewJob};
+use crate::store::redis_command::Command;
+
+/// Characters of a custom status kept (`keys.CUSTOM_STATUS_LIMIT`).
+pub const CUSTOM_STATUS_LIMIT: usize = 3000;
+
+/// Largest group of equal scores a dequeue reorders by id (`store.MAX_TIES_REORDERED`).
+pub const MAX_TIES_REORDERED: i64 = 10_000;
+
+/// `JobState` values, as in key names.
+const PENDING: u8 = 0;
+
+/// The key names of one queue on one shard (`keys.QueueKeys`).
+struct QueueKeys<'a> {
+    shard: &'a str,
+    queue: &'a str,
+}
+
+impl QueueKeys<'_> {
+    fn names_key(&self) -> String {
+        format!("pln_{}", self.shard)
+    }
+
+    fn id_key(&self) -> String {
+        format!("plj_{}_{}", self.shard, self.queue)
+    }
+
+    fn hash_prefix(&self) -> String {
+        format!("plh_{}_{}.", self.shard, self.queue)
+    }
+
+    /// `plq_{S}_{Q}.p{priority}_{suffix}`.
+    fn priority_key(&self, priority: i64, suffix: &str) -> String {
+        format!("plq_{}_{}.p{priority}_{suffix}", self.shard, self.queue)
+    }
+
+    fn set_key(&self, priority: i64, state: u8) -> String {
+        self.priority_key(priority, &format!("s{state}"))
+    }
+}
+
+/// `repr(ms / 1000.0)` in Python: the shortest text that reads back as the same float, in
+/// positional notation for exponents -4 to 15 (with `.0` when whole), else as `1.5e+16`.
+#[must_use]
+pub fn seconds_text(ms: impl Into<i128>) -> String {
+    #[allow(clippy::cast_precision_loss)] // as Python converts an int to float: round to nearest
+    let value = ms.into() as f64 / 1000.0;
+    python_float_repr(value)
+}
+
+/// Python's `repr` of a finite float.
+#[must_use]
+pub fn python_float_repr(value: f64) -> String {
+    if value == 0.0 {
+        return if value.is_sign_negative() {
+            "-0.0"
+        } else {
+            "0.0"
+        }
+        .to_owned();
+    }
+    let (digits, exp) = shortest_digits(value.abs());
+    let sign = if value < 0.0 { "-" } else { "" };
+    let mut out = String::with_capacity(24);
+    out.push_str(sign);
+    if !(-4..16).contains(&exp) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if exp < 0 { '-' } else { '+' });
+        let magnitude = exp.unsigned_abs();
+        if magnitude < 10 {
+            out.push('0');
+        }
+        out.push_str(&magnitude.to_string());
+    } else if exp < 0 {
+        out.push_str("0.");
+        for _ in 0..(-exp - 1) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else {
+        let point = usize::try_from(exp).unwrap_or(0) + 1;
+        if digits.len() > point {
+            out.push_str(&digits[..point]);
+            out.push('.');
+            out.push_str(&digits[point..]);
+        } else {
+            out.push_str(&digits);
+            for _ in digits.len()..point {
+                out.push('0');
+            }
+            out.push_str(".0");
+        }
+    }
+    out
+}
+
+/// `value`'s (positive, finite) shortest round-trip digits and decimal exponent (`d.ddd × 10^exp`),
+/// as Python picks them: where two candidates are equally near the exact value, the even one
+/// (Rust's `{:e}` picks the upper). Exact for the times here (`ms / 1000.0`, at most ~60
+/// significant digits, checked against 80).
+fn shortest_digits(value: f64) -> (String, i32) {
+    let split = |text: String| -> (String, i32) {
+        let (mantissa, exp) = text.split_once('e').unwrap_or((&text, "0"));
+        let digits = mantissa.chars().filter(char::is_ascii_digit).collect();
+        (digits, exp.parse().unwrap_or(0))
+    };
+    let (digits, exp) = split(format!("{value:e}"));
+    let n = digits.len();
+    let (exact, exact_exp) = split(format!("{value:.80e}"));
+    let tie = exact_exp == exp
+        && exact.len() > n
+        && exact.as_bytes()[n] == b'5'
+        && exact.as_bytes()[n + 1..].iter().all(|&b| b == b'0');
+    if !tie {
+        return (digits, exp);
+    }
+    let mut lower = exact.as_bytes()[..n].to_vec();
+    if lower[n - 1] % 2 == 1 {
+        // the upper candidate: lower + 1 in the last place, carried
+        let mut at = n;
+        loop {
+            if at == 0 {
+                lower.insert(0, b'1');
+                return (trim_zeros(lower), exp + 1);
+            }
+            at -= 1;
+            if lower[at] == b'9' {
+                lower[at] = b'0';
+            } else {
+                lower[at] += 1;
+                break;
+            }
+        }
+    }
+    (trim_zeros(lower), exp)
+}
+
+fn trim_zeros(mut digits: Vec<u8>) -> String {
+    while digits.len() > 1 && digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    String::from_utf8(digits).unwrap_or_default()
+}
+
+/// The first `limit` characters of `text` (Python's `text[:limit]`).
+fn first_chars(text: &str, limit: usize) -> &str {
+    match text.char_indices().nth(limit) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+/// `EVALSHA sha numkeys`, the start of every command here.
+fn evalsha(sha: &str, keys: &[String], args: usize, capacity: usize) -> Command {
+    let mut cmd = Command::new(3 + keys.len() + args, capacity);
+    cmd.bulk(b"EVALSHA");
+    cmd.bulk(sha.as_bytes());
+    cmd.int(i64::try_from(keys.len()).unwrap_or(i64::MAX));
+    for key in keys {
+        cmd.bulk(key.as_bytes());
+    }
+    cmd
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `enqueue_jobs.lua` for `jobs` (any mix of priorities), as `store._enqueue_call`.
+#[must_use]
+pub fn enqueue_command(
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    jobs: &[NewJob],
+    now_ms: i64,
+) -> Vec<u8> {
+    let keys = QueueKeys { shard, queue };
+    let priorities = crate::queue::jobs::priorities(jobs);
+    let mut key_list = vec![keys.names_key(), keys.id_key()];
+    key_list.extend(priorities.iter().map(|&p| keys.set_key(p, PENDING)));
+    let bodies: usize = jobs
+        .iter()
+        .map(|j| j.body.len() + j.custom_status.len())
+        .sum();
+    let mut cmd = evalsha(
+        sha,
+        &key_list,
+        4 + 5 * jobs.len(),
+        bodies + 64 * jobs.len() + 256,
+    );
+    cmd.bulk(queue.as_bytes());
+    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(seconds_text(now_ms).as_bytes());
+    cmd.int(count(jobs.len()));
+    // Seconds of the previous job's run after: a batch mostly shares one.
+    let mut last: Option<(i64, String)> = None;
+    for job in jobs {
+        // KEYS is 1-based, and two keys come before the PENDING sets.
+        let index = priorities.binary_search(&job.priority).unwrap_or(0) + 3;
+        cmd.int(count(index));
+        cmd.bulk(&job.body);
+        cmd.int(job.attempts_allowed);
+        match &last {
+            Some((ms, text)) if *ms == job.run_after_ms => cmd.bulk(text.as_bytes()),
+            _ => {
+                let text = seconds_text(job.run_after_ms);
+                cmd.bulk(text.as_bytes());
+                last = Some((job.run_after_ms, text));
+            }
+        }
+        cmd.bulk(first_chars(&job.custom_status, CUSTOM_STATUS_LIMIT).as_bytes());
+    }
+    cmd.into_bytes()
+}
+
+/// `dequeue_jobs.lua` for one priority, as `store._dequeue_call` with `limit > 0`.
+#[must_use]
+#[allow(clippy::too_many_arguments)]
+pub fn dequeue_command(
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    priority: i64,
+    limit: i64,
+    claim: &str,
+    now_ms: i64,
+    dry_run: bool,
+) -> Vec<u8> {
+    let keys = QueueKeys { shard, queue };
+    let key_list = [
+        keys.names_key(),
+        keys.set_key(priority, PENDING),
+        keys.set_key(priority, 1),
+        keys.priority_key(priority, "h"),
+        keys.priority_key(priority, "x"),
+        keys.priority_key(priority, "o"),
+    ];
+    let mut cmd = evalsha(sha, &key_list, 7, 512 + claim.len());
+    cmd.bulk(queue.as_bytes());
+    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(seconds_text(now_ms).as_bytes());
+    cmd.int(limit);
+    cmd.bulk(claim.as_bytes());
+    cmd.bulk(if dry_run { b"1" } else { b"0" });
+    cmd.int(MAX_TIES_REORDERED);
+    cmd.into_bytes()
+}
+
+/// `count_jobs.lua` of priority 1's PENDING set, counting nothing: only whether the queue exists
+/// (`ShardScripts.require_queue_call`, what a dequeue of at most 0 jobs sends).
+#[must_use]
+pub fn require_queue_command(sha: &str, shard: &str, queue: &str) -> Vec<u8> {
+    let keys = QueueKeys { shard, queue };
+    let key_list = [keys.names_key(), keys.set_key(1, PENDING)];
+    let mut cmd = evalsha(sha, &key_list, 3, 256);
+    cmd.bulk(queue.as_bytes());
+    cmd.int(0);
+    cmd.int(0);
+    cmd.into_bytes()
+}
+
+/// `ack_jobs.lua` for a group (successes first), as `store._ack_call`.
+#[must_use]
+pub fn ack_command(sha: &str, shard: &str, queue: &str, group: &AckGroup, now_ms: i64) -> Vec<u8> {
+    let keys = QueueKeys { shard, queue };
+    let priorities = group.priorities();
+    let mut key_list = vec![keys.names_key()];
+    for &p in &priorities {
+        key_list.extend((0..4).map(|state| keys.set_key(p, state)));
+    }
+    let statuses: usize = group
+        .items()
+        .map(|(_, a)| a.append_custom_status.len())
+        .sum();
+    let mut cmd = evalsha(
+        sha,
+        &key_list,
+        5 + 5 * group.len(),
+        statuses + 64 * group.len() + 256,
+    );
+    cmd.bulk(queue.as_bytes());
+    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.int(count(CUSTOM_STATUS_LIMIT));
+    let now = seconds_text(now_ms);
+    cmd.bulk(now.as_bytes());
+    cmd.int(count(group.len()));
+    let mut last: Option<(i128, String)> = None;
+    for (succeeded, item) in group.items() {
+        // KEYS[1] is the names key, then four sets per priority: PENDING's 1-based index.
+        let index = priorities.binary_search(&item.priority).unwrap_or(0) * 4 + 2;
+        cmd.int(count(index));
+        cmd.int(item.local_id);
+        cmd.bulk(if succeeded { b"s" } else { b"f" });
+        cmd.bulk(item.append_custom_status.as_bytes());
+        // as Python adds them: past i64 too
+        let retry_ms = i128::from(now_ms) + i128::from(item.retry_delay_ms);
+        match &last {
+            Some((ms, text)) if *ms == retry_ms => cmd.bulk(text.as_bytes()),
+            _ => {
+                let text = seconds_text(retry_ms);
+                cmd.bulk(text.as_bytes());
+                last = Some((retry_ms, text));
+            }
+        }
+    }
+    cmd.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::jobs::AckItem;
+
+    #[test]
+    fn floats_print_as_python_repr() {
+        let cases = [
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.0, "1.0"),
+            (1.5, "1.5"),
+            (1_700_000_000.123, "1700000000.123"),
+            (1_700_000_000.0, "1700000000.0"),
+            (0.001, "0.001"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (0.000_012_5, "1.25e-05"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.5e16, "1.5e+16"),
+            (123_456_789_012_345.6, "123456789012345.6"),
+            (-9.223_372_036_854_776e15, "-9223372036854776.0"),
+            (-2.5, "-2.5"),
+            (1e100, "1e+100"),
+            // ties between two shortest candidates go to the even one, as in Python
+            (768_945_072_258_468_229.0 / 1000.0, "768945072258468.2"),
+            (0.125, "0.125"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(python_float_repr(value), text, "{value}");
+        }
+        assert_eq!(seconds_text(1_700_000_000_123_i64), "1700000000.123");
+        assert_eq!(seconds_text(i64::MIN), "-9223372036854776.0");
+        assert_eq!(seconds_text(i64::MAX), "9223372036854776.0");
+        assert_eq!(seconds_text(-1_i64), "-0.001");
+        assert_eq!(
+            seconds_text(i128::from(i64::MAX) * 2),
+            "1.844674407370955e+16"
+        );
+    }
+
+    #[test]
+    fn statuses_are_cut_by_characters() {
+        assert_eq!(first_chars("héllo", 2), "hé");
+        assert_eq!(first_chars("hé", 5), "hé");
+        assert_eq!(first_chars("", 0), "");
+    }
+
+    fn args(command: &[u8]) -> Vec<String> {
+        // Every other line after the header is an argument (no CRLF inside these test values).
+        let text = String::from_utf8(command.to_vec()).unwrap();
+        text.split("\r\n")
+            .skip(2)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn enqueue_keys_and_arguments() {
+        let job = |priority, run_after_ms| NewJob {
+            priority,
+            body: b"b".to_vec(),
+            run_after_ms,
+            attempts_allowed: 2,
+            custom_status: "st".to_owned(),
+        };
+        let cmd = enqueue_command("sha", "s1", "q", &[job(3, 1000), job(1, 1500)], 2000);
+        assert!(cmd.starts_with(b"*21\r\n"));
+        assert_eq!(
+            args(&cmd),
+            [
+                "EVALSHA",
+                "sha",
+                "4",
+                "pln_s1",
+                "plj_s1_q",
+                "plq_s1_q.p1_s0",
+                "plq_s1_q.p3_s0",
+                "q",
+                "plh_s1_q.",
+                "2.0",
+                "2",
+                "4",
+                "b",
+                "2",
+                "1.0",
+                "st",
+                "3",
+                "b",
+                "2",
+                "1.5",
+                "st"
+            ]
+        );
+    }
+
+    #[test]
+    fn dequeue_and_ack_keys_and_arguments() {
+        let cmd = dequeue_command("sha", "s", "q", 2, 10, "c", 1, true);
+        assert_eq!(
+            args(&cmd),
+            [
+                "EVALSHA",
+                "sha",
+                "6",
+                "pln_s",
+                "plq_s_q.p2_s0",
+                "plq_s_q.p2_s1",
+                "plq_s_q.p2_h",
+                "plq_s_q.p2_x",
+                "plq_s_q.p2_o",
+                "q",
+                "plh_s_q.",
+                "0.001",
+                "10",
+                "c",
+                "1",
+                "10000"
+            ]
+        );
+        let item = |priority, local_id, retry_delay_ms| AckItem {
+            priority,
+            local_id,
+            append_custom_status: "x".to_owned(),
+            retry_delay_ms,
+        };
+        let group = AckGroup {
+            succeeded: vec![item(2, 7, 0)],
+            failed: vec![item(1, 8, 500)],
+        };
+        let cmd = ack_command("sha", "s", "q", &group, 1000);
+        let a = args(&cmd);
+        assert_eq!(a[2], "9");
+        assert_eq!(&a[3..5], ["pln_s", "plq_s_q.p1_s0"]);
+        assert_eq!(a[11], "plq_s_q.p2_s3");
+        assert_eq!(
+            &a[12..],
+            [
+                "q", "plh_s_q.", "3000", "1.0", "2", "6", "7", "s", "x", "1.0", "2", "8", "f", "x",
+                "1.5"
+            ]
+        );
+        let cmd = require_queue_command("sha", "s", "q");
+        assert_eq!(
+            args(&cmd),
+            [
+                "EVALSHA",
+                "sha",
+                "2",
+                "pln_s",
+                "plq_s_q.p1_s0",
+                "q",
+                "0",
+                "0"
+            ]
+        );
+    }
+}

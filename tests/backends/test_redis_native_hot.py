@@ -1,0 +1,653 @@
+"""The Redis store's native hot path (``NativeHotPath`` over ``HotClient``): commands packed in
+Rust, replies read in Rust, on the store's own pipelined asyncio connection.
+
+Against a real redis-server it must agree with the blocking ``RedisStore`` (same commands byte
+for byte, same jobs, same effects, same errors), survive a restart, and pipeline; against a fake
+server on loopback (a raw socket speaking just enough RESP) it must fail cleanly, never hang and
+never send an enqueue twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.wait import wait_for
+
+from pinlater._pinlater import (
+    AckGroup,
+    ClaimedJobs,
+    NewJobBatch,
+    redis_ack_command,
+    redis_dequeue_command,
+    redis_enqueue_command,
+    redis_pack_command,
+    redis_reply_end,
+    redis_require_queue_command,
+)
+from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, NewJob
+from pinlater.backends.pressure import StoreMemoryFullError
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection, script_sha
+from pinlater.backends.redis.native_hot import NativeHotPath
+from pinlater.backends.redis.script_calls import ScriptCall
+from pinlater.backends.redis.scripts import source
+from pinlater.config import Settings
+from pinlater.errors import QueueNotFoundError, ShardConnectionError
+
+pytestmark = pytest.mark.redis
+
+Q = "native"
+NOW = 1_700_000_000_123
+TIMEOUT = 1.0
+
+
+def settings(timeout: float = TIMEOUT) -> Settings:
+    return Settings().with_values({"backend_socket_timeout_seconds": timeout}, source="test")
+
+
+def packed(call: ScriptCall[Any], sha: str) -> bytes:
+    """What today's redis.asyncio path sends for ``call`` (``PackedConnection.pack_command``)."""
+    return redis_pack_command(("EVALSHA", sha, len(call.keys), *call.keys, *call.args))
+
+
+def batch(jobs: list[NewJob]) -> NewJobBatch:
+    return NewJobBatch([(j.priority, j.body, j.run_after_ms, j.attempts_allowed, j.custom_status) for j in jobs])
+
+
+def acks(succeeded: list[AckItem], failed: list[AckItem]) -> AckGroup:
+    def items(group: list[AckItem]) -> list[tuple[int, int, str, int]]:
+        return [(a.priority, a.local_id, a.append_custom_status, a.retry_delay_ms) for a in group]
+
+    return AckGroup(items(succeeded), items(failed))
+
+
+def claimed(jobs: ClaimedJobs) -> list[ClaimedJob]:
+    return [ClaimedJob._make(t) for t in jobs.to_list()]
+
+
+# -- the commands, byte for byte ----------------------------------------------------------------
+
+
+@pytest.fixture
+def offline_store() -> Iterator[RedisStore]:
+    """A store nobody connects to: building calls needs no server."""
+    store = RedisStore("s_1", RedisShardConfig(RedisEndpoint("127.0.0.1", free_port())), settings())
+    yield store
+    store.close()
+
+
+def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> None:
+    rng = random.Random(15)
+    times = [0, 1, -1, 999, 1000, 1001, 12_345, 10**12, NOW, -NOW, 2**53 + 1, 2**63 - 1, -(2**63)]
+    times += [rng.randrange(-(10**18), 10**18) for _ in range(200)]
+    times += [rng.randrange(0, 10**6) for _ in range(200)]
+    statuses = ["", "ok", "é" * 2999 + "ü€", "x" * 5000, "\u00e9\r\n\x00"]
+    sha = script_sha("enqueue_jobs")
+    for queue in ("q", "a_long_queue_Name_9"):
+        for round_ in range(20):
+            n = rng.choice([0, 1, 3, 100])
+            jobs = [
+                NewJob(
+                    priority=rng.randint(1, 5),
+                    body=rng.randbytes(rng.choice([0, 10, 100])),
+                    run_after_ms=rng.choice(times),
+                    attempts_allowed=rng.choice([0, 1, 10, 2**40]),
+                    custom_status=rng.choice(statuses),
+                )
+                for _ in range(n)
+            ]
+            now = times[round_]
+            want = packed(offline_store._enqueue_call(queue, jobs, now), sha)
+            assert redis_enqueue_command(sha, "s_1", queue, batch(jobs), now) == want
+
+            for dry_run in (False, True):
+                call = offline_store._dequeue_call(queue, 3, 100, "claim|é", now, dry_run)
+                got = redis_dequeue_command(sha, "s_1", queue, 3, 100, "claim|é", now, dry_run)
+                assert got == packed(call, sha)
+
+            def item() -> AckItem:
+                return AckItem(rng.randint(1, 4), rng.randrange(1, 2**62), rng.choice(statuses), rng.choice(times[:12]))
+
+            ok, failed = [item() for _ in range(rng.randint(0, 20))], [item() for _ in range(rng.randint(0, 20))]
+            call_ack = offline_store._ack_call(queue, ok, failed, now)
+            assert redis_ack_command(sha, "s_1", queue, acks(ok, failed), now) == packed(call_ack, sha)
+
+        require = offline_store._dequeue_call(queue, 1, 0, "c", NOW, False)
+        assert redis_require_queue_command(sha, "s_1", queue) == packed(require, sha)
+
+
+def test_script_shas_are_what_redis_names_them(server: RedisServer) -> None:
+    client = server.client()
+    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs"):
+        assert client.script_load(source(name)) == script_sha(name)
+        assert script_sha(name) == hashlib.sha1(source(name).encode()).hexdigest()
+
+
+# -- against a real server ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis", appendonly=True, appendfsync="always") as srv:
+        yield srv
+
+
+@pytest.fixture
+def store(server: RedisServer) -> Iterator[RedisStore]:
+    shard = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port)), settings())
+    shard.create_queue(Q, 3)
+    shard.create_queue("blocking", 3)
+    yield shard
+    shard.close()
+
+
+def run(store: RedisStore, body: Callable[[NativeHotPath], Awaitable[Any]]) -> Any:
+    """``body(hot path)`` on a fresh event loop, the store's connections closed after."""
+
+    async def main() -> Any:
+        try:
+            return await body(store.hot_path(None))  # type: ignore[arg-type]  # offload unused
+        finally:
+            await store.aclose()
+
+    return asyncio.run(main())
+
+
+def test_the_lifecycle_agrees_with_the_blocking_store(store: RedisStore) -> None:
+    jobs = [
+        NewJob(priority=p, body=b"job-%d" % i, run_after_ms=NOW - 1000 + (i % 3), attempts_allowed=1 + i % 3)
+        for i, p in enumerate([2, 1, 1, 3, 2, 1, 1, 2])
+    ]
+    jobs.append(NewJob(priority=1, body=b"later", run_after_ms=NOW + 60_000, attempts_allowed=2, custom_status="s"))
+
+    async def lifecycle(hot: NativeHotPath) -> dict[str, Any]:
+        out: dict[str, Any] = {"ids": (await hot.enqueue_jobs(Q, batch(jobs), NOW)).to_list()}
+        out["dry"] = claimed(await hot.dequeue_jobs(Q, 1, 10, "w|1", NOW, True))
+        out["p1"] = claimed(await hot.dequeue_jobs(Q, 1, 3, "w|1", NOW, False))
+        out["p2"] = claimed(await hot.dequeue_jobs(Q, 2, 10, "w|1", NOW + 5, False))
+        out["none"] = claimed(await hot.dequeue_jobs(Q, 2, 0, "w|1", NOW, False))
+        ok = [AckItem(1, out["p1"][0].local_id, "|done")]
+        failed = [AckItem(2, j.local_id, "|boom", 5000) for j in out["p2"]]
+        await hot.ack_jobs(Q, acks(ok, failed), NOW + 10)
+        out["again"] = claimed(await hot.dequeue_jobs(Q, 1, 10, "w|2", NOW + 20, False))
+        return out
+
+    native = run(store, lifecycle)
+
+    # The same calls through the blocking store, on a queue of their own (ids count per queue).
+    b = "blocking"
+    want: dict[str, Any] = {"ids": store.enqueue_jobs(b, jobs, NOW)}
+    want["dry"] = store.dequeue_jobs(b, 1, 10, "w|1", NOW, True)
+    want["p1"] = store.dequeue_jobs(b, 1, 3, "w|1", NOW, False)
+    want["p2"] = store.dequeue_jobs(b, 2, 10, "w|1", NOW + 5, False)
+    want["none"] = store.dequeue_jobs(b, 2, 0, "w|1", NOW, False)
+    ok = [AckItem(1, want["p1"][0].local_id, "|done")]
+    store.ack_jobs(b, ok, [AckItem(2, j.local_id, "|boom", 5000) for j in want["p2"]], NOW + 10)
+    want["again"] = store.dequeue_jobs(b, 1, 10, "w|2", NOW + 20, False)
+
+    assert native == want
+    assert native["ids"] == list(range(1, 10))
+    assert [j.local_id for j in native["p1"]] == [7, 2, 3], "run after, then id"
+    assert len(native["again"]) == 1
+
+    keys = [(j.priority, i) for j, i in zip(jobs, native["ids"], strict=True)]
+    got = store.lookup_jobs(Q, keys, True)
+    expected = store.lookup_jobs(b, keys, True)
+    assert got == expected
+    states = {r.local_id: r for r in got}
+    acked = states[native["p1"][0].local_id]
+    assert acked.state == JobState.SUCCEEDED and acked.custom_status == "|done"
+    failed_ids = {j.local_id for j in native["p2"]}
+    assert {states[i].state for i in failed_ids} <= {JobState.PENDING, JobState.FAILED}
+    assert any(states[i].run_after_ms == NOW + 10 + 5000 for i in failed_ids), "a retry at now + delay"
+
+
+def test_a_missing_queue_raises_queue_not_found(store: RedisStore) -> None:
+    async def each(hot: NativeHotPath) -> list[str]:
+        calls = [
+            hot.enqueue_jobs("nope", batch([NewJob(1, b"x", NOW, 1)]), NOW),
+            hot.dequeue_jobs("nope", 1, 5, "c", NOW, False),
+            hot.dequeue_jobs("nope", 1, 0, "c", NOW, False),
+            hot.ack_jobs("nope", acks([AckItem(1, 1)], []), NOW),
+        ]
+        seen = []
+        for call in calls:
+            with pytest.raises(QueueNotFoundError) as info:
+                await call
+            seen.append(str(info.value))
+        return seen
+
+    assert len(run(store, each)) == 4
+
+
+def test_evicted_jobs_are_counted(store: RedisStore, server: RedisServer) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"a", NOW, 1), NewJob(1, b"b", NOW, 1)], NOW)
+    server.client().delete(f"plh_1_{Q}.{ids[0]}")
+
+    async def dequeue(hot: NativeHotPath) -> list[ClaimedJob]:
+        return claimed(await hot.dequeue_jobs(Q, 1, 5, "c", NOW, False))
+
+    got = run(store, dequeue)
+    assert [j.local_id for j in got] == [ids[1]]
+    assert store.evicted_jobs == 1
+
+
+def test_oom_raises_store_memory_full(store: RedisStore, server: RedisServer) -> None:
+    admin = server.client()
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", "1")
+
+    async def enqueue(hot: NativeHotPath) -> None:
+        await hot.enqueue_jobs(Q, batch([NewJob(1, b"x" * 100, NOW, 1)]), NOW)
+
+    try:
+        with pytest.raises(StoreMemoryFullError):
+            run(store, enqueue)
+        with pytest.raises(StoreMemoryFullError):  # the blocking store agrees
+            store.enqueue_jobs(Q, [NewJob(1, b"x" * 100, NOW, 1)], NOW)
+    finally:
+        admin.config_set("maxmemory", "0")
+    assert store.count_jobs(Q, JobFilter(priority=1, state=JobState.PENDING, now_ms=NOW), None) == 0
+
+
+def test_a_flushed_script_is_loaded_again(store: RedisStore, server: RedisServer) -> None:
+    async def twice(hot: NativeHotPath) -> list[int]:
+        first = (await hot.enqueue_jobs(Q, batch([NewJob(1, b"a", NOW, 1)]), NOW)).to_list()
+        server.client().script_flush()
+        second = (await hot.enqueue_jobs(Q, batch([NewJob(1, b"b", NOW, 1)]), NOW)).to_list()
+        return first + second
+
+    assert run(store, twice) == [1, 2]
+
+
+def test_a_restart_is_survived_and_the_connection_named(store: RedisStore, server: RedisServer) -> None:
+    async def across(hot: NativeHotPath) -> list[int]:
+        before = ours(server)
+        first = (await hot.enqueue_jobs(Q, batch([NewJob(1, b"a", NOW, 1)]), NOW)).to_list()
+        assert ours(server) == before + 1, "one connection, named as the pools name theirs"
+        server.kill()
+        server.restart()
+        # The idle connection is dead: seen before the enqueue is written, so it is sent once
+        # on a new connection and succeeds.
+        second = (await hot.enqueue_jobs(Q, batch([NewJob(1, b"b", NOW, 1)]), NOW)).to_list()
+        jobs = claimed(await hot.dequeue_jobs(Q, 1, 10, "c", NOW, False))
+        return first + second + [j.local_id for j in jobs]
+
+    assert run(store, across) == [1, 2, 1, 2]
+
+
+async def until_written(hot: NativeHotPath) -> None:
+    """Until the hot client has a command on the wire with no reply yet (it writes as it sends,
+    so this takes a loop step or two)."""
+    for _ in range(1000):
+        conn = hot._client._conn
+        if conn is not None and conn._waiters:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("nothing was written")
+
+
+@pytest.mark.parametrize("operation", ["enqueue", "dequeue"])
+def test_a_restart_mid_call_never_repeats_an_enqueue(store: RedisStore, server: RedisServer, operation: str) -> None:
+    store.enqueue_jobs(Q, [NewJob(1, b"old", NOW, 1)], NOW)
+
+    async def across(hot: NativeHotPath) -> Any:
+        await hot.dequeue_jobs(Q, 2, 1, "c", NOW, False)  # connected, scripts loaded
+        server.client().client_pause(20_000)  # Redis holds what comes
+        call: asyncio.Future[Any]
+        if operation == "enqueue":
+            call = asyncio.ensure_future(hot.enqueue_jobs(Q, batch([NewJob(1, b"new", NOW, 1)]), NOW))
+        else:
+            call = asyncio.ensure_future(hot.dequeue_jobs(Q, 1, 5, "c", NOW, False))
+        await until_written(hot)
+        server.kill()  # with the command read or not: it was written
+        server.restart()
+        try:
+            return claimed(await call)
+        except ShardConnectionError as exc:
+            return exc
+
+    result = run(store, across)
+    pending = store.count_jobs(Q, JobFilter(priority=1, state=JobState.PENDING, now_ms=NOW), None)
+    if operation == "enqueue":
+        assert isinstance(result, ShardConnectionError) and result.maybe_applied
+        assert pending == 1, "the enqueue was not sent again to the restarted server"
+    else:
+        assert [j.body for j in result] == [b"old"], "repeated once, on a fresh connection"
+
+
+def ours(server: RedisServer) -> int:
+    return sum(1 for c in server.client().client_list() if c["name"] == "pinlater-shard-1")
+
+
+def test_a_dead_server_fails_with_shard_connection_error(store: RedisStore, server: RedisServer) -> None:
+    async def dead(hot: NativeHotPath) -> ShardConnectionError:
+        await hot.dequeue_jobs(Q, 1, 1, "c", NOW, False)
+        server.kill()
+        with pytest.raises(ShardConnectionError) as info:
+            await hot.enqueue_jobs(Q, batch([NewJob(1, b"a", NOW, 1)]), NOW)
+        return info.value
+
+    error = run(store, dead)
+    assert error.shard == "1" and not error.maybe_applied, "nothing was written: the connect failed"
+
+
+def test_many_concurrent_calls_pipeline_on_one_connection(store: RedisStore, server: RedisServer) -> None:
+    async def burst(hot: NativeHotPath) -> tuple[list[int], list[int]]:
+        before = ours(server)
+        enqueues = [hot.enqueue_jobs(Q, batch([NewJob(1, b"%d" % i, NOW, 1)] * 3), NOW) for i in range(200)]
+        ids = [i for got in await asyncio.gather(*enqueues) for i in got.to_list()]
+        assert ours(server) == before + 1, "one connection, pipelined"
+        dequeues = [hot.dequeue_jobs(Q, 1, 7, "c", NOW, False) for _ in range(100)]
+        got = [j.local_id for batch_ in await asyncio.gather(*dequeues) for j in claimed(batch_)]
+        return ids, got
+
+    ids, got = run(store, burst)
+    assert sorted(ids) == list(range(1, 601))
+    assert sorted(got) == list(range(1, 601)), "every job claimed once"
+
+
+# -- against a fake server ------------------------------------------------------------------------
+
+
+def _bulks(command: bytes) -> list[bytes]:
+    """The arguments of one RESP command (an array of bulk strings)."""
+    lines = command.split(b"\r\n", 1)
+    n, rest, args = int(lines[0][1:]), lines[1], []
+    for _ in range(n):
+        head, rest = rest.split(b"\r\n", 1)
+        size = int(head[1:])
+        args.append(rest[:size])
+        rest = rest[size + 2 :]
+    return args
+
+
+Behaviour = Callable[[int, list[bytes]], Awaitable[bytes | None]]
+"""(connection number, EVALSHA arguments) -> bytes to answer, or None to close the connection."""
+
+
+class FakeRedis:
+    """A loopback server that answers the client's set-up as Redis does and each EVALSHA as
+    ``behaviour`` says; it records every EVALSHA it read."""
+
+    def __init__(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+        self.evalshas: list[tuple[int, bytes]] = []  # (connection number, script sha)
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> RedisShardConfig:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return RedisShardConfig(RedisEndpoint("127.0.0.1", port))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number, buf = self.connections, b""
+        try:
+            while True:
+                end = redis_reply_end(buf, 0, 1 << 30) if buf else -1
+                if end < 0:
+                    data = await reader.read(65536)
+                    if not data:
+                        return
+                    buf += data
+                    continue
+                args, buf = _bulks(buf[:end]), buf[end:]
+                if args[0] == b"CLIENT":
+                    writer.write(b"+OK\r\n")
+                elif args[0] == b"SCRIPT":
+                    sha = hashlib.sha1(args[2]).hexdigest().encode()
+                    writer.write(b"$40\r\n" + sha + b"\r\n")
+                else:
+                    self.evalshas.append((number, args[1]))
+                    answer = await self.behaviour(number, args)
+                    if answer is None:
+                        writer.close()
+                        return
+                    writer.write(answer)
+                await writer.drain()
+        except ConnectionError:
+            return
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def fake_run(behaviour: Behaviour, body: Callable[[NativeHotPath], Awaitable[Any]], timeout: float = 0.5) -> Any:
+    """``body`` against a ``FakeRedis``; returns (body's result or exception, the fake)."""
+
+    async def main() -> tuple[Any, FakeRedis]:
+        fake = FakeRedis(behaviour)
+        config = await fake.start()
+        store = RedisStore("f", config, settings(timeout))
+        try:
+            hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
+            try:
+                result: Any = await asyncio.wait_for(body(hot), 10)
+            except Exception as exc:  # the tests look at the exception
+                result = exc
+            await store.aclose()
+            return result, fake
+        finally:
+            store.close()
+            await fake.stop()
+
+    return asyncio.run(main())
+
+
+async def enqueue_one(hot: NativeHotPath) -> Any:
+    return (await hot.enqueue_jobs(Q, batch([NewJob(1, b"x", NOW, 1)]), NOW)).to_list()
+
+
+async def dequeue_some(hot: NativeHotPath) -> Any:
+    return claimed(await hot.dequeue_jobs(Q, 1, 5, "c", NOW, False))
+
+
+def answer(data: bytes) -> Behaviour:
+    async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
+        return data
+
+    return behaviour
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"?garbage\r\n",
+        b"+OK\r\n",  # RESP, but not the script's reply
+        b"*2\r\n$1\r\nx\r\n$1\r\ny\r\n",  # an array of the wrong things
+        b"$99999999999\r\n",  # announces more than a reply may be
+        b"*1\r\n" * 20,  # nested too deep
+        b":12\r\n:13\r\n",  # a second reply nobody asked for
+    ],
+)
+def test_garbage_from_the_server_is_a_connection_error(reply: bytes) -> None:
+    error, fake = fake_run(answer(reply), enqueue_one)
+    assert isinstance(error, ShardConnectionError), error
+    assert error.maybe_applied, "the command was written"
+    assert len(fake.evalshas) == 1, "an enqueue is never sent twice"
+
+
+def test_a_reply_that_never_ends_times_out() -> None:
+    error, fake = fake_run(answer(b"*8\r\n:0\r\n$1\r\n1"), dequeue_some, timeout=0.3)
+    assert isinstance(error, ShardConnectionError), error
+    assert "Timeout" in error.detail
+    assert len(fake.evalshas) == 1, "a timeout is not repeated"
+
+
+def test_a_close_mid_reply_repeats_a_dequeue_once_but_never_an_enqueue() -> None:
+    async def half_then_close(_n: int, _args: list[bytes]) -> bytes | None:
+        return None  # close without answering
+
+    error, fake = fake_run(half_then_close, enqueue_one)
+    assert isinstance(error, ShardConnectionError) and error.maybe_applied
+    assert [n for n, _ in fake.evalshas] == [1], "never repeated once written"
+
+    error, fake = fake_run(half_then_close, dequeue_some)
+    assert isinstance(error, ShardConnectionError) and error.maybe_applied
+    assert [n for n, _ in fake.evalshas] == [1, 2], "repeated once, on a fresh connection"
+
+    async def close_first(n: int, _args: list[bytes]) -> bytes | None:
+        return None if n == 1 else b"*1\r\n:0\r\n"
+
+    result, fake = fake_run(close_first, dequeue_some)
+    assert result == [] and fake.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [
+        (b"-OOM command not allowed when used memory > 'maxmemory'.\r\n", StoreMemoryFullError),
+        (b"-LOADING Redis is loading the dataset in memory\r\n", ShardConnectionError),
+        (b"-BUSY Redis is busy running a script.\r\n", ShardConnectionError),
+        (b"-MISCONF Errors writing to the AOF file\r\n", ShardConnectionError),
+        (b"-READONLY You can't write against a read only replica.\r\n", ShardConnectionError),
+        (b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n", ShardConnectionError),
+        (b"-ERR Error running script: boom\r\n", redis.ResponseError),
+    ],
+)
+def test_error_replies_map_as_on_the_pool(reply: bytes, kind: type[Exception]) -> None:
+    error, fake = fake_run(answer(reply), enqueue_one)
+    assert isinstance(error, kind), error
+    assert len(fake.evalshas) == 1
+    if kind is redis.ResponseError:
+        assert str(error) == "Error running script: boom", "as redis-py words it"
+
+
+def test_the_fake_answers_a_good_enqueue() -> None:
+    result, fake = fake_run(answer(b"*1\r\n:41\r\n"), enqueue_one)
+    assert result == [41]
+    assert fake.evalshas == [(1, script_sha("enqueue_jobs").encode())]
+
+
+class LoopbackTransport(asyncio.Transport):
+    """Just enough transport for ``_Connection`` fed by hand: writes are kept, abort noted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+
+def dequeue_reply(local_id: int, body: bytes) -> bytes:
+    row = [b"%d" % local_id, b"1700000000.5", body, b"3", b"2", b"1700000000.0", b"1700000001.0"]
+    return b"*8\r\n:0\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(v), v) for v in row)
+
+
+def test_pipelined_replies_in_any_pieces_go_to_their_callers_in_order() -> None:
+    replies = [dequeue_reply(i, bytes(range(256)) * i) for i in range(1, 30)] + [b"-ERR x\r\n", b":5\r\n"]
+    stream = b"".join(replies)
+    rng = random.Random(7)
+
+    async def feed(cuts: list[int]) -> list[bytes]:
+        conn = _Connection(1 << 20)
+        conn.connection_made(LoopbackTransport())
+        waiters = [conn.send(b"cmd") for _ in replies]
+        for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+            conn.data_received(stream[a:b])
+        assert conn.broken is None
+        return [w.result() for w in waiters]
+
+    for cuts in (
+        [],
+        list(range(1, len(stream))),  # byte by byte
+        sorted(rng.sample(range(1, len(stream)), 50)),
+        sorted(rng.sample(range(1, len(stream)), 500)),
+    ):
+        assert asyncio.run(feed(cuts)) == replies
+
+
+def test_a_reply_past_the_limit_breaks_the_connection_and_fails_every_caller() -> None:
+    async def feed() -> tuple[list[BaseException | None], bool]:
+        conn = _Connection(1000)
+        transport = LoopbackTransport()
+        conn.connection_made(transport)
+        waiters = [conn.send(b"cmd") for _ in range(3)]
+        conn.data_received(b":1\r\n")
+        conn.data_received(b"$2000\r\n")  # announces more than 1000 bytes
+        with pytest.raises(_Broken):
+            conn.send(b"more")
+        return [w.exception() if not w.cancelled() and w.done() and w.exception() else None for w in waiters], (
+            transport.aborted
+        )
+
+    errors, aborted = asyncio.run(feed())
+    assert errors[0] is None, "the first reply was whole"
+    assert all(isinstance(e, _Broken) and "Protocol error" in str(e) for e in errors[1:])
+    assert aborted
+
+
+def test_a_cancelled_call_leaves_the_connection_in_step() -> None:
+    seen, gate = asyncio.Event(), asyncio.Event()
+
+    async def slow_first(_n: int, args: list[bytes]) -> bytes | None:
+        if args[-3] == b"c0":  # the claim of the first dequeue
+            seen.set()
+            await gate.wait()
+            return b"*1\r\n:0\r\n"
+        return dequeue_reply(5, b"b")
+
+    async def body(hot: NativeHotPath) -> Any:
+        first = asyncio.ensure_future(hot.dequeue_jobs(Q, 1, 5, "c0", NOW, False))
+        await seen.wait()
+        second = asyncio.ensure_future(hot.dequeue_jobs(Q, 1, 5, "c1", NOW, False))
+        first.cancel()
+        gate.set()
+        jobs = [j.local_id for j in claimed(await second)]
+        assert first.cancelled()
+        return jobs
+
+    result, _ = fake_run(slow_first, body)
+    assert result == [5]
+
+
+def test_an_unreachable_server_fails_fast_and_unapplied() -> None:
+    config = RedisShardConfig(RedisEndpoint("127.0.0.1", free_port()))
+    client = HotClient("x", config, 0.5)
+
+    async def call() -> None:
+        await client.call("enqueue_jobs", b"*1\r\n$4\r\nPING\r\n", lambda reply: reply)
+
+    with pytest.raises(ShardConnectionError) as info:
+        asyncio.run(call())
+    assert not info.value.maybe_applied
+
+
+def test_each_event_loop_gets_its_connection_and_aclose_closes_it(store: RedisStore, server: RedisServer) -> None:
+    hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
+    before = ours(server)
+    made: list[object] = []
+
+    async def once(body: bytes) -> list[int]:
+        ids = (await hot.enqueue_jobs(Q, batch([NewJob(1, body, NOW, 1)]), NOW)).to_list()
+        assert ours(server) == before + 1
+        made.append(hot._client._conn)
+        await store.aclose()
+        return ids
+
+    assert asyncio.run(once(b"a")) == [1]
+    wait_for(lambda: ours(server) == before, what="the connection closed by aclose")
+    assert asyncio.run(once(b"b")) == [2]
+    wait_for(lambda: ours(server) == before, what="the connection closed by aclose")
+    assert made[0] is not made[1], "a new loop, a new connection"
