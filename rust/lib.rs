@@ -24,6 +24,8 @@ pub mod store {
     pub mod decimal;
     /// `Statements`: a batch of jobs as MySQL multi-row INSERTs.
     pub mod mysql_inserts;
+    /// `Session`, `Shared`: one MySQL shard's enqueue, dequeue and ack over the `mysql` crate.
+    pub mod mysql_shard;
     /// `Command`: a Redis command packed in RESP.
     pub mod redis_command;
     /// `seconds`, `ms`, `local_id`, `count`, `order`: a Redis dequeue reply's fields.
@@ -54,6 +56,7 @@ pub mod py {
     }
     pub mod store {
         pub mod mysql_inserts;
+        pub mod mysql_shard;
         pub mod redis_command;
         pub mod redis_rows;
     }
@@ -96,6 +99,8 @@ mod _pinlater {
     use crate::py::runtime::runtime_worker_count;
     #[pymodule_export]
     use crate::py::store::mysql_inserts::mysql_insert_statements;
+    #[pymodule_export]
+    use crate::py::store::mysql_shard::MySQLShard;
     #[pymodule_export]
     use crate::py::store::redis_command::redis_pack_command;
     #[pymodule_export]

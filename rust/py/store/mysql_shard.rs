@@ -1,0 +1,367 @@
+//! Python binding of `crate::store::mysql_shard`: one `MySQL` shard's hot path on Rust threads.
+//!
+//! `MySQLShard` owns up to `pool_size` worker threads, each with one connection (a `Session`),
+//! started as requests need them and fed by one channel. A call returns at once; the worker runs
+//! the transaction without the GIL, then attaches only to complete the caller's asyncio future:
+//! `call_soon(settle, future, value, error)` with `call_soon` the loop's `call_soon_threadsafe`
+//! and `settle` the Python function given at construction (it maps `error`, a tuple
+//! `(kind, detail, code, maybe_applied)`, to the store's exceptions). No Python object is made per
+//! job: the jobs cross as `NewJobBatch`/`AckGroup` in and `LocalIds`/`ClaimedJobs` out.
+//!
+//! A request that waited longer than the socket timeout for a free connection fails as the
+//! Python pool's does (`no free connection within ...`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::py::errors::guarded;
+use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
+use crate::queue::jobs::ClaimedJob;
+use crate::store::mysql_shard::{IdStrategy, Session, Settings, Shared, SqlTexts, StoreError};
+
+enum Call {
+    Enqueue {
+        jobs: Py<NewJobBatch>,
+    },
+    Dequeue {
+        priority: i64,
+        limit: i64,
+        claim: String,
+        dry_run: bool,
+    },
+    Ack {
+        acks: Py<AckGroup>,
+    },
+}
+
+struct Request {
+    call: Call,
+    queue: String,
+    database: String,
+    now_ms: i64,
+    queued: Instant,
+    call_soon: Py<PyAny>,
+    future: Py<PyAny>,
+}
+
+enum Answer {
+    Ids(Vec<i64>),
+    Jobs(Vec<ClaimedJob>),
+    Done,
+}
+
+/// What the workers of one shard share.
+struct Pool {
+    shared: Arc<Shared>,
+    receiver: Mutex<Receiver<Request>>,
+    settle: Py<PyAny>,
+    idle: AtomicUsize,
+}
+
+/// The hot path (enqueue, dequeue, ack) of one `MySQL` shard, on Rust threads.
+#[pyclass(frozen, name = "MySQLShard", module = "pinlater._pinlater")]
+pub struct MySQLShard {
+    pool: Arc<Pool>,
+    size: usize,
+    sender: Mutex<Option<Sender<Request>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn sql_text(sql: &HashMap<String, String>, name: &str) -> PyResult<String> {
+    sql.get(name)
+        .cloned()
+        .ok_or_else(|| PyValueError::new_err(format!("sql lacks {name}")))
+}
+
+#[pymethods]
+impl MySQLShard {
+    #[new]
+    #[pyo3(signature = (
+        shard, host, port, user, password, *, pool_size, socket_timeout, num_auto_retries,
+        insert_id_strategy, reservation_prefix, custom_status_limit, sql, settle
+    ))]
+    #[allow(clippy::too_many_arguments)] // keyword-only options of one call, mirrored in the stub
+    fn new(
+        shard: String,
+        host: String,
+        port: u16,
+        user: String,
+        password: String,
+        pool_size: usize,
+        socket_timeout: f64,
+        num_auto_retries: u32,
+        insert_id_strategy: Option<&str>,
+        reservation_prefix: String,
+        custom_status_limit: usize,
+        sql: HashMap<String, String>,
+        settle: Py<PyAny>,
+    ) -> PyResult<Self> {
+        guarded("MySQLShard", || {
+            let insert_id_strategy = match insert_id_strategy {
+                None => None,
+                Some(name) => Some(IdStrategy::parse(name).ok_or_else(|| {
+                    PyValueError::new_err(format!("unknown insert_id_strategy {name:?}"))
+                })?),
+            };
+            if !(socket_timeout.is_finite() && socket_timeout > 0.0) {
+                return Err(PyValueError::new_err("socket_timeout must be positive"));
+            }
+            let sql = SqlTexts {
+                session_setup: sql_text(&sql, "session_setup")?,
+                server_info: sql_text(&sql, "server_info")?,
+                enqueue_jobs: sql_text(&sql, "enqueue_jobs")?,
+                enqueue_jobs_returning: sql_text(&sql, "enqueue_jobs_returning")?,
+                dequeue_jobs: sql_text(&sql, "dequeue_jobs")?,
+                select_claimed_jobs: sql_text(&sql, "select_claimed_jobs")?,
+                peek_jobs: sql_text(&sql, "peek_jobs")?,
+                ack_succeeded_jobs: sql_text(&sql, "ack_succeeded_jobs")?,
+                ack_failed_jobs: sql_text(&sql, "ack_failed_jobs")?,
+            };
+            let settings = Settings {
+                shard,
+                host,
+                port,
+                user,
+                password,
+                timeout: Duration::from_secs_f64(socket_timeout),
+                num_auto_retries,
+                insert_id_strategy,
+                reservation_prefix,
+                custom_status_limit,
+                sql,
+            };
+            let (sender, receiver) = mpsc::channel();
+            Ok(Self {
+                pool: Arc::new(Pool {
+                    shared: Shared::new(settings),
+                    receiver: Mutex::new(receiver),
+                    settle,
+                    idle: AtomicUsize::new(0),
+                }),
+                size: pool_size.max(1),
+                sender: Mutex::new(Some(sender)),
+                workers: Mutex::new(Vec::new()),
+            })
+        })
+    }
+
+    /// Insert `jobs` into `queue` (its database `database`); the future gets their `LocalIds`.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_jobs(
+        &self,
+        queue: String,
+        database: String,
+        jobs: Py<NewJobBatch>,
+        now_ms: i64,
+        call_soon: Py<PyAny>,
+        future: Py<PyAny>,
+    ) -> PyResult<()> {
+        guarded("MySQLShard.enqueue_jobs", || {
+            self.submit(Call::Enqueue { jobs }, queue, database, now_ms, call_soon, future)
+        })
+    }
+
+    /// Claim (or, dry, peek at) up to `limit` jobs of `priority`; the future gets `ClaimedJobs`.
+    #[allow(clippy::too_many_arguments)]
+    fn dequeue_jobs(
+        &self,
+        queue: String,
+        database: String,
+        priority: i64,
+        limit: i64,
+        claim: String,
+        now_ms: i64,
+        dry_run: bool,
+        call_soon: Py<PyAny>,
+        future: Py<PyAny>,
+    ) -> PyResult<()> {
+        guarded("MySQLShard.dequeue_jobs", || {
+            let call = Call::Dequeue {
+                priority,
+                limit,
+                claim,
+                dry_run,
+            };
+            self.submit(call, queue, database, now_ms, call_soon, future)
+        })
+    }
+
+    /// Settle `acks`; the future gets None.
+    fn ack_jobs(
+        &self,
+        queue: String,
+        database: String,
+        acks: Py<AckGroup>,
+        now_ms: i64,
+        call_soon: Py<PyAny>,
+        future: Py<PyAny>,
+    ) -> PyResult<()> {
+        guarded("MySQLShard.ack_jobs", || {
+            self.submit(Call::Ack { acks }, queue, database, now_ms, call_soon, future)
+        })
+    }
+
+    /// The server's `max_allowed_packet`, once a connection has read it.
+    fn max_allowed_packet(&self) -> Option<u64> {
+        self.pool
+            .shared
+            .server_info()
+            .map(|info| info.max_allowed_packet)
+    }
+
+    /// Worker threads started so far (at most `pool_size`).
+    fn worker_count(&self) -> usize {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Stop taking calls, let the workers finish those taken, and wait for them. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let sender = self
+            .sender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(sender);
+        let workers: Vec<JoinHandle<()>> = std::mem::take(
+            &mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner),
+        );
+        py.detach(|| {
+            for worker in workers {
+                let _ = worker.join();
+            }
+        });
+    }
+}
+
+impl MySQLShard {
+    fn submit(
+        &self,
+        call: Call,
+        queue: String,
+        database: String,
+        now_ms: i64,
+        call_soon: Py<PyAny>,
+        future: Py<PyAny>,
+    ) -> PyResult<()> {
+        let request = Request {
+            call,
+            queue,
+            database,
+            now_ms,
+            queued: Instant::now(),
+            call_soon,
+            future,
+        };
+        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = sender.as_ref() else {
+            return Err(PyValueError::new_err("the MySQL shard is closed"));
+        };
+        if sender.send(request).is_err() {
+            return Err(PyValueError::new_err("the MySQL shard is closed"));
+        }
+        if self.pool.idle.load(Ordering::SeqCst) == 0 {
+            let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+            if workers.len() < self.size {
+                let pool = Arc::clone(&self.pool);
+                let name = format!("mysql-{}-{}", pool.shared.settings.shard, workers.len());
+                let handle = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || work(&pool))
+                    .map_err(|err| {
+                        PyValueError::new_err(format!("cannot start a MySQL worker: {err}"))
+                    })?;
+                workers.push(handle);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A worker: one session, taking requests until the shard closes.
+fn work(pool: &Pool) {
+    let mut session = Session::new(Arc::clone(&pool.shared));
+    let timeout = pool.shared.settings.timeout;
+    loop {
+        pool.idle.fetch_add(1, Ordering::SeqCst);
+        let request = pool
+            .receiver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .recv();
+        pool.idle.fetch_sub(1, Ordering::SeqCst);
+        let Ok(request) = request else {
+            return;
+        };
+        let result = if request.queued.elapsed() > timeout {
+            Err(StoreError::Connection {
+                detail: format!("no free connection within {}s", timeout.as_secs_f64()),
+                maybe_applied: false,
+            })
+        } else {
+            run(&mut session, &request)
+        };
+        // Completing the future is the only work done holding the GIL; a loop already closed
+        // (call_soon raises) has nobody left to tell.
+        let _ = Python::try_attach(|py| -> PyResult<()> {
+            let (value, error) = match result {
+                Ok(Answer::Ids(ids)) => (Py::new(py, LocalIds::from_ids(ids))?.into_any(), None),
+                Ok(Answer::Jobs(jobs)) => {
+                    (Py::new(py, ClaimedJobs::from_jobs(jobs))?.into_any(), None)
+                }
+                Ok(Answer::Done) => (py.None(), None),
+                Err(err) => (py.None(), Some(error_tuple(&err, &request.queue))),
+            };
+            request.call_soon.call1(
+                py,
+                (pool.settle.clone_ref(py), &request.future, value, error),
+            )?;
+            drop(request);
+            Ok(())
+        });
+    }
+}
+
+fn run(session: &mut Session, request: &Request) -> Result<Answer, StoreError> {
+    let database = &request.database;
+    match &request.call {
+        Call::Enqueue { jobs } => session
+            .enqueue_jobs(database, jobs.get().jobs(), request.now_ms)
+            .map(Answer::Ids),
+        Call::Dequeue {
+            priority,
+            limit,
+            claim,
+            dry_run,
+        } => session
+            .dequeue_jobs(database, *priority, *limit, claim, request.now_ms, *dry_run)
+            .map(Answer::Jobs),
+        Call::Ack { acks } => session
+            .ack_jobs(database, acks.get().group(), request.now_ms)
+            .map(|()| Answer::Done),
+    }
+}
+
+/// `(kind, detail, code, maybe_applied)` for the Python `settle`: kind `queue_not_found` (detail
+/// the queue), `connection`, `server` (code the MySQL error number), `priority`, `internal`.
+fn error_tuple(err: &StoreError, queue: &str) -> (&'static str, String, i64, bool) {
+    match err {
+        StoreError::QueueNotFound => ("queue_not_found", queue.to_owned(), 0, false),
+        StoreError::Connection {
+            detail,
+            maybe_applied,
+        } => ("connection", detail.clone(), 0, *maybe_applied),
+        StoreError::Server { code, message } => ("server", message.clone(), i64::from(*code), false),
+        StoreError::Priority(priority) => ("priority", priority.to_string(), 0, false),
+        StoreError::Internal(message) => ("internal", message.clone(), 0, false),
+    }
+}
