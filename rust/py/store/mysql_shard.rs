@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::py::errors::guarded;
 use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
@@ -206,6 +207,23 @@ impl MySQLShard {
         guarded("MySQLShard.ack_jobs", || {
             self.submit(Call::Ack { acks }, queue, database, now_ms, call_soon, future)
         })
+    }
+
+    /// `(index, priority, body)` of each job whose body is longer than `longer_than` bytes (the
+    /// few the body-limit check looks at).
+    #[staticmethod]
+    fn long_bodies<'py>(
+        py: Python<'py>,
+        jobs: &Bound<'py, NewJobBatch>,
+        longer_than: usize,
+    ) -> Vec<(usize, i64, Bound<'py, PyBytes>)> {
+        jobs.get()
+            .jobs()
+            .iter()
+            .enumerate()
+            .filter(|(_, job)| job.body.len() > longer_than)
+            .map(|(index, job)| (index, job.priority, PyBytes::new(py, &job.body)))
+            .collect()
     }
 
     /// The server's `max_allowed_packet`, once a connection has read it.
