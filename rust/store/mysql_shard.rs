@@ -44,6 +44,8 @@ const TRANSIENT_ERRORS: [u16; 2] = [1213, 1205];
 const NO_QUEUE_ERRORS: [u16; 2] = [1049, 1146];
 /// The code a connection failure without a server error number is reported with.
 const LOST_CONNECTION: u16 = 2013;
+/// `CR_CONN_HOST_ERROR`: the server could not be reached.
+const CANT_CONNECT: u16 = 2003;
 /// The most bytes one INSERT takes when the server's `max_allowed_packet` is not known yet.
 const DEFAULT_MAX_ALLOWED_PACKET: u64 = 16 * 1024 * 1024;
 
@@ -275,7 +277,10 @@ impl Session {
             .stmt_cache_size(0)
             // Affected rows = rows matched, not only rows whose values changed.
             .additional_capabilities(CapabilityFlags::CLIENT_FOUND_ROWS)
-            .init(vec![s.sql.session_setup.clone(), "SET AUTOCOMMIT = 0".to_owned()]);
+            .init(vec![
+                s.sql.session_setup.clone(),
+                "SET AUTOCOMMIT = 0".to_owned(),
+            ]);
         let mut conn = Conn::new(opts)?;
         let row: Option<(String, i64, i64, u64)> = conn.query_first(&s.sql.server_info)?;
         conn.query_drop("COMMIT")?;
@@ -295,6 +300,20 @@ impl Session {
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(info);
         }
         Ok(conn)
+    }
+
+    /// The error number and message of a failure to connect, as `PyMySQL` reports it.
+    fn connect_failure(&self, err: &mysql::Error) -> (u16, String) {
+        match err {
+            mysql::Error::MySqlError(e) => (e.code, e.message.clone()),
+            other => (
+                CANT_CONNECT,
+                format!(
+                    "Can't connect to MySQL server on '{}' ({other})",
+                    self.shared.settings.host
+                ),
+            ),
+        }
     }
 
     /// Runs `op` in a transaction with `transactions.py`'s retries and error mapping.
@@ -317,14 +336,13 @@ impl Session {
                 match self.connect() {
                     Ok(conn) => self.conn = Some((conn, epoch)),
                     Err(err) => {
-                        let (code, message) = describe(&err);
+                        let (code, message) = self.connect_failure(&err);
                         if (retryable(code) || err.is_connectivity_error()) && attempt < retries {
                             attempt += 1;
                             continue;
                         }
-                        return Err(
-                            connection_error(format!("MySQL error {code}: {message}"), false)
-                        );
+                        let detail = format!("MySQL error {code}: {message}");
+                        return Err(connection_error(detail, false));
                     }
                 }
             }
@@ -371,7 +389,10 @@ impl Session {
                     attempt += 1;
                     continue;
                 }
-                return Err(connection_error(format!("MySQL error {code}: {message}"), false));
+                return Err(connection_error(
+                    format!("MySQL error {code}: {message}"),
+                    false,
+                ));
             }
             if !self.rollback() {
                 // The connection died on us after all: as a lost connection.
@@ -392,7 +413,10 @@ impl Session {
                     attempt += 1;
                     continue;
                 }
-                return Err(connection_error(format!("MySQL error {code}: {message}"), false));
+                return Err(connection_error(
+                    format!("MySQL error {code}: {message}"),
+                    false,
+                ));
             }
             return Err(StoreError::Server { code, message });
         }
@@ -426,12 +450,11 @@ impl Session {
         }
         let mut groups: Vec<(i64, Vec<usize>)> = Vec::new();
         for (index, job) in jobs.iter().enumerate() {
-            match groups.iter_mut().find(|(p, _)| *p == job.priority) {
-                Some((_, members)) => members.push(index),
-                None => {
-                    check_priority(job.priority)?;
-                    groups.push((job.priority, vec![index]));
-                }
+            if let Some((_, members)) = groups.iter_mut().find(|(p, _)| *p == job.priority) {
+                members.push(index);
+            } else {
+                check_priority(job.priority)?;
+                groups.push((job.priority, vec![index]));
             }
         }
         let strategy = self.shared.settings.insert_id_strategy;
@@ -546,7 +569,13 @@ impl Session {
             if claimed == 0 {
                 return Ok(Outcome::Commit(Some(Vec::new())));
             }
-            let select = render(&sql.select_claimed_jobs, &table, None, &[Arg::Str(claim)], nbe)?;
+            let select = render(
+                &sql.select_claimed_jobs,
+                &table,
+                None,
+                &[Arg::Str(claim)],
+                nbe,
+            )?;
             let jobs = claimed_rows(conn, &select, None)?;
             if jobs.len() as u64 != claimed {
                 return Ok(Outcome::Rollback(None));
@@ -559,7 +588,13 @@ impl Session {
         self.run(true, |conn, shared| {
             let nbe = conn.no_backslash_escape();
             let sql = &shared.settings.sql;
-            let select = render(&sql.select_claimed_jobs, &table, None, &[Arg::Str(claim)], nbe)?;
+            let select = render(
+                &sql.select_claimed_jobs,
+                &table,
+                None,
+                &[Arg::Str(claim)],
+                nbe,
+            )?;
             let before: Vec<i64> = claimed_rows(conn, &select, None)?
                 .into_iter()
                 .map(|j| j.local_id)
@@ -593,7 +628,11 @@ impl Session {
         for item in &acks.failed {
             check_priority(item.priority)?;
             failures
-                .entry((item.priority, &item.append_custom_status, item.retry_delay_ms))
+                .entry((
+                    item.priority,
+                    &item.append_custom_status,
+                    item.retry_delay_ms,
+                ))
                 .or_default()
                 .push(item.local_id);
         }
@@ -697,8 +736,8 @@ fn claimed_rows(
     for row in conn.query_iter(sql)? {
         let mut values = row?.unwrap().into_iter();
         let mut next = || values.next().unwrap_or(Value::NULL);
-        let local_id =
-            int(&next()).ok_or_else(|| OpError::Internal("a claimed row has no local_id".into()))?;
+        let local_id = int(&next())
+            .ok_or_else(|| OpError::Internal("a claimed row has no local_id".into()))?;
         let body = match next() {
             Value::Bytes(bytes) => bytes,
             _ => Vec::new(),
@@ -871,7 +910,10 @@ mod tests {
             time_ms(&Value::Bytes(b"2026-11-23 17:56:33.5".to_vec())),
             1_795_456_593_500
         );
-        assert_eq!(time_ms(&Value::Bytes(b"2026-11-23 17:56:33".to_vec())), 1_795_456_593_000);
+        assert_eq!(
+            time_ms(&Value::Bytes(b"2026-11-23 17:56:33".to_vec())),
+            1_795_456_593_000
+        );
         assert_eq!(time_ms(&Value::Bytes(b"0000-00-00 00:00:00".to_vec())), 0);
         assert_eq!(time_ms(&Value::NULL), 0);
     }
@@ -884,9 +926,18 @@ mod tests {
             auto_increment_increment: 1,
             max_allowed_packet: 1,
         };
-        assert_eq!(info("10.11.6-MariaDB", 1).default_strategy(), IdStrategy::LastInsertId);
-        assert_eq!(info("10.11.6-MariaDB", 2).default_strategy(), IdStrategy::Returning);
-        assert_eq!(info("10.4.1-MariaDB", 2).default_strategy(), IdStrategy::PerRow);
+        assert_eq!(
+            info("10.11.6-MariaDB", 1).default_strategy(),
+            IdStrategy::LastInsertId
+        );
+        assert_eq!(
+            info("10.11.6-MariaDB", 2).default_strategy(),
+            IdStrategy::Returning
+        );
+        assert_eq!(
+            info("10.4.1-MariaDB", 2).default_strategy(),
+            IdStrategy::PerRow
+        );
         assert_eq!(info("8.0.36", 2).default_strategy(), IdStrategy::PerRow);
     }
 

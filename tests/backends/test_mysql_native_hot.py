@@ -334,6 +334,7 @@ def test_a_server_restart_mid_use(own_server: MariaDBServer) -> None:
         with pytest.raises(ShardConnectionError) as down:
             h.enqueue(RS, [NewJob(1, b"while down", T0, 1)])
         assert not down.value.maybe_applied
+        assert "MySQL error 2003: Can't connect to MySQL server on '127.0.0.1'" in down.value.detail
         own_server.start()  # same port
         # Every worker's connection is dead; not one call fails on them, and none is repeated.
         assert all(len(ids) == 1 for ids in h.run(enqueue_in_parallel(6)))

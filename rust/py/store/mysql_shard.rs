@@ -165,7 +165,14 @@ impl MySQLShard {
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.enqueue_jobs", || {
-            self.submit(Call::Enqueue { jobs }, queue, database, now_ms, call_soon, future)
+            self.submit(
+                Call::Enqueue { jobs },
+                queue,
+                database,
+                now_ms,
+                call_soon,
+                future,
+            )
         })
     }
 
@@ -205,7 +212,14 @@ impl MySQLShard {
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.ack_jobs", || {
-            self.submit(Call::Ack { acks }, queue, database, now_ms, call_soon, future)
+            self.submit(
+                Call::Ack { acks },
+                queue,
+                database,
+                now_ms,
+                call_soon,
+                future,
+            )
         })
     }
 
@@ -250,9 +264,8 @@ impl MySQLShard {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(sender);
-        let workers: Vec<JoinHandle<()>> = std::mem::take(
-            &mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner),
-        );
+        let workers: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
         py.detach(|| {
             for worker in workers {
                 let _ = worker.join();
@@ -370,7 +383,7 @@ fn run(session: &mut Session, request: &Request) -> Result<Answer, StoreError> {
 }
 
 /// `(kind, detail, code, maybe_applied)` for the Python `settle`: kind `queue_not_found` (detail
-/// the queue), `connection`, `server` (code the MySQL error number), `priority`, `internal`.
+/// the queue), `connection`, `server` (code the `MySQL` error number), `priority`, `internal`.
 fn error_tuple(err: &StoreError, queue: &str) -> (&'static str, String, i64, bool) {
     match err {
         StoreError::QueueNotFound => ("queue_not_found", queue.to_owned(), 0, false),
@@ -378,7 +391,9 @@ fn error_tuple(err: &StoreError, queue: &str) -> (&'static str, String, i64, boo
             detail,
             maybe_applied,
         } => ("connection", detail.clone(), 0, *maybe_applied),
-        StoreError::Server { code, message } => ("server", message.clone(), i64::from(*code), false),
+        StoreError::Server { code, message } => {
+            ("server", message.clone(), i64::from(*code), false)
+        }
         StoreError::Priority(priority) => ("priority", priority.to_string(), 0, false),
         StoreError::Internal(message) => ("internal", message.clone(), 0, false),
     }

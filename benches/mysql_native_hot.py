@@ -1,0 +1,154 @@
+"""The MySQL store's hot path: Rust (``NativeMySQLHotPath``) against today's ``ThreadedHotPath``
+(PyMySQL on a thread pool), in ONE run on one MariaDB it starts itself (stopped at the end).
+
+Each phase runs ``--concurrency`` loops on one event loop, each loop repeating: enqueue a batch of
+``--batch`` jobs of ``--body-bytes`` bytes, dequeue ``--batch``, ack them all as succeeded. The two
+paths alternate for ``--rounds`` rounds of ``--seconds`` each, each phase on a fresh queue.
+Printed per path: jobs acked per second, this process's CPU per acked job (every thread: the
+event loop, the thread pool, the Rust workers; user and system, from ``getrusage``) and mariadbd's.
+
+Inputs as the server hands them over: the enqueue batches are made before the clock starts
+(``NewJob`` lists for the threaded path, ``NewJobBatch`` for the native one, which the wire
+decoder makes without Python objects); the acks are built inside the loop from what the dequeue
+returned (``AckItem``s from ``ClaimedJob``s, as today's handler does per job; an ``AckGroup``
+from ``ClaimedJobs.to_list()`` for the native path, a per-job cost the wire decoder avoids, so
+the native figure is if anything high).
+
+    PYTHONPATH=$PWD/python python benches/mysql_native_hot.py --seconds 5 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from _common import cpu_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.support.mariadb_server: the MariaDB helper the tests use
+
+from tests.support.mariadb_server import MariaDBServer  # noqa: E402
+
+from pinlater._pinlater import AckGroup, NewJobBatch  # noqa: E402
+from pinlater.backends.base import AckItem, NewJob  # noqa: E402
+from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore  # noqa: E402
+from pinlater.backends.mysql.native_hot import NativeMySQLHotPath  # noqa: E402
+from pinlater.backends.threaded import ThreadedHotPath  # noqa: E402
+
+T = TypeVar("T")
+
+
+async def phase(path: str, hot: Any, queue: str, args: argparse.Namespace, now_ms: int) -> tuple[int, float]:
+    """Run the loops for ``args.seconds``: (jobs acked, wall seconds)."""
+    body = b"x" * args.body_bytes
+    tuples = [(1, body, now_ms, 3, "") for _ in range(args.batch)]
+    native_batch = NewJobBatch(tuples)
+    python_batch = [NewJob._make(t) for t in tuples]
+    acked = 0
+    stop = time.monotonic() + args.seconds
+
+    async def loop(k: int) -> None:
+        nonlocal acked
+        n = 0
+        while time.monotonic() < stop:
+            n += 1
+            claim = f"{path}-{k}-{n}"
+            if path == "native":
+                await hot.enqueue_jobs(queue, native_batch, now_ms)
+                claimed = await hot.dequeue_jobs(queue, 1, args.batch, claim, now_ms, False)
+                group = AckGroup([(1, job[0], "", 0) for job in claimed.to_list()], [])
+                await hot.ack_jobs(queue, group, now_ms)
+                acked += len(group)
+            else:
+                await hot.enqueue_jobs(queue, python_batch, now_ms)
+                jobs = await hot.dequeue_jobs(queue, 1, args.batch, claim, now_ms, False)
+                items = [AckItem(1, job.local_id) for job in jobs]
+                await hot.ack_jobs(queue, items, [], now_ms)
+                acked += len(items)
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop(k) for k in range(args.concurrency)))
+    return acked, time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--body-bytes", type=int, default=100)
+    parser.add_argument("--pool-size", type=int, default=8)
+    parser.add_argument("--paths", default="threaded,native", help="which paths to run (for profiling one)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="pinlater-bench-mysql-hot-") as tmp:
+        server = MariaDBServer(Path(tmp), flush_log_at_trx_commit=2)
+        try:
+            run(server, args)
+        finally:
+            server.stop()
+
+
+def run(server: MariaDBServer, args: argparse.Namespace) -> None:
+    config = MySQLShardConfig(Endpoint(server.host, server.port), server.user, server.password)
+    store = MySQLStore("1", config, pool_size=args.pool_size)
+    executor = ThreadPoolExecutor(args.pool_size)
+    loop = asyncio.new_event_loop()
+
+    def offload(fn: Callable[..., T], /, *args_: object) -> Awaitable[T]:
+        return loop.run_in_executor(executor, fn, *args_)
+
+    native = NativeMySQLHotPath(store, offload)
+    every: dict[str, Any] = {"threaded": ThreadedHotPath(store, offload), "native": native}
+    paths = {name: every[name] for name in args.paths.split(",")}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in paths}
+    mariadb_pid = server.pid
+    assert mariadb_pid is not None
+    now_ms = int(time.time() * 1000)
+    try:
+        for round_ in range(args.rounds):
+            for name, hot in paths.items():
+                queue = f"bench_{name}_{round_}"
+                store.create_queue(queue, 1)
+                loop.run_until_complete(phase(name, hot, queue, argparse.Namespace(**{**vars(args), "seconds": 0.5}), now_ms))
+                usage0, db0 = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds(mariadb_pid)
+                acked, wall = loop.run_until_complete(phase(name, hot, queue, args, now_ms))
+                usage, db = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds(mariadb_pid) - db0
+                user, system = usage.ru_utime - usage0.ru_utime, usage.ru_stime - usage0.ru_stime
+                cpu = user + system
+                results[name].append((acked / wall, cpu / acked * 1e6, db / acked * 1e6))
+                print(
+                    f"round {round_ + 1} {name:>8}: {acked / wall:9.0f} jobs/s"
+                    f"  process {cpu / acked * 1e6:6.1f} us/job (user {user / acked * 1e6:.1f}, system"
+                    f" {system / acked * 1e6:.1f})  mariadbd {db / acked * 1e6:6.1f} us/job",
+                    flush=True,
+                )
+                store.delete_queue(queue)
+    finally:
+        native.close()
+        store.close()
+        loop.close()
+        executor.shutdown()
+
+    print(f"\nmedians over {args.rounds} rounds (batch {args.batch}, {args.body_bytes}-byte bodies, concurrency {args.concurrency}):")
+    medians = {name: [statistics.median(r[i] for r in rows) for i in range(3)] for name, rows in results.items()}
+    for name, (rate, cpu, db) in medians.items():
+        print(f"  {name:>8}: {rate:9.0f} jobs/s  process {cpu:6.1f} us/job  mariadbd {db:6.1f} us/job")
+    if len(medians) < 2:
+        return
+    native, threaded = medians["native"], medians["threaded"]
+    print(f"  native/threaded: jobs/s x{native[0] / threaded[0]:.2f}, process CPU per job x{native[1] / threaded[1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
