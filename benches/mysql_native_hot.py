@@ -120,7 +120,8 @@ def run(server: MariaDBServer, args: argparse.Namespace) -> None:
             for name, hot in paths.items():
                 queue = f"bench_{name}_{round_}"
                 store.create_queue(queue, 1)
-                loop.run_until_complete(phase(name, hot, queue, argparse.Namespace(**{**vars(args), "seconds": 0.5}), now_ms))
+                warm_up = argparse.Namespace(**{**vars(args), "seconds": 0.5})
+                loop.run_until_complete(phase(name, hot, queue, warm_up, now_ms))
                 usage0, db0 = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds(mariadb_pid)
                 acked, wall = loop.run_until_complete(phase(name, hot, queue, args, now_ms))
                 usage, db = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds(mariadb_pid) - db0
@@ -140,14 +141,16 @@ def run(server: MariaDBServer, args: argparse.Namespace) -> None:
         loop.close()
         executor.shutdown()
 
-    print(f"\nmedians over {args.rounds} rounds (batch {args.batch}, {args.body_bytes}-byte bodies, concurrency {args.concurrency}):")
+    shape = f"batch {args.batch}, {args.body_bytes}-byte bodies, concurrency {args.concurrency}"
+    print(f"\nmedians over {args.rounds} rounds ({shape}):")
     medians = {name: [statistics.median(r[i] for r in rows) for i in range(3)] for name, rows in results.items()}
     for name, (rate, cpu, db) in medians.items():
         print(f"  {name:>8}: {rate:9.0f} jobs/s  process {cpu:6.1f} us/job  mariadbd {db:6.1f} us/job")
     if len(medians) < 2:
         return
     native, threaded = medians["native"], medians["threaded"]
-    print(f"  native/threaded: jobs/s x{native[0] / threaded[0]:.2f}, process CPU per job x{native[1] / threaded[1]:.2f}")
+    rate, cpu = native[0] / threaded[0], native[1] / threaded[1]
+    print(f"  native/threaded: jobs/s x{rate:.2f}, process CPU per job x{cpu:.2f}")
 
 
 if __name__ == "__main__":
