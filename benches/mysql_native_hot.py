@@ -1,6 +1,9 @@
 """The MySQL store's hot path: Rust (``NativeMySQLHotPath``) against today's ``ThreadedHotPath``
 (PyMySQL on a thread pool), in ONE run on one MariaDB it starts itself (stopped at the end).
 
+A third path, ``blocking``, drives the same Rust store the other way: each call on the thread
+pool with the GIL released (``MySQLShard.call_blocking``), for the choice between the two.
+
 Each phase runs ``--concurrency`` loops on one event loop, each loop repeating: enqueue a batch of
 ``--batch`` jobs of ``--body-bytes`` bytes, dequeue ``--batch``, ack them all as succeeded. The two
 paths alternate for ``--rounds`` rounds of ``--seconds`` each, each phase on a fresh queue.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import resource
 import statistics
 import sys
@@ -47,6 +51,35 @@ from pinlater.backends.threaded import ThreadedHotPath  # noqa: E402
 T = TypeVar("T")
 
 
+class BlockingNative:
+    """The Rust hot path driven the other way: each call on the thread pool (``offload``), the
+    GIL released while it runs (``MySQLShard.call_blocking``), instead of on Rust workers that
+    complete an asyncio future."""
+
+    def __init__(self, native: NativeMySQLHotPath, offload: Callable[..., Awaitable[Any]]) -> None:
+        self._shard = native._native
+        self._offload = offload
+
+    async def _call(self, method: str, queue: str, now_ms: int, **kwargs: Any) -> Any:
+        database = f"plq_1_{queue}"
+        value, error = await self._offload(
+            functools.partial(self._shard.call_blocking, method, queue, database, now_ms, **kwargs)
+        )
+        if error is not None:
+            raise RuntimeError(error)
+        return value
+
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> Any:
+        return await self._call("enqueue_jobs", queue, now_ms, jobs=jobs)
+
+    async def dequeue_jobs(self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool) -> Any:
+        kwargs = {"priority": priority, "limit": limit, "claim": claim, "dry_run": dry_run}
+        return await self._call("dequeue_jobs", queue, now_ms, **kwargs)
+
+    async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
+        await self._call("ack_jobs", queue, now_ms, acks=acks)
+
+
 async def phase(path: str, hot: Any, queue: str, args: argparse.Namespace, now_ms: int) -> tuple[int, float]:
     """Run the loops for ``args.seconds``: (jobs acked, wall seconds)."""
     body = b"x" * args.body_bytes
@@ -62,7 +95,7 @@ async def phase(path: str, hot: Any, queue: str, args: argparse.Namespace, now_m
         while time.monotonic() < stop:
             n += 1
             claim = f"{path}-{k}-{n}"
-            if path == "native":
+            if path != "threaded":
                 await hot.enqueue_jobs(queue, native_batch, now_ms)
                 claimed = await hot.dequeue_jobs(queue, 1, args.batch, claim, now_ms, False)
                 group = AckGroup([(1, job[0], "", 0) for job in claimed.to_list()], [])
@@ -88,7 +121,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--pool-size", type=int, default=8)
-    parser.add_argument("--paths", default="threaded,native", help="which paths to run (for profiling one)")
+    parser.add_argument(
+        "--paths",
+        default="threaded,native,blocking",
+        help="paths to run: threaded (PyMySQL), native (Rust workers), blocking (Rust on the thread pool)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="pinlater-bench-mysql-hot-") as tmp:
@@ -109,7 +146,11 @@ def run(server: MariaDBServer, args: argparse.Namespace) -> None:
         return loop.run_in_executor(executor, fn, *args_)
 
     native = NativeMySQLHotPath(store, offload)
-    every: dict[str, Any] = {"threaded": ThreadedHotPath(store, offload), "native": native}
+    every: dict[str, Any] = {
+        "threaded": ThreadedHotPath(store, offload),
+        "native": native,
+        "blocking": BlockingNative(native, offload),
+    }
     paths = {name: every[name] for name in args.paths.split(",")}
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in paths}
     mariadb_pid = server.pid
@@ -146,11 +187,10 @@ def run(server: MariaDBServer, args: argparse.Namespace) -> None:
     medians = {name: [statistics.median(r[i] for r in rows) for i in range(3)] for name, rows in results.items()}
     for name, (rate, cpu, db) in medians.items():
         print(f"  {name:>8}: {rate:9.0f} jobs/s  process {cpu:6.1f} us/job  mariadbd {db:6.1f} us/job")
-    if len(medians) < 2:
-        return
-    native, threaded = medians["native"], medians["threaded"]
-    rate, cpu = native[0] / threaded[0], native[1] / threaded[1]
-    print(f"  native/threaded: jobs/s x{rate:.2f}, process CPU per job x{cpu:.2f}")
+    threaded = medians.get("threaded")
+    for name, (rate, cpu, _) in medians.items():
+        if threaded is not None and name != "threaded":
+            print(f"  {name}/threaded: jobs/s x{rate / threaded[0]:.2f}, process CPU per job x{cpu / threaded[1]:.2f}")
 
 
 if __name__ == "__main__":

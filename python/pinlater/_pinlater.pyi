@@ -375,6 +375,25 @@ class MySQLShard:
     ) -> None:
         """Settle ``acks``; ``future`` gets None."""
 
+    def call_blocking(
+        self,
+        method: str,
+        queue: str,
+        database: str,
+        now_ms: int,
+        *,
+        jobs: NewJobBatch | None = None,
+        acks: AckGroup | None = None,
+        priority: int = 0,
+        limit: int = 0,
+        claim: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Any, tuple[str, str, int, bool] | None]:
+        """``method`` (``enqueue_jobs``, ``dequeue_jobs`` or ``ack_jobs``) run on the calling thread
+        with the GIL released, answering ``(value, error)`` as ``settle`` takes them: the
+        alternative to the workers, for ``benches/mysql_native_hot.py``. ``ValueError`` for
+        another method or one without its ``jobs``/``acks``."""
+
     @staticmethod
     def long_bodies(jobs: NewJobBatch, longer_than: int) -> list[tuple[int, int, bytes]]:
         """``(index, priority, body)`` of each job whose body is longer than ``longer_than`` bytes."""

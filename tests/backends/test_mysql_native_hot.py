@@ -256,6 +256,19 @@ def test_concurrent_calls(harness: Harness) -> None:
     assert 1 <= harness.hot.worker_count <= harness.store.pool_size
 
 
+def test_call_blocking_answers_as_the_workers_do(harness: Harness) -> None:
+    shard = harness.hot._native  # the benchmark's alternative way in
+    batch = NewJobBatch([(1, b"a", T0, 2, ""), (1, b"b", T0, 2, "")])
+    ids, error = shard.call_blocking("enqueue_jobs", RS, f"plq_1_{RS}", T0, jobs=batch)
+    assert error is None and ids.to_list() == harness.store.enqueue_jobs(PY, [NewJob(1, b"a", T0, 2)] * 2, T0)
+    claimed, error = shard.call_blocking("dequeue_jobs", RS, f"plq_1_{RS}", T0, priority=1, limit=5, claim="c")
+    assert error is None and [job[0] for job in claimed.to_list()] == [1, 2]
+    _, error = shard.call_blocking("ack_jobs", "gone", "plq_1_gone", T0, acks=AckGroup([(1, 1, "", 0)], []))
+    assert error == ("queue_not_found", "gone", 0, False)
+    with pytest.raises(ValueError, match="bad call"):
+        shard.call_blocking("enqueue_jobs", RS, f"plq_1_{RS}", T0)
+
+
 # -- the statements, as the server saw them ------------------------------------------------------
 
 

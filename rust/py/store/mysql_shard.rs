@@ -73,6 +73,8 @@ pub struct MySQLShard {
     size: usize,
     sender: Mutex<Option<Sender<Request>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    /// The sessions of `call_blocking`.
+    sessions: Mutex<Vec<Session>>,
 }
 
 fn sql_text(sql: &HashMap<String, String>, name: &str) -> PyResult<String> {
@@ -149,6 +151,7 @@ impl MySQLShard {
                 size: pool_size.max(1),
                 sender: Mutex::new(Some(sender)),
                 workers: Mutex::new(Vec::new()),
+                sessions: Mutex::new(Vec::new()),
             })
         })
     }
@@ -223,6 +226,56 @@ impl MySQLShard {
         })
     }
 
+    /// The same three calls run on the calling thread with the GIL released, answering
+    /// `(value, error)` as `settle` takes them: the alternative to the workers, for the
+    /// benchmark that compares the two (`benches/mysql_native_hot.py`); sessions are pooled.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (method, queue, database, now_ms, *, jobs=None, acks=None, priority=0, limit=0, claim=None, dry_run=false))]
+    fn call_blocking(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        queue: &str,
+        database: String,
+        now_ms: i64,
+        jobs: Option<Py<NewJobBatch>>,
+        acks: Option<Py<AckGroup>>,
+        priority: i64,
+        limit: i64,
+        claim: Option<String>,
+        dry_run: bool,
+    ) -> PyResult<(Py<PyAny>, Option<ErrorTuple>)> {
+        guarded("MySQLShard.call_blocking", || {
+            let call = match (method, jobs, acks) {
+                ("enqueue_jobs", Some(jobs), _) => Call::Enqueue { jobs },
+                ("ack_jobs", _, Some(acks)) => Call::Ack { acks },
+                ("dequeue_jobs", _, _) => Call::Dequeue {
+                    priority,
+                    limit,
+                    claim: claim.unwrap_or_default(),
+                    dry_run,
+                },
+                _ => return Err(PyValueError::new_err(format!("bad call {method:?}"))),
+            };
+            let result = py.detach(|| {
+                let taken = self
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pop();
+                let mut session =
+                    taken.unwrap_or_else(|| Session::new(Arc::clone(&self.pool.shared)));
+                let result = run_call(&mut session, &call, &database, now_ms);
+                self.sessions
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(session);
+                result
+            });
+            answer_value(py, result, queue)
+        })
+    }
+
     /// `(index, priority, body)` of each job whose body is longer than `longer_than` bytes (the
     /// few the body-limit check looks at).
     #[staticmethod]
@@ -264,6 +317,10 @@ impl MySQLShard {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         drop(sender);
+        self.sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         let workers: Vec<JoinHandle<()>> =
             std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
         py.detach(|| {
@@ -344,14 +401,7 @@ fn work(pool: &Pool) {
         // Completing the future is the only work done holding the GIL; a loop already closed
         // (call_soon raises) has nobody left to tell.
         let _ = Python::try_attach(|py| -> PyResult<()> {
-            let (value, error) = match result {
-                Ok(Answer::Ids(ids)) => (Py::new(py, LocalIds::from_ids(ids))?.into_any(), None),
-                Ok(Answer::Jobs(jobs)) => {
-                    (Py::new(py, ClaimedJobs::from_jobs(jobs))?.into_any(), None)
-                }
-                Ok(Answer::Done) => (py.None(), None),
-                Err(err) => (py.None(), Some(error_tuple(&err, &request.queue))),
-            };
+            let (value, error) = answer_value(py, result, &request.queue)?;
             request.call_soon.call1(
                 py,
                 (pool.settle.clone_ref(py), &request.future, value, error),
@@ -363,10 +413,18 @@ fn work(pool: &Pool) {
 }
 
 fn run(session: &mut Session, request: &Request) -> Result<Answer, StoreError> {
-    let database = &request.database;
-    match &request.call {
+    run_call(session, &request.call, &request.database, request.now_ms)
+}
+
+fn run_call(
+    session: &mut Session,
+    call: &Call,
+    database: &str,
+    now_ms: i64,
+) -> Result<Answer, StoreError> {
+    match call {
         Call::Enqueue { jobs } => session
-            .enqueue_jobs(database, jobs.get().jobs(), request.now_ms)
+            .enqueue_jobs(database, jobs.get().jobs(), now_ms)
             .map(Answer::Ids),
         Call::Dequeue {
             priority,
@@ -374,17 +432,33 @@ fn run(session: &mut Session, request: &Request) -> Result<Answer, StoreError> {
             claim,
             dry_run,
         } => session
-            .dequeue_jobs(database, *priority, *limit, claim, request.now_ms, *dry_run)
+            .dequeue_jobs(database, *priority, *limit, claim, now_ms, *dry_run)
             .map(Answer::Jobs),
         Call::Ack { acks } => session
-            .ack_jobs(database, acks.get().group(), request.now_ms)
+            .ack_jobs(database, acks.get().group(), now_ms)
             .map(|()| Answer::Done),
     }
 }
 
+/// A result as `settle` takes it: `(value, error)`.
+fn answer_value(
+    py: Python<'_>,
+    result: Result<Answer, StoreError>,
+    queue: &str,
+) -> PyResult<(Py<PyAny>, Option<ErrorTuple>)> {
+    Ok(match result {
+        Ok(Answer::Ids(ids)) => (Py::new(py, LocalIds::from_ids(ids))?.into_any(), None),
+        Ok(Answer::Jobs(jobs)) => (Py::new(py, ClaimedJobs::from_jobs(jobs))?.into_any(), None),
+        Ok(Answer::Done) => (py.None(), None),
+        Err(err) => (py.None(), Some(error_tuple(&err, queue))),
+    })
+}
+
+type ErrorTuple = (&'static str, String, i64, bool);
+
 /// `(kind, detail, code, maybe_applied)` for the Python `settle`: kind `queue_not_found` (detail
 /// the queue), `connection`, `server` (code the `MySQL` error number), `priority`, `internal`.
-fn error_tuple(err: &StoreError, queue: &str) -> (&'static str, String, i64, bool) {
+fn error_tuple(err: &StoreError, queue: &str) -> ErrorTuple {
     match err {
         StoreError::QueueNotFound => ("queue_not_found", queue.to_owned(), 0, false),
         StoreError::Connection {
