@@ -7,7 +7,8 @@ pool with the GIL released (``MySQLShard.call_blocking``), for the choice betwee
 Each phase runs ``--concurrency`` loops on one event loop, each loop repeating: enqueue a batch of
 ``--batch`` jobs of ``--body-bytes`` bytes, dequeue ``--batch``, ack them all as succeeded. The two
 paths alternate for ``--rounds`` rounds of ``--seconds`` each, each phase on a fresh queue.
-Printed per path: jobs acked per second, this process's CPU per acked job (every thread: the
+Printed per path: jobs acked per second, this process's CPU per acked job (and by thread:
+the event loop's, the Rust workers', the thread pool's; from /proc, in clock ticks) (every thread: the
 event loop, the thread pool, the Rust workers; user and system, from ``getrusage``) and mariadbd's.
 
 Inputs as the server hands them over: the enqueue batches are made before the clock starts
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import os
 import resource
 import statistics
 import sys
@@ -78,6 +80,24 @@ class BlockingNative:
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
         await self._call("ack_jobs", queue, now_ms, acks=acks)
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads, summed by kind: the event loop's (main), the Rust
+    workers' (``mysql-*``), the rest (the thread pool)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    kinds: dict[str, float] = {"loop": 0.0, "rust": 0.0, "pool": 0.0}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = head.split("(", 1)[1]
+        fields = tail.split()
+        kind = "loop" if int(task) == os.getpid() else "rust" if name.startswith("mysql-") else "pool"
+        kinds[kind] += (int(fields[11]) + int(fields[12])) / ticks
+    return kinds
 
 
 async def phase(path: str, hot: Any, queue: str, args: argparse.Namespace, now_ms: int) -> tuple[int, float]:
@@ -163,16 +183,19 @@ def run(server: MariaDBServer, args: argparse.Namespace) -> None:
                 store.create_queue(queue, 1)
                 warm_up = argparse.Namespace(**{**vars(args), "seconds": 0.5})
                 loop.run_until_complete(phase(name, hot, queue, warm_up, now_ms))
+                threads0 = thread_cpu()
                 usage0, db0 = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds(mariadb_pid)
                 acked, wall = loop.run_until_complete(phase(name, hot, queue, args, now_ms))
                 usage, db = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds(mariadb_pid) - db0
+                threads = {kind: (cpu - threads0[kind]) / acked * 1e6 for kind, cpu in thread_cpu().items()}
                 user, system = usage.ru_utime - usage0.ru_utime, usage.ru_stime - usage0.ru_stime
                 cpu = user + system
                 results[name].append((acked / wall, cpu / acked * 1e6, db / acked * 1e6))
                 print(
                     f"round {round_ + 1} {name:>8}: {acked / wall:9.0f} jobs/s"
                     f"  process {cpu / acked * 1e6:6.1f} us/job (user {user / acked * 1e6:.1f}, system"
-                    f" {system / acked * 1e6:.1f})  mariadbd {db / acked * 1e6:6.1f} us/job",
+                    f" {system / acked * 1e6:.1f}; threads: {', '.join(f'{k} {v:.1f}' for k, v in threads.items())})"
+                    f"  mariadbd {db / acked * 1e6:6.1f} us/job",
                     flush=True,
                 )
                 store.delete_queue(queue)

@@ -319,12 +319,13 @@ class _InsertJob(Protocol):
 class MySQLShard:
     """The hot path (enqueue, dequeue, ack) of one MySQL shard, on Rust threads over the pure
     Rust ``mysql`` client: up to ``pool_size`` worker threads, each with one connection, started
-    as calls need them. Each call returns at once; the worker runs the transaction without the
-    GIL, then calls ``call_soon(settle, future, value, error)`` (``call_soon`` is the loop's
-    ``call_soon_threadsafe``). ``error`` is None or ``(kind, detail, code, maybe_applied)``: kind
-    ``queue_not_found`` (detail: the queue), ``connection`` (past ``num_auto_retries``; with
-    ``maybe_applied`` when an enqueue's COMMIT was cut off), ``server`` (an unmapped MySQL error
-    ``code``), ``priority`` (no table can have it) or ``internal``.
+    as calls need them. Each call returns at once; a worker runs the transaction without the GIL
+    and files the answer, and the event loop, watching ``wake_fd()`` (``loop.add_reader``), calls
+    ``drain()``, which completes each answered future with ``settle(future, value, error)``.
+    ``error`` is None or ``(kind, detail, code, maybe_applied)``: kind ``queue_not_found``
+    (detail: the queue), ``connection`` (past ``num_auto_retries``; with ``maybe_applied`` when
+    an enqueue's COMMIT was cut off), ``server`` (an unmapped MySQL error ``code``), ``priority``
+    (no table can have it) or ``internal``.
 
     ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
     ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs`` and
@@ -351,9 +352,7 @@ class MySQLShard:
         """Raises ``ValueError`` for an unknown ``insert_id_strategy``, a missing SQL text or a
         timeout that is not positive. Connects nothing yet."""
 
-    def enqueue_jobs(
-        self, queue: str, database: str, jobs: NewJobBatch, now_ms: int, call_soon: Callable[..., Any], future: Any
-    ) -> None:
+    def enqueue_jobs(self, queue: str, database: str, jobs: NewJobBatch, now_ms: int, future: Any) -> None:
         """Insert ``jobs`` into ``database`` (``queue``'s); ``future`` gets their ``LocalIds``."""
 
     def dequeue_jobs(
@@ -365,14 +364,11 @@ class MySQLShard:
         claim: str,
         now_ms: int,
         dry_run: bool,
-        call_soon: Callable[..., Any],
         future: Any,
     ) -> None:
         """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets ``ClaimedJobs``."""
 
-    def ack_jobs(
-        self, queue: str, database: str, acks: AckGroup, now_ms: int, call_soon: Callable[..., Any], future: Any
-    ) -> None:
+    def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
         """Settle ``acks``; ``future`` gets None."""
 
     def call_blocking(
@@ -397,6 +393,13 @@ class MySQLShard:
     @staticmethod
     def long_bodies(jobs: NewJobBatch, longer_than: int) -> list[tuple[int, int, bytes]]:
         """``(index, priority, body)`` of each job whose body is longer than ``longer_than`` bytes."""
+
+    def wake_fd(self) -> int:
+        """The socket the event loop watches: readable when answers wait for ``drain``."""
+
+    def drain(self) -> int:
+        """Complete the future of every answered call through ``settle`` (on the loop's thread);
+        how many. An exception of ``settle`` is raised after the others are completed."""
 
     def max_allowed_packet(self) -> int | None:
         """The server's ``max_allowed_packet``, once a connection has read it."""

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 from tests.support.mariadb_server import MariaDBServer, shared_server
+from tests.support.wait import wait_for
 
 from pinlater._pinlater import AckGroup, NewJobBatch
 from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
@@ -254,6 +255,28 @@ def test_concurrent_calls(harness: Harness) -> None:
     harness.run(main())
     assert harness.store.count_jobs(RS, JobFilter(JobState.SUCCEEDED, 1, T0), None) == 320
     assert 1 <= harness.hot.worker_count <= harness.store.pool_size
+
+
+def test_a_cancelled_call_and_a_second_event_loop(harness: Harness) -> None:
+    async def cancel_one() -> list[int]:
+        task = asyncio.ensure_future(harness.hot.enqueue_jobs(RS, NewJobBatch([(1, b"c", T0, 1, "")]), T0))
+        await asyncio.sleep(0)  # the call is with a worker
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        ids = await harness.hot.enqueue_jobs(RS, NewJobBatch([(1, b"d", T0, 1, "")]), T0)
+        return ids.to_list()
+
+    assert len(harness.run(cancel_one())) == 1
+
+    async def on_another_loop() -> list[int]:
+        ids = await harness.hot.enqueue_jobs(RS, NewJobBatch([(1, b"e", T0, 1, "")]), T0)
+        return ids.to_list()
+
+    assert len(asyncio.run(on_another_loop())) == 1  # the wake-up socket moved to this loop
+    assert len(harness.enqueue(RS, [NewJob(1, b"f", T0, 1)])) == 1  # and back
+    # The cancelled enqueue still ran, as it would have on the thread pool.
+    wait_for(lambda: harness.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 4, 10, what="4 jobs")
 
 
 def test_call_blocking_answers_as_the_workers_do(harness: Harness) -> None:

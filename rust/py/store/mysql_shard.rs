@@ -1,20 +1,23 @@
 //! Python binding of `crate::store::mysql_shard`: one `MySQL` shard's hot path on Rust threads.
 //!
 //! `MySQLShard` owns up to `pool_size` worker threads, each with one connection (a `Session`),
-//! started as requests need them and fed by one channel. A call returns at once; the worker runs
-//! the transaction without the GIL, then attaches only to complete the caller's asyncio future:
-//! `call_soon(settle, future, value, error)` with `call_soon` the loop's `call_soon_threadsafe`
-//! and `settle` the Python function given at construction (it maps `error`, a tuple
-//! `(kind, detail, code, maybe_applied)`, to the store's exceptions). No Python object is made per
-//! job: the jobs cross as `NewJobBatch`/`AckGroup` in and `LocalIds`/`ClaimedJobs` out.
+//! started as calls need them and fed from one queue. A call returns at once with the caller's
+//! asyncio future; a worker runs the transaction without the GIL and never takes it: it files
+//! the answer in a completion list and, when that list was empty, writes one byte to a socket
+//! pair. The event loop watches the other end (`loop.add_reader(wake_fd(), drain)`); `drain`,
+//! on the loop's thread, completes every answered future through `settle(future, value,
+//! error)`, the Python function given at construction (it maps `error`, a tuple `(kind, detail, code,
+//! maybe_applied)`, to the store's exceptions). No Python object is made per job: the jobs
+//! cross as `NewJobBatch`/`AckGroup` in and `LocalIds`/`ClaimedJobs` out.
 //!
 //! A request that waited longer than the socket timeout for a free connection fails as the
 //! Python pool's does (`no free connection within ...`).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -48,7 +51,6 @@ struct Request {
     database: String,
     now_ms: i64,
     queued: Instant,
-    call_soon: Py<PyAny>,
     future: Py<PyAny>,
 }
 
@@ -58,12 +60,36 @@ enum Answer {
     Done,
 }
 
+/// The calls waiting for a worker.
+#[derive(Default)]
+struct Work {
+    requests: VecDeque<Request>,
+    /// Workers waiting for a call.
+    idle: usize,
+    closed: bool,
+}
+
+type Answered = (Request, Result<Answer, StoreError>);
+
 /// What the workers of one shard share.
 struct Pool {
     shared: Arc<Shared>,
-    receiver: Mutex<Receiver<Request>>,
-    settle: Py<PyAny>,
-    idle: AtomicUsize,
+    work: Mutex<Work>,
+    ready: Condvar,
+    /// Answers not yet handed to their futures; a byte is in the pipe whenever this is not empty.
+    done: Mutex<Vec<Answered>>,
+    wake: UnixStream,
+}
+
+impl Pool {
+    fn answer(&self, answered: Answered) {
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        if done.is_empty() {
+            // Nobody left to read it (the shard is gone) is nobody left to tell.
+            let _ = (&self.wake).write_all(b"!");
+        }
+        done.push(answered);
+    }
 }
 
 /// The hot path (enqueue, dequeue, ack) of one `MySQL` shard, on Rust threads.
@@ -71,7 +97,8 @@ struct Pool {
 pub struct MySQLShard {
     pool: Arc<Pool>,
     size: usize,
-    sender: Mutex<Option<Sender<Request>>>,
+    wake: UnixStream,
+    settle: Py<PyAny>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     /// The sessions of `call_blocking`.
     sessions: Mutex<Vec<Session>>,
@@ -140,16 +167,20 @@ impl MySQLShard {
                 custom_status_limit,
                 sql,
             };
-            let (sender, receiver) = mpsc::channel();
+            let (reader, writer) = UnixStream::pair().map_err(|err| {
+                PyValueError::new_err(format!("cannot make a socket pair: {err}"))
+            })?;
             Ok(Self {
                 pool: Arc::new(Pool {
                     shared: Shared::new(settings),
-                    receiver: Mutex::new(receiver),
-                    settle,
-                    idle: AtomicUsize::new(0),
+                    work: Mutex::new(Work::default()),
+                    ready: Condvar::new(),
+                    done: Mutex::new(Vec::new()),
+                    wake: writer,
                 }),
                 size: pool_size.max(1),
-                sender: Mutex::new(Some(sender)),
+                wake: reader,
+                settle,
                 workers: Mutex::new(Vec::new()),
                 sessions: Mutex::new(Vec::new()),
             })
@@ -157,25 +188,16 @@ impl MySQLShard {
     }
 
     /// Insert `jobs` into `queue` (its database `database`); the future gets their `LocalIds`.
-    #[allow(clippy::too_many_arguments)]
     fn enqueue_jobs(
         &self,
         queue: String,
         database: String,
         jobs: Py<NewJobBatch>,
         now_ms: i64,
-        call_soon: Py<PyAny>,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.enqueue_jobs", || {
-            self.submit(
-                Call::Enqueue { jobs },
-                queue,
-                database,
-                now_ms,
-                call_soon,
-                future,
-            )
+            self.submit(Call::Enqueue { jobs }, queue, database, now_ms, future)
         })
     }
 
@@ -190,7 +212,6 @@ impl MySQLShard {
         claim: String,
         now_ms: i64,
         dry_run: bool,
-        call_soon: Py<PyAny>,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.dequeue_jobs", || {
@@ -200,7 +221,7 @@ impl MySQLShard {
                 claim,
                 dry_run,
             };
-            self.submit(call, queue, database, now_ms, call_soon, future)
+            self.submit(call, queue, database, now_ms, future)
         })
     }
 
@@ -211,18 +232,10 @@ impl MySQLShard {
         database: String,
         acks: Py<AckGroup>,
         now_ms: i64,
-        call_soon: Py<PyAny>,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.ack_jobs", || {
-            self.submit(
-                Call::Ack { acks },
-                queue,
-                database,
-                now_ms,
-                call_soon,
-                future,
-            )
+            self.submit(Call::Ack { acks }, queue, database, now_ms, future)
         })
     }
 
@@ -301,6 +314,42 @@ impl MySQLShard {
             .map(|info| info.max_allowed_packet)
     }
 
+    /// The pipe the event loop watches: readable when answers wait for `drain`.
+    fn wake_fd(&self) -> i32 {
+        self.wake.as_raw_fd()
+    }
+
+    /// Complete the futures of every answered call (`settle`, on the loop's thread); how many.
+    fn drain(&self, py: Python<'_>) -> PyResult<usize> {
+        guarded("MySQLShard.drain", || {
+            let answered = {
+                let mut done = self
+                    .pool
+                    .done
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if done.is_empty() {
+                    return Ok(0);
+                }
+                let mut byte = [0_u8; 1];
+                let _ = (&self.wake).read(&mut byte); // the one byte written since the last drain
+                std::mem::take(&mut *done)
+            };
+            let count = answered.len();
+            let mut failure = None;
+            for (request, result) in answered {
+                let settled =
+                    answer_value(py, result, &request.queue).and_then(|(value, error)| {
+                        self.settle.call1(py, (&request.future, value, error))
+                    });
+                if let Err(err) = settled {
+                    failure.get_or_insert(err); // the other futures still get their answers
+                }
+            }
+            failure.map_or(Ok(count), Err)
+        })
+    }
+
     /// Worker threads started so far (at most `pool_size`).
     fn worker_count(&self) -> usize {
         self.workers
@@ -311,12 +360,7 @@ impl MySQLShard {
 
     /// Stop taking calls, let the workers finish those taken, and wait for them. Idempotent.
     fn close(&self, py: Python<'_>) {
-        let sender = self
-            .sender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        drop(sender);
+        self.stop();
         self.sessions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -338,7 +382,6 @@ impl MySQLShard {
         queue: String,
         database: String,
         now_ms: i64,
-        call_soon: Py<PyAny>,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         let request = Request {
@@ -347,17 +390,22 @@ impl MySQLShard {
             database,
             now_ms,
             queued: Instant::now(),
-            call_soon,
             future,
         };
-        let sender = self.sender.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(sender) = sender.as_ref() else {
-            return Err(PyValueError::new_err("the MySQL shard is closed"));
+        let spawn = {
+            let mut work = self
+                .pool
+                .work
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if work.closed {
+                return Err(PyValueError::new_err("the MySQL shard is closed"));
+            }
+            work.requests.push_back(request);
+            work.requests.len() > work.idle
         };
-        if sender.send(request).is_err() {
-            return Err(PyValueError::new_err("the MySQL shard is closed"));
-        }
-        if self.pool.idle.load(Ordering::SeqCst) == 0 {
+        self.pool.ready.notify_one();
+        if spawn {
             let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
             if workers.len() < self.size {
                 let pool = Arc::clone(&self.pool);
@@ -373,22 +421,45 @@ impl MySQLShard {
         }
         Ok(())
     }
+
+    /// Take no more calls; the workers end once the queue is empty.
+    fn stop(&self) {
+        self.pool
+            .work
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .closed = true;
+        self.pool.ready.notify_all();
+    }
 }
 
-/// A worker: one session, taking requests until the shard closes.
+impl Drop for MySQLShard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A worker: one session, taking calls until the shard closes and the queue is empty.
 fn work(pool: &Pool) {
     let mut session = Session::new(Arc::clone(&pool.shared));
     let timeout = pool.shared.settings.timeout;
     loop {
-        pool.idle.fetch_add(1, Ordering::SeqCst);
-        let request = pool
-            .receiver
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .recv();
-        pool.idle.fetch_sub(1, Ordering::SeqCst);
-        let Ok(request) = request else {
-            return;
+        let request = {
+            let mut work = pool.work.lock().unwrap_or_else(PoisonError::into_inner);
+            loop {
+                if let Some(request) = work.requests.pop_front() {
+                    break request;
+                }
+                if work.closed {
+                    return;
+                }
+                work.idle += 1;
+                work = pool
+                    .ready
+                    .wait(work)
+                    .unwrap_or_else(PoisonError::into_inner);
+                work.idle -= 1;
+            }
         };
         let result = if request.queued.elapsed() > timeout {
             Err(StoreError::Connection {
@@ -398,17 +469,7 @@ fn work(pool: &Pool) {
         } else {
             run(&mut session, &request)
         };
-        // Completing the future is the only work done holding the GIL; a loop already closed
-        // (call_soon raises) has nobody left to tell.
-        let _ = Python::try_attach(|py| -> PyResult<()> {
-            let (value, error) = answer_value(py, result, &request.queue)?;
-            request.call_soon.call1(
-                py,
-                (pool.settle.clone_ref(py), &request.future, value, error),
-            )?;
-            drop(request);
-            Ok(())
-        });
+        pool.answer((request, result));
     }
 }
 

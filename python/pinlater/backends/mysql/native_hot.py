@@ -1,11 +1,13 @@
 """``NativeMySQLHotPath``: the MySQL store's hot path (enqueue, dequeue, ack) in Rust.
 
 Each call crosses into the extension once (``_pinlater.MySQLShard``, ``rust/store/mysql_shard.rs``)
-with the request's jobs as one Rust value, and is awaited through an asyncio future that a Rust
-worker thread completes (``loop.call_soon_threadsafe``), taking the GIL only for that. The
-workers own their connections (at most the store's ``pool_size``) and run the same statements
-and transactions as ``MySQLStore``: the same SQL files (their text is handed over from
-``queries.py``), session setup, time conversion, id strategy, retries and error mapping.
+with the request's jobs as one Rust value, and is awaited through an asyncio future. A Rust
+worker thread runs it without ever taking the GIL and files the answer; the event loop watches
+the shard's wake-up socket (``loop.add_reader``) and completes every answered future at once
+(``MySQLShard.drain``, on the loop's thread). The workers own their connections (at most the
+store's ``pool_size``) and run the same statements and transactions as ``MySQLStore``: the same
+SQL files (their text is handed over from ``queries.py``), session setup, time conversion, id
+strategy, retries and error mapping.
 
 Python keeps what needs PyMySQL or a Python object: the queue's database name (``names.py``),
 the body-limit check of bodies longer than a BLOB (``bodies.py``, before any statement, and
@@ -75,7 +77,7 @@ def _exception(shard: str, error: NativeError) -> BaseException:
 
 def _settler(shard: str) -> Callable[[asyncio.Future[Any], object, NativeError | None], None]:
     def settle(future: asyncio.Future[Any], value: object, error: NativeError | None) -> None:
-        if future.done():  # the caller gave up (cancelled)
+        if future.done() or future.get_loop().is_closed():  # the caller gave up (cancelled)
             return
         if error is None:
             future.set_result(value)
@@ -94,6 +96,8 @@ class NativeMySQLHotPath:
         self._offload = offload
         self._threaded = ThreadedHotPath(store, offload)
         self._databases: dict[str, str] = {}
+        #: The event loop watching the wake-up socket (the one the calls come from).
+        self._loop: asyncio.AbstractEventLoop | None = None
         config = store.config
         self._native = MySQLShard(
             store.name,
@@ -110,6 +114,28 @@ class NativeMySQLHotPath:
             sql={name: sql.text for name, sql in _SQL.items()},
             settle=_settler(store.name),
         )
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, watching the shard's wake-up socket (moved there from an earlier one)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._unwatch()
+            loop.add_reader(self._native.wake_fd(), self._native.drain)
+            self._loop = loop
+        return loop
+
+    def _unwatch(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.remove_reader(self._native.wake_fd())
+        else:  # closed from another thread: the loop stops watching on its own thread
+            loop.call_soon_threadsafe(loop.remove_reader, self._native.wake_fd())
 
     def _database(self, queue: str) -> str:
         """The queue's database name (``names.database_name``: refuses a bad or too long name)."""
@@ -130,9 +156,8 @@ class NativeMySQLHotPath:
         long_bodies = jobs.body_bytes > BLOB_BYTES
         if long_bodies:
             await self._offload(self._check_bodies, queue, jobs)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[LocalIds] = loop.create_future()
-        self._native.enqueue_jobs(queue, database, jobs, now_ms, loop.call_soon_threadsafe, future)
+        future: asyncio.Future[LocalIds] = self._running_loop().create_future()
+        self._native.enqueue_jobs(queue, database, jobs, now_ms, future)
         try:
             return await future
         except pymysql.err.DataError as exc:
@@ -151,20 +176,16 @@ class NativeMySQLHotPath:
         if len(claim) > MAX_CLAIM_LENGTH:
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
         database = self._database(queue)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ClaimedJobs] = loop.create_future()
-        self._native.dequeue_jobs(
-            queue, database, priority, limit, claim, now_ms, dry_run, loop.call_soon_threadsafe, future
-        )
+        future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
+        self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, future)
         return await future
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
         if not len(acks):
             return
         database = self._database(queue)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._native.ack_jobs(queue, database, acks, now_ms, loop.call_soon_threadsafe, future)
+        future: asyncio.Future[None] = self._running_loop().create_future()
+        self._native.ack_jobs(queue, database, acks, now_ms, future)
         await future
 
     # -- the dequeue broker's operations: the Python store's, on the thread pool ---------------
@@ -203,5 +224,7 @@ class NativeMySQLHotPath:
         return self._native.worker_count()
 
     def close(self) -> None:
-        """Stop the workers once the calls they took are answered. Idempotent."""
+        """Stop the workers once the calls they took are answered, and stop watching their
+        wake-up socket. Idempotent."""
         self._native.close()
+        self._unwatch()
