@@ -279,6 +279,16 @@ def test_a_cancelled_call_and_a_second_event_loop(harness: Harness) -> None:
     wait_for(lambda: harness.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 4, 10, what="4 jobs")
 
 
+def test_closed_off_the_loop_the_loop_stops_watching_on_its_own_thread(harness: Harness) -> None:
+    assert len(harness.enqueue(RS, [NewJob(1, b"x", T0, 1)])) == 1
+    fd = harness.hot._native.wake_fd()
+    harness.hot.close()  # no loop running here, as on the server's thread pool
+    harness.run(asyncio.sleep(0))  # the loop runs what close scheduled
+    assert not harness.loop.remove_reader(fd)
+    with pytest.raises(ShardConnectionError, match="closed"):
+        harness.enqueue(RS, [NewJob(1, b"y", T0, 1)])
+
+
 def test_call_blocking_answers_as_the_workers_do(harness: Harness) -> None:
     shard = harness.hot._native  # the benchmark's alternative way in
     batch = NewJobBatch([(1, b"a", T0, 2, ""), (1, b"b", T0, 2, "")])
@@ -399,6 +409,9 @@ def test_the_store_hands_out_the_native_hot_path(server: MariaDBServer) -> None:
         store.create_queue(RS, 1)
         ids = loop.run_until_complete(hot.enqueue_jobs(RS, NewJobBatch([(1, b"x", T0, 1, "")]), T0))
         assert ids.to_list() == [1]
+        fd = hot._native.wake_fd()
+        loop.run_until_complete(store.aclose())
+        assert not loop.remove_reader(fd), "aclose stopped watching the wake-up socket"
     finally:
         store.close()  # closes the hot path's workers too
         loop.close()

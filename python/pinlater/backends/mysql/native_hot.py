@@ -87,6 +87,12 @@ def _settler(shard: str) -> Callable[[asyncio.Future[Any], object, NativeError |
     return settle
 
 
+def _stop_watching(loop: asyncio.AbstractEventLoop, native: MySQLShard) -> None:
+    """Remove ``native``'s wake-up socket from ``loop``; holding ``native`` keeps the socket open
+    (its number cannot go to another file) until then."""
+    loop.remove_reader(native.wake_fd())
+
+
 class NativeMySQLHotPath:
     """``HotPath`` of one ``MySQLStore``: enqueue, dequeue and ack in Rust; the broker's
     operations through ``ThreadedHotPath``. ``close`` stops its threads and connections."""
@@ -98,6 +104,7 @@ class NativeMySQLHotPath:
         self._databases: dict[str, str] = {}
         #: The event loop watching the wake-up socket (the one the calls come from).
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
         config = store.config
         self._native = MySQLShard(
             store.name,
@@ -119,6 +126,8 @@ class NativeMySQLHotPath:
         """The running loop, watching the shard's wake-up socket (moved there from an earlier one)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
+            if self._closed:  # as the Python store's closed pool fails
+                raise ShardConnectionError(self._store.name, "the MySQL shard is closed")
             self._unwatch()
             loop.add_reader(self._native.wake_fd(), self._native.drain)
             self._loop = loop
@@ -135,7 +144,7 @@ class NativeMySQLHotPath:
         if running is loop:
             loop.remove_reader(self._native.wake_fd())
         else:  # closed from another thread: the loop stops watching on its own thread
-            loop.call_soon_threadsafe(loop.remove_reader, self._native.wake_fd())
+            loop.call_soon_threadsafe(_stop_watching, loop, self._native)
 
     def _database(self, queue: str) -> str:
         """The queue's database name (``names.database_name``: refuses a bad or too long name)."""
@@ -223,8 +232,14 @@ class NativeMySQLHotPath:
         """Rust worker threads (each with its connection) started so far."""
         return self._native.worker_count()
 
+    def unwatch(self) -> None:
+        """Stop watching the wake-up socket (``MySQLStore.aclose``, on the loop's thread); a
+        later call watches it again."""
+        self._unwatch()
+
     def close(self) -> None:
         """Stop the workers once the calls they took are answered, and stop watching their
         wake-up socket. Idempotent."""
+        self._closed = True
         self._native.close()
         self._unwatch()

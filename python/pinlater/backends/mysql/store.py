@@ -513,6 +513,11 @@ class MySQLStore(BlockingStore):
         self._hot_paths.append(hot)
         return hot
 
+    async def aclose(self) -> None:
+        """The event loop stops watching the Rust hot paths' wake-up sockets."""
+        for hot in self._hot_paths:
+            hot.unwatch()
+
     def close(self) -> None:
         for hot in self._hot_paths:
             hot.close()
