@@ -6,6 +6,8 @@ from the server's general log), the same errors; a server restart mid-use; concu
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -394,6 +396,79 @@ def test_a_server_restart_mid_use(own_server: MariaDBServer) -> None:
         assert h.store.count_jobs(RS, JobFilter(JobState.SUCCEEDED, 1, T0), None) == 13
     finally:
         h.close()
+
+
+class CommitCutter:
+    """A TCP proxy in front of MariaDB that, when armed, lets the next COMMIT through and then
+    cuts the client's connection instead of passing on the server's answer: a COMMIT applied
+    whose outcome the client never learns."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.armed = False
+        self.cuts = 0
+        self._cutting = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if not answers and self.armed and b"\x03COMMIT" in data:
+                    self.armed = False
+                    self._cutting.set()
+                elif answers and self._cutting.is_set():
+                    self._cutting.clear()
+                    self.cuts += 1
+                    break  # the COMMIT's answer: dropped, and the connection with it
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_an_enqueue_whose_commit_was_cut_off_is_not_repeated(server: MariaDBServer) -> None:
+    cutter = CommitCutter(server.port)
+    config = MySQLShardConfig(Endpoint(server.host, cutter.port), server.user, server.password)
+    h = Harness(MySQLStore("1", config, pool_size=1, num_auto_retries=2))
+    try:
+        h.store.create_queue(RS, 1)
+        assert h.enqueue(RS, [NewJob(1, b"first", T0, 1)]) == [1]  # connected, through the proxy
+        cutter.armed = True
+        with pytest.raises(ShardConnectionError) as cut:
+            h.enqueue(RS, [NewJob(1, b"cut", T0, 1), NewJob(1, b"cut", T0, 1)])
+        assert cut.value.maybe_applied
+        assert "may have been applied: not repeated" in cut.value.detail
+        assert cutter.cuts == 1
+        assert h.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 3, "applied once, not twice"
+        # An ack is harmless to repeat: the same cut is retried on a new connection.
+        claimed = h.dequeue(RS, 1, 10, "claim")
+        cutter.armed = True
+        h.ack(RS, [AckItem(1, job.local_id) for job in claimed], [])
+        assert cutter.cuts == 2
+        assert h.store.count_jobs(RS, JobFilter(JobState.SUCCEEDED, 1, T0), None) == 3
+    finally:
+        h.close()
+        cutter.close()
 
 
 def test_the_store_hands_out_the_native_hot_path(server: MariaDBServer) -> None:
