@@ -309,7 +309,9 @@ def test_call_blocking_answers_as_the_workers_do(harness: Harness) -> None:
 
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
-    with MariaDBServer(tmp_path_factory.mktemp("mariadb-native-hot")) as started:
+    """A MariaDB to log, lock and restart; short lock waits."""
+    directory = tmp_path_factory.mktemp("mariadb-native-hot")
+    with MariaDBServer(directory, extra_args=("--innodb-lock-wait-timeout=1",)) as started:
         yield started
 
 
@@ -359,6 +361,29 @@ def test_the_server_sees_the_statements_the_python_store_sends(own_server: Maria
         assert len(py_log) >= 10  # INSERTs, COMMITs, SELECTs, UPDATEs
         assert rs_log == [statement.replace(PY, RS) for statement in py_log]
     finally:
+        h.close()
+
+
+def test_lock_wait_timeouts_are_retried_then_reported(own_server: MariaDBServer) -> None:
+    own_server.drop_queue_databases()
+    h = Harness(MySQLStore("1", config_for(own_server), pool_size=1, num_auto_retries=1))
+    blocker = own_server.admin_connection()
+    try:
+        h.store.create_queue(RS, 1)
+        [local_id] = h.enqueue(RS, [NewJob(1, b"locked", T0, 1)])
+        h.dequeue(RS, 1, 1, "claim-locked")
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT local_id FROM plq_1_{RS}.jobs_p1 WHERE local_id = %s FOR UPDATE", (local_id,))
+        with pytest.raises(ShardConnectionError, match="1205") as waited:
+            h.ack(RS, [AckItem(1, local_id)], [])
+        assert not waited.value.maybe_applied
+        blocker.rollback()
+        h.ack(RS, [AckItem(1, local_id)], [])
+        [record] = h.store.lookup_jobs(RS, [(1, local_id)], False)
+        assert record.state == JobState.SUCCEEDED
+    finally:
+        blocker.close()
         h.close()
 
 

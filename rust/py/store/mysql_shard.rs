@@ -463,7 +463,7 @@ fn work(pool: &Pool) {
         };
         let result = if request.queued.elapsed() > timeout {
             Err(StoreError::Connection {
-                detail: format!("no free connection within {}s", timeout.as_secs_f64()),
+                detail: format!("no free connection within {:?}s", timeout.as_secs_f64()),
                 maybe_applied: false,
             })
         } else {
