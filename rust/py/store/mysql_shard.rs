@@ -167,9 +167,15 @@ impl MySQLShard {
                 custom_status_limit,
                 sql,
             };
-            let (reader, writer) = UnixStream::pair().map_err(|err| {
-                PyValueError::new_err(format!("cannot make a socket pair: {err}"))
-            })?;
+            let (reader, writer) = UnixStream::pair()
+                .and_then(|(reader, writer)| {
+                    // `drain` must never block the event loop, whatever happened to a byte.
+                    reader.set_nonblocking(true)?;
+                    Ok((reader, writer))
+                })
+                .map_err(|err| {
+                    PyValueError::new_err(format!("cannot make a socket pair: {err}"))
+                })?;
             Ok(Self {
                 pool: Arc::new(Pool {
                     shared: Shared::new(settings),
