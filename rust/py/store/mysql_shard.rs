@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -473,7 +474,12 @@ fn work(pool: &Pool) {
                 maybe_applied: false,
             })
         } else {
-            run(&mut session, &request)
+            // A panic must not leave the caller's future waiting forever: it is answered as an
+            // internal error, and the connection, in an unknown state, is dropped.
+            catch_unwind(AssertUnwindSafe(|| run(&mut session, &request))).unwrap_or_else(|_| {
+                session = Session::new(Arc::clone(&pool.shared));
+                Err(StoreError::Internal("a panic in the MySQL hot path".into()))
+            })
         };
         pool.answer((request, result));
     }
