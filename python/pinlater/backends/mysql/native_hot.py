@@ -95,7 +95,10 @@ def _stop_watching(loop: asyncio.AbstractEventLoop, native: MySQLShard) -> None:
 
 class NativeMySQLHotPath:
     """``HotPath`` of one ``MySQLStore``: enqueue, dequeue and ack in Rust; the broker's
-    operations through ``ThreadedHotPath``. ``close`` stops its threads and connections."""
+    operations through ``ThreadedHotPath``. ``close`` stops its threads and connections.
+
+    Calls come from one event loop at a time (the server's): the wake-up socket is watched by
+    the loop of the latest call, which completes every answer."""
 
     def __init__(self, store: MySQLStore, offload: Offload) -> None:
         self._store = store
