@@ -24,6 +24,8 @@ pub mod store {
     pub mod decimal;
     /// `Statements`: a batch of jobs as MySQL multi-row INSERTs.
     pub mod mysql_inserts;
+    /// `Session`, `Shared`: one MySQL shard's enqueue, dequeue and ack over the `mysql` crate.
+    pub mod mysql_shard;
     /// `Command`: a Redis command packed in RESP.
     pub mod redis_command;
     /// `reply_end`, `ids_reply`, `claimed_reply`, `ack_reply`, `int_reply`: Redis replies read.
@@ -60,6 +62,7 @@ pub mod py {
     }
     pub mod store {
         pub mod mysql_inserts;
+        pub mod mysql_shard;
         pub mod redis_command;
         pub mod redis_reply;
         pub mod redis_rows;
@@ -104,6 +107,8 @@ mod _pinlater {
     use crate::py::queue::rate_limiter::RateLimiter;
     #[pymodule_export]
     use crate::py::store::mysql_inserts::mysql_insert_statements;
+    #[pymodule_export]
+    use crate::py::store::mysql_shard::MySQLShard;
     #[pymodule_export]
     use crate::py::store::redis_command::redis_pack_command;
     #[pymodule_export]

@@ -26,6 +26,7 @@ __all__ = [
     "LocalIds",
     "MalformedThriftError",
     "MissingFieldError",
+    "MySQLShard",
     "NativeError",
     "NewJobBatch",
     "RateLimiter",
@@ -425,6 +426,101 @@ class _InsertJob(Protocol):
     def custom_status(self) -> str: ...
     @property
     def run_after_ms(self) -> int: ...
+
+@final
+class MySQLShard:
+    """The hot path (enqueue, dequeue, ack) of one MySQL shard, on Rust threads over the pure
+    Rust ``mysql`` client: up to ``pool_size`` worker threads, each with one connection, started
+    as calls need them. Each call returns at once; a worker runs the transaction without the GIL
+    and files the answer, and the event loop, watching ``wake_fd()`` (``loop.add_reader``), calls
+    ``drain()``, which completes each answered future with ``settle(future, value, error)``.
+    ``error`` is None or ``(kind, detail, code, maybe_applied)``: kind ``queue_not_found``
+    (detail: the queue), ``connection`` (past ``num_auto_retries``; with ``maybe_applied`` when
+    an enqueue's COMMIT was cut off), ``server`` (an unmapped MySQL error ``code``), ``priority``
+    (no table can have it) or ``internal``.
+
+    ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
+    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs`` and
+    ``ack_failed_jobs`` to the text of those SQL files (``queries.py``'s ``Sql.text``).
+    """
+
+    def __new__(
+        cls,
+        shard: str,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        *,
+        pool_size: int,
+        socket_timeout: float,
+        num_auto_retries: int,
+        insert_id_strategy: str | None,
+        reservation_prefix: str,
+        custom_status_limit: int,
+        sql: dict[str, str],
+        settle: Callable[[Any, Any, tuple[str, str, int, bool] | None], None],
+    ) -> MySQLShard:
+        """Raises ``ValueError`` for an unknown ``insert_id_strategy``, a missing SQL text or a
+        timeout that is not positive. Connects nothing yet."""
+
+    def enqueue_jobs(self, queue: str, database: str, jobs: NewJobBatch, now_ms: int, future: Any) -> None:
+        """Insert ``jobs`` into ``database`` (``queue``'s); ``future`` gets their ``LocalIds``."""
+
+    def dequeue_jobs(
+        self,
+        queue: str,
+        database: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        future: Any,
+    ) -> None:
+        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets ``ClaimedJobs``."""
+
+    def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
+        """Settle ``acks``; ``future`` gets None."""
+
+    def call_blocking(
+        self,
+        method: str,
+        queue: str,
+        database: str,
+        now_ms: int,
+        *,
+        jobs: NewJobBatch | None = None,
+        acks: AckGroup | None = None,
+        priority: int = 0,
+        limit: int = 0,
+        claim: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Any, tuple[str, str, int, bool] | None]:
+        """``method`` (``enqueue_jobs``, ``dequeue_jobs`` or ``ack_jobs``) run on the calling thread
+        with the GIL released, answering ``(value, error)`` as ``settle`` takes them: the
+        alternative to the workers, for ``benches/mysql_native_hot.py``. ``ValueError`` for
+        another method or one without its ``jobs``/``acks``."""
+
+    @staticmethod
+    def long_bodies(jobs: NewJobBatch, longer_than: int) -> list[tuple[int, int, bytes]]:
+        """``(index, priority, body)`` of each job whose body is longer than ``longer_than`` bytes."""
+
+    def wake_fd(self) -> int:
+        """The socket the event loop watches: readable when answers wait for ``drain``."""
+
+    def drain(self) -> int:
+        """Complete the future of every answered call through ``settle`` (on the loop's thread);
+        how many. An exception of ``settle`` is raised after the others are completed."""
+
+    def max_allowed_packet(self) -> int | None:
+        """The server's ``max_allowed_packet``, once a connection has read it."""
+
+    def worker_count(self) -> int:
+        """Worker threads started so far."""
+
+    def close(self) -> None:
+        """Take no more calls; wait for the workers to answer those taken. Idempotent."""
 
 def mysql_insert_statements(
     head: str,

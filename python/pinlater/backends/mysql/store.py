@@ -39,10 +39,12 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
+    HotPath,
     JobFilter,
     JobRecord,
     JobState,
     NewJob,
+    Offload,
 )
 from pinlater.backends.mysql import job_rows, names, queries, reservations
 from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, parse_columns
@@ -50,6 +52,7 @@ from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET, INSERT_ID_STRATEGIES, insert_jobs
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_CLAIM_LENGTH
+from pinlater.backends.mysql.native_hot import NativeMySQLHotPath
 from pinlater.backends.mysql.pool import ConnectionPool, error_code
 from pinlater.backends.mysql.transactions import (
     NAME_TOO_LONG_ERRORS,
@@ -107,6 +110,8 @@ class MySQLStore(BlockingStore):
         self._name = names.check_shard_name(name)
         self.config = config
         self.num_auto_retries = num_auto_retries
+        self.pool_size = pool_size
+        self.socket_timeout = socket_timeout
         self.insert_id_strategy = insert_id_strategy
         self._longest_shard_name = longest_shard_name
         self.pool = ConnectionPool(
@@ -119,6 +124,8 @@ class MySQLStore(BlockingStore):
         )
         #: The body column of each table, learned when a body longer than a BLOB first needs it.
         self.bodies = BodyLimits(self._read_body_columns, self._table)
+        #: The Rust hot paths handed out (``hot_path``), closed with the store.
+        self._hot_paths: list[NativeMySQLHotPath] = []
 
     @property
     def name(self) -> str:
@@ -500,7 +507,20 @@ class MySQLStore(BlockingStore):
             return False
         return True
 
+    def hot_path(self, offload: Offload) -> HotPath:
+        """Enqueue, dequeue and ack in Rust (``native_hot.py``); the broker's operations here."""
+        hot = NativeMySQLHotPath(self, offload)
+        self._hot_paths.append(hot)
+        return hot
+
+    async def aclose(self) -> None:
+        """The event loop stops watching the Rust hot paths' wake-up sockets."""
+        for hot in self._hot_paths:
+            hot.unwatch()
+
     def close(self) -> None:
+        for hot in self._hot_paths:
+            hot.close()
         self.pool.close()
 
     def __repr__(self) -> str:

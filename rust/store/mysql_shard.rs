@@ -1,0 +1,950 @@
+//! The `MySQL` store's hot path in Rust: enqueue, dequeue and ack of one shard, over the `mysql`
+//! crate's blocking client, each statement and transaction as `backends/mysql/store.py` runs it.
+//!
+//! The SQL is the store's own files (`sql/*.sql`), handed over as text by Python (`queries.py`
+//! strips their comments), with `{table}`/`{ids}`/`{rows}` filled and every `%s` replaced by a
+//! literal written as `PyMySQL` writes the same parameter (`mysql_inserts.rs`): the server sees
+//! the same bytes through the text protocol. Sessions are set up as the Python pool sets them up
+//! (`session_setup.sql`, autocommit off, `CLIENT_FOUND_ROWS`), and `server_info.sql` is read on
+//! every new connection (id strategy, `max_allowed_packet`).
+//!
+//! Errors and retries follow `transactions.py`: a missing database or table is
+//! `QueueNotFound`; deadlocks, lock wait timeouts and lost connections are retried
+//! `num_auto_retries` times, then `Connection`; a failure to connect is `Connection` after the
+//! same retries. A connection that fails before COMMIT on its first use since it was last
+//! pooled (a stale one, after a server restart) is replaced and the transaction run again once,
+//! free; a connection lost during COMMIT of a transaction that must not be repeated (an
+//! enqueue) is `Connection` with `maybe_applied`. Any connection failure makes every other
+//! session drop its connection before next use (the pool's `discard_idle`).
+//!
+//! A `Session` is one connection and is used by one thread at a time; `Shared` is what the
+//! sessions of one shard share. The threads and the Python side are in `py/store/mysql_shard.rs`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mysql::consts::CapabilityFlags;
+use mysql::prelude::Queryable;
+use mysql::{Conn, OptsBuilder, Value};
+
+use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
+use crate::store::decimal::push_int;
+use crate::store::mysql_inserts::{push_datetime, push_quoted, Format, Row, Statements};
+
+/// The server went away or the link broke (`pool.py`'s `LOST_CONNECTION_ERRORS`).
+const LOST_CONNECTION_ERRORS: [u16; 6] = [2006, 2013, 2055, 1053, 1927, 4031];
+/// Could not connect at all (`CONNECT_ERRORS`).
+const CONNECT_ERRORS: [u16; 8] = [2002, 2003, 2005, 1040, 1044, 1045, 1129, 1130];
+/// Rolled back, connection fine: deadlock, lock wait timeout.
+const TRANSIENT_ERRORS: [u16; 2] = [1213, 1205];
+/// Unknown database, unknown table.
+const NO_QUEUE_ERRORS: [u16; 2] = [1049, 1146];
+/// The code a connection failure without a server error number is reported with.
+const LOST_CONNECTION: u16 = 2013;
+/// `CR_CONN_HOST_ERROR`: the server could not be reached.
+const CANT_CONNECT: u16 = 2003;
+/// The most bytes one INSERT takes when the server's `max_allowed_packet` is not known yet.
+const DEFAULT_MAX_ALLOWED_PACKET: u64 = 16 * 1024 * 1024;
+
+/// Worth another attempt (`RETRYABLE_ERRORS`).
+fn retryable(code: u16) -> bool {
+    LOST_CONNECTION_ERRORS.contains(&code)
+        || TRANSIENT_ERRORS.contains(&code)
+        || matches!(code, 2002 | 2003 | 1040)
+}
+
+/// The connection (or the server) is unusable (`is_connection_failure`).
+fn connection_failure_code(code: u16) -> bool {
+    LOST_CONNECTION_ERRORS.contains(&code)
+        || CONNECT_ERRORS.contains(&code)
+        || (2000..2100).contains(&code)
+}
+
+/// What a hot-path call fails with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The queue's database or table is missing.
+    #[error("queue not found")]
+    QueueNotFound,
+    /// The shard could not be reached, or stopped answering, past the retries.
+    #[error("{detail}")]
+    Connection { detail: String, maybe_applied: bool },
+    /// A server error the store does not map (`PyMySQL` would raise it as it is).
+    #[error("MySQL error {code}: {message}")]
+    Server { code: u16, message: String },
+    /// A priority no jobs table can have (1 to 127).
+    #[error("priority {0} is not supported")]
+    Priority(i64),
+    /// A statement did not do what it must (a bug, or a server misreporting).
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// How the ids of a multi-row INSERT are recovered (`inserts.py`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdStrategy {
+    LastInsertId,
+    Returning,
+    PerRow,
+}
+
+impl IdStrategy {
+    /// `last_insert_id`, `returning` or `per_row`.
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "last_insert_id" => Some(Self::LastInsertId),
+            "returning" => Some(Self::Returning),
+            "per_row" => Some(Self::PerRow),
+            _ => None,
+        }
+    }
+}
+
+/// The store's SQL files, comments stripped (`queries.py`'s `Sql.text`).
+#[derive(Debug, Clone, Default)]
+pub struct SqlTexts {
+    pub session_setup: String,
+    pub server_info: String,
+    pub enqueue_jobs: String,
+    pub enqueue_jobs_returning: String,
+    pub dequeue_jobs: String,
+    pub select_claimed_jobs: String,
+    pub peek_jobs: String,
+    pub ack_succeeded_jobs: String,
+    pub ack_failed_jobs: String,
+}
+
+/// One shard's connection settings and the store's options.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub shard: String,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    /// Connect, read and write timeout of the socket.
+    pub timeout: Duration,
+    pub num_auto_retries: u32,
+    /// None: from the server's settings, as `default_insert_id_strategy` picks.
+    pub insert_id_strategy: Option<IdStrategy>,
+    /// `RESERVATION_PREFIX` of `backends/base.py`: jobs under a live reservation are skipped.
+    pub reservation_prefix: String,
+    pub custom_status_limit: usize,
+    pub sql: SqlTexts,
+}
+
+/// What the store needs to know about the server (`server_info.sql`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    pub version: String,
+    pub autoinc_lock_mode: i64,
+    pub auto_increment_increment: i64,
+    pub max_allowed_packet: u64,
+}
+
+impl ServerInfo {
+    fn consecutive_insert_ids(&self) -> bool {
+        matches!(self.autoinc_lock_mode, 0 | 1)
+    }
+
+    fn supports_insert_returning(&self) -> bool {
+        if !self.version.to_lowercase().contains("mariadb") {
+            return false;
+        }
+        let numbers = self.version.split('-').next().unwrap_or("");
+        let mut parts = numbers.split('.').map(str::parse::<u32>);
+        match (parts.next(), parts.next()) {
+            (Some(Ok(major)), Some(Ok(minor))) => (major, minor) >= (10, 5),
+            _ => false,
+        }
+    }
+
+    fn default_strategy(&self) -> IdStrategy {
+        if self.consecutive_insert_ids() {
+            IdStrategy::LastInsertId
+        } else if self.supports_insert_returning() {
+            IdStrategy::Returning
+        } else {
+            IdStrategy::PerRow
+        }
+    }
+}
+
+/// What the sessions of one shard share.
+#[derive(Debug)]
+pub struct Shared {
+    pub settings: Settings,
+    server_info: Mutex<Option<ServerInfo>>,
+    /// Bumped on every connection failure: a session whose connection is older drops it.
+    epoch: AtomicU64,
+}
+
+impl Shared {
+    #[must_use]
+    pub fn new(settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            server_info: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+        })
+    }
+
+    /// The server's settings, as read on the last new connection.
+    #[must_use]
+    pub fn server_info(&self) -> Option<ServerInfo> {
+        self.server_info
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn discard_all(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A failure inside a transaction's body.
+enum OpError {
+    Sql(mysql::Error),
+    Internal(String),
+}
+
+impl From<mysql::Error> for OpError {
+    fn from(err: mysql::Error) -> Self {
+        Self::Sql(err)
+    }
+}
+
+/// What the body of a transaction decided: commit, or roll back (and still answer).
+enum Outcome<T> {
+    Commit(T),
+    Rollback(T),
+}
+
+type OpResult<T> = Result<Outcome<T>, OpError>;
+
+/// The server's error number, if a server error.
+fn server_code(err: &mysql::Error) -> Option<u16> {
+    match err {
+        mysql::Error::MySqlError(e) => Some(e.code),
+        _ => None,
+    }
+}
+
+fn is_connection_failure(err: &mysql::Error) -> bool {
+    err.is_connectivity_error() || server_code(err).is_some_and(connection_failure_code)
+}
+
+fn describe(err: &mysql::Error) -> (u16, String) {
+    match err {
+        mysql::Error::MySqlError(e) => (e.code, e.message.clone()),
+        other => (LOST_CONNECTION, other.to_string()),
+    }
+}
+
+/// One connection of a shard, made on first use and replaced when it fails.
+pub struct Session {
+    shared: Arc<Shared>,
+    conn: Option<(Conn, u64)>,
+}
+
+impl Session {
+    #[must_use]
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared, conn: None }
+    }
+
+    #[must_use]
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn connect(&self) -> Result<Conn, mysql::Error> {
+        let s = &self.shared.settings;
+        let opts = OptsBuilder::new()
+            .ip_or_hostname(Some(s.host.clone()))
+            .tcp_port(s.port)
+            .user(Some(s.user.clone()))
+            .pass(Some(s.password.clone()))
+            .prefer_socket(false)
+            .tcp_connect_timeout(Some(s.timeout))
+            .read_timeout(Some(s.timeout))
+            .write_timeout(Some(s.timeout))
+            .stmt_cache_size(0)
+            // Affected rows = rows matched, not only rows whose values changed.
+            .additional_capabilities(CapabilityFlags::CLIENT_FOUND_ROWS)
+            .init(vec![
+                s.sql.session_setup.clone(),
+                "SET AUTOCOMMIT = 0".to_owned(),
+            ]);
+        let mut conn = Conn::new(opts)?;
+        let row: Option<(String, i64, i64, u64)> = conn.query_first(&s.sql.server_info)?;
+        conn.query_drop("COMMIT")?;
+        if let Some((version, autoinc_lock_mode, auto_increment_increment, max_allowed_packet)) =
+            row
+        {
+            let info = ServerInfo {
+                version,
+                autoinc_lock_mode,
+                auto_increment_increment,
+                max_allowed_packet,
+            };
+            *self
+                .shared
+                .server_info
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(info);
+        }
+        Ok(conn)
+    }
+
+    /// The error number and message of a failure to connect, as `PyMySQL` reports it.
+    fn connect_failure(&self, err: &mysql::Error) -> (u16, String) {
+        match err {
+            mysql::Error::MySqlError(e) => (e.code, e.message.clone()),
+            other => (
+                CANT_CONNECT,
+                format!(
+                    "Can't connect to MySQL server on '{}' ({other})",
+                    self.shared.settings.host
+                ),
+            ),
+        }
+    }
+
+    /// Runs `op` in a transaction with `transactions.py`'s retries and error mapping.
+    /// `repeatable` false: not run again once its COMMIT may have been applied.
+    fn run<T>(
+        &mut self,
+        repeatable: bool,
+        mut op: impl FnMut(&mut Conn, &Shared) -> OpResult<T>,
+    ) -> Result<T, StoreError> {
+        let retries = self.shared.settings.num_auto_retries;
+        let mut attempt = 0;
+        let mut replaced_stale = false;
+        loop {
+            let epoch = self.shared.epoch.load(Ordering::SeqCst);
+            if self.conn.as_ref().is_some_and(|(_, e)| *e != epoch) {
+                self.conn = None; // another session saw the server go: this one is suspect
+            }
+            let reused = self.conn.is_some();
+            if !reused {
+                match self.connect() {
+                    Ok(conn) => self.conn = Some((conn, epoch)),
+                    Err(err) => {
+                        let (code, message) = self.connect_failure(&err);
+                        if (retryable(code) || err.is_connectivity_error()) && attempt < retries {
+                            attempt += 1;
+                            continue;
+                        }
+                        let detail = format!("MySQL error {code}: {message}");
+                        return Err(connection_error(detail, false));
+                    }
+                }
+            }
+            let Some((conn, _)) = self.conn.as_mut() else {
+                continue;
+            };
+            let shared = Arc::clone(&self.shared);
+            let result = op(conn, &shared);
+            let (err, at_commit) = match result {
+                Ok(Outcome::Commit(value)) => match conn.query_drop("COMMIT") {
+                    Ok(()) => return Ok(value),
+                    Err(err) => (OpError::Sql(err), true),
+                },
+                Ok(Outcome::Rollback(value)) => match conn.query_drop("ROLLBACK") {
+                    Ok(()) => return Ok(value),
+                    Err(err) => (OpError::Sql(err), false),
+                },
+                Err(err) => (err, false),
+            };
+            let err = match err {
+                OpError::Internal(message) => {
+                    self.rollback();
+                    return Err(StoreError::Internal(message));
+                }
+                OpError::Sql(err) => err,
+            };
+            let (code, message) = describe(&err);
+            if is_connection_failure(&err) {
+                self.conn = None;
+                self.shared.discard_all();
+                if at_commit {
+                    if !repeatable {
+                        let detail = format!(
+                            "connection lost during COMMIT, which may have been applied: not repeated ({message})"
+                        );
+                        return Err(connection_error(detail, true));
+                    }
+                } else if reused && !replaced_stale {
+                    // A stale pooled connection: nothing was committed, so again at once, free.
+                    replaced_stale = true;
+                    continue;
+                }
+                if attempt < retries {
+                    attempt += 1;
+                    continue;
+                }
+                return Err(connection_error(
+                    format!("MySQL error {code}: {message}"),
+                    false,
+                ));
+            }
+            if !self.rollback() {
+                // The connection died on us after all: as a lost connection.
+                if attempt < retries {
+                    attempt += 1;
+                    continue;
+                }
+                return Err(connection_error(
+                    format!("MySQL error {LOST_CONNECTION}: rollback failed after {message}"),
+                    false,
+                ));
+            }
+            if NO_QUEUE_ERRORS.contains(&code) {
+                return Err(StoreError::QueueNotFound);
+            }
+            if retryable(code) {
+                if attempt < retries {
+                    attempt += 1;
+                    continue;
+                }
+                return Err(connection_error(
+                    format!("MySQL error {code}: {message}"),
+                    false,
+                ));
+            }
+            return Err(StoreError::Server { code, message });
+        }
+    }
+
+    /// Rolls back the open transaction; false (and the connection dropped) if that failed.
+    fn rollback(&mut self) -> bool {
+        let Some((conn, _)) = self.conn.as_mut() else {
+            return true;
+        };
+        if conn.query_drop("ROLLBACK").is_ok() {
+            return true;
+        }
+        self.conn = None;
+        self.shared.discard_all();
+        false
+    }
+
+    // -- the hot path -------------------------------------------------------------------------
+
+    /// `MySQLStore.enqueue_jobs`: one multi-row INSERT per priority (first-seen order), in one
+    /// transaction never repeated once its COMMIT may have been applied; the ids in job order.
+    pub fn enqueue_jobs(
+        &mut self,
+        database: &str,
+        jobs: &[NewJob],
+        now_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut groups: Vec<(i64, Vec<usize>)> = Vec::new();
+        for (index, job) in jobs.iter().enumerate() {
+            if let Some((_, members)) = groups.iter_mut().find(|(p, _)| *p == job.priority) {
+                members.push(index);
+            } else {
+                check_priority(job.priority)?;
+                groups.push((job.priority, vec![index]));
+            }
+        }
+        let strategy = self.shared.settings.insert_id_strategy;
+        self.run(false, |conn, shared| {
+            let info = shared.server_info();
+            let strategy = strategy.unwrap_or_else(|| {
+                info.as_ref()
+                    .map_or(IdStrategy::LastInsertId, ServerInfo::default_strategy)
+            });
+            let step = info.as_ref().map_or(1, |i| i.auto_increment_increment);
+            let packet = info
+                .as_ref()
+                .map_or(DEFAULT_MAX_ALLOWED_PACKET, |i| i.max_allowed_packet);
+            let sql = &shared.settings.sql;
+            let template = if strategy == IdStrategy::Returning {
+                &sql.enqueue_jobs_returning
+            } else {
+                &sql.enqueue_jobs
+            };
+            let mut ids = vec![0_i64; jobs.len()];
+            for (priority, members) in &groups {
+                let filled = template.replace("{table}", &table(database, *priority));
+                let Some((head, tail)) = filled.split_once("{rows}") else {
+                    return Err(OpError::Internal("enqueue_jobs.sql has no {rows}".into()));
+                };
+                let format = Format {
+                    head,
+                    tail,
+                    budget: if strategy == IdStrategy::PerRow {
+                        0
+                    } else {
+                        usize::try_from(packet / 2).unwrap_or(usize::MAX)
+                    },
+                    custom_status_limit: shared.settings.custom_status_limit,
+                    no_backslash_escapes: conn.no_backslash_escape(),
+                };
+                let mut statements = Statements::new(format, now_ms);
+                for &index in members {
+                    let job = &jobs[index];
+                    statements.push(&Row {
+                        attempts_allowed: job.attempts_allowed,
+                        custom_status: &job.custom_status,
+                        run_after_ms: job.run_after_ms,
+                        body: &job.body,
+                    });
+                }
+                let mut next = members.iter();
+                for (rows, statement) in statements.finish() {
+                    let statement = String::from_utf8(statement)
+                        .map_err(|_| OpError::Internal("INSERT is not UTF-8".into()))?;
+                    let new_ids = insert(conn, &statement, strategy, step)?;
+                    if new_ids.len() != rows {
+                        return Err(OpError::Internal(format!(
+                            "inserted {rows} jobs into {} but recovered {} ids",
+                            table(database, *priority),
+                            new_ids.len()
+                        )));
+                    }
+                    for id in new_ids {
+                        if let Some(&index) = next.next() {
+                            ids[index] = id;
+                        }
+                    }
+                }
+            }
+            Ok(Outcome::Commit(ids))
+        })
+    }
+
+    /// `MySQLStore.dequeue_jobs` (limit > 0, claim checked by the caller): a dry run peeks; else
+    /// one UPDATE stamping `claim` and one SELECT by it, or, if the claim was not unique (the
+    /// SELECT found more rows than the UPDATE claimed), that rolled back and redone telling our
+    /// rows from the others.
+    pub fn dequeue_jobs(
+        &mut self,
+        database: &str,
+        priority: i64,
+        limit: i64,
+        claim: &str,
+        now_ms: i64,
+        dry_run: bool,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        check_priority(priority)?;
+        let table = table(database, priority);
+        let prefix = self.shared.settings.reservation_prefix.clone();
+        if dry_run {
+            return self.run(true, |conn, shared| {
+                let sql = render(
+                    &shared.settings.sql.peek_jobs,
+                    &table,
+                    None,
+                    &[Arg::Time(now_ms), Arg::Int(limit)],
+                    conn.no_backslash_escape(),
+                )?;
+                Ok(Outcome::Commit(claimed_rows(conn, &sql, None)?))
+            });
+        }
+        let update_args = [
+            Arg::Str(claim),
+            Arg::Time(now_ms),
+            Arg::Time(now_ms),
+            Arg::Time(now_ms),
+            Arg::Str(&prefix),
+            Arg::Str(&prefix),
+            Arg::Int(limit),
+        ];
+        let first = self.run(true, |conn, shared| {
+            let nbe = conn.no_backslash_escape();
+            let sql = &shared.settings.sql;
+            let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
+            let claimed = conn.query_iter(update)?.affected_rows();
+            if claimed == 0 {
+                return Ok(Outcome::Commit(Some(Vec::new())));
+            }
+            let select = render(
+                &sql.select_claimed_jobs,
+                &table,
+                None,
+                &[Arg::Str(claim)],
+                nbe,
+            )?;
+            let jobs = claimed_rows(conn, &select, None)?;
+            if jobs.len() as u64 != claimed {
+                return Ok(Outcome::Rollback(None));
+            }
+            Ok(Outcome::Commit(Some(jobs)))
+        })?;
+        if let Some(jobs) = first {
+            return Ok(jobs);
+        }
+        self.run(true, |conn, shared| {
+            let nbe = conn.no_backslash_escape();
+            let sql = &shared.settings.sql;
+            let select = render(
+                &sql.select_claimed_jobs,
+                &table,
+                None,
+                &[Arg::Str(claim)],
+                nbe,
+            )?;
+            let before: Vec<i64> = claimed_rows(conn, &select, None)?
+                .into_iter()
+                .map(|j| j.local_id)
+                .collect();
+            let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
+            conn.query_drop(update)?;
+            Ok(Outcome::Commit(claimed_rows(conn, &select, Some(&before))?))
+        })
+    }
+
+    /// `MySQLStore.ack_jobs`: one UPDATE per (priority, appended status) of the successes and per
+    /// (priority, appended status, retry delay) of the failures, groups and ids sorted.
+    pub fn ack_jobs(
+        &mut self,
+        database: &str,
+        acks: &AckGroup,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        if acks.is_empty() {
+            return Ok(());
+        }
+        let mut successes: BTreeMap<(i64, &str), Vec<i64>> = BTreeMap::new();
+        for item in &acks.succeeded {
+            check_priority(item.priority)?;
+            successes
+                .entry((item.priority, &item.append_custom_status))
+                .or_default()
+                .push(item.local_id);
+        }
+        let mut failures: BTreeMap<(i64, &str, i64), Vec<i64>> = BTreeMap::new();
+        for item in &acks.failed {
+            check_priority(item.priority)?;
+            failures
+                .entry((
+                    item.priority,
+                    &item.append_custom_status,
+                    item.retry_delay_ms,
+                ))
+                .or_default()
+                .push(item.local_id);
+        }
+        for ids in successes.values_mut().chain(failures.values_mut()) {
+            ids.sort_unstable();
+        }
+        self.run(true, |conn, shared| {
+            let nbe = conn.no_backslash_escape();
+            let sql = &shared.settings.sql;
+            #[allow(clippy::cast_possible_wrap)]
+            let limit = shared.settings.custom_status_limit as i64;
+            for ((priority, status), ids) in &successes {
+                let args = [Arg::Str(status), Arg::Int(limit), Arg::Time(now_ms)];
+                let statement = render(
+                    &sql.ack_succeeded_jobs,
+                    &table(database, *priority),
+                    Some(ids),
+                    &args,
+                    nbe,
+                )?;
+                conn.query_drop(statement)?;
+            }
+            for ((priority, status, delay), ids) in &failures {
+                let args = [
+                    Arg::Time(now_ms.saturating_add(*delay)),
+                    Arg::Str(status),
+                    Arg::Int(limit),
+                    Arg::Time(now_ms),
+                ];
+                let statement = render(
+                    &sql.ack_failed_jobs,
+                    &table(database, *priority),
+                    Some(ids),
+                    &args,
+                    nbe,
+                )?;
+                conn.query_drop(statement)?;
+            }
+            Ok(Outcome::Commit(()))
+        })
+    }
+}
+
+fn connection_error(detail: String, maybe_applied: bool) -> StoreError {
+    StoreError::Connection {
+        detail,
+        maybe_applied,
+    }
+}
+
+fn check_priority(priority: i64) -> Result<(), StoreError> {
+    if (1..=127).contains(&priority) {
+        Ok(())
+    } else {
+        Err(StoreError::Priority(priority))
+    }
+}
+
+/// The jobs table of one priority in `database` (a name `names.py` checked), quoted.
+#[must_use]
+pub fn table(database: &str, priority: i64) -> String {
+    format!("`{database}`.`jobs_p{priority}`")
+}
+
+/// One INSERT's new ids, in row order.
+fn insert(
+    conn: &mut Conn,
+    statement: &str,
+    strategy: IdStrategy,
+    step: i64,
+) -> Result<Vec<i64>, OpError> {
+    let mut result = conn.query_iter(statement)?;
+    if strategy == IdStrategy::Returning {
+        let mut ids = Vec::new();
+        for row in result.by_ref() {
+            let values = row?.unwrap();
+            ids.push(values.first().and_then(int).ok_or_else(|| {
+                OpError::Internal("INSERT ... RETURNING gave no local_id".into())
+            })?);
+        }
+        return Ok(ids);
+    }
+    let rows = result.affected_rows();
+    let first = result
+        .last_insert_id()
+        .ok_or_else(|| OpError::Internal("INSERT gave no LAST_INSERT_ID()".into()))?;
+    drop(result);
+    let first = i64::try_from(first).map_err(|_| OpError::Internal("id past i64".into()))?;
+    let rows = i64::try_from(rows).map_err(|_| OpError::Internal("rows past i64".into()))?;
+    Ok((0..rows).map(|k| first + step * k).collect())
+}
+
+/// The rows of a SELECT of `local_id, body, attempts_allowed, attempts_remaining, created_at,
+/// updated_at`, leaving out the ids in `skip`.
+fn claimed_rows(
+    conn: &mut Conn,
+    sql: &str,
+    skip: Option<&[i64]>,
+) -> Result<Vec<ClaimedJob>, OpError> {
+    let mut jobs = Vec::new();
+    for row in conn.query_iter(sql)? {
+        let mut values = row?.unwrap().into_iter();
+        let mut next = || values.next().unwrap_or(Value::NULL);
+        let local_id = int(&next())
+            .ok_or_else(|| OpError::Internal("a claimed row has no local_id".into()))?;
+        let body = match next() {
+            Value::Bytes(bytes) => bytes,
+            _ => Vec::new(),
+        };
+        let job = ClaimedJob {
+            local_id,
+            body,
+            attempts_allowed: int(&next()).unwrap_or(0),
+            attempts_remaining: int(&next()).unwrap_or(0),
+            created_at_ms: time_ms(&next()),
+            updated_at_ms: time_ms(&next()),
+        };
+        if skip.is_some_and(|ids| ids.contains(&job.local_id)) {
+            continue;
+        }
+        jobs.push(job);
+    }
+    Ok(jobs)
+}
+
+/// An integer column (text protocol: decimal ASCII); None for NULL.
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(v) => Some(*v),
+        Value::UInt(v) => i64::try_from(*v).ok(),
+        Value::Bytes(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A TIMESTAMP column as ms since the epoch (`db_time.from_db_time`): `YYYY-MM-DD hh:mm:ss[.f]`
+/// read as UTC, milliseconds floored; NULL and zero dates are 0.
+#[must_use]
+pub fn time_ms(value: &Value) -> i64 {
+    match value {
+        Value::Bytes(bytes) => parse_datetime(bytes).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn parse_datetime(text: &[u8]) -> Option<i64> {
+    let number = |from: usize, to: usize| -> Option<i64> {
+        let part = text.get(from..to)?;
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(part).ok()?.parse().ok()
+    };
+    if text.len() < 19 {
+        return None;
+    }
+    let (year, month, day) = (number(0, 4)?, number(5, 7)?, number(8, 10)?);
+    let (hour, minute, second) = (number(11, 13)?, number(14, 16)?, number(17, 19)?);
+    if month == 0 || day == 0 {
+        return None;
+    }
+    let mut millis = 0;
+    if text.len() > 20 && text[19] == b'.' {
+        for k in 0..3 {
+            let digit = text.get(20 + k).filter(|d| d.is_ascii_digit());
+            millis = millis * 10 + digit.map_or(0, |d| i64::from(d - b'0'));
+        }
+    }
+    let days = days_from_civil(year, month, day);
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A parameter, written as `PyMySQL` writes it.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    Int(i64),
+    Str(&'a str),
+    /// ms since the epoch, as `to_db_time` converts it (clamped, naive UTC).
+    Time(i64),
+}
+
+/// `template` with `{table}` and `{ids}` filled and each `%s` replaced by the next of `args`,
+/// as `Sql.render` then `cursor.execute(sql, args)` would send it (ids are ints, written as
+/// their own `%s` would be).
+fn render(
+    template: &str,
+    table: &str,
+    ids: Option<&[i64]>,
+    args: &[Arg<'_>],
+    no_backslash_escapes: bool,
+) -> Result<String, OpError> {
+    let mut text = template.replace("{table}", table);
+    if let Some(ids) = ids {
+        let mut list = String::with_capacity(ids.len() * 8);
+        for (k, id) in ids.iter().enumerate() {
+            if k > 0 {
+                list.push_str(", ");
+            }
+            let _ = write!(list, "{id}");
+        }
+        text = text.replace("{ids}", &list);
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(text.len() + 64);
+    let mut pieces = text.split("%s");
+    out.extend_from_slice(pieces.next().unwrap_or("").as_bytes());
+    let mut used = 0;
+    for piece in pieces {
+        let Some(arg) = args.get(used) else {
+            return Err(OpError::Internal(format!(
+                "a statement takes more than the {} parameters given",
+                args.len()
+            )));
+        };
+        used += 1;
+        match *arg {
+            Arg::Int(v) => push_int(&mut out, v),
+            Arg::Str(s) => push_quoted(&mut out, s, no_backslash_escapes),
+            Arg::Time(ms) => push_datetime(&mut out, ms),
+        }
+        out.extend_from_slice(piece.as_bytes());
+    }
+    if used != args.len() {
+        return Err(OpError::Internal(format!(
+            "a statement takes {used} parameters, not {}",
+            args.len()
+        )));
+    }
+    String::from_utf8(out).map_err(|_| OpError::Internal("statement is not UTF-8".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_fills_tokens_and_parameters() {
+        let Ok(sql) = render(
+            "UPDATE {table} SET a = %s, b = %s WHERE c = %s AND id IN ({ids})",
+            "`plq_1_q`.`jobs_p1`",
+            Some(&[3, 1]),
+            &[Arg::Str("it's"), Arg::Int(-5), Arg::Time(1_000)],
+            false,
+        ) else {
+            panic!("render failed");
+        };
+        assert_eq!(
+            sql,
+            "UPDATE `plq_1_q`.`jobs_p1` SET a = 'it\\'s', b = -5 WHERE c = \
+             '1970-01-01 00:00:01.000000' AND id IN (3, 1)"
+        );
+        assert!(render("%s %s", "t", None, &[Arg::Int(1)], false).is_err());
+        assert!(render("%s", "t", None, &[Arg::Int(1), Arg::Int(2)], false).is_err());
+    }
+
+    #[test]
+    fn datetimes_read_back_as_written() {
+        for ms in [1_000, 1_700_000_000_123, 2_147_483_647_999, 951_782_400_000] {
+            let mut text = Vec::new();
+            push_datetime(&mut text, ms);
+            let inner = &text[1..text.len() - 1];
+            assert_eq!(time_ms(&Value::Bytes(inner.to_vec())), ms);
+        }
+        assert_eq!(
+            time_ms(&Value::Bytes(b"2026-11-23 17:56:33.5".to_vec())),
+            1_795_456_593_500
+        );
+        assert_eq!(
+            time_ms(&Value::Bytes(b"2026-11-23 17:56:33".to_vec())),
+            1_795_456_593_000
+        );
+        assert_eq!(time_ms(&Value::Bytes(b"0000-00-00 00:00:00".to_vec())), 0);
+        assert_eq!(time_ms(&Value::NULL), 0);
+    }
+
+    #[test]
+    fn server_info_picks_the_id_strategy() {
+        let info = |version: &str, mode| ServerInfo {
+            version: version.into(),
+            autoinc_lock_mode: mode,
+            auto_increment_increment: 1,
+            max_allowed_packet: 1,
+        };
+        assert_eq!(
+            info("10.11.6-MariaDB", 1).default_strategy(),
+            IdStrategy::LastInsertId
+        );
+        assert_eq!(
+            info("10.11.6-MariaDB", 2).default_strategy(),
+            IdStrategy::Returning
+        );
+        assert_eq!(
+            info("10.4.1-MariaDB", 2).default_strategy(),
+            IdStrategy::PerRow
+        );
+        assert_eq!(info("8.0.36", 2).default_strategy(), IdStrategy::PerRow);
+    }
+
+    #[test]
+    fn error_classes() {
+        assert!(retryable(1213) && retryable(2013) && retryable(2003) && !retryable(1146));
+        assert!(connection_failure_code(1045) && connection_failure_code(2099));
+        assert!(!connection_failure_code(1406));
+    }
+}

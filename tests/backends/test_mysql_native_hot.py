@@ -1,0 +1,518 @@
+"""The MySQL store's Rust hot path (``NativeMySQLHotPath``) against the Python store's methods of
+the same names, on a real MariaDB: the same rows, the same results, the same statements (read
+from the server's general log), the same errors; a server restart mid-use; concurrent calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from tests.support.mariadb_server import MariaDBServer, shared_server
+from tests.support.wait import wait_for
+
+from pinlater._pinlater import AckGroup, NewJobBatch
+from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
+from pinlater.backends.mysql.bodies import BLOB_BYTES
+from pinlater.backends.mysql.native_hot import NativeMySQLHotPath
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+
+pytestmark = pytest.mark.mysql
+
+T = TypeVar("T")
+T0 = 1_700_000_000_000
+PY, RS = "pyq", "rsq"  # the same length: their statements differ only in the name
+
+
+def config_for(server: MariaDBServer) -> MySQLShardConfig:
+    return MySQLShardConfig(Endpoint(server.host, server.port), server.user, server.password)
+
+
+class Harness:
+    """A store and its native hot path on one event loop (run in a thread of its own)."""
+
+    def __init__(self, store: MySQLStore) -> None:
+        self.store = store
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(4)
+        self.hot = NativeMySQLHotPath(store, self._offload)
+
+    def _offload(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]:
+        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def enqueue(self, queue: str, jobs: list[NewJob], now_ms: int = T0) -> list[int]:
+        return self.run(self.hot.enqueue_jobs(queue, NewJobBatch(list(jobs)), now_ms)).to_list()
+
+    def dequeue(self, queue: str, priority: int, limit: int, claim: str, dry_run: bool = False) -> list[ClaimedJob]:
+        claimed = self.run(self.hot.dequeue_jobs(queue, priority, limit, claim, T0, dry_run))
+        return [ClaimedJob._make(job) for job in claimed.to_list()]
+
+    def ack(self, queue: str, succeeded: list[AckItem], failed: list[AckItem], now_ms: int = T0) -> None:
+        self.run(self.hot.ack_jobs(queue, AckGroup(list(succeeded), list(failed)), now_ms))
+
+    def close(self) -> None:
+        self.hot.close()
+        self.store.close()
+        self.loop.close()
+        self.pool.shutdown()
+
+
+@pytest.fixture
+def server() -> MariaDBServer:
+    shared = shared_server()
+    shared.drop_queue_databases()
+    return shared
+
+
+@pytest.fixture
+def harness(server: MariaDBServer) -> Iterator[Harness]:
+    h = Harness(MySQLStore("1", config_for(server), pool_size=4))
+    h.store.create_queue(PY, 3)
+    h.store.create_queue(RS, 3)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def jobs_of_every_kind() -> list[NewJob]:
+    status = 'it\'s \\ a "status"\n\x00\u00e9\u4e2d' * 400  # escapes, unicode, cut at 5,000 characters
+    return [
+        NewJob(1, b"plain", T0, 3),
+        NewJob(2, bytes(range(256)), T0 - 5, 1, "x"),
+        NewJob(1, b"", T0 + 60_000, 2, status),
+        NewJob(3, b"\x00'\\\"", 0, 1),  # run_after before TIMESTAMP's range: clamped
+        NewJob(1, b"later", 2**41, 5),  # past 2038: clamped
+        NewJob(2, b"second of p2", T0, 4),
+    ]
+
+
+def records(store: MySQLStore, queue: str, keys: list[tuple[int, int]]) -> list[JobRecord]:
+    return store.lookup_jobs(queue, keys, True)
+
+
+def test_enqueue_writes_what_the_python_store_writes(harness: Harness) -> None:
+    jobs = jobs_of_every_kind()
+    py_ids = harness.store.enqueue_jobs(PY, jobs, T0)
+    rs_ids = harness.enqueue(RS, jobs)
+    assert rs_ids == py_ids == [1, 1, 2, 1, 3, 2]
+    keys = [(job.priority, local_id) for job, local_id in zip(jobs, rs_ids, strict=True)]
+    rs_records = records(harness.store, RS, keys)
+    assert rs_records == records(harness.store, PY, keys)
+    assert len(rs_records) == len(jobs)
+    assert len(rs_records[2].custom_status) == 5000
+    assert rs_records[1].body == bytes(range(256))
+    assert harness.enqueue(RS, []) == []
+
+
+@pytest.mark.parametrize("strategy", ["last_insert_id", "returning", "per_row"])
+def test_every_id_strategy(server: MariaDBServer, strategy: str) -> None:
+    h = Harness(MySQLStore("1", config_for(server), insert_id_strategy=strategy))
+    try:
+        h.store.create_queue(RS, 2)
+        jobs = [NewJob(1 + i % 2, f"j{i}".encode(), T0, 1) for i in range(7)]
+        ids = h.enqueue(RS, jobs)
+        assert ids == [1, 1, 2, 2, 3, 3, 4]
+        found = records(h.store, RS, [(job.priority, i) for job, i in zip(jobs, ids, strict=True)])
+        assert [r.body for r in found] == [job.body for job in jobs]
+    finally:
+        h.close()
+
+
+def test_dequeue_claims_what_the_python_store_claims(harness: Harness) -> None:
+    jobs = [NewJob(1, f"job-{i}".encode(), T0 - (i % 3) * 1000, 3) for i in range(12)]
+    jobs.append(NewJob(1, b"not yet", T0 + 1, 3))
+    harness.store.enqueue_jobs(PY, jobs, T0)
+    harness.enqueue(RS, jobs)
+
+    peeked = harness.dequeue(RS, 1, 5, "dry", dry_run=True)
+    assert peeked == harness.store.dequeue_jobs(PY, 1, 5, "dry", T0, True)
+    assert len(peeked) == 5
+    assert harness.store.count_jobs(RS, JobFilter(JobState.IN_PROGRESS, 1, T0), None) == 0
+
+    first = harness.dequeue(RS, 1, 5, "claim-a")
+    assert first == harness.store.dequeue_jobs(PY, 1, 5, "claim-a", T0, False)
+    assert [job.local_id for job in first] == [job.local_id for job in peeked]
+    rest = harness.dequeue(RS, 1, 100, "claim-b")
+    assert rest == harness.store.dequeue_jobs(PY, 1, 100, "claim-b", T0, False)
+    assert len(rest) == 7  # the job not due yet stays
+    keys = [(1, i) for i in range(1, 14)]
+    assert records(harness.store, RS, keys) == records(harness.store, PY, keys)
+    assert harness.dequeue(RS, 1, 10, "claim-c") == []
+    assert harness.dequeue(RS, 1, 0, "claim-d") == []
+    with pytest.raises(ValueError, match="claim descriptor longer"):
+        harness.dequeue(RS, 1, 1, "c" * 201)
+
+
+def test_a_reused_claim_returns_only_the_jobs_claimed_now(harness: Harness) -> None:
+    for queue in (PY, RS):
+        harness.store.enqueue_jobs(queue, [NewJob(1, f"j{i}".encode(), T0, 1) for i in range(4)], T0)
+    assert [j.local_id for j in harness.dequeue(RS, 1, 2, "same")] == [1, 2]
+    assert [j.local_id for j in harness.dequeue(RS, 1, 2, "same")] == [3, 4]
+    harness.store.dequeue_jobs(PY, 1, 2, "same", T0, False)
+    harness.store.dequeue_jobs(PY, 1, 2, "same", T0, False)
+    keys = [(1, i) for i in range(1, 5)]
+    assert records(harness.store, RS, keys) == records(harness.store, PY, keys)
+
+
+def test_acks_settle_as_the_python_store_settles(harness: Harness) -> None:
+    jobs = [NewJob(1 + i % 2, f"job-{i}".encode(), T0, 1 + i % 3) for i in range(10)]
+    for queue in (PY, RS):
+        harness.store.enqueue_jobs(queue, jobs, T0)
+        for priority in (1, 2):
+            harness.store.dequeue_jobs(queue, priority, 100, f"claim-{priority}", T0, False)
+    succeeded = [AckItem(1, 1, "done"), AckItem(2, 1, "done"), AckItem(1, 2), AckItem(1, 2)]  # a duplicate
+    failed = [
+        AckItem(1, 3, "retry", 5_000),  # attempts left: back to PENDING later
+        AckItem(2, 2, "boom", 0),
+        AckItem(2, 3, "boom", 0),
+        AckItem(2, 4, "retry", 1_000),
+        AckItem(1, 4, "", 0),
+        AckItem(1, 99, "no such job", 0),
+    ]
+    harness.store.ack_jobs(PY, succeeded, failed, T0 + 10)
+    harness.ack(RS, succeeded, failed, T0 + 10)
+    harness.ack(RS, [], [])
+    keys = [(job.priority, i // 2 + 1) for i, job in enumerate(jobs)]
+    rs_records = records(harness.store, RS, keys)
+    assert rs_records == records(harness.store, PY, keys)
+    states = {(r.priority, r.local_id): r.state for r in rs_records}
+    assert states[(1, 1)] == JobState.SUCCEEDED
+    assert {states[(1, 3)], states[(2, 2)], states[(2, 3)]} <= {JobState.PENDING, JobState.FAILED}
+    # An ack of a job no longer in progress changes nothing.
+    again = [AckItem(1, 1, "again")]
+    harness.ack(RS, [], again, T0 + 20)
+    assert records(harness.store, RS, [(1, 1)]) == [r for r in rs_records if (r.priority, r.local_id) == (1, 1)]
+
+
+def test_a_missing_queue_and_an_unsupported_priority(harness: Harness) -> None:
+    with pytest.raises(QueueNotFoundError):
+        harness.enqueue("gone", [NewJob(1, b"x", T0, 1)])
+    with pytest.raises(QueueNotFoundError):
+        harness.dequeue("gone", 1, 5, "claim")
+    with pytest.raises(QueueNotFoundError):
+        harness.ack("gone", [AckItem(1, 1)], [])
+    with pytest.raises(QueueNotFoundError):
+        harness.dequeue(RS, 3 + 1, 5, "claim")  # no table for that priority
+    with pytest.raises(PinLaterError) as refused:
+        harness.enqueue(RS, [NewJob(200, b"x", T0, 1)])
+    assert refused.value.code == ErrorCode.PRIORITY_NOT_SUPPORTED
+    with pytest.raises(PinLaterError) as invalid:
+        harness.dequeue("bad-name", 1, 5, "claim")
+    assert invalid.value.code == ErrorCode.QUEUE_NAME_INVALID
+
+
+def _refusal(fn: Callable[[], object]) -> str:
+    with pytest.raises(PinLaterError) as refused:
+        fn()
+    assert refused.value.code == ErrorCode.ENQUEUE_REJECTED
+    return refused.value.message
+
+
+def test_bodies_at_the_tables_limit_and_over_it(harness: Harness, server: MariaDBServer) -> None:
+    for queue in (PY, RS):
+        server.query(f"ALTER TABLE `plq_1_{queue}`.`jobs_p1` MODIFY body BLOB NOT NULL")
+    at_limit = [NewJob(1, b"a" * BLOB_BYTES, T0, 1), NewJob(2, b"b" * (BLOB_BYTES + 1), T0, 1)]
+    assert harness.enqueue(RS, at_limit) == harness.store.enqueue_jobs(PY, at_limit, T0)
+    over = [NewJob(2, b"ok", T0, 1), NewJob(1, b"c" * (BLOB_BYTES + 1), T0, 1)]
+    rs_message = _refusal(lambda: harness.enqueue(RS, over))
+    py_message = _refusal(lambda: harness.store.enqueue_jobs(PY, over, T0))
+    assert rs_message == py_message.replace(PY, RS)
+    assert "the body of job 1 (counting from 0)" in rs_message
+    # Nothing of the refused batch was written.
+    assert harness.store.count_jobs(RS, JobFilter(JobState.PENDING, 2, T0), None) == 1
+
+
+def test_a_column_narrowed_behind_the_cache_is_refused_not_truncated(harness: Harness, server: MariaDBServer) -> None:
+    long_body = [NewJob(1, b"d" * (BLOB_BYTES + 10), T0, 1)]
+    assert harness.enqueue(RS, long_body) == [1]  # the MEDIUMBLOB is now cached
+    server.query(f"DELETE FROM `plq_1_{RS}`.`jobs_p1`")
+    server.query(f"ALTER TABLE `plq_1_{RS}`.`jobs_p1` MODIFY body BLOB NOT NULL")
+    message = _refusal(lambda: harness.enqueue(RS, long_body))
+    assert "over the limit of 65535 bytes" in message
+    assert harness.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 0
+
+
+def test_concurrent_calls(harness: Harness) -> None:
+    async def main() -> None:
+        batches = [[NewJob(1, f"{k}-{i}".encode(), T0, 1) for i in range(20)] for k in range(16)]
+        results = await asyncio.gather(*(harness.hot.enqueue_jobs(RS, NewJobBatch(b), T0) for b in batches))
+        ids = [i for r in results for i in r.to_list()]
+        assert sorted(ids) == list(range(1, 321))
+        claims = await asyncio.gather(*(harness.hot.dequeue_jobs(RS, 1, 25, f"c{k}", T0, False) for k in range(16)))
+        claimed = [job[0] for c in claims for job in c.to_list()]
+        assert sorted(claimed) == list(range(1, 321))  # every job once, none twice
+        acks = [AckGroup([(1, job[0], "", 0) for job in c.to_list()], []) for c in claims]
+        await asyncio.gather(*(harness.hot.ack_jobs(RS, a, T0) for a in acks))
+
+    harness.run(main())
+    assert harness.store.count_jobs(RS, JobFilter(JobState.SUCCEEDED, 1, T0), None) == 320
+    assert 1 <= harness.hot.worker_count <= harness.store.pool_size
+
+
+def test_a_cancelled_call_and_a_second_event_loop(harness: Harness) -> None:
+    async def cancel_one() -> list[int]:
+        task = asyncio.ensure_future(harness.hot.enqueue_jobs(RS, NewJobBatch([(1, b"c", T0, 1, "")]), T0))
+        await asyncio.sleep(0)  # the call is with a worker
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        ids = await harness.hot.enqueue_jobs(RS, NewJobBatch([(1, b"d", T0, 1, "")]), T0)
+        return ids.to_list()
+
+    assert len(harness.run(cancel_one())) == 1
+
+    async def on_another_loop() -> list[int]:
+        ids = await harness.hot.enqueue_jobs(RS, NewJobBatch([(1, b"e", T0, 1, "")]), T0)
+        return ids.to_list()
+
+    assert len(asyncio.run(on_another_loop())) == 1  # the wake-up socket moved to this loop
+    assert len(harness.enqueue(RS, [NewJob(1, b"f", T0, 1)])) == 1  # and back
+    # The cancelled enqueue still ran, as it would have on the thread pool.
+    wait_for(lambda: harness.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 4, 10, what="4 jobs")
+
+
+def test_closed_off_the_loop_the_loop_stops_watching_on_its_own_thread(harness: Harness) -> None:
+    assert len(harness.enqueue(RS, [NewJob(1, b"x", T0, 1)])) == 1
+    fd = harness.hot._native.wake_fd()
+    harness.hot.close()  # no loop running here, as on the server's thread pool
+    harness.run(asyncio.sleep(0))  # the loop runs what close scheduled
+    assert not harness.loop.remove_reader(fd)
+    with pytest.raises(ShardConnectionError, match="closed"):
+        harness.enqueue(RS, [NewJob(1, b"y", T0, 1)])
+
+
+def test_call_blocking_answers_as_the_workers_do(harness: Harness) -> None:
+    shard = harness.hot._native  # the benchmark's alternative way in
+    batch = NewJobBatch([(1, b"a", T0, 2, ""), (1, b"b", T0, 2, "")])
+    ids, error = shard.call_blocking("enqueue_jobs", RS, f"plq_1_{RS}", T0, jobs=batch)
+    assert error is None and ids.to_list() == harness.store.enqueue_jobs(PY, [NewJob(1, b"a", T0, 2)] * 2, T0)
+    claimed, error = shard.call_blocking("dequeue_jobs", RS, f"plq_1_{RS}", T0, priority=1, limit=5, claim="c")
+    assert error is None and [job[0] for job in claimed.to_list()] == [1, 2]
+    _, error = shard.call_blocking("ack_jobs", "gone", "plq_1_gone", T0, acks=AckGroup([(1, 1, "", 0)], []))
+    assert error == ("queue_not_found", "gone", 0, False)
+    with pytest.raises(ValueError, match="bad call"):
+        shard.call_blocking("enqueue_jobs", RS, f"plq_1_{RS}", T0)
+
+
+# -- the statements, as the server saw them ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """A MariaDB to log, lock and restart; short lock waits."""
+    directory = tmp_path_factory.mktemp("mariadb-native-hot")
+    with MariaDBServer(directory, extra_args=("--innodb-lock-wait-timeout=1",)) as started:
+        yield started
+
+
+def _logged(server: MariaDBServer, user: str) -> list[str]:
+    rows = server.query(
+        "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log"
+        " WHERE command_type = 'Query' AND user_host LIKE %s ORDER BY event_time",
+        (f"{user}[%",),
+    )
+    return [str(row[0]) for row in rows]
+
+
+def test_the_server_sees_the_statements_the_python_store_sends(own_server: MariaDBServer) -> None:
+    own_server.drop_queue_databases()
+    h = Harness(MySQLStore("1", config_for(own_server), pool_size=1))
+    try:
+        h.store.create_queue(PY, 2)
+        h.store.create_queue(RS, 2)
+        jobs = jobs_of_every_kind()[:3]  # priorities 1 and 2
+        # Both paths connected, before the log starts.
+        h.store.ping()
+        h.dequeue(RS, 1, 1, "warm", dry_run=True)
+        own_server.query("SET GLOBAL log_output = 'TABLE'")
+        own_server.query("TRUNCATE mysql.general_log")
+        own_server.query("SET GLOBAL general_log = 1")
+        try:
+
+            def py_calls() -> None:
+                h.store.enqueue_jobs(PY, jobs, T0)
+                h.store.dequeue_jobs(PY, 1, 1, "peek", T0, True)
+                claimed = h.store.dequeue_jobs(PY, 1, 5, "claim", T0, False)
+                h.store.ack_jobs(PY, [AckItem(1, claimed[0].local_id, "ok")], [AckItem(1, 2, "no", 1000)], T0)
+
+            def rs_calls() -> None:
+                h.enqueue(RS, jobs)
+                h.dequeue(RS, 1, 1, "peek", dry_run=True)
+                claimed = h.dequeue(RS, 1, 5, "claim")
+                h.ack(RS, [AckItem(1, claimed[0].local_id, "ok")], [AckItem(1, 2, "no", 1000)])
+
+            py_calls()
+            py_log = _logged(own_server, own_server.user)
+            own_server.query("TRUNCATE mysql.general_log")
+            rs_calls()
+            rs_log = _logged(own_server, own_server.user)
+        finally:
+            own_server.query("SET GLOBAL general_log = 0")
+        assert len(py_log) >= 10  # INSERTs, COMMITs, SELECTs, UPDATEs
+        assert rs_log == [statement.replace(PY, RS) for statement in py_log]
+    finally:
+        h.close()
+
+
+def test_lock_wait_timeouts_are_retried_then_reported(own_server: MariaDBServer) -> None:
+    own_server.drop_queue_databases()
+    h = Harness(MySQLStore("1", config_for(own_server), pool_size=1, num_auto_retries=1))
+    blocker = own_server.admin_connection()
+    try:
+        h.store.create_queue(RS, 1)
+        [local_id] = h.enqueue(RS, [NewJob(1, b"locked", T0, 1)])
+        h.dequeue(RS, 1, 1, "claim-locked")
+        with blocker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT local_id FROM plq_1_{RS}.jobs_p1 WHERE local_id = %s FOR UPDATE", (local_id,))
+        with pytest.raises(ShardConnectionError, match="1205") as waited:
+            h.ack(RS, [AckItem(1, local_id)], [])
+        assert not waited.value.maybe_applied
+        blocker.rollback()
+        h.ack(RS, [AckItem(1, local_id)], [])
+        [record] = h.store.lookup_jobs(RS, [(1, local_id)], False)
+        assert record.state == JobState.SUCCEEDED
+    finally:
+        blocker.close()
+        h.close()
+
+
+def test_a_server_restart_mid_use(own_server: MariaDBServer) -> None:
+    own_server.drop_queue_databases()
+    h = Harness(MySQLStore("1", config_for(own_server), pool_size=3, socket_timeout=2.0, num_auto_retries=1))
+    try:
+        h.store.create_queue(RS, 1)
+
+        async def enqueue_in_parallel(n: int) -> list[list[int]]:
+            batches = [NewJobBatch([(1, f"r{k}".encode(), T0, 1, "")]) for k in range(n)]
+            results = await asyncio.gather(*(h.hot.enqueue_jobs(RS, b, T0) for b in batches))
+            return [r.to_list() for r in results]
+
+        assert len(h.run(enqueue_in_parallel(6))) == 6  # several workers, each with a connection
+        workers = h.hot.worker_count
+        assert workers >= 2
+        pid = own_server.pid
+        own_server.stop()  # SIGTERM to that PID: every pooled connection dies
+        assert pid is not None and own_server.pid is None
+        with pytest.raises(ShardConnectionError) as down:
+            h.enqueue(RS, [NewJob(1, b"while down", T0, 1)])
+        assert not down.value.maybe_applied
+        assert "MySQL error 2003: Can't connect to MySQL server on '127.0.0.1'" in down.value.detail
+        own_server.start()  # same port
+        # Every worker's connection is dead; not one call fails on them, and none is repeated.
+        assert all(len(ids) == 1 for ids in h.run(enqueue_in_parallel(6)))
+        assert len(h.enqueue(RS, [NewJob(1, b"after", T0, 1)])) == 1
+        assert h.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 13
+        claimed = h.dequeue(RS, 1, 100, "after-restart")
+        assert len(claimed) == 13
+        assert len({job.body for job in claimed}) == 7  # r0..r5 twice, "after" once: no duplicates
+        own_server.restart()
+        h.ack(RS, [AckItem(1, job.local_id) for job in claimed], [])
+        assert h.store.count_jobs(RS, JobFilter(JobState.SUCCEEDED, 1, T0), None) == 13
+    finally:
+        h.close()
+
+
+class CommitCutter:
+    """A TCP proxy in front of MariaDB that, when armed, lets the next COMMIT through and then
+    cuts the client's connection instead of passing on the server's answer: a COMMIT applied
+    whose outcome the client never learns."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.armed = False
+        self.cuts = 0
+        self._cutting = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if not answers and self.armed and b"\x03COMMIT" in data:
+                    self.armed = False
+                    self._cutting.set()
+                elif answers and self._cutting.is_set():
+                    self._cutting.clear()
+                    self.cuts += 1
+                    break  # the COMMIT's answer: dropped, and the connection with it
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_an_enqueue_whose_commit_was_cut_off_is_not_repeated(server: MariaDBServer) -> None:
+    cutter = CommitCutter(server.port)
+    config = MySQLShardConfig(Endpoint(server.host, cutter.port), server.user, server.password)
+    h = Harness(MySQLStore("1", config, pool_size=1, num_auto_retries=2))
+    try:
+        h.store.create_queue(RS, 1)
+        assert h.enqueue(RS, [NewJob(1, b"first", T0, 1)]) == [1]  # connected, through the proxy
+        cutter.armed = True
+        with pytest.raises(ShardConnectionError) as cut:
+            h.enqueue(RS, [NewJob(1, b"cut", T0, 1), NewJob(1, b"cut", T0, 1)])
+        assert cut.value.maybe_applied
+        assert "may have been applied: not repeated" in cut.value.detail
+        assert cutter.cuts == 1
+        assert h.store.count_jobs(RS, JobFilter(JobState.PENDING, 1, T0), None) == 3, "applied once, not twice"
+        # An ack is harmless to repeat: the same cut is retried on a new connection.
+        claimed = h.dequeue(RS, 1, 10, "claim")
+        cutter.armed = True
+        h.ack(RS, [AckItem(1, job.local_id) for job in claimed], [])
+        assert cutter.cuts == 2
+        assert h.store.count_jobs(RS, JobFilter(JobState.SUCCEEDED, 1, T0), None) == 3
+    finally:
+        h.close()
+        cutter.close()
+
+
+def test_the_store_hands_out_the_native_hot_path(server: MariaDBServer) -> None:
+    store = MySQLStore("1", config_for(server))
+    loop = asyncio.new_event_loop()
+    try:
+
+        def offload(fn: Callable[..., T], /, *args: object) -> Awaitable[T]:
+            return loop.run_in_executor(None, fn, *args)
+
+        hot = store.hot_path(offload)
+        assert isinstance(hot, NativeMySQLHotPath)
+        store.create_queue(RS, 1)
+        ids = loop.run_until_complete(hot.enqueue_jobs(RS, NewJobBatch([(1, b"x", T0, 1, "")]), T0))
+        assert ids.to_list() == [1]
+        fd = hot._native.wake_fd()
+        loop.run_until_complete(store.aclose())
+        assert not loop.remove_reader(fd), "aclose stopped watching the wake-up socket"
+    finally:
+        store.close()  # closes the hot path's workers too
+        loop.close()
+    assert hot.worker_count == 0
