@@ -299,8 +299,8 @@ def test_a_killed_server_keeps_every_job_it_acknowledged(
 
 
 def test_the_store_hands_the_server_its_native_path(store: EmbeddedStore) -> None:
-    assert isinstance(store.native_hot_path(offload), NativeEmbeddedHotPath)
-    run(store.hot_path(offload).enqueue_jobs(Q, [NewJob(1, b"x", 0, 1)], T0))
+    assert isinstance(store.hot_path(offload), NativeEmbeddedHotPath)
+    run(store.hot_path(offload).enqueue_jobs(Q, NewJobBatch([NewJob(1, b"x", 0, 1)]), T0))
     assert store.native_hot_path(offload).commits == 1
 
 
