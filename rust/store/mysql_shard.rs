@@ -5,8 +5,8 @@
 //! strips their comments), with `{table}`/`{ids}`/`{rows}` filled and every `%s` replaced by a
 //! literal written as `PyMySQL` writes the same parameter (`mysql_inserts.rs`): the server sees
 //! the same bytes through the text protocol. Sessions are set up as the Python pool sets them up
-//! (`session_setup.sql`, autocommit off, `CLIENT_FOUND_ROWS`), and `server_info.sql` is read on
-//! every new connection (id strategy, `max_allowed_packet`).
+//! (TLS whenever the server offers it, `session_setup.sql`, autocommit off, `CLIENT_FOUND_ROWS`),
+//! and `server_info.sql` is read on every new connection (id strategy, `max_allowed_packet`).
 //!
 //! Errors and retries follow `transactions.py`: a missing database or table is
 //! `QueueNotFound`; deadlocks, lock wait timeouts and lost connections are retried
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
-use mysql::{Conn, OptsBuilder, Value};
+use mysql::{Conn, DriverError, OptsBuilder, SslOpts, Value};
 
 use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
 use crate::store::decimal::push_int;
@@ -246,6 +246,29 @@ fn describe(err: &mysql::Error) -> (u16, String) {
     }
 }
 
+/// `PyMySQL`'s default "preferred" TLS, as the Python pool uses it (`pool.py`'s
+/// `_opportunistic_tls_context`): encrypted when the server offers TLS, with neither the
+/// certificate nor the host name verified; plain when the server does not offer it.
+///
+/// The crate's TLS is rustls with ring (`Cargo.toml`): nothing to link at run time, and a
+/// connection costs no system CA store load (`OpenSSL` through `native-tls` loads it twice per
+/// connection, some 50 ms, for a store that goes unused when nothing is verified).
+///
+/// The crate asks for TLS whenever `ssl_opts` are set and fails with `TlsNotSupported`, before
+/// sending anything after reading the server's greeting, when the greeting lacks `CLIENT_SSL`:
+/// only then is the connection made again without TLS. Any other failure (a failed TLS
+/// handshake with a server that offers TLS) is returned as it is, never retried in clear text:
+/// that would be a downgrade `PyMySQL` does not make either.
+fn connect_preferring_tls(opts: OptsBuilder) -> Result<Conn, mysql::Error> {
+    let tls = SslOpts::default()
+        .with_danger_accept_invalid_certs(true)
+        .with_danger_skip_domain_validation(true);
+    match Conn::new(opts.clone().ssl_opts(Some(tls))) {
+        Err(mysql::Error::DriverError(DriverError::TlsNotSupported)) => Conn::new(opts),
+        connected => connected,
+    }
+}
+
 /// One connection of a shard, made on first use and replaced when it fails.
 pub struct Session {
     shared: Arc<Shared>,
@@ -281,7 +304,7 @@ impl Session {
                 s.sql.session_setup.clone(),
                 "SET AUTOCOMMIT = 0".to_owned(),
             ]);
-        let mut conn = Conn::new(opts)?;
+        let mut conn = connect_preferring_tls(opts)?;
         let row: Option<(String, i64, i64, u64)> = conn.query_first(&s.sql.server_info)?;
         conn.query_drop("COMMIT")?;
         if let Some((version, autoinc_lock_mode, auto_increment_increment, max_allowed_packet)) =

@@ -6,6 +6,9 @@
         server.kill()                            # SIGKILL, as a crash
         server.restart()                         # same datadir, same port
 
+    MariaDBServer(path, tls=True)                # offers TLS (a throwaway self-signed certificate)
+    MariaDBServer(path, tls=True, require_secure_transport=True)   # refuses clients without TLS
+
 Start-up is fast (well under a second once a template exists): ``mariadb-install-db`` runs once
 per machine into a cached template datadir that servers copy (``PINLATER_MARIADB_TEMPLATE_DIR``,
 default under the temp directory), InnoDB runs with a small buffer pool and log, and readiness is
@@ -17,6 +20,11 @@ naming the Debian package ``mariadb-server``.
 ``shared_server()`` is one server per test process, started on first use and stopped at exit,
 for suites that only need empty databases (``drop_queue_databases`` between tests); it skips
 fsync, so it is not for durability tests.
+
+With ``tls=True`` the server offers TLS with a certificate made for it in its directory by the
+``openssl`` command (a CA and a server certificate, valid for a day); ``require_secure_transport``
+makes it refuse TCP clients without TLS. Root's connections then go through the Unix socket,
+which the server counts as secure, so set-up costs no TLS handshake.
 """
 
 from __future__ import annotations
@@ -140,6 +148,8 @@ class MariaDBServer:
         password: str = "pinlater-test-pw",
         extra_args: tuple[str, ...] = (),
         start_timeout: float = 60.0,
+        tls: bool = False,
+        require_secure_transport: bool = False,
         start: bool = True,
     ) -> None:
         self.binary = find_binary("mariadbd")
@@ -154,6 +164,10 @@ class MariaDBServer:
         self.password = password
         self.extra_args = extra_args
         self.start_timeout = start_timeout
+        if require_secure_transport and not tls:
+            raise ValueError("require_secure_transport needs tls=True")
+        self.tls_dir: Path | None = make_tls_files(directory / "tls") if tls else None
+        self.require_secure_transport = require_secure_transport
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
         self._user_created = False
@@ -189,6 +203,14 @@ class MariaDBServer:
         ]
         if os.geteuid() == 0:
             cmd.append("--user=root")
+        if self.tls_dir is not None:
+            cmd += [
+                f"--ssl-ca={self.tls_dir / 'ca.pem'}",
+                f"--ssl-cert={self.tls_dir / 'server.pem'}",
+                f"--ssl-key={self.tls_dir / 'server-key.pem'}",
+            ]
+        if self.require_secure_transport:
+            cmd.append("--require-secure-transport=ON")
         return cmd + list(self.extra_args)
 
     def start(self) -> MariaDBServer:
@@ -260,6 +282,28 @@ class MariaDBServer:
     # -- clients ----------------------------------------------------------------------------
 
     def _root_connection(self, connect_timeout: float = 5.0, database: str | None = None) -> Any:
+        if self.tls_dir is not None:  # the socket: secure transport without a TLS handshake
+            conn = pymysql.connect(
+                unix_socket=str(self.socket_path),
+                user="root",
+                password="",
+                database=database,
+                autocommit=True,
+                connect_timeout=connect_timeout,
+                charset="utf8mb4",
+                ssl_disabled=True,  # PyMySQL would otherwise run TLS over the socket too
+                defer_connect=True,
+            )
+            # Connected here: PyMySQL leaks its own Unix socket when connecting it fails.
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(connect_timeout)
+                sock.connect(str(self.socket_path))
+            except BaseException:
+                sock.close()
+                raise
+            conn.connect(sock)  # closes sock if the handshake fails
+            return conn
         return pymysql.connect(
             host=self.host,
             port=self.port,
@@ -317,6 +361,30 @@ class MariaDBServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def make_tls_files(directory: Path) -> Path:
+    """A throwaway CA (``ca.pem``) and a server certificate it signed (``server.pem``,
+    ``server-key.pem``) for 127.0.0.1, made with the ``openssl`` command in ``directory``."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("openssl not found: install the Debian package openssl to run the TLS tests")
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        done = subprocess.run(
+            [openssl, *args], cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"openssl {args[0]} failed ({done.returncode}):\n{done.stdout[-2000:]}")
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pinlater test CA",
+        "-keyout", "ca-key.pem", "-out", "ca.pem")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+        "-keyout", "server-key.pem", "-out", "server.csr")  # fmt: skip
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem", "-CAcreateserial",
+        "-days", "1", "-out", "server.pem")  # fmt: skip
+    return directory
 
 
 _shared_lock = threading.Lock()
