@@ -44,7 +44,7 @@ pub mod queue {
     pub mod body_matcher;
     /// `Descriptor`, `Encoder`, `decode`, `encode`: job descriptors `{queue}:s{shard}:p{priority}:{id}`.
     pub mod descriptor;
-    /// `JobBuffer`: the dequeue broker's per-queue buffer of reserved jobs.
+    /// `JobBuffer`, `HandOut`, `ClaimLedger`: the dequeue broker's buffer, hand-outs and claims.
     pub mod job_buffer;
     /// `NewJob`, `ClaimedJob`, `AckItem`, `AckGroup`: the hot path's jobs as Rust values.
     pub mod jobs;
@@ -100,7 +100,7 @@ mod _pinlater {
         decode_descriptor, decode_descriptors, encode_descriptor, encode_descriptors,
     };
     #[pymodule_export]
-    use crate::py::queue::job_buffer::JobBuffer;
+    use crate::py::queue::job_buffer::{ClaimFlush, ClaimItems, HandOut, JobBuffer};
     #[pymodule_export]
     use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
     #[pymodule_export]
@@ -128,7 +128,8 @@ mod _pinlater {
     use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
     #[pymodule_export]
     use crate::py::wire::replies::{
-        encode_dequeue_batches, encode_dequeue_reply, encode_enqueue_reply, encode_void_reply,
+        encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply, encode_enqueue_reply,
+        encode_void_reply,
     };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;

@@ -9,7 +9,8 @@ takes. Errors are the blocking store's (``QueueNotFoundError`` for -1, ``ShardCo
 ``StoreMemoryFullError``), and evicted jobs the scripts report go to the store's counter.
 
 The dequeue broker's operations (``reserve_jobs``, ``claim_reserved``, ``release_reservations``;
-off by default) take Python values and go through the redis.asyncio path (``store.aio``).
+off by default) go through the redis.asyncio path (``store.aio``) with Python values, converted
+at this seam: reservations come back as ``ClaimedJobs``, claims go in as ``ClaimItems``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
+    ClaimItems,
     LocalIds,
     NewJobBatch,
     redis_ack_command,
@@ -31,7 +33,6 @@ from pinlater._pinlater import (
     redis_int_reply,
     redis_require_queue_command,
 )
-from pinlater.backends.base import ClaimedJob
 from pinlater.backends.redis.hot_client import HotClient
 from pinlater.errors import QueueNotFoundError
 
@@ -83,17 +84,17 @@ class NativeHotPath:
         if evicted:
             self._store._shard.count_evicted(evicted)
 
-    # -- the dequeue broker: Python values, through redis.asyncio -------------------------------
+    # -- the dequeue broker: through redis.asyncio, converted here ------------------------------
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]:
-        return await self._store.aio.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+    ) -> ClaimedJobs:
+        return ClaimedJobs(await self._store.aio.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms))
 
     async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+        self, queue: str, items: ClaimItems, reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        return await self._store.aio.claim_reserved(queue, items, reservation, now_ms)
+        return await self._store.aio.claim_reserved(queue, items.to_list(), reservation, now_ms)
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
