@@ -126,7 +126,7 @@ def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> Non
 
 def test_script_shas_are_what_redis_names_them(server: RedisServer) -> None:
     client = server.client()
-    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs"):
+    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserve_jobs"):
         assert client.script_load(source(name)) == script_sha(name)
         assert script_sha(name) == hashlib.sha1(source(name).encode()).hexdigest()
 
@@ -208,6 +208,46 @@ def test_the_lifecycle_agrees_with_the_blocking_store(store: RedisStore) -> None
     failed_ids = {j.local_id for j in native["p2"]}
     assert {states[i].state for i in failed_ids} <= {JobState.PENDING, JobState.FAILED}
     assert any(states[i].run_after_ms == NOW + 10 + 5000 for i in failed_ids), "a retry at now + delay"
+
+
+def test_the_broker_reserve_agrees_with_the_blocking_store(store: RedisStore) -> None:
+    """The broker's refill reads the reserve script's reply in Rust, as dequeue's: the same jobs
+    in the same (run after, id) order as the blocking store's reserve, the same holds."""
+    jobs = [
+        NewJob(priority=p, body=b"job-%d" % i, run_after_ms=NOW - 1000 + (i % 3), attempts_allowed=1 + i % 3)
+        for i, p in enumerate([2, 1, 1, 3, 2, 1, 1, 2])
+    ]
+    hold = 20_000
+
+    async def reserve(hot: NativeHotPath) -> list[list[ClaimedJob]]:
+        await hot.enqueue_jobs(Q, batch(jobs), NOW)
+        out = [claimed(await hot.reserve_jobs(Q, 1, 3, "~r|a", NOW, hold))]
+        out.append(claimed(await hot.reserve_jobs(Q, 1, 10, "~r|b", NOW + 1, hold)))  # the rest
+        out.append(claimed(await hot.reserve_jobs(Q, 1, 10, "~r|a", NOW + 2, hold)))  # none left
+        out.append(claimed(await hot.reserve_jobs(Q, 2, 0, "~r|a", NOW + 2, hold)))
+        with pytest.raises(QueueNotFoundError):
+            await hot.reserve_jobs("nope", 1, 5, "~r|a", NOW, hold)
+        with pytest.raises(QueueNotFoundError):
+            await hot.reserve_jobs("nope", 1, 0, "~r|a", NOW, hold)
+        return out
+
+    native = run(store, reserve)
+    b = "blocking"
+    store.enqueue_jobs(b, jobs, NOW)
+    want = [
+        store.reserve_jobs(b, 1, 3, "~r|a", NOW, hold),
+        store.reserve_jobs(b, 1, 10, "~r|b", NOW + 1, hold),
+        store.reserve_jobs(b, 1, 10, "~r|a", NOW + 2, hold),
+        store.reserve_jobs(b, 2, 0, "~r|a", NOW + 2, hold),
+    ]
+    assert native == want
+    assert [len(r) for r in native] == [3, 1, 0, 0]
+    assert [j.local_id for j in native[0]] == [7, 2, 3], "run after, then id"
+    # held, not claimed: still PENDING, and a claim under the holder's reservation takes them
+    pending = JobFilter(JobState.PENDING, 1, NOW + 3)
+    assert store.count_jobs(Q, pending, None) == 4
+    keys = [(1, j.local_id) for j in native[0]]
+    assert store.claim_reserved(Q, [(p, i, "w|1") for p, i in keys], "~r|a", NOW + 3) == keys
 
 
 def test_a_missing_queue_raises_queue_not_found(store: RedisStore) -> None:

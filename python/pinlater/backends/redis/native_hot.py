@@ -8,9 +8,11 @@ own pipelined connection, and the extension reads the reply into the batch the w
 takes. Errors are the blocking store's (``QueueNotFoundError`` for -1, ``ShardConnectionError``,
 ``StoreMemoryFullError``), and evicted jobs the scripts report go to the store's counter.
 
-The dequeue broker's operations (``reserve_jobs``, ``claim_reserved``, ``release_reservations``;
-off by default) go through the redis.asyncio path (``store.aio``) with Python values, converted
-at this seam: reservations come back as ``ClaimedJobs``, claims go in as ``ClaimItems``.
+The dequeue broker's refill (``reserve_jobs``; the broker is off by default) goes the same way:
+its script's reply has the dequeue's rows, read into ``ClaimedJobs`` by the same reader (the
+command, a few keys and arguments per call, is packed by ``redis_pack_command``). Its claims
+and releases (``claim_reserved``, ``release_reservations``) go through the redis.asyncio path
+(``store.aio``) with Python values, converted at this seam (claims come as ``ClaimItems``).
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ from pinlater._pinlater import (
     redis_enqueue_command,
     redis_ids_reply,
     redis_int_reply,
+    redis_pack_command,
     redis_require_queue_command,
 )
+from pinlater.backends.base import JobState
 from pinlater.backends.redis.hot_client import HotClient
+from pinlater.backends.redis.keys import seconds_arg
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -84,12 +89,37 @@ class NativeHotPath:
         if evicted:
             self._store._shard.count_evicted(evicted)
 
-    # -- the dequeue broker: through redis.asyncio, converted here ------------------------------
+    # -- the dequeue broker ------------------------------------------------------------------------
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> ClaimedJobs:
-        return ClaimedJobs(await self._store.aio.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms))
+        if limit <= 0:  # only whether the queue exists, as the blocking store answers
+            return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
+        keys = self._store._keys(queue)
+        command = redis_pack_command(
+            (
+                "EVALSHA",
+                self._sha["reserve_jobs"],
+                5,
+                keys.names_key,
+                keys.set_key(priority, JobState.PENDING),
+                *keys.hold_keys(priority),
+                queue,
+                keys.hash_prefix,
+                seconds_arg(now_ms),
+                limit,
+                reservation,
+                seconds_arg(now_ms + hold_ms),
+            )
+        )
+        out = await self._client.call("reserve_jobs", command, redis_claimed_reply)
+        if out is None:
+            raise QueueNotFoundError(queue)
+        jobs, evicted = out
+        if evicted:
+            self._store._shard.count_evicted(evicted)
+        return jobs
 
     async def claim_reserved(
         self, queue: str, items: ClaimItems, reservation: str, now_ms: int
