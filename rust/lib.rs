@@ -32,7 +32,7 @@ pub mod store {
     pub mod redis_reply;
     /// `seconds`, `ms`, `local_id`, `count`, `order`: a Redis dequeue reply's fields.
     pub mod redis_rows;
-    /// `enqueue_command`, `dequeue_command`, `ack_command`: the hot scripts' EVALSHA commands.
+    /// `enqueue_command`, `dequeue_command`, `ack_command`, `claim_reserved_command`: the scripts' EVALSHA commands.
     pub mod redis_scripts;
     /// `SqliteShard`, `WriteGate`: the embedded store's hot writes on a thread, group committed.
     pub mod sqlite_shard;
@@ -119,7 +119,7 @@ mod _pinlater {
     use crate::py::store::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
     use crate::py::store::redis_scripts::{
-        redis_ack_command, redis_dequeue_command, redis_enqueue_command,
+        redis_ack_command, redis_claim_command, redis_dequeue_command, redis_enqueue_command,
         redis_require_queue_command,
     };
     #[pymodule_export]

@@ -51,6 +51,7 @@ __all__ = [
     "mysql_insert_statements",
     "redis_ack_command",
     "redis_ack_reply",
+    "redis_claim_command",
     "redis_claimed_jobs",
     "redis_claimed_reply",
     "redis_dequeue_command",
@@ -898,6 +899,11 @@ def redis_dequeue_command(
 def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int) -> bytes:
     """``EVALSHA sha`` of ``ack_jobs.lua`` for the group (successes first), as
     ``RedisStore._ack_call`` sends it."""
+
+def redis_claim_command(sha: str, shard: str, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> bytes:
+    """``EVALSHA sha`` of ``claim_reserved.lua`` for the broker's claims of one queue on one
+    shard, as ``reservations.claim_call`` sends it; its reply (the numbers of the jobs claimed,
+    or -1 for a missing queue) reads with ``redis_ids_reply``."""
 
 def redis_require_queue_command(sha: str, shard: str, queue: str) -> bytes:
     """``EVALSHA sha`` of ``count_jobs.lua`` counting nothing (``ShardScripts.require_queue_call``):

@@ -245,7 +245,7 @@ class DequeueBroker:
             now = self.backend.clock.now_ms()
             try:
                 hot = self.backend.hot_path(shard)
-                keys = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
+                claimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
             except ShardConnectionError as exc:
                 if attempt + 1 < CLAIM_ATTEMPTS:
                     await asyncio.sleep(CLAIM_RETRY_SECONDS * (attempt + 1))
@@ -257,7 +257,6 @@ class DequeueBroker:
             except Exception:
                 log.exception("broker: claiming %d jobs of %s on shard %s failed", len(items), queue, shard_name)
                 break
-            claimed = len(keys)
             break
         self.metrics.incr("broker_claimed", claimed)
         if claimed < len(items):  # delivered again once the reservation lapses: at least once

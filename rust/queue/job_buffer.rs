@@ -218,20 +218,22 @@ impl ClaimLedger {
 
     /// Books the claims of `jobs`, handed out of `queue` under `claim`.
     pub fn add<B>(&mut self, queue: &str, claim: &str, jobs: &[BufferedJob<B>]) {
+        if jobs.is_empty() {
+            return;
+        }
+        let shards = self.index.entry(queue.to_owned()).or_default();
         for job in jobs {
-            let shards = self.index.entry(queue.to_owned()).or_default();
-            let at = match shards.get(job.shard.as_str()) {
-                Some(&at) => at,
-                None => {
-                    let at = self.batches.len();
-                    shards.insert(job.shard.clone(), at);
-                    self.batches.push(ClaimBatch {
-                        queue: queue.to_owned(),
-                        shard: job.shard.clone(),
-                        runs: Vec::new(),
-                    });
-                    at
-                }
+            let at = if let Some(&at) = shards.get(job.shard.as_str()) {
+                at
+            } else {
+                let at = self.batches.len();
+                shards.insert(job.shard.clone(), at);
+                self.batches.push(ClaimBatch {
+                    queue: queue.to_owned(),
+                    shard: job.shard.clone(),
+                    runs: Vec::new(),
+                });
+                at
             };
             let runs = &mut self.batches[at].runs;
             match runs.last_mut() {
@@ -390,7 +392,11 @@ mod tests {
     fn ledger_groups_claims_by_queue_and_shard_in_runs() {
         let mut ledger = ClaimLedger::new();
         assert!(ledger.is_empty() && !ledger.holds_queue("q"));
-        ledger.add("q", "a", &[on("1", 1, 1, 0), on("2", 1, 2, 0), on("1", 2, 3, 0)]);
+        ledger.add(
+            "q",
+            "a",
+            &[on("1", 1, 1, 0), on("2", 1, 2, 0), on("1", 2, 3, 0)],
+        );
         ledger.add("q", "b", &[on("1", 1, 4, 0)]);
         ledger.add("r", "c", &[on("1", 1, 1, 0)]);
         let run = |claim: &str, keys: &[(i64, i64)]| ClaimRun {
@@ -405,7 +411,11 @@ mod tests {
         assert_eq!(
             ledger.batches(),
             &[
-                batch("q", "1", vec![run("a", &[(1, 1), (2, 3)]), run("b", &[(1, 4)])]),
+                batch(
+                    "q",
+                    "1",
+                    vec![run("a", &[(1, 1), (2, 3)]), run("b", &[(1, 4)])]
+                ),
                 batch("q", "2", vec![run("a", &[(1, 2)])]),
                 batch("r", "1", vec![run("c", &[(1, 1)])]),
             ]
@@ -414,8 +424,14 @@ mod tests {
         assert_eq!(ledger.len(), 5);
         assert!(ledger.holds("q", "1", 2, 3));
         assert!(ledger.holds("r", "1", 1, 1));
-        assert!(!ledger.holds("q", "2", 2, 3), "same job key on another shard");
-        assert!(!ledger.holds("r", "2", 1, 2), "same job key in another queue");
+        assert!(
+            !ledger.holds("q", "2", 2, 3),
+            "same job key on another shard"
+        );
+        assert!(
+            !ledger.holds("r", "2", 1, 2),
+            "same job key in another queue"
+        );
         assert!(!ledger.holds("s", "1", 1, 1));
         assert!(ledger.holds_queue("r") && !ledger.holds_queue("s"));
     }

@@ -196,12 +196,11 @@ pub fn dequeue_placed_reply(
     let mut ends = Vec::with_capacity(jobs.len());
     let mut encoders: Vec<(&str, Encoder)> = Vec::new();
     for (index, job) in jobs.iter().enumerate() {
-        let at = match encoders.iter().position(|(shard, _)| *shard == job.shard) {
-            Some(at) => at,
-            None => {
-                encoders.push((job.shard, Encoder::new(queue, job.shard)?));
-                encoders.len() - 1
-            }
+        let at = if let Some(at) = encoders.iter().position(|(shard, _)| *shard == job.shard) {
+            at
+        } else {
+            encoders.push((job.shard, Encoder::new(queue, job.shard)?));
+            encoders.len() - 1
         };
         let descriptor = u64::try_from(job.local_id)
             .map_err(|_| {
@@ -367,9 +366,15 @@ mod tests {
             attempts_remaining: 2,
         });
         assert_eq!(reply, dequeue_reply("dequeueJobs", 5, &jobs).unwrap());
-        let bad = [place("1", 1, 1, b"".as_slice()), place("1", 0, 2, b"".as_slice())];
+        let bad = [
+            place("1", 1, 1, b"".as_slice()),
+            place("1", 0, 2, b"".as_slice()),
+        ];
         let err = dequeue_placed_reply("d", 0, "q", &bad).unwrap_err();
-        assert!(err.to_string().starts_with("descriptor at index 1: "), "{err}");
+        assert!(
+            err.to_string().starts_with("descriptor at index 1: "),
+            "{err}"
+        );
     }
 
     #[test]

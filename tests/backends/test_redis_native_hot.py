@@ -24,8 +24,10 @@ from tests.support.wait import wait_for
 from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
+    ClaimItems,
     NewJobBatch,
     redis_ack_command,
+    redis_claim_command,
     redis_dequeue_command,
     redis_enqueue_command,
     redis_pack_command,
@@ -34,7 +36,7 @@ from pinlater._pinlater import (
 )
 from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, NewJob
 from pinlater.backends.pressure import StoreMemoryFullError
-from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, reservations
 from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection, script_sha
 from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.backends.redis.script_calls import ScriptCall
@@ -124,9 +126,24 @@ def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> Non
         assert redis_require_queue_command(sha, "s_1", queue) == packed(require, sha)
 
 
+def test_the_broker_claim_command_is_todays_byte_for_byte(offline_store: RedisStore) -> None:
+    """``redis_claim_command`` packs a ``ClaimItems`` as ``reservations.claim_call`` does: groups
+    of consecutive jobs sharing a priority and a claim."""
+    rng = random.Random(16)
+    sha = script_sha("claim_reserved")
+    for _ in range(300):
+        items: list[tuple[int, int, str]] = []
+        for _run in range(rng.choice([1, 2, 5])):
+            claim = rng.choice(["w|1", "w|2", "é|3"])
+            items += [(rng.choice([1, 1, 2, 3]), rng.randrange(1, 2**62), claim) for _ in range(rng.randint(1, 30))]
+        now = rng.choice([NOW, 0, 1001, rng.randrange(0, 10**13)])
+        want = packed(reservations.claim_call(offline_store._shard, "q_2", items, "~r|h:1:ab", now), sha)
+        assert redis_claim_command(sha, "s_1", "q_2", ClaimItems(items), "~r|h:1:ab", now) == want
+
+
 def test_script_shas_are_what_redis_names_them(server: RedisServer) -> None:
     client = server.client()
-    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserve_jobs"):
+    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserve_jobs", "claim_reserved"):
         assert client.script_load(source(name)) == script_sha(name)
         assert script_sha(name) == hashlib.sha1(source(name).encode()).hexdigest()
 
@@ -246,8 +263,21 @@ def test_the_broker_reserve_agrees_with_the_blocking_store(store: RedisStore) ->
     # held, not claimed: still PENDING, and a claim under the holder's reservation takes them
     pending = JobFilter(JobState.PENDING, 1, NOW + 3)
     assert store.count_jobs(Q, pending, None) == 4
-    keys = [(1, j.local_id) for j in native[0]]
-    assert store.claim_reserved(Q, [(p, i, "w|1") for p, i in keys], "~r|a", NOW + 3) == keys
+
+    async def claim(hot: NativeHotPath) -> list[int]:
+        # a's three and b's one, under a's reservation: only a's are claimed
+        items = [(1, j.local_id, "w|1") for j in native[0]] + [(1, native[1][0].local_id, "w|2")]
+        out = [await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 3)]
+        out.append(await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 4))  # claimed already
+        with pytest.raises(QueueNotFoundError):
+            await hot.claim_reserved("nope", ClaimItems(items), "~r|a", NOW + 4)
+        return out
+
+    assert run(store, claim) == [3, 0]
+    found = store.lookup_jobs(Q, [(1, j.local_id) for j in native[0] + native[1]], False)
+    assert [(r.state, r.claim_descriptor) for r in found] == [(JobState.IN_PROGRESS, "w|1")] * 3 + [
+        (JobState.PENDING, None)
+    ]
 
 
 def test_a_missing_queue_raises_queue_not_found(store: RedisStore) -> None:

@@ -365,9 +365,9 @@ class HotPath(Protocol):
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> ClaimedJobs: ...
 
-    async def claim_reserved(
-        self, queue: str, items: ClaimItems, reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]: ...
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+        """``ShardStore.claim_reserved``; how many of the jobs were claimed."""
+        ...
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int

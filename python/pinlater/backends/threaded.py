@@ -48,11 +48,9 @@ def reserve_batch(
     return ClaimedJobs(store.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms))
 
 
-def claim_batch(
-    store: ShardStore, queue: str, items: ClaimItems, reservation: str, now_ms: int
-) -> list[tuple[int, int]]:
-    """``store.claim_reserved`` for ``ClaimItems``."""
-    return store.claim_reserved(queue, items.to_list(), reservation, now_ms)
+def claim_batch(store: ShardStore, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+    """``store.claim_reserved`` for ``ClaimItems``: how many were claimed."""
+    return len(store.claim_reserved(queue, items.to_list(), reservation, now_ms))
 
 
 class ThreadedHotPath:
@@ -81,9 +79,7 @@ class ThreadedHotPath:
     ) -> ClaimedJobs:
         return await self._offload(reserve_batch, self._store, queue, priority, limit, reservation, now_ms, hold_ms)
 
-    async def claim_reserved(
-        self, queue: str, items: ClaimItems, reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         return await self._offload(claim_batch, self._store, queue, items, reservation, now_ms)
 
     async def release_reservations(

@@ -25,6 +25,8 @@ type Job = BufferedJob<Vec<u8>>;
 type Buffer = job_buffer::JobBuffer<Vec<u8>>;
 /// `(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)`.
 type Entry<'py> = (String, i64, i64, Bound<'py, PyBytes>, i64, i64, i64);
+/// `(descriptor, body, attempts_allowed, attempts_remaining)`.
+type HandedJob<'py> = (String, Bound<'py, PyBytes>, i64, i64);
 
 fn entries<'py>(py: Python<'py>, jobs: &[Job]) -> Vec<Entry<'py>> {
     jobs.iter()
@@ -214,7 +216,7 @@ impl HandOut {
     }
 
     /// `(descriptor, body, attempts_allowed, attempts_remaining)` per job handed out, in order.
-    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, Bound<'py, PyBytes>, i64, i64)>> {
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Vec<HandedJob<'py>>> {
         guarded("HandOut.to_list", || {
             let mut out = Vec::with_capacity(self.fresh.len());
             for job in &self.fresh {
@@ -294,8 +296,7 @@ impl ClaimFlush {
                 .enumerate()
                 .filter(|(_, flush)| {
                     let ledger = flush.get().lock();
-                    jobs.iter()
-                        .any(|(q, s, p, i)| ledger.holds(q, s, *p, *i))
+                    jobs.iter().any(|(q, s, p, i)| ledger.holds(q, s, *p, *i))
                 })
                 .map(|(at, _)| at)
                 .collect())

@@ -140,9 +140,7 @@ class NativeEmbeddedHotPath:
     ) -> ClaimedJobs:
         return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
 
-    async def claim_reserved(
-        self, queue: str, items: ClaimItems, reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
 
     async def release_reservations(

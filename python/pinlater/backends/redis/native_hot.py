@@ -8,11 +8,12 @@ own pipelined connection, and the extension reads the reply into the batch the w
 takes. Errors are the blocking store's (``QueueNotFoundError`` for -1, ``ShardConnectionError``,
 ``StoreMemoryFullError``), and evicted jobs the scripts report go to the store's counter.
 
-The dequeue broker's refill (``reserve_jobs``; the broker is off by default) goes the same way:
-its script's reply has the dequeue's rows, read into ``ClaimedJobs`` by the same reader (the
-command, a few keys and arguments per call, is packed by ``redis_pack_command``). Its claims
-and releases (``claim_reserved``, ``release_reservations``) go through the redis.asyncio path
-(``store.aio``) with Python values, converted at this seam (claims come as ``ClaimItems``).
+The dequeue broker's refills and claims (``reserve_jobs``, ``claim_reserved``; the broker is
+off by default) go the same way: the reserve script's reply has the dequeue's rows, read into
+``ClaimedJobs`` by the same reader (its command, a few keys and arguments per call, is packed by
+``redis_pack_command``); a ``ClaimItems`` is packed whole (``redis_claim_command``), and its
+reply (the numbers of the jobs claimed) read by ``redis_ids_reply``. Releases (rare: stale
+entries and shutdown) go through the redis.asyncio path (``store.aio``) with Python values.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pinlater._pinlater import (
     NewJobBatch,
     redis_ack_command,
     redis_ack_reply,
+    redis_claim_command,
     redis_claimed_reply,
     redis_dequeue_command,
     redis_enqueue_command,
@@ -121,10 +123,13 @@ class NativeHotPath:
             self._store._shard.count_evicted(evicted)
         return jobs
 
-    async def claim_reserved(
-        self, queue: str, items: ClaimItems, reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
-        return await self._store.aio.claim_reserved(queue, items.to_list(), reservation, now_ms)
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+        sha = self._sha["claim_reserved"]
+        command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms)
+        claimed = await self._client.call("claim_reserved", command, redis_ids_reply)
+        if claimed is None:
+            raise QueueNotFoundError(queue)
+        return len(claimed)
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
