@@ -32,7 +32,7 @@ pub mod store {
     pub mod redis_reply;
     /// `seconds`, `ms`, `local_id`, `count`, `order`: a Redis dequeue reply's fields.
     pub mod redis_rows;
-    /// `enqueue_command`, `dequeue_command`, `ack_command`: the hot scripts' EVALSHA commands.
+    /// `enqueue_command`, `dequeue_command`, `ack_command`, `claim_reserved_command`: the scripts' EVALSHA commands.
     pub mod redis_scripts;
     /// `SqliteShard`, `WriteGate`: the embedded store's hot writes on a thread, group committed.
     pub mod sqlite_shard;
@@ -44,7 +44,7 @@ pub mod queue {
     pub mod body_matcher;
     /// `Descriptor`, `Encoder`, `decode`, `encode`: job descriptors `{queue}:s{shard}:p{priority}:{id}`.
     pub mod descriptor;
-    /// `JobBuffer`: the dequeue broker's per-queue buffer of reserved jobs.
+    /// `JobBuffer`, `HandOut`, `ClaimLedger`: the dequeue broker's buffer, hand-outs and claims.
     pub mod job_buffer;
     /// `NewJob`, `ClaimedJob`, `AckItem`, `AckGroup`: the hot path's jobs as Rust values.
     pub mod jobs;
@@ -100,7 +100,7 @@ mod _pinlater {
         decode_descriptor, decode_descriptors, encode_descriptor, encode_descriptors,
     };
     #[pymodule_export]
-    use crate::py::queue::job_buffer::JobBuffer;
+    use crate::py::queue::job_buffer::{ClaimFlush, ClaimItems, HandOut, JobBuffer};
     #[pymodule_export]
     use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
     #[pymodule_export]
@@ -119,7 +119,7 @@ mod _pinlater {
     use crate::py::store::redis_rows::redis_claimed_jobs;
     #[pymodule_export]
     use crate::py::store::redis_scripts::{
-        redis_ack_command, redis_dequeue_command, redis_enqueue_command,
+        redis_ack_command, redis_claim_command, redis_dequeue_command, redis_enqueue_command,
         redis_require_queue_command,
     };
     #[pymodule_export]
@@ -128,7 +128,8 @@ mod _pinlater {
     use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
     #[pymodule_export]
     use crate::py::wire::replies::{
-        encode_dequeue_batches, encode_dequeue_reply, encode_enqueue_reply, encode_void_reply,
+        encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply, encode_enqueue_reply,
+        encode_void_reply,
     };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;

@@ -24,10 +24,12 @@ from thriftpy2.thrift import TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
 from pinlater._pinlater import (
+    ClaimedJobs,
     JobBuffer,
     MalformedThriftError,
     RateLimiter,
     decode_descriptors,
+    encode_dequeue_handout,
     encode_dequeue_reply,
     encode_descriptors,
     redis_claimed_jobs,
@@ -305,7 +307,6 @@ def walk_outcome(walk: Any, error: type[Exception], payload: bytes) -> int | str
 ENCODERS: dict[str, Any] = {"rust": encode_descriptors, "python": py_encode_descriptors}
 DECODERS: dict[str, Any] = {"rust": decode_descriptors, "python": py_decode_descriptors}
 LIMITERS: dict[str, Any] = {"rust": RateLimiter, "python": PyRateLimiter}
-BUFFERS: dict[str, Any] = {"rust": JobBuffer, "python": PyJobBuffer}
 
 
 @pytest.mark.benchmark(group="descriptor-encode-100")
@@ -393,18 +394,35 @@ def test_walkers_agree_on_damaged_payloads() -> None:
 @pytest.mark.benchmark(group="broker-hand-out-100")
 @pytest.mark.parametrize("impl", ["rust", "python"])
 def test_broker_hand_out_100(benchmark: Any, impl: str) -> None:
-    """One broker dequeue of 100 jobs: the refill's push, then the hand-out with descriptors."""
-    buffer = BUFFERS[impl](1000)
-    jobs = [(local_id, b"x" * 100, 2, 2) for local_id in LOCAL_IDS]
+    """One broker dequeue of 100 jobs: the refill's push (a reserve call's jobs), the hand-out,
+    and the reply's bytes. In Rust the jobs stay Rust values from the store's batch to the reply
+    (``JobBuffer`` holding a ``ClaimedJobs``'s jobs, a ``HandOut``, ``encode_dequeue_handout``);
+    in Python they are tuples, ``DequeuedJob``s and a Python encoder."""
+    if impl == "rust":
+        buffer = JobBuffer(1000)
+        batch = ClaimedJobs([(local_id, b"x" * 100, 2, 2, 0, 0) for local_id in LOCAL_IDS])
 
-    def cycle() -> tuple[list[Any], list[Any]]:
-        buffer.push(SHARD, 1, jobs, 1_000)
-        out: tuple[list[Any], list[Any]] = buffer.hand_out(QUEUE, BATCH, 500)
-        return out
+        def cycle() -> bytes:
+            buffer.push(SHARD, 1, batch, 1_000)
+            return encode_dequeue_handout("dequeueJobs", 17, buffer.hand_out(QUEUE, BATCH, 500))
 
-    fresh, stale = benchmark(cycle)
-    assert stale == [] and len(fresh) == BATCH
-    assert [f[0] for f in fresh] == py_encode_descriptors(QUEUE, SHARD, [1] * BATCH, LOCAL_IDS)
+    else:
+        py_buffer = PyJobBuffer(1000)
+        jobs = [(local_id, b"x" * 100, 2, 2) for local_id in LOCAL_IDS]
+
+        def cycle() -> bytes:
+            py_buffer.push(SHARD, 1, jobs, 1_000)
+            fresh, stale = py_buffer.hand_out(QUEUE, BATCH, 500)
+            assert stale == []
+            dequeued = [DequeuedJob(d, ClaimedJob(i, b, a, r, 0, 0)) for d, _s, _p, i, b, a, r in fresh]
+            return py_dequeue_reply(17, dequeued)
+
+    reply = benchmark(cycle)
+    descriptors = py_encode_descriptors(QUEUE, SHARD, [1] * BATCH, LOCAL_IDS)
+    jobs_out = [
+        DequeuedJob(d, ClaimedJob(i, b"x" * 100, 2, 2, 0, 0)) for d, i in zip(descriptors, LOCAL_IDS, strict=True)
+    ]
+    assert reply == encode_dequeue_reply("dequeueJobs", 17, jobs_out)
 
 
 @pytest.mark.benchmark(group="redis-reply-100")

@@ -17,10 +17,13 @@ __all__ = [
     "BodyFilterTimeout",
     "BodyMatcher",
     "BodyPatternError",
+    "ClaimFlush",
+    "ClaimItems",
     "ClaimedJobs",
     "DequeueCall",
     "DescriptorError",
     "EnqueueCall",
+    "HandOut",
     "JobBuffer",
     "JobRejected",
     "LocalIds",
@@ -39,6 +42,7 @@ __all__ = [
     "decode_descriptors",
     "decode_hot_call",
     "encode_dequeue_batches",
+    "encode_dequeue_handout",
     "encode_dequeue_reply",
     "encode_descriptor",
     "encode_descriptors",
@@ -47,6 +51,7 @@ __all__ = [
     "mysql_insert_statements",
     "redis_ack_command",
     "redis_ack_reply",
+    "redis_claim_command",
     "redis_claimed_jobs",
     "redis_claimed_reply",
     "redis_dequeue_command",
@@ -219,10 +224,11 @@ class RateLimiter:
 class JobBuffer:
     """The dequeue broker's buffer of reserved jobs for one queue. Thread-safe.
 
-    Holds at most ``capacity`` entries. An entry is
-    ``(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)``;
-    bodies are kept as the ``bytes`` objects given (no copy). Every entry comes out of exactly
-    one ``take``, ``take_older_than`` or ``drain`` and is then forgotten.
+    Holds at most ``capacity`` entries, pushed from a reserve call's ``ClaimedJobs`` and held in
+    Rust. An entry, where one comes back to Python (``take``, ``take_older_than``, ``drain``,
+    ``HandOut.stale``: to release), is ``(shard, priority, local_id, body, attempts_allowed,
+    attempts_remaining, reserved_at_ms)``. Every entry comes out of exactly one ``take``,
+    ``hand_out``, ``take_older_than`` or ``drain`` and is then forgotten.
     """
 
     def __new__(cls, capacity: int) -> JobBuffer:
@@ -249,34 +255,93 @@ class JobBuffer:
     def lengths(self) -> dict[int, int]:
         """Entries held by priority, for priorities that hold any."""
 
-    def push(
-        self, shard: str, priority: int, jobs: Sequence[tuple[int, bytes, int, int]], reserved_at_ms: int
-    ) -> list[int]:
-        """Append ``(local_id, body, attempts_allowed, attempts_remaining)`` jobs of one shard and
-        priority, reserved at ``reserved_at_ms``, while there is room; return the local ids that
-        did not fit (their reservations are the caller's to release)."""
+    def push(self, shard: str, priority: int, jobs: ClaimedJobs, reserved_at_ms: int) -> list[int]:
+        """Append the jobs of one reserve call (one shard and priority), reserved at
+        ``reserved_at_ms``, while there is room; return the local ids that did not fit (their
+        reservations are the caller's to release)."""
 
-    def take(self, limit: int) -> list[tuple[str, int, int, bytes, int, int, int]]:
+    def take(self, limit: int) -> list[_Entry]:
         """Remove and return up to ``limit`` entries: priority 1 first, then first in, first out."""
 
-    def hand_out(
-        self, queue: str, limit: int, fresh_after_ms: int
-    ) -> tuple[list[tuple[str, str, int, int, bytes, int, int]], list[tuple[str, int, int, bytes, int, int, int]]]:
-        """Remove up to ``limit`` entries as ``take`` does, and split them: those reserved at or
-        after ``fresh_after_ms`` as ``(descriptor, shard, priority, local_id, body,
-        attempts_allowed, attempts_remaining)`` with their job descriptors for ``queue``; older
-        ones, whose reservation may be about to lapse, as entries (to release, not hand out).
+    def hand_out(self, queue: str, limit: int, fresh_after_ms: int) -> HandOut:
+        """Remove up to ``limit`` entries as ``take`` does, for a dequeue of ``queue``: those
+        reserved at or after ``fresh_after_ms`` are the jobs handed out; older ones, whose
+        reservation may be about to lapse, are kept apart (``HandOut.stale``, to release).
 
         Raises:
             DescriptorError: ``queue`` or a shard name cannot appear in a descriptor (the
                 entries taken are then dropped: their reservations lapse after the hold).
         """
 
-    def take_older_than(self, cutoff_ms: int) -> list[tuple[str, int, int, bytes, int, int, int]]:
+    def take_older_than(self, cutoff_ms: int) -> list[_Entry]:
         """Remove and return every entry reserved before ``cutoff_ms``."""
 
-    def drain(self) -> list[tuple[str, int, int, bytes, int, int, int]]:
+    def drain(self) -> list[_Entry]:
         """Remove and return every entry."""
+
+#: ``(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)``.
+_Entry = tuple[str, int, int, bytes, int, int, int]
+
+@final
+class HandOut:
+    """What one broker dequeue took from a queue's buffer, held in Rust: ``len()`` jobs for the
+    worker, in order (``encode_dequeue_handout`` writes the reply from them), and apart the
+    stale entries to release."""
+
+    def __len__(self) -> int: ...
+    @property
+    def queue(self) -> str:
+        """The queue the jobs were handed out of."""
+
+    @property
+    def stale_count(self) -> int:
+        """How many entries were too old to hand out."""
+
+    def stale(self) -> list[_Entry]:
+        """The entries too old to hand out."""
+
+    def to_list(self) -> list[tuple[str, bytes, int, int]]:
+        """``(descriptor, body, attempts_allowed, attempts_remaining)`` per job, in order (for
+        tests and tools; the server never builds these).
+
+        Raises:
+            DescriptorError: a priority or local id that cannot form a descriptor.
+        """
+
+@final
+class ClaimFlush:
+    """The claims of the hand-outs of one turn of the loop, until they are written: per (queue,
+    shard) the ``ClaimItems`` of one store call, and which jobs they name. Thread-safe."""
+
+    def __new__(cls) -> ClaimFlush: ...
+    def add(self, claim: str, hand_out: HandOut) -> None:
+        """Book the claims of the hand-out's jobs, each under ``claim``."""
+
+    def __len__(self) -> int:
+        """Jobs booked."""
+
+    def holds_queue(self, queue: str) -> bool:
+        """Whether any job of ``queue`` is booked."""
+
+    @staticmethod
+    def holding(flushes: Sequence[ClaimFlush], jobs: Sequence[tuple[str, str, int, int]]) -> list[int]:
+        """The positions in ``flushes`` of those that hold any of the ``(queue, shard, priority,
+        local_id)`` jobs (decoded descriptors are such tuples)."""
+
+    def batches(self) -> list[tuple[str, str, ClaimItems]]:
+        """``(queue, shard, items)`` per (queue, shard), in the order first booked."""
+
+@final
+class ClaimItems:
+    """The claims of handed-out jobs of one queue on one shard, in hand-out order: what one
+    ``claim_reserved`` call writes, each job with its own claim."""
+
+    def __new__(cls, items: Sequence[tuple[int, int, str]]) -> ClaimItems:
+        """From ``(priority, local_id, claim)`` items, for stores and tests."""
+
+    def __len__(self) -> int: ...
+    def to_list(self) -> list[tuple[int, int, str]]:
+        """One ``(priority, local_id, claim)`` per job, in order."""
 
 #: ``(priority, body, run_after_ms, attempts_allowed, custom_status)``: ``backends.base.NewJob``.
 _NewJobTuple = tuple[int, bytes, int, int, str]
@@ -584,6 +649,16 @@ def encode_void_reply(method: str, seqid: int) -> bytes:
     """The REPLY message of a void ``method`` (``ackDequeuedJobs``) for ``seqid``: an empty result
     struct, as thriftpy2 writes it."""
 
+def encode_dequeue_handout(method: str, seqid: int, hand_out: HandOut) -> bytes:
+    """The REPLY message of ``method`` (``dequeueJobs``) for ``seqid`` with the jobs of a broker
+    ``HandOut``, in order, each with its descriptor for the hand-out's queue: the bytes
+    ``encode_dequeue_reply`` writes for the same jobs.
+
+    Raises:
+        DescriptorError: a priority or id that cannot form a descriptor.
+        ValueError: attempts that do not fit a Thrift i32, or a length beyond 2**31 - 1.
+    """
+
 def encode_dequeue_reply(method: str, seqid: int, jobs: list[Any]) -> bytes:
     """The strict Thrift binary REPLY message of ``method`` (``dequeueJobs``) for ``seqid``, whose
     result's ``success`` is ``PinLaterDequeueResponse(jobs={descriptor: body}, jobMetadata=
@@ -824,6 +899,11 @@ def redis_dequeue_command(
 def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int) -> bytes:
     """``EVALSHA sha`` of ``ack_jobs.lua`` for the group (successes first), as
     ``RedisStore._ack_call`` sends it."""
+
+def redis_claim_command(sha: str, shard: str, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> bytes:
+    """``EVALSHA sha`` of ``claim_reserved.lua`` for the broker's claims of one queue on one
+    shard, as ``reservations.claim_call`` sends it; its reply (the numbers of the jobs claimed,
+    or -1 for a missing queue) reads with ``redis_ids_reply``."""
 
 def redis_require_queue_command(sha: str, shard: str, queue: str) -> bytes:
     """``EVALSHA sha`` of ``count_jobs.lua`` counting nothing (``ShardScripts.require_queue_call``):

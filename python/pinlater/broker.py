@@ -5,13 +5,16 @@ has *reserved* in the store (``ShardStore.reserve_jobs``): a reserved job stays 
 counts, scans and lookups show it as PENDING, no attempt is charged for it, and a crash needs no
 cleanup, because a reservation lapses by itself after the hold.
 
-A dequeue is served from the buffer without a store call: the jobs are taken, their descriptors
-encoded, and the response goes out at once. Their claims (``claim_reserved``, the normal unique
+A dequeue is served from the buffer without a store call: the jobs are taken (a ``HandOut``, held
+in Rust like the buffer: no Python object per job), the extension writes the reply from it, and
+the response goes out at once. Their claims (``claim_reserved``, the normal unique
 claim for the worker's source, so checkpoint guards, acks and claim timeouts work exactly as
 without the broker) are written behind the response: every hand-out queues its claims, and a
 flush at the next turn of the event loop writes all that queued in that turn, one store call per
 (queue, shard), each job with its own worker's claim. Concurrent dequeues so share store calls
-twice: one refill serves them all, and so does one claim flush. Invariants:
+twice: one refill serves them all, and so does one claim flush. A flush's claims are a
+``ClaimFlush`` (Rust): per (queue, shard) a ``ClaimItems`` the store call takes whole, and which
+jobs it names, for ``settle``. Invariants:
 
 * A reservation is live when its job is handed out: entries older than half the hold are never
   handed out but released (and a loop releases them in the background), and the claim is written
@@ -44,7 +47,6 @@ low-water mark (at most ``buffer_size`` jobs); on this server a refill starts at
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import secrets
@@ -55,9 +57,9 @@ from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pinlater._pinlater import JobBuffer
-from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
-from pinlater.backends.sharded import DequeuedJob, ShardedBackend
+from pinlater._pinlater import ClaimedJobs, ClaimFlush, ClaimItems, HandOut, JobBuffer
+from pinlater.backends.base import RESERVATION_PREFIX
+from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
 from pinlater.counters import Counters
@@ -67,12 +69,6 @@ log = logging.getLogger(__name__)
 
 #: (shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)
 Entry = tuple[str, int, int, bytes, int, int, int]
-#: (descriptor, shard, priority, local_id, body, attempts_allowed, attempts_remaining)
-HandOut = tuple[str, str, int, int, bytes, int, int]
-
-# The hand-out's objects, built as tuples of their NamedTuple types without a Python frame each.
-_claimed = functools.partial(tuple.__new__, ClaimedJob)
-_dequeued = functools.partial(tuple.__new__, DequeuedJob)
 
 #: A claim write that meets a failing shard is tried this many times in all, the waits between
 #: growing by this many seconds each time; all of it well inside half the reservation hold.
@@ -116,13 +112,10 @@ class DequeueBroker:
         self._more: set[str] = set()
         self._background: set[asyncio.Task[Any]] = set()
         self._release_task: asyncio.Task[None] | None = None
-        # Claims of handed-out jobs not yet written, by (queue, shard): (priority, local_id, claim).
-        self._pending: defaultdict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
-        # Hand-outs not yet booked into the two below: (queue, claim, jobs).
-        self._handouts: list[tuple[str, str, list[HandOut]]] = []
-        # (queue, shard, priority, local_id) -> the flush that writes its claim.
-        self._unsettled: dict[tuple[str, str, int, int], asyncio.Future[None]] = {}
-        self._next_flush: asyncio.Future[None] | None = None
+        # The claims the next flush writes, and the future it resolves once they are written.
+        self._next_flush: tuple[ClaimFlush, asyncio.Future[None]] | None = None
+        # Every flush whose claims are not written yet (the next one included), for ``settle``.
+        self._unsettled: list[tuple[ClaimFlush, asyncio.Future[None]]] = []
         self._flush_scheduled = False
         self._flushes: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -165,12 +158,12 @@ class DequeueBroker:
 
     # -- dequeue --------------------------------------------------------------------------------
 
-    async def dequeue(self, queue: str, limit: int, source: str) -> list[DequeuedJob]:
+    async def dequeue(self, queue: str, limit: int, source: str) -> HandOut:
         """Up to ``limit`` jobs from the queue's buffer, refilled first only if it is empty.
 
         No store call unless the buffer is empty: what it holds is handed out at once (a refill
         starts in the background below the low-water mark), and the claims are written behind
-        the response."""
+        the response. The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``)."""
         start = time.perf_counter()
         buffer = self.buffer(queue)
         if not len(buffer):
@@ -183,66 +176,46 @@ class DequeueBroker:
         now = self.backend.clock.now_ms()
         # Entries older than half the hold are never handed out (the release loop lagged):
         # their reservations may be about to lapse. They are released instead.
-        fresh, stale = buffer.hand_out(queue, limit, now - self.policy.max_age_ms)
-        if stale:
-            self._spawn(self._release(queue, stale))
-        out = self._queue_claims(queue, fresh, source, now) if fresh else []
+        out = buffer.hand_out(queue, limit, now - self.policy.max_age_ms)
+        if out.stale_count:
+            self._spawn(self._release(queue, out.stale()))
+        if out:
+            self._queue_claims(out, source)
         if len(buffer) <= self.policy.low_water or (queue in self._more and buffer.room >= self.policy.min_top_up):
             self._refill_in_background(queue)
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
 
-    def _queue_claims(self, queue: str, fresh: list[HandOut], source: str, now: int) -> list[DequeuedJob]:
-        """The jobs for the worker; their claims are queued for the next flush.
-
-        Only the jobs are built here, on the way to the response; the claims are booked per job
-        (``_book``) by the flush, or by a ``settle`` that comes first."""
+    def _queue_claims(self, out: HandOut, source: str) -> None:
+        """Queue the claims of the jobs handed out for the next flush, under a new claim."""
         claim = self.backend.new_claim(source)
-        flush = self._next_flush
-        if flush is None:
-            flush = self._next_flush = asyncio.get_running_loop().create_future()
-        self._handouts.append((queue, claim, fresh))
-        out = [_dequeued((d, _claimed((i, b, a, r, 0, now)))) for d, _s, _p, i, b, a, r in fresh]
+        pending = self._next_flush
+        if pending is None:
+            pending = self._next_flush = (ClaimFlush(), asyncio.get_running_loop().create_future())
+            self._unsettled.append(pending)
+        pending[0].add(claim, out)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
         self.metrics.incr("broker_handed_out", len(out))
-        return out
-
-    def _book(self) -> None:
-        """Book the claims of the hand-outs since the last booking for the next flush: its store
-        calls (``_pending``) and what ``settle`` waits for (``_unsettled``)."""
-        handouts, self._handouts = self._handouts, []
-        if not handouts:
-            return
-        flush = self._next_flush
-        assert flush is not None, "hand-outs are booked before their flush starts"
-        pending, unsettled = self._pending, self._unsettled
-        for queue, claim, fresh in handouts:
-            for _descriptor, shard, priority, local_id, *_ in fresh:
-                pending[(queue, shard)].append((priority, local_id, claim))
-                unsettled[(queue, shard, priority, local_id)] = flush
 
     # -- claims ---------------------------------------------------------------------------------
 
     async def settle(self, jobs: Iterable[tuple[str, str, int, int]]) -> None:
         """Wait until the claims of these ``(queue, shard, priority, local_id)`` jobs handed out
         by this server are written (decoded descriptors are such tuples)."""
-        if self._handouts:
-            self._book()
-        if not self._unsettled:
+        unsettled = self._unsettled
+        if not unsettled:
             return
-        found = (self._unsettled.get(job) for job in jobs)
-        await _wait_for({f for f in found if f is not None})
+        held = ClaimFlush.holding([ledger for ledger, _ in unsettled], list(jobs))
+        await _wait_for({unsettled[at][1] for at in held})
 
     async def settle_queue(self, queue: str) -> None:
         """Wait until every claim of the queue queued so far is written."""
-        if self._handouts:
-            self._book()
         if self._unsettled:
-            await _wait_for({f for (q, *_), f in self._unsettled.items() if q == queue})
+            await _wait_for({f for ledger, f in self._unsettled if ledger.holds_queue(queue)})
 
     async def _flush_claims(self) -> None:
         """Write the claims queued by every hand-out of this turn of the loop: one store call
@@ -250,21 +223,18 @@ class DequeueBroker:
         distinct jobs), so a claim is on its way within one turn of the loop."""
         await asyncio.sleep(0)  # let hand-outs of this turn of the loop join
         self._flush_scheduled = False
-        self._book()
-        pending, self._pending = self._pending, defaultdict(list)
-        flush, self._next_flush = self._next_flush, None
+        pending, self._next_flush = self._next_flush, None
+        if pending is None:
+            return
+        ledger, flush = pending
         try:
-            await asyncio.gather(*(self._claim_on(q, shard, items) for (q, shard), items in pending.items()))
+            await asyncio.gather(*(self._claim_on(q, shard, items) for q, shard, items in ledger.batches()))
         finally:
-            for (q, shard), items in pending.items():
-                for priority, local_id, _claim in items:
-                    key = (q, shard, priority, local_id)
-                    if self._unsettled.get(key) is flush:
-                        del self._unsettled[key]
-            if flush is not None and not flush.done():
+            self._unsettled.remove(pending)
+            if not flush.done():
                 flush.set_result(None)
 
-    async def _claim_on(self, queue: str, shard_name: str, items: list[tuple[int, int, str]]) -> None:
+    async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> None:
         """Claim handed-out jobs on one shard, retrying a failing shard a few times."""
         self.metrics.incr("broker_claim_calls")
         claimed = 0
@@ -275,7 +245,7 @@ class DequeueBroker:
             now = self.backend.clock.now_ms()
             try:
                 hot = self.backend.hot_path(shard)
-                keys = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
+                claimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
             except ShardConnectionError as exc:
                 if attempt + 1 < CLAIM_ATTEMPTS:
                     await asyncio.sleep(CLAIM_RETRY_SECONDS * (attempt + 1))
@@ -287,7 +257,6 @@ class DequeueBroker:
             except Exception:
                 log.exception("broker: claiming %d jobs of %s on shard %s failed", len(items), queue, shard_name)
                 break
-            claimed = len(keys)
             break
         self.metrics.incr("broker_claimed", claimed)
         if claimed < len(items):  # delivered again once the reservation lapses: at least once
@@ -343,7 +312,7 @@ class DequeueBroker:
             return 0
         hold_ms = self.policy.hold_ms
 
-        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[list[ClaimedJob]]:
+        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
             hot = self.backend.hot_path(shard)
             return self.backend.on_shard(shard, hot.reserve_jobs(queue, priority, want, self.reservation, now, hold_ms))
 
@@ -351,9 +320,8 @@ class DequeueBroker:
         self.metrics.incr("broker_refills")
         total = 0
         for batch in batches:
-            jobs = [(j.local_id, j.body, j.attempts_allowed, j.attempts_remaining) for j in batch.jobs]
-            rejected = set(buffer.push(batch.shard, batch.priority, jobs, batch.now_ms))
-            total += len(jobs) - len(rejected)
+            rejected = buffer.push(batch.shard, batch.priority, batch.jobs, batch.now_ms)
+            total += len(batch.jobs) - len(rejected)
             if rejected:  # cannot happen while refills are single-flight; release, never leak
                 entries = [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in rejected]
                 await self._release(queue, entries)

@@ -9,10 +9,16 @@
 //!   drain) and then forgotten;
 //! - lengths (total and per priority) always equal what a drain would return.
 //!
+//! A [`HandOut`] is what one worker's dequeue took: the fresh jobs it gets and the stale ones
+//! (reserved too long ago to hand out) to release. A [`ClaimLedger`] gathers the claims of the
+//! hand-outs of one turn of the server's loop, one [`ClaimBatch`] per (queue, shard): one store
+//! call each, every job with its own worker's claim; until they are written, it answers whether
+//! it holds a job (what an ack on this server waits for).
+//!
 //! Nothing here panics on any input; the Python binding still runs every call under
 //! `catch_unwind` like the rest of the extension.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// One reserved job held for a queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +124,16 @@ impl<B> JobBuffer<B> {
         out
     }
 
+    /// Up to `limit` entries as [`JobBuffer::take`] takes them, split into those reserved at or
+    /// after `fresh_after_ms` (to hand out) and older ones (to release), each in take order.
+    pub fn hand_out(&mut self, limit: usize, fresh_after_ms: i64) -> HandOut<B> {
+        let (fresh, stale) = self
+            .take(limit)
+            .into_iter()
+            .partition(|job| job.reserved_at_ms >= fresh_after_ms);
+        HandOut { fresh, stale }
+    }
+
     /// Every entry reserved before `cutoff_ms` (strictly), oldest first within a priority.
     pub fn take_older_than(&mut self, cutoff_ms: i64) -> Vec<BufferedJob<B>> {
         let mut out = Vec::new();
@@ -146,6 +162,124 @@ impl<B> JobBuffer<B> {
     }
 }
 
+/// What one dequeue took from a buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandOut<B> {
+    /// The jobs for the worker, in take order.
+    pub fresh: Vec<BufferedJob<B>>,
+    /// Entries whose reservation may be about to lapse: released, never handed out.
+    pub stale: Vec<BufferedJob<B>>,
+}
+
+/// Consecutive jobs of one (queue, shard) claimed for one worker's dequeue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRun {
+    pub claim: String,
+    /// `(priority, local_id)` of each job, in hand-out order.
+    pub keys: Vec<(i64, i64)>,
+}
+
+/// The claims one store call writes: every handed-out job of one queue on one shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimBatch {
+    pub queue: String,
+    pub shard: String,
+    pub runs: Vec<ClaimRun>,
+}
+
+impl ClaimBatch {
+    /// How many jobs the batch claims.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.runs.iter().map(|r| r.keys.len()).sum()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The claims of hand-outs not yet written, by (queue, shard) in first-seen order.
+#[derive(Debug, Default)]
+pub struct ClaimLedger {
+    batches: Vec<ClaimBatch>,
+    /// queue -> shard -> index into `batches`.
+    index: HashMap<String, HashMap<String, usize>>,
+    /// `(batch index, priority, local_id)` of every job.
+    keys: HashSet<(usize, i64, i64)>,
+}
+
+impl ClaimLedger {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Books the claims of `jobs`, handed out of `queue` under `claim`.
+    pub fn add<B>(&mut self, queue: &str, claim: &str, jobs: &[BufferedJob<B>]) {
+        if jobs.is_empty() {
+            return;
+        }
+        let shards = self.index.entry(queue.to_owned()).or_default();
+        for job in jobs {
+            let at = if let Some(&at) = shards.get(job.shard.as_str()) {
+                at
+            } else {
+                let at = self.batches.len();
+                shards.insert(job.shard.clone(), at);
+                self.batches.push(ClaimBatch {
+                    queue: queue.to_owned(),
+                    shard: job.shard.clone(),
+                    runs: Vec::new(),
+                });
+                at
+            };
+            let runs = &mut self.batches[at].runs;
+            match runs.last_mut() {
+                Some(run) if run.claim == claim => run.keys.push((job.priority, job.local_id)),
+                _ => runs.push(ClaimRun {
+                    claim: claim.to_owned(),
+                    keys: vec![(job.priority, job.local_id)],
+                }),
+            }
+            self.keys.insert((at, job.priority, job.local_id));
+        }
+    }
+
+    /// Jobs booked.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Whether the job is booked here.
+    #[must_use]
+    pub fn holds(&self, queue: &str, shard: &str, priority: i64, local_id: i64) -> bool {
+        self.index
+            .get(queue)
+            .and_then(|shards| shards.get(shard))
+            .is_some_and(|&at| self.keys.contains(&(at, priority, local_id)))
+    }
+
+    /// Whether any job of `queue` is booked here.
+    #[must_use]
+    pub fn holds_queue(&self, queue: &str) -> bool {
+        self.index.contains_key(queue)
+    }
+
+    /// One batch per (queue, shard), in first-seen order.
+    #[must_use]
+    pub fn batches(&self) -> &[ClaimBatch] {
+        &self.batches
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +293,13 @@ mod tests {
             attempts_allowed: 2,
             attempts_remaining: 2,
             reserved_at_ms,
+        }
+    }
+
+    fn on(shard: &str, priority: i64, local_id: i64, reserved_at_ms: i64) -> BufferedJob<u32> {
+        BufferedJob {
+            shard: shard.to_owned(),
+            ..job(priority, local_id, reserved_at_ms)
         }
     }
 
@@ -232,5 +373,66 @@ mod tests {
             ids(&buffer.take(usize::MAX)),
             vec![(i64::MIN, 1), (i64::MAX, 2)]
         );
+    }
+
+    #[test]
+    fn hand_out_splits_fresh_from_stale_in_take_order() {
+        let mut buffer = JobBuffer::new(10);
+        buffer.push([job(2, 1, 100), job(1, 2, 10), job(1, 3, 100), job(3, 4, 5)]);
+        let out = buffer.hand_out(3, 50);
+        assert_eq!(ids(&out.fresh), vec![(1, 3), (2, 1)]);
+        assert_eq!(ids(&out.stale), vec![(1, 2)]);
+        assert_eq!(buffer.len(), 1);
+        let out = buffer.hand_out(0, 0);
+        assert!(out.fresh.is_empty() && out.stale.is_empty());
+        assert_eq!(ids(&buffer.hand_out(5, i64::MAX).stale), vec![(3, 4)]);
+    }
+
+    #[test]
+    fn ledger_groups_claims_by_queue_and_shard_in_runs() {
+        let mut ledger = ClaimLedger::new();
+        assert!(ledger.is_empty() && !ledger.holds_queue("q"));
+        ledger.add(
+            "q",
+            "a",
+            &[on("1", 1, 1, 0), on("2", 1, 2, 0), on("1", 2, 3, 0)],
+        );
+        ledger.add("q", "b", &[on("1", 1, 4, 0)]);
+        ledger.add("r", "c", &[on("1", 1, 1, 0)]);
+        let run = |claim: &str, keys: &[(i64, i64)]| ClaimRun {
+            claim: claim.to_owned(),
+            keys: keys.to_vec(),
+        };
+        let batch = |queue: &str, shard: &str, runs: Vec<ClaimRun>| ClaimBatch {
+            queue: queue.to_owned(),
+            shard: shard.to_owned(),
+            runs,
+        };
+        assert_eq!(
+            ledger.batches(),
+            &[
+                batch(
+                    "q",
+                    "1",
+                    vec![run("a", &[(1, 1), (2, 3)]), run("b", &[(1, 4)])]
+                ),
+                batch("q", "2", vec![run("a", &[(1, 2)])]),
+                batch("r", "1", vec![run("c", &[(1, 1)])]),
+            ]
+        );
+        assert_eq!(ledger.batches()[0].len(), 3);
+        assert_eq!(ledger.len(), 5);
+        assert!(ledger.holds("q", "1", 2, 3));
+        assert!(ledger.holds("r", "1", 1, 1));
+        assert!(
+            !ledger.holds("q", "2", 2, 3),
+            "same job key on another shard"
+        );
+        assert!(
+            !ledger.holds("r", "2", 1, 2),
+            "same job key in another queue"
+        );
+        assert!(!ledger.holds("s", "1", 1, 1));
+        assert!(ledger.holds_queue("r") && !ledger.holds_queue("s"));
     }
 }

@@ -8,6 +8,7 @@
 //! and times as Python's `repr(ms / 1000.0)` (`keys.seconds_arg`). The Python tests pack
 //! today's `ScriptCall` arguments with `redis_pack_command` and compare.
 
+use crate::queue::job_buffer::ClaimRun;
 use crate::queue::jobs::{AckGroup, NewJob};
 use crate::store::redis_command::Command;
 
@@ -259,6 +260,87 @@ pub fn dequeue_command(
     cmd.bulk(claim.as_bytes());
     cmd.bulk(if dry_run { b"1" } else { b"0" });
     cmd.int(MAX_TIES_REORDERED);
+    cmd.into_bytes()
+}
+
+/// `claim_reserved.lua` for the dequeue broker's claims of one queue on one shard, as
+/// `reservations.claim_call`: runs of jobs sharing a priority and a claim go as one group.
+#[must_use]
+pub fn claim_reserved_command(
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    runs: &[ClaimRun],
+    reservation: &str,
+    now_ms: i64,
+) -> Vec<u8> {
+    let keys = QueueKeys { shard, queue };
+    let mut priorities: Vec<i64> = runs
+        .iter()
+        .flat_map(|r| r.keys.iter().map(|&(p, _)| p))
+        .collect();
+    priorities.sort_unstable();
+    priorities.dedup();
+    let mut key_list = vec![keys.names_key()];
+    for &p in &priorities {
+        key_list.extend([
+            keys.set_key(p, PENDING),
+            keys.set_key(p, 1),
+            keys.priority_key(p, "h"),
+            keys.priority_key(p, "x"),
+            keys.priority_key(p, "o"),
+        ]);
+    }
+    // Groups: consecutive jobs of one run with one priority.
+    let mut groups: Vec<(i64, &str, Vec<i64>)> = Vec::new();
+    for run in runs {
+        let mut current: Option<(i64, Vec<i64>)> = None;
+        for &(priority, local_id) in &run.keys {
+            match &mut current {
+                Some((p, ids)) if *p == priority => ids.push(local_id),
+                _ => {
+                    if let Some((p, ids)) = current.take() {
+                        groups.push((p, &run.claim, ids));
+                    }
+                    current = Some((priority, vec![local_id]));
+                }
+            }
+        }
+        if let Some((p, ids)) = current {
+            groups.push((p, &run.claim, ids));
+        }
+    }
+    // Consecutive groups of one priority and claim (two runs of one claim) join, as in Python.
+    let mut merged: Vec<(i64, &str, Vec<i64>)> = Vec::with_capacity(groups.len());
+    for (p, claim, ids) in groups {
+        match merged.last_mut() {
+            Some((lp, lc, lids)) if *lp == p && *lc == claim => lids.extend(ids),
+            _ => merged.push((p, claim, ids)),
+        }
+    }
+    let jobs: usize = merged.iter().map(|(_, _, ids)| ids.len()).sum();
+    let claims: usize = merged.iter().map(|(_, c, _)| c.len()).sum();
+    let mut cmd = evalsha(
+        sha,
+        &key_list,
+        5 + 3 * merged.len() + jobs,
+        256 + claims + 24 * jobs,
+    );
+    cmd.bulk(queue.as_bytes());
+    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(seconds_text(now_ms).as_bytes());
+    cmd.bulk(reservation.as_bytes());
+    cmd.int(count(merged.len()));
+    for (priority, claim, ids) in &merged {
+        // KEYS is 1-based: the names key, then five per priority.
+        let index = priorities.binary_search(priority).unwrap_or(0) * 5 + 2;
+        cmd.int(count(index));
+        cmd.bulk(claim.as_bytes());
+        cmd.int(count(ids.len()));
+        for &id in ids {
+            cmd.int(id);
+        }
+    }
     cmd.into_bytes()
 }
 

@@ -147,6 +147,18 @@ pub fn enqueue_reply(
 /// One store call's claimed jobs: `(shard, priority, jobs)`.
 pub type Batch<'a> = (&'a str, i64, &'a [ClaimedJob]);
 
+/// A job of a dequeue reply with where it lives, as a store call or the broker's buffer holds
+/// it: its descriptor is built from these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacedJob<'a> {
+    pub shard: &'a str,
+    pub priority: i64,
+    pub local_id: i64,
+    pub body: &'a [u8],
+    pub attempts_allowed: i64,
+    pub attempts_remaining: i64,
+}
+
 /// The `dequeueJobs` reply of jobs claimed in `batches` of `queue`, in batch order: the same
 /// bytes as [`dequeue_reply`] with each job's descriptor built from its batch.
 pub fn dequeue_batches_reply(
@@ -156,32 +168,56 @@ pub fn dequeue_batches_reply(
     batches: &[Batch<'_>],
 ) -> Result<Vec<u8>, ReplyError> {
     let count: usize = batches.iter().map(|(_, _, jobs)| jobs.len()).sum();
-    // Every descriptor in one buffer, then borrowed by the reply's jobs.
-    let mut text = String::with_capacity(count * (queue.len() + 24));
-    let mut ends = Vec::with_capacity(count);
-    let mut index = 0;
+    let mut placed = Vec::with_capacity(count);
     for &(shard, priority, jobs) in batches {
-        let mut encoder = Encoder::new(queue, shard)?;
-        for job in jobs {
-            let descriptor = u64::try_from(job.local_id)
-                .map_err(|_| {
-                    DescriptorError::InvalidPart(Malformation::LocalId(job.local_id.to_string()))
-                })
-                .and_then(|id| encoder.encode(priority, id))
-                .map_err(|e| e.at_index(index))?;
-            text.push_str(descriptor);
-            ends.push(text.len());
-            index += 1;
-        }
+        placed.extend(jobs.iter().map(|job| PlacedJob {
+            shard,
+            priority,
+            local_id: job.local_id,
+            body: &job.body,
+            attempts_allowed: job.attempts_allowed,
+            attempts_remaining: job.attempts_remaining,
+        }));
     }
-    let mut reply_jobs = Vec::with_capacity(count);
+    dequeue_placed_reply(method, seqid, queue, &placed)
+}
+
+/// The `dequeueJobs` reply of `jobs` of `queue`, in order: the same bytes as [`dequeue_reply`]
+/// with each job's descriptor built from its shard, priority and local id.
+pub fn dequeue_placed_reply(
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    jobs: &[PlacedJob<'_>],
+) -> Result<Vec<u8>, ReplyError> {
+    // Every descriptor in one buffer, then borrowed by the reply's jobs; one encoder per shard
+    // (a broker's hand-out mixes shards, a store call's batch has one).
+    let mut text = String::with_capacity(jobs.len() * (queue.len() + 24));
+    let mut ends = Vec::with_capacity(jobs.len());
+    let mut encoders: Vec<(&str, Encoder)> = Vec::new();
+    for (index, job) in jobs.iter().enumerate() {
+        let at = if let Some(at) = encoders.iter().position(|(shard, _)| *shard == job.shard) {
+            at
+        } else {
+            encoders.push((job.shard, Encoder::new(queue, job.shard)?));
+            encoders.len() - 1
+        };
+        let descriptor = u64::try_from(job.local_id)
+            .map_err(|_| {
+                DescriptorError::InvalidPart(Malformation::LocalId(job.local_id.to_string()))
+            })
+            .and_then(|id| encoders[at].1.encode(job.priority, id))
+            .map_err(|e| e.at_index(index))?;
+        text.push_str(descriptor);
+        ends.push(text.len());
+    }
+    let mut reply_jobs = Vec::with_capacity(jobs.len());
     let mut start = 0;
-    let jobs = batches.iter().flat_map(|(_, _, jobs)| jobs.iter());
-    for (job, &end) in jobs.zip(&ends) {
+    for (job, &end) in jobs.iter().zip(&ends) {
         let attempts = |what, v: i64| i32::try_from(v).map_err(|_| ReplyError::NotI32(what, v));
         reply_jobs.push(ReplyJob {
             descriptor: &text[start..end],
-            body: &job.body,
+            body: job.body,
             attempts_allowed: attempts("attempts_allowed", job.attempts_allowed)?,
             attempts_remaining: attempts("attempts_remaining", job.attempts_remaining)?,
         });
@@ -299,6 +335,45 @@ mod tests {
         assert_eq!(
             dequeue_batches_reply("dequeueJobs", 3, "q", &[]).unwrap(),
             dequeue_reply("dequeueJobs", 3, &[]).unwrap()
+        );
+    }
+
+    #[test]
+    fn placed_jobs_of_interleaved_shards_write_what_dequeue_reply_writes() {
+        let place = |shard, priority, local_id, body| PlacedJob {
+            shard,
+            priority,
+            local_id,
+            body,
+            attempts_allowed: 3,
+            attempts_remaining: 2,
+        };
+        let placed = [
+            place("east_2", 1, 9, b"b".as_slice()),
+            place("1", 1, 4, b"".as_slice()),
+            place("east_2", 2, 10, b"cc".as_slice()),
+        ];
+        let reply = dequeue_placed_reply("dequeueJobs", 5, "emails", &placed).unwrap();
+        let jobs = [
+            ("emails:seast_2:p1:9", b"b".as_slice()),
+            ("emails:s1:p1:4", b"".as_slice()),
+            ("emails:seast_2:p2:10", b"cc".as_slice()),
+        ]
+        .map(|(descriptor, body)| ReplyJob {
+            descriptor,
+            body,
+            attempts_allowed: 3,
+            attempts_remaining: 2,
+        });
+        assert_eq!(reply, dequeue_reply("dequeueJobs", 5, &jobs).unwrap());
+        let bad = [
+            place("1", 1, 1, b"".as_slice()),
+            place("1", 0, 2, b"".as_slice()),
+        ];
+        let err = dequeue_placed_reply("d", 0, "q", &bad).unwrap_err();
+        assert!(
+            err.to_string().starts_with("descriptor at index 1: "),
+            "{err}"
         );
     }
 

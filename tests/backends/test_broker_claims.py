@@ -53,7 +53,7 @@ def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
         first = await broker.dequeue(Q, 2, "worker-a")  # refills, then hands out from memory
         second = await broker.dequeue(Q, 3, "worker-b")  # no store call: the buffer holds 4
-        handed = [j.descriptor for j in first + second]
+        handed = [d for d, *_ in first.to_list() + second.to_list()]
         # Nothing has yielded to the flush yet: every job is still PENDING under the reservation.
         assert {state for state, _ in states(store, handed)} == {JobState.PENDING}
         await broker.settle(decode_descriptors(handed))
@@ -81,7 +81,7 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
     async def scenario() -> tuple[list[str], list[str]]:
         await enqueue_n(backend, 3)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
-        handed = [j.descriptor for j in await broker.dequeue(Q, 3, "worker-a")]
+        handed = [d for d, *_ in (await broker.dequeue(Q, 3, "worker-a")).to_list()]
         [(_q, _s, priority, local_id)] = decode_descriptors(handed[:1])
         # Before the flush, an administrator's retry-style move of one job back to plain PENDING
         # (the reservation is released): that claim must not be written.

@@ -166,7 +166,7 @@ def test_the_broker_refills_from_the_shard_that_has_the_queue(backend: ShardedBa
                 await broker.dequeue("nope", 10, "w")
             got = await broker.dequeue(Q, 10, "w")
             await broker.settle([(Q, "2", 1, 1)])
-            return [j.descriptor for j in got]
+            return [descriptor for descriptor, *_ in got.to_list()]
         finally:
             await broker.stop()
 

@@ -24,8 +24,10 @@ from tests.support.wait import wait_for
 from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
+    ClaimItems,
     NewJobBatch,
     redis_ack_command,
+    redis_claim_command,
     redis_dequeue_command,
     redis_enqueue_command,
     redis_pack_command,
@@ -34,7 +36,7 @@ from pinlater._pinlater import (
 )
 from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, NewJob
 from pinlater.backends.pressure import StoreMemoryFullError
-from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, reservations
 from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection, script_sha
 from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.backends.redis.script_calls import ScriptCall
@@ -124,9 +126,24 @@ def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> Non
         assert redis_require_queue_command(sha, "s_1", queue) == packed(require, sha)
 
 
+def test_the_broker_claim_command_is_todays_byte_for_byte(offline_store: RedisStore) -> None:
+    """``redis_claim_command`` packs a ``ClaimItems`` as ``reservations.claim_call`` does: groups
+    of consecutive jobs sharing a priority and a claim."""
+    rng = random.Random(16)
+    sha = script_sha("claim_reserved")
+    for _ in range(300):
+        items: list[tuple[int, int, str]] = []
+        for _run in range(rng.choice([1, 2, 5])):
+            claim = rng.choice(["w|1", "w|2", "é|3"])
+            items += [(rng.choice([1, 1, 2, 3]), rng.randrange(1, 2**62), claim) for _ in range(rng.randint(1, 30))]
+        now = rng.choice([NOW, 0, 1001, rng.randrange(0, 10**13)])
+        want = packed(reservations.claim_call(offline_store._shard, "q_2", items, "~r|h:1:ab", now), sha)
+        assert redis_claim_command(sha, "s_1", "q_2", ClaimItems(items), "~r|h:1:ab", now) == want
+
+
 def test_script_shas_are_what_redis_names_them(server: RedisServer) -> None:
     client = server.client()
-    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs"):
+    for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserve_jobs", "claim_reserved"):
         assert client.script_load(source(name)) == script_sha(name)
         assert script_sha(name) == hashlib.sha1(source(name).encode()).hexdigest()
 
@@ -208,6 +225,59 @@ def test_the_lifecycle_agrees_with_the_blocking_store(store: RedisStore) -> None
     failed_ids = {j.local_id for j in native["p2"]}
     assert {states[i].state for i in failed_ids} <= {JobState.PENDING, JobState.FAILED}
     assert any(states[i].run_after_ms == NOW + 10 + 5000 for i in failed_ids), "a retry at now + delay"
+
+
+def test_the_broker_reserve_agrees_with_the_blocking_store(store: RedisStore) -> None:
+    """The broker's refill reads the reserve script's reply in Rust, as dequeue's: the same jobs
+    in the same (run after, id) order as the blocking store's reserve, the same holds."""
+    jobs = [
+        NewJob(priority=p, body=b"job-%d" % i, run_after_ms=NOW - 1000 + (i % 3), attempts_allowed=1 + i % 3)
+        for i, p in enumerate([2, 1, 1, 3, 2, 1, 1, 2])
+    ]
+    hold = 20_000
+
+    async def reserve(hot: NativeHotPath) -> list[list[ClaimedJob]]:
+        await hot.enqueue_jobs(Q, batch(jobs), NOW)
+        out = [claimed(await hot.reserve_jobs(Q, 1, 3, "~r|a", NOW, hold))]
+        out.append(claimed(await hot.reserve_jobs(Q, 1, 10, "~r|b", NOW + 1, hold)))  # the rest
+        out.append(claimed(await hot.reserve_jobs(Q, 1, 10, "~r|a", NOW + 2, hold)))  # none left
+        out.append(claimed(await hot.reserve_jobs(Q, 2, 0, "~r|a", NOW + 2, hold)))
+        with pytest.raises(QueueNotFoundError):
+            await hot.reserve_jobs("nope", 1, 5, "~r|a", NOW, hold)
+        with pytest.raises(QueueNotFoundError):
+            await hot.reserve_jobs("nope", 1, 0, "~r|a", NOW, hold)
+        return out
+
+    native = run(store, reserve)
+    b = "blocking"
+    store.enqueue_jobs(b, jobs, NOW)
+    want = [
+        store.reserve_jobs(b, 1, 3, "~r|a", NOW, hold),
+        store.reserve_jobs(b, 1, 10, "~r|b", NOW + 1, hold),
+        store.reserve_jobs(b, 1, 10, "~r|a", NOW + 2, hold),
+        store.reserve_jobs(b, 2, 0, "~r|a", NOW + 2, hold),
+    ]
+    assert native == want
+    assert [len(r) for r in native] == [3, 1, 0, 0]
+    assert [j.local_id for j in native[0]] == [7, 2, 3], "run after, then id"
+    # held, not claimed: still PENDING, and a claim under the holder's reservation takes them
+    pending = JobFilter(JobState.PENDING, 1, NOW + 3)
+    assert store.count_jobs(Q, pending, None) == 4
+
+    async def claim(hot: NativeHotPath) -> list[int]:
+        # a's three and b's one, under a's reservation: only a's are claimed
+        items = [(1, j.local_id, "w|1") for j in native[0]] + [(1, native[1][0].local_id, "w|2")]
+        out = [await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 3)]
+        out.append(await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 4))  # claimed already
+        with pytest.raises(QueueNotFoundError):
+            await hot.claim_reserved("nope", ClaimItems(items), "~r|a", NOW + 4)
+        return out
+
+    assert run(store, claim) == [3, 0]
+    found = store.lookup_jobs(Q, [(1, j.local_id) for j in native[0] + native[1]], False)
+    assert [(r.state, r.claim_descriptor) for r in found] == [(JobState.IN_PROGRESS, "w|1")] * 3 + [
+        (JobState.PENDING, None)
+    ]
 
 
 def test_a_missing_queue_raises_queue_not_found(store: RedisStore) -> None:

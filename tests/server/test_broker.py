@@ -5,6 +5,8 @@ and several servers on one Redis deliver every job exactly once."""
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import urllib.request
 from collections import Counter
@@ -18,6 +20,11 @@ from tests.server.test_contract import IN_PROGRESS, PENDING, SUCCEEDED, Api
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
+from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
+from thriftpy2.thrift import TMessageType
+from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
+
+from pinlater.idl import idl
 
 Start = Callable[..., ServerProcess]
 Open = Callable[[ServerProcess], Any]
@@ -297,3 +304,62 @@ def test_three_servers_on_one_redis_deliver_every_job_exactly_once(
         assert max(counts.values()) == 1, [d for d, n in counts.items() if n > 1][:5]
         assert sum(1 for batch in delivered if batch) >= 2, "more than one server handed out jobs"
         assert {info.jobState for info in api.lookup(*enqueued).values()} == {SUCCEEDED}
+
+
+def _exchange(port: int, message: bytes) -> bytes:
+    """One framed message to the server and its framed reply, over a plain socket."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(message)) + message)
+        reader = sock.makefile("rb")
+        (size,) = struct.unpack(">i", reader.read(4))
+        reply: bytes = reader.read(size)
+        assert len(reply) == size
+        return reply
+
+
+def test_a_broker_hand_out_is_the_reply_thriftpy2_writes_for_its_jobs(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    """The reply of a broker dequeue, written by the extension from the buffered jobs, has the
+    direct dequeue's shape byte for byte: every descriptor with its body and attempts, priority 1
+    first, as thriftpy2 writes the same response."""
+    srv = start_server(properties={"EMBEDDED_NUM_SHARDS": "3", "BROKER_LOW_WATER_FRACTION": "0"})
+    api = Api(open_client(srv), ttypes)
+    api.create("shape")
+    expected: dict[str, tuple[bytes, int, int]] = {}  # descriptor -> body, priority, attempts
+    for r in range(6):  # one shard per enqueue: the hand-out mixes shards
+        jobs = [(b"\x00\xff%d-%d" % (r, i) * (i % 3), 1 + (r + i) % 2, 1 + i % 4) for i in range(5)]
+        made = api.enqueue("shape", *[api.job(b, priority=p, numAttemptsAllowed=a) for b, p, a in jobs])
+        expected.update(zip(made, jobs, strict=True))
+    assert len({d.split(":")[1] for d in expected}) > 1, "jobs on several shards"
+    call = idl.PinLater.dequeueJobs_args(
+        context=idl.RequestContext(source="shape-test", requestId="r"),
+        request=idl.PinLaterDequeueRequest(queueName="shape", limit=100),
+    )
+    buf = TCyMemoryBuffer()
+    proto = TCyBinaryProtocol(buf)
+    proto.write_message_begin("dequeueJobs", TMessageType.CALL, 77)
+    proto.write_struct(call)
+    reply = _exchange(srv.port, buf.getvalue())
+    assert stats(srv)["broker_handed_out"] == len(expected), "served by the broker"
+
+    reader = TCyBinaryProtocol(TCyMemoryBuffer(reply))
+    assert reader.read_message_begin() == ("dequeueJobs", TMessageType.REPLY, 77)
+    result = idl.PinLater.dequeueJobs_result()
+    reader.read_struct(result)
+    response = result.success
+    assert set(response.jobs) == set(expected)
+    assert list(response.jobMetadata) == list(response.jobs), "both maps in one order"
+    for descriptor, body in response.jobs.items():
+        want_body, priority, attempts = expected[descriptor]
+        assert body == want_body and descriptor.split(":")[2] == f"p{priority}"
+        meta = response.jobMetadata[descriptor]
+        assert (meta.attemptsAllowed, meta.attemptsRemaining) == (attempts, attempts)
+    priorities = [d.split(":")[2] for d in response.jobs]
+    assert priorities == sorted(priorities), "priority 1 first"
+    out = TCyMemoryBuffer()
+    writer = TCyBinaryProtocol(out)
+    writer.write_message_begin("dequeueJobs", TMessageType.REPLY, 77)
+    writer.write_struct(idl.PinLater.dequeueJobs_result(success=response))
+    assert reply == out.getvalue()
+    assert api.count("shape", IN_PROGRESS) == len(expected)

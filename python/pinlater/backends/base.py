@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, runtime_checkab
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
+    from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
     from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
 
@@ -348,9 +348,10 @@ class HotPath(Protocol):
     event loop or on the thread pool): the ``ShardStore`` methods of the same names, with the
     same semantics and errors, but the jobs of enqueue, dequeue and ack are the extension's
     values (``NewJobBatch``, ``LocalIds``, ``ClaimedJobs``, ``AckGroup``), held in Rust, so no
-    Python object is made per job between the wire and a native store. The broker's operations
-    keep Python values (the broker is off by default). Everything else the server asks a store
-    runs on the thread pool (``ShardedBackend.call_store``)."""
+    Python object is made per job between the wire and a native store. So are the broker's
+    reservations (``ClaimedJobs``) and claims (``ClaimItems``: each job with its own claim);
+    its releases keep Python values (rare: stale entries and shutdown). Everything else the
+    server asks a store runs on the thread pool (``ShardedBackend.call_store``)."""
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds: ...
 
@@ -362,11 +363,11 @@ class HotPath(Protocol):
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]: ...
+    ) -> ClaimedJobs: ...
 
-    async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]: ...
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+        """``ShardStore.claim_reserved``; how many of the jobs were claimed."""
+        ...
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int

@@ -98,7 +98,7 @@ class DequeuedJob(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class ReadyBatch(Generic[J]):
     """Jobs one store call of the dequeue walk returned, at ``now_ms``, from one place: a
-    ``ClaimedJobs`` for a dequeue, a list of ``ClaimedJob`` for a broker's refill."""
+    ``ClaimedJobs``, for a dequeue and for a broker's refill alike."""
 
     shard: str
     priority: int

@@ -5,9 +5,10 @@
 operations the same way. ``BlockingStore`` gives such a store its ``hot_path`` and ``aclose``.
 
 The hot path carries the extension's job values (``NewJobBatch``, ``LocalIds``, ``ClaimedJobs``,
-``AckGroup``); a blocking store takes and gives Python ``NamedTuple`` jobs, so this adapter
-converts on the thread pool, beside the store call: tuples made into their NamedTuple types
-without a Python frame per job. A store with a native hot path needs no such conversion.
+``AckGroup``, and the broker's ``ClaimItems``); a blocking store takes and gives Python
+``NamedTuple`` jobs, so this adapter converts on the thread pool, beside the store call: tuples
+made into their NamedTuple types without a Python frame per job. A store with a native hot path
+needs no such conversion.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
-from pinlater.backends.base import AckItem, ClaimedJob, HotPath, NewJob, Offload, ShardStore
+from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
+from pinlater.backends.base import AckItem, HotPath, NewJob, Offload, ShardStore
 
 # The extension's tuples as the NamedTuples the blocking stores read, without a frame per job.
 new_job = functools.partial(tuple.__new__, NewJob)
@@ -40,9 +41,21 @@ def ack_group(store: ShardStore, queue: str, acks: AckGroup, now_ms: int) -> Non
     store.ack_jobs(queue, list(map(ack_item, acks.succeeded())), list(map(ack_item, acks.failed())), now_ms)
 
 
+def reserve_batch(
+    store: ShardStore, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+) -> ClaimedJobs:
+    """``store.reserve_jobs`` as ``ClaimedJobs``."""
+    return ClaimedJobs(store.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms))
+
+
+def claim_batch(store: ShardStore, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+    """``store.claim_reserved`` for ``ClaimItems``: how many were claimed."""
+    return len(store.claim_reserved(queue, items.to_list(), reservation, now_ms))
+
+
 class ThreadedHotPath:
     """``HotPath`` over a blocking store: each operation is its method of the same name, run by
-    ``offload`` (with the conversions above for enqueue, dequeue and ack)."""
+    ``offload`` (with the conversions above for enqueue, dequeue, ack, reserve and claim)."""
 
     __slots__ = ("_offload", "_store")
 
@@ -63,13 +76,11 @@ class ThreadedHotPath:
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]:
-        return await self._offload(self._store.reserve_jobs, queue, priority, limit, reservation, now_ms, hold_ms)
+    ) -> ClaimedJobs:
+        return await self._offload(reserve_batch, self._store, queue, priority, limit, reservation, now_ms, hold_ms)
 
-    async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
-        return await self._offload(self._store.claim_reserved, queue, items, reservation, now_ms)
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+        return await self._offload(claim_batch, self._store, queue, items, reservation, now_ms)
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int

@@ -9,7 +9,7 @@ maps them.
 The three hot methods (``enqueue_jobs``, ``dequeue_jobs``, ``ack_dequeued_jobs``) take the call
 as the extension decoded it (``EnqueueCall``, ``DequeueCall``, ``AckCall``) and the message's
 seqid, and answer the reply message's bytes, written by the extension from the jobs as the
-stores gave them: no Python object is made per job on their way (the broker's hand-outs aside).
+stores (or the broker's buffer) gave them: no Python object is made per job on their way.
 The others take and answer thriftpy2 objects.
 """
 
@@ -32,18 +32,19 @@ from pinlater._pinlater import (
     DequeueCall,
     DescriptorError,
     EnqueueCall,
+    HandOut,
     JobRejected,
     LocalIds,
     NewJobBatch,
     decode_descriptors,
     encode_dequeue_batches,
-    encode_dequeue_reply,
+    encode_dequeue_handout,
     encode_enqueue_reply,
     encode_void_reply,
 )
 from pinlater.backends import body_filter
 from pinlater.backends.base import CheckpointItem, JobRecord, JobState
-from pinlater.backends.sharded import DequeuedJob, ReadyBatch, ShardedBackend
+from pinlater.backends.sharded import ReadyBatch, ShardedBackend
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
@@ -125,7 +126,7 @@ def _source(context: Any) -> str:
 
 
 #: A dequeue's jobs: the walk's batches (a direct dequeue), or the broker's hand-out.
-Dequeued = list[ReadyBatch[ClaimedJobs]] | list[DequeuedJob]
+Dequeued = list[ReadyBatch[ClaimedJobs]] | HandOut
 
 #: The Thrift names of the hot methods, for their replies.
 ENQUEUE, DEQUEUE, ACK = "enqueueJobs", "dequeueJobs", "ackDequeuedJobs"
@@ -137,9 +138,9 @@ def _dequeue_reply(seqid: int, queue: str, dequeued: Dequeued) -> tuple[int, byt
     """How many jobs, and the reply message: ``PinLaterDequeueResponse(jobs={descriptor: body},
     jobMetadata={descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``,
     written by the extension straight from the jobs, in their order."""
-    if dequeued and isinstance(dequeued[0], DequeuedJob):  # the broker's hand-out
-        return len(dequeued), encode_dequeue_reply(DEQUEUE, seqid, dequeued)
-    batches = [(b.shard, b.priority, b.jobs) for b in dequeued if isinstance(b, ReadyBatch)]
+    if isinstance(dequeued, HandOut):  # the broker's
+        return len(dequeued), encode_dequeue_handout(DEQUEUE, seqid, dequeued)
+    batches = [(b.shard, b.priority, b.jobs) for b in dequeued]
     return sum(len(jobs) for _s, _p, jobs in batches), encode_dequeue_batches(DEQUEUE, seqid, queue, batches)
 
 

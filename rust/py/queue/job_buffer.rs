@@ -1,37 +1,41 @@
-//! Python binding of `crate::queue::job_buffer`: one `JobBuffer` per queue, shared by the server's tasks.
+//! Python binding of `crate::queue::job_buffer`: one `JobBuffer` per queue, shared by the
+//! server's tasks, and the broker's per-dequeue values: a `HandOut` (what a dequeue took, written
+//! into the reply by `encode_dequeue_handout`), a `ClaimFlush` (the claims of one turn of the
+//! loop) and `ClaimItems` (one store call's claims).
 //!
-//! Bodies stay Python `bytes` objects (`Py<PyBytes>`): they go in and come out without a copy.
-//! The buffer sits behind a `std::sync::Mutex` held only for queue operations, never while
-//! calling into Python, so holding the interpreter while waiting for it cannot deadlock.
+//! Jobs go in as a store call's `ClaimedJobs` and come out as a `HandOut`: no Python object is
+//! made per job between the store's reply and the dequeue's reply. Only the rare paths (entries
+//! to release, tests) build Python tuples. The buffer sits behind a `std::sync::Mutex` held only
+//! for queue operations, never while calling into Python, so holding the interpreter while
+//! waiting for it cannot deadlock.
 
-use std::collections::hash_map::Entry as Slot;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::error::{DescriptorError, Malformation};
+use crate::error::DescriptorError;
 use crate::py::errors::guarded;
-use crate::queue::descriptor::Encoder;
-use crate::queue::job_buffer::{self, BufferedJob};
+use crate::py::queue::jobs::ClaimedJobs;
+use crate::queue::descriptor::{check_queue, check_shard, Encoder};
+use crate::queue::job_buffer::{self, BufferedJob, ClaimLedger, ClaimRun};
 
-type Buffer = job_buffer::JobBuffer<Py<PyBytes>>;
+type Job = BufferedJob<Vec<u8>>;
+type Buffer = job_buffer::JobBuffer<Vec<u8>>;
 /// `(shard, priority, local_id, body, attempts_allowed, attempts_remaining, reserved_at_ms)`.
-type Entry = (String, i64, i64, Py<PyBytes>, i64, i64, i64);
+type Entry<'py> = (String, i64, i64, Bound<'py, PyBytes>, i64, i64, i64);
+/// `(descriptor, body, attempts_allowed, attempts_remaining)`.
+type HandedJob<'py> = (String, Bound<'py, PyBytes>, i64, i64);
 
-/// `(descriptor, shard, priority, local_id, body, attempts_allowed, attempts_remaining)`.
-type HandOut = (String, String, i64, i64, Py<PyBytes>, i64, i64);
-
-fn entries(jobs: Vec<BufferedJob<Py<PyBytes>>>) -> Vec<Entry> {
-    jobs.into_iter()
+fn entries<'py>(py: Python<'py>, jobs: &[Job]) -> Vec<Entry<'py>> {
+    jobs.iter()
         .map(|j| {
             (
-                j.shard,
+                j.shard.clone(),
                 j.priority,
                 j.local_id,
-                j.body,
+                PyBytes::new(py, &j.body),
                 j.attempts_allowed,
                 j.attempts_remaining,
                 j.reserved_at_ms,
@@ -87,98 +91,71 @@ impl JobBuffer {
         })
     }
 
-    fn lengths(&self) -> PyResult<BTreeMap<i64, usize>> {
+    fn lengths(&self) -> PyResult<std::collections::BTreeMap<i64, usize>> {
         guarded("JobBuffer.lengths", || Ok(self.lock().lengths().collect()))
     }
 
+    /// Appends the jobs of one reserve call (one shard and priority) while there is room;
+    /// returns the local ids that did not fit.
     fn push(
         &self,
         shard: String,
         priority: i64,
-        jobs: Vec<(i64, Py<PyBytes>, i64, i64)>,
+        jobs: &Bound<'_, ClaimedJobs>,
         reserved_at_ms: i64,
     ) -> PyResult<Vec<i64>> {
         guarded("JobBuffer.push", || {
-            let batch =
-                jobs.into_iter()
-                    .map(
-                        |(local_id, body, attempts_allowed, attempts_remaining)| BufferedJob {
-                            shard: shard.clone(),
-                            priority,
-                            local_id,
-                            body,
-                            attempts_allowed,
-                            attempts_remaining,
-                            reserved_at_ms,
-                        },
-                    );
+            let batch = jobs.get().jobs().iter().map(|job| BufferedJob {
+                shard: shard.clone(),
+                priority,
+                local_id: job.local_id,
+                body: job.body.clone(),
+                attempts_allowed: job.attempts_allowed,
+                attempts_remaining: job.attempts_remaining,
+                reserved_at_ms,
+            });
             let rejected = self.lock().push(batch);
             Ok(rejected.into_iter().map(|j| j.local_id).collect())
         })
     }
 
-    fn take(&self, limit: i64) -> PyResult<Vec<Entry>> {
+    fn take<'py>(&self, py: Python<'py>, limit: i64) -> PyResult<Vec<Entry<'py>>> {
         guarded("JobBuffer.take", || {
             let limit = usize::try_from(limit).unwrap_or(0);
             let taken = self.lock().take(limit);
-            Ok(entries(taken))
+            Ok(entries(py, &taken))
         })
     }
 
-    /// Takes up to `limit` entries for a worker, as `take` does, and splits them: those
-    /// reserved at or after `fresh_after_ms` come back with their job descriptors for `queue`;
-    /// older ones, whose reservation may be about to lapse, come back apart as entries (to be
-    /// released, not handed out).
-    fn hand_out(
-        &self,
-        queue: &str,
-        limit: i64,
-        fresh_after_ms: i64,
-    ) -> PyResult<(Vec<HandOut>, Vec<Entry>)> {
+    /// Takes up to `limit` entries for a worker's dequeue of `queue`, as `take` does, split
+    /// into the fresh ones (reserved at or after `fresh_after_ms`) and the stale ones.
+    fn hand_out(&self, queue: String, limit: i64, fresh_after_ms: i64) -> PyResult<HandOut> {
         guarded("JobBuffer.hand_out", || {
+            check_queue(&queue).map_err(DescriptorError::InvalidPart)?;
             let limit = usize::try_from(limit).unwrap_or(0);
-            let taken = self.lock().take(limit);
-            let mut fresh = Vec::with_capacity(taken.len());
-            let mut stale = Vec::new();
-            let mut encoders: HashMap<String, Encoder> = HashMap::new();
-            for job in taken {
-                if job.reserved_at_ms < fresh_after_ms {
-                    stale.push(job);
-                    continue;
-                }
-                let encoder = match encoders.entry(job.shard.clone()) {
-                    Slot::Occupied(slot) => slot.into_mut(),
-                    Slot::Vacant(slot) => slot.insert(Encoder::new(queue, &job.shard)?),
-                };
-                let local_id = u64::try_from(job.local_id).map_err(|_| {
-                    DescriptorError::InvalidPart(Malformation::LocalId(job.local_id.to_string()))
-                })?;
-                let descriptor = encoder.encode(job.priority, local_id)?.to_owned();
-                fresh.push((
-                    descriptor,
-                    job.shard,
-                    job.priority,
-                    job.local_id,
-                    job.body,
-                    job.attempts_allowed,
-                    job.attempts_remaining,
-                ));
+            let taken = self.lock().hand_out(limit, fresh_after_ms);
+            for job in &taken.fresh {
+                check_shard(&job.shard).map_err(DescriptorError::InvalidPart)?;
             }
-            Ok((fresh, entries(stale)))
+            Ok(HandOut {
+                queue,
+                fresh: taken.fresh,
+                stale: taken.stale,
+            })
         })
     }
 
-    fn take_older_than(&self, cutoff_ms: i64) -> PyResult<Vec<Entry>> {
+    fn take_older_than<'py>(&self, py: Python<'py>, cutoff_ms: i64) -> PyResult<Vec<Entry<'py>>> {
         guarded("JobBuffer.take_older_than", || {
             let taken = self.lock().take_older_than(cutoff_ms);
-            Ok(entries(taken))
+            Ok(entries(py, &taken))
         })
     }
 
-    fn drain(&self) -> PyResult<Vec<Entry>> {
+    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Entry<'py>>> {
         guarded("JobBuffer.drain", || {
             let taken = self.lock().drain();
-            Ok(entries(taken))
+            Ok(entries(py, &taken))
         })
     }
 
@@ -191,5 +168,204 @@ impl JobBuffer {
                 buffer.len()
             ))
         })
+    }
+}
+
+/// What one dequeue took from a queue's buffer: the jobs for the worker (`len()`), in order,
+/// and apart the stale entries to release.
+#[pyclass(frozen, name = "HandOut", module = "pinlater._pinlater")]
+pub struct HandOut {
+    queue: String,
+    fresh: Vec<Job>,
+    stale: Vec<Job>,
+}
+
+impl HandOut {
+    #[must_use]
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The jobs for the worker, in order.
+    #[must_use]
+    pub fn jobs(&self) -> &[Job] {
+        &self.fresh
+    }
+}
+
+#[pymethods]
+impl HandOut {
+    fn __len__(&self) -> usize {
+        self.fresh.len()
+    }
+
+    #[getter(queue)]
+    fn py_queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// How many entries were too old to hand out.
+    #[getter]
+    fn stale_count(&self) -> usize {
+        self.stale.len()
+    }
+
+    /// The entries too old to hand out, as `JobBuffer.take` returns entries.
+    fn stale<'py>(&self, py: Python<'py>) -> Vec<Entry<'py>> {
+        entries(py, &self.stale)
+    }
+
+    /// `(descriptor, body, attempts_allowed, attempts_remaining)` per job handed out, in order.
+    fn to_list<'py>(&self, py: Python<'py>) -> PyResult<Vec<HandedJob<'py>>> {
+        guarded("HandOut.to_list", || {
+            let mut out = Vec::with_capacity(self.fresh.len());
+            for job in &self.fresh {
+                let local_id = u64::try_from(job.local_id).map_err(|_| {
+                    DescriptorError::InvalidPart(crate::error::Malformation::LocalId(
+                        job.local_id.to_string(),
+                    ))
+                })?;
+                let descriptor = Encoder::new(&self.queue, &job.shard)?
+                    .encode(job.priority, local_id)?
+                    .to_owned();
+                out.push((
+                    descriptor,
+                    PyBytes::new(py, &job.body),
+                    job.attempts_allowed,
+                    job.attempts_remaining,
+                ));
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// The claims of the hand-outs of one turn of the loop, until they are written: one
+/// `ClaimItems` per (queue, shard) for the store calls, and which jobs they name for `settle`.
+#[pyclass(frozen, name = "ClaimFlush", module = "pinlater._pinlater")]
+pub struct ClaimFlush {
+    inner: Mutex<ClaimLedger>,
+}
+
+impl ClaimFlush {
+    fn lock(&self) -> MutexGuard<'_, ClaimLedger> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[pymethods]
+impl ClaimFlush {
+    #[new]
+    fn new() -> Self {
+        Self {
+            inner: Mutex::new(ClaimLedger::new()),
+        }
+    }
+
+    /// Books the claims of a hand-out's jobs, each under `claim`.
+    fn add(&self, claim: &str, hand_out: &Bound<'_, HandOut>) -> PyResult<()> {
+        guarded("ClaimFlush.add", || {
+            let hand_out = hand_out.get();
+            self.lock().add(&hand_out.queue, claim, &hand_out.fresh);
+            Ok(())
+        })
+    }
+
+    /// Jobs booked.
+    fn __len__(&self) -> PyResult<usize> {
+        guarded("ClaimFlush.__len__", || Ok(self.lock().len()))
+    }
+
+    /// Whether any job of `queue` is booked.
+    fn holds_queue(&self, queue: &str) -> PyResult<bool> {
+        guarded("ClaimFlush.holds_queue", || {
+            Ok(self.lock().holds_queue(queue))
+        })
+    }
+
+    /// The positions in `flushes` of those that hold any of the `(queue, shard, priority,
+    /// local_id)` jobs (decoded descriptors are such tuples).
+    #[staticmethod]
+    fn holding(
+        flushes: Vec<Bound<'_, ClaimFlush>>,
+        jobs: Vec<(String, String, i64, i64)>,
+    ) -> PyResult<Vec<usize>> {
+        guarded("ClaimFlush.holding", || {
+            Ok(flushes
+                .iter()
+                .enumerate()
+                .filter(|(_, flush)| {
+                    let ledger = flush.get().lock();
+                    jobs.iter().any(|(q, s, p, i)| ledger.holds(q, s, *p, *i))
+                })
+                .map(|(at, _)| at)
+                .collect())
+        })
+    }
+
+    /// `(queue, shard, ClaimItems)`: one store call each, in first-seen order.
+    fn batches(&self) -> PyResult<Vec<(String, String, ClaimItems)>> {
+        guarded("ClaimFlush.batches", || {
+            Ok(self
+                .lock()
+                .batches()
+                .iter()
+                .map(|b| {
+                    (
+                        b.queue.clone(),
+                        b.shard.clone(),
+                        ClaimItems {
+                            runs: b.runs.clone(),
+                        },
+                    )
+                })
+                .collect())
+        })
+    }
+}
+
+/// The claims of handed-out jobs of one queue on one shard: what one `claim_reserved` call
+/// writes, each job with its own worker's claim.
+#[pyclass(frozen, name = "ClaimItems", module = "pinlater._pinlater")]
+pub struct ClaimItems {
+    runs: Vec<ClaimRun>,
+}
+
+impl ClaimItems {
+    /// Runs of jobs sharing a claim, in hand-out order.
+    #[must_use]
+    pub fn runs(&self) -> &[ClaimRun] {
+        &self.runs
+    }
+}
+
+#[pymethods]
+impl ClaimItems {
+    /// From `(priority, local_id, claim)` items, for stores and tests.
+    #[new]
+    fn new(items: Vec<(i64, i64, String)>) -> Self {
+        let mut runs: Vec<ClaimRun> = Vec::new();
+        for (priority, local_id, claim) in items {
+            match runs.last_mut() {
+                Some(run) if run.claim == claim => run.keys.push((priority, local_id)),
+                _ => runs.push(ClaimRun {
+                    claim,
+                    keys: vec![(priority, local_id)],
+                }),
+            }
+        }
+        Self { runs }
+    }
+
+    fn __len__(&self) -> usize {
+        self.runs.iter().map(|r| r.keys.len()).sum()
+    }
+
+    /// One `(priority, local_id, claim)` per job, in order.
+    fn to_list(&self) -> Vec<(i64, i64, String)> {
+        self.runs
+            .iter()
+            .flat_map(|r| r.keys.iter().map(|&(p, i)| (p, i, r.claim.clone())))
+            .collect()
     }
 }

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::py::errors::guarded;
+use crate::py::queue::job_buffer::ClaimItems;
 use crate::py::queue::jobs::{AckGroup, NewJobBatch};
 use crate::store::redis_scripts;
 
@@ -73,6 +74,32 @@ pub fn redis_require_queue_command<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     guarded("redis_require_queue_command", || {
         let command = redis_scripts::require_queue_command(sha, shard, queue);
+        Ok(PyBytes::new(py, &command))
+    })
+}
+
+/// `EVALSHA` of `claim_reserved.lua` for the broker's claims of one queue on one shard, as
+/// `reservations.claim_call` sends it; its reply (the numbers of the jobs claimed, or -1) reads
+/// with `redis_ids_reply`.
+#[pyfunction]
+pub fn redis_claim_command<'py>(
+    py: Python<'py>,
+    sha: &str,
+    shard: &str,
+    queue: &str,
+    items: &Bound<'py, ClaimItems>,
+    reservation: &str,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("redis_claim_command", || {
+        let command = redis_scripts::claim_reserved_command(
+            sha,
+            shard,
+            queue,
+            items.get().runs(),
+            reservation,
+            now_ms,
+        );
         Ok(PyBytes::new(py, &command))
     })
 }

@@ -6,8 +6,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::py::errors::guarded;
+use crate::py::queue::job_buffer::HandOut;
 use crate::py::queue::jobs::{ClaimedJobs, LocalIds, NewJobBatch};
-use crate::wire::replies::{self, Batch, ReplyJob};
+use crate::wire::replies::{self, Batch, PlacedJob, ReplyJob};
 
 fn attempts(job: &Bound<'_, PyTuple>, index: usize, what: &str) -> PyResult<i32> {
     let value: i64 = job.get_item(index)?.extract()?;
@@ -107,6 +108,34 @@ pub fn encode_dequeue_batches<'py>(
             .map(|(shard, priority, jobs)| (shard.as_str(), *priority, jobs.get().jobs()))
             .collect();
         let reply = replies::dequeue_batches_reply(method, seqid, queue, &views)?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
+
+/// The `dequeueJobs` REPLY message for `seqid`: the jobs of the broker's `hand_out`, in order,
+/// with their descriptors for its queue.
+#[pyfunction]
+pub fn encode_dequeue_handout<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    hand_out: &Bound<'py, HandOut>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_dequeue_handout", || {
+        let hand_out = hand_out.get();
+        let placed: Vec<PlacedJob<'_>> = hand_out
+            .jobs()
+            .iter()
+            .map(|job| PlacedJob {
+                shard: &job.shard,
+                priority: job.priority,
+                local_id: job.local_id,
+                body: &job.body,
+                attempts_allowed: job.attempts_allowed,
+                attempts_remaining: job.attempts_remaining,
+            })
+            .collect();
+        let reply = replies::dequeue_placed_reply(method, seqid, hand_out.queue(), &placed)?;
         Ok(PyBytes::new(py, &reply))
     })
 }

@@ -19,8 +19,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, SqliteShard, sqlite_library_version
-from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob, Offload
+from pinlater._pinlater import (
+    AckGroup,
+    ClaimedJobs,
+    ClaimItems,
+    LocalIds,
+    NewJobBatch,
+    SqliteShard,
+    sqlite_library_version,
+)
+from pinlater.backends.base import RESERVATION_PREFIX, Offload
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -129,12 +137,10 @@ class NativeEmbeddedHotPath:
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]:
+    ) -> ClaimedJobs:
         return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
 
-    async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
 
     async def release_reservations(

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, MySQLShard, NewJobBatch
-from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob, Offload
+from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, MySQLShard, NewJobBatch
+from pinlater.backends.base import RESERVATION_PREFIX, Offload
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET
@@ -204,12 +204,10 @@ class NativeMySQLHotPath:
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]:
+    ) -> ClaimedJobs:
         return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
 
-    async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
 
     async def release_reservations(

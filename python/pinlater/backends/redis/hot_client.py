@@ -49,8 +49,9 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-HOT_SCRIPTS = ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs")
-"""The scripts loaded on connect (``count_jobs`` checks a queue exists for a dequeue of 0 jobs)."""
+HOT_SCRIPTS = ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserve_jobs", "claim_reserved")
+"""The scripts loaded on connect (``count_jobs`` checks a queue exists for a dequeue of 0 jobs;
+``reserve_jobs`` and ``claim_reserved`` are the dequeue broker's refill and claims)."""
 
 MAX_REPLY_BYTES = 512 << 20
 """A reply announcing more is refused and its connection dropped (Redis's own largest bulk

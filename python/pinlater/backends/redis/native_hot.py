@@ -8,8 +8,12 @@ own pipelined connection, and the extension reads the reply into the batch the w
 takes. Errors are the blocking store's (``QueueNotFoundError`` for -1, ``ShardConnectionError``,
 ``StoreMemoryFullError``), and evicted jobs the scripts report go to the store's counter.
 
-The dequeue broker's operations (``reserve_jobs``, ``claim_reserved``, ``release_reservations``;
-off by default) take Python values and go through the redis.asyncio path (``store.aio``).
+The dequeue broker's refills and claims (``reserve_jobs``, ``claim_reserved``; the broker is
+off by default) go the same way: the reserve script's reply has the dequeue's rows, read into
+``ClaimedJobs`` by the same reader (its command, a few keys and arguments per call, is packed by
+``redis_pack_command``); a ``ClaimItems`` is packed whole (``redis_claim_command``), and its
+reply (the numbers of the jobs claimed) read by ``redis_ids_reply``. Releases (rare: stale
+entries and shutdown) go through the redis.asyncio path (``store.aio``) with Python values.
 """
 
 from __future__ import annotations
@@ -20,19 +24,23 @@ from typing import TYPE_CHECKING
 from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
+    ClaimItems,
     LocalIds,
     NewJobBatch,
     redis_ack_command,
     redis_ack_reply,
+    redis_claim_command,
     redis_claimed_reply,
     redis_dequeue_command,
     redis_enqueue_command,
     redis_ids_reply,
     redis_int_reply,
+    redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import ClaimedJob
+from pinlater.backends.base import JobState
 from pinlater.backends.redis.hot_client import HotClient
+from pinlater.backends.redis.keys import seconds_arg
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -83,17 +91,45 @@ class NativeHotPath:
         if evicted:
             self._store._shard.count_evicted(evicted)
 
-    # -- the dequeue broker: Python values, through redis.asyncio -------------------------------
+    # -- the dequeue broker ------------------------------------------------------------------------
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> list[ClaimedJob]:
-        return await self._store.aio.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+    ) -> ClaimedJobs:
+        if limit <= 0:  # only whether the queue exists, as the blocking store answers
+            return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
+        keys = self._store._keys(queue)
+        command = redis_pack_command(
+            (
+                "EVALSHA",
+                self._sha["reserve_jobs"],
+                5,
+                keys.names_key,
+                keys.set_key(priority, JobState.PENDING),
+                *keys.hold_keys(priority),
+                queue,
+                keys.hash_prefix,
+                seconds_arg(now_ms),
+                limit,
+                reservation,
+                seconds_arg(now_ms + hold_ms),
+            )
+        )
+        out = await self._client.call("reserve_jobs", command, redis_claimed_reply)
+        if out is None:
+            raise QueueNotFoundError(queue)
+        jobs, evicted = out
+        if evicted:
+            self._store._shard.count_evicted(evicted)
+        return jobs
 
-    async def claim_reserved(
-        self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
-    ) -> list[tuple[int, int]]:
-        return await self._store.aio.claim_reserved(queue, items, reservation, now_ms)
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+        sha = self._sha["claim_reserved"]
+        command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms)
+        claimed = await self._client.call("claim_reserved", command, redis_ids_reply)
+        if claimed is None:
+            raise QueueNotFoundError(queue)
+        return len(claimed)
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
