@@ -806,6 +806,8 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:
     """Gather; if any call failed, wait for all and raise the first failure."""
+    if len(calls) == 1:  # the common case (one shard): no task
+        return [await calls[0]]
     results: list[T | BaseException] = await asyncio.gather(*calls, return_exceptions=True)
     out: list[T] = []
     for result in results:
