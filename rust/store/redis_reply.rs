@@ -84,10 +84,14 @@ fn decimal(text: &[u8]) -> Result<i64, ReplyError> {
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return Err(bad());
     }
-    let n: i64 = std::str::from_utf8(digits)
-        .ok()
-        .and_then(|d| d.parse().ok())
-        .ok_or_else(bad)?;
+    // ASCII digits, at most 19: summed with overflow checks (as `str::parse::<i64>` of them)
+    let mut n: i64 = 0;
+    for &d in digits {
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(i64::from(d - b'0')))
+            .ok_or_else(bad)?;
+    }
     Ok(if negative { -n } else { n })
 }
 

@@ -54,9 +54,45 @@ impl QueueKeys<'_> {
 /// positional notation for exponents -4 to 15 (with `.0` when whole), else as `1.5e+16`.
 #[must_use]
 pub fn seconds_text(ms: impl Into<i128>) -> String {
+    let ms = ms.into();
+    if (0..DECIMAL_SECONDS_BELOW_MS).contains(&ms) {
+        return decimal_seconds(ms);
+    }
     #[allow(clippy::cast_precision_loss)] // as Python converts an int to float: round to nearest
-    let value = ms.into() as f64 / 1000.0;
+    let value = ms as f64 / 1000.0;
     python_float_repr(value)
+}
+
+/// Below this many milliseconds (15 digits), `repr(ms / 1000.0)` is the decimal `ms / 1000` itself:
+/// a decimal of at most 15 significant digits (`DBL_DIG`) is the only one of its length or
+/// shorter that rounds to its double, so it is the shortest round-trip text, and the double is
+/// below 1e16, so it prints positionally (exponent -3 to 11 here, "S.0" when whole).
+const DECIMAL_SECONDS_BELOW_MS: i128 = 1_000_000_000_000_000;
+
+/// `seconds_text` for `0 <= ms < DECIMAL_SECONDS_BELOW_MS`, without the float formatting: the
+/// whole seconds, then the milliseconds with their trailing zeros dropped (".0" when none).
+fn decimal_seconds(ms: i128) -> String {
+    let whole = ms / 1000;
+    let mut frac = ms % 1000;
+    let mut out = String::with_capacity(20);
+    out.push_str(&whole.to_string());
+    out.push('.');
+    if frac == 0 {
+        out.push('0');
+        return out;
+    }
+    let mut digits = 3;
+    while frac % 10 == 0 {
+        frac /= 10;
+        digits -= 1;
+    }
+    // frac < 10**digits: zero-padded to `digits`
+    let text = frac.to_string();
+    for _ in text.len()..digits {
+        out.push('0');
+    }
+    out.push_str(&text);
+    out
 }
 
 /// Python's `repr` of a finite float.
@@ -444,6 +480,37 @@ mod tests {
             seconds_text(i128::from(i64::MAX) * 2),
             "1.844674407370955e+16"
         );
+    }
+
+    #[test]
+    fn decimal_seconds_match_the_float_repr() {
+        let mut values: Vec<i128> = (0..20_000).collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..200_000 {
+            // xorshift: spread over every magnitude below the fast path's bound
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let digits = u32::try_from(x % 16).unwrap_or(0);
+            values.push(i128::from(x >> 4) % 10_i128.pow(digits).max(1));
+        }
+        for k in 1..=15 {
+            let p = 10_i128.pow(k);
+            values.extend([p - 1, p, p + 1, p - 10, p + 10, p / 2, p - 999]);
+        }
+        values.push(1_700_000_000_123);
+        for ms in values {
+            if !(0..DECIMAL_SECONDS_BELOW_MS).contains(&ms) {
+                continue;
+            }
+            #[allow(clippy::cast_precision_loss)]
+            let slow = python_float_repr(ms as f64 / 1000.0);
+            assert_eq!(decimal_seconds(ms), slow, "{ms}");
+        }
+        assert_eq!(seconds_text(DECIMAL_SECONDS_BELOW_MS), "1000000000000.0");
+        assert_eq!(seconds_text(0_i64), "0.0");
+        assert_eq!(seconds_text(10_i64), "0.01");
+        assert_eq!(seconds_text(1_i64), "0.001");
     }
 
     #[test]

@@ -9,7 +9,7 @@ from typing import Any
 import hiredis
 import pytest
 
-from pinlater._pinlater import redis_pack_command
+from pinlater._pinlater import redis_dequeue_command, redis_pack_command
 
 
 def random_arg(rng: random.Random) -> Any:
@@ -54,3 +54,25 @@ def test_what_hiredis_refuses_is_refused(arg: Any) -> None:
 def test_a_lone_surrogate_is_a_unicode_error() -> None:
     with pytest.raises(UnicodeEncodeError):
         redis_pack_command(("SET", "\ud800"))
+
+
+def command_args(packed: bytes) -> list[bytes]:
+    """The arguments of one packed command (``*N`` then ``$len`` bulk strings)."""
+    reader = hiredis.Reader()
+    # a packed command is itself valid RESP: an array of bulk strings
+    reader.feed(packed)
+    args: list[bytes] = reader.gets()
+    return args
+
+
+def test_times_are_python_float_reprs_of_seconds() -> None:
+    """The scripts' times are ``repr(ms / 1000.0)``; the extension prints the usual ones
+    (0 <= ms < 10**15) as decimals without float formatting, and must agree with Python."""
+    rng = random.Random(15)
+    values = list(range(0, 3000)) + [10**k + d for k in range(1, 16) for d in (-1001, -1000, -999, -1, 0, 1, 10, 999)]
+    values += [rng.randrange(10 ** rng.randrange(1, 16)) for _ in range(20_000)]
+    values += [1_700_000_000_000 + rng.randrange(10**9) for _ in range(5_000)]
+    values += [-1, -1000, -1_700_000_000_123, 10**15 + 1, 2**53 + 1, 2**63 - 1, -(2**63)]
+    for ms in values:
+        args = command_args(redis_dequeue_command("sha", "s", "q", 1, 10, "c", ms, False))
+        assert args[11] == repr(ms / 1000.0).encode(), ms

@@ -199,6 +199,8 @@ class ShardedBackend:
         self.signals = QueueSignals()
         # shard -> its store's hot path on this backend's pool (gone with the shard after a reload)
         self._hot_paths: weakref.WeakKeyDictionary[Shard, HotPath] = weakref.WeakKeyDictionary()
+        # the same for the shards of the current map, looked up without making a weakref
+        self._current_hot_paths: dict[Shard, HotPath] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -209,13 +211,19 @@ class ShardedBackend:
     def replace_shards(self, shards: ShardMap) -> None:
         """Swap the shard map (config reload). Requests in flight keep the map they started with."""
         self._shards = shards
+        self._current_hot_paths = {s: hot for s, hot in self._current_hot_paths.items() if shards.get(s.name) is s}
 
     def hot_path(self, shard: Shard) -> HotPath:
         """The shard store's hot operations as coroutines (``ShardStore.hot_path``, made once
         per shard); await them through ``on_shard``."""
+        hot = self._current_hot_paths.get(shard)
+        if hot is not None:
+            return hot
         hot = self._hot_paths.get(shard)
         if hot is None:
             hot = self._hot_paths[shard] = shard.store.hot_path(self._offload)
+        if self._shards.get(shard.name) is shard:  # not one a reload has replaced since
+            self._current_hot_paths[shard] = hot
         return hot
 
     def _offload(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]:
@@ -806,6 +814,8 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:
     """Gather; if any call failed, wait for all and raise the first failure."""
+    if len(calls) == 1:  # the common case (one shard): no task
+        return [await calls[0]]
     results: list[T | BaseException] = await asyncio.gather(*calls, return_exceptions=True)
     out: list[T] = []
     for result in results:

@@ -64,6 +64,8 @@ MAX_QUEUE_NAME_LENGTH = 128
 #: Longest long-poll a dequeue may ask for (waitMillis), so a request never outlives a client
 #: timeout by much and shutdown stays prompt.
 MAX_WAIT_MILLIS = 30_000
+#: Valid queue names remembered by the handler (forgotten all at once beyond this).
+MAX_VALID_NAMES_KEPT = 4096
 #: Most jobs one scanJobs reply carries (MAX_SCAN_LIMIT); a larger limit gets this many, so a
 #: limit of 2**31-1 cannot build a reply of every job in the queue.
 DEFAULT_MAX_SCAN_LIMIT = 10_000
@@ -83,7 +85,6 @@ def _thrift_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     async def wrapper(self: PinLaterHandler, *args: Any, **kwargs: Any) -> Any:
-        context = kwargs.get("context", args[0] if args else None)
         start = time.perf_counter()
         ok = False
         try:
@@ -97,15 +98,21 @@ def _thrift_errors(fn: F) -> F:
         except DescriptorError as exc:
             raise _exception(ErrorCode.UNKNOWN, f"invalid job descriptor: {exc}") from None
         except Exception as exc:
-            log.exception("unexpected error in %s from %s", method, _who(context))
+            log.exception("unexpected error in %s from %s", method, _who(_context(args, kwargs)))
             raise _exception(ErrorCode.UNKNOWN, f"internal error in {method}: {type(exc).__name__}: {exc}") from None
         finally:
             millis = (time.perf_counter() - start) * 1000.0
             self.metrics.timing(method, millis, ok)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s from %s: %s in %.1f ms", method, _who(context), "ok" if ok else "error", millis)
+                who = _who(_context(args, kwargs))
+                log.debug("%s from %s: %s in %.1f ms", method, who, "ok" if ok else "error", millis)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _context(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A handler method's first argument: its ``RequestContext``, or a hot method's call."""
+    return kwargs.get("context", args[0] if args else None)
 
 
 def _exception(code: ErrorCode, message: str) -> Exception:
@@ -162,10 +169,14 @@ class PinLaterHandler:
         self.metrics = metrics
         self.admin_password_hash = admin_password_hash.lower()
         self.rate_limits = rate_limits
+        #: Queue names found valid (checked once, not per request; at most MAX_VALID_NAMES_KEPT).
+        self._valid_names: set[str | None] = set()
 
     # -- validation ---------------------------------------------------------------------------
 
     def _queue(self, name: str | None) -> str:
+        if name in self._valid_names:
+            return name  # type: ignore[return-value]  # (None is never in it)
         if not name or not QUEUE_NAME.fullmatch(name):
             raise PinLaterError(
                 ErrorCode.QUEUE_NAME_INVALID, f"queue name {name!r} must be letters, digits and underscores"
@@ -174,6 +185,9 @@ class PinLaterHandler:
             raise PinLaterError(
                 ErrorCode.QUEUE_NAME_TOO_LONG, f"queue name is {len(name)} characters; at most {MAX_QUEUE_NAME_LENGTH}"
             )
+        if len(self._valid_names) >= MAX_VALID_NAMES_KEPT:
+            self._valid_names.clear()
+        self._valid_names.add(name)
         return name
 
     def _priority(self, priority: int | None, default: int = 1) -> int:

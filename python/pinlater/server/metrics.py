@@ -70,17 +70,20 @@ class Timing:
     buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKETS_MS))
 
     def add(self, value: float) -> None:
+        # (once per request: comparisons, not min/max, and random() rather than randrange)
         self.count += 1
         self.total += value
-        self.minimum = min(self.minimum, value)
-        self.maximum = max(self.maximum, value)
+        if value < self.minimum:
+            self.minimum = value
+        if value > self.maximum:
+            self.maximum = value
         slot = bisect.bisect_left(BUCKETS_MS, value)
         if slot < len(BUCKETS_MS):
             self.buckets[slot] += 1
         if len(self.sample) < RESERVOIR:
             self.sample.append(value)
         else:
-            slot = random.randrange(self.count)
+            slot = int(random.random() * self.count)  # uniform in [0, count)
             if slot < RESERVOIR:
                 self.sample[slot] = value
 

@@ -53,6 +53,8 @@ HOT_SCRIPTS = ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserv
 """The scripts loaded on connect (``count_jobs`` checks a queue exists for a dequeue of 0 jobs;
 ``reserve_jobs`` and ``claim_reserved`` are the dequeue broker's refill and claims)."""
 
+_NO_DEADLINE = float("inf")
+
 MAX_REPLY_BYTES = 512 << 20
 """A reply announcing more is refused and its connection dropped (Redis's own largest bulk
 string, ``proto-max-bulk-len``, is 512 MiB by default)."""
@@ -77,7 +79,10 @@ class _Connection(asyncio.Protocol):
     def __init__(self, max_reply_bytes: int) -> None:
         self._max = max_reply_bytes
         self._transport: asyncio.Transport | None = None
-        self._waiters: deque[asyncio.Future[bytes]] = deque()
+        #: Calls waiting for their reply, in the order sent, each with its deadline (``loop.time()``;
+        #: ``inf`` for none): one timer per connection watches the oldest (``_sweep``).
+        self._waiters: deque[tuple[asyncio.Future[bytes], float]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
         self._chunks: list[bytes] = []
         self._have = 0  # bytes in _chunks
         self._need = 1  # scan again once _have reaches this
@@ -113,7 +118,7 @@ class _Connection(asyncio.Protocol):
             if not self._waiters:
                 self.fail(_Broken(redis.ConnectionError, "Protocol error: a reply nobody asked for"))
                 return
-            waiter = self._waiters.popleft()
+            waiter = self._waiters.popleft()[0]
             if not waiter.done():  # a caller that was cancelled leaves its reply unread
                 waiter.set_result(reply)
         rest = buf[pos:] if pos < size else b""
@@ -139,23 +144,50 @@ class _Connection(asyncio.Protocol):
             return False
         return True
 
-    def send(self, command: bytes) -> asyncio.Future[bytes]:
-        """Write ``command``; the future gets its reply. Raises ``_Broken`` if nothing was written."""
+    def send(self, command: bytes, timeout: float | None = None) -> asyncio.Future[bytes]:
+        """Write ``command``; the future gets its reply. Raises ``_Broken`` if nothing was written.
+        With ``timeout``, a reply not in by then breaks the connection (``TimeoutError``)."""
         if self.broken is not None or self._transport is None:
             raise self.broken or _Broken(redis.ConnectionError, "Not connected.")
-        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        if timeout is None:
+            self._waiters.append((waiter, _NO_DEADLINE))
+        else:
+            deadline = loop.time() + timeout
+            self._waiters.append((waiter, deadline))
+            if self._timer is None:
+                self._timer = loop.call_at(deadline, self._sweep)
         self._transport.write(command)
         return waiter
+
+    def _sweep(self) -> None:
+        """The timer: fail the connection if its oldest call still waiting is past its deadline,
+        else watch that call (deadlines grow along the FIFO: calls share their client's timeout)."""
+        self._timer = None
+        if self.broken is not None:
+            return
+        loop = asyncio.get_running_loop()
+        for waiter, deadline in self._waiters:
+            if waiter.done() or deadline == _NO_DEADLINE:
+                continue
+            if deadline <= loop.time():
+                self.fail(_Broken(redis.TimeoutError, "Timeout reading from socket"))
+            else:
+                self._timer = loop.call_at(deadline, self._sweep)
+            return
 
     def fail(self, why: _Broken) -> None:
         """Break the connection: every waiting call fails with ``why``."""
         if self.broken is None:
             self.broken = why
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._transport is not None:
             self._transport.abort()
         while self._waiters:
-            waiter = self._waiters.popleft()
+            waiter = self._waiters.popleft()[0]
             if not waiter.done():
                 waiter.set_exception(_Broken(why.kind, str(why)))
         self._chunks, self._have = [], 0
@@ -184,8 +216,11 @@ class HotClient:
         for attempt in (1, 2):
             token = SENT.set(False)
             try:
-                with shard_errors(self._name, self._config):
+                try:
                     return await self._call_once(script, command, parse)
+                except redis.RedisError:  # mapped as the pools' calls are (not entered per call: hot)
+                    with shard_errors(self._name, self._config):
+                        raise
             except ShardConnectionError as exc:
                 if attempt == 2 or not repeatable(script, exc.__cause__ or exc):
                     raise
@@ -215,21 +250,18 @@ class HotClient:
             raise _protocol_error(conn, exc) from None
 
     async def _round_trip(self, command: bytes) -> tuple[_Connection, bytes]:
-        """The connection and its reply to ``command``; redis-py's connection errors for a failure."""
+        """The connection and its reply to ``command``; redis-py's connection errors for a failure
+        (a reply not in within the timeout breaks the connection: ``_Connection._sweep``)."""
         conn = await self._connection()
-        loop = asyncio.get_running_loop()
         try:
-            waiter = conn.send(command)
+            waiter = conn.send(command, self._timeout)
         except _Broken as exc:
             raise exc.kind(str(exc)) from None
         SENT.set(True)
-        timer = loop.call_later(self._timeout, _time_out, conn, waiter)
         try:
             return conn, await waiter
         except _Broken as exc:
             raise exc.kind(str(exc)) from None
-        finally:
-            timer.cancel()
 
     async def _connection(self) -> _Connection:
         loop = asyncio.get_running_loop()
