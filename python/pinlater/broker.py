@@ -146,6 +146,12 @@ class DequeueBroker:
             await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.gather(*(self._release(q, b.drain()) for q, b in self._buffers.items()))
 
+    @property
+    def settling(self) -> bool:
+        """Whether claims handed out by this server are still being written (``settle`` has
+        something to wait for), so a caller builds the keys to settle only then."""
+        return bool(self._unsettled)
+
     def buffered(self) -> int:
         """Jobs held in every buffer now."""
         return sum(len(b) for b in self._buffers.values())

@@ -316,7 +316,9 @@ class PinLaterHandler:
         if not call.succeeded and not call.failed:
             return
         groups = call.groups()  # by shard; a malformed descriptor raises DescriptorError
-        if self.broker is not None:  # jobs it handed out: their claims are written first
+        # jobs the broker handed out: their claims are written first (the keys, one tuple per
+        # job, are built only while some claim is still being written)
+        if self.broker is not None and self.broker.settling:
             await self.broker.settle(call.keys())
         await self.backend.ack_jobs(queue, groups, call.retried())
         self.metrics.incr(f"{queue}_ack_succeeded", call.succeeded)
