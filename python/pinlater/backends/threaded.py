@@ -88,6 +88,27 @@ class ThreadedHotPath:
         return await self._offload(self._store.release_reservations, queue, items, reservation, now_ms)
 
 
+class BrokerOnThreadPool:
+    """The broker's three operations for a native hot path whose store still runs them in
+    Python: through ``self._threaded`` (a ``ThreadedHotPath`` over that store), on the pool."""
+
+    __slots__ = ()
+    _threaded: ThreadedHotPath
+
+    async def reserve_jobs(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> ClaimedJobs:
+        return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+        return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
+
+    async def release_reservations(
+        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
+    ) -> int:
+        return await self._threaded.release_reservations(queue, items, reservation, now_ms)
+
+
 class BlockingStore:
     """Mixin for a ``ShardStore`` whose client blocks: its hot path runs on the thread pool and
     it opens nothing on the event loop."""

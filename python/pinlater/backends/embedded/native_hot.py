@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
-    ClaimItems,
     LocalIds,
     NewJobBatch,
     SqliteShard,
@@ -30,7 +28,7 @@ from pinlater._pinlater import (
 )
 from pinlater.backends.base import RESERVATION_PREFIX, Offload
 from pinlater.backends.embedded import connection, sql
-from pinlater.backends.threaded import ThreadedHotPath
+from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
@@ -93,7 +91,7 @@ def open_native_shard(store: EmbeddedStore, synchronous: str, busy_timeout_ms: i
         raise ShardConnectionError(name, str(exc)) from exc
 
 
-class NativeEmbeddedHotPath:
+class NativeEmbeddedHotPath(BrokerOnThreadPool):
     """``HotPath`` of an embedded shard: enqueue, dequeue and ack through its ``SqliteShard``;
     the broker's reserve, claim and release through ``ThreadedHotPath`` on the Python store."""
 
@@ -134,16 +132,3 @@ class NativeEmbeddedHotPath:
         if not self._shard.ack(queue, acks, now_ms, future, loop):
             raise self._closed()
         await future
-
-    async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> ClaimedJobs:
-        return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
-
-    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
-        return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
-
-    async def release_reservations(
-        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
-    ) -> int:
-        return await self._threaded.release_reservations(queue, items, reservation, now_ms)

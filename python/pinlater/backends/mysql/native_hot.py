@@ -18,19 +18,19 @@ operations, which run ``MySQLStore``'s on the thread pool (``ThreadedHotPath``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, MySQLShard, NewJobBatch
+from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, MySQLShard, NewJobBatch
 from pinlater.backends.base import RESERVATION_PREFIX, Offload
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_CLAIM_LENGTH
 from pinlater.backends.mysql.pool import error_code
-from pinlater.backends.threaded import ThreadedHotPath
+from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _stop_watching(loop: asyncio.AbstractEventLoop, native: MySQLShard) -> None:
     loop.remove_reader(native.wake_fd())
 
 
-class NativeMySQLHotPath:
+class NativeMySQLHotPath(BrokerOnThreadPool):
     """``HotPath`` of one ``MySQLStore``: enqueue, dequeue and ack in Rust; the broker's
     operations through ``ThreadedHotPath``. ``close`` stops its threads and connections.
 
@@ -199,21 +199,6 @@ class NativeMySQLHotPath:
         future: asyncio.Future[None] = self._running_loop().create_future()
         self._native.ack_jobs(queue, database, acks, now_ms, future)
         await future
-
-    # -- the dequeue broker's operations: the Python store's, on the thread pool ---------------
-
-    async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
-    ) -> ClaimedJobs:
-        return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
-
-    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
-        return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
-
-    async def release_reservations(
-        self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
-    ) -> int:
-        return await self._threaded.release_reservations(queue, items, reservation, now_ms)
 
     # -- the rest ------------------------------------------------------------------------------
 
