@@ -402,7 +402,7 @@ def test_close_waits_for_the_group_in_flight_and_keeps_what_it_told(
 
 
 class _AnyParams(dict[str, object]):
-    """Binds NULL to every named parameter, so EXPLAIN can compile a statement."""
+    """Binds NULL to every named parameter not given, so EXPLAIN can compile a statement."""
 
     def __missing__(self, key: str) -> object:
         return None
@@ -417,6 +417,53 @@ def test_every_sql_file_compiles_and_is_used(store: EmbeddedStore) -> None:
         re.findall(r'sql\.load\("(\w+)"\)', inspect.getsource(store_module) + inspect.getsource(body_filtered_module))
     )
     assert used == set(sql.names())
+
+
+def _plan(conn: sqlite3.Connection, name: str, **params: object) -> str:
+    """SQLite's plan for a statement of ``sql/``, its steps joined by " | "."""
+    rows = conn.execute("EXPLAIN QUERY PLAN " + sql.load(name), _AnyParams(params)).fetchall()
+    return " | ".join(row[3] for row in rows)
+
+
+def test_statements_by_id_probe_each_id_and_gc_reads_the_finished_jobs_index(store: EmbeddedStore) -> None:
+    """Statements given ids look each one up by rowid, never walking a queue's index (which
+    holds every PENDING job); GC reads only the partial index of finished jobs."""
+    assert store._conn is not None
+    for name in ("claim_reserved", "release_reservations", "delete_jobs_by_id", "lookup_jobs"):
+        plan = _plan(store._conn, name, ids="[1, 2, 3]")
+        assert "INTEGER PRIMARY KEY" in plan and "jobs_by_run_after" not in plan, (name, plan)
+    assert "COVERING INDEX jobs_finished_by_updated_at" in _plan(store._conn, "gc_finished_jobs", state=2)
+    assert "INDEX jobs_by_run_after (queue=? AND priority=? AND state=?)" in _plan(
+        store._conn, "resurrect_timed_out_jobs"
+    )
+
+
+def test_a_version_1_file_is_migrated_at_open_and_keeps_its_jobs(data_dir: Path) -> None:
+    """A file written by a server with the version 1 schema (an updated_at index over every job)
+    opens with the partial index instead, its jobs served and its finished jobs still GCed."""
+    shard = EmbeddedStore(data_dir, "1")
+    shard.create_queue(Q, 3)
+    shard.enqueue_jobs(Q, jobs(3), T0)
+    [claimed] = shard.dequeue_jobs(Q, 1, 1, "old:1", T0 + 1, False)
+    shard.ack_jobs(Q, [AckItem(1, claimed.local_id)], [], T0 + 2)
+    shard.close()
+    path = shard_path(data_dir, "1")
+    with sqlite3.connect(path) as conn:  # back to what version 1 left
+        conn.execute("DROP INDEX jobs_finished_by_updated_at")
+        conn.execute("CREATE INDEX jobs_by_updated_at ON jobs (queue, priority, state, updated_at_ms)")
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+    shard = EmbeddedStore(data_dir, "1")
+    try:
+        assert shard._conn is not None
+        indexes = {row[0] for row in shard._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "jobs_by_updated_at" not in indexes and "jobs_finished_by_updated_at" in indexes
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert shard.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 3), None) == 2
+        assert shard.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 3, 10) == 1
+    finally:
+        shard.close()
 
 
 def test_open_embedded_shards(tmp_path: Path) -> None:

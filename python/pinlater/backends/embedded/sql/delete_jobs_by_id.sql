@@ -1,4 +1,5 @@
 -- Delete jobs of one queue by local id (those a body filter matched, in the same transaction).
+-- The unary + keeps SQLite probing each id instead of scanning the queue's index.
 -- Params: :queue, :ids (a JSON array of local ids).
 DELETE FROM jobs
- WHERE queue = :queue AND local_id IN (SELECT value FROM json_each(:ids))
+ WHERE +queue = :queue AND local_id IN (SELECT value FROM json_each(:ids))

@@ -1,5 +1,7 @@
 -- Treat up to :limit jobs claimed (last updated) before :claimed_before_ms as failed without a
 -- retry delay: PENDING now with one attempt less, or FAILED when that was the last attempt.
+-- The IN_PROGRESS jobs of the queue and priority are read along jobs_by_run_after (no index
+-- orders them by updated_at: see schema.sql), so a sweep costs one row read per job in progress.
 -- Params: :queue, :priority, :claimed_before_ms, :limit, :now_ms.
 UPDATE jobs
    SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
