@@ -34,6 +34,8 @@ pub mod store {
     pub mod redis_rows;
     /// `enqueue_command`, `dequeue_command`, `ack_command`, `claim_reserved_command`: the scripts' EVALSHA commands.
     pub mod redis_scripts;
+    /// `SqliteInserts`: the embedded store's enqueue statement as multi-row INSERTs.
+    pub mod sqlite_inserts;
     /// `SqliteShard`, `WriteGate`: the embedded store's hot writes on a thread, group committed.
     pub mod sqlite_shard;
 }

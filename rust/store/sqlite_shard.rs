@@ -12,6 +12,7 @@
 //!   is a group of one: grouping never waits for company.
 //! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
 //!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
+//!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by position.
 //! * Python's own connection (monitor, admin, broker, reads) writes the same file. Both writers
 //!   take the `WriteGate`, a FIFO ticket lock, around each write transaction, so neither can
 //!   starve the other while `SQLite`'s busy handler polls (`SQLite`'s lock stays the last word, and
@@ -30,6 +31,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, Statement, ToSql};
 
 use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
+use crate::store::sqlite_inserts::{Field, SqliteInserts};
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -179,6 +181,8 @@ impl<T: Send + 'static> SqliteShard<T> {
         gate: Arc<WriteGate>,
         complete: Complete<T>,
     ) -> Result<Self, ShardError> {
+        let inserts =
+            SqliteInserts::new(&options.statements.enqueue_jobs).map_err(ShardError::Connection)?;
         let conn = open_connection(&options).map_err(|e| {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
@@ -187,6 +191,7 @@ impl<T: Send + 'static> SqliteShard<T> {
         let writer = Writer {
             conn,
             options,
+            inserts,
             gate,
             complete,
             commits: Arc::clone(&commits),
@@ -278,6 +283,7 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
 struct Writer<T> {
     conn: Connection,
     options: ShardOptions,
+    inserts: SqliteInserts,
     gate: Arc<WriteGate>,
     complete: Complete<T>,
     commits: Arc<AtomicU64>,
@@ -454,22 +460,27 @@ impl<T: Send> Writer<T> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut stmt = self.prepare(&self.options.statements.enqueue_jobs)?;
         let limit = self.options.custom_status_limit;
-        for job in jobs {
-            let status = truncate_chars(&job.custom_status, limit);
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":priority", &job.priority),
-                    (":attempts", &job.attempts_allowed),
-                    (":custom_status", &status),
-                    (":now_ms", &now_ms),
-                    (":run_after_ms", &job.run_after_ms),
-                    (":body", &job.body.as_slice()),
-                ],
-            )?;
+        let fields = self.inserts.fields();
+        for (sql, rows) in self.inserts.split(jobs) {
+            let mut stmt = self.prepare(sql)?;
+            let mut index = 0;
+            for job in rows {
+                for field in fields {
+                    index += 1;
+                    let bound = match field {
+                        Field::Queue => stmt.raw_bind_parameter(index, queue),
+                        Field::Priority => stmt.raw_bind_parameter(index, job.priority),
+                        Field::Attempts => stmt.raw_bind_parameter(index, job.attempts_allowed),
+                        Field::CustomStatus => stmt
+                            .raw_bind_parameter(index, truncate_chars(&job.custom_status, limit)),
+                        Field::NowMs => stmt.raw_bind_parameter(index, now_ms),
+                        Field::RunAfterMs => stmt.raw_bind_parameter(index, job.run_after_ms),
+                        Field::Body => stmt.raw_bind_parameter(index, job.body.as_slice()),
+                    };
+                    bound.map_err(|e| connection_error(&e))?;
+                }
+            }
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
         // AUTOINCREMENT gives each row the highest id ever used plus one, and this transaction

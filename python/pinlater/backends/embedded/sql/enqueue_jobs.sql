@@ -1,4 +1,5 @@
--- Insert one PENDING job (run with executemany, so a batch is one transaction).
+-- Insert one PENDING job (Python runs it with executemany, so a batch is one transaction; the
+-- hot path's writer repeats its VALUES row into multi-row INSERTs: rust/store/sqlite_inserts.rs).
 -- Params: :queue, :priority, :attempts, :custom_status (already truncated), :now_ms,
 -- :run_after_ms, :body.
 INSERT INTO jobs (queue, priority, state, claim_descriptor, attempts_allowed, attempts_remaining,

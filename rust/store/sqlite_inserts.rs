@@ -1,0 +1,211 @@
+//! `SqliteInserts`: the embedded store's `enqueue_jobs.sql` turned into multi-row INSERTs.
+//!
+//! The store's statement inserts one job (`INSERT ... VALUES (:queue, :priority, ...)`). Run
+//! once per job, every run reads and rewrites AUTOINCREMENT's counter (a row of
+//! `sqlite_sequence`) and steps the statement anew; one statement whose `VALUES` lists many rows
+//! does both once. The text stays the store's: its `VALUES` row is repeated, each named
+//! parameter becoming a positional `?` bound from the job's field of that name.
+
+use crate::queue::jobs::NewJob;
+
+/// Rows per statement, largest first: a batch is cut into as few statements as these make
+/// (100 jobs: 64 + 4 x 8 + 4 x 1), and only these few texts are ever prepared.
+pub const CHUNKS: [usize; 3] = [64, 8, 1];
+
+/// What one parameter of the row binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Queue,
+    Priority,
+    Attempts,
+    CustomStatus,
+    NowMs,
+    RunAfterMs,
+    Body,
+}
+
+impl Field {
+    fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "queue" => Self::Queue,
+            "priority" => Self::Priority,
+            "attempts" => Self::Attempts,
+            "custom_status" => Self::CustomStatus,
+            "now_ms" => Self::NowMs,
+            "run_after_ms" => Self::RunAfterMs,
+            "body" => Self::Body,
+            _ => return None,
+        })
+    }
+}
+
+/// The multi-row statements of one `enqueue_jobs.sql` text, one per entry of `CHUNKS`.
+#[derive(Debug, Clone)]
+pub struct SqliteInserts {
+    /// The statement inserting `CHUNKS[i]` rows.
+    texts: [String; CHUNKS.len()],
+    /// The field bound at each `?` of one row, in order.
+    fields: Vec<Field>,
+}
+
+impl SqliteInserts {
+    /// Reads the statement: everything up to its last `VALUES`, then one parenthesized row of
+    /// literals and `:name` parameters naming `Field`s.
+    pub fn new(single_row: &str) -> Result<Self, String> {
+        let at = single_row
+            .rfind("VALUES")
+            .ok_or("enqueue_jobs: no VALUES in the statement")?;
+        let head = &single_row[..at + "VALUES".len()];
+        let row = single_row[at + "VALUES".len()..]
+            .trim()
+            .trim_end_matches(';')
+            .trim_end();
+        if !(row.starts_with('(') && row.ends_with(')')) {
+            return Err(format!(
+                "enqueue_jobs: VALUES is not followed by one row: {row}"
+            ));
+        }
+        let (template, fields) = positional(row)?;
+        let texts = CHUNKS.map(|rows| {
+            let mut text = String::with_capacity(head.len() + rows * (template.len() + 1) + 1);
+            text.push_str(head);
+            text.push(' ');
+            for i in 0..rows {
+                if i > 0 {
+                    text.push(',');
+                }
+                text.push_str(&template);
+            }
+            text
+        });
+        Ok(Self { texts, fields })
+    }
+
+    /// The fields bound at each `?` of one row.
+    #[must_use]
+    pub fn fields(&self) -> &[Field] {
+        &self.fields
+    }
+
+    /// The statements inserting `jobs`, in order: each text with the jobs it takes.
+    pub fn split<'a>(
+        &'a self,
+        jobs: &'a [NewJob],
+    ) -> impl Iterator<Item = (&'a str, &'a [NewJob])> {
+        let mut rest = jobs;
+        std::iter::from_fn(move || {
+            let (i, rows) = CHUNKS
+                .iter()
+                .enumerate()
+                .find(|&(_, &rows)| rows <= rest.len())?;
+            let (now, later) = rest.split_at(*rows);
+            rest = later;
+            Some((self.texts[i].as_str(), now))
+        })
+    }
+}
+
+/// The row with each `:name` replaced by `?`, and the fields in order. Quoted literals are
+/// copied as they are.
+fn positional(row: &str) -> Result<(String, Vec<Field>), String> {
+    let mut template = String::with_capacity(row.len());
+    let mut fields = Vec::new();
+    let mut chars = row.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\'' => {
+                template.push(c);
+                for (_, q) in chars.by_ref() {
+                    template.push(q);
+                    if q == '\'' {
+                        break; // '' inside a literal closes and reopens it: same text
+                    }
+                }
+            }
+            ':' => {
+                let start = i + 1;
+                let mut end = start;
+                while let Some(&(j, n)) = chars.peek() {
+                    if n.is_ascii_alphanumeric() || n == '_' {
+                        end = j + n.len_utf8();
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                let name = &row[start..end];
+                let field = Field::named(name)
+                    .ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))?;
+                fields.push(field);
+                template.push('?');
+            }
+            _ => template.push(c),
+        }
+    }
+    Ok((template, fields))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str =
+        "-- a comment: with a colon\nINSERT INTO jobs (queue, priority, body, status)\n\
+                       VALUES (:queue, :priority, :body, 'a:b''c', :now_ms, :now_ms)\n";
+
+    fn jobs(n: usize) -> Vec<NewJob> {
+        (0..n)
+            .map(|i| NewJob {
+                priority: 1,
+                body: vec![u8::try_from(i % 256).unwrap()],
+                run_after_ms: 0,
+                attempts_allowed: 1,
+                custom_status: String::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_are_repeated_with_positional_parameters() {
+        let inserts = SqliteInserts::new(ONE).unwrap();
+        assert_eq!(
+            inserts.fields(),
+            [
+                Field::Queue,
+                Field::Priority,
+                Field::Body,
+                Field::NowMs,
+                Field::NowMs
+            ]
+        );
+        let row = "(?, ?, ?, 'a:b''c', ?, ?)";
+        let [_, eight, one] = &inserts.texts;
+        assert!(one.ends_with(&format!("VALUES {row}")), "{one}");
+        assert!(one.starts_with("-- a comment: with a colon\n"));
+        assert_eq!(eight.matches(row).count(), 8);
+    }
+
+    #[test]
+    fn a_batch_is_cut_into_the_largest_chunks_in_order() {
+        let inserts = SqliteInserts::new(ONE).unwrap();
+        let batch = jobs(100);
+        let parts: Vec<_> = inserts.split(&batch).collect();
+        let sizes: Vec<usize> = parts.iter().map(|(_, jobs)| jobs.len()).collect();
+        assert_eq!(sizes, [64, 8, 8, 8, 8, 1, 1, 1, 1]);
+        let again: Vec<u8> = parts
+            .iter()
+            .flat_map(|(_, jobs)| jobs.iter().map(|j| j.body[0]))
+            .collect();
+        assert_eq!(again, (0..100).collect::<Vec<u8>>());
+        assert_eq!(inserts.split(&[]).count(), 0);
+    }
+
+    #[test]
+    fn a_statement_it_cannot_read_is_refused() {
+        assert!(SqliteInserts::new("INSERT INTO jobs SELECT 1").is_err());
+        assert!(SqliteInserts::new("INSERT INTO jobs VALUES (:nope)")
+            .unwrap_err()
+            .contains(":nope"));
+        assert!(SqliteInserts::new("INSERT INTO jobs VALUES (1), (2) x").is_err());
+    }
+}
