@@ -560,24 +560,52 @@ impl<T: Send> Writer<T> {
                 continue;
             }
             let mut stmt = self.prepare(sql)?;
+            // The request's values are bound once (bindings outlive each run's reset); each
+            // job's by the positions its names were found at, not looked up again per job.
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":status_limit", &limit),
+                    (":now_ms", &now_ms),
+                ],
+            )?;
+            let at = positions(
+                &stmt,
+                [":priority", ":local_id", ":append", ":retry_delay_ms"],
+            )?;
             for item in items {
-                bind(
-                    &mut stmt,
-                    &[
-                        (":queue", &queue),
-                        (":priority", &item.priority),
-                        (":local_id", &item.local_id),
-                        (":append", &item.append_custom_status.as_str()),
-                        (":status_limit", &limit),
-                        (":retry_delay_ms", &item.retry_delay_ms),
-                        (":now_ms", &now_ms),
-                    ],
-                )?;
+                let values: [&dyn ToSql; 4] = [
+                    &item.priority,
+                    &item.local_id,
+                    &item.append_custom_status.as_str(),
+                    &item.retry_delay_ms,
+                ];
+                for (index, value) in at.iter().zip(values) {
+                    if let Some(index) = *index {
+                        stmt.raw_bind_parameter(index, value)
+                            .map_err(|e| connection_error(&e))?;
+                    }
+                }
                 stmt.raw_execute().map_err(|e| connection_error(&e))?;
             }
         }
         Ok(())
     }
+}
+
+/// Where each named parameter is bound in the statement; None for a name it does not use.
+fn positions<const N: usize>(
+    stmt: &Statement<'_>,
+    names: [&str; N],
+) -> Result<[Option<usize>; N], ShardError> {
+    let mut at = [None; N];
+    for (slot, name) in at.iter_mut().zip(names) {
+        *slot = stmt
+            .parameter_index(name)
+            .map_err(|e| connection_error(&e))?;
+    }
+    Ok(at)
 }
 
 /// Binds each named parameter the statement uses; names it does not use are skipped (as
