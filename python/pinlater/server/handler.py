@@ -320,7 +320,9 @@ class PinLaterHandler:
         # job, are built only while some claim is still being written)
         if self.broker is not None and self.broker.settling:
             await self.broker.settle(call.keys())
-        await self.backend.ack_jobs(queue, groups, call.retried())
+        # (retried() decodes every descriptor again: only worth it when some job failed; groups()
+        # has already refused a malformed one)
+        await self.backend.ack_jobs(queue, groups, call.retried() if call.failed else ())
         self.metrics.incr(f"{queue}_ack_succeeded", call.succeeded)
         self.metrics.incr(f"{queue}_ack_failed", call.failed)
 
