@@ -581,7 +581,7 @@ impl Session {
                     &[Arg::Time(now_ms), Arg::Int(limit)],
                     conn.no_backslash_escape(),
                 )?;
-                Ok(Outcome::Commit(claimed_rows(conn, &sql, None)?))
+                Ok(Outcome::Commit(claimed_rows(conn, &sql, None, false)?))
             });
         }
         let update_args = [
@@ -618,7 +618,7 @@ impl Session {
                 }
                 None => 0,
             };
-            let jobs = claimed_jobs(&mut result, None)?;
+            let jobs = claimed_jobs(&mut result, None, true)?;
             drop(result);
             if claimed == 0 {
                 return Ok(Outcome::Commit(Some(Vec::new())));
@@ -641,13 +641,18 @@ impl Session {
                 &[Arg::Str(claim)],
                 nbe,
             )?;
-            let before: Vec<i64> = claimed_rows(conn, &select, None)?
+            let before: Vec<i64> = claimed_rows(conn, &select, None, false)?
                 .into_iter()
                 .map(|j| j.local_id)
                 .collect();
             let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
             conn.query_drop(update)?;
-            Ok(Outcome::Commit(claimed_rows(conn, &select, Some(&before))?))
+            Ok(Outcome::Commit(claimed_rows(
+                conn,
+                &select,
+                Some(&before),
+                true,
+            )?))
         })
     }
 
@@ -792,23 +797,26 @@ fn insert(
 }
 
 /// The rows of a SELECT of `local_id, body, attempts_allowed, attempts_remaining, created_at,
-/// updated_at`, leaving out the ids in `skip`.
+/// updated_at` (then `run_after`, if `sort`: the rows are put in its order, then `local_id`'s),
+/// leaving out the ids in `skip`.
 fn claimed_rows(
     conn: &mut Conn,
     sql: &str,
     skip: Option<&[i64]>,
+    sort: bool,
 ) -> Result<Vec<ClaimedJob>, OpError> {
-    claimed_jobs(&mut conn.query_iter(sql)?, skip)
+    claimed_jobs(&mut conn.query_iter(sql)?, skip, sort)
 }
 
 /// `claimed_rows` of the current result set of `result`.
 fn claimed_jobs(
     result: &mut QueryResult<'_, '_, '_, Text>,
     skip: Option<&[i64]>,
+    sort: bool,
 ) -> Result<Vec<ClaimedJob>, OpError> {
-    let mut jobs = Vec::new();
+    let mut jobs: Vec<(i64, ClaimedJob)> = Vec::new();
     let Some(set) = result.iter() else {
-        return Ok(jobs);
+        return Ok(Vec::new());
     };
     for row in set {
         let mut values = row?.unwrap().into_iter();
@@ -827,12 +835,17 @@ fn claimed_jobs(
             created_at_ms: time_ms(&next()),
             updated_at_ms: time_ms(&next()),
         };
+        let run_after = time_ms(&next());
         if skip.is_some_and(|ids| ids.contains(&job.local_id)) {
             continue;
         }
-        jobs.push(job);
+        jobs.push((run_after, job));
     }
-    Ok(jobs)
+    if sort {
+        // In claim order, by (run_after, local_id): select_claimed_jobs.sql leaves it to us.
+        jobs.sort_unstable_by_key(|(run_after, job)| (*run_after, job.local_id));
+    }
+    Ok(jobs.into_iter().map(|(_, job)| job).collect())
 }
 
 /// An integer column (text protocol: decimal ASCII); None for NULL.

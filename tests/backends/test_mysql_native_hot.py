@@ -114,6 +114,22 @@ def test_enqueue_writes_what_the_python_store_writes(harness: Harness) -> None:
     assert harness.enqueue(RS, []) == []
 
 
+def test_claimed_jobs_come_in_claim_order(harness: Harness) -> None:
+    """Oldest run_after first, then lowest id, on both paths: the SELECT of the claimed rows has
+    no ORDER BY (the rows are sorted after reading them)."""
+    run_afters = [T0 - 10, T0 - 30, T0 - 10, T0 - 20, T0 - 30, T0]
+    jobs = [NewJob(1, f"j{k}".encode(), run_after, 1) for k, run_after in enumerate(run_afters)]
+    expected = [b"j1", b"j4", b"j3", b"j0", b"j2", b"j5"]
+    for queue in (PY, RS):
+        assert harness.enqueue(queue, jobs) == [1, 2, 3, 4, 5, 6]
+    claimed = harness.dequeue(RS, 1, 10, "order")
+    assert [job.body for job in claimed] == expected
+    assert [job.body for job in harness.store.dequeue_jobs(PY, 1, 10, "order", T0, False)] == expected
+    # a claim already used: the redo tells our rows from the earlier ones, still in order
+    assert harness.enqueue(RS, jobs) == [7, 8, 9, 10, 11, 12]
+    assert [job.body for job in harness.dequeue(RS, 1, 10, "order")] == expected
+
+
 @pytest.mark.parametrize("strategy", ["last_insert_id", "returning", "per_row"])
 def test_every_id_strategy(server: MariaDBServer, strategy: str) -> None:
     h = Harness(MySQLStore("1", config_for(server), insert_id_strategy=strategy))
