@@ -4,7 +4,11 @@
 //! The SQL is the store's own files (`sql/*.sql`), handed over as text by Python (`queries.py`
 //! strips their comments), with `{table}`/`{ids}`/`{rows}` filled and every `%s` replaced by a
 //! literal written as `PyMySQL` writes the same parameter (`mysql_inserts.rs`): the server sees
-//! the same bytes through the text protocol. Sessions are set up as the Python pool sets them up
+//! the same bytes through the text protocol, in the same order; some go together in one round
+//! trip (a multi-statement query): a claim's UPDATE with its SELECT, and an ack's UPDATEs with
+//! their COMMIT (an ack may be repeated, so a COMMIT whose answer is lost is no worse than
+//! before). An enqueue's COMMIT still goes alone, after its INSERTs answered: a connection lost
+//! before then is known not to have committed. Sessions are set up as the Python pool sets them up
 //! (TLS whenever the server offers it, `session_setup.sql`, autocommit off, `CLIENT_FOUND_ROWS`),
 //! and `server_info.sql` is read on every new connection (id strategy, `max_allowed_packet`).
 //!
@@ -28,7 +32,7 @@ use std::time::Duration;
 
 use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
-use mysql::{Conn, DriverError, OptsBuilder, SslOpts, Value};
+use mysql::{Conn, DriverError, OptsBuilder, QueryResult, SslOpts, Text, Value};
 
 use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
 use crate::store::decimal::push_int;
@@ -219,10 +223,14 @@ impl From<mysql::Error> for OpError {
     }
 }
 
-/// What the body of a transaction decided: commit, or roll back (and still answer).
+/// What the body of a transaction decided: commit, or roll back (and still answer); or that
+/// it sent its COMMIT itself, behind its last statement in the same round trip (only a
+/// repeatable transaction does: a connection lost then may have lost the COMMIT's answer only,
+/// and such a transaction is run again whatever it was lost during).
 enum Outcome<T> {
     Commit(T),
     Rollback(T),
+    Committed(T),
 }
 
 type OpResult<T> = Result<Outcome<T>, OpError>;
@@ -383,6 +391,7 @@ impl Session {
                     Ok(()) => return Ok(value),
                     Err(err) => (OpError::Sql(err), false),
                 },
+                Ok(Outcome::Committed(value)) => return Ok(value),
                 Err(err) => (err, false),
             };
             let err = match err {
@@ -548,7 +557,7 @@ impl Session {
     }
 
     /// `MySQLStore.dequeue_jobs` (limit > 0, claim checked by the caller): a dry run peeks; else
-    /// one UPDATE stamping `claim` and one SELECT by it, or, if the claim was not unique (the
+    /// one UPDATE stamping `claim` and one SELECT by it (one round trip), or, if the claim was not unique (the
     /// SELECT found more rows than the UPDATE claimed), that rolled back and redone telling our
     /// rows from the others.
     pub fn dequeue_jobs(
@@ -572,7 +581,7 @@ impl Session {
                     &[Arg::Time(now_ms), Arg::Int(limit)],
                     conn.no_backslash_escape(),
                 )?;
-                Ok(Outcome::Commit(claimed_rows(conn, &sql, None)?))
+                Ok(Outcome::Commit(claimed_rows(conn, &sql, None, false)?))
             });
         }
         let update_args = [
@@ -587,19 +596,33 @@ impl Session {
         let first = self.run(true, |conn, shared| {
             let nbe = conn.no_backslash_escape();
             let sql = &shared.settings.sql;
-            let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
-            let claimed = conn.query_iter(update)?.affected_rows();
-            if claimed == 0 {
-                return Ok(Outcome::Commit(Some(Vec::new())));
-            }
-            let select = render(
+            // The UPDATE and the SELECT in one round trip (the SELECT finds nothing of ours
+            // when the UPDATE claimed nothing).
+            let mut batch = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
+            batch.push_str(";\n");
+            batch.push_str(&render(
                 &sql.select_claimed_jobs,
                 &table,
                 None,
                 &[Arg::Str(claim)],
                 nbe,
-            )?;
-            let jobs = claimed_rows(conn, &select, None)?;
+            )?);
+            let mut result = conn.query_iter(batch)?;
+            let claimed = match result.iter() {
+                Some(set) => {
+                    let claimed = set.affected_rows();
+                    for row in set {
+                        row?; // the UPDATE's error
+                    }
+                    claimed
+                }
+                None => 0,
+            };
+            let jobs = claimed_jobs(&mut result, None, true)?;
+            drop(result);
+            if claimed == 0 {
+                return Ok(Outcome::Commit(Some(Vec::new())));
+            }
             if jobs.len() as u64 != claimed {
                 return Ok(Outcome::Rollback(None));
             }
@@ -618,18 +641,24 @@ impl Session {
                 &[Arg::Str(claim)],
                 nbe,
             )?;
-            let before: Vec<i64> = claimed_rows(conn, &select, None)?
+            let before: Vec<i64> = claimed_rows(conn, &select, None, false)?
                 .into_iter()
                 .map(|j| j.local_id)
                 .collect();
             let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
             conn.query_drop(update)?;
-            Ok(Outcome::Commit(claimed_rows(conn, &select, Some(&before))?))
+            Ok(Outcome::Commit(claimed_rows(
+                conn,
+                &select,
+                Some(&before),
+                true,
+            )?))
         })
     }
 
     /// `MySQLStore.ack_jobs`: one UPDATE per (priority, appended status) of the successes and per
-    /// (priority, appended status, retry delay) of the failures, groups and ids sorted.
+    /// (priority, appended status, retry delay) of the failures, groups and ids sorted, sent
+    /// with the COMMIT in one round trip.
     pub fn ack_jobs(
         &mut self,
         database: &str,
@@ -667,6 +696,9 @@ impl Session {
             let sql = &shared.settings.sql;
             #[allow(clippy::cast_possible_wrap)]
             let limit = shared.settings.custom_status_limit as i64;
+            // Every UPDATE and the COMMIT in one round trip: the server runs them in order and
+            // stops at the first that fails, so a failure leaves the transaction to roll back.
+            let mut batch = String::new();
             for ((priority, status), ids) in &successes {
                 let args = [Arg::Str(status), Arg::Int(limit), Arg::Time(now_ms)];
                 let statement = render(
@@ -676,7 +708,8 @@ impl Session {
                     &args,
                     nbe,
                 )?;
-                conn.query_drop(statement)?;
+                batch.push_str(&statement);
+                batch.push_str(";\n");
             }
             for ((priority, status, delay), ids) in &failures {
                 let args = [
@@ -692,9 +725,12 @@ impl Session {
                     &args,
                     nbe,
                 )?;
-                conn.query_drop(statement)?;
+                batch.push_str(&statement);
+                batch.push_str(";\n");
             }
-            Ok(Outcome::Commit(()))
+            batch.push_str("COMMIT");
+            drop_all(conn, &batch)?;
+            Ok(Outcome::Committed(()))
         })
     }
 }
@@ -718,6 +754,18 @@ fn check_priority(priority: i64) -> Result<(), StoreError> {
 #[must_use]
 pub fn table(database: &str, priority: i64) -> String {
     format!("`{database}`.`jobs_p{priority}`")
+}
+
+/// Runs the statements of `batch` (separated by `;`, sent in one round trip) and reads every
+/// result; the first statement that failed is the error (the server runs none after it).
+fn drop_all(conn: &mut Conn, batch: &str) -> Result<(), OpError> {
+    let mut result = conn.query_iter(batch)?;
+    while let Some(set) = result.iter() {
+        for row in set {
+            row?;
+        }
+    }
+    Ok(())
 }
 
 /// One INSERT's new ids, in row order.
@@ -749,14 +797,28 @@ fn insert(
 }
 
 /// The rows of a SELECT of `local_id, body, attempts_allowed, attempts_remaining, created_at,
-/// updated_at`, leaving out the ids in `skip`.
+/// updated_at` (then `run_after`, if `sort`: the rows are put in its order, then `local_id`'s),
+/// leaving out the ids in `skip`.
 fn claimed_rows(
     conn: &mut Conn,
     sql: &str,
     skip: Option<&[i64]>,
+    sort: bool,
 ) -> Result<Vec<ClaimedJob>, OpError> {
-    let mut jobs = Vec::new();
-    for row in conn.query_iter(sql)? {
+    claimed_jobs(&mut conn.query_iter(sql)?, skip, sort)
+}
+
+/// `claimed_rows` of the current result set of `result`.
+fn claimed_jobs(
+    result: &mut QueryResult<'_, '_, '_, Text>,
+    skip: Option<&[i64]>,
+    sort: bool,
+) -> Result<Vec<ClaimedJob>, OpError> {
+    let mut jobs: Vec<(i64, ClaimedJob)> = Vec::new();
+    let Some(set) = result.iter() else {
+        return Ok(Vec::new());
+    };
+    for row in set {
         let mut values = row?.unwrap().into_iter();
         let mut next = || values.next().unwrap_or(Value::NULL);
         let local_id = int(&next())
@@ -773,12 +835,17 @@ fn claimed_rows(
             created_at_ms: time_ms(&next()),
             updated_at_ms: time_ms(&next()),
         };
+        let run_after = time_ms(&next());
         if skip.is_some_and(|ids| ids.contains(&job.local_id)) {
             continue;
         }
-        jobs.push(job);
+        jobs.push((run_after, job));
     }
-    Ok(jobs)
+    if sort {
+        // In claim order, by (run_after, local_id): select_claimed_jobs.sql leaves it to us.
+        jobs.sort_unstable_by_key(|(run_after, job)| (*run_after, job.local_id));
+    }
+    Ok(jobs.into_iter().map(|(_, job)| job).collect())
 }
 
 /// An integer column (text protocol: decimal ASCII); None for NULL.

@@ -26,6 +26,12 @@ def filter_args(where: JobFilter) -> tuple[Any, ...]:
     return (int(where.state), to_db_time(low), to_db_time(high), where.body_regex, where.body_regex)
 
 
+def in_claim_order(rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+    """The rows of ``select_claimed_jobs.sql`` (``run_after`` last) in the order they were
+    claimed: by ``(run_after, local_id)``, the ORDER BY of ``dequeue_jobs.sql``."""
+    return sorted(rows, key=lambda row: (row[6], int(row[0])))
+
+
 def claimed_job(row: Sequence[Any]) -> ClaimedJob:
     # local_id, body, attempts_allowed, attempts_remaining, created_at, updated_at
     return ClaimedJob(

@@ -267,7 +267,7 @@ class MySQLStore(BlockingStore):
             rows = cur.fetchall()
             if len(rows) != claimed:
                 return None  # the claim was not unique: redo telling our rows from the others
-            return [job_rows.claimed_job(row) for row in rows]
+            return [job_rows.claimed_job(row) for row in job_rows.in_claim_order(rows)]
 
         def claim_jobs_reused_claim(cur: Cursor) -> list[ClaimedJob]:
             select_claimed = queries.SELECT_CLAIMED_JOBS.render(table=table)
@@ -278,7 +278,8 @@ class MySQLStore(BlockingStore):
                 (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, limit),
             )
             cur.execute(select_claimed, (claim,))
-            return [job_rows.claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
+            rows = job_rows.in_claim_order(cur.fetchall())
+            return [job_rows.claimed_job(row) for row in rows if int(row[0]) not in before]
 
         if dry_run:
             return self._run(queue, peek)
