@@ -24,9 +24,12 @@ in each phase (from /proc/PID/stat) and jobs per Redis CPU-second, and the serve
 CPU. A machine line per phase adds the cores busy in all, the cores the hypervisor stole (a phase
 that had some ran slow, and its ratio says little), and Redis's forks for AOF rewrites with their
 CPU, which the Redis figure leaves out. ``--profile`` records the server with py-spy during a
-server phase (one broker setting).
+server phase (one broker setting). ``--rate R`` caps the producers at R jobs/s together, so the
+dequeue latencies (``broker_dequeue_msec``) are measured on a store with room to spare rather than
+at its ceiling, where every dequeue queues behind the store.
 
     python benches/redis_lifecycle.py --seconds 15
+    python benches/redis_lifecycle.py --seconds 15 --skip-ceiling --broker on --rate 20000
     python benches/redis_lifecycle.py --seconds 15 --broker on --profile /tmp/profile.txt
 """
 
@@ -276,14 +279,19 @@ def _cpu_or_zero(pid: int) -> float:
 # -- phase 2: through the server --------------------------------------------------------------
 
 
-def producer(port: int, batch: int, body: bytes, deadline: float, out: Any) -> None:
+def producer(port: int, batch: int, body: bytes, deadline: float, rate: float, out: Any) -> None:
+    """Enqueues batches until the deadline: back to back, or at most ``rate`` jobs/s (0: no cap)."""
     from pinlater.idl import idl
 
     client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-producer:{os.getpid()}")
     jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
     done = 0
-    while time.time() < deadline:
+    start = time.time()
+    while (now := time.time()) < deadline:
+        if rate > 0 and (ahead := start + done / rate - now) > 0:
+            time.sleep(min(ahead, deadline - now))  # pacing: the schedule, not a condition
+            continue
         client.enqueueJobs(ctx, idl.PinLaterEnqueueRequest(queueName=QUEUE, jobs=jobs))
         done += batch
     out.put(("enqueued", done, 0.0))
@@ -330,7 +338,10 @@ def run_server(server_pid: int, port: int, args: argparse.Namespace) -> ServerRu
     out: Any = mp.Queue()
     deadline = time.time() + args.seconds
     body = b"x" * args.body_bytes
-    workers = [mp.Process(target=producer, args=(port, args.batch, body, deadline, out)) for _ in range(args.producers)]
+    rate = args.rate / args.producers
+    workers = [
+        mp.Process(target=producer, args=(port, args.batch, body, deadline, rate, out)) for _ in range(args.producers)
+    ]
     workers += [mp.Process(target=consumer, args=(port, args.batch, deadline, out)) for _ in range(args.consumers)]
     cpu0 = cpu_seconds(server_pid)
     profiler = None
@@ -398,6 +409,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="ceiling client processes (default 2)")
     parser.add_argument("--producers", type=int, default=4, help="server-phase producer processes (default 4)")
     parser.add_argument("--consumers", type=int, default=8, help="server-phase consumer processes (default 8)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="server phases: jobs/s the producers enqueue at most, together (default 0: as fast as they can); "
+        "below the store's ceiling, dequeue latencies are those of a store with room to spare",
+    )
     parser.add_argument("--profile", metavar="FILE", help="py-spy record the server (raw format) into FILE")
     parser.add_argument("--profile-gil", action="store_true", help="profile only threads holding the GIL (CPU)")
     parser.add_argument(
