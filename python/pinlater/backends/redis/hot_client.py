@@ -29,6 +29,7 @@ go in: ``redis.ConnectionError`` and ``redis.TimeoutError`` for the connection, 
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import logging
 from collections import deque
@@ -234,15 +235,10 @@ class HotClient:
                         reply = await waiter
                     except _Broken as exc:
                         raise exc.kind(str(exc)) from None
-                    try:
-                        return parse(reply)
-                    except RedisErrorReply as exc:
-                        text = str(exc)
-                        if not text.startswith("NOSCRIPT"):
-                            raise _error_reply(text) from None
-                    except ValueError as exc:
-                        raise _protocol_error(conn, exc) from None
-                    return await self._reload_and_call(script, command, parse)
+                    result = _read(conn, reply, parse)
+                    if result is _NOSCRIPT:
+                        return await self._reload_and_call(script, command, parse)
+                    return result
                 except redis.RedisError:  # mapped as the pools' calls are (not entered per call: hot)
                     with shard_errors(self._name, self._config):
                         raise
@@ -256,15 +252,10 @@ class HotClient:
 
     async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
         conn, reply = await self._round_trip(command)
-        try:
-            return parse(reply)
-        except RedisErrorReply as exc:
-            text = str(exc)
-            if not text.startswith("NOSCRIPT"):
-                raise _error_reply(text) from None
-        except ValueError as exc:
-            raise _protocol_error(conn, exc) from None
-        return await self._reload_and_call(script, command, parse)
+        result = _read(conn, reply, parse)
+        if result is _NOSCRIPT:
+            return await self._reload_and_call(script, command, parse)
+        return result
 
     async def _reload_and_call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
         """After a ``NOSCRIPT`` reply: the script was flushed since we connected (SCRIPT FLUSH),
@@ -364,6 +355,30 @@ class HotClient:
     def forget(self) -> None:
         """Drop the connection of another loop without touching it (it goes with its loop)."""
         self._conn, self._loop, self._connecting = None, None, None
+
+
+class _NoScript(enum.Enum):
+    """What ``_read`` answers for a NOSCRIPT reply: Redis ran nothing; load the script and send
+    the command again."""
+
+    NOSCRIPT = enum.auto()
+
+
+_NOSCRIPT = _NoScript.NOSCRIPT
+
+
+def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _NoScript:
+    """``parse(reply)``; ``_NOSCRIPT`` for a NOSCRIPT reply; redis-py's error for any other error
+    reply, and a protocol error (which drops ``conn``) for a reply ``parse`` cannot read."""
+    try:
+        return parse(reply)
+    except RedisErrorReply as exc:
+        text = str(exc)
+        if text.startswith("NOSCRIPT"):
+            return _NOSCRIPT
+        raise _error_reply(text) from None
+    except ValueError as exc:
+        raise _protocol_error(conn, exc) from None
 
 
 def _error_reply(text: str) -> redis.RedisError:
