@@ -226,11 +226,7 @@ class HotClient:
                         return await self._call_once(script, command, parse)
                     # The connection is up (the common case): its round trip inline, one
                     # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same).
-                    try:
-                        waiter = conn.send(command, self._timeout)
-                    except _Broken as exc:
-                        raise exc.kind(str(exc)) from None
-                    SENT.set(True)
+                    waiter = self._send(conn, command)
                     try:
                         reply = await waiter
                     except _Broken as exc:
@@ -273,15 +269,21 @@ class HotClient:
         """The connection and its reply to ``command``; redis-py's connection errors for a failure
         (a reply not in within the timeout breaks the connection: ``_Connection._sweep``)."""
         conn = await self._connection()
+        waiter = self._send(conn, command)
+        try:
+            return conn, await waiter
+        except _Broken as exc:
+            raise exc.kind(str(exc)) from None
+
+    def _send(self, conn: _Connection, command: bytes) -> asyncio.Future[bytes]:
+        """Write ``command`` on ``conn`` with this client's timeout and mark it ``SENT``; the
+        future gets its reply. redis-py's connection error if nothing was written."""
         try:
             waiter = conn.send(command, self._timeout)
         except _Broken as exc:
             raise exc.kind(str(exc)) from None
         SENT.set(True)
-        try:
-            return conn, await waiter
-        except _Broken as exc:
-            raise exc.kind(str(exc)) from None
+        return waiter
 
     async def _connection(self) -> _Connection:
         loop = asyncio.get_running_loop()
