@@ -1,0 +1,81 @@
+-- records: the jobs of a compact queue, one packed record per job (scripts that say
+-- `--@include records` get this file pasted in; see keys_compact.py for the layout).
+--
+-- The records hash (`plc:{S:Q}:j`, passed where the original passes its job hash key prefix)
+-- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd}):
+--   bd  body                        al  attempts allowed      ar  attempts remaining
+--   ca  created at, integer ms      ua  updated at, integer ms
+--   cs  custom status ('' if none)  cd  claim descriptor, or false if the job has no claim
+-- Only this file packs and unpacks records. Reads and writes go a batch at a time (one HMGET,
+-- one HSET, HDEL in chunks), so a script makes a constant number of calls per batch, not per job.
+
+local RECORD_CHUNK = 1000  -- members per variadic command, far below Lua's unpack limit (8000)
+
+-- Seconds as float text (an ARGV time, a score or an ca/ua of the original layout) to integer ms.
+local function to_ms(seconds)
+  return math.floor(tonumber(seconds) * 1000 + 0.5)
+end
+
+-- Integer ms to seconds as text that a float parser reads back as ms / 1000 exactly.
+local function to_seconds(ms)
+  local whole = math.floor(ms / 1000)
+  return string.format('%d.%03d', whole, ms - whole * 1000)
+end
+
+-- A ZRANGEBYSCORE bound in seconds ('-inf', '+inf', '(x' or 'x') as the same bound in ms.
+local function bound_ms(bound)
+  if bound == '-inf' or bound == '+inf' or bound == 'inf' then
+    return bound
+  end
+  if string.sub(bound, 1, 1) == '(' then
+    return '(' .. to_ms(string.sub(bound, 2))
+  end
+  return tostring(to_ms(bound))
+end
+
+local function unpack_record(packed)
+  local r = cmsgpack.unpack(packed)
+  return {bd = r[1], al = r[2], ar = r[3], ca = r[4], ua = r[5], cs = r[6], cd = r[7]}
+end
+
+local function pack_record(job)
+  return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua, job.cs or '', job.cd or false})
+end
+
+-- The records of `ids`, as a table id -> job ({bd, al, ar, ca, ua, cs, cd}; cd false if none),
+-- with no entry for an id whose record is missing (evicted or deleted).
+local function read_records(records_key, ids)
+  local jobs = {}
+  for i = 1, #ids, RECORD_CHUNK do
+    local last = math.min(i + RECORD_CHUNK - 1, #ids)
+    local packed = redis.call('HMGET', records_key, unpack(ids, i, last))
+    for j = i, last do
+      local value = packed[j - i + 1]
+      if value then
+        jobs[ids[j]] = unpack_record(value)
+      end
+    end
+  end
+  return jobs
+end
+
+-- Write back the jobs of `ids` (each a table as read_records gives) found in `jobs`.
+local function write_records(records_key, ids, jobs)
+  local args = {}
+  for _, id in ipairs(ids) do
+    local job = jobs[id]
+    if job then
+      args[#args + 1] = id
+      args[#args + 1] = pack_record(job)
+    end
+  end
+  for i = 1, #args, 2 * RECORD_CHUNK do
+    redis.call('HSET', records_key, unpack(args, i, math.min(i + 2 * RECORD_CHUNK - 1, #args)))
+  end
+end
+
+local function delete_records(records_key, ids)
+  for i = 1, #ids, RECORD_CHUNK do
+    redis.call('HDEL', records_key, unpack(ids, i, math.min(i + RECORD_CHUNK - 1, #ids)))
+  end
+end
