@@ -7,7 +7,13 @@ The original file is read unchanged::
                                  "slave": {"host": "10.0.0.2", "port": 6379},
                                  "dequeueOnly": false}}]}
 
-``slave`` and ``dequeueOnly`` are optional. As with the original (Jackson's defaults), an unknown
+``slave`` and ``dequeueOnly`` are optional. A shard on a Redis Cluster lists seed nodes instead of
+``master`` and ``slave`` (any of its nodes; the rest are found from them)::
+
+    {"name": "2", "shardConfig": {"cluster": [{"host": "10.0.0.3", "port": 7000},
+                                              {"host": "10.0.0.4", "port": 7000}]}}
+
+ As with the original (Jackson's defaults), an unknown
 field is an error, so a misspelt ``dequeueOnly`` does not pass silently. Shard names appear in key
 names and job descriptors, so they must be ``\\w+`` and unique.
 """
@@ -50,11 +56,19 @@ class RedisShardConfig:
     The replica is parsed and kept, but every read and write goes to the master for now (the
     original did the same). ``dequeue_only`` is left out of equality on purpose: flipping it
     keeps the open store (see ``base.ShardConfig``).
+
+    ``cluster``: the seed nodes of a Redis Cluster, or empty for one server. A cluster shard has
+    ``master`` set to its first seed (named in messages only) and no ``slave``.
     """
 
     master: RedisEndpoint
     slave: RedisEndpoint | None = None
     dequeue_only: bool = field(default=False, compare=False)
+    cluster: tuple[RedisEndpoint, ...] = ()
+
+    @property
+    def is_cluster(self) -> bool:
+        return bool(self.cluster)
 
 
 def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
@@ -84,10 +98,15 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
             raise ConfigError(f"{source}: shard name {name!r} appears twice")
         shard = entry["shardConfig"]
         where = f"shard {name!r} shardConfig"
-        _check_object(shard, where, source, required={"master"}, allowed={"master", "slave", "dequeueOnly"})
+        _check_object(shard, where, source, required=set(), allowed={"master", "slave", "cluster", "dequeueOnly"})
         dequeue_only = shard.get("dequeueOnly", False)
         if not isinstance(dequeue_only, bool):
             raise ConfigError(f"{source}: {where}.dequeueOnly must be true or false, not {dequeue_only!r}")
+        if "cluster" in shard:
+            result[name] = _cluster_shard(shard, dequeue_only, where, source)
+            continue
+        if "master" not in shard:
+            raise ConfigError(f"{source}: {where} is missing 'master' (or 'cluster', a list of seed nodes)")
         slave = shard.get("slave")
         result[name] = RedisShardConfig(
             master=_endpoint(shard["master"], f"{where}.master", source),
@@ -95,6 +114,21 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
             dequeue_only=dequeue_only,
         )
     return result
+
+
+def _cluster_shard(shard: dict[str, Any], dequeue_only: bool, where: str, source: str) -> RedisShardConfig:
+    both = sorted({"master", "slave"} & shard.keys())
+    if both:
+        names = " and ".join(repr(b) for b in both)
+        raise ConfigError(
+            f"{source}: {where} has 'cluster' and {names}: a cluster shard lists seed nodes only "
+            "(the cluster says which are masters)"
+        )
+    seeds = shard["cluster"]
+    if not isinstance(seeds, list) or not seeds:
+        raise ConfigError(f"{source}: {where}.cluster must be a non-empty list of {{host, port}} seed nodes")
+    nodes = tuple(_endpoint(seed, f"{where}.cluster[{i}]", source) for i, seed in enumerate(seeds))
+    return RedisShardConfig(master=nodes[0], dequeue_only=dequeue_only, cluster=tuple(dict.fromkeys(nodes)))
 
 
 def _check_object(value: Any, where: str, source: str, *, required: set[str], allowed: set[str]) -> None:

@@ -57,6 +57,6 @@ def _read(*parts: str) -> str:
     return resources.files("pinlater.backends.redis").joinpath(*parts).read_text(encoding="utf-8")
 
 
-def register(client: redis.Redis) -> dict[str, Script]:
+def register(client: redis.Redis | redis.RedisCluster) -> dict[str, Script]:
     """Every script, registered on ``client`` (nothing is sent until a script first runs)."""
     return {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
