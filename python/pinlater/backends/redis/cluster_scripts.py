@@ -41,6 +41,7 @@ from redis.retry import Retry
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import PackedConnection, TrackedConnection, pool_options
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.script_calls import AsyncShardScripts, ShardScripts
 
 
@@ -127,8 +128,8 @@ def blocking_cluster(name: str, config: RedisShardConfig, timeout: float) -> Laz
 class ClusterShardScripts(ShardScripts):
     """``ShardScripts`` on a cluster: the same calls; ping and pipelines by master."""
 
-    def __init__(self, name: str, config: RedisShardConfig, client: LazyRedisCluster) -> None:
-        super().__init__(name, config, client)
+    def __init__(self, name: str, config: RedisShardConfig, client: LazyRedisCluster, layout: ShardLayout) -> None:
+        super().__init__(name, config, client, layout)
         self._cluster = client
 
     def ping(self) -> None:
@@ -139,6 +140,7 @@ class ClusterShardScripts(ShardScripts):
                 node.ping()
 
         self._on_live_connection("ping", ping_all)
+        self.check_layout()
 
     def run_pipelined(self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """As ``ShardScripts.run_pipelined``, one pipeline per master; each call's keys must
@@ -155,7 +157,7 @@ class ClusterShardScripts(ShardScripts):
                 except NoScriptError:
                     if attempt == 2:
                         raise
-                    self._cluster.script_load(scripts.source(script))
+                    self._cluster.script_load(scripts.source(script, self.layout.name))
                     continue
             return replies
         raise AssertionError("unreachable")
