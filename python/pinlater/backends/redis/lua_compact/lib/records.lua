@@ -16,21 +16,29 @@ local function to_ms(seconds)
   return math.floor(tonumber(seconds) * 1000 + 0.5)
 end
 
--- Integer ms to seconds as text that a float parser reads back as ms / 1000 exactly.
+-- Integer ms (a number, or a score as Redis returns it) to seconds as text that a float parser
+-- reads back as ms / 1000 exactly. The sign goes in front: '%d.%03d' of floor(ms / 1000) would
+-- read -1500 as -2.500.
 local function to_seconds(ms)
+  ms = tonumber(ms)
+  local sign = ''
+  if ms < 0 then
+    sign, ms = '-', -ms
+  end
   local whole = math.floor(ms / 1000)
-  return string.format('%d.%03d', whole, ms - whole * 1000)
+  return string.format('%s%d.%03d', sign, whole, ms - whole * 1000)
 end
 
 -- A ZRANGEBYSCORE bound in seconds ('-inf', '+inf', '(x' or 'x') as the same bound in ms.
+-- Formatted with all 17 digits: Lua's tostring keeps 14, which would move a bound past 1e14 ms.
 local function bound_ms(bound)
   if bound == '-inf' or bound == '+inf' or bound == 'inf' then
     return bound
   end
   if string.sub(bound, 1, 1) == '(' then
-    return '(' .. to_ms(string.sub(bound, 2))
+    return string.format('(%.17g', to_ms(string.sub(bound, 2)))
   end
-  return tostring(to_ms(bound))
+  return string.format('%.17g', to_ms(bound))
 end
 
 local function unpack_record(packed)

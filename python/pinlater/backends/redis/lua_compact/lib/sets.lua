@@ -1,0 +1,81 @@
+-- sets: batched sorted-set commands of the compact scripts (scripts that say `--@include sets`
+-- get this file pasted in; holds.lua needs it pasted before itself).
+--
+-- Every helper makes one variadic command per chunk of SET_CHUNK members, never one per member,
+-- and stays far below Lua's unpack limit (8000). Scores are integer milliseconds.
+
+local SET_CHUNK = 1000
+
+local function zrem_all(key, members)
+  for i = 1, #members, SET_CHUNK do
+    redis.call('ZREM', key, unpack(members, i, math.min(i + SET_CHUNK - 1, #members)))
+  end
+end
+
+-- `pairs` is flat: score, member, score, member, ...
+local function zadd_pairs(key, pairs)
+  for i = 1, #pairs, 2 * SET_CHUNK do
+    redis.call('ZADD', key, unpack(pairs, i, math.min(i + 2 * SET_CHUNK - 1, #pairs)))
+  end
+end
+
+-- Every member scored by the same score.
+local function zadd_all(key, score, members)
+  for i = 1, #members, SET_CHUNK do
+    local args = {}
+    for m = i, math.min(i + SET_CHUNK - 1, #members) do
+      args[#args + 1] = score
+      args[#args + 1] = members[m]
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+end
+
+-- The scores of `members` in a sorted set (ZMSCORE, Redis >= 6.2), as a table member -> score
+-- (the score's text, as Redis gives it), with no entry for a member the set does not hold.
+local function scores_of(key, members)
+  local scores = {}
+  for i = 1, #members, SET_CHUNK do
+    local last = math.min(i + SET_CHUNK - 1, #members)
+    local got = redis.call('ZMSCORE', key, unpack(members, i, last))
+    for j = i, last do
+      if got[j - i + 1] then
+        scores[members[j]] = got[j - i + 1]
+      end
+    end
+  end
+  return scores
+end
+
+-- A per-key batch of writes: add(k, score, member) / remove(k, member) collect what one script
+-- changes in the sets KEYS[k], and flush() sends one ZREM and one ZADD per set touched. Nothing
+-- is read back in between, so a script that needs the changed state keeps it itself.
+local function set_writes()
+  local adds, removes, order = {}, {}, {}
+  local function touch(k)
+    if not adds[k] then
+      adds[k], removes[k] = {}, {}
+      order[#order + 1] = k
+    end
+  end
+  local writes = {}
+  function writes.add(k, score, member)
+    touch(k)
+    local a = adds[k]
+    a[#a + 1] = score
+    a[#a + 1] = member
+  end
+  function writes.remove(k, member)
+    touch(k)
+    local r = removes[k]
+    r[#r + 1] = member
+  end
+  function writes.flush()
+    for _, k in ipairs(order) do
+      zrem_all(KEYS[k], removes[k])
+      zadd_pairs(KEYS[k], adds[k])
+    end
+    adds, removes, order = {}, {}, {}
+  end
+  return writes
+end
