@@ -1,6 +1,10 @@
 """``cluster_scripts.py`` on a real three-master Redis Cluster: the store's other scripts through
 redis-py's cluster clients (routing by slot, NOSCRIPT on the node that answers it, pipelines
-split by master, errors as on one server)."""
+split by master, errors as on one server).
+
+The scripts are the original layout's ``count_jobs.lua`` and ``queue_counts.lua``, given keys
+that share one hash tag per queue: they only read, and what matters here is where they run.
+(The store on a cluster, in the compact layout, is in the conformance suite.)"""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from tests.support.redis_cluster import RedisClusterNodes, cluster_port
 from pinlater.backends.redis.cluster import key_slot
 from pinlater.backends.redis.cluster_scripts import AsyncClusterShardScripts, ClusterShardScripts, blocking_cluster
 from pinlater.backends.redis.config import RedisEndpoint, RedisShardConfig
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.script_calls import ScriptCall
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
@@ -37,14 +42,14 @@ def client(cluster: RedisClusterNodes) -> Iterator[RedisCluster]:
 
 def config_of(cluster: RedisClusterNodes) -> RedisShardConfig:
     seeds = tuple(RedisEndpoint(h, p) for h, p in cluster.seeds)
-    return RedisShardConfig(seeds[0], cluster=seeds)
+    return RedisShardConfig(seeds[0], layout="original", cluster=seeds)
 
 
 @pytest.fixture
 def shard(cluster: RedisClusterNodes, client: RedisCluster) -> Iterator[ClusterShardScripts]:
     config = config_of(cluster)
     lazy = blocking_cluster("c", config, 2.0)
-    yield ClusterShardScripts("c", config, lazy)
+    yield ClusterShardScripts("c", config, lazy, ShardLayout("c", config, lazy))
     lazy.close()
 
 
@@ -105,7 +110,8 @@ def test_async_scripts(cluster: RedisClusterNodes, client: RedisCluster) -> None
         fill(client, f"a{i}", i)
 
     async def run() -> list[int]:
-        scripts = AsyncClusterShardScripts("c", config_of(cluster), 4, 2.0)
+        config = config_of(cluster)
+        scripts = AsyncClusterShardScripts("c", config, 4, 2.0, ShardLayout("c", config, client))
         try:
             calls = [
                 ScriptCall("count_jobs", f"a{i}", [f"{{c:a{i}}}n", f"{{c:a{i}}}s"], [f"a{i}", "-inf", "+inf"], int)
@@ -122,10 +128,12 @@ def test_async_scripts(cluster: RedisClusterNodes, client: RedisCluster) -> None
 
 
 def test_a_cluster_down_at_open_fails_calls_not_the_open(tmp_path: Path) -> None:
-    config = RedisShardConfig(RedisEndpoint("127.0.0.1", cluster_port()), cluster=())
-    config = RedisShardConfig(config.master, cluster=(config.master,))
+    nowhere = RedisEndpoint("127.0.0.1", cluster_port())
+    config = RedisShardConfig(nowhere, layout="compact", cluster=(nowhere,))
     lazy = blocking_cluster("c", config, 0.5)
-    shard = ClusterShardScripts("c", config, lazy)  # nothing is sent yet
+    layout = ShardLayout("c", config, lazy)  # cannot read the record: checked once reached
+    assert not layout.checked
+    shard = ClusterShardScripts("c", config, lazy, layout)
     try:
         with pytest.raises(ShardConnectionError) as caught:
             shard.ping()
@@ -134,7 +142,7 @@ def test_a_cluster_down_at_open_fails_calls_not_the_open(tmp_path: Path) -> None
             shard.run_in_queue("count_jobs", "q", ["{c:q}n", "{c:q}s"], ["q", "-inf", "+inf"])
 
         async def run() -> None:
-            scripts = AsyncClusterShardScripts("c", config, 4, 0.5)
+            scripts = AsyncClusterShardScripts("c", config, 4, 0.5, layout)
             try:
                 with pytest.raises(ShardConnectionError):
                     await scripts.call(ScriptCall("count_jobs", "q", ["{c:q}n", "{c:q}s"], ["q", "-inf", "+inf"], int))

@@ -20,10 +20,13 @@ IMPORTING on the target, MIGRATING on the source, MIGRATE of its keys in batches
 
 from __future__ import annotations
 
+import atexit
 import random
 import shutil
 import socket
 import subprocess
+import tempfile
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -210,3 +213,25 @@ class RedisClusterNodes:
 
 def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
+
+
+_shared_lock = threading.Lock()
+_shared: RedisClusterNodes | None = None
+
+
+def shared_cluster() -> RedisClusterNodes:
+    """One cluster for the whole test process, started on first use, stopped at exit (tests
+    that need a fresh one flush it: ``flush_all``)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            directory = Path(tempfile.mkdtemp(prefix="pinlater-redis-cluster-"))
+            cluster = RedisClusterNodes(directory)
+
+            def cleanup() -> None:
+                cluster.stop()
+                shutil.rmtree(directory, ignore_errors=True)
+
+            atexit.register(cleanup)
+            _shared = cluster
+        return _shared

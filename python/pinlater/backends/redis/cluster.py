@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,9 +39,10 @@ from typing import TypeVar
 import redis
 
 from pinlater._pinlater import redis_pack_command
-from pinlater.backends.redis.config import RedisEndpoint
+from pinlater.backends.redis.config import RedisEndpoint, RedisShardConfig
 from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT
 from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.errors import ShardConnectionError
 
 T = TypeVar("T")
@@ -304,3 +306,12 @@ class ClusterHotClient:
         self._refreshing, self._loop = None, None
         for client in self._nodes.values():
             client.forget()
+
+
+def cluster_hot_client(name: str, config: RedisShardConfig, timeout: float, layout: ShardLayout) -> ClusterHotClient:
+    """The hot client of a cluster shard: a ``HotClient`` per master, in the shard's layout."""
+
+    def node_client(node: RedisEndpoint) -> HotClient:
+        return HotClient(name, dataclasses.replace(config, master=node, cluster=()), timeout, layout=layout)
+
+    return ClusterHotClient(name, config.cluster, timeout, node_client)

@@ -94,12 +94,12 @@ class LazyRedisCluster(redis.RedisCluster):
         self._ready()
         return super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]  # untyped in redis-py
 
-    def primaries(self) -> list[redis.Redis]:
-        """A client of each master (each through its pool in this client)."""
+    def primaries(self) -> dict[str, redis.Redis]:
+        """A client of each master by its ``host:port`` (each through its pool in this client)."""
         self._ready()
         with cluster_errors():
             nodes = self.get_primaries()  # type: ignore[no-untyped-call]  # untyped in redis-py
-            return [self.get_redis_connection(node) for node in nodes]
+            return {node.name: self.get_redis_connection(node) for node in nodes}
 
     def close(self) -> None:
         with self._lazy_lock:
@@ -136,7 +136,7 @@ class ClusterShardScripts(ShardScripts):
         """PING every master: a cluster shard is healthy when all of them answer."""
 
         def ping_all() -> None:
-            for node in self._cluster.primaries():
+            for node in self._cluster.primaries().values():
                 node.ping()
 
         self._on_live_connection("ping", ping_all)

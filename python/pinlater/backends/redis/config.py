@@ -12,6 +12,13 @@ The original file is read unchanged::
 own record of its layout decides (``layouts.py``). As with the original (Jackson's defaults), an unknown
 field is an error, so a misspelt ``dequeueOnly`` does not pass silently. Shard names appear in key
 names and job descriptors, so they must be ``\\w+`` and unique.
+
+A shard on a Redis Cluster lists seed nodes (any of its nodes; the masters are found from them)
+instead of ``master`` and ``slave``; it is always in the compact layout (``"layout": "original"``
+beside ``"cluster"`` is an error)::
+
+    {"name": "2", "shardConfig": {"cluster": [{"host": "10.0.0.3", "port": 7000},
+                                              {"host": "10.0.0.4", "port": 7000}]}}
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ class RedisShardConfig:
     keeps the open store (see ``base.ShardConfig``).
 
     ``cluster``: the seed nodes of a Redis Cluster, or empty for one server. A cluster shard has
-    ``master`` set to its first seed (named in messages only) and no ``slave``.
+    ``master`` set to its first seed (named in messages only), no ``slave``, and the compact
+    layout.
     """
 
     master: RedisEndpoint
@@ -109,7 +117,7 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
         if not isinstance(dequeue_only, bool):
             raise ConfigError(f"{source}: {where}.dequeueOnly must be true or false, not {dequeue_only!r}")
         if "cluster" in shard:
-            result[name] = _cluster_shard(shard, dequeue_only, where, source)
+            result[name] = _cluster_shard(shard, dequeue_only, layout, where, source)
             continue
         if "master" not in shard:
             raise ConfigError(f"{source}: {where} is missing 'master' (or 'cluster', a list of seed nodes)")
@@ -123,7 +131,16 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
     return result
 
 
-def _cluster_shard(shard: dict[str, Any], dequeue_only: bool, where: str, source: str) -> RedisShardConfig:
+def _cluster_shard(
+    shard: dict[str, Any], dequeue_only: bool, layout: str | None, where: str, source: str
+) -> RedisShardConfig:
+    """A shard on a Redis Cluster: always the compact layout (the original's keys of one queue
+    are spread over slots, and its scripts name keys of several queues)."""
+    if layout == "original":
+        raise ConfigError(
+            f'{source}: {where} has "cluster" but the shard says "layout": "original": a Redis Cluster shard '
+            'needs the compact layout (every key of a queue in one slot); drop "layout" or say "compact"'
+        )
     both = sorted({"master", "slave"} & shard.keys())
     if both:
         names = " and ".join(repr(b) for b in both)
@@ -135,7 +152,9 @@ def _cluster_shard(shard: dict[str, Any], dequeue_only: bool, where: str, source
     if not isinstance(seeds, list) or not seeds:
         raise ConfigError(f"{source}: {where}.cluster must be a non-empty list of {{host, port}} seed nodes")
     nodes = tuple(_endpoint(seed, f"{where}.cluster[{i}]", source) for i, seed in enumerate(seeds))
-    return RedisShardConfig(master=nodes[0], dequeue_only=dequeue_only, cluster=tuple(dict.fromkeys(nodes)))
+    return RedisShardConfig(
+        master=nodes[0], dequeue_only=dequeue_only, layout="compact", cluster=tuple(dict.fromkeys(nodes))
+    )
 
 
 def _check_object(value: Any, where: str, source: str, *, required: set[str], allowed: set[str]) -> None:

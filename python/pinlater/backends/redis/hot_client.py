@@ -34,7 +34,7 @@ import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import redis
 from redis._parsers.base import BaseParser
@@ -67,6 +67,20 @@ string, ``proto-max-bulk-len``, is 512 MiB by default)."""
 def script_sha(name: str, layout: str = "original") -> str:
     """The SHA1 Redis names the layout's ``{name}.lua`` by (as redis-py's ``Script`` computes it)."""
     return hashlib.sha1(scripts.source(name, layout).encode(), usedforsecurity=False).hexdigest()
+
+
+class HotScripts(Protocol):
+    """What ``NativeHotPath`` sends its scripts through: ``HotClient`` on one server,
+    ``cluster.ClusterHotClient`` on a Redis Cluster."""
+
+    #: The SHA of each of ``HOT_SCRIPTS`` in the shard's layout.
+    shas: dict[str, str]
+
+    async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T: ...
+
+    async def aclose(self) -> None: ...
+
+    def forget(self) -> None: ...
 
 
 class _Broken(Exception):
