@@ -161,11 +161,17 @@ class RedisClusterNodes:
         with source.client() as client:
             client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(target))
 
-    def migrate_keys(self, slot: int, source: RedisServer, target: RedisServer, batch: int = 100) -> int:
-        """MIGRATE up to ``batch`` of the slot's keys still on the source; how many were moved
-        (0 once none is left)."""
+    def migrate_keys(
+        self, slot: int, source: RedisServer, target: RedisServer, batch: int = 100, keys: list[bytes] | None = None
+    ) -> int:
+        """MIGRATE up to ``batch`` of the slot's keys still on the source (or exactly ``keys``,
+        those of them still there); how many were moved (0 once none is left)."""
         with source.client() as client:
-            keys = client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if keys is None:
+                keys = client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+            else:  # (EXISTS of a key not there is answered ASK on a migrating node)
+                here = set(client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1 << 20))
+                keys = [key for key in keys if key in here]
             if not keys:
                 return 0
             client.execute_command("MIGRATE", target.host, target.port, "", 0, 10_000, "KEYS", *keys)
