@@ -120,7 +120,8 @@ SPLIT_RECORDS = (
     "the compact scripts get the records hash in ARGV, not KEYS, so Redis cannot hold a script off while "
     "it is on the other master than the queue's other keys: on the source the script fails half done "
     "('Script attempted to access a non local key'), on the target it writes a second records hash "
-    "(MIGRATE then fails with BUSYKEY). Fix: declare plc:{S:Q}:j in KEYS (issue #16)"
+    "(MIGRATE then fails with BUSYKEY). Fix: declare plc:{S:Q}:j in KEYS (issue #16); with it declared "
+    "(branch cluster-records-proto, hot path only) both cases pass"
 )
 
 
@@ -177,8 +178,11 @@ def test_a_slot_moves_twice_under_load_and_no_acknowledged_job_is_lost(
                 await _acked_at_least(load, load.acked_count() + 300, tasks)  # and goes on after
             finally:
                 load.stop.set()
-                await asyncio.gather(*tasks)
+                ended = await asyncio.gather(*tasks, return_exceptions=True)
                 await store.aclose()
+            for outcome in ended:  # a load task that died says why
+                if isinstance(outcome, BaseException):
+                    raise outcome
 
         asyncio.run(run())
         assert [port for port, _ in moves] == [second.port, third.port]

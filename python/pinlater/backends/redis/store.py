@@ -1,4 +1,5 @@
-"""``RedisStore``: one shard on one Redis server, in the original PinLater layout.
+"""``RedisStore``: one shard on one Redis server (or a Redis Cluster, in the compact layout), in
+the original PinLater layout or the compact one.
 
 Design:
 
