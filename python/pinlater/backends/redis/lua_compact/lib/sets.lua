@@ -31,13 +31,20 @@ local function zadd_all(key, score, members)
   end
 end
 
--- The scores of `members` in a sorted set (ZMSCORE, Redis >= 6.2), as a table member -> score
--- (the score's text, as Redis gives it), with no entry for a member the set does not hold.
+-- The scores of `members` in a sorted set, as a table member -> score (the score's text, as
+-- Redis gives it), with no entry for a member the set does not hold. One ZMSCORE per chunk; a
+-- Redis before 6.2 has no ZMSCORE, and gets a ZSCORE per member instead, as the original does.
 local function scores_of(key, members)
   local scores = {}
   for i = 1, #members, SET_CHUNK do
     local last = math.min(i + SET_CHUNK - 1, #members)
-    local got = redis.call('ZMSCORE', key, unpack(members, i, last))
+    local got = redis.pcall('ZMSCORE', key, unpack(members, i, last))
+    if got.err then
+      got = {}
+      for j = i, last do
+        got[j - i + 1] = redis.call('ZSCORE', key, members[j])
+      end
+    end
     for j = i, last do
       if got[j - i + 1] then
         scores[members[j]] = got[j - i + 1]
