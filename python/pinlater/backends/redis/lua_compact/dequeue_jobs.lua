@@ -138,13 +138,9 @@ while found < limit do
         jobs_of[id] = job
         updated = now
       end
-      out[#out + 1] = id
-      out[#out + 1] = to_seconds(score)
-      out[#out + 1] = job.bd
-      out[#out + 1] = job.al
-      out[#out + 1] = job.ar
-      out[#out + 1] = to_seconds(job.ca)
-      out[#out + 1] = to_seconds(updated)
+      local o = 1 + 7 * found
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
+      out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(updated)
       found = found + 1
     end
   end

@@ -37,7 +37,7 @@ local names, jobs = {}, {}
 local writes = set_writes()
 for j = 0, n - 1 do
   local a = 5 + 5 * j
-  local id = tostring(first + j)
+  local id = string.format('%d', first + j)
   local attempts = tonumber(ARGV[a + 2])
   names[j + 1] = id
   jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
