@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,6 +196,35 @@ def test_a_dead_master_fails_its_slots_only(tmp_path: Path) -> None:
                         assert not caught.value.maybe_applied
                     else:
                         assert await hot.call("count_jobs", count_command(queue), redis_int_reply) == 1
+            finally:
+                await hot.aclose()
+
+        asyncio.run(run())
+
+
+def test_after_a_failover_calls_go_to_the_promoted_replica(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pinlater.backends.redis.cluster")
+    with RedisClusterNodes(tmp_path / "cluster", replicas=1) as cluster:
+        rc = cluster.client()
+        try:
+            fill(rc, "fo", 3)
+        finally:
+            rc.close()
+        master = cluster.owner(key_slot(b"{c:fo}"))
+        with master.client() as client:
+            assert client.wait(1, 10_000) == 1  # the replica has the keys
+
+        async def run() -> None:
+            hot = hot_client(cluster)
+            try:
+                assert await hot.call("count_jobs", count_command("fo"), redis_int_reply) == 3  # connected
+                promoted = await asyncio.to_thread(cluster.fail_over, master)
+                # the open connection is dead, the old master refuses: the map is read again and
+                # the call goes to the promoted replica (count_jobs is safe to send again)
+                assert await hot.call("count_jobs", count_command("fo"), redis_int_reply) == 3
+                assert hot.slot_map is not None
+                assert hot.slot_map.owner(key_slot(b"{c:fo}")) == RedisEndpoint(promoted.host, promoted.port)
+                assert f"count_jobs again on 127.0.0.1:{promoted.port}" in caplog.text
             finally:
                 await hot.aclose()
 

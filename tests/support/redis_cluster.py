@@ -1,4 +1,5 @@
-"""A real Redis Cluster for tests: three masters on loopback, no replicas, stopped by PID.
+"""A real Redis Cluster for tests: three masters on loopback (no replicas unless asked), stopped
+by PID.
 
     with RedisClusterNodes(tmp_path / "cluster") as cluster:
         client = cluster.client()              # redis.RedisCluster on the seeds
@@ -15,7 +16,9 @@ Each node is a ``RedisServer`` started with ``--cluster-enabled yes`` on a port 
 waits until every node reports ``cluster_state:ok`` with all 16384 slots assigned and the same
 slot owners (``wait_for``, no sleeps). A slot moves as ``redis-cli --cluster reshard`` moves it:
 IMPORTING on the target, MIGRATING on the source, MIGRATE of its keys in batches, then
-``CLUSTER SETSLOT slot NODE target`` on the target, the source and every other master.
+``CLUSTER SETSLOT slot NODE target`` on the target, the source and every other master. With
+replicas, ``fail_over`` kills a master and promotes its replica at once (``CLUSTER FAILOVER
+TAKEOVER``).
 """
 
 from __future__ import annotations
@@ -64,17 +67,19 @@ def find_redis_cli() -> str:
 
 
 class RedisClusterNodes:
-    """Three (or ``masters``) cluster masters on 127.0.0.1 (see the module docstring)."""
+    """Three (or ``masters``) cluster masters on 127.0.0.1, each with ``replicas`` replicas (see
+    the module docstring)."""
 
     host = "127.0.0.1"
 
-    def __init__(self, directory: Path, *, masters: int = 3, start_timeout: float = 30.0) -> None:
+    def __init__(self, directory: Path, *, masters: int = 3, replicas: int = 0, start_timeout: float = 30.0) -> None:
         self.directory = directory
         self.start_timeout = start_timeout
+        self.replicas = replicas
         self.nodes: list[RedisServer] = []
         self._stack = ExitStack()
         try:
-            for i in range(masters):
+            for i in range(masters * (1 + replicas)):
                 node_dir = directory / f"node-{i}"
                 args = (
                     "--cluster-enabled", "yes",
@@ -93,7 +98,8 @@ class RedisClusterNodes:
 
     def _create(self) -> None:
         addresses = [f"{self.host}:{n.port}" for n in self.nodes]
-        command = [find_redis_cli(), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"]
+        replicas = str(self.replicas)
+        command = [find_redis_cli(), "--cluster", "create", *addresses, "--cluster-replicas", replicas, "--cluster-yes"]
         done = subprocess.run(command, capture_output=True, timeout=self.start_timeout, check=False)
         if done.returncode != 0:
             out = (done.stdout + done.stderr).decode(errors="replace")[-3000:]
@@ -107,7 +113,7 @@ class RedisClusterNodes:
 
     def _stable(self) -> bool:
         owners: list[list[tuple[int, int, int]]] = []
-        for node in self.nodes:
+        for node in self.live_nodes:
             with node.client() as client:
                 info = client.execute_command("CLUSTER", "INFO")
                 text = info.decode() if isinstance(info, bytes) else str(info)
@@ -119,6 +125,10 @@ class RedisClusterNodes:
         return all(o == owners[0] for o in owners)
 
     # -- clients ---------------------------------------------------------------------------------
+
+    @property
+    def live_nodes(self) -> list[RedisServer]:
+        return [node for node in self.nodes if node.running]
 
     @property
     def seeds(self) -> list[tuple[str, int]]:
@@ -134,8 +144,8 @@ class RedisClusterNodes:
             return str(_text(client.execute_command("CLUSTER", "MYID")))
 
     def owner(self, slot: int) -> RedisServer:
-        """The master serving ``slot`` now, as the first node sees it."""
-        with self.nodes[0].client() as client:
+        """The master serving ``slot`` now, as the first live node sees it."""
+        with self.live_nodes[0].client() as client:
             for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
                 if int(start) <= slot <= int(end):
                     port = int(master[1])
@@ -143,13 +153,44 @@ class RedisClusterNodes:
         raise AssertionError(f"slot {slot} is not assigned")
 
     def other_than(self, node: RedisServer) -> RedisServer:
-        return next(n for n in self.nodes if n is not node)
+        """Another master than ``node``."""
+        masters = set(self._master_ports())
+        return next(n for n in self.live_nodes if n is not node and n.port in masters)
+
+    def _master_ports(self) -> list[int]:
+        with self.live_nodes[0].client() as client:
+            return [int(entry[2][1]) for entry in client.execute_command("CLUSTER", "SLOTS")]
+
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """A replica of ``master`` (with ``replicas`` > 0)."""
+        for node in self.live_nodes:
+            if node is master:
+                continue
+            with node.client() as client:
+                info = client.info("replication")
+            if info.get("role") == "slave" and int(info.get("master_port", 0)) == master.port:
+                return node
+        raise AssertionError(f"no replica of {master.port}")
+
+    def fail_over(self, master: RedisServer) -> RedisServer:
+        """Kill ``master`` and promote its replica at once (``CLUSTER FAILOVER TAKEOVER``, no
+        waiting for the failure detection); wait until every live node sees the replica as the
+        owner of the master's slots. The promoted replica."""
+        replica = self.replica_of(master)
+        master.kill()
+        with replica.client() as client:
+            client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        wait_for(lambda: master.port not in self._master_ports() and replica.port in self._master_ports(),
+                 self.start_timeout, what="the replica to take over the master's slots")  # fmt: skip
+        self.await_stable()
+        return replica
 
     def flush_all(self) -> None:
         """FLUSHALL on every master (a fresh, empty cluster for the next test)."""
-        for node in self.nodes:
+        for node in self.live_nodes:
             with node.client() as client:
-                client.flushall()
+                if client.info("replication").get("role") == "master":
+                    client.flushall()
 
     # -- moving a slot ---------------------------------------------------------------------------
 
@@ -181,10 +222,12 @@ class RedisClusterNodes:
         """Give the slot to the target: SETSLOT NODE on the target, the source, then the other
         masters; then wait until every node agrees."""
         target_id = self.node_id(target)
-        for node in [target, source, *[n for n in self.nodes if n is not source and n is not target]]:
+        masters = set(self._master_ports())
+        others = [n for n in self.live_nodes if n.port in masters and n is not source and n is not target]
+        for node in [target, source, *others]:
             with node.client() as client:
                 client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-        wait_for(lambda: all(self._owner_seen_by(n, slot) == target.port for n in self.nodes), self.start_timeout)
+        wait_for(lambda: all(self._owner_seen_by(n, slot) == target.port for n in self.live_nodes), self.start_timeout)
         self.await_stable()
 
     def migrate_slot(self, slot: int, target: RedisServer, batch: int = 100) -> None:

@@ -82,6 +82,10 @@ class RedisServer:
         return None if self._proc is None else self._proc.pid
 
     @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
     def log_path(self) -> Path:
         return self.directory / "redis.log"
 
