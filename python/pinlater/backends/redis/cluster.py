@@ -96,9 +96,9 @@ class SlotMap:
         where the reply gives none: ``""`` or ``"?"``)."""
         owners: list[RedisEndpoint | None] = [None] * SLOTS
         for entry in reply:
-            assert isinstance(entry, list)
+            if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[2], list):
+                raise ValueError(f"not a CLUSTER SLOTS entry: {entry!r:.100}")
             start, end, master = int(entry[0]), int(entry[1]), entry[2]
-            assert isinstance(master, list)
             host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
             node = RedisEndpoint(host if host not in ("", "?") else asked.host, int(master[1]))
             owners[start : end + 1] = [node] * (end - start + 1)
@@ -129,14 +129,12 @@ async def read_slot_map(nodes: Iterable[RedisEndpoint], timeout: float) -> SlotM
             failures.append(f"{node}: {exc or type(exc).__name__}")
             continue
         try:
-            reply = await asyncio.wait_for(conn.send(_CLUSTER_SLOTS, timeout), timeout)
-            value, _ = parse_resp(reply, 0)
-            if isinstance(value, redis.ResponseError):
-                failures.append(f"{node}: {value}")
+            value, _ = parse_resp(await conn.send(_CLUSTER_SLOTS, timeout), 0)  # (a late reply breaks it)
+            if not isinstance(value, list):
+                failures.append(f"{node}: CLUSTER SLOTS answered {value}")
                 continue
-            assert isinstance(value, list)
             return SlotMap.from_cluster_slots(value, node)
-        except (_Broken, TimeoutError, ValueError, AssertionError) as exc:
+        except (_Broken, ValueError) as exc:
             failures.append(f"{node}: {exc or type(exc).__name__}")
         finally:
             conn.close()
