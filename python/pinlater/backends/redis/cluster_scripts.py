@@ -23,10 +23,11 @@ client per master; it may carry calls of many queues, each call's keys in one sl
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -42,7 +43,9 @@ from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import PackedConnection, TrackedConnection, pool_options
 from pinlater.backends.redis.layouts import ShardLayout
-from pinlater.backends.redis.script_calls import AsyncShardScripts, ShardScripts
+from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -165,9 +168,30 @@ class ClusterShardScripts(ShardScripts):
 
 class AsyncClusterShardScripts(AsyncShardScripts):
     """``AsyncShardScripts`` on a cluster (redis.asyncio's ``RedisCluster``: it reads the slot map
-    on first use)."""
+    on first use).
+
+    The first call on a new client runs alone: redis.asyncio's cluster client (8.1) recycles the
+    connections of its nodes when it first reads the topology, and calls started meanwhile were
+    seen to have their connection closed under them (``AttributeError`` on ``_writer``) when
+    several started at once on a fresh client."""
+
+    _warm = False
+    _warming: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    async def call(self, call: ScriptCall[T]) -> T:
+        loop = asyncio.get_running_loop()
+        if not (self._warm and self._loop is loop):
+            if self._warming is None or self._warming[0] is not loop:
+                self._warming = (loop, asyncio.Lock())
+            async with self._warming[1]:
+                if not (self._warm and self._loop is loop):
+                    result = await super().call(call)
+                    self._warm = True
+                    return result
+        return await super().call(call)
 
     def _new_client(self) -> redis.asyncio.RedisCluster:
+        self._warm = False
         return _AsyncCluster(
             startup_nodes=[redis.asyncio.cluster.ClusterNode(n.host, n.port) for n in self._config.cluster],
             retry=AsyncRetry(NoBackoff(), 0),
