@@ -219,3 +219,27 @@ def test_the_layouts_answer_alike(
     for run.step in range(400):
         run.operation()
     run.every_job()
+
+
+def test_batches_past_a_chunk_answer_alike(stores: tuple[RedisStore, RedisStore]) -> None:
+    """Batches of more than the 1000 members a variadic command takes at once (sets.lua)."""
+    run = Run(0, *stores)
+    run.create_queues()
+    now = run.now
+    jobs = [NewJob(1 + i % 2, b"b%d" % i, now - (i % 3) * 1000, 2, "s") for i in range(2600)]
+    ids = run.both("enqueue", lambda s: s.enqueue_jobs("qa", jobs, now))
+    keys = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
+    run.both("reserve", lambda s: s.reserve_jobs("qa", 2, 1200, "r1", now, 1000))
+    run.both("dry run over held jobs", lambda s: s.dequeue_jobs("qa", 2, 2000, "w:x", now, True))
+    run.both("claim", lambda s: s.claim_reserved("qa", [(2, i, "w:2") for i in ids[1::2][:1100]], "r1", now))
+    run.both("dequeue", lambda s: s.dequeue_jobs("qa", 1, 2000, "w:1", now, False))
+    run.both("dequeue, holds lapsed", lambda s: s.dequeue_jobs("qa", 2, 2000, "w:2", now + 5000, False))
+    checkpoints = [CheckpointItem(p, i, now + 10, i % 3 == 0, None, None, "pre") for p, i in keys]
+    run.both("checkpoint", lambda s: s.checkpoint_jobs("qa", checkpoints, "w", now + 6000))
+    acks = [AckItem(p, i, "ok") for p, i in keys]
+    run.both("ack", lambda s: s.ack_jobs("qa", acks[::2], acks[1::2], now + 7000))
+    run.both("lookup", lambda s: s.lookup_jobs("qa", keys, True))
+    where = JobFilter(JobState.PENDING, 1, now + 10000, None)
+    run.both("delete", lambda s: s.delete_jobs("qa", where, 1500))
+    run.both("delete queue", lambda s: s.delete_queue("qa"))
+    run.both("lookup after", lambda s: s.lookup_jobs("qa", keys, True))
