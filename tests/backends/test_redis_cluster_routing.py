@@ -154,7 +154,7 @@ def test_tryagain_waits_up_to_the_timeout(cluster: RedisClusterNodes, client: Re
     target = cluster.other_than(source)
 
     async def run() -> None:
-        hot = hot_client(cluster, timeout=0.3)
+        hot = hot_client(cluster, timeout=1.0)  # long enough for more ASK-TRYAGAIN rounds than MAX_REDIRECTS
         try:
             assert await hot.call("count_jobs", count_command("try"), redis_int_reply) == 0
             cluster.begin_migration(slot, source, target)

@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 SLOTS = 16384
 
 MAX_REDIRECTS = 16
-"""MOVED and ASK replies followed for one call before it fails (redis-py's request TTL)."""
+"""MOVED and ASK replies followed in a row (between two TRYAGAIN rounds) before a call fails
+(redis-py's request TTL)."""
 
 TRYAGAIN_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 """Pauses before resending after ``-TRYAGAIN`` (the last repeats until the call's timeout)."""
@@ -229,7 +230,7 @@ class ClusterHotClient:
                     if time.monotonic() + pause > deadline:
                         raise
                     await asyncio.sleep(pause)
-                    node = await self._owner(slot)
+                    node, redirects = await self._owner(slot), 0  # the deadline bounds these rounds
                     continue
                 if not isinstance(cause, redis.ConnectionError) or moved_after_failure:
                     raise
