@@ -6,7 +6,10 @@ The load is the server's own hot path (``store.native``: the Rust-packed scripts
 ``redis-cli --cluster reshard`` moves it, twice (to a second master, then a third), while the
 load runs: one key per MIGRATE, and the load makes a round of calls between two keys, so the
 queue's keys stay split between the masters for a while. The records hash (``plc:{S:Q}:j``,
-which the scripts are given in ARGV, not KEYS) moves first, last, or where Redis lists it.
+``KEYS[1]`` of every script, with the queue's existence and id counter) moves first, last, or
+where Redis lists it: with it on the other master than the sets, a script must not run on
+either (before it was declared, one ran on the source half done, or on the target with a second,
+empty records hash).
 Calls that fail meanwhile (``ShardConnectionError``: TRYAGAIN past the timeout) are noted: an
 enqueue that failed may or may not have applied (it is "uncertain", never acknowledged), a
 dequeue that failed claimed nothing we know of, an ack that failed leaves its jobs IN_PROGRESS
@@ -116,23 +119,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-SPLIT_RECORDS = (
-    "the compact scripts get the records hash in ARGV, not KEYS, so Redis cannot hold a script off while "
-    "it is on the other master than the queue's other keys: on the source the script fails half done "
-    "('Script attempted to access a non local key'), on the target it writes a second records hash "
-    "(MIGRATE then fails with BUSYKEY). Fix: declare plc:{S:Q}:j in KEYS (issue #16); with it declared "
-    "(branch cluster-records-proto, hot path only) both cases pass"
-)
-
-
-@pytest.mark.parametrize(
-    "records",
-    [
-        "listed",
-        pytest.param("first", marks=pytest.mark.xfail(strict=True, reason=SPLIT_RECORDS)),
-        pytest.param("last", marks=pytest.mark.xfail(strict=True, reason=SPLIT_RECORDS)),
-    ],
-)
+@pytest.mark.parametrize("records", ["listed", "first", "last"])
 def test_a_slot_moves_twice_under_load_and_no_acknowledged_job_is_lost(
     cluster: RedisClusterNodes, records: str
 ) -> None:
