@@ -50,6 +50,13 @@ from a worktree whose extension is built, so that it is the tree under test.
     PYTHONPATH=$PWD/python python benches/cost_per_job.py --seconds 10 --against fddf904
     PYTHONPATH=$PWD/python python benches/cost_per_job.py --backends redis --seconds 20 --rounds 3
     PYTHONPATH=$PWD/python python benches/cost_per_job.py --backends embedded --property BROKER_ENABLED=true
+
+``redis-compact`` (not in the default list) is Redis in the compact layout (issue 16), measured by
+the current build only; with both ``redis`` and ``redis-compact`` the report adds the compact
+layout's ratios to the original's, and its jobs/min against each ``--against`` build on the
+original layout:
+
+    PYTHONPATH=$PWD/python python benches/cost_per_job.py --backends redis,redis-compact --against fddf904
 """
 
 from __future__ import annotations
@@ -75,7 +82,11 @@ from _common import await_ready, cpu_seconds, machine_ticks, thrift_client
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.support: the real-store helpers the tests use
 
-BACKENDS = ("embedded", "redis", "mysql")
+BACKENDS = ("embedded", "redis", "redis-compact", "mysql")
+DEFAULT_BACKENDS = ("embedded", "redis", "mysql")
+COMPACT = "redis-compact"
+"""Redis in the compact layout (issue 16): the shard's layout record is written before the server
+starts (``pll:{S}``); plain ``redis`` gets ``original`` there, which builds before layouts ignore."""
 SHARD = "1"
 QUEUE = "bench_cost"
 BASELINE = "fddf90482a845206fd8e0d980b23a6dbe023047a"
@@ -165,13 +176,17 @@ def running_store(backend: str, directory: Path) -> Iterator[Store]:
         yield Store(None, ["--data-dir", str(directory / "data")])
         return
     config = directory / f"{backend}.json"
-    if backend == "redis":
+    if backend.startswith("redis"):
+        import redis
         from tests.support.redis_server import RedisServer
 
         redis_server = RedisServer(
             directory / "redis", appendonly=True, extra_args=("--auto-aof-rewrite-percentage", "0")
         )
         try:
+            layout = "compact" if backend == COMPACT else "original"
+            with redis.Redis(redis_server.host, redis_server.port) as raw:
+                raw.set(f"pll:{{{SHARD}}}", layout)
             master = {"host": redis_server.host, "port": redis_server.port}
             config.write_text(json.dumps({"shards": [{"name": SHARD, "shardConfig": {"master": master}}]}))
             yield Store(redis_server.pid, ["--backend", "redis", "--backend-config", str(config)])
@@ -445,7 +460,7 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
         f"warm-up {args.warmup:g} s, {args.seconds:g} s measured, {args.rounds} round(s), {os.cpu_count()} CPUs"
     )
     header = (
-        f"{'backend':9} {'build':8} {'round':>5} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
+        f"{'backend':13} {'build':8} {'round':>5} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
         f"{'clients µs/job':>15} {'busy':>5} {'stolen':>7} {'empty':>6}"
     )
     print(header)
@@ -455,7 +470,7 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
         flag = "  (stolen!)" if r.stolen_cores > STEAL_LIMIT else ""
         procs = f"  ({r.server_procs} server processes)" if r.server_procs > 1 else ""
         print(
-            f"{r.backend:9} {r.build:8} {r.round:5d} {_jobs(f.jobs_per_min):>9} {_us(f.per_job_us(r.server_cpu)):>14} "
+            f"{r.backend:13} {r.build:8} {r.round:5d} {_jobs(f.jobs_per_min):>9} {_us(f.per_job_us(r.server_cpu)):>14} "
             f"{store:>13} {_us(f.per_job_us(r.client_cpu)):>15} {r.busy_cores:5.2f} {r.stolen_cores:7.2f} "
             f"{r.empty:6d}{flag}{procs}"
         )
@@ -468,7 +483,7 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
                 continue
             f = Figures.of(mine)
             print(
-                f"{backend:9} {build.label:8} {'all':>5} {_jobs(f.jobs_per_min):>9} "
+                f"{backend:13} {build.label:8} {'all':>5} {_jobs(f.jobs_per_min):>9} "
                 f"{_us(f.per_job_us(f.server_cpu)):>14} {_us(f.per_job_us(f.store_cpu), 'in server'):>13} "
                 f"{_us(f.per_job_us(f.client_cpu)):>15}"
             )
@@ -493,15 +508,42 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
         if verdicts:
             print("issue 15's targets, current / fddf904 (on the embedded store the server's CPU includes SQLite's):")
             print("\n".join(verdicts))
+    if "redis" in backends and COMPACT in backends:
+        layout_report(runs, builds)
     stolen = max((r.stolen_cores for r in runs), default=0.0)
     if stolen > STEAL_LIMIT:
         print(f"the hypervisor stole up to {stolen:.2f} cores in a run: its jobs/min says little (CPU per job less so)")
 
 
-def _ratio(runs: list[Run], backend: str, current: str, other: str, key: str) -> tuple[float | None, str]:
-    """(ratio of the sums over the rounds, the cell: that ratio and the range of the per-round ratios)."""
-    mine = [r for r in runs if r.backend == backend and r.build == current]
-    theirs = [r for r in runs if r.backend == backend and r.build == other]
+def layout_report(runs: list[Run], builds: list[Build]) -> None:
+    """Issue 16's figures: the compact layout against the original, the current build on both in
+    the same rounds; and its jobs/min against each other build on the original layout."""
+    print("the compact Redis layout / the original (current build; per-round range in brackets):")
+    print(f"{'':9} {'server CPU per job':>20} {'store CPU per job':>20} {'jobs/min':>20}")
+    cells = [_ratio(runs, (COMPACT, "redis"), "current", "current", key) for key in ("server", "store", "jobs")]
+    print(f"{'layouts':9} " + " ".join(f"{cell[1]:>20}" for cell in cells))
+    store = cells[1][0]
+    if store is not None:
+        print(f"  issue 16: Redis CPU per acked job, compact / original <= 0.27: {store:.2f}, {_met(store <= 0.27)}")
+    for other in builds[1:]:
+        value, cell = _ratio(runs, (COMPACT, "redis"), "current", other.label, "jobs")
+        print(f"  jobs/min, current on the compact layout / {other.label} on the original: {cell}")
+        if other.label == BASELINE[:7] and value is not None:
+            print(f"  issue 16: >= 2 against fddf904: {value:.2f}, {_met(value >= 2)}")
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _ratio(
+    runs: list[Run], backend: str | tuple[str, str], current: str, other: str, key: str
+) -> tuple[float | None, str]:
+    """(ratio of the sums over the rounds, the cell: that ratio and the range of the per-round ratios).
+    ``backend`` is one backend, or (the current build's, the other build's) to compare two."""
+    mine_backend, their_backend = (backend, backend) if isinstance(backend, str) else backend
+    mine = [r for r in runs if r.backend == mine_backend and r.build == current]
+    theirs = [r for r in runs if r.backend == their_backend and r.build == other]
     a = Figures.of(mine).values()[key] if mine else None
     b = Figures.of(theirs).values()[key] if theirs else None
     if a is None or not b:
@@ -532,7 +574,12 @@ def _split(values: list[str], allowed: tuple[str, ...] | None = None) -> list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", action="append", default=[], help="comma list (default embedded,redis,mysql)")
+    parser.add_argument(
+        "--backends",
+        action="append",
+        default=[],
+        help=f"comma list of {', '.join(BACKENDS)} (default {','.join(DEFAULT_BACKENDS)})",
+    )
     parser.add_argument("--seconds", type=float, default=10, help="the measured interval of each run (default 10)")
     parser.add_argument("--warmup", type=float, default=3, help="seconds of load before the interval (default 3)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each build on each backend (default 2)")
@@ -564,15 +611,17 @@ def main() -> None:
         help="a line of every server's properties file (repeatable); default: none, each build's defaults",
     )
     args = parser.parse_args()
-    backends = _split(args.backends, BACKENDS) or list(BACKENDS)
+    backends = _split(args.backends, BACKENDS) or list(DEFAULT_BACKENDS)
 
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="pinlater-cost-") as tmp:
-        for backend in backends:
-            for round_no in range(1, args.rounds + 1):
+        for round_no in range(1, args.rounds + 1):
+            for backend in backends:
                 order = builds if round_no % 2 else builds[::-1]
                 for build in order:
+                    if backend == COMPACT and build.label != "current":
+                        continue  # builds before issue 16 have no compact layout
                     run = measure(build, backend, round_no, args, Path(tmp))
                     print(
                         f"  {backend} {build.label} round {round_no}: {run.acked} acked in {run.seconds:.1f} s",

@@ -213,14 +213,14 @@ def ceiling_client(redis_port: int, batch: int, body: bytes, deadline: float, ou
     client = redis.Redis("127.0.0.1", redis_port, socket_timeout=30)
     sha = {name: client.script_load(source(name)) for name in ("enqueue_jobs", "dequeue_jobs", "ack_jobs")}
     qk = k.QueueKeys(SHARD, QUEUE)
-    enqueue_keys = [qk.names_key, qk.id_key, qk.set_key(1, JobState.PENDING)]
+    enqueue_keys = [qk.exists_key, qk.id_key, qk.set_key(1, JobState.PENDING)]
     dequeue_keys = [
-        qk.names_key,
+        qk.exists_key,
         qk.set_key(1, JobState.PENDING),
         qk.set_key(1, JobState.IN_PROGRESS),
         *qk.hold_keys(1),
     ]
-    ack_keys = [qk.names_key, *qk.priority_sets(1)]
+    ack_keys = [qk.exists_key, *qk.priority_sets(1)]
     claim = f"bench-ceiling|{socket.gethostname()}:{os.getpid()}"
     cycles = acked = 0
     in_hand: list[bytes] = []
@@ -229,15 +229,15 @@ def ceiling_client(redis_port: int, batch: int, body: bytes, deadline: float, ou
         now = k.seconds_arg(int(time.time() * 1000))
         pipe = client.pipeline(transaction=False)
         if in_hand:
-            ack_args: list[Any] = [QUEUE, qk.hash_prefix, STATUS_LIMIT, now, len(in_hand)]
+            ack_args: list[Any] = [QUEUE, qk.jobs_arg, STATUS_LIMIT, now, len(in_hand)]
             for local_id in in_hand:
                 ack_args += [2, local_id, "s", "", now]
             pipe.evalsha(sha["ack_jobs"], len(ack_keys), *ack_keys, *ack_args)
-        enqueue_args: list[Any] = [QUEUE, qk.hash_prefix, now, batch]
+        enqueue_args: list[Any] = [QUEUE, qk.jobs_arg, now, batch]
         for _ in range(batch):
             enqueue_args += [3, body, 2, now, ""]
         pipe.evalsha(sha["enqueue_jobs"], len(enqueue_keys), *enqueue_keys, *enqueue_args)
-        dequeue_args: list[Any] = [QUEUE, qk.hash_prefix, now, batch, f"{claim}:{cycles}", "0", MAX_TIES_REORDERED]
+        dequeue_args: list[Any] = [QUEUE, qk.jobs_arg, now, batch, f"{claim}:{cycles}", "0", MAX_TIES_REORDERED]
         pipe.evalsha(sha["dequeue_jobs"], len(dequeue_keys), *dequeue_keys, *dequeue_args)
         results = pipe.execute()
         acked += len(in_hand)

@@ -885,27 +885,50 @@ def _panic_for_tests(message: str) -> NoReturn:
 # The Redis store's hot scripts over the store's own connection (backends/redis/hot_client.py):
 # commands packed from the batches held in Rust, replies read into them.
 
-def redis_enqueue_command(sha: str, shard: str, queue: str, jobs: NewJobBatch, now_ms: int) -> bytes:
+def redis_enqueue_command(
+    sha: str, shard: str, queue: str, jobs: NewJobBatch, now_ms: int, layout: str = "original"
+) -> bytes:
     """``EVALSHA sha`` of ``enqueue_jobs.lua`` for ``jobs``, in RESP: the keys and arguments
-    ``RedisStore._enqueue_call`` sends (key names as ``keys.py`` spells them, times as
-    ``keys.seconds_arg``, statuses cut to ``CUSTOM_STATUS_LIMIT`` characters)."""
+    ``RedisStore._enqueue_call`` sends (key names as ``keys.py``, or ``keys_compact.py`` for
+    ``layout="compact"``, spells them, times as ``keys.seconds_arg``, statuses cut to
+    ``CUSTOM_STATUS_LIMIT`` characters). Every ``redis_*_command`` takes ``layout`` alike.
+
+    Raises:
+        ValueError: ``layout`` is neither ``"original"`` nor ``"compact"``.
+    """
 
 def redis_dequeue_command(
-    sha: str, shard: str, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    sha: str,
+    shard: str,
+    queue: str,
+    priority: int,
+    limit: int,
+    claim: str,
+    now_ms: int,
+    dry_run: bool,
+    layout: str = "original",
 ) -> bytes:
     """``EVALSHA sha`` of ``dequeue_jobs.lua``, as ``RedisStore._dequeue_call`` sends it for a
     limit above 0."""
 
-def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int) -> bytes:
+def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int, layout: str = "original") -> bytes:
     """``EVALSHA sha`` of ``ack_jobs.lua`` for the group (successes first), as
     ``RedisStore._ack_call`` sends it."""
 
-def redis_claim_command(sha: str, shard: str, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> bytes:
+def redis_claim_command(
+    sha: str,
+    shard: str,
+    queue: str,
+    items: ClaimItems,
+    reservation: str,
+    now_ms: int,
+    layout: str = "original",
+) -> bytes:
     """``EVALSHA sha`` of ``claim_reserved.lua`` for the broker's claims of one queue on one
     shard, as ``reservations.claim_call`` sends it; its reply (the numbers of the jobs claimed,
     or -1 for a missing queue) reads with ``redis_ids_reply``."""
 
-def redis_require_queue_command(sha: str, shard: str, queue: str) -> bytes:
+def redis_require_queue_command(sha: str, shard: str, queue: str, layout: str = "original") -> bytes:
     """``EVALSHA sha`` of ``count_jobs.lua`` counting nothing (``ShardScripts.require_queue_call``):
     answers -1 when the queue does not exist."""
 

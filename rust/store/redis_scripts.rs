@@ -21,28 +21,67 @@ pub const MAX_TIES_REORDERED: i64 = 10_000;
 /// `JobState` values, as in key names.
 const PENDING: u8 = 0;
 
-/// The key names of one queue on one shard (`keys.QueueKeys`).
-struct QueueKeys<'a> {
-    shard: &'a str,
-    queue: &'a str,
+/// A shard's Redis layout: the original's key names (`keys.py`) or the compact ones
+/// (`keys_compact.py`). The scripts of both take the same `KEYS` positions and `ARGV`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Original,
+    Compact,
+}
+
+impl Layout {
+    /// The layout of a shard config's `"layout"` value, or None for an unknown name.
+    #[must_use]
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "original" => Some(Self::Original),
+            "compact" => Some(Self::Compact),
+            _ => None,
+        }
+    }
+}
+
+/// The key names of one queue on one shard (`keys.QueueKeys`, `keys_compact.CompactQueueKeys`).
+pub struct QueueKeys<'a> {
+    pub layout: Layout,
+    pub shard: &'a str,
+    pub queue: &'a str,
 }
 
 impl QueueKeys<'_> {
-    fn names_key(&self) -> String {
-        format!("pln_{}", self.shard)
+    /// `KEYS[1]` of every queue script: `pln_{S}`, or the compact meta hash `plc:{S:Q}:m`.
+    fn exists_key(&self) -> String {
+        match self.layout {
+            Layout::Original => format!("pln_{}", self.shard),
+            Layout::Compact => format!("plc:{{{}:{}}}:m", self.shard, self.queue),
+        }
     }
 
+    /// The id counter: `plj_{S}_{Q}`, or the compact meta hash (its field `id`).
     fn id_key(&self) -> String {
-        format!("plj_{}_{}", self.shard, self.queue)
+        match self.layout {
+            Layout::Original => format!("plj_{}_{}", self.shard, self.queue),
+            Layout::Compact => self.exists_key(),
+        }
     }
 
-    fn hash_prefix(&self) -> String {
-        format!("plh_{}_{}.", self.shard, self.queue)
+    /// `ARGV[2]` of the scripts that read jobs: the job hash key prefix `plh_{S}_{Q}.`, or the
+    /// compact records hash `plc:{S:Q}:j`.
+    fn jobs_arg(&self) -> String {
+        match self.layout {
+            Layout::Original => format!("plh_{}_{}.", self.shard, self.queue),
+            Layout::Compact => format!("plc:{{{}:{}}}:j", self.shard, self.queue),
+        }
     }
 
-    /// `plq_{S}_{Q}.p{priority}_{suffix}`.
+    /// `plq_{S}_{Q}.p{priority}_{suffix}`, or `plc:{S:Q}:p{priority}:{suffix}`.
     fn priority_key(&self, priority: i64, suffix: &str) -> String {
-        format!("plq_{}_{}.p{priority}_{suffix}", self.shard, self.queue)
+        match self.layout {
+            Layout::Original => format!("plq_{}_{}.p{priority}_{suffix}", self.shard, self.queue),
+            Layout::Compact => {
+                format!("plc:{{{}:{}}}:p{priority}:{suffix}", self.shard, self.queue)
+            }
+        }
     }
 
     fn set_key(&self, priority: i64, state: u8) -> String {
@@ -220,16 +259,9 @@ fn count(n: usize) -> i64 {
 
 /// `enqueue_jobs.lua` for `jobs` (any mix of priorities), as `store._enqueue_call`.
 #[must_use]
-pub fn enqueue_command(
-    sha: &str,
-    shard: &str,
-    queue: &str,
-    jobs: &[NewJob],
-    now_ms: i64,
-) -> Vec<u8> {
-    let keys = QueueKeys { shard, queue };
+pub fn enqueue_command(sha: &str, keys: &QueueKeys, jobs: &[NewJob], now_ms: i64) -> Vec<u8> {
     let priorities = crate::queue::jobs::priorities(jobs);
-    let mut key_list = vec![keys.names_key(), keys.id_key()];
+    let mut key_list = vec![keys.exists_key(), keys.id_key()];
     key_list.extend(priorities.iter().map(|&p| keys.set_key(p, PENDING)));
     let bodies: usize = jobs
         .iter()
@@ -241,8 +273,8 @@ pub fn enqueue_command(
         4 + 5 * jobs.len(),
         bodies + 64 * jobs.len() + 256,
     );
-    cmd.bulk(queue.as_bytes());
-    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(keys.queue.as_bytes());
+    cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
     cmd.int(count(jobs.len()));
     // Seconds of the previous job's run after: a batch mostly shares one.
@@ -271,17 +303,15 @@ pub fn enqueue_command(
 #[allow(clippy::too_many_arguments)]
 pub fn dequeue_command(
     sha: &str,
-    shard: &str,
-    queue: &str,
+    keys: &QueueKeys,
     priority: i64,
     limit: i64,
     claim: &str,
     now_ms: i64,
     dry_run: bool,
 ) -> Vec<u8> {
-    let keys = QueueKeys { shard, queue };
     let key_list = [
-        keys.names_key(),
+        keys.exists_key(),
         keys.set_key(priority, PENDING),
         keys.set_key(priority, 1),
         keys.priority_key(priority, "h"),
@@ -289,8 +319,8 @@ pub fn dequeue_command(
         keys.priority_key(priority, "o"),
     ];
     let mut cmd = evalsha(sha, &key_list, 7, 512 + claim.len());
-    cmd.bulk(queue.as_bytes());
-    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(keys.queue.as_bytes());
+    cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
     cmd.int(limit);
     cmd.bulk(claim.as_bytes());
@@ -304,20 +334,18 @@ pub fn dequeue_command(
 #[must_use]
 pub fn claim_reserved_command(
     sha: &str,
-    shard: &str,
-    queue: &str,
+    keys: &QueueKeys,
     runs: &[ClaimRun],
     reservation: &str,
     now_ms: i64,
 ) -> Vec<u8> {
-    let keys = QueueKeys { shard, queue };
     let mut priorities: Vec<i64> = runs
         .iter()
         .flat_map(|r| r.keys.iter().map(|&(p, _)| p))
         .collect();
     priorities.sort_unstable();
     priorities.dedup();
-    let mut key_list = vec![keys.names_key()];
+    let mut key_list = vec![keys.exists_key()];
     for &p in &priorities {
         key_list.extend([
             keys.set_key(p, PENDING),
@@ -362,8 +390,8 @@ pub fn claim_reserved_command(
         5 + 3 * merged.len() + jobs,
         256 + claims + 24 * jobs,
     );
-    cmd.bulk(queue.as_bytes());
-    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(keys.queue.as_bytes());
+    cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
     cmd.bulk(reservation.as_bytes());
     cmd.int(count(merged.len()));
@@ -383,11 +411,10 @@ pub fn claim_reserved_command(
 /// `count_jobs.lua` of priority 1's PENDING set, counting nothing: only whether the queue exists
 /// (`ShardScripts.require_queue_call`, what a dequeue of at most 0 jobs sends).
 #[must_use]
-pub fn require_queue_command(sha: &str, shard: &str, queue: &str) -> Vec<u8> {
-    let keys = QueueKeys { shard, queue };
-    let key_list = [keys.names_key(), keys.set_key(1, PENDING)];
+pub fn require_queue_command(sha: &str, keys: &QueueKeys) -> Vec<u8> {
+    let key_list = [keys.exists_key(), keys.set_key(1, PENDING)];
     let mut cmd = evalsha(sha, &key_list, 3, 256);
-    cmd.bulk(queue.as_bytes());
+    cmd.bulk(keys.queue.as_bytes());
     cmd.int(0);
     cmd.int(0);
     cmd.into_bytes()
@@ -395,10 +422,9 @@ pub fn require_queue_command(sha: &str, shard: &str, queue: &str) -> Vec<u8> {
 
 /// `ack_jobs.lua` for a group (successes first), as `store._ack_call`.
 #[must_use]
-pub fn ack_command(sha: &str, shard: &str, queue: &str, group: &AckGroup, now_ms: i64) -> Vec<u8> {
-    let keys = QueueKeys { shard, queue };
+pub fn ack_command(sha: &str, keys: &QueueKeys, group: &AckGroup, now_ms: i64) -> Vec<u8> {
     let priorities = group.priorities();
-    let mut key_list = vec![keys.names_key()];
+    let mut key_list = vec![keys.exists_key()];
     for &p in &priorities {
         key_list.extend((0..4).map(|state| keys.set_key(p, state)));
     }
@@ -412,8 +438,8 @@ pub fn ack_command(sha: &str, shard: &str, queue: &str, group: &AckGroup, now_ms
         5 + 5 * group.len(),
         statuses + 64 * group.len() + 256,
     );
-    cmd.bulk(queue.as_bytes());
-    cmd.bulk(keys.hash_prefix().as_bytes());
+    cmd.bulk(keys.queue.as_bytes());
+    cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.int(count(CUSTOM_STATUS_LIMIT));
     let now = seconds_text(now_ms);
     cmd.bulk(now.as_bytes());
@@ -444,6 +470,51 @@ pub fn ack_command(sha: &str, shard: &str, queue: &str, group: &AckGroup, now_ms
 mod tests {
     use super::*;
     use crate::queue::jobs::AckItem;
+
+    fn original<'a>(shard: &'a str, queue: &'a str) -> QueueKeys<'a> {
+        QueueKeys {
+            layout: Layout::Original,
+            shard,
+            queue,
+        }
+    }
+
+    #[test]
+    fn compact_keys_share_the_queue_hash_tag() {
+        let keys = QueueKeys {
+            layout: Layout::Compact,
+            shard: "s",
+            queue: "q",
+        };
+        let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false);
+        assert_eq!(
+            &args(&cmd)[3..11],
+            [
+                "plc:{s:q}:m",
+                "plc:{s:q}:p2:s0",
+                "plc:{s:q}:p2:s1",
+                "plc:{s:q}:p2:h",
+                "plc:{s:q}:p2:x",
+                "plc:{s:q}:p2:o",
+                "q",
+                "plc:{s:q}:j"
+            ]
+        );
+        let job = NewJob {
+            priority: 1,
+            body: b"b".to_vec(),
+            run_after_ms: 1000,
+            attempts_allowed: 2,
+            custom_status: String::new(),
+        };
+        let cmd = enqueue_command("sha", &keys, &[job], 2000);
+        assert_eq!(
+            &args(&cmd)[3..6],
+            ["plc:{s:q}:m", "plc:{s:q}:m", "plc:{s:q}:p1:s0"]
+        );
+        assert_eq!(Layout::named("compact"), Some(Layout::Compact));
+        assert_eq!(Layout::named("Compact"), None);
+    }
 
     #[test]
     fn floats_print_as_python_repr() {
@@ -539,7 +610,12 @@ mod tests {
             attempts_allowed: 2,
             custom_status: "st".to_owned(),
         };
-        let cmd = enqueue_command("sha", "s1", "q", &[job(3, 1000), job(1, 1500)], 2000);
+        let cmd = enqueue_command(
+            "sha",
+            &original("s1", "q"),
+            &[job(3, 1000), job(1, 1500)],
+            2000,
+        );
         assert!(cmd.starts_with(b"*21\r\n"));
         assert_eq!(
             args(&cmd),
@@ -571,7 +647,7 @@ mod tests {
 
     #[test]
     fn dequeue_and_ack_keys_and_arguments() {
-        let cmd = dequeue_command("sha", "s", "q", 2, 10, "c", 1, true);
+        let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, true);
         assert_eq!(
             args(&cmd),
             [
@@ -603,7 +679,7 @@ mod tests {
             succeeded: vec![item(2, 7, 0)],
             failed: vec![item(1, 8, 500)],
         };
-        let cmd = ack_command("sha", "s", "q", &group, 1000);
+        let cmd = ack_command("sha", &original("s", "q"), &group, 1000);
         let a = args(&cmd);
         assert_eq!(a[2], "9");
         assert_eq!(&a[3..5], ["pln_s", "plq_s_q.p1_s0"]);
@@ -615,7 +691,7 @@ mod tests {
                 "1.5"
             ]
         );
-        let cmd = require_queue_command("sha", "s", "q");
+        let cmd = require_queue_command("sha", &original("s", "q"));
         assert_eq!(
             args(&cmd),
             [

@@ -12,7 +12,10 @@ from pinlater.backends.base import ShardStore
 
 # Kinds that need a server process carry the pytest marker of the same name (see pyproject).
 _SERVER_KINDS = ("redis", "mysql")
-_PARAMS = [pytest.param(k, marks=getattr(pytest.mark, k)) if k in _SERVER_KINDS else k for k in STORE_KINDS]
+_PARAMS = [
+    pytest.param(k, marks=getattr(pytest.mark, k.split("-")[0])) if k.split("-")[0] in _SERVER_KINDS else k
+    for k in STORE_KINDS
+]
 
 
 @pytest.fixture(params=_PARAMS)

@@ -36,7 +36,9 @@ def open_store(kind: str, tmp_path: Path, budget: float = 10.0) -> Iterator[Shar
 
     with RedisServer(tmp_path / "redis") as server:
         settings = Settings(body_filter_time_budget_seconds=budget)
-        redis_store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port)), settings)
+        redis_store = RedisStore(
+            "1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"), settings
+        )
         try:
             yield redis_store
         finally:

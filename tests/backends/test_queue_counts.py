@@ -50,7 +50,7 @@ def two_shards(kind: str, tmp_path: Path) -> Iterator[list[ShardStore]]:
         from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 
         with RedisServer(tmp_path / "redis") as server:
-            config = RedisShardConfig(RedisEndpoint(server.host, server.port))
+            config = RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original")
             stores = [RedisStore(name, config) for name in SHARD_NAMES]
             try:
                 yield stores

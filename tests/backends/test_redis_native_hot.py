@@ -81,7 +81,7 @@ def claimed(jobs: ClaimedJobs) -> list[ClaimedJob]:
 @pytest.fixture
 def offline_store() -> Iterator[RedisStore]:
     """A store nobody connects to: building calls needs no server."""
-    store = RedisStore("s_1", RedisShardConfig(RedisEndpoint("127.0.0.1", free_port())), settings())
+    store = RedisStore("s_1", RedisShardConfig(RedisEndpoint("127.0.0.1", free_port()), layout="original"), settings())
     yield store
     store.close()
 
@@ -159,7 +159,7 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def store(server: RedisServer) -> Iterator[RedisStore]:
-    shard = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port)), settings())
+    shard = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"), settings())
     shard.create_queue(Q, 3)
     shard.create_queue("blocking", 3)
     yield shard
@@ -457,7 +457,7 @@ class FakeRedis:
     async def start(self) -> RedisShardConfig:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
-        return RedisShardConfig(RedisEndpoint("127.0.0.1", port))
+        return RedisShardConfig(RedisEndpoint("127.0.0.1", port), layout="original")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -472,8 +472,14 @@ class FakeRedis:
                     buf += data
                     continue
                 args, buf = _bulks(buf[:end]), buf[end:]
-                if args[0] == b"CLIENT":
+                if args[0] in (b"CLIENT", b"SET"):  # SET: the layout record the store writes
                     writer.write(b"+OK\r\n")
+                elif args[0] == b"HELLO":  # redis-py's blocking pool speaks RESP3
+                    writer.write(b"%1\r\n+proto\r\n:3\r\n")
+                elif args[0] == b"GET":  # no layout record yet
+                    writer.write(b"$-1\r\n")
+                elif args[0] == b"EXISTS":  # no queue of either layout
+                    writer.write(b":0\r\n")
                 elif args[0] == b"SCRIPT":
                     sha = hashlib.sha1(args[2]).hexdigest().encode()
                     writer.write(b"$40\r\n" + sha + b"\r\n")
@@ -501,7 +507,10 @@ def fake_run(behaviour: Behaviour, body: Callable[[NativeHotPath], Awaitable[Any
     async def main() -> tuple[Any, FakeRedis]:
         fake = FakeRedis(behaviour)
         config = await fake.start()
-        store = RedisStore("f", config, settings(timeout))
+        # Opening reads the shard's layout record over a blocking connection: from a thread, so
+        # the fake (on this loop) can answer it.
+        store = await asyncio.to_thread(RedisStore, "f", config, settings(timeout))
+        fake.connections = 0  # the tests number the hot path's connections from 1
         try:
             hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
             try:

@@ -36,7 +36,7 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.fixture
 def store(server: RedisServer) -> Iterator[RedisStore]:
     settings = Settings().with_values({"backend_socket_timeout_seconds": 1.0}, source="test")
-    shard = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port)), settings)
+    shard = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"), settings)
     shard.create_queue(Q, 3)
     yield shard
     shard.close()

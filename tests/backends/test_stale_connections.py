@@ -44,7 +44,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.mark.redis
 def test_redis_restart_leaves_no_failed_call_on_either_pool(redis_server: RedisServer) -> None:
-    config = RedisShardConfig(RedisEndpoint(redis_server.host, redis_server.port))
+    config = RedisShardConfig(RedisEndpoint(redis_server.host, redis_server.port), layout="original")
     store = RedisStore("1", config, Settings(backend_connections_per_shard=POOL))
     try:
 

@@ -79,5 +79,27 @@ def test_many_queues_on_redis_and_mysql() -> None:
 def test_cost_per_job_on_the_embedded_store() -> None:
     out = run("cost_per_job.py", "--backends", "embedded", "--seconds", "1", "--warmup", "0.5", "--rounds", "1")
     assert "server µs/job" in out and "in server" in out
-    row = next(line for line in out.splitlines() if line.startswith("embedded  current      1"))
+    row = next(line for line in out.splitlines() if line.split()[:3] == ["embedded", "current", "1"])
     assert float(row.split()[4]) > 0, "some server CPU per acked job was measured"
+
+
+@pytest.mark.redis
+def test_cost_per_job_compares_the_redis_layouts() -> None:
+    out = run(
+        "cost_per_job.py", "--backends", "redis,redis-compact", "--seconds", "1", "--warmup", "0.5", "--rounds", "1"
+    )
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[1:3] == ["current", "1"]}
+    assert float(rows["redis-compact"][5]) > 0 and float(rows["redis"][5]) > 0, "store CPU per job on both"
+    assert "the compact Redis layout / the original" in out and "compact / original <= 0.27" in out
+
+
+@pytest.mark.redis
+def test_redis_layout_memory() -> None:
+    out = run("redis_layout_memory.py", "--jobs", "2000")
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in out.splitlines()
+        if line.split()[:1] in (["original"], ["compact"])
+    }
+    assert set(rows) == {"original", "compact"} and all(float(v) > 0 for v in rows["compact"])
+    assert "bytes per pending job on the compact layout" in out

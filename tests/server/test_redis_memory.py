@@ -233,7 +233,7 @@ def test_a_full_shard_takes_no_new_jobs_and_a_full_fleet_refuses_enqueue_while_t
 
 
 def open_redis(name: str, server: RedisServer) -> RedisStore:
-    return RedisStore(name, RedisShardConfig(RedisEndpoint(server.host, server.port)))
+    return RedisStore(name, RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"))
 
 
 def fill_to_oom(store: RedisStore, server: RedisServer, queue: str) -> int:

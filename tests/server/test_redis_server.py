@@ -59,13 +59,15 @@ def durable(start: Callable[..., RedisServer], name: str) -> RedisServer:
     return start(name, appendonly=True, appendfsync="always")
 
 
-def write_config(path: Path, shards: Shards) -> None:
-    """Write the original's JSON shard config, atomically (a new inode, so the watcher sees it)."""
+def write_config(path: Path, shards: Shards, layout: str | None = "original") -> None:
+    """Write the original's JSON shard config, atomically (a new inode, so the watcher sees it),
+    with ``"layout": layout`` for every shard (None: without the key)."""
     config = {
         "shards": [
             {
                 "name": name,
                 "shardConfig": {"master": {"host": redis.host, "port": redis.port}, "dequeueOnly": dequeue_only},
+                **({} if layout is None else {"layout": layout}),
             }
             for name, (redis, dequeue_only) in shards.items()
         ]
@@ -518,6 +520,9 @@ def test_backend_config_reload_adds_marks_and_removes_shards_and_keeps_the_last_
     wait_for(lambda: log_has(server, "rejected", "not valid JSON"), 10, what="the broken config to be rejected")
     write_text(config, json.dumps({"shards": [{"name": "x", "shardConfig": {"master": {"host": "h"}}}]}))
     wait_for(lambda: log_has(server, "rejected", "missing 'port'"), 10, what="the incomplete config to be rejected")
+    # A layout other than the one c holds: refused, and c keeps being served as it is.
+    write_config(config, {"a": (a, True), "c": (c, False)}, layout="compact")
+    wait_for(lambda: log_has(server, "rejected", "holds the original layout"), 10, what="the other layout rejected")
     assert {shard_of(d) for d in enqueue_singles(api, "hot", 5)} == {"c"}
     assert set(api.c.getQueueNames(api.ctx)) == {"hot", "cold"}
     assert readyz(server)[0] == 200

@@ -160,10 +160,14 @@ class RedisServer:
         self.stop()
 
 
-def write_shard_config(path: Path, shards: Mapping[str, RedisServer]) -> Path:
-    """Write the original's Redis shard config (``{"shards": [...]}``) naming these servers."""
-    entries = [
+def write_shard_config(path: Path, shards: Mapping[str, RedisServer], layout: str | None = "original") -> Path:
+    """Write the original's Redis shard config (``{"shards": [...]}``) naming these servers, each
+    with ``"layout": layout`` (None: no such key, so each shard's own record decides)."""
+    entries: list[dict[str, object]] = [
         {"name": name, "shardConfig": {"master": {"host": r.host, "port": r.port}}} for name, r in shards.items()
     ]
+    if layout is not None:
+        for entry in entries:
+            entry["layout"] = layout
     path.write_text(json.dumps({"shards": entries}))
     return path

@@ -14,7 +14,7 @@ from pinlater.backends.base import ShardStore
 from pinlater.backends.embedded import EmbeddedStore
 
 #: Every kind the conformance suite runs against.
-STORE_KINDS: tuple[str, ...] = ("embedded", "redis", "mysql")
+STORE_KINDS: tuple[str, ...] = ("embedded", "redis", "redis-compact", "mysql")
 
 
 @contextmanager
@@ -27,17 +27,21 @@ def _embedded(tmp_path: Path) -> Iterator[ShardStore]:
 
 
 @contextmanager
-def _redis(tmp_path: Path) -> Iterator[ShardStore]:
+def _redis(tmp_path: Path, layout: str = "original") -> Iterator[ShardStore]:
     # A redis-server of its own per test (it starts in milliseconds), so nothing needs flushing.
     from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
     from tests.support.redis_server import RedisServer
 
     with RedisServer(tmp_path / "redis") as server:
-        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port)))
+        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
         try:
             yield store
         finally:
             store.close()
+
+
+def _redis_compact(tmp_path: Path) -> AbstractContextManager[ShardStore]:
+    return _redis(tmp_path, "compact")
 
 
 @contextmanager
@@ -59,6 +63,7 @@ def _mysql(tmp_path: Path) -> Iterator[ShardStore]:
 _FACTORIES: dict[str, Callable[[Path], AbstractContextManager[ShardStore]]] = {
     "embedded": _embedded,
     "redis": _redis,
+    "redis-compact": _redis_compact,
     "mysql": _mysql,
 }
 

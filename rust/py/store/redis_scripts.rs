@@ -1,16 +1,33 @@
 //! Python binding of `crate::store::redis_scripts`: the Redis store's hot scripts as whole
-//! `EVALSHA` commands, packed from a batch held in Rust.
+//! `EVALSHA` commands, packed from a batch held in Rust. Each takes the shard's `layout`
+//! (`"original"`, the default, or `"compact"`), which names the keys.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::py::errors::guarded;
 use crate::py::queue::job_buffer::ClaimItems;
 use crate::py::queue::jobs::{AckGroup, NewJobBatch};
-use crate::store::redis_scripts;
+use crate::store::redis_scripts::{self, Layout, QueueKeys};
+
+/// The keys of `queue` on `shard` in the layout named `layout`, or a `ValueError`.
+fn queue_keys<'a>(layout: &str, shard: &'a str, queue: &'a str) -> PyResult<QueueKeys<'a>> {
+    let layout = Layout::named(layout).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown Redis layout {layout:?}: 'original' or 'compact'"
+        ))
+    })?;
+    Ok(QueueKeys {
+        layout,
+        shard,
+        queue,
+    })
+}
 
 /// `EVALSHA` of `enqueue_jobs.lua` for the batch, as `RedisStore._enqueue_call` sends it.
 #[pyfunction]
+#[pyo3(signature = (sha, shard, queue, jobs, now_ms, layout = "original"))]
 pub fn redis_enqueue_command<'py>(
     py: Python<'py>,
     sha: &str,
@@ -18,16 +35,19 @@ pub fn redis_enqueue_command<'py>(
     queue: &str,
     jobs: &Bound<'py, NewJobBatch>,
     now_ms: i64,
+    layout: &str,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let keys = queue_keys(layout, shard, queue)?;
     guarded("redis_enqueue_command", || {
         let jobs = jobs.get().jobs();
-        let command = redis_scripts::enqueue_command(sha, shard, queue, jobs, now_ms);
+        let command = redis_scripts::enqueue_command(sha, &keys, jobs, now_ms);
         Ok(PyBytes::new(py, &command))
     })
 }
 
 /// `EVALSHA` of `dequeue_jobs.lua` (limit > 0), as `RedisStore._dequeue_call` sends it.
 #[pyfunction]
+#[pyo3(signature = (sha, shard, queue, priority, limit, claim, now_ms, dry_run, layout = "original"))]
 #[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_dequeue_command<'py>(
     py: Python<'py>,
@@ -39,17 +59,19 @@ pub fn redis_dequeue_command<'py>(
     claim: &str,
     now_ms: i64,
     dry_run: bool,
+    layout: &str,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let keys = queue_keys(layout, shard, queue)?;
     guarded("redis_dequeue_command", || {
-        let command = redis_scripts::dequeue_command(
-            sha, shard, queue, priority, limit, claim, now_ms, dry_run,
-        );
+        let command =
+            redis_scripts::dequeue_command(sha, &keys, priority, limit, claim, now_ms, dry_run);
         Ok(PyBytes::new(py, &command))
     })
 }
 
 /// `EVALSHA` of `ack_jobs.lua` for the group, as `RedisStore._ack_call` sends it.
 #[pyfunction]
+#[pyo3(signature = (sha, shard, queue, acks, now_ms, layout = "original"))]
 pub fn redis_ack_command<'py>(
     py: Python<'py>,
     sha: &str,
@@ -57,23 +79,28 @@ pub fn redis_ack_command<'py>(
     queue: &str,
     acks: &Bound<'py, AckGroup>,
     now_ms: i64,
+    layout: &str,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let keys = queue_keys(layout, shard, queue)?;
     guarded("redis_ack_command", || {
-        let command = redis_scripts::ack_command(sha, shard, queue, acks.get().group(), now_ms);
+        let command = redis_scripts::ack_command(sha, &keys, acks.get().group(), now_ms);
         Ok(PyBytes::new(py, &command))
     })
 }
 
 /// `EVALSHA` of `count_jobs.lua` counting nothing: whether the queue exists.
 #[pyfunction]
+#[pyo3(signature = (sha, shard, queue, layout = "original"))]
 pub fn redis_require_queue_command<'py>(
     py: Python<'py>,
     sha: &str,
     shard: &str,
     queue: &str,
+    layout: &str,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let keys = queue_keys(layout, shard, queue)?;
     guarded("redis_require_queue_command", || {
-        let command = redis_scripts::require_queue_command(sha, shard, queue);
+        let command = redis_scripts::require_queue_command(sha, &keys);
         Ok(PyBytes::new(py, &command))
     })
 }
@@ -82,6 +109,8 @@ pub fn redis_require_queue_command<'py>(
 /// `reservations.claim_call` sends it; its reply (the numbers of the jobs claimed, or -1) reads
 /// with `redis_ids_reply`.
 #[pyfunction]
+#[pyo3(signature = (sha, shard, queue, items, reservation, now_ms, layout = "original"))]
+#[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_claim_command<'py>(
     py: Python<'py>,
     sha: &str,
@@ -90,12 +119,13 @@ pub fn redis_claim_command<'py>(
     items: &Bound<'py, ClaimItems>,
     reservation: &str,
     now_ms: i64,
+    layout: &str,
 ) -> PyResult<Bound<'py, PyBytes>> {
+    let keys = queue_keys(layout, shard, queue)?;
     guarded("redis_claim_command", || {
         let command = redis_scripts::claim_reserved_command(
             sha,
-            shard,
-            queue,
+            &keys,
             items.get().runs(),
             reservation,
             now_ms,

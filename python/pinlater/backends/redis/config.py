@@ -7,7 +7,9 @@ The original file is read unchanged::
                                  "slave": {"host": "10.0.0.2", "port": 6379},
                                  "dequeueOnly": false}}]}
 
-``slave`` and ``dequeueOnly`` are optional. As with the original (Jackson's defaults), an unknown
+``slave`` and ``dequeueOnly`` are optional, and so is ours, ``"layout"``: ``"original"`` or
+``"compact"`` (``keys_compact.py``), beside ``"name"`` and ``"shardConfig"``; without it the shard's
+own record of its layout decides (``layouts.py``). As with the original (Jackson's defaults), an unknown
 field is an error, so a misspelt ``dequeueOnly`` does not pass silently. Shard names appear in key
 names and job descriptors, so they must be ``\\w+`` and unique.
 """
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
     from pinlater.config import Settings
 
 _SHARD_NAME = re.compile(r"\w+", re.ASCII)
+
+LAYOUTS = ("original", "compact")
+"""The values of a shard's ``"layout"``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,8 @@ class RedisShardConfig:
     master: RedisEndpoint
     slave: RedisEndpoint | None = None
     dequeue_only: bool = field(default=False, compare=False)
+    #: ``"original"``, ``"compact"``, or None: whatever the shard holds (``layouts.choose_layout``).
+    layout: str | None = None
 
 
 def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
@@ -74,7 +81,12 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
     result: dict[str, RedisShardConfig] = {}
     for i, entry in enumerate(shards):
         where = f"shards[{i}]"
-        _check_object(entry, where, source, required={"name", "shardConfig"}, allowed={"name", "shardConfig"})
+        _check_object(entry, where, source, required={"name", "shardConfig"}, allowed={"name", "shardConfig", "layout"})
+        layout = entry.get("layout")
+        if layout is not None and layout not in LAYOUTS:
+            raise ConfigError(
+                f"{source}: {where}.layout must be one of {', '.join(map(repr, LAYOUTS))}, not {layout!r}"
+            )
         name = entry["name"]
         if isinstance(name, int) and not isinstance(name, bool):
             name = str(name)
@@ -93,6 +105,7 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
             master=_endpoint(shard["master"], f"{where}.master", source),
             slave=None if slave is None else _endpoint(slave, f"{where}.slave", source),
             dequeue_only=dequeue_only,
+            layout=layout,
         )
     return result
 

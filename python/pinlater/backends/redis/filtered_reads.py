@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 from pinlater.backends.base import JobFilter, JobState
 from pinlater.backends.body_filter import BodyFilter
-from pinlater.backends.redis.keys import QueueKeys, seconds_arg
+from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.keys_compact import QueueKeyNames
 from pinlater.backends.redis.script_calls import ShardScripts
 
 
@@ -32,7 +33,7 @@ def score_range(where: JobFilter) -> tuple[str, str]:
     return "-inf", now
 
 
-def read_sets(keys: QueueKeys, where: JobFilter) -> list[str]:
+def read_sets(keys: QueueKeyNames, where: JobFilter) -> list[str]:
     """The keys a read of a filter covers: its state's set, and for PENDING the held set, hold
     expiry set and holders hash (held jobs are PENDING; see ``lua/lib/holds.lua``)."""
     set_key = keys.set_key(where.priority, where.state)
@@ -69,7 +70,7 @@ def page(
     keys = shard.keys(queue)
     args = [
         queue,
-        keys.hash_prefix,
+        keys.jobs_arg,
         low,
         high,
         offset,
@@ -78,7 +79,7 @@ def page(
         "1" if newest else "0",
         max_bytes,
     ]
-    out = shard.run_in_queue("scan_jobs", queue, [keys.names_key, *sets], args)
+    out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, *sets], args)
     evicted = int(out[0])
     shard.count_evicted(evicted)
     return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + 9] for i in range(3, len(out), 9)])
@@ -142,7 +143,7 @@ def delete_matching(
     keys = shard.keys(queue)
     low, high = score_range(where)
     sets = read_sets(keys, where)
-    key_list = [keys.names_key, *sets]
+    key_list = [keys.exists_key, *sets]
     shard.require_queue(queue)
     deleted, offset = 0, 0
     while deleted < limit:
@@ -151,7 +152,7 @@ def delete_matching(
         picked = [got.rows[i][0] for i in body_filter.matching([row[8] for row in got.rows])][: limit - deleted]
         removed = 0
         if picked:
-            args = [queue, keys.hash_prefix, low, high, limit - deleted, *picked]
+            args = [queue, keys.jobs_arg, low, high, limit - deleted, *picked]
             removed = int(shard.run_in_queue("delete_jobs", queue, key_list, args))
         deleted += removed
         if got.last:

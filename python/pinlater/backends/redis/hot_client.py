@@ -43,6 +43,7 @@ from pinlater._pinlater import RedisErrorReply, redis_pack_command, redis_reply_
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import SENT, readable_now, repeatable
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.script_calls import shard_errors
 from pinlater.errors import ShardConnectionError
 
@@ -61,9 +62,9 @@ MAX_REPLY_BYTES = 512 << 20
 string, ``proto-max-bulk-len``, is 512 MiB by default)."""
 
 
-def script_sha(name: str) -> str:
-    """The SHA1 Redis names ``lua/{name}.lua`` by (as redis-py's ``Script`` computes it)."""
-    return hashlib.sha1(scripts.source(name).encode(), usedforsecurity=False).hexdigest()
+def script_sha(name: str, layout: str = "original") -> str:
+    """The SHA1 Redis names the layout's ``{name}.lua`` by (as redis-py's ``Script`` computes it)."""
+    return hashlib.sha1(scripts.source(name, layout).encode(), usedforsecurity=False).hexdigest()
 
 
 class _Broken(Exception):
@@ -204,19 +205,29 @@ class HotClient:
     """One shard's hot scripts over a connection of its own (see the module docstring)."""
 
     def __init__(
-        self, name: str, config: RedisShardConfig, timeout: float, max_reply_bytes: int = MAX_REPLY_BYTES
+        self,
+        name: str,
+        config: RedisShardConfig,
+        timeout: float,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
+        layout: ShardLayout | None = None,
     ) -> None:
         self._name = name
         self._config = config
         self._timeout = timeout
         self._max_reply_bytes = max_reply_bytes
-        self.shas = {script: script_sha(script) for script in HOT_SCRIPTS}
+        #: The shard's layout (None: the original, unchecked, as tests of the client alone use).
+        self._layout = layout
+        self._layout_name = "original" if layout is None else layout.name
+        self.shas = {script: script_sha(script, self._layout_name) for script in HOT_SCRIPTS}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
 
     async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
         """Send ``command`` (an EVALSHA of ``script``) and read its reply with ``parse``."""
+        if self._layout is not None and not self._layout.checked:
+            self._layout.require()
         for attempt in (1, 2):
             token = SENT.set(False)
             try:
@@ -330,7 +341,9 @@ class HotClient:
         return conn
 
     def _send_loads(self, conn: _Connection, names: tuple[str, ...] | list[str]) -> list[asyncio.Future[bytes]]:
-        return [conn.send(redis_pack_command(("SCRIPT", "LOAD", scripts.source(name)))) for name in names]
+        return [
+            conn.send(redis_pack_command(("SCRIPT", "LOAD", scripts.source(name, self._layout_name)))) for name in names
+        ]
 
     async def _load(self, names: list[str]) -> None:
         conn = await self._connection()

@@ -98,18 +98,23 @@ def ms_from_seconds(value: bytes | str | float | None, default: int = 0) -> int:
 
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """Every key of one queue on one shard, built once and cached by the store."""
+    """Every key of one queue on one shard in the original layout, built once and cached by the
+    store. ``keys_compact.CompactQueueKeys`` has the same attributes and methods, so the store
+    builds a script's ``KEYS`` and ``ARGV`` the same way in either layout."""
 
     shard: str
     queue: str
-    hash_prefix: str = field(init=False)
+    #: ``ARGV[2]`` of the scripts that read jobs: where they find them (the job hash key prefix).
+    jobs_arg: str = field(init=False)
+    #: The id counter (``KEYS[2]`` of enqueue_jobs).
     id_key: str = field(init=False)
-    names_key: str = field(init=False)
+    #: ``KEYS[1]`` of every queue script: the key that says the queue exists (the names set).
+    exists_key: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "hash_prefix", job_hash_prefix(self.shard, self.queue))
+        object.__setattr__(self, "jobs_arg", job_hash_prefix(self.shard, self.queue))
         object.__setattr__(self, "id_key", job_id_key(self.shard, self.queue))
-        object.__setattr__(self, "names_key", queue_names_key(self.shard))
+        object.__setattr__(self, "exists_key", queue_names_key(self.shard))
 
     def set_key(self, priority: int, state: JobState) -> str:
         return queue_set_key(self.shard, self.queue, priority, state)
@@ -140,3 +145,13 @@ class QueueKeys:
     def priority_sets(self, priority: int) -> list[str]:
         """The four sets of one priority, indexed by ``JobState`` value (PENDING first)."""
         return [self.set_key(priority, state) for state in JobState]
+
+    def id_sets(self, priority: int) -> list[str]:
+        """Every set of one priority whose members are job ids, for delete_queue: the state sets,
+        the held and hold expiry sets, and the set servers before the held set left."""
+        return [
+            *self.priority_sets(priority),
+            self.held_key(priority),
+            self.hold_expiry_key(priority),
+            self.legacy_reserved_key(priority),
+        ]

@@ -57,9 +57,10 @@ class NativeHotPath:
         self._shard = store.name
         self._client = client
         self._sha = client.shas
+        self._layout = store.layout.name
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
-        command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms)
+        command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, self._layout)
         ids = await self._client.call("enqueue_jobs", command, redis_ids_reply)
         if ids is None:
             raise QueueNotFoundError(queue)
@@ -69,12 +70,12 @@ class NativeHotPath:
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> ClaimedJobs:
         if limit <= 0:  # only whether the queue exists, as the blocking store answers
-            command = redis_require_queue_command(self._sha["count_jobs"], self._shard, queue)
+            command = redis_require_queue_command(self._sha["count_jobs"], self._shard, queue, self._layout)
             if await self._client.call("count_jobs", command, redis_int_reply) is None:
                 raise QueueNotFoundError(queue)
             return _NO_JOBS
         sha = self._sha["dequeue_jobs"]
-        command = redis_dequeue_command(sha, self._shard, queue, priority, limit, claim, now_ms, dry_run)
+        command = redis_dequeue_command(sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, self._layout)
         out = await self._client.call("dequeue_jobs", command, redis_claimed_reply)
         if out is None:
             raise QueueNotFoundError(queue)
@@ -84,7 +85,7 @@ class NativeHotPath:
         return jobs
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
-        command = redis_ack_command(self._sha["ack_jobs"], self._shard, queue, acks, now_ms)
+        command = redis_ack_command(self._sha["ack_jobs"], self._shard, queue, acks, now_ms, self._layout)
         evicted = await self._client.call("ack_jobs", command, redis_ack_reply)
         if evicted is None:
             raise QueueNotFoundError(queue)
@@ -104,11 +105,11 @@ class NativeHotPath:
                 "EVALSHA",
                 self._sha["reserve_jobs"],
                 5,
-                keys.names_key,
+                keys.exists_key,
                 keys.set_key(priority, JobState.PENDING),
                 *keys.hold_keys(priority),
                 queue,
-                keys.hash_prefix,
+                keys.jobs_arg,
                 seconds_arg(now_ms),
                 limit,
                 reservation,
@@ -125,7 +126,7 @@ class NativeHotPath:
 
     async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         sha = self._sha["claim_reserved"]
-        command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms)
+        command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms, self._layout)
         claimed = await self._client.call("claim_reserved", command, redis_ids_reply)
         if claimed is None:
             raise QueueNotFoundError(queue)

@@ -23,8 +23,8 @@ def reserve_call(
     if limit <= 0:
         return shard.require_queue_call(queue, lambda _reply: [])
     keys = shard.keys(queue)
-    key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
-    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
+    key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
+    args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
 
     def parse(out: Any) -> list[ClaimedJob]:
         shard.count_evicted(out[0])
@@ -37,14 +37,14 @@ def claim_call(
     shard: ShardScripts, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
 ) -> ScriptCall[list[tuple[int, int]]]:
     keys = shard.keys(queue)
-    key_list = [keys.names_key]
+    key_list = [keys.exists_key]
     index: dict[int, int] = {}
     for p in sorted({p for p, _, _ in items}):
         index[p] = len(key_list) + 1
         key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.IN_PROGRESS), *keys.hold_keys(p)]
     # Runs of jobs that share a priority and a claim (one worker's dequeue) go as one group:
     # index, claim, count, then the ids, so a job costs one argument.
-    args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), reservation, 0]
+    args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), reservation, 0]
     groups = 0
     count_at = 0
     run: tuple[int, str] | None = None
@@ -68,7 +68,7 @@ def release_call(
     shard: ShardScripts, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
 ) -> ScriptCall[int]:
     keys = shard.keys(queue)
-    key_list = [keys.names_key]
+    key_list = [keys.exists_key]
     index: dict[int, int] = {}
     for p in sorted({p for p, _ in items}):
         index[p] = len(key_list) + 1

@@ -35,6 +35,8 @@ from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import SENT, PackedConnection, pool_options, repeatable
 from pinlater.backends.redis.keys import QueueKeys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 # Server answers that mean "this shard cannot serve now", not "this request is wrong".
@@ -86,12 +88,14 @@ def _in_queue(result: Any, queue: str) -> Any:
 class ShardScripts:
     """The scripts of one shard, called through its client. Thread-safe."""
 
-    def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis) -> None:
+    def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis, layout: ShardLayout) -> None:
         self._name = name
         self._config = config
         self._client = client
-        self._scripts = scripts.register(client)
-        self._queue_keys: dict[str, QueueKeys] = {}
+        self.layout = layout
+        self._scripts = scripts.register(client, layout.name)
+        self._key_names: type[QueueKeys] | type[CompactQueueKeys] = CompactQueueKeys if layout.compact else QueueKeys
+        self._queue_keys: dict[str, QueueKeyNames] = {}
         self._lock = threading.Lock()
         self._evicted_jobs = 0
 
@@ -100,22 +104,36 @@ class ShardScripts:
         """Jobs found without their hash (evicted) and removed, since the store opened."""
         return self._evicted_jobs
 
-    def keys(self, queue: str) -> QueueKeys:
+    def keys(self, queue: str) -> QueueKeyNames:
         keys = self._queue_keys.get(queue)
         if keys is None:
             if len(self._queue_keys) > 4096:  # queue names are few; this only bounds a misuse
                 self._queue_keys.clear()
-            keys = self._queue_keys[queue] = QueueKeys(self._name, queue)
+            keys = self._queue_keys[queue] = self._key_names(self._name, queue)
         return keys
 
     def errors(self) -> contextlib.AbstractContextManager[None]:
         return shard_errors(self._name, self._config)
 
     def run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        self.check_layout()
         return self._on_live_connection(script, lambda: self._scripts[script](keys=list(keys), args=list(args)))
 
     def ping(self) -> None:
         self._on_live_connection("ping", self._client.ping)
+        self.check_layout()
+
+    def check_layout(self) -> None:
+        """Read the shard's layout record if it could not be read when the store opened."""
+        if not self.layout.checked:
+            with self.errors():
+                self.layout.check()
+
+    def command(self, *args: Any) -> Any:
+        """A plain command on the shard's client (the compact layout's queue names), mapped and
+        repeated on a fresh connection as the scripts are."""
+        self.check_layout()
+        return self._on_live_connection(str(args[0]), lambda: self._client.execute_command(*args))  # type: ignore[no-untyped-call]
 
     def _on_live_connection(self, what: str, send: Callable[[], T]) -> T:
         """``send()``, repeated once on a fresh connection after a dead one where harmless."""
@@ -157,7 +175,7 @@ class ShardScripts:
         """A cheap script that fails with QUEUE_NOT_FOUND when the queue does not exist."""
         keys = self.keys(queue)
         return ScriptCall(
-            "count_jobs", queue, [keys.names_key, keys.set_key(1, JobState.PENDING)], [queue, 0, 0], answer
+            "count_jobs", queue, [keys.exists_key, keys.set_key(1, JobState.PENDING)], [queue, 0, 0], answer
         )
 
     def count_evicted(self, n: Any) -> None:
@@ -166,10 +184,10 @@ class ShardScripts:
                 self._evicted_jobs += n
 
 
-def priority_keys(keys: QueueKeys, priorities: set[int], per: int) -> tuple[list[str], dict[int, int]]:
+def priority_keys(keys: QueueKeyNames, priorities: set[int], per: int) -> tuple[list[str], dict[int, int]]:
     """KEYS for scripts that take ``per`` state sets per priority (PENDING first), after the
     queue-names key, and each priority's 1-based index of its PENDING set in them."""
-    key_list = [keys.names_key]
+    key_list = [keys.exists_key]
     index: dict[int, int] = {}
     for p in sorted(priorities):
         index[p] = len(key_list) + 1
@@ -182,8 +200,11 @@ class AsyncShardScripts:
     hand-off per call. The client (its own pool of ``max_connections``) is made on first use and
     made anew if a later call runs on another loop."""
 
-    def __init__(self, name: str, config: RedisShardConfig, max_connections: int, timeout: float) -> None:
+    def __init__(
+        self, name: str, config: RedisShardConfig, max_connections: int, timeout: float, layout: ShardLayout
+    ) -> None:
         self._name = name
+        self._layout = layout
         self._config = config
         self._max_connections = max_connections
         self._timeout = timeout
@@ -208,11 +229,12 @@ class AsyncShardScripts:
                 **pool_options(),
             )
             self._client = redis.asyncio.Redis(connection_pool=pool)
-            self._scripts = scripts.register(self._client)  # type: ignore[arg-type]  # same API
+            self._scripts = scripts.register(self._client, self._layout.name)  # type: ignore[arg-type]  # same API
             self._loop = loop
         return self._scripts
 
     async def call(self, call: ScriptCall[T]) -> T:
+        self._layout.require()
         for attempt in (1, 2):
             token = SENT.set(False)
             try:

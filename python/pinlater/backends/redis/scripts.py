@@ -1,10 +1,11 @@
-"""The Lua scripts of the Redis store: one file per operation in ``lua/``, shipped as package data.
+"""The Lua scripts of the Redis store: one file per operation in ``lua/`` (the original layout)
+and in ``lua_compact/`` (the compact one, ``keys_compact.py``), shipped as package data.
 
 Each file opens with a header naming its ``KEYS``/``ARGV`` and return values. ``register`` reads
 them through ``importlib.resources`` and registers them on a client; redis-py's ``Script`` runs
 EVALSHA and loads the script again when the server answers NOSCRIPT (after a restart or a
-``SCRIPT FLUSH``). Helpers shared by several scripts live in ``lua/lib/{name}.lua``; a line
-``--@include {name}`` in a script is replaced by that file (Redis has no module system).
+``SCRIPT FLUSH``). Helpers shared by several scripts of a layout live in its ``lib/{name}.lua``;
+a line ``--@include {name}`` in a script is replaced by that file (Redis has no module system).
 """
 
 from __future__ import annotations
@@ -46,17 +47,23 @@ QUEUE_NOT_FOUND = -1
 INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 
 
+SCRIPT_DIRS = {"original": "lua", "compact": "lua_compact"}
+"""Each layout's directory of scripts."""
+
+
 @cache
-def source(name: str) -> str:
-    """The text of ``lua/{name}.lua``, with its ``--@include`` lines expanded."""
-    text = _read("lua", f"{name}.lua")
-    return INCLUDE.sub(lambda m: _read("lua", "lib", f"{m.group(1)}.lua"), text)
+def source(name: str, layout: str = "original") -> str:
+    """The text of the layout's ``{name}.lua``, with its ``--@include`` lines expanded."""
+    folder = SCRIPT_DIRS[layout]
+    text = _read(folder, f"{name}.lua")
+    return INCLUDE.sub(lambda m: _read(folder, "lib", f"{m.group(1)}.lua"), text)
 
 
 def _read(*parts: str) -> str:
     return resources.files("pinlater.backends.redis").joinpath(*parts).read_text(encoding="utf-8")
 
 
-def register(client: redis.Redis) -> dict[str, Script]:
-    """Every script, registered on ``client`` (nothing is sent until a script first runs)."""
-    return {name: client.register_script(source(name)) for name in SCRIPT_NAMES}
+def register(client: redis.Redis, layout: str = "original") -> dict[str, Script]:
+    """Every script of ``layout``, registered on ``client`` (nothing is sent until a script first
+    runs)."""
+    return {name: client.register_script(source(name, layout)) for name in SCRIPT_NAMES}

@@ -70,7 +70,9 @@ from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import TrackedConnection, pool_options
 from pinlater.backends.redis.filtered_reads import delete_matching, matching_pages, pages, read_sets, score_range
 from pinlater.backends.redis.hot_client import HotClient
-from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, QueueKeys, queue_names_key, seconds_arg
+from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
+from pinlater.backends.redis.keys_compact import QueueKeyNames, compact_names_key
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.backends.redis.replies import claimed_jobs, job_record
@@ -119,14 +121,19 @@ class RedisStore:
             **pool_options(),
         )
         self._client = redis.Redis(connection_pool=self._pool)
-        self._shard = ShardScripts(name, config, self._client)
+        #: The layout the shard is served in (``layouts.py``): raises ``ConfigError`` if the
+        #: config names the other one than the shard holds.
+        self.layout = ShardLayout(name, config, self._client)
+        self._shard = ShardScripts(name, config, self._client, self.layout)
         #: used_memory against maxmemory, read in the background (``pressure.MemoryProbe``).
         self.memory = RedisMemoryProbe(name, config, self._client)
         #: The hot operations on the event loop, with a pool of their own of the same size.
-        self.aio = AsyncHotPath(self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout))
+        self.aio = AsyncHotPath(
+            self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout, self.layout)
+        )
         #: The hot path the server uses: the same scripts over a connection of its own, with
         #: commands and replies handled in Rust (``native_hot.py``, ``hot_client.py``).
-        self.native = NativeHotPath(self, HotClient(name, config, timeout))
+        self.native = NativeHotPath(self, HotClient(name, config, timeout, layout=self.layout))
         self._num_priorities = settings.num_priority_levels
         self._body_filter_budget = settings.body_filter_time_budget_seconds
         self._closed = False
@@ -159,23 +166,27 @@ class RedisStore:
         # The layout keeps no priority count per queue; remember the highest seen for delete_queue.
         self._num_priorities = max(self._num_priorities, num_priorities)
         keys = self._keys(queue)
-        self._run("create_queue", [keys.names_key], [queue, _now_seconds()])
+        now = _now_seconds()
+        self._run("create_queue", [keys.exists_key], [queue, now])
+        if self.layout.compact:  # the names set is in another slot: not inside the script
+            self._shard.command("ZADD", compact_names_key(self._name), "NX", round(float(now) * 1000), queue)
 
     def delete_queue(self, queue: str) -> None:
         keys = self._keys(queue)
         priorities = range(1, self._num_priorities + 1)
-        sets = [
-            key
-            for p in priorities
-            for key in [*keys.priority_sets(p), keys.held_key(p), keys.hold_expiry_key(p), keys.legacy_reserved_key(p)]
-        ]
+        sets = [key for p in priorities for key in keys.id_sets(p)]
         holders = [keys.holders_key(p) for p in priorities]
-        args = [queue, keys.hash_prefix, DELETE_QUEUE_BATCH, len(holders)]
-        while self._run("delete_queue", [keys.names_key, *sets, *holders], args):
+        args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
+        if self.layout.compact:  # gone from the list first, as the script's first call does
+            self._shard.command("ZREM", compact_names_key(self._name), queue)
+        while self._run("delete_queue", [keys.exists_key, *sets, *holders], args):
             pass
 
     def get_queue_names(self) -> set[str]:
-        names = self._run("get_queue_names", [queue_names_key(self._name)], [])
+        if self.layout.compact:
+            names = self._shard.command("ZRANGE", compact_names_key(self._name), 0, -1)
+        else:
+            names = self._run("get_queue_names", [queue_names_key(self._name)], [])
         return {name.decode() for name in names}
 
     # -- the job lifecycle ------------------------------------------------------------------
@@ -186,9 +197,9 @@ class RedisStore:
     def _enqueue_call(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> ScriptCall[list[int]]:
         keys = self._keys(queue)
         priorities = sorted({job.priority for job in jobs})
-        key_list = [keys.names_key, keys.id_key] + [keys.set_key(p, JobState.PENDING) for p in priorities]
+        key_list = [keys.exists_key, keys.id_key] + [keys.set_key(p, JobState.PENDING) for p in priorities]
         index = {p: i + 3 for i, p in enumerate(priorities)}  # KEYS is 1-based; two keys come first
-        args: list[Any] = [queue, keys.hash_prefix, seconds_arg(now_ms), len(jobs)]
+        args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs)]
         for job in jobs:
             status = job.custom_status[:CUSTOM_STATUS_LIMIT]
             args += [index[job.priority], job.body, job.attempts_allowed, seconds_arg(job.run_after_ms), status]
@@ -206,12 +217,12 @@ class RedisStore:
             return self._require_queue_call(queue, [])
         keys = self._keys(queue)
         key_list = [
-            keys.names_key,
+            keys.exists_key,
             keys.set_key(priority, JobState.PENDING),
             keys.set_key(priority, JobState.IN_PROGRESS),
             *keys.hold_keys(priority),
         ]
-        args = [queue, keys.hash_prefix, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
+        args = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
         return ScriptCall("dequeue_jobs", queue, key_list, args, self._claimed_jobs)
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
@@ -223,7 +234,7 @@ class RedisStore:
         keys = self._keys(queue)
         items = [("s", item) for item in succeeded] + [("f", item) for item in failed]
         key_list, index = priority_keys(keys, {item.priority for _, item in items}, 4)
-        args: list[Any] = [queue, keys.hash_prefix, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
+        args: list[Any] = [queue, keys.jobs_arg, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
         for kind, item in items:
             retry_at = seconds_arg(now_ms + item.retry_delay_ms)
             args += [index[item.priority], item.local_id, kind, item.append_custom_status, retry_at]
@@ -232,7 +243,7 @@ class RedisStore:
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         keys = self._keys(queue)
         key_list, index = priority_keys(keys, {item.priority for item in items}, 2)
-        args: list[Any] = [queue, keys.hash_prefix, source, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
+        args: list[Any] = [queue, keys.jobs_arg, source, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
         for item in items:
             args += [
                 index[item.priority],
@@ -270,11 +281,11 @@ class RedisStore:
 
     def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
         qkeys = self._keys(queue)
-        key_list, index = [qkeys.names_key], {}
+        key_list, index = [qkeys.exists_key], {}
         for p in sorted({priority for priority, _ in keys}):  # the four state sets, then the held set
             index[p] = len(key_list) + 1
             key_list += [*qkeys.priority_sets(p), qkeys.held_key(p)]
-        args: list[Any] = [queue, qkeys.hash_prefix, "1" if include_body else "0", len(keys)]
+        args: list[Any] = [queue, qkeys.jobs_arg, "1" if include_body else "0", len(keys)]
         for priority, local_id in keys:
             args += [index[priority], local_id]
         out = self._run_in_queue("lookup_jobs", queue, key_list, args)
@@ -291,7 +302,7 @@ class RedisStore:
         low, high = score_range(where)
         sets = read_sets(keys, where)
         if where.body_regex is None:
-            key_list = [keys.names_key, *sets[:2]]  # the state set, and the held set for PENDING
+            key_list = [keys.exists_key, *sets[:2]]  # the state set, and the held set for PENDING
             count = int(self._run_in_queue("count_jobs", queue, key_list, [queue, low, high]))
         else:
             body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
@@ -368,8 +379,8 @@ class RedisStore:
         self, queue: str, priority: int, attempts_to_allow: int, run_after_ms: int, limit: int, now_ms: int
     ) -> int:
         keys = self._keys(queue)
-        key_list = [keys.names_key, keys.set_key(priority, JobState.PENDING), keys.set_key(priority, JobState.FAILED)]
-        args = [queue, keys.hash_prefix, attempts_to_allow, seconds_arg(run_after_ms), limit, seconds_arg(now_ms)]
+        key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), keys.set_key(priority, JobState.FAILED)]
+        args = [queue, keys.jobs_arg, attempts_to_allow, seconds_arg(run_after_ms), limit, seconds_arg(now_ms)]
         moved, evicted = self._run_in_queue("retry_failed_jobs", queue, key_list, args)
         self._count_evicted(evicted)
         return int(moved)
@@ -377,9 +388,9 @@ class RedisStore:
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         keys = self._keys(queue)
         low, high = score_range(where)
-        key_list = [keys.names_key, *read_sets(keys, where)]
+        key_list = [keys.exists_key, *read_sets(keys, where)]
         if where.body_regex is None:
-            return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.hash_prefix, low, high, limit]))
+            return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.jobs_arg, low, high, limit]))
         body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
         return delete_matching(self._shard, queue, where, body_filter, limit, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES)
 
@@ -389,9 +400,9 @@ class RedisStore:
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
     ) -> int:
         keys = self._keys(queue)
-        key_list = [keys.names_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
+        key_list = [keys.exists_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
         key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority)]
-        args = [queue, keys.hash_prefix, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
+        args = [queue, keys.jobs_arg, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
         changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list, args)
         self._count_evicted(evicted)
         return int(changed)
@@ -400,8 +411,8 @@ class RedisStore:
         if state not in (JobState.SUCCEEDED, JobState.FAILED):
             raise ValueError(f"gc_finished_jobs takes SUCCEEDED or FAILED, not {state.name}")
         keys = self._keys(queue)
-        key_list = [keys.names_key, keys.set_key(priority, state)]
-        args = [queue, keys.hash_prefix, seconds_arg(finished_before_ms), limit]
+        key_list = [keys.exists_key, keys.set_key(priority, state)]
+        args = [queue, keys.jobs_arg, seconds_arg(finished_before_ms), limit]
         return int(self._run_in_queue("gc_finished_jobs", queue, key_list, args))
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -430,7 +441,7 @@ class RedisStore:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _keys(self, queue: str) -> QueueKeys:
+    def _keys(self, queue: str) -> QueueKeyNames:
         return self._shard.keys(queue)
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:

@@ -1,0 +1,91 @@
+"""The compact Redis layout's keys (``"layout": "compact"`` in a shard's config).
+
+Designed for cost, not for the original server to read: one packed record per job in one hash
+per queue instead of a six-field hash per job, so a script reads and writes a whole batch of jobs
+with one command, and every key of one queue shares the hash tag ``{S:Q}``, so each queue script
+touches one slot and a compact shard can be a Redis Cluster. Scripts: ``lua_compact/``, with the
+same ``KEYS`` positions, ``ARGV`` and replies as the original's scripts of the same names;
+records: ``lua_compact/lib/records.lua``.
+
+Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the tag early):
+
+* ``plc:{S:Q}:m``: the queue's meta hash: ``c``, its creation time in ms, while the queue exists
+  (every script's "does the queue exist" check, as ``pln_S`` is in the original); ``id``, the
+  local id counter, never deleted (as the original keeps ``plj_S_Q``).
+* ``plc:{S:Q}:j``: the records hash: field = local id (decimal), value = the job's record.
+* ``plc:{S:Q}:p{priority}:s{state}``: sorted set of local ids, scored by integer milliseconds
+  with the meaning the original's scores have (run after, claim time, finish time);
+  ``:h``, ``:x``, ``:o``: the dequeue broker's held set, hold expiries and holders (``lua/lib/holds.lua``).
+* ``plc:{S}:q``: sorted set of the shard's queue names, score = creation time in ms. In another
+  slot than the queues' keys, so it is written with plain commands beside the scripts, never
+  inside one.
+* ``pll:{S}``: the shard's layout, ``original`` or ``compact`` (``layouts.py``), or ``migrating``
+  while ``pinlater migrate-layout`` moves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pinlater.backends.base import JobState
+from pinlater.backends.redis.keys import QueueKeys
+
+COMPACT_KEY_PREFIX = "plc"
+
+
+def queue_tag(shard: str, queue: str) -> str:
+    """``{S:Q}``: the hash tag every key of one queue carries (one slot per queue)."""
+    return f"{{{shard}:{queue}}}"
+
+
+def compact_names_key(shard: str) -> str:
+    """``plc:{S}:q``: the sorted set of the shard's queue names."""
+    return f"{COMPACT_KEY_PREFIX}:{{{shard}}}:q"
+
+
+@dataclass(frozen=True, slots=True)
+class CompactQueueKeys:
+    """Every key of one queue on one shard in the compact layout, with ``keys.QueueKeys``'s
+    attributes and methods (so the store builds the scripts' ``KEYS`` and ``ARGV`` alike)."""
+
+    shard: str
+    queue: str
+    #: ``ARGV[2]`` of the scripts that read jobs: the records hash.
+    jobs_arg: str = field(init=False)
+    #: The id counter: field ``id`` of the meta hash.
+    id_key: str = field(init=False)
+    #: ``KEYS[1]`` of every queue script: the meta hash, whose field ``c`` says the queue exists.
+    exists_key: str = field(init=False)
+    _base: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        base = f"{COMPACT_KEY_PREFIX}:{queue_tag(self.shard, self.queue)}:"
+        object.__setattr__(self, "_base", base)
+        object.__setattr__(self, "jobs_arg", base + "j")
+        object.__setattr__(self, "id_key", base + "m")
+        object.__setattr__(self, "exists_key", base + "m")
+
+    def set_key(self, priority: int, state: JobState) -> str:
+        return f"{self._base}p{priority:d}:s{int(state):d}"
+
+    def held_key(self, priority: int) -> str:
+        return f"{self._base}p{priority:d}:h"
+
+    def hold_expiry_key(self, priority: int) -> str:
+        return f"{self._base}p{priority:d}:x"
+
+    def holders_key(self, priority: int) -> str:
+        return f"{self._base}p{priority:d}:o"
+
+    def hold_keys(self, priority: int) -> list[str]:
+        return [self.held_key(priority), self.hold_expiry_key(priority), self.holders_key(priority)]
+
+    def priority_sets(self, priority: int) -> list[str]:
+        return [self.set_key(priority, state) for state in JobState]
+
+    def id_sets(self, priority: int) -> list[str]:
+        return [*self.priority_sets(priority), self.held_key(priority), self.hold_expiry_key(priority)]
+
+
+QueueKeyNames = QueueKeys | CompactQueueKeys
+"""The keys of one queue in either layout."""

@@ -1,0 +1,128 @@
+"""Which layout a Redis shard is served in, and the shard's own record of it.
+
+Each shard records its layout in Redis, at ``pll:{S}`` (``original`` or ``compact``; ``migrating``
+while ``pinlater migrate-layout`` moves it). A store reads it when it opens:
+
+* the config's ``"layout"`` wins where the shard holds nothing yet;
+* without it, the record decides; a shard with no record that holds the original's queue names
+  (``pln_S``, written by the original server or ours) is original, so pointing our server at an
+  original PinLater Redis stays safe; an empty shard is written compact;
+* a config that names the other layout than the shard holds, or a shard being migrated, is a
+  ``ConfigError`` with one line saying so: the server refuses to start (or a reload to load), and
+  never mixes the two layouts on one shard.
+
+The first store to serve a shard writes the record (``SET NX``, so two servers starting at once
+agree). A shard that cannot be reached when its store opens is served, once reached, in the
+layout the config names, or the original one if it names none; until its record was read there
+(``ShardLayout.check``, run by the first blocking call or the health checker's ping), every call
+fails as if the shard were down, so nothing is written in a layout the shard does not hold.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+
+from pinlater.backends.redis.config import LAYOUTS
+from pinlater.backends.redis.keys import queue_names_key
+from pinlater.backends.redis.keys_compact import compact_names_key
+from pinlater.errors import ConfigError, ShardConnectionError
+
+if TYPE_CHECKING:
+    from pinlater.backends.redis.config import RedisShardConfig
+
+log = logging.getLogger(__name__)
+
+LAYOUT_KEY_PREFIX = "pll"
+MIGRATING = "migrating"
+
+
+def layout_key(shard: str) -> str:
+    """``pll:{S}``: the shard's record of its layout."""
+    return f"{LAYOUT_KEY_PREFIX}:{{{shard}}}"
+
+
+def choose_layout(client: redis.Redis, shard: str, wanted: str | None) -> str:
+    """The layout to serve ``shard`` in (see the module docstring), recorded in the shard if it
+    had no record. Raises ``ConfigError`` on a conflict, redis-py's errors if unreachable."""
+    key = layout_key(shard)
+    for _ in range(2):  # a second pass only if another server recorded a layout meanwhile
+        recorded = _text(client.get(key))
+        if recorded == MIGRATING:
+            raise ConfigError(
+                f"shard {shard}: `pinlater migrate-layout` is moving it to another layout ({key} = {MIGRATING}); "
+                "run it again to finish before serving the shard"
+            )
+        if recorded is not None and recorded not in LAYOUTS:
+            raise ConfigError(f"shard {shard}: unknown layout {recorded!r} recorded at {key}")
+        held = recorded or _layout_of_data(client, shard)
+        if wanted is not None and held is not None and wanted != held:
+            where = f"recorded at {key}" if recorded else "its keys"
+            raise ConfigError(
+                f'shard {shard}: the config says "layout": "{wanted}" but the shard holds the {held} layout '
+                f"({where}); change the config or run `pinlater migrate-layout`"
+            )
+        layout = wanted or held or "compact"
+        if recorded is not None or client.set(key, layout, nx=True):
+            return layout
+    raise ConfigError(f"shard {shard}: its layout record {key} keeps changing; is a migration running?")
+
+
+def _layout_of_data(client: redis.Redis, shard: str) -> str | None:
+    """What a shard without a layout record holds: ``original`` if it has the original's queue
+    names, ``compact`` if it has the compact layout's (written before records existed), else None."""
+    if client.exists(queue_names_key(shard)):
+        return "original"
+    if client.exists(compact_names_key(shard)):
+        return "compact"
+    return None
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class ShardLayout:
+    """The layout one store serves its shard in, and whether the shard's record was checked."""
+
+    def __init__(self, shard: str, config: RedisShardConfig, client: redis.Redis) -> None:
+        self._shard = shard
+        self._wanted = config.layout
+        self._client = client
+        try:
+            self.name = choose_layout(client, shard, config.layout)
+            self.checked = True
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.name = config.layout or "original"
+            self.checked = False
+            log.warning(
+                "shard %s: cannot read its layout now (%s); it is served in the %s layout once reached and checked",
+                shard,
+                exc,
+                self.name,
+            )
+
+    @property
+    def compact(self) -> bool:
+        return self.name == "compact"
+
+    def check(self) -> None:
+        """Read the shard's record if not done yet (blocking). A record that disagrees with the
+        layout served raises ``ShardConnectionError`` (the shard stays down) and logs why."""
+        if self.checked:
+            return
+        try:
+            found = choose_layout(self._client, self._shard, self.name)
+        except ConfigError as exc:
+            log.error("%s", exc)
+            raise ShardConnectionError(self._shard, str(exc)) from exc
+        self.checked = found == self.name
+
+    def require(self) -> None:
+        """For calls that cannot block (the event loop's): fail as a down shard until checked."""
+        if not self.checked:
+            raise ShardConnectionError(self._shard, "its layout record is not read yet (the health check reads it)")

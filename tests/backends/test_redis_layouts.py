@@ -1,0 +1,131 @@
+"""Which layout a Redis shard is served in (``layouts.py``): the config's ``"layout"``, the
+shard's record of its layout, and what it already holds; never both layouts on one shard."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.redis_server import RedisServer, write_shard_config
+
+from pinlater._pinlater import NewJobBatch
+from pinlater.backends.base import NewJob
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.layouts import layout_key
+from pinlater.errors import ConfigError, ShardConnectionError
+
+pytestmark = pytest.mark.redis
+
+NOW = 1_700_000_000_000
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as srv:
+        yield srv
+
+
+@pytest.fixture
+def raw(server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis(server.host, server.port)
+    yield client
+    client.close()
+
+
+def open_store(server: RedisServer, layout: str | None) -> RedisStore:
+    return RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
+
+
+def served(server: RedisServer, layout: str | None) -> str:
+    store = open_store(server, layout)
+    try:
+        store.create_queue("q", 3)
+        assert len(store.enqueue_jobs("q", [NewJob(1, b"x", NOW, 1)], NOW)) == 1
+        return store.layout.name
+    finally:
+        store.close()
+
+
+def test_an_empty_shard_is_written_compact(server: RedisServer, raw: redis.Redis) -> None:
+    assert served(server, None) == "compact"
+    assert raw.get(layout_key("1")) == b"compact"
+    assert raw.exists("plc:{1:q}:j") and not raw.exists("pln_1")
+    assert served(server, None) == "compact"  # the record decides from now on
+
+
+def test_a_shard_holding_the_originals_queues_stays_original(server: RedisServer, raw: redis.Redis) -> None:
+    raw.zadd("pln_1", {"q": 1_700_000_000.0})  # as the original server creates a queue
+    assert served(server, None) == "original"
+    assert raw.get(layout_key("1")) == b"original"
+    assert raw.exists("plh_1_q.1") and not raw.exists("plc:{1:q}:j")
+
+
+def test_the_config_names_the_layout_of_an_empty_shard(server: RedisServer, raw: redis.Redis) -> None:
+    assert served(server, "original") == "original"
+    assert raw.get(layout_key("1")) == b"original"
+    assert served(server, None) == "original"
+
+
+@pytest.mark.parametrize(
+    ("holds", "configured"),
+    [("original", "compact"), ("compact", "original")],
+)
+def test_a_config_naming_the_other_layout_is_refused(server: RedisServer, holds: str, configured: str) -> None:
+    served(server, holds)
+    with pytest.raises(ConfigError, match=f'"layout": "{configured}" but the shard holds the {holds} layout'):
+        open_store(server, configured)
+
+
+def test_original_data_without_a_record_is_not_served_compact(server: RedisServer, raw: redis.Redis) -> None:
+    raw.zadd("pln_1", {"q": 1_700_000_000.0})
+    with pytest.raises(ConfigError, match="holds the original layout"):
+        open_store(server, "compact")
+    assert raw.get(layout_key("1")) is None  # nothing written by the refused store
+
+
+def test_a_shard_being_migrated_is_refused(server: RedisServer, raw: redis.Redis) -> None:
+    raw.set(layout_key("1"), "migrating")
+    with pytest.raises(ConfigError, match="migrate-layout"):
+        open_store(server, None)
+
+
+def test_a_shard_unreachable_at_open_is_checked_once_reached(server: RedisServer, raw: redis.Redis) -> None:
+    server.stop()
+    store = open_store(server, None)  # served in the original layout once reached and checked
+    try:
+        assert store.layout.name == "original" and not store.layout.checked
+        hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
+        with pytest.raises(ShardConnectionError, match="layout record is not read yet"):
+            asyncio.run(hot.enqueue_jobs("q", NewJobBatch([]), NOW))
+        server.start()
+        raw.set(layout_key("1"), "compact")  # another server made it compact meanwhile
+        with pytest.raises(ShardConnectionError, match="holds the compact layout"):
+            store.ping()
+        with pytest.raises(ShardConnectionError):
+            store.create_queue("q", 3)
+        assert raw.keys("pl[a-z]_*") == []  # nothing written in the wrong layout
+        raw.delete(layout_key("1"))
+        store.ping()  # reads the shard (empty, no record): served and recorded as original
+        assert store.layout.checked and raw.get(layout_key("1")) == b"original"
+        store.create_queue("q", 3)
+        assert store.enqueue_jobs("q", [NewJob(1, b"x", NOW, 1)], NOW) == [1]
+    finally:
+        store.close()
+
+
+def test_the_server_refuses_to_start_on_the_other_layout(tmp_path: Path, server: RedisServer, raw: redis.Redis) -> None:
+    raw.set(layout_key("1"), "compact")
+    config = write_shard_config(tmp_path / "redis.json", {"1": server}, layout="original")
+    done = subprocess.run(
+        [sys.executable, "-m", "pinlater.cli", "serve", "--backend", "redis", "--backend-config", str(config),
+         "--port", "0", "--admin-port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "the shard holds the compact layout" in done.stderr
+    assert done.stderr.strip().count("\n") == 0, done.stderr  # one line
