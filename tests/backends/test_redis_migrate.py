@@ -26,19 +26,13 @@ from tests.support.redis_server import RedisServer, free_port
 
 from pinlater.backends.base import JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
-from pinlater.backends.redis.migrate import (
-    MIGRATING,
-    MigrationError,
-    QueueProgress,
-    layout_marker_key,
-    migrate_shard,
-    script_source,
-)
+from pinlater.backends.redis.layouts import MIGRATING, layout_key
+from pinlater.backends.redis.migrate import MigrationError, QueueProgress, migrate_shard, script_source
 from pinlater.backends.redis.scripts import INCLUDE
 
 pytestmark = pytest.mark.redis
 
-MARKER = layout_marker_key("1")
+MARKER = layout_key("1")
 
 
 @pytest.fixture
@@ -54,8 +48,8 @@ def raw(server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
-def open_store(server: RedisServer, shard: str = "1") -> RedisStore:
-    return RedisStore(shard, RedisShardConfig(RedisEndpoint(server.host, server.port)))
+def open_store(server: RedisServer, shard: str = "1", layout: str = "original") -> RedisStore:
+    return RedisStore(shard, RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
 
 
 @pytest.fixture
@@ -96,7 +90,7 @@ def test_every_job_moves_to_compact_and_back_unchanged(
     assert compact_view(raw, "1") == filled
     assert summary.moved.by_state() == states_of(filled)
     assert summary.moved.held == len(filled.holds)
-    assert (summary.queues, summary.counters, summary.previous_marker) == (["a", "b"], 1, None)
+    assert (summary.queues, summary.counters, summary.previous_marker) == (["a", "b"], 1, "original")
     assert text(raw.get(MARKER)) == "compact"
     # What is left of the original: the deleted queue's counter (copied, kept), and shard 2.
     assert shard_keys(raw, "pl[hjnq]_1_*") == ["plj_1_gone"]
@@ -259,7 +253,7 @@ def test_refuses_while_servers_of_the_shard_are_connected(
     try:
         with pytest.raises(MigrationError, match=r"named pinlater-shard-1 are open .* --force"):
             migrate_shard(raw, "1", "compact")
-        assert raw.get(MARKER) is None
+        assert raw.get(MARKER) == b"original"
         assert original_view(raw, "1") == filled
         migrate_shard(raw, "1", "compact", force=True)
         assert compact_view(raw, "1") == filled

@@ -1,7 +1,7 @@
 """Reading a shard's jobs straight from Redis in either layout, for the migration tests.
 
 ``original_view`` reads the original layout's keys (``keys.py``), ``compact_view`` the compact
-one's (``/work/compact-spec.md``), decoding each record with Lua's own ``cmsgpack.unpack``
+one's (``keys_compact.py``), decoding each record with Lua's own ``cmsgpack.unpack``
 through EVAL, independently of the scripts under test. Both give the same ``ShardView``: times in
 integer ms, so equal views mean the same jobs with the same fields, states, scores and holds.
 ``fill_shard`` writes a shard with jobs in every state through the original store.

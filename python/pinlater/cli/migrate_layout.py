@@ -18,17 +18,9 @@ from typing import Any
 import redis
 
 from pinlater.backends.base import JobState
-from pinlater.backends.redis.config import parse_redis_config
-from pinlater.backends.redis.migrate import (
-    BATCH_JOBS,
-    LAYOUTS,
-    Layout,
-    MigrationError,
-    Moved,
-    QueueProgress,
-    layout_marker_key,
-    migrate_shard,
-)
+from pinlater.backends.redis.config import LAYOUTS, parse_redis_config
+from pinlater.backends.redis.layouts import layout_key
+from pinlater.backends.redis.migrate import BATCH_JOBS, Layout, MigrationError, Moved, QueueProgress, migrate_shard
 from pinlater.errors import ConfigError
 
 PROG = "pinlater migrate-layout"
@@ -112,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         client.close()
     moved = summary.moved
     print(
-        f"done: shard {args.shard} is in the {target} layout ({layout_marker_key(args.shard)} = {target}); "
+        f"done: shard {args.shard} is in the {target} layout ({layout_key(args.shard)} = {target}); "
         f"{len(summary.queues)} queue(s), {moved.jobs} job(s) moved: {_states(moved)}"
     )
     extras = [

@@ -1,5 +1,5 @@
 """Moving one shard's queues between the two Redis layouts (issue #16): the original one
-(``keys.py``) and the compact one (``/work/compact-spec.md``), in either direction.
+(``keys.py``) and the compact one (``keys_compact.py``), in either direction.
 
 How it stays safe:
 
@@ -39,16 +39,16 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
 from pinlater.backends.base import JobState
+from pinlater.backends.redis.config import LAYOUTS
 from pinlater.backends.redis.keys import QueueKeys, job_id_key, queue_names_key
+from pinlater.backends.redis.keys_compact import COMPACT_KEY_PREFIX, CompactQueueKeys, compact_names_key
+from pinlater.backends.redis.layouts import MIGRATING, layout_key
 from pinlater.backends.redis.scripts import INCLUDE
 
 if TYPE_CHECKING:
     import redis
 
 Layout = Literal["original", "compact"]
-LAYOUTS: tuple[Layout, ...] = ("original", "compact")
-MIGRATING = "migrating"
-"""The marker's value while a move is under way (neither layout may be served)."""
 
 BATCH_JOBS = 500
 """Jobs moved per script call by default: a few milliseconds of Redis's time."""
@@ -70,36 +70,13 @@ class MigrationError(RuntimeError):
     """The move cannot start or went wrong; the message is one line meant for the operator."""
 
 
-def layout_marker_key(shard: str) -> str:
-    """``pll:{S}``: the shard's layout (``original``, ``compact``, or ``migrating``)."""
-    return f"pll:{{{shard}}}"
-
-
 def server_client_name(shard: str) -> str:
     """The client name our stores give their connections to ``shard`` (see ``store.py``)."""
     return f"pinlater-shard-{shard}"
 
 
-class CompactKeys:
-    """The compact layout's key names (``/work/compact-spec.md``). Tag ``{S:Q}`` per queue."""
-
-    @staticmethod
-    def names(shard: str) -> str:
-        return f"plc:{{{shard}}}:q"
-
-    def __init__(self, shard: str, queue: str) -> None:
-        self.tag = f"plc:{{{shard}:{queue}}}"
-        self.meta = f"{self.tag}:m"
-        self.records = f"{self.tag}:j"
-
-    def priority_keys(self, priority: int) -> list[str]:
-        """s0 s1 s2 s3 (by ``JobState``), then the held set, the expiry set and the holders hash."""
-        prefix = f"{self.tag}:p{priority:d}"
-        return [f"{prefix}:s{int(s):d}" for s in JobState] + [f"{prefix}:h", f"{prefix}:x", f"{prefix}:o"]
-
-
-def original_priority_keys(keys: QueueKeys, priority: int) -> list[str]:
-    """The original's s0 s1 s2 s3, then ``_h``, ``_x``, ``_o`` of one priority."""
+def priority_keys(keys: QueueKeys | CompactQueueKeys, priority: int) -> list[str]:
+    """The sets s0 s1 s2 s3 of one priority, then its held set, expiry set and holders hash."""
     return [*keys.priority_sets(priority), *keys.hold_keys(priority)]
 
 
@@ -201,7 +178,7 @@ def migrate_shard(
         raise MigrationError("this Redis is a cluster node: the original layout cannot live in a cluster")
     if not force:
         _refuse_if_served(client, shard)
-    marker = layout_marker_key(shard)
+    marker = layout_key(shard)
     previous = client.get(marker)
     summary = MigrationSummary(shard, target, None if previous is None else _text(previous))
     client.set(marker, MIGRATING)
@@ -257,7 +234,7 @@ class _Mover:
         """The queues still in the source layout (named there), oldest first."""
         if self.source == "original":
             return self._names(queue_names_key(self._shard))
-        names = self._names(CompactKeys.names(self._shard))
+        names = self._names(compact_names_key(self._shard))
         # A queue exists while its meta has c; one whose name never reached the names set
         # (a crash between the two writes of create_queue) is found by its meta.
         with_meta = [q for q in self._scan_queues() if q not in names and self._client.hexists(self._meta(q), "c")]
@@ -276,7 +253,7 @@ class _Mover:
             prefix = job_id_key(self._shard, "")
             pattern = f"{prefix}*"
         else:
-            prefix = f"plc:{{{self._shard}:"
+            prefix = f"{COMPACT_KEY_PREFIX}:{{{self._shard}:"
             pattern = f"{prefix}*}}:m"
         for key in self._client.scan_iter(match=pattern, count=SCAN_COUNT):
             text = _text(key)
@@ -285,7 +262,7 @@ class _Mover:
                 yield queue
 
     def _meta(self, queue: str) -> str:
-        return CompactKeys(self._shard, queue).meta
+        return CompactQueueKeys(self._shard, queue).exists_key
 
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved:
         keys, args = self._call(queue)
@@ -303,18 +280,19 @@ class _Mover:
 
     def _call(self, queue: str) -> tuple[list[str], list[Any]]:
         original = QueueKeys(self._shard, queue)
-        compact = CompactKeys(self._shard, queue)
+        compact = CompactQueueKeys(self._shard, queue)
+        names = compact_names_key(self._shard)
         priorities = range(1, MAX_PRIORITY + 1)
         if self._target == "compact":
-            keys = [original.names_key, original.id_key, CompactKeys.names(self._shard), compact.meta, compact.records]
+            keys = [original.exists_key, original.id_key, names, compact.exists_key, compact.jobs_arg]
             for p in priorities:
-                keys += original_priority_keys(original, p) + compact.priority_keys(p)
+                keys += priority_keys(original, p) + priority_keys(compact, p)
             keys += [original.legacy_reserved_key(p) for p in priorities]
         else:
-            keys = [CompactKeys.names(self._shard), compact.meta, compact.records, original.names_key, original.id_key]
+            keys = [names, compact.exists_key, compact.jobs_arg, original.exists_key, original.id_key]
             for p in priorities:
-                keys += compact.priority_keys(p) + original_priority_keys(original, p)
-        return keys, [queue, original.hash_prefix, self._batch, self._batch_bytes, len(priorities)]
+                keys += priority_keys(compact, p) + priority_keys(original, p)
+        return keys, [queue, original.jobs_arg, self._batch, self._batch_bytes, len(priorities)]
 
 
 def _text(value: Any) -> str:

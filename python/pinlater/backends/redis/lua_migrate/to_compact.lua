@@ -1,5 +1,5 @@
 --[[ to_compact: move a batch of one queue's jobs from the original layout (keys.py) to the
-compact one (/work/compact-spec.md, lib/records.lua), in one atomic call.
+compact one (keys_compact.py, lib/records.lua), in one atomic call.
 
 Each call reads up to ARGV[3] jobs (fewer once their bodies reach ARGV[4] bytes) from the
 queue's sets, writes them to the compact layout and deletes them from the original one, so a

@@ -1,5 +1,5 @@
 --[[ to_original: move a batch of one queue's jobs from the compact layout
-(/work/compact-spec.md, lib/records.lua) back to the original one (keys.py), in one atomic call.
+(keys_compact.py, lib/records.lua) back to the original one (keys.py), in one atomic call.
 
 The mirror of to_compact.lua: up to ARGV[3] jobs (fewer once their bodies reach ARGV[4] bytes)
 are read from the compact sets and records, written as the original's sets and job hashes and
