@@ -15,6 +15,7 @@ from tests.support.redis_layouts import (
     RESERVATION,
     T0,
     ShardView,
+    both_layouts,
     compact_view,
     fill_shard,
     original_view,
@@ -164,19 +165,6 @@ def interrupt_after(calls: int) -> tuple[list[QueueProgress], object]:
             raise Interrupt
 
     return seen, on_progress
-
-
-def both_layouts(raw: redis.Redis) -> ShardView:
-    """The union of both layouts' jobs, asserting that none is in both."""
-    old, new = original_view(raw, "1"), compact_view(raw, "1")
-    assert not old.jobs.keys() & new.jobs.keys(), "a job is in both layouts"
-    merged = ShardView(names={**new.names, **old.names})
-    merged.jobs = {**old.jobs, **new.jobs}
-    merged.holds = {**old.holds, **new.holds}
-    for counters in (old.counters, new.counters):
-        for queue, n in counters.items():
-            merged.counters[queue] = max(n, merged.counters.get(queue, 0))
-    return merged
 
 
 def test_an_interrupted_move_loses_and_duplicates_nothing_and_continues(

@@ -174,6 +174,19 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
     return view
 
 
+def both_layouts(raw: redis.Redis, shard: str = "1") -> ShardView:
+    """The union of both layouts' jobs, asserting that none is in both."""
+    old, new = original_view(raw, shard), compact_view(raw, shard)
+    assert not old.jobs.keys() & new.jobs.keys(), "a job is in both layouts"
+    merged = ShardView(names={**new.names, **old.names})
+    merged.jobs = {**old.jobs, **new.jobs}
+    merged.holds = {**old.holds, **new.holds}
+    for counters in (old.counters, new.counters):
+        for queue, n in counters.items():
+            merged.counters[queue] = max(n, merged.counters.get(queue, 0))
+    return merged
+
+
 def fill_shard(store: RedisStore, seed: int = 7, jobs: int = 60) -> None:
     """Queues ``a`` (priorities 1-3: every state, claims, holds, statuses, bodies of any bytes),
     ``b`` (priority 7 only) and ``gone`` (deleted: only its counter is left)."""
