@@ -292,3 +292,30 @@ def test_scripts_expand_their_includes() -> None:
         source = script_source(name)
         assert not INCLUDE.search(source)
         assert "local function to_ms" in source and "local function zadd_pairs" in source
+
+
+def test_compact_queues_are_found_by_their_meta_not_only_by_name(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    migrate_shard(raw, "1", "compact")
+    raw.zrem("plc:{1}:q", "b")  # a crash between create_queue's two writes: meta c, no name
+    raw.zadd("plc:{1}:q", {"ghost": T0})  # and the other way round: a name without c
+    summary = migrate_shard(raw, "1", "original")
+    assert sorted(summary.queues) == ["a", "b"]
+    assert original_view(raw, "1") == filled
+    assert not raw.exists("plc:{1}:q")
+
+
+def test_a_queue_created_in_the_source_during_the_move_fails_the_run_until_moved_too(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    def create_late(progress: QueueProgress) -> None:  # as a server still running (forced) would
+        raw.zadd("pln_1", {"late": 1_700_000_000.5}, nx=True)
+
+    with pytest.raises(MigrationError, match=r"queue\(s\) late appeared in the original layout during the move"):
+        migrate_shard(raw, "1", "compact", on_progress=create_late)
+    assert raw.get(MARKER) == MIGRATING.encode()
+    summary = migrate_shard(raw, "1", "compact")
+    assert summary.queues == ["late"]
+    expected = ShardView({**filled.names, "late": T0 + 500}, filled.counters, filled.jobs, filled.holds)
+    assert compact_view(raw, "1") == expected

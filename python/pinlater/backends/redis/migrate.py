@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
@@ -59,6 +59,9 @@ BATCH_BYTES = 8 << 20
 MAX_PRIORITY = 127
 """Every call covers every priority the server accepts (``num_priority_levels`` <= 127), so no
 set is missed whatever priorities a queue used: an empty set costs Redis a dictionary lookup."""
+
+NOT_IN_SOURCE = 2
+"""The scripts' first value for a queue the source does not hold (1: finished, 0: more to move)."""
 
 SCAN_COUNT = 1000
 """Keys examined per SCAN call when looking for counters and queues outside the names set."""
@@ -193,8 +196,10 @@ def migrate_shard(
             raise
     mover = _Mover(client, shard, target, batch, batch_bytes)
     for queue in mover.live_queues():
-        summary.moved.add(mover.move_queue(queue, on_progress))
-        summary.queues.append(queue)
+        moved = mover.move_queue(queue, on_progress)
+        if moved is not None:  # None: not a queue after all (a name without c, in the compact layout)
+            summary.moved.add(moved)
+            summary.queues.append(queue)
     for queue in mover.counter_only_queues():
         mover.move_queue(queue, None)  # a not-live queue: the call only copies its counter
         summary.counters += 1
@@ -245,7 +250,9 @@ class _Mover:
         return [_text(m) for m in members]
 
     def counter_only_queues(self) -> list[str]:
-        """Queues whose counter is left in the source after their deletion."""
+        """Queues whose counter is left in the source after their deletion. In the original
+        layout the pattern ``plj_{S}_*`` also matches the counters of a shard named ``{S}_x`` on
+        the same Redis, which is why counters are copied but never deleted here."""
         return sorted(set(self._scan_queues()))
 
     def _scan_queues(self) -> Iterable[str]:
@@ -264,7 +271,9 @@ class _Mover:
     def _meta(self, queue: str) -> str:
         return CompactQueueKeys(self._shard, queue).exists_key
 
-    def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved:
+    def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
+        """Call the script until the queue is finished: what moved, or None if the source holds
+        no such queue (then only its counter was copied)."""
         keys, args = self._call(queue)
         total = Moved()
         batches = 0
@@ -272,9 +281,11 @@ class _Mover:
             reply = self._script(keys, args, client=self._client)
             batches += 1
             done, *counts = (int(v) for v in reply)
+            if done == NOT_IN_SOURCE:
+                return None
             total.add(Moved(*counts))
             if on_progress is not None:
-                on_progress(QueueProgress(queue, batches, Moved(**_as_dict(total)), bool(done)))
+                on_progress(QueueProgress(queue, batches, replace(total), bool(done)))
             if done:
                 return total
 
@@ -297,7 +308,3 @@ class _Mover:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _as_dict(moved: Moved) -> dict[str, int]:
-    return {f.name: getattr(moved, f.name) for f in fields(moved)}

@@ -31,7 +31,7 @@ ARGV[3]     the most jobs to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
 
-Returns {done (1: the queue is finished or not named in the original), moved PENDING, moved
+Returns {done (1: the queue is finished; 2: it is not named in the original, nothing moved), moved PENDING, moved
 IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held ones put back
 in PENDING, evicted remains dropped, orphan records dropped (always 0 here)}.
 ]]
@@ -48,7 +48,7 @@ if counter > (tonumber(redis.call('HGET', meta, 'id') or 0) or 0) then
 end
 local created = redis.call('ZSCORE', src_names, queue)
 if not created then
-  out[1] = 1
+  out[1] = 2
   return out
 end
 redis.call('HSETNX', meta, 'c', string.format('%d', to_ms(created)))

@@ -31,7 +31,7 @@ ARGV[3]     the most jobs to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
 
-Returns {done (1: the queue is finished or has no c), moved PENDING, moved IN_PROGRESS, moved
+Returns {done (1: the queue is finished; 2: its meta has no c, nothing moved), moved PENDING, moved IN_PROGRESS, moved
 SUCCEEDED, moved FAILED, of the PENDING ones still held, held ones put back in PENDING, evicted
 remains (members without a record) dropped, orphan records dropped}.
 ]]
@@ -49,7 +49,7 @@ end
 local created = redis.call('HGET', meta, 'c')
 if not created then
   redis.call('ZREM', src_names, queue)  -- a name without c is no queue (a crash in create_queue)
-  out[1] = 1
+  out[1] = 2
   return out
 end
 redis.call('ZADD', dst_names, 'NX', to_seconds(tonumber(created)), queue)
