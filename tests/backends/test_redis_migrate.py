@@ -7,6 +7,7 @@ each layout, read independently of the scripts under test (``tests/support/redis
 from __future__ import annotations
 
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from tests.support.redis_layouts import (
 )
 from tests.support.redis_server import RedisServer, free_port
 
-from pinlater.backends.base import JobState, NewJob
+from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.layouts import MIGRATING, layout_key
 from pinlater.backends.redis.migrate import MigrationError, QueueProgress, migrate_shard, script_source
@@ -120,19 +121,65 @@ def test_every_job_moves_to_compact_and_back_unchanged(
     assert original_view(raw, "2") == other_shard
 
 
+def expected_records(view: ShardView, queue: str) -> dict[tuple[int, int], JobRecord]:
+    """What a lookup of every job of ``queue`` in ``view`` answers (held jobs are PENDING)."""
+    return {
+        (p, i): JobRecord(
+            priority=p,
+            local_id=i,
+            state=JobState(0 if job.where == "h" else int(job.where[1])),
+            attempts_allowed=job.attempts_allowed,
+            attempts_remaining=job.attempts_remaining,
+            custom_status=job.custom_status.decode(),
+            created_at_ms=job.created_at_ms,
+            run_after_ms=job.score_ms,
+            updated_at_ms=job.updated_at_ms,
+            claim_descriptor=None if job.claim is None else job.claim.decode(),
+            body=job.body,
+        )
+        for (q, p, i), job in view.jobs.items()
+        if q == queue
+    }
+
+
+def serves_every_job(store: RedisStore, view: ShardView) -> None:
+    """Lookups answer each job as it was; held jobs are claimed by their reservation; PENDING
+    jobs dequeue and ack; new ids follow the old ones, in a deleted queue created again too."""
+    for queue in ("a", "b"):
+        expected = expected_records(view, queue)
+        found = store.lookup_jobs(queue, list(expected), True)
+        assert {(r.priority, r.local_id): r for r in found} == expected
+    held = sorted((p, i) for (_, p, i) in view.holds)
+    assert sorted(store.claim_reserved("a", [(p, i, "c") for p, i in held], RESERVATION, T0 + 800)) == held
+    claimed = store.dequeue_jobs("b", 7, 10, "c", T0 + 10, False)
+    assert sorted(j.local_id for j in claimed) == [1, 2, 3, 4, 5]
+    store.ack_jobs("b", [AckItem(7, j.local_id) for j in claimed], [], T0 + 20)
+    assert store.count_jobs("b", JobFilter(JobState.SUCCEEDED, 7, T0 + 30), None) == 5
+    assert store.enqueue_jobs("a", [NewJob(1, b"n", T0, 1)], T0) == [view.counters["a"] + 1]
+    store.create_queue("gone", 1)
+    assert store.enqueue_jobs("gone", [NewJob(1, b"x", T0, 1)], T0) == [view.counters["gone"] + 1]
+
+
 def test_the_shard_moved_back_serves_as_before(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
     migrate_shard(raw, "1", "compact")
     migrate_shard(raw, "1", "original")
     store = open_store(server)
     try:
-        in_a = {(p, i): job for (q, p, i), job in filled.jobs.items() if q == "a"}
-        found = store.lookup_jobs("a", list(in_a), True)
-        assert {(r.priority, r.local_id): (r.state, r.body) for r in found} == {
-            at: (JobState(0 if job.where == "h" else int(job.where[1])), job.body) for at, job in in_a.items()
-        }
-        held = sorted((p, i) for (_, p, i) in filled.holds)
-        assert sorted(store.claim_reserved("a", [(p, i, "c") for p, i in held], RESERVATION, T0 + 800)) == held
-        assert len(store.dequeue_jobs("b", 7, 10, "c", T0 + 10, False)) == 5
+        serves_every_job(store, filled)
+    finally:
+        store.close()
+
+
+COMPACT_SCRIPTS = resources.files("pinlater.backends.redis").joinpath("lua_compact", "lookup_jobs.lua")
+
+
+@pytest.mark.skipif(not COMPACT_SCRIPTS.is_file(), reason="the compact layout's scripts are not merged yet")
+def test_a_compact_store_serves_the_moved_shard(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
+    migrate_shard(raw, "1", "compact")
+    store = open_store(server, layout="compact")
+    try:
+        assert store.get_queue_names() == {"a", "b"}
+        serves_every_job(store, filled)
     finally:
         store.close()
 
@@ -272,9 +319,13 @@ def test_refuses_bad_arguments(raw: redis.Redis) -> None:
     assert raw.dbsize() == 0
 
 
+RECORDS_LUA = resources.files("pinlater.backends.redis").joinpath("lua_compact", "lib", "records.lua").read_text()
+
+
 @pytest.mark.xfail(
+    "sign, ms = '-', -ms" not in RECORDS_LUA,
     strict=True,
-    reason="records.lua to_seconds formats negative ms wrongly (-1 ms gives '-1.999'); reported to the lead",
+    reason="this records.lua's to_seconds reads -1 ms as '-1.999' (fixed on branch lua)",
 )
 def test_times_before_the_epoch_come_back_unchanged(server: RedisServer, raw: redis.Redis) -> None:
     store = open_store(server)
