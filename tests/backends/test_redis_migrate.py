@@ -237,6 +237,33 @@ def test_an_interrupted_move_loses_and_duplicates_nothing_and_continues(
     assert text(raw.get(MARKER)) == "compact"
 
 
+def test_a_redis_crash_during_the_move_loses_nothing(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis", appendonly=True, appendfsync="always") as srv:
+        store = open_store(srv)
+        fill_shard(store)
+        store.close()
+        client = srv.client()
+        try:
+            before = original_view(client, "1")
+            crashed: list[QueueProgress] = []
+
+            def crash(progress: QueueProgress) -> None:
+                crashed.append(progress)
+                if len(crashed) == 3:
+                    srv.kill()  # SIGKILL: whatever the AOF holds is what the restart finds
+
+            with pytest.raises(redis.ConnectionError):
+                migrate_shard(client, "1", "compact", batch=5, on_progress=crash)
+            srv.start()
+            assert client.get(MARKER) == MIGRATING.encode()
+            assert len(compact_view(client, "1").jobs) == crashed[-1].moved.jobs
+            assert both_layouts(client).jobs == before.jobs
+            migrate_shard(client, "1", "compact", batch=5)
+            assert compact_view(client, "1") == before
+        finally:
+            client.close()
+
+
 def test_evicted_remains_and_orphan_records_are_dropped_and_counted(
     server: RedisServer, raw: redis.Redis, filled: ShardView
 ) -> None:
