@@ -6,6 +6,7 @@ each layout, read independently of the scripts under test (``tests/support/redis
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -365,11 +366,18 @@ def test_times_before_the_epoch_come_back_unchanged(server: RedisServer, raw: re
     assert original_view(raw, "1") == before
 
 
-def test_scripts_expand_their_includes() -> None:
-    for name in ("to_compact", "to_original"):
-        source = script_source(name)
-        assert not INCLUDE.search(source)
-        assert "local function to_ms" in source and "local function zadd_pairs" in source
+def test_every_migration_script_loads_and_says_what_it_takes(raw: redis.Redis) -> None:
+    folder = resources.files("pinlater.backends.redis").joinpath("lua_migrate")
+    names = sorted(p.name.removesuffix(".lua") for p in folder.iterdir() if p.name.endswith(".lua"))
+    assert names == ["to_compact", "to_original"]
+    for name in names:
+        text = script_source(name)
+        assert not INCLUDE.search(text), name
+        assert "local function to_ms" in text and "local function zadd_pairs" in text, name
+        header = text.split("]]")[0]
+        assert header.startswith(f"--[[ {name}:") and "KEYS[1]" in header and "Returns" in header, name
+        assert not re.search(r"'pl[qhjnlc][_:]", text), f"{name}.lua hard-codes a key name"
+        assert raw.script_load(text), name
 
 
 def test_compact_queues_are_found_by_their_meta_not_only_by_name(
