@@ -78,8 +78,12 @@ def test_moves_a_shard_and_says_what_it_moved(server: RedisServer, raw: redis.Re
     assert done.stderr == ""
     assert compact_view(raw, "1") == before
 
-    done = run(config, "--shard", "1", "--to", "original")
+    unsaid = write_shard_config(config.parent / "unsaid.json", {"1": server}, layout=None)
+    done = run(unsaid, "--shard", "1", "--to", "original")
     assert done.returncode == 0, done
+    assert done.stdout.splitlines()[-1] == (
+        f'next: start the servers (shard 1 has no "layout" in {unsaid}, so its record decides: original)'
+    )
     assert original_view(raw, "1") == before
 
 

@@ -116,8 +116,16 @@ def run(args: argparse.Namespace) -> int:
     for count, what in extras:
         if count:
             print(f"  {count} {what}")
-    print(f'next: set "layout": "{target}" for shard {args.shard} in {args.backend_config}, then start the servers')
+    print(f"next: {_next_step(args.shard, config.layout, target, args.backend_config)}")
     return 0
+
+
+def _next_step(shard: str, configured: str | None, target: Layout, path: Path) -> str:
+    if configured is None:
+        return f'start the servers (shard {shard} has no "layout" in {path}, so its record decides: {target})'
+    if configured == target:
+        return f'start the servers (shard {shard} already says "layout": "{target}" in {path})'
+    return f'set "layout": "{target}" for shard {shard} in {path}, then start the servers'
 
 
 class _Report:
