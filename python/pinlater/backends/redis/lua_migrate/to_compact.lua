@@ -31,9 +31,9 @@ ARGV[3]     the most jobs to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
 
-Returns {done (1: the queue is finished; 2: it is not named in the original, nothing moved), moved PENDING, moved
-IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held ones put back
-in PENDING, evicted remains dropped, orphan records dropped (always 0 here)}.
+Returns {done (1: the queue is finished; 2: it is not named in the original, nothing moved),
+moved PENDING, moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held,
+held ones put back in PENDING, evicted remains dropped, orphan records dropped (always 0 here)}.
 ]]
 --@include records
 --@include holds

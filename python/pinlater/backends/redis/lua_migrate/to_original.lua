@@ -31,9 +31,9 @@ ARGV[3]     the most jobs to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
 
-Returns {done (1: the queue is finished; 2: its meta has no c, nothing moved), moved PENDING, moved IN_PROGRESS, moved
-SUCCEEDED, moved FAILED, of the PENDING ones still held, held ones put back in PENDING, evicted
-remains (members without a record) dropped, orphan records dropped}.
+Returns {done (1: the queue is finished; 2: its meta has no c, nothing moved), moved PENDING,
+moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held ones put
+back in PENDING, evicted remains (members without a record) dropped, orphan records dropped}.
 ]]
 --@include records
 --@include holds
