@@ -7,6 +7,7 @@ each layout, read independently of the scripts under test (``tests/support/redis
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -26,12 +27,14 @@ from tests.support.redis_layouts import (
     zset,
 )
 from tests.support.redis_server import RedisServer, free_port
+from tests.support.wait import wait_for
 
 from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.layouts import MIGRATING, layout_key
 from pinlater.backends.redis.migrate import MigrationError, QueueProgress, migrate_shard, script_source
 from pinlater.backends.redis.scripts import INCLUDE
+from pinlater.errors import QueueNotFoundError
 
 pytestmark = pytest.mark.redis
 
@@ -405,3 +408,43 @@ def test_a_queue_created_in_the_source_during_the_move_fails_the_run_until_moved
     assert summary.queues == ["late"]
     expected = ShardView({**filled.names, "late": T0 + 500}, filled.counters, filled.jobs, filled.holds)
     assert compact_view(raw, "1") == expected
+
+
+def test_forced_with_a_server_still_running_nothing_it_stored_is_lost(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    store.create_queue("q", 2)
+    stored = set(store.enqueue_jobs("q", [NewJob(1 + i % 2, b"%d" % i, T0, 3) for i in range(1000)], T0))
+    rounds: list[int] = []
+    refused = threading.Event()
+    stop = threading.Event()
+
+    def keep_serving() -> None:  # enqueues, dequeues and acks on the old layout, as fast as it can
+        while not stop.is_set():
+            try:
+                stored.update(store.enqueue_jobs("q", [NewJob(1, b"late", T0, 3)] * 5, T0))
+                claimed = store.dequeue_jobs("q", 1, 3, "c", T0 + 1, False)
+                store.ack_jobs("q", [AckItem(1, j.local_id) for j in claimed], [], T0 + 2)
+                rounds.append(len(claimed))
+            except QueueNotFoundError:
+                refused.set()  # the queue has moved: its clients are told so
+                return
+
+    def interleave(progress: QueueProgress) -> None:  # the server works between these calls, surely
+        if progress.batches in (1, 10, 20):
+            seen = len(rounds)
+            wait_for(lambda: len(rounds) > seen, what="the server to work during the move")
+
+    worker = threading.Thread(target=keep_serving)
+    worker.start()
+    try:
+        migrate_shard(raw, "1", "compact", batch=20, force=True, on_progress=interleave)
+        wait_for(refused.is_set, what="the old layout to answer QUEUE_NOT_FOUND")
+    finally:
+        stop.set()
+        worker.join()
+        store.close()
+    moved = compact_view(raw, "1")
+    assert len(stored) > 1000 and sum(rounds) > 0
+    assert sorted(i for _, _, i in moved.jobs) == sorted(stored)
+    assert moved.counters["q"] == max(stored)
+    assert shard_keys(raw, "pl[hjq]_1_*") == []
