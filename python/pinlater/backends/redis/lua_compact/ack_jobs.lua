@@ -1,0 +1,110 @@
+--[[ ack_jobs: apply a batch of success and failure acks, of any priorities, in one call.
+
+As lua/ack_jobs.lua, in the compact layout. Only a job in its priority's IN_PROGRESS set changes;
+any other ack is a no-op (clients resend acks they think were lost; an id acked twice in one
+call changes once, as the original's ZREM per ack does). Success: to SUCCEEDED scored by now.
+Failure with more than one attempt remaining: to PENDING scored by its retry time, one attempt
+less, claim removed. Failure with one or none left: to FAILED scored by now, none remaining (the
+claim is kept for lookups). Every acked job gets ua = now and the status appended to cs, cut to
+ARGV[3] UTF-8 characters. A member whose record is missing (evicted) is removed and counted.
+
+Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
+the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
+
+KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[2..n]  four sorted sets per acked priority, in state order: PENDING, IN_PROGRESS,
+            SUCCEEDED, FAILED (plc:{S:Q}:p{p}:s0 .. :s3)
+ARGV[1]     queue name
+ARGV[2]     the records hash (plc:{S:Q}:j)
+ARGV[3]     custom status limit, in characters
+ARGV[4]     now, seconds as float
+ARGV[5]     number of acks, n
+then 5 per ack:
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
+  ARGV[i+1] local id
+  ARGV[i+2] 's' for success, 'f' for failure
+  ARGV[i+3] status to append
+  ARGV[i+4] retry time for a failure, seconds as float (now + retry delay)
+
+Returns {changed, evicted}, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+local function cut_chars(s, limit)
+  -- keep the first `limit` UTF-8 characters (a continuation byte starts no character)
+  if #s <= limit then
+    return s
+  end
+  local count = 0
+  for i = 1, #s do
+    local b = string.byte(s, i)
+    if b < 128 or b >= 192 then
+      count = count + 1
+      if count > limit then
+        return string.sub(s, 1, i - 1)
+      end
+    end
+  end
+  return s
+end
+
+local meta_key = KEYS[1]
+local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
+local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+
+-- Which acked ids each IN_PROGRESS set holds (one ZMSCORE per set), then their records.
+local ids_of, order = {}, {}
+for j = 0, n - 1 do
+  local a = 6 + 5 * j
+  local k = tonumber(ARGV[a])
+  if not ids_of[k] then
+    ids_of[k] = {}
+    order[#order + 1] = k
+  end
+  table.insert(ids_of[k], ARGV[a + 1])
+end
+local member, present = {}, {}
+for _, k in ipairs(order) do
+  member[k] = scores_of(KEYS[k + 1], ids_of[k])
+  for id in pairs(member[k]) do
+    present[#present + 1] = id
+  end
+end
+local jobs = read_records(records_key, present)
+
+local writes = set_writes()
+local changed, evicted, acked = 0, 0, {}
+for j = 0, n - 1 do
+  local a = 6 + 5 * j
+  local k = tonumber(ARGV[a])  -- PENDING; IN_PROGRESS, SUCCEEDED and FAILED follow
+  local id, kind, append, retry_at = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  if member[k][id] then
+    member[k][id] = nil
+    writes.remove(k + 1, id)
+    local job = jobs[id]
+    if not job then
+      evicted = evicted + 1
+    else
+      job.cs = cut_chars(job.cs .. append, status_limit)
+      job.ua = now
+      if kind == 's' then
+        writes.add(k + 2, now, id)
+      elseif job.ar > 1 then
+        job.ar = job.ar - 1
+        job.cd = false
+        writes.add(k, to_ms(retry_at), id)
+      else
+        job.ar = 0
+        writes.add(k + 3, now, id)
+      end
+      acked[#acked + 1] = id
+      changed = changed + 1
+    end
+  end
+end
+write_records(records_key, acked, jobs)
+writes.flush()
+return {changed, evicted}

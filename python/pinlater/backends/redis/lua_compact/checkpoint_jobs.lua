@@ -1,0 +1,149 @@
+--[[ checkpoint_jobs: apply a batch of checkpoints, each guarded by state and claim.
+
+As lua/checkpoint_jobs.lua, in the compact layout. A checkpoint applies only while the job is in
+its priority's IN_PROGRESS set and its claim (cd) contains the source as a plain substring
+(string.find with plain = true: no character of the source is a pattern). Then, as asked: the
+body is replaced, attempts allowed and remaining are both set, a status is prepended to cs (cut
+to ARGV[4] UTF-8 characters). With move-to-pending the job goes to PENDING scored by its
+run-after time and loses its claim; otherwise it stays IN_PROGRESS re-scored by now, which
+extends the claim. ua = now either way. A member whose record is missing (evicted) is removed and
+counted. The checkpoints apply in order, as the original's one by one (a job checkpointed twice
+in one call gets both unless the first moved it to PENDING).
+
+Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
+the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
+
+KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[2..n]  two sorted sets per priority involved: PENDING then IN_PROGRESS
+            (plc:{S:Q}:p{p}:s0, :s1)
+ARGV[1]     queue name
+ARGV[2]     the records hash (plc:{S:Q}:j)
+ARGV[3]     source that must appear in the claim
+ARGV[4]     custom status limit, in characters
+ARGV[5]     now, seconds as float
+ARGV[6]     number of checkpoints, n
+then 9 per checkpoint:
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (IN_PROGRESS follows)
+  ARGV[i+1] local id
+  ARGV[i+2] '1' to move to PENDING, else '0'
+  ARGV[i+3] run after, seconds as float (used with move-to-pending)
+  ARGV[i+4] '1' if a new body follows, else '0'
+  ARGV[i+5] new body
+  ARGV[i+6] attempts to allow, or '' to keep them
+  ARGV[i+7] '1' if a status to prepend follows, else '0'
+  ARGV[i+8] status to prepend
+
+Returns {changed, evicted}, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+local function cut_chars(s, limit)
+  -- keep the first `limit` UTF-8 characters (a continuation byte starts no character)
+  if #s <= limit then
+    return s
+  end
+  local count = 0
+  for i = 1, #s do
+    local b = string.byte(s, i)
+    if b < 128 or b >= 192 then
+      count = count + 1
+      if count > limit then
+        return string.sub(s, 1, i - 1)
+      end
+    end
+  end
+  return s
+end
+
+local meta_key = KEYS[1]
+local records_key, source = ARGV[2], ARGV[3]
+local status_limit, now, n = tonumber(ARGV[4]), to_ms(ARGV[5]), tonumber(ARGV[6])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+
+-- Which ids each IN_PROGRESS set holds (one ZMSCORE per set), then their records.
+local ids_of, order = {}, {}
+for j = 0, n - 1 do
+  local a = 7 + 9 * j
+  local k = tonumber(ARGV[a])
+  if not ids_of[k] then
+    ids_of[k] = {}
+    order[#order + 1] = k
+  end
+  table.insert(ids_of[k], ARGV[a + 1])
+end
+local member, present = {}, {}
+for _, k in ipairs(order) do
+  member[k] = scores_of(KEYS[k + 1], ids_of[k])
+  for id in pairs(member[k]) do
+    present[#present + 1] = id
+  end
+end
+local jobs = read_records(records_key, present)
+
+-- Where each job touched ends up, per PENDING set index k: fate[k][id] = true (stays in
+-- IN_PROGRESS, re-scored by now), a run-after score in ms (moved to PENDING), or false (evicted).
+local fate, touched = {}, {}
+local function settle(k, id, where)
+  fate[k] = fate[k] or {}
+  if fate[k][id] == nil then
+    touched[#touched + 1] = {k, id}
+  end
+  fate[k][id] = where
+end
+local changed, evicted, written, seen = 0, 0, {}, {}
+for j = 0, n - 1 do
+  local a = 7 + 9 * j
+  local k = tonumber(ARGV[a])
+  local id = ARGV[a + 1]
+  if member[k][id] then
+    local job = jobs[id]
+    if not job then
+      member[k][id] = nil
+      settle(k, id, false)
+      evicted = evicted + 1
+    elseif job.cd and string.find(job.cd, source, 1, true) then
+      if ARGV[a + 4] == '1' then
+        job.bd = ARGV[a + 5]
+      end
+      if ARGV[a + 6] ~= '' then
+        job.al = tonumber(ARGV[a + 6])
+        job.ar = job.al
+      end
+      if ARGV[a + 7] == '1' then
+        job.cs = cut_chars(ARGV[a + 8] .. job.cs, status_limit)
+      end
+      if ARGV[a + 2] == '1' then
+        member[k][id] = nil
+        settle(k, id, to_ms(ARGV[a + 3]))
+        job.cd = false
+      else
+        settle(k, id, true)
+      end
+      job.ua = now
+      if not seen[id] then
+        seen[id] = true
+        written[#written + 1] = id
+      end
+      changed = changed + 1
+    end
+  end
+end
+write_records(records_key, written, jobs)
+
+local writes = set_writes()
+for _, t in ipairs(touched) do
+  local k, id = t[1], t[2]
+  local where = fate[k][id]
+  if where == true then
+    writes.add(k + 1, now, id)
+  elseif where then
+    writes.remove(k + 1, id)
+    writes.add(k, where, id)
+  elseif where == false then
+    writes.remove(k + 1, id)
+  end
+end
+writes.flush()
+return {changed, evicted}

@@ -1,0 +1,85 @@
+--[[ claim_reserved: claim jobs the dequeue broker holds (reserve_jobs.lua), exactly as
+dequeue_jobs.lua claims, only where the hold is live and ARGV[4]'s: from the held set to the
+IN_PROGRESS set scored by now, cd = the job's claim, ua = now. Lapsed holds go back to PENDING
+first (lib/holds.lua), so a hold found in the holders hash is live.
+
+As lua/claim_reserved.lua, in the compact layout, with one HMGET and one HSET of records for the
+whole call. The jobs come in groups that share a priority and a claim (one worker's dequeue), so
+each job costs one argument.
+
+KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[2..n]  five per priority named: PENDING set, IN_PROGRESS set, held set, hold expiry set,
+            holders hash (plc:{S:Q}:p{p}:s0, :s1, :h, :x, :o)
+ARGV[1]     queue name
+ARGV[2]     the records hash (plc:{S:Q}:j)
+ARGV[3]     now, seconds as float
+ARGV[4]     reservation
+ARGV[5]     number of groups
+then per group:
+  ARGV[i]   index into KEYS of the PENDING set of the group's priority (the other four follow)
+  ARGV[i+1] the group's claim descriptor
+  ARGV[i+2] number of jobs in the group, m
+  ARGV[i+3..i+2+m] their local ids
+
+A held job whose record is missing (evicted) is still claimed and moved (the original writes a
+partial hash there); no record is written for it, so the next script to meet it in IN_PROGRESS
+removes it as evicted.
+Returns the 1-based numbers of the jobs claimed, counting through the groups in order, or -1 if
+the queue does not exist.
+]]
+--@include records
+--@include sets
+--@include holds
+local meta_key = KEYS[1]
+local records_key, now = ARGV[2], to_ms(ARGV[3])
+local reservation, groups = ARGV[4], tonumber(ARGV[5])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+local out, claimed, swept = {}, {}, {}
+local ids, claims = {}, {}  -- every job claimed, in order, and its claim
+local a, number = 6, 0
+for _ = 1, groups do
+  local k, claim, m = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
+  local first = a + 3
+  a = first + m
+  if not swept[k] then
+    sweep_lapsed(KEYS[k], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], now)
+    swept[k] = true
+    claimed[k] = {}
+  end
+  local mine = claimed[k]
+  for i = first, first + m - 1, SET_CHUNK do
+    local last = math.min(i + SET_CHUNK - 1, first + m - 1)
+    local holders = redis.call('HMGET', KEYS[k + 4], unpack(ARGV, i, last))
+    for j = i, last do
+      number = number + 1
+      if holders[j - i + 1] == reservation then
+        local id = ARGV[j]
+        mine[#mine + 1] = id
+        ids[#ids + 1] = id
+        claims[#ids] = claim
+        out[#out + 1] = number
+      end
+    end
+  end
+end
+-- The records, each once, with the last claim given for it (as the original's last HSET).
+local jobs = read_records(records_key, ids)
+local unique, seen = {}, {}
+for i, id in ipairs(ids) do
+  local job = jobs[id]
+  if job then
+    job.ua, job.cd = now, claims[i]
+  end
+  if not seen[id] then
+    seen[id] = true
+    unique[#unique + 1] = id
+  end
+end
+write_records(records_key, unique, jobs)
+for k, mine in pairs(claimed) do
+  drop_holds(KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], mine)
+  zadd_all(KEYS[k + 1], now, mine)
+end
+return out

@@ -1,0 +1,100 @@
+--[[ delete_jobs: delete up to ARGV[5] jobs of one set within a score range (lowest first), or
+exactly the listed ids that are still in the set (the store's body-regex path picks them); for
+PENDING, the jobs the dequeue broker holds (lib/holds.lua) too, which are PENDING as well.
+
+As lua/delete_jobs.lua, in the compact layout: the bounds, in seconds, are converted to the sets'
+millisecond scores; membership of listed ids is read with one ZMSCORE per set, and the jobs go
+with one ZREM per set, one drop_holds and one HDEL of records (per chunk of 1000).
+
+KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[2]  the sorted set to delete from (plc:{S:Q}:p{p}:s{s})
+KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash
+         (plc:{S:Q}:p{p}:h, :x, :o)
+ARGV[1]  queue name
+ARGV[2]  the records hash (plc:{S:Q}:j)
+ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
+ARGV[4]  highest score (same syntax)
+ARGV[5]  limit
+ARGV[6..] local ids to delete instead of a range (optional)
+
+Returns how many jobs were deleted, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+--@include holds
+local meta_key, set_key = KEYS[1], KEYS[2]
+local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
+local records_key, low, high, limit = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4]), tonumber(ARGV[5])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+
+local from_set, from_held = {}, {}  -- the ids to delete, by where they are
+
+-- Delete the chosen jobs: out of their sets, then their records.
+local function delete_chosen()
+  zrem_all(set_key, from_set)
+  if #from_held > 0 then
+    drop_holds(held_key, expiry_key, holders_key, from_held)
+  end
+  delete_records(records_key, from_set)
+  delete_records(records_key, from_held)
+  return #from_set + #from_held
+end
+
+if #ARGV > 5 then
+  local listed = {}
+  for i = 6, #ARGV do
+    listed[#listed + 1] = ARGV[i]
+  end
+  local in_set = scores_of(set_key, listed)
+  local in_held = {}
+  if held_key then
+    in_held = scores_of(held_key, listed)
+  end
+  for _, id in ipairs(listed) do
+    if #from_set + #from_held >= limit then
+      break
+    end
+    if in_set[id] then
+      in_set[id] = nil
+      from_set[#from_set + 1] = id
+    elseif in_held[id] then
+      in_held[id] = nil
+      from_held[#from_held + 1] = id
+    end
+  end
+  return delete_chosen()
+end
+if limit <= 0 then
+  return 0
+end
+local page = redis.call('ZRANGEBYSCORE', set_key, low, high, 'WITHSCORES', 'LIMIT', 0, limit)
+local held = {}
+if held_key then
+  held = redis.call('ZRANGEBYSCORE', held_key, low, high, 'WITHSCORES', 'LIMIT', 0, limit)
+end
+-- lowest scores of the two together (ties by id as text, as Redis orders)
+local both = {}
+for i = 1, #page, 2 do
+  both[#both + 1] = {page[i], tonumber(page[i + 1]), false}
+end
+for i = 1, #held, 2 do
+  both[#both + 1] = {held[i], tonumber(held[i + 1]), true}
+end
+if #held > 0 then
+  table.sort(both, function(x, y)
+    if x[2] ~= y[2] then
+      return x[2] < y[2]
+    end
+    return x[1] < y[1]
+  end)
+end
+for i = 1, math.min(limit, #both) do
+  if both[i][3] then
+    from_held[#from_held + 1] = both[i][1]
+  else
+    from_set[#from_set + 1] = both[i][1]
+  end
+end
+return delete_chosen()

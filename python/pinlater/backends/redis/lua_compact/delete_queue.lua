@@ -1,0 +1,43 @@
+--[[ delete_queue: unregister a queue and delete up to ARGV[3] of its jobs.
+
+As lua/delete_queue.lua, in the compact layout. The first call removes the field `c` of the meta
+hash, so the queue is gone at once (the store removes the name from the shard's names set
+itself: another slot in a cluster); the store repeats the call until it returns 0 so that a large
+queue never blocks Redis for long. The records of the jobs taken from the sets go with one HDEL
+per chunk. Once no job is left, the holders hashes and the records hash itself (with any record
+no set names) are deleted outright. The id counter (field `id` of the meta hash) is kept, as the
+original keeps its counter, so ids are never handed out twice.
+
+KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the state sets, the
+            held and hold expiry sets (plc:{S:Q}:p{p}:s{s}, :h, :x)
+KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (plc:{S:Q}:p{p}:o)
+ARGV[1]     queue name
+ARGV[2]     the records hash (plc:{S:Q}:j)
+ARGV[3]     the most jobs to delete in this call
+ARGV[4]     how many of the last KEYS are deleted outright (n - m)
+
+Returns how many jobs are left to delete (0: done).
+]]
+--@include records
+local meta_key = KEYS[1]
+local records_key, budget = ARGV[2], tonumber(ARGV[3])
+local last_set = #KEYS - tonumber(ARGV[4])
+redis.call('HDEL', meta_key, 'c')
+local left = 0
+for k = 2, last_set do
+  local set_key = KEYS[k]
+  if budget > 0 then
+    local ids = redis.call('ZRANGE', set_key, 0, budget - 1)
+    if #ids > 0 then
+      redis.call('ZREMRANGEBYRANK', set_key, 0, #ids - 1)
+      delete_records(records_key, ids)
+      budget = budget - #ids
+    end
+  end
+  left = left + redis.call('ZCARD', set_key)
+end
+if left == 0 then
+  redis.call('DEL', records_key, unpack(KEYS, last_set + 1, #KEYS))
+end
+return left

@@ -1,0 +1,159 @@
+--[[ dequeue_jobs: claim up to ARGV[4] eligible PENDING jobs of one priority (or, in a dry run,
+only read them).
+
+As lua/dequeue_jobs.lua, in the compact layout. Eligible: score (run after, ms) <= now, lowest
+score first. Members with equal scores sort as text in Redis ("10" before "9"), so where the
+limit cuts through a group of equal scores the group's numerically lowest ids are taken (first
+in, first out within a batch), unless the group holds more than ARGV[7] members, where the text
+order is kept to bound the work. A claimed job moves to the IN_PROGRESS set scored by now (the
+claim time the claim timeout reads) and its record gets cd = claim and ua = now. A member whose
+record is missing (evicted) is removed from the PENDING set and counted, and another job is
+taken in its place; a dry run only skips it.
+
+Jobs the dequeue broker holds (reserve_jobs.lua) are out of the PENDING set, so a claim never
+meets them; lapsed holds go back to PENDING first (lib/holds.lua). A dry run shows held jobs too,
+merged by (score, id): they are PENDING.
+
+Per page of members: one HMGET of their records, one ZREM; at the end one HSET of the claimed
+records and one ZADD (per chunk of 1000).
+
+KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
+KEYS[3]  IN_PROGRESS sorted set (plc:{S:Q}:p{p}:s1)
+KEYS[4]  held sorted set (plc:{S:Q}:p{p}:h)
+KEYS[5]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
+KEYS[6]  holders hash (plc:{S:Q}:p{p}:o)
+ARGV[1]  queue name
+ARGV[2]  the records hash (plc:{S:Q}:j)
+ARGV[3]  now, seconds as float
+ARGV[4]  limit
+ARGV[5]  claim descriptor
+ARGV[6]  '1' for a dry run, else '0'
+ARGV[7]  largest group of equal scores to reorder by id
+
+Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
+where ua is the new updated time (the old one in a dry run), or -1 if the queue does not exist.
+The caller orders the jobs by (score, id).
+]]
+--@include records
+--@include sets
+--@include holds
+local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
+local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
+local records_key, now = ARGV[2], to_ms(ARGV[3])
+local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
+local max_ties = tonumber(ARGV[7])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+
+-- The first `want` eligible members as {id, score} pairs, with the tie fix described above. One
+-- member more than needed is read to see whether the limit cuts through equal scores at all.
+local function pick(want)
+  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want + 1)
+  local picked = {}
+  local cut = #page > 2 * want and page[2 * want] == page[2 * want + 2]
+  local last = page[2 * want]
+  for i = 1, math.min(#page, 2 * want), 2 do
+    if not cut or page[i + 1] ~= last then
+      picked[#picked + 1] = {page[i], page[i + 1]}
+    end
+  end
+  if not cut then
+    return picked
+  end
+  local ties
+  if redis.call('ZCOUNT', pending_key, last, last) <= max_ties then
+    ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
+    table.sort(ties, function(x, y) return tonumber(x) < tonumber(y) end)
+  else
+    ties = {}
+    for i = 1, 2 * want, 2 do
+      if page[i + 1] == last then
+        ties[#ties + 1] = page[i]
+      end
+    end
+  end
+  for _, id in ipairs(ties) do
+    if #picked >= want then
+      break
+    end
+    picked[#picked + 1] = {id, last}
+  end
+  return picked
+end
+
+-- A dry run: the first `want` eligible jobs of PENDING and the held set together, by (score, id).
+local function pick_with_held(want)
+  local picked = pick(want)
+  local held = redis.call('ZRANGEBYSCORE', held_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+  for i = 1, #held, 2 do
+    picked[#picked + 1] = {held[i], held[i + 1]}
+  end
+  table.sort(picked, function(x, y)
+    local sx, sy = tonumber(x[2]), tonumber(y[2])
+    if sx ~= sy then
+      return sx < sy
+    end
+    return tonumber(x[1]) < tonumber(y[1])
+  end)
+  for i = #picked, want + 1, -1 do
+    picked[i] = nil
+  end
+  return picked
+end
+
+if not dry_run then
+  sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
+end
+
+local out = {0}
+local found, evicted = 0, 0
+local claimed, jobs_of = {}, {}
+while found < limit do
+  local want = limit - found
+  local picked
+  if dry_run then
+    picked = pick_with_held(want)
+  else
+    picked = pick(want)
+  end
+  local taken = {}
+  for i, entry in ipairs(picked) do
+    taken[i] = entry[1]
+  end
+  local jobs = read_records(records_key, taken)
+  for _, entry in ipairs(picked) do
+    local id, score = entry[1], entry[2]
+    local job = jobs[id]
+    if not job then
+      if not dry_run then
+        evicted = evicted + 1
+      end
+    else
+      local updated = job.ua
+      if not dry_run then
+        job.ua, job.cd = now, claim
+        claimed[#claimed + 1] = id
+        jobs_of[id] = job
+        updated = now
+      end
+      local o = 1 + 7 * found
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
+      out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(updated)
+      found = found + 1
+    end
+  end
+  -- a dry run removes nothing, so another page would repeat this one
+  if dry_run then
+    break
+  end
+  zrem_all(pending_key, taken)
+  if #picked < want then
+    break
+  end
+end
+write_records(records_key, claimed, jobs_of)
+zadd_all(in_progress_key, now, claimed)
+out[1] = evicted
+return out

@@ -1,0 +1,49 @@
+--[[ enqueue_jobs: insert a batch of PENDING jobs (any mix of priorities) in one call.
+
+As lua/enqueue_jobs.lua, in the compact layout: ids come from the field `id` of the queue's meta
+hash (one HINCRBY for the batch), so they are consecutive and in the order of the jobs; the
+records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
+ZADD, scored by run after in ms.
+
+KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[2]     the id counter: the same meta hash (field `id`)
+KEYS[3..n]  PENDING sorted sets of the priorities in the batch (plc:{S:Q}:p{p}:s0)
+ARGV[1]     queue name
+ARGV[2]     the records hash (plc:{S:Q}:j)
+ARGV[3]     now, seconds as float (ca and ua)
+ARGV[4]     number of jobs, n
+then 5 per job, in order:
+  ARGV[i]   index into KEYS of the job's PENDING set
+  ARGV[i+1] body (bd)
+  ARGV[i+2] attempts allowed (al, and ar)
+  ARGV[i+3] run after, seconds as float (the score)
+  ARGV[i+4] custom status, already truncated (cs)
+
+Returns the local ids in job order, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+local meta_key, counter_key = KEYS[1], KEYS[2]
+local records_key, now, n = ARGV[2], to_ms(ARGV[3]), tonumber(ARGV[4])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+local ids = {}
+if n == 0 then
+  return ids
+end
+local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+local names, jobs = {}, {}
+local writes = set_writes()
+for j = 0, n - 1 do
+  local a = 5 + 5 * j
+  local id = string.format('%d', first + j)
+  local attempts = tonumber(ARGV[a + 2])
+  names[j + 1] = id
+  jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
+  writes.add(tonumber(ARGV[a]), to_ms(ARGV[a + 3]), id)
+  ids[j + 1] = first + j
+end
+write_records(records_key, names, jobs)
+writes.flush()
+return ids

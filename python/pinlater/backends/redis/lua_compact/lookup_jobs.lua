@@ -1,0 +1,93 @@
+--[[ lookup_jobs: find jobs by (priority, local id) and read them.
+
+As lua/lookup_jobs.lua, in the compact layout. A job's state is the first of its priority's sets
+that holds it (PENDING, IN_PROGRESS, SUCCEEDED, FAILED, then the held set, whose jobs are PENDING:
+see lib/holds.lua); its score is the time that state keeps (run after, claim time or finish
+time). Jobs in no set are left out. A member whose record is missing (evicted) is removed from its
+set and counted, and left out (an evicted held job is left to its holder's claim or the sweep).
+
+Batched: one ZMSCORE per set of each priority looked up, one HMGET of the records, one ZREM per
+set with evicted members.
+
+KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[2..n]  five sorted sets per priority looked up: the four in state order, then the held set
+            (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h)
+ARGV[1]     queue name
+ARGV[2]     the records hash (plc:{S:Q}:j)
+ARGV[3]     '1' to include bodies, else '0'
+ARGV[4]     number of lookups, n
+then 2 per lookup:
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other four follow)
+  ARGV[i+1] local id
+
+Returns {evicted, then 10 values per job found: lookup number (1-based), state (0..3), score
+(seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked)}, or -1 if the
+queue does not exist.
+]]
+--@include records
+--@include sets
+local meta_key = KEYS[1]
+local records_key, with_body, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+
+-- The scores of the ids in each of the five sets of each priority: scores[k + set][id].
+local ids_of, order = {}, {}
+for j = 0, n - 1 do
+  local k = tonumber(ARGV[5 + 2 * j])
+  if not ids_of[k] then
+    ids_of[k] = {}
+    order[#order + 1] = k
+  end
+  table.insert(ids_of[k], ARGV[6 + 2 * j])
+end
+local scores, found, seen = {}, {}, {}
+for _, k in ipairs(order) do
+  for set = 0, 4 do
+    scores[k + set] = scores_of(KEYS[k + set], ids_of[k])
+    for id in pairs(scores[k + set]) do
+      if not seen[id] then
+        seen[id] = true
+        found[#found + 1] = id
+      end
+    end
+  end
+end
+local jobs = read_records(records_key, found)
+
+local writes = set_writes()
+local out = {0}
+local evicted = 0
+for j = 0, n - 1 do
+  local k = tonumber(ARGV[5 + 2 * j])
+  local id = ARGV[6 + 2 * j]
+  for set = 0, 4 do
+    local score = scores[k + set][id]
+    local state = set % 4  -- the held set (4) is PENDING (0)
+    if score then
+      local job = jobs[id]
+      if not job then
+        if set < 4 then
+          scores[k + set][id] = nil  -- removed: a second lookup of it looks further, as after a ZREM
+          writes.remove(k + set, id)
+          evicted = evicted + 1
+        end
+      else
+        local body = false
+        if with_body then
+          body = job.bd
+        end
+        local row = {j + 1, state, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca),
+          to_seconds(job.ua), job.cd, body}
+        for v = 1, 10 do
+          out[#out + 1] = row[v]
+        end
+      end
+      break
+    end
+  end
+end
+writes.flush()
+out[1] = evicted
+return out

@@ -1,0 +1,63 @@
+--[[ resurrect_timed_out_jobs: treat up to ARGV[4] jobs claimed before ARGV[3] as failed with
+no retry delay (the monitor's claim timeout).
+
+As lua/resurrect_timed_out_jobs.lua, in the compact layout, with one HMGET and one HSET of
+records and one ZADD per target set for the batch. Oldest claims first (IN_PROGRESS score <
+ARGV[3], in ms). With more than one attempt remaining: to PENDING scored by now, one attempt
+less, claim removed. Otherwise: to FAILED scored by now, none remaining. ua = now. A member whose
+record is missing (evicted) is removed and counted. Holds of the dequeue broker that lapsed by
+ARGV[5] go back to PENDING first (lib/holds.lua): the monitor is what returns the holds of a
+server that crashed when nothing else touches the queue.
+
+KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
+KEYS[3]  IN_PROGRESS sorted set (plc:{S:Q}:p{p}:s1)
+KEYS[4]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
+KEYS[5]  held sorted set (plc:{S:Q}:p{p}:h)
+KEYS[6]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
+KEYS[7]  holders hash (plc:{S:Q}:p{p}:o)
+ARGV[1]  queue name
+ARGV[2]  the records hash (plc:{S:Q}:j)
+ARGV[3]  claimed before, seconds as float (exclusive)
+ARGV[4]  limit
+ARGV[5]  now, seconds as float
+
+Returns {changed, evicted}, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+--@include holds
+local meta_key, pending_key, in_progress_key, failed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local records_key, before = ARGV[2], bound_ms('(' .. ARGV[3])
+local limit, now = tonumber(ARGV[4]), to_ms(ARGV[5])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+sweep_lapsed(pending_key, KEYS[5], KEYS[6], KEYS[7], now)
+if limit <= 0 then
+  return {0, 0}
+end
+local ids = redis.call('ZRANGEBYSCORE', in_progress_key, '-inf', before, 'LIMIT', 0, limit)
+if #ids > 0 then
+  redis.call('ZREMRANGEBYRANK', in_progress_key, 0, #ids - 1)
+end
+local jobs = read_records(records_key, ids)
+local changed, retried, failed = {}, {}, {}
+for _, id in ipairs(ids) do
+  local job = jobs[id]
+  if job then
+    if job.ar > 1 then
+      job.ar, job.cd = job.ar - 1, false
+      retried[#retried + 1] = id
+    else
+      job.ar = 0
+      failed[#failed + 1] = id
+    end
+    job.ua = now
+    changed[#changed + 1] = id
+  end
+end
+write_records(records_key, changed, jobs)
+zadd_all(pending_key, now, retried)
+zadd_all(failed_key, now, failed)
+return {#changed, #ids - #changed}

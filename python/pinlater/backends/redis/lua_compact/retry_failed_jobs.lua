@@ -1,0 +1,46 @@
+--[[ retry_failed_jobs: move up to ARGV[5] FAILED jobs of one priority back to PENDING.
+
+As lua/retry_failed_jobs.lua, in the compact layout, with one HMGET and one HSET of records and
+one ZADD for the batch. Oldest failures first. Each moved job gets ar = ARGV[3] (al is left as it
+was, as the original did), its claim removed, ua = now, and a PENDING score of ARGV[4] (in ms).
+A member whose record is missing (evicted) is removed and counted, not moved.
+
+KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
+KEYS[3]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
+ARGV[1]  queue name
+ARGV[2]  the records hash (plc:{S:Q}:j)
+ARGV[3]  attempts remaining to set
+ARGV[4]  run after, seconds as float
+ARGV[5]  limit
+ARGV[6]  now, seconds as float
+
+Returns {moved, evicted}, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+local meta_key, pending_key, failed_key = KEYS[1], KEYS[2], KEYS[3]
+local records_key, attempts, run_after = ARGV[2], tonumber(ARGV[3]), to_ms(ARGV[4])
+local limit, now = tonumber(ARGV[5]), to_ms(ARGV[6])
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+if limit <= 0 then
+  return {0, 0}
+end
+local ids = redis.call('ZRANGE', failed_key, 0, limit - 1)
+if #ids > 0 then
+  redis.call('ZREMRANGEBYRANK', failed_key, 0, #ids - 1)
+end
+local jobs = read_records(records_key, ids)
+local moved = {}
+for _, id in ipairs(ids) do
+  local job = jobs[id]
+  if job then
+    job.ar, job.cd, job.ua = attempts, false, now
+    moved[#moved + 1] = id
+  end
+end
+write_records(records_key, moved, jobs)
+zadd_all(pending_key, run_after, moved)
+return {#moved, #ids - #moved}

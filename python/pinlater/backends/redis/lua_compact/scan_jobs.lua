@@ -1,0 +1,178 @@
+--[[ scan_jobs: read up to ARGV[6] jobs of one set within a score range, from an offset; for
+PENDING, merged with the jobs the dequeue broker holds (lib/holds.lua), which are PENDING too.
+With bodies and a byte budget (ARGV[9]), the page stops early once the bodies taken reach it, so
+it holds at most the budget plus one body, and always at least one member.
+
+As lua/scan_jobs.lua, in the compact layout: the bounds, in seconds, are converted to the sets'
+millisecond scores, and scores and times in the reply are seconds again. Records are read with
+one HMGET per chunk of the window (with a byte budget, chunks sized by the bodies seen so far,
+so little more than the budget is read), evicted members removed with one ZREM (and one
+drop_holds for held ones).
+
+Also the candidate reader for body-regex filters, which cannot run in Lua (it has no regular
+expressions): the store pages through with bodies and matches in Python. A member whose record is
+missing (evicted) is removed from its set, counted, and skipped; `looked` (members of the window
+read, evicted ones included) tells the caller how far the offset moved, and `last` whether the
+range ends within them. Order: by score, equal scores by id as text (Redis' order), reversed when
+newest first; the held set's members take their places in that order.
+
+KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[2]  the sorted set to read (plc:{S:Q}:p{p}:s{s})
+KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash to
+         merge (plc:{S:Q}:p{p}:h, :x, :o)
+ARGV[1]  queue name
+ARGV[2]  the records hash (plc:{S:Q}:j)
+ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
+ARGV[4]  highest score (same syntax)
+ARGV[5]  offset (in members of the range, after earlier evictions were removed)
+ARGV[6]  count
+ARGV[7]  '1' to include bodies, else '0'
+ARGV[8]  '1' for highest score first, else '0'
+ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes ('0' or none:
+         no bound)
+
+Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
+then 9 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
+bd (nil unless asked)}, or -1 if the queue does not exist.
+]]
+--@include records
+--@include sets
+--@include holds
+local meta_key, set_key = KEYS[1], KEYS[2]
+local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
+local records_key, low, high = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4])
+local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
+local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
+if redis.call('HEXISTS', meta_key, 'c') == 0 then
+  return -1
+end
+
+-- Members [from, from + n) of a set's range in scan order, as {id, score} pairs.
+local function range(key, from, n)
+  local page
+  if newest_first then
+    page = redis.call('ZREVRANGEBYSCORE', key, high, low, 'WITHSCORES', 'LIMIT', from, n)
+  else
+    page = redis.call('ZRANGEBYSCORE', key, low, high, 'WITHSCORES', 'LIMIT', from, n)
+  end
+  local out = {}
+  for i = 1, #page, 2 do
+    out[#out + 1] = {page[i], page[i + 1]}
+  end
+  return out
+end
+
+-- Whether a comes before b in scan order (ids are unique across the two sets).
+local function before(a, b)
+  local sa, sb = tonumber(a[2]), tonumber(b[2])
+  if sa ~= sb then
+    return (sa < sb) ~= newest_first
+  end
+  return (a[1] < b[1]) ~= newest_first
+end
+
+-- The window [offset, offset + count) of the range: {id, score, held?} triples, in order.
+local window = {}
+if not held_key then
+  for _, m in ipairs(range(set_key, offset, count)) do
+    window[#window + 1] = {m[1], m[2], false}
+  end
+else
+  -- Held members in the window are among its first offset + count; set members among those
+  -- from offset - #held. One set member more is read (at `base`) to place held members before it.
+  local held = range(held_key, 0, offset + count)
+  local base = math.max(0, offset - #held - 1)
+  local main = range(set_key, base, offset + count - base)
+  local placed = {}
+  local p = 1
+  for i, m in ipairs(main) do
+    while p <= #held and before(held[p], m) do
+      p = p + 1
+    end
+    placed[#placed + 1] = {base + (i - 1) + (p - 1), m[1], m[2], false}
+  end
+  p = 1
+  for j, h in ipairs(held) do
+    while p <= #main and before(main[p], h) do
+      p = p + 1
+    end
+    -- before the first set member read, past `base`: the window starts later
+    if base == 0 or p > 1 then
+      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], true}
+    end
+  end
+  table.sort(placed, function(x, y) return x[1] < y[1] end)
+  for _, e in ipairs(placed) do
+    if e[1] >= offset and e[1] < offset + count then
+      window[#window + 1] = {e[2], e[3], e[4]}
+    end
+  end
+end
+
+local budget = tonumber(ARGV[9]) or 0
+local bounded = with_body and budget > 0
+local out = {0, 0, 0}
+local evicted, looked, taken = 0, 0, 0
+local gone, gone_held = {}, {}
+-- Records are read a chunk of the window at a time, sized from the bodies read so far (8 to
+-- start with) to hold about the bytes left of the budget, or CHUNK_BYTES without one, so that a
+-- window of large bodies never sits in memory whole.
+local CHUNK_BYTES = 4 * 1024 * 1024
+local at, read, read_bytes = 1, 0, 0  -- the next member whose record is not read; the reads so far
+local jobs = {}
+for i, m in ipairs(window) do
+  if bounded and taken >= budget then
+    break
+  end
+  if i == at then
+    local n = 8
+    if read > 0 then
+      local want = CHUNK_BYTES
+      if bounded then
+        want = budget - taken
+      end
+      n = math.ceil(want * read / math.max(read_bytes, 1))
+    end
+    local ids = {}
+    for w = at, math.min(at + math.max(1, math.min(n, RECORD_CHUNK)) - 1, #window) do
+      ids[#ids + 1] = window[w][1]
+    end
+    jobs = read_records(records_key, ids)
+    for _, job in pairs(jobs) do
+      read_bytes = read_bytes + #job.bd
+    end
+    read = read + #ids
+    at = at + #ids
+  end
+  looked = looked + 1
+  local id, score, is_held = m[1], m[2], m[3]
+  local job = jobs[id]
+  if not job then
+    if is_held then
+      gone_held[#gone_held + 1] = id
+    else
+      gone[#gone + 1] = id
+    end
+    evicted = evicted + 1
+  else
+    local body = false
+    if with_body then
+      body = job.bd
+      taken = taken + #body
+    end
+    local row = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body}
+    for v = 1, 9 do
+      out[#out + 1] = row[v]
+    end
+  end
+end
+zrem_all(set_key, gone)
+if #gone_held > 0 then
+  drop_holds(held_key, expiry_key, holders_key, gone_held)
+end
+out[1] = evicted
+out[2] = looked
+if looked == #window and #window < count then
+  out[3] = 1
+end
+return out

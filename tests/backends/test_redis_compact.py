@@ -1,0 +1,386 @@
+"""Redis-only tests of the compact layout (``keys_compact.py``, ``lua_compact/``): its keys and
+records, evicted records, what a batch costs in commands, the script files, times in ms.
+
+The behaviour every backend shares is in ``test_conformance.py`` (kind "redis-compact"), and
+``test_redis_layouts_agree.py`` checks that both layouts answer alike. Servers are real
+redis-server processes on free loopback ports, one per test.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from tests.support.redis_server import RedisServer
+
+from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, NewJob
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis import store as store_module
+from pinlater.backends.redis.filtered_reads import page, read_sets
+from pinlater.backends.redis.scripts import INCLUDE, SCRIPT_NAMES, source
+
+Q = "q"
+T0 = 1_700_000_000_000
+CLAIM = "claim-1:worker:host-a"
+RES = "~r|host:1:abcd"
+K = f"plc:{{1:{Q}}}:"  # every key of queue Q on shard "1"
+
+# A record as text (numbers with all their digits): bd, al, ar, ca, ua, cs, cd ('' if none).
+READ_RECORD = """
+local packed = redis.call('HGET', KEYS[1], ARGV[1])
+if not packed then return false end
+local r = cmsgpack.unpack(packed)
+local out = {#r}
+for i = 1, #r do
+  if type(r[i]) == 'number' then out[#out + 1] = string.format('%.17g', r[i])
+  elseif r[i] == false then out[#out + 1] = ''
+  else out[#out + 1] = r[i] end
+end
+return out
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as srv:
+        yield srv
+
+
+@pytest.fixture
+def raw(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(server: RedisServer) -> Iterator[RedisStore]:
+    shard = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+    shard.create_queue(Q, 3)
+    yield shard
+    shard.close()
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def zset(raw: redis.Redis, key: str) -> dict[str, int]:
+    """A sorted set's members and their integer ms scores."""
+    pairs: list[tuple[bytes, float]] = raw.zrange(key, 0, -1, withscores=True)  # type: ignore[assignment]
+    return {text(member): int(score) for member, score in pairs}
+
+
+def record(raw: redis.Redis, local_id: int) -> list[str] | None:
+    """The record of a job: [bd, al, ar, ca, ua, cs, cd], numbers as text, cd '' when false."""
+    out = raw.eval(READ_RECORD, 1, K + "j", local_id)
+    if out is None:
+        return None
+    assert int(out[0]) == 7, "a record is an array of exactly 7 items"
+    return [text(v) for v in out[1:]]
+
+
+def all_keys(raw: redis.Redis) -> set[str]:
+    return {text(k) for k in raw.keys("*")} - {"pll:{1}"}
+
+
+def calls(raw: redis.Redis) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT (script commands included)."""
+    stats = raw.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+# -- the layout ---------------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_layout_after_enqueue_dequeue_and_ack(store: RedisStore, raw: redis.Redis) -> None:
+    jobs = [NewJob(1, b"one", T0, 1, "s1"), NewJob(1, b"two", T0, 3), NewJob(2, b"later", T0 + 5000, 2)]
+    a, b, c = store.enqueue_jobs(Q, jobs, T0 - 1000)
+    meta = raw.hgetall(K + "m")
+    assert meta[b"id"] == b"3" and int(meta[b"c"]) > 0
+    assert zset(raw, "plc:{1}:q").keys() == {Q}
+    assert zset(raw, K + "p1:s0") == {str(a): T0, str(b): T0}
+    assert zset(raw, K + "p2:s0") == {str(c): T0 + 5000}
+    assert record(raw, a) == ["one", "1", "1", str(T0 - 1000), str(T0 - 1000), "s1", ""]
+
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 1, False)
+    assert zset(raw, K + "p1:s0") == {}
+    assert zset(raw, K + "p1:s1") == {str(a): T0 + 1, str(b): T0 + 1}
+    assert record(raw, a) == ["one", "1", "1", str(T0 - 1000), str(T0 + 1), "s1", CLAIM]
+
+    store.ack_jobs(Q, [AckItem(1, a, "ok")], [AckItem(1, b, "x", retry_delay_ms=2500)], T0 + 2)
+    assert zset(raw, K + "p1:s2") == {str(a): T0 + 2}
+    assert zset(raw, K + "p1:s0") == {str(b): T0 + 2502}  # retry at now + delay
+    assert record(raw, a) == ["one", "1", "1", str(T0 - 1000), str(T0 + 2), "s1ok", CLAIM]
+    assert record(raw, b) == ["two", "3", "2", str(T0 - 1000), str(T0 + 2), "x", ""]  # claim removed
+
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 3000, False)
+    store.resurrect_timed_out_jobs(Q, 1, T0 + 3001, 10, T0 + 4000)  # 2 attempts left: back to pending
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 4000, False)
+    store.ack_jobs(Q, [], [AckItem(1, b)], T0 + 5000)  # the last attempt: FAILED
+    assert zset(raw, K + "p1:s3") == {str(b): T0 + 5000}
+    assert record(raw, b)[2] == "0"  # type: ignore[index]
+    assert all_keys(raw) == {"plc:{1}:q", K + "m", K + "j", K + "p1:s2", K + "p1:s3", K + "p2:s0"}
+    assert raw.hlen(K + "j") == 3  # one record per job, in one hash
+
+
+@pytest.mark.redis
+def test_layout_of_the_brokers_holds(store: RedisStore, raw: redis.Redis) -> None:
+    a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0 - 10, 2), NewJob(1, b"b", T0 - 5, 2)], T0 - 20)
+    before = record(raw, a)
+    store.reserve_jobs(Q, 1, 5, RES, T0, 20_000)
+    assert zset(raw, K + "p1:s0") == {}
+    assert zset(raw, K + "p1:h") == {str(a): T0 - 10, str(b): T0 - 5}
+    assert zset(raw, K + "p1:x") == {str(a): T0 + 20_000, str(b): T0 + 20_000}
+    assert raw.hgetall(K + "p1:o") == {str(a).encode(): RES.encode(), str(b).encode(): RES.encode()}
+    assert record(raw, a) == before  # the record is not touched
+    assert store.claim_reserved(Q, [(1, a, CLAIM)], RES, T0 + 1) == [(1, a)]
+    assert zset(raw, K + "p1:s1") == {str(a): T0 + 1}
+    assert record(raw, a)[6] == CLAIM  # type: ignore[index]
+    assert zset(raw, K + "p1:h") == {str(b): T0 - 5}
+    # the monitor returns a lapsed hold to PENDING, in its old place, when nothing else runs
+    assert store.resurrect_timed_out_jobs(Q, 1, T0, 10, T0 + 20_000) == 0
+    assert zset(raw, K + "p1:s0") == {str(b): T0 - 5}
+    assert not raw.exists(K + "p1:h", K + "p1:x", K + "p1:o")
+    store.reserve_jobs(Q, 1, 5, RES, T0 + 20_000, 20_000)
+    store.delete_queue(Q)
+    assert all_keys(raw) == {K + "m"}  # the id counter is kept
+    assert raw.hgetall(K + "m") == {b"id": b"2"}
+
+
+@pytest.mark.redis
+def test_times_keep_every_millisecond(store: RedisStore) -> None:
+    times = [0, 1, 999, -1, -1500, -999_999, 2**40 + 7, 10**15 + 7, 2**53]
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"t", t, 1) for t in times], -1500)
+    records = store.lookup_jobs(Q, [(1, i) for i in ids], False)
+    assert [r.run_after_ms for r in records] == times
+    assert {r.created_at_ms for r in records} == {-1500}
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, -1), None) == 3
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, -1, future=True), None) == 6
+    claimed = store.dequeue_jobs(Q, 1, 100, CLAIM, 2**53, False)
+    assert [(j.created_at_ms, j.updated_at_ms) for j in claimed] == [(-1500, 2**53)] * len(times)
+    scanned = store.scan_jobs(Q, JobFilter(JobState.IN_PROGRESS, 1, 2**53, None), 100)
+    assert {job.run_after_ms for job in scanned} == {2**53}
+
+
+# -- evicted records ----------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_evicted_records_are_removed_and_counted(store: RedisStore, raw: redis.Redis) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(6)], T0)
+    raw.hdel(K + "j", ids[0], ids[1], ids[2])
+
+    assert store.dequeue_jobs(Q, 1, 3, CLAIM, T0, True) == []  # a dry run skips them and changes nothing
+    assert store.evicted_jobs == 0
+    claimed = store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)
+    assert [job.local_id for job in claimed] == ids[3:5]  # evicted ones skipped, others taken instead
+    assert store.evicted_jobs == 3
+    assert zset(raw, K + "p1:s0") == {str(ids[5]): T0}
+
+    raw.hdel(K + "j", ids[3])  # evicted while in progress
+    store.ack_jobs(Q, [AckItem(1, ids[3])], [AckItem(1, ids[3])], T0)  # twice: removed and counted once
+    assert store.evicted_jobs == 4
+    assert raw.zcard(K + "p1:s1") == 1 and raw.zcard(K + "p1:s2") == 0
+
+    raw.hdel(K + "j", ids[5])
+    assert store.lookup_jobs(Q, [(1, ids[5]), (1, ids[5])], True) == []
+    assert store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 10) == []
+    assert store.evicted_jobs == 5
+    raw.hdel(K + "j", ids[4])
+    assert store.checkpoint_jobs(Q, [CheckpointItem(1, ids[4], T0)], "", T0) == 0
+    assert store.evicted_jobs == 6
+    assert raw.zcard(K + "p1:s1") == 0 and raw.hlen(K + "j") == 0
+
+
+@pytest.mark.redis
+def test_a_held_job_whose_record_is_gone_is_claimed_then_counted(store: RedisStore, raw: redis.Redis) -> None:
+    a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0, 2), NewJob(1, b"b", T0, 2)], T0)
+    store.reserve_jobs(Q, 1, 5, RES, T0, 60_000)
+    raw.hdel(K + "j", a)
+    assert store.claim_reserved(Q, [(1, a, CLAIM), (1, b, CLAIM)], RES, T0) == [(1, a), (1, b)]
+    assert zset(raw, K + "p1:s1") == {str(a): T0, str(b): T0}
+    assert record(raw, a) is None  # no partial record: the next script to meet it counts it
+    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 10, T0 + 1) == 1
+    assert store.evicted_jobs == 1
+
+
+# -- what a batch costs -------------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisStore, raw: redis.Redis) -> None:
+    store.enqueue_jobs(Q, [NewJob(1, b"warm-up", T0, 1)], T0)  # the first call may have loaded the script
+    store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)
+    store.ack_jobs(Q, [AckItem(1, 1)], [], T0)
+    jobs = [NewJob(1 + i % 3, b"x" * 100, T0, 2) for i in range(900)]
+    by_priority: dict[int, int] = {}
+
+    raw.config_resetstat()
+    for local_id, job in zip(store.enqueue_jobs(Q, jobs, T0), jobs, strict=True):
+        by_priority[local_id] = job.priority
+    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby")} == {
+        "evalsha": 1, "hset": 1, "zadd": 3, "hincrby": 1,
+    }  # fmt: skip
+
+    raw.config_resetstat()
+    assert len(store.dequeue_jobs(Q, 1, 1000, CLAIM, T0, False)) == 300
+    assert {k: calls(raw).get(k, 0) for k in ("hmget", "hset", "zadd", "zrem")} == {
+        "hmget": 1, "hset": 1, "zadd": 1, "zrem": 1,
+    }  # fmt: skip
+    store.dequeue_jobs(Q, 2, 1000, CLAIM, T0, False)
+    store.dequeue_jobs(Q, 3, 1000, CLAIM, T0, False)
+
+    raw.config_resetstat()
+    ids = list(by_priority)
+    store.ack_jobs(
+        Q, [AckItem(by_priority[i], i) for i in ids[:450]], [AckItem(by_priority[i], i) for i in ids[450:]], T0
+    )
+    stats = calls(raw)
+    assert (stats.get("hmget"), stats.get("hset"), stats.get("zmscore")) == (1, 1, 3)
+    assert stats.get("zrem") == 3 and stats.get("zadd") == 6  # per priority: out of IN_PROGRESS, in two sets
+
+    raw.config_resetstat()
+    found = store.lookup_jobs(Q, [(by_priority[i], i) for i in ids], True)
+    assert len(found) == 900
+    assert (calls(raw).get("hmget"), calls(raw).get("zmscore")) == (1, 15)  # five sets per priority
+
+
+# -- the script files ---------------------------------------------------------------------------
+
+
+def compact_files(*folder: str) -> dict[str, str]:
+    root = resources.files("pinlater.backends.redis").joinpath("lua_compact", *folder)
+    return {
+        p.name.removesuffix(".lua"): p.read_text(encoding="utf-8") for p in root.iterdir() if p.name.endswith(".lua")
+    }
+
+
+@pytest.mark.redis
+def test_every_compact_lua_file_loads_on_a_real_server(raw: redis.Redis) -> None:
+    files = compact_files()
+    assert set(files) == set(SCRIPT_NAMES)
+    for name in files:
+        assert raw.script_load(source(name, "compact")), name  # with its includes
+
+
+def test_compact_lua_files_have_headers_and_share_the_record_code() -> None:
+    libs = compact_files("lib")
+    assert {"records", "sets", "holds"} <= set(libs)
+    for name, text in compact_files().items():
+        header = text.split("]]")[0]
+        assert text.startswith(f"--[[ {name}:"), f"{name}.lua: the header names the script first"
+        assert "KEYS[1]" in header and "Returns" in header, f"{name}.lua: header"
+        assert f"lua/{name}.lua" in header, f"{name}.lua: the header names the original it follows"
+        includes = INCLUDE.findall(text)
+        assert set(includes) <= set(libs), name
+        if "holds" in includes:  # holds.lua uses the helpers of sets.lua
+            assert includes.index("sets") < includes.index("holds"), name
+        assert "cmsgpack" not in text, f"{name}.lua: only records.lua packs and unpacks records"
+        assert not re.search(r"'pl[cqhjnl][:_]", text), f"{name}.lua hard-codes a key name"
+        assert not INCLUDE.search(source(name, "compact")), name
+
+
+# -- behaviours the original's tests pin --------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_dequeue_takes_equal_run_afters_in_id_order(store: RedisStore) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(25)], T0)  # "10" < "9" as text
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 12, CLAIM, T0, True)] == ids[:12]
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 12, CLAIM, T0, False)] == ids[:12]
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 12, CLAIM, T0, False)] == ids[12:24]
+
+
+@pytest.mark.redis
+def test_a_huge_group_of_equal_run_afters_keeps_redis_order(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "MAX_TIES_REORDERED", 5)  # bounds the work per dequeue
+    store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(12)], T0)
+    claimed = store.dequeue_jobs(Q, 1, 3, CLAIM, T0, False)
+    assert [job.local_id for job in claimed] == [1, 10, 11]  # members sort as text in Redis
+
+
+@pytest.mark.redis
+def test_checkpoint_source_is_a_plain_substring_and_applies_in_order(store: RedisStore) -> None:
+    [local_id] = store.enqueue_jobs(Q, [NewJob(1, b"a", T0, 1, "s")], T0)
+    store.dequeue_jobs(Q, 1, 1, "c:worker:host-(%a", T0, False)
+    item = CheckpointItem(1, local_id, T0, new_body=b"b")
+    assert store.checkpoint_jobs(Q, [item], ".", T0) == 0  # a Lua pattern would match anything
+    assert store.checkpoint_jobs(Q, [item], "host-(%a", T0) == 1  # and this is a malformed pattern
+    twice = CheckpointItem(1, local_id, T0, prepend_custom_status="p")
+    moved = CheckpointItem(1, local_id, T0 + 50, move_to_pending=True)
+    assert store.checkpoint_jobs(Q, [twice, twice, moved, twice], "host", T0 + 1) == 3  # not after the move
+    [job] = store.lookup_jobs(Q, [(1, local_id)], True)
+    assert (job.state, job.custom_status, job.body, job.run_after_ms) == (JobState.PENDING, "pps", b"b", T0 + 50)
+    assert job.claim_descriptor is None
+
+
+@pytest.mark.redis
+def test_custom_status_is_cut_by_characters(store: RedisStore) -> None:
+    limit = store.custom_status_limit
+    [local_id] = store.enqueue_jobs(Q, [NewJob(1, b"a", T0, 1, "a" * (limit - 1))], T0)
+    store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)
+    store.ack_jobs(Q, [AckItem(1, local_id, "ééé")], [], T0)
+    assert store.lookup_jobs(Q, [(1, local_id)], False)[0].custom_status == "a" * (limit - 1) + "é"
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("newest_first", [False, True])
+def test_a_page_with_bodies_stops_at_its_byte_budget(store: RedisStore, raw: redis.Redis, newest_first: bool) -> None:
+    rng = random.Random(5)
+    sizes: dict[str, int] = {}
+    now = T0
+    for _ in range(5):  # held jobs among pending ones
+        jobs = [NewJob(1, b"b" * rng.randrange(1, 30), now - rng.randrange(20), 2) for _ in range(8)]
+        for local_id, job in zip(store.enqueue_jobs(Q, jobs, now), jobs, strict=True):
+            sizes[str(local_id)] = len(job.body)
+        store.reserve_jobs(Q, 1, rng.randrange(1, 4), RES, now, 60_000)
+        now += 3
+    sets = read_sets(store._shard.keys(Q), JobFilter(JobState.PENDING, 1, now))
+    merged = sorted(
+        [*zset(raw, K + "p1:h").items(), *zset(raw, K + "p1:s0").items()],
+        key=lambda m: (m[1], m[0]),
+        reverse=newest_first,
+    )
+    for count in (1, 4, 9, 50):
+        for budget in (1, 25, 60):
+            for offset in range(len(merged) + 1):
+                got = page(store._shard, Q, sets, "-inf", "+inf", offset, count, True, newest_first, budget)
+                want = merged[offset : offset + count]
+                n, taken = 0, 0
+                while n < len(want) and (n == 0 or taken < budget):
+                    taken += sizes[want[n][0]]
+                    n += 1
+                assert [(text(r[0]), round(float(r[1]) * 1000)) for r in got.rows] == want[:n], (count, budget, offset)
+                assert [len(r[8]) for r in got.rows] == [sizes[m[0]] for m in want[:n]]
+                assert (got.evicted, got.looked, got.last) == (0, n, n == len(want) < count)
+
+
+@pytest.mark.redis
+def test_delete_queue_deletes_in_batches_and_keeps_the_counter(
+    store: RedisStore, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "DELETE_QUEUE_BATCH", 4)
+    store.create_queue("other", 3)
+    store.enqueue_jobs("other", [NewJob(1, b"keep", T0, 1)], T0)
+    ids = store.enqueue_jobs(Q, [NewJob(1 + i % 3, b"x", T0, 1) for i in range(30)], T0)
+    store.dequeue_jobs(Q, 1, 5, CLAIM, T0, False)
+    store.reserve_jobs(Q, 2, 3, RES, T0, 60_000)
+    store.ack_jobs(Q, [AckItem(1, i) for i in ids[:6]], [], T0)
+    raw.hset(K + "j", "999", "a record no set names")  # deleted with the records hash at the end
+    store.delete_queue("never-created")  # loads the script
+    raw.config_resetstat()
+    store.delete_queue(Q)
+    assert calls(raw)["evalsha"] == 9  # 30 jobs and 3 hold expiries, 4 members a call
+    assert store.get_queue_names() == {"other"}
+    assert {k for k in all_keys(raw) if k.startswith(K)} == {K + "m"}
+    assert raw.hgetall(K + "m") == {b"id": b"30"}
+    store.create_queue(Q, 3)
+    assert store.enqueue_jobs(Q, [NewJob(1, b"new", T0, 1)], T0) == [31]  # ids are never handed out twice
