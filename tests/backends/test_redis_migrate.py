@@ -174,10 +174,6 @@ def test_the_shard_moved_back_serves_as_before(server: RedisServer, raw: redis.R
         store.close()
 
 
-COMPACT_SCRIPTS = resources.files("pinlater.backends.redis").joinpath("lua_compact", "lookup_jobs.lua")
-
-
-@pytest.mark.skipif(not COMPACT_SCRIPTS.is_file(), reason="the compact layout's scripts are not merged yet")
 def test_a_compact_store_serves_the_moved_shard(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
     migrate_shard(raw, "1", "compact")
     store = open_store(server, layout="compact")
@@ -350,14 +346,6 @@ def test_refuses_bad_arguments(raw: redis.Redis) -> None:
     assert raw.dbsize() == 0
 
 
-RECORDS_LUA = resources.files("pinlater.backends.redis").joinpath("lua_compact", "lib", "records.lua").read_text()
-
-
-@pytest.mark.xfail(
-    "sign, ms = '-', -ms" not in RECORDS_LUA,
-    strict=True,
-    reason="this records.lua's to_seconds reads -1 ms as '-1.999' (fixed on branch lua)",
-)
 def test_times_before_the_epoch_come_back_unchanged(server: RedisServer, raw: redis.Redis) -> None:
     store = open_store(server)
     store.create_queue("q", 1)
