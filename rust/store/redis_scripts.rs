@@ -49,15 +49,16 @@ pub struct QueueKeys<'a> {
 }
 
 impl QueueKeys<'_> {
-    /// `KEYS[1]` of every queue script: `pln_{S}`, or the compact meta hash `plc:{S:Q}:m`.
+    /// `KEYS[1]` of every queue script: `pln_{S}`, or the compact records hash `plc:{S:Q}:j`
+    /// (whose fields `c` and `id` are the queue's own).
     fn exists_key(&self) -> String {
         match self.layout {
             Layout::Original => format!("pln_{}", self.shard),
-            Layout::Compact => format!("plc:{{{}:{}}}:m", self.shard, self.queue),
+            Layout::Compact => self.jobs_arg(),
         }
     }
 
-    /// The id counter: `plj_{S}_{Q}`, or the compact meta hash (its field `id`).
+    /// The id counter: `plj_{S}_{Q}`, or the compact records hash (its field `id`).
     fn id_key(&self) -> String {
         match self.layout {
             Layout::Original => format!("plj_{}_{}", self.shard, self.queue),
@@ -490,7 +491,7 @@ mod tests {
         assert_eq!(
             &args(&cmd)[3..11],
             [
-                "plc:{s:q}:m",
+                "plc:{s:q}:j",
                 "plc:{s:q}:p2:s0",
                 "plc:{s:q}:p2:s1",
                 "plc:{s:q}:p2:h",
@@ -510,7 +511,7 @@ mod tests {
         let cmd = enqueue_command("sha", &keys, &[job], 2000);
         assert_eq!(
             &args(&cmd)[3..6],
-            ["plc:{s:q}:m", "plc:{s:q}:m", "plc:{s:q}:p1:s0"]
+            ["plc:{s:q}:j", "plc:{s:q}:j", "plc:{s:q}:p1:s0"]
         );
         assert_eq!(Layout::named("compact"), Some(Layout::Compact));
         assert_eq!(Layout::named("Compact"), None);

@@ -103,8 +103,8 @@ def calls(raw: redis.Redis) -> dict[str, int]:
 def test_layout_after_enqueue_dequeue_and_ack(store: RedisStore, raw: redis.Redis) -> None:
     jobs = [NewJob(1, b"one", T0, 1, "s1"), NewJob(1, b"two", T0, 3), NewJob(2, b"later", T0 + 5000, 2)]
     a, b, c = store.enqueue_jobs(Q, jobs, T0 - 1000)
-    meta = raw.hgetall(K + "m")
-    assert meta[b"id"] == b"3" and int(meta[b"c"]) > 0
+    meta = raw.hmget(K + "j", "id", "c")  # the queue's own fields, beside the records
+    assert meta[0] == b"3" and int(meta[1] or 0) > 0
     assert zset(raw, "plc:{1}:q").keys() == {Q}
     assert zset(raw, K + "p1:s0") == {str(a): T0, str(b): T0}
     assert zset(raw, K + "p2:s0") == {str(c): T0 + 5000}
@@ -127,8 +127,8 @@ def test_layout_after_enqueue_dequeue_and_ack(store: RedisStore, raw: redis.Redi
     store.ack_jobs(Q, [], [AckItem(1, b)], T0 + 5000)  # the last attempt: FAILED
     assert zset(raw, K + "p1:s3") == {str(b): T0 + 5000}
     assert record(raw, b)[2] == "0"  # type: ignore[index]
-    assert all_keys(raw) == {"plc:{1}:q", K + "m", K + "j", K + "p1:s2", K + "p1:s3", K + "p2:s0"}
-    assert raw.hlen(K + "j") == 3  # one record per job, in one hash
+    assert all_keys(raw) == {"plc:{1}:q", K + "j", K + "p1:s2", K + "p1:s3", K + "p2:s0"}
+    assert raw.hlen(K + "j") == 3 + 2  # one record per job, in one hash, with the fields c and id
 
 
 @pytest.mark.redis
@@ -151,8 +151,8 @@ def test_layout_of_the_brokers_holds(store: RedisStore, raw: redis.Redis) -> Non
     assert not raw.exists(K + "p1:h", K + "p1:x", K + "p1:o")
     store.reserve_jobs(Q, 1, 5, RES, T0 + 20_000, 20_000)
     store.delete_queue(Q)
-    assert all_keys(raw) == {K + "m"}  # the id counter is kept
-    assert raw.hgetall(K + "m") == {b"id": b"2"}
+    assert all_keys(raw) == {K + "j"}  # the id counter is kept
+    assert raw.hgetall(K + "j") == {b"id": b"2"}
 
 
 @pytest.mark.redis
@@ -197,7 +197,7 @@ def test_evicted_records_are_removed_and_counted(store: RedisStore, raw: redis.R
     raw.hdel(K + "j", ids[4])
     assert store.checkpoint_jobs(Q, [CheckpointItem(1, ids[4], T0)], "", T0) == 0
     assert store.evicted_jobs == 6
-    assert raw.zcard(K + "p1:s1") == 0 and raw.hlen(K + "j") == 0
+    assert raw.zcard(K + "p1:s1") == 0 and raw.hlen(K + "j") == 2  # c and id
 
 
 @pytest.mark.redis
@@ -380,7 +380,7 @@ def test_delete_queue_deletes_in_batches_and_keeps_the_counter(
     store.delete_queue(Q)
     assert calls(raw)["evalsha"] == 9  # 30 jobs and 3 hold expiries, 4 members a call
     assert store.get_queue_names() == {"other"}
-    assert {k for k in all_keys(raw) if k.startswith(K)} == {K + "m"}
-    assert raw.hgetall(K + "m") == {b"id": b"30"}
+    assert {k for k in all_keys(raw) if k.startswith(K)} == {K + "j"}
+    assert raw.hgetall(K + "j") == {b"id": b"30"}
     store.create_queue(Q, 3)
     assert store.enqueue_jobs(Q, [NewJob(1, b"new", T0, 1)], T0) == [31]  # ids are never handed out twice

@@ -219,7 +219,8 @@ def test_entries_older_than_the_hold_bound_are_released(
 
 def redis_config(redis: RedisServer, tmp_path: Path) -> str:
     config = tmp_path / "redis.json"
-    shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}}
+    # the original layout: the tests read its keys
+    shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}, "layout": "original"}
     config.write_text(json.dumps({"shards": [shard]}))
     return str(config)
 

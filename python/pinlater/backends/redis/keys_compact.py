@@ -9,10 +9,13 @@ records: ``lua_compact/lib/records.lua``.
 
 Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the tag early):
 
-* ``plc:{S:Q}:m``: the queue's meta hash: ``c``, its creation time in ms, while the queue exists
-  (every script's "does the queue exist" check, as ``pln_S`` is in the original); ``id``, the
-  local id counter, never deleted (as the original keeps ``plj_S_Q``).
-* ``plc:{S:Q}:j``: the records hash: field = local id (decimal), value = the job's record.
+* ``plc:{S:Q}:j``: the records hash: field = local id (decimal), value = the job's record; and
+  two fields of the queue's own, which no id can be: ``c``, its creation time in ms, while the
+  queue exists (every script's "does the queue exist" check, as ``pln_S`` is in the original),
+  and ``id``, the local id counter, never deleted (as the original keeps ``plj_S_Q``). So it is
+  ``KEYS[1]`` of every queue script: each key a script touches is declared, as a cluster
+  migrating the queue's slot needs (it answers TRYAGAIN while the keys are split, never runs a
+  script with half of them).
 * ``plc:{S:Q}:p{priority}:s{state}``: sorted set of local ids, scored by integer milliseconds
   with the meaning the original's scores have (run after, claim time, finish time);
   ``:h``, ``:x``, ``:o``: the dequeue broker's held set, hold expiries and holders (``lua/lib/holds.lua``).
@@ -52,9 +55,9 @@ class CompactQueueKeys:
     queue: str
     #: ``ARGV[2]`` of the scripts that read jobs: the records hash.
     jobs_arg: str = field(init=False)
-    #: The id counter: field ``id`` of the meta hash.
+    #: The id counter: field ``id`` of the records hash.
     id_key: str = field(init=False)
-    #: ``KEYS[1]`` of every queue script: the meta hash, whose field ``c`` says the queue exists.
+    #: ``KEYS[1]`` of every queue script: the records hash, whose field ``c`` says the queue exists.
     exists_key: str = field(init=False)
     _base: str = field(init=False, repr=False)
 
@@ -62,8 +65,8 @@ class CompactQueueKeys:
         base = f"{COMPACT_KEY_PREFIX}:{queue_tag(self.shard, self.queue)}:"
         object.__setattr__(self, "_base", base)
         object.__setattr__(self, "jobs_arg", base + "j")
-        object.__setattr__(self, "id_key", base + "m")
-        object.__setattr__(self, "exists_key", base + "m")
+        object.__setattr__(self, "id_key", base + "j")
+        object.__setattr__(self, "exists_key", base + "j")
 
     def set_key(self, priority: int, state: JobState) -> str:
         return f"{self._base}p{priority:d}:s{int(state):d}"

@@ -11,7 +11,7 @@ ARGV[3] UTF-8 characters. A member whose record is missing (evicted) is removed 
 Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..n]  four sorted sets per acked priority, in state order: PENDING, IN_PROGRESS,
             SUCCEEDED, FAILED (plc:{S:Q}:p{p}:s0 .. :s3)
 ARGV[1]     queue name

@@ -13,7 +13,7 @@ in one call gets both unless the first moved it to PENDING).
 Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..n]  two sorted sets per priority involved: PENDING then IN_PROGRESS
             (plc:{S:Q}:p{p}:s0, :s1)
 ARGV[1]     queue name

@@ -7,7 +7,7 @@ As lua/claim_reserved.lua, in the compact layout, with one HMGET and one HSET of
 whole call. The jobs come in groups that share a priority and a claim (one worker's dequeue), so
 each job costs one argument.
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..n]  five per priority named: PENDING set, IN_PROGRESS set, held set, hold expiry set,
             holders hash (plc:{S:Q}:p{p}:s0, :s1, :h, :x, :o)
 ARGV[1]     queue name

@@ -4,7 +4,7 @@ PENDING, with the jobs the dequeue broker holds (lib/holds.lua), which are PENDI
 As lua/count_jobs.lua, except: KEYS[1] is the queue's meta hash (the queue exists while it has
 field `c`), and the bounds, given in seconds, are converted to the sets' millisecond scores.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to count (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  optional: the held set to count with it (plc:{S:Q}:p{p}:h)
 ARGV[1]  queue name

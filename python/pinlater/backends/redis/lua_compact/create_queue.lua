@@ -5,7 +5,7 @@ hash (its creation time in ms), which every compact script checks instead of the
 shard's names set (plc:{S}:q) lives in another slot in a cluster, so the store adds the name
 there itself, beside this script.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 ARGV[1]  queue name (unused: the meta hash is the queue's own)
 ARGV[2]  now, seconds as float (the creation time)
 

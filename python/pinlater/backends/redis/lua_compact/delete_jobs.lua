@@ -6,7 +6,7 @@ As lua/delete_jobs.lua, in the compact layout: the bounds, in seconds, are conve
 millisecond scores; membership of listed ids is read with one ZMSCORE per set, and the jobs go
 with one ZREM per set, one drop_holds and one HDEL of records (per chunk of 1000).
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to delete from (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash
          (plc:{S:Q}:p{p}:h, :x, :o)

@@ -1,14 +1,14 @@
 --[[ delete_queue: unregister a queue and delete up to ARGV[3] of its jobs.
 
-As lua/delete_queue.lua, in the compact layout. The first call removes the field `c` of the meta
+As lua/delete_queue.lua, in the compact layout. The first call removes the field `c` of the records
 hash, so the queue is gone at once (the store removes the name from the shard's names set
 itself: another slot in a cluster); the store repeats the call until it returns 0 so that a large
 queue never blocks Redis for long. The records of the jobs taken from the sets go with one HDEL
-per chunk. Once no job is left, the holders hashes and the records hash itself (with any record
-no set names) are deleted outright. The id counter (field `id` of the meta hash) is kept, as the
-original keeps its counter, so ids are never handed out twice.
+per chunk. Once no job is left, the holders hashes and every record no set names are deleted
+outright. The id counter (field `id` of the records hash) is kept, as the original keeps its
+counter, so ids are never handed out twice.
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the state sets, the
             held and hold expiry sets (plc:{S:Q}:p{p}:s{s}, :h, :x)
 KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (plc:{S:Q}:p{p}:o)
@@ -38,6 +38,11 @@ for k = 2, last_set do
   left = left + redis.call('ZCARD', set_key)
 end
 if left == 0 then
+  -- the records hash holds the id counter too (KEYS[1] is it): keep only that
+  local counter = redis.call('HGET', meta_key, 'id')
   redis.call('DEL', records_key, unpack(KEYS, last_set + 1, #KEYS))
+  if counter then
+    redis.call('HSET', meta_key, 'id', counter)
+  end
 end
 return left

@@ -17,7 +17,7 @@ merged by (score, id): they are PENDING.
 Per page of members: one HMGET of their records, one ZREM; at the end one HSET of the claimed
 records and one ZADD (per chunk of 1000).
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
 KEYS[3]  IN_PROGRESS sorted set (plc:{S:Q}:p{p}:s1)
 KEYS[4]  held sorted set (plc:{S:Q}:p{p}:h)

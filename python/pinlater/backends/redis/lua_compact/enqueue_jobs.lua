@@ -5,7 +5,7 @@ hash (one HINCRBY for the batch), so they are consecutive and in the order of th
 records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
 ZADD, scored by run after in ms.
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same meta hash (field `id`)
 KEYS[3..n]  PENDING sorted sets of the priorities in the batch (plc:{S:Q}:p{p}:s0)
 ARGV[1]     queue name

@@ -4,7 +4,7 @@ As lua/gc_finished_jobs.lua: oldest first (SUCCEEDED / FAILED score < ARGV[3]); 
 goes with it (one HDEL per chunk of records, not a DEL per job). KEYS[1] is the queue's meta hash
 and ARGV[2] the records hash.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  SUCCEEDED or FAILED sorted set (plc:{S:Q}:p{p}:s2 or :s3)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)

@@ -9,7 +9,7 @@ set and counted, and left out (an evicted held job is left to its holder's claim
 Batched: one ZMSCORE per set of each priority looked up, one HMGET of the records, one ZREM per
 set with evicted members.
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..n]  five sorted sets per priority looked up: the four in state order, then the held set
             (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h)
 ARGV[1]     queue name

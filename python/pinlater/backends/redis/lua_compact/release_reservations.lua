@@ -6,7 +6,7 @@ never changed by the hold and are not touched. Lapsed holds go back to PENDING f
 As lua/release_reservations.lua (same ARGV: this script takes no records hash), in the compact
 layout, with the holders of each priority's jobs read with one HMGET instead of an HGET each.
 
-KEYS[1]     the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..n]  four per priority named: PENDING set, held set, hold expiry set, holders hash
             (plc:{S:Q}:p{p}:s0, :h, :x, :o)
 ARGV[1]     queue name

@@ -9,7 +9,7 @@ Eligible: score <= now, lowest score first (equal scores in Redis' text order of
 whose record is missing (evicted) is removed from the PENDING set and counted. Per page of
 members: one HMGET of their records, one ZREM, one ZADD per hold structure.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
 KEYS[3]  held sorted set (plc:{S:Q}:p{p}:h)
 KEYS[4]  hold expiry sorted set (plc:{S:Q}:p{p}:x)

@@ -9,7 +9,7 @@ record is missing (evicted) is removed and counted. Holds of the dequeue broker 
 ARGV[5] go back to PENDING first (lib/holds.lua): the monitor is what returns the holds of a
 server that crashed when nothing else touches the queue.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
 KEYS[3]  IN_PROGRESS sorted set (plc:{S:Q}:p{p}:s1)
 KEYS[4]  FAILED sorted set (plc:{S:Q}:p{p}:s3)

@@ -5,7 +5,7 @@ one ZADD for the batch. Oldest failures first. Each moved job gets ar = ARGV[3] 
 was, as the original did), its claim removed, ua = now, and a PENDING score of ARGV[4] (in ms).
 A member whose record is missing (evicted) is removed and counted, not moved.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
 KEYS[3]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
 ARGV[1]  queue name

@@ -16,7 +16,7 @@ read, evicted ones included) tells the caller how far the offset moved, and `las
 range ends within them. Order: by score, equal scores by id as text (Redis' order), reversed when
 newest first; the held set's members take their places in that order.
 
-KEYS[1]  the queue's meta hash (plc:{S:Q}:m)
+KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to read (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash to
          merge (plc:{S:Q}:p{p}:h, :x, :o)
