@@ -121,7 +121,7 @@ def test_every_job_moves_to_compact_and_back_unchanged(
             else:
                 assert after[key][name] == value, (key, name)
     # Left of the compact layout: the deleted queue's counter only.
-    assert shard_keys(raw, "plc:{1*") == ["plc:{1:gone}:m"]
+    assert shard_keys(raw, "plc:{1*") == ["plc:{1:gone}:j"]
     assert original_view(raw, "2") == other_shard
 
 
@@ -186,9 +186,9 @@ def test_a_compact_store_serves_the_moved_shard(server: RedisServer, raw: redis.
 
 def test_ids_are_never_reused(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
     migrate_shard(raw, "1", "compact")
-    assert raw.hget("plc:{1:a}:m", "id") == str(filled.counters["a"]).encode()
-    assert raw.hget("plc:{1:gone}:m", "id") == b"4"
-    raw.hset("plc:{1:a}:m", "id", filled.counters["a"] + 10)  # the compact layout handed out more ids
+    assert raw.hget("plc:{1:a}:j", "id") == str(filled.counters["a"]).encode()
+    assert raw.hget("plc:{1:gone}:j", "id") == b"4"
+    raw.hset("plc:{1:a}:j", "id", filled.counters["a"] + 10)  # the compact layout handed out more ids
     migrate_shard(raw, "1", "original")
     assert int(raw.get("plj_1_a")) == filled.counters["a"] + 10  # type: ignore[arg-type]
     store = open_store(server)

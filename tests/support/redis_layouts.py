@@ -120,27 +120,24 @@ return out
 def compact_view(raw: redis.Redis, shard: str) -> ShardView:
     view = ShardView()
     view.names = {text(q): int(s) for q, s in zset(raw, f"plc:{{{shard}}}:q")}
-    pattern = re.compile(rf"plc:\{{{shard}:(\w+)\}}:(m|j|p(\d+):(s[0-3]|h|x|o))")
+    pattern = re.compile(rf"plc:\{{{shard}:(\w+)\}}:(j|p(\d+):(s[0-3]|h|x|o))")
     placed: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
     expiries: dict[tuple[str, int, int], int] = {}
     holders: dict[tuple[str, int, int], bytes] = {}
-    records: set[str] = set()
+    records: dict[str, int] = {}  # queue -> how many records its hash holds
     for key in shard_keys(raw, f"plc:{{{shard}:*"):
         match = pattern.fullmatch(key)
         assert match, f"unexpected key {key}"
         queue = match.group(1)
-        if match.group(2) == "m":
-            meta: dict[bytes, bytes] = raw.hgetall(key)  # type: ignore[assignment]
-            assert set(meta) <= {b"c", b"id"}, meta
-            if b"id" in meta:
-                view.counters[queue] = int(meta[b"id"])
-            if b"c" in meta:
-                assert view.names.get(queue) == int(meta[b"c"]), f"{queue}: meta c and the names set differ"
+        if match.group(2) == "j":  # the records, and the queue's own fields c and id
+            created, counter = raw.hmget(key, "c", "id")
+            if counter is not None:
+                view.counters[queue] = int(counter)
+            if created is not None:
+                assert view.names.get(queue) == int(created), f"{queue}: c and the names set differ"
             else:
                 assert queue not in view.names, f"{queue} is named but has no c"
-            continue
-        if match.group(2) == "j":
-            records.add(queue)
+            records[queue] = raw.hlen(key) - (created is not None) - (counter is not None)
             continue
         priority, kind = int(match.group(3)), match.group(4)
         if kind == "o":
@@ -162,13 +159,13 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
             assert packed is not None, f"{queue} {i}: no record"
             assert packed[:1] == b"\x97", f"{queue} {i}: not a msgpack array of 7 items"
         rows: list[list[Any]] = raw.eval(DECODE, 1, key, *ids)
-        assert raw.hlen(key) == len(ids), f"{queue}: records in no set"
+        assert records.get(queue) == len(ids), f"{queue}: records in no set"
         for (priority, local_id), row in zip(jobs, rows, strict=True):
             items, bd, al, ar, ca, ua, cs, has_cd, cd = row
             assert items == 7
             kind, score = jobs[(priority, local_id)]
             view.jobs[(queue, priority, local_id)] = Job(kind, score, bd, al, ar, ca, ua, cs, cd if has_cd else None)
-    assert records <= set(placed), f"records hashes without jobs: {records - set(placed)}"
+    assert not {q for q, n in records.items() if n and q not in placed}, "records of queues without jobs"
     view.holds = {at: (expiries[at], holders[at]) for at in expiries}
     assert set(holders) == set(expiries), "expiry and holder sets differ"
     return view

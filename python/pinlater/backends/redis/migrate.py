@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pinlater.backends.base import JobState
 from pinlater.backends.redis.config import LAYOUTS
 from pinlater.backends.redis.keys import QueueKeys, job_id_key, queue_names_key
-from pinlater.backends.redis.keys_compact import COMPACT_KEY_PREFIX, CompactQueueKeys, compact_names_key
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key
 from pinlater.backends.redis.layouts import MIGRATING, layout_key
 from pinlater.backends.redis.scripts import INCLUDE
 
@@ -240,10 +240,10 @@ class _Mover:
         if self.source == "original":
             return self._names(queue_names_key(self._shard))
         names = self._names(compact_names_key(self._shard))
-        # A queue exists while its meta has c; one whose name never reached the names set
-        # (a crash between the two writes of create_queue) is found by its meta.
-        with_meta = [q for q in self._scan_queues() if q not in names and self._client.hexists(self._meta(q), "c")]
-        return names + sorted(with_meta)
+        # A queue exists while its records hash has c; one whose name never reached the names
+        # set (a crash between the two writes of create_queue) is found by that hash.
+        unnamed = [q for q in self._scan_queues() if q not in names and self._client.hexists(self._records(q), "c")]
+        return names + sorted(unnamed)
 
     def _names(self, key: str) -> list[str]:
         members: list[Any] = self._client.zrange(key, 0, -1)
@@ -256,20 +256,20 @@ class _Mover:
         return sorted(set(self._scan_queues()))
 
     def _scan_queues(self) -> Iterable[str]:
+        """Queues with a counter in the source: ``plj_{S}_{Q}``, or a compact records hash
+        (which holds the counter, field ``id``)."""
         if self.source == "original":
-            prefix = job_id_key(self._shard, "")
-            pattern = f"{prefix}*"
+            prefix, suffix = job_id_key(self._shard, ""), ""
         else:
-            prefix = f"{COMPACT_KEY_PREFIX}:{{{self._shard}:"
-            pattern = f"{prefix}*}}:m"
-        for key in self._client.scan_iter(match=pattern, count=SCAN_COUNT):
-            text = _text(key)
-            queue = text[len(prefix) :] if self.source == "original" else text[len(prefix) : -len("}:m")]
+            prefix, suffix = self._records("\0").split("\0")
+        for key in self._client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT):
+            queue = _text(key)[len(prefix) : -len(suffix) or None]
             if _QUEUE.fullmatch(queue):
                 yield queue
 
-    def _meta(self, queue: str) -> str:
-        return CompactQueueKeys(self._shard, queue).exists_key
+    def _records(self, queue: str) -> str:
+        """The compact records hash, which also holds the queue's fields c and id."""
+        return CompactQueueKeys(self._shard, queue).jobs_arg
 
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
         """Call the script until the queue is finished: what moved, or None if the source holds
@@ -295,12 +295,12 @@ class _Mover:
         names = compact_names_key(self._shard)
         priorities = range(1, MAX_PRIORITY + 1)
         if self._target == "compact":
-            keys = [original.exists_key, original.id_key, names, compact.exists_key, compact.jobs_arg]
+            keys = [original.exists_key, original.id_key, names, compact.jobs_arg]
             for p in priorities:
                 keys += priority_keys(original, p) + priority_keys(compact, p)
             keys += [original.legacy_reserved_key(p) for p in priorities]
         else:
-            keys = [names, compact.exists_key, compact.jobs_arg, original.exists_key, original.id_key]
+            keys = [names, compact.jobs_arg, original.exists_key, original.id_key]
             for p in priorities:
                 keys += priority_keys(compact, p) + priority_keys(original, p)
         return keys, [queue, original.jobs_arg, self._batch, self._batch_bytes, len(priorities)]

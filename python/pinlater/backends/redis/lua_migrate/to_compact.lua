@@ -8,9 +8,10 @@ call that finds the queue's sets empty finishes the queue: the counter, the name
 left of the hold structures leave the original layout. A queue no longer named in the original
 (already moved, or deleted) is not touched, except for its counter.
 
-Every call first raises the compact counter (meta field id) to the original's (plj), so ids are
-never handed out twice, and for a queue still named in the original it registers the name in
-the compact layout (meta field c and the names sorted set, in ms; an existing c is kept).
+Every call first raises the compact counter (field id of the records hash) to the original's
+(plj), so ids are never handed out twice, and for a queue still named in the original it
+registers the name in the compact layout (field c of the records hash and the names sorted set,
+in ms; an existing c is kept).
 
 Jobs keep their priority, state, score and fields: scores and ca/ua go from seconds to integer
 ms (records.lua's to_ms). A held job (broker hold) stays held, with its expiry and holder; one
@@ -20,11 +21,10 @@ hash is gone, or lacks bd or al (evicted remains), is removed with its remains a
 KEYS[1]     the original's queue names sorted set (pln_{S})
 KEYS[2]     the original's id counter (plj_{S}_{Q})
 KEYS[3]     the compact queue names sorted set (plc:{S}:q)
-KEYS[4]     the compact queue meta hash (plc:{S:Q}:m)
-KEYS[5]     the compact records hash (plc:{S:Q}:j)
-KEYS[6..]   14 per priority: the original's s0 s1 s2 s3 _h _x _o (plq_{S}_{Q}.p{p}_s0 ..), then
+KEYS[4]     the compact records hash (plc:{S:Q}:j), with the queue's fields c and id
+KEYS[5..]   14 per priority: the original's s0 s1 s2 s3 _h _x _o (plq_{S}_{Q}.p{p}_s0 ..), then
             the compact s0 s1 s2 s3 h x o (plc:{S:Q}:p{p}:s0 ..)
-KEYS[6+14n..] keys deleted outright when the queue is finished (the legacy _r sets)
+KEYS[5+14n..] keys deleted outright when the queue is finished (the legacy _r sets)
 ARGV[1]     queue name
 ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
 ARGV[3]     the most jobs to move in this call
@@ -37,22 +37,23 @@ held ones put back in PENDING, evicted remains dropped, orphan records dropped (
 ]]
 --@include records
 --@include holds
-local src_names, src_counter, dst_names, meta, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local src_names, src_counter, dst_names, records = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local FIRST = 5  -- KEYS index of the first priority's keys
 local queue, hash_prefix = ARGV[1], ARGV[2]
 local left, byte_budget, n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 local counter = tonumber(redis.call('GET', src_counter) or 0) or 0
-if counter > (tonumber(redis.call('HGET', meta, 'id') or 0) or 0) then
-  redis.call('HSET', meta, 'id', string.format('%d', counter))
+if counter > (tonumber(redis.call('HGET', records, 'id') or 0) or 0) then
+  redis.call('HSET', records, 'id', string.format('%d', counter))
 end
 local created = redis.call('ZSCORE', src_names, queue)
 if not created then
   out[1] = 2
   return out
 end
-redis.call('HSETNX', meta, 'c', string.format('%d', to_ms(created)))
-redis.call('ZADD', dst_names, 'NX', redis.call('HGET', meta, 'c'), queue)
+redis.call('HSETNX', records, 'c', string.format('%d', to_ms(created)))
+redis.call('ZADD', dst_names, 'NX', redis.call('HGET', records, 'c'), queue)
 
 local function int_or_zero(text)
   return tonumber(text or 0) or 0
@@ -140,7 +141,7 @@ local function move_some(base, state)
 end
 
 for p = 0, n - 1 do
-  local base = 6 + 14 * p
+  local base = FIRST + 14 * p
   for state = 0, 4 do
     while left > 0 and bytes < byte_budget and move_some(base, state) do
     end
@@ -149,7 +150,7 @@ end
 
 local remaining = 0
 for p = 0, n - 1 do
-  local base = 6 + 14 * p
+  local base = FIRST + 14 * p
   for state = 0, 4 do
     remaining = remaining + redis.call('ZCARD', KEYS[base + state])
   end
@@ -157,11 +158,11 @@ end
 if remaining == 0 then
   local gone = {src_counter}
   for p = 0, n - 1 do
-    local base = 6 + 14 * p
+    local base = FIRST + 14 * p
     gone[#gone + 1] = KEYS[base + 5]
     gone[#gone + 1] = KEYS[base + 6]
   end
-  for k = 6 + 14 * n, #KEYS do
+  for k = FIRST + 14 * n, #KEYS do
     gone[#gone + 1] = KEYS[k]
   end
   redis.call('DEL', unpack(gone))

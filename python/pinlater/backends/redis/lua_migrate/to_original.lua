@@ -6,24 +6,23 @@ are read from the compact sets and records, written as the original's sets and j
 deleted from the compact layout, so a crash between calls loses and duplicates nothing and
 calling again continues. The call that finds the queue's sets empty finishes it: the counter
 and the name leave the compact layout, with what is left of its hold structures and any record
-no set names (an orphan, invisible to every script: dropped and counted). A queue whose meta
-has no c (already moved, or deleted) is not touched, except for its counter.
+no set names (an orphan, invisible to every script: dropped and counted). A queue whose records
+hash has no field c (already moved, or deleted) is not touched, except for its counter.
 
-Every call first raises the original's counter (plj) to the compact one (meta field id), and
+Every call first raises the original's counter (plj) to the compact one (field id), and
 for a queue that exists in the compact layout it registers the name in the original's names
-sorted set (score: c in seconds) unless it is there; a name in the compact names set whose meta
-has no c is removed (a crash between create_queue's two writes left it).
+sorted set (score: c in seconds) unless it is there; a name in the compact names set whose
+records hash has no c is removed (a crash between create_queue's two writes left it).
 
 Scores and ca/ua go from integer ms to seconds text (records.lua's to_seconds, which a float
 parser reads back as ms / 1000 exactly); al and ar as integers; cs as it is (always written, as
 our enqueue writes it); cd only when the record has one. Held jobs stay held, as in to_compact.
 
 KEYS[1]     the compact queue names sorted set (plc:{S}:q)
-KEYS[2]     the compact queue meta hash (plc:{S:Q}:m)
-KEYS[3]     the compact records hash (plc:{S:Q}:j)
-KEYS[4]     the original's queue names sorted set (pln_{S})
-KEYS[5]     the original's id counter (plj_{S}_{Q})
-KEYS[6..]   14 per priority: the compact s0 s1 s2 s3 h x o (plc:{S:Q}:p{p}:s0 ..), then the
+KEYS[2]     the compact records hash (plc:{S:Q}:j), with the queue's fields c and id
+KEYS[3]     the original's queue names sorted set (pln_{S})
+KEYS[4]     the original's id counter (plj_{S}_{Q})
+KEYS[5..]   14 per priority: the compact s0 s1 s2 s3 h x o (plc:{S:Q}:p{p}:s0 ..), then the
             original's s0 s1 s2 s3 _h _x _o (plq_{S}_{Q}.p{p}_s0 ..)
 ARGV[1]     queue name
 ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
@@ -31,22 +30,24 @@ ARGV[3]     the most jobs to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
 
-Returns {done (1: the queue is finished; 2: its meta has no c, nothing moved), moved PENDING,
-moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held ones put
-back in PENDING, evicted remains (members without a record) dropped, orphan records dropped}.
+Returns {done (1: the queue is finished; 2: its records hash has no c, nothing moved), moved
+PENDING, moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held
+ones put back in PENDING, evicted remains (members without a record) dropped, orphan records
+dropped}.
 ]]
 --@include records
 --@include holds
-local src_names, meta, records, dst_names, dst_counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local src_names, records, dst_names, dst_counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local FIRST = 5  -- KEYS index of the first priority's keys
 local queue, hash_prefix = ARGV[1], ARGV[2]
 local left, byte_budget, n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0, 0, 0, 0, 0, 0, 0, 0, 0}
 
-local counter = tonumber(redis.call('HGET', meta, 'id') or 0) or 0
+local counter = tonumber(redis.call('HGET', records, 'id') or 0) or 0
 if counter > (tonumber(redis.call('GET', dst_counter) or 0) or 0) then
   redis.call('SET', dst_counter, string.format('%d', counter))
 end
-local created = redis.call('HGET', meta, 'c')
+local created = redis.call('HGET', records, 'c')
 if not created then
   redis.call('ZREM', src_names, queue)  -- a name without c is no queue (a crash in create_queue)
   out[1] = 2
@@ -137,7 +138,7 @@ local function move_some(base, state)
 end
 
 for p = 0, n - 1 do
-  local base = 6 + 14 * p
+  local base = FIRST + 14 * p
   for state = 0, 4 do
     while left > 0 and bytes < byte_budget and move_some(base, state) do
     end
@@ -146,16 +147,18 @@ end
 
 local remaining = 0
 for p = 0, n - 1 do
-  local base = 6 + 14 * p
+  local base = FIRST + 14 * p
   for state = 0, 4 do
     remaining = remaining + redis.call('ZCARD', KEYS[base + state])
   end
 end
 if remaining == 0 then
-  out[9] = redis.call('HLEN', records)
-  local gone = {records, meta}
+  -- Whatever field is left but c and id is a record no set names.
+  local own = redis.call('HEXISTS', records, 'c') + redis.call('HEXISTS', records, 'id')
+  out[9] = redis.call('HLEN', records) - own
+  local gone = {records}
   for p = 0, n - 1 do
-    local base = 6 + 14 * p
+    local base = FIRST + 14 * p
     gone[#gone + 1] = KEYS[base + 5]
     gone[#gone + 1] = KEYS[base + 6]
   end
