@@ -159,3 +159,13 @@ def test_an_unreachable_redis_is_one_line(tmp_path: Path) -> None:
     path.write_text('{"shards": [{"name": "1", "shardConfig": {"master": {"host": "127.0.0.1", "port": 1}}}]}')
     line = one_line_error(run(path, "--shard", "1", "--to", "compact"), 1)
     assert line.startswith("pinlater migrate-layout: shard 1 on 127.0.0.1:1: "), line
+
+
+def test_a_cluster_shard_is_refused_from_its_config(tmp_path: Path) -> None:
+    path = tmp_path / "redis.json"
+    path.write_text('{"shards": [{"name": "1", "shardConfig": {"cluster": [{"host": "127.0.0.1", "port": 7000}]}}]}')
+    line = one_line_error(run(path, "--shard", "1", "--to", "original"), 2)
+    assert line == (
+        "pinlater migrate-layout: shard 1 is a Redis Cluster, which can only hold the compact layout: "
+        "there is nothing to move"
+    )

@@ -85,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         print(f"{PROG}: no shard {args.shard!r} in {args.backend_config} ({', '.join(shards)})", file=sys.stderr)
         return 2
+    if config.is_cluster:
+        print(
+            f"{PROG}: shard {args.shard} is a Redis Cluster, which can only hold the compact layout: "
+            "there is nothing to move",
+            file=sys.stderr,
+        )
+        return 2
     target: Layout = args.to
     client = redis.Redis(
         config.master.host,
