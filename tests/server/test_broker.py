@@ -24,6 +24,9 @@ from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TMessageType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
+from pinlater.backends.base import JobState
+from pinlater.backends.redis.keys import QueueKeys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys
 from pinlater.idl import idl
 
 Start = Callable[..., ServerProcess]
@@ -217,20 +220,21 @@ def test_entries_older_than_the_hold_bound_are_released(
     assert stats(srv).get("broker_lapsed", 0) == 0
 
 
-def redis_config(redis: RedisServer, tmp_path: Path) -> str:
+def redis_config(redis: RedisServer, tmp_path: Path, layout: str) -> str:
     config = tmp_path / "redis.json"
-    # the original layout: the tests read its keys
-    shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}, "layout": "original"}
+    shard = {"name": "1", "shardConfig": {"master": {"host": redis.host, "port": redis.port}}, "layout": layout}
     config.write_text(json.dumps({"shards": [shard]}))
     return str(config)
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("layout", ["original", "compact"])
 def test_a_killed_servers_holds_on_redis_come_back_to_a_server_without_the_broker(
-    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path, layout: str
 ) -> None:
+    keys = QueueKeys("1", "crash") if layout == "original" else CompactQueueKeys("1", "crash")
     with RedisServer(tmp_path / "redis") as redis:
-        backend = ("--backend", "redis", "--backend-config", redis_config(redis, tmp_path))
+        backend = ("--backend", "redis", "--backend-config", redis_config(redis, tmp_path, layout))
         srv = start_server(*backend, properties={"BROKER_HOLD_SECONDS": "1"})
         api = Api(open_client(srv), ttypes)
         descriptors = fill(api, "crash", 10)
@@ -248,8 +252,8 @@ def test_a_killed_servers_holds_on_redis_come_back_to_a_server_without_the_broke
         api2 = Api(open_client(srv2), ttypes)
         assert api2.count("crash", PENDING) == len(rest)
         raw = redis.client()
-        wait_for(lambda: raw.zcard("plq_1_crash.p1_s0") == len(rest), 15, what="the monitor's sweep")
-        assert not raw.exists("plq_1_crash.p1_h", "plq_1_crash.p1_x", "plq_1_crash.p1_o")
+        wait_for(lambda: raw.zcard(keys.set_key(1, JobState.PENDING)) == len(rest), 15, what="the monitor's sweep")
+        assert not raw.exists(*keys.hold_keys(1))
         # ... and its dequeues take them, no attempt charged
         got: dict[str, Any] = {}
 
@@ -263,11 +267,12 @@ def test_a_killed_servers_holds_on_redis_come_back_to_a_server_without_the_broke
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("layout", ["original", "compact"])
 def test_three_servers_on_one_redis_deliver_every_job_exactly_once(
-    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path, layout: str
 ) -> None:
     with RedisServer(tmp_path / "redis") as redis:
-        config = redis_config(redis, tmp_path)
+        config = redis_config(redis, tmp_path, layout)
         props = {"BROKER_BUFFER_SIZE": "40", "BROKER_HOLD_SECONDS": "5"}
         servers = [start_server("--backend", "redis", "--backend-config", config, properties=props) for _ in range(3)]
         api = Api(open_client(servers[0]), ttypes)
