@@ -56,8 +56,12 @@ class NativeHotPath:
         self._store = store
         self._shard = store.name
         self._client = client
-        self._sha = client.shas
-        self._layout = store.layout.name
+        self._sha = client.shas  # updated in place if the layout is found only later
+        self._shard_layout = store.layout
+
+    @property
+    def _layout(self) -> str:
+        return self._shard_layout.name
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
         command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, self._layout)
