@@ -31,7 +31,8 @@ CLAIM = "claim-1:worker:host-a"
 RES = "~r|host:1:abcd"
 K = f"plc:{{1:{Q}}}:"  # every key of queue Q on shard "1"
 
-# A record as text (numbers with all their digits): bd, al, ar, ca, ua, cs, cd ('' if none).
+# A record as stored, as text (numbers with all their digits): bd, al, ar, ca, ua - ca, cs, cd
+# ('' if none).
 READ_RECORD = """
 local packed = redis.call('HGET', KEYS[1], ARGV[1])
 if not packed then return false end
@@ -77,13 +78,24 @@ def zset(raw: redis.Redis, key: str) -> dict[str, int]:
     return {text(member): int(score) for member, score in pairs}
 
 
-def record(raw: redis.Redis, local_id: int) -> list[str] | None:
-    """The record of a job: [bd, al, ar, ca, ua, cs, cd], numbers as text, cd '' when false."""
+def stored_record(raw: redis.Redis, local_id: int) -> list[str] | None:
+    """The record of a job as stored: [bd, al, ar, ca, ua - ca, cs, cd], numbers as text, cd ''
+    when false."""
     out = raw.eval(READ_RECORD, 1, K + "j", local_id)
     if out is None:
         return None
     assert int(out[0]) == 7, "a record is an array of exactly 7 items"
     return [text(v) for v in out[1:]]
+
+
+def record(raw: redis.Redis, local_id: int) -> list[str] | None:
+    """The record of a job as the scripts read it: [bd, al, ar, ca, ua, cs, cd] (ua in ms since
+    the epoch, as ca)."""
+    stored = stored_record(raw, local_id)
+    if stored is None:
+        return None
+    stored[4] = str(int(stored[3]) + int(stored[4]))
+    return stored
 
 
 def all_keys(raw: redis.Redis) -> set[str]:
@@ -132,6 +144,17 @@ def test_layout_after_enqueue_dequeue_and_ack(store: RedisStore, raw: redis.Redi
 
 
 @pytest.mark.redis
+def test_a_record_stores_updated_at_after_created_at_and_fits_128_bytes(store: RedisStore, raw: redis.Redis) -> None:
+    [a] = store.enqueue_jobs(Q, [NewJob(1, b"x" * 100, T0 + 10, 3)], T0)
+    assert stored_record(raw, a) == ["x" * 100, "3", "3", str(T0), "0", "", ""]  # ua - ca: 0
+    assert raw.hstrlen(K + "j", str(a)) <= 124  # jemalloc's 128-byte class, with the hash's header
+    store.dequeue_jobs(Q, 1, 1, CLAIM, T0 + 2500, False)
+    assert stored_record(raw, a)[4] == "2500"  # type: ignore[index]
+    [job] = store.lookup_jobs(Q, [(1, a)], False)
+    assert (job.created_at_ms, job.updated_at_ms) == (T0, T0 + 2500)
+
+
+@pytest.mark.redis
 def test_layout_of_the_brokers_holds(store: RedisStore, raw: redis.Redis) -> None:
     a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0 - 10, 2), NewJob(1, b"b", T0 - 5, 2)], T0 - 20)
     before = record(raw, a)
@@ -175,7 +198,7 @@ def test_times_keep_every_millisecond(store: RedisStore) -> None:
 
 @pytest.mark.redis
 def test_evicted_records_are_removed_and_counted(store: RedisStore, raw: redis.Redis) -> None:
-    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(6)], T0)
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(6)], T0 - 1)  # in PENDING
     raw.hdel(K + "j", ids[0], ids[1], ids[2])
 
     assert store.dequeue_jobs(Q, 1, 3, CLAIM, T0, True) == []  # a dry run skips them and changes nothing
@@ -224,17 +247,24 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
     by_priority: dict[int, int] = {}
 
     raw.config_resetstat()
-    for local_id, job in zip(store.enqueue_jobs(Q, jobs, T0), jobs, strict=True):
+    for local_id, job in zip(store.enqueue_jobs(Q, jobs, T0 - 1), jobs, strict=True):  # run after T0: PENDING sets
         by_priority[local_id] = job.priority
-    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby")} == {
-        "evalsha": 1, "hset": 1, "zadd": 3, "hincrby": 1,
+    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby", "rpush")} == {
+        "evalsha": 1, "hset": 1, "zadd": 3, "hincrby": 1, "rpush": 0,
+    }  # fmt: skip
+    raw.config_resetstat()
+    ready = store.enqueue_jobs(Q, [NewJob(1 + i % 3, b"x" * 100, T0, 2) for i in range(900)], T0)  # ready lists
+    # per list one RPUSH, and one HINCRBY of t{p} for its marker; the id counter's HINCRBY
+    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby", "rpush")} == {
+        "evalsha": 1, "hset": 1, "zadd": 0, "hincrby": 4, "rpush": 3,
     }  # fmt: skip
 
     raw.config_resetstat()
-    assert len(store.dequeue_jobs(Q, 1, 1000, CLAIM, T0, False)) == 300
-    assert {k: calls(raw).get(k, 0) for k in ("hmget", "hset", "zadd", "zrem")} == {
-        "hmget": 1, "hset": 1, "zadd": 1, "zrem": 1,
+    assert len(store.dequeue_jobs(Q, 1, 1000, CLAIM, T0, False)) == 600  # from the set and the list
+    assert {k: calls(raw).get(k, 0) for k in ("hmget", "hset", "zadd", "zrem", "lrange", "ltrim")} == {
+        "hmget": 2, "hset": 1, "zadd": 1, "zrem": 1, "lrange": 1, "ltrim": 1,
     }  # fmt: skip
+    store.ack_jobs(Q, [AckItem(1, i) for i in ready[::3]], [], T0)
     store.dequeue_jobs(Q, 2, 1000, CLAIM, T0, False)
     store.dequeue_jobs(Q, 3, 1000, CLAIM, T0, False)
 
@@ -302,9 +332,12 @@ def test_dequeue_takes_equal_run_afters_in_id_order(store: RedisStore) -> None:
 @pytest.mark.redis
 def test_a_huge_group_of_equal_run_afters_keeps_redis_order(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "MAX_TIES_REORDERED", 5)  # bounds the work per dequeue
-    store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(12)], T0)
+    store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(12)], T0 - 1)  # in the PENDING set
     claimed = store.dequeue_jobs(Q, 1, 3, CLAIM, T0, False)
     assert [job.local_id for job in claimed] == [1, 10, 11]  # members sort as text in Redis
+    store.enqueue_jobs(Q, [NewJob(2, b"x", T0, 1) for _ in range(12)], T0)  # in the ready list
+    claimed = store.dequeue_jobs(Q, 2, 3, CLAIM, T0, False)
+    assert [job.local_id for job in claimed] == [13, 14, 15]  # first in, first out, whatever the group
 
 
 @pytest.mark.redis
@@ -344,8 +377,10 @@ def test_a_page_with_bodies_stops_at_its_byte_budget(store: RedisStore, raw: red
         store.reserve_jobs(Q, 1, rng.randrange(1, 4), RES, now, 60_000)
         now += 3
     sets = read_sets(store._shard.keys(Q), JobFilter(JobState.PENDING, 1, now))
+    assert raw.llen(K + "p1:r") > 0 and raw.zcard(K + "p1:s0") > 0 and raw.zcard(K + "p1:h") > 0
+    pending = store.lookup_jobs(Q, [(1, int(i)) for i in sizes], False)  # the set's, the held and the list's
     merged = sorted(
-        [*zset(raw, K + "p1:h").items(), *zset(raw, K + "p1:s0").items()],
+        [(str(job.local_id), job.run_after_ms) for job in pending],
         key=lambda m: (m[1], m[0]),
         reverse=newest_first,
     )
