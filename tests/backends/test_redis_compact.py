@@ -8,6 +8,7 @@ redis-server processes on free loopback ports, one per test.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections.abc import Iterator
@@ -19,11 +20,14 @@ import pytest
 import redis
 from tests.support.redis_server import RedisServer
 
+from pinlater._pinlater import NewJobBatch
 from pinlater.backends.base import AckItem, CheckpointItem, CountKey, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import store as store_module
 from pinlater.backends.redis.filtered_reads import page, read_sets
 from pinlater.backends.redis.scripts import INCLUDE, SCRIPT_NAMES, source
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
 
 Q = "q"
 T0 = 1_700_000_000_000
@@ -547,3 +551,39 @@ def test_delete_queue_empties_the_lists_and_their_counts(store: RedisStore, raw:
     store.delete_queue(Q)
     assert {k for k in all_keys(raw) if k.startswith(K)} == {K + "j"}
     assert raw.hgetall(K + "j") == {b"id": str(ids[-1]).encode()}
+
+
+class TickingClock:
+    """A clock one millisecond later at every reading, as a busy server's is between two reads."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def now_ms(self) -> int:
+        self.now += 1
+        return self.now
+
+
+@pytest.mark.redis
+def test_the_sharded_backend_gives_the_store_the_now_the_run_afters_were_defaulted_to(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    clock = TickingClock()
+    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=3, parallelism=2, clock=clock)
+
+    async def enqueue_twice() -> tuple[list[int], list[int]]:
+        try:
+            now = clock.now_ms()  # as the handler: run afters defaulted to now, then the store's now
+            _, first = await backend.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"a", now, 1)]), now)
+            now = clock.now_ms()
+            _, second = await backend.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"b", now, 1)]))  # the clock read again
+            return first.to_list(), second.to_list()
+        finally:
+            await store.aclose()  # the hot path's connection, on this loop
+
+    try:
+        [a], [b] = asyncio.run(enqueue_twice())
+    finally:
+        backend.close()
+    assert ready_list(raw) == [f"@{T0 + 1}", str(a)]
+    assert zset(raw, K + "p1:s0") == {str(b): T0 + 2}
