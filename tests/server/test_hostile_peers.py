@@ -120,7 +120,7 @@ def limited_server(tmp_path: Path) -> Iterator[Callable[..., LimitedServer]]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and uses prlimit")
 @pytest.mark.parametrize("reserve", ["0", "default"])
 def test_at_the_open_files_limit_the_server_idles_logs_little_and_recovers(
-    limited_server: Callable[..., LimitedServer], api_for: Callable[[ServerProcess], Api], reserve: str
+    limited_server: Callable[..., LimitedServer], thrift_gen: tuple[ModuleType, ModuleType], reserve: str
 ) -> None:
     """With no reserve the process runs out of descriptors and accept() fails with EMFILE: it
     backs off. With the default reserve the connection cap refuses first and accept never fails."""
@@ -156,8 +156,17 @@ def test_at_the_open_files_limit_the_server_idles_logs_little_and_recovers(
     finally:
         for sock in clients:
             sock.close()
-    api = api_for(server)
-    assert wait_for(lambda: api.c.getQueueNames(api.ctx) is not None, 30, what="a new client to be served")
+
+    def served_on_a_new_connection() -> bool:
+        # A new connection at each try: one opened while the server still counts the flood's
+        # closed sockets is refused (closed) by the cap, and its transport stays broken.
+        client, transport = connect("127.0.0.1", server.port)
+        try:
+            return client.getQueueNames(Api(client, thrift_gen[1]).ctx) is not None
+        finally:
+            transport.close()
+
+    assert wait_for(served_on_a_new_connection, 30, interval=0.1, what="a new client to be served")
 
 
 # -- memory held for unfinished frames ----------------------------------------------------------

@@ -64,6 +64,7 @@ class RedisServer:
         appendfsync: str = "everysec",
         extra_args: tuple[str, ...] = (),
         start_timeout: float = 10.0,
+        port: int | None = None,
     ) -> None:
         self.binary = find_redis_server()
         self.directory = directory
@@ -72,13 +73,17 @@ class RedisServer:
         self.appendfsync = appendfsync
         self.extra_args = extra_args
         self.start_timeout = start_timeout
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self._proc: subprocess.Popen[bytes] | None = None
         self.start()
 
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     @property
     def log_path(self) -> Path:

@@ -14,7 +14,7 @@ from pinlater.backends.base import ShardStore
 from pinlater.backends.embedded import EmbeddedStore
 
 #: Every kind the conformance suite runs against.
-STORE_KINDS: tuple[str, ...] = ("embedded", "redis", "redis-compact", "mysql")
+STORE_KINDS: tuple[str, ...] = ("embedded", "redis", "redis-compact", "redis-cluster", "mysql")
 
 
 @contextmanager
@@ -45,6 +45,23 @@ def _redis_compact(tmp_path: Path) -> AbstractContextManager[ShardStore]:
 
 
 @contextmanager
+def _redis_cluster(tmp_path: Path) -> Iterator[ShardStore]:
+    # One three-master cluster per test process (it takes about two seconds to form), flushed
+    # before each test.
+    from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+    from tests.support.redis_cluster import shared_cluster
+
+    cluster = shared_cluster()
+    cluster.flush_all()
+    seeds = tuple(RedisEndpoint(host, port) for host, port in cluster.seeds)
+    store = RedisStore("1", RedisShardConfig(seeds[0], layout="compact", cluster=seeds))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
 def _mysql(tmp_path: Path) -> Iterator[ShardStore]:
     # One MariaDB per test process (it takes about a second to start); queue databases are
     # dropped before each test instead.
@@ -64,6 +81,7 @@ _FACTORIES: dict[str, Callable[[Path], AbstractContextManager[ShardStore]]] = {
     "embedded": _embedded,
     "redis": _redis,
     "redis-compact": _redis_compact,
+    "redis-cluster": _redis_cluster,
     "mysql": _mysql,
 }
 

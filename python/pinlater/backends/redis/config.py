@@ -12,6 +12,13 @@ The original file is read unchanged::
 own record of its layout decides (``layouts.py``). As with the original (Jackson's defaults), an unknown
 field is an error, so a misspelt ``dequeueOnly`` does not pass silently. Shard names appear in key
 names and job descriptors, so they must be ``\\w+`` and unique.
+
+A shard on a Redis Cluster lists seed nodes (any of its nodes; the masters are found from them)
+instead of ``master`` and ``slave``; it is always in the compact layout (``"layout": "original"``
+beside ``"cluster"`` is an error)::
+
+    {"name": "2", "shardConfig": {"cluster": [{"host": "10.0.0.3", "port": 7000},
+                                              {"host": "10.0.0.4", "port": 7000}]}}
 """
 
 from __future__ import annotations
@@ -55,6 +62,10 @@ class RedisShardConfig:
     The replica is parsed and kept, but every read and write goes to the master for now (the
     original did the same). ``dequeue_only`` is left out of equality on purpose: flipping it
     keeps the open store (see ``base.ShardConfig``).
+
+    ``cluster``: the seed nodes of a Redis Cluster, or empty for one server. A cluster shard has
+    ``master`` set to its first seed (named in messages only), no ``slave``, and the compact
+    layout.
     """
 
     master: RedisEndpoint
@@ -62,6 +73,11 @@ class RedisShardConfig:
     dequeue_only: bool = field(default=False, compare=False)
     #: ``"original"``, ``"compact"``, or None: whatever the shard holds (``layouts.choose_layout``).
     layout: str | None = None
+    cluster: tuple[RedisEndpoint, ...] = ()
+
+    @property
+    def is_cluster(self) -> bool:
+        return bool(self.cluster)
 
 
 def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
@@ -96,10 +112,15 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
             raise ConfigError(f"{source}: shard name {name!r} appears twice")
         shard = entry["shardConfig"]
         where = f"shard {name!r} shardConfig"
-        _check_object(shard, where, source, required={"master"}, allowed={"master", "slave", "dequeueOnly"})
+        _check_object(shard, where, source, required=set(), allowed={"master", "slave", "cluster", "dequeueOnly"})
         dequeue_only = shard.get("dequeueOnly", False)
         if not isinstance(dequeue_only, bool):
             raise ConfigError(f"{source}: {where}.dequeueOnly must be true or false, not {dequeue_only!r}")
+        if "cluster" in shard:
+            result[name] = _cluster_shard(shard, dequeue_only, layout, where, source)
+            continue
+        if "master" not in shard:
+            raise ConfigError(f"{source}: {where} is missing 'master' (or 'cluster', a list of seed nodes)")
         slave = shard.get("slave")
         result[name] = RedisShardConfig(
             master=_endpoint(shard["master"], f"{where}.master", source),
@@ -108,6 +129,32 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
             layout=layout,
         )
     return result
+
+
+def _cluster_shard(
+    shard: dict[str, Any], dequeue_only: bool, layout: str | None, where: str, source: str
+) -> RedisShardConfig:
+    """A shard on a Redis Cluster: always the compact layout (the original's keys of one queue
+    are spread over slots, and its scripts name keys of several queues)."""
+    if layout == "original":
+        raise ConfigError(
+            f'{source}: {where} has "cluster" but the shard says "layout": "original": a Redis Cluster shard '
+            'needs the compact layout (every key of a queue in one slot); drop "layout" or say "compact"'
+        )
+    both = sorted({"master", "slave"} & shard.keys())
+    if both:
+        names = " and ".join(repr(b) for b in both)
+        raise ConfigError(
+            f"{source}: {where} has 'cluster' and {names}: a cluster shard lists seed nodes only "
+            "(the cluster says which are masters)"
+        )
+    seeds = shard["cluster"]
+    if not isinstance(seeds, list) or not seeds:
+        raise ConfigError(f"{source}: {where}.cluster must be a non-empty list of {{host, port}} seed nodes")
+    nodes = tuple(_endpoint(seed, f"{where}.cluster[{i}]", source) for i, seed in enumerate(seeds))
+    return RedisShardConfig(
+        master=nodes[0], dequeue_only=dequeue_only, layout="compact", cluster=tuple(dict.fromkeys(nodes))
+    )
 
 
 def _check_object(value: Any, where: str, source: str, *, required: set[str], allowed: set[str]) -> None:

@@ -5,7 +5,8 @@ yes``; ``appendfsync always``, or ``everysec`` accepting up to a second of loss)
 (``maxmemory-policy noeviction``: an evicted job hash is a lost job), and, where replicas exist,
 ``min-replicas-to-write`` so that a failover cannot drop acknowledged writes. The original's
 README warned that Redis-backed queues can lose data; this says which risk applies, once, at
-start (the server logs each string).
+start (the server logs each string). A cluster shard is checked on every master, each warning
+naming its master.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import redis
+
+from pinlater.backends.redis.cluster_scripts import LazyRedisCluster
 
 if TYPE_CHECKING:
     from pinlater.backends.redis.store import RedisStore
@@ -22,8 +25,22 @@ def durability_warnings(store: RedisStore) -> list[str]:
     """Warnings about ``store``'s Redis settings, each naming the shard and the risk; empty
     when the shard is set up as a durable queue. Never raises: a shard that cannot be read
     yields a warning saying so."""
-    where = f"redis shard {store.name} ({store.config.master})"
     client = store.client
+    if not isinstance(client, LazyRedisCluster):
+        assert isinstance(client, redis.Redis)
+        return _node_warnings(f"redis shard {store.name} ({store.config.master})", client)
+    seeds = ",".join(str(seed) for seed in store.config.cluster)
+    try:
+        masters = client.primaries()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        return [f"redis shard {store.name} (cluster {seeds}): cannot check durability settings: {exc}"]
+    warnings = []
+    for address, node in sorted(masters.items()):
+        warnings += _node_warnings(f"redis shard {store.name} (cluster master {address})", node)
+    return warnings
+
+
+def _node_warnings(where: str, client: redis.Redis) -> list[str]:
     try:
         config: dict[Any, Any] = client.config_get("*")
         replication: dict[str, Any] = client.info("replication")

@@ -34,7 +34,7 @@ import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import redis
 from redis._parsers.base import BaseParser
@@ -57,6 +57,8 @@ HOT_SCRIPTS = ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserv
 
 _NO_DEADLINE = float("inf")
 
+_ASKING = redis_pack_command(("ASKING",))
+
 MAX_REPLY_BYTES = 512 << 20
 """A reply announcing more is refused and its connection dropped (Redis's own largest bulk
 string, ``proto-max-bulk-len``, is 512 MiB by default)."""
@@ -65,6 +67,20 @@ string, ``proto-max-bulk-len``, is 512 MiB by default)."""
 def script_sha(name: str, layout: str = "original") -> str:
     """The SHA1 Redis names the layout's ``{name}.lua`` by (as redis-py's ``Script`` computes it)."""
     return hashlib.sha1(scripts.source(name, layout).encode(), usedforsecurity=False).hexdigest()
+
+
+class HotScripts(Protocol):
+    """What ``NativeHotPath`` sends its scripts through: ``HotClient`` on one server,
+    ``cluster.ClusterHotClient`` on a Redis Cluster."""
+
+    #: The SHA of each of ``HOT_SCRIPTS`` in the shard's layout.
+    shas: dict[str, str]
+
+    async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T: ...
+
+    async def aclose(self) -> None: ...
+
+    def forget(self) -> None: ...
 
 
 class _Broken(Exception):
@@ -224,8 +240,10 @@ class HotClient:
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
 
-    async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
-        """Send ``command`` (an EVALSHA of ``script``) and read its reply with ``parse``."""
+    async def call(self, script: str, command: bytes, parse: Callable[[bytes], T], *, asking: bool = False) -> T:
+        """Send ``command`` (an EVALSHA of ``script``) and read its reply with ``parse``. With
+        ``asking`` (a Redis Cluster ``-ASK`` redirect to this node), ``ASKING`` goes first, on the
+        same connection, so the node runs the command for a slot it is importing."""
         if self._layout is not None and not self._layout.checked:
             self._layout.require()
         for attempt in (1, 2):
@@ -233,8 +251,8 @@ class HotClient:
             try:
                 try:
                     conn = self._conn
-                    if conn is None or self._loop is not asyncio.get_running_loop() or not conn.usable():
-                        return await self._call_once(script, command, parse)
+                    if asking or conn is None or self._loop is not asyncio.get_running_loop() or not conn.usable():
+                        return await self._call_once(script, command, parse, asking)
                     # The connection is up (the common case): its round trip inline, one
                     # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same).
                     waiter = self._send(conn, command)
@@ -257,18 +275,20 @@ class HotClient:
                 SENT.reset(token)
         raise AssertionError("unreachable")
 
-    async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
-        conn, reply = await self._round_trip(command)
+    async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T], asking: bool = False) -> T:
+        conn, reply = await self._round_trip(command, asking)
         result = _read(conn, reply, parse)
         if result is _NOSCRIPT:
-            return await self._reload_and_call(script, command, parse)
+            return await self._reload_and_call(script, command, parse, asking)
         return result
 
-    async def _reload_and_call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
+    async def _reload_and_call(
+        self, script: str, command: bytes, parse: Callable[[bytes], T], asking: bool = False
+    ) -> T:
         """After a ``NOSCRIPT`` reply: the script was flushed since we connected (SCRIPT FLUSH),
         so Redis ran nothing; load it and send ``command`` again."""
         await self._load([script])
-        conn, reply = await self._round_trip(command)
+        conn, reply = await self._round_trip(command, asking)
         try:
             return parse(reply)
         except RedisErrorReply as exc:
@@ -276,10 +296,18 @@ class HotClient:
         except ValueError as exc:
             raise _protocol_error(conn, exc) from None
 
-    async def _round_trip(self, command: bytes) -> tuple[_Connection, bytes]:
-        """The connection and its reply to ``command``; redis-py's connection errors for a failure
-        (a reply not in within the timeout breaks the connection: ``_Connection._sweep``)."""
+    async def _round_trip(self, command: bytes, asking: bool = False) -> tuple[_Connection, bytes]:
+        """The connection and its reply to ``command`` (after ``ASKING`` with ``asking``);
+        redis-py's connection errors for a failure (a reply not in within the timeout breaks the
+        connection: ``_Connection._sweep``)."""
         conn = await self._connection()
+        if asking:
+            try:
+                ok = conn.send(_ASKING, self._timeout)
+            except _Broken as exc:
+                raise exc.kind(str(exc)) from None
+            # Its reply is +OK; if it is not, the node answers the command with a redirect again.
+            ok.add_done_callback(lambda f: f.cancelled() or f.exception())
         waiter = self._send(conn, command)
         try:
             return conn, await waiter

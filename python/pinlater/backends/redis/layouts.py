@@ -44,7 +44,7 @@ def layout_key(shard: str) -> str:
     return f"{LAYOUT_KEY_PREFIX}:{{{shard}}}"
 
 
-def choose_layout(client: redis.Redis, shard: str, wanted: str | None) -> str:
+def choose_layout(client: redis.Redis | redis.RedisCluster, shard: str, wanted: str | None) -> str:
     """The layout to serve ``shard`` in (see the module docstring), recorded in the shard if it
     had no record. Raises ``ConfigError`` on a conflict, redis-py's errors if unreachable."""
     key = layout_key(shard)
@@ -70,7 +70,7 @@ def choose_layout(client: redis.Redis, shard: str, wanted: str | None) -> str:
     raise ConfigError(f"shard {shard}: its layout record {key} keeps changing; is a migration running?")
 
 
-def _layout_of_data(client: redis.Redis, shard: str) -> str | None:
+def _layout_of_data(client: redis.Redis | redis.RedisCluster, shard: str) -> str | None:
     """What a shard without a layout record holds: ``original`` if it has the original's queue
     names, ``compact`` if it has the compact layout's (written before records existed), else None."""
     if client.exists(queue_names_key(shard)):
@@ -89,7 +89,7 @@ def _text(value: object) -> str | None:
 class ShardLayout:
     """The layout one store serves its shard in, and whether the shard's record was checked."""
 
-    def __init__(self, shard: str, config: RedisShardConfig, client: redis.Redis) -> None:
+    def __init__(self, shard: str, config: RedisShardConfig, client: redis.Redis | redis.RedisCluster) -> None:
         self._shard = shard
         self._wanted = config.layout
         self._client = client

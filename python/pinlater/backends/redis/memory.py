@@ -14,14 +14,19 @@ job takes about 730 bytes, and claiming it adds about 95 (the claim descriptor; 
 until the monitor's GC deletes the acked job after BACKEND_MONITOR_JOB_SUCCEEDED_GC_TTL_HOURS: a
 backlog that fills a shard to the mark grows by up to an eighth while it drains. Hence the
 default mark of 0.8.
+
+A cluster shard reads ``INFO memory`` on every master and reports the fullest (the highest
+used/maxmemory; without any limit, the most used): one full master refuses the writes of its
+slots, whatever the others hold.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pinlater.backends.pressure import MemoryUse
+from pinlater.backends.redis.cluster_scripts import LazyRedisCluster, cluster_errors
 from pinlater.backends.redis.script_calls import shard_errors
 
 if TYPE_CHECKING:
@@ -38,7 +43,7 @@ class RedisMemoryProbe:
     """``pressure.MemoryProbe`` for one Redis shard. Thread-safe: ``refresh`` runs on a worker
     thread, ``note_enqueued`` on the event loop."""
 
-    def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis) -> None:
+    def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis | LazyRedisCluster) -> None:
         self._name = name
         self._config = config
         self._client = client
@@ -57,9 +62,11 @@ class RedisMemoryProbe:
     def refresh(self) -> MemoryUse:
         with self._lock:
             before = self._written  # writes noted by now are in the answer below
-        with shard_errors(self._name, self._config):
-            info = self._client.info("memory")
-        use = MemoryUse(int(info.get("used_memory", 0)), int(info.get("maxmemory", 0)))
+        with shard_errors(self._name, self._config), cluster_errors():
+            if isinstance(self._client, LazyRedisCluster):
+                use = fullest([_use(node.info("memory")) for node in self._client.primaries().values()])
+            else:
+                use = _use(self._client.info("memory"))
         with self._lock:
             self._read = use
             self._written = max(0, self._written - before)
@@ -68,3 +75,16 @@ class RedisMemoryProbe:
     def note_enqueued(self, jobs: int, body_bytes: int) -> None:
         with self._lock:
             self._written += jobs * JOB_OVERHEAD_BYTES + body_bytes
+
+
+def _use(info: dict[str, Any]) -> MemoryUse:
+    return MemoryUse(int(info.get("used_memory", 0)), int(info.get("maxmemory", 0)))
+
+
+def fullest(uses: list[MemoryUse]) -> MemoryUse:
+    """The reading of the fullest master: the highest fraction of its limit, or without any
+    limit, the most bytes used."""
+    limited = [use for use in uses if use.fraction is not None]
+    if limited:
+        return max(limited, key=lambda use: use.used_bytes / use.max_bytes)
+    return max(uses, key=lambda use: use.used_bytes, default=MemoryUse(0, 0))

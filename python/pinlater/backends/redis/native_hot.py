@@ -39,7 +39,7 @@ from pinlater._pinlater import (
     redis_require_queue_command,
 )
 from pinlater.backends.base import JobState
-from pinlater.backends.redis.hot_client import HotClient
+from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ready_keys
 from pinlater.errors import QueueNotFoundError
@@ -53,7 +53,7 @@ _NO_JOBS = ClaimedJobs([])
 class NativeHotPath:
     """``RedisStore``'s ``HotPath`` (see the module docstring)."""
 
-    def __init__(self, store: RedisStore, client: HotClient) -> None:
+    def __init__(self, store: RedisStore, client: HotScripts) -> None:
         self._store = store
         self._shard = store.name
         self._client = client

@@ -88,7 +88,9 @@ def _in_queue(result: Any, queue: str) -> Any:
 class ShardScripts:
     """The scripts of one shard, called through its client. Thread-safe."""
 
-    def __init__(self, name: str, config: RedisShardConfig, client: redis.Redis, layout: ShardLayout) -> None:
+    def __init__(
+        self, name: str, config: RedisShardConfig, client: redis.Redis | redis.RedisCluster, layout: ShardLayout
+    ) -> None:
         self._name = name
         self._config = config
         self._client = client
@@ -146,10 +148,16 @@ class ShardScripts:
                 if attempt == 2 or not repeatable(what, exc.__cause__ or exc):
                     raise
                 log.info("shard %s: %s again on a fresh connection after: %s", self._name, what, exc.detail)
-                self._client.connection_pool.disconnect(inuse_connections=False)
+                self._drop_idle_connections()
             finally:
                 SENT.reset(token)
         raise AssertionError("unreachable")
+
+    def _drop_idle_connections(self) -> None:
+        """Before a repeat on a fresh connection: after a restart every idle one is dead too.
+        (redis-py's cluster client drops the failed node's idle connections itself.)"""
+        if isinstance(self._client, redis.Redis):
+            self._client.connection_pool.disconnect(inuse_connections=False)
 
     def run_pipelined(self, script: str, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in one pipeline: one round trip (two when
@@ -209,29 +217,39 @@ class AsyncShardScripts:
         self._max_connections = max_connections
         self._timeout = timeout
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: redis.asyncio.Redis | None = None
+        self._client: redis.asyncio.Redis | redis.asyncio.RedisCluster | None = None
         self._scripts: dict[str, Any] = {}
 
     def _scripts_here(self) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
             self.forget()
-            pool = redis.asyncio.BlockingConnectionPool(
-                host=self._config.master.host,
-                port=self._config.master.port,
-                max_connections=self._max_connections,
-                timeout=self._timeout,
-                socket_timeout=self._timeout,
-                socket_connect_timeout=self._timeout,
-                retry=AsyncRetry(NoBackoff(), 0),
-                client_name=f"pinlater-shard-{self._name}",
-                connection_class=PackedConnection,
-                **pool_options(),
-            )
-            self._client = redis.asyncio.Redis(connection_pool=pool)
+            self._client = self._new_client()
             self._scripts = scripts.register(self._client, self._layout.name)  # type: ignore[arg-type]  # same API
             self._loop = loop
         return self._scripts
+
+    def _new_client(self) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
+        """The client of the loop now running (its pool holds up to ``max_connections``)."""
+        pool = redis.asyncio.BlockingConnectionPool(
+            host=self._config.master.host,
+            port=self._config.master.port,
+            max_connections=self._max_connections,
+            timeout=self._timeout,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            retry=AsyncRetry(NoBackoff(), 0),
+            client_name=f"pinlater-shard-{self._name}",
+            connection_class=PackedConnection,
+            **pool_options(),
+        )
+        return redis.asyncio.Redis(connection_pool=pool)
+
+    async def _drop_idle_connections(self) -> None:
+        """Before a repeat on a fresh connection: after a restart every idle one is dead too.
+        (redis-py's cluster client drops the failed node's idle connections itself.)"""
+        if isinstance(self._client, redis.asyncio.Redis):
+            await self._client.connection_pool.disconnect(inuse_connections=False)
 
     async def call(self, call: ScriptCall[T]) -> T:
         self._layout.require()
@@ -245,8 +263,7 @@ class AsyncShardScripts:
                 if attempt == 2 or not repeatable(call.script, exc.__cause__ or exc):
                     raise
                 log.info("shard %s: %s again on a fresh connection after: %s", self._name, call.script, exc.detail)
-                if self._client is not None:
-                    await self._client.connection_pool.disconnect(inuse_connections=False)
+                await self._drop_idle_connections()
             finally:
                 SENT.reset(token)
         raise AssertionError("unreachable")
@@ -255,8 +272,10 @@ class AsyncShardScripts:
         """Close the client's connections (on the loop that made them)."""
         client, loop = self._client, self._loop
         self._client, self._loop, self._scripts = None, None, {}
-        if client is not None and loop is asyncio.get_running_loop():
+        if isinstance(client, redis.asyncio.Redis) and loop is asyncio.get_running_loop():
             await client.aclose(close_connection_pool=True)
+        elif client is not None and loop is asyncio.get_running_loop():
+            await client.aclose()
 
     def forget(self) -> None:
         """Drop a client made on another loop (closed or not ours to await): its connections go

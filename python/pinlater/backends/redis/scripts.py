@@ -63,7 +63,7 @@ def _read(*parts: str) -> str:
     return resources.files("pinlater.backends.redis").joinpath(*parts).read_text(encoding="utf-8")
 
 
-def register(client: redis.Redis, layout: str = "original") -> dict[str, Script]:
+def register(client: redis.Redis | redis.RedisCluster, layout: str = "original") -> dict[str, Script]:
     """Every script of ``layout``, registered on ``client`` (nothing is sent until a script first
     runs)."""
     return {name: client.register_script(source(name, layout)) for name in SCRIPT_NAMES}

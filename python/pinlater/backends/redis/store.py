@@ -1,4 +1,5 @@
-"""``RedisStore``: one shard on one Redis server, in the original PinLater layout.
+"""``RedisStore``: one shard on one Redis server (or a Redis Cluster, in the compact layout), in
+the original PinLater layout or the compact one.
 
 Design:
 
@@ -26,6 +27,12 @@ Design:
   eviction) are removed from their set wherever a script meets them and counted in
   ``evicted_jobs``; they are never returned and never crash a call.
 * Replicas: a shard's ``slave`` is accepted and kept, but every read goes to the master for now.
+* Redis Cluster: a shard whose config lists ``cluster`` seed nodes (always the compact layout,
+  whose keys of one queue share a slot) runs the same scripts through redis-py's cluster clients
+  (``cluster_scripts.py``) and the hot path through one pipelined connection per master
+  (``cluster.py``); the queue names set and the layout record are plain commands routed by
+  their own slots, ``queue_counts`` sends one call per queue, and ping, the memory probe and
+  the durability check cover every master. Nothing above the store knows.
 * Needs Redis >= 4.0 (HSET with several fields). Sets are written with one variadic ZADD/ZREM
   per set and script, not one per job. Speed note: a sorted set of at most
   ``zset-max-listpack-entries`` (128) members is a listpack, where every insert is a linear scan
@@ -66,10 +73,17 @@ from pinlater.backends.base import (
 )
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import reservations
+from pinlater.backends.redis.cluster import cluster_hot_client
+from pinlater.backends.redis.cluster_scripts import (
+    AsyncClusterShardScripts,
+    ClusterShardScripts,
+    LazyRedisCluster,
+    blocking_cluster,
+)
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import TrackedConnection, pool_options
 from pinlater.backends.redis.filtered_reads import delete_matching, matching_pages, pages, read_sets, score_range
-from pinlater.backends.redis.hot_client import HotClient
+from pinlater.backends.redis.hot_client import HotClient, HotScripts
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
 from pinlater.backends.redis.keys_compact import QueueKeyNames, compact_names_key, ready_keys
 from pinlater.backends.redis.layouts import ShardLayout
@@ -108,32 +122,45 @@ class RedisStore:
         self._name = name
         self._config = config
         timeout = settings.backend_socket_timeout_seconds
-        self._pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]  # untyped in redis-py
-            host=config.master.host,
-            port=config.master.port,
-            max_connections=settings.backend_connections_per_shard,
-            timeout=timeout,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-            client_name=f"pinlater-shard-{name}",
-            connection_class=TrackedConnection,
-            **pool_options(),
-        )
-        self._client = redis.Redis(connection_pool=self._pool)
+        connections = settings.backend_connections_per_shard
+        self._pool: redis.BlockingConnectionPool | None = None
+        self._client: redis.Redis | LazyRedisCluster
+        if config.is_cluster:
+            self._client = blocking_cluster(name, config, timeout)
+        else:
+            self._pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]  # untyped in redis-py
+                host=config.master.host,
+                port=config.master.port,
+                max_connections=connections,
+                timeout=timeout,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                client_name=f"pinlater-shard-{name}",
+                connection_class=TrackedConnection,
+                **pool_options(),
+            )
+            self._client = redis.Redis(connection_pool=self._pool)
         #: The layout the shard is served in (``layouts.py``): raises ``ConfigError`` if the
         #: config names the other one than the shard holds.
         self.layout = ShardLayout(name, config, self._client)
-        self._shard = ShardScripts(name, config, self._client, self.layout)
+        hot: HotScripts
+        if isinstance(self._client, LazyRedisCluster):
+            self._shard: ShardScripts = ClusterShardScripts(name, config, self._client, self.layout)
+            aio: AsyncShardScripts = AsyncClusterShardScripts(name, config, connections, timeout, self.layout)
+            hot = cluster_hot_client(name, config, timeout, self.layout)
+        else:
+            self._shard = ShardScripts(name, config, self._client, self.layout)
+            aio = AsyncShardScripts(name, config, connections, timeout, self.layout)
+            hot = HotClient(name, config, timeout, layout=self.layout)
         #: used_memory against maxmemory, read in the background (``pressure.MemoryProbe``).
         self.memory = RedisMemoryProbe(name, config, self._client)
         #: The hot operations on the event loop, with a pool of their own of the same size.
-        self.aio = AsyncHotPath(
-            self, AsyncShardScripts(name, config, settings.backend_connections_per_shard, timeout, self.layout)
-        )
-        #: The hot path the server uses: the same scripts over a connection of its own, with
-        #: commands and replies handled in Rust (``native_hot.py``, ``hot_client.py``).
-        self.native = NativeHotPath(self, HotClient(name, config, timeout, layout=self.layout))
+        self.aio = AsyncHotPath(self, aio)
+        #: The hot path the server uses: the same scripts over a connection of its own (one per
+        #: master of a cluster), with commands and replies handled in Rust (``native_hot.py``,
+        #: ``hot_client.py``).
+        self.native = NativeHotPath(self, hot)
         self._num_priorities = settings.num_priority_levels
         self._body_filter_budget = settings.body_filter_time_budget_seconds
         self._closed = False
@@ -151,7 +178,7 @@ class RedisStore:
         return self._config
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> redis.Redis | redis.RedisCluster:
         """The shard's client (for the durability check and tests); its pool is the store's."""
         return self._client
 
@@ -347,8 +374,10 @@ class RedisStore:
                     group += [*lists, keys.jobs_arg]
                     group_kinds += "rj"
             if self.layout.compact:
-                # a queue's keys never straddle two calls (one slot per call in a cluster)
-                if key_list and len(key_list) + len(group) > QUEUE_COUNTS_KEYS_PER_CALL:
+                # a queue's keys never straddle two calls; in a cluster a call carries one queue's
+                # keys only (one slot per call)
+                full = len(key_list) + len(group) > QUEUE_COUNTS_KEYS_PER_CALL
+                if key_list and (self._config.is_cluster or full):
                     calls.append((key_list, [now, kinds]))
                     key_list, kinds = [], ""
                 key_list += group
@@ -453,7 +482,8 @@ class RedisStore:
         if not self._closed:
             self._closed = True
             self._client.close()
-            self._pool.disconnect()
+            if self._pool is not None:
+                self._pool.disconnect()
             self.aio.forget()  # its connections are closed by ``aclose`` on its loop
             self.native.forget()
 

@@ -1,0 +1,316 @@
+"""Redis Cluster for the hot path: which master serves a key, and ``ClusterHotClient``, the
+store's pipelined connections (``hot_client.HotClient``) routed by slot.
+
+A compact shard can be a Redis Cluster because every key of one (shard, queue) carries the hash
+tag ``{S:Q}`` (compact-spec.md): every queue script touches one slot. The slot of a key is
+CRC16 (XMODEM) of its hash tag, modulo 16384, as Redis computes it (``key_slot``).
+
+``ClusterHotClient`` keeps a ``SlotMap`` (slot -> master, from ``CLUSTER SLOTS``) and one
+``HotClient`` per master, each with its own pipelined connection and its own loaded scripts. A
+command goes to the master of its first key's slot. The replies that mean Redis ran nothing are
+followed, so resending is always safe:
+
+* ``-MOVED slot host:port``: the slot has a new owner for good; the map takes it (the whole map
+  is read again when the owner is a node it does not know, as after a failover) and the command
+  goes there.
+* ``-ASK slot host:port``: the slot is migrating and the keys are on the target; ``ASKING`` then
+  the command go to that node, once; the map stays (the slot is still the source's).
+* ``-TRYAGAIN``: the slot is migrating and the keys are split between the nodes (or some of the
+  script's keys do not exist, which the target cannot tell from "not moved yet"); sent again
+  after a short pause, as long as the call's timeout allows, then ``ShardConnectionError``.
+* ``-CLUSTERDOWN``: the map is read again and the call fails with ``ShardConnectionError``.
+
+A connection failure keeps ``HotClient``'s rules (one repeat on a fresh connection where
+``connections.repeatable`` allows it: never an enqueue once written). After that the map is read
+again; when the slot has another owner now (a failover), the call goes there once more, only if
+nothing was written or the script is safe to run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+import redis
+
+from pinlater._pinlater import redis_pack_command
+from pinlater.backends.redis.config import RedisEndpoint, RedisShardConfig
+from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT
+from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection
+from pinlater.backends.redis.layouts import ShardLayout
+from pinlater.errors import ShardConnectionError
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+SLOTS = 16384
+
+MAX_REDIRECTS = 16
+"""MOVED and ASK replies followed in a row (between two TRYAGAIN rounds) before a call fails
+(redis-py's request TTL)."""
+
+TRYAGAIN_PAUSES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
+"""Pauses before resending after ``-TRYAGAIN`` (the last repeats until the call's timeout)."""
+
+_CLUSTER_SLOTS = redis_pack_command(("CLUSTER", "SLOTS"))
+
+
+def key_slot(key: bytes) -> int:
+    """The cluster slot of ``key``: CRC16 of its hash tag (the text between the first ``{`` and
+    the next ``}``, when not empty), else of the whole key."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key, 0) % SLOTS
+
+
+def first_key(command: bytes) -> bytes:
+    """The first key of a packed ``EVALSHA sha numkeys key ...`` (RESP array of bulk strings)."""
+    pos = command.index(b"\r\n") + 2
+    for _ in range(3):  # EVALSHA, the sha, numkeys
+        end = command.index(b"\r\n", pos)
+        pos = end + 2 + int(command[pos + 1 : end]) + 2
+    end = command.index(b"\r\n", pos)
+    size = int(command[pos + 1 : end])
+    return command[end + 2 : end + 2 + size]
+
+
+class SlotMap:
+    """Which master serves each slot (``None``: not served)."""
+
+    def __init__(self, owners: Sequence[RedisEndpoint | None]) -> None:
+        if len(owners) != SLOTS:
+            raise ValueError(f"a slot map has {SLOTS} slots, not {len(owners)}")
+        self._owners = list(owners)
+
+    @classmethod
+    def from_cluster_slots(cls, reply: list[object], asked: RedisEndpoint) -> SlotMap:
+        """The map of a ``CLUSTER SLOTS`` reply from the node ``asked`` (whose host stands in
+        where the reply gives none: ``""`` or ``"?"``)."""
+        owners: list[RedisEndpoint | None] = [None] * SLOTS
+        for entry in reply:
+            if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[2], list):
+                raise ValueError(f"not a CLUSTER SLOTS entry: {entry!r:.100}")
+            start, end, master = int(entry[0]), int(entry[1]), entry[2]
+            host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+            node = RedisEndpoint(host if host not in ("", "?") else asked.host, int(master[1]))
+            owners[start : end + 1] = [node] * (end - start + 1)
+        return cls(owners)
+
+    def owner(self, slot: int) -> RedisEndpoint | None:
+        return self._owners[slot]
+
+    def masters(self) -> list[RedisEndpoint]:
+        """The masters serving at least one slot, in slot order."""
+        return list(dict.fromkeys(node for node in self._owners if node is not None))
+
+    def move(self, slot: int, node: RedisEndpoint) -> None:
+        self._owners[slot] = node
+
+
+async def read_slot_map(nodes: Iterable[RedisEndpoint], timeout: float) -> SlotMap:
+    """The slot map as the first of ``nodes`` that answers ``CLUSTER SLOTS`` sees it; redis-py's
+    ``ConnectionError`` naming every node tried when none answers."""
+    loop = asyncio.get_running_loop()
+    failures: list[str] = []
+    for node in dict.fromkeys(nodes):
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(64 << 20), node.host, node.port), timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            failures.append(f"{node}: {exc or type(exc).__name__}")
+            continue
+        try:
+            value, _ = parse_resp(await conn.send(_CLUSTER_SLOTS, timeout), 0)  # (a late reply breaks it)
+            if not isinstance(value, list):
+                failures.append(f"{node}: CLUSTER SLOTS answered {value}")
+                continue
+            return SlotMap.from_cluster_slots(value, node)
+        except (_Broken, ValueError) as exc:
+            failures.append(f"{node}: {exc or type(exc).__name__}")
+        finally:
+            conn.close()
+    raise redis.ConnectionError(f"no cluster node answered CLUSTER SLOTS ({'; '.join(failures)})")
+
+
+def parse_resp(buf: bytes, pos: int) -> tuple[object, int]:
+    """One RESP2 value at ``pos`` (arrays, bulk and simple strings, integers; an error reply as
+    a ``redis.ResponseError`` value) and the position after it. For the rare replies the store
+    reads itself (``CLUSTER SLOTS``), not for the hot path."""
+    end = buf.index(b"\r\n", pos)
+    kind, head = buf[pos : pos + 1], buf[pos + 1 : end]
+    pos = end + 2
+    if kind == b"$":
+        size = int(head)
+        return (None, pos) if size < 0 else (buf[pos : pos + size], pos + size + 2)
+    if kind == b":":
+        return int(head), pos
+    if kind == b"+":
+        return head, pos
+    if kind == b"-":
+        return redis.ResponseError(head.decode("utf-8", "replace")), pos
+    if kind == b"*":
+        items: list[object] = []
+        for _ in range(max(int(head), 0)):
+            item, pos = parse_resp(buf, pos)
+            items.append(item)
+        return items, pos
+    raise ValueError(f"not a RESP2 reply: {buf[pos - len(head) - 3 : pos][:32]!r}")
+
+
+class ClusterHotClient:
+    """``HotClient``'s ``call`` over a Redis Cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        seeds: Sequence[RedisEndpoint],
+        timeout: float,
+        node_client: Callable[[RedisEndpoint], HotClient],
+    ) -> None:
+        if not seeds:
+            raise ValueError(f"shard {name}: a cluster needs at least one seed node")
+        self._name = name
+        self._seeds = list(seeds)
+        self._timeout = timeout
+        self._node_client = node_client
+        self._nodes: dict[RedisEndpoint, HotClient] = {}
+        self.shas = node_client(self._seeds[0]).shas
+        self._map: SlotMap | None = None
+        self._slots: dict[bytes, int] = {}
+        self._refreshing: asyncio.Task[SlotMap] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def slot_map(self) -> SlotMap | None:
+        """The map as last read (``None`` before the first call)."""
+        return self._map
+
+    async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
+        """Send ``command`` (an EVALSHA of ``script``) to the master of its first key's slot and
+        read its reply with ``parse``, following redirects (see the module docstring)."""
+        key = first_key(command)
+        slot = self._slots.get(key)
+        if slot is None:
+            if len(self._slots) > 65536:  # a few keys per queue; this only bounds a misuse
+                self._slots.clear()
+            slot = self._slots[key] = key_slot(key)
+        node = await self._owner(slot)
+        asking = False
+        redirects = 0
+        pauses = iter(TRYAGAIN_PAUSES)
+        deadline = time.monotonic() + self._timeout
+        moved_after_failure = False
+        while True:
+            try:
+                return await self._client(node).call(script, command, parse, asking=asking)
+            except redis.exceptions.AskError as exc:  # MovedError too: a subclass
+                redirects += 1
+                if redirects > MAX_REDIRECTS:
+                    raise ShardConnectionError(self._name, f"{node}: more than {MAX_REDIRECTS} redirects") from exc
+                target = RedisEndpoint(exc.host, exc.port)
+                asking = not isinstance(exc, redis.exceptions.MovedError)
+                if not asking:
+                    await self._moved(slot, target)
+                node = target
+            except ShardConnectionError as exc:
+                cause = exc.__cause__
+                asking = False
+                if isinstance(cause, redis.exceptions.TryAgainError):
+                    pause = next(pauses, TRYAGAIN_PAUSES[-1])
+                    if time.monotonic() + pause > deadline:
+                        raise
+                    await asyncio.sleep(pause)
+                    node, redirects = await self._owner(slot), 0  # the deadline bounds these rounds
+                    continue
+                if not isinstance(cause, redis.ConnectionError) or moved_after_failure:
+                    raise
+                # A dead master: read the map again; after a failover the slot has a new owner.
+                try:
+                    now = await self._owner(slot, refresh=True)
+                except ShardConnectionError:
+                    raise exc from None
+                if now == node or (exc.maybe_applied and script in NOT_REPEATED_ONCE_SENT):
+                    raise
+                log.info("shard %s: %s again on %s (slot %d moved) after: %s", self._name, script, now, slot, exc)
+                node, moved_after_failure = now, True
+            except redis.exceptions.ClusterDownError as exc:
+                await self._refresh_quietly()
+                raise ShardConnectionError(self._name, f"{node}: CLUSTERDOWN {exc}") from exc
+
+    def _client(self, node: RedisEndpoint) -> HotClient:
+        client = self._nodes.get(node)
+        if client is None:
+            client = self._nodes[node] = self._node_client(node)
+        return client
+
+    async def _owner(self, slot: int, refresh: bool = False) -> RedisEndpoint:
+        slot_map = self._map
+        if slot_map is None or refresh or slot_map.owner(slot) is None:
+            slot_map = await self._refresh()
+        node = slot_map.owner(slot)
+        if node is None:
+            raise ShardConnectionError(self._name, f"cluster slot {slot} is served by no master")
+        return node
+
+    async def _moved(self, slot: int, node: RedisEndpoint) -> None:
+        """After ``-MOVED``: a known master takes the slot in the map; an unknown node means
+        the cluster changed more (a failover, a new master): read the whole map again."""
+        slot_map = self._map
+        if slot_map is not None and node in slot_map.masters():
+            slot_map.move(slot, node)
+        else:
+            await self._refresh_quietly()
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self._refresh()
+        except ShardConnectionError as exc:
+            log.warning("shard %s: cannot read the cluster's slot map: %s", self._name, exc.detail)
+
+    async def _refresh(self) -> SlotMap:
+        """Read the slot map (one read at a time; concurrent callers share it)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._refreshing = loop, None
+        task = self._refreshing
+        if task is None or task.done():
+            known = [] if self._map is None else self._map.masters()
+            task = self._refreshing = loop.create_task(read_slot_map([*known, *self._seeds], self._timeout))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        try:
+            self._map = await asyncio.shield(task)
+        except redis.ConnectionError as exc:
+            raise ShardConnectionError(self._name, str(exc), maybe_applied=False) from exc
+        return self._map
+
+    async def aclose(self) -> None:
+        """Close every master's connection (on the loop that made them)."""
+        nodes = list(self._nodes.values())
+        self._refreshing = None
+        for client in nodes:
+            await client.aclose()
+
+    def forget(self) -> None:
+        """Drop the connections of another loop without touching them."""
+        self._refreshing, self._loop = None, None
+        for client in self._nodes.values():
+            client.forget()
+
+
+def cluster_hot_client(name: str, config: RedisShardConfig, timeout: float, layout: ShardLayout) -> ClusterHotClient:
+    """The hot client of a cluster shard: a ``HotClient`` per master, in the shard's layout."""
+
+    def node_client(node: RedisEndpoint) -> HotClient:
+        return HotClient(name, dataclasses.replace(config, master=node, cluster=()), timeout, layout=layout)
+
+    return ClusterHotClient(name, config.cluster, timeout, node_client)

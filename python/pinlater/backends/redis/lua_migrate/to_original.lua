@@ -1,0 +1,169 @@
+--[[ to_original: move a batch of one queue's jobs from the compact layout
+(keys_compact.py, lib/records.lua) back to the original one (keys.py), in one atomic call.
+
+The mirror of to_compact.lua: up to ARGV[3] jobs (fewer once their bodies reach ARGV[4] bytes)
+are read from the compact sets and records, written as the original's sets and job hashes and
+deleted from the compact layout, so a crash between calls loses and duplicates nothing and
+calling again continues. The call that finds the queue's sets empty finishes it: the counter
+and the name leave the compact layout, with what is left of its hold structures and any record
+no set names (an orphan, invisible to every script: dropped and counted). A queue whose records
+hash has no field c (already moved, or deleted) is not touched, except for its counter.
+
+Every call first raises the original's counter (plj) to the compact one (field id), and
+for a queue that exists in the compact layout it registers the name in the original's names
+sorted set (score: c in seconds) unless it is there; a name in the compact names set whose
+records hash has no c is removed (a crash between create_queue's two writes left it).
+
+Scores and ca/ua go from integer ms to seconds text (records.lua's to_seconds, which a float
+parser reads back as ms / 1000 exactly); al and ar as integers; cs as it is (always written, as
+our enqueue writes it); cd only when the record has one. Held jobs stay held, as in to_compact.
+
+KEYS[1]     the compact queue names sorted set (plc:{S}:q)
+KEYS[2]     the compact records hash (plc:{S:Q}:j), with the queue's fields c and id
+KEYS[3]     the original's queue names sorted set (pln_{S})
+KEYS[4]     the original's id counter (plj_{S}_{Q})
+KEYS[5..]   14 per priority: the compact s0 s1 s2 s3 h x o (plc:{S:Q}:p{p}:s0 ..), then the
+            original's s0 s1 s2 s3 _h _x _o (plq_{S}_{Q}.p{p}_s0 ..)
+ARGV[1]     queue name
+ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
+ARGV[3]     the most jobs to move in this call
+ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
+ARGV[5]     number of priorities passed, n
+
+Returns {done (1: the queue is finished; 2: its records hash has no c, nothing moved), moved
+PENDING, moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held
+ones put back in PENDING, evicted remains (members without a record) dropped, orphan records
+dropped}.
+]]
+--@include records
+--@include holds
+local src_names, records, dst_names, dst_counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local FIRST = 5  -- KEYS index of the first priority's keys
+local queue, hash_prefix = ARGV[1], ARGV[2]
+local left, byte_budget, n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+local counter = tonumber(redis.call('HGET', records, 'id') or 0) or 0
+if counter > (tonumber(redis.call('GET', dst_counter) or 0) or 0) then
+  redis.call('SET', dst_counter, string.format('%d', counter))
+end
+local created = redis.call('HGET', records, 'c')
+if not created then
+  redis.call('ZREM', src_names, queue)  -- a name without c is no queue (a crash in create_queue)
+  out[1] = 2
+  return out
+end
+redis.call('ZADD', dst_names, 'NX', to_seconds(tonumber(created)), queue)
+
+local bytes = 0
+-- Move up to `left` members of one compact set (`state` 0..3, or 4 for the held set).
+local function move_some(base, state)
+  local src, dst = KEYS[base + state], KEYS[base + 7 + state]
+  local page = redis.call('ZRANGE', src, 0, math.min(left, 1000) - 1, 'WITHSCORES')
+  if #page == 0 then
+    return false
+  end
+  local taken, hash_keys, fields, scored = {}, {}, {}, {}
+  local held, expiries, holders, unheld = {}, {}, {}, {}
+  for i = 1, #page, 2 do
+    if bytes >= byte_budget and #taken > 0 then
+      break
+    end
+    local id, score = page[i], page[i + 1]
+    taken[#taken + 1] = id
+    local job = read_records(records, {id})[id]  -- one at a time, so the byte budget holds
+    if not job then
+      out[8] = out[8] + 1
+    else
+      bytes = bytes + #job.bd
+      local hash_key = hash_prefix .. id
+      hash_keys[#hash_keys + 1] = hash_key
+      local f = {'bd', job.bd, 'al', string.format('%d', job.al), 'ar', string.format('%d', job.ar),
+                 'ca', to_seconds(job.ca), 'ua', to_seconds(job.ua), 'cs', job.cs}
+      if job.cd then
+        f[#f + 1] = 'cd'
+        f[#f + 1] = job.cd
+      end
+      fields[#fields + 1] = f
+      local seconds = to_seconds(tonumber(score))
+      local expiry, holder = false, false
+      if state == 4 then
+        expiry = redis.call('ZSCORE', KEYS[base + 5], id)
+        holder = redis.call('HGET', KEYS[base + 6], id)
+      end
+      if state < 4 then
+        scored[#scored + 1] = seconds
+        scored[#scored + 1] = id
+        out[2 + state] = out[2 + state] + 1
+      elseif expiry and holder then
+        held[#held + 1] = seconds
+        held[#held + 1] = id
+        expiries[#expiries + 1] = to_seconds(tonumber(expiry))
+        expiries[#expiries + 1] = id
+        holders[#holders + 1] = id
+        holders[#holders + 1] = holder
+        out[2] = out[2] + 1
+        out[6] = out[6] + 1
+      else
+        unheld[#unheld + 1] = seconds
+        unheld[#unheld + 1] = id
+        out[2] = out[2] + 1
+        out[7] = out[7] + 1
+      end
+    end
+  end
+  -- Everything read: now the writes, which cannot fail half-way. A job hash is written whole
+  -- (deleted first, so no field of an older hash of that key survives).
+  for i = 1, #hash_keys, 1000 do
+    redis.call('DEL', unpack(hash_keys, i, math.min(i + 999, #hash_keys)))
+  end
+  for i, hash_key in ipairs(hash_keys) do
+    redis.call('HSET', hash_key, unpack(fields[i]))
+  end
+  zadd_pairs(dst, scored)
+  zadd_pairs(KEYS[base + 7 + 4], held)
+  zadd_pairs(KEYS[base + 7 + 5], expiries)
+  for i = 1, #holders, 2000 do
+    redis.call('HSET', KEYS[base + 7 + 6], unpack(holders, i, math.min(i + 1999, #holders)))
+  end
+  zadd_pairs(KEYS[base + 7], unheld)
+  if state == 4 then
+    drop_holds(src, KEYS[base + 5], KEYS[base + 6], taken)
+  else
+    zrem_all(src, taken)
+  end
+  delete_records(records, taken)
+  left = left - #taken
+  return true
+end
+
+for p = 0, n - 1 do
+  local base = FIRST + 14 * p
+  for state = 0, 4 do
+    while left > 0 and bytes < byte_budget and move_some(base, state) do
+    end
+  end
+end
+
+local remaining = 0
+for p = 0, n - 1 do
+  local base = FIRST + 14 * p
+  for state = 0, 4 do
+    remaining = remaining + redis.call('ZCARD', KEYS[base + state])
+  end
+end
+if remaining == 0 then
+  -- Whatever field is left but c and id is a record no set names.
+  local own = redis.call('HEXISTS', records, 'c') + redis.call('HEXISTS', records, 'id')
+  out[9] = redis.call('HLEN', records) - own
+  local gone = {records}
+  for p = 0, n - 1 do
+    local base = FIRST + 14 * p
+    gone[#gone + 1] = KEYS[base + 5]
+    gone[#gone + 1] = KEYS[base + 6]
+  end
+  redis.call('DEL', unpack(gone))
+  redis.call('ZREM', src_names, queue)
+  out[1] = 1
+end
+return out

@@ -1,0 +1,438 @@
+"""Moving a shard between the Redis layouts (``backends/redis/migrate.py``, ``lua_migrate/``).
+
+Every test fills a shard through the original store, moves it, and compares what Redis holds in
+each layout, read independently of the scripts under test (``tests/support/redis_layouts.py``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.redis_layouts import (
+    RESERVATION,
+    T0,
+    ShardView,
+    both_layouts,
+    compact_view,
+    fill_shard,
+    original_view,
+    shard_keys,
+    text,
+    zset,
+)
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.wait import wait_for
+
+from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.layouts import MIGRATING, layout_key
+from pinlater.backends.redis.migrate import MigrationError, QueueProgress, migrate_shard, script_source
+from pinlater.backends.redis.scripts import INCLUDE
+from pinlater.errors import QueueNotFoundError
+
+pytestmark = pytest.mark.redis
+
+MARKER = layout_key("1")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as srv:
+        yield srv
+
+
+@pytest.fixture
+def raw(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    yield client
+    client.close()
+
+
+def open_store(server: RedisServer, shard: str = "1", layout: str = "original") -> RedisStore:
+    return RedisStore(shard, RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
+
+
+@pytest.fixture
+def filled(server: RedisServer) -> ShardView:
+    """Shard 1 filled (``fill_shard``), plus shard 2 on the same Redis, which no test moves."""
+    for shard in ("1", "2"):
+        store = open_store(server, shard)
+        fill_shard(store, seed=int(shard))
+        store.close()
+    client = server.client()
+    view = original_view(client, "1")
+    client.close()
+    return view
+
+
+def states_of(view: ShardView) -> dict[JobState, int]:
+    counts = dict.fromkeys(JobState, 0)
+    for job in view.jobs.values():
+        counts[JobState(0 if job.where == "h" else int(job.where[1]))] += 1
+    return counts
+
+
+def hashes(raw: redis.Redis, shard: str) -> dict[str, dict[bytes, bytes]]:
+    return {key: raw.hgetall(key) for key in shard_keys(raw, f"plh_{shard}_*")}  # type: ignore[misc]
+
+
+def test_every_job_moves_to_compact_and_back_unchanged(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    assert {job.where for job in filled.jobs.values()} == {"s0", "s1", "s2", "s3", "h"}
+    assert filled.holds and filled.counters["gone"] == 4 and "gone" not in filled.names
+    scores_before = {key: zset(raw, key) for key in shard_keys(raw, "plq_1_*") if not key.endswith("_o")}
+    hashes_before = hashes(raw, "1")
+    other_shard = original_view(raw, "2")
+
+    summary = migrate_shard(raw, "1", "compact")
+
+    assert compact_view(raw, "1") == filled
+    assert summary.moved.by_state() == states_of(filled)
+    assert summary.moved.held == len(filled.holds)
+    assert (summary.queues, summary.counters, summary.previous_marker) == (["a", "b"], 1, "original")
+    assert text(raw.get(MARKER)) == "compact"
+    # What is left of the original: the deleted queue's counter (copied, kept), and shard 2.
+    assert shard_keys(raw, "pl[hjnq]_1_*") == ["plj_1_gone"]
+    assert not raw.exists("pln_1")
+    assert original_view(raw, "2") == other_shard
+
+    summary = migrate_shard(raw, "1", "original")
+
+    assert original_view(raw, "1") == filled
+    assert summary.moved.by_state() == states_of(filled)
+    assert (summary.queues, summary.previous_marker) == (["a", "b"], "compact")
+    assert text(raw.get(MARKER)) == "original"
+    # Scores come back as the same doubles; job hashes the same but for ca/ua's text.
+    assert {key: zset(raw, key) for key in shard_keys(raw, "plq_1_*") if not key.endswith("_o")} == scores_before
+    after = hashes(raw, "1")
+    assert after.keys() == hashes_before.keys()
+    for key, fields in hashes_before.items():
+        assert after[key].keys() == fields.keys()
+        for name, value in fields.items():
+            if name in (b"ca", b"ua"):
+                assert round(float(after[key][name]) * 1000) == round(float(value) * 1000)
+            else:
+                assert after[key][name] == value, (key, name)
+    # Left of the compact layout: the deleted queue's counter only.
+    assert shard_keys(raw, "plc:{1*") == ["plc:{1:gone}:j"]
+    assert original_view(raw, "2") == other_shard
+
+
+def expected_records(view: ShardView, queue: str) -> dict[tuple[int, int], JobRecord]:
+    """What a lookup of every job of ``queue`` in ``view`` answers (held jobs are PENDING)."""
+    return {
+        (p, i): JobRecord(
+            priority=p,
+            local_id=i,
+            state=JobState(0 if job.where == "h" else int(job.where[1])),
+            attempts_allowed=job.attempts_allowed,
+            attempts_remaining=job.attempts_remaining,
+            custom_status=job.custom_status.decode(),
+            created_at_ms=job.created_at_ms,
+            run_after_ms=job.score_ms,
+            updated_at_ms=job.updated_at_ms,
+            claim_descriptor=None if job.claim is None else job.claim.decode(),
+            body=job.body,
+        )
+        for (q, p, i), job in view.jobs.items()
+        if q == queue
+    }
+
+
+def serves_every_job(store: RedisStore, view: ShardView) -> None:
+    """Lookups answer each job as it was; held jobs are claimed by their reservation; PENDING
+    jobs dequeue and ack; new ids follow the old ones, in a deleted queue created again too."""
+    for queue in ("a", "b"):
+        expected = expected_records(view, queue)
+        found = store.lookup_jobs(queue, list(expected), True)
+        assert {(r.priority, r.local_id): r for r in found} == expected
+    held = sorted((p, i) for (_, p, i) in view.holds)
+    assert sorted(store.claim_reserved("a", [(p, i, "c") for p, i in held], RESERVATION, T0 + 800)) == held
+    claimed = store.dequeue_jobs("b", 7, 10, "c", T0 + 10, False)
+    assert sorted(j.local_id for j in claimed) == [1, 2, 3, 4, 5]
+    store.ack_jobs("b", [AckItem(7, j.local_id) for j in claimed], [], T0 + 20)
+    assert store.count_jobs("b", JobFilter(JobState.SUCCEEDED, 7, T0 + 30), None) == 5
+    assert store.enqueue_jobs("a", [NewJob(1, b"n", T0, 1)], T0) == [view.counters["a"] + 1]
+    store.create_queue("gone", 1)
+    assert store.enqueue_jobs("gone", [NewJob(1, b"x", T0, 1)], T0) == [view.counters["gone"] + 1]
+
+
+def test_the_shard_moved_back_serves_as_before(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
+    migrate_shard(raw, "1", "compact")
+    migrate_shard(raw, "1", "original")
+    store = open_store(server)
+    try:
+        serves_every_job(store, filled)
+    finally:
+        store.close()
+
+
+def test_a_compact_store_serves_the_moved_shard(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
+    migrate_shard(raw, "1", "compact")
+    store = open_store(server, layout="compact")
+    try:
+        assert store.get_queue_names() == {"a", "b"}
+        serves_every_job(store, filled)
+    finally:
+        store.close()
+
+
+def test_ids_are_never_reused(server: RedisServer, raw: redis.Redis, filled: ShardView) -> None:
+    migrate_shard(raw, "1", "compact")
+    assert raw.hget("plc:{1:a}:j", "id") == str(filled.counters["a"]).encode()
+    assert raw.hget("plc:{1:gone}:j", "id") == b"4"
+    raw.hset("plc:{1:a}:j", "id", filled.counters["a"] + 10)  # the compact layout handed out more ids
+    migrate_shard(raw, "1", "original")
+    assert int(raw.get("plj_1_a")) == filled.counters["a"] + 10  # type: ignore[arg-type]
+    store = open_store(server)
+    try:
+        store.create_queue("gone", 1)
+        assert store.enqueue_jobs("gone", [NewJob(1, b"x", T0, 1)], T0) == [5]
+    finally:
+        store.close()
+
+
+class Interrupt(Exception):
+    pass
+
+
+def interrupt_after(calls: int) -> tuple[list[QueueProgress], object]:
+    seen: list[QueueProgress] = []
+
+    def on_progress(progress: QueueProgress) -> None:
+        seen.append(progress)
+        if len(seen) == calls:
+            raise Interrupt
+
+    return seen, on_progress
+
+
+def test_an_interrupted_move_loses_and_duplicates_nothing_and_continues(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    seen, on_progress = interrupt_after(4)
+    with pytest.raises(Interrupt):
+        migrate_shard(raw, "1", "compact", batch=7, on_progress=on_progress)  # type: ignore[arg-type]
+    assert text(raw.get(MARKER)) == MIGRATING
+    half = both_layouts(raw)
+    assert 0 < len(compact_view(raw, "1").jobs) == seen[-1].moved.jobs < len(filled.jobs)
+    assert [p.queue for p in seen] == ["a"] * 4
+    assert half.jobs == filled.jobs and half.holds == filled.holds
+
+    # Half-way back, then forward again from there: each run continues the other's work.
+    seen, on_progress = interrupt_after(2)
+    with pytest.raises(Interrupt):
+        migrate_shard(raw, "1", "original", batch=5, on_progress=on_progress)  # type: ignore[arg-type]
+    assert both_layouts(raw).jobs == filled.jobs
+    summary = migrate_shard(raw, "1", "compact", batch=7)
+    assert summary.previous_marker == MIGRATING
+    assert compact_view(raw, "1") == filled
+    assert text(raw.get(MARKER)) == "compact"
+
+
+def test_a_redis_crash_during_the_move_loses_nothing(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis", appendonly=True, appendfsync="always") as srv:
+        store = open_store(srv)
+        fill_shard(store)
+        store.close()
+        client = srv.client()
+        try:
+            before = original_view(client, "1")
+            crashed: list[QueueProgress] = []
+
+            def crash(progress: QueueProgress) -> None:
+                crashed.append(progress)
+                if len(crashed) == 3:
+                    srv.kill()  # SIGKILL: whatever the AOF holds is what the restart finds
+
+            with pytest.raises(redis.ConnectionError):
+                migrate_shard(client, "1", "compact", batch=5, on_progress=crash)
+            srv.start()
+            assert client.get(MARKER) == MIGRATING.encode()
+            assert len(compact_view(client, "1").jobs) == crashed[-1].moved.jobs
+            assert both_layouts(client).jobs == before.jobs
+            migrate_shard(client, "1", "compact", batch=5)
+            assert compact_view(client, "1") == before
+        finally:
+            client.close()
+
+
+def test_evicted_remains_and_orphan_records_are_dropped_and_counted(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    queue, priority, local_id = next(at for at, j in filled.jobs.items() if j.where == "s0")
+    raw.delete(f"plh_1_{queue}.{local_id}")
+    summary = migrate_shard(raw, "1", "compact")
+    assert summary.moved.evicted == 1
+    expected = {at: j for at, j in filled.jobs.items() if at != (queue, priority, local_id)}
+    assert compact_view(raw, "1").jobs == expected
+
+    raw.hset("plc:{1:a}:j", "999999", b"\x97" + b"\xc0" * 7)  # in no set: an orphan
+    summary = migrate_shard(raw, "1", "original")
+    assert (summary.moved.orphans, summary.moved.evicted) == (1, 0)
+    assert original_view(raw, "1").jobs == expected
+
+
+def test_a_hold_without_expiry_or_holder_goes_back_to_pending(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    (queue, priority, local_id) = next(iter(filled.holds))
+    raw.hdel(f"plq_1_{queue}.p{priority}_o", str(local_id))
+    summary = migrate_shard(raw, "1", "compact")
+    assert (summary.moved.unheld, summary.moved.held) == (1, len(filled.holds) - 1)
+    moved = compact_view(raw, "1")
+    assert moved.jobs[(queue, priority, local_id)].where == "s0"
+    assert (queue, priority, local_id) not in moved.holds
+
+
+def test_a_call_stops_once_its_bodies_reach_the_byte_budget(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    store.create_queue("q", 1)
+    store.enqueue_jobs("q", [NewJob(1, b"x" * 1000, T0, 1)] * 10, T0)
+    store.close()
+    calls: list[QueueProgress] = []
+    migrate_shard(raw, "1", "compact", batch=100, batch_bytes=2500, on_progress=calls.append)
+    assert [c.moved.jobs for c in calls] == [3, 6, 9, 10]
+    calls.clear()
+    migrate_shard(raw, "1", "original", batch=100, batch_bytes=2500, on_progress=calls.append)
+    assert [c.moved.jobs for c in calls] == [3, 6, 9, 10]
+
+
+def test_refuses_while_servers_of_the_shard_are_connected(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    other = open_store(server, "2")
+    other.ping()  # a server of another shard on the same Redis does not matter
+    store = open_store(server)
+    store.ping()
+    try:
+        with pytest.raises(MigrationError, match=r"named pinlater-shard-1 are open .* --force"):
+            migrate_shard(raw, "1", "compact")
+        assert raw.get(MARKER) == b"original"
+        assert original_view(raw, "1") == filled
+        migrate_shard(raw, "1", "compact", force=True)
+        assert compact_view(raw, "1") == filled
+    finally:
+        store.close()
+        other.close()
+    migrate_shard(raw, "1", "original")  # the store closed its connections
+    assert original_view(raw, "1") == filled
+
+
+def test_refuses_a_cluster_node(tmp_path: Path) -> None:
+    # An explicit bus port: the default (port + 10000) does not exist above port 55535.
+    cluster = ("--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf"))
+    with RedisServer(tmp_path / "redis", extra_args=(*cluster, "--cluster-port", str(free_port()))) as srv:
+        client = srv.client()
+        try:
+            with pytest.raises(MigrationError, match="cluster"):
+                migrate_shard(client, "1", "compact")
+        finally:
+            client.close()
+
+
+def test_refuses_bad_arguments(raw: redis.Redis) -> None:
+    with pytest.raises(MigrationError, match="unknown layout"):
+        migrate_shard(raw, "1", "tiny")  # type: ignore[arg-type]
+    with pytest.raises(MigrationError, match="shard names"):
+        migrate_shard(raw, "1}x", "compact")
+    assert raw.dbsize() == 0
+
+
+def test_times_before_the_epoch_come_back_unchanged(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    store.create_queue("q", 1)
+    store.enqueue_jobs("q", [NewJob(1, b"x", -1, 1), NewJob(1, b"y", -1500, 1)], T0)
+    store.close()
+    before = original_view(raw, "1")
+    migrate_shard(raw, "1", "compact")
+    migrate_shard(raw, "1", "original")
+    assert original_view(raw, "1") == before
+
+
+def test_every_migration_script_loads_and_says_what_it_takes(raw: redis.Redis) -> None:
+    folder = resources.files("pinlater.backends.redis").joinpath("lua_migrate")
+    names = sorted(p.name.removesuffix(".lua") for p in folder.iterdir() if p.name.endswith(".lua"))
+    assert names == ["to_compact", "to_original"]
+    for name in names:
+        text = script_source(name)
+        assert not INCLUDE.search(text), name
+        assert "local function to_ms" in text and "local function zadd_pairs" in text, name
+        header = text.split("]]")[0]
+        assert header.startswith(f"--[[ {name}:") and "KEYS[1]" in header and "Returns" in header, name
+        assert not re.search(r"'pl[qhjnlc][_:]", text), f"{name}.lua hard-codes a key name"
+        assert raw.script_load(text), name
+
+
+def test_compact_queues_are_found_by_their_meta_not_only_by_name(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    migrate_shard(raw, "1", "compact")
+    raw.zrem("plc:{1}:q", "b")  # a crash between create_queue's two writes: meta c, no name
+    raw.zadd("plc:{1}:q", {"ghost": T0})  # and the other way round: a name without c
+    summary = migrate_shard(raw, "1", "original")
+    assert sorted(summary.queues) == ["a", "b"]
+    assert original_view(raw, "1") == filled
+    assert not raw.exists("plc:{1}:q")
+
+
+def test_a_queue_created_in_the_source_during_the_move_fails_the_run_until_moved_too(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    def create_late(progress: QueueProgress) -> None:  # as a server still running (forced) would
+        raw.zadd("pln_1", {"late": 1_700_000_000.5}, nx=True)
+
+    with pytest.raises(MigrationError, match=r"queue\(s\) late appeared in the original layout during the move"):
+        migrate_shard(raw, "1", "compact", on_progress=create_late)
+    assert raw.get(MARKER) == MIGRATING.encode()
+    summary = migrate_shard(raw, "1", "compact")
+    assert summary.queues == ["late"]
+    expected = ShardView({**filled.names, "late": T0 + 500}, filled.counters, filled.jobs, filled.holds)
+    assert compact_view(raw, "1") == expected
+
+
+def test_forced_with_a_server_still_running_nothing_it_stored_is_lost(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    store.create_queue("q", 2)
+    stored = set(store.enqueue_jobs("q", [NewJob(1 + i % 2, b"%d" % i, T0, 3) for i in range(1000)], T0))
+    rounds: list[int] = []
+    refused = threading.Event()
+    stop = threading.Event()
+
+    def keep_serving() -> None:  # enqueues, dequeues and acks on the old layout, as fast as it can
+        while not stop.is_set():
+            try:
+                stored.update(store.enqueue_jobs("q", [NewJob(1, b"late", T0, 3)] * 5, T0))
+                claimed = store.dequeue_jobs("q", 1, 3, "c", T0 + 1, False)
+                store.ack_jobs("q", [AckItem(1, j.local_id) for j in claimed], [], T0 + 2)
+                rounds.append(len(claimed))
+            except QueueNotFoundError:
+                refused.set()  # the queue has moved: its clients are told so
+                return
+
+    def interleave(progress: QueueProgress) -> None:  # the server works between these calls, surely
+        if progress.batches in (1, 10, 20):
+            seen = len(rounds)
+            wait_for(lambda: len(rounds) > seen, what="the server to work during the move")
+
+    worker = threading.Thread(target=keep_serving)
+    worker.start()
+    try:
+        migrate_shard(raw, "1", "compact", batch=20, force=True, on_progress=interleave)
+        wait_for(refused.is_set, what="the old layout to answer QUEUE_NOT_FOUND")
+    finally:
+        stop.set()
+        worker.join()
+        store.close()
+    moved = compact_view(raw, "1")
+    assert len(stored) > 1000 and sum(rounds) > 0
+    assert sorted(i for _, _, i in moved.jobs) == sorted(stored)
+    assert moved.counters["q"] == max(stored)
+    assert shard_keys(raw, "pl[hjq]_1_*") == []
