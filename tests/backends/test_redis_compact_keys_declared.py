@@ -21,7 +21,6 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-import redis
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup, NewJobBatch
@@ -90,7 +89,8 @@ def run_every_script(store: RedisStore) -> None:
     store.release_reservations(q, [(1, j.local_id) for j in held[1:]], "reservation", now + 80)
     store.ack_jobs(q, [AckItem(2, claimed[0].local_id)], [AckItem(2, claimed[1].local_id, "x", 10)], now + 90)
     store.ack_jobs(q, [], [AckItem(1, held[0].local_id, "fail", 0)], now + 90)
-    store.checkpoint_jobs(q, [CheckpointItem(2, claimed[2].local_id, now + 100, move_to_pending=True)], "claim", now + 95)
+    back = CheckpointItem(2, claimed[2].local_id, now + 100, move_to_pending=True)
+    store.checkpoint_jobs(q, [back], "claim", now + 95)
     store.resurrect_timed_out_jobs(q, 3, now + 10**6, 100, now + 100)
     store.retry_failed_jobs(q, 1, 2, now + 110, 100, now + 110)
     store.gc_finished_jobs(q, 2, JobState.SUCCEEDED, now + 10**6, 100)

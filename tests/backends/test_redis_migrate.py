@@ -329,9 +329,7 @@ def fill_ready(store: RedisStore) -> None:
 
 def dequeue_order(store: RedisStore) -> list[tuple[int, int, bytes]]:
     """Every PENDING job of queue ``r`` in the order a dequeue takes them (a dry run)."""
-    return [
-        (p, j.local_id, j.body) for p in (1, 2) for j in store.dequeue_jobs("r", p, 1000, "", T0 + 10**8, True)
-    ]
+    return [(p, j.local_id, j.body) for p in (1, 2) for j in store.dequeue_jobs("r", p, 1000, "", T0 + 10**8, True)]
 
 
 def tombstones(raw: redis.Redis) -> list[tuple[int, int]]:

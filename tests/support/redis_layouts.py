@@ -5,8 +5,9 @@ one's (``keys_compact.py``), decoding each record with Lua's own ``cmsgpack.unpa
 through EVAL, independently of the scripts under test. A job in a compact ready list
 (``lua_compact/lib/ready.lua``: markers ``@ms`` giving the score of the ids after them) is
 PENDING (``s0``) with its marker's score, as the original's PENDING set would hold it;
-tombstones (deleted jobs: record ``''``) are no jobs; ``ready_lists`` gives the lists' order. Both give the same ``ShardView``: times in
-integer ms, so equal views mean the same jobs with the same fields, states, scores and holds.
+tombstones (deleted jobs: record ``''``) are no jobs; ``ready_lists`` gives the lists' order.
+Both give the same ``ShardView``: times in integer ms, so equal views mean the same jobs with
+the same fields, states, scores and holds.
 ``fill_shard`` writes a shard with jobs in every state through the original store.
 """
 
