@@ -41,6 +41,7 @@ from pinlater._pinlater import (
 from pinlater.backends.base import JobState
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.keys_compact import ready_keys
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -104,14 +105,16 @@ class NativeHotPath:
         if limit <= 0:  # only whether the queue exists, as the blocking store answers
             return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
         keys = self._store._keys(queue)
+        ready = ready_keys(keys, priority)
         command = redis_pack_command(
             (
                 "EVALSHA",
                 self._sha["reserve_jobs"],
-                5,
+                5 + len(ready),
                 keys.exists_key,
                 keys.set_key(priority, JobState.PENDING),
                 *keys.hold_keys(priority),
+                *ready,
                 queue,
                 keys.jobs_arg,
                 seconds_arg(now_ms),
