@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from tests.support.redis_cluster import cluster_port
 from tests.support.redis_layouts import (
     CLAIM,
     RESERVATION,
@@ -28,7 +29,7 @@ from tests.support.redis_layouts import (
     text,
     zset,
 )
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 
 from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, NewJob
@@ -480,9 +481,9 @@ def test_refuses_while_servers_of_the_shard_are_connected(
 
 
 def test_refuses_a_cluster_node(tmp_path: Path) -> None:
-    # An explicit bus port: the default (port + 10000) does not exist above port 55535.
     cluster = ("--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf"))
-    with RedisServer(tmp_path / "redis", extra_args=(*cluster, "--cluster-port", str(free_port()))) as srv:
+    # a port whose cluster bus (port + 10000) is free too
+    with RedisServer(tmp_path / "redis", extra_args=cluster, port=cluster_port()) as srv:
         client = srv.client()
         try:
             with pytest.raises(MigrationError, match="cluster"):
