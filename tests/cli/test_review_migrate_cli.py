@@ -49,3 +49,35 @@ def test_ctrl_c_during_the_move_is_one_line(server: RedisServer, tmp_path: Path)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_redis_that_stops_answering_fails_the_command_within_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """migrate_layout.py:156 says the 60 s socket timeout 'bounds a Redis that stopped
+    answering'; but the client is made with redis-py's default retry (8.x: 10 retries with
+    exponential backoff), so the command waits about 11 timeouts plus the backoff before its
+    one line: over 11 minutes with the real 60 s. Here with a 0.2 s timeout."""
+    import argparse
+    import socket
+    import threading
+
+    from pinlater.cli import migrate_layout
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshakes; nobody ever reads
+    port = silent.getsockname()[1]
+    config = tmp_path / "redis.json"
+    config.write_text(
+        '{"shards": [{"name": "1", "shardConfig": {"master": {"host": "127.0.0.1", "port": %d}}}]}' % port
+    )
+    monkeypatch.setattr(migrate_layout, "SOCKET_TIMEOUT_SECONDS", 0.2)
+    args = argparse.Namespace(backend_config=config, shard="1", to="compact", batch=10, force=False)
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(migrate_layout.run(args)), daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(timeout=5)
+    silent.close()
+    assert result == [1], f"still waiting after {time.monotonic() - started:.1f} s (timeout 0.2 s)"
