@@ -101,8 +101,10 @@ def test_every_job_moves_to_compact_and_back_unchanged(
     assert summary.moved.held == len(filled.holds)
     assert (summary.queues, summary.counters, summary.previous_marker) == (["a", "b"], 1, "original")
     assert text(raw.get(MARKER)) == "compact"
-    # What is left of the original: the deleted queue's counter (copied, kept), and shard 2.
-    assert shard_keys(raw, "pl[hjnq]_1_*") == ["plj_1_gone"]
+    # What is left of the original: the counters (copied, kept, so that a queue created there
+    # again goes on from them), and shard 2.
+    assert shard_keys(raw, "pl[hjnq]_1_*") == ["plj_1_a", "plj_1_b", "plj_1_gone"]
+    assert {q: int(raw.get(f"plj_1_{q}")) for q in filled.counters} == filled.counters  # type: ignore[arg-type]
     assert not raw.exists("pln_1")
     assert original_view(raw, "2") == other_shard
 
@@ -123,8 +125,11 @@ def test_every_job_moves_to_compact_and_back_unchanged(
                 assert round(float(after[key][name]) * 1000) == round(float(value) * 1000)
             else:
                 assert after[key][name] == value, (key, name)
-    # Left of the compact layout: the deleted queue's counter only.
-    assert shard_keys(raw, "plc:{1*") == ["plc:{1:gone}:j"]
+    # Left of the compact layout: the counters only.
+    assert shard_keys(raw, "plc:{1*") == ["plc:{1:a}:j", "plc:{1:b}:j", "plc:{1:gone}:j"]
+    assert {q: raw.hgetall(f"plc:{{1:{q}}}:j") for q in filled.counters} == {
+        q: {b"id": str(n).encode()} for q, n in filled.counters.items()
+    }
     assert original_view(raw, "2") == other_shard
 
 
@@ -368,7 +373,8 @@ def test_ready_lists_move_to_original_and_back_in_order(
     assert original_view(raw, "1") == before  # every job once, list jobs PENDING scored by their ca
     assert summary.moved.by_state() == states_of(before)
     assert (summary.moved.evicted, summary.moved.orphans) == (0, 0)
-    assert shard_keys(raw, "plc:{1:*") == []  # lists, records and t{p} counters gone
+    assert shard_keys(raw, "plc:{1:*") == ["plc:{1:r}:j"]  # lists, records and t{p} counters gone
+    assert raw.hgetall("plc:{1:r}:j") == {b"id": raw.get("plj_1_r")}  # but for the id counter
     assert not any(raw.exists(f"plh_1_r.{i}") for _, i in buried)  # deleted jobs stay deleted
     store = open_store(server)
     try:
@@ -426,7 +432,7 @@ def test_a_move_of_ready_lists_interrupted_half_way_continues_either_way(
     summary = migrate_shard(raw, "1", "original", batch=5)
     assert summary.previous_marker == MIGRATING
     assert original_view(raw, "1") == before
-    assert shard_keys(raw, "plc:{1:*") == []
+    assert shard_keys(raw, "plc:{1:*") == ["plc:{1:r}:j"]
     store = open_store(server)
     try:
         assert dequeue_order(store) == order
@@ -589,4 +595,180 @@ def test_forced_with_a_server_still_running_nothing_it_stored_is_lost(server: Re
     assert len(stored) > 1000 and sum(rounds) > 0
     assert sorted(i for _, _, i in moved.jobs) == sorted(stored)
     assert moved.counters["q"] == max(stored)
-    assert shard_keys(raw, "pl[hjq]_1_*") == []
+    assert shard_keys(raw, "pl[hq]_1_*") == []
+    assert int(raw.get("plj_1_q")) == max(stored)  # type: ignore[arg-type]  # kept, for a re-created queue
+
+
+def open_source(server: RedisServer, source: str) -> RedisStore:
+    return open_store(server, layout=source)
+
+
+def view_of(raw: redis.Redis, layout: str) -> ShardView:
+    return compact_view(raw, "1") if layout == "compact" else original_view(raw, "1")
+
+
+@pytest.mark.parametrize(("source", "target"), [("original", "compact"), ("compact", "original")])
+def test_a_queue_created_again_in_the_source_during_the_move_goes_on_from_its_ids_and_is_reported(
+    server: RedisServer, raw: redis.Redis, source: str, target: str
+) -> None:
+    """A server still writing the source (forced, or one the connection check cannot see)
+    creates a queue again after it moved: its ids go on from the kept counter, the run says so
+    instead of folding it in, and the next run moves it over nothing."""
+    store = open_source(server, source)
+    store.create_queue("q", 1)
+    assert store.enqueue_jobs("q", [NewJob(1, b"old-%d" % i, T0, 1) for i in range(3)], T0) == [1, 2, 3]
+
+    def recreate(progress: QueueProgress) -> None:
+        if progress.done:  # the queue is gone from the source: its server creates it again
+            store.create_queue("q", 1)
+            assert store.enqueue_jobs("q", [NewJob(1, b"new", T0, 1)], T0) == [4]
+
+    try:
+        with pytest.raises(MigrationError, match=rf"queue\(s\) q appeared in the {source} layout during the move"):
+            migrate_shard(raw, "1", target, force=True, on_progress=recreate)  # type: ignore[arg-type]
+    finally:
+        store.close()
+    assert raw.get(MARKER) == MIGRATING.encode()
+    summary = migrate_shard(raw, "1", target)  # type: ignore[arg-type]
+    assert (summary.queues, summary.moved.jobs, summary.counters) == (["q"], 1, 0)
+    moved = view_of(raw, target)
+    assert sorted((i, job.body) for (_, _, i), job in moved.jobs.items()) == [
+        (1, b"old-0"),
+        (2, b"old-1"),
+        (3, b"old-2"),
+        (4, b"new"),
+    ]
+    assert moved.counters["q"] == 4
+
+
+@pytest.mark.parametrize(("source", "target"), [("original", "compact"), ("compact", "original")])
+def test_a_job_in_both_layouts_stops_the_run_and_both_copies_stay(
+    server: RedisServer, raw: redis.Redis, source: str, target: str
+) -> None:
+    """Servers writing both layouts at once (forced) hand out an id twice: the run stops naming
+    the job, and neither copy is written over or deleted."""
+    old = open_source(server, source)  # opened before the move: it goes on writing the source
+    old.create_queue("q", 1)
+    old.enqueue_jobs("q", [NewJob(1, b"a%d" % i, T0, 1) for i in range(3)], T0)
+    migrate_shard(raw, "1", target, force=True)  # type: ignore[arg-type]
+    new = open_store(server, layout=target)
+    try:
+        assert new.enqueue_jobs("q", [NewJob(1, b"in target", T0, 1)], T0) == [4]
+        old.create_queue("q", 1)
+        assert old.enqueue_jobs("q", [NewJob(1, b"s%d" % i, T0, 1) for i in range(2)], T0) == [4, 5]
+    finally:
+        new.close()
+        old.close()
+    with pytest.raises(MigrationError, match=r"queue q: job 4 is in both layouts .* nothing was overwritten"):
+        migrate_shard(raw, "1", target, force=True)  # type: ignore[arg-type]
+    assert {i: j.body for (_, _, i), j in view_of(raw, target).jobs.items()} == {
+        1: b"a0",
+        2: b"a1",
+        3: b"a2",
+        4: b"in target",
+    }
+    assert {i: j.body for (_, _, i), j in view_of(raw, source).jobs.items()} == {4: b"s0", 5: b"s1"}
+
+
+def test_counters_of_another_shard_are_not_copied_into_this_one(server: RedisServer, raw: redis.Redis) -> None:
+    """``plj_1_*`` also matches shard 1_x's counters (``plj_1_x_q``): a counter is another
+    shard's when that shard shows itself on the Redis; otherwise it is this shard's."""
+    other = open_store(server, shard="1_x")
+    other.create_queue("q", 1)
+    other.enqueue_jobs("q", [NewJob(1, b"x", T0, 1)], T0)
+    other.close()
+    raw.set("plj_1_y_q", 7)  # a deleted queue y_q of shard 1 (no shard 1_y here)
+    store = open_store(server)
+    store.create_queue("a", 1)
+    store.close()
+    summary = migrate_shard(raw, "1", "compact")
+    assert summary.counters == 1
+    assert not raw.exists("plc:{1:x_q}:j")
+    assert raw.hgetall("plc:{1:y_q}:j") == {b"id": b"7"}
+    assert original_view(raw, "1_x").counters == {"q": 1}
+
+
+LOCK = "pll-lock:{1}"
+
+
+def test_a_second_run_of_the_shard_is_refused_naming_the_first(
+    server: RedisServer, raw: redis.Redis, filled: ShardView
+) -> None:
+    refusals: list[str] = []
+
+    def second_run(progress: QueueProgress) -> None:
+        if progress.batches == 1 and not refusals:
+            other = server.client()
+            try:
+                with pytest.raises(MigrationError) as refused:
+                    migrate_shard(other, "1", "original")  # the other direction, at the same time
+                refusals.append(str(refused.value))
+            finally:
+                other.close()
+
+    migrate_shard(raw, "1", "compact", batch=3, on_progress=second_run)
+    assert len(refusals) == 1
+    assert re.fullmatch(
+        r"another run holds pll-lock:\{1\}: pinlater-migrate-1 to compact, pid \d+ on \S+, client \d+, "
+        r"started \S+; wait for it to finish",
+        refusals[0],
+    )
+    assert compact_view(raw, "1") == filled
+    assert not raw.exists(LOCK)  # released at the end
+
+
+def test_the_lock_of_a_run_whose_connection_is_gone_is_taken_over(server: RedisServer, raw: redis.Redis) -> None:
+    gone = server.client()
+    gone_id = gone.client_id()
+    gone.close()
+    raw.set(LOCK, f"pinlater-migrate-1 to compact, pid 1 on h, client {gone_id}, started x", ex=30)
+    migrate_shard(raw, "1", "compact")
+    assert not raw.exists(LOCK)
+    raw.set(LOCK, "written by hand", ex=30)  # no connection named: refused until it expires
+    with pytest.raises(MigrationError, match=r"another run holds pll-lock:\{1\}: written by hand"):
+        migrate_shard(raw, "1", "original")
+    assert raw.get(LOCK) == b"written by hand"
+
+
+def test_refuses_a_marker_that_names_no_layout(raw: redis.Redis, filled: ShardView) -> None:
+    raw.set(MARKER, "garbage")
+    with pytest.raises(MigrationError, match=r"^pll:\{1\} holds 'garbage', which is no layout"):
+        migrate_shard(raw, "1", "compact")
+    assert raw.get(MARKER) == b"garbage"
+    assert original_view(raw, "1") == filled
+
+
+def test_refuses_a_batch_above_the_cap(raw: redis.Redis) -> None:
+    with pytest.raises(MigrationError, match="at most 10000"):
+        migrate_shard(raw, "1", "compact", batch=10_001)
+    assert raw.dbsize() == 0
+
+
+def test_a_queue_name_that_is_not_utf8_is_one_line(raw: redis.Redis) -> None:
+    raw.zadd("pln_1", {b"\xff": T0})
+    with pytest.raises(MigrationError, match=r"pln_1 names a queue that is not UTF-8 text \(b'\\xff'\)"):
+        migrate_shard(raw, "1", "compact")
+
+
+def test_a_call_that_moves_nothing_stops_the_run_naming_the_queue(
+    raw: redis.Redis, filled: ShardView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pinlater.backends.redis import migrate
+
+    monkeypatch.setattr(migrate, "script_source", lambda name: "return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}")
+    with pytest.raises(MigrationError, match="queue a: a call moved nothing while jobs are left"):
+        migrate_shard(raw, "1", "compact")
+
+
+def test_a_call_that_only_drops_tombstones_makes_progress(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server, layout="compact")
+    try:
+        store.create_queue("q", 1)
+        store.enqueue_jobs("q", [NewJob(1, b"j%d" % i, T0, 1) for i in range(3)], T0)
+        where = JobFilter(JobState.PENDING, 1, T0 + 1, None, body_regex="^j[01]$")
+        assert store.delete_jobs("q", where, 10) == 2
+    finally:
+        store.close()
+    summary = migrate_shard(raw, "1", "original", batch=1)
+    assert (summary.moved.jobs, summary.moved.tombstones) == (1, 2)
+    assert [j.body for j in original_view(raw, "1").jobs.values()] == [b"j2"]

@@ -7,12 +7,24 @@ How it stays safe:
   a bounded batch of one queue's jobs: it reads them from one layout, writes them to the other
   and deletes them from the first, atomically. A crash between two calls loses and duplicates
   nothing, and running the command again continues where it stopped (it can also go back: a
-  half-moved shard can be moved to either layout). A queue's name, counter and hold structures
-  leave the source in the call that finds its last job gone, so a queue still named in the
-  source is a queue not finished yet.
+  half-moved shard can be moved to either layout). A queue's name and hold structures leave the
+  source in the call that finds its last job gone, so a queue still named in the source is a
+  queue not finished yet.
 * Ids are never handed out twice: each call first raises the destination counter to the
-  source's. Counters of deleted queues (kept by both layouts so that a re-created queue does not
-  reuse ids) are found with SCAN and copied too, but left in place in the source.
+  source's, and the source keeps its counter (raised to the destination's when the queue is
+  finished), as both layouts keep a deleted queue's counter: a queue created again in the
+  source, by a server still writing it, goes on from there. Counters of deleted queues are
+  found with SCAN and copied too (by a call that only copies: a queue it finds named in the
+  source was created there during the run, and the run fails asking to be run again). A job is
+  never written over one the destination holds (ids handed out twice by servers writing both
+  layouts): the run stops with an error naming it, and both copies stay.
+* In the original layout the counters are ``plj_{S}_{Q}``, so ``plj_1_*`` also matches shard
+  ``1_x``'s counters (``plj_1_x_q``). A counter ``plj_{S}_{A}_{B}`` is taken for another
+  shard's, and not copied, when shard ``{S}_{A}`` shows itself on this Redis (its queue names
+  ``pln_{S}_{A}`` or ``plc:{{S}_{A}}:q``, or its marker ``pll:{{S}_{A}}``); otherwise it is this
+  shard's (queue ``{A}_{B}``). The compact layout's keys are exact (``plc:{S:Q}:j``).
+* One run at a time per shard: a run holds ``pll-lock:{S}`` (``SET NX`` with a TTL it renews
+  as it goes), and another run of the shard, in either direction, is refused naming it.
 * The shard's layout marker ``pll:{S}`` says ``migrating`` from the first write to the last, and
   then the target layout; servers refuse a shard whose marker is not their configured layout.
 * The move is meant for a stopped shard (a documented short pause): it refuses to start while
@@ -34,7 +46,10 @@ counted, as are compact records no set names.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
@@ -45,7 +60,7 @@ from pinlater.backends.base import JobState
 from pinlater.backends.redis.config import LAYOUTS
 from pinlater.backends.redis.keys import QueueKeys, job_id_key, queue_names_key
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key
-from pinlater.backends.redis.layouts import MIGRATING, layout_key
+from pinlater.backends.redis.layouts import LAYOUT_KEY_PREFIX, MIGRATING, layout_key
 from pinlater.backends.redis.scripts import INCLUDE
 
 if TYPE_CHECKING:
@@ -68,6 +83,23 @@ NOT_IN_SOURCE = 2
 
 SCAN_COUNT = 1000
 """Keys examined per SCAN call when looking for counters and queues outside the names set."""
+
+MAX_BATCH = 10_000
+"""The most jobs one call may move (``--batch``): the byte bound alone does not bound a call's
+time when bodies are tiny."""
+
+LOCK_TTL_SECONDS = 30
+"""How long the run's lock outlives a run that stops without releasing it (a crash, a lost
+connection): another run is refused until then. A run renews it as it goes."""
+
+LOCK_RENEW_SECONDS = 2.0
+"""The lock is renewed after a call once this long has passed since it was last renewed."""
+
+COLLISION = 3
+"""The scripts' first value when a job to move is already held by the destination."""
+
+LIVE = 4
+"""The scripts' first value when a counter-only call finds the queue in the source."""
 
 _QUEUE = re.compile(r"\w+", re.ASCII)
 
@@ -99,6 +131,13 @@ class Moved:
     unheld: int = 0
     evicted: int = 0
     orphans: int = 0
+    tombstones: int = 0
+
+    @property
+    def progress(self) -> int:
+        """Everything that left the source: jobs moved and remains dropped."""
+        return self.jobs + self.evicted + self.orphans + self.tombstones
+
 
     @property
     def jobs(self) -> int:
@@ -177,21 +216,45 @@ def migrate_shard(
     """Move every queue of ``shard`` on the Redis behind ``client`` to the ``target`` layout.
 
     Raises ``MigrationError`` when it must not start (a cluster, servers of the shard connected
-    and not ``force``, a bad argument). An exception from Redis or from ``on_progress`` stops the
-    run between two calls; running it again continues (the marker stays ``migrating``)."""
+    and not ``force``, another run of the shard, a marker it does not know, a bad argument) or
+    must stop (a job in both layouts, a queue created in the source meanwhile, a call that moved
+    nothing). An exception from Redis or from ``on_progress`` stops the run between two calls;
+    running it again continues (the marker stays ``migrating``)."""
     if target not in LAYOUTS:
         raise MigrationError(f"unknown layout {target!r} (one of {', '.join(LAYOUTS)})")
     if not _QUEUE.fullmatch(shard):
         raise MigrationError(f"shard names are letters, digits or underscores, not {shard!r}")
     if batch < 1 or batch_bytes < 1:
         raise MigrationError("the batch size must be at least 1")
+    if batch > MAX_BATCH:
+        raise MigrationError(f"the batch size must be at most {MAX_BATCH}, not {batch}")
     if int(client.info("cluster").get("cluster_enabled", 0)):
         raise MigrationError("this Redis is a cluster node: the original layout cannot live in a cluster")
     if not force:
         _refuse_if_served(client, shard)
+    with _Lock(client, shard, target) as lock:
+        return _migrate(client, shard, target, batch, batch_bytes, force, on_progress, lock)
+
+
+def _migrate(
+    client: redis.Redis,
+    shard: str,
+    target: Layout,
+    batch: int,
+    batch_bytes: int,
+    force: bool,
+    on_progress: ProgressCallback | None,
+    lock: _Lock,
+) -> MigrationSummary:
     marker = layout_key(shard)
     previous = client.get(marker)
-    summary = MigrationSummary(shard, target, None if previous is None else _text(previous))
+    known = None if previous is None else previous.decode("utf-8", "replace")
+    if known is not None and known not in (*LAYOUTS, MIGRATING):
+        raise MigrationError(
+            f"{marker} holds {known!r}, which is no layout ({', '.join((*LAYOUTS, MIGRATING))}): "
+            "not this tool's to overwrite; find out what wrote it"
+        )
+    summary = MigrationSummary(shard, target, known)
     client.set(marker, MIGRATING)
     if not force:
         try:  # a server may have connected just before the marker was set
@@ -202,16 +265,21 @@ def migrate_shard(
             else:
                 client.set(marker, previous)
             raise
-    mover = _Mover(client, shard, target, batch, batch_bytes)
+    mover = _Mover(client, shard, target, batch, batch_bytes, lock)
     for queue in mover.live_queues():
         moved = mover.move_queue(queue, on_progress)
         if moved is not None:  # None: not a queue after all (a name without c, in the compact layout)
             summary.moved.add(moved)
             summary.queues.append(queue)
+    appeared: list[str] = []
+    finished = set(summary.queues)
+    in_target = set(mover.target_queues())
     for queue in mover.counter_only_queues():
-        mover.move_queue(queue, None)  # a not-live queue: the call only copies its counter
-        summary.counters += 1
-    left = mover.live_queues()
+        if not mover.copy_counter(queue):
+            appeared.append(queue)  # named in the source again: created there during the run
+        elif queue not in finished and queue not in in_target:
+            summary.counters += 1
+    left = sorted({*appeared, *mover.live_queues()})
     if left:  # servers ran anyway (forced) and created queues meanwhile: the next run takes them
         raise MigrationError(
             f"queue(s) {', '.join(left)} appeared in the {mover.source} layout during the move; run again"
@@ -231,15 +299,102 @@ def _refuse_if_served(client: redis.Redis, shard: str) -> None:
         )
 
 
+def lock_key(shard: str) -> str:
+    """``pll-lock:{S}``: held by the run moving shard ``S``; its value says which run."""
+    return f"{LAYOUT_KEY_PREFIX}-lock:{{{shard}}}"
+
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+_TAKE_OVER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
+
+_HOLDER_CLIENT = re.compile(r"client (\d+)")
+
+
+class _Lock:
+    """The run's hold on ``pll-lock:{S}``: taken with ``SET NX`` and a TTL, renewed as the run
+    goes (``renew``), released at its end, whatever the end. A run that finds it held by
+    another, or loses it (its TTL ran out meanwhile), stops with one line naming the other.
+    The value names the holder's connection (``CLIENT ID``): a lock whose holder's connection
+    is gone (the run was killed, or the Redis restarted) is taken over at once, so that running
+    the command again continues without waiting for the TTL."""
+
+    def __init__(self, client: redis.Redis, shard: str, target: Layout) -> None:
+        self._client = client
+        self._key = lock_key(shard)
+        self._token = (
+            f"pinlater-migrate-{shard} to {target}, pid {os.getpid()} on {socket.gethostname()}, "
+            f"client {client.client_id()}, started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+        )
+        self._renewed = 0.0
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+        self._take_over = client.register_script(_TAKE_OVER)
+
+    def __enter__(self) -> _Lock:
+        if not self._client.set(self._key, self._token, nx=True, ex=LOCK_TTL_SECONDS):
+            held: bytes | None = self._client.get(self._key)
+            if held is None or not self._holder_gone(held):
+                raise MigrationError(f"another run holds {self._key}: {self._held_by()}; wait for it to finish")
+            args = [held, self._token, LOCK_TTL_SECONDS * 1000]
+            if not int(self._take_over([self._key], args, client=self._client)):
+                raise MigrationError(f"another run holds {self._key}: {self._held_by()}; wait for it to finish")
+        self._renewed = time.monotonic()
+        return self
+
+    def _holder_gone(self, held: bytes) -> bool:
+        found = _HOLDER_CLIENT.search(held.decode("utf-8", "replace"))
+        if found is None:
+            return False
+        return not any(str(c.get("id")) == found.group(1) for c in self._client.client_list())
+
+
+    def __exit__(self, *exc: object) -> None:
+        self._release([self._key], [self._token], client=self._client)
+
+    def renew(self) -> None:
+        now = time.monotonic()
+        if now - self._renewed < LOCK_RENEW_SECONDS:
+            return
+        if not int(self._renew([self._key], [self._token, LOCK_TTL_SECONDS * 1000], client=self._client)):
+            raise MigrationError(f"this run lost {self._key} (now held by {self._held_by()}); run again")
+        self._renewed = now
+
+    def _held_by(self) -> str:
+        value = self._client.get(self._key)
+        return "no one" if value is None else value.decode("utf-8", "replace")
+
+
 class _Mover:
     """One direction of the move for one shard: the script, the keys of each queue."""
 
-    def __init__(self, client: redis.Redis, shard: str, target: Layout, batch: int, batch_bytes: int) -> None:
+    def __init__(
+        self, client: redis.Redis, shard: str, target: Layout, batch: int, batch_bytes: int, lock: _Lock
+    ) -> None:
         self._client = client
         self._shard = shard
         self._target = target
         self._batch = batch
         self._batch_bytes = batch_bytes
+        self._lock = lock
         self.source: Layout = "original" if target == "compact" else "compact"
         self._script = client.register_script(script_source(f"to_{target}"))
 
@@ -253,51 +408,87 @@ class _Mover:
         unnamed = [q for q in self._scan_queues() if q not in names and self._client.hexists(self._records(q), "c")]
         return names + sorted(unnamed)
 
+    def target_queues(self) -> list[str]:
+        """The queues named in the target layout."""
+        if self._target == "original":
+            return self._names(queue_names_key(self._shard))
+        return self._names(compact_names_key(self._shard))
+
     def _names(self, key: str) -> list[str]:
         members: list[Any] = self._client.zrange(key, 0, -1)
-        return [_text(m) for m in members]
+        return [_queue_name(m, key) for m in members]
 
     def counter_only_queues(self) -> list[str]:
-        """Queues whose counter is left in the source after their deletion. In the original
-        layout the pattern ``plj_{S}_*`` also matches the counters of a shard named ``{S}_x`` on
-        the same Redis, which is why counters are copied but never deleted here."""
+        """Queues with a counter in the source (deleted ones, and those this run finished)."""
         return sorted(set(self._scan_queues()))
 
     def _scan_queues(self) -> Iterable[str]:
-        """Queues with a counter in the source: ``plj_{S}_{Q}``, or a compact records hash
-        (which holds the counter, field ``id``)."""
+        """Queues with a counter in the source: ``plj_{S}_{Q}`` (not another shard's, see the
+        module's notes), or a compact records hash (which holds the counter, field ``id``)."""
         if self.source == "original":
             prefix, suffix = job_id_key(self._shard, ""), ""
         else:
             prefix, suffix = self._records("\0").split("\0")
         for key in self._client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT):
-            queue = _text(key)[len(prefix) : -len(suffix) or None]
-            if _QUEUE.fullmatch(queue):
+            self._lock.renew()
+            queue = key.decode("utf-8", "replace")[len(prefix) : -len(suffix) or None]
+            if _QUEUE.fullmatch(queue) and (self.source == "compact" or not self._other_shards(queue)):
                 yield queue
+
+    def _other_shards(self, rest: str) -> list[str]:
+        """Shards ``{S}_{A}`` shown on this Redis for which ``plj_{S}_{rest}`` could be their
+        counter (``rest`` = ``{A}_{B}``)."""
+        found = []
+        parts = rest.split("_")
+        for i in range(1, len(parts)):
+            other = f"{self._shard}_{'_'.join(parts[:i])}"
+            if self._client.exists(queue_names_key(other), compact_names_key(other), layout_key(other)):
+                found.append(other)
+        return found
 
     def _records(self, queue: str) -> str:
         """The compact records hash, which also holds the queue's fields c and id."""
         return CompactQueueKeys(self._shard, queue).jobs_arg
 
+    def copy_counter(self, queue: str) -> bool:
+        """Raise the target's counter of ``queue`` to the source's; False if the source holds
+        the queue (then nothing else is done)."""
+        self._lock.renew()
+        keys, args = self._call(queue, "counter")
+        done = int(self._script(keys, args, client=self._client)[0])
+        return done != LIVE
+
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
         """Call the script until the queue is finished: what moved, or None if the source holds
         no such queue (then only its counter was copied)."""
-        keys, args = self._call(queue)
+        keys, args = self._call(queue, "move")
         total = Moved()
         batches = 0
         while True:
             reply = self._script(keys, args, client=self._client)
             batches += 1
-            done, *counts = (int(v) for v in reply)
+            done, *counts, collision = (int(v) for v in reply)
             if done == NOT_IN_SOURCE:
                 return None
-            total.add(Moved(*counts))
+            moved = Moved(*counts)
+            total.add(moved)
+            if done == COLLISION:
+                raise MigrationError(
+                    f"queue {queue}: job {collision} is in both layouts (ids handed out twice, by servers "
+                    f"writing both); nothing was overwritten: keep one of the two, then run again"
+                )
+            if not done and not moved.progress:
+                raise MigrationError(
+                    f"queue {queue}: a call moved nothing while jobs are left in the {self.source} layout "
+                    "(a bug in the migration script); stopped"
+                )
             if on_progress is not None:
                 on_progress(QueueProgress(queue, batches, replace(total), bool(done)))
+            self._lock.renew()
             if done:
                 return total
 
-    def _call(self, queue: str) -> tuple[list[str], list[Any]]:
+    def _call(self, queue: str, mode: str) -> tuple[list[str], list[Any]]:
         original = QueueKeys(self._shard, queue)
         compact = CompactQueueKeys(self._shard, queue)
         names = compact_names_key(self._shard)
@@ -312,8 +503,17 @@ class _Mover:
             for p in priorities:
                 keys += priority_keys(compact, p) + priority_keys(original, p)
             keys += [compact.ready_key(p) for p in priorities]
-        return keys, [queue, original.jobs_arg, self._batch, self._batch_bytes, len(priorities)]
+        return keys, [queue, original.jobs_arg, self._batch, self._batch_bytes, len(priorities), mode]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _queue_name(value: Any, key: str) -> str:
+    """A queue name read from ``key``; one that is not text is refused with one line."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise MigrationError(
+            f"{key} names a queue that is not UTF-8 text ({value!r}): no server writes such a name; "
+            "remove it from there, then run again"
+        ) from None

@@ -4,14 +4,23 @@ compact one (keys_compact.py, lib/records.lua), in one atomic call.
 Each call reads up to ARGV[3] jobs (fewer once their bodies reach ARGV[4] bytes) from the
 queue's sets, writes them to the compact layout and deletes them from the original one, so a
 crash between two calls loses and duplicates nothing, and calling again just continues. The
-call that finds the queue's sets empty finishes the queue: the counter, the name and what is
-left of the hold structures leave the original layout. A queue no longer named in the original
-(already moved, or deleted) is not touched, except for its counter.
+call that finds the queue's sets empty finishes the queue: the name and what is left of the
+hold structures leave the original layout. The counter (plj) stays, as the original layout
+keeps it after a queue's deletion, raised to the compact one: a queue created again in the
+original layout (by a server still running there) goes on from there, never from 1. A queue no
+longer named in the original (already moved, or deleted) is not touched, except for its counter.
 
 Every call first raises the compact counter (field id of the records hash) to the original's
 (plj), so ids are never handed out twice, and for a queue still named in the original it
 registers the name in the compact layout (field c of the records hash and the names sorted set,
 in ms; an existing c is kept).
+
+A job is never written over a record the compact layout already holds (ids handed out twice,
+by servers writing both layouts at once): the call stops before writing the batch that holds
+such a job, returns 3 and the job's id, and leaves both copies where they are.
+
+With ARGV[6] = 'counter' the call only raises the counter: it returns 2 for a queue not named
+in the original, 4 (and moves nothing) for one that is.
 
 Jobs keep their priority, state, score and fields: scores and ca/ua go from seconds to integer
 ms (records.lua's to_ms). PENDING jobs all go to the compact PENDING sets (p{p}:s0), never to
@@ -35,10 +44,13 @@ ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
 ARGV[3]     the most jobs to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
+ARGV[6]     'move', or 'counter' to only raise the counter (see above)
 
-Returns {done (1: the queue is finished; 2: it is not named in the original, nothing moved),
-moved PENDING, moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held,
-held ones put back in PENDING, evicted remains dropped, orphan records dropped (always 0 here)}.
+Returns {done (0: more to move; 1: the queue is finished; 2: it is not named in the original,
+nothing moved; 3: a job is in both layouts, see above; 4: 'counter' call of a queue named in the
+original), moved PENDING, moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones
+still held, held ones put back in PENDING, evicted remains dropped, orphan records dropped
+(always 0 here), tombstones dropped (always 0 here), the id found in both layouts (0 if none)}.
 ]]
 --@include records
 --@include holds
@@ -46,7 +58,8 @@ local src_names, src_counter, dst_names, records = KEYS[1], KEYS[2], KEYS[3], KE
 local FIRST = 5  -- KEYS index of the first priority's keys
 local queue, hash_prefix = ARGV[1], ARGV[2]
 local left, byte_budget, n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local out = {0, 0, 0, 0, 0, 0, 0, 0, 0}
+local counter_only = ARGV[6] == 'counter'
+local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 local counter = tonumber(redis.call('GET', src_counter) or 0) or 0
 if counter > (tonumber(redis.call('HGET', records, 'id') or 0) or 0) then
@@ -55,6 +68,10 @@ end
 local created = redis.call('ZSCORE', src_names, queue)
 if not created then
   out[1] = 2
+  return out
+end
+if counter_only then
+  out[1] = 4
   return out
 end
 redis.call('HSETNX', records, 'c', string.format('%d', to_ms(created)))
@@ -72,6 +89,7 @@ local function ms_or_zero(text)
 end
 
 local bytes = 0
+local collision = false  -- the id of a job the compact layout already holds
 -- Move up to `left` members of one original set (`state` 0..3, or 4 for the held set).
 local function move_some(base, state)
   local src, dst = KEYS[base + state], KEYS[base + 7 + state]
@@ -124,6 +142,16 @@ local function move_some(base, state)
       end
     end
   end
+  -- Nothing is written over a record the compact layout holds: stop before any write.
+  for i = 1, #present, 1000 do
+    local found = redis.call('HMGET', records, unpack(present, i, math.min(i + 999, #present)))
+    for j = 1, #found do
+      if found[j] then
+        collision = present[i + j - 1]
+        return false
+      end
+    end
+  end
   -- Everything read: now the writes, which cannot fail half-way.
   write_records(records, present, jobs)
   zadd_pairs(dst, scored)
@@ -148,9 +176,14 @@ end
 for p = 0, n - 1 do
   local base = FIRST + 14 * p
   for state = 0, 4 do
-    while left > 0 and bytes < byte_budget and move_some(base, state) do
+    while not collision and left > 0 and bytes < byte_budget and move_some(base, state) do
     end
   end
+end
+if collision then
+  out[1] = 3
+  out[11] = tonumber(collision)
+  return out
 end
 
 local remaining = 0
@@ -161,7 +194,11 @@ for p = 0, n - 1 do
   end
 end
 if remaining == 0 then
-  local gone = {src_counter}
+  local last = tonumber(redis.call('HGET', records, 'id') or 0) or 0
+  if last > counter then  -- the original's counter stays, never below the compact one
+    redis.call('SET', src_counter, string.format('%d', last))
+  end
+  local gone = {}
   for p = 0, n - 1 do
     local base = FIRST + 14 * p
     gone[#gone + 1] = KEYS[base + 5]

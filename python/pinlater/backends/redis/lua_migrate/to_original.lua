@@ -5,10 +5,12 @@ The mirror of to_compact.lua: up to ARGV[3] jobs (fewer once their bodies reach 
 are read from the compact sets and records, written as the original's sets and job hashes and
 deleted from the compact layout, so a crash between calls loses and duplicates nothing and
 calling again continues. The call that finds the queue's sets and ready lists empty finishes
-it: the counter and the name leave the compact layout, with what is left of its hold
-structures and any record no set or list names (an orphan, invisible to every script: dropped
-and counted). A queue whose records
-hash has no field c (already moved, or deleted) is not touched, except for its counter.
+it: the name leaves the compact layout, with what is left of its hold structures and any record
+no set or list names (an orphan, invisible to every script: dropped and counted). The records
+hash stays with its field id alone, raised to the original's counter, as compact delete_queue
+leaves it: a queue created again in the compact layout (by a server still running there) goes
+on from there, never from 1. A queue whose records hash has no field c (already moved, or
+deleted) is not touched, except for its counter.
 
 Every call first raises the original's counter (plj) to the compact one (field id), and
 for a queue that exists in the compact layout it registers the name in the original's names
@@ -18,6 +20,13 @@ records hash has no c is removed (a crash between create_queue's two writes left
 Scores and ca/ua go from integer ms to seconds text (records.lua's to_seconds, which a float
 parser reads back as ms / 1000 exactly); al and ar as integers; cs as it is (always written, as
 our enqueue writes it); cd only when the record has one. Held jobs stay held, as in to_compact.
+
+A job is never written over a job hash the original layout already holds (ids handed out
+twice, by servers writing both layouts at once): the call stops before writing the batch that
+holds such a job, returns 3 and the job's id, and leaves both copies where they are.
+
+With ARGV[6] = 'counter' the call only raises the counter: it returns 2 for a queue whose
+records hash has no c, 4 (and moves nothing) for one that has it.
 
 Ready lists (lua_compact/lib/ready.lua): the PENDING jobs a compact queue holds in its ready
 lists move too, after the priority's sets, from the list's head, so in list order: each to the
@@ -39,11 +48,13 @@ ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
 ARGV[3]     the most jobs (ready list entries: jobs, tombstones, evicted ids) to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
+ARGV[6]     'move', or 'counter' to only raise the counter (see above)
 
-Returns {done (1: the queue is finished; 2: its records hash has no c, nothing moved), moved
+Returns {done (0: more to move; 1: the queue is finished; 2: its records hash has no c, nothing
+moved; 3: a job is in both layouts, see above; 4: 'counter' call of a queue that has c), moved
 PENDING, moved IN_PROGRESS, moved SUCCEEDED, moved FAILED, of the PENDING ones still held, held
 ones put back in PENDING, evicted remains (members without a record) dropped, orphan records
-dropped}.
+dropped, tombstones of ready lists dropped, the id found in both layouts (0 if none)}.
 ]]
 --@include records
 --@include holds
@@ -52,7 +63,8 @@ local src_names, records, dst_names, dst_counter = KEYS[1], KEYS[2], KEYS[3], KE
 local FIRST = 5  -- KEYS index of the first priority's keys
 local queue, hash_prefix = ARGV[1], ARGV[2]
 local left, byte_budget, n = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local out = {0, 0, 0, 0, 0, 0, 0, 0, 0}
+local counter_only = ARGV[6] == 'counter'
+local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 local counter = tonumber(redis.call('HGET', records, 'id') or 0) or 0
 if counter > (tonumber(redis.call('GET', dst_counter) or 0) or 0) then
@@ -64,9 +76,30 @@ if not created then
   out[1] = 2
   return out
 end
+if counter_only then
+  out[1] = 4
+  return out
+end
 redis.call('ZADD', dst_names, 'NX', to_seconds(tonumber(created)), queue)
 
 local bytes = 0
+local collision = false  -- the id of a job the original layout already holds
+
+-- The first of `ids` whose job hash (`hash_keys`, in the same order) exists, or false.
+local function held_already(hash_keys, ids)
+  for i = 1, #hash_keys, 1000 do
+    local last = math.min(i + 999, #hash_keys)
+    if redis.call('EXISTS', unpack(hash_keys, i, last)) > 0 then
+      for j = i, last do
+        if redis.call('EXISTS', hash_keys[j]) == 1 then
+          return ids[j]
+        end
+      end
+    end
+  end
+  return false
+end
+
 -- Move up to `left` members of one compact set (`state` 0..3, or 4 for the held set).
 local function move_some(base, state)
   local src, dst = KEYS[base + state], KEYS[base + 7 + state]
@@ -74,7 +107,7 @@ local function move_some(base, state)
   if #page == 0 then
     return false
   end
-  local taken, hash_keys, fields, scored = {}, {}, {}, {}
+  local taken, hash_keys, fields, scored, written = {}, {}, {}, {}, {}
   local held, expiries, holders, unheld = {}, {}, {}, {}
   for i = 1, #page, 2 do
     if bytes >= byte_budget and #taken > 0 then
@@ -89,6 +122,7 @@ local function move_some(base, state)
       bytes = bytes + #job.bd
       local hash_key = hash_prefix .. id
       hash_keys[#hash_keys + 1] = hash_key
+      written[#written + 1] = id
       local f = {'bd', job.bd, 'al', string.format('%d', job.al), 'ar', string.format('%d', job.ar),
                  'ca', to_seconds(job.ca), 'ua', to_seconds(job.ua), 'cs', job.cs}
       if job.cd then
@@ -123,8 +157,12 @@ local function move_some(base, state)
       end
     end
   end
-  -- Everything read: now the writes, which cannot fail half-way. A job hash is written whole
-  -- (deleted first, so no field of an older hash of that key survives).
+  -- Nothing is written over a job hash the original layout holds: stop before any write.
+  collision = held_already(hash_keys, written)
+  if collision then
+    return false
+  end
+  -- Everything read: now the writes, which cannot fail half-way.
   for i = 1, #hash_keys, 1000 do
     redis.call('DEL', unpack(hash_keys, i, math.min(i + 999, #hash_keys)))
   end
@@ -157,6 +195,7 @@ local function move_ready(ready_key, dst)
   end
   local reader = ready_reader(ready_key, records, true, 1)
   local taken, hash_keys, fields, scored = {}, {}, {}, {}
+  local tombstones = 0
   while left > 0 and bytes < byte_budget do
     local e = reader.take()
     if not e then
@@ -180,8 +219,15 @@ local function move_ready(ready_key, dst)
       out[2] = out[2] + 1
     elseif e.state == 'gone' then
       out[8] = out[8] + 1
-    end  -- a tombstone: finish() deletes its record
+    else  -- a tombstone: finish() deletes its record
+      tombstones = tombstones + 1
+    end
   end
+  collision = held_already(hash_keys, taken)
+  if collision then
+    return  -- nothing written: the reader only read
+  end
+  out[10] = out[10] + tombstones
   for i = 1, #hash_keys, 1000 do
     redis.call('DEL', unpack(hash_keys, i, math.min(i + 999, #hash_keys)))
   end
@@ -196,12 +242,17 @@ end
 for p = 0, n - 1 do
   local base = FIRST + 14 * p
   for state = 0, 4 do
-    while left > 0 and bytes < byte_budget and move_some(base, state) do
+    while not collision and left > 0 and bytes < byte_budget and move_some(base, state) do
     end
   end
-  if left > 0 and bytes < byte_budget then
+  if not collision and left > 0 and bytes < byte_budget then
     move_ready(KEYS[FIRST + 14 * n + p], KEYS[base + 7])
   end
+end
+if collision then
+  out[1] = 3
+  out[11] = tonumber(collision)
+  return out
 end
 
 local remaining = 0
@@ -226,6 +277,11 @@ if remaining == 0 then
     gone[#gone + 1] = KEYS[base + 6]
   end
   redis.call('DEL', unpack(gone))
+  -- The counter stays (as compact delete_queue keeps it), never below the original's.
+  local last = math.max(counter, tonumber(redis.call('GET', dst_counter) or 0) or 0)
+  if last > 0 then
+    redis.call('HSET', records, 'id', string.format('%d', last))
+  end
   redis.call('ZREM', src_names, queue)
   out[1] = 1
 end
