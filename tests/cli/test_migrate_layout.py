@@ -3,8 +3,13 @@ its one-line errors, and a run killed half-way and run again."""
 
 from __future__ import annotations
 
+import argparse
+import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,6 +151,7 @@ def test_refuses_while_a_server_of_the_shard_is_connected(server: RedisServer, r
         (["--shard", "9", "--to", "compact"], 2, "no shard '9' in "),
         (["--shard", "1", "--to", "tiny"], 2, "invalid choice: 'tiny'"),
         (["--shard", "1", "--to", "compact", "--batch", "0"], 2, "must be a whole number of at least 1, not '0'"),
+        (["--shard", "1", "--to", "compact", "--batch", "10001"], 2, "must be at most 10000 (a call of more jobs"),
         (["--shard", "1"], 2, "the following arguments are required: --to"),
     ],
 )
@@ -169,3 +175,110 @@ def test_a_cluster_shard_is_refused_from_its_config(tmp_path: Path) -> None:
         "pinlater migrate-layout: shard 1 is a Redis Cluster, which can only hold the compact layout: "
         "there is nothing to move"
     )
+
+
+def test_help_says_how_large_a_batch_may_be(config: Path) -> None:
+    done = run(config, "--help")
+    assert done.returncode == 0
+    assert "jobs per call, 1 to 10000 (default 500)" in " ".join(done.stdout.split())
+
+
+def fill_many(server: RedisServer, queues: int, jobs: int) -> None:
+    store = open_store(server)
+    try:
+        for q in range(queues):
+            store.create_queue(f"q{q}", 1)
+            store.enqueue_jobs(f"q{q}", [NewJob(1, b"x", T0, 1)] * jobs, T0)
+    finally:
+        store.close()
+
+
+def test_ctrl_c_during_the_move_is_one_line_and_the_next_run_resumes(
+    server: RedisServer, raw: redis.Redis, config: Path
+) -> None:
+    fill_many(server, 1, 5000)
+    proc = subprocess.Popen(
+        command(config, "--shard", "1", "--to", "compact", "--batch", "1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "shard 1 on ...: moving to the compact layout"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip() == (
+        "pinlater migrate-layout: shard 1: interrupted; nothing is lost or duplicated: "
+        "run the same command again to resume the move"
+    ), err
+    assert not raw.exists("pll-lock:{1}")  # released: the next run need not wait
+    assert run(config, "--shard", "1", "--to", "compact").returncode == 0
+    assert len(compact_view(raw, "1").jobs) == 5000
+
+
+def test_a_closed_stdout_is_one_line(server: RedisServer, raw: redis.Redis, config: Path) -> None:
+    fill_many(server, 20, 100)
+    proc = subprocess.Popen(
+        command(config, "--shard", "1", "--to", "compact", "--batch", "1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    with proc.stderr:
+        err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1
+    assert err.strip() == (
+        "pinlater migrate-layout: shard 1: stopped: standard output was closed; run the command again to resume"
+    ), err
+    assert run(config, "--shard", "1", "--to", "compact").returncode == 0
+
+
+def test_a_queue_name_that_is_not_utf8_is_one_line(raw: redis.Redis, config: Path) -> None:
+    raw.zadd("pln_1", {b"\xff": T0})
+    line = one_line_error(run(config, "--shard", "1", "--to", "compact"), 1)
+    assert line.endswith("pln_1 names a queue that is not UTF-8 text (b'\\xff'): no server writes such a name; "
+                         "remove it from there, then run again"), line
+
+
+def test_a_second_run_is_refused_with_one_line(raw: redis.Redis, config: Path) -> None:
+    other = raw.connection_pool.get_connection()  # a live connection holds the lock
+    try:
+        other.send_command("CLIENT", "ID")
+        holder = other.read_response()
+        raw.set("pll-lock:{1}", f"pinlater-migrate-1 to original, pid 9 on h, client {holder}, started x", ex=30)
+        line = one_line_error(run(config, "--shard", "1", "--to", "compact"), 1)
+    finally:
+        raw.connection_pool.release(other)
+    assert line.endswith(
+        f"another run holds pll-lock:{{1}}: pinlater-migrate-1 to original, pid 9 on h, client {holder}, "
+        "started x; wait for it to finish"
+    ), line
+
+
+def test_a_redis_that_stops_answering_fails_the_command_within_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No hidden retries: redis-py's default (10 retries with exponential backoff) would make
+    the command wait over 11 minutes with the real 60 s timeout. Here with a 0.2 s timeout."""
+    from pinlater.cli import migrate_layout
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel completes the handshakes; nobody ever reads
+    port = silent.getsockname()[1]
+    path = tmp_path / "redis.json"
+    path.write_text('{"shards": [{"name": "1", "shardConfig": {"master": {"host": "127.0.0.1", "port": %d}}}]}' % port)
+    monkeypatch.setattr(migrate_layout, "SOCKET_TIMEOUT_SECONDS", 0.2)
+    args = argparse.Namespace(backend_config=path, shard="1", to="compact", batch=10, force=False)
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(migrate_layout.run(args)), daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(timeout=5)
+    silent.close()
+    assert result == [1], f"still waiting after {time.monotonic() - started:.1f} s (timeout 0.2 s)"

@@ -10,24 +10,37 @@ stderr: exit 2 for a bad flag or config, 1 for anything else.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from pinlater.backends.base import JobState
 from pinlater.backends.redis.config import LAYOUTS, parse_redis_config
 from pinlater.backends.redis.layouts import layout_key
-from pinlater.backends.redis.migrate import BATCH_JOBS, Layout, MigrationError, Moved, QueueProgress, migrate_shard
+from pinlater.backends.redis.migrate import (
+    BATCH_BYTES,
+    BATCH_JOBS,
+    MAX_BATCH,
+    Layout,
+    MigrationError,
+    Moved,
+    QueueProgress,
+    migrate_shard,
+)
 from pinlater.errors import ConfigError
 
 PROG = "pinlater migrate-layout"
 
 SOCKET_TIMEOUT_SECONDS = 60.0
 """How long one call may take: a batch takes milliseconds, a SCAN step less; this only bounds
-a Redis that stopped answering."""
+a Redis that stopped answering. The client does not retry (redis-py's default would retry a
+timed-out call ten times with backoff), so this is how long the command waits before failing."""
 
 PROGRESS_EVERY_SECONDS = 5.0
 """A line for the queue being moved at most this often, besides the line when it is finished."""
@@ -38,8 +51,9 @@ examples:
   pinlater migrate-layout --backend-config redis.json --shard 1 --to original   back again
 
 Stop the shard's servers first: the command refuses to start while connections named
-pinlater-shard-NAME are open on that Redis (--force skips that check). Interrupted, it
-continues when run again; the shard's marker pll:{NAME} says "migrating" until it has finished.
+pinlater-shard-NAME are open on that Redis (--force skips that check), or while another run
+of the shard holds pll-lock:{NAME}. Interrupted, it continues when run again; the shard's
+marker pll:{NAME} says "migrating" until it has finished.
 """
 
 
@@ -57,7 +71,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--shard", metavar="NAME", required=True, help="the shard to move (its name in the config)")
     p.add_argument("--to", choices=LAYOUTS, required=True, help="the layout to move the shard to")
     p.add_argument(
-        "--batch", type=_positive, default=BATCH_JOBS, metavar="N", help=f"jobs per call (default {BATCH_JOBS})"
+        "--batch",
+        type=_batch,
+        default=BATCH_JOBS,
+        metavar="N",
+        help=f"jobs per call, 1 to {MAX_BATCH} (default {BATCH_JOBS}); a call stops early once its bodies "
+        f"reach {BATCH_BYTES >> 20} MiB",
     )
     p.add_argument(
         "--force", action="store_true", help="move even while servers of the shard are connected to its Redis"
@@ -65,17 +84,48 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _positive(text: str) -> int:
+def _batch(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    if value > MAX_BATCH:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_BATCH} (a call of more jobs holds up Redis too long), not {text!r}"
+        )
     return value
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command; every way it ends but success is one line on stderr and a non-zero code."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        _error(
+            f"shard {args.shard}: interrupted; nothing is lost or duplicated: run the same command again "
+            "to resume the move"
+        )
+        return 130
+    except BrokenPipeError:
+        # Nobody reads our output any more: stop, and keep Python from failing again at exit
+        # when it flushes stdout.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        _error(f"shard {args.shard}: stopped: standard output was closed; run the command again to resume")
+        return 1
+
+
+def _error(line: str) -> None:
+    try:
+        print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         shards = parse_redis_config(args.backend_config.read_text(encoding="utf-8"), str(args.backend_config))
     except (ConfigError, OSError) as exc:
@@ -98,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         config.master.port,
         socket_timeout=SOCKET_TIMEOUT_SECONDS,
         socket_connect_timeout=SOCKET_TIMEOUT_SECONDS,
+        retry=Retry(NoBackoff(), 0),
         client_name=f"pinlater-migrate-{args.shard}",
     )
     report = _Report()
@@ -119,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
         (moved.orphans, "orphan records (in no set) dropped"),
         (moved.unheld, "held jobs without an expiry or holder put back in PENDING"),
         (summary.counters, "counters of deleted queues copied"),
+        (moved.tombstones, "deleted jobs' tombstones dropped from ready lists"),
     ]
     for count, what in extras:
+
         if count:
             print(f"  {count} {what}")
     print(f"next: {_next_step(args.shard, config.layout, target, args.backend_config)}")
