@@ -4,6 +4,7 @@ its one-line errors, and a run killed half-way and run again."""
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import socket
 import subprocess
@@ -241,8 +242,10 @@ def test_a_closed_stdout_is_one_line(server: RedisServer, raw: redis.Redis, conf
 def test_a_queue_name_that_is_not_utf8_is_one_line(raw: redis.Redis, config: Path) -> None:
     raw.zadd("pln_1", {b"\xff": T0})
     line = one_line_error(run(config, "--shard", "1", "--to", "compact"), 1)
-    assert line.endswith("pln_1 names a queue that is not UTF-8 text (b'\\xff'): no server writes such a name; "
-                         "remove it from there, then run again"), line
+    assert line.endswith(
+        "pln_1 names a queue that is not UTF-8 text (b'\\xff'): no server writes such a name; "
+        "remove it from there, then run again"
+    ), line
 
 
 def test_a_second_run_is_refused_with_one_line(raw: redis.Redis, config: Path) -> None:
@@ -272,7 +275,9 @@ def test_a_redis_that_stops_answering_fails_the_command_within_its_timeout(
     silent.listen(16)  # the kernel completes the handshakes; nobody ever reads
     port = silent.getsockname()[1]
     path = tmp_path / "redis.json"
-    path.write_text('{"shards": [{"name": "1", "shardConfig": {"master": {"host": "127.0.0.1", "port": %d}}}]}' % port)
+    path.write_text(
+        json.dumps({"shards": [{"name": "1", "shardConfig": {"master": {"host": "127.0.0.1", "port": port}}}]})
+    )
     monkeypatch.setattr(migrate_layout, "SOCKET_TIMEOUT_SECONDS", 0.2)
     args = argparse.Namespace(backend_config=path, shard="1", to="compact", batch=10, force=False)
     result: list[int] = []

@@ -173,7 +173,6 @@ def _run(args: argparse.Namespace) -> int:
         (moved.tombstones, "deleted jobs' tombstones dropped from ready lists"),
     ]
     for count, what in extras:
-
         if count:
             print(f"  {count} {what}")
     print(f"next: {_next_step(args.shard, config.layout, target, args.backend_config)}")

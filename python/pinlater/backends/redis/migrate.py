@@ -138,7 +138,6 @@ class Moved:
         """Everything that left the source: jobs moved and remains dropped."""
         return self.jobs + self.evicted + self.orphans + self.tombstones
 
-
     @property
     def jobs(self) -> int:
         return self.pending + self.in_progress + self.succeeded + self.failed
@@ -248,7 +247,7 @@ def _migrate(
 ) -> MigrationSummary:
     marker = layout_key(shard)
     previous = client.get(marker)
-    known = None if previous is None else previous.decode("utf-8", "replace")
+    known = None if previous is None else _loose_text(previous)
     if known is not None and known not in (*LAYOUTS, MIGRATING):
         raise MigrationError(
             f"{marker} holds {known!r}, which is no layout ({', '.join((*LAYOUTS, MIGRATING))}): "
@@ -351,21 +350,20 @@ class _Lock:
 
     def __enter__(self) -> _Lock:
         if not self._client.set(self._key, self._token, nx=True, ex=LOCK_TTL_SECONDS):
-            held: bytes | None = self._client.get(self._key)
-            if held is None or not self._holder_gone(held):
+            held = self._client.get(self._key)
+            if held is None or not self._holder_gone(_loose_text(held)):
                 raise MigrationError(f"another run holds {self._key}: {self._held_by()}; wait for it to finish")
-            args = [held, self._token, LOCK_TTL_SECONDS * 1000]
+            args: list[bytes | str | int] = [held, self._token, LOCK_TTL_SECONDS * 1000]
             if not int(self._take_over([self._key], args, client=self._client)):
                 raise MigrationError(f"another run holds {self._key}: {self._held_by()}; wait for it to finish")
         self._renewed = time.monotonic()
         return self
 
-    def _holder_gone(self, held: bytes) -> bool:
-        found = _HOLDER_CLIENT.search(held.decode("utf-8", "replace"))
+    def _holder_gone(self, held: str) -> bool:
+        found = _HOLDER_CLIENT.search(held)
         if found is None:
             return False
         return not any(str(c.get("id")) == found.group(1) for c in self._client.client_list())
-
 
     def __exit__(self, *exc: object) -> None:
         self._release([self._key], [self._token], client=self._client)
@@ -380,7 +378,7 @@ class _Lock:
 
     def _held_by(self) -> str:
         value = self._client.get(self._key)
-        return "no one" if value is None else value.decode("utf-8", "replace")
+        return "no one" if value is None else _loose_text(value)
 
 
 class _Mover:
@@ -431,7 +429,7 @@ class _Mover:
             prefix, suffix = self._records("\0").split("\0")
         for key in self._client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT):
             self._lock.renew()
-            queue = key.decode("utf-8", "replace")[len(prefix) : -len(suffix) or None]
+            queue = _loose_text(key)[len(prefix) : -len(suffix) or None]
             if _QUEUE.fullmatch(queue) and (self.source == "compact" or not self._other_shards(queue)):
                 yield queue
 
@@ -517,3 +515,9 @@ def _queue_name(value: Any, key: str) -> str:
             f"{key} names a queue that is not UTF-8 text ({value!r}): no server writes such a name; "
             "remove it from there, then run again"
         ) from None
+
+
+def _loose_text(value: Any) -> str:
+    """A value read from Redis as text, any bytes that are not UTF-8 replaced (for messages,
+    and for keys that are then matched against a name pattern)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
