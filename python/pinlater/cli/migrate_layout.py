@@ -4,7 +4,8 @@ Stop the shard's servers, run this, change the shard's ``layout`` in the config,
 again (README: "Moving a Redis shard to the compact layout"). An interrupted run is continued by
 running the same command again. Progress goes to stdout, one line per queue (and one every few
 seconds while a big queue moves), then a summary. A failure ends the command with one line on
-stderr: exit 2 for a bad flag or config, 1 for anything else.
+stderr: exit 2 for a bad flag or config, 130 for Ctrl-C, 1 for anything else (a closed stdout
+included).
 """
 
 from __future__ import annotations
