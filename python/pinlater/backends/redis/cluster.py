@@ -94,14 +94,11 @@ class SlotMap:
     @classmethod
     def from_cluster_slots(cls, reply: list[object], asked: RedisEndpoint) -> SlotMap:
         """The map of a ``CLUSTER SLOTS`` reply from the node ``asked`` (whose host stands in
-        where the reply gives none: ``""`` or ``"?"``)."""
+        where the reply gives none: ``""`` or ``"?"``). ``ValueError`` (one line) for a reply
+        that is not one: every entry and range is checked before anything is allocated."""
         owners: list[RedisEndpoint | None] = [None] * SLOTS
         for entry in reply:
-            if not isinstance(entry, list) or len(entry) < 3 or not isinstance(entry[2], list):
-                raise ValueError(f"not a CLUSTER SLOTS entry: {entry!r:.100}")
-            start, end, master = int(entry[0]), int(entry[1]), entry[2]
-            host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
-            node = RedisEndpoint(host if host not in ("", "?") else asked.host, int(master[1]))
+            start, end, node = _slots_entry(entry, asked)
             owners[start : end + 1] = [node] * (end - start + 1)
         return cls(owners)
 
@@ -114,6 +111,23 @@ class SlotMap:
 
     def move(self, slot: int, node: RedisEndpoint) -> None:
         self._owners[slot] = node
+
+
+def _slots_entry(entry: object, asked: RedisEndpoint) -> tuple[int, int, RedisEndpoint]:
+    """One ``CLUSTER SLOTS`` entry, ``[start, end, [host, port, ...], replicas...]``, checked:
+    ``0 <= start <= end < SLOTS``, a host string and a TCP port; else ``ValueError``."""
+    if not isinstance(entry, list) or len(entry) < 3:
+        raise ValueError(f"not a CLUSTER SLOTS entry: {entry!r:.100}")
+    start, end, master = entry[0], entry[1], entry[2]
+    if type(start) is not int or type(end) is not int or not 0 <= start <= end < SLOTS:
+        raise ValueError(f"not a slot range in CLUSTER SLOTS: {start!r:.30} {end!r:.30}")
+    if not isinstance(master, list) or len(master) < 2:
+        raise ValueError(f"not a master in CLUSTER SLOTS: {master!r:.100}")
+    host, port = master[0], master[1]
+    if not isinstance(host, bytes) or type(port) is not int or not 0 < port < 65536:
+        raise ValueError(f"not a master address in CLUSTER SLOTS: {host!r:.60} {port!r:.30}")
+    name = host.decode("utf-8", "replace")
+    return start, end, RedisEndpoint(name if name not in ("", "?") else asked.host, port)
 
 
 async def read_slot_map(nodes: Iterable[RedisEndpoint], timeout: float) -> SlotMap:

@@ -427,7 +427,10 @@ def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _
 def _error_reply(text: str) -> redis.RedisError:
     """The exception redis-py raises for the error reply ``-{text}`` (so ``shard_errors`` maps
     ours exactly as theirs: ``OutOfMemoryError``, ``BusyLoadingError``, ``ResponseError``...)."""
-    exc: redis.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]  # untyped in redis-py
+    try:
+        exc: redis.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]  # untyped in redis-py
+    except ValueError:  # -MOVED or -ASK without "slot host:port": redis-py's classes refuse it
+        return redis.ConnectionError(f"Protocol error: a malformed error reply: -{text[:100]}")
     return exc
 
 

@@ -1,7 +1,8 @@
-"""Review findings for ``cluster.py``: a broken or hostile cluster node (a fake one speaking
-RESP on loopback). The module promises redis-py's ConnectionError from ``read_slot_map`` and
-``ShardConnectionError`` from ``ClusterHotClient.call`` for a cluster it cannot use; a failing
-test is the finding."""
+"""``cluster.py`` against a broken or hostile cluster node (a fake one speaking RESP on
+loopback): a slot map or a redirect it cannot use is a shard that is down
+(``ShardConnectionError``, ``redis.ConnectionError`` from ``read_slot_map``), never another
+exception; the map is not read again at every call; connections to nodes that left the map are
+closed; and a call, reading the map included, keeps to its timeout."""
 
 from __future__ import annotations
 
@@ -99,18 +100,25 @@ def run(body: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(body(), 20))
 
 
-# CLUSTER SLOTS replies a broken or hostile node may give. read_slot_map catches _Broken and
-# ValueError only (cluster.py:138); these raise IndexError, TypeError, RecursionError and
-# MemoryError out of it, through ClusterHotClient._refresh (which maps ConnectionError only) and
-# out of every call of the shard: an internal error, not "shard down".
+# CLUSTER SLOTS replies a broken or hostile node may give (before the checks, IndexError,
+# TypeError and MemoryError came out of read_slot_map and of every call of the shard).
 GARBAGE = {
-    "empty master": b"*1\r\n*3\r\n:0\r\n:16383\r\n*0\r\n",  # master[0]: IndexError
-    "master without port": b"*1\r\n*3\r\n:0\r\n:16383\r\n*1\r\n$1\r\nh\r\n",  # master[1]: IndexError
-    "nil start": b"*1\r\n*3\r\n$-1\r\n:16383\r\n*2\r\n$1\r\nh\r\n:1\r\n",  # int(None): TypeError
-    "deep nesting": b"*1\r\n" * 5000 + b":1\r\n",  # passes: the Rust reply scanner refuses it
-    # owners[0:end+1] = [node] * (end + 1): an 8 PB list, MemoryError (with end = 2**28 it is a
-    # 2 GiB list built before SlotMap's length check refuses it).
+    "empty master": b"*1\r\n*3\r\n:0\r\n:16383\r\n*0\r\n",
+    "master without port": b"*1\r\n*3\r\n:0\r\n:16383\r\n*1\r\n$1\r\nh\r\n",
+    "nil start": b"*1\r\n*3\r\n$-1\r\n:16383\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+    "string start": b"*1\r\n*3\r\n$1\r\n0\r\n:16383\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+    "integer host": b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n:1\r\n:1\r\n",
+    "port 0": b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nh\r\n:0\r\n",
+    "port 70000": b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nh\r\n:70000\r\n",
+    "slot 16384": b"*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+    "negative start": b"*1\r\n*3\r\n:-1\r\n:10\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+    "start after end": b"*1\r\n*3\r\n:10\r\n:9\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+    "entry not an array": b"*1\r\n:1\r\n",
+    "deep nesting": b"*1\r\n" * 5000 + b":1\r\n",  # the Rust reply scanner refuses it
+    # owners[0:end+1] = [node] * (end + 1) was an 8 PB list: MemoryError (with end = 2**27, a
+    # 1 GiB list built before SlotMap's length check refused it); the range is refused first.
     "huge range": b"*1\r\n*3\r\n:0\r\n:1000000000000000\r\n*2\r\n$9\r\n127.0.0.1\r\n:1\r\n",
+    "2**27 range": b"*1\r\n*3\r\n:0\r\n:134217728\r\n*2\r\n$9\r\n127.0.0.1\r\n:1\r\n",
 }
 
 
@@ -120,11 +128,13 @@ def test_a_garbage_slot_map_is_a_connection_error(reply: bytes) -> None:
         node = FakeNode(lambda _port: reply)
         seed = await node.start()
         try:
-            with pytest.raises(redis.ConnectionError):
+            with pytest.raises(redis.ConnectionError, match="no cluster node answered") as raised:
                 await read_slot_map([seed], 1.0)
+            assert "\n" not in str(raised.value)
             client = hot_client([seed])
-            with pytest.raises(ShardConnectionError):
+            with pytest.raises(ShardConnectionError) as failed:
                 await client.call("count_jobs", count_command(), redis_int_reply)
+            assert not failed.value.maybe_applied and "\n" not in failed.value.detail
             await client.aclose()
         finally:
             node.close()
@@ -132,19 +142,22 @@ def test_a_garbage_slot_map_is_a_connection_error(reply: bytes) -> None:
     run(body)
 
 
-def test_a_malformed_moved_is_a_shard_error() -> None:
-    """``-MOVED x``: redis-py's parse_error builds a MovedError whose __init__ raises ValueError
-    (no "slot host:port"); hot_client._read raises it from inside its RedisErrorReply handler,
-    so neither HotClient nor ClusterHotClient maps it: a raw ValueError reaches the server."""
+MALFORMED_REDIRECTS = [b"-MOVED x\r\n", b"-ASK x\r\n", b"-MOVED 1 nohostport\r\n", b"-ASK 1 h:port\r\n"]
+
+
+@pytest.mark.parametrize("reply", MALFORMED_REDIRECTS, ids=[r.decode().strip() for r in MALFORMED_REDIRECTS])
+def test_a_malformed_redirect_is_a_shard_error(reply: bytes) -> None:
+    """``-MOVED x``: redis-py's MovedError (AskError) refuses it with a ValueError, which came
+    out of HotClient and ClusterHotClient raw; the node is not usable: a shard that is down."""
 
     async def body() -> None:
-        node = FakeNode(lambda port: slots_reply(port, [(0, 16383)]), lambda _port: b"-MOVED x\r\n")
+        node = FakeNode(lambda port: slots_reply(port, [(0, 16383)]), lambda _port: reply)
         seed = await node.start()
         try:
-            client = hot_client([seed])
-            with pytest.raises((ShardConnectionError, redis.ResponseError)):
-                await client.call("count_jobs", count_command(), redis_int_reply)
-            await client.aclose()
+            for client in (hot_client([seed]), HotClient("c", RedisShardConfig(seed), 1.0)):
+                with pytest.raises(ShardConnectionError, match="malformed"):
+                    await client.call("count_jobs", count_command(), redis_int_reply)
+                await client.aclose()
         finally:
             node.close()
 
