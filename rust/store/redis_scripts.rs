@@ -88,6 +88,15 @@ impl QueueKeys<'_> {
     fn set_key(&self, priority: i64, state: u8) -> String {
         self.priority_key(priority, &format!("s{state}"))
     }
+
+    /// The priority's ready list, in the compact layout only (`keys_compact.ready_keys`): the
+    /// scripts that take one get it after their other keys; the original's `KEYS` stay as they are.
+    fn ready_keys(&self, priority: i64) -> Option<String> {
+        match self.layout {
+            Layout::Original => None,
+            Layout::Compact => Some(self.priority_key(priority, "r")),
+        }
+    }
 }
 
 /// `repr(ms / 1000.0)` in Python: the shortest text that reads back as the same float, in
@@ -264,6 +273,7 @@ pub fn enqueue_command(sha: &str, keys: &QueueKeys, jobs: &[NewJob], now_ms: i64
     let priorities = crate::queue::jobs::priorities(jobs);
     let mut key_list = vec![keys.exists_key(), keys.id_key()];
     key_list.extend(priorities.iter().map(|&p| keys.set_key(p, PENDING)));
+    key_list.extend(priorities.iter().filter_map(|&p| keys.ready_keys(p)));
     let bodies: usize = jobs
         .iter()
         .map(|j| j.body.len() + j.custom_status.len())
@@ -311,7 +321,7 @@ pub fn dequeue_command(
     now_ms: i64,
     dry_run: bool,
 ) -> Vec<u8> {
-    let key_list = [
+    let mut key_list = vec![
         keys.exists_key(),
         keys.set_key(priority, PENDING),
         keys.set_key(priority, 1),
@@ -319,6 +329,7 @@ pub fn dequeue_command(
         keys.priority_key(priority, "x"),
         keys.priority_key(priority, "o"),
     ];
+    key_list.extend(keys.ready_keys(priority));
     let mut cmd = evalsha(sha, &key_list, 7, 512 + claim.len());
     cmd.bulk(keys.queue.as_bytes());
     cmd.bulk(keys.jobs_arg().as_bytes());
@@ -488,8 +499,9 @@ mod tests {
             queue: "q",
         };
         let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false);
+        assert_eq!(args(&cmd)[2], "7");
         assert_eq!(
-            &args(&cmd)[3..11],
+            &args(&cmd)[3..12],
             [
                 "plc:{s:q}:j",
                 "plc:{s:q}:p2:s0",
@@ -497,6 +509,7 @@ mod tests {
                 "plc:{s:q}:p2:h",
                 "plc:{s:q}:p2:x",
                 "plc:{s:q}:p2:o",
+                "plc:{s:q}:p2:r",
                 "q",
                 "plc:{s:q}:j"
             ]
@@ -509,9 +522,16 @@ mod tests {
             custom_status: String::new(),
         };
         let cmd = enqueue_command("sha", &keys, &[job], 2000);
+        assert_eq!(args(&cmd)[2], "4");
         assert_eq!(
-            &args(&cmd)[3..6],
-            ["plc:{s:q}:j", "plc:{s:q}:j", "plc:{s:q}:p1:s0"]
+            &args(&cmd)[3..8],
+            [
+                "plc:{s:q}:j",
+                "plc:{s:q}:j",
+                "plc:{s:q}:p1:s0",
+                "plc:{s:q}:p1:r",
+                "q"
+            ]
         );
         assert_eq!(Layout::named("compact"), Some(Layout::Compact));
         assert_eq!(Layout::named("Compact"), None);

@@ -2,7 +2,9 @@
 on it: no acknowledged job is lost, none is duplicated, every acked job ends SUCCEEDED.
 
 The load is the server's own hot path (``store.native``: the Rust-packed scripts over
-``ClusterHotClient``), several producers and consumers on one event loop. The slot moves as
+``ClusterHotClient``), several producers and consumers on one event loop; half the batches are
+enqueued with run after == now, as the server does by default, so the queue's ready list
+(``plc:{S:Q}:p1:r``, declared by every script that touches it) moves too. The slot moves as
 ``redis-cli --cluster reshard`` moves it, twice (to a second master, then a third), while the
 load runs: one key per MIGRATE, and the load makes a round of calls between two keys, so the
 queue's keys stay split between the masters for a while. The records hash (``plc:{S:Q}:j``,
@@ -78,9 +80,11 @@ async def produce(store: RedisStore, load: Load, n: int) -> None:
     while not load.stop.is_set():
         bodies = [f"{n}-{seq + i}".encode() for i in range(BATCH)]
         seq += BATCH
-        jobs = NewJobBatch([NewJob(1, body, 0, 3) for body in bodies])
+        now = _now_ms()
+        run_after = now if seq // BATCH % 2 else 0  # half to the ready list (run after == now), half to the set
+        jobs = NewJobBatch([NewJob(1, body, run_after, 3) for body in bodies])
         try:
-            ids = (await store.native.enqueue_jobs(QUEUE, jobs, _now_ms())).to_list()
+            ids = (await store.native.enqueue_jobs(QUEUE, jobs, now)).to_list()
         except ShardConnectionError:
             load.calls += 1
             load.errors["enqueue"] += 1

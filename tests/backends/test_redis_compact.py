@@ -8,6 +8,7 @@ redis-server processes on free loopback ports, one per test.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 from collections.abc import Iterator
@@ -19,11 +20,14 @@ import pytest
 import redis
 from tests.support.redis_server import RedisServer
 
-from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, NewJob
+from pinlater._pinlater import NewJobBatch
+from pinlater.backends.base import AckItem, CheckpointItem, CountKey, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import store as store_module
 from pinlater.backends.redis.filtered_reads import page, read_sets
 from pinlater.backends.redis.scripts import INCLUDE, SCRIPT_NAMES, source
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
 
 Q = "q"
 T0 = 1_700_000_000_000
@@ -31,7 +35,8 @@ CLAIM = "claim-1:worker:host-a"
 RES = "~r|host:1:abcd"
 K = f"plc:{{1:{Q}}}:"  # every key of queue Q on shard "1"
 
-# A record as text (numbers with all their digits): bd, al, ar, ca, ua, cs, cd ('' if none).
+# A record as stored, as text (numbers with all their digits): bd, al, ar, ca, ua - ca, cs, cd
+# ('' if none).
 READ_RECORD = """
 local packed = redis.call('HGET', KEYS[1], ARGV[1])
 if not packed then return false end
@@ -77,13 +82,24 @@ def zset(raw: redis.Redis, key: str) -> dict[str, int]:
     return {text(member): int(score) for member, score in pairs}
 
 
-def record(raw: redis.Redis, local_id: int) -> list[str] | None:
-    """The record of a job: [bd, al, ar, ca, ua, cs, cd], numbers as text, cd '' when false."""
+def stored_record(raw: redis.Redis, local_id: int) -> list[str] | None:
+    """The record of a job as stored: [bd, al, ar, ca, ua - ca, cs, cd], numbers as text, cd ''
+    when false."""
     out = raw.eval(READ_RECORD, 1, K + "j", local_id)
     if out is None:
         return None
     assert int(out[0]) == 7, "a record is an array of exactly 7 items"
     return [text(v) for v in out[1:]]
+
+
+def record(raw: redis.Redis, local_id: int) -> list[str] | None:
+    """The record of a job as the scripts read it: [bd, al, ar, ca, ua, cs, cd] (ua in ms since
+    the epoch, as ca)."""
+    stored = stored_record(raw, local_id)
+    if stored is None:
+        return None
+    stored[4] = str(int(stored[3]) + int(stored[4]))
+    return stored
 
 
 def all_keys(raw: redis.Redis) -> set[str]:
@@ -132,6 +148,17 @@ def test_layout_after_enqueue_dequeue_and_ack(store: RedisStore, raw: redis.Redi
 
 
 @pytest.mark.redis
+def test_a_record_stores_updated_at_after_created_at_and_fits_128_bytes(store: RedisStore, raw: redis.Redis) -> None:
+    [a] = store.enqueue_jobs(Q, [NewJob(1, b"x" * 100, T0 + 10, 3)], T0)
+    assert stored_record(raw, a) == ["x" * 100, "3", "3", str(T0), "0", "", ""]  # ua - ca: 0
+    assert raw.hstrlen(K + "j", str(a)) <= 124  # jemalloc's 128-byte class, with the hash's header
+    store.dequeue_jobs(Q, 1, 1, CLAIM, T0 + 2500, False)
+    assert stored_record(raw, a)[4] == "2500"  # type: ignore[index]
+    [job] = store.lookup_jobs(Q, [(1, a)], False)
+    assert (job.created_at_ms, job.updated_at_ms) == (T0, T0 + 2500)
+
+
+@pytest.mark.redis
 def test_layout_of_the_brokers_holds(store: RedisStore, raw: redis.Redis) -> None:
     a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0 - 10, 2), NewJob(1, b"b", T0 - 5, 2)], T0 - 20)
     before = record(raw, a)
@@ -175,7 +202,7 @@ def test_times_keep_every_millisecond(store: RedisStore) -> None:
 
 @pytest.mark.redis
 def test_evicted_records_are_removed_and_counted(store: RedisStore, raw: redis.Redis) -> None:
-    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(6)], T0)
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(6)], T0 - 1)  # in PENDING
     raw.hdel(K + "j", ids[0], ids[1], ids[2])
 
     assert store.dequeue_jobs(Q, 1, 3, CLAIM, T0, True) == []  # a dry run skips them and changes nothing
@@ -224,17 +251,24 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
     by_priority: dict[int, int] = {}
 
     raw.config_resetstat()
-    for local_id, job in zip(store.enqueue_jobs(Q, jobs, T0), jobs, strict=True):
+    for local_id, job in zip(store.enqueue_jobs(Q, jobs, T0 - 1), jobs, strict=True):  # run after T0: PENDING sets
         by_priority[local_id] = job.priority
-    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby")} == {
-        "evalsha": 1, "hset": 1, "zadd": 3, "hincrby": 1,
+    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby", "rpush")} == {
+        "evalsha": 1, "hset": 1, "zadd": 3, "hincrby": 1, "rpush": 0,
+    }  # fmt: skip
+    raw.config_resetstat()
+    ready = store.enqueue_jobs(Q, [NewJob(1 + i % 3, b"x" * 100, T0, 2) for i in range(900)], T0)  # ready lists
+    # per list one RPUSH, and one HINCRBY of t{p} for its marker; the id counter's HINCRBY
+    assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby", "rpush")} == {
+        "evalsha": 1, "hset": 1, "zadd": 0, "hincrby": 4, "rpush": 3,
     }  # fmt: skip
 
     raw.config_resetstat()
-    assert len(store.dequeue_jobs(Q, 1, 1000, CLAIM, T0, False)) == 300
-    assert {k: calls(raw).get(k, 0) for k in ("hmget", "hset", "zadd", "zrem")} == {
-        "hmget": 1, "hset": 1, "zadd": 1, "zrem": 1,
+    assert len(store.dequeue_jobs(Q, 1, 1000, CLAIM, T0, False)) == 600  # from the set and the list
+    assert {k: calls(raw).get(k, 0) for k in ("hmget", "hset", "zadd", "zrem", "lrange", "ltrim")} == {
+        "hmget": 2, "hset": 1, "zadd": 1, "zrem": 1, "lrange": 1, "ltrim": 1,
     }  # fmt: skip
+    store.ack_jobs(Q, [AckItem(1, i) for i in ready[::3]], [], T0)
     store.dequeue_jobs(Q, 2, 1000, CLAIM, T0, False)
     store.dequeue_jobs(Q, 3, 1000, CLAIM, T0, False)
 
@@ -302,9 +336,12 @@ def test_dequeue_takes_equal_run_afters_in_id_order(store: RedisStore) -> None:
 @pytest.mark.redis
 def test_a_huge_group_of_equal_run_afters_keeps_redis_order(store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "MAX_TIES_REORDERED", 5)  # bounds the work per dequeue
-    store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(12)], T0)
+    store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(12)], T0 - 1)  # in the PENDING set
     claimed = store.dequeue_jobs(Q, 1, 3, CLAIM, T0, False)
     assert [job.local_id for job in claimed] == [1, 10, 11]  # members sort as text in Redis
+    store.enqueue_jobs(Q, [NewJob(2, b"x", T0, 1) for _ in range(12)], T0)  # in the ready list
+    claimed = store.dequeue_jobs(Q, 2, 3, CLAIM, T0, False)
+    assert [job.local_id for job in claimed] == [13, 14, 15]  # first in, first out, whatever the group
 
 
 @pytest.mark.redis
@@ -344,8 +381,10 @@ def test_a_page_with_bodies_stops_at_its_byte_budget(store: RedisStore, raw: red
         store.reserve_jobs(Q, 1, rng.randrange(1, 4), RES, now, 60_000)
         now += 3
     sets = read_sets(store._shard.keys(Q), JobFilter(JobState.PENDING, 1, now))
+    assert raw.llen(K + "p1:r") > 0 and raw.zcard(K + "p1:s0") > 0 and raw.zcard(K + "p1:h") > 0
+    pending = store.lookup_jobs(Q, [(1, int(i)) for i in sizes], False)  # the set's, the held and the list's
     merged = sorted(
-        [*zset(raw, K + "p1:h").items(), *zset(raw, K + "p1:s0").items()],
+        [(str(job.local_id), job.run_after_ms) for job in pending],
         key=lambda m: (m[1], m[0]),
         reverse=newest_first,
     )
@@ -384,3 +423,167 @@ def test_delete_queue_deletes_in_batches_and_keeps_the_counter(
     assert raw.hgetall(K + "j") == {b"id": b"30"}
     store.create_queue(Q, 3)
     assert store.enqueue_jobs(Q, [NewJob(1, b"new", T0, 1)], T0) == [31]  # ids are never handed out twice
+
+
+# -- the ready lists (lib/ready.lua) --------------------------------------------------------------
+
+
+def ready_list(raw: redis.Redis, priority: int = 1) -> list[str]:
+    return [text(entry) for entry in raw.lrange(K + f"p{priority}:r", 0, -1)]
+
+
+def extra(raw: redis.Redis, priority: int = 1) -> int:
+    """The list's markers and tombstones, as the records hash's field t{p} counts them."""
+    return int(raw.hget(K + "j", f"t{priority}") or 0)
+
+
+@pytest.mark.redis
+def test_jobs_enqueued_to_run_now_go_to_the_ready_list(store: RedisStore, raw: redis.Redis) -> None:
+    jobs = [NewJob(1, b"now", T0, 2), NewJob(1, b"later", T0 + 5, 2), NewJob(2, b"now2", T0, 2), NewJob(1, b"n", T0, 2)]
+    a, b, c, d = store.enqueue_jobs(Q, jobs, T0)
+    assert ready_list(raw) == [f"@{T0}", str(a), str(d)] and ready_list(raw, 2) == [f"@{T0}", str(c)]
+    assert zset(raw, K + "p1:s0") == {str(b): T0 + 5} and not raw.exists(K + "p2:s0")
+    assert (extra(raw), extra(raw, 2)) == (1, 1)  # one marker each
+    [e] = store.enqueue_jobs(Q, [NewJob(1, b"same ms", T0, 2)], T0)
+    [f] = store.enqueue_jobs(Q, [NewJob(1, b"next ms", T0 + 1, 2)], T0 + 1)
+    assert ready_list(raw) == [f"@{T0}", str(a), str(d), str(e), f"@{T0 + 1}", str(f)]  # a marker per new score
+    assert extra(raw) == 2
+    found = store.lookup_jobs(Q, [(1, a), (2, c), (1, f), (2, a)], True)  # not under another priority
+    assert [(j.local_id, j.state, j.run_after_ms, j.body) for j in found] == [
+        (a, JobState.PENDING, T0, b"now"),
+        (c, JobState.PENDING, T0, b"now2"),
+        (f, JobState.PENDING, T0 + 1, b"next ms"),
+    ]
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), None) == 4
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, future=True), None) == 1
+    counts = store.queue_counts(3, T0 + 1)
+    assert counts[CountKey(Q, 1, JobState.PENDING, False)] == 4
+    assert counts[CountKey(Q, 1, JobState.PENDING, True)] == 1
+    assert counts[CountKey(Q, 2, JobState.PENDING, False)] == 1
+
+
+@pytest.mark.redis
+def test_dequeue_merges_the_list_and_the_set_by_score_then_id(store: RedisStore, raw: redis.Redis) -> None:
+    [a] = store.enqueue_jobs(Q, [NewJob(1, b"a", T0, 1)], T0)  # list, score T0
+    [b] = store.enqueue_jobs(Q, [NewJob(1, b"b", T0 - 5, 1)], T0 + 10)  # set, earlier
+    [c] = store.enqueue_jobs(Q, [NewJob(1, b"c", T0 + 10, 1)], T0 + 10)  # list, score T0 + 10
+    [d] = store.enqueue_jobs(Q, [NewJob(1, b"d", T0, 1)], T0 + 20)  # set, score T0, after a by id
+    assert len(ready_list(raw)) == 4 and raw.zcard(K + "p1:s0") == 2
+    dry = store.dequeue_jobs(Q, 1, 3, CLAIM, T0 + 20, True)
+    assert sorted(job.local_id for job in dry) == sorted([b, a, d])
+    order = [[job.local_id for job in store.dequeue_jobs(Q, 1, 1, CLAIM, T0 + 20, False)] for _ in range(5)]
+    assert order == [[b], [a], [d], [c], []]
+    assert not raw.exists(K + "p1:r") and extra(raw) == 0 and not raw.hexists(K + "j", "t1")
+    assert zset(raw, K + "p1:s1") == dict.fromkeys(map(str, (a, b, c, d)), T0 + 20)
+
+
+@pytest.mark.redis
+def test_reserve_takes_from_the_list_and_a_released_hold_goes_to_the_set(store: RedisStore, raw: redis.Redis) -> None:
+    a, b, c = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1)] * 3, T0)
+    held = store.reserve_jobs(Q, 1, 2, RES, T0, 60_000)
+    assert [job.local_id for job in held] == [a, b]
+    assert ready_list(raw) == [f"@{T0}", str(c)] and zset(raw, K + "p1:h") == {str(a): T0, str(b): T0}
+    assert store.release_reservations(Q, [(1, a)], RES, T0) == 1
+    assert zset(raw, K + "p1:s0") == {str(a): T0}
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 3  # set, held, list
+
+
+@pytest.mark.redis
+def test_an_enqueue_behind_the_lists_last_score_goes_to_the_set(store: RedisStore, raw: redis.Redis) -> None:
+    [a] = store.enqueue_jobs(Q, [NewJob(1, b"ahead", T0 + 100, 1)], T0 + 100)  # a server whose clock is ahead
+    [b] = store.enqueue_jobs(Q, [NewJob(1, b"behind", T0, 1)], T0)
+    assert ready_list(raw) == [f"@{T0 + 100}", str(a)] and zset(raw, K + "p1:s0") == {str(b): T0}
+    # counted where their scores put them, at a now before the list's last score
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 50), None) == 1
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 50, future=True), None) == 1
+    counts = store.queue_counts(3, T0 + 50)
+    assert (counts[CountKey(Q, 1, JobState.PENDING, False)], counts[CountKey(Q, 1, JobState.PENDING, True)]) == (1, 1)
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 5, CLAIM, T0 + 50, False)] == [b]  # a is not due
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 5, CLAIM, T0 + 100, False)] == [a]
+
+
+@pytest.mark.redis
+def test_deleted_list_jobs_are_tombstones_counted_then_dropped_at_the_head(store: RedisStore, raw: redis.Redis) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 1) for i in range(5)], T0)
+    pending = JobFilter(JobState.PENDING, 1, T0)
+    assert store.delete_jobs(Q, pending, 2) == 2  # the lowest: the list's head
+    assert raw.hmget(K + "j", str(ids[0]), str(ids[1])) == [b"", b""] and extra(raw) == 3
+    assert ready_list(raw) == [f"@{T0}", *map(str, ids)]  # deleted in place
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="job3"), 10) == 1  # by listed id
+    assert extra(raw) == 4
+    assert store.count_jobs(Q, pending, None) == 2
+    assert store.queue_counts(3, T0)[CountKey(Q, 1, JobState.PENDING, False)] == 2
+    assert [job.local_id for job in store.scan_jobs(Q, pending, 10)] == [ids[4], ids[2]]
+    assert store.lookup_jobs(Q, [(1, i) for i in ids], False) == store.lookup_jobs(Q, [(1, ids[2]), (1, ids[4])], False)
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 10, CLAIM, T0, True)] == [ids[2], ids[4]]
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)] == [ids[2]]
+    assert ready_list(raw) == [f"@{T0}", str(ids[3]), str(ids[4])]  # the head's tombstones went, a marker stays
+    assert extra(raw) == 2 and raw.hmget(K + "j", str(ids[0]), str(ids[1])) == [None, None]
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)] == [ids[4]]
+    assert not raw.exists(K + "p1:r") and not raw.hexists(K + "j", "t1") and not raw.hexists(K + "j", str(ids[3]))
+    assert store.evicted_jobs == 0  # tombstones are no evictions
+
+
+@pytest.mark.redis
+def test_evicted_list_jobs_are_counted_where_met(store: RedisStore, raw: redis.Redis) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(8)], T0)
+    raw.hdel(K + "j", str(ids[1]), str(ids[5]), str(ids[6]), str(ids[7]))
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, True)] == [ids[0]]  # two places
+    assert store.evicted_jobs == 0
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)] == [ids[0], ids[2]]
+    assert store.evicted_jobs == 1 and ready_list(raw) == [f"@{T0}", *map(str, ids[3:])]
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 5  # evicted ones count, as ZCOUNT's
+    # newest first: the evicted ones at the tail are met (removed from the list), then ids[4]
+    assert [job.local_id for job in store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 1)] == [ids[4]]
+    assert store.evicted_jobs == 4 and ready_list(raw) == [f"@{T0}", *map(str, ids[3:5])]
+    raw.hdel(K + "j", str(ids[3]))
+    assert store.lookup_jobs(Q, [(1, ids[3]), (1, ids[3])], False) == []  # counted once, as a set's member
+    assert store.evicted_jobs == 5 and ready_list(raw) == [f"@{T0}", str(ids[4])]
+    assert [job.local_id for job in store.reserve_jobs(Q, 1, 5, RES, T0, 1000)] == [ids[4]]
+    assert not raw.exists(K + "p1:r") and extra(raw) == 0
+
+
+@pytest.mark.redis
+def test_delete_queue_empties_the_lists_and_their_counts(store: RedisStore, raw: redis.Redis) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1 + i % 2, b"x", T0, 1) for i in range(10)], T0)
+    store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 2)
+    assert extra(raw) == 3 and extra(raw, 2) == 1
+    store.delete_queue(Q)
+    assert {k for k in all_keys(raw) if k.startswith(K)} == {K + "j"}
+    assert raw.hgetall(K + "j") == {b"id": str(ids[-1]).encode()}
+
+
+class TickingClock:
+    """A clock one millisecond later at every reading, as a busy server's is between two reads."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def now_ms(self) -> int:
+        self.now += 1
+        return self.now
+
+
+@pytest.mark.redis
+def test_the_sharded_backend_gives_the_store_the_now_the_run_afters_were_defaulted_to(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    clock = TickingClock()
+    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=3, parallelism=2, clock=clock)
+
+    async def enqueue_twice() -> tuple[list[int], list[int]]:
+        try:
+            now = clock.now_ms()  # as the handler: run afters defaulted to now, then the store's now
+            _, first = await backend.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"a", now, 1)]), now)
+            now = clock.now_ms()
+            _, second = await backend.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"b", now, 1)]))  # the clock read again
+            return first.to_list(), second.to_list()
+        finally:
+            await store.aclose()  # the hot path's connection, on this loop
+
+    try:
+        [a], [b] = asyncio.run(enqueue_twice())
+    finally:
+        backend.close()
+    assert ready_list(raw) == [f"@{T0 + 1}", str(a)]
+    assert zset(raw, K + "p1:s0") == {str(b): T0 + 2}

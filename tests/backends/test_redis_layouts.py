@@ -94,14 +94,87 @@ def test_a_shard_being_migrated_is_refused(server: RedisServer, raw: redis.Redis
         open_store(server, None)
 
 
-def test_a_shard_unreachable_at_open_is_checked_once_reached(server: RedisServer, raw: redis.Redis) -> None:
+def refused_until_checked(store: RedisStore) -> None:
+    """Every path of an unchecked store fails as a down shard, the event loop's hot path too."""
+    assert not store.layout.checked
+    hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
+    with pytest.raises(ShardConnectionError, match="layout record is not read yet"):
+        asyncio.run(hot.enqueue_jobs("q", NewJobBatch([]), NOW))
+
+
+def hot_lifecycle(store: RedisStore) -> list[tuple[int, bytes]]:
+    """Enqueue a job through the store's hot path (the server's) and dequeue every job there:
+    their ids and bodies."""
+    hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
+
+    async def run() -> list[tuple[int, bytes]]:
+        try:
+            await hot.enqueue_jobs("q", NewJobBatch([NewJob(1, b"hot", NOW, 1, "")]), NOW)
+            claimed = (await hot.dequeue_jobs("q", 1, 10, "c", NOW, False)).to_list()
+            return [(local_id, body) for local_id, body, *_ in claimed]
+        finally:
+            await store.aclose()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("recorded", ["original", "compact"])
+def test_a_shard_unreachable_at_open_without_a_layout_is_served_in_the_one_it_holds(
+    tmp_path: Path, recorded: str
+) -> None:
+    """Without "layout" in the config (the record decides), a shard reached only after the store
+    opened (Redis slower to start than the server) is served, once reached, in the layout it holds."""
+    with RedisServer(tmp_path / "durable", appendonly=True) as server:
+        raw = server.client()
+        try:
+            served_once_reached(server, raw, recorded)
+        finally:
+            raw.close()
+
+
+def served_once_reached(server: RedisServer, raw: redis.Redis, recorded: str) -> None:
+    first = open_store(server, recorded)
+    first.create_queue("q", 3)
+    assert first.enqueue_jobs("q", [NewJob(1, b"before", NOW, 1)], NOW) == [1]
+    first.close()
     server.stop()
-    store = open_store(server, None)  # served in the original layout once reached and checked
+    store = open_store(server, None)
     try:
-        assert store.layout.name == "original" and not store.layout.checked
-        hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
-        with pytest.raises(ShardConnectionError, match="layout record is not read yet"):
-            asyncio.run(hot.enqueue_jobs("q", NewJobBatch([]), NOW))
+        refused_until_checked(store)
+        server.start()
+        store.ping()  # reads the record
+        assert store.layout.checked and store.layout.name == recorded
+        assert store.get_queue_names() == {"q"}
+        assert hot_lifecycle(store) == [(1, b"before"), (2, b"hot")], "ids continue, in the layout held"
+        assert raw.get(layout_key("1")) == recorded.encode()
+        marker = layout_key("1").encode()
+        written = {key.decode().split(":")[0].split("_")[0] for key in raw.keys("pl*") if key != marker}
+        assert written == ({"plc"} if recorded == "compact" else {"pln", "plq", "plh", "plj"})
+    finally:
+        store.close()
+
+
+def test_an_empty_shard_unreachable_at_open_is_written_compact_once_reached(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    server.stop()
+    store = open_store(server, None)
+    try:
+        refused_until_checked(store)
+        server.start()
+        store.create_queue("q", 3)  # a blocking call reads the record first, as the ping does
+        assert store.layout.checked and store.layout.name == "compact"
+        assert raw.get(layout_key("1")) == b"compact"
+        assert hot_lifecycle(store) == [(1, b"hot")]
+    finally:
+        store.close()
+
+
+def test_a_shard_unreachable_at_open_holding_the_other_layout_stays_down(server: RedisServer, raw: redis.Redis) -> None:
+    server.stop()
+    store = open_store(server, "original")
+    try:
+        refused_until_checked(store)
         server.start()
         raw.set(layout_key("1"), "compact")  # another server made it compact meanwhile
         with pytest.raises(ShardConnectionError, match="holds the compact layout"):
@@ -110,7 +183,7 @@ def test_a_shard_unreachable_at_open_is_checked_once_reached(server: RedisServer
             store.create_queue("q", 3)
         assert raw.keys("pl[a-z]_*") == []  # nothing written in the wrong layout
         raw.delete(layout_key("1"))
-        store.ping()  # reads the shard (empty, no record): served and recorded as original
+        store.ping()  # reads the shard (empty, no record): served and recorded as the config says
         assert store.layout.checked and raw.get(layout_key("1")) == b"original"
         store.create_queue("q", 3)
         assert store.enqueue_jobs("q", [NewJob(1, b"x", NOW, 1)], NOW) == [1]

@@ -7,6 +7,17 @@ The operations lean on the scripts' subtle cases: equal run afters beyond the ti
 9 (text order), repeated ids in one batch, acks and checkpoints of jobs not in progress or under
 another claim, holds that lapse, dry runs over held jobs, body-regex pages, and jobs whose
 hash or record is gone (as LRU eviction would leave them).
+
+Each run goes one of two ways:
+
+* "sets": no job is enqueued with run after == now, so the compact layout keeps every PENDING
+  job in its sorted set, and the original's orders of equal scores (ids as text beyond the tie
+  bound, and in reserves) are met exactly;
+* "lists": a good part of the jobs are enqueued with run after == now, which the compact layout
+  keeps in its ready lists (``lua_compact/lib/ready.lua``), with tombstones after deletes and
+  evicted list entries. A ready list is taken first in, first out, that is by id as a number,
+  where the original takes equal scores by id as text past the tie bound (and always in
+  reserves): so these runs hand out ids from 100 on (three digits: text and number orders agree).
 """
 
 from __future__ import annotations
@@ -55,8 +66,10 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Red
 class Run:
     """One random run: picks operations, applies each to both stores, compares the answers."""
 
-    def __init__(self, seed: int, original: RedisStore, compact: RedisStore) -> None:
+    def __init__(self, seed: int, original: RedisStore, compact: RedisStore, lists: bool = True) -> None:
         self.rng = random.Random(seed)
+        self.lists = lists
+        self.first_id = 100 if lists else 1  # see the module docstring
         self.original, self.compact = original, compact
         self.now = 1_700_000_000_000
         self.hold_ms = 1000
@@ -81,7 +94,7 @@ class Run:
         if mine and self.rng.random() < 0.85:
             _, priority, local_id = self.rng.choice(mine)
             return (self.rng.choice(PRIORITIES) if self.rng.random() < 0.05 else priority), local_id
-        return self.rng.choice(PRIORITIES), self.rng.randint(1, 60)
+        return self.rng.choice(PRIORITIES), self.first_id + self.rng.randint(0, 59)
 
     def took(self, priority: int, jobs: Any) -> None:
         if isinstance(jobs, list):
@@ -102,7 +115,7 @@ class Run:
                 NewJob(
                     rng.choice(PRIORITIES),
                     rng.choice(BODIES),
-                    now + rng.choice([-2000, -1000, 0, 0, 0, 500, 3000]),
+                    now + rng.choice([-2000, -1000, *([0, 0, 0] if self.lists else [-1, -1, -1]), 500, 3000]),
                     rng.choice([1, 2, 3]),
                     rng.choice(STATUSES),
                 )
@@ -192,13 +205,16 @@ class Run:
 
     def every_job(self) -> None:
         """Every job of every queue, with its body, the same in both layouts."""
-        keys = [(p, local_id) for p in PRIORITIES for local_id in range(1, 400)]
+        keys = [(p, local_id) for p in PRIORITIES for local_id in range(self.first_id, self.first_id + 600)]
         for queue in QUEUES:
             self.both(f"every job of {queue}", lookup_in(queue, keys))
 
     def create_queues(self) -> None:
         for queue in QUEUES:
             self.both(f"create {queue}", creates(queue))
+            # ids from first_id on: each layout's counter (kept by delete_queue)
+            self.original.client.set(self.original._shard.keys(queue).id_key, self.first_id - 1)
+            self.compact.client.hset(self.compact._shard.keys(queue).id_key, "id", self.first_id - 1)
 
 
 def lookup_in(queue: str, keys: list[tuple[int, int]]) -> Callable[[RedisStore], Any]:
@@ -210,11 +226,12 @@ def creates(queue: str) -> Callable[[RedisStore], Any]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("pending_in", ["sets", "lists"])
 def test_the_layouts_answer_alike(
-    stores: tuple[RedisStore, RedisStore], seed: int, monkeypatch: pytest.MonkeyPatch
+    stores: tuple[RedisStore, RedisStore], seed: int, pending_in: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_module, "MAX_TIES_REORDERED", 4)  # groups of equal run afters go past it
-    run = Run(seed, *stores)
+    run = Run(seed, *stores, lists=pending_in == "lists")
     run.create_queues()
     for run.step in range(400):
         run.operation()
@@ -222,11 +239,14 @@ def test_the_layouts_answer_alike(
 
 
 def test_batches_past_a_chunk_answer_alike(stores: tuple[RedisStore, RedisStore]) -> None:
-    """Batches of more than the 1000 members a variadic command takes at once (sets.lua)."""
+    """Batches of more than the 1000 members a variadic command takes at once (sets.lua), with
+    the jobs enqueued at now in the ready lists (ids of four digits, see the module docstring)."""
     run = Run(0, *stores)
+    run.first_id = 1000
     run.create_queues()
     now = run.now
     jobs = [NewJob(1 + i % 2, b"b%d" % i, now - (i % 3) * 1000, 2, "s") for i in range(2600)]
+    jobs += [NewJob(1 + i % 2, b"r%d" % i, now, 2, "s") for i in range(2600)]
     ids = run.both("enqueue", lambda s: s.enqueue_jobs("qa", jobs, now))
     keys = [(1 + i % 2, local_id) for i, local_id in enumerate(ids)]
     run.both("reserve", lambda s: s.reserve_jobs("qa", 2, 1200, "r1", now, 1000))

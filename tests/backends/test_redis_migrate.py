@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from tests.support.redis_cluster import cluster_port
 from tests.support.redis_layouts import (
+    CLAIM,
     RESERVATION,
     T0,
     ShardView,
@@ -22,11 +24,12 @@ from tests.support.redis_layouts import (
     compact_view,
     fill_shard,
     original_view,
+    ready_lists,
     shard_keys,
     text,
     zset,
 )
-from tests.support.redis_server import RedisServer, free_port
+from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 
 from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, NewJob
@@ -305,6 +308,157 @@ def test_a_call_stops_once_its_bodies_reach_the_byte_budget(server: RedisServer,
     assert [c.moved.jobs for c in calls] == [3, 6, 9, 10]
 
 
+def fill_ready(store: RedisStore) -> None:
+    """Queue ``r`` of a compact store with most PENDING jobs in its ready lists (run after == the
+    enqueue's now, several enqueues at each of three nows, so ids of one marker come from several
+    calls), others in the PENDING sets between their scores (a past run after) and after them
+    (delayed); priority 1's head dequeued (two acked, two left IN_PROGRESS) and a job deleted in
+    place in each list (a tombstone)."""
+    store.create_queue("r", 2)
+    for k in range(6):
+        now = T0 + 10 * (k // 2)
+        jobs = [NewJob(1 + i % 2, b"r%d-%d" % (k, i), now, 1 + i % 3, ["", "status"][i % 2]) for i in range(5)]
+        jobs += [NewJob(1, b"late%d" % k, now - 5, 2), NewJob(2, b"delayed%d" % k, now + 3_600_000, 1)]
+        store.enqueue_jobs("r", jobs, now)
+    claimed = store.dequeue_jobs("r", 1, 4, CLAIM, T0 + 100, False)
+    assert [j.body for j in claimed] == [b"late0", b"late1", b"r0-0", b"r0-2"]
+    store.ack_jobs("r", [AckItem(1, claimed[0].local_id), AckItem(1, claimed[2].local_id)], [], T0 + 110)
+    for priority, body in ((1, "r2-4"), (2, "r3-1")):
+        where = JobFilter(JobState.PENDING, priority, T0 + 100, None, body_regex=f"^{body}$")
+        assert store.delete_jobs("r", where, 10) == 1
+
+
+def dequeue_order(store: RedisStore) -> list[tuple[int, int, bytes]]:
+    """Every PENDING job of queue ``r`` in the order a dequeue takes them (a dry run)."""
+    return [(p, j.local_id, j.body) for p in (1, 2) for j in store.dequeue_jobs("r", p, 1000, "", T0 + 10**8, True)]
+
+
+def tombstones(raw: redis.Redis) -> list[tuple[int, int]]:
+    """The ids in queue r's ready lists whose record is a tombstone (a job deleted in place)."""
+    lists = ready_lists(raw, "1")
+    return [(p, i) for (_, p), ids in lists.items() for i in ids if raw.hget("plc:{1:r}:j", str(i)) == b""]
+
+
+@pytest.fixture
+def ready_filled(server: RedisServer, raw: redis.Redis) -> tuple[ShardView, list[tuple[int, int, bytes]]]:
+    """Shard 1 in the compact layout filled by ``fill_ready``: its view and its dequeue order."""
+    store = open_store(server, layout="compact")
+    try:
+        fill_ready(store)
+        order = dequeue_order(store)
+    finally:
+        store.close()
+    lists = ready_lists(raw, "1")
+    assert len(lists[("r", 1)]) > 5 and len(lists[("r", 2)]) > 5
+    assert len(tombstones(raw)) == 2
+    view = compact_view(raw, "1")
+    assert {j.where for j in view.jobs.values()} == {"s0", "s1", "s2"}
+    assert len(order) == sum(j.where == "s0" for j in view.jobs.values())
+    return view, order
+
+
+def test_ready_lists_move_to_original_and_back_in_order(
+    server: RedisServer, raw: redis.Redis, ready_filled: tuple[ShardView, list[tuple[int, int, bytes]]]
+) -> None:
+    before, order = ready_filled
+    buried = tombstones(raw)
+
+    summary = migrate_shard(raw, "1", "original")
+
+    assert original_view(raw, "1") == before  # every job once, list jobs PENDING scored by their ca
+    assert summary.moved.by_state() == states_of(before)
+    assert (summary.moved.evicted, summary.moved.orphans) == (0, 0)
+    assert shard_keys(raw, "plc:{1:*") == []  # lists, records and t{p} counters gone
+    assert not any(raw.exists(f"plh_1_r.{i}") for _, i in buried)  # deleted jobs stay deleted
+    store = open_store(server)
+    try:
+        assert dequeue_order(store) == order
+    finally:
+        store.close()
+
+    summary = migrate_shard(raw, "1", "compact")
+
+    assert compact_view(raw, "1") == before
+    assert summary.moved.by_state() == states_of(before)
+    assert ready_lists(raw, "1") == {}  # moved PENDING jobs go to the PENDING sets
+    store = open_store(server, layout="compact")
+    try:
+        assert dequeue_order(store) == order
+        new = store.enqueue_jobs("r", [NewJob(1, b"new", T0 + 50, 1)], T0 + 50)
+        assert new == [before.counters["r"] + 1]
+        assert ready_lists(raw, "1") == {("r", 1): new}  # new jobs go to the lists again
+        first, second = [x for x in order if x[0] == 1], [x for x in order if x[0] == 2]
+        assert dequeue_order(store) == [*first, (1, new[0], b"new"), *second]  # after every job of before
+    finally:
+        store.close()
+
+
+def test_a_move_of_ready_lists_interrupted_half_way_continues_either_way(
+    server: RedisServer, raw: redis.Redis, ready_filled: tuple[ShardView, list[tuple[int, int, bytes]]]
+) -> None:
+    before, order = ready_filled
+    lists = ready_lists(raw, "1")
+    seen, on_progress = interrupt_after(3)
+    with pytest.raises(Interrupt):
+        migrate_shard(raw, "1", "original", batch=4, on_progress=on_progress)  # type: ignore[arg-type]
+    assert text(raw.get(MARKER)) == MIGRATING
+    half = ready_lists(raw, "1")  # priority 1's list is half moved (its sets went first)
+    assert 0 < len(half[("r", 1)]) < len(lists[("r", 1)]) and half[("r", 2)] == lists[("r", 2)]
+    assert half[("r", 1)] == lists[("r", 1)][-len(half[("r", 1)]) :]  # taken from the head
+    assert both_layouts(raw).jobs == before.jobs  # none lost, none in both; the lists' invariants hold
+    assert len(original_view(raw, "1").jobs) == seen[-1].moved.jobs
+
+    # Back to compact from there: the moved jobs go to the PENDING sets, the rest stay listed.
+    migrate_shard(raw, "1", "compact", batch=4)
+    assert compact_view(raw, "1") == before
+    assert ready_lists(raw, "1") == half
+    store = open_store(server, layout="compact")
+    try:
+        assert dequeue_order(store) == order  # the sets and the lists merge as before
+    finally:
+        store.close()
+
+    # And to original again, interrupted in priority 2's list this time, then finished.
+    seen, on_progress = interrupt_after(6)
+    with pytest.raises(Interrupt):
+        migrate_shard(raw, "1", "original", batch=5, on_progress=on_progress)  # type: ignore[arg-type]
+    assert both_layouts(raw).jobs == before.jobs
+    summary = migrate_shard(raw, "1", "original", batch=5)
+    assert summary.previous_marker == MIGRATING
+    assert original_view(raw, "1") == before
+    assert shard_keys(raw, "plc:{1:*") == []
+    store = open_store(server)
+    try:
+        assert dequeue_order(store) == order
+    finally:
+        store.close()
+
+
+def test_a_ready_list_job_without_its_record_is_dropped_as_evicted(
+    server: RedisServer, raw: redis.Redis, ready_filled: tuple[ShardView, list[tuple[int, int, bytes]]]
+) -> None:
+    before, _ = ready_filled
+    buried = tombstones(raw)
+    local_id = next(i for i in ready_lists(raw, "1")[("r", 2)] if (2, i) not in buried)
+    raw.hdel("plc:{1:r}:j", str(local_id))
+    summary = migrate_shard(raw, "1", "original")
+    assert (summary.moved.evicted, summary.moved.orphans) == (1, 0)
+    assert original_view(raw, "1").jobs == {at: j for at, j in before.jobs.items() if at != ("r", 2, local_id)}
+
+
+def test_a_call_stops_once_its_bodies_reach_the_byte_budget_in_a_ready_list(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    store = open_store(server, layout="compact")
+    store.create_queue("q", 1)
+    store.enqueue_jobs("q", [NewJob(1, b"x" * 1000, T0, 1)] * 10, T0)
+    store.close()
+    assert len(ready_lists(raw, "1")[("q", 1)]) == 10
+    calls: list[QueueProgress] = []
+    migrate_shard(raw, "1", "original", batch=100, batch_bytes=2500, on_progress=calls.append)
+    assert [c.moved.jobs for c in calls] == [3, 6, 9, 10]
+
+
 def test_refuses_while_servers_of_the_shard_are_connected(
     server: RedisServer, raw: redis.Redis, filled: ShardView
 ) -> None:
@@ -327,9 +481,9 @@ def test_refuses_while_servers_of_the_shard_are_connected(
 
 
 def test_refuses_a_cluster_node(tmp_path: Path) -> None:
-    # An explicit bus port: the default (port + 10000) does not exist above port 55535.
     cluster = ("--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf"))
-    with RedisServer(tmp_path / "redis", extra_args=(*cluster, "--cluster-port", str(free_port()))) as srv:
+    # a port whose cluster bus (port + 10000) is free too
+    with RedisServer(tmp_path / "redis", extra_args=cluster, port=cluster_port()) as srv:
         client = srv.client()
         try:
             with pytest.raises(MigrationError, match="cluster"):

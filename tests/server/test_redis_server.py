@@ -593,3 +593,33 @@ def test_an_evicted_job_hash_is_skipped_by_dequeue_and_counted(
     api.ack("ev", ok=list(got.jobs))
     assert api.count("ev", SUCCEEDED) == 2
     assert wait_for(lambda: stats(server).get("redis_evicted_jobs") == "1", 5, what="evicted jobs in /stats.txt")
+
+
+def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(
+    tmp_path: Path,
+    redis_servers: Callable[..., RedisServer],
+    start_server: Callable[..., ServerProcess],
+    api_for: Callable[[ServerProcess], Api],
+) -> None:
+    """The server defaults a run after to the now it gives the store, so a compact shard keeps
+    those jobs in its ready list (``lua_compact/lib/ready.lua``), not in a sorted set."""
+    redis = redis_servers("1")
+    config = tmp_path / "redis.json"
+    write_config(config, {"1": (redis, False)}, layout="compact")
+    server = serve(start_server, config)
+    api = api_for(server)
+    api.create("rl")
+    # one call per job: each a new now, from the handler's clock, the same in the store
+    descriptors = [d for i in range(100) for d in api.enqueue("rl", api.job(b"job-%d" % i))]
+    descriptors += api.enqueue("rl", api.job(b"later", runAfterTimestampMillis=int(time.time() * 1000) + 60_000))
+    raw = redis.client()
+    try:
+        entries: list[bytes] = raw.lrange("plc:{1:rl}:p1:r", 0, -1)  # type: ignore[assignment]  # sync client
+        listed = [entry for entry in entries if not entry.startswith(b"@")]
+        assert [int(entry) for entry in listed] == [int(d.rsplit(":", 1)[1]) for d in descriptors[:100]]
+        assert raw.zcard("plc:{1:rl}:p1:s0") == 1  # the one to run later
+    finally:
+        raw.close()
+    assert api.count("rl", PENDING) == 100
+    got = api.dequeue("rl", limit=100)
+    assert list(got.jobs) == descriptors[:100]

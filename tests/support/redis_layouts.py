@@ -2,8 +2,12 @@
 
 ``original_view`` reads the original layout's keys (``keys.py``), ``compact_view`` the compact
 one's (``keys_compact.py``), decoding each record with Lua's own ``cmsgpack.unpack``
-through EVAL, independently of the scripts under test. Both give the same ``ShardView``: times in
-integer ms, so equal views mean the same jobs with the same fields, states, scores and holds.
+through EVAL, independently of the scripts under test. A job in a compact ready list
+(``lua_compact/lib/ready.lua``: markers ``@ms`` giving the score of the ids after them) is
+PENDING (``s0``) with its marker's score, as the original's PENDING set would hold it;
+tombstones (deleted jobs: record ``''``) are no jobs; ``ready_lists`` gives the lists' order.
+Both give the same ``ShardView``: times in integer ms, so equal views mean the same jobs with
+the same fields, states, scores and holds.
 ``fill_shard`` writes a shard with jobs in every state through the original store.
 """
 
@@ -104,7 +108,8 @@ def original_view(raw: redis.Redis, shard: str) -> ShardView:
     return view
 
 
-# Decodes records with the server's own cmsgpack: {items, bd, al, ar, ca, ua, cs, has cd, cd}.
+# Decodes records with the server's own cmsgpack: {items, bd, al, ar, ca, ua - ca, cs, has cd, cd}
+# (records.lua keeps ua as ms after ca).
 DECODE = """
 local out = {}
 for i, id in ipairs(ARGV) do
@@ -120,11 +125,14 @@ return out
 def compact_view(raw: redis.Redis, shard: str) -> ShardView:
     view = ShardView()
     view.names = {text(q): int(s) for q, s in zset(raw, f"plc:{{{shard}}}:q")}
-    pattern = re.compile(rf"plc:\{{{shard}:(\w+)\}}:(j|p(\d+):(s[0-3]|h|x|o))")
+    pattern = re.compile(rf"plc:\{{{shard}:(\w+)\}}:(j|p(\d+):(s[0-3]|h|x|o|r))")
     placed: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
     expiries: dict[tuple[str, int, int], int] = {}
     holders: dict[tuple[str, int, int], bytes] = {}
     records: dict[str, int] = {}  # queue -> how many records its hash holds
+    extra: dict[tuple[str, int], int] = {}  # the records hash's t{p}: markers and tombstones in a list
+    listed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # a ready list's ids and scores
+    markers: dict[tuple[str, int], int] = {}
     for key in shard_keys(raw, f"plc:{{{shard}:*"):
         match = pattern.fullmatch(key)
         assert match, f"unexpected key {key}"
@@ -137,9 +145,18 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
                 assert view.names.get(queue) == int(created), f"{queue}: c and the names set differ"
             else:
                 assert queue not in view.names, f"{queue} is named but has no c"
-            records[queue] = raw.hlen(key) - (created is not None) - (counter is not None)
+            names: list[bytes] = raw.hkeys(key)  # type: ignore[assignment]
+            counts = [name for name in names if re.fullmatch(rb"t\d+", name)]
+            for name in counts:
+                extra[(queue, int(name[1:]))] = int(raw.hget(key, name))  # type: ignore[arg-type]
+            records[queue] = len(names) - (created is not None) - (counter is not None) - len(counts)
             continue
         priority, kind = int(match.group(3)), match.group(4)
+        if kind == "r":
+            entries, score = read_list(raw, key)
+            listed[(queue, priority)] = entries
+            markers[(queue, priority)] = score
+            continue
         if kind == "o":
             fields: dict[bytes, bytes] = raw.hgetall(key)  # type: ignore[assignment]
             holders.update({(queue, priority, int(i)): h for i, h in fields.items()})
@@ -152,6 +169,23 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
             at = (priority, int(member))
             assert at not in placed.setdefault(queue, {}), f"{queue} {at} is in two sets"
             placed[queue][at] = (kind, int(score))
+    buried: dict[str, int] = {}  # queue -> tombstones in its lists
+    for (queue, priority), entries in listed.items():
+        key = f"plc:{{{shard}:{queue}}}:j"
+        ids = [str(i) for i, _ in entries]
+        tombstones = 0
+        for (local_id, score), packed in zip(entries, raw.hmget(key, ids) if ids else [], strict=True):
+            assert packed is not None, f"{queue} {local_id}: in a ready list without a record"
+            if packed == b"":
+                tombstones += 1
+                continue
+            at = (priority, local_id)
+            assert at not in placed.setdefault(queue, {}), f"{queue} {at} is in two sets"
+            placed[queue][at] = ("s0", score)
+        buried[queue] = buried.get(queue, 0) + tombstones
+        expected = markers[(queue, priority)] + tombstones
+        assert extra.pop((queue, priority), 0) == expected, f"{queue} p{priority}: t{priority} is not {expected}"
+    assert not extra, f"counters t{{p}} without a list: {extra}"
     for queue, jobs in placed.items():
         ids = [str(i) for _, i in jobs]
         key = f"plc:{{{shard}:{queue}}}:j"
@@ -159,16 +193,47 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
             assert packed is not None, f"{queue} {i}: no record"
             assert packed[:1] == b"\x97", f"{queue} {i}: not a msgpack array of 7 items"
         rows: list[list[Any]] = raw.eval(DECODE, 1, key, *ids)
-        assert records.get(queue) == len(ids), f"{queue}: records in no set"
+        assert records.get(queue) == len(ids) + buried.get(queue, 0), f"{queue}: records in no set"
         for (priority, local_id), row in zip(jobs, rows, strict=True):
-            items, bd, al, ar, ca, ua, cs, has_cd, cd = row
+            items, bd, al, ar, ca, ua_after_ca, cs, has_cd, cd = row
             assert items == 7
             kind, score = jobs[(priority, local_id)]
-            view.jobs[(queue, priority, local_id)] = Job(kind, score, bd, al, ar, ca, ua, cs, cd if has_cd else None)
-    assert not {q for q, n in records.items() if n and q not in placed}, "records of queues without jobs"
+            job = Job(kind, score, bd, al, ar, ca, ca + ua_after_ca, cs, cd if has_cd else None)
+            view.jobs[(queue, priority, local_id)] = job
+    assert not {q for q, n in records.items() if n and n != buried.get(q, 0) and q not in placed}, (
+        "records of queues without jobs"
+    )
     view.holds = {at: (expiries[at], holders[at]) for at in expiries}
     assert set(holders) == set(expiries), "expiry and holder sets differ"
     return view
+
+
+def read_list(raw: redis.Redis, key: str) -> tuple[list[tuple[int, int]], int]:
+    """A ready list's ids with their scores (their markers'), in list order, and how many markers
+    it holds; asserting its invariants: a marker at its head, scores that never go down."""
+    entries: list[bytes] = raw.lrange(key, 0, -1)  # type: ignore[assignment]
+    assert entries, f"{key}: an empty list exists"
+    assert entries[0][:1] == b"@", f"{key}: no marker at its head"
+    out: list[tuple[int, int]] = []
+    score, markers = 0, 0
+    for entry in entries:
+        if entry[:1] == b"@":
+            assert not markers or int(entry[1:]) >= score, f"{key}: scores go down"
+            score, markers = int(entry[1:]), markers + 1
+        else:
+            out.append((int(entry), score))
+    return out, markers
+
+
+def ready_lists(raw: redis.Redis, shard: str) -> dict[tuple[str, int], list[int]]:
+    """The ids in each compact ready list of ``shard`` (tombstones included), by (queue, priority)."""
+    pattern = re.compile(rf"plc:\{{{shard}:(\w+)\}}:p(\d+):r")
+    lists = {}
+    for key in shard_keys(raw, f"plc:{{{shard}:*}}:p*:r"):
+        match = pattern.fullmatch(key)
+        assert match, key
+        lists[(match.group(1), int(match.group(2)))] = [i for i, _ in read_list(raw, key)[0]]
+    return lists
 
 
 def both_layouts(raw: redis.Redis, shard: str = "1") -> ShardView:

@@ -411,12 +411,17 @@ class ShardedBackend:
 
     # -- enqueue ----------------------------------------------------------------------------
 
-    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch) -> tuple[str, LocalIds]:
+    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int | None = None) -> tuple[str, LocalIds]:
         """Insert the batch on one random healthy shard below the memory high-water mark, trying
         the next on connection failure or when a store refuses it for memory (``pressure.py``).
         When every shard taking new jobs is full, ENQUEUE_REJECTED says which and how full.
         Returns the shard written and the jobs' local ids there, in job order (the descriptors
-        are ``encode_descriptors(queue, shard, jobs.priorities in order, ids)``)."""
+        are ``encode_descriptors(queue, shard, jobs.priorities in order, ids)``).
+
+        ``now_ms``: the time the batch's run afters were defaulted to (the handler's), given to
+        the store as its now, so that a job without a run after has run after == now there: the
+        compact Redis layout keeps those in its ready lists (``lua_compact/lib/ready.lua``), not
+        in a sorted set. None: the clock's time at the call."""
         mark = self.memory_high_water
         candidates = await self._usable(lambda: self._shards.enqueue_candidates(mark))
         if not candidates:
@@ -429,7 +434,7 @@ class ShardedBackend:
         refused: list[tuple[str, MemoryUse | None]] = []
         lacking: list[Shard] = []  # shards without the queue (nothing was written there)
         for shard in candidates:
-            now = self.clock.now_ms()
+            now = self.clock.now_ms() if now_ms is None else now_ms
             try:
                 ids = await self.on_shard(shard, self.hot_path(shard).enqueue_jobs(queue, jobs, now))
             except ShardConnectionError as exc:

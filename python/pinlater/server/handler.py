@@ -251,8 +251,9 @@ class PinLaterHandler:
         if not len(call):
             return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
-        batch = call.batch(self.backend.num_priorities, self.backend.clock.now_ms())
-        shard, ids = await self.backend.enqueue_jobs(queue, batch)
+        now = self.backend.clock.now_ms()
+        batch = call.batch(self.backend.num_priorities, now)
+        shard, ids = await self.backend.enqueue_jobs(queue, batch, now)  # run after == now: ready lists
         self.metrics.incr(f"{queue}_enqueue", len(batch))
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from pinlater.backends.base import JobFilter, JobState
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis.keys import seconds_arg
-from pinlater.backends.redis.keys_compact import QueueKeyNames
+from pinlater.backends.redis.keys_compact import QueueKeyNames, ready_keys
 from pinlater.backends.redis.script_calls import ShardScripts
 
 
@@ -35,10 +35,11 @@ def score_range(where: JobFilter) -> tuple[str, str]:
 
 def read_sets(keys: QueueKeyNames, where: JobFilter) -> list[str]:
     """The keys a read of a filter covers: its state's set, and for PENDING the held set, hold
-    expiry set and holders hash (held jobs are PENDING; see ``lua/lib/holds.lua``)."""
+    expiry set and holders hash (held jobs are PENDING; see ``lua/lib/holds.lua``), and in the
+    compact layout the ready list."""
     set_key = keys.set_key(where.priority, where.state)
     if where.state == JobState.PENDING:
-        return [set_key, *keys.hold_keys(where.priority)]
+        return [set_key, *keys.hold_keys(where.priority), *ready_keys(keys, where.priority)]
     return [set_key]
 
 

@@ -234,11 +234,17 @@ class HotClient:
         self._max_reply_bytes = max_reply_bytes
         #: The shard's layout (None: the original, unchecked, as tests of the client alone use).
         self._layout = layout
-        self._layout_name = "original" if layout is None else layout.name
-        self.shas = {script: script_sha(script, self._layout_name) for script in HOT_SCRIPTS}
+        self.shas: dict[str, str] = {}
+        self._use_layout("original" if layout is None else layout.name)
+        if layout is not None:
+            layout.on_change(self._use_layout)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
+
+    def _use_layout(self, name: str) -> None:
+        self._layout_name = name
+        self.shas.update({script: script_sha(script, name) for script in HOT_SCRIPTS})  # in place: shared
 
     async def call(self, script: str, command: bytes, parse: Callable[[bytes], T], *, asking: bool = False) -> T:
         """Send ``command`` (an EVALSHA of ``script``) and read its reply with ``parse``. With

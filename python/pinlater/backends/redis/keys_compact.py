@@ -19,6 +19,13 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
 * ``plc:{S:Q}:p{priority}:s{state}``: sorted set of local ids, scored by integer milliseconds
   with the meaning the original's scores have (run after, claim time, finish time);
   ``:h``, ``:x``, ``:o``: the dequeue broker's held set, hold expiries and holders (``lua/lib/holds.lua``).
+* ``plc:{S:Q}:p{priority}:r``: the priority's ready list (``lua_compact/lib/ready.lua``): the
+  PENDING jobs enqueued with run after == the enqueue's now, in (score, id) order, as ids behind
+  markers of their score; every other PENDING job is in ``:s0``. A list entry costs a few bytes
+  where a sorted set member costs about a hundred. Not among ``id_sets``, which are the sorted
+  sets whose members are ids (scripts ZRANGE and ZREM them): scripts take the lists as keys of
+  their own (``ready_keys``), and delete_queue empties them beside the sets. The records hash's
+  field ``t{priority}`` counts the list's entries that are not PENDING jobs.
 * ``plc:{S}:q``: sorted set of the shard's queue names, score = creation time in ms. In another
   slot than the queues' keys, so it is written with plain commands beside the scripts, never
   inside one.
@@ -89,6 +96,16 @@ class CompactQueueKeys:
     def id_sets(self, priority: int) -> list[str]:
         return [*self.priority_sets(priority), self.held_key(priority), self.hold_expiry_key(priority)]
 
+    def ready_key(self, priority: int) -> str:
+        """The priority's ready list (``lua_compact/lib/ready.lua``)."""
+        return f"{self._base}p{priority:d}:r"
+
 
 QueueKeyNames = QueueKeys | CompactQueueKeys
 """The keys of one queue in either layout."""
+
+
+def ready_keys(keys: QueueKeyNames, priority: int) -> list[str]:
+    """The ready list of a priority as the scripts that take one get it at the end of their
+    ``KEYS``: none in the original layout, whose scripts' ``KEYS`` stay as they are."""
+    return [keys.ready_key(priority)] if isinstance(keys, CompactQueueKeys) else []

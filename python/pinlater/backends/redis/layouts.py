@@ -12,15 +12,17 @@ while ``pinlater migrate-layout`` moves it). A store reads it when it opens:
   never mixes the two layouts on one shard.
 
 The first store to serve a shard writes the record (``SET NX``, so two servers starting at once
-agree). A shard that cannot be reached when its store opens is served, once reached, in the
-layout the config names, or the original one if it names none; until its record was read there
-(``ShardLayout.check``, run by the first blocking call or the health checker's ping), every call
-fails as if the shard were down, so nothing is written in a layout the shard does not hold.
+agree). A shard that cannot be reached when its store opens is decided the same way once
+reached: until its record was read there (``ShardLayout.check``, run by the first blocking call or
+the health checker's ping), every call fails as if the shard were down, so nothing is written in
+a layout the shard does not hold. The parts of the store that depend on the layout (script
+SHAs, key names) are told the layout found (``ShardLayout.on_change``) before the first call.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -93,34 +95,53 @@ class ShardLayout:
         self._shard = shard
         self._wanted = config.layout
         self._client = client
+        self._listeners: list[Callable[[str], None]] = []
         try:
+            #: The layout served; until ``checked``, only a provisional one (calls are refused).
             self.name = choose_layout(client, shard, config.layout)
             self.checked = True
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.name = config.layout or "original"
             self.checked = False
             log.warning(
-                "shard %s: cannot read its layout now (%s); it is served in the %s layout once reached and checked",
+                "shard %s: cannot read its layout now (%s); it serves nothing until it is reached and its layout read",
                 shard,
                 exc,
-                self.name,
             )
+
+    @property
+    def known(self) -> bool:
+        """Whether ``name`` is the layout the shard is served in, if it is served at all: read
+        from the shard, or named by the config (a record that disagrees keeps the shard down)."""
+        return self.checked or self._wanted is not None
 
     @property
     def compact(self) -> bool:
         return self.name == "compact"
 
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener`` with the layout's name if ``check`` finds another layout than the
+        provisional one (a shard unreachable at open, whose config names no layout)."""
+        self._listeners.append(listener)
+
     def check(self) -> None:
-        """Read the shard's record if not done yet (blocking). A record that disagrees with the
-        layout served raises ``ShardConnectionError`` (the shard stays down) and logs why."""
+        """Read the shard's record if not done yet (blocking), as at open. A record that
+        disagrees with the config raises ``ShardConnectionError`` (the shard stays down) and logs
+        why; without a layout in the config, the record (or the data) decides, and the listeners
+        hear of it before any call is let through."""
         if self.checked:
             return
         try:
-            found = choose_layout(self._client, self._shard, self.name)
+            found = choose_layout(self._client, self._shard, self._wanted)
         except ConfigError as exc:
             log.error("%s", exc)
             raise ShardConnectionError(self._shard, str(exc)) from exc
-        self.checked = found == self.name
+        if found != self.name:
+            log.info("shard %s: reached; it holds the %s layout and is served in it", self._shard, found)
+            self.name = found
+            for listener in self._listeners:
+                listener(found)
+        self.checked = True
 
     def require(self) -> None:
         """For calls that cannot block (the event loop's): fail as a down shard until checked."""

@@ -24,7 +24,10 @@ How it stays safe:
   (its scripts touch keys of many slots), so a cluster is refused.
 
 Scores and times convert exactly as ``records.lua`` does (``to_ms``, ``to_seconds``), so a
-round trip gives back the same ms everywhere. Held jobs (the dequeue broker's holds) stay held,
+round trip gives back the same ms everywhere. The compact layout's ready lists
+(``lua_compact/lib/ready.lua``) are moved to the original's PENDING sets in list order (score =
+the record's ca, tombstones of deleted jobs dropped); moving to the compact layout puts every
+PENDING job in the PENDING sets, which is always correct there. Held jobs (the dequeue broker's holds) stay held,
 with their expiry and holder. Members whose job is gone (evicted remains) are dropped and
 counted, as are compact records no set names.
 """
@@ -140,13 +143,18 @@ class MigrationSummary:
 
 @cache
 def script_source(name: str) -> str:
-    """``lua_migrate/{name}.lua`` with its ``--@include`` lines expanded: ``records`` from
-    ``lua_compact/lib``, ``holds`` from ``lua/lib`` (each library ships once, shared)."""
+    """``lua_migrate/{name}.lua`` with its ``--@include`` lines expanded: ``records`` and
+    ``ready`` from ``lua_compact/lib``, ``holds`` from ``lua/lib`` (each library ships once,
+    shared)."""
     text = _read("lua_migrate", f"{name}.lua")
     return INCLUDE.sub(lambda m: _read(*_LIBRARIES[m.group(1)]), text)
 
 
-_LIBRARIES = {"records": ("lua_compact", "lib", "records.lua"), "holds": ("lua", "lib", "holds.lua")}
+_LIBRARIES = {
+    "records": ("lua_compact", "lib", "records.lua"),
+    "ready": ("lua_compact", "lib", "ready.lua"),
+    "holds": ("lua", "lib", "holds.lua"),
+}
 
 
 def _read(*parts: str) -> str:
@@ -303,6 +311,7 @@ class _Mover:
             keys = [names, compact.jobs_arg, original.exists_key, original.id_key]
             for p in priorities:
                 keys += priority_keys(compact, p) + priority_keys(original, p)
+            keys += [compact.ready_key(p) for p in priorities]
         return keys, [queue, original.jobs_arg, self._batch, self._batch_bytes, len(priorities)]
 
 

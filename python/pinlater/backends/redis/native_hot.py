@@ -41,6 +41,7 @@ from pinlater._pinlater import (
 from pinlater.backends.base import JobState
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.keys_compact import ready_keys
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -56,8 +57,12 @@ class NativeHotPath:
         self._store = store
         self._shard = store.name
         self._client = client
-        self._sha = client.shas
-        self._layout = store.layout.name
+        self._sha = client.shas  # updated in place if the layout is found only later
+        self._shard_layout = store.layout
+
+    @property
+    def _layout(self) -> str:
+        return self._shard_layout.name
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
         command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, self._layout)
@@ -100,14 +105,16 @@ class NativeHotPath:
         if limit <= 0:  # only whether the queue exists, as the blocking store answers
             return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
         keys = self._store._keys(queue)
+        ready = ready_keys(keys, priority)
         command = redis_pack_command(
             (
                 "EVALSHA",
                 self._sha["reserve_jobs"],
-                5,
+                5 + len(ready),
                 keys.exists_key,
                 keys.set_key(priority, JobState.PENDING),
                 *keys.hold_keys(priority),
+                *ready,
                 queue,
                 keys.jobs_arg,
                 seconds_arg(now_ms),

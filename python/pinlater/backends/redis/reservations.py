@@ -13,6 +13,7 @@ from typing import Any
 
 from pinlater.backends.base import ClaimedJob, JobState
 from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.keys_compact import ready_keys
 from pinlater.backends.redis.replies import claimed_jobs
 from pinlater.backends.redis.script_calls import ScriptCall, ShardScripts
 
@@ -24,6 +25,7 @@ def reserve_call(
         return shard.require_queue_call(queue, lambda _reply: [])
     keys = shard.keys(queue)
     key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
+    key_list += ready_keys(keys, priority)
     args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
 
     def parse(out: Any) -> list[ClaimedJob]:

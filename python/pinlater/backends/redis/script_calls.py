@@ -95,11 +95,15 @@ class ShardScripts:
         self._config = config
         self._client = client
         self.layout = layout
-        self._scripts = scripts.register(client, layout.name)
-        self._key_names: type[QueueKeys] | type[CompactQueueKeys] = CompactQueueKeys if layout.compact else QueueKeys
-        self._queue_keys: dict[str, QueueKeyNames] = {}
         self._lock = threading.Lock()
         self._evicted_jobs = 0
+        self._use_layout(layout.name)
+        layout.on_change(self._use_layout)
+
+    def _use_layout(self, name: str) -> None:
+        self._scripts = scripts.register(self._client, name)
+        self._key_names: type[QueueKeys] | type[CompactQueueKeys] = CompactQueueKeys if name == "compact" else QueueKeys
+        self._queue_keys: dict[str, QueueKeyNames] = {}
 
     @property
     def evicted_jobs(self) -> int:
@@ -107,6 +111,15 @@ class ShardScripts:
         return self._evicted_jobs
 
     def keys(self, queue: str) -> QueueKeyNames:
+        """The key names of ``queue`` in the shard's layout, read first if the config names none
+        and it is not read yet (so no call is built with a provisional layout's names)."""
+        if not self.layout.known:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # a blocking caller (a worker thread): read the record now
+                self.check_layout()
+            else:  # on the event loop, which must not block: the health check reads it
+                self.layout.require()
         keys = self._queue_keys.get(queue)
         if keys is None:
             if len(self._queue_keys) > 4096:  # queue names are few; this only bounds a misuse
@@ -219,6 +232,7 @@ class AsyncShardScripts:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: redis.asyncio.Redis | redis.asyncio.RedisCluster | None = None
         self._scripts: dict[str, Any] = {}
+        layout.on_change(self._use_layout)
 
     def _scripts_here(self) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -228,6 +242,10 @@ class AsyncShardScripts:
             self._scripts = scripts.register(self._client, self._layout.name)  # type: ignore[arg-type]  # same API
             self._loop = loop
         return self._scripts
+
+    def _use_layout(self, name: str) -> None:
+        if self._client is not None:
+            self._scripts = scripts.register(self._client, name)  # type: ignore[arg-type]  # same API
 
     def _new_client(self) -> redis.asyncio.Redis | redis.asyncio.RedisCluster:
         """The client of the loop now running (its pool holds up to ``max_connections``)."""

@@ -85,7 +85,7 @@ from pinlater.backends.redis.connections import TrackedConnection, pool_options
 from pinlater.backends.redis.filtered_reads import delete_matching, matching_pages, pages, read_sets, score_range
 from pinlater.backends.redis.hot_client import HotClient, HotScripts
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
-from pinlater.backends.redis.keys_compact import QueueKeyNames, compact_names_key
+from pinlater.backends.redis.keys_compact import QueueKeyNames, compact_names_key, ready_keys
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.native_hot import NativeHotPath
@@ -202,11 +202,13 @@ class RedisStore:
         keys = self._keys(queue)
         priorities = range(1, self._num_priorities + 1)
         sets = [key for p in priorities for key in keys.id_sets(p)]
+        lists = [key for p in priorities for key in ready_keys(keys, p)]
         holders = [keys.holders_key(p) for p in priorities]
         args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
         if self.layout.compact:  # gone from the list first, as the script's first call does
             self._shard.command("ZREM", compact_names_key(self._name), queue)
-        while self._run("delete_queue", [keys.exists_key, *sets, *holders], args):
+            args.append(len(lists))
+        while self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args):
             pass
 
     def get_queue_names(self) -> set[str]:
@@ -225,6 +227,7 @@ class RedisStore:
         keys = self._keys(queue)
         priorities = sorted({job.priority for job in jobs})
         key_list = [keys.exists_key, keys.id_key] + [keys.set_key(p, JobState.PENDING) for p in priorities]
+        key_list += [key for p in priorities for key in ready_keys(keys, p)]  # compact: after the sets
         index = {p: i + 3 for i, p in enumerate(priorities)}  # KEYS is 1-based; two keys come first
         args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs)]
         for job in jobs:
@@ -248,6 +251,7 @@ class RedisStore:
             keys.set_key(priority, JobState.PENDING),
             keys.set_key(priority, JobState.IN_PROGRESS),
             *keys.hold_keys(priority),
+            *ready_keys(keys, priority),
         ]
         args = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
         return ScriptCall("dequeue_jobs", queue, key_list, args, self._claimed_jobs)
@@ -309,9 +313,9 @@ class RedisStore:
     def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
         qkeys = self._keys(queue)
         key_list, index = [qkeys.exists_key], {}
-        for p in sorted({priority for priority, _ in keys}):  # the four state sets, then the held set
+        for p in sorted({priority for priority, _ in keys}):  # the state sets, the held set, the list
             index[p] = len(key_list) + 1
-            key_list += [*qkeys.priority_sets(p), qkeys.held_key(p)]
+            key_list += [*qkeys.priority_sets(p), qkeys.held_key(p), *ready_keys(qkeys, p)]
         args: list[Any] = [queue, qkeys.jobs_arg, "1" if include_body else "0", len(keys)]
         for priority, local_id in keys:
             args += [index[priority], local_id]
@@ -329,7 +333,8 @@ class RedisStore:
         low, high = score_range(where)
         sets = read_sets(keys, where)
         if where.body_regex is None:
-            key_list = [keys.exists_key, *sets[:2]]  # the state set, and the held set for PENDING
+            # the state set; for PENDING the held set, and in the compact layout the ready list
+            key_list = [keys.exists_key, *sets[:2], *sets[4:]]
             count = int(self._run_in_queue("count_jobs", queue, key_list, [queue, low, high]))
         else:
             body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
@@ -344,24 +349,46 @@ class RedisStore:
 
     def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
         """The queue names, then ``queue_counts.lua`` over each queue's state sets and held sets
-        (held jobs are PENDING, as ``count_jobs`` counts them), pipelined: a few round trips
-        whatever the number of queues. A queue deleted in between counts as empty."""
+        (held jobs are PENDING, as ``count_jobs`` counts them), and in the compact layout its
+        ready lists (with the records hash, whose fields ``t{p}`` they need; a queue's keys in
+        one call), pipelined: a few round trips whatever the number of queues. A queue deleted
+        in between counts as empty."""
         cells: list[tuple[str, int, JobState]] = []
+        calls: list[tuple[list[str], list[Any]]] = []
         key_list: list[str] = []
+        kinds = ""  # compact: a letter per key (queue_counts.lua's ARGV[2])
+        now = seconds_arg(now_ms)
         for queue in sorted(self.get_queue_names()):
             keys = self._keys(queue)
+            group: list[str] = []
+            group_kinds = ""
             for p in range(1, num_priorities + 1):
                 for state, key in zip(JobState, keys.priority_sets(p), strict=True):
                     cells.append((queue, p, state))
-                    key_list.append(key)
+                    group.append(key)
                 cells.append((queue, p, JobState.PENDING))
-                key_list.append(keys.held_key(p))
-        step = QUEUE_COUNTS_KEYS_PER_CALL
-        now = seconds_arg(now_ms)
-        if self._config.is_cluster:  # a call may only carry keys of one slot: one queue's five per priority
-            per_queue = 5 * num_priorities
-            calls = [(key_list[i : i + per_queue], [now]) for i in range(0, len(key_list), per_queue)]
+                group.append(keys.held_key(p))
+                group_kinds += "zzzzz"
+                if lists := ready_keys(keys, p):  # the list, then the records hash with its t{p}
+                    cells.append((queue, p, JobState.PENDING))
+                    group += [*lists, keys.jobs_arg]
+                    group_kinds += "rj"
+            if self.layout.compact:
+                # a queue's keys never straddle two calls; in a cluster a call carries one queue's
+                # keys only (one slot per call)
+                full = len(key_list) + len(group) > QUEUE_COUNTS_KEYS_PER_CALL
+                if key_list and (self._config.is_cluster or full):
+                    calls.append((key_list, [now, kinds]))
+                    key_list, kinds = [], ""
+                key_list += group
+                kinds += group_kinds
+            else:
+                key_list += group
+        if self.layout.compact:
+            if key_list:
+                calls.append((key_list, [now, kinds]))
         else:
+            step = QUEUE_COUNTS_KEYS_PER_CALL
             calls = [(key_list[i : i + step], [now]) for i in range(0, len(key_list), step)]
         replies = self._shard.run_pipelined("queue_counts", calls) if calls else []
         numbers: list[int] = []

@@ -4,12 +4,16 @@ PENDING, the jobs the dequeue broker holds (lib/holds.lua) too, which are PENDIN
 
 As lua/delete_jobs.lua, in the compact layout: the bounds, in seconds, are converted to the sets'
 millisecond scores; membership of listed ids is read with one ZMSCORE per set, and the jobs go
-with one ZREM per set, one drop_holds and one HDEL of records (per chunk of 1000).
+with one ZREM per set, one drop_holds and one HDEL of records (per chunk of 1000). A job of the
+ready list (lib/ready.lua) is deleted in place: its record becomes a tombstone, counted in the
+records hash's t{p}, until a dequeue or reserve meets it at the list's head; listed ids in no set
+are looked for in the list (LPOS), a range reads the list's head within the bounds.
 
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to delete from (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash
          (plc:{S:Q}:p{p}:h, :x, :o)
+KEYS[6]  optional, with them: the ready list (plc:{S:Q}:p{p}:r)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
@@ -22,16 +26,18 @@ Returns how many jobs were deleted, or -1 if the queue does not exist.
 --@include records
 --@include sets
 --@include holds
+--@include ready
 local meta_key, set_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
+local ready_key = KEYS[6]
 local records_key, low, high, limit = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 
-local from_set, from_held = {}, {}  -- the ids to delete, by where they are
+local from_set, from_held, from_list = {}, {}, {}  -- the ids to delete, by where they are
 
--- Delete the chosen jobs: out of their sets, then their records.
+-- Delete the chosen jobs: out of their sets, then their records; the list's become tombstones.
 local function delete_chosen()
   zrem_all(set_key, from_set)
   if #from_held > 0 then
@@ -39,7 +45,10 @@ local function delete_chosen()
   end
   delete_records(records_key, from_set)
   delete_records(records_key, from_held)
-  return #from_set + #from_held
+  if ready_key then
+    ready_bury(ready_key, records_key, from_list)
+  end
+  return #from_set + #from_held + #from_list
 end
 
 if #ARGV > 5 then
@@ -48,12 +57,28 @@ if #ARGV > 5 then
     listed[#listed + 1] = ARGV[i]
   end
   local in_set = scores_of(set_key, listed)
-  local in_held = {}
+  local in_held, in_list = {}, {}
   if held_key then
     in_held = scores_of(held_key, listed)
   end
+  if ready_key then
+    local rest = {}
+    for _, id in ipairs(listed) do
+      if not in_set[id] and not in_held[id] then
+        rest[#rest + 1] = id
+      end
+    end
+    local jobs = read_records(records_key, rest)
+    local unclaimed = {}
+    for _, id in ipairs(rest) do
+      if jobs[id] and jobs[id].cd == false then
+        unclaimed[#unclaimed + 1] = id
+      end
+    end
+    in_list = ready_members(ready_key, unclaimed)
+  end
   for _, id in ipairs(listed) do
-    if #from_set + #from_held >= limit then
+    if #from_set + #from_held + #from_list >= limit then
       break
     end
     if in_set[id] then
@@ -62,6 +87,9 @@ if #ARGV > 5 then
     elseif in_held[id] then
       in_held[id] = nil
       from_held[#from_held + 1] = id
+    elseif in_list[id] then
+      in_list[id] = nil
+      from_list[#from_list + 1] = id
     end
   end
   return delete_chosen()
@@ -82,7 +110,14 @@ end
 for i = 1, #held, 2 do
   both[#both + 1] = {held[i], tonumber(held[i + 1]), true}
 end
-if #held > 0 then
+local listed = {}
+if ready_key then
+  listed = ready_range(ready_key, records_key, low, high, limit)
+  for _, m in ipairs(listed) do
+    both[#both + 1] = {m[1], m[2], 'list'}
+  end
+end
+if #held > 0 or #listed > 0 then
   table.sort(both, function(x, y)
     if x[2] ~= y[2] then
       return x[2] < y[2]
@@ -91,7 +126,9 @@ if #held > 0 then
   end)
 end
 for i = 1, math.min(limit, #both) do
-  if both[i][3] then
+  if both[i][3] == 'list' then
+    from_list[#from_list + 1] = both[i][1]
+  elseif both[i][3] then
     from_held[#from_held + 1] = both[i][1]
   else
     from_set[#from_set + 1] = both[i][1]

@@ -14,8 +14,15 @@ Jobs the dequeue broker holds (reserve_jobs.lua) are out of the PENDING set, so 
 meets them; lapsed holds go back to PENDING first (lib/holds.lua). A dry run shows held jobs too,
 merged by (score, id): they are PENDING.
 
-Per page of members: one HMGET of their records, one ZREM; at the end one HSET of the claimed
-records and one ZADD (per chunk of 1000).
+PENDING jobs are in the PENDING set or in the ready list (lib/ready.lua), whose entries are in
+(score, id) order already: the set's picked members and the list's head are merged by (score, id
+as a number) and the first `limit` taken; the list loses the prefix taken (one LTRIM), with its
+tombstones (dropped, not counted) and the entries whose record is missing (evicted: counted). So
+a group of equal scores that the limit cuts is taken by id as a number wherever it holds list
+jobs, even past ARGV[7] (the list's order costs nothing to keep).
+
+Per page of members: one HMGET of their records, one ZREM; per page of the list one LRANGE and
+one HMGET; at the end one HSET of the claimed records and one ZADD (per chunk of 1000).
 
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
@@ -23,6 +30,7 @@ KEYS[3]  IN_PROGRESS sorted set (plc:{S:Q}:p{p}:s1)
 KEYS[4]  held sorted set (plc:{S:Q}:p{p}:h)
 KEYS[5]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
 KEYS[6]  holders hash (plc:{S:Q}:p{p}:o)
+KEYS[7]  ready list (plc:{S:Q}:p{p}:r)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  now, seconds as float
@@ -38,11 +46,13 @@ The caller orders the jobs by (score, id).
 --@include records
 --@include sets
 --@include holds
+--@include ready
 local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
 local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
 local max_ties = tonumber(ARGV[7])
+local ready_key = KEYS[7]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
@@ -107,53 +117,100 @@ if not dry_run then
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 end
 
+-- Whether job x ({id, score}) comes before y: by score, then by id as a number.
+local function before(x, y)
+  local sx, sy = tonumber(x[2]), tonumber(y[2])
+  if sx ~= sy then
+    return sx < sy
+  end
+  return tonumber(x[1]) < tonumber(y[1])
+end
+
 local out = {0}
 local found, evicted = 0, 0
 local claimed, jobs_of = {}, {}
-while found < limit do
-  local want = limit - found
-  local picked
-  if dry_run then
-    picked = pick_with_held(want)
-  else
-    picked = pick(want)
+local function take(id, score, job)
+  local updated = job.ua
+  if not dry_run then
+    job.ua, job.cd = now, claim
+    claimed[#claimed + 1] = id
+    jobs_of[id] = job
+    updated = now
   end
-  local taken = {}
-  for i, entry in ipairs(picked) do
-    taken[i] = entry[1]
-  end
-  local jobs = read_records(records_key, taken)
-  for _, entry in ipairs(picked) do
-    local id, score = entry[1], entry[2]
-    local job = jobs[id]
-    if not job then
-      if not dry_run then
-        evicted = evicted + 1
-      end
+  local o = 1 + 7 * found
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
+  out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(updated)
+  found = found + 1
+end
+
+-- The sorted set's side: pages of picked members in (score, id) order, with their records;
+-- those taken (claimed or evicted) are removed before the next page is picked.
+local page, at, more, taken = {}, 1, true, {}
+local function next_member()
+  if at > #page and more then
+    if dry_run then
+      page = pick_with_held(limit)
+      more = false
     else
-      local updated = job.ua
-      if not dry_run then
-        job.ua, job.cd = now, claim
-        claimed[#claimed + 1] = id
-        jobs_of[id] = job
-        updated = now
-      end
-      local o = 1 + 7 * found
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
-      out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(updated)
-      found = found + 1
+      zrem_all(pending_key, taken)
+      taken = {}
+      local want = limit - found
+      page = pick(want)
+      more = #page >= want
     end
+    at = 1
+    local ids = {}
+    for i, entry in ipairs(page) do
+      ids[i] = entry[1]
+    end
+    local jobs = read_records(records_key, ids)
+    for _, entry in ipairs(page) do
+      entry[3] = jobs[entry[1]]
+    end
+    table.sort(page, before)
   end
-  -- a dry run removes nothing, so another page would repeat this one
-  if dry_run then
-    break
+  return page[at]
+end
+
+-- Merge the two sides by (score, id) until `limit` jobs are taken or nothing due is left. A dry
+-- run reads `limit` places (an evicted job's included, a tombstone's not), as the original's
+-- one page does, and changes nothing.
+local reader = ready_reader(ready_key, records_key, true, limit + 1)
+local places = 0
+while (dry_run and places or found) < limit do
+  local member = next_member()
+  local entry = reader.peek()
+  if entry and entry.score > now then
+    entry = nil
   end
-  zrem_all(pending_key, taken)
-  if #picked < want then
+  if entry and (not member or before({entry.id, entry.score}, member)) then
+    reader.take()
+    if entry.job then
+      take(entry.id, entry.score, entry.job)
+    elseif entry.state == 'gone' and not dry_run then
+      evicted = evicted + 1
+    end
+    if entry.state ~= 'tombstone' then
+      places = places + 1
+    end
+  elseif member then
+    at = at + 1
+    if member[3] then
+      take(member[1], member[2], member[3])
+    elseif not dry_run then
+      evicted = evicted + 1
+    end
+    taken[#taken + 1] = member[1]
+    places = places + 1
+  else
     break
   end
 end
-write_records(records_key, claimed, jobs_of)
-zadd_all(in_progress_key, now, claimed)
+if not dry_run then
+  zrem_all(pending_key, taken)
+  reader.finish()
+  write_records(records_key, claimed, jobs_of)
+  zadd_all(in_progress_key, now, claimed)
+end
 out[1] = evicted
 return out

@@ -3,11 +3,15 @@
 As lua/enqueue_jobs.lua, in the compact layout: ids come from the field `id` of the queue's meta
 hash (one HINCRBY for the batch), so they are consecutive and in the order of the jobs; the
 records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
-ZADD, scored by run after in ms.
+ZADD, scored by run after in ms. A job whose run after is the enqueue's now goes to the ready
+list of its priority instead (one RPUSH per list, lib/ready.lua), unless the list's last score
+is after now (another server's clock ahead): then to the PENDING set, as the others.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same meta hash (field `id`)
-KEYS[3..n]  PENDING sorted sets of the priorities in the batch (plc:{S:Q}:p{p}:s0)
+KEYS[3..m+2]     PENDING sorted sets of the m priorities in the batch (plc:{S:Q}:p{p}:s0)
+KEYS[m+3..2m+2]  their ready lists, in the same order (plc:{S:Q}:p{p}:r): KEYS[k + m] is the
+                 list of the priority whose PENDING set is KEYS[k]
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     now, seconds as float (ca and ua)
@@ -23,6 +27,7 @@ Returns the local ids in job order, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
+--@include ready
 local meta_key, counter_key = KEYS[1], KEYS[2]
 local records_key, now, n = ARGV[2], to_ms(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
@@ -35,15 +40,34 @@ end
 local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
 local names, jobs = {}, {}
 local writes = set_writes()
+local lists = (#KEYS - 2) / 2
+local ready, ready_order = {}, {}  -- per PENDING set index: the ids for its ready list
 for j = 0, n - 1 do
   local a = 5 + 5 * j
   local id = string.format('%d', first + j)
   local attempts = tonumber(ARGV[a + 2])
   names[j + 1] = id
   jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
-  writes.add(tonumber(ARGV[a]), to_ms(ARGV[a + 3]), id)
+  local k, run_after = tonumber(ARGV[a]), to_ms(ARGV[a + 3])
+  if run_after == now then
+    if not ready[k] then
+      ready[k] = {}
+      ready_order[#ready_order + 1] = k
+    end
+    local r = ready[k]
+    r[#r + 1] = id
+  else
+    writes.add(k, run_after, id)
+  end
   ids[j + 1] = first + j
 end
 write_records(records_key, names, jobs)
+for _, k in ipairs(ready_order) do
+  if not ready_push(KEYS[k + lists], records_key, now, ready[k]) then
+    for _, id in ipairs(ready[k]) do
+      writes.add(k, now, id)
+    end
+  end
+end
 writes.flush()
 return ids

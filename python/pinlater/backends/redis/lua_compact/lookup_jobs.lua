@@ -3,21 +3,24 @@
 As lua/lookup_jobs.lua, in the compact layout. A job's state is the first of its priority's sets
 that holds it (PENDING, IN_PROGRESS, SUCCEEDED, FAILED, then the held set, whose jobs are PENDING:
 see lib/holds.lua); its score is the time that state keeps (run after, claim time or finish
-time). Jobs in no set are left out. A member whose record is missing (evicted) is removed from its
+time). A job in no set whose record has no claim (and is no tombstone) is PENDING in a ready list
+(lib/ready.lua), scored by its ca: if its priority's list holds it (LPOS), it is found; if its
+record is missing there, it is evicted: removed (LREM) and counted. Other jobs in no set are
+left out. A member whose record is missing (evicted) is removed from its
 set and counted, and left out (an evicted held job is left to its holder's claim or the sweep).
 
-Batched: one ZMSCORE per set of each priority looked up, one HMGET of the records, one ZREM per
-set with evicted members.
+Batched: one ZMSCORE per set of each priority looked up, one HMGET of the records (one more for
+the ids in no set, and an LPOS for each of those without a claim), one ZREM per set with evicted members.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
-KEYS[2..n]  five sorted sets per priority looked up: the four in state order, then the held set
-            (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h)
+KEYS[2..n]  six keys per priority looked up: the four sorted sets in state order, the held set,
+            then the ready list (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h, plc:{S:Q}:p{p}:r)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     '1' to include bodies, else '0'
 ARGV[4]     number of lookups, n
 then 2 per lookup:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other four follow)
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other five follow)
   ARGV[i+1] local id
 
 Returns {evicted, then 10 values per job found: lookup number (1-based), state (0..3), score
@@ -26,6 +29,7 @@ queue does not exist.
 ]]
 --@include records
 --@include sets
+--@include ready
 local meta_key = KEYS[1]
 local records_key, with_body, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
@@ -55,6 +59,32 @@ for _, k in ipairs(order) do
   end
 end
 local jobs = read_records(records_key, found)
+-- the ids in no set: PENDING in a ready list if their record says so and the list holds them
+local unplaced, unplaced_of, in_sets = {}, {}, {}
+for _, id in ipairs(found) do
+  in_sets[id] = true
+end
+for j = 0, n - 1 do
+  local id = ARGV[6 + 2 * j]
+  if not seen[id] then
+    seen[id] = true
+    unplaced[#unplaced + 1] = id
+  end
+end
+local listed, buried = read_records(records_key, unplaced)
+local in_list = {}  -- per priority (KEYS index of its PENDING set): id -> true
+for j = 0, n - 1 do
+  local k, id = tonumber(ARGV[5 + 2 * j]), ARGV[6 + 2 * j]
+  local job = listed[id]
+  -- unclaimed, or missing (an evicted list entry, as an evicted set member is counted)
+  if (job and job.cd == false) or (not job and not buried[id] and not in_sets[id]) then
+    unplaced_of[k] = unplaced_of[k] or {}
+    table.insert(unplaced_of[k], id)
+  end
+end
+for k, ids in pairs(unplaced_of) do
+  in_list[k] = ready_members(KEYS[k + 5], ids)
+end
 
 local writes = set_writes()
 local out = {0}
@@ -85,6 +115,22 @@ for j = 0, n - 1 do
         end
       end
       break
+    end
+  end
+  local job = listed[id]
+  if not job and in_list[k] and in_list[k][id] then
+    in_list[k][id] = nil  -- removed: a second lookup of it finds nothing, as after a ZREM
+    redis.call('LREM', KEYS[k + 5], 1, id)
+    evicted = evicted + 1
+  elseif job and job.cd == false and in_list[k][id] then
+    local body = false
+    if with_body then
+      body = job.bd
+    end
+    local row = {j + 1, 0, to_seconds(job.ca), job.al, job.ar, job.cs, to_seconds(job.ca),
+      to_seconds(job.ua), false, body}
+    for v = 1, 10 do
+      out[#out + 1] = row[v]
     end
   end
 end

@@ -6,14 +6,19 @@ priority's held set with the same score (its run after, ms), its expiry (ms) goe
 set and the reservation in the holders hash (see lib/holds.lua); its record is not touched.
 Counts, scans and lookups still report it PENDING. Lapsed holds go back to PENDING first.
 Eligible: score <= now, lowest score first (equal scores in Redis' text order of ids). A member
-whose record is missing (evicted) is removed from the PENDING set and counted. Per page of
-members: one HMGET of their records, one ZREM, one ZADD per hold structure.
+whose record is missing (evicted) is removed from the PENDING set and counted. PENDING jobs in
+the ready list (lib/ready.lua) are merged in by (score, id as a number), as dequeue_jobs.lua
+does: the list loses the prefix taken, its tombstones dropped and its evicted entries counted;
+a held job from the list goes back to the PENDING set when its hold ends. Per page of members:
+one HMGET of their records, one ZREM; per page of the list one LRANGE and one HMGET; one ZADD
+per hold structure.
 
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
 KEYS[3]  held sorted set (plc:{S:Q}:p{p}:h)
 KEYS[4]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
 KEYS[5]  holders hash (plc:{S:Q}:p{p}:o)
+KEYS[6]  ready list (plc:{S:Q}:p{p}:r)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  now, seconds as float
@@ -27,51 +32,98 @@ or -1 if the queue does not exist. The caller orders the jobs by (score, id).
 --@include records
 --@include sets
 --@include holds
+--@include ready
 local meta_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
 local limit, reservation, expiry = tonumber(ARGV[4]), ARGV[5], to_ms(ARGV[6])
+local ready_key = KEYS[6]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 local out = {0}
 local found, evicted = 0, 0
-while found < limit do
-  local want = limit - found
-  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
-  local taken = {}
-  for i = 1, #page, 2 do
-    taken[#taken + 1] = page[i]
+local held, mine, holders = {}, {}, {}
+local function take(id, score, job)
+  held[#held + 1] = score
+  held[#held + 1] = id
+  mine[#mine + 1] = id
+  holders[#holders + 1] = id
+  holders[#holders + 1] = reservation
+  local o = 1 + 7 * found
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
+  out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(job.ua)
+  found = found + 1
+end
+
+-- Whether job x ({id, score}) comes before y: by score, then by id as a number.
+local function before(x, y)
+  local sx, sy = tonumber(x[2]), tonumber(y[2])
+  if sx ~= sy then
+    return sx < sy
   end
-  local jobs = read_records(records_key, taken)
-  local held, mine, holders = {}, {}, {}
-  for i = 1, #page, 2 do
-    local id, score = page[i], page[i + 1]
-    local job = jobs[id]
-    if not job then
-      evicted = evicted + 1
-    else
-      held[#held + 1] = score
-      held[#held + 1] = id
-      mine[#mine + 1] = id
-      holders[#holders + 1] = id
-      holders[#holders + 1] = reservation
-      local o = 1 + 7 * found
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
-      out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(job.ua)
-      found = found + 1
+  return tonumber(x[1]) < tonumber(y[1])
+end
+
+-- The PENDING set's side: pages of eligible members with their records; those taken (held or
+-- evicted) are removed before the next page is read.
+local page, at, more, taken = {}, 1, true, {}
+local function next_member()
+  if at > #page and more then
+    zrem_all(pending_key, taken)
+    taken = {}
+    local want = limit - found
+    local flat = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+    page = {}
+    local ids = {}
+    for i = 1, #flat, 2 do
+      page[#page + 1] = {flat[i], flat[i + 1]}
+      ids[#ids + 1] = flat[i]
     end
+    more = #page >= want
+    at = 1
+    local jobs = read_records(records_key, ids)
+    for _, entry in ipairs(page) do
+      entry[3] = jobs[entry[1]]
+    end
+    table.sort(page, before)
   end
-  zrem_all(pending_key, taken)
-  zadd_pairs(held_key, held)
-  zadd_all(expiry_key, expiry, mine)
-  for i = 1, #holders, 2 * SET_CHUNK do
-    redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 2 * SET_CHUNK - 1, #holders)))
+  return page[at]
+end
+
+local reader = ready_reader(ready_key, records_key, true, limit + 1)
+while found < limit do
+  local member = next_member()
+  local entry = reader.peek()
+  if entry and entry.score > now then
+    entry = nil
   end
-  if #page < 2 * want then
+  if entry and (not member or before({entry.id, entry.score}, member)) then
+    reader.take()
+    if entry.job then
+      take(entry.id, string.format('%d', entry.score), entry.job)
+    elseif entry.state == 'gone' then
+      evicted = evicted + 1
+    end
+  elseif member then
+    at = at + 1
+    if member[3] then
+      take(member[1], member[2], member[3])
+    else
+      evicted = evicted + 1
+    end
+    taken[#taken + 1] = member[1]
+  else
     break
   end
+end
+zrem_all(pending_key, taken)
+reader.finish()
+zadd_pairs(held_key, held)
+zadd_all(expiry_key, expiry, mine)
+for i = 1, #holders, 2 * SET_CHUNK do
+  redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 2 * SET_CHUNK - 1, #holders)))
 end
 out[1] = evicted
 return out

@@ -14,12 +14,17 @@ expressions): the store pages through with bodies and matches in Python. A membe
 missing (evicted) is removed from its set, counted, and skipped; `looked` (members of the window
 read, evicted ones included) tells the caller how far the offset moved, and `last` whether the
 range ends within them. Order: by score, equal scores by id as text (Redis' order), reversed when
-newest first; the held set's members take their places in that order.
+newest first; the held set's members and the ready list's entries (lib/ready.lua) take their
+places in that order. A tombstone of the list keeps its place: counted in `looked`, no row. An
+evicted list entry is removed with LREM (rare: only where a record went missing). Reading the
+list's part of a window costs O(offset + count) entries, from the head (oldest first) or the
+tail (newest first).
 
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to read (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash to
          merge (plc:{S:Q}:p{p}:h, :x, :o)
+KEYS[6]  optional, with them: the ready list to merge (plc:{S:Q}:p{p}:r)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
@@ -38,11 +43,13 @@ bd (nil unless asked)}, or -1 if the queue does not exist.
 --@include records
 --@include sets
 --@include holds
+--@include ready
 local meta_key, set_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local records_key, low, high = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4])
 local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
 local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
+local ready_key = KEYS[6]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
@@ -71,34 +78,49 @@ local function before(a, b)
   return (a[1] < b[1]) ~= newest_first
 end
 
--- The window [offset, offset + count) of the range: {id, score, held?} triples, in order.
+-- The window [offset, offset + count) of the range: {id, score, where} triples, in order, where
+-- is false for the set, 'held' or 'list'.
 local window = {}
 if not held_key then
   for _, m in ipairs(range(set_key, offset, count)) do
     window[#window + 1] = {m[1], m[2], false}
   end
 else
-  -- Held members in the window are among its first offset + count; set members among those
-  -- from offset - #held. One set member more is read (at `base`) to place held members before it.
-  local held = range(held_key, 0, offset + count)
-  local base = math.max(0, offset - #held - 1)
+  -- The held set's and the list's members in the window are among their first offset + count
+  -- (merged: `others`); set members among those from offset - #others. One set member more is
+  -- read (at `base`) to place the others before it.
+  local others = {}
+  for _, m in ipairs(range(held_key, 0, offset + count)) do
+    others[#others + 1] = {m[1], m[2], 'held'}
+  end
+  if ready_key then
+    for _, m in ipairs(ready_scan(ready_key, records_key, low, high, offset + count, newest_first)) do
+      others[#others + 1] = {m[1], m[2], 'list'}
+    end
+    -- a strict order for table.sort: `before` says true of a member and itself when newest first
+    table.sort(others, function(a, b) return a[1] ~= b[1] and before(a, b) end)
+    for i = #others, offset + count + 1, -1 do
+      others[i] = nil
+    end
+  end
+  local base = math.max(0, offset - #others - 1)
   local main = range(set_key, base, offset + count - base)
   local placed = {}
   local p = 1
   for i, m in ipairs(main) do
-    while p <= #held and before(held[p], m) do
+    while p <= #others and before(others[p], m) do
       p = p + 1
     end
     placed[#placed + 1] = {base + (i - 1) + (p - 1), m[1], m[2], false}
   end
   p = 1
-  for j, h in ipairs(held) do
+  for j, h in ipairs(others) do
     while p <= #main and before(main[p], h) do
       p = p + 1
     end
     -- before the first set member read, past `base`: the window starts later
     if base == 0 or p > 1 then
-      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], true}
+      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], h[3]}
     end
   end
   table.sort(placed, function(x, y) return x[1] < y[1] end)
@@ -113,13 +135,13 @@ local budget = tonumber(ARGV[9]) or 0
 local bounded = with_body and budget > 0
 local out = {0, 0, 0}
 local evicted, looked, taken = 0, 0, 0
-local gone, gone_held = {}, {}
+local gone, gone_held, gone_listed = {}, {}, {}
 -- Records are read a chunk of the window at a time, sized from the bodies read so far (8 to
 -- start with) to hold about the bytes left of the budget, or CHUNK_BYTES without one, so that a
 -- window of large bodies never sits in memory whole.
 local CHUNK_BYTES = 4 * 1024 * 1024
 local at, read, read_bytes = 1, 0, 0  -- the next member whose record is not read; the reads so far
-local jobs = {}
+local jobs, tombstones = {}, {}
 for i, m in ipairs(window) do
   if bounded and taken >= budget then
     break
@@ -137,7 +159,7 @@ for i, m in ipairs(window) do
     for w = at, math.min(at + math.max(1, math.min(n, RECORD_CHUNK)) - 1, #window) do
       ids[#ids + 1] = window[w][1]
     end
-    jobs = read_records(records_key, ids)
+    jobs, tombstones = read_records(records_key, ids)
     for _, job in pairs(jobs) do
       read_bytes = read_bytes + #job.bd
     end
@@ -145,10 +167,14 @@ for i, m in ipairs(window) do
     at = at + #ids
   end
   looked = looked + 1
-  local id, score, is_held = m[1], m[2], m[3]
+  local id, score, where = m[1], m[2], m[3]
   local job = jobs[id]
-  if not job then
-    if is_held then
+  if tombstones[id] then
+    -- a deleted job of the list: its place, no row
+  elseif not job then
+    if where == 'list' then
+      gone_listed[#gone_listed + 1] = id
+    elseif where then
       gone_held[#gone_held + 1] = id
     else
       gone[#gone + 1] = id
@@ -169,6 +195,9 @@ end
 zrem_all(set_key, gone)
 if #gone_held > 0 then
   drop_holds(held_key, expiry_key, holders_key, gone_held)
+end
+for _, id in ipairs(gone_listed) do
+  redis.call('LREM', ready_key, 1, id)
 end
 out[1] = evicted
 out[2] = looked

@@ -14,7 +14,12 @@ registers the name in the compact layout (field c of the records hash and the na
 in ms; an existing c is kept).
 
 Jobs keep their priority, state, score and fields: scores and ca/ua go from seconds to integer
-ms (records.lua's to_ms). A held job (broker hold) stays held, with its expiry and holder; one
+ms (records.lua's to_ms). PENDING jobs all go to the compact PENDING sets (p{p}:s0), never to
+the ready lists (p{p}:r, lua_compact/lib/ready.lua): a PENDING job may always sit in the set,
+which is what the compact scripts do with any job whose run after is not its enqueue's now, and
+the lists' order (score, id) could not be kept by a batch of any scores appended to a list that
+the compact layout may already hold. So a moved PENDING job costs a set member (about 100
+bytes more than a list entry) until it is dequeued; jobs enqueued afterwards go to the lists. A held job (broker hold) stays held, with its expiry and holder; one
 whose expiry or holder is missing goes to PENDING instead (it could never lapse). A member whose
 hash is gone, or lacks bd or al (evicted remains), is removed with its remains and counted.
 

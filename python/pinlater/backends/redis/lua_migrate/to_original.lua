@@ -4,9 +4,10 @@
 The mirror of to_compact.lua: up to ARGV[3] jobs (fewer once their bodies reach ARGV[4] bytes)
 are read from the compact sets and records, written as the original's sets and job hashes and
 deleted from the compact layout, so a crash between calls loses and duplicates nothing and
-calling again continues. The call that finds the queue's sets empty finishes it: the counter
-and the name leave the compact layout, with what is left of its hold structures and any record
-no set names (an orphan, invisible to every script: dropped and counted). A queue whose records
+calling again continues. The call that finds the queue's sets and ready lists empty finishes
+it: the counter and the name leave the compact layout, with what is left of its hold
+structures and any record no set or list names (an orphan, invisible to every script: dropped
+and counted). A queue whose records
 hash has no field c (already moved, or deleted) is not touched, except for its counter.
 
 Every call first raises the original's counter (plj) to the compact one (field id), and
@@ -18,15 +19,24 @@ Scores and ca/ua go from integer ms to seconds text (records.lua's to_seconds, w
 parser reads back as ms / 1000 exactly); al and ar as integers; cs as it is (always written, as
 our enqueue writes it); cd only when the record has one. Held jobs stay held, as in to_compact.
 
+Ready lists (lua_compact/lib/ready.lua): the PENDING jobs a compact queue holds in its ready
+lists move too, after the priority's sets, from the list's head, so in list order: each to the
+original's PENDING set, scored by its marker (its run after, which is the record's ca). A
+tombstone (a job deleted in place) is dropped with its record, as the compact scripts drop it
+at the list's head, and not counted; an id without a record is an evicted job (counted). Each
+entry taken counts against ARGV[3], and the list keeps its invariants between calls (a marker
+at its head, t{p} counting its markers and tombstones; the field leaves once the count is 0).
+
 KEYS[1]     the compact queue names sorted set (plc:{S}:q)
-KEYS[2]     the compact records hash (plc:{S:Q}:j), with the queue's fields c and id
+KEYS[2]     the compact records hash (plc:{S:Q}:j), with the queue's fields c, id and t{p}
 KEYS[3]     the original's queue names sorted set (pln_{S})
 KEYS[4]     the original's id counter (plj_{S}_{Q})
 KEYS[5..]   14 per priority: the compact s0 s1 s2 s3 h x o (plc:{S:Q}:p{p}:s0 ..), then the
             original's s0 s1 s2 s3 _h _x _o (plq_{S}_{Q}.p{p}_s0 ..)
+KEYS[5+14n..] the compact ready lists, one per priority in the same order (plc:{S:Q}:p{p}:r)
 ARGV[1]     queue name
 ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
-ARGV[3]     the most jobs to move in this call
+ARGV[3]     the most jobs (ready list entries: jobs, tombstones, evicted ids) to move in this call
 ARGV[4]     body bytes after which the call moves no further job (it moves at least one)
 ARGV[5]     number of priorities passed, n
 
@@ -37,6 +47,7 @@ dropped}.
 ]]
 --@include records
 --@include holds
+--@include ready
 local src_names, records, dst_names, dst_counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local FIRST = 5  -- KEYS index of the first priority's keys
 local queue, hash_prefix = ARGV[1], ARGV[2]
@@ -137,11 +148,59 @@ local function move_some(base, state)
   return true
 end
 
+-- Move up to `left` entries from the head of one priority's ready list (in list order, so in
+-- (score, id) order) to the original's PENDING set `dst`. The reader reads one entry (and its
+-- record) at a time, so the byte budget holds as in move_some.
+local function move_ready(ready_key, dst)
+  if redis.call('EXISTS', ready_key) == 0 then
+    return
+  end
+  local reader = ready_reader(ready_key, records, true, 1)
+  local taken, hash_keys, fields, scored = {}, {}, {}, {}
+  while left > 0 and bytes < byte_budget do
+    local e = reader.take()
+    if not e then
+      break
+    end
+    left = left - 1
+    if e.state == 'job' then
+      local job = e.job
+      taken[#taken + 1] = e.id
+      bytes = bytes + #job.bd
+      hash_keys[#hash_keys + 1] = hash_prefix .. e.id
+      local f = {'bd', job.bd, 'al', string.format('%d', job.al), 'ar', string.format('%d', job.ar),
+                 'ca', to_seconds(job.ca), 'ua', to_seconds(job.ua), 'cs', job.cs}
+      if job.cd then
+        f[#f + 1] = 'cd'
+        f[#f + 1] = job.cd
+      end
+      fields[#fields + 1] = f
+      scored[#scored + 1] = to_seconds(e.score or job.ca)  -- a list whose head lost its marker: ca
+      scored[#scored + 1] = e.id
+      out[2] = out[2] + 1
+    elseif e.state == 'gone' then
+      out[8] = out[8] + 1
+    end  -- a tombstone: finish() deletes its record
+  end
+  for i = 1, #hash_keys, 1000 do
+    redis.call('DEL', unpack(hash_keys, i, math.min(i + 999, #hash_keys)))
+  end
+  for i, hash_key in ipairs(hash_keys) do
+    redis.call('HSET', hash_key, unpack(fields[i]))
+  end
+  zadd_pairs(dst, scored)
+  reader.finish()
+  delete_records(records, taken)
+end
+
 for p = 0, n - 1 do
   local base = FIRST + 14 * p
   for state = 0, 4 do
     while left > 0 and bytes < byte_budget and move_some(base, state) do
     end
+  end
+  if left > 0 and bytes < byte_budget then
+    move_ready(KEYS[FIRST + 14 * n + p], KEYS[base + 7])
   end
 end
 
@@ -151,10 +210,14 @@ for p = 0, n - 1 do
   for state = 0, 4 do
     remaining = remaining + redis.call('ZCARD', KEYS[base + state])
   end
+  remaining = remaining + redis.call('LLEN', KEYS[FIRST + 14 * n + p])
 end
 if remaining == 0 then
-  -- Whatever field is left but c and id is a record no set names.
+  -- Whatever field is left but c, id and the lists' counters t{p} is a record no set names.
   local own = redis.call('HEXISTS', records, 'c') + redis.call('HEXISTS', records, 'id')
+  for p = 0, n - 1 do
+    own = own + redis.call('HEXISTS', records, extra_field(KEYS[FIRST + 14 * n + p]))
+  end
   out[9] = redis.call('HLEN', records) - own
   local gone = {records}
   for p = 0, n - 1 do
