@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from pinlater._pinlater import redis_int_reply, redis_pack_command, redis_reply_end
 from pinlater.backends.redis.cluster import (
@@ -24,6 +26,7 @@ from pinlater.backends.redis.cluster import (
 )
 from pinlater.backends.redis.config import RedisEndpoint, RedisShardConfig
 from pinlater.backends.redis.hot_client import HotClient, script_sha
+from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.errors import ShardConnectionError
 
 SHA = script_sha("count_jobs")
@@ -470,5 +473,24 @@ def test_a_map_read_after_a_redirect_keeps_to_the_calls_timeout() -> None:
         finally:
             node.close()
             silent.close()
+
+    run(body)
+
+
+def test_node_clients_of_a_checked_layout_add_no_layout_listener() -> None:
+    """A HotClient per node the cluster names (every redirect target): one made once the layout
+    is checked does not listen to it (it changes no more), so the layout does not keep every
+    node client ever made."""
+
+    async def body() -> None:
+        dead = await _dead_endpoint()
+        config = RedisShardConfig(dead, layout="compact")
+        layout = ShardLayout("c", config, redis.Redis(dead.host, dead.port, retry=Retry(NoBackoff(), 0)))
+        assert not layout.checked  # the shard was not reached: provisional
+        HotClient("c", config, 1.0, layout=layout)
+        layout.checked = True  # as check() leaves it once the record is read
+        for _ in range(50):
+            HotClient("c", config, 1.0, layout=layout)
+        assert len(layout._listeners) == 1
 
     run(body)

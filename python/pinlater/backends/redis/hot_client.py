@@ -236,8 +236,8 @@ class HotClient:
         self._layout = layout
         self.shas: dict[str, str] = {}
         self._use_layout("original" if layout is None else layout.name)
-        if layout is not None:
-            layout.on_change(self._use_layout)
+        if layout is not None and not layout.checked:  # (a checked layout changes no more: a
+            layout.on_change(self._use_layout)  # cluster's client per node adds no listener then)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
