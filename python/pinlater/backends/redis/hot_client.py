@@ -236,8 +236,8 @@ class HotClient:
         self._layout = layout
         self.shas: dict[str, str] = {}
         self._use_layout("original" if layout is None else layout.name)
-        if layout is not None:
-            layout.on_change(self._use_layout)
+        if layout is not None and not layout.checked:  # (a checked layout changes no more: a
+            layout.on_change(self._use_layout)  # cluster's client per node adds no listener then)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conn: _Connection | None = None
         self._connecting: asyncio.Task[_Connection] | None = None
@@ -433,7 +433,10 @@ def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _
 def _error_reply(text: str) -> redis.RedisError:
     """The exception redis-py raises for the error reply ``-{text}`` (so ``shard_errors`` maps
     ours exactly as theirs: ``OutOfMemoryError``, ``BusyLoadingError``, ``ResponseError``...)."""
-    exc: redis.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]  # untyped in redis-py
+    try:
+        exc: redis.RedisError = BaseParser.parse_error(text)  # type: ignore[no-untyped-call]  # untyped in redis-py
+    except ValueError:  # -MOVED or -ASK without "slot host:port": redis-py's classes refuse it
+        return redis.ConnectionError(f"Protocol error: a malformed error reply: -{text[:100]}")
     return exc
 
 

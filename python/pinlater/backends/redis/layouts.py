@@ -142,6 +142,7 @@ class ShardLayout:
             for listener in self._listeners:
                 listener(found)
         self.checked = True
+        self._listeners.clear()  # a checked layout changes no more
 
     def require(self) -> None:
         """For calls that cannot block (the event loop's): fail as a down shard until checked."""

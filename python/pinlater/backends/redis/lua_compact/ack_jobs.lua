@@ -30,24 +30,7 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
-local function cut_chars(s, limit)
-  -- keep the first `limit` UTF-8 characters (a continuation byte starts no character)
-  if #s <= limit then
-    return s
-  end
-  local count = 0
-  for i = 1, #s do
-    local b = string.byte(s, i)
-    if b < 128 or b >= 192 then
-      count = count + 1
-      if count > limit then
-        return string.sub(s, 1, i - 1)
-      end
-    end
-  end
-  return s
-end
-
+--@include claimed
 local meta_key = KEYS[1]
 local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
 local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
@@ -55,25 +38,7 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 
--- Which acked ids each IN_PROGRESS set holds (one ZMSCORE per set), then their records.
-local ids_of, order = {}, {}
-for j = 0, n - 1 do
-  local a = 6 + 5 * j
-  local k = tonumber(ARGV[a])
-  if not ids_of[k] then
-    ids_of[k] = {}
-    order[#order + 1] = k
-  end
-  table.insert(ids_of[k], ARGV[a + 1])
-end
-local member, present = {}, {}
-for _, k in ipairs(order) do
-  member[k] = scores_of(KEYS[k + 1], ids_of[k])
-  for id in pairs(member[k]) do
-    present[#present + 1] = id
-  end
-end
-local jobs = read_records(records_key, present)
+local member, jobs = claimed_jobs(records_key, 6, 5, n)
 
 local writes = set_writes()
 local changed, evicted, acked = 0, 0, {}

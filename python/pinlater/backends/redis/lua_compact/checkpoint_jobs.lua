@@ -37,24 +37,7 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
-local function cut_chars(s, limit)
-  -- keep the first `limit` UTF-8 characters (a continuation byte starts no character)
-  if #s <= limit then
-    return s
-  end
-  local count = 0
-  for i = 1, #s do
-    local b = string.byte(s, i)
-    if b < 128 or b >= 192 then
-      count = count + 1
-      if count > limit then
-        return string.sub(s, 1, i - 1)
-      end
-    end
-  end
-  return s
-end
-
+--@include claimed
 local meta_key = KEYS[1]
 local records_key, source = ARGV[2], ARGV[3]
 local status_limit, now, n = tonumber(ARGV[4]), to_ms(ARGV[5]), tonumber(ARGV[6])
@@ -62,25 +45,7 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 
--- Which ids each IN_PROGRESS set holds (one ZMSCORE per set), then their records.
-local ids_of, order = {}, {}
-for j = 0, n - 1 do
-  local a = 7 + 9 * j
-  local k = tonumber(ARGV[a])
-  if not ids_of[k] then
-    ids_of[k] = {}
-    order[#order + 1] = k
-  end
-  table.insert(ids_of[k], ARGV[a + 1])
-end
-local member, present = {}, {}
-for _, k in ipairs(order) do
-  member[k] = scores_of(KEYS[k + 1], ids_of[k])
-  for id in pairs(member[k]) do
-    present[#present + 1] = id
-  end
-end
-local jobs = read_records(records_key, present)
+local member, jobs = claimed_jobs(records_key, 7, 9, n)
 
 -- Where each job touched ends up, per PENDING set index k: fate[k][id] = true (stays in
 -- IN_PROGRESS, re-scored by now), a run-after score in ms (moved to PENDING), or false (evicted).
