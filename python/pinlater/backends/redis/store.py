@@ -589,5 +589,6 @@ def _ids(reply: Any) -> list[int]:
 
 def _now_seconds() -> str:
     """The queue-creation score; the seam passes no clock to create_queue, and the score is
-    informational only (the original wrote the creation time there)."""
-    return repr(time.time())
+    informational only (the original wrote the creation time there). Whole milliseconds, as
+    every other time the store keeps, so the compact layout and a migration keep it exactly."""
+    return seconds_arg(time.time_ns() // 1_000_000)
