@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pinlater.backends.redis.scripts import READY_LISTS_ENV
 from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect, generated_thrift_modules
 
@@ -82,3 +83,10 @@ def client(server: ServerProcess, open_client: Callable[[ServerProcess], Any]) -
 @pytest.fixture
 def ttypes(thrift_gen: tuple[ModuleType, ModuleType]) -> ModuleType:
     return thrift_gen[1]
+
+
+@pytest.fixture
+def ready_lists_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compact layout's experimental ready lists written (``scripts.READY_LISTS_ENV``), for
+    stores opened after this fixture and servers started after it."""
+    monkeypatch.setenv(READY_LISTS_ENV, "1")

@@ -9,6 +9,7 @@ redis-server processes on free loopback ports, one per test.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import re
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from pinlater.backends.base import AckItem, CheckpointItem, CountKey, JobFilter,
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import store as store_module
 from pinlater.backends.redis.filtered_reads import page, read_sets
-from pinlater.backends.redis.scripts import INCLUDE, SCRIPT_NAMES, source
+from pinlater.backends.redis.scripts import INCLUDE, READY_LISTS_ENV, SCRIPT_NAMES, source
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 
@@ -242,6 +243,7 @@ def test_a_held_job_whose_record_is_gone_is_claimed_then_counted(store: RedisSto
 # -- what a batch costs -------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisStore, raw: redis.Redis) -> None:
     store.enqueue_jobs(Q, [NewJob(1, b"warm-up", T0, 1)], T0)  # the first call may have loaded the script
@@ -368,6 +370,7 @@ def test_custom_status_is_cut_by_characters(store: RedisStore) -> None:
     assert store.lookup_jobs(Q, [(1, local_id)], False)[0].custom_status == "a" * (limit - 1) + "é"
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 @pytest.mark.parametrize("newest_first", [False, True])
 def test_a_page_with_bodies_stops_at_its_byte_budget(store: RedisStore, raw: redis.Redis, newest_first: bool) -> None:
@@ -437,6 +440,16 @@ def extra(raw: redis.Redis, priority: int = 1) -> int:
     return int(raw.hget(K + "j", f"t{priority}") or 0)
 
 
+def test_without_ready_lists_every_pending_job_goes_to_its_set(store: RedisStore, raw: redis.Redis) -> None:
+    """The ready lists are experimental and off by default (scripts.py says why)."""
+    assert os.environ.get(READY_LISTS_ENV) != "1"
+    a, b = store.enqueue_jobs(Q, [NewJob(1, b"now", T0, 2), NewJob(1, b"later", T0 + 5, 2)], T0)
+    assert zset(raw, K + "p1:s0") == {str(a): T0, str(b): T0 + 5}
+    assert not raw.exists(K + "p1:r")
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 10, "c", T0 + 5, False)] == [a, b]
+
+
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_jobs_enqueued_to_run_now_go_to_the_ready_list(store: RedisStore, raw: redis.Redis) -> None:
     jobs = [NewJob(1, b"now", T0, 2), NewJob(1, b"later", T0 + 5, 2), NewJob(2, b"now2", T0, 2), NewJob(1, b"n", T0, 2)]
@@ -462,6 +475,7 @@ def test_jobs_enqueued_to_run_now_go_to_the_ready_list(store: RedisStore, raw: r
     assert counts[CountKey(Q, 2, JobState.PENDING, False)] == 1
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_dequeue_merges_the_list_and_the_set_by_score_then_id(store: RedisStore, raw: redis.Redis) -> None:
     [a] = store.enqueue_jobs(Q, [NewJob(1, b"a", T0, 1)], T0)  # list, score T0
@@ -477,6 +491,7 @@ def test_dequeue_merges_the_list_and_the_set_by_score_then_id(store: RedisStore,
     assert zset(raw, K + "p1:s1") == dict.fromkeys(map(str, (a, b, c, d)), T0 + 20)
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_reserve_takes_from_the_list_and_a_released_hold_goes_to_the_set(store: RedisStore, raw: redis.Redis) -> None:
     a, b, c = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1)] * 3, T0)
@@ -488,6 +503,7 @@ def test_reserve_takes_from_the_list_and_a_released_hold_goes_to_the_set(store: 
     assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 3  # set, held, list
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_an_enqueue_behind_the_lists_last_score_goes_to_the_set(store: RedisStore, raw: redis.Redis) -> None:
     [a] = store.enqueue_jobs(Q, [NewJob(1, b"ahead", T0 + 100, 1)], T0 + 100)  # a server whose clock is ahead
@@ -502,6 +518,7 @@ def test_an_enqueue_behind_the_lists_last_score_goes_to_the_set(store: RedisStor
     assert [job.local_id for job in store.dequeue_jobs(Q, 1, 5, CLAIM, T0 + 100, False)] == [a]
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_deleted_list_jobs_are_tombstones_counted_then_dropped_at_the_head(store: RedisStore, raw: redis.Redis) -> None:
     ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 1) for i in range(5)], T0)
@@ -524,6 +541,7 @@ def test_deleted_list_jobs_are_tombstones_counted_then_dropped_at_the_head(store
     assert store.evicted_jobs == 0  # tombstones are no evictions
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_evicted_list_jobs_are_counted_where_met(store: RedisStore, raw: redis.Redis) -> None:
     ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(8)], T0)
@@ -543,6 +561,7 @@ def test_evicted_list_jobs_are_counted_where_met(store: RedisStore, raw: redis.R
     assert not raw.exists(K + "p1:r") and extra(raw) == 0
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_delete_queue_empties_the_lists_and_their_counts(store: RedisStore, raw: redis.Redis) -> None:
     ids = store.enqueue_jobs(Q, [NewJob(1 + i % 2, b"x", T0, 1) for i in range(10)], T0)
@@ -564,6 +583,7 @@ class TickingClock:
         return self.now
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_the_sharded_backend_gives_the_store_the_now_the_run_afters_were_defaulted_to(
     store: RedisStore, raw: redis.Redis

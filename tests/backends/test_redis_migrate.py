@@ -345,7 +345,9 @@ def tombstones(raw: redis.Redis) -> list[tuple[int, int]]:
 
 
 @pytest.fixture
-def ready_filled(server: RedisServer, raw: redis.Redis) -> tuple[ShardView, list[tuple[int, int, bytes]]]:
+def ready_filled(
+    server: RedisServer, raw: redis.Redis, ready_lists_on: None
+) -> tuple[ShardView, list[tuple[int, int, bytes]]]:
     """Shard 1 in the compact layout filled by ``fill_ready``: its view and its dequeue order."""
     store = open_store(server, layout="compact")
     try:
@@ -452,6 +454,7 @@ def test_a_ready_list_job_without_its_record_is_dropped_as_evicted(
     assert original_view(raw, "1").jobs == {at: j for at, j in before.jobs.items() if at != ("r", 2, local_id)}
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 def test_a_call_stops_once_its_bodies_reach_the_byte_budget_in_a_ready_list(
     server: RedisServer, raw: redis.Redis
 ) -> None:
@@ -760,6 +763,7 @@ def test_a_call_that_moves_nothing_stops_the_run_naming_the_queue(
         migrate_shard(raw, "1", "compact")
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 def test_a_call_that_only_drops_tombstones_makes_progress(server: RedisServer, raw: redis.Redis) -> None:
     store = open_store(server, layout="compact")
     try:

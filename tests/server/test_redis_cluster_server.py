@@ -36,6 +36,7 @@ def write_cluster_config(path: Path, cluster: RedisClusterNodes, seeds: int = 2)
     return path
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.parametrize("broker", [False, True], ids=["direct", "broker"])
 def test_lifecycle_through_the_server_on_a_cluster_shard(
     tmp_path: Path,

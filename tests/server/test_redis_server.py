@@ -595,6 +595,7 @@ def test_an_evicted_job_hash_is_skipped_by_dequeue_and_counted(
     assert wait_for(lambda: stats(server).get("redis_evicted_jobs") == "1", 5, what="evicted jobs in /stats.txt")
 
 
+@pytest.mark.usefixtures("ready_lists_on")
 def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(
     tmp_path: Path,
     redis_servers: Callable[..., RedisServer],

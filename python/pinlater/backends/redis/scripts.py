@@ -6,10 +6,18 @@ them through ``importlib.resources`` and registers them on a client; redis-py's 
 EVALSHA and loads the script again when the server answers NOSCRIPT (after a restart or a
 ``SCRIPT FLUSH``). Helpers shared by several scripts of a layout live in its ``lib/{name}.lua``;
 a line ``--@include {name}`` in a script is replaced by that file (Redis has no module system).
+
+The compact layout's ready lists (``lua_compact/lib/ready.lua``) are written only with
+``PINLATER_EXPERIMENTAL_READY_LISTS=1`` in the environment: a review found unbounded work per
+call (lookups and deletes by id search a list, a dequeue walks every tombstone at its head) and
+wrong pages of scans and regex deletes over equal scores. Without it every PENDING job goes to
+its sorted set; the scripts still read the lists (empty then), so a shard that holds some is
+served.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cache
 from importlib import resources
@@ -51,12 +59,24 @@ SCRIPT_DIRS = {"original": "lua", "compact": "lua_compact"}
 """Each layout's directory of scripts."""
 
 
-@cache
+READY_LISTS_ENV = "PINLATER_EXPERIMENTAL_READY_LISTS"
+"""Set to 1 to write the compact layout's ready lists (see the module docstring)."""
+
+READY_LISTS_OFF = "local READY_LISTS = false\n"
+
+
 def source(name: str, layout: str = "original") -> str:
     """The text of the layout's ``{name}.lua``, with its ``--@include`` lines expanded."""
+    return _source(name, layout, os.environ.get(READY_LISTS_ENV) == "1")
+
+
+@cache
+def _source(name: str, layout: str, ready_lists: bool) -> str:
     folder = SCRIPT_DIRS[layout]
-    text = _read(folder, f"{name}.lua")
-    return INCLUDE.sub(lambda m: _read(folder, "lib", f"{m.group(1)}.lua"), text)
+    text = INCLUDE.sub(lambda m: _read(folder, "lib", f"{m.group(1)}.lua"), _read(folder, f"{name}.lua"))
+    if ready_lists:
+        text = text.replace(READY_LISTS_OFF, "local READY_LISTS = true\n")
+    return text
 
 
 def _read(*parts: str) -> str:

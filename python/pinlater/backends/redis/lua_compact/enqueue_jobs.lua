@@ -3,9 +3,10 @@
 As lua/enqueue_jobs.lua, in the compact layout: ids come from the field `id` of the queue's meta
 hash (one HINCRBY for the batch), so they are consecutive and in the order of the jobs; the
 records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
-ZADD, scored by run after in ms. A job whose run after is the enqueue's now goes to the ready
-list of its priority instead (one RPUSH per list, lib/ready.lua), unless the list's last score
-is after now (another server's clock ahead): then to the PENDING set, as the others.
+ZADD, scored by run after in ms. With READY_LISTS (off unless scripts.py turns it on), a job
+whose run after is the enqueue's now goes to the ready list of its priority instead (one RPUSH
+per list, lib/ready.lua), unless the list's last score is after now (another server's clock
+ahead): then to the PENDING set, as the others.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same meta hash (field `id`)
@@ -28,6 +29,8 @@ Returns the local ids in job order, or -1 if the queue does not exist.
 --@include records
 --@include sets
 --@include ready
+-- Off unless PINLATER_EXPERIMENTAL_READY_LISTS=1 (scripts.py says why): every job to its PENDING set.
+local READY_LISTS = false
 local meta_key, counter_key = KEYS[1], KEYS[2]
 local records_key, now, n = ARGV[2], to_ms(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
@@ -49,7 +52,7 @@ for j = 0, n - 1 do
   names[j + 1] = id
   jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
   local k, run_after = tonumber(ARGV[a]), to_ms(ARGV[a + 3])
-  if run_after == now then
+  if READY_LISTS and run_after == now then
     if not ready[k] then
       ready[k] = {}
       ready_order[#ready_order + 1] = k
