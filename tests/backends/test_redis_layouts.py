@@ -81,6 +81,24 @@ def test_a_config_naming_the_other_layout_is_refused(server: RedisServer, holds:
         open_store(server, configured)
 
 
+def test_a_shard_the_original_emptied_of_queues_stays_original(server: RedisServer, raw: redis.Redis) -> None:
+    """The original keeps a queue's id counter when the queue is deleted (and its names set goes
+    with its last name): served compact, a queue created again would hand out those ids twice."""
+    old = open_store(server, "original")
+    old.create_queue("q", 3)
+    ids = old.enqueue_jobs("q", [NewJob(1, b"x", NOW, 1)] * 5, NOW)
+    old.delete_queue("q")
+    old.close()
+    raw.delete(layout_key("1"))  # as an original PinLater server leaves it: it writes no record
+    assert raw.exists("plj_1_q") and not raw.exists("pln_1")
+    assert served(server, None) == "original"
+    store = open_store(server, None)
+    try:
+        assert store.enqueue_jobs("q", [NewJob(1, b"y", NOW, 1)], NOW)[0] > max(ids)
+    finally:
+        store.close()
+
+
 def test_original_data_without_a_record_is_not_served_compact(server: RedisServer, raw: redis.Redis) -> None:
     raw.zadd("pln_1", {"q": 1_700_000_000.0})
     with pytest.raises(ConfigError, match="holds the original layout"):

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from pinlater.backends.redis.config import LAYOUTS
-from pinlater.backends.redis.keys import queue_names_key
+from pinlater.backends.redis.keys import JOB_ID_KEY_PREFIX, queue_names_key
 from pinlater.backends.redis.keys_compact import compact_names_key
 from pinlater.errors import ConfigError, ShardConnectionError
 
@@ -74,12 +74,25 @@ def choose_layout(client: redis.Redis | redis.RedisCluster, shard: str, wanted: 
 
 def _layout_of_data(client: redis.Redis | redis.RedisCluster, shard: str) -> str | None:
     """What a shard without a layout record holds: ``original`` if it has the original's queue
-    names, ``compact`` if it has the compact layout's (written before records existed), else None."""
+    names, or id counters of queues since deleted (the original keeps ``plj_S_Q`` when a queue
+    goes: served compact, a queue created again would hand out its ids a second time);
+    ``compact`` if it has the compact layout's names (written before records existed); else None.
+    The counters are found by one SCAN of the keyspace, once per shard (the record is written
+    then); a counter of a shard whose name extends this one's (``S_x``) also counts, which only
+    keeps this shard original. A Redis Cluster never holds the original layout."""
     if client.exists(queue_names_key(shard)):
         return "original"
     if client.exists(compact_names_key(shard)):
         return "compact"
+    if isinstance(client, redis.Redis):
+        for _ in client.scan_iter(match=f"{JOB_ID_KEY_PREFIX}_{_glob_escaped(shard)}_*", count=1000):
+            return "original"
     return None
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally in a SCAN MATCH pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def _text(value: object) -> str | None:
