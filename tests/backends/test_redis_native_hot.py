@@ -480,6 +480,8 @@ class FakeRedis:
                     writer.write(b"$-1\r\n")
                 elif args[0] == b"EXISTS":  # no queue of either layout
                     writer.write(b":0\r\n")
+                elif args[0] == b"SCAN":  # no id counter of a deleted queue either
+                    writer.write(b"*2\r\n$1\r\n0\r\n*0\r\n")
                 elif args[0] == b"SCRIPT":
                     sha = hashlib.sha1(args[2]).hexdigest().encode()
                     writer.write(b"$40\r\n" + sha + b"\r\n")
