@@ -44,12 +44,24 @@ const string CONTINUATION_END = "-1"
 
 // One job. Priority 1 is the highest. A job without runAfterTimestampMillis may run at once.
 // numAttemptsAllowed counts the first attempt too.
+//
+// pinlater extensions (6-8; original servers and clients skip them):
+// dedupKey: while a job of the queue with this key is PENDING (now or later) or IN_PROGRESS, an
+//   enqueue of another job with it creates nothing and answers that job's descriptor, with
+//   deduplicated true at its position. At most 1,024 bytes (UTF-8), not empty.
+// dedupWindowMillis: with a dedupKey, the key also stays held until this long after the holding
+//   job's enqueue, even once it has finished. 0 or more; more than 0 needs a dedupKey.
+// groupKey: ordered groups (FIFO per key). Reserved: this server refuses it (ENQUEUE_REJECTED)
+//   until ordered groups land, rather than ignore it.
 struct PinLaterJob {
   1: required binary body;
   2: optional byte priority = 1;
   3: optional i64 runAfterTimestampMillis;
   4: optional i32 numAttemptsAllowed = 2;
   5: optional string customStatus = "";
+  6: optional string dedupKey;
+  7: optional i64 dedupWindowMillis = 0;
+  8: optional string groupKey;
 }
 
 struct PinLaterEnqueueRequest {
@@ -58,8 +70,11 @@ struct PinLaterEnqueueRequest {
 }
 
 // One descriptor per job, in the order the jobs were sent.
+// deduplicated (pinlater extension): parallel to jobDescriptors, true where the job was not
+// created because its dedupKey was held (the descriptor is the holder's); absent: none was.
 struct PinLaterEnqueueResponse {
   1: required list<string> jobDescriptors;
+  2: optional list<bool> deduplicated;
 }
 
 // retryDelayMillis applies to failure acks of jobs that have attempts left.
@@ -131,6 +146,9 @@ struct PinLaterJobInfo {
   7: optional i64 updatedAtTimestampMillis;
   8: optional string claimDescriptor;
   9: optional binary body;
+  // pinlater extensions: the job's keys (see PinLaterJob), absent when it has none.
+  11: optional string dedupKey;
+  12: optional string groupKey;
 }
 
 // Counts jobs in one state, over all priorities unless one is given. Only jobs whose runAfter

@@ -97,6 +97,10 @@ class JobRecord:
     updated_at_ms: int
     claim_descriptor: str | None
     body: bytes | None = None
+    #: The job's ``dedupKey`` while the shard's record of that key names this job (see
+    #: ``ShardStore.enqueue_dedup_jobs``): from its enqueue until the key is taken by a later
+    #: job (only possible once this one is finished and its window passed) or forgotten.
+    dedup_key: str | None = None
 
     def as_clients_see_it(self) -> JobRecord:
         """The record without a dequeue broker's reservation: a PENDING job held by a broker
@@ -106,6 +110,25 @@ class JobRecord:
         if claim is not None and self.state == JobState.PENDING and claim.startswith(RESERVATION_PREFIX):
             return replace(self, claim_descriptor=None)
         return self
+
+
+class DedupJob(NamedTuple):
+    """A job with a dedup key (``PinLaterJob.dedupKey``): inserted only if no job holds the key
+    on the shard (``ShardStore.enqueue_dedup_jobs``). ``window_ms`` (``dedupWindowMillis``, 0 or
+    more) keeps the key held that long after this job's enqueue, even once it has finished."""
+
+    job: NewJob
+    key: str
+    window_ms: int
+
+
+class Enqueued(NamedTuple):
+    """Where ``enqueue_dedup_jobs`` put one job, or which job already held its key
+    (``deduplicated`` True: nothing was inserted and these are the holder's priority and id)."""
+
+    priority: int
+    local_id: int
+    deduplicated: bool
 
 
 class AckItem(NamedTuple):
@@ -202,6 +225,25 @@ class ShardStore(Protocol):
 
     def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
         """Insert jobs as PENDING in one transaction; return their local ids in order."""
+        ...
+
+    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+        """Insert each job as ``enqueue_jobs`` does, unless a job holds its key, in one atomic
+        step per call (two servers enqueueing one key at once make one job); answer per job, in
+        order. The keys in one call are distinct (``ShardedBackend`` collapses repeats first).
+
+        A key is held by the job recorded for it (the last one inserted with it on this shard,
+        per queue) while that job is PENDING (ready, later, or under a broker's reservation) or
+        IN_PROGRESS, and until ``now_ms + window_ms`` of its enqueue, whatever its state. A held
+        key answers the holder (``deduplicated`` True) and changes nothing; a key that is not
+        held is taken by the new job. The record survives restarts; ``lookup_jobs`` and
+        ``scan_jobs`` show the key on the job it names (``JobRecord.dedup_key``).
+        """
+        ...
+
+    def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
+        """Forget up to ``limit`` key records that no longer hold (window passed, and the job
+        finished or gone); return how many. The monitor calls it, so records do not pile up."""
         ...
 
     def dequeue_jobs(
