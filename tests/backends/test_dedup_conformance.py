@@ -1,0 +1,213 @@
+"""Dedup keys on one shard (``ShardStore.enqueue_dedup_jobs``), for every backend kind.
+
+The contract is the seam's docstring: a key is held by the job recorded for it while that job is
+PENDING or IN_PROGRESS, and until its enqueue time plus its window whatever its state. Time is
+explicit, so nothing sleeps.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pinlater.backends.base import (
+    AckItem,
+    DedupJob,
+    Enqueued,
+    JobFilter,
+    JobState,
+    NewJob,
+    ShardStore,
+)
+from pinlater.errors import QueueNotFoundError
+
+Q = "dedup_queue"
+T0 = 1_700_000_000_000
+CLAIM = "claim-0001:worker:host-a"
+
+
+@pytest.fixture
+def queue(store: ShardStore) -> str:
+    store.create_queue(Q, 3)
+    return Q
+
+
+def keyed(key: str, *, body: bytes = b"b", priority: int = 1, run_after: int = T0, window_ms: int = 0) -> DedupJob:
+    return DedupJob(NewJob(priority, body, run_after, 2), key, window_ms)
+
+
+def enqueue(store: ShardStore, *jobs: DedupJob, now: int = T0) -> list[Enqueued]:
+    return store.enqueue_dedup_jobs(Q, list(jobs), now)
+
+
+def state_of(store: ShardStore, e: Enqueued) -> JobState:
+    (record,) = store.lookup_jobs(Q, [(e.priority, e.local_id)], False)
+    return record.state
+
+
+def test_a_new_key_inserts_the_job_and_lookups_show_the_key(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1", body=b"first", priority=2))
+    assert not a.deduplicated and a.priority == 2
+    (record,) = store.lookup_jobs(Q, [(2, a.local_id)], True)
+    assert record.body == b"first" and record.state == JobState.PENDING
+    assert record.dedup_key == "k1"
+
+
+def test_a_pending_holder_answers_for_its_key(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1", body=b"first"))
+    (b,) = enqueue(store, keyed("k1", body=b"second", priority=3), now=T0 + 5)
+    assert b == Enqueued(a.priority, a.local_id, True)
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 10), None) == 1
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 3, T0 + 10, future=None), None) == 0
+
+
+def test_a_future_holder_holds_too(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1", run_after=T0 + 3_600_000))
+    (b,) = enqueue(store, keyed("k1"))
+    assert b.deduplicated and b.local_id == a.local_id
+
+
+def test_an_in_progress_holder_holds_and_a_finished_one_does_not(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)] == [a.local_id]
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 1)
+    assert b.deduplicated and b.local_id == a.local_id
+    store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 2)
+    (c,) = enqueue(store, keyed("k1", body=b"again"), now=T0 + 3)
+    assert not c.deduplicated and c.local_id != a.local_id
+    assert state_of(store, c) == JobState.PENDING
+
+
+def test_a_failed_holder_with_a_retry_left_still_holds(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)
+    store.ack_jobs(Q, [], [AckItem(1, a.local_id, "", 60_000)], T0 + 1)  # back to PENDING, later
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 2)
+    assert b.deduplicated and b.local_id == a.local_id
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 60_001, False)
+    store.ack_jobs(Q, [], [AckItem(1, a.local_id)], T0 + 60_002)  # last attempt: FAILED
+    assert state_of(store, a) == JobState.FAILED
+    (c,) = enqueue(store, keyed("k1"), now=T0 + 60_003)
+    assert not c.deduplicated
+
+
+def test_the_window_holds_after_the_holder_finished(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1", window_ms=10_000))
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)
+    store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 1)
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 9_999)
+    assert b.deduplicated and b.local_id == a.local_id
+    (c,) = enqueue(store, keyed("k1"), now=T0 + 10_000)
+    assert not c.deduplicated
+
+
+def test_the_window_of_the_holder_counts_not_that_of_the_newcomer(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)
+    store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 1)
+    (b,) = enqueue(store, keyed("k1", window_ms=3_600_000), now=T0 + 2)
+    assert not b.deduplicated  # the finished holder had no window; the newcomer takes the key
+
+
+def test_a_deleted_holder_frees_its_key(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, future=None), 10) == 1
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 1)
+    assert not b.deduplicated and b.local_id != a.local_id
+
+
+def test_a_held_key_makes_no_job_at_any_priority(store: ShardStore, queue: str) -> None:
+    enqueue(store, keyed("k1", priority=1))
+    (b,) = enqueue(store, keyed("k1", priority=2))
+    assert b.deduplicated and b.priority == 1
+    for priority in (2, 3):
+        assert store.count_jobs(Q, JobFilter(JobState.PENDING, priority, T0, future=None), None) == 0
+
+
+def test_keys_of_one_call_answer_in_order(store: ShardStore, queue: str) -> None:
+    (held,) = enqueue(store, keyed("k2"))
+    got = enqueue(store, keyed("k1"), keyed("k2"), keyed("k3", priority=2))
+    assert [e.deduplicated for e in got] == [False, True, False]
+    assert got[1] == Enqueued(1, held.local_id, True)
+    assert len({(e.priority, e.local_id) for e in got}) == 3
+    keys = {
+        r.local_id: r.dedup_key for p in (1, 2) for r in store.lookup_jobs(Q, [(p, e.local_id) for e in got], False)
+    }
+    assert keys[got[0].local_id] == "k1" and keys[got[2].local_id] == "k3"
+
+
+def test_keys_are_per_queue(store: ShardStore, queue: str) -> None:
+    store.create_queue("other_queue", 3)
+    (a,) = enqueue(store, keyed("k1"))
+    (b,) = store.enqueue_dedup_jobs("other_queue", [keyed("k1")], T0)
+    assert not a.deduplicated and not b.deduplicated
+
+
+def test_keys_are_text_not_patterns(store: ShardStore, queue: str) -> None:
+    keys = ["a:b", "a", "*", "%", "_", "k\u00e9y \u2603", "x" * 1024, "[1]", "a b"]
+    got = enqueue(store, *(keyed(k) for k in keys))
+    assert not any(e.deduplicated for e in got)
+    again = enqueue(store, *(keyed(k) for k in keys), now=T0 + 1)
+    assert [(e.local_id, e.deduplicated) for e in again] == [(e.local_id, True) for e in got]
+    for key, e in zip(keys, got, strict=True):
+        (record,) = store.lookup_jobs(Q, [(1, e.local_id)], False)
+        assert record.dedup_key == key
+
+
+def test_scans_show_the_key_and_plain_jobs_have_none(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    (plain,) = store.enqueue_jobs(Q, [NewJob(1, b"plain", T0, 2)], T0)
+    found = {r.local_id: r.dedup_key for r in store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 10)}
+    assert found == {a.local_id: "k1", plain: None}
+
+
+def test_gc_forgets_only_keys_no_longer_held(store: ShardStore, queue: str) -> None:
+    done, windowed, pending = enqueue(store, keyed("done"), keyed("windowed", window_ms=60_000), keyed("pending"))
+    store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)  # claims done and windowed (oldest ids first)
+    store.ack_jobs(Q, [AckItem(1, done.local_id), AckItem(1, windowed.local_id)], [], T0 + 1)
+    assert store.gc_dedup_keys(Q, T0 + 2, 100) == 1  # "done" only
+    assert store.gc_dedup_keys(Q, T0 + 2, 100) == 0
+    assert enqueue(store, keyed("windowed"), keyed("pending"), now=T0 + 3) == [
+        Enqueued(1, windowed.local_id, True),
+        Enqueued(1, pending.local_id, True),
+    ]
+    assert store.gc_dedup_keys(Q, T0 + 60_000, 100) == 1  # the window has passed
+    (again,) = enqueue(store, keyed("done"), now=T0 + 60_001)
+    assert not again.deduplicated
+
+
+def test_gc_is_bounded_by_its_limit(store: ShardStore, queue: str) -> None:
+    got = enqueue(store, *(keyed(f"k{i}") for i in range(5)))
+    store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, future=None), 10)
+    assert store.gc_dedup_keys(Q, T0 + 1, 3) == 3
+    assert store.gc_dedup_keys(Q, T0 + 1, 3) == 2
+    assert not any(e.deduplicated for e in got)
+
+
+def test_deleting_the_queue_forgets_its_keys(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    store.delete_queue(Q)
+    store.create_queue(Q, 3)
+    (b,) = enqueue(store, keyed("k1"))
+    assert not a.deduplicated and not b.deduplicated
+
+
+def test_a_missing_queue_is_an_error(store: ShardStore) -> None:
+    with pytest.raises(QueueNotFoundError):
+        store.enqueue_dedup_jobs("no_such_queue", [keyed("k1")], T0)
+
+
+def test_concurrent_enqueues_of_one_key_make_one_job(store: ShardStore, queue: str) -> None:
+    """Many callers at once, each with its own call: exactly one job is made, and every caller
+    is answered with it."""
+
+    def one(i: int) -> Enqueued:
+        (e,) = store.enqueue_dedup_jobs(Q, [keyed("contended", body=f"c{i}".encode())], T0)
+        return e
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(one, range(32)))
+    assert len({(e.priority, e.local_id) for e in got}) == 1
+    assert sum(not e.deduplicated for e in got) == 1
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 1
