@@ -10,9 +10,10 @@ pub mod error;
 
 /// The Thrift binary protocol on the wire.
 pub mod wire {
-    /// `decode`, `HotCall`, `EnqueueCall`, `DequeueCall`, `AckCall`: the three hot calls read from the frame.
+    /// `decode`, `HotCall`, `EnqueueCall`, `DequeueCall`, `AckCall`: the three hot calls read from the frame
+    /// (with the dedup keys an enqueue's jobs carry).
     pub mod hot_calls;
-    /// `enqueue_reply`, `dequeue_reply`, `dequeue_batches_reply`, `void_reply`: their REPLY messages.
+    /// `enqueue_reply`, `enqueue_descriptors_reply`, `dequeue_reply`, `dequeue_batches_reply`, `void_reply`: their REPLY messages.
     pub mod replies;
     /// `struct_end`, `value_end`: the bounds walk of a struct, before anything decodes it.
     pub mod struct_end;
@@ -130,8 +131,8 @@ mod _pinlater {
     use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
     #[pymodule_export]
     use crate::py::wire::replies::{
-        encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply, encode_enqueue_reply,
-        encode_void_reply,
+        encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply,
+        encode_enqueue_descriptors, encode_enqueue_reply, encode_void_reply,
     };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;

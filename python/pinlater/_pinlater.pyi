@@ -46,6 +46,7 @@ __all__ = [
     "encode_dequeue_reply",
     "encode_descriptor",
     "encode_descriptors",
+    "encode_enqueue_descriptors",
     "encode_enqueue_reply",
     "encode_void_reply",
     "mysql_insert_statements",
@@ -631,6 +632,18 @@ def encode_enqueue_reply(method: str, seqid: int, queue: str, shard: str, batch:
         ValueError: a length beyond 2**31 - 1.
     """
 
+def encode_enqueue_descriptors(
+    method: str, seqid: int, descriptors: Sequence[str], deduplicated: Sequence[bool] | None = None
+) -> bytes:
+    """The ``enqueueJobs`` REPLY message for ``seqid`` of jobs placed one by one (dedup keys):
+    ``jobDescriptors`` in job order and, when given, ``deduplicated`` (parallel to them) as the
+    response's field 2.
+
+    Raises:
+        DescriptorError: not one flag per descriptor.
+        ValueError: a length beyond 2**31 - 1.
+    """
+
 def encode_dequeue_batches(
     method: str, seqid: int, queue: str, batches: Sequence[tuple[str, int, ClaimedJobs]]
 ) -> bytes:
@@ -703,6 +716,16 @@ class EnqueueCall:
             JobRejected: the first job (in request order; attempts checked before priority) with
                 ``numAttemptsAllowed`` below 1 (``ENQUEUE_REJECTED``) or a priority outside
                 ``1..num_priorities`` (``PRIORITY_NOT_SUPPORTED``).
+        """
+
+    def dedup_keys(self) -> list[tuple[str | None, int]] | None:
+        """Each job's ``(dedupKey, dedupWindowMillis)`` in job order, or None when no job asks
+        for a pinlater extension (no key, window 0): then nothing per job is built.
+
+        Raises:
+            JobRejected: ``ENQUEUE_REJECTED`` for the first job (``jobs[i]: ...``) with a
+                ``groupKey`` (ordered groups are not served yet), an empty key or one over 1,024
+                bytes, a window below 0 or over ten years, or a window above 0 without a key.
         """
 
 @final

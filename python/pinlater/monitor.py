@@ -71,8 +71,9 @@ class Monitor:
             await asyncio.sleep(self.policy.interval_seconds)
 
     async def run_once(self) -> dict[str, int]:
-        """One pass over every shard; returns totals (resurrected, gc_succeeded, gc_failed)."""
-        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0}
+        """One pass over every shard; returns totals (resurrected, gc_succeeded, gc_failed,
+        gc_dedup_keys)."""
+        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0}
         for shard in self.backend.shards.all():
             if not shard.healthy:
                 continue
@@ -93,7 +94,7 @@ class Monitor:
 
     async def _shard_pass(self, shard: Shard) -> dict[str, int]:
         queues = await self.backend.call_store(shard, shard.store.get_queue_names)
-        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0}
+        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0}
         for queue in sorted(queues):
             try:
                 await self._queue_pass(shard, queue, totals)
@@ -105,7 +106,8 @@ class Monitor:
         return totals
 
     async def _queue_pass(self, shard: Shard, queue: str, totals: dict[str, int]) -> None:
-        """The three bounded sweeps of one queue on one shard, each priority; adds to ``totals``."""
+        """The three bounded sweeps of one queue on one shard, each priority, then the dedup keys
+        that hold no more; adds to ``totals``."""
         p = self.policy
         call = self.backend.call_store
         for priority in range(1, self.backend.num_priorities + 1):
@@ -137,3 +139,5 @@ class Monitor:
                 now - p.failed_ttl_ms,
                 p.max_per_pass,
             )
+        now = self.backend.clock.now_ms()
+        totals["gc_dedup_keys"] += await call(shard, shard.store.gc_dedup_keys, queue, now, p.max_per_pass)

@@ -159,6 +159,19 @@ pub struct Job {
     pub run_after_ms: Option<i64>,
     pub attempts_allowed: i32,
     pub custom_status: Span,
+    /// The pinlater extensions (6-8), checked by the handler, not here.
+    pub dedup_key: Option<Span>,
+    pub dedup_window_ms: i64,
+    pub group_key: Option<Span>,
+}
+
+impl Job {
+    /// Whether the job asks for an extension: a key, or a dedup window other than 0 (clients
+    /// generated from the IDL send its default 0 with every job).
+    #[must_use]
+    pub fn has_extensions(&self) -> bool {
+        self.dedup_key.is_some() || self.group_key.is_some() || self.dedup_window_ms != 0
+    }
 }
 
 impl Default for Job {
@@ -169,6 +182,9 @@ impl Default for Job {
             run_after_ms: None,
             attempts_allowed: 2,
             custom_status: 0..0,
+            dedup_key: None,
+            dedup_window_ms: 0,
+            group_key: None,
         }
     }
 }
@@ -388,6 +404,9 @@ fn job(r: &mut Reader<'_>) -> Result<Job, DecodeError> {
             (3, T_I64) => j.run_after_ms = Some(i64::from_be_bytes(r.take()?)),
             (4, T_I32) => j.attempts_allowed = i32::from_be_bytes(r.take()?),
             (5, T_STRING) => j.custom_status = r.text()?,
+            (6, T_STRING) => j.dedup_key = Some(r.text()?),
+            (7, T_I64) => j.dedup_window_ms = i64::from_be_bytes(r.take()?),
+            (8, T_STRING) => j.group_key = Some(r.text()?),
             _ => return Ok(false),
         }
         Ok(true)
@@ -602,6 +621,66 @@ impl EnqueueCall {
     }
 }
 
+/// The longest `dedupKey` taken, in bytes of UTF-8.
+pub const MAX_DEDUP_KEY_BYTES: usize = 1024;
+/// The longest `dedupWindowMillis` taken: ten years (so `now + window` never overflows).
+pub const MAX_DEDUP_WINDOW_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// One job's dedup key and window, as `EnqueueCall::dedup_keys` checked them.
+pub type DedupSpec<'p> = (Option<&'p str>, i64);
+
+impl EnqueueCall {
+    /// Whether any job asks for an extension (see [`Job::has_extensions`]).
+    #[must_use]
+    pub fn has_extensions(&self) -> bool {
+        self.jobs.iter().any(Job::has_extensions)
+    }
+
+    /// Each job's dedup key and window, in job order, checked: a key is 1 to
+    /// [`MAX_DEDUP_KEY_BYTES`] bytes; a window is 0 to [`MAX_DEDUP_WINDOW_MS`] and more than 0
+    /// only with a key; a `groupKey` is refused (ordered groups are not served yet). The first
+    /// job refused refuses the call (`ENQUEUE_REJECTED`, naming the field and the job's index).
+    pub fn dedup_keys<'p>(&self, payload: &'p [u8]) -> Result<Vec<DedupSpec<'p>>, JobRejected> {
+        let reject = |i: usize, what: String| JobRejected {
+            code: ENQUEUE_REJECTED,
+            message: format!("jobs[{i}]: {what}"),
+        };
+        let mut out = Vec::with_capacity(self.jobs.len());
+        for (i, job) in self.jobs.iter().enumerate() {
+            if job.group_key.is_some() {
+                return Err(reject(
+                    i,
+                    "groupKey (ordered groups) is not supported by this server yet".to_owned(),
+                ));
+            }
+            let key = job.dedup_key.as_ref().map(|span| text_at(payload, span));
+            let window = job.dedup_window_ms;
+            match key {
+                Some("") => return Err(reject(i, "dedupKey must not be empty".to_owned())),
+                Some(k) if k.len() > MAX_DEDUP_KEY_BYTES => {
+                    let n = k.len();
+                    return Err(reject(
+                        i,
+                        format!("dedupKey is {n} bytes, at most {MAX_DEDUP_KEY_BYTES}"),
+                    ));
+                }
+                None if window != 0 => {
+                    return Err(reject(i, "dedupWindowMillis needs a dedupKey".to_owned()))
+                }
+                _ => {}
+            }
+            if !(0..=MAX_DEDUP_WINDOW_MS).contains(&window) {
+                return Err(reject(
+                    i,
+                    format!("dedupWindowMillis must be 0 to {MAX_DEDUP_WINDOW_MS}, not {window}"),
+                ));
+            }
+            out.push((key, window));
+        }
+        Ok(out)
+    }
+}
+
 /// One decoded ack: its descriptor, whether it succeeded, and its item for the store (`None`
 /// when the local id exceeds `i64`, which no store hands out: acking it would change nothing).
 type Decoded<'p> = (Descriptor<'p>, bool, Option<AckItem>);
@@ -800,6 +879,55 @@ mod tests {
         let refused = call.new_jobs(&w.0, 2, 0).unwrap_err();
         assert_eq!(refused.code, PRIORITY_NOT_SUPPORTED);
         assert_eq!(refused.message, "priority 3 is not in 1..2");
+    }
+
+    #[test]
+    fn extension_fields_are_read_and_checked() {
+        let plain = enqueue(&[job(b"a").field(T_I64, 7).i64(0)]);
+        assert!(!decode_enqueue(&plain).unwrap().has_extensions());
+        let w = enqueue(&[
+            job(b"a").str_field(6, "k\u{e9}").field(T_I64, 7).i64(50),
+            job(b"b"),
+        ]);
+        let call = decode_enqueue(&w).unwrap();
+        assert!(call.has_extensions());
+        assert_eq!(
+            call.dedup_keys(&w.0).unwrap(),
+            vec![(Some("k\u{e9}"), 50), (None, 0)]
+        );
+        let refused = |w: &Wire| decode_enqueue(w).unwrap().dedup_keys(&w.0).unwrap_err();
+        let grouped = enqueue(&[job(b"a"), job(b"b").str_field(8, "g")]);
+        let err = refused(&grouped);
+        assert_eq!(err.code, ENQUEUE_REJECTED);
+        assert!(
+            err.message.starts_with("jobs[1]: groupKey"),
+            "{}",
+            err.message
+        );
+        let long = "x".repeat(MAX_DEDUP_KEY_BYTES + 1);
+        assert_eq!(
+            refused(&enqueue(&[job(b"a").str_field(6, &long)])).message,
+            "jobs[0]: dedupKey is 1025 bytes, at most 1024"
+        );
+        assert_eq!(
+            refused(&enqueue(&[job(b"a").str_field(6, "")])).message,
+            "jobs[0]: dedupKey must not be empty"
+        );
+        assert_eq!(
+            refused(&enqueue(&[job(b"a").field(T_I64, 7).i64(5)])).message,
+            "jobs[0]: dedupWindowMillis needs a dedupKey"
+        );
+        let negative = enqueue(&[job(b"a").str_field(6, "k").field(T_I64, 7).i64(-1)]);
+        assert!(refused(&negative).message.ends_with("not -1"));
+        let at_most = enqueue(&[job(b"a").str_field(6, &"y".repeat(MAX_DEDUP_KEY_BYTES))]);
+        assert_eq!(
+            decode_enqueue(&at_most)
+                .unwrap()
+                .dedup_keys(&at_most.0)
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::queue::jobs::{ClaimedJob, NewJob};
 
 /// Thrift binary protocol wire types used here.
 const T_STOP: u8 = 0;
+const T_BOOL: u8 = 2;
 const T_I32: u8 = 8;
 const T_STRING: u8 = 11;
 const T_STRUCT: u8 = 12;
@@ -138,6 +139,38 @@ pub fn enqueue_reply(
             .and_then(|id| encoder.encode(job.priority, id))
             .map_err(|e| e.at_index(index))?;
         w.bytes(descriptor.as_bytes(), "job descriptor")?;
+    }
+    w.byte(T_STOP); // end of PinLaterEnqueueResponse
+    w.byte(T_STOP); // end of the result struct
+    Ok(w.0)
+}
+
+/// The `enqueueJobs` reply of jobs placed one by one (dedup keys spread a request over shards
+/// and answer some jobs with the descriptor of the job holding their key): `descriptors` in
+/// job order, and `deduplicated` (parallel to them) as the response's field 2 when given.
+pub fn enqueue_descriptors_reply(
+    method: &str,
+    seqid: i32,
+    descriptors: &[&str],
+    deduplicated: Option<&[bool]>,
+) -> Result<Vec<u8>, ReplyError> {
+    if let Some(flags) = deduplicated {
+        crate::queue::descriptor::check_lengths(descriptors.len(), flags.len())?;
+    }
+    let size: usize = descriptors.iter().map(|d| d.len() + 4).sum();
+    let mut w = header(method, seqid, size + descriptors.len() + 24)?;
+    w.field(T_STRUCT, 0); // success
+    w.field(T_LIST, 1); // jobDescriptors
+    w.byte(T_STRING);
+    w.0.extend_from_slice(&length(descriptors.len(), "job count")?);
+    for descriptor in descriptors {
+        w.bytes(descriptor.as_bytes(), "job descriptor")?;
+    }
+    if let Some(flags) = deduplicated {
+        w.field(T_LIST, 2); // deduplicated
+        w.byte(T_BOOL);
+        w.0.extend_from_slice(&length(flags.len(), "job count")?);
+        w.0.extend(flags.iter().map(|&f| u8::from(f)));
     }
     w.byte(T_STOP); // end of PinLaterEnqueueResponse
     w.byte(T_STOP); // end of the result struct

@@ -20,6 +20,7 @@ Callers validate arguments first (``server/handler.py``); this layer trusts them
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import itertools
 import logging
@@ -38,13 +39,16 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
+    DedupJob,
+    Enqueued,
     HotPath,
     JobFilter,
     JobRecord,
     JobState,
+    NewJob,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
-from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe
+from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
@@ -466,6 +470,86 @@ class ShardedBackend:
             raise last_error
         raise QueueNotFoundError(queue)
 
+    async def enqueue_dedup_jobs(
+        self, queue: str, jobs: Sequence[NewJob], keys: Sequence[tuple[str | None, int]], now_ms: int
+    ) -> list[tuple[str, bool]]:
+        """Enqueue jobs of which some carry a dedup key (``keys[i]``: job ``i``'s key or None, and
+        its window); answer ``(descriptor, deduplicated)`` per job, in order.
+
+        Each key has one shard (``key_shard``, over the shards that take new jobs, healthy or
+        not), whose store makes the check and the insert one atomic step: two servers enqueueing
+        one key make one job. A key repeated in the request is answered with its first job's
+        place. The jobs without a key are enqueued as ``enqueue_jobs`` does, after the keyed ones
+        succeeded, so a request that fails part-way leaves no keyless job that a retry would
+        duplicate (its keyed jobs are deduplicated by the retry). A key's shard that is down
+        fails the request: another shard could not see the key's holder."""
+        targets = [s for s in self._shards if not s.dequeue_only]
+        if not targets:
+            raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no shard accepts new jobs")
+        placed: list[tuple[str, bool] | None] = [None] * len(jobs)
+        first: dict[str, int] = {}
+        repeats: list[tuple[int, int]] = []
+        plain: list[int] = []
+        by_shard: dict[str, list[int]] = defaultdict(list)
+        batch_of: dict[int, DedupJob] = {}
+        for i, (key, window_ms) in enumerate(keys):
+            if key is None:
+                plain.append(i)
+            elif key in first:
+                repeats.append((i, first[key]))
+            else:
+                first[key] = i
+                batch_of[i] = DedupJob(jobs[i], key, window_ms)
+                by_shard[key_shard(queue, key, targets).name].append(i)
+
+        async def on(shard: Shard, indexes: list[int]) -> None:
+            batch = [batch_of[i] for i in indexes]
+            answers = await self._enqueue_dedup_on(shard, queue, batch, now_ms)
+            for i, (priority, local_id, deduplicated) in zip(indexes, answers, strict=True):
+                (descriptor,) = encode_descriptors(queue, shard.name, [priority], [local_id])
+                placed[i] = (descriptor, deduplicated)
+
+        shards = {s.name: s for s in targets}
+        await _gather_raising_first([on(shards[name], indexes) for name, indexes in by_shard.items()])
+        if plain:
+            shard_name, ids = await self.enqueue_jobs(queue, NewJobBatch([jobs[i] for i in plain]), now_ms)
+            priorities = [jobs[i].priority for i in plain]
+            descriptors = encode_descriptors(queue, shard_name, priorities, ids.to_list())
+            for i, descriptor in zip(plain, descriptors, strict=True):
+                placed[i] = (descriptor, False)
+        for i, j in repeats:
+            held = placed[j]
+            assert held is not None
+            placed[i] = (held[0], True)
+        return [p for p in placed if p is not None]
+
+    async def _enqueue_dedup_on(self, shard: Shard, queue: str, batch: list[DedupJob], now: int) -> list[Enqueued]:
+        """One key shard's part of ``enqueue_dedup_jobs``: refused when the shard is over the
+        memory high-water mark; a queue the shard lacks while another has it is created there
+        first (as ``enqueue_jobs`` does behind its reply)."""
+        mark = self.memory_high_water
+        use = memory_use(shard)
+        if use is not None and use.above(mark):
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, memory_full_reason([(shard.name, use)], mark))
+        store = shard.store
+        try:
+            try:
+                answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
+            except QueueNotFoundError:
+                if not await create_on(self, queue, [shard]) or queue not in await self.get_queue_names():
+                    raise
+                answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
+        except StoreMemoryFullError:
+            reason = memory_full_reason([(shard.name, await self._read_memory(shard))], mark)
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason) from None
+        inserted = [job.job for job, answer in zip(batch, answers, strict=True) if not answer.deduplicated]
+        if inserted:
+            if (probe := memory_probe(store)) is not None:
+                probe.note_enqueued(len(inserted), sum(len(job.body) for job in inserted))
+            for job in inserted:
+                self._ready_at(shard.name, queue, job.priority, job.run_after_ms, now)
+        return answers
+
     def _spawn(self, work: Awaitable[object]) -> None:
         """Run ``work`` in the background, held until done (its failures are its own to log)."""
         task = asyncio.ensure_future(work)
@@ -815,6 +899,18 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
         log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
         created.append(shard.name)
     return created
+
+
+def key_shard(queue: str, key: str, shards: Sequence[Shard]) -> Shard:
+    """The shard that holds ``key`` of ``queue`` among ``shards``: the highest of a stable hash
+    of (queue, key, shard name) (rendezvous hashing), so every server picks the same one, and
+    adding or removing a shard moves only the keys that land on or left it."""
+    prefix = f"{queue}\0{key}\0".encode()
+
+    def rank(shard: Shard) -> bytes:
+        return hashlib.blake2b(prefix + shard.name.encode(), digest_size=8).digest()
+
+    return max(shards, key=rank)
 
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:

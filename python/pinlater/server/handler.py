@@ -39,11 +39,12 @@ from pinlater._pinlater import (
     decode_descriptors,
     encode_dequeue_batches,
     encode_dequeue_handout,
+    encode_enqueue_descriptors,
     encode_enqueue_reply,
     encode_void_reply,
 )
 from pinlater.backends import body_filter
-from pinlater.backends.base import CheckpointItem, JobRecord, JobState
+from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.sharded import ReadyBatch, ShardedBackend
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
@@ -253,9 +254,26 @@ class PinLaterHandler:
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         now = self.backend.clock.now_ms()
         batch = call.batch(self.backend.num_priorities, now)
+        keys = call.dedup_keys()  # None unless some job carries a pinlater extension
+        if keys is not None:
+            return await self._enqueue_dedup(queue, batch, keys, now, seqid)
         shard, ids = await self.backend.enqueue_jobs(queue, batch, now)  # run after == now: ready lists
         self.metrics.incr(f"{queue}_enqueue", len(batch))
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
+
+    async def _enqueue_dedup(
+        self, queue: str, batch: NewJobBatch, keys: list[tuple[str | None, int]], now: int, seqid: int
+    ) -> bytes:
+        """An enqueue whose jobs carry dedup keys: placed job by job (``enqueue_dedup_jobs``),
+        with Python values per job; the response's ``deduplicated`` is sent when some job was."""
+        jobs = [NewJob(*job) for job in batch.to_list()]
+        placed = await self.backend.enqueue_dedup_jobs(queue, jobs, keys, now)
+        flags = [deduplicated for _, deduplicated in placed]
+        repeated = sum(flags)
+        self.metrics.incr(f"{queue}_enqueue", len(jobs) - repeated)
+        self.metrics.incr(f"{queue}_enqueue_deduplicated", repeated)
+        descriptors = [descriptor for descriptor, _ in placed]
+        return encode_enqueue_descriptors(ENQUEUE, seqid, descriptors, flags if repeated else None)
 
     @_thrift_errors
     async def dequeue_jobs(self, call: DequeueCall, seqid: int) -> bytes:
@@ -456,4 +474,5 @@ def _job_info(descriptor: str, record: JobRecord) -> Any:
         updatedAtTimestampMillis=record.updated_at_ms,
         claimDescriptor=record.claim_descriptor,
         body=record.body,
+        dedupKey=record.dedup_key,
     )

@@ -52,6 +52,11 @@ QUEUE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
     "ack_succeeded": ("pinlater_jobs_acked", "Jobs acknowledged, by result", {"result": "succeeded"}),
     "ack_failed": ("pinlater_jobs_acked", "Jobs acknowledged, by result", {"result": "failed"}),
     "checkpoint": ("pinlater_jobs_checkpointed", "Jobs checkpointed", {}),
+    "enqueue_deduplicated": (
+        "pinlater_jobs_deduplicated",
+        "Jobs not enqueued because a live job held their dedup key",
+        {},
+    ),
     "enqueue": ("pinlater_jobs_enqueued", "Jobs enqueued", {}),
     "dequeue": ("pinlater_jobs_dequeued", "Jobs dequeued (claimed)", {}),
 }

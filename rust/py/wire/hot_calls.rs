@@ -11,6 +11,9 @@ use crate::py::queue::jobs::{AckGroup, NewJobBatch};
 use crate::py::wire::struct_end::DETACH_BYTES;
 use crate::wire::hot_calls::{self, HotCall};
 
+/// One job's `(dedupKey, dedupWindowMillis)`, as `EnqueueCall.dedup_keys` hands them to Python.
+type DedupKey = (Option<String>, i64);
+
 /// An `enqueueJobs` call.
 #[pyclass(frozen, name = "EnqueueCall", module = "pinlater._pinlater")]
 pub struct EnqueueCall {
@@ -59,6 +62,24 @@ impl EnqueueCall {
             let payload = self.payload.bind(py).as_bytes();
             let jobs = self.call.new_jobs(payload, num_priorities, now_ms)?;
             Ok(NewJobBatch::from_jobs(jobs))
+        })
+    }
+
+    /// Each job's `(dedupKey, dedupWindowMillis)`, checked, or `None` when no job asks for an
+    /// extension (the common case, answered without a Python object per job); raises
+    /// `JobRejected` for the first job the handler refuses (a `groupKey`, a bad key or window).
+    fn dedup_keys(&self, py: Python<'_>) -> PyResult<Option<Vec<DedupKey>>> {
+        guarded("EnqueueCall.dedup_keys", || {
+            if !self.call.has_extensions() {
+                return Ok(None);
+            }
+            let payload = self.payload.bind(py).as_bytes();
+            let keys = self.call.dedup_keys(payload)?;
+            Ok(Some(
+                keys.into_iter()
+                    .map(|(k, w)| (k.map(str::to_owned), w))
+                    .collect(),
+            ))
         })
     }
 }

@@ -92,6 +92,25 @@ pub fn encode_enqueue_reply<'py>(
     })
 }
 
+/// The `enqueueJobs` REPLY message for `seqid` of jobs placed one by one: `descriptors` in job
+/// order, with `deduplicated` (parallel) as the response's field 2 when given.
+#[pyfunction]
+#[pyo3(signature = (method, seqid, descriptors, deduplicated=None))]
+pub fn encode_enqueue_descriptors<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    descriptors: Vec<String>,
+    deduplicated: Option<Vec<bool>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_enqueue_descriptors", || {
+        let views: Vec<&str> = descriptors.iter().map(String::as_str).collect();
+        let reply =
+            replies::enqueue_descriptors_reply(method, seqid, &views, deduplicated.as_deref())?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
+
 /// The `dequeueJobs` REPLY message for `seqid`: the jobs of `batches` (`(shard, priority,
 /// ClaimedJobs)`, one per store call) of `queue`, in order.
 #[pyfunction]
