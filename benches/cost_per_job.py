@@ -256,18 +256,26 @@ def tree_cpu_seconds(pid: int) -> tuple[float, int]:
 # -- the load ---------------------------------------------------------------------------------
 
 
-def producer(port: int, batch: int, body: bytes, backlog: int, counters: dict[str, Any], stop: Any) -> None:
-    """Enqueue batches while fewer than ``backlog`` jobs are enqueued and not yet acked."""
+def producer(
+    port: int, batch: int, body: bytes, backlog: int, counters: dict[str, Any], stop: Any, keyed: bool = False
+) -> None:
+    """Enqueue batches while fewer than ``backlog`` jobs are enqueued and not yet acked; with
+    ``keyed``, every job carries a dedup key of its own (``benches/dedup_keys.py``)."""
     from pinlater.idl import idl
 
     client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-producer:{os.getpid()}")
     request = idl.PinLaterEnqueueRequest(queueName=QUEUE, jobs=[idl.PinLaterJob(body=body) for _ in range(batch)])
     enqueued, acked = counters["enqueued"], counters["acked"]
+    sent = 0
     while not stop.is_set():
         if enqueued.value - acked.value >= backlog:
             time.sleep(0.0005)
             continue
+        if keyed:
+            for job in request.jobs:
+                job.dedupKey = f"{os.getpid()}-{sent}"
+                sent += 1
         client.enqueueJobs(ctx, request)
         with enqueued.get_lock():
             enqueued.value += batch
@@ -346,7 +354,11 @@ def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace,
             body = b"x" * args.body_bytes
             backlog = args.backlog or 3 * args.batch * args.consumers
             workers = [
-                mp.Process(target=producer, args=(server.port, args.batch, body, backlog, counters, stop), daemon=True)
+                mp.Process(
+                    target=producer,
+                    args=(server.port, args.batch, body, backlog, counters, stop, getattr(args, "keyed", False)),
+                    daemon=True,
+                )
                 for _ in range(args.producers)
             ]
             workers += [

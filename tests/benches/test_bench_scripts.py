@@ -103,3 +103,10 @@ def test_redis_layout_memory() -> None:
     }
     assert set(rows) == {"original", "compact"} and all(float(v) > 0 for v in rows["compact"])
     assert "bytes per pending job on the compact layout" in out
+
+
+def test_dedup_keys_compares_keyed_and_plain_on_the_embedded_store() -> None:
+    out = run("dedup_keys.py", "--backends", "embedded", "--seconds", "1", "--warmup", "0.5", "--rounds", "1")
+    rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines() if line.startswith("embedded ")}
+    assert float(rows[("embedded", "plain")][3]) > 0 and float(rows[("embedded", "keyed")][3]) > 0
+    assert "keyed/plain jobs/min" in out and "issue 17: at least 0.70" in out

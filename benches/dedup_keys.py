@@ -1,0 +1,83 @@
+"""What dedup keys cost: the full lifecycle with and without a dedup key on every job, side by side.
+
+For each backend of ``--backends`` (embedded, redis, redis-compact, mysql), ``--rounds`` rounds
+alternate two runs of this tree's server (plain first in odd rounds, keyed first in even ones):
+``plain``, the load of ``cost_per_job.py`` (its producers, consumers and measurement, with the
+same options), and ``keyed``, the same load with a dedup key of its own on every job (so every
+enqueue checks its key and records it; none is deduplicated). It prints jobs/min and CPU per
+acked job of the server and the store for each, and keyed / plain from the sums over the rounds
+(the per-round range in brackets). Issue 17 asks the keyed lifecycle (with ordered groups too)
+for at least 70% of the plain one's jobs/min on the embedded store and on Redis; ordered groups
+are not served yet, so this measures the dedup keys alone.
+
+    PYTHONPATH=$PWD/python python benches/dedup_keys.py --backends embedded,redis --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cost_per_job import BACKENDS, Figures, Run, _jobs, _us, current_build, measure
+
+VARIANTS = ("plain", "keyed")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="embedded,redis", help=f"comma list of {', '.join(BACKENDS)}")
+    parser.add_argument("--seconds", type=float, default=10, help="the measured interval of each run (default 10)")
+    parser.add_argument("--warmup", type=float, default=3, help="seconds of load before the interval (default 3)")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each variant on each backend (default 2)")
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--body-bytes", type=int, default=100)
+    parser.add_argument("--producers", type=int, default=2)
+    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--backlog", type=int, default=0)
+    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        parser.error(f"unknown backends: {', '.join(sorted(unknown))}")
+
+    build = current_build()
+    runs: dict[tuple[str, str], list[Run]] = {}
+    with tempfile.TemporaryDirectory(prefix="pinlater-dedup-") as tmp:
+        for round_no in range(1, args.rounds + 1):
+            for backend in backends:
+                order = VARIANTS if round_no % 2 else VARIANTS[::-1]
+                for variant in order:
+                    args.keyed = variant == "keyed"
+                    directory = Path(tmp) / f"{variant}-{round_no}"
+                    directory.mkdir()
+                    run = measure(build, backend, round_no, args, directory)
+                    runs.setdefault((backend, variant), []).append(run)
+                    print(f"  {backend} {variant} round {round_no}: {run.acked} acked", file=sys.stderr, flush=True)
+
+    print(
+        f"dedup keys: full lifecycle, batch {args.batch}, {args.body_bytes}-byte bodies, {args.producers} producer(s) "
+        f"+ {args.consumers} consumer(s), {args.seconds:g} s measured, {args.rounds} round(s), {os.cpu_count()} CPUs"
+    )
+    print(f"{'backend':<14} {'variant':<6} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13}")
+    for backend in backends:
+        for variant in VARIANTS:
+            f = Figures.of(runs[(backend, variant)])
+            v = f.values()
+            print(f"{backend:<14} {variant:<6} {_jobs(f.jobs_per_min):>9} {_us(v['server']):>14} {_us(v['store']):>13}")
+        plain, keyed = runs[(backend, "plain")], runs[(backend, "keyed")]
+        pairs = zip(plain, keyed, strict=True)
+        ratios = [Figures.of([k]).jobs_per_min / max(Figures.of([p]).jobs_per_min, 1e-9) for p, k in pairs]
+        total = Figures.of(keyed).jobs_per_min / max(Figures.of(plain).jobs_per_min, 1e-9)
+        spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+        verdict = "met" if total >= 0.7 else "not met"
+        print(f"{backend:<14} keyed/plain jobs/min {total:.2f} {spread} (issue 17: at least 0.70, {verdict})")
+
+
+if __name__ == "__main__":
+    main()
