@@ -159,7 +159,7 @@ class Admin:
         future: bool = False,
     ) -> list[dict[str, Any]]:
         """Jobs of one state (``pending``, ``in_progress``, ``succeeded``, ``failed``), newest first,
-        with attempts and custom status (no bodies: see ``lookup``)."""
+        with attempts, custom status and ``dedup_key`` (None without one; no bodies: see ``lookup``)."""
         result = self._get(
             "/api/scan",
             queue=queue,
@@ -173,7 +173,8 @@ class Admin:
         return jobs
 
     def lookup(self, descriptor: str) -> dict[str, Any] | None:
-        """One job with its body (``body_text`` with replacement characters, ``body_hex``), or None."""
+        """One job with its body (``body_text`` with replacement characters, ``body_hex``) and
+        ``dedup_key`` (None without one), or None."""
         try:
             job: dict[str, Any] = self._get("/api/lookup", descriptor=descriptor)["job"]
         except AdminError as exc:

@@ -4,14 +4,17 @@
 requests in all (-1: until interrupted). As the original did:
 
 * **enqueue**: each query enqueues ``--batch_size`` jobs with bodies ``task_<random>`` (or the
-  ``--body`` / ``--body_size`` given) at ``--priority``;
+  ``--body`` / ``--body_size`` given) at ``--priority``, each with ``--dedup-key``,
+  ``--dedup-window-ms`` and ``--group-key`` when given (one key for every job of the run: the
+  summary says how many were deduplicated and which descriptors answered for the key);
 * **dequeue**: each query dequeues up to ``--batch_size`` jobs, then acks each one as succeeded
   with a chance of ``--dequeue_success_percent`` percent and as failed otherwise, in one
   ``ackDequeuedJobs`` call. Its latency is the dequeue and the ack together.
 
 A line about once a second gives the request rate, jobs/s, p50/p99 latency and errors of that
-second; the summary at the end covers the whole run. Errors that are the caller's fault (no such
-queue, bad priority, ...) end the run at once: every later request would fail the same way.
+second; the summary at the end covers the whole run, with the first message of each error code.
+Errors that are the caller's fault (no such queue, bad priority, ...) end the run at once: every
+later request would fail the same way.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ FATAL_CODES = frozenset(
 )
 
 
+#: The most descriptors answering for ``--dedup-key`` that the summary lists.
+MAX_HOLDERS_SHOWN = 10
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     mode: str  # "enqueue" or "dequeue"
@@ -55,6 +62,10 @@ class LoadOptions:
     #: The body of every job; None: ``task_<random>`` as the original, padded to ``body_size``.
     body: bytes | None = None
     body_size: int | None = None
+    #: Sent on every enqueued job when set (``Job.dedup_key``, ``dedup_window_ms``, ``group_key``).
+    dedup_key: str | None = None
+    dedup_window_ms: int = 0
+    group_key: str | None = None
     report_interval: float = 1.0
 
 
@@ -64,19 +75,26 @@ class Tally:
 
     requests: int = 0
     jobs: int = 0
+    #: Enqueued jobs that were not created: their dedup key was held (``deduplicated``).
+    deduplicated: int = 0
     succeeded: int = 0
     failed: int = 0
     empty: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    #: The first message of each error code in ``errors``.
+    messages: dict[str, str] = field(default_factory=dict)
     latency: Histogram = field(default_factory=Histogram)
 
     def add(self, other: Tally) -> None:
         self.requests += other.requests
         self.jobs += other.jobs
+        self.deduplicated += other.deduplicated
         self.succeeded += other.succeeded
         self.failed += other.failed
         self.empty += other.empty
         self.errors.update(other.errors)
+        for code, message in other.messages.items():
+            self.messages.setdefault(code, message)
         self.latency.merge(other.latency)
 
 
@@ -92,6 +110,10 @@ class Issuer:
         self.fatal: PinLaterError | None = None
         self.started = 0.0
         self.elapsed = 0.0
+        #: The descriptors that answered for ``--dedup-key`` (created or deduplicated), in order
+        #: of first answer, at most ``MAX_HOLDERS_SHOWN``; ``more_holders`` counts the rest.
+        self.holders: dict[str, None] = {}
+        self.more_holders = 0
 
     def _body(self) -> bytes:
         if self.options.body is not None:
@@ -110,8 +132,28 @@ class Issuer:
 
     async def _enqueue_once(self, tally: Tally) -> None:
         o = self.options
-        jobs = [Job(self._body(), priority=o.priority, attempts=o.attempts) for _ in range(o.batch_size)]
-        tally.jobs += len(await self.client.enqueue(o.queue, jobs))
+        jobs = [
+            Job(
+                self._body(),
+                priority=o.priority,
+                attempts=o.attempts,
+                dedup_key=o.dedup_key,
+                dedup_window_ms=o.dedup_window_ms,
+                group_key=o.group_key,
+            )
+            for _ in range(o.batch_size)
+        ]
+        result = await self.client.enqueue(o.queue, jobs)
+        tally.jobs += len(result)
+        tally.deduplicated += sum(result.deduplicated)
+        if o.dedup_key is not None:
+            for descriptor in result:
+                if descriptor in self.holders:
+                    continue
+                if len(self.holders) < MAX_HOLDERS_SHOWN:
+                    self.holders[descriptor] = None
+                else:
+                    self.more_holders += 1
 
     async def _dequeue_once(self, tally: Tally) -> None:
         o = self.options
@@ -137,6 +179,7 @@ class Issuer:
                 await once(tally)
             except PinLaterError as exc:
                 tally.errors[exc.code.name] += 1
+                tally.messages.setdefault(exc.code.name, " ".join(exc.message.split()))
                 if exc.code in FATAL_CODES and self.fatal is None:
                     self.fatal = exc
                     self.stop.set()
@@ -165,7 +208,8 @@ class Issuer:
             f"[{time.monotonic() - self.started:6.1f}s] {self.options.mode}: "
             f"{tally.requests / seconds:8.1f} req/s  {tally.jobs / seconds:9.1f} jobs/s  "
             f"p50 {ms(tally.latency.quantile(0.5))}  p99 {ms(tally.latency.quantile(0.99))}  "
-            f"errors {errors}  issued {self.issued}",
+            f"errors {errors}  issued {self.issued}"
+            + (f"  deduplicated {tally.deduplicated}" if self.options.dedup_key is not None else ""),
             file=self.out,
             flush=True,
         )
@@ -198,9 +242,14 @@ class Issuer:
         ]
         if o.mode == "dequeue":
             lines.append(f"  acked: {t.succeeded} succeeded, {t.failed} failed; empty dequeues: {t.empty}")
+        if o.mode == "enqueue" and o.dedup_key is not None:
+            lines.append(f"  deduplicated: {t.deduplicated} of {t.jobs} jobs (not created: the key was held)")
+            held = ", ".join(self.holders) or "-"
+            more = f" and {self.more_holders} more" if self.more_holders else ""
+            lines.append(f"  dedup key {o.dedup_key!r} answered by: {held}{more}")
         lat = t.latency.summary()
         lines.append(
             f"  latency: p50 {ms(lat['p50'])}  p99 {ms(lat['p99'])}  p999 {ms(lat['p999'])}  max {ms(lat['max'])}"
         )
-        lines += [f"  errors: {code} {n}" for code, n in sorted(t.errors.items())]
+        lines += [f"  errors: {code} {n} (first: {t.messages.get(code, '')})" for code, n in sorted(t.errors.items())]
         print("\n".join(lines), file=self.out, flush=True)

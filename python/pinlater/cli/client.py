@@ -38,7 +38,9 @@ QUEUE_MODES = frozenset(MODES) - {"lookup", "get_queue_names"}
 EPILOG = """\
 modes:
   create            create --queue (idempotent)
-  enqueue           load: --num_queries enqueues of --batch_size jobs at --priority
+  enqueue           load: --num_queries enqueues of --batch_size jobs at --priority; every job
+                    carries --dedup-key, --dedup-window-ms and --group-key when given (the summary
+                    counts the jobs deduplicated and names the jobs that answered for the key)
   dequeue           load: --num_queries dequeues of up to --batch_size jobs, each acked as succeeded
                     with a chance of --dequeue_success_percent and as failed otherwise
   check_dequeue     a dry-run dequeue of one job: are jobs available? (claims nothing)
@@ -54,6 +56,7 @@ examples:
   pinlater client --host 127.0.0.1 --port 9010 --mode create --queue emails
   pinlater client --port 9010 --mode enqueue --queue emails --concurrency 8 --batch_size 100 --num_queries 1000
   pinlater client --port 9010 --mode dequeue --queue emails --concurrency 8 --batch_size 50 --num_queries -1
+  pinlater client --port 9010 --mode enqueue --queue emails --body welcome:42 --dedup-key welcome:42
   pinlater client --port 9010 --mode get_job_count --queue emails --job_state SUCCEEDED
 """
 
@@ -114,6 +117,26 @@ def add_parser(sub: Any) -> None:
     body = p.add_mutually_exclusive_group()
     body.add_argument("--body", help="body of every enqueued job (default task_<random>, as the original)")
     body.add_argument("--body_size", "--body-size", type=_non_negative, help="enqueued bodies of this many bytes")
+    p.add_argument(
+        "--dedup_key",
+        "--dedup-key",
+        type=_dedup_key,
+        help="enqueue: the dedup key of every job; while a job of the queue with it is PENDING or "
+        "IN_PROGRESS, no other is created",
+    )
+    p.add_argument(
+        "--dedup_window_ms",
+        "--dedup-window-ms",
+        type=_non_negative,
+        default=0,
+        help="enqueue, with --dedup-key: keep the key held this many ms after the holder's enqueue, "
+        "even once it finished (default 0)",
+    )
+    p.add_argument(
+        "--group_key",
+        "--group-key",
+        help="enqueue: the group key of every job (ordered groups: refused by the server until they land)",
+    )
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
     p.add_argument("--source", default=f"pinlaterclienttool:{socket.gethostname()}", help="the RequestContext source")
     p.set_defaults(run=run, parser=p)
@@ -165,6 +188,12 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"it must be > 0, not {text}")
     return value
+
+
+def _dedup_key(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("a dedup key must not be empty")
+    return text
 
 
 def _job_state(text: str) -> JobState:
@@ -219,6 +248,13 @@ def _check(args: argparse.Namespace) -> str:
         return "--mode delete_queue needs --password"
     if args.mode == "delete_jobs" and args.job_state is None:
         return "--mode delete_jobs needs --job_state (deleted jobs are gone for good)"
+    keyed = [f for f, v in (("--dedup-key", args.dedup_key), ("--group-key", args.group_key)) if v is not None]
+    if args.dedup_window_ms:
+        keyed.append("--dedup-window-ms")
+    if keyed and args.mode != "enqueue":
+        return f"{keyed[0]} is for --mode enqueue"
+    if args.dedup_window_ms and args.dedup_key is None:
+        return "--dedup-window-ms needs --dedup-key"
     return ""
 
 
@@ -240,6 +276,9 @@ async def _run_load(args: argparse.Namespace) -> int:
         attempts=args.attempts or 2,
         body=args.body.encode() if args.body is not None else None,
         body_size=args.body_size,
+        dedup_key=args.dedup_key,
+        dedup_window_ms=args.dedup_window_ms,
+        group_key=args.group_key,
     )
     client = AsyncPinLaterClient(
         f"{args.host}:{args.port}",
@@ -369,9 +408,18 @@ def format_job(job: JobInfo) -> str:
     ]
     if job.claim_descriptor:
         lines.append(f"claim_descriptor: {job.claim_descriptor}")
+    if job.dedup_key is not None:
+        lines.append(f"dedup_key: {_key_text(job.dedup_key)}")
+    if job.group_key is not None:
+        lines.append(f"group_key: {_key_text(job.group_key)}")
     if job.body is not None:
         lines.append(f"body: {_body_text(job.body)}")
     return "\n".join(lines)
+
+
+def _key_text(key: str) -> str:
+    """A key on one line: control characters (a newline would split the block) escaped."""
+    return key.encode("unicode_escape").decode() if not key.isprintable() else key
 
 
 def _body_text(body: bytes, limit: int = 200) -> str:

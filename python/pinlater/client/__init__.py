@@ -6,6 +6,8 @@
     with PinLaterClient("127.0.0.1:9010") as client:
         client.create_queue("emails")
         [descriptor] = client.enqueue("emails", [Job(b"hello", priority=2)])
+        again = client.enqueue("emails", [Job(b"hi", dedup_key="welcome:42")] * 2)
+        assert again.deduplicated == (False, True) and again[1] == again[0]  # one job made
         jobs = client.dequeue("emails", limit=10)
         client.ack("emails", succeeded=[j.descriptor for j in jobs])
 """
@@ -25,7 +27,7 @@ from pinlater.client.errors import (
 )
 from pinlater.client.servers import ServerSet
 from pinlater.client.sync import PinLaterClient, default_source
-from pinlater.client.types import Ack, Checkpoint, DequeuedJob, Job, JobInfo, JobState, ScanResult
+from pinlater.client.types import Ack, Checkpoint, DequeuedJob, EnqueueResult, Job, JobInfo, JobState, ScanResult
 from pinlater.errors import ErrorCode, PinLaterError
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "Checkpoint",
     "DequeuedJob",
     "EnqueueRejected",
+    "EnqueueResult",
     "ErrorCode",
     "InvalidRequest",
     "Job",

@@ -19,7 +19,7 @@ from pinlater.client.codec import decode, encode, frame_length
 from pinlater.client.errors import PinLaterConnectionError
 from pinlater.client.servers import Address, ServerSet, format_address, make_server_set
 from pinlater.client.sync import default_source
-from pinlater.client.types import Checkpoint, DequeuedJob, JobInfo, JobState, ScanResult
+from pinlater.client.types import Checkpoint, DequeuedJob, EnqueueResult, JobInfo, JobState, ScanResult
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -203,7 +203,8 @@ class AsyncPinLaterClient:
     async def queue_names(self) -> set[str]:
         return await self.call(calls.queue_names())
 
-    async def enqueue(self, queue: str, jobs: Iterable[JobLike]) -> list[str]:
+    async def enqueue(self, queue: str, jobs: Iterable[JobLike]) -> EnqueueResult:
+        """As ``PinLaterClient.enqueue``: the descriptors, with ``.deduplicated``."""
         return await self.call(calls.enqueue(queue, jobs))
 
     async def dequeue(

@@ -16,7 +16,7 @@ from pinlater.client.calls import AckLike, Call, JobLike
 from pinlater.client.codec import decode, encode, frame_length
 from pinlater.client.errors import PinLaterConnectionError
 from pinlater.client.servers import Address, ServerSet, format_address, make_server_set
-from pinlater.client.types import Checkpoint, DequeuedJob, JobInfo, JobState, ScanResult
+from pinlater.client.types import Checkpoint, DequeuedJob, EnqueueResult, JobInfo, JobState, ScanResult
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -258,8 +258,10 @@ class PinLaterClient:
     def queue_names(self) -> set[str]:
         return self.call(calls.queue_names())
 
-    def enqueue(self, queue: str, jobs: Iterable[JobLike]) -> list[str]:
-        """Enqueue jobs (bytes, str or ``Job``); returns their descriptors in the same order."""
+    def enqueue(self, queue: str, jobs: Iterable[JobLike]) -> EnqueueResult:
+        """Enqueue jobs (bytes, str or ``Job``); returns their descriptors in the same order, as
+        an ``EnqueueResult`` (a ``list[str]``) whose ``deduplicated[i]`` is True where job ``i``
+        was not created because its ``dedup_key`` was held: its descriptor is the holder's."""
         return self.call(calls.enqueue(queue, jobs))
 
     def dequeue(

@@ -7,17 +7,26 @@ Each result keeps the Thrift struct it came from in ``raw`` (not compared, not p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pinlater.backends.base import JobState
 
-__all__ = ["Ack", "Checkpoint", "DequeuedJob", "Job", "JobInfo", "JobState", "ScanResult"]
+__all__ = ["Ack", "Checkpoint", "DequeuedJob", "EnqueueResult", "Job", "JobInfo", "JobState", "ScanResult"]
 
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A job to enqueue. Defaults are the contract's: priority 1 (highest), 2 attempts."""
+    """A job to enqueue. Defaults are the contract's: priority 1 (highest), 2 attempts.
+
+    The keys are pinlater extensions (``PinLaterJob`` 6-8), sent only when set; the original
+    server ignores them. ``dedup_key``: while a job of the queue with this key is PENDING or
+    IN_PROGRESS, enqueueing another with it creates nothing and answers the live job's
+    descriptor (``EnqueueResult.deduplicated``). ``dedup_window_ms`` > 0 (needs a key) keeps the
+    key held that long after the holder's enqueue, even once it has finished. ``group_key``
+    (ordered groups) is refused by the server (ENQUEUE_REJECTED) until ordered groups land.
+    """
 
     body: bytes | str
     priority: int = 1
@@ -25,6 +34,33 @@ class Job:
     run_after_ms: int | None = None
     attempts: int = 2
     custom_status: str = ""
+    dedup_key: str | None = None
+    dedup_window_ms: int = 0
+    group_key: str | None = None
+
+
+class EnqueueResult(list[str]):
+    """The descriptors of an enqueue, in the order of its jobs: a ``list[str]`` as before,
+    plus ``deduplicated``, a flag per job (same order and length): True where the job was not
+    created because its dedup key was held, and the descriptor is the holder's. All False when
+    the response left the field out (nothing was deduplicated, or the server is the original)."""
+
+    __slots__ = ("deduplicated",)
+
+    def __init__(self, descriptors: Iterable[str], deduplicated: Iterable[bool] | None = None) -> None:
+        super().__init__(descriptors)
+        flags = tuple(bool(f) for f in deduplicated) if deduplicated is not None else (False,) * len(self)
+        if len(flags) != len(self):
+            raise ValueError(f"{len(flags)} deduplicated flags for {len(self)} descriptors")
+        self.deduplicated: tuple[bool, ...] = flags
+
+    @property
+    def created(self) -> list[str]:
+        """The descriptors of the jobs this enqueue created (not deduplicated)."""
+        return [d for d, dup in zip(self, self.deduplicated, strict=True) if not dup]
+
+    def __repr__(self) -> str:
+        return f"EnqueueResult({list(self)!r}, deduplicated={list(self.deduplicated)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +124,10 @@ class JobInfo:
     claim_descriptor: str | None = None
     #: Only when asked for (``include_body=True``).
     body: bytes | None = None
+    #: The job's dedup key while it holds it (pinlater extension, ``PinLaterJobInfo`` 11).
+    dedup_key: str | None = None
+    #: The job's group key (``PinLaterJobInfo`` 12); None until ordered groups land.
+    group_key: str | None = None
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -103,6 +143,8 @@ class JobInfo:
             updated_at_ms=info.updatedAtTimestampMillis,
             claim_descriptor=info.claimDescriptor,
             body=info.body,
+            dedup_key=info.dedupKey,
+            group_key=info.groupKey,
             raw=info,
         )
 

@@ -350,6 +350,7 @@ def _job(descriptor: str, record: JobRecord, with_body: bool = False) -> dict[st
         "updated_at_ms": record.updated_at_ms,
         "run_after_ms": record.run_after_ms,
         "claim_descriptor": record.claim_descriptor,
+        "dedup_key": record.dedup_key,
     }
     if with_body and record.body is not None:
         body = record.body

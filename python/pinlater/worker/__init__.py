@@ -13,7 +13,7 @@
 Or from the command line: ``pinlater worker mymodule:send_email --queue emails``.
 """
 
-from pinlater.worker.context import JobContext
+from pinlater.worker.context import JobContext, JobKeys
 from pinlater.worker.queue_runner import Handler, Registration, WorkerStats, failure_status
 from pinlater.worker.retry import RetryPolicy, by_name, constant, exponential, linear
 from pinlater.worker.runner import Worker
@@ -21,6 +21,7 @@ from pinlater.worker.runner import Worker
 __all__ = [
     "Handler",
     "JobContext",
+    "JobKeys",
     "Registration",
     "RetryPolicy",
     "Worker",

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pinlater.client.types import Checkpoint, DequeuedJob
+from pinlater.client.types import Checkpoint, DequeuedJob, JobInfo
 
 if TYPE_CHECKING:
     from pinlater.worker.queue_runner import QueueRunner
+
+
+@dataclass(frozen=True, slots=True)
+class JobKeys:
+    """A job's keys, as enqueued (``Job.dedup_key``, ``Job.group_key``); None where it has none."""
+
+    dedup_key: str | None = None
+    group_key: str | None = None
 
 
 class JobContext:
@@ -19,15 +28,19 @@ class JobContext:
     extend the claim, replace the body, reset attempts or prepend to the custom status. With
     ``move_to_pending=True`` the job goes back to PENDING without charging an attempt and the
     worker sends no ack for it: another worker may hold it by the time this handler returns.
+
+    ``keys`` (sync) and ``akeys`` (async) give the job's dedup and group keys, which a dequeue
+    does not carry: see their cost there.
     """
 
-    __slots__ = ("job", "released", "runner")
+    __slots__ = ("_keys", "job", "released", "runner")
 
     def __init__(self, runner: QueueRunner, job: DequeuedJob) -> None:
         self.runner = runner
         self.job = job
         #: Set once the job went back to PENDING (by the handler or at shutdown): no ack follows.
         self.released = False
+        self._keys: JobKeys | None = None
 
     @property
     def queue(self) -> str:
@@ -54,6 +67,37 @@ class JobContext:
     def attempts_remaining(self) -> int:
         """Counting this run: 1 means a failure now makes the job FAILED."""
         return self.job.attempts_remaining
+
+    def keys(self) -> JobKeys:
+        """The job's dedup and group keys, from a sync handler (blocks its thread).
+
+        Cost: the dequeue response does not carry the keys, so the first call makes one
+        ``lookupJobs`` round trip for this job (a read on its shard, body not fetched); later
+        calls answer from this context. A handler that never asks costs nothing. Raises
+        ``LookupError`` if the job is gone (deleted while in hand).
+        """
+        if self._keys is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                raise RuntimeError("JobContext.keys() would block the event loop: use await ctx.akeys()")
+            self._keys = self._keys_of(self.runner.worker.sync_client.lookup([self.descriptor]))
+        return self._keys
+
+    async def akeys(self) -> JobKeys:
+        """The job's dedup and group keys, from an async handler; costs as ``keys`` does (one
+        ``lookupJobs`` call the first time, then none)."""
+        if self._keys is None:
+            self._keys = self._keys_of(await self.runner.worker.client.lookup([self.descriptor]))
+        return self._keys
+
+    def _keys_of(self, found: dict[str, JobInfo]) -> JobKeys:
+        info = found.get(self.descriptor)
+        if info is None:
+            raise LookupError(f"job {self.descriptor} not found: deleted while in hand?")
+        return JobKeys(info.dedup_key, info.group_key)
 
     def _checkpoint(
         self,

@@ -414,6 +414,7 @@
         el("td", { class: "status", text: job.custom_status }),
         el("td", { text: fmtTime(job.updated_at_ms) }),
         el("td", { text: fmtTime(job.run_after_ms) }),
+        el("td", { class: "dedup-key", text: job.dedup_key || "" }),
       );
     });
     document.querySelector("#jobs tbody").replaceChildren(...rows);
@@ -438,6 +439,7 @@
       ["Updated", fmtTime(job.updated_at_ms)],
       ["Run after", fmtTime(job.run_after_ms)],
       ["Claim", job.claim_descriptor || ""],
+      ["Dedup key", job.dedup_key || ""],
     ];
     $("lookup-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     const size = job.body_size === undefined ? 0 : job.body_size;
