@@ -11,6 +11,8 @@ Design:
 * The hot path (enqueue, dequeue, ack as the server calls them) runs in Rust on a connection of
   its own (``native_hot``), opened at the first ``hot_path``; the methods below are the same
   operations for everyone else (tests, tools).
+* Dedup keys (#17) are rows of ``dedup_keys`` in the same file, written only here, never by the
+  hot path: a keyed enqueue is one write transaction of this connection (``dedup_keys``).
 """
 
 from __future__ import annotations

@@ -11,13 +11,17 @@ compared exactly; a SHA-256 collision is taken as impossible).
 Atomicity: one transaction per call. Its first statement locks every key's record
 (``dedup_lock_keys.sql``: an insert of the missing ones, an exclusive record lock on the others,
 in key-hash order so concurrent calls lock in one order), so a second enqueue of a key waits
-until the first commits and then finds the job it made. No gap locks are taken: records are
-locked by primary key once they exist, and holders' states are plain reads (a fresh snapshot,
-taken after the locks). A deadlock all the same (InnoDB may find one between multi-key calls)
-rolls the whole call back, so it is run again, up to ``DEADLOCK_RETRIES`` more times.
+until the first commits and then finds the job it made. Nothing else is locked for reading:
+the records and their holders' states are plain reads, whose snapshot is taken at the first of
+them, after the locks, so they see every commit before ours (a ``FOR UPDATE`` read of the
+records would lock every row it scanned, and deadlocked concurrent calls; a test counts InnoDB's
+deadlocks). A deadlock all the same rolls the whole call back, so it is run again, up to
+``DEADLOCK_RETRIES`` more times.
 
 The holder's state is read without locking its job: an ack that finishes it as we read is
 ordered after this call (the enqueue was deduplicated against a job that was still running).
+A FAILED holder whose key was taken, then retried by ``retry_failed_jobs``, runs beside the
+job that took its key: the record names only the newer one.
 """
 
 from __future__ import annotations

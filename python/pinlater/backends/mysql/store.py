@@ -1,10 +1,11 @@
 """``MySQLStore``: one shard of the MySQL backend, in the original PinLater schema.
 
 Layout (``names.py``): a database ``plq_{shard}_{queue}`` per queue, a table ``jobs_p{priority}``
-per priority, DDL in ``sql/schema/``. Every operation is one transaction of statements from
-``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
-``UPDATE ... LIMIT`` stamping the claim plus one SELECT by claim, acks one UPDATE per (priority,
-outcome, appended status[, retry delay]) group.
+per priority, and ``dedup_keys`` (ours, made on demand: ``dedup_keys.py``), DDL in
+``sql/schema/``. Every operation is one transaction of statements from ``sql/`` (``queries.py``),
+batched: enqueue is one multi-row INSERT per priority, dequeue one ``UPDATE ... LIMIT`` stamping
+the claim plus one SELECT by claim, acks one UPDATE per (priority, outcome, appended status[,
+retry delay]) group.
 
 Time: every "now" is a parameter; ``db_time.py`` converts (milliseconds survive in databases
 created here) and clamps to TIMESTAMP's range. The session time zone is UTC
