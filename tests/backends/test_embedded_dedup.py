@@ -79,6 +79,14 @@ def test_keys_differing_only_in_trailing_spaces_or_nul_are_distinct(store: Embed
     assert [r.dedup_key for r in records] == keys
 
 
+def test_body_filtered_scans_show_the_key(store: EmbeddedStore) -> None:
+    [a] = store.enqueue_dedup_jobs(Q, [keyed("match-keyed")], T0)
+    [plain] = store.enqueue_jobs(Q, [NewJob(1, b"match-plain", T0, 2)], T0)
+    store.enqueue_dedup_jobs(Q, [keyed("other")], T0)
+    found = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="^match"), 10)
+    assert {r.local_id: r.dedup_key for r in found} == {a.local_id: "match-keyed", plain: None}
+
+
 def test_the_gc_walk_goes_on_past_records_still_held(store: EmbeddedStore) -> None:
     """Each call looks at no more than its limit of records whose window passed, and the next
     call goes on after them, so records behind many held ones are reached."""
