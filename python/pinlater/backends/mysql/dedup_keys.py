@@ -133,7 +133,10 @@ def enqueue_dedup_jobs(store: MySQLStore, queue: str, jobs: Sequence[DedupJob], 
         return _retrying_deadlocks(run)
     except _NoKeysTable:
         store._run(queue, lambda cur: create_table(cur, store.name, queue))  # a missing queue: QueueNotFoundError
+    try:
         return _retrying_deadlocks(run)
+    except _NoKeysTable as exc:  # made a moment ago and gone: the queue was deleted meanwhile
+        raise QueueNotFoundError(queue) from exc
 
 
 def keys_of_jobs(cur: Cursor, store: MySQLStore, queue: str, priority: int, ids: Sequence[int]) -> dict[int, str]:
