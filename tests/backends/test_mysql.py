@@ -117,7 +117,13 @@ def test_schema_matches_the_original(server: MariaDBServer, make_store: Callable
     )
     assert sorted(precision) == [("created_at", 3), ("run_after", 3), ("updated_at", 3)]
     tables = server.query("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'plq_1_fresh'")
-    assert sorted(tables) == [("jobs_p1", "InnoDB"), ("jobs_p2", "InnoDB"), ("jobs_p3", "InnoDB")]
+    # Beside the original's tables, ours alone: the dedup key records (#17).
+    assert sorted(tables) == [
+        ("dedup_keys", "InnoDB"),
+        ("jobs_p1", "InnoDB"),
+        ("jobs_p2", "InnoDB"),
+        ("jobs_p3", "InnoDB"),
+    ]
 
 
 def test_a_database_the_original_created_is_served(
@@ -433,6 +439,8 @@ def test_deadlocks_are_retried_a_bounded_number_of_times(make_store: Callable[..
 
 _TABLE = "`plq_1_sqlcheck`.`jobs_p1`"
 _DATABASE = "`plq_1_sqlcheck`"
+_KEYS = "`plq_1_sqlcheck`.`dedup_keys`"
+_HASH = bytes(range(32))
 _NOW = datetime(2023, 11, 14, 22, 13, 20)
 _RANGE = (0, _NOW - timedelta(days=1), _NOW, None, None)
 _ROW = (0, 2, 2, "status", _NOW, _NOW, _NOW, b"body")
@@ -441,6 +449,7 @@ _ROW = (0, 2, 2, "status", _NOW, _NOW, _NOW, b"body")
 SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "schema/create_database": ({"database": _DATABASE}, ()),
     "schema/create_jobs_table": ({"table": _TABLE}, ()),
+    "schema/create_dedup_keys_table": ({"table": _KEYS}, ()),
     "session_setup": ({}, ()),
     "server_info": ({}, ()),
     "ping": ({}, ()),
@@ -468,6 +477,12 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "resurrect_timed_out_jobs": ({"table": _TABLE}, (_NOW, _NOW, _NOW, 10)),
     "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, 10)),
     "delete_jobs": ({"table": _TABLE}, (*_RANGE, 10)),
+    "dedup_lock_keys": ({"table": _KEYS, "rows": (1, 2)}, (_HASH, b"key")),
+    "dedup_records": ({"table": _KEYS, "ids": 1}, (_HASH,)),
+    "dedup_take_keys": ({"table": _KEYS, "rows": (1, 5)}, (_HASH, b"key", 1, 1, 0)),
+    "dedup_keys_of_jobs": ({"table": _KEYS, "ids": 2}, (1, 1, 2)),
+    "dedup_gc_candidates": ({"table": _KEYS}, (0, -1, -1, b"", 10)),
+    "dedup_forget": ({"table": _KEYS}, (_HASH, 1, 1, 0)),
     "schema/drop_database": ({"database": _DATABASE}, ()),
 }
 

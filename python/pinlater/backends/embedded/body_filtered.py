@@ -36,8 +36,8 @@ BATCH_BYTES = 8 << 20
 
 _I64_MAX = 2**63 - 1
 # Columns of filter_candidates.sql: local id, run after, body; of filter_candidates_newest.sql:
-# the ten of a scan's record (local id 1, run after 7), then the body.
-_RECORD = 10
+# the eleven of a scan's record (local id 1, run after 7, dedup key 10), then the body.
+_RECORD = 11
 
 Row = Sequence[Any]
 RequireQueue = Callable[[sqlite3.Connection, str], None]
@@ -87,7 +87,7 @@ class BodyFilteredReads(SQLiteTransactions):
     def _scan_matching(
         self, params: dict[str, Any], body_filter: BodyFilter, limit: int, require: RequireQueue
     ) -> list[Row]:
-        """Matching rows (the ten record columns, no body), newest run_after first."""
+        """Matching rows (the eleven record columns, no body), newest run_after first."""
         found: list[Row] = []
         position = {"before_run_after": params["run_after_le"], "before_id": _I64_MAX}
         first = True

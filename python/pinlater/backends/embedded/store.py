@@ -11,6 +11,8 @@ Design:
 * The hot path (enqueue, dequeue, ack as the server calls them) runs in Rust on a connection of
   its own (``native_hot``), opened at the first ``hot_path``; the methods below are the same
   operations for everyone else (tests, tools).
+* Dedup keys (#17) are rows of ``dedup_keys`` in the same file, written only here, never by the
+  hot path: a keyed enqueue is one write transaction of this connection (``dedup_keys``).
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
+    DedupJob,
+    Enqueued,
     JobFilter,
     JobRecord,
     JobState,
     NewJob,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
-from pinlater.backends.embedded import sql
+from pinlater.backends.dedup_sweep import SweepCursors
+from pinlater.backends.embedded import dedup_keys, sql
 from pinlater.backends.embedded.body_filtered import BodyFilteredReads
 from pinlater.backends.embedded.connection import connect
 from pinlater.backends.embedded.native_hot import NativeEmbeddedHotPath, open_native_shard
@@ -82,6 +87,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         self._native: SqliteShard | None = None  # the hot path's writer, from the first hot_path
         self._init_transactions()
         self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
+        self._dedup_sweep: SweepCursors[dedup_keys.Position] = SweepCursors()
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
             self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"))
@@ -129,7 +135,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     def delete_queue(self, queue: str) -> None:
         with self._write() as conn:
             conn.execute(sql.load("delete_queue_jobs"), {"queue": queue})
+            conn.execute(sql.load("delete_queue_dedup_keys"), {"queue": queue})
             conn.execute(sql.load("delete_queue"), {"queue": queue})
+        self._dedup_sweep.move(queue, None)
 
     def get_queue_names(self) -> set[str]:
         with self._read() as conn:
@@ -138,27 +146,24 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     # -- the job lifecycle ------------------------------------------------------------------
 
     def enqueue_jobs(self, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
-        rows = [
-            {
-                "queue": queue,
-                "priority": job.priority,
-                "attempts": job.attempts_allowed,
-                "custom_status": job.custom_status[:CUSTOM_STATUS_LIMIT],
-                "now_ms": now_ms,
-                "run_after_ms": job.run_after_ms,
-                "body": job.body,
-            }
-            for job in jobs
-        ]
         with self._write() as conn:
             _require_queue(conn, queue)
-            if not rows:
-                return []
-            conn.executemany(sql.load("enqueue_jobs"), rows)
-            # AUTOINCREMENT gives each row the highest id ever used plus one, and this
-            # transaction holds the write lock, so the batch got consecutive ids ending here.
-            last = int(conn.execute(sql.load("last_job_id")).fetchone()[0])
-        return list(range(last - len(rows) + 1, last + 1))
+            return _insert_jobs(conn, queue, jobs, now_ms)
+
+    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+        """One write transaction: see ``dedup_keys``."""
+
+        def insert(conn: sqlite3.Connection, new: Sequence[NewJob]) -> list[int]:
+            return _insert_jobs(conn, queue, new, now_ms)
+
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return dedup_keys.enqueue(conn, queue, jobs, now_ms, insert)
+
+    def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return dedup_keys.forget_unheld(conn, queue, now_ms, limit, self._dedup_sweep)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -410,6 +415,29 @@ def open_embedded_shards(settings: Settings) -> dict[str, EmbeddedStore]:
     return stores
 
 
+def _insert_jobs(conn: sqlite3.Connection, queue: str, jobs: Sequence[NewJob], now_ms: int) -> list[int]:
+    """Insert ``jobs`` as PENDING inside the caller's write transaction; their local ids."""
+    if not jobs:
+        return []
+    rows = [
+        {
+            "queue": queue,
+            "priority": job.priority,
+            "attempts": job.attempts_allowed,
+            "custom_status": job.custom_status[:CUSTOM_STATUS_LIMIT],
+            "now_ms": now_ms,
+            "run_after_ms": job.run_after_ms,
+            "body": job.body,
+        }
+        for job in jobs
+    ]
+    conn.executemany(sql.load("enqueue_jobs"), rows)
+    # AUTOINCREMENT gives each row the highest id ever used plus one, and this transaction
+    # holds the write lock, so the batch got consecutive ids ending here.
+    last = int(conn.execute(sql.load("last_job_id")).fetchone()[0])
+    return list(range(last - len(rows) + 1, last + 1))
+
+
 def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
     by_priority: dict[int, list[int]] = {}
     for priority, local_id in items:
@@ -446,7 +474,7 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
 
 def _record(row: Sequence[Any]) -> JobRecord:
     """A ``JobRecord`` from a lookup or scan row (column order of ``lookup_jobs.sql``)."""
-    body = row[10] if len(row) > 10 else None
+    body = row[11] if len(row) > 11 else None
     return JobRecord(
         priority=row[0],
         local_id=row[1],
@@ -459,4 +487,5 @@ def _record(row: Sequence[Any]) -> JobRecord:
         updated_at_ms=row[8],
         claim_descriptor=row[9],
         body=None if body is None else bytes(body),
+        dedup_key=row[10],
     )

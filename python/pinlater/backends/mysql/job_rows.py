@@ -44,7 +44,7 @@ def claimed_job(row: Sequence[Any]) -> ClaimedJob:
     )
 
 
-def job_record(priority: int, row: Sequence[Any], body: bytes | None) -> JobRecord:
+def job_record(priority: int, row: Sequence[Any], body: bytes | None, dedup_key: str | None = None) -> JobRecord:
     # local_id, state, attempts_allowed, attempts_remaining, custom_status, created_at, run_after,
     # updated_at, claim_descriptor
     return JobRecord(
@@ -59,4 +59,5 @@ def job_record(priority: int, row: Sequence[Any], body: bytes | None) -> JobReco
         updated_at_ms=from_db_time(row[7]),
         claim_descriptor=row[8],
         body=None if body is None else bytes(body),
+        dedup_key=dedup_key,
     )

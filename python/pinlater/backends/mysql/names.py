@@ -1,8 +1,9 @@
 """The original's MySQL naming scheme, in one place, and the only source of SQL identifiers.
 
 A queue lives in one database per shard, ``plq_{shard}_{queue}``, with one table per priority,
-``jobs_p{priority}`` (``MySQLBackendUtils`` in the original). Shard names carry no underscore, so a
-database name splits back into shard and queue at its first two underscores, as the original did.
+``jobs_p{priority}`` (``MySQLBackendUtils`` in the original), and ``dedup_keys``, ours alone.
+Shard names carry no underscore, so a database name splits back into shard and queue at its
+first two underscores, as the original did.
 With ``MYSQL_NUM_DB_PER_QUEUE`` = n, one MySQL instance serves the shards ``{id}``, ``{id}d1`` ..
 ``{id}d{n-1}``: database 0 keeps the bare id for backward compatibility.
 
@@ -60,6 +61,15 @@ def quoted_table(shard: str, queue: str, priority: int) -> str:
     if not 1 <= int(priority) <= 127:
         raise PinLaterError(ErrorCode.PRIORITY_NOT_SUPPORTED, f"priority {priority} is not supported")
     return f"`{database_name(shard, queue)}`.`jobs_p{int(priority)}`"
+
+
+#: The table of a queue's dedup key records (#17), beside its jobs tables.
+DEDUP_KEYS_TABLE = "dedup_keys"
+
+
+def quoted_dedup_keys_table(shard: str, queue: str) -> str:
+    """The queue's dedup key records table, as a quoted, database-qualified identifier."""
+    return f"`{database_name(shard, queue)}`.`{DEDUP_KEYS_TABLE}`"
 
 
 def queue_database_pattern(shard: str) -> str:

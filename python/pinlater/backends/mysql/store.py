@@ -1,10 +1,11 @@
 """``MySQLStore``: one shard of the MySQL backend, in the original PinLater schema.
 
 Layout (``names.py``): a database ``plq_{shard}_{queue}`` per queue, a table ``jobs_p{priority}``
-per priority, DDL in ``sql/schema/``. Every operation is one transaction of statements from
-``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
-``UPDATE ... LIMIT`` stamping the claim plus one SELECT by claim, acks one UPDATE per (priority,
-outcome, appended status[, retry delay]) group.
+per priority, and ``dedup_keys`` (ours, made on demand: ``dedup_keys.py``), DDL in
+``sql/schema/``. Every operation is one transaction of statements from ``sql/`` (``queries.py``),
+batched: enqueue is one multi-row INSERT per priority, dequeue one ``UPDATE ... LIMIT`` stamping
+the claim plus one SELECT by claim, acks one UPDATE per (priority, outcome, appended status[,
+retry delay]) group.
 
 Time: every "now" is a parameter; ``db_time.py`` converts (milliseconds survive in databases
 created here) and clamps to TIMESTAMP's range. The session time zone is UTC
@@ -39,6 +40,8 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
+    DedupJob,
+    Enqueued,
     HotPath,
     JobFilter,
     JobRecord,
@@ -46,7 +49,8 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
 )
-from pinlater.backends.mysql import job_rows, names, queries, reservations
+from pinlater.backends.dedup_sweep import SweepCursors
+from pinlater.backends.mysql import dedup_keys, job_rows, names, queries, reservations
 from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, parse_columns
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
@@ -124,6 +128,8 @@ class MySQLStore(BlockingStore):
         )
         #: The body column of each table, learned when a body longer than a BLOB first needs it.
         self.bodies = BodyLimits(self._read_body_columns, self._table)
+        #: Where each queue's walk of ``gc_dedup_keys`` goes on (``dedup_sweep``).
+        self.dedup_sweep: SweepCursors[dedup_keys.Position] = SweepCursors()
         #: The Rust hot paths handed out (``hot_path``), closed with the store.
         self._hot_paths: list[NativeMySQLHotPath] = []
 
@@ -186,6 +192,7 @@ class MySQLStore(BlockingStore):
             cur.execute(queries.CREATE_DATABASE.render(database=database))
             for table in tables:
                 cur.execute(queries.CREATE_JOBS_TABLE.render(table=table))
+            dedup_keys.create_table(cur, self._name, queue)
 
         try:
             self._run(None, op)
@@ -202,6 +209,7 @@ class MySQLStore(BlockingStore):
             self._run(None, lambda cur: cur.execute(queries.DROP_DATABASE.render(database=database)))
         finally:
             self.bodies.forget(queue)
+            self.dedup_sweep.move(queue, None)
 
     def get_queue_names(self) -> set[str]:
         def op(cur: Cursor) -> set[str]:
@@ -241,6 +249,13 @@ class MySQLStore(BlockingStore):
             return [next(ids[job.priority]) for job in jobs]
 
         return self._run_writing_bodies(queue, op, check_bodies, repeatable=False)
+
+    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+        """One transaction, keys locked first: see ``dedup_keys``."""
+        return dedup_keys.enqueue_dedup_jobs(self, queue, jobs, now_ms)
+
+    def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
+        return dedup_keys.gc_dedup_keys(self, queue, now_ms, limit)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -391,9 +406,12 @@ class MySQLStore(BlockingStore):
                         raise
                     missing_tables.append(exc)
                     continue
-                for row in cur.fetchall():
-                    record = job_rows.job_record(priority, row, row[9] if include_body else None)
-                    found[(priority, record.local_id)] = record
+                rows = cur.fetchall()
+                dedup = dedup_keys.keys_of_jobs(cur, self, queue, priority, [int(row[0]) for row in rows])
+                for row in rows:
+                    local_id = int(row[0])
+                    body = row[9] if include_body else None
+                    found[(priority, local_id)] = job_rows.job_record(priority, row, body, dedup.get(local_id))
             if len(missing_tables) == len(by_priority):
                 raise missing_tables[0]  # no table at all: the queue is not here (QueueNotFoundError)
             return [found.pop(key) for key in keys if key in found]
@@ -460,7 +478,9 @@ class MySQLStore(BlockingStore):
 
         def op(cur: Cursor) -> list[JobRecord]:
             cur.execute(queries.SCAN_JOBS.render(table=table), (*job_rows.filter_args(where), limit))
-            return [job_rows.job_record(where.priority, row, None) for row in cur.fetchall()]
+            rows = cur.fetchall()
+            keys = dedup_keys.keys_of_jobs(cur, self, queue, where.priority, [int(row[0]) for row in rows])
+            return [job_rows.job_record(where.priority, row, None, keys.get(int(row[0]))) for row in rows]
 
         return self._run(queue, op)
 

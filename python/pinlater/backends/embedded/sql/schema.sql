@@ -37,4 +37,24 @@ DROP INDEX IF EXISTS jobs_by_updated_at;
 CREATE INDEX IF NOT EXISTS jobs_finished_by_updated_at ON jobs (queue, priority, state, updated_at_ms)
     WHERE state >= 2;
 
-PRAGMA user_version = 2;
+-- Dedup keys (#17): per queue, the job that last took each key, and until when its window
+-- holds the key (its enqueue time plus its window, ms). A key is compared as text in BINARY
+-- collation (byte for byte, never as a pattern). Version 2 files had no such table: it is
+-- created at the first open. The original PinLater never read this file, so nothing else
+-- needs to know.
+CREATE TABLE IF NOT EXISTS dedup_keys (
+    queue         TEXT    NOT NULL,
+    dedup_key     TEXT    NOT NULL,
+    priority      INTEGER NOT NULL,
+    local_id      INTEGER NOT NULL,
+    held_until_ms INTEGER NOT NULL,
+    PRIMARY KEY (queue, dedup_key)
+) WITHOUT ROWID;
+
+-- Lookups and scans: the key of a job, probed by local id (unique in the file, AUTOINCREMENT).
+CREATE INDEX IF NOT EXISTS dedup_keys_by_job ON dedup_keys (local_id);
+
+-- GC: a queue's records whose window has passed, in (held_until_ms, dedup_key) order.
+CREATE INDEX IF NOT EXISTS dedup_keys_by_held_until ON dedup_keys (queue, held_until_ms);
+
+PRAGMA user_version = 3;
