@@ -17,8 +17,8 @@ from pinlater.client import (
     JobState,
     PinLaterClient,
     ServerError,
+    calls,
 )
-from pinlater.client import calls
 from pinlater.client.codec import encode
 from pinlater.idl import idl
 
