@@ -5,6 +5,8 @@ a group key refused)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -58,7 +60,9 @@ def test_enqueue_result_is_the_list_it_was_with_flags() -> None:
     assert (a, b) == ("q:s1:p1:1", "q:s1:p1:2")
     keyed = EnqueueResult(["q:s1:p1:1", "q:s1:p1:1"], [False, True])
     assert keyed.deduplicated == (False, True) and keyed.created == ["q:s1:p1:1"]
-    assert "deduplicated=[False, True]" in repr(keyed)
+    assert repr(keyed) == repr(["q:s1:p1:1", "q:s1:p1:1"]) and json.dumps(keyed) == '["q:s1:p1:1", "q:s1:p1:1"]'
+    copied = pickle.loads(pickle.dumps(keyed))
+    assert copied == keyed and copied.deduplicated == (False, True)
     with pytest.raises(ValueError, match="1 deduplicated flags for 2 descriptors"):
         EnqueueResult(["a", "b"], [True])
 

@@ -43,7 +43,8 @@ class EnqueueResult(list[str]):
     """The descriptors of an enqueue, in the order of its jobs: a ``list[str]`` as before,
     plus ``deduplicated``, a flag per job (same order and length): True where the job was not
     created because its dedup key was held, and the descriptor is the holder's. All False when
-    the response left the field out (nothing was deduplicated, or the server is the original)."""
+    the response left the field out (nothing was deduplicated, or the server is the original).
+    It prints and serializes as the plain list it replaced."""
 
     __slots__ = ("deduplicated",)
 
@@ -58,9 +59,6 @@ class EnqueueResult(list[str]):
     def created(self) -> list[str]:
         """The descriptors of the jobs this enqueue created (not deduplicated)."""
         return [d for d, dup in zip(self, self.deduplicated, strict=True) if not dup]
-
-    def __repr__(self) -> str:
-        return f"EnqueueResult({list(self)!r}, deduplicated={list(self.deduplicated)!r})"
 
 
 @dataclass(frozen=True, slots=True)
