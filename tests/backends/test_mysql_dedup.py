@@ -9,6 +9,7 @@ import random
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -152,3 +153,32 @@ def test_the_gc_walk_goes_on_past_records_still_held(make_store: Callable[..., M
     assert [store.gc_dedup_keys(Q, T0 + 2, 2) for _ in range(6)] == [0, 0, 0, 2, 1, 0]
     fresh = store.enqueue_dedup_jobs(Q, [keyed(f"b{i}") for i in range(3)], T0 + 3)
     assert not any(e.deduplicated for e in fresh)
+
+
+def test_a_small_max_allowed_packet_cuts_the_key_statements(tmp_path: Path) -> None:
+    """The key statements of one call stay under max_allowed_packet as the job INSERTs do: a
+    request of many long keys (whose quotes escape to twice their size) is cut into several
+    statements, not refused by the server as one packet too large."""
+    with MariaDBServer(tmp_path / "small-packet", extra_args=("--max-allowed-packet=16384",)) as server:
+        store = MySQLStore(
+            "1", MySQLShardConfig(Endpoint(server.host, server.port), server.user, server.password), pool_size=1
+        )
+        try:
+            store.create_queue(Q, 3)
+            keys = [f"{i:04d}" + "'\\" * 150 for i in range(120)]  # ~37 KB of keys, ~73 KB escaped
+            jobs = [keyed(k, priority=1 + i % 3) for i, k in enumerate(keys)]
+            first = store.enqueue_dedup_jobs(Q, jobs, T0)
+            assert not any(e.deduplicated for e in first)
+            again = store.enqueue_dedup_jobs(Q, list(reversed(jobs)), T0 + 1)
+            assert [(e.priority, e.local_id) for e in again] == [(e.priority, e.local_id) for e in reversed(first)]
+            assert all(e.deduplicated for e in again)
+            records = {
+                (p, r.local_id): r.dedup_key
+                for p in (1, 2, 3)
+                for r in store.lookup_jobs(Q, [(p, e.local_id) for e in first if e.priority == p], False)
+            }
+            assert [records[(e.priority, e.local_id)] for e in first] == keys
+            store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, future=None), 1000)
+            assert store.gc_dedup_keys(Q, T0 + 2, 1000) == 40
+        finally:
+            store.close()
