@@ -4,6 +4,7 @@ racing on overlapping keys, and the GC walk. Against a real MariaDB."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
 import re
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from tests.support.mariadb_server import MariaDBServer, shared_server
 from tests.support.original_mysql import seed_original_queue
+from tests.support.wait import wait_for
 
 from pinlater.backends.base import DedupJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
@@ -182,3 +184,49 @@ def test_a_small_max_allowed_packet_cuts_the_key_statements(tmp_path: Path) -> N
             assert store.gc_dedup_keys(Q, T0 + 2, 1000) == 40
         finally:
             store.close()
+
+
+def _lock_waits(server: MariaDBServer) -> set[int]:
+    """The connections whose transaction waits for a lock. InnoDB refreshes this table only
+    when it was not read for 0.1 s: poll it more slowly than that."""
+    rows = server.query("SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+    return {int(row[0]) for row in rows}
+
+
+def _hash(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def test_gc_forgets_in_the_lock_order_of_enqueues(server: MariaDBServer, make_store: Callable[..., MySQLStore]) -> None:
+    """GC deletes the records it forgets in key-hash order, the order an enqueue locks them
+    in: a GC pass waiting for a key an enqueue holds holds no other key that the enqueue goes
+    on to lock, so the two never deadlock (an enqueue's locks are taken here by hand)."""
+    store = make_store(num_auto_retries=0)
+    store.create_queue(Q, 3)
+    early, late = next(
+        (a, b)
+        for a, b in ((f"early-{i}", f"late-{i}") for i in range(100))
+        if _hash(a) > _hash(b)  # the walk meets "early" first; an enqueue locks "late" first
+    )
+    store.enqueue_dedup_jobs(Q, [keyed(early)], T0)
+    store.enqueue_dedup_jobs(Q, [keyed(late)], T0 + 1)
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, future=None), 10) == 2
+    table = "`plq_1_dedup_q`.`dedup_keys`"
+    enqueue = server.admin_connection()
+    try:
+        with enqueue.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT key_hash FROM {table} WHERE key_hash = %s FOR UPDATE", (_hash(late),))
+            deadlocks = _deadlocks(server)
+            waiting = _lock_waits(server)  # none, unless an earlier run left a statement waiting
+            with ThreadPoolExecutor(1) as pool:
+                gc = pool.submit(store.gc_dedup_keys, Q, T0 + 2, 10)
+                wait_for(
+                    lambda: _lock_waits(server) - waiting, interval=0.2, what="GC waiting for the key the enqueue holds"
+                )
+                cur.execute(f"SELECT key_hash FROM {table} WHERE key_hash = %s FOR UPDATE", (_hash(early),))
+                cur.execute("COMMIT")
+                assert gc.result(timeout=30) == 2
+            assert _deadlocks(server) == deadlocks
+    finally:
+        enqueue.close()

@@ -192,11 +192,13 @@ def gc_dedup_keys(store: MySQLStore, queue: str, now_ms: int, limit: int) -> int
             return None
         candidates = [(bytes(row[0]), int(row[1]), int(row[2]), int(row[3])) for row in cur.fetchall()]
         states = _job_states(store, cur, queue, [(priority, local_id) for _, priority, local_id, _ in candidates])
-        doomed = [
+        # In key-hash order, the order enqueues lock keys in: GC never holds one key while
+        # waiting for another that an enqueue holding the second goes on to lock (a deadlock).
+        doomed = sorted(
             (key_hash, priority, local_id, now_ms)
             for key_hash, priority, local_id, held_until in candidates
             if not holds(states.get((priority, local_id)), held_until, now_ms)
-        ]
+        )
         forgotten = int(cur.executemany(queries.DEDUP_FORGET.render(table=keys_table), doomed)) if doomed else 0
         last = candidates[-1] if candidates and len(candidates) == limit else None
         return forgotten, None if last is None else (last[3], last[0])
