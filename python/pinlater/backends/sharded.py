@@ -543,7 +543,8 @@ class ShardedBackend:
             try:
                 answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
             except QueueNotFoundError:
-                if not await create_on(self, queue, [shard]) or queue not in await self.get_queue_names():
+                # Only a queue that another shard has: an enqueue never makes a queue.
+                if queue not in await self.get_queue_names() or not await create_on(self, queue, [shard]):
                     raise
                 answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
         except StoreMemoryFullError:
