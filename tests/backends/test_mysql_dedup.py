@@ -4,6 +4,7 @@ racing on overlapping keys, and the GC walk. Against a real MariaDB."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import random
@@ -20,7 +21,12 @@ from tests.support.wait import wait_for
 
 from pinlater.backends.base import DedupJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
+from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.server.metrics import Metrics
 
 pytestmark = pytest.mark.mysql
 
@@ -230,3 +236,32 @@ def test_gc_forgets_in_the_lock_order_of_enqueues(server: MariaDBServer, make_st
             assert _deadlocks(server) == deadlocks
     finally:
         enqueue.close()
+
+
+def test_a_damaged_key_table_does_not_stop_the_monitor_on_the_other_queues(
+    server: MariaDBServer, make_store: Callable[..., MySQLStore]
+) -> None:
+    """The key GC of one queue failing (its table damaged by hand) is that queue's problem: the
+    monitor still resurrects timed-out claims in the queues after it on the shard."""
+    store = make_store()
+    for queue in ("a_damaged", "b_fine"):
+        store.create_queue(queue, 1)
+    server.query("ALTER TABLE plq_1_a_damaged.dedup_keys DROP COLUMN held_until")
+    (local_id,) = store.enqueue_jobs("b_fine", [NewJob(1, b"x", T0, 2)], T0)
+    assert [j.local_id for j in store.dequeue_jobs("b_fine", 1, 1, "claim-1:w:h", T0, False)] == [local_id]
+    clock = ManualClock(T0 + 10_000)
+    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=1, parallelism=2, clock=clock)
+    try:
+        policy = MonitorPolicy(
+            interval_seconds=60,
+            max_per_pass=100,
+            claim_timeout_ms=1_000,
+            succeeded_ttl_ms=3_600_000,
+            failed_ttl_ms=3_600_000,
+        )
+        totals = asyncio.run(Monitor(backend, policy, Metrics()).run_once())
+        assert totals["resurrected"] == 1
+        (record,) = store.lookup_jobs("b_fine", [(1, local_id)], False)
+        assert record.state == JobState.PENDING
+    finally:
+        backend.close()
