@@ -80,4 +80,3 @@ def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int, num_
 
 def _sets(keys: QueueKeyNames, priority: int, *states: JobState) -> list[str]:
     return [keys.set_key(priority, state) for state in states]
-
