@@ -21,6 +21,10 @@ Design:
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
   raises ``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` raises
   ``StoreMemoryFullError``.
+* Dedup keys: ``enqueue_dedup_jobs`` and ``gc_dedup_keys`` are one script each
+  (``dedup.py``), with the records in three keys per queue beside the jobs (``keys.py``, under
+  the prefix ``pld`` the original server never touches; ``keys_compact.py``); lookups and scans
+  read the keys of the jobs they return in the same script (one HMGET).
 * Memory: ``memory`` reads used_memory against maxmemory in the background (``memory.py``), so
   the shared layer sends new jobs elsewhere above REDIS_MEMORY_HIGH_WATER_FRACTION.
 * Evicted jobs (a set member whose hash is gone, as the original's docs expected under LRU
