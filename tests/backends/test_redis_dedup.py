@@ -148,3 +148,23 @@ def test_a_record_costs_little_memory(server: RedisServer, raw: redis.Redis, lay
     each = [int(raw.memory_usage(key, samples=0) or 0) / n for key in keys]
     print(f"{layout}: {sum(each):.0f} bytes per dedup record (36-byte keys): " + ", ".join(f"{b:.0f}" for b in each))
     assert sum(each) < 400
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_records_of_active_jobs_do_not_stop_the_gc(server: RedisServer, layout: str) -> None:
+    """The GC looks at ``limit`` records at most; those whose job is still active are looked at
+    again later, so the next call reaches the records behind them."""
+    store = open_store(server, layout)
+    try:
+        store.create_queue(Q, 3)
+        active = store.enqueue_dedup_jobs(Q, [keyed(f"a{i}") for i in range(3)], T0)
+        gone = store.enqueue_dedup_jobs(Q, [keyed(f"g{i}", priority=2) for i in range(2)], T0 + 1)
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 2, T0 + 1, future=None), 10) == 2
+        assert store.gc_dedup_keys(Q, T0 + 10, 3) == 0  # the three oldest records: jobs still PENDING
+        assert store.gc_dedup_keys(Q, T0 + 10, 3) == 2
+        assert store.gc_dedup_keys(Q, T0 + 10, 3) == 0
+        again = store.enqueue_dedup_jobs(Q, [keyed("a0"), keyed("g0")], T0 + 11)
+        assert again[0] == Enqueued(1, active[0].local_id, True)
+        assert not again[1].deduplicated and again[1].local_id != gone[0].local_id
+    finally:
+        store.close()

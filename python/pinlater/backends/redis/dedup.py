@@ -5,7 +5,9 @@ The records live beside the queue's jobs, in three keys of its own (``QueueKeys.
 ``keys.py`` says what each holds): key -> holder, id -> key (so lookups and scans show a job's
 key with one HMGET per call) and the GC's sorted set. A script reads the holder's state from
 the final sets of the holder's priority, so it is passed the sets of every priority up to the
-highest the store knows (``num_priority_levels``, or a higher one a queue was created with);
+highest the store knows (``num_priority_levels``, or a higher one a queue was created with),
+a group of keys per priority (``_group``: the original layout's PENDING, IN_PROGRESS and held
+sets, the compact layout's PENDING, SUCCEEDED and FAILED sets and ready list);
 a record naming a priority beyond them (a queue used by a server configured with more) makes
 the script change nothing and answer that priority, and the call is made again with it.
 
@@ -20,7 +22,7 @@ from typing import Any
 
 from pinlater.backends.base import DedupJob, Enqueued, JobState
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
-from pinlater.backends.redis.keys_compact import QueueKeyNames, ready_keys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
 from pinlater.backends.redis.script_calls import ShardScripts
 
 PRIORITY_BEYOND_KEYS = -2
@@ -37,10 +39,10 @@ def enqueue_dedup_jobs(
     keys = shard.keys(queue)
     m = max([num_priorities, *(d.job.priority for d in jobs)])
     while True:
-        per = 3 + len(ready_keys(keys, 1))  # PENDING, SUCCEEDED, FAILED (and the ready list)
+        per = len(_group(keys, 1))
         key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys()]
         for p in range(1, m + 1):
-            key_list += [*_sets(keys, p, JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED), *ready_keys(keys, p)]
+            key_list += _group(keys, p)
         args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
         for d in jobs:
             job = d.job
@@ -68,7 +70,7 @@ def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int, num_
     while True:
         key_list = [keys.exists_key, *keys.dedup_keys()]
         for p in range(1, m + 1):
-            key_list += _sets(keys, p, JobState.SUCCEEDED, JobState.FAILED)
+            key_list += _group(keys, p)
         out = shard.run_in_queue("gc_dedup_keys", queue, key_list, [queue, keys.jobs_arg, now_ms, limit, m])
         if isinstance(out, list):
             if int(out[0]) != PRIORITY_BEYOND_KEYS:
@@ -78,5 +80,11 @@ def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int, num_
         return int(out)
 
 
-def _sets(keys: QueueKeyNames, priority: int, *states: JobState) -> list[str]:
-    return [keys.set_key(priority, state) for state in states]
+def _group(keys: QueueKeyNames, priority: int) -> list[str]:
+    """The keys of one priority that the scripts read a holder's state from (each layout's
+    ``lib/dedup_state.lua``), its PENDING set first (where the enqueue inserts)."""
+    pending = keys.set_key(priority, JobState.PENDING)
+    if isinstance(keys, CompactQueueKeys):
+        finished = [keys.set_key(priority, JobState.SUCCEEDED), keys.set_key(priority, JobState.FAILED)]
+        return [pending, *finished, keys.ready_key(priority)]
+    return [pending, keys.set_key(priority, JobState.IN_PROGRESS), keys.held_key(priority)]

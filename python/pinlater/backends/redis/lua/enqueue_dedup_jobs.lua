@@ -3,25 +3,25 @@ key (ShardStore.enqueue_dedup_jobs), all in one call: two servers enqueueing one
 make one job.
 
 A key is held by the job its record names (lib/dedup.lua) while now < the record's held-until
-(that job's enqueue time plus its window) or while the job is PENDING or IN_PROGRESS (its hash is
-there and it is in neither final set). A held key answers its holder and changes nothing. A key
-not held is taken: the job is inserted (lib/insert.lua, one INCRBY for all the jobs inserted)
-and the record names it, its id entry and gc entry replacing the old holder's. The keys of one
-call are distinct (the caller collapses repeats).
+(that job's enqueue time plus its window) or while the job is PENDING or IN_PROGRESS
+(lib/dedup_state.lua: in its priority's PENDING, IN_PROGRESS or held set). A held key answers
+its holder and changes nothing. A key not held is taken: the job is inserted (lib/insert.lua,
+one INCRBY for all the jobs inserted) and the record names it, its id and gc entries replacing
+the old holder's. The keys of one call are distinct (the caller collapses repeats).
 
 KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2]     the queue's id counter (plj_{shard}_{queue})
 KEYS[3..5]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .g)
-KEYS[6..]   three per priority 1..m: PENDING, SUCCEEDED and FAILED sets
-            (plq_{shard}_{queue}.p{p}_s0, _s2, _s3): priority p's start at 6 + 3 * (p - 1)
+KEYS[6..]   three per priority 1..m: PENDING, IN_PROGRESS and held sets
+            (plq_{shard}_{queue}.p{p}_s0, _s1, _h): priority p's start at 6 + 3 * (p - 1)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     now, seconds as float (ca and ua)
 ARGV[4]     number of jobs, n
 ARGV[5]     now, ms
-ARGV[6]     m, the priorities whose sets are in KEYS
+ARGV[6]     m, the priorities whose keys are in KEYS
 then 7 per job, in order:
-  ARGV[i]   index into KEYS of the job's PENDING set
+  ARGV[i]   index into KEYS of the job's PENDING set (its priority's first key)
   ARGV[i+1] body (bd)
   ARGV[i+2] attempts allowed (al, and ar)
   ARGV[i+3] run after, seconds as float (the score)
@@ -35,13 +35,15 @@ changed) if a record names a holder of a priority p > m: the caller calls again 
 ]]
 --@include insert
 --@include dedup
+--@include dedup_state
 local names_key, counter_key = KEYS[1], KEYS[2]
 local records_key, ids_key, gc_key = KEYS[3], KEYS[4], KEYS[5]
-local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
+local queue, jobs, now = ARGV[1], ARGV[2], ARGV[3]
 local n, now_ms, m = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
+local INSERT_READY_OFFSET = nil  -- no ready lists in this layout
 
 local out = {}
 local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
@@ -54,8 +56,7 @@ for j = 1, n do
     if p > m then
       return {-2, p}
     end
-    local base = 6 + 3 * (p - 1)
-    if now_ms < until_ms or job_active(hash_prefix, KEYS[base + 1], KEYS[base + 2], id) then
+    if now_ms < until_ms or job_active(jobs, 6 + DEDUP_GROUP * (p - 1), id) then
       out[3 * j - 2], out[3 * j - 1], out[3 * j] = p, tonumber(id), 1
       held = true
     else
@@ -71,15 +72,13 @@ for _, id in ipairs(old) do  -- the old holders lose their entries; their record
   redis.call('HDEL', ids_key, id)
   redis.call('ZREM', gc_key, id)
 end
-local ids = insert_jobs(counter_key, hash_prefix, now, taken)
+local ids = insert_jobs(counter_key, jobs, now, taken, INSERT_READY_OFFSET)
+local holders = {}
 for i, id in ipairs(ids) do
   local a, j = taken[i], taken_at[i]
-  local priority = (tonumber(ARGV[a]) - 6) / 3 + 1
-  local key, until_ms = ARGV[a + 5], now_ms + tonumber(ARGV[a + 6])
-  local text = string.format('%d', id)
-  redis.call('HSET', records_key, key, holder_value(priority, text, until_ms))
-  redis.call('HSET', ids_key, text, key)
-  redis.call('ZADD', gc_key, until_ms, text)
+  local priority = (tonumber(ARGV[a]) - 6) / DEDUP_GROUP + 1
+  holders[i] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
   out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
 end
+record_holders(records_key, ids_key, gc_key, holders)
 return out
