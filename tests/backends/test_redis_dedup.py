@@ -168,3 +168,36 @@ def test_records_of_active_jobs_do_not_stop_the_gc(server: RedisServer, layout: 
         assert not again[1].deduplicated and again[1].local_id != gone[0].local_id
     finally:
         store.close()
+
+
+def test_a_migration_merges_records_the_target_already_holds_keeping_the_later_holder(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    store = open_store(server, "original")
+    try:
+        store.create_queue(Q, 3)
+        x, y = store.enqueue_dedup_jobs(Q, [keyed("x"), keyed("y")], T0)
+    finally:
+        store.close()
+    # records a server wrote in the compact layout meanwhile: "x" by a later job, "z" only there
+    later = y.local_id + 10
+    raw.hset("plc:{1:dq}:dk", mapping={"x": f"1:{later}:{T0}", "z": f"1:{later + 1}:{T0}"})
+    raw.hset("plc:{1:dq}:di", mapping={str(later): "x", str(later + 1): "z"})
+    raw.zadd("plc:{1:dq}:dg", {str(later): T0, str(later + 1): T0})
+
+    summary = migrate_shard(raw, "1", "compact")
+    assert summary.dedup_records == 1  # "y"; "x" was there, and its later holder kept
+    assert raw.hgetall("plc:{1:dq}:dk") == {
+        b"x": f"1:{later}:{T0}".encode(),
+        b"y": f"1:{y.local_id}:{T0}".encode(),
+        b"z": f"1:{later + 1}:{T0}".encode(),
+    }
+    assert raw.hgetall("plc:{1:dq}:di") == {
+        str(later).encode(): b"x",
+        str(y.local_id).encode(): b"y",
+        str(later + 1).encode(): b"z",
+    }
+    assert sorted(m for m, _ in raw.zrange("plc:{1:dq}:dg", 0, -1, withscores=True)) == sorted(
+        str(i).encode() for i in (later, y.local_id, later + 1)
+    )
+    assert raw.keys("pld_*") == [] and x.local_id != later
