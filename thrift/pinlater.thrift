@@ -48,7 +48,10 @@ const string CONTINUATION_END = "-1"
 // pinlater extensions (6-8; original servers and clients skip them):
 // dedupKey: while a job of the queue with this key is PENDING (now or later) or IN_PROGRESS, an
 //   enqueue of another job with it creates nothing and answers that job's descriptor, with
-//   deduplicated true at its position. At most 1,024 bytes (UTF-8), not empty.
+//   deduplicated true at its position. At most 1,024 bytes (UTF-8), not empty. Each key is
+//   checked on one shard picked from the shard set: while servers disagree on that set, or
+//   after a shard is added, removed or made dequeueOnly, a key whose live job is on the shard
+//   it was picked from before may get a second job.
 // dedupWindowMillis: with a dedupKey, the key also stays held until this long after the holding
 //   job's enqueue, even once it has finished. 0 or more; more than 0 needs a dedupKey.
 // groupKey: ordered groups (FIFO per key). Reserved: this server refuses it (ENQUEUE_REJECTED)

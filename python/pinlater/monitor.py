@@ -1,11 +1,15 @@
-"""The background monitor: resurrects timed-out claims and deletes finished jobs.
+"""The background monitor: resurrects timed-out claims, deletes finished jobs, and forgets dedup
+keys that hold no more.
 
 One task per server walks every shard every BACKEND_MONITOR_THREAD_DELAY_SECONDS. For each
 queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_UPDATE_MAX_SIZE
 jobs each): claims older than the claim timeout are treated as failures (the job returns to
 PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
-than their TTLs are deleted. Several servers on one store may run monitors at once: each step
-is an atomic guarded store operation, so they never double-apply.
+than their TTLs are deleted. Then one bounded call per queue forgets the dedup keys that hold
+no more (``gc_dedup_keys``); if it fails for a reason other than the shard or the queue being
+gone, that is logged and the pass goes on with the next queue. Several servers on one store may
+run monitors at once: each step is an atomic guarded store operation, so they never
+double-apply.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
 from pinlater.counters import Counters
-from pinlater.errors import PinLaterError, QueueNotFoundError
+from pinlater.errors import PinLaterError, QueueNotFoundError, ShardConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -140,4 +144,11 @@ class Monitor:
                 p.max_per_pass,
             )
         now = self.backend.clock.now_ms()
-        totals["gc_dedup_keys"] += await call(shard, shard.store.gc_dedup_keys, queue, now, p.max_per_pass)
+        try:
+            totals["gc_dedup_keys"] += await call(shard, shard.store.gc_dedup_keys, queue, now, p.max_per_pass)
+        except (QueueNotFoundError, ShardConnectionError):
+            raise  # the queue is gone, or the shard: as for the sweeps above
+        except Exception:
+            # A key table this GC cannot read is this queue's problem: the claims of the queues
+            # after it on the shard are still rescued.
+            log.exception("monitor: forgetting dedup keys of queue %s on shard %s failed", queue, shard.name)

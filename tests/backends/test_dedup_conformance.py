@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from pinlater.backends.base import (
+    RESERVATION_PREFIX,
     AckItem,
     DedupJob,
     Enqueued,
@@ -77,6 +78,34 @@ def test_an_in_progress_holder_holds_and_a_finished_one_does_not(store: ShardSto
     (c,) = enqueue(store, keyed("k1", body=b"again"), now=T0 + 3)
     assert not c.deduplicated and c.local_id != a.local_id
     assert state_of(store, c) == JobState.PENDING
+
+
+def test_a_holder_under_a_brokers_reservation_holds_through_its_claim(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    reservation = RESERVATION_PREFIX + "broker-1"
+    assert [j.local_id for j in store.reserve_jobs(Q, 1, 10, reservation, T0, 30_000)] == [a.local_id]
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 1)
+    assert b == Enqueued(1, a.local_id, True)
+    (record,) = store.lookup_jobs(Q, [(1, a.local_id)], False)
+    assert record.dedup_key == "k1"
+    assert store.claim_reserved(Q, [(1, a.local_id, CLAIM)], reservation, T0 + 2) == [(1, a.local_id)]
+    (c,) = enqueue(store, keyed("k1"), now=T0 + 3)
+    assert c == Enqueued(1, a.local_id, True)
+    assert store.count_jobs(Q, JobFilter(JobState.IN_PROGRESS, 1, T0 + 3), None) == 1
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 3, future=None), None) == 0
+
+
+def test_a_holder_whose_claim_timed_out_holds_until_its_last_attempt_fails(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, keyed("k1"))
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)
+    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 10, T0 + 2) == 1  # back to PENDING, one attempt left
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 3)
+    assert b.deduplicated and b.local_id == a.local_id
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 4, False)
+    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 5, 10, T0 + 6) == 1  # no attempt left: FAILED
+    assert state_of(store, a) == JobState.FAILED
+    (c,) = enqueue(store, keyed("k1"), now=T0 + 7)
+    assert not c.deduplicated
 
 
 def test_a_failed_holder_with_a_retry_left_still_holds(store: ShardStore, queue: str) -> None:

@@ -4,20 +4,29 @@ racing on overlapping keys, and the GC walk. Against a real MariaDB."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import itertools
 import random
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.support.mariadb_server import MariaDBServer, shared_server
 from tests.support.original_mysql import seed_original_queue
+from tests.support.wait import wait_for
 
 from pinlater.backends.base import DedupJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
+from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.server.metrics import Metrics
 
 pytestmark = pytest.mark.mysql
 
@@ -152,3 +161,107 @@ def test_the_gc_walk_goes_on_past_records_still_held(make_store: Callable[..., M
     assert [store.gc_dedup_keys(Q, T0 + 2, 2) for _ in range(6)] == [0, 0, 0, 2, 1, 0]
     fresh = store.enqueue_dedup_jobs(Q, [keyed(f"b{i}") for i in range(3)], T0 + 3)
     assert not any(e.deduplicated for e in fresh)
+
+
+def test_a_small_max_allowed_packet_cuts_the_key_statements(tmp_path: Path) -> None:
+    """The key statements of one call stay under max_allowed_packet as the job INSERTs do: a
+    request of many long keys (whose quotes escape to twice their size) is cut into several
+    statements, not refused by the server as one packet too large."""
+    with MariaDBServer(tmp_path / "small-packet", extra_args=("--max-allowed-packet=16384",)) as server:
+        store = MySQLStore(
+            "1", MySQLShardConfig(Endpoint(server.host, server.port), server.user, server.password), pool_size=1
+        )
+        try:
+            store.create_queue(Q, 3)
+            keys = [f"{i:04d}" + "'\\" * 150 for i in range(120)]  # ~37 KB of keys, ~73 KB escaped
+            jobs = [keyed(k, priority=1 + i % 3) for i, k in enumerate(keys)]
+            first = store.enqueue_dedup_jobs(Q, jobs, T0)
+            assert not any(e.deduplicated for e in first)
+            again = store.enqueue_dedup_jobs(Q, list(reversed(jobs)), T0 + 1)
+            assert [(e.priority, e.local_id) for e in again] == [(e.priority, e.local_id) for e in reversed(first)]
+            assert all(e.deduplicated for e in again)
+            records = {
+                (p, r.local_id): r.dedup_key
+                for p in (1, 2, 3)
+                for r in store.lookup_jobs(Q, [(p, e.local_id) for e in first if e.priority == p], False)
+            }
+            assert [records[(e.priority, e.local_id)] for e in first] == keys
+            store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, future=None), 1000)
+            assert store.gc_dedup_keys(Q, T0 + 2, 1000) == 40
+        finally:
+            store.close()
+
+
+def _lock_waits(server: MariaDBServer) -> set[int]:
+    """The connections whose transaction waits for a lock. InnoDB refreshes this table only
+    when it was not read for 0.1 s: poll it more slowly than that."""
+    rows = server.query("SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+    return {int(row[0]) for row in rows}
+
+
+def _hash(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def test_gc_forgets_in_the_lock_order_of_enqueues(server: MariaDBServer, make_store: Callable[..., MySQLStore]) -> None:
+    """GC deletes the records it forgets in key-hash order, the order an enqueue locks them
+    in: a GC pass waiting for a key an enqueue holds holds no other key that the enqueue goes
+    on to lock, so the two never deadlock (an enqueue's locks are taken here by hand)."""
+    store = make_store(num_auto_retries=0)
+    store.create_queue(Q, 3)
+    early, late = next(
+        (a, b)
+        for a, b in ((f"early-{i}", f"late-{i}") for i in range(100))
+        if _hash(a) > _hash(b)  # the walk meets "early" first; an enqueue locks "late" first
+    )
+    store.enqueue_dedup_jobs(Q, [keyed(early)], T0)
+    store.enqueue_dedup_jobs(Q, [keyed(late)], T0 + 1)
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, future=None), 10) == 2
+    table = "`plq_1_dedup_q`.`dedup_keys`"
+    enqueue = server.admin_connection()
+    try:
+        with enqueue.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT key_hash FROM {table} WHERE key_hash = %s FOR UPDATE", (_hash(late),))
+            deadlocks = _deadlocks(server)
+            waiting = _lock_waits(server)  # none, unless an earlier run left a statement waiting
+            with ThreadPoolExecutor(1) as pool:
+                gc = pool.submit(store.gc_dedup_keys, Q, T0 + 2, 10)
+                wait_for(
+                    lambda: _lock_waits(server) - waiting, interval=0.2, what="GC waiting for the key the enqueue holds"
+                )
+                cur.execute(f"SELECT key_hash FROM {table} WHERE key_hash = %s FOR UPDATE", (_hash(early),))
+                cur.execute("COMMIT")
+                assert gc.result(timeout=30) == 2
+            assert _deadlocks(server) == deadlocks
+    finally:
+        enqueue.close()
+
+
+def test_a_damaged_key_table_does_not_stop_the_monitor_on_the_other_queues(
+    server: MariaDBServer, make_store: Callable[..., MySQLStore]
+) -> None:
+    """The key GC of one queue failing (its table damaged by hand) is that queue's problem: the
+    monitor still resurrects timed-out claims in the queues after it on the shard."""
+    store = make_store()
+    for queue in ("a_damaged", "b_fine"):
+        store.create_queue(queue, 1)
+    server.query("ALTER TABLE plq_1_a_damaged.dedup_keys DROP COLUMN held_until")
+    (local_id,) = store.enqueue_jobs("b_fine", [NewJob(1, b"x", T0, 2)], T0)
+    assert [j.local_id for j in store.dequeue_jobs("b_fine", 1, 1, "claim-1:w:h", T0, False)] == [local_id]
+    clock = ManualClock(T0 + 10_000)
+    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=1, parallelism=2, clock=clock)
+    try:
+        policy = MonitorPolicy(
+            interval_seconds=60,
+            max_per_pass=100,
+            claim_timeout_ms=1_000,
+            succeeded_ttl_ms=3_600_000,
+            failed_ttl_ms=3_600_000,
+        )
+        totals = asyncio.run(Monitor(backend, policy, Metrics()).run_once())
+        assert totals["resurrected"] == 1
+        (record,) = store.lookup_jobs("b_fine", [(1, local_id)], False)
+        assert record.state == JobState.PENDING
+    finally:
+        backend.close()

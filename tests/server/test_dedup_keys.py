@@ -102,6 +102,13 @@ def test_concurrent_enqueues_of_one_key_make_one_job(
     assert apis[0].count(Q, PENDING) == 20
 
 
+def test_a_key_in_a_queue_that_does_not_exist_is_queue_not_found(api: Api) -> None:
+    """As for a job without a key: the enqueue does not make the queue."""
+    code = api.error_code(api.enqueue, "no_such_queue", api.job(b"x", dedupKey="k"))
+    assert code == api.t.ErrorCode.QUEUE_NOT_FOUND
+    assert "no_such_queue" not in api.c.getQueueNames(api.ctx)
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [

@@ -482,7 +482,14 @@ class ShardedBackend:
         place. The jobs without a key are enqueued as ``enqueue_jobs`` does, after the keyed ones
         succeeded, so a request that fails part-way leaves no keyless job that a retry would
         duplicate (its keyed jobs are deduplicated by the retry). A key's shard that is down
-        fails the request: another shard could not see the key's holder."""
+        fails the request: another shard could not see the key's holder.
+
+        The shard set decides where a key is checked, so the check is atomic only among servers
+        that agree on it. A reload that adds a shard, removes one or makes one dequeue-only (or
+        takes one back) moves some keys to another shard (rendezvous hashing moves only those),
+        and a moved key's holder, still on its old shard, is not seen there: an enqueue of it
+        may make a second job until that holder is no longer held. Servers whose shard configs
+        differ (during a rolling reload) can do the same."""
         targets = [s for s in self._shards if not s.dequeue_only]
         if not targets:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no shard accepts new jobs")
@@ -536,7 +543,8 @@ class ShardedBackend:
             try:
                 answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
             except QueueNotFoundError:
-                if not await create_on(self, queue, [shard]) or queue not in await self.get_queue_names():
+                # Only a queue that another shard has: an enqueue never makes a queue.
+                if queue not in await self.get_queue_names() or not await create_on(self, queue, [shard]):
                     raise
                 answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
         except StoreMemoryFullError:

@@ -16,7 +16,9 @@ the records and their holders' states are plain reads, whose snapshot is taken a
 them, after the locks, so they see every commit before ours (a ``FOR UPDATE`` read of the
 records would lock every row it scanned, and deadlocked concurrent calls; a test counts InnoDB's
 deadlocks). A deadlock all the same rolls the whole call back, so it is run again, up to
-``DEADLOCK_RETRIES`` more times.
+``DEADLOCK_RETRIES`` more times. Like the job INSERTs, each statement of keys is cut to half of
+max_allowed_packet (a request of 10,000 keys of 1 KB is 10 MB of them, twice that escaped),
+the pieces sent in key-hash order.
 
 The holder's state is read without locking its job: an ack that finishes it as we read is
 ordered after this call (the enqueue was deduplicated against a job that was still running).
@@ -28,8 +30,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import pymysql
 
@@ -37,7 +39,7 @@ from pinlater.backends.base import DedupJob, Enqueued, NewJob
 from pinlater.backends.dedup_sweep import holds
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
-from pinlater.backends.mysql.inserts import insert_jobs
+from pinlater.backends.mysql.inserts import insert_jobs, statement_budget
 from pinlater.backends.mysql.pool import error_code
 from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor, T
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -56,6 +58,16 @@ Position = tuple[int, bytes]
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
+
+E = TypeVar("E")
+
+# Bytes a statement's values may take once PyMySQL has escaped them (binary values as
+# ``_binary'...'``, each byte at most two), for cutting statements to max_allowed_packet.
+_STATEMENT_BYTES = 1024  #: the statement without its rows or IN values
+_HASH_BYTES = 2 * 32 + 16  #: one key hash, with its separator
+_ID_BYTES = 24  #: one local id, with its separator
+_LOCK_ROW_BYTES = _HASH_BYTES + 24  #: a dedup_lock_keys.sql row, without its key
+_TAKE_ROW_BYTES = _HASH_BYTES + 24 + 3 * _ID_BYTES  #: a dedup_take_keys.sql row, without its key
 
 
 class _NoKeysTable(Exception):
@@ -83,18 +95,25 @@ def enqueue_dedup_jobs(store: MySQLStore, queue: str, jobs: Sequence[DedupJob], 
     if any(len(job.job.body) > BLOB_BYTES for job in jobs):
         check_bodies()
 
+    budget = statement_budget(store.pool)
+
     def op(cur: Cursor) -> list[Enqueued]:
-        try:
-            cur.execute(
-                queries.DEDUP_LOCK_KEYS.render(table=keys_table, rows=(len(jobs), 2)),
-                [value for i in order for value in (hashes[i], key_bytes[i])],
-            )
-        except pymysql.err.ProgrammingError as exc:
-            if error_code(exc) == NO_TABLE_ERROR:
-                raise _NoKeysTable from exc
-            raise
-        cur.execute(queries.DEDUP_RECORDS.render(table=keys_table, ids=len(jobs)), [hashes[i] for i in order])
-        records = {bytes(row[0]): (int(row[1]), int(row[2]), int(row[3])) for row in cur.fetchall()}
+        # Each statement is cut to the budget (long keys, escaped, would outgrow max_allowed_packet);
+        # the pieces go in key-hash order, so the locks are still taken in one order.
+        for piece in _pieces(order, lambda i: _LOCK_ROW_BYTES + 2 * len(key_bytes[i]), budget):
+            try:
+                cur.execute(
+                    queries.DEDUP_LOCK_KEYS.render(table=keys_table, rows=(len(piece), 2)),
+                    [value for i in piece for value in (hashes[i], key_bytes[i])],
+                )
+            except pymysql.err.ProgrammingError as exc:
+                if error_code(exc) == NO_TABLE_ERROR:
+                    raise _NoKeysTable from exc
+                raise
+        records: dict[bytes, tuple[int, int, int]] = {}
+        for piece in _pieces(order, lambda _: _HASH_BYTES, budget):
+            cur.execute(queries.DEDUP_RECORDS.render(table=keys_table, ids=len(piece)), [hashes[i] for i in piece])
+            records.update((bytes(row[0]), (int(row[1]), int(row[2]), int(row[3]))) for row in cur.fetchall())
         holders = [records[key_hash] for key_hash in hashes]
         states = _job_states(store, cur, queue, [(priority, local_id) for priority, local_id, _ in holders])
         answers: list[Enqueued | None] = []  # None: the job takes its key
@@ -118,10 +137,11 @@ def enqueue_dedup_jobs(store: MySQLStore, queue: str, jobs: Sequence[DedupJob], 
             (hashes[i], key_bytes[i], e.priority, e.local_id, min(now_ms + jobs[i].window_ms, _I64_MAX))
             for i, e in taken
         ]
-        cur.execute(
-            queries.DEDUP_TAKE_KEYS.render(table=keys_table, rows=(len(rows), 5)),
-            [value for row in rows for value in row],
-        )
+        for run in _pieces(rows, lambda row: _TAKE_ROW_BYTES + 2 * len(row[1]), budget):
+            cur.execute(
+                queries.DEDUP_TAKE_KEYS.render(table=keys_table, rows=(len(run), 5)),
+                [value for row in run for value in row],
+            )
         for i, e in taken:
             answers[i] = e
         return [answer for answer in answers if answer is not None]
@@ -172,11 +192,13 @@ def gc_dedup_keys(store: MySQLStore, queue: str, now_ms: int, limit: int) -> int
             return None
         candidates = [(bytes(row[0]), int(row[1]), int(row[2]), int(row[3])) for row in cur.fetchall()]
         states = _job_states(store, cur, queue, [(priority, local_id) for _, priority, local_id, _ in candidates])
-        doomed = [
+        # In key-hash order, the order enqueues lock keys in: GC never holds one key while
+        # waiting for another that an enqueue holding the second goes on to lock (a deadlock).
+        doomed = sorted(
             (key_hash, priority, local_id, now_ms)
             for key_hash, priority, local_id, held_until in candidates
             if not holds(states.get((priority, local_id)), held_until, now_ms)
-        ]
+        )
         forgotten = int(cur.executemany(queries.DEDUP_FORGET.render(table=keys_table), doomed)) if doomed else 0
         last = candidates[-1] if candidates and len(candidates) == limit else None
         return forgotten, None if last is None else (last[3], last[0])
@@ -201,17 +223,34 @@ def _job_states(
         if priority >= 1:
             by_priority[priority].add(local_id)
     states: dict[tuple[int, int], int] = {}
+    budget = statement_budget(store.pool)
     for priority, ids in sorted(by_priority.items()):
-        try:
-            cur.execute(
-                queries.LOOKUP_JOBS.render(table=store._table(queue, priority), ids=len(ids)), (0, *sorted(ids))
-            )
-        except pymysql.err.ProgrammingError as exc:
-            if error_code(exc) != NO_TABLE_ERROR:
-                raise
-            continue
-        states.update(((priority, int(row[0])), int(row[1])) for row in cur.fetchall())
+        table = store._table(queue, priority)
+        for piece in _pieces(sorted(ids), lambda _: _ID_BYTES, budget):
+            try:
+                cur.execute(queries.LOOKUP_JOBS.render(table=table, ids=len(piece)), (0, *piece))
+            except pymysql.err.ProgrammingError as exc:
+                if error_code(exc) != NO_TABLE_ERROR:
+                    raise
+                break
+            states.update(((priority, int(row[0])), int(row[1])) for row in cur.fetchall())
     return states
+
+
+def _pieces(items: Sequence[E], cost: Callable[[E], int], budget: int) -> Iterator[Sequence[E]]:
+    """``items`` cut, in order, into runs whose rows cost at most ``budget`` bytes in all beyond
+    ``_STATEMENT_BYTES`` for the rest of the statement (a row over it alone makes a run of one,
+    for the server to refuse)."""
+    room = max(budget - _STATEMENT_BYTES, 1)
+    start, used = 0, 0
+    for i, item in enumerate(items):
+        size = cost(item)
+        if i > start and used + size > room:
+            yield items[start:i]
+            start, used = i, 0
+        used += size
+    if start < len(items):
+        yield items[start:]
 
 
 def _retrying_deadlocks(run: Callable[[], T]) -> T:
