@@ -46,7 +46,8 @@ def read_sets(keys: QueueKeyNames, where: JobFilter) -> list[str]:
 class Page(NamedTuple):
     """One call of scan_jobs.lua: evicted members removed, members looked at (evicted ones
     included: the next page's offset is ``looked - evicted`` further, less any rows deleted in
-    between), whether the range ends there, and the rows of 9 values (the body last)."""
+    between), whether the range ends there, and the rows of 10 values (the body, then the job's
+    dedup key)."""
 
     evicted: int
     looked: int
@@ -80,10 +81,11 @@ def page(
         "1" if newest else "0",
         max_bytes,
     ]
-    out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, *sets], args)
+    ids_key = keys.dedup_keys()[1]
+    out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, ids_key, *sets], args)
     evicted = int(out[0])
     shard.count_evicted(evicted)
-    return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + 9] for i in range(3, len(out), 9)])
+    return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + 10] for i in range(3, len(out), 10)])
 
 
 def pages(
@@ -117,7 +119,7 @@ def matching_pages(
     page_bytes: int,
     body_filter: BodyFilter,
 ) -> Iterator[list[list[Any]]]:
-    """The rows of each page whose body matches (rows of 9 values, the body last); a page holds
+    """The rows of each page whose body matches (rows of 10 values, the body 9th); a page holds
     up to ``page_size`` candidates and about ``page_bytes`` of bodies (see ``page``)."""
     offset = 0
     while True:

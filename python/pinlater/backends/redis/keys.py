@@ -24,6 +24,23 @@ Ours alone, for the dequeue broker (``QueueKeys.hold_keys``, ``lua/lib/holds.lua
 servers count, scan and look it up as PENDING, and put it back in PENDING when its hold lapses
 or is released. Stop our servers gracefully (they release their holds) before pointing only
 original servers at a shard, or jobs held at that moment stay out of their sight.
+
+Ours alone, for dedup keys (``ShardStore.enqueue_dedup_jobs``, ``lua/enqueue_dedup_jobs.lua``),
+under a prefix of their own, ``pld``, which the original server never reads, scans or deletes:
+
+* ``pld_{S}_{Q}.k``: hash, field = the dedup key (its UTF-8 bytes, compared exactly), value =
+  ``{priority}:{local_id}:{held_until_ms}``: the job that holds it (the last one inserted with
+  it) and its enqueue time plus its window. Keys may hold ``:`` or ``_``: they are only ever hash
+  fields, never parts of key names or patterns.
+* ``pld_{S}_{Q}.i``: hash, field = local id, value = the dedup key that names it (ids are unique
+  per queue whatever the priority), so lookups and scans read the keys of a page of jobs with
+  one HMGET.
+* ``pld_{S}_{Q}.g``: sorted set, member = local id, score = when the GC looks at the record
+  next (ms): its held-until at first; a record whose job is still PENDING or IN_PROGRESS then is
+  put later (``lua/gc_dedup_keys.lua``).
+
+The compact layout keeps the same three with the same contents (``keys_compact.py``), so a
+migration moves them with RENAME.
 """
 
 from __future__ import annotations
@@ -37,6 +54,7 @@ QUEUE_KEY_PREFIX = "plq"
 JOB_HASH_KEY_PREFIX = "plh"
 JOB_ID_KEY_PREFIX = "plj"
 QUEUE_NAMES_KEY_PREFIX = "pln"
+DEDUP_KEY_PREFIX = "pld"
 
 
 class JobField:
@@ -136,6 +154,12 @@ class QueueKeys:
     def hold_keys(self, priority: int) -> list[str]:
         """The held set, the expiry set and the holders hash of one priority, in that order."""
         return [self.held_key(priority), self.hold_expiry_key(priority), self.holders_key(priority)]
+
+    def dedup_keys(self) -> list[str]:
+        """The dedup records: key -> holder, id -> key, and the GC's sorted set (see the module
+        docstring), in that order."""
+        base = f"{DEDUP_KEY_PREFIX}_{self.shard}_{self.queue}."
+        return [base + "k", base + "i", base + "g"]
 
     def legacy_reserved_key(self, priority: int) -> str:
         """``plq_{shard}_{queue}.p{priority}_r``: where servers before the held set kept

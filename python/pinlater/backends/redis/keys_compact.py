@@ -26,6 +26,9 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   sets whose members are ids (scripts ZRANGE and ZREM them): scripts take the lists as keys of
   their own (``ready_keys``), and delete_queue empties them beside the sets. The records hash's
   field ``t{priority}`` counts the list's entries that are not PENDING jobs.
+* ``plc:{S:Q}:dk``, ``:di``, ``:dg``: the dedup records (key -> holder, id -> key, and the
+  GC's sorted set), with the contents of the original layout's ``pld_{S}_{Q}.k``, ``.i`` and
+  ``.g`` (``keys.py``).
 * ``plc:{S}:q``: sorted set of the shard's queue names, score = creation time in ms. In another
   slot than the queues' keys, so it is written with plain commands beside the scripts, never
   inside one.
@@ -95,6 +98,10 @@ class CompactQueueKeys:
 
     def id_sets(self, priority: int) -> list[str]:
         return [*self.priority_sets(priority), self.held_key(priority), self.hold_expiry_key(priority)]
+
+    def dedup_keys(self) -> list[str]:
+        """The dedup records: key -> holder, id -> key, and the GC's sorted set."""
+        return [self._base + "dk", self._base + "di", self._base + "dg"]
 
     def ready_key(self, priority: int) -> str:
         """The priority's ready list (``lua_compact/lib/ready.lua``)."""

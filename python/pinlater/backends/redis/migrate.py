@@ -32,6 +32,11 @@ How it stays safe:
   unless forced. Forced with servers running, nothing is lost either (each batch is atomic, and a
   queue gone from the source answers QUEUE_NOT_FOUND there), but an ack that a running server
   sends for a job already moved finds nothing, so that job runs again after its claim timeout.
+* Dedup records (``keys.py``: ``pld_{S}_{Q}.k``, ``.i``, ``.g``; compact ``plc:{S:Q}:dk``, ``:di``,
+  ``:dg``, with the same contents) move once a queue's jobs have, by one call per queue
+  (``lua_migrate/dedup_records.lua``: renamed, or merged if the destination holds some), for
+  every queue with a counter in the source, so a run stopped between a queue's last batch and
+  its records moves them when run again.
 * Both layouts must live on one Redis server: the original layout cannot live in a Redis Cluster
   (its scripts touch keys of many slots), so a cluster is refused.
 
@@ -177,6 +182,8 @@ class MigrationSummary:
     queues: list[str] = field(default_factory=list)
     counters: int = 0
     moved: Moved = field(default_factory=Moved)
+    #: Dedup records moved (or merged) into the target layout.
+    dedup_records: int = 0
 
 
 @cache
@@ -192,6 +199,7 @@ _LIBRARIES = {
     "records": ("lua_compact", "lib", "records.lua"),
     "ready": ("lua_compact", "lib", "ready.lua"),
     "holds": ("lua", "lib", "holds.lua"),
+    "dedup": ("lua", "lib", "dedup.lua"),
 }
 
 
@@ -276,7 +284,9 @@ def _migrate(
     for queue in mover.counter_only_queues():
         if not mover.copy_counter(queue):
             appeared.append(queue)  # named in the source again: created there during the run
-        elif queue not in finished and queue not in in_target:
+            continue
+        summary.dedup_records += mover.move_dedup_records(queue)
+        if queue not in finished and queue not in in_target:
             summary.counters += 1
     left = sorted({*appeared, *mover.live_queues()})
     if left:  # servers ran anyway (forced) and created queues meanwhile: the next run takes them
@@ -395,6 +405,7 @@ class _Mover:
         self._lock = lock
         self.source: Layout = "original" if target == "compact" else "compact"
         self._script = client.register_script(script_source(f"to_{target}"))
+        self._dedup_script = client.register_script(script_source("dedup_records"))
 
     def live_queues(self) -> list[str]:
         """The queues still in the source layout (named there), oldest first."""
@@ -455,6 +466,14 @@ class _Mover:
         keys, args = self._call(queue, "counter")
         done = int(self._script(keys, args, client=self._client)[0])
         return done != LIVE
+
+    def move_dedup_records(self, queue: str) -> int:
+        """Move the queue's dedup records to the target layout's keys; how many it gained."""
+        self._lock.renew()
+        original = QueueKeys(self._shard, queue).dedup_keys()
+        compact = CompactQueueKeys(self._shard, queue).dedup_keys()
+        keys = [*original, *compact] if self._target == "compact" else [*compact, *original]
+        return int(self._dedup_script(keys, [], client=self._client))
 
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
         """Call the script until the queue is finished: what moved, or None if the source holds

@@ -22,8 +22,11 @@ _CLAIMED_JOB = functools.partial(tuple.__new__, ClaimedJob)
 """Builds a ClaimedJob from one tuple of its fields, in C (NamedTuple's own ``__new__`` is Python)."""
 
 
-def job_record(priority: int, local_id: int, state: JobState, score: bytes, fields: Sequence[Any]) -> JobRecord:
-    """A record from a script row: score, then al, ar, cs, ca, ua, cd, bd (None when absent)."""
+def job_record(
+    priority: int, local_id: int, state: JobState, score: bytes, fields: Sequence[Any], dedup_key: bytes | None = None
+) -> JobRecord:
+    """A record from a script row: score, then al, ar, cs, ca, ua, cd, bd (None when absent),
+    and the dedup key the ids hash holds for the job (None when none)."""
     allowed, remaining, status, created, updated, claim, body = fields
     return JobRecord(
         priority=priority,
@@ -37,6 +40,7 @@ def job_record(priority: int, local_id: int, state: JobState, score: bytes, fiel
         updated_at_ms=ms_from_seconds(updated),
         claim_descriptor=None if claim is None else claim.decode("utf-8", "replace"),
         body=body,
+        dedup_key=None if dedup_key is None else dedup_key.decode("utf-8", "replace"),
     )
 
 

@@ -5,7 +5,8 @@ Each file opens with a header naming its ``KEYS``/``ARGV`` and return values. ``
 them through ``importlib.resources`` and registers them on a client; redis-py's ``Script`` runs
 EVALSHA and loads the script again when the server answers NOSCRIPT (after a restart or a
 ``SCRIPT FLUSH``). Helpers shared by several scripts of a layout live in its ``lib/{name}.lua``;
-a line ``--@include {name}`` in a script is replaced by that file (Redis has no module system).
+a line ``--@include {name}`` in a script is replaced by that file (Redis has no module system),
+or by ``lua/lib/{name}.lua`` where the layout has none (a helper both layouts use ships once).
 
 The compact layout's ready lists (``lua_compact/lib/ready.lua``) are written only with
 ``PINLATER_EXPERIMENTAL_READY_LISTS=1`` in the environment: a review found unbounded work per
@@ -32,6 +33,8 @@ SCRIPT_NAMES = (
     "delete_queue",
     "get_queue_names",
     "enqueue_jobs",
+    "enqueue_dedup_jobs",
+    "gc_dedup_keys",
     "dequeue_jobs",
     "reserve_jobs",
     "claim_reserved",
@@ -73,10 +76,16 @@ def source(name: str, layout: str = "original") -> str:
 @cache
 def _source(name: str, layout: str, ready_lists: bool) -> str:
     folder = SCRIPT_DIRS[layout]
-    text = INCLUDE.sub(lambda m: _read(folder, "lib", f"{m.group(1)}.lua"), _read(folder, f"{name}.lua"))
+    text = INCLUDE.sub(lambda m: _library(folder, m.group(1)), _read(folder, f"{name}.lua"))
     if ready_lists:
         text = text.replace(READY_LISTS_OFF, "local READY_LISTS = true\n")
     return text
+
+
+def _library(folder: str, name: str) -> str:
+    """``{folder}/lib/{name}.lua``, or the original layout's ``lua/lib/{name}.lua``."""
+    path = resources.files("pinlater.backends.redis").joinpath(folder, "lib", f"{name}.lua")
+    return _read(folder if path.is_file() else SCRIPT_DIRS["original"], "lib", f"{name}.lua")
 
 
 def _read(*parts: str) -> str:

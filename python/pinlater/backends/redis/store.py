@@ -21,6 +21,10 @@ Design:
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
   raises ``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` raises
   ``StoreMemoryFullError``.
+* Dedup keys: ``enqueue_dedup_jobs`` and ``gc_dedup_keys`` are one script each
+  (``dedup.py``), with the records in three keys per queue beside the jobs (``keys.py``, under
+  the prefix ``pld`` the original server never touches; ``keys_compact.py``); lookups and scans
+  read the keys of the jobs they return in the same script (one HMGET).
 * Memory: ``memory`` reads used_memory against maxmemory in the background (``memory.py``), so
   the shared layer sends new jobs elsewhere above REDIS_MEMORY_HIGH_WATER_FRACTION.
 * Evicted jobs (a set member whose hash is gone, as the original's docs expected under LRU
@@ -65,6 +69,8 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
+    DedupJob,
+    Enqueued,
     JobFilter,
     JobRecord,
     JobState,
@@ -72,7 +78,7 @@ from pinlater.backends.base import (
     Offload,
 )
 from pinlater.backends.body_filter import BodyFilter
-from pinlater.backends.redis import reservations
+from pinlater.backends.redis import dedup, reservations
 from pinlater.backends.redis.cluster import cluster_hot_client
 from pinlater.backends.redis.cluster_scripts import (
     AsyncClusterShardScripts,
@@ -203,7 +209,7 @@ class RedisStore:
         priorities = range(1, self._num_priorities + 1)
         sets = [key for p in priorities for key in keys.id_sets(p)]
         lists = [key for p in priorities for key in ready_keys(keys, p)]
-        holders = [keys.holders_key(p) for p in priorities]
+        holders = [keys.holders_key(p) for p in priorities] + keys.dedup_keys()  # deleted outright
         args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
         if self.layout.compact:  # gone from the list first, as the script's first call does
             self._shard.command("ZREM", compact_names_key(self._name), queue)
@@ -234,6 +240,14 @@ class RedisStore:
             status = job.custom_status[:CUSTOM_STATUS_LIMIT]
             args += [index[job.priority], job.body, job.attempts_allowed, seconds_arg(job.run_after_ms), status]
         return ScriptCall("enqueue_jobs", queue, key_list, args, _ids)
+
+    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+        """One call of ``enqueue_dedup_jobs.lua`` (``dedup.py``)."""
+        return dedup.enqueue_dedup_jobs(self._shard, queue, jobs, now_ms, self._num_priorities)
+
+    def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
+        """One call of ``gc_dedup_keys.lua`` (``dedup.py``), which looks at ``limit`` records at most."""
+        return dedup.gc_dedup_keys(self._shard, queue, now_ms, limit, self._num_priorities)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -312,7 +326,7 @@ class RedisStore:
 
     def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
         qkeys = self._keys(queue)
-        key_list, index = [qkeys.exists_key], {}
+        key_list, index = [qkeys.exists_key, qkeys.dedup_keys()[1]], {}
         for p in sorted({priority for priority, _ in keys}):  # the state sets, the held set, the list
             index[p] = len(key_list) + 1
             key_list += [*qkeys.priority_sets(p), qkeys.held_key(p), *ready_keys(qkeys, p)]
@@ -322,10 +336,10 @@ class RedisStore:
         out = self._run_in_queue("lookup_jobs", queue, key_list, args)
         self._count_evicted(out[0])
         records = []
-        for i in range(1, len(out), 10):
-            number, state, score, *fields = out[i : i + 10]
+        for i in range(1, len(out), 11):
+            number, state, score, *fields, dedup_key = out[i : i + 11]
             priority, local_id = keys[int(number) - 1]
-            records.append(job_record(priority, local_id, JobState(int(state)), score, fields))
+            records.append(job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key))
         return records
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
@@ -425,7 +439,7 @@ class RedisStore:
             )
             rows = (row for page_matched in matched for row in page_matched)
         for row in rows:
-            found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None]))
+            found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[9]))
             if len(found) >= limit:
                 break
         found.sort(key=lambda job: (job.run_after_ms, job.local_id), reverse=True)

@@ -6,7 +6,8 @@ time that state keeps (run after, claim time or finish time). Jobs in no set are
 set and counted, and left out.
 
 KEYS[1]     queue names sorted set (pln_{shard})
-KEYS[2..n]  five sorted sets per priority looked up: the four in state order, then the held set
+KEYS[2]     the queue's dedup ids hash (pld_{shard}_{queue}.i: id -> dedup key, keys.py)
+KEYS[3..n]  five sorted sets per priority looked up: the four in state order, then the held set
             (plq_{shard}_{queue}.p{p}_s0 .. _s3, plq_{shard}_{queue}.p{p}_h)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
@@ -17,15 +18,19 @@ then 2 per lookup:
   ARGV[i+1] local id
 
 Hash fields: bd al ar cs ca ua cd (keys.JobField).
-Returns {evicted, then 10 values per job found: lookup number (1-based), state (0..3), score,
-al, ar, cs, ca, ua, cd (nil if none), bd (nil unless asked)}, or -1 if the queue does not exist.
+Returns {evicted, then 11 values per job found: lookup number (1-based), state (0..3), score,
+al, ar, cs, ca, ua, cd (nil if none), bd (nil unless asked), dedup key (nil if none; one HMGET
+of the ids hash for all)}, or -1 if the queue does not exist.
 ]]
-local names_key = KEYS[1]
+--@include keyed_rows
+local names_key, ids_key = KEYS[1], KEYS[2]
 local queue, hash_prefix, with_body, n = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
+
 local out = {0}
+local rows = {}
 local evicted = 0
 for j = 0, n - 1 do
   local a = 5 + 2 * j
@@ -48,14 +53,12 @@ for j = 0, n - 1 do
         if with_body then
           body = job[1]
         end
-        local row = {j + 1, state, score, job[2], job[3], job[4], job[5], job[6], job[7], body}
-        for v = 1, 10 do
-          out[#out + 1] = row[v]
-        end
+        rows[#rows + 1] = {j + 1, state, score, job[2], job[3], job[4], job[5], job[6], job[7], body, id}
       end
       break
     end
   end
 end
+emit_keyed_rows(out, rows, 10, 11, ids_key)
 out[1] = evicted
 return out

@@ -11,8 +11,9 @@ range ends within them. Order: by score, equal scores by id as text (Redis' orde
 newest first; the held set's members take their places in that order.
 
 KEYS[1]  queue names sorted set (pln_{shard})
-KEYS[2]  the sorted set to read (plq_{shard}_{queue}.p{p}_s{s})
-KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash to
+KEYS[2]  the queue's dedup ids hash (pld_{shard}_{queue}.i: id -> dedup key, keys.py)
+KEYS[3]  the sorted set to read (plq_{shard}_{queue}.p{p}_s{s})
+KEYS[4]  optional, with KEYS[5] and KEYS[6]: the held set, hold expiry set and holders hash to
          merge (plq_{shard}_{queue}.p{p}_h, _x, _o)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
@@ -27,12 +28,13 @@ ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes
 
 Hash fields: bd al ar cs ca ua cd (keys.JobField).
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
-then 9 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
-bd (nil unless asked)}, or -1 if the queue does not exist.
+then 10 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
+bd (nil unless asked), its dedup key (nil if none)}, or -1 if the queue does not exist.
 ]]
+--@include keyed_rows
 --@include holds
-local names_key, set_key = KEYS[1], KEYS[2]
-local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
+local names_key, ids_key, set_key = KEYS[1], KEYS[2], KEYS[3]
+local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local queue, hash_prefix, low, high = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
 local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
@@ -102,8 +104,10 @@ else
   end
 end
 
+
 local budget = tonumber(ARGV[9]) or 0
 local out = {0, 0, 0}
+local rows = {}
 local evicted, looked, taken = 0, 0, 0
 for _, m in ipairs(window) do
   if with_body and budget > 0 and taken >= budget then
@@ -127,12 +131,10 @@ for _, m in ipairs(window) do
       body = job[1]
       taken = taken + #body
     end
-    local row = {id, score, job[2], job[3], job[4], job[5], job[6], job[7], body}
-    for v = 1, 9 do
-      out[#out + 1] = row[v]
-    end
+    rows[#rows + 1] = {id, score, job[2], job[3], job[4], job[5], job[6], job[7], body}
   end
 end
+emit_keyed_rows(out, rows, 9, 1, ids_key)
 out[1] = evicted
 out[2] = looked
 if looked == #window and #window < count then

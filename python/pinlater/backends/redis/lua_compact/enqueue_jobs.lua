@@ -1,6 +1,7 @@
 --[[ enqueue_jobs: insert a batch of PENDING jobs (any mix of priorities) in one call.
 
-As lua/enqueue_jobs.lua, in the compact layout: ids come from the field `id` of the queue's meta
+As lua/enqueue_jobs.lua, in the compact layout (lib/insert.lua, shared with
+enqueue_dedup_jobs.lua): ids come from the field `id` of the queue's meta
 hash (one HINCRBY for the batch), so they are consecutive and in the order of the jobs; the
 records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
 ZADD, scored by run after in ms. With READY_LISTS (off unless scripts.py turns it on), a job
@@ -29,48 +30,14 @@ Returns the local ids in job order, or -1 if the queue does not exist.
 --@include records
 --@include sets
 --@include ready
--- Off unless PINLATER_EXPERIMENTAL_READY_LISTS=1 (scripts.py says why): every job to its PENDING set.
-local READY_LISTS = false
+--@include insert
 local meta_key, counter_key = KEYS[1], KEYS[2]
 local records_key, now, n = ARGV[2], to_ms(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
-local ids = {}
-if n == 0 then
-  return ids
+local slots = {}
+for j = 1, n do
+  slots[j] = 5 * j
 end
-local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
-local names, jobs = {}, {}
-local writes = set_writes()
-local lists = (#KEYS - 2) / 2
-local ready, ready_order = {}, {}  -- per PENDING set index: the ids for its ready list
-for j = 0, n - 1 do
-  local a = 5 + 5 * j
-  local id = string.format('%d', first + j)
-  local attempts = tonumber(ARGV[a + 2])
-  names[j + 1] = id
-  jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
-  local k, run_after = tonumber(ARGV[a]), to_ms(ARGV[a + 3])
-  if READY_LISTS and run_after == now then
-    if not ready[k] then
-      ready[k] = {}
-      ready_order[#ready_order + 1] = k
-    end
-    local r = ready[k]
-    r[#r + 1] = id
-  else
-    writes.add(k, run_after, id)
-  end
-  ids[j + 1] = first + j
-end
-write_records(records_key, names, jobs)
-for _, k in ipairs(ready_order) do
-  if not ready_push(KEYS[k + lists], records_key, now, ready[k]) then
-    for _, id in ipairs(ready[k]) do
-      writes.add(k, now, id)
-    end
-  end
-end
-writes.flush()
-return ids
+return insert_jobs(counter_key, records_key, now, slots, (#KEYS - 2) / 2)

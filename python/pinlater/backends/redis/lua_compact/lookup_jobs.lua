@@ -13,7 +13,8 @@ Batched: one ZMSCORE per set of each priority looked up, one HMGET of the record
 the ids in no set, and an LPOS for each of those without a claim), one ZREM per set with evicted members.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
-KEYS[2..n]  six keys per priority looked up: the four sorted sets in state order, the held set,
+KEYS[2]     the queue's dedup ids hash (plc:{S:Q}:di: id -> dedup key, keys_compact.py)
+KEYS[3..n]  six keys per priority looked up: the four sorted sets in state order, the held set,
             then the ready list (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h, plc:{S:Q}:p{p}:r)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
@@ -23,14 +24,16 @@ then 2 per lookup:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other five follow)
   ARGV[i+1] local id
 
-Returns {evicted, then 10 values per job found: lookup number (1-based), state (0..3), score
-(seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked)}, or -1 if the
+Returns {evicted, then 11 values per job found: lookup number (1-based), state (0..3), score
+(seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked), dedup key (nil
+if none; one HMGET of the ids hash for all)}, or -1 if the
 queue does not exist.
 ]]
+--@include keyed_rows
 --@include records
 --@include sets
 --@include ready
-local meta_key = KEYS[1]
+local meta_key, ids_key = KEYS[1], KEYS[2]
 local records_key, with_body, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
@@ -88,6 +91,7 @@ end
 
 local writes = set_writes()
 local out = {0}
+local rows = {}
 local evicted = 0
 for j = 0, n - 1 do
   local k = tonumber(ARGV[5 + 2 * j])
@@ -108,11 +112,8 @@ for j = 0, n - 1 do
         if with_body then
           body = job.bd
         end
-        local row = {j + 1, state, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca),
-          to_seconds(job.ua), job.cd, body}
-        for v = 1, 10 do
-          out[#out + 1] = row[v]
-        end
+        rows[#rows + 1] = {j + 1, state, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca),
+          to_seconds(job.ua), job.cd, body, id}
       end
       break
     end
@@ -127,13 +128,11 @@ for j = 0, n - 1 do
     if with_body then
       body = job.bd
     end
-    local row = {j + 1, 0, to_seconds(job.ca), job.al, job.ar, job.cs, to_seconds(job.ca),
-      to_seconds(job.ua), false, body}
-    for v = 1, 10 do
-      out[#out + 1] = row[v]
-    end
+    rows[#rows + 1] = {j + 1, 0, to_seconds(job.ca), job.al, job.ar, job.cs, to_seconds(job.ca),
+      to_seconds(job.ua), false, body, id}
   end
 end
 writes.flush()
+emit_keyed_rows(out, rows, 10, 11, ids_key)
 out[1] = evicted
 return out

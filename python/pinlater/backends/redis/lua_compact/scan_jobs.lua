@@ -21,10 +21,11 @@ list's part of a window costs O(offset + count) entries, from the head (oldest f
 tail (newest first).
 
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
-KEYS[2]  the sorted set to read (plc:{S:Q}:p{p}:s{s})
-KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash to
+KEYS[2]  the queue's dedup ids hash (plc:{S:Q}:di: id -> dedup key, keys_compact.py)
+KEYS[3]  the sorted set to read (plc:{S:Q}:p{p}:s{s})
+KEYS[4]  optional, with KEYS[5] and KEYS[6]: the held set, hold expiry set and holders hash to
          merge (plc:{S:Q}:p{p}:h, :x, :o)
-KEYS[6]  optional, with them: the ready list to merge (plc:{S:Q}:p{p}:r)
+KEYS[7]  optional, with them: the ready list to merge (plc:{S:Q}:p{p}:r)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
@@ -37,19 +38,20 @@ ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes
          no bound)
 
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
-then 9 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
-bd (nil unless asked)}, or -1 if the queue does not exist.
+then 10 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
+bd (nil unless asked), its dedup key (nil if none)}, or -1 if the queue does not exist.
 ]]
+--@include keyed_rows
 --@include records
 --@include sets
 --@include holds
 --@include ready
-local meta_key, set_key = KEYS[1], KEYS[2]
-local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
+local meta_key, ids_key, set_key = KEYS[1], KEYS[2], KEYS[3]
+local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, low, high = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4])
 local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
 local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
-local ready_key = KEYS[6]
+local ready_key = KEYS[7]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
@@ -131,7 +133,9 @@ else
   end
 end
 
+
 local budget = tonumber(ARGV[9]) or 0
+local rows = {}
 local bounded = with_body and budget > 0
 local out = {0, 0, 0}
 local evicted, looked, taken = 0, 0, 0
@@ -186,12 +190,10 @@ for i, m in ipairs(window) do
       body = job.bd
       taken = taken + #body
     end
-    local row = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body}
-    for v = 1, 9 do
-      out[#out + 1] = row[v]
-    end
+    rows[#rows + 1] = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body}
   end
 end
+emit_keyed_rows(out, rows, 9, 1, ids_key)
 zrem_all(set_key, gone)
 if #gone_held > 0 then
   drop_holds(held_key, expiry_key, holders_key, gone_held)

@@ -1,0 +1,90 @@
+"""Dedup keys in the Redis store (``ShardStore.enqueue_dedup_jobs``, ``gc_dedup_keys``): the
+calls of ``enqueue_dedup_jobs.lua`` and ``gc_dedup_keys.lua`` in either layout.
+
+The records live beside the queue's jobs, in three keys of its own (``QueueKeys.dedup_keys``;
+``keys.py`` says what each holds): key -> holder, id -> key (so lookups and scans show a job's
+key with one HMGET per call) and the GC's sorted set. A script reads the holder's state from
+the final sets of the holder's priority, so it is passed the sets of every priority up to the
+highest the store knows (``num_priority_levels``, or a higher one a queue was created with),
+a group of keys per priority (``_group``: the original layout's PENDING, IN_PROGRESS and held
+sets, the compact layout's PENDING, SUCCEEDED and FAILED sets and ready list);
+a record naming a priority beyond them (a queue used by a server configured with more) makes
+the script change nothing and answer that priority, and the call is made again with it.
+
+Both scripts touch only the keys they are passed, all of one queue's hash tag in the compact
+layout, so they run on a Redis Cluster as the other scripts do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pinlater.backends.base import DedupJob, Enqueued, JobState
+from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
+from pinlater.backends.redis.script_calls import ShardScripts
+
+PRIORITY_BEYOND_KEYS = -2
+"""The scripts' first value when a record names a priority whose sets were not passed."""
+
+_ENQUEUE_FIXED_KEYS = 5  # the queue key, the counter, the three dedup keys
+
+
+def enqueue_dedup_jobs(
+    shard: ShardScripts, queue: str, jobs: Sequence[DedupJob], now_ms: int, num_priorities: int
+) -> list[Enqueued]:
+    """``ShardStore.enqueue_dedup_jobs`` through ``enqueue_dedup_jobs.lua``: one call (two if a
+    record names a priority above ``num_priorities`` and the jobs')."""
+    keys = shard.keys(queue)
+    m = max([num_priorities, *(d.job.priority for d in jobs)])
+    while True:
+        per = len(_group(keys, 1))
+        key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys()]
+        for p in range(1, m + 1):
+            key_list += _group(keys, p)
+        args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
+        for d in jobs:
+            job = d.job
+            args += [
+                _ENQUEUE_FIXED_KEYS + 1 + per * (job.priority - 1),
+                job.body,
+                job.attempts_allowed,
+                seconds_arg(job.run_after_ms),
+                job.custom_status[:CUSTOM_STATUS_LIMIT],
+                d.key,
+                max(d.window_ms, 0),
+            ]
+        out = shard.run_in_queue("enqueue_dedup_jobs", queue, key_list, args)
+        if out and int(out[0]) == PRIORITY_BEYOND_KEYS:
+            m = int(out[1])
+            continue
+        return [Enqueued(int(out[i]), int(out[i + 1]), int(out[i + 2]) == 1) for i in range(0, len(out), 3)]
+
+
+def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int, num_priorities: int) -> int:
+    """``ShardStore.gc_dedup_keys`` through ``gc_dedup_keys.lua``: looks at ``limit`` records at
+    most."""
+    keys = shard.keys(queue)
+    m = num_priorities
+    while True:
+        key_list = [keys.exists_key, *keys.dedup_keys()]
+        for p in range(1, m + 1):
+            key_list += _group(keys, p)
+        out = shard.run_in_queue("gc_dedup_keys", queue, key_list, [queue, keys.jobs_arg, now_ms, limit, m])
+        if isinstance(out, list):
+            if int(out[0]) != PRIORITY_BEYOND_KEYS:
+                raise AssertionError(f"gc_dedup_keys.lua answered {out!r}")
+            m = int(out[1])
+            continue
+        return int(out)
+
+
+def _group(keys: QueueKeyNames, priority: int) -> list[str]:
+    """The keys of one priority that the scripts read a holder's state from (each layout's
+    ``lib/dedup_state.lua``), its PENDING set first (where the enqueue inserts)."""
+    pending = keys.set_key(priority, JobState.PENDING)
+    if isinstance(keys, CompactQueueKeys):
+        finished = [keys.set_key(priority, JobState.SUCCEEDED), keys.set_key(priority, JobState.FAILED)]
+        return [pending, *finished, keys.ready_key(priority)]
+    return [pending, keys.set_key(priority, JobState.IN_PROGRESS), keys.held_key(priority)]

@@ -1,0 +1,84 @@
+--[[ enqueue_dedup_jobs: insert each job as enqueue_jobs.lua does, unless a job holds its dedup
+key (ShardStore.enqueue_dedup_jobs), all in one call: two servers enqueueing one key at once
+make one job.
+
+A key is held by the job its record names (lib/dedup.lua) while now < the record's held-until
+(that job's enqueue time plus its window) or while the job is PENDING or IN_PROGRESS
+(lib/dedup_state.lua: in its priority's PENDING, IN_PROGRESS or held set). A held key answers
+its holder and changes nothing. A key not held is taken: the job is inserted (lib/insert.lua,
+one INCRBY for all the jobs inserted) and the record names it, its id and gc entries replacing
+the old holder's. The keys of one call are distinct (the caller collapses repeats).
+
+KEYS[1]     queue names sorted set (pln_{shard})
+KEYS[2]     the queue's id counter (plj_{shard}_{queue})
+KEYS[3..5]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .g)
+KEYS[6..]   three per priority 1..m: PENDING, IN_PROGRESS and held sets
+            (plq_{shard}_{queue}.p{p}_s0, _s1, _h): priority p's start at 6 + 3 * (p - 1)
+ARGV[1]     queue name
+ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
+ARGV[3]     now, seconds as float (ca and ua)
+ARGV[4]     number of jobs, n
+ARGV[5]     now, ms
+ARGV[6]     m, the priorities whose keys are in KEYS
+then 7 per job, in order:
+  ARGV[i]   index into KEYS of the job's PENDING set (its priority's first key)
+  ARGV[i+1] body (bd)
+  ARGV[i+2] attempts allowed (al, and ar)
+  ARGV[i+3] run after, seconds as float (the score)
+  ARGV[i+4] custom status, already truncated (cs)
+  ARGV[i+5] dedup key
+  ARGV[i+6] window, ms
+
+Returns 3 values per job, in order: priority, local id, 1 if the key was held (the holder's
+priority and id) else 0 (the new job's); or -1 if the queue does not exist; or {-2, p} (nothing
+changed) if a record names a holder of a priority p > m: the caller calls again with m >= p.
+]]
+--@include insert
+--@include dedup
+--@include dedup_state
+local names_key, counter_key = KEYS[1], KEYS[2]
+local records_key, ids_key, gc_key = KEYS[3], KEYS[4], KEYS[5]
+local queue, jobs, now = ARGV[1], ARGV[2], ARGV[3]
+local n, now_ms, m = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if not redis.call('ZSCORE', names_key, queue) then
+  return -1
+end
+local INSERT_READY_OFFSET = nil  -- no ready lists in this layout
+
+local out = {}
+local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
+for j = 1, n do
+  local a = 7 * j
+  local value = redis.call('HGET', records_key, ARGV[a + 5])
+  local held = false
+  if value then
+    local p, id, until_ms = parse_holder(value)
+    if p > m then
+      return {-2, p}
+    end
+    if now_ms < until_ms or job_active(jobs, 6 + DEDUP_GROUP * (p - 1), id) then
+      out[3 * j - 2], out[3 * j - 1], out[3 * j] = p, tonumber(id), 1
+      held = true
+    else
+      old[#old + 1] = id
+    end
+  end
+  if not held then
+    taken[#taken + 1] = a
+    taken_at[#taken_at + 1] = j
+  end
+end
+for _, id in ipairs(old) do  -- the old holders lose their entries; their records are rewritten below
+  redis.call('HDEL', ids_key, id)
+  redis.call('ZREM', gc_key, id)
+end
+local ids = insert_jobs(counter_key, jobs, now, taken, INSERT_READY_OFFSET)
+local holders = {}
+for i, id in ipairs(ids) do
+  local a, j = taken[i], taken_at[i]
+  local priority = (tonumber(ARGV[a]) - 6) / DEDUP_GROUP + 1
+  holders[i] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
+  out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
+end
+record_holders(records_key, ids_key, gc_key, holders)
+return out

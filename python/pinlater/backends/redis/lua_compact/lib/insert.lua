@@ -1,0 +1,57 @@
+-- insert: the insert of new PENDING jobs in the compact layout, shared by enqueue_jobs.lua and
+-- enqueue_dedup_jobs.lua (scripts that say `--@include insert` get this file pasted in, after
+-- records, sets and ready).
+--
+-- `slots` lists, per job in order, where its five ARGV values start (ARGV[a] .. ARGV[a + 4]):
+-- the KEYS index of its PENDING set, body, attempts allowed, run after (seconds as float) and
+-- custom status (already truncated). Ids come from the field `id` of the queue's meta hash (one
+-- HINCRBY for the batch), so they are consecutive and in the order of `slots`; the records of
+-- the batch go in with one HSET (per chunk of 1000), each PENDING set gets one ZADD, scored by
+-- run after in ms. With READY_LISTS, a job whose run after is `now` goes to the ready list of its
+-- priority, KEYS[k + ready_offset] for the PENDING set KEYS[k] (one RPUSH per list), unless the
+-- list's last score is after now (another server's clock ahead): then to the PENDING set.
+-- `now` is in ms. Returns the ids (numbers), in order.
+
+-- Off unless PINLATER_EXPERIMENTAL_READY_LISTS=1 (scripts.py says why): every job to its PENDING set.
+local READY_LISTS = false
+
+local function insert_jobs(counter_key, records_key, now, slots, ready_offset)
+  local ids = {}
+  local n = #slots
+  if n == 0 then
+    return ids
+  end
+  local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+  local names, jobs = {}, {}
+  local writes = set_writes()
+  local ready, ready_order = {}, {}  -- per PENDING set index: the ids for its ready list
+  for j = 1, n do
+    local a = slots[j]
+    local id = string.format('%d', first + j - 1)
+    local attempts = tonumber(ARGV[a + 2])
+    names[j] = id
+    jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
+    local k, run_after = tonumber(ARGV[a]), to_ms(ARGV[a + 3])
+    if READY_LISTS and run_after == now then
+      if not ready[k] then
+        ready[k] = {}
+        ready_order[#ready_order + 1] = k
+      end
+      local r = ready[k]
+      r[#r + 1] = id
+    else
+      writes.add(k, run_after, id)
+    end
+    ids[j] = first + j - 1
+  end
+  write_records(records_key, names, jobs)
+  for _, k in ipairs(ready_order) do
+    if not ready_push(KEYS[k + ready_offset], records_key, now, ready[k]) then
+      for _, id in ipairs(ready[k]) do
+        writes.add(k, now, id)
+      end
+    end
+  end
+  writes.flush()
+  return ids
+end

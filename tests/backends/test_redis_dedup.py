@@ -1,0 +1,201 @@
+"""Dedup keys in the Redis store beyond the shared suite (``test_dedup_conformance.py``): where
+the records live in each layout, what they cost, broker holds, priorities beyond the store's,
+and ``pinlater migrate-layout`` carrying them both ways."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.redis_server import RedisServer
+
+from pinlater.backends.base import AckItem, DedupJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.migrate import migrate_shard
+from pinlater.config import Settings
+
+pytestmark = pytest.mark.redis
+
+Q = "dq"
+T0 = 1_700_000_000_000
+CLAIM = "claim-0001:worker:host-a"
+RESERVATION = "~r|broker-1"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as srv:
+        yield srv
+
+
+@pytest.fixture
+def raw(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    yield client
+    client.close()
+
+
+def open_store(server: RedisServer, layout: str, settings: Settings | None = None) -> RedisStore:
+    return RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout), settings)
+
+
+def keyed(key: str, *, priority: int = 1, window_ms: int = 0, run_after: int = T0) -> DedupJob:
+    return DedupJob(NewJob(priority, b"body", run_after, 2), key, window_ms)
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_a_job_held_by_a_broker_holds_its_key_and_shows_it(server: RedisServer, layout: str) -> None:
+    store = open_store(server, layout)
+    try:
+        store.create_queue(Q, 3)
+        (a,) = store.enqueue_dedup_jobs(Q, [keyed("k")], T0)
+        assert [j.local_id for j in store.reserve_jobs(Q, 1, 10, RESERVATION, T0, 60_000)] == [a.local_id]
+        (b,) = store.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 1)
+        assert b == Enqueued(1, a.local_id, True)
+        (found,) = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), 10)
+        assert (found.local_id, found.dedup_key) == (a.local_id, "k")
+        assert store.claim_reserved(Q, [(1, a.local_id, CLAIM)], RESERVATION, T0 + 2) == [(1, a.local_id)]
+        store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 3)
+        (c,) = store.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 4)
+        assert not c.deduplicated
+        # the finished job no longer shows the key: the record names the new one
+        records = store.lookup_jobs(Q, [(1, a.local_id), (1, c.local_id)], False)
+        assert [(r.local_id, r.dedup_key) for r in records] == [(a.local_id, None), (c.local_id, "k")]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_a_record_of_a_priority_above_the_stores_is_read_with_a_second_call(server: RedisServer, layout: str) -> None:
+    wide = open_store(server, layout, Settings(num_priority_levels=5))
+    narrow = open_store(server, layout, Settings(num_priority_levels=2))
+    try:
+        wide.create_queue(Q, 5)
+        (a,) = wide.enqueue_dedup_jobs(Q, [keyed("k", priority=5)], T0)
+        (b,) = narrow.enqueue_dedup_jobs(Q, [keyed("k", priority=1)], T0 + 1)
+        assert b == Enqueued(5, a.local_id, True)
+        wide.dequeue_jobs(Q, 5, 1, CLAIM, T0 + 2, False)
+        wide.ack_jobs(Q, [AckItem(5, a.local_id)], [], T0 + 3)
+        assert narrow.gc_dedup_keys(Q, T0 + 4, 10) == 1
+    finally:
+        wide.close()
+        narrow.close()
+
+
+def test_the_original_layout_keeps_records_under_a_prefix_of_their_own(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server, "original")
+    try:
+        store.create_queue(Q, 3)
+        (a,) = store.enqueue_dedup_jobs(Q, [keyed("a:b_c*?", window_ms=7)], T0)
+    finally:
+        store.close()
+    assert sorted(raw.keys("pld_*")) == [b"pld_1_dq.g", b"pld_1_dq.i", b"pld_1_dq.k"]
+    assert raw.hgetall("pld_1_dq.k") == {b"a:b_c*?": f"1:{a.local_id}:{T0 + 7}".encode()}
+    assert raw.hgetall("pld_1_dq.i") == {str(a.local_id).encode(): b"a:b_c*?"}
+    assert raw.zrange("pld_1_dq.g", 0, -1, withscores=True) == [(str(a.local_id).encode(), float(T0 + 7))]
+    # the job's hash has the original's fields only, which the Java server reads
+    assert sorted(raw.hkeys(f"plh_1_dq.{a.local_id}")) == sorted([b"bd", b"al", b"ar", b"ca", b"ua", b"cs"])
+
+
+def test_dedup_records_move_with_the_shard_both_ways(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server, "original")
+    try:
+        store.create_queue(Q, 3)
+        pending, done = store.enqueue_dedup_jobs(Q, [keyed("pending:1"), keyed("done_2", window_ms=60_000)], T0)
+        store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)  # takes "pending:1" (the older id)
+        store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)
+        store.ack_jobs(Q, [AckItem(1, done.local_id)], [], T0 + 1)
+    finally:
+        store.close()
+
+    for layout in ("compact", "original"):
+        summary = migrate_shard(raw, "1", layout)
+        assert summary.dedup_records == 2
+        other = "pld_*" if layout == "compact" else "plc:{1:dq}:d*"
+        assert raw.keys(other) == [], layout
+        moved = open_store(server, layout)
+        try:
+            got = moved.enqueue_dedup_jobs(Q, [keyed("pending:1"), keyed("done_2")], T0 + 2)
+            assert got == [Enqueued(1, pending.local_id, True), Enqueued(1, done.local_id, True)], layout
+            found = moved.lookup_jobs(Q, [(1, pending.local_id), (1, done.local_id)], False)
+            assert [r.dedup_key for r in found] == ["pending:1", "done_2"], layout
+        finally:
+            moved.close()
+
+    store = open_store(server, "original")
+    try:
+        assert store.gc_dedup_keys(Q, T0 + 60_000, 10) == 1  # "done_2": window passed, job finished
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_a_record_costs_little_memory(server: RedisServer, raw: redis.Redis, layout: str) -> None:
+    """Bytes per record of the three structures, with 36-byte keys (a UUID), measured with
+    MEMORY USAGE (the value reported in the Redis store's notes)."""
+    n = 2000
+    store = open_store(server, layout)
+    try:
+        store.create_queue(Q, 3)
+        for start in range(0, n, 500):
+            store.enqueue_dedup_jobs(Q, [keyed(str(uuid.uuid4())) for _ in range(500)], T0 + start)
+        keys = store._shard.keys(Q).dedup_keys()
+    finally:
+        store.close()
+    each = [int(raw.memory_usage(key, samples=0) or 0) / n for key in keys]
+    print(f"{layout}: {sum(each):.0f} bytes per dedup record (36-byte keys): " + ", ".join(f"{b:.0f}" for b in each))
+    assert sum(each) < 400
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_records_of_active_jobs_do_not_stop_the_gc(server: RedisServer, layout: str) -> None:
+    """The GC looks at ``limit`` records at most; those whose job is still active are looked at
+    again later, so the next call reaches the records behind them."""
+    store = open_store(server, layout)
+    try:
+        store.create_queue(Q, 3)
+        active = store.enqueue_dedup_jobs(Q, [keyed(f"a{i}") for i in range(3)], T0)
+        gone = store.enqueue_dedup_jobs(Q, [keyed(f"g{i}", priority=2) for i in range(2)], T0 + 1)
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 2, T0 + 1, future=None), 10) == 2
+        assert store.gc_dedup_keys(Q, T0 + 10, 3) == 0  # the three oldest records: jobs still PENDING
+        assert store.gc_dedup_keys(Q, T0 + 10, 3) == 2
+        assert store.gc_dedup_keys(Q, T0 + 10, 3) == 0
+        again = store.enqueue_dedup_jobs(Q, [keyed("a0"), keyed("g0")], T0 + 11)
+        assert again[0] == Enqueued(1, active[0].local_id, True)
+        assert not again[1].deduplicated and again[1].local_id != gone[0].local_id
+    finally:
+        store.close()
+
+
+def test_a_migration_merges_records_the_target_already_holds_keeping_the_later_holder(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    store = open_store(server, "original")
+    try:
+        store.create_queue(Q, 3)
+        x, y = store.enqueue_dedup_jobs(Q, [keyed("x"), keyed("y")], T0)
+    finally:
+        store.close()
+    # records a server wrote in the compact layout meanwhile: "x" by a later job, "z" only there
+    later = y.local_id + 10
+    raw.hset("plc:{1:dq}:dk", mapping={"x": f"1:{later}:{T0}", "z": f"1:{later + 1}:{T0}"})
+    raw.hset("plc:{1:dq}:di", mapping={str(later): "x", str(later + 1): "z"})
+    raw.zadd("plc:{1:dq}:dg", {str(later): T0, str(later + 1): T0})
+
+    summary = migrate_shard(raw, "1", "compact")
+    assert summary.dedup_records == 1  # "y"; "x" was there, and its later holder kept
+    assert raw.hgetall("plc:{1:dq}:dk") == {
+        b"x": f"1:{later}:{T0}".encode(),
+        b"y": f"1:{y.local_id}:{T0}".encode(),
+        b"z": f"1:{later + 1}:{T0}".encode(),
+    }
+    assert raw.hgetall("plc:{1:dq}:di") == {
+        str(later).encode(): b"x",
+        str(y.local_id).encode(): b"y",
+        str(later + 1).encode(): b"z",
+    }
+    assert sorted(raw.zrange("plc:{1:dq}:dg", 0, -1)) == sorted(str(i).encode() for i in (later, y.local_id, later + 1))
+    assert raw.keys("pld_*") == [] and x.local_id != later
