@@ -54,7 +54,7 @@ def main() -> None:
                 order = VARIANTS if round_no % 2 else VARIANTS[::-1]
                 for variant in order:
                     args.keyed = variant == "keyed"
-                    directory = Path(tmp) / f"{variant}-{round_no}"
+                    directory = Path(tmp) / f"{backend}-{variant}-{round_no}"
                     directory.mkdir()
                     run = measure(build, backend, round_no, args, directory)
                     runs.setdefault((backend, variant), []).append(run)

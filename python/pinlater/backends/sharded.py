@@ -531,9 +531,13 @@ class ShardedBackend:
         return [p for p in placed if p is not None]
 
     async def _enqueue_dedup_on(self, shard: Shard, queue: str, batch: list[DedupJob], now: int) -> list[Enqueued]:
-        """One key shard's part of ``enqueue_dedup_jobs``: refused when the shard is over the
-        memory high-water mark; a queue the shard lacks while another has it is created there
-        first (as ``enqueue_jobs`` does behind its reply)."""
+        """One key shard's part of ``enqueue_dedup_jobs``: refused when the shard is down (a
+        shard marked unhealthy is pinged first, as ``_usable`` does, so one that is back serves
+        at once and is marked healthy) or over the memory high-water mark; a queue the shard
+        lacks while another has it is created there first (as ``enqueue_jobs`` does behind its
+        reply)."""
+        if not await self.revive(shard):
+            raise ShardConnectionError(shard.name, "down: the keys it holds cannot be checked elsewhere")
         mark = self.memory_high_water
         use = memory_use(shard)
         if use is not None and use.above(mark):
