@@ -122,7 +122,7 @@ def test_key_statements_use_their_indexes(store: EmbeddedStore) -> None:
         ("filter_candidates_newest", {**filters, "before_run_after": T0, "before_id": 9}),
     ):
         assert "USING INDEX dedup_keys_by_job (local_id=?" in _plan(conn, name, **params), name
-    holder = _plan(conn, "dedup_holder", queue=Q, dedup_key="k")
+    holder = _plan(conn, "dedup_holders", queue=Q, keys='["k", "l"]')
     assert "USING PRIMARY KEY (queue=? AND dedup_key=?)" in holder, holder
     gc = _plan(conn, "dedup_gc_candidates", queue=Q, now_ms=T0, after_held_until_ms=0, after_key="", limit=5)
     assert "USING INDEX dedup_keys_by_held_until (queue=?" in gc and "TEMP B-TREE" not in gc, gc

@@ -512,9 +512,11 @@ class ShardedBackend:
         async def on(shard: Shard, indexes: list[int]) -> None:
             batch = [batch_of[i] for i in indexes]
             answers = await self._enqueue_dedup_on(shard, queue, batch, now_ms)
-            for i, (priority, local_id, deduplicated) in zip(indexes, answers, strict=True):
-                (descriptor,) = encode_descriptors(queue, shard.name, [priority], [local_id])
-                placed[i] = (descriptor, deduplicated)
+            descriptors = encode_descriptors(
+                queue, shard.name, [a.priority for a in answers], [a.local_id for a in answers]
+            )
+            for i, descriptor, answer in zip(indexes, descriptors, answers, strict=True):
+                placed[i] = (descriptor, answer.deduplicated)
 
         shards = {s.name: s for s in targets}
         await _gather_raising_first([on(shards[name], indexes) for name, indexes in by_shard.items()])

@@ -13,6 +13,7 @@ as ``enqueue_jobs`` stores any job.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 
@@ -36,8 +37,10 @@ def enqueue(
     """``ShardStore.enqueue_dedup_jobs`` inside the caller's write transaction."""
     answers: list[Enqueued | None] = []  # None: the job takes its key
     takers: list[DedupJob] = []
+    keys = json.dumps([job.key for job in jobs])  # one statement for the call's keys
+    found = {row[0]: row[1:] for row in conn.execute(sql.load("dedup_holders"), {"queue": queue, "keys": keys})}
     for job in jobs:
-        row = conn.execute(sql.load("dedup_holder"), {"queue": queue, "dedup_key": job.key}).fetchone()
+        row = found.get(job.key)  # (priority, local_id, held_until_ms, state)
         if row is not None and holds(row[3], row[2], now_ms):
             answers.append(Enqueued(row[0], row[1], True))
         else:
