@@ -463,6 +463,18 @@ class SqliteShard:
         """Write transactions committed so far."""
 
     def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int, future: Any, event_loop: Any) -> bool: ...
+    def enqueue_dedup(
+        self,
+        queue: str,
+        jobs: NewJobBatch,
+        keys: Sequence[tuple[str, int]],
+        now_ms: int,
+        future: Any,
+        event_loop: Any,
+    ) -> bool:
+        """An enqueue whose jobs carry dedup keys (``keys[i]``: job ``i``'s key and window, the
+        keys distinct), in the writer's group commit; ``future`` gets ``[(priority, local_id,
+        deduplicated), ...]`` in job order (the holder's place where deduplicated)."""
     def dequeue(
         self,
         queue: str,

@@ -20,7 +20,7 @@
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -54,6 +54,10 @@ pub struct Statements {
     pub dequeue_jobs_dry_run: String,
     pub ack_succeeded: String,
     pub ack_failed: String,
+    /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
+    pub dedup_holders: String,
+    /// A key taken by a new job (`dedup_record.sql`).
+    pub dedup_record: String,
 }
 
 /// How a shard is opened and run.
@@ -114,6 +118,14 @@ pub enum Op {
         acks: Box<dyn AckSource>,
         now_ms: i64,
     },
+    /// An enqueue whose jobs carry dedup keys: `keys[i]` is job `i`'s `(key, window_ms)`, the
+    /// keys distinct (see `ShardStore.enqueue_dedup_jobs`).
+    EnqueueDedup {
+        queue: String,
+        jobs: Box<dyn JobSource>,
+        keys: Vec<(String, i64)>,
+        now_ms: i64,
+    },
 }
 
 /// What a request answers.
@@ -124,6 +136,9 @@ pub enum Answer {
     /// The jobs claimed (or seen, in a dry run), oldest run-after first.
     Claimed(Vec<ClaimedJob>),
     Acked,
+    /// Per job of an `EnqueueDedup`, in order: `(priority, local_id, deduplicated)`, the
+    /// holder's place when deduplicated.
+    Placed(Vec<(i64, i64, bool)>),
 }
 
 pub type Outcome = Result<Answer, ShardError>;
@@ -431,6 +446,14 @@ impl<T: Send> Writer<T> {
             } => self
                 .ack(queue, acks.group(), *now_ms)
                 .map(|()| Answer::Acked),
+            Op::EnqueueDedup {
+                queue,
+                jobs,
+                keys,
+                now_ms,
+            } => self
+                .enqueue_dedup(queue, jobs.jobs(), keys, *now_ms)
+                .map(Answer::Placed),
         }
     }
 
@@ -457,6 +480,88 @@ impl<T: Send> Writer<T> {
 
     fn enqueue(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
         self.require_queue(queue)?;
+        self.insert(queue, jobs, now_ms)
+    }
+
+    /// Each job inserted unless a job holds its key: a key's record names a job that is
+    /// `PENDING` or `IN_PROGRESS`, or whose window has not passed; the jobs that take their keys
+    /// are inserted as `enqueue` inserts and recorded as the keys' holders.
+    fn enqueue_dedup(
+        &self,
+        queue: &str,
+        jobs: &[NewJob],
+        keys: &[(String, i64)],
+        now_ms: i64,
+    ) -> Result<Vec<(i64, i64, bool)>, ShardError> {
+        const HOLDING_STATES: [i64; 2] = [0, 1]; // PENDING, IN_PROGRESS
+        self.require_queue(queue)?;
+        if jobs.len() != keys.len() {
+            return Err(ShardError::Connection(format!(
+                "{} jobs but {} dedup keys",
+                jobs.len(),
+                keys.len()
+            )));
+        }
+        let mut holders: HashMap<String, (i64, i64)> = HashMap::new();
+        {
+            let mut stmt = self.prepare(&self.options.statements.dedup_holders)?;
+            let json = json_strings(keys.iter().map(|(k, _)| k.as_str()));
+            bind(&mut stmt, &[(":queue", &queue), (":keys", &json)])?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+                let read = || -> rusqlite::Result<_> {
+                    let key: String = row.get(0)?;
+                    let held_until: i64 = row.get(3)?;
+                    let state: Option<i64> = row.get(4)?;
+                    Ok((key, row.get(1)?, row.get(2)?, held_until, state))
+                };
+                let (key, priority, local_id, held_until, state) =
+                    read().map_err(|e| connection_error(&e))?;
+                let held =
+                    now_ms < held_until || state.is_some_and(|s| HOLDING_STATES.contains(&s));
+                if held {
+                    holders.insert(key, (priority, local_id));
+                }
+            }
+        }
+        let mut out: Vec<(i64, i64, bool)> = Vec::with_capacity(jobs.len());
+        let mut takers: Vec<usize> = Vec::new();
+        for (i, (key, _)) in keys.iter().enumerate() {
+            if let Some(&(priority, local_id)) = holders.get(key) {
+                out.push((priority, local_id, true));
+            } else {
+                out.push((jobs[i].priority, 0, false));
+                takers.push(i);
+            }
+        }
+        if takers.is_empty() {
+            return Ok(out);
+        }
+        let new: Vec<NewJob> = takers.iter().map(|&i| jobs[i].clone()).collect();
+        let ids = self.insert(queue, &new, now_ms)?;
+        let mut stmt = self.prepare(&self.options.statements.dedup_record)?;
+        for (&i, id) in takers.iter().zip(ids) {
+            let (key, window_ms) = &keys[i];
+            let priority = jobs[i].priority;
+            let held_until = now_ms.saturating_add(*window_ms);
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":dedup_key", key),
+                    (":priority", &priority),
+                    (":local_id", &id),
+                    (":held_until_ms", &held_until),
+                ],
+            )?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            out[i].1 = id;
+        }
+        Ok(out)
+    }
+
+    /// Inserts `jobs` into the open transaction; their local ids, in order.
+    fn insert(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -623,6 +728,32 @@ fn bind(stmt: &mut Statement<'_>, params: &[(&str, &dyn ToSql)]) -> Result<(), S
     Ok(())
 }
 
+/// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
+/// characters escaped, everything else as it is (JSON text is UTF-8).
+fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("[");
+    for (n, s) in strings.enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", u32::from(c));
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
+}
+
 /// The version of the `SQLite` library linked (the system one: see the module docs).
 #[must_use]
 pub fn sqlite_version() -> &'static str {
@@ -644,6 +775,31 @@ fn truncate_chars(s: &str, limit: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_strings_escape_what_json_needs() {
+        let keys = [
+            "a",
+            "q\"uote",
+            "back\\slash",
+            "nl\n\u{1}",
+            "\u{e9}\u{2603}",
+            "",
+        ];
+        let json = json_strings(keys.iter().copied());
+        assert_eq!(
+            json,
+            "[\"a\",\"q\\\"uote\",\"back\\\\slash\",\"nl\\u000a\\u0001\",\"\u{e9}\u{2603}\",\"\"]"
+        );
+        let conn = Connection::open_in_memory().unwrap();
+        let mut stmt = conn.prepare("SELECT value FROM json_each(?1)").unwrap();
+        let back: Vec<String> = stmt
+            .query_map([&json], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(back, keys);
+    }
 
     #[test]
     fn truncates_by_characters() {
@@ -676,6 +832,8 @@ mod tests {
                 dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
                 ack_succeeded: sql("ack_succeeded"),
                 ack_failed: sql("ack_failed"),
+                dedup_holders: sql("dedup_holders"),
+                dedup_record: sql("dedup_record"),
             },
         }
     }

@@ -2,11 +2,15 @@
 
 The contract is the seam's docstring: a key is held by the job recorded for it while that job is
 PENDING or IN_PROGRESS, and until its enqueue time plus its window whatever its state. Time is
-explicit, so nothing sleeps.
+explicit, so nothing sleeps. Every test runs twice: enqueueing through the store's blocking method,
+and through its hot path as the server calls it (``HotPath.enqueue_dedup_jobs``, on an event loop;
+the embedded store's runs on its Rust writer).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -21,7 +25,11 @@ from pinlater.backends.base import (
     NewJob,
     ShardStore,
 )
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.errors import QueueNotFoundError
+
+Enqueue = Callable[[str, Sequence[DedupJob], int], list[Enqueued]]
 
 Q = "dedup_queue"
 T0 = 1_700_000_000_000
@@ -38,8 +46,35 @@ def keyed(key: str, *, body: bytes = b"b", priority: int = 1, run_after: int = T
     return DedupJob(NewJob(priority, body, run_after, 2), key, window_ms)
 
 
+_via: list[Enqueue] = []
+
+
+@pytest.fixture(autouse=True, params=["store", "hot_path"])
+def via(request: pytest.FixtureRequest, store: ShardStore) -> Iterator[Enqueue]:
+    """How ``enqueue`` reaches the store: its blocking method, or its hot path on an event loop."""
+    if request.param == "store":
+        _via[:] = [store.enqueue_dedup_jobs]
+        yield store.enqueue_dedup_jobs
+        return
+    shard = Shard(store.name, store)
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=3, parallelism=2)
+    loop = asyncio.new_event_loop()
+    hot = backend.hot_path(shard)
+
+    def call(queue: str, jobs: Sequence[DedupJob], now: int) -> list[Enqueued]:
+        return loop.run_until_complete(hot.enqueue_dedup_jobs(queue, jobs, now))
+
+    _via[:] = [call]
+    try:
+        yield call
+    finally:
+        loop.run_until_complete(backend.aclose())
+        loop.close()
+        backend._executor.shutdown(wait=True)  # the store fixture closes the store
+
+
 def enqueue(store: ShardStore, *jobs: DedupJob, now: int = T0) -> list[Enqueued]:
-    return store.enqueue_dedup_jobs(Q, list(jobs), now)
+    return _via[0](Q, list(jobs), now)
 
 
 def state_of(store: ShardStore, e: Enqueued) -> JobState:
@@ -169,7 +204,7 @@ def test_keys_of_one_call_answer_in_order(store: ShardStore, queue: str) -> None
 def test_keys_are_per_queue(store: ShardStore, queue: str) -> None:
     store.create_queue("other_queue", 3)
     (a,) = enqueue(store, keyed("k1"))
-    (b,) = store.enqueue_dedup_jobs("other_queue", [keyed("k1")], T0)
+    (b,) = _via[0]("other_queue", [keyed("k1")], T0)
     assert not a.deduplicated and not b.deduplicated
 
 
@@ -224,7 +259,7 @@ def test_deleting_the_queue_forgets_its_keys(store: ShardStore, queue: str) -> N
 
 def test_a_missing_queue_is_an_error(store: ShardStore) -> None:
     with pytest.raises(QueueNotFoundError):
-        store.enqueue_dedup_jobs("no_such_queue", [keyed("k1")], T0)
+        _via[0]("no_such_queue", [keyed("k1")], T0)
 
 
 def test_concurrent_enqueues_of_one_key_make_one_job(store: ShardStore, queue: str) -> None:

@@ -14,7 +14,16 @@ import pytest
 from tests.support.hot import enqueue
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
-from pinlater.backends.base import AckItem, BackendDriver, ClaimedJob, JobState, NewJob, ShardStore
+from pinlater.backends.base import (
+    AckItem,
+    BackendDriver,
+    ClaimedJob,
+    DedupJob,
+    Enqueued,
+    JobState,
+    NewJob,
+    ShardStore,
+)
 from pinlater.backends.drivers import driver_for
 from pinlater.backends.embedded import EmbeddedDriver, EmbeddedStore
 from pinlater.backends.sharded import ShardedBackend
@@ -86,6 +95,29 @@ def test_the_embedded_store_runs_its_hot_path_on_its_native_writer(tmp_path: Pat
         assert len(asyncio.run(enqueue_one())) == 1
         assert not backend._executor._threads, "not on the backend's pool"
         assert store.native_hot_path(backend._offload).commits == 1, "its Rust writer committed it"
+    finally:
+        backend.close()
+
+
+def test_the_embedded_store_runs_keyed_enqueues_on_its_native_writer(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path / "data", "1")
+    store.create_queue(Q, 1)
+    shard = Shard("1", store)
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=1, parallelism=2)
+    jobs = [DedupJob(NewJob(1, b"x", 0, 1), "k", 0), DedupJob(NewJob(1, b"y", 0, 1), "l", 5)]
+
+    async def twice() -> tuple[list[Enqueued], list[Enqueued]]:
+        hot = backend.hot_path(shard)
+        return await hot.enqueue_dedup_jobs(Q, jobs, T0), await hot.enqueue_dedup_jobs(Q, jobs, T0)
+
+    try:
+        first, second = asyncio.run(twice())
+        assert not backend._executor._threads, "not on the backend's pool"
+        assert store.native_hot_path(backend._offload).commits == 2, "its Rust writer committed both"
+        assert [e.deduplicated for e in first] == [False, False]
+        assert second == [e._replace(deduplicated=True) for e in first]
+        records = store.lookup_jobs(Q, [(1, e.local_id) for e in first], True)
+        assert sorted((r.body, r.dedup_key) for r in records) == [(b"x", "k"), (b"y", "l")]
     finally:
         backend.close()
 

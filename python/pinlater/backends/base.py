@@ -397,6 +397,11 @@ class HotPath(Protocol):
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds: ...
 
+    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+        """``ShardStore.enqueue_dedup_jobs`` (Python values per job: the keyed enqueue is not
+        batched in Rust end to end)."""
+        ...
+
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> ClaimedJobs: ...

@@ -547,12 +547,12 @@ class ShardedBackend:
         store = shard.store
         try:
             try:
-                answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
+                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_dedup_jobs(queue, batch, now))
             except QueueNotFoundError:
                 # Only a queue that another shard has: an enqueue never makes a queue.
                 if queue not in await self.get_queue_names() or not await create_on(self, queue, [shard]):
                     raise
-                answers = await self.call_store(shard, store.enqueue_dedup_jobs, queue, batch, now)
+                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_dedup_jobs(queue, batch, now))
         except StoreMemoryFullError:
             reason = memory_full_reason([(shard.name, await self._read_memory(shard))], mark)
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason) from None

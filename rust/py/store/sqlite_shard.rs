@@ -98,6 +98,7 @@ fn answer(py: Python<'_>, token: Token, outcome: Outcome) -> PyResult<Bound<'_, 
             None,
         ),
         Ok(Answer::Acked) => (py.None(), None),
+        Ok(Answer::Placed(placed)) => (placed.into_pyobject(py)?.into_any().unbind(), None),
         Err(ShardError::QueueNotFound(queue)) => (py.None(), Some((QUEUE_NOT_FOUND, queue))),
         Err(ShardError::Connection(message)) => (py.None(), Some((CONNECTION, message))),
     };
@@ -192,6 +193,8 @@ impl SqliteShard {
                     dequeue_jobs_dry_run: get("dequeue_jobs_dry_run")?,
                     ack_succeeded: get("ack_succeeded")?,
                     ack_failed: get("ack_failed")?,
+                    dedup_holders: get("dedup_holders")?,
+                    dedup_record: get("dedup_record")?,
                 },
             };
             let gate = Arc::clone(&gate.inner);
@@ -211,6 +214,27 @@ impl SqliteShard {
                 settler: Mutex::new(Some(settler)),
             })
         })
+    }
+
+    /// Queues an enqueue of jobs with dedup keys (`keys[i]`: job `i`'s `(key, window_ms)`, the
+    /// keys distinct); `future` gets `[(priority, local_id, deduplicated), ...]` in job order.
+    /// False if the shard is closed.
+    fn enqueue_dedup(
+        &self,
+        queue: String,
+        jobs: Py<NewJobBatch>,
+        keys: Vec<(String, i64)>,
+        now_ms: i64,
+        future: Py<PyAny>,
+        event_loop: Py<PyAny>,
+    ) -> bool {
+        let op = Op::EnqueueDedup {
+            queue,
+            jobs: Box::new(Batch(jobs)),
+            keys,
+            now_ms,
+        };
+        self.submit(future, event_loop, op)
     }
 
     /// Queues an enqueue; `future` gets a `LocalIds`. False if the shard is closed.

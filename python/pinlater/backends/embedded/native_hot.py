@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pinlater._pinlater import (
@@ -26,7 +27,7 @@ from pinlater._pinlater import (
     SqliteShard,
     sqlite_library_version,
 )
-from pinlater.backends.base import RESERVATION_PREFIX, Offload
+from pinlater.backends.base import RESERVATION_PREFIX, DedupJob, Enqueued, Offload
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -42,6 +43,8 @@ STATEMENTS = (
     "dequeue_jobs_dry_run",
     "ack_succeeded",
     "ack_failed",
+    "dedup_holders",
+    "dedup_record",
 )
 """The ``sql/*.sql`` files the Rust writer runs."""
 
@@ -116,6 +119,17 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         if not self._shard.enqueue(queue, jobs, now_ms, future, loop):
             raise self._closed()
         return await future
+
+    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+        """On the Rust writer, in its group commit, as ``EmbeddedStore.enqueue_dedup_jobs`` does
+        on Python's connection (``dedup_keys.py``): the same statements and rule."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[tuple[int, int, bool]]] = loop.create_future()
+        batch = NewJobBatch([job.job for job in jobs])
+        keys = [(job.key, job.window_ms) for job in jobs]
+        if not self._shard.enqueue_dedup(queue, batch, keys, now_ms, future, loop):
+            raise self._closed()
+        return [Enqueued(*placed) for placed in await future]
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
