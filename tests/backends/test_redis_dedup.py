@@ -199,3 +199,22 @@ def test_a_migration_merges_records_the_target_already_holds_keeping_the_later_h
     }
     assert sorted(raw.zrange("plc:{1:dq}:dg", 0, -1)) == sorted(str(i).encode() for i in (later, y.local_id, later + 1))
     assert raw.keys("pld_*") == [] and x.local_id != later
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+@pytest.mark.parametrize("window_ms", [2**63 - 1, 2**62])
+def test_a_window_of_any_length_holds_the_key_once_the_job_has_finished(
+    server: RedisServer, layout: str, window_ms: int
+) -> None:
+    """``dedupWindowMillis`` is a Thrift i64: a window that reaches past what Lua's numbers hold
+    (``Long.MAX_VALUE``, "for ever") keeps the key held, as the SQL stores do."""
+    store = open_store(server, layout)
+    try:
+        store.create_queue(Q, 3)
+        (a,) = store.enqueue_dedup_jobs(Q, [keyed("k", window_ms=window_ms)], T0)
+        store.dequeue_jobs(Q, 1, 1, CLAIM, T0 + 1, False)
+        store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 2)
+        assert store.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 3) == [Enqueued(1, a.local_id, True)]
+        assert store.gc_dedup_keys(Q, T0 + 3, 10) == 0
+    finally:
+        store.close()

@@ -28,6 +28,11 @@ from pinlater.backends.redis.script_calls import ShardScripts
 PRIORITY_BEYOND_KEYS = -2
 """The scripts' first value when a record names a priority whose sets were not passed."""
 
+HELD_FOREVER_MS = 2**53
+"""The latest held-until a record holds (ms, some 285,000 years): Lua's numbers are doubles, exact
+to 2**53, and ``string.format('%d')`` of one beyond 2**63 (``now + Long.MAX_VALUE``, a window
+"for ever") comes out negative, which would free the key at once. A longer window is this one."""
+
 _ENQUEUE_FIXED_KEYS = 5  # the queue key, the counter, the three dedup keys
 
 
@@ -53,7 +58,7 @@ def enqueue_dedup_jobs(
                 seconds_arg(job.run_after_ms),
                 job.custom_status[:CUSTOM_STATUS_LIMIT],
                 d.key,
-                max(d.window_ms, 0),
+                min(max(d.window_ms, 0), HELD_FOREVER_MS - now_ms),
             ]
         out = shard.run_in_queue("enqueue_dedup_jobs", queue, key_list, args)
         if out and int(out[0]) == PRIORITY_BEYOND_KEYS:
