@@ -8,7 +8,9 @@ KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the state sets, the
             held and hold expiry sets, and any set left by servers before the held set
             (plq_{shard}_{queue}.p{p}_s{s}, _h, _x, _r)
-KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (..._o)
+KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (..._o) and the dedup
+            records (pld_{shard}_{queue}.k, .i, .g), with UNLINK: the records of a million keys
+            would keep Redis busy for most of a second in a DEL
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     the most jobs to delete in this call
@@ -36,6 +38,6 @@ for k = 2, last_set do
   left = left + redis.call('ZCARD', set_key)
 end
 if left == 0 and last_set < #KEYS then
-  redis.call('DEL', unpack(KEYS, last_set + 1, #KEYS))
+  redis.call('UNLINK', unpack(KEYS, last_set + 1, #KEYS))  -- freed off the main thread
 end
 return left

@@ -13,7 +13,8 @@ KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the state sets, the
             held and hold expiry sets (plc:{S:Q}:p{p}:s{s}, :h, :x)
 KEYS[m+1..] the ready lists (plc:{S:Q}:p{p}:r, ARGV[5] of them), then the keys deleted outright
-            once no job is left: the holders hashes (plc:{S:Q}:p{p}:o)
+            once no job is left: the holders hashes (plc:{S:Q}:p{p}:o) and the dedup records
+            (plc:{S:Q}:dk, :di, :dg), with UNLINK as in lua/delete_queue.lua
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     the most jobs to delete in this call
@@ -58,7 +59,7 @@ if left == 0 then
   -- the records hash holds the id counter too (KEYS[1] is it): keep only that
   local counter = redis.call('HGET', meta_key, 'id')
   -- the fields t{p} go with the records hash: the lists they counted are gone
-  redis.call('DEL', records_key, unpack(KEYS, last_set + lists + 1, #KEYS))
+  redis.call('UNLINK', records_key, unpack(KEYS, last_set + lists + 1, #KEYS))  -- freed off the main thread
   if counter then
     redis.call('HSET', meta_key, 'id', counter)
   end
