@@ -15,7 +15,7 @@ from tests.support.redis_server import RedisServer
 
 from pinlater.backends.base import AckItem, DedupJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
-from pinlater.backends.redis.migrate import migrate_shard
+from pinlater.backends.redis.migrate import migrate_shard, script_source
 from pinlater.config import Settings
 
 pytestmark = pytest.mark.redis
@@ -240,3 +240,24 @@ def test_delete_queue_frees_the_records_off_the_main_thread(server: RedisServer,
     while (memory := raw.info("memory"))["lazyfree_pending_objects"] and time.monotonic() < deadline:
         pass  # the lazyfree thread counts an object once it has freed it
     assert int(memory["lazyfreed_objects"]) - before >= 3  # the records, ids and gc set
+
+
+def test_a_migration_merge_moves_a_bounded_number_of_records_per_call(raw: redis.Redis) -> None:
+    """``lua_migrate/dedup_records.lua`` merging into a target that holds records takes at most
+    ``ARGV[1]`` of the source's per call and says how many are left (a million records in one
+    call would stall Redis for seconds); ``migrate_shard`` calls it until none are."""
+    source = [f"pld_1_{Q}.k", f"pld_1_{Q}.i", f"pld_1_{Q}.g"]
+    target = [f"plc:{{1:{Q}}}:dk", f"plc:{{1:{Q}}}:di", f"plc:{{1:{Q}}}:dg"]
+    for i in range(1, 6):
+        raw.hset(source[0], f"s{i}", f"1:{i}:{T0}")
+        raw.hset(source[1], str(i), f"s{i}")
+        raw.zadd(source[2], {str(i): T0})
+    raw.hset(target[0], "t", f"1:100:{T0}")
+    raw.hset(target[1], "100", "t")
+    raw.zadd(target[2], {"100": T0})
+    merge = raw.register_script(script_source("dedup_records"))
+    assert [int(v) for v in merge([*source, *target], [2])] == [2, 3]
+    assert raw.hlen(source[0]) == 3 and raw.hlen(target[0]) == 3
+    assert [int(v) for v in merge([*source, *target], [10])] == [3, 0]
+    assert raw.exists(*source) == 0
+    assert raw.hlen(target[0]) == raw.hlen(target[1]) == raw.zcard(target[2]) == 6

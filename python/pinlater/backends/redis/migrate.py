@@ -33,8 +33,8 @@ How it stays safe:
   queue gone from the source answers QUEUE_NOT_FOUND there), but an ack that a running server
   sends for a job already moved finds nothing, so that job runs again after its claim timeout.
 * Dedup records (``keys.py``: ``pld_{S}_{Q}.k``, ``.i``, ``.g``; compact ``plc:{S:Q}:dk``, ``:di``,
-  ``:dg``, with the same contents) move once a queue's jobs have, by one call per queue
-  (``lua_migrate/dedup_records.lua``: renamed, or merged if the destination holds some), for
+  ``:dg``, with the same contents) move once a queue's jobs have (``lua_migrate/dedup_records.lua``:
+  renamed in one call, or merged a batch per call if the destination holds some), for
   every queue with a counter in the source, so a run stopped between a queue's last batch and
   its records moves them when run again.
 * Both layouts must live on one Redis server: the original layout cannot live in a Redis Cluster
@@ -473,7 +473,13 @@ class _Mover:
         original = QueueKeys(self._shard, queue).dedup_keys()
         compact = CompactQueueKeys(self._shard, queue).dedup_keys()
         keys = [*original, *compact] if self._target == "compact" else [*compact, *original]
-        return int(self._dedup_script(keys, [], client=self._client))
+        gained = 0
+        while True:  # a merge moves a batch per call; a rename all at once
+            added, left = (int(v) for v in self._dedup_script(keys, [self._batch], client=self._client))
+            gained += added
+            if not left:
+                return gained
+            self._lock.renew()
 
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
         """Call the script until the queue is finished: what moved, or None if the source holds

@@ -1,37 +1,40 @@
 --[[ dedup_records: move one queue's dedup records (lua/lib/dedup.lua) from one layout's keys
-to the other's, in one atomic call (pinlater migrate-layout, once the queue's jobs are moved).
+to the other's (pinlater migrate-layout, once the queue's jobs are moved).
 
 Both layouts keep the same three structures with the same contents (keys.py, keys_compact.py),
 so a structure the destination lacks is renamed (O(1)). If the destination already holds
 records of the queue (servers wrote both layouts), they are merged: for a dedup key in both, the
 record of the later holder (the higher id: ids are handed out in order) is kept, and the other
-holder's id and gc entries dropped. A merge reads the whole source in this call: it only
-happens to a shard served in both layouts at once.
+holder's id and gc entries dropped. A merge takes at most ARGV[1] records of the source per call
+(a million in one call would stall Redis for seconds), each moved whole (its three entries go
+from the source as they reach the destination); the caller calls again until none is left.
 
 KEYS[1]  the source's records (pld_{S}_{Q}.k, or plc:{S:Q}:dk)
 KEYS[2]  the source's ids hash (pld_{S}_{Q}.i, or plc:{S:Q}:di)
 KEYS[3]  the source's gc set (pld_{S}_{Q}.g, or plc:{S:Q}:dg)
 KEYS[4..6]  the destination's, in the same order
+ARGV[1]  the most records to merge in this call
 
-Returns how many records the destination gained.
+Returns {how many records the destination gained, how many the source has left}.
 ]]
 --@include dedup
 local from_records, from_ids, from_gc = KEYS[1], KEYS[2], KEYS[3]
 local to_records, to_ids, to_gc = KEYS[4], KEYS[5], KEYS[6]
-local n = redis.call('HLEN', from_records)
+local budget = tonumber(ARGV[1])
 if redis.call('EXISTS', to_records, to_ids, to_gc) == 0 then
+  local n = redis.call('HLEN', from_records)
   for i = 1, 3 do
     if redis.call('EXISTS', KEYS[i]) == 1 then
       redis.call('RENAME', KEYS[i], KEYS[i + 3])
     end
   end
-  return n
+  return {n, 0}
 end
 local gained = 0
-local flat = redis.call('HGETALL', from_records)
+local flat = redis.call('HRANDFIELD', from_records, budget, 'WITHVALUES')  -- distinct fields
 for i = 1, #flat, 2 do
   local key, value = flat[i], flat[i + 1]
-  local _, id = parse_holder(value)
+  local _, id, until_ms = parse_holder(value)
   local theirs = redis.call('HGET', to_records, key)
   local keep = true
   if theirs then
@@ -44,7 +47,6 @@ for i = 1, #flat, 2 do
     end
   end
   if keep then
-    local _, _, until_ms = parse_holder(value)
     redis.call('HSET', to_records, key, value)
     redis.call('HSET', to_ids, id, key)
     redis.call('ZADD', to_gc, redis.call('ZSCORE', from_gc, id) or until_ms, id)
@@ -52,6 +54,12 @@ for i = 1, #flat, 2 do
       gained = gained + 1
     end
   end
+  redis.call('HDEL', from_records, key)
+  redis.call('HDEL', from_ids, id)
+  redis.call('ZREM', from_gc, id)
 end
-redis.call('DEL', from_records, from_ids, from_gc)
-return gained
+local left = redis.call('HLEN', from_records)
+if left == 0 then  -- entries no record named (none, unless written by hand)
+  redis.call('UNLINK', from_ids, from_gc)
+end
+return {gained, left}
