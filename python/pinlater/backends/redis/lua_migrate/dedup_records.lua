@@ -6,8 +6,9 @@ so a structure the destination lacks is renamed (O(1)). If the destination alrea
 records of the queue (servers wrote both layouts), they are merged: for a dedup key in both, the
 record of the later holder (the higher id: ids are handed out in order) is kept, and the other
 holder's id and gc entries dropped. A merge takes at most ARGV[1] records of the source per call
-(a million in one call would stall Redis for seconds), each moved whole (its three entries go
-from the source as they reach the destination); the caller calls again until none is left.
+(a million in one call would stall Redis for seconds), in the order of the source's gc set, each
+moved whole (its three entries go from the source as it reaches the destination); the caller
+calls again until none is left.
 
 KEYS[1]  the source's records (pld_{S}_{Q}.k, or plc:{S:Q}:dk)
 KEYS[2]  the source's ids hash (pld_{S}_{Q}.i, or plc:{S:Q}:di)
@@ -31,9 +32,10 @@ if redis.call('EXISTS', to_records, to_ids, to_gc) == 0 then
   return {n, 0}
 end
 local gained = 0
-local flat = redis.call('HRANDFIELD', from_records, budget, 'WITHVALUES')  -- distinct fields
-for i = 1, #flat, 2 do
-  local key, value = flat[i], flat[i + 1]
+
+-- Merge the source's record of `key` (value `value`) into the destination, then drop it and its
+-- id and gc entries from the source.
+local function merge(key, value)
   local _, id, until_ms = parse_holder(value)
   local theirs = redis.call('HGET', to_records, key)
   local keep = true
@@ -58,8 +60,26 @@ for i = 1, #flat, 2 do
   redis.call('HDEL', from_ids, id)
   redis.call('ZREM', from_gc, id)
 end
-local left = redis.call('HLEN', from_records)
-if left == 0 then  -- entries no record named (none, unless written by hand)
-  redis.call('UNLINK', from_ids, from_gc)
+
+-- A batch by the source's gc set (every record has an entry there: lib/dedup.lua writes and
+-- forgets the three together), in its order, deterministic as scripts must be on Redis < 5.
+for _, id in ipairs(redis.call('ZRANGE', from_gc, 0, budget - 1)) do
+  local key = redis.call('HGET', from_ids, id)
+  local value = key and redis.call('HGET', from_records, key)
+  if value and select(2, parse_holder(value)) == id then
+    merge(key, value)
+  else  -- an entry no record names
+    redis.call('HDEL', from_ids, id)
+    redis.call('ZREM', from_gc, id)
+  end
+end
+local left = redis.call('ZCARD', from_gc)
+if left == 0 then
+  -- records without a gc entry (none, unless written by hand) go in this last call
+  local flat = redis.call('HGETALL', from_records)
+  for i = 1, #flat, 2 do
+    merge(flat[i], flat[i + 1])
+  end
+  redis.call('DEL', from_records, from_ids, from_gc)
 end
 return {gained, left}
