@@ -4,7 +4,6 @@ and ``pinlater migrate-layout`` carrying them both ways."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 from tests.support.redis_server import RedisServer
+from tests.support.wait import wait_for
 
 from pinlater.backends.base import AckItem, DedupJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
@@ -236,9 +236,8 @@ def test_delete_queue_frees_the_records_off_the_main_thread(server: RedisServer,
     finally:
         store.close()
     assert raw.keys("pld_*") + raw.keys("plc:{1:dq}:d*") == []
-    deadline = time.monotonic() + 10
-    while (memory := raw.info("memory"))["lazyfree_pending_objects"] and time.monotonic() < deadline:
-        pass  # the lazyfree thread counts an object once it has freed it
+    # the lazyfree thread counts an object once it has freed it
+    memory = wait_for(lambda: (m := raw.info("memory"))["lazyfree_pending_objects"] == 0 and m, what="lazyfree")
     assert int(memory["lazyfreed_objects"]) - before >= 3  # the records, ids and gc set
 
 
