@@ -30,8 +30,8 @@ under a prefix of their own, ``pld``, which the original server never reads, sca
 
 * ``pld_{S}_{Q}.k``: hash, field = the dedup key (its UTF-8 bytes, compared exactly), value =
   ``{priority}:{local_id}:{held_until_ms}``: the job that holds it (the last one inserted with
-  it) and its enqueue time plus its window. Keys may hold ``:`` or ``_``: they are only ever hash
-  fields, never parts of key names or patterns.
+  it) and its enqueue time plus its window (at most 2**53, ``dedup.HELD_FOREVER_MS``). Keys may
+  hold ``:`` or ``_``: they are only ever hash fields, never parts of key names or patterns.
 * ``pld_{S}_{Q}.i``: hash, field = local id, value = the dedup key that names it (ids are unique
   per queue whatever the priority), so lookups and scans read the keys of a page of jobs with
   one HMGET.
