@@ -4,6 +4,7 @@ and ``pinlater migrate-layout`` carrying them both ways."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ from tests.support.wait import wait_for
 from pinlater.backends.base import AckItem, DedupJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.migrate import migrate_shard, script_source
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.config import Settings
 
 pytestmark = pytest.mark.redis
@@ -260,3 +263,28 @@ def test_a_migration_merge_moves_a_bounded_number_of_records_per_call(raw: redis
     assert [int(v) for v in merge([*source, *target], [10])] == [3, 0]
     assert raw.exists(*source) == 0
     assert raw.hlen(target[0]) == raw.hlen(target[1]) == raw.zcard(target[2]) == 6
+
+
+def test_the_memory_estimate_between_readings_counts_the_dedup_records(server: RedisServer) -> None:
+    """Between two readings the probe adds what this server enqueued (``memory.py``), so a burst
+    cannot run far past the high-water mark; a keyed job's record (its key twice, ~220 bytes
+    beside) costs several times a small job, and counts too."""
+    store = open_store(server, "original")
+    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=2)
+    loop = asyncio.new_event_loop()
+    try:
+        store.create_queue(Q, 3)
+        before = store.memory.refresh().used_bytes
+        jobs = [NewJob(1, b"b" * 50, T0, 2) for _ in range(2000)]
+        keys = [(f"{i:06d}" + "k" * 250, 0) for i in range(2000)]
+        loop.run_until_complete(backend.enqueue_dedup_jobs(Q, jobs, keys, T0))
+        latest = store.memory.latest
+        assert latest is not None
+        estimated = latest.used_bytes - before
+        grown = store.memory.refresh().used_bytes - before
+        assert 0.8 * grown <= estimated <= 1.5 * grown, (estimated, grown)
+    finally:
+        loop.run_until_complete(backend.aclose())
+        loop.close()
+        backend._executor.shutdown(wait=True)
+        store.close()

@@ -72,10 +72,11 @@ class MemoryProbe(Protocol):
         ``ShardConnectionError`` when the store does not answer."""
         ...
 
-    def note_enqueued(self, jobs: int, body_bytes: int) -> None:
-        """This server wrote ``jobs`` new jobs of ``body_bytes`` in all: until the next reading,
-        ``latest`` adds what the store's layout makes of them, so a burst of enqueues between
-        two readings cannot run far past the mark."""
+    def note_enqueued(self, jobs: int, body_bytes: int, keys: int = 0, key_bytes: int = 0) -> None:
+        """This server wrote ``jobs`` new jobs of ``body_bytes`` in all, ``keys`` of them with a
+        dedup key recorded (``key_bytes`` of UTF-8 in all): until the next reading, ``latest``
+        adds what the store's layout makes of them, so a burst of enqueues between two readings
+        cannot run far past the mark."""
         ...
 
 

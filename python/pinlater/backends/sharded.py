@@ -556,12 +556,13 @@ class ShardedBackend:
         except StoreMemoryFullError:
             reason = memory_full_reason([(shard.name, await self._read_memory(shard))], mark)
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason) from None
-        inserted = [job.job for job, answer in zip(batch, answers, strict=True) if not answer.deduplicated]
-        if inserted:
+        taken = [keyed for keyed, answer in zip(batch, answers, strict=True) if not answer.deduplicated]
+        if taken:
             if (probe := memory_probe(store)) is not None:
-                probe.note_enqueued(len(inserted), sum(len(job.body) for job in inserted))
-            for job in inserted:
-                self._ready_at(shard.name, queue, job.priority, job.run_after_ms, now)
+                body_bytes = sum(len(keyed.job.body) for keyed in taken)
+                probe.note_enqueued(len(taken), body_bytes, len(taken), sum(len(k.key.encode()) for k in taken))
+            for keyed in taken:
+                self._ready_at(shard.name, queue, keyed.job.priority, keyed.job.run_after_ms, now)
         return answers
 
     def _spawn(self, work: Awaitable[object]) -> None:

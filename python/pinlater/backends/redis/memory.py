@@ -39,6 +39,11 @@ JOB_OVERHEAD_BYTES = 640
 1,681 with 1,000 bytes): the hash, its fields, and the member of the PENDING set."""
 
 
+DEDUP_RECORD_OVERHEAD_BYTES = 220
+"""What a dedup key's record costs beyond its key, which it holds twice (key -> holder, id -> key,
+and the GC's entry: ``keys.py``; measured: 294 bytes with 36-byte keys)."""
+
+
 class RedisMemoryProbe:
     """``pressure.MemoryProbe`` for one Redis shard. Thread-safe: ``refresh`` runs on a worker
     thread, ``note_enqueued`` on the event loop."""
@@ -72,9 +77,9 @@ class RedisMemoryProbe:
             self._written = max(0, self._written - before)
         return use
 
-    def note_enqueued(self, jobs: int, body_bytes: int) -> None:
+    def note_enqueued(self, jobs: int, body_bytes: int, keys: int = 0, key_bytes: int = 0) -> None:
         with self._lock:
-            self._written += jobs * JOB_OVERHEAD_BYTES + body_bytes
+            self._written += jobs * JOB_OVERHEAD_BYTES + body_bytes + keys * DEDUP_RECORD_OVERHEAD_BYTES + 2 * key_bytes
 
 
 def _use(info: dict[str, Any]) -> MemoryUse:
