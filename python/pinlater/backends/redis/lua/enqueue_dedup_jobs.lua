@@ -36,6 +36,7 @@ changed) if a record names a holder of a priority p > m: the caller calls again 
 --@include insert
 --@include dedup
 --@include dedup_state
+--@include dedup_calls
 local names_key, counter_key = KEYS[1], KEYS[2]
 local records_key, ids_key, gc_key = KEYS[3], KEYS[4], KEYS[5]
 local queue, jobs, now = ARGV[1], ARGV[2], ARGV[3]
@@ -45,40 +46,4 @@ if not redis.call('ZSCORE', names_key, queue) then
 end
 local INSERT_READY_OFFSET = nil  -- no ready lists in this layout
 
-local out = {}
-local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
-for j = 1, n do
-  local a = 7 * j
-  local value = redis.call('HGET', records_key, ARGV[a + 5])
-  local held = false
-  if value then
-    local p, id, until_ms = parse_holder(value)
-    if p > m then
-      return {-2, p}
-    end
-    if now_ms < until_ms or job_active(jobs, 6 + DEDUP_GROUP * (p - 1), id) then
-      out[3 * j - 2], out[3 * j - 1], out[3 * j] = p, tonumber(id), 1
-      held = true
-    else
-      old[#old + 1] = id
-    end
-  end
-  if not held then
-    taken[#taken + 1] = a
-    taken_at[#taken_at + 1] = j
-  end
-end
-for _, id in ipairs(old) do  -- the old holders lose their entries; their records are rewritten below
-  redis.call('HDEL', ids_key, id)
-  redis.call('ZREM', gc_key, id)
-end
-local ids = insert_jobs(counter_key, jobs, now, taken, INSERT_READY_OFFSET)
-local holders = {}
-for i, id in ipairs(ids) do
-  local a, j = taken[i], taken_at[i]
-  local priority = (tonumber(ARGV[a]) - 6) / DEDUP_GROUP + 1
-  holders[i] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
-  out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
-end
-record_holders(records_key, ids_key, gc_key, holders)
-return out
+return enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 6, INSERT_READY_OFFSET)

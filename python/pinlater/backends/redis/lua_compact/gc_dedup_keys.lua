@@ -21,6 +21,7 @@ changed) if a record names a priority p > m: the caller calls again with m >= p.
 ]]
 --@include dedup
 --@include dedup_state
+--@include dedup_calls
 local meta_key = KEYS[1]
 local records_key, ids_key, gc_key = KEYS[2], KEYS[3], KEYS[4]
 local jobs = ARGV[2]
@@ -28,40 +29,4 @@ local now_ms, limit, m = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
-if limit <= 0 then
-  return 0
-end
-local due = redis.call('ZRANGEBYSCORE', gc_key, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-local looked = {}  -- per record due: {id, last look, key, value}
-for i = 1, #due, 2 do  -- first, that no record names a priority beyond the keys passed
-  local id = due[i]
-  local key = redis.call('HGET', ids_key, id)
-  local value = key and redis.call('HGET', records_key, key)
-  local p = value and parse_holder(value)
-  if p and p > m then
-    return {-2, p}
-  end
-  looked[#looked + 1] = {id, tonumber(due[i + 1]), key, value}
-end
-local forgotten = 0
-for _, r in ipairs(looked) do
-  local id, last_look, key, value = r[1], r[2], r[3], r[4]
-  local p, holder, until_ms
-  if value then
-    p, holder, until_ms = parse_holder(value)
-  end
-  if holder ~= id then  -- a stray entry (no record names this id): dropped, not counted
-    redis.call('ZREM', gc_key, id)
-    if key then
-      redis.call('HDEL', ids_key, id)
-    end
-  elseif until_ms > now_ms then
-    redis.call('ZADD', gc_key, until_ms, id)
-  elseif job_active(jobs, 5 + DEDUP_GROUP * (p - 1), id) then
-    redis.call('ZADD', gc_key, next_look(now_ms, last_look), id)
-  else
-    forget_record(records_key, ids_key, gc_key, key, id)
-    forgotten = forgotten + 1
-  end
-end
-return forgotten
+return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m, 5)

@@ -1,0 +1,87 @@
+-- dedup_calls: the bodies of enqueue_dedup_jobs.lua and gc_dedup_keys.lua, the same in both
+-- layouts once each has checked its queue exists (scripts that say `--@include dedup_calls` get
+-- this file pasted in, after insert, dedup and the layout's dedup_state, whose functions it uses).
+
+-- enqueue_dedup_jobs.lua's work: ARGV as that script documents it (7 per job from ARGV[7]);
+-- `first_set` is the KEYS index of priority 1's first set, `ready_offset` insert_jobs' (nil
+-- without ready lists). Returns the script's reply.
+local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, first_set, ready_offset)
+  local out = {}
+  local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
+  for j = 1, n do
+    local a = 7 * j
+    local value = redis.call('HGET', records_key, ARGV[a + 5])
+    local held = false
+    if value then
+      local p, id, until_ms = parse_holder(value)
+      if p > m then
+        return {-2, p}
+      end
+      if now_ms < until_ms or job_active(jobs, first_set + DEDUP_GROUP * (p - 1), id) then
+        out[3 * j - 2], out[3 * j - 1], out[3 * j] = p, tonumber(id), 1
+        held = true
+      else
+        old[#old + 1] = id
+      end
+    end
+    if not held then
+      taken[#taken + 1] = a
+      taken_at[#taken_at + 1] = j
+    end
+  end
+  for _, id in ipairs(old) do  -- the old holders lose their entries; their records are rewritten below
+    redis.call('HDEL', ids_key, id)
+    redis.call('ZREM', gc_key, id)
+  end
+  local ids = insert_jobs(counter_key, jobs, now, taken, ready_offset)
+  local holders = {}
+  for i, id in ipairs(ids) do
+    local a, j = taken[i], taken_at[i]
+    local priority = (tonumber(ARGV[a]) - first_set) / DEDUP_GROUP + 1
+    holders[i] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
+    out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
+  end
+  record_holders(records_key, ids_key, gc_key, holders)
+  return out
+end
+
+-- gc_dedup_keys.lua's work, after its queue check; `first_set` as above. Returns the reply.
+local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m, first_set)
+  if limit <= 0 then
+    return 0
+  end
+  local due = redis.call('ZRANGEBYSCORE', gc_key, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+  local looked = {}  -- per record due: {id, last look, key, value}
+  for i = 1, #due, 2 do  -- first, that no record names a priority beyond the keys passed
+    local id = due[i]
+    local key = redis.call('HGET', ids_key, id)
+    local value = key and redis.call('HGET', records_key, key)
+    local p = value and parse_holder(value)
+    if p and p > m then
+      return {-2, p}
+    end
+    looked[#looked + 1] = {id, tonumber(due[i + 1]), key, value}
+  end
+  local forgotten = 0
+  for _, r in ipairs(looked) do
+    local id, last_look, key, value = r[1], r[2], r[3], r[4]
+    local p, holder, until_ms
+    if value then
+      p, holder, until_ms = parse_holder(value)
+    end
+    if holder ~= id then  -- a stray entry (no record names this id): dropped, not counted
+      redis.call('ZREM', gc_key, id)
+      if key then
+        redis.call('HDEL', ids_key, id)
+      end
+    elseif until_ms > now_ms then
+      redis.call('ZADD', gc_key, until_ms, id)
+    elseif job_active(jobs, first_set + DEDUP_GROUP * (p - 1), id) then
+      redis.call('ZADD', gc_key, next_look(now_ms, last_look), id)
+    else
+      forget_record(records_key, ids_key, gc_key, key, id)
+      forgotten = forgotten + 1
+    end
+  end
+  return forgotten
+end
