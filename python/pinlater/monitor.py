@@ -5,11 +5,12 @@ One task per server walks every shard every BACKEND_MONITOR_THREAD_DELAY_SECONDS
 queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_UPDATE_MAX_SIZE
 jobs each): claims older than the claim timeout are treated as failures (the job returns to
 PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
-than their TTLs are deleted. Then one bounded call per queue forgets the dedup keys that hold
-no more (``gc_dedup_keys``); if it fails for a reason other than the shard or the queue being
-gone, that is logged and the pass goes on with the next queue. Several servers on one store may
-run monitors at once: each step is an atomic guarded store operation, so they never
-double-apply.
+than their TTLs are deleted. Then bounded calls forget the queue's dedup keys that hold no more
+(``gc_dedup_keys``): as many calls as the finished-job sweeps made (two per priority), so keys are
+forgotten as fast as their jobs are deleted, stopping early at a call that forgets none. If one
+fails for a reason other than the shard or the queue being gone, that is logged and the pass goes
+on with the next queue. Several servers on one store may run monitors at once: each step is an
+atomic guarded store operation, so they never double-apply.
 """
 
 from __future__ import annotations
@@ -143,9 +144,13 @@ class Monitor:
                 now - p.failed_ttl_ms,
                 p.max_per_pass,
             )
-        now = self.backend.clock.now_ms()
         try:
-            totals["gc_dedup_keys"] += await call(shard, shard.store.gc_dedup_keys, queue, now, p.max_per_pass)
+            for _ in range(2 * self.backend.num_priorities):
+                now = self.backend.clock.now_ms()
+                forgotten = await call(shard, shard.store.gc_dedup_keys, queue, now, p.max_per_pass)
+                totals["gc_dedup_keys"] += forgotten
+                if not forgotten:
+                    break
         except (QueueNotFoundError, ShardConnectionError):
             raise  # the queue is gone, or the shard: as for the sweeps above
         except Exception:

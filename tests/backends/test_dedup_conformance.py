@@ -27,7 +27,10 @@ from pinlater.backends.base import (
 )
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
+from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.server.metrics import Metrics
 
 Enqueue = Callable[[str, Sequence[DedupJob], int], list[Enqueued]]
 
@@ -276,3 +279,23 @@ def test_concurrent_enqueues_of_one_key_make_one_job(store: ShardStore, queue: s
     assert len({(e.priority, e.local_id) for e in got}) == 1
     assert sum(not e.deduplicated for e in got) == 1
     assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 1
+
+
+def test_a_monitor_pass_forgets_keys_as_fast_as_the_job_gc_deletes_jobs(store: ShardStore, queue: str) -> None:
+    """One pass makes as many key GC calls as finished-job GC calls (two per priority, each of
+    ``max_per_pass``), so keys of a busy queue do not pile up behind a single call per pass."""
+    got = enqueue(store, *(keyed(f"k{i}") for i in range(25)))
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, future=None), 100) == 25
+    backend = ShardedBackend(
+        ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=2, clock=ManualClock(T0 + 1)
+    )
+    policy = MonitorPolicy(
+        interval_seconds=60, max_per_pass=4, claim_timeout_ms=60_000, succeeded_ttl_ms=60_000, failed_ttl_ms=60_000
+    )
+    try:
+        totals = asyncio.run(Monitor(backend, policy, Metrics()).run_once())
+    finally:
+        backend._executor.shutdown(wait=True)  # the store fixture closes the store
+    assert totals["gc_dedup_keys"] == 24  # 6 calls of 4: the rest waits for the next pass
+    assert store.gc_dedup_keys(Q, T0 + 2, 100) == 1
+    assert not any(e.deduplicated for e in got)
