@@ -398,8 +398,9 @@ class HotPath(Protocol):
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds: ...
 
     async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        """``ShardStore.enqueue_dedup_jobs`` (Python values per job: the keyed enqueue is not
-        batched in Rust end to end)."""
+        """``ShardStore.enqueue_dedup_jobs``, with Python values per job (``DedupJob`` in,
+        ``Enqueued`` out): the embedded store runs it on its Rust writer, the others run the
+        blocking method on a worker thread."""
         ...
 
     async def dequeue_jobs(
