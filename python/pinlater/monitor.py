@@ -1,16 +1,16 @@
-"""The background monitor: resurrects timed-out claims, deletes finished jobs, and forgets dedup
-keys that hold no more.
+"""The background monitor: resurrects timed-out claims, deletes finished jobs, and forgets the dedup
+key records of jobs that are gone.
 
 One task per server walks every shard every BACKEND_MONITOR_THREAD_DELAY_SECONDS. For each
 queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_UPDATE_MAX_SIZE
 jobs each): claims older than the claim timeout are treated as failures (the job returns to
 PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
-than their TTLs are deleted. Then bounded calls forget the queue's dedup keys that hold no more
-(``gc_dedup_keys``): as many calls as the finished-job sweeps made (two per priority), so keys are
-forgotten as fast as their jobs are deleted, stopping early at a call that forgets none. If one
-fails for a reason other than the shard or the queue being gone, that is logged and the pass goes
-on with the next queue. Several servers on one store may run monitors at once: each step is an
-atomic guarded store operation, so they never double-apply.
+than their TTLs are deleted. Then bounded calls forget the queue's dedup key records whose window
+has passed and whose job is gone (``gc_dedup_keys``): as many calls as the finished-job sweeps
+made (two per priority), so records go as fast as their jobs, stopping early at a call that
+forgets none. If one fails for a reason other than the shard or the queue being gone, that is
+logged and the pass goes on with the next queue. Several servers on one store may run monitors
+at once: each step is an atomic guarded store operation, so they never double-apply.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class Monitor:
 
     async def _queue_pass(self, shard: Shard, queue: str, totals: dict[str, int]) -> None:
         """The three bounded sweeps of one queue on one shard, each priority, then the dedup keys
-        that hold no more; adds to ``totals``."""
+        whose jobs are gone; adds to ``totals``."""
         p = self.policy
         call = self.backend.call_store
         for priority in range(1, self.backend.num_priorities + 1):

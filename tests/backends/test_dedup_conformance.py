@@ -229,18 +229,24 @@ def test_scans_show_the_key_and_plain_jobs_have_none(store: ShardStore, queue: s
     assert found == {a.local_id: "k1", plain: None}
 
 
-def test_gc_forgets_only_keys_no_longer_held(store: ShardStore, queue: str) -> None:
+def test_gc_keeps_a_record_while_its_job_exists_and_its_window_lasts(store: ShardStore, queue: str) -> None:
     done, windowed, pending = enqueue(store, keyed("done"), keyed("windowed", window_ms=60_000), keyed("pending"))
     store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)  # claims done and windowed (oldest ids first)
     store.ack_jobs(Q, [AckItem(1, done.local_id), AckItem(1, windowed.local_id)], [], T0 + 1)
-    assert store.gc_dedup_keys(Q, T0 + 2, 100) == 1  # "done" only
-    assert store.gc_dedup_keys(Q, T0 + 2, 100) == 0
-    assert enqueue(store, keyed("windowed"), keyed("pending"), now=T0 + 3) == [
+    assert store.gc_dedup_keys(Q, T0 + 2, 100) == 0, "every job still exists"
+    finished = store.lookup_jobs(Q, [(1, done.local_id), (1, windowed.local_id)], False)
+    assert {r.local_id: r.dedup_key for r in finished} == {done.local_id: "done", windowed.local_id: "windowed"}
+    (fresh,) = enqueue(store, keyed("done", body=b"fresh"), now=T0 + 3)  # a finished job holds no key
+    assert not fresh.deduplicated
+    assert store.lookup_jobs(Q, [(1, done.local_id)], False)[0].dedup_key is None, "the key went to the new job"
+    assert store.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 2, 10) == 2  # done and windowed
+    assert store.gc_dedup_keys(Q, T0 + 10_000, 100) == 0, "windowed's window lasts; the others' jobs exist"
+    assert enqueue(store, keyed("windowed"), keyed("pending"), now=T0 + 10_001) == [
         Enqueued(1, windowed.local_id, True),
         Enqueued(1, pending.local_id, True),
     ]
-    assert store.gc_dedup_keys(Q, T0 + 60_000, 100) == 1  # the window has passed
-    (again,) = enqueue(store, keyed("done"), now=T0 + 60_001)
+    assert store.gc_dedup_keys(Q, T0 + 60_000, 100) == 1  # windowed: its window has passed, its job is gone
+    (again,) = enqueue(store, keyed("windowed"), now=T0 + 60_001)
     assert not again.deduplicated
 
 

@@ -81,9 +81,8 @@ def test_a_record_of_a_priority_above_the_stores_is_read_with_a_second_call(serv
         (a,) = wide.enqueue_dedup_jobs(Q, [keyed("k", priority=5)], T0)
         (b,) = narrow.enqueue_dedup_jobs(Q, [keyed("k", priority=1)], T0 + 1)
         assert b == Enqueued(5, a.local_id, True)
-        wide.dequeue_jobs(Q, 5, 1, CLAIM, T0 + 2, False)
-        wide.ack_jobs(Q, [AckItem(5, a.local_id)], [], T0 + 3)
-        assert narrow.gc_dedup_keys(Q, T0 + 4, 10) == 1
+        assert wide.delete_jobs(Q, JobFilter(JobState.PENDING, 5, T0 + 2, future=None), 10) == 1
+        assert narrow.gc_dedup_keys(Q, T0 + 4, 10) == 1  # the job is gone
     finally:
         wide.close()
         narrow.close()
@@ -131,7 +130,10 @@ def test_dedup_records_move_with_the_shard_both_ways(server: RedisServer, raw: r
 
     store = open_store(server, "original")
     try:
-        assert store.gc_dedup_keys(Q, T0 + 60_000, 10) == 1  # "done_2": window passed, job finished
+        assert store.gc_dedup_keys(Q, T0 + 60_000, 10) == 0, "both jobs still exist"
+        assert store.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 2, 10) == 1
+        # looked at again once its next look comes (at most an hour on)
+        assert store.gc_dedup_keys(Q, T0 + 60_000 + 3_600_000, 10) == 1  # "done_2": window passed, job gone
     finally:
         store.close()
 

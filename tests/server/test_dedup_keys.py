@@ -64,7 +64,11 @@ def test_a_finished_job_frees_its_key_unless_its_window_holds_it(api: Api) -> No
     (again,), flags = enqueue(api, api.job(b"x2", dedupKey="free-after"))
     assert flags == [True] and again == plain  # IN_PROGRESS still holds
     api.ack(Q, ok=[plain, windowed])
-    assert api.lookup(plain)[plain].jobState == SUCCEEDED
+    finished = api.lookup(plain, windowed)
+    assert {d: (info.jobState, info.dedupKey) for d, info in finished.items()} == {
+        plain: (SUCCEEDED, "free-after"),
+        windowed: (SUCCEEDED, "held"),
+    }, "a finished job still shows its key"
     descriptors, flags = enqueue(api, api.job(b"x3", dedupKey="free-after"), api.job(b"y2", dedupKey="held"))
     assert flags == [False, True]
     assert descriptors[0] != plain and descriptors[1] == windowed

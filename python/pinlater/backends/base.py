@@ -98,8 +98,9 @@ class JobRecord:
     claim_descriptor: str | None
     body: bytes | None = None
     #: The job's ``dedupKey`` while the shard's record of that key names this job (see
-    #: ``ShardStore.enqueue_dedup_jobs``): from its enqueue until the key is taken by a later
-    #: job (only possible once this one is finished and its window passed) or forgotten.
+    #: ``ShardStore.enqueue_dedup_jobs``): for as long as the job exists (``gc_dedup_keys``
+    #: keeps the record), unless a later job took the key, which is possible once this one is
+    #: finished and its window passed.
     dedup_key: str | None = None
 
     def as_clients_see_it(self) -> JobRecord:
@@ -242,8 +243,10 @@ class ShardStore(Protocol):
         ...
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
-        """Forget up to ``limit`` key records that no longer hold (window passed, and the job
-        finished or gone); return how many. The monitor calls it, so records do not pile up."""
+        """Forget up to ``limit`` key records whose window has passed and whose job is gone
+        (deleted, or collected by the finished-job GC); return how many. A finished job's record
+        stays while the job exists (it holds no key, but lookups and scans show the key). The
+        monitor calls it, so records do not outlive their jobs for long."""
         ...
 
     def dequeue_jobs(

@@ -33,6 +33,13 @@ def holds(state: int | None, held_until_ms: int, now_ms: int) -> bool:
     return now_ms < held_until_ms or state in _HOLDING_STATES
 
 
+def forgettable(state: int | None, held_until_ms: int, now_ms: int) -> bool:
+    """Whether the GC forgets a record at ``now_ms``: its window has passed and its holder is
+    gone (deleted, or collected by the finished-job GC). While the job exists its record stays,
+    though a finished job's no longer holds the key, so lookups and scans show the job's key."""
+    return state is None and now_ms >= held_until_ms
+
+
 class SweepCursors(Generic[P]):
     """Per queue, the position (a store's keyset position, ``P``) after which the next GC walk
     goes on; None: from the beginning. Thread-safe."""

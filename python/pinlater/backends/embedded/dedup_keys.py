@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 
 from pinlater.backends.base import DedupJob, Enqueued, NewJob
-from pinlater.backends.dedup_sweep import SweepCursors, holds
+from pinlater.backends.dedup_sweep import SweepCursors, forgettable, holds
 from pinlater.backends.embedded import sql
 
 #: Inserts jobs into the queue inside the open transaction; their local ids, in order.
@@ -72,7 +72,7 @@ def forget_unheld(
 ) -> int:
     """``ShardStore.gc_dedup_keys`` inside the caller's write transaction: looks at up to
     ``limit`` records past their window, from where the queue's last walk stopped
-    (``dedup_sweep``), and forgets those whose holder is finished or gone."""
+    (``dedup_sweep``), and forgets those whose holder is gone (``dedup_sweep.forgettable``)."""
     if limit <= 0:
         return 0
     # From the start: before every record (held_until_ms is an enqueue time plus a window, never
@@ -89,7 +89,7 @@ def forget_unheld(
     doomed = [
         {"queue": queue, "dedup_key": key}
         for key, held_until, state in candidates
-        if not holds(state, held_until, now_ms)
+        if forgettable(state, held_until, now_ms)
     ]
     if doomed:
         conn.executemany(sql.load("dedup_forget"), doomed)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, TypeVar
 import pymysql
 
 from pinlater.backends.base import DedupJob, Enqueued, NewJob
-from pinlater.backends.dedup_sweep import holds
+from pinlater.backends.dedup_sweep import forgettable, holds
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import insert_jobs, statement_budget
@@ -176,7 +176,7 @@ def keys_of_jobs(cur: Cursor, store: MySQLStore, queue: str, priority: int, ids:
 
 def gc_dedup_keys(store: MySQLStore, queue: str, now_ms: int, limit: int) -> int:
     """Look at up to ``limit`` records past their window, from where the queue's last walk
-    stopped (``dedup_sweep``), and forget those whose holder is finished or gone."""
+    stopped (``dedup_sweep``), and forget those whose holder is gone (``dedup_sweep.forgettable``)."""
     keys_table = names.quoted_dedup_keys_table(store.name, queue)
     held_after, hash_after = store.dedup_sweep.position(queue) or (_I64_MIN, b"")
 
@@ -197,7 +197,7 @@ def gc_dedup_keys(store: MySQLStore, queue: str, now_ms: int, limit: int) -> int
         doomed = sorted(
             (key_hash, priority, local_id, now_ms)
             for key_hash, priority, local_id, held_until in candidates
-            if not holds(states.get((priority, local_id)), held_until, now_ms)
+            if forgettable(states.get((priority, local_id)), held_until, now_ms)
         )
         forgotten = int(cur.executemany(queries.DEDUP_FORGET.render(table=keys_table), doomed)) if doomed else 0
         last = candidates[-1] if candidates and len(candidates) == limit else None

@@ -1,9 +1,10 @@
---[[ gc_dedup_keys: forget up to ARGV[4] dedup records that no longer hold their key: the window
-has passed and the job is finished or gone (lib/dedup.lua, lib/dedup_state.lua).
+--[[ gc_dedup_keys: forget up to ARGV[4] dedup records whose window has passed and whose job is
+gone, deleted or collected (lib/dedup.lua, lib/dedup_state.lua).
 
 Looks at no more than ARGV[4] records, those whose gc score is at most now, lowest first. A
-record whose job is still PENDING or IN_PROGRESS gets a later gc score (next_look), so the next
-call looks at others; one whose held-until is still ahead is scored by it.
+record whose job still exists, in any state, gets a later gc score (next_look), so the next call
+looks at others (lookups and scans show a job's key while it exists); one whose held-until is
+still ahead is scored by it.
 
 KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2..4]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .g)
@@ -28,4 +29,4 @@ local now_ms, limit, m = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
-return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m, 5)
+return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m)

@@ -1,10 +1,11 @@
 --[[ gc_dedup_keys: as lua/gc_dedup_keys.lua, in the compact layout: forget up to ARGV[4] dedup
-records that no longer hold their key: the window has passed and the job is finished or gone
-(lua/lib/dedup.lua, lib/dedup_state.lua).
+records whose window has passed and whose job is gone, deleted or collected (lua/lib/dedup.lua,
+lib/dedup_state.lua).
 
 Looks at no more than ARGV[4] records, those whose gc score is at most now, lowest first. A
-record whose job is still PENDING or IN_PROGRESS gets a later gc score (next_look), so the next
-call looks at others; one whose held-until is still ahead is scored by it.
+record whose job still exists, in any state, gets a later gc score (next_look), so the next call
+looks at others (lookups and scans show a job's key while it exists); one whose held-until is
+still ahead is scored by it.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its field c
 KEYS[2..4]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
@@ -29,4 +30,4 @@ local now_ms, limit, m = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
-return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m, 5)
+return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m)

@@ -45,8 +45,8 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
   return out
 end
 
--- gc_dedup_keys.lua's work, after its queue check; `first_set` as above. Returns the reply.
-local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m, first_set)
+-- gc_dedup_keys.lua's work, after its queue check. Returns the reply.
+local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m)
   if limit <= 0 then
     return 0
   end
@@ -76,7 +76,7 @@ local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m, fi
       end
     elseif until_ms > now_ms then
       redis.call('ZADD', gc_key, until_ms, id)
-    elseif job_active(jobs, first_set + DEDUP_GROUP * (p - 1), id) then
+    elseif job_exists(jobs, id) then  -- finished or not, its record stays while it exists
       redis.call('ZADD', gc_key, next_look(now_ms, last_look), id)
     else
       forget_record(records_key, ids_key, gc_key, key, id)

@@ -11,3 +11,9 @@ local function job_active(_, base, id)
   return (redis.call('ZSCORE', KEYS[base], id) or redis.call('ZSCORE', KEYS[base + 1], id)
     or redis.call('ZSCORE', KEYS[base + 2], id)) and true or false
 end
+
+-- Whether job `id` still exists, in any state (its hash, under the prefix `jobs`): the GC keeps a
+-- record while its job exists, so lookups and scans show the job's key.
+local function job_exists(jobs, id)
+  return redis.call('EXISTS', jobs .. id) == 1
+end

@@ -15,3 +15,9 @@ local function job_active(records_key, base, id)
   end
   return not redis.call('ZSCORE', KEYS[base + 1], id) and not redis.call('ZSCORE', KEYS[base + 2], id)
 end
+
+-- Whether job `id` still exists, in any state (its record in the records hash `jobs`, not a
+-- tombstone): the GC keeps a record while its job exists, so lookups and scans show its key.
+local function job_exists(jobs, id)
+  return redis.call('HSTRLEN', jobs, id) > 0
+end
