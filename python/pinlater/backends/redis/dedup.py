@@ -3,16 +3,18 @@ calls of ``enqueue_dedup_jobs.lua`` and ``gc_dedup_keys.lua`` in either layout.
 
 The records live beside the queue's jobs, in three keys of its own (``QueueKeys.dedup_keys``;
 ``keys.py`` says what each holds): key -> holder, id -> key (so lookups and scans show a job's
-key with one HMGET per call) and the GC's sorted set. A script reads the holder's state from
-the final sets of the holder's priority, so it is passed the sets of every priority up to the
+key with one HMGET per call) and the GC's sorted set. The enqueue script reads a holder's state
+from the sets of the holder's priority, so it is passed the sets of every priority up to the
 highest the store knows (``num_priority_levels``, or a higher one a queue was created with),
 a group of keys per priority (``_group``: the original layout's PENDING, IN_PROGRESS and held
 sets, the compact layout's PENDING, SUCCEEDED and FAILED sets and ready list);
 a record naming a priority beyond them (a queue used by a server configured with more) makes
 the script change nothing and answer that priority, and the call is made again with it.
 
-Both scripts touch only the keys they are passed, all of one queue's hash tag in the compact
-layout, so they run on a Redis Cluster as the other scripts do.
+In the compact layout both scripts touch only keys of the queue's hash tag (the GC reads whether a
+job exists from the records hash, KEYS[1]), so they run on a Redis Cluster as the other scripts
+do; the original layout's GC reads whether a job exists from its hash, by the prefix it is
+passed, as that layout's other scripts read job hashes.
 """
 
 from __future__ import annotations
@@ -67,22 +69,12 @@ def enqueue_dedup_jobs(
         return [Enqueued(int(out[i]), int(out[i + 1]), int(out[i + 2]) == 1) for i in range(0, len(out), 3)]
 
 
-def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int, num_priorities: int) -> int:
+def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int) -> int:
     """``ShardStore.gc_dedup_keys`` through ``gc_dedup_keys.lua``: looks at ``limit`` records at
-    most."""
+    most, and forgets those whose window has passed and whose job is gone."""
     keys = shard.keys(queue)
-    m = num_priorities
-    while True:
-        key_list = [keys.exists_key, *keys.dedup_keys()]
-        for p in range(1, m + 1):
-            key_list += _group(keys, p)
-        out = shard.run_in_queue("gc_dedup_keys", queue, key_list, [queue, keys.jobs_arg, now_ms, limit, m])
-        if isinstance(out, list):
-            if int(out[0]) != PRIORITY_BEYOND_KEYS:
-                raise AssertionError(f"gc_dedup_keys.lua answered {out!r}")
-            m = int(out[1])
-            continue
-        return int(out)
+    key_list = [keys.exists_key, *keys.dedup_keys()]
+    return int(shard.run_in_queue("gc_dedup_keys", queue, key_list, [queue, keys.jobs_arg, now_ms, limit]))
 
 
 def _group(keys: QueueKeyNames, priority: int) -> list[str]:

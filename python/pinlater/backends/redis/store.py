@@ -247,7 +247,7 @@ class RedisStore:
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         """One call of ``gc_dedup_keys.lua`` (``dedup.py``), which looks at ``limit`` records at most."""
-        return dedup.gc_dedup_keys(self._shard, queue, now_ms, limit, self._num_priorities)
+        return dedup.gc_dedup_keys(self._shard, queue, now_ms, limit)
 
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool

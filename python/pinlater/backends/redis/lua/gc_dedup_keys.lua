@@ -8,16 +8,12 @@ still ahead is scored by it.
 
 KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2..4]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .g)
-KEYS[5..]   three per priority 1..m: PENDING, IN_PROGRESS and held sets
-            (plq_{shard}_{queue}.p{p}_s0, _s1, _h): priority p's start at 5 + 3 * (p - 1)
 ARGV[1]     queue name
-ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
+ARGV[2]     job hash key prefix (plh_{shard}_{queue}.): a job exists while its hash does
 ARGV[3]     now, ms
 ARGV[4]     limit
-ARGV[5]     m, the priorities whose keys are in KEYS
 
-Returns how many records were forgotten; -1 if the queue does not exist; or {-2, p} (nothing
-changed) if a record names a priority p > m: the caller calls again with m >= p.
+Returns how many records were forgotten; -1 if the queue does not exist.
 ]]
 --@include dedup
 --@include dedup_state
@@ -25,8 +21,8 @@ changed) if a record names a priority p > m: the caller calls again with m >= p.
 local names_key = KEYS[1]
 local records_key, ids_key, gc_key = KEYS[2], KEYS[3], KEYS[4]
 local queue, jobs = ARGV[1], ARGV[2]
-local now_ms, limit, m = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now_ms, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
-return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m)
+return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)

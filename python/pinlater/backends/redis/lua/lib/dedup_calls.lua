@@ -46,28 +46,20 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
 end
 
 -- gc_dedup_keys.lua's work, after its queue check. Returns the reply.
-local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit, m)
+local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)
   if limit <= 0 then
     return 0
   end
   local due = redis.call('ZRANGEBYSCORE', gc_key, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-  local looked = {}  -- per record due: {id, last look, key, value}
-  for i = 1, #due, 2 do  -- first, that no record names a priority beyond the keys passed
-    local id = due[i]
+  local forgotten = 0
+  for i = 1, #due, 2 do
+    local id, last_look = due[i], tonumber(due[i + 1])
     local key = redis.call('HGET', ids_key, id)
     local value = key and redis.call('HGET', records_key, key)
-    local p = value and parse_holder(value)
-    if p and p > m then
-      return {-2, p}
-    end
-    looked[#looked + 1] = {id, tonumber(due[i + 1]), key, value}
-  end
-  local forgotten = 0
-  for _, r in ipairs(looked) do
-    local id, last_look, key, value = r[1], r[2], r[3], r[4]
-    local p, holder, until_ms
+    local holder, until_ms
     if value then
-      p, holder, until_ms = parse_holder(value)
+      local _
+      _, holder, until_ms = parse_holder(value)
     end
     if holder ~= id then  -- a stray entry (no record names this id): dropped, not counted
       redis.call('ZREM', gc_key, id)
