@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import redis
@@ -152,10 +155,11 @@ def _run(args: argparse.Namespace) -> int:
         retry=Retry(NoBackoff(), 0),
         client_name=f"pinlater-migrate-{args.shard}",
     )
-    report = _Report()
     print(f"shard {args.shard} on {config.master}: moving to the {target} layout, {args.batch} jobs per call")
     try:
-        summary = migrate_shard(client, args.shard, target, batch=args.batch, force=args.force, on_progress=report)
+        with _Interrupt() as interrupted:
+            report = _Report(interrupted)
+            summary = migrate_shard(client, args.shard, target, batch=args.batch, force=args.force, on_progress=report)
     except (MigrationError, redis.RedisError) as exc:
         print(f"{PROG}: shard {args.shard} on {config.master}: {_one_line(exc)}", file=sys.stderr)
         return 1
@@ -190,12 +194,20 @@ def _next_step(shard: str, configured: str | None, target: Layout, path: Path) -
 
 
 class _Report:
-    """The progress callback: a line per finished queue, and one every few seconds meanwhile."""
+    """The progress callback: a line per finished queue, and one every few seconds meanwhile.
 
-    def __init__(self) -> None:
+    It is also where Ctrl-C stops the run: the first SIGINT only sets ``interrupted`` (see
+    ``_Interrupt``), and the next call of this callback, between two Redis calls, raises
+    ``KeyboardInterrupt``. A KeyboardInterrupt raised anywhere else could land inside the Redis
+    client's C code (hiredis's command packing crashed the process with SIGSEGV under load)."""
+
+    def __init__(self, interrupted: threading.Event) -> None:
         self._last = time.monotonic()
+        self._interrupted = interrupted
 
     def __call__(self, progress: QueueProgress) -> None:
+        if self._interrupted.is_set():
+            raise KeyboardInterrupt
         now = time.monotonic()
         if progress.done:
             print(
@@ -208,6 +220,29 @@ class _Report:
         else:
             return
         self._last = now
+
+
+class _Interrupt:
+    """While in effect (in the main thread), the first SIGINT sets ``interrupted`` and puts back
+    Python's own handler, so a second Ctrl-C interrupts at once (as before)."""
+
+    def __init__(self) -> None:
+        self.interrupted = threading.Event()
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self.interrupted.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def __enter__(self) -> threading.Event:
+        # (only the main thread may set handlers: run from another, Ctrl-C is left as it is)
+        self._installed = threading.current_thread() is threading.main_thread()
+        if self._installed:
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self.interrupted
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _states(moved: Moved) -> str:
