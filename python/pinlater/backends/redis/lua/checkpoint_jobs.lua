@@ -31,23 +31,7 @@ then 9 per checkpoint:
 Hash fields: bd al ar ua cs cd (keys.JobField).
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
-local function cut_chars(s, limit)
-  -- keep the first `limit` UTF-8 characters (a continuation byte starts no character)
-  if #s <= limit then
-    return s
-  end
-  local count = 0
-  for i = 1, #s do
-    local b = string.byte(s, i)
-    if b < 128 or b >= 192 then
-      count = count + 1
-      if count > limit then
-        return string.sub(s, 1, i - 1)
-      end
-    end
-  end
-  return s
-end
+--@include cut_chars
 
 local names_key = KEYS[1]
 local queue, hash_prefix, source = ARGV[1], ARGV[2], ARGV[3]

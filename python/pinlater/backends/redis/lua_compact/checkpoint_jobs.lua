@@ -37,6 +37,7 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
+--@include cut_chars
 --@include claimed
 local meta_key = KEYS[1]
 local records_key, source = ARGV[2], ARGV[3]
