@@ -119,7 +119,7 @@ pub enum Op {
         now_ms: i64,
     },
     /// An enqueue whose jobs carry dedup keys: `keys[i]` is job `i`'s `(key, window_ms)`, the
-    /// keys distinct (see `ShardStore.enqueue_dedup_jobs`).
+    /// keys distinct (see `ShardStore.enqueue_keyed_jobs`).
     EnqueueDedup {
         queue: String,
         jobs: Box<dyn JobSource>,

@@ -1,9 +1,9 @@
-"""Dedup keys on one shard (``ShardStore.enqueue_dedup_jobs``), for every backend kind.
+"""Dedup keys on one shard (``ShardStore.enqueue_keyed_jobs``), for every backend kind.
 
 The contract is the seam's docstring: a key is held by the job recorded for it while that job is
 PENDING or IN_PROGRESS, and until its enqueue time plus its window whatever its state. Time is
 explicit, so nothing sleeps. Every test runs twice: enqueueing through the store's blocking method,
-and through its hot path as the server calls it (``HotPath.enqueue_dedup_jobs``, on an event loop;
+and through its hot path as the server calls it (``HotPath.enqueue_keyed_jobs``, on an event loop;
 the embedded store's runs on its Rust writer).
 """
 
@@ -18,7 +18,7 @@ import pytest
 from pinlater.backends.base import (
     RESERVATION_PREFIX,
     AckItem,
-    DedupJob,
+    KeyedJob,
     Enqueued,
     JobFilter,
     JobState,
@@ -32,7 +32,7 @@ from pinlater.errors import QueueNotFoundError
 from pinlater.monitor import Monitor, MonitorPolicy
 from pinlater.server.metrics import Metrics
 
-Enqueue = Callable[[str, Sequence[DedupJob], int], list[Enqueued]]
+Enqueue = Callable[[str, Sequence[KeyedJob], int], list[Enqueued]]
 
 Q = "dedup_queue"
 T0 = 1_700_000_000_000
@@ -45,8 +45,8 @@ def queue(store: ShardStore) -> str:
     return Q
 
 
-def keyed(key: str, *, body: bytes = b"b", priority: int = 1, run_after: int = T0, window_ms: int = 0) -> DedupJob:
-    return DedupJob(NewJob(priority, body, run_after, 2), key, window_ms)
+def keyed(key: str, *, body: bytes = b"b", priority: int = 1, run_after: int = T0, window_ms: int = 0) -> KeyedJob:
+    return KeyedJob(NewJob(priority, body, run_after, 2), key, window_ms)
 
 
 _via: list[Enqueue] = []
@@ -56,16 +56,16 @@ _via: list[Enqueue] = []
 def via(request: pytest.FixtureRequest, store: ShardStore) -> Iterator[Enqueue]:
     """How ``enqueue`` reaches the store: its blocking method, or its hot path on an event loop."""
     if request.param == "store":
-        _via[:] = [store.enqueue_dedup_jobs]
-        yield store.enqueue_dedup_jobs
+        _via[:] = [store.enqueue_keyed_jobs]
+        yield store.enqueue_keyed_jobs
         return
     shard = Shard(store.name, store)
     backend = ShardedBackend(ShardMap([shard]), num_priorities=3, parallelism=2)
     loop = asyncio.new_event_loop()
     hot = backend.hot_path(shard)
 
-    def call(queue: str, jobs: Sequence[DedupJob], now: int) -> list[Enqueued]:
-        return loop.run_until_complete(hot.enqueue_dedup_jobs(queue, jobs, now))
+    def call(queue: str, jobs: Sequence[KeyedJob], now: int) -> list[Enqueued]:
+        return loop.run_until_complete(hot.enqueue_keyed_jobs(queue, jobs, now))
 
     _via[:] = [call]
     try:
@@ -76,7 +76,7 @@ def via(request: pytest.FixtureRequest, store: ShardStore) -> Iterator[Enqueue]:
         backend._executor.shutdown(wait=True)  # the store fixture closes the store
 
 
-def enqueue(store: ShardStore, *jobs: DedupJob, now: int = T0) -> list[Enqueued]:
+def enqueue(store: ShardStore, *jobs: KeyedJob, now: int = T0) -> list[Enqueued]:
     return _via[0](Q, list(jobs), now)
 
 
@@ -277,7 +277,7 @@ def test_concurrent_enqueues_of_one_key_make_one_job(store: ShardStore, queue: s
     is answered with it."""
 
     def one(i: int) -> Enqueued:
-        (e,) = store.enqueue_dedup_jobs(Q, [keyed("contended", body=f"c{i}".encode())], T0)
+        (e,) = store.enqueue_keyed_jobs(Q, [keyed("contended", body=f"c{i}".encode())], T0)
         return e
 
     with ThreadPoolExecutor(8) as pool:

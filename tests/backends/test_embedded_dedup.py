@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pinlater.backends.base import DedupJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import KeyedJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.embedded import EmbeddedStore, shard_path, sql
 
 Q = "q"
 T0 = 1_700_000_000_000
 
 
-def keyed(key: str, priority: int = 1, window_ms: int = 0) -> DedupJob:
-    return DedupJob(NewJob(priority, key.encode(), T0, 2), key, window_ms)
+def keyed(key: str, priority: int = 1, window_ms: int = 0) -> KeyedJob:
+    return KeyedJob(NewJob(priority, key.encode(), T0, 2), key, window_ms)
 
 
 @pytest.fixture
@@ -52,19 +52,19 @@ def test_a_version_2_file_gains_the_key_table_and_keeps_its_jobs(data_dir: Path)
         assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 3
         [record] = shard.lookup_jobs(Q, [(1, plain)], True)
         assert (record.body, record.dedup_key) == (b"old", None)
-        [first] = shard.enqueue_dedup_jobs(Q, [keyed("k")], T0)
-        [again] = shard.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 1)
+        [first] = shard.enqueue_keyed_jobs(Q, [keyed("k")], T0)
+        [again] = shard.enqueue_keyed_jobs(Q, [keyed("k")], T0 + 1)
         assert not first.deduplicated and again == Enqueued(1, first.local_id, True)
     finally:
         shard.close()
 
 
 def test_key_records_survive_a_restart(data_dir: Path, store: EmbeddedStore) -> None:
-    [first] = store.enqueue_dedup_jobs(Q, [keyed("k", priority=2)], T0)
+    [first] = store.enqueue_keyed_jobs(Q, [keyed("k", priority=2)], T0)
     store.close()
     shard = EmbeddedStore(data_dir, "1")
     try:
-        assert shard.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 1) == [Enqueued(2, first.local_id, True)]
+        assert shard.enqueue_keyed_jobs(Q, [keyed("k")], T0 + 1) == [Enqueued(2, first.local_id, True)]
         [record] = shard.lookup_jobs(Q, [(2, first.local_id)], False)
         assert record.dedup_key == "k"
     finally:
@@ -73,16 +73,16 @@ def test_key_records_survive_a_restart(data_dir: Path, store: EmbeddedStore) -> 
 
 def test_keys_differing_only_in_trailing_spaces_or_nul_are_distinct(store: EmbeddedStore) -> None:
     keys = ["a", "a ", "a\x00", "A"]
-    got = store.enqueue_dedup_jobs(Q, [keyed(k) for k in keys], T0)
+    got = store.enqueue_keyed_jobs(Q, [keyed(k) for k in keys], T0)
     assert not any(e.deduplicated for e in got)
     records = store.lookup_jobs(Q, [(1, e.local_id) for e in got], False)
     assert [r.dedup_key for r in records] == keys
 
 
 def test_body_filtered_scans_show_the_key(store: EmbeddedStore) -> None:
-    [a] = store.enqueue_dedup_jobs(Q, [keyed("match-keyed")], T0)
+    [a] = store.enqueue_keyed_jobs(Q, [keyed("match-keyed")], T0)
     [plain] = store.enqueue_jobs(Q, [NewJob(1, b"match-plain", T0, 2)], T0)
-    store.enqueue_dedup_jobs(Q, [keyed("other")], T0)
+    store.enqueue_keyed_jobs(Q, [keyed("other")], T0)
     found = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="^match"), 10)
     assert {r.local_id: r.dedup_key for r in found} == {a.local_id: "match-keyed", plain: None}
 
@@ -90,19 +90,19 @@ def test_body_filtered_scans_show_the_key(store: EmbeddedStore) -> None:
 def test_the_gc_walk_goes_on_past_records_still_held(store: EmbeddedStore) -> None:
     """Each call looks at no more than its limit of records whose window passed, and the next
     call goes on after them, so records behind many held ones are reached."""
-    store.enqueue_dedup_jobs(Q, [keyed(f"a{i}") for i in range(6)], T0)  # PENDING: held
-    store.enqueue_dedup_jobs(Q, [keyed(f"b{i}", priority=2) for i in range(3)], T0)
+    store.enqueue_keyed_jobs(Q, [keyed(f"a{i}") for i in range(6)], T0)  # PENDING: held
+    store.enqueue_keyed_jobs(Q, [keyed(f"b{i}", priority=2) for i in range(3)], T0)
     assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 2, T0, future=None), 10) == 3
     assert [store.gc_dedup_keys(Q, T0 + 1, 2) for _ in range(6)] == [0, 0, 0, 2, 1, 0]
-    assert not any(e.deduplicated for e in store.enqueue_dedup_jobs(Q, [keyed(f"b{i}") for i in range(3)], T0 + 2))
+    assert not any(e.deduplicated for e in store.enqueue_keyed_jobs(Q, [keyed(f"b{i}") for i in range(3)], T0 + 2))
 
 
 def test_deleting_a_queue_starts_its_gc_walk_over(store: EmbeddedStore) -> None:
-    store.enqueue_dedup_jobs(Q, [keyed(f"a{i}") for i in range(3)], T0)
+    store.enqueue_keyed_jobs(Q, [keyed(f"a{i}") for i in range(3)], T0)
     assert store.gc_dedup_keys(Q, T0 + 1, 2) == 0  # the walk stops after a1
     store.delete_queue(Q)
     store.create_queue(Q, 3)
-    store.enqueue_dedup_jobs(Q, [keyed(f"a{i}", priority=2) for i in range(3)], T0)
+    store.enqueue_keyed_jobs(Q, [keyed(f"a{i}", priority=2) for i in range(3)], T0)
     store.delete_jobs(Q, JobFilter(JobState.PENDING, 2, T0, future=None), 10)
     assert store.gc_dedup_keys(Q, T0 + 1, 2) == 2  # a0 and a1, not only a2 past the old position
 

@@ -18,7 +18,7 @@ from pinlater.backends.base import (
     AckItem,
     BackendDriver,
     ClaimedJob,
-    DedupJob,
+    KeyedJob,
     Enqueued,
     JobState,
     NewJob,
@@ -104,11 +104,11 @@ def test_the_embedded_store_runs_keyed_enqueues_on_its_native_writer(tmp_path: P
     store.create_queue(Q, 1)
     shard = Shard("1", store)
     backend = ShardedBackend(ShardMap([shard]), num_priorities=1, parallelism=2)
-    jobs = [DedupJob(NewJob(1, b"x", 0, 1), "k", 0), DedupJob(NewJob(1, b"y", 0, 1), "l", 5)]
+    jobs = [KeyedJob(NewJob(1, b"x", 0, 1), "k", 0), KeyedJob(NewJob(1, b"y", 0, 1), "l", 5)]
 
     async def twice() -> tuple[list[Enqueued], list[Enqueued]]:
         hot = backend.hot_path(shard)
-        return await hot.enqueue_dedup_jobs(Q, jobs, T0), await hot.enqueue_dedup_jobs(Q, jobs, T0)
+        return await hot.enqueue_keyed_jobs(Q, jobs, T0), await hot.enqueue_keyed_jobs(Q, jobs, T0)
 
     try:
         first, second = asyncio.run(twice())

@@ -19,7 +19,7 @@ from tests.support.mariadb_server import MariaDBServer, shared_server
 from tests.support.original_mysql import seed_original_queue
 from tests.support.wait import wait_for
 
-from pinlater.backends.base import DedupJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import KeyedJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
@@ -34,8 +34,8 @@ Q = "dedup_q"
 T0 = 1_700_000_000_000
 
 
-def keyed(key: str, priority: int = 1, window_ms: int = 0) -> DedupJob:
-    return DedupJob(NewJob(priority, key.encode(), T0, 2), key, window_ms)
+def keyed(key: str, priority: int = 1, window_ms: int = 0) -> KeyedJob:
+    return KeyedJob(NewJob(priority, key.encode(), T0, 2), key, window_ms)
 
 
 @pytest.fixture
@@ -89,8 +89,8 @@ def test_a_queue_the_original_made_gets_the_key_table_from_its_first_dedup_enque
     assert store.gc_dedup_keys("legacy", T0, 10) == 0
     assert _tables(server, "plq_1_legacy") == ["jobs_p1", "jobs_p2", "jobs_p3"]
 
-    [first] = store.enqueue_dedup_jobs("legacy", [keyed("k")], T0)
-    [again] = store.enqueue_dedup_jobs("legacy", [keyed("k")], T0 + 1)
+    [first] = store.enqueue_keyed_jobs("legacy", [keyed("k")], T0)
+    [again] = store.enqueue_keyed_jobs("legacy", [keyed("k")], T0 + 1)
     assert not first.deduplicated and again == Enqueued(1, first.local_id, True)
     assert _tables(server, "plq_1_legacy") == ["dedup_keys", "jobs_p1", "jobs_p2", "jobs_p3"]
     assert _create_table_ddl(server, "plq_1_legacy.jobs_p1") == jobs_ddl  # the original's table as it was
@@ -109,7 +109,7 @@ def test_keys_differing_only_in_trailing_spaces_case_or_nul_are_distinct(
     store = make_store()
     store.create_queue(Q, 3)
     keys = ["a", "a ", "a\x00", "A", "\u00e9", "e\u0301"]  # the last two: one text, two spellings
-    got = store.enqueue_dedup_jobs(Q, [keyed(k) for k in keys], T0)
+    got = store.enqueue_keyed_jobs(Q, [keyed(k) for k in keys], T0)
     assert not any(e.deduplicated for e in got)
     records = store.lookup_jobs(Q, [(1, e.local_id) for e in got], False)
     assert [r.dedup_key for r in records] == keys
@@ -134,7 +134,7 @@ def test_stores_racing_on_overlapping_keys_make_one_job_per_key(
 
     def call(i: int) -> list[tuple[str, Enqueued]]:
         chosen = calls[i]
-        got = stores[i % 2].enqueue_dedup_jobs(Q, [keyed(k, priority=1 + i % 3) for k in chosen], T0)
+        got = stores[i % 2].enqueue_keyed_jobs(Q, [keyed(k, priority=1 + i % 3) for k in chosen], T0)
         return list(zip(chosen, got, strict=True))
 
     deadlocks = _deadlocks(server)
@@ -155,11 +155,11 @@ def test_the_gc_walk_goes_on_past_records_still_held(make_store: Callable[..., M
     call goes on after them, so records behind many held ones are reached."""
     store = make_store()
     store.create_queue(Q, 3)
-    store.enqueue_dedup_jobs(Q, [keyed(f"a{i}") for i in range(6)], T0)  # PENDING: held
-    store.enqueue_dedup_jobs(Q, [keyed(f"b{i}", priority=2) for i in range(3)], T0 + 1)  # later in the walk
+    store.enqueue_keyed_jobs(Q, [keyed(f"a{i}") for i in range(6)], T0)  # PENDING: held
+    store.enqueue_keyed_jobs(Q, [keyed(f"b{i}", priority=2) for i in range(3)], T0 + 1)  # later in the walk
     assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 2, T0, future=None), 10) == 3
     assert [store.gc_dedup_keys(Q, T0 + 2, 2) for _ in range(6)] == [0, 0, 0, 2, 1, 0]
-    fresh = store.enqueue_dedup_jobs(Q, [keyed(f"b{i}") for i in range(3)], T0 + 3)
+    fresh = store.enqueue_keyed_jobs(Q, [keyed(f"b{i}") for i in range(3)], T0 + 3)
     assert not any(e.deduplicated for e in fresh)
 
 
@@ -175,9 +175,9 @@ def test_a_small_max_allowed_packet_cuts_the_key_statements(tmp_path: Path) -> N
             store.create_queue(Q, 3)
             keys = [f"{i:04d}" + "'\\" * 150 for i in range(120)]  # ~37 KB of keys, ~73 KB escaped
             jobs = [keyed(k, priority=1 + i % 3) for i, k in enumerate(keys)]
-            first = store.enqueue_dedup_jobs(Q, jobs, T0)
+            first = store.enqueue_keyed_jobs(Q, jobs, T0)
             assert not any(e.deduplicated for e in first)
-            again = store.enqueue_dedup_jobs(Q, list(reversed(jobs)), T0 + 1)
+            again = store.enqueue_keyed_jobs(Q, list(reversed(jobs)), T0 + 1)
             assert [(e.priority, e.local_id) for e in again] == [(e.priority, e.local_id) for e in reversed(first)]
             assert all(e.deduplicated for e in again)
             records = {
@@ -214,8 +214,8 @@ def test_gc_forgets_in_the_lock_order_of_enqueues(server: MariaDBServer, make_st
         for a, b in ((f"early-{i}", f"late-{i}") for i in range(100))
         if _hash(a) > _hash(b)  # the walk meets "early" first; an enqueue locks "late" first
     )
-    store.enqueue_dedup_jobs(Q, [keyed(early)], T0)
-    store.enqueue_dedup_jobs(Q, [keyed(late)], T0 + 1)
+    store.enqueue_keyed_jobs(Q, [keyed(early)], T0)
+    store.enqueue_keyed_jobs(Q, [keyed(late)], T0 + 1)
     assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, future=None), 10) == 2
     table = "`plq_1_dedup_q`.`dedup_keys`"
     enqueue = server.admin_connection()

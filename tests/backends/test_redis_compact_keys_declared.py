@@ -24,7 +24,7 @@ import pytest
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup, NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, DedupJob, JobFilter, JobState, NewJob
+from pinlater.backends.base import AckItem, CheckpointItem, KeyedJob, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import scripts as script_sources
 
@@ -58,9 +58,9 @@ def run_every_script(store: RedisStore) -> None:
     jobs += [NewJob(1, b"later", now + 60_000, 2), NewJob(2, b"past", now - 5, 2)]
     ids = store.enqueue_jobs(q, jobs, now)
     store.enqueue_jobs(q, [NewJob(1, b"job-next", now + 10, 1)], now + 10)  # a second marker
-    keyed = [DedupJob(NewJob(1 + i % 3, b"keyed", now + 10, 1), f"key:{i}_x", 5 * i) for i in range(4)]
-    ids += [e.local_id for e in store.enqueue_dedup_jobs(q, keyed, now + 10)]
-    store.enqueue_dedup_jobs(q, keyed, now + 15)  # every key held: answered by its holder
+    keyed = [KeyedJob(NewJob(1 + i % 3, b"keyed", now + 10, 1), f"key:{i}_x", 5 * i) for i in range(4)]
+    ids += [e.local_id for e in store.enqueue_keyed_jobs(q, keyed, now + 10)]
+    store.enqueue_keyed_jobs(q, keyed, now + 15)  # every key held: answered by its holder
 
     async def native() -> None:
         hot = store.native

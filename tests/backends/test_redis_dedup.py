@@ -14,7 +14,7 @@ import redis
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 
-from pinlater.backends.base import AckItem, DedupJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import AckItem, KeyedJob, Enqueued, JobFilter, JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.migrate import migrate_shard, script_source
 from pinlater.backends.sharded import ShardedBackend
@@ -46,8 +46,8 @@ def open_store(server: RedisServer, layout: str, settings: Settings | None = Non
     return RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout), settings)
 
 
-def keyed(key: str, *, priority: int = 1, window_ms: int = 0, run_after: int = T0) -> DedupJob:
-    return DedupJob(NewJob(priority, b"body", run_after, 2), key, window_ms)
+def keyed(key: str, *, priority: int = 1, window_ms: int = 0, run_after: int = T0) -> KeyedJob:
+    return KeyedJob(NewJob(priority, b"body", run_after, 2), key, window_ms)
 
 
 @pytest.mark.parametrize("layout", ["original", "compact"])
@@ -55,15 +55,15 @@ def test_a_job_held_by_a_broker_holds_its_key_and_shows_it(server: RedisServer, 
     store = open_store(server, layout)
     try:
         store.create_queue(Q, 3)
-        (a,) = store.enqueue_dedup_jobs(Q, [keyed("k")], T0)
+        (a,) = store.enqueue_keyed_jobs(Q, [keyed("k")], T0)
         assert [j.local_id for j in store.reserve_jobs(Q, 1, 10, RESERVATION, T0, 60_000)] == [a.local_id]
-        (b,) = store.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 1)
+        (b,) = store.enqueue_keyed_jobs(Q, [keyed("k")], T0 + 1)
         assert b == Enqueued(1, a.local_id, True)
         (found,) = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), 10)
         assert (found.local_id, found.dedup_key) == (a.local_id, "k")
         assert store.claim_reserved(Q, [(1, a.local_id, CLAIM)], RESERVATION, T0 + 2) == [(1, a.local_id)]
         store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 3)
-        (c,) = store.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 4)
+        (c,) = store.enqueue_keyed_jobs(Q, [keyed("k")], T0 + 4)
         assert not c.deduplicated
         # the finished job no longer shows the key: the record names the new one
         records = store.lookup_jobs(Q, [(1, a.local_id), (1, c.local_id)], False)
@@ -78,8 +78,8 @@ def test_a_record_of_a_priority_above_the_stores_is_read_with_a_second_call(serv
     narrow = open_store(server, layout, Settings(num_priority_levels=2))
     try:
         wide.create_queue(Q, 5)
-        (a,) = wide.enqueue_dedup_jobs(Q, [keyed("k", priority=5)], T0)
-        (b,) = narrow.enqueue_dedup_jobs(Q, [keyed("k", priority=1)], T0 + 1)
+        (a,) = wide.enqueue_keyed_jobs(Q, [keyed("k", priority=5)], T0)
+        (b,) = narrow.enqueue_keyed_jobs(Q, [keyed("k", priority=1)], T0 + 1)
         assert b == Enqueued(5, a.local_id, True)
         assert wide.delete_jobs(Q, JobFilter(JobState.PENDING, 5, T0 + 2, future=None), 10) == 1
         assert narrow.gc_dedup_keys(Q, T0 + 4, 10) == 1  # the job is gone
@@ -92,7 +92,7 @@ def test_the_original_layout_keeps_records_under_a_prefix_of_their_own(server: R
     store = open_store(server, "original")
     try:
         store.create_queue(Q, 3)
-        (a,) = store.enqueue_dedup_jobs(Q, [keyed("a:b_c*?", window_ms=7)], T0)
+        (a,) = store.enqueue_keyed_jobs(Q, [keyed("a:b_c*?", window_ms=7)], T0)
     finally:
         store.close()
     assert sorted(raw.keys("pld_*")) == [b"pld_1_dq.g", b"pld_1_dq.i", b"pld_1_dq.k"]
@@ -107,7 +107,7 @@ def test_dedup_records_move_with_the_shard_both_ways(server: RedisServer, raw: r
     store = open_store(server, "original")
     try:
         store.create_queue(Q, 3)
-        pending, done = store.enqueue_dedup_jobs(Q, [keyed("pending:1"), keyed("done_2", window_ms=60_000)], T0)
+        pending, done = store.enqueue_keyed_jobs(Q, [keyed("pending:1"), keyed("done_2", window_ms=60_000)], T0)
         store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)  # takes "pending:1" (the older id)
         store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)
         store.ack_jobs(Q, [AckItem(1, done.local_id)], [], T0 + 1)
@@ -121,7 +121,7 @@ def test_dedup_records_move_with_the_shard_both_ways(server: RedisServer, raw: r
         assert raw.keys(other) == [], layout
         moved = open_store(server, layout)
         try:
-            got = moved.enqueue_dedup_jobs(Q, [keyed("pending:1"), keyed("done_2")], T0 + 2)
+            got = moved.enqueue_keyed_jobs(Q, [keyed("pending:1"), keyed("done_2")], T0 + 2)
             assert got == [Enqueued(1, pending.local_id, True), Enqueued(1, done.local_id, True)], layout
             found = moved.lookup_jobs(Q, [(1, pending.local_id), (1, done.local_id)], False)
             assert [r.dedup_key for r in found] == ["pending:1", "done_2"], layout
@@ -147,7 +147,7 @@ def test_a_record_costs_little_memory(server: RedisServer, raw: redis.Redis, lay
     try:
         store.create_queue(Q, 3)
         for start in range(0, n, 500):
-            store.enqueue_dedup_jobs(Q, [keyed(str(uuid.uuid4())) for _ in range(500)], T0 + start)
+            store.enqueue_keyed_jobs(Q, [keyed(str(uuid.uuid4())) for _ in range(500)], T0 + start)
         keys = store._shard.keys(Q).dedup_keys()
     finally:
         store.close()
@@ -163,13 +163,13 @@ def test_records_of_active_jobs_do_not_stop_the_gc(server: RedisServer, layout: 
     store = open_store(server, layout)
     try:
         store.create_queue(Q, 3)
-        active = store.enqueue_dedup_jobs(Q, [keyed(f"a{i}") for i in range(3)], T0)
-        gone = store.enqueue_dedup_jobs(Q, [keyed(f"g{i}", priority=2) for i in range(2)], T0 + 1)
+        active = store.enqueue_keyed_jobs(Q, [keyed(f"a{i}") for i in range(3)], T0)
+        gone = store.enqueue_keyed_jobs(Q, [keyed(f"g{i}", priority=2) for i in range(2)], T0 + 1)
         assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 2, T0 + 1, future=None), 10) == 2
         assert store.gc_dedup_keys(Q, T0 + 10, 3) == 0  # the three oldest records: jobs still PENDING
         assert store.gc_dedup_keys(Q, T0 + 10, 3) == 2
         assert store.gc_dedup_keys(Q, T0 + 10, 3) == 0
-        again = store.enqueue_dedup_jobs(Q, [keyed("a0"), keyed("g0")], T0 + 11)
+        again = store.enqueue_keyed_jobs(Q, [keyed("a0"), keyed("g0")], T0 + 11)
         assert again[0] == Enqueued(1, active[0].local_id, True)
         assert not again[1].deduplicated and again[1].local_id != gone[0].local_id
     finally:
@@ -182,7 +182,7 @@ def test_a_migration_merges_records_the_target_already_holds_keeping_the_later_h
     store = open_store(server, "original")
     try:
         store.create_queue(Q, 3)
-        x, y = store.enqueue_dedup_jobs(Q, [keyed("x"), keyed("y")], T0)
+        x, y = store.enqueue_keyed_jobs(Q, [keyed("x"), keyed("y")], T0)
     finally:
         store.close()
     # records a server wrote in the compact layout meanwhile: "x" by a later job, "z" only there
@@ -217,10 +217,10 @@ def test_a_window_of_any_length_holds_the_key_once_the_job_has_finished(
     store = open_store(server, layout)
     try:
         store.create_queue(Q, 3)
-        (a,) = store.enqueue_dedup_jobs(Q, [keyed("k", window_ms=window_ms)], T0)
+        (a,) = store.enqueue_keyed_jobs(Q, [keyed("k", window_ms=window_ms)], T0)
         store.dequeue_jobs(Q, 1, 1, CLAIM, T0 + 1, False)
         store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 2)
-        assert store.enqueue_dedup_jobs(Q, [keyed("k")], T0 + 3) == [Enqueued(1, a.local_id, True)]
+        assert store.enqueue_keyed_jobs(Q, [keyed("k")], T0 + 3) == [Enqueued(1, a.local_id, True)]
         assert store.gc_dedup_keys(Q, T0 + 3, 10) == 0
     finally:
         store.close()
@@ -234,7 +234,7 @@ def test_delete_queue_frees_the_records_off_the_main_thread(server: RedisServer,
     store = open_store(server, layout)
     try:
         store.create_queue(Q, 3)
-        store.enqueue_dedup_jobs(Q, [keyed(f"k{i}", window_ms=60_000) for i in range(600)], T0)
+        store.enqueue_keyed_jobs(Q, [keyed(f"k{i}", window_ms=60_000) for i in range(600)], T0)
         before = int(raw.info("memory")["lazyfreed_objects"])
         store.delete_queue(Q)
         assert store.get_queue_names() == set()
@@ -279,7 +279,7 @@ def test_the_memory_estimate_between_readings_counts_the_dedup_records(server: R
         before = store.memory.refresh().used_bytes
         jobs = [NewJob(1, b"b" * 50, T0, 2) for _ in range(2000)]
         keys = [(f"{i:06d}" + "k" * 250, 0) for i in range(2000)]
-        loop.run_until_complete(backend.enqueue_dedup_jobs(Q, jobs, keys, T0))
+        loop.run_until_complete(backend.enqueue_keyed_jobs(Q, jobs, keys, T0))
         latest = store.memory.latest
         assert latest is not None
         estimated = latest.used_bytes - before

@@ -1,4 +1,4 @@
-"""Dedup keys above the stores (``ShardedBackend.enqueue_dedup_jobs``), over three real embedded
+"""Dedup keys above the stores (``ShardedBackend.enqueue_keyed_jobs``), over three real embedded
 shards: where keys go (their own shard, never a dequeue-only one), a queue missing on a key's
 shard, and a request that fails part-way.
 
@@ -74,9 +74,9 @@ def test_each_key_is_placed_on_its_shard_and_found_there(stores: dict[str, Embed
             store.create_queue(Q, PRIORITIES)
         keys = [key for name in ("1", "2", "3") for key in keys_on(backend, name, 2)]
         jobs, spec = jobs_and_keys(*keys)
-        placed = run(backend.enqueue_dedup_jobs(Q, jobs, spec, 0))
+        placed = run(backend.enqueue_keyed_jobs(Q, jobs, spec, 0))
         assert [d.split(":")[1] for d, _ in placed] == ["s1", "s1", "s2", "s2", "s3", "s3"]
-        assert run(backend.enqueue_dedup_jobs(Q, jobs, spec, 1)) == [(d, True) for d, _ in placed]
+        assert run(backend.enqueue_keyed_jobs(Q, jobs, spec, 1)) == [(d, True) for d, _ in placed]
         assert [pending(stores[name]) for name in ("1", "2", "3")] == [2, 2, 2]
     finally:
         backend.close()
@@ -91,7 +91,7 @@ def test_a_dequeue_only_shard_holds_no_keys(stores: dict[str, EmbeddedStore]) ->
         # keys whose shard, were "2" taking new jobs, would be "2"
         keys = keys_on(backend, "2", 5)
         jobs, spec = jobs_and_keys(*keys)
-        placed = run(backend.enqueue_dedup_jobs(Q, jobs, spec, 0))
+        placed = run(backend.enqueue_keyed_jobs(Q, jobs, spec, 0))
         assert [d.split(":")[1] for d, _ in placed] == [f"s{key_shard(Q, k, takers).name}" for k in keys]
         assert pending(stores["2"]) == 0
     finally:
@@ -104,7 +104,7 @@ def test_a_queue_missing_on_a_keys_shard_is_made_there(stores: dict[str, Embedde
         stores["2"].create_queue(Q, PRIORITIES)
         (key,) = keys_on(backend, "3", 1)
         jobs, spec = jobs_and_keys(key)
-        ((descriptor, deduplicated),) = run(backend.enqueue_dedup_jobs(Q, jobs, spec, 0))
+        ((descriptor, deduplicated),) = run(backend.enqueue_keyed_jobs(Q, jobs, spec, 0))
         assert descriptor.split(":")[1] == "s3" and not deduplicated
         assert Q in stores["3"].get_queue_names() and pending(stores["3"]) == 1
         assert Q not in stores["1"].get_queue_names()
@@ -117,7 +117,7 @@ def test_a_queue_no_shard_has_is_not_made(stores: dict[str, EmbeddedStore]) -> N
     try:
         jobs, spec = jobs_and_keys(*keys_on(backend, "1", 1), None)
         with pytest.raises(QueueNotFoundError):
-            run(backend.enqueue_dedup_jobs(Q, jobs, spec, 0))
+            run(backend.enqueue_keyed_jobs(Q, jobs, spec, 0))
         assert all(Q not in store.get_queue_names() for store in stores.values())
     finally:
         backend.close()
@@ -135,12 +135,12 @@ def test_a_request_failing_part_way_leaves_no_keyless_job_and_its_retry_makes_no
         jobs, spec = jobs_and_keys(on_1, None, on_3)
         stores["3"].close()  # the shard of one key is down
         with pytest.raises(ShardConnectionError):
-            run(backend.enqueue_dedup_jobs(Q, jobs, spec, 0))
+            run(backend.enqueue_keyed_jobs(Q, jobs, spec, 0))
         assert [pending(stores[name]) for name in ("1", "2")] == [1, 0]  # the key on 1; no keyless job
         stores["3"] = EmbeddedStore(tmp_path, "3")  # back
         retry = make_backend(stores)  # closes the stores when closed
         try:
-            placed = run(retry.enqueue_dedup_jobs(Q, jobs, spec, 1))
+            placed = run(retry.enqueue_keyed_jobs(Q, jobs, spec, 1))
             assert [deduplicated for _, deduplicated in placed] == [True, False, False]
             assert [d.split(":")[1] for d, _ in placed][::2] == ["s1", "s3"]
             assert sum(pending(store) for store in stores.values()) == 3

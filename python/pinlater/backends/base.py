@@ -98,10 +98,12 @@ class JobRecord:
     claim_descriptor: str | None
     body: bytes | None = None
     #: The job's ``dedupKey`` while the shard's record of that key names this job (see
-    #: ``ShardStore.enqueue_dedup_jobs``): for as long as the job exists (``gc_dedup_keys``
+    #: ``ShardStore.enqueue_keyed_jobs``): for as long as the job exists (``gc_dedup_keys``
     #: keeps the record), unless a later job took the key, which is possible once this one is
     #: finished and its window passed.
     dedup_key: str | None = None
+    #: The job's ``groupKey`` (ordered groups), for as long as the job exists.
+    group_key: str | None = None
 
     def as_clients_see_it(self) -> JobRecord:
         """The record without a dequeue broker's reservation: a PENDING job held by a broker
@@ -113,18 +115,51 @@ class JobRecord:
         return self
 
 
-class DedupJob(NamedTuple):
-    """A job with a dedup key (``PinLaterJob.dedupKey``): inserted only if no job holds the key
-    on the shard (``ShardStore.enqueue_dedup_jobs``). ``window_ms`` (``dedupWindowMillis``, 0 or
-    more) keeps the key held that long after this job's enqueue, even once it has finished."""
+class KeyedJob(NamedTuple):
+    """A job with a pinlater extension key (``ShardStore.enqueue_keyed_jobs``).
+
+    ``key`` (``PinLaterJob.dedupKey``), when given: the job is inserted only if no job holds the
+    key on the shard. ``window_ms`` (``dedupWindowMillis``, 0 or more) keeps the key held that
+    long after this job's enqueue, even once it has finished. ``group`` (``groupKey``), when
+    given: the job joins that ordered group of its queue (see "Ordered groups" in
+    ``ShardStore.enqueue_keyed_jobs``). At least one of ``key`` and ``group`` is given."""
 
     job: NewJob
-    key: str
-    window_ms: int
+    key: str | None
+    window_ms: int = 0
+    group: str | None = None
+
+
+class QueueRules(NamedTuple):
+    """What the queue config file asks the stores to enforce for one queue (hot reloaded):
+    ``groupConcurrency``, this shard's share of ``maxInProgress`` and ``groupJobsPerSecond``.
+    ``ShardedBackend`` hands them to every store (``ShardStore.set_queue_rules``); a queue
+    without an entry has ``DEFAULT_RULES``."""
+
+    #: How many jobs of one group may be active (see ``enqueue_keyed_jobs``) at once, 1 or more.
+    group_concurrency: int = 1
+    #: At most this many jobs of the queue IN_PROGRESS on this shard (all priorities) after a
+    #: dequeue, a reservation or a claim of reserved jobs; None: no cap. 1 or more.
+    max_in_progress: int | None = None
+    #: Each group of the queue is handed out at most this many jobs per second; None: no limit.
+    #: Above 0.
+    group_jobs_per_second: float | None = None
+
+
+DEFAULT_RULES = QueueRules()
+
+
+class GroupCounts(NamedTuple):
+    """A queue's ordered groups on one shard (``ShardStore.group_counts``): ``groups`` that have
+    an unfinished job, and of those, ``blocked`` ones: with a job waiting behind the group's
+    active jobs."""
+
+    groups: int
+    blocked: int
 
 
 class Enqueued(NamedTuple):
-    """Where ``enqueue_dedup_jobs`` put one job, or which job already held its key
+    """Where ``enqueue_keyed_jobs`` put one job, or which job already held its key
     (``deduplicated`` True: nothing was inserted and these are the holder's priority and id)."""
 
     priority: int
@@ -228,17 +263,69 @@ class ShardStore(Protocol):
         """Insert jobs as PENDING in one transaction; return their local ids in order."""
         ...
 
-    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        """Insert each job as ``enqueue_jobs`` does, unless a job holds its key, in one atomic
-        step per call (two servers enqueueing one key at once make one job); answer per job, in
-        order. The keys in one call are distinct (``ShardedBackend`` collapses repeats first).
+    def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        """Insert each job as ``enqueue_jobs`` does, unless a job holds its dedup key, in one
+        atomic step per call (two servers enqueueing one key at once make one job); answer per
+        job, in order. The dedup keys in one call are distinct (``ShardedBackend`` collapses
+        repeats first). A store that cannot keep ordered groups (``groups_refused``) is never
+        passed a job with a group.
 
-        A key is held by the job recorded for it (the last one inserted with it on this shard,
-        per queue) while that job is PENDING (ready, later, or under a broker's reservation) or
-        IN_PROGRESS, and until ``now_ms + window_ms`` of its enqueue, whatever its state. A held
-        key answers the holder (``deduplicated`` True) and changes nothing; a key that is not
-        held is taken by the new job. The record survives restarts; ``lookup_jobs`` and
-        ``scan_jobs`` show the key on the job it names (``JobRecord.dedup_key``).
+        **Dedup keys.** A key is held by the job recorded for it (the last one inserted with it on
+        this shard, per queue) while that job is PENDING (ready, later, or under a broker's
+        reservation) or IN_PROGRESS, and until ``now_ms + window_ms`` of its enqueue, whatever its
+        state. A held key answers the holder (``deduplicated`` True) and changes nothing; a key
+        that is not held is taken by the new job. The record survives restarts; ``lookup_jobs``
+        and ``scan_jobs`` show the key on the job it names (``JobRecord.dedup_key``).
+
+        **Ordered groups.** The jobs of one group of a queue (``KeyedJob.group``; every job of a
+        group is on one shard) form a FIFO in enqueue order, whatever their priorities. A group's
+        *active* jobs are its IN_PROGRESS jobs and the PENDING ones that dequeues may hand out;
+        its other unfinished jobs *wait*. A waiting job is PENDING to everything else (counts,
+        lookups, scans, deletes, dedup keys) but no dequeue, dry run or reservation returns it.
+
+        - A grouped job enqueued while its group has fewer than ``group_concurrency`` active jobs
+          (the queue's ``QueueRules``, as set now) and none waiting is active at once; otherwise
+          it waits. An enqueue into a group first activates its oldest waiting jobs while fewer
+          than ``group_concurrency`` are active (so a raised concurrency applies).
+        - When an active job leaves its group (SUCCEEDED, FAILED with no attempt left, by an ack
+          or a claim timeout, or deleted), the group's oldest waiting jobs become active, in
+          enqueue order, while fewer than ``group_concurrency`` are active.
+        - A failure that will be retried, a claim timeout with attempts left, and a checkpoint
+          back to PENDING keep the job active and first: it runs again (after its run_after)
+          before the jobs behind it.
+        - ``retry_failed_jobs`` on a grouped job puts it back in its group as an enqueue would
+          (active only if there is room and nothing waits).
+        - A group with no unfinished job is forgotten (``group_counts`` does not count it).
+        - A lowered concurrency takes nothing back: jobs already active stay so.
+        """
+        ...
+
+    def group_counts(self, queue: str) -> GroupCounts:
+        """The queue's ordered groups on this shard (see ``GroupCounts``); (0, 0) on a store
+        that refuses groups. Raises ``QueueNotFoundError`` for a missing queue."""
+        ...
+
+    @property
+    def groups_refused(self) -> str | None:
+        """None when this shard keeps ordered groups; otherwise why not, in a few words that
+        follow "groupKey (ordered groups) " in an ENQUEUE_REJECTED message (for example "needs
+        the compact Redis layout; shard 3 is in the original one")."""
+        ...
+
+    def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
+        """Replace the rules of every queue (a queue not in ``rules`` has ``DEFAULT_RULES``).
+        Called at start and at every queue config reload, from any thread; the calls that follow
+        it (on the hot path too) apply the new rules.
+
+        - ``group_concurrency``: see ``enqueue_keyed_jobs``.
+        - ``max_in_progress``: ``dequeue_jobs``, ``reserve_jobs`` and ``claim_reserved`` hand out
+          no more than brings the queue's IN_PROGRESS jobs on this shard (every priority) to it;
+          a call at the cap returns fewer jobs or none, never an error. Dry runs ignore it.
+        - ``group_jobs_per_second``: each group of the queue is handed out (by ``dequeue_jobs``
+          or ``reserve_jobs``) from a token bucket of ``max(1, rate)`` tokens, refilled at
+          ``rate`` per second and full at first; a group without a token is skipped (the others
+          are served), and the store may move its ready job's run_after to when its next token
+          is due so that dequeues do not look at it before then. Dry runs ignore it.
         """
         ...
 
@@ -400,8 +487,8 @@ class HotPath(Protocol):
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds: ...
 
-    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        """``ShardStore.enqueue_dedup_jobs``, with Python values per job (``DedupJob`` in,
+    async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        """``ShardStore.enqueue_keyed_jobs``, with Python values per job (``KeyedJob`` in,
         ``Enqueued`` out): the embedded store runs it on its Rust writer, the others run the
         blocking method on a worker thread."""
         ...

@@ -39,7 +39,7 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    DedupJob,
+    KeyedJob,
     Enqueued,
     HotPath,
     JobFilter,
@@ -470,7 +470,7 @@ class ShardedBackend:
             raise last_error
         raise QueueNotFoundError(queue)
 
-    async def enqueue_dedup_jobs(
+    async def enqueue_keyed_jobs(
         self, queue: str, jobs: Sequence[NewJob], keys: Sequence[tuple[str | None, int]], now_ms: int
     ) -> list[tuple[str, bool]]:
         """Enqueue jobs of which some carry a dedup key (``keys[i]``: job ``i``'s key or None, and
@@ -498,7 +498,7 @@ class ShardedBackend:
         repeats: list[tuple[int, int]] = []
         plain: list[int] = []
         by_shard: dict[str, list[int]] = defaultdict(list)
-        batch_of: dict[int, DedupJob] = {}
+        batch_of: dict[int, KeyedJob] = {}
         for i, (key, window_ms) in enumerate(keys):
             if key is None:
                 plain.append(i)
@@ -506,12 +506,12 @@ class ShardedBackend:
                 repeats.append((i, first[key]))
             else:
                 first[key] = i
-                batch_of[i] = DedupJob(jobs[i], key, window_ms)
+                batch_of[i] = KeyedJob(jobs[i], key, window_ms)
                 by_shard[key_shard(queue, key, targets).name].append(i)
 
         async def on(shard: Shard, indexes: list[int]) -> None:
             batch = [batch_of[i] for i in indexes]
-            answers = await self._enqueue_dedup_on(shard, queue, batch, now_ms)
+            answers = await self._enqueue_keyed_on(shard, queue, batch, now_ms)
             descriptors = encode_descriptors(
                 queue, shard.name, [a.priority for a in answers], [a.local_id for a in answers]
             )
@@ -532,8 +532,8 @@ class ShardedBackend:
             placed[i] = (held[0], True)
         return [p for p in placed if p is not None]
 
-    async def _enqueue_dedup_on(self, shard: Shard, queue: str, batch: list[DedupJob], now: int) -> list[Enqueued]:
-        """One key shard's part of ``enqueue_dedup_jobs``: refused when the shard is down (a
+    async def _enqueue_keyed_on(self, shard: Shard, queue: str, batch: list[KeyedJob], now: int) -> list[Enqueued]:
+        """One key shard's part of ``enqueue_keyed_jobs``: refused when the shard is down (a
         shard marked unhealthy is pinged first, as ``_usable`` does, so one that is back serves
         at once and is marked healthy) or over the memory high-water mark; a queue the shard
         lacks while another has it is created there first (as ``enqueue_jobs`` does behind its
@@ -547,12 +547,12 @@ class ShardedBackend:
         store = shard.store
         try:
             try:
-                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_dedup_jobs(queue, batch, now))
+                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_keyed_jobs(queue, batch, now))
             except QueueNotFoundError:
                 # Only a queue that another shard has: an enqueue never makes a queue.
                 if queue not in await self.get_queue_names() or not await create_on(self, queue, [shard]):
                     raise
-                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_dedup_jobs(queue, batch, now))
+                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_keyed_jobs(queue, batch, now))
         except StoreMemoryFullError:
             reason = memory_full_reason([(shard.name, await self._read_memory(shard))], mark)
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason) from None

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Sequence
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
-from pinlater.backends.base import AckItem, DedupJob, Enqueued, HotPath, NewJob, Offload, ShardStore
+from pinlater.backends.base import AckItem, KeyedJob, Enqueued, HotPath, NewJob, Offload, ShardStore
 
 # The extension's tuples as the NamedTuples the blocking stores read, without a frame per job.
 new_job = functools.partial(tuple.__new__, NewJob)
@@ -66,8 +66,8 @@ class ThreadedHotPath:
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
         return await self._offload(enqueue_batch, self._store, queue, jobs, now_ms)
 
-    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        return await self._offload(self._store.enqueue_dedup_jobs, queue, jobs, now_ms)
+    async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        return await self._offload(self._store.enqueue_keyed_jobs, queue, jobs, now_ms)
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
@@ -98,8 +98,8 @@ class BrokerOnThreadPool:
     __slots__ = ()
     _threaded: ThreadedHotPath
 
-    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        return await self._threaded.enqueue_dedup_jobs(queue, jobs, now_ms)
+    async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        return await self._threaded.enqueue_keyed_jobs(queue, jobs, now_ms)
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int

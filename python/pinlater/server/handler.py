@@ -256,18 +256,18 @@ class PinLaterHandler:
         batch = call.batch(self.backend.num_priorities, now)
         keys = call.dedup_keys()  # None unless some job carries a pinlater extension
         if keys is not None:
-            return await self._enqueue_dedup(queue, batch, keys, now, seqid)
+            return await self._enqueue_keyed(queue, batch, keys, now, seqid)
         shard, ids = await self.backend.enqueue_jobs(queue, batch, now)  # run after == now: ready lists
         self.metrics.incr(f"{queue}_enqueue", len(batch))
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 
-    async def _enqueue_dedup(
+    async def _enqueue_keyed(
         self, queue: str, batch: NewJobBatch, keys: list[tuple[str | None, int]], now: int, seqid: int
     ) -> bytes:
-        """An enqueue whose jobs carry dedup keys: placed job by job (``enqueue_dedup_jobs``),
+        """An enqueue whose jobs carry dedup keys: placed job by job (``enqueue_keyed_jobs``),
         with Python values per job; the response's ``deduplicated`` is sent when some job was."""
         jobs = [NewJob(*job) for job in batch.to_list()]
-        placed = await self.backend.enqueue_dedup_jobs(queue, jobs, keys, now)
+        placed = await self.backend.enqueue_keyed_jobs(queue, jobs, keys, now)
         flags = [deduplicated for _, deduplicated in placed]
         repeated = sum(flags)
         self.metrics.incr(f"{queue}_enqueue", len(jobs) - repeated)

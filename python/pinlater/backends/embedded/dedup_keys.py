@@ -1,5 +1,5 @@
 """Dedup keys (#17) in the embedded store: the key records, read and written inside the
-caller's write transaction (``EmbeddedStore.enqueue_dedup_jobs`` and ``gc_dedup_keys``).
+caller's write transaction (``EmbeddedStore.enqueue_keyed_jobs`` and ``gc_dedup_keys``).
 
 A queue's records are rows of ``dedup_keys`` (``sql/schema.sql``): key -> (priority, local id,
 held_until_ms). Atomicity comes from the shard's one write transaction at a time: the store's own
@@ -17,7 +17,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 
-from pinlater.backends.base import DedupJob, Enqueued, NewJob
+from pinlater.backends.base import KeyedJob, Enqueued, NewJob
 from pinlater.backends.dedup_sweep import SweepCursors, forgettable, holds
 from pinlater.backends.embedded import sql
 
@@ -32,11 +32,11 @@ _I64_MAX = 2**63 - 1
 
 
 def enqueue(
-    conn: sqlite3.Connection, queue: str, jobs: Sequence[DedupJob], now_ms: int, insert: InsertJobs
+    conn: sqlite3.Connection, queue: str, jobs: Sequence[KeyedJob], now_ms: int, insert: InsertJobs
 ) -> list[Enqueued]:
-    """``ShardStore.enqueue_dedup_jobs`` inside the caller's write transaction."""
+    """``ShardStore.enqueue_keyed_jobs`` inside the caller's write transaction."""
     answers: list[Enqueued | None] = []  # None: the job takes its key
-    takers: list[DedupJob] = []
+    takers: list[KeyedJob] = []
     keys = json.dumps([job.key for job in jobs])  # one statement for the call's keys
     found = {row[0]: row[1:] for row in conn.execute(sql.load("dedup_holders"), {"queue": queue, "keys": keys})}
     for job in jobs:

@@ -27,7 +27,7 @@ from pinlater._pinlater import (
     SqliteShard,
     sqlite_library_version,
 )
-from pinlater.backends.base import RESERVATION_PREFIX, DedupJob, Enqueued, Offload
+from pinlater.backends.base import RESERVATION_PREFIX, KeyedJob, Enqueued, Offload
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -120,8 +120,8 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
             raise self._closed()
         return await future
 
-    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        """On the Rust writer, in its group commit, as ``EmbeddedStore.enqueue_dedup_jobs`` does
+    async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        """On the Rust writer, in its group commit, as ``EmbeddedStore.enqueue_keyed_jobs`` does
         on Python's connection (``dedup_keys.py``): the same statements and rule."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[tuple[int, int, bool]]] = loop.create_future()

@@ -30,7 +30,7 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    DedupJob,
+    KeyedJob,
     Enqueued,
     JobFilter,
     JobRecord,
@@ -150,7 +150,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             _require_queue(conn, queue)
             return _insert_jobs(conn, queue, jobs, now_ms)
 
-    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+    def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """One write transaction: see ``dedup_keys``."""
 
         def insert(conn: sqlite3.Connection, new: Sequence[NewJob]) -> list[int]:

@@ -1,4 +1,4 @@
-"""Dedup keys (#17) in the MySQL store: ``MySQLStore.enqueue_dedup_jobs``, ``gc_dedup_keys``,
+"""Dedup keys (#17) in the MySQL store: ``MySQLStore.enqueue_keyed_jobs``, ``gc_dedup_keys``,
 and the keys that lookups and scans show.
 
 Where: a table ``dedup_keys`` in each queue's database (``sql/schema/create_dedup_keys_table.sql``),
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pymysql
 
-from pinlater.backends.base import DedupJob, Enqueued, NewJob
+from pinlater.backends.base import KeyedJob, Enqueued, NewJob
 from pinlater.backends.dedup_sweep import forgettable, holds
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
@@ -79,7 +79,7 @@ def create_table(cur: Cursor, shard: str, queue: str) -> None:
     cur.execute(queries.CREATE_DEDUP_KEYS_TABLE.render(table=names.quoted_dedup_keys_table(shard, queue)))
 
 
-def enqueue_dedup_jobs(store: MySQLStore, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
     if not jobs:
         return []
     keys_table = names.quoted_dedup_keys_table(store.name, queue)

@@ -40,7 +40,7 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    DedupJob,
+    KeyedJob,
     Enqueued,
     HotPath,
     JobFilter,
@@ -250,9 +250,9 @@ class MySQLStore(BlockingStore):
 
         return self._run_writing_bodies(queue, op, check_bodies, repeatable=False)
 
-    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
+    def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """One transaction, keys locked first: see ``dedup_keys``."""
-        return dedup_keys.enqueue_dedup_jobs(self, queue, jobs, now_ms)
+        return dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         return dedup_keys.gc_dedup_keys(self, queue, now_ms, limit)

@@ -20,7 +20,7 @@ caller did not ask for: ``enqueue_jobs`` (duplicate jobs), ``retry_failed_jobs``
 ``delete_jobs`` (up to twice the caller's limit). Every other script is guarded by state or
 claim (acks, checkpoints, claims, releases), only reads, or is idempotent (queue creation and
 deletion); a dequeue or reserve run twice leaves the first run's jobs claimed until the claim
-timeout brings them back, as a lost reply would anyway. ``enqueue_dedup_jobs`` is repeated: a
+timeout brings them back, as a lost reply would anyway. ``enqueue_keyed_jobs`` is repeated: a
 second run finds each key it inserted held by the first run's job and answers that job
 (``deduplicated`` True), so no job is made twice.
 """

@@ -1,5 +1,5 @@
-"""Dedup keys in the Redis store (``ShardStore.enqueue_dedup_jobs``, ``gc_dedup_keys``): the
-calls of ``enqueue_dedup_jobs.lua`` and ``gc_dedup_keys.lua`` in either layout.
+"""Dedup keys in the Redis store (``ShardStore.enqueue_keyed_jobs``, ``gc_dedup_keys``): the
+calls of ``enqueue_keyed_jobs.lua`` and ``gc_dedup_keys.lua`` in either layout.
 
 The records live beside the queue's jobs, in three keys of its own (``QueueKeys.dedup_keys``;
 ``keys.py`` says what each holds): key -> holder, id -> key (so lookups and scans show a job's
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pinlater.backends.base import DedupJob, Enqueued, JobState
+from pinlater.backends.base import KeyedJob, Enqueued, JobState
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
 from pinlater.backends.redis.script_calls import ShardScripts
@@ -38,10 +38,10 @@ to 2**53, and ``string.format('%d')`` of one beyond 2**63 (``now + Long.MAX_VALU
 _ENQUEUE_FIXED_KEYS = 5  # the queue key, the counter, the three dedup keys
 
 
-def enqueue_dedup_jobs(
-    shard: ShardScripts, queue: str, jobs: Sequence[DedupJob], now_ms: int, num_priorities: int
+def enqueue_keyed_jobs(
+    shard: ShardScripts, queue: str, jobs: Sequence[KeyedJob], now_ms: int, num_priorities: int
 ) -> list[Enqueued]:
-    """``ShardStore.enqueue_dedup_jobs`` through ``enqueue_dedup_jobs.lua``: one call (two if a
+    """``ShardStore.enqueue_keyed_jobs`` through ``enqueue_keyed_jobs.lua``: one call (two if a
     record names a priority above ``num_priorities`` and the jobs')."""
     keys = shard.keys(queue)
     m = max([num_priorities, *(d.job.priority for d in jobs)])
@@ -62,7 +62,7 @@ def enqueue_dedup_jobs(
                 d.key,
                 min(max(d.window_ms, 0), HELD_FOREVER_MS - now_ms),
             ]
-        out = shard.run_in_queue("enqueue_dedup_jobs", queue, key_list, args)
+        out = shard.run_in_queue("enqueue_keyed_jobs", queue, key_list, args)
         if out and int(out[0]) == PRIORITY_BEYOND_KEYS:
             m = int(out[1])
             continue

@@ -25,7 +25,7 @@ servers count, scan and look it up as PENDING, and put it back in PENDING when i
 or is released. Stop our servers gracefully (they release their holds) before pointing only
 original servers at a shard, or jobs held at that moment stay out of their sight.
 
-Ours alone, for dedup keys (``ShardStore.enqueue_dedup_jobs``, ``lua/enqueue_dedup_jobs.lua``),
+Ours alone, for dedup keys (``ShardStore.enqueue_keyed_jobs``, ``lua/enqueue_keyed_jobs.lua``),
 under a prefix of their own, ``pld``, which the original server never reads, scans or deletes:
 
 * ``pld_{S}_{Q}.k``: hash, field = the dedup key (its UTF-8 bytes, compared exactly), value =

@@ -39,7 +39,7 @@ from pinlater._pinlater import (
     redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import DedupJob, Enqueued, JobState
+from pinlater.backends.base import KeyedJob, Enqueued, JobState
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ready_keys
@@ -72,10 +72,10 @@ class NativeHotPath:
             raise QueueNotFoundError(queue)
         return ids
 
-    async def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        """The blocking store's script call (``RedisStore.enqueue_dedup_jobs``), on a worker
+    async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        """The blocking store's script call (``RedisStore.enqueue_keyed_jobs``), on a worker
         thread: keyed enqueues are not packed in Rust."""
-        return await asyncio.to_thread(self._store.enqueue_dedup_jobs, queue, jobs, now_ms)
+        return await asyncio.to_thread(self._store.enqueue_keyed_jobs, queue, jobs, now_ms)
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool

@@ -33,7 +33,7 @@ SCRIPT_NAMES = (
     "delete_queue",
     "get_queue_names",
     "enqueue_jobs",
-    "enqueue_dedup_jobs",
+    "enqueue_keyed_jobs",
     "gc_dedup_keys",
     "dequeue_jobs",
     "reserve_jobs",

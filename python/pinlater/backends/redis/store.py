@@ -21,7 +21,7 @@ Design:
   replica, failing persistence) raises ``ShardConnectionError``; a queue missing from ``pln_{S}``
   raises ``QueueNotFoundError`` (scripts return -1); a write refused at ``maxmemory`` raises
   ``StoreMemoryFullError``.
-* Dedup keys: ``enqueue_dedup_jobs`` and ``gc_dedup_keys`` are one script each
+* Dedup keys: ``enqueue_keyed_jobs`` and ``gc_dedup_keys`` are one script each
   (``dedup.py``), with the records in three keys per queue beside the jobs (``keys.py``, under
   the prefix ``pld`` the original server never touches; ``keys_compact.py``); lookups and scans
   read the keys of the jobs they return in the same script (one HMGET).
@@ -69,7 +69,7 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    DedupJob,
+    KeyedJob,
     Enqueued,
     JobFilter,
     JobRecord,
@@ -241,9 +241,9 @@ class RedisStore:
             args += [index[job.priority], job.body, job.attempts_allowed, seconds_arg(job.run_after_ms), status]
         return ScriptCall("enqueue_jobs", queue, key_list, args, _ids)
 
-    def enqueue_dedup_jobs(self, queue: str, jobs: Sequence[DedupJob], now_ms: int) -> list[Enqueued]:
-        """One call of ``enqueue_dedup_jobs.lua`` (``dedup.py``)."""
-        return dedup.enqueue_dedup_jobs(self._shard, queue, jobs, now_ms, self._num_priorities)
+    def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+        """One call of ``enqueue_keyed_jobs.lua`` (``dedup.py``)."""
+        return dedup.enqueue_keyed_jobs(self._shard, queue, jobs, now_ms, self._num_priorities)
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         """One call of ``gc_dedup_keys.lua`` (``dedup.py``), which looks at ``limit`` records at most."""

@@ -2,7 +2,7 @@
 
 Ids come from the queue's counter (one INCRBY for the batch), so they are consecutive and in the
 order of the jobs. Each job gets a hash and a member in its priority's PENDING set, scored by its
-run-after time (lib/insert.lua, shared with enqueue_dedup_jobs.lua).
+run-after time (lib/insert.lua, shared with enqueue_keyed_jobs.lua).
 
 KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2]     the queue's id counter (plj_{shard}_{queue})

@@ -1,7 +1,7 @@
 --[[ enqueue_jobs: insert a batch of PENDING jobs (any mix of priorities) in one call.
 
 As lua/enqueue_jobs.lua, in the compact layout (lib/insert.lua, shared with
-enqueue_dedup_jobs.lua): ids come from the field `id` of the queue's meta
+enqueue_keyed_jobs.lua): ids come from the field `id` of the queue's meta
 hash (one HINCRBY for the batch), so they are consecutive and in the order of the jobs; the
 records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
 ZADD, scored by run after in ms. With READY_LISTS (off unless scripts.py turns it on), a job

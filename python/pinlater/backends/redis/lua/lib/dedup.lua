@@ -1,4 +1,4 @@
--- dedup: the dedup records of a queue, shared by enqueue_dedup_jobs.lua and gc_dedup_keys.lua
+-- dedup: the dedup records of a queue, shared by enqueue_keyed_jobs.lua and gc_dedup_keys.lua
 -- of both layouts and by lua_migrate/dedup_records.lua (scripts that say `--@include dedup` get
 -- this file pasted in). The same in both layouts (keys.py: pld_{S}_{Q}.k, .i, .g;
 -- keys_compact.py: plc:{S:Q}:dk, :di, :dg); how a holder's state is read is each layout's

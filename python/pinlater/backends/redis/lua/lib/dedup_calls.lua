@@ -1,8 +1,8 @@
--- dedup_calls: the bodies of enqueue_dedup_jobs.lua and gc_dedup_keys.lua, the same in both
+-- dedup_calls: the bodies of enqueue_keyed_jobs.lua and gc_dedup_keys.lua, the same in both
 -- layouts once each has checked its queue exists (scripts that say `--@include dedup_calls` get
 -- this file pasted in, after insert, dedup and the layout's dedup_state, whose functions it uses).
 
--- enqueue_dedup_jobs.lua's work: ARGV as that script documents it (7 per job from ARGV[7]);
+-- enqueue_keyed_jobs.lua's work: ARGV as that script documents it (7 per job from ARGV[7]);
 -- `first_set` is the KEYS index of priority 1's first set, `ready_offset` insert_jobs' (nil
 -- without ready lists). Returns the script's reply.
 local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, first_set, ready_offset)

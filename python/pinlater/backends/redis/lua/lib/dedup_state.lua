@@ -1,4 +1,4 @@
--- dedup_state: how enqueue_dedup_jobs.lua and gc_dedup_keys.lua read a holder's state in the
+-- dedup_state: how enqueue_keyed_jobs.lua and gc_dedup_keys.lua read a holder's state in the
 -- original layout (lua_compact/lib/dedup_state.lua is the compact layout's), from the group of
 -- DEDUP_GROUP keys each script is passed per priority: its PENDING, IN_PROGRESS and held sets
 -- (plq_{S}_{Q}.p{p}_s0, _s1, _h), all declared, so no job hash is read.

@@ -1,4 +1,4 @@
--- insert: the insert of new PENDING jobs, shared by enqueue_jobs.lua and enqueue_dedup_jobs.lua
+-- insert: the insert of new PENDING jobs, shared by enqueue_jobs.lua and enqueue_keyed_jobs.lua
 -- (scripts that say `--@include insert` get this file pasted in).
 --
 -- `slots` lists, per job in order, where its five ARGV values start (ARGV[a] .. ARGV[a + 4]):

@@ -1,4 +1,4 @@
--- dedup_state: how enqueue_dedup_jobs.lua and gc_dedup_keys.lua read a holder's state in the
+-- dedup_state: how enqueue_keyed_jobs.lua and gc_dedup_keys.lua read a holder's state in the
 -- compact layout (as lua/lib/dedup_state.lua does in the original one), from the group of
 -- DEDUP_GROUP keys each script is passed per priority: its PENDING, SUCCEEDED and FAILED sets
 -- and its ready list (plc:{S:Q}:p{p}:s0, :s2, :s3, :r; the list for the insert, lib/insert.lua).

@@ -1,5 +1,5 @@
 -- insert: the insert of new PENDING jobs in the compact layout, shared by enqueue_jobs.lua and
--- enqueue_dedup_jobs.lua (scripts that say `--@include insert` get this file pasted in, after
+-- enqueue_keyed_jobs.lua (scripts that say `--@include insert` get this file pasted in, after
 -- records, sets and ready).
 --
 -- `slots` lists, per job in order, where its five ARGV values start (ARGV[a] .. ARGV[a + 4]):

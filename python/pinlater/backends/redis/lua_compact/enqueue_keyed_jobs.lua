@@ -1,7 +1,7 @@
---[[ enqueue_dedup_jobs: as lua/enqueue_dedup_jobs.lua, in the compact layout.
+--[[ enqueue_keyed_jobs: as lua/enqueue_keyed_jobs.lua, in the compact layout.
 
 Insert each job as enqueue_jobs.lua does, unless a job holds its dedup key
-(ShardStore.enqueue_dedup_jobs), all in one call: two servers enqueueing one key at once make
+(ShardStore.enqueue_keyed_jobs), all in one call: two servers enqueueing one key at once make
 one job. A key is held by the job its record names (lua/lib/dedup.lua) while now < the record's
 held-until (that job's enqueue time plus its window) or while the job is PENDING or IN_PROGRESS
 (lib/dedup_state.lua: its record is there and it is in neither final set). A held key answers

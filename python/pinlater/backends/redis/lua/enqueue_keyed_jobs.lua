@@ -1,5 +1,5 @@
---[[ enqueue_dedup_jobs: insert each job as enqueue_jobs.lua does, unless a job holds its dedup
-key (ShardStore.enqueue_dedup_jobs), all in one call: two servers enqueueing one key at once
+--[[ enqueue_keyed_jobs: insert each job as enqueue_jobs.lua does, unless a job holds its dedup
+key (ShardStore.enqueue_keyed_jobs), all in one call: two servers enqueueing one key at once
 make one job.
 
 A key is held by the job its record names (lib/dedup.lua) while now < the record's held-until
