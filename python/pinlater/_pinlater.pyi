@@ -451,7 +451,9 @@ class SqliteShard:
     ) -> SqliteShard:
         """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread.
         ``statements``: the text of each of ``queue_get``, ``enqueue_jobs``, ``last_job_id``,
-        ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``.
+        ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``,
+        ``dedup_holders``, ``dedup_record``, ``enqueue_keyed_job``, ``group_get``, ``group_put``,
+        ``group_forget``, ``group_promote``, ``count_in_progress`` (``native_hot.STATEMENTS``).
 
         Raises:
             OSError: the file cannot be opened as a WAL database.
@@ -463,18 +465,20 @@ class SqliteShard:
         """Write transactions committed so far."""
 
     def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int, future: Any, event_loop: Any) -> bool: ...
-    def enqueue_dedup(
+    def enqueue_keyed(
         self,
         queue: str,
         jobs: NewJobBatch,
-        keys: Sequence[tuple[str, int]],
+        keys: Sequence[tuple[str | None, int, str | None]],
+        group_concurrency: int,
         now_ms: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
-        """An enqueue whose jobs carry dedup keys (``keys[i]``: job ``i``'s key and window, the
-        keys distinct), in the writer's group commit; ``future`` gets ``[(priority, local_id,
-        deduplicated), ...]`` in job order (the holder's place where deduplicated)."""
+        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window and ordered
+        group, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
+        commit; ``future`` gets ``[(priority, local_id, deduplicated), ...]`` in job order (the
+        holder's place where deduplicated)."""
     def dequeue(
         self,
         queue: str,
@@ -483,10 +487,17 @@ class SqliteShard:
         claim: str,
         now_ms: int,
         dry_run: bool,
+        max_in_progress: int | None,
         future: Any,
         event_loop: Any,
-    ) -> bool: ...
-    def ack(self, queue: str, acks: AckGroup, now_ms: int, future: Any, event_loop: Any) -> bool: ...
+    ) -> bool:
+        """A dequeue claiming no more than brings the queue's IN_PROGRESS jobs on the shard to
+        ``max_in_progress`` (None: no cap; a dry run ignores it)."""
+    def ack(
+        self, queue: str, acks: AckGroup, now_ms: int, group_concurrency: int, future: Any, event_loop: Any
+    ) -> bool:
+        """Acks; a grouped job that ends for good leaves its group, whose oldest waiting jobs are
+        promoted while fewer than ``group_concurrency`` are active."""
     def close(self) -> None:
         """Answer the requests queued, stop the thread and close the connection. Idempotent."""
 

@@ -17,6 +17,12 @@
 //!   take the `WriteGate`, a FIFO ticket lock, around each write transaction, so neither can
 //!   starve the other while `SQLite`'s busy handler polls (`SQLite`'s lock stays the last word, and
 //!   the busy timeout still bounds a wait on another process).
+//! * Ordered groups (#17): a keyed enqueue joins each grouped job to its group, and an ack whose
+//!   job leaves its group (the ack statements return the job's `group_key`, NULL for most)
+//!   promotes the group's oldest waiting jobs, as the Python store's `groups.py` does, with the
+//!   same statements. The queue's rules come with each request (`group_concurrency`,
+//!   `max_in_progress`), read from the Python store's current rules; an ack of ungrouped jobs and
+//!   a dequeue without a cap run no statement more than before groups existed.
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
@@ -58,6 +64,16 @@ pub struct Statements {
     pub dedup_holders: String,
     /// A key taken by a new job (`dedup_record.sql`).
     pub dedup_record: String,
+    /// One job of a keyed enqueue, with its state and group (`enqueue_keyed_job.sql`).
+    pub enqueue_keyed_job: String,
+    /// A group's counts and bucket (`group_get.sql`, `group_put.sql`, `group_forget.sql`).
+    pub group_get: String,
+    pub group_put: String,
+    pub group_forget: String,
+    /// A group's oldest waiting jobs made active (`group_promote.sql`).
+    pub group_promote: String,
+    /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
+    pub count_in_progress: String,
 }
 
 /// How a shard is opened and run.
@@ -112,21 +128,42 @@ pub enum Op {
         claim: String,
         now_ms: i64,
         dry_run: bool,
+        /// The queue's `maxInProgress` share on this shard (`QueueRules.max_in_progress`):
+        /// claim no more than brings its `IN_PROGRESS` jobs to it. None: no cap.
+        max_in_progress: Option<i64>,
     },
     Ack {
         queue: String,
         acks: Box<dyn AckSource>,
         now_ms: i64,
+        /// The queue's `groupConcurrency`, for the groups the acked jobs leave.
+        group_concurrency: i64,
     },
-    /// An enqueue whose jobs carry dedup keys: `keys[i]` is job `i`'s `(key, window_ms)`, the
-    /// keys distinct (see `ShardStore.enqueue_keyed_jobs`).
-    EnqueueDedup {
+    /// An enqueue of keyed jobs: `keys[i]` is job `i`'s dedup key and group (at least one of
+    /// them; the dedup keys distinct; see `ShardStore.enqueue_keyed_jobs`).
+    EnqueueKeyed {
         queue: String,
         jobs: Box<dyn JobSource>,
-        keys: Vec<(String, i64)>,
+        keys: Vec<JobKeys>,
         now_ms: i64,
+        /// The queue's `groupConcurrency`.
+        group_concurrency: i64,
     },
 }
+
+/// A keyed job's keys (`KeyedJob` in Python).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobKeys {
+    /// The dedup key, if any.
+    pub key: Option<String>,
+    /// How long the key stays held after the enqueue (ms).
+    pub window_ms: i64,
+    /// The ordered group, if any.
+    pub group: Option<String>,
+}
+
+/// The internal state of a job waiting behind its group's active jobs (PENDING to readers).
+pub const WAITING: i64 = -1;
 
 /// What a request answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -136,7 +173,7 @@ pub enum Answer {
     /// The jobs claimed (or seen, in a dry run), oldest run-after first.
     Claimed(Vec<ClaimedJob>),
     Acked,
-    /// Per job of an `EnqueueDedup`, in order: `(priority, local_id, deduplicated)`, the
+    /// Per job of an `EnqueueKeyed`, in order: `(priority, local_id, deduplicated)`, the
     /// holder's place when deduplicated.
     Placed(Vec<(i64, i64, bool)>),
 }
@@ -436,39 +473,46 @@ impl<T: Send> Writer<T> {
                 claim,
                 now_ms,
                 dry_run,
+                max_in_progress,
             } => self
-                .dequeue(queue, *priority, *limit, claim, *now_ms, *dry_run)
+                .dequeue(
+                    queue,
+                    *priority,
+                    *limit,
+                    claim,
+                    *now_ms,
+                    *dry_run,
+                    *max_in_progress,
+                )
                 .map(Answer::Claimed),
             Op::Ack {
                 queue,
                 acks,
                 now_ms,
+                group_concurrency,
             } => self
-                .ack(queue, acks.group(), *now_ms)
+                .ack(queue, acks.group(), *now_ms, *group_concurrency)
                 .map(|()| Answer::Acked),
-            Op::EnqueueDedup {
+            Op::EnqueueKeyed {
                 queue,
                 jobs,
                 keys,
                 now_ms,
+                group_concurrency,
             } => self
-                .enqueue_dedup(queue, jobs.jobs(), keys, *now_ms)
+                .enqueue_keyed(queue, jobs.jobs(), keys, *now_ms, *group_concurrency)
                 .map(Answer::Placed),
         }
     }
 
-    fn require_queue(&self, queue: &str) -> Result<(), ShardError> {
+    /// The queue's number of priorities, or `QueueNotFound`.
+    fn require_queue(&self, queue: &str) -> Result<i64, ShardError> {
         let mut stmt = self.prepare(&self.options.statements.queue_get)?;
         bind(&mut stmt, &[(":queue", &queue)])?;
-        let found = stmt
-            .raw_query()
-            .next()
-            .map_err(|e| connection_error(&e))?
-            .is_some();
-        if found {
-            Ok(())
-        } else {
-            Err(ShardError::QueueNotFound(queue.to_owned()))
+        let mut rows = stmt.raw_query();
+        match rows.next().map_err(|e| connection_error(&e))? {
+            Some(row) => row.get(0).map_err(|e| connection_error(&e)),
+            None => Err(ShardError::QueueNotFound(queue.to_owned())),
         }
     }
 
@@ -483,29 +527,31 @@ impl<T: Send> Writer<T> {
         self.insert(queue, jobs, now_ms)
     }
 
-    /// Each job inserted unless a job holds its key: a key's record names a job that is
-    /// `PENDING` or `IN_PROGRESS`, or whose window has not passed; the jobs that take their keys
-    /// are inserted as `enqueue` inserts and recorded as the keys' holders.
-    fn enqueue_dedup(
+    /// Each job inserted unless a job holds its dedup key: a key's record names a job that is
+    /// `PENDING` (or waiting in its group) or `IN_PROGRESS`, or whose window has not passed; the
+    /// jobs that take their keys are recorded as the keys' holders. A job with a group joins it
+    /// (`group_join`); without, the takers are inserted as `enqueue` inserts.
+    fn enqueue_keyed(
         &self,
         queue: &str,
         jobs: &[NewJob],
-        keys: &[(String, i64)],
+        keys: &[JobKeys],
         now_ms: i64,
+        group_concurrency: i64,
     ) -> Result<Vec<(i64, i64, bool)>, ShardError> {
-        const HOLDING_STATES: [i64; 2] = [0, 1]; // PENDING, IN_PROGRESS
+        const HOLDING_STATES: [i64; 2] = [0, 1]; // PENDING (WAITING reads as it), IN_PROGRESS
         self.require_queue(queue)?;
         if jobs.len() != keys.len() {
             return Err(ShardError::Connection(format!(
-                "{} jobs but {} dedup keys",
+                "{} jobs but {} keys",
                 jobs.len(),
                 keys.len()
             )));
         }
         let mut holders: HashMap<String, (i64, i64)> = HashMap::new();
-        {
+        if keys.iter().any(|k| k.key.is_some()) {
             let mut stmt = self.prepare(&self.options.statements.dedup_holders)?;
-            let json = json_strings(keys.iter().map(|(k, _)| k.as_str()));
+            let json = json_strings(keys.iter().filter_map(|k| k.key.as_deref()));
             bind(&mut stmt, &[(":queue", &queue), (":keys", &json)])?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
@@ -526,8 +572,8 @@ impl<T: Send> Writer<T> {
         }
         let mut out: Vec<(i64, i64, bool)> = Vec::with_capacity(jobs.len());
         let mut takers: Vec<usize> = Vec::new();
-        for (i, (key, _)) in keys.iter().enumerate() {
-            if let Some(&(priority, local_id)) = holders.get(key) {
+        for (i, keys) in keys.iter().enumerate() {
+            if let Some(&(priority, local_id)) = keys.key.as_ref().and_then(|k| holders.get(k)) {
                 out.push((priority, local_id, true));
             } else {
                 out.push((jobs[i].priority, 0, false));
@@ -537,13 +583,23 @@ impl<T: Send> Writer<T> {
         if takers.is_empty() {
             return Ok(out);
         }
-        let new: Vec<NewJob> = takers.iter().map(|&i| jobs[i].clone()).collect();
-        let ids = self.insert(queue, &new, now_ms)?;
+        let ids = if takers.iter().all(|&i| keys[i].group.is_none()) {
+            let new: Vec<NewJob> = takers.iter().map(|&i| jobs[i].clone()).collect();
+            self.insert(queue, &new, now_ms)?
+        } else {
+            let mut ids = Vec::with_capacity(takers.len());
+            for &i in &takers {
+                let group = keys[i].group.as_deref();
+                ids.push(self.insert_keyed(queue, &jobs[i], group, now_ms, group_concurrency)?);
+            }
+            ids
+        };
         let mut stmt = self.prepare(&self.options.statements.dedup_record)?;
         for (&i, id) in takers.iter().zip(ids) {
-            let (key, window_ms) = &keys[i];
+            out[i].1 = id;
+            let Some(key) = &keys[i].key else { continue };
             let priority = jobs[i].priority;
-            let held_until = now_ms.saturating_add(*window_ms);
+            let held_until = now_ms.saturating_add(keys[i].window_ms);
             bind(
                 &mut stmt,
                 &[
@@ -555,9 +611,147 @@ impl<T: Send> Writer<T> {
                 ],
             )?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
-            out[i].1 = id;
         }
         Ok(out)
+    }
+
+    /// Inserts one keyed job (`enqueue_keyed_job.sql`), joining its group if it has one.
+    fn insert_keyed(
+        &self,
+        queue: &str,
+        job: &NewJob,
+        group: Option<&str>,
+        now_ms: i64,
+        group_concurrency: i64,
+    ) -> Result<i64, ShardError> {
+        let state = match group {
+            Some(group) => self.group_join(queue, group, group_concurrency)?,
+            None => 0,
+        };
+        let status = truncate_chars(&job.custom_status, self.options.custom_status_limit);
+        let mut stmt = self.prepare(&self.options.statements.enqueue_keyed_job)?;
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":priority", &job.priority),
+                (":state", &state),
+                (":attempts", &job.attempts_allowed),
+                (":custom_status", &status),
+                (":now_ms", &now_ms),
+                (":run_after_ms", &job.run_after_ms),
+                (":body", &job.body.as_slice()),
+                (":group_key", &group),
+            ],
+        )?;
+        let mut rows = stmt.raw_query();
+        let row = rows.next().map_err(|e| connection_error(&e))?;
+        let row = row.ok_or_else(|| ShardError::Connection("insert returned no id".into()))?;
+        row.get(0).map_err(|e| connection_error(&e))
+    }
+
+    /// Accounts for one job entering `group`: the state it enters in (0, or `WAITING` when the
+    /// group has no room or jobs already wait), after promoting what the room allows.
+    fn group_join(&self, queue: &str, group: &str, concurrency: i64) -> Result<i64, ShardError> {
+        let mut row = self.group_settle(queue, group, concurrency, 0, 0)?;
+        let state = if row.active < concurrency && row.waiting == 0 {
+            row.active += 1;
+            0
+        } else {
+            row.waiting += 1;
+            WAITING
+        };
+        self.group_write(queue, group, &row)?;
+        Ok(state)
+    }
+
+    /// `left` active jobs left `group` (and `deleted` waiting ones went): the oldest waiting
+    /// jobs are promoted into the room made.
+    fn group_release(
+        &self,
+        queue: &str,
+        group: &str,
+        concurrency: i64,
+        left: i64,
+        deleted: i64,
+    ) -> Result<(), ShardError> {
+        let row = self.group_settle(queue, group, concurrency, -left, -deleted)?;
+        self.group_write(queue, group, &row)
+    }
+
+    /// The group's row after the deltas and the promotions they allow (not written yet).
+    fn group_settle(
+        &self,
+        queue: &str,
+        group: &str,
+        concurrency: i64,
+        active_delta: i64,
+        waiting_delta: i64,
+    ) -> Result<GroupRow, ShardError> {
+        let mut row = {
+            let mut stmt = self.prepare(&self.options.statements.group_get)?;
+            bind(&mut stmt, &[(":queue", &queue), (":group_key", &group)])?;
+            let mut rows = stmt.raw_query();
+            match rows.next().map_err(|e| connection_error(&e))? {
+                Some(r) => (|| {
+                    Ok::<_, rusqlite::Error>(GroupRow {
+                        active: r.get(0)?,
+                        waiting: r.get(1)?,
+                        tokens: r.get(2)?,
+                        refilled_at_ms: r.get(3)?,
+                    })
+                })()
+                .map_err(|e| connection_error(&e))?,
+                None => GroupRow::default(),
+            }
+        };
+        row.active = (row.active + active_delta).max(0);
+        row.waiting = (row.waiting + waiting_delta).max(0);
+        let room = (concurrency - row.active).min(row.waiting);
+        if room > 0 {
+            let mut stmt = self.prepare(&self.options.statements.group_promote)?;
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":group_key", &group),
+                    (":count", &room),
+                ],
+            )?;
+            let promoted = stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            let promoted = i64::try_from(promoted).unwrap_or(i64::MAX);
+            row.active += promoted;
+            // Fewer promoted than counted: nothing else waits (the count is repaired).
+            row.waiting = if promoted == room {
+                row.waiting - promoted
+            } else {
+                0
+            };
+        }
+        Ok(row)
+    }
+
+    fn group_write(&self, queue: &str, group: &str, row: &GroupRow) -> Result<(), ShardError> {
+        if row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none() {
+            let mut stmt = self.prepare(&self.options.statements.group_forget)?;
+            bind(&mut stmt, &[(":queue", &queue), (":group_key", &group)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            return Ok(());
+        }
+        let mut stmt = self.prepare(&self.options.statements.group_put)?;
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":group_key", &group),
+                (":active", &row.active),
+                (":waiting", &row.waiting),
+                (":tokens", &row.tokens),
+                (":refilled_at_ms", &row.refilled_at_ms),
+            ],
+        )?;
+        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        Ok(())
     }
 
     /// Inserts `jobs` into the open transaction; their local ids, in order.
@@ -599,6 +793,7 @@ impl<T: Send> Writer<T> {
         Ok((last - count + 1..=last).collect())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn dequeue(
         &self,
         queue: &str,
@@ -607,16 +802,26 @@ impl<T: Send> Writer<T> {
         claim: &str,
         now_ms: i64,
         dry_run: bool,
+        max_in_progress: Option<i64>,
     ) -> Result<Vec<ClaimedJob>, ShardError> {
-        self.require_queue(queue)?;
+        let num_priorities = self.require_queue(queue)?;
         let statements = &self.options.statements;
         let sql = if dry_run {
             &statements.dequeue_jobs_dry_run
         } else {
             &statements.dequeue_jobs
         };
+        let mut limit = limit.max(0); // SQLite reads a negative LIMIT as "no limit"
+        if let (Some(cap), false) = (max_in_progress, dry_run) {
+            if limit > 0 {
+                limit = limit.min(cap - self.count_in_progress(queue, num_priorities, cap)?);
+                limit = limit.max(0);
+            }
+        }
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let mut stmt = self.prepare(sql)?;
-        let limit = limit.max(0); // SQLite reads a negative LIMIT as "no limit"
         let prefix = self.options.reserved_prefix.as_str();
         bind(
             &mut stmt,
@@ -653,13 +858,46 @@ impl<T: Send> Writer<T> {
         Ok(claimed.into_iter().map(|(_, job)| job).collect())
     }
 
-    fn ack(&self, queue: &str, acks: &AckGroup, now_ms: i64) -> Result<(), ShardError> {
+    /// The queue's `IN_PROGRESS` jobs on the shard, counted up to `cap`.
+    fn count_in_progress(
+        &self,
+        queue: &str,
+        num_priorities: i64,
+        cap: i64,
+    ) -> Result<i64, ShardError> {
+        let mut stmt = self.prepare(&self.options.statements.count_in_progress)?;
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":num_priorities", &num_priorities),
+                (":cap", &cap),
+            ],
+        )?;
+        let mut rows = stmt.raw_query();
+        match rows.next().map_err(|e| connection_error(&e))? {
+            Some(row) => row.get(0).map_err(|e| connection_error(&e)),
+            None => Ok(0),
+        }
+    }
+
+    /// Applies the acks; a grouped job that ended for good (SUCCEEDED, or FAILED with no attempt
+    /// left: the statements return its group and new state) leaves its group, which promotes.
+    fn ack(
+        &self,
+        queue: &str,
+        acks: &AckGroup,
+        now_ms: i64,
+        group_concurrency: i64,
+    ) -> Result<(), ShardError> {
+        const FINAL: [i64; 2] = [2, 3]; // SUCCEEDED, FAILED
         self.require_queue(queue)?;
         let statements = &self.options.statements;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
-        for (items, sql) in [
-            (&acks.succeeded, &statements.ack_succeeded),
-            (&acks.failed, &statements.ack_failed),
+        let mut left: Vec<(String, i64)> = Vec::new(); // (group, jobs that left it)
+        for (items, sql, success) in [
+            (&acks.succeeded, &statements.ack_succeeded, true),
+            (&acks.failed, &statements.ack_failed, false),
         ] {
             if items.is_empty() {
                 continue;
@@ -692,11 +930,40 @@ impl<T: Send> Writer<T> {
                             .map_err(|e| connection_error(&e))?;
                     }
                 }
-                stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                // RETURNING group_key (and state, for a failure): a row when the job was acked.
+                let mut rows = stmt.raw_query();
+                let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
+                    continue;
+                };
+                let group: Option<String> = row.get(0).map_err(|e| connection_error(&e))?;
+                let Some(group) = group else { continue };
+                let state: i64 = if success {
+                    2
+                } else {
+                    row.get(1).map_err(|e| connection_error(&e))?
+                };
+                if FINAL.contains(&state) {
+                    match left.iter_mut().find(|(g, _)| *g == group) {
+                        Some((_, count)) => *count += 1,
+                        None => left.push((group, 1)),
+                    }
+                }
             }
+        }
+        for (group, count) in left {
+            self.group_release(queue, &group, group_concurrency, count, 0)?;
         }
         Ok(())
     }
+}
+
+/// A row of `groups` (see `group_get.sql`).
+#[derive(Debug, Default)]
+struct GroupRow {
+    active: i64,
+    waiting: i64,
+    tokens: Option<f64>,
+    refilled_at_ms: Option<i64>,
 }
 
 /// Where each named parameter is bound in the statement; None for a name it does not use.
@@ -834,6 +1101,12 @@ mod tests {
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
                 dedup_record: sql("dedup_record"),
+                enqueue_keyed_job: sql("enqueue_keyed_job"),
+                group_get: sql("group_get"),
+                group_put: sql("group_put"),
+                group_forget: sql("group_forget"),
+                group_promote: sql("group_promote"),
+                count_in_progress: sql("count_in_progress"),
             },
         }
     }
@@ -901,6 +1174,7 @@ mod tests {
                     claim: "c".into(),
                     now_ms: 20,
                     dry_run: false,
+                    max_in_progress: None,
                 },
             )
             .unwrap();

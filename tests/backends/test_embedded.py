@@ -25,6 +25,7 @@ from pinlater.backends.embedded import DataDirLock, EmbeddedStore, open_embedded
 from pinlater.backends.embedded import body_filtered as body_filtered_module
 from pinlater.backends.embedded import connection as connection_module
 from pinlater.backends.embedded import dedup_keys as dedup_keys_module
+from pinlater.backends.embedded import groups as groups_module
 from pinlater.backends.embedded import store as store_module
 from pinlater.config import Settings
 from pinlater.errors import ShardConnectionError, StoreLockedError
@@ -414,7 +415,7 @@ def test_every_sql_file_compiles_and_is_used(store: EmbeddedStore) -> None:
     statements = [name for name in sql.names() if name != "schema"]
     for name in statements:
         store._conn.execute("EXPLAIN " + sql.load(name), _AnyParams()).fetchall()
-    sources = [store_module, body_filtered_module, dedup_keys_module]
+    sources = [store_module, body_filtered_module, dedup_keys_module, groups_module]
     used = set(re.findall(r'sql\.load\("(\w+)"\)', "".join(inspect.getsource(m) for m in sources)))
     assert used == set(sql.names())
 
@@ -459,7 +460,7 @@ def test_a_version_1_file_is_migrated_at_open_and_keeps_its_jobs(data_dir: Path)
         assert shard._conn is not None
         indexes = {row[0] for row in shard._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "jobs_by_updated_at" not in indexes and "jobs_finished_by_updated_at" in indexes
-        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 4
         assert shard.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 3), None) == 2
         assert shard.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 3, 10) == 1
     finally:

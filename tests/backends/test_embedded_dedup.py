@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pinlater.backends.base import KeyedJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import Enqueued, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.embedded import EmbeddedStore, shard_path, sql
 
 Q = "q"
@@ -49,7 +49,7 @@ def test_a_version_2_file_gains_the_key_table_and_keeps_its_jobs(data_dir: Path)
     shard = EmbeddedStore(data_dir, "1")
     try:
         assert shard._conn is not None
-        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 4
         [record] = shard.lookup_jobs(Q, [(1, plain)], True)
         assert (record.body, record.dedup_key) == (b"old", None)
         [first] = shard.enqueue_keyed_jobs(Q, [keyed("k")], T0)
@@ -115,7 +115,15 @@ def _plan(conn: sqlite3.Connection, name: str, **params: object) -> str:
 def test_key_statements_use_their_indexes(store: EmbeddedStore) -> None:
     assert store._conn is not None
     conn = store._conn
-    filters = {"queue": Q, "priority": 1, "state": 0, "run_after_gt": 0, "run_after_le": T0, "limit": 10}
+    filters = {
+        "queue": Q,
+        "priority": 1,
+        "state": 0,
+        "also_state": -1,
+        "run_after_gt": 0,
+        "run_after_le": T0,
+        "limit": 10,
+    }
     for name, params in (
         ("lookup_jobs", {"queue": Q, "ids": "[1, 2]", "include_body": 0}),
         ("scan_jobs", filters),

@@ -20,7 +20,8 @@ use crate::py::errors::guarded;
 use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
 use crate::queue::jobs::{self, NewJob};
 use crate::store::sqlite_shard::{
-    self as core, AckSource, Answer, JobSource, Op, Outcome, ShardError, ShardOptions, Statements,
+    self as core, AckSource, Answer, JobKeys, JobSource, Op, Outcome, ShardError, ShardOptions,
+    Statements,
 };
 
 /// `error[0]` of a missing queue.
@@ -195,6 +196,12 @@ impl SqliteShard {
                     ack_failed: get("ack_failed")?,
                     dedup_holders: get("dedup_holders")?,
                     dedup_record: get("dedup_record")?,
+                    enqueue_keyed_job: get("enqueue_keyed_job")?,
+                    group_get: get("group_get")?,
+                    group_put: get("group_put")?,
+                    group_forget: get("group_forget")?,
+                    group_promote: get("group_promote")?,
+                    count_in_progress: get("count_in_progress")?,
                 },
             };
             let gate = Arc::clone(&gate.inner);
@@ -216,23 +223,34 @@ impl SqliteShard {
         })
     }
 
-    /// Queues an enqueue of jobs with dedup keys (`keys[i]`: job `i`'s `(key, window_ms)`, the
-    /// keys distinct); `future` gets `[(priority, local_id, deduplicated), ...]` in job order.
-    /// False if the shard is closed.
-    fn enqueue_dedup(
+    /// Queues an enqueue of keyed jobs (`keys[i]`: job `i`'s `(dedup_key, window_ms, group)`,
+    /// the dedup keys distinct); `future` gets `[(priority, local_id, deduplicated), ...]` in
+    /// job order. False if the shard is closed.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_keyed(
         &self,
         queue: String,
         jobs: Py<NewJobBatch>,
-        keys: Vec<(String, i64)>,
+        keys: Vec<(Option<String>, i64, Option<String>)>,
+        group_concurrency: i64,
         now_ms: i64,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
-        let op = Op::EnqueueDedup {
+        let keys = keys
+            .into_iter()
+            .map(|(key, window_ms, group)| JobKeys {
+                key,
+                window_ms,
+                group,
+            })
+            .collect();
+        let op = Op::EnqueueKeyed {
             queue,
             jobs: Box::new(Batch(jobs)),
             keys,
             now_ms,
+            group_concurrency,
         };
         self.submit(future, event_loop, op)
     }
@@ -254,7 +272,9 @@ impl SqliteShard {
         self.submit(future, event_loop, op)
     }
 
-    /// Queues a dequeue; `future` gets a `ClaimedJobs`. False if the shard is closed.
+    /// Queues a dequeue claiming no more than brings the queue's `IN_PROGRESS` jobs to
+    /// `max_in_progress` (None: no cap); `future` gets a `ClaimedJobs`. False if the shard is
+    /// closed.
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
     fn dequeue(
         &self,
@@ -264,6 +284,7 @@ impl SqliteShard {
         claim: String,
         now_ms: i64,
         dry_run: bool,
+        max_in_progress: Option<i64>,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
@@ -274,16 +295,19 @@ impl SqliteShard {
             claim,
             now_ms,
             dry_run,
+            max_in_progress,
         };
         self.submit(future, event_loop, op)
     }
 
-    /// Queues an ack; `future` gets `None`. False if the shard is closed.
+    /// Queues an ack (`group_concurrency`: the queue's, for the groups acked jobs leave);
+    /// `future` gets `None`. False if the shard is closed.
     fn ack(
         &self,
         queue: String,
         acks: Py<AckGroup>,
         now_ms: i64,
+        group_concurrency: i64,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
@@ -291,6 +315,7 @@ impl SqliteShard {
             queue,
             acks: Box::new(Acks(acks)),
             now_ms,
+            group_concurrency,
         };
         self.submit(future, event_loop, op)
     }

@@ -36,11 +36,11 @@ BATCH_BYTES = 8 << 20
 
 _I64_MAX = 2**63 - 1
 # Columns of filter_candidates.sql: local id, run after, body; of filter_candidates_newest.sql:
-# the eleven of a scan's record (local id 1, run after 7, dedup key 10), then the body.
-_RECORD = 11
+# the twelve of a scan's record (local id 1, run after 7, dedup key 10, group key 11), then the body.
+_RECORD = 12
 
 Row = Sequence[Any]
-RequireQueue = Callable[[sqlite3.Connection, str], None]
+RequireQueue = Callable[[sqlite3.Connection, str], object]
 
 
 def _batch(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> tuple[list[Row], bool]:
@@ -61,7 +61,11 @@ def _batch(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> 
 
 class BodyFilteredReads(SQLiteTransactions):
     """``EmbeddedStore``'s body-filtered reads (see the module docstring). ``params`` are the
-    store's filter parameters (queue, priority, state, run_after_gt, run_after_le)."""
+    store's filter parameters (queue, priority, state, also_state, run_after_gt, run_after_le)."""
+
+    def _jobs_deleted(self, conn: sqlite3.Connection, queue: str, rows: Sequence[Row]) -> None:
+        """Called in the write transaction with the ``(group_key, state)`` rows of the jobs a
+        delete removed (the store accounts for grouped ones)."""
 
     def _count_matching(
         self, params: dict[str, Any], body_filter: BodyFilter, limit: int | None, require: RequireQueue
@@ -87,7 +91,7 @@ class BodyFilteredReads(SQLiteTransactions):
     def _scan_matching(
         self, params: dict[str, Any], body_filter: BodyFilter, limit: int, require: RequireQueue
     ) -> list[Row]:
-        """Matching rows (the eleven record columns, no body), newest run_after first."""
+        """Matching rows (the twelve record columns, no body), newest run_after first."""
         found: list[Row] = []
         position = {"before_run_after": params["run_after_le"], "before_id": _I64_MAX}
         first = True
@@ -123,9 +127,11 @@ class BodyFilteredReads(SQLiteTransactions):
                 matched = body_filter.matching([row[2] for row in rows])[: limit - deleted]
                 if matched:
                     ids = json.dumps([rows[i][0] for i in matched])
-                    deleted += conn.execute(
+                    gone = conn.execute(
                         sql.load("delete_jobs_by_id"), {"queue": params["queue"], "ids": ids}
-                    ).rowcount
+                    ).fetchall()
+                    self._jobs_deleted(conn, params["queue"], gone)
+                    deleted += len(gone)
             if last:
                 return deleted
             position = {"after_run_after": rows[-1][1], "after_id": rows[-1][0]}

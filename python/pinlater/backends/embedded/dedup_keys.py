@@ -7,8 +7,8 @@ connection serialises its writers, and the native hot path's connection takes th
 ``WriteGate`` and ``BEGIN IMMEDIATE``, so no other write lands between reading a key's record and
 taking the key. Keys are bound as parameters and compared in BINARY collation: byte for byte.
 
-Jobs are inserted by the store's own enqueue (``InsertJobs``), so a keyed job is stored exactly
-as ``enqueue_jobs`` stores any job.
+Jobs are inserted by the store (``InsertJobs``): as ``enqueue_jobs`` stores any job, joining its
+ordered group if it has one (``groups``). A job with only a group (``key`` None) takes no key.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 
-from pinlater.backends.base import KeyedJob, Enqueued, NewJob
+from pinlater.backends.base import Enqueued, KeyedJob
 from pinlater.backends.dedup_sweep import SweepCursors, forgettable, holds
 from pinlater.backends.embedded import sql
 
 #: Inserts jobs into the queue inside the open transaction; their local ids, in order.
-InsertJobs = Callable[[sqlite3.Connection, Sequence[NewJob]], list[int]]
+InsertJobs = Callable[[sqlite3.Connection, Sequence[KeyedJob]], list[int]]
 
 #: A GC walk's position: (held_until_ms, key) of the last record looked at.
 Position = tuple[int, str]
@@ -37,10 +37,13 @@ def enqueue(
     """``ShardStore.enqueue_keyed_jobs`` inside the caller's write transaction."""
     answers: list[Enqueued | None] = []  # None: the job takes its key
     takers: list[KeyedJob] = []
-    keys = json.dumps([job.key for job in jobs])  # one statement for the call's keys
-    found = {row[0]: row[1:] for row in conn.execute(sql.load("dedup_holders"), {"queue": queue, "keys": keys})}
+    keys = [job.key for job in jobs if job.key is not None]
+    found: dict[str, tuple[int, int, int, int | None]] = {}
+    if keys:  # one statement for the call's keys
+        params = {"queue": queue, "keys": json.dumps(keys)}
+        found = {row[0]: row[1:] for row in conn.execute(sql.load("dedup_holders"), params)}
     for job in jobs:
-        row = found.get(job.key)  # (priority, local_id, held_until_ms, state)
+        row = None if job.key is None else found.get(job.key)  # (priority, local_id, held_until_ms, state)
         if row is not None and holds(row[3], row[2], now_ms):
             answers.append(Enqueued(row[0], row[1], True))
         else:
@@ -48,7 +51,7 @@ def enqueue(
             takers.append(job)
     if not takers:
         return [answer for answer in answers if answer is not None]
-    ids = insert(conn, [job.job for job in takers])
+    ids = insert(conn, takers)
     records = [
         {
             "queue": queue,
@@ -58,8 +61,10 @@ def enqueue(
             "held_until_ms": min(now_ms + job.window_ms, _I64_MAX),
         }
         for job, local_id in zip(takers, ids, strict=True)
+        if job.key is not None
     ]
-    conn.executemany(sql.load("dedup_record"), records)
+    if records:
+        conn.executemany(sql.load("dedup_record"), records)
     new_ids = iter(ids)
     return [
         Enqueued(job.job.priority, next(new_ids), False) if answer is None else answer

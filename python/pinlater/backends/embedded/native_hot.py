@@ -27,7 +27,7 @@ from pinlater._pinlater import (
     SqliteShard,
     sqlite_library_version,
 )
-from pinlater.backends.base import RESERVATION_PREFIX, KeyedJob, Enqueued, Offload
+from pinlater.backends.base import RESERVATION_PREFIX, Enqueued, KeyedJob, Offload
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -45,6 +45,12 @@ STATEMENTS = (
     "ack_failed",
     "dedup_holders",
     "dedup_record",
+    "enqueue_keyed_job",
+    "group_get",
+    "group_put",
+    "group_forget",
+    "group_promote",
+    "count_in_progress",
 )
 """The ``sql/*.sql`` files the Rust writer runs."""
 
@@ -96,12 +102,18 @@ def open_native_shard(store: EmbeddedStore, synchronous: str, busy_timeout_ms: i
 
 class NativeEmbeddedHotPath(BrokerOnThreadPool):
     """``HotPath`` of an embedded shard: enqueue, dequeue and ack through its ``SqliteShard``;
-    the broker's reserve, claim and release through ``ThreadedHotPath`` on the Python store."""
+    the broker's reserve, claim and release through ``ThreadedHotPath`` on the Python store.
 
-    __slots__ = ("_name", "_shard", "_threaded")
+    Each request carries the queue's rules as the store holds them now (``EmbeddedStore.rules``).
+    A dequeue of a queue whose groups are rate limited (``group_jobs_per_second``) runs on the
+    Python store instead (its token buckets live in ``groups.py``): such a queue is throttled by
+    design, and the two connections take turns on the file, so the rule holds either way."""
+
+    __slots__ = ("_name", "_shard", "_store", "_threaded")
 
     def __init__(self, store: EmbeddedStore, shard: SqliteShard, offload: Offload) -> None:
         self._name = store.name
+        self._store = store
         self._shard = shard
         self._threaded = ThreadedHotPath(store, offload)
 
@@ -122,27 +134,33 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
 
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """On the Rust writer, in its group commit, as ``EmbeddedStore.enqueue_keyed_jobs`` does
-        on Python's connection (``dedup_keys.py``): the same statements and rule."""
+        on Python's connection (``dedup_keys.py``, ``groups.py``): the same statements and rules."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[tuple[int, int, bool]]] = loop.create_future()
         batch = NewJobBatch([job.job for job in jobs])
-        keys = [(job.key, job.window_ms) for job in jobs]
-        if not self._shard.enqueue_dedup(queue, batch, keys, now_ms, future, loop):
+        keys = [(job.key, job.window_ms, job.group) for job in jobs]
+        concurrency = self._store.rules(queue).group_concurrency
+        if not self._shard.enqueue_keyed(queue, batch, keys, concurrency, now_ms, future, loop):
             raise self._closed()
         return [Enqueued(*placed) for placed in await future]
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> ClaimedJobs:
+        rules = self._store.rules(queue)
+        if rules.group_jobs_per_second is not None and not dry_run:
+            return await self._threaded.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ClaimedJobs] = loop.create_future()
-        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, future, loop):
+        cap = rules.max_in_progress
+        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, future, loop):
             raise self._closed()
         return await future
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        if not self._shard.ack(queue, acks, now_ms, future, loop):
+        concurrency = self._store.rules(queue).group_concurrency
+        if not self._shard.ack(queue, acks, now_ms, concurrency, future, loop):
             raise self._closed()
         await future

@@ -11,8 +11,12 @@ Design:
 * The hot path (enqueue, dequeue, ack as the server calls them) runs in Rust on a connection of
   its own (``native_hot``), opened at the first ``hot_path``; the methods below are the same
   operations for everyone else (tests, tools).
-* Dedup keys (#17) are rows of ``dedup_keys`` in the same file, written only here, never by the
-  hot path: a keyed enqueue is one write transaction of this connection (``dedup_keys``).
+* Dedup keys (#17) are rows of ``dedup_keys`` in the same file (``dedup_keys``); ordered groups
+  (#17) are a ``group_key`` column, a WAITING state and rows of ``groups`` (``groups``). The hot
+  path's keyed enqueue and ack do the same on the Rust writer.
+* Queue rules (``set_queue_rules``) live in this object, read at every call (the hot path hands
+  them to Rust per request). A queue with ``DEFAULT_RULES`` and no grouped job runs exactly the
+  statements it ran before groups existed.
 """
 
 from __future__ import annotations
@@ -20,26 +24,29 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pinlater.backends.base import (
+    DEFAULT_RULES,
     RESERVATION_PREFIX,
     AckItem,
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    KeyedJob,
     Enqueued,
+    GroupCounts,
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
+    QueueRules,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
-from pinlater.backends.embedded import dedup_keys, sql
+from pinlater.backends.embedded import dedup_keys, groups, sql
 from pinlater.backends.embedded.body_filtered import BodyFilteredReads
 from pinlater.backends.embedded.connection import connect
 from pinlater.backends.embedded.native_hot import NativeEmbeddedHotPath, open_native_shard
@@ -88,6 +95,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         self._init_transactions()
         self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
         self._dedup_sweep: SweepCursors[dedup_keys.Position] = SweepCursors()
+        self._rules: Mapping[str, QueueRules] = {}
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
             self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"))
@@ -124,6 +132,24 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     def hot_path(self, offload: Offload) -> HotPath:
         return self.native_hot_path(offload)
 
+    # -- ordered groups and queue rules -------------------------------------------------------
+
+    @property
+    def groups_refused(self) -> str | None:
+        return None
+
+    def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
+        self._rules = dict(rules)  # one reference swap: a call sees the old rules or the new
+
+    def rules(self, queue: str) -> QueueRules:
+        """The rules in force for ``queue`` (``DEFAULT_RULES`` unless set)."""
+        return self._rules.get(queue, DEFAULT_RULES)
+
+    def group_counts(self, queue: str) -> GroupCounts:
+        with self._read() as conn:
+            _require_queue(conn, queue)
+            return GroupCounts(*groups.counts(conn, queue))
+
     # -- queues -----------------------------------------------------------------------------
 
     def create_queue(self, queue: str, num_priorities: int) -> None:
@@ -136,6 +162,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         with self._write() as conn:
             conn.execute(sql.load("delete_queue_jobs"), {"queue": queue})
             conn.execute(sql.load("delete_queue_dedup_keys"), {"queue": queue})
+            conn.execute(sql.load("delete_queue_groups"), {"queue": queue})
             conn.execute(sql.load("delete_queue"), {"queue": queue})
         self._dedup_sweep.move(queue, None)
 
@@ -151,18 +178,25 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             return _insert_jobs(conn, queue, jobs, now_ms)
 
     def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
-        """One write transaction: see ``dedup_keys``."""
+        """One write transaction: see ``dedup_keys`` and ``groups``."""
+        concurrency = self.rules(queue).group_concurrency
 
-        def insert(conn: sqlite3.Connection, new: Sequence[NewJob]) -> list[int]:
-            return _insert_jobs(conn, queue, new, now_ms)
+        def insert(conn: sqlite3.Connection, new: Sequence[KeyedJob]) -> list[int]:
+            if all(job.group is None for job in new):
+                return _insert_jobs(conn, queue, [job.job for job in new], now_ms)
+            return [_insert_keyed(conn, queue, job, concurrency, now_ms) for job in new]
 
         with self._write() as conn:
             _require_queue(conn, queue)
             return dedup_keys.enqueue(conn, queue, jobs, now_ms, insert)
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
+        """Also forgets up to ``limit`` idle groups whose rate bucket is full again (the
+        monitor's periodic per-queue sweep; not counted in the answer)."""
+        rate = self.rules(queue).group_jobs_per_second
         with self._write() as conn:
             _require_queue(conn, queue)
+            groups.forget_idle(conn, queue, rate, now_ms, limit)
             return dedup_keys.forget_unheld(conn, queue, now_ms, limit, self._dedup_sweep)
 
     def dequeue_jobs(
@@ -174,10 +208,16 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 _require_queue(conn, queue)
                 rows = conn.execute(sql.load("dequeue_jobs_dry_run"), params).fetchall()
         else:
+            rules = self.rules(queue)
+            claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
             with self._write() as conn:
-                _require_queue(conn, queue)
-                claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
-                rows = conn.execute(sql.load("dequeue_jobs"), claim_params).fetchall()
+                num_priorities = _require_queue(conn, queue)
+                claim_params["limit"] = _room(conn, queue, num_priorities, rules, claim_params["limit"])
+                if rules.group_jobs_per_second is None:
+                    rows = conn.execute(sql.load("dequeue_jobs"), claim_params).fetchall()
+                else:
+                    take = _by_ids(conn, sql.load("claim_jobs_by_id"), claim_params)
+                    rows = _take_by_rate(conn, claim_params, rules.group_jobs_per_second, take)
             rows.sort(key=lambda row: (row[6], row[0]))  # RETURNING has no order; run_after, id
         return [ClaimedJob(*row[:6]) for row in rows]
 
@@ -195,10 +235,10 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
 
         with self._write() as conn:
             _require_queue(conn, queue)
-            if succeeded:
-                conn.executemany(sql.load("ack_succeeded"), [params(i) for i in succeeded])
-            if failed:
-                conn.executemany(sql.load("ack_failed"), [params(i) for i in failed])
+            # (group_key, state) of each job acked; RETURNING rules out executemany.
+            ended = [(row[0], 2) for i in succeeded for row in conn.execute(sql.load("ack_succeeded"), params(i))]
+            ended += [tuple(row) for i in failed for row in conn.execute(sql.load("ack_failed"), params(i))]
+            self._leave_groups(conn, queue, ended)
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         rows = [
@@ -231,7 +271,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> list[ClaimedJob]:
-        params = {
+        params: dict[str, Any] = {
             "queue": queue,
             "priority": priority,
             "limit": _limit(limit),
@@ -240,9 +280,15 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             "now_ms": now_ms,
             "reserved_prefix": RESERVATION_PREFIX,
         }
+        rules = self.rules(queue)
         with self._write() as conn:
-            _require_queue(conn, queue)
-            rows = conn.execute(sql.load("reserve_jobs"), params).fetchall()
+            num_priorities = _require_queue(conn, queue)
+            params["limit"] = _room(conn, queue, num_priorities, rules, params["limit"])
+            if rules.group_jobs_per_second is None:
+                rows = conn.execute(sql.load("reserve_jobs"), params).fetchall()
+            else:
+                take = _by_ids(conn, sql.load("reserve_jobs_by_id"), params)
+                rows = _take_by_rate(conn, params, rules.group_jobs_per_second, take)
         rows.sort(key=lambda row: (row[6], row[0]))
         return [ClaimedJob(*row[:6]) for row in rows]
 
@@ -251,13 +297,17 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     ) -> list[tuple[int, int]]:
         # One statement per (priority, claim): in-process statements are cheap, the transaction
         # is what costs, and there is one.
-        groups: dict[tuple[int, str], list[int]] = {}
+        by_claim: dict[tuple[int, str], list[int]] = {}
         for priority, local_id, claim in items:
-            groups.setdefault((priority, claim), []).append(local_id)
+            by_claim.setdefault((priority, claim), []).append(local_id)
         claimed: list[tuple[int, int]] = []
+        rules = self.rules(queue)
         with self._write() as conn:
-            _require_queue(conn, queue)
-            for (priority, claim), ids in groups.items():
+            num_priorities = _require_queue(conn, queue)
+            if rules.max_in_progress is not None:
+                room = _room(conn, queue, num_priorities, rules, len(items))
+                by_claim = _first_items(by_claim, room)
+            for (priority, claim), ids in by_claim.items():
                 params = {
                     "queue": queue,
                     "priority": priority,
@@ -323,8 +373,12 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             rows = conn.execute(sql.load("queue_counts"), params).fetchall()
         counts: dict[CountKey, int] = {}
         for queue, priority, state, total, future in rows:
-            counts[CountKey(queue, priority, JobState(state), False)] = total - future
-            counts[CountKey(queue, priority, JobState(state), True)] = future
+            job_state = JobState(max(state, 0))  # WAITING jobs are PENDING to readers
+            for key, count in (
+                (CountKey(queue, priority, job_state, False), total - future),
+                (CountKey(queue, priority, job_state, True), future),
+            ):
+                counts[key] = counts.get(key, 0) + count
         return counts
 
     # -- bulk administration ----------------------------------------------------------------
@@ -340,9 +394,14 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             "limit": _limit(limit),
             "now_ms": now_ms,
         }
+        concurrency = self.rules(queue).group_concurrency
         with self._write() as conn:
             _require_queue(conn, queue)
-            return conn.execute(sql.load("retry_failed_jobs"), params).rowcount
+            rows = conn.execute(sql.load("retry_failed_jobs"), params).fetchall()
+            for local_id, group in sorted(rows):  # rejoin in enqueue order
+                if group is not None and groups.join(conn, queue, group, concurrency) == groups.WAITING:
+                    conn.execute(sql.load("group_wait"), {"local_id": local_id})
+            return len(rows)
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         if where.body_regex is not None:
@@ -351,7 +410,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         params = {**_filter_params(queue, where), "limit": _limit(limit)}
         with self._write() as conn:
             _require_queue(conn, queue)
-            return conn.execute(sql.load("delete_jobs"), params).rowcount
+            rows = conn.execute(sql.load("delete_jobs"), params).fetchall()
+            self._jobs_deleted(conn, queue, rows)
+            return len(rows)
 
     # -- maintenance (the monitor) ----------------------------------------------------------
 
@@ -367,7 +428,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         }
         with self._write() as conn:
             _require_queue(conn, queue)
-            return conn.execute(sql.load("resurrect_timed_out_jobs"), params).rowcount
+            rows = conn.execute(sql.load("resurrect_timed_out_jobs"), params).fetchall()
+            self._leave_groups(conn, queue, rows)
+            return len(rows)
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
         params = {
@@ -380,6 +443,21 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         with self._write() as conn:
             _require_queue(conn, queue)
             return conn.execute(sql.load("gc_finished_jobs"), params).rowcount
+
+    # -- group accounting (see groups.py) -----------------------------------------------------
+
+    def _leave_groups(self, conn: sqlite3.Connection, queue: str, ended: Sequence[Sequence[Any]]) -> None:
+        """Jobs that were IN_PROGRESS ended in the ``(group_key, state)`` rows: a grouped one that
+        is final (SUCCEEDED, FAILED) left its group."""
+        changes = groups.changes_of(((row[0], row[1]) for row in ended), (JobState.SUCCEEDED, JobState.FAILED))
+        if changes:
+            groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
+
+    def _jobs_deleted(self, conn: sqlite3.Connection, queue: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Deleted jobs, ``(group_key, state)`` rows: an unfinished grouped one left its group."""
+        changes = groups.changes_of(((row[0], row[1]) for row in rows), (JobState.PENDING, JobState.IN_PROGRESS))
+        if changes:
+            groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -438,6 +516,90 @@ def _insert_jobs(conn: sqlite3.Connection, queue: str, jobs: Sequence[NewJob], n
     return list(range(last - len(rows) + 1, last + 1))
 
 
+def _insert_keyed(conn: sqlite3.Connection, queue: str, job: KeyedJob, concurrency: int, now_ms: int) -> int:
+    """Insert one keyed job inside the caller's write transaction, joining its group if it has one."""
+    state = 0 if job.group is None else groups.join(conn, queue, job.group, concurrency)
+    new = job.job
+    params = {
+        "queue": queue,
+        "priority": new.priority,
+        "state": state,
+        "attempts": new.attempts_allowed,
+        "custom_status": new.custom_status[:CUSTOM_STATUS_LIMIT],
+        "now_ms": now_ms,
+        "run_after_ms": new.run_after_ms,
+        "body": new.body,
+        "group_key": job.group,
+    }
+    return int(conn.execute(sql.load("enqueue_keyed_job"), params).fetchone()[0])
+
+
+def _room(conn: sqlite3.Connection, queue: str, num_priorities: int, rules: QueueRules, limit: int) -> int:
+    """``limit``, cut to what the queue's maxInProgress share leaves (no cap: ``limit``)."""
+    cap = rules.max_in_progress
+    if cap is None or limit <= 0:
+        return limit
+    params = {"queue": queue, "num_priorities": num_priorities, "cap": cap}
+    in_progress = int(conn.execute(sql.load("count_in_progress"), params).fetchone()[0])
+    return max(0, min(limit, cap - in_progress))
+
+
+def _first_items(by_claim: dict[tuple[int, str], list[int]], room: int) -> dict[tuple[int, str], list[int]]:
+    """The first ``room`` items of ``by_claim``, in its order."""
+    kept: dict[tuple[int, str], list[int]] = {}
+    for key, ids in by_claim.items():
+        if room <= 0:
+            break
+        kept[key] = ids[:room]
+        room -= len(kept[key])
+    return kept
+
+
+Row = Sequence[Any]
+Take = Callable[[list[int]], list[Row]]
+
+_RATE_LOOK_FACTOR = 4
+"""A rate-limited dequeue looks at no more than this many candidates per job asked for (plus
+``_RATE_LOOK_EXTRA``): each one looked at is claimed or deferred past now, so the bound only
+matters when many groups are out of tokens at once."""
+_RATE_LOOK_EXTRA = 16
+
+
+def _by_ids(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> Take:
+    """Claims (or reserves) chosen jobs by id with ``statement`` and ``params``."""
+
+    def take(ids: list[int]) -> list[Row]:
+        return conn.execute(statement, {**params, "ids": json.dumps(ids)}).fetchall()
+
+    return take
+
+
+def _take_by_rate(conn: sqlite3.Connection, params: dict[str, Any], rate: float, take: Take) -> list[Row]:
+    """A dequeue (or reservation) of up to ``params["limit"]`` ready jobs where each grouped one
+    needs a token of its group (``groups.take_token``); a job whose group has none is deferred
+    to when its next token is due (``defer_job.sql``), so later dequeues skip it without a look."""
+    limit = params["limit"]
+    queue, now_ms = params["queue"], params["now_ms"]
+    rows: list[Row] = []
+    budget = limit * _RATE_LOOK_FACTOR + _RATE_LOOK_EXTRA
+    while len(rows) < limit and budget > 0:
+        want = min(limit - len(rows), budget)
+        candidates = conn.execute(sql.load("dequeue_candidates"), {**params, "limit": want}).fetchall()
+        budget -= len(candidates)
+        chosen: list[int] = []
+        for local_id, group in candidates:
+            due = None if group is None else groups.take_token(conn, queue, group, rate, now_ms)
+            if due is None:
+                chosen.append(local_id)
+            else:
+                conn.execute(sql.load("defer_job"), {"local_id": local_id, "run_after_ms": due})
+        if chosen:
+            rows += take(chosen)
+        if len(candidates) < want:
+            break
+    return rows
+
+
 def _ids_by_priority(items: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
     by_priority: dict[int, list[int]] = {}
     for priority, local_id in items:
@@ -450,9 +612,12 @@ def _limit(limit: int) -> int:
     return max(limit, 0)
 
 
-def _require_queue(conn: sqlite3.Connection, queue: str) -> None:
-    if conn.execute(sql.load("queue_get"), {"queue": queue}).fetchone() is None:
+def _require_queue(conn: sqlite3.Connection, queue: str) -> int:
+    """The queue's number of priorities; raises ``QueueNotFoundError`` for a missing queue."""
+    row = conn.execute(sql.load("queue_get"), {"queue": queue}).fetchone()
+    if row is None:
         raise QueueNotFoundError(queue)
+    return int(row[0])
 
 
 def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
@@ -467,6 +632,8 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
         "queue": queue,
         "priority": where.priority,
         "state": int(where.state),
+        # PENDING includes the jobs waiting in their groups (groups.WAITING); -2 matches nothing.
+        "also_state": groups.WAITING if where.state == JobState.PENDING else -2,
         "run_after_gt": bounds[0],
         "run_after_le": bounds[1],
     }
@@ -474,7 +641,7 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
 
 def _record(row: Sequence[Any]) -> JobRecord:
     """A ``JobRecord`` from a lookup or scan row (column order of ``lookup_jobs.sql``)."""
-    body = row[11] if len(row) > 11 else None
+    body = row[12] if len(row) > 12 else None
     return JobRecord(
         priority=row[0],
         local_id=row[1],
@@ -488,4 +655,5 @@ def _record(row: Sequence[Any]) -> JobRecord:
         claim_descriptor=row[9],
         body=None if body is None else bytes(body),
         dedup_key=row[10],
+        group_key=row[11],
     )

@@ -2,6 +2,7 @@
 -- retry delay: PENDING now with one attempt less, or FAILED when that was the last attempt.
 -- The IN_PROGRESS jobs of the queue and priority are read along jobs_by_run_after (no index
 -- orders them by updated_at: see schema.sql), so a sweep costs one row read per job in progress.
+-- Returns each job's group and new state (a grouped job that became FAILED left its group).
 -- Params: :queue, :priority, :claimed_before_ms, :limit, :now_ms.
 UPDATE jobs
    SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
@@ -14,3 +15,4 @@ UPDATE jobs
                        AND updated_at_ms < :claimed_before_ms
                      ORDER BY updated_at_ms
                      LIMIT :limit)
+RETURNING group_key, state

@@ -1,5 +1,6 @@
 -- Move up to :limit FAILED jobs of one priority back to PENDING with :attempts remaining, as
 -- the original did (attempts_allowed is left as it was).
+-- Returns each job's id and group (a grouped job joins its group again, see groups.py).
 -- Params: :queue, :priority, :attempts, :run_after_ms, :limit, :now_ms.
 UPDATE jobs
    SET state = 0, attempts_remaining = :attempts, run_after_ms = :run_after_ms,
@@ -8,3 +9,4 @@ UPDATE jobs
                      WHERE queue = :queue AND priority = :priority AND state = 3
                      ORDER BY run_after_ms, local_id
                      LIMIT :limit)
+RETURNING local_id, group_key

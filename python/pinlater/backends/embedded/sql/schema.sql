@@ -22,8 +22,16 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at_ms      INTEGER NOT NULL,
     updated_at_ms      INTEGER NOT NULL,
     run_after_ms       INTEGER NOT NULL,
-    body               BLOB    NOT NULL
+    body               BLOB    NOT NULL,
+    -- The job's ordered group (groupKey, #17), NULL for an ungrouped job. Version 3 files had
+    -- no such column: connection.migrate adds it (ALTER TABLE) before this script runs.
+    group_key          TEXT
 );
+
+-- Job states: 0 PENDING, 1 IN_PROGRESS, 2 SUCCEEDED, 3 FAILED (the wire's values) and -1,
+-- WAITING: a grouped job behind its group's active jobs. WAITING is PENDING to every reader
+-- (counts, lookups, scans, deletes, dedup keys map it so), but a dequeue, which reads state 0
+-- only, never sees it: the waiting jobs sit in their own range of jobs_by_run_after.
 
 -- Dequeue, count and scan: equality on (queue, priority, state), range and order on run_after.
 CREATE INDEX IF NOT EXISTS jobs_by_run_after ON jobs (queue, priority, state, run_after_ms, local_id);
@@ -57,4 +65,25 @@ CREATE INDEX IF NOT EXISTS dedup_keys_by_job ON dedup_keys (local_id);
 -- GC: a queue's records whose window has passed, in (held_until_ms, dedup_key) order.
 CREATE INDEX IF NOT EXISTS dedup_keys_by_held_until ON dedup_keys (queue, held_until_ms);
 
-PRAGMA user_version = 3;
+-- Ordered groups (#17), version 4. Per (queue, group): how many of its jobs are active (PENDING
+-- and dispatchable, or IN_PROGRESS) and how many wait, and its groupJobsPerSecond token bucket
+-- (tokens as of refilled_at_ms; NULL: never taken, full). A row goes when its group has no
+-- unfinished job, unless its bucket is not full yet (then it stays, with zero counts, until
+-- gc_dedup_keys finds it full: groups_idle).
+CREATE TABLE IF NOT EXISTS groups (
+    queue          TEXT    NOT NULL,
+    group_key      TEXT    NOT NULL,
+    active         INTEGER NOT NULL,
+    waiting        INTEGER NOT NULL,
+    tokens         REAL,
+    refilled_at_ms INTEGER,
+    PRIMARY KEY (queue, group_key)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS groups_idle ON groups (queue, refilled_at_ms) WHERE active = 0 AND waiting = 0;
+
+-- Promotion: a group's oldest waiting job, one probe. Partial: only WAITING jobs are in it, so
+-- ungrouped jobs (and grouped ones once active) never write it.
+CREATE INDEX IF NOT EXISTS jobs_waiting_by_group ON jobs (queue, group_key, local_id) WHERE state = -1;
+
+PRAGMA user_version = 4;

@@ -1,0 +1,3 @@
+-- Forget every group of a queue (counts and rate buckets), as part of deleting the queue.
+-- Params: :queue.
+DELETE FROM groups WHERE queue = :queue

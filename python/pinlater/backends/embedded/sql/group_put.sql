@@ -1,0 +1,7 @@
+-- Write one group's counts and bucket. Params: :queue, :group_key, :active, :waiting, :tokens,
+-- :refilled_at_ms.
+INSERT INTO groups (queue, group_key, active, waiting, tokens, refilled_at_ms)
+VALUES (:queue, :group_key, :active, :waiting, :tokens, :refilled_at_ms)
+    ON CONFLICT (queue, group_key) DO UPDATE
+   SET active = excluded.active, waiting = excluded.waiting,
+       tokens = excluded.tokens, refilled_at_ms = excluded.refilled_at_ms
