@@ -8,6 +8,9 @@ CREATE TABLE IF NOT EXISTS queues (
     created_at_ms  INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- group_key: the job's ordered group (groupKey, #17), NULL for an ungrouped job. Version 3 files
+-- had no such column: connection.migrate adds it (ALTER TABLE) before this script runs. (No
+-- comment inside CREATE TABLE: SQLite keeps its text, and ALTER TABLE edits it.)
 -- AUTOINCREMENT (not a plain rowid alias) so that a local id is never handed out twice, even
 -- after the highest job was deleted: a stale descriptor must never reach a newer job.
 CREATE TABLE IF NOT EXISTS jobs (
@@ -23,8 +26,6 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at_ms      INTEGER NOT NULL,
     run_after_ms       INTEGER NOT NULL,
     body               BLOB    NOT NULL,
-    -- The job's ordered group (groupKey, #17), NULL for an ungrouped job. Version 3 files had
-    -- no such column: connection.migrate adds it (ALTER TABLE) before this script runs.
     group_key          TEXT
 );
 

@@ -1,0 +1,383 @@
+"""Ordered groups, maxInProgress and groupJobsPerSecond in the embedded store, beyond the shared
+contract: files written before groups existed, the statements' plans (every group decision is a
+bounded number of probes), a group with many waiting jobs, rules changed between calls, the Rust
+writer (keyed enqueue, ack, capped dequeue) and two store objects on one file acting as two
+servers."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from pinlater._pinlater import AckGroup, ClaimedJobs
+from pinlater.backends.base import (
+    AckItem,
+    ClaimedJob,
+    GroupCounts,
+    JobFilter,
+    JobState,
+    KeyedJob,
+    NewJob,
+    QueueRules,
+)
+from pinlater.backends.embedded import EmbeddedStore, shard_path, sql
+
+Q = "q"
+T0 = 1_700_000_000_000
+T = TypeVar("T")
+
+
+def grouped(body: str, group: str | None, priority: int = 1, key: str | None = None, attempts: int = 2) -> KeyedJob:
+    return KeyedJob(NewJob(priority, body.encode(), T0, attempts), key, 0, group)
+
+
+def bodies(jobs: list[ClaimedJob]) -> list[bytes]:
+    return [job.body for job in jobs]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def store(data_dir: Path) -> Iterator[EmbeddedStore]:
+    shard = EmbeddedStore(data_dir, "1")
+    shard.create_queue(Q, 3)
+    try:
+        yield shard
+    finally:
+        shard.close()
+
+
+def dequeue(store: EmbeddedStore, limit: int = 10, at: int = T0 + 1, priority: int = 1) -> list[ClaimedJob]:
+    return store.dequeue_jobs(Q, priority, limit, "w:1", at, False)
+
+
+def ack(store: EmbeddedStore, jobs: list[ClaimedJob], at: int = T0 + 2, priority: int = 1) -> None:
+    store.ack_jobs(Q, [AckItem(priority, job.local_id) for job in jobs], [], at)
+
+
+# -- files written before groups --------------------------------------------------------------
+
+
+def test_a_version_3_file_gains_groups_and_keeps_its_jobs(data_dir: Path) -> None:
+    shard = EmbeddedStore(data_dir, "1")
+    shard.create_queue(Q, 3)
+    [old] = shard.enqueue_jobs(Q, [NewJob(1, b"old", T0, 2)], T0)
+    shard.close()
+    with sqlite3.connect(shard_path(data_dir, "1")) as conn:  # back to what version 3 left
+        conn.execute("DROP INDEX jobs_waiting_by_group")
+        conn.execute("DROP TABLE groups")
+        conn.execute("ALTER TABLE jobs DROP COLUMN group_key")
+        conn.execute("PRAGMA user_version = 3")
+    conn.close()
+
+    shard = EmbeddedStore(data_dir, "1")
+    try:
+        assert shard._conn is not None
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        [record] = shard.lookup_jobs(Q, [(1, old)], True)
+        assert (record.body, record.group_key, record.state) == (b"old", None, JobState.PENDING)
+        placed = shard.enqueue_keyed_jobs(Q, [grouped("g1", "g"), grouped("g2", "g")], T0)
+        assert shard.group_counts(Q) == GroupCounts(1, 1)
+        assert bodies(dequeue(shard)) == [b"old", b"g1"]
+        assert [r.group_key for r in shard.lookup_jobs(Q, [(1, p.local_id) for p in placed], False)] == ["g", "g"]
+        run(_hot_enqueue_and_ack(shard))  # the Rust writer serves the migrated file too
+    finally:
+        shard.close()
+
+
+async def _hot_enqueue_and_ack(shard: EmbeddedStore) -> None:
+    hot = shard.native_hot_path(offload)
+    placed = await hot.enqueue_keyed_jobs(Q, [grouped("h1", "h"), grouped("h2", "h")], T0)
+    got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:2", T0 + 3, False))
+    assert bodies(got) == [b"h1"]
+    await hot.ack_jobs(Q, AckGroup([(1, got[0].local_id, "", 0)], []), T0 + 4)
+    got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:2", T0 + 5, False))
+    assert [job.local_id for job in got] == [placed[1].local_id]
+
+
+def test_opening_a_version_3_file_twice_adds_the_column_once(data_dir: Path) -> None:
+    shard = EmbeddedStore(data_dir, "1")
+    shard.close()
+    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
+        conn.execute("DROP INDEX jobs_waiting_by_group")
+        conn.execute("ALTER TABLE jobs DROP COLUMN group_key")
+    conn.close()
+    first, second = EmbeddedStore(data_dir, "1"), EmbeddedStore(data_dir, "1")
+    try:
+        assert first._conn is not None
+        columns = [row[1] for row in first._conn.execute("PRAGMA table_info(jobs)")]
+        assert columns.count("group_key") == 1
+    finally:
+        first.close()
+        second.close()
+
+
+# -- plans: bounded probes ---------------------------------------------------------------------
+
+
+class _AnyParams(dict[str, object]):
+    def __missing__(self, key: str) -> object:
+        return None
+
+
+def _plan(conn: sqlite3.Connection, name: str, **params: object) -> str:
+    rows = conn.execute("EXPLAIN QUERY PLAN " + sql.load(name), _AnyParams(params)).fetchall()
+    return " | ".join(row[3] for row in rows)
+
+
+def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
+    """Promotion reads the partial index of waiting jobs by group (one probe, then :count rows);
+    a group's row is one primary-key probe; counting IN_PROGRESS jobs reads one range per
+    priority; a PENDING scan merges the ready and waiting ranges in order, never sorting."""
+    assert store._conn is not None
+    conn = store._conn
+    promote = _plan(conn, "group_promote", queue=Q, group_key="g", count=1)
+    assert "USING INDEX jobs_waiting_by_group (queue=? AND group_key=?)" in promote, promote
+    assert "TEMP B-TREE" not in promote
+    for name in ("group_get", "group_forget", "group_bucket"):
+        assert "PRIMARY KEY" in _plan(conn, name, queue=Q, group_key="g"), name
+    counted = _plan(conn, "count_in_progress", queue=Q, num_priorities=3, cap=5)
+    assert "jobs_by_run_after (queue=? AND priority=? AND state=?)" in counted, counted
+    filters = {"queue": Q, "priority": 1, "state": 0, "also_state": -1, "run_after_gt": 0, "run_after_le": T0}
+    for name in ("scan_jobs", "filter_candidates", "filter_candidates_newest"):
+        plan = _plan(conn, name, **filters, limit=10, after_run_after=0, after_id=0, before_run_after=T0, before_id=9)
+        assert "MERGE (UNION ALL)" in plan and "TEMP B-TREE" not in plan, (name, plan)
+    idle = _plan(conn, "groups_idle_forget", queue=Q, full_before_ms=T0, limit=10)
+    assert "INDEX groups_idle (queue=? AND refilled_at_ms<?)" in idle, idle
+    assert "jobs_by_run_after (queue=? AND priority=? AND state=? AND run_after_ms<?)" in _plan(
+        conn, "dequeue_candidates", queue=Q, priority=1, limit=10, now_ms=T0, reserved_prefix="~r|"
+    )
+    for name in ("claim_jobs_by_id", "reserve_jobs_by_id"):
+        plan = _plan(conn, name, ids="[1, 2]")
+        assert "INTEGER PRIMARY KEY" in plan and "jobs_by_run_after" not in plan, (name, plan)
+
+
+def _vm_steps(store: EmbeddedStore, work: Callable[[], object]) -> int:
+    """SQLite virtual machine instructions that ``work`` costs on the store's connection."""
+    assert store._conn is not None
+    steps = [0]
+
+    def tick() -> int:
+        steps[0] += 1
+        return 0
+
+    store._conn.set_progress_handler(tick, 1)
+    try:
+        work()
+    finally:
+        store._conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def test_a_group_with_many_waiting_jobs_is_served_one_at_a_time_at_a_bounded_cost(store: EmbeddedStore) -> None:
+    store.enqueue_keyed_jobs(Q, [grouped(f"small{i}", "small") for i in range(3)], T0)
+    store.enqueue_keyed_jobs(Q, [grouped(f"big{i}", "big") for i in range(3000)], T0)
+    store.enqueue_keyed_jobs(Q, [grouped("other", "other", priority=2)], T0)
+    assert store.group_counts(Q) == GroupCounts(3, 2)
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), None) == 3003
+
+    def turn(group: str) -> Callable[[], object]:
+        def work() -> object:
+            got = dequeue(store, at=T0 + 1)
+            mine = [job for job in got if job.body.startswith(group.encode())]
+            ack(store, mine)
+            store.enqueue_keyed_jobs(Q, [grouped(f"{group}+", group)], T0)  # and the enqueue behind
+            return mine
+
+        return work
+
+    seen: list[bytes] = []
+    for _ in range(3):  # each dequeue hands out the head of each group, nothing behind it
+        got = dequeue(store)
+        seen += bodies(got)
+        assert len(got) == 2
+        ack(store, got)
+    assert seen == [b"small0", b"big0", b"small1", b"big1", b"small2", b"big2"]
+    # A turn of the big group (3000 waiting) costs what a turn of a small one costs: promotion
+    # is a probe of the waiting index, not a walk of the group.
+    small = _vm_steps(store, turn("small"))
+    big = _vm_steps(store, turn("big"))
+    assert 0 < big <= small * 1.5, (big, small)  # a walk of the group would cost thousands more
+
+
+def test_waiting_jobs_are_pending_to_every_reader_and_deletes_promote(store: EmbeddedStore) -> None:
+    placed = store.enqueue_keyed_jobs(Q, [grouped(f"g{i}", "g", key=f"k{i}") for i in range(4)], T0)
+    ids = [p.local_id for p in placed]
+    records = store.lookup_jobs(Q, [(1, i) for i in ids], False)
+    assert {r.state for r in records} == {JobState.PENDING}
+    assert [(r.dedup_key, r.group_key) for r in records] == [(f"k{i}", "g") for i in range(4)]
+    scanned = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), 10)
+    assert [r.local_id for r in scanned] == ids[::-1]
+    counts = store.queue_counts(3, T0 + 1)
+    assert counts[next(k for k in counts if k.state == JobState.PENDING and not k.future)] == 4
+    again = store.enqueue_keyed_jobs(Q, [grouped("dup", "g", key="k3")], T0)  # a waiting job holds k3
+    assert again[0].deduplicated and again[0].local_id == ids[3]
+    # Deleting the active head promotes the next; deleting a waiting one only counts it out.
+    store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, body_regex="^g[02]$"), 10)
+    assert bodies(dequeue(store)) == [b"g1"]
+    assert store.group_counts(Q) == GroupCounts(1, 1)
+    store.delete_jobs(Q, JobFilter(JobState.IN_PROGRESS, 1, T0 + 1, None), 10)
+    assert bodies(dequeue(store)) == [b"g3"]
+    assert store.group_counts(Q) == GroupCounts(1, 0)
+
+
+def test_timeouts_and_failures_keep_the_head_and_final_ones_promote(store: EmbeddedStore) -> None:
+    store.enqueue_keyed_jobs(Q, [grouped("a", "g", attempts=2), grouped("b", "g", attempts=1)], T0)
+    [a] = dequeue(store)
+    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 10, 10, T0 + 20) == 1  # one attempt left
+    assert bodies(dequeue(store, at=T0 + 21)) == [b"a"]  # still first, b still waits
+    store.ack_jobs(Q, [], [AckItem(1, a.local_id, "", 50)], T0 + 22)  # last attempt: FAILED
+    assert bodies(dequeue(store, at=T0 + 23)) == [b"b"]
+    # retry_failed_jobs puts a back in its group: b is active, so a waits behind it.
+    assert store.retry_failed_jobs(Q, 1, 2, T0, 10, T0 + 24) == 1
+    assert store.group_counts(Q) == GroupCounts(1, 1)
+    assert dequeue(store, at=T0 + 25) == []
+    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 30, 10, T0 + 31) == 1  # b's only attempt
+    assert bodies(dequeue(store, at=T0 + 32)) == [b"a"]
+
+
+def test_rules_changed_between_calls(store: EmbeddedStore) -> None:
+    store.enqueue_keyed_jobs(Q, [grouped(f"g{i}", "g") for i in range(5)], T0)
+    assert bodies(dequeue(store)) == [b"g0"]
+    store.set_queue_rules({Q: QueueRules(group_concurrency=3)})
+    store.enqueue_keyed_jobs(Q, [grouped("g5", "g")], T0)  # an enqueue applies the raised concurrency
+    assert bodies(dequeue(store)) == [b"g1", b"g2"]
+    store.set_queue_rules({})  # lowered: nothing taken back
+    assert store.group_counts(Q) == GroupCounts(1, 1)
+    store.set_queue_rules({Q: QueueRules(max_in_progress=4)})
+    store.enqueue_keyed_jobs(Q, [grouped("solo", None, key="s"), grouped("x", "x")], T0)
+    assert bodies(dequeue(store)) == [b"solo"]  # 3 in progress + 1 = the cap; x waits for room
+    store.set_queue_rules({Q: QueueRules(max_in_progress=5)})
+    assert bodies(dequeue(store)) == [b"x"]
+
+
+def test_group_rate_defers_the_groups_out_of_tokens(store: EmbeddedStore) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=5, group_jobs_per_second=2.0)})
+    store.enqueue_keyed_jobs(Q, [grouped(f"a{i}", "a") for i in range(5)] + [grouped("b0", "b")], T0)
+    store.enqueue_jobs(Q, [NewJob(1, b"plain", T0, 1)], T0)
+    assert bodies(dequeue(store)) == [b"a0", b"a1", b"b0", b"plain"]  # a's bucket holds 2
+    assert dequeue(store, at=T0 + 2) == []  # a2..a4 deferred to their tokens
+    [a2] = store.lookup_jobs(Q, [(1, 3)], False)
+    assert a2.run_after_ms == T0 + 1 + 500
+    assert bodies(dequeue(store, at=T0 + 501)) == [b"a2"]  # one token back after 500 ms
+    assert dequeue(store, at=T0 + 502) == []
+    assert bodies(dequeue(store, at=T0 + 5000)) == [b"a3", b"a4"]  # full again: two
+
+
+def test_two_stores_on_one_file_share_groups_caps_and_buckets(data_dir: Path, store: EmbeddedStore) -> None:
+    other = EmbeddedStore(data_dir, "1")  # a second server on the same file
+    try:
+        rules = {Q: QueueRules(max_in_progress=3, group_jobs_per_second=1.0)}
+        store.set_queue_rules(rules)
+        other.set_queue_rules(rules)
+        store.enqueue_keyed_jobs(Q, [grouped(f"g{i}", "g") for i in range(3)], T0)
+        other.enqueue_keyed_jobs(Q, [grouped(f"h{i}", "h") for i in range(2)], T0)
+        other.enqueue_jobs(Q, [NewJob(1, f"p{i}".encode(), T0, 1) for i in range(3)], T0)
+        first = dequeue(store, limit=1)
+        assert bodies(first) == [b"g0"]
+        second = dequeue(other)
+        assert bodies(second) == [b"h0", b"p0"]  # g is busy; the cap of 3 is shared
+        assert dequeue(store) == []
+        ack(other, first + second, at=T0 + 10)  # acked by the other server: g1 and h1 promoted
+        assert store.group_counts(Q) == other.group_counts(Q) == GroupCounts(2, 1)
+        # g's bucket (1/s) was drawn by the first server: the other defers g1 to its next token,
+        # and h's was drawn by the other, so the first defers h1.
+        assert bodies(dequeue(other, limit=1, at=T0 + 11)) == [b"p1"]
+        assert bodies(dequeue(store, limit=1, at=T0 + 12)) == [b"p2"]
+        g1, h1 = store.lookup_jobs(Q, [(1, first[0].local_id + 1), (1, second[0].local_id + 1)], False)
+        assert (g1.body, h1.body) == (None, None)
+        assert g1.run_after_ms == T0 + 1001 and h1.run_after_ms == T0 + 1001  # whoever looked
+        assert dequeue(store, at=T0 + 1000) == []
+        assert bodies(dequeue(other, at=T0 + 1001)) == [b"g1"]  # p1, p2 and g1: the cap
+        assert dequeue(store, at=T0 + 1001) == []
+    finally:
+        other.close()
+
+
+def test_delete_queue_forgets_its_groups(store: EmbeddedStore) -> None:
+    store.enqueue_keyed_jobs(Q, [grouped("a", "g"), grouped("b", "g")], T0)
+    store.delete_queue(Q)
+    store.create_queue(Q, 3)
+    assert store.group_counts(Q) == GroupCounts(0, 0)
+    store.enqueue_keyed_jobs(Q, [grouped("c", "g")], T0)
+    assert bodies(dequeue(store)) == [b"c"]
+
+
+def test_idle_buckets_are_forgotten_once_full(store: EmbeddedStore) -> None:
+    assert store._conn is not None
+    store.set_queue_rules({Q: QueueRules(group_jobs_per_second=1.0)})
+    store.enqueue_keyed_jobs(Q, [grouped("a", "g")], T0)
+    ack(store, dequeue(store))
+    assert store.group_counts(Q) == GroupCounts(0, 0)
+    rows = "SELECT count(*) FROM groups"
+    assert store._conn.execute(rows).fetchone()[0] == 1  # its bucket is not full yet
+    store.gc_dedup_keys(Q, T0 + 500, 10)
+    assert store._conn.execute(rows).fetchone()[0] == 1
+    store.gc_dedup_keys(Q, T0 + 1001, 10)
+    assert store._conn.execute(rows).fetchone()[0] == 0
+
+
+# -- the Rust writer ---------------------------------------------------------------------------
+
+
+async def offload(fn: Callable[..., T], /, *args: object) -> T:
+    return await asyncio.to_thread(fn, *args)
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await coro
+
+    return asyncio.run(main())
+
+
+def claimed(jobs: ClaimedJobs) -> list[ClaimedJob]:
+    return [ClaimedJob._make(job) for job in jobs.to_list()]
+
+
+def test_the_hot_path_keeps_groups_and_the_cap(store: EmbeddedStore) -> None:
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        store.set_queue_rules({Q: QueueRules(group_concurrency=2, max_in_progress=3)})
+        jobs = [grouped(f"g{i}", "g", key=f"k{i}" if i % 2 else None, attempts=i + 1) for i in range(4)]
+        placed = await hot.enqueue_keyed_jobs(Q, [*jobs, grouped("solo", None, key="s")], T0)
+        assert [p.deduplicated for p in placed] == [False] * 5
+        again = await hot.enqueue_keyed_jobs(Q, [grouped("dup", "g", key="k3")], T0)  # k3's job waits
+        assert again[0].deduplicated and again[0].local_id == placed[3].local_id
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+        assert bodies(got) == [b"g0", b"g1", b"solo"]  # the group's two active, then the cap
+        assert claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False)) == []
+        # A final failure (g0 had one attempt) promotes g2; a retried one (g1) keeps its place.
+        acks = AckGroup([(1, got[2].local_id, "", 0)], [(1, got[0].local_id, "", 0), (1, got[1].local_id, "", 9)])
+        await hot.ack_jobs(Q, acks, T0 + 3)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 20, False))
+        assert sorted(bodies(got)) == [b"g1", b"g2"]
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        await hot.ack_jobs(Q, AckGroup([(1, job.local_id, "", 0) for job in got], []), T0 + 21)
+        assert bodies(claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 22, False))) == [b"g3"]
+        assert store.group_counts(Q) == GroupCounts(1, 0)
+
+    run(scenario())
+
+
+def test_the_hot_path_serves_rate_limited_queues_from_the_shared_bucket(store: EmbeddedStore) -> None:
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        store.set_queue_rules({Q: QueueRules(group_concurrency=3, group_jobs_per_second=1.0)})
+        await hot.enqueue_keyed_jobs(Q, [grouped(f"g{i}", "g") for i in range(3)], T0)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+        assert bodies(got) == [b"g0"]
+        assert store.dequeue_jobs(Q, 1, 10, "w:2", T0 + 2, False) == []  # same bucket, Python side
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1001, False))
+        assert bodies(got) == [b"g1"]
+
+    run(scenario())
