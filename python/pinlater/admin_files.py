@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pinlater.queue_rules import RULE_KEYS
 from pinlater.ratelimit import parse_queue_config
 
 #: Where ``pause_queue`` remembers the rate it replaced, inside the queue's entry (the original
@@ -93,7 +94,7 @@ def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None)
     document = _load_queue_config(target)
     entry = _entry(document, queue)
     if rate is None:
-        document["queues"] = [e for e in document["queues"] if e is not entry]
+        _drop_rate(document, entry)
     elif entry is None:
         document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": rate}})
     else:
@@ -126,10 +127,19 @@ def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
         return _save_queue_config(target, document)
     previous = entry.pop(PAUSED_FROM, None)
     if previous is None:
-        document["queues"] = [e for e in document["queues"] if e is not entry]
+        _drop_rate(document, entry)
     else:
         entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = previous
     return _save_queue_config(target, document)
+
+
+def _drop_rate(document: dict[str, Any], entry: dict[str, Any] | None) -> None:
+    """Remove a queue's rate limit: its whole entry, unless it also sets pinlater's rules."""
+    config = entry.get("queueConfig") if entry is not None else None
+    if isinstance(config, dict) and any(key in config for key in RULE_KEYS):
+        config.pop("maxJobsPerSecond", None)
+        return
+    document["queues"] = [e for e in document["queues"] if e is not entry]
 
 
 _NUMBERED_KEY = re.compile(r"[A-Za-z]*([0-9]+)")

@@ -135,7 +135,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--group_key",
         "--group-key",
-        help="enqueue: the group key of every job (ordered groups: refused by the server until they land)",
+        help="enqueue: the group key of every job (ordered groups: handed out one after another, in order)",
     )
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
     p.add_argument("--source", default=f"pinlaterclienttool:{socket.gethostname()}", help="the RequestContext source")
