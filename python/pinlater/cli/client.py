@@ -135,6 +135,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--group_key",
         "--group-key",
+        type=_group_key,
         help="enqueue: the group key of every job (ordered groups: handed out one after another, in order)",
     )
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
@@ -193,6 +194,12 @@ def _positive_float(text: str) -> float:
 def _dedup_key(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("a dedup key must not be empty")
+    return text
+
+
+def _group_key(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("a group key must not be empty")
     return text
 
 
