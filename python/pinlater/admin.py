@@ -260,6 +260,19 @@ class Admin:
         result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": action, "rate": rate}, password)
         return result
 
+    def set_rules(
+        self,
+        queue: str,
+        *,
+        password: str | None = None,
+        **rules: int | float | None,
+    ) -> dict[str, Any]:
+        """Set some of the queue's rules in the queue config file, for the fleet:
+        ``group_concurrency``, ``max_in_progress``, ``group_jobs_per_second`` (None removes one);
+        returns ``{"queue", "rules", "config_path"}`` with the rules now in force."""
+        result: dict[str, Any] = self._post("/api/rules", {"queue": queue, **rules}, password)
+        return result
+
     def pause(self, queue: str, *, password: str | None = None) -> dict[str, Any]:
         """Refuse dequeues from the queue (rate 0) until ``resume``."""
         result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": "pause"}, password)

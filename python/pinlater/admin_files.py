@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,34 @@ def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None)
     else:
         entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = rate
         entry.pop(PAUSED_FROM, None)
+    return _save_queue_config(target, document)
+
+
+def set_queue_rules(path: str | os.PathLike[str], queue: str, rules: Mapping[str, int | float | None]) -> str:
+    """Set some of ``queue``'s rules (``queue_rules.RULE_KEYS``: ``groupConcurrency``,
+    ``maxInProgress``, ``groupJobsPerSecond``; None removes one); returns the new file text. The
+    queue's rate limit, the other queues and any other keys are kept; a file the server would
+    refuse is not written (``ConfigError``).
+
+    >>> set_queue_rules("queues.json", "payments", {"maxInProgress": 200})      # doctest: +SKIP
+    """
+    unknown = set(rules) - set(RULE_KEYS)
+    if unknown:
+        raise ValueError(f"not a rule: {', '.join(sorted(unknown))} (rules: {', '.join(RULE_KEYS)})")
+    target = Path(path)
+    document = _load_queue_config(target)
+    entry = _entry(document, queue)
+    if entry is None:
+        entry = {"name": queue, "queueConfig": {}}
+        document["queues"].append(entry)
+    config = entry.setdefault("queueConfig", {})
+    for key, value in rules.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    if not config and PAUSED_FROM not in entry:
+        document["queues"] = [e for e in document["queues"] if e is not entry]
     return _save_queue_config(target, document)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pinlater.admin import Admin
+from pinlater.admin import Admin, AdminError
 from tests.admin.conftest import AdminServer, Jobs
 from tests.admin.test_admin_dedup import HOSTILE_KEY
 from tests.admin.test_dashboard import browser
@@ -92,3 +92,26 @@ def test_the_dashboard_shows_groups_and_group_keys_as_text(admin_server: AdminSe
     values = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#lookup-fields dd")]
     assert dict(zip(terms, values, strict=True))["Group key"] == HOSTILE_KEY
     assert browser.execute_script("return window.__pwned") is None, "the key ran as markup"
+
+
+def test_the_admin_api_edits_the_rules_in_the_queue_config(admin_server: AdminServer) -> None:
+    admin_server.jobs.create("ruled")
+    admin = Admin("127.0.0.1", admin_server.server.admin_port, password=ADMIN_PASSWORD)
+    done = admin.set_rules("ruled", max_in_progress=7, group_concurrency=3)
+    assert done["rules"] == {"group_concurrency": 3, "max_in_progress": 7, "group_jobs_per_second": None}
+    assert admin.rules("ruled") == done["rules"], "in force at once"
+    written = json.loads(admin_server.queue_config.read_text())
+    assert written == {"queues": [{"name": "ruled", "queueConfig": {"maxInProgress": 7, "groupConcurrency": 3}}]}
+
+    admin.set_rate("ruled", 50)
+    admin.set_rules("ruled", max_in_progress=None, group_concurrency=None)
+    written = json.loads(admin_server.queue_config.read_text())
+    assert written == {"queues": [{"name": "ruled", "queueConfig": {"maxJobsPerSecond": 50}}]}, "the rate stays"
+
+    with pytest.raises(AdminError) as refused:
+        admin.set_rules("ruled", group_concurrency=0)
+    assert refused.value.status == 400 and "groupConcurrency must be a whole number" in str(refused.value)
+    with pytest.raises(AdminError) as anonymous:
+        Admin("127.0.0.1", admin_server.server.admin_port).set_rules("ruled", max_in_progress=1)
+    assert anonymous.value.status in (401, 403)
+    assert admin.rules("ruled")["max_in_progress"] is None

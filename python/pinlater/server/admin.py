@@ -102,6 +102,7 @@ class AdminApp(AdminApi):
         r.add_post("/api/retry", self.api_retry)
         r.add_post("/api/delete", self.api_delete)
         r.add_post("/api/rate", self.api_rate)
+        r.add_post("/api/rules", self.api_rules)
         return app
 
     async def _start_sampler(self, app: web.Application) -> None:

@@ -25,6 +25,7 @@ from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
 from pinlater.backends import body_filter
 from pinlater.backends.base import DEFAULT_RULES, CountKey, GroupCounts, JobRecord, JobState
+from pinlater.errors import ConfigError
 from pinlater.server.handler import QUEUE_NAME, hash_password
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import QueueCounts
@@ -279,6 +280,30 @@ class AdminApi:
         now = "unlimited" if rate_info["configured"] is None else f"{rate_info['configured']:g} jobs/s"
         _audit(request, logging.WARNING, action, queue, f"rate limit now {now}")
         return _json({"queue": queue, "rate": rate_info, "config_path": str(path)})
+
+    async def api_rules(self, request: web.Request) -> web.Response:
+        """Set some of a queue's rules in the queue config file (``admin_files.set_queue_rules``):
+        ``{"queue", "password", "group_concurrency"?, "max_in_progress"?, "group_jobs_per_second"?}``,
+        each given one set (null removes it), and applied now."""
+        path = self.server.settings.queue_config_file_path
+        if path is None:
+            raise ApiError(409, "rules cannot be changed here: the server has no QUEUE_CONFIG_FILE_PATH")
+        body = await self._authorized(request, "rules")
+        queue = await self._existing_queue(body.get("queue"))
+        names = {"group_concurrency": "groupConcurrency", "max_in_progress": "maxInProgress"}
+        names["group_jobs_per_second"] = "groupJobsPerSecond"
+        rules = {key: body[field] for field, key in names.items() if field in body}
+        if not rules:
+            raise ApiError(400, f"give at least one of {', '.join(names)}")
+        loop = asyncio.get_running_loop()
+        try:
+            text = await loop.run_in_executor(None, config_files.set_queue_rules, path, queue, rules)
+        except ConfigError as exc:
+            raise ApiError(400, str(exc)) from None
+        self.server.apply_queue_config(text)  # now, not at the watcher's next look
+        now = self._rules(queue)
+        _audit(request, logging.WARNING, "rules", queue, f"rules now {now}")
+        return _json({"queue": queue, "rules": now, "config_path": str(path)})
 
     # -- validation ------------------------------------------------------------------------------
 
