@@ -24,7 +24,7 @@ import pytest
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup, NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, KeyedJob, JobFilter, JobState, NewJob
+from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import scripts as script_sources
 

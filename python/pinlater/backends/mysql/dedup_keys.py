@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pymysql
 
-from pinlater.backends.base import KeyedJob, Enqueued, NewJob
+from pinlater.backends.base import Enqueued, KeyedJob, NewJob
 from pinlater.backends.dedup_sweep import forgettable, holds
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES

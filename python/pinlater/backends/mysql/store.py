@@ -40,12 +40,12 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    KeyedJob,
     Enqueued,
     HotPath,
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
     Offload,
 )

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pinlater.backends.base import KeyedJob, Enqueued, JobState
+from pinlater.backends.base import Enqueued, JobState, KeyedJob
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
 from pinlater.backends.redis.script_calls import ShardScripts

@@ -69,11 +69,11 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    KeyedJob,
     Enqueued,
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
     Offload,
 )
