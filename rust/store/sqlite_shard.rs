@@ -1202,6 +1202,107 @@ mod tests {
     }
 
     #[test]
+    fn a_group_hands_out_one_job_at_a_time_and_an_ack_promotes_the_next() {
+        let path =
+            std::env::temp_dir().join(format!("pinlater-groups-{}.sqlite3", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let setup = Connection::open(&path).unwrap();
+        setup.execute_batch(&sql("schema")).unwrap();
+        setup
+            .execute("INSERT INTO queues VALUES ('q', 3, 0)", [])
+            .unwrap();
+        let (tx, rx) = channel();
+        let gate = Arc::new(WriteGate::default());
+        let shard = SqliteShard::open(
+            options(&path),
+            gate,
+            Box::new(move |done| tx.send(done).unwrap()),
+        )
+        .unwrap();
+        let call = |op: Op| {
+            shard.submit((), op).unwrap();
+            rx.recv().unwrap().pop().unwrap().1.unwrap()
+        };
+        let job = |priority: i64| NewJob {
+            priority,
+            body: b"b".to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 1,
+            custom_status: String::new(),
+        };
+        let keys = |group: Option<&str>| JobKeys {
+            key: None,
+            window_ms: 0,
+            group: group.map(str::to_owned),
+        };
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(2), job(1), job(1)]),
+            keys: vec![keys(Some("g")), keys(Some("g")), keys(None)],
+            now_ms: 10,
+            group_concurrency: 1,
+        });
+        assert_eq!(
+            placed,
+            Answer::Placed(vec![(2, 1, false), (1, 2, false), (1, 3, false)])
+        );
+        let dequeue = |priority: i64, cap: Option<i64>| Op::Dequeue {
+            queue: "q".into(),
+            priority,
+            limit: 10,
+            claim: "c".into(),
+            now_ms: 40,
+            dry_run: false,
+            max_in_progress: cap,
+        };
+        let ids = |answer: Answer| match answer {
+            Answer::Claimed(jobs) => jobs.iter().map(|j| j.local_id).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            ids(call(dequeue(1, None))),
+            vec![3],
+            "job 2 waits behind job 1"
+        );
+        assert_eq!(ids(call(dequeue(2, None))), vec![1]);
+        let acks = AckGroup {
+            succeeded: vec![],
+            failed: vec![crate::queue::jobs::AckItem {
+                priority: 2,
+                local_id: 1,
+                append_custom_status: String::new(),
+                retry_delay_ms: 0,
+            }],
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(acks),
+            now_ms: 30,
+            group_concurrency: 1,
+        });
+        assert_eq!(acked, Answer::Acked);
+        assert_eq!(
+            ids(call(dequeue(1, None))),
+            vec![2],
+            "a final failure promotes the next"
+        );
+        let more = call(Op::Enqueue {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(1)]),
+            now_ms: 40,
+        });
+        assert_eq!(more, Answer::Ids(vec![4]));
+        assert!(
+            ids(call(dequeue(1, Some(2)))).is_empty(),
+            "two in progress: at the cap"
+        );
+        assert_eq!(ids(call(dequeue(1, Some(3)))), vec![4], "room for one");
+        shard.close();
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn gate_serves_in_order() {
         let gate = Arc::new(WriteGate::default());
         gate.acquire();
