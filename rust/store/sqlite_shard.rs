@@ -18,11 +18,13 @@
 //!   starve the other while `SQLite`'s busy handler polls (`SQLite`'s lock stays the last word, and
 //!   the busy timeout still bounds a wait on another process).
 //! * Ordered groups (#17): a keyed enqueue joins each grouped job to its group, and an ack whose
-//!   job leaves its group (the ack statements return the job's `group_key`, NULL for most)
-//!   promotes the group's oldest waiting jobs, as the Python store's `groups.py` does, with the
-//!   same statements. The queue's rules come with each request (`group_concurrency`,
-//!   `max_in_progress`), read from the Python store's current rules; an ack of ungrouped jobs and
-//!   a dequeue without a cap run no statement more than before groups existed.
+//!   job leaves its group promotes the group's oldest waiting jobs, as the Python store's
+//!   `groups.py` does, with the same statements. An ack first probes whether the queue has any
+//!   group row (one probe per request): if not, it runs the plain statements, as before groups
+//!   existed; if so, statements that return each job's `group_key` (RETURNING about doubles an
+//!   UPDATE's cost, so the plain path does not pay it per job). The queue's rules come with each
+//!   request (`group_concurrency`, `max_in_progress`), read from the Python store's current
+//!   rules; a dequeue without a cap runs no statement more than before.
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
@@ -74,6 +76,11 @@ pub struct Statements {
     pub group_promote: String,
     /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
     pub count_in_progress: String,
+    /// Whether a queue has a group row (`queue_has_groups.sql`): if not, an ack runs the plain
+    /// statements above, else these, which return each job's group (and new state).
+    pub queue_has_groups: String,
+    pub ack_succeeded_grouped: String,
+    pub ack_failed_grouped: String,
 }
 
 /// How a shard is opened and run.
@@ -882,7 +889,8 @@ impl<T: Send> Writer<T> {
     }
 
     /// Applies the acks; a grouped job that ended for good (SUCCEEDED, or FAILED with no attempt
-    /// left: the statements return its group and new state) leaves its group, which promotes.
+    /// left: the grouped statements return its group and new state) leaves its group, which
+    /// promotes.
     fn ack(
         &self,
         queue: &str,
@@ -893,11 +901,20 @@ impl<T: Send> Writer<T> {
         const FINAL: [i64; 2] = [2, 3]; // SUCCEEDED, FAILED
         self.require_queue(queue)?;
         let statements = &self.options.statements;
+        let grouped = self.queue_has_groups(queue)?;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
         let mut left: Vec<(String, i64)> = Vec::new(); // (group, jobs that left it)
+        let (succeeded_sql, failed_sql) = if grouped {
+            (
+                &statements.ack_succeeded_grouped,
+                &statements.ack_failed_grouped,
+            )
+        } else {
+            (&statements.ack_succeeded, &statements.ack_failed)
+        };
         for (items, sql, success) in [
-            (&acks.succeeded, &statements.ack_succeeded, true),
-            (&acks.failed, &statements.ack_failed, false),
+            (&acks.succeeded, succeeded_sql, true),
+            (&acks.failed, failed_sql, false),
         ] {
             if items.is_empty() {
                 continue;
@@ -930,6 +947,10 @@ impl<T: Send> Writer<T> {
                             .map_err(|e| connection_error(&e))?;
                     }
                 }
+                if !grouped {
+                    stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                    continue;
+                }
                 // RETURNING group_key (and state, for a failure): a row when the job was acked.
                 let mut rows = stmt.raw_query();
                 let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
@@ -954,6 +975,14 @@ impl<T: Send> Writer<T> {
             self.group_release(queue, &group, group_concurrency, count, 0)?;
         }
         Ok(())
+    }
+
+    /// Whether the queue has a row in `groups` (`queue_has_groups.sql`).
+    fn queue_has_groups(&self, queue: &str) -> Result<bool, ShardError> {
+        let mut stmt = self.prepare(&self.options.statements.queue_has_groups)?;
+        bind(&mut stmt, &[(":queue", &queue)])?;
+        let mut rows = stmt.raw_query();
+        Ok(rows.next().map_err(|e| connection_error(&e))?.is_some())
     }
 }
 
@@ -1107,6 +1136,9 @@ mod tests {
                 group_forget: sql("group_forget"),
                 group_promote: sql("group_promote"),
                 count_in_progress: sql("count_in_progress"),
+                queue_has_groups: sql("queue_has_groups"),
+                ack_succeeded_grouped: sql("ack_succeeded_grouped"),
+                ack_failed_grouped: sql("ack_failed_grouped"),
             },
         }
     }

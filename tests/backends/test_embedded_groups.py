@@ -142,6 +142,7 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
     promote = _plan(conn, "group_promote", queue=Q, group_key="g", count=1)
     assert "USING INDEX jobs_waiting_by_group (queue=? AND group_key=?)" in promote, promote
     assert "TEMP B-TREE" not in promote
+    assert "PRIMARY KEY (queue=?)" in _plan(conn, "queue_has_groups", queue=Q)
     for name in ("group_get", "group_forget", "group_bucket"):
         assert "PRIMARY KEY" in _plan(conn, name, queue=Q, group_key="g"), name
     counted = _plan(conn, "count_in_progress", queue=Q, num_priorities=3, cap=5)
@@ -158,6 +159,33 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
     for name in ("claim_jobs_by_id", "reserve_jobs_by_id"):
         plan = _plan(conn, name, ids="[1, 2]")
         assert "INTEGER PRIMARY KEY" in plan and "jobs_by_run_after" not in plan, (name, plan)
+
+
+def test_a_queue_without_groups_or_rules_runs_the_statements_it_ran_before(store: EmbeddedStore) -> None:
+    """The plain path pays nothing for groups but one probe per ack call (not per job): no
+    RETURNING on its acks (about doubles an UPDATE), no group statement, no in-progress count."""
+    assert store._conn is not None
+    store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 2) for _ in range(3)], T0)
+    ran: list[str] = []
+    store._conn.set_trace_callback(ran.append)
+    try:
+        got = dequeue(store)
+        store.ack_jobs(Q, [AckItem(1, got[0].local_id)], [AckItem(1, job.local_id) for job in got[1:]], T0 + 2)
+    finally:
+        store._conn.set_trace_callback(None)
+    # The trace shows statements with their values bound: known by their first (comment) line.
+    heads = {sql.load(name).splitlines()[0]: name for name in sql.names() if name != "schema"}
+    statements = [heads.get(line.splitlines()[0], line) for line in ran]
+    control = ("BEGIN IMMEDIATE", "SAVEPOINT pinlater_op", "RELEASE pinlater_op", "COMMIT")
+    assert [name for name in statements if name not in control] == [
+        "queue_get",
+        "dequeue_jobs",
+        "queue_get",
+        "queue_has_groups",
+        "ack_succeeded",
+        "ack_failed",
+        "ack_failed",
+    ], statements
 
 
 def _vm_steps(store: EmbeddedStore, work: Callable[[], object]) -> int:

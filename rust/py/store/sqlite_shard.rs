@@ -202,6 +202,9 @@ impl SqliteShard {
                     group_forget: get("group_forget")?,
                     group_promote: get("group_promote")?,
                     count_in_progress: get("count_in_progress")?,
+                    queue_has_groups: get("queue_has_groups")?,
+                    ack_succeeded_grouped: get("ack_succeeded_grouped")?,
+                    ack_failed_grouped: get("ack_failed_grouped")?,
                 },
             };
             let gate = Arc::clone(&gate.inner);

@@ -50,6 +50,12 @@ def release(conn: sqlite3.Connection, queue: str, concurrency: int, changes: dic
         _write(conn, queue, group, _settle(conn, queue, group, concurrency, -left, -deleted))
 
 
+def any_in(conn: sqlite3.Connection, queue: str) -> bool:
+    """Whether ``queue`` has a group row: every IN_PROGRESS grouped job's group has one, so an ack
+    of a queue without any moves no group (and runs the statements that return nothing)."""
+    return conn.execute(sql.load("queue_has_groups"), {"queue": queue}).fetchone() is not None
+
+
 def changes_of(rows: Iterable[tuple[str | None, int]], leaving: Iterable[int]) -> dict[str, Change]:
     """The groups' changes from ``(group_key, state)`` rows of jobs that ended or were deleted:
     a row in a ``leaving`` state was active and left; a ``WAITING`` row was a waiting job deleted."""

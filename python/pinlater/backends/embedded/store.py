@@ -235,9 +235,16 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
 
         with self._write() as conn:
             _require_queue(conn, queue)
+            if not groups.any_in(conn, queue):  # no group can move: the plain statements
+                if succeeded:
+                    conn.executemany(sql.load("ack_succeeded"), [params(i) for i in succeeded])
+                if failed:
+                    conn.executemany(sql.load("ack_failed"), [params(i) for i in failed])
+                return
             # (group_key, state) of each job acked; RETURNING rules out executemany.
-            ended = [(row[0], 2) for i in succeeded for row in conn.execute(sql.load("ack_succeeded"), params(i))]
-            ended += [tuple(row) for i in failed for row in conn.execute(sql.load("ack_failed"), params(i))]
+            succeeded_sql, failed_sql = sql.load("ack_succeeded_grouped"), sql.load("ack_failed_grouped")
+            ended = [(row[0], 2) for i in succeeded for row in conn.execute(succeeded_sql, params(i))]
+            ended += [tuple(row) for i in failed for row in conn.execute(failed_sql, params(i))]
             self._leave_groups(conn, queue, ended)
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:

@@ -1,6 +1,7 @@
 -- Fail one claimed job: back to PENDING after :retry_delay_ms with one attempt less while more
 -- than one attempt remains, else FAILED with none. A job that is not IN_PROGRESS is left alone.
--- Returns the job's group and new state: a grouped job that became FAILED left its group.
+-- For a queue without ordered groups (no row in groups: queue_has_groups.sql); else ack_failed_grouped.sql,
+-- which returns what the groups need, at a cost per job (RETURNING about doubles an UPDATE's).
 -- Params: :queue, :priority, :local_id, :append, :status_limit, :retry_delay_ms, :now_ms.
 UPDATE jobs
    SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
@@ -10,4 +11,3 @@ UPDATE jobs
        custom_status = substr(custom_status || :append, 1, :status_limit),
        updated_at_ms = :now_ms
  WHERE local_id = :local_id AND queue = :queue AND priority = :priority AND state = 1
-RETURNING group_key, state

@@ -1,0 +1,14 @@
+-- ack_failed.sql for a queue with ordered groups (a row in groups), returning what they need.
+-- Fail one claimed job: back to PENDING after :retry_delay_ms with one attempt less while more
+-- than one attempt remains, else FAILED with none. A job that is not IN_PROGRESS is left alone.
+-- Returns the job's group and new state: a grouped job that became FAILED left its group.
+-- Params: :queue, :priority, :local_id, :append, :status_limit, :retry_delay_ms, :now_ms.
+UPDATE jobs
+   SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
+       run_after_ms = CASE WHEN attempts_remaining > 1 THEN :now_ms + :retry_delay_ms ELSE run_after_ms END,
+       claim_descriptor = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim_descriptor END,
+       attempts_remaining = CASE WHEN attempts_remaining > 1 THEN attempts_remaining - 1 ELSE 0 END,
+       custom_status = substr(custom_status || :append, 1, :status_limit),
+       updated_at_ms = :now_ms
+ WHERE local_id = :local_id AND queue = :queue AND priority = :priority AND state = 1
+RETURNING group_key, state
