@@ -453,7 +453,8 @@ class SqliteShard:
         ``statements``: the text of each of ``queue_get``, ``enqueue_jobs``, ``last_job_id``,
         ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``,
         ``dedup_holders``, ``dedup_record``, ``enqueue_keyed_job``, ``group_get``, ``group_put``,
-        ``group_forget``, ``group_promote``, ``count_in_progress``, ``queue_has_groups``,
+        ``group_forget``, ``group_promote``, ``group_unwait``, ``group_job_record``,
+        ``count_in_progress``, ``queue_has_groups``,
         ``ack_succeeded_grouped``, ``ack_failed_grouped`` (``native_hot.STATEMENTS``).
 
         Raises:

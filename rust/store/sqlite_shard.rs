@@ -72,8 +72,11 @@ pub struct Statements {
     pub group_get: String,
     pub group_put: String,
     pub group_forget: String,
-    /// A group's oldest waiting jobs made active (`group_promote.sql`).
+    /// A group's oldest waiting jobs made active (`group_promote.sql`, then `group_unwait.sql`).
     pub group_promote: String,
+    pub group_unwait: String,
+    /// A new grouped job's group (`group_job_record.sql`).
+    pub group_job_record: String,
     /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
     pub count_in_progress: String,
     /// Whether a queue has a group row (`queue_has_groups.sql`): if not, an ack runs the plain
@@ -648,13 +651,28 @@ impl<T: Send> Writer<T> {
                 (":now_ms", &now_ms),
                 (":run_after_ms", &job.run_after_ms),
                 (":body", &job.body.as_slice()),
-                (":group_key", &group),
             ],
         )?;
         let mut rows = stmt.raw_query();
         let row = rows.next().map_err(|e| connection_error(&e))?;
         let row = row.ok_or_else(|| ShardError::Connection("insert returned no id".into()))?;
-        row.get(0).map_err(|e| connection_error(&e))
+        let local_id: i64 = row.get(0).map_err(|e| connection_error(&e))?;
+        drop(rows);
+        if let Some(group) = group {
+            let mut stmt = self.prepare(&self.options.statements.group_job_record)?;
+            let waiting = i64::from(state == WAITING);
+            bind(
+                &mut stmt,
+                &[
+                    (":local_id", &local_id),
+                    (":queue", &queue),
+                    (":group_key", &group),
+                    (":waiting", &waiting),
+                ],
+            )?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(local_id)
     }
 
     /// Accounts for one job entering `group`: the state it enters in (0, or `WAITING` when the
@@ -727,6 +745,16 @@ impl<T: Send> Writer<T> {
             )?;
             let promoted = stmt.raw_execute().map_err(|e| connection_error(&e))?;
             let promoted = i64::try_from(promoted).unwrap_or(i64::MAX);
+            let mut unwait = self.prepare(&self.options.statements.group_unwait)?;
+            bind(
+                &mut unwait,
+                &[
+                    (":queue", &queue),
+                    (":group_key", &group),
+                    (":count", &room),
+                ],
+            )?;
+            unwait.raw_execute().map_err(|e| connection_error(&e))?;
             row.active += promoted;
             // Fewer promoted than counted: nothing else waits (the count is repaired).
             row.waiting = if promoted == room {
@@ -1135,6 +1163,8 @@ mod tests {
                 group_put: sql("group_put"),
                 group_forget: sql("group_forget"),
                 group_promote: sql("group_promote"),
+                group_unwait: sql("group_unwait"),
+                group_job_record: sql("group_job_record"),
                 count_in_progress: sql("count_in_progress"),
                 queue_has_groups: sql("queue_has_groups"),
                 ack_succeeded_grouped: sql("ack_succeeded_grouped"),

@@ -72,9 +72,8 @@ def test_a_version_3_file_gains_groups_and_keeps_its_jobs(data_dir: Path) -> Non
     [old] = shard.enqueue_jobs(Q, [NewJob(1, b"old", T0, 2)], T0)
     shard.close()
     with sqlite3.connect(shard_path(data_dir, "1")) as conn:  # back to what version 3 left
-        conn.execute("DROP INDEX jobs_waiting_by_group")
+        conn.execute("DROP TABLE group_jobs")
         conn.execute("DROP TABLE groups")
-        conn.execute("ALTER TABLE jobs DROP COLUMN group_key")
         conn.execute("PRAGMA user_version = 3")
     conn.close()
 
@@ -103,21 +102,27 @@ async def _hot_enqueue_and_ack(shard: EmbeddedStore) -> None:
     assert [job.local_id for job in got] == [placed[1].local_id]
 
 
-def test_opening_a_version_3_file_twice_adds_the_column_once(data_dir: Path) -> None:
-    shard = EmbeddedStore(data_dir, "1")
-    shard.close()
-    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
-        conn.execute("DROP INDEX jobs_waiting_by_group")
-        conn.execute("ALTER TABLE jobs DROP COLUMN group_key")
-    conn.close()
-    first, second = EmbeddedStore(data_dir, "1"), EmbeddedStore(data_dir, "1")
-    try:
-        assert first._conn is not None
-        columns = [row[1] for row in first._conn.execute("PRAGMA table_info(jobs)")]
-        assert columns.count("group_key") == 1
-    finally:
-        first.close()
-        second.close()
+def test_jobs_keep_the_version_3_columns(store: EmbeddedStore) -> None:
+    """Groups live in tables of their own: a column of jobs, even NULL, made every dequeue and ack
+    UPDATE slower, and a queue without groups must not pay for them."""
+    assert store._conn is not None
+    columns = [row[1] for row in store._conn.execute("PRAGMA table_info(jobs)")]
+    assert columns == [
+        "local_id",
+        "queue",
+        "priority",
+        "state",
+        "claim_descriptor",
+        "attempts_allowed",
+        "attempts_remaining",
+        "custom_status",
+        "created_at_ms",
+        "updated_at_ms",
+        "run_after_ms",
+        "body",
+    ]
+    indexes = {row[1] for row in store._conn.execute("PRAGMA index_list(jobs)")}
+    assert indexes == {"jobs_by_run_after", "jobs_finished_by_updated_at"}
 
 
 # -- plans: bounded probes ---------------------------------------------------------------------
@@ -139,10 +144,16 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
     priority; a PENDING scan merges the ready and waiting ranges in order, never sorting."""
     assert store._conn is not None
     conn = store._conn
-    promote = _plan(conn, "group_promote", queue=Q, group_key="g", count=1)
-    assert "USING INDEX jobs_waiting_by_group (queue=? AND group_key=?)" in promote, promote
-    assert "TEMP B-TREE" not in promote
+    for name in ("group_promote", "group_unwait"):
+        promote = _plan(conn, name, queue=Q, group_key="g", count=1)
+        assert "INDEX group_jobs_waiting (queue=? AND group_key=?)" in promote, (name, promote)
+        assert "TEMP B-TREE" not in promote and "SCAN" not in promote, (name, promote)
     assert "PRIMARY KEY (queue=?)" in _plan(conn, "queue_has_groups", queue=Q)
+    assert "COVERING INDEX group_jobs_by_queue (queue=?)" in _plan(conn, "queue_has_group_jobs", queue=Q)
+    assert "COVERING INDEX jobs_finished_by_updated_at" in _plan(conn, "gc_group_jobs", state=2)
+    for name in ("lookup_jobs", "ack_failed_grouped", "delete_jobs_by_id"):  # the group: a probe by id
+        plan = _plan(conn, name, ids="[1]")
+        assert "SEARCH group_jobs USING INTEGER PRIMARY KEY (rowid=?)" in plan, (name, plan)
     for name in ("group_get", "group_forget", "group_bucket"):
         assert "PRIMARY KEY" in _plan(conn, name, queue=Q, group_key="g"), name
     counted = _plan(conn, "count_in_progress", queue=Q, num_priorities=3, cap=5)

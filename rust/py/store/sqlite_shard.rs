@@ -201,6 +201,8 @@ impl SqliteShard {
                     group_put: get("group_put")?,
                     group_forget: get("group_forget")?,
                     group_promote: get("group_promote")?,
+                    group_unwait: get("group_unwait")?,
+                    group_job_record: get("group_job_record")?,
                     count_in_progress: get("count_in_progress")?,
                     queue_has_groups: get("queue_has_groups")?,
                     ack_succeeded_grouped: get("ack_succeeded_grouped")?,

@@ -64,8 +64,8 @@ class BodyFilteredReads(SQLiteTransactions):
     store's filter parameters (queue, priority, state, also_state, run_after_gt, run_after_le)."""
 
     def _jobs_deleted(self, conn: sqlite3.Connection, queue: str, rows: Sequence[Row]) -> None:
-        """Called in the write transaction with the ``(group_key, state)`` rows of the jobs a
-        delete removed (the store accounts for grouped ones)."""
+        """Called in the write transaction with the ``(group_key, state, local_id)`` rows of the
+        jobs a delete removed (the store accounts for grouped ones)."""
 
     def _count_matching(
         self, params: dict[str, Any], body_filter: BodyFilter, limit: int | None, require: RequireQueue

@@ -74,28 +74,11 @@ def connect(path: Path, synchronous: str, busy_timeout_ms: int, schema: str) -> 
             raise sqlite3.OperationalError(f"WAL journal mode is not available here (got {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous}")  # checked against SYNCHRONOUS_MODES
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        migrate(conn)
         conn.executescript(schema)
     except BaseException:
         conn.close()
         raise
     return conn
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a file written by an older release up to what ``schema.sql`` expects where the
-    script alone cannot (it is all ``IF NOT EXISTS``): version 3 files have no ``jobs.group_key``
-    (ordered groups, version 4). One ``BEGIN IMMEDIATE``, so two processes opening an old file at
-    once add the column once."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-        if columns and "group_key" not in columns:  # no columns: a new file, the script makes it
-            conn.execute("ALTER TABLE jobs ADD COLUMN group_key TEXT")
-        conn.execute("COMMIT")
-    except BaseException:
-        _rollback_quietly(conn)
-        raise
 
 
 class _Group:

@@ -2,9 +2,11 @@
 
 The model is ``ShardStore.enqueue_keyed_jobs``'s: a group's *active* jobs (PENDING or
 IN_PROGRESS) are where dequeues look; the rest *wait* in state -1 (``WAITING``), which no
-dequeue reads (``sql/schema.sql``). A row of ``groups`` per (queue, group) counts both, so every
-decision below is one read and one write of that row, plus one probe of ``jobs_waiting_by_group``
-per promotion: nothing here walks a group's jobs.
+dequeue reads (``sql/schema.sql``). A grouped job's group is a row of ``group_jobs`` (with a
+``waiting`` flag), never a column of ``jobs``, so ungrouped jobs pay nothing for groups. A row of
+``groups`` per (queue, group) counts active and waiting jobs, so every decision below is one read
+and one write of that row, plus one probe of ``group_jobs_waiting`` per promotion: nothing here
+walks a group's jobs.
 
 * ``join``: a new (or retried) job is active when its group has room and nothing waits; first,
   waiting jobs are promoted while there is room (so a raised concurrency applies).
@@ -19,6 +21,7 @@ statements for the hot path's keyed enqueue and ack.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from collections.abc import Iterable
@@ -33,7 +36,8 @@ Change = tuple[int, int]
 
 
 def join(conn: sqlite3.Connection, queue: str, group: str, concurrency: int) -> int:
-    """Account for one job entering ``group``; the state it enters in (0 PENDING or ``WAITING``)."""
+    """Account for one job entering ``group``; the state it enters in (0 PENDING or ``WAITING``).
+    The caller records the job's group (``record``) or, for a job already recorded, its waiting."""
     active, waiting, tokens, refilled = _settle(conn, queue, group, concurrency, 0, 0)
     if active < concurrency and waiting == 0:
         state, active = 0, active + 1
@@ -41,6 +45,25 @@ def join(conn: sqlite3.Connection, queue: str, group: str, concurrency: int) -> 
         state, waiting = WAITING, waiting + 1
     _write(conn, queue, group, (active, waiting, tokens, refilled))
     return state
+
+
+def record(conn: sqlite3.Connection, queue: str, group: str, local_id: int, state: int) -> None:
+    """Record a new job's group (``group_jobs``), waiting if ``state`` is ``WAITING``."""
+    params = {"local_id": local_id, "queue": queue, "group_key": group, "waiting": int(state == WAITING)}
+    conn.execute(sql.load("group_job_record"), params)
+
+
+def wait(conn: sqlite3.Connection, local_id: int) -> None:
+    """Put a recorded job (PENDING again after ``retry_failed_jobs``) back to waiting."""
+    conn.execute(sql.load("group_wait"), {"local_id": local_id})
+    conn.execute(sql.load("group_job_wait"), {"local_id": local_id})
+
+
+def forget_jobs(conn: sqlite3.Connection, rows: Iterable[tuple[str | None, int]]) -> None:
+    """Forget the group records of deleted jobs: ``(group_key, local_id)`` rows (None: ungrouped)."""
+    ids = [local_id for group, local_id in rows if group is not None]
+    if ids:
+        conn.execute(sql.load("group_jobs_forget"), {"ids": json.dumps(ids)})
 
 
 def release(conn: sqlite3.Connection, queue: str, concurrency: int, changes: dict[str, Change]) -> None:
@@ -119,6 +142,7 @@ def _settle(
     if room > 0:
         params = {"queue": queue, "group_key": group, "count": room}
         promoted = conn.execute(sql.load("group_promote"), params).rowcount
+        conn.execute(sql.load("group_unwait"), params)
         active += promoted
         # Fewer promoted than counted: nothing else waits (the count is repaired, not trusted).
         waiting = waiting - promoted if promoted == room else 0

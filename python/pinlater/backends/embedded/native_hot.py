@@ -53,6 +53,8 @@ STATEMENTS = (
     "group_put",
     "group_forget",
     "group_promote",
+    "group_unwait",
+    "group_job_record",
     "count_in_progress",
 )
 """The ``sql/*.sql`` files the Rust writer runs."""

@@ -12,11 +12,12 @@ Design:
   its own (``native_hot``), opened at the first ``hot_path``; the methods below are the same
   operations for everyone else (tests, tools).
 * Dedup keys (#17) are rows of ``dedup_keys`` in the same file (``dedup_keys``); ordered groups
-  (#17) are a ``group_key`` column, a WAITING state and rows of ``groups`` (``groups``). The hot
-  path's keyed enqueue and ack do the same on the Rust writer.
+  (#17) are a WAITING state (-1) of ``jobs`` and rows of ``group_jobs`` and ``groups``, never a
+  column of ``jobs`` (``groups``). The hot path's keyed enqueue and ack do the same on the Rust
+  writer.
 * Queue rules (``set_queue_rules``) live in this object, read at every call (the hot path hands
-  them to Rust per request). A queue with ``DEFAULT_RULES`` and no grouped job runs exactly the
-  statements it ran before groups existed.
+  them to Rust per request). A queue with ``DEFAULT_RULES`` and no grouped job runs the
+  statements it ran before groups existed, plus one probe per ack call (``queue_has_groups``).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             conn.execute(sql.load("delete_queue_jobs"), {"queue": queue})
             conn.execute(sql.load("delete_queue_dedup_keys"), {"queue": queue})
             conn.execute(sql.load("delete_queue_groups"), {"queue": queue})
+            conn.execute(sql.load("delete_queue_group_jobs"), {"queue": queue})
             conn.execute(sql.load("delete_queue"), {"queue": queue})
         self._dedup_sweep.move(queue, None)
 
@@ -407,7 +409,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             rows = conn.execute(sql.load("retry_failed_jobs"), params).fetchall()
             for local_id, group in sorted(rows):  # rejoin in enqueue order
                 if group is not None and groups.join(conn, queue, group, concurrency) == groups.WAITING:
-                    conn.execute(sql.load("group_wait"), {"local_id": local_id})
+                    groups.wait(conn, local_id)
             return len(rows)
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
@@ -449,6 +451,8 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         }
         with self._write() as conn:
             _require_queue(conn, queue)
+            if conn.execute(sql.load("queue_has_group_jobs"), {"queue": queue}).fetchone() is not None:
+                conn.execute(sql.load("gc_group_jobs"), params)  # the same jobs' group records
             return conn.execute(sql.load("gc_finished_jobs"), params).rowcount
 
     # -- group accounting (see groups.py) -----------------------------------------------------
@@ -461,7 +465,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
 
     def _jobs_deleted(self, conn: sqlite3.Connection, queue: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Deleted jobs, ``(group_key, state)`` rows: an unfinished grouped one left its group."""
+        """Deleted jobs, ``(group_key, state, local_id)`` rows: a grouped one's record goes, and an
+        unfinished one left its group."""
+        groups.forget_jobs(conn, ((row[0], row[2]) for row in rows))
         changes = groups.changes_of(((row[0], row[1]) for row in rows), (JobState.PENDING, JobState.IN_PROGRESS))
         if changes:
             groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
@@ -536,9 +542,11 @@ def _insert_keyed(conn: sqlite3.Connection, queue: str, job: KeyedJob, concurren
         "now_ms": now_ms,
         "run_after_ms": new.run_after_ms,
         "body": new.body,
-        "group_key": job.group,
     }
-    return int(conn.execute(sql.load("enqueue_keyed_job"), params).fetchone()[0])
+    local_id = int(conn.execute(sql.load("enqueue_keyed_job"), params).fetchone()[0])
+    if job.group is not None:
+        groups.record(conn, queue, job.group, local_id, state)
+    return local_id
 
 
 def _room(conn: sqlite3.Connection, queue: str, num_priorities: int, rules: QueueRules, limit: int) -> int:

@@ -7,4 +7,4 @@ UPDATE jobs
        custom_status = substr(custom_status || :append, 1, :status_limit),
        updated_at_ms = :now_ms
  WHERE local_id = :local_id AND queue = :queue AND priority = :priority AND state = 1
-RETURNING group_key
+RETURNING (SELECT group_key FROM group_jobs WHERE group_jobs.local_id = jobs.local_id)

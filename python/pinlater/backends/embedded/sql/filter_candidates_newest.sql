@@ -6,19 +6,21 @@
 -- :before_id, :limit.
 SELECT jobs.priority, jobs.local_id AS id, max(jobs.state, 0), jobs.attempts_allowed, jobs.attempts_remaining,
        jobs.custom_status, jobs.created_at_ms, jobs.run_after_ms AS run_after_ms, jobs.updated_at_ms,
-       jobs.claim_descriptor, dedup_keys.dedup_key, jobs.group_key, jobs.body
+       jobs.claim_descriptor, dedup_keys.dedup_key, group_jobs.group_key, jobs.body
   FROM jobs
   LEFT JOIN dedup_keys ON dedup_keys.local_id = jobs.local_id
                       AND dedup_keys.queue = jobs.queue AND dedup_keys.priority = jobs.priority
+  LEFT JOIN group_jobs ON group_jobs.local_id = jobs.local_id
  WHERE jobs.queue = :queue AND jobs.priority = :priority AND jobs.state = :state
    AND (jobs.run_after_ms, jobs.local_id) < (:before_run_after, :before_id) AND jobs.run_after_ms > :run_after_gt
 UNION ALL
 SELECT jobs.priority, jobs.local_id, max(jobs.state, 0), jobs.attempts_allowed, jobs.attempts_remaining,
        jobs.custom_status, jobs.created_at_ms, jobs.run_after_ms, jobs.updated_at_ms,
-       jobs.claim_descriptor, dedup_keys.dedup_key, jobs.group_key, jobs.body
+       jobs.claim_descriptor, dedup_keys.dedup_key, group_jobs.group_key, jobs.body
   FROM jobs
   LEFT JOIN dedup_keys ON dedup_keys.local_id = jobs.local_id
                       AND dedup_keys.queue = jobs.queue AND dedup_keys.priority = jobs.priority
+  LEFT JOIN group_jobs ON group_jobs.local_id = jobs.local_id
  WHERE jobs.queue = :queue AND jobs.priority = :priority AND jobs.state = :also_state
    AND (jobs.run_after_ms, jobs.local_id) < (:before_run_after, :before_id) AND jobs.run_after_ms > :run_after_gt
  ORDER BY run_after_ms DESC, id DESC

@@ -15,4 +15,4 @@ UPDATE jobs
                        AND updated_at_ms < :claimed_before_ms
                      ORDER BY updated_at_ms
                      LIMIT :limit)
-RETURNING group_key, state
+RETURNING (SELECT group_key FROM group_jobs WHERE group_jobs.local_id = jobs.local_id), state

@@ -9,4 +9,4 @@ UPDATE jobs
                      WHERE queue = :queue AND priority = :priority AND state = 3
                      ORDER BY run_after_ms, local_id
                      LIMIT :limit)
-RETURNING local_id, group_key
+RETURNING local_id, (SELECT group_key FROM group_jobs WHERE group_jobs.local_id = jobs.local_id)
