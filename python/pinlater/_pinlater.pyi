@@ -50,6 +50,7 @@ __all__ = [
     "encode_enqueue_reply",
     "encode_void_reply",
     "mysql_insert_statements",
+    "RedisScriptTail",
     "redis_ack_command",
     "redis_ack_reply",
     "redis_claim_command",
@@ -932,6 +933,20 @@ def redis_enqueue_command(
         ValueError: ``layout`` is neither ``"original"`` nor ``"compact"``.
     """
 
+@final
+class RedisScriptTail:
+    """What a queue's rules add at the end of a hot Redis script's ``KEYS`` and ``ARGV`` (the
+    "tail" of ``lua_compact/lib/groups.lua`` and ``lua/lib/rules.lua``), held in Rust: built once
+    per rules change (``backends/redis/rules.py``) and passed to the command packers as is."""
+
+    def __init__(self, keys: list[str], args: list[str]) -> None: ...
+    @property
+    def keys(self) -> list[str]:
+        """The keys appended, in order."""
+    @property
+    def args(self) -> list[str]:
+        """The arguments appended, in order."""
+
 def redis_dequeue_command(
     sha: str,
     shard: str,
@@ -942,13 +957,22 @@ def redis_dequeue_command(
     now_ms: int,
     dry_run: bool,
     layout: str = "original",
+    tail: RedisScriptTail | None = None,
 ) -> bytes:
     """``EVALSHA sha`` of ``dequeue_jobs.lua``, as ``RedisStore._dequeue_call`` sends it for a
-    limit above 0."""
+    limit above 0, with ``tail`` (the queue's rules) at the end of its keys and arguments."""
 
-def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int, layout: str = "original") -> bytes:
+def redis_ack_command(
+    sha: str,
+    shard: str,
+    queue: str,
+    acks: AckGroup,
+    now_ms: int,
+    layout: str = "original",
+    tail: RedisScriptTail | None = None,
+) -> bytes:
     """``EVALSHA sha`` of ``ack_jobs.lua`` for the group (successes first), as
-    ``RedisStore._ack_call`` sends it."""
+    ``RedisStore._ack_call`` sends it, with ``tail`` at the end of its keys and arguments."""
 
 def redis_claim_command(
     sha: str,
@@ -958,6 +982,7 @@ def redis_claim_command(
     reservation: str,
     now_ms: int,
     layout: str = "original",
+    tail: RedisScriptTail | None = None,
 ) -> bytes:
     """``EVALSHA sha`` of ``claim_reserved.lua`` for the broker's claims of one queue on one
     shard, as ``reservations.claim_call`` sends it; its reply (the numbers of the jobs claimed,
