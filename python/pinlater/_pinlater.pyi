@@ -34,6 +34,7 @@ __all__ = [
     "NewJobBatch",
     "RateLimiter",
     "RedisErrorReply",
+    "RedisScriptTail",
     "SqliteShard",
     "WriteGate",
     "__version__",
@@ -50,7 +51,6 @@ __all__ = [
     "encode_enqueue_reply",
     "encode_void_reply",
     "mysql_insert_statements",
-    "RedisScriptTail",
     "redis_ack_command",
     "redis_ack_reply",
     "redis_claim_command",
@@ -939,7 +939,7 @@ class RedisScriptTail:
     "tail" of ``lua_compact/lib/groups.lua`` and ``lua/lib/rules.lua``), held in Rust: built once
     per rules change (``backends/redis/rules.py``) and passed to the command packers as is."""
 
-    def __init__(self, keys: list[str], args: list[str]) -> None: ...
+    def __new__(cls, keys: list[str], args: list[str]) -> RedisScriptTail: ...
     @property
     def keys(self) -> list[str]:
         """The keys appended, in order."""

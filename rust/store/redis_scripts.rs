@@ -573,7 +573,12 @@ mod tests {
     fn a_tail_goes_after_the_keys_and_the_arguments() {
         let tail = ScriptTail {
             keys: vec!["plq_s_q.p1_s1".to_owned(), "plq_s_q.p2_s1".to_owned()],
-            args: vec!["1".to_owned(), "5".to_owned(), "0".to_owned(), "2".to_owned()],
+            args: vec![
+                "1".to_owned(),
+                "5".to_owned(),
+                "0".to_owned(),
+                "2".to_owned(),
+            ],
         };
         let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, false, &tail);
         let a = args(&cmd);

@@ -14,7 +14,7 @@ import redis
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 
-from pinlater.backends.base import AckItem, KeyedJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import AckItem, Enqueued, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.migrate import migrate_shard, script_source
 from pinlater.backends.sharded import ShardedBackend

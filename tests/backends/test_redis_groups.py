@@ -127,7 +127,9 @@ def test_a_long_group_is_handed_out_one_job_at_a_time_in_order(server: RedisServ
         store.create_queue(Q, 3)
         n = 300
         # priorities mixed: the group's order is the enqueue order whatever the priority
-        ids = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("big", priority=1 + i % 3) for i in range(n)], T0)]
+        ids = [
+            e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("big", priority=1 + i % 3) for i in range(n)], T0)
+        ]
         store.enqueue_jobs(Q, [NewJob(1, b"plain", T0, 1)], T0)
         pending = sum(store.count_jobs(Q, JobFilter(JobState.PENDING, p, T0, None), None) for p in (1, 2, 3))
         assert pending == n + 1  # waiting jobs are PENDING to counts

@@ -44,7 +44,7 @@ from pinlater._pinlater import (
     redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import KeyedJob, Enqueued, JobState
+from pinlater.backends.base import Enqueued, JobState, KeyedJob
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ready_keys

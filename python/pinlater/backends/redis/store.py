@@ -75,12 +75,12 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    KeyedJob,
     Enqueued,
     GroupCounts,
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
     Offload,
     QueueRules,
@@ -502,7 +502,9 @@ class RedisStore:
         compact = isinstance(keys, CompactQueueKeys)
         for row in rows:
             group = row[9] if compact else None
-            found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group))
+            found.append(
+                job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
+            )
             if len(found) >= limit:
                 break
         found.sort(key=lambda job: (job.run_after_ms, job.local_id), reverse=True)
@@ -526,7 +528,6 @@ class RedisStore:
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         keys = self._keys(queue)
-        low, high = score_range(where)
         if where.body_regex is None:
             key_list, args = delete_call(keys, where, limit, [], self.rules.tail(queue, GROUPS))
             return int(self._run_in_queue("delete_jobs", queue, key_list, args))
@@ -552,9 +553,7 @@ class RedisStore:
         key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority)]
         args = [queue, keys.jobs_arg, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)
-        changed, evicted = self._run_in_queue(
-            "resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args
-        )
+        changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args)
         self._count_evicted(evicted)
         return int(changed)
 
