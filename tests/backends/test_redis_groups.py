@@ -6,17 +6,20 @@ tag, a long group moved up one job at a time, groupJobsPerSecond, two stores as 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from tests.support.redis_cluster import shared_cluster
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup
 from pinlater.backends.base import AckItem, GroupCounts, JobFilter, JobState, KeyedJob, NewJob, QueueRules
-from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis import RedisDriver, RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.migrate import MigrationError, migrate_shard
+from pinlater.config import Settings
 
 pytestmark = pytest.mark.redis
 
@@ -169,6 +172,61 @@ def test_a_group_over_its_rate_is_skipped_and_the_others_served(server: RedisSer
         store.close()
 
 
+def test_a_finished_groups_bucket_is_kept_until_full_then_swept(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        store.set_queue_rules({Q: QueueRules(group_jobs_per_second=0.5)})  # a token every 2 s
+        store.enqueue_keyed_jobs(Q, [grouped("a")], T0)
+        (job,) = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        store.ack_jobs(Q, [AckItem(1, job.local_id)], [], T0 + 100)
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+        # finished with an empty bucket: a new job of the group right away waits for its token
+        assert raw.hkeys("plc:{1:gq}:gr") == [b"a"]
+        assert raw.zrange("plc:{1:gq}:gz", 0, -1, withscores=True) == [(b"a", T0 + 2000)]
+        store.enqueue_keyed_jobs(Q, [grouped("a")], T0 + 200)
+        assert raw.zcard("plc:{1:gq}:gz") == 0  # live again
+        assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 200, False) == []
+        (job,) = store.dequeue_jobs(Q, 1, 10, "c", T0 + 2000, False)
+        store.ack_jobs(Q, [AckItem(1, job.local_id)], [], T0 + 2000)
+        # once full again, the next change of any group deletes it
+        store.enqueue_keyed_jobs(Q, [grouped("b")], T0 + 4000)
+        assert raw.hkeys("plc:{1:gq}:gr") == []
+        assert raw.exists("plc:{1:gq}:gz") == 0
+    finally:
+        store.close()
+
+
+def test_groups_and_the_cap_on_a_redis_cluster() -> None:
+    nodes = shared_cluster()
+    nodes.flush_all()
+    shard = {"cluster": [{"host": host, "port": port} for host, port in nodes.seeds[:1]]}
+    driver = RedisDriver()
+    text = json.dumps({"shards": [{"name": "c", "shardConfig": shard}]})
+    store = driver.open_store("c", driver.parse_config(text, "redis.json")["c"], Settings())
+    assert isinstance(store, RedisStore)
+    try:
+        assert store.groups_refused is None
+        store.create_queue(Q, 2)
+        store.set_queue_rules({Q: QueueRules(max_in_progress=2, group_jobs_per_second=100.0)})
+        store.enqueue_keyed_jobs(Q, [grouped("g", b"1"), grouped("g", b"2", priority=2), grouped("h", b"3")], T0)
+        assert store.group_counts(Q) == GroupCounts(2, 1)
+
+        async def hot() -> list[bytes]:
+            first = await store.native.dequeue_jobs(Q, 1, 10, "c", T0, False)
+            bodies = [j[1] for j in first.to_list()]
+            await store.native.ack_jobs(Q, AckGroup([AckItem(1, j[0]) for j in first.to_list()], []), T0)
+            second = await store.native.dequeue_jobs(Q, 2, 10, "c", T0 + 1000, False)
+            await store.native.aclose()
+            return bodies + [j[1] for j in second.to_list()]
+
+        assert asyncio.run(hot()) == [b"1", b"3", b"2"]
+        assert store.group_counts(Q) == GroupCounts(1, 0)
+        store.delete_queue(Q)
+    finally:
+        store.close()
+
+
 def test_two_stores_as_two_servers_share_the_groups_and_the_cap(server: RedisServer) -> None:
     a, b = open_store(server), open_store(server)
     try:
@@ -224,13 +282,25 @@ def test_a_failure_keeps_its_place_and_a_delete_moves_the_next_up(server: RedisS
         store.close()
 
 
-def test_migrating_grouped_jobs_to_the_original_layout_is_refused(server: RedisServer, raw: redis.Redis) -> None:
+@pytest.mark.parametrize("finished", [False, True])
+def test_migrating_grouped_jobs_to_the_original_layout_is_refused(
+    server: RedisServer, raw: redis.Redis, finished: bool
+) -> None:
     store = open_store(server)
     try:
+        store.create_queue("plain", 1)
+        store.enqueue_jobs("plain", [NewJob(1, b"x", T0, 1) for _ in range(3000)], T0)
         store.create_queue(Q, 1)
+        store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(2500)], T0)
         store.enqueue_keyed_jobs(Q, [grouped("g")], T0)
+        if finished:  # a FAILED job of a group: a retry would put it back in its group
+            (job,) = [j for j in store.dequeue_jobs(Q, 1, 3000, "c", T0, False) if j.body == b"b"]
+            store.ack_jobs(Q, [], [AckItem(1, job.local_id)], T0)
+            assert store.group_counts(Q) == GroupCounts(0, 0)
     finally:
         store.close()
-    with pytest.raises(MigrationError, match=f"queue {Q} holds jobs of ordered groups"):
+    before = keys_of(raw)
+    with pytest.raises(MigrationError, match=f"^queue {Q} holds jobs of ordered groups"):
         migrate_shard(raw, "1", "original", force=True)
     assert raw.get("pll:{1}") == b"compact"  # nothing was written
+    assert keys_of(raw) == before

@@ -34,7 +34,8 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
   sorted set of all scores 0 in lex order: a member per waiting job, prefixed by its group);
   ``plc:{S:Q}:ga`` and ``:gn``, the active and waiting jobs of each group (hashes: group ->
-  count); ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash). A job's group is in
+  count); ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash), and ``:gz``, when the
+  buckets of finished groups are full again (sorted set; then deleted). A job's group is in
   its record. The group name is inside these keys' values, never in a key name, so every key
   keeps the queue's hash tag and the scripts declare each key they touch.
 * ``plc:{S}:q``: sorted set of the shard's queue names, score = creation time in ms. In another
@@ -118,8 +119,8 @@ class CompactQueueKeys:
 
     def group_keys(self) -> list[str]:
         """The groups' keys (``lua_compact/lib/groups.lua``): active counts, waiting counts,
-        the FIFOs and the rate buckets."""
-        return [self._base + "ga", self._base + "gn", self._base + "gw", self._base + "gr"]
+        the FIFOs, the rate buckets and their refill times."""
+        return [self._base + "ga", self._base + "gn", self._base + "gw", self._base + "gr", self._base + "gz"]
 
     def dedup_keys(self) -> list[str]:
         """The dedup records: key -> holder, id -> key, and the GC's sorted set."""

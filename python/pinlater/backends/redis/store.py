@@ -286,7 +286,7 @@ class RedisStore:
         keys = self._keys(queue)
         if not isinstance(keys, CompactQueueKeys):
             return GroupCounts(0, 0)
-        active, waiting, _fifo, _buckets = keys.group_keys()
+        active, waiting, *_others = keys.group_keys()
         return GroupCounts(int(self._shard.command("HLEN", active)), int(self._shard.command("HLEN", waiting)))
 
     def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:

@@ -13,21 +13,29 @@
 --   active       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs;
 --   waiting      (plc:{S:Q}:gn, hash)  field: group, value: its waiting jobs;
 --   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
---                                      bucket at that time.
--- A group with no unfinished job has no field in ga or gn (group_counts: HLEN ga, HLEN gn), no
--- member in the fifo, and its bucket goes too once it is full again (a full bucket is as good as
--- none), so the keys a finished group leaves behind are gone (Redis drops an emptied key).
+--                                      bucket at that time;
+--   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
+--                                      yet, score: when it is (ms).
+-- A group with no unfinished job has no field in ga or gn (group_counts: HLEN ga, HLEN gn) and no
+-- member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
+-- otherwise it stays (a group that finishes and starts again within a second must not get a
+-- fresh bucket) and is due in the refills set, from which any later change of a group's state
+-- deletes up to REFILL_SWEEP due buckets of groups still forgotten. So the keys a finished group
+-- leaves behind are gone once its bucket would be full again and another group changed (Redis
+-- drops an emptied key).
 -- A job's group is in its record (gr, with gq: records.lua), so a script that meets a job of no
 -- group does nothing here.
 --
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
 --   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
---   KEYS: ga, gn, gw, gr, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
+--   KEYS: ga, gn, gw, gr, gz, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
 --         (plc:{S:Q}:p{p}:s0, :w, :s1)
 -- A script called without them (the rules are the defaults and it needs no group keys) has no
 -- tail: rules_tail answers nil.
 
 local FIFO_PLACE_WIDTH = 20
+local GROUP_KEYS = 5
+local REFILL_SWEEP = 8
 
 -- The tail after `fixed` ARGV values, or nil if there is none.
 local function rules_tail(fixed)
@@ -35,7 +43,7 @@ local function rules_tail(fixed)
     return nil
   end
   local m = tonumber(ARGV[fixed + 4])
-  local base = #KEYS - (4 + 3 * m) + 1
+  local base = #KEYS - (GROUP_KEYS + 3 * m) + 1
   return {
     conc = tonumber(ARGV[fixed + 1]),
     cap = tonumber(ARGV[fixed + 2]),
@@ -46,6 +54,7 @@ local function rules_tail(fixed)
     waiting = KEYS[base + 1],
     fifo = KEYS[base + 2],
     buckets = KEYS[base + 3],
+    refills = KEYS[base + 4],
   }
 end
 
@@ -53,7 +62,7 @@ local function tail_key(r, p, which)
   if p > r.m then
     error({err = string.format('ERR priority %d beyond the %d whose keys were passed', p, r.m)})
   end
-  return KEYS[r.base + 4 + 3 * (p - 1) + which]
+  return KEYS[r.base + GROUP_KEYS + 3 * (p - 1) + which]
 end
 
 local function pending_of(r, p)
@@ -111,7 +120,21 @@ local function bucket(r, group, now)
   return tokens, math.max(at, now)
 end
 
+-- Delete up to REFILL_SWEEP buckets due in the refills set whose groups are still forgotten.
+local function sweep_refills(r, now)
+  local due = redis.call('ZRANGEBYSCORE', r.refills, '-inf', now, 'LIMIT', 0, REFILL_SWEEP)
+  for _, group in ipairs(due) do
+    if redis.call('HEXISTS', r.active, group) == 0 and redis.call('HEXISTS', r.waiting, group) == 0 then
+      redis.call('HDEL', r.buckets, group)
+    end
+  end
+  if #due > 0 then
+    redis.call('ZREM', r.refills, unpack(due))
+  end
+end
+
 local function save_state(r, group, active, waiting, now)
+  sweep_refills(r, now)
   if active > 0 then
     redis.call('HSET', r.active, group, active)
   else
@@ -123,9 +146,16 @@ local function save_state(r, group, active, waiting, now)
     redis.call('HDEL', r.waiting, group)
   end
   if active == 0 and waiting == 0 then
-    -- forgotten; its bucket too once full (without a rate now, whatever it holds)
-    if r.rate <= 0 or bucket(r, group, now) >= math.max(1, r.rate) then
+    -- forgotten; its bucket too if full (without a rate now, whatever it holds), else once full
+    local tokens, at = 0, now
+    if r.rate > 0 then
+      tokens, at = bucket(r, group, now)
+    end
+    local full = math.max(1, r.rate)
+    if r.rate <= 0 or tokens >= full then
       redis.call('HDEL', r.buckets, group)
+    elseif redis.call('HEXISTS', r.buckets, group) == 1 then
+      redis.call('ZADD', r.refills, at + math.ceil((full - tokens) * 1000 / r.rate), group)
     end
   end
 end
@@ -178,6 +208,9 @@ end
 -- The group's oldest waiting jobs are activated first while there is room.
 local function join_group(r, group, job, id, p, score, now)
   local active, waiting = group_state(r, group)
+  if active == 0 and waiting == 0 then
+    redis.call('ZREM', r.refills, group)  -- live again: its bucket stays
+  end
   active, waiting = promote(r, group, active, waiting)
   local now_active = active < r.conc and waiting == 0
   if now_active then
