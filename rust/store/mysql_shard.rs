@@ -22,7 +22,7 @@
 //! session drop its connection before next use (the pool's `discard_idle`).
 //!
 //! A queue's `maxInProgress` (the cap `dequeue_jobs` is handed per call) is kept as
-//! `claim_cap.py` keeps it: the queue's claim lock row first, then a count of its IN_PROGRESS
+//! `claim_cap.py` keeps it: the queue's claim lock row first, then a count of its `IN_PROGRESS`
 //! jobs over every priority, then a claim of at most the room left, in one transaction; an
 //! uncapped dequeue sends what it always sent.
 //!
@@ -783,7 +783,7 @@ fn allowed(
 
 /// `claim_cap.room` with the lock: the queue's claim lock row locked first (the table made if
 /// missing: the DDL commits a transaction that is still empty), then how many more jobs may be
-/// IN_PROGRESS: `cap` less those that are in every jobs table of `database`, each counted up
+/// `IN_PROGRESS`: `cap` less those that are in every jobs table of `database`, each counted up
 /// to the cap; 0 at or past it.
 fn room(conn: &mut Conn, sql: &SqlTexts, database: &str, cap: i64) -> Result<i64, OpError> {
     let nbe = conn.no_backslash_escape();

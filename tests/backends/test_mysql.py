@@ -117,8 +117,9 @@ def test_schema_matches_the_original(server: MariaDBServer, make_store: Callable
     )
     assert sorted(precision) == [("created_at", 3), ("run_after", 3), ("updated_at", 3)]
     tables = server.query("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'plq_1_fresh'")
-    # Beside the original's tables, ours alone: the dedup key records (#17).
+    # Beside the original's tables, ours alone: the dedup key records and the claim lock (#17).
     assert sorted(tables) == [
+        ("claim_lock", "InnoDB"),
         ("dedup_keys", "InnoDB"),
         ("jobs_p1", "InnoDB"),
         ("jobs_p2", "InnoDB"),

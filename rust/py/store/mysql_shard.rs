@@ -40,7 +40,7 @@ enum Call {
         limit: i64,
         claim: String,
         dry_run: bool,
-        /// The queue's cap on IN_PROGRESS jobs on this shard, if any.
+        /// The queue's cap on `IN_PROGRESS` jobs on this shard, if any.
         max_in_progress: Option<i64>,
     },
     Ack {
@@ -215,7 +215,7 @@ impl MySQLShard {
     }
 
     /// Claim (or, dry, peek at) up to `limit` jobs of `priority`, no more than leaves the
-    /// queue's IN_PROGRESS jobs at `max_in_progress` when given; the future gets `ClaimedJobs`.
+    /// queue's `IN_PROGRESS` jobs at `max_in_progress` when given; the future gets `ClaimedJobs`.
     #[allow(clippy::too_many_arguments)]
     fn dequeue_jobs(
         &self,
