@@ -264,3 +264,35 @@ def test_a_queue_made_without_the_claim_lock_table(server: Server, mariadb: Mari
         server.dequeue(path, "missing", 1, 1)
     with pytest.raises(QueueNotFoundError):
         server.claim_reserved(path, "missing", [(1, 1, "w")], "~r|a")
+
+
+def test_both_paths_send_the_same_capped_claim(server: Server, mariadb: MariaDBServer) -> None:
+    """The Rust hot path's capped dequeue sends the Python store's statements, as the server's
+    general log shows them (the Rust path sends the claim's UPDATE and SELECT in one query)."""
+    py, rs = "pyq", "rsq"  # the same length: their statements differ only in the name
+    for queue in (py, rs):
+        server.store.create_queue(queue, 2)
+        enqueue(server.store, queue, 2, 3)
+    server.store.set_queue_rules({py: QueueRules(max_in_progress=2), rs: QueueRules(max_in_progress=2)})
+    server.store.ping()
+    server.dequeue("native", rs, 1, 1, dry_run=True)  # both paths connected before the log starts
+
+    def logged(path: str, queue: str) -> list[str]:
+        mariadb.query("SET GLOBAL log_output = 'TABLE'")
+        mariadb.query("TRUNCATE mysql.general_log")
+        mariadb.query("SET GLOBAL general_log = 1")
+        try:
+            assert len(server.dequeue(path, queue, 2, 5)) == 2
+        finally:
+            mariadb.query("SET GLOBAL general_log = 0")
+        rows = mariadb.query(
+            "SELECT CONVERT(argument USING utf8mb4) FROM mysql.general_log"
+            " WHERE command_type = 'Query' AND user_host LIKE %s ORDER BY event_time",
+            (f"{mariadb.user}[%",),
+        )
+        return [statement for row in rows for statement in str(row[0]).split(";\n")]
+
+    py_log, rs_log = logged("store", py), logged("native", rs)
+    assert any(s.startswith(f"INSERT INTO `plq_1_{py}`.`claim_lock`") for s in py_log)
+    assert any("UNION ALL" in s for s in py_log), "the count over both priorities"
+    assert rs_log == [s.replace(py, rs).replace("claim|store", "claim|native") for s in py_log]
