@@ -518,8 +518,10 @@ class MySQLShard:
     (no table can have it) or ``internal``.
 
     ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
-    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs`` and
-    ``ack_failed_jobs`` to the text of those SQL files (``queries.py``'s ``Sql.text``).
+    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs``,
+    ``ack_failed_jobs``, ``lock_claims``, ``create_claim_lock_table`` (``schema/``),
+    ``list_jobs_tables`` and ``count_in_progress_table`` to the text of those SQL files
+    (``queries.py``'s ``Sql.text``).
     """
 
     def __new__(
@@ -554,9 +556,13 @@ class MySQLShard:
         claim: str,
         now_ms: int,
         dry_run: bool,
+        max_in_progress: int | None,
         future: Any,
     ) -> None:
-        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets ``ClaimedJobs``."""
+        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets
+        ``ClaimedJobs``. With ``max_in_progress`` (the queue's cap on this shard, every priority)
+        a claim takes the queue's claim lock first and leaves at most that many of the queue's
+        jobs IN_PROGRESS (``claim_cap.py``); a dry run ignores it."""
 
     def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
         """Settle ``acks``; ``future`` gets None."""
@@ -574,6 +580,7 @@ class MySQLShard:
         limit: int = 0,
         claim: str | None = None,
         dry_run: bool = False,
+        max_in_progress: int | None = None,
     ) -> tuple[Any, tuple[str, str, int, bool] | None]:
         """``method`` (``enqueue_jobs``, ``dequeue_jobs`` or ``ack_jobs``) run on the calling thread
         with the GIL released, answering ``(value, error)`` as ``settle`` takes them: the
