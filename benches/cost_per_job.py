@@ -257,10 +257,11 @@ def tree_cpu_seconds(pid: int) -> tuple[float, int]:
 
 
 def producer(
-    port: int, batch: int, body: bytes, backlog: int, counters: dict[str, Any], stop: Any, keyed: bool = False
+    port: int, batch: int, body: bytes, backlog: int, counters: dict[str, Any], stop: Any, keyed: int = 0
 ) -> None:
     """Enqueue batches while fewer than ``backlog`` jobs are enqueued and not yet acked; with
-    ``keyed``, every job carries a dedup key of its own (``benches/dedup_keys.py``)."""
+    ``keyed`` 1 or more, every job carries a dedup key of its own, and above 1 also a group key,
+    one of ``keyed`` groups in turn (``benches/dedup_keys.py``)."""
     from pinlater.idl import idl
 
     client = thrift_client(port)
@@ -275,6 +276,8 @@ def producer(
         if keyed:
             for job in request.jobs:
                 job.dedupKey = f"{os.getpid()}-{sent}"
+                if keyed > 1:
+                    job.groupKey = f"group-{sent % keyed}"
                 sent += 1
         client.enqueueJobs(ctx, request)
         with enqueued.get_lock():
@@ -356,7 +359,7 @@ def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace,
             workers = [
                 mp.Process(
                     target=producer,
-                    args=(server.port, args.batch, body, backlog, counters, stop, getattr(args, "keyed", False)),
+                    args=(server.port, args.batch, body, backlog, counters, stop, getattr(args, "keyed", 0)),
                     daemon=True,
                 )
                 for _ in range(args.producers)

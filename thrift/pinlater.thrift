@@ -54,8 +54,13 @@ const string CONTINUATION_END = "-1"
 //   it was picked from before may get a second job.
 // dedupWindowMillis: with a dedupKey, the key also stays held until this long after the holding
 //   job's enqueue, even once it has finished. 0 or more; more than 0 needs a dedupKey.
-// groupKey: ordered groups (FIFO per key). Reserved: this server refuses it (ENQUEUE_REJECTED)
-//   until ordered groups land, rather than ignore it.
+// groupKey: ordered groups (FIFO per key): the queue's jobs with one groupKey are handed out in
+//   enqueue order, whatever their priorities, at most the queue's groupConcurrency (queue config,
+//   default 1) IN_PROGRESS at once; the next only after the one before it succeeded, failed for
+//   good or was deleted (a retried or timed-out job keeps its place at the head). At most 1,024
+//   bytes (UTF-8), not empty. A group lives on one shard picked as a dedupKey's is; with both
+//   keys, the dedupKey is checked there. A shard whose store cannot keep groups (MySQL; Redis in
+//   the original layout) refuses the job with ENQUEUE_REJECTED naming the feature.
 struct PinLaterJob {
   1: required binary body;
   2: optional byte priority = 1;

@@ -519,8 +519,10 @@ class MySQLShard:
     (no table can have it) or ``internal``.
 
     ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
-    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs`` and
-    ``ack_failed_jobs`` to the text of those SQL files (``queries.py``'s ``Sql.text``).
+    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs``,
+    ``ack_failed_jobs``, ``lock_claims``, ``create_claim_lock_table`` (``schema/``),
+    ``list_jobs_tables`` and ``count_in_progress_table`` to the text of those SQL files
+    (``queries.py``'s ``Sql.text``).
     """
 
     def __new__(
@@ -555,9 +557,13 @@ class MySQLShard:
         claim: str,
         now_ms: int,
         dry_run: bool,
+        max_in_progress: int | None,
         future: Any,
     ) -> None:
-        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets ``ClaimedJobs``."""
+        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets
+        ``ClaimedJobs``. With ``max_in_progress`` (the queue's cap on this shard, every priority)
+        a claim takes the queue's claim lock first and leaves at most that many of the queue's
+        jobs IN_PROGRESS (``claim_cap.py``); a dry run ignores it."""
 
     def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
         """Settle ``acks``; ``future`` gets None."""
@@ -575,6 +581,7 @@ class MySQLShard:
         limit: int = 0,
         claim: str | None = None,
         dry_run: bool = False,
+        max_in_progress: int | None = None,
     ) -> tuple[Any, tuple[str, str, int, bool] | None]:
         """``method`` (``enqueue_jobs``, ``dequeue_jobs`` or ``ack_jobs``) run on the calling thread
         with the GIL released, answering ``(value, error)`` as ``settle`` takes them: the
@@ -731,14 +738,14 @@ class EnqueueCall:
                 ``1..num_priorities`` (``PRIORITY_NOT_SUPPORTED``).
         """
 
-    def dedup_keys(self) -> list[tuple[str | None, int]] | None:
-        """Each job's ``(dedupKey, dedupWindowMillis)`` in job order, or None when no job asks
-        for a pinlater extension (no key, window 0): then nothing per job is built.
+    def keys(self) -> list[tuple[str | None, int, str | None]] | None:
+        """Each job's ``(dedupKey, dedupWindowMillis, groupKey)`` in job order, or None when no
+        job asks for a pinlater extension (no key, window 0): then nothing per job is built.
 
         Raises:
-            JobRejected: ``ENQUEUE_REJECTED`` for the first job (``jobs[i]: ...``) with a
-                ``groupKey`` (ordered groups are not served yet), an empty key or one over 1,024
-                bytes, a window below 0 or over ten years, or a window above 0 without a key.
+            JobRejected: ``ENQUEUE_REJECTED`` for the first job (``jobs[i]: ...``) with an empty
+                key (either kind) or one over 1,024 bytes, a window below 0 or over ten years,
+                or a window above 0 without a dedup key.
         """
 
 @final

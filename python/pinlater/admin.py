@@ -142,10 +142,24 @@ class Admin:
     def counts(self, queue: str) -> dict[str, list[int]]:
         """``{"pending", "pending_future", "in_progress", "succeeded", "failed"}`` -> one count per
         priority (index 0 is priority 1)."""
+        counts: dict[str, list[int]] = self._queue(queue)["counts"]
+        return counts
+
+    def groups(self, queue: str) -> dict[str, int]:
+        """The queue's ordered groups, counted now: ``{"all": groups with an unfinished job,
+        "blocked": those with a job waiting behind the group's running ones}``."""
+        return dict(self._queue(queue)["groups"])
+
+    def rules(self, queue: str) -> dict[str, Any]:
+        """The queue config's rules in force: ``group_concurrency``, ``max_in_progress`` (the
+        whole queue's cap; None: none) and ``group_jobs_per_second`` (None: no limit)."""
+        return dict(self._queue(queue)["rules"])
+
+    def _queue(self, queue: str) -> dict[str, Any]:
         for q in self.overview(queue)["queues"]:
             if q["name"] == queue:
-                counts: dict[str, list[int]] = q["counts"]
-                return counts
+                found: dict[str, Any] = q
+                return found
         raise AdminError(404, f"no queue {queue!r}")
 
     def scan(
@@ -159,7 +173,8 @@ class Admin:
         future: bool = False,
     ) -> list[dict[str, Any]]:
         """Jobs of one state (``pending``, ``in_progress``, ``succeeded``, ``failed``), newest first,
-        with attempts, custom status and ``dedup_key`` (None without one; no bodies: see ``lookup``)."""
+        with attempts, custom status, ``dedup_key`` and ``group_key`` (None without one; no
+        bodies: see ``lookup``)."""
         result = self._get(
             "/api/scan",
             queue=queue,
@@ -174,7 +189,7 @@ class Admin:
 
     def lookup(self, descriptor: str) -> dict[str, Any] | None:
         """One job with its body (``body_text`` with replacement characters, ``body_hex``) and
-        ``dedup_key`` (None without one), or None."""
+        ``dedup_key`` and ``group_key`` (None without one), or None."""
         try:
             job: dict[str, Any] = self._get("/api/lookup", descriptor=descriptor)["job"]
         except AdminError as exc:
@@ -243,6 +258,19 @@ class Admin:
         """Set the queue's dequeue rate limit in jobs/s for the fleet (None: unlimited)."""
         action = "unlimit" if rate is None else "set"
         result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": action, "rate": rate}, password)
+        return result
+
+    def set_rules(
+        self,
+        queue: str,
+        *,
+        password: str | None = None,
+        **rules: int | float | None,
+    ) -> dict[str, Any]:
+        """Set some of the queue's rules in the queue config file, for the fleet:
+        ``group_concurrency``, ``max_in_progress``, ``group_jobs_per_second`` (None removes one);
+        returns ``{"queue", "rules", "config_path"}`` with the rules now in force."""
+        result: dict[str, Any] = self._post("/api/rules", {"queue": queue, **rules}, password)
         return result
 
     def pause(self, queue: str, *, password: str | None = None) -> dict[str, Any]:

@@ -12,9 +12,11 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pinlater.queue_rules import RULE_KEYS
 from pinlater.ratelimit import parse_queue_config
 
 #: Where ``pause_queue`` remembers the rate it replaced, inside the queue's entry (the original
@@ -93,12 +95,40 @@ def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None)
     document = _load_queue_config(target)
     entry = _entry(document, queue)
     if rate is None:
-        document["queues"] = [e for e in document["queues"] if e is not entry]
+        _drop_rate(document, entry)
     elif entry is None:
         document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": rate}})
     else:
         entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = rate
         entry.pop(PAUSED_FROM, None)
+    return _save_queue_config(target, document)
+
+
+def set_queue_rules(path: str | os.PathLike[str], queue: str, rules: Mapping[str, int | float | None]) -> str:
+    """Set some of ``queue``'s rules (``queue_rules.RULE_KEYS``: ``groupConcurrency``,
+    ``maxInProgress``, ``groupJobsPerSecond``; None removes one); returns the new file text. The
+    queue's rate limit, the other queues and any other keys are kept; a file the server would
+    refuse is not written (``ConfigError``).
+
+    >>> set_queue_rules("queues.json", "payments", {"maxInProgress": 200})      # doctest: +SKIP
+    """
+    unknown = set(rules) - set(RULE_KEYS)
+    if unknown:
+        raise ValueError(f"not a rule: {', '.join(sorted(unknown))} (rules: {', '.join(RULE_KEYS)})")
+    target = Path(path)
+    document = _load_queue_config(target)
+    entry = _entry(document, queue)
+    if entry is None:
+        entry = {"name": queue, "queueConfig": {}}
+        document["queues"].append(entry)
+    config = entry.setdefault("queueConfig", {})
+    for key, value in rules.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    if not config and PAUSED_FROM not in entry:
+        document["queues"] = [e for e in document["queues"] if e is not entry]
     return _save_queue_config(target, document)
 
 
@@ -126,10 +156,19 @@ def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
         return _save_queue_config(target, document)
     previous = entry.pop(PAUSED_FROM, None)
     if previous is None:
-        document["queues"] = [e for e in document["queues"] if e is not entry]
+        _drop_rate(document, entry)
     else:
         entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = previous
     return _save_queue_config(target, document)
+
+
+def _drop_rate(document: dict[str, Any], entry: dict[str, Any] | None) -> None:
+    """Remove a queue's rate limit: its whole entry, unless it also sets pinlater's rules."""
+    config = entry.get("queueConfig") if entry is not None else None
+    if isinstance(config, dict) and any(key in config for key in RULE_KEYS):
+        config.pop("maxJobsPerSecond", None)
+        return
+    document["queues"] = [e for e in document["queues"] if e is not entry]
 
 
 _NUMBERED_KEY = re.compile(r"[A-Za-z]*([0-9]+)")

@@ -9,7 +9,9 @@ than their TTLs are deleted. Then bounded calls forget the queue's dedup key rec
 has passed and whose job is gone (``gc_dedup_keys``): as many calls as the finished-job sweeps
 made (two per priority), so records go as fast as their jobs, stopping early at a call that
 forgets none. If one fails for a reason other than the shard or the queue being gone, that is
-logged and the pass goes on with the next queue. Several servers on one store may run monitors
+logged and the pass goes on with the next queue. Last, it reads the queue's ordered groups
+(``group_counts``: one call, on stores that keep groups), which ``/metrics`` exports as of the
+last pass (``Monitor.group_counts``). Several servers on one store may run monitors
 at once: each step is an atomic guarded store operation, so they never double-apply.
 """
 
@@ -19,7 +21,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from pinlater.backends.base import JobState
+from pinlater.backends.base import GroupCounts, JobState
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
@@ -57,6 +59,10 @@ class Monitor:
         self.metrics = metrics
         self._task: asyncio.Task[None] | None = None
         self.passes = 0
+        #: Each queue's ordered groups as the last pass counted them, summed over the shards it
+        #: reached (queues without a group left out).
+        self.group_counts: dict[str, GroupCounts] = {}
+        self._counting: dict[str, GroupCounts] = {}
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pinlater-monitor")
@@ -79,6 +85,7 @@ class Monitor:
         """One pass over every shard; returns totals (resurrected, gc_succeeded, gc_failed,
         gc_dedup_keys)."""
         totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0}
+        self._counting = {}
         for shard in self.backend.shards.all():
             if not shard.healthy:
                 continue
@@ -94,6 +101,7 @@ class Monitor:
                 totals[key] += value
         for key, value in totals.items():
             self.metrics.incr(f"monitor_{key}", value)
+        self.group_counts = self._counting
         self.passes += 1
         return totals
 
@@ -157,3 +165,8 @@ class Monitor:
             # A key table this GC cannot read is this queue's problem: the claims of the queues
             # after it on the shard are still rescued.
             log.exception("monitor: forgetting dedup keys of queue %s on shard %s failed", queue, shard.name)
+        if shard.store.groups_refused is None:
+            counts = await call(shard, shard.store.group_counts, queue)
+            if counts.groups:
+                seen = self._counting.get(queue, GroupCounts(0, 0))
+                self._counting[queue] = GroupCounts(seen.groups + counts.groups, seen.blocked + counts.blocked)

@@ -11,35 +11,31 @@ its share evenly between them. The token buckets live in the Rust extension
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
 
 from pinlater._pinlater import RateLimiter
 from pinlater.errors import ConfigError, ErrorCode, PinLaterError
+from pinlater.queue_rules import RULE_KEYS, parse_queue_rules, queue_entries
 
 log = logging.getLogger(__name__)
 
 
 def parse_queue_config(text: str) -> dict[str, float]:
-    """Queue name -> max jobs per second; raises ``ConfigError`` with the reason."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not JSON: {exc}") from None
-    queues = data.get("queues") if isinstance(data, dict) else None
-    if not isinstance(queues, list):
-        raise ConfigError('expected {"queues": [...]}')
+    """Queue name -> max jobs per second; raises ``ConfigError`` with the reason. An entry
+    without ``maxJobsPerSecond`` is refused, unless it sets one of pinlater's rules
+    (``queue_rules.RULE_KEYS``): such a queue has no rate limit. The rules are checked too, so
+    a file is taken or refused whole."""
     rates: dict[str, float] = {}
-    for i, entry in enumerate(queues):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ConfigError(f"queues[{i}]: expected an object with a string 'name'")
-        config = entry.get("queueConfig", {})
-        rate = config.get("maxJobsPerSecond") if isinstance(config, dict) else None
+    for i, (name, config) in enumerate(queue_entries(text)):
+        rate = config.get("maxJobsPerSecond")
+        if rate is None and any(key in config for key in RULE_KEYS):
+            continue
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
-            raise ConfigError(f"queues[{i}] ({entry['name']}): maxJobsPerSecond must be a number >= 0")
-        rates[entry["name"]] = float(rate)
+            raise ConfigError(f"queues[{i}] ({name}): maxJobsPerSecond must be a number >= 0")
+        rates[name] = float(rate)
+    parse_queue_rules(text)
     return rates
 
 

@@ -621,13 +621,14 @@ impl EnqueueCall {
     }
 }
 
-/// The longest `dedupKey` taken, in bytes of UTF-8.
+/// The longest `dedupKey` or `groupKey` taken, in bytes of UTF-8.
 pub const MAX_DEDUP_KEY_BYTES: usize = 1024;
 /// The longest `dedupWindowMillis` taken: ten years (so `now + window` never overflows).
 pub const MAX_DEDUP_WINDOW_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
 
-/// One job's dedup key and window, as `EnqueueCall::dedup_keys` checked them.
-pub type DedupSpec<'p> = (Option<&'p str>, i64);
+/// One job's extension keys, as `EnqueueCall::keys` checked them: its dedup key and window,
+/// and its group key.
+pub type KeySpec<'p> = (Option<&'p str>, i64, Option<&'p str>);
 
 impl EnqueueCall {
     /// Whether any job asks for an extension (see [`Job::has_extensions`]).
@@ -636,38 +637,41 @@ impl EnqueueCall {
         self.jobs.iter().any(Job::has_extensions)
     }
 
-    /// Each job's dedup key and window, in job order, checked: a key is 1 to
-    /// [`MAX_DEDUP_KEY_BYTES`] bytes; a window is 0 to [`MAX_DEDUP_WINDOW_MS`] and more than 0
-    /// only with a key; a `groupKey` is refused (ordered groups are not served yet). The first
-    /// job refused refuses the call (`ENQUEUE_REJECTED`, naming the field and the job's index).
-    pub fn dedup_keys<'p>(&self, payload: &'p [u8]) -> Result<Vec<DedupSpec<'p>>, JobRejected> {
+    /// Each job's dedup key, window and group key, in job order, checked: a key (either kind)
+    /// is 1 to [`MAX_DEDUP_KEY_BYTES`] bytes; a window is 0 to [`MAX_DEDUP_WINDOW_MS`] and more
+    /// than 0 only with a dedup key. The first job refused refuses the call (`ENQUEUE_REJECTED`,
+    /// naming the field and the job's index).
+    pub fn keys<'p>(&self, payload: &'p [u8]) -> Result<Vec<KeySpec<'p>>, JobRejected> {
         let reject = |i: usize, what: String| JobRejected {
             code: ENQUEUE_REJECTED,
             message: format!("jobs[{i}]: {what}"),
         };
+        let checked = |i: usize, field: &str, key: Option<&'p str>| match key {
+            Some("") => Err(reject(i, format!("{field} must not be empty"))),
+            Some(k) if k.len() > MAX_DEDUP_KEY_BYTES => {
+                let n = k.len();
+                Err(reject(
+                    i,
+                    format!("{field} is {n} bytes, at most {MAX_DEDUP_KEY_BYTES}"),
+                ))
+            }
+            _ => Ok(key),
+        };
         let mut out = Vec::with_capacity(self.jobs.len());
         for (i, job) in self.jobs.iter().enumerate() {
-            if job.group_key.is_some() {
-                return Err(reject(
-                    i,
-                    "groupKey (ordered groups) is not supported by this server yet".to_owned(),
-                ));
-            }
-            let key = job.dedup_key.as_ref().map(|span| text_at(payload, span));
+            let key = checked(
+                i,
+                "dedupKey",
+                job.dedup_key.as_ref().map(|span| text_at(payload, span)),
+            )?;
+            let group = checked(
+                i,
+                "groupKey",
+                job.group_key.as_ref().map(|span| text_at(payload, span)),
+            )?;
             let window = job.dedup_window_ms;
-            match key {
-                Some("") => return Err(reject(i, "dedupKey must not be empty".to_owned())),
-                Some(k) if k.len() > MAX_DEDUP_KEY_BYTES => {
-                    let n = k.len();
-                    return Err(reject(
-                        i,
-                        format!("dedupKey is {n} bytes, at most {MAX_DEDUP_KEY_BYTES}"),
-                    ));
-                }
-                None if window != 0 => {
-                    return Err(reject(i, "dedupWindowMillis needs a dedupKey".to_owned()))
-                }
-                _ => {}
+            if key.is_none() && window != 0 {
+                return Err(reject(i, "dedupWindowMillis needs a dedupKey".to_owned()));
             }
             if !(0..=MAX_DEDUP_WINDOW_MS).contains(&window) {
                 return Err(reject(
@@ -675,7 +679,7 @@ impl EnqueueCall {
                     format!("dedupWindowMillis must be 0 to {MAX_DEDUP_WINDOW_MS}, not {window}"),
                 ));
             }
-            out.push((key, window));
+            out.push((key, window, group));
         }
         Ok(out)
     }
@@ -892,17 +896,22 @@ mod tests {
         let call = decode_enqueue(&w).unwrap();
         assert!(call.has_extensions());
         assert_eq!(
-            call.dedup_keys(&w.0).unwrap(),
-            vec![(Some("k\u{e9}"), 50), (None, 0)]
+            call.keys(&w.0).unwrap(),
+            vec![(Some("k\u{e9}"), 50, None), (None, 0, None)]
         );
-        let refused = |w: &Wire| decode_enqueue(w).unwrap().dedup_keys(&w.0).unwrap_err();
         let grouped = enqueue(&[job(b"a"), job(b"b").str_field(8, "g")]);
-        let err = refused(&grouped);
+        assert_eq!(
+            decode_enqueue(&grouped).unwrap().keys(&grouped.0).unwrap(),
+            vec![(None, 0, None), (None, 0, Some("g"))]
+        );
+        let refused = |w: &Wire| decode_enqueue(w).unwrap().keys(&w.0).unwrap_err();
+        let err = refused(&enqueue(&[job(b"a"), job(b"b").str_field(8, "")]));
         assert_eq!(err.code, ENQUEUE_REJECTED);
-        assert!(
-            err.message.starts_with("jobs[1]: groupKey"),
-            "{}",
-            err.message
+        assert_eq!(err.message, "jobs[1]: groupKey must not be empty");
+        let long = "z".repeat(MAX_DEDUP_KEY_BYTES + 1);
+        assert_eq!(
+            refused(&enqueue(&[job(b"a").str_field(8, &long)])).message,
+            "jobs[0]: groupKey is 1025 bytes, at most 1024"
         );
         let long = "x".repeat(MAX_DEDUP_KEY_BYTES + 1);
         assert_eq!(
@@ -923,7 +932,7 @@ mod tests {
         assert_eq!(
             decode_enqueue(&at_most)
                 .unwrap()
-                .dedup_keys(&at_most.0)
+                .keys(&at_most.0)
                 .unwrap()
                 .len(),
             1

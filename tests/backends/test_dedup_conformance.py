@@ -18,10 +18,10 @@ import pytest
 from pinlater.backends.base import (
     RESERVATION_PREFIX,
     AckItem,
-    KeyedJob,
     Enqueued,
     JobFilter,
     JobState,
+    KeyedJob,
     NewJob,
     ShardStore,
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pinlater.backends.base import KeyedJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import Enqueued, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.embedded import EmbeddedStore, shard_path, sql
 
 Q = "q"

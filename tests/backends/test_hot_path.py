@@ -18,9 +18,9 @@ from pinlater.backends.base import (
     AckItem,
     BackendDriver,
     ClaimedJob,
-    KeyedJob,
     Enqueued,
     JobState,
+    KeyedJob,
     NewJob,
     ShardStore,
 )

@@ -19,7 +19,7 @@ from tests.support.mariadb_server import MariaDBServer, shared_server
 from tests.support.original_mysql import seed_original_queue
 from tests.support.wait import wait_for
 
-from pinlater.backends.base import KeyedJob, Enqueued, JobFilter, JobState, NewJob
+from pinlater.backends.base import Enqueued, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap

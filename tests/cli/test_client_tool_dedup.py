@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from types import ModuleType
@@ -81,13 +80,13 @@ def test_lookup_and_scan_show_the_dedup_key(server: ServerProcess, store: KeyedS
     assert scanned.count("dedup_key: order\\n42") == 1
 
 
-def test_a_group_key_is_refused_and_the_summary_says_why(server: ServerProcess, store: KeyedStore) -> None:
+def test_a_group_key_is_sent_and_shown(server: ServerProcess, store: KeyedStore) -> None:
     ok(tool(server, "--mode", "create", "--queue", "grouped"))
-    done = tool(server, "--mode", "enqueue", "--queue", "grouped", "--group-key", "g")
-    assert done.returncode == 1, done
-    line = summary_line(done.stdout, "errors: ENQUEUE_REJECTED")
-    assert re.fullmatch(r"errors: ENQUEUE_REJECTED 1 \(first: jobs\[0\]: groupKey \(ordered groups\) .*\)", line)
-    assert store.count("grouped", PENDING) == 0
+    out = ok(tool(server, "--mode", "enqueue", "--queue", "grouped", "--group-key", "g\t1", "--batch_size", "2"))
+    assert "dedup" not in out
+    assert store.count("grouped", PENDING) == 2
+    scanned = ok(tool(server, "--mode", "scan", "--queue", "grouped"))
+    assert scanned.count("group_key: g\\t1") == 2, "a tab in the key is escaped: one line per field"
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ import pytest
 
 from pinlater.client import (
     AsyncPinLaterClient,
-    EnqueueRejected,
     EnqueueResult,
     Job,
     JobState,
@@ -110,10 +109,13 @@ def test_plain_enqueues_flag_nothing(pl: PinLaterClient, queue: str) -> None:
     assert pl.count(queue, JobState.PENDING) == 2
 
 
-def test_a_group_key_is_refused_until_ordered_groups_land(pl: PinLaterClient, queue: str) -> None:
-    with pytest.raises(EnqueueRejected, match=r"jobs\[1\]: groupKey \(ordered groups\) is not supported"):
-        pl.enqueue(queue, [b"fine", Job(b"grouped", group_key="g")])
-    assert pl.count(queue, JobState.PENDING) == 0
+def test_a_group_key_runs_its_jobs_in_order(pl: PinLaterClient, queue: str) -> None:
+    first, second, plain = pl.enqueue(queue, [Job(b"g1", group_key="g"), Job(b"g2", group_key="g"), b"plain"])
+    assert {j.descriptor for j in pl.dequeue(queue, 10)} == {first, plain}, "g2 waits for g1"
+    found = pl.lookup([second])
+    assert found[second].group_key == "g" and found[second].state == JobState.PENDING
+    pl.ack(queue, succeeded=[first])
+    assert [j.descriptor for j in pl.dequeue(queue, 10)] == [second]
 
 
 def test_the_async_client_answers_the_same(address: str, queue: str) -> None:
@@ -125,7 +127,7 @@ def test_the_async_client_answers_the_same(address: str, queue: str) -> None:
             assert found[first[0]].dedup_key == "k" and found[first[0]].group_key is None
             [job] = (await client.scan(queue, JobState.PENDING)).jobs
             assert job.descriptor == first[0] and job.dedup_key == "k"
-            with pytest.raises(EnqueueRejected, match="groupKey"):
-                await client.enqueue(queue, [Job(b"z", group_key="g")])
+            [grouped] = await client.enqueue(queue, [Job(b"z", group_key="g")])
+            assert (await client.lookup([grouped]))[grouped].group_key == "g"
 
     asyncio.run(main())

@@ -116,7 +116,6 @@ def test_a_key_in_a_queue_that_does_not_exist_is_queue_not_found(api: Api) -> No
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"groupKey": "g"}, "jobs[1]: groupKey (ordered groups) is not supported"),
         ({"dedupKey": ""}, "jobs[1]: dedupKey must not be empty"),
         ({"dedupKey": "x" * 1025}, "jobs[1]: dedupKey is 1025 bytes, at most 1024"),
         ({"dedupKey": "k", "dedupWindowMillis": -1}, "jobs[1]: dedupWindowMillis must be 0 to"),

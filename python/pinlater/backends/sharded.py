@@ -29,7 +29,7 @@ import socket
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
@@ -39,19 +39,22 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    KeyedJob,
     Enqueued,
+    GroupCounts,
     HotPath,
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
+    QueueRules,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.queue_rules import cap_share
 from pinlater.wakeup import QueueSignals
 
 log = logging.getLogger(__name__)
@@ -172,6 +175,7 @@ class ShardedBackend:
         #: (``pressure.py``); None: memory reports do not steer enqueues.
         self.memory_high_water = memory_high_water
         self._shards = shards
+        self._rules: dict[str, QueueRules] = {}
         self.num_priorities = num_priorities
         self.count_limit = count_limit
         self.clock: Clock = clock or SystemClock()
@@ -214,8 +218,33 @@ class ShardedBackend:
 
     def replace_shards(self, shards: ShardMap) -> None:
         """Swap the shard map (config reload). Requests in flight keep the map they started with."""
+        if self._rules:
+            self._hand_rules(shards)
         self._shards = shards
         self._current_hot_paths = {s: hot for s, hot in self._current_hot_paths.items() if shards.get(s.name) is s}
+
+    @property
+    def queue_rules(self) -> Mapping[str, QueueRules]:
+        """The queue config's rules (``queue_rules.py``), ``max_in_progress`` for the whole queue."""
+        return self._rules
+
+    def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
+        """Take the queue config's rules and hand every store its own (``ShardStore.set_queue_rules``):
+        the same, but with its share of each ``max_in_progress`` (``cap_share``, over the shards
+        in name order, dequeue-only ones included, since they hand out jobs too)."""
+        self._rules = dict(rules)
+        self._hand_rules(self._shards)
+
+    def _hand_rules(self, shards: ShardMap) -> None:
+        names = sorted(s.name for s in shards)
+        for shard in shards:
+            index = names.index(shard.name)
+            shard.store.set_queue_rules(
+                {
+                    queue: rules._replace(max_in_progress=cap_share(rules.max_in_progress, index, len(names)))
+                    for queue, rules in self._rules.items()
+                }
+            )
 
     def hot_path(self, shard: Shard) -> HotPath:
         """The shard store's hot operations as coroutines (``ShardStore.hot_path``, made once
@@ -471,25 +500,31 @@ class ShardedBackend:
         raise QueueNotFoundError(queue)
 
     async def enqueue_keyed_jobs(
-        self, queue: str, jobs: Sequence[NewJob], keys: Sequence[tuple[str | None, int]], now_ms: int
+        self, queue: str, jobs: Sequence[NewJob], keys: Sequence[tuple[str | None, int, str | None]], now_ms: int
     ) -> list[tuple[str, bool]]:
-        """Enqueue jobs of which some carry a dedup key (``keys[i]``: job ``i``'s key or None, and
-        its window); answer ``(descriptor, deduplicated)`` per job, in order.
+        """Enqueue jobs of which some carry a pinlater key (``keys[i]``: job ``i``'s dedup key or
+        None, its window, and its group key or None); answer ``(descriptor, deduplicated)`` per
+        job, in order.
 
-        Each key has one shard (``key_shard``, over the shards that take new jobs, healthy or
-        not), whose store makes the check and the insert one atomic step: two servers enqueueing
-        one key make one job. A key repeated in the request is answered with its first job's
-        place. The jobs without a key are enqueued as ``enqueue_jobs`` does, after the keyed ones
-        succeeded, so a request that fails part-way leaves no keyless job that a retry would
-        duplicate (its keyed jobs are deduplicated by the retry). A key's shard that is down
-        fails the request: another shard could not see the key's holder.
+        Each dedup key and each group has one shard (``key_shard``, over the shards that take new
+        jobs, healthy or not); a job with both goes to its group's shard, where its dedup key is
+        checked (so a dedup key is unique per group there). That shard's store makes the check
+        and the insert one atomic step: two servers enqueueing one key make one job, and a
+        group's jobs keep their order. A dedup key repeated in the request is answered with its
+        first job's place. A group whose shard refuses groups (``ShardStore.groups_refused``)
+        refuses the request before anything is written. The jobs without a key are enqueued as
+        ``enqueue_jobs`` does, after the keyed ones succeeded, so a request that fails part-way
+        leaves no keyless job that a retry would duplicate (its dedup-keyed jobs are deduplicated
+        by the retry). A key's shard that is down fails the request: another shard could not see
+        the key's holder, or keep the group's order.
 
         The shard set decides where a key is checked, so the check is atomic only among servers
         that agree on it. A reload that adds a shard, removes one or makes one dequeue-only (or
         takes one back) moves some keys to another shard (rendezvous hashing moves only those),
         and a moved key's holder, still on its old shard, is not seen there: an enqueue of it
-        may make a second job until that holder is no longer held. Servers whose shard configs
-        differ (during a rolling reload) can do the same."""
+        may make a second job until that holder is no longer held, and a moved group starts a
+        second line beside its jobs on the old shard. Servers whose shard configs differ (during
+        a rolling reload) can do the same."""
         targets = [s for s in self._shards if not s.dequeue_only]
         if not targets:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no shard accepts new jobs")
@@ -499,15 +534,24 @@ class ShardedBackend:
         plain: list[int] = []
         by_shard: dict[str, list[int]] = defaultdict(list)
         batch_of: dict[int, KeyedJob] = {}
-        for i, (key, window_ms) in enumerate(keys):
-            if key is None:
+        for i, (key, window_ms, group) in enumerate(keys):
+            if key is None and group is None:
                 plain.append(i)
-            elif key in first:
+            elif key is not None and key in first:
                 repeats.append((i, first[key]))
             else:
-                first[key] = i
-                batch_of[i] = KeyedJob(jobs[i], key, window_ms)
-                by_shard[key_shard(queue, key, targets).name].append(i)
+                if key is not None:
+                    first[key] = i
+                batch_of[i] = KeyedJob(jobs[i], key, window_ms, group)
+                if group is None:
+                    assert key is not None
+                    shard = key_shard(queue, key, targets)
+                else:
+                    shard = key_shard(queue, group, targets, space="group")
+                    if (reason := shard.store.groups_refused) is not None:
+                        refusal = f"jobs[{i}]: groupKey (ordered groups) {reason}"
+                        raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, refusal)
+                by_shard[shard.name].append(i)
 
         async def on(shard: Shard, indexes: list[int]) -> None:
             batch = [batch_of[i] for i in indexes]
@@ -560,7 +604,8 @@ class ShardedBackend:
         if taken:
             if (probe := memory_probe(store)) is not None:
                 body_bytes = sum(len(keyed.job.body) for keyed in taken)
-                probe.note_enqueued(len(taken), body_bytes, len(taken), sum(len(k.key.encode()) for k in taken))
+                keys = [k.key.encode() for k in taken if k.key is not None]
+                probe.note_enqueued(len(taken), body_bytes, len(keys), sum(map(len, keys)))
             for keyed in taken:
                 self._ready_at(shard.name, queue, keyed.job.priority, keyed.job.run_after_ms, now)
         return answers
@@ -814,6 +859,19 @@ class ShardedBackend:
                     total[key] += n if cap is None else min(n, cap)
         return dict(total)
 
+    async def group_counts(self, queue: str) -> GroupCounts:
+        """The queue's ordered groups (``ShardStore.group_counts``), summed over the healthy
+        shards (a group lives on one shard)."""
+        answers = QueueAnswers(queue)
+        empty = GroupCounts(0, 0)
+        calls = [
+            answers.ask(shard, self.call_store(shard, shard.store.group_counts, queue), empty)
+            for shard in await self._readable_shards()
+        ]
+        results = await _gather_raising_first(calls)
+        answers.check()
+        return GroupCounts(sum(c.groups for c in results), sum(c.blocked for c in results))
+
     async def scan_jobs(
         self, queue: str, state: JobState, priority: int | None, future: bool, limit: int, body_regex: str | None
     ) -> list[tuple[str, JobRecord]]:
@@ -916,11 +974,12 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
     return created
 
 
-def key_shard(queue: str, key: str, shards: Sequence[Shard]) -> Shard:
+def key_shard(queue: str, key: str, shards: Sequence[Shard], space: str = "") -> Shard:
     """The shard that holds ``key`` of ``queue`` among ``shards``: the highest of a stable hash
     of (queue, key, shard name) (rendezvous hashing), so every server picks the same one, and
-    adding or removing a shard moves only the keys that land on or left it."""
-    prefix = f"{queue}\0{key}\0".encode()
+    adding or removing a shard moves only the keys that land on or left it. ``space`` keeps
+    kinds of keys apart ("group" for groups; dedup keys have none)."""
+    prefix = f"{queue}\0{key}\0{space + chr(0) if space else ''}".encode()
 
     def rank(shard: Shard) -> bytes:
         return hashlib.blake2b(prefix + shard.name.encode(), digest_size=8).digest()

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Sequence
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
-from pinlater.backends.base import AckItem, KeyedJob, Enqueued, HotPath, NewJob, Offload, ShardStore
+from pinlater.backends.base import AckItem, Enqueued, HotPath, KeyedJob, NewJob, Offload, ShardStore
 
 # The extension's tuples as the NamedTuples the blocking stores read, without a frame per job.
 new_job = functools.partial(tuple.__new__, NewJob)

@@ -135,7 +135,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--group_key",
         "--group-key",
-        help="enqueue: the group key of every job (ordered groups: refused by the server until they land)",
+        type=_group_key,
+        help="enqueue: the group key of every job (ordered groups: handed out one after another, in order)",
     )
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
     p.add_argument("--source", default=f"pinlaterclienttool:{socket.gethostname()}", help="the RequestContext source")
@@ -193,6 +194,12 @@ def _positive_float(text: str) -> float:
 def _dedup_key(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("a dedup key must not be empty")
+    return text
+
+
+def _group_key(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("a group key must not be empty")
     return text
 
 

@@ -25,7 +25,11 @@ class Job:
     IN_PROGRESS, enqueueing another with it creates nothing and answers the live job's
     descriptor (``EnqueueResult.deduplicated``). ``dedup_window_ms`` > 0 (needs a key) keeps the
     key held that long after the holder's enqueue, even once it has finished. ``group_key``
-    (ordered groups) is refused by the server (ENQUEUE_REJECTED) until ordered groups land.
+    (ordered groups): the queue's jobs with one group key are handed out in enqueue order, at
+    most the queue's ``groupConcurrency`` (default 1) at once, the next only once the one before
+    it has finished; a store that cannot keep groups (MySQL, Redis in the original layout)
+    refuses the job (ENQUEUE_REJECTED). With both keys, the dedup key is checked within the
+    group's shard.
     """
 
     body: bytes | str
@@ -124,7 +128,7 @@ class JobInfo:
     body: bytes | None = None
     #: The job's dedup key while it holds it (pinlater extension, ``PinLaterJobInfo`` 11).
     dedup_key: str | None = None
-    #: The job's group key (``PinLaterJobInfo`` 12); None until ordered groups land.
+    #: The job's group key (pinlater extension, ``PinLaterJobInfo`` 12).
     group_key: str | None = None
     raw: Any = field(default=None, repr=False, compare=False)
 

@@ -102,6 +102,7 @@ class AdminApp(AdminApi):
         r.add_post("/api/retry", self.api_retry)
         r.add_post("/api/delete", self.api_delete)
         r.add_post("/api/rate", self.api_rate)
+        r.add_post("/api/rules", self.api_rules)
         return app
 
     async def _start_sampler(self, app: web.Application) -> None:
@@ -167,6 +168,7 @@ class AdminApp(AdminApi):
             yield from memory_families(backend.shards, backend.memory_high_water)
         if self._queue_jobs is not None:
             yield queue_jobs_family(self._queue_jobs)
+        yield from self._group_families()
         limits = self.server.rate_limits
         if limits is not None:
             rate = GaugeMetricFamily(
@@ -177,6 +179,45 @@ class AdminApp(AdminApi):
             for queue in sorted(limits.configured):
                 rate.add_metric([queue], limits.effective_rate(queue) or 0.0)
             yield rate
+
+    def _group_families(self) -> Iterator[Metric]:
+        """Ordered groups per queue as the monitor's last pass counted them, and the rules in
+        force (``queue_rules.py``)."""
+        monitor = self.server.monitor
+        if monitor is not None and monitor.group_counts:
+            groups = GaugeMetricFamily(
+                "pinlater_queue_groups",
+                "Ordered groups with an unfinished job (kind=all), and those with a job waiting behind"
+                " the group's running ones (kind=blocked), as of the monitor's last pass",
+                labels=["queue", "kind"],
+            )
+            for queue, counts in sorted(monitor.group_counts.items()):
+                groups.add_metric([queue, "all"], float(counts.groups))
+                groups.add_metric([queue, "blocked"], float(counts.blocked))
+            yield groups
+        backend = self.server.backend
+        rules = backend.queue_rules if backend is not None else {}
+        if rules:
+            cap = GaugeMetricFamily(
+                "pinlater_queue_max_in_progress",
+                "maxInProgress in force (the queue's cap over every server; absent: none)",
+                labels=["queue"],
+            )
+            concurrency = GaugeMetricFamily(
+                "pinlater_queue_group_concurrency", "groupConcurrency in force", labels=["queue"]
+            )
+            group_rate = GaugeMetricFamily(
+                "pinlater_queue_group_jobs_per_second", "groupJobsPerSecond in force", labels=["queue"]
+            )
+            for queue, rule in sorted(rules.items()):
+                concurrency.add_metric([queue], float(rule.group_concurrency))
+                if rule.max_in_progress is not None:
+                    cap.add_metric([queue], float(rule.max_in_progress))
+                if rule.group_jobs_per_second is not None:
+                    group_rate.add_metric([queue], rule.group_jobs_per_second)
+            yield cap
+            yield concurrency
+            yield group_rate
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n", content_type="text/plain")

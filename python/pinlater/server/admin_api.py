@@ -24,7 +24,8 @@ from aiohttp import web
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
 from pinlater.backends import body_filter
-from pinlater.backends.base import CountKey, JobRecord, JobState
+from pinlater.backends.base import DEFAULT_RULES, CountKey, GroupCounts, JobRecord, JobState
+from pinlater.errors import ConfigError
 from pinlater.server.handler import QUEUE_NAME, hash_password
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import QueueCounts
@@ -85,12 +86,24 @@ class AdminApi:
             names = [wanted]
             counts = {wanted: await one_queue_columns(backend, wanted)}
             counted_at_ms, took_ms = int(time.time() * 1000), None
+            groups = {wanted: await backend.group_counts(wanted)}
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
             names = sorted(snapshot.names)
             counts = count_columns(snapshot.counts, names, backend.num_priorities)
             counted_at_ms, took_ms = snapshot.taken_at_ms, round(snapshot.took_s * 1000, 1)
-        queues = [{"name": queue, "counts": counts[queue], "rate": self._rate(queue)} for queue in names]
+            monitor = self.server.monitor
+            groups = {} if monitor is None else monitor.group_counts
+        queues = [
+            {
+                "name": queue,
+                "counts": counts[queue],
+                "rate": self._rate(queue),
+                "rules": self._rules(queue),
+                "groups": _groups(groups.get(queue)),
+            }
+            for queue in names
+        ]
         s = self.server.settings
         limits = self.server.rate_limits
         return _json(
@@ -141,6 +154,16 @@ class AdminApi:
         configured = None if limits is None else limits.configured.get(queue)
         effective = None if limits is None else limits.effective_rate(queue)
         return {"configured": configured, "effective": effective, "paused": configured == 0}
+
+    def _rules(self, queue: str) -> dict[str, Any]:
+        """The queue config's rules in force for ``queue`` (``queue_rules.py``; defaults when
+        it sets none): ``max_in_progress`` is the whole queue's cap (None: none)."""
+        rules = self.backend.queue_rules.get(queue, DEFAULT_RULES)
+        return {
+            "group_concurrency": rules.group_concurrency,
+            "max_in_progress": rules.max_in_progress,
+            "group_jobs_per_second": rules.group_jobs_per_second,
+        }
 
     async def api_rates(self, request: web.Request) -> web.Response:
         return _json(self.history.rates())
@@ -252,11 +275,35 @@ class AdminApi:
         else:
             raise ApiError(400, f"action must be set, unlimit, pause or resume, not {action!r}")
         if self.server.rate_limits is not None:
-            self.server.rate_limits.apply_queue_config(text)  # now, not at the watcher's next look
+            self.server.apply_queue_config(text)  # now, not at the watcher's next look
         rate_info = self._rate(queue)
         now = "unlimited" if rate_info["configured"] is None else f"{rate_info['configured']:g} jobs/s"
         _audit(request, logging.WARNING, action, queue, f"rate limit now {now}")
         return _json({"queue": queue, "rate": rate_info, "config_path": str(path)})
+
+    async def api_rules(self, request: web.Request) -> web.Response:
+        """Set some of a queue's rules in the queue config file (``admin_files.set_queue_rules``):
+        ``{"queue", "password", "group_concurrency"?, "max_in_progress"?, "group_jobs_per_second"?}``,
+        each given one set (null removes it), and applied now."""
+        path = self.server.settings.queue_config_file_path
+        if path is None:
+            raise ApiError(409, "rules cannot be changed here: the server has no QUEUE_CONFIG_FILE_PATH")
+        body = await self._authorized(request, "rules")
+        queue = await self._existing_queue(body.get("queue"))
+        names = {"group_concurrency": "groupConcurrency", "max_in_progress": "maxInProgress"}
+        names["group_jobs_per_second"] = "groupJobsPerSecond"
+        rules = {key: body[field] for field, key in names.items() if field in body}
+        if not rules:
+            raise ApiError(400, f"give at least one of {', '.join(names)}")
+        loop = asyncio.get_running_loop()
+        try:
+            text = await loop.run_in_executor(None, config_files.set_queue_rules, path, queue, rules)
+        except ConfigError as exc:
+            raise ApiError(400, str(exc)) from None
+        self.server.apply_queue_config(text)  # now, not at the watcher's next look
+        now = self._rules(queue)
+        _audit(request, logging.WARNING, "rules", queue, f"rules now {now}")
+        return _json({"queue": queue, "rules": now, "config_path": str(path)})
 
     # -- validation ------------------------------------------------------------------------------
 
@@ -351,6 +398,7 @@ def _job(descriptor: str, record: JobRecord, with_body: bool = False) -> dict[st
         "run_after_ms": record.run_after_ms,
         "claim_descriptor": record.claim_descriptor,
         "dedup_key": record.dedup_key,
+        "group_key": record.group_key,
     }
     if with_body and record.body is not None:
         body = record.body
@@ -360,6 +408,13 @@ def _job(descriptor: str, record: JobRecord, with_body: bool = False) -> dict[st
         job["body_text_truncated"] = len(body) > BODY_TEXT_LIMIT
         job["body_hex_truncated"] = len(body) > BODY_HEX_LIMIT
     return job
+
+
+def _groups(counts: GroupCounts | None) -> dict[str, int]:
+    """A queue's ordered groups: those with an unfinished job, and the blocked ones (a job
+    waiting behind the group's running ones). The queue list gives the monitor's last count
+    (none: no group then); one queue's view counts them now."""
+    return {"all": 0, "blocked": 0} if counts is None else {"all": counts.groups, "blocked": counts.blocked}
 
 
 def _json(data: Any) -> web.Response:

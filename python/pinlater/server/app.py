@@ -34,6 +34,7 @@ from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
 from pinlater.errors import ConfigError
 from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.queue_rules import parse_queue_rules
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.server.admin import start_admin
 from pinlater.server.dispatch import Dispatcher
@@ -66,7 +67,8 @@ class PinLaterServer:
         self.broker: DequeueBroker | None = None
         self._thrift: FramedServer | None = None
         self._admin: web.AppRunner | None = None
-        self._monitor: Monitor | None = None
+        #: The monitor, in process 0 (None in the others).
+        self.monitor: Monitor | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._watchers: list[FileWatcher] = []
         self._driver: BackendDriver | None = None
@@ -139,8 +141,8 @@ class PinLaterServer:
         if self.process_index == 0:
             self._admin = await start_admin(self)
             admin_port = self._admin.addresses[0][1]
-            self._monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
-            self._monitor.start()
+            self.monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
+            self.monitor.start()
         self._health_task = asyncio.create_task(self._health_loop(), name="pinlater-health")
         await self._warn(self.backend.shards.all())
         config_path = driver.config_path(s)
@@ -159,7 +161,8 @@ class PinLaterServer:
         if s.queue_config_file_path is None:
             return None
         limits = QueueRateLimits(processes=s.server_processes)
-        watchers = [FileWatcher(s.queue_config_file_path, limits.apply_queue_config, "queue config")]
+        self.rate_limits = limits
+        watchers = [FileWatcher(s.queue_config_file_path, self.apply_queue_config, "queue config")]
         if s.server_set_enabled and s.server_set_path is not None:
             watchers.append(FileWatcher(s.server_set_path, limits.apply_server_set, "server set"))
         for watcher in watchers:
@@ -168,6 +171,14 @@ class PinLaterServer:
             watcher.start()
         self._watchers.extend(watchers)
         return limits
+
+    def apply_queue_config(self, text: str) -> None:
+        """Take a queue config file's text (at start and at every change): the rate limits, and
+        the rules the stores enforce (``queue_rules.py``). A bad file raises and changes nothing."""
+        rules = parse_queue_rules(text)
+        assert self.rate_limits is not None and self.backend is not None
+        self.rate_limits.apply_queue_config(text)
+        self.backend.set_queue_rules(rules)
 
     def _reload_backend_config(self, text: str) -> None:
         """Parse the edited file and swap in the next shard map (a bad file raises: kept old)."""
@@ -260,8 +271,8 @@ class PinLaterServer:
             await self._admin.cleanup()
         if self.broker is not None:
             await self.broker.stop()  # requests are done: hand every reservation back now
-        if self._monitor is not None:
-            await self._monitor.stop()
+        if self.monitor is not None:
+            await self.monitor.stop()
         for watcher in self._watchers:
             await watcher.stop()
         for task in list(self._background):

@@ -254,7 +254,7 @@ class PinLaterHandler:
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         now = self.backend.clock.now_ms()
         batch = call.batch(self.backend.num_priorities, now)
-        keys = call.dedup_keys()  # None unless some job carries a pinlater extension
+        keys = call.keys()  # None unless some job carries a pinlater extension
         if keys is not None:
             return await self._enqueue_keyed(queue, batch, keys, now, seqid)
         shard, ids = await self.backend.enqueue_jobs(queue, batch, now)  # run after == now: ready lists
@@ -262,10 +262,11 @@ class PinLaterHandler:
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 
     async def _enqueue_keyed(
-        self, queue: str, batch: NewJobBatch, keys: list[tuple[str | None, int]], now: int, seqid: int
+        self, queue: str, batch: NewJobBatch, keys: list[tuple[str | None, int, str | None]], now: int, seqid: int
     ) -> bytes:
-        """An enqueue whose jobs carry dedup keys: placed job by job (``enqueue_keyed_jobs``),
-        with Python values per job; the response's ``deduplicated`` is sent when some job was."""
+        """An enqueue whose jobs carry dedup or group keys: placed job by job
+        (``enqueue_keyed_jobs``), with Python values per job; the response's ``deduplicated`` is
+        sent when some job was."""
         jobs = [NewJob(*job) for job in batch.to_list()]
         placed = await self.backend.enqueue_keyed_jobs(queue, jobs, keys, now)
         flags = [deduplicated for _, deduplicated in placed]
@@ -475,4 +476,5 @@ def _job_info(descriptor: str, record: JobRecord) -> Any:
         claimDescriptor=record.claim_descriptor,
         body=record.body,
         dedupKey=record.dedup_key,
+        groupKey=record.group_key,
     )

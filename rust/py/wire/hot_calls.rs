@@ -11,8 +11,9 @@ use crate::py::queue::jobs::{AckGroup, NewJobBatch};
 use crate::py::wire::struct_end::DETACH_BYTES;
 use crate::wire::hot_calls::{self, HotCall};
 
-/// One job's `(dedupKey, dedupWindowMillis)`, as `EnqueueCall.dedup_keys` hands them to Python.
-type DedupKey = (Option<String>, i64);
+/// One job's `(dedupKey, dedupWindowMillis, groupKey)`, as `EnqueueCall.keys` hands them to
+/// Python.
+type JobKeys = (Option<String>, i64, Option<String>);
 
 /// An `enqueueJobs` call.
 #[pyclass(frozen, name = "EnqueueCall", module = "pinlater._pinlater")]
@@ -65,19 +66,19 @@ impl EnqueueCall {
         })
     }
 
-    /// Each job's `(dedupKey, dedupWindowMillis)`, checked, or `None` when no job asks for an
-    /// extension (the common case, answered without a Python object per job); raises
-    /// `JobRejected` for the first job the handler refuses (a `groupKey`, a bad key or window).
-    fn dedup_keys(&self, py: Python<'_>) -> PyResult<Option<Vec<DedupKey>>> {
-        guarded("EnqueueCall.dedup_keys", || {
+    /// Each job's `(dedupKey, dedupWindowMillis, groupKey)`, checked, or `None` when no job
+    /// asks for an extension (the common case, answered without a Python object per job);
+    /// raises `JobRejected` for the first job the handler refuses (a bad key or window).
+    fn keys(&self, py: Python<'_>) -> PyResult<Option<Vec<JobKeys>>> {
+        guarded("EnqueueCall.keys", || {
             if !self.call.has_extensions() {
                 return Ok(None);
             }
             let payload = self.payload.bind(py).as_bytes();
-            let keys = self.call.dedup_keys(payload)?;
+            let keys = self.call.keys(payload)?;
             Ok(Some(
                 keys.into_iter()
-                    .map(|(k, w)| (k.map(str::to_owned), w))
+                    .map(|(k, w, g)| (k.map(str::to_owned), w, g.map(str::to_owned)))
                     .collect(),
             ))
         })

@@ -17,7 +17,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 
-from pinlater.backends.base import KeyedJob, Enqueued, NewJob
+from pinlater.backends.base import Enqueued, KeyedJob, NewJob
 from pinlater.backends.dedup_sweep import SweepCursors, forgettable, holds
 from pinlater.backends.embedded import sql
 

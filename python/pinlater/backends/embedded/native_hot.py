@@ -27,7 +27,7 @@ from pinlater._pinlater import (
     SqliteShard,
     sqlite_library_version,
 )
-from pinlater.backends.base import RESERVATION_PREFIX, KeyedJob, Enqueued, Offload
+from pinlater.backends.base import RESERVATION_PREFIX, Enqueued, KeyedJob, Offload
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError

@@ -30,11 +30,11 @@ from pinlater.backends.base import (
     CheckpointItem,
     ClaimedJob,
     CountKey,
-    KeyedJob,
     Enqueued,
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter

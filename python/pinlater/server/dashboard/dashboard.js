@@ -85,6 +85,23 @@
     );
   }
 
+  // A queue's ordered groups: those with an unfinished job, and the blocked ones (a job waiting
+  // behind the group's running ones); empty when it has none.
+  function groupsText(groups) {
+    if (!groups || groups.all === 0) return "";
+    return groups.blocked ? `${groups.all} (${groups.blocked} blocked)` : String(groups.all);
+  }
+
+  // The queue config's other rules in force (maxInProgress, groupConcurrency, groupJobsPerSecond).
+  function rulesText(rules) {
+    const parts = [];
+    if (rules.max_in_progress !== null) parts.push(`at most ${rules.max_in_progress} in progress`);
+    let groups = `groups: ${rules.group_concurrency} at once`;
+    if (rules.group_jobs_per_second !== null) groups += `, ${rules.group_jobs_per_second} jobs/s each`;
+    parts.push(groups);
+    return parts.join("; ");
+  }
+
   function renderQueues() {
     const rows = overview.queues.map((q) => {
       const canvas = el("canvas", { width: "160", height: "36", class: "spark", "data-queue": q.name });
@@ -96,6 +113,7 @@
         el("td", { class: "name", text: q.name }),
         ...COLUMNS.map((c) => countCell(c, q.counts[c])),
         el("td", { class: "rate" }, rateText(q.rate)),
+        el("td", { class: "groups", text: groupsText(q.groups) }),
         el("td", { class: "activity" }, canvas),
         el("td", {}, manage),
       );
@@ -267,7 +285,7 @@
     if (!q) return;
     $("detail-name").textContent = q.name;
     const current = $("rate-current");
-    current.replaceChildren("In force: ", rateText(q.rate));
+    current.replaceChildren("In force: ", rateText(q.rate), `; ${rulesText(q.rules)}`);
     const canEdit = overview.rate_config_path !== null;
     for (const id of ["rate-set", "rate-pause", "rate-resume", "rate-unlimit", "rate-value"]) {
       $(id).disabled = !canEdit;
@@ -415,6 +433,7 @@
         el("td", { text: fmtTime(job.updated_at_ms) }),
         el("td", { text: fmtTime(job.run_after_ms) }),
         el("td", { class: "dedup-key", text: job.dedup_key || "" }),
+        el("td", { class: "group-key", text: job.group_key || "" }),
       );
     });
     document.querySelector("#jobs tbody").replaceChildren(...rows);
@@ -440,6 +459,7 @@
       ["Run after", fmtTime(job.run_after_ms)],
       ["Claim", job.claim_descriptor || ""],
       ["Dedup key", job.dedup_key || ""],
+      ["Group key", job.group_key || ""],
     ];
     $("lookup-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     const size = job.body_size === undefined ? 0 : job.body_size;

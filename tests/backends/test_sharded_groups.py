@@ -1,0 +1,121 @@
+"""Ordered groups and the queue rules above the stores (``ShardedBackend``), over three real
+embedded shards: a group lives on one shard, a dedup key with a group is checked there, the
+in-progress cap is split between the shards and follows a reload of the shard set, and a group
+refused by its shard's store refuses the whole request before anything is written.
+
+Through a server: ``tests/server/test_ordered_groups.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from tests.support.redis_server import RedisServer
+
+from pinlater._pinlater import decode_descriptors
+from pinlater.backends.base import JobFilter, JobState, NewJob, QueueRules, ShardStore
+from pinlater.backends.embedded.store import EmbeddedStore
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.sharded import ShardedBackend, key_shard
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
+from pinlater.errors import ErrorCode, PinLaterError
+
+Q = "groups_sharded"
+T = TypeVar("T")
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[dict[str, ShardStore]]:
+    shards: dict[str, ShardStore] = {name: EmbeddedStore(tmp_path, name) for name in ("1", "2", "3")}
+    yield shards
+    for store in shards.values():
+        store.close()
+
+
+def make_backend(stores: dict[str, ShardStore]) -> ShardedBackend:
+    backend = ShardedBackend(
+        ShardMap(Shard(name, store) for name, store in stores.items()),
+        num_priorities=2,
+        parallelism=4,
+        clock=ManualClock(),
+    )
+    for store in stores.values():
+        store.create_queue(Q, 2)
+    return backend
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def shard_of(descriptor: str) -> str:
+    ((_, shard, _, _),) = decode_descriptors([descriptor])
+    return str(shard)
+
+
+def test_a_group_lives_on_one_shard_with_its_dedup_keys(stores: dict[str, ShardStore]) -> None:
+    backend = make_backend(stores)
+    groups = [f"group-{i}" for i in range(12)]
+    jobs = [NewJob(1, f"{g}-{n}".encode(), 0, 2) for g in groups for n in range(3)]
+    keys = [(f"key-{g}" if n == 0 else None, 0, g) for g in groups for n in range(3)]
+    placed = run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
+    try:
+        where = {g: {shard_of(d) for d, _ in placed[3 * i : 3 * i + 3]} for i, g in enumerate(groups)}
+        assert all(len(shards) == 1 for shards in where.values()), where
+        shards = list(backend.shards)
+        expected = {g: key_shard(Q, g, shards, space="group").name for g in groups}
+        assert {g: s.pop() for g, s in where.items()} == expected
+        assert len(set(expected.values())) > 1, "groups spread over the shards"
+
+        again = run(backend.enqueue_keyed_jobs(Q, jobs[:1], keys[:1], 1))
+        assert again == [(placed[0][0], True)], "the dedup key is found on its group's shard"
+    finally:
+        backend.close()
+
+
+def test_the_cap_is_split_between_the_shards_and_follows_a_reload(stores: dict[str, ShardStore]) -> None:
+    backend = make_backend(stores)
+    try:
+        for store in stores.values():
+            store.enqueue_jobs(Q, [NewJob(1, b"x", 0, 2) for _ in range(10)], 0)
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=7)})
+        assert backend.queue_rules == {Q: QueueRules(max_in_progress=7)}, "the whole queue's cap"
+        got = run(backend.dequeue_jobs(Q, 100, "worker"))
+        assert sum(len(batch.jobs) for batch in got) == 7
+        running = {n: s.count_jobs(Q, JobFilter(JobState.IN_PROGRESS, 1, 0, None), None) for n, s in stores.items()}
+        assert running == {"1": 3, "2": 2, "3": 2}
+
+        backend.replace_shards(ShardMap([Shard("1", stores["1"]), Shard("2", stores["2"])]))
+        again = run(backend.dequeue_jobs(Q, 100, "worker"))
+        assert sorted((b.shard, len(b.jobs)) for b in again) == [("1", 1), ("2", 1)], "shares of 4 and 3 now"
+    finally:
+        backend.close()
+
+
+@pytest.mark.redis
+def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        original = RedisStore("r", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"))
+        embedded = EmbeddedStore(tmp_path, "e")
+        stores: dict[str, ShardStore] = {"e": embedded, "r": original}
+        backend = make_backend(stores)
+        try:
+            shards = list(backend.shards)
+            group = next(f"g{i}" for i in range(100) if key_shard(Q, f"g{i}", shards, space="group").name == "r")
+            jobs = [NewJob(1, b"plain", 0, 2), NewJob(1, b"keyed", 0, 2), NewJob(1, b"grouped", 0, 2)]
+            keys = [(None, 0, None), ("k", 0, None), (None, 0, group)]
+            with pytest.raises(PinLaterError) as info:
+                run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
+            assert info.value.code == ErrorCode.ENQUEUE_REJECTED
+            assert info.value.message.startswith("jobs[2]: groupKey (ordered groups) ")
+            reason = original.groups_refused
+            assert reason is not None and info.value.message.endswith(reason)
+            pending = JobFilter(JobState.PENDING, 1, 0, None)
+            assert [s.count_jobs(Q, pending, None) for s in stores.values()] == [0, 0]
+        finally:
+            backend.close()

@@ -1,0 +1,62 @@
+"""The queue config file's rules (``queue_rules.py``) and their place beside the original's rates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pinlater.backends.base import QueueRules
+from pinlater.errors import ConfigError
+from pinlater.queue_rules import MAX_COUNT, cap_share, parse_queue_rules
+from pinlater.ratelimit import parse_queue_config
+
+
+def config(*entries: tuple[str, dict[str, Any]]) -> str:
+    return json.dumps({"queues": [{"name": name, "queueConfig": c} for name, c in entries]})
+
+
+def test_rules_are_read_beside_the_rates() -> None:
+    text = config(
+        ("mail", {"maxJobsPerSecond": 5, "groupConcurrency": 2, "maxInProgress": 10, "groupJobsPerSecond": 0.5}),
+        ("plain", {"maxJobsPerSecond": 1}),
+        ("capped", {"maxInProgress": 3}),
+    )
+    assert parse_queue_rules(text) == {
+        "mail": QueueRules(2, 10, 0.5),
+        "capped": QueueRules(group_concurrency=1, max_in_progress=3),
+    }
+    assert parse_queue_config(text) == {"mail": 5.0, "plain": 1.0}, "a queue with rules only has no rate limit"
+
+
+def test_an_entry_with_neither_a_rate_nor_a_rule_is_still_refused() -> None:
+    with pytest.raises(ConfigError, match=r"queues\[0\] \(q\): maxJobsPerSecond must be a number >= 0"):
+        parse_queue_config(config(("q", {})))
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"groupConcurrency": 0}, "groupConcurrency must be a whole number from 1"),
+        ({"groupConcurrency": 1.5}, "groupConcurrency must be a whole number from 1"),
+        ({"groupConcurrency": True}, "groupConcurrency must be a whole number from 1"),
+        ({"maxInProgress": MAX_COUNT + 1}, "maxInProgress must be a whole number from 1"),
+        ({"maxInProgress": "3"}, "maxInProgress must be a whole number from 1"),
+        ({"groupJobsPerSecond": 0}, "groupJobsPerSecond must be a number above 0"),
+        ({"groupJobsPerSecond": float("inf")}, "groupJobsPerSecond must be a number above 0"),
+    ],
+)
+def test_a_bad_rule_refuses_the_whole_file(rules: dict[str, Any], message: str) -> None:
+    text = config(("fine", {"maxJobsPerSecond": 1}), ("bad", {"maxJobsPerSecond": 1, **rules}))
+    with pytest.raises(ConfigError, match=rf"queues\[1\] \(bad\): {message}"):
+        parse_queue_rules(text)
+    with pytest.raises(ConfigError, match=message):
+        parse_queue_config(text)  # the rate limits refuse the file too: it is taken or refused whole
+
+
+def test_the_cap_is_split_between_shards_and_adds_up() -> None:
+    assert [cap_share(7, i, 3) for i in range(3)] == [3, 2, 2]
+    assert [cap_share(9, i, 3) for i in range(3)] == [3, 3, 3]
+    assert [cap_share(2, i, 3) for i in range(3)] == [1, 1, 1], "every shard can hand out a job"
+    assert cap_share(None, 0, 3) is None
