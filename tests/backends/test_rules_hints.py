@@ -66,3 +66,20 @@ def test_an_ack_in_a_group_makes_the_walk_look_again(store: ShardStore, backend:
         await backend.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_raised_cap_makes_the_walk_look_again(store: ShardStore, backend: ShardedBackend) -> None:
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        await enqueue(backend, Q, [NewJob(3, b"job-%d" % i, now, 2) for i in range(3)])
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=1)})
+        assert len(await dequeue(backend, Q, 5, "worker")) == 1
+        for _ in range(3):
+            assert await dequeue(backend, Q, 5, "worker") == []
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=2)})  # a queue config reload
+        assert len(await dequeue(backend, Q, 5, "worker")) == 1, "the new room is used at once"
+        backend.set_queue_rules({})  # the cap removed
+        assert len(await dequeue(backend, Q, 5, "worker")) == 1
+        await backend.aclose()
+
+    asyncio.run(scenario())

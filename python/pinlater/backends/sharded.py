@@ -234,9 +234,14 @@ class ShardedBackend:
     def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
         """Take the queue config's rules and hand every store its own (``ShardStore.set_queue_rules``):
         the same, but with its share of each ``max_in_progress`` (``cap_share``, over the shards
-        in name order, dequeue-only ones included, since they hand out jobs too)."""
+        in name order, dequeue-only ones included, since they hand out jobs too). The queues
+        whose rules changed lose their empty hints: what a store held back may be handed out now."""
+        changed = {q for q in rules.keys() | self._rules.keys() if rules.get(q) != self._rules.get(q)}
         self._rules = dict(rules)
         self._hand_rules(self._shards)
+        for queue in changed:  # a raised or removed cap: places its stores held back may have jobs
+            for shard in self._shards:
+                self.mark_ready(shard.name, queue, range(1, self.num_priorities + 1))
 
     def _hand_rules(self, shards: ShardMap) -> None:
         names = sorted(s.name for s in shards)
