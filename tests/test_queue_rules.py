@@ -45,8 +45,10 @@ def test_an_entry_with_neither_a_rate_nor_a_rule_is_still_refused() -> None:
         ({"groupConcurrency": True}, "groupConcurrency must be a whole number from 1"),
         ({"maxInProgress": MAX_COUNT + 1}, "maxInProgress must be a whole number from 1"),
         ({"maxInProgress": "3"}, "maxInProgress must be a whole number from 1"),
-        ({"groupJobsPerSecond": 0}, "groupJobsPerSecond must be a number above 0"),
-        ({"groupJobsPerSecond": float("inf")}, "groupJobsPerSecond must be a number above 0"),
+        ({"groupJobsPerSecond": 0}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
+        ({"groupJobsPerSecond": 1e-300}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
+        ({"groupJobsPerSecond": 2e6}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
+        ({"groupJobsPerSecond": float("inf")}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
     ],
 )
 def test_a_bad_rule_refuses_the_whole_file(rules: dict[str, Any], message: str) -> None:
