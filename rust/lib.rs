@@ -123,7 +123,7 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::redis_scripts::{
         redis_ack_command, redis_claim_command, redis_dequeue_command, redis_enqueue_command,
-        redis_require_queue_command,
+        redis_require_queue_command, RedisScriptTail,
     };
     #[pymodule_export]
     use crate::py::store::sqlite_shard::{sqlite_library_version, SqliteShard, WriteGate};

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pinlater.admin_files import pause_queue, resume_queue, set_queue_rate, set_queue_rules
 from pinlater.backends.base import QueueRules
 from pinlater.errors import ConfigError
 from pinlater.queue_rules import MAX_COUNT, cap_share, parse_queue_rules
@@ -43,8 +45,10 @@ def test_an_entry_with_neither_a_rate_nor_a_rule_is_still_refused() -> None:
         ({"groupConcurrency": True}, "groupConcurrency must be a whole number from 1"),
         ({"maxInProgress": MAX_COUNT + 1}, "maxInProgress must be a whole number from 1"),
         ({"maxInProgress": "3"}, "maxInProgress must be a whole number from 1"),
-        ({"groupJobsPerSecond": 0}, "groupJobsPerSecond must be a number above 0"),
-        ({"groupJobsPerSecond": float("inf")}, "groupJobsPerSecond must be a number above 0"),
+        ({"groupJobsPerSecond": 0}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
+        ({"groupJobsPerSecond": 1e-300}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
+        ({"groupJobsPerSecond": 2e6}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
+        ({"groupJobsPerSecond": float("inf")}, "groupJobsPerSecond must be a number from 0.001 to 1e"),
     ],
 )
 def test_a_bad_rule_refuses_the_whole_file(rules: dict[str, Any], message: str) -> None:
@@ -60,3 +64,27 @@ def test_the_cap_is_split_between_shards_and_adds_up() -> None:
     assert [cap_share(9, i, 3) for i in range(3)] == [3, 3, 3]
     assert [cap_share(2, i, 3) for i in range(3)] == [1, 1, 1], "every shard can hand out a job"
     assert cap_share(None, 0, 3) is None
+
+
+def test_unlimiting_a_paused_queue_with_rules_forgets_the_paused_rate(tmp_path: Path) -> None:
+    path = tmp_path / "queues.json"
+    set_queue_rate(path, "q", 10)
+    set_queue_rules(path, "q", {"maxInProgress": 5})
+    pause_queue(path, "q")
+    set_queue_rate(path, "q", None)  # unlimit: no rate, and nothing paused to resume
+    assert json.loads(path.read_text()) == {"queues": [{"name": "q", "queueConfig": {"maxInProgress": 5}}]}
+    resume_queue(path, "q")
+    assert parse_queue_config(path.read_text()) == {}, "resume restores no forgotten rate"
+    set_queue_rules(path, "q", {"maxInProgress": None})  # the last rule goes: so does the entry
+    assert json.loads(path.read_text()) == {"queues": []}
+
+
+def test_resuming_a_queue_paused_without_a_rate_keeps_its_rules(tmp_path: Path) -> None:
+    path = tmp_path / "queues.json"
+    set_queue_rules(path, "q", {"groupConcurrency": 2})
+    pause_queue(path, "q")
+    assert parse_queue_config(path.read_text()) == {"q": 0.0}
+    resume_queue(path, "q")
+    assert json.loads(path.read_text()) == {"queues": [{"name": "q", "queueConfig": {"groupConcurrency": 2}}]}
+    set_queue_rules(path, "q", {"groupConcurrency": None})
+    assert json.loads(path.read_text()) == {"queues": []}

@@ -34,6 +34,7 @@ __all__ = [
     "NewJobBatch",
     "RateLimiter",
     "RedisErrorReply",
+    "RedisScriptTail",
     "SqliteShard",
     "WriteGate",
     "__version__",
@@ -531,8 +532,10 @@ class MySQLShard:
     (no table can have it) or ``internal``.
 
     ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
-    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs`` and
-    ``ack_failed_jobs`` to the text of those SQL files (``queries.py``'s ``Sql.text``).
+    ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs``,
+    ``ack_failed_jobs``, ``lock_claims``, ``create_claim_lock_table`` (``schema/``),
+    ``list_jobs_tables`` and ``count_in_progress_table`` to the text of those SQL files
+    (``queries.py``'s ``Sql.text``).
     """
 
     def __new__(
@@ -567,9 +570,13 @@ class MySQLShard:
         claim: str,
         now_ms: int,
         dry_run: bool,
+        max_in_progress: int | None,
         future: Any,
     ) -> None:
-        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets ``ClaimedJobs``."""
+        """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets
+        ``ClaimedJobs``. With ``max_in_progress`` (the queue's cap on this shard, every priority)
+        a claim takes the queue's claim lock first and leaves at most that many of the queue's
+        jobs IN_PROGRESS (``claim_cap.py``); a dry run ignores it."""
 
     def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
         """Settle ``acks``; ``future`` gets None."""
@@ -587,6 +594,7 @@ class MySQLShard:
         limit: int = 0,
         claim: str | None = None,
         dry_run: bool = False,
+        max_in_progress: int | None = None,
     ) -> tuple[Any, tuple[str, str, int, bool] | None]:
         """``method`` (``enqueue_jobs``, ``dequeue_jobs`` or ``ack_jobs``) run on the calling thread
         with the GIL released, answering ``(value, error)`` as ``settle`` takes them: the
@@ -945,6 +953,20 @@ def redis_enqueue_command(
         ValueError: ``layout`` is neither ``"original"`` nor ``"compact"``.
     """
 
+@final
+class RedisScriptTail:
+    """What a queue's rules add at the end of a hot Redis script's ``KEYS`` and ``ARGV`` (the
+    "tail" of ``lua_compact/lib/groups.lua`` and ``lua/lib/rules.lua``), held in Rust: built once
+    per rules change (``backends/redis/rules.py``) and passed to the command packers as is."""
+
+    def __new__(cls, keys: list[str], args: list[str]) -> RedisScriptTail: ...
+    @property
+    def keys(self) -> list[str]:
+        """The keys appended, in order."""
+    @property
+    def args(self) -> list[str]:
+        """The arguments appended, in order."""
+
 def redis_dequeue_command(
     sha: str,
     shard: str,
@@ -955,13 +977,22 @@ def redis_dequeue_command(
     now_ms: int,
     dry_run: bool,
     layout: str = "original",
+    tail: RedisScriptTail | None = None,
 ) -> bytes:
     """``EVALSHA sha`` of ``dequeue_jobs.lua``, as ``RedisStore._dequeue_call`` sends it for a
-    limit above 0."""
+    limit above 0, with ``tail`` (the queue's rules) at the end of its keys and arguments."""
 
-def redis_ack_command(sha: str, shard: str, queue: str, acks: AckGroup, now_ms: int, layout: str = "original") -> bytes:
+def redis_ack_command(
+    sha: str,
+    shard: str,
+    queue: str,
+    acks: AckGroup,
+    now_ms: int,
+    layout: str = "original",
+    tail: RedisScriptTail | None = None,
+) -> bytes:
     """``EVALSHA sha`` of ``ack_jobs.lua`` for the group (successes first), as
-    ``RedisStore._ack_call`` sends it."""
+    ``RedisStore._ack_call`` sends it, with ``tail`` at the end of its keys and arguments."""
 
 def redis_claim_command(
     sha: str,
@@ -971,6 +1002,7 @@ def redis_claim_command(
     reservation: str,
     now_ms: int,
     layout: str = "original",
+    tail: RedisScriptTail | None = None,
 ) -> bytes:
     """``EVALSHA sha`` of ``claim_reserved.lua`` for the broker's claims of one queue on one
     shard, as ``reservations.claim_call`` sends it; its reply (the numbers of the jobs claimed,

@@ -127,7 +127,7 @@ def set_queue_rules(path: str | os.PathLike[str], queue: str, rules: Mapping[str
             config.pop(key, None)
         else:
             config[key] = value
-    if not config and PAUSED_FROM not in entry:
+    if not config:  # neither a rate (a paused queue has rate 0) nor a rule left
         document["queues"] = [e for e in document["queues"] if e is not entry]
     return _save_queue_config(target, document)
 
@@ -163,10 +163,12 @@ def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
 
 
 def _drop_rate(document: dict[str, Any], entry: dict[str, Any] | None) -> None:
-    """Remove a queue's rate limit: its whole entry, unless it also sets pinlater's rules."""
+    """Remove a queue's rate limit: its whole entry, unless it also sets pinlater's rules (then
+    the rate goes, and the rate a pause remembered with it: nothing is paused any more)."""
     config = entry.get("queueConfig") if entry is not None else None
-    if isinstance(config, dict) and any(key in config for key in RULE_KEYS):
+    if entry is not None and isinstance(config, dict) and any(key in config for key in RULE_KEYS):
         config.pop("maxJobsPerSecond", None)
+        entry.pop(PAUSED_FROM, None)
         return
     document["queues"] = [e for e in document["queues"] if e is not entry]
 

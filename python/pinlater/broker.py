@@ -35,6 +35,12 @@ jobs it names, for ``settle``. Invariants:
   leaves a tenth of the buffer free: under load, dequeues drain the buffer while a refill is out,
   and waiting for the low-water mark let it run dry.
 
+A queue with a ``maxInProgress`` (``ShardedBackend.queue_rules``) is not brokered: its dequeues
+are direct (``ShardedBackend.dequeue_jobs``) and the broker holds no reservation of it (what it
+held when a reload set the cap is released at the next dequeue or release-loop tick). A hand-out
+goes out before its claim, so a claim cut by the cap would leave a worker running a job the
+store still holds as PENDING: past the cap, and delivered again when the reservation lapses.
+
 The walk over priorities and shards (and its known-empty hints) is ``ShardedBackend.walk_ready``,
 the same one the direct dequeue uses. dryRun and coverage < 1 bypass the broker (the handler
 calls the backend directly): a dry run answers from the store and shows buffered jobs too.
@@ -58,8 +64,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pinlater._pinlater import ClaimedJobs, ClaimFlush, ClaimItems, HandOut, JobBuffer
-from pinlater.backends.base import RESERVATION_PREFIX
-from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.base import DEFAULT_RULES, RESERVATION_PREFIX
+from pinlater.backends.sharded import ReadyBatch, ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
 from pinlater.counters import Counters
@@ -164,12 +170,22 @@ class DequeueBroker:
 
     # -- dequeue --------------------------------------------------------------------------------
 
-    async def dequeue(self, queue: str, limit: int, source: str) -> HandOut:
+    def serves(self, queue: str) -> bool:
+        """Whether the queue's dequeues go through the buffer: not when it has a
+        ``maxInProgress`` (see the module's docstring)."""
+        return self.backend.queue_rules.get(queue, DEFAULT_RULES).max_in_progress is None
+
+    async def dequeue(self, queue: str, limit: int, source: str) -> HandOut | list[ReadyBatch[ClaimedJobs]]:
         """Up to ``limit`` jobs from the queue's buffer, refilled first only if it is empty.
 
         No store call unless the buffer is empty: what it holds is handed out at once (a refill
         starts in the background below the low-water mark), and the claims are written behind
-        the response. The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``)."""
+        the response. The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue
+        the broker does not serve (``serves``) is dequeued directly, its reservations released
+        first (they would hide its jobs until they lapse)."""
+        if not self.serves(queue):
+            await self._drop_buffer(queue)
+            return await self.backend.dequeue_jobs(queue, limit, source)
         start = time.perf_counter()
         buffer = self.buffer(queue)
         if not len(buffer):
@@ -305,12 +321,12 @@ class DequeueBroker:
     def _on_ready(self, queue: str) -> None:
         """Jobs became ready on this server: top the buffer up (a better priority may be among them)."""
         buffer = self._buffers.get(queue)
-        if buffer is not None and buffer.room > 0 and not self._releasing:
+        if buffer is not None and buffer.room > 0 and not self._releasing and self.serves(queue):
             self._refill_in_background(queue)
 
     async def _refill(self, queue: str) -> int:
         """Reserve up to the buffer's room, walking priorities and shards like a dequeue."""
-        if self._closed:
+        if self._closed or not self.serves(queue):
             return 0
         buffer = self.buffer(queue)
         room = buffer.room
@@ -364,10 +380,23 @@ class DequeueBroker:
         cutoff = self.backend.clock.now_ms() - self.policy.max_age_ms
         total = 0
         for queue, buffer in list(self._buffers.items()):
+            if not self.serves(queue):  # capped by a reload: everything goes back
+                total += await self._drop_buffer(queue)
+                continue
             old = buffer.take_older_than(cutoff)
             if old:
                 total += await self._release(queue, old)
         return total
+
+    async def _drop_buffer(self, queue: str) -> int:
+        """Forget a queue's buffer, releasing what it holds (after a refill still out lands in
+        it); return how many were released."""
+        refill = self._refills.get(queue)
+        if refill is not None and not refill.done():
+            await asyncio.gather(refill, return_exceptions=True)
+        buffer = self._buffers.pop(queue, None)
+        self._more.discard(queue)
+        return 0 if buffer is None or not len(buffer) else await self._release(queue, buffer.drain())
 
     async def _release(self, queue: str, entries: Sequence[Entry]) -> int:
         """Release entries' reservations, one store call per shard; failures just lapse."""

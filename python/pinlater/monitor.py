@@ -166,7 +166,13 @@ class Monitor:
             # after it on the shard are still rescued.
             log.exception("monitor: forgetting dedup keys of queue %s on shard %s failed", queue, shard.name)
         if shard.store.groups_refused is None:
-            counts = await call(shard, shard.store.group_counts, queue)
+            try:
+                counts = await call(shard, shard.store.group_counts, queue)
+            except (QueueNotFoundError, ShardConnectionError):
+                raise
+            except Exception:  # as for the dedup keys: the queues after it still get their pass
+                log.exception("monitor: counting the groups of queue %s on shard %s failed", queue, shard.name)
+                return
             if counts.groups:
                 seen = self._counting.get(queue, GroupCounts(0, 0))
                 self._counting[queue] = GroupCounts(seen.groups + counts.groups, seen.blocked + counts.blocked)

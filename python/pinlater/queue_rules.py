@@ -24,6 +24,10 @@ RULE_KEYS = ("groupConcurrency", "maxInProgress", "groupJobsPerSecond")
 
 #: The largest ``groupConcurrency`` and ``maxInProgress`` taken (a store keeps them as integers).
 MAX_COUNT = 1_000_000_000
+#: The range of ``groupJobsPerSecond`` taken: a token at most every 1,000 s (a store moves a
+#: metered job's run-after to its next token, which must stay a sane time), at most a million a
+#: second (a bucket holds that many).
+MIN_GROUP_RATE, MAX_GROUP_RATE = 0.001, 1_000_000.0
 
 
 def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
@@ -63,9 +67,14 @@ def parse_queue_rules(text: str) -> dict[str, QueueRules]:
             raise ConfigError(f"{where}: maxInProgress must be a whole number from 1 to {MAX_COUNT}")
         rate = config.get("groupJobsPerSecond")
         if rate is not None and (
-            isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0
+            isinstance(rate, bool)
+            or not isinstance(rate, int | float)
+            or not math.isfinite(rate)
+            or not MIN_GROUP_RATE <= rate <= MAX_GROUP_RATE
         ):
-            raise ConfigError(f"{where}: groupJobsPerSecond must be a number above 0")
+            raise ConfigError(
+                f"{where}: groupJobsPerSecond must be a number from {MIN_GROUP_RATE:g} to {MAX_GROUP_RATE:g}"
+            )
         rules[name] = QueueRules(concurrency, cap, None if rate is None else float(rate))
     return rules
 

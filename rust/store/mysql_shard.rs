@@ -21,6 +21,11 @@
 //! enqueue) is `Connection` with `maybe_applied`. Any connection failure makes every other
 //! session drop its connection before next use (the pool's `discard_idle`).
 //!
+//! A queue's `maxInProgress` (the cap `dequeue_jobs` is handed per call) is kept as
+//! `claim_cap.py` keeps it: the queue's claim lock row first, then a count of its `IN_PROGRESS`
+//! jobs over every priority, then a claim of at most the room left, in one transaction; an
+//! uncapped dequeue sends what it always sent.
+//!
 //! A `Session` is one connection and is used by one thread at a time; `Shared` is what the
 //! sessions of one shard share. The threads and the Python side are in `py/store/mysql_shard.rs`.
 
@@ -44,8 +49,12 @@ const LOST_CONNECTION_ERRORS: [u16; 6] = [2006, 2013, 2055, 1053, 1927, 4031];
 const CONNECT_ERRORS: [u16; 8] = [2002, 2003, 2005, 1040, 1044, 1045, 1129, 1130];
 /// Rolled back, connection fine: deadlock, lock wait timeout.
 const TRANSIENT_ERRORS: [u16; 2] = [1213, 1205];
+/// Unknown table.
+const NO_TABLE_ERROR: u16 = 1146;
 /// Unknown database, unknown table.
-const NO_QUEUE_ERRORS: [u16; 2] = [1049, 1146];
+const NO_QUEUE_ERRORS: [u16; 2] = [1049, NO_TABLE_ERROR];
+/// The LIKE pattern of the jobs tables' names (`names.JOBS_TABLE_PATTERN`).
+const JOBS_TABLE_PATTERN: &str = "jobs\\_p%";
 /// The code a connection failure without a server error number is reported with.
 const LOST_CONNECTION: u16 = 2013;
 /// `CR_CONN_HOST_ERROR`: the server could not be reached.
@@ -120,6 +129,10 @@ pub struct SqlTexts {
     pub peek_jobs: String,
     pub ack_succeeded_jobs: String,
     pub ack_failed_jobs: String,
+    pub lock_claims: String,
+    pub create_claim_lock_table: String,
+    pub list_jobs_tables: String,
+    pub count_in_progress_table: String,
 }
 
 /// One shard's connection settings and the store's options.
@@ -557,9 +570,12 @@ impl Session {
     }
 
     /// `MySQLStore.dequeue_jobs` (limit > 0, claim checked by the caller): a dry run peeks; else
-    /// one UPDATE stamping `claim` and one SELECT by it (one round trip), or, if the claim was not unique (the
-    /// SELECT found more rows than the UPDATE claimed), that rolled back and redone telling our
-    /// rows from the others.
+    /// one UPDATE stamping `claim` and one SELECT by it (one round trip), or, if the claim was
+    /// not unique (the SELECT found more rows than the UPDATE claimed), that rolled back and
+    /// redone telling our rows from the others. With `max_in_progress` (the queue's cap on this
+    /// shard), each of those transactions first takes the queue's claim lock and claims at most
+    /// the room left (`room`).
+    #[allow(clippy::too_many_arguments)] // the store method's arguments and the queue's cap
     pub fn dequeue_jobs(
         &mut self,
         database: &str,
@@ -568,6 +584,7 @@ impl Session {
         claim: &str,
         now_ms: i64,
         dry_run: bool,
+        max_in_progress: Option<i64>,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         check_priority(priority)?;
         let table = table(database, priority);
@@ -584,18 +601,14 @@ impl Session {
                 Ok(Outcome::Commit(claimed_rows(conn, &sql, None, false)?))
             });
         }
-        let update_args = [
-            Arg::Str(claim),
-            Arg::Time(now_ms),
-            Arg::Time(now_ms),
-            Arg::Time(now_ms),
-            Arg::Str(&prefix),
-            Arg::Str(&prefix),
-            Arg::Int(limit),
-        ];
         let first = self.run(true, |conn, shared| {
             let nbe = conn.no_backslash_escape();
             let sql = &shared.settings.sql;
+            let n = allowed(conn, sql, database, limit, max_in_progress)?;
+            if n <= 0 {
+                return Ok(Outcome::Commit(Some(Vec::new())));
+            }
+            let update_args = dequeue_args(claim, &prefix, now_ms, n);
             // The UPDATE and the SELECT in one round trip (the SELECT finds nothing of ours
             // when the UPDATE claimed nothing).
             let mut batch = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
@@ -634,6 +647,11 @@ impl Session {
         self.run(true, |conn, shared| {
             let nbe = conn.no_backslash_escape();
             let sql = &shared.settings.sql;
+            let n = allowed(conn, sql, database, limit, max_in_progress)?;
+            if n <= 0 {
+                return Ok(Outcome::Commit(Vec::new()));
+            }
+            let update_args = dequeue_args(claim, &prefix, now_ms, n);
             let select = render(
                 &sql.select_claimed_jobs,
                 &table,
@@ -735,6 +753,95 @@ impl Session {
     }
 }
 
+/// The parameters of `dequeue_jobs.sql`: claim `limit` jobs.
+fn dequeue_args<'a>(claim: &'a str, prefix: &'a str, now_ms: i64, limit: i64) -> [Arg<'a>; 7] {
+    [
+        Arg::Str(claim),
+        Arg::Time(now_ms),
+        Arg::Time(now_ms),
+        Arg::Time(now_ms),
+        Arg::Str(prefix),
+        Arg::Str(prefix),
+        Arg::Int(limit),
+    ]
+}
+
+/// How many jobs a claim may take: `limit`, or under a cap the room left (`room`: the claim
+/// lock held from here on).
+fn allowed(
+    conn: &mut Conn,
+    sql: &SqlTexts,
+    database: &str,
+    limit: i64,
+    max_in_progress: Option<i64>,
+) -> Result<i64, OpError> {
+    match max_in_progress {
+        None => Ok(limit),
+        Some(cap) => Ok(limit.min(room(conn, sql, database, cap)?)),
+    }
+}
+
+/// `claim_cap.room` with the lock: the queue's claim lock row locked first (the table made if
+/// missing: the DDL commits a transaction that is still empty), then how many more jobs may be
+/// `IN_PROGRESS`: `cap` less those that are in every jobs table of `database`, each counted up
+/// to the cap; 0 at or past it.
+fn room(conn: &mut Conn, sql: &SqlTexts, database: &str, cap: i64) -> Result<i64, OpError> {
+    let nbe = conn.no_backslash_escape();
+    let lock_table = claim_lock_table(database);
+    let lock = sql.lock_claims.replace("{table}", &lock_table);
+    if let Err(err) = conn.query_drop(&lock) {
+        if server_code(&err) != Some(NO_TABLE_ERROR) {
+            return Err(err.into());
+        }
+        conn.query_drop(sql.create_claim_lock_table.replace("{table}", &lock_table))?;
+        conn.query_drop(&lock)?;
+    }
+    let list = render(
+        &sql.list_jobs_tables,
+        "",
+        None,
+        &[Arg::Str(database), Arg::Str(JOBS_TABLE_PATTERN)],
+        nbe,
+    )?;
+    let names: Vec<String> = conn.query(list)?;
+    let mut priorities: Vec<i64> = names
+        .iter()
+        .filter_map(|n| priority_from_table(n))
+        .collect();
+    priorities.sort_unstable();
+    if priorities.is_empty() || cap <= 0 {
+        return Ok(cap.max(0)); // no jobs table: the claim that follows finds the queue missing
+    }
+    let mut count = String::new();
+    for (k, priority) in priorities.iter().enumerate() {
+        if k > 0 {
+            count.push_str("\nUNION ALL\n");
+        }
+        let part = render(
+            &sql.count_in_progress_table,
+            &table(database, *priority),
+            None,
+            &[Arg::Int(cap)],
+            nbe,
+        )?;
+        count.push_str(&part);
+    }
+    let in_progress: Vec<i64> = conn.query(count)?;
+    Ok(cap.saturating_sub(in_progress.iter().sum()).max(0))
+}
+
+/// The priority a jobs table holds (`jobs_p2` -> 2), if a supported one (`names.priority_from_table`).
+fn priority_from_table(name: &str) -> Option<i64> {
+    let digits = name.strip_prefix("jobs_p")?;
+    if digits.starts_with('0') || !(1..=3).contains(&digits.len()) {
+        return None;
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|p| (1..=127).contains(p))
+}
+
 fn connection_error(detail: String, maybe_applied: bool) -> StoreError {
     StoreError::Connection {
         detail,
@@ -754,6 +861,11 @@ fn check_priority(priority: i64) -> Result<(), StoreError> {
 #[must_use]
 pub fn table(database: &str, priority: i64) -> String {
     format!("`{database}`.`jobs_p{priority}`")
+}
+
+/// The claim lock table of `database` (`names.quoted_claim_lock_table`), quoted.
+fn claim_lock_table(database: &str) -> String {
+    format!("`{database}`.`claim_lock`")
 }
 
 /// Runs the statements of `batch` (separated by `;`, sent in one round trip) and reads every
@@ -1029,6 +1141,23 @@ mod tests {
             IdStrategy::PerRow
         );
         assert_eq!(info("8.0.36", 2).default_strategy(), IdStrategy::PerRow);
+    }
+
+    #[test]
+    fn jobs_tables_name_their_priority() {
+        assert_eq!(priority_from_table("jobs_p1"), Some(1));
+        assert_eq!(priority_from_table("jobs_p127"), Some(127));
+        for name in [
+            "jobs_p0",
+            "jobs_p01",
+            "jobs_p128",
+            "jobs_p1000",
+            "jobs_p",
+            "jobs_px",
+            "dedup_keys",
+        ] {
+            assert_eq!(priority_from_table(name), None, "{name}");
+        }
     }
 
     #[test]

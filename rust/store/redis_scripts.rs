@@ -99,6 +99,24 @@ impl QueueKeys<'_> {
     }
 }
 
+/// What a queue's rules add at the end of a script's `KEYS` and `ARGV` (the "tail" of
+/// `lua_compact/lib/groups.lua` and `lua/lib/rules.lua`): built by the store when the rules
+/// change (`backends/redis/rules.py`), appended as is. Empty for a queue whose rules ask the
+/// script for nothing, so the plain hot path sends what it always sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScriptTail {
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+impl ScriptTail {
+    fn push_args(&self, cmd: &mut Command) {
+        for arg in &self.args {
+            cmd.bulk(arg.as_bytes());
+        }
+    }
+}
+
 /// `repr(ms / 1000.0)` in Python: the shortest text that reads back as the same float, in
 /// positional notation for exponents -4 to 15 (with `.0` when whole), else as `1.5e+16`.
 #[must_use]
@@ -320,6 +338,7 @@ pub fn dequeue_command(
     claim: &str,
     now_ms: i64,
     dry_run: bool,
+    tail: &ScriptTail,
 ) -> Vec<u8> {
     let mut key_list = vec![
         keys.exists_key(),
@@ -330,7 +349,8 @@ pub fn dequeue_command(
         keys.priority_key(priority, "o"),
     ];
     key_list.extend(keys.ready_keys(priority));
-    let mut cmd = evalsha(sha, &key_list, 7, 512 + claim.len());
+    key_list.extend(tail.keys.iter().cloned());
+    let mut cmd = evalsha(sha, &key_list, 7 + tail.args.len(), 512 + claim.len());
     cmd.bulk(keys.queue.as_bytes());
     cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
@@ -338,6 +358,7 @@ pub fn dequeue_command(
     cmd.bulk(claim.as_bytes());
     cmd.bulk(if dry_run { b"1" } else { b"0" });
     cmd.int(MAX_TIES_REORDERED);
+    tail.push_args(&mut cmd);
     cmd.into_bytes()
 }
 
@@ -350,6 +371,7 @@ pub fn claim_reserved_command(
     runs: &[ClaimRun],
     reservation: &str,
     now_ms: i64,
+    tail: &ScriptTail,
 ) -> Vec<u8> {
     let mut priorities: Vec<i64> = runs
         .iter()
@@ -394,12 +416,13 @@ pub fn claim_reserved_command(
             _ => merged.push((p, claim, ids)),
         }
     }
+    key_list.extend(tail.keys.iter().cloned());
     let jobs: usize = merged.iter().map(|(_, _, ids)| ids.len()).sum();
     let claims: usize = merged.iter().map(|(_, c, _)| c.len()).sum();
     let mut cmd = evalsha(
         sha,
         &key_list,
-        5 + 3 * merged.len() + jobs,
+        5 + 3 * merged.len() + jobs + tail.args.len(),
         256 + claims + 24 * jobs,
     );
     cmd.bulk(keys.queue.as_bytes());
@@ -417,6 +440,7 @@ pub fn claim_reserved_command(
             cmd.int(id);
         }
     }
+    tail.push_args(&mut cmd);
     cmd.into_bytes()
 }
 
@@ -434,12 +458,19 @@ pub fn require_queue_command(sha: &str, keys: &QueueKeys) -> Vec<u8> {
 
 /// `ack_jobs.lua` for a group (successes first), as `store._ack_call`.
 #[must_use]
-pub fn ack_command(sha: &str, keys: &QueueKeys, group: &AckGroup, now_ms: i64) -> Vec<u8> {
+pub fn ack_command(
+    sha: &str,
+    keys: &QueueKeys,
+    group: &AckGroup,
+    now_ms: i64,
+    tail: &ScriptTail,
+) -> Vec<u8> {
     let priorities = group.priorities();
     let mut key_list = vec![keys.exists_key()];
     for &p in &priorities {
         key_list.extend((0..4).map(|state| keys.set_key(p, state)));
     }
+    key_list.extend(tail.keys.iter().cloned());
     let statuses: usize = group
         .items()
         .map(|(_, a)| a.append_custom_status.len())
@@ -447,7 +478,7 @@ pub fn ack_command(sha: &str, keys: &QueueKeys, group: &AckGroup, now_ms: i64) -
     let mut cmd = evalsha(
         sha,
         &key_list,
-        5 + 5 * group.len(),
+        5 + 5 * group.len() + tail.args.len(),
         statuses + 64 * group.len() + 256,
     );
     cmd.bulk(keys.queue.as_bytes());
@@ -475,6 +506,7 @@ pub fn ack_command(sha: &str, keys: &QueueKeys, group: &AckGroup, now_ms: i64) -
             }
         }
     }
+    tail.push_args(&mut cmd);
     cmd.into_bytes()
 }
 
@@ -498,7 +530,7 @@ mod tests {
             shard: "s",
             queue: "q",
         };
-        let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false);
+        let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false, &ScriptTail::default());
         assert_eq!(args(&cmd)[2], "7");
         assert_eq!(
             &args(&cmd)[3..12],
@@ -535,6 +567,25 @@ mod tests {
         );
         assert_eq!(Layout::named("compact"), Some(Layout::Compact));
         assert_eq!(Layout::named("Compact"), None);
+    }
+
+    #[test]
+    fn a_tail_goes_after_the_keys_and_the_arguments() {
+        let tail = ScriptTail {
+            keys: vec!["plq_s_q.p1_s1".to_owned(), "plq_s_q.p2_s1".to_owned()],
+            args: vec![
+                "1".to_owned(),
+                "5".to_owned(),
+                "0".to_owned(),
+                "2".to_owned(),
+            ],
+        };
+        let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, false, &tail);
+        let a = args(&cmd);
+        assert_eq!(a[2], "8");
+        assert_eq!(&a[9..11], ["plq_s_q.p1_s1", "plq_s_q.p2_s1"]);
+        assert_eq!(&a[a.len() - 4..], ["1", "5", "0", "2"]);
+        assert!(cmd.starts_with(b"*22\r\n"));
     }
 
     #[test]
@@ -668,7 +719,16 @@ mod tests {
 
     #[test]
     fn dequeue_and_ack_keys_and_arguments() {
-        let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, true);
+        let cmd = dequeue_command(
+            "sha",
+            &original("s", "q"),
+            2,
+            10,
+            "c",
+            1,
+            true,
+            &ScriptTail::default(),
+        );
         assert_eq!(
             args(&cmd),
             [
@@ -700,7 +760,13 @@ mod tests {
             succeeded: vec![item(2, 7, 0)],
             failed: vec![item(1, 8, 500)],
         };
-        let cmd = ack_command("sha", &original("s", "q"), &group, 1000);
+        let cmd = ack_command(
+            "sha",
+            &original("s", "q"),
+            &group,
+            1000,
+            &ScriptTail::default(),
+        );
         let a = args(&cmd);
         assert_eq!(a[2], "9");
         assert_eq!(&a[3..5], ["pln_s", "plq_s_q.p1_s0"]);

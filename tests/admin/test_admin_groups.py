@@ -111,6 +111,10 @@ def test_the_admin_api_edits_the_rules_in_the_queue_config(admin_server: AdminSe
     with pytest.raises(AdminError) as refused:
         admin.set_rules("ruled", group_concurrency=0)
     assert refused.value.status == 400 and "groupConcurrency must be a whole number" in str(refused.value)
+    with pytest.raises(AdminError) as misspelt:
+        admin.set_rules("ruled", group_concurrency=2, max_in_progres=5)
+    assert misspelt.value.status == 400 and "not a rule: max_in_progres" in str(misspelt.value)
+    assert admin.rules("ruled")["group_concurrency"] == 1, "nothing was set"
     with pytest.raises(AdminError) as anonymous:
         Admin("127.0.0.1", admin_server.server.admin_port).set_rules("ruled", max_in_progress=1)
     assert anonymous.value.status in (401, 403)

@@ -117,8 +117,9 @@ def test_schema_matches_the_original(server: MariaDBServer, make_store: Callable
     )
     assert sorted(precision) == [("created_at", 3), ("run_after", 3), ("updated_at", 3)]
     tables = server.query("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'plq_1_fresh'")
-    # Beside the original's tables, ours alone: the dedup key records (#17).
+    # Beside the original's tables, ours alone: the dedup key records and the claim lock (#17).
     assert sorted(tables) == [
+        ("claim_lock", "InnoDB"),
         ("dedup_keys", "InnoDB"),
         ("jobs_p1", "InnoDB"),
         ("jobs_p2", "InnoDB"),
@@ -440,6 +441,7 @@ def test_deadlocks_are_retried_a_bounded_number_of_times(make_store: Callable[..
 _TABLE = "`plq_1_sqlcheck`.`jobs_p1`"
 _DATABASE = "`plq_1_sqlcheck`"
 _KEYS = "`plq_1_sqlcheck`.`dedup_keys`"
+_LOCK = "`plq_1_sqlcheck`.`claim_lock`"
 _HASH = bytes(range(32))
 _NOW = datetime(2023, 11, 14, 22, 13, 20)
 _RANGE = (0, _NOW - timedelta(days=1), _NOW, None, None)
@@ -450,6 +452,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "schema/create_database": ({"database": _DATABASE}, ()),
     "schema/create_jobs_table": ({"table": _TABLE}, ()),
     "schema/create_dedup_keys_table": ({"table": _KEYS}, ()),
+    "schema/create_claim_lock_table": ({"table": _LOCK}, ()),
     "session_setup": ({}, ()),
     "server_info": ({}, ()),
     "ping": ({}, ()),
@@ -464,6 +467,10 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "select_reserved_jobs": ({"table": _TABLE}, ("~r|x", _NOW)),
     "claim_reserved_jobs": ({"table": _TABLE, "ids": 1}, (1, "claim", _NOW, "~r|x", _NOW, 1)),
     "select_claimed_ids": ({"table": _TABLE, "ids": 1}, (1,)),
+    "select_reserved_ids": ({"table": _TABLE, "ids": 2}, ("~r|x", _NOW, 1, 2)),
+    "lock_claims": ({"table": _LOCK}, ()),
+    "list_jobs_tables": ({}, ("plq_1_sqlcheck", "jobs\\_p%")),
+    "count_in_progress_table": ({"table": _TABLE}, (10,)),
     "release_reservations": ({"table": _TABLE, "ids": 1}, (_NOW, "~r|x", _NOW, 1)),
     "select_claimed_jobs": ({"table": _TABLE}, ("claim",)),
     "lookup_jobs": ({"table": _TABLE, "ids": 2}, (1, 1, 2)),

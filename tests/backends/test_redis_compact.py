@@ -286,8 +286,9 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
     raw.config_resetstat()
     found = store.lookup_jobs(Q, [(by_priority[i], i) for i in ids], True)
     assert len(found) == 900
-    # the records, and the dedup keys of the jobs found; five sets per priority
-    assert (calls(raw).get("hmget"), calls(raw).get("zmscore")) == (2, 15)
+    # the records, and the dedup keys of the jobs found; six sets per priority (the state sets,
+    # the held set and the waiting set of ordered groups)
+    assert (calls(raw).get("hmget"), calls(raw).get("zmscore")) == (2, 18)
 
 
 # -- the script files ---------------------------------------------------------------------------

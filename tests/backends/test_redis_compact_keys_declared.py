@@ -24,7 +24,7 @@ import pytest
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup, NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, KeyedJob, NewJob
+from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, KeyedJob, NewJob, QueueRules
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import scripts as script_sources
 
@@ -99,8 +99,39 @@ def run_every_script(store: RedisStore) -> None:
     store.gc_finished_jobs(q, 2, JobState.SUCCEEDED, now + 10**6, 100)
     store.dequeue_jobs(q, 1, 100, "drain", now + 10**6, False)
     store.gc_dedup_keys(q, now + 10**6, 100)
+    run_group_scripts(store, q, now + 2 * 10**6)
     store.get_queue_names()
     store.delete_queue(q)
+
+
+def run_group_scripts(store: RedisStore, q: str, now: int) -> None:
+    """The scripts again on jobs of ordered groups, with every rule set (test_redis_groups.py)."""
+    store.set_queue_rules({q: QueueRules(group_concurrency=1, max_in_progress=50, group_jobs_per_second=1.0)})
+    grouped = [KeyedJob(NewJob(1 + i % 3, b"g", now, 2), f"gk{i}" if i % 2 else None, 0, f"g{i % 2}") for i in range(6)]
+    ids = [(e.priority, e.local_id) for e in store.enqueue_keyed_jobs(q, grouped, now)]
+    store.lookup_jobs(q, ids, False)
+    for priority in (1, 2, 3):
+        store.scan_jobs(q, JobFilter(JobState.PENDING, priority, now, None), 100)
+        store.count_jobs(q, JobFilter(JobState.PENDING, priority, now, None), None)
+    store.queue_counts(3, now)
+    claimed = store.dequeue_jobs(q, 1, 10, "claim", now, False)
+    store.ack_jobs(q, [AckItem(1, j.local_id) for j in claimed], [], now)
+
+    async def native() -> None:
+        hot = store.native
+        got = await hot.dequeue_jobs(q, 2, 10, "native-claim", now + 1000, False)
+        await hot.ack_jobs(q, AckGroup([], [AckItem(2, j[0], "", 0) for j in got.to_list()]), now + 1000)
+        await hot.reserve_jobs(q, 3, 1, "native-reservation", now + 2000, 60_000)
+        await hot.aclose()
+
+    asyncio.run(native())
+    held = store.reserve_jobs(q, 2, 3, "reservation", now + 3000, 60_000)
+    store.claim_reserved(q, [(2, j.local_id, "claim") for j in held], "reservation", now + 3000)
+    store.resurrect_timed_out_jobs(q, 2, now + 10**6, 100, now + 10**6)
+    store.retry_failed_jobs(q, 2, 2, now + 10**6, 100, now + 10**6)
+    store.delete_jobs(q, JobFilter(JobState.PENDING, 3, now, None), 1)
+    store.delete_jobs(q, JobFilter(JobState.PENDING, 1, now, None, body_regex="g"), 10)
+    store.group_counts(q)
 
 
 def test_compact_scripts_touch_only_the_keys_they_are_passed(server: RedisServer) -> None:

@@ -142,7 +142,7 @@ class QueueRules(NamedTuple):
     #: dequeue, a reservation or a claim of reserved jobs; None: no cap. 1 or more.
     max_in_progress: int | None = None
     #: Each group of the queue is handed out at most this many jobs per second; None: no limit.
-    #: Above 0.
+    #: 0.001 to 1e6 (``queue_rules.py``).
     group_jobs_per_second: float | None = None
 
 

@@ -36,6 +36,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, decode_descriptors, encode_descriptors
 from pinlater.backends.base import (
+    DEFAULT_RULES,
     CheckpointItem,
     ClaimedJob,
     CountKey,
@@ -176,6 +177,8 @@ class ShardedBackend:
         self.memory_high_water = memory_high_water
         self._shards = shards
         self._rules: dict[str, QueueRules] = {}
+        #: Queues this server enqueued grouped jobs in: an ack may promote a waiting job there.
+        self._grouped: set[str] = set()
         self.num_priorities = num_priorities
         self.count_limit = count_limit
         self.clock: Clock = clock or SystemClock()
@@ -231,9 +234,14 @@ class ShardedBackend:
     def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
         """Take the queue config's rules and hand every store its own (``ShardStore.set_queue_rules``):
         the same, but with its share of each ``max_in_progress`` (``cap_share``, over the shards
-        in name order, dequeue-only ones included, since they hand out jobs too)."""
+        in name order, dequeue-only ones included, since they hand out jobs too). The queues
+        whose rules changed lose their empty hints: what a store held back may be handed out now."""
+        changed = {q for q in rules.keys() | self._rules.keys() if rules.get(q) != self._rules.get(q)}
         self._rules = dict(rules)
         self._hand_rules(self._shards)
+        for queue in changed:  # a raised or removed cap: places its stores held back may have jobs
+            for shard in self._shards:
+                self.mark_ready(shard.name, queue, range(1, self.num_priorities + 1))
 
     def _hand_rules(self, shards: ShardMap) -> None:
         names = sorted(s.name for s in shards)
@@ -601,6 +609,8 @@ class ShardedBackend:
             reason = memory_full_reason([(shard.name, await self._read_memory(shard))], mark)
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason) from None
         taken = [keyed for keyed, answer in zip(batch, answers, strict=True) if not answer.deduplicated]
+        if any(keyed.group is not None for keyed in batch):  # written: the queue exists
+            self._grouped.add(queue)
         if taken:
             if (probe := memory_probe(store)) is not None:
                 body_bytes = sum(len(keyed.job.body) for keyed in taken)
@@ -764,6 +774,17 @@ class ShardedBackend:
         finally:  # after the writes, so no dequeue in between notes the places empty again
             for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
                 self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+            if self._holds_back(queue):
+                everywhere = range(1, self.num_priorities + 1)
+                for shard_name, _ in groups:
+                    self.mark_ready(shard_name, queue, everywhere)
+
+    def _holds_back(self, queue: str) -> bool:
+        """Whether the queue's stores may answer a dequeue with fewer jobs than are ready (its
+        ``maxInProgress`` reached, or a group's next job waiting on the one before), so that an
+        ack (room back, a waiting job promoted, in any priority) must end the walk's empty
+        hints of the shards it names. A plain queue's acks leave the hints alone."""
+        return queue in self._grouped or self._rules.get(queue, DEFAULT_RULES).max_in_progress is not None
 
     async def checkpoint_jobs(self, queue: str, source: str, items: Sequence[tuple[str, CheckpointItem]]) -> int:
         by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)

@@ -292,6 +292,9 @@ class AdminApi:
         queue = await self._existing_queue(body.get("queue"))
         names = {"group_concurrency": "groupConcurrency", "max_in_progress": "maxInProgress"}
         names["group_jobs_per_second"] = "groupJobsPerSecond"
+        unknown = sorted(set(body) - set(names) - {"queue", "password"})
+        if unknown:  # a misspelt rule would otherwise be dropped while the others are set
+            raise ApiError(400, f"not a rule: {', '.join(unknown)} (rules: {', '.join(names)}); nothing was changed")
         rules = {key: body[field] for field, key in names.items() if field in body}
         if not rules:
             raise ApiError(400, f"give at least one of {', '.join(names)}")

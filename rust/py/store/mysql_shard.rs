@@ -40,6 +40,8 @@ enum Call {
         limit: i64,
         claim: String,
         dry_run: bool,
+        /// The queue's cap on `IN_PROGRESS` jobs on this shard, if any.
+        max_in_progress: Option<i64>,
     },
     Ack {
         acks: Py<AckGroup>,
@@ -154,6 +156,10 @@ impl MySQLShard {
                 peek_jobs: sql_text(&sql, "peek_jobs")?,
                 ack_succeeded_jobs: sql_text(&sql, "ack_succeeded_jobs")?,
                 ack_failed_jobs: sql_text(&sql, "ack_failed_jobs")?,
+                lock_claims: sql_text(&sql, "lock_claims")?,
+                create_claim_lock_table: sql_text(&sql, "create_claim_lock_table")?,
+                list_jobs_tables: sql_text(&sql, "list_jobs_tables")?,
+                count_in_progress_table: sql_text(&sql, "count_in_progress_table")?,
             };
             let settings = Settings {
                 shard,
@@ -208,7 +214,8 @@ impl MySQLShard {
         })
     }
 
-    /// Claim (or, dry, peek at) up to `limit` jobs of `priority`; the future gets `ClaimedJobs`.
+    /// Claim (or, dry, peek at) up to `limit` jobs of `priority`, no more than leaves the
+    /// queue's `IN_PROGRESS` jobs at `max_in_progress` when given; the future gets `ClaimedJobs`.
     #[allow(clippy::too_many_arguments)]
     fn dequeue_jobs(
         &self,
@@ -219,6 +226,7 @@ impl MySQLShard {
         claim: String,
         now_ms: i64,
         dry_run: bool,
+        max_in_progress: Option<i64>,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.dequeue_jobs", || {
@@ -227,6 +235,7 @@ impl MySQLShard {
                 limit,
                 claim,
                 dry_run,
+                max_in_progress,
             };
             self.submit(call, queue, database, now_ms, future)
         })
@@ -250,7 +259,10 @@ impl MySQLShard {
     /// `(value, error)` as `settle` takes them: the alternative to the workers, for the
     /// benchmark that compares the two (`benches/mysql_native_hot.py`); sessions are pooled.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (method, queue, database, now_ms, *, jobs=None, acks=None, priority=0, limit=0, claim=None, dry_run=false))]
+    #[pyo3(signature = (
+        method, queue, database, now_ms, *, jobs=None, acks=None, priority=0, limit=0, claim=None,
+        dry_run=false, max_in_progress=None
+    ))]
     fn call_blocking(
         &self,
         py: Python<'_>,
@@ -264,6 +276,7 @@ impl MySQLShard {
         limit: i64,
         claim: Option<String>,
         dry_run: bool,
+        max_in_progress: Option<i64>,
     ) -> PyResult<(Py<PyAny>, Option<ErrorTuple>)> {
         guarded("MySQLShard.call_blocking", || {
             let call = match (method, jobs, acks) {
@@ -274,6 +287,7 @@ impl MySQLShard {
                     limit,
                     claim: claim.unwrap_or_default(),
                     dry_run,
+                    max_in_progress,
                 },
                 _ => return Err(PyValueError::new_err(format!("bad call {method:?}"))),
             };
@@ -504,8 +518,17 @@ fn run_call(
             limit,
             claim,
             dry_run,
+            max_in_progress,
         } => session
-            .dequeue_jobs(database, *priority, *limit, claim, now_ms, *dry_run)
+            .dequeue_jobs(
+                database,
+                *priority,
+                *limit,
+                claim,
+                now_ms,
+                *dry_run,
+                *max_in_progress,
+            )
             .map(Answer::Jobs),
         Call::Ack { acks } => session
             .ack_jobs(database, acks.get().group(), now_ms)

@@ -9,7 +9,45 @@ use pyo3::types::PyBytes;
 use crate::py::errors::guarded;
 use crate::py::queue::job_buffer::ClaimItems;
 use crate::py::queue::jobs::{AckGroup, NewJobBatch};
-use crate::store::redis_scripts::{self, Layout, QueueKeys};
+use crate::store::redis_scripts::{self, Layout, QueueKeys, ScriptTail};
+
+/// What a queue's rules add at the end of a hot script's `KEYS` and `ARGV`, held in Rust
+/// (built once per rules change by `backends/redis/rules.py`, passed as is on every call).
+#[pyclass(frozen, module = "pinlater._pinlater")]
+pub struct RedisScriptTail {
+    tail: ScriptTail,
+}
+
+#[pymethods]
+impl RedisScriptTail {
+    #[new]
+    fn new(keys: Vec<String>, args: Vec<String>) -> Self {
+        Self {
+            tail: ScriptTail { keys, args },
+        }
+    }
+
+    /// The keys appended, in order.
+    #[getter]
+    fn keys(&self) -> Vec<String> {
+        self.tail.keys.clone()
+    }
+
+    /// The arguments appended, in order.
+    #[getter]
+    fn args(&self) -> Vec<String> {
+        self.tail.args.clone()
+    }
+}
+
+static NO_TAIL: ScriptTail = ScriptTail {
+    keys: Vec::new(),
+    args: Vec::new(),
+};
+
+fn tail_of<'a>(tail: Option<&'a Bound<'_, RedisScriptTail>>) -> &'a ScriptTail {
+    tail.map_or(&NO_TAIL, |t| &t.get().tail)
+}
 
 /// The keys of `queue` on `shard` in the layout named `layout`, or a `ValueError`.
 fn queue_keys<'a>(layout: &str, shard: &'a str, queue: &'a str) -> PyResult<QueueKeys<'a>> {
@@ -47,7 +85,7 @@ pub fn redis_enqueue_command<'py>(
 
 /// `EVALSHA` of `dequeue_jobs.lua` (limit > 0), as `RedisStore._dequeue_call` sends it.
 #[pyfunction]
-#[pyo3(signature = (sha, shard, queue, priority, limit, claim, now_ms, dry_run, layout = "original"))]
+#[pyo3(signature = (sha, shard, queue, priority, limit, claim, now_ms, dry_run, layout = "original", tail = None))]
 #[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_dequeue_command<'py>(
     py: Python<'py>,
@@ -60,18 +98,22 @@ pub fn redis_dequeue_command<'py>(
     now_ms: i64,
     dry_run: bool,
     layout: &str,
+    tail: Option<&Bound<'py, RedisScriptTail>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let keys = queue_keys(layout, shard, queue)?;
+    let tail = tail_of(tail);
     guarded("redis_dequeue_command", || {
-        let command =
-            redis_scripts::dequeue_command(sha, &keys, priority, limit, claim, now_ms, dry_run);
+        let command = redis_scripts::dequeue_command(
+            sha, &keys, priority, limit, claim, now_ms, dry_run, tail,
+        );
         Ok(PyBytes::new(py, &command))
     })
 }
 
 /// `EVALSHA` of `ack_jobs.lua` for the group, as `RedisStore._ack_call` sends it.
 #[pyfunction]
-#[pyo3(signature = (sha, shard, queue, acks, now_ms, layout = "original"))]
+#[pyo3(signature = (sha, shard, queue, acks, now_ms, layout = "original", tail = None))]
+#[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_ack_command<'py>(
     py: Python<'py>,
     sha: &str,
@@ -80,10 +122,12 @@ pub fn redis_ack_command<'py>(
     acks: &Bound<'py, AckGroup>,
     now_ms: i64,
     layout: &str,
+    tail: Option<&Bound<'py, RedisScriptTail>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let keys = queue_keys(layout, shard, queue)?;
+    let tail = tail_of(tail);
     guarded("redis_ack_command", || {
-        let command = redis_scripts::ack_command(sha, &keys, acks.get().group(), now_ms);
+        let command = redis_scripts::ack_command(sha, &keys, acks.get().group(), now_ms, tail);
         Ok(PyBytes::new(py, &command))
     })
 }
@@ -109,7 +153,7 @@ pub fn redis_require_queue_command<'py>(
 /// `reservations.claim_call` sends it; its reply (the numbers of the jobs claimed, or -1) reads
 /// with `redis_ids_reply`.
 #[pyfunction]
-#[pyo3(signature = (sha, shard, queue, items, reservation, now_ms, layout = "original"))]
+#[pyo3(signature = (sha, shard, queue, items, reservation, now_ms, layout = "original", tail = None))]
 #[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_claim_command<'py>(
     py: Python<'py>,
@@ -120,8 +164,10 @@ pub fn redis_claim_command<'py>(
     reservation: &str,
     now_ms: i64,
     layout: &str,
+    tail: Option<&Bound<'py, RedisScriptTail>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let keys = queue_keys(layout, shard, queue)?;
+    let tail = tail_of(tail);
     guarded("redis_claim_command", || {
         let command = redis_scripts::claim_reserved_command(
             sha,
@@ -129,6 +175,7 @@ pub fn redis_claim_command<'py>(
             items.get().runs(),
             reservation,
             now_ms,
+            tail,
         );
         Ok(PyBytes::new(py, &command))
     })

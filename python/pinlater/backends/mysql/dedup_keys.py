@@ -42,7 +42,7 @@ from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import insert_jobs, statement_budget
 from pinlater.backends.mysql.pool import error_code
 from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor, T
-from pinlater.errors import QueueNotFoundError, ShardConnectionError
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
 
 if TYPE_CHECKING:
     from pinlater.backends.mysql.store import MySQLStore
@@ -82,8 +82,15 @@ def create_table(cur: Cursor, shard: str, queue: str) -> None:
 def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
     if not jobs:
         return []
+    keys: list[str] = []
+    for job in jobs:
+        if job.key is None or job.group is not None:
+            # ShardedBackend refuses a grouped job before it gets here (groups_refused): this
+            # only keeps a caller that did not from having its group ignored.
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"groupKey (ordered groups) {store.groups_refused}")
+        keys.append(job.key)
     keys_table = names.quoted_dedup_keys_table(store.name, queue)
-    key_bytes = [job.key.encode("utf-8") for job in jobs]
+    key_bytes = [key.encode("utf-8") for key in keys]
     hashes = [hashlib.sha256(key).digest() for key in key_bytes]
     order = sorted(range(len(jobs)), key=hashes.__getitem__)
 

@@ -1,7 +1,8 @@
 """The original's MySQL naming scheme, in one place, and the only source of SQL identifiers.
 
 A queue lives in one database per shard, ``plq_{shard}_{queue}``, with one table per priority,
-``jobs_p{priority}`` (``MySQLBackendUtils`` in the original), and ``dedup_keys``, ours alone.
+``jobs_p{priority}`` (``MySQLBackendUtils`` in the original), and ``dedup_keys`` and
+``claim_lock``, ours alone.
 Shard names carry no underscore, so a database name splits back into shard and queue at its
 first two underscores, as the original did.
 With ``MYSQL_NUM_DB_PER_QUEUE`` = n, one MySQL instance serves the shards ``{id}``, ``{id}d1`` ..
@@ -70,6 +71,15 @@ DEDUP_KEYS_TABLE = "dedup_keys"
 def quoted_dedup_keys_table(shard: str, queue: str) -> str:
     """The queue's dedup key records table, as a quoted, database-qualified identifier."""
     return f"`{database_name(shard, queue)}`.`{DEDUP_KEYS_TABLE}`"
+
+
+#: The table of a queue's claim lock row (maxInProgress), beside its jobs tables.
+CLAIM_LOCK_TABLE = "claim_lock"
+
+
+def quoted_claim_lock_table(shard: str, queue: str) -> str:
+    """The queue's claim lock table, as a quoted, database-qualified identifier."""
+    return f"`{database_name(shard, queue)}`.`{CLAIM_LOCK_TABLE}`"
 
 
 def queue_database_pattern(shard: str) -> str:

@@ -7,7 +7,8 @@ the shard's wake-up socket (``loop.add_reader``) and completes every answered fu
 (``MySQLShard.drain``, on the loop's thread). The workers own their connections (at most the
 store's ``pool_size``) and run the same statements and transactions as ``MySQLStore``: the same
 SQL files (their text is handed over from ``queries.py``), session setup, time conversion, id
-strategy, retries and error mapping.
+strategy, retries and error mapping, and the queue's ``max_in_progress`` (``claim_cap.py``),
+read from the store's rules at each dequeue and handed over with it.
 
 Python keeps what needs PyMySQL or a Python object: the queue's database name (``names.py``),
 the body-limit check of bodies longer than a BLOB (``bodies.py``, before any statement, and
@@ -52,6 +53,10 @@ _SQL = {
     "peek_jobs": queries.PEEK_JOBS,
     "ack_succeeded_jobs": queries.ACK_SUCCEEDED_JOBS,
     "ack_failed_jobs": queries.ACK_FAILED_JOBS,
+    "lock_claims": queries.LOCK_CLAIMS,
+    "create_claim_lock_table": queries.CREATE_CLAIM_LOCK_TABLE,
+    "list_jobs_tables": queries.LIST_JOBS_TABLES,
+    "count_in_progress_table": queries.COUNT_IN_PROGRESS_TABLE,
 }
 
 #: What ``MySQLShard`` hands ``settle`` for a failure: (kind, detail, MySQL error number, maybe applied).
@@ -188,8 +193,9 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
         if len(claim) > MAX_CLAIM_LENGTH:
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
         database = self._database(queue)
+        cap = self._store.rules(queue).max_in_progress  # the rules as set now, per call
         future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
-        self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, future)
+        self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, cap, future)
         return await future
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:

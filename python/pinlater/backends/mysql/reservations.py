@@ -2,6 +2,12 @@
 
 A reserved job: claim_descriptor = the reservation, updated_at = its expiry (see
 reserve_jobs.sql). Live while updated_at > now.
+
+Under a queue's ``max_in_progress`` (``claim_cap.py``): a reservation takes at most the room
+left, read without the lock (it makes nothing IN_PROGRESS); a claim of reserved jobs takes the
+claim lock and claims, of the jobs still under its live reservation, the first ones in the order
+given, as many as there is room for. The others stay reserved (the broker releases them, or they
+lapse).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
-from pinlater.backends.mysql import queries
+from pinlater.backends.mysql import claim_cap, queries
 from pinlater.backends.mysql.db_time import to_db_time
 from pinlater.backends.mysql.job_rows import MAX_CLAIM_LENGTH, claimed_job
 from pinlater.backends.mysql.transactions import Cursor
@@ -28,9 +34,11 @@ def reserve_jobs(
     table = store._table(queue, priority)
     now = to_db_time(now_ms)
     prefix = RESERVATION_PREFIX
+    cap = store.rules(queue).max_in_progress
 
     def op(cur: Cursor) -> list[ClaimedJob]:
-        if limit <= 0:
+        n = limit if cap is None or limit <= 0 else min(limit, claim_cap.room(store, cur, queue, cap, lock=False))
+        if n <= 0:
             cur.execute(queries.PEEK_JOBS.render(table=table), (now, 0))  # QUEUE_NOT_FOUND check
             return []
         # Ours already live before this call are not part of its answer.
@@ -39,7 +47,7 @@ def reserve_jobs(
         before = {int(row[0]) for row in cur.fetchall()}
         until = to_db_time(now_ms + hold_ms)
         reserved = cur.execute(
-            queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now, prefix, prefix, limit)
+            queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now, prefix, prefix, n)
         )
         if not reserved:
             return []
@@ -60,10 +68,35 @@ def claim_reserved(
         by_priority[priority][local_id] = claim
     tables = {priority: store._table(queue, priority) for priority in by_priority}
     now = to_db_time(now_ms)
+    cap = store.rules(queue).max_in_progress
+
+    def within_cap(cur: Cursor, cap: int) -> dict[int, dict[int, str]]:
+        """``by_priority`` cut to the room left under the cap (the claim lock held from here on):
+        the first jobs, in the order given, still under this live reservation."""
+        room = claim_cap.room(store, cur, queue, cap, lock=True)
+        if room >= sum(len(claims) for claims in by_priority.values()):
+            return by_priority
+        if room <= 0:
+            return {}
+        live: set[tuple[int, int]] = set()
+        for priority, claims in sorted(by_priority.items()):
+            ids = sorted(claims)
+            select = queries.SELECT_RESERVED_IDS.render(table=tables[priority], ids=len(ids))
+            cur.execute(select, (reservation, now, *ids))
+            live.update((priority, int(row[0])) for row in cur.fetchall())
+        kept: dict[int, dict[int, str]] = defaultdict(dict)
+        for priority, local_id, _ in items:
+            if room > 0 and (priority, local_id) in live and local_id not in kept[priority]:
+                kept[priority][local_id] = by_priority[priority][local_id]
+                room -= 1
+        return kept
 
     def op(cur: Cursor) -> list[tuple[int, int]]:
         claimed: list[tuple[int, int]] = []
-        for priority, claims in sorted(by_priority.items()):
+        chosen = by_priority if cap is None else within_cap(cur, cap)
+        for priority, claims in sorted(chosen.items()):
+            if not claims:
+                continue
             table = tables[priority]
             ids = sorted(claims)
             n = len(ids)

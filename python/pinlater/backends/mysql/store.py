@@ -1,11 +1,16 @@
 """``MySQLStore``: one shard of the MySQL backend, in the original PinLater schema.
 
 Layout (``names.py``): a database ``plq_{shard}_{queue}`` per queue, a table ``jobs_p{priority}``
-per priority, and ``dedup_keys`` (ours, made on demand: ``dedup_keys.py``), DDL in
-``sql/schema/``. Every operation is one transaction of statements from ``sql/`` (``queries.py``),
-batched: enqueue is one multi-row INSERT per priority, dequeue one ``UPDATE ... LIMIT`` stamping
-the claim plus one SELECT by claim, acks one UPDATE per (priority, outcome, appended status[,
-retry delay]) group.
+per priority, and ``dedup_keys`` and ``claim_lock`` (ours, made on demand: ``dedup_keys.py``,
+``claim_cap.py``), DDL in ``sql/schema/``. Every operation is one transaction of statements from
+``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
+``UPDATE ... LIMIT`` stamping the claim plus one SELECT by claim, acks one UPDATE per (priority,
+outcome, appended status[, retry delay]) group.
+
+Queue rules (``set_queue_rules``): ``max_in_progress`` is kept under a per-queue lock row, taken
+only by the claims of a capped queue (``claim_cap.py``). Ordered groups are refused
+(``groups_refused``): the original schema, a table per priority, has no place for a group, whose
+jobs span priorities; so ``group_concurrency`` and ``group_jobs_per_second`` have nothing to act on.
 
 Time: every "now" is a parameter; ``db_time.py`` converts (milliseconds survive in databases
 created here) and clamps to TIMESTAMP's range. The session time zone is UTC
@@ -30,17 +35,19 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pymysql
 
 from pinlater.backends.base import (
+    DEFAULT_RULES,
     RESERVATION_PREFIX,
     AckItem,
     CheckpointItem,
     ClaimedJob,
     CountKey,
     Enqueued,
+    GroupCounts,
     HotPath,
     JobFilter,
     JobRecord,
@@ -48,9 +55,10 @@ from pinlater.backends.base import (
     KeyedJob,
     NewJob,
     Offload,
+    QueueRules,
 )
 from pinlater.backends.dedup_sweep import SweepCursors
-from pinlater.backends.mysql import dedup_keys, job_rows, names, queries, reservations
+from pinlater.backends.mysql import claim_cap, dedup_keys, job_rows, names, queries, reservations
 from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, parse_columns
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
@@ -67,11 +75,12 @@ from pinlater.backends.mysql.transactions import (
     run_transaction,
 )
 from pinlater.backends.threaded import BlockingStore
-from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
 
 __all__ = [
     "BLOB_BYTES",
     "CUSTOM_STATUS_LIMIT",
+    "GROUPS_REFUSED",
     "INSERT_ID_STRATEGIES",
     "MAX_CLAIM_LENGTH",
     "MEDIUMBLOB_BYTES",
@@ -85,6 +94,10 @@ log = logging.getLogger(__name__)
 _NO_LIMIT = 2**62
 #: MySQL's ER_DATA_TOO_LONG: in strict mode, a value too long for its column.
 DATA_TOO_LONG_ERROR = 1406
+
+GROUPS_REFUSED = "is not kept by MySQL shards: the original schema has no place for a group"
+"""Why a MySQL shard refuses ordered groups (``groups_refused``): the words that follow
+"groupKey (ordered groups) " in the ENQUEUE_REJECTED message."""
 
 QUEUE_COUNTS_TABLES_PER_STATEMENT = 1000
 """Jobs tables counted per statement of ``queue_counts`` (one UNION ALL part each): a bound on
@@ -132,6 +145,8 @@ class MySQLStore(BlockingStore):
         self.dedup_sweep: SweepCursors[dedup_keys.Position] = SweepCursors()
         #: The Rust hot paths handed out (``hot_path``), closed with the store.
         self._hot_paths: list[NativeMySQLHotPath] = []
+        #: Each queue's rules (``set_queue_rules``), replaced whole: a reader sees one mapping.
+        self._rules: Mapping[str, QueueRules] = {}
 
     @property
     def name(self) -> str:
@@ -193,6 +208,7 @@ class MySQLStore(BlockingStore):
             for table in tables:
                 cur.execute(queries.CREATE_JOBS_TABLE.render(table=table))
             dedup_keys.create_table(cur, self._name, queue)
+            claim_cap.create_table(cur, self._name, queue)
 
         try:
             self._run(None, op)
@@ -257,6 +273,34 @@ class MySQLStore(BlockingStore):
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         return dedup_keys.gc_dedup_keys(self, queue, now_ms, limit)
 
+    # -- ordered groups (refused) and queue rules -----------------------------------------------
+
+    @property
+    def groups_refused(self) -> str | None:
+        return GROUPS_REFUSED
+
+    def group_counts(self, queue: str) -> GroupCounts:
+        """No groups, ever; QueueNotFoundError for a missing queue (one read of the data
+        dictionary: the queue's jobs tables)."""
+        database = names.database_name(self._name, queue)
+
+        def op(cur: Cursor) -> None:
+            cur.execute(queries.LIST_JOBS_TABLES.render(), (database, names.JOBS_TABLE_PATTERN))
+            if not cur.fetchall():
+                raise QueueNotFoundError(queue)
+
+        self._run(queue, op)
+        return GroupCounts(0, 0)
+
+    def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
+        """Only ``max_in_progress`` acts here (groups are refused); the next call, on any thread
+        or the Rust hot path (handed the cap per call), applies the new rules."""
+        self._rules = dict(rules)
+
+    def rules(self, queue: str) -> QueueRules:
+        """The queue's rules as last set (``DEFAULT_RULES`` if none)."""
+        return self._rules.get(queue, DEFAULT_RULES)
+
     def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> list[ClaimedJob]:
@@ -266,15 +310,23 @@ class MySQLStore(BlockingStore):
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
         table = self._table(queue, priority)
         now = to_db_time(now_ms)
+        cap = self.rules(queue).max_in_progress
+
+        def allowed(cur: Cursor) -> int:
+            """The limit; under a cap, the room left (the claim lock held from here on)."""
+            return limit if cap is None else min(limit, claim_cap.room(self, cur, queue, cap, lock=True))
 
         def peek(cur: Cursor) -> list[ClaimedJob]:
             cur.execute(queries.PEEK_JOBS.render(table=table), (now, limit))
             return [job_rows.claimed_job(row) for row in cur.fetchall()]
 
         def claim_jobs(cur: Cursor) -> list[ClaimedJob] | None:
+            n = allowed(cur)
+            if n <= 0:
+                return []
             claimed = cur.execute(
                 queries.DEQUEUE_JOBS.render(table=table),
-                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, limit),
+                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, n),
             )
             if not claimed:
                 return []
@@ -285,12 +337,15 @@ class MySQLStore(BlockingStore):
             return [job_rows.claimed_job(row) for row in job_rows.in_claim_order(rows)]
 
         def claim_jobs_reused_claim(cur: Cursor) -> list[ClaimedJob]:
+            n = allowed(cur)
+            if n <= 0:
+                return []
             select_claimed = queries.SELECT_CLAIMED_JOBS.render(table=table)
             cur.execute(select_claimed, (claim,))
             before = {int(row[0]) for row in cur.fetchall()}
             cur.execute(
                 queries.DEQUEUE_JOBS.render(table=table),
-                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, limit),
+                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, n),
             )
             cur.execute(select_claimed, (claim,))
             rows = job_rows.in_claim_order(cur.fetchall())

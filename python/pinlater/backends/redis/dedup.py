@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pinlater.backends.base import Enqueued, JobState, KeyedJob
+from pinlater.backends.base import DEFAULT_RULES, Enqueued, JobState, KeyedJob, QueueRules
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
+from pinlater.backends.redis.rules import GROUPS, build_tail
 from pinlater.backends.redis.script_calls import ShardScripts
 
 PRIORITY_BEYOND_KEYS = -2
@@ -39,11 +40,19 @@ _ENQUEUE_FIXED_KEYS = 5  # the queue key, the counter, the three dedup keys
 
 
 def enqueue_keyed_jobs(
-    shard: ShardScripts, queue: str, jobs: Sequence[KeyedJob], now_ms: int, num_priorities: int
+    shard: ShardScripts,
+    queue: str,
+    jobs: Sequence[KeyedJob],
+    now_ms: int,
+    num_priorities: int,
+    rules: QueueRules = DEFAULT_RULES,
 ) -> list[Enqueued]:
     """``ShardStore.enqueue_keyed_jobs`` through ``enqueue_keyed_jobs.lua``: one call (two if a
-    record names a priority above ``num_priorities`` and the jobs')."""
+    record names a priority above ``num_priorities`` and the jobs'). In the compact layout a job
+    may have a group instead of a key, or both (9 arguments a job, then the groups' tail for the
+    queue's ``rules``, over the same priorities: ``rules.py``)."""
     keys = shard.keys(queue)
+    compact = isinstance(keys, CompactQueueKeys)
     m = max([num_priorities, *(d.job.priority for d in jobs)])
     while True:
         per = len(_group(keys, 1))
@@ -59,10 +68,14 @@ def enqueue_keyed_jobs(
                 job.attempts_allowed,
                 seconds_arg(job.run_after_ms),
                 job.custom_status[:CUSTOM_STATUS_LIMIT],
-                d.key,
+                "" if d.key is None else d.key,
                 min(max(d.window_ms, 0), HELD_FOREVER_MS - now_ms),
             ]
-        out = shard.run_in_queue("enqueue_keyed_jobs", queue, key_list, args)
+            if compact:
+                flags = ("k" if d.key is not None else "") + ("g" if d.group is not None else "")
+                args += [flags, d.group or ""]
+        tail_keys, tail_args = build_tail(keys, rules, GROUPS, m)
+        out = shard.run_in_queue("enqueue_keyed_jobs", queue, key_list + tail_keys, args + tail_args)
         if out and int(out[0]) == PRIORITY_BEYOND_KEYS:
             m = int(out[1])
             continue

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 from pinlater.backends.base import JobFilter, JobState
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis.keys import seconds_arg
-from pinlater.backends.redis.keys_compact import QueueKeyNames, ready_keys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, ready_keys
+from pinlater.backends.redis.rules import Tail
 from pinlater.backends.redis.script_calls import ShardScripts
 
 
@@ -36,18 +37,36 @@ def score_range(where: JobFilter) -> tuple[str, str]:
 def read_sets(keys: QueueKeyNames, where: JobFilter) -> list[str]:
     """The keys a read of a filter covers: its state's set, and for PENDING the held set, hold
     expiry set and holders hash (held jobs are PENDING; see ``lua/lib/holds.lua``), and in the
-    compact layout the ready list."""
+    compact layout the ready list and the waiting set (``lua_compact/lib/groups.lua``)."""
     set_key = keys.set_key(where.priority, where.state)
     if where.state == JobState.PENDING:
-        return [set_key, *keys.hold_keys(where.priority), *ready_keys(keys, where.priority)]
+        sets = [set_key, *keys.hold_keys(where.priority), *ready_keys(keys, where.priority)]
+        if isinstance(keys, CompactQueueKeys):
+            sets.append(keys.waiting_key(where.priority))
+        return sets
     return [set_key]
+
+
+def delete_call(
+    keys: QueueKeyNames, where: JobFilter, limit: int, ids: list[Any], tail: Tail
+) -> tuple[list[str], list[Any]]:
+    """The ``KEYS`` and ``ARGV`` of delete_jobs.lua for a filter: a range, or exactly ``ids``.
+    The compact script also takes the state, the priority, now and the groups' tail."""
+    low, high = score_range(where)
+    key_list = [keys.exists_key, *read_sets(keys, where)]
+    args: list[Any] = [keys.queue, keys.jobs_arg, low, high, limit]
+    if isinstance(keys, CompactQueueKeys):
+        tail_keys, tail_args = tail
+        key_list += tail_keys
+        args += [int(where.state), *tail_args, where.priority, where.now_ms]
+    return key_list, args + ids
 
 
 class Page(NamedTuple):
     """One call of scan_jobs.lua: evicted members removed, members looked at (evicted ones
     included: the next page's offset is ``looked - evicted`` further, less any rows deleted in
-    between), whether the range ends there, and the rows of 10 values (the body, then the job's
-    dedup key)."""
+    between), whether the range ends there, and the rows of 10 values (the body 9th, the job's
+    dedup key last), or 11 in the compact layout (the job's group 10th)."""
 
     evicted: int
     looked: int
@@ -85,7 +104,8 @@ def page(
     out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, ids_key, *sets], args)
     evicted = int(out[0])
     shard.count_evicted(evicted)
-    return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + 10] for i in range(3, len(out), 10)])
+    width = 11 if isinstance(keys, CompactQueueKeys) else 10
+    return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + width] for i in range(3, len(out), width)])
 
 
 def pages(
@@ -139,6 +159,7 @@ def delete_matching(
     limit: int,
     page_size: int,
     page_bytes: int,
+    tail: Tail,
 ) -> int:
     """delete_jobs with a body regex: page through the candidates (as ``matching_pages``), delete
     the matching ids; the rows deleted were among those looked at, so the offset moves past the
@@ -146,7 +167,6 @@ def delete_matching(
     keys = shard.keys(queue)
     low, high = score_range(where)
     sets = read_sets(keys, where)
-    key_list = [keys.exists_key, *sets]
     shard.require_queue(queue)
     deleted, offset = 0, 0
     while deleted < limit:
@@ -155,7 +175,7 @@ def delete_matching(
         picked = [got.rows[i][0] for i in body_filter.matching([row[8] for row in got.rows])][: limit - deleted]
         removed = 0
         if picked:
-            args = [queue, keys.jobs_arg, low, high, limit - deleted, *picked]
+            key_list, args = delete_call(keys, where, limit - deleted, picked, tail)
             removed = int(shard.run_in_queue("delete_jobs", queue, key_list, args))
         deleted += removed
         if got.last:

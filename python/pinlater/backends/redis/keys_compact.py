@@ -29,6 +29,15 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
 * ``plc:{S:Q}:dk``, ``:di``, ``:dg``: the dedup records (key -> holder, id -> key, and the
   GC's sorted set), with the contents of the original layout's ``pld_{S}_{Q}.k``, ``.i`` and
   ``.g`` (``keys.py``).
+* Ordered groups (``lua_compact/lib/groups.lua``): ``plc:{S:Q}:p{priority}:w``, the priority's
+  waiting set (the PENDING jobs of a group that wait behind its active ones: member id, score
+  run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
+  sorted set of all scores 0 in lex order: a member per waiting job, prefixed by its group);
+  ``plc:{S:Q}:ga`` and ``:gn``, the active and waiting jobs of each group (hashes: group ->
+  count); ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash), and ``:gz``, when the
+  buckets of finished groups are full again (sorted set; then deleted). A job's group is in
+  its record. The group name is inside these keys' values, never in a key name, so every key
+  keeps the queue's hash tag and the scripts declare each key they touch.
 * ``plc:{S}:q``: sorted set of the shard's queue names, score = creation time in ms. In another
   slot than the queues' keys, so it is written with plain commands beside the scripts, never
   inside one.
@@ -97,7 +106,21 @@ class CompactQueueKeys:
         return [self.set_key(priority, state) for state in JobState]
 
     def id_sets(self, priority: int) -> list[str]:
-        return [*self.priority_sets(priority), self.held_key(priority), self.hold_expiry_key(priority)]
+        return [
+            *self.priority_sets(priority),
+            self.held_key(priority),
+            self.hold_expiry_key(priority),
+            self.waiting_key(priority),
+        ]
+
+    def waiting_key(self, priority: int) -> str:
+        """The priority's waiting set: jobs of ordered groups waiting behind the active ones."""
+        return f"{self._base}p{priority:d}:w"
+
+    def group_keys(self) -> list[str]:
+        """The groups' keys (``lua_compact/lib/groups.lua``): active counts, waiting counts,
+        the FIFOs, the rate buckets and their refill times."""
+        return [self._base + "ga", self._base + "gn", self._base + "gw", self._base + "gr", self._base + "gz"]
 
     def dedup_keys(self) -> list[str]:
         """The dedup records: key -> holder, id -> key, and the GC's sorted set."""

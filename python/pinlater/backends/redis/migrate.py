@@ -262,6 +262,8 @@ def _migrate(
             "not this tool's to overwrite; find out what wrote it"
         )
     summary = MigrationSummary(shard, target, known)
+    if target == "original":
+        _refuse_ordered_groups(client, shard)
     client.set(marker, MIGRATING)
     if not force:
         try:  # a server may have connected just before the marker was set
@@ -295,6 +297,36 @@ def _migrate(
         )
     client.set(marker, target)
     return summary
+
+
+GROUPED_SCAN_COUNT = 1000
+"""Records looked at per call of ``grouped_records.lua`` (HSCAN COUNT)."""
+
+
+def _refuse_ordered_groups(client: redis.Redis, shard: str) -> None:
+    """The original layout's keys have no place for an ordered group (``groupKey``): a compact
+    queue that holds a job of a group, unfinished (its ``ga`` or ``gn`` hash, ``keys_compact.py``)
+    or finished (its record, which a retry would put back in the group: ``grouped_records.lua``,
+    a page of records per call, reading only each record's first byte), stops the move before
+    anything is written. (Nothing to check the other way: the original layout never holds groups.)"""
+    script = client.register_script(script_source("grouped_records"))
+    names: list[Any] = client.zrange(compact_names_key(shard), 0, -1)
+    for name in names:
+        queue = _queue_name(name, compact_names_key(shard))
+        keys = CompactQueueKeys(shard, queue)
+        active, waiting, *_others = keys.group_keys()
+        grouped = bool(client.exists(active, waiting))
+        cursor: Any = "0"
+        while not grouped:
+            cursor, found = script(keys=[keys.jobs_arg], args=[cursor, GROUPED_SCAN_COUNT])
+            grouped = int(found) == 1
+            if _loose_text(cursor) == "0":
+                break
+        if grouped:
+            raise MigrationError(
+                f"queue {queue} holds jobs of ordered groups (groupKey), which the original layout cannot hold; "
+                "let them finish and be collected, or delete them, then run again"
+            )
 
 
 def _refuse_if_served(client: redis.Redis, shard: str) -> None:

@@ -12,7 +12,12 @@ The dequeue broker's refills and claims (``reserve_jobs``, ``claim_reserved``; t
 off by default) go the same way: the reserve script's reply has the dequeue's rows, read into
 ``ClaimedJobs`` by the same reader (its command, a few keys and arguments per call, is packed by
 ``redis_pack_command``); a ``ClaimItems`` is packed whole (``redis_claim_command``), and its
-reply (the numbers of the jobs claimed) read by ``redis_ids_reply``. Releases (rare: stale
+reply (the numbers of the jobs claimed) read by ``redis_ids_reply``.
+
+The queue's rules (``RedisStore.set_queue_rules``) reach the scripts as the blocking calls send
+them: a ``RedisScriptTail`` held in Rust (``rules.py``), built once per rules change and appended
+to the packed command; none for a dequeue, reserve or claim of a queue without a cap or a group
+rate, so the plain hot path packs what it always did. Releases (rare: stale
 entries and shutdown) go through the redis.asyncio path (``store.aio``) with Python values.
 """
 
@@ -43,6 +48,7 @@ from pinlater.backends.base import Enqueued, JobState, KeyedJob
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ready_keys
+from pinlater.backends.redis.rules import DEQUEUE, GROUPS
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -86,7 +92,10 @@ class NativeHotPath:
                 raise QueueNotFoundError(queue)
             return _NO_JOBS
         sha = self._sha["dequeue_jobs"]
-        command = redis_dequeue_command(sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, self._layout)
+        tail = self._store.rules.native(queue, DEQUEUE)
+        command = redis_dequeue_command(
+            sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, self._layout, tail
+        )
         out = await self._client.call("dequeue_jobs", command, redis_claimed_reply)
         if out is None:
             raise QueueNotFoundError(queue)
@@ -96,7 +105,8 @@ class NativeHotPath:
         return jobs
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
-        command = redis_ack_command(self._sha["ack_jobs"], self._shard, queue, acks, now_ms, self._layout)
+        tail = self._store.rules.native(queue, GROUPS)
+        command = redis_ack_command(self._sha["ack_jobs"], self._shard, queue, acks, now_ms, self._layout, tail)
         evicted = await self._client.call("ack_jobs", command, redis_ack_reply)
         if evicted is None:
             raise QueueNotFoundError(queue)
@@ -112,21 +122,24 @@ class NativeHotPath:
             return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
         keys = self._store._keys(queue)
         ready = ready_keys(keys, priority)
+        tail_keys, tail_args = self._store.rules.tail(queue, DEQUEUE)
         command = redis_pack_command(
             (
                 "EVALSHA",
                 self._sha["reserve_jobs"],
-                5 + len(ready),
+                5 + len(ready) + len(tail_keys),
                 keys.exists_key,
                 keys.set_key(priority, JobState.PENDING),
                 *keys.hold_keys(priority),
                 *ready,
+                *tail_keys,
                 queue,
                 keys.jobs_arg,
                 seconds_arg(now_ms),
                 limit,
                 reservation,
                 seconds_arg(now_ms + hold_ms),
+                *tail_args,
             )
         )
         out = await self._client.call("reserve_jobs", command, redis_claimed_reply)
@@ -139,7 +152,8 @@ class NativeHotPath:
 
     async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         sha = self._sha["claim_reserved"]
-        command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms, self._layout)
+        tail = self._store.rules.native(queue, DEQUEUE)
+        command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms, self._layout, tail)
         claimed = await self._client.call("claim_reserved", command, redis_ids_reply)
         if claimed is None:
             raise QueueNotFoundError(queue)

@@ -23,10 +23,16 @@ _CLAIMED_JOB = functools.partial(tuple.__new__, ClaimedJob)
 
 
 def job_record(
-    priority: int, local_id: int, state: JobState, score: bytes, fields: Sequence[Any], dedup_key: bytes | None = None
+    priority: int,
+    local_id: int,
+    state: JobState,
+    score: bytes,
+    fields: Sequence[Any],
+    dedup_key: bytes | None = None,
+    group_key: bytes | None = None,
 ) -> JobRecord:
     """A record from a script row: score, then al, ar, cs, ca, ua, cd, bd (None when absent),
-    and the dedup key the ids hash holds for the job (None when none)."""
+    the dedup key the ids hash holds for the job (None when none) and its group (None when none)."""
     allowed, remaining, status, created, updated, claim, body = fields
     return JobRecord(
         priority=priority,
@@ -41,6 +47,7 @@ def job_record(
         claim_descriptor=None if claim is None else claim.decode("utf-8", "replace"),
         body=body,
         dedup_key=None if dedup_key is None else dedup_key.decode("utf-8", "replace"),
+        group_key=None if group_key is None else group_key.decode("utf-8", "replace"),
     )
 
 

@@ -15,18 +15,29 @@ from pinlater.backends.base import ClaimedJob, JobState
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ready_keys
 from pinlater.backends.redis.replies import claimed_jobs
+from pinlater.backends.redis.rules import NO_TAIL, Tail
 from pinlater.backends.redis.script_calls import ScriptCall, ShardScripts
 
 
 def reserve_call(
-    shard: ShardScripts, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    shard: ShardScripts,
+    queue: str,
+    priority: int,
+    limit: int,
+    reservation: str,
+    now_ms: int,
+    hold_ms: int,
+    tail: Tail = NO_TAIL,
 ) -> ScriptCall[list[ClaimedJob]]:
+    """reserve_jobs.lua, with the queue's rules at the end of its keys and arguments (``rules.py``)."""
     if limit <= 0:
         return shard.require_queue_call(queue, lambda _reply: [])
     keys = shard.keys(queue)
     key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
     key_list += ready_keys(keys, priority)
     args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
+    key_list += tail[0]
+    args += tail[1]
 
     def parse(out: Any) -> list[ClaimedJob]:
         shard.count_evicted(out[0])
@@ -36,8 +47,14 @@ def reserve_call(
 
 
 def claim_call(
-    shard: ShardScripts, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
+    shard: ShardScripts,
+    queue: str,
+    items: Sequence[tuple[int, int, str]],
+    reservation: str,
+    now_ms: int,
+    tail: Tail = NO_TAIL,
 ) -> ScriptCall[list[tuple[int, int]]]:
+    """claim_reserved.lua, with the queue's rules at the end of its keys and arguments."""
     keys = shard.keys(queue)
     key_list = [keys.exists_key]
     index: dict[int, int] = {}
@@ -59,6 +76,8 @@ def claim_call(
         args.append(local_id)
         args[count_at] += 1
     args[4] = groups
+    key_list += tail[0]
+    args += tail[1]
 
     def parse(numbers: Any) -> list[tuple[int, int]]:
         return [(items[int(n) - 1][0], items[int(n) - 1][1]) for n in numbers]

@@ -25,6 +25,12 @@ Design:
   (``dedup.py``), with the records in three keys per queue beside the jobs (``keys.py``, under
   the prefix ``pld`` the original server never touches; ``keys_compact.py``); lookups and scans
   read the keys of the jobs they return in the same script (one HMGET).
+* Ordered groups and queue rules (``set_queue_rules``): the compact layout keeps groups
+  (``lua_compact/lib/groups.lua``: waiting jobs in a set of their own per priority, read as
+  PENDING, and the groups' FIFOs and counts in four keys of the queue's hash tag); the original
+  layout's keys have no place for them (``groups_refused``). Both apply ``max_in_progress`` in
+  the dequeue, reserve and claim scripts, and the compact one ``group_jobs_per_second`` too; the
+  rules reach the scripts as a "tail" of keys and arguments (``rules.py``), on the hot path too.
 * Memory: ``memory`` reads used_memory against maxmemory in the background (``memory.py``), so
   the shared layer sends new jobs elsewhere above REDIS_MEMORY_HIGH_WATER_FRACTION.
 * Evicted jobs (a set member whose hash is gone, as the original's docs expected under LRU
@@ -56,7 +62,7 @@ Design:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -70,12 +76,14 @@ from pinlater.backends.base import (
     ClaimedJob,
     CountKey,
     Enqueued,
+    GroupCounts,
     JobFilter,
     JobRecord,
     JobState,
     KeyedJob,
     NewJob,
     Offload,
+    QueueRules,
 )
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import dedup, reservations
@@ -88,14 +96,22 @@ from pinlater.backends.redis.cluster_scripts import (
 )
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import TrackedConnection, pool_options
-from pinlater.backends.redis.filtered_reads import delete_matching, matching_pages, pages, read_sets, score_range
+from pinlater.backends.redis.filtered_reads import (
+    delete_call,
+    delete_matching,
+    matching_pages,
+    pages,
+    read_sets,
+    score_range,
+)
 from pinlater.backends.redis.hot_client import HotClient, HotScripts
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
-from pinlater.backends.redis.keys_compact import QueueKeyNames, compact_names_key, ready_keys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, compact_names_key, ready_keys
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.backends.redis.replies import claimed_jobs, job_record
+from pinlater.backends.redis.rules import DEQUEUE, GROUPS, QueueRulesBook
 from pinlater.backends.redis.script_calls import AsyncShardScripts, ScriptCall, ShardScripts, priority_keys
 from pinlater.backends.threaded import ack_item, new_job
 from pinlater.config import Settings
@@ -168,6 +184,9 @@ class RedisStore:
         #: ``hot_client.py``).
         self.native = NativeHotPath(self, hot)
         self._num_priorities = settings.num_priority_levels
+        #: The queues' rules and the script tails they make (``rules.py``).
+        self.rules = QueueRulesBook(self._keys, lambda: self._num_priorities)
+        self.layout.on_change(lambda _layout: self.rules.clear())
         self._body_filter_budget = settings.body_filter_time_budget_seconds
         self._closed = False
 
@@ -197,7 +216,9 @@ class RedisStore:
 
     def create_queue(self, queue: str, num_priorities: int) -> None:
         # The layout keeps no priority count per queue; remember the highest seen for delete_queue.
-        self._num_priorities = max(self._num_priorities, num_priorities)
+        if num_priorities > self._num_priorities:
+            self._num_priorities = num_priorities
+            self.rules.clear()  # the tails name every priority's keys
         keys = self._keys(queue)
         now = _now_seconds()
         self._run("create_queue", [keys.exists_key], [queue, now])
@@ -210,6 +231,8 @@ class RedisStore:
         sets = [key for p in priorities for key in keys.id_sets(p)]
         lists = [key for p in priorities for key in ready_keys(keys, p)]
         holders = [keys.holders_key(p) for p in priorities] + keys.dedup_keys()  # deleted outright
+        if isinstance(keys, CompactQueueKeys):
+            holders += keys.group_keys()
         args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
         if self.layout.compact:  # gone from the list first, as the script's first call does
             self._shard.command("ZREM", compact_names_key(self._name), queue)
@@ -243,7 +266,31 @@ class RedisStore:
 
     def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """One call of ``enqueue_keyed_jobs.lua`` (``dedup.py``)."""
-        return dedup.enqueue_keyed_jobs(self._shard, queue, jobs, now_ms, self._num_priorities)
+        return dedup.enqueue_keyed_jobs(self._shard, queue, jobs, now_ms, self._num_priorities, self.rules.of(queue))
+
+    # -- ordered groups and queue rules ------------------------------------------------------
+
+    @property
+    def groups_refused(self) -> str | None:
+        if self.layout.compact:
+            return None
+        return (
+            f"needs the compact Redis layout; shard {self._name} is in the original one, "
+            "whose keys have no place for a group"
+        )
+
+    def group_counts(self, queue: str) -> GroupCounts:
+        """The queue's groups (fields of its ``ga`` hash) and blocked ones (of ``gn``): two HLENs
+        after the queue check, not one atomic read (a count, as the dashboard shows it)."""
+        self._require_queue(queue)
+        keys = self._keys(queue)
+        if not isinstance(keys, CompactQueueKeys):
+            return GroupCounts(0, 0)
+        active, waiting, *_others = keys.group_keys()
+        return GroupCounts(int(self._shard.command("HLEN", active)), int(self._shard.command("HLEN", waiting)))
+
+    def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
+        self.rules.set(rules)
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         """One call of ``gc_dedup_keys.lua`` (``dedup.py``), which looks at ``limit`` records at most."""
@@ -268,7 +315,8 @@ class RedisStore:
             *ready_keys(keys, priority),
         ]
         args = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
-        return ScriptCall("dequeue_jobs", queue, key_list, args, self._claimed_jobs)
+        tail_keys, tail_args = self.rules.tail(queue, DEQUEUE)
+        return ScriptCall("dequeue_jobs", queue, key_list + tail_keys, args + tail_args, self._claimed_jobs)
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
         self._shard.call(self._ack_call(queue, succeeded, failed, now_ms))
@@ -283,7 +331,8 @@ class RedisStore:
         for kind, item in items:
             retry_at = seconds_arg(now_ms + item.retry_delay_ms)
             args += [index[item.priority], item.local_id, kind, item.append_custom_status, retry_at]
-        return ScriptCall("ack_jobs", queue, key_list, args, self._count_evicted_of_pair)
+        tail_keys, tail_args = self.rules.tail(queue, GROUPS)
+        return ScriptCall("ack_jobs", queue, key_list + tail_keys, args + tail_args, self._count_evicted_of_pair)
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         keys = self._keys(queue)
@@ -310,14 +359,16 @@ class RedisStore:
     def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> list[ClaimedJob]:
+        tail = self.rules.tail(queue, DEQUEUE)
         return self._shard.call(
-            reservations.reserve_call(self._shard, queue, priority, limit, reservation, now_ms, hold_ms)
+            reservations.reserve_call(self._shard, queue, priority, limit, reservation, now_ms, hold_ms, tail)
         )
 
     def claim_reserved(
         self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        return self._shard.call(reservations.claim_call(self._shard, queue, items, reservation, now_ms))
+        tail = self.rules.tail(queue, DEQUEUE)
+        return self._shard.call(reservations.claim_call(self._shard, queue, items, reservation, now_ms, tail))
 
     def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:
         return self._shard.call(reservations.release_call(self._shard, queue, items, reservation, now_ms))
@@ -327,19 +378,25 @@ class RedisStore:
     def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
         qkeys = self._keys(queue)
         key_list, index = [qkeys.exists_key, qkeys.dedup_keys()[1]], {}
+        compact = isinstance(qkeys, CompactQueueKeys)
         for p in sorted({priority for priority, _ in keys}):  # the state sets, the held set, the list
             index[p] = len(key_list) + 1
             key_list += [*qkeys.priority_sets(p), qkeys.held_key(p), *ready_keys(qkeys, p)]
+            if isinstance(qkeys, CompactQueueKeys):
+                key_list.append(qkeys.waiting_key(p))
         args: list[Any] = [queue, qkeys.jobs_arg, "1" if include_body else "0", len(keys)]
         for priority, local_id in keys:
             args += [index[priority], local_id]
         out = self._run_in_queue("lookup_jobs", queue, key_list, args)
         self._count_evicted(out[0])
         records = []
-        for i in range(1, len(out), 11):
-            number, state, score, *fields, dedup_key = out[i : i + 11]
+        width = 12 if compact else 11  # the compact rows carry the job's group
+        for i in range(1, len(out), width):
+            number, state, score, *fields = out[i : i + 7 + 3]
+            group = out[i + 10] if compact else None
+            dedup_key = out[i + width - 1]
             priority, local_id = keys[int(number) - 1]
-            records.append(job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key))
+            records.append(job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key, group))
         return records
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
@@ -383,6 +440,10 @@ class RedisStore:
                 cells.append((queue, p, JobState.PENDING))
                 group.append(keys.held_key(p))
                 group_kinds += "zzzzz"
+                if isinstance(keys, CompactQueueKeys):  # the waiting jobs of ordered groups
+                    cells.append((queue, p, JobState.PENDING))
+                    group.append(keys.waiting_key(p))
+                    group_kinds += "z"
                 if lists := ready_keys(keys, p):  # the list, then the records hash with its t{p}
                     cells.append((queue, p, JobState.PENDING))
                     group += [*lists, keys.jobs_arg]
@@ -438,8 +499,12 @@ class RedisStore:
                 self._shard, queue, sets, low, high, True, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES, body_filter
             )
             rows = (row for page_matched in matched for row in page_matched)
+        compact = isinstance(keys, CompactQueueKeys)
         for row in rows:
-            found.append(job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[9]))
+            group = row[9] if compact else None
+            found.append(
+                job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
+            )
             if len(found) >= limit:
                 break
         found.sort(key=lambda job: (job.run_after_ms, job.local_id), reverse=True)
@@ -453,18 +518,30 @@ class RedisStore:
         keys = self._keys(queue)
         key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), keys.set_key(priority, JobState.FAILED)]
         args = [queue, keys.jobs_arg, attempts_to_allow, seconds_arg(run_after_ms), limit, seconds_arg(now_ms)]
+        if isinstance(keys, CompactQueueKeys):
+            tail_keys, tail_args = self.rules.tail(queue, GROUPS)
+            key_list += tail_keys
+            args += [priority, *tail_args]
         moved, evicted = self._run_in_queue("retry_failed_jobs", queue, key_list, args)
         self._count_evicted(evicted)
         return int(moved)
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         keys = self._keys(queue)
-        low, high = score_range(where)
-        key_list = [keys.exists_key, *read_sets(keys, where)]
         if where.body_regex is None:
-            return int(self._run_in_queue("delete_jobs", queue, key_list, [queue, keys.jobs_arg, low, high, limit]))
+            key_list, args = delete_call(keys, where, limit, [], self.rules.tail(queue, GROUPS))
+            return int(self._run_in_queue("delete_jobs", queue, key_list, args))
         body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
-        return delete_matching(self._shard, queue, where, body_filter, limit, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES)
+        return delete_matching(
+            self._shard,
+            queue,
+            where,
+            body_filter,
+            limit,
+            REGEX_PAGE_SIZE,
+            REGEX_PAGE_BYTES,
+            self.rules.tail(queue, GROUPS),
+        )
 
     # -- maintenance (the monitor) ----------------------------------------------------------
 
@@ -475,7 +552,8 @@ class RedisStore:
         key_list = [keys.exists_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
         key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority)]
         args = [queue, keys.jobs_arg, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
-        changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list, args)
+        tail_keys, tail_args = self.rules.tail(queue, GROUPS)
+        changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args)
         self._count_evicted(evicted)
         return int(changed)
 
@@ -573,14 +651,18 @@ class AsyncHotPath:
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> list[ClaimedJob]:
         shard = self._store._shard
+        tail = self._store.rules.tail(queue, DEQUEUE)
         return await self._scripts.call(
-            reservations.reserve_call(shard, queue, priority, limit, reservation, now_ms, hold_ms)
+            reservations.reserve_call(shard, queue, priority, limit, reservation, now_ms, hold_ms, tail)
         )
 
     async def claim_reserved(
         self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int
     ) -> list[tuple[int, int]]:
-        return await self._scripts.call(reservations.claim_call(self._store._shard, queue, items, reservation, now_ms))
+        tail = self._store.rules.tail(queue, DEQUEUE)
+        return await self._scripts.call(
+            reservations.claim_call(self._store._shard, queue, items, reservation, now_ms, tail)
+        )
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int

@@ -19,6 +19,9 @@ then per group:
   ARGV[i+1] the group's claim descriptor
   ARGV[i+2] number of jobs in the group, m
   ARGV[i+3..i+2+m] their local ids
+then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
+(lib/rules.lua): no more jobs are claimed than the room under it; the others stay held until
+their holds lapse.
 
 Hash fields: ua cd (keys.JobField). A job whose hash was evicted gets a partial one, which the
 next script to meet it removes as evicted.
@@ -26,6 +29,7 @@ Returns the 1-based numbers of the jobs claimed, counting through the groups in 
 the queue does not exist.
 ]]
 --@include holds
+--@include rules
 local names_key = KEYS[1]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
 local reservation, groups = ARGV[4], tonumber(ARGV[5])
@@ -34,6 +38,11 @@ if not redis.call('ZSCORE', names_key, queue) then
 end
 local out, claimed, swept = {}, {}, {}
 local a, number = 6, 0
+for _ = 1, groups do  -- where the groups end: the tail, if any, starts there
+  a = a + 3 + tonumber(ARGV[a + 2])
+end
+local left = room(rules_tail(a - 1))
+a = 6
 for _ = 1, groups do
   local k, claim, m = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
   local first = a + 3
@@ -49,7 +58,7 @@ for _ = 1, groups do
     local holders = redis.call('HMGET', KEYS[k + 4], unpack(ARGV, i, last))
     for j = i, last do
       number = number + 1
-      if holders[j - i + 1] == reservation then
+      if holders[j - i + 1] == reservation and #out < left then
         local id = ARGV[j]
         redis.call('HSET', hash_prefix .. id, 'ua', now, 'cd', claim)
         mine[#mine + 1] = id

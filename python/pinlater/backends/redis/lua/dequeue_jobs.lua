@@ -26,6 +26,8 @@ ARGV[4]  limit
 ARGV[5]  claim descriptor
 ARGV[6]  '1' for a dry run, else '0'
 ARGV[7]  largest group of equal scores to reorder by id
+then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
+(lib/rules.lua): a claim takes no more jobs than the room under it; dry runs ignore it.
 
 Hash fields: bd al ar ca ua cd (keys.JobField).
 Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, where ua is
@@ -33,6 +35,7 @@ the new updated time (the old one in a dry run), or -1 if the queue does not exi
 orders the jobs by (score, id).
 ]]
 --@include holds
+--@include rules
 local names_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
@@ -100,6 +103,7 @@ end
 
 if not dry_run then
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
+  limit = math.min(limit, room(rules_tail(7)))
 end
 
 local out = {0}

@@ -19,12 +19,15 @@ ARGV[3]  now, seconds as float
 ARGV[4]  limit
 ARGV[5]  reservation
 ARGV[6]  expiry, seconds as float
+then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
+(lib/rules.lua): no more jobs are held than the room under it.
 
 Hash fields: bd al ar ca ua (keys.JobField).
 Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, or -1 if the
 queue does not exist. The caller orders the jobs by (score, id).
 ]]
 --@include holds
+--@include rules
 local names_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
@@ -33,6 +36,7 @@ if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
+limit = math.min(limit, room(rules_tail(6)))
 local out = {0}
 local found, evicted = 0, 0
 while found < limit do

@@ -8,6 +8,9 @@ less, claim removed. Failure with one or none left: to FAILED scored by now, non
 claim is kept for lookups). Every acked job gets ua = now and the status appended to cs, cut to
 ARGV[3] UTF-8 characters. A member whose record is missing (evicted) is removed and counted.
 
+A job of an ordered group that finishes (success, or failure with none left) leaves its group,
+whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and first.
+
 Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
@@ -25,6 +28,8 @@ then 5 per ack:
   ARGV[i+2] 's' for success, 'f' for failure
   ARGV[i+3] status to append
   ARGV[i+4] retry time for a failure, seconds as float (now + retry delay)
+then, optionally, the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail):
+without them no job of a group may be acked here.
 
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
@@ -32,6 +37,7 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 --@include sets
 --@include cut_chars
 --@include claimed
+--@include groups
 local meta_key = KEYS[1]
 local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
 local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
@@ -40,6 +46,8 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
 end
 
 local member, jobs = claimed_jobs(records_key, 6, 5, n)
+local rules = rules_tail(5 + 5 * n)
+local left = {}  -- the groups an active job left, in order (one entry per job)
 
 local writes = set_writes()
 local changed, evicted, acked = 0, 0, {}
@@ -58,6 +66,7 @@ for j = 0, n - 1 do
       job.ua = now
       if kind == 's' then
         writes.add(k + 2, now, id)
+        left[#left + 1] = job.gr
       elseif job.ar > 1 then
         job.ar = job.ar - 1
         job.cd = false
@@ -65,12 +74,19 @@ for j = 0, n - 1 do
       else
         job.ar = 0
         writes.add(k + 3, now, id)
+        left[#left + 1] = job.gr
       end
       acked[#acked + 1] = id
       changed = changed + 1
     end
   end
 end
+if #left > 0 and not rules then  -- before any write: Redis keeps a failed script's writes
+  return redis.error_reply('ERR a job of an ordered group acked without the group keys')
+end
 write_records(records_key, acked, jobs)
 writes.flush()
+for _, group in ipairs(left) do
+  leave_group(rules, group, now)
+end
 return {changed, evicted}

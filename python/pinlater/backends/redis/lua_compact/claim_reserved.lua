@@ -21,6 +21,10 @@ then per group:
   ARGV[i+2] number of jobs in the group, m
   ARGV[i+3..i+2+m] their local ids
 
+Then, only when the queue has max in progress, the rules and group keys at the end of ARGV and
+KEYS (lib/groups.lua's tail): no more jobs are claimed than the room under it (the IN_PROGRESS
+jobs of every priority); the others stay held until their holds lapse.
+
 A held job whose record is missing (evicted) is still claimed and moved (the original writes a
 partial hash there); no record is written for it, so the next script to meet it in IN_PROGRESS
 removes it as evicted.
@@ -30,6 +34,7 @@ the queue does not exist.
 --@include records
 --@include sets
 --@include holds
+--@include groups
 local meta_key = KEYS[1]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
 local reservation, groups = ARGV[4], tonumber(ARGV[5])
@@ -39,6 +44,11 @@ end
 local out, claimed, swept = {}, {}, {}
 local ids, claims = {}, {}  -- every job claimed, in order, and its claim
 local a, number = 6, 0
+for _ = 1, groups do  -- where the groups end: the tail, if any, starts there
+  a = a + 3 + tonumber(ARGV[a + 2])
+end
+local left = room(rules_tail(a - 1))
+a = 6
 for _ = 1, groups do
   local k, claim, m = tonumber(ARGV[a]), ARGV[a + 1], tonumber(ARGV[a + 2])
   local first = a + 3
@@ -54,7 +64,7 @@ for _ = 1, groups do
     local holders = redis.call('HMGET', KEYS[k + 4], unpack(ARGV, i, last))
     for j = i, last do
       number = number + 1
-      if holders[j - i + 1] == reservation then
+      if holders[j - i + 1] == reservation and #ids < left then
         local id = ARGV[j]
         mine[#mine + 1] = id
         ids[#ids + 1] = id

@@ -9,6 +9,8 @@ KEYS[2]  the sorted set to count (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  optional: the held set to count with it (plc:{S:Q}:p{p}:h)
 KEYS[4]  optional, with KEYS[3]: the ready list to count with them (plc:{S:Q}:p{p}:r; its
          PENDING jobs by their scores, lib/ready.lua)
+KEYS[5]  optional, with them: the waiting set to count with them (plc:{S:Q}:p{p}:w: jobs of
+         ordered groups waiting behind the active ones, PENDING too; lib/groups.lua)
 ARGV[1]  queue name
 ARGV[2]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
 ARGV[3]  highest score (same syntax)
@@ -28,5 +30,8 @@ if KEYS[3] then
 end
 if KEYS[4] then
   count = count + ready_count(KEYS[4], meta_key, low, high)
+end
+if KEYS[5] then
+  count = count + redis.call('ZCOUNT', KEYS[5], low, high)
 end
 return count

@@ -9,17 +9,25 @@ ready list (lib/ready.lua) is deleted in place: its record becomes a tombstone, 
 records hash's t{p}, until a dequeue or reserve meets it at the list's head; listed ids in no set
 are looked for in the list (LPOS), a range reads the list's head within the bounds.
 
+Jobs of ordered groups (lib/groups.lua): PENDING includes the waiting jobs (the waiting set);
+a deleted waiting job leaves its group's FIFO, and a deleted active one (PENDING or IN_PROGRESS)
+leaves its group, whose oldest waiting jobs move up.
+
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to delete from (plc:{S:Q}:p{p}:s{s})
-KEYS[3]  optional, with KEYS[4] and KEYS[5]: the held set, hold expiry set and holders hash
-         (plc:{S:Q}:p{p}:h, :x, :o)
-KEYS[6]  optional, with them: the ready list (plc:{S:Q}:p{p}:r)
+KEYS[3]  for PENDING only, with KEYS[4] to KEYS[7]: the held set, hold expiry set, holders hash,
+         ready list and waiting set (plc:{S:Q}:p{p}:h, :x, :o, :r, :w)
+then the group keys (lib/groups.lua's tail)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
 ARGV[4]  highest score (same syntax)
 ARGV[5]  limit
-ARGV[6..] local ids to delete instead of a range (optional)
+ARGV[6]  the state of KEYS[2] (0 to 3)
+ARGV[7..10] the rules (lib/groups.lua's tail)
+ARGV[11] the priority (of KEYS[2])
+ARGV[12] now, ms (when a group's bucket is full again)
+ARGV[13..] local ids to delete instead of a range (optional)
 
 Returns how many jobs were deleted, or -1 if the queue does not exist.
 ]]
@@ -27,44 +35,79 @@ Returns how many jobs were deleted, or -1 if the queue does not exist.
 --@include sets
 --@include holds
 --@include ready
+--@include groups
+local FIRST_LISTED = 13
 local meta_key, set_key = KEYS[1], KEYS[2]
-local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
-local ready_key = KEYS[6]
+local state = tonumber(ARGV[6])
+local held_key, expiry_key, holders_key, ready_key, waiting_key
+if state == 0 then
+  held_key, expiry_key, holders_key, ready_key, waiting_key = KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+end
+local rules = rules_tail(6)
 local records_key, low, high, limit = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
+local priority, now = tonumber(ARGV[11]), tonumber(ARGV[12])
 
-local from_set, from_held, from_list = {}, {}, {}  -- the ids to delete, by where they are
+local from_set, from_held, from_list, from_waiting = {}, {}, {}, {}  -- the ids to delete, by where they are
 
 -- Delete the chosen jobs: out of their sets, then their records; the list's become tombstones.
+-- The groups of the jobs deleted hear of it (lib/groups.lua): the waiting ones first, so that
+-- none of them is moved up by an active one's leaving.
 local function delete_chosen()
+  local grouped = {}
+  if state <= 1 then
+    for _, ids in ipairs({from_set, from_held, from_waiting}) do
+      for _, id in ipairs(ids) do
+        grouped[#grouped + 1] = id
+      end
+    end
+  end
+  local jobs = read_records(records_key, grouped)
   zrem_all(set_key, from_set)
   if #from_held > 0 then
     drop_holds(held_key, expiry_key, holders_key, from_held)
   end
+  zrem_all(waiting_key or set_key, from_waiting)
   delete_records(records_key, from_set)
   delete_records(records_key, from_held)
+  delete_records(records_key, from_waiting)
   if ready_key then
     ready_bury(ready_key, records_key, from_list)
   end
-  return #from_set + #from_held + #from_list
+  for _, id in ipairs(from_waiting) do
+    local job = jobs[id]
+    if job and job.gr then
+      drop_waiting(rules, job.gr, job, id, priority, now)
+    end
+  end
+  for _, ids in ipairs({from_set, from_held}) do
+    for _, id in ipairs(ids) do
+      local job = jobs[id]
+      if job and job.gr then
+        leave_group(rules, job.gr, now)
+      end
+    end
+  end
+  return #from_set + #from_held + #from_list + #from_waiting
 end
 
-if #ARGV > 5 then
+if #ARGV >= FIRST_LISTED then
   local listed = {}
-  for i = 6, #ARGV do
+  for i = FIRST_LISTED, #ARGV do
     listed[#listed + 1] = ARGV[i]
   end
   local in_set = scores_of(set_key, listed)
-  local in_held, in_list = {}, {}
+  local in_held, in_list, in_waiting = {}, {}, {}
   if held_key then
     in_held = scores_of(held_key, listed)
+    in_waiting = scores_of(waiting_key, listed)
   end
   if ready_key then
     local rest = {}
     for _, id in ipairs(listed) do
-      if not in_set[id] and not in_held[id] then
+      if not in_set[id] and not in_held[id] and not in_waiting[id] then
         rest[#rest + 1] = id
       end
     end
@@ -78,7 +121,7 @@ if #ARGV > 5 then
     in_list = ready_members(ready_key, unclaimed)
   end
   for _, id in ipairs(listed) do
-    if #from_set + #from_held + #from_list >= limit then
+    if #from_set + #from_held + #from_list + #from_waiting >= limit then
       break
     end
     if in_set[id] then
@@ -87,6 +130,9 @@ if #ARGV > 5 then
     elseif in_held[id] then
       in_held[id] = nil
       from_held[#from_held + 1] = id
+    elseif in_waiting[id] then
+      in_waiting[id] = nil
+      from_waiting[#from_waiting + 1] = id
     elseif in_list[id] then
       in_list[id] = nil
       from_list[#from_list + 1] = id
@@ -110,6 +156,13 @@ end
 for i = 1, #held, 2 do
   both[#both + 1] = {held[i], tonumber(held[i + 1]), true}
 end
+local waiting = {}
+if waiting_key then
+  waiting = redis.call('ZRANGEBYSCORE', waiting_key, low, high, 'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #waiting, 2 do
+    both[#both + 1] = {waiting[i], tonumber(waiting[i + 1]), 'wait'}
+  end
+end
 local listed = {}
 if ready_key then
   listed = ready_range(ready_key, records_key, low, high, limit)
@@ -117,7 +170,7 @@ if ready_key then
     both[#both + 1] = {m[1], m[2], 'list'}
   end
 end
-if #held > 0 or #listed > 0 then
+if #held > 0 or #listed > 0 or #waiting > 0 then
   table.sort(both, function(x, y)
     if x[2] ~= y[2] then
       return x[2] < y[2]
@@ -128,6 +181,8 @@ end
 for i = 1, math.min(limit, #both) do
   if both[i][3] == 'list' then
     from_list[#from_list + 1] = both[i][1]
+  elseif both[i][3] == 'wait' then
+    from_waiting[#from_waiting + 1] = both[i][1]
   elseif both[i][3] then
     from_held[#from_held + 1] = both[i][1]
   else

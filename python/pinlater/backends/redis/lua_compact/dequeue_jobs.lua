@@ -38,6 +38,11 @@ ARGV[4]  limit
 ARGV[5]  claim descriptor
 ARGV[6]  '1' for a dry run, else '0'
 ARGV[7]  largest group of equal scores to reorder by id
+then, only when the queue has a rule for dequeues (max in progress, group jobs per second), the
+rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail). A claim then takes no
+more jobs than the room under max in progress (the IN_PROGRESS jobs of every priority), and a
+job of a group whose bucket has no token is skipped, its run after (score) moved to when the
+next token is due (at most MAX_RATE_SKIPS per call); dry runs ignore both.
 
 Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
 where ua is the new updated time (the old one in a dry run), or -1 if the queue does not exist.
@@ -47,6 +52,8 @@ The caller orders the jobs by (score, id).
 --@include sets
 --@include holds
 --@include ready
+--@include groups
+local MAX_RATE_SKIPS = 1000
 local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
@@ -113,8 +120,29 @@ local function pick_with_held(want)
   return picked
 end
 
+local rules = rules_tail(7)
 if not dry_run then
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
+  limit = math.min(limit, room(rules))
+  if limit <= 0 then
+    return {0}
+  end
+end
+local rate_limited = rules and rules.rate > 0 and not dry_run
+local skips = 0
+
+-- Whether a job of the PENDING set must wait for its group's next token (then rescheduled).
+local function no_token(id, job)
+  if not rate_limited or not job.gr then
+    return false
+  end
+  local ok, due = take_token(rules, job.gr, now)
+  if ok then
+    return false
+  end
+  redis.call('ZADD', pending_key, due, id)
+  skips = skips + 1
+  return true
 end
 
 -- Whether job x ({id, score}) comes before y: by score, then by id as a number.
@@ -195,13 +223,19 @@ while (dry_run and places or found) < limit do
     end
   elseif member then
     at = at + 1
-    if member[3] then
-      take(member[1], member[2], member[3])
-    elseif not dry_run then
-      evicted = evicted + 1
+    if member[3] and no_token(member[1], member[3]) then
+      if skips >= MAX_RATE_SKIPS then
+        break
+      end
+    else
+      if member[3] then
+        take(member[1], member[2], member[3])
+      elseif not dry_run then
+        evicted = evicted + 1
+      end
+      taken[#taken + 1] = member[1]
+      places = places + 1
     end
-    taken[#taken + 1] = member[1]
-    places = places + 1
   else
     break
   end

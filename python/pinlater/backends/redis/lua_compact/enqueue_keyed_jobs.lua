@@ -9,6 +9,10 @@ its holder and changes nothing. A key not held is taken: the job is inserted (li
 one HINCRBY for all the jobs inserted) and the record names it, its id and gc entries replacing
 the old holder's. The keys of one call are distinct (the caller collapses repeats).
 
+A job may have a dedup key, an ordered group, or both (ARGV[i+7]). A job of a group joins it as
+lib/groups.lua says (active at once if its group has room and nothing waits, else waiting), in
+the order of the call; its record keeps the group (gr) and its place (gq: its id).
+
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same hash (field `id`)
 KEYS[3..5]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
@@ -20,14 +24,17 @@ ARGV[3]     now, seconds as float (ca and ua)
 ARGV[4]     number of jobs, n
 ARGV[5]     now, ms
 ARGV[6]     m, the priorities whose keys are in KEYS
-then 7 per job, in order:
+then 9 per job, in order:
   ARGV[i]   index into KEYS of the job's PENDING set (its priority's first key)
   ARGV[i+1] body (bd)
   ARGV[i+2] attempts allowed (al, and ar)
   ARGV[i+3] run after, seconds as float (the score)
   ARGV[i+4] custom status, already truncated (cs)
-  ARGV[i+5] dedup key
+  ARGV[i+5] dedup key ('' if none)
   ARGV[i+6] window, ms
+  ARGV[i+7] 'k' if the job has a dedup key, 'g' if a group, 'kg' if both
+  ARGV[i+8] its group ('' if none)
+then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
 
 Returns 3 values per job, in order: priority, local id, 1 if the key was held (the holder's
 priority and id) else 0 (the new job's); or -1 if the queue does not exist; or {-2, p} (nothing
@@ -40,6 +47,7 @@ changed) if a record names a holder of a priority p > m: the caller calls again 
 --@include dedup
 --@include dedup_state
 --@include dedup_calls
+--@include groups
 local meta_key, counter_key = KEYS[1], KEYS[2]
 local records_key, ids_key, gc_key = KEYS[3], KEYS[4], KEYS[5]
 local jobs, now = ARGV[2], to_ms(ARGV[3])
@@ -48,5 +56,23 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 local INSERT_READY_OFFSET = 3  -- a group's ready list, from its PENDING set
+local STRIDE = 9
+local rules = rules_tail(6 + STRIDE * n)
 
-return enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 6, INSERT_READY_OFFSET)
+local function keyed(a)
+  return string.find(ARGV[a + 7], 'k', 1, true) ~= nil
+end
+
+-- A job of a group joins it (insert_jobs' `place`); the others go to their PENDING set.
+local function place(a, id, k, run_after, job)
+  if not string.find(ARGV[a + 7], 'g', 1, true) then
+    return true
+  end
+  local group = ARGV[a + 8]
+  job.gr, job.gq = group, tonumber(id)
+  local p = (k - 6) / DEDUP_GROUP + 1
+  return join_group(rules, group, job, id, p, run_after, now)
+end
+
+return enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 6, INSERT_READY_OFFSET, STRIDE,
+  keyed, place)

@@ -14,19 +14,20 @@ the ids in no set, and an LPOS for each of those without a claim), one ZREM per 
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the queue's dedup ids hash (plc:{S:Q}:di: id -> dedup key, keys_compact.py)
-KEYS[3..n]  six keys per priority looked up: the four sorted sets in state order, the held set,
-            then the ready list (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h, plc:{S:Q}:p{p}:r)
+KEYS[3..n]  seven keys per priority looked up: the four sorted sets in state order, the held set,
+            the ready list, then the waiting set (plc:{S:Q}:p{p}:s0 .. :s3, plc:{S:Q}:p{p}:h,
+            plc:{S:Q}:p{p}:r, plc:{S:Q}:p{p}:w, whose jobs of ordered groups are PENDING too)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     '1' to include bodies, else '0'
 ARGV[4]     number of lookups, n
 then 2 per lookup:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other five follow)
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other six follow)
   ARGV[i+1] local id
 
-Returns {evicted, then 11 values per job found: lookup number (1-based), state (0..3), score
-(seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked), dedup key (nil
-if none; one HMGET of the ids hash for all)}, or -1 if the
+Returns {evicted, then 12 values per job found: lookup number (1-based), state (0..3), score
+(seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked), its group (nil
+if none), dedup key (nil if none; one HMGET of the ids hash for all)}, or -1 if the
 queue does not exist.
 ]]
 --@include keyed_rows
@@ -39,7 +40,14 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 
--- The scores of the ids in each of the five sets of each priority: scores[k + set][id].
+-- The scores of the ids in each of the six sets of each priority: scores[k + set][id] (set 5
+-- is the waiting set, KEYS[k + 6], after the ready list).
+local function set_index(k, set)
+  if set == 5 then
+    return k + 6
+  end
+  return k + set
+end
 local ids_of, order = {}, {}
 for j = 0, n - 1 do
   local k = tonumber(ARGV[5 + 2 * j])
@@ -51,9 +59,9 @@ for j = 0, n - 1 do
 end
 local scores, found, seen = {}, {}, {}
 for _, k in ipairs(order) do
-  for set = 0, 4 do
-    scores[k + set] = scores_of(KEYS[k + set], ids_of[k])
-    for id in pairs(scores[k + set]) do
+  for set = 0, 5 do
+    scores[set_index(k, set)] = scores_of(KEYS[set_index(k, set)], ids_of[k])
+    for id in pairs(scores[set_index(k, set)]) do
       if not seen[id] then
         seen[id] = true
         found[#found + 1] = id
@@ -96,15 +104,15 @@ local evicted = 0
 for j = 0, n - 1 do
   local k = tonumber(ARGV[5 + 2 * j])
   local id = ARGV[6 + 2 * j]
-  for set = 0, 4 do
-    local score = scores[k + set][id]
-    local state = set % 4  -- the held set (4) is PENDING (0)
+  for set = 0, 5 do
+    local score = scores[set_index(k, set)][id]
+    local state = set < 4 and set or 0  -- the held (4) and waiting (5) sets are PENDING (0)
     if score then
       local job = jobs[id]
       if not job then
-        if set < 4 then
-          scores[k + set][id] = nil  -- removed: a second lookup of it looks further, as after a ZREM
-          writes.remove(k + set, id)
+        if set ~= 4 then
+          scores[set_index(k, set)][id] = nil  -- removed: a second lookup of it looks further, as after a ZREM
+          writes.remove(set_index(k, set), id)
           evicted = evicted + 1
         end
       else
@@ -113,7 +121,7 @@ for j = 0, n - 1 do
           body = job.bd
         end
         rows[#rows + 1] = {j + 1, state, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca),
-          to_seconds(job.ua), job.cd, body, id}
+          to_seconds(job.ua), job.cd, body, job.gr or false, id}
       end
       break
     end
@@ -129,10 +137,10 @@ for j = 0, n - 1 do
       body = job.bd
     end
     rows[#rows + 1] = {j + 1, 0, to_seconds(job.ca), job.al, job.ar, job.cs, to_seconds(job.ca),
-      to_seconds(job.ua), false, body, id}
+      to_seconds(job.ua), false, body, job.gr or false, id}
   end
 end
 writes.flush()
-emit_keyed_rows(out, rows, 10, 11, ids_key)
+emit_keyed_rows(out, rows, 11, 12, ids_key)
 out[1] = evicted
 return out

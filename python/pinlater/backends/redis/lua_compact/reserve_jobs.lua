@@ -25,6 +25,9 @@ ARGV[3]  now, seconds as float
 ARGV[4]  limit
 ARGV[5]  reservation
 ARGV[6]  expiry, seconds as float
+then, only when the queue has a rule for dequeues, the rules and group keys at the end of ARGV
+and KEYS (lib/groups.lua's tail): as in dequeue_jobs.lua, no more jobs than the room under max
+in progress, and a job of a group without a token is skipped and rescheduled.
 
 Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
 or -1 if the queue does not exist. The caller orders the jobs by (score, id).
@@ -33,6 +36,8 @@ or -1 if the queue does not exist. The caller orders the jobs by (score, id).
 --@include sets
 --@include holds
 --@include ready
+--@include groups
+local MAX_RATE_SKIPS = 1000
 local meta_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
@@ -42,6 +47,27 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
+local rules = rules_tail(6)
+limit = math.min(limit, room(rules))
+if limit <= 0 then
+  return {0}
+end
+local rate_limited = rules and rules.rate > 0
+local skips = 0
+
+-- Whether a job of the PENDING set must wait for its group's next token (then rescheduled).
+local function no_token(id, job)
+  if not rate_limited or not job.gr then
+    return false
+  end
+  local ok, due = take_token(rules, job.gr, now)
+  if ok then
+    return false
+  end
+  redis.call('ZADD', pending_key, due, id)
+  skips = skips + 1
+  return true
+end
 local out = {0}
 local found, evicted = 0, 0
 local held, mine, holders = {}, {}, {}
@@ -108,12 +134,18 @@ while found < limit do
     end
   elseif member then
     at = at + 1
-    if member[3] then
-      take(member[1], member[2], member[3])
+    if member[3] and no_token(member[1], member[3]) then
+      if skips >= MAX_RATE_SKIPS then
+        break
+      end
     else
-      evicted = evicted + 1
+      if member[3] then
+        take(member[1], member[2], member[3])
+      else
+        evicted = evicted + 1
+      end
+      taken[#taken + 1] = member[1]
     end
-    taken[#taken + 1] = member[1]
   else
     break
   end

@@ -21,18 +21,22 @@ ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  claimed before, seconds as float (exclusive)
 ARGV[4]  limit
 ARGV[5]  now, seconds as float
+then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
+ordered group that fails for good leaves its group, whose oldest waiting jobs move up.
 
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
 --@include holds
+--@include groups
 local meta_key, pending_key, in_progress_key, failed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local records_key, before = ARGV[2], bound_ms('(' .. ARGV[3])
 local limit, now = tonumber(ARGV[4]), to_ms(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
+local rules = rules_tail(5)
 sweep_lapsed(pending_key, KEYS[5], KEYS[6], KEYS[7], now)
 if limit <= 0 then
   return {0, 0}
@@ -42,7 +46,7 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', in_progress_key, 0, #ids - 1)
 end
 local jobs = read_records(records_key, ids)
-local changed, retried, failed = {}, {}, {}
+local changed, retried, failed, left = {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
@@ -52,6 +56,7 @@ for _, id in ipairs(ids) do
     else
       job.ar = 0
       failed[#failed + 1] = id
+      left[#left + 1] = job.gr
     end
     job.ua = now
     changed[#changed + 1] = id
@@ -60,4 +65,7 @@ end
 write_records(records_key, changed, jobs)
 zadd_all(pending_key, now, retried)
 zadd_all(failed_key, now, failed)
+for _, group in ipairs(left) do
+  leave_group(rules, group, now)
+end
 return {#changed, #ids - #changed}

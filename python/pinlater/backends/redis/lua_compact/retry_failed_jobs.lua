@@ -14,11 +14,17 @@ ARGV[3]  attempts remaining to set
 ARGV[4]  run after, seconds as float
 ARGV[5]  limit
 ARGV[6]  now, seconds as float
+ARGV[7]  the priority (of KEYS[2] and KEYS[3])
+then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
+ordered group goes back in its group as an enqueue puts it (lib/groups.lua's join_group), at the
+back of its FIFO (a new place, from the id counter): active only if there is room and nothing
+waits, else waiting.
 
 Returns {moved, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
+--@include groups
 local meta_key, pending_key, failed_key = KEYS[1], KEYS[2], KEYS[3]
 local records_key, attempts, run_after = ARGV[2], tonumber(ARGV[3]), to_ms(ARGV[4])
 local limit, now = tonumber(ARGV[5]), to_ms(ARGV[6])
@@ -33,14 +39,23 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', failed_key, 0, #ids - 1)
 end
 local jobs = read_records(records_key, ids)
-local moved = {}
+local rules, priority = rules_tail(7), tonumber(ARGV[7])
+local moved, pending = {}, {}
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
     job.ar, job.cd, job.ua = attempts, false, now
     moved[#moved + 1] = id
+    if not job.gr then
+      pending[#pending + 1] = id
+    else
+      job.gq = redis.call('HINCRBY', meta_key, 'id', 1)
+      if join_group(rules, job.gr, job, id, priority, run_after, now) then
+        pending[#pending + 1] = id
+      end
+    end
   end
 end
 write_records(records_key, moved, jobs)
-zadd_all(pending_key, run_after, moved)
+zadd_all(pending_key, run_after, pending)
 return {#moved, #ids - #moved}

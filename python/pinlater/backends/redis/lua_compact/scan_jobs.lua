@@ -26,6 +26,8 @@ KEYS[3]  the sorted set to read (plc:{S:Q}:p{p}:s{s})
 KEYS[4]  optional, with KEYS[5] and KEYS[6]: the held set, hold expiry set and holders hash to
          merge (plc:{S:Q}:p{p}:h, :x, :o)
 KEYS[7]  optional, with them: the ready list to merge (plc:{S:Q}:p{p}:r)
+KEYS[8]  optional, with them: the waiting set to merge (plc:{S:Q}:p{p}:w: jobs of ordered groups
+         waiting behind the active ones, PENDING too; lib/groups.lua), as the held set is
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  lowest score, seconds (ZRANGEBYSCORE syntax: '-inf', '(x' or 'x')
@@ -38,8 +40,8 @@ ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes
          no bound)
 
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
-then 10 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
-bd (nil unless asked), its dedup key (nil if none)}, or -1 if the queue does not exist.
+then 11 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
+bd (nil unless asked), its group (nil if none), its dedup key (nil if none)}, or -1 if the queue does not exist.
 ]]
 --@include keyed_rows
 --@include records
@@ -51,7 +53,7 @@ local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, low, high = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4])
 local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
 local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
-local ready_key = KEYS[7]
+local ready_key, waiting_key = KEYS[7], KEYS[8]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
@@ -95,7 +97,12 @@ else
   for _, m in ipairs(range(held_key, 0, offset + count)) do
     others[#others + 1] = {m[1], m[2], 'held'}
   end
-  if ready_key then
+  if waiting_key then
+    for _, m in ipairs(range(waiting_key, 0, offset + count)) do
+      others[#others + 1] = {m[1], m[2], 'wait'}
+    end
+  end
+  if ready_key or waiting_key then
     for _, m in ipairs(ready_scan(ready_key, records_key, low, high, offset + count, newest_first)) do
       others[#others + 1] = {m[1], m[2], 'list'}
     end
@@ -139,7 +146,7 @@ local rows = {}
 local bounded = with_body and budget > 0
 local out = {0, 0, 0}
 local evicted, looked, taken = 0, 0, 0
-local gone, gone_held, gone_listed = {}, {}, {}
+local gone, gone_held, gone_listed, gone_waiting = {}, {}, {}, {}
 -- Records are read a chunk of the window at a time, sized from the bodies read so far (8 to
 -- start with) to hold about the bytes left of the budget, or CHUNK_BYTES without one, so that a
 -- window of large bodies never sits in memory whole.
@@ -178,6 +185,8 @@ for i, m in ipairs(window) do
   elseif not job then
     if where == 'list' then
       gone_listed[#gone_listed + 1] = id
+    elseif where == 'wait' then
+      gone_waiting[#gone_waiting + 1] = id
     elseif where then
       gone_held[#gone_held + 1] = id
     else
@@ -190,11 +199,15 @@ for i, m in ipairs(window) do
       body = job.bd
       taken = taken + #body
     end
-    rows[#rows + 1] = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body}
+    rows[#rows + 1] = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body,
+      job.gr or false}
   end
 end
-emit_keyed_rows(out, rows, 9, 1, ids_key)
+emit_keyed_rows(out, rows, 10, 1, ids_key)
 zrem_all(set_key, gone)
+if #gone_waiting > 0 then
+  zrem_all(waiting_key, gone_waiting)
+end
 if #gone_held > 0 then
   drop_holds(held_key, expiry_key, holders_key, gone_held)
 end

@@ -2,15 +2,20 @@
 -- layouts once each has checked its queue exists (scripts that say `--@include dedup_calls` get
 -- this file pasted in, after insert, dedup and the layout's dedup_state, whose functions it uses).
 
--- enqueue_keyed_jobs.lua's work: ARGV as that script documents it (7 per job from ARGV[7]);
--- `first_set` is the KEYS index of priority 1's first set, `ready_offset` insert_jobs' (nil
--- without ready lists). Returns the script's reply.
-local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, first_set, ready_offset)
+-- enqueue_keyed_jobs.lua's work: ARGV as that script documents it (`stride` per job from
+-- ARGV[7], 7 in the original layout); `first_set` is the KEYS index of priority 1's first set,
+-- `ready_offset` insert_jobs' (nil without ready lists). The compact layout passes `keyed(a)`,
+-- whether the job at ARGV[a] has a dedup key (else every job has one), and insert_jobs' `place`.
+-- Returns the script's reply.
+local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, first_set, ready_offset,
+                             stride, keyed, place)
+  stride = stride or 7
   local out = {}
   local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
   for j = 1, n do
-    local a = 7 * j
-    local value = redis.call('HGET', records_key, ARGV[a + 5])
+    local a = 7 + stride * (j - 1)
+    local has_key = not keyed or keyed(a)
+    local value = has_key and redis.call('HGET', records_key, ARGV[a + 5])
     local held = false
     if value then
       local p, id, until_ms = parse_holder(value)
@@ -33,12 +38,14 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     redis.call('HDEL', ids_key, id)
     redis.call('ZREM', gc_key, id)
   end
-  local ids = insert_jobs(counter_key, jobs, now, taken, ready_offset)
+  local ids = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
   local holders = {}
   for i, id in ipairs(ids) do
     local a, j = taken[i], taken_at[i]
     local priority = (tonumber(ARGV[a]) - first_set) / DEDUP_GROUP + 1
-    holders[i] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
+    if not keyed or keyed(a) then
+      holders[#holders + 1] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
+    end
     out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
   end
   record_holders(records_key, ids_key, gc_key, holders)

@@ -2,10 +2,13 @@
 -- `--@include records` get this file pasted in; see keys_compact.py for the layout).
 --
 -- The records hash (`plc:{S:Q}:j`, passed where the original passes its job hash key prefix)
--- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd}):
+-- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd[, gr, gq]}):
 --   bd  body                        al  attempts allowed      ar  attempts remaining
 --   ca  created at, integer ms      ua  updated at, stored as ms after ca (ua - ca)
 --   cs  custom status ('' if none)  cd  claim descriptor, or false if the job has no claim
+--   gr  the job's ordered group (groupKey), only for a job of a group (lib/groups.lua), and
+--   gq  its place in the group's FIFO (its id, or a later number once retried)
+-- A job without a group has seven items, as before groups, so its record costs nothing more.
 -- ua is kept as a delta so that a job never touched since its enqueue stores 0 (one byte of
 -- msgpack, not nine): a record of a 100-byte body is then 124 bytes, which jemalloc keeps in its
 -- 128-byte class instead of the 160 one. Readers get ua in ms since the epoch, as the other times.
@@ -60,14 +63,18 @@ local function bound_ms(bound)
   return string.format('%.17g', to_ms(bound))
 end
 
--- The seven items read straight after the array's one-byte header (0x97), without the table
--- cmsgpack.unpack would build for the array (a quarter of the time).
+-- The items read straight after the array's one-byte header (0x97, or 0x99 with a group),
+-- without the table cmsgpack.unpack would build for the array (a quarter of the time).
 local function unpack_record(packed)
-  local _, bd, al, ar, ca, ua, cs, cd = cmsgpack.unpack_limit(packed, 7, 1)
-  return {bd = bd, al = al, ar = ar, ca = ca, ua = ca + ua, cs = cs, cd = cd}
+  local _, bd, al, ar, ca, ua, cs, cd, gr, gq = cmsgpack.unpack_limit(packed, 9, 1)
+  return {bd = bd, al = al, ar = ar, ca = ca, ua = ca + ua, cs = cs, cd = cd, gr = gr, gq = gq}
 end
 
 local function pack_record(job)
+  if job.gr then
+    return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false, job.gr,
+      job.gq})
+  end
   return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false})
 end
 

@@ -1,0 +1,236 @@
+-- groups: a compact queue's ordered groups and rules (QueueRules), for the scripts that say
+-- `--@include groups` (after records and sets). See keys_compact.py for the keys.
+--
+-- A group's *active* jobs (at most its concurrency) are where dequeues look: in the PENDING set
+-- of their priority, in the held set, or IN_PROGRESS. Its other unfinished jobs *wait*:
+--   waiting set  (plc:{S:Q}:p{p}:w, sorted set)  member: id, score: run after (ms), as in PENDING,
+--                                                so counts, scans, lookups and deletes read them
+--                                                as PENDING; no dequeue, dry run or reserve does;
+--   fifo         (plc:{S:Q}:gw, sorted set, all scores 0, in lex order)  member: the group's
+--                name with its length in front (8 hex digits), its place (gq, 20 digits), the
+--                id, ':' and the priority: a group's oldest waiting job is its first member
+--                from the group's prefix (one ZRANGEBYLEX ... LIMIT, whatever the group's size);
+--   active       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs;
+--   waiting      (plc:{S:Q}:gn, hash)  field: group, value: its waiting jobs;
+--   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
+--                                      bucket at that time;
+--   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
+--                                      yet, score: when it is (ms).
+-- A group with no unfinished job has no field in ga or gn (group_counts: HLEN ga, HLEN gn) and no
+-- member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
+-- otherwise it stays (a group that finishes and starts again within a second must not get a
+-- fresh bucket) and is due in the refills set, from which any later change of a group's state
+-- deletes up to REFILL_SWEEP due buckets of groups still forgotten. So the keys a finished group
+-- leaves behind are gone once its bucket would be full again and another group changed (Redis
+-- drops an emptied key).
+-- A job's group is in its record (gr, with gq: records.lua), so a script that meets a job of no
+-- group does nothing here.
+--
+-- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
+--   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
+--   KEYS: ga, gn, gw, gr, gz, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
+--         (plc:{S:Q}:p{p}:s0, :w, :s1)
+-- A script called without them (the rules are the defaults and it needs no group keys) has no
+-- tail: rules_tail answers nil.
+
+local FIFO_PLACE_WIDTH = 20
+local GROUP_KEYS = 5
+local REFILL_SWEEP = 8
+
+-- The tail after `fixed` ARGV values, or nil if there is none.
+local function rules_tail(fixed)
+  if #ARGV < fixed + 4 then
+    return nil
+  end
+  local m = tonumber(ARGV[fixed + 4])
+  local base = #KEYS - (GROUP_KEYS + 3 * m) + 1
+  return {
+    conc = tonumber(ARGV[fixed + 1]),
+    cap = tonumber(ARGV[fixed + 2]),
+    rate = tonumber(ARGV[fixed + 3]),
+    m = m,
+    base = base,
+    active = KEYS[base],
+    waiting = KEYS[base + 1],
+    fifo = KEYS[base + 2],
+    buckets = KEYS[base + 3],
+    refills = KEYS[base + 4],
+  }
+end
+
+local function tail_key(r, p, which)
+  if p > r.m then
+    error({err = string.format('ERR priority %d beyond the %d whose keys were passed', p, r.m)})
+  end
+  return KEYS[r.base + GROUP_KEYS + 3 * (p - 1) + which]
+end
+
+local function pending_of(r, p)
+  return tail_key(r, p, 0)
+end
+
+local function waiting_of(r, p)
+  return tail_key(r, p, 1)
+end
+
+-- How many more jobs may go IN_PROGRESS under max_in_progress (math.huge without a cap): the
+-- cap less the IN_PROGRESS jobs of every priority (one ZCARD each).
+local function room(r)
+  if not r or r.cap <= 0 then
+    return math.huge
+  end
+  local n = 0
+  for p = 1, r.m do
+    n = n + redis.call('ZCARD', tail_key(r, p, 2))
+  end
+  return math.max(0, r.cap - n)
+end
+
+local function fifo_prefix(group)
+  return string.format('%08x', #group) .. group
+end
+
+local function fifo_member(group, place, id, p)
+  return string.format('%s%020d%s:%d', fifo_prefix(group), place, id, p)
+end
+
+-- A fifo member's id (text) and priority.
+local function fifo_job(member, group)
+  local rest = string.sub(member, 8 + #group + FIFO_PLACE_WIDTH + 1)
+  local id, p = string.match(rest, '^(%d+):(%d+)$')
+  return id, tonumber(p)
+end
+
+local function group_state(r, group)
+  return tonumber(redis.call('HGET', r.active, group) or 0), tonumber(redis.call('HGET', r.waiting, group) or 0)
+end
+
+-- A bucket as (tokens, at ms), refilled to `now`.
+local function bucket(r, group, now)
+  local full = math.max(1, r.rate)
+  local value = redis.call('HGET', r.buckets, group)
+  if not value then
+    return full, now
+  end
+  local tokens, at = string.match(value, '^([^:]+):(-?%d+)$')
+  tokens, at = tonumber(tokens), tonumber(at)
+  if now > at then
+    tokens = math.min(full, tokens + (now - at) * r.rate / 1000)
+  end
+  return tokens, math.max(at, now)
+end
+
+-- Delete up to REFILL_SWEEP buckets due in the refills set whose groups are still forgotten.
+local function sweep_refills(r, now)
+  local due = redis.call('ZRANGEBYSCORE', r.refills, '-inf', now, 'LIMIT', 0, REFILL_SWEEP)
+  for _, group in ipairs(due) do
+    if redis.call('HEXISTS', r.active, group) == 0 and redis.call('HEXISTS', r.waiting, group) == 0 then
+      redis.call('HDEL', r.buckets, group)
+    end
+  end
+  if #due > 0 then
+    redis.call('ZREM', r.refills, unpack(due))
+  end
+end
+
+local function save_state(r, group, active, waiting, now)
+  sweep_refills(r, now)
+  if active > 0 then
+    redis.call('HSET', r.active, group, active)
+  else
+    redis.call('HDEL', r.active, group)
+  end
+  if waiting > 0 then
+    redis.call('HSET', r.waiting, group, waiting)
+  else
+    redis.call('HDEL', r.waiting, group)
+  end
+  if active == 0 and waiting == 0 then
+    -- forgotten; its bucket too if full (without a rate now, whatever it holds), else once full
+    local tokens, at = 0, now
+    if r.rate > 0 then
+      tokens, at = bucket(r, group, now)
+    end
+    local full = math.max(1, r.rate)
+    if r.rate <= 0 or tokens >= full then
+      redis.call('HDEL', r.buckets, group)
+    elseif redis.call('HEXISTS', r.buckets, group) == 1 then
+      redis.call('ZADD', r.refills, at + math.ceil((full - tokens) * 1000 / r.rate), group)
+    end
+  end
+end
+
+-- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
+-- from its waiting set to its PENDING set, with its score. Returns the new counts.
+local function promote(r, group, active, waiting)
+  if waiting <= 0 or active >= r.conc then
+    return active, waiting
+  end
+  local prefix = fifo_prefix(group)
+  local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0,
+    r.conc - active)
+  for _, member in ipairs(members) do
+    local id, p = fifo_job(member, group)
+    local from = waiting_of(r, p)
+    redis.call('ZREM', r.fifo, member)
+    local score = redis.call('ZSCORE', from, id)
+    if score then
+      redis.call('ZREM', from, id)
+      redis.call('ZADD', pending_of(r, p), score, id)
+      active = active + 1
+    end
+    waiting = waiting - 1
+  end
+  if #members == 0 then
+    waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
+  end
+  return active, waiting
+end
+
+-- An active job of `group` left it (finished for good, or deleted): the next ones move up.
+local function leave_group(r, group, now)
+  local active, waiting = group_state(r, group)
+  active, waiting = promote(r, group, math.max(0, active - 1), waiting)
+  save_state(r, group, active, waiting, now)
+end
+
+-- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
+-- group's count (the caller removes it from its waiting set).
+local function drop_waiting(r, group, job, id, p, now)
+  redis.call('ZREM', r.fifo, fifo_member(group, job.gq, id, p))
+  local active, waiting = group_state(r, group)
+  save_state(r, group, active, math.max(0, waiting - 1), now)
+end
+
+-- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
+-- job.gq, as an enqueue puts it: active at once if the group has room and nothing waits (true:
+-- the caller puts it in its PENDING set), else waiting (in its waiting set and the fifo here).
+-- The group's oldest waiting jobs are activated first while there is room.
+local function join_group(r, group, job, id, p, score, now)
+  local active, waiting = group_state(r, group)
+  if active == 0 and waiting == 0 then
+    redis.call('ZREM', r.refills, group)  -- live again: its bucket stays
+  end
+  active, waiting = promote(r, group, active, waiting)
+  local now_active = active < r.conc and waiting == 0
+  if now_active then
+    active = active + 1
+  else
+    waiting = waiting + 1
+    redis.call('ZADD', r.fifo, 0, fifo_member(group, job.gq, id, p))
+    redis.call('ZADD', waiting_of(r, p), score, id)
+  end
+  save_state(r, group, active, waiting, now)
+  return now_active
+end
+
+-- Take a token from the group's bucket at `now` (ms): true, or false and when the next token
+-- is due (ms).
+local function take_token(r, group, now)
+  local tokens, at = bucket(r, group, now)
+  if tokens >= 1 then
+    redis.call('HSET', r.buckets, group, string.format('%.17g:%d', tokens - 1, at))
+    return true
+  end
+  return false, at + math.ceil((1 - tokens) * 1000 / r.rate)
+end

@@ -1,0 +1,306 @@
+"""Ordered groups and queue rules in the Redis store beyond the shared suite: what the compact
+layout leaves behind, the original layout's refusal and its max_in_progress, the cluster hash
+tag, a long group moved up one job at a time, groupJobsPerSecond, two stores as two servers, and
+``pinlater migrate-layout`` refusing grouped jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.redis_cluster import shared_cluster
+from tests.support.redis_server import RedisServer
+
+from pinlater._pinlater import AckGroup
+from pinlater.backends.base import AckItem, GroupCounts, JobFilter, JobState, KeyedJob, NewJob, QueueRules
+from pinlater.backends.redis import RedisDriver, RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.migrate import MigrationError, migrate_shard
+from pinlater.config import Settings
+
+pytestmark = pytest.mark.redis
+
+Q = "gq"
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as srv:
+        yield srv
+
+
+@pytest.fixture
+def raw(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    yield client
+    client.close()
+
+
+def open_store(server: RedisServer, layout: str = "compact") -> RedisStore:
+    return RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
+
+
+def grouped(group: str, body: bytes = b"b", priority: int = 1, run_after: int = T0) -> KeyedJob:
+    return KeyedJob(NewJob(priority, body, run_after, 1), None, 0, group)
+
+
+def keys_of(raw: redis.Redis) -> set[str]:
+    return {k.decode() for k in raw.keys("*")}
+
+
+def test_a_finished_group_leaves_no_key_behind(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 3)
+        store.set_queue_rules({Q: QueueRules(group_concurrency=2)})
+        jobs = [grouped("g", b"%d" % i, priority=1 + i % 3) for i in range(7)]
+        store.enqueue_keyed_jobs(Q, jobs, T0)
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        assert {"plc:{1:gq}:ga", "plc:{1:gq}:gn", "plc:{1:gq}:gw"} <= keys_of(raw)
+        now, done = T0, 0
+        while done < 7:
+            now += 1000
+            claimed = [(p, j.local_id) for p in (1, 2, 3) for j in store.dequeue_jobs(Q, p, 10, "c", now, False)]
+            assert 0 < len(claimed) <= 2  # never more than the group's concurrency
+            store.ack_jobs(Q, [AckItem(p, i) for p, i in claimed], [], now)
+            done += len(claimed)
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+        left = {k for k in keys_of(raw) if k.startswith("plc:{1:gq}")}
+        # the records and the SUCCEEDED sets; nothing of the group
+        assert left == {"plc:{1:gq}:j", "plc:{1:gq}:p1:s2", "plc:{1:gq}:p2:s2", "plc:{1:gq}:p3:s2"}
+        store.delete_queue(Q)
+        assert {k for k in keys_of(raw) if k.startswith("plc:{1:gq}")} == {"plc:{1:gq}:j"}  # the id counter
+    finally:
+        store.close()
+
+
+def test_the_original_layout_refuses_groups_and_caps_in_progress(server: RedisServer) -> None:
+    store = open_store(server, "original")
+    try:
+        store.create_queue(Q, 3)
+        assert store.groups_refused is not None
+        assert "needs the compact Redis layout; shard 1 is in the original one" in store.groups_refused
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+        store.enqueue_jobs(Q, [NewJob(p, b"x", T0, 1) for p in (1, 2, 3) for _ in range(4)], T0)
+        store.set_queue_rules({Q: QueueRules(max_in_progress=5)})
+        assert len(store.dequeue_jobs(Q, 1, 3, "c", T0, False)) == 3
+        assert len(store.dequeue_jobs(Q, 2, 10, "c", T0, False)) == 2  # 5 IN_PROGRESS over priorities
+        assert store.dequeue_jobs(Q, 3, 10, "c", T0, False) == []
+        assert len(store.dequeue_jobs(Q, 3, 10, "c", T0, True)) == 4  # dry runs ignore the cap
+
+        async def hot() -> tuple[int, int]:
+            first = await store.native.dequeue_jobs(Q, 3, 10, "c", T0, False)
+            await store.native.ack_jobs(Q, AckGroup([AckItem(1, 1)], []), T0)
+            second = await store.native.dequeue_jobs(Q, 3, 10, "c", T0, False)
+            await store.native.aclose()
+            return len(first.to_list()), len(second.to_list())
+
+        assert asyncio.run(hot()) == (0, 1)
+        held = store.reserve_jobs(Q, 3, 10, "~r|b", T0, 60_000)
+        assert held == []  # at the cap: nothing reserved
+        store.set_queue_rules({})
+        assert len(store.dequeue_jobs(Q, 3, 10, "c", T0, False)) == 3
+    finally:
+        store.close()
+
+
+def test_every_key_of_a_group_keeps_the_queue_hash_tag(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 2)
+        store.set_queue_rules({Q: QueueRules(group_jobs_per_second=0.5)})
+        # group names with braces and colons cannot move a key to another slot
+        store.enqueue_keyed_jobs(Q, [grouped(g, priority=p) for g in ("{x}", "a:b}", "{") for p in (1, 2)], T0)
+        store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        queue_keys = keys_of(raw) - {"pll:{1}", "plc:{1}:q"}  # the layout record, the queue names
+        assert {"plc:{1:gq}:gw", "plc:{1:gq}:gr", "plc:{1:gq}:p2:w"} <= queue_keys
+        assert all(k.startswith("plc:{1:gq}:") for k in queue_keys)  # so one slot: the tag is {1:gq}
+        assert {r.group_key for r in store.lookup_jobs(Q, [(1, 1), (2, 2), (1, 3)], False)} == {"{x}", "a:b}"}
+    finally:
+        store.close()
+
+
+def test_a_long_group_is_handed_out_one_job_at_a_time_in_order(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 3)
+        n = 300
+        # priorities mixed: the group's order is the enqueue order whatever the priority
+        ids = [
+            e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("big", priority=1 + i % 3) for i in range(n)], T0)
+        ]
+        store.enqueue_jobs(Q, [NewJob(1, b"plain", T0, 1)], T0)
+        pending = sum(store.count_jobs(Q, JobFilter(JobState.PENDING, p, T0, None), None) for p in (1, 2, 3))
+        assert pending == n + 1  # waiting jobs are PENDING to counts
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        order = []
+        for step in range(n):
+            raw.config_resetstat()
+            claimed = [(p, j.local_id) for p in (1, 2, 3) for j in store.dequeue_jobs(Q, p, 50, "c", T0 + step, False)]
+            group_jobs = [c for c in claimed if c[1] in ids]
+            assert len(group_jobs) == 1, step
+            order.append(group_jobs[0][1])
+            store.ack_jobs(Q, [AckItem(p, i) for p, i in claimed], [], T0 + step)
+            stats = raw.info("commandstats")
+            # the ack moved one job up: bounded work, whatever waits behind it
+            assert stats.get("cmdstat_zrangebylex", {}).get("calls", 0) <= 1
+        assert order == ids
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+    finally:
+        store.close()
+
+
+def test_a_group_over_its_rate_is_skipped_and_the_others_served(server: RedisServer) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        store.set_queue_rules({Q: QueueRules(group_concurrency=5, group_jobs_per_second=1.0)})
+        store.enqueue_keyed_jobs(Q, [grouped("fast") for _ in range(3)] + [grouped("other")], T0)
+        first = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        assert sorted(j.local_id for j in first) == [1, 4]  # one token each
+        assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 500, False) == []
+        later = store.dequeue_jobs(Q, 1, 10, "c", T0 + 1000, False)
+        assert [j.local_id for j in later] == [2]
+        ready = store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1000), None)
+        assert ready == 0  # the third waits for its token: its run after moved to when it is due
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0 + 2000, False)] == [3]
+    finally:
+        store.close()
+
+
+def test_a_finished_groups_bucket_is_kept_until_full_then_swept(server: RedisServer, raw: redis.Redis) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        store.set_queue_rules({Q: QueueRules(group_jobs_per_second=0.5)})  # a token every 2 s
+        store.enqueue_keyed_jobs(Q, [grouped("a")], T0)
+        (job,) = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        store.ack_jobs(Q, [AckItem(1, job.local_id)], [], T0 + 100)
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+        # finished with an empty bucket: a new job of the group right away waits for its token
+        assert raw.hkeys("plc:{1:gq}:gr") == [b"a"]
+        assert raw.zrange("plc:{1:gq}:gz", 0, -1, withscores=True) == [(b"a", T0 + 2000)]
+        store.enqueue_keyed_jobs(Q, [grouped("a")], T0 + 200)
+        assert raw.zcard("plc:{1:gq}:gz") == 0  # live again
+        assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 200, False) == []
+        (job,) = store.dequeue_jobs(Q, 1, 10, "c", T0 + 2000, False)
+        store.ack_jobs(Q, [AckItem(1, job.local_id)], [], T0 + 2000)
+        # once full again, the next change of any group deletes it
+        store.enqueue_keyed_jobs(Q, [grouped("b")], T0 + 4000)
+        assert raw.hkeys("plc:{1:gq}:gr") == []
+        assert raw.exists("plc:{1:gq}:gz") == 0
+    finally:
+        store.close()
+
+
+def test_groups_and_the_cap_on_a_redis_cluster() -> None:
+    nodes = shared_cluster()
+    nodes.flush_all()
+    shard = {"cluster": [{"host": host, "port": port} for host, port in nodes.seeds[:1]]}
+    driver = RedisDriver()
+    text = json.dumps({"shards": [{"name": "c", "shardConfig": shard}]})
+    store = driver.open_store("c", driver.parse_config(text, "redis.json")["c"], Settings())
+    assert isinstance(store, RedisStore)
+    try:
+        assert store.groups_refused is None
+        store.create_queue(Q, 2)
+        store.set_queue_rules({Q: QueueRules(max_in_progress=2, group_jobs_per_second=100.0)})
+        store.enqueue_keyed_jobs(Q, [grouped("g", b"1"), grouped("g", b"2", priority=2), grouped("h", b"3")], T0)
+        assert store.group_counts(Q) == GroupCounts(2, 1)
+
+        async def hot() -> list[bytes]:
+            first = await store.native.dequeue_jobs(Q, 1, 10, "c", T0, False)
+            bodies = [j[1] for j in first.to_list()]
+            await store.native.ack_jobs(Q, AckGroup([AckItem(1, j[0]) for j in first.to_list()], []), T0)
+            second = await store.native.dequeue_jobs(Q, 2, 10, "c", T0 + 1000, False)
+            await store.native.aclose()
+            return bodies + [j[1] for j in second.to_list()]
+
+        assert asyncio.run(hot()) == [b"1", b"3", b"2"]
+        assert store.group_counts(Q) == GroupCounts(1, 0)
+        store.delete_queue(Q)
+    finally:
+        store.close()
+
+
+def test_two_stores_as_two_servers_share_the_groups_and_the_cap(server: RedisServer) -> None:
+    a, b = open_store(server), open_store(server)
+    try:
+        a.create_queue(Q, 2)
+        rules = {Q: QueueRules(max_in_progress=2)}
+        a.set_queue_rules(rules)
+        b.set_queue_rules(rules)
+        a.enqueue_keyed_jobs(Q, [grouped("g", b"1"), grouped("g", b"2", priority=2)], T0)
+        b.enqueue_keyed_jobs(Q, [grouped("g", b"3"), grouped("h", b"4"), grouped("i", b"5")], T0)
+        on_a = a.dequeue_jobs(Q, 1, 10, "a", T0, False)
+        assert [j.body for j in on_a] == [b"1", b"4"]  # g's first job and h's; the cap is reached
+        assert b.dequeue_jobs(Q, 1, 10, "b", T0, False) == []
+        b.ack_jobs(Q, [AckItem(1, on_a[0].local_id)], [], T0)  # g's next is of priority 2
+        assert [j.body for j in b.dequeue_jobs(Q, 2, 10, "b", T0, False)] == [b"2"]
+        a.ack_jobs(Q, [AckItem(1, on_a[1].local_id)], [], T0)
+        assert [j.body for j in a.dequeue_jobs(Q, 1, 10, "a", T0, False)] == [b"5"]
+        assert a.group_counts(Q) == b.group_counts(Q) == GroupCounts(2, 1)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_failure_keeps_its_place_and_a_delete_moves_the_next_up(server: RedisServer) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        jobs = [KeyedJob(NewJob(1, b"%d" % i, T0, 2), None, 0, "g") for i in range(4)]
+        ids = [e.local_id for e in store.enqueue_keyed_jobs(Q, jobs, T0)]
+        (first,) = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        store.ack_jobs(Q, [], [AckItem(1, first.local_id, retry_delay_ms=100)], T0)
+        assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 50, False) == []  # the retry blocks the group
+        assert store.resurrect_timed_out_jobs(Q, 1, T0 + 10**6, 10, T0 + 10**6) == 0
+        (again,) = store.dequeue_jobs(Q, 1, 10, "c", T0 + 100, False)
+        assert again.local_id == ids[0]
+        # delete the waiting second job, then the running first: the third moves up
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), 1) == 1
+        assert store.lookup_jobs(Q, [(1, ids[1])], False) == []
+        assert store.delete_jobs(Q, JobFilter(JobState.IN_PROGRESS, 1, T0 + 200, None), 10) == 1
+        (third,) = store.dequeue_jobs(Q, 1, 10, "c", T0 + 200, False)
+        assert third.local_id == ids[2]
+        # a claim timeout with no attempt left fails it for good: the fourth moves up
+        store.ack_jobs(Q, [], [AckItem(1, ids[2])], T0 + 200)
+        store.dequeue_jobs(Q, 1, 10, "c", T0 + 200, False)  # the retry of the third
+        assert store.resurrect_timed_out_jobs(Q, 1, T0 + 10**6, 10, T0 + 10**6) == 1
+        (fourth,) = store.dequeue_jobs(Q, 1, 10, "c", T0 + 10**6, False)
+        assert fourth.local_id == ids[3]
+        # retried, the third goes back to the group's end, behind the fourth
+        assert store.retry_failed_jobs(Q, 1, 1, T0, 10, T0 + 10**6) == 1
+        assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 10**6, False) == []
+        store.ack_jobs(Q, [AckItem(1, ids[3])], [], T0 + 10**6)
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0 + 10**6, False)] == [ids[2]]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_migrating_grouped_jobs_to_the_original_layout_is_refused(
+    server: RedisServer, raw: redis.Redis, finished: bool
+) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue("plain", 1)
+        store.enqueue_jobs("plain", [NewJob(1, b"x", T0, 1) for _ in range(3000)], T0)
+        store.create_queue(Q, 1)
+        store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(2500)], T0)
+        store.enqueue_keyed_jobs(Q, [grouped("g")], T0)
+        if finished:  # a FAILED job of a group: a retry would put it back in its group
+            (job,) = [j for j in store.dequeue_jobs(Q, 1, 3000, "c", T0, False) if j.body == b"b"]
+            store.ack_jobs(Q, [], [AckItem(1, job.local_id)], T0)
+            assert store.group_counts(Q) == GroupCounts(0, 0)
+    finally:
+        store.close()
+    before = keys_of(raw)
+    with pytest.raises(MigrationError, match=f"^queue {Q} holds jobs of ordered groups"):
+        migrate_shard(raw, "1", "original", force=True)
+    assert raw.get("pll:{1}") == b"compact"  # nothing was written
+    assert keys_of(raw) == before

@@ -1,0 +1,85 @@
+"""The dequeue walk's empty hints under a queue's rules, in process, on a real store of every kind.
+
+A capped store answers fewer jobs than asked while jobs are ready (the cap is reached), which the
+walk takes for an empty place and skips for a while (``EMPTY_RECHECK_MS``, doubling up to
+``MAX_EMPTY_RECHECK_MS``). An ack on this server frees room, so it must make the walk look again
+at once, every priority (room is the queue's, not a priority's).
+
+(The embedded and Redis kinds pass once their stores keep ``set_queue_rules``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from tests.support.hot import ack, dequeue, enqueue
+
+from pinlater.backends.base import AckItem, NewJob, QueueRules, ShardStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
+
+Q = "capped_hints"
+
+
+@pytest.fixture
+def backend(store: ShardStore) -> Iterator[ShardedBackend]:
+    store.create_queue(Q, 3)
+    clock = ManualClock()
+    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=4, clock=clock)
+    yield backend
+    backend._executor.shutdown(wait=True)
+
+
+def test_an_ack_under_a_cap_makes_the_walk_look_again(store: ShardStore, backend: ShardedBackend) -> None:
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        await enqueue(backend, Q, [NewJob(2, b"job-%d" % i, now, 2) for i in range(3)])
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=1)})
+        (first,) = await dequeue(backend, Q, 5, "worker")
+        for _ in range(3):  # at the cap: nothing, and the place is taken for empty, longer each time
+            assert await dequeue(backend, Q, 5, "worker") == []
+        await ack(backend, Q, succeeded=[(store.name, AckItem(2, first.job.local_id))])
+        got = await dequeue(backend, Q, 5, "worker")  # the clock has not moved: only the ack tells
+        assert len(got) == 1, "room came back with the ack, and jobs are ready"
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_ack_in_a_group_makes_the_walk_look_again(store: ShardStore, backend: ShardedBackend) -> None:
+    if store.groups_refused is not None:
+        pytest.skip(f"this store refuses ordered groups: {store.groups_refused}")
+
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        jobs = [NewJob(2, b"job-%d" % i, now, 2) for i in range(2)]
+        await backend.enqueue_keyed_jobs(Q, jobs, [(None, 0, "g")] * 2, now)
+        (first,) = await dequeue(backend, Q, 5, "worker")
+        for _ in range(3):  # the group's next job waits on the first: the place looks empty
+            assert await dequeue(backend, Q, 5, "worker") == []
+        await ack(backend, Q, succeeded=[(store.name, AckItem(2, first.job.local_id))])
+        got = await dequeue(backend, Q, 5, "worker")  # the clock has not moved: only the ack tells
+        assert [j.job.body for j in got] == [b"job-1"], "the ack promoted the group's next job"
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_raised_cap_makes_the_walk_look_again(store: ShardStore, backend: ShardedBackend) -> None:
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        await enqueue(backend, Q, [NewJob(3, b"job-%d" % i, now, 2) for i in range(3)])
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=1)})
+        assert len(await dequeue(backend, Q, 5, "worker")) == 1
+        for _ in range(3):
+            assert await dequeue(backend, Q, 5, "worker") == []
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=2)})  # a queue config reload
+        assert len(await dequeue(backend, Q, 5, "worker")) == 1, "the new room is used at once"
+        backend.set_queue_rules({})  # the cap removed
+        assert len(await dequeue(backend, Q, 5, "worker")) == 1
+        await backend.aclose()
+
+    asyncio.run(scenario())
