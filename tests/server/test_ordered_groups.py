@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from tests.server.test_contract import PENDING, Api
 from tests.support.pinlater_server import ServerProcess
 from tests.support.wait import wait_for
@@ -79,9 +80,15 @@ def admin_json(server: ServerProcess, path: str) -> Any:
         return json.loads(response.read())
 
 
-def metrics(server: ServerProcess) -> str:
+def metric_samples(server: ServerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` as ``{(name, sorted labels): value}``."""
     with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/metrics", timeout=5) as response:
-        return str(response.read().decode())
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def test_a_group_runs_in_enqueue_order_beside_other_work(api: Api, server: ServerProcess) -> None:
@@ -131,10 +138,11 @@ def test_the_rules_come_from_the_queue_config_and_reload(api: Api, server: Serve
     got = wait_dequeue(api, 4)
     assert sorted(got.values())[:1] == [b"g0"] and sum(b.startswith(b"g") for b in got.values()) <= 3
     assert dequeue_bodies(api) == {}, "at the cap: fewer jobs, no error"
-    text = metrics(server)
-    assert f'pinlater_queue_max_in_progress{{queue="{Q}"}} 4.0' in text
-    assert f'pinlater_queue_group_concurrency{{queue="{Q}"}} 3.0' in text
-    wait_for(lambda: f'pinlater_queue_groups{{queue="{Q}",kind="blocked"}} 1.0' in metrics(server), timeout=10)
+    samples = metric_samples(server)
+    assert samples[("pinlater_queue_max_in_progress", (("queue", Q),))] == 4.0
+    assert samples[("pinlater_queue_group_concurrency", (("queue", Q),))] == 3.0
+    blocked = ("pinlater_queue_groups", (("kind", "blocked"), ("queue", Q)))
+    wait_for(lambda: metric_samples(server).get(blocked) == 1.0, timeout=10, what="the monitor's count")
 
     api.ack(Q, ok=list(got))
     assert len(wait_dequeue(api, 4)) == 4

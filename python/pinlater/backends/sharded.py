@@ -220,11 +220,17 @@ class ShardedBackend:
         return self._shards
 
     def replace_shards(self, shards: ShardMap) -> None:
-        """Swap the shard map (config reload). Requests in flight keep the map they started with."""
+        """Swap the shard map (config reload). Requests in flight keep the map they started with.
+        The stores get their shares of the caps anew (they depend on the shard set), and the
+        capped queues lose their empty hints: a larger share may hand out what a store held back."""
         if self._rules:
             self._hand_rules(shards)
         self._shards = shards
         self._current_hot_paths = {s: hot for s, hot in self._current_hot_paths.items() if shards.get(s.name) is s}
+        for queue, rules in self._rules.items():
+            if rules.max_in_progress is not None:
+                for shard in shards:
+                    self.mark_ready(shard.name, queue, range(1, self.num_priorities + 1))
 
     @property
     def queue_rules(self) -> Mapping[str, QueueRules]:
