@@ -113,6 +113,27 @@ class AdminServer:
         return http(self.server, path, body)
 
 
+def start_admin_server(
+    tmp_path: Path,
+    start_server: Callable[..., ServerProcess],
+    open_client: Callable[[ServerProcess], Any],
+    ttypes: ModuleType,
+    **properties: Any,
+) -> AdminServer:
+    """A server on a fresh embedded store with ADMIN_PASSWORD_HASH and a watched (empty) queue
+    config, and any other ``properties``."""
+    queue_config = tmp_path / "queues.json"
+    queue_config.write_text(json.dumps({"queues": []}))
+    server = start_server(
+        properties={
+            "ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD),
+            "QUEUE_CONFIG_FILE_PATH": queue_config,
+            **properties,
+        }
+    )
+    return AdminServer(server, Jobs(open_client(server), ttypes), queue_config)
+
+
 @pytest.fixture
 def admin_server(
     tmp_path: Path,
@@ -120,13 +141,5 @@ def admin_server(
     open_client: Callable[[ServerProcess], Any],
     ttypes: ModuleType,
 ) -> AdminServer:
-    """A server on a fresh embedded store with ADMIN_PASSWORD_HASH and a watched (empty) queue config."""
-    queue_config = tmp_path / "queues.json"
-    queue_config.write_text(json.dumps({"queues": []}))
-    server = start_server(
-        properties={
-            "ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD),
-            "QUEUE_CONFIG_FILE_PATH": queue_config,
-        }
-    )
-    return AdminServer(server, Jobs(open_client(server), ttypes), queue_config)
+    """``start_admin_server`` with nothing more."""
+    return start_admin_server(tmp_path, start_server, open_client, ttypes)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pinlater.admin import Admin, AdminError
-from tests.admin.conftest import AdminServer, Jobs
+from tests.admin.conftest import AdminServer, start_admin_server
 from tests.admin.test_admin_dedup import HOSTILE_KEY
 from tests.admin.test_dashboard import browser
-from tests.conftest import ADMIN_PASSWORD, original_password_hash
+from tests.conftest import ADMIN_PASSWORD
 from tests.support.pinlater_server import ServerProcess
 from tests.support.wait import wait_for
 
@@ -31,16 +31,7 @@ def admin_server(
     ttypes: ModuleType,
 ) -> AdminServer:
     """As ``tests/admin/conftest.py``'s, with the monitor (which counts the groups) every 0.2 s."""
-    queue_config = tmp_path / "queues.json"
-    queue_config.write_text(json.dumps({"queues": []}))
-    server = start_server(
-        properties={
-            "ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD),
-            "QUEUE_CONFIG_FILE_PATH": queue_config,
-            "BACKEND_MONITOR_THREAD_DELAY_SECONDS": "0.2",
-        }
-    )
-    return AdminServer(server, Jobs(open_client(server), ttypes), queue_config)
+    return start_admin_server(tmp_path, start_server, open_client, ttypes, BACKEND_MONITOR_THREAD_DELAY_SECONDS="0.2")
 
 
 def test_the_admin_api_shows_groups_rules_and_keys(admin_server: AdminServer) -> None:
