@@ -101,7 +101,54 @@ local function fifo_job(member, group)
   return id, tonumber(p)
 end
 
+-- A script that changes many groups in one call may batch their counts (begin_batch): each
+-- group's counts are read once (prefetch_groups: one HMGET of ga and one of gn for all the
+-- groups named; a group not prefetched costs its two HGETs once), kept in r.batch while the
+-- script works, and written by flush_groups at its end: one HSET and one HDEL of ga and of gn,
+-- one ZREM and ZADD of the refills and one HDEL of the buckets for all the groups the call
+-- changed, and one refill sweep, instead of these per change. Nothing else of the group keys is
+-- read between (the fifo and the waiting sets are written as before), so the end state is the
+-- one the unbatched calls leave.
+local function begin_batch(r)
+  if r then
+    r.batch, r.order = {}, {}
+  end
+end
+
+-- Read the counts of `groups` (names, repeats allowed) into the batch, one HMGET per hash.
+local function prefetch_groups(r, groups)
+  if not r or not r.batch then
+    return
+  end
+  local batch, names, seen = r.batch, {}, {}
+  for _, group in ipairs(groups) do
+    if not batch[group] and not seen[group] then
+      seen[group] = true
+      names[#names + 1] = group
+    end
+  end
+  for i = 1, #names, RECORD_CHUNK do
+    local last = math.min(i + RECORD_CHUNK - 1, #names)
+    local active = redis.call('HMGET', r.active, unpack(names, i, last))
+    local waiting = redis.call('HMGET', r.waiting, unpack(names, i, last))
+    for j = i, last do
+      local a, w = tonumber(active[j - i + 1] or 0), tonumber(waiting[j - i + 1] or 0)
+      batch[names[j]] = {a0 = a, w0 = w, a = a, w = w}
+      r.order[#r.order + 1] = names[j]
+    end
+  end
+end
+
 local function group_state(r, group)
+  local batch = r.batch
+  if batch then
+    local s = batch[group]
+    if not s then
+      prefetch_groups(r, {group})
+      s = batch[group]
+    end
+    return s.a, s.w
+  end
   return tonumber(redis.call('HGET', r.active, group) or 0), tonumber(redis.call('HGET', r.waiting, group) or 0)
 end
 
@@ -133,7 +180,37 @@ local function sweep_refills(r, now)
   end
 end
 
+-- A group that is live again (it had no unfinished job): off the refills set, its bucket stays.
+local function revive(r, group)
+  if r.batch then
+    r.batch[group].revived = true
+  else
+    redis.call('ZREM', r.refills, group)
+  end
+end
+
+-- What a group with no unfinished job leaves: nothing if its bucket is full (or there is no rate:
+-- whatever it holds), else its bucket, due in the refills set once full. Answers the bucket's
+-- due time, or nil if the bucket is to go.
+local function forgotten_bucket(r, group, now)
+  if r.rate <= 0 then
+    return nil
+  end
+  local tokens, at = bucket(r, group, now)
+  local full = math.max(1, r.rate)
+  if tokens >= full then  -- (bucket() reads a missing bucket as full)
+    return nil
+  end
+  return at + math.ceil((full - tokens) * 1000 / r.rate)
+end
+
 local function save_state(r, group, active, waiting, now)
+  local batch = r.batch
+  if batch then
+    local s = batch[group]
+    s.a, s.w, s.changed = active, waiting, true
+    return
+  end
   sweep_refills(r, now)
   if active > 0 then
     redis.call('HSET', r.active, group, active)
@@ -147,17 +224,76 @@ local function save_state(r, group, active, waiting, now)
   end
   if active == 0 and waiting == 0 then
     -- forgotten; its bucket too if full (without a rate now, whatever it holds), else once full
-    local tokens, at = 0, now
-    if r.rate > 0 then
-      tokens, at = bucket(r, group, now)
-    end
-    local full = math.max(1, r.rate)
-    if r.rate <= 0 or tokens >= full then
+    local due = forgotten_bucket(r, group, now)
+    if due then
+      redis.call('ZADD', r.refills, due, group)
+    else
       redis.call('HDEL', r.buckets, group)
-    elseif redis.call('HEXISTS', r.buckets, group) == 1 then
-      redis.call('ZADD', r.refills, at + math.ceil((full - tokens) * 1000 / r.rate), group)
     end
   end
+end
+
+-- Write the batch's changed counts (begin_batch), then sweep the refills once; the batch ends.
+local function flush_groups(r, now)
+  if not r or not r.batch then
+    return
+  end
+  local batch, order = r.batch, r.order
+  r.batch, r.order = nil, nil
+  local set_active, del_active, set_waiting, del_waiting = {}, {}, {}, {}
+  local unrefill, refill, drop_buckets = {}, {}, {}
+  for _, group in ipairs(order) do
+    local s = batch[group]
+    if s.changed then
+      if s.a ~= s.a0 then
+        if s.a > 0 then
+          set_active[#set_active + 1], set_active[#set_active + 2] = group, s.a
+        else
+          del_active[#del_active + 1] = group
+        end
+      end
+      if s.w ~= s.w0 then
+        if s.w > 0 then
+          set_waiting[#set_waiting + 1], set_waiting[#set_waiting + 2] = group, s.w
+        else
+          del_waiting[#del_waiting + 1] = group
+        end
+      end
+      if s.a == 0 and s.w == 0 then
+        local due = forgotten_bucket(r, group, now)
+        if due then
+          refill[#refill + 1], refill[#refill + 2] = due, group
+        else
+          drop_buckets[#drop_buckets + 1] = group
+          if s.revived then
+            unrefill[#unrefill + 1] = group
+          end
+        end
+      elseif s.revived then
+        unrefill[#unrefill + 1] = group
+      end
+    elseif s.revived then
+      unrefill[#unrefill + 1] = group
+    end
+  end
+  for i = 1, #set_active, 2 * RECORD_CHUNK do
+    redis.call('HSET', r.active, unpack(set_active, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_active)))
+  end
+  for i = 1, #set_waiting, 2 * RECORD_CHUNK do
+    redis.call('HSET', r.waiting, unpack(set_waiting, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_waiting)))
+  end
+  for i = 1, #del_active, RECORD_CHUNK do
+    redis.call('HDEL', r.active, unpack(del_active, i, math.min(i + RECORD_CHUNK - 1, #del_active)))
+  end
+  for i = 1, #del_waiting, RECORD_CHUNK do
+    redis.call('HDEL', r.waiting, unpack(del_waiting, i, math.min(i + RECORD_CHUNK - 1, #del_waiting)))
+  end
+  for i = 1, #drop_buckets, RECORD_CHUNK do
+    redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
+  end
+  zrem_all(r.refills, unrefill)
+  zadd_pairs(r.refills, refill)
+  sweep_refills(r, now)
 end
 
 -- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
@@ -209,7 +345,7 @@ end
 local function join_group(r, group, job, id, p, score, now)
   local active, waiting = group_state(r, group)
   if active == 0 and waiting == 0 then
-    redis.call('ZREM', r.refills, group)  -- live again: its bucket stays
+    revive(r, group)
   end
   active, waiting = promote(r, group, active, waiting)
   local now_active = active < r.conc and waiting == 0
