@@ -112,7 +112,56 @@ end
 local function begin_batch(r)
   if r then
     r.batch, r.order = {}, {}
+    r.fifo_adds, r.waiting_adds, r.fifo_taken, r.moves = {}, {}, {}, {}
   end
+end
+
+-- The batch's jobs that went to wait: into the fifo and their waiting sets, one ZADD per key.
+local function flush_waiting_adds(r)
+  zadd_pairs(r.fifo, r.fifo_adds)
+  for p, list in pairs(r.waiting_adds) do
+    zadd_pairs(waiting_of(r, p), list)
+  end
+  r.fifo_adds, r.waiting_adds = {}, {}
+  for _, s in pairs(r.batch) do
+    s.added = nil
+  end
+end
+
+-- The batch's promoted jobs (fifo members taken by promote): out of the fifo (one ZREM), and
+-- per priority out of the waiting set into the PENDING set with their scores (one ZMSCORE, ZREM
+-- and ZADD each). A job no longer in its waiting set (cannot happen: a delete takes it out of
+-- the fifo too) is not counted active after all, as the unbatched promote does.
+local function flush_moves(r)
+  zrem_all(r.fifo, r.fifo_taken)
+  local by_priority = {}
+  for _, move in ipairs(r.moves) do
+    local group, id, p = move[1], move[2], move[3]
+    local list = by_priority[p]
+    if not list then
+      list = {ids = {}, groups = {}}
+      by_priority[p] = list
+    end
+    list.ids[#list.ids + 1], list.groups[#list.groups + 1] = id, group
+  end
+  for p, list in pairs(by_priority) do
+    local from = waiting_of(r, p)
+    local scores = scores_of(from, list.ids)
+    local moved, adds = {}, {}
+    for i, id in ipairs(list.ids) do
+      local score = scores[id]
+      if score then
+        moved[#moved + 1] = id
+        adds[#adds + 1], adds[#adds + 2] = score, id
+      else
+        local s = r.batch[list.groups[i]]
+        s.a = s.a - 1
+      end
+    end
+    zrem_all(from, moved)
+    zadd_pairs(pending_of(r, p), adds)
+  end
+  r.fifo_taken, r.moves = {}, {}
 end
 
 -- Read the counts of `groups` (names, repeats allowed) into the batch, one HMGET per hash.
@@ -233,11 +282,138 @@ local function save_state(r, group, active, waiting, now)
   end
 end
 
+-- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
+-- from its waiting set to its PENDING set, with its score. Returns the new counts.
+local function promote(r, group, active, waiting)
+  if waiting <= 0 or active >= r.conc then
+    return active, waiting
+  end
+  local prefix = fifo_prefix(group)
+  local batch = r.batch
+  if batch then
+    -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
+    -- to wait in the batch are not yet (written first, should this group have any).
+    local s = batch[group]
+    if s.added then
+      flush_waiting_adds(r)
+    end
+    local taken = s.taken or 0
+    local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', taken,
+      r.conc - active)
+    for _, member in ipairs(members) do
+      local id, p = fifo_job(member, group)
+      tail_key(r, p, 1)  -- a priority beyond the keys passed fails here, as unbatched
+      r.fifo_taken[#r.fifo_taken + 1] = member
+      r.moves[#r.moves + 1] = {group, id, p}
+      active, waiting = active + 1, waiting - 1
+    end
+    s.taken = taken + #members
+    if #members == 0 then
+      waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
+    end
+    return active, waiting
+  end
+  local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0,
+    r.conc - active)
+  for _, member in ipairs(members) do
+    local id, p = fifo_job(member, group)
+    local from = waiting_of(r, p)
+    redis.call('ZREM', r.fifo, member)
+    local score = redis.call('ZSCORE', from, id)
+    if score then
+      redis.call('ZREM', from, id)
+      redis.call('ZADD', pending_of(r, p), score, id)
+      active = active + 1
+    end
+    waiting = waiting - 1
+  end
+  if #members == 0 then
+    waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
+  end
+  return active, waiting
+end
+
+-- An active job of `group` left it (finished for good, or deleted): the next ones move up.
+-- In a batch the group is moved up once, at flush_groups, however many of its jobs left.
+local function leave_group(r, group, now)
+  local active, waiting = group_state(r, group)
+  if r.batch then
+    save_state(r, group, math.max(0, active - 1), waiting, now)
+    r.batch[group].left = true
+    return
+  end
+  active, waiting = promote(r, group, math.max(0, active - 1), waiting)
+  save_state(r, group, active, waiting, now)
+end
+
+-- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
+-- group's count (the caller removes it from its waiting set).
+local function drop_waiting(r, group, job, id, p, now)
+  redis.call('ZREM', r.fifo, fifo_member(group, job.gq, id, p))
+  local active, waiting = group_state(r, group)
+  save_state(r, group, active, math.max(0, waiting - 1), now)
+end
+
+-- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
+-- job.gq, as an enqueue puts it: active at once if the group has room and nothing waits (true:
+-- the caller puts it in its PENDING set), else waiting (in its waiting set and the fifo here).
+-- The group's oldest waiting jobs are activated first while there is room.
+local function join_group(r, group, job, id, p, score, now)
+  local active, waiting = group_state(r, group)
+  if active == 0 and waiting == 0 then
+    revive(r, group)
+  end
+  active, waiting = promote(r, group, active, waiting)
+  local now_active = active < r.conc and waiting == 0
+  if now_active then
+    active = active + 1
+  else
+    waiting = waiting + 1
+    local member = fifo_member(group, job.gq, id, p)
+    if r.batch then
+      waiting_of(r, p)  -- a priority beyond the keys passed fails here, as unbatched
+      local fifo_adds = r.fifo_adds
+      fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
+      local adds = r.waiting_adds[p]
+      if not adds then
+        adds = {}
+        r.waiting_adds[p] = adds
+      end
+      adds[#adds + 1], adds[#adds + 2] = score, id
+      r.batch[group].added = true
+    else
+      redis.call('ZADD', r.fifo, 0, member)
+      redis.call('ZADD', waiting_of(r, p), score, id)
+    end
+  end
+  save_state(r, group, active, waiting, now)
+  return now_active
+end
+
+-- Take a token from the group's bucket at `now` (ms): true, or false and when the next token
+-- is due (ms).
+local function take_token(r, group, now)
+  local tokens, at = bucket(r, group, now)
+  if tokens >= 1 then
+    redis.call('HSET', r.buckets, group, string.format('%.17g:%d', tokens - 1, at))
+    return true
+  end
+  return false, at + math.ceil((1 - tokens) * 1000 / r.rate)
+end
+
 -- Write the batch's changed counts (begin_batch), then sweep the refills once; the batch ends.
 local function flush_groups(r, now)
   if not r or not r.batch then
     return
   end
+  for _, group in ipairs(r.order) do  -- the groups jobs left (leave_group), in order
+    local s = r.batch[group]
+    if s.left then
+      s.a, s.w = promote(r, group, s.a, s.w)
+    end
+  end
+  flush_waiting_adds(r)
+  flush_moves(r)
   local batch, order = r.batch, r.order
   r.batch, r.order = nil, nil
   local set_active, del_active, set_waiting, del_waiting = {}, {}, {}, {}
@@ -294,79 +470,4 @@ local function flush_groups(r, now)
   zrem_all(r.refills, unrefill)
   zadd_pairs(r.refills, refill)
   sweep_refills(r, now)
-end
-
--- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
--- from its waiting set to its PENDING set, with its score. Returns the new counts.
-local function promote(r, group, active, waiting)
-  if waiting <= 0 or active >= r.conc then
-    return active, waiting
-  end
-  local prefix = fifo_prefix(group)
-  local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0,
-    r.conc - active)
-  for _, member in ipairs(members) do
-    local id, p = fifo_job(member, group)
-    local from = waiting_of(r, p)
-    redis.call('ZREM', r.fifo, member)
-    local score = redis.call('ZSCORE', from, id)
-    if score then
-      redis.call('ZREM', from, id)
-      redis.call('ZADD', pending_of(r, p), score, id)
-      active = active + 1
-    end
-    waiting = waiting - 1
-  end
-  if #members == 0 then
-    waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
-  end
-  return active, waiting
-end
-
--- An active job of `group` left it (finished for good, or deleted): the next ones move up.
-local function leave_group(r, group, now)
-  local active, waiting = group_state(r, group)
-  active, waiting = promote(r, group, math.max(0, active - 1), waiting)
-  save_state(r, group, active, waiting, now)
-end
-
--- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
--- group's count (the caller removes it from its waiting set).
-local function drop_waiting(r, group, job, id, p, now)
-  redis.call('ZREM', r.fifo, fifo_member(group, job.gq, id, p))
-  local active, waiting = group_state(r, group)
-  save_state(r, group, active, math.max(0, waiting - 1), now)
-end
-
--- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
--- job.gq, as an enqueue puts it: active at once if the group has room and nothing waits (true:
--- the caller puts it in its PENDING set), else waiting (in its waiting set and the fifo here).
--- The group's oldest waiting jobs are activated first while there is room.
-local function join_group(r, group, job, id, p, score, now)
-  local active, waiting = group_state(r, group)
-  if active == 0 and waiting == 0 then
-    revive(r, group)
-  end
-  active, waiting = promote(r, group, active, waiting)
-  local now_active = active < r.conc and waiting == 0
-  if now_active then
-    active = active + 1
-  else
-    waiting = waiting + 1
-    redis.call('ZADD', r.fifo, 0, fifo_member(group, job.gq, id, p))
-    redis.call('ZADD', waiting_of(r, p), score, id)
-  end
-  save_state(r, group, active, waiting, now)
-  return now_active
-end
-
--- Take a token from the group's bucket at `now` (ms): true, or false and when the next token
--- is due (ms).
-local function take_token(r, group, now)
-  local tokens, at = bucket(r, group, now)
-  if tokens >= 1 then
-    redis.call('HSET', r.buckets, group, string.format('%.17g:%d', tokens - 1, at))
-    return true
-  end
-  return false, at + math.ceil((1 - tokens) * 1000 / r.rate)
 end
