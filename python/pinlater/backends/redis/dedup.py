@@ -80,20 +80,31 @@ def enqueue_keyed_call(
         key_list += _group(keys, p)
     args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
     held_max = HELD_FOREVER_MS - now_ms
+    seconds: dict[int, str] = {}  # a batch's jobs mostly share one run after
+    add = args.extend
     for d in jobs:
         job = d.job
-        args += [
-            _ENQUEUE_FIXED_KEYS + 1 + per * (job.priority - 1),
-            job.body,
-            job.attempts_allowed,
-            seconds_arg(job.run_after_ms),
-            job.custom_status[:CUSTOM_STATUS_LIMIT],
-            "" if d.key is None else d.key,
-            min(max(d.window_ms, 0), held_max),
-        ]
+        run_after = job.run_after_ms
+        text = seconds.get(run_after)
+        if text is None:
+            text = seconds[run_after] = seconds_arg(run_after)
+        key, group, window = d.key, d.group, d.window_ms
+        add(
+            (
+                _ENQUEUE_FIXED_KEYS + 1 + per * (job.priority - 1),
+                job.body,
+                job.attempts_allowed,
+                text,
+                job.custom_status[:CUSTOM_STATUS_LIMIT],
+                "" if key is None else key,
+                window if 0 <= window <= held_max else min(max(window, 0), held_max),
+            )
+        )
         if compact:
-            flags = ("k" if d.key is not None else "") + ("g" if d.group is not None else "")
-            args += [flags, d.group or ""]
+            if group is None:
+                add(("" if key is None else "k", ""))
+            else:
+                add(("g" if key is None else "kg", group))
     tail_keys, tail_args = tail
     return key_list + tail_keys, args + tail_args
 
