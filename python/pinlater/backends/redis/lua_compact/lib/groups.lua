@@ -258,6 +258,7 @@ local function save_state(r, group, active, waiting, now)
   if batch then
     local s = batch[group]
     s.a, s.w, s.changed = active, waiting, true
+    r.saved = true
     return
   end
   sweep_refills(r, now)
@@ -401,7 +402,8 @@ local function take_token(r, group, now)
   return false, at + math.ceil((1 - tokens) * 1000 / r.rate)
 end
 
--- Write the batch's changed counts (begin_batch), then sweep the refills once; the batch ends.
+-- Write the batch's changed counts (begin_batch), then sweep the refills once if any changed;
+-- the batch ends.
 local function flush_groups(r, now)
   if not r or not r.batch then
     return
@@ -469,5 +471,8 @@ local function flush_groups(r, now)
   end
   zrem_all(r.refills, unrefill)
   zadd_pairs(r.refills, refill)
-  sweep_refills(r, now)
+  if r.saved then  -- as unbatched: a sweep with each change of a group's state, none without
+    sweep_refills(r, now)
+  end
+  r.saved = nil
 end
