@@ -5,15 +5,17 @@ a record of a priority above the store's, a flushed script, and calls in flight 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.redis_cluster import shared_cluster
 from tests.support.redis_server import RedisServer
 
 from pinlater.backends.base import Enqueued, KeyedJob, NewJob, QueueRules
-from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis import RedisDriver, RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.config import Settings
 
@@ -108,5 +110,31 @@ def test_calls_in_flight_together_are_answered_each_its_own(server: RedisServer)
         assert ids == list(range(1, 41)) and not any(e.deduplicated for placed in first for e in placed)
         for (k, j), (j2, k2) in zip(first, again, strict=True):  # each call answered with its own keys' holders
             assert (j2, k2) == (j._replace(deduplicated=True), k._replace(deduplicated=True))
+    finally:
+        store.close()
+
+
+def test_a_keyed_enqueue_on_a_redis_cluster() -> None:
+    nodes = shared_cluster()
+    nodes.flush_all()
+    shard = {"cluster": [{"host": host, "port": port} for host, port in nodes.seeds[:1]]}
+    driver = RedisDriver()
+    text = json.dumps({"shards": [{"name": "c", "shardConfig": shard}]})
+    store = driver.open_store("c", driver.parse_config(text, "redis.json")["c"], Settings())
+    assert isinstance(store, RedisStore)
+    try:
+        store.create_queue(Q, 2)
+
+        async def hot() -> tuple[list[Enqueued], list[Enqueued]]:
+            first = await store.native.enqueue_keyed_jobs(Q, [job("k", "g"), job(None, "g"), job("j")], T0)
+            again = await store.native.enqueue_keyed_jobs(Q, [job("k", "g")], T0 + 1)
+            await store.native.aclose()
+            return first, again
+
+        first, again = asyncio.run(hot())
+        assert [e.local_id for e in first] == [1, 2, 3] and not any(e.deduplicated for e in first)
+        assert again == [Enqueued(1, 1, True)]
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0, False)] == [1, 3]  # 2 waits behind 1
+        store.delete_queue(Q)
     finally:
         store.close()
