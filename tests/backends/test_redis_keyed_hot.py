@@ -1,6 +1,7 @@
 """Keyed enqueues on the Redis store's hot path (``NativeHotPath.enqueue_keyed_jobs``: packed by
 the extension, sent on the pipelined hot connection) beyond the shared suites: the second call for
-a record of a priority above the store's, a flushed script, and calls in flight together."""
+a record of a priority above the store's, a flushed script, calls in flight together, and a Redis
+Cluster (``ClusterHotClient``)."""
 
 from __future__ import annotations
 
