@@ -14,6 +14,11 @@ off by default) go the same way: the reserve script's reply has the dequeue's ro
 ``redis_pack_command``); a ``ClaimItems`` is packed whole (``redis_claim_command``), and its
 reply (the numbers of the jobs claimed) read by ``redis_ids_reply``.
 
+Keyed enqueues (``enqueue_keyed_jobs``: jobs with dedup or group keys, handed over as
+``KeyedJob``s) take the same way: their ``KEYS`` and ``ARGV`` are ``dedup.enqueue_keyed_call``'s,
+as the blocking store's, packed by ``redis_pack_command`` and sent on the hot connection (not on a
+worker thread); the reply is read by ``redis_ids_reply`` (three numbers per job).
+
 The queue's rules (``RedisStore.set_queue_rules``) reach the scripts as the blocking calls send
 them: a ``RedisScriptTail`` held in Rust (``rules.py``), built once per rules change and appended
 to the packed command; none for a dequeue, reserve or claim of a queue without a cap or a group
