@@ -101,14 +101,20 @@ local function fifo_job(member, group)
   return id, tonumber(p)
 end
 
--- A script that changes many groups in one call may batch their counts (begin_batch): each
--- group's counts are read once (prefetch_groups: one HMGET of ga and one of gn for all the
--- groups named; a group not prefetched costs its two HGETs once), kept in r.batch while the
--- script works, and written by flush_groups at its end: one HSET and one HDEL of ga and of gn,
--- one ZREM and ZADD of the refills and one HDEL of the buckets for all the groups the call
--- changed, and one refill sweep, instead of these per change. Nothing else of the group keys is
--- read between (the fifo and the waiting sets are written as before), so the end state is the
--- one the unbatched calls leave.
+-- A script that changes many groups in one call may batch the work (begin_batch, then
+-- flush_groups at its end; enqueue_keyed_jobs.lua and ack_jobs.lua do), so that it costs a few
+-- commands per call, not several per job:
+-- * counts: each group's are read once (prefetch_groups: one HMGET of ga and one of gn for all
+--   the groups named; a group not prefetched costs its two HGETs once) and kept in r.batch; at
+--   the end one HSET and one HDEL of ga and of gn write those that changed, with one ZREM and
+--   ZADD of the refills, one HDEL of the buckets and one refill sweep;
+-- * jobs that go to wait (join_group): one ZADD of the fifo and one per waiting set touched;
+-- * moving up: a group jobs left (leave_group) is moved up once, at the end, however many of
+--   its jobs left (one ZRANGEBYLEX per group; an enqueue's join moves up at once, skipping the
+--   fifo members the batch took already); the jobs moved up leave the fifo with one ZREM and go
+--   from their waiting sets to PENDING with one ZMSCORE, ZREM and ZADD per priority.
+-- The fifo and the waiting sets are read only by the moving up, which writes the batch's waits
+-- of its group first, so the end state is the one the unbatched calls leave.
 local function begin_batch(r)
   if r then
     r.batch, r.order = {}, {}
