@@ -25,7 +25,7 @@ from typing import Any
 from pinlater.backends.base import DEFAULT_RULES, Enqueued, JobState, KeyedJob, QueueRules
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
-from pinlater.backends.redis.rules import GROUPS, build_tail
+from pinlater.backends.redis.rules import GROUPS, Tail, build_tail
 from pinlater.backends.redis.script_calls import ShardScripts
 
 PRIORITY_BEYOND_KEYS = -2
@@ -52,34 +52,69 @@ def enqueue_keyed_jobs(
     may have a group instead of a key, or both (9 arguments a job, then the groups' tail for the
     queue's ``rules``, over the same priorities: ``rules.py``)."""
     keys = shard.keys(queue)
-    compact = isinstance(keys, CompactQueueKeys)
-    m = max([num_priorities, *(d.job.priority for d in jobs)])
+    m = first_priorities(jobs, num_priorities)
     while True:
-        per = len(_group(keys, 1))
-        key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys()]
-        for p in range(1, m + 1):
-            key_list += _group(keys, p)
-        args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
-        for d in jobs:
-            job = d.job
-            args += [
+        key_list, args = enqueue_keyed_call(keys, queue, jobs, now_ms, m, build_tail(keys, rules, GROUPS, m))
+        out = shard.run_in_queue("enqueue_keyed_jobs", queue, key_list, args)
+        answers, beyond = enqueued_reply([int(v) for v in out])
+        if answers is None:
+            m = beyond
+            continue
+        return answers
+
+
+def first_priorities(jobs: Sequence[KeyedJob], num_priorities: int) -> int:
+    """The priorities whose keys the first call passes: the store's, or a job's higher one."""
+    return max([num_priorities, *(d.job.priority for d in jobs)])
+
+
+def enqueue_keyed_call(
+    keys: QueueKeyNames, queue: str, jobs: Sequence[KeyedJob], now_ms: int, m: int, tail: Tail
+) -> tuple[list[str], list[Any]]:
+    """The ``KEYS`` and ``ARGV`` of ``enqueue_keyed_jobs.lua`` over priorities 1..m, with the
+    groups' ``tail`` (built for the same m), for the blocking call and the hot path alike."""
+    compact = isinstance(keys, CompactQueueKeys)
+    per = len(_group(keys, 1))
+    key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys()]
+    for p in range(1, m + 1):
+        key_list += _group(keys, p)
+    args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
+    held_max = HELD_FOREVER_MS - now_ms
+    seconds: dict[int, str] = {}  # a batch's jobs mostly share one run after
+    add = args.extend
+    for d in jobs:
+        job = d.job
+        run_after = job.run_after_ms
+        text = seconds.get(run_after)
+        if text is None:
+            text = seconds[run_after] = seconds_arg(run_after)
+        key, group, window = d.key, d.group, d.window_ms
+        add(
+            (
                 _ENQUEUE_FIXED_KEYS + 1 + per * (job.priority - 1),
                 job.body,
                 job.attempts_allowed,
-                seconds_arg(job.run_after_ms),
+                text,
                 job.custom_status[:CUSTOM_STATUS_LIMIT],
-                "" if d.key is None else d.key,
-                min(max(d.window_ms, 0), HELD_FOREVER_MS - now_ms),
-            ]
-            if compact:
-                flags = ("k" if d.key is not None else "") + ("g" if d.group is not None else "")
-                args += [flags, d.group or ""]
-        tail_keys, tail_args = build_tail(keys, rules, GROUPS, m)
-        out = shard.run_in_queue("enqueue_keyed_jobs", queue, key_list + tail_keys, args + tail_args)
-        if out and int(out[0]) == PRIORITY_BEYOND_KEYS:
-            m = int(out[1])
-            continue
-        return [Enqueued(int(out[i]), int(out[i + 1]), int(out[i + 2]) == 1) for i in range(0, len(out), 3)]
+                "" if key is None else key,
+                window if 0 <= window <= held_max else min(max(window, 0), held_max),
+            )
+        )
+        if compact:
+            if group is None:
+                add(("" if key is None else "k", ""))
+            else:
+                add(("g" if key is None else "kg", group))
+    tail_keys, tail_args = tail
+    return key_list + tail_keys, args + tail_args
+
+
+def enqueued_reply(values: Sequence[int]) -> tuple[list[Enqueued] | None, int]:
+    """``enqueue_keyed_jobs.lua``'s reply (its queue found): the answers, or None and the
+    priority to call again with (a record names a priority beyond the keys passed)."""
+    if values and values[0] == PRIORITY_BEYOND_KEYS:
+        return None, values[1]
+    return [Enqueued(values[i], values[i + 1], values[i + 2] == 1) for i in range(0, len(values), 3)], 0
 
 
 def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int) -> int:

@@ -51,9 +51,18 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-HOT_SCRIPTS = ("enqueue_jobs", "dequeue_jobs", "ack_jobs", "count_jobs", "reserve_jobs", "claim_reserved")
+HOT_SCRIPTS = (
+    "enqueue_jobs",
+    "enqueue_keyed_jobs",
+    "dequeue_jobs",
+    "ack_jobs",
+    "count_jobs",
+    "reserve_jobs",
+    "claim_reserved",
+)
 """The scripts loaded on connect (``count_jobs`` checks a queue exists for a dequeue of 0 jobs;
-``reserve_jobs`` and ``claim_reserved`` are the dequeue broker's refill and claims)."""
+``reserve_jobs`` and ``claim_reserved`` are the dequeue broker's refill and claims;
+``enqueue_keyed_jobs`` the enqueues of jobs with dedup or group keys)."""
 
 _NO_DEADLINE = float("inf")
 

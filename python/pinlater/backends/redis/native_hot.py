@@ -14,6 +14,11 @@ off by default) go the same way: the reserve script's reply has the dequeue's ro
 ``redis_pack_command``); a ``ClaimItems`` is packed whole (``redis_claim_command``), and its
 reply (the numbers of the jobs claimed) read by ``redis_ids_reply``.
 
+Keyed enqueues (``enqueue_keyed_jobs``: jobs with dedup or group keys, handed over as
+``KeyedJob``s) take the same way: their ``KEYS`` and ``ARGV`` are ``dedup.enqueue_keyed_call``'s,
+as the blocking store's, packed by ``redis_pack_command`` and sent on the hot connection (not on a
+worker thread); the reply is read by ``redis_ids_reply`` (three numbers per job).
+
 The queue's rules (``RedisStore.set_queue_rules``) reach the scripts as the blocking calls send
 them: a ``RedisScriptTail`` held in Rust (``rules.py``), built once per rules change and appended
 to the packed command; none for a dequeue, reserve or claim of a queue without a cap or a group
@@ -23,7 +28,6 @@ entries and shutdown) go through the redis.asyncio path (``store.aio``) with Pyt
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -45,10 +49,11 @@ from pinlater._pinlater import (
     redis_require_queue_command,
 )
 from pinlater.backends.base import Enqueued, JobState, KeyedJob
+from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ready_keys
-from pinlater.backends.redis.rules import DEQUEUE, GROUPS
+from pinlater.backends.redis.rules import DEQUEUE, GROUPS, build_tail
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -79,9 +84,29 @@ class NativeHotPath:
         return ids
 
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
-        """The blocking store's script call (``RedisStore.enqueue_keyed_jobs``), on a worker
-        thread: keyed enqueues are not packed in Rust."""
-        return await asyncio.to_thread(self._store.enqueue_keyed_jobs, queue, jobs, now_ms)
+        """The blocking store's script call (``RedisStore.enqueue_keyed_jobs``, ``dedup.py``),
+        its arguments built as there and packed by the extension, sent on the pipelined hot
+        connection rather than on a worker thread."""
+        store = self._store
+        keys = store._keys(queue)
+        num_priorities = store._num_priorities
+        m = dedup.first_priorities(jobs, num_priorities)
+        while True:
+            if m == num_priorities:
+                tail = store.rules.tail(queue, GROUPS)
+            else:
+                tail = build_tail(keys, store.rules.of(queue), GROUPS, m)
+            key_list, args = dedup.enqueue_keyed_call(keys, queue, jobs, now_ms, m, tail)
+            sha = self._sha["enqueue_keyed_jobs"]
+            command = redis_pack_command(("EVALSHA", sha, len(key_list), *key_list, *args))
+            out = await self._client.call("enqueue_keyed_jobs", command, redis_ids_reply)
+            if out is None:
+                raise QueueNotFoundError(queue)
+            answers, beyond = dedup.enqueued_reply(out.to_list())
+            if answers is None:
+                m = beyond
+                continue
+            return answers
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool

@@ -86,7 +86,12 @@ if #left > 0 and not rules then  -- before any write: Redis keeps a failed scrip
 end
 write_records(records_key, acked, jobs)
 writes.flush()
-for _, group in ipairs(left) do
-  leave_group(rules, group, now)
+if #left > 0 then  -- the groups' counts read at once and written at the end (lib/groups.lua)
+  begin_batch(rules)
+  prefetch_groups(rules, left)
+  for _, group in ipairs(left) do
+    leave_group(rules, group, now)
+  end
+  flush_groups(rules, now)
 end
 return {changed, evicted}

@@ -74,5 +74,19 @@ local function place(a, id, k, run_after, job)
   return join_group(rules, group, job, id, p, run_after, now)
 end
 
-return enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 6, INSERT_READY_OFFSET, STRIDE,
-  keyed, place)
+-- The groups' counts are read for the whole call at once and written at its end (lib/groups.lua).
+begin_batch(rules)
+if rules then
+  local groups = {}
+  for j = 0, n - 1 do
+    local a = 7 + STRIDE * j
+    if string.find(ARGV[a + 7], 'g', 1, true) then
+      groups[#groups + 1] = ARGV[a + 8]
+    end
+  end
+  prefetch_groups(rules, groups)
+end
+local out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 6, INSERT_READY_OFFSET,
+  STRIDE, keyed, place)
+flush_groups(rules, now)
+return out

@@ -101,7 +101,109 @@ local function fifo_job(member, group)
   return id, tonumber(p)
 end
 
+-- A script that changes many groups in one call may batch the work (begin_batch, then
+-- flush_groups at its end; enqueue_keyed_jobs.lua and ack_jobs.lua do), so that it costs a few
+-- commands per call, not several per job:
+-- * counts: each group's are read once (prefetch_groups: one HMGET of ga and one of gn for all
+--   the groups named; a group not prefetched costs its two HGETs once) and kept in r.batch; at
+--   the end one HSET and one HDEL of ga and of gn write those that changed, with one ZREM and
+--   ZADD of the refills, one HDEL of the buckets and one refill sweep;
+-- * jobs that go to wait (join_group): one ZADD of the fifo and one per waiting set touched;
+-- * moving up: a group jobs left (leave_group) is moved up once, at the end, however many of
+--   its jobs left (one ZRANGEBYLEX per group; an enqueue's join moves up at once, skipping the
+--   fifo members the batch took already); the jobs moved up leave the fifo with one ZREM and go
+--   from their waiting sets to PENDING with one ZMSCORE, ZREM and ZADD per priority.
+-- The fifo and the waiting sets are read only by the moving up, which writes the batch's waits
+-- of its group first, so the end state is the one the unbatched calls leave.
+local function begin_batch(r)
+  if r then
+    r.batch, r.order = {}, {}
+    r.fifo_adds, r.waiting_adds, r.fifo_taken, r.moves = {}, {}, {}, {}
+  end
+end
+
+-- The batch's jobs that went to wait: into the fifo and their waiting sets, one ZADD per key.
+local function flush_waiting_adds(r)
+  zadd_pairs(r.fifo, r.fifo_adds)
+  for p, list in pairs(r.waiting_adds) do
+    zadd_pairs(waiting_of(r, p), list)
+  end
+  r.fifo_adds, r.waiting_adds = {}, {}
+  for _, s in pairs(r.batch) do
+    s.added = nil
+  end
+end
+
+-- The batch's promoted jobs (fifo members taken by promote): out of the fifo (one ZREM), and
+-- per priority out of the waiting set into the PENDING set with their scores (one ZMSCORE, ZREM
+-- and ZADD each). A job no longer in its waiting set (cannot happen: a delete takes it out of
+-- the fifo too) is not counted active after all, as the unbatched promote does.
+local function flush_moves(r)
+  zrem_all(r.fifo, r.fifo_taken)
+  local by_priority = {}
+  for _, move in ipairs(r.moves) do
+    local group, id, p = move[1], move[2], move[3]
+    local list = by_priority[p]
+    if not list then
+      list = {ids = {}, groups = {}}
+      by_priority[p] = list
+    end
+    list.ids[#list.ids + 1], list.groups[#list.groups + 1] = id, group
+  end
+  for p, list in pairs(by_priority) do
+    local from = waiting_of(r, p)
+    local scores = scores_of(from, list.ids)
+    local moved, adds = {}, {}
+    for i, id in ipairs(list.ids) do
+      local score = scores[id]
+      if score then
+        moved[#moved + 1] = id
+        adds[#adds + 1], adds[#adds + 2] = score, id
+      else
+        local s = r.batch[list.groups[i]]
+        s.a = s.a - 1
+      end
+    end
+    zrem_all(from, moved)
+    zadd_pairs(pending_of(r, p), adds)
+  end
+  r.fifo_taken, r.moves = {}, {}
+end
+
+-- Read the counts of `groups` (names, repeats allowed) into the batch, one HMGET per hash.
+local function prefetch_groups(r, groups)
+  if not r or not r.batch then
+    return
+  end
+  local batch, names, seen = r.batch, {}, {}
+  for _, group in ipairs(groups) do
+    if not batch[group] and not seen[group] then
+      seen[group] = true
+      names[#names + 1] = group
+    end
+  end
+  for i = 1, #names, RECORD_CHUNK do
+    local last = math.min(i + RECORD_CHUNK - 1, #names)
+    local active = redis.call('HMGET', r.active, unpack(names, i, last))
+    local waiting = redis.call('HMGET', r.waiting, unpack(names, i, last))
+    for j = i, last do
+      local a, w = tonumber(active[j - i + 1] or 0), tonumber(waiting[j - i + 1] or 0)
+      batch[names[j]] = {a0 = a, w0 = w, a = a, w = w}
+      r.order[#r.order + 1] = names[j]
+    end
+  end
+end
+
 local function group_state(r, group)
+  local batch = r.batch
+  if batch then
+    local s = batch[group]
+    if not s then
+      prefetch_groups(r, {group})
+      s = batch[group]
+    end
+    return s.a, s.w
+  end
   return tonumber(redis.call('HGET', r.active, group) or 0), tonumber(redis.call('HGET', r.waiting, group) or 0)
 end
 
@@ -133,7 +235,38 @@ local function sweep_refills(r, now)
   end
 end
 
+-- A group that is live again (it had no unfinished job): off the refills set, its bucket stays.
+local function revive(r, group)
+  if r.batch then
+    r.batch[group].revived = true
+  else
+    redis.call('ZREM', r.refills, group)
+  end
+end
+
+-- What a group with no unfinished job leaves: nothing if its bucket is full (or there is no rate:
+-- whatever it holds), else its bucket, due in the refills set once full. Answers the bucket's
+-- due time, or nil if the bucket is to go.
+local function forgotten_bucket(r, group, now)
+  if r.rate <= 0 then
+    return nil
+  end
+  local tokens, at = bucket(r, group, now)
+  local full = math.max(1, r.rate)
+  if tokens >= full then  -- (bucket() reads a missing bucket as full)
+    return nil
+  end
+  return at + math.ceil((full - tokens) * 1000 / r.rate)
+end
+
 local function save_state(r, group, active, waiting, now)
+  local batch = r.batch
+  if batch then
+    local s = batch[group]
+    s.a, s.w, s.changed = active, waiting, true
+    r.saved = true
+    return
+  end
   sweep_refills(r, now)
   if active > 0 then
     redis.call('HSET', r.active, group, active)
@@ -147,15 +280,11 @@ local function save_state(r, group, active, waiting, now)
   end
   if active == 0 and waiting == 0 then
     -- forgotten; its bucket too if full (without a rate now, whatever it holds), else once full
-    local tokens, at = 0, now
-    if r.rate > 0 then
-      tokens, at = bucket(r, group, now)
-    end
-    local full = math.max(1, r.rate)
-    if r.rate <= 0 or tokens >= full then
+    local due = forgotten_bucket(r, group, now)
+    if due then
+      redis.call('ZADD', r.refills, due, group)
+    else
       redis.call('HDEL', r.buckets, group)
-    elseif redis.call('HEXISTS', r.buckets, group) == 1 then
-      redis.call('ZADD', r.refills, at + math.ceil((full - tokens) * 1000 / r.rate), group)
     end
   end
 end
@@ -167,6 +296,30 @@ local function promote(r, group, active, waiting)
     return active, waiting
   end
   local prefix = fifo_prefix(group)
+  local batch = r.batch
+  if batch then
+    -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
+    -- to wait in the batch are not yet (written first, should this group have any).
+    local s = batch[group]
+    if s.added then
+      flush_waiting_adds(r)
+    end
+    local taken = s.taken or 0
+    local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', taken,
+      r.conc - active)
+    for _, member in ipairs(members) do
+      local id, p = fifo_job(member, group)
+      tail_key(r, p, 1)  -- a priority beyond the keys passed fails here, as unbatched
+      r.fifo_taken[#r.fifo_taken + 1] = member
+      r.moves[#r.moves + 1] = {group, id, p}
+      active, waiting = active + 1, waiting - 1
+    end
+    s.taken = taken + #members
+    if #members == 0 then
+      waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
+    end
+    return active, waiting
+  end
   local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0,
     r.conc - active)
   for _, member in ipairs(members) do
@@ -188,8 +341,14 @@ local function promote(r, group, active, waiting)
 end
 
 -- An active job of `group` left it (finished for good, or deleted): the next ones move up.
+-- In a batch the group is moved up once, at flush_groups, however many of its jobs left.
 local function leave_group(r, group, now)
   local active, waiting = group_state(r, group)
+  if r.batch then
+    save_state(r, group, math.max(0, active - 1), waiting, now)
+    r.batch[group].left = true
+    return
+  end
   active, waiting = promote(r, group, math.max(0, active - 1), waiting)
   save_state(r, group, active, waiting, now)
 end
@@ -209,7 +368,7 @@ end
 local function join_group(r, group, job, id, p, score, now)
   local active, waiting = group_state(r, group)
   if active == 0 and waiting == 0 then
-    redis.call('ZREM', r.refills, group)  -- live again: its bucket stays
+    revive(r, group)
   end
   active, waiting = promote(r, group, active, waiting)
   local now_active = active < r.conc and waiting == 0
@@ -217,8 +376,22 @@ local function join_group(r, group, job, id, p, score, now)
     active = active + 1
   else
     waiting = waiting + 1
-    redis.call('ZADD', r.fifo, 0, fifo_member(group, job.gq, id, p))
-    redis.call('ZADD', waiting_of(r, p), score, id)
+    local member = fifo_member(group, job.gq, id, p)
+    if r.batch then
+      waiting_of(r, p)  -- a priority beyond the keys passed fails here, as unbatched
+      local fifo_adds = r.fifo_adds
+      fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
+      local adds = r.waiting_adds[p]
+      if not adds then
+        adds = {}
+        r.waiting_adds[p] = adds
+      end
+      adds[#adds + 1], adds[#adds + 2] = score, id
+      r.batch[group].added = true
+    else
+      redis.call('ZADD', r.fifo, 0, member)
+      redis.call('ZADD', waiting_of(r, p), score, id)
+    end
   end
   save_state(r, group, active, waiting, now)
   return now_active
@@ -233,4 +406,79 @@ local function take_token(r, group, now)
     return true
   end
   return false, at + math.ceil((1 - tokens) * 1000 / r.rate)
+end
+
+-- Write the batch's changed counts (begin_batch), then sweep the refills once if any changed;
+-- the batch ends.
+local function flush_groups(r, now)
+  if not r or not r.batch then
+    return
+  end
+  for _, group in ipairs(r.order) do  -- the groups jobs left (leave_group), in order
+    local s = r.batch[group]
+    if s.left then
+      s.a, s.w = promote(r, group, s.a, s.w)
+    end
+  end
+  flush_waiting_adds(r)
+  flush_moves(r)
+  local batch, order = r.batch, r.order
+  r.batch, r.order = nil, nil
+  local set_active, del_active, set_waiting, del_waiting = {}, {}, {}, {}
+  local unrefill, refill, drop_buckets = {}, {}, {}
+  for _, group in ipairs(order) do
+    local s = batch[group]
+    if s.changed then
+      if s.a ~= s.a0 then
+        if s.a > 0 then
+          set_active[#set_active + 1], set_active[#set_active + 2] = group, s.a
+        else
+          del_active[#del_active + 1] = group
+        end
+      end
+      if s.w ~= s.w0 then
+        if s.w > 0 then
+          set_waiting[#set_waiting + 1], set_waiting[#set_waiting + 2] = group, s.w
+        else
+          del_waiting[#del_waiting + 1] = group
+        end
+      end
+      if s.a == 0 and s.w == 0 then
+        local due = forgotten_bucket(r, group, now)
+        if due then
+          refill[#refill + 1], refill[#refill + 2] = due, group
+        else
+          drop_buckets[#drop_buckets + 1] = group
+          if s.revived then
+            unrefill[#unrefill + 1] = group
+          end
+        end
+      elseif s.revived then
+        unrefill[#unrefill + 1] = group
+      end
+    elseif s.revived then
+      unrefill[#unrefill + 1] = group
+    end
+  end
+  for i = 1, #set_active, 2 * RECORD_CHUNK do
+    redis.call('HSET', r.active, unpack(set_active, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_active)))
+  end
+  for i = 1, #set_waiting, 2 * RECORD_CHUNK do
+    redis.call('HSET', r.waiting, unpack(set_waiting, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_waiting)))
+  end
+  for i = 1, #del_active, RECORD_CHUNK do
+    redis.call('HDEL', r.active, unpack(del_active, i, math.min(i + RECORD_CHUNK - 1, #del_active)))
+  end
+  for i = 1, #del_waiting, RECORD_CHUNK do
+    redis.call('HDEL', r.waiting, unpack(del_waiting, i, math.min(i + RECORD_CHUNK - 1, #del_waiting)))
+  end
+  for i = 1, #drop_buckets, RECORD_CHUNK do
+    redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
+  end
+  zrem_all(r.refills, unrefill)
+  zadd_pairs(r.refills, refill)
+  if r.saved then  -- as unbatched: a sweep with each change of a group's state, none without
+    sweep_refills(r, now)
+  end
+  r.saved = nil
 end

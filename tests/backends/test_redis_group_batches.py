@@ -1,0 +1,107 @@
+"""The compact Redis layout's batched group work (``lua_compact/lib/groups.lua``'s ``begin_batch``
+... ``flush_groups``): one keyed enqueue or one ack call that changes many groups, or one group
+several times, leaves what the job-at-a-time calls would, in a number of Redis commands that does
+not grow with the jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.redis_server import RedisServer
+
+from pinlater.backends.base import AckItem, GroupCounts, KeyedJob, NewJob, QueueRules
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+
+pytestmark = pytest.mark.redis
+
+Q = "bq"
+T0 = 1_700_000_000_000
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path / "redis") as srv:
+        yield srv
+
+
+@pytest.fixture
+def raw(server: RedisServer) -> Iterator[redis.Redis]:
+    client = server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def store(server: RedisServer) -> Iterator[RedisStore]:
+    opened = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+    opened.create_queue(Q, 2)
+    yield opened
+    opened.close()
+
+
+def job(group: str, key: str | None = None, priority: int = 1) -> KeyedJob:
+    return KeyedJob(NewJob(priority, b"b", T0, 1), key, 0 if key is None else 60_000, group)
+
+
+def claim_all(store: RedisStore, now: int) -> list[tuple[int, int]]:
+    return [(p, j.local_id) for p in (1, 2) for j in store.dequeue_jobs(Q, p, 1000, "c", now, False)]
+
+
+def calls(raw: redis.Redis, command: str) -> int:
+    return int(raw.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_one_ack_call_moves_every_group_up_in_order(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=2)})
+    groups = [f"g{i}" for i in range(20)]
+    # five jobs a group, interleaved and of both priorities, in one call
+    jobs = [job(g, priority=1 + (n + i) % 2) for n in range(5) for i, g in enumerate(groups)]
+    placed = store.enqueue_keyed_jobs(Q, jobs, T0)
+    line = {g: [(e.priority, e.local_id) for k, e in zip(jobs, placed, strict=True) if k.group == g] for g in groups}
+    assert store.group_counts(Q) == GroupCounts(20, 20)
+    for step in range(3):  # jobs 1-2, 3-4, then 5 of every group
+        claimed = claim_all(store, T0 + step)
+        wanted = {pid for g in groups for pid in line[g][2 * step : 2 * step + 2]}
+        assert set(claimed) == wanted, step
+        raw.config_resetstat()
+        store.ack_jobs(Q, [AckItem(p, i) for p, i in claimed], [], T0 + step)
+        # per call, not per job: one ZREM of the fifo; per priority one ZMSCORE of the claims
+        # and one of the waiting jobs moved up, one ZREM and one ZADD of each set touched
+        assert calls(raw, "zrem") <= 1 + 2 * 2 + 2, step
+        assert calls(raw, "hset") <= 3 and calls(raw, "hdel") <= 4, step
+        assert calls(raw, "zrangebylex") <= len(groups), step  # one per group moved up, at most
+    assert store.group_counts(Q) == GroupCounts(0, 0)
+    assert not [k for k in raw.keys("plc:{1:bq}:g*")]
+    assert raw.zcard("plc:{1:bq}:p1:w") == raw.zcard("plc:{1:bq}:p2:w") == 0
+
+
+def test_an_enqueue_moves_waiting_jobs_up_before_its_own_join(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=1)})
+    first = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g"), job("g"), job("g")], T0)]
+    assert store.group_counts(Q) == GroupCounts(1, 1)
+    store.set_queue_rules({Q: QueueRules(group_concurrency=3)})  # room for the two waiting
+    # one call: the two waiting move up, then the new jobs wait behind them (full again)
+    later = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g", "k1"), job("g", "k2"), job("h")], T0)]
+    claimed = claim_all(store, T0)
+    assert sorted(i for _, i in claimed) == sorted([*first, later[2]])
+    store.ack_jobs(Q, [AckItem(p, i) for p, i in claimed], [], T0)
+    assert sorted(i for _, i in claim_all(store, T0 + 1)) == later[:2]
+    assert store.group_counts(Q) == GroupCounts(1, 0)
+
+
+def test_a_job_that_left_its_waiting_set_is_not_counted_active(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=1)})
+    ids = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g"), job("g"), job("g")], T0)]
+    raw.zrem("plc:{1:bq}:p1:w", str(ids[1]))  # behind the fifo's back (cannot happen otherwise)
+    claimed = claim_all(store, T0)
+    assert claimed == [(1, ids[0])]
+    store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0)
+    # as unbatched: the member was taken, its job not counted active, the one behind still waits
+    assert raw.hget("plc:{1:bq}:ga", "g") is None
+    assert raw.hget("plc:{1:bq}:gn", "g") == b"1"
+    assert claim_all(store, T0 + 1) == []
+    store.enqueue_keyed_jobs(Q, [job("g")], T0 + 2)  # the group's next enqueue moves it up
+    assert [i for _, i in claim_all(store, T0 + 2)] == [ids[2]]
