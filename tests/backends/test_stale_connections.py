@@ -91,7 +91,7 @@ def test_redis_restart_leaves_no_failed_call_on_either_pool(redis_server: RedisS
 
 def test_which_redis_scripts_are_repeated_after_a_dead_connection() -> None:
     dead = redis.ConnectionError("Connection closed by server.")
-    assert NOT_REPEATED_ONCE_SENT == {"enqueue_jobs", "retry_failed_jobs", "delete_jobs"}
+    assert NOT_REPEATED_ONCE_SENT == {"enqueue_jobs", "enqueue_keyed_jobs", "retry_failed_jobs", "delete_jobs"}
     assert NOT_REPEATED_ONCE_SENT < set(SCRIPT_NAMES)
     for script in [*SCRIPT_NAMES, "ping"]:
         token = SENT.set(False)

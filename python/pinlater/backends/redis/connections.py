@@ -16,13 +16,13 @@ on redis.asyncio alike:
   commands), or the script is safe to run twice (``repeatable``).
 
 The scripts not repeated once sent are the ones whose second run could add or move jobs the
-caller did not ask for: ``enqueue_jobs`` (duplicate jobs), ``retry_failed_jobs`` and
+caller did not ask for: ``enqueue_jobs`` and ``enqueue_keyed_jobs`` (duplicate jobs: a job with a
+group key but no dedup key would join its group twice), ``retry_failed_jobs`` and
 ``delete_jobs`` (up to twice the caller's limit). Every other script is guarded by state or
 claim (acks, checkpoints, claims, releases), only reads, or is idempotent (queue creation and
 deletion); a dequeue or reserve run twice leaves the first run's jobs claimed until the claim
-timeout brings them back, as a lost reply would anyway. ``enqueue_keyed_jobs`` is repeated: a
-second run finds each key it inserted held by the first run's job and answers that job
-(``deduplicated`` True), so no job is made twice.
+timeout brings them back, as a lost reply would anyway. A client that repeats a keyed enqueue
+after the error is answered for each dedup key by the job the first run made, if it made one.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from pinlater._pinlater import redis_pack_command
 
 #: Scripts not repeated once the command may have reached the server (see the module docstring).
-NOT_REPEATED_ONCE_SENT = frozenset({"enqueue_jobs", "retry_failed_jobs", "delete_jobs"})
+NOT_REPEATED_ONCE_SENT = frozenset({"enqueue_jobs", "enqueue_keyed_jobs", "retry_failed_jobs", "delete_jobs"})
 
 #: Whether the current call's command was handed to the socket (per thread, per asyncio task).
 SENT: ContextVar[bool] = ContextVar("pinlater_redis_sent", default=False)
