@@ -548,6 +548,7 @@ class ShardedBackend:
         plain: list[int] = []
         by_shard: dict[str, list[int]] = defaultdict(list)
         batch_of: dict[int, KeyedJob] = {}
+        only = targets[0] if len(targets) == 1 else None
         for i, (key, window_ms, group) in enumerate(keys):
             if key is None and group is None:
                 plain.append(i)
@@ -557,14 +558,16 @@ class ShardedBackend:
                 if key is not None:
                     first[key] = i
                 batch_of[i] = KeyedJob(jobs[i], key, window_ms, group)
-                if group is None:
+                if only is not None:  # one shard takes new jobs: every key is its
+                    shard = only
+                elif group is None:
                     assert key is not None
                     shard = key_shard(queue, key, targets)
                 else:
                     shard = key_shard(queue, group, targets, space="group")
-                    if (reason := shard.store.groups_refused) is not None:
-                        refusal = f"jobs[{i}]: groupKey (ordered groups) {reason}"
-                        raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, refusal)
+                if group is not None and (reason := shard.store.groups_refused) is not None:
+                    refusal = f"jobs[{i}]: groupKey (ordered groups) {reason}"
+                    raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, refusal)
                 by_shard[shard.name].append(i)
 
         async def on(shard: Shard, indexes: list[int]) -> None:
@@ -622,8 +625,15 @@ class ShardedBackend:
                 body_bytes = sum(len(keyed.job.body) for keyed in taken)
                 keys = [k.key.encode() for k in taken if k.key is not None]
                 probe.note_enqueued(len(taken), body_bytes, len(keys), sum(map(len, keys)))
+            ready: set[int] = set()
             for keyed in taken:
-                self._ready_at(shard.name, queue, keyed.job.priority, keyed.job.run_after_ms, now)
+                job = keyed.job
+                if job.run_after_ms <= now:
+                    ready.add(job.priority)
+                else:
+                    self._ready_later(shard.name, queue, job.priority, job.run_after_ms)
+            if ready:
+                self.mark_ready(shard.name, queue, ready)
         return answers
 
     def _spawn(self, work: Awaitable[object]) -> None:
