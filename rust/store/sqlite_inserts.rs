@@ -6,8 +6,6 @@
 //! does both once. The text stays the store's: its `VALUES` row is repeated, each named
 //! parameter becoming a positional `?` bound from the job's field of that name.
 
-use crate::queue::jobs::NewJob;
-
 /// Rows per statement, largest first: a batch is cut into as few statements as these make
 /// (100 jobs: 64 + 4 x 8 + 4 x 1), and only these few texts are ever prepared.
 pub const CHUNKS: [usize; 3] = [64, 8, 1];
@@ -17,6 +15,8 @@ pub const CHUNKS: [usize; 3] = [64, 8, 1];
 pub enum Field {
     Queue,
     Priority,
+    /// A keyed job's state (`enqueue_keyed_jobs.sql`), given beside the job.
+    State,
     Attempts,
     CustomStatus,
     NowMs,
@@ -29,6 +29,7 @@ impl Field {
         Some(match name {
             "queue" => Self::Queue,
             "priority" => Self::Priority,
+            "state" => Self::State,
             "attempts" => Self::Attempts,
             "custom_status" => Self::CustomStatus,
             "now_ms" => Self::NowMs,
@@ -87,11 +88,9 @@ impl SqliteInserts {
         &self.fields
     }
 
-    /// The statements inserting `jobs`, in order: each text with the jobs it takes.
-    pub fn split<'a>(
-        &'a self,
-        jobs: &'a [NewJob],
-    ) -> impl Iterator<Item = (&'a str, &'a [NewJob])> {
+    /// The statements inserting `jobs` (or rows of them), in order: each text with the jobs it
+    /// takes.
+    pub fn split<'a, J>(&'a self, jobs: &'a [J]) -> impl Iterator<Item = (&'a str, &'a [J])> {
         let mut rest = jobs;
         std::iter::from_fn(move || {
             let (i, rows) = CHUNKS
@@ -148,6 +147,7 @@ fn positional(row: &str) -> Result<(String, Vec<Field>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::jobs::NewJob;
 
     const ONE: &str =
         "-- a comment: with a colon\nINSERT INTO jobs (queue, priority, body, status)\n\
@@ -197,7 +197,7 @@ mod tests {
             .flat_map(|(_, jobs)| jobs.iter().map(|j| j.body[0]))
             .collect();
         assert_eq!(again, (0..100).collect::<Vec<u8>>());
-        assert_eq!(inserts.split(&[]).count(), 0);
+        assert_eq!(inserts.split::<NewJob>(&[]).count(), 0);
     }
 
     #[test]

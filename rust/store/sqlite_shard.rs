@@ -29,6 +29,7 @@
 //!   connection; a request after that is refused.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -64,25 +65,31 @@ pub struct Statements {
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
     pub dedup_holders: String,
-    /// A key taken by a new job (`dedup_record.sql`).
-    pub dedup_record: String,
-    /// One job of a keyed enqueue, with its state and group (`enqueue_keyed_job.sql`).
-    pub enqueue_keyed_job: String,
-    /// A group's counts and bucket (`group_get.sql`, `group_put.sql`, `group_forget.sql`).
-    pub group_get: String,
-    pub group_put: String,
-    pub group_forget: String,
-    /// A group's oldest waiting jobs made active (`group_promote.sql`, then `group_unwait.sql`).
-    pub group_promote: String,
-    pub group_unwait: String,
-    /// A new grouped job's group (`group_job_record.sql`).
-    pub group_job_record: String,
+    /// The keys taken by new jobs, one statement per call (`dedup_records.sql`).
+    pub dedup_records: String,
+    /// A keyed enqueue's jobs, each with its state, repeated into multi-row INSERTs as
+    /// `enqueue_jobs` is (`enqueue_keyed_jobs.sql`).
+    pub enqueue_keyed_jobs: String,
+    /// Many groups' counts and buckets, read, written and forgotten in one statement each
+    /// (`groups_get.sql`, `groups_put.sql`, `groups_forget.sql`).
+    pub groups_get: String,
+    pub groups_put: String,
+    pub groups_forget: String,
+    /// Many groups' oldest waiting jobs (`groups_waiting_oldest.sql`), made active
+    /// (`jobs_promote.sql`, then `group_jobs_unwait.sql`).
+    pub groups_waiting_oldest: String,
+    pub jobs_promote: String,
+    pub group_jobs_unwait: String,
+    /// New grouped jobs' groups (`group_jobs_record.sql`).
+    pub group_jobs_record: String,
+    /// The groups of jobs acked SUCCEEDED, counted (`group_jobs_of.sql`).
+    pub group_jobs_of: String,
     /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
     pub count_in_progress: String,
     /// Whether a queue has a group row (`queue_has_groups.sql`): if not, an ack runs the plain
-    /// statements above, else these, which return each job's group (and new state).
+    /// statements above and nothing else; else its successes are followed by `group_jobs_of`,
+    /// and its failures run this one, which returns each job's group and new state.
     pub queue_has_groups: String,
-    pub ack_succeeded_grouped: String,
     pub ack_failed_grouped: String,
 }
 
@@ -245,6 +252,8 @@ impl<T: Send + 'static> SqliteShard<T> {
     ) -> Result<Self, ShardError> {
         let inserts =
             SqliteInserts::new(&options.statements.enqueue_jobs).map_err(ShardError::Connection)?;
+        let keyed_inserts = SqliteInserts::new(&options.statements.enqueue_keyed_jobs)
+            .map_err(ShardError::Connection)?;
         let conn = open_connection(&options).map_err(|e| {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
@@ -254,6 +263,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             conn,
             options,
             inserts,
+            keyed_inserts,
             gate,
             complete,
             commits: Arc::clone(&commits),
@@ -338,7 +348,7 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
     }
     conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
         .map_err(|e| e.to_string())?;
-    conn.set_prepared_statement_cache_capacity(32);
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 
@@ -346,6 +356,8 @@ struct Writer<T> {
     conn: Connection,
     options: ShardOptions,
     inserts: SqliteInserts,
+    /// `enqueue_keyed_jobs.sql`'s: each row with its state.
+    keyed_inserts: SqliteInserts,
     gate: Arc<WriteGate>,
     complete: Complete<T>,
     commits: Arc<AtomicU64>,
@@ -539,8 +551,10 @@ impl<T: Send> Writer<T> {
 
     /// Each job inserted unless a job holds its dedup key: a key's record names a job that is
     /// `PENDING` (or waiting in its group) or `IN_PROGRESS`, or whose window has not passed; the
-    /// jobs that take their keys are recorded as the keys' holders. A job with a group joins it
-    /// (`group_join`); without, the takers are inserted as `enqueue` inserts.
+    /// jobs that take their keys are recorded as the keys' holders. A job with a group joins it:
+    /// active when its group has room and nothing waits, else waiting (after the group's waiting
+    /// jobs were promoted into any room, so a raised concurrency applies). A statement per step
+    /// for the whole call, none per job.
     fn enqueue_keyed(
         &self,
         queue: &str,
@@ -594,167 +608,200 @@ impl<T: Send> Writer<T> {
             return Ok(out);
         }
         let ids = if takers.iter().all(|&i| keys[i].group.is_none()) {
-            let new: Vec<NewJob> = takers.iter().map(|&i| jobs[i].clone()).collect();
-            self.insert(queue, &new, now_ms)?
-        } else {
-            let mut ids = Vec::with_capacity(takers.len());
-            for &i in &takers {
-                let group = keys[i].group.as_deref();
-                ids.push(self.insert_keyed(queue, &jobs[i], group, now_ms, group_concurrency)?);
+            if takers.len() == jobs.len() {
+                self.insert(queue, jobs, now_ms)?
+            } else {
+                let new: Vec<&NewJob> = takers.iter().map(|&i| &jobs[i]).collect();
+                self.insert_rows(&self.inserts, queue, &new, |job| (job, 0), now_ms)?
             }
-            ids
+        } else {
+            self.insert_grouped(queue, jobs, keys, &takers, now_ms, group_concurrency)?
         };
-        let mut stmt = self.prepare(&self.options.statements.dedup_record)?;
+        let mut records = String::from("[");
         for (&i, id) in takers.iter().zip(ids) {
             out[i].1 = id;
             let Some(key) = &keys[i].key else { continue };
-            let priority = jobs[i].priority;
             let held_until = now_ms.saturating_add(keys[i].window_ms);
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":dedup_key", key),
-                    (":priority", &priority),
-                    (":local_id", &id),
-                    (":held_until_ms", &held_until),
-                ],
-            )?;
+            if records.len() > 1 {
+                records.push(',');
+            }
+            records.push('[');
+            json_string(&mut records, key);
+            let _ = write!(records, ",{},{id},{held_until}]", jobs[i].priority);
+        }
+        records.push(']');
+        if records.len() > 2 {
+            let mut stmt = self.prepare(&self.options.statements.dedup_records)?;
+            bind(&mut stmt, &[(":queue", &queue), (":rows", &records)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
         Ok(out)
     }
 
-    /// Inserts one keyed job (`enqueue_keyed_job.sql`), joining its group if it has one.
-    fn insert_keyed(
+    /// Inserts the takers (`jobs[takers[..]]`), each grouped one joining its group in order;
+    /// their local ids, in order.
+    fn insert_grouped(
         &self,
         queue: &str,
-        job: &NewJob,
-        group: Option<&str>,
+        jobs: &[NewJob],
+        keys: &[JobKeys],
+        takers: &[usize],
         now_ms: i64,
         group_concurrency: i64,
-    ) -> Result<i64, ShardError> {
-        let state = match group {
-            Some(group) => self.group_join(queue, group, group_concurrency)?,
-            None => 0,
-        };
-        let status = truncate_chars(&job.custom_status, self.options.custom_status_limit);
-        let mut stmt = self.prepare(&self.options.statements.enqueue_keyed_job)?;
-        bind(
-            &mut stmt,
-            &[
-                (":queue", &queue),
-                (":priority", &job.priority),
-                (":state", &state),
-                (":attempts", &job.attempts_allowed),
-                (":custom_status", &status),
-                (":now_ms", &now_ms),
-                (":run_after_ms", &job.run_after_ms),
-                (":body", &job.body.as_slice()),
-            ],
+    ) -> Result<Vec<i64>, ShardError> {
+        let mut joining: Vec<(&str, i64, i64)> = Vec::new(); // distinct groups, no deltas
+        for &i in takers {
+            if let Some(group) = keys[i].group.as_deref() {
+                if !joining.iter().any(|(g, _, _)| *g == group) {
+                    joining.push((group, 0, 0));
+                }
+            }
+        }
+        let mut rows = self.groups_settle(queue, group_concurrency, &joining)?;
+        let mut new: Vec<(&NewJob, i64)> = Vec::with_capacity(takers.len());
+        for &i in takers {
+            let state = match keys[i].group.as_deref() {
+                None => 0,
+                Some(group) => {
+                    let row = &mut rows
+                        .iter_mut()
+                        .find(|(g, _)| *g == group)
+                        .expect("every taker's group was settled")
+                        .1;
+                    if row.active < group_concurrency && row.waiting == 0 {
+                        row.active += 1;
+                        0
+                    } else {
+                        row.waiting += 1;
+                        WAITING
+                    }
+                }
+            };
+            new.push((&jobs[i], state));
+        }
+        let ids = self.insert_rows(
+            &self.keyed_inserts,
+            queue,
+            &new,
+            |&(job, state)| (job, state),
+            now_ms,
         )?;
-        let mut rows = stmt.raw_query();
-        let row = rows.next().map_err(|e| connection_error(&e))?;
-        let row = row.ok_or_else(|| ShardError::Connection("insert returned no id".into()))?;
-        let local_id: i64 = row.get(0).map_err(|e| connection_error(&e))?;
-        drop(rows);
-        if let Some(group) = group {
-            let mut stmt = self.prepare(&self.options.statements.group_job_record)?;
-            let waiting = i64::from(state == WAITING);
-            bind(
-                &mut stmt,
-                &[
-                    (":local_id", &local_id),
-                    (":queue", &queue),
-                    (":group_key", &group),
-                    (":waiting", &waiting),
-                ],
-            )?;
+        let mut records = String::from("[");
+        for ((&i, &(_, state)), id) in takers.iter().zip(&new).zip(&ids) {
+            let Some(group) = keys[i].group.as_deref() else {
+                continue;
+            };
+            if records.len() > 1 {
+                records.push(',');
+            }
+            let _ = write!(records, "[{id},");
+            json_string(&mut records, group);
+            let _ = write!(records, ",{}]", i64::from(state == WAITING));
+        }
+        records.push(']');
+        let mut stmt = self.prepare(&self.options.statements.group_jobs_record)?;
+        bind(&mut stmt, &[(":queue", &queue), (":rows", &records)])?;
+        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        drop(stmt);
+        self.groups_write(queue, &rows)?;
+        Ok(ids)
+    }
+
+    /// The rows of `changes`' groups (distinct: `(group, active delta, waiting delta)`) after
+    /// the deltas and the promotions they allow: each group's oldest waiting jobs made active
+    /// while it has room. Not written yet (`groups_write`). One statement for every group of
+    /// the call, and three more when any of them promotes.
+    fn groups_settle<'g>(
+        &self,
+        queue: &str,
+        concurrency: i64,
+        changes: &[(&'g str, i64, i64)],
+    ) -> Result<Vec<(&'g str, GroupRow)>, ShardError> {
+        let mut rows: Vec<(&'g str, GroupRow)> = changes
+            .iter()
+            .map(|&(g, _, _)| (g, GroupRow::default()))
+            .collect();
+        if rows.is_empty() {
+            return Ok(rows);
+        }
+        {
+            let mut stmt = self.prepare(&self.options.statements.groups_get)?;
+            let json = json_strings(changes.iter().map(|&(g, _, _)| g));
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
+            let mut found = stmt.raw_query();
+            while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
+                let (group, row) = (|| {
+                    Ok::<_, rusqlite::Error>((
+                        r.get_ref(0)?
+                            .as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_default(),
+                        GroupRow {
+                            active: r.get(1)?,
+                            waiting: r.get(2)?,
+                            tokens: r.get(3)?,
+                            refilled_at_ms: r.get(4)?,
+                        },
+                    ))
+                })()
+                .map_err(|e| connection_error(&e))?;
+                if let Some(slot) = rows.iter_mut().find(|(g, _)| *g == group) {
+                    slot.1 = row;
+                }
+            }
+        }
+        let mut rooms: Vec<i64> = Vec::with_capacity(rows.len());
+        let mut wanted = String::from("[");
+        for ((_, row), &(group, active_delta, waiting_delta)) in rows.iter_mut().zip(changes) {
+            row.active = (row.active + active_delta).max(0);
+            row.waiting = (row.waiting + waiting_delta).max(0);
+            let room = (concurrency - row.active).min(row.waiting).max(0);
+            rooms.push(room);
+            if room > 0 {
+                if wanted.len() > 1 {
+                    wanted.push(',');
+                }
+                wanted.push('[');
+                json_string(&mut wanted, group);
+                let _ = write!(wanted, ",{room}]");
+            }
+        }
+        wanted.push(']');
+        if wanted.len() == 2 {
+            return Ok(rows);
+        }
+        let mut promoted: Vec<i64> = vec![0; rows.len()];
+        let mut ids = String::from("[");
+        {
+            let mut stmt = self.prepare(&self.options.statements.groups_waiting_oldest)?;
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &wanted)])?;
+            let mut found = stmt.raw_query();
+            while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
+                let group = r.get_ref(0).and_then(|v| Ok(v.as_str()?.to_owned()));
+                let group = group.map_err(|e| connection_error(&e))?;
+                let id: i64 = r.get(1).map_err(|e| connection_error(&e))?;
+                if let Some(at) = rows.iter().position(|(g, _)| *g == group) {
+                    promoted[at] += 1;
+                }
+                if ids.len() > 1 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{id}");
+            }
+        }
+        ids.push(']');
+        for sql in [
+            &self.options.statements.jobs_promote,
+            &self.options.statements.group_jobs_unwait,
+        ] {
+            let mut stmt = self.prepare(sql)?;
+            bind(&mut stmt, &[(":ids", &ids)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
-        Ok(local_id)
-    }
-
-    /// Accounts for one job entering `group`: the state it enters in (0, or `WAITING` when the
-    /// group has no room or jobs already wait), after promoting what the room allows.
-    fn group_join(&self, queue: &str, group: &str, concurrency: i64) -> Result<i64, ShardError> {
-        let mut row = self.group_settle(queue, group, concurrency, 0, 0)?;
-        let state = if row.active < concurrency && row.waiting == 0 {
-            row.active += 1;
-            0
-        } else {
-            row.waiting += 1;
-            WAITING
-        };
-        self.group_write(queue, group, &row)?;
-        Ok(state)
-    }
-
-    /// `left` active jobs left `group` (and `deleted` waiting ones went): the oldest waiting
-    /// jobs are promoted into the room made.
-    fn group_release(
-        &self,
-        queue: &str,
-        group: &str,
-        concurrency: i64,
-        left: i64,
-        deleted: i64,
-    ) -> Result<(), ShardError> {
-        let row = self.group_settle(queue, group, concurrency, -left, -deleted)?;
-        self.group_write(queue, group, &row)
-    }
-
-    /// The group's row after the deltas and the promotions they allow (not written yet).
-    fn group_settle(
-        &self,
-        queue: &str,
-        group: &str,
-        concurrency: i64,
-        active_delta: i64,
-        waiting_delta: i64,
-    ) -> Result<GroupRow, ShardError> {
-        let mut row = {
-            let mut stmt = self.prepare(&self.options.statements.group_get)?;
-            bind(&mut stmt, &[(":queue", &queue), (":group_key", &group)])?;
-            let mut rows = stmt.raw_query();
-            match rows.next().map_err(|e| connection_error(&e))? {
-                Some(r) => (|| {
-                    Ok::<_, rusqlite::Error>(GroupRow {
-                        active: r.get(0)?,
-                        waiting: r.get(1)?,
-                        tokens: r.get(2)?,
-                        refilled_at_ms: r.get(3)?,
-                    })
-                })()
-                .map_err(|e| connection_error(&e))?,
-                None => GroupRow::default(),
+        for (((_, row), room), promoted) in rows.iter_mut().zip(rooms).zip(promoted) {
+            if room == 0 {
+                continue;
             }
-        };
-        row.active = (row.active + active_delta).max(0);
-        row.waiting = (row.waiting + waiting_delta).max(0);
-        let room = (concurrency - row.active).min(row.waiting);
-        if room > 0 {
-            let mut stmt = self.prepare(&self.options.statements.group_promote)?;
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":group_key", &group),
-                    (":count", &room),
-                ],
-            )?;
-            let promoted = stmt.raw_execute().map_err(|e| connection_error(&e))?;
-            let promoted = i64::try_from(promoted).unwrap_or(i64::MAX);
-            let mut unwait = self.prepare(&self.options.statements.group_unwait)?;
-            bind(
-                &mut unwait,
-                &[
-                    (":queue", &queue),
-                    (":group_key", &group),
-                    (":count", &room),
-                ],
-            )?;
-            unwait.raw_execute().map_err(|e| connection_error(&e))?;
             row.active += promoted;
             // Fewer promoted than counted: nothing else waits (the count is repaired).
             row.waiting = if promoted == room {
@@ -763,48 +810,82 @@ impl<T: Send> Writer<T> {
                 0
             };
         }
-        Ok(row)
+        Ok(rows)
     }
 
-    fn group_write(&self, queue: &str, group: &str, row: &GroupRow) -> Result<(), ShardError> {
-        if row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none() {
-            let mut stmt = self.prepare(&self.options.statements.group_forget)?;
-            bind(&mut stmt, &[(":queue", &queue), (":group_key", &group)])?;
-            stmt.raw_execute().map_err(|e| connection_error(&e))?;
-            return Ok(());
+    /// Writes the groups' rows: one statement for those kept, one for those forgotten (no
+    /// unfinished job and a full bucket).
+    fn groups_write(&self, queue: &str, rows: &[(&str, GroupRow)]) -> Result<(), ShardError> {
+        let forget =
+            |row: &GroupRow| row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none();
+        let mut kept = String::from("[");
+        for (group, row) in rows.iter().filter(|(_, row)| !forget(row)) {
+            if kept.len() > 1 {
+                kept.push(',');
+            }
+            kept.push('[');
+            json_string(&mut kept, group);
+            let _ = write!(kept, ",{},{},", row.active, row.waiting);
+            match row.tokens {
+                // Finite (a bucket's tokens), and Display never writes an exponent.
+                Some(tokens) if tokens.is_finite() => {
+                    let _ = write!(kept, "{tokens}");
+                }
+                _ => kept.push_str("null"),
+            }
+            match row.refilled_at_ms {
+                Some(at) => {
+                    let _ = write!(kept, ",{at}]");
+                }
+                None => kept.push_str(",null]"),
+            }
         }
-        let mut stmt = self.prepare(&self.options.statements.group_put)?;
-        bind(
-            &mut stmt,
-            &[
-                (":queue", &queue),
-                (":group_key", &group),
-                (":active", &row.active),
-                (":waiting", &row.waiting),
-                (":tokens", &row.tokens),
-                (":refilled_at_ms", &row.refilled_at_ms),
-            ],
-        )?;
-        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        kept.push(']');
+        if kept.len() > 2 {
+            let mut stmt = self.prepare(&self.options.statements.groups_put)?;
+            bind(&mut stmt, &[(":queue", &queue), (":rows", &kept)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        if rows.iter().any(|(_, row)| forget(row)) {
+            let json = json_strings(rows.iter().filter(|(_, r)| forget(r)).map(|(g, _)| *g));
+            let mut stmt = self.prepare(&self.options.statements.groups_forget)?;
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
         Ok(())
     }
 
     /// Inserts `jobs` into the open transaction; their local ids, in order.
     fn insert(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
-        if jobs.is_empty() {
+        self.insert_rows(&self.inserts, queue, jobs, |job| (job, 0), now_ms)
+    }
+
+    /// Inserts a row per entry of `rows` (`row` gives its job and state, bound where the
+    /// statement has `:state`) with `inserts`' statements; their local ids, in order.
+    fn insert_rows<R>(
+        &self,
+        inserts: &SqliteInserts,
+        queue: &str,
+        rows: &[R],
+        row: impl Fn(&R) -> (&NewJob, i64),
+        now_ms: i64,
+    ) -> Result<Vec<i64>, ShardError> {
+        if rows.is_empty() {
             return Ok(Vec::new());
         }
         let limit = self.options.custom_status_limit;
-        let fields = self.inserts.fields();
-        for (sql, rows) in self.inserts.split(jobs) {
+        let fields = inserts.fields();
+        for (sql, chunk) in inserts.split(rows) {
             let mut stmt = self.prepare(sql)?;
             let mut index = 0;
-            for job in rows {
+            for entry in chunk {
+                let (job, state) = row(entry);
                 for field in fields {
                     index += 1;
                     let bound = match field {
                         Field::Queue => stmt.raw_bind_parameter(index, queue),
                         Field::Priority => stmt.raw_bind_parameter(index, job.priority),
+                        Field::State => stmt.raw_bind_parameter(index, state),
                         Field::Attempts => stmt.raw_bind_parameter(index, job.attempts_allowed),
                         Field::CustomStatus => stmt
                             .raw_bind_parameter(index, truncate_chars(&job.custom_status, limit)),
@@ -824,7 +905,7 @@ impl<T: Send> Writer<T> {
             .prepare_cached(&self.options.statements.last_job_id)
             .and_then(|mut s| s.query_row([], |row| row.get(0)))
             .map_err(|e| connection_error(&e))?;
-        let count = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+        let count = i64::try_from(rows.len()).unwrap_or(i64::MAX);
         Ok((last - count + 1..=last).collect())
     }
 
@@ -917,8 +998,9 @@ impl<T: Send> Writer<T> {
     }
 
     /// Applies the acks; a grouped job that ended for good (SUCCEEDED, or FAILED with no attempt
-    /// left: the grouped statements return its group and new state) leaves its group, which
-    /// promotes.
+    /// left) leaves its group, which promotes. On a queue with groups, the successes run the
+    /// plain statement and one `group_jobs_of` finds the groups of those acked; the failures
+    /// (rarer) return their group and new state.
     fn ack(
         &self,
         queue: &str,
@@ -926,22 +1008,20 @@ impl<T: Send> Writer<T> {
         now_ms: i64,
         group_concurrency: i64,
     ) -> Result<(), ShardError> {
-        const FINAL: [i64; 2] = [2, 3]; // SUCCEEDED, FAILED
+        const FAILED: i64 = 3;
         self.require_queue(queue)?;
         let statements = &self.options.statements;
         let grouped = self.queue_has_groups(queue)?;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
         let mut left: Vec<(String, i64)> = Vec::new(); // (group, jobs that left it)
-        let (succeeded_sql, failed_sql) = if grouped {
-            (
-                &statements.ack_succeeded_grouped,
-                &statements.ack_failed_grouped,
-            )
+        let mut succeeded_ids = String::from("["); // of a queue with groups
+        let failed_sql = if grouped {
+            &statements.ack_failed_grouped
         } else {
-            (&statements.ack_succeeded, &statements.ack_failed)
+            &statements.ack_failed
         };
         for (items, sql, success) in [
-            (&acks.succeeded, succeeded_sql, true),
+            (&acks.succeeded, &statements.ack_succeeded, true),
             (&acks.failed, failed_sql, false),
         ] {
             if items.is_empty() {
@@ -975,34 +1055,49 @@ impl<T: Send> Writer<T> {
                             .map_err(|e| connection_error(&e))?;
                     }
                 }
-                if !grouped {
-                    stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                if !grouped || success {
+                    let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                    if grouped && changed > 0 {
+                        if succeeded_ids.len() > 1 {
+                            succeeded_ids.push(',');
+                        }
+                        let _ = write!(succeeded_ids, "{}", item.local_id);
+                    }
                     continue;
                 }
-                // RETURNING group_key (and state, for a failure): a row when the job was acked.
+                // RETURNING group_key and state: a row when the job was acked.
                 let mut rows = stmt.raw_query();
                 let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
                     continue;
                 };
                 let group: Option<String> = row.get(0).map_err(|e| connection_error(&e))?;
                 let Some(group) = group else { continue };
-                let state: i64 = if success {
-                    2
-                } else {
-                    row.get(1).map_err(|e| connection_error(&e))?
-                };
-                if FINAL.contains(&state) {
-                    match left.iter_mut().find(|(g, _)| *g == group) {
-                        Some((_, count)) => *count += 1,
-                        None => left.push((group, 1)),
-                    }
+                let state: i64 = row.get(1).map_err(|e| connection_error(&e))?;
+                if state == FAILED {
+                    add_left(&mut left, group, 1);
                 }
             }
         }
-        for (group, count) in left {
-            self.group_release(queue, &group, group_concurrency, count, 0)?;
+        if succeeded_ids.len() > 1 {
+            succeeded_ids.push(']');
+            let mut stmt = self.prepare(&statements.group_jobs_of)?;
+            bind(&mut stmt, &[(":ids", &succeeded_ids)])?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+                let group: String = row.get(0).map_err(|e| connection_error(&e))?;
+                let count: i64 = row.get(1).map_err(|e| connection_error(&e))?;
+                add_left(&mut left, group, count);
+            }
         }
-        Ok(())
+        if left.is_empty() {
+            return Ok(());
+        }
+        let changes: Vec<(&str, i64, i64)> = left
+            .iter()
+            .map(|(g, count)| (g.as_str(), -count, 0))
+            .collect();
+        let rows = self.groups_settle(queue, group_concurrency, &changes)?;
+        self.groups_write(queue, &rows)
     }
 
     /// Whether the queue has a row in `groups` (`queue_has_groups.sql`).
@@ -1052,30 +1147,43 @@ fn bind(stmt: &mut Statement<'_>, params: &[(&str, &dyn ToSql)]) -> Result<(), S
     Ok(())
 }
 
+/// `count` more jobs of `group` left it.
+fn add_left(left: &mut Vec<(String, i64)>, group: String, count: i64) {
+    match left.iter_mut().find(|(g, _)| *g == group) {
+        Some((_, n)) => *n += count,
+        None => left.push((group, count)),
+    }
+}
+
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
 /// characters escaped, everything else as it is (JSON text is UTF-8).
 fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
-    use std::fmt::Write as _;
     let mut out = String::from("[");
     for (n, s) in strings.enumerate() {
         if n > 0 {
             out.push(',');
         }
-        out.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => {
-                    let _ = write!(out, "\\u{:04x}", u32::from(c));
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
+        json_string(&mut out, s);
     }
     out.push(']');
     out
+}
+
+/// Appends `s` as a JSON string: quotes, backslashes and control characters escaped,
+/// everything else as it is (JSON text is UTF-8).
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// The version of the `SQLite` library linked (the system one: see the module docs).
@@ -1157,17 +1265,18 @@ mod tests {
                 ack_succeeded: sql("ack_succeeded"),
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
-                dedup_record: sql("dedup_record"),
-                enqueue_keyed_job: sql("enqueue_keyed_job"),
-                group_get: sql("group_get"),
-                group_put: sql("group_put"),
-                group_forget: sql("group_forget"),
-                group_promote: sql("group_promote"),
-                group_unwait: sql("group_unwait"),
-                group_job_record: sql("group_job_record"),
+                dedup_records: sql("dedup_records"),
+                enqueue_keyed_jobs: sql("enqueue_keyed_jobs"),
+                groups_get: sql("groups_get"),
+                groups_put: sql("groups_put"),
+                groups_forget: sql("groups_forget"),
+                groups_waiting_oldest: sql("groups_waiting_oldest"),
+                jobs_promote: sql("jobs_promote"),
+                group_jobs_unwait: sql("group_jobs_unwait"),
+                group_jobs_record: sql("group_jobs_record"),
+                group_jobs_of: sql("group_jobs_of"),
                 count_in_progress: sql("count_in_progress"),
                 queue_has_groups: sql("queue_has_groups"),
-                ack_succeeded_grouped: sql("ack_succeeded_grouped"),
                 ack_failed_grouped: sql("ack_failed_grouped"),
             },
         }
