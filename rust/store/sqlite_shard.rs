@@ -650,11 +650,13 @@ impl<T: Send> Writer<T> {
         group_concurrency: i64,
     ) -> Result<Vec<i64>, ShardError> {
         let mut joining: Vec<(&str, i64, i64)> = Vec::new(); // distinct groups, no deltas
+        let mut at: HashMap<&str, usize> = HashMap::new(); // where each is in joining
         for &i in takers {
             if let Some(group) = keys[i].group.as_deref() {
-                if !joining.iter().any(|(g, _, _)| *g == group) {
+                at.entry(group).or_insert_with(|| {
                     joining.push((group, 0, 0));
-                }
+                    joining.len() - 1
+                });
             }
         }
         let mut rows = self.groups_settle(queue, group_concurrency, &joining)?;
@@ -663,11 +665,7 @@ impl<T: Send> Writer<T> {
             let state = match keys[i].group.as_deref() {
                 None => 0,
                 Some(group) => {
-                    let row = &mut rows
-                        .iter_mut()
-                        .find(|(g, _)| *g == group)
-                        .expect("every taker's group was settled")
-                        .1;
+                    let row = &mut rows[at[group]].1; // settled in joining's order
                     if row.active < group_concurrency && row.waiting == 0 {
                         row.active += 1;
                         0
@@ -724,6 +722,11 @@ impl<T: Send> Writer<T> {
         if rows.is_empty() {
             return Ok(rows);
         }
+        let at: HashMap<&str, usize> = changes
+            .iter()
+            .enumerate()
+            .map(|(i, &(g, _, _))| (g, i))
+            .collect();
         {
             let mut stmt = self.prepare(&self.options.statements.groups_get)?;
             let json = json_strings(changes.iter().map(|&(g, _, _)| g));
@@ -732,10 +735,7 @@ impl<T: Send> Writer<T> {
             while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
                 let (group, row) = (|| {
                     Ok::<_, rusqlite::Error>((
-                        r.get_ref(0)?
-                            .as_str()
-                            .map(str::to_owned)
-                            .unwrap_or_default(),
+                        r.get_ref(0)?.as_str().ok().and_then(|g| at.get(g).copied()),
                         GroupRow {
                             active: r.get(1)?,
                             waiting: r.get(2)?,
@@ -745,8 +745,8 @@ impl<T: Send> Writer<T> {
                     ))
                 })()
                 .map_err(|e| connection_error(&e))?;
-                if let Some(slot) = rows.iter_mut().find(|(g, _)| *g == group) {
-                    slot.1 = row;
+                if let Some(i) = group {
+                    rows[i].1 = row;
                 }
             }
         }
@@ -777,11 +777,11 @@ impl<T: Send> Writer<T> {
             bind(&mut stmt, &[(":queue", &queue), (":groups", &wanted)])?;
             let mut found = stmt.raw_query();
             while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
-                let group = r.get_ref(0).and_then(|v| Ok(v.as_str()?.to_owned()));
+                let group = r.get_ref(0).and_then(|v| Ok(at.get(v.as_str()?).copied()));
                 let group = group.map_err(|e| connection_error(&e))?;
                 let id: i64 = r.get(1).map_err(|e| connection_error(&e))?;
-                if let Some(at) = rows.iter().position(|(g, _)| *g == group) {
-                    promoted[at] += 1;
+                if let Some(i) = group {
+                    promoted[i] += 1;
                 }
                 if ids.len() > 1 {
                     ids.push(',');
@@ -1013,7 +1013,7 @@ impl<T: Send> Writer<T> {
         let statements = &self.options.statements;
         let grouped = self.queue_has_groups(queue)?;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
-        let mut left: Vec<(String, i64)> = Vec::new(); // (group, jobs that left it)
+        let mut left: HashMap<String, i64> = HashMap::new(); // jobs that left each group
         let mut succeeded_ids = String::from("["); // of a queue with groups
         let failed_sql = if grouped {
             &statements.ack_failed_grouped
@@ -1148,11 +1148,8 @@ fn bind(stmt: &mut Statement<'_>, params: &[(&str, &dyn ToSql)]) -> Result<(), S
 }
 
 /// `count` more jobs of `group` left it.
-fn add_left(left: &mut Vec<(String, i64)>, group: String, count: i64) {
-    match left.iter_mut().find(|(g, _)| *g == group) {
-        Some((_, n)) => *n += count,
-        None => left.push((group, count)),
-    }
+fn add_left(left: &mut HashMap<String, i64>, group: String, count: i64) {
+    *left.entry(group).or_insert(0) += count;
 }
 
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
