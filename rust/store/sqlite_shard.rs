@@ -40,7 +40,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, Statement, ToSql};
 
 use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
-use crate::store::sqlite_inserts::{Field, SqliteInserts};
+use crate::store::sqlite_inserts::{Field, MultiRow, SqliteInserts};
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,7 +65,7 @@ pub struct Statements {
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
     pub dedup_holders: String,
-    /// The keys taken by new jobs, one statement per call (`dedup_records.sql`).
+    /// The keys taken by new jobs, in multi-row statements (`dedup_records.sql`).
     pub dedup_records: String,
     /// A keyed enqueue's jobs, each with its state, repeated into multi-row INSERTs as
     /// `enqueue_jobs` is (`enqueue_keyed_jobs.sql`).
@@ -254,6 +254,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             SqliteInserts::new(&options.statements.enqueue_jobs).map_err(ShardError::Connection)?;
         let keyed_inserts = SqliteInserts::new(&options.statements.enqueue_keyed_jobs)
             .map_err(ShardError::Connection)?;
+        let rows = RowStatements::new(&options.statements).map_err(ShardError::Connection)?;
         let conn = open_connection(&options).map_err(|e| {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
@@ -264,6 +265,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             options,
             inserts,
             keyed_inserts,
+            rows,
             gate,
             complete,
             commits: Arc::clone(&commits),
@@ -358,9 +360,57 @@ struct Writer<T> {
     inserts: SqliteInserts,
     /// `enqueue_keyed_jobs.sql`'s: each row with its state.
     keyed_inserts: SqliteInserts,
+    /// The multi-row statements of a keyed enqueue and an ack.
+    rows: RowStatements,
     gate: Arc<WriteGate>,
     complete: Complete<T>,
     commits: Arc<AtomicU64>,
+}
+
+/// The statements run over many rows at once (`MultiRow`), each with the names of its values
+/// in the order `Writer::execute_rows`' callers bind them.
+struct RowStatements {
+    dedup_records: MultiRow,
+    group_jobs_record: MultiRow,
+    groups_put: MultiRow,
+}
+
+impl RowStatements {
+    fn new(statements: &Statements) -> Result<Self, String> {
+        let named = |name: &str, text: &str, names: &[&str]| {
+            MultiRow::new(text, names).map_err(|e| format!("{name}: {e}"))
+        };
+        Ok(Self {
+            dedup_records: named(
+                "dedup_records",
+                &statements.dedup_records,
+                &[
+                    "queue",
+                    "dedup_key",
+                    "priority",
+                    "local_id",
+                    "held_until_ms",
+                ],
+            )?,
+            group_jobs_record: named(
+                "group_jobs_record",
+                &statements.group_jobs_record,
+                &["local_id", "queue", "group_key", "waiting"],
+            )?,
+            groups_put: named(
+                "groups_put",
+                &statements.groups_put,
+                &[
+                    "queue",
+                    "group_key",
+                    "active",
+                    "waiting",
+                    "tokens",
+                    "refilled_at_ms",
+                ],
+            )?,
+        })
+    }
 }
 
 /// A request that could not run because its transaction was lost under it.
@@ -617,24 +667,24 @@ impl<T: Send> Writer<T> {
         } else {
             self.insert_grouped(queue, jobs, keys, &takers, now_ms, group_concurrency)?
         };
-        let mut records = String::from("[");
+        let mut records: Vec<(&str, i64, i64, i64)> = Vec::with_capacity(takers.len());
         for (&i, id) in takers.iter().zip(ids) {
             out[i].1 = id;
             let Some(key) = &keys[i].key else { continue };
             let held_until = now_ms.saturating_add(keys[i].window_ms);
-            if records.len() > 1 {
-                records.push(',');
-            }
-            records.push('[');
-            json_string(&mut records, key);
-            let _ = write!(records, ",{},{id},{held_until}]", jobs[i].priority);
+            records.push((key, jobs[i].priority, id, held_until));
         }
-        records.push(']');
-        if records.len() > 2 {
-            let mut stmt = self.prepare(&self.options.statements.dedup_records)?;
-            bind(&mut stmt, &[(":queue", &queue), (":rows", &records)])?;
-            stmt.raw_execute().map_err(|e| connection_error(&e))?;
-        }
+        self.execute_rows(
+            &self.rows.dedup_records,
+            &records,
+            |stmt, at, row, value| match value {
+                0 => stmt.raw_bind_parameter(at, queue),
+                1 => stmt.raw_bind_parameter(at, row.0),
+                2 => stmt.raw_bind_parameter(at, row.1),
+                3 => stmt.raw_bind_parameter(at, row.2),
+                _ => stmt.raw_bind_parameter(at, row.3),
+            },
+        )?;
         Ok(out)
     }
 
@@ -684,23 +734,22 @@ impl<T: Send> Writer<T> {
             |&(job, state)| (job, state),
             now_ms,
         )?;
-        let mut records = String::from("[");
-        for ((&i, &(_, state)), id) in takers.iter().zip(&new).zip(&ids) {
-            let Some(group) = keys[i].group.as_deref() else {
-                continue;
-            };
-            if records.len() > 1 {
-                records.push(',');
+        let mut records: Vec<(i64, &str, i64)> = Vec::with_capacity(takers.len());
+        for ((&i, &(_, state)), &id) in takers.iter().zip(&new).zip(&ids) {
+            if let Some(group) = keys[i].group.as_deref() {
+                records.push((id, group, i64::from(state == WAITING)));
             }
-            let _ = write!(records, "[{id},");
-            json_string(&mut records, group);
-            let _ = write!(records, ",{}]", i64::from(state == WAITING));
         }
-        records.push(']');
-        let mut stmt = self.prepare(&self.options.statements.group_jobs_record)?;
-        bind(&mut stmt, &[(":queue", &queue), (":rows", &records)])?;
-        stmt.raw_execute().map_err(|e| connection_error(&e))?;
-        drop(stmt);
+        self.execute_rows(
+            &self.rows.group_jobs_record,
+            &records,
+            |stmt, at, row, value| match value {
+                0 => stmt.raw_bind_parameter(at, row.0),
+                1 => stmt.raw_bind_parameter(at, queue),
+                2 => stmt.raw_bind_parameter(at, row.1),
+                _ => stmt.raw_bind_parameter(at, row.2),
+            },
+        )?;
         self.groups_write(queue, &rows)?;
         Ok(ids)
     }
@@ -818,38 +867,47 @@ impl<T: Send> Writer<T> {
     fn groups_write(&self, queue: &str, rows: &[(&str, GroupRow)]) -> Result<(), ShardError> {
         let forget =
             |row: &GroupRow| row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none();
-        let mut kept = String::from("[");
-        for (group, row) in rows.iter().filter(|(_, row)| !forget(row)) {
-            if kept.len() > 1 {
-                kept.push(',');
-            }
-            kept.push('[');
-            json_string(&mut kept, group);
-            let _ = write!(kept, ",{},{},", row.active, row.waiting);
-            match row.tokens {
-                // Finite (a bucket's tokens), and Display never writes an exponent.
-                Some(tokens) if tokens.is_finite() => {
-                    let _ = write!(kept, "{tokens}");
-                }
-                _ => kept.push_str("null"),
-            }
-            match row.refilled_at_ms {
-                Some(at) => {
-                    let _ = write!(kept, ",{at}]");
-                }
-                None => kept.push_str(",null]"),
-            }
-        }
-        kept.push(']');
-        if kept.len() > 2 {
-            let mut stmt = self.prepare(&self.options.statements.groups_put)?;
-            bind(&mut stmt, &[(":queue", &queue), (":rows", &kept)])?;
-            stmt.raw_execute().map_err(|e| connection_error(&e))?;
-        }
+        let kept: Vec<&(&str, GroupRow)> = rows.iter().filter(|(_, row)| !forget(row)).collect();
+        self.execute_rows(
+            &self.rows.groups_put,
+            &kept,
+            |stmt, at, (group, row), value| match value {
+                0 => stmt.raw_bind_parameter(at, queue),
+                1 => stmt.raw_bind_parameter(at, group),
+                2 => stmt.raw_bind_parameter(at, row.active),
+                3 => stmt.raw_bind_parameter(at, row.waiting),
+                4 => stmt.raw_bind_parameter(at, row.tokens),
+                _ => stmt.raw_bind_parameter(at, row.refilled_at_ms),
+            },
+        )?;
         if rows.iter().any(|(_, row)| forget(row)) {
             let json = json_strings(rows.iter().filter(|(_, r)| forget(r)).map(|(g, _)| *g));
             let mut stmt = self.prepare(&self.options.statements.groups_forget)?;
             bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs `statement` over `rows` in as few multi-row statements as `CHUNKS` make; `bind`
+    /// binds value `value` (an index of the names `statement` was made with) of a row at `?`
+    /// number `at`.
+    fn execute_rows<R>(
+        &self,
+        statement: &MultiRow,
+        rows: &[R],
+        bind: impl Fn(&mut Statement<'_>, usize, &R, usize) -> rusqlite::Result<()>,
+    ) -> Result<(), ShardError> {
+        let order = statement.order();
+        for (sql, part) in statement.split(rows) {
+            let mut stmt = self.prepare(sql)?;
+            let mut at = 0;
+            for row in part {
+                for &value in order {
+                    at += 1;
+                    bind(&mut stmt, at, row, value).map_err(|e| connection_error(&e))?;
+                }
+            }
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
         Ok(())

@@ -1,9 +1,7 @@
--- dedup_record.sql for many keys in one statement. Params: :queue, :rows (a JSON array of
--- [dedup_key, priority, local_id, held_until_ms], the keys distinct).
+-- dedup_record.sql for many keys: the hot path's writer repeats the VALUES row into multi-row
+-- statements (rust/store/sqlite_inserts.rs, MultiRow), the keys distinct.
+-- Params: :queue, :dedup_key, :priority, :local_id, :held_until_ms.
 INSERT INTO dedup_keys (queue, dedup_key, priority, local_id, held_until_ms)
-SELECT :queue, json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
-       json_extract(value, '$[3]')
-  FROM json_each(:rows)
- WHERE true  -- INSERT ... SELECT needs a WHERE before ON CONFLICT (SQLite's parser)
+VALUES (:queue, :dedup_key, :priority, :local_id, :held_until_ms)
     ON CONFLICT (queue, dedup_key) DO UPDATE
    SET priority = excluded.priority, local_id = excluded.local_id, held_until_ms = excluded.held_until_ms

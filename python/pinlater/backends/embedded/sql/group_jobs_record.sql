@@ -1,5 +1,4 @@
--- group_job_record.sql for many new jobs in one statement. Params: :queue, :rows (a JSON array
--- of [local_id, group_key, waiting (0/1)]).
-INSERT INTO group_jobs (local_id, queue, group_key, waiting)
-SELECT json_extract(value, '$[0]'), :queue, json_extract(value, '$[1]'), json_extract(value, '$[2]')
-  FROM json_each(:rows)
+-- group_job_record.sql for many new jobs: the hot path's writer repeats the VALUES row into
+-- multi-row statements (rust/store/sqlite_inserts.rs, MultiRow).
+-- Params: :local_id, :queue, :group_key, :waiting (0/1).
+INSERT INTO group_jobs (local_id, queue, group_key, waiting) VALUES (:local_id, :queue, :group_key, :waiting)
