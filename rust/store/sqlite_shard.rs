@@ -1529,6 +1529,177 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines)] // one scenario, step by step
+    fn one_call_joins_and_releases_many_groups_at_once() {
+        let path = std::env::temp_dir().join(format!(
+            "pinlater-many-groups-{}.sqlite3",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let setup = Connection::open(&path).unwrap();
+        setup.execute_batch(&sql("schema")).unwrap();
+        setup
+            .execute("INSERT INTO queues VALUES ('q', 1, 0)", [])
+            .unwrap();
+        let (tx, rx) = channel();
+        let shard = SqliteShard::open(
+            options(&path),
+            Arc::new(WriteGate::default()),
+            Box::new(move |done| tx.send(done).unwrap()),
+        )
+        .unwrap();
+        let call = |op: Op| {
+            shard.submit((), op).unwrap();
+            rx.recv().unwrap().pop().unwrap().1.unwrap()
+        };
+        let job = || NewJob {
+            priority: 1,
+            body: b"b".to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 1,
+            custom_status: String::new(),
+        };
+        // 3 jobs in "a", 3 in "b \"q\"", one in "c", 2 ungrouped, each with its dedup key:
+        // ids 1..=9 in this order.
+        let groups = ["a", "b \"q\"", "a", "c", "b \"q\"", "a", "", "b \"q\"", ""];
+        let keys: Vec<JobKeys> = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| JobKeys {
+                key: Some(format!("k{i}")),
+                window_ms: 1000,
+                group: (!g.is_empty()).then(|| (*g).to_owned()),
+            })
+            .collect();
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(); groups.len()]),
+            keys: keys.clone(),
+            now_ms: 10,
+            group_concurrency: 2,
+        });
+        let expected: Vec<(i64, i64, bool)> = (1..=9).map(|id| (1, id, false)).collect();
+        assert_eq!(placed, Answer::Placed(expected));
+        let states = || {
+            let mut stmt = setup
+                .prepare("SELECT local_id, state FROM jobs ORDER BY local_id")
+                .unwrap();
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+            rows.map(Result::unwrap).collect::<Vec<(i64, i64)>>()
+        };
+        let counts = || {
+            let mut stmt = setup
+                .prepare("SELECT group_key, active, waiting FROM groups ORDER BY group_key")
+                .unwrap();
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap();
+            rows.map(Result::unwrap)
+                .collect::<Vec<(String, i64, i64)>>()
+        };
+        // Two of each group active, the third waiting (state -1).
+        let w = WAITING;
+        assert_eq!(
+            states(),
+            [
+                (1, 0),
+                (2, 0),
+                (3, 0),
+                (4, 0),
+                (5, 0),
+                (6, w),
+                (7, 0),
+                (8, w),
+                (9, 0)
+            ]
+        );
+        assert_eq!(
+            counts(),
+            [
+                ("a".into(), 2, 1),
+                ("b \"q\"".into(), 2, 1),
+                ("c".into(), 1, 0)
+            ]
+        );
+        let recorded: i64 = setup
+            .query_row(
+                "SELECT count(*) FROM dedup_keys WHERE held_until_ms = 1010",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(recorded, 9);
+        // The same keys again: every job is deduplicated onto its holder, nothing moves.
+        let again = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(); groups.len()]),
+            keys,
+            now_ms: 20,
+            group_concurrency: 2,
+        });
+        let expected: Vec<(i64, i64, bool)> = (1..=9).map(|id| (1, id, true)).collect();
+        assert_eq!(again, Answer::Placed(expected));
+        let claimed = call(Op::Dequeue {
+            queue: "q".into(),
+            priority: 1,
+            limit: 100,
+            claim: "c".into(),
+            now_ms: 30,
+            dry_run: false,
+            max_in_progress: None,
+        });
+        let Answer::Claimed(claimed) = claimed else {
+            panic!("{claimed:?}")
+        };
+        let ids: Vec<i64> = claimed.iter().map(|j| j.local_id).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5, 7, 9]);
+        // One ack: a's 1 and 3, b's 2, c's 4 and ungrouped 7 succeed; each group promotes its
+        // oldest waiting job into the room made, c (empty) is forgotten.
+        let item = |local_id: i64| crate::queue::jobs::AckItem {
+            priority: 1,
+            local_id,
+            append_custom_status: String::new(),
+            retry_delay_ms: 0,
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(AckGroup {
+                succeeded: vec![item(1), item(3), item(2), item(4), item(7)],
+                failed: vec![],
+            }),
+            now_ms: 40,
+            group_concurrency: 2,
+        });
+        assert_eq!(acked, Answer::Acked);
+        assert_eq!(
+            states(),
+            [
+                (1, 2),
+                (2, 2),
+                (3, 2),
+                (4, 2),
+                (5, 1),
+                (6, 0),
+                (7, 2),
+                (8, 0),
+                (9, 1)
+            ]
+        );
+        assert_eq!(counts(), [("a".into(), 1, 0), ("b \"q\"".into(), 2, 0)]);
+        let waiting: i64 = setup
+            .query_row(
+                "SELECT count(*) FROM group_jobs WHERE waiting = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(waiting, 0);
+        shard.close();
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn gate_serves_in_order() {
         let gate = Arc::new(WriteGate::default());
         gate.acquire();
