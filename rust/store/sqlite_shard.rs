@@ -19,12 +19,17 @@
 //!   the busy timeout still bounds a wait on another process).
 //! * Ordered groups (#17): a keyed enqueue joins each grouped job to its group, and an ack whose
 //!   job leaves its group promotes the group's oldest waiting jobs, as the Python store's
-//!   `groups.py` does, with the same statements. An ack first probes whether the queue has any
-//!   group row (one probe per request): if not, it runs the plain statements, as before groups
-//!   existed; if so, statements that return each job's `group_key` (RETURNING about doubles an
-//!   UPDATE's cost, so the plain path does not pay it per job). The queue's rules come with each
-//!   request (`group_concurrency`, `max_in_progress`), read from the Python store's current
-//!   rules; a dequeue without a cap runs no statement more than before.
+//!   `groups.py` does, but set-based: a statement per step for all the groups of a request
+//!   (read their rows, find their oldest waiting jobs, promote them, write the rows back), and
+//!   the new jobs, their `group_jobs` and `dedup_keys` rows in multi-row statements
+//!   (`MultiRow`), so a request of 100 jobs in 100 groups runs about ten statements, not a few
+//!   hundred. An ack first probes whether the queue has any group row (one probe per request):
+//!   if not, it runs the plain statements, as before groups existed; if so, its successes run
+//!   the plain statement too, then one `group_jobs_of` finds the groups of the jobs acked (a
+//!   RETURNING per job about doubled an UPDATE's cost); its failures (rarer) return their group
+//!   and new state. The queue's rules come with each request (`group_concurrency`,
+//!   `max_in_progress`), read from the Python store's current rules; a dequeue without a cap
+//!   runs no statement more than before.
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
