@@ -80,11 +80,10 @@ pub struct Statements {
     pub groups_get: String,
     pub groups_put: String,
     pub groups_forget: String,
-    /// Many groups' oldest waiting jobs (`groups_waiting_oldest.sql`), made active
-    /// (`jobs_promote.sql`, then `group_jobs_unwait.sql`).
-    pub groups_waiting_oldest: String,
+    /// Many groups' oldest waiting jobs taken out of waiting (`groups_unwait_oldest.sql`),
+    /// then made active (`jobs_promote.sql`).
+    pub groups_unwait_oldest: String,
     pub jobs_promote: String,
-    pub group_jobs_unwait: String,
     /// New grouped jobs' groups (`group_jobs_record.sql`).
     pub group_jobs_record: String,
     /// The groups of jobs acked SUCCEEDED, counted (`group_jobs_of.sql`).
@@ -762,7 +761,7 @@ impl<T: Send> Writer<T> {
     /// The rows of `changes`' groups (distinct: `(group, active delta, waiting delta)`) after
     /// the deltas and the promotions they allow: each group's oldest waiting jobs made active
     /// while it has room. Not written yet (`groups_write`). One statement for every group of
-    /// the call, and three more when any of them promotes.
+    /// the call, and two more when any of them promotes.
     fn groups_settle<'g>(
         &self,
         queue: &str,
@@ -827,7 +826,7 @@ impl<T: Send> Writer<T> {
         let mut promoted: Vec<i64> = vec![0; rows.len()];
         let mut ids = String::from("[");
         {
-            let mut stmt = self.prepare(&self.options.statements.groups_waiting_oldest)?;
+            let mut stmt = self.prepare(&self.options.statements.groups_unwait_oldest)?;
             bind(&mut stmt, &[(":queue", &queue), (":groups", &wanted)])?;
             let mut found = stmt.raw_query();
             while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
@@ -844,11 +843,8 @@ impl<T: Send> Writer<T> {
             }
         }
         ids.push(']');
-        for sql in [
-            &self.options.statements.jobs_promote,
-            &self.options.statements.group_jobs_unwait,
-        ] {
-            let mut stmt = self.prepare(sql)?;
+        if ids.len() > 2 {
+            let mut stmt = self.prepare(&self.options.statements.jobs_promote)?;
             bind(&mut stmt, &[(":ids", &ids)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
@@ -1330,9 +1326,8 @@ mod tests {
                 groups_get: sql("groups_get"),
                 groups_put: sql("groups_put"),
                 groups_forget: sql("groups_forget"),
-                groups_waiting_oldest: sql("groups_waiting_oldest"),
+                groups_unwait_oldest: sql("groups_unwait_oldest"),
                 jobs_promote: sql("jobs_promote"),
-                group_jobs_unwait: sql("group_jobs_unwait"),
                 group_jobs_record: sql("group_jobs_record"),
                 group_jobs_of: sql("group_jobs_of"),
                 count_in_progress: sql("count_in_progress"),
