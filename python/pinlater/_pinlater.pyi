@@ -453,10 +453,12 @@ class SqliteShard:
         """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread.
         ``statements``: the text of each of ``queue_get``, ``enqueue_jobs``, ``last_job_id``,
         ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``,
-        ``dedup_holders``, ``dedup_record``, ``enqueue_keyed_job``, ``group_get``, ``group_put``,
-        ``group_forget``, ``group_promote``, ``group_unwait``, ``group_job_record``,
-        ``count_in_progress``, ``queue_has_groups``,
-        ``ack_succeeded_grouped``, ``ack_failed_grouped`` (``native_hot.STATEMENTS``).
+        ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
+        ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
+        ``groups_unwait_oldest``, ``jobs_promote``, ``group_jobs_record``,
+        ``group_jobs_of``, ``count_in_progress`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
+        ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one
+        ``VALUES`` row each, repeated into multi-row statements.
 
         Raises:
             OSError: the file cannot be opened as a WAL database.

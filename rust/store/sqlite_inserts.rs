@@ -6,8 +6,6 @@
 //! does both once. The text stays the store's: its `VALUES` row is repeated, each named
 //! parameter becoming a positional `?` bound from the job's field of that name.
 
-use crate::queue::jobs::NewJob;
-
 /// Rows per statement, largest first: a batch is cut into as few statements as these make
 /// (100 jobs: 64 + 4 x 8 + 4 x 1), and only these few texts are ever prepared.
 pub const CHUNKS: [usize; 3] = [64, 8, 1];
@@ -17,6 +15,8 @@ pub const CHUNKS: [usize; 3] = [64, 8, 1];
 pub enum Field {
     Queue,
     Priority,
+    /// A keyed job's state (`enqueue_keyed_jobs.sql`), given beside the job.
+    State,
     Attempts,
     CustomStatus,
     NowMs,
@@ -29,6 +29,7 @@ impl Field {
         Some(match name {
             "queue" => Self::Queue,
             "priority" => Self::Priority,
+            "state" => Self::State,
             "attempts" => Self::Attempts,
             "custom_status" => Self::CustomStatus,
             "now_ms" => Self::NowMs,
@@ -87,21 +88,10 @@ impl SqliteInserts {
         &self.fields
     }
 
-    /// The statements inserting `jobs`, in order: each text with the jobs it takes.
-    pub fn split<'a>(
-        &'a self,
-        jobs: &'a [NewJob],
-    ) -> impl Iterator<Item = (&'a str, &'a [NewJob])> {
-        let mut rest = jobs;
-        std::iter::from_fn(move || {
-            let (i, rows) = CHUNKS
-                .iter()
-                .enumerate()
-                .find(|&(_, &rows)| rows <= rest.len())?;
-            let (now, later) = rest.split_at(*rows);
-            rest = later;
-            Some((self.texts[i].as_str(), now))
-        })
+    /// The statements inserting `jobs` (or rows of them), in order: each text with the jobs it
+    /// takes.
+    pub fn split<'a, J>(&'a self, jobs: &'a [J]) -> impl Iterator<Item = (&'a str, &'a [J])> {
+        chunks(jobs).map(|(i, part)| (self.texts[i].as_str(), part))
     }
 }
 
@@ -145,9 +135,144 @@ fn positional(row: &str) -> Result<(String, Vec<Field>), String> {
     Ok((template, fields))
 }
 
+/// Any statement of the form `... VALUES (row) tail` (an `INSERT` with an `ON CONFLICT` tail,
+/// say) turned into multi-row statements as `SqliteInserts` does, for rows of values the caller
+/// gives in the order of `names` (each `:name` of the row must be one of them).
+#[derive(Debug, Clone)]
+pub struct MultiRow {
+    /// The statement taking `CHUNKS[i]` rows.
+    texts: [String; CHUNKS.len()],
+    /// For each `?` of one row, in order: the index in `names` of the value it binds.
+    order: Vec<usize>,
+}
+
+impl MultiRow {
+    pub fn new(single_row: &str, names: &[&str]) -> Result<Self, String> {
+        let at = single_row
+            .rfind("VALUES")
+            .ok_or("no VALUES in the statement")?;
+        let head = &single_row[..at + "VALUES".len()];
+        let rest = single_row[at + "VALUES".len()..].trim_start();
+        let end =
+            row_end(rest).ok_or_else(|| format!("VALUES is not followed by a row: {rest}"))?;
+        let (row, tail) = rest.split_at(end);
+        let (template, params) = placeholders(row)?;
+        let order = params
+            .iter()
+            .map(|name| {
+                names
+                    .iter()
+                    .position(|n| n == name)
+                    .ok_or_else(|| format!("unknown parameter :{name}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let texts = CHUNKS.map(|rows| {
+            let mut text =
+                String::with_capacity(head.len() + rows * (template.len() + 1) + tail.len() + 2);
+            text.push_str(head);
+            text.push(' ');
+            for i in 0..rows {
+                if i > 0 {
+                    text.push(',');
+                }
+                text.push_str(&template);
+            }
+            text.push_str(tail);
+            text
+        });
+        Ok(Self { texts, order })
+    }
+
+    /// For each `?` of one row, in order: the index in `names` of the value it binds.
+    #[must_use]
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// The statements taking `rows`, in order: each text with the rows it takes.
+    pub fn split<'a, R>(&'a self, rows: &'a [R]) -> impl Iterator<Item = (&'a str, &'a [R])> {
+        chunks(rows).map(|(i, part)| (self.texts[i].as_str(), part))
+    }
+}
+
+/// `rows` cut into `CHUNKS`, largest first: each part with its entry of `CHUNKS`.
+fn chunks<R>(rows: &[R]) -> impl Iterator<Item = (usize, &[R])> {
+    let mut rest = rows;
+    std::iter::from_fn(move || {
+        let (i, n) = CHUNKS.iter().enumerate().find(|&(_, &n)| n <= rest.len())?;
+        let (now, later) = rest.split_at(*n);
+        rest = later;
+        Some((i, now))
+    })
+}
+
+/// Where the parenthesized row at the start of `text` ends (just after its `)`), quoted
+/// literals and nested parentheses skipped.
+fn row_end(text: &str) -> Option<usize> {
+    if !text.starts_with('(') {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut quoted = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            '\'' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The row with each `:name` replaced by `?`, and the names in order (quoted literals copied).
+fn placeholders(row: &str) -> Result<(String, Vec<String>), String> {
+    let mut template = String::with_capacity(row.len());
+    let mut names = Vec::new();
+    let mut chars = row.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\'' => {
+                template.push(c);
+                for (_, q) in chars.by_ref() {
+                    template.push(q);
+                    if q == '\'' {
+                        break;
+                    }
+                }
+            }
+            ':' => {
+                let start = i + 1;
+                let mut end = start;
+                while let Some(&(j, n)) = chars.peek() {
+                    if n.is_ascii_alphanumeric() || n == '_' {
+                        end = j + n.len_utf8();
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                if end == start {
+                    return Err("a ':' without a name".into());
+                }
+                names.push(row[start..end].to_owned());
+                template.push('?');
+            }
+            _ => template.push(c),
+        }
+    }
+    Ok((template, names))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::jobs::NewJob;
 
     const ONE: &str =
         "-- a comment: with a colon\nINSERT INTO jobs (queue, priority, body, status)\n\
@@ -197,7 +322,7 @@ mod tests {
             .flat_map(|(_, jobs)| jobs.iter().map(|j| j.body[0]))
             .collect();
         assert_eq!(again, (0..100).collect::<Vec<u8>>());
-        assert_eq!(inserts.split(&[]).count(), 0);
+        assert_eq!(inserts.split::<NewJob>(&[]).count(), 0);
     }
 
     #[test]
@@ -207,5 +332,23 @@ mod tests {
             .unwrap_err()
             .contains(":nope"));
         assert!(SqliteInserts::new("INSERT INTO jobs VALUES (1), (2) x").is_err());
+    }
+
+    #[test]
+    fn a_row_with_a_tail_is_repeated_before_the_tail() {
+        let one = "INSERT INTO t (a, b, c) VALUES (:b, lower(':x'), :a)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n";
+        let rows = MultiRow::new(one, &["a", "b"]).unwrap();
+        assert_eq!(rows.order(), [1, 0]);
+        let [_, eight, single] = &rows.texts;
+        assert_eq!(
+            single,
+            "INSERT INTO t (a, b, c) VALUES (?, lower(':x'), ?)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"
+        );
+        assert_eq!(eight.matches("(?, lower(':x'), ?)").count(), 8);
+        assert!(eight.ends_with("?)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"));
+        let sizes: Vec<usize> = rows.split(&[0; 73]).map(|(_, part)| part.len()).collect();
+        assert_eq!(sizes, [64, 8, 1]);
+        assert!(MultiRow::new(one, &["a"]).unwrap_err().contains(":b"));
+        assert!(MultiRow::new("INSERT INTO t SELECT 1", &["a"]).is_err());
     }
 }

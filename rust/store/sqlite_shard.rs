@@ -19,16 +19,22 @@
 //!   the busy timeout still bounds a wait on another process).
 //! * Ordered groups (#17): a keyed enqueue joins each grouped job to its group, and an ack whose
 //!   job leaves its group promotes the group's oldest waiting jobs, as the Python store's
-//!   `groups.py` does, with the same statements. An ack first probes whether the queue has any
-//!   group row (one probe per request): if not, it runs the plain statements, as before groups
-//!   existed; if so, statements that return each job's `group_key` (RETURNING about doubles an
-//!   UPDATE's cost, so the plain path does not pay it per job). The queue's rules come with each
-//!   request (`group_concurrency`, `max_in_progress`), read from the Python store's current
-//!   rules; a dequeue without a cap runs no statement more than before.
+//!   `groups.py` does, but set-based: a statement per step for all the groups of a request
+//!   (read their rows, find their oldest waiting jobs, promote them, write the rows back), and
+//!   the new jobs, their `group_jobs` and `dedup_keys` rows in multi-row statements
+//!   (`MultiRow`), so a request of 100 jobs in 100 groups runs about ten statements, not a few
+//!   hundred. An ack first probes whether the queue has any group row (one probe per request):
+//!   if not, it runs the plain statements, as before groups existed; if so, its successes run
+//!   the plain statement too, then one `group_jobs_of` finds the groups of the jobs acked (a
+//!   RETURNING per job about doubled an UPDATE's cost); its failures (rarer) return their group
+//!   and new state. The queue's rules come with each request (`group_concurrency`,
+//!   `max_in_progress`), read from the Python store's current rules; a dequeue without a cap
+//!   runs no statement more than before.
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -39,7 +45,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags, Statement, ToSql};
 
 use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
-use crate::store::sqlite_inserts::{Field, SqliteInserts};
+use crate::store::sqlite_inserts::{Field, MultiRow, SqliteInserts};
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,25 +70,30 @@ pub struct Statements {
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
     pub dedup_holders: String,
-    /// A key taken by a new job (`dedup_record.sql`).
-    pub dedup_record: String,
-    /// One job of a keyed enqueue, with its state and group (`enqueue_keyed_job.sql`).
-    pub enqueue_keyed_job: String,
-    /// A group's counts and bucket (`group_get.sql`, `group_put.sql`, `group_forget.sql`).
-    pub group_get: String,
-    pub group_put: String,
-    pub group_forget: String,
-    /// A group's oldest waiting jobs made active (`group_promote.sql`, then `group_unwait.sql`).
-    pub group_promote: String,
-    pub group_unwait: String,
-    /// A new grouped job's group (`group_job_record.sql`).
-    pub group_job_record: String,
+    /// The keys taken by new jobs, in multi-row statements (`dedup_records.sql`).
+    pub dedup_records: String,
+    /// A keyed enqueue's jobs, each with its state, repeated into multi-row INSERTs as
+    /// `enqueue_jobs` is (`enqueue_keyed_jobs.sql`).
+    pub enqueue_keyed_jobs: String,
+    /// Many groups' counts and buckets, read, written and forgotten in one statement each
+    /// (`groups_get.sql`, `groups_put.sql`, `groups_forget.sql`).
+    pub groups_get: String,
+    pub groups_put: String,
+    pub groups_forget: String,
+    /// Many groups' oldest waiting jobs taken out of waiting (`groups_unwait_oldest.sql`),
+    /// then made active (`jobs_promote.sql`).
+    pub groups_unwait_oldest: String,
+    pub jobs_promote: String,
+    /// New grouped jobs' groups (`group_jobs_record.sql`).
+    pub group_jobs_record: String,
+    /// The groups of jobs acked SUCCEEDED, counted (`group_jobs_of.sql`).
+    pub group_jobs_of: String,
     /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
     pub count_in_progress: String,
     /// Whether a queue has a group row (`queue_has_groups.sql`): if not, an ack runs the plain
-    /// statements above, else these, which return each job's group (and new state).
+    /// statements above and nothing else; else its successes are followed by `group_jobs_of`,
+    /// and its failures run this one, which returns each job's group and new state.
     pub queue_has_groups: String,
-    pub ack_succeeded_grouped: String,
     pub ack_failed_grouped: String,
 }
 
@@ -245,6 +256,9 @@ impl<T: Send + 'static> SqliteShard<T> {
     ) -> Result<Self, ShardError> {
         let inserts =
             SqliteInserts::new(&options.statements.enqueue_jobs).map_err(ShardError::Connection)?;
+        let keyed_inserts = SqliteInserts::new(&options.statements.enqueue_keyed_jobs)
+            .map_err(ShardError::Connection)?;
+        let rows = RowStatements::new(&options.statements).map_err(ShardError::Connection)?;
         let conn = open_connection(&options).map_err(|e| {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
@@ -254,6 +268,8 @@ impl<T: Send + 'static> SqliteShard<T> {
             conn,
             options,
             inserts,
+            keyed_inserts,
+            rows,
             gate,
             complete,
             commits: Arc::clone(&commits),
@@ -338,7 +354,7 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
     }
     conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
         .map_err(|e| e.to_string())?;
-    conn.set_prepared_statement_cache_capacity(32);
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
 
@@ -346,9 +362,59 @@ struct Writer<T> {
     conn: Connection,
     options: ShardOptions,
     inserts: SqliteInserts,
+    /// `enqueue_keyed_jobs.sql`'s: each row with its state.
+    keyed_inserts: SqliteInserts,
+    /// The multi-row statements of a keyed enqueue and an ack.
+    rows: RowStatements,
     gate: Arc<WriteGate>,
     complete: Complete<T>,
     commits: Arc<AtomicU64>,
+}
+
+/// The statements run over many rows at once (`MultiRow`), each with the names of its values
+/// in the order `Writer::execute_rows`' callers bind them.
+struct RowStatements {
+    dedup_records: MultiRow,
+    group_jobs_record: MultiRow,
+    groups_put: MultiRow,
+}
+
+impl RowStatements {
+    fn new(statements: &Statements) -> Result<Self, String> {
+        let named = |name: &str, text: &str, names: &[&str]| {
+            MultiRow::new(text, names).map_err(|e| format!("{name}: {e}"))
+        };
+        Ok(Self {
+            dedup_records: named(
+                "dedup_records",
+                &statements.dedup_records,
+                &[
+                    "queue",
+                    "dedup_key",
+                    "priority",
+                    "local_id",
+                    "held_until_ms",
+                ],
+            )?,
+            group_jobs_record: named(
+                "group_jobs_record",
+                &statements.group_jobs_record,
+                &["local_id", "queue", "group_key", "waiting"],
+            )?,
+            groups_put: named(
+                "groups_put",
+                &statements.groups_put,
+                &[
+                    "queue",
+                    "group_key",
+                    "active",
+                    "waiting",
+                    "tokens",
+                    "refilled_at_ms",
+                ],
+            )?,
+        })
+    }
 }
 
 /// A request that could not run because its transaction was lost under it.
@@ -539,8 +605,10 @@ impl<T: Send> Writer<T> {
 
     /// Each job inserted unless a job holds its dedup key: a key's record names a job that is
     /// `PENDING` (or waiting in its group) or `IN_PROGRESS`, or whose window has not passed; the
-    /// jobs that take their keys are recorded as the keys' holders. A job with a group joins it
-    /// (`group_join`); without, the takers are inserted as `enqueue` inserts.
+    /// jobs that take their keys are recorded as the keys' holders. A job with a group joins it:
+    /// active when its group has room and nothing waits, else waiting (after the group's waiting
+    /// jobs were promoted into any room, so a raised concurrency applies). A statement per step
+    /// for the whole call, none per job.
     fn enqueue_keyed(
         &self,
         queue: &str,
@@ -594,167 +662,196 @@ impl<T: Send> Writer<T> {
             return Ok(out);
         }
         let ids = if takers.iter().all(|&i| keys[i].group.is_none()) {
-            let new: Vec<NewJob> = takers.iter().map(|&i| jobs[i].clone()).collect();
-            self.insert(queue, &new, now_ms)?
-        } else {
-            let mut ids = Vec::with_capacity(takers.len());
-            for &i in &takers {
-                let group = keys[i].group.as_deref();
-                ids.push(self.insert_keyed(queue, &jobs[i], group, now_ms, group_concurrency)?);
+            if takers.len() == jobs.len() {
+                self.insert(queue, jobs, now_ms)?
+            } else {
+                let new: Vec<&NewJob> = takers.iter().map(|&i| &jobs[i]).collect();
+                self.insert_rows(&self.inserts, queue, &new, |job| (job, 0), now_ms)?
             }
-            ids
+        } else {
+            self.insert_grouped(queue, jobs, keys, &takers, now_ms, group_concurrency)?
         };
-        let mut stmt = self.prepare(&self.options.statements.dedup_record)?;
+        let mut records: Vec<(&str, i64, i64, i64)> = Vec::with_capacity(takers.len());
         for (&i, id) in takers.iter().zip(ids) {
             out[i].1 = id;
             let Some(key) = &keys[i].key else { continue };
-            let priority = jobs[i].priority;
             let held_until = now_ms.saturating_add(keys[i].window_ms);
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":dedup_key", key),
-                    (":priority", &priority),
-                    (":local_id", &id),
-                    (":held_until_ms", &held_until),
-                ],
-            )?;
-            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            records.push((key, jobs[i].priority, id, held_until));
         }
+        self.execute_rows(
+            &self.rows.dedup_records,
+            &records,
+            |stmt, at, row, value| match value {
+                0 => stmt.raw_bind_parameter(at, queue),
+                1 => stmt.raw_bind_parameter(at, row.0),
+                2 => stmt.raw_bind_parameter(at, row.1),
+                3 => stmt.raw_bind_parameter(at, row.2),
+                _ => stmt.raw_bind_parameter(at, row.3),
+            },
+        )?;
         Ok(out)
     }
 
-    /// Inserts one keyed job (`enqueue_keyed_job.sql`), joining its group if it has one.
-    fn insert_keyed(
+    /// Inserts the takers (`jobs[takers[..]]`), each grouped one joining its group in order;
+    /// their local ids, in order.
+    fn insert_grouped(
         &self,
         queue: &str,
-        job: &NewJob,
-        group: Option<&str>,
+        jobs: &[NewJob],
+        keys: &[JobKeys],
+        takers: &[usize],
         now_ms: i64,
         group_concurrency: i64,
-    ) -> Result<i64, ShardError> {
-        let state = match group {
-            Some(group) => self.group_join(queue, group, group_concurrency)?,
-            None => 0,
-        };
-        let status = truncate_chars(&job.custom_status, self.options.custom_status_limit);
-        let mut stmt = self.prepare(&self.options.statements.enqueue_keyed_job)?;
-        bind(
-            &mut stmt,
-            &[
-                (":queue", &queue),
-                (":priority", &job.priority),
-                (":state", &state),
-                (":attempts", &job.attempts_allowed),
-                (":custom_status", &status),
-                (":now_ms", &now_ms),
-                (":run_after_ms", &job.run_after_ms),
-                (":body", &job.body.as_slice()),
-            ],
+    ) -> Result<Vec<i64>, ShardError> {
+        let mut joining: Vec<(&str, i64, i64)> = Vec::new(); // distinct groups, no deltas
+        let mut at: HashMap<&str, usize> = HashMap::new(); // where each is in joining
+        for &i in takers {
+            if let Some(group) = keys[i].group.as_deref() {
+                at.entry(group).or_insert_with(|| {
+                    joining.push((group, 0, 0));
+                    joining.len() - 1
+                });
+            }
+        }
+        let mut rows = self.groups_settle(queue, group_concurrency, &joining)?;
+        let mut new: Vec<(&NewJob, i64)> = Vec::with_capacity(takers.len());
+        for &i in takers {
+            let state = match keys[i].group.as_deref() {
+                None => 0,
+                Some(group) => {
+                    let row = &mut rows[at[group]].1; // settled in joining's order
+                    if row.active < group_concurrency && row.waiting == 0 {
+                        row.active += 1;
+                        0
+                    } else {
+                        row.waiting += 1;
+                        WAITING
+                    }
+                }
+            };
+            new.push((&jobs[i], state));
+        }
+        let ids = self.insert_rows(
+            &self.keyed_inserts,
+            queue,
+            &new,
+            |&(job, state)| (job, state),
+            now_ms,
         )?;
-        let mut rows = stmt.raw_query();
-        let row = rows.next().map_err(|e| connection_error(&e))?;
-        let row = row.ok_or_else(|| ShardError::Connection("insert returned no id".into()))?;
-        let local_id: i64 = row.get(0).map_err(|e| connection_error(&e))?;
-        drop(rows);
-        if let Some(group) = group {
-            let mut stmt = self.prepare(&self.options.statements.group_job_record)?;
-            let waiting = i64::from(state == WAITING);
-            bind(
-                &mut stmt,
-                &[
-                    (":local_id", &local_id),
-                    (":queue", &queue),
-                    (":group_key", &group),
-                    (":waiting", &waiting),
-                ],
-            )?;
+        let mut records: Vec<(i64, &str, i64)> = Vec::with_capacity(takers.len());
+        for ((&i, &(_, state)), &id) in takers.iter().zip(&new).zip(&ids) {
+            if let Some(group) = keys[i].group.as_deref() {
+                records.push((id, group, i64::from(state == WAITING)));
+            }
+        }
+        self.execute_rows(
+            &self.rows.group_jobs_record,
+            &records,
+            |stmt, at, row, value| match value {
+                0 => stmt.raw_bind_parameter(at, row.0),
+                1 => stmt.raw_bind_parameter(at, queue),
+                2 => stmt.raw_bind_parameter(at, row.1),
+                _ => stmt.raw_bind_parameter(at, row.2),
+            },
+        )?;
+        self.groups_write(queue, &rows)?;
+        Ok(ids)
+    }
+
+    /// The rows of `changes`' groups (distinct: `(group, active delta, waiting delta)`) after
+    /// the deltas and the promotions they allow: each group's oldest waiting jobs made active
+    /// while it has room. Not written yet (`groups_write`). One statement for every group of
+    /// the call, and two more when any of them promotes.
+    fn groups_settle<'g>(
+        &self,
+        queue: &str,
+        concurrency: i64,
+        changes: &[(&'g str, i64, i64)],
+    ) -> Result<Vec<(&'g str, GroupRow)>, ShardError> {
+        let mut rows: Vec<(&'g str, GroupRow)> = changes
+            .iter()
+            .map(|&(g, _, _)| (g, GroupRow::default()))
+            .collect();
+        if rows.is_empty() {
+            return Ok(rows);
+        }
+        let at: HashMap<&str, usize> = changes
+            .iter()
+            .enumerate()
+            .map(|(i, &(g, _, _))| (g, i))
+            .collect();
+        {
+            let mut stmt = self.prepare(&self.options.statements.groups_get)?;
+            let json = json_strings(changes.iter().map(|&(g, _, _)| g));
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
+            let mut found = stmt.raw_query();
+            while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
+                let (group, row) = (|| {
+                    Ok::<_, rusqlite::Error>((
+                        r.get_ref(0)?.as_str().ok().and_then(|g| at.get(g).copied()),
+                        GroupRow {
+                            active: r.get(1)?,
+                            waiting: r.get(2)?,
+                            tokens: r.get(3)?,
+                            refilled_at_ms: r.get(4)?,
+                        },
+                    ))
+                })()
+                .map_err(|e| connection_error(&e))?;
+                if let Some(i) = group {
+                    rows[i].1 = row;
+                }
+            }
+        }
+        let mut rooms: Vec<i64> = Vec::with_capacity(rows.len());
+        let mut wanted = String::from("[");
+        for ((_, row), &(group, active_delta, waiting_delta)) in rows.iter_mut().zip(changes) {
+            row.active = (row.active + active_delta).max(0);
+            row.waiting = (row.waiting + waiting_delta).max(0);
+            let room = (concurrency - row.active).min(row.waiting).max(0);
+            rooms.push(room);
+            if room > 0 {
+                if wanted.len() > 1 {
+                    wanted.push(',');
+                }
+                wanted.push('[');
+                json_string(&mut wanted, group);
+                let _ = write!(wanted, ",{room}]");
+            }
+        }
+        wanted.push(']');
+        if wanted.len() == 2 {
+            return Ok(rows);
+        }
+        let mut promoted: Vec<i64> = vec![0; rows.len()];
+        let mut ids = String::from("[");
+        {
+            let mut stmt = self.prepare(&self.options.statements.groups_unwait_oldest)?;
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &wanted)])?;
+            let mut found = stmt.raw_query();
+            while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
+                let group = r.get_ref(0).and_then(|v| Ok(at.get(v.as_str()?).copied()));
+                let group = group.map_err(|e| connection_error(&e))?;
+                let id: i64 = r.get(1).map_err(|e| connection_error(&e))?;
+                if let Some(i) = group {
+                    promoted[i] += 1;
+                }
+                if ids.len() > 1 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{id}");
+            }
+        }
+        ids.push(']');
+        if ids.len() > 2 {
+            let mut stmt = self.prepare(&self.options.statements.jobs_promote)?;
+            bind(&mut stmt, &[(":ids", &ids)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
-        Ok(local_id)
-    }
-
-    /// Accounts for one job entering `group`: the state it enters in (0, or `WAITING` when the
-    /// group has no room or jobs already wait), after promoting what the room allows.
-    fn group_join(&self, queue: &str, group: &str, concurrency: i64) -> Result<i64, ShardError> {
-        let mut row = self.group_settle(queue, group, concurrency, 0, 0)?;
-        let state = if row.active < concurrency && row.waiting == 0 {
-            row.active += 1;
-            0
-        } else {
-            row.waiting += 1;
-            WAITING
-        };
-        self.group_write(queue, group, &row)?;
-        Ok(state)
-    }
-
-    /// `left` active jobs left `group` (and `deleted` waiting ones went): the oldest waiting
-    /// jobs are promoted into the room made.
-    fn group_release(
-        &self,
-        queue: &str,
-        group: &str,
-        concurrency: i64,
-        left: i64,
-        deleted: i64,
-    ) -> Result<(), ShardError> {
-        let row = self.group_settle(queue, group, concurrency, -left, -deleted)?;
-        self.group_write(queue, group, &row)
-    }
-
-    /// The group's row after the deltas and the promotions they allow (not written yet).
-    fn group_settle(
-        &self,
-        queue: &str,
-        group: &str,
-        concurrency: i64,
-        active_delta: i64,
-        waiting_delta: i64,
-    ) -> Result<GroupRow, ShardError> {
-        let mut row = {
-            let mut stmt = self.prepare(&self.options.statements.group_get)?;
-            bind(&mut stmt, &[(":queue", &queue), (":group_key", &group)])?;
-            let mut rows = stmt.raw_query();
-            match rows.next().map_err(|e| connection_error(&e))? {
-                Some(r) => (|| {
-                    Ok::<_, rusqlite::Error>(GroupRow {
-                        active: r.get(0)?,
-                        waiting: r.get(1)?,
-                        tokens: r.get(2)?,
-                        refilled_at_ms: r.get(3)?,
-                    })
-                })()
-                .map_err(|e| connection_error(&e))?,
-                None => GroupRow::default(),
+        for (((_, row), room), promoted) in rows.iter_mut().zip(rooms).zip(promoted) {
+            if room == 0 {
+                continue;
             }
-        };
-        row.active = (row.active + active_delta).max(0);
-        row.waiting = (row.waiting + waiting_delta).max(0);
-        let room = (concurrency - row.active).min(row.waiting);
-        if room > 0 {
-            let mut stmt = self.prepare(&self.options.statements.group_promote)?;
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":group_key", &group),
-                    (":count", &room),
-                ],
-            )?;
-            let promoted = stmt.raw_execute().map_err(|e| connection_error(&e))?;
-            let promoted = i64::try_from(promoted).unwrap_or(i64::MAX);
-            let mut unwait = self.prepare(&self.options.statements.group_unwait)?;
-            bind(
-                &mut unwait,
-                &[
-                    (":queue", &queue),
-                    (":group_key", &group),
-                    (":count", &room),
-                ],
-            )?;
-            unwait.raw_execute().map_err(|e| connection_error(&e))?;
             row.active += promoted;
             // Fewer promoted than counted: nothing else waits (the count is repaired).
             row.waiting = if promoted == room {
@@ -763,48 +860,91 @@ impl<T: Send> Writer<T> {
                 0
             };
         }
-        Ok(row)
+        Ok(rows)
     }
 
-    fn group_write(&self, queue: &str, group: &str, row: &GroupRow) -> Result<(), ShardError> {
-        if row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none() {
-            let mut stmt = self.prepare(&self.options.statements.group_forget)?;
-            bind(&mut stmt, &[(":queue", &queue), (":group_key", &group)])?;
-            stmt.raw_execute().map_err(|e| connection_error(&e))?;
-            return Ok(());
-        }
-        let mut stmt = self.prepare(&self.options.statements.group_put)?;
-        bind(
-            &mut stmt,
-            &[
-                (":queue", &queue),
-                (":group_key", &group),
-                (":active", &row.active),
-                (":waiting", &row.waiting),
-                (":tokens", &row.tokens),
-                (":refilled_at_ms", &row.refilled_at_ms),
-            ],
+    /// Writes the groups' rows: one statement for those kept, one for those forgotten (no
+    /// unfinished job and a full bucket).
+    fn groups_write(&self, queue: &str, rows: &[(&str, GroupRow)]) -> Result<(), ShardError> {
+        let forget =
+            |row: &GroupRow| row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none();
+        let kept: Vec<&(&str, GroupRow)> = rows.iter().filter(|(_, row)| !forget(row)).collect();
+        self.execute_rows(
+            &self.rows.groups_put,
+            &kept,
+            |stmt, at, (group, row), value| match value {
+                0 => stmt.raw_bind_parameter(at, queue),
+                1 => stmt.raw_bind_parameter(at, group),
+                2 => stmt.raw_bind_parameter(at, row.active),
+                3 => stmt.raw_bind_parameter(at, row.waiting),
+                4 => stmt.raw_bind_parameter(at, row.tokens),
+                _ => stmt.raw_bind_parameter(at, row.refilled_at_ms),
+            },
         )?;
-        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        if rows.iter().any(|(_, row)| forget(row)) {
+            let json = json_strings(rows.iter().filter(|(_, r)| forget(r)).map(|(g, _)| *g));
+            let mut stmt = self.prepare(&self.options.statements.groups_forget)?;
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs `statement` over `rows` in as few multi-row statements as `CHUNKS` make; `bind`
+    /// binds value `value` (an index of the names `statement` was made with) of a row at `?`
+    /// number `at`.
+    fn execute_rows<R>(
+        &self,
+        statement: &MultiRow,
+        rows: &[R],
+        bind: impl Fn(&mut Statement<'_>, usize, &R, usize) -> rusqlite::Result<()>,
+    ) -> Result<(), ShardError> {
+        let order = statement.order();
+        for (sql, part) in statement.split(rows) {
+            let mut stmt = self.prepare(sql)?;
+            let mut at = 0;
+            for row in part {
+                for &value in order {
+                    at += 1;
+                    bind(&mut stmt, at, row, value).map_err(|e| connection_error(&e))?;
+                }
+            }
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
         Ok(())
     }
 
     /// Inserts `jobs` into the open transaction; their local ids, in order.
     fn insert(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
-        if jobs.is_empty() {
+        self.insert_rows(&self.inserts, queue, jobs, |job| (job, 0), now_ms)
+    }
+
+    /// Inserts a row per entry of `rows` (`row` gives its job and state, bound where the
+    /// statement has `:state`) with `inserts`' statements; their local ids, in order.
+    fn insert_rows<R>(
+        &self,
+        inserts: &SqliteInserts,
+        queue: &str,
+        rows: &[R],
+        row: impl Fn(&R) -> (&NewJob, i64),
+        now_ms: i64,
+    ) -> Result<Vec<i64>, ShardError> {
+        if rows.is_empty() {
             return Ok(Vec::new());
         }
         let limit = self.options.custom_status_limit;
-        let fields = self.inserts.fields();
-        for (sql, rows) in self.inserts.split(jobs) {
+        let fields = inserts.fields();
+        for (sql, chunk) in inserts.split(rows) {
             let mut stmt = self.prepare(sql)?;
             let mut index = 0;
-            for job in rows {
+            for entry in chunk {
+                let (job, state) = row(entry);
                 for field in fields {
                     index += 1;
                     let bound = match field {
                         Field::Queue => stmt.raw_bind_parameter(index, queue),
                         Field::Priority => stmt.raw_bind_parameter(index, job.priority),
+                        Field::State => stmt.raw_bind_parameter(index, state),
                         Field::Attempts => stmt.raw_bind_parameter(index, job.attempts_allowed),
                         Field::CustomStatus => stmt
                             .raw_bind_parameter(index, truncate_chars(&job.custom_status, limit)),
@@ -824,7 +964,7 @@ impl<T: Send> Writer<T> {
             .prepare_cached(&self.options.statements.last_job_id)
             .and_then(|mut s| s.query_row([], |row| row.get(0)))
             .map_err(|e| connection_error(&e))?;
-        let count = i64::try_from(jobs.len()).unwrap_or(i64::MAX);
+        let count = i64::try_from(rows.len()).unwrap_or(i64::MAX);
         Ok((last - count + 1..=last).collect())
     }
 
@@ -917,8 +1057,9 @@ impl<T: Send> Writer<T> {
     }
 
     /// Applies the acks; a grouped job that ended for good (SUCCEEDED, or FAILED with no attempt
-    /// left: the grouped statements return its group and new state) leaves its group, which
-    /// promotes.
+    /// left) leaves its group, which promotes. On a queue with groups, the successes run the
+    /// plain statement and one `group_jobs_of` finds the groups of those acked; the failures
+    /// (rarer) return their group and new state.
     fn ack(
         &self,
         queue: &str,
@@ -926,22 +1067,20 @@ impl<T: Send> Writer<T> {
         now_ms: i64,
         group_concurrency: i64,
     ) -> Result<(), ShardError> {
-        const FINAL: [i64; 2] = [2, 3]; // SUCCEEDED, FAILED
+        const FAILED: i64 = 3;
         self.require_queue(queue)?;
         let statements = &self.options.statements;
         let grouped = self.queue_has_groups(queue)?;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
-        let mut left: Vec<(String, i64)> = Vec::new(); // (group, jobs that left it)
-        let (succeeded_sql, failed_sql) = if grouped {
-            (
-                &statements.ack_succeeded_grouped,
-                &statements.ack_failed_grouped,
-            )
+        let mut left: HashMap<String, i64> = HashMap::new(); // jobs that left each group
+        let mut succeeded_ids = String::from("["); // of a queue with groups
+        let failed_sql = if grouped {
+            &statements.ack_failed_grouped
         } else {
-            (&statements.ack_succeeded, &statements.ack_failed)
+            &statements.ack_failed
         };
         for (items, sql, success) in [
-            (&acks.succeeded, succeeded_sql, true),
+            (&acks.succeeded, &statements.ack_succeeded, true),
             (&acks.failed, failed_sql, false),
         ] {
             if items.is_empty() {
@@ -975,34 +1114,49 @@ impl<T: Send> Writer<T> {
                             .map_err(|e| connection_error(&e))?;
                     }
                 }
-                if !grouped {
-                    stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                if !grouped || success {
+                    let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                    if grouped && changed > 0 {
+                        if succeeded_ids.len() > 1 {
+                            succeeded_ids.push(',');
+                        }
+                        let _ = write!(succeeded_ids, "{}", item.local_id);
+                    }
                     continue;
                 }
-                // RETURNING group_key (and state, for a failure): a row when the job was acked.
+                // RETURNING group_key and state: a row when the job was acked.
                 let mut rows = stmt.raw_query();
                 let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
                     continue;
                 };
                 let group: Option<String> = row.get(0).map_err(|e| connection_error(&e))?;
                 let Some(group) = group else { continue };
-                let state: i64 = if success {
-                    2
-                } else {
-                    row.get(1).map_err(|e| connection_error(&e))?
-                };
-                if FINAL.contains(&state) {
-                    match left.iter_mut().find(|(g, _)| *g == group) {
-                        Some((_, count)) => *count += 1,
-                        None => left.push((group, 1)),
-                    }
+                let state: i64 = row.get(1).map_err(|e| connection_error(&e))?;
+                if state == FAILED {
+                    add_left(&mut left, group, 1);
                 }
             }
         }
-        for (group, count) in left {
-            self.group_release(queue, &group, group_concurrency, count, 0)?;
+        if succeeded_ids.len() > 1 {
+            succeeded_ids.push(']');
+            let mut stmt = self.prepare(&statements.group_jobs_of)?;
+            bind(&mut stmt, &[(":ids", &succeeded_ids)])?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+                let group: String = row.get(0).map_err(|e| connection_error(&e))?;
+                let count: i64 = row.get(1).map_err(|e| connection_error(&e))?;
+                add_left(&mut left, group, count);
+            }
         }
-        Ok(())
+        if left.is_empty() {
+            return Ok(());
+        }
+        let changes: Vec<(&str, i64, i64)> = left
+            .iter()
+            .map(|(g, count)| (g.as_str(), -count, 0))
+            .collect();
+        let rows = self.groups_settle(queue, group_concurrency, &changes)?;
+        self.groups_write(queue, &rows)
     }
 
     /// Whether the queue has a row in `groups` (`queue_has_groups.sql`).
@@ -1052,30 +1206,40 @@ fn bind(stmt: &mut Statement<'_>, params: &[(&str, &dyn ToSql)]) -> Result<(), S
     Ok(())
 }
 
+/// `count` more jobs of `group` left it.
+fn add_left(left: &mut HashMap<String, i64>, group: String, count: i64) {
+    *left.entry(group).or_insert(0) += count;
+}
+
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
 /// characters escaped, everything else as it is (JSON text is UTF-8).
 fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
-    use std::fmt::Write as _;
     let mut out = String::from("[");
     for (n, s) in strings.enumerate() {
         if n > 0 {
             out.push(',');
         }
-        out.push('"');
-        for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => {
-                    let _ = write!(out, "\\u{:04x}", u32::from(c));
-                }
-                c => out.push(c),
-            }
-        }
-        out.push('"');
+        json_string(&mut out, s);
     }
     out.push(']');
     out
+}
+
+/// Appends `s` as a JSON string: quotes, backslashes and control characters escaped,
+/// everything else as it is (JSON text is UTF-8).
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// The version of the `SQLite` library linked (the system one: see the module docs).
@@ -1157,17 +1321,17 @@ mod tests {
                 ack_succeeded: sql("ack_succeeded"),
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
-                dedup_record: sql("dedup_record"),
-                enqueue_keyed_job: sql("enqueue_keyed_job"),
-                group_get: sql("group_get"),
-                group_put: sql("group_put"),
-                group_forget: sql("group_forget"),
-                group_promote: sql("group_promote"),
-                group_unwait: sql("group_unwait"),
-                group_job_record: sql("group_job_record"),
+                dedup_records: sql("dedup_records"),
+                enqueue_keyed_jobs: sql("enqueue_keyed_jobs"),
+                groups_get: sql("groups_get"),
+                groups_put: sql("groups_put"),
+                groups_forget: sql("groups_forget"),
+                groups_unwait_oldest: sql("groups_unwait_oldest"),
+                jobs_promote: sql("jobs_promote"),
+                group_jobs_record: sql("group_jobs_record"),
+                group_jobs_of: sql("group_jobs_of"),
                 count_in_progress: sql("count_in_progress"),
                 queue_has_groups: sql("queue_has_groups"),
-                ack_succeeded_grouped: sql("ack_succeeded_grouped"),
                 ack_failed_grouped: sql("ack_failed_grouped"),
             },
         }
@@ -1359,6 +1523,177 @@ mod tests {
             "two in progress: at the cap"
         );
         assert_eq!(ids(call(dequeue(1, Some(3)))), vec![4], "room for one");
+        shard.close();
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    #[allow(clippy::too_many_lines)] // one scenario, step by step
+    fn one_call_joins_and_releases_many_groups_at_once() {
+        let path = std::env::temp_dir().join(format!(
+            "pinlater-many-groups-{}.sqlite3",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let setup = Connection::open(&path).unwrap();
+        setup.execute_batch(&sql("schema")).unwrap();
+        setup
+            .execute("INSERT INTO queues VALUES ('q', 1, 0)", [])
+            .unwrap();
+        let (tx, rx) = channel();
+        let shard = SqliteShard::open(
+            options(&path),
+            Arc::new(WriteGate::default()),
+            Box::new(move |done| tx.send(done).unwrap()),
+        )
+        .unwrap();
+        let call = |op: Op| {
+            shard.submit((), op).unwrap();
+            rx.recv().unwrap().pop().unwrap().1.unwrap()
+        };
+        let job = || NewJob {
+            priority: 1,
+            body: b"b".to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 1,
+            custom_status: String::new(),
+        };
+        // 3 jobs in "a", 3 in "b \"q\"", one in "c", 2 ungrouped, each with its dedup key:
+        // ids 1..=9 in this order.
+        let groups = ["a", "b \"q\"", "a", "c", "b \"q\"", "a", "", "b \"q\"", ""];
+        let keys: Vec<JobKeys> = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| JobKeys {
+                key: Some(format!("k{i}")),
+                window_ms: 1000,
+                group: (!g.is_empty()).then(|| (*g).to_owned()),
+            })
+            .collect();
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(); groups.len()]),
+            keys: keys.clone(),
+            now_ms: 10,
+            group_concurrency: 2,
+        });
+        let expected: Vec<(i64, i64, bool)> = (1..=9).map(|id| (1, id, false)).collect();
+        assert_eq!(placed, Answer::Placed(expected));
+        let states = || {
+            let mut stmt = setup
+                .prepare("SELECT local_id, state FROM jobs ORDER BY local_id")
+                .unwrap();
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+            rows.map(Result::unwrap).collect::<Vec<(i64, i64)>>()
+        };
+        let counts = || {
+            let mut stmt = setup
+                .prepare("SELECT group_key, active, waiting FROM groups ORDER BY group_key")
+                .unwrap();
+            let rows = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap();
+            rows.map(Result::unwrap)
+                .collect::<Vec<(String, i64, i64)>>()
+        };
+        // Two of each group active, the third waiting (state -1).
+        let w = WAITING;
+        assert_eq!(
+            states(),
+            [
+                (1, 0),
+                (2, 0),
+                (3, 0),
+                (4, 0),
+                (5, 0),
+                (6, w),
+                (7, 0),
+                (8, w),
+                (9, 0)
+            ]
+        );
+        assert_eq!(
+            counts(),
+            [
+                ("a".into(), 2, 1),
+                ("b \"q\"".into(), 2, 1),
+                ("c".into(), 1, 0)
+            ]
+        );
+        let recorded: i64 = setup
+            .query_row(
+                "SELECT count(*) FROM dedup_keys WHERE held_until_ms = 1010",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(recorded, 9);
+        // The same keys again: every job is deduplicated onto its holder, nothing moves.
+        let again = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(); groups.len()]),
+            keys,
+            now_ms: 20,
+            group_concurrency: 2,
+        });
+        let expected: Vec<(i64, i64, bool)> = (1..=9).map(|id| (1, id, true)).collect();
+        assert_eq!(again, Answer::Placed(expected));
+        let claimed = call(Op::Dequeue {
+            queue: "q".into(),
+            priority: 1,
+            limit: 100,
+            claim: "c".into(),
+            now_ms: 30,
+            dry_run: false,
+            max_in_progress: None,
+        });
+        let Answer::Claimed(claimed) = claimed else {
+            panic!("{claimed:?}")
+        };
+        let ids: Vec<i64> = claimed.iter().map(|j| j.local_id).collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5, 7, 9]);
+        // One ack: a's 1 and 3, b's 2, c's 4 and ungrouped 7 succeed; each group promotes its
+        // oldest waiting job into the room made, c (empty) is forgotten.
+        let item = |local_id: i64| crate::queue::jobs::AckItem {
+            priority: 1,
+            local_id,
+            append_custom_status: String::new(),
+            retry_delay_ms: 0,
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(AckGroup {
+                succeeded: vec![item(1), item(3), item(2), item(4), item(7)],
+                failed: vec![],
+            }),
+            now_ms: 40,
+            group_concurrency: 2,
+        });
+        assert_eq!(acked, Answer::Acked);
+        assert_eq!(
+            states(),
+            [
+                (1, 2),
+                (2, 2),
+                (3, 2),
+                (4, 2),
+                (5, 1),
+                (6, 0),
+                (7, 2),
+                (8, 0),
+                (9, 1)
+            ]
+        );
+        assert_eq!(counts(), [("a".into(), 1, 0), ("b \"q\"".into(), 2, 0)]);
+        let waiting: i64 = setup
+            .query_row(
+                "SELECT count(*) FROM group_jobs WHERE waiting = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(waiting, 0);
         shard.close();
         drop(setup);
         let _ = std::fs::remove_file(&path);

@@ -15,8 +15,9 @@ walks a group's jobs.
 * ``take_token``: a group's ``groupJobsPerSecond`` bucket, kept in its row so that every server
   sharing the file draws from the same one.
 
-The Rust writer (``rust/store/sqlite_shard.rs``) does ``join`` and ``release`` with the same
-statements for the hot path's keyed enqueue and ack.
+The Rust writer (``rust/store/sqlite_shard.rs``) does ``join`` and ``release`` by the same rules for
+the hot path's keyed enqueue and ack, set-based: one statement per step for all the groups of a
+request (``groups_get.sql``, ``groups_unwait_oldest.sql``, ``groups_put.sql``, ...), none per job.
 """
 
 from __future__ import annotations
