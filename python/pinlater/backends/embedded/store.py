@@ -161,10 +161,10 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
 
     def delete_queue(self, queue: str) -> None:
         with self._write() as conn:
+            conn.execute(sql.load("delete_queue_group_jobs"), {"queue": queue})  # before the jobs
             conn.execute(sql.load("delete_queue_jobs"), {"queue": queue})
             conn.execute(sql.load("delete_queue_dedup_keys"), {"queue": queue})
             conn.execute(sql.load("delete_queue_groups"), {"queue": queue})
-            conn.execute(sql.load("delete_queue_group_jobs"), {"queue": queue})
             conn.execute(sql.load("delete_queue"), {"queue": queue})
         self._dedup_sweep.move(queue, None)
 
@@ -451,7 +451,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         }
         with self._write() as conn:
             _require_queue(conn, queue)
-            if conn.execute(sql.load("queue_has_group_jobs"), {"queue": queue}).fetchone() is not None:
+            if conn.execute(sql.load("file_has_group_jobs")).fetchone() is not None:
                 conn.execute(sql.load("gc_group_jobs"), params)  # the same jobs' group records
             return conn.execute(sql.load("gc_finished_jobs"), params).rowcount
 

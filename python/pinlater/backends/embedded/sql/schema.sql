@@ -94,7 +94,10 @@ CREATE TABLE IF NOT EXISTS group_jobs (
 -- Promotion: a group's oldest waiting jobs (enqueue order: local id), one probe then :count rows.
 CREATE INDEX IF NOT EXISTS group_jobs_waiting ON group_jobs (queue, group_key, local_id) WHERE waiting = 1;
 
--- A queue's grouped jobs: whether it has any (GC), and deleting the queue.
-CREATE INDEX IF NOT EXISTS group_jobs_by_queue ON group_jobs (queue);
+-- No index of group_jobs by queue: it cost an index entry written at each grouped enqueue and
+-- deleted at its GC. GC asks whether the file has any grouped job (file_has_group_jobs.sql) and
+-- deleting a queue finds its records through its jobs (delete_queue_group_jobs.sql). Files
+-- written by earlier builds of version 4 had one: it goes at the next open.
+DROP INDEX IF EXISTS group_jobs_by_queue;
 
 PRAGMA user_version = 4;
