@@ -86,7 +86,7 @@ pub struct Statements {
     pub jobs_promote: String,
     /// New grouped jobs' groups (`group_jobs_record.sql`).
     pub group_jobs_record: String,
-    /// The groups of jobs acked SUCCEEDED, counted (`group_jobs_of.sql`).
+    /// The group of each job acked SUCCEEDED, a row per grouped job (`group_jobs_of.sql`).
     pub group_jobs_of: String,
     /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
     pub count_in_progress: String,
@@ -1143,9 +1143,12 @@ impl<T: Send> Writer<T> {
             bind(&mut stmt, &[(":ids", &succeeded_ids)])?;
             let mut rows = stmt.raw_query();
             while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
-                let group: String = row.get(0).map_err(|e| connection_error(&e))?;
-                let count: i64 = row.get(1).map_err(|e| connection_error(&e))?;
-                add_left(&mut left, group, count);
+                let group = row.get_ref(0).and_then(|v| Ok(v.as_str()?));
+                let group = group.map_err(|e| connection_error(&e))?;
+                match left.get_mut(group) {
+                    Some(count) => *count += 1,
+                    None => add_left(&mut left, group.to_owned(), 1),
+                }
             }
         }
         if left.is_empty() {
