@@ -353,6 +353,33 @@ def test_delete_queue_forgets_its_groups(store: EmbeddedStore) -> None:
     assert bodies(dequeue(store)) == [b"c"]
 
 
+def test_group_records_go_with_their_queue_and_with_gc(data_dir: Path) -> None:
+    """No index of group_jobs by queue (a file of an earlier build of version 4 loses it at
+    open): deleting a queue forgets exactly its jobs' records, GC the finished jobs' ones."""
+    shard = EmbeddedStore(data_dir, "1")
+    shard.close()
+    with sqlite3.connect(shard_path(data_dir, "1")) as conn:  # what earlier version 4 builds made
+        conn.execute("CREATE INDEX group_jobs_by_queue ON group_jobs (queue)")
+    conn.close()
+    shard = EmbeddedStore(data_dir, "1")
+    try:
+        assert shard._conn is not None
+        conn = shard._conn
+        assert [row[1] for row in conn.execute("PRAGMA index_list(group_jobs)")] == ["group_jobs_waiting"]
+        for queue in (Q, "other"):
+            shard.create_queue(queue, 3)
+            shard.enqueue_keyed_jobs(queue, [grouped("a", "g"), grouped("b", "g"), grouped("c", "h")], T0)
+        shard.delete_queue("other")
+        assert conn.execute("SELECT queue, count(*) FROM group_jobs GROUP BY queue").fetchall() == [(Q, 3)]
+        done = dequeue(shard)
+        ack(shard, done)
+        assert shard.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 10, 10) == 2
+        left = {row[0] for row in conn.execute("SELECT local_id FROM group_jobs")}
+        assert len(left) == 1 and left.isdisjoint(job.local_id for job in done)
+    finally:
+        shard.close()
+
+
 def test_idle_buckets_are_forgotten_once_full(store: EmbeddedStore) -> None:
     assert store._conn is not None
     store.set_queue_rules({Q: QueueRules(group_jobs_per_second=1.0)})
