@@ -10,8 +10,11 @@
 --                name with its length in front (8 hex digits), its place (gq, 20 digits), the
 --                id, ':' and the priority: a group's oldest waiting job is its first member
 --                from the group's prefix (one ZRANGEBYLEX ... LIMIT, whatever the group's size);
---   active       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs;
---   waiting      (plc:{S:Q}:gn, hash)  field: group, value: its waiting jobs;
+--   counts       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs, then ':' and its
+--                                      waiting jobs if any ('1', '1:7'): one read and one
+--                                      write per group and call;
+--   blocked      (plc:{S:Q}:gn, hash)  field: a group with waiting jobs, value: '1' (written
+--                                      only when the group starts or stops having any);
 --   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
 --                                      bucket at that time;
 --   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
@@ -86,6 +89,25 @@ local function room(r)
   return math.max(0, r.cap - n)
 end
 
+-- A group's counts (active, waiting) from its ga value (nil: none).
+local function parse_counts(value)
+  if not value then
+    return 0, 0
+  end
+  local a, w = string.match(value, '^(%d+):(%d+)$')
+  if a then
+    return tonumber(a), tonumber(w)
+  end
+  return tonumber(value), 0
+end
+
+local function format_counts(active, waiting)
+  if waiting > 0 then
+    return active .. ':' .. waiting
+  end
+  return tostring(active)
+end
+
 local function fifo_prefix(group)
   return string.format('%08x', #group) .. group
 end
@@ -104,9 +126,11 @@ end
 -- A script that changes many groups in one call may batch the work (begin_batch, then
 -- flush_groups at its end; enqueue_keyed_jobs.lua and ack_jobs.lua do), so that it costs a few
 -- commands per call, not several per job:
--- * counts: each group's are read once (prefetch_groups: one HMGET of ga and one of gn for all
---   the groups named; a group not prefetched costs its two HGETs once) and kept in r.batch; at
---   the end one HSET and one HDEL of ga and of gn write those that changed, with one ZREM and
+-- * counts: each group's are read once (prefetch_groups: one HMGET of ga for all the groups
+--   named; a group not prefetched costs its HGET once) and kept in r.batch; at the end one HSET
+--   and one HDEL of ga write those that changed, and of gn those that started or stopped
+--   waiting (gn is never read but by group_counts' HLEN: a small listpack whose every lookup
+--   scans it whole, so it is kept out of the per-call reads), with one ZREM and
 --   ZADD of the refills, one HDEL of the buckets and one refill sweep;
 -- * jobs that go to wait (join_group): one ZADD of the fifo and one per waiting set touched;
 -- * moving up: a group jobs left (leave_group) is moved up once, at the end, however many of
@@ -184,10 +208,9 @@ local function prefetch_groups(r, groups)
   end
   for i = 1, #names, RECORD_CHUNK do
     local last = math.min(i + RECORD_CHUNK - 1, #names)
-    local active = redis.call('HMGET', r.active, unpack(names, i, last))
-    local waiting = redis.call('HMGET', r.waiting, unpack(names, i, last))
+    local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
-      local a, w = tonumber(active[j - i + 1] or 0), tonumber(waiting[j - i + 1] or 0)
+      local a, w = parse_counts(counts[j - i + 1])
       batch[names[j]] = {a0 = a, w0 = w, a = a, w = w}
       r.order[#r.order + 1] = names[j]
     end
@@ -204,7 +227,7 @@ local function group_state(r, group)
     end
     return s.a, s.w
   end
-  return tonumber(redis.call('HGET', r.active, group) or 0), tonumber(redis.call('HGET', r.waiting, group) or 0)
+  return parse_counts(redis.call('HGET', r.active, group))
 end
 
 -- A bucket as (tokens, at ms), refilled to `now`.
@@ -226,7 +249,7 @@ end
 local function sweep_refills(r, now)
   local due = redis.call('ZRANGEBYSCORE', r.refills, '-inf', now, 'LIMIT', 0, REFILL_SWEEP)
   for _, group in ipairs(due) do
-    if redis.call('HEXISTS', r.active, group) == 0 and redis.call('HEXISTS', r.waiting, group) == 0 then
+    if redis.call('HEXISTS', r.active, group) == 0 then
       redis.call('HDEL', r.buckets, group)
     end
   end
@@ -268,13 +291,13 @@ local function save_state(r, group, active, waiting, now)
     return
   end
   sweep_refills(r, now)
-  if active > 0 then
-    redis.call('HSET', r.active, group, active)
+  if active > 0 or waiting > 0 then
+    redis.call('HSET', r.active, group, format_counts(active, waiting))
   else
     redis.call('HDEL', r.active, group)
   end
   if waiting > 0 then
-    redis.call('HSET', r.waiting, group, waiting)
+    redis.call('HSET', r.waiting, group, 1)
   else
     redis.call('HDEL', r.waiting, group)
   end
@@ -429,16 +452,16 @@ local function flush_groups(r, now)
   for _, group in ipairs(order) do
     local s = batch[group]
     if s.changed then
-      if s.a ~= s.a0 then
-        if s.a > 0 then
-          set_active[#set_active + 1], set_active[#set_active + 2] = group, s.a
+      if s.a ~= s.a0 or s.w ~= s.w0 then
+        if s.a > 0 or s.w > 0 then
+          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s.a, s.w)
         else
           del_active[#del_active + 1] = group
         end
       end
-      if s.w ~= s.w0 then
+      if (s.w > 0) ~= (s.w0 > 0) then  -- blocked only changes when it starts or stops waiting
         if s.w > 0 then
-          set_waiting[#set_waiting + 1], set_waiting[#set_waiting + 2] = group, s.w
+          set_waiting[#set_waiting + 1], set_waiting[#set_waiting + 2] = group, 1
         else
           del_waiting[#del_waiting + 1] = group
         end
