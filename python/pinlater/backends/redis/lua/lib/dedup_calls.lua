@@ -12,10 +12,27 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
   stride = stride or 7
   local out = {}
   local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
+  -- The records of the call's keys, one HMGET per chunk (the keys are distinct, and nothing
+  -- below writes a record before record_holders).
+  local keys, key_at = {}, {}
   for j = 1, n do
     local a = 7 + stride * (j - 1)
-    local has_key = not keyed or keyed(a)
-    local value = has_key and redis.call('HGET', records_key, ARGV[a + 5])
+    if not keyed or keyed(a) then
+      keys[#keys + 1] = ARGV[a + 5]
+      key_at[j] = #keys
+    end
+  end
+  local values = {}
+  for i = 1, #keys, 1000 do
+    local last = math.min(i + 999, #keys)
+    local got = redis.call('HMGET', records_key, unpack(keys, i, last))
+    for k = i, last do
+      values[k] = got[k - i + 1]
+    end
+  end
+  for j = 1, n do
+    local a = 7 + stride * (j - 1)
+    local value = key_at[j] and values[key_at[j]]
     local held = false
     if value then
       local p, id, until_ms = parse_holder(value)
