@@ -34,7 +34,8 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
   sorted set of all scores 0 in lex order: a member per waiting job, prefixed by its group);
   ``plc:{S:Q}:ga``, the active and waiting jobs of each group (hash: group -> ``active`` or
-  ``active:waiting``), and ``:gn``, the groups with waiting jobs (hash: group -> ``1``); ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash), and ``:gz``, when the
+  ``active:waiting``), and ``:gn``, the groups with waiting jobs (hash: group -> ``1``);
+  ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash), and ``:gz``, when the
   buckets of finished groups are full again (sorted set; then deleted). A job's group is in
   its record. The group name is inside these keys' values, never in a key name, so every key
   keeps the queue's hash tag and the scripts declare each key they touch.
