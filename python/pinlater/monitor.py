@@ -102,6 +102,7 @@ class Monitor:
         for key, value in totals.items():
             self.metrics.incr(f"monitor_{key}", value)
         self.group_counts = self._counting
+        self.backend.note_grouped(self._counting)
         self.passes += 1
         return totals
 

@@ -16,10 +16,12 @@ from collections.abc import Iterator
 import pytest
 from tests.support.hot import ack, dequeue, enqueue
 
-from pinlater.backends.base import AckItem, NewJob, QueueRules, ShardStore
+from pinlater.backends.base import AckItem, KeyedJob, NewJob, QueueRules, ShardStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
+from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.server.metrics import Metrics
 
 Q = "capped_hints"
 
@@ -80,6 +82,30 @@ def test_a_raised_cap_makes_the_walk_look_again(store: ShardStore, backend: Shar
         assert len(await dequeue(backend, Q, 5, "worker")) == 1, "the new room is used at once"
         backend.set_queue_rules({})  # the cap removed
         assert len(await dequeue(backend, Q, 5, "worker")) == 1
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_groups_another_server_enqueued_are_known_after_a_monitor_pass(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    """A server that did not enqueue a queue's grouped jobs (another one did, or it restarted)
+    learns from its monitor that the queue holds groups, so its own acks end the hints there."""
+    if store.groups_refused is not None:
+        pytest.skip(f"this store refuses ordered groups: {store.groups_refused}")
+    now = backend.clock.now_ms()
+    store.enqueue_keyed_jobs(Q, [KeyedJob(NewJob(2, b"job-%d" % i, now, 2), None, 0, "g") for i in range(2)], now)
+    monitor = Monitor(backend, MonitorPolicy(3600, 100, 3_600_000, 3_600_000, 3_600_000), Metrics())
+
+    async def scenario() -> None:
+        (first,) = await dequeue(backend, Q, 5, "worker")
+        for _ in range(3):
+            assert await dequeue(backend, Q, 5, "worker") == []
+        await monitor.run_once()
+        await ack(backend, Q, succeeded=[(store.name, AckItem(2, first.job.local_id))])
+        got = await dequeue(backend, Q, 5, "worker")  # the clock has not moved: only the ack tells
+        assert [j.job.body for j in got] == [b"job-1"], "the ack ended the hints: the monitor saw the group"
         await backend.aclose()
 
     asyncio.run(scenario())

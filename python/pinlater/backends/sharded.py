@@ -177,7 +177,8 @@ class ShardedBackend:
         self.memory_high_water = memory_high_water
         self._shards = shards
         self._rules: dict[str, QueueRules] = {}
-        #: Queues this server enqueued grouped jobs in: an ack may promote a waiting job there.
+        #: Queues known to hold ordered groups (this server enqueued grouped jobs there, or the
+        #: monitor counted groups there: ``note_grouped``): an ack may promote a waiting job.
         self._grouped: set[str] = set()
         self.num_priorities = num_priorities
         self.count_limit = count_limit
@@ -259,6 +260,12 @@ class ShardedBackend:
                     for queue, rules in self._rules.items()
                 }
             )
+
+    def note_grouped(self, queues: Iterable[str]) -> None:
+        """These queues hold ordered groups (the monitor counted them), so acks there clear the
+        empty hints as for queues this server enqueued grouped jobs in: a job another server
+        enqueued and this server's ack promoted, or the reverse, is looked for at once."""
+        self._grouped.update(queues)
 
     def hot_path(self, shard: Shard) -> HotPath:
         """The shard store's hot operations as coroutines (``ShardStore.hot_path``, made once
