@@ -53,32 +53,14 @@ impl SqliteInserts {
     /// Reads the statement: everything up to its last `VALUES`, then one parenthesized row of
     /// literals and `:name` parameters naming `Field`s.
     pub fn new(single_row: &str) -> Result<Self, String> {
-        let at = single_row
-            .rfind("VALUES")
-            .ok_or("enqueue_jobs: no VALUES in the statement")?;
-        let head = &single_row[..at + "VALUES".len()];
-        let row = single_row[at + "VALUES".len()..]
-            .trim()
-            .trim_end_matches(';')
-            .trim_end();
-        if !(row.starts_with('(') && row.ends_with(')')) {
-            return Err(format!(
-                "enqueue_jobs: VALUES is not followed by one row: {row}"
-            ));
-        }
-        let (template, fields) = positional(row)?;
-        let texts = CHUNKS.map(|rows| {
-            let mut text = String::with_capacity(head.len() + rows * (template.len() + 1) + 1);
-            text.push_str(head);
-            text.push(' ');
-            for i in 0..rows {
-                if i > 0 {
-                    text.push(',');
-                }
-                text.push_str(&template);
-            }
-            text
-        });
+        let (texts, names) =
+            repeat_row(single_row, false).map_err(|e| format!("enqueue_jobs: {e}"))?;
+        let fields = names
+            .iter()
+            .map(|name| {
+                Field::named(name).ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { texts, fields })
     }
 
@@ -95,46 +77,6 @@ impl SqliteInserts {
     }
 }
 
-/// The row with each `:name` replaced by `?`, and the fields in order. Quoted literals are
-/// copied as they are.
-fn positional(row: &str) -> Result<(String, Vec<Field>), String> {
-    let mut template = String::with_capacity(row.len());
-    let mut fields = Vec::new();
-    let mut chars = row.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '\'' => {
-                template.push(c);
-                for (_, q) in chars.by_ref() {
-                    template.push(q);
-                    if q == '\'' {
-                        break; // '' inside a literal closes and reopens it: same text
-                    }
-                }
-            }
-            ':' => {
-                let start = i + 1;
-                let mut end = start;
-                while let Some(&(j, n)) = chars.peek() {
-                    if n.is_ascii_alphanumeric() || n == '_' {
-                        end = j + n.len_utf8();
-                        chars.next();
-                    } else {
-                        break;
-                    }
-                }
-                let name = &row[start..end];
-                let field = Field::named(name)
-                    .ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))?;
-                fields.push(field);
-                template.push('?');
-            }
-            _ => template.push(c),
-        }
-    }
-    Ok((template, fields))
-}
-
 /// Any statement of the form `... VALUES (row) tail` (an `INSERT` with an `ON CONFLICT` tail,
 /// say) turned into multi-row statements as `SqliteInserts` does, for rows of values the caller
 /// gives in the order of `names` (each `:name` of the row must be one of them).
@@ -148,15 +90,7 @@ pub struct MultiRow {
 
 impl MultiRow {
     pub fn new(single_row: &str, names: &[&str]) -> Result<Self, String> {
-        let at = single_row
-            .rfind("VALUES")
-            .ok_or("no VALUES in the statement")?;
-        let head = &single_row[..at + "VALUES".len()];
-        let rest = single_row[at + "VALUES".len()..].trim_start();
-        let end =
-            row_end(rest).ok_or_else(|| format!("VALUES is not followed by a row: {rest}"))?;
-        let (row, tail) = rest.split_at(end);
-        let (template, params) = placeholders(row)?;
+        let (texts, params) = repeat_row(single_row, true)?;
         let order = params
             .iter()
             .map(|name| {
@@ -166,20 +100,6 @@ impl MultiRow {
                     .ok_or_else(|| format!("unknown parameter :{name}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let texts = CHUNKS.map(|rows| {
-            let mut text =
-                String::with_capacity(head.len() + rows * (template.len() + 1) + tail.len() + 2);
-            text.push_str(head);
-            text.push(' ');
-            for i in 0..rows {
-                if i > 0 {
-                    text.push(',');
-                }
-                text.push_str(&template);
-            }
-            text.push_str(tail);
-            text
-        });
         Ok(Self { texts, order })
     }
 
@@ -193,6 +113,44 @@ impl MultiRow {
     pub fn split<'a, R>(&'a self, rows: &'a [R]) -> impl Iterator<Item = (&'a str, &'a [R])> {
         chunks(rows).map(|(i, part)| (self.texts[i].as_str(), part))
     }
+}
+
+/// The statement's one `VALUES` row repeated for each entry of `CHUNKS` (each `:name` a
+/// positional `?`), with the parameters' names in order. What follows the row is kept after the
+/// rows (`keep_tail`), or must be nothing but a `;`.
+fn repeat_row(
+    single_row: &str,
+    keep_tail: bool,
+) -> Result<([String; CHUNKS.len()], Vec<String>), String> {
+    let at = single_row
+        .rfind("VALUES")
+        .ok_or("no VALUES in the statement")?;
+    let head = &single_row[..at + "VALUES".len()];
+    let rest = single_row[at + "VALUES".len()..].trim_start();
+    let end = row_end(rest).ok_or_else(|| format!("VALUES is not followed by a row: {rest}"))?;
+    let (row, mut tail) = rest.split_at(end);
+    if !keep_tail {
+        if !tail.trim().trim_end_matches(';').trim_end().is_empty() {
+            return Err(format!("VALUES is not followed by one row: {rest}"));
+        }
+        tail = "";
+    }
+    let (template, names) = placeholders(row)?;
+    let texts = CHUNKS.map(|rows| {
+        let mut text =
+            String::with_capacity(head.len() + rows * (template.len() + 1) + tail.len() + 2);
+        text.push_str(head);
+        text.push(' ');
+        for i in 0..rows {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&template);
+        }
+        text.push_str(tail);
+        text
+    });
+    Ok((texts, names))
 }
 
 /// `rows` cut into `CHUNKS`, largest first: each part with its entry of `CHUNKS`.

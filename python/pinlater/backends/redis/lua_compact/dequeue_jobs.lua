@@ -53,7 +53,6 @@ The caller orders the jobs by (score, id).
 --@include holds
 --@include ready
 --@include groups
-local MAX_RATE_SKIPS = 1000
 local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
@@ -129,21 +128,7 @@ if not dry_run then
   end
 end
 local rate_limited = rules and rules.rate > 0 and not dry_run
-local skips = 0
-
--- Whether a job of the PENDING set must wait for its group's next token (then rescheduled).
-local function no_token(id, job)
-  if not rate_limited or not job.gr then
-    return false
-  end
-  local ok, due = take_token(rules, job.gr, now)
-  if ok then
-    return false
-  end
-  redis.call('ZADD', pending_key, due, id)
-  skips = skips + 1
-  return true
-end
+local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 
 -- Whether job x ({id, score}) comes before y: by score, then by id as a number.
 local function before(x, y)
@@ -224,7 +209,7 @@ while (dry_run and places or found) < limit do
   elseif member then
     at = at + 1
     if member[3] and no_token(member[1], member[3]) then
-      if skips >= MAX_RATE_SKIPS then
+      if skips_spent() then
         break
       end
     else

@@ -431,6 +431,33 @@ local function take_token(r, group, now)
   return false, at + math.ceil((1 - tokens) * 1000 / r.rate)
 end
 
+-- The most jobs one dequeue or reservation reschedules to their groups' next tokens.
+local MAX_RATE_SKIPS = 1000
+
+-- The groupJobsPerSecond gate of one dequeue or reservation call (`metered`: the queue has a
+-- group rate and the call is not a dry run). `waits(id, job)`: whether the PENDING job must wait
+-- for its group's next token, which then reschedules it in `pending_key` to when that is due;
+-- `spent()`: whether the call rescheduled MAX_RATE_SKIPS jobs and should stop looking.
+local function token_gate(r, pending_key, now, metered)
+  local skips = 0
+  local function waits(id, job)
+    if not metered or not job.gr then
+      return false
+    end
+    local ok, due = take_token(r, job.gr, now)
+    if ok then
+      return false
+    end
+    redis.call('ZADD', pending_key, due, id)
+    skips = skips + 1
+    return true
+  end
+  local function spent()
+    return skips >= MAX_RATE_SKIPS
+  end
+  return waits, spent
+end
+
 -- Write the batch's changed counts (begin_batch), then sweep the refills once if any changed;
 -- the batch ends.
 local function flush_groups(r, now)
