@@ -61,6 +61,12 @@ const string CONTINUATION_END = "-1"
 //   bytes (UTF-8), not empty. A group lives on one shard picked as a dedupKey's is; with both
 //   keys, the dedupKey is checked there. A shard whose store cannot keep groups (MySQL; Redis in
 //   the original layout) refuses the job with ENQUEUE_REJECTED naming the feature.
+//
+// pinlater extension (9): expireAtTimestampMillis: a job still PENDING at this time is never
+//   handed out; it becomes FAILED with no attempts left and "expired" appended to its custom
+//   status (by the dequeue that meets it, or by the monitor), counted per queue in /metrics. A
+//   failed attempt whose retry would run at or after it expires the job too. retryFailedJobs
+//   clears it. 0 or more.
 struct PinLaterJob {
   1: required binary body;
   2: optional byte priority = 1;
@@ -70,6 +76,7 @@ struct PinLaterJob {
   6: optional string dedupKey;
   7: optional i64 dedupWindowMillis = 0;
   8: optional string groupKey;
+  9: optional i64 expireAtTimestampMillis;
 }
 
 struct PinLaterEnqueueRequest {
@@ -157,6 +164,8 @@ struct PinLaterJobInfo {
   // pinlater extensions: the job's keys (see PinLaterJob), absent when it has none.
   11: optional string dedupKey;
   12: optional string groupKey;
+  // pinlater extension: the job's expireAtTimestampMillis, absent when it has none.
+  13: optional i64 expireAtTimestampMillis;
 }
 
 // Counts jobs in one state, over all priorities unless one is given. Only jobs whose runAfter
@@ -169,8 +178,11 @@ struct PinLaterGetJobCountRequest {
   5: optional string bodyRegexToMatch;
 }
 
-// Returns up to limit jobs (without bodies), newest runAfter first. Only CONTINUATION_START
-// is accepted as a continuation.
+// Returns up to limit jobs (without bodies), newest runAfter first. The reply's continuation
+// (pinlater extension; the original accepted only CONTINUATION_START) resumes the scan after the
+// last job returned when sent back with the same queue, state, priority, scanFutureJobs and
+// bodyRegexToMatch; it is CONTINUATION_END when nothing is left. A job that stays in the scanned
+// state during the whole scan is returned exactly once. Any other string is CONTINUATION_INVALID.
 struct PinLaterScanJobsRequest {
   1: required string queueName;
   2: required PinLaterJobState jobState;
@@ -200,6 +212,28 @@ struct PinLaterDeleteJobsRequest {
   3: optional byte priority = 1;
   4: optional string bodyRegexToMatch;
   5: optional i32 limit = 1000;
+}
+
+// pinlater extension (cancelJobs): the jobs of one queue to cancel, by descriptor.
+struct PinLaterCancelJobsRequest {
+  1: required string queueName;
+  2: required list<string> jobDescriptors;
+}
+
+// pinlater extension (upsertSchedule, listSchedules): a job enqueued into queueName at each tick
+// of cron (five fields: minute hour day-of-month month day-of-week, UTC; lists, ranges, steps
+// and names as in crontab) or every intervalMillis, exactly one of the two. Exactly one job per
+// tick however many servers run; a tick missed while no server ran is enqueued once, at start.
+// The job may not carry runAfterTimestampMillis, dedupKey, dedupWindowMillis or
+// expireAtTimestampMillis (each tick's job has a dedupKey of its own).
+struct PinLaterSchedule {
+  1: required string queueName;
+  2: required string name;
+  3: optional string cron;
+  4: optional i64 intervalMillis;
+  5: required PinLaterJob job;
+  6: optional bool paused = false;
+  7: optional i64 nextRunTimestampMillis;
 }
 
 exception PinLaterException {
@@ -249,5 +283,27 @@ service PinLater {
       throws (1: PinLaterException e);
 
   i32 deleteJobs(1: RequestContext context, 2: PinLaterDeleteJobsRequest request)
+      throws (1: PinLaterException e);
+
+  // pinlater extensions (original servers answer UNKNOWN_METHOD).
+
+  // Cancels jobs; returns how many changed. A PENDING job becomes FAILED with no attempts left
+  // and "cancelled" appended to its custom status; an IN_PROGRESS job gets no further attempt (a
+  // failure ack or claim timeout ends it FAILED the same way; a success ack still counts).
+  // Finished and unknown jobs are left alone; a descriptor of another queue is an error.
+  i32 cancelJobs(1: RequestContext context, 2: PinLaterCancelJobsRequest request)
+      throws (1: PinLaterException e);
+
+  // Creates or replaces the schedule (queueName, name). A bad cron expression, or both or
+  // neither of cron and intervalMillis, is ENQUEUE_REJECTED with the reason.
+  void upsertSchedule(1: RequestContext context, 2: PinLaterSchedule schedule)
+      throws (1: PinLaterException e);
+
+  // QUEUE_NOT_FOUND for an unknown queue; an unknown name is a no-op.
+  void deleteSchedule(1: RequestContext context, 2: string queueName, 3: string name)
+      throws (1: PinLaterException e);
+
+  // The queue's schedules, by name, with nextRunTimestampMillis set.
+  list<PinLaterSchedule> listSchedules(1: RequestContext context, 2: string queueName)
       throws (1: PinLaterException e);
 }

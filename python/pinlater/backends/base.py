@@ -104,6 +104,9 @@ class JobRecord:
     dedup_key: str | None = None
     #: The job's ``groupKey`` (ordered groups), for as long as the job exists.
     group_key: str | None = None
+    #: The job's ``expireAtTimestampMillis`` (see "Expiry" in ``ShardStore.enqueue_keyed_jobs``),
+    #: for as long as the job exists; None when it has none (or ``retry_failed_jobs`` cleared it).
+    expire_at_ms: int | None = None
 
     def as_clients_see_it(self) -> JobRecord:
         """The record without a dequeue broker's reservation: a PENDING job held by a broker
@@ -122,12 +125,15 @@ class KeyedJob(NamedTuple):
     key on the shard. ``window_ms`` (``dedupWindowMillis``, 0 or more) keeps the key held that
     long after this job's enqueue, even once it has finished. ``group`` (``groupKey``), when
     given: the job joins that ordered group of its queue (see "Ordered groups" in
-    ``ShardStore.enqueue_keyed_jobs``). At least one of ``key`` and ``group`` is given."""
+    ``ShardStore.enqueue_keyed_jobs``). ``expire_at_ms`` (``expireAtTimestampMillis``), when
+    given: the job expires then (see "Expiry" there). At least one of ``key``, ``group`` and
+    ``expire_at_ms`` is given."""
 
     job: NewJob
     key: str | None
     window_ms: int = 0
     group: str | None = None
+    expire_at_ms: int | None = None
 
 
 class QueueRules(NamedTuple):
@@ -147,6 +153,46 @@ class QueueRules(NamedTuple):
 
 
 DEFAULT_RULES = QueueRules()
+
+#: Appended to the custom status of a job that ``cancel_jobs`` ended (see ``ended_status``).
+CANCELLED = "cancelled"
+#: Appended to the custom status of a job that expired (see "Expiry" in ``enqueue_keyed_jobs``).
+EXPIRED = "expired"
+
+
+def ended_status(status: str, word: str, limit: int) -> str:
+    """The custom status of a job that cancel or expiry ended: ``word`` appended to ``status``
+    after one space (alone when ``status`` is empty), the status cut first to its first
+    ``limit - 1 - len(word)`` characters so that the word always shows (``limit`` is the store's
+    ``custom_status_limit``, far longer than the words). Every store writes exactly this (in
+    SQL, Lua or Rust, as it runs)."""
+    if not status:
+        return word
+    return f"{status[: max(0, limit - 1 - len(word))]} {word}"
+
+
+class ScanCursor(NamedTuple):
+    """Where a paged scan of one (shard, priority) stopped: the run_after and local id of the
+    last job ``scan_jobs`` returned there. The next page asks for the jobs that come after it
+    in the store's scan order (``scan_jobs``'s ``after``), whether or not that job still
+    matches or exists."""
+
+    run_after_ms: int
+    local_id: int
+
+
+class ScheduleRow(NamedTuple):
+    """One schedule as a store keeps it (``ShardStore.put_schedule``), by (queue, name).
+
+    ``spec`` is opaque to the store: text written and read by ``schedules.py`` only (the cron
+    or interval and the job to enqueue at each tick). ``next_run_ms`` is the next tick;
+    ``paused`` schedules are never due."""
+
+    queue: str
+    name: str
+    spec: str
+    next_run_ms: int
+    paused: bool = False
 
 
 class GroupCounts(NamedTuple):
@@ -250,7 +296,8 @@ class ShardStore(Protocol):
         ...
 
     def delete_queue(self, queue: str) -> None:
-        """Delete the queue and all its jobs; a no-op if it does not exist."""
+        """Delete the queue, all its jobs, their keys and groups, its schedules and its expired
+        count; a no-op if it does not exist."""
         ...
 
     def get_queue_names(self) -> set[str]:
@@ -297,6 +344,57 @@ class ShardStore(Protocol):
           (active only if there is room and nothing waits).
         - A group with no unfinished job is forgotten (``group_counts`` does not count it).
         - A lowered concurrency takes nothing back: jobs already active stay so.
+
+        **Expiry.** A job with ``expire_at_ms`` that is still PENDING (ready, later, waiting in
+        a group, or under a reservation) once ``now_ms >= expire_at_ms`` is never handed out
+        again: ``dequeue_jobs`` (dry runs included), ``reserve_jobs`` and ``claim_reserved`` skip
+        it. It *expires*: FAILED, attempts_remaining 0, claim cleared, updated now, custom status
+        ``ended_status(status, EXPIRED, limit)``; it leaves its group as a final failure does (the
+        next job of the group is promoted) and its dedup key is no longer held by its state.
+        Every store expires such jobs in ``expire_jobs``, and may also expire the ones a dequeue
+        or reservation meets in that same step (dry runs change nothing). Each expiry is counted
+        in ``expired_counts``. Beside that:
+
+        - A failure ack with attempts left whose retry would run at or after the expiry
+          (``now + retry_delay_ms >= expire_at_ms``) expires the job instead of retrying it; so
+          does a claim timeout with attempts left once ``now >= expire_at_ms``.
+        - ``lookup_jobs`` and ``scan_jobs`` show the expiry (``JobRecord.expire_at_ms``).
+        - ``retry_failed_jobs`` clears the expiry of the jobs it moves (an operator who puts a
+          job back wants it run).
+        - IN_PROGRESS jobs do not expire: only a PENDING job does.
+        """
+        ...
+
+    def expire_jobs(self, queue: str, now_ms: int, limit: int) -> int:
+        """Expire (see "Expiry" in ``enqueue_keyed_jobs``) up to ``limit`` of the queue's PENDING
+        jobs, every priority, whose ``expire_at_ms <= now_ms``, soonest expiry first; return how
+        many. Bounded by ``limit`` however many jobs the queue holds (an index or sorted set by
+        expiry, not a scan). The monitor calls it."""
+        ...
+
+    def expired_counts(self) -> dict[str, int]:
+        """How many jobs of each queue on this shard have expired so far (by ``expire_jobs`` or
+        by a dequeue), kept by the store across restarts; queues without an expiry may be left
+        out. One round trip (or a few) however many queues there are; ``/metrics`` exports the
+        sum over shards."""
+        ...
+
+    def cancel_jobs(self, queue: str, keys: Sequence[tuple[int, int]], now_ms: int) -> int:
+        """Cancel the jobs among ``(priority, local_id)`` keys; return how many changed.
+
+        - PENDING (ready, later, waiting in a group, or under a reservation): FAILED,
+          attempts_remaining 0, claim cleared, updated now, custom status
+          ``ended_status(status, CANCELLED, limit)``. It leaves its group as a final failure does
+          and no longer holds its dedup key by its state (the window still applies).
+        - IN_PROGRESS with attempts_remaining > 0: attempts_remaining set to 0, nothing else (no
+          IN_PROGRESS job has 0 otherwise, so 0 marks it cancelled). From then on a failure ack
+          or a claim timeout ends it FAILED with ``ended_status(status, CANCELLED, limit)``
+          (after the ack's own status is appended), whatever the retry delay; a checkpoint keeps
+          attempts_remaining at 0 (its ``attempts_allowed`` sets allowed only), and a checkpoint
+          with ``move_to_pending`` ends it FAILED the same way; a success ack still counts
+          (SUCCEEDED, as usual).
+        - Anything else (finished, already cancelled IN_PROGRESS, missing) is left alone and not
+          counted.
         """
         ...
 
@@ -355,6 +453,8 @@ class ShardStore(Protocol):
         Success: SUCCEEDED, status appended. Failure with attempts_remaining > 1: PENDING,
         run_after = now + retry_delay_ms, attempts_remaining - 1, claim cleared. Failure with
         attempts_remaining <= 1: FAILED, attempts_remaining 0. Updated time = now in every case.
+        A cancelled job's failure and a retry past the job's expiry end it FAILED instead (see
+        ``cancel_jobs`` and "Expiry" in ``enqueue_keyed_jobs``).
         """
         ...
 
@@ -404,8 +504,22 @@ class ShardStore(Protocol):
         """How many jobs match, capped at ``limit`` when given."""
         ...
 
-    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
-        """Up to ``limit`` matching jobs without bodies, newest run_after first."""
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int, after: ScanCursor | None = None) -> list[JobRecord]:
+        """Up to ``limit`` matching jobs without bodies, newest run_after first, jobs of one
+        run_after in an order of their local ids that the store fixes (descending in SQL; Redis
+        may order them by their text). With ``after``, only the jobs that come after that point
+        in this order (see ``ScanCursor``): paging by the last job of each page returns every job
+        that keeps matching during the whole scan exactly once, whatever is added, changed or
+        deleted around it. Each page costs about ``limit`` jobs of store work (plus what a body
+        regex skips), however deep into the queue it starts."""
+        ...
+
+    def oldest_ready(self, num_priorities: int, now_ms: int) -> dict[tuple[str, int], int]:
+        """For every (queue, priority) on the shard with ready PENDING jobs that a dequeue may
+        hand out (``run_after <= now``; waiting group jobs are not; jobs under a reservation may
+        be counted or not), the smallest run_after_ms among them. In a number of store round
+        trips that does not grow with the queues beyond what ``queue_counts`` takes; ``/metrics``
+        turns it into the age of each queue's oldest ready job."""
         ...
 
     def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
@@ -427,6 +541,37 @@ class ShardStore(Protocol):
         """Delete up to ``limit`` matching jobs; return how many were deleted."""
         ...
 
+    # -- schedules --------------------------------------------------------------------------
+    #
+    # Schedules live in the store so that every server sees them and they survive restarts.
+    # ``schedules.py`` decides when they are due and what they enqueue (each tick's job carries
+    # a dedup key naming the tick, so two servers firing one tick make one job); a store only
+    # keeps the rows and moves ``next_run_ms`` atomically.
+
+    def put_schedule(self, row: ScheduleRow) -> None:
+        """Create or replace the schedule (``row.queue``, ``row.name``). Raises
+        ``QueueNotFoundError`` for a missing queue."""
+        ...
+
+    def delete_schedule(self, queue: str, name: str) -> bool:
+        """Remove the schedule; False when there was none (or no such queue)."""
+        ...
+
+    def list_schedules(self, queue: str) -> list[ScheduleRow]:
+        """The queue's schedules (paused ones too), by name; empty for a missing queue."""
+        ...
+
+    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+        """Up to ``limit`` unpaused schedules of every queue with ``next_run_ms <= now_ms``,
+        earliest first (an index, not a scan of every schedule)."""
+        ...
+
+    def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
+        """Set the schedule's ``next_run_ms`` only if it exists and its ``next_run_ms`` is still
+        ``expected_next_ms`` (a compare-and-set: of two servers that fired one tick, one moves
+        it). Return whether it moved."""
+        ...
+
     # -- maintenance (the monitor) ----------------------------------------------------------
 
     def resurrect_timed_out_jobs(
@@ -434,7 +579,8 @@ class ShardStore(Protocol):
     ) -> int:
         """Treat up to ``limit`` IN_PROGRESS jobs last updated before ``claimed_before_ms`` as
         failed without a retry delay: back to PENDING (run_after now) with one attempt less,
-        or FAILED when none is left. Return how many changed."""
+        or FAILED when none is left (with ``CANCELLED`` appended for a cancelled job; expired
+        when past its expiry: see ``cancel_jobs`` and "Expiry"). Return how many changed."""
         ...
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:

@@ -462,6 +462,24 @@ class PinLaterHandler:
         log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
         return count
 
+    # -- job control (pinlater extensions) ------------------------------------------------------
+
+    @_thrift_errors
+    async def cancel_jobs(self, context: Any, request: Any) -> int:
+        raise PinLaterError(ErrorCode.UNKNOWN, "cancelJobs is not served yet")
+
+    @_thrift_errors
+    async def upsert_schedule(self, context: Any, schedule: Any) -> None:
+        raise PinLaterError(ErrorCode.UNKNOWN, "upsertSchedule is not served yet")
+
+    @_thrift_errors
+    async def delete_schedule(self, context: Any, queueName: str, name: str) -> None:  # noqa: N803
+        raise PinLaterError(ErrorCode.UNKNOWN, "deleteSchedule is not served yet")
+
+    @_thrift_errors
+    async def list_schedules(self, context: Any, queueName: str) -> list[Any]:  # noqa: N803
+        raise PinLaterError(ErrorCode.UNKNOWN, "listSchedules is not served yet")
+
 
 def _job_info(descriptor: str, record: JobRecord) -> Any:
     return idl.PinLaterJobInfo(
