@@ -473,11 +473,11 @@ class PinLaterHandler:
         raise PinLaterError(ErrorCode.UNKNOWN, "upsertSchedule is not served yet")
 
     @_thrift_errors
-    async def delete_schedule(self, context: Any, queueName: str, name: str) -> None:  # noqa: N803
+    async def delete_schedule(self, context: Any, queueName: str, name: str) -> None:
         raise PinLaterError(ErrorCode.UNKNOWN, "deleteSchedule is not served yet")
 
     @_thrift_errors
-    async def list_schedules(self, context: Any, queueName: str) -> list[Any]:  # noqa: N803
+    async def list_schedules(self, context: Any, queueName: str) -> list[Any]:
         raise PinLaterError(ErrorCode.UNKNOWN, "listSchedules is not served yet")
 
 
