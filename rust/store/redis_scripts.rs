@@ -20,6 +20,7 @@ pub const MAX_TIES_REORDERED: i64 = 10_000;
 
 /// `JobState` values, as in key names.
 const PENDING: u8 = 0;
+const FAILED: u8 = 3;
 
 /// A shard's Redis layout: the original's key names (`keys.py`) or the compact ones
 /// (`keys_compact.py`). The scripts of both take the same `KEYS` positions and `ARGV`.
@@ -87,6 +88,28 @@ impl QueueKeys<'_> {
 
     fn set_key(&self, priority: i64, state: u8) -> String {
         self.priority_key(priority, &format!("s{state}"))
+    }
+
+    /// The queue's expiry index and expired count (`keys.py`'s `pld_{S}_{Q}.e` and `.n`, or
+    /// `plc:{S:Q}:xe` and `:xn`).
+    fn expiry_keys(&self) -> [String; 2] {
+        match self.layout {
+            Layout::Original => [
+                format!("pld_{}_{}.e", self.shard, self.queue),
+                format!("pld_{}_{}.n", self.shard, self.queue),
+            ],
+            Layout::Compact => [
+                format!("plc:{{{}:{}}}:xe", self.shard, self.queue),
+                format!("plc:{{{}:{}}}:xn", self.shard, self.queue),
+            ],
+        }
+    }
+
+    /// What a dequeue takes after its ready list to expire the jobs it meets
+    /// (`keys_compact.ending_keys`): the FAILED set, the expiry index, the expired count.
+    fn ending_keys(&self, priority: i64) -> [String; 3] {
+        let [index, count] = self.expiry_keys();
+        [self.set_key(priority, FAILED), index, count]
     }
 
     /// The priority's ready list, in the compact layout only (`keys_compact.ready_keys`): the
@@ -349,8 +372,9 @@ pub fn dequeue_command(
         keys.priority_key(priority, "o"),
     ];
     key_list.extend(keys.ready_keys(priority));
+    key_list.extend(keys.ending_keys(priority));
     key_list.extend(tail.keys.iter().cloned());
-    let mut cmd = evalsha(sha, &key_list, 7 + tail.args.len(), 512 + claim.len());
+    let mut cmd = evalsha(sha, &key_list, 7 + tail.args.len(), 640 + claim.len());
     cmd.bulk(keys.queue.as_bytes());
     cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
@@ -467,6 +491,7 @@ pub fn ack_command(
 ) -> Vec<u8> {
     let priorities = group.priorities();
     let mut key_list = vec![keys.exists_key()];
+    key_list.extend(keys.expiry_keys());
     for &p in &priorities {
         key_list.extend((0..4).map(|state| keys.set_key(p, state)));
     }
@@ -489,8 +514,9 @@ pub fn ack_command(
     cmd.int(count(group.len()));
     let mut last: Option<(i128, String)> = None;
     for (succeeded, item) in group.items() {
-        // KEYS[1] is the names key, then four sets per priority: PENDING's 1-based index.
-        let index = priorities.binary_search(&item.priority).unwrap_or(0) * 4 + 2;
+        // KEYS[1] is the names key, KEYS[2..3] the expiry keys, then four sets per priority:
+        // PENDING's 1-based index.
+        let index = priorities.binary_search(&item.priority).unwrap_or(0) * 4 + 4;
         cmd.int(count(index));
         cmd.int(item.local_id);
         cmd.bulk(if succeeded { b"s" } else { b"f" });

@@ -99,9 +99,24 @@ def run_every_script(store: RedisStore) -> None:
     store.gc_finished_jobs(q, 2, JobState.SUCCEEDED, now + 10**6, 100)
     store.dequeue_jobs(q, 1, 100, "drain", now + 10**6, False)
     store.gc_dedup_keys(q, now + 10**6, 100)
+    run_expiry_scripts(store, q, now + 10**6)
     run_group_scripts(store, q, now + 2 * 10**6)
     store.get_queue_names()
     store.delete_queue(q)
+
+
+def run_expiry_scripts(store: RedisStore, q: str, now: int) -> None:
+    """Cancel and expiry (test_redis_job_control.py): jobs with an expiry met by every script."""
+    expiring = [KeyedJob(NewJob(1 + i % 3, b"x", now, 3), None, 0, None, now + 10 + i) for i in range(9)]
+    ids = [(e.priority, e.local_id) for e in store.enqueue_keyed_jobs(q, expiring, now)]
+    store.lookup_jobs(q, ids, False)
+    claimed = store.dequeue_jobs(q, 1, 1, "claim", now, False)
+    store.cancel_jobs(q, [*ids[3:5], (1, claimed[0].local_id)], now)
+    store.ack_jobs(q, [], [AckItem(1, claimed[0].local_id, "x", 0)], now + 1)
+    store.dequeue_jobs(q, 2, 5, "claim", now + 20, False)  # meets expired jobs
+    store.reserve_jobs(q, 3, 5, "reservation", now + 20, 1000)
+    store.expire_jobs(q, now + 30, 100)
+    store.expired_counts()
 
 
 def run_group_scripts(store: RedisStore, q: str, now: int) -> None:
@@ -132,6 +147,13 @@ def run_group_scripts(store: RedisStore, q: str, now: int) -> None:
     store.delete_jobs(q, JobFilter(JobState.PENDING, 3, now, None), 1)
     store.delete_jobs(q, JobFilter(JobState.PENDING, 1, now, None, body_regex="g"), 10)
     store.group_counts(q)
+    # groups with expiries: a cancel of an active and a waiting job, expiries met and swept
+    later = now + 2 * 10**6
+    expiring = [KeyedJob(NewJob(1 + i % 3, b"gx", later, 2), None, 0, f"x{i % 2}", later + 10) for i in range(6)]
+    ids = [(e.priority, e.local_id) for e in store.enqueue_keyed_jobs(q, expiring, later)]
+    store.cancel_jobs(q, ids[:1] + ids[-1:], later)
+    store.dequeue_jobs(q, 2, 5, "claim", later + 20, False)
+    store.expire_jobs(q, later + 20, 100)
 
 
 def test_compact_scripts_touch_only_the_keys_they_are_passed(server: RedisServer) -> None:

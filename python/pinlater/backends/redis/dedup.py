@@ -36,7 +36,7 @@ HELD_FOREVER_MS = 2**53
 to 2**53, and ``string.format('%d')`` of one beyond 2**63 (``now + Long.MAX_VALUE``, a window
 "for ever") comes out negative, which would free the key at once. A longer window is this one."""
 
-_ENQUEUE_FIXED_KEYS = 5  # the queue key, the counter, the three dedup keys
+_ENQUEUE_FIXED_KEYS = 6  # the queue key, the counter, the three dedup keys, the expiry index
 
 
 def enqueue_keyed_jobs(
@@ -48,9 +48,10 @@ def enqueue_keyed_jobs(
     rules: QueueRules = DEFAULT_RULES,
 ) -> list[Enqueued]:
     """``ShardStore.enqueue_keyed_jobs`` through ``enqueue_keyed_jobs.lua``: one call (two if a
-    record names a priority above ``num_priorities`` and the jobs'). In the compact layout a job
-    may have a group instead of a key, or both (9 arguments a job, then the groups' tail for the
-    queue's ``rules``, over the same priorities: ``rules.py``)."""
+    record names a priority above ``num_priorities`` and the jobs'). A job may have a dedup key,
+    an expiry, and in the compact layout a group, in any mix (10 arguments a job, then in the
+    compact layout the groups' tail for the queue's ``rules``, over the same priorities:
+    ``rules.py``). A job with an expiry is kept in the queue's expiry index (``keys.py``)."""
     keys = shard.keys(queue)
     m = first_priorities(jobs, num_priorities)
     while True:
@@ -73,9 +74,8 @@ def enqueue_keyed_call(
 ) -> tuple[list[str], list[Any]]:
     """The ``KEYS`` and ``ARGV`` of ``enqueue_keyed_jobs.lua`` over priorities 1..m, with the
     groups' ``tail`` (built for the same m), for the blocking call and the hot path alike."""
-    compact = isinstance(keys, CompactQueueKeys)
     per = len(_group(keys, 1))
-    key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys()]
+    key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys(), keys.expiry_keys()[0]]
     for p in range(1, m + 1):
         key_list += _group(keys, p)
     args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
@@ -88,7 +88,7 @@ def enqueue_keyed_call(
         text = seconds.get(run_after)
         if text is None:
             text = seconds[run_after] = seconds_arg(run_after)
-        key, group, window = d.key, d.group, d.window_ms
+        key, group, window, expire = d.key, d.group, d.window_ms, d.expire_at_ms
         add(
             (
                 _ENQUEUE_FIXED_KEYS + 1 + per * (job.priority - 1),
@@ -98,13 +98,11 @@ def enqueue_keyed_call(
                 job.custom_status[:CUSTOM_STATUS_LIMIT],
                 "" if key is None else key,
                 window if 0 <= window <= held_max else min(max(window, 0), held_max),
+                ("" if key is None else "k") + ("" if group is None else "g"),
+                "" if group is None else group,
+                "" if expire is None else expire,
             )
         )
-        if compact:
-            if group is None:
-                add(("" if key is None else "k", ""))
-            else:
-                add(("g" if key is None else "kg", group))
     tail_keys, tail_args = tail
     return key_list + tail_keys, args + tail_args
 

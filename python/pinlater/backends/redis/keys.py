@@ -41,6 +41,19 @@ under a prefix of their own, ``pld``, which the original server never reads, sca
 
 The compact layout keeps the same three with the same contents (``keys_compact.py``), so a
 migration moves them with RENAME.
+
+Ours alone, for expiry (``expireAtTimestampMillis``, "Expiry" in ``ShardStore.enqueue_keyed_jobs``)
+and cancel (``ShardStore.cancel_jobs``), under the same ``pld`` prefix:
+
+* the job hash's field ``ex``: the job's expiry, integer ms, only on a job that has one (the
+  original server reads the fields it knows, by name, and never this one);
+* ``pld_{S}_{Q}.e``: sorted set, member = the local id of a job with an expiry (unique in the
+  queue whatever the priority), score = its expiry (ms): ``expire_jobs``' index. The scripts
+  that end such a job remove its entry; one may still outlive the job's PENDING state (a delete,
+  a job that went IN_PROGRESS): ``expire_jobs`` drops those when it meets them;
+* ``pld_{S}_{Q}.n``: string, how many of the queue's jobs expired (``expired_counts``).
+
+A cancelled IN_PROGRESS job is marked by ``ar`` 0 alone (no other IN_PROGRESS job has 0).
 """
 
 from __future__ import annotations
@@ -67,6 +80,7 @@ class JobField:
     UPDATED_AT = "ua"  # seconds since the epoch, float as text
     CUSTOM_STATUS = "cs"
     CLAIM_DESCRIPTOR = "cd"  # absent unless the job was claimed (removed when it goes back to PENDING)
+    EXPIRE_AT = "ex"  # ours: integer ms, only on a job with an expiry (unknown to the original server)
 
 
 CUSTOM_STATUS_LIMIT = 3000
@@ -160,6 +174,11 @@ class QueueKeys:
         docstring), in that order."""
         base = f"{DEDUP_KEY_PREFIX}_{self.shard}_{self.queue}."
         return [base + "k", base + "i", base + "g"]
+
+    def expiry_keys(self) -> list[str]:
+        """The expiry index and the expired count (see the module docstring), in that order."""
+        base = f"{DEDUP_KEY_PREFIX}_{self.shard}_{self.queue}."
+        return [base + "e", base + "n"]
 
     def legacy_reserved_key(self, priority: int) -> str:
         """``plq_{shard}_{queue}.p{priority}_r``: where servers before the held set kept

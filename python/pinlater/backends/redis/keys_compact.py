@@ -39,6 +39,10 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   buckets of finished groups are full again (sorted set; then deleted). A job's group is in
   its record. The group name is inside these keys' values, never in a key name, so every key
   keeps the queue's hash tag and the scripts declare each key they touch.
+* Expiry and cancel: a job's expiry (ms) is the tenth item of its record (``records.lua``; the
+  group's two are false for a job of no group), ``plc:{S:Q}:xe`` the expiry index (member
+  the local id, score its expiry in ms) and ``plc:{S:Q}:xn`` the expired count, as the
+  original layout's ``pld_{S}_{Q}.e`` and ``.n`` (``keys.py``).
 * ``plc:{S}:q``: sorted set of the shard's queue names, score = creation time in ms. In another
   slot than the queues' keys, so it is written with plain commands beside the scripts, never
   inside one.
@@ -127,6 +131,10 @@ class CompactQueueKeys:
         """The dedup records: key -> holder, id -> key, and the GC's sorted set."""
         return [self._base + "dk", self._base + "di", self._base + "dg"]
 
+    def expiry_keys(self) -> list[str]:
+        """The expiry index and the expired count, in that order (``keys.QueueKeys.expiry_keys``)."""
+        return [self._base + "xe", self._base + "xn"]
+
     def ready_key(self, priority: int) -> str:
         """The priority's ready list (``lua_compact/lib/ready.lua``)."""
         return f"{self._base}p{priority:d}:r"
@@ -140,3 +148,10 @@ def ready_keys(keys: QueueKeyNames, priority: int) -> list[str]:
     """The ready list of a priority as the scripts that take one get it at the end of their
     ``KEYS``: none in the original layout, whose scripts' ``KEYS`` stay as they are."""
     return [keys.ready_key(priority)] if isinstance(keys, CompactQueueKeys) else []
+
+
+def ending_keys(keys: QueueKeyNames, priority: int) -> list[str]:
+    """What the dequeue and reserve scripts take after their other keys (the ready list's
+    too) to expire the jobs they meet: the priority's FAILED set, the expiry index and the
+    expired count."""
+    return [keys.set_key(priority, JobState.FAILED), *keys.expiry_keys()]

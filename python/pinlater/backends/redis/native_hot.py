@@ -52,7 +52,7 @@ from pinlater.backends.base import Enqueued, JobState, KeyedJob
 from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
-from pinlater.backends.redis.keys_compact import ready_keys
+from pinlater.backends.redis.keys_compact import ending_keys, ready_keys
 from pinlater.backends.redis.rules import DEQUEUE, GROUPS, build_tail
 from pinlater.errors import QueueNotFoundError
 
@@ -152,11 +152,12 @@ class NativeHotPath:
             (
                 "EVALSHA",
                 self._sha["reserve_jobs"],
-                5 + len(ready) + len(tail_keys),
+                8 + len(ready) + len(tail_keys),
                 keys.exists_key,
                 keys.set_key(priority, JobState.PENDING),
                 *keys.hold_keys(priority),
                 *ready,
+                *ending_keys(keys, priority),
                 *tail_keys,
                 queue,
                 keys.jobs_arg,

@@ -30,9 +30,11 @@ def job_record(
     fields: Sequence[Any],
     dedup_key: bytes | None = None,
     group_key: bytes | None = None,
+    expire_at: bytes | int | None = None,
 ) -> JobRecord:
     """A record from a script row: score, then al, ar, cs, ca, ua, cd, bd (None when absent),
-    the dedup key the ids hash holds for the job (None when none) and its group (None when none)."""
+    the dedup key the ids hash holds for the job (None when none), its group (None when none)
+    and its expiry in ms (None when none)."""
     allowed, remaining, status, created, updated, claim, body = fields
     return JobRecord(
         priority=priority,
@@ -48,6 +50,7 @@ def job_record(
         body=body,
         dedup_key=None if dedup_key is None else dedup_key.decode("utf-8", "replace"),
         group_key=None if group_key is None else group_key.decode("utf-8", "replace"),
+        expire_at_ms=None if expire_at is None else int(expire_at),
     )
 
 

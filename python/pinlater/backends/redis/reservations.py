@@ -13,7 +13,7 @@ from typing import Any
 
 from pinlater.backends.base import ClaimedJob, JobState
 from pinlater.backends.redis.keys import seconds_arg
-from pinlater.backends.redis.keys_compact import ready_keys
+from pinlater.backends.redis.keys_compact import ending_keys, ready_keys
 from pinlater.backends.redis.replies import claimed_jobs
 from pinlater.backends.redis.rules import NO_TAIL, Tail
 from pinlater.backends.redis.script_calls import ScriptCall, ShardScripts
@@ -35,6 +35,7 @@ def reserve_call(
     keys = shard.keys(queue)
     key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
     key_list += ready_keys(keys, priority)
+    key_list += ending_keys(keys, priority)
     args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
     key_list += tail[0]
     args += tail[1]

@@ -205,10 +205,13 @@ class ShardScripts:
                 self._evicted_jobs += n
 
 
-def priority_keys(keys: QueueKeyNames, priorities: set[int], per: int) -> tuple[list[str], dict[int, int]]:
+def priority_keys(
+    keys: QueueKeyNames, priorities: set[int], per: int, first: Sequence[str] = ()
+) -> tuple[list[str], dict[int, int]]:
     """KEYS for scripts that take ``per`` state sets per priority (PENDING first), after the
-    queue-names key, and each priority's 1-based index of its PENDING set in them."""
-    key_list = [keys.exists_key]
+    queue-names key and the keys ``first``, and each priority's 1-based index of its PENDING
+    set in them."""
+    key_list = [keys.exists_key, *first]
     index: dict[int, int] = {}
     for p in sorted(priorities):
         index[p] = len(key_list) + 1

@@ -49,6 +49,9 @@ SCRIPT_NAMES = (
     "retry_failed_jobs",
     "resurrect_timed_out_jobs",
     "gc_finished_jobs",
+    "cancel_jobs",
+    "expire_jobs",
+    "expired_counts",
 )
 
 QUEUE_NOT_FOUND = -1

@@ -106,7 +106,13 @@ from pinlater.backends.redis.filtered_reads import (
 )
 from pinlater.backends.redis.hot_client import HotClient, HotScripts
 from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
-from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, compact_names_key, ready_keys
+from pinlater.backends.redis.keys_compact import (
+    CompactQueueKeys,
+    QueueKeyNames,
+    compact_names_key,
+    ending_keys,
+    ready_keys,
+)
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.native_hot import NativeHotPath
@@ -233,6 +239,7 @@ class RedisStore:
         holders = [keys.holders_key(p) for p in priorities] + keys.dedup_keys()  # deleted outright
         if isinstance(keys, CompactQueueKeys):
             holders += keys.group_keys()
+        holders += keys.expiry_keys()  # the expiry index and the expired count
         args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
         if self.layout.compact:  # gone from the list first, as the script's first call does
             self._shard.command("ZREM", compact_names_key(self._name), queue)
@@ -313,6 +320,7 @@ class RedisStore:
             keys.set_key(priority, JobState.IN_PROGRESS),
             *keys.hold_keys(priority),
             *ready_keys(keys, priority),
+            *ending_keys(keys, priority),
         ]
         args = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
         tail_keys, tail_args = self.rules.tail(queue, DEQUEUE)
@@ -326,7 +334,7 @@ class RedisStore:
     ) -> ScriptCall[None]:
         keys = self._keys(queue)
         items = [("s", item) for item in succeeded] + [("f", item) for item in failed]
-        key_list, index = priority_keys(keys, {item.priority for _, item in items}, 4)
+        key_list, index = priority_keys(keys, {item.priority for _, item in items}, 4, keys.expiry_keys())
         args: list[Any] = [queue, keys.jobs_arg, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
         for kind, item in items:
             retry_at = seconds_arg(now_ms + item.retry_delay_ms)
@@ -336,7 +344,7 @@ class RedisStore:
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
         keys = self._keys(queue)
-        key_list, index = priority_keys(keys, {item.priority for item in items}, 2)
+        key_list, index = priority_keys(keys, {item.priority for item in items}, 4, keys.expiry_keys()[:1])
         args: list[Any] = [queue, keys.jobs_arg, source, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
         for item in items:
             args += [
@@ -350,7 +358,8 @@ class RedisStore:
                 "0" if item.prepend_custom_status is None else "1",
                 item.prepend_custom_status or "",
             ]
-        changed, evicted = self._run_in_queue("checkpoint_jobs", queue, key_list, args)
+        tail_keys, tail_args = self.rules.tail(queue, GROUPS)  # compact: a cancelled job may leave its group
+        changed, evicted = self._run_in_queue("checkpoint_jobs", queue, key_list + tail_keys, args + tail_args)
         self._count_evicted(evicted)
         return int(changed)
 
@@ -390,13 +399,15 @@ class RedisStore:
         out = self._run_in_queue("lookup_jobs", queue, key_list, args)
         self._count_evicted(out[0])
         records = []
-        width = 12 if compact else 11  # the compact rows carry the job's group
+        width = 13 if compact else 12  # the compact rows carry the job's group
         for i in range(1, len(out), width):
             number, state, score, *fields = out[i : i + 7 + 3]
             group = out[i + 10] if compact else None
-            dedup_key = out[i + width - 1]
+            expire, dedup_key = out[i + width - 2], out[i + width - 1]
             priority, local_id = keys[int(number) - 1]
-            records.append(job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key, group))
+            records.append(
+                job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key, group, expire)
+            )
         return records
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
@@ -517,6 +528,7 @@ class RedisStore:
     ) -> int:
         keys = self._keys(queue)
         key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), keys.set_key(priority, JobState.FAILED)]
+        key_list.append(keys.expiry_keys()[0])
         args = [queue, keys.jobs_arg, attempts_to_allow, seconds_arg(run_after_ms), limit, seconds_arg(now_ms)]
         if isinstance(keys, CompactQueueKeys):
             tail_keys, tail_args = self.rules.tail(queue, GROUPS)
@@ -550,7 +562,7 @@ class RedisStore:
     ) -> int:
         keys = self._keys(queue)
         key_list = [keys.exists_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
-        key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority)]
+        key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority), *keys.expiry_keys()]
         args = [queue, keys.jobs_arg, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)
         changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args)
@@ -564,6 +576,66 @@ class RedisStore:
         key_list = [keys.exists_key, keys.set_key(priority, state)]
         args = [queue, keys.jobs_arg, seconds_arg(finished_before_ms), limit]
         return int(self._run_in_queue("gc_finished_jobs", queue, key_list, args))
+
+    # -- cancel and expiry (issue 18) ----------------------------------------------------------
+
+    def cancel_jobs(self, queue: str, keys: Sequence[tuple[int, int]], now_ms: int) -> int:
+        """One call of ``cancel_jobs.lua`` (the jobs in order; in the compact layout with the
+        groups' tail, as a cancelled job leaves its group)."""
+        qkeys = self._keys(queue)
+        compact = isinstance(qkeys, CompactQueueKeys)
+        key_list, index = [qkeys.exists_key, qkeys.expiry_keys()[0]], {}
+        for p in sorted({priority for priority, _ in keys}):
+            index[p] = len(key_list) + 1
+            key_list += [
+                qkeys.set_key(p, JobState.PENDING),
+                qkeys.set_key(p, JobState.IN_PROGRESS),
+                qkeys.set_key(p, JobState.FAILED),
+                *qkeys.hold_keys(p),
+            ]
+            if isinstance(qkeys, CompactQueueKeys):
+                key_list.append(qkeys.waiting_key(p))
+        args: list[Any] = [queue, qkeys.jobs_arg, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(keys)]
+        for priority, local_id in keys:
+            args += [index[priority], local_id, priority] if compact else [index[priority], local_id]
+        if compact:
+            tail_keys, tail_args = self.rules.tail(queue, GROUPS)
+            key_list += tail_keys
+            args += tail_args
+        return int(self._run_in_queue("cancel_jobs", queue, key_list, args))
+
+    def expire_jobs(self, queue: str, now_ms: int, limit: int) -> int:
+        """One call of ``expire_jobs.lua``: the queue's expiry index (``keys.py``) from its
+        soonest entry, at most ``4 * limit`` entries looked at."""
+        keys = self._keys(queue)
+        m = self._num_priorities
+        key_list = [keys.exists_key, *keys.expiry_keys()]
+        for p in range(1, m + 1):
+            key_list += [keys.set_key(p, JobState.PENDING), keys.set_key(p, JobState.FAILED), *keys.hold_keys(p)]
+            if isinstance(keys, CompactQueueKeys):
+                key_list.append(keys.waiting_key(p))
+        if isinstance(keys, CompactQueueKeys):
+            tail_keys, tail_args = self.rules.tail(queue, GROUPS)
+            args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), max(limit, 0), m, *tail_args]
+            key_list += tail_keys
+        else:
+            args = [queue, keys.jobs_arg, seconds_arg(now_ms), now_ms, max(limit, 0), m]
+        return int(self._run_in_queue("expire_jobs", queue, key_list, args))
+
+    def expired_counts(self) -> dict[str, int]:
+        """The queue names, then ``expired_counts.lua`` over their counters (``keys.py``), one
+        call for all (one per queue in a cluster, pipelined by master): two round trips."""
+        queues = sorted(self.get_queue_names())
+        counters = [self._keys(queue).expiry_keys()[1] for queue in queues]
+        if not counters:
+            return {}
+        if self._config.is_cluster:
+            calls: list[tuple[list[str], list[Any]]] = [([key], []) for key in counters]
+        else:
+            step = QUEUE_COUNTS_KEYS_PER_CALL
+            calls = [(counters[i : i + step], []) for i in range(0, len(counters), step)]
+        numbers = [int(n) for reply in self._shard.run_pipelined("expired_counts", calls) for n in reply]
+        return {queue: n for queue, n in zip(queues, numbers, strict=True) if n}
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -8,9 +8,15 @@ characters). With move-to-pending the job goes to PENDING scored by its run-afte
 its claim; otherwise it stays IN_PROGRESS re-scored by now, which extends the claim. ua = now
 either way. A member whose hash is gone (evicted) is removed and counted.
 
+A cancelled job (ar 0, ShardStore.cancel_jobs) keeps ar 0: attempts to allow set al only, and
+a move to PENDING ends it FAILED (scored by now, claim kept as a failure ack keeps it) with
+"cancelled" appended to cs. A job with an expiry (ex) moved to PENDING is put back in the
+expiry index.
+
 KEYS[1]     queue names sorted set (pln_{shard})
-KEYS[2..n]  two sorted sets per priority involved: PENDING then IN_PROGRESS
-            (plq_{shard}_{queue}.p{p}_s0, _s1)
+KEYS[2]     expiry index (pld_{shard}_{queue}.e, keys.py)
+KEYS[3..n]  four sorted sets per priority involved, in state order: PENDING, IN_PROGRESS,
+            SUCCEEDED, FAILED (plq_{shard}_{queue}.p{p}_s0 .. _s3)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     source that must appear in the claim
@@ -18,7 +24,7 @@ ARGV[4]     custom status limit, in characters
 ARGV[5]     now, seconds as float
 ARGV[6]     number of checkpoints, n
 then 9 per checkpoint:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (IN_PROGRESS follows)
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
   ARGV[i+1] local id
   ARGV[i+2] '1' to move to PENDING, else '0'
   ARGV[i+3] run after, seconds as float (used with move-to-pending)
@@ -28,12 +34,13 @@ then 9 per checkpoint:
   ARGV[i+7] '1' if a status to prepend follows, else '0'
   ARGV[i+8] status to prepend
 
-Hash fields: bd al ar ua cs cd (keys.JobField).
+Hash fields: bd al ar ua cs cd ex (keys.JobField).
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include cut_chars
+--@include ended
 
-local names_key = KEYS[1]
+local names_key, expiry_index_key = KEYS[1], KEYS[2]
 local queue, hash_prefix, source = ARGV[1], ARGV[2], ARGV[3]
 local status_limit, now, n = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 if not redis.call('ZSCORE', names_key, queue) then
@@ -47,7 +54,7 @@ for j = 0, n - 1 do
   local id = ARGV[a + 1]
   if redis.call('ZSCORE', in_progress_key, id) then
     local hash_key = hash_prefix .. id
-    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'cs', 'cd')
+    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'cs', 'cd', 'ar', 'ex')
     if not job[1] or not job[2] then
       redis.call('ZREM', in_progress_key, id)
       redis.call('DEL', hash_key)
@@ -56,13 +63,30 @@ for j = 0, n - 1 do
       if ARGV[a + 4] == '1' then
         redis.call('HSET', hash_key, 'bd', ARGV[a + 5])
       end
+      local cancelled = tonumber(job[5]) == 0
       if ARGV[a + 6] ~= '' then
-        redis.call('HSET', hash_key, 'al', ARGV[a + 6], 'ar', ARGV[a + 6])
+        if cancelled then
+          redis.call('HSET', hash_key, 'al', ARGV[a + 6])
+        else
+          redis.call('HSET', hash_key, 'al', ARGV[a + 6], 'ar', ARGV[a + 6])
+        end
       end
+      local status = job[3] or ''
       if ARGV[a + 7] == '1' then
-        redis.call('HSET', hash_key, 'cs', cut_chars(ARGV[a + 8] .. (job[3] or ''), status_limit))
+        status = cut_chars(ARGV[a + 8] .. status, status_limit)
+        redis.call('HSET', hash_key, 'cs', status)
       end
-      if ARGV[a + 2] == '1' then
+      if ARGV[a + 2] == '1' and cancelled then
+        redis.call('ZREM', in_progress_key, id)
+        redis.call('ZADD', KEYS[k + 3], now, id)
+        redis.call('HSET', hash_key, 'cs', ended_status(status, CANCELLED, status_limit))
+        if job[6] then
+          redis.call('ZREM', expiry_index_key, id)
+        end
+      elseif ARGV[a + 2] == '1' then
+        if job[6] then
+          redis.call('ZADD', expiry_index_key, job[6], id)
+        end
         redis.call('ZREM', in_progress_key, id)
         redis.call('ZADD', pending_key, ARGV[a + 3], id)
         redis.call('HDEL', hash_key, 'cd')

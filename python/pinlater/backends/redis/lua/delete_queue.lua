@@ -9,7 +9,8 @@ KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the s
             held and hold expiry sets, and any set left by servers before the held set
             (plq_{shard}_{queue}.p{p}_s{s}, _h, _x, _r)
 KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (..._o) and the dedup
-            records (pld_{shard}_{queue}.k, .i, .g), with UNLINK: the records of a million keys
+            records (pld_{shard}_{queue}.k, .i, .g), the expiry index and count (.e, .n), with
+            UNLINK: the records of a million keys
             would keep Redis busy for most of a second in a DEL
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)

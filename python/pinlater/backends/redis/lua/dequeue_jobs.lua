@@ -19,6 +19,9 @@ KEYS[3]  IN_PROGRESS sorted set (plq_{shard}_{queue}.p{p}_s1)
 KEYS[4]  held sorted set (plq_{shard}_{queue}.p{p}_h)
 KEYS[5]  hold expiry sorted set (plq_{shard}_{queue}.p{p}_x)
 KEYS[6]  holders hash (plq_{shard}_{queue}.p{p}_o)
+KEYS[7]  FAILED sorted set (plq_{shard}_{queue}.p{p}_s3)
+KEYS[8]  expiry index (pld_{shard}_{queue}.e, keys.py)
+KEYS[9]  expired count (pld_{shard}_{queue}.n)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]  now, seconds as float
@@ -29,16 +32,25 @@ ARGV[7]  largest group of equal scores to reorder by id
 then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
 (lib/rules.lua): a claim takes no more jobs than the room under it; dry runs ignore it.
 
-Hash fields: bd al ar ca ua cd (keys.JobField).
+A PENDING job whose hash has an expiry (field ex, ms) at or before now is never handed out: a
+claim expires it (to FAILED scored by now, ar 0, ua now, "expired" appended to cs, out of the
+expiry index, the expired count one up) in place of a job; a dry run skips it. A job without ex
+costs nothing more than the field in the HMGET.
+
+Hash fields: bd al ar ca ua cd cs ex (keys.JobField).
 Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, where ua is
 the new updated time (the old one in a dry run), or -1 if the queue does not exist. The caller
 orders the jobs by (score, id).
 ]]
 --@include holds
 --@include rules
+--@include cut_chars
+--@include ended
 local names_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
+local failed_key, expiry_index_key, expired_count_key = KEYS[7], KEYS[8], KEYS[9]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
+local now_ms = ms_of(now)
 local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
 local max_ties = tonumber(ARGV[7])
 if not redis.call('ZSCORE', names_key, queue) then
@@ -120,12 +132,20 @@ while found < limit do
   for _, entry in ipairs(picked) do
     local id, score = entry[1], entry[2]
     local hash_key = hash_prefix .. id
-    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua')
+    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
     taken[#taken + 1] = id
     if not job[1] or not job[2] then
       if not dry_run then
         redis.call('DEL', hash_key)
         evicted = evicted + 1
+      end
+    elseif expired_at(job[6], now_ms) then
+      if not dry_run then
+        local status = redis.call('HGET', hash_key, 'cs')
+        redis.call('HSET', hash_key, 'ar', 0, 'ua', now, 'cs', ended_status(status, EXPIRED, CUSTOM_STATUS_LIMIT))
+        redis.call('ZADD', failed_key, now, id)
+        redis.call('ZREM', expiry_index_key, id)
+        redis.call('INCR', expired_count_key)
       end
     else
       local updated = job[5]

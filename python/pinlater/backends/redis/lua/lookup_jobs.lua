@@ -17,10 +17,10 @@ then 2 per lookup:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other four follow)
   ARGV[i+1] local id
 
-Hash fields: bd al ar cs ca ua cd (keys.JobField).
-Returns {evicted, then 11 values per job found: lookup number (1-based), state (0..3), score,
-al, ar, cs, ca, ua, cd (nil if none), bd (nil unless asked), dedup key (nil if none; one HMGET
-of the ids hash for all)}, or -1 if the queue does not exist.
+Hash fields: bd al ar cs ca ua cd ex (keys.JobField).
+Returns {evicted, then 12 values per job found: lookup number (1-based), state (0..3), score,
+al, ar, cs, ca, ua, cd (nil if none), bd (nil unless asked), expiry (ex, ms; nil if none), dedup
+key (nil if none; one HMGET of the ids hash for all)}, or -1 if the queue does not exist.
 ]]
 --@include keyed_rows
 local names_key, ids_key = KEYS[1], KEYS[2]
@@ -41,7 +41,7 @@ for j = 0, n - 1 do
     local state = set % 4  -- the held set (4) is PENDING (0)
     if score then
       local hash_key = hash_prefix .. id
-      local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd')
+      local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd', 'ex')
       if not job[1] or not job[2] then
         if set < 4 then  -- an evicted held job is left to its holder's claim or the sweep
           redis.call('ZREM', KEYS[k + set], id)
@@ -53,12 +53,12 @@ for j = 0, n - 1 do
         if with_body then
           body = job[1]
         end
-        rows[#rows + 1] = {j + 1, state, score, job[2], job[3], job[4], job[5], job[6], job[7], body, id}
+        rows[#rows + 1] = {j + 1, state, score, job[2], job[3], job[4], job[5], job[6], job[7], body, job[8], id}
       end
       break
     end
   end
 end
-emit_keyed_rows(out, rows, 10, 11, ids_key)
+emit_keyed_rows(out, rows, 11, 12, ids_key)
 out[1] = evicted
 return out

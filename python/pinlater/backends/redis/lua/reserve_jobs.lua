@@ -13,6 +13,9 @@ KEYS[2]  PENDING sorted set (plq_{shard}_{queue}.p{p}_s0)
 KEYS[3]  held sorted set (plq_{shard}_{queue}.p{p}_h)
 KEYS[4]  hold expiry sorted set (plq_{shard}_{queue}.p{p}_x)
 KEYS[5]  holders hash (plq_{shard}_{queue}.p{p}_o)
+KEYS[6]  FAILED sorted set (plq_{shard}_{queue}.p{p}_s3)
+KEYS[7]  expiry index (pld_{shard}_{queue}.e, keys.py)
+KEYS[8]  expired count (pld_{shard}_{queue}.n)
 ARGV[1]  queue name
 ARGV[2]  job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]  now, seconds as float
@@ -22,16 +25,24 @@ ARGV[6]  expiry, seconds as float
 then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
 (lib/rules.lua): no more jobs are held than the room under it.
 
-Hash fields: bd al ar ca ua (keys.JobField).
+A job whose expiry (ex, ms) is at or before now is expired in place of a job (as
+dequeue_jobs.lua does); one that expires before ARGV[6] is held only until its expiry, so its
+hold has lapsed by the time it expires and claim_reserved.lua never claims it.
+
+Hash fields: bd al ar ca ua cs ex (keys.JobField).
 Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, or -1 if the
 queue does not exist. The caller orders the jobs by (score, id).
 ]]
 --@include holds
 --@include rules
+--@include cut_chars
+--@include ended
 local names_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
+local failed_key, expiry_index_key, expired_count_key = KEYS[6], KEYS[7], KEYS[8]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
 local limit, reservation, expiry = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local now_ms, expiry_ms = ms_of(now), ms_of(expiry)
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
@@ -46,15 +57,25 @@ while found < limit do
   for i = 1, #page, 2 do
     local id, score = page[i], page[i + 1]
     local hash_key = hash_prefix .. id
-    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua')
+    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
     taken[#taken + 1] = id
     if not job[1] or not job[2] then
       redis.call('DEL', hash_key)
       evicted = evicted + 1
+    elseif expired_at(job[6], now_ms) then
+      local status = redis.call('HGET', hash_key, 'cs')
+      redis.call('HSET', hash_key, 'ar', 0, 'ua', now, 'cs', ended_status(status, EXPIRED, CUSTOM_STATUS_LIMIT))
+      redis.call('ZADD', failed_key, now, id)
+      redis.call('ZREM', expiry_index_key, id)
+      redis.call('INCR', expired_count_key)
     else
       held[#held + 1] = score
       held[#held + 1] = id
-      expiries[#expiries + 1] = expiry
+      if job[6] and tonumber(job[6]) < expiry_ms then
+        expiries[#expiries + 1] = string.format('%.3f', tonumber(job[6]) / 1000)
+      else
+        expiries[#expiries + 1] = expiry
+      end
       expiries[#expiries + 1] = id
       holders[#holders + 1] = id
       holders[#holders + 1] = reservation

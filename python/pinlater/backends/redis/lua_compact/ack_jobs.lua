@@ -14,8 +14,15 @@ whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and
 Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
+Cancel and expiry, as lua/ack_jobs.lua: a failure of a cancelled job (ar 0) ends it FAILED with
+"cancelled" appended; a failure whose retry time is at or after the job's expiry (ex) ends it
+FAILED with "expired" appended (the expired count one up). A job with an expiry that finishes
+leaves the expiry index.
+
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
-KEYS[2..n]  four sorted sets per acked priority, in state order: PENDING, IN_PROGRESS,
+KEYS[2]     expiry index (plc:{S:Q}:xe)
+KEYS[3]     expired count (plc:{S:Q}:xn)
+KEYS[4..n]  four sorted sets per acked priority, in state order: PENDING, IN_PROGRESS,
             SUCCEEDED, FAILED (plc:{S:Q}:p{p}:s0 .. :s3)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
@@ -36,9 +43,10 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 --@include records
 --@include sets
 --@include cut_chars
+--@include ended
 --@include claimed
 --@include groups
-local meta_key = KEYS[1]
+local meta_key, expiry_index_key, expired_count_key = KEYS[1], KEYS[2], KEYS[3]
 local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
 local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
@@ -64,17 +72,28 @@ for j = 0, n - 1 do
     else
       job.cs = cut_chars(job.cs .. append, status_limit)
       job.ua = now
+      local finished = true
       if kind == 's' then
         writes.add(k + 2, now, id)
         left[#left + 1] = job.gr
-      elseif job.ar > 1 then
+      elseif job.ar > 1 and not expired_at(job.ex, to_ms(retry_at)) then
         job.ar = job.ar - 1
         job.cd = false
         writes.add(k, to_ms(retry_at), id)
+        finished = false
       else
+        if job.ar == 0 then
+          job.cs = ended_status(job.cs, CANCELLED, status_limit)
+        elseif job.ar > 1 then
+          job.cs = ended_status(job.cs, EXPIRED, status_limit)
+          redis.call('INCR', expired_count_key)
+        end
         job.ar = 0
         writes.add(k + 3, now, id)
         left[#left + 1] = job.gr
+      end
+      if finished and job.ex then
+        redis.call('ZREM', expiry_index_key, id)
       end
       acked[#acked + 1] = id
       changed = changed + 1

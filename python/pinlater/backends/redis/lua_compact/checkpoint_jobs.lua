@@ -13,9 +13,14 @@ in one call gets both unless the first moved it to PENDING).
 Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
+A cancelled job (ar 0) keeps ar 0 (attempts to allow set al only), and a move to PENDING ends
+it FAILED with "cancelled" appended (it leaves its group as a final failure does); a job with an
+expiry moved to PENDING is put back in the expiry index (as lua/checkpoint_jobs.lua).
+
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
-KEYS[2..n]  two sorted sets per priority involved: PENDING then IN_PROGRESS
-            (plc:{S:Q}:p{p}:s0, :s1)
+KEYS[2]     expiry index (plc:{S:Q}:xe)
+KEYS[3..n]  four sorted sets per priority involved, in state order: PENDING, IN_PROGRESS,
+            SUCCEEDED, FAILED (plc:{S:Q}:p{p}:s0 .. :s3)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     source that must appear in the claim
@@ -23,7 +28,7 @@ ARGV[4]     custom status limit, in characters
 ARGV[5]     now, seconds as float
 ARGV[6]     number of checkpoints, n
 then 9 per checkpoint:
-  ARGV[i]   index into KEYS of the PENDING set of the job's priority (IN_PROGRESS follows)
+  ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
   ARGV[i+1] local id
   ARGV[i+2] '1' to move to PENDING, else '0'
   ARGV[i+3] run after, seconds as float (used with move-to-pending)
@@ -33,13 +38,17 @@ then 9 per checkpoint:
   ARGV[i+7] '1' if a status to prepend follows, else '0'
   ARGV[i+8] status to prepend
 
+then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
+
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
 --@include cut_chars
+--@include ended
 --@include claimed
-local meta_key = KEYS[1]
+--@include groups
+local meta_key, expiry_index_key = KEYS[1], KEYS[2]
 local records_key, source = ARGV[2], ARGV[3]
 local status_limit, now, n = tonumber(ARGV[4]), to_ms(ARGV[5]), tonumber(ARGV[6])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
@@ -59,6 +68,7 @@ local function settle(k, id, where)
   fate[k][id] = where
 end
 local changed, evicted, written, seen = 0, 0, {}, {}
+local left = {}  -- the groups a cancelled job left
 for j = 0, n - 1 do
   local a = 7 + 9 * j
   local k = tonumber(ARGV[a])
@@ -73,14 +83,30 @@ for j = 0, n - 1 do
       if ARGV[a + 4] == '1' then
         job.bd = ARGV[a + 5]
       end
+      local cancelled = job.ar == 0
       if ARGV[a + 6] ~= '' then
         job.al = tonumber(ARGV[a + 6])
-        job.ar = job.al
+        if not cancelled then
+          job.ar = job.al
+        end
       end
       if ARGV[a + 7] == '1' then
         job.cs = cut_chars(ARGV[a + 8] .. job.cs, status_limit)
       end
-      if ARGV[a + 2] == '1' then
+      if ARGV[a + 2] == '1' and cancelled then
+        member[k][id] = nil
+        settle(k, id, 'failed')
+        job.cs = ended_status(job.cs, CANCELLED, status_limit)
+        if job.gr then
+          left[#left + 1] = job.gr
+        end
+        if job.ex then
+          redis.call('ZREM', expiry_index_key, id)
+        end
+      elseif ARGV[a + 2] == '1' then
+        if job.ex then
+          redis.call('ZADD', expiry_index_key, job.ex, id)
+        end
         member[k][id] = nil
         settle(k, id, to_ms(ARGV[a + 3]))
         job.cd = false
@@ -96,6 +122,10 @@ for j = 0, n - 1 do
     end
   end
 end
+local rules = rules_tail(6 + 9 * n)
+if #left > 0 and not rules then  -- before any write: Redis keeps a failed script's writes
+  return redis.error_reply('ERR a job of an ordered group ended without the group keys')
+end
 write_records(records_key, written, jobs)
 
 local writes = set_writes()
@@ -104,6 +134,9 @@ for _, t in ipairs(touched) do
   local where = fate[k][id]
   if where == true then
     writes.add(k + 1, now, id)
+  elseif where == 'failed' then
+    writes.remove(k + 1, id)
+    writes.add(k + 3, now, id)
   elseif where then
     writes.remove(k + 1, id)
     writes.add(k, where, id)
@@ -112,4 +145,12 @@ for _, t in ipairs(touched) do
   end
 end
 writes.flush()
+if #left > 0 then
+  begin_batch(rules)
+  prefetch_groups(rules, left)
+  for _, group in ipairs(left) do
+    leave_group(rules, group, now)
+  end
+  flush_groups(rules, now)
+end
 return {changed, evicted}

@@ -14,7 +14,8 @@ KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the s
             held and hold expiry sets (plc:{S:Q}:p{p}:s{s}, :h, :x)
 KEYS[m+1..] the ready lists (plc:{S:Q}:p{p}:r, ARGV[5] of them), then the keys deleted outright
             once no job is left: the holders hashes (plc:{S:Q}:p{p}:o) and the dedup records
-            (plc:{S:Q}:dk, :di, :dg), with UNLINK as in lua/delete_queue.lua
+            (plc:{S:Q}:dk, :di, :dg), the expiry index and count (:xe, :xn), with UNLINK as in
+            lua/delete_queue.lua
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     the most jobs to delete in this call

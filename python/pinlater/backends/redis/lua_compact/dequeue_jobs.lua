@@ -31,6 +31,9 @@ KEYS[4]  held sorted set (plc:{S:Q}:p{p}:h)
 KEYS[5]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
 KEYS[6]  holders hash (plc:{S:Q}:p{p}:o)
 KEYS[7]  ready list (plc:{S:Q}:p{p}:r)
+KEYS[8]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
+KEYS[9]  expiry index (plc:{S:Q}:xe)
+KEYS[10] expired count (plc:{S:Q}:xn)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  now, seconds as float
@@ -44,6 +47,9 @@ more jobs than the room under max in progress (the IN_PROGRESS jobs of every pri
 job of a group whose bucket has no token is skipped, its run after (score) moved to when the
 next token is due (at most MAX_RATE_SKIPS per call); dry runs ignore both.
 
+A job whose record has an expiry (ex) at or before now is never handed out: a claim expires it
+(lib/expiry.lua) in place of a job, a dry run skips it.
+
 Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
 where ua is the new updated time (the old one in a dry run), or -1 if the queue does not exist.
 The caller orders the jobs by (score, id).
@@ -53,6 +59,10 @@ The caller orders the jobs by (score, id).
 --@include holds
 --@include ready
 --@include groups
+--@include cut_chars
+--@include ended
+--@include expiry
+local failed_key, expiry_index_key, expired_count_key = KEYS[8], KEYS[9], KEYS[10]
 local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
@@ -208,7 +218,12 @@ while (dry_run and places or found) < limit do
     end
   elseif member then
     at = at + 1
-    if member[3] and no_token(member[1], member[3]) then
+    if member[3] and expired_at(member[3].ex, now) then
+      if not dry_run and expire_met(rules, records_key, pending_key, failed_key, expiry_index_key, expired_count_key,
+          member[1], member[3], now) then
+        taken[#taken + 1] = member[1]
+      end
+    elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
         break
       end

@@ -16,15 +16,16 @@ the order of the call; its record keeps the group (gr) and its place (gq: its id
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same hash (field `id`)
 KEYS[3..5]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
-KEYS[6..]   four per priority 1..m: PENDING, SUCCEEDED and FAILED sets and the ready list
-            (plc:{S:Q}:p{p}:s0, :s2, :s3, :r): priority p's start at 6 + 4 * (p - 1)
+KEYS[6]     the expiry index (plc:{S:Q}:xe)
+KEYS[7..]   four per priority 1..m: PENDING, SUCCEEDED and FAILED sets and the ready list
+            (plc:{S:Q}:p{p}:s0, :s2, :s3, :r): priority p's start at 7 + 4 * (p - 1)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     now, seconds as float (ca and ua)
 ARGV[4]     number of jobs, n
 ARGV[5]     now, ms
 ARGV[6]     m, the priorities whose keys are in KEYS
-then 9 per job, in order:
+then 10 per job, in order:
   ARGV[i]   index into KEYS of the job's PENDING set (its priority's first key)
   ARGV[i+1] body (bd)
   ARGV[i+2] attempts allowed (al, and ar)
@@ -34,6 +35,8 @@ then 9 per job, in order:
   ARGV[i+6] window, ms
   ARGV[i+7] 'k' if the job has a dedup key, 'g' if a group, 'kg' if both
   ARGV[i+8] its group ('' if none)
+  ARGV[i+9] its expiry, ms ('' if none): kept in its record (ex), and the job in the expiry
+            index; such a job never goes to a ready list
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
 
 Returns 3 values per job, in order: priority, local id, 1 if the key was held (the holder's
@@ -56,8 +59,9 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 local INSERT_READY_OFFSET = 3  -- a group's ready list, from its PENDING set
-local STRIDE = 9
+local STRIDE = 10
 local rules = rules_tail(6 + STRIDE * n)
+local expiry_index_key = KEYS[6]
 
 local function keyed(a)
   return string.find(ARGV[a + 7], 'k', 1, true) ~= nil
@@ -65,12 +69,16 @@ end
 
 -- A job of a group joins it (insert_jobs' `place`); the others go to their PENDING set.
 local function place(a, id, k, run_after, job)
+  if ARGV[a + 9] ~= '' then
+    job.ex = tonumber(ARGV[a + 9])
+    redis.call('ZADD', expiry_index_key, ARGV[a + 9], id)
+  end
   if not string.find(ARGV[a + 7], 'g', 1, true) then
     return true
   end
   local group = ARGV[a + 8]
   job.gr, job.gq = group, tonumber(id)
-  local p = (k - 6) / DEDUP_GROUP + 1
+  local p = (k - 7) / DEDUP_GROUP + 1
   return join_group(rules, group, job, id, p, run_after, now)
 end
 
@@ -86,7 +94,7 @@ if rules then
   end
   prefetch_groups(rules, groups)
 end
-local out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 6, INSERT_READY_OFFSET,
+local out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET,
   STRIDE, keyed, place)
 flush_groups(rules, now)
 return out

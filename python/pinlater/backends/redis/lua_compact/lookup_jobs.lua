@@ -25,9 +25,9 @@ then 2 per lookup:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other six follow)
   ARGV[i+1] local id
 
-Returns {evicted, then 12 values per job found: lookup number (1-based), state (0..3), score
+Returns {evicted, then 13 values per job found: lookup number (1-based), state (0..3), score
 (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked), its group (nil
-if none), dedup key (nil if none; one HMGET of the ids hash for all)}, or -1 if the
+if none), its expiry (ms; nil if none), dedup key (nil if none; one HMGET of the ids hash for all)}, or -1 if the
 queue does not exist.
 ]]
 --@include keyed_rows
@@ -121,7 +121,7 @@ for j = 0, n - 1 do
           body = job.bd
         end
         rows[#rows + 1] = {j + 1, state, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca),
-          to_seconds(job.ua), job.cd, body, job.gr or false, id}
+          to_seconds(job.ua), job.cd, body, job.gr or false, job.ex or false, id}
       end
       break
     end
@@ -137,10 +137,10 @@ for j = 0, n - 1 do
       body = job.bd
     end
     rows[#rows + 1] = {j + 1, 0, to_seconds(job.ca), job.al, job.ar, job.cs, to_seconds(job.ca),
-      to_seconds(job.ua), false, body, job.gr or false, id}
+      to_seconds(job.ua), false, body, job.gr or false, job.ex or false, id}
   end
 end
 writes.flush()
-emit_keyed_rows(out, rows, 11, 12, ids_key)
+emit_keyed_rows(out, rows, 12, 13, ids_key)
 out[1] = evicted
 return out

@@ -19,6 +19,9 @@ KEYS[3]  held sorted set (plc:{S:Q}:p{p}:h)
 KEYS[4]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
 KEYS[5]  holders hash (plc:{S:Q}:p{p}:o)
 KEYS[6]  ready list (plc:{S:Q}:p{p}:r)
+KEYS[7]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
+KEYS[8]  expiry index (plc:{S:Q}:xe)
+KEYS[9]  expired count (plc:{S:Q}:xn)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  now, seconds as float
@@ -29,6 +32,10 @@ then, only when the queue has a rule for dequeues, the rules and group keys at t
 and KEYS (lib/groups.lua's tail): as in dequeue_jobs.lua, no more jobs than the room under max
 in progress, and a job of a group without a token is skipped and rescheduled.
 
+A job whose expiry (ex) is at or before now is expired in place of a job (lib/expiry.lua); one
+that expires before ARGV[6] is held only until its expiry, so claim_reserved.lua never claims it
+past it.
+
 Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
 or -1 if the queue does not exist. The caller orders the jobs by (score, id).
 ]]
@@ -37,6 +44,10 @@ or -1 if the queue does not exist. The caller orders the jobs by (score, id).
 --@include holds
 --@include ready
 --@include groups
+--@include cut_chars
+--@include ended
+--@include expiry
+local failed_key, expiry_index_key, expired_count_key = KEYS[7], KEYS[8], KEYS[9]
 local meta_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
@@ -55,11 +66,16 @@ local rate_limited = rules and rules.rate > 0
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 local out = {0}
 local found, evicted = 0, 0
-local held, mine, holders = {}, {}, {}
+local held, mine, holders, short = {}, {}, {}, {}
 local function take(id, score, job)
   held[#held + 1] = score
   held[#held + 1] = id
-  mine[#mine + 1] = id
+  if job.ex and job.ex < expiry then  -- held until its expiry only: never claimed past it
+    short[#short + 1] = job.ex
+    short[#short + 1] = id
+  else
+    mine[#mine + 1] = id
+  end
   holders[#holders + 1] = id
   holders[#holders + 1] = reservation
   local o = 1 + 7 * found
@@ -119,7 +135,12 @@ while found < limit do
     end
   elseif member then
     at = at + 1
-    if member[3] and no_token(member[1], member[3]) then
+    if member[3] and expired_at(member[3].ex, now) then
+      if expire_met(rules, records_key, pending_key, failed_key, expiry_index_key, expired_count_key, member[1],
+          member[3], now) then
+        taken[#taken + 1] = member[1]
+      end
+    elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
         break
       end
@@ -139,6 +160,7 @@ zrem_all(pending_key, taken)
 reader.finish()
 zadd_pairs(held_key, held)
 zadd_all(expiry_key, expiry, mine)
+zadd_pairs(expiry_key, short)
 for i = 1, #holders, 2 * SET_CHUNK do
   redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 2 * SET_CHUNK - 1, #holders)))
 end

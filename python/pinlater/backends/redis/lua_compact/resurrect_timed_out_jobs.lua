@@ -16,6 +16,8 @@ KEYS[4]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
 KEYS[5]  held sorted set (plc:{S:Q}:p{p}:h)
 KEYS[6]  hold expiry sorted set (plc:{S:Q}:p{p}:x)
 KEYS[7]  holders hash (plc:{S:Q}:p{p}:o)
+KEYS[8]  expiry index (plc:{S:Q}:xe)
+KEYS[9]  expired count (plc:{S:Q}:xn)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  claimed before, seconds as float (exclusive)
@@ -24,12 +26,19 @@ ARGV[5]  now, seconds as float
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
 ordered group that fails for good leaves its group, whose oldest waiting jobs move up.
 
+A cancelled job (ar 0) ends FAILED with "cancelled" appended; one with attempts left whose
+expiry (ex) is at or before now ends FAILED with "expired" appended (the expired count one up),
+as lua/resurrect_timed_out_jobs.lua.
+
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
 --@include holds
 --@include groups
+--@include cut_chars
+--@include ended
+local expiry_index_key, expired_count_key = KEYS[8], KEYS[9]
 local meta_key, pending_key, in_progress_key, failed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local records_key, before = ARGV[2], bound_ms('(' .. ARGV[3])
 local limit, now = tonumber(ARGV[4]), to_ms(ARGV[5])
@@ -50,10 +59,19 @@ local changed, retried, failed, left = {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
-    if job.ar > 1 then
+    if job.ar > 1 and not expired_at(job.ex, now) then
       job.ar, job.cd = job.ar - 1, false
       retried[#retried + 1] = id
     else
+      if job.ar == 0 then
+        job.cs = ended_status(job.cs, CANCELLED, CUSTOM_STATUS_LIMIT)
+      elseif job.ar > 1 then
+        job.cs = ended_status(job.cs, EXPIRED, CUSTOM_STATUS_LIMIT)
+        redis.call('INCR', expired_count_key)
+      end
+      if job.ex then
+        redis.call('ZREM', expiry_index_key, id)
+      end
       job.ar = 0
       failed[#failed + 1] = id
       left[#left + 1] = job.gr

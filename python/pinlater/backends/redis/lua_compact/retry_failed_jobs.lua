@@ -8,6 +8,7 @@ A member whose record is missing (evicted) is removed and counted, not moved.
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  PENDING sorted set (plc:{S:Q}:p{p}:s0)
 KEYS[3]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
+KEYS[4]  expiry index (plc:{S:Q}:xe)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  attempts remaining to set
@@ -19,6 +20,9 @@ then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail
 ordered group goes back in its group as an enqueue puts it (lib/groups.lua's join_group), at the
 back of its FIFO (a new place, from the id counter): active only if there is room and nothing
 waits, else waiting.
+
+A moved job loses its expiry (ex, and its entry in the expiry index, if any): an operator who
+puts a job back wants it run.
 
 Returns {moved, evicted}, or -1 if the queue does not exist.
 ]]
@@ -40,11 +44,15 @@ if #ids > 0 then
 end
 local jobs = read_records(records_key, ids)
 local rules, priority = rules_tail(7), tonumber(ARGV[7])
-local moved, pending = {}, {}
+local moved, pending, cleared = {}, {}, {}
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
     job.ar, job.cd, job.ua = attempts, false, now
+    if job.ex then
+      job.ex = nil
+      cleared[#cleared + 1] = id
+    end
     moved[#moved + 1] = id
     if not job.gr then
       pending[#pending + 1] = id
@@ -58,4 +66,5 @@ for _, id in ipairs(ids) do
 end
 write_records(records_key, moved, jobs)
 zadd_all(pending_key, run_after, pending)
+zrem_all(KEYS[4], cleared)
 return {#moved, #ids - #moved}

@@ -6,9 +6,10 @@
 -- ARGV[7], 7 in the original layout); `first_set` is the KEYS index of priority 1's first set,
 -- `ready_offset` insert_jobs' (nil without ready lists). The compact layout passes `keyed(a)`,
 -- whether the job at ARGV[a] has a dedup key (else every job has one), and insert_jobs' `place`.
+-- `inserted`, when given, is called as inserted(a, id) for each job inserted (an expiry's writes).
 -- Returns the script's reply.
 local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, first_set, ready_offset,
-                             stride, keyed, place)
+                             stride, keyed, place, inserted)
   stride = stride or 7
   local out = {}
   local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
@@ -62,6 +63,9 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     local priority = (tonumber(ARGV[a]) - first_set) / DEDUP_GROUP + 1
     if not keyed or keyed(a) then
       holders[#holders + 1] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
+    end
+    if inserted then
+      inserted(a, string.format('%d', id))
     end
     out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
   end

@@ -37,7 +37,7 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     local k, run_after = tonumber(ARGV[a]), to_ms(ARGV[a + 3])
     if place and not place(a, id, k, run_after, jobs[id]) then
       -- waiting in its group: placed by `place`
-    elseif READY_LISTS and run_after == now and not jobs[id].gr then
+    elseif READY_LISTS and run_after == now and not jobs[id].gr and not jobs[id].ex then
       if not ready[k] then
         ready[k] = {}
         ready_order[#ready_order + 1] = k

@@ -2,12 +2,14 @@
 -- `--@include records` get this file pasted in; see keys_compact.py for the layout).
 --
 -- The records hash (`plc:{S:Q}:j`, passed where the original passes its job hash key prefix)
--- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd[, gr, gq]}):
+-- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd[, gr, gq[, ex]]}):
 --   bd  body                        al  attempts allowed      ar  attempts remaining
 --   ca  created at, integer ms      ua  updated at, stored as ms after ca (ua - ca)
 --   cs  custom status ('' if none)  cd  claim descriptor, or false if the job has no claim
 --   gr  the job's ordered group (groupKey), only for a job of a group (lib/groups.lua), and
 --   gq  its place in the group's FIFO (its id, or a later number once retried)
+--   ex  the job's expiry (expireAtTimestampMillis), integer ms, only for a job that has one
+--       (then gr and gq are false for a job of no group)
 -- A job without a group has seven items, as before groups, so its record costs nothing more.
 -- ua is kept as a delta so that a job never touched since its enqueue stores 0 (one byte of
 -- msgpack, not nine): a record of a 100-byte body is then 124 bytes, which jemalloc keeps in its
@@ -63,14 +65,18 @@ local function bound_ms(bound)
   return string.format('%.17g', to_ms(bound))
 end
 
--- The items read straight after the array's one-byte header (0x97, or 0x99 with a group),
+-- The items read straight after the array's one-byte header (0x97, 0x99 with a group, 0x9a with an expiry),
 -- without the table cmsgpack.unpack would build for the array (a quarter of the time).
 local function unpack_record(packed)
-  local _, bd, al, ar, ca, ua, cs, cd, gr, gq = cmsgpack.unpack_limit(packed, 9, 1)
-  return {bd = bd, al = al, ar = ar, ca = ca, ua = ca + ua, cs = cs, cd = cd, gr = gr, gq = gq}
+  local _, bd, al, ar, ca, ua, cs, cd, gr, gq, ex = cmsgpack.unpack_limit(packed, 10, 1)
+  return {bd = bd, al = al, ar = ar, ca = ca, ua = ca + ua, cs = cs, cd = cd, gr = gr or nil, gq = gq or nil, ex = ex}
 end
 
 local function pack_record(job)
+  if job.ex then
+    return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false,
+      job.gr or false, job.gq or false, job.ex})
+  end
   if job.gr then
     return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false, job.gr,
       job.gq})
