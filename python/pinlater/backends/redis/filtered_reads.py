@@ -65,8 +65,8 @@ def delete_call(
 class Page(NamedTuple):
     """One call of scan_jobs.lua: evicted members removed, members looked at (evicted ones
     included: the next page's offset is ``looked - evicted`` further, less any rows deleted in
-    between), whether the range ends there, and the rows of 10 values (the body 9th, the job's
-    dedup key last), or 11 in the compact layout (the job's group 10th)."""
+    between), whether the range ends there, and the rows of 11 values (the body 9th, the job's
+    expiry next to last, its dedup key last), or 12 in the compact layout (the job's group 10th)."""
 
     evicted: int
     looked: int
@@ -104,7 +104,7 @@ def page(
     out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, ids_key, *sets], args)
     evicted = int(out[0])
     shard.count_evicted(evicted)
-    width = 11 if isinstance(keys, CompactQueueKeys) else 10
+    width = 12 if isinstance(keys, CompactQueueKeys) else 11
     return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + width] for i in range(3, len(out), width)])
 
 
@@ -139,7 +139,7 @@ def matching_pages(
     page_bytes: int,
     body_filter: BodyFilter,
 ) -> Iterator[list[list[Any]]]:
-    """The rows of each page whose body matches (rows of 10 values, the body 9th); a page holds
+    """The rows of each page whose body matches (rows of 11 values, the body 9th); a page holds
     up to ``page_size`` candidates and about ``page_bytes`` of bodies (see ``page``)."""
     offset = 0
     while True:

@@ -514,7 +514,7 @@ class RedisStore:
         for row in rows:
             group = row[9] if compact else None
             found.append(
-                job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
+                job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group, row[-2])
             )
             if len(found) >= limit:
                 break

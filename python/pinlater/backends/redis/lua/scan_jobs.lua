@@ -26,10 +26,10 @@ ARGV[8]  '1' for highest score first, else '0'
 ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes ('0' or none:
          no bound)
 
-Hash fields: bd al ar cs ca ua cd (keys.JobField).
+Hash fields: bd al ar cs ca ua cd ex (keys.JobField).
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
-then 10 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
-bd (nil unless asked), its dedup key (nil if none)}, or -1 if the queue does not exist.
+then 11 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
+bd (nil unless asked), its expiry (ex, ms; nil if none), its dedup key (nil if none)}, or -1 if the queue does not exist.
 ]]
 --@include keyed_rows
 --@include holds
@@ -116,7 +116,7 @@ for _, m in ipairs(window) do
   looked = looked + 1
   local id, score, is_held = m[1], m[2], m[3]
   local hash_key = hash_prefix .. id
-  local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd')
+  local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'cs', 'ca', 'ua', 'cd', 'ex')
   if not job[1] or not job[2] then
     if is_held then
       drop_holds(held_key, expiry_key, holders_key, {id})
@@ -131,10 +131,10 @@ for _, m in ipairs(window) do
       body = job[1]
       taken = taken + #body
     end
-    rows[#rows + 1] = {id, score, job[2], job[3], job[4], job[5], job[6], job[7], body}
+    rows[#rows + 1] = {id, score, job[2], job[3], job[4], job[5], job[6], job[7], body, job[8]}
   end
 end
-emit_keyed_rows(out, rows, 9, 1, ids_key)
+emit_keyed_rows(out, rows, 10, 1, ids_key)
 out[1] = evicted
 out[2] = looked
 if looked == #window and #window < count then

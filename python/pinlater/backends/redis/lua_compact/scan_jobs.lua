@@ -40,8 +40,8 @@ ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes
          no bound)
 
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
-then 11 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
-bd (nil unless asked), its group (nil if none), its dedup key (nil if none)}, or -1 if the queue does not exist.
+then 12 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
+bd (nil unless asked), its group (nil if none), its expiry (ms; nil if none), its dedup key (nil if none)}, or -1 if the queue does not exist.
 ]]
 --@include keyed_rows
 --@include records
@@ -200,10 +200,10 @@ for i, m in ipairs(window) do
       taken = taken + #body
     end
     rows[#rows + 1] = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body,
-      job.gr or false}
+      job.gr or false, job.ex or false}
   end
 end
-emit_keyed_rows(out, rows, 10, 1, ids_key)
+emit_keyed_rows(out, rows, 11, 1, ids_key)
 zrem_all(set_key, gone)
 if #gone_waiting > 0 then
   zrem_all(waiting_key, gone_waiting)
