@@ -557,9 +557,9 @@ mod tests {
             queue: "q",
         };
         let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false, &ScriptTail::default());
-        assert_eq!(args(&cmd)[2], "7");
+        assert_eq!(args(&cmd)[2], "10");
         assert_eq!(
-            &args(&cmd)[3..12],
+            &args(&cmd)[3..15],
             [
                 "plc:{s:q}:j",
                 "plc:{s:q}:p2:s0",
@@ -568,6 +568,9 @@ mod tests {
                 "plc:{s:q}:p2:x",
                 "plc:{s:q}:p2:o",
                 "plc:{s:q}:p2:r",
+                "plc:{s:q}:p2:s3",
+                "plc:{s:q}:xe",
+                "plc:{s:q}:xn",
                 "q",
                 "plc:{s:q}:j"
             ]
@@ -608,10 +611,10 @@ mod tests {
         };
         let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, false, &tail);
         let a = args(&cmd);
-        assert_eq!(a[2], "8");
-        assert_eq!(&a[9..11], ["plq_s_q.p1_s1", "plq_s_q.p2_s1"]);
+        assert_eq!(a[2], "11");
+        assert_eq!(&a[12..14], ["plq_s_q.p1_s1", "plq_s_q.p2_s1"]);
         assert_eq!(&a[a.len() - 4..], ["1", "5", "0", "2"]);
-        assert!(cmd.starts_with(b"*22\r\n"));
+        assert!(cmd.starts_with(b"*25\r\n"));
     }
 
     #[test]
@@ -760,13 +763,16 @@ mod tests {
             [
                 "EVALSHA",
                 "sha",
-                "6",
+                "9",
                 "pln_s",
                 "plq_s_q.p2_s0",
                 "plq_s_q.p2_s1",
                 "plq_s_q.p2_h",
                 "plq_s_q.p2_x",
                 "plq_s_q.p2_o",
+                "plq_s_q.p2_s3",
+                "pld_s_q.e",
+                "pld_s_q.n",
                 "q",
                 "plh_s_q.",
                 "0.001",
@@ -794,13 +800,13 @@ mod tests {
             &ScriptTail::default(),
         );
         let a = args(&cmd);
-        assert_eq!(a[2], "9");
-        assert_eq!(&a[3..5], ["pln_s", "plq_s_q.p1_s0"]);
-        assert_eq!(a[11], "plq_s_q.p2_s3");
+        assert_eq!(a[2], "11");
+        assert_eq!(&a[3..7], ["pln_s", "pld_s_q.e", "pld_s_q.n", "plq_s_q.p1_s0"]);
+        assert_eq!(a[13], "plq_s_q.p2_s3");
         assert_eq!(
-            &a[12..],
+            &a[14..],
             [
-                "q", "plh_s_q.", "3000", "1.0", "2", "6", "7", "s", "x", "1.0", "2", "8", "f", "x",
+                "q", "plh_s_q.", "3000", "1.0", "2", "8", "7", "s", "x", "1.0", "4", "8", "f", "x",
                 "1.5"
             ]
         );

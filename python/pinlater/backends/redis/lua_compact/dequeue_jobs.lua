@@ -222,6 +222,7 @@ while (dry_run and places or found) < limit do
       if not dry_run and expire_met(rules, records_key, pending_key, failed_key, expiry_index_key, expired_count_key,
           member[1], member[3], now) then
         taken[#taken + 1] = member[1]
+        more = more or member[3].gr ~= nil  -- its group's next job may have moved up: look again
       end
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
