@@ -801,7 +801,10 @@ mod tests {
         );
         let a = args(&cmd);
         assert_eq!(a[2], "11");
-        assert_eq!(&a[3..7], ["pln_s", "pld_s_q.e", "pld_s_q.n", "plq_s_q.p1_s0"]);
+        assert_eq!(
+            &a[3..7],
+            ["pln_s", "pld_s_q.e", "pld_s_q.n", "plq_s_q.p1_s0"]
+        );
         assert_eq!(a[13], "plq_s_q.p2_s3");
         assert_eq!(
             &a[14..],

@@ -20,6 +20,7 @@ from pinlater.backends.base import (
     AckItem,
     CheckpointItem,
     JobFilter,
+    JobRecord,
     JobState,
     KeyedJob,
     NewJob,
@@ -61,7 +62,9 @@ def store(request: pytest.FixtureRequest, server: RedisServer) -> Iterator[Redis
         shard.close()
 
 
-def expiring(expire_at: int, *, priority: int = 1, run_after: int = T0, attempts: int = 3, group: str | None = None):
+def expiring(
+    expire_at: int, *, priority: int = 1, run_after: int = T0, attempts: int = 3, group: str | None = None
+) -> KeyedJob:
     return KeyedJob(NewJob(priority, b"body", run_after, attempts, "st"), None, 0, group, expire_at)
 
 
@@ -74,7 +77,7 @@ def index_and_count(store: RedisStore) -> tuple[str, str]:
     return index, count
 
 
-def state_of(store: RedisStore, local_id: int, priority: int = 1):
+def state_of(store: RedisStore, local_id: int, priority: int = 1) -> JobRecord:
     (record,) = store.lookup_jobs(Q, [(priority, local_id)], False)
     return record
 
@@ -218,7 +221,8 @@ def test_the_hot_path_acks_end_cancelled_and_expiring_retries(store: RedisStore)
         await hot.aclose()
 
     asyncio.run(run())
-    assert [(r.state, r.attempts_remaining, r.custom_status) for r in map(lambda i: state_of(store, i), (a, b, c))] == [
+    records = [state_of(store, i) for i in (a, b, c)]
+    assert [(r.state, r.attempts_remaining, r.custom_status) for r in records] == [
         (JobState.FAILED, 0, "st x cancelled"),
         (JobState.FAILED, 0, "st y expired"),
         (JobState.PENDING, 2, "st z"),
