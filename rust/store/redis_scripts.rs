@@ -4,7 +4,8 @@
 //!
 //! `KEYS` and `ARGV` are byte for byte what `backends/redis/store.py` sends (`_enqueue_call`,
 //! `_dequeue_call`, `_ack_call`, `require_queue_call`), with the key names of `keys.py`
-//! (`plq_{S}_{Q}.p{p}_s{state}`, `plh_{S}_{Q}.`, `plj_{S}_{Q}`, `pln_{S}`, `..._h`, `_x`, `_o`)
+//! (`plq_{S}_{Q}.p{p}_s{state}`, `plh_{S}_{Q}.`, `plj_{S}_{Q}`, `pln_{S}`, `..._h`, `_x`, `_o`,
+//! and the expiry index and count `pld_{S}_{Q}.e`, `.n` that dequeues and acks take)
 //! and times as Python's `repr(ms / 1000.0)` (`keys.seconds_arg`). The Python tests pack
 //! today's `ScriptCall` arguments with `redis_pack_command` and compare.
 

@@ -17,12 +17,14 @@ on redis.asyncio alike:
 
 The scripts not repeated once sent are the ones whose second run could add or move jobs the
 caller did not ask for: ``enqueue_jobs`` and ``enqueue_keyed_jobs`` (duplicate jobs: a job with a
-group key but no dedup key would join its group twice), ``retry_failed_jobs`` and
+group key or an expiry but no dedup key would be made twice), ``retry_failed_jobs`` and
 ``delete_jobs`` (up to twice the caller's limit). Every other script is guarded by state or
-claim (acks, checkpoints, claims, releases), only reads, or is idempotent (queue creation and
-deletion); a dequeue or reserve run twice leaves the first run's jobs claimed until the claim
-timeout brings them back, as a lost reply would anyway. A client that repeats a keyed enqueue
-after the error is answered for each dedup key by the job the first run made, if it made one.
+claim (acks, checkpoints, claims, releases, cancels, expiry sweeps), only reads, or is idempotent
+(queue creation and deletion); a dequeue or reserve run twice leaves the first run's jobs claimed
+until the claim timeout brings them back, as a lost reply would anyway, and a cancel run twice
+answers what its second run changed (the jobs the first run cancelled are left alone then). A
+client that repeats a keyed enqueue after the error is answered for each dedup key by the job the
+first run made, if it made one (a job with no dedup key is made again).
 """
 
 from __future__ import annotations

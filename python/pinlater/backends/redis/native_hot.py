@@ -14,7 +14,7 @@ off by default) go the same way: the reserve script's reply has the dequeue's ro
 ``redis_pack_command``); a ``ClaimItems`` is packed whole (``redis_claim_command``), and its
 reply (the numbers of the jobs claimed) read by ``redis_ids_reply``.
 
-Keyed enqueues (``enqueue_keyed_jobs``: jobs with dedup or group keys, handed over as
+Keyed enqueues (``enqueue_keyed_jobs``: jobs with dedup or group keys or an expiry, handed over as
 ``KeyedJob``s) take the same way: their ``KEYS`` and ``ARGV`` are ``dedup.enqueue_keyed_call``'s,
 as the blocking store's, packed by ``redis_pack_command`` and sent on the hot connection (not on a
 worker thread); the reply is read by ``redis_ids_reply`` (three numbers per job).

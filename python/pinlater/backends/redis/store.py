@@ -31,6 +31,14 @@ Design:
   layout's keys have no place for them (``groups_refused``). Both apply ``max_in_progress`` in
   the dequeue, reserve and claim scripts, and the compact one ``group_jobs_per_second`` too; the
   rules reach the scripts as a "tail" of keys and arguments (``rules.py``), on the hot path too.
+* Cancel and expiry (``cancel_jobs``, "Expiry" in ``ShardStore.enqueue_keyed_jobs``): a job's
+  expiry is in its hash (field ``ex``) or record (``records.lua``), only on a job that has one, and
+  in a per-queue expiry index (sorted set by expiry) that ``expire_jobs`` reads from its soonest
+  entry; the expired count is a counter per queue (``keys.py``, ``keys_compact.py``). The dequeue
+  and reserve scripts expire the expired PENDING jobs they meet (one more field read per job,
+  nothing more for a job without expiry), a reservation holds an expiring job no longer than its
+  expiry (so a claim never takes one past it), and the ack, claim timeout and checkpoint scripts
+  end cancelled jobs (IN_PROGRESS with ``ar`` 0) and retries at or past the expiry.
 * Memory: ``memory`` reads used_memory against maxmemory in the background (``memory.py``), so
   the shared layer sends new jobs elsewhere above REDIS_MEMORY_HIGH_WATER_FRACTION.
 * Evicted jobs (a set member whose hash is gone, as the original's docs expected under LRU
