@@ -2,7 +2,8 @@
 where they live in each layout and what the original server sees of them, that a plain job costs
 nothing more, the expiry index's bounded sweep, the dequeue that expires what it meets, a grouped
 job met without the group keys, holds that never outlast an expiry, ``delete_queue`` dropping
-the new keys, and expired counts of queues on several cluster masters."""
+the new keys, ``pinlater migrate-layout`` carrying them, and expired counts of queues on several
+cluster masters."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from pinlater.backends.base import (
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.cluster import key_slot
 from pinlater.backends.redis.keys_compact import CompactQueueKeys
+from pinlater.backends.redis.migrate import migrate_shard
 
 pytestmark = pytest.mark.redis
 
@@ -304,3 +306,33 @@ def test_expired_counts_of_queues_on_several_masters(tmp_path: Path) -> None:
         assert shard.cancel_jobs("q0", [(1, job.local_id)], T0) == 1
         shard.delete_queue("q1")
         assert "q1" not in shard.expired_counts()
+
+
+# -- pinlater migrate-layout ------------------------------------------------------------------------
+
+
+def test_migrating_the_layout_carries_expiries_and_counts_both_ways(server: RedisServer, raw: redis.Redis) -> None:
+    store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"))
+    try:
+        store.create_queue(Q, 3)
+        a, b, c = enqueue(store, expiring(T0 + 10), expiring(T0 + 5000), expiring(T0 + 9000))
+        assert store.expire_jobs(Q, T0 + 10, 10) == 1
+    finally:
+        store.close()
+    now = T0 + 10
+    for layout in ("compact", "original"):
+        migrate_shard(raw, "1", layout)
+        other = "pld_1_jc.[en]" if layout == "compact" else "plc:{1:jc}:x*"
+        assert raw.keys(other) == [], layout
+        moved = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
+        try:
+            assert [r.expire_at_ms for r in moved.lookup_jobs(Q, [(1, a), (1, b), (1, c)], False)] == [
+                T0 + 10,
+                T0 + 5000,
+                T0 + 9000,
+            ]
+            now += 5000
+            assert moved.expire_jobs(Q, now, 10) == 1, layout  # the index came along
+            assert moved.expired_counts() == {Q: 2 if layout == "compact" else 3}, layout
+        finally:
+            moved.close()

@@ -288,6 +288,7 @@ def _migrate(
             appeared.append(queue)  # named in the source again: created there during the run
             continue
         summary.dedup_records += mover.move_dedup_records(queue)
+        mover.move_expiry_keys(queue)
         if queue not in finished and queue not in in_target:
             summary.counters += 1
     left = sorted({*appeared, *mover.live_queues()})
@@ -512,6 +513,26 @@ class _Mover:
             if not left:
                 return gained
             self._lock.renew()
+
+    def move_expiry_keys(self, queue: str) -> None:
+        """Move the queue's expiry index and expired count to the target layout's keys (the same
+        contents in both: ``keys.py``): renamed when the target has none, else merged (the index's
+        union, the counts' sum), in one transaction."""
+        original = QueueKeys(self._shard, queue).expiry_keys()
+        compact = CompactQueueKeys(self._shard, queue).expiry_keys()
+        (index, count), (to_index, to_count) = (original, compact) if self._target == "compact" else (compact, original)
+        self._lock.renew()
+        n = int(self._client.get(count) or 0)
+        pipe = self._client.pipeline(transaction=True)
+        if self._client.exists(to_index):
+            pipe.zunionstore(to_index, [to_index, index], aggregate="MIN")
+            pipe.delete(index)
+        elif self._client.exists(index):
+            pipe.rename(index, to_index)
+        if n:
+            pipe.incrby(to_count, n)
+            pipe.delete(count)
+        pipe.execute()
 
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
         """Call the script until the queue is finished: what moved, or None if the source holds

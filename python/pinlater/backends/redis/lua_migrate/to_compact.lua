@@ -107,12 +107,12 @@ local function move_some(base, state)
     local hash_key = hash_prefix .. id
     taken[#taken + 1] = id
     hash_keys[#hash_keys + 1] = hash_key
-    local f = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'cs', 'cd')
+    local f = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'cs', 'cd', 'ex')
     if not f[1] or not f[2] then
       out[8] = out[8] + 1
     else
       jobs[id] = {bd = f[1], al = int_or_zero(f[2]), ar = int_or_zero(f[3]), ca = ms_or_zero(f[4]),
-                  ua = ms_or_zero(f[5]), cs = f[6] or '', cd = f[7] or false}
+                  ua = ms_or_zero(f[5]), cs = f[6] or '', cd = f[7] or false, ex = f[8] and tonumber(f[8])}
       present[#present + 1] = id
       bytes = bytes + #f[1]
       local ms = string.format('%d', to_ms(score))

@@ -129,6 +129,10 @@ local function move_some(base, state)
         f[#f + 1] = 'cd'
         f[#f + 1] = job.cd
       end
+      if job.ex then
+        f[#f + 1] = 'ex'
+        f[#f + 1] = string.format('%d', job.ex)
+      end
       fields[#fields + 1] = f
       local seconds = to_seconds(tonumber(score))
       local expiry, holder = false, false
@@ -212,6 +216,10 @@ local function move_ready(ready_key, dst)
       if job.cd then
         f[#f + 1] = 'cd'
         f[#f + 1] = job.cd
+      end
+      if job.ex then
+        f[#f + 1] = 'ex'
+        f[#f + 1] = string.format('%d', job.ex)
       end
       fields[#fields + 1] = f
       scored[#scored + 1] = to_seconds(e.score or job.ca)  -- a list whose head lost its marker: ca
