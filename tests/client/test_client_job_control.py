@@ -114,6 +114,14 @@ def test_next_page_ends_follows_or_refuses_a_reply_without_progress() -> None:
         calls.next_page("abc", ScanResult([], "abc"))
 
 
+def test_a_state_may_be_named() -> None:
+    assert calls.job_state("failed") is JobState.FAILED and calls.job_state(" In_Progress ") is JobState.IN_PROGRESS
+    assert calls.job_state(JobState.PENDING) is JobState.PENDING
+    assert calls.scan("q", "succeeded").args[0].jobState == 2
+    with pytest.raises(ValueError, match="'done' is not a job state: PENDING, IN_PROGRESS, SUCCEEDED, FAILED"):
+        calls.count("q", "done")
+
+
 def test_a_scan_reply_without_continuation_is_the_end() -> None:
     page = calls.scan("q", JobState.PENDING).convert(SimpleNamespace(scannedJobs=[], continuation=None))
     assert page.continuation == SCAN_END and page.done
@@ -189,7 +197,7 @@ def test_scan_all_returns_every_job_once_over_many_pages(pl: PinLaterClient, que
     assert len(second.jobs) == 25
     assert not {j.descriptor for j in first.jobs} & {j.descriptor for j in second.jobs}
 
-    seen = [j.descriptor for j in pl.scan_all(queue, JobState.PENDING, page_size=25)]
+    seen = [j.descriptor for j in pl.scan_all(queue, state="pending", page_size=25)]
     assert len(seen) == n and set(seen) == set(made)
     one_priority = [j.descriptor for j in pl.scan_all(queue, JobState.PENDING, 2, page_size=7)]
     assert sorted(one_priority) == sorted(made[1::2])

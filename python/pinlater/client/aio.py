@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any, TypeVar
 
 from pinlater.client import calls
-from pinlater.client.calls import AckLike, Call, JobLike
+from pinlater.client.calls import AckLike, Call, JobLike, StateLike
 from pinlater.client.codec import decode, encode, frame_length
 from pinlater.client.errors import PinLaterConnectionError
 from pinlater.client.servers import Address, ServerSet, format_address, make_server_set
@@ -25,7 +25,6 @@ from pinlater.client.types import (
     DequeuedJob,
     EnqueueResult,
     JobInfo,
-    JobState,
     ScanResult,
     ScheduleInfo,
 )
@@ -242,7 +241,7 @@ class AsyncPinLaterClient:
     async def count(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         count_future: bool = False,
@@ -253,7 +252,7 @@ class AsyncPinLaterClient:
     async def scan(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         scan_future: bool = False,
@@ -267,7 +266,7 @@ class AsyncPinLaterClient:
     async def scan_all(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         scan_future: bool = False,
@@ -299,7 +298,7 @@ class AsyncPinLaterClient:
         return await self.call(calls.retry_failed(queue, priority, attempts, run_after_ms, limit))
 
     async def delete_jobs(
-        self, queue: str, state: JobState, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
+        self, queue: str, state: StateLike, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
     ) -> int:
         return await self.call(calls.delete_jobs(queue, state, priority, body_regex, limit))
 

@@ -39,6 +39,8 @@ T = TypeVar("T")
 JobLike = bytes | str | Job
 #: What ``ack`` and ``dequeue`` take for one job's outcome: a descriptor or an ``Ack``.
 AckLike = str | Ack
+#: What the state-filtered calls take: a ``JobState`` or its name ("failed", "PENDING").
+StateLike = JobState | str
 #: The longest long poll a dequeue asks for, in seconds (the server's own bound).
 MAX_WAIT = 30.0
 
@@ -53,6 +55,17 @@ class Call(Generic[T]):
     #: Seconds the server may hold the call on purpose (a long-poll dequeue), added to the
     #: client's timeout for this call.
     wait: float = 0.0
+
+
+def job_state(state: StateLike) -> JobState:
+    """``state`` as a ``JobState``; a name in any case is taken too. ValueError for anything else."""
+    if isinstance(state, str):
+        try:
+            return JobState[state.strip().upper()]
+        except KeyError:
+            names = ", ".join(s.name for s in JobState)
+            raise ValueError(f"{state!r} is not a job state: {names}") from None
+    return JobState(state)
 
 
 def _none(_: Any) -> None:
@@ -207,11 +220,11 @@ def lookup(descriptors: Iterable[str], include_body: bool = False) -> Call[dict[
 
 
 def count(
-    queue: str, state: JobState, priority: int | None = None, count_future: bool = False, body_regex: str | None = None
+    queue: str, state: StateLike, priority: int | None = None, count_future: bool = False, body_regex: str | None = None
 ) -> Call[int]:
     request = idl.PinLaterGetJobCountRequest(
         queueName=queue,
-        jobState=int(state),
+        jobState=int(job_state(state)),
         priority=priority,
         countFutureJobs=count_future,
         bodyRegexToMatch=body_regex,
@@ -221,7 +234,7 @@ def count(
 
 def scan(
     queue: str,
-    state: JobState,
+    state: StateLike,
     priority: int | None = None,
     scan_future: bool = False,
     limit: int = 100,
@@ -230,7 +243,7 @@ def scan(
 ) -> Call[ScanResult]:
     request = idl.PinLaterScanJobsRequest(
         queueName=queue,
-        jobState=int(state),
+        jobState=int(job_state(state)),
         priority=priority,
         scanFutureJobs=scan_future,
         continuation=continuation,
@@ -261,10 +274,10 @@ def retry_failed(
 
 
 def delete_jobs(
-    queue: str, state: JobState, priority: int = 1, body_regex: str | None = None, limit: int = 1000
+    queue: str, state: StateLike, priority: int = 1, body_regex: str | None = None, limit: int = 1000
 ) -> Call[int]:
     request = idl.PinLaterDeleteJobsRequest(
-        queueName=queue, jobState=int(state), priority=priority, bodyRegexToMatch=body_regex, limit=limit
+        queueName=queue, jobState=int(job_state(state)), priority=priority, bodyRegexToMatch=body_regex, limit=limit
     )
     return Call("deleteJobs", (request,), False, _int)
 

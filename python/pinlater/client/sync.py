@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from pinlater.client import calls
-from pinlater.client.calls import AckLike, Call, JobLike
+from pinlater.client.calls import AckLike, Call, JobLike, StateLike
 from pinlater.client.codec import decode, encode, frame_length
 from pinlater.client.errors import PinLaterConnectionError
 from pinlater.client.servers import Address, ServerSet, format_address, make_server_set
@@ -22,7 +22,6 @@ from pinlater.client.types import (
     DequeuedJob,
     EnqueueResult,
     JobInfo,
-    JobState,
     ScanResult,
     ScheduleInfo,
 )
@@ -301,7 +300,7 @@ class PinLaterClient:
     def count(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         count_future: bool = False,
@@ -312,7 +311,7 @@ class PinLaterClient:
     def scan(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         scan_future: bool = False,
@@ -320,7 +319,8 @@ class PinLaterClient:
         body_regex: str | None = None,
         continuation: str = SCAN_START,
     ) -> ScanResult:
-        """One page of up to ``limit`` jobs (newest run-after first, no bodies). Pass the page's
+        """One page of up to ``limit`` jobs in ``state`` (a ``JobState`` or its name, as for
+        ``count`` and ``delete_jobs``), newest run-after first, no bodies. Pass the page's
         ``continuation`` back with the same arguments for the next page; ``"-1"`` (``page.done``)
         means nothing is left. A job that stays in ``state`` for the whole scan comes once."""
         return self.call(calls.scan(queue, state, priority, scan_future, limit, body_regex, continuation))
@@ -328,7 +328,7 @@ class PinLaterClient:
     def scan_all(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         scan_future: bool = False,
@@ -362,7 +362,7 @@ class PinLaterClient:
         return self.call(calls.retry_failed(queue, priority, attempts, run_after_ms, limit))
 
     def delete_jobs(
-        self, queue: str, state: JobState, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
+        self, queue: str, state: StateLike, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
     ) -> int:
         return self.call(calls.delete_jobs(queue, state, priority, body_regex, limit))
 
