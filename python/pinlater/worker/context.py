@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class JobKeys:
     """What a job was enqueued with beyond its body: its keys (``Job.dedup_key``,
-    ``Job.group_key``) and its expiry (``Job.expire_at_ms``); None where it has none. A job in
-    hand is past the expiry's check: it expired only if it was still PENDING at that time."""
+    ``Job.group_key``) and its expiry (``Job.expire_at_ms``); None where it has none. The expiry
+    does not stop a run in hand; a retry (or a claim timeout) at or after it ends the job FAILED
+    with "expired" instead of running it again."""
 
     dedup_key: str | None = None
     group_key: str | None = None
