@@ -30,6 +30,11 @@
 //!   and new state. The queue's rules come with each request (`group_concurrency`,
 //!   `max_in_progress`), read from the Python store's current rules; a dequeue without a cap
 //!   runs no statement more than before.
+//! * Job control (#18): a keyed job's expiry goes into its row (`expire_at_ms`), and the queue gets
+//!   its row of `expiries`; dequeues skip expired jobs in SQL. An ack of a queue with such a row
+//!   (`queue_get` reads it with the queue) first expires, per failed job, a retry that would run
+//!   past the expiry (`ack_failed_expire`), counting it; a cancelled job's failure ends it in
+//!   `ack_failed` itself. A queue that never had an expiring job runs nothing more.
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
@@ -95,6 +100,13 @@ pub struct Statements {
     /// and its failures run this one, which returns each job's group and new state.
     pub queue_has_groups: String,
     pub ack_failed_grouped: String,
+    /// A failure ack whose retry would run at or after the job's expiry, which expires it
+    /// (`ack_failed_expire.sql`): run before the failure statements on a queue that ever had an
+    /// expiring job (`queue_get` says so), with its group returned.
+    pub ack_failed_expire: String,
+    /// A queue's row of expired counts made (`expiries_touch.sql`) and added to (`expiries_add.sql`).
+    pub expiries_touch: String,
+    pub expiries_add: String,
 }
 
 /// How a shard is opened and run.
@@ -181,6 +193,8 @@ pub struct JobKeys {
     pub window_ms: i64,
     /// The ordered group, if any.
     pub group: Option<String>,
+    /// When the job expires if still PENDING (ms), if ever.
+    pub expire_at_ms: Option<i64>,
 }
 
 /// The internal state of a job waiting behind its group's active jobs (PENDING to readers).
@@ -583,11 +597,18 @@ impl<T: Send> Writer<T> {
 
     /// The queue's number of priorities, or `QueueNotFound`.
     fn require_queue(&self, queue: &str) -> Result<i64, ShardError> {
+        self.queue_info(queue).map(|(priorities, _)| priorities)
+    }
+
+    /// The queue's number of priorities and whether it ever had an expiring job, or
+    /// `QueueNotFound`.
+    fn queue_info(&self, queue: &str) -> Result<(i64, bool), ShardError> {
         let mut stmt = self.prepare(&self.options.statements.queue_get)?;
         bind(&mut stmt, &[(":queue", &queue)])?;
         let mut rows = stmt.raw_query();
         match rows.next().map_err(|e| connection_error(&e))? {
-            Some(row) => row.get(0).map_err(|e| connection_error(&e)),
+            Some(row) => (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?)))()
+                .map_err(|e| connection_error(&e)),
             None => Err(ShardError::QueueNotFound(queue.to_owned())),
         }
     }
@@ -661,12 +682,24 @@ impl<T: Send> Writer<T> {
         if takers.is_empty() {
             return Ok(out);
         }
+        let expiring = takers.iter().any(|&i| keys[i].expire_at_ms.is_some());
+        if expiring {
+            let mut stmt = self.prepare(&self.options.statements.expiries_touch)?;
+            bind(&mut stmt, &[(":queue", &queue)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
         let ids = if takers.iter().all(|&i| keys[i].group.is_none()) {
-            if takers.len() == jobs.len() {
+            if expiring {
+                let new: Vec<(&NewJob, i64, Option<i64>)> = takers
+                    .iter()
+                    .map(|&i| (&jobs[i], 0, keys[i].expire_at_ms))
+                    .collect();
+                self.insert_rows(&self.keyed_inserts, queue, &new, |&row| row, now_ms)?
+            } else if takers.len() == jobs.len() {
                 self.insert(queue, jobs, now_ms)?
             } else {
                 let new: Vec<&NewJob> = takers.iter().map(|&i| &jobs[i]).collect();
-                self.insert_rows(&self.inserts, queue, &new, |job| (job, 0), now_ms)?
+                self.insert_rows(&self.inserts, queue, &new, |job| (job, 0, None), now_ms)?
             }
         } else {
             self.insert_grouped(queue, jobs, keys, &takers, now_ms, group_concurrency)?
@@ -714,7 +747,7 @@ impl<T: Send> Writer<T> {
             }
         }
         let mut rows = self.groups_settle(queue, group_concurrency, &joining)?;
-        let mut new: Vec<(&NewJob, i64)> = Vec::with_capacity(takers.len());
+        let mut new: Vec<(&NewJob, i64, Option<i64>)> = Vec::with_capacity(takers.len());
         for &i in takers {
             let state = match keys[i].group.as_deref() {
                 None => 0,
@@ -729,17 +762,11 @@ impl<T: Send> Writer<T> {
                     }
                 }
             };
-            new.push((&jobs[i], state));
+            new.push((&jobs[i], state, keys[i].expire_at_ms));
         }
-        let ids = self.insert_rows(
-            &self.keyed_inserts,
-            queue,
-            &new,
-            |&(job, state)| (job, state),
-            now_ms,
-        )?;
+        let ids = self.insert_rows(&self.keyed_inserts, queue, &new, |&row| row, now_ms)?;
         let mut records: Vec<(i64, &str, i64)> = Vec::with_capacity(takers.len());
-        for ((&i, &(_, state)), &id) in takers.iter().zip(&new).zip(&ids) {
+        for ((&i, &(_, state, _)), &id) in takers.iter().zip(&new).zip(&ids) {
             if let Some(group) = keys[i].group.as_deref() {
                 records.push((id, group, i64::from(state == WAITING)));
             }
@@ -916,17 +943,18 @@ impl<T: Send> Writer<T> {
 
     /// Inserts `jobs` into the open transaction; their local ids, in order.
     fn insert(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
-        self.insert_rows(&self.inserts, queue, jobs, |job| (job, 0), now_ms)
+        self.insert_rows(&self.inserts, queue, jobs, |job| (job, 0, None), now_ms)
     }
 
-    /// Inserts a row per entry of `rows` (`row` gives its job and state, bound where the
-    /// statement has `:state`) with `inserts`' statements; their local ids, in order.
+    /// Inserts a row per entry of `rows` (`row` gives its job, state and expiry, bound where the
+    /// statement has `:state` and `:expire_at_ms`) with `inserts`' statements; their local ids,
+    /// in order.
     fn insert_rows<R>(
         &self,
         inserts: &SqliteInserts,
         queue: &str,
         rows: &[R],
-        row: impl Fn(&R) -> (&NewJob, i64),
+        row: impl Fn(&R) -> (&NewJob, i64, Option<i64>),
         now_ms: i64,
     ) -> Result<Vec<i64>, ShardError> {
         if rows.is_empty() {
@@ -938,7 +966,7 @@ impl<T: Send> Writer<T> {
             let mut stmt = self.prepare(sql)?;
             let mut index = 0;
             for entry in chunk {
-                let (job, state) = row(entry);
+                let (job, state, expire_at_ms) = row(entry);
                 for field in fields {
                     index += 1;
                     let bound = match field {
@@ -951,6 +979,7 @@ impl<T: Send> Writer<T> {
                         Field::NowMs => stmt.raw_bind_parameter(index, now_ms),
                         Field::RunAfterMs => stmt.raw_bind_parameter(index, job.run_after_ms),
                         Field::Body => stmt.raw_bind_parameter(index, job.body.as_slice()),
+                        Field::ExpireAtMs => stmt.raw_bind_parameter(index, expire_at_ms),
                     };
                     bound.map_err(|e| connection_error(&e))?;
                 }
@@ -1068,11 +1097,14 @@ impl<T: Send> Writer<T> {
         group_concurrency: i64,
     ) -> Result<(), ShardError> {
         const FAILED: i64 = 3;
-        self.require_queue(queue)?;
+        let (_, expiring) = self.queue_info(queue)?;
         let statements = &self.options.statements;
         let grouped = self.queue_has_groups(queue)?;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
         let mut left: HashMap<String, i64> = HashMap::new(); // jobs that left each group
+        if expiring && !acks.failed.is_empty() {
+            self.expire_failed(queue, &acks.failed, now_ms, limit, &mut left)?;
+        }
         let mut succeeded_ids = String::from("["); // of a queue with groups
         let failed_sql = if grouped {
             &statements.ack_failed_grouped
@@ -1160,6 +1192,66 @@ impl<T: Send> Writer<T> {
             .collect();
         let rows = self.groups_settle(queue, group_concurrency, &changes)?;
         self.groups_write(queue, &rows)
+    }
+
+    /// Expires the failed jobs whose retry would run at or after their expiry
+    /// (`ack_failed_expire.sql`), counting them in the queue's row of `expiries`; the grouped
+    /// ones left their groups (`left`). The failure statements then find them no longer
+    /// `IN_PROGRESS`.
+    fn expire_failed(
+        &self,
+        queue: &str,
+        failed: &[crate::queue::jobs::AckItem],
+        now_ms: i64,
+        limit: i64,
+        left: &mut HashMap<String, i64>,
+    ) -> Result<(), ShardError> {
+        let statements = &self.options.statements;
+        let mut expired: i64 = 0;
+        {
+            let mut stmt = self.prepare(&statements.ack_failed_expire)?;
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":status_limit", &limit),
+                    (":now_ms", &now_ms),
+                ],
+            )?;
+            let at = positions(
+                &stmt,
+                [":priority", ":local_id", ":append", ":retry_delay_ms"],
+            )?;
+            for item in failed {
+                let values: [&dyn ToSql; 4] = [
+                    &item.priority,
+                    &item.local_id,
+                    &item.append_custom_status.as_str(),
+                    &item.retry_delay_ms,
+                ];
+                for (index, value) in at.iter().zip(values) {
+                    if let Some(index) = *index {
+                        stmt.raw_bind_parameter(index, value)
+                            .map_err(|e| connection_error(&e))?;
+                    }
+                }
+                let mut rows = stmt.raw_query();
+                let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
+                    continue;
+                };
+                expired += 1;
+                let group: Option<String> = row.get(0).map_err(|e| connection_error(&e))?;
+                if let Some(group) = group {
+                    add_left(left, group, 1);
+                }
+            }
+        }
+        if expired > 0 {
+            let mut stmt = self.prepare(&statements.expiries_add)?;
+            bind(&mut stmt, &[(":queue", &queue), (":count", &expired)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
     }
 
     /// Whether the queue has a row in `groups` (`queue_has_groups.sql`).
@@ -1336,6 +1428,9 @@ mod tests {
                 count_in_progress: sql("count_in_progress"),
                 queue_has_groups: sql("queue_has_groups"),
                 ack_failed_grouped: sql("ack_failed_grouped"),
+                ack_failed_expire: sql("ack_failed_expire"),
+                expiries_touch: sql("expiries_touch"),
+                expiries_add: sql("expiries_add"),
             },
         }
     }
@@ -1463,6 +1558,7 @@ mod tests {
             key: None,
             window_ms: 0,
             group: group.map(str::to_owned),
+            expire_at_ms: None,
         };
         let placed = call(Op::EnqueueKeyed {
             queue: "q".into(),
@@ -1572,6 +1668,7 @@ mod tests {
                 key: Some(format!("k{i}")),
                 window_ms: 1000,
                 group: (!g.is_empty()).then(|| (*g).to_owned()),
+                expire_at_ms: None,
             })
             .collect();
         let placed = call(Op::EnqueueKeyed {

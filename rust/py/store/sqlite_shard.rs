@@ -207,6 +207,9 @@ impl SqliteShard {
                     count_in_progress: get("count_in_progress")?,
                     queue_has_groups: get("queue_has_groups")?,
                     ack_failed_grouped: get("ack_failed_grouped")?,
+                    ack_failed_expire: get("ack_failed_expire")?,
+                    expiries_touch: get("expiries_touch")?,
+                    expiries_add: get("expiries_add")?,
                 },
             };
             let gate = Arc::clone(&gate.inner);
@@ -228,7 +231,8 @@ impl SqliteShard {
         })
     }
 
-    /// Queues an enqueue of keyed jobs (`keys[i]`: job `i`'s `(dedup_key, window_ms, group)`,
+    /// Queues an enqueue of keyed jobs (`keys[i]`: job `i`'s `(dedup_key, window_ms, group,
+    /// expire_at_ms)`,
     /// the dedup keys distinct); `future` gets `[(priority, local_id, deduplicated), ...]` in
     /// job order. False if the shard is closed.
     #[allow(clippy::too_many_arguments)]
@@ -236,7 +240,7 @@ impl SqliteShard {
         &self,
         queue: String,
         jobs: Py<NewJobBatch>,
-        keys: Vec<(Option<String>, i64, Option<String>)>,
+        keys: Vec<(Option<String>, i64, Option<String>, Option<i64>)>,
         group_concurrency: i64,
         now_ms: i64,
         future: Py<PyAny>,
@@ -244,10 +248,11 @@ impl SqliteShard {
     ) -> bool {
         let keys = keys
             .into_iter()
-            .map(|(key, window_ms, group)| JobKeys {
+            .map(|(key, window_ms, group, expire_at_ms)| JobKeys {
                 key,
                 window_ms,
                 group,
+                expire_at_ms,
             })
             .collect();
         let op = Op::EnqueueKeyed {
