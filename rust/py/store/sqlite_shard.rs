@@ -63,6 +63,9 @@ pub fn sqlite_library_version() -> &'static str {
     core::sqlite_version()
 }
 
+/// A keyed job's `(dedup_key, window_ms, group, expire_at_ms)`, as Python hands it over.
+type KeyTuple = (Option<String>, i64, Option<String>, Option<i64>);
+
 struct Token {
     future: Py<PyAny>,
     event_loop: Py<PyAny>,
@@ -240,7 +243,7 @@ impl SqliteShard {
         &self,
         queue: String,
         jobs: Py<NewJobBatch>,
-        keys: Vec<(Option<String>, i64, Option<String>, Option<i64>)>,
+        keys: Vec<KeyTuple>,
         group_concurrency: i64,
         now_ms: i64,
         future: Py<PyAny>,

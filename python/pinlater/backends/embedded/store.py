@@ -542,7 +542,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             if expiring:  # those past their expiry expire instead of a retry
                 rows = [(row[0], 3) for row in conn.execute(sql.load("resurrect_expire"), params)]
                 _count_expired(conn, queue, len(rows))
-                params["limit"] = max(0, params["limit"] - len(rows))
+                params["limit"] = max(0, _limit(limit) - len(rows))
             rows += conn.execute(sql.load("resurrect_timed_out_jobs"), params).fetchall()
             self._leave_groups(conn, queue, rows)
             return len(rows)
