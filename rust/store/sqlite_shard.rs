@@ -107,6 +107,10 @@ pub struct Statements {
     /// A queue's row of expired counts made (`expiries_touch.sql`) and added to (`expiries_add.sql`).
     pub expiries_touch: String,
     pub expiries_add: String,
+    /// A queue's due jobs expired by a dequeue (`expire_jobs.sql`), and those that waited in
+    /// their groups taken out of waiting (`group_jobs_unwait.sql`).
+    pub expire_jobs: String,
+    pub group_jobs_unwait: String,
 }
 
 /// How a shard is opened and run.
@@ -164,6 +168,8 @@ pub enum Op {
         /// The queue's `maxInProgress` share on this shard (`QueueRules.max_in_progress`):
         /// claim no more than brings its `IN_PROGRESS` jobs to it. None: no cap.
         max_in_progress: Option<i64>,
+        /// The queue's `groupConcurrency`, for the groups of jobs the dequeue expires.
+        group_concurrency: i64,
     },
     Ack {
         queue: String,
@@ -199,6 +205,9 @@ pub struct JobKeys {
 
 /// The internal state of a job waiting behind its group's active jobs (PENDING to readers).
 pub const WAITING: i64 = -1;
+
+/// Most due jobs a dequeue of a queue with expiring jobs expires before it claims.
+pub const EXPIRE_ON_DEQUEUE: i64 = 256;
 
 /// What a request answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -564,6 +573,7 @@ impl<T: Send> Writer<T> {
                 now_ms,
                 dry_run,
                 max_in_progress,
+                group_concurrency,
             } => self
                 .dequeue(
                     queue,
@@ -571,8 +581,7 @@ impl<T: Send> Writer<T> {
                     *limit,
                     claim,
                     *now_ms,
-                    *dry_run,
-                    *max_in_progress,
+                    (*dry_run, *max_in_progress, *group_concurrency),
                 )
                 .map(Answer::Claimed),
             Op::Ack {
@@ -997,7 +1006,11 @@ impl<T: Send> Writer<T> {
         Ok((last - count + 1..=last).collect())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Claims (or, in a dry run, looks at) the oldest ready jobs; `rules` are `(dry_run,
+    /// max_in_progress, group_concurrency)`. On a queue that ever had an expiring job, a claim
+    /// first expires up to `EXPIRE_ON_DEQUEUE` of its due jobs (one probe of `jobs_by_expiry`
+    /// when none is due), so expired jobs do not pile up at the front of the queue between the
+    /// monitor's sweeps; expired jobs are never claimed either way (`dequeue_jobs.sql`).
     fn dequeue(
         &self,
         queue: &str,
@@ -1005,10 +1018,13 @@ impl<T: Send> Writer<T> {
         limit: i64,
         claim: &str,
         now_ms: i64,
-        dry_run: bool,
-        max_in_progress: Option<i64>,
+        rules: (bool, Option<i64>, i64),
     ) -> Result<Vec<ClaimedJob>, ShardError> {
-        let num_priorities = self.require_queue(queue)?;
+        let (dry_run, max_in_progress, group_concurrency) = rules;
+        let (num_priorities, expiring) = self.queue_info(queue)?;
+        if expiring && !dry_run {
+            self.expire_due(queue, now_ms, group_concurrency)?;
+        }
         let statements = &self.options.statements;
         let sql = if dry_run {
             &statements.dequeue_jobs_dry_run
@@ -1254,6 +1270,68 @@ impl<T: Send> Writer<T> {
         Ok(())
     }
 
+    /// Expires up to `EXPIRE_ON_DEQUEUE` of the queue's due jobs (`expire_jobs.sql`), counting
+    /// them; the grouped ones leave their groups (a waiting one waits no more), which promote.
+    fn expire_due(&self, queue: &str, now_ms: i64, concurrency: i64) -> Result<(), ShardError> {
+        let statements = &self.options.statements;
+        let status_limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
+        let mut expired: i64 = 0;
+        let mut waited = String::from("[");
+        let mut changes: HashMap<String, (i64, i64)> = HashMap::new(); // (left, waiting gone)
+        {
+            let mut stmt = self.prepare(&statements.expire_jobs)?;
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":now_ms", &now_ms),
+                    (":limit", &EXPIRE_ON_DEQUEUE),
+                    (":status_limit", &status_limit),
+                ],
+            )?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+                let read = || -> rusqlite::Result<(i64, Option<String>, Option<i64>)> {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                };
+                let (id, group, waiting) = read().map_err(|e| connection_error(&e))?;
+                expired += 1;
+                let Some(group) = group else { continue };
+                let change = changes.entry(group).or_insert((0, 0));
+                if waiting == Some(1) {
+                    change.1 += 1;
+                    if waited.len() > 1 {
+                        waited.push(',');
+                    }
+                    let _ = write!(waited, "{id}");
+                } else {
+                    change.0 += 1;
+                }
+            }
+        }
+        if expired == 0 {
+            return Ok(());
+        }
+        let mut stmt = self.prepare(&statements.expiries_add)?;
+        bind(&mut stmt, &[(":queue", &queue), (":count", &expired)])?;
+        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        if waited.len() > 1 {
+            waited.push(']');
+            let mut stmt = self.prepare(&statements.group_jobs_unwait)?;
+            bind(&mut stmt, &[(":ids", &waited)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let deltas: Vec<(&str, i64, i64)> = changes
+            .iter()
+            .map(|(g, &(left, gone))| (g.as_str(), -left, -gone))
+            .collect();
+        let rows = self.groups_settle(queue, concurrency, &deltas)?;
+        self.groups_write(queue, &rows)
+    }
+
     /// Whether the queue has a row in `groups` (`queue_has_groups.sql`).
     fn queue_has_groups(&self, queue: &str) -> Result<bool, ShardError> {
         let mut stmt = self.prepare(&self.options.statements.queue_has_groups)?;
@@ -1431,6 +1509,8 @@ mod tests {
                 ack_failed_expire: sql("ack_failed_expire"),
                 expiries_touch: sql("expiries_touch"),
                 expiries_add: sql("expiries_add"),
+                expire_jobs: sql("expire_jobs"),
+                group_jobs_unwait: sql("group_jobs_unwait"),
             },
         }
     }
@@ -1499,6 +1579,7 @@ mod tests {
                     now_ms: 20,
                     dry_run: false,
                     max_in_progress: None,
+                    group_concurrency: 1,
                 },
             )
             .unwrap();
@@ -1579,6 +1660,7 @@ mod tests {
             now_ms: 40,
             dry_run: false,
             max_in_progress: cap,
+            group_concurrency: 1,
         };
         let ids = |answer: Answer| match answer {
             Answer::Claimed(jobs) => jobs.iter().map(|j| j.local_id).collect::<Vec<_>>(),
@@ -1747,6 +1829,7 @@ mod tests {
             now_ms: 30,
             dry_run: false,
             max_in_progress: None,
+            group_concurrency: 1,
         });
         let Answer::Claimed(claimed) = claimed else {
             panic!("{claimed:?}")

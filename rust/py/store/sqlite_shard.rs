@@ -213,6 +213,8 @@ impl SqliteShard {
                     ack_failed_expire: get("ack_failed_expire")?,
                     expiries_touch: get("expiries_touch")?,
                     expiries_add: get("expiries_add")?,
+                    expire_jobs: get("expire_jobs")?,
+                    group_jobs_unwait: get("group_jobs_unwait")?,
                 },
             };
             let gate = Arc::clone(&gate.inner);
@@ -286,8 +288,8 @@ impl SqliteShard {
     }
 
     /// Queues a dequeue claiming no more than brings the queue's `IN_PROGRESS` jobs to
-    /// `max_in_progress` (None: no cap); `future` gets a `ClaimedJobs`. False if the shard is
-    /// closed.
+    /// `max_in_progress` (None: no cap; `group_concurrency`: the queue's, for the groups of jobs
+    /// it expires); `future` gets a `ClaimedJobs`. False if the shard is closed.
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
     fn dequeue(
         &self,
@@ -298,6 +300,7 @@ impl SqliteShard {
         now_ms: i64,
         dry_run: bool,
         max_in_progress: Option<i64>,
+        group_concurrency: i64,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
@@ -309,6 +312,7 @@ impl SqliteShard {
             now_ms,
             dry_run,
             max_in_progress,
+            group_concurrency,
         };
         self.submit(future, event_loop, op)
     }

@@ -59,6 +59,8 @@ STATEMENTS = (
     "ack_failed_expire",
     "expiries_touch",
     "expiries_add",
+    "expire_jobs",
+    "group_jobs_unwait",
 )
 """The ``sql/*.sql`` files the Rust writer runs."""
 
@@ -160,8 +162,8 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
             return await self._threaded.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ClaimedJobs] = loop.create_future()
-        cap = rules.max_in_progress
-        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, future, loop):
+        cap, concurrency = rules.max_in_progress, rules.group_concurrency
+        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, concurrency, future, loop):
             raise self._closed()
         return await future
 

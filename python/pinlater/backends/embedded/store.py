@@ -71,6 +71,10 @@ if TYPE_CHECKING:
 CUSTOM_STATUS_LIMIT = 5000  # characters, as the original's MySQL backend
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
+#: Most due jobs a dequeue (or reservation) of a queue with expiring jobs expires before it
+#: claims (the Rust writer's ``EXPIRE_ON_DEQUEUE``): expired jobs do not pile up at the front of
+#: the queue between the monitor's ``expire_jobs`` sweeps, for one probe when none is due.
+EXPIRE_ON_DEQUEUE = 256
 #: Columns added to tables of earlier schema versions at open (``connection.connect``).
 ADDED_COLUMNS = (("jobs", "expire_at_ms", "INTEGER"),)  # version 5
 
@@ -228,7 +232,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             rules = self.rules(queue)
             claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
             with self._write() as conn:
-                num_priorities = _require_queue(conn, queue)
+                num_priorities, expiring = _queue_info(conn, queue)
+                if expiring:  # as the Rust writer does (EXPIRE_ON_DEQUEUE)
+                    self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
                 claim_params["limit"] = _room(conn, queue, num_priorities, rules, claim_params["limit"])
                 if rules.group_jobs_per_second is None:
                     rows = conn.execute(sql.load("dequeue_jobs"), claim_params).fetchall()
@@ -312,7 +318,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         }
         rules = self.rules(queue)
         with self._write() as conn:
-            num_priorities = _require_queue(conn, queue)
+            num_priorities, expiring = _queue_info(conn, queue)
+            if expiring:  # as dequeue_jobs does
+                self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
             params["limit"] = _room(conn, queue, num_priorities, rules, params["limit"])
             if rules.group_jobs_per_second is None:
                 rows = conn.execute(sql.load("reserve_jobs"), params).fetchall()
@@ -446,13 +454,17 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         return changed
 
     def expire_jobs(self, queue: str, now_ms: int, limit: int) -> int:
-        params = {"queue": queue, "now_ms": now_ms, "limit": _limit(limit), "status_limit": CUSTOM_STATUS_LIMIT}
         with self._write() as conn:
             _require_queue(conn, queue)
-            rows = conn.execute(sql.load("expire_jobs"), params).fetchall()
-            self._ended_unrun(conn, queue, [(row[0], JobState.FAILED, row[1], row[2]) for row in rows])
-            _count_expired(conn, queue, len(rows))
-            return len(rows)
+            return self._expire_due(conn, queue, now_ms, limit)
+
+    def _expire_due(self, conn: sqlite3.Connection, queue: str, now_ms: int, limit: int) -> int:
+        """Expire up to ``limit`` of the queue's due jobs (``expire_jobs.sql``), counting them."""
+        params = {"queue": queue, "now_ms": now_ms, "limit": _limit(limit), "status_limit": CUSTOM_STATUS_LIMIT}
+        rows = conn.execute(sql.load("expire_jobs"), params).fetchall()
+        self._ended_unrun(conn, queue, [(row[0], JobState.FAILED, row[1], row[2]) for row in rows])
+        _count_expired(conn, queue, len(rows))
+        return len(rows)
 
     def expired_counts(self) -> dict[str, int]:
         with self._read() as conn:
