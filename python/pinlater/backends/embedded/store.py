@@ -400,9 +400,12 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
             rows = self._scan_matching(_filter_params(queue, where), body_filter, limit, _require_queue, after)
             return [_record(row) for row in rows]
-        before = (_I64_MAX, _I64_MAX) if after is None else after
+        filters = _filter_params(queue, where)
+        before = (filters["run_after_le"], _I64_MAX)
+        if after is not None:
+            before = min(before, (after.run_after_ms, after.local_id))
         params = {
-            **_filter_params(queue, where),
+            **filters,
             "limit": _limit(limit),
             "before_run_after": before[0],
             "before_id": before[1],

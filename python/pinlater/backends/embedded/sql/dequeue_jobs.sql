@@ -1,7 +1,7 @@
 -- Claim up to :limit eligible PENDING jobs of one priority, oldest run_after first, skipping
 -- jobs under a live reservation (claim descriptor starting with :reserved_prefix and
 -- updated_at, the reservation's expiry, still after now: see reserve_jobs.sql), and expired jobs
--- (expire_at_ms <= now: read from the row, already read for its claim descriptor).
+-- (an expire_at_ms not after now, read from the row, already read for its claim descriptor).
 -- Params: :queue, :priority, :limit, :claim, :now_ms, :reserved_prefix.
 -- Returns the claimed rows (RETURNING order is unspecified: the caller sorts by run_after, id).
 UPDATE jobs
