@@ -1883,6 +1883,101 @@ mod tests {
     }
 
     #[test]
+    fn expiring_jobs_are_never_claimed_and_a_retry_past_the_expiry_expires() {
+        let path =
+            std::env::temp_dir().join(format!("pinlater-expiry-{}.sqlite3", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let setup = Connection::open(&path).unwrap();
+        setup.execute_batch(&sql("schema")).unwrap();
+        setup
+            .execute("INSERT INTO queues VALUES ('q', 1, 0)", [])
+            .unwrap();
+        let (tx, rx) = channel();
+        let shard = SqliteShard::open(
+            options(&path),
+            Arc::new(WriteGate::default()),
+            Box::new(move |done| tx.send(done).unwrap()),
+        )
+        .unwrap();
+        let call = |op: Op| {
+            shard.submit((), op).unwrap();
+            rx.recv().unwrap().pop().unwrap().1.unwrap()
+        };
+        let job = || NewJob {
+            priority: 1,
+            body: b"b".to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 3,
+            custom_status: String::new(),
+        };
+        let expiring = |at: i64| JobKeys {
+            key: None,
+            window_ms: 0,
+            group: None,
+            expire_at_ms: Some(at),
+        };
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(), job()]),
+            keys: vec![expiring(100), expiring(1_000)],
+            now_ms: 10,
+            group_concurrency: 1,
+        });
+        assert_eq!(placed, Answer::Placed(vec![(1, 1, false), (1, 2, false)]));
+        let Answer::Claimed(claimed) = call(Op::Dequeue {
+            queue: "q".into(),
+            priority: 1,
+            limit: 10,
+            claim: "c".into(),
+            now_ms: 100,
+            dry_run: false,
+            max_in_progress: None,
+            group_concurrency: 1,
+        }) else {
+            panic!("not claimed")
+        };
+        assert_eq!(claimed.iter().map(|j| j.local_id).collect::<Vec<_>>(), [2]);
+        let failed = crate::queue::jobs::AckItem {
+            priority: 1,
+            local_id: 2,
+            append_custom_status: String::new(),
+            retry_delay_ms: 900, // runs again at 1000: the expiry
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(AckGroup {
+                succeeded: vec![],
+                failed: vec![failed],
+            }),
+            now_ms: 100,
+            group_concurrency: 1,
+        });
+        assert_eq!(acked, Answer::Acked);
+        let rows: Vec<(i64, i64, String)> = setup
+            .prepare("SELECT state, attempts_remaining, custom_status FROM jobs ORDER BY local_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let expired = (3, 0, "expired".to_owned());
+        assert_eq!(
+            rows,
+            [expired.clone(), expired],
+            "one by the dequeue, one by the ack"
+        );
+        let count: i64 = setup
+            .query_row("SELECT expired FROM expiries WHERE queue = 'q'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(count, 2);
+        shard.close();
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
     fn gate_serves_in_order() {
         let gate = Arc::new(WriteGate::default());
         gate.acquire();
