@@ -53,11 +53,12 @@ def q(request: pytest.FixtureRequest, srv: ServerProcess) -> str:
 
 
 def blocks(out: str) -> list[dict[str, str]]:
-    """The ``key: value`` blocks the tool prints, without the closing count line."""
+    """The ``key: value`` blocks the tool prints, without the closing lines (the count, the
+    continuation)."""
     found = []
     for chunk in out.strip().split("\n\n"):
         fields = dict(line.split(": ", 1) for line in chunk.splitlines() if ": " in line)
-        if len(fields) > 1:
+        if not fields.keys() <= {"continuation", "jobs", "schedules"}:
             found.append(fields)
     return found
 
