@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,10 +30,19 @@ from pinlater.client import (
 )
 from pinlater.client.codec import encode
 from pinlater.idl import idl
+from tests.client.fixtures import shared_server
+from tests.support.pinlater_server import ServerProcess
 from tests.support.wait import wait_for
 
 # Field header in the binary protocol: type byte (i64 = 0x0a), then the field id (i16, big-endian).
 EXPIRE_AT_FIELD = b"\x0a\x00\x09"
+
+
+@pytest.fixture(scope="module", params=["direct", "broker"])
+def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The module's server, twice: dequeues straight from the store, and through the broker
+    (which holds reserved jobs that a cancel or an expiry must still reach)."""
+    yield from shared_server(tmp_path_factory, broker=request.param == "broker")
 
 
 def now_ms() -> int:
