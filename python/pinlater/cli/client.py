@@ -74,8 +74,7 @@ examples:
   pinlater client --port 9010 --mode get_job_count --queue emails --job_state SUCCEEDED
   pinlater client --port 9010 --mode enqueue --queue emails --body promo --expire-in 3600
   pinlater client --port 9010 --mode scan --queue emails --job_state FAILED --all
-  pinlater client --port 9010 --mode upsert_schedule --queue emails --schedule_name digest \
-      --cron "0 8 * * *" --body digest
+  pinlater client --port 9010 --mode upsert_schedule --queue emails --schedule_name digest --cron "0 8 * * *" --body hi
 """
 
 
