@@ -765,7 +765,13 @@ impl Session {
                     Arg::Time(now_ms),
                     Arg::Int(retry_ms),
                 ];
-                batch.push_str(&render(&sql.ack_expire_jobs, &jobs, Some(ids), &expire, nbe)?);
+                batch.push_str(&render(
+                    &sql.ack_expire_jobs,
+                    &jobs,
+                    Some(ids),
+                    &expire,
+                    nbe,
+                )?);
                 batch.push_str(";\n");
                 batch.push_str(&sql.expired_count_tally);
                 batch.push_str(";\n");
@@ -782,12 +788,22 @@ impl Session {
                 ];
                 batch.push_str(&render(&sql.ack_failed_jobs, &jobs, Some(ids), &fail, nbe)?);
                 batch.push_str(";\n");
-                let readd = sql.expiring_readd.replace("{side}", &expiring_table(database));
-                batch.push_str(&render(&readd, &jobs, Some(ids), &[Arg::Int(*priority)], nbe)?);
+                let readd = sql
+                    .expiring_readd
+                    .replace("{side}", &expiring_table(database));
+                batch.push_str(&render(
+                    &readd,
+                    &jobs,
+                    Some(ids),
+                    &[Arg::Int(*priority)],
+                    nbe,
+                )?);
                 batch.push_str(";\n");
             }
             if !failures.is_empty() {
-                let tallied = sql.expired_count_add_tallied.replace("{table}", &expired_count_table(database));
+                let tallied = sql
+                    .expired_count_add_tallied
+                    .replace("{table}", &expired_count_table(database));
                 batch.push_str(&tallied);
                 batch.push_str(";\n");
             }

@@ -69,7 +69,9 @@ def make_store(server: MariaDBServer) -> Iterator[Callable[..., MySQLStore]]:
 def session_counters(store: MySQLStore) -> dict[str, int]:
     """Com_* counters of the store's only connection (the store must have pool_size=1)."""
     with store.pool.connection() as conn, conn.cursor() as cur:
-        cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Com_insert', 'Com_insert_select', 'Com_update', 'Com_select')")
+        cur.execute(
+            "SHOW SESSION STATUS WHERE Variable_name IN ('Com_insert', 'Com_insert_select', 'Com_update', 'Com_select')"
+        )
         return {name: int(value) for name, value in cur.fetchall()}
 
 
@@ -462,6 +464,10 @@ _HASH = bytes(range(32))
 _NOW = datetime(2023, 11, 14, 22, 13, 20)
 _RANGE = (0, _NOW - timedelta(days=1), _NOW, None, None)
 _ROW = (0, 2, 2, "status", _NOW, _NOW, _NOW, b"body")
+_CHECKPOINT_ARGS = (1, 0, _NOW, _NOW, b"new", 1, "pre", "cancelled", "pre", 4990, "cancelled", "pre", "pre", 5000)
+_CHECKPOINT_ARGS = (*_CHECKPOINT_ARGS, 3, 3, 1, 1, "c")
+_DAY_AGO = _NOW - timedelta(days=1)
+_SCAN_AFTER_ARGS = (0, _NOW, _DAY_AGO, _NOW, 5, "^b", "^b", 10, 0, _DAY_AGO, _NOW, _NOW, "^b", "^b", 10, 10)
 
 #: Every SQL file with sample tokens and arguments, in an order that works on one database.
 SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
@@ -499,7 +505,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "lookup_jobs": ({"table": _TABLE, "ids": 2}, (1, 1, 2)),
     "checkpoint_job": (
         {"table": _TABLE},
-        (1, 0, _NOW, _NOW, b"new", 1, "pre", "cancelled", "pre", 4990, "cancelled", "pre", "pre", 5000, 3, 3, 1, 1, "c"),
+        _CHECKPOINT_ARGS,
     ),
     "ack_succeeded_jobs": ({"table": _TABLE, "ids": 1}, ("ok", 5000, _NOW, 1)),
     "ack_expire_jobs": ({"table": _TABLE, "ids": 2}, ("err", "expired", "err", 4992, "expired", _NOW, _MS, 2, 3)),
@@ -522,8 +528,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "oldest_ready_table": ({"table": _TABLE}, ("q", 1, _NOW, _MS)),
     "scan_jobs_after": (
         {"table": _TABLE},
-        (0, _NOW, _NOW - timedelta(days=1), _NOW, 5, "^b", "^b", 10)
-        + (0, _NOW - timedelta(days=1), _NOW, _NOW, "^b", "^b", 10, 10),
+        _SCAN_AFTER_ARGS,
     ),
     "put_schedule": ({"table": _SCHEDULES}, (b"name", b"spec", _MS, 0)),
     "list_schedules": ({"table": _SCHEDULES}, ()),

@@ -92,7 +92,7 @@ def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], 
     keys_table = names.quoted_dedup_keys_table(store.name, queue)
     # Keyless jobs get an empty key and hash here, and never reach a statement about keys.
     key_bytes = [b"" if job.key is None else job.key.encode("utf-8") for job in jobs]
-    hashes = [b"" if job.key is None else hashlib.sha256(key).digest() for job, key in zip(jobs, key_bytes, strict=True)]
+    hashes = [b"" if job.key is None else hashlib.sha256(kb).digest() for job, kb in zip(jobs, key_bytes, strict=True)]
     order = sorted((i for i, job in enumerate(jobs) if job.key is not None), key=hashes.__getitem__)
 
     def check_bodies() -> None:

@@ -3,8 +3,9 @@ shipped as package data and loaded once through ``importlib.resources``.
 
 Files take values only as ``%s`` parameters (PyMySQL's paramstyle). The few tokens a file may
 hold are filled by ``Sql.render``: ``{table}``, ``{side}`` (a second table: a queue's side table
-beside its jobs table) and ``{database}`` with identifiers from ``names.py``, ``{ids}`` with a list of ``%s`` for an ``IN``, ``{rows}`` with ``%s`` row groups
-for a multi-row ``INSERT``. ``--`` comment lines document each file and are not sent.
+beside its jobs table) and ``{database}`` with identifiers from ``names.py``, ``{ids}`` with a
+list of ``%s`` for an ``IN``, ``{rows}`` with ``%s`` row groups for a multi-row ``INSERT``.
+``--`` comment lines document each file and are not sent.
 """
 
 from __future__ import annotations

@@ -72,7 +72,8 @@ def put_schedule(store: MySQLStore, row: ScheduleRow) -> None:
                 raise
             # The queue's first schedule (the DDL commits the empty transaction); a missing
             # queue fails here: QueueNotFoundError.
-            cur.execute(queries.LIST_JOBS_TABLES.render(), (names.database_name(store.name, row.queue), names.JOBS_TABLE_PATTERN))
+            database = names.database_name(store.name, row.queue)
+            cur.execute(queries.LIST_JOBS_TABLES.render(), (database, names.JOBS_TABLE_PATTERN))
             if not cur.fetchall():
                 raise QueueNotFoundError(row.queue) from exc
             cur.execute(queries.CREATE_SCHEDULES_TABLE.render(table=table))

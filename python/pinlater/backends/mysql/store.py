@@ -1,9 +1,10 @@
 """``MySQLStore``: one shard of the MySQL backend, in the original PinLater schema.
 
 Layout (``names.py``): a database ``plq_{shard}_{queue}`` per queue, a table ``jobs_p{priority}``
-per priority, and ``dedup_keys``, ``claim_lock`` ``expiring``, ``expired_count`` and ``schedules`` (ours, made on demand: ``dedup_keys.py``,
-``claim_cap.py``, ``expiry.py``, ``schedule_rows.py``), DDL in ``sql/schema/``. Every operation is one transaction of statements from
-``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
+per priority, and ``dedup_keys``, ``claim_lock``, ``expiring``, ``expired_count`` and
+``schedules`` (ours, made on demand: ``dedup_keys.py``, ``claim_cap.py``, ``expiry.py``,
+``schedule_rows.py``), DDL in ``sql/schema/``. Every operation is one transaction of statements
+from ``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
 ``UPDATE ... LIMIT`` stamping the claim plus one SELECT by claim, acks one UPDATE per (priority,
 outcome, appended status[, retry delay]) group.
 
