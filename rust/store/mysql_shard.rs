@@ -748,57 +748,24 @@ impl Session {
                 batch.push_str(";\n");
             }
             let settings = &shared.settings;
-            let (cancelled, expired) = (&settings.cancelled_word, &settings.expired_word);
+            let words = (
+                settings.cancelled_word.as_str(),
+                settings.expired_word.as_str(),
+            );
             if !failures.is_empty() {
                 batch.push_str(&sql.expired_count_reset);
                 batch.push_str(";\n");
             }
             for ((priority, status, delay), ids) in &failures {
-                let jobs = table(database, *priority);
-                let retry_ms = now_ms.saturating_add(*delay);
-                let expire = [
-                    Arg::Str(status),
-                    Arg::Str(expired),
-                    Arg::Str(status),
-                    Arg::Int(ended_cut(limit, expired)),
-                    Arg::Str(expired),
-                    Arg::Time(now_ms),
-                    Arg::Int(retry_ms),
-                ];
-                batch.push_str(&render(
-                    &sql.ack_expire_jobs,
-                    &jobs,
-                    Some(ids),
-                    &expire,
-                    nbe,
-                )?);
-                batch.push_str(";\n");
-                batch.push_str(&sql.expired_count_tally);
-                batch.push_str(";\n");
-                let fail = [
-                    Arg::Time(retry_ms),
-                    Arg::Str(status),
-                    Arg::Int(limit),
-                    Arg::Str(status),
-                    Arg::Str(cancelled),
-                    Arg::Str(status),
-                    Arg::Int(ended_cut(limit, cancelled)),
-                    Arg::Str(cancelled),
-                    Arg::Time(now_ms),
-                ];
-                batch.push_str(&render(&sql.ack_failed_jobs, &jobs, Some(ids), &fail, nbe)?);
-                batch.push_str(";\n");
-                let readd = sql
-                    .expiring_readd
-                    .replace("{side}", &expiring_table(database));
-                batch.push_str(&render(
-                    &readd,
-                    &jobs,
-                    Some(ids),
-                    &[Arg::Int(*priority)],
-                    nbe,
-                )?);
-                batch.push_str(";\n");
+                let group = FailureGroup {
+                    database,
+                    priority: *priority,
+                    status,
+                    ids,
+                    now_ms,
+                    retry_ms: now_ms.saturating_add(*delay),
+                };
+                group.push_statements(&mut batch, sql, words, limit, nbe)?;
             }
             if !failures.is_empty() {
                 let tallied = sql
@@ -811,6 +778,71 @@ impl Session {
             drop_all(conn, &batch)?;
             Ok(Outcome::Committed(()))
         })
+    }
+}
+
+/// One (priority, appended status, retry delay) group of a failure ack.
+struct FailureGroup<'a> {
+    database: &'a str,
+    priority: i64,
+    status: &'a str,
+    ids: &'a [i64],
+    now_ms: i64,
+    retry_ms: i64,
+}
+
+impl FailureGroup<'_> {
+    /// The group's statements, each followed by `;`: the expiry of the retries at or after
+    /// their job's expiry (`ack_expire_jobs.sql`) and its tally, the failure
+    /// (`ack_failed_jobs.sql`), the index of the retried jobs by expiry (`expiring_readd.sql`).
+    fn push_statements(
+        &self,
+        batch: &mut String,
+        sql: &SqlTexts,
+        (cancelled, expired): (&str, &str),
+        limit: i64,
+        nbe: bool,
+    ) -> Result<(), OpError> {
+        let jobs = table(self.database, self.priority);
+        let (status, ids) = (self.status, Some(self.ids));
+        let expire = [
+            Arg::Str(status),
+            Arg::Str(expired),
+            Arg::Str(status),
+            Arg::Int(ended_cut(limit, expired)),
+            Arg::Str(expired),
+            Arg::Time(self.now_ms),
+            Arg::Int(self.retry_ms),
+        ];
+        batch.push_str(&render(&sql.ack_expire_jobs, &jobs, ids, &expire, nbe)?);
+        batch.push_str(";\n");
+        batch.push_str(&sql.expired_count_tally);
+        batch.push_str(";\n");
+        let fail = [
+            Arg::Time(self.retry_ms),
+            Arg::Str(status),
+            Arg::Int(limit),
+            Arg::Str(status),
+            Arg::Str(cancelled),
+            Arg::Str(status),
+            Arg::Int(ended_cut(limit, cancelled)),
+            Arg::Str(cancelled),
+            Arg::Time(self.now_ms),
+        ];
+        batch.push_str(&render(&sql.ack_failed_jobs, &jobs, ids, &fail, nbe)?);
+        batch.push_str(";\n");
+        let readd = sql
+            .expiring_readd
+            .replace("{side}", &expiring_table(self.database));
+        batch.push_str(&render(
+            &readd,
+            &jobs,
+            ids,
+            &[Arg::Int(self.priority)],
+            nbe,
+        )?);
+        batch.push_str(";\n");
+        Ok(())
     }
 }
 
