@@ -234,9 +234,10 @@ def expire_jobs(store: MySQLStore, queue: str, now_ms: int, limit: int) -> int:
     total = 0
     for _ in range(LOOK_AHEAD):
         result = store._run(queue, op)
-        if result is None:
+        if result is None:  # a queue made without expire_at: migrated now, so looked for once
             if queue not in store.get_queue_names():
                 raise QueueNotFoundError(queue)
+            migrate(store, queue)
             return 0
         expired, more = result
         total += expired
