@@ -315,6 +315,8 @@ def test_claim_timeouts_expire_past_expiry_and_end_cancelled_jobs(make_store: Ca
     plain = store.enqueue_jobs(Q, [NewJob(1, b"plain", T0, 3, "st")], T0)[0]
     assert len(store.dequeue_jobs(Q, 1, 10, "w:1", T0, False)) == 3
     assert store.cancel_jobs(Q, [(1, cancelled)], T0 + 1) == 1
+    record = one(store, Q, 1, cancelled)  # no further attempt, and nothing else: the claim's time stays
+    assert (record.state, record.attempts_remaining, record.updated_at_ms) == (JobState.IN_PROGRESS, 0, T0)
     assert store.resurrect_timed_out_jobs(Q, 1, T0 + 1000, 10, T0 + 2000) == 3
     records = {r.local_id: r for r in store.lookup_jobs(Q, [(1, late), (1, cancelled), (1, plain)], False)}
     assert (records[late].state, records[late].custom_status) == (JobState.FAILED, "expired")
