@@ -456,7 +456,8 @@ class SqliteShard:
         ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
         ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
         ``groups_unwait_oldest``, ``jobs_promote``, ``group_jobs_record``,
-        ``group_jobs_of``, ``count_in_progress`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
+        ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
+        ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
         ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one
         ``VALUES`` row each, repeated into multi-row statements.
 
@@ -474,14 +475,14 @@ class SqliteShard:
         self,
         queue: str,
         jobs: NewJobBatch,
-        keys: Sequence[tuple[str | None, int, str | None]],
+        keys: Sequence[tuple[str | None, int, str | None, int | None]],
         group_concurrency: int,
         now_ms: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
-        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window and ordered
-        group, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
+        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window, ordered group
+        and expiry, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
         commit; ``future`` gets ``[(priority, local_id, deduplicated), ...]`` in job order (the
         holder's place where deduplicated)."""
     def dequeue(
@@ -493,11 +494,14 @@ class SqliteShard:
         now_ms: int,
         dry_run: bool,
         max_in_progress: int | None,
+        group_concurrency: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
         """A dequeue claiming no more than brings the queue's IN_PROGRESS jobs on the shard to
-        ``max_in_progress`` (None: no cap; a dry run ignores it)."""
+        ``max_in_progress`` (None: no cap; a dry run ignores it). On a queue that ever had an
+        expiring job it first expires some of the queue's due jobs (``group_concurrency``: the
+        queue's, for their groups); it never hands out an expired job."""
     def ack(
         self, queue: str, acks: AckGroup, now_ms: int, group_concurrency: int, future: Any, event_loop: Any
     ) -> bool:
