@@ -47,7 +47,8 @@ def reserve_jobs(
         before = {int(row[0]) for row in cur.fetchall()}
         until = to_db_time(now_ms + hold_ms)
         reserved = cur.execute(
-            queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now_ms, now, prefix, prefix, n)
+            queries.RESERVE_JOBS.render(table=table),
+            (reservation, until, now, now_ms + hold_ms, now, prefix, prefix, n),
         )
         if not reserved:
             return []
