@@ -540,8 +540,10 @@ class MySQLShard:
     ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
     ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs``,
     ``ack_failed_jobs``, ``lock_claims``, ``create_claim_lock_table`` (``schema/``),
-    ``list_jobs_tables`` and ``count_in_progress_table`` to the text of those SQL files
-    (``queries.py``'s ``Sql.text``).
+    ``list_jobs_tables``, ``count_in_progress_table``, ``ack_expire_jobs``, ``expiring_readd``,
+    ``expired_count_reset``, ``expired_count_tally`` and ``expired_count_add_tallied`` to the text
+    of those SQL files (``queries.py``'s ``Sql.text``). ``cancelled_word`` and ``expired_word`` are
+    ``backends.base``'s ``CANCELLED`` and ``EXPIRED`` (what a failure ack appends: ``ended_status``).
     """
 
     def __new__(
@@ -558,6 +560,8 @@ class MySQLShard:
         insert_id_strategy: str | None,
         reservation_prefix: str,
         custom_status_limit: int,
+        cancelled_word: str,
+        expired_word: str,
         sql: dict[str, str],
         settle: Callable[[Any, Any, tuple[str, str, int, bool] | None], None],
     ) -> MySQLShard:
