@@ -84,6 +84,7 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
     QueueRules,
+    ScanCursor,
 )
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import dedup, reservations
@@ -100,7 +101,7 @@ from pinlater.backends.redis.filtered_reads import (
     delete_call,
     delete_matching,
     matching_pages,
-    pages,
+    page_after,
     read_sets,
     score_range,
 )
@@ -480,7 +481,13 @@ class RedisStore:
                 counts[cell] = counts.get(cell, 0) + n
         return counts
 
-    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int, after: ScanCursor | None = None) -> list[JobRecord]:
+        """Pages of scan_jobs.lua read from a point (``filtered_reads.page_after``): from
+        ``after``, then from the last member each page looked at, until ``limit`` rows. Newest
+        first, equal run afters by id as text descending (the sorted sets' order backwards); a
+        page costs about ``limit`` members (``REGEX_PAGE_SIZE`` with a body regex) however deep
+        it starts. Pages are separate reads, but each starts from a point, not an offset, so a
+        change between them moves nothing: a job that matches throughout is returned once."""
         keys = self._keys(queue)
         low, high = score_range(where)
         sets = read_sets(keys, where)
@@ -491,23 +498,24 @@ class RedisStore:
         if limit <= 0:
             self._require_queue(queue)
             return found
-        rows: Iterator[list[Any]]
-        if body_filter is None:
-            rows = pages(self._shard, queue, sets, low, high, False, True, max(limit, 1))
-        else:
-            matched = matching_pages(
-                self._shard, queue, sets, low, high, True, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES, body_filter
-            )
-            rows = (row for page_matched in matched for row in page_matched)
         compact = isinstance(keys, CompactQueueKeys)
-        for row in rows:
-            group = row[9] if compact else None
-            found.append(
-                job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
-            )
-            if len(found) >= limit:
+        point = after
+        while len(found) < limit:
+            if body_filter is None:
+                got = page_after(self._shard, queue, sets, low, high, point, limit - len(found), False)
+                rows = got.rows
+            else:
+                body_filter.check()
+                got = page_after(self._shard, queue, sets, low, high, point, REGEX_PAGE_SIZE, True, REGEX_PAGE_BYTES)
+                rows = [got.rows[i] for i in body_filter.matching([row[8] for row in got.rows])]
+            for row in rows[: limit - len(found)]:
+                group = row[9] if compact else None
+                found.append(
+                    job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
+                )
+            if got.last or got.next is None:
                 break
-        found.sort(key=lambda job: (job.run_after_ms, job.local_id), reverse=True)
+            point = got.next
         return found
 
     # -- bulk administration ----------------------------------------------------------------
