@@ -62,7 +62,7 @@ Design:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -85,6 +85,7 @@ from pinlater.backends.base import (
     Offload,
     QueueRules,
     ScanCursor,
+    ScheduleRow,
 )
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import dedup, reservations
@@ -106,8 +107,20 @@ from pinlater.backends.redis.filtered_reads import (
     score_range,
 )
 from pinlater.backends.redis.hot_client import HotClient, HotScripts
-from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
-from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, compact_names_key, ready_keys
+from pinlater.backends.redis.keys import (
+    CUSTOM_STATUS_LIMIT,
+    ms_from_seconds,
+    queue_names_key,
+    schedule_keys,
+    seconds_arg,
+)
+from pinlater.backends.redis.keys_compact import (
+    CompactQueueKeys,
+    QueueKeyNames,
+    compact_names_key,
+    compact_schedule_keys,
+    ready_keys,
+)
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.native_hot import NativeHotPath
@@ -240,6 +253,7 @@ class RedisStore:
             args.append(len(lists))
         while self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args):
             pass
+        self._drop_schedules(queue)  # once unregistered, so that no put_schedule adds one behind
 
     def get_queue_names(self) -> set[str]:
         if self.layout.compact:
@@ -518,6 +532,101 @@ class RedisStore:
             point = got.next
         return found
 
+    # -- job control (issue 18): queue depth and schedules -------------------------------------
+
+    def oldest_ready(self, num_priorities: int, now_ms: int) -> dict[tuple[str, int], int]:
+        """The queue names, then ``oldest_ready.lua`` over each queue's PENDING sets (and in the
+        compact layout its ready lists), pipelined as ``queue_counts`` sends its calls: a few
+        round trips whatever the number of queues. Held jobs (the broker's) are left out, and so
+        are waiting jobs of ordered groups; a queue deleted in between has none."""
+        cells: list[tuple[str, int]] = []  # the (queue, priority) of each value the calls answer
+        groups: list[tuple[list[str], str]] = []  # per queue: its keys and their kinds
+        for queue in sorted(self.get_queue_names()):
+            keys = self._keys(queue)
+            group: list[str] = []
+            kinds = ""
+            for p in range(1, num_priorities + 1):
+                cells.append((queue, p))
+                group.append(keys.set_key(p, JobState.PENDING))
+                kinds += "z"
+                if lists := ready_keys(keys, p):  # the list, then the records hash it needs
+                    cells.append((queue, p))
+                    group += [*lists, keys.jobs_arg]
+                    kinds += "rj"
+            groups.append((group, kinds))
+        now = seconds_arg(now_ms)
+        calls: list[tuple[list[str], list[Any]]] = []
+        key_list: list[str] = []
+        all_kinds = ""
+        for group, kinds in groups:
+            full = len(key_list) + len(group) > QUEUE_COUNTS_KEYS_PER_CALL
+            if key_list and (self._config.is_cluster or full):  # a cluster call: one queue's slot
+                calls.append((key_list, [now, all_kinds] if self.layout.compact else [now]))
+                key_list, all_kinds = [], ""
+            key_list += group
+            all_kinds += kinds
+        if key_list:
+            calls.append((key_list, [now, all_kinds] if self.layout.compact else [now]))
+        values: list[Any] = []
+        for reply in self._shard.run_pipelined("oldest_ready", calls) if calls else []:
+            values.extend(reply)
+        oldest: dict[tuple[str, int], int] = {}
+        for cell, value in zip(cells, values, strict=True):
+            if value is not None:
+                ms = ms_from_seconds(value)
+                oldest[cell] = min(ms, oldest.get(cell, ms))
+        return oldest
+
+    def put_schedule(self, row: ScheduleRow) -> None:
+        """One call of ``put_schedule.lua``, which checks the queue in the names set in the same
+        step (``lua/lib/schedules.lua``: the keys share the names set's slot)."""
+        names, definitions, due, index = self._schedule_keys()
+        paused = "1" if row.paused else "0"
+        args = [row.queue, row.name, str(row.next_run_ms), paused, row.spec]
+        self._run_in_queue("put_schedule", row.queue, [names, definitions, due, index], args)
+
+    def delete_schedule(self, queue: str, name: str) -> bool:
+        _names, definitions, due, index = self._schedule_keys()
+        return int(self._run("delete_schedules", [definitions, due, index], [queue, name])) > 0
+
+    def list_schedules(self, queue: str) -> list[ScheduleRow]:
+        names, definitions, _due, index = self._schedule_keys()
+        out = self._run("list_schedules", [names, definitions, index], [queue])
+        return [_schedule_row(queue, out[i].decode(), out[i + 1]) for i in range(0, len(out), 2)]
+
+    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+        if limit <= 0:
+            return []
+        _names, definitions, due, _index = self._schedule_keys()
+        out = self._run("due_schedules", [definitions, due], [str(now_ms), limit])
+        rows = []
+        for i in range(0, len(out), 2):
+            queue, name = out[i].decode().split(":", 1)  # queue names are \w+
+            rows.append(_schedule_row(queue, name, out[i + 1]))
+        return rows
+
+    def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
+        _names, definitions, due, _index = self._schedule_keys()
+        args = [queue, name, str(expected_next_ms), str(next_run_ms)]
+        return int(self._run("advance_schedule", [definitions, due], args)) == 1
+
+    def _schedule_keys(self) -> list[str]:
+        """The queue names set, then the schedules' definitions, due set and index (one slot in
+        the compact layout: ``keys_compact.compact_schedule_keys``)."""
+        self._shard.check_layout()  # the layout decides the names: known first
+        if self.layout.compact:
+            return [compact_names_key(self._name), *compact_schedule_keys(self._name)]
+        return [queue_names_key(self._name), *schedule_keys(self._name)]
+
+    def _drop_schedules(self, queue: str) -> None:
+        """Every schedule of a queue that ``delete_queue`` unregistered. A separate call, not in
+        delete_queue.lua's: on a cluster the schedules are in the names set's slot, not the
+        queue's. Safe: put_schedule checks the names set in its own step, so none is added once
+        the queue is unregistered; one left by a delete_queue that failed between the two is
+        dropped by the next delete_queue, and meanwhile its firing finds no queue."""
+        _names, definitions, due, index = self._schedule_keys()
+        self._run("delete_schedules", [definitions, due, index], [queue])
+
     # -- bulk administration ----------------------------------------------------------------
 
     def retry_failed_jobs(
@@ -685,6 +794,12 @@ class AsyncHotPath:
     def forget(self) -> None:
         """Drop the asyncio client without awaiting it (the blocking ``close``)."""
         self._scripts.forget()
+
+
+def _schedule_row(queue: str, name: str, definition: bytes) -> ScheduleRow:
+    """A row from ``{next_run_ms}|{paused}|{spec}`` (``lua/lib/schedules.lua``)."""
+    next_run, paused, spec = definition.decode().split("|", 2)
+    return ScheduleRow(queue, name, spec, int(next_run), paused == "1")
 
 
 def _ids(reply: Any) -> list[int]:
