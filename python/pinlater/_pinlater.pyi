@@ -753,14 +753,15 @@ class EnqueueCall:
                 ``1..num_priorities`` (``PRIORITY_NOT_SUPPORTED``).
         """
 
-    def keys(self) -> list[tuple[str | None, int, str | None]] | None:
-        """Each job's ``(dedupKey, dedupWindowMillis, groupKey)`` in job order, or None when no
-        job asks for a pinlater extension (no key, window 0): then nothing per job is built.
+    def keys(self) -> list[tuple[str | None, int, str | None, int | None]] | None:
+        """Each job's ``(dedupKey, dedupWindowMillis, groupKey, expireAtTimestampMillis)`` in job
+        order, or None when no job asks for a pinlater extension (no key, no expiry, window 0):
+        then nothing per job is built.
 
         Raises:
             JobRejected: ``ENQUEUE_REJECTED`` for the first job (``jobs[i]: ...``) with an empty
                 key (either kind) or one over 1,024 bytes, a window below 0 or over ten years,
-                or a window above 0 without a dedup key.
+                or a window above 0 without a dedup key, or an expiry below 0.
         """
 
 @final

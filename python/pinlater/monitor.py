@@ -1,11 +1,13 @@
-"""The background monitor: resurrects timed-out claims, deletes finished jobs, and forgets the dedup
-key records of jobs that are gone.
+"""The background monitor: resurrects timed-out claims, expires PENDING jobs past their expiry,
+deletes finished jobs, and forgets the dedup key records of jobs that are gone.
 
 One task per server walks every shard every BACKEND_MONITOR_THREAD_DELAY_SECONDS. For each
 queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_UPDATE_MAX_SIZE
 jobs each): claims older than the claim timeout are treated as failures (the job returns to
 PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
-than their TTLs are deleted. Then bounded calls forget the queue's dedup key records whose window
+than their TTLs are deleted. Then PENDING jobs past their ``expireAtTimestampMillis`` expire
+(``expire_jobs``: FAILED, "expired"; the store counts them), a bounded call at a time, as many as
+the sweeps before it made, stopping at one that leaves fewer than its limit. Then bounded calls forget the queue's dedup key records whose window
 has passed and whose job is gone (``gc_dedup_keys``): as many calls as the finished-job sweeps
 made (two per priority), so records go as fast as their jobs, stopping early at a call that
 forgets none. If one fails for a reason other than the shard or the queue being gone, that is
@@ -83,8 +85,8 @@ class Monitor:
 
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns totals (resurrected, gc_succeeded, gc_failed,
-        gc_dedup_keys)."""
-        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0}
+        gc_dedup_keys, expired)."""
+        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0, "expired": 0}
         self._counting = {}
         for shard in self.backend.shards.all():
             if not shard.healthy:
@@ -108,7 +110,7 @@ class Monitor:
 
     async def _shard_pass(self, shard: Shard) -> dict[str, int]:
         queues = await self.backend.call_store(shard, shard.store.get_queue_names)
-        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0}
+        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0, "expired": 0}
         for queue in sorted(queues):
             try:
                 await self._queue_pass(shard, queue, totals)
@@ -153,6 +155,12 @@ class Monitor:
                 now - p.failed_ttl_ms,
                 p.max_per_pass,
             )
+        for _ in range(2 * self.backend.num_priorities):
+            now = self.backend.clock.now_ms()
+            expired = await call(shard, shard.store.expire_jobs, queue, now, p.max_per_pass)
+            totals["expired"] += expired
+            if expired < p.max_per_pass:
+                break
         try:
             for _ in range(2 * self.backend.num_priorities):
                 now = self.backend.clock.now_ms()

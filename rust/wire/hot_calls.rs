@@ -159,18 +159,22 @@ pub struct Job {
     pub run_after_ms: Option<i64>,
     pub attempts_allowed: i32,
     pub custom_status: Span,
-    /// The pinlater extensions (6-8), checked by the handler, not here.
+    /// The pinlater extensions (6-9), checked by [`EnqueueCall::keys`], not here.
     pub dedup_key: Option<Span>,
     pub dedup_window_ms: i64,
     pub group_key: Option<Span>,
+    pub expire_at_ms: Option<i64>,
 }
 
 impl Job {
-    /// Whether the job asks for an extension: a key, or a dedup window other than 0 (clients
-    /// generated from the IDL send its default 0 with every job).
+    /// Whether the job asks for an extension: a key, an expiry, or a dedup window other than 0
+    /// (clients generated from the IDL send its default 0 with every job).
     #[must_use]
     pub fn has_extensions(&self) -> bool {
-        self.dedup_key.is_some() || self.group_key.is_some() || self.dedup_window_ms != 0
+        self.dedup_key.is_some()
+            || self.group_key.is_some()
+            || self.expire_at_ms.is_some()
+            || self.dedup_window_ms != 0
     }
 }
 
@@ -185,6 +189,7 @@ impl Default for Job {
             dedup_key: None,
             dedup_window_ms: 0,
             group_key: None,
+            expire_at_ms: None,
         }
     }
 }
@@ -407,6 +412,7 @@ fn job(r: &mut Reader<'_>) -> Result<Job, DecodeError> {
             (6, T_STRING) => j.dedup_key = Some(r.text()?),
             (7, T_I64) => j.dedup_window_ms = i64::from_be_bytes(r.take()?),
             (8, T_STRING) => j.group_key = Some(r.text()?),
+            (9, T_I64) => j.expire_at_ms = Some(i64::from_be_bytes(r.take()?)),
             _ => return Ok(false),
         }
         Ok(true)
@@ -626,9 +632,9 @@ pub const MAX_DEDUP_KEY_BYTES: usize = 1024;
 /// The longest `dedupWindowMillis` taken: ten years (so `now + window` never overflows).
 pub const MAX_DEDUP_WINDOW_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
 
-/// One job's extension keys, as `EnqueueCall::keys` checked them: its dedup key and window,
-/// and its group key.
-pub type KeySpec<'p> = (Option<&'p str>, i64, Option<&'p str>);
+/// One job's extensions, as `EnqueueCall::keys` checked them: its dedup key and window, its
+/// group key, and its expiry.
+pub type KeySpec<'p> = (Option<&'p str>, i64, Option<&'p str>, Option<i64>);
 
 impl EnqueueCall {
     /// Whether any job asks for an extension (see [`Job::has_extensions`]).
@@ -637,10 +643,11 @@ impl EnqueueCall {
         self.jobs.iter().any(Job::has_extensions)
     }
 
-    /// Each job's dedup key, window and group key, in job order, checked: a key (either kind)
-    /// is 1 to [`MAX_DEDUP_KEY_BYTES`] bytes; a window is 0 to [`MAX_DEDUP_WINDOW_MS`] and more
-    /// than 0 only with a dedup key. The first job refused refuses the call (`ENQUEUE_REJECTED`,
-    /// naming the field and the job's index).
+    /// Each job's dedup key, window, group key and expiry, in job order, checked: a key
+    /// (either kind) is 1 to [`MAX_DEDUP_KEY_BYTES`] bytes; a window is 0 to
+    /// [`MAX_DEDUP_WINDOW_MS`] and more than 0 only with a dedup key; an expiry is 0 or more.
+    /// The first job refused refuses the call (`ENQUEUE_REJECTED`, naming the field and the
+    /// job's index).
     pub fn keys<'p>(&self, payload: &'p [u8]) -> Result<Vec<KeySpec<'p>>, JobRejected> {
         let reject = |i: usize, what: String| JobRejected {
             code: ENQUEUE_REJECTED,
@@ -679,7 +686,13 @@ impl EnqueueCall {
                     format!("dedupWindowMillis must be 0 to {MAX_DEDUP_WINDOW_MS}, not {window}"),
                 ));
             }
-            out.push((key, window, group));
+            if let Some(at) = job.expire_at_ms.filter(|at| *at < 0) {
+                return Err(reject(
+                    i,
+                    format!("expireAtTimestampMillis must be 0 or more, not {at}"),
+                ));
+            }
+            out.push((key, window, group, job.expire_at_ms));
         }
         Ok(out)
     }
@@ -897,14 +910,25 @@ mod tests {
         assert!(call.has_extensions());
         assert_eq!(
             call.keys(&w.0).unwrap(),
-            vec![(Some("k\u{e9}"), 50, None), (None, 0, None)]
+            vec![(Some("k\u{e9}"), 50, None, None), (None, 0, None, None)]
         );
         let grouped = enqueue(&[job(b"a"), job(b"b").str_field(8, "g")]);
         assert_eq!(
             decode_enqueue(&grouped).unwrap().keys(&grouped.0).unwrap(),
-            vec![(None, 0, None), (None, 0, Some("g"))]
+            vec![(None, 0, None, None), (None, 0, Some("g"), None)]
+        );
+        let expiring = enqueue(&[job(b"a").field(T_I64, 9).i64(1_700)]);
+        let call = decode_enqueue(&expiring).unwrap();
+        assert!(call.has_extensions());
+        assert_eq!(
+            call.keys(&expiring.0).unwrap(),
+            vec![(None, 0, None, Some(1_700))]
         );
         let refused = |w: &Wire| decode_enqueue(w).unwrap().keys(&w.0).unwrap_err();
+        assert_eq!(
+            refused(&enqueue(&[job(b"a").field(T_I64, 9).i64(-1)])).message,
+            "jobs[0]: expireAtTimestampMillis must be 0 or more, not -1"
+        );
         let err = refused(&enqueue(&[job(b"a"), job(b"b").str_field(8, "")]));
         assert_eq!(err.code, ENQUEUE_REJECTED);
         assert_eq!(err.message, "jobs[1]: groupKey must not be empty");

@@ -14,12 +14,11 @@ embedded store's on its Rust writer, Redis's packed in Rust).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator, Sequence
 
 import pytest
+from tests.support.store_ops import CLAIM, Ops
 
-from pinlater._pinlater import AckGroup, ClaimItems
 from pinlater.backends.base import (
     AckItem,
     ClaimedJob,
@@ -32,68 +31,15 @@ from pinlater.backends.base import (
     QueueRules,
     ShardStore,
 )
-from pinlater.backends.sharded import ShardedBackend
-from pinlater.backends.shardmap import Shard, ShardMap
 
 Q = "group_queue"
 T0 = 1_700_000_000_000
-CLAIM = "claim-0001:worker:host-a"
-RESERVATION = "~r|groups"
-
-
-class Ops:
-    """The hot operations, through the store's blocking methods or through its hot path."""
-
-    def __init__(self, store: ShardStore, hot: bool) -> None:
-        self.store = store
-        self._backend: ShardedBackend | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        if hot:
-            shard = Shard(store.name, store)
-            self._backend = ShardedBackend(ShardMap([shard]), num_priorities=3, parallelism=2)
-            self._hot = self._backend.hot_path(shard)
-            self._loop = asyncio.new_event_loop()
-
-    def close(self) -> None:
-        if self._backend is not None and self._loop is not None:
-            self._loop.run_until_complete(self._backend.aclose())
-            self._loop.close()
-            self._backend._executor.shutdown(wait=True)  # the store fixture closes the store
-
-    def enqueue(self, jobs: Sequence[KeyedJob], now: int = T0) -> list[Enqueued]:
-        if self._loop is None:
-            return self.store.enqueue_keyed_jobs(Q, jobs, now)
-        return self._loop.run_until_complete(self._hot.enqueue_keyed_jobs(Q, jobs, now))
-
-    def dequeue(self, priority: int, limit: int, now: int = T0, dry_run: bool = False) -> list[ClaimedJob]:
-        if self._loop is None:
-            return self.store.dequeue_jobs(Q, priority, limit, CLAIM, now, dry_run)
-        got = self._loop.run_until_complete(self._hot.dequeue_jobs(Q, priority, limit, CLAIM, now, dry_run))
-        return [ClaimedJob._make(j) for j in got.to_list()]
-
-    def ack(self, succeeded: Sequence[AckItem] = (), failed: Sequence[AckItem] = (), now: int = T0) -> None:
-        if self._loop is None:
-            self.store.ack_jobs(Q, succeeded, failed, now)
-            return
-        self._loop.run_until_complete(self._hot.ack_jobs(Q, AckGroup(list(succeeded), list(failed)), now))
-
-    def reserve(self, priority: int, limit: int, now: int = T0) -> list[ClaimedJob]:
-        if self._loop is None:
-            return self.store.reserve_jobs(Q, priority, limit, RESERVATION, now, 60_000)
-        got = self._loop.run_until_complete(self._hot.reserve_jobs(Q, priority, limit, RESERVATION, now, 60_000))
-        return [ClaimedJob._make(j) for j in got.to_list()]
-
-    def claim_reserved(self, keys: Sequence[tuple[int, int]], now: int = T0) -> int:
-        items = [(p, i, CLAIM) for p, i in keys]
-        if self._loop is None:
-            return len(self.store.claim_reserved(Q, items, RESERVATION, now))
-        return self._loop.run_until_complete(self._hot.claim_reserved(Q, ClaimItems(items), RESERVATION, now))
 
 
 @pytest.fixture(params=["store", "hot_path"])
 def ops(request: pytest.FixtureRequest, store: ShardStore) -> Iterator[Ops]:
     store.create_queue(Q, 3)
-    made = Ops(store, hot=request.param == "hot_path")
+    made = Ops(store, Q, hot=request.param == "hot_path")
     try:
         yield made
     finally:

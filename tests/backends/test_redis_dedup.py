@@ -278,7 +278,7 @@ def test_the_memory_estimate_between_readings_counts_the_dedup_records(server: R
         store.create_queue(Q, 3)
         before = store.memory.refresh().used_bytes
         jobs = [NewJob(1, b"b" * 50, T0, 2) for _ in range(2000)]
-        keys = [(f"{i:06d}" + "k" * 250, 0, None) for i in range(2000)]
+        keys = [(f"{i:06d}" + "k" * 250, 0, None, None) for i in range(2000)]
         loop.run_until_complete(backend.enqueue_keyed_jobs(Q, jobs, keys, T0))
         latest = store.memory.latest
         assert latest is not None

@@ -58,7 +58,7 @@ def test_an_ack_in_a_group_makes_the_walk_look_again(store: ShardStore, backend:
     async def scenario() -> None:
         now = backend.clock.now_ms()
         jobs = [NewJob(2, b"job-%d" % i, now, 2) for i in range(2)]
-        await backend.enqueue_keyed_jobs(Q, jobs, [(None, 0, "g")] * 2, now)
+        await backend.enqueue_keyed_jobs(Q, jobs, [(None, 0, "g", None)] * 2, now)
         (first,) = await dequeue(backend, Q, 5, "worker")
         for _ in range(3):  # the group's next job waits on the first: the place looks empty
             assert await dequeue(backend, Q, 5, "worker") == []

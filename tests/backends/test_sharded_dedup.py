@@ -25,7 +25,7 @@ Q = "dedup_sharded"
 PRIORITIES = 3
 T = TypeVar("T")
 
-Keys = list[tuple[str | None, int, str | None]]
+Keys = list[tuple[str | None, int, str | None, int | None]]
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def jobs_and_keys(*keys: str | None) -> tuple[list[NewJob], Keys]:
     jobs = [NewJob(1, f"body-{i}".encode(), 0, 2) for i in range(len(keys))]
-    return jobs, [(key, 0, None) for key in keys]
+    return jobs, [(key, 0, None, None) for key in keys]
 
 
 def pending(store: EmbeddedStore) -> int:

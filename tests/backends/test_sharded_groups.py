@@ -62,7 +62,7 @@ def test_a_group_lives_on_one_shard_with_its_dedup_keys(stores: dict[str, ShardS
     backend = make_backend(stores)
     groups = [f"group-{i}" for i in range(12)]
     jobs = [NewJob(1, f"{g}-{n}".encode(), 0, 2) for g in groups for n in range(3)]
-    keys = [(f"key-{g}" if n == 0 else None, 0, g) for g in groups for n in range(3)]
+    keys = [(f"key-{g}" if n == 0 else None, 0, g, None) for g in groups for n in range(3)]
     placed = run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
     try:
         where = {g: {shard_of(d) for d, _ in placed[3 * i : 3 * i + 3]} for i, g in enumerate(groups)}
@@ -108,7 +108,7 @@ def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_pa
             shards = list(backend.shards)
             group = next(f"g{i}" for i in range(100) if key_shard(Q, f"g{i}", shards, space="group").name == "r")
             jobs = [NewJob(1, b"plain", 0, 2), NewJob(1, b"keyed", 0, 2), NewJob(1, b"grouped", 0, 2)]
-            keys = [(None, 0, None), ("k", 0, None), (None, 0, group)]
+            keys = [(None, 0, None, None), ("k", 0, None, None), (None, 0, group, None)]
             with pytest.raises(PinLaterError) as info:
                 run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
             assert info.value.code == ErrorCode.ENQUEUE_REJECTED

@@ -230,9 +230,13 @@ def test_counts_and_scans_by_state_priority_time_and_body_regex(api: Api) -> Non
     assert api.count("cnt", SUCCEEDED) == 0
 
     scanned = api.scan("cnt", PENDING, limit=4)
-    assert scanned.continuation == "-1"
     assert [j.jobDescriptor for j in scanned.scannedJobs] == [descriptors[i] for i in (5, 4, 3, 2)], "newest first"
     assert all(j.body is None for j in scanned.scannedJobs)
+    # pinlater pages (the original answered CONTINUATION_END and had no second page)
+    assert scanned.continuation != "-1"
+    rest = api.scan("cnt", PENDING, limit=4, continuation=scanned.continuation)
+    assert [j.jobDescriptor for j in rest.scannedJobs] == [descriptors[i] for i in (1, 0)]
+    assert rest.continuation == "-1"
     assert [j.jobDescriptor for j in api.scan("cnt", PENDING, priority=1).scannedJobs] == [
         descriptors[i] for i in (4, 2, 0)
     ]

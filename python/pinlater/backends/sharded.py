@@ -20,6 +20,7 @@ Callers validate arguments first (``server/handler.py``); this layer trusts them
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import heapq
 import itertools
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, decode_descriptors, encode_descriptors
+from pinlater.backends import scan_pages
 from pinlater.backends.base import (
     DEFAULT_RULES,
     CheckpointItem,
@@ -52,6 +54,7 @@ from pinlater.backends.base import (
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
+from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
@@ -521,11 +524,19 @@ class ShardedBackend:
         raise QueueNotFoundError(queue)
 
     async def enqueue_keyed_jobs(
-        self, queue: str, jobs: Sequence[NewJob], keys: Sequence[tuple[str | None, int, str | None]], now_ms: int
+        self,
+        queue: str,
+        jobs: Sequence[NewJob],
+        keys: Sequence[tuple[str | None, int, str | None, int | None]],
+        now_ms: int,
     ) -> list[tuple[str, bool]]:
-        """Enqueue jobs of which some carry a pinlater key (``keys[i]``: job ``i``'s dedup key or
-        None, its window, and its group key or None); answer ``(descriptor, deduplicated)`` per
-        job, in order.
+        """Enqueue jobs of which some carry a pinlater extension (``keys[i]``: job ``i``'s dedup
+        key or None, its window, its group key or None, and its expiry or None); answer
+        ``(descriptor, deduplicated)`` per job, in order.
+
+        Jobs with an expiry but no key go to one shard that takes new jobs (the first of
+        ``enqueue_jobs``' candidates, without its failover), with the keyed jobs of that shard if
+        any, through ``enqueue_keyed_jobs`` (which keeps the expiry).
 
         Each dedup key and each group has one shard (``key_shard``, over the shards that take new
         jobs, healthy or not); a job with both goes to its group's shard, where its dedup key is
@@ -556,17 +567,22 @@ class ShardedBackend:
         by_shard: dict[str, list[int]] = defaultdict(list)
         batch_of: dict[int, KeyedJob] = {}
         only = targets[0] if len(targets) == 1 else None
-        for i, (key, window_ms, group) in enumerate(keys):
-            if key is None and group is None:
+        loose: Shard | None = None  # where jobs with only an expiry go
+        for i, (key, window_ms, group, expire_at) in enumerate(keys):
+            if key is None and group is None and expire_at is None:
                 plain.append(i)
             elif key is not None and key in first:
                 repeats.append((i, first[key]))
             else:
                 if key is not None:
                     first[key] = i
-                batch_of[i] = KeyedJob(jobs[i], key, window_ms, group)
+                batch_of[i] = KeyedJob(jobs[i], key, window_ms, group, expire_at)
                 if only is not None:  # one shard takes new jobs: every key is its
                     shard = only
+                elif key is None and group is None:
+                    if loose is None:
+                        loose = await self._loose_shard()
+                    shard = loose
                 elif group is None:
                     assert key is not None
                     shard = key_shard(queue, key, targets)
@@ -599,6 +615,18 @@ class ShardedBackend:
             assert held is not None
             placed[i] = (held[0], True)
         return [p for p in placed if p is not None]
+
+    async def _loose_shard(self) -> Shard:
+        """The shard for jobs that need ``enqueue_keyed_jobs`` but no key's shard: the first of
+        ``enqueue_jobs``' candidates (random, healthy, below the memory high-water mark)."""
+        mark = self.memory_high_water
+        candidates = await self._usable(lambda: self._shards.enqueue_candidates(mark))
+        if candidates:
+            return candidates[0]
+        full = self._shards.memory_full(mark)
+        if full:
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, memory_full_reason(((s.name, u) for s, u in full), mark))
+        raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard accepts new jobs")
 
     async def _enqueue_keyed_on(self, shard: Shard, queue: str, batch: list[KeyedJob], now: int) -> list[Enqueued]:
         """One key shard's part of ``enqueue_keyed_jobs``: refused when the shard is down (a
@@ -854,6 +882,29 @@ class ShardedBackend:
         await _gather_raising_first(calls)
         return found
 
+    async def cancel_jobs(self, queue: str, descriptors: Sequence[str]) -> int:
+        """Cancel jobs of ``queue`` (``ShardStore.cancel_jobs``) by descriptor; return how many
+        changed. A descriptor of another queue is refused (UNKNOWN, naming it) before anything
+        changes; one of a shard not configured here is not found, as in ``lookup_jobs``."""
+        parsed = decode_descriptors(list(descriptors))
+        by_shard: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for i, (job_queue, shard_name, priority, local_id) in enumerate(parsed):
+            if job_queue != queue:
+                raise PinLaterError(
+                    ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {job_queue!r}, not {queue!r}"
+                )
+            by_shard[shard_name].append((priority, local_id))
+        answers = QueueAnswers(queue)
+        calls = []
+        for shard_name, keys in by_shard.items():
+            shard = self._shard(shard_name)
+            if shard is not None:
+                now = self.clock.now_ms()
+                calls.append(answers.ask(shard, self.call_store(shard, shard.store.cancel_jobs, queue, keys, now), 0))
+        changed = sum(await _gather_raising_first(calls))
+        answers.check()
+        return changed
+
     def _priorities(self, priority: int | None) -> range:
         return range(priority, priority + 1) if priority is not None else range(1, self.num_priorities + 1)
 
@@ -903,6 +954,31 @@ class ShardedBackend:
                     total[key] += n if cap is None else min(n, cap)
         return dict(total)
 
+    async def oldest_ready(self) -> dict[tuple[str, int], int]:
+        """The smallest run_after of each (queue, priority)'s ready PENDING jobs over the
+        healthy shards (``ShardStore.oldest_ready``): one call per shard, in parallel."""
+        now = self.clock.now_ms()
+        shards = await self._readable_shards()
+        results = await _gather_raising_first(
+            [self.call_store(shard, shard.store.oldest_ready, self.num_priorities, now) for shard in shards]
+        )
+        oldest: dict[tuple[str, int], int] = {}
+        for found in results:
+            for cell, run_after in found.items():
+                oldest[cell] = min(run_after, oldest.get(cell, run_after))
+        return oldest
+
+    async def expired_counts(self) -> dict[str, int]:
+        """How many jobs of each queue expired so far, summed over the healthy shards
+        (``ShardStore.expired_counts``)."""
+        shards = await self._readable_shards()
+        results = await _gather_raising_first([self.call_store(s, s.store.expired_counts) for s in shards])
+        total: dict[str, int] = defaultdict(int)
+        for counts in results:
+            for queue, n in counts.items():
+                total[queue] += n
+        return dict(total)
+
     async def group_counts(self, queue: str) -> GroupCounts:
         """The queue's ordered groups (``ShardStore.group_counts``), summed over the healthy
         shards (a group lives on one shard)."""
@@ -919,11 +995,27 @@ class ShardedBackend:
     async def scan_jobs(
         self, queue: str, state: JobState, priority: int | None, future: bool, limit: int, body_regex: str | None
     ) -> list[tuple[str, JobRecord]]:
-        """Up to ``limit`` jobs over every shard and priority, newest run_after first."""
+        """Up to ``limit`` jobs over every shard and priority, newest run_after first: the first
+        page of ``scan_page``."""
+        page, _ = await self.scan_page(ScanQuery(queue, state, priority, future, body_regex), limit, scan_pages.START)
+        return page
+
+    async def scan_page(
+        self, query: ScanQuery, limit: int, continuation: str
+    ) -> tuple[list[tuple[str, JobRecord]], str]:
+        """One page of a scan over every readable shard and priority, newest run_after first,
+        and the continuation that resumes after it (``scan_pages.END`` when nothing is left).
+        CONTINUATION_INVALID for a continuation this query did not make."""
+        stops = scan_pages.decode(query, continuation)
         now = self.clock.now_ms()
-        deadline = self._filter_deadline(body_regex)
-        pairs = [(shard, p) for shard in await self._readable_shards() for p in self._priorities(priority)]
-        answers = QueueAnswers(queue)
+        deadline = self._filter_deadline(query.body_regex)
+        walks = [
+            ((shard, p), stops.get((shard.name, p)))
+            for shard in await self._readable_shards()
+            for p in self._priorities(query.priority)
+            if (shard.name, p) not in stops or stops[(shard.name, p)] is not None
+        ]
+        answers = QueueAnswers(query.queue)
         no_records: list[JobRecord] = []
         results = await _gather_raising_first(
             [
@@ -931,27 +1023,25 @@ class ShardedBackend:
                     shard,
                     self.call_filtered(
                         shard,
-                        shard.store.scan_jobs,
-                        queue,
-                        JobFilter(state, p, now, future, body_regex, deadline),
+                        functools.partial(shard.store.scan_jobs, after=after),
+                        query.queue,
+                        JobFilter(query.state, p, now, query.future, query.body_regex, deadline),
                         limit,
                     ),
                     no_records,
                 )
-                for shard, p in pairs
+                for (shard, p), after in walks
             ]
         )
         answers.check()
-        merged: list[tuple[str, JobRecord]] = []
-        for (shard, _p), records in zip(pairs, results, strict=True):
-            if not records:
-                continue
-            descriptors = encode_descriptors(
-                queue, shard.name, [r.priority for r in records], [r.local_id for r in records]
-            )
-            merged.extend(zip(descriptors, (r.as_clients_see_it() for r in records), strict=True))
-        merged.sort(key=lambda pair: (pair[1].run_after_ms, pair[1].local_id), reverse=True)
-        return merged[:limit]
+        page, after_page = scan_pages.merge_page(
+            limit, [((shard.name, p), records) for ((shard, p), _), records in zip(walks, results, strict=True)], stops
+        )
+        out: list[tuple[str, JobRecord]] = []
+        for (shard_name, _p), record in page:
+            descriptor = encode_descriptors(query.queue, shard_name, [record.priority], [record.local_id])[0]
+            out.append((descriptor, record.as_clients_see_it()))
+        return out, scan_pages.encode(query, after_page)
 
     async def _readable_shards(self) -> list[Shard]:
         shards = await self._usable(lambda: [s for s in self._shards if s.healthy])

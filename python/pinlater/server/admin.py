@@ -31,7 +31,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
 from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
-from pinlater.server.admin_api import COUNT_COLUMNS as COUNT_COLUMNS
 from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
 from pinlater.server.admin_api import STATES as STATES
@@ -40,9 +39,11 @@ from pinlater.server.metrics import (
     RateHistory,
     memory_families,
     prometheus_registry,
-    queue_jobs_family,
+    queue_depth_families,
     render_prometheus,
 )
+from pinlater.server.queue_counts import COUNT_COLUMNS as COUNT_COLUMNS
+from pinlater.server.queue_counts import QueueSnapshot
 
 if TYPE_CHECKING:
     from pinlater.server.app import PinLaterServer
@@ -80,7 +81,7 @@ class AdminApp(AdminApi):
         self.history = RateHistory(server.metrics, interval=sample_interval)
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
-        self._queue_jobs: dict[str, dict[str, list[int]]] | None = None  # read for each scrape
+        self._queue_snapshot: QueueSnapshot | None = None  # read for each scrape
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
@@ -150,7 +151,7 @@ class AdminApp(AdminApi):
 
     async def prometheus(self, request: web.Request) -> web.Response:
         # Set, then rendered with no await between: a concurrent scrape cannot swap it meanwhile.
-        self._queue_jobs = await self.queue_jobs_for_metrics()
+        self._queue_snapshot = await self.queue_snapshot_for_metrics()
         return web.Response(body=render_prometheus(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _extra_families(self) -> Iterator[Metric]:
@@ -166,8 +167,9 @@ class AdminApp(AdminApi):
             yield healthy
             yield drain
             yield from memory_families(backend.shards, backend.memory_high_water)
-        if self._queue_jobs is not None:
-            yield queue_jobs_family(self._queue_jobs)
+        snapshot = self._queue_snapshot
+        if snapshot is not None and backend is not None:
+            yield from queue_depth_families(snapshot, backend.num_priorities)
         yield from self._group_families()
         limits = self.server.rate_limits
         if limits is not None:

@@ -16,7 +16,6 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -24,11 +23,11 @@ from aiohttp import web
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
 from pinlater.backends import body_filter
-from pinlater.backends.base import DEFAULT_RULES, CountKey, GroupCounts, JobRecord, JobState
+from pinlater.backends.base import DEFAULT_RULES, GroupCounts, JobRecord, JobState
 from pinlater.errors import ConfigError
 from pinlater.server.handler import QUEUE_NAME, hash_password
 from pinlater.server.metrics import memory_snapshot
-from pinlater.server.queue_counts import QueueCounts
+from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
 
 if TYPE_CHECKING:
     from pinlater.backends.sharded import ShardedBackend
@@ -43,14 +42,6 @@ MAX_BULK = 1_000_000
 BODY_TEXT_LIMIT = 64 * 1024
 BODY_HEX_LIMIT = 4 * 1024
 STATES = {s.name.lower(): s for s in JobState}
-#: The dashboard's count columns: (name, state, future jobs only).
-COUNT_COLUMNS = (
-    ("pending", JobState.PENDING, False),
-    ("pending_future", JobState.PENDING, True),
-    ("in_progress", JobState.IN_PROGRESS, False),
-    ("succeeded", JobState.SUCCEEDED, False),
-    ("failed", JobState.FAILED, False),
-)
 
 
 class ApiError(Exception):
@@ -135,19 +126,18 @@ class AdminApi:
             self._queue_counts = QueueCounts(backend)
         return self._queue_counts
 
-    async def queue_jobs_for_metrics(self) -> dict[str, Columns] | None:
-        """Every queue's count columns for a ``/metrics`` scrape (``queue_jobs_family``), or None
-        when the stores do not answer within BACKEND_SOCKET_TIMEOUT_SECONDS: the scrape then
+    async def queue_snapshot_for_metrics(self) -> QueueSnapshot | None:
+        """The queue counts for a ``/metrics`` scrape (``queue_jobs_family``, queue depth), or
+        None when the stores do not answer within BACKEND_SOCKET_TIMEOUT_SECONDS: the scrape then
         goes on without them (logged), so a store outage never hides the other metrics."""
         if self.server.backend is None:
             return None
         try:
             timeout = self.server.settings.backend_socket_timeout_seconds
-            snapshot = await asyncio.wait_for(self.queue_counts.read(), timeout)
+            return await asyncio.wait_for(self.queue_counts.read(), timeout)
         except Exception as exc:
             log.warning("/metrics without queue job counts: %s: %s", type(exc).__name__, exc)
             return None
-        return count_columns(snapshot.counts, sorted(snapshot.names), self.server.backend.num_priorities)
 
     def _rate(self, queue: str) -> dict[str, Any]:
         limits = self.server.rate_limits
@@ -325,23 +315,6 @@ class AdminApi:
     def _priorities(self, value: Any) -> range:
         p = self._priority(value)
         return range(1, self.backend.num_priorities + 1) if p is None else range(p, p + 1)
-
-
-Columns = dict[str, list[int]]
-"""A queue's count columns: ``{column: [count per priority]}`` (``COUNT_COLUMNS``)."""
-
-
-def count_columns(counts: Mapping[CountKey, int], names: list[str], num_priorities: int) -> dict[str, Columns]:
-    """The dashboard's count columns of ``names`` from a count pass (``ShardedBackend.queue_counts``):
-    ``{queue: {column: [count per priority]}}``, the numbers ``count_jobs`` gives."""
-    priorities = range(1, num_priorities + 1)
-    return {
-        queue: {
-            column: [counts.get(CountKey(queue, p, state, future), 0) for p in priorities]
-            for column, state, future in COUNT_COLUMNS
-        }
-        for queue in names
-    }
 
 
 async def one_queue_columns(backend: ShardedBackend, queue: str) -> Columns:

@@ -34,6 +34,7 @@ from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
 from pinlater.errors import ConfigError
 from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.schedules import ScheduleRunner
 from pinlater.queue_rules import parse_queue_rules
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.server.admin import start_admin
@@ -69,6 +70,8 @@ class PinLaterServer:
         self._admin: web.AppRunner | None = None
         #: The monitor, in process 0 (None in the others).
         self.monitor: Monitor | None = None
+        #: What fires the schedules kept in the store, in process 0 (None in the others).
+        self.schedules: ScheduleRunner | None = None
         self._health_task: asyncio.Task[None] | None = None
         self._watchers: list[FileWatcher] = []
         self._driver: BackendDriver | None = None
@@ -143,6 +146,8 @@ class PinLaterServer:
             admin_port = self._admin.addresses[0][1]
             self.monitor = Monitor(self.backend, MonitorPolicy.from_settings(s), self.metrics)
             self.monitor.start()
+            self.schedules = ScheduleRunner(self.backend)
+            self.schedules.start()
         self._health_task = asyncio.create_task(self._health_loop(), name="pinlater-health")
         await self._warn(self.backend.shards.all())
         config_path = driver.config_path(s)
@@ -273,6 +278,8 @@ class PinLaterServer:
             await self.broker.stop()  # requests are done: hand every reservation back now
         if self.monitor is not None:
             await self.monitor.stop()
+        if self.schedules is not None:
+            await self.schedules.stop()
         for watcher in self._watchers:
             await watcher.stop()
         for task in list(self._background):

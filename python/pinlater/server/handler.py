@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from pinlater import schedules
 from pinlater._pinlater import (
     AckCall,
     ClaimedJobs,
@@ -43,8 +44,9 @@ from pinlater._pinlater import (
     encode_enqueue_reply,
     encode_void_reply,
 )
-from pinlater.backends import body_filter
+from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
+from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.sharded import ReadyBatch, ShardedBackend
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
@@ -262,9 +264,14 @@ class PinLaterHandler:
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 
     async def _enqueue_keyed(
-        self, queue: str, batch: NewJobBatch, keys: list[tuple[str | None, int, str | None]], now: int, seqid: int
+        self,
+        queue: str,
+        batch: NewJobBatch,
+        keys: list[tuple[str | None, int, str | None, int | None]],
+        now: int,
+        seqid: int,
     ) -> bytes:
-        """An enqueue whose jobs carry dedup or group keys: placed job by job
+        """An enqueue whose jobs carry dedup or group keys or an expiry: placed job by job
         (``enqueue_keyed_jobs``), with Python values per job; the response's ``deduplicated`` is
         sent when some job was."""
         jobs = [NewJob(*job) for job in batch.to_list()]
@@ -406,28 +413,25 @@ class PinLaterHandler:
     @_thrift_errors
     async def scan_jobs(self, context: Any, request: Any) -> Any:
         queue = self._queue(request.queueName)
-        continuation = "0" if request.continuation is None else request.continuation
-        if continuation != "0":
-            raise PinLaterError(
-                ErrorCode.CONTINUATION_INVALID, f"only continuation '0' is supported, not {continuation!r}"
-            )
-        # Capped, not refused: the original had no cap, so a caller may ask for more. Scans do not
-        # page (only continuation "0"), so the reply still ends with CONTINUATION_END.
+        continuation = scan_pages.START if request.continuation is None else request.continuation
+        query = ScanQuery(
+            queue,
+            self._state(request.jobState),
+            self._optional_priority(request.priority),
+            bool(request.scanFutureJobs),
+            self._regex(request.bodyRegexToMatch),
+        )
+        # Capped, not refused: the original had no cap, so a caller may ask for more; the
+        # continuation resumes after the last job returned.
         limit = min(100 if request.limit is None else request.limit, self.max_scan_limit)
-        jobs: list[Any] = []
+        if limit <= 0:
+            scan_pages.decode(query, continuation)  # CONTINUATION_INVALID still applies
+            return idl.PinLaterScanJobsResponse(scannedJobs=[], continuation=continuation)
         if self.broker is not None:
             await self.broker.settle_queue(queue)
-        if limit > 0:
-            found = await self.backend.scan_jobs(
-                queue,
-                self._state(request.jobState),
-                self._optional_priority(request.priority),
-                bool(request.scanFutureJobs),
-                limit,
-                self._regex(request.bodyRegexToMatch),
-            )
-            jobs = [_job_info(d, r) for d, r in found]
-        return idl.PinLaterScanJobsResponse(scannedJobs=jobs, continuation="-1")
+        found, resume = await self.backend.scan_page(query, limit, continuation)
+        jobs = [_job_info(d, r) for d, r in found]
+        return idl.PinLaterScanJobsResponse(scannedJobs=jobs, continuation=resume)
 
     # -- bulk administration --------------------------------------------------------------------
 
@@ -466,19 +470,87 @@ class PinLaterHandler:
 
     @_thrift_errors
     async def cancel_jobs(self, context: Any, request: Any) -> int:
-        raise PinLaterError(ErrorCode.UNKNOWN, "cancelJobs is not served yet")
+        queue = self._queue(request.queueName)
+        descriptors = request.jobDescriptors or []
+        if not descriptors:
+            return 0
+        if self.broker is not None:
+            await self.broker.settle(decode_descriptors(descriptors))
+        changed = await self.backend.cancel_jobs(queue, descriptors)
+        self.metrics.incr(f"{queue}_cancel", changed)
+        log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
+        return min(changed, I32_MAX)
 
     @_thrift_errors
     async def upsert_schedule(self, context: Any, schedule: Any) -> None:
-        raise PinLaterError(ErrorCode.UNKNOWN, "upsertSchedule is not served yet")
+        stored = await schedules.upsert(self.backend, self._schedule(schedule))
+        log.info("schedule %s of %s set by %s", stored.name, stored.queue, _who(context))
 
     @_thrift_errors
     async def delete_schedule(self, context: Any, queueName: str, name: str) -> None:
-        raise PinLaterError(ErrorCode.UNKNOWN, "deleteSchedule is not served yet")
+        if await schedules.delete(self.backend, self._queue(queueName), name or ""):
+            log.info("schedule %s of %s deleted by %s", name, queueName, _who(context))
 
     @_thrift_errors
     async def list_schedules(self, context: Any, queueName: str) -> list[Any]:
-        raise PinLaterError(ErrorCode.UNKNOWN, "listSchedules is not served yet")
+        return [_schedule_info(s) for s in await schedules.listing(self.backend, self._queue(queueName))]
+
+    def _schedule(self, schedule: Any) -> schedules.Schedule:
+        """A ``PinLaterSchedule`` as ``schedules`` takes it; ENQUEUE_REJECTED for what a schedule's
+        job cannot carry."""
+        queue = self._queue(schedule.queueName)
+        name = schedule.name or ""
+        job = schedule.job
+
+        def reject(why: str) -> PinLaterError:
+            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {name!r}: {why}")
+
+        if job.body is None:
+            raise reject("its job needs a body")
+        for field, value in (
+            ("runAfterTimestampMillis", job.runAfterTimestampMillis),
+            ("dedupKey", job.dedupKey),
+            ("expireAtTimestampMillis", job.expireAtTimestampMillis),
+        ):
+            if value is not None:
+                raise reject(f"its job cannot carry {field} (each tick's job runs at once, with a dedupKey of its own)")
+        if job.dedupWindowMillis:
+            raise reject("its job cannot carry dedupWindowMillis")
+        body = job.body if isinstance(job.body, bytes) else str(job.body).encode("utf-8")
+        return schedules.Schedule(
+            queue=queue,
+            name=name,
+            job=schedules.ScheduledJob(
+                body,
+                1 if job.priority is None else job.priority,
+                2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed,
+                job.customStatus or "",
+                job.groupKey,
+            ),
+            cron=schedule.cron,
+            interval_ms=schedule.intervalMillis,
+            paused=bool(schedule.paused),
+        )
+
+
+def _schedule_info(schedule: schedules.Schedule) -> Any:
+    job = schedule.job
+    return idl.PinLaterSchedule(
+        queueName=schedule.queue,
+        name=schedule.name,
+        cron=schedule.cron,
+        intervalMillis=schedule.interval_ms,
+        job=idl.PinLaterJob(
+            body=job.body,
+            priority=job.priority,
+            numAttemptsAllowed=job.attempts_allowed,
+            customStatus=job.custom_status,
+            groupKey=job.group_key,
+            dedupWindowMillis=None,
+        ),
+        paused=schedule.paused,
+        nextRunTimestampMillis=schedule.next_run_ms,
+    )
 
 
 def _job_info(descriptor: str, record: JobRecord) -> Any:
@@ -495,4 +567,5 @@ def _job_info(descriptor: str, record: JobRecord) -> Any:
         body=record.body,
         dedupKey=record.dedup_key,
         groupKey=record.group_key,
+        expireAtTimestampMillis=record.expire_at_ms,
     )

@@ -5,7 +5,7 @@ Cheap enough for the hot path: a counter is a dict update; a timing keeps a coun
 fixed histogram buckets and a bounded reservoir sample from which percentiles are read.
 Everything runs on the event loop thread, so no locks are needed.
 
-``/metrics`` also carries every queue's job counts (``queue_jobs_family``), read fresh per scrape
+``/metrics`` also carries every queue's job counts and depth (``queue_depth_families``), read fresh per scrape
 in one pass per shard (``ShardedBackend.queue_counts``).
 
 Per-queue counters are named ``{queue}_{kind}`` (``orders_enqueue``, ``orders_ack_failed``);
@@ -24,7 +24,7 @@ import random
 import re
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from pinlater.backends.pressure import memory_use
+from pinlater.server.queue_counts import QueueSnapshot, count_columns
 
 if TYPE_CHECKING:
     from pinlater.backends.shardmap import Shard
@@ -365,19 +366,46 @@ def memory_snapshot(shards: Iterable[Shard], high_water: float | None) -> dict[s
     return {"high_water": high_water, "shards": out}
 
 
-def queue_jobs_family(columns: Mapping[str, Mapping[str, Sequence[int]]]) -> GaugeMetricFamily:
-    """``pinlater_queue_jobs{queue, state}``: the dashboard's count columns (``pending``,
-    ``pending_future``, ``in_progress``, ``succeeded``, ``failed``) of each queue, summed over
-    priorities and shards, from ``{queue: {column: [count per priority]}}``."""
-    family = GaugeMetricFamily(
+def queue_depth_families(snapshot: QueueSnapshot, num_priorities: int) -> Iterator[Metric]:
+    """Each queue's depth from a count pass (``QueueCounts``): ``pinlater_queue_jobs{queue,
+    state}`` (the dashboard's count columns, ``pending``, ``pending_future``, ``in_progress``,
+    ``succeeded``, ``failed``, summed over priorities and shards), the same by priority, the age
+    of the oldest ready PENDING job, and the jobs expired so far."""
+    columns = count_columns(snapshot.counts, sorted(snapshot.names), num_priorities)
+    jobs = GaugeMetricFamily(
         "pinlater_queue_jobs",
         "Jobs per queue by state, as the dashboard counts them (pending_future: pending, runnable later)",
         labels=["queue", "state"],
     )
-    for queue, by_column in sorted(columns.items()):
+    by_priority = GaugeMetricFamily(
+        "pinlater_queue_jobs_by_priority",
+        "Jobs per queue, priority and state (states as in pinlater_queue_jobs)",
+        labels=["queue", "priority", "state"],
+    )
+    for queue, by_column in columns.items():
         for column, per_priority in by_column.items():
-            family.add_metric([queue, column], float(sum(per_priority)))
-    return family
+            jobs.add_metric([queue, column], float(sum(per_priority)))
+            for priority, n in enumerate(per_priority, start=1):
+                by_priority.add_metric([queue, str(priority), column], float(n))
+    yield jobs
+    yield by_priority
+    age = GaugeMetricFamily(
+        "pinlater_queue_oldest_ready_age_seconds",
+        "How long the queue's oldest ready PENDING job has waited since its run-after (0: none ready),"
+        " as of the last count pass",
+        labels=["queue"],
+    )
+    for queue in sorted(snapshot.names):
+        age.add_metric([queue], (snapshot.oldest_ready_age_ms(queue) or 0) / 1000.0)
+    yield age
+    expired = CounterMetricFamily(
+        "pinlater_queue_expired_jobs",
+        "Jobs that expired (expireAtTimestampMillis) while PENDING, per queue, as the stores count them",
+        labels=["queue"],
+    )
+    for queue in sorted(snapshot.names):
+        expired.add_metric([queue], float(snapshot.expired.get(queue, 0)))
+    yield expired
 
 
 def _sanitize(name: str) -> str:

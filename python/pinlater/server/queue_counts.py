@@ -21,8 +21,12 @@ beyond its ``table_definition_cache``). So ``QueueCounts`` times each pass:
   of 1 s keeps a moderately slow store's numbers live: every dashboard poll still starts a pass.
 
 ``start`` runs the first pass in the background when the server starts, so the dashboard's first
-load finds counts; a read before any pass has finished waits for it. A background pass that fails
-is logged and the last numbers are kept; a read that waits for a failing pass gets its error.
+load finds counts, and then one every ``REFRESH_S`` (spaced as above), so ``/metrics`` depth is
+fresh without a scrape waiting. A read before any pass has finished waits for it. A background
+pass that fails is logged and the last numbers are kept; a read that waits for a failing pass gets
+its error. A pass also asks each shard for its oldest ready job per queue and priority and its
+expired counts (one call per shard each, in parallel); when those fail, the pass keeps the last
+ones (logged) rather than failing the counts.
 """
 
 from __future__ import annotations
@@ -31,15 +35,18 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from pinlater.backends.base import CountKey, JobState
 
 if TYPE_CHECKING:
-    from pinlater.backends.base import CountKey
     from pinlater.backends.sharded import ShardedBackend
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K")
 
 #: Passes that take longer than this are served from rather than waited for ...
 FRESH_BUDGET_S = 0.1
@@ -49,6 +56,36 @@ VERY_SLOW = 10
 #: Passes served from start at least this long (and twice the last one's duration) after the
 #: last one ended.
 MIN_INTERVAL_S = 1.0
+#: The server's background passes come this often (``start``): queue depth in ``/metrics`` is at
+#: most this old, plus a pass.
+REFRESH_S = 10.0
+
+
+#: The dashboard's count columns: (name, state, future jobs only).
+COUNT_COLUMNS = (
+    ("pending", JobState.PENDING, False),
+    ("pending_future", JobState.PENDING, True),
+    ("in_progress", JobState.IN_PROGRESS, False),
+    ("succeeded", JobState.SUCCEEDED, False),
+    ("failed", JobState.FAILED, False),
+)
+
+
+Columns = dict[str, list[int]]
+"""A queue's count columns: ``{column: [count per priority]}`` (``COUNT_COLUMNS``)."""
+
+
+def count_columns(counts: Mapping[CountKey, int], names: list[str], num_priorities: int) -> dict[str, Columns]:
+    """The dashboard's count columns of ``names`` from a count pass (``ShardedBackend.queue_counts``):
+    ``{queue: {column: [count per priority]}}``, the numbers ``count_jobs`` gives."""
+    priorities = range(1, num_priorities + 1)
+    return {
+        queue: {
+            column: [counts.get(CountKey(queue, p, state, future), 0) for p in priorities]
+            for column, state, future in COUNT_COLUMNS
+        }
+        for queue in names
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +97,16 @@ class QueueSnapshot:
     counts: dict[CountKey, int]
     taken_at_ms: int
     took_s: float
+    #: The smallest run_after of each (queue, priority)'s ready PENDING jobs
+    #: (``ShardedBackend.oldest_ready``), and how many jobs of each queue expired so far.
+    oldest_ready: dict[tuple[str, int], int] = field(default_factory=dict)
+    expired: dict[str, int] = field(default_factory=dict)
+
+    def oldest_ready_age_ms(self, queue: str) -> int | None:
+        """How long the queue's oldest ready PENDING job has been ready when the pass started;
+        None when it had none."""
+        ready = [at for (q, _), at in self.oldest_ready.items() if q == queue]
+        return max(0, self.taken_at_ms - min(ready)) if ready else None
 
 
 class QueueCounts:
@@ -81,6 +128,7 @@ class QueueCounts:
         self._last: QueueSnapshot | None = None
         self._pass: asyncio.Task[QueueSnapshot] | None = None
         self._took: deque[float] = deque(maxlen=SLOW_PASSES)  # the last passes' durations
+        self._refresher: asyncio.Task[None] | None = None
 
     @property
     def last(self) -> QueueSnapshot | None:
@@ -103,15 +151,27 @@ class QueueCounts:
             return last
         return await asyncio.shield(self._start_pass())
 
-    def start(self) -> None:
-        """Start a pass in the background (at server start: the first load then finds counts)."""
+    def start(self, refresh_s: float | None = REFRESH_S) -> None:
+        """Start a pass in the background (at server start: the first load then finds counts),
+        and with ``refresh_s``, one every ``refresh_s`` (or as the spacing above allows) after
+        it, so that ``/metrics`` numbers are never older than that without a read."""
         self._start_pass()
+        if refresh_s is not None:
+            self._refresher = asyncio.create_task(self._refresh(refresh_s), name="pinlater-queue-counts-refresh")
+
+    async def _refresh(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            if self._due():
+                self._start_pass()
 
     async def aclose(self) -> None:
-        """Cancel the pass in flight, if any (server stop)."""
-        if self._pass is not None and not self._pass.done():
-            self._pass.cancel()
-            await asyncio.wait([self._pass])
+        """Cancel the refresher and the pass in flight, if any (server stop)."""
+        tasks = [t for t in (self._refresher, self._pass) if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
 
     def _due(self) -> bool:
         """Whether the next pass may start: ``max(min_interval_s, 2 x the last pass's duration)``
@@ -136,13 +196,29 @@ class QueueCounts:
         started_ms = self.backend.clock.now_ms()
         start = self._clock()
         try:
-            names, counts = await asyncio.gather(self.backend.get_queue_names(), self.backend.queue_counts())
+            last = self._last
+            names, counts, oldest, expired = await asyncio.gather(
+                self.backend.get_queue_names(),
+                self.backend.queue_counts(),
+                _or_last(self.backend.oldest_ready(), "the oldest ready jobs", last.oldest_ready if last else None),
+                _or_last(self.backend.expired_counts(), "the expired counts", last.expired if last else None),
+            )
         finally:
             self._ended = self._clock()  # a failed pass is spaced from the next one too
-        snapshot = QueueSnapshot(frozenset(names), counts, started_ms, self._ended - start)
+        snapshot = QueueSnapshot(frozenset(names), counts, started_ms, self._ended - start, oldest, expired)
         self._last = snapshot
         self._took.append(snapshot.took_s)
         return snapshot
+
+
+async def _or_last(call: Awaitable[dict[K, int]], what: str, last: dict[K, int] | None) -> dict[K, int]:
+    """The depth figures of a pass, or the last pass's (logged) when the stores fail them: the
+    counts do not wait on them."""
+    try:
+        return await call
+    except Exception as exc:
+        log.warning("counting %s failed: %s: %s", what, type(exc).__name__, exc)
+        return {} if last is None else last
 
 
 def _log_failure(task: asyncio.Task[QueueSnapshot]) -> None:

@@ -13,7 +13,7 @@ use crate::wire::hot_calls::{self, HotCall};
 
 /// One job's `(dedupKey, dedupWindowMillis, groupKey)`, as `EnqueueCall.keys` hands them to
 /// Python.
-type JobKeys = (Option<String>, i64, Option<String>);
+type JobKeys = (Option<String>, i64, Option<String>, Option<i64>);
 
 /// An `enqueueJobs` call.
 #[pyclass(frozen, name = "EnqueueCall", module = "pinlater._pinlater")]
@@ -66,7 +66,8 @@ impl EnqueueCall {
         })
     }
 
-    /// Each job's `(dedupKey, dedupWindowMillis, groupKey)`, checked, or `None` when no job
+    /// Each job's `(dedupKey, dedupWindowMillis, groupKey, expireAtTimestampMillis)`, checked,
+    /// or `None` when no job
     /// asks for an extension (the common case, answered without a Python object per job);
     /// raises `JobRejected` for the first job the handler refuses (a bad key or window).
     fn keys(&self, py: Python<'_>) -> PyResult<Option<Vec<JobKeys>>> {
@@ -78,7 +79,7 @@ impl EnqueueCall {
             let keys = self.call.keys(payload)?;
             Ok(Some(
                 keys.into_iter()
-                    .map(|(k, w, g)| (k.map(str::to_owned), w, g.map(str::to_owned)))
+                    .map(|(k, w, g, x)| (k.map(str::to_owned), w, g.map(str::to_owned), x))
                     .collect(),
             ))
         })

@@ -1,0 +1,304 @@
+"""Schedules kept in the store: a job enqueued at each tick of a cron expression or interval.
+
+A schedule is a row in one shard (``ShardStore.put_schedule``; the shard is picked from
+(queue, name) as a dedup key's is, and an upsert removes the row from every other shard). Every
+server runs a ``ScheduleRunner``: once a second it asks each shard for its due rows and, for each,
+enqueues the schedule's job with the dedup key ``pinlater:schedule:<name>:<tick>`` (held a day
+past the enqueue), then moves the row's next tick with a compare-and-set
+(``advance_schedule``). So two servers that fire one tick make one job, and a server that dies
+between the enqueue and the move leaves a tick that the next firing deduplicates: exactly one job
+per tick, through restarts. The next tick is the first after now, so ticks missed while no
+server ran are enqueued once, not once each.
+
+The row's ``spec`` is this module's JSON (``Schedule.spec``); stores never read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pinlater.backends.base import NewJob, ScheduleRow
+from pinlater.backends.sharded import ShardedBackend, key_shard
+from pinlater.backends.shardmap import Shard
+from pinlater.cron import Cron, CronError
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+
+log = logging.getLogger(__name__)
+
+#: Shortest interval taken: a schedule is not a busy loop.
+MIN_INTERVAL_MS = 1_000
+#: Longest interval taken: ten years.
+MAX_INTERVAL_MS = 10 * 365 * 24 * 3_600_000
+#: Longest schedule name, in characters.
+MAX_NAME_LENGTH = 200
+#: How long a tick's dedup key stays held after its job's enqueue: a tick fired again within it
+#: (a server that died between the enqueue and the move) makes no second job.
+TICK_KEY_WINDOW_MS = 24 * 3_600_000
+#: Due rows one shard hands the runner per pass.
+DUE_PER_PASS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledJob:
+    """The job a schedule enqueues at each tick (a ``PinLaterJob`` without run-after, dedup key
+    or expiry)."""
+
+    body: bytes
+    priority: int = 1
+    attempts_allowed: int = 2
+    custom_status: str = ""
+    group_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    queue: str
+    name: str
+    job: ScheduledJob
+    cron: str | None = None
+    interval_ms: int | None = None
+    paused: bool = False
+    #: The next tick (epoch ms); set by ``first_tick`` and by the runner.
+    next_run_ms: int | None = None
+
+    def check(self, num_priorities: int) -> None:
+        """ENQUEUE_REJECTED with the reason for a schedule that cannot run."""
+
+        def reject(why: str) -> PinLaterError:
+            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {self.name!r}: {why}")
+
+        if not self.name or len(self.name) > MAX_NAME_LENGTH or not self.name.isprintable():
+            raise reject(f"name must be 1 to {MAX_NAME_LENGTH} printable characters")
+        if (self.cron is None) == (self.interval_ms is None):
+            raise reject("give exactly one of cron and intervalMillis")
+        if self.cron is not None:
+            try:
+                Cron.parse(self.cron)
+            except CronError as exc:
+                raise reject(str(exc)) from None
+        if self.interval_ms is not None and not MIN_INTERVAL_MS <= self.interval_ms <= MAX_INTERVAL_MS:
+            raise reject(f"intervalMillis must be {MIN_INTERVAL_MS} to {MAX_INTERVAL_MS}, not {self.interval_ms}")
+        if not 1 <= self.job.priority <= num_priorities:
+            raise reject(f"job priority {self.job.priority} is not in 1..{num_priorities}")
+        if self.job.attempts_allowed < 1:
+            raise reject("job numAttemptsAllowed must be at least 1")
+        if self.job.group_key is not None and not 1 <= len(self.job.group_key.encode()) <= 1024:
+            raise reject("job groupKey must be 1 to 1024 bytes")
+
+    def tick_after(self, now_ms: int, last_tick_ms: int | None = None) -> int:
+        """The first tick after ``now_ms``: the cron's next minute, or for an interval the next
+        point of the grid started at ``last_tick_ms`` (now, for a new schedule)."""
+        if self.cron is not None:
+            tick = Cron.parse(self.cron).next_after(now_ms)
+            assert tick is not None  # check() refused crons that never run
+            return tick
+        assert self.interval_ms is not None
+        start = now_ms if last_tick_ms is None else last_tick_ms
+        steps = max(1, (now_ms - start) // self.interval_ms + 1)
+        return start + steps * self.interval_ms
+
+    def spec(self) -> str:
+        job = self.job
+        return json.dumps(
+            {
+                "cron": self.cron,
+                "interval_ms": self.interval_ms,
+                "job": {
+                    "body": base64.b64encode(job.body).decode("ascii"),
+                    "priority": job.priority,
+                    "attempts": job.attempts_allowed,
+                    "status": job.custom_status,
+                    "group": job.group_key,
+                },
+            },
+            separators=(",", ":"),
+        )
+
+    def row(self) -> ScheduleRow:
+        assert self.next_run_ms is not None
+        return ScheduleRow(self.queue, self.name, self.spec(), self.next_run_ms, self.paused)
+
+    @classmethod
+    def from_row(cls, row: ScheduleRow) -> Schedule:
+        spec: dict[str, Any] = json.loads(row.spec)
+        job = spec["job"]
+        return cls(
+            queue=row.queue,
+            name=row.name,
+            job=ScheduledJob(
+                base64.b64decode(job["body"]), job["priority"], job["attempts"], job["status"], job["group"]
+            ),
+            cron=spec["cron"],
+            interval_ms=spec["interval_ms"],
+            paused=row.paused,
+            next_run_ms=row.next_run_ms,
+        )
+
+
+def tick_key(name: str, tick_ms: int) -> str:
+    """The dedup key of one tick's job."""
+    return f"pinlater:schedule:{name}:{tick_ms}"
+
+
+def _home(backend: ShardedBackend, queue: str, name: str) -> Shard:
+    targets = [s for s in backend.shards.all() if not s.dequeue_only]
+    if not targets:
+        raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no shard accepts new jobs")
+    return key_shard(queue, name, targets, space="schedule")
+
+
+async def _require_queue(backend: ShardedBackend, queue: str) -> None:
+    if queue not in await backend.get_queue_names():
+        raise QueueNotFoundError(queue)
+
+
+async def upsert(backend: ShardedBackend, schedule: Schedule) -> Schedule:
+    """Create or replace the schedule (its next tick counted from now); the stored schedule."""
+    schedule.check(backend.num_priorities)
+    await _require_queue(backend, schedule.queue)
+    now = backend.clock.now_ms()
+    stored = replace(schedule, next_run_ms=schedule.tick_after(now))
+    group = schedule.job.group_key
+    if group is not None:
+        targets = [s for s in backend.shards.all() if not s.dequeue_only]
+        reason = key_shard(schedule.queue, group, targets, space="group").store.groups_refused
+        if reason is not None:
+            raise PinLaterError(
+                ErrorCode.ENQUEUE_REJECTED, f"schedule {schedule.name!r}: groupKey (ordered groups) {reason}"
+            )
+    home = _home(backend, schedule.queue, schedule.name)
+    await backend.call_store(home, home.store.put_schedule, stored.row())
+    for shard in backend.shards.all():  # a row left on a shard that was home before
+        if shard is not home and shard.healthy:
+            await backend.call_store(shard, shard.store.delete_schedule, schedule.queue, schedule.name)
+    return stored
+
+
+async def delete(backend: ShardedBackend, queue: str, name: str) -> bool:
+    """Remove the schedule from every shard; False when there was none. QUEUE_NOT_FOUND for a
+    queue that does not exist."""
+    await _require_queue(backend, queue)
+    removed = False
+    for shard in backend.shards.all():
+        if shard.healthy:
+            removed |= await backend.call_store(shard, shard.store.delete_schedule, queue, name)
+    return removed
+
+
+async def listing(backend: ShardedBackend, queue: str) -> list[Schedule]:
+    """The queue's schedules by name, each once (the home shard's row first)."""
+    await _require_queue(backend, queue)
+    found: dict[str, tuple[bool, Schedule]] = {}
+    for shard in backend.shards.all():
+        if not shard.healthy:
+            continue
+        for row in await backend.call_store(shard, shard.store.list_schedules, queue):
+            at_home = _home(backend, queue, row.name) is shard
+            if row.name not in found or at_home:
+                found[row.name] = (at_home, Schedule.from_row(row))
+    return [schedule for _, (_, schedule) in sorted(found.items())]
+
+
+class ScheduleRunner:
+    """Fires due schedules once a second (see the module doc). Every server runs one."""
+
+    def __init__(self, backend: ShardedBackend, interval_seconds: float = 1.0) -> None:
+        self.backend = backend
+        self.interval_seconds = interval_seconds
+        self._task: asyncio.Task[None] | None = None
+        #: Ticks whose job was enqueued by this runner (deduplicated ones not counted).
+        self.fired = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="pinlater-schedules")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("schedules: a pass failed")
+            await asyncio.sleep(self.interval_seconds)
+
+    async def run_once(self) -> int:
+        """Fire every due schedule of every healthy shard once; return the jobs enqueued."""
+        made = 0
+        for shard in self.backend.shards.all():
+            if not shard.healthy:
+                continue
+            try:
+                due = await self.backend.call_store(
+                    shard, shard.store.due_schedules, self.backend.clock.now_ms(), DUE_PER_PASS
+                )
+            except ShardConnectionError as exc:
+                log.warning("schedules: shard %s: %s", shard.name, exc)
+                continue
+            made += await self._fire(shard, due)
+        self.fired += made
+        return made
+
+    async def _moved_home(self, shard: Shard, row: ScheduleRow) -> bool:
+        """Whether the row, on a shard that is no longer its home (the shard set changed, or an
+        upsert could not reach this shard), went home instead of firing here: moved there unless
+        home has a row of that name already (newer), and deleted here. A home that is down does
+        not stop it: the row fires where it is."""
+        try:
+            home = _home(self.backend, row.queue, row.name)
+        except PinLaterError:
+            return False
+        if home is shard or not home.healthy:
+            return False
+        there = await self.backend.call_store(home, home.store.list_schedules, row.queue)
+        if all(r.name != row.name for r in there):
+            await self.backend.call_store(home, home.store.put_schedule, row)
+        await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
+        return True
+
+    async def _fire(self, shard: Shard, rows: Sequence[ScheduleRow]) -> int:
+        made = 0
+        for row in rows:
+            try:
+                if await self._moved_home(shard, row):
+                    continue
+            except PinLaterError as exc:  # a home without the queue yet, say: fire it here
+                log.warning("schedules: %s/%s not moved to its home shard: %s", row.queue, row.name, exc)
+            try:
+                schedule = Schedule.from_row(row)
+            except (ValueError, KeyError, TypeError):
+                log.error("schedules: %s/%s on shard %s cannot be read; deleted", row.queue, row.name, shard.name)
+                await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
+                continue
+            job = schedule.job
+            now = self.backend.clock.now_ms()
+            new_job = NewJob(job.priority, job.body, now, job.attempts_allowed, job.custom_status)
+            keys = [(tick_key(row.name, row.next_run_ms), TICK_KEY_WINDOW_MS, job.group_key, None)]
+            try:
+                ((_, deduplicated),) = await self.backend.enqueue_keyed_jobs(row.queue, [new_job], keys, now)
+            except QueueNotFoundError:
+                log.warning("schedules: queue %s is gone; its schedule %s is deleted", row.queue, row.name)
+                await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
+                continue
+            except PinLaterError as exc:
+                log.warning("schedules: %s/%s not enqueued (tried again next pass): %s", row.queue, row.name, exc)
+                continue
+            made += not deduplicated
+            next_run = schedule.tick_after(self.backend.clock.now_ms(), row.next_run_ms)
+            await self.backend.call_store(
+                shard, shard.store.advance_schedule, row.queue, row.name, row.next_run_ms, next_run
+            )
+        return made
