@@ -27,12 +27,11 @@ from pinlater.backends.base import (
     QueueRules,
     ScanCursor,
     ScheduleRow,
-    ShardStore,
 )
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.cluster import key_slot
 from pinlater.backends.redis.keys import schedule_keys
-from pinlater.backends.redis.keys_compact import compact_names_key, compact_schedule_keys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key, compact_schedule_keys
 from pinlater.errors import QueueNotFoundError
 
 pytestmark = pytest.mark.redis
@@ -68,7 +67,7 @@ def scan_order(job: JobRecord) -> tuple[int, str]:
     return (job.run_after_ms, str(job.local_id))
 
 
-def page_through(store: ShardStore, where: JobFilter, limit: int, between: object = None) -> list[JobRecord]:
+def page_through(store: RedisStore, where: JobFilter, limit: int, between: object = None) -> list[JobRecord]:
     """Every page from the top, each from the last job of the one before; ``between(page)`` runs
     after each page (changes made while the scan goes on)."""
     seen: list[JobRecord] = []
@@ -178,6 +177,7 @@ def test_waiting_group_jobs_and_ready_lists_page_as_pending(tmp_path: Path, read
         listed = store.enqueue_jobs(Q, [NewJob(1, b"l", T0, 1) for _ in range(25)], T0)  # ready list
         listed += store.enqueue_jobs(Q, [NewJob(1, b"m", T0 + 7, 1) for _ in range(12)], T0 + 7)
         keys = store._keys(Q)
+        assert isinstance(keys, CompactQueueKeys)
         assert store.client.llen(keys.ready_key(1)) > 30
         grouped = [KeyedJob(NewJob(1, b"g", T0, 1), None, 0, "g") for _ in range(6)]
         in_group = [e.local_id for e in store.enqueue_keyed_jobs(Q, grouped, T0)]  # five wait

@@ -57,6 +57,13 @@ Design:
   O(n) in the jobs of one (queue, priority, state); it is a rare admin call, and the pages are
   separate reads, so a concurrent change may be seen between pages (deletes themselves are
   guarded per id).
+* Paged scans (``scan_jobs`` with ``after``) read from a point, not an offset: each set newest
+  first after (run after, id), found by rank (``lua/lib/after.lua``: ZRANK, or a search by
+  halving within the run of equal scores when the point's job is gone), so a page costs about
+  its limit however deep it starts; equal run afters come by id as text, the sets' own order.
+  The compact layout's experimental ready lists are read from their tail to the point.
+* Schedules: three keys per shard (``keys.schedule_keys``, ``keys_compact.compact_schedule_keys``,
+  under the names set's hash tag), one script per operation (``lua/lib/schedules.lua``).
 """
 
 from __future__ import annotations
