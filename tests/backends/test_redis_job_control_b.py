@@ -32,6 +32,7 @@ from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.cluster import key_slot
 from pinlater.backends.redis.keys import schedule_keys
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key, compact_schedule_keys
+from pinlater.backends.redis.migrate import migrate_shard
 from pinlater.errors import QueueNotFoundError
 
 pytestmark = pytest.mark.redis
@@ -404,3 +405,45 @@ def test_the_original_layout_keeps_schedules_in_keys_of_its_own(tmp_path: Path) 
             raw.close()
         finally:
             store.close()
+
+
+def test_schedules_move_with_the_layout_both_ways(tmp_path: Path) -> None:
+    """``pinlater migrate-layout`` moves the schedules' keys (renamed, or merged into schedules
+    the destination already holds, which keep their rows there)."""
+    with RedisServer(tmp_path / "redis") as server:
+        raw = server.client()
+        endpoint = RedisEndpoint(server.host, server.port)
+        store = RedisStore("1", RedisShardConfig(endpoint, layout="original"))
+        try:
+            store.create_queue(Q, 1)
+            rows = [ScheduleRow(Q, "a", "x", T0), ScheduleRow(Q, "p", "y", T0 - 1, paused=True)]
+            for row in rows:
+                store.put_schedule(row)
+        finally:
+            store.close()
+        summary = migrate_shard(raw, "1", "compact")
+        assert summary.schedules == 2
+        assert not any(raw.exists(k) for k in schedule_keys("1"))
+        store = RedisStore("1", RedisShardConfig(endpoint, layout="compact"))
+        try:
+            assert store.list_schedules(Q) == rows
+            assert store.due_schedules(T0, 10) == [rows[0]]
+            store.put_schedule(ScheduleRow(Q, "b", "z", T0 + 5))
+        finally:
+            store.close()
+        # schedules left in the original layout's keys (a server that wrote them meanwhile): merged
+        raw.hset(schedule_keys("1")[0], f"{Q}:a", f"{T0 + 99}|0|stale")
+        raw.zadd(schedule_keys("1")[2], {f"{Q}:a": 0, f"{Q}:c": 0})
+        raw.hset(schedule_keys("1")[0], f"{Q}:c", f"{T0 + 7}|0|c")
+        raw.zadd(schedule_keys("1")[1], {f"{Q}:a": T0 + 99, f"{Q}:c": T0 + 7})
+        summary = migrate_shard(raw, "1", "original")
+        assert summary.schedules == 2  # b and p added; a's row replaced by the source's
+        assert not any(raw.exists(k) for k in compact_schedule_keys("1"))
+        store = RedisStore("1", RedisShardConfig(endpoint, layout="original"))
+        try:
+            assert [r.name for r in store.list_schedules(Q)] == ["a", "b", "c", "p"]
+            assert store.list_schedules(Q)[0] == rows[0]  # the source's row, not the one left behind
+            assert [r.name for r in store.due_schedules(T0 + 10, 10)] == ["a", "b", "c"]
+        finally:
+            store.close()
+        raw.close()
