@@ -447,3 +447,26 @@ def test_schedules_move_with_the_layout_both_ways(tmp_path: Path) -> None:
         finally:
             store.close()
         raw.close()
+
+
+def evict(store: RedisStore, local_id: int) -> None:
+    """The job's hash (original) or record (compact) gone, as LRU eviction leaves a member."""
+    keys = store._keys(Q)
+    if isinstance(keys, CompactQueueKeys):
+        store.client.hdel(keys.jobs_arg, str(local_id))
+    else:
+        store.client.delete(f"{keys.jobs_arg}{local_id}")
+
+
+def test_a_page_over_evicted_members_still_fills_up(store: RedisStore) -> None:
+    store.create_queue(Q, 1)
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0 - i, 1) for i in range(40)], T0)  # newest: ids[0]
+    for local_id in ids[5:15]:
+        evict(store, local_id)
+    first = store.scan_jobs(Q, pending(), 5)
+    assert [j.local_id for j in first] == ids[:5]
+    # the next page meets the ten evicted members first: removed, counted, and read past
+    second = store.scan_jobs(Q, pending(), 8, ScanCursor(first[-1].run_after_ms, first[-1].local_id))
+    assert [j.local_id for j in second] == ids[15:23]
+    assert store.evicted_jobs == 10
+    assert store.count_jobs(Q, pending(), None) == 30
