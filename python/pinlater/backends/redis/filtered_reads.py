@@ -74,6 +74,11 @@ class Page(NamedTuple):
     rows: list[list[Any]]
 
 
+def row_width(keys: QueueKeyNames) -> int:
+    """Values per job row of scan_jobs.lua in the layout (see ``Page``)."""
+    return 11 if isinstance(keys, CompactQueueKeys) else 10
+
+
 def page(
     shard: ShardScripts,
     queue: str,
@@ -104,7 +109,7 @@ def page(
     out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, ids_key, *sets], args)
     evicted = int(out[0])
     shard.count_evicted(evicted)
-    width = 11 if isinstance(keys, CompactQueueKeys) else 10
+    width = row_width(keys)
     return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + width] for i in range(3, len(out), width)])
 
 
@@ -137,7 +142,7 @@ def page_after(
     args = [queue, keys.jobs_arg, low, high, 0, count, "1" if with_body else "0", "1", max_bytes, *point]
     out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, keys.dedup_keys()[1], *sets], args)
     shard.count_evicted(out[0])
-    width = 11 if isinstance(keys, CompactQueueKeys) else 10
+    width = row_width(keys)
     score, local_id = out[-2], out[-1]
     rows = [out[i : i + width] for i in range(3, len(out) - 2, width)]
     seen = None if local_id is None else ScanCursor(ms_from_seconds(score), int(local_id))
