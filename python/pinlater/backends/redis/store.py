@@ -62,8 +62,8 @@ Design:
   halving within the run of equal scores when the point's job is gone), so a page costs about
   its limit however deep it starts; equal run afters come by id as text, the sets' own order.
   The compact layout's experimental ready lists are read from their tail to the point.
-* Schedules: three keys per shard (``keys.schedule_keys``, ``keys_compact.compact_schedule_keys``,
-  under the names set's hash tag), one script per operation (``lua/lib/schedules.lua``).
+* Schedules: three keys per shard, under the names set's hash tag in the compact layout, one
+  script per operation (``schedules.py``).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ from pinlater.backends.base import (
     ScheduleRow,
 )
 from pinlater.backends.body_filter import BodyFilter
-from pinlater.backends.redis import dedup, reservations
+from pinlater.backends.redis import dedup, reservations, schedules
 from pinlater.backends.redis.cluster import cluster_hot_client
 from pinlater.backends.redis.cluster_scripts import (
     AsyncClusterShardScripts,
@@ -118,14 +118,12 @@ from pinlater.backends.redis.keys import (
     CUSTOM_STATUS_LIMIT,
     ms_from_seconds,
     queue_names_key,
-    schedule_keys,
     seconds_arg,
 )
 from pinlater.backends.redis.keys_compact import (
     CompactQueueKeys,
     QueueKeyNames,
     compact_names_key,
-    compact_schedule_keys,
     ready_keys,
 )
 from pinlater.backends.redis.layouts import ShardLayout
@@ -260,7 +258,7 @@ class RedisStore:
             args.append(len(lists))
         while self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args):
             pass
-        self._drop_schedules(queue)  # once unregistered, so that no put_schedule adds one behind
+        schedules.drop_queue_schedules(self._shard, self._name, queue)  # once unregistered (schedules.py)
 
     def get_queue_names(self) -> set[str]:
         if self.layout.compact:
@@ -584,55 +582,22 @@ class RedisStore:
                 oldest[cell] = min(ms, oldest.get(cell, ms))
         return oldest
 
+    # schedules: see schedules.py
+
     def put_schedule(self, row: ScheduleRow) -> None:
-        """One call of ``put_schedule.lua``, which checks the queue in the names set in the same
-        step (``lua/lib/schedules.lua``: the keys share the names set's slot)."""
-        names, definitions, due, index = self._schedule_keys()
-        paused = "1" if row.paused else "0"
-        args = [row.queue, row.name, str(row.next_run_ms), paused, row.spec]
-        self._run_in_queue("put_schedule", row.queue, [names, definitions, due, index], args)
+        schedules.put_schedule(self._shard, self._name, row)
 
     def delete_schedule(self, queue: str, name: str) -> bool:
-        _names, definitions, due, index = self._schedule_keys()
-        return int(self._run("delete_schedules", [definitions, due, index], [queue, name])) > 0
+        return schedules.delete_schedule(self._shard, self._name, queue, name)
 
     def list_schedules(self, queue: str) -> list[ScheduleRow]:
-        names, definitions, _due, index = self._schedule_keys()
-        out = self._run("list_schedules", [names, definitions, index], [queue])
-        return [_schedule_row(queue, out[i].decode(), out[i + 1]) for i in range(0, len(out), 2)]
+        return schedules.list_schedules(self._shard, self._name, queue)
 
     def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
-        if limit <= 0:
-            return []
-        _names, definitions, due, _index = self._schedule_keys()
-        out = self._run("due_schedules", [definitions, due], [str(now_ms), limit])
-        rows = []
-        for i in range(0, len(out), 2):
-            queue, name = out[i].decode().split(":", 1)  # queue names are \w+
-            rows.append(_schedule_row(queue, name, out[i + 1]))
-        return rows
+        return schedules.due_schedules(self._shard, self._name, now_ms, limit)
 
     def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
-        _names, definitions, due, _index = self._schedule_keys()
-        args = [queue, name, str(expected_next_ms), str(next_run_ms)]
-        return int(self._run("advance_schedule", [definitions, due], args)) == 1
-
-    def _schedule_keys(self) -> list[str]:
-        """The queue names set, then the schedules' definitions, due set and index (one slot in
-        the compact layout: ``keys_compact.compact_schedule_keys``)."""
-        self._shard.check_layout()  # the layout decides the names: known first
-        if self.layout.compact:
-            return [compact_names_key(self._name), *compact_schedule_keys(self._name)]
-        return [queue_names_key(self._name), *schedule_keys(self._name)]
-
-    def _drop_schedules(self, queue: str) -> None:
-        """Every schedule of a queue that ``delete_queue`` unregistered. A separate call, not in
-        delete_queue.lua's: on a cluster the schedules are in the names set's slot, not the
-        queue's. Safe: put_schedule checks the names set in its own step, so none is added once
-        the queue is unregistered; one left by a delete_queue that failed between the two is
-        dropped by the next delete_queue, and meanwhile its firing finds no queue."""
-        _names, definitions, due, index = self._schedule_keys()
-        self._run("delete_schedules", [definitions, due, index], [queue])
+        return schedules.advance_schedule(self._shard, self._name, queue, name, expected_next_ms, next_run_ms)
 
     # -- bulk administration ----------------------------------------------------------------
 
@@ -801,12 +766,6 @@ class AsyncHotPath:
     def forget(self) -> None:
         """Drop the asyncio client without awaiting it (the blocking ``close``)."""
         self._scripts.forget()
-
-
-def _schedule_row(queue: str, name: str, definition: bytes) -> ScheduleRow:
-    """A row from ``{next_run_ms}|{paused}|{spec}`` (``lua/lib/schedules.lua``)."""
-    next_run, paused, spec = definition.decode().split("|", 2)
-    return ScheduleRow(queue, name, spec, int(next_run), paused == "1")
 
 
 def _ids(reply: Any) -> list[int]:
