@@ -420,7 +420,8 @@ def test_body_regex_pages_of_large_bodies_stay_within_the_byte_budget(
         out = run_in_queue(script, queue, keys, args)
         if script == "scan_jobs" and args[6] == "1":  # with bodies
             # rows of 11 values (the body 9th; store.scan_jobs, filtered_reads.pages)
-            fetched.append([(int(out[i]), len(out[i + 8])) for i in range(3, len(out), 11)])
+            end = len(out) - (2 if len(args) > 9 else 0)  # a scan from a point ends with the next point
+            fetched.append([(int(out[i]), len(out[i + 8])) for i in range(3, end, 11)])
         return out
 
     monkeypatch.setattr(store._shard, "run_in_queue", spy)

@@ -24,7 +24,17 @@ import pytest
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup, NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, KeyedJob, NewJob, QueueRules
+from pinlater.backends.base import (
+    AckItem,
+    CheckpointItem,
+    JobFilter,
+    JobState,
+    KeyedJob,
+    NewJob,
+    QueueRules,
+    ScanCursor,
+    ScheduleRow,
+)
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import scripts as script_sources
 
@@ -101,6 +111,7 @@ def run_every_script(store: RedisStore) -> None:
     store.gc_dedup_keys(q, now + 10**6, 100)
     run_expiry_scripts(store, q, now + 10**6)
     run_group_scripts(store, q, now + 2 * 10**6)
+    run_job_control_scripts(store, q, now + 3 * 10**6)
     store.get_queue_names()
     store.delete_queue(q)
 
@@ -154,6 +165,20 @@ def run_group_scripts(store: RedisStore, q: str, now: int) -> None:
     store.cancel_jobs(q, ids[:1] + ids[-1:], later)
     store.dequeue_jobs(q, 2, 5, "claim", later + 20, False)
     store.expire_jobs(q, later + 20, 100)
+
+
+def run_job_control_scripts(store: RedisStore, q: str, now: int) -> None:
+    """Paged scans from a point, the oldest ready jobs and the schedules' scripts (their keys are
+    the names set's slot, not the queue's)."""
+    ids = store.enqueue_jobs(q, [NewJob(1, b"p", now, 1) for _ in range(5)], now)
+    store.scan_jobs(q, JobFilter(JobState.PENDING, 1, now, None), 2, ScanCursor(now, ids[-1]))
+    store.oldest_ready(3, now)
+    store.put_schedule(ScheduleRow(q, "s", "spec", now))
+    store.list_schedules(q)
+    store.due_schedules(now, 10)
+    store.advance_schedule(q, "s", now, now + 60_000)
+    store.delete_schedule(q, "s")
+    store.put_schedule(ScheduleRow(q, "t", "spec", now))  # dropped by delete_queue
 
 
 def test_compact_scripts_touch_only_the_keys_they_are_passed(server: RedisServer) -> None:

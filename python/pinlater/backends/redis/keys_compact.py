@@ -155,3 +155,11 @@ def ending_keys(keys: QueueKeyNames, priority: int) -> list[str]:
     too) to expire the jobs they meet: the priority's FAILED set, the expiry index and the
     expired count."""
     return [keys.set_key(priority, JobState.FAILED), *keys.expiry_keys()]
+
+
+def compact_schedule_keys(shard: str) -> list[str]:
+    """``plc:{S}:sd``, ``:sn``, ``:si``: the shard's schedules (definitions, due, index; see
+    ``lua/lib/schedules.lua``), under the hash tag of ``compact_names_key``: a schedule call
+    checks the queue in the names set and writes its rows in one slot, on a Redis Cluster too."""
+    base = f"{COMPACT_KEY_PREFIX}:{{{shard}}}:"
+    return [base + "sd", base + "sn", base + "si"]

@@ -52,6 +52,13 @@ SCRIPT_NAMES = (
     "cancel_jobs",
     "expire_jobs",
     "expired_counts",
+    # job control (issue 18): queue depth and schedules
+    "oldest_ready",
+    "put_schedule",
+    "delete_schedules",
+    "list_schedules",
+    "due_schedules",
+    "advance_schedule",
 )
 
 QUEUE_NOT_FOUND = -1

@@ -26,8 +26,9 @@ then, only when the queue has max in progress, the rules at the end of ARGV and 
 (lib/rules.lua): no more jobs are held than the room under it.
 
 A job whose expiry (ex, ms) is at or before now is expired in place of a job (as
-dequeue_jobs.lua does); one that expires before ARGV[6] is held only until its expiry, so its
-hold has lapsed by the time it expires and claim_reserved.lua never claims it.
+dequeue_jobs.lua does); one that expires at or before ARGV[6] is not held (a broker hands a held
+job out before its claim is written): it stays PENDING for direct dequeues, and is skipped, at
+most SKIP_BUDGET of them a call (later pages start past the ones skipped).
 
 Hash fields: bd al ar ca ua cs ex (keys.JobField).
 Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, or -1 if the
@@ -48,18 +49,26 @@ if not redis.call('ZSCORE', names_key, queue) then
 end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 limit = math.min(limit, room(rules_tail(6)))
+local SKIP_BUDGET = 1000
 local out = {0}
-local found, evicted = 0, 0
-while found < limit do
+local found, evicted, skipped = 0, 0, 0
+while found < limit and skipped < SKIP_BUDGET do
   local want = limit - found
-  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+  -- the jobs skipped stay first in the range (they came before every member not yet read)
+  local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', skipped, want)
   local taken, held, expiries, holders = {}, {}, {}, {}
   for i = 1, #page, 2 do
     local id, score = page[i], page[i + 1]
     local hash_key = hash_prefix .. id
     local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
-    taken[#taken + 1] = id
-    if not job[1] or not job[2] then
+    if job[1] and job[2] and job[6] and not expired_at(job[6], now_ms) and tonumber(job[6]) <= expiry_ms then
+      skipped = skipped + 1
+    else
+      taken[#taken + 1] = id
+    end
+    if job[1] and job[2] and job[6] and not expired_at(job[6], now_ms) and tonumber(job[6]) <= expiry_ms then
+      -- expires within the hold: left PENDING
+    elseif not job[1] or not job[2] then
       redis.call('DEL', hash_key)
       evicted = evicted + 1
     elseif expired_at(job[6], now_ms) then
@@ -71,11 +80,7 @@ while found < limit do
     else
       held[#held + 1] = score
       held[#held + 1] = id
-      if job[6] and tonumber(job[6]) < expiry_ms then
-        expiries[#expiries + 1] = string.format('%.3f', tonumber(job[6]) / 1000)
-      else
-        expiries[#expiries + 1] = expiry
-      end
+      expiries[#expiries + 1] = expiry
       expiries[#expiries + 1] = id
       holders[#holders + 1] = id
       holders[#holders + 1] = reservation

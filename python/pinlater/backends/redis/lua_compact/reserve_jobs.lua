@@ -33,8 +33,8 @@ and KEYS (lib/groups.lua's tail): as in dequeue_jobs.lua, no more jobs than the 
 in progress, and a job of a group without a token is skipped and rescheduled.
 
 A job whose expiry (ex) is at or before now is expired in place of a job (lib/expiry.lua); one
-that expires before ARGV[6] is held only until its expiry, so claim_reserved.lua never claims it
-past it.
+that expires at or before ARGV[6] is not held (as lua/reserve_jobs.lua: it stays PENDING for
+direct dequeues), at most SKIP_BUDGET of them skipped a call.
 
 Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
 or -1 if the queue does not exist. The caller orders the jobs by (score, id).
@@ -66,16 +66,11 @@ local rate_limited = rules and rules.rate > 0
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 local out = {0}
 local found, evicted = 0, 0
-local held, mine, holders, short = {}, {}, {}, {}
+local held, mine, holders = {}, {}, {}
 local function take(id, score, job)
   held[#held + 1] = score
   held[#held + 1] = id
-  if job.ex and job.ex < expiry then  -- held until its expiry only: never claimed past it
-    short[#short + 1] = job.ex
-    short[#short + 1] = id
-  else
-    mine[#mine + 1] = id
-  end
+  mine[#mine + 1] = id
   holders[#holders + 1] = id
   holders[#holders + 1] = reservation
   local o = 1 + 7 * found
@@ -96,12 +91,14 @@ end
 -- The PENDING set's side: pages of eligible members with their records; those taken (held or
 -- evicted) are removed before the next page is read.
 local page, at, more, taken = {}, 1, true, {}
+local SKIP_BUDGET, skipped = 1000, 0  -- jobs expiring within the hold: left PENDING, not held
 local function next_member()
-  if at > #page and more then
+  if at > #page and more and skipped < SKIP_BUDGET then
     zrem_all(pending_key, taken)
     taken = {}
     local want = limit - found
-    local flat = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, want)
+    -- the jobs skipped stay first in the range (they came before every member not yet read)
+    local flat = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', skipped, want)
     page = {}
     local ids = {}
     for i = 1, #flat, 2 do
@@ -140,6 +137,8 @@ while found < limit do
           member[3], now) then
         taken[#taken + 1] = member[1]
       end
+    elseif member[3] and member[3].ex and member[3].ex <= expiry then
+      skipped = skipped + 1
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
         break
@@ -160,7 +159,6 @@ zrem_all(pending_key, taken)
 reader.finish()
 zadd_pairs(held_key, held)
 zadd_all(expiry_key, expiry, mine)
-zadd_pairs(expiry_key, short)
 for i = 1, #holders, 2 * SET_CHUNK do
   redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 2 * SET_CHUNK - 1, #holders)))
 end
