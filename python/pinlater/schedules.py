@@ -252,9 +252,31 @@ class ScheduleRunner:
         self.fired += made
         return made
 
+    async def _moved_home(self, shard: Shard, row: ScheduleRow) -> bool:
+        """Whether the row, on a shard that is no longer its home (the shard set changed, or an
+        upsert could not reach this shard), went home instead of firing here: moved there unless
+        home has a row of that name already (newer), and deleted here. A home that is down does
+        not stop it: the row fires where it is."""
+        try:
+            home = _home(self.backend, row.queue, row.name)
+        except PinLaterError:
+            return False
+        if home is shard or not home.healthy:
+            return False
+        there = await self.backend.call_store(home, home.store.list_schedules, row.queue)
+        if all(r.name != row.name for r in there):
+            await self.backend.call_store(home, home.store.put_schedule, row)
+        await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
+        return True
+
     async def _fire(self, shard: Shard, rows: Sequence[ScheduleRow]) -> int:
         made = 0
         for row in rows:
+            try:
+                if await self._moved_home(shard, row):
+                    continue
+            except PinLaterError as exc:  # a home without the queue yet, say: fire it here
+                log.warning("schedules: %s/%s not moved to its home shard: %s", row.queue, row.name, exc)
             try:
                 schedule = Schedule.from_row(row)
             except (ValueError, KeyError, TypeError):

@@ -1,0 +1,275 @@
+"""Job control above the stores (``ShardedBackend``, ``scan_pages``, ``schedules``), over three
+real embedded shards and a clock the tests move: scans page over every shard and priority and
+return each job once; cancel refuses another queue's jobs; a job with only an expiry lands on one
+shard with it; schedules live on one shard and each tick makes one job, however many runners fire
+it, through a runner that died half-way, and after a long stop.
+
+Through a server: ``tests/server/test_job_control.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from pinlater import schedules
+from pinlater._pinlater import decode_descriptors
+from pinlater.backends import scan_pages
+from pinlater.backends.base import JobRecord, JobState, NewJob, ShardStore
+from pinlater.backends.embedded.store import EmbeddedStore
+from pinlater.backends.scan_pages import ScanQuery
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError
+
+Q = "control_sharded"
+T = TypeVar("T")
+MINUTE = 60_000
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[dict[str, ShardStore]]:
+    shards: dict[str, ShardStore] = {name: EmbeddedStore(tmp_path, name) for name in ("1", "2", "3")}
+    yield shards
+    for store in shards.values():
+        store.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def backend(stores: dict[str, ShardStore], clock: ManualClock) -> ShardedBackend:
+    made = ShardedBackend(
+        ShardMap(Shard(name, store) for name, store in stores.items()),
+        num_priorities=2,
+        parallelism=4,
+        clock=clock,
+    )
+    for store in stores.values():
+        store.create_queue(Q, 2)
+    return made
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def shard_of(descriptor: str) -> str:
+    ((_, shard, _, _),) = decode_descriptors([descriptor])
+    return str(shard)
+
+
+def spread(stores: dict[str, ShardStore], clock: ManualClock, per_shard: int) -> int:
+    """``per_shard`` jobs on each shard, both priorities, many sharing a run_after."""
+    now = clock.now_ms()
+    for store in stores.values():
+        store.enqueue_jobs(
+            Q, [NewJob(1 + i % 2, b"job-%d" % i, now - 1_000 * (i % 3), 2) for i in range(per_shard)], now
+        )
+    return per_shard * len(stores)
+
+
+# -- scans that page -----------------------------------------------------------------------------
+
+
+def pages(backend: ShardedBackend, query: ScanQuery, limit: int) -> list[list[tuple[str, JobRecord]]]:
+    out: list[list[tuple[str, JobRecord]]] = []
+    continuation = scan_pages.START
+    while continuation != scan_pages.END:
+        page, continuation = run(backend.scan_page(query, limit, continuation))
+        out.append(page)
+        assert len(out) < 100, "the scan ends"
+    return out
+
+
+def test_a_scan_pages_over_every_shard_and_priority_returning_each_job_once(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    total = spread(stores, clock, 17)
+    got = pages(backend, ScanQuery(Q, JobState.PENDING, None, False, None), 8)
+
+    descriptors = [d for page in got for d, _ in page]
+    assert len(descriptors) == total == len(set(descriptors))
+    assert all(len(page) <= 8 for page in got)
+    runs = [r.run_after_ms for page in got for _, r in page]
+    assert runs == sorted(runs, reverse=True), "newest run_after first across shards"
+    assert {shard_of(d) for d in descriptors} == {"1", "2", "3"}
+
+
+def test_jobs_that_stay_are_returned_once_while_others_come_and_go(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    spread(stores, clock, 12)
+    query = ScanQuery(Q, JobState.PENDING, 1, False, None)
+    before = {d for d, _ in run(backend.scan_jobs(Q, JobState.PENDING, 1, False, 1_000, None))}
+    first, continuation = run(backend.scan_page(query, 5, scan_pages.START))
+    gone = [d for d, _ in first[:2]]  # already returned, then cancelled
+    run(backend.cancel_jobs(Q, gone))
+    stores["2"].enqueue_jobs(Q, [NewJob(1, b"new", clock.now_ms(), 2)], clock.now_ms())
+
+    seen = [d for d, _ in first]
+    while continuation != scan_pages.END:
+        page, continuation = run(backend.scan_page(query, 5, continuation))
+        seen.extend(d for d, _ in page)
+
+    assert len(seen) == len(set(seen)), "nothing twice"
+    assert before <= set(seen), "every job there from start to end is returned"
+
+
+def test_a_continuation_is_good_only_for_its_own_query(backend: ShardedBackend, stores: dict[str, ShardStore]) -> None:
+    spread(stores, ManualClock(), 5)
+    query = ScanQuery(Q, JobState.PENDING, None, False, None)
+    _, continuation = run(backend.scan_page(query, 3, scan_pages.START))
+    assert continuation != scan_pages.END
+
+    for other in (query._replace(state=JobState.FAILED), query._replace(body_regex="x"), query._replace(priority=1)):
+        with pytest.raises(PinLaterError) as info:
+            run(backend.scan_page(other, 3, continuation))
+        assert info.value.code == ErrorCode.CONTINUATION_INVALID
+    version, payload, check = continuation.split(".")
+    tampered = f"{version}.{payload}.{'B' if check[0] == 'A' else 'A'}{check[1:]}"
+    for made_up in ("1", "abc", tampered, f"{continuation}.x", "1.e30.AAAA", "x" * 70_000):
+        with pytest.raises(PinLaterError) as info:
+            run(backend.scan_page(query, 3, made_up))
+        assert info.value.code == ErrorCode.CONTINUATION_INVALID
+
+
+# -- cancel and expiry routing -------------------------------------------------------------------
+
+
+def test_cancel_refuses_another_queues_jobs_and_ignores_unknown_shards(
+    backend: ShardedBackend, stores: dict[str, ShardStore]
+) -> None:
+    stores["1"].create_queue("other", 2)
+    (mine,) = stores["1"].enqueue_jobs(Q, [NewJob(1, b"m", 0, 2)], 0)
+    (theirs,) = stores["1"].enqueue_jobs("other", [NewJob(1, b"t", 0, 2)], 0)
+
+    with pytest.raises(PinLaterError, match="other"):
+        run(backend.cancel_jobs(Q, [f"{Q}:s1:p1:{mine}", f"other:s1:p1:{theirs}"]))
+    assert stores["1"].lookup_jobs(Q, [(1, mine)], False)[0].state == JobState.PENDING, "nothing changed"
+
+    assert run(backend.cancel_jobs(Q, [f"{Q}:s1:p1:{mine}", f"{Q}:s9:p1:1"])) == 1
+    with pytest.raises(QueueNotFoundError):
+        run(backend.cancel_jobs("missing", ["missing:s1:p1:1"]))
+
+
+def test_a_job_with_only_an_expiry_keeps_it(backend: ShardedBackend, clock: ManualClock) -> None:
+    now = clock.now_ms()
+    jobs = [NewJob(1, b"x", now, 2), NewJob(2, b"y", now, 2)]
+    placed = run(backend.enqueue_keyed_jobs(Q, jobs, [(None, 0, None, now + 5_000), (None, 0, None, None)], now))
+
+    found = run(backend.lookup_jobs([d for d, _ in placed], False))
+    assert [found[d].expire_at_ms for d, _ in placed] == [now + 5_000, None]
+    assert not any(dedup for _, dedup in placed)
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+def every(name: str, interval_ms: int = MINUTE, **job: Any) -> schedules.Schedule:
+    return schedules.Schedule(Q, name, schedules.ScheduledJob(b"tick", **job), interval_ms=interval_ms)
+
+
+def jobs_of(backend: ShardedBackend) -> list[JobRecord]:
+    return [r for _, r in run(backend.scan_jobs(Q, JobState.PENDING, None, False, 1_000, None))]
+
+
+def rows(stores: dict[str, ShardStore]) -> dict[str, list[str]]:
+    return {name: [r.name for r in store.list_schedules(Q)] for name, store in stores.items()}
+
+
+def test_a_schedule_lives_on_one_shard_and_is_listed_once(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    stored = run(schedules.upsert(backend, every("nightly")))
+    assert stored.next_run_ms == clock.now_ms() + MINUTE
+    assert sorted(n for names in rows(stores).values() for n in names) == ["nightly"]
+
+    replaced = run(schedules.upsert(backend, schedules.Schedule(Q, "nightly", stored.job, cron="0 3 * * *")))
+    (listed,) = run(schedules.listing(backend, Q))
+    assert (listed.cron, listed.interval_ms, listed.next_run_ms) == ("0 3 * * *", None, replaced.next_run_ms)
+    assert run(schedules.delete(backend, Q, "nightly")) is True
+    assert run(schedules.delete(backend, Q, "nightly")) is False
+    assert run(schedules.listing(backend, Q)) == []
+    with pytest.raises(QueueNotFoundError):
+        run(schedules.listing(backend, "missing"))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "reason"),
+    [
+        (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x")), "exactly one of cron and intervalMillis"),
+        (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x"), cron="* * * * *", interval_ms=MINUTE), "exactly one"),
+        (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x"), cron="61 * * * *"), "minute: 61 is not in 0-59"),
+        (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x"), interval_ms=10), "intervalMillis must be"),
+        (schedules.Schedule(Q, "", schedules.ScheduledJob(b"x"), interval_ms=MINUTE), "name must be"),
+        (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x", priority=3), interval_ms=MINUTE), "priority 3"),
+    ],
+)
+def test_a_schedule_that_cannot_run_is_refused_with_the_reason(
+    backend: ShardedBackend, schedule: schedules.Schedule, reason: str
+) -> None:
+    with pytest.raises(PinLaterError, match=reason) as info:
+        run(schedules.upsert(backend, schedule))
+    assert info.value.code == ErrorCode.ENQUEUE_REJECTED
+
+
+def test_each_tick_makes_one_job_and_missed_ticks_make_one(backend: ShardedBackend, clock: ManualClock) -> None:
+    run(schedules.upsert(backend, every("tick", priority=2, attempts_allowed=4, custom_status="from schedule")))
+    runner = schedules.ScheduleRunner(backend)
+    assert run(runner.run_once()) == 0, "not due yet"
+
+    clock.advance(MINUTE)
+    assert run(runner.run_once()) == 1
+    assert run(runner.run_once()) == 0, "the tick moved on"
+    (made,) = jobs_of(backend)
+    assert (made.priority, made.attempts_allowed, made.custom_status) == (2, 4, "from schedule")
+    assert made.dedup_key is not None and made.dedup_key.startswith("pinlater:schedule:tick:")
+
+    clock.advance(10 * MINUTE + 5)  # ten ticks missed while nothing ran
+    assert run(runner.run_once()) == 1
+    assert run(runner.run_once()) == 0
+    (listed,) = run(schedules.listing(backend, Q))
+    assert listed.next_run_ms == clock.now_ms() - 5 + MINUTE, "the next tick on the grid, after now"
+    assert len(jobs_of(backend)) == 2
+
+
+def test_two_runners_and_a_runner_that_died_half_way_make_one_job_per_tick(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    run(schedules.upsert(backend, every("tick")))
+    clock.advance(MINUTE)
+    home = next(s for s in backend.shards.all() if s.store.list_schedules(Q))
+    (due,) = home.store.due_schedules(clock.now_ms(), 10)
+
+    async def both() -> list[int]:
+        first, second = schedules.ScheduleRunner(backend), schedules.ScheduleRunner(backend)
+        return list(await asyncio.gather(first.run_once(), second.run_once()))
+
+    assert sum(run(both())) == 1
+    # A runner that enqueued the tick and died before moving it: the row still says that tick.
+    home.store.put_schedule(due)
+    assert run(schedules.ScheduleRunner(backend).run_once()) == 0, "the tick's job exists: deduplicated"
+    assert len(jobs_of(backend)) == 1
+    assert home.store.list_schedules(Q)[0].next_run_ms == due.next_run_ms + MINUTE
+
+
+def test_paused_schedules_do_not_fire_and_a_deleted_queue_takes_its_schedules(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    paused = every("paused")
+    run(schedules.upsert(backend, schedules.Schedule(Q, "paused", paused.job, interval_ms=MINUTE, paused=True)))
+    clock.advance(5 * MINUTE)
+    assert run(schedules.ScheduleRunner(backend).run_once()) == 0
+
+    run(schedules.upsert(backend, every("live")))
+    run(backend.delete_queue(Q))
+    assert all(not s.list_schedules(Q) for s in stores.values())
