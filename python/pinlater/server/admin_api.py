@@ -81,8 +81,7 @@ class AdminApi:
             counts = {wanted: await one_queue_columns(backend, wanted)}
             counted_at_ms, took_ms = int(time.time() * 1000), None
             groups = {wanted: await backend.group_counts(wanted)}
-            oldest, expired = await asyncio.gather(backend.oldest_ready(), backend.expired_counts())
-            depth = QueueSnapshot(frozenset(names), {}, backend.clock.now_ms(), 0.0, oldest, expired)
+            depth = await _depth_now(backend, names)
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
             names = sorted(snapshot.names)
@@ -337,6 +336,18 @@ async def one_queue_columns(backend: ShardedBackend, queue: str) -> Columns:
     ]
     flat = iter(await asyncio.gather(*calls))
     return {column: [next(flat) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
+
+
+async def _depth_now(backend: ShardedBackend, names: list[str]) -> QueueSnapshot:
+    """The oldest ready jobs and expired counts now, as a count pass holds them (the counts
+    left out); empty (logged) when the stores fail them, as a pass does: the counts still answer."""
+    taken_at = backend.clock.now_ms()
+    try:
+        oldest, expired = await asyncio.gather(backend.oldest_ready(), backend.expired_counts())
+    except Exception as exc:
+        log.warning("the queue view without its oldest ready age and expired count: %s: %s", type(exc).__name__, exc)
+        oldest, expired = {}, {}
+    return QueueSnapshot(frozenset(names), {}, taken_at, 0.0, oldest, expired)
 
 
 def _audit(request: web.Request, level: int, action: str, queue: str, what: str) -> None:
