@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import logging
 from typing import Any
 
@@ -98,10 +99,9 @@ class JobControlApi(AdminApi):
         body = await self._authorized(request, action)
         queue = await self._existing_queue(body.get("queue"))
         current = await self._existing_schedule(queue, body.get("name"))
-        stored = await schedules.upsert(
-            self.backend,
-            schedules.Schedule(queue, current.name, current.job, current.cron, current.interval_ms, paused),
-        )
+        # An upsert with the rest kept; its next tick is counted from now (a resumed schedule
+        # does not fire for the ticks it missed while paused).
+        stored = await schedules.upsert(self.backend, dataclasses.replace(current, paused=paused))
         _audit(request, logging.WARNING, action, queue, f"schedule {stored.name!r} {'paused' if paused else 'resumed'}")
         return _json({"queue": queue, "schedule": _schedule(stored)})
 
