@@ -456,7 +456,8 @@ class SqliteShard:
         ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
         ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
         ``groups_unwait_oldest``, ``jobs_promote``, ``group_jobs_record``,
-        ``group_jobs_of``, ``count_in_progress`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
+        ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
+        ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
         ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one
         ``VALUES`` row each, repeated into multi-row statements.
 
@@ -474,14 +475,14 @@ class SqliteShard:
         self,
         queue: str,
         jobs: NewJobBatch,
-        keys: Sequence[tuple[str | None, int, str | None]],
+        keys: Sequence[tuple[str | None, int, str | None, int | None]],
         group_concurrency: int,
         now_ms: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
-        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window and ordered
-        group, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
+        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window, ordered group
+        and expiry, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
         commit; ``future`` gets ``[(priority, local_id, deduplicated), ...]`` in job order (the
         holder's place where deduplicated)."""
     def dequeue(
@@ -493,11 +494,14 @@ class SqliteShard:
         now_ms: int,
         dry_run: bool,
         max_in_progress: int | None,
+        group_concurrency: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
         """A dequeue claiming no more than brings the queue's IN_PROGRESS jobs on the shard to
-        ``max_in_progress`` (None: no cap; a dry run ignores it)."""
+        ``max_in_progress`` (None: no cap; a dry run ignores it). On a queue that ever had an
+        expiring job it first expires some of the queue's due jobs (``group_concurrency``: the
+        queue's, for their groups); it never hands out an expired job."""
     def ack(
         self, queue: str, acks: AckGroup, now_ms: int, group_concurrency: int, future: Any, event_loop: Any
     ) -> bool:
@@ -536,8 +540,10 @@ class MySQLShard:
     ``sql`` maps ``session_setup``, ``server_info``, ``enqueue_jobs``, ``enqueue_jobs_returning``,
     ``dequeue_jobs``, ``select_claimed_jobs``, ``peek_jobs``, ``ack_succeeded_jobs``,
     ``ack_failed_jobs``, ``lock_claims``, ``create_claim_lock_table`` (``schema/``),
-    ``list_jobs_tables`` and ``count_in_progress_table`` to the text of those SQL files
-    (``queries.py``'s ``Sql.text``).
+    ``list_jobs_tables``, ``count_in_progress_table``, ``ack_expire_jobs``, ``expiring_readd``,
+    ``expired_count_reset``, ``expired_count_tally`` and ``expired_count_add_tallied`` to the text
+    of those SQL files (``queries.py``'s ``Sql.text``). ``cancelled_word`` and ``expired_word`` are
+    ``backends.base``'s ``CANCELLED`` and ``EXPIRED`` (what a failure ack appends: ``ended_status``).
     """
 
     def __new__(
@@ -554,6 +560,8 @@ class MySQLShard:
         insert_id_strategy: str | None,
         reservation_prefix: str,
         custom_status_limit: int,
+        cancelled_word: str,
+        expired_word: str,
         sql: dict[str, str],
         settle: Callable[[Any, Any, tuple[str, str, int, bool] | None], None],
     ) -> MySQLShard:

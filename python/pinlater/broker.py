@@ -388,6 +388,12 @@ class DequeueBroker:
                 total += await self._release(queue, old)
         return total
 
+    async def forget(self, queue: str) -> int:
+        """Release every job of the queue this server holds, so that none of them is handed out
+        from memory after a change the buffer cannot see (jobs cancelled or deleted): the next
+        dequeue reserves afresh. Return how many were released."""
+        return await self._drop_buffer(queue)
+
     async def _drop_buffer(self, queue: str) -> int:
         """Forget a queue's buffer, releasing what it holds (after a refill still out lands in
         it); return how many were released."""

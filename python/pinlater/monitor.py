@@ -6,11 +6,11 @@ queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_U
 jobs each): claims older than the claim timeout are treated as failures (the job returns to
 PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
 than their TTLs are deleted. Then PENDING jobs past their ``expireAtTimestampMillis`` expire
-(``expire_jobs``: FAILED, "expired"; the store counts them), a bounded call at a time, as many as
-the sweeps before it made, stopping at one that leaves fewer than its limit. Then bounded calls forget the queue's dedup key records whose window
-has passed and whose job is gone (``gc_dedup_keys``): as many calls as the finished-job sweeps
-made (two per priority), so records go as fast as their jobs, stopping early at a call that
-forgets none. If one fails for a reason other than the shard or the queue being gone, that is
+(``expire_jobs``: FAILED, "expired"; the store counts them), up to two bounded calls per priority,
+stopping at one that expires fewer than its limit. Then bounded calls forget the queue's dedup key
+records whose window has passed and whose job is gone (``gc_dedup_keys``): as many calls as the
+finished-job sweeps made (two per priority), so records go as fast as their jobs, stopping early
+at a call that forgets none. If one fails for a reason other than the shard or the queue being gone, that is
 logged and the pass goes on with the next queue. Last, it reads the queue's ordered groups
 (``group_counts``: one call, on stores that keep groups), which ``/metrics`` exports as of the
 last pass (``Monitor.group_counts``). Several servers on one store may run monitors

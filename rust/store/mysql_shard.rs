@@ -21,6 +21,14 @@
 //! enqueue) is `Connection` with `maybe_applied`. Any connection failure makes every other
 //! session drop its connection before next use (the pool's `discard_idle`).
 //!
+//! Job control (#18) as `expiry.py` keeps it: a dequeue skips jobs past their `expire_at` (a
+//! predicate on the row its index walk reads anyway); a failure ack first expires the jobs whose
+//! retry would come at or after their expiry, tallies them in a session variable and adds the
+//! tally to the queue's expired count, fails the others (a cancelled job, attempts_remaining 0,
+//! ends FAILED with the cancel word), and indexes the retried jobs that have an expiry again, all
+//! in the ack's one round trip. A table without `expire_at` answers MySQL error 1054, which the
+//! Python side turns into the queue's migration and the call again (`native_hot.py`).
+//!
 //! A queue's `maxInProgress` (the cap `dequeue_jobs` is handed per call) is kept as
 //! `claim_cap.py` keeps it: the queue's claim lock row first, then a count of its `IN_PROGRESS`
 //! jobs over every priority, then a claim of at most the room left, in one transaction; an
@@ -133,6 +141,11 @@ pub struct SqlTexts {
     pub create_claim_lock_table: String,
     pub list_jobs_tables: String,
     pub count_in_progress_table: String,
+    pub ack_expire_jobs: String,
+    pub expiring_readd: String,
+    pub expired_count_reset: String,
+    pub expired_count_tally: String,
+    pub expired_count_add_tallied: String,
 }
 
 /// One shard's connection settings and the store's options.
@@ -151,6 +164,9 @@ pub struct Settings {
     /// `RESERVATION_PREFIX` of `backends/base.py`: jobs under a live reservation are skipped.
     pub reservation_prefix: String,
     pub custom_status_limit: usize,
+    /// `CANCELLED` and `EXPIRED` of `backends/base.py`: the words `ended_status` appends.
+    pub cancelled_word: String,
+    pub expired_word: String,
     pub sql: SqlTexts,
 }
 
@@ -595,7 +611,7 @@ impl Session {
                     &shared.settings.sql.peek_jobs,
                     &table,
                     None,
-                    &[Arg::Time(now_ms), Arg::Int(limit)],
+                    &[Arg::Time(now_ms), Arg::Int(now_ms), Arg::Int(limit)],
                     conn.no_backslash_escape(),
                 )?;
                 Ok(Outcome::Commit(claimed_rows(conn, &sql, None, false)?))
@@ -676,7 +692,9 @@ impl Session {
 
     /// `MySQLStore.ack_jobs`: one UPDATE per (priority, appended status) of the successes and per
     /// (priority, appended status, retry delay) of the failures, groups and ids sorted, sent
-    /// with the COMMIT in one round trip.
+    /// with the COMMIT in one round trip. Each failure group is three statements (the expiry of
+    /// retries past it, the failure, the index of retried jobs by expiry), and failures add the
+    /// tally of expiries to the queue's expired count; successes alone send what they always sent.
     pub fn ack_jobs(
         &mut self,
         database: &str,
@@ -729,21 +747,31 @@ impl Session {
                 batch.push_str(&statement);
                 batch.push_str(";\n");
             }
+            let settings = &shared.settings;
+            let words = (
+                settings.cancelled_word.as_str(),
+                settings.expired_word.as_str(),
+            );
+            if !failures.is_empty() {
+                batch.push_str(&sql.expired_count_reset);
+                batch.push_str(";\n");
+            }
             for ((priority, status, delay), ids) in &failures {
-                let args = [
-                    Arg::Time(now_ms.saturating_add(*delay)),
-                    Arg::Str(status),
-                    Arg::Int(limit),
-                    Arg::Time(now_ms),
-                ];
-                let statement = render(
-                    &sql.ack_failed_jobs,
-                    &table(database, *priority),
-                    Some(ids),
-                    &args,
-                    nbe,
-                )?;
-                batch.push_str(&statement);
+                let group = FailureGroup {
+                    database,
+                    priority: *priority,
+                    status,
+                    ids,
+                    now_ms,
+                    retry_ms: now_ms.saturating_add(*delay),
+                };
+                group.push_statements(&mut batch, sql, words, limit, nbe)?;
+            }
+            if !failures.is_empty() {
+                let tallied = sql
+                    .expired_count_add_tallied
+                    .replace("{table}", &expired_count_table(database));
+                batch.push_str(&tallied);
                 batch.push_str(";\n");
             }
             batch.push_str("COMMIT");
@@ -753,12 +781,78 @@ impl Session {
     }
 }
 
+/// One (priority, appended status, retry delay) group of a failure ack.
+struct FailureGroup<'a> {
+    database: &'a str,
+    priority: i64,
+    status: &'a str,
+    ids: &'a [i64],
+    now_ms: i64,
+    retry_ms: i64,
+}
+
+impl FailureGroup<'_> {
+    /// The group's statements, each followed by `;`: the expiry of the retries at or after
+    /// their job's expiry (`ack_expire_jobs.sql`) and its tally, the failure
+    /// (`ack_failed_jobs.sql`), the index of the retried jobs by expiry (`expiring_readd.sql`).
+    fn push_statements(
+        &self,
+        batch: &mut String,
+        sql: &SqlTexts,
+        (cancelled, expired): (&str, &str),
+        limit: i64,
+        nbe: bool,
+    ) -> Result<(), OpError> {
+        let jobs = table(self.database, self.priority);
+        let (status, ids) = (self.status, Some(self.ids));
+        let expire = [
+            Arg::Str(status),
+            Arg::Str(expired),
+            Arg::Str(status),
+            Arg::Int(ended_cut(limit, expired)),
+            Arg::Str(expired),
+            Arg::Time(self.now_ms),
+            Arg::Int(self.retry_ms),
+        ];
+        batch.push_str(&render(&sql.ack_expire_jobs, &jobs, ids, &expire, nbe)?);
+        batch.push_str(";\n");
+        batch.push_str(&sql.expired_count_tally);
+        batch.push_str(";\n");
+        let fail = [
+            Arg::Time(self.retry_ms),
+            Arg::Str(status),
+            Arg::Int(limit),
+            Arg::Str(status),
+            Arg::Str(cancelled),
+            Arg::Str(status),
+            Arg::Int(ended_cut(limit, cancelled)),
+            Arg::Str(cancelled),
+            Arg::Time(self.now_ms),
+        ];
+        batch.push_str(&render(&sql.ack_failed_jobs, &jobs, ids, &fail, nbe)?);
+        batch.push_str(";\n");
+        let readd = sql
+            .expiring_readd
+            .replace("{side}", &expiring_table(self.database));
+        batch.push_str(&render(
+            &readd,
+            &jobs,
+            ids,
+            &[Arg::Int(self.priority)],
+            nbe,
+        )?);
+        batch.push_str(";\n");
+        Ok(())
+    }
+}
+
 /// The parameters of `dequeue_jobs.sql`: claim `limit` jobs.
-fn dequeue_args<'a>(claim: &'a str, prefix: &'a str, now_ms: i64, limit: i64) -> [Arg<'a>; 7] {
+fn dequeue_args<'a>(claim: &'a str, prefix: &'a str, now_ms: i64, limit: i64) -> [Arg<'a>; 8] {
     [
         Arg::Str(claim),
         Arg::Time(now_ms),
         Arg::Time(now_ms),
+        Arg::Int(now_ms),
         Arg::Time(now_ms),
         Arg::Str(prefix),
         Arg::Str(prefix),
@@ -861,6 +955,23 @@ fn check_priority(priority: i64) -> Result<(), StoreError> {
 #[must_use]
 pub fn table(database: &str, priority: i64) -> String {
     format!("`{database}`.`jobs_p{priority}`")
+}
+
+/// The characters of a status kept before `" " + word` (`base.ended_status`, `expiry.ended_cut`).
+fn ended_cut(limit: i64, word: &str) -> i64 {
+    #[allow(clippy::cast_possible_wrap)] // a word of a few characters
+    let word = word.chars().count() as i64;
+    (limit - 1 - word).max(0)
+}
+
+/// The expiry index table of `database` (`names.quoted_expiring_table`), quoted.
+fn expiring_table(database: &str) -> String {
+    format!("`{database}`.`expiring`")
+}
+
+/// The expired count table of `database` (`expiry.count_table`), quoted.
+fn expired_count_table(database: &str) -> String {
+    format!("`{database}`.`expired_count`")
 }
 
 /// The claim lock table of `database` (`names.quoted_claim_lock_table`), quoted.

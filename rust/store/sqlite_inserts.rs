@@ -22,6 +22,8 @@ pub enum Field {
     NowMs,
     RunAfterMs,
     Body,
+    /// A keyed job's expiry (`enqueue_keyed_jobs.sql`; NULL: none), given beside the job.
+    ExpireAtMs,
 }
 
 impl Field {
@@ -35,6 +37,7 @@ impl Field {
             "now_ms" => Self::NowMs,
             "run_after_ms" => Self::RunAfterMs,
             "body" => Self::Body,
+            "expire_at_ms" => Self::ExpireAtMs,
             _ => return None,
         })
     }

@@ -30,6 +30,11 @@
 //!   and new state. The queue's rules come with each request (`group_concurrency`,
 //!   `max_in_progress`), read from the Python store's current rules; a dequeue without a cap
 //!   runs no statement more than before.
+//! * Job control (#18): a keyed job's expiry goes into its row (`expire_at_ms`), and the queue gets
+//!   its row of `expiries`; dequeues skip expired jobs in SQL. An ack of a queue with such a row
+//!   (`queue_get` reads it with the queue) first expires, per failed job, a retry that would run
+//!   past the expiry (`ack_failed_expire`), counting it; a cancelled job's failure ends it in
+//!   `ack_failed` itself. A queue that never had an expiring job runs nothing more.
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
@@ -95,6 +100,17 @@ pub struct Statements {
     /// and its failures run this one, which returns each job's group and new state.
     pub queue_has_groups: String,
     pub ack_failed_grouped: String,
+    /// A failure ack whose retry would run at or after the job's expiry, which expires it
+    /// (`ack_failed_expire.sql`): run before the failure statements on a queue that ever had an
+    /// expiring job (`queue_get` says so), with its group returned.
+    pub ack_failed_expire: String,
+    /// A queue's row of expired counts made (`expiries_touch.sql`) and added to (`expiries_add.sql`).
+    pub expiries_touch: String,
+    pub expiries_add: String,
+    /// A queue's due jobs expired by a dequeue (`expire_jobs.sql`), and those that waited in
+    /// their groups taken out of waiting (`group_jobs_unwait.sql`).
+    pub expire_jobs: String,
+    pub group_jobs_unwait: String,
 }
 
 /// How a shard is opened and run.
@@ -152,6 +168,8 @@ pub enum Op {
         /// The queue's `maxInProgress` share on this shard (`QueueRules.max_in_progress`):
         /// claim no more than brings its `IN_PROGRESS` jobs to it. None: no cap.
         max_in_progress: Option<i64>,
+        /// The queue's `groupConcurrency`, for the groups of jobs the dequeue expires.
+        group_concurrency: i64,
     },
     Ack {
         queue: String,
@@ -181,10 +199,15 @@ pub struct JobKeys {
     pub window_ms: i64,
     /// The ordered group, if any.
     pub group: Option<String>,
+    /// When the job expires if still PENDING (ms), if ever.
+    pub expire_at_ms: Option<i64>,
 }
 
 /// The internal state of a job waiting behind its group's active jobs (PENDING to readers).
 pub const WAITING: i64 = -1;
+
+/// Most due jobs a dequeue of a queue with expiring jobs expires before it claims.
+pub const EXPIRE_ON_DEQUEUE: i64 = 256;
 
 /// What a request answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -550,6 +573,7 @@ impl<T: Send> Writer<T> {
                 now_ms,
                 dry_run,
                 max_in_progress,
+                group_concurrency,
             } => self
                 .dequeue(
                     queue,
@@ -557,8 +581,7 @@ impl<T: Send> Writer<T> {
                     *limit,
                     claim,
                     *now_ms,
-                    *dry_run,
-                    *max_in_progress,
+                    (*dry_run, *max_in_progress, *group_concurrency),
                 )
                 .map(Answer::Claimed),
             Op::Ack {
@@ -583,11 +606,18 @@ impl<T: Send> Writer<T> {
 
     /// The queue's number of priorities, or `QueueNotFound`.
     fn require_queue(&self, queue: &str) -> Result<i64, ShardError> {
+        self.queue_info(queue).map(|(priorities, _)| priorities)
+    }
+
+    /// The queue's number of priorities and whether it ever had an expiring job, or
+    /// `QueueNotFound`.
+    fn queue_info(&self, queue: &str) -> Result<(i64, bool), ShardError> {
         let mut stmt = self.prepare(&self.options.statements.queue_get)?;
         bind(&mut stmt, &[(":queue", &queue)])?;
         let mut rows = stmt.raw_query();
         match rows.next().map_err(|e| connection_error(&e))? {
-            Some(row) => row.get(0).map_err(|e| connection_error(&e)),
+            Some(row) => (|| Ok::<_, rusqlite::Error>((row.get(0)?, row.get(1)?)))()
+                .map_err(|e| connection_error(&e)),
             None => Err(ShardError::QueueNotFound(queue.to_owned())),
         }
     }
@@ -661,12 +691,24 @@ impl<T: Send> Writer<T> {
         if takers.is_empty() {
             return Ok(out);
         }
+        let expiring = takers.iter().any(|&i| keys[i].expire_at_ms.is_some());
+        if expiring {
+            let mut stmt = self.prepare(&self.options.statements.expiries_touch)?;
+            bind(&mut stmt, &[(":queue", &queue)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
         let ids = if takers.iter().all(|&i| keys[i].group.is_none()) {
-            if takers.len() == jobs.len() {
+            if expiring {
+                let new: Vec<(&NewJob, i64, Option<i64>)> = takers
+                    .iter()
+                    .map(|&i| (&jobs[i], 0, keys[i].expire_at_ms))
+                    .collect();
+                self.insert_rows(&self.keyed_inserts, queue, &new, |&row| row, now_ms)?
+            } else if takers.len() == jobs.len() {
                 self.insert(queue, jobs, now_ms)?
             } else {
                 let new: Vec<&NewJob> = takers.iter().map(|&i| &jobs[i]).collect();
-                self.insert_rows(&self.inserts, queue, &new, |job| (job, 0), now_ms)?
+                self.insert_rows(&self.inserts, queue, &new, |job| (job, 0, None), now_ms)?
             }
         } else {
             self.insert_grouped(queue, jobs, keys, &takers, now_ms, group_concurrency)?
@@ -714,7 +756,7 @@ impl<T: Send> Writer<T> {
             }
         }
         let mut rows = self.groups_settle(queue, group_concurrency, &joining)?;
-        let mut new: Vec<(&NewJob, i64)> = Vec::with_capacity(takers.len());
+        let mut new: Vec<(&NewJob, i64, Option<i64>)> = Vec::with_capacity(takers.len());
         for &i in takers {
             let state = match keys[i].group.as_deref() {
                 None => 0,
@@ -729,17 +771,11 @@ impl<T: Send> Writer<T> {
                     }
                 }
             };
-            new.push((&jobs[i], state));
+            new.push((&jobs[i], state, keys[i].expire_at_ms));
         }
-        let ids = self.insert_rows(
-            &self.keyed_inserts,
-            queue,
-            &new,
-            |&(job, state)| (job, state),
-            now_ms,
-        )?;
+        let ids = self.insert_rows(&self.keyed_inserts, queue, &new, |&row| row, now_ms)?;
         let mut records: Vec<(i64, &str, i64)> = Vec::with_capacity(takers.len());
-        for ((&i, &(_, state)), &id) in takers.iter().zip(&new).zip(&ids) {
+        for ((&i, &(_, state, _)), &id) in takers.iter().zip(&new).zip(&ids) {
             if let Some(group) = keys[i].group.as_deref() {
                 records.push((id, group, i64::from(state == WAITING)));
             }
@@ -916,17 +952,18 @@ impl<T: Send> Writer<T> {
 
     /// Inserts `jobs` into the open transaction; their local ids, in order.
     fn insert(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
-        self.insert_rows(&self.inserts, queue, jobs, |job| (job, 0), now_ms)
+        self.insert_rows(&self.inserts, queue, jobs, |job| (job, 0, None), now_ms)
     }
 
-    /// Inserts a row per entry of `rows` (`row` gives its job and state, bound where the
-    /// statement has `:state`) with `inserts`' statements; their local ids, in order.
+    /// Inserts a row per entry of `rows` (`row` gives its job, state and expiry, bound where the
+    /// statement has `:state` and `:expire_at_ms`) with `inserts`' statements; their local ids,
+    /// in order.
     fn insert_rows<R>(
         &self,
         inserts: &SqliteInserts,
         queue: &str,
         rows: &[R],
-        row: impl Fn(&R) -> (&NewJob, i64),
+        row: impl Fn(&R) -> (&NewJob, i64, Option<i64>),
         now_ms: i64,
     ) -> Result<Vec<i64>, ShardError> {
         if rows.is_empty() {
@@ -938,7 +975,7 @@ impl<T: Send> Writer<T> {
             let mut stmt = self.prepare(sql)?;
             let mut index = 0;
             for entry in chunk {
-                let (job, state) = row(entry);
+                let (job, state, expire_at_ms) = row(entry);
                 for field in fields {
                     index += 1;
                     let bound = match field {
@@ -951,6 +988,7 @@ impl<T: Send> Writer<T> {
                         Field::NowMs => stmt.raw_bind_parameter(index, now_ms),
                         Field::RunAfterMs => stmt.raw_bind_parameter(index, job.run_after_ms),
                         Field::Body => stmt.raw_bind_parameter(index, job.body.as_slice()),
+                        Field::ExpireAtMs => stmt.raw_bind_parameter(index, expire_at_ms),
                     };
                     bound.map_err(|e| connection_error(&e))?;
                 }
@@ -968,7 +1006,11 @@ impl<T: Send> Writer<T> {
         Ok((last - count + 1..=last).collect())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Claims (or, in a dry run, looks at) the oldest ready jobs; `rules` are `(dry_run,
+    /// max_in_progress, group_concurrency)`. On a queue that ever had an expiring job, a claim
+    /// first expires up to `EXPIRE_ON_DEQUEUE` of its due jobs (one probe of `jobs_by_expiry`
+    /// when none is due), so expired jobs do not pile up at the front of the queue between the
+    /// monitor's sweeps; expired jobs are never claimed either way (`dequeue_jobs.sql`).
     fn dequeue(
         &self,
         queue: &str,
@@ -976,10 +1018,13 @@ impl<T: Send> Writer<T> {
         limit: i64,
         claim: &str,
         now_ms: i64,
-        dry_run: bool,
-        max_in_progress: Option<i64>,
+        rules: (bool, Option<i64>, i64),
     ) -> Result<Vec<ClaimedJob>, ShardError> {
-        let num_priorities = self.require_queue(queue)?;
+        let (dry_run, max_in_progress, group_concurrency) = rules;
+        let (num_priorities, expiring) = self.queue_info(queue)?;
+        if expiring && !dry_run {
+            self.expire_due(queue, now_ms, group_concurrency)?;
+        }
         let statements = &self.options.statements;
         let sql = if dry_run {
             &statements.dequeue_jobs_dry_run
@@ -1068,11 +1113,14 @@ impl<T: Send> Writer<T> {
         group_concurrency: i64,
     ) -> Result<(), ShardError> {
         const FAILED: i64 = 3;
-        self.require_queue(queue)?;
+        let (_, expiring) = self.queue_info(queue)?;
         let statements = &self.options.statements;
         let grouped = self.queue_has_groups(queue)?;
         let limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
         let mut left: HashMap<String, i64> = HashMap::new(); // jobs that left each group
+        if expiring && !acks.failed.is_empty() {
+            self.expire_failed(queue, &acks.failed, now_ms, limit, &mut left)?;
+        }
         let mut succeeded_ids = String::from("["); // of a queue with groups
         let failed_sql = if grouped {
             &statements.ack_failed_grouped
@@ -1159,6 +1207,128 @@ impl<T: Send> Writer<T> {
             .map(|(g, count)| (g.as_str(), -count, 0))
             .collect();
         let rows = self.groups_settle(queue, group_concurrency, &changes)?;
+        self.groups_write(queue, &rows)
+    }
+
+    /// Expires the failed jobs whose retry would run at or after their expiry
+    /// (`ack_failed_expire.sql`), counting them in the queue's row of `expiries`; the grouped
+    /// ones left their groups (`left`). The failure statements then find them no longer
+    /// `IN_PROGRESS`.
+    fn expire_failed(
+        &self,
+        queue: &str,
+        failed: &[crate::queue::jobs::AckItem],
+        now_ms: i64,
+        limit: i64,
+        left: &mut HashMap<String, i64>,
+    ) -> Result<(), ShardError> {
+        let statements = &self.options.statements;
+        let mut expired: i64 = 0;
+        {
+            let mut stmt = self.prepare(&statements.ack_failed_expire)?;
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":status_limit", &limit),
+                    (":now_ms", &now_ms),
+                ],
+            )?;
+            let at = positions(
+                &stmt,
+                [":priority", ":local_id", ":append", ":retry_delay_ms"],
+            )?;
+            for item in failed {
+                let values: [&dyn ToSql; 4] = [
+                    &item.priority,
+                    &item.local_id,
+                    &item.append_custom_status.as_str(),
+                    &item.retry_delay_ms,
+                ];
+                for (index, value) in at.iter().zip(values) {
+                    if let Some(index) = *index {
+                        stmt.raw_bind_parameter(index, value)
+                            .map_err(|e| connection_error(&e))?;
+                    }
+                }
+                let mut rows = stmt.raw_query();
+                let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
+                    continue;
+                };
+                expired += 1;
+                let group: Option<String> = row.get(0).map_err(|e| connection_error(&e))?;
+                if let Some(group) = group {
+                    add_left(left, group, 1);
+                }
+            }
+        }
+        if expired > 0 {
+            let mut stmt = self.prepare(&statements.expiries_add)?;
+            bind(&mut stmt, &[(":queue", &queue), (":count", &expired)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Expires up to `EXPIRE_ON_DEQUEUE` of the queue's due jobs (`expire_jobs.sql`), counting
+    /// them; the grouped ones leave their groups (a waiting one waits no more), which promote.
+    fn expire_due(&self, queue: &str, now_ms: i64, concurrency: i64) -> Result<(), ShardError> {
+        let statements = &self.options.statements;
+        let status_limit = i64::try_from(self.options.custom_status_limit).unwrap_or(i64::MAX);
+        let mut expired: i64 = 0;
+        let mut waited = String::from("[");
+        let mut changes: HashMap<String, (i64, i64)> = HashMap::new(); // (left, waiting gone)
+        {
+            let mut stmt = self.prepare(&statements.expire_jobs)?;
+            bind(
+                &mut stmt,
+                &[
+                    (":queue", &queue),
+                    (":now_ms", &now_ms),
+                    (":limit", &EXPIRE_ON_DEQUEUE),
+                    (":status_limit", &status_limit),
+                ],
+            )?;
+            let mut rows = stmt.raw_query();
+            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+                let read = || -> rusqlite::Result<(i64, Option<String>, Option<i64>)> {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                };
+                let (id, group, waiting) = read().map_err(|e| connection_error(&e))?;
+                expired += 1;
+                let Some(group) = group else { continue };
+                let change = changes.entry(group).or_insert((0, 0));
+                if waiting == Some(1) {
+                    change.1 += 1;
+                    if waited.len() > 1 {
+                        waited.push(',');
+                    }
+                    let _ = write!(waited, "{id}");
+                } else {
+                    change.0 += 1;
+                }
+            }
+        }
+        if expired == 0 {
+            return Ok(());
+        }
+        let mut stmt = self.prepare(&statements.expiries_add)?;
+        bind(&mut stmt, &[(":queue", &queue), (":count", &expired)])?;
+        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        if waited.len() > 1 {
+            waited.push(']');
+            let mut stmt = self.prepare(&statements.group_jobs_unwait)?;
+            bind(&mut stmt, &[(":ids", &waited)])?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let deltas: Vec<(&str, i64, i64)> = changes
+            .iter()
+            .map(|(g, &(left, gone))| (g.as_str(), -left, -gone))
+            .collect();
+        let rows = self.groups_settle(queue, concurrency, &deltas)?;
         self.groups_write(queue, &rows)
     }
 
@@ -1336,6 +1506,11 @@ mod tests {
                 count_in_progress: sql("count_in_progress"),
                 queue_has_groups: sql("queue_has_groups"),
                 ack_failed_grouped: sql("ack_failed_grouped"),
+                ack_failed_expire: sql("ack_failed_expire"),
+                expiries_touch: sql("expiries_touch"),
+                expiries_add: sql("expiries_add"),
+                expire_jobs: sql("expire_jobs"),
+                group_jobs_unwait: sql("group_jobs_unwait"),
             },
         }
     }
@@ -1404,6 +1579,7 @@ mod tests {
                     now_ms: 20,
                     dry_run: false,
                     max_in_progress: None,
+                    group_concurrency: 1,
                 },
             )
             .unwrap();
@@ -1463,6 +1639,7 @@ mod tests {
             key: None,
             window_ms: 0,
             group: group.map(str::to_owned),
+            expire_at_ms: None,
         };
         let placed = call(Op::EnqueueKeyed {
             queue: "q".into(),
@@ -1483,6 +1660,7 @@ mod tests {
             now_ms: 40,
             dry_run: false,
             max_in_progress: cap,
+            group_concurrency: 1,
         };
         let ids = |answer: Answer| match answer {
             Answer::Claimed(jobs) => jobs.iter().map(|j| j.local_id).collect::<Vec<_>>(),
@@ -1572,6 +1750,7 @@ mod tests {
                 key: Some(format!("k{i}")),
                 window_ms: 1000,
                 group: (!g.is_empty()).then(|| (*g).to_owned()),
+                expire_at_ms: None,
             })
             .collect();
         let placed = call(Op::EnqueueKeyed {
@@ -1650,6 +1829,7 @@ mod tests {
             now_ms: 30,
             dry_run: false,
             max_in_progress: None,
+            group_concurrency: 1,
         });
         let Answer::Claimed(claimed) = claimed else {
             panic!("{claimed:?}")
@@ -1697,6 +1877,101 @@ mod tests {
             )
             .unwrap();
         assert_eq!(waiting, 0);
+        shard.close();
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn expiring_jobs_are_never_claimed_and_a_retry_past_the_expiry_expires() {
+        let path =
+            std::env::temp_dir().join(format!("pinlater-expiry-{}.sqlite3", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let setup = Connection::open(&path).unwrap();
+        setup.execute_batch(&sql("schema")).unwrap();
+        setup
+            .execute("INSERT INTO queues VALUES ('q', 1, 0)", [])
+            .unwrap();
+        let (tx, rx) = channel();
+        let shard = SqliteShard::open(
+            options(&path),
+            Arc::new(WriteGate::default()),
+            Box::new(move |done| tx.send(done).unwrap()),
+        )
+        .unwrap();
+        let call = |op: Op| {
+            shard.submit((), op).unwrap();
+            rx.recv().unwrap().pop().unwrap().1.unwrap()
+        };
+        let job = || NewJob {
+            priority: 1,
+            body: b"b".to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 3,
+            custom_status: String::new(),
+        };
+        let expiring = |at: i64| JobKeys {
+            key: None,
+            window_ms: 0,
+            group: None,
+            expire_at_ms: Some(at),
+        };
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(), job()]),
+            keys: vec![expiring(100), expiring(1_000)],
+            now_ms: 10,
+            group_concurrency: 1,
+        });
+        assert_eq!(placed, Answer::Placed(vec![(1, 1, false), (1, 2, false)]));
+        let Answer::Claimed(claimed) = call(Op::Dequeue {
+            queue: "q".into(),
+            priority: 1,
+            limit: 10,
+            claim: "c".into(),
+            now_ms: 100,
+            dry_run: false,
+            max_in_progress: None,
+            group_concurrency: 1,
+        }) else {
+            panic!("not claimed")
+        };
+        assert_eq!(claimed.iter().map(|j| j.local_id).collect::<Vec<_>>(), [2]);
+        let failed = crate::queue::jobs::AckItem {
+            priority: 1,
+            local_id: 2,
+            append_custom_status: String::new(),
+            retry_delay_ms: 900, // runs again at 1000: the expiry
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(AckGroup {
+                succeeded: vec![],
+                failed: vec![failed],
+            }),
+            now_ms: 100,
+            group_concurrency: 1,
+        });
+        assert_eq!(acked, Answer::Acked);
+        let rows: Vec<(i64, i64, String)> = setup
+            .prepare("SELECT state, attempts_remaining, custom_status FROM jobs ORDER BY local_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let expired = (3, 0, "expired".to_owned());
+        assert_eq!(
+            rows,
+            [expired.clone(), expired],
+            "one by the dequeue, one by the ack"
+        );
+        let count: i64 = setup
+            .query_row("SELECT expired FROM expiries WHERE queue = 'q'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(count, 2);
         shard.close();
         drop(setup);
         let _ = std::fs::remove_file(&path);

@@ -49,7 +49,7 @@ def test_a_version_2_file_gains_the_key_table_and_keeps_its_jobs(data_dir: Path)
     shard = EmbeddedStore(data_dir, "1")
     try:
         assert shard._conn is not None
-        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 5
         [record] = shard.lookup_jobs(Q, [(1, plain)], True)
         assert (record.body, record.dedup_key) == (b"old", None)
         [first] = shard.enqueue_keyed_jobs(Q, [keyed("k")], T0)
@@ -126,7 +126,7 @@ def test_key_statements_use_their_indexes(store: EmbeddedStore) -> None:
     }
     for name, params in (
         ("lookup_jobs", {"queue": Q, "ids": "[1, 2]", "include_body": 0}),
-        ("scan_jobs", filters),
+        ("scan_jobs", {**filters, "before_run_after": T0, "before_id": 9}),
         ("filter_candidates_newest", {**filters, "before_run_after": T0, "before_id": 9}),
     ):
         assert "USING INDEX dedup_keys_by_job (local_id=?" in _plan(conn, name, **params), name

@@ -80,7 +80,7 @@ def test_a_version_3_file_gains_groups_and_keeps_its_jobs(data_dir: Path) -> Non
     shard = EmbeddedStore(data_dir, "1")
     try:
         assert shard._conn is not None
-        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 5
         [record] = shard.lookup_jobs(Q, [(1, old)], True)
         assert (record.body, record.group_key, record.state) == (b"old", None, JobState.PENDING)
         placed = shard.enqueue_keyed_jobs(Q, [grouped("g1", "g"), grouped("g2", "g")], T0)
@@ -104,7 +104,8 @@ async def _hot_enqueue_and_ack(shard: EmbeddedStore) -> None:
 
 def test_jobs_keep_the_version_3_columns(store: EmbeddedStore) -> None:
     """Groups live in tables of their own: a column of jobs, even NULL, made every dequeue and ack
-    UPDATE slower, and a queue without groups must not pay for them."""
+    UPDATE slower, and a queue without groups must not pay for them. The one column added since
+    is version 5's expiry (read by dequeues from the row they read anyway; see schema.sql)."""
     assert store._conn is not None
     columns = [row[1] for row in store._conn.execute("PRAGMA table_info(jobs)")]
     assert columns == [
@@ -120,9 +121,10 @@ def test_jobs_keep_the_version_3_columns(store: EmbeddedStore) -> None:
         "updated_at_ms",
         "run_after_ms",
         "body",
+        "expire_at_ms",
     ]
     indexes = {row[1] for row in store._conn.execute("PRAGMA index_list(jobs)")}
-    assert indexes == {"jobs_by_run_after", "jobs_finished_by_updated_at"}
+    assert indexes == {"jobs_by_run_after", "jobs_finished_by_updated_at", "jobs_by_expiry"}
 
 
 # -- plans: bounded probes ---------------------------------------------------------------------

@@ -69,7 +69,9 @@ def make_store(server: MariaDBServer) -> Iterator[Callable[..., MySQLStore]]:
 def session_counters(store: MySQLStore) -> dict[str, int]:
     """Com_* counters of the store's only connection (the store must have pool_size=1)."""
     with store.pool.connection() as conn, conn.cursor() as cur:
-        cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Com_insert', 'Com_update', 'Com_select')")
+        cur.execute(
+            "SHOW SESSION STATUS WHERE Variable_name IN ('Com_insert', 'Com_insert_select', 'Com_update', 'Com_select')"
+        )
         return {name: int(value) for name, value in cur.fetchall()}
 
 
@@ -105,7 +107,12 @@ def test_schema_matches_the_original(server: MariaDBServer, make_store: Callable
     server.query(ORIGINAL_JOBS_TABLE.format(table="plq_9_original.jobs_p1"))
     ours = _normalised_create_table(server, "plq_1_fresh")
     theirs = _normalised_create_table(server, "plq_9_original")
-    assert ours == theirs
+    # One more intended difference: the expiry (#18), a nullable column last, which the
+    # original's statements (explicit column lists) never see; its tables get it at first use.
+    assert [ln for ln in ours if ln != "`expire_at` bigint(20) DEFAULT NULL"] == theirs
+    assert ours[10] == "`expire_at` bigint(20) DEFAULT NULL"
+    make_store("9").lookup_jobs("original", [(1, 1)], False)
+    assert _normalised_create_table(server, "plq_9_original") == ours
     assert "`local_id` bigint(20) unsigned NOT NULL AUTO_INCREMENT" in ours
     assert "KEY `state` (`state`,`run_after`)" in ours
     assert "KEY `claim_descriptor` (`claim_descriptor`)" in ours
@@ -117,10 +124,13 @@ def test_schema_matches_the_original(server: MariaDBServer, make_store: Callable
     )
     assert sorted(precision) == [("created_at", 3), ("run_after", 3), ("updated_at", 3)]
     tables = server.query("SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'plq_1_fresh'")
-    # Beside the original's tables, ours alone: the dedup key records and the claim lock (#17).
+    # Beside the original's tables, ours alone: the dedup key records and the claim lock (#17),
+    # the expiry index and the expired count (#18; schedules come with the first one).
     assert sorted(tables) == [
         ("claim_lock", "InnoDB"),
         ("dedup_keys", "InnoDB"),
+        ("expired_count", "InnoDB"),
+        ("expiring", "InnoDB"),
         ("jobs_p1", "InnoDB"),
         ("jobs_p2", "InnoDB"),
         ("jobs_p3", "InnoDB"),
@@ -214,7 +224,11 @@ def test_acks_are_grouped_by_outcome(make_store: Callable[..., MySQLStore]) -> N
     succeeded = [AckItem(1, i) for i in ids[:20]]
     failed = [AckItem(1, i, "err", retry_delay_ms=1000) for i in ids[20:]]
     counts = statements_during(store, lambda: store.ack_jobs(Q, succeeded, failed, T0 + 1))
-    assert counts["Com_update"] == 2
+    # Successes: one UPDATE. Failures: one UPDATE, after the one that expires retries past their
+    # expiry and before the INSERT ... SELECT that indexes retried jobs with one again (#18), all
+    # by primary key; then one INSERT ... SELECT of the expired tally (of 0: it writes nothing).
+    # The Rust hot path sends them all in one round trip.
+    assert (counts["Com_update"], counts["Com_insert_select"]) == (3, 2)
     assert store.count_jobs(Q, JobFilter(JobState.SUCCEEDED, 1, T0 + 1), None) == 20
     assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, future=True), None) == 20
 
@@ -442,10 +456,18 @@ _TABLE = "`plq_1_sqlcheck`.`jobs_p1`"
 _DATABASE = "`plq_1_sqlcheck`"
 _KEYS = "`plq_1_sqlcheck`.`dedup_keys`"
 _LOCK = "`plq_1_sqlcheck`.`claim_lock`"
+_EXPIRING = "`plq_1_sqlcheck`.`expiring`"
+_EXPIRED = "`plq_1_sqlcheck`.`expired_count`"
+_SCHEDULES = "`plq_1_sqlcheck`.`schedules`"
+_MS = 1_700_000_000_000
 _HASH = bytes(range(32))
 _NOW = datetime(2023, 11, 14, 22, 13, 20)
 _RANGE = (0, _NOW - timedelta(days=1), _NOW, None, None)
 _ROW = (0, 2, 2, "status", _NOW, _NOW, _NOW, b"body")
+_CHECKPOINT_ARGS = (1, 0, _NOW, _NOW, b"new", 1, "pre", "cancelled", "pre", 4990, "cancelled", "pre", "pre", 5000)
+_CHECKPOINT_ARGS = (*_CHECKPOINT_ARGS, 3, 3, 1, 1, "c")
+_DAY_AGO = _NOW - timedelta(days=1)
+_SCAN_AFTER_ARGS = (0, _NOW, _DAY_AGO, _NOW, 5, "^b", "^b", 10, 0, _DAY_AGO, _NOW, _NOW, "^b", "^b", 10, 10)
 
 #: Every SQL file with sample tokens and arguments, in an order that works on one database.
 SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
@@ -453,6 +475,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "schema/create_jobs_table": ({"table": _TABLE}, ()),
     "schema/create_dedup_keys_table": ({"table": _KEYS}, ()),
     "schema/create_claim_lock_table": ({"table": _LOCK}, ()),
+    "schema/create_expiring_table": ({"table": _EXPIRING}, ()),
+    "schema/create_expired_count_table": ({"table": _EXPIRED}, ()),
+    "schema/create_schedules_table": ({"table": _SCHEDULES}, ()),
+    "add_expire_column": ({"table": _LOCK}, ()),  # any table without the column
+    "tables_without_expiry": ({}, ("plq\\_1\\_%", "jobs\\_p%")),
     "session_setup": ({}, ()),
     "server_info": ({}, ()),
     "ping": ({}, ()),
@@ -461,11 +488,13 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "list_queue_tables": ({}, ("plq\\_1\\_%", "jobs\\_p%")),
     "enqueue_jobs": ({"table": _TABLE, "rows": (2, 8)}, _ROW + _ROW),
     "enqueue_jobs_returning": ({"table": _TABLE, "rows": (1, 8)}, _ROW),
-    "peek_jobs": ({"table": _TABLE}, (_NOW, 10)),
-    "dequeue_jobs": ({"table": _TABLE}, ("claim", _NOW, _NOW, _NOW, "~r|", "~r|", 10)),
-    "reserve_jobs": ({"table": _TABLE}, ("~r|x", _NOW, _NOW, _NOW, "~r|", "~r|", 10)),
+    "set_expiry": ({"table": _TABLE, "ids": 2}, (1, 2, _MS, _MS, 1, 2)),
+    "expiring_add": ({"table": _EXPIRING, "rows": (2, 3)}, (_MS, 1, 1, _MS, 1, 2)),
+    "peek_jobs": ({"table": _TABLE}, (_NOW, _MS, 10)),
+    "dequeue_jobs": ({"table": _TABLE}, ("claim", _NOW, _NOW, _MS, _NOW, "~r|", "~r|", 10)),
+    "reserve_jobs": ({"table": _TABLE}, ("~r|x", _NOW, _NOW, _MS, _NOW, "~r|", "~r|", 10)),
     "select_reserved_jobs": ({"table": _TABLE}, ("~r|x", _NOW)),
-    "claim_reserved_jobs": ({"table": _TABLE, "ids": 1}, (1, "claim", _NOW, "~r|x", _NOW, 1)),
+    "claim_reserved_jobs": ({"table": _TABLE, "ids": 1}, (1, "claim", _NOW, "~r|x", _NOW, _MS, 1)),
     "select_claimed_ids": ({"table": _TABLE, "ids": 1}, (1,)),
     "select_reserved_ids": ({"table": _TABLE, "ids": 2}, ("~r|x", _NOW, 1, 2)),
     "lock_claims": ({"table": _LOCK}, ()),
@@ -474,14 +503,45 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "release_reservations": ({"table": _TABLE, "ids": 1}, (_NOW, "~r|x", _NOW, 1)),
     "select_claimed_jobs": ({"table": _TABLE}, ("claim",)),
     "lookup_jobs": ({"table": _TABLE, "ids": 2}, (1, 1, 2)),
-    "checkpoint_job": ({"table": _TABLE}, (1, _NOW, _NOW, b"new", 3, 3, "pre", "pre", 5000, 0, 1, "cla")),
+    "checkpoint_job": (
+        {"table": _TABLE},
+        _CHECKPOINT_ARGS,
+    ),
     "ack_succeeded_jobs": ({"table": _TABLE, "ids": 1}, ("ok", 5000, _NOW, 1)),
-    "ack_failed_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "err", 5000, _NOW, 2, 3)),
+    "ack_expire_jobs": ({"table": _TABLE, "ids": 2}, ("err", "expired", "err", 4992, "expired", _NOW, _MS, 2, 3)),
+    "ack_failed_jobs": (
+        {"table": _TABLE, "ids": 2},
+        (_NOW, "err", 5000, "err", "cancelled", "err", 4990, "cancelled", _NOW, 2, 3),
+    ),
+    "expiring_readd": ({"side": _EXPIRING, "table": _TABLE, "ids": 2}, (1, 2, 3)),
+    "expired_count_add": ({"table": _EXPIRED}, (2,)),
+    "expired_count_reset": ({}, ()),
+    "expired_count_tally": ({}, ()),
+    "expired_count_add_tallied": ({"table": _EXPIRED}, ()),
+    "list_queue_side_tables": ({}, ("plq\\_1\\_%", "expired_count")),
+    "expired_count_table": ({"table": _EXPIRED}, ("q",)),
+    "cancel_pending_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "cancelled", 4990, "cancelled", 1, 2)),
+    "cancel_in_progress_jobs": ({"table": _TABLE, "ids": 2}, (1, 2)),
+    "expiring_due": ({"table": _EXPIRING}, (_MS, 10)),
+    "expire_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "expired", 4992, "expired", _MS, 1, 2)),
+    "expiring_forget": ({"table": _EXPIRING}, (_MS, 1, 1)),
+    "oldest_ready_table": ({"table": _TABLE}, ("q", 1, _NOW, _MS)),
+    "scan_jobs_after": (
+        {"table": _TABLE},
+        _SCAN_AFTER_ARGS,
+    ),
+    "put_schedule": ({"table": _SCHEDULES}, (b"name", b"spec", _MS, 0)),
+    "list_schedules": ({"table": _SCHEDULES}, ()),
+    "due_schedules_table": ({"table": _SCHEDULES}, ("q", _MS, 10)),
+    "advance_schedule": ({"table": _SCHEDULES}, (_MS + 1, b"name", _MS)),
+    "delete_schedule": ({"table": _SCHEDULES}, (b"name",)),
     "count_jobs": ({"table": _TABLE}, (*_RANGE, 100)),
     "queue_counts_table": ({"table": _TABLE}, ("q", 1, _NOW)),
     "scan_jobs": ({"table": _TABLE}, (0, _NOW - timedelta(days=1), _NOW, "^b", "^b", 10)),
     "retry_failed_jobs": ({"table": _TABLE}, (1, _NOW, _NOW, 10)),
-    "resurrect_timed_out_jobs": ({"table": _TABLE}, (_NOW, _NOW, _NOW, 10)),
+    "select_timed_out_jobs": ({"table": _TABLE}, (_NOW, 10)),
+    "resurrect_expire_jobs": ({"table": _TABLE, "ids": 2}, ("expired", 4992, "expired", _NOW, _MS, 1, 2)),
+    "resurrect_timed_out_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "cancelled", 4990, "cancelled", _NOW, 1, 2)),
     "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, 10)),
     "delete_jobs": ({"table": _TABLE}, (*_RANGE, 10)),
     "dedup_lock_keys": ({"table": _KEYS, "rows": (1, 2)}, (_HASH, b"key")),

@@ -80,19 +80,27 @@ def test_a_queue_the_original_made_gets_the_key_table_from_its_first_dedup_enque
         seed_original_queue(conn, "1", "legacy", [(1, 0, b"old")])
     finally:
         conn.close()
-    jobs_ddl = _create_table_ddl(server, "plq_1_legacy.jobs_p1")
     store = make_store()
-    # Reads and GC need no key table, and make none.
+    # Reads and GC need no key table, and make none. (The first read migrates the queue for
+    # expiry, #18: the expire_at column and the expiry tables; see test_mysql_job_control.py.)
     [plain] = store.scan_jobs("legacy", JobFilter(JobState.PENDING, 1, T0, future=None), 10)
+    jobs_ddl = _create_table_ddl(server, "plq_1_legacy.jobs_p1")
     assert plain.dedup_key is None
     assert [r.dedup_key for r in store.lookup_jobs("legacy", [(1, plain.local_id)], False)] == [None]
     assert store.gc_dedup_keys("legacy", T0, 10) == 0
-    assert _tables(server, "plq_1_legacy") == ["jobs_p1", "jobs_p2", "jobs_p3"]
+    assert _tables(server, "plq_1_legacy") == ["expired_count", "expiring", "jobs_p1", "jobs_p2", "jobs_p3"]
 
     [first] = store.enqueue_keyed_jobs("legacy", [keyed("k")], T0)
     [again] = store.enqueue_keyed_jobs("legacy", [keyed("k")], T0 + 1)
     assert not first.deduplicated and again == Enqueued(1, first.local_id, True)
-    assert _tables(server, "plq_1_legacy") == ["dedup_keys", "jobs_p1", "jobs_p2", "jobs_p3"]
+    assert _tables(server, "plq_1_legacy") == [
+        "dedup_keys",
+        "expired_count",
+        "expiring",
+        "jobs_p1",
+        "jobs_p2",
+        "jobs_p3",
+    ]
     assert _create_table_ddl(server, "plq_1_legacy.jobs_p1") == jobs_ddl  # the original's table as it was
     records = store.lookup_jobs("legacy", [(1, plain.local_id), (1, first.local_id)], True)
     assert [(r.body, r.dedup_key) for r in records] == [(b"old", None), (b"k", "k")]

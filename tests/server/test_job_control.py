@@ -24,6 +24,11 @@ from tests.support.redis_server import RedisServer
 Q = "control"
 
 
+@pytest.fixture
+def api(client: Any, ttypes: Any) -> Api:
+    return Api(client, ttypes)
+
+
 def wait_for(condition: Callable[[], Any], seconds: float = 15.0, what: str = "the condition") -> Any:
     deadline = time.monotonic() + seconds
     while True:
@@ -182,7 +187,7 @@ def test_metrics_show_depth_by_priority_the_oldest_ready_age_and_expired_jobs(
         return text if expired else None
 
     text = wait_for(scraped, 30, "the expired job counted in /metrics")
-    assert f'pinlater_queue_jobs_by_priority{{queue="{Q}",priority="2",state="pending"}} 1.0' in text
+    assert f'pinlater_queue_jobs_by_priority{{priority="2",queue="{Q}",state="pending"}} 1.0' in text
     line = next(x for x in text.splitlines() if x.startswith(f'pinlater_queue_oldest_ready_age_seconds{{queue="{Q}"}}'))
     assert float(line.split()[-1]) >= 119
 

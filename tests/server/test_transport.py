@@ -42,7 +42,7 @@ BINARY = bytes(range(256)) + b"\xff\xfe\x00\x80"  # not UTF-8
 
 
 class EchoHandler:
-    """All twelve methods, answering from their arguments; records what it was sent."""
+    """All sixteen methods, answering from their arguments; records what it was sent."""
 
     def __init__(self) -> None:
         self.queues: set[str] = set()
@@ -118,6 +118,18 @@ class EchoHandler:
 
     async def delete_jobs(self, context: Any, request: Any) -> int:
         return int(request.limit)
+
+    async def cancel_jobs(self, context: Any, request: Any) -> int:
+        return len(request.jobDescriptors)
+
+    async def upsert_schedule(self, context: Any, schedule: Any) -> None:
+        self.calls.append(("upsert_schedule", schedule))
+
+    async def delete_schedule(self, context: Any, queueName: str, name: str) -> None:
+        self.calls.append(("delete_schedule", (queueName, name)))
+
+    async def list_schedules(self, context: Any, queueName: str) -> list[Any]:
+        return []
 
 
 class ServerThread:

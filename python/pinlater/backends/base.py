@@ -477,7 +477,12 @@ class ShardStore(Protocol):
     ) -> list[ClaimedJob]:
         """Reserve up to ``limit`` ready PENDING jobs of one priority not under a live
         reservation, until ``now + hold_ms``, in dequeue order. State, attempts and run_after
-        are unchanged; the returned ``updated_at_ms`` is whatever the store now reports."""
+        are unchanged; the returned ``updated_at_ms`` is whatever the store now reports.
+
+        A job whose expiry comes before the reservation would lapse (``expire_at_ms <= now +
+        hold_ms``) is not reserved: a broker hands a reserved job out from memory before its
+        claim is written, so only this keeps it from handing out a job past its expiry. Such a
+        job is left to direct dequeues (and expires if none takes it in time)."""
         ...
 
     def claim_reserved(

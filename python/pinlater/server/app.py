@@ -34,9 +34,9 @@ from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
 from pinlater.errors import ConfigError
 from pinlater.monitor import Monitor, MonitorPolicy
-from pinlater.schedules import ScheduleRunner
 from pinlater.queue_rules import parse_queue_rules
 from pinlater.ratelimit import QueueRateLimits
+from pinlater.schedules import ScheduleRunner
 from pinlater.server.admin import start_admin
 from pinlater.server.dispatch import Dispatcher
 from pinlater.server.handler import PinLaterHandler

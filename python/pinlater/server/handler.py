@@ -477,6 +477,8 @@ class PinLaterHandler:
         if self.broker is not None:
             await self.broker.settle(decode_descriptors(descriptors))
         changed = await self.backend.cancel_jobs(queue, descriptors)
+        if self.broker is not None and changed:
+            await self.broker.forget(queue)  # none of them is handed out from this server's buffer
         self.metrics.incr(f"{queue}_cancel", changed)
         log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
         return min(changed, I32_MAX)

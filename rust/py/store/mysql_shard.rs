@@ -118,7 +118,8 @@ impl MySQLShard {
     #[new]
     #[pyo3(signature = (
         shard, host, port, user, password, *, pool_size, socket_timeout, num_auto_retries,
-        insert_id_strategy, reservation_prefix, custom_status_limit, sql, settle
+        insert_id_strategy, reservation_prefix, custom_status_limit, cancelled_word,
+        expired_word, sql, settle
     ))]
     #[allow(clippy::too_many_arguments)] // keyword-only options of one call, mirrored in the stub
     fn new(
@@ -133,6 +134,8 @@ impl MySQLShard {
         insert_id_strategy: Option<&str>,
         reservation_prefix: String,
         custom_status_limit: usize,
+        cancelled_word: String,
+        expired_word: String,
         sql: HashMap<String, String>,
         settle: Py<PyAny>,
     ) -> PyResult<Self> {
@@ -160,6 +163,11 @@ impl MySQLShard {
                 create_claim_lock_table: sql_text(&sql, "create_claim_lock_table")?,
                 list_jobs_tables: sql_text(&sql, "list_jobs_tables")?,
                 count_in_progress_table: sql_text(&sql, "count_in_progress_table")?,
+                ack_expire_jobs: sql_text(&sql, "ack_expire_jobs")?,
+                expiring_readd: sql_text(&sql, "expiring_readd")?,
+                expired_count_reset: sql_text(&sql, "expired_count_reset")?,
+                expired_count_tally: sql_text(&sql, "expired_count_tally")?,
+                expired_count_add_tallied: sql_text(&sql, "expired_count_add_tallied")?,
             };
             let settings = Settings {
                 shard,
@@ -172,6 +180,8 @@ impl MySQLShard {
                 insert_id_strategy,
                 reservation_prefix,
                 custom_status_limit,
+                cancelled_word,
+                expired_word,
                 sql,
             };
             let (reader, writer) = UnixStream::pair()

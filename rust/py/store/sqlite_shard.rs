@@ -63,6 +63,9 @@ pub fn sqlite_library_version() -> &'static str {
     core::sqlite_version()
 }
 
+/// A keyed job's `(dedup_key, window_ms, group, expire_at_ms)`, as Python hands it over.
+type KeyTuple = (Option<String>, i64, Option<String>, Option<i64>);
+
 struct Token {
     future: Py<PyAny>,
     event_loop: Py<PyAny>,
@@ -207,6 +210,11 @@ impl SqliteShard {
                     count_in_progress: get("count_in_progress")?,
                     queue_has_groups: get("queue_has_groups")?,
                     ack_failed_grouped: get("ack_failed_grouped")?,
+                    ack_failed_expire: get("ack_failed_expire")?,
+                    expiries_touch: get("expiries_touch")?,
+                    expiries_add: get("expiries_add")?,
+                    expire_jobs: get("expire_jobs")?,
+                    group_jobs_unwait: get("group_jobs_unwait")?,
                 },
             };
             let gate = Arc::clone(&gate.inner);
@@ -228,7 +236,8 @@ impl SqliteShard {
         })
     }
 
-    /// Queues an enqueue of keyed jobs (`keys[i]`: job `i`'s `(dedup_key, window_ms, group)`,
+    /// Queues an enqueue of keyed jobs (`keys[i]`: job `i`'s `(dedup_key, window_ms, group,
+    /// expire_at_ms)`,
     /// the dedup keys distinct); `future` gets `[(priority, local_id, deduplicated), ...]` in
     /// job order. False if the shard is closed.
     #[allow(clippy::too_many_arguments)]
@@ -236,7 +245,7 @@ impl SqliteShard {
         &self,
         queue: String,
         jobs: Py<NewJobBatch>,
-        keys: Vec<(Option<String>, i64, Option<String>)>,
+        keys: Vec<KeyTuple>,
         group_concurrency: i64,
         now_ms: i64,
         future: Py<PyAny>,
@@ -244,10 +253,11 @@ impl SqliteShard {
     ) -> bool {
         let keys = keys
             .into_iter()
-            .map(|(key, window_ms, group)| JobKeys {
+            .map(|(key, window_ms, group, expire_at_ms)| JobKeys {
                 key,
                 window_ms,
                 group,
+                expire_at_ms,
             })
             .collect();
         let op = Op::EnqueueKeyed {
@@ -278,8 +288,8 @@ impl SqliteShard {
     }
 
     /// Queues a dequeue claiming no more than brings the queue's `IN_PROGRESS` jobs to
-    /// `max_in_progress` (None: no cap); `future` gets a `ClaimedJobs`. False if the shard is
-    /// closed.
+    /// `max_in_progress` (None: no cap; `group_concurrency`: the queue's, for the groups of jobs
+    /// it expires); `future` gets a `ClaimedJobs`. False if the shard is closed.
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
     fn dequeue(
         &self,
@@ -290,6 +300,7 @@ impl SqliteShard {
         now_ms: i64,
         dry_run: bool,
         max_in_progress: Option<i64>,
+        group_concurrency: i64,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
@@ -301,6 +312,7 @@ impl SqliteShard {
             now_ms,
             dry_run,
             max_in_progress,
+            group_concurrency,
         };
         self.submit(future, event_loop, op)
     }

@@ -36,8 +36,9 @@ BATCH_BYTES = 8 << 20
 
 _I64_MAX = 2**63 - 1
 # Columns of filter_candidates.sql: local id, run after, body; of filter_candidates_newest.sql:
-# the twelve of a scan's record (local id 1, run after 7, dedup key 10, group key 11), then the body.
-_RECORD = 12
+# the thirteen of a scan's record (local id 1, run after 7, dedup key 10, group key 11, expiry 12),
+# then the body.
+_RECORD = 13
 
 Row = Sequence[Any]
 RequireQueue = Callable[[sqlite3.Connection, str], object]
@@ -89,11 +90,20 @@ class BodyFilteredReads(SQLiteTransactions):
         return count if limit is None else min(count, limit)
 
     def _scan_matching(
-        self, params: dict[str, Any], body_filter: BodyFilter, limit: int, require: RequireQueue
+        self,
+        params: dict[str, Any],
+        body_filter: BodyFilter,
+        limit: int,
+        require: RequireQueue,
+        after: tuple[int, int] | None = None,
     ) -> list[Row]:
-        """Matching rows (the twelve record columns, no body), newest run_after first."""
+        """Matching rows (the record columns, no body), newest run_after first, before ``after``
+        (a ``ScanCursor``) when given."""
         found: list[Row] = []
-        position = {"before_run_after": params["run_after_le"], "before_id": _I64_MAX}
+        start = (params["run_after_le"], _I64_MAX)
+        if after is not None:
+            start = min(start, (after[0], after[1]))
+        position = {"before_run_after": start[0], "before_id": start[1]}
         first = True
         while True:
             body_filter.check()

@@ -47,7 +47,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
@@ -65,7 +65,13 @@ caller waits for others' writes, beyond the commit itself."""
 _SAVEPOINT = "pinlater_op"
 
 
-def connect(path: Path, synchronous: str, busy_timeout_ms: int, schema: str) -> sqlite3.Connection:
+def connect(
+    path: Path, synchronous: str, busy_timeout_ms: int, schema: str, added_columns: Sequence[tuple[str, str, str]] = ()
+) -> sqlite3.Connection:
+    """Open ``path`` and apply ``schema`` (an idempotent script). ``added_columns`` are the
+    ``(table, column, declaration)`` columns a later schema version added to an existing table:
+    each one missing from a table an earlier version made is added first (``ALTER TABLE ... ADD
+    COLUMN``: old rows read the default, nothing is rewritten), so the script may index it."""
     # isolation_level=None: the store issues BEGIN/COMMIT itself instead of the module guessing.
     conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     try:
@@ -74,11 +80,29 @@ def connect(path: Path, synchronous: str, busy_timeout_ms: int, schema: str) -> 
             raise sqlite3.OperationalError(f"WAL journal mode is not available here (got {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous}")  # checked against SYNCHRONOUS_MODES
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        _add_columns(conn, added_columns)
         conn.executescript(schema)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _add_columns(conn: sqlite3.Connection, added_columns: Sequence[tuple[str, str, str]]) -> None:
+    """Add each ``(table, column, declaration)`` missing from an existing table, in one transaction."""
+    if not added_columns:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table, column, declaration in added_columns:
+            # Identifiers are the store's own constants, never a caller's text.
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if present and column not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
 
 
 class _Group:

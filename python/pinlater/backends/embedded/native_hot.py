@@ -56,6 +56,11 @@ STATEMENTS = (
     "group_jobs_record",
     "group_jobs_of",
     "count_in_progress",
+    "ack_failed_expire",
+    "expiries_touch",
+    "expiries_add",
+    "expire_jobs",
+    "group_jobs_unwait",
 )
 """The ``sql/*.sql`` files the Rust writer runs."""
 
@@ -143,7 +148,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[tuple[int, int, bool]]] = loop.create_future()
         batch = NewJobBatch([job.job for job in jobs])
-        keys = [(job.key, job.window_ms, job.group) for job in jobs]
+        keys = [(job.key, job.window_ms, job.group, job.expire_at_ms) for job in jobs]
         concurrency = self._store.rules(queue).group_concurrency
         if not self._shard.enqueue_keyed(queue, batch, keys, concurrency, now_ms, future, loop):
             raise self._closed()
@@ -157,8 +162,8 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
             return await self._threaded.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ClaimedJobs] = loop.create_future()
-        cap = rules.max_in_progress
-        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, future, loop):
+        cap, concurrency = rules.max_in_progress, rules.group_concurrency
+        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, concurrency, future, loop):
             raise self._closed()
         return await future
 

@@ -15,6 +15,13 @@ Design:
   (#17) are a WAITING state (-1) of ``jobs`` and rows of ``group_jobs`` and ``groups``, never a
   column of ``jobs`` (``groups``). The hot path's keyed enqueue and ack do the same on the Rust
   writer.
+* Job control (#18): a job's expiry is a column of ``jobs`` (``expire_at_ms``, NULL for most
+  jobs; version 4 files get it at open), read by dequeues, reservations and claims from the row
+  they read anyway, and found by ``expire_jobs`` along a partial index of unfinished jobs with one.
+  A queue that ever had an expiring job has a row of ``expiries`` (its expired count); only such a
+  queue's failure acks and claim timeouts run the statements that may expire a retry. A
+  cancelled IN_PROGRESS job is one with no attempt remaining (see ``cancel_jobs``). Schedules
+  are rows of ``schedules``.
 * Queue rules (``set_queue_rules``) live in this object, read at every call (the hot path hands
   them to Rust per request). A queue with ``DEFAULT_RULES`` and no grouped job runs the
   statements it ran before groups existed, plus one probe per ack call (``queue_has_groups``).
@@ -44,6 +51,8 @@ from pinlater.backends.base import (
     KeyedJob,
     NewJob,
     QueueRules,
+    ScanCursor,
+    ScheduleRow,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
@@ -62,6 +71,12 @@ if TYPE_CHECKING:
 CUSTOM_STATUS_LIMIT = 5000  # characters, as the original's MySQL backend
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
+#: Most due jobs a dequeue (or reservation) of a queue with expiring jobs expires before it
+#: claims (the Rust writer's ``EXPIRE_ON_DEQUEUE``): expired jobs do not pile up at the front of
+#: the queue between the monitor's ``expire_jobs`` sweeps, for one probe when none is due.
+EXPIRE_ON_DEQUEUE = 256
+#: Columns added to tables of earlier schema versions at open (``connection.connect``).
+ADDED_COLUMNS = (("jobs", "expire_at_ms", "INTEGER"),)  # version 5
 
 # run_after bounds standing for "no bound" when a filter ignores time (SQLite integers are i64).
 _I64_MIN = -(2**63)
@@ -99,7 +114,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         self._rules: Mapping[str, QueueRules] = {}
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"))
+            self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"), ADDED_COLUMNS)
         except (OSError, sqlite3.Error) as exc:
             raise ShardConnectionError(name, f"cannot open {self._path}: {exc}") from exc
 
@@ -165,6 +180,8 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             conn.execute(sql.load("delete_queue_jobs"), {"queue": queue})
             conn.execute(sql.load("delete_queue_dedup_keys"), {"queue": queue})
             conn.execute(sql.load("delete_queue_groups"), {"queue": queue})
+            conn.execute(sql.load("delete_queue_schedules"), {"queue": queue})
+            conn.execute(sql.load("delete_queue_expiries"), {"queue": queue})
             conn.execute(sql.load("delete_queue"), {"queue": queue})
         self._dedup_sweep.move(queue, None)
 
@@ -184,12 +201,14 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         concurrency = self.rules(queue).group_concurrency
 
         def insert(conn: sqlite3.Connection, new: Sequence[KeyedJob]) -> list[int]:
-            if all(job.group is None for job in new):
+            if all(job.group is None and job.expire_at_ms is None for job in new):
                 return _insert_jobs(conn, queue, [job.job for job in new], now_ms)
             return [_insert_keyed(conn, queue, job, concurrency, now_ms) for job in new]
 
         with self._write() as conn:
             _require_queue(conn, queue)
+            if any(job.expire_at_ms is not None for job in jobs):
+                conn.execute(sql.load("expiries_touch"), {"queue": queue})
             return dedup_keys.enqueue(conn, queue, jobs, now_ms, insert)
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
@@ -213,7 +232,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             rules = self.rules(queue)
             claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
             with self._write() as conn:
-                num_priorities = _require_queue(conn, queue)
+                num_priorities, expiring = _queue_info(conn, queue)
+                if expiring:  # as the Rust writer does (EXPIRE_ON_DEQUEUE)
+                    self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
                 claim_params["limit"] = _room(conn, queue, num_priorities, rules, claim_params["limit"])
                 if rules.group_jobs_per_second is None:
                     rows = conn.execute(sql.load("dequeue_jobs"), claim_params).fetchall()
@@ -236,7 +257,12 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             }
 
         with self._write() as conn:
-            _require_queue(conn, queue)
+            _, expiring = _queue_info(conn, queue)
+            ended: list[tuple[Any, ...]] = []
+            if expiring and failed:  # a retry past the job's expiry expires it instead
+                expire_sql = sql.load("ack_failed_expire")
+                ended = [(row[0], 3) for i in failed for row in conn.execute(expire_sql, params(i))]
+                _count_expired(conn, queue, len(ended))
             if not groups.any_in(conn, queue):  # no group can move: the plain statements
                 if succeeded:
                     conn.executemany(sql.load("ack_succeeded"), [params(i) for i in succeeded])
@@ -245,7 +271,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 return
             # (group_key, state) of each job acked; RETURNING rules out executemany.
             succeeded_sql, failed_sql = sql.load("ack_succeeded_grouped"), sql.load("ack_failed_grouped")
-            ended = [(row[0], 2) for i in succeeded for row in conn.execute(succeeded_sql, params(i))]
+            ended += [(row[0], 2) for i in succeeded for row in conn.execute(succeeded_sql, params(i))]
             ended += [tuple(row) for i in failed for row in conn.execute(failed_sql, params(i))]
             self._leave_groups(conn, queue, ended)
 
@@ -268,10 +294,11 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         ]
         with self._write() as conn:
             _require_queue(conn, queue)
-            if not rows:
-                return 0
-            # executemany sums the rows changed by every execution into rowcount.
-            return conn.executemany(sql.load("checkpoint_if_claimed"), rows).rowcount
+            statement = sql.load("checkpoint_if_claimed")
+            # (group_key, state) of each job changed: a cancelled one moved to pending ended FAILED.
+            changed = [tuple(found) for row in rows for found in conn.execute(statement, row)]
+            self._leave_groups(conn, queue, changed)
+            return len(changed)
 
     # -- reservations (the dequeue broker) ----------------------------------------------------
     # A reserved job: claim_descriptor = the reservation, updated_at_ms = its expiry (see
@@ -291,7 +318,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         }
         rules = self.rules(queue)
         with self._write() as conn:
-            num_priorities = _require_queue(conn, queue)
+            num_priorities, expiring = _queue_info(conn, queue)
+            if expiring:  # as dequeue_jobs does
+                self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
             params["limit"] = _room(conn, queue, num_priorities, rules, params["limit"])
             if rules.group_jobs_per_second is None:
                 rows = conn.execute(sql.load("reserve_jobs"), params).fetchall()
@@ -365,15 +394,32 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             _require_queue(conn, queue)
             return int(conn.execute(sql.load("count_jobs"), params).fetchone()[0])
 
-    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int, after: ScanCursor | None = None) -> list[JobRecord]:
+        """Pages resume before ``after`` along ``jobs_by_run_after`` (see ``scan_jobs.sql``)."""
         if where.body_regex is not None:
             body_filter = BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
-            rows = self._scan_matching(_filter_params(queue, where), body_filter, limit, _require_queue)
+            rows = self._scan_matching(_filter_params(queue, where), body_filter, limit, _require_queue, after)
             return [_record(row) for row in rows]
-        params = {**_filter_params(queue, where), "limit": _limit(limit)}
+        filters = _filter_params(queue, where)
+        before = (filters["run_after_le"], _I64_MAX)
+        if after is not None:
+            before = min(before, (after.run_after_ms, after.local_id))
+        params = {
+            **filters,
+            "limit": _limit(limit),
+            "before_run_after": before[0],
+            "before_id": before[1],
+        }
         with self._read() as conn:
             _require_queue(conn, queue)
             return [_record(row) for row in conn.execute(sql.load("scan_jobs"), params)]
+
+    def oldest_ready(self, num_priorities: int, now_ms: int) -> dict[tuple[str, int], int]:
+        """One statement over the shard file: a probe per queue and priority (``oldest_ready.sql``)."""
+        params = {"num_priorities": num_priorities, "now_ms": now_ms}
+        with self._read() as conn:
+            rows = conn.execute(sql.load("oldest_ready"), params).fetchall()
+        return {(queue, priority): oldest for queue, priority, oldest in rows if oldest is not None}
 
     def queue_counts(self, num_priorities: int, now_ms: int) -> dict[CountKey, int]:
         """One statement over the whole shard file (``queue_counts.sql``)."""
@@ -389,6 +435,75 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             ):
                 counts[key] = counts.get(key, 0) + count
         return counts
+
+    # -- job control (#18) --------------------------------------------------------------------
+
+    def cancel_jobs(self, queue: str, keys: Sequence[tuple[int, int]], now_ms: int) -> int:
+        changed = 0
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            for priority, ids in _ids_by_priority(list(dict.fromkeys(keys))).items():
+                params = {
+                    "queue": queue,
+                    "priority": priority,
+                    "ids": json.dumps(ids),
+                    "status_limit": CUSTOM_STATUS_LIMIT,
+                    "now_ms": now_ms,
+                }
+                rows = conn.execute(sql.load("cancel_jobs"), params).fetchall()
+                changed += len(rows)
+                # A PENDING job ended (FAILED); one IN_PROGRESS stays in its group until its ack.
+                self._ended_unrun(conn, queue, [row for row in rows if row[1] == JobState.FAILED])
+        return changed
+
+    def expire_jobs(self, queue: str, now_ms: int, limit: int) -> int:
+        with self._write() as conn:
+            _require_queue(conn, queue)
+            return self._expire_due(conn, queue, now_ms, limit)
+
+    def _expire_due(self, conn: sqlite3.Connection, queue: str, now_ms: int, limit: int) -> int:
+        """Expire up to ``limit`` of the queue's due jobs (``expire_jobs.sql``), counting them."""
+        params = {"queue": queue, "now_ms": now_ms, "limit": _limit(limit), "status_limit": CUSTOM_STATUS_LIMIT}
+        rows = conn.execute(sql.load("expire_jobs"), params).fetchall()
+        self._ended_unrun(conn, queue, [(row[0], JobState.FAILED, row[1], row[2]) for row in rows])
+        _count_expired(conn, queue, len(rows))
+        return len(rows)
+
+    def expired_counts(self) -> dict[str, int]:
+        with self._read() as conn:
+            return {queue: int(count) for queue, count in conn.execute(sql.load("expired_counts"))}
+
+    # -- schedules ----------------------------------------------------------------------------
+
+    def put_schedule(self, row: ScheduleRow) -> None:
+        params = {
+            "queue": row.queue,
+            "name": row.name,
+            "spec": row.spec,
+            "next_run_ms": row.next_run_ms,
+            "paused": int(row.paused),
+        }
+        with self._write() as conn:
+            _require_queue(conn, row.queue)
+            conn.execute(sql.load("schedule_put"), params)
+
+    def delete_schedule(self, queue: str, name: str) -> bool:
+        with self._write() as conn:
+            return conn.execute(sql.load("schedule_delete"), {"queue": queue, "name": name}).rowcount > 0
+
+    def list_schedules(self, queue: str) -> list[ScheduleRow]:
+        with self._read() as conn:
+            return [_schedule(row) for row in conn.execute(sql.load("schedules_of"), {"queue": queue})]
+
+    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+        params = {"now_ms": now_ms, "limit": _limit(limit)}
+        with self._read() as conn:
+            return [_schedule(row) for row in conn.execute(sql.load("schedules_due"), params)]
+
+    def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
+        params = {"queue": queue, "name": name, "expected_next_ms": expected_next_ms, "next_run_ms": next_run_ms}
+        with self._write() as conn:
+            return conn.execute(sql.load("schedule_advance"), params).rowcount > 0
 
     # -- bulk administration ----------------------------------------------------------------
 
@@ -433,11 +548,17 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             "priority": priority,
             "claimed_before_ms": claimed_before_ms,
             "limit": _limit(limit),
+            "status_limit": CUSTOM_STATUS_LIMIT,
             "now_ms": now_ms,
         }
         with self._write() as conn:
-            _require_queue(conn, queue)
-            rows = conn.execute(sql.load("resurrect_timed_out_jobs"), params).fetchall()
+            _, expiring = _queue_info(conn, queue)
+            rows: list[Any] = []
+            if expiring:  # those past their expiry expire instead of a retry
+                rows = [(row[0], 3) for row in conn.execute(sql.load("resurrect_expire"), params)]
+                _count_expired(conn, queue, len(rows))
+                params["limit"] = max(0, _limit(limit) - len(rows))
+            rows += conn.execute(sql.load("resurrect_timed_out_jobs"), params).fetchall()
             self._leave_groups(conn, queue, rows)
             return len(rows)
 
@@ -461,6 +582,21 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         """Jobs that were IN_PROGRESS ended in the ``(group_key, state)`` rows: a grouped one that
         is final (SUCCEEDED, FAILED) left its group."""
         changes = groups.changes_of(((row[0], row[1]) for row in ended), (JobState.SUCCEEDED, JobState.FAILED))
+        if changes:
+            groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
+
+    def _ended_unrun(self, conn: sqlite3.Connection, queue: str, rows: Sequence[Sequence[Any]]) -> None:
+        """PENDING jobs that ended FAILED without running (cancelled, expired), ``(local_id, state,
+        group_key, waiting)`` rows: a grouped one left its group, as an active job that ended (it
+        was active) or as a waiting one deleted (it was waiting, and waits no longer)."""
+        waited = [row[0] for row in rows if row[3] == 1]
+        if waited:
+            conn.execute(sql.load("group_jobs_unwait"), {"ids": json.dumps(waited)})
+        changes: dict[str, groups.Change] = {}
+        for _, _, group, waiting in rows:
+            if group is not None:
+                left, deleted = changes.get(group, (0, 0))
+                changes[group] = (left, deleted + 1) if waiting == 1 else (left + 1, deleted)
         if changes:
             groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
 
@@ -542,6 +678,7 @@ def _insert_keyed(conn: sqlite3.Connection, queue: str, job: KeyedJob, concurren
         "now_ms": now_ms,
         "run_after_ms": new.run_after_ms,
         "body": new.body,
+        "expire_at_ms": job.expire_at_ms,
     }
     local_id = int(conn.execute(sql.load("enqueue_keyed_job"), params).fetchone()[0])
     if job.group is not None:
@@ -629,10 +766,27 @@ def _limit(limit: int) -> int:
 
 def _require_queue(conn: sqlite3.Connection, queue: str) -> int:
     """The queue's number of priorities; raises ``QueueNotFoundError`` for a missing queue."""
+    return _queue_info(conn, queue)[0]
+
+
+def _queue_info(conn: sqlite3.Connection, queue: str) -> tuple[int, bool]:
+    """The queue's number of priorities and whether it ever had a job with an expiry (a row of
+    ``expiries``); raises ``QueueNotFoundError`` for a missing queue."""
     row = conn.execute(sql.load("queue_get"), {"queue": queue}).fetchone()
     if row is None:
         raise QueueNotFoundError(queue)
-    return int(row[0])
+    return int(row[0]), bool(row[1])
+
+
+def _count_expired(conn: sqlite3.Connection, queue: str, count: int) -> None:
+    """``count`` more of the queue's jobs expired (its row of ``expiries`` exists: it had one)."""
+    if count:
+        conn.execute(sql.load("expiries_add"), {"queue": queue, "count": count})
+
+
+def _schedule(row: Sequence[Any]) -> ScheduleRow:
+    """A ``ScheduleRow`` from a row of ``schedules_of.sql``'s columns."""
+    return ScheduleRow(row[0], row[1], row[2], int(row[3]), bool(row[4]))
 
 
 def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
@@ -656,7 +810,7 @@ def _filter_params(queue: str, where: JobFilter) -> dict[str, Any]:
 
 def _record(row: Sequence[Any]) -> JobRecord:
     """A ``JobRecord`` from a lookup or scan row (column order of ``lookup_jobs.sql``)."""
-    body = row[12] if len(row) > 12 else None
+    body = row[13] if len(row) > 13 else None
     return JobRecord(
         priority=row[0],
         local_id=row[1],
@@ -671,4 +825,5 @@ def _record(row: Sequence[Any]) -> JobRecord:
         body=None if body is None else bytes(body),
         dedup_key=row[10],
         group_key=row[11],
+        expire_at_ms=row[12],
     )

@@ -37,7 +37,7 @@ import pymysql
 
 from pinlater.backends.base import Enqueued, KeyedJob, NewJob
 from pinlater.backends.dedup_sweep import forgettable, holds
-from pinlater.backends.mysql import names, queries
+from pinlater.backends.mysql import expiry, names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import insert_jobs, statement_budget
 from pinlater.backends.mysql.pool import error_code
@@ -80,19 +80,20 @@ def create_table(cur: Cursor, shard: str, queue: str) -> None:
 
 
 def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
+    """Jobs without a key (only an expiry) are inserted as they come; jobs with an expiry get it
+    in the same transaction (``expiry.mark_enqueued``)."""
     if not jobs:
         return []
-    keys: list[str] = []
     for job in jobs:
-        if job.key is None or job.group is not None:
+        if job.group is not None:
             # ShardedBackend refuses a grouped job before it gets here (groups_refused): this
             # only keeps a caller that did not from having its group ignored.
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"groupKey (ordered groups) {store.groups_refused}")
-        keys.append(job.key)
     keys_table = names.quoted_dedup_keys_table(store.name, queue)
-    key_bytes = [key.encode("utf-8") for key in keys]
-    hashes = [hashlib.sha256(key).digest() for key in key_bytes]
-    order = sorted(range(len(jobs)), key=hashes.__getitem__)
+    # Keyless jobs get an empty key and hash here, and never reach a statement about keys.
+    key_bytes = [b"" if job.key is None else job.key.encode("utf-8") for job in jobs]
+    hashes = [b"" if job.key is None else hashlib.sha256(kb).digest() for job, kb in zip(jobs, key_bytes, strict=True)]
+    order = sorted((i for i, job in enumerate(jobs) if job.key is not None), key=hashes.__getitem__)
 
     def check_bodies() -> None:
         for index, job in enumerate(jobs):
@@ -117,7 +118,7 @@ def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], 
                 if error_code(exc) == NO_TABLE_ERROR:
                     raise _NoKeysTable from exc
                 raise
-        records: dict[bytes, tuple[int, int, int]] = {}
+        records: dict[bytes, tuple[int, int, int]] = {b"": (0, 0, 0)}  # keyless jobs: no holder
         for piece in _pieces(order, lambda _: _HASH_BYTES, budget):
             cur.execute(queries.DEDUP_RECORDS.render(table=keys_table, ids=len(piece)), [hashes[i] for i in piece])
             records.update((bytes(row[0]), (int(row[1]), int(row[2]), int(row[3]))) for row in cur.fetchall())
@@ -126,7 +127,7 @@ def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], 
         answers: list[Enqueued | None] = []  # None: the job takes its key
         takers: dict[int, list[int]] = defaultdict(list)  # priority -> indexes of jobs
         for index, (priority, local_id, held_until) in enumerate(holders):
-            if holds(states.get((priority, local_id)), held_until, now_ms):
+            if jobs[index].key is not None and holds(states.get((priority, local_id)), held_until, now_ms):
                 answers.append(Enqueued(priority, local_id, True))
             else:
                 answers.append(None)
@@ -139,10 +140,12 @@ def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], 
             table = store._table(queue, priority)
             ids = insert_jobs(store.pool, store.insert_id_strategy, cur, table, group, now_ms)
             taken += [(i, Enqueued(priority, local_id, False)) for i, local_id in zip(indexes, ids, strict=True)]
+        expiry.mark_enqueued(cur, store, queue, jobs, taken)
         taken.sort(key=lambda item: hashes[item[0]])
         rows = [
             (hashes[i], key_bytes[i], e.priority, e.local_id, min(now_ms + jobs[i].window_ms, _I64_MAX))
             for i, e in taken
+            if jobs[i].key is not None
         ]
         for run in _pieces(rows, lambda row: _TAKE_ROW_BYTES + 2 * len(row[1]), budget):
             cur.execute(

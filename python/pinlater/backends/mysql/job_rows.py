@@ -46,7 +46,7 @@ def claimed_job(row: Sequence[Any]) -> ClaimedJob:
 
 def job_record(priority: int, row: Sequence[Any], body: bytes | None, dedup_key: str | None = None) -> JobRecord:
     # local_id, state, attempts_allowed, attempts_remaining, custom_status, created_at, run_after,
-    # updated_at, claim_descriptor
+    # updated_at, claim_descriptor, expire_at
     return JobRecord(
         priority=priority,
         local_id=int(row[0]),
@@ -60,4 +60,5 @@ def job_record(priority: int, row: Sequence[Any], body: bytes | None, dedup_key:
         claim_descriptor=row[8],
         body=None if body is None else bytes(body),
         dedup_key=dedup_key,
+        expire_at_ms=None if row[9] is None else int(row[9]),
     )

@@ -1,8 +1,8 @@
 """The original's MySQL naming scheme, in one place, and the only source of SQL identifiers.
 
 A queue lives in one database per shard, ``plq_{shard}_{queue}``, with one table per priority,
-``jobs_p{priority}`` (``MySQLBackendUtils`` in the original), and ``dedup_keys`` and
-``claim_lock``, ours alone.
+``jobs_p{priority}`` (``MySQLBackendUtils`` in the original), and ``dedup_keys``, ``claim_lock``,
+``expiring``, ``expired_count`` and ``schedules``, ours alone.
 Shard names carry no underscore, so a database name splits back into shard and queue at its
 first two underscores, as the original did.
 With ``MYSQL_NUM_DB_PER_QUEUE`` = n, one MySQL instance serves the shards ``{id}``, ``{id}d1`` ..
@@ -80,6 +80,28 @@ CLAIM_LOCK_TABLE = "claim_lock"
 def quoted_claim_lock_table(shard: str, queue: str) -> str:
     """The queue's claim lock table, as a quoted, database-qualified identifier."""
     return f"`{database_name(shard, queue)}`.`{CLAIM_LOCK_TABLE}`"
+
+
+#: The table indexing a queue's PENDING jobs by expiry (#18), beside its jobs tables.
+EXPIRING_TABLE = "expiring"
+
+
+def quoted_expiring_table(shard: str, queue: str) -> str:
+    """The queue's expiry index table, as a quoted, database-qualified identifier."""
+    return f"`{database_name(shard, queue)}`.`{EXPIRING_TABLE}`"
+
+
+#: The table of a queue's expired count (#18), beside its jobs tables.
+EXPIRED_COUNT_TABLE = "expired_count"
+#: The table of a queue's schedules (#18), beside its jobs tables.
+SCHEDULES_TABLE = "schedules"
+
+
+def quoted_side_table(shard: str, queue: str, table: str) -> str:
+    """One of the queue's tables of ours (``EXPIRED_COUNT_TABLE``, ``SCHEDULES_TABLE``), quoted."""
+    if table not in (EXPIRED_COUNT_TABLE, SCHEDULES_TABLE):
+        raise ValueError(f"not a side table of a queue: {table!r}")
+    return f"`{database_name(shard, queue)}`.`{table}`"
 
 
 def queue_database_pattern(shard: str) -> str:

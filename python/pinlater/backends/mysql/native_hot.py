@@ -8,7 +8,9 @@ the shard's wake-up socket (``loop.add_reader``) and completes every answered fu
 store's ``pool_size``) and run the same statements and transactions as ``MySQLStore``: the same
 SQL files (their text is handed over from ``queries.py``), session setup, time conversion, id
 strategy, retries and error mapping, and the queue's ``max_in_progress`` (``claim_cap.py``),
-read from the store's rules at each dequeue and handed over with it.
+read from the store's rules at each dequeue and handed over with it. A table made without
+``expire_at`` (#18) fails a dequeue or failure ack with MySQL's 1054 before anything is applied:
+the queue is migrated (``expiry.migrate``, on the thread pool) and the call sent again, once.
 
 Python keeps what needs PyMySQL or a Python object: the queue's database name (``names.py``),
 the body-limit check of bodies longer than a BLOB (``bodies.py``, before any statement, and
@@ -25,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, MySQLShard, NewJobBatch
-from pinlater.backends.base import RESERVATION_PREFIX, Offload
-from pinlater.backends.mysql import names, queries
+from pinlater.backends.base import CANCELLED, EXPIRED, RESERVATION_PREFIX, Offload
+from pinlater.backends.mysql import expiry, names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_CLAIM_LENGTH
@@ -57,6 +59,11 @@ _SQL = {
     "create_claim_lock_table": queries.CREATE_CLAIM_LOCK_TABLE,
     "list_jobs_tables": queries.LIST_JOBS_TABLES,
     "count_in_progress_table": queries.COUNT_IN_PROGRESS_TABLE,
+    "ack_expire_jobs": queries.ACK_EXPIRE_JOBS,
+    "expiring_readd": queries.EXPIRING_READD,
+    "expired_count_reset": queries.EXPIRED_COUNT_RESET,
+    "expired_count_tally": queries.EXPIRED_COUNT_TALLY,
+    "expired_count_add_tallied": queries.EXPIRED_COUNT_ADD_TALLIED,
 }
 
 #: What ``MySQLShard`` hands ``settle`` for a failure: (kind, detail, MySQL error number, maybe applied).
@@ -126,6 +133,8 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             insert_id_strategy=store.insert_id_strategy,
             reservation_prefix=RESERVATION_PREFIX,
             custom_status_limit=CUSTOM_STATUS_LIMIT,
+            cancelled_word=CANCELLED,
+            expired_word=EXPIRED,
             sql={name: sql.text for name, sql in _SQL.items()},
             settle=_settler(store.name),
         )
@@ -194,17 +203,33 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
         database = self._database(queue)
         cap = self._store.rules(queue).max_in_progress  # the rules as set now, per call
-        future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
-        self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, cap, future)
-        return await future
+        for attempt in (0, 1):
+            future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
+            self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, cap, future)
+            try:
+                return await future
+            except pymysql.err.MySQLError as exc:
+                if attempt or error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
+                    raise
+                await self._offload(expiry.migrate, self._store, queue)
+        raise AssertionError("unreachable")
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
         if not len(acks):
             return
         database = self._database(queue)
-        future: asyncio.Future[None] = self._running_loop().create_future()
-        self._native.ack_jobs(queue, database, acks, now_ms, future)
-        await future
+        for attempt in (0, 1):
+            future: asyncio.Future[None] = self._running_loop().create_future()
+            self._native.ack_jobs(queue, database, acks, now_ms, future)
+            try:
+                await future
+                return
+            except pymysql.err.MySQLError as exc:
+                # A table made without expire_at: it failed before its COMMIT, so nothing was
+                # applied; migrated (expiry.py), the acks run again.
+                if attempt or error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
+                    raise
+                await self._offload(expiry.migrate, self._store, queue)
 
     # -- the rest ------------------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
 shipped as package data and loaded once through ``importlib.resources``.
 
 Files take values only as ``%s`` parameters (PyMySQL's paramstyle). The few tokens a file may
-hold are filled by ``Sql.render``: ``{table}`` and ``{database}`` with identifiers from
-``names.py``, ``{ids}`` with a list of ``%s`` for an ``IN``, ``{rows}`` with ``%s`` row groups
-for a multi-row ``INSERT``. ``--`` comment lines document each file and are not sent.
+hold are filled by ``Sql.render``: ``{table}``, ``{side}`` (a second table: a queue's side table
+beside its jobs table) and ``{database}`` with identifiers from ``names.py``, ``{ids}`` with a
+list of ``%s`` for an ``IN``, ``{rows}`` with ``%s`` row groups for a multi-row ``INSERT``.
+``--`` comment lines document each file and are not sent.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 
 _TOKEN = re.compile(r"\{(\w+)\}")
-_TOKENS = frozenset({"table", "database", "ids", "rows"})
+_TOKENS = frozenset({"table", "side", "database", "ids", "rows"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,17 +28,31 @@ class Sql:
     tokens: frozenset[str]
 
     def render(
-        self, *, table: str | None = None, database: str | None = None, ids: int = 0, rows: tuple[int, int] = (0, 0)
+        self,
+        *,
+        table: str | None = None,
+        side: str | None = None,
+        database: str | None = None,
+        ids: int = 0,
+        rows: tuple[int, int] = (0, 0),
     ) -> str:
-        """The statement with its tokens filled. ``table``/``database`` must come from
+        """The statement with its tokens filled. ``table``/``side``/``database`` must come from
         ``names.py``; ``ids`` is the number of ``IN`` values; ``rows`` is (rows, values per row)."""
-        given = {"table": table is not None, "database": database is not None, "ids": ids > 0, "rows": rows[0] > 0}
+        given = {
+            "table": table is not None,
+            "side": side is not None,
+            "database": database is not None,
+            "ids": ids > 0,
+            "rows": rows[0] > 0,
+        }
         wanted = {token for token, present in given.items() if present}
         if wanted != self.tokens:
             raise ValueError(f"{self.name}.sql takes {sorted(self.tokens)}, got {sorted(wanted)}")
         text = self.text
         if table is not None:
             text = text.replace("{table}", table)
+        if side is not None:
+            text = text.replace("{side}", side)
         if database is not None:
             text = text.replace("{database}", database)
         if ids:
@@ -132,3 +147,33 @@ DEDUP_TAKE_KEYS = load("dedup_take_keys")
 DEDUP_KEYS_OF_JOBS = load("dedup_keys_of_jobs")
 DEDUP_GC_CANDIDATES = load("dedup_gc_candidates")
 DEDUP_FORGET = load("dedup_forget")
+# Job control (#18): expiry, cancel, paged scans, queue depth, schedules (expiry.py, control.py, schedule_rows.py).
+CREATE_EXPIRING_TABLE = load("schema/create_expiring_table")
+CREATE_SCHEDULES_TABLE = load("schema/create_schedules_table")
+CREATE_EXPIRED_COUNT_TABLE = load("schema/create_expired_count_table")
+ADD_EXPIRE_COLUMN = load("add_expire_column")
+TABLES_WITHOUT_EXPIRY = load("tables_without_expiry")
+SET_EXPIRY = load("set_expiry")
+EXPIRING_ADD = load("expiring_add")
+EXPIRING_READD = load("expiring_readd")
+EXPIRING_DUE = load("expiring_due")
+EXPIRING_FORGET = load("expiring_forget")
+EXPIRE_JOBS = load("expire_jobs")
+ACK_EXPIRE_JOBS = load("ack_expire_jobs")
+SELECT_TIMED_OUT_JOBS = load("select_timed_out_jobs")
+RESURRECT_EXPIRE_JOBS = load("resurrect_expire_jobs")
+CANCEL_PENDING_JOBS = load("cancel_pending_jobs")
+CANCEL_IN_PROGRESS_JOBS = load("cancel_in_progress_jobs")
+EXPIRED_COUNT_ADD = load("expired_count_add")
+EXPIRED_COUNT_RESET = load("expired_count_reset")
+EXPIRED_COUNT_TALLY = load("expired_count_tally")
+EXPIRED_COUNT_ADD_TALLIED = load("expired_count_add_tallied")
+SCAN_JOBS_AFTER = load("scan_jobs_after")
+OLDEST_READY_TABLE = load("oldest_ready_table")
+PUT_SCHEDULE = load("put_schedule")
+DELETE_SCHEDULE = load("delete_schedule")
+LIST_SCHEDULES = load("list_schedules")
+ADVANCE_SCHEDULE = load("advance_schedule")
+EXPIRED_COUNT_TABLE = load("expired_count_table")
+LIST_QUEUE_SIDE_TABLES = load("list_queue_side_tables")
+DUE_SCHEDULES_TABLE = load("due_schedules_table")

@@ -39,7 +39,7 @@ def reserve_jobs(
     def op(cur: Cursor) -> list[ClaimedJob]:
         n = limit if cap is None or limit <= 0 else min(limit, claim_cap.room(store, cur, queue, cap, lock=False))
         if n <= 0:
-            cur.execute(queries.PEEK_JOBS.render(table=table), (now, 0))  # QUEUE_NOT_FOUND check
+            cur.execute(queries.PEEK_JOBS.render(table=table), (now, now_ms, 0))  # QUEUE_NOT_FOUND check
             return []
         # Ours already live before this call are not part of its answer.
         select = queries.SELECT_RESERVED_JOBS.render(table=table)
@@ -47,7 +47,8 @@ def reserve_jobs(
         before = {int(row[0]) for row in cur.fetchall()}
         until = to_db_time(now_ms + hold_ms)
         reserved = cur.execute(
-            queries.RESERVE_JOBS.render(table=table), (reservation, until, now, now, prefix, prefix, n)
+            queries.RESERVE_JOBS.render(table=table),
+            (reservation, until, now, now_ms + hold_ms, now, prefix, prefix, n),
         )
         if not reserved:
             return []
@@ -100,7 +101,7 @@ def claim_reserved(
             table = tables[priority]
             ids = sorted(claims)
             n = len(ids)
-            params = (*ids, *(claims[i] for i in ids), now, reservation, now, *ids)
+            params = (*ids, *(claims[i] for i in ids), now, reservation, now, now_ms, *ids)
             if not cur.execute(queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), params):
                 continue
             cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), ids)

@@ -1,11 +1,16 @@
 """``MySQLStore``: one shard of the MySQL backend, in the original PinLater schema.
 
 Layout (``names.py``): a database ``plq_{shard}_{queue}`` per queue, a table ``jobs_p{priority}``
-per priority, and ``dedup_keys`` and ``claim_lock`` (ours, made on demand: ``dedup_keys.py``,
-``claim_cap.py``), DDL in ``sql/schema/``. Every operation is one transaction of statements from
-``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
+per priority, and ``dedup_keys``, ``claim_lock``, ``expiring``, ``expired_count`` and
+``schedules`` (ours, made on demand: ``dedup_keys.py``, ``claim_cap.py``, ``expiry.py``,
+``schedule_rows.py``), DDL in ``sql/schema/``. Every operation is one transaction of statements
+from ``sql/`` (``queries.py``), batched: enqueue is one multi-row INSERT per priority, dequeue one
 ``UPDATE ... LIMIT`` stamping the claim plus one SELECT by claim, acks one UPDATE per (priority,
 outcome, appended status[, retry delay]) group.
+
+Job control (#18): a job's expiry is a nullable column of its row, added to tables made without
+it at their first use (``expiry.py``: where and why); cancel, paged scans and queue depth are in
+``control.py``.
 
 Queue rules (``set_queue_rules``): ``max_in_progress`` is kept under a per-queue lock row, taken
 only by the claims of a capped queue (``claim_cap.py``). Ordered groups are refused
@@ -40,7 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 import pymysql
 
 from pinlater.backends.base import (
+    CANCELLED,
     DEFAULT_RULES,
+    EXPIRED,
     RESERVATION_PREFIX,
     AckItem,
     CheckpointItem,
@@ -56,9 +63,21 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
     QueueRules,
+    ScanCursor,
+    ScheduleRow,
 )
 from pinlater.backends.dedup_sweep import SweepCursors
-from pinlater.backends.mysql import claim_cap, dedup_keys, job_rows, names, queries, reservations
+from pinlater.backends.mysql import (
+    claim_cap,
+    control,
+    dedup_keys,
+    expiry,
+    job_rows,
+    names,
+    queries,
+    reservations,
+    schedule_rows,
+)
 from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, parse_columns
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
@@ -160,7 +179,21 @@ class MySQLStore(BlockingStore):
 
     def _run(self, queue: str | None, op: Callable[[Cursor], T], *, repeatable: bool = True) -> T:
         """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors;
-        ``repeatable`` False: not run again once its COMMIT may have been applied."""
+        ``repeatable`` False: not run again once its COMMIT may have been applied. A table
+        without ``expire_at`` (made by the original server, or before #18) is migrated
+        (``expiry.migrate``: the queue's, or every queue's for ``queue`` None) and ``op`` run
+        again: it failed on the unknown column, before anything was committed."""
+        try:
+            return self._run_plain(queue, op, repeatable=repeatable)
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
+                raise
+            log.info("shard %s: adding expire_at to the jobs tables of %s", self._name, queue or "every queue")
+            expiry.migrate(self, queue)
+        return self._run_plain(queue, op, repeatable=repeatable)
+
+    def _run_plain(self, queue: str | None, op: Callable[[Cursor], T], *, repeatable: bool = True) -> T:
+        """``_run`` without the migration."""
         return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op, repeatable=repeatable)
 
     def _table(self, queue: str, priority: int) -> str:
@@ -209,6 +242,7 @@ class MySQLStore(BlockingStore):
                 cur.execute(queries.CREATE_JOBS_TABLE.render(table=table))
             dedup_keys.create_table(cur, self._name, queue)
             claim_cap.create_table(cur, self._name, queue)
+            expiry.create_table(cur, self._name, queue)
 
         try:
             self._run(None, op)
@@ -267,8 +301,37 @@ class MySQLStore(BlockingStore):
         return self._run_writing_bodies(queue, op, check_bodies, repeatable=False)
 
     def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
-        """One transaction, keys locked first: see ``dedup_keys``."""
+        """One transaction, keys locked first: see ``dedup_keys``; expiries: ``expiry.mark_enqueued``."""
         return dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
+
+    # -- job control (#18): expiry.py, control.py, schedule_rows.py ------------------------------
+
+    def expire_jobs(self, queue: str, now_ms: int, limit: int) -> int:
+        return expiry.expire_jobs(self, queue, now_ms, limit)
+
+    def expired_counts(self) -> dict[str, int]:
+        return expiry.expired_counts(self)
+
+    def cancel_jobs(self, queue: str, keys: Sequence[tuple[int, int]], now_ms: int) -> int:
+        return control.cancel_jobs(self, queue, keys, now_ms)
+
+    def oldest_ready(self, num_priorities: int, now_ms: int) -> dict[tuple[str, int], int]:
+        return control.oldest_ready(self, num_priorities, now_ms)
+
+    def put_schedule(self, row: ScheduleRow) -> None:
+        schedule_rows.put_schedule(self, row)
+
+    def delete_schedule(self, queue: str, name: str) -> bool:
+        return schedule_rows.delete_schedule(self, queue, name)
+
+    def list_schedules(self, queue: str) -> list[ScheduleRow]:
+        return schedule_rows.list_schedules(self, queue)
+
+    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+        return schedule_rows.due_schedules(self, now_ms, limit)
+
+    def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
+        return schedule_rows.advance_schedule(self, queue, name, expected_next_ms, next_run_ms)
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         return dedup_keys.gc_dedup_keys(self, queue, now_ms, limit)
@@ -317,7 +380,7 @@ class MySQLStore(BlockingStore):
             return limit if cap is None else min(limit, claim_cap.room(self, cur, queue, cap, lock=True))
 
         def peek(cur: Cursor) -> list[ClaimedJob]:
-            cur.execute(queries.PEEK_JOBS.render(table=table), (now, limit))
+            cur.execute(queries.PEEK_JOBS.render(table=table), (now, now_ms, limit))
             return [job_rows.claimed_job(row) for row in cur.fetchall()]
 
         def claim_jobs(cur: Cursor) -> list[ClaimedJob] | None:
@@ -326,7 +389,7 @@ class MySQLStore(BlockingStore):
                 return []
             claimed = cur.execute(
                 queries.DEQUEUE_JOBS.render(table=table),
-                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, n),
+                (claim, now, now, now_ms, now, RESERVATION_PREFIX, RESERVATION_PREFIX, n),
             )
             if not claimed:
                 return []
@@ -345,7 +408,7 @@ class MySQLStore(BlockingStore):
             before = {int(row[0]) for row in cur.fetchall()}
             cur.execute(
                 queries.DEQUEUE_JOBS.render(table=table),
-                (claim, now, now, now, RESERVATION_PREFIX, RESERVATION_PREFIX, n),
+                (claim, now, now, now_ms, now, RESERVATION_PREFIX, RESERVATION_PREFIX, n),
             )
             cur.execute(select_claimed, (claim,))
             rows = job_rows.in_claim_order(cur.fetchall())
@@ -385,15 +448,30 @@ class MySQLStore(BlockingStore):
             failures[(item.priority, item.append_custom_status, item.retry_delay_ms)].append(item.local_id)
         priorities = {key[0] for key in successes} | {key[0] for key in failures}
         tables = {priority: self._table(queue, priority) for priority in priorities}
+        cut = expiry.ended_cut(EXPIRED)
 
         def op(cur: Cursor) -> None:
             # Sorted groups and ids: concurrent acks lock rows in one order, which avoids deadlocks.
             for (priority, status), ids in sorted(successes.items()):
                 sql = queries.ACK_SUCCEEDED_JOBS.render(table=tables[priority], ids=len(ids))
                 cur.execute(sql, (status, CUSTOM_STATUS_LIMIT, now, *sorted(ids)))
+            if not failures:
+                return
+            # A retry at or after the job's expiry expires it instead (#18), tallied in a session
+            # variable and counted before the COMMIT: the statements the Rust hot path sends in
+            # one round trip (rust/store/mysql_shard.rs), in the same order.
+            cur.execute(queries.EXPIRED_COUNT_RESET.render())
             for (priority, status, delay), ids in sorted(failures.items()):
+                ids = sorted(ids)
+                retry_ms = now_ms + delay
+                sql = queries.ACK_EXPIRE_JOBS.render(table=tables[priority], ids=len(ids))
+                cur.execute(sql, (status, EXPIRED, status, cut, EXPIRED, now, retry_ms, *ids))
+                cur.execute(queries.EXPIRED_COUNT_TALLY.render())
                 sql = queries.ACK_FAILED_JOBS.render(table=tables[priority], ids=len(ids))
-                cur.execute(sql, (to_db_time(now_ms + delay), status, CUSTOM_STATUS_LIMIT, now, *sorted(ids)))
+                cancelled = (status, CANCELLED, status, expiry.ended_cut(CANCELLED), CANCELLED)
+                cur.execute(sql, (to_db_time(retry_ms), status, CUSTOM_STATUS_LIMIT, *cancelled, now, *ids))
+                expiry.readd(cur, self, queue, priority, ids)
+            cur.execute(queries.EXPIRED_COUNT_ADD_TALLIED.render(table=expiry.count_table(self._name, queue)))
 
         self._run(queue, op)
 
@@ -414,23 +492,28 @@ class MySQLStore(BlockingStore):
         def op(cur: Cursor) -> int:
             changed = 0
             for item in items:
-                changed += cur.execute(
+                move = int(item.move_to_pending)
+                prepend = item.prepend_custom_status
+                done = cur.execute(
                     queries.CHECKPOINT_JOB.render(table=tables[item.priority]),
                     (
+                        move,
                         int(JobState.PENDING if item.move_to_pending else JobState.IN_PROGRESS),
                         to_db_time(item.run_after_ms),
                         now,
                         item.new_body,
+                        *(move, prepend, CANCELLED, prepend, expiry.ended_cut(CANCELLED), CANCELLED),
+                        *(prepend, prepend, CUSTOM_STATUS_LIMIT),
                         item.attempts_allowed,
                         item.attempts_allowed,
-                        item.prepend_custom_status,
-                        item.prepend_custom_status,
-                        CUSTOM_STATUS_LIMIT,
-                        int(item.move_to_pending),
+                        move,
                         item.local_id,
                         source,
                     ),
                 )
+                if done and item.move_to_pending:
+                    expiry.readd(cur, self, queue, item.priority, [item.local_id])
+                changed += done
             return changed
 
         return self._run_writing_bodies(queue, op, check_bodies, repeatable=True)
@@ -465,7 +548,7 @@ class MySQLStore(BlockingStore):
                 dedup = dedup_keys.keys_of_jobs(cur, self, queue, priority, [int(row[0]) for row in rows])
                 for row in rows:
                     local_id = int(row[0])
-                    body = row[9] if include_body else None
+                    body = row[10] if include_body else None
                     found[(priority, local_id)] = job_rows.job_record(priority, row, body, dedup.get(local_id))
             if len(missing_tables) == len(by_priority):
                 raise missing_tables[0]  # no table at all: the queue is not here (QueueNotFoundError)
@@ -528,16 +611,9 @@ class MySQLStore(BlockingStore):
 
         return self._run(None, op)
 
-    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
-        table = self._table(queue, where.priority)
-
-        def op(cur: Cursor) -> list[JobRecord]:
-            cur.execute(queries.SCAN_JOBS.render(table=table), (*job_rows.filter_args(where), limit))
-            rows = cur.fetchall()
-            keys = dedup_keys.keys_of_jobs(cur, self, queue, where.priority, [int(row[0]) for row in rows])
-            return [job_rows.job_record(where.priority, row, None, keys.get(int(row[0]))) for row in rows]
-
-        return self._run(queue, op)
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int, after: ScanCursor | None = None) -> list[JobRecord]:
+        """Paged by ``after`` as ``control.scan_jobs`` reads it."""
+        return control.scan_jobs(self, queue, where, limit, after)
 
     # -- bulk administration ----------------------------------------------------------------
 
@@ -558,10 +634,35 @@ class MySQLStore(BlockingStore):
     def resurrect_timed_out_jobs(
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
     ) -> int:
-        sql = queries.RESURRECT_TIMED_OUT_JOBS.render(table=self._table(queue, priority))
+        """The timed-out jobs picked and locked, then by id: those past their expiry expire
+        (#18), the others fail as a failure ack without delay would fail them."""
+        table = self._table(queue, priority)
         now = to_db_time(now_ms)
-        args = (now, now, to_db_time(claimed_before_ms), limit)
-        return self._run(queue, lambda cur: int(cur.execute(sql, args)))
+
+        def op(cur: Cursor) -> int:
+            cur.execute(queries.SELECT_TIMED_OUT_JOBS.render(table=table), (to_db_time(claimed_before_ms), limit))
+            ids = sorted(int(row[0]) for row in cur.fetchall())
+            if not ids:
+                return 0
+            expired = int(
+                cur.execute(
+                    queries.RESURRECT_EXPIRE_JOBS.render(table=table, ids=len(ids)),
+                    (*expiry.ended_args(EXPIRED), now, now_ms, *ids),
+                )
+            )
+            failed = int(
+                cur.execute(
+                    queries.RESURRECT_TIMED_OUT_JOBS.render(table=table, ids=len(ids)),
+                    (now, *expiry.ended_args(CANCELLED), now, *ids),
+                )
+            )
+            expiry.readd(cur, self, queue, priority, ids)
+            expiry.count(cur, self, queue, expired)
+            return expired + failed
+
+        if limit <= 0:
+            return 0
+        return self._run(queue, op)
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
         sql = queries.GC_FINISHED_JOBS.render(table=self._table(queue, priority))

@@ -7,5 +7,6 @@ SELECT local_id, (SELECT group_key FROM group_jobs WHERE group_jobs.local_id = j
  WHERE queue = :queue AND priority = :priority AND state = 0 AND run_after_ms <= :now_ms
    AND NOT (claim_descriptor IS NOT NULL AND updated_at_ms > :now_ms
             AND substr(claim_descriptor, 1, length(:reserved_prefix)) = :reserved_prefix)
+   AND (expire_at_ms IS NULL OR expire_at_ms > :now_ms)
  ORDER BY run_after_ms, local_id
  LIMIT :limit

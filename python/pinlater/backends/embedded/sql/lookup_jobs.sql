@@ -5,7 +5,7 @@
 -- Params: :queue, :ids (a JSON array of local ids), :include_body (0/1).
 SELECT jobs.priority, jobs.local_id, max(jobs.state, 0), jobs.attempts_allowed, jobs.attempts_remaining,
        jobs.custom_status, jobs.created_at_ms, jobs.run_after_ms, jobs.updated_at_ms, jobs.claim_descriptor,
-       dedup_keys.dedup_key, group_jobs.group_key, CASE WHEN :include_body THEN jobs.body END AS body
+       dedup_keys.dedup_key, group_jobs.group_key, jobs.expire_at_ms, CASE WHEN :include_body THEN jobs.body END AS body
   FROM json_each(:ids) AS wanted
  CROSS JOIN jobs ON jobs.local_id = wanted.value
   LEFT JOIN dedup_keys ON dedup_keys.local_id = jobs.local_id

@@ -6,4 +6,5 @@ UPDATE jobs
    SET claim_descriptor = :reservation, updated_at_ms = :until_ms
  WHERE local_id IN (SELECT value FROM json_each(:ids))
    AND +queue = :queue AND +priority = :priority AND +state = 0
+   AND (expire_at_ms IS NULL OR expire_at_ms > :until_ms)
 RETURNING local_id, body, attempts_allowed, attempts_remaining, created_at_ms, updated_at_ms, run_after_ms

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at_ms      INTEGER NOT NULL,
     updated_at_ms      INTEGER NOT NULL,
     run_after_ms       INTEGER NOT NULL,
-    body               BLOB    NOT NULL
+    body               BLOB    NOT NULL,
+    expire_at_ms       INTEGER
 );
 
 -- Job states: 0 PENDING, 1 IN_PROGRESS, 2 SUCCEEDED, 3 FAILED (the wire's values) and -1,
@@ -100,4 +101,36 @@ CREATE INDEX IF NOT EXISTS group_jobs_waiting ON group_jobs (queue, group_key, l
 -- written by earlier builds of version 4 had one: it goes at the next open.
 DROP INDEX IF EXISTS group_jobs_by_queue;
 
-PRAGMA user_version = 4;
+-- Job control (#18), version 5. A job's expireAtTimestampMillis is expire_at_ms, NULL for a job
+-- without one (most jobs: a NULL last column costs a row one header byte). Version 4 files had no
+-- such column: store.py adds it (ALTER TABLE ... ADD COLUMN, old rows read NULL) before this
+-- script runs. Dequeues, reservations and claims read it from the job's row, which they read
+-- anyway (for its claim descriptor), so a queue without expiring jobs pays an expression.
+--
+-- expire_jobs: a queue's PENDING (and WAITING) jobs with an expiry, soonest first. Partial: jobs
+-- without an expiry are never in it (their updates evaluate its WHERE, nothing more), and jobs
+-- leave it when they are claimed or finish, so a walk from the start finds due jobs only.
+CREATE INDEX IF NOT EXISTS jobs_by_expiry ON jobs (queue, expire_at_ms) WHERE expire_at_ms IS NOT NULL AND state <= 0;
+
+-- Per queue that ever had a job with an expiry: how many of its jobs expired. The row is made at
+-- the first such enqueue and goes with the queue; its presence is what tells an ack (and a claim
+-- timeout) of a queue that a retry may have to expire instead (queue_get.sql reads it).
+CREATE TABLE IF NOT EXISTS expiries (
+    queue   TEXT    PRIMARY KEY,
+    expired INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Schedules: rows kept for schedules.py (spec is its text), by (queue, name); due ones found
+-- along schedules_due (the unpaused ones by next tick), never by a walk of every schedule.
+CREATE TABLE IF NOT EXISTS schedules (
+    queue       TEXT    NOT NULL,
+    name        TEXT    NOT NULL,
+    spec        TEXT    NOT NULL,
+    next_run_ms INTEGER NOT NULL,
+    paused      INTEGER NOT NULL,
+    PRIMARY KEY (queue, name)
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_run_ms) WHERE paused = 0;
+
+PRAGMA user_version = 5;

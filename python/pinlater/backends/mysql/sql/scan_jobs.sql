@@ -3,7 +3,7 @@
 -- %s: state, run_after from, run_after to (both inclusive), body regex (NULL: any) twice, limit.
 -- Returns: as lookup_jobs.sql without the body.
 SELECT local_id, state, attempts_allowed, attempts_remaining, custom_status, created_at,
-       run_after, updated_at, claim_descriptor
+       run_after, updated_at, claim_descriptor, expire_at
   FROM {table}
  WHERE state = %s AND run_after >= %s AND run_after <= %s
    AND (%s IS NULL OR body REGEXP %s)
