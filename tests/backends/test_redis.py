@@ -419,7 +419,8 @@ def test_body_regex_pages_of_large_bodies_stay_within_the_byte_budget(
     def spy(script: str, queue: str, keys: Any, args: Any) -> Any:
         out = run_in_queue(script, queue, keys, args)
         if script == "scan_jobs" and args[6] == "1":  # with bodies
-            fetched.append([(int(out[i]), len(out[i + 8])) for i in range(3, len(out), 10)])
+            end = len(out) - (2 if len(args) > 9 else 0)  # a scan from a point ends with the next point
+            fetched.append([(int(out[i]), len(out[i + 8])) for i in range(3, end, 10)])
         return out
 
     monkeypatch.setattr(store._shard, "run_in_queue", spy)

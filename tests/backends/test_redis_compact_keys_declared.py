@@ -24,7 +24,17 @@ import pytest
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import AckGroup, NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, JobFilter, JobState, KeyedJob, NewJob, QueueRules
+from pinlater.backends.base import (
+    AckItem,
+    CheckpointItem,
+    JobFilter,
+    JobState,
+    KeyedJob,
+    NewJob,
+    QueueRules,
+    ScanCursor,
+    ScheduleRow,
+)
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import scripts as script_sources
 
@@ -100,6 +110,7 @@ def run_every_script(store: RedisStore) -> None:
     store.dequeue_jobs(q, 1, 100, "drain", now + 10**6, False)
     store.gc_dedup_keys(q, now + 10**6, 100)
     run_group_scripts(store, q, now + 2 * 10**6)
+    run_job_control_scripts(store, q, now + 3 * 10**6)
     store.get_queue_names()
     store.delete_queue(q)
 
@@ -132,6 +143,20 @@ def run_group_scripts(store: RedisStore, q: str, now: int) -> None:
     store.delete_jobs(q, JobFilter(JobState.PENDING, 3, now, None), 1)
     store.delete_jobs(q, JobFilter(JobState.PENDING, 1, now, None, body_regex="g"), 10)
     store.group_counts(q)
+
+
+def run_job_control_scripts(store: RedisStore, q: str, now: int) -> None:
+    """Paged scans from a point, the oldest ready jobs and the schedules' scripts (their keys are
+    the names set's slot, not the queue's)."""
+    ids = store.enqueue_jobs(q, [NewJob(1, b"p", now, 1) for _ in range(5)], now)
+    store.scan_jobs(q, JobFilter(JobState.PENDING, 1, now, None), 2, ScanCursor(now, ids[-1]))
+    store.oldest_ready(3, now)
+    store.put_schedule(ScheduleRow(q, "s", "spec", now))
+    store.list_schedules(q)
+    store.due_schedules(now, 10)
+    store.advance_schedule(q, "s", now, now + 60_000)
+    store.delete_schedule(q, "s")
+    store.put_schedule(ScheduleRow(q, "t", "spec", now))  # dropped by delete_queue
 
 
 def test_compact_scripts_touch_only_the_keys_they_are_passed(server: RedisServer) -> None:

@@ -523,7 +523,7 @@ def test_times_before_the_epoch_come_back_unchanged(server: RedisServer, raw: re
 def test_every_migration_script_loads_and_says_what_it_takes(raw: redis.Redis) -> None:
     folder = resources.files("pinlater.backends.redis").joinpath("lua_migrate")
     names = sorted(p.name.removesuffix(".lua") for p in folder.iterdir() if p.name.endswith(".lua"))
-    assert names == ["dedup_records", "grouped_records", "to_compact", "to_original"]
+    assert names == ["dedup_records", "grouped_records", "schedules", "to_compact", "to_original"]
     for name in names:
         text = script_source(name)
         assert not INCLUDE.search(text), name

@@ -22,12 +22,16 @@ PAUSED_QUEUE = "paused"
 _names = itertools.count(1)
 
 
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def shared_server(tmp_path_factory: pytest.TempPathFactory, broker: bool = False) -> Iterator[ServerProcess]:
+    """``broker``: dequeues served through the dequeue broker (``BROKER_ENABLED``)."""
     tmp = tmp_path_factory.mktemp("shared-server")
     queues = tmp / "queues.json"
     queues.write_text(json.dumps({"queues": [{"name": PAUSED_QUEUE, "queueConfig": {"maxJobsPerSecond": 0}}]}))
     props = tmp / "pinlater.properties"
-    props.write_text(f"ADMIN_PASSWORD_HASH={original_password_hash(ADMIN_PASSWORD)}\nQUEUE_CONFIG_FILE_PATH={queues}\n")
+    props.write_text(
+        f"ADMIN_PASSWORD_HASH={original_password_hash(ADMIN_PASSWORD)}\nQUEUE_CONFIG_FILE_PATH={queues}\n"
+        f"BROKER_ENABLED={str(broker).lower()}\n"
+    )
     server = ServerProcess(Path(tmp / "data"), properties=props).start()
     try:
         yield server

@@ -5,8 +5,9 @@ requests in all (-1: until interrupted). As the original did:
 
 * **enqueue**: each query enqueues ``--batch_size`` jobs with bodies ``task_<random>`` (or the
   ``--body`` / ``--body_size`` given) at ``--priority``, each with ``--dedup-key``,
-  ``--dedup-window-ms`` and ``--group-key`` when given (one key for every job of the run: the
-  summary says how many were deduplicated and which descriptors answered for the key);
+  ``--dedup-window-ms``, ``--group-key`` and an expiry (``--expire-at``, or ``--expire-in``
+  counted from the query) when given (one key for every job of the run: the summary says how
+  many were deduplicated and which descriptors answered for the key);
 * **dequeue**: each query dequeues up to ``--batch_size`` jobs, then acks each one as succeeded
   with a chance of ``--dequeue_success_percent`` percent and as failed otherwise, in one
   ``ackDequeuedJobs`` call. Its latency is the dequeue and the ack together.
@@ -66,6 +67,9 @@ class LoadOptions:
     dedup_key: str | None = None
     dedup_window_ms: int = 0
     group_key: str | None = None
+    #: Every job's expiry: at this time (ms since the epoch), or this long after its enqueue.
+    expire_at_ms: int | None = None
+    expire_in_ms: int | None = None
     report_interval: float = 1.0
 
 
@@ -132,6 +136,9 @@ class Issuer:
 
     async def _enqueue_once(self, tally: Tally) -> None:
         o = self.options
+        expire_at_ms = o.expire_at_ms
+        if o.expire_in_ms is not None:
+            expire_at_ms = int(time.time() * 1000) + o.expire_in_ms
         jobs = [
             Job(
                 self._body(),
@@ -140,6 +147,7 @@ class Issuer:
                 dedup_key=o.dedup_key,
                 dedup_window_ms=o.dedup_window_ms,
                 group_key=o.group_key,
+                expire_at_ms=expire_at_ms,
             )
             for _ in range(o.batch_size)
         ]

@@ -14,7 +14,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from pinlater.client import AsyncPinLaterClient, JobInfo, JobState, PinLaterClient
+from pinlater.client import SCAN_START, AsyncPinLaterClient, JobInfo, JobState, PinLaterClient, ScheduleInfo
 from pinlater.errors import PinLaterError
 
 PROG = "pinlater client"
@@ -31,6 +31,10 @@ MODES = (
     "retry_failed",
     "delete_jobs",
     "delete_queue",
+    "cancel",
+    "list_schedules",
+    "upsert_schedule",
+    "delete_schedule",
 )
 #: Modes that work on one queue and so need --queue.
 QUEUE_MODES = frozenset(MODES) - {"lookup", "get_queue_names"}
@@ -39,18 +43,28 @@ EPILOG = """\
 modes:
   create            create --queue (idempotent)
   enqueue           load: --num_queries enqueues of --batch_size jobs at --priority; every job
-                    carries --dedup-key, --dedup-window-ms and --group-key when given (the summary
-                    counts the jobs deduplicated and names the jobs that answered for the key)
+                    carries --dedup-key, --dedup-window-ms, --group-key and an expiry (--expire-at,
+                    or --expire-in counted from each enqueue) when given (the summary counts the
+                    jobs deduplicated and names the jobs that answered for the key)
   dequeue           load: --num_queries dequeues of up to --batch_size jobs, each acked as succeeded
                     with a chance of --dequeue_success_percent and as failed otherwise
   check_dequeue     a dry-run dequeue of one job: are jobs available? (claims nothing)
   lookup            the jobs named by --job_descriptor (repeat it), one block each
   get_job_count     the number of jobs in --job_state (--priority, --count_future_jobs, --body_regex)
   get_queue_names   the queues, one per line
-  scan              up to --limit jobs in --job_state, one block each, newest first
+  scan              up to --limit jobs in --job_state, one block each, newest first; then
+                    "continuation: TOKEN" when more are left (pass --continuation TOKEN for the
+                    next page); --all follows the pages to the end, --limit jobs per call
   retry_failed      FAILED jobs of --priority back to PENDING with --attempts; prints how many
   delete_jobs       delete up to --limit jobs in --job_state (required) of --priority; prints how many
   delete_queue      delete --queue and its jobs (needs --password)
+  cancel            cancel the jobs named by --job_descriptor (repeat it); prints how many changed
+                    (PENDING ones end FAILED "cancelled"; running ones get no further attempt)
+  list_schedules    the schedules of --queue, one block each
+  upsert_schedule   create or replace schedule --schedule_name: a job of --body (--priority,
+                    --attempts, --custom_status, --group-key) enqueued at each tick of --cron
+                    (five fields, UTC) or every --interval_ms; --paused keeps it from firing
+  delete_schedule   remove schedule --schedule_name (the jobs it enqueued stay)
 
 examples:
   pinlater client --host 127.0.0.1 --port 9010 --mode create --queue emails
@@ -58,6 +72,9 @@ examples:
   pinlater client --port 9010 --mode dequeue --queue emails --concurrency 8 --batch_size 50 --num_queries -1
   pinlater client --port 9010 --mode enqueue --queue emails --body welcome:42 --dedup-key welcome:42
   pinlater client --port 9010 --mode get_job_count --queue emails --job_state SUCCEEDED
+  pinlater client --port 9010 --mode enqueue --queue emails --body promo --expire-in 3600
+  pinlater client --port 9010 --mode scan --queue emails --job_state FAILED --all
+  pinlater client --port 9010 --mode upsert_schedule --queue emails --schedule_name digest --cron "0 8 * * *" --body hi
 """
 
 
@@ -138,6 +155,40 @@ def add_parser(sub: Any) -> None:
         type=_group_key,
         help="enqueue: the group key of every job (ordered groups: handed out one after another, in order)",
     )
+    expiry = p.add_mutually_exclusive_group()
+    expiry.add_argument(
+        "--expire_at",
+        "--expire-at",
+        type=_non_negative,
+        metavar="MS",
+        help="enqueue: every job expires at this time (ms since the epoch) if still PENDING",
+    )
+    expiry.add_argument(
+        "--expire_in",
+        "--expire-in",
+        type=_non_negative_float,
+        metavar="SECONDS",
+        help="enqueue: every job expires this many seconds after its enqueue if still PENDING",
+    )
+    p.add_argument(
+        "--continuation", help="scan: resume after the page that answered this continuation (default: the start)"
+    )
+    p.add_argument("--all", action="store_true", help="scan: follow continuations to the end (--limit per call)")
+    p.add_argument("--schedule_name", "--schedule-name", help="the schedule (upsert_schedule, delete_schedule)")
+    p.add_argument("--cron", help='upsert_schedule: five fields, UTC (e.g. "*/5 * * * *")')
+    p.add_argument(
+        "--interval_ms", "--interval-ms", type=_positive, help="upsert_schedule: a job every this many ms (>= 1000)"
+    )
+    p.add_argument("--custom_status", "--custom-status", default="", help="upsert_schedule: each job's custom status")
+    p.add_argument(
+        "--paused",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="BOOL",
+        help="upsert_schedule: keep the schedule but enqueue nothing (true/false; alone: true)",
+    )
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
     p.add_argument("--source", default=f"pinlaterclienttool:{socket.gethostname()}", help="the RequestContext source")
     p.set_defaults(run=run, parser=p)
@@ -188,6 +239,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"it must be > 0, not {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"it must be >= 0, not {text}")
     return value
 
 
@@ -249,17 +310,35 @@ def _check(args: argparse.Namespace) -> str:
     """The first problem with the flags for this mode, or empty."""
     if args.mode in QUEUE_MODES and not args.queue:
         return f"--mode {args.mode} needs --queue"
-    if args.mode == "lookup" and not args.job_descriptor:
-        return "--mode lookup needs --job_descriptor"
+    if args.mode in ("lookup", "cancel") and not args.job_descriptor:
+        return f"--mode {args.mode} needs --job_descriptor"
+    if args.mode in ("upsert_schedule", "delete_schedule") and not args.schedule_name:
+        return f"--mode {args.mode} needs --schedule_name"
+    if args.mode == "upsert_schedule":
+        if (args.cron is None) == (args.interval_ms is None):
+            return "--mode upsert_schedule needs one of --cron and --interval_ms"
+        if args.body is None:
+            return "--mode upsert_schedule needs --body"
     if args.mode == "delete_queue" and args.password is None:
         return "--mode delete_queue needs --password"
     if args.mode == "delete_jobs" and args.job_state is None:
         return "--mode delete_jobs needs --job_state (deleted jobs are gone for good)"
-    keyed = [f for f, v in (("--dedup-key", args.dedup_key), ("--group-key", args.group_key)) if v is not None]
-    if args.dedup_window_ms:
-        keyed.append("--dedup-window-ms")
-    if keyed and args.mode != "enqueue":
-        return f"{keyed[0]} is for --mode enqueue"
+    for flag, given, modes in (
+        ("--dedup-key", args.dedup_key is not None, ("enqueue",)),
+        ("--dedup-window-ms", bool(args.dedup_window_ms), ("enqueue",)),
+        ("--group-key", args.group_key is not None, ("enqueue", "upsert_schedule")),
+        ("--expire-at", args.expire_at is not None, ("enqueue",)),
+        ("--expire-in", args.expire_in is not None, ("enqueue",)),
+        ("--continuation", args.continuation is not None, ("scan",)),
+        ("--all", args.all, ("scan",)),
+        ("--schedule_name", args.schedule_name is not None, ("upsert_schedule", "delete_schedule")),
+        ("--cron", args.cron is not None, ("upsert_schedule",)),
+        ("--interval_ms", args.interval_ms is not None, ("upsert_schedule",)),
+        ("--custom_status", bool(args.custom_status), ("upsert_schedule",)),
+        ("--paused", args.paused, ("upsert_schedule",)),
+    ):
+        if given and args.mode not in modes:
+            return f"{flag} is for --mode {' and '.join(modes)}"
     if args.dedup_window_ms and args.dedup_key is None:
         return "--dedup-window-ms needs --dedup-key"
     return ""
@@ -286,6 +365,8 @@ async def _run_load(args: argparse.Namespace) -> int:
         dedup_key=args.dedup_key,
         dedup_window_ms=args.dedup_window_ms,
         group_key=args.group_key,
+        expire_at_ms=args.expire_at,
+        expire_in_ms=None if args.expire_in is None else round(args.expire_in * 1000),
     )
     client = AsyncPinLaterClient(
         f"{args.host}:{args.port}",
@@ -354,6 +435,23 @@ def _lookup(client: PinLaterClient, args: argparse.Namespace) -> int:
 
 def _scan(client: PinLaterClient, args: argparse.Namespace) -> int:
     state = args.job_state if args.job_state is not None else JobState.PENDING
+    continuation = args.continuation if args.continuation is not None else SCAN_START
+    if args.all:
+        jobs = client.scan_all(
+            args.queue,
+            state,
+            args.priority,
+            scan_future=args.count_future_jobs,
+            page_size=args.limit or 100,
+            body_regex=args.body_regex,
+            continuation=continuation,
+        )
+        n = 0
+        for job in jobs:
+            print(format_job(job), end="\n\n")
+            n += 1
+        print(f"jobs: {n}")
+        return 0
     result = client.scan(
         args.queue,
         state,
@@ -361,9 +459,12 @@ def _scan(client: PinLaterClient, args: argparse.Namespace) -> int:
         scan_future=args.count_future_jobs,
         limit=args.limit or 100,
         body_regex=args.body_regex,
+        continuation=continuation,
     )
     for job in result.jobs:
         print(format_job(job), end="\n\n")
+    if not result.done:
+        print(f"continuation: {result.continuation}")
     print(f"jobs: {len(result.jobs)}")
     return 0
 
@@ -381,6 +482,42 @@ def _delete_jobs(client: PinLaterClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cancel(client: PinLaterClient, args: argparse.Namespace) -> int:
+    print(client.cancel(args.queue, args.job_descriptor))
+    return 0
+
+
+def _list_schedules(client: PinLaterClient, args: argparse.Namespace) -> int:
+    found = client.list_schedules(args.queue)
+    for schedule in found:
+        print(format_schedule(schedule), end="\n\n")
+    print(f"schedules: {len(found)}")
+    return 0
+
+
+def _upsert_schedule(client: PinLaterClient, args: argparse.Namespace) -> int:
+    client.upsert_schedule(
+        args.queue,
+        args.schedule_name,
+        body=args.body,
+        cron=args.cron,
+        interval_ms=args.interval_ms,
+        priority=args.priority or 1,
+        attempts=args.attempts or 2,
+        custom_status=args.custom_status,
+        group_key=args.group_key,
+        paused=args.paused,
+    )
+    print(f"set schedule {args.schedule_name} of {args.queue}")
+    return 0
+
+
+def _delete_schedule(client: PinLaterClient, args: argparse.Namespace) -> int:
+    client.delete_schedule(args.queue, args.schedule_name)
+    print(f"deleted schedule {args.schedule_name} of {args.queue}")
+    return 0
+
+
 MODE_FUNCTIONS = {
     "create": _create,
     "delete_queue": _delete_queue,
@@ -391,6 +528,10 @@ MODE_FUNCTIONS = {
     "scan": _scan,
     "retry_failed": _retry_failed,
     "delete_jobs": _delete_jobs,
+    "cancel": _cancel,
+    "list_schedules": _list_schedules,
+    "upsert_schedule": _upsert_schedule,
+    "delete_schedule": _delete_schedule,
 }
 
 
@@ -419,8 +560,30 @@ def format_job(job: JobInfo) -> str:
         lines.append(f"dedup_key: {_key_text(job.dedup_key)}")
     if job.group_key is not None:
         lines.append(f"group_key: {_key_text(job.group_key)}")
+    if job.expire_at_ms is not None:
+        lines.append(f"expire_at: {_timestamp(job.expire_at_ms)}")
     if job.body is not None:
         lines.append(f"body: {_body_text(job.body)}")
+    return "\n".join(lines)
+
+
+def format_schedule(schedule: ScheduleInfo) -> str:
+    """One schedule as ``key: value`` lines, as ``format_job``."""
+    lines = [f"schedule: {_key_text(schedule.name)}"]
+    if schedule.cron is not None:
+        lines.append(f"cron: {schedule.cron}")
+    if schedule.interval_ms is not None:
+        lines.append(f"interval_ms: {schedule.interval_ms}")
+    lines += [
+        f"paused: {'true' if schedule.paused else 'false'}",
+        f"next_run: {_timestamp(schedule.next_run_ms)}",
+        f"priority: {schedule.priority}",
+        f"attempts_allowed: {schedule.attempts}",
+        f"custom_status: {_one_line(schedule.custom_status)}",
+    ]
+    if schedule.group_key is not None:
+        lines.append(f"group_key: {_key_text(schedule.group_key)}")
+    lines.append(f"body: {_body_text(schedule.body)}")
     return "\n".join(lines)
 
 

@@ -176,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         (moved.unheld, "held jobs without an expiry or holder put back in PENDING"),
         (summary.counters, "counters of deleted queues copied"),
         (summary.dedup_records, "dedup key records moved"),
+        (summary.schedules, "schedules moved"),
         (moved.tombstones, "deleted jobs' tombstones dropped from ready lists"),
     ]
     for count, what in extras:

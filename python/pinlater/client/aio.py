@@ -10,16 +10,24 @@ import asyncio
 import itertools
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, TypeVar
 
 from pinlater.client import calls
-from pinlater.client.calls import AckLike, Call, JobLike
+from pinlater.client.calls import AckLike, Call, JobLike, StateLike
 from pinlater.client.codec import decode, encode, frame_length
 from pinlater.client.errors import PinLaterConnectionError
 from pinlater.client.servers import Address, ServerSet, format_address, make_server_set
 from pinlater.client.sync import default_source
-from pinlater.client.types import Checkpoint, DequeuedJob, EnqueueResult, JobInfo, JobState, ScanResult
+from pinlater.client.types import (
+    SCAN_START,
+    Checkpoint,
+    DequeuedJob,
+    EnqueueResult,
+    JobInfo,
+    ScanResult,
+    ScheduleInfo,
+)
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -233,7 +241,7 @@ class AsyncPinLaterClient:
     async def count(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         count_future: bool = False,
@@ -244,15 +252,45 @@ class AsyncPinLaterClient:
     async def scan(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         scan_future: bool = False,
         limit: int = 100,
         body_regex: str | None = None,
-        continuation: str = "0",
+        continuation: str = SCAN_START,
     ) -> ScanResult:
+        """As ``PinLaterClient.scan``: one page, with the continuation of the next."""
         return await self.call(calls.scan(queue, state, priority, scan_future, limit, body_regex, continuation))
+
+    async def scan_all(
+        self,
+        queue: str,
+        state: StateLike,
+        priority: int | None = None,
+        *,
+        scan_future: bool = False,
+        page_size: int = 100,
+        body_regex: str | None = None,
+        continuation: str = SCAN_START,
+    ) -> AsyncIterator[JobInfo]:
+        """As ``PinLaterClient.scan_all``: ``async for job in client.scan_all(...)``."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, not {page_size}")
+        sent: str | None = continuation
+        while sent is not None:
+            page = await self.scan(
+                queue,
+                state,
+                priority,
+                scan_future=scan_future,
+                limit=page_size,
+                body_regex=body_regex,
+                continuation=sent,
+            )
+            for job in page.jobs:
+                yield job
+            sent = calls.next_page(sent, page)
 
     async def retry_failed(
         self, queue: str, priority: int = 1, *, attempts: int = 1, run_after_ms: int | None = None, limit: int = 1000
@@ -260,9 +298,42 @@ class AsyncPinLaterClient:
         return await self.call(calls.retry_failed(queue, priority, attempts, run_after_ms, limit))
 
     async def delete_jobs(
-        self, queue: str, state: JobState, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
+        self, queue: str, state: StateLike, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
     ) -> int:
         return await self.call(calls.delete_jobs(queue, state, priority, body_regex, limit))
+
+    # -- job control (pinlater extensions) --------------------------------------------------
+
+    async def cancel(self, queue: str, descriptors: Iterable[str]) -> int:
+        """As ``PinLaterClient.cancel``: how many jobs changed."""
+        return await self.call(calls.cancel(queue, descriptors))
+
+    async def upsert_schedule(
+        self,
+        queue: str,
+        name: str,
+        *,
+        body: bytes | str,
+        cron: str | None = None,
+        interval_ms: int | None = None,
+        priority: int = 1,
+        attempts: int = 2,
+        custom_status: str = "",
+        group_key: str | None = None,
+        paused: bool = False,
+    ) -> None:
+        """As ``PinLaterClient.upsert_schedule``."""
+        await self.call(
+            calls.upsert_schedule(
+                queue, name, body, cron, interval_ms, priority, attempts, custom_status, group_key, paused
+            )
+        )
+
+    async def delete_schedule(self, queue: str, name: str) -> None:
+        await self.call(calls.delete_schedule(queue, name))
+
+    async def list_schedules(self, queue: str) -> list[ScheduleInfo]:
+        return await self.call(calls.list_schedules(queue))
 
 
 class AsyncRawClient:

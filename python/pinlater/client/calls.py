@@ -2,9 +2,12 @@
 repeat, and how its result becomes a typed value. The sync and asyncio clients only move calls.
 
 ``safe`` means that sending the request twice leaves the store as sending it once would:
-reads (lookup, count, scan, getQueueNames, dry-run dequeue) and createQueue (idempotent by
-contract). Everything else (enqueue, dequeue, ack, checkpoint, retry/delete jobs, deleteQueue)
-is repeated only when the first request certainly never reached a server.
+reads (lookup, count, scan, getQueueNames, listSchedules, dry-run dequeue), createQueue
+(idempotent by contract), cancelJobs (a cancelled job is left alone by the second; only the
+count it answers differs), upsertSchedule (the second replaces the schedule with itself, its
+next tick counted from the later send) and deleteSchedule. Everything else (enqueue, dequeue,
+ack, checkpoint, retry/delete jobs, deleteQueue) is repeated only when the first request
+certainly never reached a server.
 """
 
 from __future__ import annotations
@@ -14,7 +17,19 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from pinlater.client.errors import ServerError
-from pinlater.client.types import Ack, Checkpoint, DequeuedJob, EnqueueResult, Job, JobInfo, JobState, ScanResult
+from pinlater.client.types import (
+    SCAN_END,
+    SCAN_START,
+    Ack,
+    Checkpoint,
+    DequeuedJob,
+    EnqueueResult,
+    Job,
+    JobInfo,
+    JobState,
+    ScanResult,
+    ScheduleInfo,
+)
 from pinlater.errors import ErrorCode
 from pinlater.idl import idl
 
@@ -24,6 +39,8 @@ T = TypeVar("T")
 JobLike = bytes | str | Job
 #: What ``ack`` and ``dequeue`` take for one job's outcome: a descriptor or an ``Ack``.
 AckLike = str | Ack
+#: What the state-filtered calls take: a ``JobState`` or its name ("failed", "PENDING").
+StateLike = JobState | str
 #: The longest long poll a dequeue asks for, in seconds (the server's own bound).
 MAX_WAIT = 30.0
 
@@ -38,6 +55,17 @@ class Call(Generic[T]):
     #: Seconds the server may hold the call on purpose (a long-poll dequeue), added to the
     #: client's timeout for this call.
     wait: float = 0.0
+
+
+def job_state(state: StateLike) -> JobState:
+    """``state`` as a ``JobState``; a name in any case is taken too. ValueError for anything else."""
+    if isinstance(state, str):
+        try:
+            return JobState[state.strip().upper()]
+        except KeyError:
+            names = ", ".join(s.name for s in JobState)
+            raise ValueError(f"{state!r} is not a job state: {names}") from None
+    return JobState(state)
 
 
 def _none(_: Any) -> None:
@@ -65,6 +93,7 @@ def _thrift_job(job: JobLike) -> Any:
         # costs no byte more than before the extension, and the original server sees nothing new
         dedupWindowMillis=job.dedup_window_ms or None,
         groupKey=job.group_key,
+        expireAtTimestampMillis=job.expire_at_ms,
     )
 
 
@@ -114,7 +143,11 @@ def _job_infos(found: Mapping[str, Any] | None) -> dict[str, JobInfo]:
 
 def _scan_result(response: Any) -> ScanResult:
     jobs = [JobInfo.from_thrift(info) for info in response.scannedJobs or []]
-    return ScanResult(jobs, response.continuation or "-1", raw=response)
+    return ScanResult(jobs, response.continuation or SCAN_END, raw=response)
+
+
+def _schedules(found: Iterable[Any] | None) -> list[ScheduleInfo]:
+    return [ScheduleInfo.from_thrift(s) for s in found or ()]
 
 
 def create_queue(name: str) -> Call[None]:
@@ -187,11 +220,11 @@ def lookup(descriptors: Iterable[str], include_body: bool = False) -> Call[dict[
 
 
 def count(
-    queue: str, state: JobState, priority: int | None = None, count_future: bool = False, body_regex: str | None = None
+    queue: str, state: StateLike, priority: int | None = None, count_future: bool = False, body_regex: str | None = None
 ) -> Call[int]:
     request = idl.PinLaterGetJobCountRequest(
         queueName=queue,
-        jobState=int(state),
+        jobState=int(job_state(state)),
         priority=priority,
         countFutureJobs=count_future,
         bodyRegexToMatch=body_regex,
@@ -201,16 +234,16 @@ def count(
 
 def scan(
     queue: str,
-    state: JobState,
+    state: StateLike,
     priority: int | None = None,
     scan_future: bool = False,
     limit: int = 100,
     body_regex: str | None = None,
-    continuation: str = "0",
+    continuation: str = SCAN_START,
 ) -> Call[ScanResult]:
     request = idl.PinLaterScanJobsRequest(
         queueName=queue,
-        jobState=int(state),
+        jobState=int(job_state(state)),
         priority=priority,
         scanFutureJobs=scan_future,
         continuation=continuation,
@@ -218,6 +251,17 @@ def scan(
         bodyRegexToMatch=body_regex,
     )
     return Call("scanJobs", (request,), True, _scan_result)
+
+
+def next_page(sent: str, page: ScanResult) -> str | None:
+    """The continuation that fetches the page after ``page`` (which answered ``sent``), or None
+    when the scan is over. A reply that would repeat itself (no job, the same continuation) is a
+    server error rather than a loop without end."""
+    if page.done:
+        return None
+    if not page.jobs and page.continuation == sent:
+        raise ServerError(ErrorCode.UNKNOWN, f"scanJobs: no job and no progress from continuation {sent!r}")
+    return page.continuation
 
 
 def retry_failed(
@@ -230,16 +274,67 @@ def retry_failed(
 
 
 def delete_jobs(
-    queue: str, state: JobState, priority: int = 1, body_regex: str | None = None, limit: int = 1000
+    queue: str, state: StateLike, priority: int = 1, body_regex: str | None = None, limit: int = 1000
 ) -> Call[int]:
     request = idl.PinLaterDeleteJobsRequest(
-        queueName=queue, jobState=int(state), priority=priority, bodyRegexToMatch=body_regex, limit=limit
+        queueName=queue, jobState=int(job_state(state)), priority=priority, bodyRegexToMatch=body_regex, limit=limit
     )
     return Call("deleteJobs", (request,), False, _int)
 
 
+def cancel(queue: str, descriptors: Iterable[str]) -> Call[int]:
+    request = idl.PinLaterCancelJobsRequest(queueName=queue, jobDescriptors=list(descriptors))
+    return Call("cancelJobs", (request,), True, _int)
+
+
+def upsert_schedule(
+    queue: str,
+    name: str,
+    body: bytes | str,
+    cron: str | None = None,
+    interval_ms: int | None = None,
+    priority: int = 1,
+    attempts: int = 2,
+    custom_status: str = "",
+    group_key: str | None = None,
+    paused: bool = False,
+) -> Call[None]:
+    job = idl.PinLaterJob(
+        body=body.encode() if isinstance(body, str) else body,
+        priority=priority,
+        numAttemptsAllowed=attempts,
+        customStatus=custom_status,
+        groupKey=group_key,
+        dedupWindowMillis=None,  # a schedule's job may not carry one; None keeps field 7 off the wire
+    )
+    schedule = idl.PinLaterSchedule(
+        queueName=queue, name=name, cron=cron, intervalMillis=interval_ms, job=job, paused=paused
+    )
+    return Call("upsertSchedule", (schedule,), True, _none)
+
+
+def delete_schedule(queue: str, name: str) -> Call[None]:
+    return Call("deleteSchedule", (queue, name), True, _none)
+
+
+def list_schedules(queue: str) -> Call[list[ScheduleInfo]]:
+    return Call("listSchedules", (queue,), True, _schedules)
+
+
 #: Thrift methods that are safe to repeat (see the module's docstring); used by ``client.raw``.
-SAFE_METHODS = frozenset({"createQueue", "getQueueNames", "lookupJobs", "getJobCount", "scanJobs"})
+SAFE_METHODS = frozenset(
+    {
+        "createQueue",
+        "getQueueNames",
+        "lookupJobs",
+        "getJobCount",
+        "scanJobs",
+        "cancelJobs",
+        "upsertSchedule",
+        "deleteSchedule",
+        "listSchedules",
+    }
+)
 
 
 def raw(method: str, args: tuple[Any, ...]) -> Call[Any]:

@@ -44,7 +44,9 @@ class RateLimited(_ClientError):
 
 
 class EnqueueRejected(_ClientError):
-    """ENQUEUE_REJECTED: the server refused new jobs for the queue."""
+    """ENQUEUE_REJECTED: the server refused new jobs for the queue, a job it cannot keep (a group
+    key where groups are not kept), or a schedule (a bad cron, both or neither of cron and
+    interval, a job field a schedule cannot carry); the message gives the reason."""
 
 
 class ServerUnavailable(_ClientError):

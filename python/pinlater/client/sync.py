@@ -8,15 +8,23 @@ import select
 import socket
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 from pinlater.client import calls
-from pinlater.client.calls import AckLike, Call, JobLike
+from pinlater.client.calls import AckLike, Call, JobLike, StateLike
 from pinlater.client.codec import decode, encode, frame_length
 from pinlater.client.errors import PinLaterConnectionError
 from pinlater.client.servers import Address, ServerSet, format_address, make_server_set
-from pinlater.client.types import Checkpoint, DequeuedJob, EnqueueResult, JobInfo, JobState, ScanResult
+from pinlater.client.types import (
+    SCAN_START,
+    Checkpoint,
+    DequeuedJob,
+    EnqueueResult,
+    JobInfo,
+    ScanResult,
+    ScheduleInfo,
+)
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -292,7 +300,7 @@ class PinLaterClient:
     def count(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         count_future: bool = False,
@@ -303,15 +311,50 @@ class PinLaterClient:
     def scan(
         self,
         queue: str,
-        state: JobState,
+        state: StateLike,
         priority: int | None = None,
         *,
         scan_future: bool = False,
         limit: int = 100,
         body_regex: str | None = None,
-        continuation: str = "0",
+        continuation: str = SCAN_START,
     ) -> ScanResult:
+        """One page of up to ``limit`` jobs in ``state`` (a ``JobState`` or its name, as for
+        ``count`` and ``delete_jobs``), newest run-after first, no bodies. Pass the page's
+        ``continuation`` back with the same arguments for the next page; ``"-1"`` (``page.done``)
+        means nothing is left. A job that stays in ``state`` for the whole scan comes once."""
         return self.call(calls.scan(queue, state, priority, scan_future, limit, body_regex, continuation))
+
+    def scan_all(
+        self,
+        queue: str,
+        state: StateLike,
+        priority: int | None = None,
+        *,
+        scan_future: bool = False,
+        page_size: int = 100,
+        body_regex: str | None = None,
+        continuation: str = SCAN_START,
+    ) -> Iterator[JobInfo]:
+        """Every job of the scan, following continuations to the end: one ``scanJobs`` call per
+        ``page_size`` jobs, made as the iteration reaches it (a caller that stops early sends no
+        more). Jobs that enter ``state`` during the scan may or may not appear; one that stays
+        in it throughout appears exactly once."""
+        if page_size < 1:
+            raise ValueError(f"page_size must be at least 1, not {page_size}")
+        sent: str | None = continuation
+        while sent is not None:
+            page = self.scan(
+                queue,
+                state,
+                priority,
+                scan_future=scan_future,
+                limit=page_size,
+                body_regex=body_regex,
+                continuation=sent,
+            )
+            yield from page.jobs
+            sent = calls.next_page(sent, page)
 
     def retry_failed(
         self, queue: str, priority: int = 1, *, attempts: int = 1, run_after_ms: int | None = None, limit: int = 1000
@@ -319,9 +362,51 @@ class PinLaterClient:
         return self.call(calls.retry_failed(queue, priority, attempts, run_after_ms, limit))
 
     def delete_jobs(
-        self, queue: str, state: JobState, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
+        self, queue: str, state: StateLike, priority: int = 1, *, body_regex: str | None = None, limit: int = 1000
     ) -> int:
         return self.call(calls.delete_jobs(queue, state, priority, body_regex, limit))
+
+    # -- job control (pinlater extensions; the original server answers UNKNOWN for them) -----
+
+    def cancel(self, queue: str, descriptors: Iterable[str]) -> int:
+        """Cancel jobs of ``queue``; returns how many changed. A PENDING job (now or future)
+        becomes FAILED with no attempts left and "cancelled" appended to its custom status; an
+        IN_PROGRESS one gets no further attempt (a failure ack or claim timeout ends it FAILED
+        the same way; a success ack still counts). Finished and unknown jobs are left alone."""
+        return self.call(calls.cancel(queue, descriptors))
+
+    def upsert_schedule(
+        self,
+        queue: str,
+        name: str,
+        *,
+        body: bytes | str,
+        cron: str | None = None,
+        interval_ms: int | None = None,
+        priority: int = 1,
+        attempts: int = 2,
+        custom_status: str = "",
+        group_key: str | None = None,
+        paused: bool = False,
+    ) -> None:
+        """Create or replace the schedule ``name`` of ``queue``: a job with these fields enqueued
+        at each tick of ``cron`` (five fields, UTC) or every ``interval_ms`` (at least 1,000),
+        exactly one of the two; the next tick counts from now. ``EnqueueRejected`` (with the
+        reason) for a bad cron, both or neither of cron and interval, or a job the queue's store
+        refuses (a group key where groups are not kept); ``QueueNotFound`` for a missing queue."""
+        self.call(
+            calls.upsert_schedule(
+                queue, name, body, cron, interval_ms, priority, attempts, custom_status, group_key, paused
+            )
+        )
+
+    def delete_schedule(self, queue: str, name: str) -> None:
+        """Remove the schedule (an unknown name is a no-op); jobs it enqueued stay."""
+        self.call(calls.delete_schedule(queue, name))
+
+    def list_schedules(self, queue: str) -> list[ScheduleInfo]:
+        """The queue's schedules, by name, each with its next tick (``next_run_ms``)."""
+        return self.call(calls.list_schedules(queue))
 
 
 class RawClient:

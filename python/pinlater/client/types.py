@@ -13,7 +13,24 @@ from typing import Any
 
 from pinlater.backends.base import JobState
 
-__all__ = ["Ack", "Checkpoint", "DequeuedJob", "EnqueueResult", "Job", "JobInfo", "JobState", "ScanResult"]
+__all__ = [
+    "SCAN_END",
+    "SCAN_START",
+    "Ack",
+    "Checkpoint",
+    "DequeuedJob",
+    "EnqueueResult",
+    "Job",
+    "JobInfo",
+    "JobState",
+    "ScanResult",
+    "ScheduleInfo",
+]
+
+#: The continuation that starts a scan (the contract's ``CONTINUATION_START``).
+SCAN_START = "0"
+#: The continuation of a scan with nothing left (the contract's ``CONTINUATION_END``).
+SCAN_END = "-1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +47,11 @@ class Job:
     it has finished; a store that cannot keep groups (MySQL, Redis in the original layout)
     refuses the job (ENQUEUE_REJECTED). With both keys, the dedup key is checked within the
     group's shard.
+
+    ``expire_at_ms`` (``PinLaterJob`` 9, sent only when set): a job still PENDING at that time
+    (ms since the epoch) is never handed out; it becomes FAILED with "expired" appended to its
+    custom status, as does a failed attempt whose retry would run at or after it. The original
+    server ignores it (the job never expires there).
     """
 
     body: bytes | str
@@ -41,6 +63,7 @@ class Job:
     dedup_key: str | None = None
     dedup_window_ms: int = 0
     group_key: str | None = None
+    expire_at_ms: int | None = None
 
 
 class EnqueueResult(list[str]):
@@ -130,6 +153,8 @@ class JobInfo:
     dedup_key: str | None = None
     #: The job's group key (pinlater extension, ``PinLaterJobInfo`` 12).
     group_key: str | None = None
+    #: When the job expires if still PENDING (pinlater extension, ``PinLaterJobInfo`` 13).
+    expire_at_ms: int | None = None
     raw: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -147,14 +172,64 @@ class JobInfo:
             body=info.body,
             dedup_key=info.dedupKey,
             group_key=info.groupKey,
+            expire_at_ms=info.expireAtTimestampMillis,
             raw=info,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class ScanResult:
-    """One page of a scan; ``continuation`` is "-1" when nothing is left."""
+    """One page of a scan. ``continuation`` is opaque: sent back with the same query (queue,
+    state, priority, future or not, body regex) it resumes after the last job of this page; it
+    is "-1" (``SCAN_END``) when nothing is left. The original server ends every scan at once."""
 
     jobs: list[JobInfo]
-    continuation: str = "-1"
+    continuation: str = SCAN_END
     raw: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        """Nothing is left after this page."""
+        return self.continuation == SCAN_END
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule kept by the server (pinlater extension, ``PinLaterSchedule``): a job enqueued
+    into ``queue`` at each tick of ``cron`` (five fields, UTC) or every ``interval_ms``, exactly
+    one of the two. The job fields are ``Job``'s; each tick's job runs at once and carries a
+    dedup key of the server's making, so one tick makes one job however many servers run."""
+
+    queue: str
+    name: str
+    body: bytes
+    cron: str | None = None
+    interval_ms: int | None = None
+    priority: int = 1
+    attempts: int = 2
+    custom_status: str = ""
+    group_key: str | None = None
+    #: A paused schedule keeps its row but enqueues nothing.
+    paused: bool = False
+    #: The next tick (ms since the epoch), as the server last moved it.
+    next_run_ms: int | None = None
+    raw: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_thrift(cls, schedule: Any) -> ScheduleInfo:
+        job = schedule.job
+        body = job.body if isinstance(job.body, bytes) else str(job.body or "").encode()
+        return cls(
+            queue=schedule.queueName,
+            name=schedule.name,
+            body=body,
+            cron=schedule.cron,
+            interval_ms=schedule.intervalMillis,
+            priority=1 if job.priority is None else job.priority,
+            attempts=2 if job.numAttemptsAllowed is None else job.numAttemptsAllowed,
+            custom_status=job.customStatus or "",
+            group_key=job.groupKey,
+            paused=bool(schedule.paused),
+            next_run_ms=schedule.nextRunTimestampMillis,
+            raw=schedule,
+        )

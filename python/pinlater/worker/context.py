@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,10 +16,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class JobKeys:
-    """A job's keys, as enqueued (``Job.dedup_key``, ``Job.group_key``); None where it has none."""
+    """What a job was enqueued with beyond its body: its keys (``Job.dedup_key``,
+    ``Job.group_key``) and its expiry (``Job.expire_at_ms``); None where it has none. The expiry
+    does not stop a run in hand; a retry (or a claim timeout) at or after it ends the job FAILED
+    with "expired" instead of running it again."""
 
     dedup_key: str | None = None
     group_key: str | None = None
+    expire_at_ms: int | None = None
 
 
 class JobContext:
@@ -29,8 +34,9 @@ class JobContext:
     ``move_to_pending=True`` the job goes back to PENDING without charging an attempt and the
     worker sends no ack for it: another worker may hold it by the time this handler returns.
 
-    ``keys`` (sync) and ``akeys`` (async) give the job's dedup and group keys, which a dequeue
-    does not carry: see their cost there.
+    ``keys`` (sync) and ``akeys`` (async) give the job's dedup and group keys and its expiry,
+    which a dequeue does not carry: see their cost there. ``cancel`` / ``acancel`` cancel jobs of
+    the queue (this one included: it then gets no further attempt).
     """
 
     __slots__ = ("_keys", "job", "released", "runner")
@@ -69,7 +75,7 @@ class JobContext:
         return self.job.attempts_remaining
 
     def keys(self) -> JobKeys:
-        """The job's dedup and group keys, from a sync handler (blocks its thread).
+        """The job's dedup and group keys and expiry, from a sync handler (blocks its thread).
 
         Cost: the dequeue response does not carry the keys, so the first call makes one
         ``lookupJobs`` round trip for this job (a read on its shard, body not fetched); later
@@ -87,8 +93,8 @@ class JobContext:
         return self._keys
 
     async def akeys(self) -> JobKeys:
-        """The job's dedup and group keys, from an async handler; costs as ``keys`` does (one
-        ``lookupJobs`` call the first time, then none)."""
+        """The job's dedup and group keys and expiry, from an async handler; costs as ``keys``
+        does (one ``lookupJobs`` call the first time, then none)."""
         if self._keys is None:
             self._keys = self._keys_of(await self.runner.worker.client.lookup([self.descriptor]))
         return self._keys
@@ -97,7 +103,23 @@ class JobContext:
         info = found.get(self.descriptor)
         if info is None:
             raise LookupError(f"job {self.descriptor} not found: deleted while in hand?")
-        return JobKeys(info.dedup_key, info.group_key)
+        return JobKeys(info.dedup_key, info.group_key, info.expire_at_ms)
+
+    def cancel(self, descriptors: Iterable[str]) -> int:
+        """Cancel jobs of this queue from a sync handler (blocks its thread); returns how many
+        changed (``PinLaterClient.cancel``). Cancelling this job leaves it to this run: a
+        failure ends it FAILED with "cancelled" and no retry, a success still counts."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("JobContext.cancel() would block the event loop: use await ctx.acancel()")
+        return self.runner.worker.sync_client.cancel(self.queue, descriptors)
+
+    async def acancel(self, descriptors: Iterable[str]) -> int:
+        """Cancel jobs of this queue from an async handler, as ``cancel``."""
+        return await self.runner.worker.client.cancel(self.queue, descriptors)
 
     def _checkpoint(
         self,

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from pinlater.backends.base import JobFilter, JobState
+from pinlater.backends.base import JobFilter, JobState, ScanCursor
 from pinlater.backends.body_filter import BodyFilter
-from pinlater.backends.redis.keys import seconds_arg
+from pinlater.backends.redis.keys import ms_from_seconds, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, ready_keys
 from pinlater.backends.redis.rules import Tail
 from pinlater.backends.redis.script_calls import ShardScripts
@@ -74,6 +74,11 @@ class Page(NamedTuple):
     rows: list[list[Any]]
 
 
+def row_width(keys: QueueKeyNames) -> int:
+    """Values per job row of scan_jobs.lua in the layout (see ``Page``)."""
+    return 11 if isinstance(keys, CompactQueueKeys) else 10
+
+
 def page(
     shard: ShardScripts,
     queue: str,
@@ -104,28 +109,44 @@ def page(
     out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, ids_key, *sets], args)
     evicted = int(out[0])
     shard.count_evicted(evicted)
-    width = 11 if isinstance(keys, CompactQueueKeys) else 10
+    width = row_width(keys)
     return Page(evicted, int(out[1]), int(out[2]) == 1, [out[i : i + width] for i in range(3, len(out), width)])
 
 
-def pages(
+class PointPage(NamedTuple):
+    """One call of scan_jobs.lua from a point (``page_after``): the rows, whether the range may go
+    on past them (``last`` False), and the point to read the next page from: the last member
+    looked at (a row, or an evicted or deleted member that gave none), None when none was."""
+
+    rows: list[list[Any]]
+    last: bool
+    next: ScanCursor | None
+
+
+def page_after(
     shard: ShardScripts,
     queue: str,
     sets: list[str],
     low: str,
     high: str,
+    after: ScanCursor | None,
+    count: int,
     with_body: bool,
-    newest_first: bool,
-    page_size: int,
-) -> Iterator[list[Any]]:
-    """Every row of a score range, a page per call (evicted members removed on the way)."""
-    offset = 0
-    while True:
-        got = page(shard, queue, sets, low, high, offset, page_size, with_body, newest_first)
-        yield from got.rows
-        if got.last:
-            return
-        offset += got.looked - got.evicted
+    max_bytes: int = 0,
+) -> PointPage:
+    """Up to ``count`` members of a score range that come after ``after`` newest first (from the
+    newest without it), as ``page`` reads them but from a point, not an offset: each page costs
+    about ``count`` members however deep it starts (``lua/lib/after.lua``)."""
+    keys = shard.keys(queue)
+    point = ["", ""] if after is None else [seconds_arg(after.run_after_ms), str(after.local_id)]
+    args = [queue, keys.jobs_arg, low, high, 0, count, "1" if with_body else "0", "1", max_bytes, *point]
+    out = shard.run_in_queue("scan_jobs", queue, [keys.exists_key, keys.dedup_keys()[1], *sets], args)
+    shard.count_evicted(out[0])
+    width = row_width(keys)
+    score, local_id = out[-2], out[-1]
+    rows = [out[i : i + width] for i in range(3, len(out) - 2, width)]
+    seen = None if local_id is None else ScanCursor(ms_from_seconds(score), int(local_id))
+    return PointPage(rows, int(out[2]) == 1, seen)
 
 
 def matching_pages(

@@ -179,3 +179,17 @@ class QueueKeys:
             self.hold_expiry_key(priority),
             self.legacy_reserved_key(priority),
         ]
+
+
+# -- schedules (ShardStore.put_schedule and the rest; lua/lib/schedules.lua) ---------------------
+
+SCHEDULE_KEY_PREFIX = "pls"
+"""Ours alone, as ``pld``: the original server never reads, scans or deletes these keys."""
+
+
+def schedule_keys(shard: str) -> list[str]:
+    """``pls_{shard}.d``, ``.n``, ``.i``: the shard's schedules' definitions hash, due sorted set
+    (unpaused ones by next run, ms) and index (every schedule, score 0, by ``{queue}:{name}``);
+    see ``lua/lib/schedules.lua``."""
+    base = f"{SCHEDULE_KEY_PREFIX}_{shard}."
+    return [base + "d", base + "n", base + "i"]

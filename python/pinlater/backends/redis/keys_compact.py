@@ -140,3 +140,11 @@ def ready_keys(keys: QueueKeyNames, priority: int) -> list[str]:
     """The ready list of a priority as the scripts that take one get it at the end of their
     ``KEYS``: none in the original layout, whose scripts' ``KEYS`` stay as they are."""
     return [keys.ready_key(priority)] if isinstance(keys, CompactQueueKeys) else []
+
+
+def compact_schedule_keys(shard: str) -> list[str]:
+    """``plc:{S}:sd``, ``:sn``, ``:si``: the shard's schedules (definitions, due, index; see
+    ``lua/lib/schedules.lua``), under the hash tag of ``compact_names_key``: a schedule call
+    checks the queue in the names set and writes its rows in one slot, on a Redis Cluster too."""
+    base = f"{COMPACT_KEY_PREFIX}:{{{shard}}}:"
+    return [base + "sd", base + "sn", base + "si"]

@@ -37,6 +37,8 @@ How it stays safe:
   renamed in one call, or merged a batch per call if the destination holds some), for
   every queue with a counter in the source, so a run stopped between a queue's last batch and
   its records moves them when run again.
+* Schedules (``keys.schedule_keys``, ``keys_compact.compact_schedule_keys``: three keys per
+  shard, the same contents) move last, in one call (``lua_migrate/schedules.lua``).
 * Both layouts must live on one Redis server: the original layout cannot live in a Redis Cluster
   (its scripts touch keys of many slots), so a cluster is refused.
 
@@ -63,8 +65,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pinlater.backends.base import JobState
 from pinlater.backends.redis.config import LAYOUTS
-from pinlater.backends.redis.keys import QueueKeys, job_id_key, queue_names_key
-from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key
+from pinlater.backends.redis.keys import QueueKeys, job_id_key, queue_names_key, schedule_keys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key, compact_schedule_keys
 from pinlater.backends.redis.layouts import LAYOUT_KEY_PREFIX, MIGRATING, layout_key
 from pinlater.backends.redis.scripts import INCLUDE
 
@@ -184,6 +186,8 @@ class MigrationSummary:
     moved: Moved = field(default_factory=Moved)
     #: Dedup records moved (or merged) into the target layout.
     dedup_records: int = 0
+    #: Schedules the target layout's keys gained (``lua_migrate/schedules.lua``).
+    schedules: int = 0
 
 
 @cache
@@ -295,6 +299,7 @@ def _migrate(
         raise MigrationError(
             f"queue(s) {', '.join(left)} appeared in the {mover.source} layout during the move; run again"
         )
+    summary.schedules += mover.move_schedules()
     client.set(marker, target)
     return summary
 
@@ -512,6 +517,13 @@ class _Mover:
             if not left:
                 return gained
             self._lock.renew()
+
+    def move_schedules(self) -> int:
+        """Move the shard's schedules to the target layout's keys; how many it gained."""
+        self._lock.renew()
+        original, compact = schedule_keys(self._shard), compact_schedule_keys(self._shard)
+        keys = [*original, *compact] if self._target == "compact" else [*compact, *original]
+        return int(self._client.register_script(script_source("schedules"))(keys, [], client=self._client))
 
     def move_queue(self, queue: str, on_progress: ProgressCallback | None) -> Moved | None:
         """Call the script until the queue is finished: what moved, or None if the source holds

@@ -49,6 +49,13 @@ SCRIPT_NAMES = (
     "retry_failed_jobs",
     "resurrect_timed_out_jobs",
     "gc_finished_jobs",
+    # job control (issue 18): queue depth and schedules
+    "oldest_ready",
+    "put_schedule",
+    "delete_schedules",
+    "list_schedules",
+    "due_schedules",
+    "advance_schedule",
 )
 
 QUEUE_NOT_FOUND = -1

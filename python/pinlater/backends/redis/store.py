@@ -57,12 +57,19 @@ Design:
   O(n) in the jobs of one (queue, priority, state); it is a rare admin call, and the pages are
   separate reads, so a concurrent change may be seen between pages (deletes themselves are
   guarded per id).
+* Paged scans (``scan_jobs`` with ``after``) read from a point, not an offset: each set newest
+  first after (run after, id), found by rank (``lua/lib/after.lua``: ZRANK, or a search by
+  halving within the run of equal scores when the point's job is gone), so a page costs about
+  its limit however deep it starts; equal run afters come by id as text, the sets' own order.
+  The compact layout's experimental ready lists are read from their tail to the point.
+* Schedules: three keys per shard, under the names set's hash tag in the compact layout, one
+  script per operation (``schedules.py``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -84,9 +91,11 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
     QueueRules,
+    ScanCursor,
+    ScheduleRow,
 )
 from pinlater.backends.body_filter import BodyFilter
-from pinlater.backends.redis import dedup, reservations
+from pinlater.backends.redis import dedup, reservations, schedules
 from pinlater.backends.redis.cluster import cluster_hot_client
 from pinlater.backends.redis.cluster_scripts import (
     AsyncClusterShardScripts,
@@ -100,13 +109,23 @@ from pinlater.backends.redis.filtered_reads import (
     delete_call,
     delete_matching,
     matching_pages,
-    pages,
+    page_after,
     read_sets,
     score_range,
 )
 from pinlater.backends.redis.hot_client import HotClient, HotScripts
-from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, queue_names_key, seconds_arg
-from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, compact_names_key, ready_keys
+from pinlater.backends.redis.keys import (
+    CUSTOM_STATUS_LIMIT,
+    ms_from_seconds,
+    queue_names_key,
+    seconds_arg,
+)
+from pinlater.backends.redis.keys_compact import (
+    CompactQueueKeys,
+    QueueKeyNames,
+    compact_names_key,
+    ready_keys,
+)
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.memory import RedisMemoryProbe
 from pinlater.backends.redis.native_hot import NativeHotPath
@@ -239,6 +258,7 @@ class RedisStore:
             args.append(len(lists))
         while self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args):
             pass
+        schedules.drop_queue_schedules(self._shard, self._name, queue)  # once unregistered (schedules.py)
 
     def get_queue_names(self) -> set[str]:
         if self.layout.compact:
@@ -480,7 +500,13 @@ class RedisStore:
                 counts[cell] = counts.get(cell, 0) + n
         return counts
 
-    def scan_jobs(self, queue: str, where: JobFilter, limit: int) -> list[JobRecord]:
+    def scan_jobs(self, queue: str, where: JobFilter, limit: int, after: ScanCursor | None = None) -> list[JobRecord]:
+        """Pages of scan_jobs.lua read from a point (``filtered_reads.page_after``): from
+        ``after``, then from the last member each page looked at, until ``limit`` rows. Newest
+        first, equal run afters by id as text descending (the sorted sets' order backwards); a
+        page costs about ``limit`` members (``REGEX_PAGE_SIZE`` with a body regex) however deep
+        it starts. Pages are separate reads, but each starts from a point, not an offset, so a
+        change between them moves nothing: a job that matches throughout is returned once."""
         keys = self._keys(queue)
         low, high = score_range(where)
         sets = read_sets(keys, where)
@@ -491,24 +517,87 @@ class RedisStore:
         if limit <= 0:
             self._require_queue(queue)
             return found
-        rows: Iterator[list[Any]]
-        if body_filter is None:
-            rows = pages(self._shard, queue, sets, low, high, False, True, max(limit, 1))
-        else:
-            matched = matching_pages(
-                self._shard, queue, sets, low, high, True, REGEX_PAGE_SIZE, REGEX_PAGE_BYTES, body_filter
-            )
-            rows = (row for page_matched in matched for row in page_matched)
         compact = isinstance(keys, CompactQueueKeys)
-        for row in rows:
-            group = row[9] if compact else None
-            found.append(
-                job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
-            )
-            if len(found) >= limit:
+        point = after
+        while len(found) < limit:
+            if body_filter is None:
+                got = page_after(self._shard, queue, sets, low, high, point, limit - len(found), False)
+                rows = got.rows
+            else:
+                body_filter.check()
+                got = page_after(self._shard, queue, sets, low, high, point, REGEX_PAGE_SIZE, True, REGEX_PAGE_BYTES)
+                rows = [got.rows[i] for i in body_filter.matching([row[8] for row in got.rows])]
+            for row in rows[: limit - len(found)]:
+                group = row[9] if compact else None
+                found.append(
+                    job_record(where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group)
+                )
+            if got.last or got.next is None:
                 break
-        found.sort(key=lambda job: (job.run_after_ms, job.local_id), reverse=True)
+            point = got.next
         return found
+
+    # -- job control (issue 18): queue depth and schedules -------------------------------------
+
+    def oldest_ready(self, num_priorities: int, now_ms: int) -> dict[tuple[str, int], int]:
+        """The queue names, then ``oldest_ready.lua`` over each queue's PENDING sets (and in the
+        compact layout its ready lists), pipelined as ``queue_counts`` sends its calls: a few
+        round trips whatever the number of queues. Held jobs (the broker's) are left out, and so
+        are waiting jobs of ordered groups; a queue deleted in between has none."""
+        cells: list[tuple[str, int]] = []  # the (queue, priority) of each value the calls answer
+        groups: list[tuple[list[str], str]] = []  # per queue: its keys and their kinds
+        for queue in sorted(self.get_queue_names()):
+            keys = self._keys(queue)
+            group: list[str] = []
+            kinds = ""
+            for p in range(1, num_priorities + 1):
+                cells.append((queue, p))
+                group.append(keys.set_key(p, JobState.PENDING))
+                kinds += "z"
+                if lists := ready_keys(keys, p):  # the list, then the records hash it needs
+                    cells.append((queue, p))
+                    group += [*lists, keys.jobs_arg]
+                    kinds += "rj"
+            groups.append((group, kinds))
+        now = seconds_arg(now_ms)
+        calls: list[tuple[list[str], list[Any]]] = []
+        key_list: list[str] = []
+        all_kinds = ""
+        for group, kinds in groups:
+            full = len(key_list) + len(group) > QUEUE_COUNTS_KEYS_PER_CALL
+            if key_list and (self._config.is_cluster or full):  # a cluster call: one queue's slot
+                calls.append((key_list, [now, all_kinds] if self.layout.compact else [now]))
+                key_list, all_kinds = [], ""
+            key_list += group
+            all_kinds += kinds
+        if key_list:
+            calls.append((key_list, [now, all_kinds] if self.layout.compact else [now]))
+        values: list[Any] = []
+        for reply in self._shard.run_pipelined("oldest_ready", calls) if calls else []:
+            values.extend(reply)
+        oldest: dict[tuple[str, int], int] = {}
+        for cell, value in zip(cells, values, strict=True):
+            if value is not None:
+                ms = ms_from_seconds(value)
+                oldest[cell] = min(ms, oldest.get(cell, ms))
+        return oldest
+
+    # schedules: see schedules.py
+
+    def put_schedule(self, row: ScheduleRow) -> None:
+        schedules.put_schedule(self._shard, self._name, row)
+
+    def delete_schedule(self, queue: str, name: str) -> bool:
+        return schedules.delete_schedule(self._shard, self._name, queue, name)
+
+    def list_schedules(self, queue: str) -> list[ScheduleRow]:
+        return schedules.list_schedules(self._shard, self._name, queue)
+
+    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+        return schedules.due_schedules(self._shard, self._name, now_ms, limit)
+
+    def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
+        return schedules.advance_schedule(self._shard, self._name, queue, name, expected_next_ms, next_run_ms)
 
     # -- bulk administration ----------------------------------------------------------------
 

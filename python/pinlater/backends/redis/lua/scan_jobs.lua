@@ -25,19 +25,33 @@ ARGV[7]  '1' to include bodies, else '0'
 ARGV[8]  '1' for highest score first, else '0'
 ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes ('0' or none:
          no bound)
+ARGV[10] optional, newest first only: a point (score) to page from instead of the offset (which
+         is then 0): the window is the `count` members that come after (ARGV[10], ARGV[11]) in
+         scan order (lib/after.lua), whether or not that member is still there; '' or none: an
+         offset read
+ARGV[11] with ARGV[10]: the point's id
 
 Hash fields: bd al ar cs ca ua cd (keys.JobField).
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
 then 10 values per job: id, score, al, ar, cs, ca, ua, cd (nil if none),
-bd (nil unless asked), its dedup key (nil if none)}, or -1 if the queue does not exist.
+bd (nil unless asked), its dedup key (nil if none)}, or -1 if the queue does not exist. From a
+point (ARGV[10]), two values follow the rows: the score and id of the last member looked at (the
+next page's point; nil when none was), and `last` says whether members of the range may follow
+it.
 ]]
 --@include keyed_rows
 --@include holds
+--@include after
 local names_key, ids_key, set_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local queue, hash_prefix, low, high = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
 local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
+local point_score, point_id = ARGV[10], ARGV[11]
+local from_point = point_score ~= nil
+if point_score == '' then
+  point_score = nil
+end
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
@@ -68,7 +82,27 @@ end
 
 -- The window [offset, offset + count) of the range: {id, score, held?} triples, in order.
 local window = {}
-if not held_key then
+local more = false  -- from a point: whether a set may hold members past the window
+if from_point then
+  -- The `count` newest after the point of each set, merged: the window's members are among them.
+  local merged = {}
+  local sources = {{set_key, false}}
+  if held_key then
+    sources[2] = {held_key, true}
+  end
+  for _, source in ipairs(sources) do
+    local got = newest_after(source[1], low, high, point_score, point_id, count)
+    more = more or #got >= count
+    for _, m in ipairs(got) do
+      merged[#merged + 1] = {m[1], m[2], source[2]}
+    end
+  end
+  table.sort(merged, newer)
+  for i = 1, math.min(count, #merged) do
+    window[i] = merged[i]
+  end
+  more = more or #merged > count
+elseif not held_key then
   for _, m in ipairs(range(set_key, offset, count)) do
     window[#window + 1] = {m[1], m[2], false}
   end
@@ -139,5 +173,11 @@ out[1] = evicted
 out[2] = looked
 if looked == #window and #window < count then
   out[3] = 1
+end
+if from_point then
+  out[3] = (looked == #window and not more) and 1 or 0
+  local seen = window[looked]
+  out[#out + 1] = seen and seen[2] or false
+  out[#out + 1] = seen and seen[1] or false
 end
 return out

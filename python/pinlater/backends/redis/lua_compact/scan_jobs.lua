@@ -38,22 +38,35 @@ ARGV[7]  '1' to include bodies, else '0'
 ARGV[8]  '1' for highest score first, else '0'
 ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes ('0' or none:
          no bound)
+ARGV[10] optional, newest first only: a point (score, seconds) to page from instead of the
+         offset, as in lua/scan_jobs.lua (lib/after.lua for the sets; the ready list is read
+         from its tail back to the point's score: O(entries after the point), as every read of
+         the experimental lists)
+ARGV[11] with ARGV[10]: the point's id
 
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
 then 11 values per job: id, score (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none),
 bd (nil unless asked), its group (nil if none), its dedup key (nil if none)}, or -1 if the queue does not exist.
+From a point, the score (seconds) and id of the last member looked at follow the rows, as in
+lua/scan_jobs.lua.
 ]]
 --@include keyed_rows
 --@include records
 --@include sets
 --@include holds
 --@include ready
+--@include after
 local meta_key, ids_key, set_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, low, high = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4])
 local offset, count = tonumber(ARGV[5]), tonumber(ARGV[6])
 local with_body, newest_first = ARGV[7] == '1', ARGV[8] == '1'
 local ready_key, waiting_key = KEYS[7], KEYS[8]
+local point_score, point_id = ARGV[10], ARGV[11]
+local from_point = point_score ~= nil
+if point_score == '' then
+  point_score = nil
+end
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
@@ -85,7 +98,85 @@ end
 -- The window [offset, offset + count) of the range: {id, score, where} triples, in order, where
 -- is false for the set, 'held' or 'list'.
 local window = {}
-if not held_key then
+local more = false  -- from a point: whether a source may hold members past the window
+
+-- The ready list's entries within the bounds after the point (ms) newest first, a whole run of
+-- one score at a time (its ids sorted as text): read from the tail back to the point's score.
+local function list_after(point_ms, n)
+  local out = {}
+  if not ready_key or redis.call('LLEN', ready_key) == 0 then
+    return out
+  end
+  local run, stop = {}, -1  -- ids after the marker not met yet, tail first
+  while true do
+    local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
+    for i = #page, 1, -1 do
+      local entry = page[i]
+      if is_marker(entry) then
+        local score = marker_score(entry)
+        local place = ready_place(score, low, high)
+        if place < 0 then
+          return out
+        end
+        if place == 0 and (not point_ms or score <= point_ms) then
+          local ids = {}
+          for _, id in ipairs(run) do
+            if not point_ms or score < point_ms or id < point_id then
+              ids[#ids + 1] = id
+            end
+          end
+          table.sort(ids, function(a, b) return a > b end)
+          for _, id in ipairs(ids) do
+            out[#out + 1] = {id, string.format('%d', score)}
+          end
+          if #out >= n then
+            return out
+          end
+        end
+        run = {}
+      else
+        run[#run + 1] = entry
+      end
+    end
+    if #page < READY_PAGE then
+      return out
+    end
+    stop = stop - READY_PAGE
+  end
+end
+
+if from_point then
+  -- The `count` newest after the point of each source, merged: the window's are among them.
+  local point_ms = point_score and to_ms(point_score)
+  local at = point_ms and string.format('%.17g', point_ms)
+  local merged = {}
+  local sources = {{set_key, false}}
+  if held_key then
+    sources[#sources + 1] = {held_key, 'held'}
+  end
+  if waiting_key then
+    sources[#sources + 1] = {waiting_key, 'wait'}
+  end
+  for _, source in ipairs(sources) do
+    local got = newest_after(source[1], low, high, at, point_id, count)
+    more = more or #got >= count
+    for _, m in ipairs(got) do
+      merged[#merged + 1] = {m[1], m[2], source[2]}
+    end
+  end
+  if ready_key then
+    local got = list_after(point_ms, count)
+    more = more or #got >= count
+    for _, m in ipairs(got) do
+      merged[#merged + 1] = {m[1], m[2], 'list'}
+    end
+  end
+  table.sort(merged, newer)
+  for i = 1, math.min(count, #merged) do
+    window[i] = merged[i]
+  end
+  more = more or #merged > count
+elseif not held_key then
   for _, m in ipairs(range(set_key, offset, count)) do
     window[#window + 1] = {m[1], m[2], false}
   end
@@ -218,5 +309,11 @@ out[1] = evicted
 out[2] = looked
 if looked == #window and #window < count then
   out[3] = 1
+end
+if from_point then
+  out[3] = (looked == #window and not more) and 1 or 0
+  local seen = window[looked]
+  out[#out + 1] = seen and to_seconds(seen[2]) or false
+  out[#out + 1] = seen and seen[1] or false
 end
 return out

@@ -1,0 +1,16 @@
+--[[ advance_schedule: compare-and-set of a schedule's next run (ShardStore.advance_schedule): of two servers that fired one tick, one moves it.
+
+As lua/advance_schedule.lua (the code is lua/lib/schedules.lua's): the keys are the compact layout's
+(keys_compact.py), all with the shard's hash tag {S}, one slot.
+
+KEYS[1]  the schedules' definitions hash (plc:{S}:sd)
+KEYS[2]  the due schedules' sorted set (plc:{S}:sn)
+ARGV[1]  queue name
+ARGV[2]  schedule name
+ARGV[3]  the next_run_ms expected (decimal)
+ARGV[4]  the new next_run_ms (decimal)
+
+Returns 1 if it moved, 0 if the schedule is gone or its next run is not the expected one.
+]]
+--@include schedules
+return schedules.advance()
