@@ -24,6 +24,19 @@ Two halves:
       >>> admin.stats()["counters"]["emails_enqueue"]
       1200
 
+  Job control (issue 18): cancel jobs, schedules kept in the store, scans that page, and paced
+  redrives (FAILED jobs back to PENDING at a set rate, in the background, in the server process
+  that serves the admin port: a redrive does not survive a restart of that server)::
+
+      >>> admin.cancel("emails", ["emails:s1:p1:42"])
+      1
+      >>> admin.set_schedule("emails", "digest", cron="0 8 * * *", body="send the digest")["next_run_ms"]
+      1767254400000
+      >>> admin.pause_schedule("emails", "digest"); admin.resume_schedule("emails", "digest")
+      >>> jobs, more = admin.scan_page("emails", "failed", limit=100)      # more: None at the end
+      >>> r = admin.start_redrive("emails", rate=50, limit=10_000)
+      >>> admin.redrive(r["id"])["moved"]; admin.stop_redrive(r["id"])
+
   Changing anything needs the admin password (the one whose hash is ADMIN_PASSWORD_HASH); a wrong
   one raises ``PasswordRefused`` and nothing is done. Rate limits are changed by rewriting the
   server's QUEUE_CONFIG_FILE_PATH, so a server without one refuses them (``AdminError``, 409).
@@ -42,6 +55,7 @@ Two halves:
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.parse
@@ -96,6 +110,16 @@ class Admin:
         self.base = f"http://{host}:{admin_port}"
         self.password = password
         self.timeout = timeout
+
+    @classmethod
+    def from_url(cls, url: str, *, password: str | None = None, timeout: float = 30.0) -> Admin:
+        """A client of the admin port at ``url`` (``http://host:port``, a path after it ignored)."""
+        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise AdminError(0, f"not an admin URL: {url!r} (like http://127.0.0.1:9999)")
+        admin = cls(password=password, timeout=timeout)
+        admin.base = f"{parts.scheme}://{parts.netloc}"
+        return admin
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -186,6 +210,61 @@ class Admin:
         )
         jobs: list[dict[str, Any]] = result["jobs"]
         return jobs
+
+    def scan_page(
+        self,
+        queue: str,
+        state: str = "failed",
+        *,
+        priority: int | None = None,
+        limit: int = 100,
+        body_regex: str | None = None,
+        future: bool = False,
+        continuation: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a scan, as ``scan``, and the continuation that resumes after it (None
+        when nothing is left): pass it back, with the same query, for the next page. A job that
+        stays in the state during the whole scan is on exactly one page."""
+        result = self._get(
+            "/api/scan",
+            queue=queue,
+            state=state,
+            priority=priority,
+            limit=limit,
+            regex=body_regex,
+            future="1" if future else None,
+            continuation=continuation,
+        )
+        jobs: list[dict[str, Any]] = result["jobs"]
+        more: str | None = result["continuation"]
+        return jobs, more
+
+    def depth(self, queue: str) -> dict[str, int | None]:
+        """``{"oldest_ready_age_ms": how long the oldest ready PENDING job has waited (None: no
+        ready job), "expired": jobs that expired unrun so far}``, counted now."""
+        q = self._queue(queue)
+        return {"oldest_ready_age_ms": q["oldest_ready_age_ms"], "expired": q["expired"]}
+
+    def schedules(self, queue: str) -> list[dict[str, Any]]:
+        """The queue's schedules by name: ``cron`` or ``interval_ms``, ``paused``, ``next_run_ms``,
+        and the job (``body_text``, ``body_base64``, ``priority``, ``attempts``, ``custom_status``,
+        ``group_key``)."""
+        found: list[dict[str, Any]] = self._get("/api/schedules", queue=queue)["schedules"]
+        return found
+
+    def redrives(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """The redrives this server runs or ran (running first, then newest first): ``id``,
+        ``queue``, ``state`` (running, done, stopped, failed), ``reason``, ``moved``,
+        ``failed_at_start``, ``failed_now``, ``rate``, ``limit``, ... They do not survive a restart
+        of the server."""
+        found: list[dict[str, Any]] = self._get("/api/redrives", queue=queue)["redrives"]
+        return found
+
+    def redrive(self, redrive_id: str) -> dict[str, Any]:
+        """One redrive's progress (``redrives`` says what it holds); AdminError 404 when this
+        server has none by that id (a restart forgets them)."""
+        found: dict[str, Any] = self._get(f"/api/redrives/{urllib.parse.quote(redrive_id, safe='')}")["redrive"]
+        return found
 
     def lookup(self, descriptor: str) -> dict[str, Any] | None:
         """One job with its body (``body_text`` with replacement characters, ``body_hex``) and
@@ -282,3 +361,90 @@ class Admin:
         """Restore the rate the queue had before ``pause`` (or no limit)."""
         result: dict[str, Any] = self._post("/api/rate", {"queue": queue, "action": "resume"}, password)
         return result
+
+    # -- job control (password) --------------------------------------------------------------
+
+    def cancel(self, queue: str, descriptors: list[str], *, password: str | None = None) -> int:
+        """Cancel jobs of ``queue`` by descriptor (at most 1000): a PENDING job ends FAILED with
+        "cancelled" in its custom status, a running one gets no further attempt; finished or
+        unknown ones change nothing. Returns how many changed."""
+        body = {"queue": queue, "descriptors": list(descriptors)}
+        return int(self._post("/api/cancel", body, password)["cancelled"])
+
+    def set_schedule(
+        self,
+        queue: str,
+        name: str,
+        *,
+        body: str | bytes,
+        cron: str | None = None,
+        interval_ms: int | None = None,
+        priority: int = 1,
+        attempts: int = 2,
+        custom_status: str = "",
+        group_key: str | None = None,
+        paused: bool = False,
+        password: str | None = None,
+    ) -> dict[str, Any]:
+        """Create or replace a schedule: one job with ``body`` enqueued at each tick of ``cron``
+        (5 fields, UTC) or every ``interval_ms``; returns it as ``schedules`` lists it."""
+        fields: dict[str, Any] = {
+            "queue": queue,
+            "name": name,
+            "cron": cron,
+            "interval_ms": interval_ms,
+            "priority": priority,
+            "attempts": attempts,
+            "custom_status": custom_status,
+            "group_key": group_key,
+            "paused": paused,
+        }
+        if isinstance(body, bytes):
+            fields["body_base64"] = base64.b64encode(body).decode("ascii")
+        else:
+            fields["body"] = body
+        schedule: dict[str, Any] = self._post("/api/schedules", fields, password)["schedule"]
+        return schedule
+
+    def pause_schedule(self, queue: str, name: str, *, password: str | None = None) -> dict[str, Any]:
+        """Stop firing the schedule (kept, with everything else it holds) until ``resume_schedule``."""
+        schedule: dict[str, Any] = self._post("/api/schedules/pause", {"queue": queue, "name": name}, password)[
+            "schedule"
+        ]
+        return schedule
+
+    def resume_schedule(self, queue: str, name: str, *, password: str | None = None) -> dict[str, Any]:
+        """Fire the schedule again, from its next tick after now."""
+        schedule: dict[str, Any] = self._post("/api/schedules/resume", {"queue": queue, "name": name}, password)[
+            "schedule"
+        ]
+        return schedule
+
+    def delete_schedule(self, queue: str, name: str, *, password: str | None = None) -> None:
+        """Remove the schedule (AdminError 404 when the queue has none by that name)."""
+        self._post("/api/schedules/delete", {"queue": queue, "name": name}, password)
+
+    def start_redrive(
+        self,
+        queue: str,
+        rate: float,
+        *,
+        limit: int | None = None,
+        priority: int | None = None,
+        attempts: int = 1,
+        password: str | None = None,
+    ) -> dict[str, Any]:
+        """Start moving FAILED jobs of ``queue`` (of ``priority``, or every one) back to PENDING
+        with ``attempts`` attempts, at ``rate`` jobs per second (0.1 to 100000), at most ``limit``
+        (None: until none is left), in the background. Returns the redrive (its ``id``, for
+        ``redrive`` and ``stop_redrive``). It runs in the server process that serves the admin
+        port and does not survive a restart of that server."""
+        body = {"queue": queue, "rate": rate, "limit": limit, "priority": priority, "attempts": attempts}
+        redrive: dict[str, Any] = self._post("/api/redrives", body, password)["redrive"]
+        return redrive
+
+    def stop_redrive(self, redrive_id: str, *, password: str | None = None) -> dict[str, Any]:
+        """Stop a redrive after its batch in flight; returns it as it ended (a finished one as it is)."""
+        path = f"/api/redrives/{urllib.parse.quote(redrive_id, safe='')}/stop"
+        redrive: dict[str, Any] = self._post(path, {}, password)["redrive"]
+        return redrive

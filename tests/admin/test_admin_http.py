@@ -289,7 +289,7 @@ class _Tags(HTMLParser):
 
 
 def _assets(server: ServerProcess) -> Iterator[tuple[str, str]]:
-    for path in ("/", "/static/dashboard.js", "/static/dashboard.css"):
+    for path in ("/", "/static/dashboard.js", "/static/jobcontrol.js", "/static/dashboard.css"):
         resp = http(server, path)
         assert resp.status == 200, path
         yield path, resp.text

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pinlater import __version__
-from pinlater.cli import bench, client, migrate_layout, serve, worker
+from pinlater.cli import admin, bench, client, migrate_layout, serve, worker
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     worker.add_parser(sub)
     client.add_parser(sub)
+    admin.add_parser(sub)
     bench.add_parser(sub)
     migrate_layout.add_parser(sub)
     return parser

@@ -9,6 +9,9 @@ Routes: ``/stats.txt`` (the original's Ostrich-style text), ``/stats.json``, ``/
 * POST ``retry``, ``delete``, ``rate`` with a JSON body carrying ``password``: checked against
   ADMIN_PASSWORD_HASH before anything is done (403 otherwise). Rate changes rewrite the watched
   QUEUE_CONFIG_FILE_PATH atomically and apply at once; without that file they are refused (409).
+* job control (``admin_jobcontrol.py``): POST ``cancel``; GET/POST ``schedules`` and POST
+  ``schedules/{pause,resume,delete}``; GET/POST ``redrives``, GET ``redrives/{id}``, POST
+  ``redrives/{id}/stop`` (paced redrives run in this process: ``pinlater.redrive``).
 
 Every response carries a strict Content-Security-Policy (no inline script, nothing from other
 origins), and the dashboard builds its DOM from text, so job bodies and custom statuses
@@ -29,12 +32,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.redrive import Redrives
 from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
 from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
 from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
 from pinlater.server.admin_api import STATES as STATES
-from pinlater.server.admin_api import AdminApi, ApiError
+from pinlater.server.admin_api import ApiError
+from pinlater.server.admin_jobcontrol import JobControlApi
 from pinlater.server.metrics import (
     RateHistory,
     memory_families,
@@ -57,6 +62,7 @@ CSP = (
 )
 STATIC = {
     "dashboard.js": "text/javascript",
+    "jobcontrol.js": "text/javascript",
     "dashboard.css": "text/css",
 }
 _STATUS_FOR_CODE = {
@@ -73,8 +79,9 @@ def _dashboard_file(name: str) -> bytes:
     return (resources.files("pinlater.server") / "dashboard" / name).read_bytes()
 
 
-class AdminApp(AdminApi):
-    """The aiohttp application over a running ``PinLaterServer`` (the ``/api`` handlers: ``AdminApi``)."""
+class AdminApp(JobControlApi):
+    """The aiohttp application over a running ``PinLaterServer`` (the ``/api`` handlers:
+    ``AdminApi`` and ``JobControlApi``). It owns the server's redrives, stopped with it."""
 
     def __init__(self, server: PinLaterServer, sample_interval: float = 5.0) -> None:
         self.server = server
@@ -82,12 +89,14 @@ class AdminApp(AdminApi):
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
         self._queue_snapshot: QueueSnapshot | None = None  # read for each scrape
+        self.redrives = Redrives()
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
         app.on_response_prepare.append(_security_headers)
         app.on_startup.append(self._start_sampler)
         app.on_cleanup.append(self._stop_sampler)
+        app.on_cleanup.append(self._stop_redrives)
         r = app.router
         r.add_get("/", self.index)
         r.add_get("/static/{name}", self.static)
@@ -104,10 +113,23 @@ class AdminApp(AdminApi):
         r.add_post("/api/delete", self.api_delete)
         r.add_post("/api/rate", self.api_rate)
         r.add_post("/api/rules", self.api_rules)
+        r.add_post("/api/cancel", self.api_cancel)
+        r.add_get("/api/schedules", self.api_schedules)
+        r.add_post("/api/schedules", self.api_schedule_set)
+        r.add_post("/api/schedules/pause", self.api_schedule_pause)
+        r.add_post("/api/schedules/resume", self.api_schedule_resume)
+        r.add_post("/api/schedules/delete", self.api_schedule_delete)
+        r.add_get("/api/redrives", self.api_redrives)
+        r.add_post("/api/redrives", self.api_redrive_start)
+        r.add_get("/api/redrives/{id}", self.api_redrive)
+        r.add_post("/api/redrives/{id}/stop", self.api_redrive_stop)
         return app
 
     async def _start_sampler(self, app: web.Application) -> None:
         self._sampler = asyncio.create_task(self.history.run(), name="pinlater-rate-history")
+
+    async def _stop_redrives(self, app: web.Application) -> None:
+        await self.redrives.aclose()
 
     async def _stop_sampler(self, app: web.Application) -> None:
         if self._sampler is not None:

@@ -1,6 +1,8 @@
 """The admin port's JSON API (``/api/...``), mixed into ``AdminApp`` (``pinlater.server.admin``).
 
-* GET ``queues`` (``?queue=``), ``rates``, ``scan`` (``queue state priority limit regex future``),
+* GET ``queues`` (``?queue=``; each queue with its counts, the age of its oldest ready PENDING
+  job in ms and its expired jobs), ``rates``, ``scan`` (``queue state priority limit regex future
+  continuation``: a page, and the ``continuation`` that resumes after it, null at the end),
   ``lookup`` (``descriptor``);
 * POST ``retry``, ``delete``, ``rate`` with a JSON body carrying ``password``: checked against
   ADMIN_PASSWORD_HASH before anything is done (403 otherwise). Rate changes rewrite the watched
@@ -22,8 +24,9 @@ from aiohttp import web
 
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
-from pinlater.backends import body_filter
+from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import DEFAULT_RULES, GroupCounts, JobRecord, JobState
+from pinlater.backends.scan_pages import ScanQuery
 from pinlater.errors import ConfigError
 from pinlater.server.handler import QUEUE_NAME, hash_password
 from pinlater.server.metrics import memory_snapshot
@@ -78,6 +81,7 @@ class AdminApi:
             counts = {wanted: await one_queue_columns(backend, wanted)}
             counted_at_ms, took_ms = int(time.time() * 1000), None
             groups = {wanted: await backend.group_counts(wanted)}
+            depth = await _depth_now(backend, names)
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
             names = sorted(snapshot.names)
@@ -85,6 +89,7 @@ class AdminApi:
             counted_at_ms, took_ms = snapshot.taken_at_ms, round(snapshot.took_s * 1000, 1)
             monitor = self.server.monitor
             groups = {} if monitor is None else monitor.group_counts
+            depth = snapshot
         queues = [
             {
                 "name": queue,
@@ -92,6 +97,8 @@ class AdminApi:
                 "rate": self._rate(queue),
                 "rules": self._rules(queue),
                 "groups": _groups(groups.get(queue)),
+                "oldest_ready_age_ms": depth.oldest_ready_age_ms(queue),
+                "expired": depth.expired.get(queue, 0),
             }
             for queue in names
         ]
@@ -166,10 +173,14 @@ class AdminApi:
         limit = _int(q.get("limit", "100"), "limit", 1, MAX_SCAN)
         regex = _regex(q.get("regex"))
         future = q.get("future", "") in ("1", "true", "yes")
-        found = await self.backend.scan_jobs(queue, state, priority, future, limit, regex)
+        continuation = q.get("continuation") or scan_pages.START
+        query = ScanQuery(queue, state, priority, future, regex)
+        found, resume = await self.backend.scan_page(query, limit, continuation)  # CONTINUATION_INVALID: 400
         jobs = [_job(d, r) for d, r in found]
-        jobs.sort(key=lambda j: (j["updated_at_ms"], j["descriptor"]), reverse=True)  # newest change first
-        return _json({"queue": queue, "state": state.name.lower(), "jobs": jobs})
+        # A page holds the scan's next jobs (newest run-after first); shown newest change first.
+        jobs.sort(key=lambda j: (j["updated_at_ms"], j["descriptor"]), reverse=True)
+        more = None if resume == scan_pages.END else resume
+        return _json({"queue": queue, "state": state.name.lower(), "jobs": jobs, "continuation": more})
 
     async def api_lookup(self, request: web.Request) -> web.Response:
         descriptor = request.query.get("descriptor", "").strip()
@@ -327,6 +338,18 @@ async def one_queue_columns(backend: ShardedBackend, queue: str) -> Columns:
     return {column: [next(flat) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
 
 
+async def _depth_now(backend: ShardedBackend, names: list[str]) -> QueueSnapshot:
+    """The oldest ready jobs and expired counts now, as a count pass holds them (the counts
+    left out); empty (logged) when the stores fail them, as a pass does: the counts still answer."""
+    taken_at = backend.clock.now_ms()
+    try:
+        oldest, expired = await asyncio.gather(backend.oldest_ready(), backend.expired_counts())
+    except Exception as exc:
+        log.warning("the queue view without its oldest ready age and expired count: %s: %s", type(exc).__name__, exc)
+        oldest, expired = {}, {}
+    return QueueSnapshot(frozenset(names), {}, taken_at, 0.0, oldest, expired)
+
+
 def _audit(request: web.Request, level: int, action: str, queue: str, what: str) -> None:
     """One log line per admin action done, with who asked (JSON logs get the fields as keys)."""
     extra = {"remote": request.remote, "action": action, "queue": queue}
@@ -375,6 +398,7 @@ def _job(descriptor: str, record: JobRecord, with_body: bool = False) -> dict[st
         "claim_descriptor": record.claim_descriptor,
         "dedup_key": record.dedup_key,
         "group_key": record.group_key,
+        "expire_at_ms": record.expire_at_ms,
     }
     if with_body and record.body is not None:
         body = record.body

@@ -15,6 +15,10 @@
   let rates = null;
   let selected = null;
   let refreshing = false;
+  // The scan on show: its query, the continuation of its next page (null: none), its page number.
+  let scan = null;
+  // Called after each refresh and when a queue is selected (jobcontrol.js: schedules, redrives).
+  const refreshHooks = [];
 
   const $ = (id) => document.getElementById(id);
 
@@ -62,6 +66,19 @@
   const fmtTime = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "");
   const fmtRate = (r) => (r >= 100 ? r.toFixed(0) : r >= 10 ? r.toFixed(1) : r.toFixed(2));
   const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+
+  // A duration for people: "45 s", "12 min", "3 h 5 min", "2 d 4 h".
+  function fmtAge(ms) {
+    if (ms === null || ms === undefined) return "";
+    const s = Math.floor(ms / 1000);
+    if (s < 60) return `${s} s`;
+    const m = Math.floor(s / 60);
+    if (m < 60) return `${m} min`;
+    const h = Math.floor(m / 60);
+    if (h < 24) return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
+    const d = Math.floor(h / 24);
+    return h % 24 ? `${d} d ${h % 24} h` : `${d} d`;
+  }
 
   // -- the queue table ----------------------------------------------------------------------------
 
@@ -112,6 +129,8 @@
         { "data-queue": q.name, class: q.name === selected ? "selected" : "" },
         el("td", { class: "name", text: q.name }),
         ...COLUMNS.map((c) => countCell(c, q.counts[c])),
+        el("td", { class: "oldest-ready", title: q.oldest_ready_age_ms === null ? "no ready job" : "", text: fmtAge(q.oldest_ready_age_ms) }),
+        el("td", { class: q.expired ? "expired nonzero" : "expired", text: String(q.expired) }),
         el("td", { class: "rate" }, rateText(q.rate)),
         el("td", { class: "groups", text: groupsText(q.groups) }),
         el("td", { class: "activity" }, canvas),
@@ -276,7 +295,12 @@
       row.className = row.getAttribute("data-queue") === queue ? "selected" : "";
     }
     renderDetail();
+    runHooks();
     $("queue-detail").scrollIntoView({ block: "nearest" });
+  }
+
+  function runHooks() {
+    for (const hook of refreshHooks) hook();
   }
 
   function renderDetail() {
@@ -315,6 +339,7 @@
       renderSelects();
       renderQueues();
       renderDetail();
+      runHooks();
       document.body.setAttribute("data-loaded", "1");
     } finally {
       refreshing = false;
@@ -404,7 +429,7 @@
 
   // -- jobs: scan and lookup ------------------------------------------------------------------------
 
-  async function onScan(event) {
+  function onScan(event) {
     event.preventDefault();
     const params = new URLSearchParams({
       queue: $("scan-queue").value,
@@ -415,11 +440,21 @@
     if (priority !== null) params.set("priority", String(priority));
     if ($("scan-regex").value) params.set("regex", $("scan-regex").value);
     if ($("scan-future").checked) params.set("future", "1");
+    scan = { params, continuation: null, page: 0 };
+    scanPage();
+  }
+
+  // The scan's next page: the first, or the one its continuation resumes at (same query).
+  async function scanPage() {
+    const params = new URLSearchParams(scan.params);
+    if (scan.continuation) params.set("continuation", scan.continuation);
     const result = await call("GET", `/api/scan?${params}`);
     if (!result.ok) {
       showMessage(`Scan failed (${result.status}): ${result.data.error}`, true);
       return;
     }
+    scan.page += 1;
+    scan.continuation = result.data.continuation;
     const rows = result.data.jobs.map((job) => {
       const link = el("button", { type: "button", class: "lookup-link", text: job.descriptor });
       link.addEventListener("click", () => lookup(job.descriptor));
@@ -438,6 +473,9 @@
     });
     document.querySelector("#jobs tbody").replaceChildren(...rows);
     $("jobs-empty").hidden = rows.length > 0;
+    $("scan-next").hidden = !scan.continuation;
+    const more = scan.continuation ? "" : " (the last)";
+    $("scan-page").textContent = scan.page > 1 || scan.continuation ? `page ${scan.page}${more}` : "";
   }
 
   async function lookup(descriptor) {
@@ -460,6 +498,7 @@
       ["Claim", job.claim_descriptor || ""],
       ["Dedup key", job.dedup_key || ""],
       ["Group key", job.group_key || ""],
+      ["Expires", fmtTime(job.expire_at_ms)],
     ];
     $("lookup-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
     const size = job.body_size === undefined ? 0 : job.body_size;
@@ -469,7 +508,21 @@
     $("lookup-body-size").textContent = `${note})`;
     $("lookup-body-text").textContent = job.body_text || "";
     $("lookup-body-hex").textContent = job.body_hex || "";
+    const cancel = $("lookup-cancel");
+    cancel.hidden = !(job.state === "pending" || job.state === "in_progress");
+    cancel.setAttribute("data-descriptor", job.descriptor);
     $("lookup-result").hidden = false;
+  }
+
+  async function onCancelJob() {
+    const descriptor = $("lookup-cancel").getAttribute("data-descriptor");
+    const queue = descriptor.split(":")[0];
+    const text =
+      `Cancel job ${descriptor}? A PENDING job ends FAILED with "cancelled" in its custom status; ` +
+      "a running one gets no further attempt (a success ack still counts).";
+    await act(text, "/api/cancel", { queue, descriptors: [descriptor] }, (d) =>
+      d.cancelled ? `Cancelled ${descriptor}.` : `${descriptor} was not changed (finished already, or unknown).`);
+    await lookup(descriptor);
   }
 
   function onLookup(event) {
@@ -491,8 +544,24 @@
     $("rate-resume").addEventListener("click", () => rateAction("resume"));
     $("rate-unlimit").addEventListener("click", () => rateAction("unlimit"));
     $("scan-form").addEventListener("submit", onScan);
+    $("scan-next").addEventListener("click", scanPage);
+    $("lookup-cancel").addEventListener("click", onCancelJob);
     $("lookup-form").addEventListener("submit", onLookup);
     refresh();
     setInterval(refresh, REFRESH_MS);
   });
+
+  // What jobcontrol.js builds on (the same helpers, the same password dialog).
+  window.PinLaterDashboard = {
+    el,
+    call,
+    act,
+    showMessage,
+    fmtTime,
+    fmtAge,
+    selected: () => selected,
+    overview: () => overview,
+    refresh,
+    onRefresh: (hook) => refreshHooks.push(hook),
+  };
 })();
