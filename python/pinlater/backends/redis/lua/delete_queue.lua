@@ -8,10 +8,10 @@ KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2..m]  every sorted set of the queue whose members are its jobs' ids: the state sets, the
             held and hold expiry sets, and any set left by servers before the held set
             (plq_{shard}_{queue}.p{p}_s{s}, _h, _x, _r)
-KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (..._o) and the dedup
-            records (pld_{shard}_{queue}.k, .i, .g), the expiry index and count (.e, .n), with
-            UNLINK: the records of a million keys
-            would keep Redis busy for most of a second in a DEL
+KEYS[m+1..] keys deleted outright once no job is left: the holders hashes (..._o), the dedup
+            records (pld_{shard}_{queue}.k, .i, .g) and the expiry index and count (.e, .n),
+            with UNLINK: the records of a million keys would keep Redis busy for most of a
+            second in a DEL
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     the most jobs to delete in this call
