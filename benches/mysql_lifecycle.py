@@ -183,7 +183,8 @@ def direct_consumer(db: Db, queue: str, batch: int, start_at: float, deadline: f
                 seq += 1
                 claim = f"bench:direct|{os.getpid()}:{seq}"
                 now_ms = time.time_ns() // 1_000_000  # the expiry check's now
-                if cur.execute(claim_sql, (claim, now, now, now_ms, now, RESERVATION_PREFIX, RESERVATION_PREFIX, batch)):
+                args = (claim, now, now, now_ms, now, RESERVATION_PREFIX, RESERVATION_PREFIX, batch)
+                if cur.execute(claim_sql, args):
                     cur.execute(select_sql, (claim,))
                     acks = [int(r[0]) for r in cur.fetchall()]
                 else:

@@ -34,6 +34,7 @@ def following(expr: str, start: str, n: int = 1) -> list[str]:
         ("5 4 * * sun", "2026-11-24 00:00:00", ["2026-11-29 04:05", "2026-12-06 04:05"]),
         ("0 9 * * 1-5", "2026-11-27 10:00:00", ["2026-11-30 09:00"]),  # Friday after nine: Monday
         ("0 0 1,15 * 5", "2026-11-24 00:00:00", ["2026-11-27 00:00", "2026-12-01 00:00"]),  # either day field
+        ("0 0 */2 * 5", "2026-11-24 00:00:00", ["2026-11-27 00:00", "2026-12-11 00:00"]),  # "*/2" restricts no day
         ("0 0 29 feb *", "2026-03-01 00:00:00", ["2028-02-29 00:00"]),
         ("30 2 * jan-mar/2 *", "2026-11-24 00:00:00", ["2027-01-01 02:30"]),
         ("0 12 * * 7", "2026-11-24 00:00:00", ["2026-11-29 12:00"]),  # 7 is Sunday too
@@ -63,6 +64,8 @@ def test_the_next_time_is_strictly_after_the_given_one() -> None:
         ("*/0 * * * *", "step '0' is not a number above 0"),
         ("5-1 * * * *", "range '5-1' runs backwards"),
         ("x * * * *", "minute: 'x' is not a number"),
+        ("\u00b2 * * * *", "minute: '\u00b2' is not a number"),
+        ("*/\u00b2 * * * *", "step '\u00b2' is not a number above 0"),
         ("* * * foo *", "month: 'foo' is not a number or a name"),
         ("0 0 30 2 *", "never matches a date"),
         ("0 0 31 4,6,9,11 *", "never matches a date"),

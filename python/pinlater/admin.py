@@ -436,7 +436,7 @@ class Admin:
     ) -> dict[str, Any]:
         """Start moving FAILED jobs of ``queue`` (of ``priority``, or every one) back to PENDING
         with ``attempts`` attempts, at ``rate`` jobs per second (0.1 to 100000), at most ``limit``
-        (None: until none is left), in the background. Returns the redrive (its ``id``, for
+        (None: as many as are FAILED when it starts), in the background. Returns the redrive (its ``id``, for
         ``redrive`` and ``stop_redrive``). It runs in the server process that serves the admin
         port and does not survive a restart of that server."""
         body = {"queue": queue, "rate": rate, "limit": limit, "priority": priority, "attempts": attempts}

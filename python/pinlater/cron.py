@@ -68,7 +68,9 @@ class Cron:
             raise CronError(f"cron expression {text!r} has {len(fields)} fields, not 5 (minute hour day month weekday)")
         sets = [_field(value, *spec) for value, spec in zip(fields, _FIELDS, strict=True)]
         weekdays = frozenset(d % 7 for d in sets[4])
-        cron = cls(text, sets[0], sets[1], sets[2], sets[3], weekdays, fields[2] == "*", fields[4] == "*")
+        # As Vixie cron: a day field that starts with "*" (say "*/2") does not restrict the day.
+        any_day, any_weekday = fields[2].startswith("*"), fields[4].startswith("*")
+        cron = cls(text, sets[0], sets[1], sets[2], sets[3], weekdays, any_day, any_weekday)
         if cron.next_after(0) is None:
             raise CronError(f"cron expression {text!r} never matches a date")
         return cron
@@ -105,7 +107,7 @@ class Cron:
 def _number(token: str, name: str, low: int, high: int, names: dict[str, int]) -> int:
     value = names.get(token.lower())
     if value is None:
-        if not token.isdigit():
+        if not (token.isascii() and token.isdigit()):
             raise CronError(f"{name}: {token!r} is not a number{' or a name' if names else ''}")
         value = int(token)
     if not low <= value <= high:
@@ -119,7 +121,7 @@ def _field(text: str, name: str, low: int, high: int, names: dict[str, int]) -> 
         span, _, step_text = part.partition("/")
         step = 1
         if step_text:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not (step_text.isascii() and step_text.isdigit()) or int(step_text) == 0:
                 raise CronError(f"{name}: step {step_text!r} is not a number above 0")
             step = int(step_text)
         if span == "*":

@@ -6,8 +6,9 @@ redrive moves them at ``rate`` jobs per second instead: a token bucket filled at
 at most ``BATCH_SECONDS`` worth, and at least one job) is spent every ``TICK_SECONDS`` or so by one
 ``ShardedBackend.retry_failed_jobs`` call per priority (the one given, or 1, 2, ... in turn)
 for what it holds, so no second of the redrive moves more than ``rate`` jobs plus one batch, and a
-slow store only slows it down. It ends ``done`` when it reached its ``limit`` or a batch found
-fewer FAILED jobs than it asked for (none left), ``stopped`` when asked, ``failed`` (with the
+slow store only slows it down. It ends ``done`` when it reached its ``limit`` (without one: as
+many jobs as were FAILED when it started, so jobs that fail again are not moved round for ever) or
+a batch found fewer FAILED jobs than it asked for (none left), ``stopped`` when asked, ``failed`` (with the
 reason) when the queue is gone or the stores kept failing.
 
 A redrive lives in the memory of the server process that serves the admin port (``Redrives``,
@@ -15,7 +16,8 @@ owned by the admin app): it is not stored, so it does NOT survive a restart of t
 the server stops, the redrive ends where it was (the jobs it moved stay PENDING, the others stay
 FAILED) and nothing resumes it: start it again to go on. ``NOTE`` says so in every answer.
 
-At most one redrive runs per queue at a time, and at most ``MAX_RUNNING`` in all; the last
+At most one redrive runs per queue at a time on one server (two servers' admin ports can each run
+one), and at most ``MAX_RUNNING`` in all; the last
 ``KEEP_FINISHED`` finished ones stay listed.
 """
 
@@ -82,7 +84,7 @@ class RedriveRefused(Exception):
 @dataclass(frozen=True, slots=True)
 class RedrivePlan:
     """What to move: FAILED jobs of ``queue`` (of ``priority``, or all) at ``rate`` jobs/s, at
-    most ``limit`` (None: until none is left), each back to PENDING with ``attempts`` attempts."""
+    most ``limit`` (None: as many as were FAILED at its start), each back to PENDING with ``attempts`` attempts."""
 
     queue: str
     rate: float
@@ -286,14 +288,19 @@ class Redrives:
         )
         counted_at = time.monotonic()
         errors = 0
+        # Without a limit, as many as were FAILED at the start: jobs that fail again after it
+        # moved them (or new failures) are not moved round and round for ever.
+        limit = plan.limit if plan.limit is not None else redrive.failed_at_start
         while True:
-            if plan.limit is not None and redrive.moved >= plan.limit:
-                return RedriveState.DONE, "limit reached"
+            if redrive.moved >= limit:
+                return (
+                    RedriveState.DONE,
+                    "limit reached" if plan.limit is not None else "moved the jobs FAILED at its start",
+                )
             if await _stopped(redrive, max(TICK_SECONDS, bucket.wait_for_one())):
                 return RedriveState.STOPPED, redrive.stop_reason
             want = bucket.fill(time.monotonic())
-            if plan.limit is not None:
-                want = min(want, plan.limit - redrive.moved)
+            want = min(want, limit - redrive.moved)
             if want < 1:
                 continue
             try:

@@ -40,6 +40,8 @@ MAX_NAME_LENGTH = 200
 #: How long a tick's dedup key stays held after its job's enqueue: a tick fired again within it
 #: (a server that died between the enqueue and the move) makes no second job.
 TICK_KEY_WINDOW_MS = 24 * 3_600_000
+#: Largest body a schedule's job may carry (the row is read at every tick).
+MAX_BODY_BYTES = 1024 * 1024
 #: Due rows one shard hands the runner per pass.
 DUE_PER_PASS = 500
 
@@ -158,6 +160,17 @@ async def _require_queue(backend: ShardedBackend, queue: str) -> None:
         raise QueueNotFoundError(queue)
 
 
+def _require_every_shard(backend: ShardedBackend, what: str) -> None:
+    """SHARD_CONNECTION_FAILED unless every shard is healthy: a schedule's row may be on any of
+    them (a shard that was its home before), and a write that missed one would let that row
+    fire again when it is back."""
+    down = [s.name for s in backend.shards.all() if not s.healthy]
+    if down:
+        raise PinLaterError(
+            ErrorCode.SHARD_CONNECTION_FAILED, f"{what} needs every shard; down: {', '.join(sorted(down))}"
+        )
+
+
 async def upsert(backend: ShardedBackend, schedule: Schedule) -> Schedule:
     """Create or replace the schedule (its next tick counted from now); the stored schedule."""
     schedule.check(backend.num_priorities)
@@ -172,22 +185,24 @@ async def upsert(backend: ShardedBackend, schedule: Schedule) -> Schedule:
             raise PinLaterError(
                 ErrorCode.ENQUEUE_REJECTED, f"schedule {schedule.name!r}: groupKey (ordered groups) {reason}"
             )
+    _require_every_shard(backend, "upsertSchedule")
     home = _home(backend, schedule.queue, schedule.name)
     await backend.call_store(home, home.store.put_schedule, stored.row())
     for shard in backend.shards.all():  # a row left on a shard that was home before
-        if shard is not home and shard.healthy:
+        if shard is not home:
             await backend.call_store(shard, shard.store.delete_schedule, schedule.queue, schedule.name)
     return stored
 
 
 async def delete(backend: ShardedBackend, queue: str, name: str) -> bool:
     """Remove the schedule from every shard; False when there was none. QUEUE_NOT_FOUND for a
-    queue that does not exist."""
+    queue that does not exist; SHARD_CONNECTION_FAILED, with nothing removed, while a shard is
+    down (the row could be there)."""
     await _require_queue(backend, queue)
+    _require_every_shard(backend, "deleteSchedule")
     removed = False
     for shard in backend.shards.all():
-        if shard.healthy:
-            removed |= await backend.call_store(shard, shard.store.delete_schedule, queue, name)
+        removed |= await backend.call_store(shard, shard.store.delete_schedule, queue, name)
     return removed
 
 

@@ -230,13 +230,16 @@ def test_a_redrive_moves_failed_jobs_at_its_rate_up_to_its_limit(admin_server: A
     assert len(moved) == 30 and {j["attempts_remaining"] for j in moved} == {2}
 
 
-def test_a_redrive_without_a_limit_ends_when_no_failed_job_is_left(admin_server: AdminServer, admin: Admin) -> None:
+def test_a_redrive_without_a_limit_ends_when_it_moved_the_jobs_failed_at_its_start(
+    admin_server: AdminServer, admin: Admin
+) -> None:
     admin_server.jobs.create("drain")
     make_failed(admin_server, "drain", 3, priority=1)
     make_failed(admin_server, "drain", 2, priority=3)
     r = admin.start_redrive("drain", 1000)
     done = redrive_ended(admin, r["id"])
-    assert (done["state"], done["reason"], done["moved"], done["failed_now"]) == ("done", "no FAILED jobs left", 5, 0)
+    expected = ("done", "moved the jobs FAILED at its start", 5, 0)
+    assert (done["state"], done["reason"], done["moved"], done["failed_now"]) == expected
     assert admin_server.jobs.count("drain", FAILED) == 0
 
 

@@ -255,6 +255,20 @@ def test_an_expired_job_is_never_handed_out_and_fails_expired(ops: Ops) -> None:
     assert ops.store.expire_jobs(Q, T0 + 300, 100) == 0
 
 
+def test_one_dequeue_ends_a_bounded_number_of_expired_jobs(ops: Ops) -> None:
+    # A million jobs that expired together must not make one dequeue (a Lua script holding
+    # Redis, a transaction holding SQLite) end them all: the monitor's expire_jobs takes the rest.
+    ops.enqueue([job(b"x%d" % i, run_after=T0 - 1_000, expire_at=T0 + 10) for i in range(700)])
+    (alive,) = ops.enqueue([job(b"alive", run_after=T0)])
+
+    got = ids(ops.dequeue(1, 1, now=T0 + 20))
+    assert expired_total(ops.store) < 700
+    while ops.store.expire_jobs(Q, T0 + 20, 500):
+        pass
+    assert expired_total(ops.store) == 700
+    assert got or ids(ops.dequeue(1, 1, now=T0 + 20)) == [alive.local_id]
+
+
 def test_expire_jobs_takes_the_soonest_first_and_stops_at_its_limit(ops: Ops) -> None:
     placed = ops.enqueue([job(b"%d" % i, priority=1 + i % 3, expire_at=T0 + 1_000 - i) for i in range(5)])
     never = ops.enqueue([job(b"later", expire_at=T0 + 50_000)])

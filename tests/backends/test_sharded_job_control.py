@@ -124,6 +124,32 @@ def test_jobs_that_stay_are_returned_once_while_others_come_and_go(
     assert before <= set(seen), "every job there from start to end is returned"
 
 
+def test_a_scan_ends_when_a_shard_goes_down_half_way_and_a_new_one_sees_it_back(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    spread(stores, clock, 6)
+    query = ScanQuery(Q, JobState.PENDING, None, False, None)
+    first, continuation = run(backend.scan_page(query, 4, scan_pages.START))
+    down = backend.shards.get("3")
+    assert down is not None
+    down.mark_unhealthy("test")
+
+    seen = [d for d, _ in first]
+    while continuation != scan_pages.END:  # ends: no empty pages until shard 3 is back
+        page, continuation = run(backend.scan_page(query, 4, continuation))
+        seen.extend(d for d, _ in page)
+    assert len(seen) == len(set(seen))
+    assert {shard_of(d) for d in seen} >= {"1", "2"}
+    assert len([d for d in seen if shard_of(d) != "3"]) == 12
+
+    down.mark_healthy()
+    again, continuation = run(backend.scan_page(query, 4, scan_pages.START))
+    while continuation != scan_pages.END:
+        page, continuation = run(backend.scan_page(query, 4, continuation))
+        again.extend(page)
+    assert len(again) == 18
+
+
 def test_a_continuation_is_good_only_for_its_own_query(backend: ShardedBackend, stores: dict[str, ShardStore]) -> None:
     spread(stores, ManualClock(), 5)
     query = ScanQuery(Q, JobState.PENDING, None, False, None)
@@ -273,3 +299,17 @@ def test_paused_schedules_do_not_fire_and_a_deleted_queue_takes_its_schedules(
     run(schedules.upsert(backend, every("live")))
     run(backend.delete_queue(Q))
     assert all(not s.list_schedules(Q) for s in stores.values())
+
+
+def test_schedule_writes_refuse_while_a_shard_is_down(backend: ShardedBackend) -> None:
+    run(schedules.upsert(backend, every("kept")))
+    down = backend.shards.get("2")
+    assert down is not None
+    down.mark_unhealthy("test")
+
+    for write in (schedules.delete(backend, Q, "kept"), schedules.upsert(backend, every("other"))):
+        with pytest.raises(PinLaterError) as info:
+            run(write)
+        assert info.value.code == ErrorCode.SHARD_CONNECTION_FAILED
+    down.mark_healthy()
+    assert [s.name for s in run(schedules.listing(backend, Q))] == ["kept"], "nothing removed, nothing half-written"

@@ -347,13 +347,16 @@ class ShardStore(Protocol):
 
         **Expiry.** A job with ``expire_at_ms`` that is still PENDING (ready, later, waiting in
         a group, or under a reservation) once ``now_ms >= expire_at_ms`` is never handed out
-        again: ``dequeue_jobs`` (dry runs included), ``reserve_jobs`` and ``claim_reserved`` skip
-        it. It *expires*: FAILED, attempts_remaining 0, claim cleared, updated now, custom status
-        ``ended_status(status, EXPIRED, limit)``; it leaves its group as a final failure does (the
-        next job of the group is promoted) and its dedup key is no longer held by its state.
-        Every store expires such jobs in ``expire_jobs``, and may also expire the ones a dequeue
-        or reservation meets in that same step (dry runs change nothing). Each expiry is counted
-        in ``expired_counts``. Beside that:
+        again: ``dequeue_jobs`` (dry runs included) and ``reserve_jobs`` skip it (and
+        ``reserve_jobs`` never reserves a job that would expire under its reservation, so
+        ``claim_reserved`` never meets one). It *expires*: FAILED, attempts_remaining 0, claim
+        cleared, updated now, custom status ``ended_status(status, EXPIRED, limit)``; it leaves
+        its group as a final failure does (the next job of the group is promoted) and its dedup
+        key is no longer held by its state. Every store expires such jobs in ``expire_jobs``, and
+        may also expire the ones a dequeue or reservation meets in that same step (dry runs
+        change nothing), at most a bounded number per call (a queue whose million jobs expired
+        together must not hold the store for one dequeue). Each expiry is counted in
+        ``expired_counts``. Beside that:
 
         - A failure ack with attempts left whose retry would run at or after the expiry
           (``now + retry_delay_ms >= expire_at_ms``) expires the job instead of retrying it; so

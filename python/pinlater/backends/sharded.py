@@ -121,6 +121,10 @@ def claim_source(source: str) -> str:
     return source[:MAX_SOURCE_IN_CLAIM]
 
 
+#: Most jobs one ``ShardStore.cancel_jobs`` call is given.
+CANCEL_CHUNK = 1_000
+
+
 class QueueAnswers:
     """What the shards asked about one queue said, for the reads of that queue.
 
@@ -895,12 +899,16 @@ class ShardedBackend:
                 )
             by_shard[shard_name].append((priority, local_id))
         answers = QueueAnswers(queue)
-        calls = []
-        for shard_name, keys in by_shard.items():
-            shard = self._shard(shard_name)
-            if shard is not None:
+
+        async def on(shard: Shard, keys: list[tuple[int, int]]) -> int:
+            changed = 0
+            for at in range(0, len(keys), CANCEL_CHUNK):  # one store call stays small (a Lua script)
                 now = self.clock.now_ms()
-                calls.append(answers.ask(shard, self.call_store(shard, shard.store.cancel_jobs, queue, keys, now), 0))
+                call = self.call_store(shard, shard.store.cancel_jobs, queue, keys[at : at + CANCEL_CHUNK], now)
+                changed += await answers.ask(shard, call, 0)
+            return changed
+
+        calls = [on(shard, keys) for name, keys in by_shard.items() if (shard := self._shard(name)) is not None]
         changed = sum(await _gather_raising_first(calls))
         answers.check()
         return changed
@@ -1006,14 +1014,15 @@ class ShardedBackend:
         """One page of a scan over every readable shard and priority, newest run_after first,
         and the continuation that resumes after it (``scan_pages.END`` when nothing is left).
         CONTINUATION_INVALID for a continuation this query did not make."""
-        stops = scan_pages.decode(query, continuation)
+        configured = {shard.name for shard in self._shards.all()}
+        # A shard removed since the last page holds none of the queue's jobs any more.
+        stops = {walk: stop for walk, stop in scan_pages.decode(query, continuation).items() if walk[0] in configured}
         now = self.clock.now_ms()
         deadline = self._filter_deadline(query.body_regex)
+        readable = await self._readable_shards()
+        every = [(shard, p) for shard in readable for p in self._priorities(query.priority)]
         walks = [
-            ((shard, p), stops.get((shard.name, p)))
-            for shard in await self._readable_shards()
-            for p in self._priorities(query.priority)
-            if (shard.name, p) not in stops or stops[(shard.name, p)] is not None
+            ((shard, p), stops.get((shard.name, p))) for shard, p in every if stops.get((shard.name, p), 0) is not None
         ]
         answers = QueueAnswers(query.queue)
         no_records: list[JobRecord] = []
@@ -1041,6 +1050,11 @@ class ShardedBackend:
         for (shard_name, _p), record in page:
             descriptor = encode_descriptors(query.queue, shard_name, [record.priority], [record.local_id])[0]
             out.append((descriptor, record.as_clients_see_it()))
+        if all(after_page.get((shard.name, p), 0) is None for shard, p in every):
+            # Every shard that answers is done. A shard down now is left out of the rest of the
+            # scan, as a scan's first page leaves it out: the scan ends rather than return empty
+            # pages until it is back.
+            return out, scan_pages.END
         return out, scan_pages.encode(query, after_page)
 
     async def _readable_shards(self) -> list[Shard]:

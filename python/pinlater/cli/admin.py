@@ -70,7 +70,9 @@ def add_parser(sub: Any) -> None:
     a = action("redrive", "move FAILED jobs of a queue back to PENDING at a set rate, in the background", _redrive)
     a.add_argument("queue")
     a.add_argument("--rate", type=_rate, required=True, help="jobs per second (0.1 to 100000)")
-    a.add_argument("--limit", type=_positive, help="move at most this many (default: until none is left)")
+    a.add_argument(
+        "--limit", type=_positive, help="move at most this many (default: as many as are FAILED when it starts)"
+    )
     a.add_argument("--priority", type=_positive, help="only this priority (default: every one)")
     a.add_argument("--attempts", type=_positive, default=1, help="attempts each moved job gets (default 1)")
     a.add_argument("--wait", action="store_true", help="show progress until it ends (Ctrl-C stops the redrive)")

@@ -33,7 +33,7 @@ log = logging.getLogger("pinlater.server.admin")
 #: Descriptors one cancel takes.
 MAX_CANCEL = 1000
 #: Longest schedule body taken (bytes): what one job body may be on the wire is the store's limit.
-MAX_SCHEDULE_BODY = 1024 * 1024
+MAX_SCHEDULE_BODY = schedules.MAX_BODY_BYTES
 #: The schedule body shown as text in listings (characters); ``body_base64`` is always whole.
 SCHEDULE_TEXT_LIMIT = 4096
 RESTART = {"survives_restart": False, "note": NOTE}

@@ -73,6 +73,8 @@ MAX_VALID_NAMES_KEPT = 4096
 #: limit of 2**31-1 cannot build a reply of every job in the queue.
 DEFAULT_MAX_SCAN_LIMIT = 10_000
 I32_MAX = 2**31 - 1
+#: Most descriptors one cancelJobs takes (each store call gets at most CANCEL_CHUNK of them).
+MAX_CANCEL = 100_000
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -474,11 +476,17 @@ class PinLaterHandler:
         descriptors = request.jobDescriptors or []
         if not descriptors:
             return 0
+        if len(descriptors) > MAX_CANCEL:
+            raise PinLaterError(
+                ErrorCode.UNKNOWN, f"cancelJobs takes at most {MAX_CANCEL} descriptors, not {len(descriptors)}"
+            )
         if self.broker is not None:
             await self.broker.settle(decode_descriptors(descriptors))
+            # This server's buffer hands none of them out, during the cancel or after it.
+            await self.broker.forget(queue)
         changed = await self.backend.cancel_jobs(queue, descriptors)
-        if self.broker is not None and changed:
-            await self.broker.forget(queue)  # none of them is handed out from this server's buffer
+        if self.broker is not None:
+            await self.broker.forget(queue)
         self.metrics.incr(f"{queue}_cancel", changed)
         log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
         return min(changed, I32_MAX)
@@ -509,6 +517,8 @@ class PinLaterHandler:
 
         if job.body is None:
             raise reject("its job needs a body")
+        if len(job.body) > schedules.MAX_BODY_BYTES:
+            raise reject(f"its job's body is {len(job.body)} bytes, at most {schedules.MAX_BODY_BYTES}")
         for field, value in (
             ("runAfterTimestampMillis", job.runAfterTimestampMillis),
             ("dedupKey", job.dedupKey),

@@ -140,7 +140,7 @@
     const attempts = Number($("redrive-attempts").value);
     const text =
       `Move FAILED jobs of queue ${queue} (${priority === null ? "every priority" : `priority ${priority}`}) back to ` +
-      `PENDING at ${rate} jobs/s, ${limit === null ? "until none is left" : `at most ${limit}`}, ` +
+      `PENDING at ${rate} jobs/s, ${limit === null ? "as many as are FAILED now" : `at most ${limit}`}, ` +
       `with ${attempts} attempt(s) each? It runs in the background inside this server and does not ` +
       "survive a restart of it.";
     D.act(text, "/api/redrives", { queue, rate, limit, priority, attempts }, (d) =>

@@ -120,6 +120,10 @@ end
 
 local out = {0}
 local found, evicted = 0, 0
+-- Expired jobs met (ended, or skipped by a dry run) per call: once this many, no further page is
+-- read, so a queue of a million jobs that expired together costs one call about this much;
+-- expire_jobs ends the rest.
+local EXPIRED_BUDGET, expired_met = 256, 0
 while found < limit do
   local want = limit - found
   local picked
@@ -140,6 +144,7 @@ while found < limit do
         evicted = evicted + 1
       end
     elseif expired_at(job[6], now_ms) then
+      expired_met = expired_met + 1
       if not dry_run then
         local status = redis.call('HGET', hash_key, 'cs')
         redis.call('HSET', hash_key, 'ar', 0, 'ua', now, 'cs', ended_status(status, EXPIRED, CUSTOM_STATUS_LIMIT))
@@ -170,7 +175,7 @@ while found < limit do
   end
   zrem_all(pending_key, taken)
   zadd_all(in_progress_key, now, claimed)
-  if #picked < want then
+  if #picked < want or expired_met >= EXPIRED_BUDGET then
     break
   end
 end

@@ -50,9 +50,10 @@ end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 limit = math.min(limit, room(rules_tail(6)))
 local SKIP_BUDGET = 1000
+local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 local out = {0}
 local found, evicted, skipped = 0, 0, 0
-while found < limit and skipped < SKIP_BUDGET do
+while found < limit and skipped < SKIP_BUDGET and expired_met < EXPIRED_BUDGET do
   local want = limit - found
   -- the jobs skipped stay first in the range (they came before every member not yet read)
   local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', skipped, want)
@@ -72,6 +73,7 @@ while found < limit and skipped < SKIP_BUDGET do
       redis.call('DEL', hash_key)
       evicted = evicted + 1
     elseif expired_at(job[6], now_ms) then
+      expired_met = expired_met + 1
       local status = redis.call('HGET', hash_key, 'cs')
       redis.call('HSET', hash_key, 'ar', 0, 'ua', now, 'cs', ended_status(status, EXPIRED, CUSTOM_STATUS_LIMIT))
       redis.call('ZADD', failed_key, now, id)

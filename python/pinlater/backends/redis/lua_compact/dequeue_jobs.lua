@@ -200,6 +200,9 @@ end
 -- one page does, and changes nothing.
 local reader = ready_reader(ready_key, records_key, true, limit + 1)
 local places = 0
+-- Expired jobs met (ended, or skipped by a dry run) per call, at most: a queue of a million jobs
+-- that expired together costs one call no more than this; expire_jobs ends the rest.
+local EXPIRED_BUDGET, expired_met = 256, 0
 while (dry_run and places or found) < limit do
   local member = next_member()
   local entry = reader.peek()
@@ -223,6 +226,10 @@ while (dry_run and places or found) < limit do
           member[1], member[3], now) then
         taken[#taken + 1] = member[1]
         more = more or member[3].gr ~= nil  -- its group's next job may have moved up: look again
+      end
+      expired_met = expired_met + 1
+      if expired_met >= EXPIRED_BUDGET then  -- the monitor's expire_jobs ends the rest
+        break
       end
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then

@@ -117,6 +117,7 @@ local function next_member()
 end
 
 local reader = ready_reader(ready_key, records_key, true, limit + 1)
+local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 while found < limit do
   local member = next_member()
   local entry = reader.peek()
@@ -136,6 +137,10 @@ while found < limit do
       if expire_met(rules, records_key, pending_key, failed_key, expiry_index_key, expired_count_key, member[1],
           member[3], now) then
         taken[#taken + 1] = member[1]
+      end
+      expired_met = expired_met + 1
+      if expired_met >= EXPIRED_BUDGET then  -- the monitor's expire_jobs ends the rest
+        break
       end
     elseif member[3] and member[3].ex and member[3].ex <= expiry then
       skipped = skipped + 1
