@@ -628,6 +628,31 @@ impl<T: Send> Writer<T> {
             .map_err(|e| connection_error(&e))
     }
 
+    /// An ack statement with the request's values bound once (bindings outlive each run's
+    /// reset), and where each job's values go (`bind_ack_item`), found once, not per job.
+    fn prepare_ack(
+        &self,
+        sql: &str,
+        queue: &str,
+        limit: i64,
+        now_ms: i64,
+    ) -> Result<(rusqlite::CachedStatement<'_>, AckPositions), ShardError> {
+        let mut stmt = self.prepare(sql)?;
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":status_limit", &limit),
+                (":now_ms", &now_ms),
+            ],
+        )?;
+        let at = positions(
+            &stmt,
+            [":priority", ":local_id", ":append", ":retry_delay_ms"],
+        )?;
+        Ok((stmt, at))
+    }
+
     fn enqueue(&self, queue: &str, jobs: &[NewJob], now_ms: i64) -> Result<Vec<i64>, ShardError> {
         self.require_queue(queue)?;
         self.insert(queue, jobs, now_ms)
@@ -1134,34 +1159,9 @@ impl<T: Send> Writer<T> {
             if items.is_empty() {
                 continue;
             }
-            let mut stmt = self.prepare(sql)?;
-            // The request's values are bound once (bindings outlive each run's reset); each
-            // job's by the positions its names were found at, not looked up again per job.
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":status_limit", &limit),
-                    (":now_ms", &now_ms),
-                ],
-            )?;
-            let at = positions(
-                &stmt,
-                [":priority", ":local_id", ":append", ":retry_delay_ms"],
-            )?;
+            let (mut stmt, at) = self.prepare_ack(sql, queue, limit, now_ms)?;
             for item in items {
-                let values: [&dyn ToSql; 4] = [
-                    &item.priority,
-                    &item.local_id,
-                    &item.append_custom_status.as_str(),
-                    &item.retry_delay_ms,
-                ];
-                for (index, value) in at.iter().zip(values) {
-                    if let Some(index) = *index {
-                        stmt.raw_bind_parameter(index, value)
-                            .map_err(|e| connection_error(&e))?;
-                    }
-                }
+                bind_ack_item(&mut stmt, &at, item)?;
                 if !grouped || success {
                     let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
                     if grouped && changed > 0 {
@@ -1225,32 +1225,10 @@ impl<T: Send> Writer<T> {
         let statements = &self.options.statements;
         let mut expired: i64 = 0;
         {
-            let mut stmt = self.prepare(&statements.ack_failed_expire)?;
-            bind(
-                &mut stmt,
-                &[
-                    (":queue", &queue),
-                    (":status_limit", &limit),
-                    (":now_ms", &now_ms),
-                ],
-            )?;
-            let at = positions(
-                &stmt,
-                [":priority", ":local_id", ":append", ":retry_delay_ms"],
-            )?;
+            let (mut stmt, at) =
+                self.prepare_ack(&statements.ack_failed_expire, queue, limit, now_ms)?;
             for item in failed {
-                let values: [&dyn ToSql; 4] = [
-                    &item.priority,
-                    &item.local_id,
-                    &item.append_custom_status.as_str(),
-                    &item.retry_delay_ms,
-                ];
-                for (index, value) in at.iter().zip(values) {
-                    if let Some(index) = *index {
-                        stmt.raw_bind_parameter(index, value)
-                            .map_err(|e| connection_error(&e))?;
-                    }
-                }
+                bind_ack_item(&mut stmt, &at, item)?;
                 let mut rows = stmt.raw_query();
                 let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
                     continue;
@@ -1351,6 +1329,30 @@ struct GroupRow {
 }
 
 /// Where each named parameter is bound in the statement; None for a name it does not use.
+/// Where an ack statement takes one job's values (`Writer::prepare_ack`).
+type AckPositions = [Option<usize>; 4];
+
+/// Bind one acked job's values at the positions `prepare_ack` found.
+fn bind_ack_item(
+    stmt: &mut Statement<'_>,
+    at: &AckPositions,
+    item: &crate::queue::jobs::AckItem,
+) -> Result<(), ShardError> {
+    let values: [&dyn ToSql; 4] = [
+        &item.priority,
+        &item.local_id,
+        &item.append_custom_status.as_str(),
+        &item.retry_delay_ms,
+    ];
+    for (index, value) in at.iter().zip(values) {
+        if let Some(index) = *index {
+            stmt.raw_bind_parameter(index, value)
+                .map_err(|e| connection_error(&e))?;
+        }
+    }
+    Ok(())
+}
+
 fn positions<const N: usize>(
     stmt: &Statement<'_>,
     names: [&str; N],
