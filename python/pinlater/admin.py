@@ -198,17 +198,8 @@ class Admin:
     ) -> list[dict[str, Any]]:
         """Jobs of one state (``pending``, ``in_progress``, ``succeeded``, ``failed``), newest first,
         with attempts, custom status, ``dedup_key`` and ``group_key`` (None without one; no
-        bodies: see ``lookup``)."""
-        result = self._get(
-            "/api/scan",
-            queue=queue,
-            state=state,
-            priority=priority,
-            limit=limit,
-            regex=body_regex,
-            future="1" if future else None,
-        )
-        jobs: list[dict[str, Any]] = result["jobs"]
+        bodies: see ``lookup``): the first page of ``scan_page``."""
+        jobs, _ = self.scan_page(queue, state, priority=priority, limit=limit, body_regex=body_regex, future=future)
         return jobs
 
     def scan_page(
