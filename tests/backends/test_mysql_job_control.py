@@ -234,6 +234,21 @@ def test_expire_jobs_walks_the_expiry_index_not_the_queue(make_store: Callable[.
     assert store.expired_counts() == {Q: 20}
 
 
+def test_another_server_learns_from_its_monitor_that_a_queue_has_expiring_jobs(
+    make_store: Callable[..., MySQLStore],
+) -> None:
+    writer, other = make_store(), make_store()  # two servers' stores on one database
+    writer.create_queue(Q, 1)
+    later = KeyedJob(NewJob(1, b"b", T0 + 250, 3), None, expire_at_ms=T0 + 300)  # not ready at T0 + 200
+    [first, second] = writer.enqueue_keyed_jobs(Q, [expiring("a", T0 + 100), later], T0)
+
+    assert other.dequeue_jobs(Q, 1, 10, "w:c1", T0 + 200, False) == []  # skipped, never handed out
+    assert one(other, Q, 1, first.local_id).state == JobState.PENDING, "it has not seen an expiring job yet"
+    assert other.expire_jobs(Q, T0 + 200, 10) == 1  # its monitor's pass
+    assert other.dequeue_jobs(Q, 1, 10, "w:c2", T0 + 400, False) == []
+    assert one(other, Q, 1, second.local_id).state == JobState.FAILED, "expired by the dequeue that met it"
+
+
 def test_a_job_checkpointed_back_to_pending_is_indexed_again(make_store: Callable[..., MySQLStore]) -> None:
     store = make_store()
     store.create_queue(Q, 1)
@@ -245,7 +260,7 @@ def test_a_job_checkpointed_back_to_pending_is_indexed_again(make_store: Callabl
     item = CheckpointItem(1, claimed.local_id, T0 + 700, move_to_pending=True)
     assert store.checkpoint_jobs(Q, [item], "worker-1", T0 + 650) == 1
     assert store.dequeue_jobs(Q, 1, 1, "worker-2:c", T0 + 800, False) == []  # never handed out
-    assert store.expire_jobs(Q, T0 + 800, 10) == 1
+    assert store.expired_counts() == {Q: 1}, "found again through the index by the dequeue's expiry step"
     record = one(store, Q, 1, e.local_id)
     assert (record.state, record.custom_status, record.attempts_remaining) == (JobState.FAILED, "expired", 0)
 
@@ -266,7 +281,7 @@ def test_expired_counts_survive_a_restart_and_go_with_the_queue(make_store: Call
 
 
 @pytest.mark.parametrize("path", ["store", "native"])
-def test_the_hot_path_skips_expired_jobs_and_expires_retries_past_expiry(
+def test_the_hot_path_expires_the_jobs_a_dequeue_meets_and_retries_past_expiry(
     make_store: Callable[..., MySQLStore], path: str
 ) -> None:
     store = make_store()
@@ -293,14 +308,16 @@ def test_the_hot_path_skips_expired_jobs_and_expires_retries_past_expiry(
                 loop.run_until_complete(hot.ack_jobs(Q, AckGroup([], [item]), now_ms))
 
         assert dequeue(T0 + 100, dry_run=True) == [y]
+        assert one(store, Q, 1, x).state == JobState.PENDING, "a dry run changes nothing"
         assert dequeue(T0 + 100) == [y]
+        record = one(store, Q, 1, x)
+        assert (record.state, record.custom_status) == (JobState.FAILED, "expired"), "expired by the dequeue"
+        assert store.expired_counts() == {Q: 1}
         fail(T0 + 200, 9_800, y)  # the retry would run at its expiry: it expires
         record = one(store, Q, 1, y)
         assert (record.state, record.custom_status, record.claim_descriptor) == (JobState.FAILED, "err expired", None)
-        assert store.expired_counts() == {Q: 1}
-        assert one(store, Q, 1, x).state == JobState.PENDING  # skipped, left to expire_jobs
-        assert store.expire_jobs(Q, T0 + 200, 10) == 1
         assert store.expired_counts() == {Q: 2}
+        assert store.expire_jobs(Q, T0 + 200, 10) == 0
     finally:
         loop.run_until_complete(backend.aclose())
         backend.close()

@@ -203,6 +203,8 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
         database = self._database(queue)
         cap = self._store.rules(queue).max_in_progress  # the rules as set now, per call
+        if not dry_run and self._store.expire_met_due(queue, now_ms):
+            await self._offload(self._store.expire_met, queue, now_ms)
         for attempt in (0, 1):
             future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
             self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, cap, future)

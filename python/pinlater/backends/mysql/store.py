@@ -124,6 +124,13 @@ the tables one statement opens at once (MariaDB's table_open_cache is 2000 by de
 its size (about 150 bytes a part)."""
 
 
+#: A dequeue or reservation of a queue with expiring jobs first expires up to this many due ones
+#: (``MySQLStore.expire_met``) ...
+LAZY_EXPIRY_LIMIT = 256
+#: ... at most once in this long per queue and store.
+LAZY_EXPIRY_EVERY_MS = 100
+
+
 class MySQLStore(BlockingStore):
     """``ShardStore`` for one shard on one MySQL/MariaDB server. Thread-safe."""
 
@@ -166,6 +173,9 @@ class MySQLStore(BlockingStore):
         self._hot_paths: list[NativeMySQLHotPath] = []
         #: Each queue's rules (``set_queue_rules``), replaced whole: a reader sees one mapping.
         self._rules: Mapping[str, QueueRules] = {}
+        #: Queues known to have expiring jobs (this store enqueued one, or expired one), with
+        #: when a dequeue or reservation last expired their due jobs (``expire_met``).
+        self._expiring: dict[str, int] = {}
 
     @property
     def name(self) -> str:
@@ -302,12 +312,35 @@ class MySQLStore(BlockingStore):
 
     def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """One transaction, keys locked first: see ``dedup_keys``; expiries: ``expiry.mark_enqueued``."""
-        return dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
+        placed = dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
+        if any(job.expire_at_ms is not None for job in jobs):
+            self._expiring.setdefault(queue, 0)
+        return placed
 
     # -- job control (#18): expiry.py, control.py, schedule_rows.py ------------------------------
 
     def expire_jobs(self, queue: str, now_ms: int, limit: int) -> int:
-        return expiry.expire_jobs(self, queue, now_ms, limit)
+        expired = expiry.expire_jobs(self, queue, now_ms, limit)
+        if expired:
+            self._expiring.setdefault(queue, 0)
+        return expired
+
+    def expire_met_due(self, queue: str, now_ms: int) -> bool:
+        """Whether ``expire_met`` would do anything now (so the hot path offloads it only then)."""
+        last = self._expiring.get(queue)
+        return last is not None and now_ms - last >= LAZY_EXPIRY_EVERY_MS
+
+    def expire_met(self, queue: str, now_ms: int) -> int:
+        """Expire, before a dequeue or reservation of a queue known to have expiring jobs, up to
+        ``LAZY_EXPIRY_LIMIT`` of its due ones (``expire_jobs``: one more round trip), at most
+        once per ``LAZY_EXPIRY_EVERY_MS`` per queue: so a dequeue that meets expired jobs (which
+        its statement skips) has them FAILED "expired" at once, not at the monitor's next pass.
+        A queue this store never saw an expiring job of does nothing here; the monitor's first
+        ``expire_jobs`` that expires one teaches it."""
+        if not self.expire_met_due(queue, now_ms):
+            return 0
+        self._expiring[queue] = now_ms
+        return self.expire_jobs(queue, now_ms, LAZY_EXPIRY_LIMIT)
 
     def expired_counts(self) -> dict[str, int]:
         return expiry.expired_counts(self)
@@ -371,6 +404,8 @@ class MySQLStore(BlockingStore):
             return []
         if len(claim) > MAX_CLAIM_LENGTH:
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
+        if not dry_run:
+            self.expire_met(queue, now_ms)
         table = self._table(queue, priority)
         now = to_db_time(now_ms)
         cap = self.rules(queue).max_in_progress
@@ -426,6 +461,7 @@ class MySQLStore(BlockingStore):
     def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> list[ClaimedJob]:
+        self.expire_met(queue, now_ms)
         return reservations.reserve_jobs(self, queue, priority, limit, reservation, now_ms, hold_ms)
 
     def claim_reserved(
