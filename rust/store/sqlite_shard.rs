@@ -1517,26 +1517,44 @@ mod tests {
         }
     }
 
-    #[test]
-    fn runs_queued_requests_as_one_group_and_answers_each() {
+    /// A fresh shard file in the temp directory (`name` and the process id), with the schema
+    /// and queue `q` of `priorities` priorities, and a connection to it for the test's reads.
+    fn fresh_file(name: &str, priorities: i64) -> (std::path::PathBuf, Connection) {
         let path =
-            std::env::temp_dir().join(format!("pinlater-shard-{}.sqlite3", std::process::id()));
+            std::env::temp_dir().join(format!("pinlater-{name}-{}.sqlite3", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let setup = Connection::open(&path).unwrap();
         setup.execute_batch(&sql("schema")).unwrap();
         setup
-            .execute("INSERT INTO queues VALUES ('q', 3, 0)", [])
+            .execute(
+                "INSERT INTO queues VALUES ('q', ?1, 0)",
+                rusqlite::params![priorities],
+            )
             .unwrap();
-        let options = options(&path);
+        (path, setup)
+    }
+
+    /// The shard on `path`, its completions sent down the channel returned.
+    fn open_shard<T: Send + 'static>(
+        path: &std::path::Path,
+        gate: Arc<WriteGate>,
+    ) -> (SqliteShard<T>, Receiver<Vec<(T, Outcome)>>) {
         let (tx, rx) = channel();
-        let gate = Arc::new(WriteGate::default());
-        gate.acquire(); // hold the writer back until every request is queued
         let shard = SqliteShard::open(
-            options,
-            Arc::clone(&gate),
+            options(path),
+            gate,
             Box::new(move |done| tx.send(done).unwrap()),
         )
         .unwrap();
+        (shard, rx)
+    }
+
+    #[test]
+    fn runs_queued_requests_as_one_group_and_answers_each() {
+        let (path, setup) = fresh_file("shard", 3);
+        let gate = Arc::new(WriteGate::default());
+        gate.acquire(); // hold the writer back until every request is queued
+        let (shard, rx) = open_shard(&path, Arc::clone(&gate));
         let job = |body: &[u8]| NewJob {
             priority: 1,
             body: body.to_vec(),
@@ -1610,22 +1628,8 @@ mod tests {
 
     #[test]
     fn a_group_hands_out_one_job_at_a_time_and_an_ack_promotes_the_next() {
-        let path =
-            std::env::temp_dir().join(format!("pinlater-groups-{}.sqlite3", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let setup = Connection::open(&path).unwrap();
-        setup.execute_batch(&sql("schema")).unwrap();
-        setup
-            .execute("INSERT INTO queues VALUES ('q', 3, 0)", [])
-            .unwrap();
-        let (tx, rx) = channel();
-        let gate = Arc::new(WriteGate::default());
-        let shard = SqliteShard::open(
-            options(&path),
-            gate,
-            Box::new(move |done| tx.send(done).unwrap()),
-        )
-        .unwrap();
+        let (path, setup) = fresh_file("groups", 3);
+        let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
         let call = |op: Op| {
             shard.submit((), op).unwrap();
             rx.recv().unwrap().pop().unwrap().1.unwrap()
@@ -1714,23 +1718,8 @@ mod tests {
     #[test]
     #[allow(clippy::too_many_lines)] // one scenario, step by step
     fn one_call_joins_and_releases_many_groups_at_once() {
-        let path = std::env::temp_dir().join(format!(
-            "pinlater-many-groups-{}.sqlite3",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&path);
-        let setup = Connection::open(&path).unwrap();
-        setup.execute_batch(&sql("schema")).unwrap();
-        setup
-            .execute("INSERT INTO queues VALUES ('q', 1, 0)", [])
-            .unwrap();
-        let (tx, rx) = channel();
-        let shard = SqliteShard::open(
-            options(&path),
-            Arc::new(WriteGate::default()),
-            Box::new(move |done| tx.send(done).unwrap()),
-        )
-        .unwrap();
+        let (path, setup) = fresh_file("many-groups", 1);
+        let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
         let call = |op: Op| {
             shard.submit((), op).unwrap();
             rx.recv().unwrap().pop().unwrap().1.unwrap()
@@ -1886,21 +1875,8 @@ mod tests {
 
     #[test]
     fn expiring_jobs_are_never_claimed_and_a_retry_past_the_expiry_expires() {
-        let path =
-            std::env::temp_dir().join(format!("pinlater-expiry-{}.sqlite3", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let setup = Connection::open(&path).unwrap();
-        setup.execute_batch(&sql("schema")).unwrap();
-        setup
-            .execute("INSERT INTO queues VALUES ('q', 1, 0)", [])
-            .unwrap();
-        let (tx, rx) = channel();
-        let shard = SqliteShard::open(
-            options(&path),
-            Arc::new(WriteGate::default()),
-            Box::new(move |done| tx.send(done).unwrap()),
-        )
-        .unwrap();
+        let (path, setup) = fresh_file("expiry", 1);
+        let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
         let call = |op: Op| {
             shard.submit((), op).unwrap();
             rx.recv().unwrap().pop().unwrap().1.unwrap()
