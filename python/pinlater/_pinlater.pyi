@@ -591,6 +591,22 @@ class MySQLShard:
     def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
         """Settle ``acks``; ``future`` gets None."""
 
+    def ack_and_dequeue_jobs(
+        self,
+        queue: str,
+        database: str,
+        acks: AckGroup,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        max_in_progress: int | None,
+        future: Any,
+    ) -> None:
+        """``ack_jobs``, then ``dequeue_jobs`` (not dry), on one worker: the acks' statements and
+        their COMMIT go in the round trip of the claim's UPDATE and SELECT, and a failing one
+        stops the rest (nothing claimed); ``future`` gets ``ClaimedJobs``."""
+
     def call_blocking(
         self,
         method: str,

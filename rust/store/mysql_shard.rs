@@ -625,37 +625,10 @@ impl Session {
                 return Ok(Outcome::Commit(Some(Vec::new())));
             }
             let update_args = dequeue_args(claim, &prefix, now_ms, n);
-            // The UPDATE and the SELECT in one round trip (the SELECT finds nothing of ours
-            // when the UPDATE claimed nothing).
-            let mut batch = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
-            batch.push_str(";\n");
-            batch.push_str(&render(
-                &sql.select_claimed_jobs,
-                &table,
-                None,
-                &[Arg::Str(claim)],
-                nbe,
-            )?);
+            let mut batch = String::new();
+            push_claim(&mut batch, sql, &table, &update_args, claim, nbe)?;
             let mut result = conn.query_iter(batch)?;
-            let claimed = match result.iter() {
-                Some(set) => {
-                    let claimed = set.affected_rows();
-                    for row in set {
-                        row?; // the UPDATE's error
-                    }
-                    claimed
-                }
-                None => 0,
-            };
-            let jobs = claimed_jobs(&mut result, None, true)?;
-            drop(result);
-            if claimed == 0 {
-                return Ok(Outcome::Commit(Some(Vec::new())));
-            }
-            if jobs.len() as u64 != claimed {
-                return Ok(Outcome::Rollback(None));
-            }
-            Ok(Outcome::Commit(Some(jobs)))
+            claim_result(&mut result)
         })?;
         if let Some(jobs) = first {
             return Ok(jobs);
@@ -704,6 +677,92 @@ impl Session {
         if acks.is_empty() {
             return Ok(());
         }
+        let plan = AckPlan::new(acks)?;
+        self.run(true, |conn, shared| {
+            // Every UPDATE and the COMMIT in one round trip: the server runs them in order and
+            // stops at the first that fails, so a failure leaves the transaction to roll back.
+            let mut batch = String::new();
+            plan.push_statements(
+                &mut batch,
+                shared,
+                database,
+                now_ms,
+                conn.no_backslash_escape(),
+            )?;
+            batch.push_str("COMMIT");
+            drop_all(conn, &batch)?;
+            Ok(Outcome::Committed(()))
+        })
+    }
+
+    /// `ack_jobs`, then `dequeue_jobs` (not dry), on this session: the acks' statements and
+    /// their COMMIT go in the round trip of the claim's UPDATE and SELECT, so the server runs
+    /// them first and, should one fail, runs nothing after it (nothing is claimed). The claim's
+    /// COMMIT follows, as a dequeue's does; a claim that is not unique rolls back and is redone
+    /// alone. With `max_in_progress`, the two run in turn (the claim first takes the queue's
+    /// claim lock).
+    #[allow(clippy::too_many_arguments)] // the two store methods' arguments
+    pub fn ack_and_dequeue_jobs(
+        &mut self,
+        database: &str,
+        acks: &AckGroup,
+        priority: i64,
+        limit: i64,
+        claim: &str,
+        now_ms: i64,
+        max_in_progress: Option<i64>,
+    ) -> Result<Vec<ClaimedJob>, StoreError> {
+        if acks.is_empty() || max_in_progress.is_some() || limit <= 0 {
+            self.ack_jobs(database, acks, now_ms)?;
+            return self.dequeue_jobs(
+                database,
+                priority,
+                limit,
+                claim,
+                now_ms,
+                false,
+                max_in_progress,
+            );
+        }
+        check_priority(priority)?;
+        let plan = AckPlan::new(acks)?;
+        let table = table(database, priority);
+        let prefix = self.shared.settings.reservation_prefix.clone();
+        let first = self.run(true, |conn, shared| {
+            let nbe = conn.no_backslash_escape();
+            let sql = &shared.settings.sql;
+            let mut batch = String::new();
+            let acking = plan.push_statements(&mut batch, shared, database, now_ms, nbe)?;
+            batch.push_str("COMMIT;\n");
+            let update_args = dequeue_args(claim, &prefix, now_ms, limit);
+            push_claim(&mut batch, sql, &table, &update_args, claim, nbe)?;
+            let mut result = conn.query_iter(batch)?;
+            for _ in 0..=acking {
+                if let Some(set) = result.iter() {
+                    for row in set {
+                        row?; // an ack statement's error (or the COMMIT's): nothing after it ran
+                    }
+                }
+            }
+            claim_result(&mut result)
+        })?;
+        if let Some(jobs) = first {
+            return Ok(jobs);
+        }
+        // A claim that was not unique: the acks are in; the claim is redone alone.
+        self.dequeue_jobs(database, priority, limit, claim, now_ms, false, None)
+    }
+}
+
+/// A call's acks grouped as their statements take them: the successes by (priority, appended
+/// status), the failures by (priority, appended status, retry delay), ids sorted.
+struct AckPlan<'a> {
+    successes: BTreeMap<(i64, &'a str), Vec<i64>>,
+    failures: BTreeMap<(i64, &'a str, i64), Vec<i64>>,
+}
+
+impl<'a> AckPlan<'a> {
+    fn new(acks: &'a AckGroup) -> Result<Self, StoreError> {
         let mut successes: BTreeMap<(i64, &str), Vec<i64>> = BTreeMap::new();
         for item in &acks.succeeded {
             check_priority(item.priority)?;
@@ -727,57 +786,69 @@ impl Session {
         for ids in successes.values_mut().chain(failures.values_mut()) {
             ids.sort_unstable();
         }
-        self.run(true, |conn, shared| {
-            let nbe = conn.no_backslash_escape();
-            let sql = &shared.settings.sql;
-            #[allow(clippy::cast_possible_wrap)]
-            let limit = shared.settings.custom_status_limit as i64;
-            // Every UPDATE and the COMMIT in one round trip: the server runs them in order and
-            // stops at the first that fails, so a failure leaves the transaction to roll back.
-            let mut batch = String::new();
-            for ((priority, status), ids) in &successes {
-                let args = [Arg::Str(status), Arg::Int(limit), Arg::Time(now_ms)];
-                let statement = render(
-                    &sql.ack_succeeded_jobs,
-                    &table(database, *priority),
-                    Some(ids),
-                    &args,
-                    nbe,
-                )?;
-                batch.push_str(&statement);
-                batch.push_str(";\n");
-            }
-            let settings = &shared.settings;
-            let words = (
-                settings.cancelled_word.as_str(),
-                settings.expired_word.as_str(),
-            );
-            if !failures.is_empty() {
-                batch.push_str(&sql.expired_count_reset);
-                batch.push_str(";\n");
-            }
-            for ((priority, status, delay), ids) in &failures {
-                let group = FailureGroup {
-                    database,
-                    priority: *priority,
-                    status,
-                    ids,
-                    now_ms,
-                    retry_ms: now_ms.saturating_add(*delay),
-                };
-                group.push_statements(&mut batch, sql, words, limit, nbe)?;
-            }
-            if !failures.is_empty() {
-                let tallied = sql
-                    .expired_count_add_tallied
-                    .replace("{table}", &expired_count_table(database));
-                batch.push_str(&tallied);
-                batch.push_str(";\n");
-            }
-            batch.push_str("COMMIT");
-            drop_all(conn, &batch)?;
-            Ok(Outcome::Committed(()))
+        Ok(Self {
+            successes,
+            failures,
         })
+    }
+
+    /// The statements, each followed by `;`: one UPDATE per success group; for failures, the
+    /// reset of the expiry tally, each group's statements (`FailureGroup`) and the tally added
+    /// to the queue's expired count (successes alone send what they always sent). Answers how
+    /// many statements it wrote.
+    fn push_statements(
+        &self,
+        batch: &mut String,
+        shared: &Shared,
+        database: &str,
+        now_ms: i64,
+        nbe: bool,
+    ) -> Result<usize, OpError> {
+        let settings = &shared.settings;
+        let sql = &settings.sql;
+        #[allow(clippy::cast_possible_wrap)]
+        let limit = settings.custom_status_limit as i64;
+        let mut count = 0;
+        for ((priority, status), ids) in &self.successes {
+            let args = [Arg::Str(status), Arg::Int(limit), Arg::Time(now_ms)];
+            let statement = render(
+                &sql.ack_succeeded_jobs,
+                &table(database, *priority),
+                Some(ids),
+                &args,
+                nbe,
+            )?;
+            batch.push_str(&statement);
+            batch.push_str(";\n");
+            count += 1;
+        }
+        if self.failures.is_empty() {
+            return Ok(count);
+        }
+        let words = (
+            settings.cancelled_word.as_str(),
+            settings.expired_word.as_str(),
+        );
+        batch.push_str(&sql.expired_count_reset);
+        batch.push_str(";\n");
+        for ((priority, status, delay), ids) in &self.failures {
+            let group = FailureGroup {
+                database,
+                priority: *priority,
+                status,
+                ids,
+                now_ms,
+                retry_ms: now_ms.saturating_add(*delay),
+            };
+            group.push_statements(batch, sql, words, limit, nbe)?;
+            count += FailureGroup::STATEMENTS;
+        }
+        let tallied = sql
+            .expired_count_add_tallied
+            .replace("{table}", &expired_count_table(database));
+        batch.push_str(&tallied);
+        batch.push_str(";\n");
+        Ok(count + 2)
     }
 }
 
@@ -792,6 +863,9 @@ struct FailureGroup<'a> {
 }
 
 impl FailureGroup<'_> {
+    /// How many statements `push_statements` writes.
+    const STATEMENTS: usize = 4;
+
     /// The group's statements, each followed by `;`: the expiry of the retries at or after
     /// their job's expiry (`ack_expire_jobs.sql`) and its tally, the failure
     /// (`ack_failed_jobs.sql`), the index of the retried jobs by expiry (`expiring_readd.sql`).
@@ -844,6 +918,51 @@ impl FailureGroup<'_> {
         batch.push_str(";\n");
         Ok(())
     }
+}
+
+/// The claim's UPDATE and the SELECT of what it claimed, for one round trip (the SELECT finds
+/// nothing of ours when the UPDATE claimed nothing); `claim_result` reads their answers.
+fn push_claim(
+    batch: &mut String,
+    sql: &SqlTexts,
+    table: &str,
+    update_args: &[Arg<'_>],
+    claim: &str,
+    nbe: bool,
+) -> Result<(), OpError> {
+    batch.push_str(&render(&sql.dequeue_jobs, table, None, update_args, nbe)?);
+    batch.push_str(";\n");
+    batch.push_str(&render(
+        &sql.select_claimed_jobs,
+        table,
+        None,
+        &[Arg::Str(claim)],
+        nbe,
+    )?);
+    Ok(())
+}
+
+/// The answers of `push_claim`'s statements: the jobs claimed, to commit; `None`, to roll back,
+/// when the SELECT found more rows than the UPDATE claimed (a claim that is not unique).
+fn claim_result(result: &mut QueryResult<'_, '_, '_, Text>) -> OpResult<Option<Vec<ClaimedJob>>> {
+    let claimed = match result.iter() {
+        Some(set) => {
+            let claimed = set.affected_rows();
+            for row in set {
+                row?; // the UPDATE's error
+            }
+            claimed
+        }
+        None => 0,
+    };
+    let jobs = claimed_jobs(result, None, true)?;
+    if claimed == 0 {
+        return Ok(Outcome::Commit(Some(Vec::new())));
+    }
+    if jobs.len() as u64 != claimed {
+        return Ok(Outcome::Rollback(None));
+    }
+    Ok(Outcome::Commit(Some(jobs)))
 }
 
 /// The parameters of `dequeue_jobs.sql`: claim `limit` jobs.

@@ -8,6 +8,7 @@ Also the drivers: every backend kind, the embedded one included, is a ``BackendD
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,70 @@ def test_the_hot_operations_answer_as_the_blocking_methods(store: ShardStore) ->
     assert records[ids[2]].claim_descriptor == "claim|b"
     assert records[ids[3]].as_clients_see_it().claim_descriptor is None
     assert shard.healthy
+
+
+def test_acks_carried_by_a_dequeue_are_applied_before_its_claim(store: ShardStore) -> None:
+    """``ack_and_dequeue_jobs``: a job failed with attempts left and no retry delay is claimed
+    again by the same call, so the acks ran first; a success is final; a missing queue fails."""
+    store.create_queue(Q, 2)
+    shard = Shard(store.name, store)
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=2, parallelism=2)
+
+    async def run() -> tuple[list[int], list[int]]:
+        hot = backend.hot_path(shard)
+        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(3)])
+        ids = (await hot.enqueue_jobs(Q, batch, T0)).to_list()
+        first = [ClaimedJob._make(j) for j in (await hot.dequeue_jobs(Q, 1, 2, "claim|a", T0, False)).to_list()]
+        assert [j.local_id for j in first] == ids[:2]
+        acks = AckGroup([AckItem(1, ids[0])], [AckItem(1, ids[1], "", 0)])
+        got = await backend.on_shard(shard, hot.ack_and_dequeue_jobs(Q, acks, 1, 10, "claim|b", T0 + 5))
+        assert isinstance(got, ClaimedJobs)
+        with pytest.raises(QueueNotFoundError):
+            await backend.on_shard(shard, hot.ack_and_dequeue_jobs("nope", acks, 1, 1, "claim|c", T0))
+        await backend.aclose()
+        return ids, [ClaimedJob._make(j).local_id for j in got.to_list()]
+
+    ids, again = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert sorted(again) == ids[1:], "the failed job came back before the claim"
+    records = {r.local_id: r for r in store.lookup_jobs(Q, [(1, i) for i in ids], False)}
+    assert records[ids[0]].state == JobState.SUCCEEDED
+    assert [records[i].state for i in ids[1:]] == [JobState.IN_PROGRESS] * 2
+    assert records[ids[1]].claim_descriptor == "claim|b" and records[ids[1]].attempts_remaining == 1
+
+
+def test_a_dequeue_applies_its_acks_whether_or_not_it_looks_at_their_shard(store: ShardStore) -> None:
+    """``ShardedBackend.dequeue_jobs(acks=...)``: the acks go with the walk's store call on
+    their shard, or alone when the walk skips it (known empty)."""
+    store.create_queue(Q, 2)
+    shard = Shard(store.name, store)
+    counts: Counter[str] = Counter()
+    backend = ShardedBackend(
+        ShardMap([shard]), num_priorities=2, parallelism=2, count=lambda name, by: counts.update({name: by})
+    )
+
+    async def run() -> tuple[list[int], int, int]:
+        hot = backend.hot_path(shard)
+        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(2)])
+        ids = (await hot.enqueue_jobs(Q, batch, T0)).to_list()
+        found = await backend.dequeue_jobs(Q, 10, "src")  # takes both; the places are noted empty
+        assert sum(len(b.jobs) for b in found) == 2
+        calls = counts["dequeue_store_calls"]
+        alone = await backend.dequeue_jobs(Q, 10, "src", acks=[(shard.name, AckGroup([AckItem(1, ids[0])], []))])
+        assert counts["dequeue_store_calls"] == calls, "no store call: the acks went alone"
+        # a retried job makes its place worth a look: the acks ride on that store call
+        failed = AckGroup([], [AckItem(1, ids[1], "", 0)])
+        carried = await backend.dequeue_jobs(Q, 10, "src", acks=[(shard.name, failed)], retried=[(shard.name, 1, 0)])
+        assert counts["dequeue_store_calls"] > calls
+        await backend.aclose()
+        return ids, sum(len(b.jobs) for b in alone), sum(len(b.jobs) for b in carried)
+
+    ids, alone, carried = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert alone == 0 and carried == 1
+    records = {r.local_id: r for r in store.lookup_jobs(Q, [(1, i) for i in ids], False)}
+    assert records[ids[0]].state == JobState.SUCCEEDED
+    assert records[ids[1]].state == JobState.IN_PROGRESS and records[ids[1]].attempts_remaining == 1
 
 
 def test_the_embedded_store_runs_its_hot_path_on_its_native_writer(tmp_path: Path) -> None:

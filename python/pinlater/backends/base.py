@@ -653,6 +653,20 @@ class HotPath(Protocol):
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None: ...
 
+    async def ack_and_dequeue_jobs(
+        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+    ) -> ClaimedJobs:
+        """``ack_jobs(queue, acks, now_ms)``, then ``dequeue_jobs(queue, priority, limit, claim,
+        now_ms, False)``: a dequeue's piggy-backed acks of this shard with the dequeue's first
+        store call there, in one hand-off where the store allows (Redis: both scripts in one
+        write on one connection; MySQL: one worker, the ack's statements and COMMIT in the
+        dequeue's first round trip). The acks are applied first; if they fail, that is raised
+        and no job is handed out (on Redis, should the ack's script fail while the dequeue's ran,
+        the jobs it claimed come back at their claim timeout, as when a dequeue's answer is
+        lost). ``limit`` is at least 1. A store without such a hand-off awaits the two in turn
+        (``sequential_ack_and_dequeue``)."""
+        ...
+
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> ClaimedJobs: ...
@@ -664,6 +678,15 @@ class HotPath(Protocol):
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
     ) -> int: ...
+
+
+async def sequential_ack_and_dequeue(
+    hot: HotPath, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+) -> ClaimedJobs:
+    """``HotPath.ack_and_dequeue_jobs`` as two calls in turn, for a store with nothing to gain
+    from doing them together."""
+    await hot.ack_jobs(queue, acks, now_ms)
+    return await hot.dequeue_jobs(queue, priority, limit, claim, now_ms, False)
 
 
 @runtime_checkable

@@ -696,7 +696,15 @@ class ShardedBackend:
     # -- dequeue ----------------------------------------------------------------------------
 
     async def dequeue_jobs(
-        self, queue: str, limit: int, source: str, *, dry_run: bool = False, coverage: float = 1.0
+        self,
+        queue: str,
+        limit: int,
+        source: str,
+        *,
+        dry_run: bool = False,
+        coverage: float = 1.0,
+        acks: Sequence[tuple[str, AckGroup]] = (),
+        retried: Sequence[tuple[str, int, int]] = (),
     ) -> list[ReadyBatch[ClaimedJobs]]:
         """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found.
 
@@ -704,15 +712,44 @@ class ShardedBackend:
         dequeue returns what the healthy shards had. When no shard is healthy the call fails.
         The jobs stay in the stores' ``ClaimedJobs``, one batch per place, in walk order; a job's
         descriptor is ``encode_descriptor(queue, batch.shard, batch.priority, local_id)``.
+
+        ``acks`` and ``retried``: the dequeue's piggy-backed acks, as ``ack_jobs`` takes them,
+        applied before any job of their shard is claimed; their failure is the call's. Acks of
+        one shard go with the walk's first store call there (``HotPath.ack_and_dequeue_jobs``:
+        one hand-off instead of two), or alone after the walk if it made none there.
         """
         claim = self.new_claim(source)
+        if len(acks) != 1 or dry_run or limit <= 0:
+            if acks:
+                await self.ack_jobs(queue, acks, retried)
+            acks = ()
+        pending = _PendingAcks(*acks[0]) if acks else None
 
         def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
-            return self.on_shard(shard, self.hot_path(shard).dequeue_jobs(queue, priority, want, claim, now, dry_run))
+            hot = self.hot_path(shard)
+            if pending is not None and not pending.sent and pending.shard == shard.name:
+                pending.sent = True
+                return pending.run(
+                    self.on_shard(shard, hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim, now))
+                )
+            return self.on_shard(shard, hot.dequeue_jobs(queue, priority, want, claim, now, dry_run))
 
-        # A dry run asks the store every time: the known-empty hints say "nothing to claim",
-        # and jobs held in a broker's buffer are PENDING and shown.
-        return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
+        if pending is None:
+            # A dry run asks the store every time: the known-empty hints say "nothing to claim",
+            # and jobs held in a broker's buffer are PENDING and shown.
+            return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
+        now = self.clock.now_ms()
+        for shard_name, priority, retry_delay_ms in retried:  # so the walk looks where they come back
+            self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+        try:
+            return await self.walk_ready(queue, limit, fetch, coverage=coverage)
+        except _AckFailed as failed:
+            raise failed.cause from None
+        finally:
+            if not pending.sent:  # the walk made no store call on the acks' shard
+                await self.ack_jobs(queue, acks, retried)
+            else:
+                self._after_acks(queue, acks, retried, now)
 
     async def walk_ready(
         self,
@@ -826,13 +863,20 @@ class ShardedBackend:
             calls.append(self.on_shard(shard, self.hot_path(shard).ack_jobs(queue, acks, now)))
         try:
             await _gather_raising_first(calls)
-        finally:  # after the writes, so no dequeue in between notes the places empty again
-            for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
-                self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
-            if self._holds_back(queue):
-                everywhere = range(1, self.num_priorities + 1)
-                for shard_name, _ in groups:
-                    self.mark_ready(shard_name, queue, everywhere)
+        finally:
+            self._after_acks(queue, groups, retried, now)
+
+    def _after_acks(
+        self, queue: str, groups: Sequence[tuple[str, AckGroup]], retried: Sequence[tuple[str, int, int]], now: int
+    ) -> None:
+        """The walk's hints after acks were written (so no dequeue in between notes the places
+        empty again): where retried jobs come back, and every place of a queue that holds back."""
+        for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
+            self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+        if self._holds_back(queue):
+            everywhere = range(1, self.num_priorities + 1)
+            for shard_name, _ in groups:
+                self.mark_ready(shard_name, queue, everywhere)
 
     def _holds_back(self, queue: str) -> bool:
         """Whether the queue's stores may answer a dequeue with fewer jobs than are ready (its
@@ -1133,6 +1177,33 @@ def key_shard(queue: str, key: str, shards: Sequence[Shard], space: str = "") ->
         return hashlib.blake2b(prefix + shard.name.encode(), digest_size=8).digest()
 
     return max(shards, key=rank)
+
+
+class _AckFailed(Exception):
+    """A store call that carried a dequeue's acks failed: raised through the walk (which would
+    skip a failed shard) as the dequeue's failure, ``cause``."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _PendingAcks:
+    """A dequeue's acks of one shard, until the walk's first store call there carries them."""
+
+    __slots__ = ("acks", "sent", "shard")
+
+    def __init__(self, shard: str, acks: AckGroup) -> None:
+        self.shard = shard
+        self.acks = acks
+        self.sent = False
+
+    @staticmethod
+    async def run(call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except Exception as exc:
+            raise _AckFailed(exc) from exc
 
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:

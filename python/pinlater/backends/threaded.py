@@ -17,7 +17,16 @@ import functools
 from collections.abc import Sequence
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
-from pinlater.backends.base import AckItem, Enqueued, HotPath, KeyedJob, NewJob, Offload, ShardStore
+from pinlater.backends.base import (
+    AckItem,
+    Enqueued,
+    HotPath,
+    KeyedJob,
+    NewJob,
+    Offload,
+    ShardStore,
+    sequential_ack_and_dequeue,
+)
 
 # The extension's tuples as the NamedTuples the blocking stores read, without a frame per job.
 new_job = functools.partial(tuple.__new__, NewJob)
@@ -76,6 +85,11 @@ class ThreadedHotPath:
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
         await self._offload(ack_group, self._store, queue, acks, now_ms)
+
+    async def ack_and_dequeue_jobs(
+        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+    ) -> ClaimedJobs:
+        return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int

@@ -289,22 +289,30 @@ class PinLaterHandler:
     async def dequeue_jobs(self, call: DequeueCall, seqid: int) -> bytes:
         queue = self._queue(call.queue)
         acks = call.ack
-        if acks is not None:
-            await self._ack(acks)
         limit = call.limit
+        dry_run = bool(call.dry_run)
+        # Acks of this queue with a direct dequeue go with its first store call on their shard
+        # (``ShardedBackend.dequeue_jobs``); any other acks are applied first, on their own.
+        carried = acks is not None and limit > 0 and not dry_run and self.broker is None and acks.queue == queue
+        if acks is not None and not carried:
+            await self._ack(acks)
         if limit <= 0:
             return encode_dequeue_batches(DEQUEUE, seqid, queue, [])
-        dry_run = bool(call.dry_run)
         if self.rate_limits is not None and not dry_run:
             try:
                 self.rate_limits.check_dequeue(queue, limit)
             except PinLaterError:
                 self.metrics.incr(f"{queue}_dequeue_requests_rate_limited")
+                if acks is not None and carried:
+                    await self._ack(acks)
                 raise
         coverage = 1.0 if math.isnan(call.coverage) else call.coverage
         coverage = min(1.0, max(coverage, 1e-9))
         source = _source(call)
-        dequeued = await self._dequeue(queue, limit, source, dry_run, coverage)
+        if acks is not None and carried and (acks.succeeded or acks.failed):
+            dequeued = await self._dequeue_with_acks(queue, limit, source, coverage, acks)
+        else:
+            dequeued = await self._dequeue(queue, limit, source, dry_run, coverage)
         wait_ms = min(call.wait_millis or 0, MAX_WAIT_MILLIS)
         if not dequeued and wait_ms > 0 and not dry_run:
             dequeued = await self._long_poll(queue, limit, source, coverage, wait_ms)
@@ -319,6 +327,17 @@ class PinLaterHandler:
         if self.broker is not None and not dry_run and coverage >= 1.0:
             return await self.broker.dequeue(queue, limit, source)
         return await self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage)
+
+    async def _dequeue_with_acks(self, queue: str, limit: int, source: str, coverage: float, acks: AckCall) -> Dequeued:
+        """A direct dequeue carrying its acks (``_ack`` without the broker, which is off)."""
+        groups = acks.groups()  # by shard; a malformed descriptor raises DescriptorError
+        retried = acks.retried() if acks.failed else ()
+        dequeued = await self.backend.dequeue_jobs(
+            queue, limit, source, coverage=coverage, acks=groups, retried=retried
+        )
+        self.metrics.incr(f"{queue}_ack_succeeded", acks.succeeded)
+        self.metrics.incr(f"{queue}_ack_failed", acks.failed)
+        return dequeued
 
     async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every

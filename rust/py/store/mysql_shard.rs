@@ -46,6 +46,14 @@ enum Call {
     Ack {
         acks: Py<AckGroup>,
     },
+    /// `Ack`, then `Dequeue` (not dry), on one worker.
+    AckDequeue {
+        acks: Py<AckGroup>,
+        priority: i64,
+        limit: i64,
+        claim: String,
+        max_in_progress: Option<i64>,
+    },
 }
 
 struct Request {
@@ -262,6 +270,33 @@ impl MySQLShard {
     ) -> PyResult<()> {
         guarded("MySQLShard.ack_jobs", || {
             self.submit(Call::Ack { acks }, queue, database, now_ms, future)
+        })
+    }
+
+    /// `ack_jobs`, then `dequeue_jobs` (not dry), on one worker, the acks' statements sent
+    /// with the claim's (`Session::ack_and_dequeue_jobs`); the future gets `ClaimedJobs`.
+    #[allow(clippy::too_many_arguments)]
+    fn ack_and_dequeue_jobs(
+        &self,
+        queue: String,
+        database: String,
+        acks: Py<AckGroup>,
+        priority: i64,
+        limit: i64,
+        claim: String,
+        now_ms: i64,
+        max_in_progress: Option<i64>,
+        future: Py<PyAny>,
+    ) -> PyResult<()> {
+        guarded("MySQLShard.ack_and_dequeue_jobs", || {
+            let call = Call::AckDequeue {
+                acks,
+                priority,
+                limit,
+                claim,
+                max_in_progress,
+            };
+            self.submit(call, queue, database, now_ms, future)
         })
     }
 
@@ -543,6 +578,23 @@ fn run_call(
         Call::Ack { acks } => session
             .ack_jobs(database, acks.get().group(), now_ms)
             .map(|()| Answer::Done),
+        Call::AckDequeue {
+            acks,
+            priority,
+            limit,
+            claim,
+            max_in_progress,
+        } => session
+            .ack_and_dequeue_jobs(
+                database,
+                acks.get().group(),
+                *priority,
+                *limit,
+                claim,
+                now_ms,
+                *max_in_progress,
+            )
+            .map(Answer::Jobs),
     }
 }
 

@@ -27,7 +27,7 @@ from pinlater._pinlater import (
     SqliteShard,
     sqlite_library_version,
 )
-from pinlater.backends.base import RESERVATION_PREFIX, Enqueued, KeyedJob, Offload
+from pinlater.backends.base import RESERVATION_PREFIX, Enqueued, KeyedJob, Offload, sequential_ack_and_dequeue
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -174,3 +174,8 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         if not self._shard.ack(queue, acks, now_ms, concurrency, future, loop):
             raise self._closed()
         await future
+
+    async def ack_and_dequeue_jobs(
+        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+    ) -> ClaimedJobs:
+        return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)

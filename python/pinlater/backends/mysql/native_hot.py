@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, MySQLShard, NewJobBatch
-from pinlater.backends.base import CANCELLED, EXPIRED, RESERVATION_PREFIX, Offload
+from pinlater.backends.base import CANCELLED, EXPIRED, RESERVATION_PREFIX, Offload, sequential_ack_and_dequeue
 from pinlater.backends.mysql import expiry, names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET
@@ -232,6 +232,28 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
                 if attempt or error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
                     raise
                 await self._offload(expiry.migrate, self._store, queue)
+
+    async def ack_and_dequeue_jobs(
+        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+    ) -> ClaimedJobs:
+        """One worker, one round trip for the acks and the claim (``MySQLShard``); in turn when
+        the queue has expiries to end first, or its tables lack ``expire_at`` (migrated first)."""
+        if not len(acks) or self._store.expire_met_due(queue, now_ms):
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+        if len(claim) > MAX_CLAIM_LENGTH:
+            raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
+        database = self._database(queue)
+        cap = self._store.rules(queue).max_in_progress
+        future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
+        self._native.ack_and_dequeue_jobs(queue, database, acks, priority, limit, claim, now_ms, cap, future)
+        try:
+            return await future
+        except pymysql.err.MySQLError as exc:
+            # A table made without expire_at: the statement that failed ran nothing after it,
+            # and the acks may be repeated; ``ack_jobs`` migrates the queue and runs them again.
+            if error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
+                raise
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
 
     # -- the rest ------------------------------------------------------------------------------
 

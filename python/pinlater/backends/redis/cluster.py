@@ -54,11 +54,12 @@ import redis
 from pinlater._pinlater import redis_pack_command
 from pinlater.backends.redis.config import RedisEndpoint, RedisShardConfig
 from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT
-from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection
+from pinlater.backends.redis.hot_client import Call, HotClient, _Broken, _Connection
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.errors import ShardConnectionError
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +250,10 @@ class ClusterHotClient:
     def slot_map(self) -> SlotMap | None:
         """The map as last read (``None`` before the first call)."""
         return self._map
+
+    async def call_pair(self, first: Call[T], second: Call[U]) -> tuple[T, U]:
+        """One after the other: each follows its own redirects (a slot may move between them)."""
+        return await self.call(*first), await self.call(*second)
 
     async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
         """Send ``command`` (an EVALSHA of ``script``) to the master of its first key's slot and

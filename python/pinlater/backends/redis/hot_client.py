@@ -34,7 +34,7 @@ import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeAlias, TypeVar
 
 import redis
 from redis._parsers.base import BaseParser
@@ -42,12 +42,16 @@ from redis._parsers.base import BaseParser
 from pinlater._pinlater import RedisErrorReply, redis_pack_command, redis_reply_end
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
-from pinlater.backends.redis.connections import SENT, readable_now, repeatable
+from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT, SENT, readable_now, repeatable
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.script_calls import shard_errors
 from pinlater.errors import ShardConnectionError
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+#: One script call as ``HotScripts.call`` takes it: (script, command, reply parser).
+Call: TypeAlias = tuple[str, bytes, Callable[[bytes], T]]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,12 @@ class HotScripts(Protocol):
     shas: dict[str, str]
 
     async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T: ...
+
+    async def call_pair(self, first: Call[T], second: Call[U]) -> tuple[T, U]:
+        """Two calls of one queue, the first run before the second, each answered as ``call``
+        answers it; the first's failure is raised. ``HotClient`` writes them at once (one round
+        trip); both scripts must be ones a fresh connection may repeat."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -191,6 +201,24 @@ class _Connection(asyncio.Protocol):
         self._transport.write(command)
         return waiter
 
+    def send_pair(
+        self, first: bytes, second: bytes, timeout: float
+    ) -> tuple[asyncio.Future[bytes], asyncio.Future[bytes]]:
+        """``send`` of two commands in one write (one system call): Redis reads them together
+        and answers both in one go."""
+        loop = self._loop
+        if self.broken is not None or self._transport is None or loop is None:
+            raise self.broken or _Broken(redis.ConnectionError, "Not connected.")
+        deadline = loop.time() + timeout
+        one: asyncio.Future[bytes] = loop.create_future()
+        two: asyncio.Future[bytes] = loop.create_future()
+        self._waiters.append((one, deadline))
+        self._waiters.append((two, deadline))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._sweep)
+        self._transport.write(first + second)
+        return one, two
+
     def _sweep(self) -> None:
         """The timer: fail the connection if its oldest call still waiting is past its deadline,
         else watch that call (deadlines grow along the FIFO: calls share their client's timeout)."""
@@ -289,6 +317,39 @@ class HotClient:
             finally:
                 SENT.reset(token)
         raise AssertionError("unreachable")
+
+    async def call_pair(self, first: Call[T], second: Call[U]) -> tuple[T, U]:
+        """``HotScripts.call_pair``: both commands in one write on the live connection. Without
+        one (or after a NOSCRIPT, or a connection lost on the way, which both scripts may
+        repeat), what is left goes through ``call``, one after the other."""
+        assert first[0] not in NOT_REPEATED_ONCE_SENT and second[0] not in NOT_REPEATED_ONCE_SENT
+        conn = self._conn
+        if (
+            (self._layout is not None and not self._layout.checked)
+            or conn is None
+            or self._loop is not asyncio.get_running_loop()
+            or not conn.usable()
+        ):
+            return await self.call(*first), await self.call(*second)
+        try:
+            try:
+                one, two = conn.send_pair(first[1], second[1], self._timeout)
+                replies = await one, await two
+            except _Broken as exc:
+                if exc.kind is not redis.ConnectionError:  # a timeout is not a dead connection
+                    raise exc.kind(str(exc)) from None
+                log.info("shard %s: %s and %s again one by one after: %s", self._name, first[0], second[0], exc)
+                return await self.call(*first), await self.call(*second)
+            a = _read(conn, replies[0], first[2])
+            b = _read(conn, replies[1], second[2])
+        except redis.RedisError:
+            with shard_errors(self._name, self._config):
+                raise
+        # NOSCRIPT: Redis ran nothing of that one (the scripts were flushed): through ``call``.
+        return (
+            await self.call(*first) if a is _NOSCRIPT else a,
+            await self.call(*second) if b is _NOSCRIPT else b,
+        )
 
     async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T], asking: bool = False) -> T:
         conn, reply = await self._round_trip(command, asking)

@@ -138,6 +138,27 @@ class NativeHotPath:
         if evicted:
             self._store._shard.count_evicted(evicted)
 
+    async def ack_and_dequeue_jobs(
+        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+    ) -> ClaimedJobs:
+        """Both scripts in one write (``HotScripts.call_pair``): Redis runs the ack's first."""
+        sha, layout, shard = self._sha, self._layout, self._shard
+        rules = self._store.rules
+        ack = redis_ack_command(sha["ack_jobs"], shard, queue, acks, now_ms, layout, rules.native(queue, GROUPS))
+        tail = rules.native(queue, DEQUEUE)
+        dequeue = redis_dequeue_command(
+            sha["dequeue_jobs"], shard, queue, priority, limit, claim, now_ms, False, layout, tail
+        )
+        evicted, out = await self._client.call_pair(
+            ("ack_jobs", ack, redis_ack_reply), ("dequeue_jobs", dequeue, redis_claimed_reply)
+        )
+        if evicted is None or out is None:
+            raise QueueNotFoundError(queue)
+        jobs, more = out
+        if evicted or more:
+            self._store._shard.count_evicted(evicted + more)
+        return jobs
+
     # -- the dequeue broker ------------------------------------------------------------------------
 
     async def reserve_jobs(
