@@ -338,6 +338,19 @@ def test_a_flushed_script_is_loaded_again(store: RedisStore, server: RedisServer
     assert run(store, twice) == [1, 2]
 
 
+def test_a_flushed_script_is_loaded_again_for_an_ack_and_dequeue(store: RedisStore, server: RedisServer) -> None:
+    async def after_flush(hot: NativeHotPath) -> tuple[list[int], list[int]]:
+        ids = (await hot.enqueue_jobs(Q, batch([NewJob(1, b"a", NOW, 2), NewJob(1, b"b", NOW, 2)]), NOW)).to_list()
+        first = claimed(await hot.dequeue_jobs(Q, 1, 1, "c1", NOW, False))
+        server.client().script_flush()
+        failed = acks([], [AckItem(1, first[0].local_id)])
+        again = claimed(await hot.ack_and_dequeue_jobs(Q, failed, 1, 5, "c2", NOW))
+        return ids, [j.local_id for j in again]
+
+    ids, again = run(store, after_flush)
+    assert sorted(again) == ids, "the failed job was retried before the claim, which took both"
+
+
 def test_a_restart_is_survived_and_the_connection_named(store: RedisStore, server: RedisServer) -> None:
     async def across(hot: NativeHotPath) -> list[int]:
         before = ours(server)
@@ -585,6 +598,44 @@ def test_a_close_mid_reply_repeats_a_dequeue_once_but_never_an_enqueue() -> None
 
     result, fake = fake_run(close_first, dequeue_some)
     assert result == [] and fake.connections == 2
+
+
+async def ack_and_dequeue(hot: NativeHotPath) -> Any:
+    """A dequeue first (the connection up, as it is at a pair's every call but the first), then
+    an ack and dequeue, written at once."""
+    await dequeue_some(hot)
+    return claimed(await hot.ack_and_dequeue_jobs(Q, acks([AckItem(1, 7)], []), 1, 5, "c", NOW))
+
+
+def test_an_ack_and_dequeue_lost_with_its_connection_are_sent_again_one_by_one() -> None:
+    # the first dequeue's, then (the pair is lost) the ack's and the dequeue's
+    answers = iter([b"*1\r\n:0\r\n", None, b"*2\r\n:1\r\n:0\r\n", b"*1\r\n:0\r\n"])
+
+    async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
+        return next(answers)
+
+    result, fake = fake_run(behaviour, ack_and_dequeue)
+    assert result == [] and fake.connections == 2
+    assert [n for n, _ in fake.evalshas] == [1, 1, 2, 2], "both again, in order, on a fresh connection"
+    shas = [sha for _, sha in fake.evalshas]
+    assert shas[1] == shas[2] != shas[3] == shas[0], "the ack first, then the dequeue"
+
+
+def test_a_failed_ack_of_a_pair_is_raised_and_the_connection_stays_in_step() -> None:
+    no_jobs = b"*1\r\n:0\r\n"
+    answers = iter([no_jobs, b"-ERR Error running script: boom\r\n", no_jobs, no_jobs])
+
+    async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
+        return next(answers)
+
+    async def pair_then_dequeue(hot: NativeHotPath) -> Any:
+        with pytest.raises(redis.ResponseError, match="boom"):
+            await ack_and_dequeue(hot)
+        return await dequeue_some(hot)
+
+    result, fake = fake_run(behaviour, pair_then_dequeue)
+    assert result == [], result
+    assert fake.connections == 1 and len(fake.evalshas) == 4, "the pair's dequeue answer was read"
 
 
 @pytest.mark.parametrize(
