@@ -25,6 +25,11 @@ queue neither grows without bound nor runs dry. After ``--warmup`` seconds, a st
   it, not only this benchmark) and cores the hypervisor stole (from /proc/stat). A run with
   stolen time or other work on the machine ran slow: compare its jobs/min with care (the CPU per
   job is much steadier);
+- **per deq**: jobs acked per dequeue request in the interval: how full the batches came back.
+  A server whose dequeues outrun its enqueues drains the queue, and its consumers then get part
+  batches (more requests per job, so more CPU per job); compare CPU per job at similar fill. With
+  the default load (2 producers, 4 consumers) today's server drains the queue on Redis; 3
+  producers and 3 consumers keep it full (``--producers 3 --consumers 3``);
 - **empty**: dequeues that found no job (they cost the server CPU without acking anything; a
   high count means the consumers outran the producers).
 
@@ -290,7 +295,7 @@ def consumer(port: int, batch: int, counters: dict[str, Any], stop: Any) -> None
 
     client = thrift_client(port)
     ctx = idl.RequestContext(source=f"bench-consumer:{os.getpid()}")
-    acked, empty = counters["acked"], counters["empty"]
+    acked, empty, dequeues = counters["acked"], counters["empty"], counters["dequeues"]
     acks: list[Any] = []
     while not stop.is_set():
         ack_request = idl.PinLaterJobAckRequest(queueName=QUEUE, jobsSucceeded=acks) if acks else None
@@ -300,6 +305,8 @@ def consumer(port: int, batch: int, counters: dict[str, Any], stop: Any) -> None
         if acks:
             with acked.get_lock():
                 acked.value += len(acks)
+        with dequeues.get_lock():
+            dequeues.value += 1
         acks = [idl.PinLaterJobAckInfo(jobDescriptor=d) for d in got.jobs]
         if not got.jobs:
             with empty.get_lock():
@@ -315,6 +322,7 @@ class Sample:
     acked: int
     enqueued: int
     empty: int
+    dequeues: int
     server_cpu: float
     server_procs: int
     store_cpu: float
@@ -331,6 +339,7 @@ class Run:
     acked: int
     enqueued: int
     empty: int
+    dequeues: int
     server_cpu: float
     server_procs: int
     store_cpu: float | None
@@ -353,7 +362,7 @@ def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace,
             setup = thrift_client(server.port)
             setup.createQueue(idl.RequestContext(source="bench"), QUEUE)
             setup.close()
-            counters = {name: mp.Value("q", 0) for name in ("enqueued", "acked", "empty")}
+            counters = {name: mp.Value("q", 0) for name in ("enqueued", "acked", "empty", "dequeues")}
             body = b"x" * args.body_bytes
             backlog = args.backlog or 3 * args.batch * args.consumers
             workers = [
@@ -383,6 +392,7 @@ def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace,
                     counters["acked"].value,
                     counters["enqueued"].value,
                     counters["empty"].value,
+                    counters["dequeues"].value,
                     server_cpu,
                     procs,
                     cpu_seconds(store.pid) if store.pid is not None else 0.0,
@@ -412,6 +422,7 @@ def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace,
         acked=s1.acked - s0.acked,
         enqueued=s1.enqueued - s0.enqueued,
         empty=s1.empty - s0.empty,
+        dequeues=s1.dequeues - s0.dequeues,
         server_cpu=s1.server_cpu - s0.server_cpu,
         server_procs=s1.server_procs,
         store_cpu=None if store.pid is None else s1.store_cpu - s0.store_cpu,
@@ -476,7 +487,7 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
     )
     header = (
         f"{'backend':13} {'build':8} {'round':>5} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
-        f"{'clients µs/job':>15} {'busy':>5} {'stolen':>7} {'empty':>6}"
+        f"{'clients µs/job':>15} {'busy':>5} {'stolen':>7} {'per deq':>7} {'empty':>6}"
     )
     print(header)
     for r in runs:
@@ -487,7 +498,7 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
         print(
             f"{r.backend:13} {r.build:8} {r.round:5d} {_jobs(f.jobs_per_min):>9} {_us(f.per_job_us(r.server_cpu)):>14} "
             f"{store:>13} {_us(f.per_job_us(r.client_cpu)):>15} {r.busy_cores:5.2f} {r.stolen_cores:7.2f} "
-            f"{r.empty:6d}{flag}{procs}"
+            f"{r.acked / max(r.dequeues, 1):7.1f} {r.empty:6d}{flag}{procs}"
         )
     print("sums over the rounds:")
     backends = list(dict.fromkeys(r.backend for r in runs))
