@@ -660,11 +660,12 @@ class HotPath(Protocol):
         now_ms, False)``: a dequeue's piggy-backed acks of this shard with the dequeue's first
         store call there, in one hand-off where the store allows (Redis: both scripts in one
         write on one connection; MySQL: one worker, the ack's statements and COMMIT in the
-        dequeue's first round trip). The acks are applied first; if they fail, that is raised
-        and no job is handed out (on Redis, should the ack's script fail while the dequeue's ran,
-        the jobs it claimed come back at their claim timeout, as when a dequeue's answer is
-        lost). ``limit`` is at least 1. A store without such a hand-off awaits the two in turn
-        (``sequential_ack_and_dequeue``)."""
+        dequeue's first round trip; embedded: both queued to the writer at once, as a rule one
+        group commit). The acks are applied first; if they fail, that is raised and no job is
+        handed out (on Redis and the embedded store, should the ack alone fail while the
+        dequeue ran, the jobs it claimed come back at their claim timeout, as when a dequeue's
+        answer is lost). ``limit`` is at least 1. A store without such a hand-off awaits the two
+        in turn (``sequential_ack_and_dequeue``)."""
         ...
 
     async def reserve_jobs(

@@ -110,6 +110,12 @@ def open_native_shard(store: EmbeddedStore, synchronous: str, busy_timeout_ms: i
         raise ShardConnectionError(name, str(exc)) from exc
 
 
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Reads a future's failure that nobody awaits (so asyncio does not log it)."""
+    if not future.cancelled():
+        future.exception()
+
+
 class NativeEmbeddedHotPath(BrokerOnThreadPool):
     """``HotPath`` of an embedded shard: enqueue, dequeue and ack through its ``SqliteShard``;
     the broker's reserve, claim and release through ``ThreadedHotPath`` on the Python store.
@@ -178,4 +184,25 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
     async def ack_and_dequeue_jobs(
         self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
     ) -> ClaimedJobs:
-        return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+        """Both queued to the writer at once, the ack first: it runs them in that order, as a
+        rule in one group (one COMMIT). Each request has its savepoint, so should the ack fail
+        alone, the dequeue still ran: the failure is raised, and the jobs it claimed come back
+        at their claim timeout, as when a dequeue's answer is lost."""
+        rules = self._store.rules(queue)
+        if rules.group_jobs_per_second is not None:
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+        loop = asyncio.get_running_loop()
+        acked: asyncio.Future[None] = loop.create_future()
+        claimed: asyncio.Future[ClaimedJobs] = loop.create_future()
+        cap, concurrency = rules.max_in_progress, rules.group_concurrency
+        if not self._shard.ack(queue, acks, now_ms, concurrency, acked, loop):
+            raise self._closed()
+        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, False, cap, concurrency, claimed, loop):
+            await acked  # closed since: the ack was queued before, and is answered
+            raise self._closed()
+        try:
+            await acked
+        except BaseException:
+            claimed.add_done_callback(_retrieved)  # read by nobody: its jobs come back at their claim timeout
+            raise
+        return await claimed
