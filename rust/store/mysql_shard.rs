@@ -699,8 +699,10 @@ impl Session {
     /// their COMMIT go in the round trip of the claim's UPDATE and SELECT, so the server runs
     /// them first and, should one fail, runs nothing after it (nothing is claimed). The claim's
     /// COMMIT follows, as a dequeue's does; a claim that is not unique rolls back and is redone
-    /// alone. With `max_in_progress`, the two run in turn (the claim first takes the queue's
-    /// claim lock).
+    /// alone. A retry of the whole (a deadlock, a lost connection) repeats the acks, which is
+    /// harmless for successes only: with failures (this claim could take a failed job again,
+    /// and a repeat would fail it twice) or `max_in_progress` (the claim first takes the
+    /// queue's claim lock), the two run in turn.
     #[allow(clippy::too_many_arguments)] // the two store methods' arguments
     pub fn ack_and_dequeue_jobs(
         &mut self,
@@ -712,7 +714,7 @@ impl Session {
         now_ms: i64,
         max_in_progress: Option<i64>,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
-        if acks.is_empty() || max_in_progress.is_some() || limit <= 0 {
+        if acks.is_empty() || !acks.failed.is_empty() || max_in_progress.is_some() || limit <= 0 {
             self.ack_jobs(database, acks, now_ms)?;
             return self.dequeue_jobs(
                 database,

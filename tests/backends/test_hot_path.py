@@ -8,11 +8,10 @@ Also the drivers: every backend kind, the embedded one included, is a ``BackendD
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.support.hot import enqueue
+from tests.support.hot import dequeue, enqueue
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
 from pinlater.backends.base import (
@@ -20,9 +19,11 @@ from pinlater.backends.base import (
     BackendDriver,
     ClaimedJob,
     Enqueued,
+    HotPath,
     JobState,
     KeyedJob,
     NewJob,
+    QueueRules,
     ShardStore,
 )
 from pinlater.backends.drivers import driver_for
@@ -30,7 +31,7 @@ from pinlater.backends.embedded import EmbeddedDriver, EmbeddedStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.config import Settings
-from pinlater.errors import ConfigError, QueueNotFoundError, StoreLockedError
+from pinlater.errors import ConfigError, QueueNotFoundError, ShardConnectionError, StoreLockedError
 
 Q = "hot"
 T0 = 1_700_000_000_000
@@ -113,38 +114,120 @@ def test_acks_carried_by_a_dequeue_are_applied_before_its_claim(store: ShardStor
     assert records[ids[1]].claim_descriptor == "claim|b" and records[ids[1]].attempts_remaining == 1
 
 
-def test_a_dequeue_applies_its_acks_whether_or_not_it_looks_at_their_shard(store: ShardStore) -> None:
-    """``ShardedBackend.dequeue_jobs(acks=...)``: the acks go with the walk's store call on
-    their shard, or alone when the walk skips it (known empty)."""
+class Recorder:
+    """A store's hot path that notes the name of each operation called, then calls it."""
+
+    def __init__(self, hot: object) -> None:
+        self._hot = hot
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._hot, name)
+        if not callable(attr):
+            return attr
+
+        def called(*args: object, **kwargs: object) -> object:
+            self.calls.append(name)
+            return attr(*args, **kwargs)
+
+        return called
+
+
+def recorded(backend: ShardedBackend) -> dict[str, Recorder]:
+    """Every hot path ``backend`` hands out, recorded, by shard name."""
+    recorders: dict[str, Recorder] = {}
+    real = backend.hot_path
+
+    def hot_path(shard: Shard) -> HotPath:
+        if shard.name not in recorders:
+            recorders[shard.name] = Recorder(real(shard))
+        return recorders[shard.name]  # type: ignore[return-value]  # a stand-in that forwards
+
+    backend.hot_path = hot_path  # type: ignore[method-assign]
+    return recorders
+
+
+def test_a_dequeue_carries_its_acks_or_sends_them_alone(store: ShardStore) -> None:
+    """``ShardedBackend.dequeue_jobs(acks=...)``: successes go with the walk's store call on
+    their shard, or alone when the walk skips it (known empty); ``on_acked`` runs either way."""
     store.create_queue(Q, 2)
     shard = Shard(store.name, store)
-    counts: Counter[str] = Counter()
-    backend = ShardedBackend(
-        ShardMap([shard]), num_priorities=2, parallelism=2, count=lambda name, by: counts.update({name: by})
-    )
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=2, parallelism=2)
+    recorders = recorded(backend)
+    acked: list[int] = []
 
     async def run() -> tuple[list[int], int, int]:
-        hot = backend.hot_path(shard)
-        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(2)])
-        ids = (await hot.enqueue_jobs(Q, batch, T0)).to_list()
-        found = await backend.dequeue_jobs(Q, 10, "src")  # takes both; the places are noted empty
-        assert sum(len(b.jobs) for b in found) == 2
-        calls = counts["dequeue_store_calls"]
-        alone = await backend.dequeue_jobs(Q, 10, "src", acks=[(shard.name, AckGroup([AckItem(1, ids[0])], []))])
-        assert counts["dequeue_store_calls"] == calls, "no store call: the acks went alone"
-        # a retried job makes its place worth a look: the acks ride on that store call
-        failed = AckGroup([], [AckItem(1, ids[1], "", 0)])
-        carried = await backend.dequeue_jobs(Q, 10, "src", acks=[(shard.name, failed)], retried=[(shard.name, 1, 0)])
-        assert counts["dequeue_store_calls"] > calls
+        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(3)])
+        ids = (await backend.hot_path(shard).enqueue_jobs(Q, batch, T0)).to_list()
+        assert len(await dequeue(backend, Q, 1, "src")) == 1  # ids[0]
+        calls = recorders[shard.name].calls
+        del calls[:]
+        first = AckGroup([AckItem(1, ids[0])], [])
+        carried = await backend.dequeue_jobs(Q, 1, "src", acks=[(shard.name, first)], on_acked=lambda: acked.append(1))
+        assert calls == ["ack_and_dequeue_jobs"], calls
+        assert len(await dequeue(backend, Q, 10, "src")) == 1  # ids[2]; the places are noted empty
+        del calls[:]
+        second = AckGroup([AckItem(1, ids[1])], [])
+        alone = await backend.dequeue_jobs(Q, 10, "src", acks=[(shard.name, second)], on_acked=lambda: acked.append(2))
+        assert calls == ["ack_jobs"], "no store call of the walk: the acks alone"
         await backend.aclose()
-        return ids, sum(len(b.jobs) for b in alone), sum(len(b.jobs) for b in carried)
+        return ids, sum(len(b.jobs) for b in carried), sum(len(b.jobs) for b in alone)
 
-    ids, alone, carried = asyncio.run(run())
+    ids, carried, alone = asyncio.run(run())
     backend._executor.shutdown(wait=True)
-    assert alone == 0 and carried == 1
+    assert (carried, alone) == (1, 0) and acked == [1, 2]
     records = {r.local_id: r for r in store.lookup_jobs(Q, [(1, i) for i in ids], False)}
-    assert records[ids[0]].state == JobState.SUCCEEDED
-    assert records[ids[1]].state == JobState.IN_PROGRESS and records[ids[1]].attempts_remaining == 1
+    assert [records[i].state for i in ids] == [JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.IN_PROGRESS]
+
+
+def test_an_ack_under_a_cap_frees_room_for_the_dequeue_that_carries_it(store: ShardStore) -> None:
+    """A queue at its ``maxInProgress``: the success a dequeue carries makes room that the same
+    dequeue fills, though the walk had noted the place empty at the cap."""
+    store.create_queue(Q, 2)
+    shard = Shard(store.name, store)
+    backend = ShardedBackend(ShardMap([shard]), num_priorities=2, parallelism=2)
+    backend.set_queue_rules({Q: QueueRules(max_in_progress=1)})
+
+    async def run() -> tuple[list[int], list[int]]:
+        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(3)])
+        ids = (await backend.hot_path(shard).enqueue_jobs(Q, batch, T0)).to_list()
+        (first,) = await dequeue(backend, Q, 5, "src")
+        assert await dequeue(backend, Q, 5, "src") == [], "at the cap"
+        acks = AckGroup([AckItem(1, first.job.local_id)], [])
+        got = await backend.dequeue_jobs(Q, 5, "src", acks=[(shard.name, acks)])
+        await backend.aclose()
+        return ids, [ClaimedJob._make(j).local_id for b in got for j in b.jobs.to_list()]
+
+    ids, again = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert again == [ids[1]]
+
+
+def test_a_failed_ack_sent_alone_claims_nothing_elsewhere(tmp_path: Path) -> None:
+    """Acks whose shard the walk does not look at go alone before its first store call on
+    another shard; when they fail, the dequeue fails with nothing claimed there."""
+    stores = [EmbeddedStore(tmp_path / name, name) for name in ("a", "b")]
+    for s in stores:
+        s.create_queue(Q, 1)
+    shards = [Shard(s.name, s) for s in stores]
+    backend = ShardedBackend(ShardMap(shards), num_priorities=1, parallelism=2)
+
+    async def run() -> list[int]:
+        batch = NewJobBatch([NewJob(1, b"job-%d" % i, T0, 2) for i in range(3)])
+        ids = (await backend.hot_path(shards[1]).enqueue_jobs(Q, batch, T0)).to_list()
+        shards[0].mark_unhealthy("down for the test")  # the walk skips it
+        stores[0].close()  # and an ack there fails
+        with pytest.raises(ShardConnectionError):
+            await backend.dequeue_jobs(Q, 3, "src", acks=[("a", AckGroup([AckItem(1, 1)], []))])
+        await backend.aclose()
+        return ids
+
+    try:
+        ids = asyncio.run(run())
+        records = stores[1].lookup_jobs(Q, [(1, i) for i in ids], False)
+        assert [r.state for r in records] == [JobState.PENDING] * 3, "nothing claimed on b"
+    finally:
+        backend.close()
 
 
 def test_the_embedded_store_runs_its_hot_path_on_its_native_writer(tmp_path: Path) -> None:

@@ -657,8 +657,10 @@ class HotPath(Protocol):
         self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
     ) -> ClaimedJobs:
         """``ack_jobs(queue, acks, now_ms)``, then ``dequeue_jobs(queue, priority, limit, claim,
-        now_ms, False)``: a dequeue's piggy-backed acks of this shard with the dequeue's first
-        store call there, in one hand-off where the store allows (Redis: both scripts in one
+        now_ms, False)``: a dequeue's piggy-backed acks of this shard, successes only (a failed
+        job could be claimed again by this dequeue, and a repeat of the two after a lost answer
+        would fail it twice; a store given failures awaits the two in turn), with the dequeue's
+        first store call there, in one hand-off where the store allows (Redis: both scripts in one
         write on one connection; MySQL: one worker, the ack's statements and COMMIT in the
         dequeue's first round trip; embedded: both queued to the writer at once, as a rule one
         group commit). The acks are applied first; if they fail, that is raised and no job is

@@ -704,7 +704,7 @@ class ShardedBackend:
         dry_run: bool = False,
         coverage: float = 1.0,
         acks: Sequence[tuple[str, AckGroup]] = (),
-        retried: Sequence[tuple[str, int, int]] = (),
+        on_acked: Callable[[], None] | None = None,
     ) -> list[ReadyBatch[ClaimedJobs]]:
         """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found.
 
@@ -713,43 +713,67 @@ class ShardedBackend:
         The jobs stay in the stores' ``ClaimedJobs``, one batch per place, in walk order; a job's
         descriptor is ``encode_descriptor(queue, batch.shard, batch.priority, local_id)``.
 
-        ``acks`` and ``retried``: the dequeue's piggy-backed acks, as ``ack_jobs`` takes them,
-        applied before any job of their shard is claimed; their failure is the call's. Acks of
-        one shard go with the walk's first store call there (``HotPath.ack_and_dequeue_jobs``:
-        one hand-off instead of two), or alone after the walk if it made none there.
+        ``acks``: the dequeue's piggy-backed acks, successes only, as ``ack_jobs`` takes them
+        (failures go through ``ack_jobs`` first: this very dequeue could claim a failed job
+        again, so a repeat of the acks would fail it twice). They are applied before the walk's
+        first store call: with it when that call is on their shard (``HotPath.ack_and_dequeue_jobs``,
+        one hand-off instead of two), else alone just before it, or alone after a walk that made
+        none. Their failure is the call's, and nothing is claimed after it. ``on_acked`` runs
+        once they are applied.
         """
         claim = self.new_claim(source)
-        if len(acks) != 1 or dry_run or limit <= 0:
-            if acks:
-                await self.ack_jobs(queue, acks, retried)
+        if acks and (len(acks) != 1 or dry_run or limit <= 0):
+            await self.ack_jobs(queue, acks, ())
+            if on_acked is not None:
+                on_acked()
             acks = ()
-        pending = _PendingAcks(*acks[0]) if acks else None
-
-        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
-            hot = self.hot_path(shard)
-            if pending is not None and not pending.sent and pending.shard == shard.name:
-                pending.sent = True
-                return pending.run(
-                    self.on_shard(shard, hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim, now))
-                )
-            return self.on_shard(shard, hot.dequeue_jobs(queue, priority, want, claim, now, dry_run))
-
-        if pending is None:
-            # A dry run asks the store every time: the known-empty hints say "nothing to claim",
-            # and jobs held in a broker's buffer are PENDING and shown.
-            return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
-        now = self.clock.now_ms()
-        for shard_name, priority, retry_delay_ms in retried:  # so the walk looks where they come back
-            self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+        if not acks:
+            return await self._dequeue_walk(queue, limit, claim, dry_run, coverage, None)
+        pending = _PendingAcks(acks[0][0], acks[0][1], on_acked)
+        if self._holds_back(queue):  # the acks may free room or move groups on, at any priority
+            self.mark_ready(pending.shard, queue, range(1, self.num_priorities + 1))
         try:
-            return await self.walk_ready(queue, limit, fetch, coverage=coverage)
+            return await self._dequeue_walk(queue, limit, claim, False, coverage, pending)
         except _AckFailed as failed:
             raise failed.cause from None
         finally:
-            if not pending.sent:  # the walk made no store call on the acks' shard
-                await self.ack_jobs(queue, acks, retried)
-            else:
-                self._after_acks(queue, acks, retried, now)
+            if pending.how is None:  # the walk made no store call, so claimed nothing
+                await self.ack_jobs(queue, acks, ())
+                pending.applied()
+            elif pending.how == "carried":
+                self._after_acks(queue, acks, (), self.clock.now_ms())
+
+    async def _dequeue_walk(
+        self, queue: str, limit: int, claim: str, dry_run: bool, coverage: float, pending: _PendingAcks | None
+    ) -> list[ReadyBatch[ClaimedJobs]]:
+        """``dequeue_jobs``'s walk; ``pending``: acks to apply before its first store call."""
+
+        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
+            hot = self.hot_path(shard)
+            if pending is not None and pending.how is None:
+                if pending.shard == shard.name:
+                    both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim, now)
+                    return pending.carry(self.on_shard(shard, both))
+                alone = self.ack_jobs(queue, [(pending.shard, pending.acks)], ())
+                return pending.before(alone, lambda: self.dequeue_call(shard, hot, queue, priority, want, claim, now))
+            return self.dequeue_call(shard, hot, queue, priority, want, claim, now, dry_run)
+
+        # A dry run asks the store every time: the known-empty hints say "nothing to claim",
+        # and jobs held in a broker's buffer are PENDING and shown.
+        return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
+
+    def dequeue_call(
+        self,
+        shard: Shard,
+        hot: HotPath,
+        queue: str,
+        priority: int,
+        want: int,
+        claim: str,
+        now: int,
+        dry_run: bool = False,
+    ) -> Awaitable[ClaimedJobs]:
+        return self.on_shard(shard, hot.dequeue_jobs(queue, priority, want, claim, now, dry_run))
 
     async def walk_ready(
         self,
@@ -1189,21 +1213,44 @@ class _AckFailed(Exception):
 
 
 class _PendingAcks:
-    """A dequeue's acks of one shard, until the walk's first store call there carries them."""
+    """A dequeue's acks of one shard, until the walk's first store call: ``how`` they went
+    (None: not yet; "carried": with that call; "before": alone, just before it)."""
 
-    __slots__ = ("acks", "sent", "shard")
+    __slots__ = ("acks", "how", "on_acked", "shard")
 
-    def __init__(self, shard: str, acks: AckGroup) -> None:
+    def __init__(self, shard: str, acks: AckGroup, on_acked: Callable[[], None] | None) -> None:
         self.shard = shard
         self.acks = acks
-        self.sent = False
+        self.on_acked = on_acked
+        self.how: str | None = None
 
-    @staticmethod
-    async def run(call: Awaitable[T]) -> T:
+    def applied(self) -> None:
+        if self.on_acked is not None:
+            self.on_acked()
+
+    def carry(self, call: Awaitable[T]) -> Awaitable[T]:
+        self.how = "carried"
+        return self._carry(call)
+
+    async def _carry(self, call: Awaitable[T]) -> T:
         try:
-            return await call
+            result = await call
         except Exception as exc:
             raise _AckFailed(exc) from exc
+        self.applied()
+        return result
+
+    def before(self, ack: Awaitable[None], call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        self.how = "before"
+        return self._before(ack, call)
+
+    async def _before(self, ack: Awaitable[None], call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            await ack
+        except Exception as exc:
+            raise _AckFailed(exc) from exc
+        self.applied()
+        return await call()
 
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:

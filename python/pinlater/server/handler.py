@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from pinlater import schedules
 from pinlater._pinlater import (
     AckCall,
+    AckGroup,
     ClaimedJobs,
     DequeueCall,
     DescriptorError,
@@ -291,11 +292,15 @@ class PinLaterHandler:
         acks = call.ack
         limit = call.limit
         dry_run = bool(call.dry_run)
-        # Acks of this queue with a direct dequeue go with its first store call on their shard
+        # Successes of this queue with a direct dequeue go with the walk's first store call
         # (``ShardedBackend.dequeue_jobs``); any other acks are applied first, on their own.
-        carried = acks is not None and limit > 0 and not dry_run and self.broker is None and acks.queue == queue
-        if acks is not None and not carried:
-            await self._ack(acks)
+        carried = None
+        if acks is not None:
+            if acks.succeeded and not acks.failed and acks.queue == queue and limit > 0 and not dry_run:
+                if self.broker is None:
+                    carried = acks.groups()  # decoded first: a malformed descriptor fails the call
+            if carried is None:
+                await self._ack(acks)
         if limit <= 0:
             return encode_dequeue_batches(DEQUEUE, seqid, queue, [])
         if self.rate_limits is not None and not dry_run:
@@ -303,14 +308,14 @@ class PinLaterHandler:
                 self.rate_limits.check_dequeue(queue, limit)
             except PinLaterError:
                 self.metrics.incr(f"{queue}_dequeue_requests_rate_limited")
-                if acks is not None and carried:
+                if acks is not None and carried is not None:
                     await self._ack(acks)
                 raise
         coverage = 1.0 if math.isnan(call.coverage) else call.coverage
         coverage = min(1.0, max(coverage, 1e-9))
         source = _source(call)
-        if acks is not None and carried and (acks.succeeded or acks.failed):
-            dequeued = await self._dequeue_with_acks(queue, limit, source, coverage, acks)
+        if acks is not None and carried is not None:
+            dequeued = await self._dequeue_with_acks(queue, limit, source, coverage, acks, carried)
         else:
             dequeued = await self._dequeue(queue, limit, source, dry_run, coverage)
         wait_ms = min(call.wait_millis or 0, MAX_WAIT_MILLIS)
@@ -328,16 +333,15 @@ class PinLaterHandler:
             return await self.broker.dequeue(queue, limit, source)
         return await self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage)
 
-    async def _dequeue_with_acks(self, queue: str, limit: int, source: str, coverage: float, acks: AckCall) -> Dequeued:
-        """A direct dequeue carrying its acks (``_ack`` without the broker, which is off)."""
-        groups = acks.groups()  # by shard; a malformed descriptor raises DescriptorError
-        retried = acks.retried() if acks.failed else ()
-        dequeued = await self.backend.dequeue_jobs(
-            queue, limit, source, coverage=coverage, acks=groups, retried=retried
-        )
-        self.metrics.incr(f"{queue}_ack_succeeded", acks.succeeded)
-        self.metrics.incr(f"{queue}_ack_failed", acks.failed)
-        return dequeued
+    async def _dequeue_with_acks(
+        self, queue: str, limit: int, source: str, coverage: float, acks: AckCall, groups: list[tuple[str, AckGroup]]
+    ) -> Dequeued:
+        """A direct dequeue carrying its acks, successes only (``_ack``, with the broker off)."""
+
+        def acked() -> None:
+            self.metrics.incr(f"{queue}_ack_succeeded", acks.succeeded)
+
+        return await self.backend.dequeue_jobs(queue, limit, source, coverage=coverage, acks=groups, on_acked=acked)
 
     async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every

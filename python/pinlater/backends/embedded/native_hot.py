@@ -189,7 +189,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         alone, the dequeue still ran: the failure is raised, and the jobs it claimed come back
         at their claim timeout, as when a dequeue's answer is lost."""
         rules = self._store.rules(queue)
-        if rules.group_jobs_per_second is not None:
+        if rules.group_jobs_per_second is not None or acks.failed():
             return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
         loop = asyncio.get_running_loop()
         acked: asyncio.Future[None] = loop.create_future()

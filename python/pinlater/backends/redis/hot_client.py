@@ -334,6 +334,7 @@ class HotClient:
         try:
             try:
                 one, two = conn.send_pair(first[1], second[1], self._timeout)
+                two.add_done_callback(_retrieved)  # read below, unless ``one`` failed first
                 replies = await one, await two
             except _Broken as exc:
                 if exc.kind is not redis.ConnectionError:  # a timeout is not a dead connection
@@ -362,8 +363,10 @@ class HotClient:
         self, script: str, command: bytes, parse: Callable[[bytes], T], asking: bool = False
     ) -> T:
         """After a ``NOSCRIPT`` reply: the script was flushed since we connected (SCRIPT FLUSH),
-        so Redis ran nothing; load it and send ``command`` again."""
-        await self._load([script])
+        so Redis ran nothing; load every hot script (so a later ``call_pair`` never finds one
+        loaded and the other not, which would run its second before its first) and send
+        ``command`` again."""
+        await self._load(list(HOT_SCRIPTS))
         conn, reply = await self._round_trip(command, asking)
         try:
             return parse(reply)
@@ -498,6 +501,12 @@ def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _
         raise _error_reply(text) from None
     except ValueError as exc:
         raise _protocol_error(conn, exc) from None
+
+
+def _retrieved(future: asyncio.Future[bytes]) -> None:
+    """Reads a failure that nobody may await (so asyncio does not log it)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _error_reply(text: str) -> redis.RedisError:

@@ -48,7 +48,7 @@ from pinlater._pinlater import (
     redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import Enqueued, JobState, KeyedJob
+from pinlater.backends.base import Enqueued, JobState, KeyedJob, sequential_ack_and_dequeue
 from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
@@ -142,6 +142,8 @@ class NativeHotPath:
         self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
     ) -> ClaimedJobs:
         """Both scripts in one write (``HotScripts.call_pair``): Redis runs the ack's first."""
+        if acks.failed():
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
         sha, layout, shard = self._sha, self._layout, self._shard
         rules = self._store.rules
         ack = redis_ack_command(sha["ack_jobs"], shard, queue, acks, now_ms, layout, rules.native(queue, GROUPS))
