@@ -138,6 +138,33 @@ def test_rate_limits_from_the_watched_queue_config(
     assert "paused_dequeue: 1" in stats
 
 
+def test_the_acks_a_dequeue_carries_are_applied_and_counted_whatever_the_dequeue_does(
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path
+) -> None:
+    """Successes carried by a dequeue: applied with its claim, when it is rate-limited, when it
+    is a dry run and when they are of another queue, and counted once each in /stats.txt."""
+    config = tmp_path / "queues.json"
+    config.write_text(json.dumps({"queues": [{"name": "slow", "queueConfig": {"maxJobsPerSecond": 0.001}}]}))
+    srv = start_server(properties={"QUEUE_CONFIG_FILE_PATH": config})
+    api = Api(open_client(srv), ttypes)
+    api.create("slow")
+    api.create("free")
+    api.enqueue("slow", api.job(b"s"))
+    api.enqueue("free", *(api.job(b"f%d" % i) for i in range(4)))
+    (slow,) = api.dequeue("slow", limit=1).jobs  # the bucket's one token
+    f1, f2, f3 = api.dequeue("free", limit=3).jobs
+    limited = api.ack_request("slow", ok=[slow])
+    assert api.error_code(api.dequeue, "slow", limit=1, jobAckRequest=limited) == api.t.ErrorCode.DEQUEUE_RATE_LIMITED
+    assert api.dequeue("free", limit=1, dryRun=True, jobAckRequest=api.ack_request("free", ok=[f1])).jobs
+    assert len(api.dequeue("slow", limit=1, dryRun=True, jobAckRequest=api.ack_request("free", ok=[f2])).jobs) == 0
+    (f4,) = api.dequeue("free", limit=5, jobAckRequest=api.ack_request("free", ok=[f3])).jobs
+    assert f4 not in (f1, f2, f3)
+    found = api.lookup(slow, f1, f2, f3)
+    assert [found[d].jobState for d in (slow, f1, f2, f3)] == [SUCCEEDED] * 4
+    wait_for(lambda: "free_ack_succeeded: 3" in _stats(srv), timeout=5, what="stats")
+    assert "slow_ack_succeeded: 1" in _stats(srv)
+
+
 def test_bad_queue_config_at_start_is_a_one_line_error(tmp_path: Path) -> None:
     config = tmp_path / "queues.json"
     config.write_text('{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": -1}}]}')
