@@ -375,8 +375,13 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
             "WAL journal mode is not available here (got {mode})"
         ));
     }
-    conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
-        .map_err(|e| e.to_string())?;
+    // temp_store MEMORY: each request's SAVEPOINT keeps the original of every page it changes
+    // in a sub-journal, which SQLite spills to a temporary file past 64 KiB (a file opened,
+    // written and unlinked per group, more writes than the WAL's): kept in memory instead.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY"
+    ))
+    .map_err(|e| e.to_string())?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
