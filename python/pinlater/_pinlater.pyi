@@ -455,7 +455,7 @@ class SqliteShard:
         ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``,
         ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
         ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
-        ``groups_unwait_oldest``, ``jobs_promote``, ``group_jobs_record``,
+        ``groups_unwait_oldest``, ``groups_unwait_first``, ``jobs_promote``, ``group_jobs_record``,
         ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
         ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
         ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one

@@ -204,6 +204,7 @@ impl SqliteShard {
                     groups_put: get("groups_put")?,
                     groups_forget: get("groups_forget")?,
                     groups_unwait_oldest: get("groups_unwait_oldest")?,
+                    groups_unwait_first: get("groups_unwait_first")?,
                     jobs_promote: get("jobs_promote")?,
                     group_jobs_record: get("group_jobs_record")?,
                     group_jobs_of: get("group_jobs_of")?,
