@@ -412,16 +412,20 @@ struct Writer<T> {
 /// are read from the file only the first time (`groups_get.sql` was about a twentieth of a
 /// grouped job's cost). It is the file's truth as long as no other connection wrote the file
 /// and every write of this one was kept, so it is emptied:
-/// * at the start of each transaction, if `PRAGMA data_version` moved since the one before:
-///   another connection (Python's, another process's) committed in between. `BEGIN IMMEDIATE`
-///   holds the write lock from then to the `COMMIT`, so nobody else writes meanwhile;
+/// * in each transaction, before its first use, if `PRAGMA data_version` moved since it was
+///   last read: another connection (Python's, another process's) committed in between (this
+///   one's own commits never move it). `BEGIN IMMEDIATE` holds the write lock to the `COMMIT`,
+///   so nobody else writes meanwhile. A transaction that touches no group (an ungrouped queue's)
+///   reads nothing;
 /// * when a request fails (its savepoint rolled back) or a transaction is lost or its
 ///   `COMMIT` fails: what it wrote is gone from the file;
 /// * past `GROUP_CACHE_ROWS` rows (many groups: the file is read as before).
 #[derive(Debug, Default)]
 struct GroupCache {
-    /// `PRAGMA data_version` at the start of the current (or last) transaction.
+    /// `PRAGMA data_version` when last read.
     version: Option<i64>,
+    /// Whether it was read in the current transaction.
+    checked: bool,
     /// Per queue, per group: its row (one of zeros when it has none, as `groups_settle` reads it).
     queues: HashMap<String, HashMap<String, GroupRow>>,
     len: usize,
@@ -551,7 +555,7 @@ impl<T: Send> Writer<T> {
                 .map(|(token, _)| (token, Err(error.clone())))
                 .collect();
         }
-        self.check_group_cache();
+        self.groups.borrow_mut().checked = false;
         let mut lost: Option<String> = None;
         while let Some((token, op)) = batch.pop_front() {
             match self.one(&op) {
@@ -624,9 +628,12 @@ impl<T: Send> Writer<T> {
         Ok(result)
     }
 
-    /// Empties the group cache if another connection committed since this one's last
-    /// transaction (or if that cannot be told); run just after `BEGIN IMMEDIATE`.
+    /// Empties the group cache if another connection committed since `PRAGMA data_version` was
+    /// last read (or if that cannot be told); once per transaction, before the cache is used.
     fn check_group_cache(&self) {
+        if self.groups.borrow().checked {
+            return;
+        }
         let version: Option<i64> = self
             .conn
             .prepare_cached("PRAGMA data_version")
@@ -637,6 +644,7 @@ impl<T: Send> Writer<T> {
             cache.clear();
         }
         cache.version = version;
+        cache.checked = true;
     }
 
     /// Runs a transaction control statement, prepared once (not parsed again per group).
@@ -976,6 +984,7 @@ impl<T: Send> Writer<T> {
         changes: &[(&'g str, i64, i64)],
         at: &HashMap<&str, usize>,
     ) -> Result<Vec<(&'g str, GroupRow)>, ShardError> {
+        self.check_group_cache();
         let mut rows: Vec<(&'g str, GroupRow)> = Vec::with_capacity(changes.len());
         let mut misses: Vec<&str> = Vec::new();
         {
@@ -1088,6 +1097,7 @@ impl<T: Send> Writer<T> {
             bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
+        self.check_group_cache(); // done already by the groups_settle before (a no-op)
         let mut cache = self.groups.borrow_mut();
         for &(group, row) in rows {
             cache.put(
