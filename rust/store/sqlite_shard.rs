@@ -30,9 +30,10 @@
 //!   and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
 //!   read from the file again only after another connection committed (`PRAGMA data_version`)
 //!   or a write of this one was rolled back. A group that promotes one job (the usual case:
-//!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk. The queue's rules come with each request (`group_concurrency`,
-//!   `max_in_progress`), read from the Python store's current rules; a dequeue without a cap
-//!   runs no statement more than before.
+//!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk.
+//!   The queue's rules come with each request (`group_concurrency`, `max_in_progress`), read
+//!   from the Python store's current rules; a dequeue without a cap runs no statement more than
+//!   before.
 //! * Job control (#18): a keyed job's expiry goes into its row (`expire_at_ms`), and the queue gets
 //!   its row of `expiries`; dequeues skip expired jobs in SQL. An ack of a queue with such a row
 //!   (`queue_get` reads it with the queue) first expires, per failed job, a retry that would run
@@ -408,10 +409,10 @@ struct Writer<T> {
     groups: RefCell<GroupCache>,
 }
 
-/// The rows of `groups` as this connection last read or wrote them, so that a request's groups
-/// are read from the file only the first time (`groups_get.sql` was about a twentieth of a
-/// grouped job's cost). It is the file's truth as long as no other connection wrote the file
-/// and every write of this one was kept, so it is emptied:
+/// The rows of `groups` as this connection last read or wrote them, so that a request reads
+/// from the file (`groups_get.sql`, a probe per group) only the groups it has not seen. It is
+/// the file's truth as long as no other connection wrote the file and every write of this one
+/// was kept, so it is emptied:
 /// * in each transaction, before its first use, if `PRAGMA data_version` moved since it was
 ///   last read: another connection (Python's, another process's) committed in between (this
 ///   one's own commits never move it). `BEGIN IMMEDIATE` holds the write lock to the `COMMIT`,
