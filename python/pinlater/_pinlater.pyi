@@ -474,17 +474,17 @@ class SqliteShard:
     def enqueue_keyed(
         self,
         queue: str,
-        jobs: NewJobBatch,
-        keys: Sequence[tuple[str | None, int, str | None, int | None]],
+        jobs: Sequence[tuple[tuple[int, bytes, int, int, str], str | None, int, str | None, int | None]],
         group_concurrency: int,
         now_ms: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
-        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window, ordered group
-        and expiry, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
-        commit; ``future`` gets ``[(priority, local_id, deduplicated), ...]`` in job order (the
-        holder's place where deduplicated)."""
+        """An enqueue of keyed jobs (``backends.base.KeyedJob``s, read as they are: each job with
+        its dedup key, window, ordered group and expiry, the dedup keys distinct;
+        ``group_concurrency``: the queue's), in the writer's group commit; ``future`` gets
+        ``[(priority, local_id, deduplicated), ...]`` in job order (the holder's place where
+        deduplicated)."""
     def dequeue(
         self,
         queue: str,
