@@ -455,7 +455,7 @@ class SqliteShard:
         ``dequeue_jobs``, ``dequeue_jobs_dry_run``, ``ack_succeeded``, ``ack_failed``,
         ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
         ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
-        ``groups_unwait_oldest``, ``jobs_promote``, ``group_jobs_record``,
+        ``groups_unwait_oldest``, ``groups_unwait_first``, ``jobs_promote``, ``group_jobs_record``,
         ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
         ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
         ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one
@@ -474,17 +474,17 @@ class SqliteShard:
     def enqueue_keyed(
         self,
         queue: str,
-        jobs: NewJobBatch,
-        keys: Sequence[tuple[str | None, int, str | None, int | None]],
+        jobs: Sequence[tuple[tuple[int, bytes, int, int, str], str | None, int, str | None, int | None]],
         group_concurrency: int,
         now_ms: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
-        """An enqueue of keyed jobs (``keys[i]``: job ``i``'s dedup key, window, ordered group
-        and expiry, the dedup keys distinct; ``group_concurrency``: the queue's), in the writer's group
-        commit; ``future`` gets ``[(priority, local_id, deduplicated), ...]`` in job order (the
-        holder's place where deduplicated)."""
+        """An enqueue of keyed jobs (``backends.base.KeyedJob``s, read as they are: each job with
+        its dedup key, window, ordered group and expiry, the dedup keys distinct;
+        ``group_concurrency``: the queue's), in the writer's group commit; ``future`` gets
+        ``[(priority, local_id, deduplicated), ...]`` in job order (the holder's place where
+        deduplicated)."""
     def dequeue(
         self,
         queue: str,

@@ -27,9 +27,13 @@
 //!   if not, it runs the plain statements, as before groups existed; if so, its successes run
 //!   the plain statement too, then one `group_jobs_of` finds the groups of the jobs acked (a
 //!   RETURNING per job about doubled an UPDATE's cost); its failures (rarer) return their group
-//!   and new state. The queue's rules come with each request (`group_concurrency`,
-//!   `max_in_progress`), read from the Python store's current rules; a dequeue without a cap
-//!   runs no statement more than before.
+//!   and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
+//!   read from the file again only after another connection committed (`PRAGMA data_version`)
+//!   or a write of this one was rolled back. A group that promotes one job (the usual case:
+//!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk.
+//!   The queue's rules come with each request (`group_concurrency`, `max_in_progress`), read
+//!   from the Python store's current rules; a dequeue without a cap runs no statement more than
+//!   before.
 //! * Job control (#18): a keyed job's expiry goes into its row (`expire_at_ms`), and the queue gets
 //!   its row of `expiries`; dequeues skip expired jobs in SQL. An ack of a queue with such a row
 //!   (`queue_get` reads it with the queue) first expires, per failed job, a retry that would run
@@ -38,6 +42,7 @@
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -85,9 +90,11 @@ pub struct Statements {
     pub groups_get: String,
     pub groups_put: String,
     pub groups_forget: String,
-    /// Many groups' oldest waiting jobs taken out of waiting (`groups_unwait_oldest.sql`),
-    /// then made active (`jobs_promote.sql`).
+    /// Many groups' oldest waiting jobs taken out of waiting (`groups_unwait_oldest.sql`; the
+    /// groups that take one job each, `groups_unwait_first.sql`), then made active
+    /// (`jobs_promote.sql`).
     pub groups_unwait_oldest: String,
+    pub groups_unwait_first: String,
     pub jobs_promote: String,
     /// New grouped jobs' groups (`group_jobs_record.sql`).
     pub group_jobs_record: String,
@@ -296,6 +303,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             gate,
             complete,
             commits: Arc::clone(&commits),
+            groups: RefCell::new(GroupCache::default()),
         };
         let thread = std::thread::Builder::new()
             .name("pinlater-sqlite".into())
@@ -375,8 +383,13 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
             "WAL journal mode is not available here (got {mode})"
         ));
     }
-    conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
-        .map_err(|e| e.to_string())?;
+    // temp_store MEMORY: each request's SAVEPOINT keeps the original of every page it changes
+    // in a sub-journal, which SQLite spills to a temporary file past 64 KiB (a file opened,
+    // written and unlinked per group, more writes than the WAL's): kept in memory instead.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY"
+    ))
+    .map_err(|e| e.to_string())?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
@@ -392,6 +405,62 @@ struct Writer<T> {
     gate: Arc<WriteGate>,
     complete: Complete<T>,
     commits: Arc<AtomicU64>,
+    /// The `groups` rows this connection last read or wrote (see `GroupCache`).
+    groups: RefCell<GroupCache>,
+}
+
+/// The rows of `groups` as this connection last read or wrote them, so that a request reads
+/// from the file (`groups_get.sql`, a probe per group) only the groups it has not seen. It is
+/// the file's truth as long as no other connection wrote the file and every write of this one
+/// was kept, so it is emptied:
+/// * in each transaction, before its first use, if `PRAGMA data_version` moved since it was
+///   last read: another connection (Python's, another process's) committed in between (this
+///   one's own commits never move it). `BEGIN IMMEDIATE` holds the write lock to the `COMMIT`,
+///   so nobody else writes meanwhile. A transaction that touches no group (an ungrouped queue's)
+///   reads nothing;
+/// * when a request fails (its savepoint rolled back) or a transaction is lost or its
+///   `COMMIT` fails: what it wrote is gone from the file;
+/// * past `GROUP_CACHE_ROWS` rows (many groups: the file is read as before).
+#[derive(Debug, Default)]
+struct GroupCache {
+    /// `PRAGMA data_version` when last read.
+    version: Option<i64>,
+    /// Whether it was read in the current transaction.
+    checked: bool,
+    /// Per queue, per group: its row (one of zeros when it has none, as `groups_settle` reads it).
+    queues: HashMap<String, HashMap<String, GroupRow>>,
+    len: usize,
+}
+
+/// Most rows `GroupCache` keeps.
+const GROUP_CACHE_ROWS: usize = 1 << 16;
+
+impl GroupCache {
+    fn clear(&mut self) {
+        self.queues.clear();
+        self.len = 0;
+    }
+
+    /// The group's row, or None when not known.
+    fn get(&self, queue: &str, group: &str) -> Option<GroupRow> {
+        self.queues.get(queue)?.get(group).copied()
+    }
+
+    fn put(&mut self, queue: &str, group: &str, row: GroupRow) {
+        if self.len >= GROUP_CACHE_ROWS {
+            self.clear();
+        }
+        let groups = match self.queues.get_mut(queue) {
+            Some(groups) => groups,
+            None => self.queues.entry(queue.to_owned()).or_default(),
+        };
+        if let Some(slot) = groups.get_mut(group) {
+            *slot = row;
+        } else {
+            groups.insert(group.to_owned(), row);
+            self.len += 1;
+        }
+    }
 }
 
 /// The statements run over many rows at once (`MultiRow`), each with the names of its values
@@ -487,6 +556,7 @@ impl<T: Send> Writer<T> {
                 .map(|(token, _)| (token, Err(error.clone())))
                 .collect();
         }
+        self.groups.borrow_mut().checked = false;
         let mut lost: Option<String> = None;
         while let Some((token, op)) = batch.pop_front() {
             match self.one(&op) {
@@ -510,8 +580,11 @@ impl<T: Send> Writer<T> {
                 Err(e) => Some(format!("commit failed: {e}")),
             },
         };
-        if failure.is_some() && !self.conn.is_autocommit() {
-            let _ = self.conn.execute_batch("ROLLBACK");
+        if failure.is_some() {
+            self.groups.borrow_mut().clear();
+            if !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
         }
         self.gate.release();
         if let Some(why) = failure {
@@ -533,6 +606,9 @@ impl<T: Send> Writer<T> {
         }
         let result = self.run_op(op);
         let undo = result.is_err();
+        if undo {
+            self.groups.borrow_mut().clear(); // its writes are undone below
+        }
         if undo && self.conn.is_autocommit() {
             // SQLite rolled back the whole transaction (I/O error, disk full...).
             let why = match &result {
@@ -551,6 +627,25 @@ impl<T: Send> Writer<T> {
             return Err(Interrupted::Transaction(e.to_string()));
         }
         Ok(result)
+    }
+
+    /// Empties the group cache if another connection committed since `PRAGMA data_version` was
+    /// last read (or if that cannot be told); once per transaction, before the cache is used.
+    fn check_group_cache(&self) {
+        if self.groups.borrow().checked {
+            return;
+        }
+        let version: Option<i64> = self
+            .conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |row| row.get(0)))
+            .ok();
+        let mut cache = self.groups.borrow_mut();
+        if version.is_none() || version != cache.version {
+            cache.clear();
+        }
+        cache.version = version;
+        cache.checked = true;
     }
 
     /// Runs a transaction control statement, prepared once (not parsed again per group).
@@ -821,57 +916,38 @@ impl<T: Send> Writer<T> {
 
     /// The rows of `changes`' groups (distinct: `(group, active delta, waiting delta)`) after
     /// the deltas and the promotions they allow: each group's oldest waiting jobs made active
-    /// while it has room. Not written yet (`groups_write`). One statement for every group of
-    /// the call, and two more when any of them promotes.
+    /// while it has room. Not written yet (`groups_write`). One statement for the groups of the
+    /// call the cache does not know (`groups_read`), and two or three more when any of them
+    /// promotes.
     fn groups_settle<'g>(
         &self,
         queue: &str,
         concurrency: i64,
         changes: &[(&'g str, i64, i64)],
     ) -> Result<Vec<(&'g str, GroupRow)>, ShardError> {
-        let mut rows: Vec<(&'g str, GroupRow)> = changes
-            .iter()
-            .map(|&(g, _, _)| (g, GroupRow::default()))
-            .collect();
-        if rows.is_empty() {
-            return Ok(rows);
+        if changes.is_empty() {
+            return Ok(Vec::new());
         }
         let at: HashMap<&str, usize> = changes
             .iter()
             .enumerate()
             .map(|(i, &(g, _, _))| (g, i))
             .collect();
-        {
-            let mut stmt = self.prepare(&self.options.statements.groups_get)?;
-            let json = json_strings(changes.iter().map(|&(g, _, _)| g));
-            bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
-            let mut found = stmt.raw_query();
-            while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
-                let (group, row) = (|| {
-                    Ok::<_, rusqlite::Error>((
-                        r.get_ref(0)?.as_str().ok().and_then(|g| at.get(g).copied()),
-                        GroupRow {
-                            active: r.get(1)?,
-                            waiting: r.get(2)?,
-                            tokens: r.get(3)?,
-                            refilled_at_ms: r.get(4)?,
-                        },
-                    ))
-                })()
-                .map_err(|e| connection_error(&e))?;
-                if let Some(i) = group {
-                    rows[i].1 = row;
-                }
-            }
-        }
+        let mut rows = self.groups_read(queue, changes, &at)?;
         let mut rooms: Vec<i64> = Vec::with_capacity(rows.len());
-        let mut wanted = String::from("[");
+        let mut wanted = String::from("["); // [group, room] of those with room > 1
+        let mut firsts = String::from("["); // those with room 1
         for ((_, row), &(group, active_delta, waiting_delta)) in rows.iter_mut().zip(changes) {
             row.active = (row.active + active_delta).max(0);
             row.waiting = (row.waiting + waiting_delta).max(0);
             let room = (concurrency - row.active).min(row.waiting).max(0);
             rooms.push(room);
-            if room > 0 {
+            if room == 1 {
+                if firsts.len() > 1 {
+                    firsts.push(',');
+                }
+                json_string(&mut firsts, group);
+            } else if room > 1 {
                 if wanted.len() > 1 {
                     wanted.push(',');
                 }
@@ -881,14 +957,100 @@ impl<T: Send> Writer<T> {
             }
         }
         wanted.push(']');
-        if wanted.len() == 2 {
+        firsts.push(']');
+        if wanted.len() == 2 && firsts.len() == 2 {
             return Ok(rows);
         }
-        let mut promoted: Vec<i64> = vec![0; rows.len()];
-        let mut ids = String::from("[");
+        let promoted = self.groups_unwait(queue, &firsts, &wanted, &at)?;
+        for (((_, row), room), promoted) in rows.iter_mut().zip(rooms).zip(promoted) {
+            if room == 0 {
+                continue;
+            }
+            row.active += promoted;
+            // Fewer promoted than counted: nothing else waits (the count is repaired).
+            row.waiting = if promoted == room {
+                row.waiting - promoted
+            } else {
+                0
+            };
+        }
+        Ok(rows)
+    }
+
+    /// The rows of `changes`' groups as they are (`at`: where each group is in `changes`): from
+    /// the cache, and those it does not know read in one statement (and kept in it).
+    fn groups_read<'g>(
+        &self,
+        queue: &str,
+        changes: &[(&'g str, i64, i64)],
+        at: &HashMap<&str, usize>,
+    ) -> Result<Vec<(&'g str, GroupRow)>, ShardError> {
+        self.check_group_cache();
+        let mut rows: Vec<(&'g str, GroupRow)> = Vec::with_capacity(changes.len());
+        let mut misses: Vec<&str> = Vec::new();
         {
-            let mut stmt = self.prepare(&self.options.statements.groups_unwait_oldest)?;
-            bind(&mut stmt, &[(":queue", &queue), (":groups", &wanted)])?;
+            let cache = self.groups.borrow();
+            for &(group, _, _) in changes {
+                let row = cache.get(queue, group);
+                if row.is_none() {
+                    misses.push(group);
+                }
+                rows.push((group, row.unwrap_or_default()));
+            }
+        }
+        if misses.is_empty() {
+            return Ok(rows);
+        }
+        let mut stmt = self.prepare(&self.options.statements.groups_get)?;
+        let json = json_strings(misses.iter().copied());
+        bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
+        let mut found = stmt.raw_query();
+        while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
+            let (group, row) = (|| {
+                Ok::<_, rusqlite::Error>((
+                    r.get_ref(0)?.as_str().ok().and_then(|g| at.get(g).copied()),
+                    GroupRow {
+                        active: r.get(1)?,
+                        waiting: r.get(2)?,
+                        tokens: r.get(3)?,
+                        refilled_at_ms: r.get(4)?,
+                    },
+                ))
+            })()
+            .map_err(|e| connection_error(&e))?;
+            if let Some(i) = group {
+                rows[i].1 = row;
+            }
+        }
+        let mut cache = self.groups.borrow_mut();
+        for group in misses {
+            cache.put(queue, group, rows[at[group]].1);
+        }
+        Ok(rows)
+    }
+
+    /// Takes the oldest waiting job of each group of `firsts` (a JSON array of keys) and the
+    /// oldest ones of each group of `wanted` (a JSON array of `[key, count]`) out of waiting
+    /// and makes them active; how many each group of `at` promoted.
+    fn groups_unwait(
+        &self,
+        queue: &str,
+        firsts: &str,
+        wanted: &str,
+        at: &HashMap<&str, usize>,
+    ) -> Result<Vec<i64>, ShardError> {
+        let mut promoted: Vec<i64> = vec![0; at.len()];
+        let mut ids = String::from("[");
+        let statements = &self.options.statements;
+        for (sql, groups) in [
+            (&statements.groups_unwait_first, firsts),
+            (&statements.groups_unwait_oldest, wanted),
+        ] {
+            if groups.len() == 2 {
+                continue;
+            }
+            let mut stmt = self.prepare(sql)?;
+            bind(&mut stmt, &[(":queue", &queue), (":groups", &groups)])?;
             let mut found = stmt.raw_query();
             while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
                 let group = r.get_ref(0).and_then(|v| Ok(at.get(v.as_str()?).copied()));
@@ -905,23 +1067,11 @@ impl<T: Send> Writer<T> {
         }
         ids.push(']');
         if ids.len() > 2 {
-            let mut stmt = self.prepare(&self.options.statements.jobs_promote)?;
+            let mut stmt = self.prepare(&statements.jobs_promote)?;
             bind(&mut stmt, &[(":ids", &ids)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
-        for (((_, row), room), promoted) in rows.iter_mut().zip(rooms).zip(promoted) {
-            if room == 0 {
-                continue;
-            }
-            row.active += promoted;
-            // Fewer promoted than counted: nothing else waits (the count is repaired).
-            row.waiting = if promoted == room {
-                row.waiting - promoted
-            } else {
-                0
-            };
-        }
-        Ok(rows)
+        Ok(promoted)
     }
 
     /// Writes the groups' rows: one statement for those kept, one for those forgotten (no
@@ -947,6 +1097,19 @@ impl<T: Send> Writer<T> {
             let mut stmt = self.prepare(&self.options.statements.groups_forget)?;
             bind(&mut stmt, &[(":queue", &queue), (":groups", &json)])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        self.check_group_cache(); // done already by the groups_settle before (a no-op)
+        let mut cache = self.groups.borrow_mut();
+        for &(group, row) in rows {
+            cache.put(
+                queue,
+                group,
+                if forget(&row) {
+                    GroupRow::default()
+                } else {
+                    row
+                },
+            );
         }
         Ok(())
     }
@@ -1320,7 +1483,7 @@ impl<T: Send> Writer<T> {
 }
 
 /// A row of `groups` (see `group_get.sql`).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct GroupRow {
     active: i64,
     waiting: i64,
@@ -1502,6 +1665,7 @@ mod tests {
                 groups_put: sql("groups_put"),
                 groups_forget: sql("groups_forget"),
                 groups_unwait_oldest: sql("groups_unwait_oldest"),
+                groups_unwait_first: sql("groups_unwait_first"),
                 jobs_promote: sql("jobs_promote"),
                 group_jobs_record: sql("group_jobs_record"),
                 group_jobs_of: sql("group_jobs_of"),

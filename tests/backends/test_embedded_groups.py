@@ -150,6 +150,10 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
         promote = _plan(conn, name, queue=Q, group_key="g", count=1)
         assert "INDEX group_jobs_waiting (queue=? AND group_key=?)" in promote, (name, promote)
         assert "TEMP B-TREE" not in promote and "SCAN" not in promote, (name, promote)
+    for name in ("groups_unwait_first", "groups_unwait_oldest"):  # the Rust writer's: a probe per group
+        promote = _plan(conn, name, queue=Q, groups='["g"]')
+        assert "INDEX group_jobs_waiting (queue=? AND group_key=?)" in promote, (name, promote)
+        assert "SCAN group_jobs" not in promote, (name, promote)
     assert "PRIMARY KEY (queue=?)" in _plan(conn, "queue_has_groups", queue=Q)
     assert "SCAN group_jobs" in _plan(conn, "file_has_group_jobs")  # LIMIT 1: the first row
     deleted = _plan(conn, "delete_queue_group_jobs", queue=Q)
@@ -436,6 +440,54 @@ def test_the_hot_path_keeps_groups_and_the_cap(store: EmbeddedStore) -> None:
         await hot.ack_jobs(Q, AckGroup([(1, job.local_id, "", 0) for job in got], []), T0 + 21)
         assert bodies(claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 22, False))) == [b"g3"]
         assert store.group_counts(Q) == GroupCounts(1, 0)
+
+    run(scenario())
+
+
+def test_the_hot_path_promotes_one_and_many_in_one_ack(store: EmbeddedStore) -> None:
+    """Groups taking one waiting job (groups_unwait_first.sql) and groups taking more
+    (groups_unwait_oldest.sql) in the same ack, each its oldest waiting jobs."""
+
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        store.set_queue_rules({Q: QueueRules(group_concurrency=2)})
+        jobs = [grouped(f"a{i}", "a") for i in range(4)] + [grouped(f"b{i}", "b") for i in range(4)]
+        await hot.enqueue_keyed_jobs(Q, jobs, T0)
+        assert store.group_counts(Q) == GroupCounts(2, 2)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+        assert bodies(got) == [b"a0", b"a1", b"b0", b"b1"]
+        done = [job for job in got if job.body in (b"a0", b"a1", b"b0")]  # a: room 2, b: room 1
+        await hot.ack_jobs(Q, AckGroup([(1, job.local_id, "", 0) for job in done], []), T0 + 2)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 3, False))
+        assert bodies(got) == [b"a2", b"a3", b"b2"]
+        assert store.group_counts(Q) == GroupCounts(2, 1)
+
+    run(scenario())
+
+
+def test_the_hot_path_reads_groups_again_after_another_connection_wrote(data_dir: Path, store: EmbeddedStore) -> None:
+    """The Rust writer keeps the group rows it wrote, but a write of the Python connection (or
+    of another server on the file) in between is seen: its next transaction reads them again."""
+
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        await hot.enqueue_keyed_jobs(Q, [grouped("first", "g")], T0)
+        [first] = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+        store.enqueue_keyed_jobs(Q, [grouped("second", "g")], T0 + 2)  # waits, on Python's connection
+        other = EmbeddedStore(data_dir, "1")  # another server on the file
+        try:
+            other.enqueue_keyed_jobs(Q, [grouped("third", "g")], T0 + 3)
+        finally:
+            other.close()
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        await hot.ack_jobs(Q, AckGroup([(1, first.local_id, "", 0)], []), T0 + 4)  # promotes "second"
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 5, False))
+        assert bodies(got) == [b"second"]
+        await hot.ack_jobs(Q, AckGroup([(1, got[0].local_id, "", 0)], []), T0 + 6)
+        assert bodies(claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 7, False))) == [b"third"]
+        await hot.enqueue_keyed_jobs(Q, [grouped("fourth", "g")], T0 + 8)  # behind "third"
+        assert claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 9, False)) == []
+        assert store.group_counts(Q) == GroupCounts(1, 1)
 
     run(scenario())
 

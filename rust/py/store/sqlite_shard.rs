@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
 use crate::py::errors::guarded;
 use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
@@ -63,8 +63,16 @@ pub fn sqlite_library_version() -> &'static str {
     core::sqlite_version()
 }
 
-/// A keyed job's `(dedup_key, window_ms, group, expire_at_ms)`, as Python hands it over.
-type KeyTuple = (Option<String>, i64, Option<String>, Option<i64>);
+/// A `KeyedJob` as Python holds it (a named tuple): `(job, dedup_key, window_ms, group,
+/// expire_at_ms)`, `job` a `NewJob`: `(priority, body, run_after_ms, attempts_allowed,
+/// custom_status)`.
+type KeyedJobTuple<'py> = (
+    (i64, Bound<'py, PyBytes>, i64, i64, String),
+    Option<String>,
+    i64,
+    Option<String>,
+    Option<i64>,
+);
 
 struct Token {
     future: Py<PyAny>,
@@ -204,6 +212,7 @@ impl SqliteShard {
                     groups_put: get("groups_put")?,
                     groups_forget: get("groups_forget")?,
                     groups_unwait_oldest: get("groups_unwait_oldest")?,
+                    groups_unwait_first: get("groups_unwait_first")?,
                     jobs_promote: get("jobs_promote")?,
                     group_jobs_record: get("group_jobs_record")?,
                     group_jobs_of: get("group_jobs_of")?,
@@ -236,33 +245,39 @@ impl SqliteShard {
         })
     }
 
-    /// Queues an enqueue of keyed jobs (`keys[i]`: job `i`'s `(dedup_key, window_ms, group,
-    /// expire_at_ms)`,
-    /// the dedup keys distinct); `future` gets `[(priority, local_id, deduplicated), ...]` in
-    /// job order. False if the shard is closed.
-    #[allow(clippy::too_many_arguments)]
+    /// Queues an enqueue of keyed jobs (`KeyedJob`s, read as they are: no list of jobs and
+    /// list of keys built in Python first), the dedup keys distinct; `future` gets
+    /// `[(priority, local_id, deduplicated), ...]` in job order. False if the shard is closed.
     fn enqueue_keyed(
         &self,
         queue: String,
-        jobs: Py<NewJobBatch>,
-        keys: Vec<KeyTuple>,
+        jobs: Vec<KeyedJobTuple<'_>>,
         group_concurrency: i64,
         now_ms: i64,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
-        let keys = keys
-            .into_iter()
-            .map(|(key, window_ms, group, expire_at_ms)| JobKeys {
+        let mut new: Vec<NewJob> = Vec::with_capacity(jobs.len());
+        let mut keys: Vec<JobKeys> = Vec::with_capacity(jobs.len());
+        for (job, key, window_ms, group, expire_at_ms) in jobs {
+            let (priority, body, run_after_ms, attempts_allowed, custom_status) = job;
+            new.push(NewJob {
+                priority,
+                body: body.as_bytes().to_vec(),
+                run_after_ms,
+                attempts_allowed,
+                custom_status,
+            });
+            keys.push(JobKeys {
                 key,
                 window_ms,
                 group,
                 expire_at_ms,
-            })
-            .collect();
+            });
+        }
         let op = Op::EnqueueKeyed {
             queue,
-            jobs: Box::new(Batch(jobs)),
+            jobs: Box::new(new),
             keys,
             now_ms,
             group_concurrency,

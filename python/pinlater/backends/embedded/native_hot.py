@@ -52,6 +52,7 @@ STATEMENTS = (
     "groups_put",
     "groups_forget",
     "groups_unwait_oldest",
+    "groups_unwait_first",
     "jobs_promote",
     "group_jobs_record",
     "group_jobs_of",
@@ -153,10 +154,8 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         on Python's connection (``dedup_keys.py``, ``groups.py``): the same statements and rules."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[tuple[int, int, bool]]] = loop.create_future()
-        batch = NewJobBatch([job.job for job in jobs])
-        keys = [(job.key, job.window_ms, job.group, job.expire_at_ms) for job in jobs]
         concurrency = self._store.rules(queue).group_concurrency
-        if not self._shard.enqueue_keyed(queue, batch, keys, concurrency, now_ms, future, loop):
+        if not self._shard.enqueue_keyed(queue, jobs, concurrency, now_ms, future, loop):
             raise self._closed()
         return [Enqueued(*placed) for placed in await future]
 
