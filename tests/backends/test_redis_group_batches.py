@@ -100,7 +100,8 @@ def test_a_job_that_left_its_waiting_set_is_not_counted_active(store: RedisStore
     assert claimed == [(1, ids[0])]
     store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0)
     # as unbatched: the member was taken, its job not counted active, the one behind still waits
-    assert raw.hget("plc:{1:bq}:ga", "g") == b"0:1"  # none active, one waiting
+    # none active, one waiting: its head, the fifo member read beyond the one taken
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"0:1:%020d%d:1" % (ids[2], ids[2])
     assert raw.hget("plc:{1:bq}:gn", "g") == b"1"
     assert claim_all(store, T0 + 1) == []
     store.enqueue_keyed_jobs(Q, [job("g")], T0 + 2)  # the group's next enqueue moves it up

@@ -11,8 +11,9 @@
 --                id, ':' and the priority: a group's oldest waiting job is its first member
 --                from the group's prefix (one ZRANGEBYLEX ... LIMIT, whatever the group's size);
 --   counts       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs, then ':' and its
---                                      waiting jobs if any ('1', '1:7'): one read and one
---                                      write per group and call;
+--                                      waiting jobs if any ('1', '1:7'), then ':' and its
+--                                      head if known ('1:7:<head>'): one read and one write
+--                                      per group and call;
 --   blocked      (plc:{S:Q}:gn, hash)  field: a group with waiting jobs, value: '1' (written
 --                                      only when the group starts or stops having any);
 --   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
@@ -28,6 +29,16 @@
 -- drops an emptied key).
 -- A job's group is in its record (gr, with gq: records.lua), so a script that meets a job of no
 -- group does nothing here.
+--
+-- A group's *head* is its oldest waiting job's fifo member less the group's prefix (place, id,
+-- ':', priority), kept in its counts so that moving up a group with one waiting job (every
+-- group of a queue whose groups hold a job or two: the common case) reads nothing from the
+-- fifo. Places only grow (ids, or a new id for a retried job: a join is always the newest), so
+-- a job that joins a group with none waiting is its head, one that joins behind others leaves
+-- the head as it is; a move up that reads the fifo reads the new head with the members it
+-- takes; a waiting job deleted that was the head leaves it unknown (no third part), and so
+-- does any count written without one: the next move up reads the fifo, as it did before the
+-- head was kept. The fifo stays the truth; the head is only ever its first member or absent.
 --
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
 --   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
@@ -89,37 +100,59 @@ local function room(r)
   return math.max(0, r.cap - n)
 end
 
--- A group's counts (active, waiting) from its ga value (nil: none).
-local function parse_counts(value)
-  if not value then
-    return 0, 0
+-- Small counts as text, made once per call each (a number's own tostring goes through printf).
+local count_texts = {}
+local function count_text(n)
+  local text = count_texts[n]
+  if not text then
+    text = string.format('%d', n)
+    count_texts[n] = text
   end
-  local a, w = string.match(value, '^(%d+):(%d+)$')
-  if a then
-    return tonumber(a), tonumber(w)
-  end
-  return tonumber(value), 0
+  return text
 end
 
-local function format_counts(active, waiting)
-  if waiting > 0 then
-    return active .. ':' .. waiting
+-- A group's counts (active, waiting) and head (nil: none or unknown) from its ga value (nil: none).
+local function parse_counts(value)
+  if not value then
+    return 0, 0, nil
   end
-  return tostring(active)
+  if not string.find(value, ':', 1, true) then
+    return tonumber(value), 0, nil
+  end
+  local a, w, head = string.match(value, '^(%d+):(%d+):?(.*)$')
+  if head == '' then
+    head = nil
+  end
+  return tonumber(a), tonumber(w), head
+end
+
+local function format_counts(active, waiting, head)
+  if waiting <= 0 then
+    return count_text(active)
+  end
+  if head then
+    return count_text(active) .. ':' .. count_text(waiting) .. ':' .. head
+  end
+  return count_text(active) .. ':' .. count_text(waiting)
 end
 
 local function fifo_prefix(group)
   return string.format('%08x', #group) .. group
 end
 
-local function fifo_member(group, place, id, p)
-  return string.format('%s%020d%s:%d', fifo_prefix(group), place, id, p)
+-- A fifo member less its group's prefix: the head as the counts keep it.
+local function fifo_suffix(place, id, p)
+  return string.format('%020d%s:%d', place, id, p)
 end
 
--- A fifo member's id (text) and priority.
-local function fifo_job(member, group)
-  local rest = string.sub(member, 8 + #group + FIFO_PLACE_WIDTH + 1)
-  local id, p = string.match(rest, '^(%d+):(%d+)$')
+-- A fifo member's suffix (fifo_suffix) from the member.
+local function member_suffix(member, group)
+  return string.sub(member, 8 + #group + 1)
+end
+
+-- A fifo suffix's id (text) and priority.
+local function suffix_job(suffix)
+  local id, p = string.match(suffix, '^(%d+):(%d+)$', FIFO_PLACE_WIDTH + 1)
   return id, tonumber(p)
 end
 
@@ -210,8 +243,8 @@ local function prefetch_groups(r, groups)
     local last = math.min(i + RECORD_CHUNK - 1, #names)
     local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
-      local a, w = parse_counts(counts[j - i + 1])
-      batch[names[j]] = {a0 = a, w0 = w, a = a, w = w}
+      local a, w, head = parse_counts(counts[j - i + 1])
+      batch[names[j]] = {a0 = a, w0 = w, h0 = head, a = a, w = w, h = head}
       r.order[#r.order + 1] = names[j]
     end
   end
@@ -225,7 +258,7 @@ local function group_state(r, group)
       prefetch_groups(r, {group})
       s = batch[group]
     end
-    return s.a, s.w
+    return s.a, s.w, s.h
   end
   return parse_counts(redis.call('HGET', r.active, group))
 end
@@ -282,17 +315,20 @@ local function forgotten_bucket(r, group, now)
   return at + math.ceil((full - tokens) * 1000 / r.rate)
 end
 
-local function save_state(r, group, active, waiting, now)
+local function save_state(r, group, active, waiting, head, now)
+  if waiting <= 0 then
+    head = nil
+  end
   local batch = r.batch
   if batch then
     local s = batch[group]
-    s.a, s.w, s.changed = active, waiting, true
+    s.a, s.w, s.h, s.changed = active, waiting, head, true
     r.saved = true
     return
   end
   sweep_refills(r, now)
   if active > 0 or waiting > 0 then
-    redis.call('HSET', r.active, group, format_counts(active, waiting))
+    redis.call('HSET', r.active, group, format_counts(active, waiting, head))
   else
     redis.call('HDEL', r.active, group)
   end
@@ -313,40 +349,66 @@ local function save_state(r, group, active, waiting, now)
 end
 
 -- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
--- from its waiting set to its PENDING set, with its score. Returns the new counts.
-local function promote(r, group, active, waiting)
+-- from its waiting set to its PENDING set, with its score. Returns the new counts and head. A
+-- group whose one waiting job is its known head reads nothing; otherwise the fifo is read one
+-- member further than taken, which is the new head.
+local function promote(r, group, active, waiting, head)
   if waiting <= 0 or active >= r.conc then
-    return active, waiting
+    return active, waiting, head
   end
   local prefix = fifo_prefix(group)
+  local want = r.conc - active
   local batch = r.batch
   if batch then
     -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
     -- to wait in the batch are not yet (written first, should this group have any).
     local s = batch[group]
-    if s.added then
-      flush_waiting_adds(r)
-    end
     local taken = s.taken or 0
-    local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', taken,
-      r.conc - active)
-    for _, member in ipairs(members) do
-      local id, p = fifo_job(member, group)
+    local suffixes
+    if head and waiting == 1 then
+      suffixes, head = {head}, nil
+    else
+      if s.added then
+        flush_waiting_adds(r)
+      end
+      local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT',
+        count_text(taken), count_text(want + 1))
+      suffixes, head = {}, nil
+      for i, member in ipairs(members) do
+        if i > want then
+          head = member_suffix(member, group)
+        else
+          suffixes[i] = member_suffix(member, group)
+        end
+      end
+    end
+    for _, suffix in ipairs(suffixes) do
+      local id, p = suffix_job(suffix)
       tail_key(r, p, 1)  -- a priority beyond the keys passed fails here, as unbatched
-      r.fifo_taken[#r.fifo_taken + 1] = member
+      r.fifo_taken[#r.fifo_taken + 1] = prefix .. suffix
       r.moves[#r.moves + 1] = {group, id, p}
       active, waiting = active + 1, waiting - 1
     end
-    s.taken = taken + #members
-    if #members == 0 then
+    s.taken = taken + #suffixes
+    if #suffixes == 0 then
       waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
     end
-    return active, waiting
+    return active, waiting, head
   end
-  local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0,
-    r.conc - active)
+  local members
+  if head and waiting == 1 then
+    members, head = {prefix .. head}, nil
+  else
+    members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', '0',
+      count_text(want + 1))
+    head = nil
+    if #members > want then
+      head = member_suffix(members[want + 1], group)
+      members[want + 1] = nil
+    end
+  end
   for _, member in ipairs(members) do
-    local id, p = fifo_job(member, group)
+    local id, p = suffix_job(member_suffix(member, group))
     local from = waiting_of(r, p)
     redis.call('ZREM', r.fifo, member)
     local score = redis.call('ZSCORE', from, id)
@@ -360,28 +422,32 @@ local function promote(r, group, active, waiting)
   if #members == 0 then
     waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
   end
-  return active, waiting
+  return active, waiting, head
 end
 
 -- An active job of `group` left it (finished for good, or deleted): the next ones move up.
 -- In a batch the group is moved up once, at flush_groups, however many of its jobs left.
 local function leave_group(r, group, now)
-  local active, waiting = group_state(r, group)
+  local active, waiting, head = group_state(r, group)
   if r.batch then
-    save_state(r, group, math.max(0, active - 1), waiting, now)
+    save_state(r, group, math.max(0, active - 1), waiting, head, now)
     r.batch[group].left = true
     return
   end
-  active, waiting = promote(r, group, math.max(0, active - 1), waiting)
-  save_state(r, group, active, waiting, now)
+  active, waiting, head = promote(r, group, math.max(0, active - 1), waiting, head)
+  save_state(r, group, active, waiting, head, now)
 end
 
 -- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
--- group's count (the caller removes it from its waiting set).
+-- group's count (the caller removes it from its waiting set); the head unknown if it was the head.
 local function drop_waiting(r, group, job, id, p, now)
-  redis.call('ZREM', r.fifo, fifo_member(group, job.gq, id, p))
-  local active, waiting = group_state(r, group)
-  save_state(r, group, active, math.max(0, waiting - 1), now)
+  local suffix = fifo_suffix(job.gq, id, p)
+  redis.call('ZREM', r.fifo, fifo_prefix(group) .. suffix)
+  local active, waiting, head = group_state(r, group)
+  if head == suffix then
+    head = nil
+  end
+  save_state(r, group, active, math.max(0, waiting - 1), head, now)
 end
 
 -- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
@@ -389,17 +455,21 @@ end
 -- the caller puts it in its PENDING set), else waiting (in its waiting set and the fifo here).
 -- The group's oldest waiting jobs are activated first while there is room.
 local function join_group(r, group, job, id, p, score, now)
-  local active, waiting = group_state(r, group)
+  local active, waiting, head = group_state(r, group)
   if active == 0 and waiting == 0 then
     revive(r, group)
   end
-  active, waiting = promote(r, group, active, waiting)
+  active, waiting, head = promote(r, group, active, waiting, head)
   local now_active = active < r.conc and waiting == 0
   if now_active then
     active = active + 1
   else
+    local suffix = fifo_suffix(job.gq, id, p)
+    if waiting == 0 then
+      head = suffix  -- the newest place: the head only of a group with none waiting
+    end
     waiting = waiting + 1
-    local member = fifo_member(group, job.gq, id, p)
+    local member = fifo_prefix(group) .. suffix
     if r.batch then
       waiting_of(r, p)  -- a priority beyond the keys passed fails here, as unbatched
       local fifo_adds = r.fifo_adds
@@ -416,7 +486,7 @@ local function join_group(r, group, job, id, p, score, now)
       redis.call('ZADD', waiting_of(r, p), score, id)
     end
   end
-  save_state(r, group, active, waiting, now)
+  save_state(r, group, active, waiting, head, now)
   return now_active
 end
 
@@ -467,7 +537,7 @@ local function flush_groups(r, now)
   for _, group in ipairs(r.order) do  -- the groups jobs left (leave_group), in order
     local s = r.batch[group]
     if s.left then
-      s.a, s.w = promote(r, group, s.a, s.w)
+      s.a, s.w, s.h = promote(r, group, s.a, s.w, s.h)
     end
   end
   flush_waiting_adds(r)
@@ -479,9 +549,9 @@ local function flush_groups(r, now)
   for _, group in ipairs(order) do
     local s = batch[group]
     if s.changed then
-      if s.a ~= s.a0 or s.w ~= s.w0 then
+      if s.a ~= s.a0 or s.w ~= s.w0 or s.h ~= s.h0 then
         if s.a > 0 or s.w > 0 then
-          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s.a, s.w)
+          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s.a, s.w, s.h)
         else
           del_active[#del_active + 1] = group
         end
