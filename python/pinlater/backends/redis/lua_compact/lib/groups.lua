@@ -12,8 +12,8 @@
 --                from the group's prefix (one ZRANGEBYLEX ... LIMIT, whatever the group's size);
 --   counts       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs, then ':' and its
 --                                      waiting jobs if any ('1', '1:7'), then ':' and its
---                                      head if known ('1:7:<head>'): one read and one write
---                                      per group and call;
+--                                      head if it has one ('1:7:<head>'): one read and one
+--                                      write per group and call;
 --   blocked      (plc:{S:Q}:gn, hash)  field: a group with waiting jobs, value: '1' (written
 --                                      only when the group starts or stops having any);
 --   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
@@ -30,15 +30,15 @@
 -- A job's group is in its record (gr, with gq: records.lua), so a script that meets a job of no
 -- group does nothing here.
 --
--- A group's *head* is its oldest waiting job's fifo member less the group's prefix (place, id,
--- ':', priority), kept in its counts so that moving up a group with one waiting job (every
--- group of a queue whose groups hold a job or two: the common case) reads nothing from the
--- fifo. Places only grow (ids, or a new id for a retried job: a join is always the newest), so
--- a job that joins a group with none waiting is its head, one that joins behind others leaves
--- the head as it is; a move up that reads the fifo reads the new head with the members it
--- takes; a waiting job deleted that was the head leaves it unknown (no third part), and so
--- does any count written without one: the next move up reads the fifo, as it did before the
--- head was kept. The fifo stays the truth; the head is only ever its first member or absent.
+-- A group's *head* may be kept in its counts instead of the fifo: its oldest waiting job's fifo
+-- member less the group's prefix (place, id, ':', priority). The fifo then holds the group's
+-- other waiting jobs; without a head (counts written before heads were kept), all of them. A
+-- job that joins a group with none waiting becomes its head, one that joins behind others goes
+-- to the fifo (places only grow: ids, or a new id for a retried job, so a join is always the
+-- newest); a move up takes the head first, then the fifo's first members, and the fifo member
+-- after those becomes the head (out of the fifo); a deleted head leaves none (the others are
+-- all in the fifo). So a group that never holds more than one waiting job (every group of a
+-- queue whose groups hold a job or two: the common case) never touches the fifo.
 --
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
 --   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
@@ -111,7 +111,7 @@ local function count_text(n)
   return text
 end
 
--- A group's counts (active, waiting) and head (nil: none or unknown) from its ga value (nil: none).
+-- A group's counts (active, waiting) and head (nil: none) from its ga value (nil: none).
 local function parse_counts(value)
   if not value then
     return 0, 0, nil
@@ -140,7 +140,7 @@ local function fifo_prefix(group)
   return string.format('%08x', #group) .. group
 end
 
--- A fifo member less its group's prefix: the head as the counts keep it.
+-- A fifo member less its group's prefix: a head as the counts keep it.
 local function fifo_suffix(place, id, p)
   return string.format('%020d%s:%d', place, id, p)
 end
@@ -349,77 +349,66 @@ local function save_state(r, group, active, waiting, head, now)
 end
 
 -- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
--- from its waiting set to its PENDING set, with its score. Returns the new counts and head. A
--- group whose one waiting job is its known head reads nothing; otherwise the fifo is read one
--- member further than taken, which is the new head.
+-- from its waiting set to its PENDING set, with its score; its head first, then the fifo's first
+-- members, read with one member more, which becomes the new head. Returns the new counts and head.
 local function promote(r, group, active, waiting, head)
   if waiting <= 0 or active >= r.conc then
     return active, waiting, head
   end
-  local prefix = fifo_prefix(group)
-  local want = r.conc - active
-  local batch = r.batch
-  if batch then
-    -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
-    -- to wait in the batch are not yet (written first, should this group have any).
-    local s = batch[group]
-    local taken = s.taken or 0
-    local suffixes
-    if head and waiting == 1 then
-      suffixes, head = {head}, nil
-    else
+  local suffixes, want = {}, r.conc - active
+  if head then
+    suffixes[1], head, want = head, nil, want - 1
+  end
+  local prefix, batch, read = nil, r.batch, 0
+  if want > 0 and waiting > #suffixes then
+    prefix = fifo_prefix(group)
+    local s, taken = nil, 0
+    if batch then
+      -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
+      -- to wait in the batch are not yet (written first, should this group have any).
+      s = batch[group]
+      taken = s.taken or 0
       if s.added then
         flush_waiting_adds(r)
       end
-      local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT',
-        count_text(taken), count_text(want + 1))
-      suffixes, head = {}, nil
-      for i, member in ipairs(members) do
-        if i > want then
-          head = member_suffix(member, group)
-        else
-          suffixes[i] = member_suffix(member, group)
-        end
+    end
+    local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT',
+      count_text(taken), count_text(want + 1))
+    read = #members
+    for i, member in ipairs(members) do
+      if i > want then
+        head = member_suffix(member, group)
+      else
+        suffixes[#suffixes + 1] = member_suffix(member, group)
       end
     end
-    for _, suffix in ipairs(suffixes) do
-      local id, p = suffix_job(suffix)
+    if batch then
+      s.taken = taken + read
+      for _, member in ipairs(members) do
+        r.fifo_taken[#r.fifo_taken + 1] = member
+      end
+    else
+      zrem_all(r.fifo, members)
+    end
+  end
+  for _, suffix in ipairs(suffixes) do
+    local id, p = suffix_job(suffix)
+    if batch then
       tail_key(r, p, 1)  -- a priority beyond the keys passed fails here, as unbatched
-      r.fifo_taken[#r.fifo_taken + 1] = prefix .. suffix
       r.moves[#r.moves + 1] = {group, id, p}
-      active, waiting = active + 1, waiting - 1
-    end
-    s.taken = taken + #suffixes
-    if #suffixes == 0 then
-      waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
-    end
-    return active, waiting, head
-  end
-  local members
-  if head and waiting == 1 then
-    members, head = {prefix .. head}, nil
-  else
-    members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', '0',
-      count_text(want + 1))
-    head = nil
-    if #members > want then
-      head = member_suffix(members[want + 1], group)
-      members[want + 1] = nil
-    end
-  end
-  for _, member in ipairs(members) do
-    local id, p = suffix_job(member_suffix(member, group))
-    local from = waiting_of(r, p)
-    redis.call('ZREM', r.fifo, member)
-    local score = redis.call('ZSCORE', from, id)
-    if score then
-      redis.call('ZREM', from, id)
-      redis.call('ZADD', pending_of(r, p), score, id)
       active = active + 1
+    else
+      local from = waiting_of(r, p)
+      local score = redis.call('ZSCORE', from, id)
+      if score then
+        redis.call('ZREM', from, id)
+        redis.call('ZADD', pending_of(r, p), score, id)
+        active = active + 1
+      end
     end
     waiting = waiting - 1
   end
-  if #members == 0 then
+  if #suffixes == 0 then
     waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
   end
   return active, waiting, head
@@ -439,13 +428,15 @@ local function leave_group(r, group, now)
 end
 
 -- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
--- group's count (the caller removes it from its waiting set); the head unknown if it was the head.
+-- group's count (the caller removes it from its waiting set). A head deleted leaves none: the
+-- others are all in the fifo.
 local function drop_waiting(r, group, job, id, p, now)
   local suffix = fifo_suffix(job.gq, id, p)
-  redis.call('ZREM', r.fifo, fifo_prefix(group) .. suffix)
   local active, waiting, head = group_state(r, group)
   if head == suffix then
     head = nil
+  else
+    redis.call('ZREM', r.fifo, fifo_prefix(group) .. suffix)
   end
   save_state(r, group, active, math.max(0, waiting - 1), head, now)
 end
@@ -465,24 +456,30 @@ local function join_group(r, group, job, id, p, score, now)
     active = active + 1
   else
     local suffix = fifo_suffix(job.gq, id, p)
+    local member
     if waiting == 0 then
-      head = suffix  -- the newest place: the head only of a group with none waiting
+      head = suffix  -- the head of a group with none waiting, in its counts only
+    else
+      member = fifo_prefix(group) .. suffix  -- behind the others: the newest place
     end
     waiting = waiting + 1
-    local member = fifo_prefix(group) .. suffix
     if r.batch then
       waiting_of(r, p)  -- a priority beyond the keys passed fails here, as unbatched
-      local fifo_adds = r.fifo_adds
-      fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
+      if member then
+        local fifo_adds = r.fifo_adds
+        fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
+        r.batch[group].added = true
+      end
       local adds = r.waiting_adds[p]
       if not adds then
         adds = {}
         r.waiting_adds[p] = adds
       end
       adds[#adds + 1], adds[#adds + 2] = score, id
-      r.batch[group].added = true
     else
-      redis.call('ZADD', r.fifo, 0, member)
+      if member then
+        redis.call('ZADD', r.fifo, 0, member)
+      end
       redis.call('ZADD', waiting_of(r, p), score, id)
     end
   end
