@@ -111,19 +111,30 @@ local function count_text(n)
   return text
 end
 
+-- Counts read as numbers, each text once per call (tonumber goes through strtod).
+local count_numbers = {}
+local function count_number(text)
+  local n = count_numbers[text]
+  if not n then
+    n = tonumber(text)
+    count_numbers[text] = n
+  end
+  return n
+end
+
 -- A group's counts (active, waiting) and head (nil: none) from its ga value (nil: none).
 local function parse_counts(value)
   if not value then
     return 0, 0, nil
   end
   if not string.find(value, ':', 1, true) then
-    return tonumber(value), 0, nil
+    return count_number(value), 0, nil
   end
   local a, w, head = string.match(value, '^(%d+):(%d+):?(.*)$')
   if head == '' then
     head = nil
   end
-  return tonumber(a), tonumber(w), head
+  return count_number(a), count_number(w), head
 end
 
 local function format_counts(active, waiting, head)
@@ -187,7 +198,7 @@ local function flush_waiting_adds(r)
   end
   r.fifo_adds, r.waiting_adds = {}, {}
   for _, s in pairs(r.batch) do
-    s.added = nil
+    s.added = false
   end
 end
 
@@ -244,7 +255,9 @@ local function prefetch_groups(r, groups)
     local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
       local a, w, head = parse_counts(counts[j - i + 1])
-      batch[names[j]] = {a0 = a, w0 = w, h0 = head, a = a, w = w, h = head}
+      -- every field a batch sets, given here: the table is allocated once, not grown
+      batch[names[j]] = {a0 = a, w0 = w, h0 = head, a = a, w = w, h = head, taken = 0, changed = false, left = false,
+        added = false, revived = false}
       r.order[#r.order + 1] = names[j]
     end
   end
@@ -367,7 +380,7 @@ local function promote(r, group, active, waiting, head)
       -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
       -- to wait in the batch are not yet (written first, should this group have any).
       s = batch[group]
-      taken = s.taken or 0
+      taken = s.taken
       if s.added then
         flush_waiting_adds(r)
       end
