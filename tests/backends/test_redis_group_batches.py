@@ -101,7 +101,7 @@ def test_a_job_that_left_its_waiting_set_is_not_counted_active(store: RedisStore
     store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0)
     # as unbatched: the member was taken, its job not counted active, the one behind still waits
     assert raw.hget("plc:{1:bq}:ga", "g") == b"0:1"  # none active, one waiting (in the fifo: no head)
-    assert raw.hget("plc:{1:bq}:gn", "g") == b"1"
+    assert raw.get("plc:{1:bq}:gb") == b"1"  # one group blocked
     assert claim_all(store, T0 + 1) == []
     store.enqueue_keyed_jobs(Q, [job("g")], T0 + 2)  # the group's next enqueue moves it up
     assert [i for _, i in claim_all(store, T0 + 2)] == [ids[2]]

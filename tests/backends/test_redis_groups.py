@@ -60,7 +60,7 @@ def test_a_finished_group_leaves_no_key_behind(server: RedisServer, raw: redis.R
         jobs = [grouped("g", b"%d" % i, priority=1 + i % 3) for i in range(7)]
         store.enqueue_keyed_jobs(Q, jobs, T0)
         assert store.group_counts(Q) == GroupCounts(1, 1)
-        assert {"plc:{1:gq}:ga", "plc:{1:gq}:gn", "plc:{1:gq}:gw"} <= keys_of(raw)
+        assert {"plc:{1:gq}:ga", "plc:{1:gq}:gb", "plc:{1:gq}:gw"} <= keys_of(raw)
         now, done = T0, 0
         while done < 7:
             now += 1000

@@ -14,13 +14,14 @@
 --                                      waiting jobs if any ('1', '1:7'), then ':' and its
 --                                      head if it has one ('1:7:<head>'): one read and one
 --                                      write per group and call;
---   blocked      (plc:{S:Q}:gn, hash)  field: a group with waiting jobs, value: '1' (written
---                                      only when the group starts or stops having any);
+--   blocked      (plc:{S:Q}:gb, string)  how many groups have waiting jobs (counted up or
+--                                      down only when a group starts or stops having any;
+--                                      no key when none);
 --   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
 --                                      bucket at that time;
 --   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
 --                                      yet, score: when it is (ms).
--- A group with no unfinished job has no field in ga or gn (group_counts: HLEN ga, HLEN gn) and no
+-- A group with no unfinished job has no field in ga nor count in gb (group_counts: HLEN ga, GET gb) and no
 -- member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
 -- otherwise it stays (a group that finishes and starts again within a second must not get a
 -- fresh bucket) and is due in the refills set, from which any later change of a group's state
@@ -42,7 +43,7 @@
 --
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
 --   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
---   KEYS: ga, gn, gw, gr, gz, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
+--   KEYS: ga, gb, gw, gr, gz, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
 --         (plc:{S:Q}:p{p}:s0, :w, :s1)
 -- A script called without them (the rules are the defaults and it needs no group keys) has no
 -- tail: rules_tail answers nil.
@@ -65,7 +66,7 @@ local function rules_tail(fixed)
     m = m,
     base = base,
     active = KEYS[base],
-    waiting = KEYS[base + 1],
+    blocked = KEYS[base + 1],
     fifo = KEYS[base + 2],
     buckets = KEYS[base + 3],
     refills = KEYS[base + 4],
@@ -172,10 +173,9 @@ end
 -- commands per call, not several per job:
 -- * counts: each group's are read once (prefetch_groups: one HMGET of ga for all the groups
 --   named; a group not prefetched costs its HGET once) and kept in r.batch; at the end one HSET
---   and one HDEL of ga write those that changed, and of gn those that started or stopped
---   waiting (gn is never read but by group_counts' HLEN: a small listpack whose every lookup
---   scans it whole, so it is kept out of the per-call reads), with one ZREM and
---   ZADD of the refills, one HDEL of the buckets and one refill sweep;
+--   and one HDEL of ga write those that changed, one INCRBY of gb counts the groups that started
+--   less those that stopped waiting, with one ZREM and ZADD of the refills, one HDEL of the
+--   buckets and one refill sweep;
 -- * jobs that go to wait (join_group): one ZADD of the fifo and one per waiting set touched;
 -- * moving up: a group jobs left (leave_group) is moved up once, at the end, however many of
 --   its jobs left (one ZRANGEBYLEX per group; an enqueue's join moves up at once, skipping the
@@ -328,7 +328,15 @@ local function forgotten_bucket(r, group, now)
   return at + math.ceil((full - tokens) * 1000 / r.rate)
 end
 
-local function save_state(r, group, active, waiting, head, now)
+-- Count `delta` more groups with waiting jobs (the key goes at none).
+local function count_blocked(r, delta)
+  if delta ~= 0 and redis.call('INCRBY', r.blocked, count_text(delta)) <= 0 then
+    redis.call('DEL', r.blocked)
+  end
+end
+
+-- A group's new state; `before`: its waiting jobs as group_state read them.
+local function save_state(r, group, active, waiting, head, before, now)
   if waiting <= 0 then
     head = nil
   end
@@ -345,10 +353,8 @@ local function save_state(r, group, active, waiting, head, now)
   else
     redis.call('HDEL', r.active, group)
   end
-  if waiting > 0 then
-    redis.call('HSET', r.waiting, group, 1)
-  else
-    redis.call('HDEL', r.waiting, group)
+  if (waiting > 0) ~= (before > 0) then
+    count_blocked(r, waiting > 0 and 1 or -1)
   end
   if active == 0 and waiting == 0 then
     -- forgotten; its bucket too if full (without a rate now, whatever it holds), else once full
@@ -431,13 +437,14 @@ end
 -- In a batch the group is moved up once, at flush_groups, however many of its jobs left.
 local function leave_group(r, group, now)
   local active, waiting, head = group_state(r, group)
+  local before = waiting
   if r.batch then
-    save_state(r, group, math.max(0, active - 1), waiting, head, now)
+    save_state(r, group, math.max(0, active - 1), waiting, head, before, now)
     r.batch[group].left = true
     return
   end
   active, waiting, head = promote(r, group, math.max(0, active - 1), waiting, head)
-  save_state(r, group, active, waiting, head, now)
+  save_state(r, group, active, waiting, head, before, now)
 end
 
 -- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
@@ -451,7 +458,7 @@ local function drop_waiting(r, group, job, id, p, now)
   else
     redis.call('ZREM', r.fifo, fifo_prefix(group) .. suffix)
   end
-  save_state(r, group, active, math.max(0, waiting - 1), head, now)
+  save_state(r, group, active, math.max(0, waiting - 1), head, waiting, now)
 end
 
 -- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
@@ -460,6 +467,7 @@ end
 -- The group's oldest waiting jobs are activated first while there is room.
 local function join_group(r, group, job, id, p, score, now)
   local active, waiting, head = group_state(r, group)
+  local before = waiting
   if active == 0 and waiting == 0 then
     revive(r, group)
   end
@@ -496,7 +504,7 @@ local function join_group(r, group, job, id, p, score, now)
       redis.call('ZADD', waiting_of(r, p), score, id)
     end
   end
-  save_state(r, group, active, waiting, head, now)
+  save_state(r, group, active, waiting, head, before, now)
   return now_active
 end
 
@@ -554,7 +562,7 @@ local function flush_groups(r, now)
   flush_moves(r)
   local batch, order = r.batch, r.order
   r.batch, r.order = nil, nil
-  local set_active, del_active, set_waiting, del_waiting = {}, {}, {}, {}
+  local set_active, del_active, blocked = {}, {}, 0
   local unrefill, refill, drop_buckets = {}, {}, {}
   for _, group in ipairs(order) do
     local s = batch[group]
@@ -567,11 +575,7 @@ local function flush_groups(r, now)
         end
       end
       if (s.w > 0) ~= (s.w0 > 0) then  -- blocked only changes when it starts or stops waiting
-        if s.w > 0 then
-          set_waiting[#set_waiting + 1], set_waiting[#set_waiting + 2] = group, 1
-        else
-          del_waiting[#del_waiting + 1] = group
-        end
+        blocked = blocked + (s.w > 0 and 1 or -1)
       end
       if s.a == 0 and s.w == 0 then
         local due = forgotten_bucket(r, group, now)
@@ -593,14 +597,9 @@ local function flush_groups(r, now)
   for i = 1, #set_active, 2 * RECORD_CHUNK do
     redis.call('HSET', r.active, unpack(set_active, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_active)))
   end
-  for i = 1, #set_waiting, 2 * RECORD_CHUNK do
-    redis.call('HSET', r.waiting, unpack(set_waiting, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_waiting)))
-  end
+  count_blocked(r, blocked)
   for i = 1, #del_active, RECORD_CHUNK do
     redis.call('HDEL', r.active, unpack(del_active, i, math.min(i + RECORD_CHUNK - 1, #del_active)))
-  end
-  for i = 1, #del_waiting, RECORD_CHUNK do
-    redis.call('HDEL', r.waiting, unpack(del_waiting, i, math.min(i + RECORD_CHUNK - 1, #del_waiting)))
   end
   for i = 1, #drop_buckets, RECORD_CHUNK do
     redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
