@@ -601,10 +601,16 @@ local function flush_groups(r, now)
   for i = 1, #del_active, RECORD_CHUNK do
     redis.call('HDEL', r.active, unpack(del_active, i, math.min(i + RECORD_CHUNK - 1, #del_active)))
   end
-  for i = 1, #drop_buckets, RECORD_CHUNK do
-    redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
+  -- Most queues have no buckets nor refills (no groupJobsPerSecond): one EXISTS each, not a
+  -- command naming every group that was forgotten or revived.
+  if #drop_buckets > 0 and redis.call('EXISTS', r.buckets) == 1 then
+    for i = 1, #drop_buckets, RECORD_CHUNK do
+      redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
+    end
   end
-  zrem_all(r.refills, unrefill)
+  if #unrefill > 0 and redis.call('EXISTS', r.refills) == 1 then
+    zrem_all(r.refills, unrefill)
+  end
   zadd_pairs(r.refills, refill)
   if r.saved then  -- as unbatched: a sweep with each change of a group's state, none without
     sweep_refills(r, now)
