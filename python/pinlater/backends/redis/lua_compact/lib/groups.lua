@@ -183,10 +183,17 @@ end
 --   from their waiting sets to PENDING with one ZMSCORE, ZREM and ZADD per priority.
 -- The fifo and the waiting sets are read only by the moving up, which writes the batch's waits
 -- of its group first, so the end state is the one the unbatched calls leave.
+-- A group's state in a batch: an array (cheaper to make than a table of named fields): its
+-- counts and head now (A, W, H) and as read (A0, W0, H0), the fifo members the batch took from
+-- it (TAKEN), and whether the batch changed its counts, had a job leave it, added a job to its
+-- fifo, or revived it (it had no unfinished job).
+local A, W, H, A0, W0, H0, TAKEN, CHANGED, LEFT, ADDED, REVIVED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+
 local function begin_batch(r)
   if r then
     r.batch, r.order = {}, {}
-    r.fifo_adds, r.waiting_adds, r.fifo_taken, r.moves = {}, {}, {}, {}
+    r.fifo_adds, r.waiting_adds, r.fifo_taken = {}, {}, {}
+    r.move_groups, r.move_ids, r.move_priorities = {}, {}, {}
   end
 end
 
@@ -198,7 +205,7 @@ local function flush_waiting_adds(r)
   end
   r.fifo_adds, r.waiting_adds = {}, {}
   for _, s in pairs(r.batch) do
-    s.added = false
+    s[ADDED] = false
   end
 end
 
@@ -208,34 +215,41 @@ end
 -- the fifo too) is not counted active after all, as the unbatched promote does.
 local function flush_moves(r)
   zrem_all(r.fifo, r.fifo_taken)
-  local by_priority = {}
-  for _, move in ipairs(r.moves) do
-    local group, id, p = move[1], move[2], move[3]
+  local groups, ids, priorities = r.move_groups, r.move_ids, r.move_priorities
+  local by_priority, order = {}, {}  -- per priority: the indexes of its moves
+  for i = 1, #ids do
+    local p = priorities[i]
     local list = by_priority[p]
     if not list then
-      list = {ids = {}, groups = {}}
+      list = {}
       by_priority[p] = list
+      order[#order + 1] = p
     end
-    list.ids[#list.ids + 1], list.groups[#list.groups + 1] = id, group
+    list[#list + 1] = i
   end
-  for p, list in pairs(by_priority) do
-    local from = waiting_of(r, p)
-    local scores = scores_of(from, list.ids)
+  for _, p in ipairs(order) do
+    local list, from = by_priority[p], waiting_of(r, p)
+    local listed = {}
+    for x, i in ipairs(list) do
+      listed[x] = ids[i]
+    end
+    local scores = scores_of(from, listed)
     local moved, adds = {}, {}
-    for i, id in ipairs(list.ids) do
+    for x, id in ipairs(listed) do
       local score = scores[id]
       if score then
         moved[#moved + 1] = id
         adds[#adds + 1], adds[#adds + 2] = score, id
       else
-        local s = r.batch[list.groups[i]]
-        s.a = s.a - 1
+        local s = r.batch[groups[list[x]]]
+        s[A] = s[A] - 1
       end
     end
     zrem_all(from, moved)
     zadd_pairs(pending_of(r, p), adds)
   end
-  r.fifo_taken, r.moves = {}, {}
+  r.fifo_taken = {}
+  r.move_groups, r.move_ids, r.move_priorities = {}, {}, {}
 end
 
 -- Read the counts of `groups` (names, repeats allowed) into the batch, one HMGET per hash.
@@ -255,9 +269,7 @@ local function prefetch_groups(r, groups)
     local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
       local a, w, head = parse_counts(counts[j - i + 1])
-      -- every field a batch sets, given here: the table is allocated once, not grown
-      batch[names[j]] = {a0 = a, w0 = w, h0 = head, a = a, w = w, h = head, taken = 0, changed = false, left = false,
-        added = false, revived = false}
+      batch[names[j]] = {a, w, head, a, w, head, 0, false, false, false, false}  -- A .. REVIVED
       r.order[#r.order + 1] = names[j]
     end
   end
@@ -271,7 +283,7 @@ local function group_state(r, group)
       prefetch_groups(r, {group})
       s = batch[group]
     end
-    return s.a, s.w, s.h
+    return s[A], s[W], s[H]
   end
   return parse_counts(redis.call('HGET', r.active, group))
 end
@@ -307,7 +319,7 @@ end
 -- A group that is live again (it had no unfinished job): off the refills set, its bucket stays.
 local function revive(r, group)
   if r.batch then
-    r.batch[group].revived = true
+    r.batch[group][REVIVED] = true
   else
     redis.call('ZREM', r.refills, group)
   end
@@ -343,7 +355,7 @@ local function save_state(r, group, active, waiting, head, before, now)
   local batch = r.batch
   if batch then
     local s = batch[group]
-    s.a, s.w, s.h, s.changed = active, waiting, head, true
+    s[A], s[W], s[H], s[CHANGED] = active, waiting, head, true
     r.saved = true
     return
   end
@@ -386,8 +398,8 @@ local function promote(r, group, active, waiting, head)
       -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
       -- to wait in the batch are not yet (written first, should this group have any).
       s = batch[group]
-      taken = s.taken
-      if s.added then
+      taken = s[TAKEN]
+      if s[ADDED] then
         flush_waiting_adds(r)
       end
     end
@@ -402,7 +414,7 @@ local function promote(r, group, active, waiting, head)
       end
     end
     if batch then
-      s.taken = taken + read
+      s[TAKEN] = taken + read
       for _, member in ipairs(members) do
         r.fifo_taken[#r.fifo_taken + 1] = member
       end
@@ -414,7 +426,8 @@ local function promote(r, group, active, waiting, head)
     local id, p = suffix_job(suffix)
     if batch then
       tail_key(r, p, 1)  -- a priority beyond the keys passed fails here, as unbatched
-      r.moves[#r.moves + 1] = {group, id, p}
+      local n = #r.move_ids + 1
+      r.move_groups[n], r.move_ids[n], r.move_priorities[n] = group, id, p
       active = active + 1
     else
       local from = waiting_of(r, p)
@@ -440,7 +453,7 @@ local function leave_group(r, group, now)
   local before = waiting
   if r.batch then
     save_state(r, group, math.max(0, active - 1), waiting, head, before, now)
-    r.batch[group].left = true
+    r.batch[group][LEFT] = true
     return
   end
   active, waiting, head = promote(r, group, math.max(0, active - 1), waiting, head)
@@ -489,7 +502,7 @@ local function join_group(r, group, job, id, p, score, now)
       if member then
         local fifo_adds = r.fifo_adds
         fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
-        r.batch[group].added = true
+        r.batch[group][ADDED] = true
       end
       local adds = r.waiting_adds[p]
       if not adds then
@@ -554,8 +567,8 @@ local function flush_groups(r, now)
   end
   for _, group in ipairs(r.order) do  -- the groups jobs left (leave_group), in order
     local s = r.batch[group]
-    if s.left then
-      s.a, s.w, s.h = promote(r, group, s.a, s.w, s.h)
+    if s[LEFT] then
+      s[A], s[W], s[H] = promote(r, group, s[A], s[W], s[H])
     end
   end
   flush_waiting_adds(r)
@@ -566,31 +579,31 @@ local function flush_groups(r, now)
   local unrefill, refill, drop_buckets = {}, {}, {}
   for _, group in ipairs(order) do
     local s = batch[group]
-    if s.changed then
-      if s.a ~= s.a0 or s.w ~= s.w0 or s.h ~= s.h0 then
-        if s.a > 0 or s.w > 0 then
-          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s.a, s.w, s.h)
+    if s[CHANGED] then
+      if s[A] ~= s[A0] or s[W] ~= s[W0] or s[H] ~= s[H0] then
+        if s[A] > 0 or s[W] > 0 then
+          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s[A], s[W], s[H])
         else
           del_active[#del_active + 1] = group
         end
       end
-      if (s.w > 0) ~= (s.w0 > 0) then  -- blocked only changes when it starts or stops waiting
-        blocked = blocked + (s.w > 0 and 1 or -1)
+      if (s[W] > 0) ~= (s[W0] > 0) then  -- blocked only changes when it starts or stops waiting
+        blocked = blocked + (s[W] > 0 and 1 or -1)
       end
-      if s.a == 0 and s.w == 0 then
+      if s[A] == 0 and s[W] == 0 then
         local due = forgotten_bucket(r, group, now)
         if due then
           refill[#refill + 1], refill[#refill + 2] = due, group
         else
           drop_buckets[#drop_buckets + 1] = group
-          if s.revived then
+          if s[REVIVED] then
             unrefill[#unrefill + 1] = group
           end
         end
-      elseif s.revived then
+      elseif s[REVIVED] then
         unrefill[#unrefill + 1] = group
       end
-    elseif s.revived then
+    elseif s[REVIVED] then
       unrefill[#unrefill + 1] = group
     end
   end
