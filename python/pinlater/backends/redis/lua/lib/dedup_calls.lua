@@ -24,11 +24,15 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     end
   end
   local values = {}
-  for i = 1, #keys, 1000 do
-    local last = math.min(i + 999, #keys)
-    local got = redis.call('HMGET', records_key, unpack(keys, i, last))
-    for k = i, last do
-      values[k] = got[k - i + 1]
+  if #keys <= 1000 then
+    values = #keys > 0 and redis.call('HMGET', records_key, unpack(keys)) or values
+  else
+    for i = 1, #keys, 1000 do
+      local last = math.min(i + 999, #keys)
+      local got = redis.call('HMGET', records_key, unpack(keys, i, last))
+      for k = i, last do
+        values[k] = got[k - i + 1]
+      end
     end
   end
   for j = 1, n do
@@ -59,6 +63,7 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
   local ids, id_texts = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
   local holders = new_holders(records_key, ids_key, gc_key)
   local priorities = {}  -- per PENDING set index (ARGV text): its priority
+  local windows = {}  -- per window (ARGV text): the held-until of a key taken now
   for i, id in ipairs(ids) do
     local a, j = taken[i], taken_at[i]
     local priority = priorities[ARGV[a]]
@@ -67,8 +72,14 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
       priorities[ARGV[a]] = priority
     end
     local id_text = id_texts and id_texts[i] or string.format('%d', id)
-    if not keyed or keyed(a) then
-      holders.add(ARGV[a + 5], priority, id_text, now_ms + tonumber(ARGV[a + 6]))
+    if key_at[j] then
+      local window = ARGV[a + 6]
+      local until_ms = windows[window]
+      if not until_ms then
+        until_ms = now_ms + tonumber(window)
+        windows[window] = until_ms
+      end
+      holders.add(ARGV[a + 5], priority, id_text, until_ms)
     end
     if inserted then
       inserted(a, id_text)
