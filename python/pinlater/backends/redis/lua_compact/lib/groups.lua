@@ -257,20 +257,30 @@ local function prefetch_groups(r, groups)
   if not r or not r.batch then
     return
   end
-  local batch, names, seen = r.batch, {}, {}
-  for _, group in ipairs(groups) do
-    if not batch[group] and not seen[group] then
-      seen[group] = true
-      names[#names + 1] = group
+  local batch, names, n = r.batch, {}, 0
+  for i = 1, #groups do
+    local group = groups[i]
+    if batch[group] == nil then
+      batch[group] = false  -- named once (the state follows)
+      n = n + 1
+      names[n] = group
     end
   end
-  for i = 1, #names, RECORD_CHUNK do
-    local last = math.min(i + RECORD_CHUNK - 1, #names)
+  local order = r.order
+  local o = #order
+  for i = 1, n, RECORD_CHUNK do
+    local last = math.min(i + RECORD_CHUNK - 1, n)
     local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
-      local a, w, head = parse_counts(counts[j - i + 1])
-      batch[names[j]] = {a, w, head, a, w, head, 0, false, false, false, false}  -- A .. REVIVED
-      r.order[#r.order + 1] = names[j]
+      local value, group = counts[j - i + 1], names[j]
+      if value then
+        local a, w, head = parse_counts(value)
+        batch[group] = {a, w, head, a, w, head, 0, false, false, false, false}  -- A .. REVIVED
+      else
+        batch[group] = {0, 0, nil, 0, 0, nil, 0, false, false, false, false}
+      end
+      o = o + 1
+      order[o] = group
     end
   end
 end
