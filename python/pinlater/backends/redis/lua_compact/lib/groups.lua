@@ -8,8 +8,9 @@
 --                                                as PENDING; no dequeue, dry run or reserve does;
 --   fifo         (plc:{S:Q}:gw, sorted set, all scores 0, in lex order)  member: the group's
 --                name with its length in front (8 hex digits), its place (gq, 20 digits), the
---                id, ':' and the priority: a group's oldest waiting job is its first member
---                from the group's prefix (one ZRANGEBYLEX ... LIMIT, whatever the group's size);
+--                id, ':' and the priority, for each waiting job but the group's head (below):
+--                the next oldest are its first members from the group's prefix (one
+--                ZRANGEBYLEX ... LIMIT, whatever the group's size);
 --   counts       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs, then ':' and its
 --                                      waiting jobs if any ('1', '1:7'), then ':' and its
 --                                      head if it has one ('1:7:<head>'): one read and one
@@ -21,8 +22,8 @@
 --                                      bucket at that time;
 --   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
 --                                      yet, score: when it is (ms).
--- A group with no unfinished job has no field in ga nor count in gb (group_counts: HLEN ga, GET gb) and no
--- member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
+-- A group with no unfinished job has no field in ga nor count in gb (group_counts: HLEN ga,
+-- GET gb) and no member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
 -- otherwise it stays (a group that finishes and starts again within a second must not get a
 -- fresh bucket) and is due in the refills set, from which any later change of a group's state
 -- deletes up to REFILL_SWEEP due buckets of groups still forgotten. So the keys a finished group
@@ -592,9 +593,10 @@ local function flush_groups(r, now)
   if not r or not r.batch then
     return
   end
+  local conc = r.conc
   for _, group in ipairs(r.order) do  -- the groups jobs left (leave_group), in order
     local s = r.batch[group]
-    if s[LEFT] then
+    if s[LEFT] and s[W] > 0 and s[A] < conc then  -- (promote would change nothing otherwise)
       s[A], s[W], s[H] = promote(r, group, s[A], s[W], s[H])
     end
   end
@@ -602,23 +604,27 @@ local function flush_groups(r, now)
   flush_moves(r)
   local batch, order = r.batch, r.order
   r.batch, r.order = nil, nil
-  local set_active, del_active, blocked = {}, {}, 0
+  local set_active, del_active, blocked, sets, dels = {}, {}, 0, 0, 0
   local unrefill, refill, drop_buckets = {}, {}, {}
+  local rated = r.rate > 0
   for _, group in ipairs(order) do
     local s = batch[group]
     if s[CHANGED] then
-      if s[A] ~= s[A0] or s[W] ~= s[W0] or s[H] ~= s[H0] then
-        if s[A] > 0 or s[W] > 0 then
-          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s[A], s[W], s[H])
+      local a, w = s[A], s[W]
+      if a ~= s[A0] or w ~= s[W0] or s[H] ~= s[H0] then
+        if a > 0 or w > 0 then
+          set_active[sets + 1], set_active[sets + 2] = group, format_counts(a, w, s[H])
+          sets = sets + 2
         else
-          del_active[#del_active + 1] = group
+          dels = dels + 1
+          del_active[dels] = group
         end
       end
-      if (s[W] > 0) ~= (s[W0] > 0) then  -- blocked only changes when it starts or stops waiting
-        blocked = blocked + (s[W] > 0 and 1 or -1)
+      if (w > 0) ~= (s[W0] > 0) then  -- blocked only changes when it starts or stops waiting
+        blocked = blocked + (w > 0 and 1 or -1)
       end
-      if s[A] == 0 and s[W] == 0 then
-        local due = forgotten_bucket(r, group, now)
+      if a == 0 and w == 0 then
+        local due = rated and forgotten_bucket(r, group, now)  -- (nil without a rate)
         if due then
           refill[#refill + 1], refill[#refill + 2] = due, group
         else
