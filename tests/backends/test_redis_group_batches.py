@@ -100,8 +100,36 @@ def test_a_job_that_left_its_waiting_set_is_not_counted_active(store: RedisStore
     assert claimed == [(1, ids[0])]
     store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0)
     # as unbatched: the member was taken, its job not counted active, the one behind still waits
-    assert raw.hget("plc:{1:bq}:ga", "g") == b"0:1"  # none active, one waiting
-    assert raw.hget("plc:{1:bq}:gn", "g") == b"1"
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"0:1"  # none active, one waiting (in the fifo: no head)
+    assert raw.get("plc:{1:bq}:gb") == b"1"  # one group blocked
     assert claim_all(store, T0 + 1) == []
     store.enqueue_keyed_jobs(Q, [job("g")], T0 + 2)  # the group's next enqueue moves it up
     assert [i for _, i in claim_all(store, T0 + 2)] == [ids[2]]
+
+
+def test_a_groups_head_is_kept_in_its_counts_and_the_rest_in_the_fifo(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=1)})
+    ids = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g") for _ in range(5)], T0)]
+
+    def head(i: int) -> bytes:
+        return b"%020d%d:1" % (ids[i], ids[i])
+
+    # one active, the first waiting job the head (in ga only), the three others in the fifo
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1:4:" + head(1)
+    assert raw.zcard("plc:{1:bq}:gw") == 3
+    assert store.cancel_jobs(Q, [(1, ids[1])], T0) == 1  # the head: none left, the rest in the fifo
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1:3"
+    assert store.cancel_jobs(Q, [(1, ids[3])], T0) == 1  # one of the fifo
+    assert raw.zcard("plc:{1:bq}:gw") == 2
+    assert claim_all(store, T0) == [(1, ids[0])]
+    store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0)
+    # the fifo's first moved up, the one after it made the head: both out of the fifo
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1:1:" + head(4)
+    assert raw.zcard("plc:{1:bq}:gw") == 0
+    assert claim_all(store, T0 + 1) == [(1, ids[2])]
+    store.ack_jobs(Q, [AckItem(1, ids[2])], [], T0 + 1)
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1"  # the head moved up
+    assert claim_all(store, T0 + 2) == [(1, ids[4])]
+    store.ack_jobs(Q, [AckItem(1, ids[4])], [], T0 + 2)
+    assert store.group_counts(Q) == GroupCounts(0, 0)
+    assert not [k for k in raw.keys("plc:{1:bq}:g*")]

@@ -60,7 +60,7 @@ def test_a_finished_group_leaves_no_key_behind(server: RedisServer, raw: redis.R
         jobs = [grouped("g", b"%d" % i, priority=1 + i % 3) for i in range(7)]
         store.enqueue_keyed_jobs(Q, jobs, T0)
         assert store.group_counts(Q) == GroupCounts(1, 1)
-        assert {"plc:{1:gq}:ga", "plc:{1:gq}:gn", "plc:{1:gq}:gw"} <= keys_of(raw)
+        assert {"plc:{1:gq}:ga", "plc:{1:gq}:gb", "plc:{1:gq}:gw"} <= keys_of(raw)
         now, done = T0, 0
         while done < 7:
             now += 1000
@@ -117,9 +117,14 @@ def test_every_key_of_a_group_keeps_the_queue_hash_tag(server: RedisServer, raw:
         store.enqueue_keyed_jobs(Q, [grouped(g, priority=p) for g in ("{x}", "a:b}", "{") for p in (1, 2)], T0)
         store.dequeue_jobs(Q, 1, 10, "c", T0, False)
         queue_keys = keys_of(raw) - {"pll:{1}", "plc:{1}:q"}  # the layout record, the queue names
-        assert {"plc:{1:gq}:gw", "plc:{1:gq}:gr", "plc:{1:gq}:p2:w"} <= queue_keys
+        assert {"plc:{1:gq}:gr", "plc:{1:gq}:p2:w"} <= queue_keys
         assert all(k.startswith("plc:{1:gq}:") for k in queue_keys)  # so one slot: the tag is {1:gq}
         assert {r.group_key for r in store.lookup_jobs(Q, [(1, 1), (2, 2), (1, 3)], False)} == {"{x}", "a:b}"}
+        # a group's second waiting job goes to the fifo (its first is the group's head, in ga)
+        store.enqueue_keyed_jobs(Q, [grouped(g) for g in ("{x}", "a:b}", "{")], T0)
+        queue_keys = keys_of(raw) - {"pll:{1}", "plc:{1}:q"}
+        assert "plc:{1:gq}:gw" in queue_keys
+        assert all(k.startswith("plc:{1:gq}:") for k in queue_keys)
     finally:
         store.close()
 

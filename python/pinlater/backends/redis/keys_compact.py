@@ -34,7 +34,8 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
   sorted set of all scores 0 in lex order: a member per waiting job, prefixed by its group);
   ``plc:{S:Q}:ga``, the active and waiting jobs of each group (hash: group -> ``active`` or
-  ``active:waiting``), and ``:gn``, the groups with waiting jobs (hash: group -> ``1``);
+  ``active:waiting``, then ``:`` and its first waiting job when kept there), and ``:gb``, how
+  many groups have waiting jobs (a string counter, no key at none);
   ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash), and ``:gz``, when the
   buckets of finished groups are full again (sorted set; then deleted). A job's group is in
   its record. The group name is inside these keys' values, never in a key name, so every key
@@ -123,9 +124,9 @@ class CompactQueueKeys:
         return f"{self._base}p{priority:d}:w"
 
     def group_keys(self) -> list[str]:
-        """The groups' keys (``lua_compact/lib/groups.lua``): active counts, waiting counts,
+        """The groups' keys (``lua_compact/lib/groups.lua``): active and waiting counts, blocked count,
         the FIFOs, the rate buckets and their refill times."""
-        return [self._base + "ga", self._base + "gn", self._base + "gw", self._base + "gr", self._base + "gz"]
+        return [self._base + "ga", self._base + "gb", self._base + "gw", self._base + "gr", self._base + "gz"]
 
     def dedup_keys(self) -> list[str]:
         """The dedup records: key -> holder, id -> key, and the GC's sorted set."""

@@ -311,7 +311,7 @@ GROUPED_SCAN_COUNT = 1000
 
 def _refuse_ordered_groups(client: redis.Redis, shard: str) -> None:
     """The original layout's keys have no place for an ordered group (``groupKey``): a compact
-    queue that holds a job of a group, unfinished (its ``ga`` or ``gn`` hash, ``keys_compact.py``)
+    queue that holds a job of a group, unfinished (its ``ga`` hash or ``gb`` count, ``keys_compact.py``)
     or finished (its record, which a retry would put back in the group: ``grouped_records.lua``,
     a page of records per call, reading only each record's first byte), stops the move before
     anything is written. (Nothing to check the other way: the original layout never holds groups.)"""
@@ -320,8 +320,8 @@ def _refuse_ordered_groups(client: redis.Redis, shard: str) -> None:
     for name in names:
         queue = _queue_name(name, compact_names_key(shard))
         keys = CompactQueueKeys(shard, queue)
-        active, waiting, *_others = keys.group_keys()
-        grouped = bool(client.exists(active, waiting))
+        active, blocked, *_others = keys.group_keys()
+        grouped = bool(client.exists(active, blocked))
         cursor: Any = "0"
         while not grouped:
             cursor, found = script(keys=[keys.jobs_arg], args=[cursor, GROUPED_SCAN_COUNT])

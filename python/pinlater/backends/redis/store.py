@@ -310,14 +310,14 @@ class RedisStore:
         )
 
     def group_counts(self, queue: str) -> GroupCounts:
-        """The queue's groups (fields of its ``ga`` hash) and blocked ones (of ``gn``): two HLENs
-        after the queue check, not one atomic read (a count, as the dashboard shows it)."""
+        """The queue's groups (fields of its ``ga`` hash) and blocked ones (its ``gb`` count): an
+        HLEN and a GET after the queue check, not one atomic read (a count, as the dashboard shows it)."""
         self._require_queue(queue)
         keys = self._keys(queue)
         if not isinstance(keys, CompactQueueKeys):
             return GroupCounts(0, 0)
-        active, waiting, *_others = keys.group_keys()
-        return GroupCounts(int(self._shard.command("HLEN", active)), int(self._shard.command("HLEN", waiting)))
+        active, blocked, *_others = keys.group_keys()
+        return GroupCounts(int(self._shard.command("HLEN", active)), int(self._shard.command("GET", blocked) or 0))
 
     def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
         self.rules.set(rules)

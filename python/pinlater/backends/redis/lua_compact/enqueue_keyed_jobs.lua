@@ -68,7 +68,7 @@ local function keyed(a)
 end
 
 -- A job of a group joins it (insert_jobs' `place`); the others go to their PENDING set.
-local function place(a, id, k, run_after, job)
+local function place(a, id, k, run_after, job, id_number)
   if ARGV[a + 9] ~= '' then
     job.ex = tonumber(ARGV[a + 9])
     redis.call('ZADD', expiry_index_key, ARGV[a + 9], id)
@@ -77,7 +77,7 @@ local function place(a, id, k, run_after, job)
     return true
   end
   local group = ARGV[a + 8]
-  job.gr, job.gq = group, tonumber(id)
+  job.gr, job.gq = group, id_number
   local p = (k - 7) / DEDUP_GROUP + 1
   return join_group(rules, group, job, id, p, run_after, now)
 end

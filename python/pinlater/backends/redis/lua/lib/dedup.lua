@@ -16,10 +16,6 @@ local function parse_holder(value)
   return tonumber(p), id, tonumber(until_ms)
 end
 
-local function holder_value(priority, id, until_ms)
-  return string.format('%d:%s:%d', priority, id, until_ms)
-end
-
 -- Forget the record of `key` held by `id` in all three structures.
 local function forget_record(records_key, ids_key, gc_key, key, id)
   redis.call('HDEL', records_key, key)
@@ -27,21 +23,39 @@ local function forget_record(records_key, ids_key, gc_key, key, id)
   redis.call('ZREM', gc_key, id)
 end
 
--- Record `holders` (a list of {key, priority, id (text), held until ms}) in all three
--- structures: one variadic HSET or ZADD per structure and chunk, not one per record.
-local function record_holders(records_key, ids_key, gc_key, holders)
-  for i = 1, #holders, 1000 do
-    local by_key, by_id, by_time = {}, {}, {}
-    for h = i, math.min(i + 999, #holders) do
-      local key, priority, id, until_ms = unpack(holders[h])
-      by_key[#by_key + 1], by_key[#by_key + 2] = key, holder_value(priority, id, until_ms)
-      by_id[#by_id + 1], by_id[#by_id + 2] = id, key
-      by_time[#by_time + 1], by_time[#by_time + 2] = string.format('%d', until_ms), id
+-- Records to write in all three structures at once (holders.add, then holders.write): one
+-- variadic HSET or ZADD per structure and chunk of 1000, not one per record. The texts of a
+-- batch's priorities and held-until times are made once each (they repeat: one now, a few
+-- windows), not once per record.
+local function new_holders(records_key, ids_key, gc_key)
+  local by_key, by_id, by_time, n = {}, {}, {}, 0
+  local priority_texts, until_texts = {}, {}
+  local holders = {}
+  -- The key `key` held by job `id` (text) of `priority` until `until_ms`.
+  function holders.add(key, priority, id, until_ms)
+    local p, held = priority_texts[priority], until_texts[until_ms]
+    if not p then
+      p = string.format('%d', priority)
+      priority_texts[priority] = p
     end
-    redis.call('HSET', records_key, unpack(by_key))
-    redis.call('HSET', ids_key, unpack(by_id))
-    redis.call('ZADD', gc_key, unpack(by_time))
+    if not held then
+      held = string.format('%d', until_ms)
+      until_texts[until_ms] = held
+    end
+    by_key[2 * n + 1], by_key[2 * n + 2] = key, p .. ':' .. id .. ':' .. held  -- as parse_holder reads it
+    by_id[2 * n + 1], by_id[2 * n + 2] = id, key
+    by_time[2 * n + 1], by_time[2 * n + 2] = held, id
+    n = n + 1
   end
+  function holders.write()
+    for i = 1, 2 * n, 2000 do
+      local last = math.min(i + 1999, 2 * n)
+      redis.call('HSET', records_key, unpack(by_key, i, last))
+      redis.call('HSET', ids_key, unpack(by_id, i, last))
+      redis.call('ZADD', gc_key, unpack(by_time, i, last))
+    end
+  end
+  return holders
 end
 
 -- When the GC looks again at a record whose job is still active: as long after now as the

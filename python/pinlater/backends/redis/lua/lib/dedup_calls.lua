@@ -24,11 +24,15 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     end
   end
   local values = {}
-  for i = 1, #keys, 1000 do
-    local last = math.min(i + 999, #keys)
-    local got = redis.call('HMGET', records_key, unpack(keys, i, last))
-    for k = i, last do
-      values[k] = got[k - i + 1]
+  if #keys <= 1000 then
+    values = #keys > 0 and redis.call('HMGET', records_key, unpack(keys)) or values
+  else
+    for i = 1, #keys, 1000 do
+      local last = math.min(i + 999, #keys)
+      local got = redis.call('HMGET', records_key, unpack(keys, i, last))
+      for k = i, last do
+        values[k] = got[k - i + 1]
+      end
     end
   end
   for j = 1, n do
@@ -56,20 +60,33 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     redis.call('HDEL', ids_key, id)
     redis.call('ZREM', gc_key, id)
   end
-  local ids = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
-  local holders = {}
+  local ids, id_texts = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
+  local holders = new_holders(records_key, ids_key, gc_key)
+  local priorities = {}  -- per PENDING set index (ARGV text): its priority
+  local windows = {}  -- per window (ARGV text): the held-until of a key taken now
   for i, id in ipairs(ids) do
     local a, j = taken[i], taken_at[i]
-    local priority = (tonumber(ARGV[a]) - first_set) / DEDUP_GROUP + 1
-    if not keyed or keyed(a) then
-      holders[#holders + 1] = {ARGV[a + 5], priority, string.format('%d', id), now_ms + tonumber(ARGV[a + 6])}
+    local priority = priorities[ARGV[a]]
+    if not priority then
+      priority = (tonumber(ARGV[a]) - first_set) / DEDUP_GROUP + 1
+      priorities[ARGV[a]] = priority
+    end
+    local id_text = id_texts and id_texts[i] or string.format('%d', id)
+    if key_at[j] then
+      local window = ARGV[a + 6]
+      local until_ms = windows[window]
+      if not until_ms then
+        until_ms = now_ms + tonumber(window)
+        windows[window] = until_ms
+      end
+      holders.add(ARGV[a + 5], priority, id_text, until_ms)
     end
     if inserted then
-      inserted(a, string.format('%d', id))
+      inserted(a, id_text)
     end
     out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
   end
-  record_holders(records_key, ids_key, gc_key, holders)
+  holders.write()
   return out
 end
 

@@ -8,19 +8,22 @@
 --                                                as PENDING; no dequeue, dry run or reserve does;
 --   fifo         (plc:{S:Q}:gw, sorted set, all scores 0, in lex order)  member: the group's
 --                name with its length in front (8 hex digits), its place (gq, 20 digits), the
---                id, ':' and the priority: a group's oldest waiting job is its first member
---                from the group's prefix (one ZRANGEBYLEX ... LIMIT, whatever the group's size);
+--                id, ':' and the priority, for each waiting job but the group's head (below):
+--                the next oldest are its first members from the group's prefix (one
+--                ZRANGEBYLEX ... LIMIT, whatever the group's size);
 --   counts       (plc:{S:Q}:ga, hash)  field: group, value: its active jobs, then ':' and its
---                                      waiting jobs if any ('1', '1:7'): one read and one
+--                                      waiting jobs if any ('1', '1:7'), then ':' and its
+--                                      head if it has one ('1:7:<head>'): one read and one
 --                                      write per group and call;
---   blocked      (plc:{S:Q}:gn, hash)  field: a group with waiting jobs, value: '1' (written
---                                      only when the group starts or stops having any);
+--   blocked      (plc:{S:Q}:gb, string)  how many groups have waiting jobs (counted up or
+--                                      down only when a group starts or stops having any;
+--                                      no key when none);
 --   buckets      (plc:{S:Q}:gr, hash)  field: group, value: 'tokens:ms' of its groupJobsPerSecond
 --                                      bucket at that time;
 --   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
 --                                      yet, score: when it is (ms).
--- A group with no unfinished job has no field in ga or gn (group_counts: HLEN ga, HLEN gn) and no
--- member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
+-- A group with no unfinished job has no field in ga nor count in gb (group_counts: HLEN ga,
+-- GET gb) and no member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
 -- otherwise it stays (a group that finishes and starts again within a second must not get a
 -- fresh bucket) and is due in the refills set, from which any later change of a group's state
 -- deletes up to REFILL_SWEEP due buckets of groups still forgotten. So the keys a finished group
@@ -29,9 +32,19 @@
 -- A job's group is in its record (gr, with gq: records.lua), so a script that meets a job of no
 -- group does nothing here.
 --
+-- A group's *head* may be kept in its counts instead of the fifo: its oldest waiting job's fifo
+-- member less the group's prefix (place, id, ':', priority). The fifo then holds the group's
+-- other waiting jobs; without a head (counts written before heads were kept), all of them. A
+-- job that joins a group with none waiting becomes its head, one that joins behind others goes
+-- to the fifo (places only grow: ids, or a new id for a retried job, so a join is always the
+-- newest); a move up takes the head first, then the fifo's first members, and the fifo member
+-- after those becomes the head (out of the fifo); a deleted head leaves none (the others are
+-- all in the fifo). So a group that never holds more than one waiting job (every group of a
+-- queue whose groups hold a job or two: the common case) never touches the fifo.
+--
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
 --   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
---   KEYS: ga, gn, gw, gr, gz, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
+--   KEYS: ga, gb, gw, gr, gz, then per priority 1..m: PENDING, waiting and IN_PROGRESS sets
 --         (plc:{S:Q}:p{p}:s0, :w, :s1)
 -- A script called without them (the rules are the defaults and it needs no group keys) has no
 -- tail: rules_tail answers nil.
@@ -54,7 +67,7 @@ local function rules_tail(fixed)
     m = m,
     base = base,
     active = KEYS[base],
-    waiting = KEYS[base + 1],
+    blocked = KEYS[base + 1],
     fifo = KEYS[base + 2],
     buckets = KEYS[base + 3],
     refills = KEYS[base + 4],
@@ -89,37 +102,70 @@ local function room(r)
   return math.max(0, r.cap - n)
 end
 
--- A group's counts (active, waiting) from its ga value (nil: none).
-local function parse_counts(value)
-  if not value then
-    return 0, 0
+-- Small counts as text, made once per call each (a number's own tostring goes through printf).
+local count_texts = {}
+local function count_text(n)
+  local text = count_texts[n]
+  if not text then
+    text = string.format('%d', n)
+    count_texts[n] = text
   end
-  local a, w = string.match(value, '^(%d+):(%d+)$')
-  if a then
-    return tonumber(a), tonumber(w)
-  end
-  return tonumber(value), 0
+  return text
 end
 
-local function format_counts(active, waiting)
-  if waiting > 0 then
-    return active .. ':' .. waiting
+-- Counts read as numbers, each text once per call (tonumber goes through strtod).
+local count_numbers = {}
+local function count_number(text)
+  local n = count_numbers[text]
+  if not n then
+    n = tonumber(text)
+    count_numbers[text] = n
   end
-  return tostring(active)
+  return n
+end
+
+-- A group's counts (active, waiting) and head (nil: none) from its ga value (nil: none).
+local function parse_counts(value)
+  if not value then
+    return 0, 0, nil
+  end
+  if not string.find(value, ':', 1, true) then
+    return count_number(value), 0, nil
+  end
+  local a, w, head = string.match(value, '^(%d+):(%d+):?(.*)$')
+  if head == '' then
+    head = nil
+  end
+  return count_number(a), count_number(w), head
+end
+
+local function format_counts(active, waiting, head)
+  if waiting <= 0 then
+    return count_text(active)
+  end
+  if head then
+    return count_text(active) .. ':' .. count_text(waiting) .. ':' .. head
+  end
+  return count_text(active) .. ':' .. count_text(waiting)
 end
 
 local function fifo_prefix(group)
   return string.format('%08x', #group) .. group
 end
 
-local function fifo_member(group, place, id, p)
-  return string.format('%s%020d%s:%d', fifo_prefix(group), place, id, p)
+-- A fifo member less its group's prefix: a head as the counts keep it.
+local function fifo_suffix(place, id, p)
+  return string.format('%020d%s:%d', place, id, p)
 end
 
--- A fifo member's id (text) and priority.
-local function fifo_job(member, group)
-  local rest = string.sub(member, 8 + #group + FIFO_PLACE_WIDTH + 1)
-  local id, p = string.match(rest, '^(%d+):(%d+)$')
+-- A fifo member's suffix (fifo_suffix) from the member.
+local function member_suffix(member, group)
+  return string.sub(member, 8 + #group + 1)
+end
+
+-- A fifo suffix's id (text) and priority.
+local function suffix_job(suffix)
+  local id, p = string.match(suffix, '^(%d+):(%d+)$', FIFO_PLACE_WIDTH + 1)
   return id, tonumber(p)
 end
 
@@ -128,10 +174,9 @@ end
 -- commands per call, not several per job:
 -- * counts: each group's are read once (prefetch_groups: one HMGET of ga for all the groups
 --   named; a group not prefetched costs its HGET once) and kept in r.batch; at the end one HSET
---   and one HDEL of ga write those that changed, and of gn those that started or stopped
---   waiting (gn is never read but by group_counts' HLEN: a small listpack whose every lookup
---   scans it whole, so it is kept out of the per-call reads), with one ZREM and
---   ZADD of the refills, one HDEL of the buckets and one refill sweep;
+--   and one HDEL of ga write those that changed, one INCRBY of gb counts the groups that started
+--   less those that stopped waiting, with one ZREM and ZADD of the refills, one HDEL of the
+--   buckets and one refill sweep;
 -- * jobs that go to wait (join_group): one ZADD of the fifo and one per waiting set touched;
 -- * moving up: a group jobs left (leave_group) is moved up once, at the end, however many of
 --   its jobs left (one ZRANGEBYLEX per group; an enqueue's join moves up at once, skipping the
@@ -139,10 +184,17 @@ end
 --   from their waiting sets to PENDING with one ZMSCORE, ZREM and ZADD per priority.
 -- The fifo and the waiting sets are read only by the moving up, which writes the batch's waits
 -- of its group first, so the end state is the one the unbatched calls leave.
+-- A group's state in a batch: an array (cheaper to make than a table of named fields): its
+-- counts and head now (A, W, H) and as read (A0, W0, H0), the fifo members the batch took from
+-- it (TAKEN), and whether the batch changed its counts, had a job leave it, added a job to its
+-- fifo, or revived it (it had no unfinished job).
+local A, W, H, A0, W0, H0, TAKEN, CHANGED, LEFT, ADDED, REVIVED = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+
 local function begin_batch(r)
   if r then
     r.batch, r.order = {}, {}
-    r.fifo_adds, r.waiting_adds, r.fifo_taken, r.moves = {}, {}, {}, {}
+    r.fifo_adds, r.waiting_adds, r.fifo_taken = {}, {}, {}
+    r.move_groups, r.move_ids, r.move_priorities = {}, {}, {}
   end
 end
 
@@ -154,7 +206,7 @@ local function flush_waiting_adds(r)
   end
   r.fifo_adds, r.waiting_adds = {}, {}
   for _, s in pairs(r.batch) do
-    s.added = nil
+    s[ADDED] = false
   end
 end
 
@@ -164,34 +216,41 @@ end
 -- the fifo too) is not counted active after all, as the unbatched promote does.
 local function flush_moves(r)
   zrem_all(r.fifo, r.fifo_taken)
-  local by_priority = {}
-  for _, move in ipairs(r.moves) do
-    local group, id, p = move[1], move[2], move[3]
+  local groups, ids, priorities = r.move_groups, r.move_ids, r.move_priorities
+  local by_priority, order = {}, {}  -- per priority: the indexes of its moves
+  for i = 1, #ids do
+    local p = priorities[i]
     local list = by_priority[p]
     if not list then
-      list = {ids = {}, groups = {}}
+      list = {}
       by_priority[p] = list
+      order[#order + 1] = p
     end
-    list.ids[#list.ids + 1], list.groups[#list.groups + 1] = id, group
+    list[#list + 1] = i
   end
-  for p, list in pairs(by_priority) do
-    local from = waiting_of(r, p)
-    local scores = scores_of(from, list.ids)
+  for _, p in ipairs(order) do
+    local list, from = by_priority[p], waiting_of(r, p)
+    local listed = {}
+    for x, i in ipairs(list) do
+      listed[x] = ids[i]
+    end
+    local scores = scores_of(from, listed)
     local moved, adds = {}, {}
-    for i, id in ipairs(list.ids) do
+    for x, id in ipairs(listed) do
       local score = scores[id]
       if score then
         moved[#moved + 1] = id
         adds[#adds + 1], adds[#adds + 2] = score, id
       else
-        local s = r.batch[list.groups[i]]
-        s.a = s.a - 1
+        local s = r.batch[groups[list[x]]]
+        s[A] = s[A] - 1
       end
     end
     zrem_all(from, moved)
     zadd_pairs(pending_of(r, p), adds)
   end
-  r.fifo_taken, r.moves = {}, {}
+  r.fifo_taken = {}
+  r.move_groups, r.move_ids, r.move_priorities = {}, {}, {}
 end
 
 -- Read the counts of `groups` (names, repeats allowed) into the batch, one HMGET per hash.
@@ -199,20 +258,30 @@ local function prefetch_groups(r, groups)
   if not r or not r.batch then
     return
   end
-  local batch, names, seen = r.batch, {}, {}
-  for _, group in ipairs(groups) do
-    if not batch[group] and not seen[group] then
-      seen[group] = true
-      names[#names + 1] = group
+  local batch, names, n = r.batch, {}, 0
+  for i = 1, #groups do
+    local group = groups[i]
+    if batch[group] == nil then
+      batch[group] = false  -- named once (the state follows)
+      n = n + 1
+      names[n] = group
     end
   end
-  for i = 1, #names, RECORD_CHUNK do
-    local last = math.min(i + RECORD_CHUNK - 1, #names)
+  local order = r.order
+  local o = #order
+  for i = 1, n, RECORD_CHUNK do
+    local last = math.min(i + RECORD_CHUNK - 1, n)
     local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
-      local a, w = parse_counts(counts[j - i + 1])
-      batch[names[j]] = {a0 = a, w0 = w, a = a, w = w}
-      r.order[#r.order + 1] = names[j]
+      local value, group = counts[j - i + 1], names[j]
+      if value then
+        local a, w, head = parse_counts(value)
+        batch[group] = {a, w, head, a, w, head, 0, false, false, false, false}  -- A .. REVIVED
+      else
+        batch[group] = {0, 0, nil, 0, 0, nil, 0, false, false, false, false}
+      end
+      o = o + 1
+      order[o] = group
     end
   end
 end
@@ -225,7 +294,7 @@ local function group_state(r, group)
       prefetch_groups(r, {group})
       s = batch[group]
     end
-    return s.a, s.w
+    return s[A], s[W], s[H]
   end
   return parse_counts(redis.call('HGET', r.active, group))
 end
@@ -261,7 +330,7 @@ end
 -- A group that is live again (it had no unfinished job): off the refills set, its bucket stays.
 local function revive(r, group)
   if r.batch then
-    r.batch[group].revived = true
+    r.batch[group][REVIVED] = true
   else
     redis.call('ZREM', r.refills, group)
   end
@@ -282,24 +351,33 @@ local function forgotten_bucket(r, group, now)
   return at + math.ceil((full - tokens) * 1000 / r.rate)
 end
 
-local function save_state(r, group, active, waiting, now)
+-- Count `delta` more groups with waiting jobs (the key goes at none).
+local function count_blocked(r, delta)
+  if delta ~= 0 and redis.call('INCRBY', r.blocked, count_text(delta)) <= 0 then
+    redis.call('DEL', r.blocked)
+  end
+end
+
+-- A group's new state; `before`: its waiting jobs as group_state read them.
+local function save_state(r, group, active, waiting, head, before, now)
+  if waiting <= 0 then
+    head = nil
+  end
   local batch = r.batch
   if batch then
     local s = batch[group]
-    s.a, s.w, s.changed = active, waiting, true
+    s[A], s[W], s[H], s[CHANGED] = active, waiting, head, true
     r.saved = true
     return
   end
   sweep_refills(r, now)
   if active > 0 or waiting > 0 then
-    redis.call('HSET', r.active, group, format_counts(active, waiting))
+    redis.call('HSET', r.active, group, format_counts(active, waiting, head))
   else
     redis.call('HDEL', r.active, group)
   end
-  if waiting > 0 then
-    redis.call('HSET', r.waiting, group, 1)
-  else
-    redis.call('HDEL', r.waiting, group)
+  if (waiting > 0) ~= (before > 0) then
+    count_blocked(r, waiting > 0 and 1 or -1)
   end
   if active == 0 and waiting == 0 then
     -- forgotten; its bucket too if full (without a rate now, whatever it holds), else once full
@@ -313,75 +391,104 @@ local function save_state(r, group, active, waiting, now)
 end
 
 -- Activate the group's oldest waiting jobs while fewer than its concurrency are active: each
--- from its waiting set to its PENDING set, with its score. Returns the new counts.
-local function promote(r, group, active, waiting)
+-- from its waiting set to its PENDING set, with its score; its head first, then the fifo's first
+-- members, read with one member more, which becomes the new head. Returns the new counts and head.
+local function promote(r, group, active, waiting, head)
   if waiting <= 0 or active >= r.conc then
-    return active, waiting
+    return active, waiting, head
   end
-  local prefix = fifo_prefix(group)
-  local batch = r.batch
-  if batch then
-    -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
-    -- to wait in the batch are not yet (written first, should this group have any).
-    local s = batch[group]
-    if s.added then
-      flush_waiting_adds(r)
+  local suffixes, want = {}, r.conc - active
+  if head then
+    suffixes[1], head, want = head, nil, want - 1
+  end
+  local prefix, batch, read = nil, r.batch, 0
+  if want > 0 and waiting > #suffixes then
+    prefix = fifo_prefix(group)
+    local s, taken = nil, 0
+    if batch then
+      -- The members taken earlier in the batch are still in the fifo: skipped; its jobs that went
+      -- to wait in the batch are not yet (written first, should this group have any).
+      s = batch[group]
+      taken = s[TAKEN]
+      if s[ADDED] then
+        flush_waiting_adds(r)
+      end
     end
-    local taken = s.taken or 0
-    local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', taken,
-      r.conc - active)
-    for _, member in ipairs(members) do
-      local id, p = fifo_job(member, group)
+    local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT',
+      count_text(taken), count_text(want + 1))
+    read = #members
+    for i, member in ipairs(members) do
+      if i > want then
+        head = member_suffix(member, group)
+      else
+        suffixes[#suffixes + 1] = member_suffix(member, group)
+      end
+    end
+    if batch then
+      s[TAKEN] = taken + read
+      for _, member in ipairs(members) do
+        r.fifo_taken[#r.fifo_taken + 1] = member
+      end
+    else
+      zrem_all(r.fifo, members)
+    end
+  end
+  for _, suffix in ipairs(suffixes) do
+    local id, p = suffix_job(suffix)
+    if batch then
       tail_key(r, p, 1)  -- a priority beyond the keys passed fails here, as unbatched
-      r.fifo_taken[#r.fifo_taken + 1] = member
-      r.moves[#r.moves + 1] = {group, id, p}
-      active, waiting = active + 1, waiting - 1
-    end
-    s.taken = taken + #members
-    if #members == 0 then
-      waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
-    end
-    return active, waiting
-  end
-  local members = redis.call('ZRANGEBYLEX', r.fifo, '[' .. prefix, '(' .. prefix .. '\255', 'LIMIT', 0,
-    r.conc - active)
-  for _, member in ipairs(members) do
-    local id, p = fifo_job(member, group)
-    local from = waiting_of(r, p)
-    redis.call('ZREM', r.fifo, member)
-    local score = redis.call('ZSCORE', from, id)
-    if score then
-      redis.call('ZREM', from, id)
-      redis.call('ZADD', pending_of(r, p), score, id)
+      local n = #r.move_ids + 1
+      r.move_groups[n], r.move_ids[n], r.move_priorities[n] = group, id, p
       active = active + 1
+    else
+      local from = waiting_of(r, p)
+      local score = redis.call('ZSCORE', from, id)
+      if score then
+        redis.call('ZREM', from, id)
+        redis.call('ZADD', pending_of(r, p), score, id)
+        active = active + 1
+      end
     end
     waiting = waiting - 1
   end
-  if #members == 0 then
+  if #suffixes == 0 then
     waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
   end
-  return active, waiting
+  return active, waiting, head
 end
 
 -- An active job of `group` left it (finished for good, or deleted): the next ones move up.
 -- In a batch the group is moved up once, at flush_groups, however many of its jobs left.
 local function leave_group(r, group, now)
-  local active, waiting = group_state(r, group)
-  if r.batch then
-    save_state(r, group, math.max(0, active - 1), waiting, now)
-    r.batch[group].left = true
+  local s = r.batch and r.batch[group]
+  if s then  -- group_state and save_state, inlined
+    s[A], s[CHANGED], s[LEFT] = math.max(0, s[A] - 1), true, true
+    r.saved = true
     return
   end
-  active, waiting = promote(r, group, math.max(0, active - 1), waiting)
-  save_state(r, group, active, waiting, now)
+  local active, waiting, head = group_state(r, group)
+  local before = waiting
+  if r.batch then
+    save_state(r, group, math.max(0, active - 1), waiting, head, before, now)
+    r.batch[group][LEFT] = true
+    return
+  end
+  active, waiting, head = promote(r, group, math.max(0, active - 1), waiting, head)
+  save_state(r, group, active, waiting, head, before, now)
 end
 
 -- A waiting job of `group` (its record `job`, priority p) is deleted: out of the fifo and the
--- group's count (the caller removes it from its waiting set).
+-- group's count (the caller removes it from its waiting set). A head deleted leaves none: the
+-- others are all in the fifo.
 local function drop_waiting(r, group, job, id, p, now)
-  redis.call('ZREM', r.fifo, fifo_member(group, job.gq, id, p))
-  local active, waiting = group_state(r, group)
-  save_state(r, group, active, math.max(0, waiting - 1), now)
+  local suffix = fifo_suffix(job.gq, id, p)
+  local active, waiting, head = group_state(r, group)
+  if head == suffix then
+    head = nil
+  else
+    redis.call('ZREM', r.fifo, fifo_prefix(group) .. suffix)
+  end
+  save_state(r, group, active, math.max(0, waiting - 1), head, waiting, now)
 end
 
 -- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
@@ -389,34 +496,56 @@ end
 -- the caller puts it in its PENDING set), else waiting (in its waiting set and the fifo here).
 -- The group's oldest waiting jobs are activated first while there is room.
 local function join_group(r, group, job, id, p, score, now)
-  local active, waiting = group_state(r, group)
+  local batch = r.batch
+  local s = batch and batch[group]
+  if s and s[W] == 0 and s[A] < r.conc then
+    -- a batch's most common join, in place: active at once (promote and save_state, inlined)
+    if s[A] == 0 then
+      s[REVIVED] = true
+    end
+    s[A], s[CHANGED] = s[A] + 1, true
+    r.saved = true
+    return true
+  end
+  local active, waiting, head = group_state(r, group)
+  local before = waiting
   if active == 0 and waiting == 0 then
     revive(r, group)
   end
-  active, waiting = promote(r, group, active, waiting)
+  active, waiting, head = promote(r, group, active, waiting, head)
   local now_active = active < r.conc and waiting == 0
   if now_active then
     active = active + 1
   else
+    local suffix = fifo_suffix(job.gq, id, p)
+    local member
+    if waiting == 0 then
+      head = suffix  -- the head of a group with none waiting, in its counts only
+    else
+      member = fifo_prefix(group) .. suffix  -- behind the others: the newest place
+    end
     waiting = waiting + 1
-    local member = fifo_member(group, job.gq, id, p)
     if r.batch then
       waiting_of(r, p)  -- a priority beyond the keys passed fails here, as unbatched
-      local fifo_adds = r.fifo_adds
-      fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
+      if member then
+        local fifo_adds = r.fifo_adds
+        fifo_adds[#fifo_adds + 1], fifo_adds[#fifo_adds + 2] = 0, member
+        r.batch[group][ADDED] = true
+      end
       local adds = r.waiting_adds[p]
       if not adds then
         adds = {}
         r.waiting_adds[p] = adds
       end
       adds[#adds + 1], adds[#adds + 2] = score, id
-      r.batch[group].added = true
     else
-      redis.call('ZADD', r.fifo, 0, member)
+      if member then
+        redis.call('ZADD', r.fifo, 0, member)
+      end
       redis.call('ZADD', waiting_of(r, p), score, id)
     end
   end
-  save_state(r, group, active, waiting, now)
+  save_state(r, group, active, waiting, head, before, now)
   return now_active
 end
 
@@ -464,68 +593,70 @@ local function flush_groups(r, now)
   if not r or not r.batch then
     return
   end
+  local conc = r.conc
   for _, group in ipairs(r.order) do  -- the groups jobs left (leave_group), in order
     local s = r.batch[group]
-    if s.left then
-      s.a, s.w = promote(r, group, s.a, s.w)
+    if s[LEFT] and s[W] > 0 and s[A] < conc then  -- (promote would change nothing otherwise)
+      s[A], s[W], s[H] = promote(r, group, s[A], s[W], s[H])
     end
   end
   flush_waiting_adds(r)
   flush_moves(r)
   local batch, order = r.batch, r.order
   r.batch, r.order = nil, nil
-  local set_active, del_active, set_waiting, del_waiting = {}, {}, {}, {}
+  local set_active, del_active, blocked, sets, dels = {}, {}, 0, 0, 0
   local unrefill, refill, drop_buckets = {}, {}, {}
+  local rated = r.rate > 0
   for _, group in ipairs(order) do
     local s = batch[group]
-    if s.changed then
-      if s.a ~= s.a0 or s.w ~= s.w0 then
-        if s.a > 0 or s.w > 0 then
-          set_active[#set_active + 1], set_active[#set_active + 2] = group, format_counts(s.a, s.w)
+    if s[CHANGED] then
+      local a, w = s[A], s[W]
+      if a ~= s[A0] or w ~= s[W0] or s[H] ~= s[H0] then
+        if a > 0 or w > 0 then
+          set_active[sets + 1], set_active[sets + 2] = group, format_counts(a, w, s[H])
+          sets = sets + 2
         else
-          del_active[#del_active + 1] = group
+          dels = dels + 1
+          del_active[dels] = group
         end
       end
-      if (s.w > 0) ~= (s.w0 > 0) then  -- blocked only changes when it starts or stops waiting
-        if s.w > 0 then
-          set_waiting[#set_waiting + 1], set_waiting[#set_waiting + 2] = group, 1
-        else
-          del_waiting[#del_waiting + 1] = group
-        end
+      if (w > 0) ~= (s[W0] > 0) then  -- blocked only changes when it starts or stops waiting
+        blocked = blocked + (w > 0 and 1 or -1)
       end
-      if s.a == 0 and s.w == 0 then
-        local due = forgotten_bucket(r, group, now)
+      if a == 0 and w == 0 then
+        local due = rated and forgotten_bucket(r, group, now)  -- (nil without a rate)
         if due then
           refill[#refill + 1], refill[#refill + 2] = due, group
         else
           drop_buckets[#drop_buckets + 1] = group
-          if s.revived then
+          if s[REVIVED] then
             unrefill[#unrefill + 1] = group
           end
         end
-      elseif s.revived then
+      elseif s[REVIVED] then
         unrefill[#unrefill + 1] = group
       end
-    elseif s.revived then
+    elseif s[REVIVED] then
       unrefill[#unrefill + 1] = group
     end
   end
   for i = 1, #set_active, 2 * RECORD_CHUNK do
     redis.call('HSET', r.active, unpack(set_active, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_active)))
   end
-  for i = 1, #set_waiting, 2 * RECORD_CHUNK do
-    redis.call('HSET', r.waiting, unpack(set_waiting, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_waiting)))
-  end
+  count_blocked(r, blocked)
   for i = 1, #del_active, RECORD_CHUNK do
     redis.call('HDEL', r.active, unpack(del_active, i, math.min(i + RECORD_CHUNK - 1, #del_active)))
   end
-  for i = 1, #del_waiting, RECORD_CHUNK do
-    redis.call('HDEL', r.waiting, unpack(del_waiting, i, math.min(i + RECORD_CHUNK - 1, #del_waiting)))
+  -- Most queues have no buckets nor refills (no groupJobsPerSecond): one EXISTS each, not a
+  -- command naming every group that was forgotten or revived.
+  if #drop_buckets > 0 and redis.call('EXISTS', r.buckets) == 1 then
+    for i = 1, #drop_buckets, RECORD_CHUNK do
+      redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
+    end
   end
-  for i = 1, #drop_buckets, RECORD_CHUNK do
-    redis.call('HDEL', r.buckets, unpack(drop_buckets, i, math.min(i + RECORD_CHUNK - 1, #drop_buckets)))
+  if #unrefill > 0 and redis.call('EXISTS', r.refills) == 1 then
+    zrem_all(r.refills, unrefill)
   end
-  zrem_all(r.refills, unrefill)
   zadd_pairs(r.refills, refill)
   if r.saved then  -- as unbatched: a sweep with each change of a group's state, none without
     sweep_refills(r, now)

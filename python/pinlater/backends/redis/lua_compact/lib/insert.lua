@@ -10,10 +10,11 @@
 -- run after in ms. With READY_LISTS, a job whose run after is `now` goes to the ready list of its
 -- priority, KEYS[k + ready_offset] for the PENDING set KEYS[k] (one RPUSH per list), unless the
 -- list's last score is after now (another server's clock ahead): then to the PENDING set.
--- `now` is in ms. `place`, when given, is called as place(a, id, k, run_after, job) for each job
--- before anything is written, and answers whether the job goes to its PENDING set (a job of an
--- ordered group may wait instead: lib/groups.lua puts it there, and sets job.gr and job.gq).
--- Returns the ids (numbers), in order.
+-- `now` is in ms. `place`, when given, is called as place(a, id, k, run_after, job, id as a
+-- number) for each job before anything is written, and answers whether the job goes to its
+-- PENDING set (a job of an ordered group may wait instead: lib/groups.lua puts it there, and
+-- sets job.gr and job.gq).
+-- Returns the ids (numbers), in order, and the same as text.
 
 -- Off unless PINLATER_EXPERIMENTAL_READY_LISTS=1 (scripts.py says why): every job to its PENDING set.
 local READY_LISTS = false
@@ -35,7 +36,7 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     names[j] = id
     jobs[id] = {bd = ARGV[a + 1], al = attempts, ar = attempts, ca = now, ua = now, cs = ARGV[a + 4], cd = false}
     local k, run_after = tonumber(ARGV[a]), to_ms(ARGV[a + 3])
-    if place and not place(a, id, k, run_after, jobs[id]) then
+    if place and not place(a, id, k, run_after, jobs[id], first + j - 1) then
       -- waiting in its group: placed by `place`
     elseif READY_LISTS and run_after == now and not jobs[id].gr and not jobs[id].ex then
       if not ready[k] then
@@ -58,5 +59,5 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     end
   end
   writes.flush()
-  return ids
+  return ids, names
 end
