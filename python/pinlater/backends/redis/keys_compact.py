@@ -128,6 +128,12 @@ class CompactQueueKeys:
         the FIFOs, the rate buckets and their refill times."""
         return [self._base + "ga", self._base + "gb", self._base + "gw", self._base + "gr", self._base + "gz"]
 
+    def retired_keys(self) -> list[str]:
+        """Keys earlier versions wrote and this one no longer does, deleted with the queue:
+        ``:gn``, the blocked groups as a hash (now the ``:gb`` count). A shard upgraded while
+        groups were waiting counts those groups as blocked only from their next wait."""
+        return [self._base + "gn"]
+
     def dedup_keys(self) -> list[str]:
         """The dedup records: key -> holder, id -> key, and the GC's sorted set."""
         return [self._base + "dk", self._base + "di", self._base + "dg"]

@@ -260,7 +260,7 @@ class RedisStore:
         lists = [key for p in priorities for key in ready_keys(keys, p)]
         holders = [keys.holders_key(p) for p in priorities] + keys.dedup_keys()  # deleted outright
         if isinstance(keys, CompactQueueKeys):
-            holders += keys.group_keys()
+            holders += keys.group_keys() + keys.retired_keys()
         holders += keys.expiry_keys()  # the expiry index and the expired count
         args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
         if self.layout.compact:  # gone from the list first, as the script's first call does
