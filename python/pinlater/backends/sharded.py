@@ -755,14 +755,14 @@ class ShardedBackend:
                     both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim, now)
                     return pending.carry(self.on_shard(shard, both))
                 alone = self.ack_jobs(queue, [(pending.shard, pending.acks)], ())
-                return pending.before(alone, lambda: self.dequeue_call(shard, hot, queue, priority, want, claim, now))
-            return self.dequeue_call(shard, hot, queue, priority, want, claim, now, dry_run)
+                return pending.before(alone, lambda: self._dequeue_call(shard, hot, queue, priority, want, claim, now))
+            return self._dequeue_call(shard, hot, queue, priority, want, claim, now, dry_run)
 
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
         # and jobs held in a broker's buffer are PENDING and shown.
         return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
 
-    def dequeue_call(
+    def _dequeue_call(
         self,
         shard: Shard,
         hot: HotPath,
@@ -773,6 +773,7 @@ class ShardedBackend:
         now: int,
         dry_run: bool = False,
     ) -> Awaitable[ClaimedJobs]:
+        """One store call of the walk: ``hot``'s dequeue, a connection failure marking ``shard``."""
         return self.on_shard(shard, hot.dequeue_jobs(queue, priority, want, claim, now, dry_run))
 
     async def walk_ready(
