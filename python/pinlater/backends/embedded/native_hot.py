@@ -111,12 +111,6 @@ def open_native_shard(store: EmbeddedStore, synchronous: str, busy_timeout_ms: i
         raise ShardConnectionError(name, str(exc)) from exc
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Reads a future's failure that nobody awaits (so asyncio does not log it)."""
-    if not future.cancelled():
-        future.exception()
-
-
 class NativeEmbeddedHotPath(BrokerOnThreadPool):
     """``HotPath`` of an embedded shard: enqueue, dequeue and ack through its ``SqliteShard``;
     the broker's reserve, claim and release through ``ThreadedHotPath`` on the Python store.
@@ -202,6 +196,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         try:
             await acked
         except BaseException:
-            claimed.add_done_callback(_retrieved)  # read by nobody: its jobs come back at their claim timeout
+            # read by nobody: its jobs come back at their claim timeout
+            claimed.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
         return await claimed

@@ -334,7 +334,8 @@ class HotClient:
         try:
             try:
                 one, two = conn.send_pair(first[1], second[1], self._timeout)
-                two.add_done_callback(_retrieved)  # read below, unless ``one`` failed first
+                # read below, unless ``one`` failed first
+                two.add_done_callback(lambda f: f.cancelled() or f.exception())
                 replies = await one, await two
             except _Broken as exc:
                 if exc.kind is not redis.ConnectionError:  # a timeout is not a dead connection
@@ -501,12 +502,6 @@ def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _
         raise _error_reply(text) from None
     except ValueError as exc:
         raise _protocol_error(conn, exc) from None
-
-
-def _retrieved(future: asyncio.Future[bytes]) -> None:
-    """Reads a failure that nobody may await (so asyncio does not log it)."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _error_reply(text: str) -> redis.RedisError:
