@@ -84,3 +84,10 @@ def test_a_bad_backend_config_names_the_file(tmp_path: Path) -> None:
     config.write_text("{this is not json")
     line = one_line_error(pinlater("serve", "--backend", "redis", "--backend-config", str(config)))
     assert str(config) in line
+
+
+def test_an_unknown_event_loop_is_a_one_line_error(tmp_path: Path) -> None:
+    props = tmp_path / "server.properties"
+    props.write_text("EVENT_LOOP=trio\n")
+    line = one_line_error(pinlater("serve", "--properties", str(props), "--data-dir", str(tmp_path / "d")))
+    assert "EVENT_LOOP" in line and "auto, uvloop, asyncio" in line

@@ -498,12 +498,18 @@ def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
     start_server: Start, api_for: Callable[[ServerProcess], Api]
 ) -> None:
     """Pipelined calls answered without touching the store (unknown methods), then a reset: the
-    replies after it would each have made asyncio warn, without saying whose they were."""
+    replies after it would each have made asyncio warn, without saying whose they were. The
+    replies (each names the 2 KB method) are more than the peer's small receive window takes,
+    so the server is still writing when the reset comes, however fast its loop."""
     server = start_server()
     api = api_for(server)
-    batch = b"".join(frame(message("noSuchMethod", seqid)) for seqid in range(200))
+    name = "noSuchMethod" + "x" * 2000
+    batch = b"".join(frame(message(name, seqid)) for seqid in range(200))
     for _ in range(30):
-        sock = raw(server)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", server.port))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.sendall(batch)
         sock.close()  # RST: the server is still writing

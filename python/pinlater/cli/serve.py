@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pinlater import eventloop
 from pinlater.config import BACKENDS, Settings, SettingsLayer, load_properties, processes, resolve_settings
 from pinlater.errors import ConfigError, StoreLockedError
 from pinlater.logs import FORMATS, setup_logging
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, args.log_format, sys.stderr)
     try:
         settings = settings_from_args(args)
-        return asyncio.run(_serve(settings, args.log_level, args.log_format))
+        return eventloop.run(_serve(settings, args.log_level, args.log_format), settings.event_loop)
     except (ConfigError, StoreLockedError, ChildStartError) as exc:
         print(f"pinlater serve: {exc}", file=sys.stderr)
         return 2
@@ -145,7 +146,7 @@ async def _serve(settings: Settings, log_level: str = "INFO", log_format: str = 
     thrift_host, thrift_port = addresses.thrift
     admin_host, admin_port = addresses.admin
     log.info(
-        "serving PinLater on %s:%d (admin http://%s:%d/), backend %s, %s, %d server process%s (pids %s)",
+        "serving PinLater on %s:%d (admin http://%s:%d/), backend %s, %s, %d server process%s (pids %s), %s",
         thrift_host,
         thrift_port,
         admin_host,
@@ -155,6 +156,7 @@ async def _serve(settings: Settings, log_level: str = "INFO", log_format: str = 
         settings.server_processes,
         "es" if settings.server_processes > 1 else "",
         " ".join(map(str, [os.getpid(), *(supervisor.pids() if supervisor else [])])),
+        eventloop.loop_name(loop),
     )
     # What start-up made (modules, settings, pools, the server itself) lives as long as the
     # process: frozen, a full collection no longer walks it. In the Redis lifecycle bench such a

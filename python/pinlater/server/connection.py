@@ -13,7 +13,7 @@ import collections
 import logging
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pinlater.server.dispatch import ProtocolError
 
@@ -66,7 +66,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio callbacks ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self._transport = transport
         self.peer = transport.get_extra_info("peername") or self.peer
         self._server._opened(self)

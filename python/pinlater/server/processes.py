@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinlater import eventloop
 from pinlater.config import Settings
 from pinlater.server.metrics import Metrics, MetricsDelta
 
@@ -255,7 +256,7 @@ def child_main(fd: int) -> int:
     for handler in logging.getLogger().handlers:  # every line says which process wrote it
         handler.addFilter(_ProcessTag(init.index))
     try:
-        return asyncio.run(_serve_child(sock, init))
+        return eventloop.run(_serve_child(sock, init), init.settings.event_loop)
     except Exception:
         log.exception("server process %d failed", init.index)
         return 1

@@ -34,7 +34,7 @@ import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, TypeAlias, TypeVar
+from typing import Protocol, TypeAlias, TypeVar, cast
 
 import redis
 from redis._parsers.base import BaseParser
@@ -130,7 +130,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self._transport = transport
         self._loop = asyncio.get_running_loop()
 
