@@ -180,15 +180,24 @@ class DequeueBroker:
 
         No store call unless the buffer is empty: what it holds is handed out at once (a refill
         starts in the background below the low-water mark), and the claims are written behind
-        the response. The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue
-        the broker does not serve (``serves``) is dequeued directly, its reservations released
-        first (they would hide its jobs until they lapse)."""
+        the response. An empty buffer is answered at once too, with nothing, when no refill is
+        out and the walk's hints say every place is empty (``ShardedBackend.known_empty``): a
+        refill would make no store call, and waiting for it would only cost turns of the loop.
+        The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue the broker does
+        not serve (``serves``) is dequeued directly, its reservations released first (they would
+        hide its jobs until they lapse)."""
         if not self.serves(queue):
             await self._drop_buffer(queue)
             return await self.backend.dequeue_jobs(queue, limit, source)
         start = time.perf_counter()
         buffer = self.buffer(queue)
         if not len(buffer):
+            if not self._refilling(queue) and self.backend.known_empty(queue):
+                # Nothing to wait for: a refill would find every place known to be empty.
+                self._more.discard(queue)
+                self.metrics.incr("broker_known_empty")
+                self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
+                return []
             self.metrics.incr("broker_refill_waits")
             try:
                 await self._refill_once(queue)
@@ -305,8 +314,12 @@ class DequeueBroker:
             task = self._refills[queue] = asyncio.create_task(self._refill(queue), name=f"pinlater-refill-{queue}")
         return asyncio.shield(task)
 
+    def _refilling(self, queue: str) -> bool:
+        task = self._refills.get(queue)
+        return task is not None and not task.done()
+
     def _refill_in_background(self, queue: str) -> None:
-        if self._closed or (queue in self._refills and not self._refills[queue].done()):
+        if self._closed or self._refilling(queue):
             return
         self._spawn(self._background_refill(queue))
 

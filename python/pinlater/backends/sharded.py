@@ -858,6 +858,27 @@ class ShardedBackend:
             raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
         return found
 
+    def known_empty(self, queue: str) -> bool:
+        """Whether a walk of ``queue`` would make no store call now: every place on every
+        healthy shard is known to be empty and none has a store call in flight. The broker then
+        answers an empty buffer at once, where a refill would only walk the hints. Counted as
+        the walk would count its skips."""
+        now = self.clock.now_ms()
+        places = 0
+        for shard in self._shards:
+            if not shard.healthy:
+                continue
+            if self._lacking and (shard.name, queue) in self._lacking:
+                return False  # the walk decides what a queue missing from a shard means
+            for priority in range(1, self.num_priorities + 1):
+                place = (shard.name, queue, priority)
+                if self._empty_until.get(place, 0) <= now or place in self._in_flight:
+                    return False
+                places += 1
+        if places:
+            self._count("dequeue_known_empty_skips", places)
+        return places > 0
+
     async def _worth_a_look(self, place: Place) -> bool:
         """False while ``place`` is known to be empty. A dequeue store call already in flight
         there is waited for first: if it finds the place empty, this dequeue need not look too
