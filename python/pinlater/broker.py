@@ -35,6 +35,15 @@ jobs it names, for ``settle``. Invariants:
   leaves a tenth of the buffer free: under load, dequeues drain the buffer while a refill is out,
   and waiting for the low-water mark let it run dry.
 
+An enqueue through this server (``enqueue``), once a dequeue here made the queue's buffer, has
+the store reserve jobs for the buffer right behind it where the store can
+(``HotPath.enqueue_and_reserve_jobs``; Redis writes both scripts at once on one connection):
+the jobs are in memory when the enqueue is answered, where a refill started then would leave a
+worker that finds the buffer empty meanwhile waiting for its store call. A reserve that got fewer
+than it asked for took every ready job of its place, which the walk's hints then know to be
+empty; so a worker finding the buffer empty is answered at once (above) rather than wait. Such a
+reserve counts as a refill of its queue: the two never ask for the same room.
+
 A queue with a ``maxInProgress`` (``ShardedBackend.queue_rules``) is not brokered: its dequeues
 are direct (``ShardedBackend.dequeue_jobs``) and the broker holds no reservation of it (what it
 held when a reload set the cap is released at the next dequeue or release-loop tick). A hand-out
@@ -63,9 +72,9 @@ from collections.abc import Awaitable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pinlater._pinlater import ClaimedJobs, ClaimFlush, ClaimItems, HandOut, JobBuffer
+from pinlater._pinlater import ClaimedJobs, ClaimFlush, ClaimItems, HandOut, JobBuffer, LocalIds, NewJobBatch
 from pinlater.backends.base import DEFAULT_RULES, RESERVATION_PREFIX
-from pinlater.backends.sharded import ReadyBatch, ShardedBackend
+from pinlater.backends.sharded import ReadyBatch, ReserveAsk, ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
 from pinlater.counters import Counters
@@ -116,6 +125,9 @@ class DequeueBroker:
         self._refills: dict[str, asyncio.Task[int]] = {}
         #: Queues whose last refill got all it asked for: the store may hold more.
         self._more: set[str] = set()
+        #: Jobs asked for by enqueues' reserves still out, per queue (``enqueue``): a refill
+        #: meanwhile asks for the rest of the room only.
+        self._reserving: dict[str, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._release_task: asyncio.Task[None] | None = None
         # The claims the next flush writes, and the future it resolves once they are written.
@@ -180,15 +192,24 @@ class DequeueBroker:
 
         No store call unless the buffer is empty: what it holds is handed out at once (a refill
         starts in the background below the low-water mark), and the claims are written behind
-        the response. The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue
-        the broker does not serve (``serves``) is dequeued directly, its reservations released
-        first (they would hide its jobs until they lapse)."""
+        the response. An empty buffer is answered at once too, with nothing, when no refill is
+        out and the walk's hints say every place is empty (``ShardedBackend.known_empty``): a
+        refill would make no store call, and waiting for it would only cost turns of the loop.
+        The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue the broker does
+        not serve (``serves``) is dequeued directly, its reservations released first (they would
+        hide its jobs until they lapse)."""
         if not self.serves(queue):
             await self._drop_buffer(queue)
             return await self.backend.dequeue_jobs(queue, limit, source)
         start = time.perf_counter()
         buffer = self.buffer(queue)
         if not len(buffer):
+            if not self._refilling(queue) and self.backend.known_empty(queue):
+                # Nothing to wait for: a refill would find every place known to be empty.
+                self._more.discard(queue)
+                self.metrics.incr("broker_known_empty")
+                self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
+                return []
             self.metrics.incr("broker_refill_waits")
             try:
                 await self._refill_once(queue)
@@ -207,6 +228,54 @@ class DequeueBroker:
             self._refill_in_background(queue)
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
+
+    async def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int) -> tuple[str, LocalIds]:
+        """An enqueue through this server (``ShardedBackend.enqueue_jobs``). When the queue's
+        buffer is in use here (a dequeue made it) and has room, and no refill or other such
+        reserve is out, the store reserves jobs for it right behind the enqueue, where it can
+        (``HotPath.enqueue_and_reserve_jobs``): the new jobs are then in the buffer when the
+        enqueue is answered, where they would wait for the refill the enqueue starts (and a
+        worker finding the buffer empty meanwhile would wait for that refill's store call)."""
+        buffer = self._buffers.get(queue)
+        if (
+            buffer is None
+            or self._closed
+            or self._releasing
+            or queue in self._reserving
+            or self._refilling(queue)
+            or buffer.room < self.policy.min_top_up
+            or not self.serves(queue)
+        ):
+            return await self.backend.enqueue_jobs(queue, jobs, now_ms)
+        got: list[ReadyBatch[ClaimedJobs]] = []
+        ask = ReserveAsk(buffer.room, self.reservation, self.policy.hold_ms, got.append)
+        self._reserving[queue] = ask.limit
+        try:
+            placed = await self.backend.enqueue_jobs(queue, jobs, now_ms, reserve=ask)
+        finally:
+            del self._reserving[queue]
+        for batch in got:
+            await self._keep(queue, batch, ask.limit)
+        return placed
+
+    async def _keep(self, queue: str, batch: ReadyBatch[ClaimedJobs], asked: int) -> None:
+        """Put what an enqueue reserved into the queue's buffer (released if it is gone)."""
+        buffer = self._buffers.get(queue)
+        if buffer is None or self._closed or self._releasing:
+            ids = [job[0] for job in batch.jobs.to_list()]
+            entries = [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in ids]
+            await self._release(queue, entries)
+            return
+        rejected = buffer.push(batch.shard, batch.priority, batch.jobs, batch.now_ms)
+        kept = len(batch.jobs) - len(rejected)
+        self.metrics.incr("broker_enqueue_reserved", kept)
+        if rejected:  # a refill landed meanwhile past the room: release, never leak
+            entries = [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in rejected]
+            await self._release(queue, entries)
+        if len(batch.jobs) >= asked:
+            self._more.add(queue)
+        if kept:
+            self.backend.signals.notify(queue)  # wake long polls: there is something to take
 
     def _queue_claims(self, out: HandOut, source: str) -> None:
         """Queue the claims of the jobs handed out for the next flush, under a new claim."""
@@ -305,8 +374,12 @@ class DequeueBroker:
             task = self._refills[queue] = asyncio.create_task(self._refill(queue), name=f"pinlater-refill-{queue}")
         return asyncio.shield(task)
 
+    def _refilling(self, queue: str) -> bool:
+        task = self._refills.get(queue)
+        return task is not None and not task.done()
+
     def _refill_in_background(self, queue: str) -> None:
-        if self._closed or (queue in self._refills and not self._refills[queue].done()):
+        if self._closed or self._refilling(queue):
             return
         self._spawn(self._background_refill(queue))
 
@@ -329,7 +402,7 @@ class DequeueBroker:
         if self._closed or not self.serves(queue):
             return 0
         buffer = self.buffer(queue)
-        room = buffer.room
+        room = buffer.room - self._reserving.get(queue, 0)
         if room <= 0:
             return 0
         hold_ms = self.policy.hold_ms

@@ -638,6 +638,52 @@ def test_a_failed_ack_of_a_pair_is_raised_and_the_connection_stays_in_step() -> 
     assert fake.connections == 1 and len(fake.evalshas) == 4, "the pair's dequeue answer was read"
 
 
+async def enqueue_and_reserve(hot: NativeHotPath) -> Any:
+    """A dequeue first (the connection up), then an enqueue with a reserve written behind it."""
+    await dequeue_some(hot)
+    ids, reserved = await hot.enqueue_and_reserve_jobs(Q, batch([NewJob(1, b"x", NOW, 1)]), NOW, 1, 10, "r", 5_000)
+    return ids.to_list(), None if reserved is None else claimed(reserved)
+
+
+def test_an_enqueue_and_its_reserve_are_answered_together() -> None:
+    answers = iter([b"*1\r\n:0\r\n", b"*1\r\n:41\r\n", dequeue_reply(41, b"x")])
+
+    async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
+        return next(answers)
+
+    (ids, reserved), fake = fake_run(behaviour, enqueue_and_reserve)
+    assert ids == [41] and [job.local_id for job in reserved] == [41]
+    assert [sha for _, sha in fake.evalshas[1:]] == [script_sha(s).encode() for s in ("enqueue_jobs", "reserve_jobs")]
+    assert fake.connections == 1
+
+
+def test_an_enqueue_lost_with_its_reserve_behind_it_is_never_sent_again() -> None:
+    answers = iter([b"*1\r\n:0\r\n", None])  # the connection closes on reading the enqueue
+
+    async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
+        return next(answers)
+
+    error, fake = fake_run(behaviour, enqueue_and_reserve)
+    assert isinstance(error, ShardConnectionError) and error.maybe_applied, error
+    assert [n for n, _ in fake.evalshas] == [1, 1], "written once, never repeated"
+
+
+def test_a_failed_reserve_behind_an_enqueue_is_no_error_and_the_connection_stays_in_step() -> None:
+    no_jobs = b"*1\r\n:0\r\n"
+    answers = iter([no_jobs, b"*1\r\n:41\r\n", b"-ERR Error running script: boom\r\n", no_jobs])
+
+    async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
+        return next(answers)
+
+    async def pair_then_dequeue(hot: NativeHotPath) -> Any:
+        assert await enqueue_and_reserve(hot) == ([41], None), "the enqueue's ids; nothing reserved"
+        return await dequeue_some(hot)
+
+    result, fake = fake_run(behaviour, pair_then_dequeue)
+    assert result == [], result
+    assert fake.connections == 1 and len(fake.evalshas) == 4
+
+
 @pytest.mark.parametrize(
     ("reply", "kind"),
     [

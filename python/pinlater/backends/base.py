@@ -682,6 +682,21 @@ class HotPath(Protocol):
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
     ) -> int: ...
 
+    async def enqueue_and_reserve_jobs(
+        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+    ) -> tuple[LocalIds, ClaimedJobs | None]:
+        """``enqueue_jobs(queue, jobs, now_ms)``, and where the store can run it right behind
+        the enqueue in the same hand-off, ``reserve_jobs(queue, priority, limit, reservation,
+        now_ms, hold_ms)``: the dequeue broker's refill riding on its own server's enqueue, so
+        the jobs are in its buffer when the enqueue is answered (Redis: the reserve written
+        behind the enqueue on the same connection, so Redis runs it after). The enqueue is the
+        call: its errors are raised as ``enqueue_jobs`` raises them. The reserve is an extra:
+        None when it did not run right after the enqueue (a store with nothing to gain from it,
+        which runs the enqueue alone: the embedded store and MySQL, whose reserves run on the
+        thread pool, and a Redis Cluster; no live connection; or it failed), and the broker
+        refills as it would have."""
+        ...
+
 
 async def sequential_ack_and_dequeue(
     hot: HotPath, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int

@@ -117,6 +117,18 @@ class ReadyBatch(Generic[J]):
     jobs: J
 
 
+@dataclass(frozen=True, slots=True)
+class ReserveAsk:
+    """What the dequeue broker asks an enqueue through its server to reserve right behind it
+    (``ShardedBackend.enqueue_jobs(reserve=...)``): up to ``limit`` jobs, under ``reservation``
+    for ``hold_ms``; ``taken`` gets them."""
+
+    limit: int
+    reservation: str
+    hold_ms: int
+    taken: Callable[[ReadyBatch[ClaimedJobs]], None]
+
+
 def claim_source(source: str) -> str:
     return source[:MAX_SOURCE_IN_CLAIM]
 
@@ -472,7 +484,9 @@ class ShardedBackend:
 
     # -- enqueue ----------------------------------------------------------------------------
 
-    async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int | None = None) -> tuple[str, LocalIds]:
+    async def enqueue_jobs(
+        self, queue: str, jobs: NewJobBatch, now_ms: int | None = None, *, reserve: ReserveAsk | None = None
+    ) -> tuple[str, LocalIds]:
         """Insert the batch on one random healthy shard below the memory high-water mark, trying
         the next on connection failure or when a store refuses it for memory (``pressure.py``).
         When every shard taking new jobs is full, ENQUEUE_REJECTED says which and how full.
@@ -482,7 +496,13 @@ class ShardedBackend:
         ``now_ms``: the time the batch's run afters were defaulted to (the handler's), given to
         the store as its now, so that a job without a run after has run after == now there: the
         compact Redis layout keeps those in its ready lists (``lua_compact/lib/ready.lua``), not
-        in a sorted set. None: the clock's time at the call."""
+        in a sorted set. None: the clock's time at the call.
+
+        ``reserve``: the broker's refill, riding on the enqueue where the store can run it right
+        behind (``HotPath.enqueue_and_reserve_jobs``): at the batch's best ready priority on the
+        shard written, when every better place is known to be empty (so no better job waits
+        behind the ones reserved). What it got goes to ``reserve.taken``; fewer than asked means
+        it took every ready job there, so the place is noted empty (the next look can wait)."""
         mark = self.memory_high_water
         candidates = await self._usable(lambda: self._shards.enqueue_candidates(mark))
         if not candidates:
@@ -496,8 +516,17 @@ class ShardedBackend:
         lacking: list[Shard] = []  # shards without the queue (nothing was written there)
         for shard in candidates:
             now = self.clock.now_ms() if now_ms is None else now_ms
+            hot = self.hot_path(shard)
+            at = None if reserve is None else self._reserve_priority(queue, jobs, now)
+            got: ClaimedJobs | None = None
             try:
-                ids = await self.on_shard(shard, self.hot_path(shard).enqueue_jobs(queue, jobs, now))
+                if at is None or reserve is None:
+                    ids = await self.on_shard(shard, hot.enqueue_jobs(queue, jobs, now))
+                else:
+                    both = hot.enqueue_and_reserve_jobs(
+                        queue, jobs, now, at, reserve.limit, reserve.reservation, reserve.hold_ms
+                    )
+                    ids, got = await self.on_shard(shard, both)
             except ShardConnectionError as exc:
                 if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
                     detail = f"{exc.detail} (the jobs may have been stored there: not sent to another shard)"
@@ -514,7 +543,13 @@ class ShardedBackend:
                 self._spawn(create_on(self, queue, lacking))
             if (probe := memory_probe(shard.store)) is not None:
                 probe.note_enqueued(len(jobs), jobs.body_bytes)
-            self.mark_ready(shard.name, queue, jobs.ready_priorities(now))
+            ready = jobs.ready_priorities(now)
+            if got is not None and reserve is not None and at is not None:
+                reserve.taken(ReadyBatch(shard.name, at, now, got))
+                if len(got) < reserve.limit:  # it took every ready job there, these included
+                    ready = [priority for priority in ready if priority != at]
+                    self._found_empty((shard.name, queue, at), now, len(got) > 0)
+            self.mark_ready(shard.name, queue, ready)
             for priority, run_after_ms in jobs.later(now):
                 self._ready_later(shard.name, queue, priority, run_after_ms)
             return shard.name, ids
@@ -857,6 +892,41 @@ class ShardedBackend:
         if failures and not found and failures >= len(shards):
             raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
         return found
+
+    def _reserve_priority(self, queue: str, jobs: NewJobBatch, now: int) -> int | None:
+        """The priority an enqueue's reserve takes from (``enqueue_jobs(reserve=...)``): the
+        batch's best ready one, if every better place on a healthy shard is known to be empty."""
+        ready = jobs.ready_priorities(now)
+        if not ready:
+            return None
+        best = ready[0]
+        for shard in self._shards:
+            if shard.healthy:
+                for priority in range(1, best):
+                    if self._empty_until.get((shard.name, queue, priority), 0) <= now:
+                        return None
+        return best
+
+    def known_empty(self, queue: str) -> bool:
+        """Whether a walk of ``queue`` would make no store call now: every place on every
+        healthy shard is known to be empty and none has a store call in flight. The broker then
+        answers an empty buffer at once, where a refill would only walk the hints. Counted as
+        the walk would count its skips."""
+        now = self.clock.now_ms()
+        places = 0
+        for shard in self._shards:
+            if not shard.healthy:
+                continue
+            if self._lacking and (shard.name, queue) in self._lacking:
+                return False  # the walk decides what a queue missing from a shard means
+            for priority in range(1, self.num_priorities + 1):
+                place = (shard.name, queue, priority)
+                if self._empty_until.get(place, 0) <= now or place in self._in_flight:
+                    return False
+                places += 1
+        if places:
+            self._count("dequeue_known_empty_skips", places)
+        return places > 0
 
     async def _worth_a_look(self, place: Place) -> bool:
         """False while ``place`` is known to be empty. A dequeue store call already in flight

@@ -14,7 +14,7 @@ needs no such conversion.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
 from pinlater.backends.base import (
@@ -104,6 +104,11 @@ class ThreadedHotPath:
     ) -> int:
         return await self._offload(self._store.release_reservations, queue, items, reservation, now_ms)
 
+    async def enqueue_and_reserve_jobs(
+        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+    ) -> tuple[LocalIds, ClaimedJobs | None]:
+        return await self.enqueue_jobs(queue, jobs, now_ms), None  # nothing to gain from the pair
+
 
 class BrokerOnThreadPool:
     """The broker's three operations for a native hot path whose store still runs them in
@@ -111,6 +116,7 @@ class BrokerOnThreadPool:
 
     __slots__ = ()
     _threaded: ThreadedHotPath
+    enqueue_jobs: Callable[[str, NewJobBatch, int], Awaitable[LocalIds]]  # the native store's own
 
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         return await self._threaded.enqueue_keyed_jobs(queue, jobs, now_ms)
@@ -127,6 +133,13 @@ class BrokerOnThreadPool:
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
     ) -> int:
         return await self._threaded.release_reservations(queue, items, reservation, now_ms)
+
+    async def enqueue_and_reserve_jobs(
+        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+    ) -> tuple[LocalIds, ClaimedJobs | None]:
+        """The enqueue alone: this store's reserve runs on the thread pool, with nothing to
+        gain from going with the enqueue."""
+        return await self.enqueue_jobs(queue, jobs, now_ms), None
 
 
 class BlockingStore:

@@ -262,7 +262,10 @@ class PinLaterHandler:
         keys = call.keys()  # None unless some job carries a pinlater extension
         if keys is not None:
             return await self._enqueue_keyed(queue, batch, keys, now, seqid)
-        shard, ids = await self.backend.enqueue_jobs(queue, batch, now)  # run after == now: ready lists
+        if self.broker is not None:  # which may reserve jobs for its buffer right behind
+            shard, ids = await self.broker.enqueue(queue, batch, now)
+        else:
+            shard, ids = await self.backend.enqueue_jobs(queue, batch, now)  # run after == now: ready lists
         self.metrics.incr(f"{queue}_enqueue", len(batch))
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 

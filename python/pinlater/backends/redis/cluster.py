@@ -255,6 +255,11 @@ class ClusterHotClient:
         """One after the other: each follows its own redirects (a slot may move between them)."""
         return await self.call(*first), await self.call(*second)
 
+    async def call_then(self, first: Call[T], second: Call[U]) -> tuple[T, U | None]:
+        """The first alone: each call finds its node and follows its own redirects, so the
+        second cannot be written behind the first."""
+        return await self.call(*first), None
+
     async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T:
         """Send ``command`` (an EVALSHA of ``script``) to the master of its first key's slot and
         read its reply with ``parse``, following redirects (see the module docstring)."""

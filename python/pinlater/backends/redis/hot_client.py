@@ -97,6 +97,14 @@ class HotScripts(Protocol):
         trip); both scripts must be ones a fresh connection may repeat."""
         ...
 
+    async def call_then(self, first: Call[T], second: Call[U]) -> tuple[T, U | None]:
+        """``first`` as ``call`` answers it, and ``second`` written right behind it on the same
+        connection where one is up (``HotClient``: one write), so Redis runs it after the first.
+        ``second`` is an extra: its answer, or None when it was not sent behind the first (no
+        live connection, a client that cannot) or did not run (a failure of its own, NOSCRIPT),
+        never an error of the call."""
+        ...
+
     async def aclose(self) -> None: ...
 
     def forget(self) -> None: ...
@@ -352,6 +360,52 @@ class HotClient:
             await self.call(*first) if a is _NOSCRIPT else a,
             await self.call(*second) if b is _NOSCRIPT else b,
         )
+
+    async def call_then(self, first: Call[T], second: Call[U]) -> tuple[T, U | None]:
+        """``HotScripts.call_then``: both commands in one write on the live connection, the first
+        answered exactly as ``call`` answers it (a lost connection included: what ``call`` would
+        repeat, it repeats, alone); without a live connection, the first alone."""
+        conn = self._conn
+        if (
+            (self._layout is not None and not self._layout.checked)
+            or conn is None
+            or self._loop is not asyncio.get_running_loop()
+            or not conn.usable()
+        ):
+            return await self.call(*first), None
+        script, command, parse = first
+        token = SENT.set(False)
+        try:
+            try:
+                try:
+                    one, two = conn.send_pair(command, second[1], self._timeout)
+                except _Broken as exc:  # nothing was written
+                    raise exc.kind(str(exc)) from None
+                SENT.set(True)
+                two.add_done_callback(lambda f: f.cancelled() or f.exception())  # read below, if at all
+                try:
+                    reply = await one
+                except _Broken as exc:
+                    raise exc.kind(str(exc)) from None
+                result = _read(conn, reply, parse)
+            except redis.RedisError:
+                with shard_errors(self._name, self._config):
+                    raise
+        except ShardConnectionError as exc:
+            if not repeatable(script, exc.__cause__ or exc):
+                raise
+            log.info("shard %s: %s again on a fresh connection after: %s", self._name, script, exc.detail)
+            return await self.call(*first), None
+        finally:
+            SENT.reset(token)
+        if result is _NOSCRIPT:  # Redis ran neither (the scripts were flushed): the first alone
+            return await self._reload_and_call(script, command, parse), None
+        try:
+            extra = _read(conn, await two, second[2])
+        except (_Broken, redis.RedisError) as exc:
+            log.debug("shard %s: %s behind %s failed: %s", self._name, second[0], script, exc)
+            return result, None
+        return result, None if extra is _NOSCRIPT else extra
 
     async def _call_once(self, script: str, command: bytes, parse: Callable[[bytes], T], asking: bool = False) -> T:
         conn, reply = await self._round_trip(command, asking)

@@ -168,10 +168,39 @@ class NativeHotPath:
     ) -> ClaimedJobs:
         if limit <= 0:  # only whether the queue exists, as the blocking store answers
             return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
+        command = self._reserve_command(queue, priority, limit, reservation, now_ms, hold_ms)
+        out = await self._client.call("reserve_jobs", command, redis_claimed_reply)
+        if out is None:
+            raise QueueNotFoundError(queue)
+        return self._counted(out)
+
+    async def enqueue_and_reserve_jobs(
+        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+    ) -> tuple[LocalIds, ClaimedJobs | None]:
+        """The reserve written behind the enqueue on the same connection (``call_then``)."""
+        enqueue = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, self._layout)
+        reserve = self._reserve_command(queue, priority, limit, reservation, now_ms, hold_ms)
+        ids, out = await self._client.call_then(
+            ("enqueue_jobs", enqueue, redis_ids_reply), ("reserve_jobs", reserve, redis_claimed_reply)
+        )
+        if ids is None:
+            raise QueueNotFoundError(queue)
+        return ids, None if out is None else self._counted(out)
+
+    def _counted(self, out: tuple[ClaimedJobs, int]) -> ClaimedJobs:
+        """A claim's or reservation's jobs; the records it found evicted are counted."""
+        jobs, evicted = out
+        if evicted:
+            self._store._shard.count_evicted(evicted)
+        return jobs
+
+    def _reserve_command(
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    ) -> bytes:
         keys = self._store._keys(queue)
         ready = ready_keys(keys, priority)
         tail_keys, tail_args = self._store.rules.tail(queue, DEQUEUE)
-        command = redis_pack_command(
+        return redis_pack_command(
             (
                 "EVALSHA",
                 self._sha["reserve_jobs"],
@@ -191,13 +220,6 @@ class NativeHotPath:
                 *tail_args,
             )
         )
-        out = await self._client.call("reserve_jobs", command, redis_claimed_reply)
-        if out is None:
-            raise QueueNotFoundError(queue)
-        jobs, evicted = out
-        if evicted:
-            self._store._shard.count_evicted(evicted)
-        return jobs
 
     async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         sha = self._sha["claim_reserved"]
