@@ -35,14 +35,17 @@ jobs it names, for ``settle``. Invariants:
   leaves a tenth of the buffer free: under load, dequeues drain the buffer while a refill is out,
   and waiting for the low-water mark let it run dry.
 
-An enqueue through this server (``enqueue``), once a dequeue here made the queue's buffer, has
-the store reserve jobs for the buffer right behind it where the store can
-(``HotPath.enqueue_and_reserve_jobs``; Redis writes both scripts at once on one connection):
-the jobs are in memory when the enqueue is answered, where a refill started then would leave a
-worker that finds the buffer empty meanwhile waiting for its store call. A reserve that got fewer
-than it asked for took every ready job of its place, which the walk's hints then know to be
-empty; so a worker finding the buffer empty is answered at once (above) rather than wait. Such a
-reserve counts as a refill of its queue: the two never ask for the same room.
+An enqueue through this server (``enqueue``), once a dequeue here made the queue's buffer and
+while the store is found drained, has the store reserve jobs for the buffer right behind it
+where the store can (``HotPath.enqueue_and_reserve_jobs``; Redis writes both scripts at once on
+one connection; the others enqueue alone): the jobs are in memory when the enqueue is answered,
+where a refill started then would leave a worker that finds the buffer empty meanwhile waiting
+for its store call. A reserve that got fewer than it asked for took every ready job of its
+place, which the walk's hints then know to be empty; so a worker finding the buffer empty is
+answered at once (above) rather than wait. It asks for the batch's size (at least a top-up), and
+while it is out a refill asks for the rest of the room: the two never ask for the same room.
+What it got is put in the buffer it was asked for, or released if a cancel or a cap dropped that
+buffer meanwhile.
 
 A queue with a ``maxInProgress`` (``ShardedBackend.queue_rules``) is not brokered: its dequeues
 are direct (``ShardedBackend.dequeue_jobs``) and the broker holds no reservation of it (what it
@@ -125,8 +128,8 @@ class DequeueBroker:
         self._refills: dict[str, asyncio.Task[int]] = {}
         #: Queues whose last refill got all it asked for: the store may hold more.
         self._more: set[str] = set()
-        #: Jobs asked for by enqueues' reserves still out, per queue (``enqueue``): a refill
-        #: meanwhile asks for the rest of the room only.
+        #: Jobs asked for by an enqueue's reserve while it is out, per queue (``enqueue``): a
+        #: refill meanwhile asks for the rest of the room only.
         self._reserving: dict[str, int] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._release_task: asyncio.Task[None] | None = None
@@ -231,16 +234,19 @@ class DequeueBroker:
 
     async def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int) -> tuple[str, LocalIds]:
         """An enqueue through this server (``ShardedBackend.enqueue_jobs``). When the queue's
-        buffer is in use here (a dequeue made it) and has room, and no refill or other such
-        reserve is out, the store reserves jobs for it right behind the enqueue, where it can
-        (``HotPath.enqueue_and_reserve_jobs``): the new jobs are then in the buffer when the
-        enqueue is answered, where they would wait for the refill the enqueue starts (and a
-        worker finding the buffer empty meanwhile would wait for that refill's store call)."""
+        buffer is in use here (a dequeue made it) and has room, the store was found drained
+        (the last refill got less than it asked for), and no refill or other such reserve is
+        out, the store reserves jobs for the buffer right behind the enqueue where it can
+        (``HotPath.enqueue_and_reserve_jobs``): the new jobs are in the buffer when the enqueue
+        is answered, where they would wait for the refill the enqueue starts (and a worker
+        finding the buffer empty meanwhile would wait for that refill's store call). It asks
+        for the batch's size (at least the top-up size, at most the room): a drained store holds
+        little more, and the enqueue's answer waits for the reserve's."""
         buffer = self._buffers.get(queue)
         if (
             buffer is None
             or self._closed
-            or self._releasing
+            or queue in self._more
             or queue in self._reserving
             or self._refilling(queue)
             or buffer.room < self.policy.min_top_up
@@ -248,32 +254,35 @@ class DequeueBroker:
         ):
             return await self.backend.enqueue_jobs(queue, jobs, now_ms)
         got: list[ReadyBatch[ClaimedJobs]] = []
-        ask = ReserveAsk(buffer.room, self.reservation, self.policy.hold_ms, got.append)
-        self._reserving[queue] = ask.limit
-        try:
-            placed = await self.backend.enqueue_jobs(queue, jobs, now_ms, reserve=ask)
-        finally:
-            del self._reserving[queue]
+        limit = min(buffer.room, max(len(jobs), self.policy.min_top_up))
+
+        def out(going: bool) -> None:  # the room it asks for is not a refill's while it is out
+            if going:
+                self._reserving[queue] = limit
+            else:
+                self._reserving.pop(queue, None)
+
+        placed = await self.backend.enqueue_jobs(
+            queue, jobs, now_ms, reserve=ReserveAsk(limit, self.reservation, self.policy.hold_ms, got.append, out)
+        )
         for batch in got:
-            await self._keep(queue, batch, ask.limit)
+            await self._keep(queue, buffer, batch, limit)
         return placed
 
-    async def _keep(self, queue: str, batch: ReadyBatch[ClaimedJobs], asked: int) -> None:
-        """Put what an enqueue reserved into the queue's buffer (released if it is gone)."""
-        buffer = self._buffers.get(queue)
-        if buffer is None or self._closed or self._releasing:
+    async def _keep(self, queue: str, buffer: JobBuffer, batch: ReadyBatch[ClaimedJobs], asked: int) -> None:
+        """Put what an enqueue reserved into the buffer it was asked for; released if that
+        buffer is gone meanwhile (a cancel or a cap dropped it: a new one may hold other rules)."""
+        if self._buffers.get(queue) is not buffer or self._closed:
             ids = [job[0] for job in batch.jobs.to_list()]
-            entries = [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in ids]
-            await self._release(queue, entries)
+            await self._release(queue, [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in ids])
             return
         rejected = buffer.push(batch.shard, batch.priority, batch.jobs, batch.now_ms)
         kept = len(batch.jobs) - len(rejected)
         self.metrics.incr("broker_enqueue_reserved", kept)
-        if rejected:  # a refill landed meanwhile past the room: release, never leak
-            entries = [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in rejected]
-            await self._release(queue, entries)
+        if rejected:  # cannot happen while refills ask for the rest of the room; release, never leak
+            await self._release(queue, [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in rejected])
         if len(batch.jobs) >= asked:
-            self._more.add(queue)
+            self._more.add(queue)  # all it asked for: the store may hold more
         if kept:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
 

@@ -16,16 +16,18 @@ when the enqueue is answered. The other stores enqueue alone, and a refill bring
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from tests.support.hot import enqueue
 
 from pinlater._pinlater import HandOut, NewJobBatch
-from pinlater.backends.base import JobFilter, JobState, NewJob, ShardStore
+from pinlater.backends.base import HotPath, JobFilter, JobState, NewJob, ShardStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.broker import BrokerPolicy, DequeueBroker
+from pinlater.clock import ManualClock
 from pinlater.server.metrics import Metrics
 
 Q = "hinted_broker"
@@ -163,3 +165,93 @@ def test_an_enqueue_reserves_no_better_job_than_one_left_in_the_store(
         await backend.aclose()
 
     asyncio.run(scenario())
+
+
+async def _until(cond: Callable[[], bool], turns: int = 10_000) -> None:
+    for _ in range(turns):
+        if cond():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never met")
+
+
+def test_a_dequeue_while_an_enqueue_reserves_still_gets_a_ready_job(
+    store: ShardStore, backend: ShardedBackend, metrics: Metrics
+) -> None:
+    """The room an enqueue's reserve asks for is the batch's (at least a top-up), held only
+    while it is out: a refill meanwhile still has room for a job another server wrote."""
+
+    async def scenario() -> None:
+        clock = backend.clock = ManualClock(backend.clock.now_ms())
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        assert bodies(await broker.dequeue(Q, 10, "worker")) == []  # the buffer exists
+        await _until(lambda: not broker._background and not broker._refilling(Q))
+        clock.advance(60_001)  # the hints lapse, with no refill woken
+        now = backend.clock.now_ms()
+        store.enqueue_jobs(Q, [NewJob(2, b"waiting", now, 1)], now)  # another server's job
+        enqueue = asyncio.ensure_future(broker.enqueue(Q, NewJobBatch([NewJob(1, b"new", now, 1)]), now))
+        await _until(lambda: Q in broker._reserving or enqueue.done())
+        first = bodies(await broker.dequeue(Q, 10, "worker"))
+        await enqueue
+        rest = bodies(await broker.dequeue(Q, 10, "worker"))
+        assert b"waiting" in first, (first, rest)
+        assert sorted(first + rest) == [b"new", b"waiting"], "each once"
+        await broker.stop()
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+class _SlowAnswer:
+    """A shard's hot path whose enqueue-and-reserve answers only once ``gate`` is set: the pair
+    ran in the store, and the server has not read its reply yet."""
+
+    def __init__(self, hot: HotPath) -> None:
+        self._hot = hot
+        self.ran = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hot, name)
+
+    async def enqueue_and_reserve_jobs(self, *args: Any) -> Any:
+        out = await self._hot.enqueue_and_reserve_jobs(*args)
+        self.ran.set()
+        await self.gate.wait()
+        return out
+
+
+@pytest.mark.parametrize("store", PAIRED, indirect=True)
+def test_what_an_enqueue_reserved_for_a_buffer_dropped_meanwhile_is_released(
+    store: ShardStore, backend: ShardedBackend, metrics: Metrics
+) -> None:
+    """A cancel through this server drops the queue's buffer (``forget``) while an enqueue's
+    reserve is out; a dequeue makes a new buffer. The reserve's jobs, the cancelled one among
+    them, go back to the store, not into the new buffer."""
+
+    async def scenario() -> list[bytes]:
+        clock = backend.clock = ManualClock(backend.clock.now_ms())
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        assert bodies(await broker.dequeue(Q, 10, "worker")) == []  # the buffer exists
+        await _until(lambda: not broker._background and not broker._refilling(Q))
+        clock.advance(60_001)  # the hints lapse, with no refill woken
+        now = backend.clock.now_ms()
+        [cancelled] = store.enqueue_jobs(Q, [NewJob(1, b"to-cancel", now, 1)], now)  # another server's
+        shard = backend.shards.get(store.name)
+        assert shard is not None
+        slow = backend._current_hot_paths[shard] = _SlowAnswer(backend.hot_path(shard))  # type: ignore[assignment]
+        enqueue = asyncio.ensure_future(broker.enqueue(Q, NewJobBatch([NewJob(1, b"new", now, 1)]), now))
+        await slow.ran.wait()  # the reserve holds both
+        await broker.forget(Q)  # as the handler's cancel does, around the store's cancel
+        assert store.cancel_jobs(Q, [(1, cancelled)], now) == 1
+        handed = bodies(await broker.dequeue(Q, 10, "worker"))  # a new buffer
+        slow.gate.set()
+        await enqueue
+        handed += bodies(await broker.dequeue(Q, 10, "worker"))
+        await broker.stop()
+        await backend.aclose()
+        return handed
+
+    handed = asyncio.run(scenario())
+    assert b"to-cancel" not in handed, handed
+    assert b"new" in handed, "released, then found by a later look"

@@ -682,6 +682,12 @@ class HotPath(Protocol):
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
     ) -> int: ...
 
+    @property
+    def reserves_behind_enqueue(self) -> bool:
+        """Whether ``enqueue_and_reserve_jobs`` can run the reserve right behind the enqueue
+        (else it runs the enqueue alone, and the broker asks it nothing)."""
+        ...
+
     async def enqueue_and_reserve_jobs(
         self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
     ) -> tuple[LocalIds, ClaimedJobs | None]:

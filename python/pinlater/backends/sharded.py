@@ -127,6 +127,8 @@ class ReserveAsk:
     reservation: str
     hold_ms: int
     taken: Callable[[ReadyBatch[ClaimedJobs]], None]
+    #: Called with True just before the reserve goes out with an enqueue, False once answered.
+    out: Callable[[bool], None]
 
 
 def claim_source(source: str) -> str:
@@ -517,7 +519,9 @@ class ShardedBackend:
         for shard in candidates:
             now = self.clock.now_ms() if now_ms is None else now_ms
             hot = self.hot_path(shard)
-            at = None if reserve is None else self._reserve_priority(queue, jobs, now)
+            at = None
+            if reserve is not None and hot.reserves_behind_enqueue:
+                at = self._reserve_priority(queue, jobs, now)
             got: ClaimedJobs | None = None
             try:
                 if at is None or reserve is None:
@@ -526,7 +530,11 @@ class ShardedBackend:
                     both = hot.enqueue_and_reserve_jobs(
                         queue, jobs, now, at, reserve.limit, reserve.reservation, reserve.hold_ms
                     )
-                    ids, got = await self.on_shard(shard, both)
+                    reserve.out(True)
+                    try:
+                        ids, got = await self.on_shard(shard, both)
+                    finally:
+                        reserve.out(False)
             except ShardConnectionError as exc:
                 if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
                     detail = f"{exc.detail} (the jobs may have been stored there: not sent to another shard)"

@@ -104,6 +104,10 @@ class ThreadedHotPath:
     ) -> int:
         return await self._offload(self._store.release_reservations, queue, items, reservation, now_ms)
 
+    @property
+    def reserves_behind_enqueue(self) -> bool:
+        return False
+
     async def enqueue_and_reserve_jobs(
         self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
     ) -> tuple[LocalIds, ClaimedJobs | None]:
@@ -133,6 +137,10 @@ class BrokerOnThreadPool:
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
     ) -> int:
         return await self._threaded.release_reservations(queue, items, reservation, now_ms)
+
+    @property
+    def reserves_behind_enqueue(self) -> bool:
+        return False
 
     async def enqueue_and_reserve_jobs(
         self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int

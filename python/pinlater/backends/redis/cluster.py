@@ -219,6 +219,8 @@ def parse_resp(buf: bytes, pos: int) -> tuple[object, int]:
 class ClusterHotClient:
     """``HotClient``'s ``call`` over a Redis Cluster (see the module docstring)."""
 
+    pipelines = False
+
     def __init__(
         self,
         name: str,

@@ -88,6 +88,9 @@ class HotScripts(Protocol):
 
     #: The SHA of each of ``HOT_SCRIPTS`` in the shard's layout.
     shas: dict[str, str]
+    #: Whether ``call_then`` writes its second call behind the first (``HotClient``), or sends
+    #: the first alone (a cluster's client).
+    pipelines: bool
 
     async def call(self, script: str, command: bytes, parse: Callable[[bytes], T]) -> T: ...
 
@@ -264,6 +267,8 @@ class _Connection(asyncio.Protocol):
 
 class HotClient:
     """One shard's hot scripts over a connection of its own (see the module docstring)."""
+
+    pipelines = True
 
     def __init__(
         self,

@@ -174,6 +174,10 @@ class NativeHotPath:
             raise QueueNotFoundError(queue)
         return self._counted(out)
 
+    @property
+    def reserves_behind_enqueue(self) -> bool:
+        return self._client.pipelines
+
     async def enqueue_and_reserve_jobs(
         self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
     ) -> tuple[LocalIds, ClaimedJobs | None]:
