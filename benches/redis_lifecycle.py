@@ -532,6 +532,8 @@ def _stats_lines(log_path: Path, raw: Any) -> str:
         "broker_refills",
         "broker_refill_jobs",
         "broker_refill_waits",
+        "broker_known_empty",
+        "broker_enqueue_reserved",
         "broker_claim_calls",
         "broker_claimed",
         "broker_released",

@@ -42,7 +42,7 @@ one connection; the others enqueue alone): the jobs are in memory when the enque
 where a refill started then would leave a worker that finds the buffer empty meanwhile waiting
 for its store call. A reserve that got fewer than it asked for took every ready job of its
 place, which the walk's hints then know to be empty; so a worker finding the buffer empty is
-answered at once (above) rather than wait. It asks for the batch's size (at least a top-up), and
+answered at once (above) rather than wait. It asks for the batch's size and a top-up more, and
 while it is out a refill asks for the rest of the room: the two never ask for the same room.
 What it got is put in the buffer it was asked for, or released if a cancel or a cap dropped that
 buffer meanwhile.
@@ -240,8 +240,9 @@ class DequeueBroker:
         (``HotPath.enqueue_and_reserve_jobs``): the new jobs are in the buffer when the enqueue
         is answered, where they would wait for the refill the enqueue starts (and a worker
         finding the buffer empty meanwhile would wait for that refill's store call). It asks
-        for the batch's size (at least the top-up size, at most the room): a drained store holds
-        little more, and the enqueue's answer waits for the reserve's."""
+        for the batch's size and a top-up more (at most the room): a drained store holds little
+        more, the enqueue's answer waits for the reserve's, and a reserve that got all it asked
+        for says the store may hold more (no such reserve then, until a refill finds it drained)."""
         buffer = self._buffers.get(queue)
         if (
             buffer is None
@@ -254,7 +255,7 @@ class DequeueBroker:
         ):
             return await self.backend.enqueue_jobs(queue, jobs, now_ms)
         got: list[ReadyBatch[ClaimedJobs]] = []
-        limit = min(buffer.room, max(len(jobs), self.policy.min_top_up))
+        limit = min(buffer.room, len(jobs) + self.policy.min_top_up)
 
         def out(going: bool) -> None:  # the room it asks for is not a refill's while it is out
             if going:
@@ -388,8 +389,8 @@ class DequeueBroker:
         return task is not None and not task.done()
 
     def _refill_in_background(self, queue: str) -> None:
-        if self._closed or self._refilling(queue):
-            return
+        if self._closed or self._refilling(queue) or self.backend.known_empty(queue):
+            return  # (known empty: it would make no store call)
         self._spawn(self._background_refill(queue))
 
     async def _background_refill(self, queue: str) -> None:
