@@ -24,10 +24,11 @@
 //!   the new jobs, their `group_jobs` and `dedup_keys` rows in multi-row statements
 //!   (`MultiRow`), so a request of 100 jobs in 100 groups runs about ten statements, not a few
 //!   hundred. An ack first probes whether the queue has any group row (one probe per request):
-//!   if not, it runs the plain statements, as before groups existed; if so, its successes run
-//!   the plain statement too, then one `group_jobs_of` finds the groups of the jobs acked (a
-//!   RETURNING per job about doubled an UPDATE's cost); its failures (rarer) return their group
-//!   and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
+//!   if not, it runs the plain statements, as before groups existed (its successes one
+//!   statement per run of one priority and status to append, not one per job); if so, its
+//!   successes run the plain statement per job, then one `group_jobs_of` finds the groups of
+//!   the jobs acked (a RETURNING per job about doubled an UPDATE's cost); its failures (rarer)
+//!   return their group and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
 //!   read from the file again only after another connection committed (`PRAGMA data_version`)
 //!   or a write of this one was rolled back. A group that promotes one job (the usual case:
 //!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk.
@@ -77,6 +78,9 @@ pub struct Statements {
     pub dequeue_jobs: String,
     pub dequeue_jobs_dry_run: String,
     pub ack_succeeded: String,
+    /// `ack_succeeded` for many jobs of one priority and one status to append, by a JSON array
+    /// of ids (`ack_succeeded_many.sql`): the successes of a queue without groups.
+    pub ack_succeeded_many: String,
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
     pub dedup_holders: String,
@@ -1322,6 +1326,10 @@ impl<T: Send> Writer<T> {
             if items.is_empty() {
                 continue;
             }
+            if success && !grouped {
+                self.ack_succeeded_many(queue, items, limit, now_ms)?;
+                continue;
+            }
             let (mut stmt, at) = self.prepare_ack(sql, queue, limit, now_ms)?;
             for item in items {
                 bind_ack_item(&mut stmt, &at, item)?;
@@ -1371,6 +1379,53 @@ impl<T: Send> Writer<T> {
             .collect();
         let rows = self.groups_settle(queue, group_concurrency, &changes)?;
         self.groups_write(queue, &rows)
+    }
+
+    /// Marks the jobs of `items` SUCCEEDED on a queue without groups: a statement per run of
+    /// consecutive items of one priority and one status to append (`ack_succeeded_many.sql`),
+    /// usually one per request, not one per job. The runs go in the request's order, so a job
+    /// acked twice ends as the first of its acks left it, as with a statement per job.
+    fn ack_succeeded_many(
+        &self,
+        queue: &str,
+        items: &[crate::queue::jobs::AckItem],
+        limit: i64,
+        now_ms: i64,
+    ) -> Result<(), ShardError> {
+        let mut stmt = self.prepare(&self.options.statements.ack_succeeded_many)?;
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":status_limit", &limit),
+                (":now_ms", &now_ms),
+            ],
+        )?;
+        let mut ids = String::new();
+        for run in items.chunk_by(|a, b| {
+            a.priority == b.priority && a.append_custom_status == b.append_custom_status
+        }) {
+            ids.clear();
+            ids.push('[');
+            for (index, item) in run.iter().enumerate() {
+                if index > 0 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{}", item.local_id);
+            }
+            ids.push(']');
+            let first = &run[0];
+            bind(
+                &mut stmt,
+                &[
+                    (":priority", &first.priority),
+                    (":append", &first.append_custom_status.as_str()),
+                    (":ids", &ids.as_str()),
+                ],
+            )?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
     }
 
     /// Expires the failed jobs whose retry would run at or after their expiry
@@ -1657,6 +1712,7 @@ mod tests {
                 dequeue_jobs: sql("dequeue_jobs"),
                 dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
                 ack_succeeded: sql("ack_succeeded"),
+                ack_succeeded_many: sql("ack_succeeded_many"),
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
                 dedup_records: sql("dedup_records"),

@@ -176,7 +176,7 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
     assert "jobs_by_run_after (queue=? AND priority=? AND state=? AND run_after_ms<?)" in _plan(
         conn, "dequeue_candidates", queue=Q, priority=1, limit=10, now_ms=T0, reserved_prefix="~r|"
     )
-    for name in ("claim_jobs_by_id", "reserve_jobs_by_id"):
+    for name in ("claim_jobs_by_id", "reserve_jobs_by_id", "ack_succeeded_many"):
         plan = _plan(conn, name, ids="[1, 2]")
         assert "INTEGER PRIMARY KEY" in plan and "jobs_by_run_after" not in plan, (name, plan)
 

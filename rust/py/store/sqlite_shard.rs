@@ -204,6 +204,7 @@ impl SqliteShard {
                     dequeue_jobs: get("dequeue_jobs")?,
                     dequeue_jobs_dry_run: get("dequeue_jobs_dry_run")?,
                     ack_succeeded: get("ack_succeeded")?,
+                    ack_succeeded_many: get("ack_succeeded_many")?,
                     ack_failed: get("ack_failed")?,
                     dedup_holders: get("dedup_holders")?,
                     dedup_records: get("dedup_records")?,

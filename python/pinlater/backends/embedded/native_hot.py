@@ -42,6 +42,7 @@ STATEMENTS = (
     "dequeue_jobs",
     "dequeue_jobs_dry_run",
     "ack_succeeded",
+    "ack_succeeded_many",
     "ack_failed",
     "queue_has_groups",
     "ack_failed_grouped",
