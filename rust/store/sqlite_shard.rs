@@ -75,8 +75,11 @@ pub struct Statements {
     pub queue_get: String,
     pub enqueue_jobs: String,
     pub last_job_id: String,
-    pub dequeue_jobs: String,
     pub dequeue_jobs_dry_run: String,
+    /// A dequeue's jobs read (`dequeue_rows.sql`, in claim order), then claimed by id
+    /// (`dequeue_claim_rows.sql`): `dequeue_jobs.sql` in two statements, without its RETURNING.
+    pub dequeue_rows: String,
+    pub dequeue_claim_rows: String,
     pub ack_succeeded: String,
     /// `ack_succeeded` for many jobs of one priority and one status to append, by a JSON array
     /// of ids (`ack_succeeded_many.sql`): the successes of a queue without groups.
@@ -1202,7 +1205,7 @@ impl<T: Send> Writer<T> {
     /// max_in_progress, group_concurrency)`. On a queue that ever had an expiring job, a claim
     /// first expires up to `EXPIRE_ON_DEQUEUE` of its due jobs (one probe of `jobs_by_expiry`
     /// when none is due), so expired jobs do not pile up at the front of the queue between the
-    /// monitor's sweeps; expired jobs are never claimed either way (`dequeue_jobs.sql`).
+    /// monitor's sweeps; expired jobs are never claimed either way (`dequeue_rows.sql`).
     fn dequeue(
         &self,
         queue: &str,
@@ -1221,7 +1224,7 @@ impl<T: Send> Writer<T> {
         let sql = if dry_run {
             &statements.dequeue_jobs_dry_run
         } else {
-            &statements.dequeue_jobs
+            &statements.dequeue_rows
         };
         let mut limit = limit.max(0); // SQLite reads a negative LIMIT as "no limit"
         if let (Some(cap), false) = (max_in_progress, dry_run) {
@@ -1233,41 +1236,65 @@ impl<T: Send> Writer<T> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut stmt = self.prepare(sql)?;
         let prefix = self.options.reserved_prefix.as_str();
+        let params: [(&str, &dyn ToSql); 5] = [
+            (":queue", &queue),
+            (":priority", &priority),
+            (":limit", &limit),
+            (":now_ms", &now_ms),
+            (":reserved_prefix", &prefix),
+        ];
+        let mut stmt = self.prepare(sql)?;
+        bind(&mut stmt, &params)?;
+        let mut rows = stmt.raw_query();
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        let mut ids = String::from("[");
+        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+            let job = (|| {
+                Ok::<_, rusqlite::Error>(ClaimedJob {
+                    local_id: row.get(0)?,
+                    body: row.get(1)?,
+                    attempts_allowed: row.get(2)?,
+                    attempts_remaining: row.get(3)?,
+                    created_at_ms: row.get(4)?,
+                    updated_at_ms: row.get(5)?,
+                })
+            })()
+            .map_err(|e| connection_error(&e))?;
+            if !dry_run {
+                if ids.len() > 1 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{}", job.local_id);
+            }
+            claimed.push(job);
+        }
+        drop(rows);
+        drop(stmt);
+        if dry_run || claimed.is_empty() {
+            return Ok(claimed);
+        }
+        ids.push(']');
+        let mut stmt = self.prepare(&statements.dequeue_claim_rows)?;
         bind(
             &mut stmt,
             &[
                 (":queue", &queue),
                 (":priority", &priority),
-                (":limit", &limit),
-                (":now_ms", &now_ms),
+                (":ids", &ids.as_str()),
                 (":claim", &claim),
-                (":reserved_prefix", &prefix),
+                (":now_ms", &now_ms),
             ],
         )?;
-        let mut rows = stmt.raw_query();
-        let mut claimed: Vec<(i64, ClaimedJob)> = Vec::new();
-        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
-            let job = (|| {
-                Ok::<_, rusqlite::Error>((
-                    row.get::<_, i64>(6)?,
-                    ClaimedJob {
-                        local_id: row.get(0)?,
-                        body: row.get(1)?,
-                        attempts_allowed: row.get(2)?,
-                        attempts_remaining: row.get(3)?,
-                        created_at_ms: row.get(4)?,
-                        updated_at_ms: row.get(5)?,
-                    },
-                ))
-            })()
-            .map_err(|e| connection_error(&e))?;
-            claimed.push(job);
+        let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        if changed != claimed.len() {
+            // Cannot happen: the write lock is held since the read. Never answer a job unclaimed.
+            return Err(ShardError::Connection(format!(
+                "claimed {changed} of the {} jobs read",
+                claimed.len()
+            )));
         }
-        // RETURNING has no order: run_after, then id.
-        claimed.sort_unstable_by_key(|(run_after, job)| (*run_after, job.local_id));
-        Ok(claimed.into_iter().map(|(_, job)| job).collect())
+        Ok(claimed)
     }
 
     /// The queue's `IN_PROGRESS` jobs on the shard, counted up to `cap`.
@@ -1709,8 +1736,9 @@ mod tests {
                 queue_get: sql("queue_get"),
                 enqueue_jobs: sql("enqueue_jobs"),
                 last_job_id: sql("last_job_id"),
-                dequeue_jobs: sql("dequeue_jobs"),
                 dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
+                dequeue_rows: sql("dequeue_rows"),
+                dequeue_claim_rows: sql("dequeue_claim_rows"),
                 ack_succeeded: sql("ack_succeeded"),
                 ack_succeeded_many: sql("ack_succeeded_many"),
                 ack_failed: sql("ack_failed"),
