@@ -24,10 +24,11 @@
 //!   the new jobs, their `group_jobs` and `dedup_keys` rows in multi-row statements
 //!   (`MultiRow`), so a request of 100 jobs in 100 groups runs about ten statements, not a few
 //!   hundred. An ack first probes whether the queue has any group row (one probe per request):
-//!   if not, it runs the plain statements, as before groups existed; if so, its successes run
-//!   the plain statement too, then one `group_jobs_of` finds the groups of the jobs acked (a
-//!   RETURNING per job about doubled an UPDATE's cost); its failures (rarer) return their group
-//!   and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
+//!   if not, it runs the plain statements, as before groups existed (its successes one
+//!   statement per run of one priority and status to append, not one per job); if so, its
+//!   successes run the plain statement per job, then one `group_jobs_of` finds the groups of
+//!   the jobs acked (a RETURNING per job about doubled an UPDATE's cost); its failures (rarer)
+//!   return their group and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
 //!   read from the file again only after another connection committed (`PRAGMA data_version`)
 //!   or a write of this one was rolled back. A group that promotes one job (the usual case:
 //!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk.
@@ -74,9 +75,15 @@ pub struct Statements {
     pub queue_get: String,
     pub enqueue_jobs: String,
     pub last_job_id: String,
-    pub dequeue_jobs: String,
     pub dequeue_jobs_dry_run: String,
+    /// A dequeue's jobs read (`dequeue_rows.sql`, in claim order), then claimed by id
+    /// (`dequeue_claim_rows.sql`): `dequeue_jobs.sql` in two statements, without its RETURNING.
+    pub dequeue_rows: String,
+    pub dequeue_claim_rows: String,
     pub ack_succeeded: String,
+    /// `ack_succeeded` for many jobs of one priority and one status to append, by a JSON array
+    /// of ids (`ack_succeeded_many.sql`): the successes of a queue without groups.
+    pub ack_succeeded_many: String,
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
     pub dedup_holders: String,
@@ -1198,7 +1205,7 @@ impl<T: Send> Writer<T> {
     /// max_in_progress, group_concurrency)`. On a queue that ever had an expiring job, a claim
     /// first expires up to `EXPIRE_ON_DEQUEUE` of its due jobs (one probe of `jobs_by_expiry`
     /// when none is due), so expired jobs do not pile up at the front of the queue between the
-    /// monitor's sweeps; expired jobs are never claimed either way (`dequeue_jobs.sql`).
+    /// monitor's sweeps; expired jobs are never claimed either way (`dequeue_rows.sql`).
     fn dequeue(
         &self,
         queue: &str,
@@ -1217,7 +1224,7 @@ impl<T: Send> Writer<T> {
         let sql = if dry_run {
             &statements.dequeue_jobs_dry_run
         } else {
-            &statements.dequeue_jobs
+            &statements.dequeue_rows
         };
         let mut limit = limit.max(0); // SQLite reads a negative LIMIT as "no limit"
         if let (Some(cap), false) = (max_in_progress, dry_run) {
@@ -1229,41 +1236,65 @@ impl<T: Send> Writer<T> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut stmt = self.prepare(sql)?;
         let prefix = self.options.reserved_prefix.as_str();
+        let params: [(&str, &dyn ToSql); 5] = [
+            (":queue", &queue),
+            (":priority", &priority),
+            (":limit", &limit),
+            (":now_ms", &now_ms),
+            (":reserved_prefix", &prefix),
+        ];
+        let mut stmt = self.prepare(sql)?;
+        bind(&mut stmt, &params)?;
+        let mut rows = stmt.raw_query();
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        let mut ids = String::from("[");
+        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+            let job = (|| {
+                Ok::<_, rusqlite::Error>(ClaimedJob {
+                    local_id: row.get(0)?,
+                    body: row.get(1)?,
+                    attempts_allowed: row.get(2)?,
+                    attempts_remaining: row.get(3)?,
+                    created_at_ms: row.get(4)?,
+                    updated_at_ms: row.get(5)?,
+                })
+            })()
+            .map_err(|e| connection_error(&e))?;
+            if !dry_run {
+                if ids.len() > 1 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{}", job.local_id);
+            }
+            claimed.push(job);
+        }
+        drop(rows);
+        drop(stmt);
+        if dry_run || claimed.is_empty() {
+            return Ok(claimed);
+        }
+        ids.push(']');
+        let mut stmt = self.prepare(&statements.dequeue_claim_rows)?;
         bind(
             &mut stmt,
             &[
                 (":queue", &queue),
                 (":priority", &priority),
-                (":limit", &limit),
-                (":now_ms", &now_ms),
+                (":ids", &ids.as_str()),
                 (":claim", &claim),
-                (":reserved_prefix", &prefix),
+                (":now_ms", &now_ms),
             ],
         )?;
-        let mut rows = stmt.raw_query();
-        let mut claimed: Vec<(i64, ClaimedJob)> = Vec::new();
-        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
-            let job = (|| {
-                Ok::<_, rusqlite::Error>((
-                    row.get::<_, i64>(6)?,
-                    ClaimedJob {
-                        local_id: row.get(0)?,
-                        body: row.get(1)?,
-                        attempts_allowed: row.get(2)?,
-                        attempts_remaining: row.get(3)?,
-                        created_at_ms: row.get(4)?,
-                        updated_at_ms: row.get(5)?,
-                    },
-                ))
-            })()
-            .map_err(|e| connection_error(&e))?;
-            claimed.push(job);
+        let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        if changed != claimed.len() {
+            // Cannot happen: the write lock is held since the read. Never answer a job unclaimed.
+            return Err(ShardError::Connection(format!(
+                "claimed {changed} of the {} jobs read",
+                claimed.len()
+            )));
         }
-        // RETURNING has no order: run_after, then id.
-        claimed.sort_unstable_by_key(|(run_after, job)| (*run_after, job.local_id));
-        Ok(claimed.into_iter().map(|(_, job)| job).collect())
+        Ok(claimed)
     }
 
     /// The queue's `IN_PROGRESS` jobs on the shard, counted up to `cap`.
@@ -1322,6 +1353,10 @@ impl<T: Send> Writer<T> {
             if items.is_empty() {
                 continue;
             }
+            if success && !grouped {
+                self.ack_succeeded_many(queue, items, limit, now_ms)?;
+                continue;
+            }
             let (mut stmt, at) = self.prepare_ack(sql, queue, limit, now_ms)?;
             for item in items {
                 bind_ack_item(&mut stmt, &at, item)?;
@@ -1371,6 +1406,53 @@ impl<T: Send> Writer<T> {
             .collect();
         let rows = self.groups_settle(queue, group_concurrency, &changes)?;
         self.groups_write(queue, &rows)
+    }
+
+    /// Marks the jobs of `items` SUCCEEDED on a queue without groups: a statement per run of
+    /// consecutive items of one priority and one status to append (`ack_succeeded_many.sql`),
+    /// usually one per request, not one per job. The runs go in the request's order, so a job
+    /// acked twice ends as the first of its acks left it, as with a statement per job.
+    fn ack_succeeded_many(
+        &self,
+        queue: &str,
+        items: &[crate::queue::jobs::AckItem],
+        limit: i64,
+        now_ms: i64,
+    ) -> Result<(), ShardError> {
+        let mut stmt = self.prepare(&self.options.statements.ack_succeeded_many)?;
+        bind(
+            &mut stmt,
+            &[
+                (":queue", &queue),
+                (":status_limit", &limit),
+                (":now_ms", &now_ms),
+            ],
+        )?;
+        let mut ids = String::new();
+        for run in items.chunk_by(|a, b| {
+            a.priority == b.priority && a.append_custom_status == b.append_custom_status
+        }) {
+            ids.clear();
+            ids.push('[');
+            for (index, item) in run.iter().enumerate() {
+                if index > 0 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{}", item.local_id);
+            }
+            ids.push(']');
+            let first = &run[0];
+            bind(
+                &mut stmt,
+                &[
+                    (":priority", &first.priority),
+                    (":append", &first.append_custom_status.as_str()),
+                    (":ids", &ids.as_str()),
+                ],
+            )?;
+            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
     }
 
     /// Expires the failed jobs whose retry would run at or after their expiry
@@ -1654,9 +1736,11 @@ mod tests {
                 queue_get: sql("queue_get"),
                 enqueue_jobs: sql("enqueue_jobs"),
                 last_job_id: sql("last_job_id"),
-                dequeue_jobs: sql("dequeue_jobs"),
                 dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
+                dequeue_rows: sql("dequeue_rows"),
+                dequeue_claim_rows: sql("dequeue_claim_rows"),
                 ack_succeeded: sql("ack_succeeded"),
+                ack_succeeded_many: sql("ack_succeeded_many"),
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
                 dedup_records: sql("dedup_records"),

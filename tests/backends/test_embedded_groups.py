@@ -173,10 +173,11 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
         assert "MERGE (UNION ALL)" in plan and "TEMP B-TREE" not in plan, (name, plan)
     idle = _plan(conn, "groups_idle_forget", queue=Q, full_before_ms=T0, limit=10)
     assert "INDEX groups_idle (queue=? AND refilled_at_ms<?)" in idle, idle
-    assert "jobs_by_run_after (queue=? AND priority=? AND state=? AND run_after_ms<?)" in _plan(
-        conn, "dequeue_candidates", queue=Q, priority=1, limit=10, now_ms=T0, reserved_prefix="~r|"
-    )
-    for name in ("claim_jobs_by_id", "reserve_jobs_by_id"):
+    for name in ("dequeue_candidates", "dequeue_rows"):
+        plan = _plan(conn, name, queue=Q, priority=1, limit=10, now_ms=T0, reserved_prefix="~r|")
+        assert "jobs_by_run_after (queue=? AND priority=? AND state=? AND run_after_ms<?)" in plan, (name, plan)
+        assert "TEMP B-TREE" not in plan, (name, plan)
+    for name in ("claim_jobs_by_id", "reserve_jobs_by_id", "ack_succeeded_many", "dequeue_claim_rows"):
         plan = _plan(conn, name, ids="[1, 2]")
         assert "INTEGER PRIMARY KEY" in plan and "jobs_by_run_after" not in plan, (name, plan)
 

@@ -112,6 +112,42 @@ def test_the_lifecycle_answers_as_the_python_store(store: EmbeddedStore, referen
     assert by_id[2].state == JobState.PENDING, "priority 2 was never dequeued"
 
 
+def test_many_successes_in_one_ack_end_as_the_python_store_ends_them(
+    store: EmbeddedStore, reference: EmbeddedStore
+) -> None:
+    """The writer marks a request's successes with a statement per run of one priority and one
+    status to append: runs in the request's order, so a job acked twice keeps its first ack's
+    status; a job of another priority, unclaimed or unknown is left alone."""
+    new = [NewJob(p, b"x", T0 - 1, 2, "s") for p in (1, 1, 2, 2, 1, 1)]
+    ok = [(1, 1, "+a", 0), (1, 2, "+a", 0), (2, 3, "+b", 0), (2, 4, "", 0), (1, 1, "+late", 0)]
+    ok += [(2, 5, "+a", 0), (1, 6, "+a", 0), (1, 99, "+a", 0)]  # 5 is of priority 1; 99 is unknown
+    hot = store.native_hot_path(offload)
+
+    async def native() -> None:
+        await hot.enqueue_jobs(Q, NewJobBatch(new), T0)
+        await hot.dequeue_jobs(Q, 1, 3, "c", T0, False)  # 1, 2, 5: 6 stays PENDING
+        await hot.dequeue_jobs(Q, 2, 2, "c", T0, False)
+        await hot.ack_jobs(Q, AckGroup(ok, []), T0 + 1)
+
+    run(native())
+    reference.enqueue_jobs(Q, new, T0)
+    reference.dequeue_jobs(Q, 1, 3, "c", T0, False)
+    reference.dequeue_jobs(Q, 2, 2, "c", T0, False)
+    reference.ack_jobs(Q, [AckItem._make(a) for a in ok], [], T0 + 1)
+
+    mine = records(store, range(1, 7))
+    assert mine == records(reference, range(1, 7))
+    ended = {r.local_id: (r.state, r.custom_status) for r in mine}
+    assert ended == {
+        1: (JobState.SUCCEEDED, "s+a"),
+        2: (JobState.SUCCEEDED, "s+a"),
+        3: (JobState.SUCCEEDED, "s+b"),
+        4: (JobState.SUCCEEDED, "s"),
+        5: (JobState.IN_PROGRESS, "s"),
+        6: (JobState.PENDING, "s"),
+    }
+
+
 def test_a_failure_on_the_last_attempt_is_final(store: EmbeddedStore) -> None:
     hot = store.native_hot_path(offload)
 

@@ -4,6 +4,8 @@
 -- (an expire_at_ms not after now, read from the row, already read for its claim descriptor).
 -- Params: :queue, :priority, :limit, :claim, :now_ms, :reserved_prefix.
 -- Returns the claimed rows (RETURNING order is unspecified: the caller sorts by run_after, id).
+-- The Rust writer claims as this does in two statements (dequeue_rows.sql, dequeue_claim_rows.sql):
+-- keep them alike.
 UPDATE jobs
    SET state = 1, claim_descriptor = :claim, updated_at_ms = :now_ms
  WHERE local_id IN (SELECT local_id FROM jobs
