@@ -331,11 +331,8 @@ class HotClient:
                 SENT.reset(token)
         raise AssertionError("unreachable")
 
-    async def call_pair(self, first: Call[T], second: Call[U]) -> tuple[T, U]:
-        """``HotScripts.call_pair``: both commands in one write on the live connection. Without
-        one (or after a NOSCRIPT, or a connection lost on the way, which both scripts may
-        repeat), what is left goes through ``call``, one after the other."""
-        assert first[0] not in NOT_REPEATED_ONCE_SENT and second[0] not in NOT_REPEATED_ONCE_SENT
+    def _live(self) -> _Connection | None:
+        """The connection to write a pair on at once: up, on this loop, its layout checked."""
         conn = self._conn
         if (
             (self._layout is not None and not self._layout.checked)
@@ -343,6 +340,16 @@ class HotClient:
             or self._loop is not asyncio.get_running_loop()
             or not conn.usable()
         ):
+            return None
+        return conn
+
+    async def call_pair(self, first: Call[T], second: Call[U]) -> tuple[T, U]:
+        """``HotScripts.call_pair``: both commands in one write on the live connection. Without
+        one (or after a NOSCRIPT, or a connection lost on the way, which both scripts may
+        repeat), what is left goes through ``call``, one after the other."""
+        assert first[0] not in NOT_REPEATED_ONCE_SENT and second[0] not in NOT_REPEATED_ONCE_SENT
+        conn = self._live()
+        if conn is None:
             return await self.call(*first), await self.call(*second)
         try:
             try:
@@ -370,13 +377,8 @@ class HotClient:
         """``HotScripts.call_then``: both commands in one write on the live connection, the first
         answered exactly as ``call`` answers it (a lost connection included: what ``call`` would
         repeat, it repeats, alone); without a live connection, the first alone."""
-        conn = self._conn
-        if (
-            (self._layout is not None and not self._layout.checked)
-            or conn is None
-            or self._loop is not asyncio.get_running_loop()
-            or not conn.usable()
-        ):
+        conn = self._live()
+        if conn is None:
             return await self.call(*first), None
         script, command, parse = first
         token = SENT.set(False)
