@@ -8,6 +8,11 @@
 
 pub mod error;
 
+/// Every Rust allocation of the extension (request buffers, job bodies, the stores' threads) goes
+/// to mimalloc rather than glibc's malloc; Python's own objects are Python's allocator's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The Thrift binary protocol on the wire.
 pub mod wire {
     /// `decode`, `HotCall`, `EnqueueCall`, `DequeueCall`, `AckCall`: the three hot calls read from the frame
