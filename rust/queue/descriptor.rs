@@ -133,22 +133,11 @@ where
 }
 
 /// Appends the decimal digits of `n` (no sign, no leading zeros).
-fn push_decimal(out: &mut String, mut n: u64) {
-    // u64::MAX has 20 digits, so `start` never goes below 0.
+fn push_decimal(out: &mut String, n: u64) {
     let mut digits = [0_u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        // `n % 10 < 10`, so the narrowing is exact.
-        #[allow(clippy::cast_possible_truncation)]
-        let digit = (n % 10) as u8;
-        digits[start] = b'0' + digit;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[start..].iter().map(|&b| char::from(b)));
+    let at = crate::store::decimal::uint_digits(n, &mut digits);
+    // ASCII digits only: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
 }
 
 /// Builds descriptors for one queue and shard, reusing one buffer.

@@ -9,20 +9,51 @@ pub fn push_int(out: &mut Vec<u8>, value: i64) {
     push_uint(out, value.unsigned_abs());
 }
 
+/// The two-digit numbers `00` to `99`, side by side: a number is written two digits per division.
+const PAIRS: [u8; 200] = {
+    let mut pairs = [0_u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        // n < 100: both quotient and remainder are single digits.
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            pairs[2 * n] = b'0' + (n / 10) as u8;
+            pairs[2 * n + 1] = b'0' + (n % 10) as u8;
+        }
+        n += 1;
+    }
+    pairs
+};
+
+/// Writes `value` in decimal at the end of `digits`; answers where its first digit is.
+pub fn uint_digits(value: u64, digits: &mut [u8; 20]) -> usize {
+    let mut at = digits.len();
+    let mut rest = value;
+    while rest >= 100 {
+        // The remainder is below 100: an index into PAIRS.
+        #[allow(clippy::cast_possible_truncation)]
+        let pair = (rest % 100) as usize * 2;
+        rest /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    // Below 100 here.
+    #[allow(clippy::cast_possible_truncation)]
+    let rest = rest as usize;
+    if rest >= 10 {
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[rest * 2..rest * 2 + 2]);
+    } else {
+        at -= 1;
+        digits[at] = PAIRS[rest * 2 + 1];
+    }
+    at
+}
+
 /// Appends `value` in decimal.
 pub fn push_uint(out: &mut Vec<u8>, value: u64) {
     let mut digits = [0_u8; 20];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        // The remainder is below 10: a digit.
-        digits[at] = b'0' + u8::try_from(rest % 10).unwrap_or(0);
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
+    let at = uint_digits(value, &mut digits);
     out.extend_from_slice(&digits[at..]);
 }
 
@@ -40,5 +71,23 @@ mod tests {
         let mut out = Vec::new();
         push_uint(&mut out, u64::MAX);
         assert_eq!(out, u64::MAX.to_string().into_bytes());
+    }
+
+    #[test]
+    fn every_digit_count_and_boundary() {
+        let mut value: u64 = 1;
+        for _ in 0..20 {
+            for n in [value - 1, value, value + 1, value.saturating_mul(10) - 1] {
+                let mut out = Vec::new();
+                push_uint(&mut out, n);
+                assert_eq!(out, n.to_string().into_bytes());
+            }
+            value = value.saturating_mul(10);
+        }
+        for n in 0..10_000_u64 {
+            let mut out = Vec::new();
+            push_uint(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
     }
 }

@@ -9,8 +9,6 @@
 //! (run after, id); -1 is a queue missing from `pln_{S}`, and an error reply comes back as its
 //! text (`ERR ...`, `NOSCRIPT ...`, `OOM ...`) for Python to map as `shard_errors` does.
 
-use std::borrow::Cow;
-
 use crate::queue::jobs::ClaimedJob;
 use crate::store::redis_rows::{count, local_id, ms, order, seconds, RowError};
 
@@ -81,16 +79,24 @@ fn decimal(text: &[u8]) -> Result<i64, ReplyError> {
         Some((b'-', rest)) => (true, rest),
         _ => (false, text),
     };
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() || digits.len() > 19 {
         return Err(bad());
     }
-    // ASCII digits, at most 19: summed with overflow checks (as `str::parse::<i64>` of them)
+    // Up to 18 digits cannot overflow an i64 (nor its negation): one pass, checking each
+    // digit. Only a 19th needs the overflow checks (as `str::parse::<i64>` of the digits).
     let mut n: i64 = 0;
-    for &d in digits {
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(i64::from(d - b'0')))
-            .ok_or_else(bad)?;
+    for (k, &d) in digits.iter().enumerate() {
+        if !d.is_ascii_digit() {
+            return Err(bad());
+        }
+        let digit = i64::from(d - b'0');
+        n = if k < 18 {
+            n * 10 + digit
+        } else {
+            n.checked_mul(10)
+                .and_then(|n| n.checked_add(digit))
+                .ok_or_else(bad)?
+        };
     }
     Ok(if negative { -n } else { n })
 }
@@ -232,18 +238,54 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// A scalar as text (an integer as its decimal), `None` for nil.
-    fn text(&mut self) -> Result<Option<Cow<'a, [u8]>>, ReplyError> {
+    /// A scalar, `None` for nil.
+    fn scalar(&mut self) -> Result<Option<Scalar<'a>>, ReplyError> {
         match self.next()? {
-            Item::Bulk(b) => Ok(b.map(Cow::Borrowed)),
-            Item::Int(n) => {
-                let mut text = Vec::with_capacity(20);
-                crate::store::decimal::push_int(&mut text, n);
-                Ok(Some(Cow::Owned(text)))
-            }
+            Item::Bulk(b) => Ok(b.map(Scalar::Text)),
+            Item::Int(n) => Ok(Some(Scalar::Int(n))),
             other => Err(shape(&format!("a scalar, not {other:?}"))),
         }
     }
+
+    /// A scalar read by `read` from its text (an integer's as its decimal), `None` for nil.
+    /// `fast` reads an integer without making its text; where it answers `None`, the text is
+    /// made and `read` has it, so both give the same value and the same error.
+    fn read<T, E>(
+        &mut self,
+        fast: impl FnOnce(i64) -> Option<T>,
+        read: impl FnOnce(&[u8]) -> Result<T, E>,
+    ) -> Result<Option<T>, ReplyError>
+    where
+        ReplyError: From<E>,
+    {
+        Ok(match self.scalar()? {
+            None => None,
+            Some(Scalar::Text(text)) => Some(read(text)?),
+            Some(Scalar::Int(n)) => {
+                if let Some(value) = fast(n) {
+                    Some(value)
+                } else {
+                    let mut text = Vec::with_capacity(20);
+                    crate::store::decimal::push_int(&mut text, n);
+                    Some(read(&text)?)
+                }
+            }
+        })
+    }
+}
+
+/// A scalar value of a reply: an integer, or a bulk string's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scalar<'a> {
+    Int(i64),
+    Text(&'a [u8]),
+}
+
+/// Milliseconds from whole seconds, as `ms(seconds(text))` reads their decimal text.
+fn ms_of_int(what: &'static str, seconds: i64) -> Option<i64> {
+    // i64 to f64 rounds to nearest, as reading the decimal text does.
+    #[allow(clippy::cast_precision_loss)]
+    ms(what, seconds as f64, b"").ok()
 }
 
 fn shape(what: &str) -> ReplyError {
@@ -280,8 +322,9 @@ fn other<T>(reply: ScriptReply<()>) -> ScriptReply<T> {
 
 /// A decimal integer value (an integer reply, or a bulk string of digits).
 fn int_value(cursor: &mut Cursor<'_>, what: &'static str) -> Result<i64, ReplyError> {
-    let text = cursor.text()?.ok_or_else(|| shape(&format!("no {what}")))?;
-    Ok(count(what, &text)?)
+    cursor
+        .read(Some, |text| count(what, text))?
+        .ok_or_else(|| shape(&format!("no {what}")))
 }
 
 /// `enqueue_jobs.lua`'s answer: the new local ids in job order.
@@ -343,26 +386,30 @@ pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>
     let mut keys = Vec::with_capacity(rows.min(reply.len()));
     let mut jobs = Vec::with_capacity(rows.min(reply.len()));
     for _ in 0..rows {
-        let id_text = cursor.text()?.ok_or_else(|| shape("no id"))?;
-        let id = local_id(&id_text)?;
+        let id = cursor
+            .read(|n| u64::try_from(n).ok(), local_id)?
+            .ok_or_else(|| shape("no id"))?;
         let local = i64::try_from(id).map_err(|_| shape("an id past i64"))?;
-        let score_text = cursor.text()?.ok_or_else(|| shape("no score"))?;
-        let score = seconds("score", &score_text)?;
+        #[allow(clippy::cast_precision_loss)] // rounded to nearest, as reading its text is
+        let score = cursor
+            .read(|n| Some(n as f64), |t| seconds("score", t))?
+            .ok_or_else(|| shape("no score"))?;
         let body = match cursor.next()? {
             Item::Bulk(Some(body)) => body.to_vec(),
             _ => return Err(shape("a body that is not a string")),
         };
-        let mut num = |what: &'static str, time: bool| -> Result<i64, ReplyError> {
-            Ok(match cursor.text()? {
-                None => 0,
-                Some(t) if time => ms(what, seconds(what, &t)?, &t)?,
-                Some(t) => count(what, &t)?,
-            })
+        let mut attempts = |what: &'static str| -> Result<i64, ReplyError> {
+            Ok(cursor.read(Some, |t| count(what, t))?.unwrap_or(0))
         };
-        let attempts_allowed = num("al", false)?;
-        let attempts_remaining = num("ar", false)?;
-        let created_at_ms = num("ca", true)?;
-        let updated_at_ms = num("ua", true)?;
+        let attempts_allowed = attempts("al")?;
+        let attempts_remaining = attempts("ar")?;
+        let mut time = |what: &'static str| -> Result<i64, ReplyError> {
+            let read =
+                |t: &[u8]| -> Result<i64, ReplyError> { Ok(ms(what, seconds(what, t)?, t)?) };
+            Ok(cursor.read(|n| ms_of_int(what, n), read)?.unwrap_or(0))
+        };
+        let created_at_ms = time("ca")?;
+        let updated_at_ms = time("ua")?;
         keys.push((score, id));
         jobs.push(ClaimedJob {
             local_id: local,
@@ -519,5 +566,48 @@ mod tests {
         );
         assert!(claimed_reply(b"*2\r\n:0\r\n:1\r\n").is_err());
         assert_eq!(claimed_reply(b":-1\r\n"), Ok(ScriptReply::QueueMissing));
+    }
+
+    /// One job's reply with each number field an integer (`:n`) or its decimal text (`$`).
+    fn one_job(as_int: bool, id: i64, score: i64, al: i64, ca: i64) -> Vec<u8> {
+        let mut reply = b"*8\r\n:0\r\n".to_vec();
+        for (k, n) in [id, score, 0, al, al, ca, ca].into_iter().enumerate() {
+            if k == 2 {
+                bulk(&mut reply, b"b");
+            } else if as_int {
+                reply.extend_from_slice(format!(":{n}\r\n").as_bytes());
+            } else {
+                bulk(&mut reply, n.to_string().as_bytes());
+            }
+        }
+        reply
+    }
+
+    #[test]
+    fn integers_read_as_their_decimal_text_reads() {
+        let huge = 9_300_000_000_000_000; // seconds past the milliseconds' range
+        for (id, score, al, ca) in [
+            (7, 5, 3, 1_700_000_000),
+            (1, -5, -2, -1_700_000_000),
+            (i64::MAX, i64::MIN + 1, i64::MAX, 0),
+            (-1, 0, 0, 0),
+            (1, 0, 0, huge),
+        ] {
+            let as_int = claimed_reply(&one_job(true, id, score, al, ca));
+            let as_text = claimed_reply(&one_job(false, id, score, al, ca));
+            assert_eq!(as_int, as_text, "{id} {score} {al} {ca}");
+        }
+        let ok = claimed_reply(&one_job(true, 7, 5, 3, 1_700_000_000)).unwrap();
+        let ScriptReply::Value((jobs, _)) = ok else {
+            panic!("not a value")
+        };
+        assert_eq!(jobs[0].local_id, 7);
+        assert_eq!(jobs[0].created_at_ms, 1_700_000_000_000);
+        assert!(claimed_reply(&one_job(true, -1, 0, 0, 0)).is_err());
+        assert!(claimed_reply(&one_job(true, 1, 0, 0, huge)).is_err());
+        assert_eq!(
+            ids_reply(b"*2\r\n:5\r\n$1\r\n6\r\n"),
+            Ok(ScriptReply::Value(vec![5, 6]))
+        );
     }
 }

@@ -52,23 +52,29 @@ fn plain_decimal(text: &[u8]) -> Option<f64> {
     const POWERS: [f64; 16] = [
         1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
     ];
-    let (whole, fraction) = match text.iter().position(|&b| b == b'.') {
-        Some(at) => (&text[..at], &text[at + 1..]),
-        None => (text, &text[..0]),
-    };
-    let digits = whole.len() + fraction.len();
-    if whole.is_empty() || digits > 15 {
-        return None;
-    }
+    // One pass: the digits as one integer, and where the point was (at most one, not first).
     let mut n: u64 = 0;
-    for &d in whole.iter().chain(fraction) {
-        if !d.is_ascii_digit() {
+    let mut digits = 0;
+    let mut point: Option<usize> = None;
+    for &b in text {
+        if b.is_ascii_digit() {
+            digits += 1;
+            if digits > 15 {
+                return None;
+            }
+            n = n * 10 + u64::from(b - b'0');
+        } else if b == b'.' && point.is_none() && digits > 0 {
+            point = Some(digits);
+        } else {
             return None;
         }
-        n = n * 10 + u64::from(d - b'0');
     }
+    if digits == 0 {
+        return None;
+    }
+    let fraction = point.map_or(0, |at| digits - at);
     #[allow(clippy::cast_precision_loss)] // below 10**15: exact
-    Some(n as f64 / POWERS[fraction.len()])
+    Some(n as f64 / POWERS[fraction])
 }
 
 /// Milliseconds from seconds: `round(seconds * 1000.0)`, halves to even.
@@ -138,6 +144,21 @@ mod tests {
         assert_eq!(seconds("ca", b"1.7E9"), Ok(1.7e9));
         assert_eq!(seconds("ca", b" 12.5\n"), Ok(12.5));
         assert!(seconds("ca", b"soon").is_err());
+        assert_eq!(seconds("ca", b"12."), Ok(12.0));
+        assert_eq!(seconds("ca", b".5"), Ok(0.5)); // not plain: read by str::parse
+        assert!(seconds("ca", b"1.2.3").is_err());
+        assert_eq!(seconds("ca", b"123456789.012345"), Ok(123_456_789.012_345));
+        assert_eq!(
+            seconds("ca", b"1234567890.1234567"),
+            Ok(1_234_567_890.123_456_7)
+        );
+        assert_eq!(
+            plain_decimal(b"1234567890.12345"),
+            Some(1_234_567_890.123_45)
+        );
+        assert_eq!(plain_decimal(b"1234567890.123456"), None); // 16 digits: str::parse's
+        assert_eq!(plain_decimal(b".5"), None);
+        assert_eq!(plain_decimal(b"5."), Some(5.0));
         assert!(seconds("ca", b"").is_err());
     }
 
