@@ -369,6 +369,10 @@ impl<T: Send + 'static> Drop for SqliteShard<T> {
     }
 }
 
+/// WAL pages (4 KiB each as a rule) after which the writer's commit checkpoints: a WAL of up to
+/// about 40 MiB per shard file, written over from its start after each checkpoint.
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
+
 fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
     let sync = match options.synchronous.to_ascii_uppercase().as_str() {
         "FULL" => "FULL",
@@ -393,8 +397,14 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
     // temp_store MEMORY: each request's SAVEPOINT keeps the original of every page it changes
     // in a sub-journal, which SQLite spills to a temporary file past 64 KiB (a file opened,
     // written and unlinked per group, more writes than the WAL's): kept in memory instead.
+    // wal_autocheckpoint: this connection's commits checkpoint the WAL into the file once it
+    // holds WAL_AUTOCHECKPOINT_PAGES pages, not SQLite's 1,000. A group commit writes about 40
+    // pages, mostly the same hot ones (the tails of the table and of its index) again and again;
+    // a checkpoint copies each page once however often the WAL holds it, so checkpointing a
+    // tenth as often copies far fewer pages, with fewer syncs of the file.
     conn.execute_batch(&format!(
-        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY"
+        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY; \
+         PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}"
     ))
     .map_err(|e| e.to_string())?;
     conn.set_prepared_statement_cache_capacity(64);
