@@ -1,0 +1,127 @@
+"""Instructions per job of ``pinlater serve``'s user space, counted by callgrind: a yardstick that
+the noise of a shared machine does not move.
+
+On this 2-core machine, CPU seconds per job (``cost_per_job.py``) swing by a tenth or more from
+one round to the next, so a change worth a few percent cannot be told from noise there. This
+script runs the server under valgrind's callgrind with instrumentation off, drives a fixed
+workload through it over Thrift (``--cycles`` cycles of an enqueue of ``--batch`` jobs of 100-byte
+bodies and a dequeue of ``--batch`` carrying the previous cycle's acks), and counts the
+instructions the server's process executes (every thread: the event loop, the Rust extension,
+and on the embedded store SQLite's writer) between the end of ``--warmup`` cycles and the end of
+the last one. The same build, store and workload give the same count to within a fraction of a
+percent, whatever else the machine is doing.
+
+What it does not see: the kernel (system calls, wake-ups, the stores' disk writes) and what an
+instruction costs (cache misses, which is where Python's share of the time mostly goes). So it
+ranks changes to the code that runs per job, and CPU seconds through ``cost_per_job.py`` stay the
+figure of record. Needs valgrind (``apt-get install valgrind``). The store runs outside
+valgrind, as ``cost_per_job.py`` starts it.
+
+    PYTHONPATH=$PWD/python python benches/instructions_per_job.py --backends redis,embedded --against c521c67
+
+``--against COMMIT`` builds that commit into its own cached virtualenv, as ``cost_per_job.py``
+does (the same cache), and counts it in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import await_ready, thrift_client
+from cost_per_job import BACKENDS, Build, commit_build, current_build, running_store
+
+QUEUE = "bench_instructions"
+
+
+def count(build: Build, backend: str, cycles: int, warmup: int, batch: int) -> float:
+    """Instructions per job of ``build``'s server over ``cycles`` measured cycles."""
+    from pinlater.idl import idl
+
+    with tempfile.TemporaryDirectory(prefix="pinlater-instr-") as tmp:
+        directory = Path(tmp)
+        with running_store(backend, directory) as store:
+            out = directory / "callgrind.out"
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+            cmd += [build.python, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0"]
+            cmd += store.server_args
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=build.env, cwd=directory
+            )
+            try:
+                port, _ = await_ready(proc, f"{build.label}: server under callgrind")
+                client = thrift_client(port)
+                ctx = idl.RequestContext(source="bench-instructions")
+                client.createQueue(ctx, QUEUE)
+                body = b"x" * 100
+
+                def cycle(acks: list[Any]) -> list[Any]:
+                    jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
+                    client.enqueueJobs(ctx, idl.PinLaterEnqueueRequest(queueName=QUEUE, jobs=jobs))
+                    ack = idl.PinLaterJobAckRequest(queueName=QUEUE, jobsSucceeded=acks) if acks else None
+                    got = client.dequeueJobs(
+                        ctx, idl.PinLaterDequeueRequest(queueName=QUEUE, limit=batch, jobAckRequest=ack)
+                    )
+                    if len(got.jobs) != batch:
+                        raise SystemExit(f"{build.label}: a dequeue got {len(got.jobs)} jobs, not {batch}")
+                    return [idl.PinLaterJobAckInfo(jobDescriptor=d) for d in got.jobs]
+
+                acks: list[Any] = []
+                for _ in range(warmup):
+                    acks = cycle(acks)
+                control = ["callgrind_control", "--instr=on", str(proc.pid)]
+                subprocess.run(control, check=True, capture_output=True)
+                for _ in range(cycles):
+                    acks = cycle(acks)
+                control[1] = "--instr=off"
+                subprocess.run(control, check=True, capture_output=True)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(300)
+            totals = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
+            if not totals:
+                raise SystemExit(f"{build.label}: callgrind wrote no totals to {out}")
+            return int(totals[-1].split()[1]) / (cycles * batch)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backends", default="redis,embedded", help=f"a comma list of {', '.join(BACKENDS)}")
+    parser.add_argument("--cycles", type=int, default=100, help="measured cycles (default 100)")
+    parser.add_argument("--warmup", type=int, default=20, help="cycles before counting starts (default 20)")
+    parser.add_argument("--batch", type=int, default=100, help="jobs per enqueue and per dequeue (default 100)")
+    parser.add_argument("--against", action="append", default=[], metavar="COMMIT", help="also count this commit")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path.home() / ".cache" / "pinlater-bench",
+        help="where --against virtualenvs are kept (cost_per_job.py's cache)",
+    )
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise SystemExit(f"unknown backend(s) {', '.join(unknown)}: choose from {', '.join(BACKENDS)}")
+    commits = [c for value in args.against for c in value.split(",") if c]
+    builds = [current_build(), *(commit_build(c, args.cache_dir) for c in commits)]
+    print(f"instructions per job (callgrind, the server's user space): {args.cycles} cycles of {args.batch}")
+    for backend in backends:
+        counts = {}
+        for build in builds:
+            counts[build.label] = count(build, backend, args.cycles, args.warmup, args.batch)
+            print(f"{backend:14} {build.label:8} {counts[build.label]:10,.0f}", flush=True)
+        for build in builds[1:]:
+            ratio = counts["current"] / counts[build.label]
+            print(f"{backend:14} current / {build.label}: {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
