@@ -83,6 +83,12 @@ def test_cost_per_job_on_the_embedded_store() -> None:
     assert float(row.split()[4]) > 0, "some server CPU per acked job was measured"
 
 
+def test_instructions_per_job_on_the_embedded_store() -> None:
+    out = run("instructions_per_job.py", "--backends", "embedded", "--cycles", "2", "--warmup", "1", "--batch", "10")
+    row = next(line for line in out.splitlines() if line.split()[:2] == ["embedded", "current"])
+    assert float(row.split()[2].replace(",", "")) > 0, "some instructions per job were counted"
+
+
 @pytest.mark.redis
 def test_cost_per_job_compares_the_redis_layouts() -> None:
     out = run(
