@@ -65,17 +65,23 @@ pub fn check_priority(priority: i64) -> Result<u8, Malformation> {
 }
 
 fn split4(s: &str) -> Result<[&str; 4], Malformation> {
-    let mut parts = s.split(':');
-    let (Some(queue), Some(shard), Some(priority), Some(local_id), None) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
-        return Err(Malformation::PartCount(s.split(':').count()));
-    };
-    Ok([queue, shard, priority, local_id])
+    // One pass over the bytes for the three colons (ASCII, so each is a char boundary).
+    let mut cuts = [0_usize; 3];
+    let mut found = 0;
+    for (at, &b) in s.as_bytes().iter().enumerate() {
+        if b == b':' {
+            if found == cuts.len() {
+                return Err(Malformation::PartCount(s.split(':').count()));
+            }
+            cuts[found] = at;
+            found += 1;
+        }
+    }
+    if found < cuts.len() {
+        return Err(Malformation::PartCount(found + 1));
+    }
+    let [a, b, c] = cuts;
+    Ok([&s[..a], &s[a + 1..b], &s[b + 1..c], &s[c + 1..]])
 }
 
 fn parse_parts(s: &str) -> Result<Descriptor<'_>, Malformation> {
