@@ -108,6 +108,9 @@ TARGETS: dict[tuple[str, str], tuple[str, float]] = {
 }
 """Issue 15's targets, current / fddf904: server CPU per acked job, and jobs per minute."""
 
+DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pinlater-bench"
+"""Where ``--against`` virtualenvs are kept, one per commit hash (``commit_build``)."""
+
 STEAL_LIMIT = 0.1
 """Cores the hypervisor may steal in a run before its figures are flagged."""
 
@@ -628,7 +631,7 @@ def main() -> None:
     parser.add_argument(
         "--cache-dir",
         type=Path,
-        default=Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pinlater-bench",
+        default=DEFAULT_CACHE_DIR,
         help="where --against virtualenvs are kept, one per commit hash (default ~/.cache/pinlater-bench)",
     )
     parser.add_argument(

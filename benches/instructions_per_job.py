@@ -29,13 +29,12 @@ import argparse
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from _common import await_ready, thrift_client
-from cost_per_job import BACKENDS, Build, commit_build, current_build, running_store
+from cost_per_job import BACKENDS, DEFAULT_CACHE_DIR, Build, _split, commit_build, current_build, running_store
 
 QUEUE = "bench_instructions"
 
@@ -100,18 +99,14 @@ def main() -> None:
     parser.add_argument(
         "--cache-dir",
         type=Path,
-        default=Path.home() / ".cache" / "pinlater-bench",
+        default=DEFAULT_CACHE_DIR,
         help="where --against virtualenvs are kept (cost_per_job.py's cache)",
     )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
-    backends = [b for b in args.backends.split(",") if b]
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise SystemExit(f"unknown backend(s) {', '.join(unknown)}: choose from {', '.join(BACKENDS)}")
-    commits = [c for value in args.against for c in value.split(",") if c]
-    builds = [current_build(), *(commit_build(c, args.cache_dir) for c in commits)]
+    backends = _split([args.backends], BACKENDS)
+    builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
     print(f"instructions per job (callgrind, the server's user space): {args.cycles} cycles of {args.batch}")
     for backend in backends:
         counts = {}
@@ -124,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
