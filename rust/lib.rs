@@ -110,7 +110,9 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::queue::job_buffer::{ClaimFlush, ClaimItems, HandOut, JobBuffer};
     #[pymodule_export]
-    use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
+    use crate::py::queue::jobs::{
+        AckGroup, ClaimedJobs, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch,
+    };
     #[pymodule_export]
     use crate::py::queue::rate_limiter::RateLimiter;
     #[pymodule_export]
@@ -137,7 +139,8 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::wire::replies::{
         encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply,
-        encode_enqueue_descriptors, encode_enqueue_reply, encode_void_reply,
+        encode_enqueue_descriptors, encode_enqueue_reply, encode_keyed_enqueue_reply,
+        encode_void_reply,
     };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;

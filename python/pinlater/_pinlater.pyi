@@ -26,6 +26,8 @@ __all__ = [
     "HandOut",
     "JobBuffer",
     "JobRejected",
+    "KeyedJobBatch",
+    "KeyedPlacement",
     "LocalIds",
     "MalformedThriftError",
     "MissingFieldError",
@@ -49,6 +51,7 @@ __all__ = [
     "encode_descriptors",
     "encode_enqueue_descriptors",
     "encode_enqueue_reply",
+    "encode_keyed_enqueue_reply",
     "encode_void_reply",
     "mysql_insert_statements",
     "redis_ack_command",
@@ -378,6 +381,55 @@ class NewJobBatch:
     def to_list(self) -> list[_NewJobTuple]:
         """One ``NewJob`` tuple per job."""
 
+_KeysTuple = tuple[str | None, int, str | None, int | None]
+
+@final
+class KeyedJobBatch:
+    """The jobs of one enqueue of which some carry a pinlater extension, each with its keys
+    ``(dedup_key, window_ms, group, expire_at_ms)`` (any of them, or none), in request order:
+    held in Rust, as ``NewJobBatch``; a store that takes it whole places every job in one call."""
+
+    def __new__(cls, jobs: Sequence[_NewJobTuple], keys: Sequence[_KeysTuple]) -> KeyedJobBatch:
+        """A batch of Python jobs with their keys, for stores and tests.
+
+        Raises:
+            ValueError: not one keys tuple per job.
+        """
+
+    def __len__(self) -> int: ...
+    def batch(self) -> NewJobBatch:
+        """The jobs alone."""
+
+    def keys(self) -> list[_KeysTuple]:
+        """Each job's ``(dedup_key, window_ms, group, expire_at_ms)``, in job order."""
+
+    @property
+    def first_grouped(self) -> int | None:
+        """The index of the first job of an ordered group, if any job has one."""
+
+    def written(self, placement: KeyedPlacement) -> tuple[int, int, int, int]:
+        """``(jobs, body_bytes, keys, key_bytes)`` of the jobs ``placement`` wrote (not
+        deduplicated): how many, their bodies' bytes, how many carry a dedup key and those
+        keys' UTF-8 bytes."""
+
+    def written_ready(self, placement: KeyedPlacement, now_ms: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """The distinct priorities of the jobs ``placement`` wrote that are ready at ``now_ms``,
+        and the distinct ``(priority, run_after_ms)`` of those that are not, both ascending."""
+
+@final
+class KeyedPlacement:
+    """Where a keyed enqueue put each job of its request, in job order: ``(priority, local_id,
+    deduplicated)``, the place of the job holding its dedup key when deduplicated."""
+
+    def __new__(cls, placed: Sequence[tuple[int, int, bool]]) -> KeyedPlacement: ...
+    def __len__(self) -> int: ...
+    @property
+    def deduplicated(self) -> int:
+        """How many jobs were deduplicated."""
+
+    def to_list(self) -> list[tuple[int, int, bool]]:
+        """One ``(priority, local_id, deduplicated)`` per job."""
+
 @final
 class LocalIds:
     """The local ids a store gave an enqueue's jobs, in job order."""
@@ -481,10 +533,15 @@ class SqliteShard:
         event_loop: Any,
     ) -> bool:
         """An enqueue of keyed jobs (``backends.base.KeyedJob``s, read as they are: each job with
-        its dedup key, window, ordered group and expiry, the dedup keys distinct;
-        ``group_concurrency``: the queue's), in the writer's group commit; ``future`` gets
-        ``[(priority, local_id, deduplicated), ...]`` in job order (the holder's place where
-        deduplicated)."""
+        its dedup key, window, ordered group and expiry; ``group_concurrency``: the queue's), in
+        the writer's group commit; ``future`` gets a ``KeyedPlacement`` (a dedup key repeated in
+        the call answered with its first job's place)."""
+    def enqueue_keyed_batch(
+        self, queue: str, batch: KeyedJobBatch, group_concurrency: int, now_ms: int, future: Any, event_loop: Any
+    ) -> bool:
+        """``enqueue_keyed`` of a request's jobs with their keys as one ``KeyedJobBatch``; the
+        jobs without a key are inserted as PENDING jobs of no group. ``future`` gets a
+        ``KeyedPlacement``."""
     def dequeue(
         self,
         queue: str,
@@ -691,6 +748,15 @@ def encode_enqueue_reply(method: str, seqid: int, queue: str, shard: str, batch:
         ValueError: a length beyond 2**31 - 1.
     """
 
+def encode_keyed_enqueue_reply(method: str, seqid: int, queue: str, shard: str, placement: KeyedPlacement) -> bytes:
+    """The ``enqueueJobs`` REPLY message for ``seqid`` of a keyed enqueue on one shard: a
+    descriptor per job of ``placement`` in ``queue`` on ``shard`` and, when some job was
+    deduplicated, ``deduplicated`` as the response's field 2.
+
+    Raises:
+        DescriptorError: a part that cannot form a descriptor.
+    """
+
 def encode_enqueue_descriptors(
     method: str, seqid: int, descriptors: Sequence[str], deduplicated: Sequence[bool] | None = None
 ) -> bytes:
@@ -777,15 +843,16 @@ class EnqueueCall:
                 ``1..num_priorities`` (``PRIORITY_NOT_SUPPORTED``).
         """
 
-    def keys(self) -> list[tuple[str | None, int, str | None, int | None]] | None:
-        """Each job's ``(dedupKey, dedupWindowMillis, groupKey, expireAtTimestampMillis)`` in job
-        order, or None when no job asks for a pinlater extension (no key, no expiry, window 0):
-        then nothing per job is built.
+    def keyed(self, num_priorities: int, now_ms: int) -> KeyedJobBatch | None:
+        """The jobs as ``batch`` makes them, each with its ``(dedupKey, dedupWindowMillis,
+        groupKey, expireAtTimestampMillis)``, or None when no job asks for a pinlater extension
+        (no key, no expiry, window 0): then nothing per job is built, and ``batch`` serves.
 
         Raises:
-            JobRejected: ``ENQUEUE_REJECTED`` for the first job (``jobs[i]: ...``) with an empty
-                key (either kind) or one over 1,024 bytes, a window below 0 or over ten years,
-                or a window above 0 without a dedup key, or an expiry below 0.
+            JobRejected: ``ENQUEUE_REJECTED`` for the first job that ``batch`` refuses, then
+                for the first (``jobs[i]: ...``) with an empty key (either kind) or one over
+                1,024 bytes, a window below 0 or over ten years, or a window above 0 without a
+                dedup key, or an expiry below 0.
         """
 
 @final

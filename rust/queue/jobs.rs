@@ -15,6 +15,24 @@ pub struct NewJob {
     pub custom_status: String,
 }
 
+/// A job's pinlater extensions (`KeyedJob` in Python, less the job): its dedup key, ordered
+/// group and expiry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobKeys {
+    /// The dedup key, if any.
+    pub key: Option<String>,
+    /// How long the key stays held after the enqueue (ms).
+    pub window_ms: i64,
+    /// The ordered group, if any.
+    pub group: Option<String>,
+    /// When the job expires if still PENDING (ms), if ever.
+    pub expire_at_ms: Option<i64>,
+}
+
+/// Where a keyed enqueue put a job: `(priority, local_id, deduplicated)`, the place of the job
+/// holding its dedup key when deduplicated (nothing was written for it then).
+pub type Placed = (i64, i64, bool);
+
 /// A job a dequeue claimed (or only looked at, in a dry run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedJob {

@@ -24,10 +24,10 @@
 //!   the new jobs, their `group_jobs` and `dedup_keys` rows in multi-row statements
 //!   (`MultiRow`), so a request of 100 jobs in 100 groups runs about ten statements, not a few
 //!   hundred. An ack first probes whether the queue has any group row (one probe per request):
-//!   if not, it runs the plain statements, as before groups existed (its successes one
-//!   statement per run of one priority and status to append, not one per job); if so, its
-//!   successes run the plain statement per job, then one `group_jobs_of` finds the groups of
-//!   the jobs acked (a RETURNING per job about doubled an UPDATE's cost); its failures (rarer)
+//!   if not, it runs the plain statements, as before groups existed; either way its successes
+//!   run one statement per run of one priority and status to append, not one per job, and on a
+//!   queue with groups one `group_jobs_of` before it reads the groups of the jobs it will mark
+//!   (a statement per job, or a RETURNING, cost several times more); its failures (rarer)
 //!   return their group and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
 //!   read from the file again only after another connection committed (`PRAGMA data_version`)
 //!   or a write of this one was rolled back. A group that promotes one job (the usual case:
@@ -44,7 +44,7 @@
 //!   connection; a request after that is refused.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, Statement, ToSql};
 
-use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
+use crate::queue::jobs::{AckGroup, ClaimedJob, JobKeys, NewJob, Placed};
 use crate::store::sqlite_inserts::{Field, MultiRow, SqliteInserts};
 
 /// Why a request failed.
@@ -80,9 +80,8 @@ pub struct Statements {
     /// (`dequeue_claim_rows.sql`): `dequeue_jobs.sql` in two statements, without its RETURNING.
     pub dequeue_rows: String,
     pub dequeue_claim_rows: String,
-    pub ack_succeeded: String,
-    /// `ack_succeeded` for many jobs of one priority and one status to append, by a JSON array
-    /// of ids (`ack_succeeded_many.sql`): the successes of a queue without groups.
+    /// `ack_succeeded.sql` for many jobs of one priority and one status to append, by a JSON
+    /// array of ids (`ack_succeeded_many.sql`): every success.
     pub ack_succeeded_many: String,
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
@@ -105,12 +104,13 @@ pub struct Statements {
     pub jobs_promote: String,
     /// New grouped jobs' groups (`group_jobs_record.sql`).
     pub group_jobs_record: String,
-    /// The group of each job acked SUCCEEDED, a row per grouped job (`group_jobs_of.sql`).
+    /// The group of each job an `ack_succeeded_many` is about to mark, a row per grouped job
+    /// (`group_jobs_of.sql`).
     pub group_jobs_of: String,
     /// A queue's `IN_PROGRESS` jobs, up to its cap (`count_in_progress.sql`).
     pub count_in_progress: String,
     /// Whether a queue has a group row (`queue_has_groups.sql`): if not, an ack runs the plain
-    /// statements above and nothing else; else its successes are followed by `group_jobs_of`,
+    /// statements above and nothing else; else its successes are preceded by `group_jobs_of`,
     /// and its failures run this one, which returns each job's group and new state.
     pub queue_has_groups: String,
     pub ack_failed_grouped: String,
@@ -192,8 +192,9 @@ pub enum Op {
         /// The queue's `groupConcurrency`, for the groups the acked jobs leave.
         group_concurrency: i64,
     },
-    /// An enqueue of keyed jobs: `keys[i]` is job `i`'s dedup key and group (at least one of
-    /// them; the dedup keys distinct; see `ShardStore.enqueue_keyed_jobs`).
+    /// An enqueue of keyed jobs: `keys[i]` is job `i`'s dedup key, group and expiry (any of
+    /// them, or none: a plain job rides along). A key repeated in the request is answered with
+    /// its first job's place, deduplicated (see `ShardStore.enqueue_keyed_jobs`).
     EnqueueKeyed {
         queue: String,
         jobs: Box<dyn JobSource>,
@@ -202,19 +203,6 @@ pub enum Op {
         /// The queue's `groupConcurrency`.
         group_concurrency: i64,
     },
-}
-
-/// A keyed job's keys (`KeyedJob` in Python).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobKeys {
-    /// The dedup key, if any.
-    pub key: Option<String>,
-    /// How long the key stays held after the enqueue (ms).
-    pub window_ms: i64,
-    /// The ordered group, if any.
-    pub group: Option<String>,
-    /// When the job expires if still PENDING (ms), if ever.
-    pub expire_at_ms: Option<i64>,
 }
 
 /// The internal state of a job waiting behind its group's active jobs (PENDING to readers).
@@ -231,9 +219,8 @@ pub enum Answer {
     /// The jobs claimed (or seen, in a dry run), oldest run-after first.
     Claimed(Vec<ClaimedJob>),
     Acked,
-    /// Per job of an `EnqueueKeyed`, in order: `(priority, local_id, deduplicated)`, the
-    /// holder's place when deduplicated.
-    Placed(Vec<(i64, i64, bool)>),
+    /// Per job of an `EnqueueKeyed`, in order: its place, the holder's when deduplicated.
+    Placed(Vec<Placed>),
 }
 
 pub type Outcome = Result<Answer, ShardError>;
@@ -783,7 +770,7 @@ impl<T: Send> Writer<T> {
         keys: &[JobKeys],
         now_ms: i64,
         group_concurrency: i64,
-    ) -> Result<Vec<(i64, i64, bool)>, ShardError> {
+    ) -> Result<Vec<Placed>, ShardError> {
         const HOLDING_STATES: [i64; 2] = [0, 1]; // PENDING (WAITING reads as it), IN_PROGRESS
         self.require_queue(queue)?;
         if jobs.len() != keys.len() {
@@ -815,12 +802,23 @@ impl<T: Send> Writer<T> {
                 }
             }
         }
-        let mut out: Vec<(i64, i64, bool)> = Vec::with_capacity(jobs.len());
+        let mut out: Vec<Placed> = Vec::with_capacity(jobs.len());
         let mut takers: Vec<usize> = Vec::new();
+        // A key that is not held, repeated in the request: its first job takes it, the others
+        // are answered with that job's place once it has one.
+        let mut first: HashMap<&str, usize> = HashMap::new();
+        let mut repeats: Vec<(usize, usize)> = Vec::new();
         for (i, keys) in keys.iter().enumerate() {
-            if let Some(&(priority, local_id)) = keys.key.as_ref().and_then(|k| holders.get(k)) {
+            let key = keys.key.as_deref();
+            if let Some(&(priority, local_id)) = key.and_then(|k| holders.get(k)) {
                 out.push((priority, local_id, true));
+            } else if let Some(&j) = key.and_then(|k| first.get(k)) {
+                out.push((jobs[j].priority, 0, true));
+                repeats.push((i, j));
             } else {
+                if let Some(k) = key {
+                    first.insert(k, i);
+                }
                 out.push((jobs[i].priority, 0, false));
                 takers.push(i);
             }
@@ -856,6 +854,9 @@ impl<T: Send> Writer<T> {
             let Some(key) = &keys[i].key else { continue };
             let held_until = now_ms.saturating_add(keys[i].window_ms);
             records.push((key, jobs[i].priority, id, held_until));
+        }
+        for &(i, j) in &repeats {
+            out[i] = (out[j].0, out[j].1, true);
         }
         self.execute_rows(
             &self.rows.dedup_records,
@@ -1331,9 +1332,9 @@ impl<T: Send> Writer<T> {
     }
 
     /// Applies the acks; a grouped job that ended for good (SUCCEEDED, or FAILED with no attempt
-    /// left) leaves its group, which promotes. On a queue with groups, the successes run the
-    /// plain statement and one `group_jobs_of` finds the groups of those acked; the failures
-    /// (rarer) return their group and new state.
+    /// left) leaves its group, which promotes. The successes run `ack_succeeded_many`, which on
+    /// a queue with groups counts those leaving them; the failures (rarer) run a statement per
+    /// job, which on such a queue returns the job's group and new state.
     fn ack(
         &self,
         queue: &str,
@@ -1350,34 +1351,21 @@ impl<T: Send> Writer<T> {
         if expiring && !acks.failed.is_empty() {
             self.expire_failed(queue, &acks.failed, now_ms, limit, &mut left)?;
         }
-        let mut succeeded_ids = String::from("["); // of a queue with groups
-        let failed_sql = if grouped {
-            &statements.ack_failed_grouped
-        } else {
-            &statements.ack_failed
-        };
-        for (items, sql, success) in [
-            (&acks.succeeded, &statements.ack_succeeded, true),
-            (&acks.failed, failed_sql, false),
-        ] {
-            if items.is_empty() {
-                continue;
-            }
-            if success && !grouped {
-                self.ack_succeeded_many(queue, items, limit, now_ms)?;
-                continue;
-            }
-            let (mut stmt, at) = self.prepare_ack(sql, queue, limit, now_ms)?;
-            for item in items {
+        if !acks.succeeded.is_empty() {
+            let groups = if grouped { Some(&mut left) } else { None };
+            self.ack_succeeded_many(queue, &acks.succeeded, limit, now_ms, groups)?;
+        }
+        if !acks.failed.is_empty() {
+            let failed_sql = if grouped {
+                &statements.ack_failed_grouped
+            } else {
+                &statements.ack_failed
+            };
+            let (mut stmt, at) = self.prepare_ack(failed_sql, queue, limit, now_ms)?;
+            for item in &acks.failed {
                 bind_ack_item(&mut stmt, &at, item)?;
-                if !grouped || success {
-                    let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
-                    if grouped && changed > 0 {
-                        if succeeded_ids.len() > 1 {
-                            succeeded_ids.push(',');
-                        }
-                        let _ = write!(succeeded_ids, "{}", item.local_id);
-                    }
+                if !grouped {
+                    stmt.raw_execute().map_err(|e| connection_error(&e))?;
                     continue;
                 }
                 // RETURNING group_key and state: a row when the job was acked.
@@ -1393,20 +1381,6 @@ impl<T: Send> Writer<T> {
                 }
             }
         }
-        if succeeded_ids.len() > 1 {
-            succeeded_ids.push(']');
-            let mut stmt = self.prepare(&statements.group_jobs_of)?;
-            bind(&mut stmt, &[(":ids", &succeeded_ids)])?;
-            let mut rows = stmt.raw_query();
-            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
-                let group = row.get_ref(0).and_then(|v| Ok(v.as_str()?));
-                let group = group.map_err(|e| connection_error(&e))?;
-                match left.get_mut(group) {
-                    Some(count) => *count += 1,
-                    None => add_left(&mut left, group.to_owned(), 1),
-                }
-            }
-        }
         if left.is_empty() {
             return Ok(());
         }
@@ -1418,16 +1392,20 @@ impl<T: Send> Writer<T> {
         self.groups_write(queue, &rows)
     }
 
-    /// Marks the jobs of `items` SUCCEEDED on a queue without groups: a statement per run of
-    /// consecutive items of one priority and one status to append (`ack_succeeded_many.sql`),
-    /// usually one per request, not one per job. The runs go in the request's order, so a job
-    /// acked twice ends as the first of its acks left it, as with a statement per job.
+    /// Marks the jobs of `items` SUCCEEDED: a statement per run of consecutive items of one
+    /// priority and one status to append (`ack_succeeded_many.sql`), usually one per request,
+    /// not one per job. The runs go in the request's order, so a job acked twice ends as the
+    /// first of its acks left it, as with a statement per job. On a queue with groups
+    /// (`groups`), each run first reads the groups of its jobs that the statement will mark
+    /// (`group_jobs_of.sql`: those `IN_PROGRESS`, of the run's priority) and counts them as
+    /// having left their groups; a run's repeated ids are sent once, so each counts once.
     fn ack_succeeded_many(
         &self,
         queue: &str,
         items: &[crate::queue::jobs::AckItem],
         limit: i64,
         now_ms: i64,
+        mut groups: Option<&mut HashMap<String, i64>>,
     ) -> Result<(), ShardError> {
         let mut stmt = self.prepare(&self.options.statements.ack_succeeded_many)?;
         bind(
@@ -1439,19 +1417,27 @@ impl<T: Send> Writer<T> {
             ],
         )?;
         let mut ids = String::new();
+        let mut seen: HashSet<i64> = HashSet::new();
         for run in items.chunk_by(|a, b| {
             a.priority == b.priority && a.append_custom_status == b.append_custom_status
         }) {
             ids.clear();
             ids.push('[');
-            for (index, item) in run.iter().enumerate() {
-                if index > 0 {
+            seen.clear();
+            for item in run {
+                if groups.is_some() && !seen.insert(item.local_id) {
+                    continue;
+                }
+                if ids.len() > 1 {
                     ids.push(',');
                 }
                 let _ = write!(ids, "{}", item.local_id);
             }
             ids.push(']');
             let first = &run[0];
+            if let Some(left) = groups.as_deref_mut() {
+                self.count_leaving(queue, first.priority, &ids, left)?;
+            }
             bind(
                 &mut stmt,
                 &[
@@ -1461,6 +1447,33 @@ impl<T: Send> Writer<T> {
                 ],
             )?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Counts in `left`, per group, the grouped jobs among `ids` (a JSON array of distinct
+    /// local ids) that are `IN_PROGRESS` at `priority`: those an ack is about to mark
+    /// SUCCEEDED, which leave their groups (`group_jobs_of.sql`).
+    fn count_leaving(
+        &self,
+        queue: &str,
+        priority: i64,
+        ids: &str,
+        left: &mut HashMap<String, i64>,
+    ) -> Result<(), ShardError> {
+        let mut stmt = self.prepare(&self.options.statements.group_jobs_of)?;
+        bind(
+            &mut stmt,
+            &[(":queue", &queue), (":priority", &priority), (":ids", &ids)],
+        )?;
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+            let group = row.get_ref(0).and_then(|v| Ok(v.as_str()?));
+            let group = group.map_err(|e| connection_error(&e))?;
+            match left.get_mut(group) {
+                Some(count) => *count += 1,
+                None => add_left(left, group.to_owned(), 1),
+            }
         }
         Ok(())
     }
@@ -1749,7 +1762,6 @@ mod tests {
                 dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
                 dequeue_rows: sql("dequeue_rows"),
                 dequeue_claim_rows: sql("dequeue_claim_rows"),
-                ack_succeeded: sql("ack_succeeded"),
                 ack_succeeded_many: sql("ack_succeeded_many"),
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),

@@ -16,7 +16,7 @@
 
 use crate::error::{DescriptorError, Malformation};
 use crate::queue::descriptor::Encoder;
-use crate::queue::jobs::{ClaimedJob, NewJob};
+use crate::queue::jobs::{ClaimedJob, NewJob, Placed};
 
 /// Thrift binary protocol wire types used here.
 const T_STOP: u8 = 0;
@@ -171,6 +171,41 @@ pub fn enqueue_descriptors_reply(
         w.byte(T_BOOL);
         w.0.extend_from_slice(&length(flags.len(), "job count")?);
         w.0.extend(flags.iter().map(|&f| u8::from(f)));
+    }
+    w.byte(T_STOP); // end of PinLaterEnqueueResponse
+    w.byte(T_STOP); // end of the result struct
+    Ok(w.0)
+}
+
+/// The `enqueueJobs` reply of a keyed enqueue on one shard: a descriptor per job of `placed`
+/// (in `queue` on `shard`, the holder's for a deduplicated job), and the response's field 2,
+/// `deduplicated`, when some job was.
+pub fn keyed_enqueue_reply(
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    shard: &str,
+    placed: &[Placed],
+) -> Result<Vec<u8>, ReplyError> {
+    let mut encoder = Encoder::new(queue, shard)?;
+    let each = queue.len() + shard.len() + 32;
+    let mut w = header(method, seqid, placed.len() * (each + 1) + 24)?;
+    w.field(T_STRUCT, 0); // success
+    w.field(T_LIST, 1); // jobDescriptors
+    w.byte(T_STRING);
+    w.0.extend_from_slice(&length(placed.len(), "job count")?);
+    for (index, &(priority, id, _)) in placed.iter().enumerate() {
+        let descriptor = u64::try_from(id)
+            .map_err(|_| DescriptorError::InvalidPart(Malformation::LocalId(id.to_string())))
+            .and_then(|id| encoder.encode(priority, id))
+            .map_err(|e| e.at_index(index))?;
+        w.bytes(descriptor.as_bytes(), "job descriptor")?;
+    }
+    if placed.iter().any(|p| p.2) {
+        w.field(T_LIST, 2); // deduplicated
+        w.byte(T_BOOL);
+        w.0.extend_from_slice(&length(placed.len(), "job count")?);
+        w.0.extend(placed.iter().map(|p| u8::from(p.2)));
     }
     w.byte(T_STOP); // end of PinLaterEnqueueResponse
     w.byte(T_STOP); // end of the result struct
@@ -433,6 +468,24 @@ mod tests {
             attempts_allowed: 1,
             custom_status: String::new(),
         }
+    }
+
+    #[test]
+    fn a_keyed_reply_is_the_reply_of_its_descriptors_with_the_flags_when_some_job_was_deduplicated()
+    {
+        let placed = [(1, 5, false), (3, 6, false), (1, 5, true)];
+        let descriptors = ["q:s1:p1:5", "q:s1:p3:6", "q:s1:p1:5"];
+        let flags = [false, false, true];
+        assert_eq!(
+            keyed_enqueue_reply("enqueueJobs", 9, "q", "1", &placed).unwrap(),
+            enqueue_descriptors_reply("enqueueJobs", 9, &descriptors, Some(&flags)).unwrap()
+        );
+        assert_eq!(
+            keyed_enqueue_reply("enqueueJobs", 9, "q", "1", &placed[..2]).unwrap(),
+            enqueue_descriptors_reply("enqueueJobs", 9, &descriptors[..2], None).unwrap()
+        );
+        let bad = keyed_enqueue_reply("enqueueJobs", 9, "q", "1", &[(1, 5, false), (1, -1, false)]);
+        assert!(bad.unwrap_err().to_string().contains("index 1"));
     }
 
     #[test]

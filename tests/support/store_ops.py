@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from pinlater._pinlater import AckGroup, ClaimItems
+from pinlater._pinlater import AckGroup, ClaimItems, KeyedJobBatch
 from pinlater.backends.base import AckItem, ClaimedJob, Enqueued, KeyedJob, ShardStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
@@ -38,9 +38,13 @@ class Ops:
             self._backend._executor.shutdown(wait=True)  # the store fixture closes the store
 
     def enqueue(self, jobs: Sequence[KeyedJob], now: int = T0) -> list[Enqueued]:
+        """Through the hot path as the server enqueues a request of one shard's jobs: the
+        request whole (``enqueue_keyed_batch``)."""
         if self._loop is None:
             return self.store.enqueue_keyed_jobs(self.queue, jobs, now)
-        return self._loop.run_until_complete(self._hot.enqueue_keyed_jobs(self.queue, jobs, now))
+        batch = KeyedJobBatch([tuple(j.job) for j in jobs], [tuple(j)[1:] for j in jobs])
+        placement = self._loop.run_until_complete(self._hot.enqueue_keyed_batch(self.queue, batch, now))
+        return [Enqueued(*placed) for placed in placement.to_list()]
 
     def dequeue(self, priority: int, limit: int, now: int = T0, dry_run: bool = False) -> list[ClaimedJob]:
         if self._loop is None:

@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, runtime_checkab
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
+    from pinlater._pinlater import (
+        AckGroup,
+        ClaimedJobs,
+        ClaimItems,
+        KeyedJobBatch,
+        KeyedPlacement,
+        LocalIds,
+        NewJobBatch,
+    )
     from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
 
@@ -647,6 +655,15 @@ class HotPath(Protocol):
         blocking method on a worker thread."""
         ...
 
+    async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+        """A whole enqueue request whose jobs carry extensions, every job of it this shard's
+        (``ShardedBackend.enqueue_keyed_batch``): its keyed jobs as ``enqueue_keyed_jobs``
+        places them, its jobs without a key as ``enqueue_jobs``, and a dedup key repeated in it
+        answered with its first job's place, deduplicated. The embedded store hands it whole to
+        its Rust writer (one transaction, no Python value per job); the others split it in
+        Python (``place_keyed_batch``)."""
+        ...
+
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> ClaimedJobs: ...
@@ -702,6 +719,61 @@ class HotPath(Protocol):
         thread pool, and a Redis Cluster; no live connection; or it failed), and the broker
         refills as it would have."""
         ...
+
+
+def sort_keyed(
+    keys: Sequence[tuple[str | None, int, str | None, int | None]],
+) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """The jobs of a request by their keys (``(dedup_key, window_ms, group, expire_at_ms)``
+    each): the indexes of those a keyed enqueue places (a key, a group or an expiry; each dedup
+    key's first job), of those without any (plain), and ``(i, j)`` for each job ``i`` whose
+    dedup key job ``j`` has already (answered with ``j``'s place)."""
+    first: dict[str, int] = {}
+    keyed: list[int] = []
+    plain: list[int] = []
+    repeats: list[tuple[int, int]] = []
+    for i, (key, _window_ms, group, expire_at_ms) in enumerate(keys):
+        if key is None and group is None and expire_at_ms is None:
+            plain.append(i)
+        elif key is not None and key in first:
+            repeats.append((i, first[key]))
+        else:
+            if key is not None:
+                first[key] = i
+            keyed.append(i)
+    return keyed, plain, repeats
+
+
+class KeyedEnqueues(Protocol):
+    """The two enqueues of a ``HotPath`` that ``place_keyed_batch`` splits a request into."""
+
+    def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int, /) -> Awaitable[LocalIds]: ...
+    def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int, /) -> Awaitable[list[Enqueued]]: ...
+
+
+async def place_keyed_batch(hot: KeyedEnqueues, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+    """``HotPath.enqueue_keyed_batch`` through the store's ``enqueue_keyed_jobs`` (its jobs
+    with a key, a group or an expiry, each dedup key once) and ``enqueue_jobs`` (the others,
+    after the keyed ones succeeded, as ``ShardedBackend.enqueue_keyed_jobs`` orders them)."""
+    from pinlater._pinlater import KeyedPlacement, NewJobBatch
+
+    new = jobs.batch().to_list()
+    keys = jobs.keys()
+    placed: list[tuple[int, int, bool]] = [(0, 0, False)] * len(keys)
+    keyed, plain, repeats = sort_keyed(keys)
+    if keyed:
+        batch = [KeyedJob(NewJob(*new[i]), *keys[i]) for i in keyed]
+        answers = await hot.enqueue_keyed_jobs(queue, batch, now_ms)
+        for i, answer in zip(keyed, answers, strict=True):
+            placed[i] = (answer.priority, answer.local_id, answer.deduplicated)
+    if plain:
+        ids = await hot.enqueue_jobs(queue, NewJobBatch([new[i] for i in plain]), now_ms)
+        for i, local_id in zip(plain, ids.to_list(), strict=True):
+            placed[i] = (new[i][0], local_id, False)
+    for i, j in repeats:
+        priority, local_id, _ = placed[j]
+        placed[i] = (priority, local_id, True)
+    return KeyedPlacement(placed)
 
 
 async def sequential_ack_and_dequeue(

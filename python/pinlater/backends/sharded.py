@@ -35,7 +35,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
-from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch, decode_descriptors, encode_descriptors
+from pinlater._pinlater import (
+    AckGroup,
+    ClaimedJobs,
+    KeyedJobBatch,
+    KeyedPlacement,
+    LocalIds,
+    NewJobBatch,
+    decode_descriptors,
+    encode_descriptors,
+)
 from pinlater.backends import scan_pages
 from pinlater.backends.base import (
     DEFAULT_RULES,
@@ -51,6 +60,7 @@ from pinlater.backends.base import (
     KeyedJob,
     NewJob,
     QueueRules,
+    sort_keyed,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
@@ -608,37 +618,29 @@ class ShardedBackend:
         if not targets:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no shard accepts new jobs")
         placed: list[tuple[str, bool] | None] = [None] * len(jobs)
-        first: dict[str, int] = {}
-        repeats: list[tuple[int, int]] = []
-        plain: list[int] = []
+        keyed, plain, repeats = sort_keyed(keys)
         by_shard: dict[str, list[int]] = defaultdict(list)
         batch_of: dict[int, KeyedJob] = {}
         only = targets[0] if len(targets) == 1 else None
         loose: Shard | None = None  # where jobs with only an expiry go
-        for i, (key, window_ms, group, expire_at) in enumerate(keys):
-            if key is None and group is None and expire_at is None:
-                plain.append(i)
-            elif key is not None and key in first:
-                repeats.append((i, first[key]))
+        for i in keyed:
+            key, window_ms, group, expire_at = keys[i]
+            batch_of[i] = KeyedJob(jobs[i], key, window_ms, group, expire_at)
+            if only is not None:  # one shard takes new jobs: every key is its
+                shard = only
+            elif key is None and group is None:
+                if loose is None:
+                    loose = await self._loose_shard()
+                shard = loose
+            elif group is None:
+                assert key is not None
+                shard = key_shard(queue, key, targets)
             else:
-                if key is not None:
-                    first[key] = i
-                batch_of[i] = KeyedJob(jobs[i], key, window_ms, group, expire_at)
-                if only is not None:  # one shard takes new jobs: every key is its
-                    shard = only
-                elif key is None and group is None:
-                    if loose is None:
-                        loose = await self._loose_shard()
-                    shard = loose
-                elif group is None:
-                    assert key is not None
-                    shard = key_shard(queue, key, targets)
-                else:
-                    shard = key_shard(queue, group, targets, space="group")
-                if group is not None and (reason := shard.store.groups_refused) is not None:
-                    refusal = f"jobs[{i}]: groupKey (ordered groups) {reason}"
-                    raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, refusal)
-                by_shard[shard.name].append(i)
+                shard = key_shard(queue, group, targets, space="group")
+            if group is not None and (reason := shard.store.groups_refused) is not None:
+                refusal = f"jobs[{i}]: groupKey (ordered groups) {reason}"
+                raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, refusal)
+            by_shard[shard.name].append(i)
 
         async def on(shard: Shard, indexes: list[int]) -> None:
             batch = [batch_of[i] for i in indexes]
@@ -675,35 +677,70 @@ class ShardedBackend:
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, memory_full_reason(((s.name, u) for s, u in full), mark))
         raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard accepts new jobs")
 
-    async def _enqueue_keyed_on(self, shard: Shard, queue: str, batch: list[KeyedJob], now: int) -> list[Enqueued]:
-        """One key shard's part of ``enqueue_keyed_jobs``: refused when the shard is down (a
-        shard marked unhealthy is pinged first, as ``_usable`` does, so one that is back serves
-        at once and is marked healthy) or over the memory high-water mark; a queue the shard
-        lacks while another has it is created there first (as ``enqueue_jobs`` does behind its
-        reply)."""
+    async def enqueue_keyed_batch(
+        self, queue: str, jobs: KeyedJobBatch, now_ms: int
+    ) -> tuple[str, KeyedPlacement] | None:
+        """``enqueue_keyed_jobs`` of a request when one shard takes new jobs (the embedded
+        default, a single store): every job is that shard's, so the whole request goes to it in
+        one store call (``HotPath.enqueue_keyed_batch``; the embedded store's Rust writer places
+        it without a Python value per job), keys repeated in it included. Returns the shard and
+        the placement, or None when several shards take new jobs (or none does): then
+        ``enqueue_keyed_jobs`` places the jobs by their keys' shards."""
+        targets = [s for s in self._shards if not s.dequeue_only]
+        if len(targets) != 1:
+            return None
+        shard = targets[0]
+        grouped = jobs.first_grouped
+        if grouped is not None and (reason := shard.store.groups_refused) is not None:
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{grouped}]: groupKey (ordered groups) {reason}")
+        hot = self.hot_path(shard)
+        placement = await self._keyed_write(shard, queue, lambda: hot.enqueue_keyed_batch(queue, jobs, now_ms))
+        if grouped is not None:  # written: the queue exists
+            self._grouped.add(queue)
+        written, body_bytes, keys, key_bytes = jobs.written(placement)
+        if written:
+            if (probe := memory_probe(shard.store)) is not None:
+                probe.note_enqueued(written, body_bytes, keys, key_bytes)
+            ready, later = jobs.written_ready(placement, now_ms)
+            for priority, run_after_ms in later:
+                self._ready_later(shard.name, queue, priority, run_after_ms)
+            if ready:
+                self.mark_ready(shard.name, queue, ready)
+        return shard.name, placement
+
+    async def _keyed_write(self, shard: Shard, queue: str, write: Callable[[], Awaitable[T]]) -> T:
+        """A keyed enqueue's store call on its key shard (``write()``, a coroutine each time):
+        refused when the shard is down (a shard marked unhealthy is pinged first, as ``_usable``
+        does, so one that is back serves at once and is marked healthy) or over the memory
+        high-water mark; a queue the shard lacks while another has it is created there first (as
+        ``enqueue_jobs`` does behind its reply), and the call made again."""
         if not await self.revive(shard):
             raise ShardConnectionError(shard.name, "down: the keys it holds cannot be checked elsewhere")
         mark = self.memory_high_water
         use = memory_use(shard)
         if use is not None and use.above(mark):
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, memory_full_reason([(shard.name, use)], mark))
-        store = shard.store
         try:
             try:
-                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_keyed_jobs(queue, batch, now))
+                return await self.on_shard(shard, write())
             except QueueNotFoundError:
                 # Only a queue that another shard has: an enqueue never makes a queue.
                 if queue not in await self.get_queue_names() or not await create_on(self, queue, [shard]):
                     raise
-                answers = await self.on_shard(shard, self.hot_path(shard).enqueue_keyed_jobs(queue, batch, now))
+                return await self.on_shard(shard, write())
         except StoreMemoryFullError:
             reason = memory_full_reason([(shard.name, await self._read_memory(shard))], mark)
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, reason) from None
+
+    async def _enqueue_keyed_on(self, shard: Shard, queue: str, batch: list[KeyedJob], now: int) -> list[Enqueued]:
+        """One key shard's part of ``enqueue_keyed_jobs`` (``_keyed_write``)."""
+        hot = self.hot_path(shard)
+        answers = await self._keyed_write(shard, queue, lambda: hot.enqueue_keyed_jobs(queue, batch, now))
         taken = [keyed for keyed, answer in zip(batch, answers, strict=True) if not answer.deduplicated]
         if any(keyed.group is not None for keyed in batch):  # written: the queue exists
             self._grouped.add(queue)
         if taken:
-            if (probe := memory_probe(store)) is not None:
+            if (probe := memory_probe(shard.store)) is not None:
                 body_bytes = sum(len(keyed.job.body) for keyed in taken)
                 keys = [k.key.encode() for k in taken if k.key is not None]
                 probe.note_enqueued(len(taken), body_bytes, len(keys), sum(map(len, keys)))

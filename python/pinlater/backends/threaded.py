@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 
-from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, LocalIds, NewJobBatch
+from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch
 from pinlater.backends.base import (
     AckItem,
     Enqueued,
@@ -25,6 +25,7 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
     ShardStore,
+    place_keyed_batch,
     sequential_ack_and_dequeue,
 )
 
@@ -78,6 +79,9 @@ class ThreadedHotPath:
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         return await self._offload(self._store.enqueue_keyed_jobs, queue, jobs, now_ms)
 
+    async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+        return await place_keyed_batch(self, queue, jobs, now_ms)
+
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
     ) -> ClaimedJobs:
@@ -124,6 +128,9 @@ class BrokerOnThreadPool:
 
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         return await self._threaded.enqueue_keyed_jobs(queue, jobs, now_ms)
+
+    async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+        return await place_keyed_batch(self, queue, jobs, now_ms)  # enqueue_jobs: the native store's
 
     async def reserve_jobs(
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int

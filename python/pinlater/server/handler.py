@@ -36,6 +36,7 @@ from pinlater._pinlater import (
     EnqueueCall,
     HandOut,
     JobRejected,
+    KeyedJobBatch,
     LocalIds,
     NewJobBatch,
     decode_descriptors,
@@ -43,6 +44,7 @@ from pinlater._pinlater import (
     encode_dequeue_handout,
     encode_enqueue_descriptors,
     encode_enqueue_reply,
+    encode_keyed_enqueue_reply,
     encode_void_reply,
 )
 from pinlater.backends import body_filter, scan_pages
@@ -258,10 +260,10 @@ class PinLaterHandler:
             return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         now = self.backend.clock.now_ms()
+        keyed = call.keyed(self.backend.num_priorities, now)  # None unless a job has an extension
+        if keyed is not None:
+            return await self._enqueue_keyed(queue, keyed, now, seqid)
         batch = call.batch(self.backend.num_priorities, now)
-        keys = call.keys()  # None unless some job carries a pinlater extension
-        if keys is not None:
-            return await self._enqueue_keyed(queue, batch, keys, now, seqid)
         if self.broker is not None:  # which may reserve jobs for its buffer right behind
             shard, ids = await self.broker.enqueue(queue, batch, now)
         else:
@@ -269,19 +271,20 @@ class PinLaterHandler:
         self.metrics.incr(f"{queue}_enqueue", len(batch))
         return encode_enqueue_reply(ENQUEUE, seqid, queue, shard, batch, ids)
 
-    async def _enqueue_keyed(
-        self,
-        queue: str,
-        batch: NewJobBatch,
-        keys: list[tuple[str | None, int, str | None, int | None]],
-        now: int,
-        seqid: int,
-    ) -> bytes:
-        """An enqueue whose jobs carry dedup or group keys or an expiry: placed job by job
-        (``enqueue_keyed_jobs``), with Python values per job; the response's ``deduplicated`` is
-        sent when some job was."""
-        jobs = [NewJob(*job) for job in batch.to_list()]
-        placed = await self.backend.enqueue_keyed_jobs(queue, jobs, keys, now)
+    async def _enqueue_keyed(self, queue: str, keyed: KeyedJobBatch, now: int, seqid: int) -> bytes:
+        """An enqueue whose jobs carry dedup or group keys or an expiry: in one store call where
+        one shard takes new jobs (``enqueue_keyed_batch``), else placed job by job by their keys'
+        shards (``enqueue_keyed_jobs``, with Python values per job); the response's
+        ``deduplicated`` is sent when some job was."""
+        whole = await self.backend.enqueue_keyed_batch(queue, keyed, now)
+        if whole is not None:
+            shard, placement = whole
+            repeated = placement.deduplicated
+            self.metrics.incr(f"{queue}_enqueue", len(placement) - repeated)
+            self.metrics.incr(f"{queue}_enqueue_deduplicated", repeated)
+            return encode_keyed_enqueue_reply(ENQUEUE, seqid, queue, shard, placement)
+        jobs = [NewJob(*job) for job in keyed.batch().to_list()]
+        placed = await self.backend.enqueue_keyed_jobs(queue, jobs, keyed.keys(), now)
         flags = [deduplicated for _, deduplicated in placed]
         repeated = sum(flags)
         self.metrics.incr(f"{queue}_enqueue", len(jobs) - repeated)

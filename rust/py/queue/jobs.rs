@@ -9,12 +9,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::py::errors::guarded;
-use crate::queue::jobs::{self, AckItem, ClaimedJob, NewJob};
+use crate::queue::jobs::{self, AckItem, ClaimedJob, JobKeys, NewJob, Placed};
 
 /// `(priority, body, run_after_ms, attempts_allowed, custom_status)`.
 type NewJobTuple<'py> = (i64, Bound<'py, PyBytes>, i64, i64, String);
 /// `(local_id, body, attempts_allowed, attempts_remaining, created_at_ms, updated_at_ms)`.
 type ClaimedTuple<'py> = (i64, Bound<'py, PyBytes>, i64, i64, i64, i64);
+/// `(dedup_key, window_ms, group, expire_at_ms)`.
+pub type KeysTuple = (Option<String>, i64, Option<String>, Option<i64>);
 /// `(priority, local_id, append_custom_status, retry_delay_ms)`.
 type AckTuple = (i64, i64, String, i64);
 
@@ -96,6 +98,169 @@ impl NewJobBatch {
                 )
             })
             .collect()
+    }
+}
+
+/// The jobs of one enqueue of which some carry a pinlater extension, each with its keys (a
+/// dedup key, an ordered group, an expiry: any of them, or none), in request order. A store
+/// that takes it whole places every job in one call, keys repeated in it included.
+#[pyclass(frozen, name = "KeyedJobBatch", module = "pinlater._pinlater")]
+pub struct KeyedJobBatch {
+    jobs: Vec<NewJob>,
+    keys: Vec<JobKeys>,
+}
+
+impl KeyedJobBatch {
+    /// # Panics
+    /// If `jobs` and `keys` differ in length (a decoder's bug).
+    #[must_use]
+    pub fn from_parts(jobs: Vec<NewJob>, keys: Vec<JobKeys>) -> Self {
+        assert_eq!(jobs.len(), keys.len(), "a job's keys per job");
+        Self { jobs, keys }
+    }
+
+    #[must_use]
+    pub fn jobs(&self) -> &[NewJob] {
+        &self.jobs
+    }
+
+    #[must_use]
+    pub fn job_keys(&self) -> &[JobKeys] {
+        &self.keys
+    }
+
+    /// The jobs a placement wrote (not deduplicated), with their keys.
+    fn taken<'a>(
+        &'a self,
+        placement: &'a KeyedPlacement,
+    ) -> impl Iterator<Item = (&'a NewJob, &'a JobKeys)> + 'a {
+        self.jobs
+            .iter()
+            .zip(&self.keys)
+            .zip(&placement.placed)
+            .filter(|(_, placed)| !placed.2)
+            .map(|(pair, _)| pair)
+    }
+}
+
+#[pymethods]
+impl KeyedJobBatch {
+    #[new]
+    fn new(jobs: Vec<NewJobTuple<'_>>, keys: Vec<KeysTuple>) -> PyResult<Self> {
+        guarded("KeyedJobBatch", || {
+            if jobs.len() != keys.len() {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "{} jobs but {} keys",
+                    jobs.len(),
+                    keys.len()
+                )));
+            }
+            let batch = NewJobBatch::new(jobs)?;
+            let keys = keys
+                .into_iter()
+                .map(|(key, window_ms, group, expire_at_ms)| JobKeys {
+                    key,
+                    window_ms,
+                    group,
+                    expire_at_ms,
+                })
+                .collect();
+            Ok(Self::from_parts(batch.jobs, keys))
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The jobs alone.
+    fn batch(&self) -> NewJobBatch {
+        NewJobBatch::from_jobs(self.jobs.clone())
+    }
+
+    /// Each job's `(dedup_key, window_ms, group, expire_at_ms)`, in job order.
+    #[pyo3(name = "keys")]
+    fn keys_list(&self) -> Vec<KeysTuple> {
+        self.keys
+            .iter()
+            .map(|k| (k.key.clone(), k.window_ms, k.group.clone(), k.expire_at_ms))
+            .collect()
+    }
+
+    /// The index of the first job of an ordered group, if any job has one.
+    #[getter]
+    fn first_grouped(&self) -> Option<usize> {
+        self.keys.iter().position(|k| k.group.is_some())
+    }
+
+    /// `(jobs, body_bytes, keys, key_bytes)` of the jobs `placement` wrote: how many, their
+    /// bodies' bytes, how many carry a dedup key and those keys' UTF-8 bytes.
+    fn written(&self, placement: &KeyedPlacement) -> (usize, usize, usize, usize) {
+        let mut out = (0, 0, 0, 0);
+        for (job, keys) in self.taken(placement) {
+            out.0 += 1;
+            out.1 += job.body.len();
+            if let Some(key) = &keys.key {
+                out.2 += 1;
+                out.3 += key.len();
+            }
+        }
+        out
+    }
+
+    /// The distinct priorities of the jobs `placement` wrote that are ready at `now_ms`, and
+    /// the distinct `(priority, run_after_ms)` of those that are not, both ascending.
+    fn written_ready(
+        &self,
+        placement: &KeyedPlacement,
+        now_ms: i64,
+    ) -> (Vec<i64>, Vec<(i64, i64)>) {
+        let written: Vec<NewJob> = self.taken(placement).map(|(j, _)| j.clone()).collect();
+        (
+            jobs::ready_priorities(&written, now_ms),
+            jobs::later(&written, now_ms),
+        )
+    }
+}
+
+/// Where a keyed enqueue put each job of its request, in job order (`KeyedJobBatch`).
+#[pyclass(frozen, name = "KeyedPlacement", module = "pinlater._pinlater")]
+pub struct KeyedPlacement {
+    placed: Vec<Placed>,
+}
+
+impl KeyedPlacement {
+    #[must_use]
+    pub fn from_placed(placed: Vec<Placed>) -> Self {
+        Self { placed }
+    }
+
+    #[must_use]
+    pub fn placed(&self) -> &[Placed] {
+        &self.placed
+    }
+}
+
+#[pymethods]
+impl KeyedPlacement {
+    #[new]
+    fn new(placed: Vec<Placed>) -> Self {
+        Self::from_placed(placed)
+    }
+
+    fn __len__(&self) -> usize {
+        self.placed.len()
+    }
+
+    /// How many jobs were deduplicated (answered with the place of the job holding their key).
+    #[getter]
+    fn deduplicated(&self) -> usize {
+        self.placed.iter().filter(|p| p.2).count()
+    }
+
+    /// One `(priority, local_id, deduplicated)` per job.
+    fn to_list(&self) -> Vec<Placed> {
+        self.placed.clone()
     }
 }
 

@@ -17,11 +17,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::py::errors::guarded;
-use crate::py::queue::jobs::{AckGroup, ClaimedJobs, LocalIds, NewJobBatch};
-use crate::queue::jobs::{self, NewJob};
+use crate::py::queue::jobs::{
+    AckGroup, ClaimedJobs, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch,
+};
+use crate::queue::jobs::{self, JobKeys, NewJob};
 use crate::store::sqlite_shard::{
-    self as core, AckSource, Answer, JobKeys, JobSource, Op, Outcome, ShardError, ShardOptions,
-    Statements,
+    self as core, AckSource, Answer, JobSource, Op, Outcome, ShardError, ShardOptions, Statements,
 };
 
 /// `error[0]` of a missing queue.
@@ -87,6 +88,14 @@ impl JobSource for Batch {
     }
 }
 
+struct Keyed(Py<KeyedJobBatch>);
+
+impl JobSource for Keyed {
+    fn jobs(&self) -> &[NewJob] {
+        self.0.get().jobs()
+    }
+}
+
 struct Acks(Py<AckGroup>);
 
 impl AckSource for Acks {
@@ -110,7 +119,10 @@ fn answer(py: Python<'_>, token: Token, outcome: Outcome) -> PyResult<Bound<'_, 
             None,
         ),
         Ok(Answer::Acked) => (py.None(), None),
-        Ok(Answer::Placed(placed)) => (placed.into_pyobject(py)?.into_any().unbind(), None),
+        Ok(Answer::Placed(placed)) => (
+            Py::new(py, KeyedPlacement::from_placed(placed))?.into_any(),
+            None,
+        ),
         Err(ShardError::QueueNotFound(queue)) => (py.None(), Some((QUEUE_NOT_FOUND, queue))),
         Err(ShardError::Connection(message)) => (py.None(), Some((CONNECTION, message))),
     };
@@ -204,7 +216,6 @@ impl SqliteShard {
                     dequeue_jobs_dry_run: get("dequeue_jobs_dry_run")?,
                     dequeue_rows: get("dequeue_rows")?,
                     dequeue_claim_rows: get("dequeue_claim_rows")?,
-                    ack_succeeded: get("ack_succeeded")?,
                     ack_succeeded_many: get("ack_succeeded_many")?,
                     ack_failed: get("ack_failed")?,
                     dedup_holders: get("dedup_holders")?,
@@ -248,8 +259,8 @@ impl SqliteShard {
     }
 
     /// Queues an enqueue of keyed jobs (`KeyedJob`s, read as they are: no list of jobs and
-    /// list of keys built in Python first), the dedup keys distinct; `future` gets
-    /// `[(priority, local_id, deduplicated), ...]` in job order. False if the shard is closed.
+    /// list of keys built in Python first); `future` gets a `KeyedPlacement`. False if the
+    /// shard is closed.
     fn enqueue_keyed(
         &self,
         queue: String,
@@ -280,6 +291,29 @@ impl SqliteShard {
         let op = Op::EnqueueKeyed {
             queue,
             jobs: Box::new(new),
+            keys,
+            now_ms,
+            group_concurrency,
+        };
+        self.submit(future, event_loop, op)
+    }
+
+    /// Queues an enqueue of a request's jobs with their keys, as `enqueue_keyed` (a key
+    /// repeated in it answered with its first job's place); `future` gets a `KeyedPlacement`.
+    /// False if the shard is closed.
+    fn enqueue_keyed_batch(
+        &self,
+        queue: String,
+        batch: Py<KeyedJobBatch>,
+        group_concurrency: i64,
+        now_ms: i64,
+        future: Py<PyAny>,
+        event_loop: Py<PyAny>,
+    ) -> bool {
+        let keys: Vec<JobKeys> = batch.get().job_keys().to_vec();
+        let op = Op::EnqueueKeyed {
+            queue,
+            jobs: Box::new(Keyed(batch)),
             keys,
             now_ms,
             group_concurrency,

@@ -7,13 +7,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::py::errors::guarded;
-use crate::py::queue::jobs::{AckGroup, NewJobBatch};
+use crate::py::queue::jobs::{AckGroup, KeyedJobBatch, NewJobBatch};
 use crate::py::wire::struct_end::DETACH_BYTES;
+use crate::queue::jobs::JobKeys;
 use crate::wire::hot_calls::{self, HotCall};
-
-/// One job's `(dedupKey, dedupWindowMillis, groupKey)`, as `EnqueueCall.keys` hands them to
-/// Python.
-type JobKeys = (Option<String>, i64, Option<String>, Option<i64>);
 
 /// An `enqueueJobs` call.
 #[pyclass(frozen, name = "EnqueueCall", module = "pinlater._pinlater")]
@@ -66,22 +63,34 @@ impl EnqueueCall {
         })
     }
 
-    /// Each job's `(dedupKey, dedupWindowMillis, groupKey, expireAtTimestampMillis)`, checked,
-    /// or `None` when no job
-    /// asks for an extension (the common case, answered without a Python object per job);
-    /// raises `JobRejected` for the first job the handler refuses (a bad key or window).
-    fn keys(&self, py: Python<'_>) -> PyResult<Option<Vec<JobKeys>>> {
-        guarded("EnqueueCall.keys", || {
+    /// The jobs as `batch` makes them, each with its `(dedupKey, dedupWindowMillis, groupKey,
+    /// expireAtTimestampMillis)`, checked; or `None` when no job asks for an extension (the
+    /// common case: then `batch`). Raises `JobRejected` for the first job the handler refuses
+    /// (a bad job first, as `batch` does, then a bad key or window).
+    fn keyed(
+        &self,
+        py: Python<'_>,
+        num_priorities: i64,
+        now_ms: i64,
+    ) -> PyResult<Option<KeyedJobBatch>> {
+        guarded("EnqueueCall.keyed", || {
             if !self.call.has_extensions() {
                 return Ok(None);
             }
             let payload = self.payload.bind(py).as_bytes();
-            let keys = self.call.keys(payload)?;
-            Ok(Some(
-                keys.into_iter()
-                    .map(|(k, w, g, x)| (k.map(str::to_owned), w, g.map(str::to_owned), x))
-                    .collect(),
-            ))
+            let jobs = self.call.new_jobs(payload, num_priorities, now_ms)?;
+            let keys = self
+                .call
+                .keys(payload)?
+                .into_iter()
+                .map(|(key, window_ms, group, expire_at_ms)| JobKeys {
+                    key: key.map(str::to_owned),
+                    window_ms,
+                    group: group.map(str::to_owned),
+                    expire_at_ms,
+                })
+                .collect();
+            Ok(Some(KeyedJobBatch::from_parts(jobs, keys)))
         })
     }
 }

@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::py::errors::guarded;
 use crate::py::queue::job_buffer::HandOut;
-use crate::py::queue::jobs::{ClaimedJobs, LocalIds, NewJobBatch};
+use crate::py::queue::jobs::{ClaimedJobs, KeyedPlacement, LocalIds, NewJobBatch};
 use crate::wire::replies::{self, Batch, PlacedJob, ReplyJob};
 
 fn attempts(job: &Bound<'_, PyTuple>, index: usize, what: &str) -> PyResult<i32> {
@@ -107,6 +107,24 @@ pub fn encode_enqueue_descriptors<'py>(
         let views: Vec<&str> = descriptors.iter().map(String::as_str).collect();
         let reply =
             replies::enqueue_descriptors_reply(method, seqid, &views, deduplicated.as_deref())?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
+
+/// The `enqueueJobs` REPLY message for `seqid` of a keyed enqueue on one shard: a descriptor
+/// per job of `placement` in `queue` on `shard`, with `deduplicated` when some job was.
+#[pyfunction]
+pub fn encode_keyed_enqueue_reply<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    shard: &str,
+    placement: &Bound<'py, KeyedPlacement>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_keyed_enqueue_reply", || {
+        let placed = placement.get().placed();
+        let reply = replies::keyed_enqueue_reply(method, seqid, queue, shard, placed)?;
         Ok(PyBytes::new(py, &reply))
     })
 }

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
+    KeyedJobBatch,
+    KeyedPlacement,
     LocalIds,
     NewJobBatch,
     SqliteShard,
@@ -42,7 +44,6 @@ STATEMENTS = (
     "dequeue_jobs_dry_run",
     "dequeue_rows",
     "dequeue_claim_rows",
-    "ack_succeeded",
     "ack_succeeded_many",
     "ack_failed",
     "queue_has_groups",
@@ -149,11 +150,21 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         """On the Rust writer, in its group commit, as ``EmbeddedStore.enqueue_keyed_jobs`` does
         on Python's connection (``dedup_keys.py``, ``groups.py``): the same statements and rules."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[tuple[int, int, bool]]] = loop.create_future()
+        future: asyncio.Future[KeyedPlacement] = loop.create_future()
         concurrency = self._store.rules(queue).group_concurrency
         if not self._shard.enqueue_keyed(queue, jobs, concurrency, now_ms, future, loop):
             raise self._closed()
-        return [Enqueued(*placed) for placed in await future]
+        return [Enqueued(*placed) for placed in (await future).to_list()]
+
+    async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+        """On the Rust writer, whole: the same statements as ``enqueue_keyed_jobs``, the jobs
+        without a key among them and a key repeated in the request resolved there too."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[KeyedPlacement] = loop.create_future()
+        concurrency = self._store.rules(queue).group_concurrency
+        if not self._shard.enqueue_keyed_batch(queue, jobs, concurrency, now_ms, future, loop):
+            raise self._closed()
+        return await future
 
     async def dequeue_jobs(
         self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool

@@ -35,6 +35,8 @@ from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
     ClaimItems,
+    KeyedJobBatch,
+    KeyedPlacement,
     LocalIds,
     NewJobBatch,
     redis_ack_command,
@@ -48,7 +50,7 @@ from pinlater._pinlater import (
     redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import Enqueued, JobState, KeyedJob, sequential_ack_and_dequeue
+from pinlater.backends.base import Enqueued, JobState, KeyedJob, place_keyed_batch, sequential_ack_and_dequeue
 from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
@@ -82,6 +84,9 @@ class NativeHotPath:
         if ids is None:
             raise QueueNotFoundError(queue)
         return ids
+
+    async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+        return await place_keyed_batch(self, queue, jobs, now_ms)
 
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """The blocking store's script call (``RedisStore.enqueue_keyed_jobs``, ``dedup.py``),
