@@ -7,8 +7,9 @@
 //! parameter becoming a positional `?` bound from the job's field of that name.
 
 /// Rows per statement, largest first: a batch is cut into as few statements as these make
-/// (100 jobs: 64 + 4 x 8 + 4 x 1), and only these few texts are ever prepared.
-pub const CHUNKS: [usize; 3] = [64, 8, 1];
+/// (100 jobs: 64 + 32 + 4; any batch below 128 in at most seven), and only these few texts
+/// are ever prepared.
+pub const CHUNKS: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
 
 /// What one parameter of the row binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,7 +266,7 @@ mod tests {
             ]
         );
         let row = "(?, ?, ?, 'a:b''c', ?, ?)";
-        let [_, eight, one] = &inserts.texts;
+        let [_, _, _, eight, _, _, one] = &inserts.texts;
         assert!(one.ends_with(&format!("VALUES {row}")), "{one}");
         assert!(one.starts_with("-- a comment: with a colon\n"));
         assert_eq!(eight.matches(row).count(), 8);
@@ -277,7 +278,7 @@ mod tests {
         let batch = jobs(100);
         let parts: Vec<_> = inserts.split(&batch).collect();
         let sizes: Vec<usize> = parts.iter().map(|(_, jobs)| jobs.len()).collect();
-        assert_eq!(sizes, [64, 8, 8, 8, 8, 1, 1, 1, 1]);
+        assert_eq!(sizes, [64, 32, 4]);
         let again: Vec<u8> = parts
             .iter()
             .flat_map(|(_, jobs)| jobs.iter().map(|j| j.body[0]))
@@ -300,7 +301,7 @@ mod tests {
         let one = "INSERT INTO t (a, b, c) VALUES (:b, lower(':x'), :a)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n";
         let rows = MultiRow::new(one, &["a", "b"]).unwrap();
         assert_eq!(rows.order(), [1, 0]);
-        let [_, eight, single] = &rows.texts;
+        let [_, _, _, eight, _, _, single] = &rows.texts;
         assert_eq!(
             single,
             "INSERT INTO t (a, b, c) VALUES (?, lower(':x'), ?)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"
@@ -309,6 +310,8 @@ mod tests {
         assert!(eight.ends_with("?)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"));
         let sizes: Vec<usize> = rows.split(&[0; 73]).map(|(_, part)| part.len()).collect();
         assert_eq!(sizes, [64, 8, 1]);
+        let sizes: Vec<usize> = rows.split(&[0; 127]).map(|(_, part)| part.len()).collect();
+        assert_eq!(sizes, [64, 32, 16, 8, 4, 2, 1]);
         assert!(MultiRow::new(one, &["a"]).unwrap_err().contains(":b"));
         assert!(MultiRow::new("INSERT INTO t SELECT 1", &["a"]).is_err());
     }

@@ -394,7 +394,9 @@ fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
          PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}"
     ))
     .map_err(|e| e.to_string())?;
-    conn.set_prepared_statement_cache_capacity(64);
+    // Every statement the writer runs stays prepared: its own, and the multi-row ones, one per
+    // entry of CHUNKS for each of five statements.
+    conn.set_prepared_statement_cache_capacity(128);
     Ok(conn)
 }
 
