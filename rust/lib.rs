@@ -130,7 +130,8 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::redis_scripts::{
         redis_ack_command, redis_claim_command, redis_dequeue_command, redis_enqueue_command,
-        redis_require_queue_command, RedisScriptTail,
+        redis_enqueue_keyed_command, redis_keyed_placement, redis_require_queue_command,
+        RedisScriptTail,
     };
     #[pymodule_export]
     use crate::py::store::sqlite_shard::{sqlite_library_version, SqliteShard, WriteGate};

@@ -61,8 +61,10 @@ __all__ = [
     "redis_claimed_reply",
     "redis_dequeue_command",
     "redis_enqueue_command",
+    "redis_enqueue_keyed_command",
     "redis_ids_reply",
     "redis_int_reply",
+    "redis_keyed_placement",
     "redis_pack_command",
     "redis_reply_end",
     "redis_require_queue_command",
@@ -402,6 +404,10 @@ class KeyedJobBatch:
 
     def keys(self) -> list[_KeysTuple]:
         """Each job's ``(dedup_key, window_ms, group, expire_at_ms)``, in job order."""
+
+    @property
+    def max_priority(self) -> int:
+        """The highest priority of the jobs (0 for no job)."""
 
     @property
     def first_grouped(self) -> int | None:
@@ -1045,6 +1051,34 @@ def redis_enqueue_command(
 
     Raises:
         ValueError: ``layout`` is neither ``"original"`` nor ``"compact"``.
+    """
+
+def redis_enqueue_keyed_command(
+    sha: str,
+    keys: Sequence[str],
+    queue: str,
+    jobs_arg: str,
+    now_ms: int,
+    priorities: int,
+    per: int,
+    held_forever_ms: int,
+    batch: KeyedJobBatch,
+    tail: RedisScriptTail | None = None,
+) -> bytes:
+    """``EVALSHA sha`` of ``enqueue_keyed_jobs.lua`` for a whole request, in RESP: ``keys``
+    (``dedup.enqueue_keyed_keys`` over ``priorities`` priorities, ``per`` keys each) then the
+    tail's, and the arguments ``dedup.enqueue_keyed_call`` sends, packed from the batch: a dedup
+    key repeated in the request is sent once, its first job's (``redis_keyed_placement``
+    answers the others); windows are kept between 0 and ``held_forever_ms - now_ms``."""
+
+def redis_keyed_placement(batch: KeyedJobBatch, values: LocalIds, beyond: int) -> tuple[KeyedPlacement | None, int]:
+    """Where ``enqueue_keyed_jobs.lua`` put each job of ``batch``, from the values
+    ``redis_ids_reply`` read of its reply to ``redis_enqueue_keyed_command``: ``(placement, 0)``,
+    or ``(None, priority)`` when the first value is ``beyond`` (``dedup.PRIORITY_BEYOND_KEYS``:
+    call again passing that many priorities).
+
+    Raises:
+        ValueError: not three values per job sent.
     """
 
 @final

@@ -33,6 +33,26 @@ pub struct JobKeys {
 /// holding its dedup key when deduplicated (nothing was written for it then).
 pub type Placed = (i64, i64, bool);
 
+/// For each job of a request, the earlier job whose dedup key it repeats (it is answered with
+/// that job's place), or `None`: the first job of each key, and jobs without one.
+#[must_use]
+pub fn repeated_keys(keys: &[JobKeys]) -> Vec<Option<usize>> {
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    keys.iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let key = k.key.as_deref()?;
+            match first.entry(key) {
+                std::collections::hash_map::Entry::Occupied(seen) => Some(*seen.get()),
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(i);
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
 /// A job a dequeue claimed (or only looked at, in a dry run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedJob {
@@ -126,6 +146,21 @@ fn distinct(values: impl Iterator<Item = i64>) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeated_key_points_at_its_first_job() {
+        let keys: Vec<JobKeys> = [Some("a"), None, Some("b"), Some("a"), None, Some("a")]
+            .iter()
+            .map(|k| JobKeys {
+                key: k.map(str::to_owned),
+                ..JobKeys::default()
+            })
+            .collect();
+        assert_eq!(
+            repeated_keys(&keys),
+            [None, None, None, Some(0), None, Some(0)]
+        );
+    }
 
     fn job(priority: i64, run_after_ms: i64) -> NewJob {
         NewJob {

@@ -10,7 +10,7 @@
 //! today's `ScriptCall` arguments with `redis_pack_command` and compare.
 
 use crate::queue::job_buffer::ClaimRun;
-use crate::queue::jobs::{AckGroup, NewJob};
+use crate::queue::jobs::{AckGroup, JobKeys, NewJob, Placed};
 use crate::store::redis_command::Command;
 
 /// Characters of a custom status kept (`keys.CUSTOM_STATUS_LIMIT`).
@@ -309,6 +309,29 @@ fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A new job's body, attempts, run after (seconds) and status, as both enqueue scripts take
+/// them. `last` keeps the seconds of the previous job's run after: a batch mostly shares one.
+fn push_job(cmd: &mut Command, job: &NewJob, last: &mut Option<(i64, String)>) {
+    cmd.bulk(&job.body);
+    cmd.int(job.attempts_allowed);
+    match last {
+        Some((ms, text)) if *ms == job.run_after_ms => cmd.bulk(text.as_bytes()),
+        _ => {
+            let text = seconds_text(job.run_after_ms);
+            cmd.bulk(text.as_bytes());
+            *last = Some((job.run_after_ms, text));
+        }
+    }
+    cmd.bulk(first_chars(&job.custom_status, CUSTOM_STATUS_LIMIT).as_bytes());
+}
+
+/// The bytes of the jobs' bodies and statuses: most of an enqueue command.
+fn text_bytes(jobs: &[NewJob]) -> usize {
+    jobs.iter()
+        .map(|j| j.body.len() + j.custom_status.len())
+        .sum()
+}
+
 /// `enqueue_jobs.lua` for `jobs` (any mix of priorities), as `store._enqueue_call`.
 #[must_use]
 pub fn enqueue_command(sha: &str, keys: &QueueKeys, jobs: &[NewJob], now_ms: i64) -> Vec<u8> {
@@ -316,39 +339,126 @@ pub fn enqueue_command(sha: &str, keys: &QueueKeys, jobs: &[NewJob], now_ms: i64
     let mut key_list = vec![keys.exists_key(), keys.id_key()];
     key_list.extend(priorities.iter().map(|&p| keys.set_key(p, PENDING)));
     key_list.extend(priorities.iter().filter_map(|&p| keys.ready_keys(p)));
-    let bodies: usize = jobs
-        .iter()
-        .map(|j| j.body.len() + j.custom_status.len())
-        .sum();
     let mut cmd = evalsha(
         sha,
         &key_list,
         4 + 5 * jobs.len(),
-        bodies + 64 * jobs.len() + 256,
+        text_bytes(jobs) + 64 * jobs.len() + 256,
     );
     cmd.bulk(keys.queue.as_bytes());
     cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
     cmd.int(count(jobs.len()));
-    // Seconds of the previous job's run after: a batch mostly shares one.
     let mut last: Option<(i64, String)> = None;
     for job in jobs {
         // KEYS is 1-based, and two keys come before the PENDING sets.
         let index = priorities.binary_search(&job.priority).unwrap_or(0) + 3;
         cmd.int(count(index));
-        cmd.bulk(&job.body);
-        cmd.int(job.attempts_allowed);
-        match &last {
-            Some((ms, text)) if *ms == job.run_after_ms => cmd.bulk(text.as_bytes()),
-            _ => {
-                let text = seconds_text(job.run_after_ms);
-                cmd.bulk(text.as_bytes());
-                last = Some((job.run_after_ms, text));
-            }
-        }
-        cmd.bulk(first_chars(&job.custom_status, CUSTOM_STATUS_LIMIT).as_bytes());
+        push_job(&mut cmd, job, &mut last);
     }
     cmd.into_bytes()
+}
+
+/// What `enqueue_keyed_jobs.lua` is called with besides the jobs (`dedup.enqueue_keyed_call`'s
+/// first arguments): its keys before the tail's, and the fixed arguments.
+pub struct KeyedCall<'a> {
+    /// `KEYS` up to the rules' tail: the six fixed keys, then `per` keys for each of the
+    /// priorities passed.
+    pub keys: &'a [String],
+    pub queue: &'a str,
+    pub jobs_arg: &'a str,
+    pub now_ms: i64,
+    /// How many priorities' keys `keys` passes.
+    pub priorities: i64,
+    /// Keys passed per priority.
+    pub per: i64,
+    /// The latest held-until a record holds (`dedup.HELD_FOREVER_MS`).
+    pub held_forever_ms: i64,
+}
+
+/// Keys of `enqueue_keyed_jobs.lua` before the first priority's: the queue key, the counter,
+/// the three dedup keys and the expiry index.
+const KEYED_FIXED_KEYS: i64 = 6;
+
+/// `enqueue_keyed_jobs.lua` for the jobs of a request that are not repeats of an earlier job's
+/// dedup key (`repeated[i]` is `None`), in order, as `dedup.enqueue_keyed_call` sends them (10
+/// arguments a job), the rules' `tail` last.
+#[must_use]
+pub fn enqueue_keyed_command(
+    sha: &str,
+    call: &KeyedCall<'_>,
+    jobs: &[NewJob],
+    job_keys: &[JobKeys],
+    repeated: &[Option<usize>],
+    tail: &ScriptTail,
+) -> Vec<u8> {
+    let sent = repeated.iter().filter(|r| r.is_none()).count();
+    let mut key_list = call.keys.to_vec();
+    key_list.extend(tail.keys.iter().cloned());
+    let mut cmd = evalsha(
+        sha,
+        &key_list,
+        6 + 10 * sent + tail.args.len(),
+        text_bytes(jobs) + 96 * jobs.len() + 256,
+    );
+    cmd.bulk(call.queue.as_bytes());
+    cmd.bulk(call.jobs_arg.as_bytes());
+    cmd.bulk(seconds_text(call.now_ms).as_bytes());
+    cmd.int(count(sent));
+    cmd.int(call.now_ms);
+    cmd.int(call.priorities);
+    let held_max = call.held_forever_ms.saturating_sub(call.now_ms);
+    let mut last: Option<(i64, String)> = None;
+    for ((job, keys), _) in jobs
+        .iter()
+        .zip(job_keys)
+        .zip(repeated)
+        .filter(|(_, r)| r.is_none())
+    {
+        cmd.int(KEYED_FIXED_KEYS + 1 + call.per * (job.priority - 1));
+        push_job(&mut cmd, job, &mut last);
+        cmd.bulk(keys.key.as_deref().unwrap_or("").as_bytes());
+        cmd.int(keys.window_ms.max(0).min(held_max));
+        let flags = match (keys.key.is_some(), keys.group.is_some()) {
+            (true, true) => "kg",
+            (true, false) => "k",
+            (false, true) => "g",
+            (false, false) => "",
+        };
+        cmd.bulk(flags.as_bytes());
+        cmd.bulk(keys.group.as_deref().unwrap_or("").as_bytes());
+        match keys.expire_at_ms {
+            Some(at) => cmd.int(at),
+            None => cmd.bulk(b""),
+        }
+    }
+    tail.push_args(&mut cmd);
+    cmd.into_bytes()
+}
+
+/// The placement of every job of a request from `enqueue_keyed_jobs.lua`'s reply for the jobs
+/// it was sent (`values`: `(priority, local_id, deduplicated 0 or 1)` per job sent, in order):
+/// a repeat of an earlier job's key (`repeated[i]`) gets that job's place, deduplicated.
+/// `None` when the reply does not hold three values per job sent.
+#[must_use]
+pub fn keyed_placement(values: &[i64], repeated: &[Option<usize>]) -> Option<Vec<Placed>> {
+    let sent = repeated.iter().filter(|r| r.is_none()).count();
+    if values.len() != 3 * sent {
+        return None;
+    }
+    let mut answers = values.chunks_exact(3);
+    let mut placed: Vec<Placed> = Vec::with_capacity(repeated.len());
+    for &earlier in repeated {
+        let place = match earlier {
+            None => {
+                let v = answers.next()?;
+                (v[0], v[1], v[2] == 1)
+            }
+            Some(j) => (placed[j].0, placed[j].1, true),
+        };
+        placed.push(place);
+    }
+    Some(placed)
 }
 
 /// `dequeue_jobs.lua` for one priority, as `store._dequeue_call` with `limit > 0`.

@@ -25,20 +25,26 @@ from pinlater._pinlater import (
     AckGroup,
     ClaimedJobs,
     ClaimItems,
+    KeyedJobBatch,
+    LocalIds,
     NewJobBatch,
+    RedisScriptTail,
     redis_ack_command,
     redis_claim_command,
     redis_dequeue_command,
     redis_enqueue_command,
+    redis_enqueue_keyed_command,
+    redis_keyed_placement,
     redis_pack_command,
     redis_reply_end,
     redis_require_queue_command,
 )
-from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, NewJob
+from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, KeyedJob, NewJob, QueueRules, sort_keyed
 from pinlater.backends.pressure import StoreMemoryFullError
-from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, reservations
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, dedup, reservations
 from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection, script_sha
 from pinlater.backends.redis.native_hot import NativeHotPath
+from pinlater.backends.redis.rules import GROUPS, build_tail
 from pinlater.backends.redis.script_calls import ScriptCall
 from pinlater.backends.redis.scripts import source
 from pinlater.config import Settings
@@ -124,6 +130,80 @@ def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> Non
 
         require = offline_store._dequeue_call(queue, 1, 0, "c", NOW, False)
         assert redis_require_queue_command(sha, "s_1", queue) == packed(require, sha)
+
+
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_the_keyed_enqueue_command_is_the_python_builders_byte_for_byte(layout: str) -> None:
+    """``redis_enqueue_keyed_command`` packs what ``dedup.enqueue_keyed_call`` builds for the
+    request's jobs less the repeats of a dedup key, and ``redis_keyed_placement`` gives each
+    repeat its first job's place."""
+    store = RedisStore("s_1", RedisShardConfig(RedisEndpoint("127.0.0.1", free_port()), layout=layout), settings())
+    try:
+        rng = random.Random(17)
+        sha = script_sha("enqueue_keyed_jobs")
+        statuses = ["", "ok", "é" * 2999 + "ü€", "x" * 5000]
+        windows = [0, 1, -5, 2**62, dedup.HELD_FOREVER_MS]
+        for round_ in range(30):
+            now = rng.choice([0, 999, NOW, 2**52])
+            n = rng.choice([0, 1, 7, 100])
+            jobs = [
+                NewJob(
+                    rng.randint(1, 4),
+                    rng.randbytes(rng.choice([0, 10])),
+                    rng.choice([now, now + 1500, 3]),
+                    3,
+                    rng.choice(statuses),
+                )
+                for _ in range(n)
+            ]
+            keys = [
+                (
+                    rng.choice([None, "k1", "k2", f"key-{i}", "ключ"]),
+                    rng.choice(windows),
+                    rng.choice([None, "g1", f"group-{i % 3}"]),
+                    rng.choice([None, NOW + 60_000]),
+                )
+                for i in range(n)
+            ]
+            keyed = KeyedJobBatch([tuple(j) for j in jobs], keys)
+            _, _, repeats = sort_keyed(keys)
+            sent = [i for i in range(n) if i not in dict(repeats)]
+            m = max([4, *(j.priority for j in jobs)])
+            names = store._keys("q")
+            tail = build_tail(names, QueueRules(group_concurrency=2), GROUPS, m) if round_ % 2 else ([], [])
+            key_list, args = dedup.enqueue_keyed_call(
+                names, "q", [KeyedJob(jobs[i], *keys[i]) for i in sent], now, m, tail
+            )
+            want = redis_pack_command(("EVALSHA", sha, len(key_list), *key_list, *args))
+            native_tail = RedisScriptTail(tail[0], [str(a) for a in tail[1]]) if tail[0] or tail[1] else None
+            got = redis_enqueue_keyed_command(
+                sha,
+                dedup.enqueue_keyed_keys(names, m),
+                "q",
+                names.jobs_arg,
+                now,
+                m,
+                dedup.keys_per_priority(names),
+                dedup.HELD_FOREVER_MS,
+                keyed,
+                native_tail,
+            )
+            assert got == want
+
+            answers = [(rng.randint(1, 4), rng.randrange(1, 2**40), rng.randint(0, 1)) for _ in sent]
+            placement, beyond = redis_keyed_placement(keyed, LocalIds([v for a in answers for v in a]), -2)
+            assert placement is not None and beyond == 0
+            placed = placement.to_list()
+            for i, answer in zip(sent, answers, strict=True):
+                assert placed[i] == (answer[0], answer[1], answer[2] == 1)
+            for i, j in repeats:
+                assert placed[i] == (placed[j][0], placed[j][1], True)
+        one = KeyedJobBatch([(1, b"b", 0, 3, "")], [("k", 0, None, None)])
+        assert redis_keyed_placement(one, LocalIds([-2, 7]), -2) == (None, 7)
+        with pytest.raises(ValueError, match="4 values for 1 jobs"):
+            redis_keyed_placement(one, LocalIds([1, 2, 0, 9]), -2)
+    finally:
+        store.close()
 
 
 def test_the_broker_claim_command_is_todays_byte_for_byte(offline_store: RedisStore) -> None:

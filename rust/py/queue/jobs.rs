@@ -187,6 +187,12 @@ impl KeyedJobBatch {
             .collect()
     }
 
+    /// The highest priority of the jobs (0 for no job).
+    #[getter]
+    fn max_priority(&self) -> i64 {
+        self.jobs.iter().map(|j| j.priority).max().unwrap_or(0)
+    }
+
     /// The index of the first job of an ordered group, if any job has one.
     #[getter]
     fn first_grouped(&self) -> Option<usize> {

@@ -8,8 +8,9 @@ use pyo3::types::PyBytes;
 
 use crate::py::errors::guarded;
 use crate::py::queue::job_buffer::ClaimItems;
-use crate::py::queue::jobs::{AckGroup, NewJobBatch};
-use crate::store::redis_scripts::{self, Layout, QueueKeys, ScriptTail};
+use crate::py::queue::jobs::{AckGroup, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch};
+use crate::queue::jobs::repeated_keys;
+use crate::store::redis_scripts::{self, KeyedCall, Layout, QueueKeys, ScriptTail};
 
 /// What a queue's rules add at the end of a hot script's `KEYS` and `ARGV`, held in Rust
 /// (built once per rules change by `backends/redis/rules.py`, passed as is on every call).
@@ -81,6 +82,81 @@ pub fn redis_enqueue_command<'py>(
         let command = redis_scripts::enqueue_command(sha, &keys, jobs, now_ms);
         Ok(PyBytes::new(py, &command))
     })
+}
+
+/// `EVALSHA` of `enqueue_keyed_jobs.lua` for a whole request (`dedup.enqueue_keyed_call`'s
+/// arguments, packed from the batch held in Rust): `keys` the script's keys before the rules'
+/// `tail` (`dedup.enqueue_keyed_keys`), the batch's jobs each with its 10 arguments, a dedup key
+/// repeated in the request sent once (its first job's; `redis_keyed_placement` answers the
+/// others).
+#[pyfunction]
+#[pyo3(signature = (sha, keys, queue, jobs_arg, now_ms, priorities, per, held_forever_ms, batch, tail = None))]
+#[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
+pub fn redis_enqueue_keyed_command<'py>(
+    py: Python<'py>,
+    sha: &str,
+    keys: Vec<String>,
+    queue: &str,
+    jobs_arg: &str,
+    now_ms: i64,
+    priorities: i64,
+    per: i64,
+    held_forever_ms: i64,
+    batch: &Bound<'py, KeyedJobBatch>,
+    tail: Option<&Bound<'py, RedisScriptTail>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let tail = tail_of(tail);
+    guarded("redis_enqueue_keyed_command", || {
+        let batch = batch.get();
+        let call = KeyedCall {
+            keys: &keys,
+            queue,
+            jobs_arg,
+            now_ms,
+            priorities,
+            per,
+            held_forever_ms,
+        };
+        let repeated = repeated_keys(batch.job_keys());
+        let command = redis_scripts::enqueue_keyed_command(
+            sha,
+            &call,
+            batch.jobs(),
+            batch.job_keys(),
+            &repeated,
+            tail,
+        );
+        Ok(PyBytes::new(py, &command))
+    })
+}
+
+/// Where `enqueue_keyed_jobs.lua` put each job of `batch`, from its reply's values (as
+/// `redis_ids_reply` reads them) to `redis_enqueue_keyed_command`: `(placement, 0)`, or
+/// `(None, priority)` when the first value is `beyond` (a record names a priority whose keys
+/// were not passed: call again with that many).
+///
+/// # Errors
+/// `ValueError` when the reply holds other than three values per job sent.
+#[pyfunction]
+pub fn redis_keyed_placement(
+    batch: &Bound<'_, KeyedJobBatch>,
+    values: &Bound<'_, LocalIds>,
+    beyond: i64,
+) -> PyResult<(Option<KeyedPlacement>, i64)> {
+    let values = values.get().ids();
+    if values.first() == Some(&beyond) {
+        return Ok((None, values.get(1).copied().unwrap_or(0)));
+    }
+    let repeated = repeated_keys(batch.get().job_keys());
+    redis_scripts::keyed_placement(values, &repeated)
+        .map(|placed| (Some(KeyedPlacement::from_placed(placed)), 0))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "enqueue_keyed_jobs answered {} values for {} jobs",
+                values.len(),
+                repeated.iter().filter(|r| r.is_none()).count()
+            ))
+        })
 }
 
 /// `EVALSHA` of `dequeue_jobs.lua` (limit > 0), as `RedisStore._dequeue_call` sends it.

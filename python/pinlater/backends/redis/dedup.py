@@ -74,10 +74,8 @@ def enqueue_keyed_call(
 ) -> tuple[list[str], list[Any]]:
     """The ``KEYS`` and ``ARGV`` of ``enqueue_keyed_jobs.lua`` over priorities 1..m, with the
     groups' ``tail`` (built for the same m), for the blocking call and the hot path alike."""
-    per = len(_group(keys, 1))
-    key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys(), keys.expiry_keys()[0]]
-    for p in range(1, m + 1):
-        key_list += _group(keys, p)
+    per = keys_per_priority(keys)
+    key_list = enqueue_keyed_keys(keys, m)
     args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
     held_max = HELD_FOREVER_MS - now_ms
     seconds: dict[int, str] = {}  # a batch's jobs mostly share one run after
@@ -105,6 +103,20 @@ def enqueue_keyed_call(
         )
     tail_keys, tail_args = tail
     return key_list + tail_keys, args + tail_args
+
+
+def keys_per_priority(keys: QueueKeyNames) -> int:
+    """How many keys ``enqueue_keyed_jobs.lua`` is passed per priority (``_group``)."""
+    return len(_group(keys, 1))
+
+
+def enqueue_keyed_keys(keys: QueueKeyNames, m: int) -> list[str]:
+    """``enqueue_keyed_jobs.lua``'s ``KEYS`` before the rules' tail, over priorities 1..m: the
+    queue key, the counter, the three dedup keys, the expiry index, then ``_group`` of each."""
+    key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys(), keys.expiry_keys()[0]]
+    for p in range(1, m + 1):
+        key_list += _group(keys, p)
+    return key_list
 
 
 def enqueued_reply(values: Sequence[int]) -> tuple[list[Enqueued] | None, int]:

@@ -39,18 +39,21 @@ from pinlater._pinlater import (
     KeyedPlacement,
     LocalIds,
     NewJobBatch,
+    RedisScriptTail,
     redis_ack_command,
     redis_ack_reply,
     redis_claim_command,
     redis_claimed_reply,
     redis_dequeue_command,
     redis_enqueue_command,
+    redis_enqueue_keyed_command,
     redis_ids_reply,
     redis_int_reply,
+    redis_keyed_placement,
     redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import Enqueued, JobState, KeyedJob, place_keyed_batch, sequential_ack_and_dequeue
+from pinlater.backends.base import Enqueued, JobState, KeyedJob, sequential_ack_and_dequeue
 from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
@@ -86,7 +89,40 @@ class NativeHotPath:
         return ids
 
     async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
-        return await place_keyed_batch(self, queue, jobs, now_ms)
+        """``enqueue_keyed_jobs`` of the whole request in one script call, its arguments packed
+        in Rust from the batch (``redis_enqueue_keyed_command``: no Python value per job), each
+        dedup key sent once; its jobs without a key go in the same call, as jobs of no group."""
+        store = self._store
+        keys = store._keys(queue)
+        num_priorities = store._num_priorities
+        m = max(num_priorities, jobs.max_priority)
+        per = dedup.keys_per_priority(keys)
+        while True:
+            if m == num_priorities:
+                tail = store.rules.native(queue, GROUPS)
+            else:
+                tail_keys, tail_args = build_tail(keys, store.rules.of(queue), GROUPS, m)
+                tail = RedisScriptTail(tail_keys, [str(a) for a in tail_args]) if tail_keys or tail_args else None
+            command = redis_enqueue_keyed_command(
+                self._sha["enqueue_keyed_jobs"],
+                dedup.enqueue_keyed_keys(keys, m),
+                queue,
+                keys.jobs_arg,
+                now_ms,
+                m,
+                per,
+                dedup.HELD_FOREVER_MS,
+                jobs,
+                tail,
+            )
+            out = await self._client.call("enqueue_keyed_jobs", command, redis_ids_reply)
+            if out is None:
+                raise QueueNotFoundError(queue)
+            placement, beyond = redis_keyed_placement(jobs, out, dedup.PRIORITY_BEYOND_KEYS)
+            if placement is None:
+                m = beyond
+                continue
+            return placement
 
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """The blocking store's script call (``RedisStore.enqueue_keyed_jobs``, ``dedup.py``),
