@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from tests.support.store_ops import T0, Ops
 
+from pinlater._pinlater import KeyedJobBatch, KeyedPlacement
 from pinlater.backends.base import AckItem, Enqueued, JobFilter, JobState, KeyedJob, NewJob, ShardStore
 
 Q = "keyed_batch"
@@ -77,3 +78,17 @@ def test_a_key_is_held_while_its_job_runs_and_free_once_it_succeeded(ops: Ops) -
     assert not second.deduplicated and second.local_id != first.local_id
     assert repeat == Enqueued(1, second.local_id, True)
     assert [j.body for j in ops.dequeue(1, 10)] == [b"three"]
+
+
+def test_a_batch_holds_one_keys_tuple_per_job_and_says_what_a_placement_wrote() -> None:
+    with pytest.raises(ValueError, match="2 jobs but 1 keys"):
+        KeyedJobBatch([(1, b"a", 0, 3, ""), (1, b"b", 0, 3, "")], [(None, 0, None, None)])
+    keys = [("k", 0, None, None), (None, 0, "g", 7), ("ключ", 5, None, None)]
+    batch = KeyedJobBatch([(2, b"a", 5, 3, ""), (3, b"bb", 9, 3, ""), (1, b"ccc", 5, 3, "")], keys)
+    assert (len(batch), batch.max_priority, batch.first_grouped) == (3, 3, 1)
+    assert batch.keys() == keys
+    assert [job[1] for job in batch.batch().to_list()] == [b"a", b"bb", b"ccc"]
+    placement = KeyedPlacement([(2, 10, False), (3, 11, False), (2, 10, True)])
+    assert (len(placement), placement.deduplicated) == (3, 1)
+    assert batch.written(placement) == (2, 3, 1, 1), "the deduplicated third job wrote nothing"
+    assert batch.written_ready(placement, 5) == ([2], [(3, 9)])
