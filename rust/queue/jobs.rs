@@ -115,9 +115,9 @@ pub fn priorities(jobs: &[NewJob]) -> Vec<i64> {
 
 /// The distinct priorities of the jobs ready at `now_ms` (run after not later), ascending.
 #[must_use]
-pub fn ready_priorities(jobs: &[NewJob], now_ms: i64) -> Vec<i64> {
+pub fn ready_priorities<'a>(jobs: impl IntoIterator<Item = &'a NewJob>, now_ms: i64) -> Vec<i64> {
     distinct(
-        jobs.iter()
+        jobs.into_iter()
             .filter(|j| j.run_after_ms <= now_ms)
             .map(|j| j.priority),
     )
@@ -125,9 +125,9 @@ pub fn ready_priorities(jobs: &[NewJob], now_ms: i64) -> Vec<i64> {
 
 /// `(priority, run_after_ms)` of the jobs not ready at `now_ms`, distinct, ascending.
 #[must_use]
-pub fn later(jobs: &[NewJob], now_ms: i64) -> Vec<(i64, i64)> {
+pub fn later<'a>(jobs: impl IntoIterator<Item = &'a NewJob>, now_ms: i64) -> Vec<(i64, i64)> {
     let mut out: Vec<(i64, i64)> = jobs
-        .iter()
+        .into_iter()
         .filter(|j| j.run_after_ms > now_ms)
         .map(|j| (j.priority, j.run_after_ms))
         .collect();

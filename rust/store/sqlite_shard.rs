@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, Statement, ToSql};
 
-use crate::queue::jobs::{AckGroup, ClaimedJob, JobKeys, NewJob, Placed};
+use crate::queue::jobs::{repeated_keys, AckGroup, ClaimedJob, JobKeys, NewJob, Placed};
 use crate::store::sqlite_inserts::{Field, MultiRow, SqliteInserts};
 
 /// Why a request failed.
@@ -808,19 +808,14 @@ impl<T: Send> Writer<T> {
         let mut takers: Vec<usize> = Vec::new();
         // A key that is not held, repeated in the request: its first job takes it, the others
         // are answered with that job's place once it has one.
-        let mut first: HashMap<&str, usize> = HashMap::new();
         let mut repeats: Vec<(usize, usize)> = Vec::new();
-        for (i, keys) in keys.iter().enumerate() {
-            let key = keys.key.as_deref();
-            if let Some(&(priority, local_id)) = key.and_then(|k| holders.get(k)) {
+        for (i, (keys, earlier)) in keys.iter().zip(repeated_keys(keys)).enumerate() {
+            if let Some(&(priority, local_id)) = keys.key.as_ref().and_then(|k| holders.get(k)) {
                 out.push((priority, local_id, true));
-            } else if let Some(&j) = key.and_then(|k| first.get(k)) {
+            } else if let Some(j) = earlier {
                 out.push((jobs[j].priority, 0, true));
                 repeats.push((i, j));
             } else {
-                if let Some(k) = key {
-                    first.insert(k, i);
-                }
                 out.push((jobs[i].priority, 0, false));
                 takers.push(i);
             }

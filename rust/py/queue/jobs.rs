@@ -221,10 +221,10 @@ impl KeyedJobBatch {
         placement: &KeyedPlacement,
         now_ms: i64,
     ) -> (Vec<i64>, Vec<(i64, i64)>) {
-        let written: Vec<NewJob> = self.taken(placement).map(|(j, _)| j.clone()).collect();
+        let written = || self.taken(placement).map(|(job, _)| job);
         (
-            jobs::ready_priorities(&written, now_ms),
-            jobs::later(&written, now_ms),
+            jobs::ready_priorities(written(), now_ms),
+            jobs::later(written(), now_ms),
         )
     }
 }

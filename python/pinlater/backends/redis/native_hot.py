@@ -39,7 +39,6 @@ from pinlater._pinlater import (
     KeyedPlacement,
     LocalIds,
     NewJobBatch,
-    RedisScriptTail,
     redis_ack_command,
     redis_ack_reply,
     redis_claim_command,
@@ -58,7 +57,7 @@ from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ending_keys, ready_keys
-from pinlater.backends.redis.rules import DEQUEUE, GROUPS, build_tail
+from pinlater.backends.redis.rules import DEQUEUE, GROUPS, build_tail, native_tail
 from pinlater.errors import QueueNotFoundError
 
 if TYPE_CHECKING:
@@ -101,8 +100,7 @@ class NativeHotPath:
             if m == num_priorities:
                 tail = store.rules.native(queue, GROUPS)
             else:
-                tail_keys, tail_args = build_tail(keys, store.rules.of(queue), GROUPS, m)
-                tail = RedisScriptTail(tail_keys, [str(a) for a in tail_args]) if tail_keys or tail_args else None
+                tail = native_tail(build_tail(keys, store.rules.of(queue), GROUPS, m))
             command = redis_enqueue_keyed_command(
                 self._sha["enqueue_keyed_jobs"],
                 dedup.enqueue_keyed_keys(keys, m),

@@ -115,7 +115,13 @@ class QueueRulesBook:
         key = (queue, kind)
         if key in natives:
             return natives[key]
-        keys, args = self.tail(queue, kind)
-        found = RedisScriptTail(keys, [str(a) for a in args]) if keys or args else None
+        found = native_tail(self.tail(queue, kind))
         natives[key] = found
         return found
+
+
+def native_tail(tail: Tail) -> RedisScriptTail | None:
+    """``tail`` held in Rust for the hot path's packed commands (its arguments as text); None
+    when it is empty."""
+    keys, args = tail
+    return RedisScriptTail(keys, [str(a) for a in args]) if keys or args else None
