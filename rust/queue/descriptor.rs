@@ -29,8 +29,19 @@ fn is_word(s: &str) -> bool {
     s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-fn is_digits(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+/// `s` as an unsigned decimal of digits only (no sign: `str::parse` would take a leading `+`),
+/// read in one pass; `None` when it is empty, holds anything else, or passes `u64::MAX`.
+fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() {
+        return None;
+    }
+    s.bytes().try_fold(0_u64, |n, b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
 }
 
 /// Checks a queue name (non-empty ASCII `\w`).
@@ -94,22 +105,11 @@ fn parse_parts(s: &str) -> Result<Descriptor<'_>, Malformation> {
     let priority_text = priority_part
         .strip_prefix('p')
         .ok_or_else(|| Malformation::PriorityPrefix(priority_part.to_owned()))?;
-    // Digits only: `str::parse` would also accept a leading '+'.
-    let priority = if is_digits(priority_text) {
-        priority_text
-            .parse::<i64>()
-            .ok()
-            .and_then(|p| check_priority(p).ok())
-    } else {
-        None
-    }
-    .ok_or_else(|| Malformation::Priority(priority_text.to_owned()))?;
-    let local_id = if is_digits(local_id) {
-        local_id.parse::<u64>().ok()
-    } else {
-        None
-    }
-    .ok_or_else(|| Malformation::LocalId(local_id.to_owned()))?;
+    let priority = digits(priority_text)
+        .and_then(|p| i64::try_from(p).ok())
+        .and_then(|p| check_priority(p).ok())
+        .ok_or_else(|| Malformation::Priority(priority_text.to_owned()))?;
+    let local_id = digits(local_id).ok_or_else(|| Malformation::LocalId(local_id.to_owned()))?;
     Ok(Descriptor {
         queue,
         shard,

@@ -101,6 +101,83 @@ fn decimal(text: &[u8]) -> Result<i64, ReplyError> {
     Ok(if negative { -n } else { n })
 }
 
+/// The plain form of an integer header's text at `at` (after its type byte): an optional `-`,
+/// 1 to 18 digits, CRLF. Its value and where the next value starts, read in one pass; `None`
+/// for anything else (more digits, a stray byte, the CRLF not arrived yet), which `header`
+/// reads through `line` and `decimal`, so that every other case answers exactly as they do.
+#[inline]
+fn plain_int(buf: &[u8], at: usize) -> Option<(i64, usize)> {
+    let negative = buf.get(at) == Some(&b'-');
+    let start = at + usize::from(negative);
+    let mut i = start;
+    let mut n: i64 = 0;
+    while let Some(&b) = buf.get(i) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        if i - start == 18 {
+            return None;
+        }
+        n = n * 10 + i64::from(b - b'0');
+        i += 1;
+    }
+    if i == start || buf.get(i..i + 2) != Some(b"\r\n".as_slice()) {
+        return None;
+    }
+    Some((if negative { -n } else { n }, i + 2))
+}
+
+/// One value's header line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header<'a> {
+    /// The type byte.
+    kind: u8,
+    /// The text after it.
+    body: &'a [u8],
+    /// Its integer for `:`, `$` and `*`; 0 for any other type.
+    n: i64,
+    /// Where the next value starts.
+    next: usize,
+}
+
+/// The header at `at`; `None` when its CRLF has not arrived.
+fn header(buf: &[u8], at: usize) -> Result<Option<Header<'_>>, ReplyError> {
+    if let Some(&kind @ (b':' | b'$' | b'*')) = buf.get(at) {
+        if let Some((n, next)) = plain_int(buf, at + 1) {
+            let body = &buf[at + 1..next - 2];
+            return Ok(Some(Header {
+                kind,
+                body,
+                n,
+                next,
+            }));
+        }
+    }
+    let Some((text, next)) = line(buf, at)? else {
+        return Ok(None);
+    };
+    let Some((&kind, body)) = text.split_first() else {
+        return Err(ReplyError::Header(String::new()));
+    };
+    let n = match kind {
+        b':' | b'$' | b'*' => decimal(body)?,
+        _ => 0,
+    };
+    Ok(Some(Header {
+        kind,
+        body,
+        n,
+        next,
+    }))
+}
+
+/// A header's whole text (type byte included), for its error.
+fn header_error(kind: u8, body: &[u8]) -> ReplyError {
+    let mut text = vec![kind];
+    text.extend_from_slice(body);
+    ReplyError::Header(String::from_utf8_lossy(&text).into_owned())
+}
+
 /// Where the first whole RESP2 value of `buf` ends, refusing one that would pass `max_bytes`.
 pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
     // Values still to read of each open array, innermost last (each counts the one being read).
@@ -125,21 +202,20 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
         if at >= buf.len() {
             return partial(at + MIN_VALUE);
         }
-        let Some((text, next)) = line(buf, at)? else {
+        let Some(Header {
+            kind,
+            body,
+            n,
+            next,
+        }) = header(buf, at)?
+        else {
             return partial(buf.len() + 1);
         };
-        let Some((&kind, body)) = text.split_first() else {
-            return Err(ReplyError::Header(String::new()));
-        };
         match kind {
-            b'+' | b'-' => {}
-            b':' => {
-                decimal(body)?;
-            }
+            b'+' | b'-' | b':' => {}
             b'$' => {
-                let len = decimal(body)?;
-                if len >= 0 {
-                    let len = usize::try_from(len)
+                if n >= 0 {
+                    let len = usize::try_from(n)
                         .map_err(|_| ReplyError::TooBig(usize::MAX, max_bytes))?;
                     let end = next.saturating_add(len).saturating_add(2);
                     if end > buf.len() {
@@ -149,14 +225,11 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
                         return Err(ReplyError::BulkEnd);
                     }
                     at = end;
-                } else if len != -1 {
-                    return Err(ReplyError::Header(
-                        String::from_utf8_lossy(text).into_owned(),
-                    ));
+                } else if n != -1 {
+                    return Err(header_error(kind, body));
                 }
             }
             b'*' => {
-                let n = decimal(body)?;
                 if n > 0 {
                     let n = usize::try_from(n).unwrap_or(usize::MAX);
                     if n.saturating_mul(MIN_VALUE) > max_bytes {
@@ -169,9 +242,7 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
                     at = next;
                     continue;
                 } else if n < -1 {
-                    return Err(ReplyError::Header(
-                        String::from_utf8_lossy(text).into_owned(),
-                    ));
+                    return Err(header_error(kind, body));
                 }
             }
             other => return Err(ReplyError::TypeByte(other, at)),
@@ -214,18 +285,19 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     fn next(&mut self) -> Result<Item<'a>, ReplyError> {
         let truncated = || ReplyError::Shape("truncated".to_owned());
-        let (text, next) = line(self.buf, self.at)?.ok_or_else(truncated)?;
-        if text.is_empty() {
-            return Err(ReplyError::Header(String::new()));
-        }
-        let (kind, body) = (text[0], &text[1..]);
+        let Header {
+            kind,
+            body,
+            n,
+            next,
+        } = header(self.buf, self.at)?.ok_or_else(truncated)?;
         self.at = next;
         Ok(match kind {
-            b':' => Item::Int(decimal(body)?),
+            b':' => Item::Int(n),
             b'+' => Item::Status(body),
             b'-' => Item::Error(body),
-            b'*' => Item::Array(usize::try_from(decimal(body)?).ok()),
-            b'$' => match usize::try_from(decimal(body)?) {
+            b'*' => Item::Array(usize::try_from(n).ok()),
+            b'$' => match usize::try_from(n) {
                 Ok(len) => {
                     let end = next.checked_add(len).filter(|&e| e + 2 <= self.buf.len());
                     let end = end.ok_or_else(truncated)?;
@@ -462,6 +534,68 @@ mod tests {
                     other => panic!("{case:?} cut at {cut}: {other:?}"),
                 }
             }
+        }
+    }
+
+    /// `header` as `line` and `decimal` read it, without the one-pass form.
+    fn slow_header(buf: &[u8]) -> Result<Option<Header<'_>>, ReplyError> {
+        let Some((text, next)) = line(buf, 0)? else {
+            return Ok(None);
+        };
+        let Some((&kind, body)) = text.split_first() else {
+            return Err(ReplyError::Header(String::new()));
+        };
+        let n = if b":$*".contains(&kind) {
+            decimal(body)?
+        } else {
+            0
+        };
+        Ok(Some(Header {
+            kind,
+            body,
+            n,
+            next,
+        }))
+    }
+
+    #[test]
+    fn the_one_pass_header_reads_as_line_and_decimal() {
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        for kind in [b':', b'$', b'*', b'+', b'-', b'?'] {
+            for body in [
+                "0",
+                "7",
+                "-1",
+                "-0",
+                "-",
+                "",
+                "+5",
+                " 5",
+                "5 ",
+                "12x",
+                "x12",
+                "123456789012345678",
+                "-123456789012345678",
+                "1234567890123456789",
+                "9223372036854775807",
+                "-9223372036854775808",
+                "99999999999999999999",
+            ] {
+                for tail in ["\r\n", "\r\n:1\r\n", "\r", "", "\rx\r\n", "\n"] {
+                    let mut case = vec![kind];
+                    case.extend_from_slice(body.as_bytes());
+                    case.extend_from_slice(tail.as_bytes());
+                    cases.push(case);
+                }
+            }
+        }
+        for case in &cases {
+            assert_eq!(
+                header(case, 0),
+                slow_header(case),
+                "{:?}",
+                String::from_utf8_lossy(case)
+            );
         }
     }
 
