@@ -21,6 +21,14 @@ valgrind, as ``cost_per_job.py`` starts it.
 
 ``--against COMMIT`` builds that commit into its own cached virtualenv, as ``cost_per_job.py``
 does (the same cache), and counts it in the same run.
+
+``--variants`` counts ``dedup_keys.py``'s variants too: ``keyed`` gives every job a dedup key of
+its own, ``grouped`` also a group key, one of ``--groups`` groups in turn (at the default
+concurrency of 1, a group's next job waits for its last one's ack, so a cycle's groups must be
+free: ``--groups`` is at least ``--batch``). Each variant's count is printed with its ratio to
+``plain``: issue 17's speed target in instructions, which the noise does not move.
+
+    PYTHONPATH=$PWD/python python benches/instructions_per_job.py --backends embedded --variants plain,grouped
 """
 
 from __future__ import annotations
@@ -39,8 +47,13 @@ from cost_per_job import BACKENDS, DEFAULT_CACHE_DIR, Build, _split, commit_buil
 QUEUE = "bench_instructions"
 
 
-def count(build: Build, backend: str, cycles: int, warmup: int, batch: int) -> float:
-    """Instructions per job of ``build``'s server over ``cycles`` measured cycles."""
+VARIANTS = ("plain", "keyed", "grouped")
+
+
+def count(
+    build: Build, backend: str, cycles: int, warmup: int, batch: int, variant: str = "plain", groups: int = 1000
+) -> float:
+    """Instructions per job of ``build``'s server over ``cycles`` measured cycles of ``variant``."""
     from pinlater.idl import idl
 
     with tempfile.TemporaryDirectory(prefix="pinlater-instr-") as tmp:
@@ -59,9 +72,17 @@ def count(build: Build, backend: str, cycles: int, warmup: int, batch: int) -> f
                 ctx = idl.RequestContext(source="bench-instructions")
                 client.createQueue(ctx, QUEUE)
                 body = b"x" * 100
+                sent = 0
 
                 def cycle(acks: list[Any]) -> list[Any]:
+                    nonlocal sent
                     jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
+                    if variant != "plain":
+                        for job in jobs:
+                            job.dedupKey = f"key-{sent}"
+                            if variant == "grouped":
+                                job.groupKey = f"group-{sent % groups}"
+                            sent += 1
                     client.enqueueJobs(ctx, idl.PinLaterEnqueueRequest(queueName=QUEUE, jobs=jobs))
                     ack = idl.PinLaterJobAckRequest(queueName=QUEUE, jobsSucceeded=acks) if acks else None
                     got = client.dequeueJobs(
@@ -96,6 +117,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="cycles before counting starts (default 20)")
     parser.add_argument("--batch", type=int, default=100, help="jobs per enqueue and per dequeue (default 100)")
     parser.add_argument("--against", action="append", default=[], metavar="COMMIT", help="also count this commit")
+    parser.add_argument("--variants", default="plain", help="a comma list of plain, keyed, grouped (default plain)")
+    parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -106,16 +129,28 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     backends = _split([args.backends], BACKENDS)
+    variants = _split([args.variants], VARIANTS)
+    if "grouped" in variants and args.groups < args.batch:
+        parser.error("--groups: at least --batch (a cycle's groups must all be free)")
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
     print(f"instructions per job (callgrind, the server's user space): {args.cycles} cycles of {args.batch}")
     for backend in backends:
-        counts = {}
-        for build in builds:
-            counts[build.label] = count(build, backend, args.cycles, args.warmup, args.batch)
-            print(f"{backend:14} {build.label:8} {counts[build.label]:10,.0f}", flush=True)
-        for build in builds[1:]:
-            ratio = counts["current"] / counts[build.label]
-            print(f"{backend:14} current / {build.label}: {ratio:.3f}")
+        for variant in variants:
+            counts = {}
+            for build in builds:
+                n = count(build, backend, args.cycles, args.warmup, args.batch, variant, args.groups)
+                counts[build.label] = n
+                label = backend if variant == "plain" else f"{backend} {variant}"
+                print(f"{label:22} {build.label:8} {n:10,.0f}", flush=True)
+            for build in builds[1:]:
+                ratio = counts["current"] / counts[build.label]
+                print(f"{label:22} current / {build.label}: {ratio:.3f}")
+            if variant == "plain":
+                plain = counts
+            elif "plain" in variants:
+                for build in builds:
+                    ratio = plain[build.label] / counts[build.label]
+                    print(f"{label:22} {build.label:8} plain / {variant}: {ratio:.3f} (jobs per instruction)")
 
 
 if __name__ == "__main__":
