@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -445,6 +446,28 @@ def test_a_restart_is_survived_and_the_connection_named(store: RedisStore, serve
         return first + second + [j.local_id for j in jobs]
 
     assert run(store, across) == [1, 2, 1, 2]
+
+
+def test_an_ack_and_dequeue_on_a_connection_dead_while_idle_go_again_on_a_new_one(
+    store: RedisStore, server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def across(hot: NativeHotPath) -> tuple[list[int], int, list[int]]:
+        jobs = [NewJob(1, b"a", NOW, 1), NewJob(1, b"b", NOW, 1)]
+        ids = (await hot.enqueue_jobs(Q, batch(jobs), NOW)).to_list()
+        first = claimed(await hot.dequeue_jobs(Q, 1, 1, "c", NOW, False))[0].local_id
+        server.kill()
+        server.restart()
+        # A pair is written without polling the idle connection first (both may run again):
+        # the write or its reply finds it dead, and the pair goes again on a new connection.
+        pair = await hot.ack_and_dequeue_jobs(Q, acks([AckItem(1, first)], []), 1, 5, "c2", NOW)
+        return ids, first, [j.local_id for j in claimed(pair)]
+
+    with caplog.at_level(logging.INFO, logger="pinlater.backends.redis.hot_client"):
+        ids, first, again = run(store, across)
+    assert first == ids[0] and again == [ids[1]], "the other job claimed, the acked one not again"
+    (record,) = store.lookup_jobs(Q, [(1, first)], False)
+    assert record.state == JobState.SUCCEEDED
+    assert "ack_jobs and dequeue_jobs again one by one" in caplog.text, "the pair was written first"
 
 
 async def until_written(hot: NativeHotPath) -> None:

@@ -74,7 +74,8 @@ class ShardMap:
             for s in self._shards.values()
             if s.healthy and not s.dequeue_only and not _above(memory_use(s), memory_high_water)
         ]
-        random.shuffle(shards)
+        if len(shards) > 1:
+            random.shuffle(shards)
         return shards
 
     def memory_full(self, memory_high_water: float | None) -> list[tuple[Shard, MemoryUse]]:
@@ -89,7 +90,8 @@ class ShardMap:
     def dequeue_candidates(self, coverage: float) -> list[Shard]:
         """Healthy shards in random order; with coverage < 1 only that fraction (at least one)."""
         shards = [s for s in self._shards.values() if s.healthy]
-        random.shuffle(shards)
+        if len(shards) > 1:
+            random.shuffle(shards)
         if coverage < 1.0 and shards:
             keep = max(1, int(len(shards) * coverage + 0.999999))
             shards = shards[:keep]

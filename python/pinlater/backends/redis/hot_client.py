@@ -183,11 +183,13 @@ class _Connection(asyncio.Protocol):
 
     # -- ours ------------------------------------------------------------------------------------
 
-    def usable(self) -> bool:
-        """Not broken; when idle, nothing to read (the server closed it, or is out of step)."""
+    def usable(self, probe: bool = True) -> bool:
+        """Not broken; when idle, nothing to read (the server closed it, or is out of step).
+        Without ``probe``, an idle connection is not polled for that (a system call): for calls
+        that may run again on a fresh connection when this one turns out dead after the write."""
         if self.broken is not None or self._transport is None or self._transport.is_closing():
             return False
-        if self._waiters:
+        if self._waiters or not probe:
             return True
         sock = self._transport.get_extra_info("socket")
         if sock is None or readable_now(sock.fileno()):
@@ -332,13 +334,15 @@ class HotClient:
         raise AssertionError("unreachable")
 
     def _live(self) -> _Connection | None:
-        """The connection to write a pair on at once: up, on this loop, its layout checked."""
+        """The connection to write a pair on at once: up, on this loop, its layout checked. Not
+        polled when idle (``usable(probe=False)``): both scripts of a pair may run again, and
+        ``call_pair`` sends them again one by one when the connection was dead after all."""
         conn = self._conn
         if (
             (self._layout is not None and not self._layout.checked)
             or conn is None
             or self._loop is not asyncio.get_running_loop()
-            or not conn.usable()
+            or not conn.usable(probe=False)
         ):
             return None
         return conn
