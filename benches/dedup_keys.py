@@ -79,12 +79,19 @@ def main() -> None:
         f"{args.producers} producer(s) + {args.consumers} consumer(s), {args.seconds:g} s measured, "
         f"{args.rounds} round(s), {os.cpu_count()} CPUs"
     )
-    print(f"{'backend':<14} {'variant':<7} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13}")
+    print(
+        f"{'backend':<14} {'variant':<7} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
+        f"{'clients µs/job':>15}"
+    )
     for backend in backends:
         for variant in variants:
             f = Figures.of(runs[(backend, variant)])
             v = f.values()
-            print(f"{backend:<14} {variant:<7} {_jobs(f.jobs_per_min):>9} {_us(v['server']):>14} {_us(v['store']):>13}")
+            clients = _us(f.per_job_us(f.client_cpu))
+            print(
+                f"{backend:<14} {variant:<7} {_jobs(f.jobs_per_min):>9} {_us(v['server']):>14} {_us(v['store']):>13} "
+                f"{clients:>15}"
+            )
         plain = runs[(backend, "plain")]
         for variant in variants[1:]:
             other = runs[(backend, variant)]

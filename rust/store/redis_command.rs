@@ -2,7 +2,7 @@
 //! per argument. The Redis backend's scripts take hundreds of arguments a call (five per job);
 //! hiredis packed them from Python objects at 0.13-0.25 µs each on the development machine.
 
-use crate::store::decimal::{push_int, push_uint};
+use crate::store::decimal::{push_uint, uint_digits};
 
 /// Appends a `$` or `*` marker, `n` in decimal and CRLF.
 fn header(buf: &mut Vec<u8>, marker: u8, n: usize) {
@@ -15,8 +15,6 @@ fn header(buf: &mut Vec<u8>, marker: u8, n: usize) {
 #[derive(Debug)]
 pub struct Command {
     buf: Vec<u8>,
-    /// An integer's text, reused from one to the next.
-    scratch: Vec<u8>,
 }
 
 impl Command {
@@ -25,10 +23,7 @@ impl Command {
     pub fn new(args: usize, capacity: usize) -> Self {
         let mut buf = Vec::with_capacity(capacity + 16);
         header(&mut buf, b'*', args);
-        Self {
-            buf,
-            scratch: Vec::with_capacity(20),
-        }
+        Self { buf }
     }
 
     /// One argument, as its bytes.
@@ -38,13 +33,31 @@ impl Command {
         self.buf.extend_from_slice(b"\r\n");
     }
 
-    /// One argument, an integer in decimal, as Redis reads it.
+    /// One argument, an integer in decimal, as Redis reads it: made on the stack, header and
+    /// all (`$`, at most two digits of length, the sign and up to 20 digits), and appended in
+    /// one copy.
     pub fn int(&mut self, arg: i64) {
-        let mut text = std::mem::take(&mut self.scratch);
-        text.clear();
-        push_int(&mut text, arg);
-        self.bulk(&text);
-        self.scratch = text;
+        let mut digits = [0_u8; 20];
+        let at = uint_digits(arg.unsigned_abs(), &mut digits);
+        let len = digits.len() - at + usize::from(arg < 0);
+        let mut out = [0_u8; 30];
+        out[0] = b'$';
+        let mut n = 1;
+        if len >= 10 {
+            out[n] = b'0' + u8::try_from(len / 10).unwrap_or(0);
+            n += 1;
+        }
+        out[n] = b'0' + u8::try_from(len % 10).unwrap_or(0);
+        out[n + 1..n + 3].copy_from_slice(b"\r\n");
+        n += 3;
+        if arg < 0 {
+            out[n] = b'-';
+            n += 1;
+        }
+        out[n..n + 20 - at].copy_from_slice(&digits[at..]);
+        n += 20 - at;
+        out[n..n + 2].copy_from_slice(b"\r\n");
+        self.buf.extend_from_slice(&out[..n + 2]);
     }
 
     #[must_use]
@@ -85,5 +98,22 @@ mod tests {
             text,
             "*2\r\n$20\r\n-9223372036854775808\r\n$19\r\n9223372036854775807\r\n"
         );
+    }
+
+    #[test]
+    fn an_integer_is_the_bulk_string_of_its_decimal() {
+        let mut value: i64 = 1;
+        let mut values = vec![0, i64::MIN, i64::MAX, i64::MIN + 1];
+        for _ in 0..19 {
+            values.extend([value - 1, value, value + 1, -value, -value - 1, 1 - value]);
+            value = value.saturating_mul(10);
+        }
+        for v in values {
+            let mut int = Command::new(1, 0);
+            int.int(v);
+            let mut bulk = Command::new(1, 0);
+            bulk.bulk(v.to_string().as_bytes());
+            assert_eq!(int.into_bytes(), bulk.into_bytes(), "{v}");
+        }
     }
 }

@@ -9,7 +9,8 @@ Decoding rules, in order:
   binary protocol accepts both) is parsed here. A header that cannot be read gets no reply.
 * The argument struct is first *walked* (``thrift_struct_end``, in Rust): every length is within
   the frame, every wire type is a real Thrift type, structs and containers nest at most 32 deep.
-  Only then is it decoded: the three hot methods (``HOT_METHODS``: enqueueJobs, dequeueJobs,
+  (A hot method's is walked by ``decode_hot_call`` itself, first thing, so not twice.) Only then
+  is it decoded: the three hot methods (``HOT_METHODS``: enqueueJobs, dequeueJobs,
   ackDequeuedJobs) by the extension (``decode_hot_call``, see below), the others by the Cython
   protocol. The walk exists because the Cython reader trusts
   lengths: a 12-byte frame announcing 2**31 elements of an unknown type keeps it skipping nothing
@@ -288,7 +289,8 @@ class Dispatcher:
         method = self._methods.get(name)
         oneway = mtype == TMessageType.ONEWAY or (method is not None and method.oneway)
         try:
-            thrift_struct_end(payload, offset)
+            if method is None or not method.hot:  # a hot call's decoding walks it the same way first
+                thrift_struct_end(payload, offset)
             if mtype not in (TMessageType.CALL, TMessageType.ONEWAY):
                 raise MalformedPayload(f"message type {mtype} is not a call")
             if method is None:
