@@ -353,14 +353,16 @@ class Run:
     stolen_cores: float
 
 
-def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace, tmp: Path) -> Run:
-    """One run: a fresh store and server of ``build``, the load, a warm-up, then the measured interval."""
+def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace, tmp: Path, serve: Any = None) -> Run:
+    """One run: a fresh store and server of ``build``, the load, a warm-up, then the measured
+    interval. ``serve``: what starts the server instead of ``Server`` (same arguments; an object
+    with ``proc``, ``port``, ``lines`` and ``stop()``), as ``redis_floor.py`` starts its own."""
     from pinlater.idl import idl
 
     directory = tmp / f"{backend}-{build.label}-{round_no}"
     directory.mkdir()
     with running_store(backend, directory) as store:
-        server = Server(build, directory, store.server_args, args.property)
+        server = (serve or Server)(build, directory, store.server_args, args.property)
         workers: list[Any] = []
         stop = mp.Event()
         try:

@@ -89,6 +89,24 @@ def test_instructions_per_job_on_the_embedded_store() -> None:
     assert float(row.split()[2].replace(",", "")) > 0, "some instructions per job were counted"
 
 
+def test_instructions_per_job_counts_the_grouped_variant_beside_the_plain_one() -> None:
+    out = run(
+        "instructions_per_job.py",
+        *("--backends", "embedded", "--variants", "plain,grouped", "--groups", "10"),
+        *("--cycles", "2", "--warmup", "1", "--batch", "10"),
+    )
+    ratio = next(line for line in out.splitlines() if "plain / grouped" in line)
+    assert 0 < float(ratio.split("plain / grouped:")[1].split()[0]) < 1, out
+
+
+@pytest.mark.redis
+def test_redis_floor_measures_the_server_and_the_bare_floor() -> None:
+    out = run("redis_floor.py", "--rounds", "1", "--seconds", "1", "--warmup", "0.5")
+    rows = {line[:16].strip(): line[16:].split() for line in out.splitlines() if line[:16].strip()}
+    assert float(rows["pinlater serve"][1]) > 0 and float(rows["bare floor"][1]) > 0, out
+    assert "the Python request path's share" in out
+
+
 @pytest.mark.redis
 def test_cost_per_job_compares_the_redis_layouts() -> None:
     out = run(
