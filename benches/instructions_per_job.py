@@ -129,7 +129,7 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     backends = _split([args.backends], BACKENDS)
-    variants = _split([args.variants], VARIANTS)
+    variants = sorted(_split([args.variants], VARIANTS), key=lambda v: v != "plain")  # plain first: the others' base
     if "grouped" in variants and args.groups < args.batch:
         parser.error("--groups: at least --batch (a cycle's groups must all be free)")
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]

@@ -25,8 +25,12 @@ pub struct Descriptor<'a> {
     pub local_id: u64,
 }
 
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
 fn is_word(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    s.bytes().all(is_word_byte)
 }
 
 /// `s` as an unsigned decimal of digits only (no sign: `str::parse` would take a leading `+`),
@@ -118,19 +122,19 @@ fn parse_parts(s: &str) -> Result<Descriptor<'_>, Malformation> {
     })
 }
 
-/// A well-formed descriptor read in one pass over its bytes; `None` for anything else, which
-/// `parse_parts` reads (and names what is wrong with). It accepts exactly what `parse_parts`
-/// accepts, with the same result: the ACKs of a dequeue bring a hundred descriptors, and the
-/// splitting, the checks and `str::parse` of `parse_parts` walked each several times.
+/// A well-formed descriptor read straight from its bytes (no splitting, no `str::parse`); `None`
+/// for anything else, which `parse_parts` reads (and names what is wrong with). It accepts
+/// exactly what `parse_parts` accepts, with the same result: the ACKs of a dequeue bring a
+/// hundred descriptors, and the splitting, the checks and `str::parse` of `parse_parts` walked
+/// each several times.
 fn parse_quick(s: &str) -> Option<Descriptor<'_>> {
     let bytes = s.as_bytes();
-    let word = |from: usize| {
-        let len = bytes[from..]
-            .iter()
-            .take_while(|&&b| b.is_ascii_alphanumeric() || b == b'_')
-            .count();
-        (len > 0 && bytes.get(from + len) == Some(&b':')).then_some(from + len)
+    // Where the run of bytes at `from` that `take` accepts ends, when it is not empty.
+    let run = |from: usize, take: fn(u8) -> bool| {
+        let len = bytes[from..].iter().take_while(|&&b| take(b)).count();
+        (len > 0).then_some(from + len)
     };
+    let word = |from: usize| run(from, is_word_byte).filter(|&end| bytes.get(end) == Some(&b':'));
     let queue_end = word(0)?;
     let shard_at = queue_end + 2;
     if bytes.get(queue_end + 1) != Some(&b's') {
@@ -140,28 +144,17 @@ fn parse_quick(s: &str) -> Option<Descriptor<'_>> {
     if bytes.get(shard_end + 1) != Some(&b'p') {
         return None;
     }
-    let mut at = shard_end + 2;
-    let number = |at: &mut usize| {
-        let from = *at;
-        let mut n: u64 = 0;
-        while let Some(&b) = bytes.get(*at) {
-            if !b.is_ascii_digit() {
-                break;
-            }
-            n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-            *at += 1;
-        }
-        (*at > from).then_some(n)
-    };
-    let priority = number(&mut at)?;
-    if bytes.get(at) != Some(&b':') {
+    let priority_at = shard_end + 2;
+    let priority_end = run(priority_at, |b| b.is_ascii_digit())?;
+    if bytes.get(priority_end) != Some(&b':') {
         return None;
     }
-    at += 1;
-    let local_id = number(&mut at)?;
-    if at != bytes.len() {
+    let id_at = priority_end + 1;
+    if run(id_at, |b| b.is_ascii_digit())? != bytes.len() {
         return None;
     }
+    let priority = digits(&s[priority_at..priority_end])?;
+    let local_id = digits(&s[id_at..])?;
     let priority = i64::try_from(priority)
         .ok()
         .and_then(|p| check_priority(p).ok())?;

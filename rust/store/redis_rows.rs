@@ -52,26 +52,29 @@ fn plain_decimal(text: &[u8]) -> Option<f64> {
     const POWERS: [f64; 16] = [
         1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
     ];
-    // The whole part, then the fraction after the point (if any): each a tight loop of digits,
-    // together one integer. A second point, or any other byte, is not plain.
-    let point = text.iter().position(|&b| b == b'.');
-    let (whole, fraction) = match point {
-        Some(at) => (&text[..at], &text[at + 1..]),
-        None => (text, &[][..]),
-    };
-    if whole.is_empty() || whole.len() + fraction.len() > 15 {
-        return None;
-    }
+    // One pass: the digits as one integer, and where the point was (at most one, not first).
     let mut n: u64 = 0;
-    for &b in whole.iter().chain(fraction) {
-        let digit = b.wrapping_sub(b'0');
-        if digit > 9 {
+    let mut digits = 0;
+    let mut point: Option<usize> = None;
+    for &b in text {
+        if b.is_ascii_digit() {
+            digits += 1;
+            if digits > 15 {
+                return None;
+            }
+            n = n * 10 + u64::from(b - b'0');
+        } else if b == b'.' && point.is_none() && digits > 0 {
+            point = Some(digits);
+        } else {
             return None;
         }
-        n = n * 10 + u64::from(digit);
     }
+    if digits == 0 {
+        return None;
+    }
+    let fraction = point.map_or(0, |at| digits - at);
     #[allow(clippy::cast_precision_loss)] // below 10**15: exact
-    Some(n as f64 / POWERS[fraction.len()])
+    Some(n as f64 / POWERS[fraction])
 }
 
 /// Milliseconds from seconds: `round(seconds * 1000.0)`, halves to even.

@@ -45,8 +45,6 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-
-use foldhash::{HashMapExt as _, HashSetExt as _};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +53,11 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use foldhash::{HashMapExt as _, HashSetExt as _};
 use rusqlite::{Connection, OpenFlags, Statement, ToSql};
+
+use crate::queue::jobs::{repeated_keys, AckGroup, ClaimedJob, JobKeys, NewJob, Placed};
+use crate::store::sqlite_inserts::{Field, MultiRow, SqliteInserts};
 
 /// A map or set of one request's work, keyed by what clients sent (dedup keys, groups, ids):
 /// foldhash, seeded at random per map, hashes a short key in a fraction of `SipHash`'s
@@ -64,9 +66,6 @@ use rusqlite::{Connection, OpenFlags, Statement, ToSql};
 /// attacker cannot learn to collide by probing.
 type RequestMap<K, V> = foldhash::HashMap<K, V>;
 type RequestSet<T> = foldhash::HashSet<T>;
-
-use crate::queue::jobs::{repeated_keys, AckGroup, ClaimedJob, JobKeys, NewJob, Placed};
-use crate::store::sqlite_inserts::{Field, MultiRow, SqliteInserts};
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
