@@ -136,7 +136,9 @@ mod _pinlater {
     #[pymodule_export]
     use crate::py::store::sqlite_shard::{sqlite_library_version, SqliteShard, WriteGate};
     #[pymodule_export]
-    use crate::py::wire::hot_calls::{decode_hot_call, AckCall, DequeueCall, EnqueueCall};
+    use crate::py::wire::hot_calls::{
+        decode_hot_call, decode_hot_frame, AckCall, DequeueCall, EnqueueCall,
+    };
     #[pymodule_export]
     use crate::py::wire::replies::{
         encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply,

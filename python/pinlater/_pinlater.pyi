@@ -44,6 +44,7 @@ __all__ = [
     "decode_descriptor",
     "decode_descriptors",
     "decode_hot_call",
+    "decode_hot_frame",
     "encode_dequeue_batches",
     "encode_dequeue_handout",
     "encode_dequeue_reply",
@@ -930,6 +931,12 @@ class AckCall:
         Raises:
             DescriptorError: a bad descriptor.
         """
+
+def decode_hot_frame(payload: bytes) -> tuple[str, int, EnqueueCall | DequeueCall | AckCall] | None:
+    """``(method, seqid, call)`` for a message that is a well-formed ``CALL`` of ``enqueueJobs``,
+    ``dequeueJobs`` or ``ackDequeuedJobs`` (its header, strict or old style, then its arguments as
+    ``decode_hot_call`` reads them); ``None`` for any other message, and for one whose header or
+    arguments do not decode, which the caller's general path reads again and answers."""
 
 def decode_hot_call(method: str, payload: bytes, offset: int) -> EnqueueCall | DequeueCall | AckCall:
     """Decode the arguments of ``method`` (``enqueueJobs``, ``dequeueJobs`` or

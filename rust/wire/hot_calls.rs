@@ -251,6 +251,53 @@ pub fn text_at<'p>(payload: &'p [u8], span: &Span) -> &'p str {
     std::str::from_utf8(bytes_at(payload, span)).unwrap_or_default()
 }
 
+/// A Thrift `CALL` message type (`TMessageType.CALL`).
+const CALL: u8 = 1;
+/// The version word of a strict binary message header (`VERSION_1`), and its mask.
+const VERSION_1: u32 = 0x8001_0000;
+const VERSION_MASK: u32 = 0xffff_0000;
+
+/// The method of a hot call, its seqid and where its argument struct starts, when `payload`
+/// begins with a well-formed `CALL` message header (strict or old style) naming `enqueueJobs`,
+/// `dequeueJobs` or `ackDequeuedJobs`; `None` for anything else (another method, another
+/// message type, a malformed header), which the caller's general path answers.
+#[must_use]
+pub fn hot_header(payload: &[u8]) -> Option<(&'static str, i32, usize)> {
+    let i32_at = |pos: usize| -> Option<i32> {
+        let word = payload.get(pos..pos.checked_add(4)?)?;
+        Some(i32::from_be_bytes(word.try_into().ok()?))
+    };
+    let first = i32_at(0)?;
+    let (name_len, name_at, mtype) = if first < 0 {
+        // strict: version | type, then the name as a string
+        #[allow(clippy::cast_sign_loss)] // the bit pattern is what is compared
+        let word = first as u32;
+        if word & VERSION_MASK != VERSION_1 {
+            return None;
+        }
+        (i32_at(4)?, 8, Some((word & 0xff) as u8))
+    } else {
+        (first, 4, None) // old style: the name, then the type byte
+    };
+    let name_len = usize::try_from(name_len).ok()?;
+    let name_end = name_at + name_len;
+    let name = payload.get(name_at..name_end)?;
+    let (mtype, seqid_at) = match mtype {
+        Some(mtype) => (mtype, name_end),
+        None => (*payload.get(name_end)?, name_end + 1),
+    };
+    if mtype != CALL {
+        return None;
+    }
+    let method = match name {
+        b"enqueueJobs" => "enqueueJobs",
+        b"dequeueJobs" => "dequeueJobs",
+        b"ackDequeuedJobs" => "ackDequeuedJobs",
+        _ => return None,
+    };
+    Some((method, i32_at(seqid_at)?, seqid_at + 4))
+}
+
 /// Decodes the arguments of `method` at `offset` in `payload` (just past the message header).
 pub fn decode(method: &str, payload: &[u8], offset: usize) -> Result<HotCall, DecodeError> {
     let method: &'static str = match method {
@@ -776,6 +823,67 @@ fn descriptor_text<'p>(payload: &'p [u8], a: &AckInfo) -> &'p str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A strict message header: version | `mtype`, the name, `seqid`.
+    fn strict_header(name: &[u8], mtype: u8, seqid: i32) -> Vec<u8> {
+        let mut out = (0x8001_0000_u32 | u32::from(mtype)).to_be_bytes().to_vec();
+        out.extend_from_slice(&i32::try_from(name.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(name);
+        out.extend_from_slice(&seqid.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_hot_header_is_read_in_both_styles() {
+        let mut strict = strict_header(b"dequeueJobs", CALL, 77);
+        strict.push(0); // the argument struct's stop
+        assert_eq!(
+            hot_header(&strict),
+            Some(("dequeueJobs", 77, strict.len() - 1))
+        );
+
+        let mut old = 15_i32.to_be_bytes().to_vec();
+        old.extend_from_slice(b"ackDequeuedJobs");
+        old.push(CALL);
+        old.extend_from_slice(&(-3_i32).to_be_bytes());
+        assert_eq!(hot_header(&old), Some(("ackDequeuedJobs", -3, old.len())));
+    }
+
+    #[test]
+    fn anything_but_a_well_formed_hot_call_header_is_left_to_the_general_path() {
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("another method", strict_header(b"getQueueNames", CALL, 1)),
+            ("a oneway message", strict_header(b"enqueueJobs", 4, 1)),
+            ("a reply", strict_header(b"enqueueJobs", 2, 1)),
+            (
+                "a prefix of the name",
+                strict_header(b"enqueueJob", CALL, 1),
+            ),
+            ("empty", Vec::new()),
+            ("a bad version", {
+                let mut h = strict_header(b"enqueueJobs", CALL, 1);
+                h[1] = 2;
+                h
+            }),
+            ("a name longer than the frame", {
+                let mut h = strict_header(b"enqueueJobs", CALL, 1);
+                h[4..8].copy_from_slice(&1000_i32.to_be_bytes());
+                h
+            }),
+            ("a negative name length", {
+                let mut h = strict_header(b"enqueueJobs", CALL, 1);
+                h[4..8].copy_from_slice(&(-1_i32).to_be_bytes());
+                h
+            }),
+        ];
+        for (what, header) in &cases {
+            assert_eq!(hot_header(header), None, "{what}");
+        }
+        let whole = strict_header(b"enqueueJobs", CALL, 1);
+        for cut in 0..whole.len() {
+            assert_eq!(hot_header(&whole[..cut]), None, "cut at {cut}");
+        }
+    }
 
     const T_I16: u8 = 6;
     const T_MAP: u8 = 13;

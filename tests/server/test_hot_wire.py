@@ -35,6 +35,7 @@ from pinlater._pinlater import (
     NewJobBatch,
     decode_descriptors,
     decode_hot_call,
+    decode_hot_frame,
     encode_dequeue_batches,
     encode_dequeue_reply,
     encode_descriptors,
@@ -342,6 +343,57 @@ def agrees(method: str, payload: bytes, offset: int, num_priorities: int = 3) ->
 
 
 # -- decoding: agreement with thriftpy2 -------------------------------------------------------
+
+
+def general_path(payload: bytes) -> Any:
+    """What the dispatcher's general path makes of a whole message that is a hot call: ``(method,
+    seqid, view)``, or None (not a hot CALL, or one that fails to decode)."""
+    try:
+        name, mtype, seqid, offset = _parse_header(payload)
+    except Exception:
+        return None
+    if name not in HOT or mtype != TMessageType.CALL:
+        return None
+    try:
+        return name, seqid, our_view(decode_hot_call(name, payload, offset), 3, 1_000)
+    except (MalformedThriftError, MissingFieldError):
+        return None
+
+
+def one_crossing(payload: bytes) -> Any:
+    hot = decode_hot_frame(payload)
+    return None if hot is None else (hot[0], hot[1], our_view(hot[2], 3, 1_000))
+
+
+@pytest.mark.parametrize("method", HOT)
+def test_a_whole_hot_frame_reads_as_its_header_and_arguments_do(method: str) -> None:
+    """``decode_hot_frame`` (the transport's one crossing) serves exactly the messages the general
+    path would read as a hot call, as that path reads them; it leaves every other to that path."""
+    rng = random.Random(method)
+    noise = Noise(rng, 0.3)
+    args_cls = getattr(idl.PinLater, f"{method}_args")
+    served = 0
+    for i in range(400):
+        payload, offset = raw_message(method, noise.struct(args_cls))
+        name = method.encode()
+        if i % 4 == 1:  # the old, unversioned header, with a seqid of its own
+            payload = struct.pack(">i", len(name)) + name + struct.pack(">bi", TMessageType.CALL, -i) + payload[offset:]
+        elif i % 4 == 2:  # a header byte changed: the version, the type, the name or its length
+            at = rng.randrange(offset)
+            payload = payload[:at] + bytes([rng.randrange(256)]) + payload[at + 1 :]
+        elif i % 4 == 3:  # cut short anywhere
+            payload = payload[: rng.randrange(len(payload))]
+        expected = general_path(payload)
+        assert one_crossing(payload) == expected, payload
+        served += expected is not None
+    assert served > 100, served  # (noise and the cut or changed quarters fail the rest)
+    oneway = (
+        struct.pack(">iI", -2147418111 | TMessageType.ONEWAY, len(method))
+        + method.encode()
+        + payload[4 + 4 + len(method) :]
+    )
+    assert decode_hot_frame(oneway) is None
+    assert decode_hot_frame(call_message("getQueueNames", idl.PinLater.getQueueNames_args(), 7)[0]) is None
 
 
 @pytest.mark.parametrize("method", HOT)

@@ -15,6 +15,7 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from pinlater._pinlater import decode_hot_frame
 from pinlater.server.dispatch import ProtocolError
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: FramedServer, peer: Any = None) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
+        #: The server's loop, which serves this connection (kept: ``get_running_loop`` makes a
+        #: getpid() system call each time).
+        self._loop = server._loop()
         #: The peer's address, from accept() (the transport cannot tell once the peer has reset).
         self.peer: Any = peer
         self._buf = bytearray()
@@ -98,7 +102,7 @@ class Connection(asyncio.Protocol):
                 self._buf = bytearray(data[pos:])
             new_frame = True
         if self._queue and self.worker is None:
-            self.worker = self._server._loop().create_task(self._serve())
+            self.worker = self._loop.create_task(self._serve())
         if bad_length is not None:
             self._bad_length(bad_length)
             return
@@ -133,8 +137,9 @@ class Connection(asyncio.Protocol):
             stats.frames_in += 1
             queued += length
             pos += 4 + length
-        if queued:
-            self._server._count_queued(self, queued)
+        if queued:  # (``FramedServer._count_queued``, inline: on every read)
+            self._server._pending_frame_bytes += queued
+            self.queued += queued
         return pos, bad_length
 
     def eof_received(self) -> bool:
@@ -162,34 +167,52 @@ class Connection(asyncio.Protocol):
     async def _serve(self) -> None:
         server = self._server
         stats = server._counters
-        transport = self._transport_or_fail()
+        slots = server.slots
+        dispatcher = server.dispatcher
+        hot_methods = dispatcher.hot_methods
+        transport = self._transport
+        assert transport is not None, "connection not made yet"
         try:
             while self._queue and not self._lost:
                 payload = self._queue.popleft()
-                self._maybe_resume_reading()
-                try:
-                    async with server._semaphore:
-                        stats.requests_in_flight += 1
-                        try:
-                            reply = await server.dispatcher.handle_frame(payload)
-                        except ProtocolError as exc:
-                            stats.protocol_errors += 1
-                            server._log_bad_frame("closing connection from %s: %s", self.peer, exc)
-                            if exc.reply is not None:
-                                self._write(exc.reply)
-                            self._begin_close()
-                            break
-                        except Exception:  # the dispatcher answers handler errors itself: a bug
-                            log.exception("closing connection from %s: dispatcher failed", self.peer)
-                            self._begin_close()
-                            break
-                        finally:
-                            stats.requests_in_flight -= 1
-                finally:
-                    # Handled (or cancelled, even while waiting for the semaphore): the payload is
-                    # garbage now, and its bytes go back to the budget.
-                    server._count_queued(self, -len(payload))
+                if self._reading_paused:
                     self._maybe_resume_reading()
+                try:
+                    if not slots.take_now():
+                        await slots.take()
+                    try:
+                        # A well-formed hot call is served here, the rest by ``handle_frame``
+                        # (``Dispatcher.hot_methods``).
+                        reply: bytes | None
+                        hot = decode_hot_frame(payload)
+                        if hot is not None and (serve := hot_methods.get(hot[0])) is not None:
+                            name, seqid, call = hot
+                            try:
+                                reply = await serve(call, seqid)
+                            except Exception as exc:  # answered as handle_frame answers it
+                                reply = dispatcher.hot_failed(name, seqid, exc)
+                        else:
+                            reply = await dispatcher.handle_frame(payload)
+                    except ProtocolError as exc:
+                        stats.protocol_errors += 1
+                        server._log_bad_frame("closing connection from %s: %s", self.peer, exc)
+                        if exc.reply is not None:
+                            self._write(exc.reply)
+                        self._begin_close()
+                        break
+                    except Exception:  # the dispatcher answers handler errors itself: a bug
+                        log.exception("closing connection from %s: dispatcher failed", self.peer)
+                        self._begin_close()
+                        break
+                    finally:
+                        slots.release()
+                finally:
+                    # Handled (or cancelled, even while waiting for a slot): the payload is
+                    # garbage now, and its bytes go back to the budget.
+                    server._pending_frame_bytes -= len(payload)
+                    self.queued -= len(payload)
+                    if self._reading_paused:
+                        self._maybe_resume_reading()
                 if reply is not None:
                     self._write(reply)
                 if self._writable is not None and not self._writable.done():
@@ -201,16 +224,16 @@ class Connection(asyncio.Protocol):
                 transport.close()
 
     def _write(self, reply: bytes) -> None:
-        if self._lost:
+        transport = self._transport
+        if self._lost or transport is None:  # (None: never, once a frame was read)
             return
-        transport = self._transport_or_fail()
         if transport.is_closing():
             # The transport closed under us: the peer reset or went away. asyncio would take the
             # write and, from the fifth, log "socket.send() raised exception." with no peer.
             if not self._aborted:
                 self._peer_gone(None)
             return
-        transport.write(len(reply).to_bytes(4, "big") + reply)
+        transport.writelines((len(reply).to_bytes(4, "big"), reply))
         self._server._counters.frames_out += 1
 
     def _peer_gone(self, exc: Exception | None) -> None:

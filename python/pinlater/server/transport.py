@@ -49,6 +49,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import resource
 import socket
@@ -128,11 +129,54 @@ class ServerStats:
     pending_frame_bytes: int
 
 
+class RequestSlots:
+    """At most ``limit`` requests handled at once; a request over it waits for a slot, in
+    arrival order. Taking a free slot is a plain call (``take_now``), not a coroutine: it is on
+    every request's way."""
+
+    __slots__ = ("_waiters", "held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        #: Slots taken (the requests in flight).
+        self.held = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        """Take a slot if one is free and nobody waits for one; ``take`` otherwise."""
+        if self.held < self.limit and not self._waiters:
+            self.held += 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Wait for a slot (handed over by ``release``, so ``held`` counts it already)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # handed a slot as we were cancelled: pass it on
+                self.release()
+            elif waiter in self._waiters:  # (release may have dropped it already)
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Give a slot back: to the first request waiting for one, if any."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.held -= 1
+
+
 @dataclass(slots=True)
 class _Counters:
     connections_accepted: int = 0
     connections_rejected: int = 0
-    requests_in_flight: int = 0
     frames_in: int = 0
     frames_out: int = 0
     protocol_errors: int = 0
@@ -219,7 +263,8 @@ class FramedServer:
         self._all_lost: asyncio.Future[None] | None = None
         self._sockets: list[socket.socket] = []
         self._attaching: set[asyncio.Task[None]] = set()
-        self._semaphore = asyncio.Semaphore(max_concurrent_requests)
+        #: The requests being handled, at most ``max_concurrent_requests``.
+        self.slots = RequestSlots(max_concurrent_requests)
         self._accepting = False
         self._accept_paused = False
         self._accept_backoff = 0.0
@@ -481,7 +526,7 @@ class FramedServer:
             connections_open=len(self._connections),
             connections_accepted=c.connections_accepted,
             connections_rejected=c.connections_rejected,
-            requests_in_flight=c.requests_in_flight,
+            requests_in_flight=self.slots.held,
             frames_in=c.frames_in,
             frames_out=c.frames_out,
             protocol_errors=c.protocol_errors,

@@ -257,40 +257,74 @@ pub fn decode_hot_call(
         } else {
             hot_calls::decode(method, bytes, offset)
         }?;
-        let owner = payload.clone().unbind();
-        Ok(match decoded {
-            HotCall::Enqueue(call) => Py::new(
-                py,
-                EnqueueCall {
-                    payload: owner,
-                    call,
-                },
-            )?
-            .into_any(),
-            HotCall::Dequeue(mut call) => {
-                let ack = call
-                    .ack
-                    .take()
-                    .map(|call| {
-                        Py::new(
-                            py,
-                            AckCall {
-                                payload: owner,
-                                call,
-                            },
-                        )
-                    })
-                    .transpose()?;
-                Py::new(py, DequeueCall { call, ack })?.into_any()
-            }
-            HotCall::Ack(call) => Py::new(
-                py,
-                AckCall {
-                    payload: owner,
-                    call,
-                },
-            )?
-            .into_any(),
-        })
+        call_object(py, payload, decoded)
+    })
+}
+
+/// A whole message that is a well-formed hot call, decoded: `(method, seqid, call)`; `None`
+/// for any other message, or one whose header or arguments do not decode (the caller's general
+/// path reads it again and answers why). One crossing for the header and the arguments.
+#[pyfunction]
+pub fn decode_hot_frame(
+    py: Python<'_>,
+    payload: &Bound<'_, PyBytes>,
+) -> PyResult<Option<(&'static str, i32, Py<PyAny>)>> {
+    guarded("decode_hot_frame", || {
+        let bytes = payload.as_bytes();
+        let Some((method, seqid, offset)) = hot_calls::hot_header(bytes) else {
+            return Ok(None);
+        };
+        let decoded = if bytes.len() >= DETACH_BYTES {
+            py.detach(|| hot_calls::decode(method, bytes, offset))
+        } else {
+            hot_calls::decode(method, bytes, offset)
+        };
+        match decoded {
+            Ok(decoded) => Ok(Some((method, seqid, call_object(py, payload, decoded)?))),
+            Err(_) => Ok(None),
+        }
+    })
+}
+
+/// The Python object of a decoded call, keeping `payload` (which its spans point into) alive.
+fn call_object(
+    py: Python<'_>,
+    payload: &Bound<'_, PyBytes>,
+    decoded: HotCall,
+) -> PyResult<Py<PyAny>> {
+    let owner = payload.clone().unbind();
+    Ok(match decoded {
+        HotCall::Enqueue(call) => Py::new(
+            py,
+            EnqueueCall {
+                payload: owner,
+                call,
+            },
+        )?
+        .into_any(),
+        HotCall::Dequeue(mut call) => {
+            let ack = call
+                .ack
+                .take()
+                .map(|call| {
+                    Py::new(
+                        py,
+                        AckCall {
+                            payload: owner,
+                            call,
+                        },
+                    )
+                })
+                .transpose()?;
+            Py::new(py, DequeueCall { call, ack })?.into_any()
+        }
+        HotCall::Ack(call) => Py::new(
+            py,
+            AckCall {
+                payload: owner,
+                call,
+            },
+        )?
+        .into_any(),
     })
 }
