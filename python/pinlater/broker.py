@@ -419,7 +419,8 @@ class DequeueBroker:
 
         def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
             hot = self.backend.hot_path(shard)
-            return self.backend.on_shard(shard, hot.reserve_jobs(queue, priority, want, self.reservation, now, hold_ms))
+            # (walk_ready marks the shard on a connection failure)
+            return hot.reserve_jobs(queue, priority, want, self.reservation, now, hold_ms)
 
         batches = await self.backend.walk_ready(queue, room, fetch)
         self.metrics.incr("broker_refills")

@@ -141,6 +141,8 @@ def recorded(backend: ShardedBackend) -> dict[str, Recorder]:
     def hot_path(shard: Shard) -> HotPath:
         if shard.name not in recorders:
             recorders[shard.name] = Recorder(real(shard))
+        # (where the walk and the enqueue look first, without calling ``hot_path``)
+        backend._current_hot_paths[shard] = recorders[shard.name]  # type: ignore[assignment]
         return recorders[shard.name]  # type: ignore[return-value]  # a stand-in that forwards
 
     backend.hot_path = hot_path  # type: ignore[method-assign]

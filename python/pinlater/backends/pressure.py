@@ -67,6 +67,12 @@ class MemoryProbe(Protocol):
         never asks the store."""
         ...
 
+    @property
+    def limited(self) -> bool:
+        """Whether the last reading found a memory limit (False before the first reading): without
+        one, no reading is above any high-water mark, and ``latest`` need not be made."""
+        ...
+
     def refresh(self) -> MemoryUse:
         """Read the store's memory now (blocking) and keep it as ``latest``; raises
         ``ShardConnectionError`` when the store does not answer."""
@@ -99,6 +105,17 @@ def memory_probe(store: object) -> MemoryProbe | None:
     """The store's probe, if it offers one."""
     probe: MemoryProbe | None = getattr(store, "memory", None)
     return probe
+
+
+def memory_above(shard: Shard, high_water: float | None) -> bool:
+    """Whether the shard's latest reading is at or above ``high_water`` (None: no mark)."""
+    if high_water is None:
+        return False
+    probe: MemoryProbe | None = getattr(shard.store, "memory", None)
+    if probe is None or not probe.limited:
+        return False
+    use = probe.latest
+    return use is not None and use.above(high_water)
 
 
 def memory_use(shard: Shard) -> MemoryUse | None:

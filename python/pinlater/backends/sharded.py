@@ -469,7 +469,7 @@ class ShardedBackend:
 
     def new_claim(self, source: str) -> str:
         """A claim descriptor unique to this call: the caller's source, then this server's id."""
-        return f"{claim_source(source)}|{self._claim_prefix}:{next(self._claim_seq)}"
+        return f"{source[:MAX_SOURCE_IN_CLAIM]}|{self._claim_prefix}:{next(self._claim_seq)}"  # (``claim_source``)
 
     # -- queues -----------------------------------------------------------------------------
 
@@ -516,7 +516,9 @@ class ShardedBackend:
         behind the ones reserved). What it got goes to ``reserve.taken``; fewer than asked means
         it took every ready job there, so the place is noted empty (the next look can wait)."""
         mark = self.memory_high_water
-        candidates = await self._usable(lambda: self._shards.enqueue_candidates(mark))
+        candidates = self._shards.enqueue_candidates(mark) or await self._usable(
+            lambda: self._shards.enqueue_candidates(mark)
+        )
         if not candidates:
             full = self._shards.memory_full(mark)
             if full:
@@ -528,24 +530,25 @@ class ShardedBackend:
         lacking: list[Shard] = []  # shards without the queue (nothing was written there)
         for shard in candidates:
             now = self.clock.now_ms() if now_ms is None else now_ms
-            hot = self.hot_path(shard)
+            hot = self._current_hot_paths.get(shard) or self.hot_path(shard)  # (``hot_path``'s first look, inline)
             at = None
             if reserve is not None and hot.reserves_behind_enqueue:
                 at = self._reserve_priority(queue, jobs, now)
             got: ClaimedJobs | None = None
             try:
                 if at is None or reserve is None:
-                    ids = await self.on_shard(shard, hot.enqueue_jobs(queue, jobs, now))
+                    ids = await hot.enqueue_jobs(queue, jobs, now)
                 else:
                     both = hot.enqueue_and_reserve_jobs(
                         queue, jobs, now, at, reserve.limit, reserve.reservation, reserve.hold_ms
                     )
                     reserve.out(True)
                     try:
-                        ids, got = await self.on_shard(shard, both)
+                        ids, got = await both
                     finally:
                         reserve.out(False)
-            except ShardConnectionError as exc:
+            except ShardConnectionError as exc:  # (what ``on_shard`` does, without its coroutine)
+                shard.mark_unhealthy(exc.detail)
                 if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
                     detail = f"{exc.detail} (the jobs may have been stored there: not sent to another shard)"
                     raise ShardConnectionError(exc.shard, detail, maybe_applied=True) from exc
@@ -820,27 +823,27 @@ class ShardedBackend:
             if pending.how is None:  # the walk made no store call, so claimed nothing
                 await self.ack_jobs(queue, acks, ())
                 pending.applied()
-            elif pending.how == "carried":
+            elif pending.how == "carried" and self._holds_back(queue):  # (all ``_after_acks`` does here)
                 self._after_acks(queue, acks, (), self.clock.now_ms())
 
-    async def _dequeue_walk(
+    def _dequeue_walk(
         self, queue: str, limit: int, claim: str, dry_run: bool, coverage: float, pending: _PendingAcks | None
-    ) -> list[ReadyBatch[ClaimedJobs]]:
-        """``dequeue_jobs``'s walk; ``pending``: acks to apply before its first store call."""
+    ) -> Awaitable[list[ReadyBatch[ClaimedJobs]]]:
+        """``dequeue_jobs``'s walk (to await); ``pending``: acks to apply before its first store call."""
 
         def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
-            hot = self.hot_path(shard)
+            hot = self._current_hot_paths.get(shard) or self.hot_path(shard)  # (``hot_path``'s first look, inline)
             if pending is not None and pending.how is None:
                 if pending.shard == shard.name:
                     both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim, now)
-                    return pending.carry(self.on_shard(shard, both))
+                    return pending.carry(shard, both)
                 alone = self.ack_jobs(queue, [(pending.shard, pending.acks)], ())
                 return pending.before(alone, lambda: self._dequeue_call(shard, hot, queue, priority, want, claim, now))
             return self._dequeue_call(shard, hot, queue, priority, want, claim, now, dry_run)
 
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
         # and jobs held in a broker's buffer are PENDING and shown.
-        return await self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
+        return self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
 
     def _dequeue_call(
         self,
@@ -853,8 +856,9 @@ class ShardedBackend:
         now: int,
         dry_run: bool = False,
     ) -> Awaitable[ClaimedJobs]:
-        """One store call of the walk: ``hot``'s dequeue, a connection failure marking ``shard``."""
-        return self.on_shard(shard, hot.dequeue_jobs(queue, priority, want, claim, now, dry_run))
+        """One store call of the walk: ``hot``'s dequeue (``walk_ready`` marks ``shard`` on a
+        connection failure)."""
+        return hot.dequeue_jobs(queue, priority, want, claim, now, dry_run)
 
     async def walk_ready(
         self,
@@ -867,51 +871,72 @@ class ShardedBackend:
     ) -> list[ReadyBatch[J]]:
         """The dequeue walk, shared by dequeues and the broker's refills: priorities from 1
         down, shards in random order, ``fetch(shard, priority, want, now)`` at each place until
-        ``limit`` jobs came back. With ``use_empty_hints``, places known to be empty are skipped,
-        a place that gave fewer than asked is remembered as empty for a while (see
-        ``EMPTY_RECHECK_MS``), and concurrent walks do not look at one place at the same time.
+        ``limit`` jobs came back; ``fetch`` makes one store call on ``shard``, and a connection
+        failure marks the shard, as ``on_shard`` would (so ``fetch`` does not). With
+        ``use_empty_hints``, places known to be empty are skipped, a place that gave fewer than
+        asked is remembered as empty for a while (see ``EMPTY_RECHECK_MS``), and concurrent walks
+        do not look at one place at the same time.
         A shard without the queue is not asked again in this walk, and its places are remembered
         as empty; the walk raises ``QueueNotFoundError`` only when no shard has the queue.
         """
-        shards = await self._usable(lambda: self._shards.dequeue_candidates(coverage))
+        shards = self._shards.dequeue_candidates(coverage) or await self._usable(
+            lambda: self._shards.dequeue_candidates(coverage)
+        )
         if not shards:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to dequeue from")
         found: list[ReadyBatch[J]] = []
         total = 0
         failures = 0
-        answers = QueueAnswers(queue)
+        # (``QueueAnswers``' two fields, as locals: the walk is on every dequeue)
+        lacking: set[str] = set()  # shards that said they do not have the queue
+        held = False  # some shard had the queue, or could not say
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
                 want = limit - total
                 if want <= 0:
                     break
-                if shard.name in answers.lacking:  # no such queue there, at any priority
+                if shard.name in lacking:  # no such queue there, at any priority
                     continue
                 if not shard.healthy:
-                    answers.held = True  # it cannot say
+                    held = True  # it cannot say
                     continue
                 place = (shard.name, queue, priority)
-                if use_empty_hints and not await self._worth_a_look(place):
+                if (
+                    use_empty_hints
+                    and (place in self._empty_until or place in self._in_flight)  # (else worth it: no call)
+                    and not await self._worth_a_look(place)
+                ):
                     self._count("dequeue_known_empty_skips", 1)
                     if (shard.name, queue) not in self._lacking:
-                        answers.held = True  # it had the queue at the last look
+                        held = True  # it had the queue at the last look
                     continue
                 now = self.clock.now_ms()
                 call: asyncio.Future[None] | None = None
                 if use_empty_hints:
                     call = self._in_flight[place] = asyncio.get_running_loop().create_future()
-                try:
-                    got = await answers.ask(shard, fetch(shard, priority, want, now), None)
-                except (ShardConnectionError, StoreMemoryFullError):  # at maxmemory Redis refuses claims too
+                try:  # (what ``QueueAnswers.ask`` and ``on_shard`` do, without their coroutines)
+                    got = await fetch(shard, priority, want, now)
+                except QueueNotFoundError:
+                    lacking.add(shard.name)
+                    got = None
+                except ShardConnectionError as exc:  # it may hold the queue
+                    shard.mark_unhealthy(exc.detail)
+                    held = True
                     failures += 1
                     continue
+                except StoreMemoryFullError:  # at maxmemory Redis refuses claims too
+                    held = True
+                    failures += 1
+                    continue
+                else:
+                    held = True
                 finally:
                     if call is not None:
                         if self._in_flight.get(place) is call:
                             del self._in_flight[place]
                         call.set_result(None)
                 self._count("dequeue_store_calls", 1)
-                if got is None:  # no such queue there (answers.lacking)
+                if got is None:  # no such queue there
                     continue
                 n = len(got)
                 if not n:
@@ -927,10 +952,11 @@ class ShardedBackend:
                     total += n
             if total >= limit:
                 break
-        answers.check()
-        if use_empty_hints and answers.lacking:  # remembered as empty, like any other place
+        if lacking and not held:  # (``QueueAnswers.check``)
+            raise QueueNotFoundError(queue)
+        if use_empty_hints and lacking:  # remembered as empty, like any other place
             now = self.clock.now_ms()
-            for name in answers.lacking:
+            for name in lacking:
                 self._lacking.add((name, queue))
                 for priority in range(1, self.num_priorities + 1):
                     self._found_empty((name, queue, priority), now, False)
@@ -1344,16 +1370,21 @@ class _PendingAcks:
         if self.on_acked is not None:
             self.on_acked()
 
-    def carry(self, call: Awaitable[T]) -> Awaitable[T]:
+    def carry(self, shard: Shard, call: Awaitable[T]) -> Awaitable[T]:
+        """``call`` on ``shard`` carries the acks (a connection failure marks the shard)."""
         self.how = "carried"
-        return self._carry(call)
+        return self._carry(shard, call)
 
-    async def _carry(self, call: Awaitable[T]) -> T:
+    async def _carry(self, shard: Shard, call: Awaitable[T]) -> T:
         try:
             result = await call
+        except ShardConnectionError as exc:
+            shard.mark_unhealthy(exc.detail)
+            raise _AckFailed(exc) from exc
         except Exception as exc:
             raise _AckFailed(exc) from exc
-        self.applied()
+        if self.on_acked is not None:  # (``applied``, inline)
+            self.on_acked()
         return result
 
     def before(self, ack: Awaitable[None], call: Callable[[], Awaitable[T]]) -> Awaitable[T]:

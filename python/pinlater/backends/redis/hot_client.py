@@ -22,7 +22,7 @@ go in: ``redis.ConnectionError`` and ``redis.TimeoutError`` for the connection, 
 * a call is repeated once on a fresh connection where ``connections.repeatable`` allows it (never
   an enqueue once written);
 * an idle connection that has something to read (the server closed it, say after a restart) is
-  dropped before anything is written on it (``connections.readable_now``), as the pools' checkout
+  dropped before anything is written on it (polled as ``connections.readable_now`` does), as the pools' checkout
   check does.
 """
 
@@ -32,6 +32,7 @@ import asyncio
 import enum
 import hashlib
 import logging
+import select
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, TypeAlias, TypeVar, cast
@@ -42,7 +43,7 @@ from redis._parsers.base import BaseParser
 from pinlater._pinlater import RedisErrorReply, redis_pack_command, redis_reply_end
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
-from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT, SENT, readable_now, repeatable
+from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT, SENT, repeatable
 from pinlater.backends.redis.layouts import ShardLayout
 from pinlater.backends.redis.script_calls import shard_errors
 from pinlater.errors import ShardConnectionError
@@ -137,6 +138,8 @@ class _Connection(asyncio.Protocol):
         self._have = 0  # bytes in _chunks
         self._need = 1  # scan again once _have reaches this
         self.broken: _Broken | None = None
+        #: Polls the socket for ``usable`` (made once: that check precedes most calls).
+        self._poller: select.poll | None = None
 
     # -- asyncio.Protocol ----------------------------------------------------------------------
 
@@ -144,6 +147,10 @@ class _Connection(asyncio.Protocol):
         transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self._transport = transport
         self._loop = asyncio.get_running_loop()
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._poller = select.poll()
+            self._poller.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
 
     def data_received(self, data: bytes) -> None:
         if self.broken is not None:
@@ -191,8 +198,12 @@ class _Connection(asyncio.Protocol):
             return False
         if self._waiters or not probe:
             return True
-        sock = self._transport.get_extra_info("socket")
-        if sock is None or readable_now(sock.fileno()):
+        poller = self._poller  # (``connections.readable_now``, with a poller made once)
+        try:
+            readable = poller is None or bool(poller.poll(0))
+        except OSError:
+            readable = True
+        if readable:
             self.fail(_Broken(redis.ConnectionError, "Connection closed by server."))
             return False
         return True
@@ -312,13 +323,18 @@ class HotClient:
                     if asking or conn is None or self._loop is not asyncio.get_running_loop() or not conn.usable():
                         return await self._call_once(script, command, parse, asking)
                     # The connection is up (the common case): its round trip inline, one
-                    # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same).
-                    waiter = self._send(conn, command)
+                    # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same),
+                    # and ``_send``'s too.
                     try:
+                        waiter = conn.send(command, self._timeout)
+                        SENT.set(True)
                         reply = await waiter
-                    except _Broken as exc:
+                    except _Broken as exc:  # (not sent, or its reply lost)
                         raise exc.kind(str(exc)) from None
-                    result = _read(conn, reply, parse)
+                    try:  # (``_read``'s common case inline: a reply that parses)
+                        result: T | _NoScript = parse(reply)
+                    except (RedisErrorReply, ValueError):
+                        result = _read(conn, reply, parse)
                     if result is _NOSCRIPT:
                         return await self._reload_and_call(script, command, parse)
                     return result
@@ -358,16 +374,22 @@ class HotClient:
         try:
             try:
                 one, two = conn.send_pair(first[1], second[1], self._timeout)
-                # read below, unless ``one`` failed first
-                two.add_done_callback(lambda f: f.cancelled() or f.exception())
-                replies = await one, await two
+                try:
+                    replies = await one, await two
+                except BaseException:  # ``two`` may not have been awaited: its failure is read, not logged
+                    two.add_done_callback(_consumed)
+                    raise
             except _Broken as exc:
                 if exc.kind is not redis.ConnectionError:  # a timeout is not a dead connection
                     raise exc.kind(str(exc)) from None
                 log.info("shard %s: %s and %s again one by one after: %s", self._name, first[0], second[0], exc)
                 return await self.call(*first), await self.call(*second)
-            a = _read(conn, replies[0], first[2])
-            b = _read(conn, replies[1], second[2])
+            try:  # (``_read``'s common case inline: replies that parse)
+                a: T | _NoScript = first[2](replies[0])
+                b: U | _NoScript = second[2](replies[1])
+            except (RedisErrorReply, ValueError):
+                a = _read(conn, replies[0], first[2])
+                b = _read(conn, replies[1], second[2])
         except redis.RedisError:
             with shard_errors(self._name, self._config):
                 raise
@@ -553,6 +575,12 @@ class _NoScript(enum.Enum):
 
 
 _NOSCRIPT = _NoScript.NOSCRIPT
+
+
+def _consumed(future: asyncio.Future[bytes]) -> None:
+    """A done callback that reads a future's failure, so that asyncio does not log it unread."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _NoScript:

@@ -55,6 +55,8 @@ class RedisMemoryProbe:
         self._lock = threading.Lock()
         self._read: MemoryUse | None = None
         self._written = 0  # estimated bytes this server enqueued since the reading
+        #: ``MemoryProbe.limited`` (an attribute, set with each reading: read on every enqueue).
+        self.limited = False
 
     @property
     def latest(self) -> MemoryUse | None:
@@ -74,6 +76,7 @@ class RedisMemoryProbe:
                 use = _use(self._client.info("memory"))
         with self._lock:
             self._read = use
+            self.limited = use.max_bytes > 0
             self._written = max(0, self._written - before)
         return use
 

@@ -78,10 +78,11 @@ class NativeHotPath:
 
     @property
     def _layout(self) -> str:
-        return self._shard_layout.name
+        return self._shard_layout.name  # (read inline on the three hot calls: a property is a call)
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
-        command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, self._layout)
+        layout = self._shard_layout.name
+        command = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, layout)
         ids = await self._client.call("enqueue_jobs", command, redis_ids_reply)
         if ids is None:
             raise QueueNotFoundError(queue)
@@ -157,9 +158,8 @@ class NativeHotPath:
             return _NO_JOBS
         sha = self._sha["dequeue_jobs"]
         tail = self._store.rules.native(queue, DEQUEUE)
-        command = redis_dequeue_command(
-            sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, self._layout, tail
-        )
+        layout = self._shard_layout.name
+        command = redis_dequeue_command(sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, layout, tail)
         out = await self._client.call("dequeue_jobs", command, redis_claimed_reply)
         if out is None:
             raise QueueNotFoundError(queue)
@@ -183,7 +183,7 @@ class NativeHotPath:
         """Both scripts in one write (``HotScripts.call_pair``): Redis runs the ack's first."""
         if acks.failed():
             return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
-        sha, layout, shard = self._sha, self._layout, self._shard
+        sha, layout, shard = self._sha, self._shard_layout.name, self._shard
         rules = self._store.rules
         ack = redis_ack_command(sha["ack_jobs"], shard, queue, acks, now_ms, layout, rules.native(queue, GROUPS))
         tail = rules.native(queue, DEQUEUE)
