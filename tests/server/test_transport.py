@@ -34,7 +34,7 @@ from pinlater._pinlater import (
 )
 from pinlater.idl import idl
 from pinlater.server.dispatch import Dispatcher
-from pinlater.server.transport import FramedServer
+from pinlater.server.transport import FramedServer, RequestSlots
 
 T = TypeVar("T")
 MAX_FRAME = 64 * 1024
@@ -516,3 +516,40 @@ def test_graceful_stop_lets_the_request_in_flight_finish(gen: ModuleType) -> Non
     finally:
         transport.close()
         server.close()
+
+
+def test_request_slots_bound_the_requests_in_flight_and_serve_waiters_in_order() -> None:
+    """``RequestSlots`` (``max_concurrent_requests``): a free slot is taken at once, the rest
+    wait in arrival order, a release hands the slot to the first waiter still waiting, and a
+    waiter cancelled after it was handed one passes it on, so no slot is lost."""
+
+    async def run() -> None:
+        slots = RequestSlots(2)
+        assert slots.take_now() and slots.take_now()
+        assert not slots.take_now() and slots.held == 2
+        order: list[str] = []
+
+        async def request(name: str) -> None:
+            await slots.take()
+            order.append(name)
+
+        a, b, c = (asyncio.create_task(request(n)) for n in "abc")
+        await asyncio.sleep(0)  # all three wait
+        assert order == [] and slots.held == 2
+        b.cancel()  # b leaves the line
+        await asyncio.sleep(0)
+        slots.release()
+        await a
+        assert order == ["a"] and slots.held == 2, "a got the slot released: still two in flight"
+        slots.release()  # to c, which is cancelled before it runs: it hands the slot on
+        c.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await c
+        assert order == ["a"] and slots.held == 1, "c's slot was given back, none lost"
+        assert b.cancelled()
+        assert slots.take_now() and slots.held == 2  # the one free again: taken at once
+        slots.release()
+        slots.release()
+        assert slots.held == 0 and slots.take_now()
+
+    asyncio.run(run())
