@@ -115,7 +115,18 @@ class Connection(asyncio.Protocol):
             if grew and self._server._pending_frame_bytes > self._server.max_pending_frame_bytes:
                 self._over_budget()
                 return
-        if self._queue and not self._reading_paused and self._queue_full():
+        # Stop reading when enough whole frames wait to be served: by count, by bytes, or any at
+        # all while the server holds more than its budget. (Inline: checked on every read.)
+        server = self._server
+        if (
+            self._queue
+            and not self._reading_paused
+            and (
+                len(self._queue) >= PIPELINE_DEPTH
+                or self.queued >= server.max_frame_bytes
+                or (self.queued > 0 and server._pending_frame_bytes > server.max_pending_frame_bytes)
+            )
+        ):
             self._reading_paused = True
             self._transport_or_fail().pause_reading()
 
@@ -244,16 +255,6 @@ class Connection(asyncio.Protocol):
         self._server._log_peer_gone("client %s went away before its replies were written%s", self.peer, why)
 
     # -- limits ---------------------------------------------------------------------------------
-
-    def _queue_full(self) -> bool:
-        """Whether to stop reading: enough whole frames wait to be served (by count, by bytes,
-        or any at all while the server holds more than its budget)."""
-        server = self._server
-        return (
-            len(self._queue) >= PIPELINE_DEPTH
-            or self.queued >= server.max_frame_bytes
-            or (self.queued > 0 and server._pending_frame_bytes > server.max_pending_frame_bytes)
-        )
 
     def _maybe_resume_reading(self) -> None:
         """Read again once the queue is down to half its bounds (and within the budget)."""
