@@ -300,7 +300,8 @@ class ShardedBackend:
 
     def hot_path(self, shard: Shard) -> HotPath:
         """The shard store's hot operations as coroutines (``ShardStore.hot_path``, made once
-        per shard); await them through ``on_shard``."""
+        per shard); a connection failure of one must mark the shard (``on_shard`` does; the
+        dequeue walk, the enqueue and ``_PendingAcks`` do it themselves)."""
         hot = self._current_hot_paths.get(shard)
         if hot is not None:
             return hot

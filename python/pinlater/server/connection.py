@@ -39,6 +39,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: FramedServer, peer: Any = None) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
+        self._vectored = False
         #: The server's loop, which serves this connection (kept: ``get_running_loop`` makes a
         #: getpid() system call each time).
         self._loop = server._loop()
@@ -72,6 +73,10 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         self._transport = transport
+        # uvloop writes a reply's length and bytes in one writev, uncopied; asyncio's writelines
+        # joins them (3.11) or, on some 3.12 and 3.13 releases, never pauses writing for a peer
+        # that does not read (CPython gh-127655): there, one write of the joined frame.
+        self._vectored = type(transport).__module__.startswith("uvloop")
         self.peer = transport.get_extra_info("peername") or self.peer
         self._server._opened(self)
 
@@ -195,7 +200,10 @@ class Connection(asyncio.Protocol):
                         # A well-formed hot call is served here, the rest by ``handle_frame``
                         # (``Dispatcher.hot_methods``).
                         reply: bytes | None
-                        hot = decode_hot_frame(payload)
+                        try:
+                            hot = decode_hot_frame(payload)
+                        except Exception:  # (a decoder bug: the general path reads it again and answers)
+                            hot = None
                         if hot is not None and (serve := hot_methods.get(hot[0])) is not None:
                             name, seqid, call = hot
                             try:
@@ -244,7 +252,10 @@ class Connection(asyncio.Protocol):
             if not self._aborted:
                 self._peer_gone(None)
             return
-        transport.writelines((len(reply).to_bytes(4, "big"), reply))
+        if self._vectored:
+            transport.writelines((len(reply).to_bytes(4, "big"), reply))
+        else:
+            transport.write(len(reply).to_bytes(4, "big") + reply)
         self._server._counters.frames_out += 1
 
     def _peer_gone(self, exc: Exception | None) -> None:

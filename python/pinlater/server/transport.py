@@ -3,7 +3,7 @@
 Invariants:
 
 * Each connection answers its requests one at a time, in the order they arrived, so pipelined
-  calls get their replies in order. Concurrency comes from many connections; a global semaphore
+  calls get their replies in order. Concurrency comes from many connections; ``RequestSlots``
   caps the requests being handled at once (``max_concurrent_requests``).
 * A frame length of zero, below zero or above ``max_frame_bytes`` closes that connection (a
   warning naming the peer). So does a payload the dispatcher cannot decode (``ProtocolError``),
