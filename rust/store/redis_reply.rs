@@ -180,27 +180,14 @@ fn header_error(kind: u8, body: &[u8]) -> ReplyError {
 
 /// Where the first whole RESP2 value of `buf` ends, refusing one that would pass `max_bytes`.
 pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
-    // Values still to read of each open array, innermost last (each counts the one being read).
-    let mut open: Vec<usize> = Vec::new();
+    // Values still to read of each open array, innermost last (each counts the one being read):
+    // `open[..depth]`, on the stack (nesting is bounded by MAX_DEPTH).
+    let mut open = [0_usize; MAX_DEPTH];
+    let mut depth = 0;
     let mut at = 0;
     loop {
-        // The fewest bytes the values after the one at `at` still take (each open array's
-        // count includes the value being read, or the array inside it being read).
-        let after = open
-            .iter()
-            .map(|left| left - 1)
-            .fold(0_usize, usize::saturating_add);
-        let after = after.saturating_mul(MIN_VALUE);
-        let partial = |end: usize| {
-            let need = end.saturating_add(after);
-            if need > max_bytes {
-                Err(ReplyError::TooBig(need, max_bytes))
-            } else {
-                Ok(Scan::Partial(need))
-            }
-        };
         if at >= buf.len() {
-            return partial(at + MIN_VALUE);
+            return partial(&open[..depth], at + MIN_VALUE, max_bytes);
         }
         let Some(Header {
             kind,
@@ -209,7 +196,7 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
             next,
         }) = header(buf, at)?
         else {
-            return partial(buf.len() + 1);
+            return partial(&open[..depth], buf.len() + 1, max_bytes);
         };
         match kind {
             b'+' | b'-' | b':' => {}
@@ -219,7 +206,7 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
                         .map_err(|_| ReplyError::TooBig(usize::MAX, max_bytes))?;
                     let end = next.saturating_add(len).saturating_add(2);
                     if end > buf.len() {
-                        return partial(end);
+                        return partial(&open[..depth], end, max_bytes);
                     }
                     if &buf[end - 2..end] != b"\r\n" {
                         return Err(ReplyError::BulkEnd);
@@ -235,10 +222,11 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
                     if n.saturating_mul(MIN_VALUE) > max_bytes {
                         return Err(ReplyError::TooBig(n.saturating_mul(MIN_VALUE), max_bytes));
                     }
-                    if open.len() >= MAX_DEPTH {
+                    if depth >= MAX_DEPTH {
                         return Err(ReplyError::TooDeep);
                     }
-                    open.push(n);
+                    open[depth] = n;
+                    depth += 1;
                     at = next;
                     continue;
                 } else if n < -1 {
@@ -252,17 +240,34 @@ pub fn reply_end(buf: &[u8], max_bytes: usize) -> Result<Scan, ReplyError> {
         }
         // One value done: close every array it completes.
         loop {
-            match open.last_mut() {
-                None => return Ok(Scan::Complete(at)),
-                Some(left) => {
-                    *left -= 1;
-                    if *left > 0 {
-                        break;
-                    }
-                    open.pop();
-                }
+            if depth == 0 {
+                return Ok(Scan::Complete(at));
             }
+            open[depth - 1] -= 1;
+            if open[depth - 1] > 0 {
+                break;
+            }
+            depth -= 1;
         }
+    }
+}
+
+/// `reply_end`'s answer for a value not all in yet, which ends at `end` at the earliest: the
+/// fewest bytes the whole reply takes (the values after it in each `open` array, counted in,
+/// each at least `MIN_VALUE` bytes), or `TooBig` past `max_bytes`. Worked out only then, not
+/// for each value read.
+fn partial(open: &[usize], end: usize, max_bytes: usize) -> Result<Scan, ReplyError> {
+    // (each open array's count includes the value being read, or the array inside it being read)
+    let after = open
+        .iter()
+        .map(|left| left - 1)
+        .fold(0_usize, usize::saturating_add)
+        .saturating_mul(MIN_VALUE);
+    let need = end.saturating_add(after);
+    if need > max_bytes {
+        Err(ReplyError::TooBig(need, max_bytes))
+    } else {
+        Ok(Scan::Partial(need))
     }
 }
 
