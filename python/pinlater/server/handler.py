@@ -55,7 +55,7 @@ from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
-from pinlater.server.metrics import Metrics
+from pinlater.server.metrics import Metrics, outcome_counter
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def hash_password(password: str) -> str:
 def _thrift_errors(fn: F) -> F:
     """Time the call and turn every failure into the contract's PinLaterException."""
     method = fn.__name__
-    counted = {True: f"{method}_ok", False: f"{method}_error"}  # (``Metrics.timing``'s names)
+    counted = {ok: outcome_counter(method, ok) for ok in (True, False)}  # (``Metrics.timing``'s)
 
     @functools.wraps(fn)
     async def wrapper(self: PinLaterHandler, *args: Any, **kwargs: Any) -> Any:

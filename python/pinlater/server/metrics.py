@@ -66,6 +66,11 @@ _QUEUE_COUNTER = re.compile(r"(\w+?)_(" + "|".join(QUEUE_COUNTERS) + r")", re.AS
 RATE_KINDS = ("enqueue", "dequeue", "ack_succeeded", "ack_failed", "dequeue_requests_rate_limited")
 
 
+def outcome_counter(method: str, ok: bool) -> str:
+    """The counter of ``method``'s calls that succeeded (``ok``) or failed, which ``timing`` adds to."""
+    return f"{method}_{'ok' if ok else 'error'}"
+
+
 @dataclass
 class Timing:
     count: int = 0
@@ -168,7 +173,7 @@ class Metrics:
 
     def timing(self, method: str, millis: float, ok: bool) -> None:
         self.timings[method].add(millis)
-        self.counters[f"{method}_{'ok' if ok else 'error'}"] += 1
+        self.counters[outcome_counter(method, ok)] += 1
 
     def gauge(self, name: str, read: Callable[[], float], *, summed: bool = False) -> None:
         """Register a gauge, read when stats are rendered; ``summed``: a per-process quantity
