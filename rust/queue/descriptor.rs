@@ -178,15 +178,30 @@ pub fn decode(s: &str) -> Result<Descriptor<'_>, DescriptorError> {
 }
 
 /// Decodes a batch; the error names the first bad descriptor and its index.
+///
+/// The descriptors of a batch mostly share their queue, shard and priority: a descriptor that
+/// starts with the one before's `{queue}:s{shard}:p{priority}:` and goes on with digits only is
+/// that prefix's descriptor with its own local id, read without checking the prefix again
+/// (`decode` would accept it, with the same parts). Anything else goes through `decode`.
 pub fn decode_batch<'a, I>(descriptors: I) -> Result<Vec<Descriptor<'a>>, DescriptorError>
 where
     I: IntoIterator<Item = &'a str>,
 {
-    descriptors
-        .into_iter()
-        .enumerate()
-        .map(|(index, s)| decode(s).map_err(|e| e.at_index(index)))
-        .collect()
+    let descriptors = descriptors.into_iter();
+    let mut out = Vec::with_capacity(descriptors.size_hint().0);
+    let mut last: Option<(&str, Descriptor<'a>)> = None;
+    for (index, s) in descriptors.enumerate() {
+        if let Some((prefix, before)) = last {
+            if let Some(local_id) = s.strip_prefix(prefix).and_then(digits) {
+                out.push(Descriptor { local_id, ..before });
+                continue;
+            }
+        }
+        let descriptor = decode(s).map_err(|e| e.at_index(index))?;
+        last = s.rfind(':').map(|colon| (&s[..=colon], descriptor));
+        out.push(descriptor);
+    }
+    Ok(out)
 }
 
 /// Appends the decimal digits of `n` (no sign, no leading zeros).
@@ -464,6 +479,52 @@ mod tests {
         assert!(err
             .to_string()
             .starts_with("descriptor at index 2: invalid job descriptor \"bad\""));
+    }
+
+    #[test]
+    fn batch_decode_answers_as_one_by_one() {
+        // Runs of one prefix, with ids that are not ids in them, and changes of every part.
+        let texts = [
+            "q:s1:p1:1",
+            "q:s1:p1:22",
+            "q:s1:p1:007",
+            "q:s1:p1:",
+            "q:s1:p1:3x",
+            "q:s1:p1:18446744073709551616",
+            "q:s1:p1:18446744073709551615",
+            "q:s1:p1:-4",
+            "q:s1:p1:4:5",
+            "q:s1:p2:5",
+            "q:s1:p1:6",
+            "q:s2:p1:7",
+            "r:s2:p1:8",
+            "q:s1:p1:9",
+            "q:s1:p1 :10",
+            "q:s1:p128:11",
+            "q:s1:p128:12",
+            "q:s1:p1:13",
+        ];
+        for (i, text) in texts.iter().enumerate() {
+            let expected = decode(text).map_err(|e| e.at_index(i));
+            // each text after the texts before it, the good ones only (a batch stops at an error)
+            let before: Vec<&str> = texts[..i]
+                .iter()
+                .copied()
+                .filter(|t| decode(t).is_ok())
+                .collect();
+            let mut batch = before.clone();
+            batch.push(text);
+            let got = decode_batch(batch.iter().copied());
+            match (&expected, got) {
+                (Ok(d), Ok(all)) => assert_eq!(all.last(), Some(d), "{text}"),
+                (Err(_), Err(e)) => assert_eq!(
+                    e,
+                    decode(text).unwrap_err().at_index(before.len()),
+                    "{text}"
+                ),
+                (want, got) => panic!("{text}: {want:?} but {got:?}"),
+            }
+        }
     }
 
     #[test]

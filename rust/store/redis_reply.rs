@@ -335,20 +335,59 @@ impl<'a> Cursor<'a> {
     where
         ReplyError: From<E>,
     {
-        Ok(match self.scalar()? {
-            None => None,
-            Some(Scalar::Text(text)) => Some(read(text)?),
-            Some(Scalar::Int(n)) => {
-                if let Some(value) = fast(n) {
-                    Some(value)
-                } else {
-                    let mut text = Vec::with_capacity(20);
-                    crate::store::decimal::push_int(&mut text, n);
-                    Some(read(&text)?)
-                }
-            }
-        })
+        match self.scalar()? {
+            None => Ok(None),
+            Some(scalar) => Ok(Some(convert(scalar, fast, read)?)),
+        }
     }
+
+    /// `read`, remembering in `last` the scalar it read and its value: a scalar equal to the
+    /// one before (a batch's shared run after, creation or claim time) is not read again.
+    fn read_again<T: Copy, E>(
+        &mut self,
+        last: &mut Option<(Scalar<'a>, T)>,
+        fast: impl FnOnce(i64) -> Option<T>,
+        read: impl FnOnce(&[u8]) -> Result<T, E>,
+    ) -> Result<Option<T>, ReplyError>
+    where
+        ReplyError: From<E>,
+    {
+        let Some(scalar) = self.scalar()? else {
+            return Ok(None);
+        };
+        if let Some((seen, value)) = *last {
+            if seen == scalar {
+                return Ok(Some(value));
+            }
+        }
+        let value = convert(scalar, fast, read)?;
+        *last = Some((scalar, value));
+        Ok(Some(value))
+    }
+}
+
+/// A scalar's value: `read` of its text, or `fast` of an integer (where `fast` answers `None`,
+/// `read` of the integer's decimal text, so both give the same value and the same error).
+fn convert<T, E>(
+    scalar: Scalar<'_>,
+    fast: impl FnOnce(i64) -> Option<T>,
+    read: impl FnOnce(&[u8]) -> Result<T, E>,
+) -> Result<T, ReplyError>
+where
+    ReplyError: From<E>,
+{
+    Ok(match scalar {
+        Scalar::Text(text) => read(text)?,
+        Scalar::Int(n) => {
+            if let Some(value) = fast(n) {
+                value
+            } else {
+                let mut text = Vec::with_capacity(20);
+                crate::store::decimal::push_int(&mut text, n);
+                read(&text)?
+            }
+        }
+    })
 }
 
 /// A scalar value of a reply: an integer, or a bulk string's bytes.
@@ -462,6 +501,9 @@ pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>
     let rows = (n - 1) / WIDTH;
     let mut keys = Vec::with_capacity(rows.min(reply.len()));
     let mut jobs = Vec::with_capacity(rows.min(reply.len()));
+    // The jobs of one enqueue share their score and creation time, and every job of a claim
+    // its update time (the claim's): each text is read once per run of equal ones.
+    let (mut last_score, mut last_created, mut last_updated) = (None, None, None);
     for _ in 0..rows {
         let id = cursor
             .read(|n| u64::try_from(n).ok(), local_id)?
@@ -469,7 +511,7 @@ pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>
         let local = i64::try_from(id).map_err(|_| shape("an id past i64"))?;
         #[allow(clippy::cast_precision_loss)] // rounded to nearest, as reading its text is
         let score = cursor
-            .read(|n| Some(n as f64), |t| seconds("score", t))?
+            .read_again(&mut last_score, |n| Some(n as f64), |t| seconds("score", t))?
             .ok_or_else(|| shape("no score"))?;
         let body = match cursor.next()? {
             Item::Bulk(Some(body)) => body.to_vec(),
@@ -480,13 +522,15 @@ pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>
         };
         let attempts_allowed = attempts("al")?;
         let attempts_remaining = attempts("ar")?;
-        let mut time = |what: &'static str| -> Result<i64, ReplyError> {
+        let mut time = |what: &'static str, last| -> Result<i64, ReplyError> {
             let read =
                 |t: &[u8]| -> Result<i64, ReplyError> { Ok(ms(what, seconds(what, t)?, t)?) };
-            Ok(cursor.read(|n| ms_of_int(what, n), read)?.unwrap_or(0))
+            Ok(cursor
+                .read_again(last, |n| ms_of_int(what, n), read)?
+                .unwrap_or(0))
         };
-        let created_at_ms = time("ca")?;
-        let updated_at_ms = time("ua")?;
+        let created_at_ms = time("ca", &mut last_created)?;
+        let updated_at_ms = time("ua", &mut last_updated)?;
         keys.push((score, id));
         jobs.push(ClaimedJob {
             local_id: local,
@@ -496,6 +540,14 @@ pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>
             created_at_ms,
             updated_at_ms,
         });
+    }
+    // Usually in order already (the scripts read PENDING in score order): then not sorted.
+    let in_order = keys.windows(2).all(|pair| {
+        let ((sa, ia), (sb, ib)) = (pair[0], pair[1]);
+        sa.total_cmp(&sb).then(ia.cmp(&ib)).is_le()
+    });
+    if in_order {
+        return Ok(ScriptReply::Value((jobs, evicted)));
     }
     let mut slots: Vec<Option<ClaimedJob>> = jobs.into_iter().map(Some).collect();
     let ordered = order(&keys)
@@ -705,6 +757,90 @@ mod tests {
         );
         assert!(claimed_reply(b"*2\r\n:0\r\n:1\r\n").is_err());
         assert_eq!(claimed_reply(b":-1\r\n"), Ok(ScriptReply::QueueMissing));
+    }
+
+    #[test]
+    fn runs_of_equal_times_read_as_each_time_alone() {
+        // Scores and times from small pools, so runs of equal texts (and an integer beside the
+        // text of its value) come up; ids in any order. The answer must be each row read on
+        // its own, then ordered by (score, id).
+        let scores: [&[u8]; 6] = [b"5.5", b"1764347123.4560001", b"1.7E9", b"3", b":3", b"3.0"];
+        let times: [&[u8]; 4] = [b"1700000000.123", b"7.0005", b":12", b"12"];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            usize::try_from(x % n as u64).unwrap()
+        };
+        let value = |out: &mut Vec<u8>, text: &[u8]| {
+            if let Some(int) = text.strip_prefix(b":") {
+                out.extend_from_slice(b":");
+                out.extend_from_slice(int);
+                out.extend_from_slice(b"\r\n");
+            } else {
+                bulk(out, text);
+            }
+        };
+        let read_ms = |text: &[u8]| {
+            let text = text.strip_prefix(b":").unwrap_or(text);
+            ms("t", seconds("t", text).unwrap(), text).unwrap()
+        };
+        for _ in 0..300 {
+            let rows = 1 + next(12);
+            let mut reply = format!("*{}\r\n:0\r\n", 1 + 7 * rows).into_bytes();
+            let mut keys = Vec::new();
+            let mut expected = Vec::new();
+            let (mut score, mut ca, mut ua) = (next(6), next(4), next(4));
+            for _ in 0..rows {
+                // mostly the text before (a run), sometimes another
+                if next(3) == 0 {
+                    score = next(6);
+                }
+                if next(3) == 0 {
+                    ca = next(4);
+                }
+                if next(3) == 0 {
+                    ua = next(4);
+                }
+                let id = 1 + next(50) as u64;
+                bulk(&mut reply, id.to_string().as_bytes());
+                value(&mut reply, scores[score]);
+                bulk(&mut reply, b"b");
+                bulk(&mut reply, b"1");
+                bulk(&mut reply, b"1");
+                value(&mut reply, times[ca]);
+                value(&mut reply, times[ua]);
+                let text = scores[score].strip_prefix(b":").unwrap_or(scores[score]);
+                keys.push((seconds("s", text).unwrap(), id));
+                expected.push((id, read_ms(times[ca]), read_ms(times[ua])));
+            }
+            let ScriptReply::Value((jobs, _)) = claimed_reply(&reply).unwrap() else {
+                panic!("not a value")
+            };
+            let want: Vec<_> = order(&keys).into_iter().map(|i| expected[i]).collect();
+            let got: Vec<_> = jobs
+                .iter()
+                .map(|j| {
+                    (
+                        u64::try_from(j.local_id).unwrap(),
+                        j.created_at_ms,
+                        j.updated_at_ms,
+                    )
+                })
+                .collect();
+            assert_eq!(got, want);
+        }
+        // A bad text is refused wherever it stands in a run of equal ones.
+        let mut reply = b"*15\r\n:0\r\n".to_vec();
+        for id in [b"1", b"2"] {
+            bulk(&mut reply, id);
+            bulk(&mut reply, b"soon");
+            for field in [b"b".as_slice(), b"1", b"1", b"1.0", b"1.0"] {
+                bulk(&mut reply, field);
+            }
+        }
+        assert!(claimed_reply(&reply).is_err());
     }
 
     /// One job's reply with each number field an integer (`:n`) or its decimal text (`$`).
