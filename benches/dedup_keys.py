@@ -12,8 +12,10 @@ run each of ``--variants`` of this tree's server, in a rotated order each round:
   the default concurrency of 1); MySQL and Redis in the original layout refuse groups, so this
   variant is for the embedded store and redis-compact.
 
-It prints jobs/min and CPU per acked job of the server and the store for each, and each variant
-/ plain from the sums over the rounds (the per-round range in brackets). Issue 17 asks the
+It prints jobs/min and CPU per acked job of the server and the store for each, the jobs a
+dequeue brought on average (below the batch: the consumers outran the producers) and the cores
+the machine had busy, and each variant / plain from the sums over the rounds (the per-round
+range in brackets). Issue 17 asks the
 lifecycle with ordered groups and dedup keys for at least 70% of the plain one's jobs/min on the
 embedded store and on Redis.
 
@@ -81,16 +83,20 @@ def main() -> None:
     )
     print(
         f"{'backend':<14} {'variant':<7} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
-        f"{'clients µs/job':>15}"
+        f"{'clients µs/job':>15} {'per deq':>8} {'busy':>5}"
     )
     for backend in backends:
         for variant in variants:
             f = Figures.of(runs[(backend, variant)])
             v = f.values()
             clients = _us(f.per_job_us(f.client_cpu))
+            done = runs[(backend, variant)]
+            # jobs a dequeue brought on average, and the cores the machine had busy (of all)
+            per_dequeue = sum(r.acked for r in done) / max(sum(r.dequeues for r in done), 1)
+            busy = sum(r.busy_cores for r in done) / len(done)
             print(
                 f"{backend:<14} {variant:<7} {_jobs(f.jobs_per_min):>9} {_us(v['server']):>14} {_us(v['store']):>13} "
-                f"{clients:>15}"
+                f"{clients:>15} {per_dequeue:>8.1f} {busy:>5.2f}"
             )
         plain = runs[(backend, "plain")]
         for variant in variants[1:]:
