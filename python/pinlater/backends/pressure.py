@@ -111,7 +111,7 @@ def memory_above(shard: Shard, high_water: float | None) -> bool:
     """Whether the shard's latest reading is at or above ``high_water`` (None: no mark)."""
     if high_water is None:
         return False
-    probe: MemoryProbe | None = getattr(shard.store, "memory", None)
+    probe = memory_probe(shard.store)
     if probe is None or not probe.limited:
         return False
     use = probe.latest

@@ -10,7 +10,7 @@ use crate::py::errors::guarded;
 use crate::py::queue::jobs::{AckGroup, KeyedJobBatch, NewJobBatch};
 use crate::py::wire::struct_end::DETACH_BYTES;
 use crate::queue::jobs::JobKeys;
-use crate::wire::hot_calls::{self, HotCall};
+use crate::wire::hot_calls::{self, DecodeError, HotCall};
 
 /// An `enqueueJobs` call.
 #[pyclass(frozen, name = "EnqueueCall", module = "pinlater._pinlater")]
@@ -250,15 +250,24 @@ pub fn decode_hot_call(
     offset: usize,
 ) -> PyResult<Py<PyAny>> {
     guarded("decode_hot_call", || {
-        // `bytes` is immutable and `payload` keeps it alive for this call.
-        let bytes = payload.as_bytes();
-        let decoded = if bytes.len() >= DETACH_BYTES {
-            py.detach(|| hot_calls::decode(method, bytes, offset))
-        } else {
-            hot_calls::decode(method, bytes, offset)
-        }?;
+        let decoded = decode_args(py, method, payload.as_bytes(), offset)?;
         call_object(py, payload, decoded)
     })
+}
+
+/// `hot_calls::decode`, with the GIL released for a payload of `DETACH_BYTES` or more (`bytes`
+/// is immutable, and the caller's `payload` keeps it alive for the call).
+fn decode_args(
+    py: Python<'_>,
+    method: &str,
+    bytes: &[u8],
+    offset: usize,
+) -> Result<HotCall, DecodeError> {
+    if bytes.len() >= DETACH_BYTES {
+        py.detach(|| hot_calls::decode(method, bytes, offset))
+    } else {
+        hot_calls::decode(method, bytes, offset)
+    }
 }
 
 /// A whole message that is a well-formed hot call, decoded: `(method, seqid, call)`; `None`
@@ -274,12 +283,7 @@ pub fn decode_hot_frame(
         let Some((method, seqid, offset)) = hot_calls::hot_header(bytes) else {
             return Ok(None);
         };
-        let decoded = if bytes.len() >= DETACH_BYTES {
-            py.detach(|| hot_calls::decode(method, bytes, offset))
-        } else {
-            hot_calls::decode(method, bytes, offset)
-        };
-        match decoded {
+        match decode_args(py, method, bytes, offset) {
             Ok(decoded) => Ok(Some((method, seqid, call_object(py, payload, decoded)?))),
             Err(_) => Ok(None),
         }
