@@ -123,7 +123,8 @@ mod _pinlater {
     use crate::py::store::redis_command::redis_pack_command;
     #[pymodule_export]
     use crate::py::store::redis_reply::{
-        redis_ack_reply, redis_claimed_reply, redis_ids_reply, redis_int_reply, redis_reply_end,
+        redis_ack_reply, redis_claimed_reply, redis_claimed_split, redis_ids_reply,
+        redis_int_reply, redis_reply_end,
     };
     #[pymodule_export]
     use crate::py::store::redis_rows::redis_claimed_jobs;

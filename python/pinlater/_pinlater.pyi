@@ -60,6 +60,7 @@ __all__ = [
     "redis_claim_command",
     "redis_claimed_jobs",
     "redis_claimed_reply",
+    "redis_claimed_split",
     "redis_dequeue_command",
     "redis_enqueue_command",
     "redis_enqueue_keyed_command",
@@ -1173,6 +1174,19 @@ def redis_claimed_reply(reply: bytes) -> tuple[ClaimedJobs, int] | None:
     Raises:
         RedisErrorReply: the reply is an error.
         ValueError: the reply is not this script's (a malformed Redis reply).
+    """
+
+def redis_claimed_split(buf: bytes, start: int, max_bytes: int) -> int | tuple[int, tuple[ClaimedJobs, int] | None]:
+    """``redis_reply_end`` for a ``dequeue_jobs.lua`` (or ``reserve_jobs.lua``) reply, read on the
+    way in one walk of its bytes: ``(end, redis_claimed_reply's value)`` when the first reply of
+    ``buf[start:]`` is whole and such a reply (its jobs, or the queue missing). Anything else is
+    ``redis_reply_end``'s answer: the end of a whole reply that is an error or not the script's
+    (``redis_claimed_reply`` of it raises as it would), or minus the length ``buf`` must reach.
+    Splits the stream where ``redis_reply_end`` splits it, whatever the bytes.
+
+    Raises:
+        ValueError: as ``redis_reply_end``.
+        NativeError: a bug in the extension.
     """
 
 def redis_ack_reply(reply: bytes) -> int | None:

@@ -281,7 +281,8 @@ enum Item<'a> {
     Error(&'a [u8]),
 }
 
-/// A cursor over one whole reply (checked by `reply_end`, so lines are there; still checked).
+/// A cursor over one reply: whole when checked by `reply_end` first; from `claimed_split`, maybe
+/// not yet (a value not all there is `truncated`, as any other shape it does not expect).
 struct Cursor<'a> {
     buf: &'a [u8],
     at: usize,
@@ -306,6 +307,9 @@ impl<'a> Cursor<'a> {
                 Ok(len) => {
                     let end = next.checked_add(len).filter(|&e| e + 2 <= self.buf.len());
                     let end = end.ok_or_else(truncated)?;
+                    if &self.buf[end..end + 2] != b"\r\n" {
+                        return Err(ReplyError::BulkEnd);
+                    }
                     self.at = end + 2;
                     Item::Bulk(Some(&self.buf[next..end]))
                 }
@@ -489,15 +493,55 @@ const WIDTH: usize = 7;
 /// `dequeue_jobs.lua`'s answer `{evicted, 7 values per job}`: the jobs in (run after, id)
 /// order, and the evicted count.
 pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>, ReplyError> {
-    let mut cursor = Cursor { buf: reply, at: 0 };
-    let n = match head(&mut cursor)? {
+    claimed(&mut Cursor { buf: reply, at: 0 })
+}
+
+/// What `claimed_split` found at the start of a buffer.
+#[derive(Debug, PartialEq)]
+pub enum Split<T> {
+    /// Not whole yet: `reply_end`'s `Scan::Partial`.
+    Partial(usize),
+    /// A dequeue reply (its jobs, or the queue missing) that ends at this offset.
+    Read(usize, ScriptReply<T>),
+    /// A whole reply that ends at this offset, and is something else: an error reply, or one
+    /// `claimed_reply` refuses. Read it with `claimed_reply` for its answer.
+    Whole(usize),
+}
+
+/// Where the first reply of `buf` ends, read as `claimed_reply` reads a dequeue reply, in one
+/// walk instead of `reply_end`'s and then `claimed_reply`'s. Where the reply is read, it ends
+/// exactly where `reply_end` says (the same headers, the same CRLF checks); anything else (not
+/// all in yet, an error reply, a reply it refuses, one past `max_bytes`) is `reply_end`'s
+/// answer, so the stream is split as `reply_end` splits it whatever comes.
+pub fn claimed_split(
+    buf: &[u8],
+    max_bytes: usize,
+) -> Result<Split<(Vec<ClaimedJob>, i64)>, ReplyError> {
+    let mut cursor = Cursor { buf, at: 0 };
+    // (every value takes at least MIN_VALUE bytes, so within `max_bytes` no array header can
+    // pass `reply_end`'s bound either)
+    if let Ok(reply @ (ScriptReply::Value(_) | ScriptReply::QueueMissing)) = claimed(&mut cursor) {
+        if cursor.at <= max_bytes {
+            return Ok(Split::Read(cursor.at, reply));
+        }
+    }
+    Ok(match reply_end(buf, max_bytes)? {
+        Scan::Complete(end) => Split::Whole(end),
+        Scan::Partial(need) => Split::Partial(need),
+    })
+}
+
+/// `claimed_reply` from the cursor's place; the cursor ends where the reply does.
+fn claimed(cursor: &mut Cursor<'_>) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>, ReplyError> {
+    let reply = cursor.buf;
+    let n = match head(cursor)? {
         Ok(n) => n,
         Err(r) => return Ok(other(r)),
     };
     if n == 0 || (n - 1) % WIDTH != 0 {
         return Err(shape(&format!("{n} values, not 1 + {WIDTH} per job")));
     }
-    let evicted = int_value(&mut cursor, "evicted")?;
+    let evicted = int_value(cursor, "evicted")?;
     let rows = (n - 1) / WIDTH;
     let mut keys = Vec::with_capacity(rows.min(reply.len()));
     let mut jobs = Vec::with_capacity(rows.min(reply.len()));
@@ -815,6 +859,7 @@ mod tests {
                 keys.push((seconds("s", text).unwrap(), id));
                 expected.push((id, read_ms(times[ca]), read_ms(times[ua])));
             }
+            splits_as_two_walks(&reply);
             let ScriptReply::Value((jobs, _)) = claimed_reply(&reply).unwrap() else {
                 panic!("not a value")
             };
@@ -841,6 +886,79 @@ mod tests {
             }
         }
         assert!(claimed_reply(&reply).is_err());
+    }
+
+    /// `claimed_split` against `reply_end` then `claimed_reply`, on `case` followed by
+    /// another reply and on every proper prefix of it.
+    fn splits_as_two_walks(case: &[u8]) {
+        let mut buf = case.to_vec();
+        buf.extend_from_slice(b"+next\r\n");
+        let want = match claimed_reply(case) {
+            Ok(reply @ (ScriptReply::Value(_) | ScriptReply::QueueMissing)) => {
+                Split::Read(case.len(), reply)
+            }
+            _ => Split::Whole(case.len()),
+        };
+        assert_eq!(reply_end(&buf, MAX), Ok(Scan::Complete(case.len())));
+        assert_eq!(claimed_split(&buf, MAX), Ok(want), "{case:?}");
+        for cut in 0..case.len() {
+            let want = reply_end(&case[..cut], MAX).map(|scan| match scan {
+                Scan::Partial(need) => Split::Partial(need),
+                Scan::Complete(end) => Split::Whole(end),
+            });
+            assert_eq!(
+                claimed_split(&case[..cut], MAX),
+                want,
+                "{case:?} cut at {cut}"
+            );
+        }
+        // past the bound, as reply_end: a reply whose bytes are over it is read alone
+        let small = case.len() - 1;
+        let want = reply_end(case, small).map(|scan| match scan {
+            Scan::Partial(need) => Split::Partial(need),
+            Scan::Complete(end) => Split::Whole(end),
+        });
+        assert_eq!(claimed_split(case, small), want, "{case:?} over {small}");
+    }
+
+    #[test]
+    fn a_dequeue_reply_splits_as_reply_end_splits_it() {
+        let mut cases: Vec<Vec<u8>> = vec![
+            b"*1\r\n:0\r\n".to_vec(),
+            b":-1\r\n".to_vec(),
+            b"-NOSCRIPT No matching script\r\n".to_vec(),
+            b"*2\r\n:0\r\n:1\r\n".to_vec(),
+            b"*-1\r\n".to_vec(),
+            b"+OK\r\n".to_vec(),
+            b"*8\r\n:0\r\n*1\r\n:1\r\n:2\r\n$1\r\nb\r\n:1\r\n:1\r\n:1\r\n:1\r\n".to_vec(),
+        ];
+        for as_int in [true, false] {
+            cases.push(one_job(as_int, 7, 5, 3, 1_700_000_000));
+            cases.push(one_job(as_int, -1, 0, 0, 0)); // refused: a bad id
+        }
+        let mut many = b"*15\r\n:2\r\n".to_vec();
+        for (id, score) in [("10", "5.5"), ("9", "5.5")] {
+            for field in [id, score, "body\r\n", "3", "3", "1.7E9", "7.0"] {
+                bulk(&mut many, field.as_bytes());
+            }
+        }
+        cases.push(many.clone());
+        // a body whose CRLF is missing: reply_end's BulkEnd, not a job
+        let mut bad = many.clone();
+        let body = bad.windows(6).position(|w| w == b"body\r\n").unwrap();
+        bad[body + 6] = b'x';
+        cases.push(bad);
+        for case in &cases {
+            if reply_end(case, MAX).is_ok() {
+                splits_as_two_walks(case);
+            } else {
+                assert_eq!(
+                    claimed_split(case, MAX).map(|_| ()),
+                    reply_end(case, MAX).map(|_| ()),
+                    "{case:?}"
+                );
+            }
+        }
     }
 
     /// One job's reply with each number field an integer (`:n`) or its decimal text (`$`).

@@ -29,9 +29,12 @@ from pinlater._pinlater import (
     KeyedJobBatch,
     LocalIds,
     NewJobBatch,
+    RedisErrorReply,
     RedisScriptTail,
     redis_ack_command,
     redis_claim_command,
+    redis_claimed_reply,
+    redis_claimed_split,
     redis_dequeue_command,
     redis_enqueue_command,
     redis_enqueue_keyed_command,
@@ -43,7 +46,7 @@ from pinlater._pinlater import (
 from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, KeyedJob, NewJob, QueueRules, sort_keyed
 from pinlater.backends.pressure import StoreMemoryFullError
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, dedup, reservations
-from pinlater.backends.redis.hot_client import HotClient, _Broken, _Connection, script_sha
+from pinlater.backends.redis.hot_client import HotClient, Splitter, _Broken, _Connection, script_sha
 from pinlater.backends.redis.native_hot import NativeHotPath
 from pinlater.backends.redis.rules import GROUPS, build_tail
 from pinlater.backends.redis.script_calls import ScriptCall
@@ -857,6 +860,48 @@ def test_pipelined_replies_in_any_pieces_go_to_their_callers_in_order() -> None:
         sorted(rng.sample(range(1, len(stream)), 500)),
     ):
         assert asyncio.run(feed(cuts)) == replies
+
+
+def test_dequeue_replies_read_as_they_are_split_answer_as_read_after() -> None:
+    """A call that reads a dequeue reply (``redis_claimed_split``) gets what reading the reply's
+    bytes afterwards gives, in whatever pieces the stream comes; other replies (an error, one the
+    parser refuses, one of another call) come as their bytes, and the stream stays in step."""
+    bad_al = dequeue_reply(13, b"xy").replace(b"$1\r\n3\r\n", b"$1\r\nq\r\n")
+    replies = [dequeue_reply(i, bytes(range(256)) * i) for i in range(1, 12)] + [
+        b":-1\r\n",
+        b"-NOSCRIPT No matching script\r\n",
+        b"*2\r\n:0\r\n:1\r\n",  # not 1 + 7 per job
+        bad_al,  # a job's attempts allowed that is not a count
+        b":5\r\n",  # another call's
+        dequeue_reply(9, b""),
+    ]
+    split_of: list[Splitter | None] = [redis_claimed_split] * len(replies)
+    split_of[-2] = None  # the other call reads bytes
+    stream = b"".join(replies)
+    rng = random.Random(11)
+
+    async def feed(cuts: list[int]) -> list[Any]:
+        conn = _Connection(1 << 20)
+        conn.connection_made(LoopbackTransport())
+        waiters = [conn.send_split(b"cmd", None, split) for split in split_of]
+        for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+            conn.data_received(stream[a:b])
+        assert conn.broken is None
+        return [w.result() for w in waiters]
+
+    def as_read(reply: bytes) -> Any:
+        try:
+            value = redis_claimed_reply(reply)
+        except (RedisErrorReply, ValueError):
+            return reply  # read after, by the caller, as before
+        return None if value is None else (value[0].to_list(), value[1])
+
+    want = [as_read(r) for r in replies[:-2]] + [replies[-2], as_read(replies[-1])]
+    assert want[-1] != replies[-1] and want[11] is None and want[12:15] == replies[12:15], "the cases are what they say"
+    for cuts in ([], list(range(1, len(stream))), sorted(rng.sample(range(1, len(stream)), 300))):
+        got = asyncio.run(feed(cuts))
+        seen = [r if isinstance(r, bytes) else (None if r[1] is None else (r[1][0].to_list(), r[1][1])) for r in got]
+        assert seen == want
 
 
 def test_a_reply_past_the_limit_breaks_the_connection_and_fails_every_caller() -> None:

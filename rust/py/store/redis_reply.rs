@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 
 use crate::py::errors::{guarded, RedisErrorReply};
 use crate::py::queue::jobs::{ClaimedJobs, LocalIds};
-use crate::store::redis_reply::{self, Scan, ScriptReply};
+use crate::store::redis_reply::{self, Scan, ScriptReply, Split};
 
 /// Where the first whole reply of `buf[start:]` ends (an offset into `buf`), or, when it is
 /// not whole yet, minus the length `buf` must reach before it can be.
@@ -47,6 +47,36 @@ pub fn redis_claimed_reply(py: Python<'_>, reply: &[u8]) -> PyResult<Option<(Cla
     guarded("redis_claimed_reply", || {
         let parsed = py.detach(|| redis_reply::claimed_reply(reply))?;
         Ok(value(parsed)?.map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted)))
+    })
+}
+
+/// Where the first reply of `buf[start:]` ends, read as `redis_claimed_reply` reads it when it
+/// is a dequeue reply: `(end, its value)`, in one walk of its bytes. Else as `redis_reply_end`:
+/// the end (an error reply, or one to read with `redis_claimed_reply` for its error), or minus
+/// the length `buf` must reach.
+#[pyfunction]
+pub fn redis_claimed_split(
+    py: Python<'_>,
+    buf: &[u8],
+    start: usize,
+    max_bytes: usize,
+) -> PyResult<Py<PyAny>> {
+    guarded("redis_claimed_split", || {
+        let rest = buf
+            .get(start..)
+            .ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
+        let offset = |n: usize| i64::try_from(start.saturating_add(n)).unwrap_or(i64::MAX);
+        Ok(
+            match py.detach(|| redis_reply::claimed_split(rest, max_bytes))? {
+                Split::Read(end, reply) => {
+                    let value = value(reply)?
+                        .map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted));
+                    (offset(end), value).into_pyobject(py)?.into_any().unbind()
+                }
+                Split::Whole(end) => offset(end).into_pyobject(py)?.into_any().unbind(),
+                Split::Partial(need) => (-offset(need)).into_pyobject(py)?.into_any().unbind(),
+            },
+        )
     })
 }
 

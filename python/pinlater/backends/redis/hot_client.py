@@ -35,12 +35,18 @@ import logging
 import select
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, TypeAlias, TypeVar, cast
+from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 import redis
 from redis._parsers.base import BaseParser
 
-from pinlater._pinlater import RedisErrorReply, redis_pack_command, redis_reply_end
+from pinlater._pinlater import (
+    RedisErrorReply,
+    redis_claimed_reply,
+    redis_claimed_split,
+    redis_pack_command,
+    redis_reply_end,
+)
 from pinlater.backends.redis import scripts
 from pinlater.backends.redis.config import RedisShardConfig
 from pinlater.backends.redis.connections import NOT_REPEATED_ONCE_SENT, SENT, repeatable
@@ -53,6 +59,18 @@ U = TypeVar("U")
 
 #: One script call as ``HotScripts.call`` takes it: (script, command, reply parser).
 Call: TypeAlias = tuple[str, bytes, Callable[[bytes], T]]
+
+#: What a connection hands a call: the reply's bytes, or ``(end, value)`` where a splitter (below)
+#: read the reply's value while finding its end.
+Reply: TypeAlias = bytes | tuple[int, object]
+
+#: ``redis_reply_end`` that also reads the reply when it is the one a parser expects (see
+#: ``redis_claimed_split``): ``(end, value)``, else what ``redis_reply_end`` answers.
+Splitter: TypeAlias = Callable[[bytes, int, int], int | tuple[int, object]]
+
+_SPLITTERS: dict[Callable[[bytes], object], Splitter] = {redis_claimed_reply: redis_claimed_split}
+"""Parsers whose replies the connection reads as it splits them off the stream: one walk of a
+dequeue reply's bytes instead of two (about a tenth of the server's instructions per job on Redis)."""
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +150,8 @@ class _Connection(asyncio.Protocol):
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Calls waiting for their reply, in the order sent, each with its deadline (``loop.time()``;
         #: ``inf`` for none): one timer per connection watches the oldest (``_sweep``).
-        self._waiters: deque[tuple[asyncio.Future[bytes], float]] = deque()
+        #: And each call's ``Splitter`` (None: ``redis_reply_end``; its future gets bytes).
+        self._waiters: deque[tuple[asyncio.Future[Any], float, Splitter | None]] = deque()
         self._timer: asyncio.TimerHandle | None = None
         self._chunks: list[bytes] = []
         self._have = 0  # bytes in _chunks
@@ -162,21 +181,27 @@ class _Connection(asyncio.Protocol):
         buf = data if len(self._chunks) == 1 else b"".join(self._chunks)
         pos, size = 0, len(buf)
         need = 1
+        waiters = self._waiters
         while pos < size:
+            split = waiters[0][2] if waiters else None
             try:
-                end = redis_reply_end(buf, pos, self._max)
+                found = redis_reply_end(buf, pos, self._max) if split is None else split(buf, pos, self._max)
             except ValueError as exc:
                 self.fail(_Broken(redis.ConnectionError, f"Protocol error: {exc}"))
                 return
-            if end < 0:
-                need = -end - pos
-                break
-            reply = buf if pos == 0 and end == size else buf[pos:end]
+            if isinstance(found, int):
+                end = found
+                if end < 0:
+                    need = -end - pos
+                    break
+                reply: Reply = buf if pos == 0 and end == size else buf[pos:end]
+            else:
+                end, reply = found[0], found
             pos = end
-            if not self._waiters:
+            if not waiters:
                 self.fail(_Broken(redis.ConnectionError, "Protocol error: a reply nobody asked for"))
                 return
-            waiter = self._waiters.popleft()[0]
+            waiter = waiters.popleft()[0]
             if not waiter.done():  # a caller that was cancelled leaves its reply unread
                 waiter.set_result(reply)
         rest = buf[pos:] if pos < size else b""
@@ -211,33 +236,37 @@ class _Connection(asyncio.Protocol):
     def send(self, command: bytes, timeout: float | None = None) -> asyncio.Future[bytes]:
         """Write ``command``; the future gets its reply. Raises ``_Broken`` if nothing was written.
         With ``timeout``, a reply not in by then breaks the connection (``TimeoutError``)."""
+        return self.send_split(command, timeout, None)  # type: ignore[return-value]  # bytes without a splitter
+
+    def send_split(self, command: bytes, timeout: float | None, split: Splitter | None) -> asyncio.Future[Reply]:
+        """``send``, the reply found (and, where ``split`` reads it, read) by ``split``."""
         loop = self._loop
         if self.broken is not None or self._transport is None or loop is None:
             raise self.broken or _Broken(redis.ConnectionError, "Not connected.")
-        waiter: asyncio.Future[bytes] = loop.create_future()
+        waiter: asyncio.Future[Reply] = loop.create_future()
         if timeout is None:
-            self._waiters.append((waiter, _NO_DEADLINE))
+            self._waiters.append((waiter, _NO_DEADLINE, split))
         else:
             deadline = loop.time() + timeout
-            self._waiters.append((waiter, deadline))
+            self._waiters.append((waiter, deadline, split))
             if self._timer is None:
                 self._timer = loop.call_at(deadline, self._sweep)
         self._transport.write(command)
         return waiter
 
     def send_pair(
-        self, first: bytes, second: bytes, timeout: float
-    ) -> tuple[asyncio.Future[bytes], asyncio.Future[bytes]]:
+        self, first: bytes, second: bytes, timeout: float, splits: tuple[Splitter | None, Splitter | None]
+    ) -> tuple[asyncio.Future[Reply], asyncio.Future[Reply]]:
         """``send`` of two commands in one write (one system call): Redis reads them together
         and answers both in one go."""
         loop = self._loop
         if self.broken is not None or self._transport is None or loop is None:
             raise self.broken or _Broken(redis.ConnectionError, "Not connected.")
         deadline = loop.time() + timeout
-        one: asyncio.Future[bytes] = loop.create_future()
-        two: asyncio.Future[bytes] = loop.create_future()
-        self._waiters.append((one, deadline))
-        self._waiters.append((two, deadline))
+        one: asyncio.Future[Reply] = loop.create_future()
+        two: asyncio.Future[Reply] = loop.create_future()
+        self._waiters.append((one, deadline, splits[0]))
+        self._waiters.append((two, deadline, splits[1]))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._sweep)
         self._transport.write(first + second)
@@ -250,7 +279,7 @@ class _Connection(asyncio.Protocol):
         if self.broken is not None:
             return
         loop = asyncio.get_running_loop()
-        for waiter, deadline in self._waiters:
+        for waiter, deadline, _ in self._waiters:
             if waiter.done() or deadline == _NO_DEADLINE:
                 continue
             if deadline <= loop.time():
@@ -326,11 +355,13 @@ class HotClient:
                     # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same),
                     # and ``_send``'s too.
                     try:
-                        waiter = conn.send(command, self._timeout)
+                        waiter = conn.send_split(command, self._timeout, _SPLITTERS.get(parse))
                         SENT.set(True)
                         reply = await waiter
                     except _Broken as exc:  # (not sent, or its reply lost)
                         raise exc.kind(str(exc)) from None
+                    if not isinstance(reply, bytes):  # read as it arrived (a splitter's)
+                        return cast(T, reply[1])
                     try:  # (``_read``'s common case inline: a reply that parses)
                         result: T | _NoScript = parse(reply)
                     except (RedisErrorReply, ValueError):
@@ -373,7 +404,9 @@ class HotClient:
             return await self.call(*first), await self.call(*second)
         try:
             try:
-                one, two = conn.send_pair(first[1], second[1], self._timeout)
+                one, two = conn.send_pair(
+                    first[1], second[1], self._timeout, (_SPLITTERS.get(first[2]), _SPLITTERS.get(second[2]))
+                )
                 try:
                     replies = await one, await two
                 except BaseException:  # ``two`` may not have been awaited: its failure is read, not logged
@@ -385,8 +418,8 @@ class HotClient:
                 log.info("shard %s: %s and %s again one by one after: %s", self._name, first[0], second[0], exc)
                 return await self.call(*first), await self.call(*second)
             try:  # (``_read``'s common case inline: replies that parse)
-                a: T | _NoScript = first[2](replies[0])
-                b: U | _NoScript = second[2](replies[1])
+                a: T | _NoScript = _parsed(replies[0], first[2])
+                b: U | _NoScript = _parsed(replies[1], second[2])
             except (RedisErrorReply, ValueError):
                 a = _read(conn, replies[0], first[2])
                 b = _read(conn, replies[1], second[2])
@@ -411,7 +444,9 @@ class HotClient:
         try:
             try:
                 try:
-                    one, two = conn.send_pair(command, second[1], self._timeout)
+                    one, two = conn.send_pair(
+                        command, second[1], self._timeout, (_SPLITTERS.get(parse), _SPLITTERS.get(second[2]))
+                    )
                 except _Broken as exc:  # nothing was written
                     raise exc.kind(str(exc)) from None
                 SENT.set(True)
@@ -577,17 +612,23 @@ class _NoScript(enum.Enum):
 _NOSCRIPT = _NoScript.NOSCRIPT
 
 
-def _consumed(future: asyncio.Future[bytes]) -> None:
+def _consumed(future: asyncio.Future[T]) -> None:
     """A done callback that reads a future's failure, so that asyncio does not log it unread."""
     if not future.cancelled():
         future.exception()
 
 
-def _read(conn: _Connection, reply: bytes, parse: Callable[[bytes], T]) -> T | _NoScript:
-    """``parse(reply)``; ``_NOSCRIPT`` for a NOSCRIPT reply; redis-py's error for any other error
-    reply, and a protocol error (which drops ``conn``) for a reply ``parse`` cannot read."""
+def _parsed(reply: Reply, parse: Callable[[bytes], T]) -> T:
+    """``parse(reply)``, or the value its splitter read (``_SPLITTERS``)."""
+    return parse(reply) if isinstance(reply, bytes) else cast(T, reply[1])
+
+
+def _read(conn: _Connection, reply: Reply, parse: Callable[[bytes], T]) -> T | _NoScript:
+    """``parse(reply)`` (or the value read: ``_parsed``); ``_NOSCRIPT`` for a NOSCRIPT reply;
+    redis-py's error for any other error reply, and a protocol error (which drops ``conn``) for a
+    reply ``parse`` cannot read."""
     try:
-        return parse(reply)
+        return _parsed(reply, parse)
     except RedisErrorReply as exc:
         text = str(exc)
         if text.startswith("NOSCRIPT"):
