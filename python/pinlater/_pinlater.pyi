@@ -512,7 +512,8 @@ class SqliteShard:
     ) -> SqliteShard:
         """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread.
         ``statements``: the text of each of ``queue_get``, ``enqueue_jobs``, ``last_job_id``,
-        ``dequeue_jobs_dry_run``, ``dequeue_rows``, ``dequeue_claim_rows``, ``ack_succeeded``, ``ack_succeeded_many``,
+        ``dequeue_jobs_dry_run``, ``dequeue_rows``, ``dequeue_claim_rows``, ``dequeue_claim_range``, ``ack_succeeded``,
+        ``ack_succeeded_many``, ``ack_succeeded_range``,
         ``ack_failed``, ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
         ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
         ``groups_unwait_oldest``, ``groups_unwait_first``, ``jobs_promote``, ``group_jobs_record``,

@@ -89,9 +89,13 @@ pub struct Statements {
     /// (`dequeue_claim_rows.sql`): `dequeue_jobs.sql` in two statements, without its RETURNING.
     pub dequeue_rows: String,
     pub dequeue_claim_rows: String,
+    /// `dequeue_claim_rows.sql` for ids that are every id of a range (`dequeue_claim_range.sql`).
+    pub dequeue_claim_range: String,
     /// `ack_succeeded.sql` for many jobs of one priority and one status to append, by a JSON
     /// array of ids (`ack_succeeded_many.sql`): every success.
     pub ack_succeeded_many: String,
+    /// `ack_succeeded_many.sql` for ids that are every id of a range (`ack_succeeded_range.sql`).
+    pub ack_succeeded_range: String,
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
     pub dedup_holders: String,
@@ -1265,7 +1269,6 @@ impl<T: Send> Writer<T> {
         bind(&mut stmt, &params)?;
         let mut rows = stmt.raw_query();
         let mut claimed: Vec<ClaimedJob> = Vec::new();
-        let mut ids = String::from("[");
         while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
             let job = (|| {
                 Ok::<_, rusqlite::Error>(ClaimedJob {
@@ -1278,12 +1281,6 @@ impl<T: Send> Writer<T> {
                 })
             })()
             .map_err(|e| connection_error(&e))?;
-            if !dry_run {
-                if ids.len() > 1 {
-                    ids.push(',');
-                }
-                let _ = write!(ids, "{}", job.local_id);
-            }
             claimed.push(job);
         }
         drop(rows);
@@ -1291,18 +1288,32 @@ impl<T: Send> Writer<T> {
         if dry_run || claimed.is_empty() {
             return Ok(claimed);
         }
-        ids.push(']');
-        let mut stmt = self.prepare(&statements.dequeue_claim_rows)?;
-        bind(
-            &mut stmt,
-            &[
-                (":queue", &queue),
-                (":priority", &priority),
-                (":ids", &ids.as_str()),
-                (":claim", &claim),
-                (":now_ms", &now_ms),
-            ],
-        )?;
+        let common: [(&str, &dyn ToSql); 4] = [
+            (":queue", &queue),
+            (":priority", &priority),
+            (":claim", &claim),
+            (":now_ms", &now_ms),
+        ];
+        // (the ids read are distinct: rows of one SELECT)
+        let mut stmt = if let Some((first, last)) = id_range(claimed.iter().map(|j| j.local_id)) {
+            let mut stmt = self.prepare(&statements.dequeue_claim_range)?;
+            bind(&mut stmt, &common)?;
+            bind(&mut stmt, &[(":first", &first), (":last", &last)])?;
+            stmt
+        } else {
+            let mut ids = String::from("[");
+            for job in &claimed {
+                if ids.len() > 1 {
+                    ids.push(',');
+                }
+                let _ = write!(ids, "{}", job.local_id);
+            }
+            ids.push(']');
+            let mut stmt = self.prepare(&statements.dequeue_claim_rows)?;
+            bind(&mut stmt, &common)?;
+            bind(&mut stmt, &[(":ids", &ids.as_str())])?;
+            stmt
+        };
         let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
         if changed != claimed.len() {
             // Cannot happen: the write lock is held since the read. Never answer a job unclaimed.
@@ -1399,8 +1410,9 @@ impl<T: Send> Writer<T> {
     }
 
     /// Marks the jobs of `items` SUCCEEDED: a statement per run of consecutive items of one
-    /// priority and one status to append (`ack_succeeded_many.sql`), usually one per request,
-    /// not one per job. The runs go in the request's order, so a job acked twice ends as the
+    /// priority and one status to append (`ack_succeeded_many.sql`, or `ack_succeeded_range.sql`
+    /// where the run's ids are every id of a range, off queues with groups), usually one per
+    /// request, not one per job. The runs go in the request's order, so a job acked twice ends as the
     /// first of its acks left it, as with a statement per job. On a queue with groups
     /// (`groups`), each run first reads the groups of its jobs that the statement will mark
     /// (`group_jobs_of.sql`: those `IN_PROGRESS`, of the run's priority) and counts them as
@@ -1427,6 +1439,26 @@ impl<T: Send> Writer<T> {
         for run in items.chunk_by(|a, b| {
             a.priority == b.priority && a.append_custom_status == b.append_custom_status
         }) {
+            let first = &run[0];
+            if groups.is_none() {
+                if let Some((low, high)) = id_range(run.iter().map(|item| item.local_id)) {
+                    let mut range = self.prepare(&self.options.statements.ack_succeeded_range)?;
+                    bind(
+                        &mut range,
+                        &[
+                            (":queue", &queue),
+                            (":status_limit", &limit),
+                            (":now_ms", &now_ms),
+                            (":priority", &first.priority),
+                            (":append", &first.append_custom_status.as_str()),
+                            (":first", &low),
+                            (":last", &high),
+                        ],
+                    )?;
+                    range.raw_execute().map_err(|e| connection_error(&e))?;
+                    continue;
+                }
+            }
             ids.clear();
             ids.push('[');
             seen.clear();
@@ -1440,7 +1472,6 @@ impl<T: Send> Writer<T> {
                 let _ = write!(ids, "{}", item.local_id);
             }
             ids.push(']');
-            let first = &run[0];
             if let Some(left) = groups.as_deref_mut() {
                 self.count_leaving(queue, first.priority, &ids, left)?;
             }
@@ -1662,6 +1693,17 @@ fn add_left(left: &mut RequestMap<String, i64>, group: String, count: i64) {
 
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
 /// characters escaped, everything else as it is (JSON text is UTF-8).
+/// `(least, greatest)` of `ids` when they are every id between the two (repeats allowed), so a
+/// statement over that range of local ids reaches them and no other job; `None` otherwise.
+fn id_range(ids: impl ExactSizeIterator<Item = i64>) -> Option<(i64, i64)> {
+    let mut sorted: Vec<i64> = ids.collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let (&first, &last) = (sorted.first()?, sorted.last()?);
+    let span = i128::from(last) - i128::from(first) + 1;
+    (span == i128::try_from(sorted.len()).ok()?).then_some((first, last))
+}
+
 fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
     let mut out = String::from("[");
     for (n, s) in strings.enumerate() {
@@ -1712,6 +1754,22 @@ fn truncate_chars(s: &str, limit: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_range_is_every_id_between_its_ends() {
+        let range = |ids: &[i64]| id_range(ids.iter().copied());
+        assert_eq!(range(&[]), None);
+        assert_eq!(range(&[7]), Some((7, 7)));
+        assert_eq!(range(&[3, 1, 2]), Some((1, 3)));
+        assert_eq!(range(&[2, 1, 2, 1]), Some((1, 2)), "repeats allowed");
+        assert_eq!(range(&[1, 3]), None);
+        assert_eq!(range(&[1, 2, 4, 4]), None);
+        assert_eq!(range(&[i64::MIN, i64::MAX]), None, "no overflow");
+        assert_eq!(
+            range(&[i64::MAX, i64::MAX - 1]),
+            Some((i64::MAX - 1, i64::MAX))
+        );
+    }
 
     #[test]
     fn json_strings_escape_what_json_needs() {
@@ -1768,7 +1826,9 @@ mod tests {
                 dequeue_jobs_dry_run: sql("dequeue_jobs_dry_run"),
                 dequeue_rows: sql("dequeue_rows"),
                 dequeue_claim_rows: sql("dequeue_claim_rows"),
+                dequeue_claim_range: sql("dequeue_claim_range"),
                 ack_succeeded_many: sql("ack_succeeded_many"),
+                ack_succeeded_range: sql("ack_succeeded_range"),
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
                 dedup_records: sql("dedup_records"),

@@ -1,0 +1,12 @@
+-- ack_succeeded_many.sql for acks whose ids are every id from :first to :last (the acks of a
+-- dequeue of jobs one enqueue inserted, the common case): one seek into the rowid range and a
+-- walk along it, instead of a seek per id and the JSON array read into a temporary index. The
+-- Rust writer uses it only when the acked ids are all of the range (repeats aside), so it marks
+-- what ack_succeeded_many.sql would, which this must match.
+-- Params: :queue, :priority, :first, :last, :append, :status_limit, :now_ms.
+UPDATE jobs
+   SET state = 2,
+       custom_status = substr(custom_status || :append, 1, :status_limit),
+       updated_at_ms = :now_ms
+ WHERE local_id BETWEEN :first AND :last
+   AND +queue = :queue AND +priority = :priority AND +state = 1
