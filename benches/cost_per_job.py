@@ -59,9 +59,10 @@ from a worktree whose extension is built, so that it is the tree under test.
     PYTHONPATH=$PWD/python python benches/cost_per_job.py --backends embedded --property BROKER_ENABLED=true
 
 ``redis-compact`` (not in the default list) is Redis in the compact layout (issue 16), measured by
-the current build only; with both ``redis`` and ``redis-compact`` the report adds the compact
-layout's ratios to the original's, and its jobs/min against each ``--against`` build on the
-original layout:
+each build that has it (an ``--against`` commit before issue 16 is left out, so its ratio to the
+current build is printed only for builds that have it); with both ``redis`` and ``redis-compact``
+the report adds the compact layout's ratios to the original's, and its jobs/min against each
+``--against`` build on the original layout:
 
     PYTHONPATH=$PWD/python python benches/cost_per_job.py --backends redis,redis-compact --against fddf904
 """
@@ -125,6 +126,8 @@ class Build:
     label: str
     python: str
     env: dict[str, str]
+    #: Whether it has the compact Redis layout (issue 16; builds before it do not).
+    compact: bool = True
 
 
 def current_build() -> Build:
@@ -167,7 +170,10 @@ def commit_build(commit: str, cache_dir: Path) -> Build:
         subprocess.run([str(python), "-c", "import pinlater._pinlater, pinlater.cli"], check=True, env=env, cwd=home)
         shutil.rmtree(src)  # the venv holds the built package; the tree and its Rust target are not needed again
         marker.write_text(sha + "\n")
-    return Build(sha[:7], str(python), env)
+    has_compact = subprocess.run(
+        ["git", "cat-file", "-e", f"{sha}:python/pinlater/backends/redis/lua_compact"], cwd=ROOT, check=False
+    )
+    return Build(sha[:7], str(python), env, compact=has_compact.returncode == 0)
 
 
 # -- stores and the server --------------------------------------------------------------------
@@ -653,7 +659,7 @@ def main() -> None:
             for backend in backends:
                 order = builds if round_no % 2 else builds[::-1]
                 for build in order:
-                    if backend == COMPACT and build.label != "current":
+                    if backend == COMPACT and not build.compact:
                         continue  # builds before issue 16 have no compact layout
                     run = measure(build, backend, round_no, args, Path(tmp))
                     print(

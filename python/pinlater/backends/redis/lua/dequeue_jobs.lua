@@ -44,6 +44,7 @@ orders the jobs by (score, id).
 ]]
 --@include holds
 --@include rules
+--@include order
 --@include cut_chars
 --@include ended
 local names_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
@@ -75,7 +76,7 @@ local function pick(want)
   local ties
   if redis.call('ZCOUNT', pending_key, last, last) <= max_ties then
     ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
-    table.sort(ties, function(x, y) return tonumber(x) < tonumber(y) end)
+    sort_ids(ties)
   else
     ties = {}
     for i = 1, 2 * want, 2 do

@@ -62,6 +62,7 @@ The caller orders the jobs by (score, id).
 --@include cut_chars
 --@include ended
 --@include expiry
+--@include order
 local failed_key, expiry_index_key, expired_count_key = KEYS[8], KEYS[9], KEYS[10]
 local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
@@ -91,7 +92,7 @@ local function pick(want)
   local ties
   if redis.call('ZCOUNT', pending_key, last, last) <= max_ties then
     ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
-    table.sort(ties, function(x, y) return tonumber(x) < tonumber(y) end)
+    sort_ids(ties)
   else
     ties = {}
     for i = 1, 2 * want, 2 do
@@ -140,14 +141,6 @@ end
 local rate_limited = rules and rules.rate > 0 and not dry_run
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 
--- Whether job x ({id, score}) comes before y: by score, then by id as a number.
-local function before(x, y)
-  local sx, sy = tonumber(x[2]), tonumber(y[2])
-  if sx ~= sy then
-    return sx < sy
-  end
-  return tonumber(x[1]) < tonumber(y[1])
-end
 
 local out = {0}
 local found, evicted = 0, 0
@@ -190,7 +183,7 @@ local function next_member()
     for _, entry in ipairs(page) do
       entry[3] = jobs[entry[1]]
     end
-    table.sort(page, before)
+    sort_entries(page)  -- by (score, id) as numbers: before()
   end
   return page[at]
 end
@@ -209,7 +202,7 @@ while (dry_run and places or found) < limit do
   if entry and entry.score > now then
     entry = nil
   end
-  if entry and (not member or before({entry.id, entry.score}, member)) then
+  if entry and (not member or before({s = entry.score, n = tonumber(entry.id)}, member)) then
     reader.take()
     if entry.job then
       take(entry.id, entry.score, entry.job)

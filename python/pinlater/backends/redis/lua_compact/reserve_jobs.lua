@@ -47,6 +47,7 @@ or -1 if the queue does not exist. The caller orders the jobs by (score, id).
 --@include cut_chars
 --@include ended
 --@include expiry
+--@include order
 local failed_key, expiry_index_key, expired_count_key = KEYS[7], KEYS[8], KEYS[9]
 local meta_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
@@ -79,14 +80,6 @@ local function take(id, score, job)
   found = found + 1
 end
 
--- Whether job x ({id, score}) comes before y: by score, then by id as a number.
-local function before(x, y)
-  local sx, sy = tonumber(x[2]), tonumber(y[2])
-  if sx ~= sy then
-    return sx < sy
-  end
-  return tonumber(x[1]) < tonumber(y[1])
-end
 
 -- The PENDING set's side: pages of eligible members with their records; those taken (held or
 -- evicted) are removed before the next page is read.
@@ -111,7 +104,7 @@ local function next_member()
     for _, entry in ipairs(page) do
       entry[3] = jobs[entry[1]]
     end
-    table.sort(page, before)
+    sort_entries(page)  -- by (score, id) as numbers: before()
   end
   return page[at]
 end
@@ -124,7 +117,7 @@ while found < limit do
   if entry and entry.score > now then
     entry = nil
   end
-  if entry and (not member or before({entry.id, entry.score}, member)) then
+  if entry and (not member or before({s = entry.score, n = tonumber(entry.id)}, member)) then
     reader.take()
     if entry.job then
       take(entry.id, string.format('%d', entry.score), entry.job)
