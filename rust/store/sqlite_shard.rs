@@ -89,12 +89,12 @@ pub struct Statements {
     /// (`dequeue_claim_rows.sql`): `dequeue_jobs.sql` in two statements, without its RETURNING.
     pub dequeue_rows: String,
     pub dequeue_claim_rows: String,
-    /// `dequeue_claim_rows.sql` for ids that are every id of a range (`dequeue_claim_range.sql`).
+    /// `dequeue_claim_rows.sql` for one range of ids the ids fill (`dequeue_claim_range.sql`).
     pub dequeue_claim_range: String,
     /// `ack_succeeded.sql` for many jobs of one priority and one status to append, by a JSON
     /// array of ids (`ack_succeeded_many.sql`): every success.
     pub ack_succeeded_many: String,
-    /// `ack_succeeded_many.sql` for ids that are every id of a range (`ack_succeeded_range.sql`).
+    /// `ack_succeeded_many.sql` for one range of ids the ids fill (`ack_succeeded_range.sql`).
     pub ack_succeeded_range: String,
     pub ack_failed: String,
     /// The records of a call's keys with their holders' states (`dedup_holders.sql`).
@@ -1295,11 +1295,15 @@ impl<T: Send> Writer<T> {
             (":now_ms", &now_ms),
         ];
         // (the ids read are distinct: rows of one SELECT)
-        let mut stmt = if let Some((first, last)) = id_range(claimed.iter().map(|j| j.local_id)) {
+        let changed = if let Some(runs) = id_runs(claimed.iter().map(|j| j.local_id)) {
             let mut stmt = self.prepare(&statements.dequeue_claim_range)?;
             bind(&mut stmt, &common)?;
-            bind(&mut stmt, &[(":first", &first), (":last", &last)])?;
-            stmt
+            let mut changed = 0;
+            for (first, last) in runs {
+                bind(&mut stmt, &[(":first", &first), (":last", &last)])?;
+                changed += stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            }
+            changed
         } else {
             let mut ids = String::from("[");
             for job in &claimed {
@@ -1312,9 +1316,8 @@ impl<T: Send> Writer<T> {
             let mut stmt = self.prepare(&statements.dequeue_claim_rows)?;
             bind(&mut stmt, &common)?;
             bind(&mut stmt, &[(":ids", &ids.as_str())])?;
-            stmt
+            stmt.raw_execute().map_err(|e| connection_error(&e))?
         };
-        let changed = stmt.raw_execute().map_err(|e| connection_error(&e))?;
         if changed != claimed.len() {
             // Cannot happen: the write lock is held since the read. Never answer a job unclaimed.
             return Err(ShardError::Connection(format!(
@@ -1411,7 +1414,7 @@ impl<T: Send> Writer<T> {
 
     /// Marks the jobs of `items` SUCCEEDED: a statement per run of consecutive items of one
     /// priority and one status to append (`ack_succeeded_many.sql`, or `ack_succeeded_range.sql`
-    /// where the run's ids are every id of a range, off queues with groups), usually one per
+    /// per range where the run's ids make a few ranges, off queues with groups), usually one per
     /// request, not one per job. The runs go in the request's order, so a job acked twice ends as the
     /// first of its acks left it, as with a statement per job. On a queue with groups
     /// (`groups`), each run first reads the groups of its jobs that the statement will mark
@@ -1441,7 +1444,7 @@ impl<T: Send> Writer<T> {
         }) {
             let first = &run[0];
             if groups.is_none() {
-                if let Some((low, high)) = id_range(run.iter().map(|item| item.local_id)) {
+                if let Some(ranges) = id_runs(run.iter().map(|item| item.local_id)) {
                     let mut range = self.prepare(&self.options.statements.ack_succeeded_range)?;
                     bind(
                         &mut range,
@@ -1451,11 +1454,12 @@ impl<T: Send> Writer<T> {
                             (":now_ms", &now_ms),
                             (":priority", &first.priority),
                             (":append", &first.append_custom_status.as_str()),
-                            (":first", &low),
-                            (":last", &high),
                         ],
                     )?;
-                    range.raw_execute().map_err(|e| connection_error(&e))?;
+                    for (low, high) in ranges {
+                        bind(&mut range, &[(":first", &low), (":last", &high)])?;
+                        range.raw_execute().map_err(|e| connection_error(&e))?;
+                    }
                     continue;
                 }
             }
@@ -1693,15 +1697,37 @@ fn add_left(left: &mut RequestMap<String, i64>, group: String, count: i64) {
 
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
 /// characters escaped, everything else as it is (JSON text is UTF-8).
-/// `(least, greatest)` of `ids` when they are every id between the two (repeats allowed), so a
-/// statement over that range of local ids reaches them and no other job; `None` otherwise.
-fn id_range(ids: impl ExactSizeIterator<Item = i64>) -> Option<(i64, i64)> {
+/// Most ranges a claim or an ack goes in by range (`id_runs`), not by its list of ids.
+const MAX_ID_RUNS: usize = 4;
+/// Fewest ids per range, on average, for more than one range: a statement run per range costs
+/// about what reaching a few ids by the list does.
+const MIN_IDS_PER_RUN: usize = 4;
+
+/// `ids` (repeats allowed) as the ranges `(first, last)` of consecutive ids they make, ascending,
+/// when they are one range, or at most `MAX_ID_RUNS` of `MIN_IDS_PER_RUN` ids or more on average:
+/// each range holds only ids of `ids`, so statements over those ranges of local ids reach them
+/// and no other job. `None` otherwise, or for no id. A dequeue usually takes the jobs of one
+/// enqueue or two (ids one statement made consecutive).
+fn id_runs(ids: impl ExactSizeIterator<Item = i64>) -> Option<Vec<(i64, i64)>> {
     let mut sorted: Vec<i64> = ids.collect();
     sorted.sort_unstable();
     sorted.dedup();
-    let (&first, &last) = (sorted.first()?, sorted.last()?);
-    let span = i128::from(last) - i128::from(first) + 1;
-    (span == i128::try_from(sorted.len()).ok()?).then_some((first, last))
+    let distinct = sorted.len();
+    let mut runs: Vec<(i64, i64)> = Vec::new();
+    for id in sorted {
+        if let Some((_, last)) = runs.last_mut() {
+            if last.checked_add(1) == Some(id) {
+                *last = id;
+                continue;
+            }
+        }
+        if runs.len() == MAX_ID_RUNS {
+            return None;
+        }
+        runs.push((id, id));
+    }
+    let few = runs.len() == 1 || distinct >= MIN_IDS_PER_RUN * runs.len();
+    (!runs.is_empty() && few).then_some(runs)
 }
 
 fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
@@ -1756,19 +1782,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_id_range_is_every_id_between_its_ends() {
-        let range = |ids: &[i64]| id_range(ids.iter().copied());
-        assert_eq!(range(&[]), None);
-        assert_eq!(range(&[7]), Some((7, 7)));
-        assert_eq!(range(&[3, 1, 2]), Some((1, 3)));
-        assert_eq!(range(&[2, 1, 2, 1]), Some((1, 2)), "repeats allowed");
-        assert_eq!(range(&[1, 3]), None);
-        assert_eq!(range(&[1, 2, 4, 4]), None);
-        assert_eq!(range(&[i64::MIN, i64::MAX]), None, "no overflow");
+    fn id_runs_hold_the_ids_and_no_other() {
+        let runs = |ids: &[i64]| id_runs(ids.iter().copied());
+        assert_eq!(runs(&[]), None);
+        assert_eq!(runs(&[7]), Some(vec![(7, 7)]));
+        assert_eq!(runs(&[3, 1, 2]), Some(vec![(1, 3)]));
+        assert_eq!(runs(&[2, 1, 2, 1]), Some(vec![(1, 2)]), "repeats allowed");
         assert_eq!(
-            range(&[i64::MAX, i64::MAX - 1]),
-            Some((i64::MAX - 1, i64::MAX))
+            runs(&[1, 3]),
+            None,
+            "ranges of fewer than MIN_IDS_PER_RUN ids"
         );
+        let two: Vec<i64> = (1..=4).chain(6..=9).collect();
+        assert_eq!(runs(&two), Some(vec![(1, 4), (6, 9)]));
+        let four: Vec<i64> = (0..16).map(|i| i + 2 * (i / 4)).collect();
+        assert_eq!(runs(&four), Some(vec![(0, 3), (6, 9), (12, 15), (18, 21)]));
+        let five: Vec<i64> = (0..20).map(|i| i + 2 * (i / 4)).collect();
+        assert_eq!(runs(&five), None, "more than MAX_ID_RUNS");
+        let ends: Vec<i64> = (0..4)
+            .map(|i| i64::MIN + i)
+            .chain((0..4).map(|i| i64::MAX - i))
+            .collect();
+        assert_eq!(
+            runs(&ends),
+            Some(vec![(i64::MIN, i64::MIN + 3), (i64::MAX - 3, i64::MAX)])
+        );
+        // every id of every run is one of the ids, and every id is in a run
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for _ in 0..2000 {
+            let ids: Vec<i64> = (0..(x % 30))
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    i64::try_from(x % 24).unwrap()
+                })
+                .collect();
+            if let Some(found) = runs(&ids) {
+                let covered: Vec<i64> = found.iter().flat_map(|&(a, b)| a..=b).collect();
+                let mut want = ids.clone();
+                want.sort_unstable();
+                want.dedup();
+                assert_eq!(covered, want, "{ids:?}");
+                assert!(
+                    found.len() == 1
+                        || (found.len() <= MAX_ID_RUNS
+                            && want.len() >= MIN_IDS_PER_RUN * found.len())
+                );
+            }
+        }
     }
 
     #[test]

@@ -148,30 +148,37 @@ def test_many_successes_in_one_ack_end_as_the_python_store_ends_them(
     }
 
 
-def test_claims_and_acks_by_a_range_of_ids_reach_those_jobs_alone(
+def test_claims_and_acks_by_ranges_of_ids_reach_those_jobs_alone(
     store: EmbeddedStore, reference: EmbeddedStore
 ) -> None:
-    """The writer claims and acks by a range of local ids where the ids are all of one range,
-    else by their list: either way exactly the jobs the Python store's statements reach. Ids 1-3
-    and 5-8 are the queue's, 4 another queue's, 6 not due yet."""
-    first = [NewJob(1, b"a", T0 - 1, 2)] * 3
-    later = [NewJob(1, b"b", T0 - 1, 2), NewJob(1, b"due later", T0 + 60_000, 2)] + [NewJob(1, b"c", T0 - 1, 2)] * 2
+    """The writer claims and acks by ranges of local ids where the ids make one range or a few
+    long ones, else by their list: either way exactly the jobs the Python store's statements
+    reach. Ids 1-8, 10-19 and the odd ids 21-29 are the queue's, 14 not due yet; 9 and the even
+    ids 20-28 another queue's."""
+    ready = [NewJob(1, b"a", T0 - 1, 2)]
+    later = ready * 4 + [NewJob(1, b"due later", T0 + 60_000, 2)] + ready * 5
     steps: list[tuple[str, Any]] = [
-        ("dequeue", (2, "c1")),  # 1, 2: a range
-        ("ack", [(1, 2, "+ok", 0), (1, 1, "+ok", 0), (1, 2, "+again", 0)]),  # a range, 2 twice
-        ("dequeue", (10, "c2")),  # 3, 5, 7, 8: not one range (4 is another queue's, 6 not due)
-        ("ack", [(1, 3, "+ok", 0), (1, 5, "+ok", 0)]),  # not one range: 4 is not the queue's
-        ("ack", [(1, 6, "+ok", 0), (1, 7, "+ok", 0), (1, 8, "+ok", 0)]),  # a range; 6 is PENDING
-        ("ack", [(1, 1, "+ok", 0), (1, 2, "+ok", 0), (1, 3, "+ok", 0)]),  # a range of acked jobs
+        ("dequeue", (2, "c1")),  # 1, 2: one range
+        ("ack", [(1, 2, "+ok", 0), (1, 1, "+ok", 0), (1, 2, "+again", 0)]),  # one range, 2 twice
+        ("dequeue", (12, "c2")),  # 3-8, 10-13, 15-16: three ranges of 4 ids a range
+        ("ack", [(1, i, "+ok", 0) for i in [*range(3, 9), *range(10, 14)]]),  # two ranges
+        ("dequeue", (10, "c3")),  # 17-19, 21, 23, 25, 27, 29: six ranges, so by the list
+        ("ack", [(1, 14, "+ok", 0), (1, 15, "+ok", 0), (1, 16, "+ok", 0)]),  # one range; 14 is PENDING
+        ("ack", [(1, i, "+ok", 0) for i in (14, 17, 18, 19, 21, 23, 25, 27, 29)]),  # by the list; 14 PENDING
+        ("ack", [(1, 1, "+ok", 0), (1, 2, "+ok", 0), (1, 3, "+ok", 0)]),  # one range of acked jobs
     ]
     hot = store.native_hot_path(offload)
+    other = [NewJob(1, b"o", T0 - 1, 2)]
 
     async def native() -> list[list[int]]:
         got: list[list[int]] = []
-        await hot.enqueue_jobs(Q, NewJobBatch(first), T0)
+        await hot.enqueue_jobs(Q, NewJobBatch(ready * 8), T0)
         await offload(store.create_queue, "other", 1)
-        await offload(store.enqueue_jobs, "other", [NewJob(1, b"o", T0 - 1, 2)], T0)
+        await offload(store.enqueue_jobs, "other", other, T0)
         await hot.enqueue_jobs(Q, NewJobBatch(later), T0)
+        for _ in range(5):
+            await offload(store.enqueue_jobs, "other", other, T0)
+            await hot.enqueue_jobs(Q, NewJobBatch(ready), T0)
         for at, (kind, arg) in enumerate(steps):
             if kind == "dequeue":
                 got.append([j.local_id for j in claimed(await hot.dequeue_jobs(Q, 1, arg[0], arg[1], T0 + at, False))])
@@ -180,31 +187,28 @@ def test_claims_and_acks_by_a_range_of_ids_reach_those_jobs_alone(
         return got
 
     got = run(native())
-    reference.enqueue_jobs(Q, first, T0)
+    reference.enqueue_jobs(Q, ready * 8, T0)
     reference.create_queue("other", 1)
-    reference.enqueue_jobs("other", [NewJob(1, b"o", T0 - 1, 2)], T0)
+    reference.enqueue_jobs("other", other, T0)
     reference.enqueue_jobs(Q, later, T0)
+    for _ in range(5):
+        reference.enqueue_jobs("other", other, T0)
+        reference.enqueue_jobs(Q, ready, T0)
     want: list[list[int]] = []
     for at, (kind, arg) in enumerate(steps):
         if kind == "dequeue":
             want.append([j.local_id for j in reference.dequeue_jobs(Q, 1, arg[0], arg[1], T0 + at, False)])
         else:
             reference.ack_jobs(Q, [AckItem._make(a) for a in arg], [], T0 + at)
-    assert got == want == [[1, 2], [3, 5, 7, 8]]
-    mine = records(store, [1, 2, 3, 5, 6, 7, 8])
-    assert mine == records(reference, [1, 2, 3, 5, 6, 7, 8])
+    ours = [*range(1, 9), *range(10, 20), *range(21, 30, 2)]
+    assert got == want == [[1, 2], [*range(3, 9), *range(10, 14), 15, 16], [17, 18, 19, 21, 23, 25, 27, 29]]
+    mine = records(store, ours)
+    assert mine == records(reference, ours)
     ended = {r.local_id: (r.state, r.custom_status) for r in mine}
-    assert ended == {
-        1: (JobState.SUCCEEDED, "+ok"),
-        2: (JobState.SUCCEEDED, "+ok"),  # its second ack found it no longer IN_PROGRESS
-        3: (JobState.SUCCEEDED, "+ok"),
-        5: (JobState.SUCCEEDED, "+ok"),
-        6: (JobState.PENDING, ""),
-        7: (JobState.SUCCEEDED, "+ok"),
-        8: (JobState.SUCCEEDED, "+ok"),
-    }
-    (other,) = store.lookup_jobs("other", [(1, 4)], False)
-    assert other.state == JobState.PENDING
+    # (2's second ack found it no longer IN_PROGRESS)
+    assert ended == {i: (JobState.SUCCEEDED, "+ok") for i in ours if i != 14} | {14: (JobState.PENDING, "")}
+    others = store.lookup_jobs("other", [(1, i) for i in (9, 20, 22, 24, 26, 28)], False)
+    assert [r.state for r in others] == [JobState.PENDING] * 6
 
 
 def test_a_failure_on_the_last_attempt_is_final(store: EmbeddedStore) -> None:

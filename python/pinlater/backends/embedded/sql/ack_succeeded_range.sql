@@ -1,8 +1,9 @@
--- ack_succeeded_many.sql for acks whose ids are every id from :first to :last (the acks of a
--- dequeue of jobs one enqueue inserted, the common case): one seek into the rowid range and a
--- walk along it, instead of a seek per id and the JSON array read into a temporary index. The
--- Rust writer uses it only when the acked ids are all of the range (repeats aside), so it marks
--- what ack_succeeded_many.sql would, which this must match.
+-- ack_succeeded_many.sql for the acks whose ids are every id from :first to :last (the acks of
+-- a dequeue, mostly of the jobs of an enqueue or two: consecutive ids): one seek into the rowid
+-- range and a walk along it, instead of a seek per id and the JSON array read into a temporary
+-- index. The Rust writer runs it once per range of the acked ids (up to a few ranges, else
+-- ack_succeeded_many.sql), and only over ranges those ids fill (repeats aside), so it marks what
+-- ack_succeeded_many.sql would, which this must match.
 -- Params: :queue, :priority, :first, :last, :append, :status_limit, :now_ms.
 UPDATE jobs
    SET state = 2,
