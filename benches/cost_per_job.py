@@ -171,7 +171,10 @@ def commit_build(commit: str, cache_dir: Path) -> Build:
         shutil.rmtree(src)  # the venv holds the built package; the tree and its Rust target are not needed again
         marker.write_text(sha + "\n")
     has_compact = subprocess.run(
-        ["git", "cat-file", "-e", f"{sha}:python/pinlater/backends/redis/lua_compact"], cwd=ROOT, check=False
+        ["git", "cat-file", "-e", f"{sha}:python/pinlater/backends/redis/lua_compact"],
+        cwd=ROOT,
+        check=False,
+        stderr=subprocess.DEVNULL,
     )
     return Build(sha[:7], str(python), env, compact=has_compact.returncode == 0)
 

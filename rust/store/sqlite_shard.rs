@@ -1415,8 +1415,8 @@ impl<T: Send> Writer<T> {
     /// Marks the jobs of `items` SUCCEEDED: a statement per run of consecutive items of one
     /// priority and one status to append (`ack_succeeded_many.sql`, or `ack_succeeded_range.sql`
     /// per range where the run's ids make a few ranges, off queues with groups), usually one per
-    /// request, not one per job. The runs go in the request's order, so a job acked twice ends as the
-    /// first of its acks left it, as with a statement per job. On a queue with groups
+    /// request, not one per job. The runs go in the request's order, so a job acked twice ends
+    /// as the first of its acks left it, as with a statement per job. On a queue with groups
     /// (`groups`), each run first reads the groups of its jobs that the statement will mark
     /// (`group_jobs_of.sql`: those `IN_PROGRESS`, of the run's priority) and counts them as
     /// having left their groups; a run's repeated ids are sent once, so each counts once.
@@ -1695,8 +1695,6 @@ fn add_left(left: &mut RequestMap<String, i64>, group: String, count: i64) {
     *left.entry(group).or_insert(0) += count;
 }
 
-/// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
-/// characters escaped, everything else as it is (JSON text is UTF-8).
 /// Most ranges a claim or an ack goes in by range (`id_runs`), not by its list of ids.
 const MAX_ID_RUNS: usize = 4;
 /// Fewest ids per range, on average, for more than one range: a statement run per range costs
@@ -1730,6 +1728,8 @@ fn id_runs(ids: impl ExactSizeIterator<Item = i64>) -> Option<Vec<(i64, i64)>> {
     (!runs.is_empty() && few).then_some(runs)
 }
 
+/// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
+/// characters escaped, everything else as it is (JSON text is UTF-8).
 fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
     let mut out = String::from("[");
     for (n, s) in strings.enumerate() {

@@ -236,7 +236,7 @@ class _Connection(asyncio.Protocol):
     def send(self, command: bytes, timeout: float | None = None) -> asyncio.Future[bytes]:
         """Write ``command``; the future gets its reply. Raises ``_Broken`` if nothing was written.
         With ``timeout``, a reply not in by then breaks the connection (``TimeoutError``)."""
-        return self.send_split(command, timeout, None)  # type: ignore[return-value]  # bytes without a splitter
+        return cast("asyncio.Future[bytes]", self.send_split(command, timeout, None))  # (no splitter: bytes)
 
     def send_split(self, command: bytes, timeout: float | None, split: Splitter | None) -> asyncio.Future[Reply]:
         """``send``, the reply found (and, where ``split`` reads it, read) by ``split``."""
