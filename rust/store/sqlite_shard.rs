@@ -1428,37 +1428,30 @@ impl<T: Send> Writer<T> {
         now_ms: i64,
         mut groups: Option<&mut RequestMap<String, i64>>,
     ) -> Result<(), ShardError> {
-        let mut stmt = self.prepare(&self.options.statements.ack_succeeded_many)?;
-        bind(
-            &mut stmt,
-            &[
-                (":queue", &queue),
-                (":status_limit", &limit),
-                (":now_ms", &now_ms),
-            ],
-        )?;
+        let statements = &self.options.statements;
+        let request: [(&str, &dyn ToSql); 3] = [
+            (":queue", &queue),
+            (":status_limit", &limit),
+            (":now_ms", &now_ms),
+        ];
         let mut ids = String::new();
         let mut seen: RequestSet<i64> = RequestSet::with_capacity(items.len());
         for run in items.chunk_by(|a, b| {
             a.priority == b.priority && a.append_custom_status == b.append_custom_status
         }) {
             let first = &run[0];
+            let shared: [(&str, &dyn ToSql); 2] = [
+                (":priority", &first.priority),
+                (":append", &first.append_custom_status.as_str()),
+            ];
             if groups.is_none() {
                 if let Some(ranges) = id_runs(run.iter().map(|item| item.local_id)) {
-                    let mut range = self.prepare(&self.options.statements.ack_succeeded_range)?;
-                    bind(
-                        &mut range,
-                        &[
-                            (":queue", &queue),
-                            (":status_limit", &limit),
-                            (":now_ms", &now_ms),
-                            (":priority", &first.priority),
-                            (":append", &first.append_custom_status.as_str()),
-                        ],
-                    )?;
+                    let mut stmt = self.prepare(&statements.ack_succeeded_range)?;
+                    bind(&mut stmt, &request)?;
+                    bind(&mut stmt, &shared)?;
                     for (low, high) in ranges {
-                        bind(&mut range, &[(":first", &low), (":last", &high)])?;
-                        range.raw_execute().map_err(|e| connection_error(&e))?;
+                        bind(&mut stmt, &[(":first", &low), (":last", &high)])?;
+                        stmt.raw_execute().map_err(|e| connection_error(&e))?;
                     }
                     continue;
                 }
@@ -1479,14 +1472,10 @@ impl<T: Send> Writer<T> {
             if let Some(left) = groups.as_deref_mut() {
                 self.count_leaving(queue, first.priority, &ids, left)?;
             }
-            bind(
-                &mut stmt,
-                &[
-                    (":priority", &first.priority),
-                    (":append", &first.append_custom_status.as_str()),
-                    (":ids", &ids.as_str()),
-                ],
-            )?;
+            let mut stmt = self.prepare(&statements.ack_succeeded_many)?;
+            bind(&mut stmt, &request)?;
+            bind(&mut stmt, &shared)?;
+            bind(&mut stmt, &[(":ids", &ids.as_str())])?;
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
         Ok(())

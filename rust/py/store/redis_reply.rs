@@ -13,15 +13,29 @@ use crate::store::redis_reply::{self, Scan, ScriptReply, Split};
 #[pyfunction]
 pub fn redis_reply_end(buf: &[u8], start: usize, max_bytes: usize) -> PyResult<i64> {
     guarded("redis_reply_end", || {
-        let rest = buf
-            .get(start..)
-            .ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
-        let offset = |n: usize| i64::try_from(start.saturating_add(n)).unwrap_or(i64::MAX);
-        Ok(match redis_reply::reply_end(rest, max_bytes)? {
-            Scan::Complete(end) => offset(end),
-            Scan::Partial(need) => -offset(need),
-        })
+        let rest = rest_of(buf, start)?;
+        Ok(scan_answer(start, redis_reply::reply_end(rest, max_bytes)?))
     })
+}
+
+/// `buf[start:]`, or the error for a start past it.
+fn rest_of(buf: &[u8], start: usize) -> PyResult<&[u8]> {
+    buf.get(start..)
+        .ok_or_else(|| PyValueError::new_err("start is past the buffer"))
+}
+
+/// `start + n` as Python's offset into the buffer.
+fn offset(start: usize, n: usize) -> i64 {
+    i64::try_from(start.saturating_add(n)).unwrap_or(i64::MAX)
+}
+
+/// `redis_reply_end`'s answer for a scan of `buf[start:]`: where the reply ends, or minus the
+/// length the buffer must reach.
+fn scan_answer(start: usize, scan: Scan) -> i64 {
+    match scan {
+        Scan::Complete(end) => offset(start, end),
+        Scan::Partial(need) => -offset(start, need),
+    }
 }
 
 /// The value, `None` for a queue missing (-1), or `RedisErrorReply` with the server's text.
@@ -62,21 +76,23 @@ pub fn redis_claimed_split(
     max_bytes: usize,
 ) -> PyResult<Py<PyAny>> {
     guarded("redis_claimed_split", || {
-        let rest = buf
-            .get(start..)
-            .ok_or_else(|| PyValueError::new_err("start is past the buffer"))?;
-        let offset = |n: usize| i64::try_from(start.saturating_add(n)).unwrap_or(i64::MAX);
-        Ok(
-            match py.detach(|| redis_reply::claimed_split(rest, max_bytes))? {
-                Split::Read(end, reply) => {
-                    let value = value(reply)?
-                        .map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted));
-                    (offset(end), value).into_pyobject(py)?.into_any().unbind()
-                }
-                Split::Whole(end) => offset(end).into_pyobject(py)?.into_any().unbind(),
-                Split::Partial(need) => (-offset(need)).into_pyobject(py)?.into_any().unbind(),
-            },
-        )
+        let rest = rest_of(buf, start)?;
+        let scan = match py.detach(|| redis_reply::claimed_split(rest, max_bytes))? {
+            Split::Read(end, reply) => {
+                let value =
+                    value(reply)?.map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted));
+                return Ok((offset(start, end), value)
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind());
+            }
+            Split::Whole(end) => Scan::Complete(end),
+            Split::Partial(need) => Scan::Partial(need),
+        };
+        Ok(scan_answer(start, scan)
+            .into_pyobject(py)?
+            .into_any()
+            .unbind())
     })
 }
 
