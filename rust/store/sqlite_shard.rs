@@ -914,7 +914,7 @@ impl<T: Send> Writer<T> {
                         row.active += 1;
                         0
                     } else {
-                        row.waiting += 1;
+                        row.waiting = row.waiting.max(WAITING_SOME);
                         WAITING
                     }
                 }
@@ -952,7 +952,7 @@ impl<T: Send> Writer<T> {
         queue: &str,
         concurrency: i64,
         changes: &[(&'g str, i64, i64)],
-    ) -> Result<Vec<(&'g str, GroupRow)>, ShardError> {
+    ) -> Result<Vec<Settled<'g>>, ShardError> {
         if changes.is_empty() {
             return Ok(Vec::new());
         }
@@ -961,14 +961,24 @@ impl<T: Send> Writer<T> {
             .enumerate()
             .map(|(i, &(g, _, _))| (g, i))
             .collect();
-        let mut rows = self.groups_read(queue, changes, &at)?;
+        let mut rows: Vec<Settled<'g>> = self
+            .groups_read(queue, changes, &at)?
+            .into_iter()
+            .map(|(group, row)| (group, row, row))
+            .collect();
         let mut rooms: Vec<i64> = Vec::with_capacity(rows.len());
         let mut wanted = String::from("["); // [group, room] of those with room > 1
         let mut firsts = String::from("["); // those with room 1
-        for ((_, row), &(group, active_delta, waiting_delta)) in rows.iter_mut().zip(changes) {
+        for ((_, row, _), &(group, active_delta, waiting_delta)) in rows.iter_mut().zip(changes) {
             row.active = (row.active + active_delta).max(0);
             row.waiting = (row.waiting + waiting_delta).max(0);
-            let room = (concurrency - row.active).min(row.waiting).max(0);
+            // `waiting` is never below the jobs waiting (see `WAITING_SOME`): while it is above
+            // zero, every free place is offered to them.
+            let room = if row.waiting > 0 {
+                (concurrency - row.active).max(0)
+            } else {
+                0
+            };
             rooms.push(room);
             if room == 1 {
                 if firsts.len() > 1 {
@@ -990,17 +1000,14 @@ impl<T: Send> Writer<T> {
             return Ok(rows);
         }
         let promoted = self.groups_unwait(queue, &firsts, &wanted, &at)?;
-        for (((_, row), room), promoted) in rows.iter_mut().zip(rooms).zip(promoted) {
+        for (((_, row, _), room), promoted) in rows.iter_mut().zip(rooms).zip(promoted) {
             if room == 0 {
                 continue;
             }
             row.active += promoted;
-            // Fewer promoted than counted: nothing else waits (the count is repaired).
-            row.waiting = if promoted == room {
-                row.waiting - promoted
-            } else {
-                0
-            };
+            // Fewer promoted than there was room for: nothing else waits. As many: more may
+            // wait, and `waiting` stays as it was (the next promotion finds out).
+            row.waiting = if promoted == room { row.waiting } else { 0 };
         }
         Ok(rows)
     }
@@ -1102,11 +1109,25 @@ impl<T: Send> Writer<T> {
         Ok(promoted)
     }
 
-    /// Writes the groups' rows: one statement for those kept, one for those forgotten (no
-    /// unfinished job and a full bucket).
-    fn groups_write(&self, queue: &str, rows: &[(&str, GroupRow)]) -> Result<(), ShardError> {
+    /// Writes the groups' rows that changed: one statement for those kept, one for those
+    /// forgotten (no unfinished job and a full bucket). A group that stays busy usually keeps
+    /// its row as it was (a job joining its waiting ones, or one promoted for each that left:
+    /// see `WAITING_SOME`), and is not written.
+    fn groups_write(&self, queue: &str, rows: &[Settled<'_>]) -> Result<(), ShardError> {
         let forget =
             |row: &GroupRow| row.active == 0 && row.waiting == 0 && row.refilled_at_ms.is_none();
+        let stored = |row: &GroupRow| {
+            if forget(row) {
+                GroupRow::default()
+            } else {
+                *row
+            }
+        };
+        let rows: Vec<(&str, GroupRow)> = rows
+            .iter()
+            .filter(|(_, row, was)| stored(row) != *was)
+            .map(|&(group, row, _)| (group, row))
+            .collect();
         let kept: Vec<&(&str, GroupRow)> = rows.iter().filter(|(_, row)| !forget(row)).collect();
         self.execute_rows(
             &self.rows.groups_put,
@@ -1128,16 +1149,8 @@ impl<T: Send> Writer<T> {
         }
         self.check_group_cache(); // done already by the groups_settle before (a no-op)
         let mut cache = self.groups.borrow_mut();
-        for &(group, row) in rows {
-            cache.put(
-                queue,
-                group,
-                if forget(&row) {
-                    GroupRow::default()
-                } else {
-                    row
-                },
-            );
+        for &(group, row) in &rows {
+            cache.put(queue, group, stored(&row));
         }
         Ok(())
     }
@@ -1617,14 +1630,26 @@ impl<T: Send> Writer<T> {
     }
 }
 
-/// A row of `groups` (see `group_get.sql`).
-#[derive(Debug, Default, Clone, Copy)]
+/// What a group's `waiting` is set to when a job starts waiting in it: "some jobs may wait".
+/// `waiting` is a bound, never below the group's waiting jobs (0: none waits), not a count: a
+/// count changed, and its row was written, at every job that joined a busy group and at every
+/// promotion; this value lets a group that stays busy keep its row unwritten. A file's
+/// `group_jobs_waiting` index answers how many really wait (`group_counts.sql`). Files of
+/// earlier builds hold exact counts, which are bounds too; and an earlier build reading this
+/// value subtracts its promotions from it and still never reads zero while a job waits.
+const WAITING_SOME: i64 = 1 << 40;
+
+/// A row of `groups` (see `group_get.sql`); all zeros and None for a group without one.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct GroupRow {
     active: i64,
     waiting: i64,
     tokens: Option<f64>,
     refilled_at_ms: Option<i64>,
 }
+
+/// A group's row after a change (`Writer::groups_settle`), and as the file holds it.
+type Settled<'g> = (&'g str, GroupRow, GroupRow);
 
 /// Where each named parameter is bound in the statement; None for a name it does not use.
 /// Where an ack statement takes one job's values (`Writer::prepare_ack`).
@@ -2147,15 +2172,16 @@ mod tests {
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
             rows.map(Result::unwrap).collect::<Vec<(i64, i64)>>()
         };
+        // (group, active jobs, its bound of waiting ones above zero: see WAITING_SOME)
         let counts = || {
             let mut stmt = setup
-                .prepare("SELECT group_key, active, waiting FROM groups ORDER BY group_key")
+                .prepare("SELECT group_key, active, waiting > 0 FROM groups ORDER BY group_key")
                 .unwrap();
             let rows = stmt
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .unwrap();
             rows.map(Result::unwrap)
-                .collect::<Vec<(String, i64, i64)>>()
+                .collect::<Vec<(String, i64, bool)>>()
         };
         // Two of each group active, the third waiting (state -1).
         let w = WAITING;
@@ -2176,9 +2202,9 @@ mod tests {
         assert_eq!(
             counts(),
             [
-                ("a".into(), 2, 1),
-                ("b \"q\"".into(), 2, 1),
-                ("c".into(), 1, 0)
+                ("a".into(), 2, true),
+                ("b \"q\"".into(), 2, true),
+                ("c".into(), 1, false)
             ]
         );
         let recorded: i64 = setup
@@ -2246,7 +2272,12 @@ mod tests {
                 (9, 1)
             ]
         );
-        assert_eq!(counts(), [("a".into(), 1, 0), ("b \"q\"".into(), 2, 0)]);
+        // a had room for two and promoted its one waiting job: none waits. b had room for one
+        // and promoted one: more may wait, and its row was not written (its bound stays).
+        assert_eq!(
+            counts(),
+            [("a".into(), 1, false), ("b \"q\"".into(), 2, true)]
+        );
         let waiting: i64 = setup
             .query_row(
                 "SELECT count(*) FROM group_jobs WHERE waiting = 1",
@@ -2255,6 +2286,41 @@ mod tests {
             )
             .unwrap();
         assert_eq!(waiting, 0);
+        // b's next ack finds no job to promote and clears the bound; a job joining b then is
+        // active at once, not held behind the bound.
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(AckGroup {
+                succeeded: vec![item(5)],
+                failed: vec![],
+            }),
+            now_ms: 50,
+            group_concurrency: 2,
+        });
+        assert_eq!(acked, Answer::Acked);
+        assert_eq!(
+            counts(),
+            [("a".into(), 1, false), ("b \"q\"".into(), 1, false)]
+        );
+        let one = |group: &str| JobKeys {
+            key: None,
+            window_ms: 0,
+            group: Some(group.to_owned()),
+            expire_at_ms: None,
+        };
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job(), job()]),
+            keys: vec![one("b \"q\""), one("b \"q\"")],
+            now_ms: 60,
+            group_concurrency: 2,
+        });
+        assert_eq!(placed, Answer::Placed(vec![(1, 10, false), (1, 11, false)]));
+        assert_eq!(states()[9..], [(10, 0), (11, w)]);
+        assert_eq!(
+            counts(),
+            [("a".into(), 1, false), ("b \"q\"".into(), 2, true)]
+        );
         shard.close();
         drop(setup);
         let _ = std::fs::remove_file(&path);

@@ -466,6 +466,73 @@ def test_the_hot_path_promotes_one_and_many_in_one_ack(store: EmbeddedStore) -> 
     run(scenario())
 
 
+def test_the_hot_path_leaves_the_row_of_a_group_that_stays_busy_unwritten(store: EmbeddedStore) -> None:
+    """A group's ``waiting`` is a bound (groups.py): a job joining a group whose jobs already
+    wait, and an ack promoting one job for the one that left, write nothing to ``groups``; the
+    counts still say exactly which groups are blocked (the waiting index does)."""
+    assert store._conn is not None
+    conn = store._conn
+    conn.executescript(
+        """
+        CREATE TABLE group_writes (op TEXT NOT NULL);
+        CREATE TRIGGER group_inserted AFTER INSERT ON groups BEGIN INSERT INTO group_writes VALUES ('i'); END;
+        CREATE TRIGGER group_updated AFTER UPDATE ON groups BEGIN INSERT INTO group_writes VALUES ('u'); END;
+        CREATE TRIGGER group_deleted AFTER DELETE ON groups BEGIN INSERT INTO group_writes VALUES ('d'); END;
+        """
+    )
+
+    def writes() -> str:
+        done = "".join(row[0] for row in conn.execute("SELECT op FROM group_writes ORDER BY rowid"))
+        conn.execute("DELETE FROM group_writes")
+        return done
+
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        await hot.enqueue_keyed_jobs(Q, [grouped("a0", "a")], T0)
+        assert writes() == "i"  # a is busy now
+        await hot.enqueue_keyed_jobs(Q, [grouped("a1", "a"), grouped("a2", "a")], T0)
+        assert writes() == "u"  # its first waiting job sets the bound
+        await hot.enqueue_keyed_jobs(Q, [grouped("a3", "a")], T0)
+        assert writes() == ""  # the bound holds already
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        for body in (b"a0", b"a1", b"a2"):
+            got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+            assert bodies(got) == [body]
+            await hot.ack_jobs(Q, AckGroup([(1, got[0].local_id, "", 0)], []), T0 + 2)
+            assert writes() == ""  # one left, one promoted: the row is as it was
+        # a3 was the last to wait: the bound stays above zero, the index says none waits.
+        assert conn.execute("SELECT active, waiting > 0 FROM groups").fetchall() == [(1, 1)]
+        assert store.group_counts(Q) == GroupCounts(1, 0)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+        assert bodies(got) == [b"a3"]
+        await hot.ack_jobs(Q, AckGroup([(1, got[0].local_id, "", 0)], []), T0 + 2)
+        assert writes() == "d"  # nothing to promote: the group is done and forgotten
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+
+    run(scenario())
+
+
+def test_a_group_counted_exactly_by_an_earlier_build_is_served_in_order(store: EmbeddedStore) -> None:
+    """Builds before the bound wrote exact counts of waiting jobs; a count is a bound too, even
+    one that a job joined since without raising it (this build raises it to WAITING_SOME)."""
+    assert store._conn is not None
+    store.enqueue_keyed_jobs(Q, [grouped(f"g{i}", "g") for i in range(3)], T0)
+    store._conn.execute("UPDATE groups SET waiting = 2")  # as an earlier build left it
+
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        await hot.enqueue_keyed_jobs(Q, [grouped("g3", "g")], T0)
+        seen: list[bytes] = []
+        for _ in range(4):
+            got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+            seen += bodies(got)
+            await hot.ack_jobs(Q, AckGroup([(1, job.local_id, "", 0) for job in got], []), T0 + 2)
+        assert seen == [b"g0", b"g1", b"g2", b"g3"]
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+
+    run(scenario())
+
+
 def test_the_hot_path_reads_groups_again_after_another_connection_wrote(data_dir: Path, store: EmbeddedStore) -> None:
     """The Rust writer keeps the group rows it wrote, but a write of the Python connection (or
     of another server on the file) in between is seen: its next transaction reads them again."""

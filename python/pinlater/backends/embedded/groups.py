@@ -4,9 +4,12 @@ The model is ``ShardStore.enqueue_keyed_jobs``'s: a group's *active* jobs (PENDI
 IN_PROGRESS) are where dequeues look; the rest *wait* in state -1 (``WAITING``), which no
 dequeue reads (``sql/schema.sql``). A grouped job's group is a row of ``group_jobs`` (with a
 ``waiting`` flag), never a column of ``jobs``, so ungrouped jobs pay nothing for groups. A row of
-``groups`` per (queue, group) counts active and waiting jobs, so every decision below is one read
-and one write of that row, plus one probe of ``group_jobs_waiting`` per promotion: nothing here
-walks a group's jobs.
+``groups`` per (queue, group) counts its active jobs and bounds its waiting ones (``waiting``: 0
+when none waits, else at least as many as wait, ``WAITING_SOME`` as this build writes it), so
+every decision below is one read and one write of that row, plus one probe of
+``group_jobs_waiting`` per promotion: nothing here walks a group's jobs. A bound, not a count:
+the Rust writer leaves the row of a group that stays busy unwritten (a job joining its waiting
+ones, or one promoted for each that left); the index says how many really wait (``counts``).
 
 * ``join``: a new (or retried) job is active when its group has room and nothing waits; first,
   waiting jobs are promoted while there is room (so a raised concurrency applies).
@@ -33,6 +36,10 @@ from pinlater.backends.embedded import sql
 WAITING = -1
 """The internal state of a job waiting behind its group's active jobs (PENDING to readers)."""
 
+WAITING_SOME = 1 << 40
+"""A group's ``waiting`` once a job waits in it: "some may wait" (``WAITING_SOME`` in
+``rust/store/sqlite_shard.rs`` says why, and why earlier builds sharing the file stay right)."""
+
 #: A group's change from one operation: (active jobs that left, waiting jobs deleted).
 Change = tuple[int, int]
 
@@ -44,7 +51,7 @@ def join(conn: sqlite3.Connection, queue: str, group: str, concurrency: int) -> 
     if active < concurrency and waiting == 0:
         state, active = 0, active + 1
     else:
-        state, waiting = WAITING, waiting + 1
+        state, waiting = WAITING, max(waiting, WAITING_SOME)
     _write(conn, queue, group, (active, waiting, tokens, refilled))
     return state
 
@@ -139,15 +146,16 @@ def _settle(
     row = conn.execute(sql.load("group_get"), {"queue": queue, "group_key": group}).fetchone()
     active, waiting, tokens, refilled = row if row is not None else (0, 0, None, None)
     active = max(0, active + active_delta)
-    waiting = max(0, waiting + waiting_delta)
-    room = min(concurrency - active, waiting)
+    waiting = max(0, waiting + waiting_delta)  # still a bound: the deltas are of jobs gone
+    room = max(0, concurrency - active) if waiting > 0 else 0
     if room > 0:
         params = {"queue": queue, "group_key": group, "count": room}
         promoted = conn.execute(sql.load("group_promote"), params).rowcount
         conn.execute(sql.load("group_unwait"), params)
         active += promoted
-        # Fewer promoted than counted: nothing else waits (the count is repaired, not trusted).
-        waiting = waiting - promoted if promoted == room else 0
+        # Fewer promoted than there was room for: nothing else waits. As many: more may, and the
+        # bound stays (the next promotion finds out).
+        waiting = waiting if promoted == room else 0
     return active, waiting, tokens, refilled
 
 
