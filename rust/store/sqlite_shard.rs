@@ -1427,12 +1427,12 @@ impl<T: Send> Writer<T> {
 
     /// Marks the jobs of `items` SUCCEEDED: a statement per run of consecutive items of one
     /// priority and one status to append (`ack_succeeded_many.sql`, or `ack_succeeded_range.sql`
-    /// per range where the run's ids make a few ranges, off queues with groups), usually one per
-    /// request, not one per job. The runs go in the request's order, so a job acked twice ends
-    /// as the first of its acks left it, as with a statement per job. On a queue with groups
-    /// (`groups`), each run first reads the groups of its jobs that the statement will mark
-    /// (`group_jobs_of.sql`: those `IN_PROGRESS`, of the run's priority) and counts them as
-    /// having left their groups; a run's repeated ids are sent once, so each counts once.
+    /// per range where the run's ids make a few ranges), usually one per request, not one per
+    /// job. The runs go in the request's order, so a job acked twice ends as the first of its
+    /// acks left it, as with a statement per job. On a queue with groups (`groups`), each run
+    /// first reads the groups of its jobs that the statement will mark (`group_jobs_of.sql`:
+    /// those `IN_PROGRESS`, of the run's priority) and counts them as having left their groups;
+    /// a run's repeated ids are sent once, so each counts once.
     fn ack_succeeded_many(
         &self,
         queue: &str,
@@ -1457,33 +1457,34 @@ impl<T: Send> Writer<T> {
                 (":priority", &first.priority),
                 (":append", &first.append_custom_status.as_str()),
             ];
-            if groups.is_none() {
-                if let Some(ranges) = id_runs(run.iter().map(|item| item.local_id)) {
-                    let mut stmt = self.prepare(&statements.ack_succeeded_range)?;
-                    bind(&mut stmt, &request)?;
-                    bind(&mut stmt, &shared)?;
-                    for (low, high) in ranges {
-                        bind(&mut stmt, &[(":first", &low), (":last", &high)])?;
-                        stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            let ranges = id_runs(run.iter().map(|item| item.local_id));
+            if groups.is_some() || ranges.is_none() {
+                ids.clear();
+                ids.push('[');
+                seen.clear();
+                for item in run {
+                    if groups.is_some() && !seen.insert(item.local_id) {
+                        continue;
                     }
-                    continue;
+                    if ids.len() > 1 {
+                        ids.push(',');
+                    }
+                    let _ = write!(ids, "{}", item.local_id);
                 }
+                ids.push(']');
             }
-            ids.clear();
-            ids.push('[');
-            seen.clear();
-            for item in run {
-                if groups.is_some() && !seen.insert(item.local_id) {
-                    continue;
-                }
-                if ids.len() > 1 {
-                    ids.push(',');
-                }
-                let _ = write!(ids, "{}", item.local_id);
-            }
-            ids.push(']');
             if let Some(left) = groups.as_deref_mut() {
                 self.count_leaving(queue, first.priority, &ids, left)?;
+            }
+            if let Some(ranges) = ranges {
+                let mut stmt = self.prepare(&statements.ack_succeeded_range)?;
+                bind(&mut stmt, &request)?;
+                bind(&mut stmt, &shared)?;
+                for (low, high) in ranges {
+                    bind(&mut stmt, &[(":first", &low), (":last", &high)])?;
+                    stmt.raw_execute().map_err(|e| connection_error(&e))?;
+                }
+                continue;
             }
             let mut stmt = self.prepare(&statements.ack_succeeded_many)?;
             bind(&mut stmt, &request)?;

@@ -512,6 +512,30 @@ def test_the_hot_path_leaves_the_row_of_a_group_that_stays_busy_unwritten(store:
     run(scenario())
 
 
+def test_the_hot_path_acks_grouped_jobs_by_ranges_counting_each_job_once(store: EmbeddedStore) -> None:
+    """An ack whose ids make a range goes by the range on a queue with groups too; a job acked
+    twice in it leaves its group once."""
+
+    async def scenario() -> None:
+        hot = store.native_hot_path(offload)
+        store.set_queue_rules({Q: QueueRules(group_concurrency=3)})
+        await hot.enqueue_keyed_jobs(Q, [grouped(f"g{i}", "g") for i in range(4)], T0)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 1, False))
+        assert bodies(got) == [b"g0", b"g1", b"g2"]
+        g0, g1 = got[0].local_id, got[1].local_id
+        assert g1 == g0 + 1
+        await hot.ack_jobs(Q, AckGroup([(1, g0, "", 0), (1, g0, "", 0), (1, g1, "", 0)], []), T0 + 2)
+        # Two left and g3 was promoted: g2 and g3 active, room for one more.
+        await hot.enqueue_keyed_jobs(Q, [grouped("g4", "g"), grouped("g5", "g")], T0)
+        got = claimed(await hot.dequeue_jobs(Q, 1, 10, "w:1", T0 + 3, False))
+        assert bodies(got) == [b"g3", b"g4"]
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        [r0, r1] = store.lookup_jobs(Q, [(1, g0), (1, g1)], False)
+        assert (r0.state, r1.state) == (JobState.SUCCEEDED, JobState.SUCCEEDED)
+
+    run(scenario())
+
+
 def test_a_group_counted_exactly_by_an_earlier_build_is_served_in_order(store: EmbeddedStore) -> None:
     """Builds before the bound wrote exact counts of waiting jobs; a count is a bound too, even
     one that a job joined since without raising it (this build raises it to WAITING_SOME)."""
