@@ -64,8 +64,9 @@ CREATE INDEX IF NOT EXISTS dedup_keys_by_job ON dedup_keys (local_id);
 CREATE INDEX IF NOT EXISTS dedup_keys_by_held_until ON dedup_keys (queue, held_until_ms);
 
 -- Ordered groups (#17), version 4. Per (queue, group): how many of its jobs are active (PENDING
--- and dispatchable, or IN_PROGRESS) and how many wait, and its groupJobsPerSecond token bucket
--- (tokens as of refilled_at_ms; NULL: never taken, full). A row goes when its group has no
+-- and dispatchable, or IN_PROGRESS), a bound of how many wait (0: none; else at least as many
+-- as wait: groups.py), and its groupJobsPerSecond token bucket (tokens as of refilled_at_ms;
+-- NULL: never taken, full). A row goes when its group has no
 -- unfinished job, unless its bucket is not full yet (then it stays, with zero counts, until
 -- gc_dedup_keys finds it full: groups_idle).
 CREATE TABLE IF NOT EXISTS groups (
