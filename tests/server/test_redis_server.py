@@ -443,6 +443,25 @@ def test_a_shard_killed_and_restarted_under_load_loses_no_job(
     assert failed == 0
 
 
+def test_a_dequeue_every_shard_failed_says_what_the_last_one_said(
+    tmp_path: Path,
+    redis_servers: Callable[..., RedisServer],
+    start_server: Callable[..., ServerProcess],
+    api_for: Callable[[ServerProcess], Api],
+) -> None:
+    a = durable(redis_servers, "a")
+    config = tmp_path / "redis.json"
+    write_config(config, {"a": (a, False)}, "compact")
+    server = serve(start_server, config, BACKEND_SOCKET_TIMEOUT_SECONDS=2, BACKEND_MONITOR_THREAD_DELAY_SECONDS=3600)
+    api = api_for(server)
+    api.create("down")
+    a.kill()
+    with pytest.raises(api.t.PinLaterException) as info:
+        api.dequeue("down")
+    assert info.value.errorCode == SHARD_CONNECTION_FAILED
+    assert info.value.message.startswith("every shard failed during dequeue (the last: shard a: "), info.value.message
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_all_shards_down_fails_enqueue_and_readyz_until_they_come_back(
     tmp_path: Path,

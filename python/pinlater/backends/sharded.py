@@ -888,6 +888,7 @@ class ShardedBackend:
         found: list[ReadyBatch[J]] = []
         total = 0
         failures = 0
+        last_failure = ""  # what the last failed call said, for the error when every shard failed
         # (``QueueAnswers``' two fields, as locals: the walk is on every dequeue)
         lacking: set[str] = set()  # shards that said they do not have the queue
         held = False  # some shard had the queue, or could not say
@@ -924,10 +925,12 @@ class ShardedBackend:
                     shard.mark_unhealthy(exc.detail)
                     held = True
                     failures += 1
+                    last_failure = f"shard {shard.name}: {exc.detail}"
                     continue
-                except StoreMemoryFullError:  # at maxmemory Redis refuses claims too
+                except StoreMemoryFullError as exc:  # at maxmemory Redis refuses claims too
                     held = True
                     failures += 1
+                    last_failure = exc.message
                     continue
                 else:
                     held = True
@@ -962,7 +965,8 @@ class ShardedBackend:
                 for priority in range(1, self.num_priorities + 1):
                     self._found_empty((name, queue, priority), now, False)
         if failures and not found and failures >= len(shards):
-            raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, "every shard failed during dequeue")
+            message = f"every shard failed during dequeue (the last: {last_failure})"
+            raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, message)
         return found
 
     def _reserve_priority(self, queue: str, jobs: NewJobBatch, now: int) -> int | None:
