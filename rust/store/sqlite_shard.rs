@@ -460,24 +460,27 @@ impl GroupCache {
         self.len = 0;
     }
 
-    /// The group's row, or None when not known.
-    fn get(&self, queue: &str, group: &str) -> Option<GroupRow> {
-        self.queues.get(queue)?.get(group).copied()
+    /// The queue's known rows, by group (a group missing: not known).
+    fn queue(&self, queue: &str) -> Option<&HashMap<String, GroupRow>> {
+        self.queues.get(queue)
     }
 
-    fn put(&mut self, queue: &str, group: &str, row: GroupRow) {
-        if self.len >= GROUP_CACHE_ROWS {
+    /// Keeps `rows` (group, row) of `queue`: the queue looked up once, not once per group.
+    fn put<'a>(&mut self, queue: &str, rows: impl ExactSizeIterator<Item = (&'a str, GroupRow)>) {
+        if self.len + rows.len() > GROUP_CACHE_ROWS {
             self.clear();
         }
         let groups = match self.queues.get_mut(queue) {
             Some(groups) => groups,
             None => self.queues.entry(queue.to_owned()).or_default(),
         };
-        if let Some(slot) = groups.get_mut(group) {
-            *slot = row;
-        } else {
-            groups.insert(group.to_owned(), row);
-            self.len += 1;
+        for (group, row) in rows {
+            if let Some(slot) = groups.get_mut(group) {
+                *slot = row;
+            } else {
+                groups.insert(group.to_owned(), row);
+                self.len += 1;
+            }
         }
     }
 }
@@ -1025,12 +1028,13 @@ impl<T: Send> Writer<T> {
         let mut misses: Vec<&str> = Vec::new();
         {
             let cache = self.groups.borrow();
+            let known = cache.queue(queue);
             for &(group, _, _) in changes {
-                let row = cache.get(queue, group);
+                let row = known.and_then(|groups| groups.get(group));
                 if row.is_none() {
                     misses.push(group);
                 }
-                rows.push((group, row.unwrap_or_default()));
+                rows.push((group, row.copied().unwrap_or_default()));
             }
         }
         if misses.is_empty() {
@@ -1057,10 +1061,8 @@ impl<T: Send> Writer<T> {
                 rows[i].1 = row;
             }
         }
-        let mut cache = self.groups.borrow_mut();
-        for group in misses {
-            cache.put(queue, group, rows[at[group]].1);
-        }
+        let read = misses.into_iter().map(|group| (group, rows[at[group]].1));
+        self.groups.borrow_mut().put(queue, read);
         Ok(rows)
     }
 
@@ -1148,10 +1150,8 @@ impl<T: Send> Writer<T> {
             stmt.raw_execute().map_err(|e| connection_error(&e))?;
         }
         self.check_group_cache(); // done already by the groups_settle before (a no-op)
-        let mut cache = self.groups.borrow_mut();
-        for &(group, row) in &rows {
-            cache.put(queue, group, stored(&row));
-        }
+        let written = rows.iter().map(|&(group, row)| (group, stored(&row)));
+        self.groups.borrow_mut().put(queue, written);
         Ok(())
     }
 
