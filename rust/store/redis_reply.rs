@@ -525,10 +525,17 @@ pub fn claimed_split(
             return Ok(Split::Read(cursor.at, reply));
         }
     }
-    Ok(match reply_end(buf, max_bytes)? {
-        Scan::Complete(end) => Split::Whole(end),
-        Scan::Partial(need) => Split::Partial(need),
-    })
+    reply_end(buf, max_bytes).map(Split::from)
+}
+
+impl<T> From<Scan> for Split<T> {
+    /// `reply_end`'s answer, as `claimed_split` gives it for a reply it does not read.
+    fn from(scan: Scan) -> Self {
+        match scan {
+            Scan::Complete(end) => Split::Whole(end),
+            Scan::Partial(need) => Split::Partial(need),
+        }
+    }
 }
 
 /// `claimed_reply` from the cursor's place; the cursor ends where the reply does.
@@ -902,10 +909,7 @@ mod tests {
         assert_eq!(reply_end(&buf, MAX), Ok(Scan::Complete(case.len())));
         assert_eq!(claimed_split(&buf, MAX), Ok(want), "{case:?}");
         for cut in 0..case.len() {
-            let want = reply_end(&case[..cut], MAX).map(|scan| match scan {
-                Scan::Partial(need) => Split::Partial(need),
-                Scan::Complete(end) => Split::Whole(end),
-            });
+            let want = reply_end(&case[..cut], MAX).map(Split::from);
             assert_eq!(
                 claimed_split(&case[..cut], MAX),
                 want,
@@ -914,10 +918,7 @@ mod tests {
         }
         // past the bound, as reply_end: a reply whose bytes are over it is read alone
         let small = case.len() - 1;
-        let want = reply_end(case, small).map(|scan| match scan {
-            Scan::Partial(need) => Split::Partial(need),
-            Scan::Complete(end) => Split::Whole(end),
-        });
+        let want = reply_end(case, small).map(Split::from);
         assert_eq!(claimed_split(case, small), want, "{case:?} over {small}");
     }
 

@@ -1096,10 +1096,7 @@ impl<T: Send> Writer<T> {
                 if let Some(i) = group {
                     promoted[i] += 1;
                 }
-                if ids.len() > 1 {
-                    ids.push(',');
-                }
-                let _ = write!(ids, "{id}");
+                push_json_int(&mut ids, id);
             }
         }
         ids.push(']');
@@ -1320,10 +1317,7 @@ impl<T: Send> Writer<T> {
         } else {
             let mut ids = String::from("[");
             for job in &claimed {
-                if ids.len() > 1 {
-                    ids.push(',');
-                }
-                let _ = write!(ids, "{}", job.local_id);
+                push_json_int(&mut ids, job.local_id);
             }
             ids.push(']');
             let mut stmt = self.prepare(&statements.dequeue_claim_rows)?;
@@ -1466,10 +1460,7 @@ impl<T: Send> Writer<T> {
                     if groups.is_some() && !seen.insert(item.local_id) {
                         continue;
                     }
-                    if ids.len() > 1 {
-                        ids.push(',');
-                    }
-                    let _ = write!(ids, "{}", item.local_id);
+                    push_json_int(&mut ids, item.local_id);
                 }
                 ids.push(']');
             }
@@ -1590,10 +1581,7 @@ impl<T: Send> Writer<T> {
                 let change = changes.entry(group).or_insert((0, 0));
                 if waiting == Some(1) {
                     change.1 += 1;
-                    if waited.len() > 1 {
-                        waited.push(',');
-                    }
-                    let _ = write!(waited, "{id}");
+                    push_json_int(&mut waited, id);
                 } else {
                     change.0 += 1;
                 }
@@ -1741,6 +1729,14 @@ fn id_runs(ids: impl ExactSizeIterator<Item = i64>) -> Option<Vec<(i64, i64)>> {
     }
     let few = runs.len() == 1 || distinct >= MIN_IDS_PER_RUN * runs.len();
     (!runs.is_empty() && few).then_some(runs)
+}
+
+/// Appends `value` to a JSON array of integers still open (`[` and what came before).
+fn push_json_int(list: &mut String, value: i64) {
+    if list.len() > 1 {
+        list.push(',');
+    }
+    let _ = write!(list, "{value}");
 }
 
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
