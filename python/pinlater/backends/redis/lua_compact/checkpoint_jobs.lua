@@ -146,11 +146,6 @@ for _, t in ipairs(touched) do
 end
 writes.flush()
 if #left > 0 then
-  begin_batch(rules)
-  prefetch_groups(rules, left)
-  for _, group in ipairs(left) do
-    leave_group(rules, group, now)
-  end
-  flush_groups(rules, now)
+  leave_groups(rules, left, now)
 end
 return {changed, evicted}

@@ -141,6 +141,55 @@ end
 local rate_limited = rules and rules.rate > 0 and not dry_run
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 
+-- The common claim, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
+-- of instructions, a table or a C call thousands): one page of the PENDING set, every picked job
+-- claimed, its record rewritten from its items without a table (lib/records.lua's bytes, as
+-- pack_record makes them). It answers what the general loop below would, in pick order (the
+-- caller orders the jobs), and gives up before writing anything (nil) wherever that loop has
+-- more to do: a dry run, a group rate, a ready list holding jobs, a page above RECORD_CHUNK,
+-- or a picked job whose record is missing, a tombstone or has an expiry.
+local function claim_common()
+  if dry_run or rate_limited or redis.call('LLEN', ready_key) > 0 then
+    return nil
+  end
+  local page = pick(limit)
+  local n = #page
+  if n == 0 then
+    return {0}
+  elseif n > RECORD_CHUNK then
+    return nil
+  end
+  local ids = {}
+  for i = 1, n do
+    ids[i] = page[i][1]
+  end
+  local records = redis.call('HMGET', records_key, unpack(ids))
+  local out, fields, updated = {0}, {}, to_seconds(now)
+  for i = 1, n do
+    local record = records[i]
+    if not record or record == TOMBSTONE then
+      return nil
+    end
+    local bd, al, ar, ca, _, cs, _, gr, gq, ex = record_items(record)
+    if ex then
+      return nil
+    end
+    local id = ids[i]
+    fields[2 * i - 1], fields[2 * i] = id, record_of(bd, al, ar, ca, now, cs, claim, gr, gq)
+    local o = 7 * i - 6
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(page[i][2]), bd, al
+    out[o + 5], out[o + 6], out[o + 7] = ar, to_seconds(ca), updated
+  end
+  redis.call('ZREM', pending_key, unpack(ids))
+  redis.call('HSET', records_key, unpack(fields))
+  zadd_all(in_progress_key, now, ids)
+  return out
+end
+local common = claim_common()
+if common then
+  return common
+end
+
 
 local out = {0}
 local found, evicted = 0, 0

@@ -663,3 +663,15 @@ local function flush_groups(r, now)
   end
   r.saved = nil
 end
+
+-- The groups of `left` (one entry per job that left its group, in order: a group once per job)
+-- each lose an active job: their counts read at once, written at the end (as ack_jobs.lua and
+-- checkpoint_jobs.lua need after their own writes).
+local function leave_groups(r, left, now)
+  begin_batch(r)
+  prefetch_groups(r, left)
+  for _, group in ipairs(left) do
+    leave_group(r, group, now)
+  end
+  flush_groups(r, now)
+end

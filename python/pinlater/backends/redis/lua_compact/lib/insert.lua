@@ -19,6 +19,44 @@
 -- Off unless PINLATER_EXPERIMENTAL_READY_LISTS=1 (scripts.py says why): every job to its PENDING set.
 local READY_LISTS = false
 
+-- insert_jobs without `place` or ready lists: the common enqueue, with as few Lua operations
+-- per job as it takes (each costs Redis' Lua dozens of instructions, a table or a C call
+-- thousands): no table per job, records from new_record (lib/records.lua), score texts kept by
+-- run after text, one HSET (per chunk) and one ZADD per PENDING set (last member first, as
+-- set_writes does).
+local function insert_plain(records_key, now, slots, first)
+  local ids, names, fields = {}, {}, {}
+  local scores, members = {}, {}  -- run after (seconds text) -> score text; KEYS index -> pairs
+  for j = 1, #slots do
+    local a = slots[j]
+    local id = first + j - 1
+    local name = string.format('%d', id)
+    ids[j], names[j] = id, name
+    fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
+    local run_after = ARGV[a + 3]
+    local score = scores[run_after]
+    if not score then
+      score = score_arg(to_ms(run_after))
+      scores[run_after] = score
+    end
+    local k = ARGV[a]
+    local m = members[k]
+    if not m then
+      m = {}
+      members[k] = m
+    end
+    m[#m + 1] = score
+    m[#m + 1] = name
+  end
+  for i = 1, #fields, 2 * RECORD_CHUNK do
+    redis.call('HSET', records_key, unpack(fields, i, math.min(i + 2 * RECORD_CHUNK - 1, #fields)))
+  end
+  for k, set_pairs in pairs(members) do
+    zadd_pairs(KEYS[tonumber(k)], set_pairs)
+  end
+  return ids, names
+end
+
 local function insert_jobs(counter_key, records_key, now, slots, ready_offset, place)
   local ids = {}
   local n = #slots
@@ -26,6 +64,9 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     return ids
   end
   local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+  if not place and not READY_LISTS then
+    return insert_plain(records_key, now, slots, first)
+  end
   local names, jobs = {}, {}
   local writes = set_writes()
   local ready, ready_order = {}, {}  -- per PENDING set index: the ids for its ready list

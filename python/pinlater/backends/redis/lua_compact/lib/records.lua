@@ -65,23 +65,99 @@ local function bound_ms(bound)
   return string.format('%.17g', to_ms(bound))
 end
 
--- The items read straight after the array's one-byte header (0x97, 0x99 with a group, 0x9a with an expiry),
--- without the table cmsgpack.unpack would build for the array (a quarter of the time).
-local function unpack_record(packed)
+-- The items of a record, read straight after the array's one-byte header (0x97, 0x99 with a
+-- group, 0x9a with an expiry) without the table cmsgpack.unpack would build for the array: bd,
+-- al, ar, ca, ua (ms since the epoch), cs, cd, gr, gq and ex, nil where the record has none.
+local function record_items(packed)
   local _, bd, al, ar, ca, ua, cs, cd, gr, gq, ex = cmsgpack.unpack_limit(packed, 10, 1)
-  return {bd = bd, al = al, ar = ar, ca = ca, ua = ca + ua, cs = cs, cd = cd, gr = gr or nil, gq = gq or nil, ex = ex}
+  return bd, al, ar, ca, ca + ua, cs, cd, gr or nil, gq or nil, ex
+end
+
+local function unpack_record(packed)
+  local bd, al, ar, ca, ua, cs, cd, gr, gq, ex = record_items(packed)
+  return {bd = bd, al = al, ar = ar, ca = ca, ua = ua, cs = cs, cd = cd, gr = gr, gq = gq, ex = ex}
+end
+
+-- Records are built by concatenation, not by cmsgpack.pack of a table: in Redis' Lua every table
+-- and every call of a C function costs thousands of instructions, and packing a table cost
+-- about 9,000 a record. The items besides the body are mostly a few values per batch (its now,
+-- attempts, an empty status, one claim): each is packed once per script call (`packed_of`), and
+-- the body gets the string header of its length. The bytes are what cmsgpack.pack of the array
+-- gives (it encodes each item as it encodes it alone), so every build reads them.
+local packed_of, str_header_of, new_tails = {}, {}, {}
+
+-- One item (not nil: an absent item is false), packed once per script call.
+local function packed(value)
+  local bytes = packed_of[value]
+  if not bytes then
+    bytes = cmsgpack.pack(value)
+    packed_of[value] = bytes
+  end
+  return bytes
+end
+
+-- The msgpack header of a string of n bytes (fixstr, str8, str16 or str32, as cmsgpack writes).
+local function str_header(n)
+  local header = str_header_of[n]
+  if header then
+    return header
+  end
+  if n < 32 then
+    header = string.char(0xa0 + n)
+  elseif n < 0x100 then
+    header = '\217' .. string.char(n)
+  elseif n < 0x10000 then
+    header = '\218' .. string.char(math.floor(n / 0x100), n % 0x100)
+  else
+    header = '\219' .. string.char(math.floor(n / 0x1000000), math.floor(n / 0x10000) % 0x100,
+      math.floor(n / 0x100) % 0x100, n % 0x100)
+  end
+  str_header_of[n] = header
+  return header
+end
+
+-- The record of items as record_items gives them (ua in ms since the epoch; cs a string; cd
+-- false for no claim; gr with gq, or neither; ex, or nil).
+local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex)
+  local p = packed_of
+  if ex then
+    return '\154' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
+      .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex)
+  elseif gr then
+    return '\153' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
+      .. packed(cd) .. packed(gr) .. packed(gq)
+  end
+  local since = ua - ca
+  return '\151' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
+    .. (p[ca] or packed(ca)) .. (p[since] or packed(since)) .. (p[cs] or packed(cs)) .. (p[cd] or packed(cd))
 end
 
 local function pack_record(job)
-  if job.ex then
-    return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false,
-      job.gr or false, job.gq or false, job.ex})
+  return record_of(job.bd, job.al, job.ar, job.ca, job.ua, job.cs or '', job.cd or false, job.gr, job.gq, job.ex)
+end
+
+-- The record of a new job (PENDING, never touched: ua = ca, no claim, group or expiry) of body
+-- `bd`, `attempts` allowed (and remaining: text, as an enqueue's ARGV gives it), status `cs`
+-- and created at `ca` (ms): pack_record's bytes, the items after the body kept per (ca,
+-- attempts, status) for the script call, so a batch's jobs cost a concatenation each.
+local function new_record(bd, attempts, cs, ca)
+  local by_attempts = new_tails[ca]
+  if not by_attempts then
+    by_attempts = {}
+    new_tails[ca] = by_attempts
   end
-  if job.gr then
-    return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false, job.gr,
-      job.gq})
+  local by_status = by_attempts[attempts]
+  if not by_status then
+    by_status = {}
+    by_attempts[attempts] = by_status
   end
-  return cmsgpack.pack({job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false})
+  local tail = by_status[cs]
+  if not tail then
+    local al = packed(tonumber(attempts))
+    tail = al .. al .. packed(ca) .. packed(0) .. packed(cs) .. packed(false)
+    by_status[cs] = tail
+  end
+  return '\151' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. tail
 end
 
 -- A deleted job of a ready list, until the list's head passes it (ready.lua).

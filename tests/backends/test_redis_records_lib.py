@@ -1,0 +1,118 @@
+"""``lua_compact/lib/records.lua``: the compact layout's records, packed by concatenation (and by
+the scripts' common paths, which build the same bytes inline), run in a real Redis's Lua against
+what ``cmsgpack.pack`` of the record's array gives, which is what earlier builds wrote."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.redis_server import RedisServer
+
+from pinlater.backends.base import AckItem, KeyedJob, NewJob, QueueRules
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, scripts
+
+pytestmark = pytest.mark.redis
+
+# ARGV: body, then the other items as Lua literals (a table constructor's fields, in order)
+PACK_BOTH = """
+local job = loadstring('return ' .. ARGV[2])()
+job.bd = ARGV[1]
+local items = {job.bd, job.al, job.ar, job.ca, job.ua - job.ca, job.cs or '', job.cd or false}
+if job.gr or job.ex then
+  items[8], items[9] = job.gr or false, job.gq or false
+end
+if job.ex then
+  items[10] = job.ex
+end
+local ours = pack_record(job)
+local back = unpack_record(ours)
+for _, k in ipairs({'bd', 'al', 'ar', 'ca', 'ua', 'cs', 'gr', 'gq', 'ex'}) do
+  assert(back[k] == job[k] or (k == 'cs' and job.cs == nil and back.cs == ''), k)
+end
+assert(back.cd == (job.cd or false), 'cd')
+return {ours, cmsgpack.pack(items)}
+"""
+
+BODY_LENGTHS = (0, 1, 31, 32, 100, 255, 256, 65_535, 65_536)
+NUMBERS = (0, 1, 127, 128, 255, 256, 65_535, 65_536, 2**32, 1_700_000_000_123, -1, -33, -129, -40_000)
+
+
+@pytest.fixture
+def raw(tmp_path: Path) -> Iterator[redis.Redis]:
+    with RedisServer(tmp_path / "redis") as server:
+        client = server.client()
+        yield client
+        client.close()
+
+
+def packed(raw: redis.Redis, body: bytes, fields: str) -> tuple[bytes, bytes]:
+    source = scripts._library("lua_compact", "records") + PACK_BOTH
+    ours, theirs = raw.eval(source, 0, body, "{" + fields + "}")
+    return ours, theirs
+
+
+def test_a_record_is_packed_to_the_bytes_of_cmsgpack(raw: redis.Redis) -> None:
+    for n in BODY_LENGTHS:  # every string header: fixstr, str8, str16, str32
+        ours, theirs = packed(raw, b"b" * n, "al = 3, ar = 3, ca = 1700000000000, ua = 1700000000000")
+        assert ours == theirs and len(ours) >= n + 8
+    for a, b in itertools.product(NUMBERS, repeat=2):  # every integer encoding, in each numeric item
+        fields = f"al = {a}, ar = {b}, ca = {b}, ua = {a + b}"
+        assert packed(raw, b"x", fields)[0] == packed(raw, b"x", fields)[1], fields
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        "al = 2, ar = 1, ca = 5, ua = 9, cs = 'done', cd = 'host:1:claim'",
+        "al = 2, ar = 1, ca = 5, ua = 4, cs = '" + "s" * 300 + "', cd = false",  # updated before created
+        "al = 1, ar = 1, ca = 5, ua = 5, gr = 'tenant-7', gq = 12",
+        "al = 1, ar = 1, ca = 5, ua = 5, gr = 'g', gq = 1e15, cd = 'c'",
+        "al = 1, ar = 0, ca = 5, ua = 6, ex = 1700000000999",
+        "al = 1, ar = 0, ca = 5, ua = 6, gr = 'g', gq = 3, ex = 7",
+        "al = 1, ar = 1, ca = 5, ua = 5, cs = 'é ü', cd = 'x'",
+    ],
+)
+def test_records_with_status_claim_group_or_expiry_pack_alike(raw: redis.Redis, fields: str) -> None:
+    ours, theirs = packed(raw, b"body", fields)
+    assert ours == theirs
+
+
+def test_the_common_paths_write_the_records_the_general_ones_do(tmp_path: Path) -> None:
+    """An enqueue, a claim and a success through the scripts' common paths store byte for byte
+    what the general paths store for the same jobs. Queue "a" takes the common paths; queue "b"
+    the general ones: its jobs carry dedup keys (the keyed insert), it has a group rate (the
+    general claim) and its ack has a failure (of no job)."""
+    with RedisServer(tmp_path / "redis") as server:
+        raw = server.client()
+        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+        t0 = 1_700_000_000_000
+        for queue in ("a", "b"):
+            store.create_queue(queue, 1)
+        store.set_queue_rules({"b": QueueRules(group_jobs_per_second=1000.0)})
+        jobs = [NewJob(1, b"x" * n, t0 - n, 1 + n % 3, "s" * (n % 2)) for n in (0, 5, 40, 300)]
+        ids = {"a": store.enqueue_jobs("a", jobs, t0)}
+        placed = store.enqueue_keyed_jobs("b", [KeyedJob(job, f"key{i}") for i, job in enumerate(jobs)], t0)
+        ids["b"] = [p.local_id for p in placed]
+        assert ids["a"] == ids["b"]
+
+        def records(queue: str) -> list[bytes | None]:
+            return list(raw.hmget(f"plc:{{1:{queue}}}:j", [str(i) for i in ids[queue]]))
+
+        assert records("a") == records("b") and None not in records("a")
+        claimed = {q: store.dequeue_jobs(q, 1, 10, "worker:1", t0 + 5, False) for q in ("a", "b")}
+        assert claimed["a"] == claimed["b"] and len(claimed["a"]) == len(jobs)
+        assert records("a") == records("b")
+        again = AckItem(1, ids["a"][0], "again")  # acked twice in one call: once
+        store.ack_jobs("a", [AckItem(1, i, "ok") for i in ids["a"]] + [again], [], t0 + 9)
+        store.ack_jobs("b", [AckItem(1, i, "ok") for i in ids["b"]], [AckItem(1, 999)], t0 + 9)  # no job 999
+        assert records("a") == records("b")
+        assert [raw.zrange(f"plc:{{1:{q}}}:p1:s2", 0, -1, withscores=True) for q in "ab"] == [
+            [(str(i).encode(), float(t0 + 9)) for i in ids["a"]]
+        ] * 2
+        assert raw.zcard("plc:{1:a}:p1:s1") == raw.zcard("plc:{1:b}:p1:s1") == 0
+        store.close()
+        raw.close()
