@@ -189,8 +189,9 @@ class Store:
 
 
 @contextmanager
-def running_store(backend: str, directory: Path) -> Iterator[Store]:
-    """A fresh store for one run, stopped by PID on the way out."""
+def running_store(backend: str, directory: Path, wrapper: tuple[str, ...] = ()) -> Iterator[Store]:
+    """A fresh store for one run, stopped by PID on the way out; a Redis one run by ``wrapper``
+    if given (valgrind, for ``instructions_per_job.py --count redis``)."""
     if backend == "embedded":
         yield Store(None, ["--data-dir", str(directory / "data")])
         return
@@ -200,7 +201,11 @@ def running_store(backend: str, directory: Path) -> Iterator[Store]:
         from tests.support.redis_server import RedisServer
 
         redis_server = RedisServer(
-            directory / "redis", appendonly=True, extra_args=("--auto-aof-rewrite-percentage", "0")
+            directory / "redis",
+            appendonly=True,
+            extra_args=("--auto-aof-rewrite-percentage", "0"),
+            wrapper=wrapper,
+            start_timeout=120 if wrapper else 10,
         )
         try:
             layout = "compact" if backend == COMPACT else "original"

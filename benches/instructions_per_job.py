@@ -29,6 +29,13 @@ free: ``--groups`` is at least ``--batch``). Each variant's count is printed wit
 ``plain``: issue 17's speed target in instructions, which the noise does not move.
 
     PYTHONPATH=$PWD/python python benches/instructions_per_job.py --backends embedded --variants plain,grouped
+
+``--count redis`` counts redis-server instead (the server runs outside valgrind): Redis' CPU per
+job in instructions, which is what issue 16's first target compares between the layouts, and
+what the compact layout's Lua scripts are tuned against (their per-job Lua, not the commands
+they call, was most of it).
+
+    PYTHONPATH=$PWD/python python benches/instructions_per_job.py --backends redis,redis-compact --count redis
 """
 
 from __future__ import annotations
@@ -51,16 +58,25 @@ VARIANTS = ("plain", "keyed", "grouped")
 
 
 def count(
-    build: Build, backend: str, cycles: int, warmup: int, batch: int, variant: str = "plain", groups: int = 1000
+    build: Build,
+    backend: str,
+    cycles: int,
+    warmup: int,
+    batch: int,
+    variant: str = "plain",
+    groups: int = 1000,
+    counted: str = "server",
 ) -> float:
-    """Instructions per job of ``build``'s server over ``cycles`` measured cycles of ``variant``."""
+    """Instructions per job of ``build``'s server (``counted`` "server") or of the Redis it
+    serves from ("redis") over ``cycles`` measured cycles of ``variant``."""
     from pinlater.idl import idl
 
     with tempfile.TemporaryDirectory(prefix="pinlater-instr-") as tmp:
         directory = Path(tmp)
-        with running_store(backend, directory) as store:
-            out = directory / "callgrind.out"
-            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        out = directory / "callgrind.out"
+        valgrind = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
+        with running_store(backend, directory, valgrind if counted == "redis" else ()) as store:
+            cmd = [] if counted == "redis" else list(valgrind)
             cmd += [build.python, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0"]
             cmd += store.server_args
             proc = subprocess.Popen(
@@ -95,7 +111,8 @@ def count(
                 acks: list[Any] = []
                 for _ in range(warmup):
                     acks = cycle(acks)
-                control = ["callgrind_control", "--instr=on", str(proc.pid)]
+                counted_pid = store.pid if counted == "redis" else proc.pid
+                control = ["callgrind_control", "--instr=on", str(counted_pid)]
                 subprocess.run(control, check=True, capture_output=True)
                 for _ in range(cycles):
                     acks = cycle(acks)
@@ -104,10 +121,11 @@ def count(
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(300)
-            totals = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
-            if not totals:
-                raise SystemExit(f"{build.label}: callgrind wrote no totals to {out}")
-            return int(totals[-1].split()[1]) / (cycles * batch)
+        # read once the store stopped too: callgrind writes a process's totals as it exits
+        totals = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
+        if not totals:
+            raise SystemExit(f"{build.label}: callgrind wrote no totals to {out}")
+        return int(totals[-1].split()[1]) / (cycles * batch)
 
 
 def main() -> None:
@@ -120,6 +138,12 @@ def main() -> None:
     parser.add_argument("--variants", default="plain", help="a comma list of plain, keyed, grouped (default plain)")
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument(
+        "--count",
+        choices=("server", "redis"),
+        default="server",
+        help="whose instructions: the server's (default) or its Redis' (redis backends only)",
+    )
+    parser.add_argument(
         "--cache-dir",
         type=Path,
         default=DEFAULT_CACHE_DIR,
@@ -129,16 +153,19 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     backends = _split([args.backends], BACKENDS)
+    if args.count == "redis" and any(not b.startswith("redis") for b in backends):
+        parser.error("--count redis: only the redis backends (redis, redis-compact)")
     variants = sorted(_split([args.variants], VARIANTS), key=lambda v: v != "plain")  # plain first: the others' base
     if "grouped" in variants and args.groups < args.batch:
         parser.error("--groups: at least --batch (a cycle's groups must all be free)")
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
-    print(f"instructions per job (callgrind, the server's user space): {args.cycles} cycles of {args.batch}")
+    whose = "the server's user space" if args.count == "server" else "redis-server's user space"
+    print(f"instructions per job (callgrind, {whose}): {args.cycles} cycles of {args.batch}")
     for backend in backends:
         for variant in variants:
             counts = {}
             for build in builds:
-                n = count(build, backend, args.cycles, args.warmup, args.batch, variant, args.groups)
+                n = count(build, backend, args.cycles, args.warmup, args.batch, variant, args.groups, args.count)
                 counts[build.label] = n
                 label = backend if variant == "plain" else f"{backend} {variant}"
                 print(f"{label:22} {build.label:8} {n:10,.0f}", flush=True)

@@ -65,8 +65,11 @@ class RedisServer:
         extra_args: tuple[str, ...] = (),
         start_timeout: float = 10.0,
         port: int | None = None,
+        wrapper: tuple[str, ...] = (),
     ) -> None:
         self.binary = find_redis_server()
+        #: A command that runs the server (valgrind's, for benches/instructions_per_job.py).
+        self.wrapper = wrapper
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
@@ -94,6 +97,7 @@ class RedisServer:
         if self._proc is not None and self._proc.poll() is None:
             raise RuntimeError(f"redis-server already running as PID {self._proc.pid}")
         args = [
+            *self.wrapper,
             self.binary,
             "--port", str(self.port),
             "--bind", self.host,
