@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis
 from tests.support.redis_server import RedisServer
 
-from pinlater.backends.base import AckItem, KeyedJob, NewJob, QueueRules
+from pinlater.backends.base import AckItem, JobFilter, JobState, KeyedJob, NewJob, QueueRules
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, scripts
 
 pytestmark = pytest.mark.redis
@@ -83,9 +84,11 @@ def test_records_with_status_claim_group_or_expiry_pack_alike(raw: redis.Redis, 
 
 def test_the_common_paths_write_the_records_the_general_ones_do(tmp_path: Path) -> None:
     """An enqueue, a claim and a success through the scripts' common paths store byte for byte
-    what the general paths store for the same jobs. Queue "a" takes the common paths; queue "b"
-    the general ones: its jobs carry dedup keys (the keyed insert), it has a group rate (the
-    general claim) and its ack has a failure (of no job)."""
+    what the general paths store for the same jobs, except that a success appending no status
+    keeps its record (a SUCCEEDED job's updated time is its score), and lookups and scans read
+    the same jobs either way. Queue "a" takes the common paths; queue "b" the general ones: its
+    jobs carry dedup keys (the keyed insert), it has a group rate (the general claim) and its
+    ack has a failure (of no job)."""
     with RedisServer(tmp_path / "redis") as server:
         raw = server.client()
         store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
@@ -106,10 +109,26 @@ def test_the_common_paths_write_the_records_the_general_ones_do(tmp_path: Path) 
         claimed = {q: store.dequeue_jobs(q, 1, 10, "worker:1", t0 + 5, False) for q in ("a", "b")}
         assert claimed["a"] == claimed["b"] and len(claimed["a"]) == len(jobs)
         assert records("a") == records("b")
+        claimed_records = records("a")
+        # the first two with a status, the others without: the common path leaves their records
+        statuses = ["ok", "ok", "", ""]
         again = AckItem(1, ids["a"][0], "again")  # acked twice in one call: once
-        store.ack_jobs("a", [AckItem(1, i, "ok") for i in ids["a"]] + [again], [], t0 + 9)
-        store.ack_jobs("b", [AckItem(1, i, "ok") for i in ids["b"]], [AckItem(1, 999)], t0 + 9)  # no job 999
-        assert records("a") == records("b")
+        store.ack_jobs("a", [AckItem(1, i, st) for i, st in zip(ids["a"], statuses, strict=True)] + [again], [], t0 + 9)
+        failure = AckItem(1, 999)  # of no job
+        store.ack_jobs("b", [AckItem(1, i, st) for i, st in zip(ids["b"], statuses, strict=True)], [failure], t0 + 9)
+        assert records("a")[:2] == records("b")[:2]
+        assert records("a")[2:] == claimed_records[2:] != records("b")[2:]  # b's general path wrote ua
+        found = {  # b's jobs have dedup keys besides
+            q: [replace(j, dedup_key=None) for j in store.lookup_jobs(q, [(1, i) for i in ids[q]], False)]
+            for q in ("a", "b")
+        }
+        assert found["a"] == found["b"] and {j.updated_at_ms for j in found["a"]} == {t0 + 9}
+        scanned = {
+            q: [replace(j, dedup_key=None) for j in store.scan_jobs(q, JobFilter(JobState.SUCCEEDED, 1, t0 + 10), 10)]
+            for q in ("a", "b")
+        }
+        assert scanned["a"] == scanned["b"] and {j.updated_at_ms for j in scanned["a"]} == {t0 + 9}
+        assert len(scanned["a"]) == len(found["a"]) == len(jobs)
         assert [raw.zrange(f"plc:{{1:{q}}}:p1:s2", 0, -1, withscores=True) for q in "ab"] == [
             [(str(i).encode(), float(t0 + 9)) for i in ids["a"]]
         ] * 2

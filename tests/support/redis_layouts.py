@@ -198,7 +198,8 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
             items, bd, al, ar, ca, ua_after_ca, cs, has_cd, cd = row
             assert items == 7
             kind, score = jobs[(priority, local_id)]
-            job = Job(kind, score, bd, al, ar, ca, ca + ua_after_ca, cs, cd if has_cd else None)
+            updated = score if kind == "s2" else ca + ua_after_ca  # a SUCCEEDED job's: its score (records.lua)
+            job = Job(kind, score, bd, al, ar, ca, updated, cs, cd if has_cd else None)
             view.jobs[(queue, priority, local_id)] = job
     assert not {q for q, n in records.items() if n and n != buried.get(q, 0) and q not in placed}, (
         "records of queues without jobs"

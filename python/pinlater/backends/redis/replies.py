@@ -31,11 +31,15 @@ def job_record(
     dedup_key: bytes | None = None,
     group_key: bytes | None = None,
     expire_at: bytes | int | None = None,
+    updated_is_score: bool = False,
 ) -> JobRecord:
     """A record from a script row: score, then al, ar, cs, ca, ua, cd, bd (None when absent),
     the dedup key the ids hash holds for the job (None when none), its group (None when none)
-    and its expiry in ms (None when none)."""
+    and its expiry in ms (None when none). ``updated_is_score``: the job's updated time is its
+    score, not its ua (a SUCCEEDED job of the compact layout: lua_compact/lib/records.lua)."""
     allowed, remaining, status, created, updated, claim, body = fields
+    if updated_is_score:
+        updated = score
     return JobRecord(
         priority=priority,
         local_id=local_id,

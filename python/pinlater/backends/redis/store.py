@@ -428,8 +428,9 @@ class RedisStore:
             group = out[i + 10] if compact else None
             expire, dedup_key = out[i + width - 2], out[i + width - 1]
             priority, local_id = keys[int(number) - 1]
+            done = compact and int(state) == JobState.SUCCEEDED
             records.append(
-                job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key, group, expire)
+                job_record(priority, local_id, JobState(int(state)), score, fields, dedup_key, group, expire, done)
             )
         return records
 
@@ -545,7 +546,15 @@ class RedisStore:
                 group = row[9] if compact else None
                 found.append(
                     job_record(
-                        where.priority, int(row[0]), where.state, row[1], [*row[2:8], None], row[-1], group, row[-2]
+                        where.priority,
+                        int(row[0]),
+                        where.state,
+                        row[1],
+                        [*row[2:8], None],
+                        row[-1],
+                        group,
+                        row[-2],
+                        compact and where.state is JobState.SUCCEEDED,
                     )
                 )
             if got.last or got.next is None:

@@ -6,7 +6,10 @@ call changes once, as the original's ZREM per ack does). Success: to SUCCEEDED s
 Failure with more than one attempt remaining: to PENDING scored by its retry time, one attempt
 less, claim removed. Failure with one or none left: to FAILED scored by now, none remaining (the
 claim is kept for lookups). Every acked job gets ua = now and the status appended to cs, cut to
-ARGV[3] UTF-8 characters. A member whose record is missing (evicted) is removed and counted.
+ARGV[3] UTF-8 characters, except that a success's record may keep its ua (the common path below
+leaves the record of a success that appends no status as it is): a SUCCEEDED job's updated
+time is its score (lib/records.lua). A member whose record is missing (evicted) is removed and
+counted.
 
 A job of an ordered group that finishes (success, or failure with none left) leaves its group,
 whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and first.
@@ -54,9 +57,10 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
 end
 
 -- The common ack, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
--- of instructions, a table or a C call thousands): successes alone, all of one priority, each
--- record rewritten from its items without a table (lib/records.lua's bytes, as pack_record
--- makes them), a job of an ordered group leaving it as below. It does what the general loop
+-- of instructions, a table or a C call thousands): successes alone, all of one priority, a
+-- record rewritten (from its items, without a table) only where a status is appended: a
+-- SUCCEEDED job's updated time is its score (lib/records.lua), so the rest keep their records
+-- as they are; a job of an ordered group leaves it as below. It does what the general loop
 -- below would, and gives up before writing anything (nil) wherever that loop has more to do: a
 -- failure, a second priority, more than RECORD_CHUNK acks, or an acked job whose record is
 -- missing or has an expiry.
@@ -105,16 +109,18 @@ local function ack_common()
       return nil
     end
     left[#left + 1] = gr
-    if added[i] ~= '' or #cs > status_limit then
+    if added[i] ~= '' or #cs > status_limit then  -- else the record stays: its ua is read from its score
       cs = cut_chars(cs .. added[i], status_limit)
+      fields[#fields + 1], fields[#fields + 2] = acked[i], record_of(bd, al, ar, ca, now, cs, cd, gr, gq)
     end
-    fields[2 * i - 1], fields[2 * i] = acked[i], record_of(bd, al, ar, ca, now, cs, cd, gr, gq)
   end
   local rules = #left > 0 and rules_tail(5 + 5 * n)
   if #left > 0 and not rules then
     return nil  -- the general loop answers the error
   end
-  redis.call('HSET', records_key, unpack(fields))
+  if #fields > 0 then
+    redis.call('HSET', records_key, unpack(fields))
+  end
   zrem_all(KEYS[k + 1], acked)
   zadd_all(KEYS[k + 2], now, acked)
   if #left > 0 then

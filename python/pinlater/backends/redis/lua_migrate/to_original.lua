@@ -19,7 +19,9 @@ records hash has no c is removed (a crash between create_queue's two writes left
 
 Scores and ca/ua go from integer ms to seconds text (records.lua's to_seconds, which a float
 parser reads back as ms / 1000 exactly); al and ar as integers; cs as it is (always written, as
-our enqueue writes it); cd only when the record has one. Held jobs stay held, as in to_compact.
+our enqueue writes it); cd only when the record has one. A SUCCEEDED job's ua is its score (its
+record's may be its claim time: lua_compact/lib/records.lua). Held jobs stay held, as in
+to_compact.
 
 A job is never written over a job hash the original layout already holds (ids handed out
 twice, by servers writing both layouts at once): the call stops before writing the batch that
@@ -124,7 +126,7 @@ local function move_some(base, state)
       hash_keys[#hash_keys + 1] = hash_key
       written[#written + 1] = id
       local f = {'bd', job.bd, 'al', string.format('%d', job.al), 'ar', string.format('%d', job.ar),
-                 'ca', to_seconds(job.ca), 'ua', to_seconds(job.ua), 'cs', job.cs}
+                 'ca', to_seconds(job.ca), 'ua', to_seconds(state == 2 and score or job.ua), 'cs', job.cs}
       if job.cd then
         f[#f + 1] = 'cd'
         f[#f + 1] = job.cd

@@ -14,6 +14,10 @@
 -- ua is kept as a delta so that a job never touched since its enqueue stores 0 (one byte of
 -- msgpack, not nine): a record of a 100-byte body is then 124 bytes, which jemalloc keeps in its
 -- 128-byte class instead of the 160 one. Readers get ua in ms since the epoch, as the other times.
+-- A SUCCEEDED job's updated time is its score in the SUCCEEDED set, not its ua: a success that
+-- appends no status leaves the record as the claim wrote it (ack_jobs.lua's common path, which
+-- so writes no record at all), and lookups, scans and the move to the original layout read the
+-- score. Builds before this one wrote ua = the score at every success, so either way agrees.
 -- The value '' is a tombstone (ready.lua): a job deleted while in a ready list.
 -- Only this file packs and unpacks records. Reads and writes go a batch at a time (one HMGET,
 -- one HSET, HDEL in chunks), so a script makes a constant number of calls per batch, not per job.
