@@ -18,6 +18,7 @@ from tests.support.redis_server import RedisServer
 from pinlater._pinlater import AckGroup
 from pinlater.backends.base import AckItem, GroupCounts, JobFilter, JobState, KeyedJob, NewJob, QueueRules
 from pinlater.backends.redis import RedisDriver, RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.keys_compact import GROUPS_PIN
 from pinlater.backends.redis.migrate import MigrationError, migrate_shard
 from pinlater.config import Settings
 
@@ -61,6 +62,7 @@ def test_a_finished_group_leaves_no_key_behind(server: RedisServer, raw: redis.R
         store.enqueue_keyed_jobs(Q, jobs, T0)
         assert store.group_counts(Q) == GroupCounts(1, 1)
         assert {"plc:{1:gq}:ga", "plc:{1:gq}:gb", "plc:{1:gq}:gw"} <= keys_of(raw)
+        assert raw.object("encoding", "plc:{1:gq}:ga") == b"hashtable"  # its pin: lib/groups.lua
         now, done = T0, 0
         while done < 7:
             now += 1000
@@ -309,3 +311,36 @@ def test_migrating_grouped_jobs_to_the_original_layout_is_refused(
         migrate_shard(raw, "1", "original", force=True)
     assert raw.get("pll:{1}") == b"compact"  # nothing was written
     assert keys_of(raw) == before
+
+
+def test_the_group_counts_stay_a_hash_table_and_their_pin_goes_with_the_last_group(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """A queue's ``ga`` holds a pin field besides its groups, which keeps it a hash table (a
+    listpack costs a scan of every field per write); counts leave it out, and the key goes with
+    the last group, whether a batch (an ack) or a single change (a delete) removes it."""
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        [a, b, c] = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped(g) for g in "abc"], T0)]
+        assert raw.object("encoding", "plc:{1:gq}:ga") == b"hashtable"
+        assert raw.hlen("plc:{1:gq}:ga") == 4 and store.group_counts(Q) == GroupCounts(3, 0)
+        assert store.cancel_jobs(Q, [(1, a)], T0) == 1  # a single change: the group goes, the pin stays
+        assert store.group_counts(Q) == GroupCounts(2, 0) and raw.hexists("plc:{1:gq}:ga", GROUPS_PIN)
+        claimed = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        assert sorted(j.local_id for j in claimed) == [b, c]
+        store.ack_jobs(Q, [AckItem(1, b)], [], T0)  # a batch
+        assert store.group_counts(Q) == GroupCounts(1, 0)
+        store.ack_jobs(Q, [AckItem(1, c)], [], T0)  # the last group: the pin and the key go too
+        assert store.group_counts(Q) == GroupCounts(0, 0) and not raw.exists("plc:{1:gq}:ga")
+        store.enqueue_keyed_jobs(Q, [grouped("d")], T0)
+        [d] = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        assert raw.hlen("plc:{1:gq}:ga") == 2
+        assert store.cancel_jobs(Q, [(1, d.local_id)], T0) == 1  # in progress: it keeps running
+        store.ack_jobs(Q, [], [AckItem(1, d.local_id)], T0)  # a failure that ends it
+        assert not raw.exists("plc:{1:gq}:ga")
+        [e] = store.enqueue_keyed_jobs(Q, [grouped("e")], T0)
+        assert store.cancel_jobs(Q, [(1, e.local_id)], T0) == 1  # the last group, in a single change
+        assert not raw.exists("plc:{1:gq}:ga")
+    finally:
+        store.close()

@@ -34,7 +34,8 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
   sorted set of all scores 0 in lex order: a member per waiting job, prefixed by its group);
   ``plc:{S:Q}:ga``, the active and waiting jobs of each group (hash: group -> ``active`` or
-  ``active:waiting``, then ``:`` and its first waiting job when kept there), and ``:gb``, how
+  ``active:waiting``, then ``:`` and its first waiting job when kept there; and ``GROUPS_PIN``,
+  which keeps it a hash table while it holds a group: lib/groups.lua), and ``:gb``, how
   many groups have waiting jobs (a string counter, no key at none);
   ``plc:{S:Q}:gr``, the groups' groupJobsPerSecond buckets (hash), and ``:gz``, when the
   buckets of finished groups are full again (sorted set; then deleted). A job's group is in
@@ -59,6 +60,10 @@ from pinlater.backends.base import JobState
 from pinlater.backends.redis.keys import QueueKeys
 
 COMPACT_KEY_PREFIX = "plc"
+
+#: The field of a queue's ``ga`` hash that is no group (group keys are UTF-8, and this byte never
+#: is): its long value keeps the hash a hash table, not a listpack (lua_compact/lib/groups.lua).
+GROUPS_PIN = b"\xff"
 
 
 def queue_tag(shard: str, queue: str) -> str:

@@ -129,6 +129,7 @@ from pinlater.backends.redis.keys import (
     seconds_arg,
 )
 from pinlater.backends.redis.keys_compact import (
+    GROUPS_PIN,
     CompactQueueKeys,
     QueueKeyNames,
     compact_names_key,
@@ -310,14 +311,17 @@ class RedisStore:
         )
 
     def group_counts(self, queue: str) -> GroupCounts:
-        """The queue's groups (fields of its ``ga`` hash) and blocked ones (its ``gb`` count): an
-        HLEN and a GET after the queue check, not one atomic read (a count, as the dashboard shows it)."""
+        """The queue's groups (fields of its ``ga`` hash but its pin) and blocked ones (its ``gb``
+        count): an HLEN, an HEXISTS and a GET after the queue check, not one atomic read (a count,
+        as the dashboard shows it)."""
         self._require_queue(queue)
         keys = self._keys(queue)
         if not isinstance(keys, CompactQueueKeys):
             return GroupCounts(0, 0)
         active, blocked, *_others = keys.group_keys()
-        return GroupCounts(int(self._shard.command("HLEN", active)), int(self._shard.command("GET", blocked) or 0))
+        fields = int(self._shard.command("HLEN", active))
+        groups = fields - int(self._shard.command("HEXISTS", active, GROUPS_PIN)) if fields else 0
+        return GroupCounts(groups, int(self._shard.command("GET", blocked) or 0))
 
     def set_queue_rules(self, rules: Mapping[str, QueueRules]) -> None:
         self.rules.set(rules)

@@ -22,8 +22,8 @@
 --                                      bucket at that time;
 --   refills      (plc:{S:Q}:gz, sorted set)  member: a forgotten group whose bucket was not full
 --                                      yet, score: when it is (ms).
--- A group with no unfinished job has no field in ga nor count in gb (group_counts: HLEN ga,
--- GET gb) and no member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
+-- A group with no unfinished job has no field in ga nor count in gb (group_counts: HLEN ga
+-- less its pin, GET gb; GA_PIN below) and no member in the fifo. Its bucket goes with it if full (a full bucket is as good as none);
 -- otherwise it stays (a group that finishes and starts again within a second must not get a
 -- fresh bucket) and is due in the refills set, from which any later change of a group's state
 -- deletes up to REFILL_SWEEP due buckets of groups still forgotten. So the keys a finished group
@@ -52,6 +52,23 @@
 local FIFO_PLACE_WIDTH = 20
 local GROUP_KEYS = 5
 local REFILL_SWEEP = 8
+
+-- ga is kept a hash table, never a listpack: Redis keeps a hash of up to hash-max-listpack-entries
+-- (512) short fields as a listpack, where every HSET and HDEL of a field scans the whole list, so
+-- a queue with a few hundred busy groups paid tens of thousands of instructions per job for its
+-- counts. A batch that writes ga also writes the pin: a field that is never a group (group keys
+-- are UTF-8; the byte 0xff never is) whose value is longer than hash-max-listpack-value (64 by
+-- default), which turns the hash into a table for good. The pin goes with the last group (the key
+-- then goes: drop_bare_pin), so a finished group still leaves no key behind; group_counts does not
+-- count it (keys_compact.GROUPS_PIN).
+local GA_PIN, GA_PIN_VALUE = '\255', string.rep('.', 65)
+
+-- After fields of ga were deleted: the key goes if the pin is all it holds.
+local function drop_bare_pin(r)
+  if redis.call('HLEN', r.active) == 1 and redis.call('HEXISTS', r.active, GA_PIN) == 1 then
+    redis.call('DEL', r.active)
+  end
+end
 
 -- The tail after `fixed` ARGV values, or nil if there is none.
 local function rules_tail(fixed)
@@ -375,6 +392,7 @@ local function save_state(r, group, active, waiting, head, before, now)
     redis.call('HSET', r.active, group, format_counts(active, waiting, head))
   else
     redis.call('HDEL', r.active, group)
+    drop_bare_pin(r)
   end
   if (waiting > 0) ~= (before > 0) then
     count_blocked(r, waiting > 0 and 1 or -1)
@@ -640,12 +658,18 @@ local function flush_groups(r, now)
       unrefill[#unrefill + 1] = group
     end
   end
+  if sets > 0 then
+    set_active[sets + 1], set_active[sets + 2] = GA_PIN, GA_PIN_VALUE
+  end
   for i = 1, #set_active, 2 * RECORD_CHUNK do
     redis.call('HSET', r.active, unpack(set_active, i, math.min(i + 2 * RECORD_CHUNK - 1, #set_active)))
   end
   count_blocked(r, blocked)
   for i = 1, #del_active, RECORD_CHUNK do
     redis.call('HDEL', r.active, unpack(del_active, i, math.min(i + RECORD_CHUNK - 1, #del_active)))
+  end
+  if dels > 0 then
+    drop_bare_pin(r)
   end
   -- Most queues have no buckets nor refills (no groupJobsPerSecond): one EXISTS each, not a
   -- command naming every group that was forgotten or revived.
