@@ -135,3 +135,59 @@ def test_the_common_paths_write_the_records_the_general_ones_do(tmp_path: Path) 
         assert raw.zcard("plc:{1:a}:p1:s1") == raw.zcard("plc:{1:b}:p1:s1") == 0
         store.close()
         raw.close()
+
+
+def queue_dump(raw: redis.Redis, queue: str) -> dict[bytes, object]:
+    """Every key of a compact queue on shard 1 with what it holds, named without the queue."""
+    prefix = f"plc:{{1:{queue}}}:".encode()
+    out: dict[bytes, object] = {}
+    for key in raw.scan_iter(match=prefix + b"*"):
+        kind = raw.type(key)
+        value: object
+        if kind == b"hash":
+            value = raw.hgetall(key)
+        elif kind == b"zset":
+            value = raw.zrange(key, 0, -1, withscores=True)
+        elif kind == b"list":
+            value = raw.lrange(key, 0, -1)
+        else:
+            value = raw.get(key)
+        out[key[len(prefix) :]] = value
+    return out
+
+
+def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path: Path) -> None:
+    """enqueue_keyed_jobs.lua's common path (no expiry, no key held) leaves every key of the queue
+    as its general loop does for the same jobs: records, PENDING and waiting sets, the groups'
+    counts, heads and fifo, and the dedup records. Queue "b"'s call also carries a job whose key
+    is held, which sends the whole call down the general loop; that job changes nothing."""
+    with RedisServer(tmp_path / "redis") as server:
+        raw = server.client()
+        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+        t0 = 1_700_000_000_000
+        for queue in ("a", "b"):
+            store.create_queue(queue, 2)
+            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"holder", t0, 1), "held")], t0)
+        jobs = []
+        for n in range(40):
+            job = NewJob(1 + n % 2, b"b" * (n * 7 % 50), t0 + (n % 3) * 1000, 1 + n % 4, "s" * (n % 5 == 0))
+            key = f"key{n}" if n % 3 else None
+            group = f"g{n % 7}" if n % 2 else None
+            if key is None and group is None:
+                group = "solo"
+            jobs.append(KeyedJob(job, key, 1000 * (n % 4), group))
+        placed = {
+            "a": store.enqueue_keyed_jobs("a", jobs, t0 + 1),
+            "b": store.enqueue_keyed_jobs("b", [*jobs, KeyedJob(NewJob(1, b"again", t0, 1), "held")], t0 + 1),
+        }
+        assert placed["b"][-1].deduplicated and not any(p.deduplicated for p in placed["a"])
+        assert placed["a"] == placed["b"][:-1]
+        dumps = {q: queue_dump(raw, q) for q in ("a", "b")}
+        for dump in dumps.values():
+            records = dump[b"j"]
+            assert isinstance(records, dict)
+            records.pop(b"c")  # when the queue was made
+        assert dumps["a"] == dumps["b"]
+        assert {b"j", b"ga", b"gw", b"p1:w", b"p2:w", b"dk", b"di", b"dg", b"p1:s0", b"p2:s0"} <= set(dumps["a"])
+        store.close()
+        raw.close()

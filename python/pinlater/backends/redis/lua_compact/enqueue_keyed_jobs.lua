@@ -13,6 +13,9 @@ A job may have a dedup key, an ordered group, or both (ARGV[i+7]). A job of a gr
 lib/groups.lua says (active at once if its group has room and nothing waits, else waiting), in
 the order of the call; its record keeps the group (gr) and its place (gq: its id).
 
+A call with no expiry and no key held or recorded takes a common path first (enqueue_common: one
+pass, no table per job); any other falls back to the general loop before writing anything.
+
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same hash (field `id`)
 KEYS[3..5]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
@@ -102,6 +105,85 @@ if rules then
   end
   prefetch_groups(rules, groups)
 end
+-- The common call, in one pass with no table per job: no job has an expiry, no key is held or
+-- recorded (else nil, before anything is written: enqueue_dedup's general loop then does it),
+-- every job is inserted. Its group joins as join_group says; its record is new_record's, or
+-- new_grouped_record's; its key's record goes in with holders (lib/dedup.lua).
+local function enqueue_common(any_group)
+  if READY_LISTS or n > RECORD_CHUNK then
+    return nil
+  end
+  local keys = {}
+  for j = 0, n - 1 do
+    local a = 7 + STRIDE * j
+    if ARGV[a + 9] ~= '' then
+      return nil
+    end
+    if keyed(a) then
+      keys[#keys + 1] = ARGV[a + 5]
+    end
+  end
+  if #keys > 0 then
+    local values = redis.call('HMGET', records_key, unpack(keys))
+    for i = 1, #keys do
+      if values[i] then
+        return nil
+      end
+    end
+  end
+  local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+  local out, fields, members, scores, priorities = {}, {}, {}, {}, {}
+  local holders = #keys > 0 and new_holders(records_key, ids_key, gc_key)
+  local job = {}  -- join_group's view of each job in turn (its place)
+  for j = 1, n do
+    local a = 7 + STRIDE * (j - 1)
+    local id = first + j - 1
+    local name = string.format('%d', id)
+    local k = ARGV[a]
+    local priority = priorities[k]
+    if not priority then
+      priority = (tonumber(k) - 7) / DEDUP_GROUP + 1
+      priorities[k] = priority
+    end
+    local run_after = ARGV[a + 3]
+    local score = scores[run_after]
+    if not score then
+      score = to_ms(run_after)
+      scores[run_after] = score
+    end
+    local flags = ARGV[a + 7]
+    local pending = true
+    if any_group and (flags == 'g' or flags == 'kg') then
+      local group = ARGV[a + 8]
+      job.gq = id
+      pending = join_group(rules, group, job, name, priority, score, now)
+      fields[2 * j - 1], fields[2 * j] = name, new_grouped_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id)
+    else
+      fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
+    end
+    if pending then
+      local list = members[k]
+      if not list then
+        list = {}
+        members[k] = list
+      end
+      list[#list + 1], list[#list + 2] = score, name
+    end
+    if flags == 'k' or flags == 'kg' then
+      holders.take(ARGV[a + 5], priority, name, ARGV[a + 6], now_ms)
+    end
+    out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
+  end
+  redis.call('HSET', jobs, unpack(fields))
+  for k, set_pairs in pairs(members) do
+    zadd_pairs(KEYS[tonumber(k)], set_pairs)
+  end
+  if holders then
+    holders.write()
+  end
+  return out
+end
+
 -- A call whose jobs have no group and no expiry places none of them: insert_jobs' common path.
 local placed = place
 for j = 0, n - 1 do
@@ -112,7 +194,8 @@ for j = 0, n - 1 do
     placed = nil
   end
 end
-local out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET,
-  STRIDE, keyed, placed)
+local out = enqueue_common(placed ~= nil)
+  or enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET, STRIDE,
+    keyed, placed)
 flush_groups(rules, now)
 return out

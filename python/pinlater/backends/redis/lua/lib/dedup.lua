@@ -47,6 +47,17 @@ local function new_holders(records_key, ids_key, gc_key)
     by_time[2 * n + 1], by_time[2 * n + 2] = held, id
     n = n + 1
   end
+  -- The key `key` taken by job `id` (text) of `priority` at `now_ms` for `window` ms (ARGV
+  -- text): held until now_ms + window, each window's sum made once.
+  local until_of = {}
+  function holders.take(key, priority, id, window, now_ms)
+    local until_ms = until_of[window]
+    if not until_ms then
+      until_ms = now_ms + tonumber(window)
+      until_of[window] = until_ms
+    end
+    holders.add(key, priority, id, until_ms)
+  end
   function holders.write()
     for i = 1, 2 * n, 2000 do
       local last = math.min(i + 1999, 2 * n)

@@ -63,7 +63,6 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
   local ids, id_texts = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
   local holders = new_holders(records_key, ids_key, gc_key)
   local priorities = {}  -- per PENDING set index (ARGV text): its priority
-  local windows = {}  -- per window (ARGV text): the held-until of a key taken now
   for i, id in ipairs(ids) do
     local a, j = taken[i], taken_at[i]
     local priority = priorities[ARGV[a]]
@@ -73,13 +72,7 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     end
     local id_text = id_texts and id_texts[i] or string.format('%d', id)
     if key_at[j] then
-      local window = ARGV[a + 6]
-      local until_ms = windows[window]
-      if not until_ms then
-        until_ms = now_ms + tonumber(window)
-        windows[window] = until_ms
-      end
-      holders.add(ARGV[a + 5], priority, id_text, until_ms)
+      holders.take(ARGV[a + 5], priority, id_text, ARGV[a + 6], now_ms)
     end
     if inserted then
       inserted(a, id_text)

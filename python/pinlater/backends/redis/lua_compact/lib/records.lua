@@ -140,11 +140,10 @@ local function pack_record(job)
   return record_of(job.bd, job.al, job.ar, job.ca, job.ua, job.cs or '', job.cd or false, job.gr, job.gq, job.ex)
 end
 
--- The record of a new job (PENDING, never touched: ua = ca, no claim, group or expiry) of body
--- `bd`, `attempts` allowed (and remaining: text, as an enqueue's ARGV gives it), status `cs`
--- and created at `ca` (ms): pack_record's bytes, the items after the body kept per (ca,
--- attempts, status) for the script call, so a batch's jobs cost a concatenation each.
-local function new_record(bd, attempts, cs, ca)
+-- The items from al to cd of a new job's record (PENDING, never touched: ua = ca, no claim) with
+-- `attempts` allowed (and remaining: text, as an enqueue's ARGV gives it), status `cs` and created
+-- at `ca` (ms), kept per (ca, attempts, status) for the script call.
+local function new_tail(attempts, cs, ca)
   local by_attempts = new_tails[ca]
   if not by_attempts then
     by_attempts = {}
@@ -161,7 +160,23 @@ local function new_record(bd, attempts, cs, ca)
     tail = al .. al .. packed(ca) .. packed(0) .. packed(cs) .. packed(false)
     by_status[cs] = tail
   end
+  return tail
+end
+
+-- The record of a new job of no group and no expiry, of body `bd` (new_tail for the rest):
+-- pack_record's bytes, so a batch's jobs cost a concatenation each.
+local function new_record(bd, attempts, cs, ca)
+  local by_attempts = new_tails[ca]
+  local by_status = by_attempts and by_attempts[attempts]
+  local tail = by_status and by_status[cs] or new_tail(attempts, cs, ca)
   return '\151' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. tail
+end
+
+-- The record of a new job of group `gr` at place `gq` (a number), as new_record's: the group's
+-- packed item is kept for the script call, the place is packed per job.
+local function new_grouped_record(bd, attempts, cs, ca, gr, gq)
+  return '\153' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. packed(gr)
+    .. cmsgpack.pack(gq)
 end
 
 -- A deleted job of a ready list, until the list's head passes it (ready.lua).
