@@ -204,6 +204,27 @@ def test_a_finished_groups_bucket_is_kept_until_full_then_swept(server: RedisSer
         store.close()
 
 
+def test_a_group_finished_after_its_rate_went_leaves_no_bucket(server: RedisServer, raw: redis.Redis) -> None:
+    """A group that finishes once groupJobsPerSecond is gone (the ack's common leave, which reads
+    no bucket) drops whatever bucket it had, and its change sweeps the refills due by then."""
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        store.set_queue_rules({Q: QueueRules(group_jobs_per_second=0.5)})  # a token every 2 s
+        store.enqueue_keyed_jobs(Q, [grouped("a"), grouped("b")], T0)
+        claimed = store.dequeue_jobs(Q, 1, 10, "c", T0, False)
+        assert len(claimed) == 2
+        store.ack_jobs(Q, [AckItem(1, claimed[0].local_id)], [], T0 + 100)  # a: with the rate
+        assert raw.zrange("plc:{1:gq}:gz", 0, -1, withscores=True) == [(b"a", T0 + 2000)]
+        assert sorted(raw.hkeys("plc:{1:gq}:gr")) == [b"a", b"b"]
+        store.set_queue_rules({Q: QueueRules()})
+        store.ack_jobs(Q, [AckItem(1, claimed[1].local_id)], [], T0 + 3000)  # b: without
+        assert store.group_counts(Q) == GroupCounts(0, 0)
+        assert raw.exists("plc:{1:gq}:gr", "plc:{1:gq}:gz", "plc:{1:gq}:ga") == 0
+    finally:
+        store.close()
+
+
 def test_groups_and_the_cap_on_a_redis_cluster() -> None:
     nodes = shared_cluster()
     nodes.flush_all()

@@ -95,16 +95,6 @@ end
 
 -- The groups' counts are read for the whole call at once and written at its end (lib/groups.lua).
 begin_batch(rules)
-if rules then
-  local groups = {}
-  for j = 0, n - 1 do
-    local a = 7 + STRIDE * j
-    if grouped(a) then
-      groups[#groups + 1] = ARGV[a + 8]
-    end
-  end
-  prefetch_groups(rules, groups)
-end
 -- The common call, in one pass with no table per job: no job has an expiry, no key is held or
 -- recorded (else nil, before anything is written: enqueue_dedup's general loop then does it),
 -- every job is inserted. Its group joins as join_group says; its record is new_record's, or
@@ -128,6 +118,35 @@ local function enqueue_common(any_group)
     for i = 1, #keys do
       if values[i] then
         return nil
+      end
+    end
+  end
+  -- A group with no unfinished job that one job of the call joins is joined at once (join_simple,
+  -- no batch state); the others' counts go to the batch from the same read.
+  local simple, joined = {}, {}
+  if any_group then
+    if not rules then
+      return nil  -- the general loop answers the error
+    end
+    local times, names = {}, {}
+    for j = 0, n - 1 do
+      local a = 7 + STRIDE * j
+      if grouped(a) then
+        local group = ARGV[a + 8]
+        local seen = times[group]
+        times[group] = (seen or 0) + 1
+        if not seen then
+          names[#names + 1] = group
+        end
+      end
+    end
+    local counts = redis.call('HMGET', rules.active, unpack(names))
+    for i = 1, #names do
+      local group = names[i]
+      if not counts[i] and times[group] == 1 and rules.conc >= 1 then
+        simple[group] = true
+      else
+        adopt_counts(rules, group, counts[i])
       end
     end
   end
@@ -155,8 +174,12 @@ local function enqueue_common(any_group)
     local pending = true
     if any_group and (flags == 'g' or flags == 'kg') then
       local group = ARGV[a + 8]
-      job.gq = id
-      pending = join_group(rules, group, job, name, priority, score, now)
+      if simple[group] then
+        joined[#joined + 1] = group
+      else
+        job.gq = id
+        pending = join_group(rules, group, job, name, priority, score, now)
+      end
       fields[2 * j - 1], fields[2 * j] = name, new_grouped_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id)
     else
       fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
@@ -181,6 +204,7 @@ local function enqueue_common(any_group)
   if holders then
     holders.write()
   end
+  join_simple(rules, joined, now)
   return out
 end
 
@@ -195,7 +219,19 @@ for j = 0, n - 1 do
   end
 end
 local out = enqueue_common(placed ~= nil)
-  or enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET, STRIDE,
+if not out then
+  if rules then
+    local groups = {}
+    for j = 0, n - 1 do
+      local a = 7 + STRIDE * j
+      if grouped(a) then
+        groups[#groups + 1] = ARGV[a + 8]
+      end
+    end
+    prefetch_groups(rules, groups)
+  end
+  out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET, STRIDE,
     keyed, placed)
+end
 flush_groups(rules, now)
 return out

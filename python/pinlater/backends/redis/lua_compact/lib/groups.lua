@@ -270,6 +270,19 @@ local function flush_moves(r)
   r.move_groups, r.move_ids, r.move_priorities = {}, {}, {}
 end
 
+-- A group's counts as read (its ga value, or false or nil for none) into the batch, which has
+-- no state for it yet.
+local function adopt_counts(r, group, value)
+  if value then
+    local a, w, head = parse_counts(value)
+    r.batch[group] = {a, w, head, a, w, head, 0, false, false, false, false}  -- A .. REVIVED
+  else
+    r.batch[group] = {0, 0, nil, 0, 0, nil, 0, false, false, false, false}
+  end
+  local order = r.order
+  order[#order + 1] = group
+end
+
 -- Read the counts of `groups` (names, repeats allowed) into the batch, one HMGET per hash.
 local function prefetch_groups(r, groups)
   if not r or not r.batch then
@@ -284,21 +297,11 @@ local function prefetch_groups(r, groups)
       names[n] = group
     end
   end
-  local order = r.order
-  local o = #order
   for i = 1, n, RECORD_CHUNK do
     local last = math.min(i + RECORD_CHUNK - 1, n)
     local counts = redis.call('HMGET', r.active, unpack(names, i, last))
     for j = i, last do
-      local value, group = counts[j - i + 1], names[j]
-      if value then
-        local a, w, head = parse_counts(value)
-        batch[group] = {a, w, head, a, w, head, 0, false, false, false, false}  -- A .. REVIVED
-      else
-        batch[group] = {0, 0, nil, 0, 0, nil, 0, false, false, false, false}
-      end
-      o = o + 1
-      order[o] = group
+      adopt_counts(r, names[j], counts[j - i + 1])
     end
   end
 end
@@ -688,10 +691,85 @@ local function flush_groups(r, now)
   r.saved = nil
 end
 
+-- Each group of `joined` had no unfinished job, and one job of the call joined it, which is
+-- active at once: its counts are '1', it is off the refills set, and the refills are swept, as
+-- flush_groups writes a revived group (an enqueue's common path: no batch state).
+local function join_simple(r, joined, now)
+  if #joined == 0 then
+    return
+  end
+  local fields = {}
+  for i = 1, #joined do
+    fields[2 * i - 1], fields[2 * i] = joined[i], '1'
+  end
+  fields[#fields + 1], fields[#fields + 2] = GA_PIN, GA_PIN_VALUE
+  for i = 1, #fields, 2 * RECORD_CHUNK do
+    redis.call('HSET', r.active, unpack(fields, i, math.min(i + 2 * RECORD_CHUNK - 1, #fields)))
+  end
+  if redis.call('EXISTS', r.refills) == 1 then
+    zrem_all(r.refills, joined)
+  end
+  sweep_refills(r, now)
+end
+
 -- The groups of `left` (one entry per job that left its group, in order: a group once per job)
 -- each lose an active job: their counts read at once, written at the end (as ack_jobs.lua and
--- checkpoint_jobs.lua need after their own writes).
+-- checkpoint_jobs.lua need after their own writes). The common group first: one that had one
+-- active job and none waiting ('1' in ga), which a job of the call left once, and no
+-- groupJobsPerSecond (its bucket would need reading): it is forgotten as flush_groups forgets
+-- it (its field, its bucket, a refill sweep), with no batch state. The others go through the
+-- batch, with their own read of ga.
 local function leave_groups(r, left, now)
+  if r.rate <= 0 then
+    local times, names = {}, {}
+    for i = 1, #left do
+      local group = left[i]
+      local seen = times[group]
+      if seen then
+        times[group] = seen + 1
+      else
+        times[group] = 1
+        names[#names + 1] = group
+      end
+    end
+    local gone, rest = {}, {}
+    for i = 1, #names, RECORD_CHUNK do
+      local last = math.min(i + RECORD_CHUNK - 1, #names)
+      local counts = redis.call('HMGET', r.active, unpack(names, i, last))
+      for j = i, last do
+        local group = names[j]
+        if counts[j - i + 1] == '1' and times[group] == 1 then
+          gone[#gone + 1] = group
+          times[group] = nil
+        end
+      end
+    end
+    if #gone == 0 then
+      rest = left
+    elseif #gone < #left then
+      for i = 1, #left do
+        if times[left[i]] then
+          rest[#rest + 1] = left[i]
+        end
+      end
+    end
+    if #gone > 0 then
+      for i = 1, #gone, RECORD_CHUNK do
+        redis.call('HDEL', r.active, unpack(gone, i, math.min(i + RECORD_CHUNK - 1, #gone)))
+      end
+      drop_bare_pin(r)
+      if redis.call('EXISTS', r.buckets) == 1 then
+        for i = 1, #gone, RECORD_CHUNK do
+          redis.call('HDEL', r.buckets, unpack(gone, i, math.min(i + RECORD_CHUNK - 1, #gone)))
+        end
+      end
+      sweep_refills(r, now)
+    end
+    if #rest == 0 then
+      return
+    end
+    left = rest
+  end
   begin_batch(r)
   prefetch_groups(r, left)
   for _, group in ipairs(left) do
