@@ -35,9 +35,10 @@ under a prefix of their own, ``pld``, which the original server never reads, sca
 * ``pld_{S}_{Q}.i``: hash, field = local id, value = the dedup key that names it (ids are unique
   per queue whatever the priority), so lookups and scans read the keys of a page of jobs with
   one HMGET.
-* ``pld_{S}_{Q}.g``: sorted set, member = local id, score = when the GC looks at the record
-  next (ms): its held-until at first; a record whose job is still PENDING or IN_PROGRESS then is
-  put later (``lua/gc_dedup_keys.lua``).
+* ``pld_{S}_{Q}.g``: sorted set, member = a local id, or a run ``{first}-{last}`` of the ids
+  whose records one enqueue wrote with one held-until (``lua/lib/dedup.lua``), score = when the
+  GC looks at them next (ms): their held-until at first; an entry whose records' jobs still
+  exist then is put later (``lua/gc_dedup_keys.lua``).
 
 The compact layout keeps the same three with the same contents (``keys_compact.py``), so a
 migration moves them with RENAME.

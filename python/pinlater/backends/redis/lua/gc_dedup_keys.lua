@@ -1,10 +1,11 @@
---[[ gc_dedup_keys: forget up to ARGV[4] dedup records whose window has passed and whose job is
-gone, deleted or collected (lib/dedup.lua, lib/dedup_state.lua).
+--[[ gc_dedup_keys: forget dedup records whose window has passed and whose job is gone, deleted
+or collected (lib/dedup.lua, lib/dedup_state.lua), reading at most ARGV[4] ids.
 
-Looks at no more than ARGV[4] records, those whose gc score is at most now, lowest first. A
-record whose job still exists, in any state, gets a later gc score (next_look), so the next call
-looks at others (lookups and scans show a job's key while it exists); one whose held-until is
-still ahead is scored by it.
+Looks at the gc entries whose score is at most now, lowest first (lib/dedup_calls.lua's
+gc_dedup: an entry is an id or a run of ids, which counts its ids). A record whose job still
+exists, in any state, keeps its entry with a later score (next_look), so the next call looks at
+others (lookups and scans show a job's key while it exists); one whose held-until is still ahead
+keeps it scored by that.
 
 KEYS[1]     queue names sorted set (pln_{shard})
 KEYS[2..4]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .g)

@@ -193,7 +193,7 @@ local function enqueue_common(any_group)
       list[#list + 1], list[#list + 2] = score, name
     end
     if flags == 'k' or flags == 'kg' then
-      holders.take(ARGV[a + 5], priority, name, ARGV[a + 6], now_ms)
+      holders.take(ARGV[a + 5], priority, name, id, ARGV[a + 6], now_ms)
     end
     out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
   end

@@ -1,11 +1,12 @@
---[[ gc_dedup_keys: as lua/gc_dedup_keys.lua, in the compact layout: forget up to ARGV[4] dedup
-records whose window has passed and whose job is gone, deleted or collected (lua/lib/dedup.lua,
-lib/dedup_state.lua).
+--[[ gc_dedup_keys: as lua/gc_dedup_keys.lua, in the compact layout: forget dedup records whose
+window has passed and whose job is gone, deleted or collected (lua/lib/dedup.lua,
+lib/dedup_state.lua), reading at most ARGV[4] ids.
 
-Looks at no more than ARGV[4] records, those whose gc score is at most now, lowest first. A
-record whose job still exists, in any state, gets a later gc score (next_look), so the next call
-looks at others (lookups and scans show a job's key while it exists); one whose held-until is
-still ahead is scored by it.
+Looks at the gc entries whose score is at most now, lowest first (lua/lib/dedup_calls.lua's
+gc_dedup: an entry is an id or a run of ids, which counts its ids). A record whose job still
+exists, in any state, keeps its entry with a later score (next_look), so the next call looks at
+others (lookups and scans show a job's key while it exists); one whose held-until is still ahead
+keeps it scored by that.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its field c
 KEYS[2..4]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)

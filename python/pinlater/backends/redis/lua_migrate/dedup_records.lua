@@ -5,16 +5,16 @@ Both layouts keep the same three structures with the same contents (keys.py, key
 so a structure the destination lacks is renamed (O(1)). If the destination already holds
 records of the queue (servers wrote both layouts), they are merged: for a dedup key in both, the
 record of the later holder (the higher id: ids are handed out in order) is kept, and the other
-holder's id and gc entries dropped. A merge takes at most ARGV[1] records of the source per call
-(a million in one call would stall Redis for seconds), in the order of the source's gc set, each
-moved whole (its three entries go from the source as it reaches the destination); the caller
-calls again until none is left.
+holder's id and gc entries dropped. A merge reads at most ARGV[1] ids of the source's gc
+entries per call (a million in one call would stall Redis for seconds), in the order of the
+source's gc set, each record moved whole (it leaves the source as it reaches the destination,
+where its gc entry is its own id); the caller calls again until none is left.
 
 KEYS[1]  the source's records (pld_{S}_{Q}.k, or plc:{S:Q}:dk)
 KEYS[2]  the source's ids hash (pld_{S}_{Q}.i, or plc:{S:Q}:di)
 KEYS[3]  the source's gc set (pld_{S}_{Q}.g, or plc:{S:Q}:dg)
 KEYS[4..6]  the destination's, in the same order
-ARGV[1]  the most records to merge in this call
+ARGV[1]  the most ids to read in this call
 
 Returns {how many records the destination gained, how many the source has left}.
 ]]
@@ -61,17 +61,26 @@ local function merge(key, value)
   redis.call('ZREM', from_gc, id)
 end
 
--- A batch by the source's gc set (every record has an entry there: lib/dedup.lua writes and
--- forgets the three together), in its order, deterministic as scripts must be on Redis < 5.
-for _, id in ipairs(redis.call('ZRANGE', from_gc, 0, budget - 1)) do
-  local key = redis.call('HGET', from_ids, id)
-  local value = key and redis.call('HGET', from_records, key)
-  if value and select(2, parse_holder(value)) == id then
-    merge(key, value)
-  else  -- an entry no record names
-    redis.call('HDEL', from_ids, id)
-    redis.call('ZREM', from_gc, id)
+-- A batch by the source's gc set (every record has an entry there, of its id or of a run of
+-- ids that includes it: lib/dedup.lua), in its order, deterministic as scripts must be on
+-- Redis < 5; at most `budget` ids (a run counts its ids; the first entry is read whole).
+local read = 0
+for _, member in ipairs(redis.call('ZRANGE', from_gc, 0, budget - 1)) do
+  local ids = gc_entry_ids(member)
+  if read > 0 and read + #ids > budget then
+    break
   end
+  read = read + #ids
+  for _, id in ipairs(ids) do
+    local key = redis.call('HGET', from_ids, id)
+    local value = key and redis.call('HGET', from_records, key)
+    if value and select(2, parse_holder(value)) == id then
+      merge(key, value)
+    elseif key then  -- an id entry no record names back
+      redis.call('HDEL', from_ids, id)
+    end
+  end
+  redis.call('ZREM', from_gc, member)
 end
 local left = redis.call('ZCARD', from_gc)
 if left == 0 then

@@ -6,9 +6,40 @@
 --
 --   records  (.k, hash)        field: the dedup key, value: '{priority}:{id}:{held_until_ms}'
 --   ids      (.i, hash)        field: the holder's id, value: its dedup key
---   gc set   (.g, sorted set)  member: the holder's id, score: when the GC looks at it next (ms)
--- The three always name the same records: a record is written, taken over by a new holder, or
--- forgotten in all three at once.
+--   gc set   (.g, sorted set)  member: the holder's id, or a run of ids '{first}-{last}' (below),
+--                              score: when the GC looks at it (or them) next (ms)
+-- A record is written in all three at once, taken over by a new holder (the old one's id entry
+-- goes) or forgotten (its record and id entry go; its gc entry too, unless a run holds it).
+-- An enqueue writes one gc entry per run of the records it wrote with one held-until, not one
+-- per record: '{first}-{last}' stands for the ids first..last, of which those the ids hash
+-- names with a record that names them back are the run's records (the others were never
+-- keyed, or were taken over or forgotten since). A sorted set member costs Redis about a
+-- hundred bytes and a skiplist insert; a run of a batch's keys costs one. Entries written
+-- before runs, and those a migration merges, are single ids.
+
+local GC_RUN_MAX = 1000  -- ids per run: what one look at a run may read
+
+-- The ids a gc entry stands for, as text, and the first as a number if the entry is a run.
+local function gc_entry_ids(member)
+  local first, last = string.match(member, '^(%d+)-(%d+)$')
+  if not first then
+    return {member}, nil
+  end
+  local ids = {}
+  first = tonumber(first)
+  for id = first, tonumber(last) do
+    ids[#ids + 1] = string.format('%d', id)
+  end
+  return ids, first
+end
+
+-- The gc entry of the ids first..last (numbers): a run, or the id alone.
+local function gc_entry(first, last)
+  if first == last then
+    return string.format('%d', first)
+  end
+  return string.format('%d-%d', first, last)
+end
 
 -- A record's value as (priority, id, held until ms).
 local function parse_holder(value)
@@ -16,23 +47,18 @@ local function parse_holder(value)
   return tonumber(p), id, tonumber(until_ms)
 end
 
--- Forget the record of `key` held by `id` in all three structures.
-local function forget_record(records_key, ids_key, gc_key, key, id)
-  redis.call('HDEL', records_key, key)
-  redis.call('HDEL', ids_key, id)
-  redis.call('ZREM', gc_key, id)
-end
-
 -- Records to write in all three structures at once (holders.add, then holders.write): one
 -- variadic HSET or ZADD per structure and chunk of 1000, not one per record. The texts of a
 -- batch's priorities and held-until times are made once each (they repeat: one now, a few
 -- windows), not once per record.
 local function new_holders(records_key, ids_key, gc_key)
-  local by_key, by_id, by_time, n = {}, {}, {}, 0
+  local by_key, by_id, n = {}, {}, 0
   local priority_texts, until_texts = {}, {}
+  local runs, run_order = {}, {}  -- per held-until text: the current run {first, last}; all of them
   local holders = {}
-  -- The key `key` held by job `id` (text) of `priority` until `until_ms`.
-  function holders.add(key, priority, id, until_ms)
+  -- The key `key` held by job `id` (text; `number`, the same as a number, ascending from call
+  -- to call) of `priority` until `until_ms`.
+  function holders.add(key, priority, id, number, until_ms)
     local p, held = priority_texts[priority], until_texts[until_ms]
     if not p then
       p = string.format('%d', priority)
@@ -44,34 +70,47 @@ local function new_holders(records_key, ids_key, gc_key)
     end
     by_key[2 * n + 1], by_key[2 * n + 2] = key, p .. ':' .. id .. ':' .. held  -- as parse_holder reads it
     by_id[2 * n + 1], by_id[2 * n + 2] = id, key
-    by_time[2 * n + 1], by_time[2 * n + 2] = held, id
     n = n + 1
+    local run = runs[held]
+    if run and number - run[1] < GC_RUN_MAX then
+      run[2] = number
+    else
+      run = {number, number, held}
+      runs[held] = run
+      run_order[#run_order + 1] = run
+    end
   end
   -- The key `key` taken by job `id` (text) of `priority` at `now_ms` for `window` ms (ARGV
   -- text): held until now_ms + window, each window's sum made once.
   local until_of = {}
-  function holders.take(key, priority, id, window, now_ms)
+  function holders.take(key, priority, id, number, window, now_ms)
     local until_ms = until_of[window]
     if not until_ms then
       until_ms = now_ms + tonumber(window)
       until_of[window] = until_ms
     end
-    holders.add(key, priority, id, until_ms)
+    holders.add(key, priority, id, number, until_ms)
   end
   function holders.write()
     for i = 1, 2 * n, 2000 do
       local last = math.min(i + 1999, 2 * n)
       redis.call('HSET', records_key, unpack(by_key, i, last))
       redis.call('HSET', ids_key, unpack(by_id, i, last))
-      redis.call('ZADD', gc_key, unpack(by_time, i, last))
+    end
+    local entries = {}
+    for i, run in ipairs(run_order) do
+      entries[2 * i - 1], entries[2 * i] = run[3], gc_entry(run[1], run[2])
+    end
+    for i = 1, #entries, 2000 do
+      redis.call('ZADD', gc_key, unpack(entries, i, math.min(i + 1999, #entries)))
     end
   end
   return holders
 end
 
--- When the GC looks again at a record whose job is still active: as long after now as the
--- record has waited already (at least a second, at most an hour), so a long-lived job costs
--- a number of looks that grows with the log of its life.
-local function next_look(now_ms, last_look_ms)
-  return now_ms + math.min(math.max(now_ms - last_look_ms, 1000), 3600000)
+-- When the GC looks again at a record whose job still exists, its held-until passed: as long
+-- after now as it has been since then (at least a second, at most an hour), so a long-lived job
+-- costs a number of looks that grows with the log of its life.
+local function next_look(now_ms, until_ms)
+  return now_ms + math.min(math.max(now_ms - until_ms, 1000), 3600000)
 end

@@ -72,7 +72,7 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     end
     local id_text = id_texts and id_texts[i] or string.format('%d', id)
     if key_at[j] then
-      holders.take(ARGV[a + 5], priority, id_text, ARGV[a + 6], now_ms)
+      holders.take(ARGV[a + 5], priority, id_text, id, ARGV[a + 6], now_ms)
     end
     if inserted then
       inserted(a, id_text)
@@ -83,34 +83,68 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
   return out
 end
 
--- gc_dedup_keys.lua's work, after its queue check. Returns the reply.
+-- gc_dedup_keys.lua's work, after its queue check: looks at the due gc entries, lowest score
+-- first, reading at most `limit` ids (a run counts its ids; one that does not fit is split, its
+-- ids beyond the limit kept due as a run of their own).
+-- Each record an entry stands for (lib/dedup.lua) is forgotten if its held-until has passed and
+-- its job is gone; an entry whose records are all forgotten goes, one with records left is
+-- looked at again when the first of them may go (its held-until, or next_look while its job
+-- exists). Ids the entry names but no record names back (never keyed, taken over, forgotten)
+-- are passed over (an id entry of one is dropped). Returns how many records were forgotten.
 local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)
   if limit <= 0 then
     return 0
   end
   local due = redis.call('ZRANGEBYSCORE', gc_key, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-  local forgotten = 0
-  for i = 1, #due, 2 do
-    local id, last_look = due[i], tonumber(due[i + 1])
-    local key = redis.call('HGET', ids_key, id)
-    local value = key and redis.call('HGET', records_key, key)
-    local holder, until_ms
-    if value then
-      local _
-      _, holder, until_ms = parse_holder(value)
+  local forgotten, read = 0, 0
+  for d = 1, #due, 2 do
+    if read >= limit then
+      break
     end
-    if holder ~= id then  -- a stray entry (no record names this id): dropped, not counted
-      redis.call('ZREM', gc_key, id)
-      if key then
-        redis.call('HDEL', ids_key, id)
+    local member = due[d]
+    local ids, first = gc_entry_ids(member)
+    if #ids > limit - read then  -- split: the ids beyond the limit stay due, a run of their own
+      local take = limit - read
+      redis.call('ZADD', gc_key, due[d + 1], gc_entry(first + take, first + #ids - 1))
+      for i = #ids, take + 1, -1 do
+        ids[i] = nil
       end
-    elseif until_ms > now_ms then
-      redis.call('ZADD', gc_key, until_ms, id)
-    elseif job_exists(jobs, id) then  -- finished or not, its record stays while it exists
-      redis.call('ZADD', gc_key, next_look(now_ms, last_look), id)
+      redis.call('ZREM', gc_key, member)
+      member = gc_entry(first, first + take - 1)
+    end
+    read = read + #ids
+    local keys = redis.call('HMGET', ids_key, unpack(ids))
+    local next_at = nil
+    for i, id in ipairs(ids) do
+      local key = keys[i]
+      local value = key and redis.call('HGET', records_key, key)
+      local holder, until_ms
+      if value then
+        local _
+        _, holder, until_ms = parse_holder(value)
+      end
+      local at = nil
+      if holder ~= id then
+        if key then  -- an id entry no record names back: a stray, dropped
+          redis.call('HDEL', ids_key, id)
+        end
+      elseif until_ms > now_ms then
+        at = until_ms
+      elseif job_exists(jobs, id) then  -- finished or not, its record stays while it exists
+        at = next_look(now_ms, until_ms)
+      else
+        redis.call('HDEL', records_key, key)
+        redis.call('HDEL', ids_key, id)
+        forgotten = forgotten + 1
+      end
+      if at and (not next_at or at < next_at) then
+        next_at = at
+      end
+    end
+    if next_at then
+      redis.call('ZADD', gc_key, next_at, member)
     else
-      forget_record(records_key, ids_key, gc_key, key, id)
-      forgotten = forgotten + 1
+      redis.call('ZREM', gc_key, member)
     end
   end
   return forgotten
