@@ -68,10 +68,17 @@ def test_entries_come_in_score_then_id_order_as_numbers(raw: redis.Redis) -> Non
 
 
 def test_ids_come_in_numeric_order(raw: redis.Redis) -> None:
+    """sort_ids takes the members of one score in the text order Redis answers them in."""
     rng = random.Random(6)
     for _ in range(40):
-        ids = [str(i) for i in rng.sample(range(1, 100_000), rng.randrange(0, 50))]
+        ids = sorted(str(i) for i in rng.sample(range(1, 100_000), rng.randrange(0, 50)))
         assert run(raw, SORT_IDS, ids) == sorted(ids, key=int)
+    # one length (a batch's consecutive ids): text order is the order by value already
+    ids = [str(i) for i in range(10_000, 10_060)]
+    assert run(raw, SORT_IDS, ids) == ids
+    # a batch across a power of ten: "10" comes before "9" as text, after it by value
+    ids = [str(i) for i in range(95, 105)]
+    assert run(raw, SORT_IDS, sorted(ids)) == ids
     # two texts of one number: sorted by value all the same (read at each comparison)
-    got = run(raw, SORT_IDS, ["10", "07", "9", "7"])
+    got = run(raw, SORT_IDS, ["07", "10", "7", "9"])
     assert [int(i) for i in got] == [7, 7, 9, 10] and sorted(got) == ["07", "10", "7", "9"]

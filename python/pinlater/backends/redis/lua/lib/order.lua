@@ -3,8 +3,20 @@
 -- reading a text as a number (strtod) costs more than the rest of a comparison: a sort that read
 -- both texts at each comparison read each about 2 log2(n) times, the bulk of a dequeue's Lua.
 
--- `ids` (members as Redis answers them: decimal text) sorted in place by their value.
+-- `ids` (the members of one score as Redis answers them: decimal text, in text order) sorted in
+-- place by their value. Ids of one length (the common case: a batch's consecutive ids) are in
+-- that order already, and are left as they are without reading one as a number.
 local function sort_ids(ids)
+  local length, mixed = #(ids[1] or ''), false
+  for i = 2, #ids do
+    if #ids[i] ~= length then
+      mixed = true
+      break
+    end
+  end
+  if not mixed then
+    return
+  end
   local values, text_of = {}, {}
   for i, id in ipairs(ids) do
     local n = tonumber(id)
