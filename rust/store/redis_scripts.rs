@@ -363,7 +363,7 @@ pub fn enqueue_command(sha: &str, keys: &QueueKeys, jobs: &[NewJob], now_ms: i64
 /// first arguments): its keys before the tail's, and the fixed arguments.
 pub struct KeyedCall<'a> {
     /// `KEYS` up to the rules' tail: the six fixed keys, then `per` keys for each of the
-    /// priorities passed.
+    /// priorities passed, then the dedup runs key (`dedup.enqueue_keyed_keys`).
     pub keys: &'a [String],
     pub queue: &'a str,
     pub jobs_arg: &'a str,

@@ -95,10 +95,10 @@ def test_the_original_layout_keeps_records_under_a_prefix_of_their_own(server: R
         (a,) = store.enqueue_keyed_jobs(Q, [keyed("a:b_c*?", window_ms=7)], T0)
     finally:
         store.close()
-    assert sorted(raw.keys("pld_*")) == [b"pld_1_dq.g", b"pld_1_dq.i", b"pld_1_dq.k"]
+    assert sorted(raw.keys("pld_*")) == [b"pld_1_dq.i", b"pld_1_dq.k", b"pld_1_dq.r"]
     assert raw.hgetall("pld_1_dq.k") == {b"a:b_c*?": f"1:{a.local_id}:{T0 + 7}".encode()}
     assert raw.hgetall("pld_1_dq.i") == {str(a.local_id).encode(): b"a:b_c*?"}
-    assert raw.zrange("pld_1_dq.g", 0, -1, withscores=True) == [(str(a.local_id).encode(), float(T0 + 7))]
+    assert raw.zrange("pld_1_dq.r", 0, -1, withscores=True) == [(str(a.local_id).encode(), float(T0 + 7))]
     # the job's hash has the original's fields only, which the Java server reads
     assert sorted(raw.hkeys(f"plh_1_dq.{a.local_id}")) == sorted([b"bd", b"al", b"ar", b"ca", b"ua", b"cs"])
 
@@ -248,23 +248,28 @@ def test_delete_queue_frees_the_records_off_the_main_thread(server: RedisServer,
 
 def test_a_migration_merge_moves_a_bounded_number_of_records_per_call(raw: redis.Redis) -> None:
     """``lua_migrate/dedup_records.lua`` merging into a target that holds records takes at most
-    ``ARGV[1]`` of the source's per call and says how many are left (a million records in one
-    call would stall Redis for seconds); ``migrate_shard`` calls it until none are."""
-    source = [f"pld_1_{Q}.k", f"pld_1_{Q}.i", f"pld_1_{Q}.g"]
-    target = [f"plc:{{1:{Q}}}:dk", f"plc:{{1:{Q}}}:di", f"plc:{{1:{Q}}}:dg"]
-    for i in range(1, 6):
+    ``ARGV[1]`` ids of the source's per call and says how many entries are left (a million
+    records in one call would stall Redis for seconds); ``migrate_shard`` calls it until none
+    are. A run of the source's runs set moves as the records it stands for, each with a gc entry
+    of its own in the destination."""
+    source = [f"pld_1_{Q}.k", f"pld_1_{Q}.i", f"pld_1_{Q}.g", f"pld_1_{Q}.r"]
+    target = [f"plc:{{1:{Q}}}:dk", f"plc:{{1:{Q}}}:di", f"plc:{{1:{Q}}}:dg", f"plc:{{1:{Q}}}:dr"]
+    for i in range(1, 9):
         raw.hset(source[0], f"s{i}", f"1:{i}:{T0}")
         raw.hset(source[1], str(i), f"s{i}")
-        raw.zadd(source[2], {str(i): T0})
+        if i <= 5:
+            raw.zadd(source[2], {str(i): T0})
+    raw.zadd(source[3], {"6-8": T0})
     raw.hset(target[0], "t", f"1:100:{T0}")
     raw.hset(target[1], "100", "t")
     raw.zadd(target[2], {"100": T0})
     merge = raw.register_script(script_source("dedup_records"))
-    assert [int(v) for v in merge([*source, *target], [2])] == [2, 3]
-    assert raw.hlen(source[0]) == 3 and raw.hlen(target[0]) == 3
-    assert [int(v) for v in merge([*source, *target], [10])] == [3, 0]
+    assert [int(v) for v in merge([*source, *target], [2])] == [2, 4]  # 3 gc entries and a run left
+    assert raw.hlen(source[0]) == 6 and raw.hlen(target[0]) == 3
+    assert [int(v) for v in merge([*source, *target], [10])] == [6, 0]
     assert raw.exists(*source) == 0
-    assert raw.hlen(target[0]) == raw.hlen(target[1]) == raw.zcard(target[2]) == 6
+    assert raw.hlen(target[0]) == raw.hlen(target[1]) == raw.zcard(target[2]) == 9
+    assert raw.zscore(target[2], "7") == T0 and raw.exists(target[3]) == 0
 
 
 def test_the_memory_estimate_between_readings_counts_the_dedup_records(server: RedisServer) -> None:
@@ -292,16 +297,25 @@ def test_the_memory_estimate_between_readings_counts_the_dedup_records(server: R
         store.close()
 
 
-def gc_set(layout: str) -> str:
-    return "pld_1_dq.g" if layout == "original" else "plc:{1:dq}:dg"
+def runs_set(layout: str) -> str:
+    return "pld_1_dq.r" if layout == "original" else "plc:{1:dq}:dr"
+
+
+def store_keys(layout: str) -> list[str]:
+    """The dedup records, ids hash and gc set of queue Q on shard 1."""
+    if layout == "original":
+        return ["pld_1_dq.k", "pld_1_dq.i", "pld_1_dq.g"]
+    return ["plc:{1:dq}:dk", "plc:{1:dq}:di", "plc:{1:dq}:dg"]
 
 
 @pytest.mark.parametrize("layout", ["original", "compact"])
 def test_an_enqueue_writes_one_gc_entry_per_run_of_its_keys(server: RedisServer, raw: redis.Redis, layout: str) -> None:
-    """The records a keyed enqueue writes with one held-until share one gc entry, the run of their
-    ids (lib/dedup.lua), not one each; the GC reads a run id by id, forgets the records whose jobs
-    are gone, keeps the run for those left (looked at again as long after now as their windows
-    have been over), and splits a run that does not fit its limit."""
+    """The records a keyed enqueue writes with one held-until share one entry, the run of their ids
+    in the runs set (lib/dedup.lua), not a gc entry each; the GC reads a run id by id, forgets the
+    records whose jobs are gone, keeps the run for those left (looked at again as long after now
+    as their windows have been over), and splits a run that does not fit its limit. The gc set,
+    where an earlier build would read a run as a stray, stays empty."""
+    records_key, ids_key, gc_key = store_keys(layout)
     store = open_store(server, layout)
     try:
         store.create_queue(Q, 3)
@@ -310,11 +324,11 @@ def test_an_enqueue_writes_one_gc_entry_per_run_of_its_keys(server: RedisServer,
         got = store.enqueue_keyed_jobs(Q, [*jobs[:2], plain, jobs[2]], T0)
         a, b, c = got[0].local_id, got[1].local_id, got[3].local_id
         assert (b, c) == (a + 1, a + 3)
-        assert raw.zrange(gc_set(layout), 0, -1, withscores=True) == [(f"{a}-{c}".encode(), float(T0 + 5))]
+        assert raw.zrange(runs_set(layout), 0, -1, withscores=True) == [(f"{a}-{c}".encode(), float(T0 + 5))]
         assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1, body_regex="^[ac]$"), 100) == 2
         assert store.gc_dedup_keys(Q, T0 + 4, 10) == 0  # not due before the window is over
         assert store.gc_dedup_keys(Q, T0 + 3005, 10) == 2  # a and c; b's job still exists
-        assert raw.zrange(gc_set(layout), 0, -1, withscores=True) == [(f"{a}-{c}".encode(), float(T0 + 6005))]
+        assert raw.zrange(runs_set(layout), 0, -1, withscores=True) == [(f"{a}-{c}".encode(), float(T0 + 6005))]
         again = store.enqueue_keyed_jobs(Q, [keyed("b"), keyed("a")], T0 + 3006)
         assert [e.deduplicated for e in again] == [True, False]
         assert store.gc_dedup_keys(Q, T0 + 3006, 10) == 0  # the new a's job exists: looked at a second on
@@ -322,15 +336,24 @@ def test_an_enqueue_writes_one_gc_entry_per_run_of_its_keys(server: RedisServer,
         first = store.enqueue_keyed_jobs(Q, [keyed(f"r{i}") for i in range(4)], T0 + 4000)[0].local_id
         assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 4001), 100) == 7  # b, plain, a, r0-r3
         assert store.gc_dedup_keys(Q, T0 + 4001, 2) == 2
-        entries = dict(raw.zrange(gc_set(layout), 0, -1, withscores=True))
+        entries = dict(raw.zrange(runs_set(layout), 0, -1, withscores=True))
         assert entries == {
             f"{a}-{c}".encode(): T0 + 6005,
             str(again[1].local_id).encode(): T0 + 4006,
             f"{first + 2}-{first + 3}".encode(): T0 + 4000,  # still due
         }
         assert store.gc_dedup_keys(Q, T0 + 4001, 2) == 2
-        assert raw.zcard(gc_set(layout)) == 2 and raw.hexists(gc_set(layout)[:-1] + "k", "r3") == 0
+        assert raw.zcard(runs_set(layout)) == 2 and raw.hexists(records_key, "r3") == 0
+        assert raw.exists(gc_key) == 0
         # the ids hash names the records left, of b and of the new a, due later
-        assert set(raw.hkeys(gc_set(layout)[:-1] + "i")) == {str(b).encode(), str(again[1].local_id).encode()}
+        assert set(raw.hkeys(ids_key)) == {str(b).encode(), str(again[1].local_id).encode()}
+        # an earlier build's gc entry (the id alone, in the gc set) is read beside the runs
+        (old,) = store.enqueue_keyed_jobs(Q, [KeyedJob(NewJob(1, b"old", T0, 1), "old")], T0 + 5000)
+        raw.zrem(runs_set(layout), str(old.local_id))
+        raw.zadd(gc_key, {str(old.local_id): T0 + 5000})
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 5001, body_regex="^old$"), 10) == 1
+        assert store.gc_dedup_keys(Q, T0 + 5001, 10) == 2  # and the new a's (due at T0 + 4006, job gone)
+        assert raw.exists(gc_key) == 0 and raw.hmget(records_key, ["old", "a"]) == [None, None]
+        assert set(raw.hkeys(ids_key)) == {str(b).encode()}
     finally:
         store.close()

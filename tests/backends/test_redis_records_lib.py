@@ -188,6 +188,6 @@ def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path
             assert isinstance(records, dict)
             records.pop(b"c")  # when the queue was made
         assert dumps["a"] == dumps["b"]
-        assert {b"j", b"ga", b"gw", b"p1:w", b"p2:w", b"dk", b"di", b"dg", b"p1:s0", b"p2:s0"} <= set(dumps["a"])
+        assert {b"j", b"ga", b"gw", b"p1:w", b"p2:w", b"dk", b"di", b"dr", b"p1:s0", b"p2:s0"} <= set(dumps["a"])
         store.close()
         raw.close()

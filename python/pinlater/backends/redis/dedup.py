@@ -112,11 +112,13 @@ def keys_per_priority(keys: QueueKeyNames) -> int:
 
 def enqueue_keyed_keys(keys: QueueKeyNames, m: int) -> list[str]:
     """``enqueue_keyed_jobs.lua``'s ``KEYS`` before the rules' tail, over priorities 1..m: the
-    queue key, the counter, the three dedup keys, the expiry index, then ``_group`` of each."""
+    queue key, the counter, the three dedup keys, the expiry index, then ``_group`` of each, then
+    the dedup runs key (after the priorities, so that the KEYS index of each priority's sets,
+    which the hot path computes too, stays where earlier builds had it)."""
     key_list = [keys.exists_key, keys.id_key, *keys.dedup_keys(), keys.expiry_keys()[0]]
     for p in range(1, m + 1):
         key_list += _group(keys, p)
-    return key_list
+    return [*key_list, keys.dedup_runs_key()]
 
 
 def enqueued_reply(values: Sequence[int]) -> tuple[list[Enqueued] | None, int]:
@@ -131,7 +133,7 @@ def gc_dedup_keys(shard: ShardScripts, queue: str, now_ms: int, limit: int) -> i
     """``ShardStore.gc_dedup_keys`` through ``gc_dedup_keys.lua``: looks at ``limit`` records at
     most, and forgets those whose window has passed and whose job is gone."""
     keys = shard.keys(queue)
-    key_list = [keys.exists_key, *keys.dedup_keys()]
+    key_list = [keys.exists_key, *keys.dedup_keys(), keys.dedup_runs_key()]
     return int(shard.run_in_queue("gc_dedup_keys", queue, key_list, [queue, keys.jobs_arg, now_ms, limit]))
 
 

@@ -35,10 +35,14 @@ under a prefix of their own, ``pld``, which the original server never reads, sca
 * ``pld_{S}_{Q}.i``: hash, field = local id, value = the dedup key that names it (ids are unique
   per queue whatever the priority), so lookups and scans read the keys of a page of jobs with
   one HMGET.
-* ``pld_{S}_{Q}.g``: sorted set, member = a local id, or a run ``{first}-{last}`` of the ids
-  whose records one enqueue wrote with one held-until (``lua/lib/dedup.lua``), score = when the
-  GC looks at them next (ms): their held-until at first; an entry whose records' jobs still
-  exist then is put later (``lua/gc_dedup_keys.lua``).
+* ``pld_{S}_{Q}.g``: sorted set, member = local id, score = when the GC looks at the record
+  next (ms): its held-until at first; a record whose job still exists then is put later
+  (``lua/gc_dedup_keys.lua``). Builds before runs (below) wrote an entry per record here; a
+  migration's merge still does.
+* ``pld_{S}_{Q}.r``: sorted set, member = a run ``{first}-{last}`` (or one id) of the ids whose
+  records one enqueue wrote with one held-until (``lua/lib/dedup.lua``), score as in ``.g``: a
+  batch's keys cost one entry, not one each. A key of its own, so that a server of an earlier
+  build, which would read a run as a stray id and drop it, never sees one.
 
 The compact layout keeps the same three with the same contents (``keys_compact.py``), so a
 migration moves them with RENAME.
@@ -175,6 +179,11 @@ class QueueKeys:
         docstring), in that order."""
         base = f"{DEDUP_KEY_PREFIX}_{self.shard}_{self.queue}."
         return [base + "k", base + "i", base + "g"]
+
+    def dedup_runs_key(self) -> str:
+        """``pld_{shard}_{queue}.r``: the GC's sorted set of runs of dedup records (see the
+        module docstring)."""
+        return f"{DEDUP_KEY_PREFIX}_{self.shard}_{self.queue}.r"
 
     def expiry_keys(self) -> list[str]:
         """The expiry index and the expired count (see the module docstring), in that order."""

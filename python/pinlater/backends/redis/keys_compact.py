@@ -26,9 +26,9 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   sets whose members are ids (scripts ZRANGE and ZREM them): scripts take the lists as keys of
   their own (``ready_keys``), and delete_queue empties them beside the sets. The records hash's
   field ``t{priority}`` counts the list's entries that are not PENDING jobs.
-* ``plc:{S:Q}:dk``, ``:di``, ``:dg``: the dedup records (key -> holder, id -> key, and the
-  GC's sorted set), with the contents of the original layout's ``pld_{S}_{Q}.k``, ``.i`` and
-  ``.g`` (``keys.py``).
+* ``plc:{S:Q}:dk``, ``:di``, ``:dg``, ``:dr``: the dedup records (key -> holder, id -> key, and
+  the GC's sorted sets of ids and of runs), with the contents of the original layout's
+  ``pld_{S}_{Q}.k``, ``.i``, ``.g`` and ``.r`` (``keys.py``).
 * Ordered groups (``lua_compact/lib/groups.lua``): ``plc:{S:Q}:p{priority}:w``, the priority's
   waiting set (the PENDING jobs of a group that wait behind its active ones: member id, score
   run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
@@ -142,6 +142,10 @@ class CompactQueueKeys:
     def dedup_keys(self) -> list[str]:
         """The dedup records: key -> holder, id -> key, and the GC's sorted set."""
         return [self._base + "dk", self._base + "di", self._base + "dg"]
+
+    def dedup_runs_key(self) -> str:
+        """The GC's sorted set of runs of dedup records (``keys.py``'s ``.r``)."""
+        return self._base + "dr"
 
     def expiry_keys(self) -> list[str]:
         """The expiry index and the expired count, in that order (``keys.QueueKeys.expiry_keys``)."""

@@ -32,8 +32,8 @@ How it stays safe:
   unless forced. Forced with servers running, nothing is lost either (each batch is atomic, and a
   queue gone from the source answers QUEUE_NOT_FOUND there), but an ack that a running server
   sends for a job already moved finds nothing, so that job runs again after its claim timeout.
-* Dedup records (``keys.py``: ``pld_{S}_{Q}.k``, ``.i``, ``.g``; compact ``plc:{S:Q}:dk``, ``:di``,
-  ``:dg``, with the same contents) move once a queue's jobs have (``lua_migrate/dedup_records.lua``:
+* Dedup records (``keys.py``: ``pld_{S}_{Q}.k``, ``.i``, ``.g``, ``.r``; compact ``plc:{S:Q}:dk``,
+  ``:di``, ``:dg``, ``:dr``, with the same contents) move once a queue's jobs have (``lua_migrate/dedup_records.lua``:
   renamed in one call, or merged a batch per call if the destination holds some), for
   every queue with a counter in the source, so a run stopped between a queue's last batch and
   its records moves them when run again.
@@ -508,8 +508,9 @@ class _Mover:
     def move_dedup_records(self, queue: str) -> int:
         """Move the queue's dedup records to the target layout's keys; how many it gained."""
         self._lock.renew()
-        original = QueueKeys(self._shard, queue).dedup_keys()
-        compact = CompactQueueKeys(self._shard, queue).dedup_keys()
+        original_keys, compact_keys = QueueKeys(self._shard, queue), CompactQueueKeys(self._shard, queue)
+        original = [*original_keys.dedup_keys(), original_keys.dedup_runs_key()]
+        compact = [*compact_keys.dedup_keys(), compact_keys.dedup_runs_key()]
         keys = [*original, *compact] if self._target == "compact" else [*compact, *original]
         gained = 0
         while True:  # a merge moves a batch per call; a rename all at once

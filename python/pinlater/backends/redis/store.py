@@ -260,6 +260,7 @@ class RedisStore:
         sets = [key for p in priorities for key in keys.id_sets(p)]
         lists = [key for p in priorities for key in ready_keys(keys, p)]
         holders = [keys.holders_key(p) for p in priorities] + keys.dedup_keys()  # deleted outright
+        holders.append(keys.dedup_runs_key())
         if isinstance(keys, CompactQueueKeys):
             holders += keys.group_keys() + keys.retired_keys()
         holders += keys.expiry_keys()  # the expiry index and the expired count

@@ -15,6 +15,7 @@ KEYS[3..5]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .
 KEYS[6]     the expiry index (pld_{shard}_{queue}.e)
 KEYS[7..]   three per priority 1..m: PENDING, IN_PROGRESS and held sets
             (plq_{shard}_{queue}.p{p}_s0, _s1, _h): priority p's start at 7 + 3 * (p - 1)
+KEYS[7 + 3m] the dedup runs (pld_{shard}_{queue}.r, lib/dedup.lua)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.)
 ARGV[3]     now, seconds as float (ca and ua)
@@ -52,6 +53,7 @@ end
 local INSERT_READY_OFFSET = nil  -- no ready lists in this layout
 local STRIDE = 10
 local expiry_index_key = KEYS[6]
+local runs_key = KEYS[7 + DEDUP_GROUP * m]
 
 local function keyed(a)
   return ARGV[a + 7] == 'k'
@@ -65,5 +67,5 @@ local function inserted(a, id)
   end
 end
 
-return enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET, STRIDE,
-  keyed, nil, inserted)
+return enqueue_dedup(counter_key, records_key, ids_key, gc_key, runs_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET,
+  STRIDE, keyed, nil, inserted)

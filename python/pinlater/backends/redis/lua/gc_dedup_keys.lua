@@ -8,7 +8,7 @@ others (lookups and scans show a job's key while it exists); one whose held-unti
 keeps it scored by that.
 
 KEYS[1]     queue names sorted set (pln_{shard})
-KEYS[2..4]  the dedup records, ids hash and gc set (pld_{shard}_{queue}.k, .i, .g)
+KEYS[2..5]  the dedup records, ids hash, gc set and runs (pld_{shard}_{queue}.k, .i, .g, .r)
 ARGV[1]     queue name
 ARGV[2]     job hash key prefix (plh_{shard}_{queue}.): a job exists while its hash does
 ARGV[3]     now, ms
@@ -26,4 +26,4 @@ local now_ms, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
-return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)
+return gc_dedup(records_key, ids_key, gc_key, KEYS[5], jobs, now_ms, limit)

@@ -22,6 +22,7 @@ KEYS[3..5]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
 KEYS[6]     the expiry index (plc:{S:Q}:xe)
 KEYS[7..]   four per priority 1..m: PENDING, SUCCEEDED and FAILED sets and the ready list
             (plc:{S:Q}:p{p}:s0, :s2, :s3, :r): priority p's start at 7 + 4 * (p - 1)
+KEYS[7 + 4m] the dedup runs (plc:{S:Q}:dr, lua/lib/dedup.lua)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     now, seconds as float (ca and ua)
@@ -65,6 +66,7 @@ local INSERT_READY_OFFSET = 3  -- a group's ready list, from its PENDING set
 local STRIDE = 10
 local rules = rules_tail(6 + STRIDE * n)
 local expiry_index_key = KEYS[6]
+local runs_key = KEYS[7 + DEDUP_GROUP * m]
 
 -- A job's flags (ARGV[a + 7]) are '', 'k', 'g' or 'kg' exactly: compared, not searched (a C
 -- call costs Redis' Lua thousands of instructions a job).
@@ -152,7 +154,7 @@ local function enqueue_common(any_group)
   end
   local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
   local out, fields, members, scores, priorities = {}, {}, {}, {}, {}
-  local holders = #keys > 0 and new_holders(records_key, ids_key, gc_key)
+  local holders = #keys > 0 and new_holders(records_key, ids_key, runs_key)
   local job = {}  -- join_group's view of each job in turn (its place)
   for j = 1, n do
     local a = 7 + STRIDE * (j - 1)
@@ -230,8 +232,8 @@ if not out then
     end
     prefetch_groups(rules, groups)
   end
-  out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET, STRIDE,
-    keyed, placed)
+  out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, runs_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET,
+    STRIDE, keyed, placed)
 end
 flush_groups(rules, now)
 return out

@@ -9,7 +9,7 @@ others (lookups and scans show a job's key while it exists); one whose held-unti
 keeps it scored by that.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its field c
-KEYS[2..4]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
+KEYS[2..5]  the dedup records, ids hash, gc set and runs (plc:{S:Q}:dk, :di, :dg, :dr)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j, KEYS[1]): a job exists while its record does
 ARGV[3]     now, ms
@@ -27,4 +27,4 @@ local now_ms, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
-return gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)
+return gc_dedup(records_key, ids_key, gc_key, KEYS[5], jobs, now_ms, limit)

@@ -1,21 +1,23 @@
 -- dedup: the dedup records of a queue, shared by enqueue_keyed_jobs.lua and gc_dedup_keys.lua
 -- of both layouts and by lua_migrate/dedup_records.lua (scripts that say `--@include dedup` get
 -- this file pasted in). The same in both layouts (keys.py: pld_{S}_{Q}.k, .i, .g;
--- keys_compact.py: plc:{S:Q}:dk, :di, :dg); how a holder's state is read is each layout's
+-- keys_compact.py: plc:{S:Q}:dk, :di, :dg, :dr); how a holder's state is read is each layout's
 -- lib/dedup_state.lua.
 --
 --   records  (.k, hash)        field: the dedup key, value: '{priority}:{id}:{held_until_ms}'
 --   ids      (.i, hash)        field: the holder's id, value: its dedup key
---   gc set   (.g, sorted set)  member: the holder's id, or a run of ids '{first}-{last}' (below),
---                              score: when the GC looks at it (or them) next (ms)
--- A record is written in all three at once, taken over by a new holder (the old one's id entry
--- goes) or forgotten (its record and id entry go; its gc entry too, unless a run holds it).
--- An enqueue writes one gc entry per run of the records it wrote with one held-until, not one
--- per record: '{first}-{last}' stands for the ids first..last, of which those the ids hash
+--   gc set   (.g, sorted set)  member: the holder's id, score: when the GC looks at it next (ms)
+--   runs     (.r, sorted set)  member: a run of ids '{first}-{last}' (or one id), score: as .g
+-- A record is written in the records and ids hash and has a gc entry (its own, or a run that
+-- includes it); it is taken over by a new holder (the old one's id entry goes) or forgotten (its
+-- record and id entry go; its gc entry too, unless a run holds it).
+-- An enqueue writes one runs entry per run of the records it wrote with one held-until, not a gc
+-- entry each: '{first}-{last}' stands for the ids first..last, of which those the ids hash
 -- names with a record that names them back are the run's records (the others were never
 -- keyed, or were taken over or forgotten since). A sorted set member costs Redis about a
--- hundred bytes and a skiplist insert; a run of a batch's keys costs one. Entries written
--- before runs, and those a migration merges, are single ids.
+-- hundred bytes and a skiplist insert; a run of a batch's keys costs one. The gc set keeps the
+-- entries of builds before runs, and those a migration merges. Runs have a key of their own: a
+-- server of an earlier build reads only the gc set, where a run would look like a stray id.
 
 local GC_RUN_MAX = 1000  -- ids per run: what one look at a run may read
 
@@ -47,11 +49,11 @@ local function parse_holder(value)
   return tonumber(p), id, tonumber(until_ms)
 end
 
--- Records to write in all three structures at once (holders.add, then holders.write): one
--- variadic HSET or ZADD per structure and chunk of 1000, not one per record. The texts of a
+-- Records to write at once (holders.add, then holders.write): one variadic HSET per hash and
+-- chunk of 1000, not one per record, and one runs entry per run. The texts of a
 -- batch's priorities and held-until times are made once each (they repeat: one now, a few
 -- windows), not once per record.
-local function new_holders(records_key, ids_key, gc_key)
+local function new_holders(records_key, ids_key, runs_key)
   local by_key, by_id, n = {}, {}, 0
   local priority_texts, until_texts = {}, {}
   local runs, run_order = {}, {}  -- per held-until text: the current run {first, last}; all of them
@@ -102,7 +104,7 @@ local function new_holders(records_key, ids_key, gc_key)
       entries[2 * i - 1], entries[2 * i] = run[3], gc_entry(run[1], run[2])
     end
     for i = 1, #entries, 2000 do
-      redis.call('ZADD', gc_key, unpack(entries, i, math.min(i + 1999, #entries)))
+      redis.call('ZADD', runs_key, unpack(entries, i, math.min(i + 1999, #entries)))
     end
   end
   return holders

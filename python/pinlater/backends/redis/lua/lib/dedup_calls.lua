@@ -8,8 +8,8 @@
 -- whether the job at ARGV[a] has a dedup key (else every job has one), and insert_jobs' `place`.
 -- `inserted`, when given, is called as inserted(a, id) for each job inserted (an expiry's writes).
 -- Returns the script's reply.
-local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, now, now_ms, n, m, first_set, ready_offset,
-                             stride, keyed, place, inserted)
+local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, runs_key, jobs, now, now_ms, n, m, first_set,
+                             ready_offset, stride, keyed, place, inserted)
   stride = stride or 7
   local out = {}
   local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
@@ -61,7 +61,7 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
     redis.call('ZREM', gc_key, id)
   end
   local ids, id_texts = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
-  local holders = new_holders(records_key, ids_key, gc_key)
+  local holders = new_holders(records_key, ids_key, runs_key)
   local priorities = {}  -- per PENDING set index (ARGV text): its priority
   for i, id in ipairs(ids) do
     local a, j = taken[i], taken_at[i]
@@ -83,33 +83,49 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, jobs, no
   return out
 end
 
--- gc_dedup_keys.lua's work, after its queue check: looks at the due gc entries, lowest score
--- first, reading at most `limit` ids (a run counts its ids; one that does not fit is split, its
--- ids beyond the limit kept due as a run of their own).
--- Each record an entry stands for (lib/dedup.lua) is forgotten if its held-until has passed and
--- its job is gone; an entry whose records are all forgotten goes, one with records left is
--- looked at again when the first of them may go (its held-until, or next_look while its job
--- exists). Ids the entry names but no record names back (never keyed, taken over, forgotten)
--- are passed over (an id entry of one is dropped). Returns how many records were forgotten.
-local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)
+-- gc_dedup_keys.lua's work, after its queue check: looks at the due entries of the gc set and
+-- the runs (lib/dedup.lua) together, lowest score first, reading at most `limit` ids (a run
+-- counts its ids; one that does not fit is split, its ids beyond the limit kept due as a run of
+-- their own). Each record an entry stands for is forgotten if its held-until has passed and its
+-- job is gone; an entry whose records are all forgotten goes, one with records left is looked
+-- at again when the first of them may go (its held-until, or next_look while its job exists).
+-- Ids an entry names but no record names back (never keyed, taken over, forgotten) are passed
+-- over (a stray id entry is dropped). Returns how many records were forgotten.
+local function gc_dedup(records_key, ids_key, gc_key, runs_key, jobs, now_ms, limit)
   if limit <= 0 then
     return 0
   end
-  local due = redis.call('ZRANGEBYSCORE', gc_key, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+  -- the due entries of both sets, merged by score: {set, member, score}
+  local due = {}
+  for _, set in ipairs({gc_key, runs_key}) do
+    local page = redis.call('ZRANGEBYSCORE', set, '-inf', now_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+    for i = 1, #page, 2 do
+      due[#due + 1] = {set, page[i], tonumber(page[i + 1])}
+    end
+  end
+  table.sort(due, function(x, y)
+    if x[3] ~= y[3] then
+      return x[3] < y[3]
+    end
+    if x[1] ~= y[1] then
+      return x[1] < y[1]
+    end
+    return x[2] < y[2]
+  end)
   local forgotten, read = 0, 0
-  for d = 1, #due, 2 do
+  for _, entry in ipairs(due) do
     if read >= limit then
       break
     end
-    local member = due[d]
+    local set, member = entry[1], entry[2]
     local ids, first = gc_entry_ids(member)
     if #ids > limit - read then  -- split: the ids beyond the limit stay due, a run of their own
       local take = limit - read
-      redis.call('ZADD', gc_key, due[d + 1], gc_entry(first + take, first + #ids - 1))
+      redis.call('ZADD', set, entry[3], gc_entry(first + take, first + #ids - 1))
       for i = #ids, take + 1, -1 do
         ids[i] = nil
       end
-      redis.call('ZREM', gc_key, member)
+      redis.call('ZREM', set, member)
       member = gc_entry(first, first + take - 1)
     end
     read = read + #ids
@@ -142,9 +158,9 @@ local function gc_dedup(records_key, ids_key, gc_key, jobs, now_ms, limit)
       end
     end
     if next_at then
-      redis.call('ZADD', gc_key, next_at, member)
+      redis.call('ZADD', set, next_at, member)
     else
-      redis.call('ZREM', gc_key, member)
+      redis.call('ZREM', set, member)
     end
   end
   return forgotten
