@@ -56,10 +56,10 @@ end
 local function new_holders(records_key, ids_key, runs_key)
   local by_key, by_id, n = {}, {}, 0
   local priority_texts, until_texts = {}, {}
-  local runs, run_order = {}, {}  -- per held-until text: the current run {first, last}; all of them
+  local runs, run_order = {}, {}  -- per held-until text: its current run {first, last, text}; all runs
   local holders = {}
-  -- The key `key` held by job `id` (text; `number`, the same as a number, ascending from call
-  -- to call) of `priority` until `until_ms`.
+  -- The key `key` held by job `id` (text; `number`, the same as a number: ids ascend within a
+  -- call) of `priority` until `until_ms`.
   function holders.add(key, priority, id, number, until_ms)
     local p, held = priority_texts[priority], until_texts[until_ms]
     if not p then
