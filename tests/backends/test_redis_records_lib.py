@@ -157,10 +157,11 @@ def queue_dump(raw: redis.Redis, queue: str) -> dict[bytes, object]:
 
 
 def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path: Path) -> None:
-    """enqueue_keyed_jobs.lua's common path (no expiry, no key held) leaves every key of the queue
-    as its general loop does for the same jobs: records, PENDING and waiting sets, the groups'
-    counts, heads and fifo, and the dedup records. Queue "b"'s call also carries a job whose key
-    is held, which sends the whole call down the general loop; that job changes nothing."""
+    """enqueue_keyed_jobs.lua's common path (no expiry) leaves every key of the queue as its
+    general loop does for the same jobs: records, PENDING and waiting sets, the groups' counts,
+    heads and fifo, and the dedup records, a held key answering its holder and a recorded one
+    whose job is gone taken over. Queue "b"'s call also carries a last job with an expiry, which
+    sends the whole call down the general loop; its own traces are left out of the comparison."""
     with RedisServer(tmp_path / "redis") as server:
         raw = server.client()
         store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
@@ -168,25 +169,34 @@ def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path
         for queue in ("a", "b"):
             store.create_queue(queue, 2)
             store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"holder", t0, 1), "held")], t0)
+            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"gone", t0, 1), "gone")], t0)
+            assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, t0, body_regex="^gone$"), 10) == 1
         jobs = []
         for n in range(40):
             job = NewJob(1 + n % 2, b"b" * (n * 7 % 50), t0 + (n % 3) * 1000, 1 + n % 4, "s" * (n % 5 == 0))
-            key = f"key{n}" if n % 3 else None
+            key = {10: "held", 20: "gone"}.get(n, f"key{n}") if n % 3 else None
             group = f"g{n % 7}" if n % 2 else None
             if key is None and group is None:
                 group = "solo"
             jobs.append(KeyedJob(job, key, 1000 * (n % 4), group))
+        expiring = KeyedJob(NewJob(1, b"expiring", t0, 1), None, 0, None, t0 + 10**9)
         placed = {
             "a": store.enqueue_keyed_jobs("a", jobs, t0 + 1),
-            "b": store.enqueue_keyed_jobs("b", [*jobs, KeyedJob(NewJob(1, b"again", t0, 1), "held")], t0 + 1),
+            "b": store.enqueue_keyed_jobs("b", [*jobs, expiring], t0 + 1),
         }
-        assert placed["b"][-1].deduplicated and not any(p.deduplicated for p in placed["a"])
         assert placed["a"] == placed["b"][:-1]
+        assert [i for i, p in enumerate(placed["a"]) if p.deduplicated] == [10]
         dumps = {q: queue_dump(raw, q) for q in ("a", "b")}
+        extra = str(placed["b"][-1].local_id).encode()
         for dump in dumps.values():
             records = dump[b"j"]
             assert isinstance(records, dict)
-            records.pop(b"c")  # when the queue was made
+            for field in (b"c", b"id", extra):  # when the queue was made; its id counter; b's extra
+                records.pop(field, None)
+        pending = dumps["b"][b"p1:s0"]
+        assert isinstance(pending, list)
+        dumps["b"][b"p1:s0"] = [(member, score) for member, score in pending if member != extra]
+        assert dumps["b"].pop(b"xe") == [(extra, float(t0 + 10**9))]
         assert dumps["a"] == dumps["b"]
         assert {b"j", b"ga", b"gw", b"p1:w", b"p2:w", b"dk", b"di", b"dr", b"p1:s0", b"p2:s0"} <= set(dumps["a"])
         store.close()

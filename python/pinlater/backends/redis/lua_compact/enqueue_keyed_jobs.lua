@@ -13,8 +13,9 @@ A job may have a dedup key, an ordered group, or both (ARGV[i+7]). A job of a gr
 lib/groups.lua says (active at once if its group has room and nothing waits, else waiting), in
 the order of the call; its record keeps the group (gr) and its place (gq: its id).
 
-A call with no expiry and no key held or recorded takes a common path first (enqueue_common: one
-pass, no table per job); any other falls back to the general loop before writing anything.
+A call with no expiry takes a common path first (enqueue_common: one pass, no table per job; a
+held key answers its holder there too); any other, or one whose record names a priority beyond
+the keys passed, falls back to the general loop before writing anything.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same hash (field `id`)
@@ -97,29 +98,44 @@ end
 
 -- The groups' counts are read for the whole call at once and written at its end (lib/groups.lua).
 begin_batch(rules)
--- The common call, in one pass with no table per job: no job has an expiry, no key is held or
--- recorded (else nil, before anything is written: enqueue_dedup's general loop then does it),
--- every job is inserted. Its group joins as join_group says; its record is new_record's, or
--- new_grouped_record's; its key's record goes in with holders (lib/dedup.lua).
+-- The common call, in one pass with no table per job: no job has an expiry, and no record names
+-- a priority beyond the keys passed (else nil, before anything is written: enqueue_dedup's
+-- general loop then does it). A job whose key is held answers its holder; the others are
+-- inserted: a job's group joins as join_group says, its record is new_record's or
+-- new_grouped_record's, its key's record goes in with holders (lib/dedup.lua).
 local function enqueue_common(any_group)
   if READY_LISTS or n > RECORD_CHUNK then
     return nil
   end
-  local keys = {}
-  for j = 0, n - 1 do
-    local a = 7 + STRIDE * j
+  local keys, key_job = {}, {}
+  for j = 1, n do
+    local a = 7 + STRIDE * (j - 1)
     if ARGV[a + 9] ~= '' then
       return nil
     end
     if keyed(a) then
       keys[#keys + 1] = ARGV[a + 5]
+      key_job[#keys] = j
     end
   end
+  -- A key held answers its holder, and its job is not inserted; a key recorded but not held is
+  -- taken, its old holder's id and gc entries dropped (as enqueue_dedup does).
+  local held, old, taken = {}, {}, n
   if #keys > 0 then
     local values = redis.call('HMGET', records_key, unpack(keys))
     for i = 1, #keys do
-      if values[i] then
-        return nil
+      local value = values[i]
+      if value then
+        local p, id, until_ms = parse_holder(value)
+        if p > m then
+          return nil  -- the general loop answers that the caller must pass more priorities
+        end
+        if now_ms < until_ms or job_active(jobs, 7 + DEDUP_GROUP * (p - 1), id) then
+          held[key_job[i]] = {p, tonumber(id)}
+          taken = taken - 1
+        else
+          old[#old + 1] = id
+        end
       end
     end
   end
@@ -131,9 +147,9 @@ local function enqueue_common(any_group)
       return nil  -- the general loop answers the error
     end
     local times, names = {}, {}
-    for j = 0, n - 1 do
-      local a = 7 + STRIDE * j
-      if grouped(a) then
+    for j = 1, n do
+      local a = 7 + STRIDE * (j - 1)
+      if grouped(a) and not held[j] then
         local group = ARGV[a + 8]
         local seen = times[group]
         times[group] = (seen or 0) + 1
@@ -142,7 +158,7 @@ local function enqueue_common(any_group)
         end
       end
     end
-    local counts = redis.call('HMGET', rules.active, unpack(names))
+    local counts = #names > 0 and redis.call('HMGET', rules.active, unpack(names)) or {}
     for i = 1, #names do
       local group = names[i]
       if not counts[i] and times[group] == 1 and rules.conc >= 1 then
@@ -152,52 +168,69 @@ local function enqueue_common(any_group)
       end
     end
   end
-  local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+  for _, id in ipairs(old) do
+    redis.call('HDEL', ids_key, id)
+    redis.call('ZREM', gc_key, id)
+  end
   local out, fields, members, scores, priorities = {}, {}, {}, {}, {}
-  local holders = #keys > 0 and new_holders(records_key, ids_key, runs_key)
+  if taken == 0 then
+    for j = 1, n do
+      out[3 * j - 2], out[3 * j - 1], out[3 * j] = held[j][1], held[j][2], 1
+    end
+    return out
+  end
+  local next_id = redis.call('HINCRBY', counter_key, 'id', taken) - taken + 1
+  local holders = #keys > n - taken and new_holders(records_key, ids_key, runs_key)
   local job = {}  -- join_group's view of each job in turn (its place)
   for j = 1, n do
-    local a = 7 + STRIDE * (j - 1)
-    local id = first + j - 1
-    local name = string.format('%d', id)
-    local k = ARGV[a]
-    local priority = priorities[k]
-    if not priority then
-      priority = (tonumber(k) - 7) / DEDUP_GROUP + 1
-      priorities[k] = priority
-    end
-    local run_after = ARGV[a + 3]
-    local score = scores[run_after]
-    if not score then
-      score = to_ms(run_after)
-      scores[run_after] = score
-    end
-    local flags = ARGV[a + 7]
-    local pending = true
-    if any_group and (flags == 'g' or flags == 'kg') then
-      local group = ARGV[a + 8]
-      if simple[group] then
-        joined[#joined + 1] = group
-      else
-        job.gq = id
-        pending = join_group(rules, group, job, name, priority, score, now)
-      end
-      fields[2 * j - 1], fields[2 * j] = name, new_grouped_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id)
+    local holder = held[j]
+    if holder then
+      out[3 * j - 2], out[3 * j - 1], out[3 * j] = holder[1], holder[2], 1
     else
-      fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
-    end
-    if pending then
-      local list = members[k]
-      if not list then
-        list = {}
-        members[k] = list
+      local a = 7 + STRIDE * (j - 1)
+      local id = next_id
+      next_id = next_id + 1
+      local name = string.format('%d', id)
+      local k = ARGV[a]
+      local priority = priorities[k]
+      if not priority then
+        priority = (tonumber(k) - 7) / DEDUP_GROUP + 1
+        priorities[k] = priority
       end
-      list[#list + 1], list[#list + 2] = score, name
+      local run_after = ARGV[a + 3]
+      local score = scores[run_after]
+      if not score then
+        score = to_ms(run_after)
+        scores[run_after] = score
+      end
+      local flags = ARGV[a + 7]
+      local pending, record = true, nil
+      if any_group and (flags == 'g' or flags == 'kg') then
+        local group = ARGV[a + 8]
+        if simple[group] then
+          joined[#joined + 1] = group
+        else
+          job.gq = id
+          pending = join_group(rules, group, job, name, priority, score, now)
+        end
+        record = new_grouped_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id)
+      else
+        record = new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
+      end
+      if pending then
+        local list = members[k]
+        if not list then
+          list = {}
+          members[k] = list
+        end
+        list[#list + 1], list[#list + 2] = score, name
+      end
+      if flags == 'k' or flags == 'kg' then
+        holders.take(ARGV[a + 5], priority, name, id, ARGV[a + 6], now_ms)
+      end
+      out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
+      fields[#fields + 1], fields[#fields + 2] = name, record
     end
-    if flags == 'k' or flags == 'kg' then
-      holders.take(ARGV[a + 5], priority, name, id, ARGV[a + 6], now_ms)
-    end
-    out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
   end
   redis.call('HSET', jobs, unpack(fields))
   for k, set_pairs in pairs(members) do
