@@ -49,26 +49,26 @@ local function parse_holder(value)
   return tonumber(p), id, tonumber(until_ms)
 end
 
--- Records to write at once (holders.add, then holders.write): one variadic HSET per hash and
+-- Records to write at once (holders.take, then holders.write): one variadic HSET per hash and
 -- chunk of 1000, not one per record, and one runs entry per run. The texts of a
 -- batch's priorities and held-until times are made once each (they repeat: one now, a few
 -- windows), not once per record.
 local function new_holders(records_key, ids_key, runs_key)
   local by_key, by_id, n = {}, {}, 0
-  local priority_texts, until_texts = {}, {}
+  local priority_texts, held_texts = {}, {}  -- per priority; per window (ARGV text)
   local runs, run_order = {}, {}  -- per held-until text: its current run {first, last, text}; all runs
   local holders = {}
-  -- The key `key` held by job `id` (text; `number`, the same as a number: ids ascend within a
-  -- call) of `priority` until `until_ms`.
-  function holders.add(key, priority, id, number, until_ms)
-    local p, held = priority_texts[priority], until_texts[until_ms]
+  -- The key `key` taken by job `id` (text; `number`, the same as a number: ids ascend within a
+  -- call) of `priority` at `now_ms` for `window` ms (ARGV text): held until now_ms + window.
+  function holders.take(key, priority, id, number, window, now_ms)
+    local p, held = priority_texts[priority], held_texts[window]
     if not p then
       p = string.format('%d', priority)
       priority_texts[priority] = p
     end
     if not held then
-      held = string.format('%d', until_ms)
-      until_texts[until_ms] = held
+      held = string.format('%d', now_ms + tonumber(window))
+      held_texts[window] = held
     end
     by_key[2 * n + 1], by_key[2 * n + 2] = key, p .. ':' .. id .. ':' .. held  -- as parse_holder reads it
     by_id[2 * n + 1], by_id[2 * n + 2] = id, key
@@ -81,17 +81,6 @@ local function new_holders(records_key, ids_key, runs_key)
       runs[held] = run
       run_order[#run_order + 1] = run
     end
-  end
-  -- The key `key` taken by job `id` (text) of `priority` at `now_ms` for `window` ms (ARGV
-  -- text): held until now_ms + window, each window's sum made once.
-  local until_of = {}
-  function holders.take(key, priority, id, number, window, now_ms)
-    local until_ms = until_of[window]
-    if not until_ms then
-      until_ms = now_ms + tonumber(window)
-      until_of[window] = until_ms
-    end
-    holders.add(key, priority, id, number, until_ms)
   end
   function holders.write()
     for i = 1, 2 * n, 2000 do

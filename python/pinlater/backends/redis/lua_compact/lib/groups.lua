@@ -718,9 +718,13 @@ end
 -- active job and none waiting ('1' in ga), which a job of the call left once, and no
 -- groupJobsPerSecond (its bucket would need reading): it is forgotten as flush_groups forgets
 -- it (its field, its bucket, a refill sweep), with no batch state. The others go through the
--- batch, with their own read of ga.
+-- batch, their counts adopted from the same read of ga.
 local function leave_groups(r, left, now)
-  if r.rate <= 0 then
+  begin_batch(r)
+  local gone = {}  -- group -> true: forgotten in place
+  if r.rate > 0 then
+    prefetch_groups(r, left)
+  else
     local times, names = {}, {}
     for i = 1, #left do
       local group = left[i]
@@ -732,48 +736,41 @@ local function leave_groups(r, left, now)
         names[#names + 1] = group
       end
     end
-    local gone, rest = {}, {}
+    local forget = {}
     for i = 1, #names, RECORD_CHUNK do
       local last = math.min(i + RECORD_CHUNK - 1, #names)
       local counts = redis.call('HMGET', r.active, unpack(names, i, last))
-      for j = i, last do
-        local group = names[j]
-        if counts[j - i + 1] == '1' and times[group] == 1 then
-          gone[#gone + 1] = group
-          times[group] = nil
+      for k = i, last do
+        local group, value = names[k], counts[k - i + 1]
+        if value == '1' and times[group] == 1 then
+          forget[#forget + 1] = group
+          gone[group] = true
+        else
+          adopt_counts(r, group, value)
         end
       end
     end
-    if #gone == 0 then
-      rest = left
-    elseif #gone < #left then
-      for i = 1, #left do
-        if times[left[i]] then
-          rest[#rest + 1] = left[i]
-        end
-      end
-    end
-    if #gone > 0 then
-      for i = 1, #gone, RECORD_CHUNK do
-        redis.call('HDEL', r.active, unpack(gone, i, math.min(i + RECORD_CHUNK - 1, #gone)))
+    if #forget > 0 then
+      for i = 1, #forget, RECORD_CHUNK do
+        redis.call('HDEL', r.active, unpack(forget, i, math.min(i + RECORD_CHUNK - 1, #forget)))
       end
       drop_bare_pin(r)
       if redis.call('EXISTS', r.buckets) == 1 then
-        for i = 1, #gone, RECORD_CHUNK do
-          redis.call('HDEL', r.buckets, unpack(gone, i, math.min(i + RECORD_CHUNK - 1, #gone)))
+        for i = 1, #forget, RECORD_CHUNK do
+          redis.call('HDEL', r.buckets, unpack(forget, i, math.min(i + RECORD_CHUNK - 1, #forget)))
         end
       end
       sweep_refills(r, now)
+      if #forget == #left then
+        r.batch, r.order = nil, nil  -- nothing left for the batch
+        return
+      end
     end
-    if #rest == 0 then
-      return
-    end
-    left = rest
   end
-  begin_batch(r)
-  prefetch_groups(r, left)
   for _, group in ipairs(left) do
-    leave_group(r, group, now)
+    if not gone[group] then
+      leave_group(r, group, now)
+    end
   end
   flush_groups(r, now)
 end
