@@ -107,10 +107,27 @@ impl QueueKeys<'_> {
     }
 
     /// What a dequeue takes after its ready list to expire the jobs it meets
-    /// (`keys_compact.ending_keys`): the FAILED set, the expiry index, the expired count.
-    fn ending_keys(&self, priority: i64) -> [String; 3] {
+    /// (`keys_compact.ending_keys`): the FAILED set, the expiry index, the expired count, then
+    /// `dedup_end_keys`.
+    fn ending_keys(&self, priority: i64) -> Vec<String> {
         let [index, count] = self.expiry_keys();
-        [self.set_key(priority, FAILED), index, count]
+        let mut keys = vec![self.set_key(priority, FAILED), index, count];
+        keys.extend(self.dedup_end_keys());
+        keys
+    }
+
+    /// What a compact script that ends jobs takes last before its rules tail
+    /// (`keys_compact.dedup_end_keys`): the dedup records and runs, `plc:{S:Q}:dk` and `:dr`
+    /// (a job's record keeps its dedup key, and the job forgets the key when it ends). None in
+    /// the original layout, whose scripts' `KEYS` stay as they are.
+    fn dedup_end_keys(&self) -> Vec<String> {
+        match self.layout {
+            Layout::Original => Vec::new(),
+            Layout::Compact => vec![
+                format!("plc:{{{}:{}}}:dk", self.shard, self.queue),
+                format!("plc:{{{}:{}}}:dr", self.shard, self.queue),
+            ],
+        }
     }
 
     /// The priority's ready list, in the compact layout only (`keys_compact.ready_keys`): the
@@ -606,6 +623,7 @@ pub fn ack_command(
     for &p in &priorities {
         key_list.extend((0..4).map(|state| keys.set_key(p, state)));
     }
+    key_list.extend(keys.dedup_end_keys());
     key_list.extend(tail.keys.iter().cloned());
     let statuses: usize = group
         .items()

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from pinlater.backends.base import JobFilter, JobState, ScanCursor
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis.keys import ms_from_seconds, seconds_arg
-from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, ready_keys
+from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames, dedup_end_keys, ready_keys
 from pinlater.backends.redis.rules import Tail
 from pinlater.backends.redis.script_calls import ShardScripts
 
@@ -57,7 +57,7 @@ def delete_call(
     args: list[Any] = [keys.queue, keys.jobs_arg, low, high, limit]
     if isinstance(keys, CompactQueueKeys):
         tail_keys, tail_args = tail
-        key_list += tail_keys
+        key_list += [*dedup_end_keys(keys), *tail_keys]
         args += [int(where.state), *tail_args, where.priority, where.now_ms]
     return key_list, args + ids
 

@@ -169,8 +169,19 @@ def ready_keys(keys: QueueKeyNames, priority: int) -> list[str]:
 def ending_keys(keys: QueueKeyNames, priority: int) -> list[str]:
     """What the dequeue and reserve scripts take after their other keys (the ready list's
     too) to expire the jobs they meet: the priority's FAILED set, the expiry index and the
-    expired count."""
-    return [keys.set_key(priority, JobState.FAILED), *keys.expiry_keys()]
+    expired count, then (compact layout) ``dedup_end_keys``."""
+    return [keys.set_key(priority, JobState.FAILED), *keys.expiry_keys(), *dedup_end_keys(keys)]
+
+
+def dedup_end_keys(keys: QueueKeyNames) -> list[str]:
+    """What a compact script that ends jobs (ack, checkpoint, cancel, expiry, delete, claim
+    timeouts; retry_failed_jobs, which puts them back) takes last before its rules tail: the
+    dedup records and runs, since a job's record keeps its dedup key and the job forgets the
+    key when it ends (``lua/lib/dedup.lua``, forget_keys). None in the original layout, whose
+    scripts' ``KEYS`` stay as they are."""
+    if isinstance(keys, CompactQueueKeys):
+        return [keys.dedup_keys()[0], keys.dedup_runs_key()]
+    return []
 
 
 def compact_schedule_keys(shard: str) -> list[str]:

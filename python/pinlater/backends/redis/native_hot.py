@@ -241,18 +241,17 @@ class NativeHotPath:
         self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
     ) -> bytes:
         keys = self._store._keys(queue)
-        ready = ready_keys(keys, priority)
+        ending = [*ready_keys(keys, priority), *ending_keys(keys, priority)]
         tail_keys, tail_args = self._store.rules.tail(queue, DEQUEUE)
         return redis_pack_command(
             (
                 "EVALSHA",
                 self._sha["reserve_jobs"],
-                8 + len(ready) + len(tail_keys),
+                5 + len(ending) + len(tail_keys),
                 keys.exists_key,
                 keys.set_key(priority, JobState.PENDING),
                 *keys.hold_keys(priority),
-                *ready,
-                *ending_keys(keys, priority),
+                *ending,
                 *tail_keys,
                 queue,
                 keys.jobs_arg,

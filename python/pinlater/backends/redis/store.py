@@ -133,6 +133,7 @@ from pinlater.backends.redis.keys_compact import (
     CompactQueueKeys,
     QueueKeyNames,
     compact_names_key,
+    dedup_end_keys,
     ending_keys,
     ready_keys,
 )
@@ -368,6 +369,7 @@ class RedisStore:
             retry_at = seconds_arg(now_ms + item.retry_delay_ms)
             args += [index[item.priority], item.local_id, kind, item.append_custom_status, retry_at]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)
+        key_list += dedup_end_keys(keys)
         return ScriptCall("ack_jobs", queue, key_list + tail_keys, args + tail_args, self._count_evicted_of_pair)
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
@@ -387,6 +389,7 @@ class RedisStore:
                 item.prepend_custom_status or "",
             ]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)  # compact: a cancelled job may leave its group
+        key_list += dedup_end_keys(keys)
         changed, evicted = self._run_in_queue("checkpoint_jobs", queue, key_list + tail_keys, args + tail_args)
         self._count_evicted(evicted)
         return int(changed)
@@ -640,7 +643,7 @@ class RedisStore:
         args = [queue, keys.jobs_arg, attempts_to_allow, seconds_arg(run_after_ms), limit, seconds_arg(now_ms)]
         if isinstance(keys, CompactQueueKeys):
             tail_keys, tail_args = self.rules.tail(queue, GROUPS)
-            key_list += tail_keys
+            key_list += [*dedup_end_keys(keys), *tail_keys]
             args += [priority, *tail_args]
         moved, evicted = self._run_in_queue("retry_failed_jobs", queue, key_list, args)
         self._count_evicted(evicted)
@@ -671,6 +674,7 @@ class RedisStore:
         keys = self._keys(queue)
         key_list = [keys.exists_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
         key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority), *keys.expiry_keys()]
+        key_list += dedup_end_keys(keys)
         args = [queue, keys.jobs_arg, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)
         changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args)
@@ -708,7 +712,7 @@ class RedisStore:
             args += [index[priority], local_id, priority] if compact else [index[priority], local_id]
         if compact:
             tail_keys, tail_args = self.rules.tail(queue, GROUPS)
-            key_list += tail_keys
+            key_list += [*dedup_end_keys(qkeys), *tail_keys]
             args += tail_args
         return int(self._run_in_queue("cancel_jobs", queue, key_list, args))
 
@@ -725,7 +729,7 @@ class RedisStore:
         if isinstance(keys, CompactQueueKeys):
             tail_keys, tail_args = self.rules.tail(queue, GROUPS)
             args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), max(limit, 0), m, *tail_args]
-            key_list += tail_keys
+            key_list += [*dedup_end_keys(keys), *tail_keys]
         else:
             args = [queue, keys.jobs_arg, seconds_arg(now_ms), now_ms, max(limit, 0), m]
         return int(self._run_in_queue("expire_jobs", queue, key_list, args))

@@ -12,7 +12,8 @@ time is its score (lib/records.lua). A member whose record is missing (evicted) 
 counted.
 
 A job of an ordered group that finishes (success, or failure with none left) leaves its group,
-whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and first.
+whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and first. A job
+with a dedup key that finishes forgets it (lib/dedup.lua, forget_keys).
 
 Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
@@ -38,6 +39,8 @@ then 5 per ack:
   ARGV[i+2] 's' for success, 'f' for failure
   ARGV[i+3] status to append
   ARGV[i+4] retry time for a failure, seconds as float (now + retry delay)
+after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
+keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then, optionally, the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail):
 without them no job of a group may be acked here.
 
@@ -49,12 +52,15 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 --@include ended
 --@include claimed
 --@include groups
+--@include dedup
 local meta_key, expiry_index_key, expired_count_key = KEYS[1], KEYS[2], KEYS[3]
 local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
 local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
+local rules = rules_tail(5 + 5 * n)
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 
 -- The common ack, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
 -- of instructions, a table or a C call thousands): successes alone, all of one priority, a
@@ -98,23 +104,25 @@ local function ack_common()
     return {0, 0}
   end
   local records = redis.call('HMGET', records_key, unpack(acked))
-  local fields, left = {}, {}
+  local fields, left, ended = {}, {}, {}
   for i = 1, #acked do
     local record = records[i]
     if not record or record == TOMBSTONE then
       return nil
     end
-    local bd, al, ar, ca, _, cs, cd, gr, gq, ex = record_items(record)
+    local bd, al, ar, ca, _, cs, cd, gr, gq, ex, dk = record_items(record)
     if ex then
       return nil
     end
     left[#left + 1] = gr
+    if dk then
+      ended[#ended + 1], ended[#ended + 2] = acked[i], dk
+    end
     if added[i] ~= '' or #cs > status_limit then  -- else the record stays: its ua is read from its score
       cs = cut_chars(cs .. added[i], status_limit)
-      fields[#fields + 1], fields[#fields + 2] = acked[i], record_of(bd, al, ar, ca, now, cs, cd, gr, gq)
+      fields[#fields + 1], fields[#fields + 2] = acked[i], record_of(bd, al, ar, ca, now, cs, cd, gr, gq, nil, dk)
     end
   end
-  local rules = #left > 0 and rules_tail(5 + 5 * n)
   if #left > 0 and not rules then
     return nil  -- the general loop answers the error
   end
@@ -126,6 +134,7 @@ local function ack_common()
   if #left > 0 then
     leave_groups(rules, left, now)
   end
+  forget_keys(dedup_records_key, dedup_runs_key, ended, now)
   return {#acked, 0}
 end
 local common = ack_common()
@@ -134,8 +143,8 @@ if common then
 end
 
 local member, jobs = claimed_jobs(records_key, 6, 5, n)
-local rules = rules_tail(5 + 5 * n)
 local left = {}  -- the groups an active job left, in order (one entry per job)
+local ended = {}  -- the jobs that finished with a dedup key, and their keys (forget_keys)
 
 local writes = set_writes()
 local changed, evicted, acked = 0, 0, {}
@@ -175,6 +184,9 @@ for j = 0, n - 1 do
       if finished and job.ex then
         redis.call('ZREM', expiry_index_key, id)
       end
+      if finished and job.dk then
+        ended[#ended + 1], ended[#ended + 2] = id, job.dk
+      end
       acked[#acked + 1] = id
       changed = changed + 1
     end
@@ -188,4 +200,5 @@ writes.flush()
 if #left > 0 then
   leave_groups(rules, left, now)
 end
+forget_keys(dedup_records_key, dedup_runs_key, ended, now)
 return {changed, evicted}

@@ -3,7 +3,8 @@
 A PENDING job (in its PENDING set, held by the dequeue broker, or waiting in its ordered group)
 ends FAILED scored by now: ar 0, claim cleared, ua = now, "cancelled" appended to cs
 (lib/ended.lua), out of the expiry index; it leaves its group as a final failure does (an active
-one lets the group's next job move up, a waiting one leaves the group's FIFO). An IN_PROGRESS job
+one lets the group's next job move up, a waiting one leaves the group's FIFO) and forgets its
+dedup key (lib/dedup.lua, forget_keys). An IN_PROGRESS job
 with attempts remaining gets ar 0 and nothing else. Anything else (finished, an IN_PROGRESS job
 already cancelled, missing or evicted, a job of an experimental ready list: scripts.py) is left
 alone and not counted. The jobs are handled one after the other, each read as the ones before
@@ -22,6 +23,8 @@ then 3 per job:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other six follow)
   ARGV[i+1] local id
   ARGV[i+2] its priority
+after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
+keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
 
 Returns how many jobs changed, or -1 if the queue does not exist.
@@ -32,6 +35,7 @@ Returns how many jobs changed, or -1 if the queue does not exist.
 --@include groups
 --@include cut_chars
 --@include ended
+--@include dedup
 local meta_key, expiry_index_key = KEYS[1], KEYS[2]
 local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
 local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
@@ -39,6 +43,7 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 local rules = rules_tail(5 + 3 * n)
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 local changed = 0
 for j = 0, n - 1 do
   local a = 6 + 3 * j
@@ -70,6 +75,9 @@ for j = 0, n - 1 do
         drop_waiting(rules, job.gr, job, id, p, now)
       elseif job.gr then
         leave_group(rules, job.gr, now)
+      end
+      if job.dk then
+        forget_keys(dedup_records_key, dedup_runs_key, {id, job.dk}, now)
       end
       changed = changed + 1
     elseif job.ar > 0 and redis.call('ZSCORE', KEYS[k + 1], id) then

@@ -14,7 +14,8 @@ Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the record
 the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
 A cancelled job (ar 0) keeps ar 0 (attempts to allow set al only), and a move to PENDING ends
-it FAILED with "cancelled" appended (it leaves its group as a final failure does); a job with an
+it FAILED with "cancelled" appended (it leaves its group and forgets its dedup key as a final
+failure does); a job with an
 expiry moved to PENDING is put back in the expiry index (as lua/checkpoint_jobs.lua).
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
@@ -38,6 +39,8 @@ then 9 per checkpoint:
   ARGV[i+7] '1' if a status to prepend follows, else '0'
   ARGV[i+8] status to prepend
 
+after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
+keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
 
 Returns {changed, evicted}, or -1 if the queue does not exist.
@@ -48,6 +51,7 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 --@include ended
 --@include claimed
 --@include groups
+--@include dedup
 local meta_key, expiry_index_key = KEYS[1], KEYS[2]
 local records_key, source = ARGV[2], ARGV[3]
 local status_limit, now, n = tonumber(ARGV[4]), to_ms(ARGV[5]), tonumber(ARGV[6])
@@ -68,6 +72,7 @@ local function settle(k, id, where)
   fate[k][id] = where
 end
 local changed, evicted, written, seen = 0, 0, {}, {}
+local ended = {}  -- the cancelled jobs that ended with a dedup key, and their keys (forget_keys)
 local left = {}  -- the groups a cancelled job left
 for j = 0, n - 1 do
   local a = 7 + 9 * j
@@ -100,6 +105,9 @@ for j = 0, n - 1 do
         if job.gr then
           left[#left + 1] = job.gr
         end
+        if job.dk then
+          ended[#ended + 1], ended[#ended + 2] = id, job.dk
+        end
         if job.ex then
           redis.call('ZREM', expiry_index_key, id)
         end
@@ -123,10 +131,12 @@ for j = 0, n - 1 do
   end
 end
 local rules = rules_tail(6 + 9 * n)
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 if #left > 0 and not rules then  -- before any write: Redis keeps a failed script's writes
   return redis.error_reply('ERR a job of an ordered group ended without the group keys')
 end
 write_records(records_key, written, jobs)
+forget_keys(dedup_records_key, dedup_runs_key, ended, now)
 
 local writes = set_writes()
 for _, t in ipairs(touched) do

@@ -11,12 +11,14 @@ are looked for in the list (LPOS), a range reads the list's head within the boun
 
 Jobs of ordered groups (lib/groups.lua): PENDING includes the waiting jobs (the waiting set);
 a deleted waiting job leaves its group's FIFO, and a deleted active one (PENDING or IN_PROGRESS)
-leaves its group, whose oldest waiting jobs move up.
+leaves its group, whose oldest waiting jobs move up. A deleted PENDING or IN_PROGRESS job with a
+dedup key forgets it (lib/dedup.lua, forget_keys).
 
 KEYS[1]  the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]  the sorted set to delete from (plc:{S:Q}:p{p}:s{s})
 KEYS[3]  for PENDING only, with KEYS[4] to KEYS[7]: the held set, hold expiry set, holders hash,
          ready list and waiting set (plc:{S:Q}:p{p}:h, :x, :o, :r, :w)
+KEYS[..]  then the dedup records and runs (plc:{S:Q}:dk, :dr; keys_compact.dedup_end_keys)
 then the group keys (lib/groups.lua's tail)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
@@ -36,6 +38,7 @@ Returns how many jobs were deleted, or -1 if the queue does not exist.
 --@include holds
 --@include ready
 --@include groups
+--@include dedup
 local FIRST_LISTED = 13
 local meta_key, set_key = KEYS[1], KEYS[2]
 local state = tonumber(ARGV[6])
@@ -44,6 +47,7 @@ if state == 0 then
   held_key, expiry_key, holders_key, ready_key, waiting_key = KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 end
 local rules = rules_tail(6)
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 local records_key, low, high, limit = ARGV[2], bound_ms(ARGV[3]), bound_ms(ARGV[4]), tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
@@ -56,15 +60,23 @@ local from_set, from_held, from_list, from_waiting = {}, {}, {}, {}  -- the ids 
 -- The groups of the jobs deleted hear of it (lib/groups.lua): the waiting ones first, so that
 -- none of them is moved up by an active one's leaving.
 local function delete_chosen()
-  local grouped = {}
+  local active = {}  -- their groups and dedup keys hear of it
   if state <= 1 then
-    for _, ids in ipairs({from_set, from_held, from_waiting}) do
+    for _, ids in ipairs({from_set, from_held, from_waiting, from_list}) do
       for _, id in ipairs(ids) do
-        grouped[#grouped + 1] = id
+        active[#active + 1] = id
       end
     end
   end
-  local jobs = read_records(records_key, grouped)
+  local jobs = read_records(records_key, active)
+  local ended = {}
+  for _, id in ipairs(active) do
+    local job = jobs[id]
+    if job and job.dk then
+      ended[#ended + 1], ended[#ended + 2] = id, job.dk
+    end
+  end
+  forget_keys(dedup_records_key, dedup_runs_key, ended, now)
   zrem_all(set_key, from_set)
   if #from_held > 0 then
     drop_holds(held_key, expiry_key, holders_key, from_held)

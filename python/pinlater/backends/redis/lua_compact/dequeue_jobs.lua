@@ -34,6 +34,8 @@ KEYS[7]  ready list (plc:{S:Q}:p{p}:r)
 KEYS[8]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
 KEYS[9]  expiry index (plc:{S:Q}:xe)
 KEYS[10] expired count (plc:{S:Q}:xn)
+KEYS[11..]  the dedup records and runs (plc:{S:Q}:dk, :dr; keys_compact.ending_keys): a job met
+          expired forgets its dedup key (lib/expiry.lua)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  now, seconds as float
@@ -61,6 +63,7 @@ The caller orders the jobs by (score, id).
 --@include groups
 --@include cut_chars
 --@include ended
+--@include dedup
 --@include expiry
 --@include order
 local failed_key, expiry_index_key, expired_count_key = KEYS[8], KEYS[9], KEYS[10]
@@ -170,12 +173,12 @@ local function claim_common()
     if not record or record == TOMBSTONE then
       return nil
     end
-    local bd, al, ar, ca, _, cs, _, gr, gq, ex = record_items(record)
+    local bd, al, ar, ca, _, cs, _, gr, gq, ex, dk = record_items(record)
     if ex then
       return nil
     end
     local id = ids[i]
-    fields[2 * i - 1], fields[2 * i] = id, record_of(bd, al, ar, ca, now, cs, claim, gr, gq)
+    fields[2 * i - 1], fields[2 * i] = id, record_of(bd, al, ar, ca, now, cs, claim, gr, gq, nil, dk)
     local o = 7 * i - 6
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(page[i][2]), bd, al
     out[o + 5], out[o + 6], out[o + 7] = ar, to_seconds(ca), updated

@@ -6,8 +6,10 @@ one job. A key is held by the job its record names (lua/lib/dedup.lua) while now
 held-until (that job's enqueue time plus its window) or while the job is PENDING or IN_PROGRESS
 (lib/dedup_state.lua: its record is there and it is in neither final set). A held key answers
 its holder and changes nothing. A key not held is taken: the job is inserted (lib/insert.lua,
-one HINCRBY for all the jobs inserted) and the record names it, its id and gc entries replacing
-the old holder's. The keys of one call are distinct (the caller collapses repeats).
+one HINCRBY for all the jobs inserted), its record keeps its key (dk, lib/records.lua) and the
+key's record names it; an old holder's id and gc entries (builds before dk) go. The job forgets
+its key when it ends (forget_keys). The keys of one call are distinct (the caller collapses
+repeats).
 
 A job may have a dedup key, an ordered group, or both (ARGV[i+7]). A job of a group joins it as
 lib/groups.lua says (active at once if its group has room and nothing waits, else waiting), in
@@ -19,7 +21,8 @@ the keys passed, falls back to the general loop before writing anything.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same hash (field `id`)
-KEYS[3..5]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg)
+KEYS[3..5]  the dedup records, ids hash and gc set (plc:{S:Q}:dk, :di, :dg; this build writes
+            only the records, and drops an old holder's id and gc entries)
 KEYS[6]     the expiry index (plc:{S:Q}:xe)
 KEYS[7..]   four per priority 1..m: PENDING, SUCCEEDED and FAILED sets and the ready list
             (plc:{S:Q}:p{p}:s0, :s2, :s3, :r): priority p's start at 7 + 4 * (p - 1)
@@ -81,8 +84,12 @@ local function grouped(a)
   return flags == 'g' or flags == 'kg'
 end
 
--- A job of a group joins it (insert_jobs' `place`); the others go to their PENDING set.
+-- A job of a group joins it (insert_jobs' `place`); the others go to their PENDING set. A job
+-- with a dedup key keeps it in its record.
 local function place(a, id, k, run_after, job, id_number)
+  if keyed(a) then
+    job.dk = ARGV[a + 5]
+  end
   if ARGV[a + 9] ~= '' then
     job.ex = tonumber(ARGV[a + 9])
     redis.call('ZADD', expiry_index_key, ARGV[a + 9], id)
@@ -101,8 +108,9 @@ begin_batch(rules)
 -- The common call, in one pass with no table per job: no job has an expiry, and no record names
 -- a priority beyond the keys passed (else nil, before anything is written: enqueue_dedup's
 -- general loop then does it). A job whose key is held answers its holder; the others are
--- inserted: a job's group joins as join_group says, its record is new_record's or
--- new_grouped_record's, its key's record goes in with holders (lib/dedup.lua).
+-- inserted: a job's group joins as join_group says, its record is new_record's,
+-- new_grouped_record's or new_keyed_record's, its key's record goes in with holders
+-- (lib/dedup.lua).
 local function enqueue_common(any_group)
   if READY_LISTS or n > RECORD_CHUNK then
     return nil
@@ -180,7 +188,7 @@ local function enqueue_common(any_group)
     return out
   end
   local next_id = redis.call('HINCRBY', counter_key, 'id', taken) - taken + 1
-  local holders = #keys > n - taken and new_holders(records_key, ids_key, runs_key)
+  local holders = #keys > n - taken and new_holders(records_key, nil, runs_key)
   local job = {}  -- join_group's view of each job in turn (its place)
   for j = 1, n do
     local holder = held[j]
@@ -204,15 +212,20 @@ local function enqueue_common(any_group)
         scores[run_after] = score
       end
       local flags = ARGV[a + 7]
-      local pending, record = true, nil
+      local pending, group = true, nil
       if any_group and (flags == 'g' or flags == 'kg') then
-        local group = ARGV[a + 8]
+        group = ARGV[a + 8]
         if simple[group] then
           joined[#joined + 1] = group
         else
           job.gq = id
           pending = join_group(rules, group, job, name, priority, score, now)
         end
+      end
+      local record
+      if flags == 'k' or flags == 'kg' then
+        record = new_keyed_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id, ARGV[a + 5])
+      elseif group then
         record = new_grouped_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id)
       else
         record = new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
@@ -243,17 +256,14 @@ local function enqueue_common(any_group)
   return out
 end
 
--- A call whose jobs have no group and no expiry places none of them: insert_jobs' common path.
-local placed = place
+local any_group = false
 for j = 0, n - 1 do
-  local a = 7 + STRIDE * j
-  if grouped(a) or ARGV[a + 9] ~= '' then
+  if grouped(7 + STRIDE * j) then
+    any_group = true
     break
-  elseif j == n - 1 then
-    placed = nil
   end
 end
-local out = enqueue_common(placed ~= nil)
+local out = enqueue_common(any_group)
 if not out then
   if rules then
     local groups = {}
@@ -266,7 +276,7 @@ if not out then
     prefetch_groups(rules, groups)
   end
   out = enqueue_dedup(counter_key, records_key, ids_key, gc_key, runs_key, jobs, now, now_ms, n, m, 7, INSERT_READY_OFFSET,
-    STRIDE, keyed, placed)
+    STRIDE, keyed, place, nil, true)
 end
 flush_groups(rules, now)
 return out

@@ -5,7 +5,8 @@ Up to ARGV[4] PENDING jobs whose expiry has come, soonest first, from the queue'
 PENDING in one of priorities 1..m (its PENDING set, held by the dequeue broker: the hold is
 dropped, or waiting in its ordered group) ends FAILED scored by now: ar 0, claim cleared, ua =
 now, "expired" appended to cs, the expired count one up; it leaves its group as a final failure
-does. An entry whose job is not PENDING is only dropped. At most 4 * ARGV[4] entries are looked
+does, and forgets its dedup key (lib/dedup.lua, forget_keys). An entry whose job is not PENDING
+is only dropped. At most 4 * ARGV[4] entries are looked
 at.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
@@ -18,6 +19,8 @@ ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     now, seconds as float
 ARGV[4]     limit
 ARGV[5]     m
+after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
+keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
 
 Returns how many jobs expired, or -1 if the queue does not exist.
@@ -28,6 +31,7 @@ Returns how many jobs expired, or -1 if the queue does not exist.
 --@include groups
 --@include cut_chars
 --@include ended
+--@include dedup
 local meta_key, index_key, count_key = KEYS[1], KEYS[2], KEYS[3]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
 local limit, m = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -35,6 +39,7 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 local rules = rules_tail(5)
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 local expired, looked = 0, 0
 while expired < limit and looked < 4 * limit do
   local ids = redis.call('ZRANGEBYSCORE', index_key, '-inf', now, 'LIMIT', 0, math.min(limit - expired, 1000))
@@ -69,6 +74,9 @@ while expired < limit and looked < 4 * limit do
           drop_waiting(rules, job.gr, job, id, p, now)
         elseif job.gr then
           leave_group(rules, job.gr, now)
+        end
+        if job.dk then
+          forget_keys(dedup_records_key, dedup_runs_key, {id, job.dk}, now)
         end
         expired = expired + 1
         break

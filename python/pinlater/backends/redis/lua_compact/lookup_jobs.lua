@@ -121,7 +121,7 @@ for j = 0, n - 1 do
           body = job.bd
         end
         rows[#rows + 1] = {j + 1, state, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca),
-          to_seconds(job.ua), job.cd, body, job.gr or false, job.ex or false, id}
+          to_seconds(job.ua), job.cd, body, job.gr or false, job.ex or false, id, job.dk or false}
       end
       break
     end
@@ -137,10 +137,10 @@ for j = 0, n - 1 do
       body = job.bd
     end
     rows[#rows + 1] = {j + 1, 0, to_seconds(job.ca), job.al, job.ar, job.cs, to_seconds(job.ca),
-      to_seconds(job.ua), false, body, job.gr or false, job.ex or false, id}
+      to_seconds(job.ua), false, body, job.gr or false, job.ex or false, id, job.dk or false}
   end
 end
 writes.flush()
-emit_keyed_rows(out, rows, 12, 13, ids_key)
+emit_keyed_rows(out, rows, 12, 13, ids_key, 14)
 out[1] = evicted
 return out

@@ -22,6 +22,8 @@ KEYS[6]  ready list (plc:{S:Q}:p{p}:r)
 KEYS[7]  FAILED sorted set (plc:{S:Q}:p{p}:s3)
 KEYS[8]  expiry index (plc:{S:Q}:xe)
 KEYS[9]  expired count (plc:{S:Q}:xn)
+KEYS[10..]  the dedup records and runs (plc:{S:Q}:dk, :dr; keys_compact.ending_keys): a job met
+          expired forgets its dedup key (lib/expiry.lua)
 ARGV[1]  queue name
 ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  now, seconds as float
@@ -46,6 +48,7 @@ or -1 if the queue does not exist. The caller orders the jobs by (score, id).
 --@include groups
 --@include cut_chars
 --@include ended
+--@include dedup
 --@include expiry
 --@include order
 local failed_key, expiry_index_key, expired_count_key = KEYS[7], KEYS[8], KEYS[9]

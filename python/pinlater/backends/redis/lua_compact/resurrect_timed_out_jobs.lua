@@ -23,8 +23,11 @@ ARGV[2]  the records hash (plc:{S:Q}:j)
 ARGV[3]  claimed before, seconds as float (exclusive)
 ARGV[4]  limit
 ARGV[5]  now, seconds as float
+after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
+keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
-ordered group that fails for good leaves its group, whose oldest waiting jobs move up.
+ordered group that fails for good leaves its group, whose oldest waiting jobs move up; one with
+a dedup key forgets it (lib/dedup.lua, forget_keys).
 
 A cancelled job (ar 0) ends FAILED with "cancelled" appended; one with attempts left whose
 expiry (ex) is at or before now ends FAILED with "expired" appended (the expired count one up),
@@ -38,6 +41,7 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 --@include groups
 --@include cut_chars
 --@include ended
+--@include dedup
 local expiry_index_key, expired_count_key = KEYS[8], KEYS[9]
 local meta_key, pending_key, in_progress_key, failed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local records_key, before = ARGV[2], bound_ms('(' .. ARGV[3])
@@ -46,6 +50,7 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 local rules = rules_tail(5)
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 sweep_lapsed(pending_key, KEYS[5], KEYS[6], KEYS[7], now)
 if limit <= 0 then
   return {0, 0}
@@ -55,7 +60,7 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', in_progress_key, 0, #ids - 1)
 end
 local jobs = read_records(records_key, ids)
-local changed, retried, failed, left = {}, {}, {}, {}
+local changed, retried, failed, left, ended = {}, {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
@@ -75,6 +80,9 @@ for _, id in ipairs(ids) do
       job.ar = 0
       failed[#failed + 1] = id
       left[#left + 1] = job.gr
+      if job.dk then
+        ended[#ended + 1], ended[#ended + 2] = id, job.dk
+      end
     end
     job.ua = now
     changed[#changed + 1] = id
@@ -86,4 +94,5 @@ zadd_all(failed_key, now, failed)
 for _, group in ipairs(left) do
   leave_group(rules, group, now)
 end
+forget_keys(dedup_records_key, dedup_runs_key, ended, now)
 return {#changed, #ids - #changed}

@@ -16,19 +16,23 @@ ARGV[4]  run after, seconds as float
 ARGV[5]  limit
 ARGV[6]  now, seconds as float
 ARGV[7]  the priority (of KEYS[2] and KEYS[3])
+after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
+keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
 ordered group goes back in its group as an enqueue puts it (lib/groups.lua's join_group), at the
 back of its FIFO (a new place, from the id counter): active only if there is room and nothing
 waits, else waiting.
 
 A moved job loses its expiry (ex, and its entry in the expiry index, if any): an operator who
-puts a job back wants it run.
+puts a job back wants it run. A moved job with a dedup key (dk) holds it again while it is active,
+unless another job holds it or took it since (lib/dedup.lua, retake_keys).
 
 Returns {moved, evicted}, or -1 if the queue does not exist.
 ]]
 --@include records
 --@include sets
 --@include groups
+--@include dedup
 local meta_key, pending_key, failed_key = KEYS[1], KEYS[2], KEYS[3]
 local records_key, attempts, run_after = ARGV[2], tonumber(ARGV[3]), to_ms(ARGV[4])
 local limit, now = tonumber(ARGV[5]), to_ms(ARGV[6])
@@ -44,7 +48,8 @@ if #ids > 0 then
 end
 local jobs = read_records(records_key, ids)
 local rules, priority = rules_tail(7), tonumber(ARGV[7])
-local moved, pending, cleared = {}, {}, {}
+local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
+local moved, pending, cleared, keyed = {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
@@ -54,6 +59,9 @@ for _, id in ipairs(ids) do
       cleared[#cleared + 1] = id
     end
     moved[#moved + 1] = id
+    if job.dk then
+      keyed[#keyed + 1], keyed[#keyed + 2] = id, job.dk
+    end
     if not job.gr then
       pending[#pending + 1] = id
     else
@@ -67,4 +75,5 @@ end
 write_records(records_key, moved, jobs)
 zadd_all(pending_key, run_after, pending)
 zrem_all(KEYS[4], cleared)
+retake_keys(dedup_records_key, keyed, priority)
 return {#moved, #ids - #moved}

@@ -291,10 +291,10 @@ for i, m in ipairs(window) do
       taken = taken + #body
     end
     rows[#rows + 1] = {id, to_seconds(score), job.al, job.ar, job.cs, to_seconds(job.ca), to_seconds(job.ua), job.cd, body,
-      job.gr or false, job.ex or false}
+      job.gr or false, job.ex or false, job.dk or false}
   end
 end
-emit_keyed_rows(out, rows, 11, 1, ids_key)
+emit_keyed_rows(out, rows, 11, 1, ids_key, 12)
 zrem_all(set_key, gone)
 if #gone_waiting > 0 then
   zrem_all(waiting_key, gone_waiting)

@@ -102,6 +102,23 @@ local function held_already(hash_keys, ids)
   return false
 end
 
+-- The dedup keys of jobs moved (keyed: id, key, ...) into the compact ids hash and gc set, which
+-- move with the dedup records (see above).
+local function keep_keys(keyed)
+  if #keyed == 0 then
+    return
+  end
+  local base = string.sub(records, 1, -2)
+  local due = {}
+  for i = 1, #keyed, 2 do
+    due[#due + 1], due[#due + 2] = 0, keyed[i]
+  end
+  for i = 1, #keyed, 2000 do
+    redis.call('HSET', base .. 'di', unpack(keyed, i, math.min(i + 1999, #keyed)))
+    redis.call('ZADD', base .. 'dg', unpack(due, i, math.min(i + 1999, #due)))
+  end
+end
+
 -- Move up to `left` members of one compact set (`state` 0..3, or 4 for the held set).
 local function move_some(base, state)
   local src, dst = KEYS[base + state], KEYS[base + 7 + state]
@@ -110,7 +127,7 @@ local function move_some(base, state)
     return false
   end
   local taken, hash_keys, fields, scored, written = {}, {}, {}, {}, {}
-  local held, expiries, holders, unheld = {}, {}, {}, {}
+  local held, expiries, holders, unheld, keyed = {}, {}, {}, {}, {}
   for i = 1, #page, 2 do
     if bytes >= byte_budget and #taken > 0 then
       break
@@ -134,6 +151,9 @@ local function move_some(base, state)
       if job.ex then
         f[#f + 1] = 'ex'
         f[#f + 1] = string.format('%d', job.ex)
+      end
+      if job.dk then
+        keyed[#keyed + 1], keyed[#keyed + 2] = id, job.dk
       end
       fields[#fields + 1] = f
       local seconds = to_seconds(tonumber(score))
@@ -188,6 +208,7 @@ local function move_some(base, state)
     zrem_all(src, taken)
   end
   delete_records(records, taken)
+  keep_keys(keyed)
   left = left - #taken
   return true
 end
@@ -200,7 +221,7 @@ local function move_ready(ready_key, dst)
     return
   end
   local reader = ready_reader(ready_key, records, true, 1)
-  local taken, hash_keys, fields, scored = {}, {}, {}, {}
+  local taken, hash_keys, fields, scored, keyed = {}, {}, {}, {}, {}
   local tombstones = 0
   while left > 0 and bytes < byte_budget do
     local e = reader.take()
@@ -222,6 +243,9 @@ local function move_ready(ready_key, dst)
       if job.ex then
         f[#f + 1] = 'ex'
         f[#f + 1] = string.format('%d', job.ex)
+      end
+      if job.dk then
+        keyed[#keyed + 1], keyed[#keyed + 2] = e.id, job.dk
       end
       fields[#fields + 1] = f
       scored[#scored + 1] = to_seconds(e.score or job.ca)  -- a list whose head lost its marker: ca
@@ -247,6 +271,7 @@ local function move_ready(ready_key, dst)
   zadd_pairs(dst, scored)
   reader.finish()
   delete_records(records, taken)
+  keep_keys(keyed)
 end
 
 for p = 0, n - 1 do

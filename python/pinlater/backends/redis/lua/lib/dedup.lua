@@ -8,9 +8,16 @@
 --   ids      (.i, hash)        field: the holder's id, value: its dedup key
 --   gc set   (.g, sorted set)  member: the holder's id, score: when the GC looks at it next (ms)
 --   runs     (.r, sorted set)  member: a run of ids '{first}-{last}' (or one id), score: as .g
--- A record is written in the records and ids hash and has a gc entry (its own, or a run that
--- includes it); it is taken over by a new holder (the old one's id entry goes) or forgotten (its
--- record and id entry go; its gc entry too, unless a run holds it).
+-- In the original layout (and for compact jobs of builds before records kept their key), a
+-- record is written in the records and ids hash and has a gc entry (its own, or a run that
+-- includes it); it is taken over by a new holder (the old one's id entry goes) or forgotten by
+-- the GC once its job is gone (its record and id entry go; its gc entry too, unless a run holds
+-- it). In the compact layout a job's record (lib/records.lua, dk) names its key, so the enqueue
+-- writes the key's record alone: no id entry, no gc entry. The job forgets it when it ends
+-- (forget_keys, in every script that ends a job), or, if its window is still open then, leaves
+-- a deferred entry '@{value}:{key}' in the runs, which the GC forgets when due if the record
+-- still holds that value. So the records hash holds the keys of live jobs and open windows, not
+-- of every job kept for its GC TTL.
 -- An enqueue writes one runs entry per run of the records it wrote with one held-until, not a gc
 -- entry each: '{first}-{last}' stands for the ids first..last, of which those the ids hash
 -- names with a record that names them back are the run's records (the others were never
@@ -53,6 +60,7 @@ end
 -- chunk of 1000, not one per record, and one runs entry per run. The texts of a
 -- batch's priorities and held-until times are made once each (they repeat: one now, a few
 -- windows), not once per record.
+-- `ids_key` nil: the records alone (the compact layout, whose job records name their keys).
 local function new_holders(records_key, ids_key, runs_key)
   local by_key, by_id, n = {}, {}, 0
   local priority_texts, held_texts = {}, {}  -- per priority; per window (ARGV text)
@@ -73,6 +81,9 @@ local function new_holders(records_key, ids_key, runs_key)
     by_key[2 * n + 1], by_key[2 * n + 2] = key, p .. ':' .. id .. ':' .. held  -- as parse_holder reads it
     by_id[2 * n + 1], by_id[2 * n + 2] = id, key
     n = n + 1
+    if not ids_key then
+      return
+    end
     local run = runs[held]
     if run and number - run[1] < GC_RUN_MAX then
       run[2] = number
@@ -86,7 +97,9 @@ local function new_holders(records_key, ids_key, runs_key)
     for i = 1, 2 * n, 2000 do
       local last = math.min(i + 1999, 2 * n)
       redis.call('HSET', records_key, unpack(by_key, i, last))
-      redis.call('HSET', ids_key, unpack(by_id, i, last))
+      if ids_key then
+        redis.call('HSET', ids_key, unpack(by_id, i, last))
+      end
     end
     local entries = {}
     for i, run in ipairs(run_order) do
@@ -104,4 +117,95 @@ end
 -- costs a number of looks that grows with the log of its life.
 local function next_look(now_ms, until_ms)
   return now_ms + math.min(math.max(now_ms - until_ms, 1000), 3600000)
+end
+
+-- A deferred entry of the runs: the record `value` of `key`, to forget when due if it still holds.
+local function deferred_entry(value, key)
+  return '@' .. value .. ':' .. key
+end
+
+-- The record value and key of a deferred entry, or nil for any other entry.
+local function parse_deferred(member)
+  if string.byte(member, 1) ~= 64 then  -- '@'
+    return nil
+  end
+  return string.match(member, '^@(%d+:%d+:%-?%d+):(.*)$')
+end
+
+-- The dedup records and runs (plc:{S:Q}:dk, :dr), which a compact script that ends jobs is
+-- passed last before its rules tail (keys_compact.dedup_end_keys), given the tail's rules (nil
+-- if it has none).
+local function dedup_end_keys(rules)
+  local last = rules and rules.base - 1 or #KEYS
+  return KEYS[last - 1], KEYS[last]
+end
+
+-- Jobs that ended (or were deleted), each with its dedup key: ended[2i - 1] an id, ended[2i]
+-- its record's dk (compact layout). A key whose record (in `records_key`) names the job is
+-- forgotten if its held-until has passed (`now_ms`), else left a deferred entry due then (in
+-- `runs_key`); a key another job holds or took since is left alone.
+local function forget_keys(records_key, runs_key, ended, now_ms)
+  if #ended == 0 then
+    return
+  end
+  local keys = {}
+  for i = 2, #ended, 2 do
+    keys[#keys + 1] = ended[i]
+  end
+  local gone, later = {}, {}
+  for c = 1, #keys, 1000 do
+    local last = math.min(c + 999, #keys)
+    local values = redis.call('HMGET', records_key, unpack(keys, c, last))
+    for i = c, last do
+      local value = values[i - c + 1]
+      if value then
+        local _, holder, until_ms = parse_holder(value)
+        if holder == ended[2 * i - 1] then
+          if until_ms <= now_ms then
+            gone[#gone + 1] = keys[i]
+          else
+            later[#later + 1], later[#later + 2] = until_ms, deferred_entry(value, keys[i])
+          end
+        end
+      end
+    end
+  end
+  for i = 1, #gone, 1000 do
+    redis.call('HDEL', records_key, unpack(gone, i, math.min(i + 999, #gone)))
+  end
+  for i = 1, #later, 2000 do
+    redis.call('ZADD', runs_key, unpack(later, i, math.min(i + 1999, #later)))
+  end
+end
+
+-- Jobs put back to PENDING after they ended (retry_failed_jobs.lua), each with its dedup key as
+-- in forget_keys, of priority `priority`: each takes its key again where no record names
+-- another job, held while it is active (held-until 0: a window still open when it ended is not
+-- restored, and its deferred entry no longer matches). A key another job holds or took since
+-- stays with it: the job put back runs with its key unheld, and forgets nothing when it ends
+-- (forget_keys reads whom the record names).
+local function retake_keys(records_key, taken, priority)
+  if #taken == 0 then
+    return
+  end
+  local keys = {}
+  for i = 2, #taken, 2 do
+    keys[#keys + 1] = taken[i]
+  end
+  local held = string.format('%d', priority)
+  for c = 1, #keys, 1000 do
+    local last = math.min(c + 999, #keys)
+    local values = redis.call('HMGET', records_key, unpack(keys, c, last))
+    local writes = {}
+    for i = c, last do
+      local value, id = values[i - c + 1], taken[2 * i - 1]
+      local holder = value and select(2, parse_holder(value))
+      if not value or holder == id then
+        writes[#writes + 1], writes[#writes + 2] = keys[i], held .. ':' .. id .. ':0'
+      end
+    end
+    if #writes > 0 then
+      redis.call('HSET', records_key, unpack(writes))
+    end
+  end
 end

@@ -7,9 +7,11 @@
 -- `ready_offset` insert_jobs' (nil without ready lists). The compact layout passes `keyed(a)`,
 -- whether the job at ARGV[a] has a dedup key (else every job has one), and insert_jobs' `place`.
 -- `inserted`, when given, is called as inserted(a, id) for each job inserted (an expiry's writes).
+-- `in_records`: the job records keep their keys (the compact layout's `place` sets job.dk), so
+-- the holders write no id or gc entries (lib/dedup.lua).
 -- Returns the script's reply.
 local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, runs_key, jobs, now, now_ms, n, m, first_set,
-                             ready_offset, stride, keyed, place, inserted)
+                             ready_offset, stride, keyed, place, inserted, in_records)
   stride = stride or 7
   local out = {}
   local taken, taken_at, old = {}, {}, {}  -- ARGV start and reply place of each job inserted; old holders
@@ -61,7 +63,7 @@ local function enqueue_dedup(counter_key, records_key, ids_key, gc_key, runs_key
     redis.call('ZREM', gc_key, id)
   end
   local ids, id_texts = insert_jobs(counter_key, jobs, now, taken, ready_offset, place)
-  local holders = new_holders(records_key, ids_key, runs_key)
+  local holders = new_holders(records_key, not in_records and ids_key or nil, runs_key)
   local priorities = {}  -- per PENDING set index (ARGV text): its priority
   for i, id in ipairs(ids) do
     local a, j = taken[i], taken_at[i]
@@ -118,7 +120,25 @@ local function gc_dedup(records_key, ids_key, gc_key, runs_key, jobs, now_ms, li
       break
     end
     local set, member = entry[1], entry[2]
-    local ids, first = gc_entry_ids(member)
+    local deferred, deferred_key = parse_deferred(member)
+    local ids, first = {}, nil
+    if deferred then  -- forget_keys' entry: the record is forgotten if it still holds that value
+      read = read + 1
+      if redis.call('HGET', records_key, deferred_key) == deferred then
+        local _, _, until_ms = parse_holder(deferred)
+        if until_ms > now_ms then
+          redis.call('ZADD', set, until_ms, member)
+        else
+          redis.call('HDEL', records_key, deferred_key)
+          redis.call('ZREM', set, member)
+          forgotten = forgotten + 1
+        end
+      else
+        redis.call('ZREM', set, member)
+      end
+    else
+      ids, first = gc_entry_ids(member)
+    end
     if #ids > limit - read then  -- split: the ids beyond the limit stay due, a run of their own
       local take = limit - read
       redis.call('ZADD', set, entry[3], gc_entry(first + take, first + #ids - 1))
@@ -129,7 +149,7 @@ local function gc_dedup(records_key, ids_key, gc_key, runs_key, jobs, now_ms, li
       member = gc_entry(first, first + take - 1)
     end
     read = read + #ids
-    local keys = redis.call('HMGET', ids_key, unpack(ids))
+    local keys = #ids > 0 and redis.call('HMGET', ids_key, unpack(ids)) or {}
     local next_at = nil
     for i, id in ipairs(ids) do
       local key = keys[i]
@@ -157,7 +177,8 @@ local function gc_dedup(records_key, ids_key, gc_key, runs_key, jobs, now_ms, li
         next_at = at
       end
     end
-    if next_at then
+    if deferred then  -- done above
+    elseif next_at then
       redis.call('ZADD', set, next_at, member)
     else
       redis.call('ZREM', set, member)

@@ -3,8 +3,9 @@
 -- dedup ids hash (id -> key, keys.py) per chunk of 1000 rows, not one call per job.
 
 -- Append to `out` the first `width` values of each row, then the dedup key of the job whose id
--- is row[id_at] (false for a job no dedup record names).
-local function emit_keyed_rows(out, rows, width, id_at, ids_key)
+-- is row[id_at]: row[key_at] if the row has it (a compact record's dk), else the ids hash's
+-- (false for a job no dedup record names).
+local function emit_keyed_rows(out, rows, width, id_at, ids_key, key_at)
   for i = 1, #rows, 1000 do
     local last = math.min(i + 999, #rows)
     local ids = {}
@@ -17,7 +18,7 @@ local function emit_keyed_rows(out, rows, width, id_at, ids_key)
       for v = 1, width do
         out[#out + 1] = row[v]
       end
-      out[#out + 1] = keys[r - i + 1]
+      out[#out + 1] = key_at and row[key_at] or keys[r - i + 1]
     end
   end
 end

@@ -2,7 +2,7 @@
 -- `--@include records` get this file pasted in; see keys_compact.py for the layout).
 --
 -- The records hash (`plc:{S:Q}:j`, passed where the original passes its job hash key prefix)
--- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd[, gr, gq[, ex]]}):
+-- maps a local id (decimal) to cmsgpack.pack({bd, al, ar, ca, ua, cs, cd[, gr, gq[, ex[, dk]]]}):
 --   bd  body                        al  attempts allowed      ar  attempts remaining
 --   ca  created at, integer ms      ua  updated at, stored as ms after ca (ua - ca)
 --   cs  custom status ('' if none)  cd  claim descriptor, or false if the job has no claim
@@ -10,6 +10,10 @@
 --   gq  its place in the group's FIFO (its id, or a later number once retried)
 --   ex  the job's expiry (expireAtTimestampMillis), integer ms, only for a job that has one
 --       (then gr and gq are false for a job of no group)
+--   dk  the job's dedup key, only for a job that has one (then gr, gq and ex are false where
+--       the job has none): the job forgets its key's record when it ends (lib/dedup.lua,
+--       forget_keys). Jobs of builds before this one have no dk; their keys are named by the
+--       dedup ids hash (plc:{S:Q}:di) and forgotten by the dedup GC.
 -- A job without a group has seven items, as before groups, so its record costs nothing more.
 -- ua is kept as a delta so that a job never touched since its enqueue stores 0 (one byte of
 -- msgpack, not nine): a record of a 100-byte body is then 124 bytes, which jemalloc keeps in its
@@ -70,16 +74,17 @@ local function bound_ms(bound)
 end
 
 -- The items of a record, read straight after the array's one-byte header (0x97, 0x99 with a
--- group, 0x9a with an expiry) without the table cmsgpack.unpack would build for the array: bd,
--- al, ar, ca, ua (ms since the epoch), cs, cd, gr, gq and ex, nil where the record has none.
+-- group, 0x9a with an expiry, 0x9b with a dedup key) without the table cmsgpack.unpack would
+-- build for the array: bd, al, ar, ca, ua (ms since the epoch), cs, cd, gr, gq, ex and dk, nil
+-- where the record has none.
 local function record_items(packed)
-  local _, bd, al, ar, ca, ua, cs, cd, gr, gq, ex = cmsgpack.unpack_limit(packed, 10, 1)
-  return bd, al, ar, ca, ca + ua, cs, cd, gr or nil, gq or nil, ex
+  local _, bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk = cmsgpack.unpack_limit(packed, 11, 1)
+  return bd, al, ar, ca, ca + ua, cs, cd, gr or nil, gq or nil, ex or nil, dk
 end
 
 local function unpack_record(packed)
-  local bd, al, ar, ca, ua, cs, cd, gr, gq, ex = record_items(packed)
-  return {bd = bd, al = al, ar = ar, ca = ca, ua = ua, cs = cs, cd = cd, gr = gr, gq = gq, ex = ex}
+  local bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk = record_items(packed)
+  return {bd = bd, al = al, ar = ar, ca = ca, ua = ua, cs = cs, cd = cd, gr = gr, gq = gq, ex = ex, dk = dk}
 end
 
 -- Records are built by concatenation, not by cmsgpack.pack of a table: in Redis' Lua every table
@@ -120,11 +125,19 @@ local function str_header(n)
   return header
 end
 
+-- The packed item of a string not worth keeping per script call (a dedup key: one per job).
+local function packed_string(text)
+  return (str_header_of[#text] or str_header(#text)) .. text
+end
+
 -- The record of items as record_items gives them (ua in ms since the epoch; cs a string; cd
--- false for no claim; gr with gq, or neither; ex, or nil).
-local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex)
+-- false for no claim; gr with gq, or neither; ex, or nil; dk, or nil).
+local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk)
   local p = packed_of
-  if ex then
+  if dk then
+    return '\155' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
+      .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex or false) .. packed_string(dk)
+  elseif ex then
     return '\154' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
       .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex)
   elseif gr then
@@ -137,7 +150,8 @@ local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex)
 end
 
 local function pack_record(job)
-  return record_of(job.bd, job.al, job.ar, job.ca, job.ua, job.cs or '', job.cd or false, job.gr, job.gq, job.ex)
+  return record_of(job.bd, job.al, job.ar, job.ca, job.ua, job.cs or '', job.cd or false, job.gr, job.gq, job.ex,
+    job.dk)
 end
 
 -- The items from al to cd of a new job's record (PENDING, never touched: ua = ca, no claim) with
@@ -177,6 +191,14 @@ end
 local function new_grouped_record(bd, attempts, cs, ca, gr, gq)
   return '\153' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. packed(gr)
     .. cmsgpack.pack(gq)
+end
+
+-- The record of a new job with dedup key `dk`, of group `gr` at place `gq` or of none (gr nil),
+-- as new_record's.
+local function new_keyed_record(bd, attempts, cs, ca, gr, gq, dk)
+  local group = gr and packed(gr) .. cmsgpack.pack(gq) or '\194\194'  -- two falses
+  return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. group .. '\194'
+    .. packed_string(dk)
 end
 
 -- A deleted job of a ready list, until the list's head passes it (ready.lua).
