@@ -27,6 +27,7 @@ from pinlater.backends.base import (
     ShardStore,
 )
 from pinlater.backends.redis import RedisStore
+from pinlater.backends.redis.keys_compact import DEDUP_PIN
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
@@ -85,9 +86,9 @@ def keys_in_jobs(store: ShardStore) -> bool:
 
 
 def recorded_keys(store: ShardStore) -> set[bytes]:
-    """The keys a compact Redis store holds a record of (its ``dk`` hash)."""
+    """The keys a compact Redis store holds a record of (its ``dk`` hash, less the pin)."""
     assert isinstance(store, RedisStore)
-    return set(store._client.hkeys(store._shard.keys(Q).dedup_keys()[0]))
+    return set(store._client.hkeys(store._shard.keys(Q).dedup_keys()[0])) - {DEDUP_PIN}
 
 
 def enqueue(store: ShardStore, *jobs: KeyedJob, now: int = T0) -> list[Enqueued]:

@@ -16,6 +16,7 @@ from tests.support.wait import wait_for
 
 from pinlater.backends.base import AckItem, Enqueued, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.keys_compact import DEDUP_PIN
 from pinlater.backends.redis.migrate import migrate_shard, script_source
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
@@ -383,7 +384,8 @@ def test_a_compact_job_forgets_its_key_when_it_ends(server: RedisServer, raw: re
         assert len(store.dequeue_jobs(Q, 1, 3, CLAIM, T0, False)) == 3
         ids = [plain.local_id, windowed.local_id, taken.local_id]
         store.ack_jobs(Q, [AckItem(1, i) for i in ids], [], T0 + 1)
-        assert set(raw.hkeys(records_key)) == {b"windowed", b"taken"}
+        assert set(raw.hkeys(records_key)) == {b"windowed", b"taken", DEDUP_PIN}
+        assert raw.object("encoding", records_key) == b"hashtable"  # the pin: see lib/dedup.lua
         deferred = {
             b"@" + raw.hget(records_key, key) + b":" + key: float(until)  # type: ignore[operator]
             for key, until in ((b"windowed", T0 + 60_000), (b"taken", T0 + 10))
@@ -396,7 +398,7 @@ def test_a_compact_job_forgets_its_key_when_it_ends(server: RedisServer, raw: re
         assert raw.hget(records_key, "taken") == f"1:{again[0].local_id}:{T0 + 11}".encode()
         assert raw.zrange(runs_key, 0, -1) == [b"@" + raw.hget(records_key, "windowed") + b":windowed"]  # type: ignore[operator]
         assert store.gc_dedup_keys(Q, T0 + 60_000, 10) == 1
-        assert raw.hkeys(records_key) == [b"taken"] and raw.exists(runs_key) == 0
+        assert set(raw.hkeys(records_key)) == {b"taken", DEDUP_PIN} and raw.exists(runs_key) == 0
         found = store.lookup_jobs(Q, [(1, i) for i in ids], False)
         assert [r.dedup_key for r in found] == ["plain", "windowed", "taken"]
         (scanned,) = store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 11), 10)
@@ -427,7 +429,8 @@ def test_compact_records_an_earlier_build_wrote_are_still_forgotten_by_the_gc(
         assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="^body$"), 1) == 1  # old
         assert raw.hexists(records_key, "old")  # the job did not know its key: the GC forgets it
         assert store.gc_dedup_keys(Q, T0 + 1, 10) == 1
-        assert raw.hkeys(records_key) == [b"live"] and raw.hkeys(ids_key) == [str(live.local_id).encode()]
+        assert set(raw.hkeys(records_key)) == {b"live", DEDUP_PIN}
+        assert raw.hkeys(ids_key) == [str(live.local_id).encode()]
         assert store.enqueue_keyed_jobs(Q, [keyed("live")], T0 + 2) == [Enqueued(1, live.local_id, True)]
     finally:
         store.close()
@@ -467,3 +470,29 @@ def test_compact_jobs_keep_their_keys_through_a_move_to_the_original_layout_and_
         assert back.enqueue_keyed_jobs(Q, [keyed("pending:1")], T0 + 60_002) == [Enqueued(1, pending.local_id, True)]
     finally:
         back.close()
+
+
+def test_a_migration_merge_into_the_original_layout_moves_compact_records_and_not_the_pin(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """A compact job's key gets its id and gc entries as the job moves (so the merge reads it by
+    them); the records hash's pin is no record: not merged, not counted."""
+    store = open_store(server, "compact")
+    try:
+        store.create_queue(Q, 3)
+        (a,) = store.enqueue_keyed_jobs(Q, [keyed("a")], T0)
+    finally:
+        store.close()
+    later = a.local_id + 50  # a record an original-layout server wrote meanwhile
+    raw.hset("pld_1_dq.k", "other", f"1:{later}:{T0}")
+    raw.hset("pld_1_dq.i", str(later), "other")
+    raw.zadd("pld_1_dq.g", {str(later): T0})
+    summary = migrate_shard(raw, "1", "original")
+    assert summary.dedup_records == 1
+    assert raw.hgetall("pld_1_dq.k") == {b"a": f"1:{a.local_id}:{T0}".encode(), b"other": f"1:{later}:{T0}".encode()}
+    assert raw.keys("plc:{1:dq}:d*") == []
+    original = open_store(server, "original")
+    try:
+        assert original.enqueue_keyed_jobs(Q, [keyed("a")], T0 + 1) == [Enqueued(1, a.local_id, True)]
+    finally:
+        original.close()

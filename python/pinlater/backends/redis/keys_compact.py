@@ -65,6 +65,10 @@ COMPACT_KEY_PREFIX = "plc"
 #: is): its long value keeps the hash a hash table, not a listpack (lua_compact/lib/groups.lua).
 GROUPS_PIN = b"\xff"
 
+#: The field of a queue's dedup records hash (``:dk``) that is no dedup key, for the same reason
+#: (lua/lib/dedup.lua, DEDUP_PIN): the hash holds only live jobs' keys, often few.
+DEDUP_PIN = b"\xff"
+
 
 def queue_tag(shard: str, queue: str) -> str:
     """``{S:Q}``: the hash tag every key of one queue carries (one slot per queue)."""

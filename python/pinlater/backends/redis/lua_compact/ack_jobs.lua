@@ -104,7 +104,7 @@ local function ack_common()
     return {0, 0}
   end
   local records = redis.call('HMGET', records_key, unpack(acked))
-  local fields, left, ended = {}, {}, {}
+  local fields, left, ended_ids, ended_keys, ended_cas = {}, {}, {}, {}, {}
   for i = 1, #acked do
     local record = records[i]
     if not record or record == TOMBSTONE then
@@ -116,7 +116,8 @@ local function ack_common()
     end
     left[#left + 1] = gr
     if dk then
-      ended[#ended + 1], ended[#ended + 2] = acked[i], dk
+      local e = #ended_keys + 1
+      ended_ids[e], ended_keys[e], ended_cas[e] = acked[i], dk, ca
     end
     if added[i] ~= '' or #cs > status_limit then  -- else the record stays: its ua is read from its score
       cs = cut_chars(cs .. added[i], status_limit)
@@ -134,7 +135,10 @@ local function ack_common()
   if #left > 0 then
     leave_groups(rules, left, now)
   end
-  forget_keys(dedup_records_key, dedup_runs_key, ended, now)
+  if #ended_keys > 0 then  -- all of one priority, named in its PENDING set's key
+    local priority = string.match(KEYS[k], ':p(%d+):s0$')
+    forget_keys(dedup_records_key, dedup_runs_key, ended_ids, ended_keys, ended_cas, now, priority)
+  end
   return {#acked, 0}
 end
 local common = ack_common()
@@ -144,7 +148,7 @@ end
 
 local member, jobs = claimed_jobs(records_key, 6, 5, n)
 local left = {}  -- the groups an active job left, in order (one entry per job)
-local ended = {}  -- the jobs that finished with a dedup key, and their keys (forget_keys)
+local ended = new_ended()  -- the jobs that finished with a dedup key
 
 local writes = set_writes()
 local changed, evicted, acked = 0, 0, {}
@@ -185,7 +189,7 @@ for j = 0, n - 1 do
         redis.call('ZREM', expiry_index_key, id)
       end
       if finished and job.dk then
-        ended[#ended + 1], ended[#ended + 2] = id, job.dk
+        ended.add(id, job.dk, job.ca)
       end
       acked[#acked + 1] = id
       changed = changed + 1
@@ -200,5 +204,5 @@ writes.flush()
 if #left > 0 then
   leave_groups(rules, left, now)
 end
-forget_keys(dedup_records_key, dedup_runs_key, ended, now)
+ended.forget(dedup_records_key, dedup_runs_key, now)
 return {changed, evicted}

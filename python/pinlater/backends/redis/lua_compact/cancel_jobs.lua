@@ -77,7 +77,7 @@ for j = 0, n - 1 do
         leave_group(rules, job.gr, now)
       end
       if job.dk then
-        forget_keys(dedup_records_key, dedup_runs_key, {id, job.dk}, now)
+        forget_keys(dedup_records_key, dedup_runs_key, {id}, {job.dk}, {job.ca}, now)
       end
       changed = changed + 1
     elseif job.ar > 0 and redis.call('ZSCORE', KEYS[k + 1], id) then

@@ -72,7 +72,7 @@ local function settle(k, id, where)
   fate[k][id] = where
 end
 local changed, evicted, written, seen = 0, 0, {}, {}
-local ended = {}  -- the cancelled jobs that ended with a dedup key, and their keys (forget_keys)
+local ended = new_ended()  -- the cancelled jobs that ended with a dedup key
 local left = {}  -- the groups a cancelled job left
 for j = 0, n - 1 do
   local a = 7 + 9 * j
@@ -106,7 +106,7 @@ for j = 0, n - 1 do
           left[#left + 1] = job.gr
         end
         if job.dk then
-          ended[#ended + 1], ended[#ended + 2] = id, job.dk
+          ended.add(id, job.dk, job.ca)
         end
         if job.ex then
           redis.call('ZREM', expiry_index_key, id)
@@ -136,7 +136,7 @@ if #left > 0 and not rules then  -- before any write: Redis keeps a failed scrip
   return redis.error_reply('ERR a job of an ordered group ended without the group keys')
 end
 write_records(records_key, written, jobs)
-forget_keys(dedup_records_key, dedup_runs_key, ended, now)
+ended.forget(dedup_records_key, dedup_runs_key, now)
 
 local writes = set_writes()
 for _, t in ipairs(touched) do

@@ -69,14 +69,14 @@ local function delete_chosen()
     end
   end
   local jobs = read_records(records_key, active)
-  local ended = {}
+  local ended = new_ended()
   for _, id in ipairs(active) do
     local job = jobs[id]
     if job and job.dk then
-      ended[#ended + 1], ended[#ended + 2] = id, job.dk
+      ended.add(id, job.dk, job.ca)
     end
   end
-  forget_keys(dedup_records_key, dedup_runs_key, ended, now)
+  ended.forget(dedup_records_key, dedup_runs_key, now)
   zrem_all(set_key, from_set)
   if #from_held > 0 then
     drop_holds(held_key, expiry_key, holders_key, from_held)

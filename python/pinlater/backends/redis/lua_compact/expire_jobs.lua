@@ -76,7 +76,7 @@ while expired < limit and looked < 4 * limit do
           leave_group(rules, job.gr, now)
         end
         if job.dk then
-          forget_keys(dedup_records_key, dedup_runs_key, {id, job.dk}, now)
+          forget_keys(dedup_records_key, dedup_runs_key, {id}, {job.dk}, {job.ca}, now)
         end
         expired = expired + 1
         break

@@ -60,7 +60,7 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', in_progress_key, 0, #ids - 1)
 end
 local jobs = read_records(records_key, ids)
-local changed, retried, failed, left, ended = {}, {}, {}, {}, {}
+local changed, retried, failed, left, ended = {}, {}, {}, {}, new_ended()
 for _, id in ipairs(ids) do
   local job = jobs[id]
   if job then
@@ -81,7 +81,7 @@ for _, id in ipairs(ids) do
       failed[#failed + 1] = id
       left[#left + 1] = job.gr
       if job.dk then
-        ended[#ended + 1], ended[#ended + 2] = id, job.dk
+        ended.add(id, job.dk, job.ca)
       end
     end
     job.ua = now
@@ -94,5 +94,5 @@ zadd_all(failed_key, now, failed)
 for _, group in ipairs(left) do
   leave_group(rules, group, now)
 end
-forget_keys(dedup_records_key, dedup_runs_key, ended, now)
+ended.forget(dedup_records_key, dedup_runs_key, now)
 return {#changed, #ids - #changed}

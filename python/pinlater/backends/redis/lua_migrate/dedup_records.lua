@@ -16,6 +16,8 @@ KEYS[2]  the source's ids hash (pld_{S}_{Q}.i, or plc:{S:Q}:di)
 KEYS[3]  the source's gc set (pld_{S}_{Q}.g, or plc:{S:Q}:dg)
 KEYS[4]  the source's runs (pld_{S}_{Q}.r, or plc:{S:Q}:dr)
 KEYS[5..8]  the destination's, in the same order
+The compact records hash's pin (lib/dedup.lua, DEDUP_PIN) is no record: it is not counted or
+merged (a rename moves it, harmless in the original layout).
 ARGV[1]  the most ids to read in this call
 
 Returns {how many records the destination gained, how many gc entries and runs the source has
@@ -26,7 +28,7 @@ local from_records, from_ids, from_gc, from_runs = KEYS[1], KEYS[2], KEYS[3], KE
 local to_records, to_ids, to_gc = KEYS[5], KEYS[6], KEYS[7]
 local budget = tonumber(ARGV[1])
 if redis.call('EXISTS', to_records, to_ids, to_gc, KEYS[8]) == 0 then
-  local n = redis.call('HLEN', from_records)
+  local n = redis.call('HLEN', from_records) - redis.call('HEXISTS', from_records, DEDUP_PIN)
   for i = 1, 4 do
     if redis.call('EXISTS', KEYS[i]) == 1 then
       redis.call('RENAME', KEYS[i], KEYS[i + 4])
@@ -93,7 +95,9 @@ if left == 0 then
   -- records without a gc entry (none, unless written by hand) go in this last call
   local flat = redis.call('HGETALL', from_records)
   for i = 1, #flat, 2 do
-    merge(flat[i], flat[i + 1])
+    if flat[i] ~= DEDUP_PIN then
+      merge(flat[i], flat[i + 1])
+    end
   end
   redis.call('DEL', from_records, from_ids, from_gc, from_runs)
 end

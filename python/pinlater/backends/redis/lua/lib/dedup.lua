@@ -28,6 +28,16 @@
 
 local GC_RUN_MAX = 1000  -- ids per run: what one look at a run may read
 
+-- The compact records hash is kept a hash table, never a listpack: it holds only the keys of live
+-- jobs and open windows, often fewer than hash-max-listpack-entries (512 by default), and in a
+-- listpack every HMGET, HSET and HDEL of a key scans the whole list (tens of thousands of
+-- instructions a job, measured). A write of records also writes the pin, a field that is never
+-- a dedup key (keys are UTF-8; the byte 0xff never is) whose value is longer than
+-- hash-max-listpack-value (64 by default), which turns the hash into a table for good
+-- (keys_compact.DEDUP_PIN; the same trick as lua_compact/lib/groups.lua's ga). It stays while
+-- the queue does; readers of the whole hash skip it.
+local DEDUP_PIN, DEDUP_PIN_VALUE = '\255', string.rep('.', 65)
+
 -- The ids a gc entry stands for, as text, and the first as a number if the entry is a run.
 local function gc_entry_ids(member)
   local first, last = string.match(member, '^(%d+)-(%d+)$')
@@ -79,11 +89,11 @@ local function new_holders(records_key, ids_key, runs_key)
       held_texts[window] = held
     end
     by_key[2 * n + 1], by_key[2 * n + 2] = key, p .. ':' .. id .. ':' .. held  -- as parse_holder reads it
-    by_id[2 * n + 1], by_id[2 * n + 2] = id, key
     n = n + 1
     if not ids_key then
       return
     end
+    by_id[2 * n - 1], by_id[2 * n] = id, key
     local run = runs[held]
     if run and number - run[1] < GC_RUN_MAX then
       run[2] = number
@@ -94,6 +104,10 @@ local function new_holders(records_key, ids_key, runs_key)
     end
   end
   function holders.write()
+    if not ids_key and n > 0 then  -- the compact layout: the records hash stays a table (DEDUP_PIN)
+      by_key[2 * n + 1], by_key[2 * n + 2] = DEDUP_PIN, DEDUP_PIN_VALUE
+      n = n + 1
+    end
     for i = 1, 2 * n, 2000 do
       local last = math.min(i + 1999, 2 * n)
       redis.call('HSET', records_key, unpack(by_key, i, last))
@@ -140,18 +154,18 @@ local function dedup_end_keys(rules)
   return KEYS[last - 1], KEYS[last]
 end
 
--- Jobs that ended (or were deleted), each with its dedup key: ended[2i - 1] an id, ended[2i]
--- its record's dk (compact layout). A key whose record (in `records_key`) names the job is
--- forgotten if its held-until has passed (`now_ms`), else left a deferred entry due then (in
--- `runs_key`); a key another job holds or took since is left alone.
-local function forget_keys(records_key, runs_key, ended, now_ms)
-  if #ended == 0 then
+-- Jobs that ended (or were deleted) with a dedup key (compact layout): ids[i], its record's
+-- key keys[i] and created time cas[i]; `priority`, if all are of one, its text. A key whose
+-- record (in `records_key`) names the job is forgotten if its held-until has passed (`now_ms`),
+-- else left a deferred entry due then (in `runs_key`); a key another job holds or took since is
+-- left alone. A record '{priority}:{id}:{ca}' names the job with no window (held until its
+-- enqueue): forgotten without parsing the record (a pattern match and two numbers cost Redis'
+-- Lua about 4,000 instructions a job).
+local function forget_keys(records_key, runs_key, ids, keys, cas, now_ms, priority)
+  if #keys == 0 then
     return
   end
-  local keys = {}
-  for i = 2, #ended, 2 do
-    keys[#keys + 1] = ended[i]
-  end
+  local ca_texts = {}
   local gone, later = {}, {}
   for c = 1, #keys, 1000 do
     local last = math.min(c + 999, #keys)
@@ -159,9 +173,25 @@ local function forget_keys(records_key, runs_key, ended, now_ms)
     for i = c, last do
       local value = values[i - c + 1]
       if value then
-        local _, holder, until_ms = parse_holder(value)
-        if holder == ended[2 * i - 1] then
-          if until_ms <= now_ms then
+        local id, ca = ids[i], cas[i]
+        local ca_text = ca_texts[ca]
+        if not ca_text then
+          ca_text = string.format('%d', ca)
+          ca_texts[ca] = ca_text
+        end
+        local unwindowed
+        if priority then
+          unwindowed = value == priority .. ':' .. id .. ':' .. ca_text
+        else
+          local tail = ':' .. id .. ':' .. ca_text
+          unwindowed = string.sub(value, -#tail) == tail
+        end
+        if unwindowed then
+          gone[#gone + 1] = keys[i]
+        else
+          local _, holder, until_ms = parse_holder(value)
+          if holder ~= id then  -- another job's
+          elseif until_ms <= now_ms then
             gone[#gone + 1] = keys[i]
           else
             later[#later + 1], later[#later + 2] = until_ms, deferred_entry(value, keys[i])
@@ -176,6 +206,21 @@ local function forget_keys(records_key, runs_key, ended, now_ms)
   for i = 1, #later, 2000 do
     redis.call('ZADD', runs_key, unpack(later, i, math.min(i + 1999, #later)))
   end
+end
+
+-- The jobs a script ends with a dedup key, collected for forget_keys (ended.add(id, key, ca),
+-- then ended.forget(records_key, runs_key, now_ms)).
+local function new_ended()
+  local ids, keys, cas = {}, {}, {}
+  local ended = {}
+  function ended.add(id, key, ca)
+    local n = #keys + 1
+    ids[n], keys[n], cas[n] = id, key, ca
+  end
+  function ended.forget(records_key, runs_key, now_ms)
+    forget_keys(records_key, runs_key, ids, keys, cas, now_ms)
+  end
+  return ended
 end
 
 -- Jobs put back to PENDING after they ended (retry_failed_jobs.lua), each with its dedup key as
@@ -196,7 +241,7 @@ local function retake_keys(records_key, taken, priority)
   for c = 1, #keys, 1000 do
     local last = math.min(c + 999, #keys)
     local values = redis.call('HMGET', records_key, unpack(keys, c, last))
-    local writes = {}
+    local writes = {DEDUP_PIN, DEDUP_PIN_VALUE}
     for i = c, last do
       local value, id = values[i - c + 1], taken[2 * i - 1]
       local holder = value and select(2, parse_holder(value))
@@ -204,7 +249,7 @@ local function retake_keys(records_key, taken, priority)
         writes[#writes + 1], writes[#writes + 2] = keys[i], held .. ':' .. id .. ':0'
       end
     end
-    if #writes > 0 then
+    if #writes > 2 then
       redis.call('HSET', records_key, unpack(writes))
     end
   end

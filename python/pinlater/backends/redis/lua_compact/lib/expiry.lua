@@ -29,7 +29,7 @@ local function expire_met(rules, records_key, pending_key, failed_key, index_key
   end
   if job.dk then
     local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
-    forget_keys(dedup_records_key, dedup_runs_key, {id, job.dk}, now)
+    forget_keys(dedup_records_key, dedup_runs_key, {id}, {job.dk}, {job.ca}, now)
   end
   return true
 end

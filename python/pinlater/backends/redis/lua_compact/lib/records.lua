@@ -135,8 +135,10 @@ end
 local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk)
   local p = packed_of
   if dk then
-    return '\155' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
-      .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex or false) .. packed_string(dk)
+    local since = ua - ca
+    return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
+      .. (p[ca] or packed(ca)) .. (p[since] or packed(since)) .. (p[cs] or packed(cs)) .. (p[cd] or packed(cd))
+      .. (gr and packed(gr) .. packed(gq) or '\194\194') .. (ex and packed(ex) or '\194') .. packed_string(dk)
   elseif ex then
     return '\154' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
       .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex)
