@@ -138,13 +138,15 @@ local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk)
     local since = ua - ca
     return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
       .. (p[ca] or packed(ca)) .. (p[since] or packed(since)) .. (p[cs] or packed(cs)) .. (p[cd] or packed(cd))
-      .. (gr and packed(gr) .. packed(gq) or '\194\194') .. (ex and packed(ex) or '\194') .. packed_string(dk)
+      .. (gr and packed(gr) .. cmsgpack.pack(gq) or '\194\194') .. (ex and packed(ex) or '\194') .. packed_string(dk)
   elseif ex then
     return '\154' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
       .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex)
-  elseif gr then
-    return '\153' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
-      .. packed(cd) .. packed(gr) .. packed(gq)
+  elseif gr then  -- gq packed anew: a place is one job's, not worth keeping per script call
+    local since = ua - ca
+    return '\153' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
+      .. (p[ca] or packed(ca)) .. (p[since] or packed(since)) .. (p[cs] or packed(cs)) .. (p[cd] or packed(cd))
+      .. (p[gr] or packed(gr)) .. cmsgpack.pack(gq)
   end
   local since = ua - ca
   return '\151' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
