@@ -125,7 +125,8 @@ local function str_header(n)
   return header
 end
 
--- The packed item of a string not worth keeping per script call (a dedup key: one per job).
+-- The packed item of a string not worth keeping per script call (a dedup key, a group: about one
+-- per job), made without the C call and the table entry of `packed`.
 local function packed_string(text)
   return (str_header_of[#text] or str_header(#text)) .. text
 end
@@ -138,7 +139,7 @@ local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk)
     local since = ua - ca
     return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
       .. (p[ca] or packed(ca)) .. (p[since] or packed(since)) .. (p[cs] or packed(cs)) .. (p[cd] or packed(cd))
-      .. (gr and packed(gr) .. cmsgpack.pack(gq) or '\194\194') .. (ex and packed(ex) or '\194') .. packed_string(dk)
+      .. (gr and packed_string(gr) .. cmsgpack.pack(gq) or '\194\194') .. (ex and packed(ex) or '\194') .. packed_string(dk)
   elseif ex then
     return '\154' .. str_header(#bd) .. bd .. packed(al) .. packed(ar) .. packed(ca) .. packed(ua - ca) .. packed(cs)
       .. packed(cd) .. packed(gr or false) .. packed(gq or false) .. packed(ex)
@@ -146,7 +147,7 @@ local function record_of(bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk)
     local since = ua - ca
     return '\153' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
       .. (p[ca] or packed(ca)) .. (p[since] or packed(since)) .. (p[cs] or packed(cs)) .. (p[cd] or packed(cd))
-      .. (p[gr] or packed(gr)) .. cmsgpack.pack(gq)
+      .. packed_string(gr) .. cmsgpack.pack(gq)
   end
   local since = ua - ca
   return '\151' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. (p[al] or packed(al)) .. (p[ar] or packed(ar))
@@ -193,14 +194,14 @@ end
 -- The record of a new job of group `gr` at place `gq` (a number), as new_record's: the group's
 -- packed item is kept for the script call, the place is packed per job.
 local function new_grouped_record(bd, attempts, cs, ca, gr, gq)
-  return '\153' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. packed(gr)
+  return '\153' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. packed_string(gr)
     .. cmsgpack.pack(gq)
 end
 
 -- The record of a new job with dedup key `dk`, of group `gr` at place `gq` or of none (gr nil),
 -- as new_record's.
 local function new_keyed_record(bd, attempts, cs, ca, gr, gq, dk)
-  local group = gr and packed(gr) .. cmsgpack.pack(gq) or '\194\194'  -- two falses
+  local group = gr and packed_string(gr) .. cmsgpack.pack(gq) or '\194\194'  -- two falses
   return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. group .. '\194'
     .. packed_string(dk)
 end
