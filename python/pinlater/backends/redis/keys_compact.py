@@ -27,8 +27,12 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   their own (``ready_keys``), and delete_queue empties them beside the sets. The records hash's
   field ``t{priority}`` counts the list's entries that are not PENDING jobs.
 * ``plc:{S:Q}:dk``, ``:di``, ``:dg``, ``:dr``: the dedup records (key -> holder, id -> key, and
-  the GC's sorted sets of ids and of runs), with the contents of the original layout's
-  ``pld_{S}_{Q}.k``, ``.i``, ``.g`` and ``.r`` (``keys.py``).
+  the GC's sorted sets of ids and of runs), as the original layout's ``pld_{S}_{Q}.k``, ``.i``,
+  ``.g`` and ``.r`` (``keys.py``), except that a compact job's record keeps its dedup key (``dk``,
+  ``lua_compact/lib/records.lua``): a keyed enqueue writes only ``:dk`` (and its pin,
+  ``DEDUP_PIN``), and the job forgets its key when it ends, leaving a deferred entry in ``:dr``
+  if its window is still open (``lua/lib/dedup.lua``). ``:di`` and ``:dg`` hold what earlier
+  builds and moves from the original layout wrote.
 * Ordered groups (``lua_compact/lib/groups.lua``): ``plc:{S:Q}:p{priority}:w``, the priority's
   waiting set (the PENDING jobs of a group that wait behind its active ones: member id, score
   run after in ms, read as PENDING beside ``:s0``); ``plc:{S:Q}:gw``, the groups' FIFOs (one
