@@ -686,9 +686,9 @@ mod tests {
             queue: "q",
         };
         let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false, &ScriptTail::default());
-        assert_eq!(args(&cmd)[2], "10");
+        assert_eq!(args(&cmd)[2], "12");
         assert_eq!(
-            &args(&cmd)[3..15],
+            &args(&cmd)[3..17],
             [
                 "plc:{s:q}:j",
                 "plc:{s:q}:p2:s0",
@@ -700,8 +700,37 @@ mod tests {
                 "plc:{s:q}:p2:s3",
                 "plc:{s:q}:xe",
                 "plc:{s:q}:xn",
+                "plc:{s:q}:dk",
+                "plc:{s:q}:dr",
                 "q",
                 "plc:{s:q}:j"
+            ]
+        );
+        // an ack passes the dedup records and runs after its sets, before the tail
+        let tail = ScriptTail {
+            keys: vec!["plc:{s:q}:ga".into()],
+            args: vec!["1".into()],
+        };
+        let group = AckGroup {
+            succeeded: vec![AckItem {
+                priority: 2,
+                local_id: 7,
+                append_custom_status: String::new(),
+                retry_delay_ms: 0,
+            }],
+            failed: Vec::new(),
+        };
+        let cmd = ack_command("sha", &keys, &group, 1, &tail);
+        assert_eq!(args(&cmd)[2], "10");
+        assert_eq!(
+            &args(&cmd)[7..13],
+            [
+                "plc:{s:q}:p2:s1",
+                "plc:{s:q}:p2:s2",
+                "plc:{s:q}:p2:s3",
+                "plc:{s:q}:dk",
+                "plc:{s:q}:dr",
+                "plc:{s:q}:ga"
             ]
         );
         let job = NewJob {

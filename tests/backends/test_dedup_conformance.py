@@ -264,6 +264,20 @@ def test_a_failed_holder_put_back_holds_its_key_past_its_window_and_the_gc(store
     assert b == Enqueued(1, a.local_id, True)
 
 
+def test_a_failed_holder_put_back_keeps_its_window(store: ShardStore, queue: str) -> None:
+    (a,) = enqueue(store, KeyedJob(NewJob(1, b"a", T0, 1), "k1", 3_600_000))
+    store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)
+    store.ack_jobs(Q, [], [AckItem(1, a.local_id)], T0 + 1)
+    assert store.retry_failed_jobs(Q, 1, 1, T0 + 2, 10, T0 + 2) == 1
+    assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 3, False)] == [a.local_id]
+    store.ack_jobs(Q, [AckItem(1, a.local_id)], [], T0 + 4)
+    store.gc_dedup_keys(Q, T0 + 5, 100)
+    (b,) = enqueue(store, keyed("k1"), now=T0 + 6)
+    assert b == Enqueued(1, a.local_id, True), "its window, from its enqueue, still holds the key"
+    (c,) = enqueue(store, keyed("k1"), now=T0 + 3_600_000)
+    assert not c.deduplicated
+
+
 def test_a_failed_holder_put_back_leaves_its_key_to_a_job_that_took_it(store: ShardStore, queue: str) -> None:
     (a,) = enqueue(store, KeyedJob(NewJob(1, b"a", T0, 1), "k1"))
     store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)

@@ -311,16 +311,23 @@ def test_a_failure_keeps_its_place_and_a_delete_moves_the_next_up(server: RedisS
 
 
 @pytest.mark.parametrize("finished", [False, True])
+@pytest.mark.parametrize("extra", ["", "a dedup key", "an expiry"])
 def test_migrating_grouped_jobs_to_the_original_layout_is_refused(
-    server: RedisServer, raw: redis.Redis, finished: bool
+    server: RedisServer, raw: redis.Redis, finished: bool, extra: str
 ) -> None:
+    """Whatever else the grouped job's record holds (a dedup key or an expiry after its group)."""
+    job = grouped("g")
+    if extra == "a dedup key":
+        job = job._replace(key="k")
+    elif extra == "an expiry":
+        job = job._replace(expire_at_ms=T0 + 10**9)
     store = open_store(server)
     try:
         store.create_queue("plain", 1)
         store.enqueue_jobs("plain", [NewJob(1, b"x", T0, 1) for _ in range(3000)], T0)
         store.create_queue(Q, 1)
         store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(2500)], T0)
-        store.enqueue_keyed_jobs(Q, [grouped("g")], T0)
+        store.enqueue_keyed_jobs(Q, [job], T0)
         if finished:  # a FAILED job of a group: a retry would put it back in its group
             (job,) = [j for j in store.dequeue_jobs(Q, 1, 3000, "c", T0, False) if j.body == b"b"]
             store.ack_jobs(Q, [], [AckItem(1, job.local_id)], T0)

@@ -75,5 +75,5 @@ end
 write_records(records_key, moved, jobs)
 zadd_all(pending_key, run_after, pending)
 zrem_all(KEYS[4], cleared)
-retake_keys(dedup_records_key, keyed, priority)
+retake_keys(dedup_records_key, dedup_runs_key, keyed, priority)
 return {#moved, #ids - #moved}

@@ -224,12 +224,13 @@ local function new_ended()
 end
 
 -- Jobs put back to PENDING after they ended (retry_failed_jobs.lua), each with its dedup key as
--- in forget_keys, of priority `priority`: each takes its key again where no record names
--- another job, held while it is active (held-until 0: a window still open when it ended is not
--- restored, and its deferred entry no longer matches). A key another job holds or took since
--- stays with it: the job put back runs with its key unheld, and forgets nothing when it ends
--- (forget_keys reads whom the record names).
-local function retake_keys(records_key, taken, priority)
+-- in forget_keys, of priority `priority`: each takes its key again where no record names it
+-- (held while it is active: held-until 0). A record that still names it (its window was open
+-- when it ended) stays as it is, window and all, and the deferred entry its end left in
+-- `runs_key` goes, so that the GC does not forget the key while the job runs again. A key
+-- another job holds or took since stays with it: the job put back runs with its key unheld, and
+-- forgets nothing when it ends (forget_keys reads whom the record names).
+local function retake_keys(records_key, runs_key, taken, priority)
   if #taken == 0 then
     return
   end
@@ -244,9 +245,10 @@ local function retake_keys(records_key, taken, priority)
     local writes = {DEDUP_PIN, DEDUP_PIN_VALUE}
     for i = c, last do
       local value, id = values[i - c + 1], taken[2 * i - 1]
-      local holder = value and select(2, parse_holder(value))
-      if not value or holder == id then
+      if not value then
         writes[#writes + 1], writes[#writes + 2] = keys[i], held .. ':' .. id .. ':0'
+      elseif select(2, parse_holder(value)) == id then
+        redis.call('ZREM', runs_key, deferred_entry(value, keys[i]))
       end
     end
     if #writes > 2 then
