@@ -1073,12 +1073,15 @@ def redis_enqueue_keyed_command(
     held_forever_ms: int,
     batch: KeyedJobBatch,
     tail: RedisScriptTail | None = None,
+    uniform: bool = False,
 ) -> bytes:
     """``EVALSHA sha`` of ``enqueue_keyed_jobs.lua`` for a whole request, in RESP: ``keys``
     (``dedup.enqueue_keyed_keys`` over ``priorities`` priorities, ``per`` keys each) then the
     tail's, and the arguments ``dedup.enqueue_keyed_call`` sends, packed from the batch: a dedup
     key repeated in the request is sent once, its first job's (``redis_keyed_placement``
-    answers the others); windows are kept between 0 and ``held_forever_ms - now_ms``."""
+    answers the others); windows are kept between 0 and ``held_forever_ms - now_ms``. With
+    ``uniform`` (``dedup.takes_uniform_calls``), jobs alike but for body, key and group go as a
+    uniform call, three arguments a job."""
 
 def redis_keyed_placement(batch: KeyedJobBatch, values: LocalIds, beyond: int) -> tuple[KeyedPlacement | None, int]:
     """Where ``enqueue_keyed_jobs.lua`` put each job of ``batch``, from the values

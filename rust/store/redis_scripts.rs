@@ -391,6 +391,42 @@ pub struct KeyedCall<'a> {
     pub per: i64,
     /// The latest held-until a record holds (`dedup.HELD_FOREVER_MS`).
     pub held_forever_ms: i64,
+    /// Whether the script takes a uniform call (the compact layout's, ready lists off:
+    /// `dedup.enqueue_keyed_call`), sent when the jobs allow it.
+    pub uniform: bool,
+}
+
+/// The most jobs of a uniform call (`dedup.UNIFORM_MAX_JOBS`).
+const UNIFORM_MAX_JOBS: usize = 1000;
+
+/// Whether `sent` (each job with its keys) can go as a uniform call of `enqueue_keyed_jobs.lua`
+/// (`dedup._uniform_call`): at most `UNIFORM_MAX_JOBS`, none with an expiry, all alike but for
+/// their body, dedup key and group, each with a key if the first has one, and a group likewise.
+fn uniform_jobs(sent: &[(&NewJob, &JobKeys)]) -> bool {
+    let Some(&(first, first_keys)) = sent.first() else {
+        return false;
+    };
+    sent.len() <= UNIFORM_MAX_JOBS
+        && sent.iter().all(|&(job, keys)| {
+            keys.expire_at_ms.is_none()
+                && job.priority == first.priority
+                && job.attempts_allowed == first.attempts_allowed
+                && job.run_after_ms == first.run_after_ms
+                && job.custom_status == first.custom_status
+                && keys.window_ms == first_keys.window_ms
+                && keys.key.is_some() == first_keys.key.is_some()
+                && keys.group.is_some() == first_keys.group.is_some()
+        })
+}
+
+/// A job's flags argument: 'k' with a dedup key, 'g' with a group.
+fn flags_of(keys: &JobKeys) -> &'static str {
+    match (keys.key.is_some(), keys.group.is_some()) {
+        (true, true) => "kg",
+        (true, false) => "k",
+        (false, true) => "g",
+        (false, false) => "",
+    }
 }
 
 /// Keys of `enqueue_keyed_jobs.lua` before the first priority's: the queue key, the counter,
@@ -412,6 +448,17 @@ pub fn enqueue_keyed_command(
     let sent = repeated.iter().filter(|r| r.is_none()).count();
     let mut key_list = call.keys.to_vec();
     key_list.extend(tail.keys.iter().cloned());
+    let held_max = call.held_forever_ms.saturating_sub(call.now_ms);
+    let to_send: Vec<(&NewJob, &JobKeys)> = jobs
+        .iter()
+        .zip(job_keys)
+        .zip(repeated)
+        .filter(|(_, r)| r.is_none())
+        .map(|(pair, _)| pair)
+        .collect();
+    if call.uniform && uniform_jobs(&to_send) {
+        return uniform_command(sha, call, &key_list, &to_send, held_max, tail);
+    }
     let mut cmd = evalsha(
         sha,
         &key_list,
@@ -424,30 +471,68 @@ pub fn enqueue_keyed_command(
     cmd.int(count(sent));
     cmd.int(call.now_ms);
     cmd.int(call.priorities);
-    let held_max = call.held_forever_ms.saturating_sub(call.now_ms);
     let mut last: Option<(i64, String)> = None;
-    for ((job, keys), _) in jobs
-        .iter()
-        .zip(job_keys)
-        .zip(repeated)
-        .filter(|(_, r)| r.is_none())
-    {
+    for &(job, keys) in &to_send {
         cmd.int(KEYED_FIXED_KEYS + 1 + call.per * (job.priority - 1));
         push_job(&mut cmd, job, &mut last);
         cmd.bulk(keys.key.as_deref().unwrap_or("").as_bytes());
         cmd.int(keys.window_ms.max(0).min(held_max));
-        let flags = match (keys.key.is_some(), keys.group.is_some()) {
-            (true, true) => "kg",
-            (true, false) => "k",
-            (false, true) => "g",
-            (false, false) => "",
-        };
-        cmd.bulk(flags.as_bytes());
+        cmd.bulk(flags_of(keys).as_bytes());
         cmd.bulk(keys.group.as_deref().unwrap_or("").as_bytes());
         match keys.expire_at_ms {
             Some(at) => cmd.int(at),
             None => cmd.bulk(b""),
         }
+    }
+    tail.push_args(&mut cmd);
+    cmd.into_bytes()
+}
+
+/// A uniform call of `enqueue_keyed_jobs.lua` (see its header): the ten values the jobs share
+/// once, their bodies, dedup keys and groups '' there, then three a job.
+fn uniform_command(
+    sha: &str,
+    call: &KeyedCall<'_>,
+    key_list: &[String],
+    sent: &[(&NewJob, &JobKeys)],
+    held_max: i64,
+    tail: &ScriptTail,
+) -> Vec<u8> {
+    let bytes: usize = sent
+        .iter()
+        .map(|(job, keys)| {
+            job.body.len()
+                + keys.key.as_ref().map_or(0, String::len)
+                + keys.group.as_ref().map_or(0, String::len)
+        })
+        .sum();
+    let mut cmd = evalsha(
+        sha,
+        key_list,
+        16 + 3 * sent.len() + tail.args.len(),
+        bytes + 16 * sent.len() + 512,
+    );
+    cmd.bulk(call.queue.as_bytes());
+    cmd.bulk(call.jobs_arg.as_bytes());
+    cmd.bulk(seconds_text(call.now_ms).as_bytes());
+    cmd.bulk(format!("u{}", sent.len()).as_bytes());
+    cmd.int(call.now_ms);
+    cmd.int(call.priorities);
+    let (first, first_keys) = sent[0];
+    cmd.int(KEYED_FIXED_KEYS + 1 + call.per * (first.priority - 1));
+    cmd.bulk(b"");
+    cmd.int(first.attempts_allowed);
+    cmd.bulk(seconds_text(first.run_after_ms).as_bytes());
+    cmd.bulk(first_chars(&first.custom_status, CUSTOM_STATUS_LIMIT).as_bytes());
+    cmd.bulk(b"");
+    cmd.int(first_keys.window_ms.max(0).min(held_max));
+    cmd.bulk(flags_of(first_keys).as_bytes());
+    cmd.bulk(b"");
+    cmd.bulk(b"");
+    for &(job, keys) in sent {
+        cmd.bulk(&job.body);
+        cmd.bulk(keys.key.as_deref().unwrap_or("").as_bytes());
+        cmd.bulk(keys.group.as_deref().unwrap_or("").as_bytes());
     }
     tail.push_args(&mut cmd);
     cmd.into_bytes()
@@ -858,6 +943,58 @@ mod tests {
             .step_by(2)
             .map(str::to_owned)
             .collect()
+    }
+
+    #[test]
+    fn a_batch_of_one_kind_goes_as_a_uniform_call() {
+        let job = |body: &[u8], priority| NewJob {
+            priority,
+            body: body.to_vec(),
+            run_after_ms: 1500,
+            attempts_allowed: 3,
+            custom_status: String::new(),
+        };
+        let keyed = |key: &str, expire_at_ms| JobKeys {
+            key: Some(key.to_owned()),
+            window_ms: 0,
+            group: Some("g".to_owned()),
+            expire_at_ms,
+        };
+        let keys = vec!["k".to_owned()];
+        let mut call = KeyedCall {
+            keys: &keys,
+            queue: "q",
+            jobs_arg: "j",
+            now_ms: 2000,
+            priorities: 1,
+            per: 4,
+            held_forever_ms: i64::MAX,
+            uniform: true,
+        };
+        let jobs = [job(b"a", 1), job(b"b", 1)];
+        let both = [keyed("x", None), keyed("y", None)];
+        let command = |call: &KeyedCall<'_>, job_keys: &[JobKeys]| {
+            enqueue_keyed_command(
+                "sha",
+                call,
+                &jobs,
+                job_keys,
+                &[None, None],
+                &ScriptTail::default(),
+            )
+        };
+        assert_eq!(
+            args(&command(&call, &both))[2..],
+            [
+                "1", "k", "q", "j", "2.0", "u2", "2000", "1", "7", "", "3", "1.5", "", "", "0",
+                "kg", "", "", "a", "x", "g", "b", "y", "g"
+            ]
+        );
+        // an expiry, or a script that takes no uniform call: ten values a job
+        let expiring = [keyed("x", None), keyed("y", Some(9000))];
+        assert_eq!(args(&command(&call, &expiring))[7], "2");
+        call.uniform = false;
+        assert_eq!(args(&command(&call, &both))[7], "2");
     }
 
     #[test]

@@ -145,9 +145,10 @@ def test_the_keyed_enqueue_command_is_the_python_builders_byte_for_byte(layout: 
     try:
         rng = random.Random(17)
         sha = script_sha("enqueue_keyed_jobs")
+        uniform: set[bool] = set()  # whether each call was a uniform one
         statuses = ["", "ok", "é" * 2999 + "ü€", "x" * 5000]
         windows = [0, 1, -5, 2**62, dedup.HELD_FOREVER_MS]
-        for round_ in range(30):
+        for round_ in range(45):
             now = rng.choice([0, 999, NOW, 2**52])
             n = rng.choice([0, 1, 7, 100])
             jobs = [
@@ -169,6 +170,12 @@ def test_the_keyed_enqueue_command_is_the_python_builders_byte_for_byte(layout: 
                 )
                 for i in range(n)
             ]
+            if round_ % 3 == 0:  # jobs alike but for body, key and group: a uniform call
+                jobs = [job._replace(priority=jobs[0].priority, run_after_ms=jobs[0].run_after_ms) for job in jobs]
+                jobs = [job._replace(custom_status=jobs[0].custom_status) for job in jobs]
+                has_group = rng.random() < 0.5
+                window = rng.choice(windows)
+                keys = [(f"key-{i}", window, f"group-{i % 3}" if has_group else None, None) for i in range(n)]
             keyed = KeyedJobBatch([tuple(j) for j in jobs], keys)
             _, _, repeats = sort_keyed(keys)
             sent = [i for i in range(n) if i not in dict(repeats)]
@@ -191,8 +198,10 @@ def test_the_keyed_enqueue_command_is_the_python_builders_byte_for_byte(layout: 
                 dedup.HELD_FOREVER_MS,
                 keyed,
                 native_tail,
+                dedup.takes_uniform_calls(names),
             )
             assert got == want
+            uniform.add(bool(sent) and str(args[3]).startswith("u"))
 
             answers = [(rng.randint(1, 4), rng.randrange(1, 2**40), rng.randint(0, 1)) for _ in sent]
             placement, beyond = redis_keyed_placement(keyed, LocalIds([v for a in answers for v in a]), -2)
@@ -202,6 +211,7 @@ def test_the_keyed_enqueue_command_is_the_python_builders_byte_for_byte(layout: 
                 assert placed[i] == (answer[0], answer[1], answer[2] == 1)
             for i, j in repeats:
                 assert placed[i] == (placed[j][0], placed[j][1], True)
+        assert uniform == ({True, False} if layout == "compact" else {False})
         one = KeyedJobBatch([(1, b"b", 0, 3, "")], [("k", 0, None, None)])
         assert redis_keyed_placement(one, LocalIds([-2, 7]), -2) == (None, 7)
         with pytest.raises(ValueError, match="4 values for 1 jobs"):

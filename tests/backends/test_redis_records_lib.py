@@ -14,7 +14,7 @@ import redis
 from tests.support.redis_server import RedisServer
 
 from pinlater.backends.base import AckItem, JobFilter, JobState, KeyedJob, NewJob, QueueRules
-from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, scripts
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, dedup, scripts
 
 pytestmark = pytest.mark.redis
 
@@ -214,5 +214,45 @@ def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path
         assert dumps["a"] == dumps["b"]
         assert {b"j", b"ga", b"gw", b"p1:w", b"p2:w", b"dk", b"dr", b"p1:s0", b"p2:s0"} <= set(dumps["a"])
         assert b"di" not in dumps["a"] and b"dg" not in dumps["a"]  # the job records name their keys
+        store.close()
+        raw.close()
+
+
+def test_a_uniform_keyed_enqueue_writes_what_one_of_ten_values_a_job_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A uniform call of enqueue_keyed_jobs.lua (jobs alike but for body, dedup key and group:
+    three values a job, dedup.enqueue_keyed_call) leaves every key of the queue as the same jobs
+    sent with ten values each do: records, sets, groups, dedup records, a held key answering its
+    holder and a recorded one taken over."""
+    with RedisServer(tmp_path / "redis") as server:
+        raw = server.client()
+        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+        t0 = 1_700_000_000_000
+        for queue in ("a", "b"):
+            store.create_queue(queue, 2)
+            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"holder", t0, 1), "held")], t0)
+            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"gone", t0, 1), "gone", 1)], t0)
+            assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, t0, body_regex="^gone$"), 10) == 1
+        keys = {10: "held", 20: "gone"}
+        jobs = [
+            KeyedJob(NewJob(2, b"b" * (n * 7 % 50), t0 + 1000, 3, "s"), keys.get(n, f"key{n}"), 500, f"g{n % 7}")
+            for n in range(40)
+        ]
+        names = store._shard.keys("a")
+        _, args = dedup.enqueue_keyed_call(names, "a", jobs, t0 + 1, 2, ([], []))
+        assert args[3] == "u40" and len(args) == 16 + 3 * 40
+        placed = {"a": store.enqueue_keyed_jobs("a", jobs, t0 + 1)}
+        monkeypatch.setattr(dedup, "UNIFORM_MAX_JOBS", 0)  # ten values a job
+        placed["b"] = store.enqueue_keyed_jobs("b", jobs, t0 + 1)
+        assert placed["a"] == placed["b"]
+        assert [i for i, p in enumerate(placed["a"]) if p.deduplicated] == [10]
+        dumps = {q: queue_dump(raw, q) for q in ("a", "b")}
+        for dump in dumps.values():
+            records = dump[b"j"]
+            assert isinstance(records, dict)
+            records.pop(b"c")
+        assert dumps["a"] == dumps["b"]
+        assert {b"j", b"ga", b"gw", b"p2:w", b"dk", b"dr", b"p2:s0"} <= set(dumps["a"])
         store.close()
         raw.close()

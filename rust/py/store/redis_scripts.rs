@@ -88,9 +88,9 @@ pub fn redis_enqueue_command<'py>(
 /// arguments, packed from the batch held in Rust): `keys` the script's keys before the rules'
 /// `tail` (`dedup.enqueue_keyed_keys`), the batch's jobs each with its 10 arguments, a dedup key
 /// repeated in the request sent once (its first job's; `redis_keyed_placement` answers the
-/// others).
+/// others); with `uniform`, a uniform call where the jobs allow it (`enqueue_keyed_jobs.lua`).
 #[pyfunction]
-#[pyo3(signature = (sha, keys, queue, jobs_arg, now_ms, priorities, per, held_forever_ms, batch, tail = None))]
+#[pyo3(signature = (sha, keys, queue, jobs_arg, now_ms, priorities, per, held_forever_ms, batch, tail = None, uniform = false))]
 #[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_enqueue_keyed_command<'py>(
     py: Python<'py>,
@@ -104,6 +104,7 @@ pub fn redis_enqueue_keyed_command<'py>(
     held_forever_ms: i64,
     batch: &Bound<'py, KeyedJobBatch>,
     tail: Option<&Bound<'py, RedisScriptTail>>,
+    uniform: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let tail = tail_of(tail);
     guarded("redis_enqueue_keyed_command", || {
@@ -116,6 +117,7 @@ pub fn redis_enqueue_keyed_command<'py>(
             priorities,
             per,
             held_forever_ms,
+            uniform,
         };
         let repeated = repeated_keys(batch.job_keys());
         let command = redis_scripts::enqueue_keyed_command(

@@ -19,6 +19,7 @@ passed, as that layout's other scripts read job hashes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
 from pinlater.backends.redis.rules import GROUPS, Tail, build_tail
 from pinlater.backends.redis.script_calls import ShardScripts
+from pinlater.backends.redis.scripts import READY_LISTS_ENV
 
 PRIORITY_BEYOND_KEYS = -2
 """The scripts' first value when a record names a priority whose sets were not passed."""
@@ -76,8 +78,13 @@ def enqueue_keyed_call(
     groups' ``tail`` (built for the same m), for the blocking call and the hot path alike."""
     per = keys_per_priority(keys)
     key_list = enqueue_keyed_keys(keys, m)
-    args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
+    tail_keys, tail_args = tail
     held_max = HELD_FOREVER_MS - now_ms
+    if takes_uniform_calls(keys) and 0 < len(jobs) <= UNIFORM_MAX_JOBS:
+        uniform = _uniform_call(keys, queue, jobs, now_ms, m, per, held_max)
+        if uniform is not None:
+            return key_list + tail_keys, uniform + tail_args
+    args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs), now_ms, m]
     seconds: dict[int, str] = {}  # a batch's jobs mostly share one run after
     add = args.extend
     for d in jobs:
@@ -101,8 +108,55 @@ def enqueue_keyed_call(
                 "" if expire is None else expire,
             )
         )
-    tail_keys, tail_args = tail
     return key_list + tail_keys, args + tail_args
+
+
+UNIFORM_MAX_JOBS = 1000
+"""The most jobs of a uniform call (``lua_compact/lib/records.lua``'s RECORD_CHUNK)."""
+
+
+def _uniform_call(
+    keys: QueueKeyNames, queue: str, jobs: Sequence[KeyedJob], now_ms: int, m: int, per: int, held_max: int
+) -> list[Any] | None:
+    """The ``ARGV`` of a uniform call of ``enqueue_keyed_jobs.lua`` (compact layout: see its
+    header), before the tail, or None if the jobs differ in more than body, key and group, or
+    one has an expiry."""
+    first = jobs[0]
+    job, window = first.job, first.window_ms
+    shared = (job.priority, job.attempts_allowed, job.run_after_ms, job.custom_status, window)
+    flags = ("" if first.key is None else "k") + ("" if first.group is None else "g")
+    own: list[Any] = []
+    for d in jobs:
+        j = d.job
+        if (
+            d.expire_at_ms is not None
+            or (j.priority, j.attempts_allowed, j.run_after_ms, j.custom_status, d.window_ms) != shared
+            or (d.key is None) != (first.key is None)
+            or (d.group is None) != (first.group is None)
+        ):
+            return None
+        own += (j.body, "" if d.key is None else d.key, "" if d.group is None else d.group)
+    window = window if 0 <= window <= held_max else min(max(window, 0), held_max)
+    header = [
+        _ENQUEUE_FIXED_KEYS + 1 + per * (job.priority - 1),
+        "",
+        job.attempts_allowed,
+        seconds_arg(job.run_after_ms),
+        job.custom_status[:CUSTOM_STATUS_LIMIT],
+        "",
+        window,
+        flags,
+        "",
+        "",
+    ]
+    return [queue, keys.jobs_arg, seconds_arg(now_ms), f"u{len(jobs)}", now_ms, m, *header, *own]
+
+
+def takes_uniform_calls(keys: QueueKeyNames) -> bool:
+    """Whether ``enqueue_keyed_jobs.lua`` takes a uniform call for the queue: in the compact
+    layout, unless its scripts write ready lists (``scripts.py``), which a uniform call does not
+    take."""
+    return isinstance(keys, CompactQueueKeys) and os.environ.get(READY_LISTS_ENV) != "1"
 
 
 def keys_per_priority(keys: QueueKeyNames) -> int:

@@ -113,6 +113,7 @@ class NativeHotPath:
                 dedup.HELD_FOREVER_MS,
                 jobs,
                 tail,
+                dedup.takes_uniform_calls(keys),
             )
             out = await self._client.call("enqueue_keyed_jobs", command, redis_ids_reply)
             if out is None:

@@ -30,7 +30,7 @@ KEYS[7 + 4m] the dedup runs (plc:{S:Q}:dr, lua/lib/dedup.lua)
 ARGV[1]     queue name
 ARGV[2]     the records hash (plc:{S:Q}:j)
 ARGV[3]     now, seconds as float (ca and ua)
-ARGV[4]     number of jobs, n
+ARGV[4]     number of jobs, n; or 'u' then n: a uniform call (below)
 ARGV[5]     now, ms
 ARGV[6]     m, the priorities whose keys are in KEYS
 then 10 per job, in order:
@@ -47,10 +47,22 @@ then 10 per job, in order:
             index; such a job never goes to a ready list
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail).
 
+A uniform call (ARGV[4] 'u' then n): jobs that share every value but their body, dedup key and
+group, none with an expiry (dedup.enqueue_keyed_call sends one where the jobs allow it, at most
+RECORD_CHUNK of them, ready lists off, so that the common path takes it): ARGV[7] to ARGV[16]
+are the ten values of a job as above with those three '' (ARGV[7 + i] holds what ARGV[a + i]
+holds for every job), then 3 per job: body, dedup key, group; its tail follows at
+ARGV[17 + 3n]. Each argument costs Redis about 700 instructions, so a batch of one kind sends
+three a job, not ten. A uniform call the common path gives up on is expanded to ten values a
+job for the general loop (expand_uniform).
+
 Returns 3 values per job, in order: priority, local id, 1 if the key was held (the holder's
 priority and id) else 0 (the new job's); or -1 if the queue does not exist; or {-2, p} (nothing
 changed) if a record names a holder of a priority p > m: the caller calls again with m >= p.
 ]]
+-- What every function below reads as ARGV: the call's own, or a uniform call's expansion to ten
+-- values a job, once it falls back to the general loop (expand_uniform).
+local ARGV = ARGV
 --@include records
 --@include sets
 --@include ready
@@ -62,13 +74,22 @@ changed) if a record names a holder of a priority p > m: the caller calls again 
 local meta_key, counter_key = KEYS[1], KEYS[2]
 local records_key, ids_key, gc_key = KEYS[3], KEYS[4], KEYS[5]
 local jobs, now = ARGV[2], to_ms(ARGV[3])
-local n, now_ms, m = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local UNIFORM = string.byte(ARGV[4], 1) == 117  -- 'u'
+local n = tonumber(UNIFORM and string.sub(ARGV[4], 2) or ARGV[4])
+local now_ms, m = tonumber(ARGV[5]), tonumber(ARGV[6])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 local INSERT_READY_OFFSET = 3  -- a group's ready list, from its PENDING set
 local STRIDE = 10
-local rules = rules_tail(6 + STRIDE * n)
+-- Job j's values (from 1): its shared ones at ARGV[7 + SHARED_STEP * (j - 1) + i] as above (i
+-- from 0), its body, dedup key and group at ARGV[FIRST_OWN + OWN_STEP * (j - 1)] plus BODY, KEY
+-- and GROUP: in a call of ten values a job the same places, in a uniform call its three.
+local SHARED_STEP, FIRST_OWN, OWN_STEP, BODY, KEY, GROUP = STRIDE, 7, STRIDE, 1, 5, 8
+if UNIFORM then
+  SHARED_STEP, FIRST_OWN, OWN_STEP, BODY, KEY, GROUP = 0, 17, 3, 0, 1, 2
+end
+local rules = rules_tail(UNIFORM and 16 + 3 * n or 6 + STRIDE * n)
 local expiry_index_key = KEYS[6]
 local runs_key = KEYS[7 + DEDUP_GROUP * m]
 
@@ -117,12 +138,12 @@ local function enqueue_common(any_group)
   end
   local keys, key_job = {}, {}
   for j = 1, n do
-    local a = 7 + STRIDE * (j - 1)
+    local a = 7 + SHARED_STEP * (j - 1)
     if ARGV[a + 9] ~= '' then
       return nil
     end
     if keyed(a) then
-      keys[#keys + 1] = ARGV[a + 5]
+      keys[#keys + 1] = ARGV[FIRST_OWN + OWN_STEP * (j - 1) + KEY]
       key_job[#keys] = j
     end
   end
@@ -156,9 +177,8 @@ local function enqueue_common(any_group)
     end
     local times, names = {}, {}
     for j = 1, n do
-      local a = 7 + STRIDE * (j - 1)
-      if grouped(a) and not held[j] then
-        local group = ARGV[a + 8]
+      if grouped(7 + SHARED_STEP * (j - 1)) and not held[j] then
+        local group = ARGV[FIRST_OWN + OWN_STEP * (j - 1) + GROUP]
         local seen = times[group]
         times[group] = (seen or 0) + 1
         if not seen then
@@ -195,7 +215,7 @@ local function enqueue_common(any_group)
     if holder then
       out[3 * j - 2], out[3 * j - 1], out[3 * j] = holder[1], holder[2], 1
     else
-      local a = 7 + STRIDE * (j - 1)
+      local a, own = 7 + SHARED_STEP * (j - 1), FIRST_OWN + OWN_STEP * (j - 1)
       local id = next_id
       next_id = next_id + 1
       local name = string.format('%d', id)
@@ -214,7 +234,7 @@ local function enqueue_common(any_group)
       local flags = ARGV[a + 7]
       local pending, group = true, nil
       if any_group and (flags == 'g' or flags == 'kg') then
-        group = ARGV[a + 8]
+        group = ARGV[own + GROUP]
         if simple[group] then
           joined[#joined + 1] = group
         else
@@ -222,13 +242,13 @@ local function enqueue_common(any_group)
           pending = join_group(rules, group, job, name, priority, score, now)
         end
       end
-      local record
+      local record, body = nil, ARGV[own + BODY]
       if flags == 'k' or flags == 'kg' then
-        record = new_keyed_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id, ARGV[a + 5])
+        record = new_keyed_record(body, ARGV[a + 2], ARGV[a + 4], now, group, id, ARGV[own + KEY])
       elseif group then
-        record = new_grouped_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now, group, id)
+        record = new_grouped_record(body, ARGV[a + 2], ARGV[a + 4], now, group, id)
       else
-        record = new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
+        record = new_record(body, ARGV[a + 2], ARGV[a + 4], now)
       end
       if pending then
         local list = members[k]
@@ -239,7 +259,7 @@ local function enqueue_common(any_group)
         list[#list + 1], list[#list + 2] = score, name
       end
       if flags == 'k' or flags == 'kg' then
-        holders.take(ARGV[a + 5], priority, name, id, ARGV[a + 6], now_ms)
+        holders.take(ARGV[own + KEY], priority, name, id, ARGV[a + 6], now_ms)
       end
       out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
       fields[#fields + 1], fields[#fields + 2] = name, record
@@ -258,13 +278,31 @@ end
 
 local any_group = false
 for j = 0, n - 1 do
-  if grouped(7 + STRIDE * j) then
+  if grouped(7 + SHARED_STEP * j) then
     any_group = true
     break
   end
 end
+-- A uniform call as the general loop reads a call: ten values a job, the tail after them.
+local function expand_uniform()
+  local t = {ARGV[1], ARGV[2], ARGV[3], string.format('%d', n), ARGV[5], ARGV[6]}
+  for j = 0, n - 1 do
+    local own = 17 + 3 * j
+    local a = #t
+    t[a + 1], t[a + 2], t[a + 3], t[a + 4], t[a + 5] = ARGV[7], ARGV[own], ARGV[9], ARGV[10], ARGV[11]
+    t[a + 6], t[a + 7], t[a + 8], t[a + 9], t[a + 10] = ARGV[own + 1], ARGV[13], ARGV[14], ARGV[own + 2], ARGV[16]
+  end
+  for i = 17 + 3 * n, #ARGV do
+    t[#t + 1] = ARGV[i]
+  end
+  return t
+end
+
 local out = enqueue_common(any_group)
 if not out then
+  if UNIFORM then
+    ARGV = expand_uniform()
+  end
   if rules then
     local groups = {}
     for j = 0, n - 1 do
