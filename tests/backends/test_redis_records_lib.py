@@ -169,6 +169,15 @@ def queue_dump(raw: redis.Redis, queue: str) -> dict[bytes, object]:
     return out
 
 
+def held_and_gone(store: RedisStore, queue: str, t0: int) -> None:
+    """Queue ``queue`` made, with the key "held" held by a PENDING job, and the key "gone" recorded
+    for a deleted job whose window of 1 ms keeps its record (a deferred entry) until t0 + 1."""
+    store.create_queue(queue, 2)
+    store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"holder", t0, 1), "held")], t0)
+    store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"gone", t0, 1), "gone", 1)], t0)
+    assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, t0, body_regex="^gone$"), 10) == 1
+
+
 def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path: Path) -> None:
     """enqueue_keyed_jobs.lua's common path (no expiry) leaves every key of the queue as its
     general loop does for the same jobs: records, PENDING and waiting sets, the groups' counts,
@@ -180,11 +189,7 @@ def test_a_keyed_enqueue_s_common_path_writes_what_its_general_one_does(tmp_path
         store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
         t0 = 1_700_000_000_000
         for queue in ("a", "b"):
-            store.create_queue(queue, 2)
-            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"holder", t0, 1), "held")], t0)
-            # a window of 1 ms: its record outlasts its job (a deferred entry), and is taken over
-            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"gone", t0, 1), "gone", 1)], t0)
-            assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, t0, body_regex="^gone$"), 10) == 1
+            held_and_gone(store, queue, t0)
         jobs = []
         for n in range(40):
             job = NewJob(1 + n % 2, b"b" * (n * 7 % 50), t0 + (n % 3) * 1000, 1 + n % 4, "s" * (n % 5 == 0))
@@ -230,10 +235,7 @@ def test_a_uniform_keyed_enqueue_writes_what_one_of_ten_values_a_job_does(
         store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
         t0 = 1_700_000_000_000
         for queue in ("a", "b"):
-            store.create_queue(queue, 2)
-            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"holder", t0, 1), "held")], t0)
-            store.enqueue_keyed_jobs(queue, [KeyedJob(NewJob(1, b"gone", t0, 1), "gone", 1)], t0)
-            assert store.delete_jobs(queue, JobFilter(JobState.PENDING, 1, t0, body_regex="^gone$"), 10) == 1
+            held_and_gone(store, queue, t0)
         keys = {10: "held", 20: "gone"}
         jobs = [
             KeyedJob(NewJob(2, b"b" * (n * 7 % 50), t0 + 1000, 3, "s"), keys.get(n, f"key{n}"), 500, f"g{n % 7}")
