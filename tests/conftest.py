@@ -87,6 +87,13 @@ def ttypes(thrift_gen: tuple[ModuleType, ModuleType]) -> ModuleType:
 
 @pytest.fixture
 def ready_lists_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compact layout's experimental ready lists written (``scripts.READY_LISTS_ENV``), for
-    stores opened after this fixture and servers started after it."""
-    monkeypatch.setenv(READY_LISTS_ENV, "1")
+    """The compact layout's ready lists written (``scripts.READY_LISTS_ENV``; the default, unless
+    the environment turns them off), for stores opened after this fixture and servers started
+    after it."""
+    monkeypatch.delenv(READY_LISTS_ENV, raising=False)
+
+
+@pytest.fixture
+def ready_lists_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compact layout's ready lists not written: every PENDING job to its sorted set."""
+    monkeypatch.setenv(READY_LISTS_ENV, "0")

@@ -22,7 +22,7 @@ import redis
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, CountKey, JobFilter, JobState, NewJob
+from pinlater.backends.base import AckItem, CheckpointItem, CountKey, JobFilter, JobState, NewJob, ScanCursor
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import store as store_module
 from pinlater.backends.redis.filtered_reads import page, read_sets
@@ -258,6 +258,7 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
     assert {k: calls(raw).get(k, 0) for k in ("evalsha", "hset", "zadd", "hincrby", "rpush")} == {
         "evalsha": 1, "hset": 1, "zadd": 3, "hincrby": 1, "rpush": 0,
     }  # fmt: skip
+    raw.hset(K + "j", "id", 1000)  # ids from 1001: none gains a digit, which would end a list's run (ready.lua)
     raw.config_resetstat()
     ready = store.enqueue_jobs(Q, [NewJob(1 + i % 3, b"x" * 100, T0, 2) for i in range(900)], T0)  # ready lists
     # per list one RPUSH, and one HINCRBY of t{p} for its marker; the id counter's HINCRBY
@@ -447,9 +448,10 @@ def extra(raw: redis.Redis, priority: int = 1) -> int:
     return int(raw.hget(K + "j", f"t{priority}") or 0)
 
 
+@pytest.mark.usefixtures("ready_lists_off")
 def test_without_ready_lists_every_pending_job_goes_to_its_set(store: RedisStore, raw: redis.Redis) -> None:
-    """The ready lists are experimental and off by default (scripts.py says why)."""
-    assert os.environ.get(READY_LISTS_ENV) != "1"
+    """PINLATER_READY_LISTS=0 turns the ready lists off (scripts.py)."""
+    assert os.environ.get(READY_LISTS_ENV) == "0"
     a, b = store.enqueue_jobs(Q, [NewJob(1, b"now", T0, 2), NewJob(1, b"later", T0 + 5, 2)], T0)
     assert zset(raw, K + "p1:s0") == {str(a): T0, str(b): T0 + 5}
     assert not raw.exists(K + "p1:r")
@@ -527,24 +529,33 @@ def test_an_enqueue_behind_the_lists_last_score_goes_to_the_set(store: RedisStor
 
 @pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
-def test_deleted_list_jobs_are_tombstones_counted_then_dropped_at_the_head(store: RedisStore, raw: redis.Redis) -> None:
-    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 1) for i in range(5)], T0)
+def test_deleted_list_jobs_leave_the_head_at_once_and_are_tombstones_behind_a_job(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 1) for i in range(6)], T0)
     pending = JobFilter(JobState.PENDING, 1, T0)
-    assert store.delete_jobs(Q, pending, 2) == 2  # the lowest: the list's head
-    assert raw.hmget(K + "j", str(ids[0]), str(ids[1])) == [b"", b""] and extra(raw) == 3
-    assert ready_list(raw) == [f"@{T0}", *map(str, ids)]  # deleted in place
-    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="job3"), 10) == 1  # by listed id
-    assert extra(raw) == 4
-    assert store.count_jobs(Q, pending, None) == 2
-    assert store.queue_counts(3, T0)[CountKey(Q, 1, JobState.PENDING, False)] == 2
-    assert [job.local_id for job in store.scan_jobs(Q, pending, 10)] == [ids[4], ids[2]]
-    assert store.lookup_jobs(Q, [(1, i) for i in ids], False) == store.lookup_jobs(Q, [(1, ids[2]), (1, ids[4])], False)
-    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 10, CLAIM, T0, True)] == [ids[2], ids[4]]
+    assert store.delete_jobs(Q, pending, 2) == 2  # the lowest: the list's head, dropped with their records
+    assert raw.hmget(K + "j", str(ids[0]), str(ids[1])) == [None, None] and extra(raw) == 1  # the marker
+    assert ready_list(raw) == [f"@{T0}", *map(str, ids[2:])]
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="job3"), 10) == 1  # behind ids[2]
+    assert raw.hget(K + "j", str(ids[3])) == b"" and extra(raw) == 2  # deleted in place: a tombstone
+    assert ready_list(raw) == [f"@{T0}", *map(str, ids[2:])]
+    assert store.count_jobs(Q, pending, None) == 3
+    assert store.queue_counts(3, T0)[CountKey(Q, 1, JobState.PENDING, False)] == 3
+    assert [job.local_id for job in store.scan_jobs(Q, pending, 10)] == [ids[5], ids[4], ids[2]]
+    assert store.lookup_jobs(Q, [(1, i) for i in ids], False) == store.lookup_jobs(
+        Q, [(1, ids[2]), (1, ids[4]), (1, ids[5])], False
+    )
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 10, CLAIM, T0, True)] == [ids[2], ids[4], ids[5]]
     assert [job.local_id for job in store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)] == [ids[2]]
-    assert ready_list(raw) == [f"@{T0}", str(ids[3]), str(ids[4])]  # the head's tombstones went, a marker stays
-    assert extra(raw) == 2 and raw.hmget(K + "j", str(ids[0]), str(ids[1])) == [None, None]
-    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)] == [ids[4]]
-    assert not raw.exists(K + "p1:r") and not raw.hexists(K + "j", "t1") and not raw.hexists(K + "j", str(ids[3]))
+    assert ready_list(raw) == [f"@{T0}", *map(str, ids[3:])]  # the tombstone is at the head now, a marker before it
+    assert extra(raw) == 2
+    # a delete of the lowest job passes the tombstone before it and drops both
+    assert store.delete_jobs(Q, pending, 1) == 1
+    assert ready_list(raw) == [f"@{T0}", str(ids[5])] and extra(raw) == 1
+    assert raw.hmget(K + "j", str(ids[3]), str(ids[4])) == [None, None]
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 1, CLAIM, T0, False)] == [ids[5]]
+    assert not raw.exists(K + "p1:r") and not raw.hexists(K + "j", "t1")
     assert store.evicted_jobs == 0  # tombstones are no evictions
 
 
@@ -558,25 +569,106 @@ def test_evicted_list_jobs_are_counted_where_met(store: RedisStore, raw: redis.R
     assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)] == [ids[0], ids[2]]
     assert store.evicted_jobs == 1 and ready_list(raw) == [f"@{T0}", *map(str, ids[3:])]
     assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 5  # evicted ones count, as ZCOUNT's
-    # newest first: the evicted ones at the tail are met (removed from the list), then ids[4]
+    # newest first: the evicted ones at the tail are met (counted, and tombstones from then on), then ids[4]
     assert [job.local_id for job in store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 1)] == [ids[4]]
-    assert store.evicted_jobs == 4 and ready_list(raw) == [f"@{T0}", *map(str, ids[3:5])]
+    assert store.evicted_jobs == 4 and ready_list(raw) == [f"@{T0}", *map(str, ids[3:])]
+    assert raw.hmget(K + "j", *map(str, ids[5:])) == [b""] * 3 and extra(raw) == 4
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 2
     raw.hdel(K + "j", str(ids[3]))
-    assert store.lookup_jobs(Q, [(1, ids[3]), (1, ids[3])], False) == []  # counted once, as a set's member
-    assert store.evicted_jobs == 5 and ready_list(raw) == [f"@{T0}", str(ids[4])]
+    # a lookup finds the list's entry (a search by halving) with no record: counted once
+    assert store.lookup_jobs(Q, [(1, ids[3]), (1, ids[3])], False) == []
+    assert store.evicted_jobs == 5 and raw.hget(K + "j", str(ids[3])) == b"" and extra(raw) == 5
+    assert store.lookup_jobs(Q, [(1, ids[4]), (1, 10_000), (1, 0)], False)[0].local_id == ids[4]
+    assert store.evicted_jobs == 5
     assert [job.local_id for job in store.reserve_jobs(Q, 1, 5, RES, T0, 1000)] == [ids[4]]
+    assert store.evicted_jobs == 5  # the tombstones are passed, not counted again
     assert not raw.exists(K + "p1:r") and extra(raw) == 0
 
 
 @pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.redis
 def test_delete_queue_empties_the_lists_and_their_counts(store: RedisStore, raw: redis.Redis) -> None:
-    ids = store.enqueue_jobs(Q, [NewJob(1 + i % 2, b"x", T0, 1) for i in range(10)], T0)
-    store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 2)
-    assert extra(raw) == 3 and extra(raw, 2) == 1
+    ids = store.enqueue_jobs(Q, [NewJob(1 + i % 2, b"x%d" % i, T0, 1) for i in range(10)], T0)
+    store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="x4"), 2)  # behind x0 and x2: a tombstone
+    assert extra(raw) == 2 and extra(raw, 2) == 1
     store.delete_queue(Q)
     assert {k for k in all_keys(raw) if k.startswith(K)} == {K + "j"}
     assert raw.hgetall(K + "j") == {b"id": str(ids[-1]).encode()}
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_list_job_cancelled_in_place_leaves_a_tombstone_and_is_never_handed_out(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    a, b, c = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(3)], T0)
+    assert store.cancel_jobs(Q, [(1, b)], T0 + 1) == 1
+    assert ready_list(raw) == [f"@{T0}", str(a), f"-{b}", str(c)]  # found by halving, renamed in place
+    assert raw.hget(K + "j", f"-{b}") == b"" and extra(raw) == 2  # a tombstone to every reader
+    assert zset(raw, K + "p1:s3") == {str(b): T0 + 1}
+    [info] = store.lookup_jobs(Q, [(1, b)], False)
+    assert (info.state, info.attempts_remaining) == (JobState.FAILED, 0)
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), None) == 2
+    assert [job.local_id for job in store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1), 10)] == [c, a]
+    assert store.cancel_jobs(Q, [(1, b)], T0 + 2) == 0  # FAILED now: left alone
+    # put back: PENDING in its set; its old place in the list is passed, not handed out again
+    assert store.retry_failed_jobs(Q, 1, 2, T0 + 3, 10, T0 + 3) == 1
+    assert zset(raw, K + "p1:s0") == {str(b): T0 + 3}
+    got = [job.local_id for job in store.dequeue_jobs(Q, 1, 10, CLAIM, T0 + 3, False)]
+    assert sorted(got) == [a, b, c] and len(got) == 3
+    assert not raw.exists(K + "p1:r") and extra(raw) == 0 and not raw.hexists(K + "j", f"-{b}")
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_dequeue_passes_a_bounded_number_of_tombstones_per_call(store: RedisStore, raw: redis.Redis) -> None:
+    n = 5000  # more than ready.lua's READY_SKIP_BUDGET (4096)
+    raw.hset(K + "j", "id", 10_000)  # five-digit ids throughout: one run
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"keep" if i in (0, n + 1) else b"drop", T0, 1) for i in range(n + 2)], T0)
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="^drop$"), n) == n  # behind ids[0]
+    assert raw.llen(K + "p1:r") == n + 3 and extra(raw) == n + 1
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)] == [ids[0]]  # the budget spent
+    assert raw.llen(K + "p1:r") == 1 + (n - 4096) + 1 and extra(raw) == 1 + n - 4096
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 1
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)] == [ids[-1]]
+    assert not raw.exists(K + "p1:r") and extra(raw) == 0 and raw.hlen(K + "j") == 2 + 2  # c, id, two records
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_run_of_one_ms_keeps_the_order_of_ids_as_text(store: RedisStore, raw: redis.Redis) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(12)], T0)  # 1 to 12: "10" gains a digit
+    assert ready_list(raw) == [f"@{T0}", *map(str, ids[:9])]
+    assert zset(raw, K + "p1:s0") == dict.fromkeys(map(str, ids[9:]), T0)  # the rest of the run: the set
+    [more] = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1)], T0)  # the same ms: after "9" as text? no
+    assert raw.zscore(K + "p1:s0", str(more)) == T0
+    [later] = store.enqueue_jobs(Q, [NewJob(1, b"x", T0 + 1, 1)], T0 + 1)  # a new run
+    assert ready_list(raw)[-2:] == [f"@{T0 + 1}", str(later)]
+    # newest first, a page at a time, in the sets' order: run after, then id as text
+    everything = sorted([*ids, more, later], key=lambda i: (T0 + (i == later), str(i)), reverse=True)
+    where = JobFilter(JobState.PENDING, 1, T0 + 1)
+    seen, after = [], None
+    while page := store.scan_jobs(Q, where, 4, after):
+        seen += [job.local_id for job in page]
+        after = ScanCursor(page[-1].run_after_ms, page[-1].local_id)
+    assert seen == everything
+    assert [job.local_id for job in store.scan_jobs(Q, where, 20)] == everything
+    # a dequeue takes a run by id as a number (first in, first out), from the list and the set
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 20, CLAIM, T0 + 1, False)] == [*ids, more, later]
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_counts_up_to_a_score_within_the_list_leave_out_only_the_runs_after_it(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    for ms in range(4):  # four runs of two, a ms apart
+        store.enqueue_jobs(Q, [NewJob(1, b"x", T0 + ms, 1)] * 2, T0 + ms)
+    assert len(ready_list(raw)) == 4 * 3
+    for now, due in ((T0 - 1, 0), (T0, 2), (T0 + 1, 4), (T0 + 2, 6), (T0 + 3, 8)):
+        assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, now), None) == due, now
+        assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, now, future=True), None) == 8 - due, now
+        assert store.queue_counts(3, now)[CountKey(Q, 1, JobState.PENDING, False)] == due, now
 
 
 class TickingClock:

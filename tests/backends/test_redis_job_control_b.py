@@ -169,12 +169,15 @@ def test_a_body_regex_pages_from_a_point_too(store: RedisStore) -> None:
 
 
 def test_waiting_group_jobs_and_ready_lists_page_as_pending(tmp_path: Path, ready_lists_on: None) -> None:
-    """Compact only: a group's waiting jobs (their own set) and the experimental ready lists
+    """Compact only: a group's waiting jobs (their own set) and the ready lists
     (run after == the enqueue's now) are PENDING pages' members in the same order."""
     with make_store("redis-compact", tmp_path) as store:
         assert isinstance(store, RedisStore)
         store.create_queue(Q, 1)
         store.set_queue_rules({Q: QueueRules(group_concurrency=1)})
+        # ids 1-9 in the set, so that the list's ids have two digits (a run in the list ends where an
+        # id gains one: lib/ready.lua)
+        early = store.enqueue_jobs(Q, [NewJob(1, b"e", T0 - 50, 1) for _ in range(9)], T0)
         listed = store.enqueue_jobs(Q, [NewJob(1, b"l", T0, 1) for _ in range(25)], T0)  # ready list
         listed += store.enqueue_jobs(Q, [NewJob(1, b"m", T0 + 7, 1) for _ in range(12)], T0 + 7)
         keys = store._keys(Q)
@@ -185,7 +188,7 @@ def test_waiting_group_jobs_and_ready_lists_page_as_pending(tmp_path: Path, read
         assert store.client.zcard(keys.waiting_key(1)) == 5
         plain = store.enqueue_jobs(Q, [NewJob(1, b"p", T0 + 3, 1) for _ in range(15)], T0 - 100)
         everything = store.scan_jobs(Q, pending(), 1000)
-        assert sorted(j.local_id for j in everything) == sorted(listed + in_group + plain)
+        assert sorted(j.local_id for j in everything) == sorted(early + listed + in_group + plain)
         assert [scan_order(j) for j in everything] == sorted((scan_order(j) for j in everything), reverse=True)
         for limit in (1, 4, 11):
             assert [j.local_id for j in page_through(store, pending(), limit)] == [j.local_id for j in everything]
@@ -278,6 +281,40 @@ def test_a_page_100k_deep_reads_about_its_limit(server_store: tuple[RedisServer,
     # two pages of 50 from two sets (ranges, records, dedup keys), with two searches by halving
     # through runs of 10,000 (about 14 probes each): a few hundred members, where reading from
     # the top would be 95,000
+    assert read < 12 * limit, read
+
+
+def test_a_page_deep_in_a_ready_list_reads_about_its_limit(tmp_path: Path, ready_lists_on: None) -> None:
+    """The compact layout's ready list is in (run after, id as text) order, so a scan's point is
+    found in it by halving (lib/ready.lua's ready_index), not by reading it from its tail."""
+    with RedisServer(tmp_path / "redis") as server:
+        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+        try:
+            store.create_queue(Q, 1)
+            store.client.hset(f"plc:{{1:{Q}}}:j", "id", 100_000)  # six-digit ids: one run per enqueue
+            runs, size, limit = 4, 10_000, 50
+            for run in range(runs):  # four runs in the list, a ms apart
+                store.enqueue_jobs(Q, [NewJob(1, b"x", T0 + run, 1) for _ in range(size)], T0 + run)
+            keys = store._keys(Q)
+            assert isinstance(keys, CompactQueueKeys)
+            assert store.client.llen(keys.ready_key(1)) == runs * (size + 1)
+            deep = ScanCursor(T0 + 1, 115_000)  # in the second run, 25,000 from the tail
+            gone = ScanCursor(T0 + 2, 999_999)  # no such job: its place is still found (after the third run)
+            pages: list[list[JobRecord]] = []
+
+            def scan() -> None:
+                pages.append(store.scan_jobs(Q, pending(T0 + 1000), limit, deep))
+                pages.append(store.scan_jobs(Q, pending(T0 + 1000), limit, gone))
+
+            lines = watched(server, scan)
+        finally:
+            store.close()
+    assert [j.local_id for j in pages[0]] == list(range(114_999, 114_999 - limit, -1))
+    assert all(j.run_after_ms == T0 + 1 for j in pages[0])
+    assert [j.local_id for j in pages[1]] == list(range(130_000, 130_000 - limit, -1))
+    read = members_read(lines)
+    # per page: two searches by halving (about 16 probes each, an LINDEX and an HGET a probe),
+    # then about the limit read backwards with its records, and the rows' records
     assert read < 12 * limit, read
 
 

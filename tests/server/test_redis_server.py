@@ -629,10 +629,12 @@ def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(
     server = serve(start_server, config)
     api = api_for(server)
     api.create("rl")
+    raw = redis.client()
+    # ids from 1001: none gains a digit, which ends a list's run of one millisecond (ready.lua)
+    raw.hset("plc:{1:rl}:j", "id", 1000)
     # one call per job: each a new now, from the handler's clock, the same in the store
     descriptors = [d for i in range(100) for d in api.enqueue("rl", api.job(b"job-%d" % i))]
     descriptors += api.enqueue("rl", api.job(b"later", runAfterTimestampMillis=int(time.time() * 1000) + 60_000))
-    raw = redis.client()
     try:
         entries: list[bytes] = raw.lrange("plc:{1:rl}:p1:r", 0, -1)  # type: ignore[assignment]  # sync client
         listed = [entry for entry in entries if not entry.startswith(b"@")]

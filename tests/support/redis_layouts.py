@@ -131,7 +131,7 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
     holders: dict[tuple[str, int, int], bytes] = {}
     records: dict[str, int] = {}  # queue -> how many records its hash holds
     extra: dict[tuple[str, int], int] = {}  # the records hash's t{p}: markers and tombstones in a list
-    listed: dict[tuple[str, int], list[tuple[int, int]]] = {}  # a ready list's ids and scores
+    listed: dict[tuple[str, int], list[tuple[int, int, bool]]] = {}  # a ready list's ids, scores, "-"s
     markers: dict[tuple[str, int], int] = {}
     for key in shard_keys(raw, f"plc:{{{shard}:*"):
         match = pattern.fullmatch(key)
@@ -172,13 +172,14 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
     buried: dict[str, int] = {}  # queue -> tombstones in its lists
     for (queue, priority), entries in listed.items():
         key = f"plc:{{{shard}:{queue}}}:j"
-        ids = [str(i) for i, _ in entries]
+        ids = [f"-{i}" if cancelled else str(i) for i, _, cancelled in entries]
         tombstones = 0
-        for (local_id, score), packed in zip(entries, raw.hmget(key, ids) if ids else [], strict=True):
+        for (local_id, score, cancelled), packed in zip(entries, raw.hmget(key, ids) if ids else [], strict=True):
             assert packed is not None, f"{queue} {local_id}: in a ready list without a record"
             if packed == b"":
                 tombstones += 1
                 continue
+            assert not cancelled, f"{queue} -{local_id}: a cancelled job's entry without its tombstone"
             at = (priority, local_id)
             assert at not in placed.setdefault(queue, {}), f"{queue} {at} is in two sets"
             placed[queue][at] = ("s0", score)
@@ -209,20 +210,28 @@ def compact_view(raw: redis.Redis, shard: str) -> ShardView:
     return view
 
 
-def read_list(raw: redis.Redis, key: str) -> tuple[list[tuple[int, int]], int]:
-    """A ready list's ids with their scores (their markers'), in list order, and how many markers
-    it holds; asserting its invariants: a marker at its head, scores that never go down."""
+def read_list(raw: redis.Redis, key: str) -> tuple[list[tuple[int, int, bool]], int]:
+    """A ready list's ids with their scores (their markers') and whether each is the place of a
+    job cancelled in place (``-<id>``), in list order, and how many markers it holds; asserting
+    its invariants: a marker at its head, scores that never go down, ids that go up as numbers,
+    and within a run of one score as text too (the order a sorted set keeps)."""
     entries: list[bytes] = raw.lrange(key, 0, -1)  # type: ignore[assignment]
     assert entries, f"{key}: an empty list exists"
     assert entries[0][:1] == b"@", f"{key}: no marker at its head"
-    out: list[tuple[int, int]] = []
+    out: list[tuple[int, int, bool]] = []
     score, markers = 0, 0
+    before: bytes | None = None  # the id before, in this run
     for entry in entries:
         if entry[:1] == b"@":
             assert not markers or int(entry[1:]) >= score, f"{key}: scores go down"
-            score, markers = int(entry[1:]), markers + 1
-        else:
-            out.append((int(entry), score))
+            score, markers, before = int(entry[1:]), markers + 1, None
+            continue
+        cancelled = entry[:1] == b"-"
+        local_id = entry[1:] if cancelled else entry
+        assert not out or int(local_id) > out[-1][0], f"{key}: {entry!r} after {out[-1][0]} (not up as numbers)"
+        assert before is None or local_id > before, f"{key}: {entry!r} after {before!r} in one run (not up as text)"
+        before = local_id
+        out.append((int(local_id), score, cancelled))
     return out, markers
 
 
@@ -233,7 +242,7 @@ def ready_lists(raw: redis.Redis, shard: str) -> dict[tuple[str, int], list[int]
     for key in shard_keys(raw, f"plc:{{{shard}:*}}:p*:r"):
         match = pattern.fullmatch(key)
         assert match, key
-        lists[(match.group(1), int(match.group(2)))] = [i for i, _ in read_list(raw, key)[0]]
+        lists[(match.group(1), int(match.group(2)))] = [i for i, _, _ in read_list(raw, key)[0]]
     return lists
 
 

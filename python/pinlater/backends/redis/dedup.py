@@ -19,7 +19,6 @@ passed, as that layout's other scripts read job hashes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +27,6 @@ from pinlater.backends.redis.keys import CUSTOM_STATUS_LIMIT, seconds_arg
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, QueueKeyNames
 from pinlater.backends.redis.rules import GROUPS, Tail, build_tail
 from pinlater.backends.redis.script_calls import ShardScripts
-from pinlater.backends.redis.scripts import READY_LISTS_ENV
 
 PRIORITY_BEYOND_KEYS = -2
 """The scripts' first value when a record names a priority whose sets were not passed."""
@@ -154,9 +152,8 @@ def _uniform_call(
 
 def takes_uniform_calls(keys: QueueKeyNames) -> bool:
     """Whether ``enqueue_keyed_jobs.lua`` takes a uniform call for the queue: in the compact
-    layout, unless its scripts write ready lists (``scripts.py``), which a uniform call does not
-    take."""
-    return isinstance(keys, CompactQueueKeys) and os.environ.get(READY_LISTS_ENV) != "1"
+    layout."""
+    return isinstance(keys, CompactQueueKeys)
 
 
 def keys_per_priority(keys: QueueKeyNames) -> int:

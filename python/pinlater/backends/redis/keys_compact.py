@@ -20,8 +20,10 @@ Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the ta
   with the meaning the original's scores have (run after, claim time, finish time);
   ``:h``, ``:x``, ``:o``: the dequeue broker's held set, hold expiries and holders (``lua/lib/holds.lua``).
 * ``plc:{S:Q}:p{priority}:r``: the priority's ready list (``lua_compact/lib/ready.lua``): the
-  PENDING jobs enqueued with run after == the enqueue's now, in (score, id) order, as ids behind
-  markers of their score; every other PENDING job is in ``:s0``. A list entry costs a few bytes
+  PENDING jobs enqueued with run after == the enqueue's now, in (score, id as text) order, as ids
+  behind markers of their score (with the places of jobs deleted or cancelled in place, until
+  the list's head passes them); every other PENDING job is in ``:s0``. Written unless
+  ``PINLATER_READY_LISTS=0`` (``scripts.py``). A list entry costs a few bytes
   where a sorted set member costs about a hundred. Not among ``id_sets``, which are the sorted
   sets whose members are ids (scripts ZRANGE and ZREM them): scripts take the lists as keys of
   their own (``ready_keys``), and delete_queue empties them beside the sets. The records hash's

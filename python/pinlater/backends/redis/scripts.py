@@ -8,12 +8,11 @@ EVALSHA and loads the script again when the server answers NOSCRIPT (after a res
 a line ``--@include {name}`` in a script is replaced by that file (Redis has no module system),
 or by ``lua/lib/{name}.lua`` where the layout has none (a helper both layouts use ships once).
 
-The compact layout's ready lists (``lua_compact/lib/ready.lua``) are written only with
-``PINLATER_EXPERIMENTAL_READY_LISTS=1`` in the environment: a review found unbounded work per
-call (lookups and deletes by id search a list, a dequeue walks every tombstone at its head) and
-wrong pages of scans and regex deletes over equal scores. Without it every PENDING job goes to
-its sorted set; the scripts still read the lists (empty then), so a shard that holds some is
-served.
+The compact layout's ready lists (``lua_compact/lib/ready.lua``) hold the jobs enqueued to run at
+once, a few bytes each where a sorted set member costs about a hundred. ``PINLATER_READY_LISTS=0``
+in the environment turns them off: every PENDING job then goes to its sorted set, and the
+scripts still read the lists, so a shard that holds some is served (as every build since the
+lists came does).
 """
 
 from __future__ import annotations
@@ -72,15 +71,15 @@ SCRIPT_DIRS = {"original": "lua", "compact": "lua_compact"}
 """Each layout's directory of scripts."""
 
 
-READY_LISTS_ENV = "PINLATER_EXPERIMENTAL_READY_LISTS"
-"""Set to 1 to write the compact layout's ready lists (see the module docstring)."""
+READY_LISTS_ENV = "PINLATER_READY_LISTS"
+"""Set to 0 not to write the compact layout's ready lists (see the module docstring)."""
 
 READY_LISTS_OFF = "local READY_LISTS = false\n"
 
 
 def source(name: str, layout: str = "original") -> str:
     """The text of the layout's ``{name}.lua``, with its ``--@include`` lines expanded."""
-    return _source(name, layout, os.environ.get(READY_LISTS_ENV) == "1")
+    return _source(name, layout, os.environ.get(READY_LISTS_ENV) != "0")
 
 
 @cache

@@ -69,7 +69,8 @@ Design:
   first after (run after, id), found by rank (``lua/lib/after.lua``: ZRANK, or a search by
   halving within the run of equal scores when the point's job is gone), so a page costs about
   its limit however deep it starts; equal run afters come by id as text, the sets' own order.
-  The compact layout's experimental ready lists are read from their tail to the point.
+  In the compact layout's ready lists, which keep the same order, the point is found by halving
+  (``lua_compact/lib/ready.lua``).
 * Schedules: three keys per shard, under the names set's hash tag in the compact layout, one
   script per operation (``schedules.py``).
 """
@@ -706,7 +707,7 @@ class RedisStore:
                 *qkeys.hold_keys(p),
             ]
             if isinstance(qkeys, CompactQueueKeys):
-                key_list.append(qkeys.waiting_key(p))
+                key_list += [qkeys.waiting_key(p), qkeys.ready_key(p)]
         args: list[Any] = [queue, qkeys.jobs_arg, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(keys)]
         for priority, local_id in keys:
             args += [index[priority], local_id, priority] if compact else [index[priority], local_id]

@@ -5,9 +5,12 @@ PENDING, the jobs the dequeue broker holds (lib/holds.lua) too, which are PENDIN
 As lua/delete_jobs.lua, in the compact layout: the bounds, in seconds, are converted to the sets'
 millisecond scores; membership of listed ids is read with one ZMSCORE per set, and the jobs go
 with one ZREM per set, one drop_holds and one HDEL of records (per chunk of 1000). A job of the
-ready list (lib/ready.lua) is deleted in place: its record becomes a tombstone, counted in the
-records hash's t{p}, until a dequeue or reserve meets it at the list's head; listed ids in no set
-are looked for in the list (LPOS), a range reads the list's head within the bounds.
+ready list (lib/ready.lua) at the list's head (after nothing but tombstones and dead entries, or
+other jobs deleted) is dropped from it, with those entries; another is deleted in place: its
+record becomes a tombstone, counted in the records hash's t{p}, until a reader of the list's
+head meets it; a listed id in no
+set whose record has no claim is the list's if a search of the list finds it (ready_find: log2
+of its length in LINDEX probes); a range reads the list from the first entry within the bounds.
 
 Jobs of ordered groups (lib/groups.lua): PENDING includes the waiting jobs (the waiting set);
 a deleted waiting job leaves its group's FIFO, and a deleted active one (PENDING or IN_PROGRESS)
@@ -85,8 +88,10 @@ local function delete_chosen()
   delete_records(records_key, from_set)
   delete_records(records_key, from_held)
   delete_records(records_key, from_waiting)
-  if ready_key then
-    ready_bury(ready_key, records_key, from_list)
+  if ready_key and #from_list > 0 then
+    local rest, dropped = ready_drop_head(ready_key, records_key, from_list)
+    delete_records(records_key, dropped)
+    ready_bury(ready_key, records_key, rest)
   end
   for _, id in ipairs(from_waiting) do
     local job = jobs[id]
@@ -130,7 +135,7 @@ if #ARGV >= FIRST_LISTED then
         unclaimed[#unclaimed + 1] = id
       end
     end
-    in_list = ready_members(ready_key, unclaimed)
+    in_list = ready_members(ready_key, unclaimed)  -- a search by halving each
   end
   for _, id in ipairs(listed) do
     if #from_set + #from_held + #from_list + #from_waiting >= limit then

@@ -144,31 +144,14 @@ end
 local rate_limited = rules and rules.rate > 0 and not dry_run
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 
--- The common claim, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
--- of instructions, a table or a C call thousands): one page of the PENDING set, every picked job
--- claimed, its record rewritten from its items without a table (lib/records.lua's bytes, as
--- pack_record makes them). It answers what the general loop below would, in pick order (the
--- caller orders the jobs), and gives up before writing anything (nil) wherever that loop has
--- more to do: a dry run, a group rate, a ready list holding jobs, a page above RECORD_CHUNK,
--- or a picked job whose record is missing, a tombstone or has an expiry.
-local function claim_common()
-  if dry_run or rate_limited or redis.call('LLEN', ready_key) > 0 then
-    return nil
-  end
-  local page = pick(limit)
-  local n = #page
-  if n == 0 then
-    return {0}
-  elseif n > RECORD_CHUNK then
-    return nil
-  end
-  local ids = {}
-  for i = 1, n do
-    ids[i] = page[i][1]
-  end
+-- The common claims' records and reply: for `ids` (at most RECORD_CHUNK, scored `scores`), the
+-- HSET arguments of their claimed records (rewritten from their items without a table:
+-- lib/records.lua's bytes, as pack_record makes them) and the reply, or nil where a record is
+-- missing, a tombstone or has an expiry (the general loop then does it).
+local function claim_rows(ids, scores)
   local records = redis.call('HMGET', records_key, unpack(ids))
   local out, fields, updated = {0}, {}, to_seconds(now)
-  for i = 1, n do
+  for i = 1, #ids do
     local record = records[i]
     if not record or record == TOMBSTONE then
       return nil
@@ -180,14 +163,100 @@ local function claim_common()
     local id = ids[i]
     fields[2 * i - 1], fields[2 * i] = id, record_of(bd, al, ar, ca, now, cs, claim, gr, gq, nil, dk)
     local o = 7 * i - 6
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(page[i][2]), bd, al
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(scores[i]), bd, al
     out[o + 5], out[o + 6], out[o + 7] = ar, to_seconds(ca), updated
+  end
+  return out, fields
+end
+
+-- The common claim from the ready list, as claim_common's from the set: the list's head read with
+-- one LRANGE (the jobs and the markers among them), the records with one HMGET, the claimed
+-- records with one HSET, the entries taken with one LTRIM (and one LSET, keeping a marker at the
+-- head). It gives up (nil) before writing anything wherever the general loop has more to do: a
+-- dry run, a group rate, eligible members in the set too (the two are merged), a page above
+-- RECORD_CHUNK or beyond the one read, or an entry that is no job (a tombstone, an evicted one)
+-- or has an expiry.
+local function claim_listed()
+  if limit > RECORD_CHUNK then
+    return nil
+  end
+  if redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'LIMIT', 0, 1)[1] then
+    return nil
+  end
+  local page = redis.call('LRANGE', ready_key, 0, limit + 7)
+  local ids, scores, markers, last_marker, t = {}, {}, 0, nil, 0
+  local score = nil
+  for i = 1, #page do
+    if #ids >= limit then
+      break
+    end
+    local entry = page[i]
+    if is_marker(entry) then
+      score = marker_score(entry)
+      if score > now then
+        break
+      end
+      markers, last_marker = markers + 1, entry
+    else
+      local n = #ids + 1
+      ids[n], scores[n] = entry, score
+    end
+    t = i
+  end
+  if #ids < limit and t == #page and #page == limit + 8 then
+    return nil  -- more than this page holds
+  end
+  if #ids == 0 then
+    return {0}
+  end
+  local out, fields = claim_rows(ids, scores)
+  if not out then
+    return nil
+  end
+  -- the entries taken go; a marker stays in front of the next entry if that is an id
+  local next_entry = page[t + 1]
+  if not next_entry then
+    next_entry = redis.call('LINDEX', ready_key, t)
+  end
+  ready_trim(ready_key, records_key, t, next_entry and not is_marker(next_entry) and last_marker, -markers)
+  redis.call('HSET', records_key, unpack(fields))
+  zadd_all(in_progress_key, now, ids)
+  return out
+end
+
+-- The common claim, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
+-- of instructions, a table or a C call thousands): one page of the PENDING set, every picked job
+-- claimed (claim_rows). It answers what the general loop below would, in pick order (the
+-- caller orders the jobs), and gives up before writing anything (nil) wherever that loop has
+-- more to do: a dry run, a group rate, a page above RECORD_CHUNK, or a picked job whose record
+-- is missing, a tombstone or has an expiry. A ready list holding jobs: claim_listed instead.
+local function claim_common()
+  if dry_run or rate_limited then
+    return nil
+  elseif redis.call('LLEN', ready_key) > 0 then
+    return claim_listed()
+  end
+  local page = pick(limit)
+  local n = #page
+  if n == 0 then
+    return {0}
+  elseif n > RECORD_CHUNK then
+    return nil
+  end
+  local ids, scores = {}, {}
+  for i = 1, n do
+    ids[i], scores[i] = page[i][1], page[i][2]
+  end
+  local out, fields = claim_rows(ids, scores)
+  if not out then
+    return nil
   end
   redis.call('ZREM', pending_key, unpack(ids))
   redis.call('HSET', records_key, unpack(fields))
   zadd_all(in_progress_key, now, ids)
   return out
 end
+
 local common = claim_common()
 if common then
   return common
@@ -254,14 +323,14 @@ while (dry_run and places or found) < limit do
   if entry and entry.score > now then
     entry = nil
   end
-  if entry and (not member or before({s = entry.score, n = tonumber(entry.id)}, member)) then
+  if entry and (not member or before({s = entry.score, n = tonumber((entry_id(entry.id)))}, member)) then
     reader.take()
     if entry.job then
       take(entry.id, entry.score, entry.job)
     elseif entry.state == 'gone' and not dry_run then
       evicted = evicted + 1
     end
-    if entry.state ~= 'tombstone' then
+    if entry.state == 'job' or entry.state == 'gone' then
       places = places + 1
     end
   elseif member then

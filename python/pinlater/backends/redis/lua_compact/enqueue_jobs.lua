@@ -4,10 +4,11 @@ As lua/enqueue_jobs.lua, in the compact layout (lib/insert.lua, shared with
 enqueue_keyed_jobs.lua): ids come from the field `id` of the queue's meta
 hash (one HINCRBY for the batch), so they are consecutive and in the order of the jobs; the
 records of the whole batch go in with one HSET (per chunk of 1000), each PENDING set gets one
-ZADD, scored by run after in ms. With READY_LISTS (off unless scripts.py turns it on), a job
+ZADD, scored by run after in ms. With READY_LISTS (on unless scripts.py turns it off), a job
 whose run after is the enqueue's now goes to the ready list of its priority instead (one RPUSH
 per list, lib/ready.lua), unless the list's last score is after now (another server's clock
-ahead): then to the PENDING set, as the others.
+ahead) or its id would break the text order of the list's run of that ms (it gained a digit):
+then to the PENDING set, as the others.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same meta hash (field `id`)

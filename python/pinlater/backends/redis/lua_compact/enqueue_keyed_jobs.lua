@@ -49,7 +49,7 @@ then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail
 
 A uniform call (ARGV[4] 'u' then n): jobs that share every value but their body, dedup key and
 group, none with an expiry (dedup.enqueue_keyed_call sends one where the jobs allow it, at most
-RECORD_CHUNK of them, ready lists off, so that the common path takes it): ARGV[7] to ARGV[16]
+RECORD_CHUNK of them, so that the common path takes it): ARGV[7] to ARGV[16]
 are the ten values of a job as above with those three '' (ARGV[7 + i] holds what ARGV[a + i]
 holds for every job), then 3 per job: body, dedup key, group; its tail follows at
 ARGV[17 + 3n]. Each argument costs Redis about 700 instructions, so a batch of one kind sends
@@ -133,7 +133,7 @@ begin_batch(rules)
 -- new_grouped_record's or new_keyed_record's, its key's record goes in with holders
 -- (lib/dedup.lua).
 local function enqueue_common(any_group)
-  if READY_LISTS or n > RECORD_CHUNK then
+  if n > RECORD_CHUNK then
     return nil
   end
   local keys, key_job = {}, {}

@@ -3,14 +3,15 @@
 As lua/lookup_jobs.lua, in the compact layout. A job's state is the first of its priority's sets
 that holds it (PENDING, IN_PROGRESS, SUCCEEDED, FAILED, then the held set, whose jobs are PENDING:
 see lib/holds.lua); its score is the time that state keeps (run after, claim time or finish
-time). A job in no set whose record has no claim (and is no tombstone) is PENDING in a ready list
-(lib/ready.lua), scored by its ca: if its priority's list holds it (LPOS), it is found; if its
-record is missing there, it is evicted: removed (LREM) and counted. Other jobs in no set are
-left out. A member whose record is missing (evicted) is removed from its
+time). A job in no set whose record has no claim is PENDING in a ready list (lib/ready.lua),
+scored by its ca, if its priority's list holds it, and one whose record is missing is evicted
+if the list holds it: made a tombstone and counted (ready_find: a search by halving, log2 of the
+list's length in LINDEX probes). Other jobs in no set are left out. A member whose record is missing (evicted) is removed from its
 set and counted, and left out (an evicted held job is left to its holder's claim or the sweep).
 
 Batched: one ZMSCORE per set of each priority looked up, one HMGET of the records (one more for
-the ids in no set, and an LPOS for each of those without a claim), one ZREM per set with evicted members.
+the ids in no set, and a search of the list for each of those without a claim or a record), one
+ZREM per set with evicted members.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the queue's dedup ids hash (plc:{S:Q}:di: id -> dedup key, keys_compact.py)
@@ -87,7 +88,8 @@ local in_list = {}  -- per priority (KEYS index of its PENDING set): id -> true
 for j = 0, n - 1 do
   local k, id = tonumber(ARGV[5 + 2 * j]), ARGV[6 + 2 * j]
   local job = listed[id]
-  -- unclaimed, or missing (an evicted list entry, as an evicted set member is counted)
+  -- unclaimed, or missing (an evicted list entry, as an evicted set member is counted): looked
+  -- for in the list (ready_members: a search by halving)
   if (job and job.cd == false) or (not job and not buried[id] and not in_sets[id]) then
     unplaced_of[k] = unplaced_of[k] or {}
     table.insert(unplaced_of[k], id)
@@ -101,6 +103,7 @@ local writes = set_writes()
 local out = {0}
 local rows = {}
 local evicted = 0
+local forgotten = {}  -- per priority: evicted list entries met
 for j = 0, n - 1 do
   local k = tonumber(ARGV[5 + 2 * j])
   local id = ARGV[6 + 2 * j]
@@ -128,8 +131,9 @@ for j = 0, n - 1 do
   end
   local job = listed[id]
   if not job and in_list[k] and in_list[k][id] then
-    in_list[k][id] = nil  -- removed: a second lookup of it finds nothing, as after a ZREM
-    redis.call('LREM', KEYS[k + 5], 1, id)
+    in_list[k][id] = nil  -- a tombstone now: a second lookup of it finds nothing, as after a ZREM
+    forgotten[k] = forgotten[k] or {}
+    table.insert(forgotten[k], id)
     evicted = evicted + 1
   elseif job and job.cd == false and in_list[k][id] then
     local body = false
@@ -141,6 +145,9 @@ for j = 0, n - 1 do
   end
 end
 writes.flush()
+for k, ids in pairs(forgotten) do
+  ready_bury(KEYS[k + 5], records_key, ids)
+end
 emit_keyed_rows(out, rows, 12, 13, ids_key, 14)
 out[1] = evicted
 return out

@@ -33,7 +33,7 @@ for i, key in ipairs(KEYS) do
       if not e or ready_place(e.score, '-inf', now) > 0 then
         break
       end
-      if e.state ~= 'tombstone' then
+      if e.state == 'job' or e.state == 'gone' then
         found = to_seconds(e.score)
         break
       end

@@ -120,7 +120,7 @@ while found < limit do
   if entry and entry.score > now then
     entry = nil
   end
-  if entry and (not member or before({s = entry.score, n = tonumber(entry.id)}, member)) then
+  if entry and (not member or before({s = entry.score, n = tonumber((entry_id(entry.id)))}, member)) then
     reader.take()
     if entry.job then
       take(entry.id, string.format('%d', entry.score), entry.job)

@@ -16,7 +16,7 @@ read, evicted ones included) tells the caller how far the offset moved, and `las
 range ends within them. Order: by score, equal scores by id as text (Redis' order), reversed when
 newest first; the held set's members and the ready list's entries (lib/ready.lua) take their
 places in that order. A tombstone of the list keeps its place: counted in `looked`, no row. An
-evicted list entry is removed with LREM (rare: only where a record went missing). Reading the
+evicted list entry becomes a tombstone (lib/ready.lua's ready_bury). Reading the
 list's part of a window costs O(offset + count) entries, from the head (oldest first) or the
 tail (newest first).
 
@@ -39,9 +39,8 @@ ARGV[8]  '1' for highest score first, else '0'
 ARGV[9]  optional: with bodies, stop once the bodies taken reach this many bytes ('0' or none:
          no bound)
 ARGV[10] optional, newest first only: a point (score, seconds) to page from instead of the
-         offset, as in lua/scan_jobs.lua (lib/after.lua for the sets; the ready list is read
-         from its tail back to the point's score: O(entries after the point), as every read of
-         the experimental lists)
+         offset, as in lua/scan_jobs.lua (lib/after.lua for the sets; in the ready list the
+         point is found by halving: lib/ready.lua's ready_back)
 ARGV[11] with ARGV[10]: the point's id
 
 Returns {evicted, looked, last (1 if no member of the range follows the ones looked at, else 0),
@@ -100,51 +99,6 @@ end
 local window = {}
 local more = false  -- from a point: whether a source may hold members past the window
 
--- The ready list's entries within the bounds after the point (ms) newest first, a whole run of
--- one score at a time (its ids sorted as text): read from the tail back to the point's score.
-local function list_after(point_ms, n)
-  local out = {}
-  if not ready_key or redis.call('LLEN', ready_key) == 0 then
-    return out
-  end
-  local run, stop = {}, -1  -- ids after the marker not met yet, tail first
-  while true do
-    local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
-    for i = #page, 1, -1 do
-      local entry = page[i]
-      if is_marker(entry) then
-        local score = marker_score(entry)
-        local place = ready_place(score, low, high)
-        if place < 0 then
-          return out
-        end
-        if place == 0 and (not point_ms or score <= point_ms) then
-          local ids = {}
-          for _, id in ipairs(run) do
-            if not point_ms or score < point_ms or id < point_id then
-              ids[#ids + 1] = id
-            end
-          end
-          table.sort(ids, function(a, b) return a > b end)
-          for _, id in ipairs(ids) do
-            out[#out + 1] = {id, string.format('%d', score)}
-          end
-          if #out >= n then
-            return out
-          end
-        end
-        run = {}
-      else
-        run[#run + 1] = entry
-      end
-    end
-    if #page < READY_PAGE then
-      return out
-    end
-    stop = stop - READY_PAGE
-  end
-end
-
 if from_point then
   -- The `count` newest after the point of each source, merged: the window's are among them.
   local point_ms = point_score and to_ms(point_score)
@@ -165,10 +119,10 @@ if from_point then
     end
   end
   if ready_key then
-    local got = list_after(point_ms, count)
+    local got = ready_key and ready_back(ready_key, records_key, low, high, count, point_ms, point_id) or {}
     more = more or #got >= count
     for _, m in ipairs(got) do
-      merged[#merged + 1] = {m[1], m[2], 'list'}
+      merged[#merged + 1] = {m[1], m[2], 'list', m[3]}
     end
   end
   table.sort(merged, newer)
@@ -195,7 +149,7 @@ else
   end
   if ready_key or waiting_key then
     for _, m in ipairs(ready_scan(ready_key, records_key, low, high, offset + count, newest_first)) do
-      others[#others + 1] = {m[1], m[2], 'list'}
+      others[#others + 1] = {m[1], m[2], 'list', m[3]}
     end
     -- a strict order for table.sort: `before` says true of a member and itself when newest first
     table.sort(others, function(a, b) return a[1] ~= b[1] and before(a, b) end)
@@ -220,13 +174,13 @@ else
     end
     -- before the first set member read, past `base`: the window starts later
     if base == 0 or p > 1 then
-      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], h[3]}
+      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], h[3], h[4]}
     end
   end
   table.sort(placed, function(x, y) return x[1] < y[1] end)
   for _, e in ipairs(placed) do
     if e[1] >= offset and e[1] < offset + count then
-      window[#window + 1] = {e[2], e[3], e[4]}
+      window[#window + 1] = {e[2], e[3], e[4], e[5]}
     end
   end
 end
@@ -271,8 +225,8 @@ for i, m in ipairs(window) do
   looked = looked + 1
   local id, score, where = m[1], m[2], m[3]
   local job = jobs[id]
-  if tombstones[id] then
-    -- a deleted job of the list: its place, no row
+  if tombstones[id] or (where == 'list' and m[4]) then
+    -- a job of the list deleted or cancelled in place: its place, no row
   elseif not job then
     if where == 'list' then
       gone_listed[#gone_listed + 1] = id
@@ -302,9 +256,7 @@ end
 if #gone_held > 0 then
   drop_holds(held_key, expiry_key, holders_key, gone_held)
 end
-for _, id in ipairs(gone_listed) do
-  redis.call('LREM', ready_key, 1, id)
-end
+ready_bury(ready_key, records_key, gone_listed)
 out[1] = evicted
 out[2] = looked
 if looked == #window and #window < count then

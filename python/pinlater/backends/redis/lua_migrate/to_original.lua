@@ -33,10 +33,12 @@ records hash has no c, 4 (and moves nothing) for one that has it.
 Ready lists (lua_compact/lib/ready.lua): the PENDING jobs a compact queue holds in its ready
 lists move too, after the priority's sets, from the list's head, so in list order: each to the
 original's PENDING set, scored by its marker (its run after, which is the record's ca). A
-tombstone (a job deleted in place) is dropped with its record, as the compact scripts drop it
-at the list's head, and not counted; an id without a record is an evicted job (counted). Each
-entry taken counts against ARGV[3], and the list keeps its invariants between calls (a marker
-at its head, t{p} counting its markers and tombstones; the field leaves once the count is 0).
+tombstone (a job deleted or cancelled in place) is dropped with its record, as the compact
+scripts drop it at the list's head, and not counted; an id without a record is an evicted job
+(counted). Each entry taken counts against ARGV[3], and the list keeps its invariants between
+calls (a marker at its head, t{p} counting its markers and tombstones; the field leaves once the
+count is 0). A call whose reader passes ready.lua's READY_SKIP_BUDGET of tombstones and evicted
+entries stops there.
 
 KEYS[1]     the compact queue names sorted set (plc:{S}:q)
 KEYS[2]     the compact records hash (plc:{S:Q}:j), with the queue's fields c, id and t{p}
@@ -272,6 +274,9 @@ local function move_ready(ready_key, dst)
   reader.finish()
   delete_records(records, taken)
   keep_keys(keyed)
+  if reader.cut then
+    left = 0  -- READY_SKIP_BUDGET spent: the next call goes on
+  end
 end
 
 for p = 0, n - 1 do

@@ -9,50 +9,82 @@
 -- the batch go in with one HSET (per chunk of 1000), each PENDING set gets one ZADD, scored by
 -- run after in ms. With READY_LISTS, a job whose run after is `now` goes to the ready list of its
 -- priority, KEYS[k + ready_offset] for the PENDING set KEYS[k] (one RPUSH per list), unless the
--- list's last score is after now (another server's clock ahead): then to the PENDING set.
+-- list's last score is after now (another server's clock ahead) or its id would break the text
+-- order of the list's last run (ready.lua's ready_room): then to the PENDING set.
 -- `now` is in ms. `place`, when given, is called as place(a, id, k, run_after, job, id as a
 -- number) for each job before anything is written, and answers whether the job goes to its
 -- PENDING set (a job of an ordered group may wait instead: lib/groups.lua puts it there, and
 -- sets job.gr and job.gq).
 -- Returns the ids (numbers), in order, and the same as text.
 
--- Off unless PINLATER_EXPERIMENTAL_READY_LISTS=1 (scripts.py says why): every job to its PENDING set.
+-- On unless PINLATER_READY_LISTS=0 (scripts.py), which sends every job to its PENDING set.
 local READY_LISTS = false
 
--- insert_jobs without `place` or ready lists: the common enqueue, with as few Lua operations
--- per job as it takes (each costs Redis' Lua dozens of instructions, a table or a C call
--- thousands): no table per job, records from new_record (lib/records.lua), score texts kept by
--- run after text, one HSET (per chunk) and one ZADD per PENDING set (last member first, as
--- set_writes does).
-local function insert_plain(records_key, now, slots, first)
+-- insert_jobs without `place`: the common enqueue, with as few Lua operations per job as it
+-- takes (each costs Redis' Lua dozens of instructions, a table or a C call thousands): no table
+-- per job, records from new_record (lib/records.lua), score texts kept by run after text, one
+-- HSET (per chunk), one ZADD per PENDING set (last member first, as set_writes does) and, with
+-- READY_LISTS, one RPUSH per ready list. Whether a priority's list
+-- takes the batch's jobs due now is decided once, at its first such job (ready.lua's
+-- ready_room, for a batch whose ids all have one number of digits: insert_jobs sees to that):
+-- all of them, or none (to the set).
+local function insert_plain(records_key, now, slots, first, ready_offset)
   local ids, names, fields = {}, {}, {}
   local scores, members = {}, {}  -- run after (seconds text) -> score text; KEYS index -> pairs
+  local due = {}  -- run after (seconds text) -> whether it is now, with ready lists
+  local lists, marks = {}, {}  -- KEYS index -> names for its list (or false), its ready_room marker
   for j = 1, #slots do
     local a = slots[j]
     local id = first + j - 1
     local name = string.format('%d', id)
     ids[j], names[j] = id, name
-    fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
     local run_after = ARGV[a + 3]
-    local score = scores[run_after]
-    if not score then
-      score = score_arg(to_ms(run_after))
-      scores[run_after] = score
-    end
     local k = ARGV[a]
-    local m = members[k]
-    if not m then
-      m = {}
-      members[k] = m
+    local list = false
+    if READY_LISTS then
+      local is_due = due[run_after]
+      if is_due == nil then
+        is_due = to_ms(run_after) == now
+        due[run_after] = is_due
+      end
+      if is_due then
+        list = lists[k]
+        if list == nil then
+          local ready_key = KEYS[tonumber(k) + ready_offset]
+          local room, marker = ready_room(ready_key, records_key, now, {name})
+          list = room == 1 and {}
+          lists[k], marks[k] = list, marker
+        end
+      end
     end
-    m[#m + 1] = score
-    m[#m + 1] = name
+    fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[a + 1], ARGV[a + 2], ARGV[a + 4], now)
+    if list then
+      list[#list + 1] = name
+    else
+      local score = scores[run_after]
+      if not score then
+        score = score_arg(to_ms(run_after))
+        scores[run_after] = score
+      end
+      local m = members[k]
+      if not m then
+        m = {}
+        members[k] = m
+      end
+      m[#m + 1] = score
+      m[#m + 1] = name
+    end
   end
   for i = 1, #fields, 2 * RECORD_CHUNK do
     redis.call('HSET', records_key, unpack(fields, i, math.min(i + 2 * RECORD_CHUNK - 1, #fields)))
   end
   for k, set_pairs in pairs(members) do
     zadd_pairs(KEYS[tonumber(k)], set_pairs)
+  end
+  for k, list in pairs(lists) do
+    if list then
+      ready_append(KEYS[tonumber(k) + ready_offset], records_key, now, list, marks[k])
+    end
   end
   return ids, names
 end
@@ -64,8 +96,10 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     return ids
   end
   local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
-  if not place and not READY_LISTS then
-    return insert_plain(records_key, now, slots, first)
+  -- the common path, unless an id of the batch gains a digit (its ready lists' runs would break
+  -- their text order part way: the general loop below takes the prefix that keeps it)
+  if not place and (not READY_LISTS or #string.format('%d', first) == #string.format('%d', first + n - 1)) then
+    return insert_plain(records_key, now, slots, first, ready_offset)
   end
   local names, jobs = {}, {}
   local writes = set_writes()
@@ -91,13 +125,23 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     end
     ids[j] = first + j - 1
   end
-  write_records(records_key, names, jobs)
-  for _, k in ipairs(ready_order) do
-    if not ready_push(KEYS[k + ready_offset], records_key, now, ready[k]) then
-      for _, id in ipairs(ready[k]) do
-        writes.add(k, now, id)
-      end
+  -- the list takes a prefix of its ids (ready.lua's ready_room); the rest go to the PENDING set
+  local appends = {}
+  for i, k in ipairs(ready_order) do
+    local list = ready[k]
+    local room, marker = ready_room(KEYS[k + ready_offset], records_key, now, list)
+    appends[i] = {room, marker}
+    for r = room + 1, #list do
+      writes.add(k, now, list[r])
     end
+  end
+  write_records(records_key, names, jobs)
+  for i, k in ipairs(ready_order) do
+    local list, room = ready[k], appends[i][1]
+    if room < #list then
+      list = {unpack(list, 1, room)}
+    end
+    ready_append(KEYS[k + ready_offset], records_key, now, list, appends[i][2])
   end
   writes.flush()
   return ids, names

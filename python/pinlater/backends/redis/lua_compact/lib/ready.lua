@@ -6,17 +6,36 @@
 -- enqueue's now: a list entry costs a few bytes where a sorted set member costs about a hundred.
 -- A PENDING job is in exactly one of them. The list's entries, in (score, id) order:
 --   a marker  '@<ms>' (ms an integer, maybe negative): the score (run after, ms) of the ids after
---             it, up to the next marker. Kept in the list so that every entry's score is known without its
---             record: an evicted job (record missing) still has its place, as in a sorted set;
---   an id     '<id>'  (a positive integer): a PENDING job, or the tombstone (record '') of a job
---             deleted in place (delete_jobs), until the list's head passes it.
+--             it, up to the next marker. Kept in the list so that every entry's score is known
+--             without its record: an evicted job (record missing) still has its place, as in a
+--             sorted set;
+--   an id     '<id>'  (a positive integer): a PENDING job; or, while its record is the tombstone
+--             '' (records.lua), the place of a job deleted in place, until the list's head
+--             passes it;
+--   '-<id>'   the place of a job cancelled in place (cancel_jobs.lua: its record, FAILED now,
+--             stays under its id): the entry was renamed, and the field '-<id>' of the records
+--             hash holds a tombstone, so that every reader, of any build, passes it as one (and
+--             a build that compares a list's ids as numbers reads a number).
 -- Invariants: the head entry is a marker (or the list is absent); scores never go down along the
 -- list (an enqueue whose now is before the list's last score puts its jobs in the sorted set);
--- the records hash field `t{p}` counts the entries that are not PENDING jobs (markers and
--- tombstones), so the list holds LLEN - t{p} PENDING jobs (evicted ones included, as ZCARD counts
--- a sorted set's evicted members). The field is the list key's priority: `...:p{p}:r` -> `t{p}`.
+-- ids go up as numbers along the list (an enqueue appends ids above every id before it), and
+-- within a run of one score as text too (an enqueue whose id would gain a digit in the run puts
+-- it in the sorted set instead: ready_room), so the list is in the order a sorted set keeps,
+-- (score, id as text); the records hash field `t{p}` counts the entries that are not PENDING jobs
+-- (markers and tombstones), so the list holds LLEN - t{p} PENDING jobs (evicted ones included, as
+-- ZCARD counts a sorted set's evicted members). The field is the list key's priority:
+-- `...:p{p}:r` -> `t{p}`.
+-- What that order buys: an id is found by halving (ready_find, about log2(length) LINDEX
+-- probes), and so is a point of a scan (ready_index), so no call searches the list end to end.
+-- Readers of the head (dequeue, reserve, a range delete, the move to the original layout) pass
+-- at most READY_SKIP_BUDGET entries that are no jobs per call, and trim what they passed.
+-- Earlier builds wrote the same entries (but no '-' ones) and read these: a '-' entry is a
+-- tombstone to them too. Their runs may break the text order where an id gained a digit; only
+-- the order of a scan's equal scores there suffers.
 
 local READY_PAGE = 256  -- entries read per LRANGE
+local READY_SKIP_BUDGET = 4096  -- entries that are no jobs a reader of the head passes per call
+local CANCELLED_PLACE = '-'  -- the prefix of the entry of a job cancelled in place
 
 -- The records hash field counting the list's markers and tombstones.
 local function extra_field(ready_key)
@@ -31,45 +50,135 @@ local function marker_score(entry)
   return tonumber(string.sub(entry, 2))
 end
 
--- The list's last score (its newest jobs' run after), or nil if the list is empty. A live tail
--- record's ca is it (a job's score in the list is its ca); else the entries are read backwards to
--- the last marker.
-local function last_score(ready_key, records_key)
-  local tail = redis.call('LINDEX', ready_key, -1)
-  if not tail then
-    return nil
+-- The entries of a page of the list that are not markers.
+local function page_ids(page)
+  local ids = {}
+  for _, entry in ipairs(page) do
+    if not is_marker(entry) then
+      ids[#ids + 1] = entry
+    end
   end
-  if is_marker(tail) then
-    return marker_score(tail)
+  return ids
+end
+
+-- The id an entry names ('-<id>' names <id>) and whether it is a cancelled job's place.
+local function entry_id(entry)
+  if string.byte(entry, 1) == 45 then  -- '-'
+    return string.sub(entry, 2), true
   end
-  local jobs = read_records(records_key, {tail})
-  if jobs[tail] then
-    return jobs[tail].ca
+  return entry, false
+end
+
+-- The list's entry at index i as its place in the list's order: (score, id), a marker's id ''
+-- (before its run's ids). A job's score is its record's ca; a tombstone's or an evicted job's is
+-- its marker's, read backwards.
+local function ready_key_at(ready_key, records_key, i)
+  local entry = redis.call('LINDEX', ready_key, i)
+  if is_marker(entry) then
+    return marker_score(entry), ''
   end
-  local stop = -1
-  while true do
-    local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
-    for i = #page, 1, -1 do
-      if is_marker(page[i]) then
-        return marker_score(page[i])
+  local packed = redis.call('HGET', records_key, entry)
+  if packed and packed ~= TOMBSTONE then
+    local _, _, _, ca = record_items(packed)
+    return ca, entry  -- a job's score in the list is its ca
+  end
+  local stop = i - 1
+  while true do  -- the head is a marker
+    local page = redis.call('LRANGE', ready_key, math.max(0, stop - READY_PAGE + 1), stop)
+    for j = #page, 1, -1 do
+      if is_marker(page[j]) then
+        return marker_score(page[j]), (entry_id(entry))
       end
     end
     stop = stop - READY_PAGE
   end
 end
 
--- Append `ids` (ascending) scored `now` (ms). Returns false, appending nothing, if the list's last
--- score is after `now` (the caller puts them in the sorted set: always correct).
-local function ready_push(ready_key, records_key, now, ids)
-  if #ids == 0 then
-    return true
+-- The index of the list's first entry at or after (score, id) (id '' for the start of the run
+-- of that score), of its `length` entries: found by halving, as the list is in (score, id as
+-- text) order, so about log2(length) LINDEX probes (and a record read each).
+local function ready_index(ready_key, records_key, length, score, id)
+  local lo, hi = 0, length
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local s, e = ready_key_at(ready_key, records_key, mid)
+    if s < score or (s == score and e < id) then
+      lo = mid + 1
+    else
+      hi = mid
+    end
   end
-  local last = last_score(ready_key, records_key)
+  return lo
+end
+
+-- The list's tail: its last score (its newest jobs' run after) and its last entry; nil if the
+-- list is empty. A tail id with a record gives its ca (a job's score in the list is its ca);
+-- else the entries are read backwards to the last marker.
+local function ready_tail(ready_key, records_key)
+  local tail = redis.call('LINDEX', ready_key, -1)
+  if not tail then
+    return nil
+  end
+  if is_marker(tail) then
+    return marker_score(tail), tail
+  end
+  local packed = redis.call('HGET', records_key, tail)
+  if packed and packed ~= TOMBSTONE then
+    local _, _, _, ca = record_items(packed)
+    return ca, tail
+  end
+  local stop = -1
+  while true do
+    local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
+    for i = #page, 1, -1 do
+      if is_marker(page[i]) then
+        return marker_score(page[i]), tail
+      end
+    end
+    stop = stop - READY_PAGE
+  end
+end
+
+local function last_score(ready_key, records_key)
+  return (ready_tail(ready_key, records_key))
+end
+
+-- How many of `ids` (ascending as numbers, to be scored `now`) may go to the list, a prefix, and
+-- whether a marker must go before them: none if the list's last score is after `now`; else up
+-- to the first id that would break the run's text order (an id with a digit more than the one
+-- before it in the same run). The others go to the sorted set (always correct); the caller
+-- then calls ready_append with those that go.
+local function ready_room(ready_key, records_key, now, ids)
+  if #ids == 0 then
+    return 0, false
+  end
+  local last, tail = ready_tail(ready_key, records_key)
   if last and last > now then
-    return false
+    return 0, false
+  end
+  local marker = not last or last ~= now
+  local before = nil
+  if not marker and not is_marker(tail) then
+    before = entry_id(tail)
+  end
+  local n = 0
+  for _, id in ipairs(ids) do
+    if before and not (id > before) then
+      break
+    end
+    before = id
+    n = n + 1
+  end
+  return n, marker
+end
+
+-- Append `ids` (as ready_room allowed, with its `marker` answer) scored `now`.
+local function ready_append(ready_key, records_key, now, ids, marker)
+  if #ids == 0 then
+    return
   end
   local args, n = {}, 0
-  if last ~= now then
+  if marker then
     args[1], n = string.format('@%d', now), 1
     redis.call('HINCRBY', records_key, extra_field(ready_key), 1)
   end
@@ -80,25 +189,51 @@ local function ready_push(ready_key, records_key, now, ids)
   for i = 1, n, RECORD_CHUNK do
     redis.call('RPUSH', ready_key, unpack(args, i, math.min(i + RECORD_CHUNK - 1, n)))
   end
-  return true
+end
+
+-- Trim the first n entries off the list, entries taken from its head; `keep`: the last marker
+-- among them, to stay in front of the next entry (an id), or false; `delta`: what t{p} loses or
+-- gains for the markers and tombstones taken (as a negative number), the kept marker added back.
+local function ready_trim(ready_key, records_key, n, keep, delta)
+  if keep then
+    redis.call('LSET', ready_key, n - 1, keep)
+    redis.call('LTRIM', ready_key, n - 1, -1)
+    delta = delta + 1
+  else
+    redis.call('LTRIM', ready_key, n, -1)
+  end
+  if delta ~= 0 then
+    local field = extra_field(ready_key)
+    if redis.call('HINCRBY', records_key, field, delta) == 0 then
+      redis.call('HDEL', records_key, field)
+    end
+  end
 end
 
 -- A reader of the list from its head: peek() gives the next id entry as {id, score, job, state}
--- (state 'job' with its record, 'tombstone', or 'gone' for a missing record, with records read a
--- page at a time; without `with_records`, state and job are nil), or nil at the end; take()
--- moves past it. finish() trims what was taken off the list (keeping a marker at the head),
--- deletes the records of the tombstones taken and takes the markers and tombstones dropped off
--- `t{p}`. A reader that only reads never calls finish(). `page`: entries per LRANGE (default
--- READY_PAGE; a dequeue reads its limit and a marker at once).
-local function ready_reader(ready_key, records_key, with_records, page)
-  local reader = {}
+-- (state 'job' with its record, 'tombstone' (a cancelled job's '-' entry is one), or 'gone' for
+-- a missing record, with records read a page at a time; without `with_records`, state and job
+-- are nil), or nil at the end; take() moves past it. With records, the reader ends (peek()
+-- gives nil, `reader.cut` true) once it has taken READY_SKIP_BUDGET entries that are no jobs;
+-- the next call goes on from there. finish() trims what was taken off the list (keeping a
+-- marker at the head), deletes the records of the tombstones taken and takes the markers and
+-- tombstones dropped off `t{p}`. A reader that only reads never calls finish(). `page`: entries
+-- per LRANGE to start with (default READY_PAGE; a dequeue reads its limit and a marker at once),
+-- doubled up to READY_PAGE while entries that are no jobs turn up. `from` (default 0): the index
+-- to read from, for a reader that only reads (finish() trims from the head).
+local function ready_reader(ready_key, records_key, with_records, page, from)
+  local reader = {cut = false}
   local page_size = math.max(1, math.min(page or READY_PAGE, RECORD_CHUNK))
-  local buffer, at, read = {}, 1, 0  -- entries read, the next one not taken, list entries read
+  local buffer, at, read = {}, 1, from or 0  -- entries read, the next one not taken, list entries read
   local taken_extra = 0  -- markers and tombstones among the entries taken
+  local skipped = 0  -- entries taken that are no jobs
   local buried = {}  -- the tombstones taken
   local score = nil  -- the score of the entries from `at` on
   local last_marker = nil  -- the last marker taken
   local ended = false
+  if read > 0 then  -- past the head's marker: the score of the first entry
+    score = ready_key_at(ready_key, records_key, read)
+  end
 
   local function fill()
     local page = redis.call('LRANGE', ready_key, read, read + page_size - 1)
@@ -106,16 +241,11 @@ local function ready_reader(ready_key, records_key, with_records, page)
     if #page < page_size then
       ended = true
     end
-    local ids = {}
-    for _, entry in ipairs(page) do
-      if not is_marker(entry) then
-        ids[#ids + 1] = entry
-      end
-    end
     local jobs, tombstones = {}, {}
     if with_records then
-      jobs, tombstones = read_records(records_key, ids)
+      jobs, tombstones = read_records(records_key, page_ids(page))
     end
+    local others = false
     for _, entry in ipairs(page) do
       if is_marker(entry) then
         buffer[#buffer + 1] = {marker = marker_score(entry), entry = entry}
@@ -129,15 +259,23 @@ local function ready_reader(ready_key, records_key, with_records, page)
           else
             state = 'gone'
           end
+          others = others or state ~= 'job'
         end
         buffer[#buffer + 1] = {id = entry, job = jobs[entry], state = state}
       end
     end
+    if others then
+      page_size = math.min(2 * page_size, READY_PAGE, RECORD_CHUNK)
+    end
   end
 
-  -- Move past markers to the next id entry (nil at the end).
+  -- Move past markers to the next id entry (nil at the end, or once the budget is spent).
   function reader.peek()
     while true do
+      if skipped >= READY_SKIP_BUDGET then
+        reader.cut = true
+        return nil
+      end
       if at > #buffer then
         if ended then
           return nil
@@ -161,9 +299,15 @@ local function ready_reader(ready_key, records_key, with_records, page)
 
   function reader.take()
     local e = reader.peek()
-    if e and e.state == 'tombstone' then
+    if not e then
+      return nil
+    end
+    if e.state == 'tombstone' then
       taken_extra = taken_extra + 1
       buried[#buried + 1] = e.id
+    end
+    if e.state and e.state ~= 'job' then
+      skipped = skipped + 1
     end
     at = at + 1
     return e
@@ -175,7 +319,6 @@ local function ready_reader(ready_key, records_key, with_records, page)
     if n == 0 then
       return
     end
-    local delta = -taken_extra
     -- the next entry is an id: keep the marker of its score in front of it
     local next_entry = buffer[at]
     local keeps_marker
@@ -185,26 +328,51 @@ local function ready_reader(ready_key, records_key, with_records, page)
       local entry = redis.call('LINDEX', ready_key, n)
       keeps_marker = entry and not is_marker(entry)
     end
-    if keeps_marker and last_marker then
-      redis.call('LSET', ready_key, n - 1, last_marker)
-      redis.call('LTRIM', ready_key, n - 1, -1)
-      delta = delta + 1
-    else
-      redis.call('LTRIM', ready_key, n, -1)
-    end
+    ready_trim(ready_key, records_key, n, keeps_marker and last_marker, -taken_extra)
     delete_records(records_key, buried)
-    if delta ~= 0 then
-      local field = extra_field(ready_key)
-      if redis.call('HINCRBY', records_key, field, delta) == 0 then
-        redis.call('HDEL', records_key, field)
-      end
-    end
   end
 
   return reader
 end
 
--- Turn the list's jobs `ids` into tombstones (delete_jobs): counted in t{p} until the head passes.
+-- Drop from the list's head the jobs `ids` (being deleted: their records are the caller's to
+-- delete), with the tombstones among and before them, as far as they run
+-- unbroken from the head: a delete of the oldest jobs leaves no tombstones for the readers after
+-- it to pass. Returns the ids not dropped (the caller buries them in place: ready_bury), then
+-- those dropped.
+local function ready_drop_head(ready_key, records_key, ids)
+  local chosen = {}
+  for _, id in ipairs(ids) do
+    chosen[id] = true
+  end
+  local reader = ready_reader(ready_key, records_key, true, #ids + 1)
+  local dropped = {}
+  while #dropped < #ids do
+    local e = reader.peek()
+    if not e then
+      break
+    end
+    if e.state == 'job' and chosen[e.id] then
+      chosen[e.id] = nil
+      dropped[#dropped + 1] = e.id
+    elseif e.state ~= 'tombstone' then
+      break  -- a job not deleted, or an evicted one (left for a dequeue to count)
+    end
+    reader.take()
+  end
+  reader.finish()
+  local rest = {}
+  for _, id in ipairs(ids) do
+    if chosen[id] then
+      rest[#rest + 1] = id
+    end
+  end
+  return rest, dropped
+end
+
+-- Turn the list's entries `ids` into tombstones, counted in t{p} until the head passes them: jobs
+-- deleted in place (delete_jobs), or entries whose records a lookup or a scan found missing
+-- (evicted: counted there, once, as a set's evicted member is removed).
 local function ready_bury(ready_key, records_key, ids)
   if #ids > 0 then
     write_tombstones(records_key, ids)
@@ -232,7 +400,8 @@ local function ready_count_to(ready_key, records_key, high, exclusive)
   if within(last) then
     return total
   end
-  local after, stop = {}, -1
+  -- the ids after the last marker within (an id's run is known at its marker, further back)
+  local after, run, stop = {}, {}, -1
   local done = false
   while not done do
     local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
@@ -243,8 +412,12 @@ local function ready_count_to(ready_key, records_key, high, exclusive)
           done = true
           break
         end
+        for _, id in ipairs(run) do
+          after[#after + 1] = id
+        end
+        run = {}
       else
-        after[#after + 1] = entry
+        run[#run + 1] = entry
       end
     end
     if #page < READY_PAGE then
@@ -252,6 +425,7 @@ local function ready_count_to(ready_key, records_key, high, exclusive)
     end
     stop = stop - READY_PAGE
   end
+  -- tombstones are no jobs; evicted ones (no record) count, as in ZCARD
   local _, tombstones = read_records(records_key, after)
   local n = #after
   for _ in pairs(tombstones) do
@@ -287,42 +461,72 @@ local function ready_count(ready_key, records_key, low, high)
   return n
 end
 
--- Which of `ids` the list holds (id -> true): one LPOS each, O(length of the list) in C; a Redis
--- before 6.0.6 has no LPOS, and gets one pass over the list instead.
+-- The index of the entry of `id` in the list and the entry (the id, or '-<id>' for a job
+-- cancelled in place), or nil: found by halving, as the list's ids go up as numbers; a probe
+-- that meets a marker reads the entry after it. About log2(length) LINDEX probes.
+local function ready_find(ready_key, id)
+  local want = tonumber(id)
+  local lo, hi = 0, redis.call('LLEN', ready_key) - 1
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local at, entry = mid, redis.call('LINDEX', ready_key, mid)
+    while entry and is_marker(entry) and at < hi do
+      at = at + 1
+      entry = redis.call('LINDEX', ready_key, at)
+    end
+    if not entry or is_marker(entry) then
+      hi = mid - 1  -- only markers from mid to hi
+    else
+      local got = tonumber((entry_id(entry)))
+      if got == want then
+        return at, entry
+      elseif got < want then
+        lo = at + 1
+      else
+        hi = mid - 1
+      end
+    end
+  end
+  return nil
+end
+
+-- Which of `ids` the list holds as PENDING jobs or tombstones (id -> true; not the cancelled
+-- jobs' places): ready_find for each.
 local function ready_members(ready_key, ids)
   local members = {}
-  if #ids == 0 then
-    return members
-  end
-  local first = redis.pcall('LPOS', ready_key, ids[1])
-  if type(first) ~= 'table' or not first.err then
-    if first then
-      members[ids[1]] = true
-    end
-    for i = 2, #ids do
-      if redis.call('LPOS', ready_key, ids[i]) then
-        members[ids[i]] = true
-      end
-    end
-    return members
-  end
-  local wanted = {}
   for _, id in ipairs(ids) do
-    wanted[id] = true
-  end
-  local from = 0
-  while true do
-    local page = redis.call('LRANGE', ready_key, from, from + READY_PAGE - 1)
-    for _, entry in ipairs(page) do
-      if wanted[entry] then
-        members[entry] = true
-      end
+    local _, entry = ready_find(ready_key, id)
+    if entry == id then
+      members[id] = true
     end
-    if #page < READY_PAGE then
-      return members
-    end
-    from = from + READY_PAGE
   end
+  return members
+end
+
+-- Cancel in place the list's job `id` (its record is the caller's to rewrite): its entry becomes
+-- '-<id>', a tombstone (the field '-<id>' of the records hash holds one), counted in t{p}.
+-- Returns whether the list holds it.
+local function ready_cancel(ready_key, records_key, id)
+  local at, entry = ready_find(ready_key, id)
+  if entry ~= id then
+    return false
+  end
+  local place = CANCELLED_PLACE .. id
+  redis.call('LSET', ready_key, at, place)
+  redis.call('HSET', records_key, place, TOMBSTONE)
+  redis.call('HINCRBY', records_key, extra_field(ready_key), 1)
+  return true
+end
+
+-- The index of the list's first entry within a ZRANGEBYSCORE low bound in ms (as bound_ms gives
+-- it), of its `length` entries.
+local function ready_low_index(ready_key, records_key, length, low)
+  if low == '-inf' then
+    return 0
+  end
+  local exclusive = string.sub(low, 1, 1) == '('
+  local bound = tonumber(exclusive and string.sub(low, 2) or low)
+  return ready_index(ready_key, records_key, length, exclusive and bound + 1 or bound, '')
 end
 
 -- Where `score` (ms) lies against ZRANGEBYSCORE bounds in ms (as bound_ms gives them): -1 below
@@ -354,6 +558,68 @@ local function ready_place(score, low, high)
   return 0
 end
 
+-- The list's entries within the bounds (ms, as bound_ms gives them) newest first, after the
+-- point (point_ms, point_id) if given, as {id, score (text), cancelled} (as ready_scan gives them;
+-- tombstones included). The list is in (score, id as text) order, so the first entry past `high`
+-- or at the point is found by halving (ready_index), and the `n` before it are read backwards,
+-- each run's score from the first of its jobs met (its record's ca) or else its marker: about
+-- n entries and log2(length) probes, however deep the point.
+local function ready_back(ready_key, records_key, low, high, n, point_ms, point_id)
+  local out = {}
+  local length = redis.call('LLEN', ready_key)
+  if length == 0 or n <= 0 then
+    return out
+  end
+  local stop = length
+  if high ~= '+inf' and high ~= 'inf' then
+    local exclusive = string.sub(high, 1, 1) == '('
+    local bound = tonumber(exclusive and string.sub(high, 2) or high)
+    stop = ready_index(ready_key, records_key, length, exclusive and bound or bound + 1, '')
+  end
+  if point_ms then
+    stop = math.min(stop, ready_index(ready_key, records_key, length, point_ms, point_id))
+  end
+  local unplaced = {}  -- entries read whose score is not known yet (their marker is further back)
+  local function place(score)
+    if ready_place(score, low, high) < 0 then
+      return false
+    end
+    local text = string.format('%d', score)
+    for _, entry in ipairs(unplaced) do
+      local id, cancelled = entry_id(entry)
+      out[#out + 1] = {id, text, cancelled}
+      if #out >= n then
+        return false
+      end
+    end
+    unplaced = {}
+    return true
+  end
+  stop = stop - 1
+  local size = math.min(n + 1, READY_PAGE)  -- entries per LRANGE: the n and a marker, then more
+  while stop >= 0 do
+    local page = redis.call('LRANGE', ready_key, math.max(0, stop - size + 1), stop)
+    local jobs = read_records(records_key, page_ids(page))
+    for j = #page, 1, -1 do
+      local entry = page[j]
+      if is_marker(entry) then
+        if not place(marker_score(entry)) then
+          return out
+        end
+      else
+        unplaced[#unplaced + 1] = entry
+        local job = jobs[entry]
+        if job and not place(job.ca) then
+          return out
+        end
+      end
+    end
+    stop = stop - size
+    size = math.min(2 * size, READY_PAGE)
+  end
+  return out
+end
+
 -- The first `limit` PENDING jobs of the list within the bounds, in order, as {id, score, job}
 -- (job nil for an evicted one: its record is missing); tombstones are skipped.
 local function ready_range(ready_key, records_key, low, high, limit)
@@ -362,7 +628,8 @@ local function ready_range(ready_key, records_key, low, high, limit)
   if not last or ready_place(last, low, high) < 0 then
     return out  -- all below the range: not worth reading
   end
-  local reader = ready_reader(ready_key, records_key, true)
+  local from = ready_low_index(ready_key, records_key, redis.call('LLEN', ready_key), low)
+  local reader = ready_reader(ready_key, records_key, true, math.min(limit + 1, READY_PAGE), from)
   while #out < limit do
     local e = reader.take()
     if not e then
@@ -372,7 +639,7 @@ local function ready_range(ready_key, records_key, low, high, limit)
     if place > 0 then
       break
     end
-    if place == 0 and e.state ~= 'tombstone' then
+    if place == 0 and (e.state == 'job' or e.state == 'gone') then
       out[#out + 1] = {e.id, e.score, e.job}
     end
   end
@@ -380,8 +647,9 @@ local function ready_range(ready_key, records_key, low, high, limit)
 end
 
 -- The first `n` entries of the list within the bounds in scan order (oldest first, or newest
--- first), as {id, score} pairs, tombstones included (they keep their places, as a scan's
--- `looked` counts them); records are not read.
+-- first), as {id, score, cancelled} triples (cancelled: the place of a job cancelled in place,
+-- which is no PENDING job whatever its record), tombstones included (they keep their places, as
+-- a scan's `looked` counts them); records are not read.
 local function ready_scan(ready_key, records_key, low, high, n, newest_first)
   local out = {}
   if n <= 0 then
@@ -396,7 +664,8 @@ local function ready_scan(ready_key, records_key, low, high, n, newest_first)
     return out  -- the whole list is outside the range
   end
   if not newest_first then
-    local reader = ready_reader(ready_key, records_key, false)
+    local from = ready_low_index(ready_key, records_key, redis.call('LLEN', ready_key), low)
+    local reader = ready_reader(ready_key, records_key, false, READY_PAGE, from)
     while #out < n do
       local e = reader.take()
       if not e then
@@ -407,40 +676,11 @@ local function ready_scan(ready_key, records_key, low, high, n, newest_first)
         break
       end
       if place == 0 then
-        out[#out + 1] = {e.id, e.score}
+        local id, cancelled = entry_id(e.id)
+        out[#out + 1] = {id, e.score, cancelled}
       end
     end
     return out
   end
-  -- Backwards: an id's score is its marker's, further back, so ids wait for their marker.
-  local waiting = {}  -- ids after the marker not met yet, tail first
-  local stop = -1
-  while true do
-    local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
-    for i = #page, 1, -1 do
-      local entry = page[i]
-      if is_marker(entry) then
-        local score = marker_score(entry)
-        local place = ready_place(score, low, high)
-        if place < 0 then
-          return out
-        end
-        if place == 0 then
-          for _, id in ipairs(waiting) do
-            out[#out + 1] = {id, score}
-            if #out >= n then
-              return out
-            end
-          end
-        end
-        waiting = {}
-      else
-        waiting[#waiting + 1] = entry
-      end
-    end
-    if #page < READY_PAGE then
-      return out
-    end
-    stop = stop - READY_PAGE
-  end
+  return ready_back(ready_key, records_key, low, high, n)
 end
