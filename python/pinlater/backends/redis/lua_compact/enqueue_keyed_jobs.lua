@@ -131,7 +131,7 @@ begin_batch(rules)
 -- general loop then does it). A job whose key is held answers its holder; the others are
 -- inserted: a job's group joins as join_group says, its record is new_record's,
 -- new_grouped_record's or new_keyed_record's, its key's record goes in with holders
--- (lib/dedup.lua).
+-- (lib/dedup.lua); a job of no group due now goes to its ready list (lib/ready.lua).
 local function enqueue_common(any_group)
   if n > RECORD_CHUNK then
     return nil
@@ -209,6 +209,10 @@ local function enqueue_common(any_group)
   end
   local next_id = redis.call('HINCRBY', counter_key, 'id', taken) - taken + 1
   local holders = #keys > n - taken and new_holders(records_key, nil, runs_key)
+  -- a job of no group due now goes to its priority's ready list, as insert_plain decides (all of
+  -- a priority's or none), unless an id of the call gains a digit (then every job to its set)
+  local listing = READY_LISTS and #string.format('%d', next_id) == #string.format('%d', next_id + taken - 1)
+  local lists, marks = {}, {}  -- KEYS index -> names for its list (or false), its ready_room marker
   local job = {}  -- join_group's view of each job in turn (its place)
   for j = 1, n do
     local holder = held[j]
@@ -250,7 +254,18 @@ local function enqueue_common(any_group)
       else
         record = new_record(body, ARGV[a + 2], ARGV[a + 4], now)
       end
-      if pending then
+      local listed = false
+      if pending and listing and not group and score == now then
+        listed = lists[k]
+        if listed == nil then
+          local room, marker = ready_room(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, {name})
+          listed = room == 1 and {}
+          lists[k], marks[k] = listed, marker
+        end
+      end
+      if listed then
+        listed[#listed + 1] = name
+      elseif pending then
         local list = members[k]
         if not list then
           list = {}
@@ -268,6 +283,11 @@ local function enqueue_common(any_group)
   redis.call('HSET', jobs, unpack(fields))
   for k, set_pairs in pairs(members) do
     zadd_pairs(KEYS[tonumber(k)], set_pairs)
+  end
+  for k, list in pairs(lists) do
+    if list then
+      ready_append(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, list, marks[k])
+    end
   end
   if holders then
     holders.write()
