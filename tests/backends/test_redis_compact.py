@@ -468,8 +468,9 @@ def test_jobs_enqueued_to_run_now_go_to_the_ready_list(store: RedisStore, raw: r
     assert (extra(raw), extra(raw, 2)) == (1, 1)  # one marker each
     [e] = store.enqueue_jobs(Q, [NewJob(1, b"same ms", T0, 2)], T0)
     [f] = store.enqueue_jobs(Q, [NewJob(1, b"next ms", T0 + 1, 2)], T0 + 1)
-    assert ready_list(raw) == [f"@{T0}", str(a), str(d), str(e), f"@{T0 + 1}", str(f)]  # a marker per new score
-    assert extra(raw) == 2
+    # a marker at each append (and each 256 ids), of its score
+    assert ready_list(raw) == [f"@{T0}", str(a), str(d), f"@{T0}", str(e), f"@{T0 + 1}", str(f)]
+    assert extra(raw) == 3
     found = store.lookup_jobs(Q, [(1, a), (2, c), (1, f), (2, a)], True)  # not under another priority
     assert [(j.local_id, j.state, j.run_after_ms, j.body) for j in found] == [
         (a, JobState.PENDING, T0, b"now"),
@@ -626,12 +627,52 @@ def test_a_dequeue_passes_a_bounded_number_of_tombstones_per_call(store: RedisSt
     raw.hset(K + "j", "id", 10_000)  # five-digit ids throughout: one run
     ids = store.enqueue_jobs(Q, [NewJob(1, b"keep" if i in (0, n + 1) else b"drop", T0, 1) for i in range(n + 2)], T0)
     assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="^drop$"), n) == n  # behind ids[0]
-    assert raw.llen(K + "p1:r") == n + 3 and extra(raw) == n + 1
-    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)] == [ids[0]]  # the budget spent
-    assert raw.llen(K + "p1:r") == 1 + (n - 4096) + 1 and extra(raw) == 1 + n - 4096
-    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 1
-    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)] == [ids[-1]]
-    assert not raw.exists(K + "p1:r") and extra(raw) == 0 and raw.hlen(K + "j") == 2 + 2  # c, id, two records
+    markers = -(-(n + 2) // 256)  # one before each 256 ids
+    assert raw.llen(K + "p1:r") == n + 2 + markers and extra(raw) == n + markers
+    [late] = store.enqueue_jobs(Q, [NewJob(1, b"late", T0 + 500, 1)], T0)  # in the set, due after ids[-1]
+    now = T0 + 1000
+    # the budget spent: the set's job is not taken past the list's unread part (its next job is older)
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, now, False)] == [ids[0]]
+    left = [entry for entry in ready_list(raw) if not entry.startswith("@")]
+    assert left[:-1] == [str(i) for i in ids[1 + 4096 : -1]] and left[-1] == str(ids[-1])  # 4,096 passed
+    assert extra(raw) == raw.llen(K + "p1:r") - 1  # every entry but the last job: markers, tombstones
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, now), None) == 2
+    assert [job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, now, False)] == [ids[-1], late]
+    assert not raw.exists(K + "p1:r") and extra(raw) == 0 and raw.hlen(K + "j") == 2 + 3  # c, id, three records
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_an_enqueue_of_twenty_thousand_whose_ids_gain_a_digit(store: RedisStore, raw: redis.Redis) -> None:
+    raw.hset(K + "j", "id", 80_000)  # ids 80001 to 100000: the last gains a digit within the run
+    ids = store.enqueue_jobs(Q, [NewJob(1 + i % 2, b"x", T0, 1) for i in range(20_000)], T0)
+    assert ids == list(range(80_001, 100_001))
+    listed = {p: [e for e in ready_list(raw, p) if not e.startswith("@")] for p in (1, 2)}
+    assert listed[1] == [str(i) for i in ids[0:-1:2]]  # a prefix of 9,999 (more than Lua's unpack takes)
+    assert listed[2] == [str(i) for i in ids[1:-1:2]]
+    assert zset(raw, K + "p2:s0") == {"100000": T0} and not raw.exists(K + "p1:s0")
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 2, T0), None) == 10_000
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_scan_meets_a_job_cancelled_in_the_list_and_put_back_in_the_set_once(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 2) for _ in range(4)], T0)
+    assert store.cancel_jobs(Q, [(1, ids[2]), (1, ids[3])], T0) == 2
+    assert store.retry_failed_jobs(Q, 1, 2, T0, 10, T0) == 2  # back in the set: the same score and id
+    assert ready_list(raw) == [f"@{T0}", str(ids[0]), str(ids[1]), f"-{ids[2]}", f"-{ids[3]}"]
+    where = JobFilter(JobState.PENDING, 1, T0)
+    assert store.count_jobs(Q, where, None) == 4
+    everything = [ids[3], ids[2], ids[1], ids[0]]
+    assert [job.local_id for job in store.scan_jobs(Q, where, 10)] == everything
+    for limit in (1, 2, 3):
+        seen, after = [], None
+        while page := store.scan_jobs(Q, where, limit, after):
+            seen += [job.local_id for job in page]
+            after = ScanCursor(page[-1].run_after_ms, page[-1].local_id)
+        assert seen == everything, limit
 
 
 @pytest.mark.usefixtures("ready_lists_on")
@@ -669,6 +710,24 @@ def test_counts_up_to_a_score_within_the_list_leave_out_only_the_runs_after_it(
         assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, now), None) == due, now
         assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, now, future=True), None) == 8 - due, now
         assert store.queue_counts(3, now)[CountKey(Q, 1, JobState.PENDING, False)] == due, now
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_run_of_one_ms_longer_than_256_ids_pages_through_its_markers(store: RedisStore, raw: redis.Redis) -> None:
+    raw.hset(K + "j", "id", 1_000_000)
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"keep" if i % 100 == 0 else b"drop", T0, 1) for i in range(600)], T0)
+    assert [e for e in ready_list(raw) if e.startswith("@")] == [f"@{T0}"] * 3  # before ids 1, 257 and 513
+    where = JobFilter(JobState.PENDING, 1, T0)
+    for limit in (7, 100):
+        seen, after = [], None
+        while page := store.scan_jobs(Q, where, limit, after):
+            seen += [job.local_id for job in page]
+            after = ScanCursor(page[-1].run_after_ms, page[-1].local_id)
+        assert seen == ids[::-1], limit
+    # deleted in place behind the oldest: pages of tombstones, each from the point the last one reached
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, body_regex="^drop$"), 600) == 594
+    assert [job.local_id for job in store.scan_jobs(Q, where, 10)] == ids[::100][::-1]
 
 
 class TickingClock:

@@ -214,18 +214,23 @@ def read_list(raw: redis.Redis, key: str) -> tuple[list[tuple[int, int, bool]], 
     """A ready list's ids with their scores (their markers') and whether each is the place of a
     job cancelled in place (``-<id>``), in list order, and how many markers it holds; asserting
     its invariants: a marker at its head, scores that never go down, ids that go up as numbers,
-    and within a run of one score as text too (the order a sorted set keeps)."""
+    and among those of one score as text too (the order a sorted set keeps), at most 256 ids
+    after a marker."""
     entries: list[bytes] = raw.lrange(key, 0, -1)  # type: ignore[assignment]
     assert entries, f"{key}: an empty list exists"
     assert entries[0][:1] == b"@", f"{key}: no marker at its head"
     out: list[tuple[int, int, bool]] = []
-    score, markers = 0, 0
-    before: bytes | None = None  # the id before, in this run
+    score, markers, run = 0, 0, 0
+    before: bytes | None = None  # the id before, of this score
     for entry in entries:
         if entry[:1] == b"@":
             assert not markers or int(entry[1:]) >= score, f"{key}: scores go down"
-            score, markers, before = int(entry[1:]), markers + 1, None
+            if int(entry[1:]) != score:
+                before = None
+            score, markers, run = int(entry[1:]), markers + 1, 0
             continue
+        run += 1
+        assert run <= 256, f"{key}: more than 256 ids after a marker"
         cancelled = entry[:1] == b"-"
         local_id = entry[1:] if cancelled else entry
         assert not out or int(local_id) > out[-1][0], f"{key}: {entry!r} after {out[-1][0]} (not up as numbers)"

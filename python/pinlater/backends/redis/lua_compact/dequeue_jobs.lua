@@ -320,6 +320,9 @@ local EXPIRED_BUDGET, expired_met = 256, 0
 while (dry_run and places or found) < limit do
   local member = next_member()
   local entry = reader.peek()
+  if reader.cut then
+    break  -- past READY_SKIP_BUDGET entries that are no jobs: the list's next job may come before any member
+  end
   if entry and entry.score > now then
     entry = nil
   end

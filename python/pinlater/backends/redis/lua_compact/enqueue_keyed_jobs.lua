@@ -212,7 +212,7 @@ local function enqueue_common(any_group)
   -- a job of no group due now goes to its priority's ready list, as insert_plain decides (all of
   -- a priority's or none), unless an id of the call gains a digit (then every job to its set)
   local listing = READY_LISTS and #string.format('%d', next_id) == #string.format('%d', next_id + taken - 1)
-  local lists, marks = {}, {}  -- KEYS index -> names for its list (or false), its ready_room marker
+  local lists = {}  -- KEYS index -> names for its ready list, or false
   local job = {}  -- join_group's view of each job in turn (its place)
   for j = 1, n do
     local holder = held[j]
@@ -258,9 +258,8 @@ local function enqueue_common(any_group)
       if pending and listing and not group and score == now then
         listed = lists[k]
         if listed == nil then
-          local room, marker = ready_room(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, {name})
-          listed = room == 1 and {}
-          lists[k], marks[k] = listed, marker
+          listed = ready_room(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, {name}) == 1 and {}
+          lists[k] = listed
         end
       end
       if listed then
@@ -286,7 +285,7 @@ local function enqueue_common(any_group)
   end
   for k, list in pairs(lists) do
     if list then
-      ready_append(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, list, marks[k])
+      ready_append(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, list)
     end
   end
   if holders then

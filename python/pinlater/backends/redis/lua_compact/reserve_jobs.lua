@@ -117,6 +117,9 @@ local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 while found < limit do
   local member = next_member()
   local entry = reader.peek()
+  if reader.cut then
+    break  -- past READY_SKIP_BUDGET entries that are no jobs: the list's next job may come before any member
+  end
   if entry and entry.score > now then
     entry = nil
   end

@@ -122,7 +122,7 @@ if from_point then
     local got = ready_key and ready_back(ready_key, records_key, low, high, count, point_ms, point_id) or {}
     more = more or #got >= count
     for _, m in ipairs(got) do
-      merged[#merged + 1] = {m[1], m[2], 'list', m[3]}
+      merged[#merged + 1] = {m[1], m[2], 'list'}
     end
   end
   table.sort(merged, newer)
@@ -149,7 +149,7 @@ else
   end
   if ready_key or waiting_key then
     for _, m in ipairs(ready_scan(ready_key, records_key, low, high, offset + count, newest_first)) do
-      others[#others + 1] = {m[1], m[2], 'list', m[3]}
+      others[#others + 1] = {m[1], m[2], 'list'}
     end
     -- a strict order for table.sort: `before` says true of a member and itself when newest first
     table.sort(others, function(a, b) return a[1] ~= b[1] and before(a, b) end)
@@ -174,13 +174,13 @@ else
     end
     -- before the first set member read, past `base`: the window starts later
     if base == 0 or p > 1 then
-      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], h[3], h[4]}
+      placed[#placed + 1] = {(j - 1) + base + (p - 1), h[1], h[2], h[3]}
     end
   end
   table.sort(placed, function(x, y) return x[1] < y[1] end)
   for _, e in ipairs(placed) do
     if e[1] >= offset and e[1] < offset + count then
-      window[#window + 1] = {e[2], e[3], e[4], e[5]}
+      window[#window + 1] = {e[2], e[3], e[4]}
     end
   end
 end
@@ -225,8 +225,8 @@ for i, m in ipairs(window) do
   looked = looked + 1
   local id, score, where = m[1], m[2], m[3]
   local job = jobs[id]
-  if tombstones[id] or (where == 'list' and m[4]) then
-    -- a job of the list deleted or cancelled in place: its place, no row
+  if tombstones[id] then
+    -- a job of the list deleted in place: its place, no row
   elseif not job then
     if where == 'list' then
       gone_listed[#gone_listed + 1] = id

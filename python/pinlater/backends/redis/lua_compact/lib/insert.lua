@@ -32,7 +32,7 @@ local function insert_plain(records_key, now, slots, first, ready_offset)
   local ids, names, fields = {}, {}, {}
   local scores, members = {}, {}  -- run after (seconds text) -> score text; KEYS index -> pairs
   local due = {}  -- run after (seconds text) -> whether it is now, with ready lists
-  local lists, marks = {}, {}  -- KEYS index -> names for its list (or false), its ready_room marker
+  local lists = {}  -- KEYS index -> names for its ready list, or false
   for j = 1, #slots do
     local a = slots[j]
     local id = first + j - 1
@@ -51,9 +51,8 @@ local function insert_plain(records_key, now, slots, first, ready_offset)
         list = lists[k]
         if list == nil then
           local ready_key = KEYS[tonumber(k) + ready_offset]
-          local room, marker = ready_room(ready_key, records_key, now, {name})
-          list = room == 1 and {}
-          lists[k], marks[k] = list, marker
+          list = ready_room(ready_key, records_key, now, {name}) == 1 and {}
+          lists[k] = list
         end
       end
     end
@@ -83,7 +82,7 @@ local function insert_plain(records_key, now, slots, first, ready_offset)
   end
   for k, list in pairs(lists) do
     if list then
-      ready_append(KEYS[tonumber(k) + ready_offset], records_key, now, list, marks[k])
+      ready_append(KEYS[tonumber(k) + ready_offset], records_key, now, list)
     end
   end
   return ids, names
@@ -126,22 +125,17 @@ local function insert_jobs(counter_key, records_key, now, slots, ready_offset, p
     ids[j] = first + j - 1
   end
   -- the list takes a prefix of its ids (ready.lua's ready_room); the rest go to the PENDING set
-  local appends = {}
+  local rooms = {}
   for i, k in ipairs(ready_order) do
     local list = ready[k]
-    local room, marker = ready_room(KEYS[k + ready_offset], records_key, now, list)
-    appends[i] = {room, marker}
-    for r = room + 1, #list do
+    rooms[i] = ready_room(KEYS[k + ready_offset], records_key, now, list)
+    for r = rooms[i] + 1, #list do
       writes.add(k, now, list[r])
     end
   end
   write_records(records_key, names, jobs)
   for i, k in ipairs(ready_order) do
-    local list, room = ready[k], appends[i][1]
-    if room < #list then
-      list = {unpack(list, 1, room)}
-    end
-    ready_append(KEYS[k + ready_offset], records_key, now, list, appends[i][2])
+    ready_append(KEYS[k + ready_offset], records_key, now, ready[k], rooms[i])
   end
   writes.flush()
   return ids, names

@@ -16,7 +16,9 @@
 --             stays under its id): the entry was renamed, and the field '-<id>' of the records
 --             hash holds a tombstone, so that every reader, of any build, passes it as one (and
 --             a build that compares a list's ids as numbers reads a number).
--- Invariants: the head entry is a marker (or the list is absent); scores never go down along the
+-- Invariants: the head entry is a marker (or the list is absent); every append starts with one,
+-- and puts one before every READY_RUN ids (markers of one score may follow each other's runs);
+-- scores never go down along the
 -- list (an enqueue whose now is before the list's last score puts its jobs in the sorted set);
 -- ids go up as numbers along the list (an enqueue appends ids above every id before it), and
 -- within a run of one score as text too (an enqueue whose id would gain a digit in the run puts
@@ -35,6 +37,7 @@
 
 local READY_PAGE = 256  -- entries read per LRANGE
 local READY_SKIP_BUDGET = 4096  -- entries that are no jobs a reader of the head passes per call
+local READY_RUN = 256  -- ids between two markers at most (each append starts with a marker)
 local CANCELLED_PLACE = '-'  -- the prefix of the entry of a job cancelled in place
 
 -- The records hash field counting the list's markers and tombstones.
@@ -69,13 +72,15 @@ local function entry_id(entry)
   return entry, false
 end
 
--- The list's entry at index i as its place in the list's order: (score, id), a marker's id ''
--- (before its run's ids). A job's score is its record's ca; a tombstone's or an evicted job's is
--- its marker's, read backwards.
+-- The list's entry at index i as its place in the list's order: (score, id). A marker's is the
+-- id after it (markers are never last): markers of one score may follow each other's runs, so
+-- '' would go back. A job's score is its record's ca; a tombstone's or an evicted job's is its
+-- marker's, read backwards.
 local function ready_key_at(ready_key, records_key, i)
   local entry = redis.call('LINDEX', ready_key, i)
   if is_marker(entry) then
-    return marker_score(entry), ''
+    local after = redis.call('LINDEX', ready_key, i + 1)
+    return marker_score(entry), after and not is_marker(after) and (entry_id(after)) or ''
   end
   local packed = redis.call('HGET', records_key, entry)
   if packed and packed ~= TOMBSTONE then
@@ -143,22 +148,20 @@ local function last_score(ready_key, records_key)
   return (ready_tail(ready_key, records_key))
 end
 
--- How many of `ids` (ascending as numbers, to be scored `now`) may go to the list, a prefix, and
--- whether a marker must go before them: none if the list's last score is after `now`; else up
--- to the first id that would break the run's text order (an id with a digit more than the one
--- before it in the same run). The others go to the sorted set (always correct); the caller
--- then calls ready_append with those that go.
+-- How many of `ids` (ascending as numbers, to be scored `now`) may go to the list, a prefix:
+-- none if the list's last score is after `now`; else up to the first id that would break the
+-- text order of the list's run of `now` (an id with a digit more than the one before it). The
+-- others go to the sorted set (always correct); the caller then calls ready_append.
 local function ready_room(ready_key, records_key, now, ids)
   if #ids == 0 then
-    return 0, false
+    return 0
   end
   local last, tail = ready_tail(ready_key, records_key)
   if last and last > now then
-    return 0, false
+    return 0
   end
-  local marker = not last or last ~= now
   local before = nil
-  if not marker and not is_marker(tail) then
+  if last == now and not is_marker(tail) then
     before = entry_id(tail)
   end
   local n = 0
@@ -169,23 +172,29 @@ local function ready_room(ready_key, records_key, now, ids)
     before = id
     n = n + 1
   end
-  return n, marker
+  return n
 end
 
--- Append `ids` (as ready_room allowed, with its `marker` answer) scored `now`.
-local function ready_append(ready_key, records_key, now, ids, marker)
-  if #ids == 0 then
+-- Append the first `count` of `ids` (as ready_room allowed; all of them without a count) scored
+-- `now`, a marker before each READY_RUN of them: a run between two markers stays short even
+-- where one millisecond brings many jobs, so that a tombstone's score is found within a page
+-- (ready_key_at, ready_tail) and a reader backwards holds at most a run of ids waiting for it.
+local function ready_append(ready_key, records_key, now, ids, count)
+  count = count or #ids
+  if count == 0 then
     return
   end
-  local args, n = {}, 0
-  if marker then
-    args[1], n = string.format('@%d', now), 1
-    redis.call('HINCRBY', records_key, extra_field(ready_key), 1)
-  end
-  for _, id in ipairs(ids) do
+  local marker = string.format('@%d', now)
+  local args, n, markers = {}, 0, 0
+  for i = 1, count do
+    if (i - 1) % READY_RUN == 0 then
+      n, markers = n + 1, markers + 1
+      args[n] = marker
+    end
     n = n + 1
-    args[n] = id
+    args[n] = ids[i]
   end
+  redis.call('HINCRBY', records_key, extra_field(ready_key), markers)
   for i = 1, n, RECORD_CHUNK do
     redis.call('RPUSH', ready_key, unpack(args, i, math.min(i + RECORD_CHUNK - 1, n)))
   end
@@ -559,8 +568,7 @@ local function ready_place(score, low, high)
 end
 
 -- The list's entries within the bounds (ms, as bound_ms gives them) newest first, after the
--- point (point_ms, point_id) if given, as {id, score (text), cancelled} (as ready_scan gives them;
--- tombstones included). The list is in (score, id as text) order, so the first entry past `high`
+-- point (point_ms, point_id) if given, as {id, score (text)} (as ready_scan gives them). The list is in (score, id as text) order, so the first entry past `high`
 -- or at the point is found by halving (ready_index), and the `n` before it are read backwards,
 -- each run's score from the first of its jobs met (its record's ca) or else its marker: about
 -- n entries and log2(length) probes, however deep the point.
@@ -587,9 +595,11 @@ local function ready_back(ready_key, records_key, low, high, n, point_ms, point_
     local text = string.format('%d', score)
     for _, entry in ipairs(unplaced) do
       local id, cancelled = entry_id(entry)
-      out[#out + 1] = {id, text, cancelled}
-      if #out >= n then
-        return false
+      if not cancelled then
+        out[#out + 1] = {id, text}
+        if #out >= n then
+          return false
+        end
       end
     end
     unplaced = {}
@@ -647,9 +657,10 @@ local function ready_range(ready_key, records_key, low, high, limit)
 end
 
 -- The first `n` entries of the list within the bounds in scan order (oldest first, or newest
--- first), as {id, score, cancelled} triples (cancelled: the place of a job cancelled in place,
--- which is no PENDING job whatever its record), tombstones included (they keep their places, as
--- a scan's `looked` counts them); records are not read.
+-- first), as {id, score} pairs, tombstones of deleted jobs included (they keep their places, as a
+-- scan's `looked` counts them) but not the places of jobs cancelled in place (`-<id>`): such a job
+-- may be PENDING again in the sorted set with the same score and id, and one place is all a
+-- point may name; records are not read.
 local function ready_scan(ready_key, records_key, low, high, n, newest_first)
   local out = {}
   if n <= 0 then
@@ -676,8 +687,10 @@ local function ready_scan(ready_key, records_key, low, high, n, newest_first)
         break
       end
       if place == 0 then
-        local id, cancelled = entry_id(e.id)
-        out[#out + 1] = {id, e.score, cancelled}
+        local _, cancelled = entry_id(e.id)
+        if not cancelled then
+          out[#out + 1] = {e.id, e.score}
+        end
       end
     end
     return out
