@@ -21,7 +21,7 @@
 -- scores never go down along the
 -- list (an enqueue whose now is before the list's last score puts its jobs in the sorted set);
 -- ids go up as numbers along the list (an enqueue appends ids above every id before it), and
--- within a run of one score as text too (an enqueue whose id would gain a digit in the run puts
+-- among the ids of one score as text too (an enqueue whose id would gain a digit among them puts
 -- it in the sorted set instead: ready_room), so the list is in the order a sorted set keeps,
 -- (score, id as text); the records hash field `t{p}` counts the entries that are not PENDING jobs
 -- (markers and tombstones), so the list holds LLEN - t{p} PENDING jobs (evicted ones included, as
@@ -72,31 +72,36 @@ local function entry_id(entry)
   return entry, false
 end
 
+-- The score of the id entry `entry` at index i (nil: the tail): its record's ca (a job's score
+-- in the list is its ca), or for a tombstone or an evicted job its marker's, read backwards.
+local function id_score(ready_key, records_key, entry, i)
+  local packed = redis.call('HGET', records_key, entry)
+  if packed and packed ~= TOMBSTONE then
+    local _, _, _, ca = record_items(packed)
+    return ca
+  end
+  local stop = (i or redis.call('LLEN', ready_key) - 1) - 1
+  while true do  -- the head is a marker
+    local page = redis.call('LRANGE', ready_key, math.max(0, stop - READY_PAGE + 1), stop)
+    for j = #page, 1, -1 do
+      if is_marker(page[j]) then
+        return marker_score(page[j])
+      end
+    end
+    stop = stop - READY_PAGE
+  end
+end
+
 -- The list's entry at index i as its place in the list's order: (score, id). A marker's is the
 -- id after it (markers are never last): markers of one score may follow each other's runs, so
--- '' would go back. A job's score is its record's ca; a tombstone's or an evicted job's is its
--- marker's, read backwards.
+-- '' would go back.
 local function ready_key_at(ready_key, records_key, i)
   local entry = redis.call('LINDEX', ready_key, i)
   if is_marker(entry) then
     local after = redis.call('LINDEX', ready_key, i + 1)
     return marker_score(entry), after and not is_marker(after) and (entry_id(after)) or ''
   end
-  local packed = redis.call('HGET', records_key, entry)
-  if packed and packed ~= TOMBSTONE then
-    local _, _, _, ca = record_items(packed)
-    return ca, entry  -- a job's score in the list is its ca
-  end
-  local stop = i - 1
-  while true do  -- the head is a marker
-    local page = redis.call('LRANGE', ready_key, math.max(0, stop - READY_PAGE + 1), stop)
-    for j = #page, 1, -1 do
-      if is_marker(page[j]) then
-        return marker_score(page[j]), (entry_id(entry))
-      end
-    end
-    stop = stop - READY_PAGE
-  end
+  return id_score(ready_key, records_key, entry, i), (entry_id(entry))
 end
 
 -- The index of the list's first entry at or after (score, id) (id '' for the start of the run
@@ -117,31 +122,15 @@ local function ready_index(ready_key, records_key, length, score, id)
 end
 
 -- The list's tail: its last score (its newest jobs' run after) and its last entry; nil if the
--- list is empty. A tail id with a record gives its ca (a job's score in the list is its ca);
--- else the entries are read backwards to the last marker.
+-- list is empty.
 local function ready_tail(ready_key, records_key)
   local tail = redis.call('LINDEX', ready_key, -1)
   if not tail then
     return nil
-  end
-  if is_marker(tail) then
+  elseif is_marker(tail) then
     return marker_score(tail), tail
   end
-  local packed = redis.call('HGET', records_key, tail)
-  if packed and packed ~= TOMBSTONE then
-    local _, _, _, ca = record_items(packed)
-    return ca, tail
-  end
-  local stop = -1
-  while true do
-    local page = redis.call('LRANGE', ready_key, stop - READY_PAGE + 1, stop)
-    for i = #page, 1, -1 do
-      if is_marker(page[i]) then
-        return marker_score(page[i]), tail
-      end
-    end
-    stop = stop - READY_PAGE
-  end
+  return id_score(ready_key, records_key, tail), tail
 end
 
 local function last_score(ready_key, records_key)
