@@ -310,6 +310,95 @@ def test_a_failure_keeps_its_place_and_a_delete_moves_the_next_up(server: RedisS
         store.close()
 
 
+def ready_ids(raw: redis.Redis, priority: int = 1) -> list[int]:
+    """The job ids in a priority's ready list (lib/ready.lua), markers and tombstones left out."""
+    entries = [e.decode() for e in raw.lrange(f"plc:{{1:{Q}}}:p{priority}:r", 0, -1)]
+    return [int(e) for e in entries if e.isdigit()]
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+def test_a_listed_job_of_a_group_over_its_rate_moves_to_the_set(server: RedisServer, raw: redis.Redis) -> None:
+    """A job due now that joins an empty group waits in the ready list; a dequeue or reservation
+    that meets it while its group has no token moves it to the PENDING set at the next one."""
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        store.set_queue_rules({Q: QueueRules(group_jobs_per_second=0.5)})  # a token every 2 s
+        (a,) = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("a", run_after=T0)], T0)]
+        assert ready_ids(raw) == [a]
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0, False)] == [a]  # its token
+        store.ack_jobs(Q, [AckItem(1, a)], [], T0 + 100)
+
+        now = T0 + 200
+        a2, b = [
+            e.local_id
+            for e in store.enqueue_keyed_jobs(Q, [grouped("a", run_after=now), grouped("b", run_after=now)], now)
+        ]
+        assert ready_ids(raw) == [a2, b]
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", now, False)] == [b]
+        assert ready_ids(raw) == [] and raw.zrange(f"plc:{{1:{Q}}}:p1:s0", 0, -1, withscores=True) == [
+            (str(a2).encode(), T0 + 2000)
+        ]
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0 + 2000, False)] == [a2]
+        store.ack_jobs(Q, [AckItem(1, a2), AckItem(1, b)], [], T0 + 2000)
+
+        now = T0 + 2100  # a's bucket: 0.2 tokens
+        (a3,) = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("a", run_after=now)], now)]
+        assert ready_ids(raw) == [a3]
+        assert store.reserve_jobs(Q, 1, 10, "r", now, 5000) == []
+        assert ready_ids(raw) == [] and raw.zscore(f"plc:{{1:{Q}}}:p1:s0", a3) == T0 + 4000
+        assert [j.local_id for j in store.reserve_jobs(Q, 1, 10, "r", T0 + 4000, 5000)] == [a3]
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+def test_a_dequeue_moves_at_most_1000_listed_jobs_over_their_rate(server: RedisServer, raw: redis.Redis) -> None:
+    """lib/groups.lua's MAX_RATE_SKIPS bounds what one dequeue reschedules, list jobs included."""
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        store.set_queue_rules({Q: QueueRules(group_jobs_per_second=0.5)})
+        raw.hset(f"plc:{{1:{Q}}}:j", "id", 10_000)  # ids of five digits: none gains one, all are listed
+        groups = [f"g{i}" for i in range(1002)]
+        for now in (T0, T0 + 10):  # the second round finds every bucket empty
+            ids = []
+            for part in (groups[:1000], groups[1000:]):  # (a call of more goes to the general loop: the set)
+                ids += [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped(g, run_after=now) for g in part], now)]
+            assert ready_ids(raw) == ids
+            if now == T0:
+                assert len(store.dequeue_jobs(Q, 1, 2000, "c", now, False)) == 1002
+                store.ack_jobs(Q, [AckItem(1, i) for i in ids], [], now)
+        assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 10, False) == []
+        assert ready_ids(raw) == ids[1000:] and raw.zcard(f"plc:{{1:{Q}}}:p1:s0") == 1000
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.parametrize("how", ["range", "body regex", "cancel"])
+def test_a_listed_job_of_a_group_deleted_or_cancelled_moves_the_next_up(
+    server: RedisServer, raw: redis.Redis, how: str
+) -> None:
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        (first,) = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("g", b"one", run_after=T0)], T0)]
+        (second,) = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped("g", b"two", run_after=T0)], T0)]
+        assert ready_ids(raw) == [first]  # the active one; the second waits behind it
+        assert store.group_counts(Q) == GroupCounts(1, 1)
+        if how == "range":
+            assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), 1) == 1
+        elif how == "body regex":
+            assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None, body_regex="^one$"), 10) == 1
+        else:
+            assert store.cancel_jobs(Q, [(1, first)], T0) == 1
+        assert store.group_counts(Q) == GroupCounts(1, 0)
+        assert [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0, False)] == [second]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("finished", [False, True])
 @pytest.mark.parametrize("extra", ["", "a dedup key", "an expiry"])
 def test_migrating_grouped_jobs_to_the_original_layout_is_refused(

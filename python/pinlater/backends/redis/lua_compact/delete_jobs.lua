@@ -99,7 +99,7 @@ local function delete_chosen()
       drop_waiting(rules, job.gr, job, id, priority, now)
     end
   end
-  for _, ids in ipairs({from_set, from_held}) do
+  for _, ids in ipairs({from_set, from_held, from_list}) do
     for _, id in ipairs(ids) do
       local job = jobs[id]
       if job and job.gr then

@@ -47,7 +47,8 @@ then, only when the queue has a rule for dequeues (max in progress, group jobs p
 rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail). A claim then takes no
 more jobs than the room under max in progress (the IN_PROGRESS jobs of every priority), and a
 job of a group whose bucket has no token is skipped, its run after (score) moved to when the
-next token is due (at most MAX_RATE_SKIPS per call); dry runs ignore both.
+next token is due (at most MAX_RATE_SKIPS per call; a job of the ready list moves to the set);
+dry runs ignore both.
 
 A job whose record has an expiry (ex) at or before now is never handed out: a claim expires it
 (lib/expiry.lua) in place of a job, a dry run skips it.
@@ -328,7 +329,11 @@ while (dry_run and places or found) < limit do
   end
   if entry and (not member or before({s = entry.score, n = tonumber((entry_id(entry.id)))}, member)) then
     reader.take()
-    if entry.job then
+    if entry.job and no_token(entry.id, entry.job) then  -- (out of the list, to the set at its group's next token)
+      if skips_spent() then
+        break
+      end
+    elseif entry.job then
       take(entry.id, entry.score, entry.job)
     elseif entry.state == 'gone' and not dry_run then
       evicted = evicted + 1

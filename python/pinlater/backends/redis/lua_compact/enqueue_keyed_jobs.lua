@@ -131,7 +131,9 @@ begin_batch(rules)
 -- general loop then does it). A job whose key is held answers its holder; the others are
 -- inserted: a job's group joins as join_group says, its record is new_record's,
 -- new_grouped_record's or new_keyed_record's, its key's record goes in with holders
--- (lib/dedup.lua); a job of no group due now goes to its ready list (lib/ready.lua).
+-- (lib/dedup.lua); a job due now goes to its ready list (lib/ready.lua) if it has no group or
+-- joins one at once with nothing else of it (an active job is PENDING wherever it waits: the
+-- dequeue's group rate and a delete read list jobs' groups as the set's).
 local function enqueue_common(any_group)
   if n > RECORD_CHUNK then
     return nil
@@ -209,8 +211,9 @@ local function enqueue_common(any_group)
   end
   local next_id = redis.call('HINCRBY', counter_key, 'id', taken) - taken + 1
   local holders = #keys > n - taken and new_holders(records_key, nil, runs_key)
-  -- a job of no group due now goes to its priority's ready list, as insert_plain decides (all of
-  -- a priority's or none), unless an id of the call gains a digit (then every job to its set)
+  -- a job due now of no group, or the one job of a group it joins at once (simple: active, the
+  -- group's only one), goes to its priority's ready list, as insert_plain decides (all of a
+  -- priority's or none), unless an id of the call gains a digit (then every job to its set)
   local listing = READY_LISTS and #string.format('%d', next_id) == #string.format('%d', next_id + taken - 1)
   local lists = {}  -- KEYS index -> names for its ready list, or false
   local job = {}  -- join_group's view of each job in turn (its place)
@@ -255,7 +258,7 @@ local function enqueue_common(any_group)
         record = new_record(body, ARGV[a + 2], ARGV[a + 4], now)
       end
       local listed = false
-      if pending and listing and not group and score == now then
+      if pending and listing and (not group or simple[group]) and score == now then
         listed = lists[k]
         if listed == nil then
           listed = ready_room(KEYS[tonumber(k) + INSERT_READY_OFFSET], jobs, now, {name}) == 1 and {}

@@ -125,7 +125,11 @@ while found < limit do
   end
   if entry and (not member or before({s = entry.score, n = tonumber((entry_id(entry.id)))}, member)) then
     reader.take()
-    if entry.job then
+    if entry.job and no_token(entry.id, entry.job) then  -- (out of the list, to the set at its group's next token)
+      if skips_spent() then
+        break
+      end
+    elseif entry.job then
       take(entry.id, string.format('%d', entry.score), entry.job)
     elseif entry.state == 'gone' then
       evicted = evicted + 1

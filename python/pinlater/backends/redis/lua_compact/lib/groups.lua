@@ -1,8 +1,9 @@
 -- groups: a compact queue's ordered groups and rules (QueueRules), for the scripts that say
 -- `--@include groups` (after records and sets). See keys_compact.py for the keys.
 --
--- A group's *active* jobs (at most its concurrency) are where dequeues look: in the PENDING set
--- of their priority, in the held set, or IN_PROGRESS. Its other unfinished jobs *wait*:
+-- A group's *active* jobs (at most its concurrency) are where dequeues look: PENDING (in the
+-- PENDING set of their priority, or its ready list: an enqueue's common path lists a job due now
+-- that joins an empty group), in the held set, or IN_PROGRESS. Its other unfinished jobs *wait*:
 --   waiting set  (plc:{S:Q}:p{p}:w, sorted set)  member: id, score: run after (ms), as in PENDING,
 --                                                so counts, scans, lookups and deletes read them
 --                                                as PENDING; no dequeue, dry run or reserve does;
