@@ -292,53 +292,6 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
     assert (calls(raw).get("hmget"), calls(raw).get("zmscore")) == (2, 18)
 
 
-@pytest.mark.usefixtures("ready_lists_on")
-@pytest.mark.redis
-def test_a_common_ack_finds_its_jobs_among_their_claim_times_members(store: RedisStore, raw: redis.Redis) -> None:
-    """ack_jobs.lua's common path reads the IN_PROGRESS members of each acked job's claim time (its
-    record's ua); an ack it cannot settle that way goes to the general loop (one ZMSCORE)."""
-    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(300)], T0)
-    assert len(store.dequeue_jobs(Q, 1, 300, CLAIM, T0, False)) == 300  # one claim time for all
-
-    raw.config_resetstat()
-    store.ack_jobs(Q, [AckItem(1, i) for i in ids[:100]], [], T0 + 5)
-    assert (calls(raw).get("zrangebyscore"), calls(raw).get("zmscore")) == (1, None)
-    assert zset(raw, K + "p1:s2") == dict.fromkeys(map(str, ids[:100]), T0 + 5)
-
-    # Acked again with a job still in progress: the done one is not IN_PROGRESS (general loop),
-    # and keeps its success time, the other succeeds.
-    raw.config_resetstat()
-    store.ack_jobs(Q, [AckItem(1, ids[0]), AckItem(1, ids[100])], [], T0 + 9)
-    assert calls(raw).get("zmscore") == 1
-    assert zset(raw, K + "p1:s2")[str(ids[0])] == T0 + 5
-    assert zset(raw, K + "p1:s2")[str(ids[100])] == T0 + 9
-
-    # The 199 left share the claim time; the read stops at four times the call's acks plus 64
-    # members, in text order, so the last of them as text is not read: the general loop acks it.
-    last = max(str(i) for i in ids[101:])
-    assert sorted(zset(raw, K + "p1:s1")).index(last) >= 4 + 64
-    raw.config_resetstat()
-    store.ack_jobs(Q, [AckItem(1, int(last))], [], T0 + 10)
-    assert calls(raw).get("zmscore") == 1
-    assert zset(raw, K + "p1:s2")[last] == T0 + 10 and last not in zset(raw, K + "p1:s1")
-
-    # A pending job acked is no IN_PROGRESS job either: it stays pending.
-    (pending,) = store.enqueue_jobs(Q, [NewJob(1, b"p", T0 + 50, 1)], T0 + 20)
-    store.ack_jobs(Q, [AckItem(1, pending), AckItem(1, ids[101])], [], T0 + 30)
-    assert zset(raw, K + "p1:s0") == {str(pending): T0 + 50} and zset(raw, K + "p1:s2")[str(ids[101])] == T0 + 30
-
-    # Jobs of more claim times than the common path reads (8) go to the general loop at once.
-    more = store.enqueue_jobs(Q, [NewJob(2, b"y", T0, 1) for _ in range(9)], T0)
-    for t in range(9):
-        assert len(store.dequeue_jobs(Q, 2, 1, CLAIM, T0 + 100 + t, False)) == 1
-    raw.config_resetstat()
-    store.ack_jobs(Q, [AckItem(2, i) for i in more], [], T0 + 200)
-    assert (calls(raw).get("zrangebyscore"), calls(raw).get("zmscore")) == (None, 1)
-    assert zset(raw, K + "p2:s2") == dict.fromkeys(map(str, more), T0 + 200)
-    store.ack_jobs(Q, [AckItem(2, i) for i in more[:8]], [], T0 + 300)  # 8 claim times: read, all done already
-    assert zset(raw, K + "p2:s2") == dict.fromkeys(map(str, more), T0 + 200)
-
-
 # -- the script files ---------------------------------------------------------------------------
 
 

@@ -15,9 +15,8 @@ A job of an ordered group that finishes (success, or failure with none left) lea
 whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and first. A job
 with a dedup key that finishes forgets it (lib/dedup.lua, forget_keys).
 
-Batched: one ZMSCORE per IN_PROGRESS set for membership (the common path instead reads the
-members of the jobs' claim times: ack_common), one HMGET of the records, one HSET of the changed
-ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
+Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
+the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
 
 Cancel and expiry, as lua/ack_jobs.lua: a failure of a cancelled job (ar 0) ends it FAILED with
 "cancelled" appended; a failure whose retry time is at or after the job's expiry (ex) ends it
@@ -69,12 +68,8 @@ local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 -- SUCCEEDED job's updated time is its score (lib/records.lua), so the rest keep their records
 -- as they are; a job of an ordered group leaves it as below. It does what the general loop
 -- below would, and gives up before writing anything (nil) wherever that loop has more to do: a
--- failure, a second priority, more than RECORD_CHUNK acks, an acked job whose record is
--- missing or has an expiry, or one it does not find IN_PROGRESS (below).
--- The membership check below reads at most ACK_CLAIM_TIMES claim times, each up to
--- ACK_READ_FACTOR times the call's acks plus ACK_READ_SLACK members (other claims of that ms):
--- its work stays within a few times the call's own.
-local ACK_CLAIM_TIMES, ACK_READ_FACTOR, ACK_READ_SLACK = 8, 4, 64
+-- failure, a second priority, more than RECORD_CHUNK acks, or an acked job whose record is
+-- missing or has an expiry.
 local function ack_common()
   if n == 0 or n > RECORD_CHUNK then
     return nil
@@ -94,54 +89,44 @@ local function ack_common()
     end
   end
   local k = tonumber(k_text)
-  local records = redis.call('HMGET', records_key, unpack(ids))
-  local fields, left, ended_ids, ended_keys, ended_cas = {}, {}, {}, {}, {}
-  local seen_ua, times = {}, {}  -- the jobs' distinct ua, in order
+  local scores = redis.pcall('ZMSCORE', KEYS[k + 1], unpack(ids))
+  if scores.err then
+    return nil
+  end
+  local acked, added = {}, {}
   for i = 1, #ids do
+    if scores[i] then
+      acked[#acked + 1] = ids[i]
+      added[#acked] = appends[i]
+    end
+  end
+  if #acked == 0 then
+    return {0, 0}
+  end
+  local records = redis.call('HMGET', records_key, unpack(acked))
+  local fields, left, ended_ids, ended_keys, ended_cas = {}, {}, {}, {}, {}
+  for i = 1, #acked do
     local record = records[i]
     if not record or record == TOMBSTONE then
       return nil
     end
-    local bd, al, ar, ca, ua, cs, cd, gr, gq, ex, dk = record_items(record)
-    if ex or (gr and not rules) then
-      return nil  -- (a job of a group without the rules: the general loop answers the error)
-    end
-    if not seen_ua[ua] then
-      if #times == ACK_CLAIM_TIMES then
-        return nil  -- acks of many claims: the general loop's one ZMSCORE
-      end
-      seen_ua[ua] = true
-      times[#times + 1] = ua
+    local bd, al, ar, ca, _, cs, cd, gr, gq, ex, dk = record_items(record)
+    if ex then
+      return nil
     end
     left[#left + 1] = gr
     if dk then
       local e = #ended_keys + 1
-      ended_ids[e], ended_keys[e], ended_cas[e] = ids[i], dk, ca
+      ended_ids[e], ended_keys[e], ended_cas[e] = acked[i], dk, ca
     end
-    if appends[i] ~= '' or #cs > status_limit then  -- else the record stays: its ua is read from its score
-      cs = cut_chars(cs .. appends[i], status_limit)
-      fields[#fields + 1], fields[#fields + 2] = ids[i], record_of(bd, al, ar, ca, now, cs, cd, gr, gq, nil, dk)
-    end
-  end
-  -- Every acked job must be IN_PROGRESS. A claim scores its jobs in the IN_PROGRESS set by the
-  -- ua it writes in their records, so the members of that one score are read (ZRANGEBYSCORE
-  -- without scores: ZMSCORE formats each score with printf, a tenth of a plain job's whole
-  -- cost). A job not among them (acked twice, stale, its claim time moved since, or past the
-  -- members read) sends the call to the general loop, which reads every score.
-  local in_progress_key, member = KEYS[k + 1], {}
-  for _, ua in ipairs(times) do
-    local score = string.format('%d', ua)
-    local got = redis.call('ZRANGEBYSCORE', in_progress_key, score, score, 'LIMIT', 0, ACK_READ_FACTOR * #ids + ACK_READ_SLACK)
-    for i = 1, #got do
-      member[got[i]] = true
+    if added[i] ~= '' or #cs > status_limit then  -- else the record stays: its ua is read from its score
+      cs = cut_chars(cs .. added[i], status_limit)
+      fields[#fields + 1], fields[#fields + 2] = acked[i], record_of(bd, al, ar, ca, now, cs, cd, gr, gq, nil, dk)
     end
   end
-  for i = 1, #ids do
-    if not member[ids[i]] then
-      return nil
-    end
+  if #left > 0 and not rules then
+    return nil  -- the general loop answers the error
   end
-  local acked = ids
   if #fields > 0 then
     redis.call('HSET', records_key, unpack(fields))
   end
