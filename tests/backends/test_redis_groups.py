@@ -20,6 +20,7 @@ from pinlater.backends.base import AckItem, GroupCounts, JobFilter, JobState, Ke
 from pinlater.backends.redis import RedisDriver, RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.keys_compact import GROUPS_PIN
 from pinlater.backends.redis.migrate import MigrationError, migrate_shard
+from pinlater.backends.redis.scripts import READY_LISTS_ENV
 from pinlater.config import Settings
 
 pytestmark = pytest.mark.redis
@@ -352,9 +353,16 @@ def test_a_listed_job_of_a_group_over_its_rate_moves_to_the_set(server: RedisSer
         store.close()
 
 
-@pytest.mark.usefixtures("ready_lists_on")
-def test_a_dequeue_moves_at_most_1000_listed_jobs_over_their_rate(server: RedisServer, raw: redis.Redis) -> None:
-    """lib/groups.lua's MAX_RATE_SKIPS bounds what one dequeue reschedules, list jobs included."""
+@pytest.mark.parametrize("lists", [True, False])
+def test_a_dequeue_reschedules_at_most_1000_jobs_over_their_rate(
+    server: RedisServer, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch, lists: bool
+) -> None:
+    """lib/groups.lua's MAX_RATE_SKIPS bounds what one dequeue reschedules, from the ready list
+    (to the set) as from the set."""
+    if not lists:
+        monkeypatch.setenv(READY_LISTS_ENV, "0")
+    else:
+        monkeypatch.delenv(READY_LISTS_ENV, raising=False)
     store = open_store(server)
     try:
         store.create_queue(Q, 1)
@@ -365,12 +373,17 @@ def test_a_dequeue_moves_at_most_1000_listed_jobs_over_their_rate(server: RedisS
             ids = []
             for part in (groups[:1000], groups[1000:]):  # (a call of more goes to the general loop: the set)
                 ids += [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped(g, run_after=now) for g in part], now)]
-            assert ready_ids(raw) == ids
+            assert ready_ids(raw) == (ids if lists else [])
             if now == T0:
                 assert len(store.dequeue_jobs(Q, 1, 2000, "c", now, False)) == 1002
                 store.ack_jobs(Q, [AckItem(1, i) for i in ids], [], now)
         assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 10, False) == []
-        assert ready_ids(raw) == ids[1000:] and raw.zcard(f"plc:{{1:{Q}}}:p1:s0") == 1000
+        due_now = {int(m) for m in raw.zrangebyscore(f"plc:{{1:{Q}}}:p1:s0", "-inf", T0 + 10)}
+        rescheduled = raw.zcount(f"plc:{{1:{Q}}}:p1:s0", f"({T0 + 10}", "+inf")
+        if lists:
+            assert ready_ids(raw) == ids[1000:] and not due_now and rescheduled == 1000
+        else:
+            assert len(due_now) == 2 and rescheduled == 1000
     finally:
         store.close()
 
