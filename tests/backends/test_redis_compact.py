@@ -22,7 +22,16 @@ import redis
 from tests.support.redis_server import RedisServer
 
 from pinlater._pinlater import NewJobBatch
-from pinlater.backends.base import AckItem, CheckpointItem, CountKey, JobFilter, JobState, NewJob, ScanCursor
+from pinlater.backends.base import (
+    AckItem,
+    CheckpointItem,
+    CountKey,
+    JobFilter,
+    JobState,
+    KeyedJob,
+    NewJob,
+    ScanCursor,
+)
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis import store as store_module
 from pinlater.backends.redis.filtered_reads import page, read_sets
@@ -290,6 +299,49 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
     # the records, and the dedup keys of the jobs found; six sets per priority (the state sets,
     # the held set and the waiting set of ordered groups)
     assert (calls(raw).get("hmget"), calls(raw).get("zmscore")) == (2, 18)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("other", ["none", "a dedup key", "a group", "an expiry"])
+def test_success_acks_of_a_plain_queue_read_no_record(store: RedisStore, raw: redis.Redis, other: str) -> None:
+    """ack_jobs.lua's plain_queue: successes that append no status, in a queue where no
+    unfinished job has a group, a dedup key or an expiry (none of ga, dk, xe exists), move the
+    jobs without reading their records; otherwise the records are read and acted on."""
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 1) for _ in range(4)], T0)
+    assert len(store.dequeue_jobs(Q, 1, 4, CLAIM, T0, False)) == 4
+    if other != "none":
+        extra = KeyedJob(
+            NewJob(2, b"other", T0, 1),
+            "k" if other == "a dedup key" else None,
+            0,
+            "g" if other == "a group" else None,
+            T0 + 10**6 if other == "an expiry" else None,
+        )
+        assert len(store.enqueue_keyed_jobs(Q, [extra], T0)) == 1
+        assert raw.exists(K + "dk", K + "ga", K + "xe") == 1
+    before = record(raw, ids[0])
+
+    raw.config_resetstat()
+    store.ack_jobs(Q, [AckItem(1, i) for i in ids[:2]], [], T0 + 5)
+    read = calls(raw).get("hmget")
+    assert read == (None if other == "none" else 1)
+    assert zset(raw, K + "p1:s2") == {str(ids[0]): T0 + 5, str(ids[1]): T0 + 5}
+    assert sorted(zset(raw, K + "p1:s1")) == sorted(map(str, ids[2:]))
+    assert record(raw, ids[0]) == before  # as the claim wrote it: its updated time is its score
+
+    # A status to append reads the records, whatever the queue holds.
+    raw.config_resetstat()
+    store.ack_jobs(Q, [AckItem(1, ids[2], "done")], [], T0 + 6)
+    assert calls(raw).get("hmget") == 1 and record(raw, ids[2])[5] == "done"  # type: ignore[index]
+
+    # A record deleted by hand under a job IN_PROGRESS: the record path counts it evicted at the
+    # ack; without it the job goes to SUCCEEDED, and a lookup meets it there and counts it.
+    raw.hdel(K + "j", ids[3])
+    store.ack_jobs(Q, [AckItem(1, ids[3])], [], T0 + 7)
+    if other == "none":
+        assert store.evicted_jobs == 0 and zset(raw, K + "p1:s2")[str(ids[3])] == T0 + 7
+        assert store.lookup_jobs(Q, [(1, ids[3])], False) == []
+    assert store.evicted_jobs == 1 and str(ids[3]) not in zset(raw, K + "p1:s1")
 
 
 # -- the script files ---------------------------------------------------------------------------
