@@ -64,14 +64,6 @@ end
 local rules = rules_tail(5 + 5 * n)
 local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 
--- The common ack, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
--- of instructions, a table or a C call thousands): successes alone, all of one priority, a
--- record rewritten (from its items, without a table) only where a status is appended: a
--- SUCCEEDED job's updated time is its score (lib/records.lua), so the rest keep their records
--- as they are; a job of an ordered group leaves it as below. It does what the general loop
--- below would, and gives up before writing anything (nil) wherever that loop has more to do: a
--- failure, a second priority, more than RECORD_CHUNK acks, or an acked job whose record is
--- missing or has an expiry. In a plain queue (plain_queue) it reads no record at all.
 -- Whether the common ack may leave its jobs' records unread: no status to append (`appends`, one
 -- per acked job) and none of the keys exists that an unfinished job of a group, with a dedup
 -- key or with an expiry keeps (EXISTS of the group counts ga, where every unfinished job's
@@ -80,10 +72,10 @@ local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 -- when it is due, and then a success has nothing of its expiry to undo; Redis drops each key
 -- once emptied). A success then changes nothing in a record (its updated time is its score) and
 -- reads nothing from it: the queue's acks skip a hash lookup and a record unpacked per job,
--- about 5% of Redis' CPU per plain job. What the general loop
--- would do otherwise and this does not: count an IN_PROGRESS job whose record is missing (not
--- Redis' eviction, which takes the whole records hash, but a field deleted by hand) as evicted
--- at its ack; here it goes to SUCCEEDED, and the reader that meets it there counts it.
+-- about 5% of Redis' CPU per plain job. What the general loop would do otherwise and this does
+-- not: count an IN_PROGRESS job whose record is missing (not Redis' eviction, which takes the
+-- whole records hash, but a field deleted by hand) as evicted at its ack; here it goes to
+-- SUCCEEDED, and the reader that meets it there counts it.
 local function plain_queue(appends)
   if not rules then
     return false
@@ -96,6 +88,14 @@ local function plain_queue(appends)
   return redis.call('EXISTS', rules.active, expiry_index_key, dedup_records_key) == 0
 end
 
+-- The common ack, with as few Lua operations per job as it takes (each costs Redis' Lua dozens
+-- of instructions, a table or a C call thousands): successes alone, all of one priority, a
+-- record rewritten (from its items, without a table) only where a status is appended: a
+-- SUCCEEDED job's updated time is its score (lib/records.lua), so the rest keep their records
+-- as they are; a job of an ordered group leaves it as below. It does what the general loop
+-- below would, and gives up before writing anything (nil) wherever that loop has more to do: a
+-- failure, a second priority, more than RECORD_CHUNK acks, or an acked job whose record is
+-- missing or has an expiry. In a plain queue (plain_queue) it reads no record at all.
 local function ack_common()
   if n == 0 or n > RECORD_CHUNK then
     return nil
