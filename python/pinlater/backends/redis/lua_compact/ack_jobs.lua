@@ -120,20 +120,6 @@ local function ack_common()
   if scores.err then
     return nil
   end
-  if plain then  -- no record to read: out of IN_PROGRESS, into SUCCEEDED
-    local acked = {}
-    for i = 1, #ids do
-      if scores[i] then
-        acked[#acked + 1] = ids[i]
-      end
-    end
-    if #acked == 0 then
-      return {0, 0}
-    end
-    zrem_all(KEYS[k + 1], acked)
-    zadd_all(KEYS[k + 2], now, acked)
-    return {#acked, 0}
-  end
   local acked, added = {}, {}
   for i = 1, #ids do
     if scores[i] then
@@ -143,6 +129,11 @@ local function ack_common()
   end
   if #acked == 0 then
     return {0, 0}
+  end
+  if plain then  -- no record to read: out of IN_PROGRESS, into SUCCEEDED
+    zrem_all(KEYS[k + 1], acked)
+    zadd_all(KEYS[k + 2], now, acked)
+    return {#acked, 0}
   end
   local records = redis.call('HMGET', records_key, unpack(acked))
   local fields, left, ended_ids, ended_keys, ended_cas = {}, {}, {}, {}, {}

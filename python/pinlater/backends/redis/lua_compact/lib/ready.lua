@@ -557,10 +557,11 @@ local function ready_place(score, low, high)
 end
 
 -- The list's entries within the bounds (ms, as bound_ms gives them) newest first, after the
--- point (point_ms, point_id) if given, as {id, score (text)} (as ready_scan gives them). The list is in (score, id as text) order, so the first entry past `high`
--- or at the point is found by halving (ready_index), and the `n` before it are read backwards,
--- each run's score from the first of its jobs met (its record's ca) or else its marker: about
--- n entries and log2(length) probes, however deep the point.
+-- point (point_ms, point_id) if given, as {id, score (text)} (as ready_scan gives them). The
+-- list is in (score, id as text) order, so the first entry past `high` or at the point is found
+-- by halving (ready_index), and the `n` before it are read backwards, each run's score from the
+-- first of its jobs met (its record's ca) or else its marker: about n entries and log2(length)
+-- probes, however deep the point.
 local function ready_back(ready_key, records_key, low, high, n, point_ms, point_id)
   local out = {}
   local length = redis.call('LLEN', ready_key)
