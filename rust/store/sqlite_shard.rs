@@ -865,7 +865,13 @@ impl<T: Send> Writer<T> {
         for (&i, id) in takers.iter().zip(ids) {
             out[i].1 = id;
             let Some(key) = &keys[i].key else { continue };
-            let held_until = now_ms.saturating_add(keys[i].window_ms);
+            // A key without a window stores 0: out of the GC walk's index, it goes with its job
+            // (schema.sql: dedup_keys_windowed; dedup_keys.py: held_until).
+            let held_until = if keys[i].window_ms > 0 {
+                now_ms.saturating_add(keys[i].window_ms)
+            } else {
+                0
+            };
             records.push((key, jobs[i].priority, id, held_until));
         }
         for &(i, j) in &repeats {
@@ -2140,15 +2146,15 @@ mod tests {
             attempts_allowed: 1,
             custom_status: String::new(),
         };
-        // 3 jobs in "a", 3 in "b \"q\"", one in "c", 2 ungrouped, each with its dedup key:
-        // ids 1..=9 in this order.
+        // 3 jobs in "a", 3 in "b \"q\"", one in "c", 2 ungrouped, each with its dedup key (every
+        // other one with a window): ids 1..=9 in this order.
         let groups = ["a", "b \"q\"", "a", "c", "b \"q\"", "a", "", "b \"q\"", ""];
         let keys: Vec<JobKeys> = groups
             .iter()
             .enumerate()
             .map(|(i, g)| JobKeys {
                 key: Some(format!("k{i}")),
-                window_ms: 1000,
+                window_ms: if i % 2 == 0 { 1000 } else { 0 },
                 group: (!g.is_empty()).then(|| (*g).to_owned()),
                 expire_at_ms: None,
             })
@@ -2204,14 +2210,15 @@ mod tests {
                 ("c".into(), 1, false)
             ]
         );
-        let recorded: i64 = setup
-            .query_row(
-                "SELECT count(*) FROM dedup_keys WHERE held_until_ms = 1010",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(recorded, 9);
+        // Held until the window's end, or 0 without a window (schema.sql: dedup_keys_windowed).
+        let recorded: Vec<(i64, i64)> = setup
+            .prepare("SELECT held_until_ms, count(*) FROM dedup_keys GROUP BY 1 ORDER BY 1")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(recorded, [(0, 4), (1010, 5)]);
         // The same keys again: every job is deduplicated onto its holder, nothing moves.
         let again = call(Op::EnqueueKeyed {
             queue: "q".into(),

@@ -461,7 +461,7 @@ def test_a_version_1_file_is_migrated_at_open_and_keeps_its_jobs(data_dir: Path)
         assert shard._conn is not None
         indexes = {row[0] for row in shard._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "jobs_by_updated_at" not in indexes and "jobs_finished_by_updated_at" in indexes
-        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 6
         assert shard.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 3), None) == 2
         assert shard.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 3, 10) == 1
     finally:

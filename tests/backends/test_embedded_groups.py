@@ -80,7 +80,7 @@ def test_a_version_3_file_gains_groups_and_keeps_its_jobs(data_dir: Path) -> Non
     shard = EmbeddedStore(data_dir, "1")
     try:
         assert shard._conn is not None
-        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert shard._conn.execute("PRAGMA user_version").fetchone()[0] == 6
         [record] = shard.lookup_jobs(Q, [(1, old)], True)
         assert (record.body, record.group_key, record.state) == (b"old", None, JobState.PENDING)
         placed = shard.enqueue_keyed_jobs(Q, [grouped("g1", "g"), grouped("g2", "g")], T0)

@@ -110,7 +110,7 @@ def test_a_version_4_file_gains_expiry_and_schedules_and_keeps_its_jobs(data_dir
     shard = EmbeddedStore(data_dir, "1")
     try:
         conn = conn_of(shard)
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
         assert "expire_at_ms" in {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert {"jobs_by_expiry", "schedules_due"} <= indexes

@@ -7,7 +7,8 @@ plus its window). It holds its key while the holder is PENDING or IN_PROGRESS, o
 
 GC walks the records whose ``held_until_ms`` has passed, in (held_until_ms, key) order, looking
 at no more than ``limit`` of them per call; records whose holders are still PENDING or
-IN_PROGRESS stay, and may be many (a key with no window is "passed" at once). So that a call
+IN_PROGRESS stay, and may be many (a key with no window is "passed" at once, in the stores
+that walk such keys: the embedded store forgets them with their jobs instead). So that a call
 never walks them all, and records behind them are still reached, each queue's walk resumes
 where the last call stopped (``SweepCursors``) and starts over once it reaches the end. The
 position lives in memory: after a restart the walk starts from the beginning, which costs only

@@ -66,12 +66,19 @@ _SAVEPOINT = "pinlater_op"
 
 
 def connect(
-    path: Path, synchronous: str, busy_timeout_ms: int, schema: str, added_columns: Sequence[tuple[str, str, str]] = ()
+    path: Path,
+    synchronous: str,
+    busy_timeout_ms: int,
+    schema: str,
+    added_columns: Sequence[tuple[str, str, str]] = (),
+    upgrades: Sequence[tuple[int, str]] = (),
 ) -> sqlite3.Connection:
     """Open ``path`` and apply ``schema`` (an idempotent script). ``added_columns`` are the
     ``(table, column, declaration)`` columns a later schema version added to an existing table:
     each one missing from a table an earlier version made is added first (``ALTER TABLE ... ADD
-    COLUMN``: old rows read the default, nothing is rewritten), so the script may index it."""
+    COLUMN``: old rows read the default, nothing is rewritten), so the script may index it.
+    ``upgrades`` are ``(version, statement)``: each statement runs after the script, in one
+    transaction, when the file's ``user_version`` was below its version before the script."""
     # isolation_level=None: the store issues BEGIN/COMMIT itself instead of the module guessing.
     conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     try:
@@ -80,8 +87,10 @@ def connect(
             raise sqlite3.OperationalError(f"WAL journal mode is not available here (got {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous}")  # checked against SYNCHRONOUS_MODES
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         _add_columns(conn, added_columns)
         conn.executescript(schema)
+        _upgrade(conn, [statement for below, statement in upgrades if version < below])
     except BaseException:
         conn.close()
         raise
@@ -99,6 +108,20 @@ def _add_columns(conn: sqlite3.Connection, added_columns: Sequence[tuple[str, st
             present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
             if present and column not in present:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+
+
+def _upgrade(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    """Run ``statements`` in one transaction."""
+    if not statements:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in statements:
+            conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
         _rollback_quietly(conn)

@@ -58,7 +58,7 @@ def enqueue(
             "dedup_key": job.key,
             "priority": job.job.priority,
             "local_id": local_id,
-            "held_until_ms": min(now_ms + job.window_ms, _I64_MAX),
+            "held_until_ms": held_until(now_ms, job.window_ms),
         }
         for job, local_id in zip(takers, ids, strict=True)
         if job.key is not None
@@ -72,12 +72,20 @@ def enqueue(
     ]
 
 
+def held_until(now_ms: int, window_ms: int) -> int:
+    """A new record's ``held_until_ms``: the end of its window, or 0 for a key without one. Such a
+    record is not in the GC walk's index (``dedup_keys_windowed``) and goes with its job
+    (``sql/schema.sql``)."""
+    return min(now_ms + window_ms, _I64_MAX) if window_ms > 0 else 0
+
+
 def forget_unheld(
     conn: sqlite3.Connection, queue: str, now_ms: int, limit: int, cursors: SweepCursors[Position]
 ) -> int:
     """``ShardStore.gc_dedup_keys`` inside the caller's write transaction: looks at up to
     ``limit`` records past their window, from where the queue's last walk stopped
-    (``dedup_sweep``), and forgets those whose holder is gone (``dedup_sweep.forgettable``)."""
+    (``dedup_sweep``), and forgets those whose holder is gone (``dedup_sweep.forgettable``).
+    Records of keys without a window are not walked: they go with their jobs."""
     if limit <= 0:
         return 0
     # From the start: before every record (held_until_ms is an enqueue time plus a window, never

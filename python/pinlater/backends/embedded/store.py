@@ -77,6 +77,8 @@ MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
 EXPIRE_ON_DEQUEUE = 256
 #: Columns added to tables of earlier schema versions at open (``connection.connect``).
 ADDED_COLUMNS = (("jobs", "expire_at_ms", "INTEGER"),)  # version 5
+#: Statements run once at the first open of a file of an earlier version (``connection.connect``).
+UPGRADES = ((6, sql.load("dedup_keys_orphans_forget")),)
 
 # run_after bounds standing for "no bound" when a filter ignores time (SQLite integers are i64).
 _I64_MIN = -(2**63)
@@ -114,7 +116,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         self._rules: Mapping[str, QueueRules] = {}
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
-            self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"), ADDED_COLUMNS)
+            self._conn = connect(self._path, synchronous, busy_timeout_ms, sql.load("schema"), ADDED_COLUMNS, UPGRADES)
         except (OSError, sqlite3.Error) as exc:
             raise ShardConnectionError(name, f"cannot open {self._path}: {exc}") from exc
 
@@ -574,6 +576,8 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             _require_queue(conn, queue)
             if conn.execute(sql.load("file_has_group_jobs")).fetchone() is not None:
                 conn.execute(sql.load("gc_group_jobs"), params)  # the same jobs' group records
+            if conn.execute(sql.load("queue_has_dedup_keys"), {"queue": queue}).fetchone() is not None:
+                conn.execute(sql.load("gc_dedup_keys_of_jobs"), params)  # and their keys without a window
             return conn.execute(sql.load("gc_finished_jobs"), params).rowcount
 
     # -- group accounting (see groups.py) -----------------------------------------------------
@@ -601,9 +605,12 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             groups.release(conn, queue, self.rules(queue).group_concurrency, changes)
 
     def _jobs_deleted(self, conn: sqlite3.Connection, queue: str, rows: Sequence[Sequence[Any]]) -> None:
-        """Deleted jobs, ``(group_key, state, local_id)`` rows: a grouped one's record goes, and an
-        unfinished one left its group."""
+        """Deleted jobs, ``(group_key, state, local_id)`` rows: a grouped one's record goes, an
+        unfinished one left its group, and the records of their keys without a window go."""
         groups.forget_jobs(conn, ((row[0], row[2]) for row in rows))
+        if rows:
+            ids = json.dumps([row[2] for row in rows])
+            conn.execute(sql.load("dedup_keys_of_jobs_forget"), {"queue": queue, "ids": ids})
         changes = groups.changes_of(((row[0], row[1]) for row in rows), (JobState.PENDING, JobState.IN_PROGRESS))
         if changes:
             groups.release(conn, queue, self.rules(queue).group_concurrency, changes)

@@ -44,7 +44,8 @@ CREATE INDEX IF NOT EXISTS jobs_finished_by_updated_at ON jobs (queue, priority,
     WHERE state >= 2;
 
 -- Dedup keys (#17): per queue, the job that last took each key, and until when its window
--- holds the key (its enqueue time plus its window, ms). A key is compared as text in BINARY
+-- holds the key (its enqueue time plus its window, ms; 0 for a key without a window, from
+-- version 6: see dedup_keys_windowed). A key is compared as text in BINARY
 -- collation (byte for byte, never as a pattern). Version 2 files had no such table: it is
 -- created at the first open. The original PinLater never read this file, so nothing else
 -- needs to know.
@@ -60,8 +61,18 @@ CREATE TABLE IF NOT EXISTS dedup_keys (
 -- Lookups and scans: the key of a job, probed by local id (unique in the file, AUTOINCREMENT).
 CREATE INDEX IF NOT EXISTS dedup_keys_by_job ON dedup_keys (local_id);
 
--- GC: a queue's records whose window has passed, in (held_until_ms, dedup_key) order.
-CREATE INDEX IF NOT EXISTS dedup_keys_by_held_until ON dedup_keys (queue, held_until_ms);
+-- GC, version 6: a queue's records with a window (held_until_ms > 0), in (held_until_ms,
+-- dedup_key) order, so the GC walk finds those whose window has passed. Partial: a record of a
+-- key without a window (most keys) stores held_until_ms 0, is not in it, and goes with its job
+-- instead, in the statement that deletes the job (gc_dedup_keys_of_jobs.sql,
+-- dedup_keys_of_jobs_forget.sql). An enqueue of such a key writes two index entries, not three:
+-- about 0.5 us less of the writer's time per job. Version 5 indexed every record
+-- (dedup_keys_by_held_until) and stored a record without a window with its enqueue time: those
+-- records are in the new index and go through the walk as before. A build before version 6 that
+-- opens the file makes its index again, and deletes jobs without their records: the next open by
+-- this one forgets such orphans once (dedup_keys_orphans_forget.sql; store.py).
+DROP INDEX IF EXISTS dedup_keys_by_held_until;
+CREATE INDEX IF NOT EXISTS dedup_keys_windowed ON dedup_keys (queue, held_until_ms) WHERE held_until_ms > 0;
 
 -- Ordered groups (#17), version 4. Per (queue, group): how many of its jobs are active (PENDING
 -- and dispatchable, or IN_PROGRESS), a bound of how many wait (0: none; else at least as many
@@ -134,4 +145,4 @@ CREATE TABLE IF NOT EXISTS schedules (
 
 CREATE INDEX IF NOT EXISTS schedules_due ON schedules (next_run_ms) WHERE paused = 0;
 
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;
