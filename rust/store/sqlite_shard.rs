@@ -867,8 +867,10 @@ impl<T: Send> Writer<T> {
             let Some(key) = &keys[i].key else { continue };
             // A key without a window stores 0: out of the GC walk's index, it goes with its job
             // (schema.sql: dedup_keys_windowed; dedup_keys.py: held_until).
+            // A window's end is above 0 whatever the clock (a record at 0 would be neither walked
+            // nor deleted with its job).
             let held_until = if keys[i].window_ms > 0 {
-                now_ms.saturating_add(keys[i].window_ms)
+                now_ms.saturating_add(keys[i].window_ms).max(1)
             } else {
                 0
             };
@@ -2325,6 +2327,30 @@ mod tests {
             counts(),
             [("a".into(), 1, false), ("b \"q\"".into(), 2, true)]
         );
+        // A window that ends at or before the epoch (a clock gone wrong) still ends above 0,
+        // where the GC walks it.
+        let early = JobKeys {
+            key: Some("early".into()),
+            window_ms: 5,
+            group: None,
+            expire_at_ms: None,
+        };
+        let placed = call(Op::EnqueueKeyed {
+            queue: "q".into(),
+            jobs: Box::new(vec![job()]),
+            keys: vec![early],
+            now_ms: -10,
+            group_concurrency: 2,
+        });
+        assert_eq!(placed, Answer::Placed(vec![(1, 12, false)]));
+        let held: i64 = setup
+            .query_row(
+                "SELECT held_until_ms FROM dedup_keys WHERE dedup_key = 'early'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(held, 1);
         shard.close();
         drop(setup);
         let _ = std::fs::remove_file(&path);

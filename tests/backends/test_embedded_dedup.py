@@ -12,6 +12,8 @@ import pytest
 
 from pinlater.backends.base import AckItem, Enqueued, JobFilter, JobState, KeyedJob, NewJob
 from pinlater.backends.embedded import EmbeddedStore, shard_path, sql
+from pinlater.backends.embedded import store as store_module
+from pinlater.errors import ShardConnectionError
 
 Q = "q"
 T0 = 1_700_000_000_000
@@ -137,9 +139,9 @@ def test_key_statements_use_their_indexes(store: EmbeddedStore) -> None:
     assert "USING INDEX dedup_keys_windowed (queue=?" in gc and "TEMP B-TREE" not in gc, gc
     [windowed] = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'dedup_keys_windowed'").fetchone()
     assert windowed.endswith("WHERE held_until_ms > 0"), "records without a window are left out"
-    for name in ("gc_dedup_keys_of_jobs", "dedup_keys_of_jobs_forget"):
-        params = {"queue": Q, "ids": "[1, 2]", "priority": 1, "state": 2, "finished_before_ms": T0, "limit": 5}
-        assert "USING INDEX dedup_keys_by_job (local_id=?" in _plan(conn, name, **params), name
+    forget = _plan(conn, "dedup_keys_of_jobs_forget", queue=Q, ids="[1, 2]")
+    assert "USING INDEX dedup_keys_by_job (local_id=?" in forget, forget
+    assert "USING PRIMARY KEY (queue=?)" in _plan(conn, "queue_has_dedup_keys", queue=Q)
 
 
 def _records(store: EmbeddedStore) -> dict[str, tuple[int, int]]:
@@ -183,6 +185,42 @@ def test_a_key_without_a_window_goes_with_its_job(store: EmbeddedStore) -> None:
     assert store.gc_dedup_keys(Q, T0 + 5, 10) == 1  # the walk: windowed's window passed, its job gone
     assert set(_records(store)) == {"retaken"}
     assert store.gc_dedup_keys(Q, T0 + 6, 10) == 0
+
+
+def test_a_window_ending_at_or_before_the_epoch_is_walked(store: EmbeddedStore) -> None:
+    """A window's end is stored above 0 whatever the clock: at 0 or below, its record would be
+    neither walked by the GC nor deleted with its job."""
+    [early] = store.enqueue_keyed_jobs(Q, [keyed("early", window_ms=5)], -10)
+    assert _records(store) == {"early": (early.local_id, 1)}
+    assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, future=None), 10) == 1
+    assert store.gc_dedup_keys(Q, 1, 10) == 1
+    assert _records(store) == {}
+
+
+def test_an_open_interrupted_in_its_upgrade_runs_it_again(data_dir: Path, store: EmbeddedStore) -> None:
+    """The upgrade runs in the transaction that sets the file's version: an open that fails
+    half-way leaves the version as it was, and the next open upgrades."""
+    kept, orphaned = store.enqueue_keyed_jobs(Q, [keyed("kept"), keyed("orphaned")], T0)
+    store.close()
+    _back_to_version_5(data_dir)
+    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
+        conn.execute("DELETE FROM jobs WHERE local_id = ?", (orphaned.local_id,))  # as that build's delete
+    conn.close()
+    failing = (*store_module.UPGRADES, (6, "DELETE FROM no_such_table"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store_module, "UPGRADES", failing)
+        with pytest.raises(ShardConnectionError):
+            EmbeddedStore(data_dir, "1")
+    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("SELECT count(*) FROM dedup_keys").fetchone()[0] == 2
+    conn.close()
+
+    shard = EmbeddedStore(data_dir, "1")
+    try:
+        assert _records(shard) == {"kept": (kept.local_id, 0)}
+    finally:
+        shard.close()
 
 
 def _back_to_version_5(data_dir: Path) -> None:

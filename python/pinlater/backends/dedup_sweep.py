@@ -2,8 +2,9 @@
 queue's ``gc_dedup_keys`` walk over the records goes on.
 
 A record names its holder (priority, local id) and ``held_until_ms`` (the holder's enqueue time
-plus its window). It holds its key while the holder is PENDING or IN_PROGRESS, or while
-``now < held_until_ms`` (``ShardStore.enqueue_keyed_jobs``).
+plus its window; 0 in the embedded store for a key without a window). It holds its key while the
+holder is PENDING or IN_PROGRESS, or while ``now < held_until_ms``
+(``ShardStore.enqueue_keyed_jobs``).
 
 GC walks the records whose ``held_until_ms`` has passed, in (held_until_ms, key) order, looking
 at no more than ``limit`` of them per call; records whose holders are still PENDING or

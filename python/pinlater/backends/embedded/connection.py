@@ -77,8 +77,10 @@ def connect(
     ``(table, column, declaration)`` columns a later schema version added to an existing table:
     each one missing from a table an earlier version made is added first (``ALTER TABLE ... ADD
     COLUMN``: old rows read the default, nothing is rewritten), so the script may index it.
-    ``upgrades`` are ``(version, statement)``: each statement runs after the script, in one
-    transaction, when the file's ``user_version`` was below its version before the script."""
+    ``upgrades`` are ``(version, statement)``: each statement runs after the script when the
+    file's ``user_version`` was below its version, in the script's transaction, so the script's
+    new ``user_version`` is committed with them or not at all (an open interrupted half-way runs
+    them again next time)."""
     # isolation_level=None: the store issues BEGIN/COMMIT itself instead of the module guessing.
     conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     try:
@@ -89,8 +91,7 @@ def connect(
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         _add_columns(conn, added_columns)
-        conn.executescript(schema)
-        _upgrade(conn, [statement for below, statement in upgrades if version < below])
+        _apply_schema(conn, schema, [statement for below, statement in upgrades if version < below])
     except BaseException:
         conn.close()
         raise
@@ -114,13 +115,13 @@ def _add_columns(conn: sqlite3.Connection, added_columns: Sequence[tuple[str, st
         raise
 
 
-def _upgrade(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
-    """Run ``statements`` in one transaction."""
-    if not statements:
-        return
-    conn.execute("BEGIN IMMEDIATE")
+def _apply_schema(conn: sqlite3.Connection, schema: str, upgrades: Sequence[str]) -> None:
+    """Run the ``schema`` script, then ``upgrades``, in one transaction."""
     try:
-        for statement in statements:
+        # executescript commits what is open, then runs the text as it is: the BEGIN opens the
+        # transaction the script's statements (its PRAGMA user_version too) run in.
+        conn.executescript("BEGIN IMMEDIATE;\n" + schema)
+        for statement in upgrades:
             conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:

@@ -76,7 +76,7 @@ def held_until(now_ms: int, window_ms: int) -> int:
     """A new record's ``held_until_ms``: the end of its window, or 0 for a key without one. Such a
     record is not in the GC walk's index (``dedup_keys_windowed``) and goes with its job
     (``sql/schema.sql``)."""
-    return min(now_ms + window_ms, _I64_MAX) if window_ms > 0 else 0
+    return max(1, min(now_ms + window_ms, _I64_MAX)) if window_ms > 0 else 0  # a window: above 0
 
 
 def forget_unheld(

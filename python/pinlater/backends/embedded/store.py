@@ -574,11 +574,13 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         }
         with self._write() as conn:
             _require_queue(conn, queue)
-            if conn.execute(sql.load("file_has_group_jobs")).fetchone() is not None:
-                conn.execute(sql.load("gc_group_jobs"), params)  # the same jobs' group records
-            if conn.execute(sql.load("queue_has_dedup_keys"), {"queue": queue}).fetchone() is not None:
-                conn.execute(sql.load("gc_dedup_keys_of_jobs"), params)  # and their keys without a window
-            return conn.execute(sql.load("gc_finished_jobs"), params).rowcount
+            ids = [row[0] for row in conn.execute(sql.load("gc_finished_jobs"), params)]
+            if ids and conn.execute(sql.load("file_has_group_jobs")).fetchone() is not None:
+                conn.execute(sql.load("group_jobs_forget"), {"ids": json.dumps(ids)})  # their group records
+            if ids and conn.execute(sql.load("queue_has_dedup_keys"), {"queue": queue}).fetchone() is not None:
+                forget = {"queue": queue, "ids": json.dumps(ids)}
+                conn.execute(sql.load("dedup_keys_of_jobs_forget"), forget)  # their keys without a window
+            return len(ids)
 
     # -- group accounting (see groups.py) -----------------------------------------------------
 

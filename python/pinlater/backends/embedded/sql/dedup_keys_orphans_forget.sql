@@ -1,8 +1,9 @@
--- Forget every record without a window (held_until_ms 0) whose job is gone: run once, at the
--- first open by a version 6 build of a file of an earlier version (store.py). Such a record goes
--- with its job (gc_dedup_keys_of_jobs.sql, dedup_keys_of_jobs_forget.sql), but a build before
--- version 6 that served the file in between deleted jobs without their records, and its GC walk
--- is gone with its index. A walk of every record of the file: as long as the index build of the
+-- Forget every record without a window (held_until_ms 0) whose job is gone: at the first open by
+-- a version 6 build of a file of an earlier version (store.py: UPGRADES), in the transaction that
+-- sets the version, so an open interrupted before it ends leaves the version as it was and the
+-- next open runs it again. Such a record goes with its job (dedup_keys_of_jobs_forget.sql), but a
+-- build before version 6 that served the file in between deleted jobs without their records, and
+-- its GC walk is gone with its index. A walk of every record of the file: as long as the index build of the
 -- same open. No params.
 DELETE FROM dedup_keys
  WHERE held_until_ms = 0
