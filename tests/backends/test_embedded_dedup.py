@@ -200,12 +200,7 @@ def test_a_window_ending_at_or_before_the_epoch_is_walked(store: EmbeddedStore) 
 def test_an_open_interrupted_in_its_upgrade_runs_it_again(data_dir: Path, store: EmbeddedStore) -> None:
     """The upgrade runs in the transaction that sets the file's version: an open that fails
     half-way leaves the version as it was, and the next open upgrades."""
-    kept, orphaned = store.enqueue_keyed_jobs(Q, [keyed("kept"), keyed("orphaned")], T0)
-    store.close()
-    _back_to_version_5(data_dir)
-    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
-        conn.execute("DELETE FROM jobs WHERE local_id = ?", (orphaned.local_id,))  # as that build's delete
-    conn.close()
+    kept = _orphan_a_record(data_dir, store)
     failing = (*store_module.UPGRADES, (6, "DELETE FROM no_such_table"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(store_module, "UPGRADES", failing)
@@ -221,6 +216,18 @@ def test_an_open_interrupted_in_its_upgrade_runs_it_again(data_dir: Path, store:
         assert _records(shard) == {"kept": (kept.local_id, 0)}
     finally:
         shard.close()
+
+
+def _orphan_a_record(data_dir: Path, store: EmbeddedStore) -> Enqueued:
+    """Two jobs with keys without a window, then the file as a version 5 build leaves it after
+    deleting the second job (its record stays): the first job, which stays."""
+    kept, orphaned = store.enqueue_keyed_jobs(Q, [keyed("kept"), keyed("orphaned")], T0)
+    store.close()
+    _back_to_version_5(data_dir)
+    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
+        conn.execute("DELETE FROM jobs WHERE local_id = ?", (orphaned.local_id,))  # as that build's delete
+    conn.close()
+    return kept
 
 
 def _back_to_version_5(data_dir: Path) -> None:
@@ -261,12 +268,7 @@ def test_records_orphaned_by_an_earlier_build_are_forgotten_at_the_next_open(
     """A build before version 6 deletes jobs without their records, and walks the records with
     its own index: a record without a window whose job such a build deleted is forgotten once,
     when this build opens the file again; one whose job is still there stays."""
-    kept, orphaned = store.enqueue_keyed_jobs(Q, [keyed("kept"), keyed("orphaned")], T0)
-    store.close()
-    _back_to_version_5(data_dir)
-    with sqlite3.connect(shard_path(data_dir, "1")) as conn:
-        conn.execute("DELETE FROM jobs WHERE local_id = ?", (orphaned.local_id,))  # as that build's delete
-    conn.close()
+    kept = _orphan_a_record(data_dir, store)
 
     shard = EmbeddedStore(data_dir, "1")
     try:
