@@ -866,9 +866,8 @@ impl<T: Send> Writer<T> {
             out[i].1 = id;
             let Some(key) = &keys[i].key else { continue };
             // A key without a window stores 0: out of the GC walk's index, it goes with its job
-            // (schema.sql: dedup_keys_windowed; dedup_keys.py: held_until).
-            // A window's end is above 0 whatever the clock (a record at 0 would be neither walked
-            // nor deleted with its job).
+            // (schema.sql: dedup_keys_windowed; dedup_keys.py: held_until). A window's end is
+            // above 0 whatever the clock (at 0 it would be neither walked nor go with its job).
             let held_until = if keys[i].window_ms > 0 {
                 now_ms.saturating_add(keys[i].window_ms).max(1)
             } else {

@@ -65,11 +65,12 @@ CREATE INDEX IF NOT EXISTS dedup_keys_by_job ON dedup_keys (local_id);
 -- dedup_key) order, so the GC walk finds those whose window has passed. Partial: a record of a
 -- key without a window (most keys) stores held_until_ms 0, is not in it, and goes with its job
 -- instead, in the transaction that deletes the job (dedup_keys_of_jobs_forget.sql). An enqueue of
--- such a key writes two index entries, not three: about 0.4 us less of the writer's time per job. Version 5 indexed every record
--- (dedup_keys_by_held_until) and stored a record without a window with its enqueue time: those
--- records are in the new index and go through the walk as before. A build before version 6 that
--- opens the file makes its index again, and deletes jobs without their records: the next open by
--- this one forgets such orphans, in the transaction that sets the version (connection.py).
+-- such a key writes two index entries, not three: about 0.4 us less of the writer's time per
+-- job. Version 5 indexed every record (dedup_keys_by_held_until) and stored a record without a
+-- window with its enqueue time: those records are in the new index and go through the walk as
+-- before. A build before version 6 that opens the file makes its index again, and deletes jobs
+-- without their records: the next open by this one forgets such orphans, in the transaction that
+-- sets the version (connection.py).
 DROP INDEX IF EXISTS dedup_keys_by_held_until;
 CREATE INDEX IF NOT EXISTS dedup_keys_windowed ON dedup_keys (queue, held_until_ms) WHERE held_until_ms > 0;
 
