@@ -510,7 +510,8 @@ class SqliteShard:
         gate: WriteGate,
         settle: _Settle,
     ) -> SqliteShard:
-        """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread.
+        """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread (with
+        ``FULL``, also a thread that syncs the WAL after each commit, before its answers go out).
         ``statements``: the text of each of ``queue_get``, ``enqueue_jobs``, ``last_job_id``,
         ``dequeue_jobs_dry_run``, ``dequeue_rows``, ``dequeue_claim_rows``, ``dequeue_claim_range``, ``ack_succeeded``,
         ``ack_succeeded_many``, ``ack_succeeded_range``,
@@ -530,6 +531,10 @@ class SqliteShard:
     @property
     def commits(self) -> int:
         """Write transactions committed so far."""
+
+    @property
+    def syncs(self) -> int:
+        """Syncs of the WAL file so far, off the writer thread (``FULL``; none with ``NORMAL``)."""
 
     def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int, future: Any, event_loop: Any) -> bool: ...
     def enqueue_keyed(

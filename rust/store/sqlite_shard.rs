@@ -10,6 +10,14 @@
 //!   (a failing request is rolled back alone), `COMMIT`, then it answers each one. No request is
 //!   answered before the `COMMIT` that holds its write completed. A lone request on an idle shard
 //!   is a group of one: grouping never waits for company.
+//! * `FULL` (power-safe) syncs off the writer thread: the connection runs `synchronous = NORMAL`
+//!   (a `COMMIT` writes its WAL frames and returns; checkpoints still sync), and a syncer thread
+//!   `fdatasync`s the WAL file after each `COMMIT`, then hands the group's answers on. So no
+//!   request is answered before its write is on disk, as with `FULL`, while the writer runs the
+//!   next group during the sync; groups committed during one sync share the next one. A sync that
+//!   fails answers every request of its groups that had succeeded with an error (their writes
+//!   are committed, and may or may not survive a power loss: a client's retry is safe, as
+//!   delivery is at least once). `NORMAL` answers at once, on the writer thread.
 //! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
 //!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
 //!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by position.
@@ -238,9 +246,24 @@ pub enum Answer {
 
 pub type Outcome = Result<Answer, ShardError>;
 
-/// Called on the writer thread with the outcome of each request of a group, in request order,
-/// each beside the token its caller submitted it with; after the group's `COMMIT`.
+/// Called with the outcome of each request of a group, in request order, each beside the token
+/// its caller submitted it with; after the group's `COMMIT` (with `FULL`, after the sync that
+/// follows it, on the syncer thread; else on the writer thread).
 pub type Complete<T> = Box<dyn FnMut(Vec<(T, Outcome)>) + Send>;
+
+/// Makes every WAL frame written so far durable: `fdatasync` of the shard's WAL file (`FULL`).
+type SyncWal = Box<dyn FnMut() -> std::io::Result<()> + Send>;
+
+/// A group's answers, and whether its `COMMIT` wrote anything that wants a sync.
+type Committed<T> = (Vec<(T, Outcome)>, bool);
+
+/// Where the writer hands a group's answers after its `COMMIT`.
+enum Delivery<T> {
+    /// `NORMAL`: to `complete`, at once.
+    Direct(Complete<T>),
+    /// `FULL`: to the syncer thread (`run_syncer`).
+    Synced(Sender<Committed<T>>),
+}
 
 /// The shard's write lock, in process: a FIFO ticket lock. Whoever runs a write transaction on
 /// the shard file takes it just before `BEGIN IMMEDIATE` and gives it back after the `COMMIT`
@@ -281,24 +304,54 @@ enum Msg<T> {
 pub struct SqliteShard<T: Send + 'static> {
     sender: Mutex<Option<Sender<Msg<T>>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The syncer thread, with `FULL`.
+    syncer: Mutex<Option<JoinHandle<()>>>,
     commits: Arc<AtomicU64>,
+    syncs: Arc<AtomicU64>,
 }
 
 impl<T: Send + 'static> SqliteShard<T> {
-    /// Opens the shard file and starts its writer thread.
+    /// Opens the shard file and starts its writer thread (and, with `FULL`, its syncer thread).
     pub fn open(
         options: ShardOptions,
         gate: Arc<WriteGate>,
         complete: Complete<T>,
+    ) -> Result<Self, ShardError> {
+        let full = options.synchronous.eq_ignore_ascii_case("FULL");
+        Self::start(options, gate, complete, full.then_some(SyncSource::Wal))
+    }
+
+    /// `open`, with `sync` what a `FULL` shard syncs (a test's stand-in), or None for `NORMAL`.
+    fn start(
+        options: ShardOptions,
+        gate: Arc<WriteGate>,
+        complete: Complete<T>,
+        sync: Option<SyncSource>,
     ) -> Result<Self, ShardError> {
         let inserts =
             SqliteInserts::new(&options.statements.enqueue_jobs).map_err(ShardError::Connection)?;
         let keyed_inserts = SqliteInserts::new(&options.statements.enqueue_keyed_jobs)
             .map_err(ShardError::Connection)?;
         let rows = RowStatements::new(&options.statements).map_err(ShardError::Connection)?;
-        let conn = open_connection(&options).map_err(|e| {
+        let conn = open_connection(&options, sync.is_some()).map_err(|e| {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
+        let syncs = Arc::new(AtomicU64::new(0));
+        let (deliver, syncer) = match sync {
+            None => (Delivery::Direct(complete), None),
+            Some(source) => {
+                let sync = source.open(&options.path, &conn)?;
+                let (done, committed) = channel();
+                let count = Arc::clone(&syncs);
+                let syncer = std::thread::Builder::new()
+                    .name("pinlater-sqlite-sync".into())
+                    .spawn(move || run_syncer(&committed, sync, complete, &count))
+                    .map_err(|e| {
+                        ShardError::Connection(format!("cannot start the syncer thread: {e}"))
+                    })?;
+                (Delivery::Synced(done), Some(syncer))
+            }
+        };
         let (sender, receiver) = channel();
         let commits = Arc::new(AtomicU64::new(0));
         let writer = Writer {
@@ -308,10 +361,11 @@ impl<T: Send + 'static> SqliteShard<T> {
             keyed_inserts,
             rows,
             gate,
-            complete,
+            deliver,
             commits: Arc::clone(&commits),
             groups: RefCell::new(GroupCache::default()),
         };
+        // The writer owns the syncer's sender: the syncer ends after the writer's last group.
         let thread = std::thread::Builder::new()
             .name("pinlater-sqlite".into())
             .spawn(move || writer.run(&receiver))
@@ -319,13 +373,21 @@ impl<T: Send + 'static> SqliteShard<T> {
         Ok(Self {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
+            syncer: Mutex::new(syncer),
             commits,
+            syncs,
         })
     }
 
-    /// Write transactions committed so far (each one `COMMIT` and, with FULL, one sync).
+    /// Write transactions committed so far (each one `COMMIT`).
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Syncs of the WAL file so far (`FULL`: one per `COMMIT` or fewer, as groups committed
+    /// during a sync share the next one; `NORMAL`: none).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Queues a request; its outcome goes to `complete`. `Err` gives the token back when the
@@ -352,13 +414,86 @@ impl<T: Send + 'static> SqliteShard<T> {
         {
             let _ = sender.send(Msg::Close);
         }
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(thread) = thread {
-            let _ = thread.join();
+        join_once(&self.thread);
+        join_once(&self.syncer); // every group answered, after its sync
+    }
+}
+
+/// Waits for the thread kept in `slot` to end, if it is still there (once: it is taken).
+pub fn join_once(slot: &Mutex<Option<JoinHandle<()>>>) {
+    let thread = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if let Some(thread) = thread {
+        let _ = thread.join();
+    }
+}
+
+/// What a `FULL` shard syncs after its commits.
+enum SyncSource {
+    /// The shard file's WAL (`{path}-wal`), opened as the shard opens: it stays while the
+    /// writer's connection is open (`SQLite` deletes it only as the last connection to the shard
+    /// file closes).
+    Wal,
+    /// A test's stand-in.
+    #[cfg(test)]
+    With(SyncWal),
+}
+
+impl SyncSource {
+    /// The sync of the shard on `path`, whose writer's connection is `conn`.
+    fn open(self, path: &std::path::Path, conn: &Connection) -> Result<SyncWal, ShardError> {
+        match self {
+            Self::Wal => {
+                // A read makes the connection open the WAL, creating the file if the shard file
+                // had none yet (it was just switched to WAL mode).
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .map_err(|e| connection_error(&e))?;
+                let mut wal = path.as_os_str().to_owned();
+                wal.push("-wal");
+                let file = std::fs::File::open(&wal).map_err(|e| {
+                    ShardError::Connection(format!(
+                        "cannot open {} to sync it: {e}",
+                        PathBuf::from(&wal).display()
+                    ))
+                })?;
+                Ok(Box::new(move || file.sync_data()))
+            }
+            #[cfg(test)]
+            Self::With(sync) => Ok(sync),
+        }
+    }
+}
+
+/// The syncer thread of a `FULL` shard: takes every group the writer committed since it last
+/// looked, syncs the WAL once for all of them (if any wrote), and answers them in order. A
+/// failed sync answers each request that had succeeded with an error instead. Ends when the
+/// writer is gone and every group is answered.
+fn run_syncer<T>(
+    committed: &Receiver<Committed<T>>,
+    mut sync: SyncWal,
+    mut complete: Complete<T>,
+    syncs: &AtomicU64,
+) {
+    while let Ok(first) = committed.recv() {
+        let mut groups = vec![first];
+        while let Ok(more) = committed.try_recv() {
+            groups.push(more);
+        }
+        if groups.iter().any(|(_, wrote)| *wrote) {
+            let synced = sync();
+            syncs.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = synced {
+                let why = format!("the write was committed but syncing it to disk failed: {e}");
+                for (answers, _) in groups.iter_mut().filter(|(_, wrote)| *wrote) {
+                    for (_, outcome) in answers.iter_mut().filter(|(_, o)| o.is_ok()) {
+                        *outcome = Err(ShardError::Connection(why.clone()));
+                    }
+                }
+            }
+        }
+        for (answers, _) in groups {
+            complete(answers);
         }
     }
 }
@@ -373,8 +508,11 @@ impl<T: Send + 'static> Drop for SqliteShard<T> {
 /// about 40 MiB per shard file, written over from its start after each checkpoint.
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
 
-fn open_connection(options: &ShardOptions) -> Result<Connection, String> {
+/// The writer's connection; `synced_apart`: `FULL` by the syncer thread, so the connection
+/// itself runs `NORMAL`.
+fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connection, String> {
     let sync = match options.synchronous.to_ascii_uppercase().as_str() {
+        "FULL" if synced_apart => "NORMAL",
         "FULL" => "FULL",
         "NORMAL" => "NORMAL",
         other => return Err(format!("synchronous must be FULL or NORMAL, not {other}")),
@@ -422,7 +560,7 @@ struct Writer<T> {
     /// The multi-row statements of a keyed enqueue and an ack.
     rows: RowStatements,
     gate: Arc<WriteGate>,
-    complete: Complete<T>,
+    deliver: Delivery<T>,
     commits: Arc<AtomicU64>,
     /// The `groups` rows this connection last read or wrote (see `GroupCache`).
     groups: RefCell<GroupCache>,
@@ -557,8 +695,14 @@ impl<T: Send> Writer<T> {
                 }
             }
             while !batch.is_empty() {
-                let answered = self.group(&mut batch);
-                (self.complete)(answered);
+                let (answered, wrote) = self.group(&mut batch);
+                match &mut self.deliver {
+                    Delivery::Direct(complete) => complete(answered),
+                    // The syncer ends only after this sender is dropped.
+                    Delivery::Synced(syncer) => {
+                        let _ = syncer.send((answered, wrote));
+                    }
+                }
             }
         }
         // Requests queued after Close cannot exist (close takes the sender first); the
@@ -567,16 +711,18 @@ impl<T: Send> Writer<T> {
 
     /// Runs requests from the front of `batch` as one transaction and answers them: all of
     /// them, unless `SQLite` lost the transaction half-way, when the rest stay for a new group.
-    fn group(&mut self, batch: &mut VecDeque<(T, Op)>) -> Vec<(T, Outcome)> {
+    /// Also whether the transaction was committed.
+    fn group(&mut self, batch: &mut VecDeque<(T, Op)>) -> (Vec<(T, Outcome)>, bool) {
         self.gate.acquire();
         let mut done: Vec<(T, Outcome)> = Vec::with_capacity(batch.len());
         if let Err(e) = self.control("BEGIN IMMEDIATE") {
             self.gate.release();
             let error = connection_error(&e);
-            return batch
+            let answered = batch
                 .drain(..)
                 .map(|(token, _)| (token, Err(error.clone())))
                 .collect();
+            return (answered, false);
         }
         self.groups.borrow_mut().checked = false;
         let mut lost: Option<String> = None;
@@ -609,6 +755,7 @@ impl<T: Send> Writer<T> {
             }
         }
         self.gate.release();
+        let committed = failure.is_none();
         if let Some(why) = failure {
             // Nothing of the group was committed: every request fails, the one that found
             // the transaction lost with its own error.
@@ -618,7 +765,7 @@ impl<T: Send> Writer<T> {
                 }
             }
         }
-        done
+        (done, committed)
     }
 
     /// One request inside its savepoint.
@@ -1963,6 +2110,151 @@ mod tests {
         )
         .unwrap();
         (shard, rx)
+    }
+
+    fn one_job(body: &[u8]) -> Op {
+        Op::Enqueue {
+            queue: "q".into(),
+            jobs: Box::new(vec![NewJob {
+                priority: 1,
+                body: body.to_vec(),
+                run_after_ms: 0,
+                attempts_allowed: 1,
+                custom_status: String::new(),
+            }]),
+            now_ms: 10,
+        }
+    }
+
+    /// A `FULL` shard on `path` whose syncs are `sync`, its completions sent down the channel.
+    fn open_synced(
+        path: &std::path::Path,
+        gate: Arc<WriteGate>,
+        sync: SyncWal,
+    ) -> (SqliteShard<i32>, Receiver<Vec<(i32, Outcome)>>) {
+        let (tx, rx) = channel();
+        let mut full = options(path);
+        full.synchronous = "FULL".into();
+        let complete: Complete<i32> = Box::new(move |done| tx.send(done).unwrap());
+        let shard = SqliteShard::start(full, gate, complete, Some(SyncSource::With(sync))).unwrap();
+        (shard, rx)
+    }
+
+    fn jobs_in(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM jobs", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn full_answers_after_the_sync_and_commits_on_meanwhile() {
+        let (path, setup) = fresh_file("synced", 1);
+        let (started_tx, started) = channel::<()>();
+        let (release, release_rx) = channel::<()>();
+        let sync: SyncWal = Box::new(move || {
+            started_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            Ok(())
+        });
+        let (shard, rx) = open_synced(&path, Arc::new(WriteGate::default()), sync);
+        shard.submit(1, one_job(b"a")).unwrap();
+        started.recv().unwrap(); // the first group's sync is running
+        shard.submit(2, one_job(b"b")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while shard.commits() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer waited for the sync"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(jobs_in(&setup), 2, "both groups committed");
+        assert!(rx.try_recv().is_err(), "answered before its sync");
+        release.send(()).unwrap();
+        assert_eq!(rx.recv().unwrap(), vec![(1, Ok(Answer::Ids(vec![1])))]);
+        started.recv().unwrap(); // the second group's own sync: it committed after the first began
+        assert!(rx.try_recv().is_err(), "answered before its sync");
+        release.send(()).unwrap();
+        assert_eq!(rx.recv().unwrap(), vec![(2, Ok(Answer::Ids(vec![2])))]);
+        assert_eq!(shard.syncs(), 2);
+        shard.close();
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_failed_sync_answers_its_successes_with_an_error() {
+        let (path, setup) = fresh_file("sync-fails", 1);
+        let mut calls = 0;
+        let sync: SyncWal = Box::new(move || {
+            calls += 1;
+            if calls == 1 {
+                Err(std::io::Error::other("disk gone"))
+            } else {
+                Ok(())
+            }
+        });
+        let gate = Arc::new(WriteGate::default());
+        gate.acquire(); // both requests in one group
+        let (shard, rx) = open_synced(&path, Arc::clone(&gate), sync);
+        shard.submit(1, one_job(b"a")).unwrap();
+        let missing = Op::Enqueue {
+            queue: "nope".into(),
+            jobs: Box::new(Vec::<NewJob>::new()),
+            now_ms: 10,
+        };
+        shard.submit(2, missing).unwrap();
+        gate.release();
+        let mut answered = Vec::new();
+        while answered.len() < 2 {
+            answered.extend(rx.recv().unwrap());
+        }
+        let (token, Err(ShardError::Connection(why))) = &answered[0] else {
+            panic!("{answered:?}");
+        };
+        assert_eq!(*token, 1);
+        assert!(
+            why.contains("committed but syncing it to disk failed: disk gone"),
+            "{why}"
+        );
+        assert_eq!(
+            answered[1],
+            (2, Err(ShardError::QueueNotFound("nope".into()))),
+            "its own error kept"
+        );
+        assert_eq!(jobs_in(&setup), 1, "the write stays committed");
+        shard.submit(3, one_job(b"b")).unwrap();
+        assert_eq!(rx.recv().unwrap(), vec![(3, Ok(Answer::Ids(vec![2])))]);
+        shard.close();
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn full_syncs_the_wal_and_normal_never_does() {
+        for level in ["FULL", "NORMAL"] {
+            let (path, setup) = fresh_file(&format!("sync-{level}"), 1);
+            let (tx, rx) = channel();
+            let mut opts = options(&path);
+            opts.synchronous = level.into();
+            let complete: Complete<i32> = Box::new(move |done| tx.send(done).unwrap());
+            let shard = SqliteShard::open(opts, Arc::new(WriteGate::default()), complete).unwrap();
+            for token in 0..20 {
+                shard.submit(token, one_job(b"x")).unwrap();
+            }
+            shard.close(); // answers every queued request first
+            let answered: Vec<(i32, Outcome)> = rx.iter().flatten().collect();
+            assert_eq!(answered.len(), 20, "{level}");
+            assert!(
+                answered.iter().all(|(_, o)| o.is_ok()),
+                "{level}: {answered:?}"
+            );
+            assert_eq!(jobs_in(&setup), 20);
+            if level == "FULL" {
+                assert!(shard.syncs() >= 1, "{level}");
+                assert!(shard.syncs() <= shard.commits(), "{level}");
+            } else {
+                assert_eq!(shard.syncs(), 0, "{level}");
+            }
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     #[test]

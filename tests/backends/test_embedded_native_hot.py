@@ -420,3 +420,19 @@ def test_a_locked_database_is_a_shard_connection_error_and_passes(tmp_path: Path
     finally:
         other.close()
         store.close()
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+def test_full_syncs_the_log_before_a_call_returns_and_normal_never_does(tmp_path: Path, synchronous: str) -> None:
+    store = EmbeddedStore(tmp_path / synchronous, "1", synchronous=synchronous)
+    try:
+        store.create_queue(Q, 3)
+        hot = store.native_hot_path(offload)
+        for n in range(3):
+            run(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"%d" % n, 0, 1)]), T0))
+            assert hot.commits == n + 1
+            # a call returns after its commit's sync (which no later commit could share)
+            assert hot.syncs == (n + 1 if synchronous == "FULL" else 0)
+        assert len(store.lookup_jobs(Q, [(1, 1), (1, 2), (1, 3)], False)) == 3
+    finally:
+        store.close()

@@ -1,8 +1,9 @@
 //! Python binding of `crate::store::sqlite_shard`: the embedded store's hot writes, awaited
 //! from asyncio.
 //!
-//! A request is submitted with an asyncio future and its loop. After a group's `COMMIT` the
-//! writer hands its answers to a settler thread and goes on with the next group; the settler
+//! A request is submitted with an asyncio future and its loop. After a group's `COMMIT` (with
+//! `FULL`, after the sync that follows it) its answers go to a settler thread while the writer
+//! goes on with the next group; the settler
 //! takes the GIL once for every group waiting and calls, per loop,
 //! `loop.call_soon_threadsafe(settle, [(future, value, error), ...])`, where `settle` is the
 //! Python function given at open. `value` is a `LocalIds`, a `ClaimedJobs` or `None`; `error`
@@ -10,7 +11,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use pyo3::prelude::*;
@@ -396,19 +397,18 @@ impl SqliteShard {
         self.inner.commits()
     }
 
+    /// Syncs of the WAL file so far, off the writer thread (`FULL`; none with `NORMAL`).
+    #[getter]
+    fn syncs(&self) -> u64 {
+        self.inner.syncs()
+    }
+
     /// Finishes the queued requests (answering them), then stops the thread and closes the
     /// connection. Idempotent.
     fn close(&self, py: Python<'_>) {
         py.detach(|| {
             self.inner.close();
-            let settler = self
-                .settler
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(settler) = settler {
-                let _ = settler.join(); // every answer is with its loop
-            }
+            core::join_once(&self.settler); // every answer is with its loop
         });
     }
 }

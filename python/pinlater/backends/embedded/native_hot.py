@@ -138,6 +138,13 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         """Write transactions the Rust writer committed (every hot path of the store shares it)."""
         return self._shard.commits
 
+    @property
+    def syncs(self) -> int:
+        """Syncs of the WAL the Rust writer's commits had (``FULL``: a thread of its own syncs
+        after each commit, before its calls return; groups committed during a sync share the
+        next; ``NORMAL``: none)."""
+        return self._shard.syncs
+
     def _closed(self) -> ShardConnectionError:
         return ShardConnectionError(self._name, "the store is closed")
 

@@ -3,8 +3,10 @@
 Design:
 
 * One file per shard (``{data_dir}/shard-{name}.sqlite3``) in WAL mode. ``synchronous`` FULL
-  fsyncs the WAL on every commit (survives power loss); NORMAL survives a killed process but
-  may lose the last commits on power loss. Either way a method that returned is committed.
+  fsyncs the WAL after every commit before the call returns (survives power loss; the hot
+  path's Rust writer has a thread of its own sync it, and commits its next group meanwhile);
+  NORMAL survives a killed process but may lose the last commits on power loss. Either way a
+  method that returned is committed.
 * One connection serves every call; every method is atomic on its own, and writes arriving
   together share one transaction and one sync (group commit, see ``connection``).
 * SQL lives in ``sql/*.sql``, one statement per file, values always bound as parameters.
