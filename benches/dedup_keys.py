@@ -12,6 +12,10 @@ run each of ``--variants`` of this tree's server, in a rotated order each round:
   the default concurrency of 1); MySQL and Redis in the original layout refuse groups, so this
   variant is for the embedded store and redis-compact.
 
+With ``--against COMMIT`` each round also runs each variant on that commit of this repository
+(built as ``cost_per_job.py --against`` builds it), in turn with this tree's, and prints both
+side by side.
+
 It prints jobs/min and CPU per acked job of the server and the store for each, the jobs a
 dequeue brought on average (below the batch: the consumers outran the producers) and the cores
 the machine had busy, and each variant / plain from the sums over the rounds (the per-round
@@ -32,7 +36,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cost_per_job import BACKENDS, Figures, Run, _jobs, _us, current_build, measure
+from cost_per_job import (
+    BACKENDS,
+    DEFAULT_CACHE_DIR,
+    Build,
+    Figures,
+    Run,
+    _jobs,
+    _us,
+    commit_build,
+    current_build,
+    measure,
+)
 
 VARIANTS = ("plain", "keyed", "grouped")
 
@@ -51,6 +66,8 @@ def main() -> None:
     parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of plain, keyed, grouped")
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
+    parser.add_argument("--against", default="", metavar="COMMIT", help="also run this commit's build, in turn")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where --against builds are kept")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     if "plain" not in variants or set(variants) - set(VARIANTS):
@@ -62,19 +79,27 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown backends: {', '.join(sorted(unknown))}")
 
-    build = current_build()
-    runs: dict[tuple[str, str], list[Run]] = {}
+    builds: list[Build] = [current_build()]
+    if args.against:
+        builds.append(commit_build(args.against, args.cache_dir))
+    runs: dict[tuple[str, str, str], list[Run]] = {}
     with tempfile.TemporaryDirectory(prefix="pinlater-dedup-") as tmp:
         for round_no in range(1, args.rounds + 1):
-            for backend in backends:
-                shift = (round_no - 1) % len(variants)
-                for variant in variants[shift:] + variants[:shift]:
-                    args.keyed = {"plain": 0, "keyed": 1, "grouped": args.groups}[variant]
-                    directory = Path(tmp) / f"{backend}-{variant}-{round_no}"
-                    directory.mkdir()
-                    run = measure(build, backend, round_no, args, directory)
-                    runs.setdefault((backend, variant), []).append(run)
-                    print(f"  {backend} {variant} round {round_no}: {run.acked} acked", file=sys.stderr, flush=True)
+            turn = builds[(round_no - 1) % len(builds) :] + builds[: (round_no - 1) % len(builds)]
+            for build in turn:
+                for backend in backends:
+                    shift = (round_no - 1) % len(variants)
+                    for variant in variants[shift:] + variants[:shift]:
+                        args.keyed = {"plain": 0, "keyed": 1, "grouped": args.groups}[variant]
+                        directory = Path(tmp) / f"{build.label}-{backend}-{variant}-{round_no}"
+                        directory.mkdir()
+                        run = measure(build, backend, round_no, args, directory)
+                        runs.setdefault((build.label, backend, variant), []).append(run)
+                        print(
+                            f"  {build.label} {backend} {variant} round {round_no}: {run.acked} acked",
+                            file=sys.stderr,
+                            flush=True,
+                        )
 
     print(
         f"dedup keys and groups: full lifecycle, batch {args.batch}, {args.body_bytes}-byte bodies, "
@@ -82,31 +107,44 @@ def main() -> None:
         f"{args.rounds} round(s), {os.cpu_count()} CPUs"
     )
     print(
-        f"{'backend':<14} {'variant':<7} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
+        f"{'build':<8} {'backend':<14} {'variant':<7} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
         f"{'clients µs/job':>15} {'per deq':>8} {'busy':>5}"
     )
-    for backend in backends:
-        for variant in variants:
-            f = Figures.of(runs[(backend, variant)])
-            v = f.values()
-            clients = _us(f.per_job_us(f.client_cpu))
-            done = runs[(backend, variant)]
-            # jobs a dequeue brought on average, and the cores the machine had busy (of all)
-            per_dequeue = sum(r.acked for r in done) / max(sum(r.dequeues for r in done), 1)
-            busy = sum(r.busy_cores for r in done) / len(done)
-            print(
-                f"{backend:<14} {variant:<7} {_jobs(f.jobs_per_min):>9} {_us(v['server']):>14} {_us(v['store']):>13} "
-                f"{clients:>15} {per_dequeue:>8.1f} {busy:>5.2f}"
-            )
-        plain = runs[(backend, "plain")]
-        for variant in variants[1:]:
-            other = runs[(backend, variant)]
-            pairs = zip(plain, other, strict=True)
-            ratios = [Figures.of([o]).jobs_per_min / max(Figures.of([p]).jobs_per_min, 1e-9) for p, o in pairs]
-            total = Figures.of(other).jobs_per_min / max(Figures.of(plain).jobs_per_min, 1e-9)
-            spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
-            verdict = "met" if total >= 0.7 else "not met"
-            print(f"{backend:<14} {variant}/plain jobs/min {total:.2f} {spread} (issue 17: at least 0.70, {verdict})")
+    for build in builds:
+        for backend in backends:
+            for variant in variants:
+                f = Figures.of(runs[(build.label, backend, variant)])
+                v = f.values()
+                clients = _us(f.per_job_us(f.client_cpu))
+                done = runs[(build.label, backend, variant)]
+                # jobs a dequeue brought on average, and the cores the machine had busy (of all)
+                per_dequeue = sum(r.acked for r in done) / max(sum(r.dequeues for r in done), 1)
+                busy = sum(r.busy_cores for r in done) / len(done)
+                print(
+                    f"{build.label:<8} {backend:<14} {variant:<7} {_jobs(f.jobs_per_min):>9} {_us(v['server']):>14} "
+                    f"{_us(v['store']):>13} {clients:>15} {per_dequeue:>8.1f} {busy:>5.2f}"
+                )
+            plain = runs[(build.label, backend, "plain")]
+            for variant in variants[1:]:
+                other = runs[(build.label, backend, variant)]
+                pairs = zip(plain, other, strict=True)
+                ratios = [Figures.of([o]).jobs_per_min / max(Figures.of([p]).jobs_per_min, 1e-9) for p, o in pairs]
+                total = Figures.of(other).jobs_per_min / max(Figures.of(plain).jobs_per_min, 1e-9)
+                spread = f"[{min(ratios):.2f}-{max(ratios):.2f}]"
+                verdict = "met" if total >= 0.7 else "not met"
+                print(
+                    f"{build.label:<8} {backend:<14} {variant}/plain jobs/min {total:.2f} {spread} "
+                    f"(issue 17: at least 0.70, {verdict})"
+                )
+    if len(builds) > 1:
+        for backend in backends:
+            for variant in variants:
+                mine = Figures.of(runs[(builds[0].label, backend, variant)]).jobs_per_min
+                theirs = Figures.of(runs[(builds[1].label, backend, variant)]).jobs_per_min
+                print(
+                    f"{backend:<14} {variant:<7} jobs/min {builds[0].label} / {builds[1].label}: "
+                    f"{mine / max(theirs, 1e-9):.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -131,6 +131,6 @@ def test_redis_layout_memory() -> None:
 
 def test_dedup_keys_compares_keyed_grouped_and_plain_on_the_embedded_store() -> None:
     out = run("dedup_keys.py", "--backends", "embedded", "--seconds", "1", "--warmup", "0.5", "--rounds", "1")
-    rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines() if line.startswith("embedded ")}
-    assert all(float(rows[("embedded", variant)][3]) > 0 for variant in ("plain", "keyed", "grouped")), out
+    rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.startswith("current ")}
+    assert all(float(rows[("current", "embedded", variant)][4]) > 0 for variant in ("plain", "keyed", "grouped")), out
     assert "keyed/plain jobs/min" in out and "grouped/plain jobs/min" in out and "issue 17: at least 0.70" in out
