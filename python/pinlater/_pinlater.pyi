@@ -534,7 +534,8 @@ class SqliteShard:
 
     @property
     def syncs(self) -> int:
-        """Syncs of the WAL file so far, off the writer thread (``FULL``; none with ``NORMAL``)."""
+        """Syncs of the WAL file tried so far, a failed one too, off the writer thread (``FULL``;
+        none with ``NORMAL``)."""
 
     def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int, future: Any, event_loop: Any) -> bool: ...
     def enqueue_keyed(

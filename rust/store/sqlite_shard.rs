@@ -14,10 +14,13 @@
 //!   (a `COMMIT` writes its WAL frames and returns; checkpoints still sync), and a syncer thread
 //!   `fdatasync`s the WAL file after each `COMMIT`, then hands the group's answers on. So no
 //!   request is answered before its write is on disk, as with `FULL`, while the writer runs the
-//!   next group during the sync; groups committed during one sync share the next one. A sync that
-//!   fails answers every request of its groups that had succeeded with an error (their writes
-//!   are committed, and may or may not survive a power loss: a client's retry is safe, as
-//!   delivery is at least once). `NORMAL` answers at once, on the writer thread.
+//!   next group during the sync; groups committed during one sync share the next one. Reads on
+//!   other connections (Python's) may see a commit before its sync, as with `NORMAL`; no write
+//!   is answered before it. A sync that fails answers every request of its groups that had
+//!   succeeded with an error (their writes are committed, and may or may not survive a power
+//!   loss: a client's retry is safe, as delivery is at least once), and the shard's writer
+//!   refuses every request after it until the shard is opened again (`run_syncer`). `NORMAL`
+//!   answers at once, on the writer thread.
 //! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
 //!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
 //!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by position.
@@ -57,7 +60,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -337,15 +340,16 @@ impl<T: Send + 'static> SqliteShard<T> {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
         let syncs = Arc::new(AtomicU64::new(0));
+        let broken = Arc::new(OnceLock::new());
         let (deliver, syncer) = match sync {
             None => (Delivery::Direct(complete), None),
             Some(source) => {
-                let sync = source.open(&options.path, &conn)?;
+                let sync = source.open(&conn)?;
                 let (done, committed) = channel();
-                let count = Arc::clone(&syncs);
+                let (count, failed) = (Arc::clone(&syncs), Arc::clone(&broken));
                 let syncer = std::thread::Builder::new()
                     .name("pinlater-sqlite-sync".into())
-                    .spawn(move || run_syncer(&committed, sync, complete, &count))
+                    .spawn(move || run_syncer(&committed, sync, complete, &count, &failed))
                     .map_err(|e| {
                         ShardError::Connection(format!("cannot start the syncer thread: {e}"))
                     })?;
@@ -362,6 +366,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             rows,
             gate,
             deliver,
+            broken,
             commits: Arc::clone(&commits),
             groups: RefCell::new(GroupCache::default()),
         };
@@ -384,8 +389,8 @@ impl<T: Send + 'static> SqliteShard<T> {
         self.commits.load(Ordering::Relaxed)
     }
 
-    /// Syncs of the WAL file so far (`FULL`: one per `COMMIT` or fewer, as groups committed
-    /// during a sync share the next one; `NORMAL`: none).
+    /// Syncs of the WAL file tried so far, a failed one too (`FULL`: one per `COMMIT` or fewer,
+    /// as groups committed during a sync share the next one; `NORMAL`: none).
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
@@ -439,8 +444,8 @@ enum SyncSource {
 }
 
 impl SyncSource {
-    /// The sync of the shard on `path`, whose writer's connection is `conn`.
-    fn open(self, path: &std::path::Path, conn: &Connection) -> Result<SyncWal, ShardError> {
+    /// The sync of the shard whose writer's connection is `conn`.
+    fn open(self, conn: &Connection) -> Result<SyncWal, ShardError> {
         match self {
             Self::Wal => {
                 // A read makes the connection open the WAL, creating the file if the shard file
@@ -449,7 +454,11 @@ impl SyncSource {
                     row.get::<_, i64>(0)
                 })
                 .map_err(|e| connection_error(&e))?;
-                let mut wal = path.as_os_str().to_owned();
+                // The file `SQLite` opened, symbolic links resolved, as its WAL's name is made.
+                let Some(path) = conn.path() else {
+                    return Err(ShardError::Connection("the shard file has no path".into()));
+                };
+                let mut wal = std::ffi::OsString::from(path);
                 wal.push("-wal");
                 let file = std::fs::File::open(&wal).map_err(|e| {
                     ShardError::Connection(format!(
@@ -466,29 +475,40 @@ impl SyncSource {
 }
 
 /// The syncer thread of a `FULL` shard: takes every group the writer committed since it last
-/// looked, syncs the WAL once for all of them (if any wrote), and answers them in order. A
-/// failed sync answers each request that had succeeded with an error instead. Ends when the
-/// writer is gone and every group is answered.
+/// looked, syncs the WAL once for all of them (if any wrote), and answers them in order. Ends
+/// when the writer is gone and every group is answered.
+///
+/// A failed sync breaks the shard for good (`broken`): each request of its groups and of every
+/// later one that had succeeded is answered with an error instead, and the writer runs no more
+/// requests. After a failed `fdatasync`, Linux may report the next one as done without the
+/// pages the failed one lost; since recovery stops at the first WAL frame that does not check
+/// out, a commit after them would be answered and still be lost with them.
 fn run_syncer<T>(
     committed: &Receiver<Committed<T>>,
     mut sync: SyncWal,
     mut complete: Complete<T>,
     syncs: &AtomicU64,
+    broken: &OnceLock<String>,
 ) {
     while let Ok(first) = committed.recv() {
         let mut groups = vec![first];
         while let Ok(more) = committed.try_recv() {
             groups.push(more);
         }
-        if groups.iter().any(|(_, wrote)| *wrote) {
+        if broken.get().is_none() && groups.iter().any(|(_, wrote)| *wrote) {
             let synced = sync();
             syncs.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = synced {
-                let why = format!("the write was committed but syncing it to disk failed: {e}");
-                for (answers, _) in groups.iter_mut().filter(|(_, wrote)| *wrote) {
-                    for (_, outcome) in answers.iter_mut().filter(|(_, o)| o.is_ok()) {
-                        *outcome = Err(ShardError::Connection(why.clone()));
-                    }
+                let _ = broken.set(format!(
+                    "a write was committed but syncing it to disk failed ({e}): this shard takes \
+                     no more writes until it is opened again"
+                ));
+            }
+        }
+        if let Some(why) = broken.get() {
+            for (answers, _) in &mut groups {
+                for (_, outcome) in answers.iter_mut().filter(|(_, o)| o.is_ok()) {
+                    *outcome = Err(ShardError::Connection(why.clone()));
                 }
             }
         }
@@ -561,6 +581,8 @@ struct Writer<T> {
     rows: RowStatements,
     gate: Arc<WriteGate>,
     deliver: Delivery<T>,
+    /// Set by the syncer when a sync failed (`run_syncer`): no request runs after it.
+    broken: Arc<OnceLock<String>>,
     commits: Arc<AtomicU64>,
     /// The `groups` rows this connection last read or wrote (see `GroupCache`).
     groups: RefCell<GroupCache>,
@@ -695,12 +717,23 @@ impl<T: Send> Writer<T> {
                 }
             }
             while !batch.is_empty() {
-                let (answered, wrote) = self.group(&mut batch);
+                let (answered, wrote) = if let Some(why) = self.broken.get() {
+                    let refused = batch
+                        .drain(..)
+                        .map(|(token, _)| (token, Err(ShardError::Connection(why.clone()))))
+                        .collect();
+                    (refused, false)
+                } else {
+                    self.group(&mut batch)
+                };
                 match &mut self.deliver {
                     Delivery::Direct(complete) => complete(answered),
-                    // The syncer ends only after this sender is dropped.
+                    // The syncer ends only after this sender is dropped. If it is gone (it
+                    // panicked), nobody can be answered: stop, so that `submit` refuses.
                     Delivery::Synced(syncer) => {
-                        let _ = syncer.send((answered, wrote));
+                        if syncer.send((answered, wrote)).is_err() {
+                            return;
+                        }
                     }
                 }
             }
@@ -2152,8 +2185,10 @@ mod tests {
         let (release, release_rx) = channel::<()>();
         let sync: SyncWal = Box::new(move || {
             started_tx.send(()).unwrap();
-            release_rx.recv().unwrap();
-            Ok(())
+            // a failing assertion drops the shard (closing it) before `release`: not forever
+            release_rx
+                .recv_timeout(Duration::from_secs(30))
+                .map_err(|_| std::io::Error::other("the test gave up"))
         });
         let (shard, rx) = open_synced(&path, Arc::new(WriteGate::default()), sync);
         shard.submit(1, one_job(b"a")).unwrap();
@@ -2212,7 +2247,7 @@ mod tests {
         };
         assert_eq!(*token, 1);
         assert!(
-            why.contains("committed but syncing it to disk failed: disk gone"),
+            why.contains("committed but syncing it to disk failed (disk gone)"),
             "{why}"
         );
         assert_eq!(
@@ -2221,10 +2256,43 @@ mod tests {
             "its own error kept"
         );
         assert_eq!(jobs_in(&setup), 1, "the write stays committed");
+        // a later sync may report done without what the failed one lost: no more writes
         shard.submit(3, one_job(b"b")).unwrap();
-        assert_eq!(rx.recv().unwrap(), vec![(3, Ok(Answer::Ids(vec![2])))]);
+        let later = rx.recv().unwrap();
+        let [(3, Err(ShardError::Connection(again)))] = &later[..] else {
+            panic!("{later:?}");
+        };
+        assert_eq!(again, why);
+        assert_eq!(jobs_in(&setup), 1, "nothing more written");
+        assert_eq!(shard.syncs(), 1, "nothing more synced");
         shard.close();
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn full_syncs_the_wal_of_the_file_a_link_names() {
+        let (real, setup) = fresh_file("sync-linked", 1);
+        let link = real.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let (tx, rx) = channel();
+        let mut opts = options(&link);
+        opts.synchronous = "FULL".into();
+        let complete: Complete<i32> = Box::new(move |done| tx.send(done).unwrap());
+        let shard = SqliteShard::open(opts, Arc::new(WriteGate::default()), complete).unwrap();
+        shard.submit(1, one_job(b"x")).unwrap();
+        assert_eq!(rx.recv().unwrap(), vec![(1, Ok(Answer::Ids(vec![1])))]);
+        assert_eq!(shard.syncs(), 1);
+        assert_eq!(jobs_in(&setup), 1);
+        let mut beside_link = link.clone().into_os_string();
+        beside_link.push("-wal");
+        assert!(
+            !std::path::Path::new(&beside_link).exists(),
+            "SQLite keeps the WAL beside the file the link names"
+        );
+        shard.close();
+        let _ = std::fs::remove_file(&link);
+        let _ = std::fs::remove_file(&real);
     }
 
     #[test]

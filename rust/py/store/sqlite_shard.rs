@@ -397,7 +397,8 @@ impl SqliteShard {
         self.inner.commits()
     }
 
-    /// Syncs of the WAL file so far, off the writer thread (`FULL`; none with `NORMAL`).
+    /// Syncs of the WAL file tried so far, a failed one too, off the writer thread (`FULL`;
+    /// none with `NORMAL`).
     #[getter]
     fn syncs(&self) -> u64 {
         self.inner.syncs()

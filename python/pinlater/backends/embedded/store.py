@@ -3,10 +3,11 @@
 Design:
 
 * One file per shard (``{data_dir}/shard-{name}.sqlite3``) in WAL mode. ``synchronous`` FULL
-  fsyncs the WAL after every commit before the call returns (survives power loss; the hot
-  path's Rust writer has a thread of its own sync it, and commits its next group meanwhile);
-  NORMAL survives a killed process but may lose the last commits on power loss. Either way a
-  method that returned is committed.
+  has the WAL synced after each commit before its calls return (survives power loss; the hot
+  path's Rust writer has a thread of its own sync it, for every commit made since the last
+  sync, and commits its next group meanwhile; after a failed sync it refuses every write until
+  the store is opened again); NORMAL survives a killed process but may lose the last commits
+  on power loss. Either way a method that returned is committed.
 * One connection serves every call; every method is atomic on its own, and writes arriving
   together share one transaction and one sync (group commit, see ``connection``).
 * SQL lives in ``sql/*.sql``, one statement per file, values always bound as parameters.
