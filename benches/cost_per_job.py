@@ -51,6 +51,10 @@ percent, while jobs/min swings by a third from one run to the next; more ``--rou
 ``--seconds`` narrow the bracketed ranges. The default load (2 producers, 4 consumers) saturates two
 cores with any of the three stores; the clients' own CPU is about 10 µs per job.
 
+``--slow-syncs MS`` runs every build's server under ``strace --seccomp-bpf`` with each
+``fdatasync`` and ``fsync`` of the server process made ``MS`` slower, as on a disk with slower
+syncs: it slows the embedded store's syncs, not a Redis or MySQL server's (``slow_syncs``).
+
 The current build is the ``pinlater`` this interpreter imports: run with ``PYTHONPATH=$PWD/python``
 from a worktree whose extension is built, so that it is the tree under test.
 
@@ -70,6 +74,8 @@ the report adds the compact layout's ratios to the original's, and its jobs/min 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -128,6 +134,34 @@ class Build:
     env: dict[str, str]
     #: Whether it has the compact Redis layout (issue 16; builds before it do not).
     compact: bool = True
+    #: A command the server runs under (``--slow-syncs``), with the server as its child.
+    wrapper: tuple[str, ...] = ()
+
+
+def add_slow_syncs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--slow-syncs",
+        type=float,
+        default=0,
+        metavar="MS",
+        help="each sync of the server process this many ms slower (strace; the embedded store's syncs)",
+    )
+
+
+def slow_syncs(build: Build, ms: float) -> Build:
+    """``build`` with every ``fdatasync`` and ``fsync`` of its server ``ms`` slower: the server
+    runs under ``strace --seccomp-bpf`` (which stops the server only at those calls, so its CPU,
+    counted with the server's, stays small), as a disk with slower syncs would have them. Only the
+    server process's syncs: the embedded store's, not those of a Redis or MySQL server."""
+    if ms <= 0:
+        return build
+    if shutil.which("strace") is None:
+        raise SystemExit("--slow-syncs needs strace (apt-get install strace)")
+    us = round(ms * 1000)
+    inject = [f"-e inject={call}:delay_exit={us}" for call in ("fdatasync", "fsync")]
+    command = ["strace", "-f", "--seccomp-bpf", "-e", "trace=fdatasync,fsync", "-o", "/dev/null"]
+    command += [part for spec in inject for part in spec.split(" ", 1)]
+    return dataclasses.replace(build, wrapper=tuple(command))
 
 
 def current_build() -> Build:
@@ -235,21 +269,44 @@ class Server:
     def __init__(self, build: Build, directory: Path, store_args: list[str], properties: list[str]) -> None:
         props = directory / "server.properties"
         props.write_text("".join(f"{line}\n" for line in properties))
-        cmd = [build.python, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0"]
+        cmd = [*build.wrapper, build.python, "-m", "pinlater.cli", "serve", "--port", "0", "--admin-port", "0"]
         cmd += ["--properties", str(props), *store_args]
+        # A wrapped server is its wrapper's child: both get a session of their own, and stop
+        # signals the whole of it (strace, signalled alone, would leave the server running).
+        self.group = bool(build.wrapper)
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=build.env, cwd=directory
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=build.env,
+            cwd=directory,
+            start_new_session=self.group,
         )
         self.port, self.lines = await_ready(self.proc, f"{build.label}: server")
 
+    def _signal(self, sig: int) -> None:
+        if self.group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait()
+        if self.group:  # the server may outlive its wrapper (strace detaches as it ends)
+            deadline = time.monotonic() + 30
+            with contextlib.suppress(ProcessLookupError):
+                while time.monotonic() < deadline:
+                    os.killpg(self.proc.pid, 0)  # raises once the session is empty
+                    time.sleep(0.05)
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 def tree_cpu_seconds(pid: int) -> tuple[float, int]:
@@ -657,10 +714,12 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a line of every server's properties file (repeatable); default: none, each build's defaults",
     )
+    add_slow_syncs(parser)
     args = parser.parse_args()
     backends = _split(args.backends, BACKENDS) or list(DEFAULT_BACKENDS)
 
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
+    builds = [slow_syncs(b, args.slow_syncs) for b in builds]
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="pinlater-cost-") as tmp:
         for round_no in range(1, args.rounds + 1):

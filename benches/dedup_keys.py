@@ -14,7 +14,7 @@ run each of ``--variants`` of this tree's server, in a rotated order each round:
 
 With ``--against COMMIT`` each round also runs each variant on that commit of this repository
 (built as ``cost_per_job.py --against`` builds it), in turn with this tree's, and prints both
-side by side.
+side by side. ``--slow-syncs MS`` slows the server's syncs as ``cost_per_job.py`` does.
 
 It prints jobs/min and CPU per acked job of the server and the store for each, the jobs a
 dequeue brought on average (below the batch: the consumers outran the producers) and the cores
@@ -44,9 +44,11 @@ from cost_per_job import (
     Run,
     _jobs,
     _us,
+    add_slow_syncs,
     commit_build,
     current_build,
     measure,
+    slow_syncs,
 )
 
 VARIANTS = ("plain", "keyed", "grouped")
@@ -68,6 +70,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument("--against", default="", metavar="COMMIT", help="also run this commit's build, in turn")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where --against builds are kept")
+    add_slow_syncs(parser)
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     if "plain" not in variants or set(variants) - set(VARIANTS):
@@ -82,6 +85,7 @@ def main() -> None:
     builds: list[Build] = [current_build()]
     if args.against:
         builds.append(commit_build(args.against, args.cache_dir))
+    builds = [slow_syncs(b, args.slow_syncs) for b in builds]
     runs: dict[tuple[str, str, str], list[Run]] = {}
     with tempfile.TemporaryDirectory(prefix="pinlater-dedup-") as tmp:
         for round_no in range(1, args.rounds + 1):

@@ -129,6 +129,50 @@ def test_redis_layout_memory() -> None:
     assert "bytes per pending job on the compact layout" in out
 
 
+def test_slow_syncs_wraps_a_command_so_that_each_sync_takes_longer(tmp_path: Path) -> None:
+    sys.path.insert(0, str(BENCHES))
+    try:
+        from cost_per_job import Build, slow_syncs
+    finally:
+        sys.path.remove(str(BENCHES))
+    plain = Build("x", sys.executable, {})
+    assert slow_syncs(plain, 0) is plain
+    wrapped = slow_syncs(plain, 20)
+    probe = (
+        "import os, time\n"
+        f"fd = os.open({str(tmp_path / 'f')!r}, os.O_CREAT | os.O_WRONLY)\n"
+        "t = time.monotonic()\n"
+        "for _ in range(5):\n"
+        "    os.write(fd, b'x'); os.fdatasync(fd); os.fsync(fd)\n"
+        "print(time.monotonic() - t)\n"
+    )
+    done = subprocess.run([*wrapped.wrapper, sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) >= 10 * 0.020, "ten syncs, each at least 20 ms slower"
+
+
+def test_slow_syncs_runs_the_server_under_strace_and_stops_it() -> None:
+    out = run(
+        "dedup_keys.py",
+        "--backends",
+        "embedded",
+        "--variants",
+        "plain",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.5",
+        "--rounds",
+        "1",
+        "--slow-syncs",
+        "5",
+    )
+    rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.startswith("current ")}
+    assert float(rows[("current", "embedded", "plain")][4]) > 0, out
+    left = subprocess.run(["pgrep", "-f", "pinlater-dedup-"], capture_output=True, text=True, check=False)
+    assert left.stdout == "", "a server or its strace outlived the run"
+
+
 def test_dedup_keys_compares_keyed_grouped_and_plain_on_the_embedded_store() -> None:
     out = run("dedup_keys.py", "--backends", "embedded", "--seconds", "1", "--warmup", "0.5", "--rounds", "1")
     rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.startswith("current ")}
