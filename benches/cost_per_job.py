@@ -158,9 +158,9 @@ def slow_syncs(build: Build, ms: float) -> Build:
     if shutil.which("strace") is None:
         raise SystemExit("--slow-syncs needs strace (apt-get install strace)")
     us = round(ms * 1000)
-    inject = [f"-e inject={call}:delay_exit={us}" for call in ("fdatasync", "fsync")]
     command = ["strace", "-f", "--seccomp-bpf", "-e", "trace=fdatasync,fsync", "-o", "/dev/null"]
-    command += [part for spec in inject for part in spec.split(" ", 1)]
+    for call in ("fdatasync", "fsync"):
+        command += ["-e", f"inject={call}:delay_exit={us}"]
     return dataclasses.replace(build, wrapper=tuple(command))
 
 

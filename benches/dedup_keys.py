@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -52,6 +53,14 @@ from cost_per_job import (
 )
 
 VARIANTS = ("plain", "keyed", "grouped")
+
+T = TypeVar("T")
+
+
+def _rotated(items: list[T], round_no: int) -> list[T]:
+    """``items`` starting at the round's turn: each comes first in every len(items)-th round."""
+    shift = (round_no - 1) % len(items)
+    return items[shift:] + items[:shift]
 
 
 def main() -> None:
@@ -89,11 +98,9 @@ def main() -> None:
     runs: dict[tuple[str, str, str], list[Run]] = {}
     with tempfile.TemporaryDirectory(prefix="pinlater-dedup-") as tmp:
         for round_no in range(1, args.rounds + 1):
-            turn = builds[(round_no - 1) % len(builds) :] + builds[: (round_no - 1) % len(builds)]
-            for build in turn:
+            for build in _rotated(builds, round_no):
                 for backend in backends:
-                    shift = (round_no - 1) % len(variants)
-                    for variant in variants[shift:] + variants[:shift]:
+                    for variant in _rotated(variants, round_no):
                         args.keyed = {"plain": 0, "keyed": 1, "grouped": args.groups}[variant]
                         directory = Path(tmp) / f"{build.label}-{backend}-{variant}-{round_no}"
                         directory.mkdir()

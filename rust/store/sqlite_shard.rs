@@ -474,6 +474,14 @@ impl SyncSource {
     }
 }
 
+/// Every request of `batch` answered with `error`, none run.
+fn refuse<T>(batch: &mut VecDeque<(T, Op)>, error: &ShardError) -> Vec<(T, Outcome)> {
+    batch
+        .drain(..)
+        .map(|(token, _)| (token, Err(error.clone())))
+        .collect()
+}
+
 /// The syncer thread of a `FULL` shard: takes every group the writer committed since it last
 /// looked, syncs the WAL once for all of them (if any wrote), and answers them in order. Ends
 /// when the writer is gone and every group is answered.
@@ -718,11 +726,10 @@ impl<T: Send> Writer<T> {
             }
             while !batch.is_empty() {
                 let (answered, wrote) = if let Some(why) = self.broken.get() {
-                    let refused = batch
-                        .drain(..)
-                        .map(|(token, _)| (token, Err(ShardError::Connection(why.clone()))))
-                        .collect();
-                    (refused, false)
+                    (
+                        refuse(&mut batch, &ShardError::Connection(why.clone())),
+                        false,
+                    )
                 } else {
                     self.group(&mut batch)
                 };
@@ -750,12 +757,7 @@ impl<T: Send> Writer<T> {
         let mut done: Vec<(T, Outcome)> = Vec::with_capacity(batch.len());
         if let Err(e) = self.control("BEGIN IMMEDIATE") {
             self.gate.release();
-            let error = connection_error(&e);
-            let answered = batch
-                .drain(..)
-                .map(|(token, _)| (token, Err(error.clone())))
-                .collect();
-            return (answered, false);
+            return (refuse(batch, &connection_error(&e)), false);
         }
         self.groups.borrow_mut().checked = false;
         let mut lost: Option<String> = None;
@@ -2173,9 +2175,13 @@ mod tests {
         (shard, rx)
     }
 
+    /// The one integer `sql` reads.
+    fn int(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |row| row.get(0)).unwrap()
+    }
+
     fn jobs_in(conn: &Connection) -> i64 {
-        conn.query_row("SELECT count(*) FROM jobs", [], |row| row.get(0))
-            .unwrap()
+        int(conn, "SELECT count(*) FROM jobs")
     }
 
     #[test]
@@ -2643,13 +2649,7 @@ mod tests {
             counts(),
             [("a".into(), 1, false), ("b \"q\"".into(), 2, true)]
         );
-        let waiting: i64 = setup
-            .query_row(
-                "SELECT count(*) FROM group_jobs WHERE waiting = 1",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let waiting = int(&setup, "SELECT count(*) FROM group_jobs WHERE waiting = 1");
         assert_eq!(waiting, 0);
         // b's next ack finds no job to promote and clears the bound; a job joining b then is
         // active at once, not held behind the bound.
@@ -2702,13 +2702,10 @@ mod tests {
             group_concurrency: 2,
         });
         assert_eq!(placed, Answer::Placed(vec![(1, 12, false)]));
-        let held: i64 = setup
-            .query_row(
-                "SELECT held_until_ms FROM dedup_keys WHERE dedup_key = 'early'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let held = int(
+            &setup,
+            "SELECT held_until_ms FROM dedup_keys WHERE dedup_key = 'early'",
+        );
         assert_eq!(held, 1);
         shard.close();
         drop(setup);

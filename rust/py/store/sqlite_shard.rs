@@ -3,8 +3,8 @@
 //!
 //! A request is submitted with an asyncio future and its loop. After a group's `COMMIT` (with
 //! `FULL`, after the sync that follows it) its answers go to a settler thread while the writer
-//! goes on with the next group; the settler
-//! takes the GIL once for every group waiting and calls, per loop,
+//! goes on with the next group; the settler takes the GIL once for every group waiting and
+//! calls, per loop,
 //! `loop.call_soon_threadsafe(settle, [(future, value, error), ...])`, where `settle` is the
 //! Python function given at open. `value` is a `LocalIds`, a `ClaimedJobs` or `None`; `error`
 //! is `None`, `(1, queue)` for a missing queue or `(2, message)` for a connection problem.

@@ -3,8 +3,8 @@
 -- sets the version, so an open interrupted before it ends leaves the version as it was and the
 -- next open runs it again. Such a record goes with its job (dedup_keys_of_jobs_forget.sql), but a
 -- build before version 6 that served the file in between deleted jobs without their records, and
--- its GC walk is gone with its index. A walk of every record of the file: as long as the index
--- build of the same open. No params.
+-- no walk reaches them (they are not in the GC's index). It reads every record of the file,
+-- about what building that index costs in the same open. No params.
 DELETE FROM dedup_keys
  WHERE held_until_ms = 0
    AND NOT EXISTS (SELECT 1 FROM jobs
