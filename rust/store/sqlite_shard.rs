@@ -21,6 +21,15 @@
 //!   loss: a client's retry is safe, as delivery is at least once), and the shard's writer
 //!   refuses every request after it until the shard is opened again (`run_syncer`). `NORMAL`
 //!   answers at once, on the writer thread.
+//! * Checkpoints (copying the WAL into the shard file so that the WAL can start over) leave the
+//!   writer thread too. The writer's connection has no automatic checkpoint; a hook on it
+//!   (`record_wal_pages`) tells the writer after each `COMMIT` how many pages the WAL holds. Past
+//!   `WAL_CHECKPOINT_PAGES` it wakes the shard's checkpointer thread, which copies the WAL with a
+//!   `PASSIVE` checkpoint on a connection of its own, syncs included, while the writer goes on
+//!   committing (`run_checkpointer`). After the writer's next `COMMIT`, still holding the write
+//!   lock, the writer copies what was committed during that copy (a few pages), so its following
+//!   transaction starts the WAL over. Should the checkpointer fail or fall behind, the writer
+//!   checkpoints on its own thread once the WAL holds `WAL_FALLBACK_PAGES`.
 //! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
 //!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
 //!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by position.
@@ -54,12 +63,12 @@
 //! * `close` finishes every request already queued, then stops the thread and closes the
 //!   connection; a request after that is refused.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -309,8 +318,11 @@ pub struct SqliteShard<T: Send + 'static> {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The syncer thread, with `FULL`.
     syncer: Mutex<Option<JoinHandle<()>>>,
+    /// The checkpointer thread (`run_checkpointer`).
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
     commits: Arc<AtomicU64>,
     syncs: Arc<AtomicU64>,
+    checkpoints: Arc<CheckpointCounts>,
 }
 
 impl<T: Send + 'static> SqliteShard<T> {
@@ -321,15 +333,18 @@ impl<T: Send + 'static> SqliteShard<T> {
         complete: Complete<T>,
     ) -> Result<Self, ShardError> {
         let full = options.synchronous.eq_ignore_ascii_case("FULL");
-        Self::start(options, gate, complete, full.then_some(SyncSource::Wal))
+        let sync = full.then_some(SyncSource::Wal);
+        Self::start(options, gate, complete, sync, CheckpointAt::default())
     }
 
-    /// `open`, with `sync` what a `FULL` shard syncs (a test's stand-in), or None for `NORMAL`.
+    /// `open`, with `sync` what a `FULL` shard syncs (a test's stand-in), or None for `NORMAL`,
+    /// and `at` its WAL sizes that ask for checkpoints.
     fn start(
         options: ShardOptions,
         gate: Arc<WriteGate>,
         complete: Complete<T>,
         sync: Option<SyncSource>,
+        at: CheckpointAt,
     ) -> Result<Self, ShardError> {
         let inserts =
             SqliteInserts::new(&options.statements.enqueue_jobs).map_err(ShardError::Connection)?;
@@ -356,6 +371,26 @@ impl<T: Send + 'static> SqliteShard<T> {
                 (Delivery::Synced(done), Some(syncer))
             }
         };
+        let checkpoints = Arc::new(CheckpointCounts::default());
+        let (wake, woken) = sync_channel(1);
+        let state = Arc::new(AtomicU8::new(CHECKPOINT_IDLE));
+        let checkpointer = if at.thread {
+            let conn = open_checkpointer(&options).map_err(|e| {
+                ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
+            })?;
+            let (state, counts) = (Arc::clone(&state), Arc::clone(&checkpoints));
+            let thread = std::thread::Builder::new()
+                .name("pinlater-sqlite-ckpt".into())
+                .spawn(move || run_checkpointer(&conn, &woken, &state, &counts))
+                .map_err(|e| {
+                    ShardError::Connection(format!("cannot start the checkpointer thread: {e}"))
+                })?;
+            Some(thread)
+        } else {
+            // A test's checkpointer that never copies: the receiver stays, so a wake is taken.
+            std::mem::forget(woken);
+            None
+        };
         let (sender, receiver) = channel();
         let commits = Arc::new(AtomicU64::new(0));
         let writer = Writer {
@@ -369,6 +404,12 @@ impl<T: Send + 'static> SqliteShard<T> {
             broken,
             commits: Arc::clone(&commits),
             groups: RefCell::new(GroupCache::default()),
+            checkpoint: CheckpointLink {
+                wake,
+                state,
+                at,
+                counts: Arc::clone(&checkpoints),
+            },
         };
         // The writer owns the syncer's sender: the syncer ends after the writer's last group.
         let thread = std::thread::Builder::new()
@@ -379,8 +420,10 @@ impl<T: Send + 'static> SqliteShard<T> {
             sender: Mutex::new(Some(sender)),
             thread: Mutex::new(Some(thread)),
             syncer: Mutex::new(syncer),
+            checkpointer: Mutex::new(checkpointer),
             commits,
             syncs,
+            checkpoints,
         })
     }
 
@@ -393,6 +436,17 @@ impl<T: Send + 'static> SqliteShard<T> {
     /// as groups committed during a sync share the next one; `NORMAL`: none).
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Checkpoints so far: `(copied, by_writer)`, those the checkpointer thread completed and
+    /// those the writer ran on its own thread (the small ones that finish a copy, and any past
+    /// `WAL_FALLBACK_PAGES`).
+    pub fn checkpoints(&self) -> (u64, u64) {
+        let counts = &self.checkpoints;
+        (
+            counts.copied.load(Ordering::Relaxed),
+            counts.by_writer.load(Ordering::Relaxed),
+        )
     }
 
     /// Queues a request; its outcome goes to `complete`. `Err` gives the token back when the
@@ -421,6 +475,7 @@ impl<T: Send + 'static> SqliteShard<T> {
         }
         join_once(&self.thread);
         join_once(&self.syncer); // every group answered, after its sync
+        join_once(&self.checkpointer); // ends as the writer drops its wake
     }
 }
 
@@ -532,9 +587,122 @@ impl<T: Send + 'static> Drop for SqliteShard<T> {
     }
 }
 
-/// WAL pages (4 KiB each as a rule) after which the writer's commit checkpoints: a WAL of up to
-/// about 40 MiB per shard file, written over from its start after each checkpoint.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
+/// WAL pages (4 KiB each as a rule) past which the writer asks for a checkpoint: a WAL of about
+/// 40 MiB per shard file, written over from its start after each checkpoint. A group commit
+/// writes about 40 pages, mostly the same hot ones (the tails of the table and of its index)
+/// again and again; a checkpoint copies each page once however often the WAL holds it, so
+/// checkpointing a tenth as often as `SQLite`'s default (1,000) copies far fewer pages, with
+/// fewer syncs of the file.
+const WAL_CHECKPOINT_PAGES: i32 = 10_000;
+
+/// WAL pages past which the writer checkpoints on its own thread: the checkpointer failed or
+/// fell behind.
+const WAL_FALLBACK_PAGES: i32 = 4 * WAL_CHECKPOINT_PAGES;
+
+/// When a shard's writer asks for checkpoints, and whether it has a checkpointer thread.
+#[derive(Debug, Clone, Copy)]
+struct CheckpointAt {
+    /// WAL pages past which the writer wakes the checkpointer.
+    pages: i32,
+    /// WAL pages past which the writer checkpoints itself.
+    fallback: i32,
+    /// Whether the checkpointer thread runs (false: a test's checkpointer that never copies).
+    thread: bool,
+}
+
+impl Default for CheckpointAt {
+    fn default() -> Self {
+        Self {
+            pages: WAL_CHECKPOINT_PAGES,
+            fallback: WAL_FALLBACK_PAGES,
+            thread: true,
+        }
+    }
+}
+
+/// The checkpointer is idle; it is copying the WAL (the writer woke it); it copied the WAL, and
+/// the writer is to finish the checkpoint after its next `COMMIT`.
+const CHECKPOINT_IDLE: u8 = 0;
+const CHECKPOINT_COPYING: u8 = 1;
+const CHECKPOINT_COPIED: u8 = 2;
+
+#[derive(Debug, Default)]
+struct CheckpointCounts {
+    /// Checkpoints the checkpointer thread completed.
+    copied: AtomicU64,
+    /// The WAL frames in the file after each of those, summed (`wal_checkpoint`'s third value).
+    copied_frames: AtomicU64,
+    /// Checkpoints the writer ran.
+    by_writer: AtomicU64,
+}
+
+/// The writer's side of the checkpointer.
+struct CheckpointLink {
+    wake: SyncSender<()>,
+    state: Arc<AtomicU8>,
+    at: CheckpointAt,
+    counts: Arc<CheckpointCounts>,
+}
+
+thread_local! {
+    /// The pages in the WAL after this thread's last `COMMIT` that wrote any (`record_wal_pages`).
+    static WAL_PAGES: Cell<i32> = const { Cell::new(0) };
+}
+
+/// The writer connection's WAL hook: keeps the WAL's size for the writer to read after its
+/// `COMMIT` (it runs inside it, on the writer thread). Never an error: the commit is done.
+#[allow(clippy::unnecessary_wraps)] // the hook's signature
+fn record_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.set(pages);
+    Ok(())
+}
+
+/// The checkpointer thread: at each wake, a `PASSIVE` checkpoint on its own connection, which
+/// copies every page committed so far into the shard file (unless a reader still needs it),
+/// syncing the WAL before and the file after, and waits for no lock: the writer commits on
+/// meanwhile. Then the writer finishes it (`Writer::after_commit`). A failed one (another
+/// connection was checkpointing, say) leaves it to the writer's next ask. Ends when the writer
+/// is gone.
+fn run_checkpointer(
+    conn: &Connection,
+    woken: &Receiver<()>,
+    state: &AtomicU8,
+    counts: &CheckpointCounts,
+) {
+    while woken.recv().is_ok() {
+        let copied = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            row.get::<_, i64>(2)
+        });
+        if let Ok(frames) = copied {
+            let frames = u64::try_from(frames).unwrap_or(0);
+            counts.copied_frames.fetch_add(frames, Ordering::Relaxed);
+            counts.copied.fetch_add(1, Ordering::Relaxed);
+            state.store(CHECKPOINT_COPIED, Ordering::Release);
+        } else {
+            state.store(CHECKPOINT_IDLE, Ordering::Release);
+        }
+    }
+}
+
+/// The checkpointer's connection: as the writer's opens (`FULL` or `NORMAL`: either syncs the
+/// WAL before a checkpoint and the file after it).
+fn open_checkpointer(options: &ShardOptions) -> Result<Connection, String> {
+    let conn = Connection::open_with_flags(
+        &options.path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| e.to_string())?;
+    conn.busy_timeout(Duration::from_millis(options.busy_timeout_ms))
+        .map_err(|e| e.to_string())?;
+    let sync = if options.synchronous.eq_ignore_ascii_case("FULL") {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
+        .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
 
 /// The writer's connection; `synced_apart`: `FULL` by the syncer thread, so the connection
 /// itself runs `NORMAL`.
@@ -563,16 +731,12 @@ fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connect
     // temp_store MEMORY: each request's SAVEPOINT keeps the original of every page it changes
     // in a sub-journal, which SQLite spills to a temporary file past 64 KiB (a file opened,
     // written and unlinked per group, more writes than the WAL's): kept in memory instead.
-    // wal_autocheckpoint: this connection's commits checkpoint the WAL into the file once it
-    // holds WAL_AUTOCHECKPOINT_PAGES pages, not SQLite's 1,000. A group commit writes about 40
-    // pages, mostly the same hot ones (the tails of the table and of its index) again and again;
-    // a checkpoint copies each page once however often the WAL holds it, so checkpointing a
-    // tenth as often copies far fewer pages, with fewer syncs of the file.
     conn.execute_batch(&format!(
-        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY; \
-         PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}"
+        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY"
     ))
     .map_err(|e| e.to_string())?;
+    // No automatic checkpoint (the hook replaces it): the writer asks the checkpointer.
+    conn.wal_hook(Some(record_wal_pages));
     // Every statement the writer runs stays prepared: its own, and the multi-row ones, one per
     // entry of CHUNKS for each of five statements.
     conn.set_prepared_statement_cache_capacity(128);
@@ -594,6 +758,7 @@ struct Writer<T> {
     commits: Arc<AtomicU64>,
     /// The `groups` rows this connection last read or wrote (see `GroupCache`).
     groups: RefCell<GroupCache>,
+    checkpoint: CheckpointLink,
 }
 
 /// The rows of `groups` as this connection last read or wrote them, so that a request reads
@@ -778,6 +943,7 @@ impl<T: Send> Writer<T> {
             None => match self.control("COMMIT") {
                 Ok(()) => {
                     self.commits.fetch_add(1, Ordering::Relaxed);
+                    self.after_commit();
                     None
                 }
                 Err(e) => Some(format!("commit failed: {e}")),
@@ -801,6 +967,37 @@ impl<T: Send> Writer<T> {
             }
         }
         (done, committed)
+    }
+
+    /// After a `COMMIT`, with the write lock still held: finishes a checkpoint the checkpointer
+    /// copied (what was committed since, so that the next transaction starts the WAL over), or
+    /// wakes it when the WAL has grown past `CheckpointAt::pages`, or checkpoints here past
+    /// `CheckpointAt::fallback`. A failed checkpoint changes nothing committed: the next commit
+    /// tries again.
+    fn after_commit(&self) {
+        let link = &self.checkpoint;
+        let pages = WAL_PAGES.replace(0); // a commit that writes nothing leaves it 0
+        let state = link.state.load(Ordering::Acquire);
+        let checkpoint_here = if state == CHECKPOINT_COPIED {
+            link.state.store(CHECKPOINT_IDLE, Ordering::Release);
+            true
+        } else if state == CHECKPOINT_IDLE && pages >= link.at.pages {
+            link.state.store(CHECKPOINT_COPYING, Ordering::Release);
+            // Full or gone (a test's, or closing): no copy is coming, so the fallback applies.
+            let _ = link.wake.try_send(());
+            false
+        } else {
+            pages >= link.at.fallback
+        };
+        if checkpoint_here {
+            let done = self
+                .conn
+                .prepare_cached("PRAGMA wal_checkpoint(PASSIVE)")
+                .and_then(|mut s| s.query_row([], |_| Ok(())));
+            if done.is_ok() {
+                link.counts.by_writer.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// One request inside its savepoint.
@@ -2147,6 +2344,98 @@ mod tests {
         (shard, rx)
     }
 
+    /// A `NORMAL` shard on `path` whose writer asks for checkpoints `at`.
+    fn open_checkpointing(
+        path: &std::path::Path,
+        at: CheckpointAt,
+    ) -> (SqliteShard<i32>, Receiver<Vec<(i32, Outcome)>>) {
+        let (tx, rx) = channel();
+        let complete: Complete<i32> = Box::new(move |done| tx.send(done).unwrap());
+        let gate = Arc::new(WriteGate::default());
+        let shard = SqliteShard::start(options(path), gate, complete, None, at).unwrap();
+        (shard, rx)
+    }
+
+    /// Enqueues a job of 2 KiB (its own commit) and waits for the answer.
+    fn commit_one(shard: &SqliteShard<i32>, rx: &Receiver<Vec<(i32, Outcome)>>) {
+        shard.submit(0, one_job(&[7; 2048])).unwrap();
+        let done = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert!(matches!(done[0].1, Ok(Answer::Ids(_))), "{:?}", done[0].1);
+    }
+
+    fn wal_bytes(path: &std::path::Path) -> u64 {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::metadata(wal).unwrap().len()
+    }
+
+    /// Commits until `done` holds, or fails after 30 s.
+    fn commit_until(
+        shard: &SqliteShard<i32>,
+        rx: &Receiver<Vec<(i32, Outcome)>>,
+        what: &str,
+        done: impl Fn(&SqliteShard<i32>) -> bool,
+    ) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done(shard) {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            commit_one(shard, rx);
+        }
+    }
+
+    #[test]
+    fn the_checkpointer_copies_the_wal_and_the_writer_starts_it_over() {
+        let (path, setup) = fresh_file("ckpt", 1);
+        let at = CheckpointAt {
+            pages: 60,
+            fallback: i32::MAX,
+            thread: true,
+        };
+        let (shard, rx) = open_checkpointing(&path, at);
+        commit_until(&shard, &rx, "a copy", |s| s.checkpoints().0 >= 1);
+        let frames = shard.checkpoints.copied_frames.load(Ordering::Relaxed);
+        assert!(frames >= 60, "the checkpointer copied {frames} frames");
+        // The commit after the copy finishes it; the one after that starts the WAL over.
+        commit_until(&shard, &rx, "a finish", |s| s.checkpoints().1 >= 1);
+        commit_one(&shard, &rx);
+        let size = wal_bytes(&path);
+        assert!(size >= 60 * 4096, "the WAL held the pages copied: {size}");
+        for _ in 0..5 {
+            commit_one(&shard, &rx); // about 4 pages each, written over the WAL's first ones
+        }
+        assert_eq!(
+            wal_bytes(&path),
+            size,
+            "the WAL grew: it did not start over"
+        );
+        shard.close();
+        assert_eq!(
+            jobs_in(&setup),
+            int(&setup, "SELECT max(local_id) FROM jobs")
+        );
+    }
+
+    #[test]
+    fn the_writer_checkpoints_itself_when_no_copy_comes() {
+        let (path, setup) = fresh_file("ckpt-fallback", 1);
+        let at = CheckpointAt {
+            pages: 20,
+            fallback: 60,
+            thread: false, // woken once, never copies
+        };
+        let (shard, rx) = open_checkpointing(&path, at);
+        for _ in 0..150 {
+            commit_one(&shard, &rx); // about 600 pages in all
+        }
+        let (copied, by_writer) = shard.checkpoints();
+        assert_eq!(copied, 0);
+        assert!(by_writer >= 2, "the writer checkpointed {by_writer} times");
+        let size = wal_bytes(&path);
+        assert!(size < 100 * 4120, "the WAL grew to {size} bytes");
+        shard.close();
+        assert_eq!(jobs_in(&setup), 150);
+    }
+
     fn one_job(body: &[u8]) -> Op {
         Op::Enqueue {
             queue: "q".into(),
@@ -2171,7 +2460,14 @@ mod tests {
         let mut full = options(path);
         full.synchronous = "FULL".into();
         let complete: Complete<i32> = Box::new(move |done| tx.send(done).unwrap());
-        let shard = SqliteShard::start(full, gate, complete, Some(SyncSource::With(sync))).unwrap();
+        let shard = SqliteShard::start(
+            full,
+            gate,
+            complete,
+            Some(SyncSource::With(sync)),
+            CheckpointAt::default(),
+        )
+        .unwrap();
         (shard, rx)
     }
 
