@@ -25,11 +25,14 @@
 //!   writer thread too. The writer's connection has no automatic checkpoint; a hook on it
 //!   (`record_wal_pages`) tells the writer after each `COMMIT` how many pages the WAL holds. Past
 //!   `WAL_CHECKPOINT_PAGES` it wakes the shard's checkpointer thread, which copies the WAL with a
-//!   `PASSIVE` checkpoint on a connection of its own, syncs included, while the writer goes on
-//!   committing (`run_checkpointer`). After the writer's next `COMMIT`, still holding the write
-//!   lock, the writer copies what was committed during that copy (a few pages), so its following
-//!   transaction starts the WAL over. Should the checkpointer fail or fall behind, the writer
-//!   checkpoints on its own thread once the WAL holds `WAL_FALLBACK_PAGES`.
+//!   `PASSIVE` checkpoint on a connection of its own while the writer goes on committing, and
+//!   copies again what was committed meanwhile until a pass meets no commit, so that `SQLite`
+//!   syncs the shard file there (it syncs the file only after a copy that reached the WAL's end:
+//!   `Checkpointer::copy`). After the writer's next `COMMIT`, still holding the `WriteGate`,
+//!   the writer copies what was committed during that copy (a few pages, and a sync of the WAL
+//!   and of the file), so its following transaction starts the WAL over, unless a reader
+//!   (Python's connection) still holds an older snapshot. Should the checkpointer fail or fall
+//!   behind, the writer checkpoints on its own thread once the WAL holds `WAL_FALLBACK_PAGES`.
 //! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
 //!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
 //!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by position.
@@ -373,23 +376,23 @@ impl<T: Send + 'static> SqliteShard<T> {
         };
         let checkpoints = Arc::new(CheckpointCounts::default());
         let (wake, woken) = sync_channel(1);
-        let state = Arc::new(AtomicU8::new(CHECKPOINT_IDLE));
-        let checkpointer = if at.thread {
-            let conn = open_checkpointer(&options).map_err(|e| {
-                ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
-            })?;
-            let (state, counts) = (Arc::clone(&state), Arc::clone(&checkpoints));
-            let thread = std::thread::Builder::new()
-                .name("pinlater-sqlite-ckpt".into())
-                .spawn(move || run_checkpointer(&conn, &woken, &state, &counts))
-                .map_err(|e| {
-                    ShardError::Connection(format!("cannot start the checkpointer thread: {e}"))
+        let checkpointer = match at.copier {
+            Copier::Thread => {
+                let copier = open_checkpointer(&options).map_err(|e| {
+                    ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
                 })?;
-            Some(thread)
-        } else {
-            // A test's checkpointer that never copies: the receiver stays, so a wake is taken.
-            std::mem::forget(woken);
-            None
+                Some(spawn_checkpointer(woken, &checkpoints, move || {
+                    copier.copy()
+                })?)
+            }
+            #[cfg(test)]
+            Copier::Never => {
+                // The receiver stays, so a wake is taken, and never answered.
+                std::mem::forget(woken);
+                None
+            }
+            #[cfg(test)]
+            Copier::Failing => Some(spawn_checkpointer(woken, &checkpoints, || None)?),
         };
         let (sender, receiver) = channel();
         let commits = Arc::new(AtomicU64::new(0));
@@ -406,9 +409,8 @@ impl<T: Send + 'static> SqliteShard<T> {
             groups: RefCell::new(GroupCache::default()),
             checkpoint: CheckpointLink {
                 wake,
-                state,
                 at,
-                counts: Arc::clone(&checkpoints),
+                shared: Arc::clone(&checkpoints),
             },
         };
         // The writer owns the syncer's sender: the syncer ends after the writer's last group.
@@ -599,15 +601,27 @@ const WAL_CHECKPOINT_PAGES: i32 = 10_000;
 /// fell behind.
 const WAL_FALLBACK_PAGES: i32 = 4 * WAL_CHECKPOINT_PAGES;
 
-/// When a shard's writer asks for checkpoints, and whether it has a checkpointer thread.
+/// When a shard's writer asks for checkpoints, and who copies the WAL when it asks.
 #[derive(Debug, Clone, Copy)]
 struct CheckpointAt {
     /// WAL pages past which the writer wakes the checkpointer.
     pages: i32,
-    /// WAL pages past which the writer checkpoints itself.
+    /// WAL pages past which the writer checkpoints itself, whatever the checkpointer is doing.
     fallback: i32,
-    /// Whether the checkpointer thread runs (false: a test's checkpointer that never copies).
-    thread: bool,
+    copier: Copier,
+}
+
+/// Who answers the writer's wakes.
+#[derive(Debug, Clone, Copy)]
+enum Copier {
+    /// The checkpointer thread (`run_checkpointer`, `Checkpointer::copy`).
+    Thread,
+    /// A test's checkpointer that never answers.
+    #[cfg(test)]
+    Never,
+    /// A test's checkpointer whose every copy fails at once.
+    #[cfg(test)]
+    Failing,
 }
 
 impl Default for CheckpointAt {
@@ -615,7 +629,7 @@ impl Default for CheckpointAt {
         Self {
             pages: WAL_CHECKPOINT_PAGES,
             fallback: WAL_FALLBACK_PAGES,
-            thread: true,
+            copier: Copier::Thread,
         }
     }
 }
@@ -626,22 +640,26 @@ const CHECKPOINT_IDLE: u8 = 0;
 const CHECKPOINT_COPYING: u8 = 1;
 const CHECKPOINT_COPIED: u8 = 2;
 
+/// What the writer, the checkpointer and the shard share.
 #[derive(Debug, Default)]
 struct CheckpointCounts {
+    /// `CHECKPOINT_IDLE` (the default), `_COPYING` or `_COPIED`: set by the writer when idle or
+    /// copied, by the checkpointer when copying.
+    state: AtomicU8,
     /// Checkpoints the checkpointer thread completed.
     copied: AtomicU64,
-    /// The WAL frames in the file after each of those, summed (`wal_checkpoint`'s third value).
+    /// The WAL frames checkpointed after each of those (the WAL's, copied by this checkpoint or
+    /// an earlier one), summed (`wal_checkpoint`'s third value).
     copied_frames: AtomicU64,
-    /// Checkpoints the writer ran.
+    /// Checkpoints the writer ran (not those another connection's kept from running).
     by_writer: AtomicU64,
 }
 
 /// The writer's side of the checkpointer.
 struct CheckpointLink {
     wake: SyncSender<()>,
-    state: Arc<AtomicU8>,
     at: CheckpointAt,
-    counts: Arc<CheckpointCounts>,
+    shared: Arc<CheckpointCounts>,
 }
 
 thread_local! {
@@ -657,36 +675,87 @@ fn record_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlit
     Ok(())
 }
 
-/// The checkpointer thread: at each wake, a `PASSIVE` checkpoint on its own connection, which
-/// copies every page committed so far into the shard file (unless a reader still needs it),
-/// syncing the WAL before and the file after, and waits for no lock: the writer commits on
-/// meanwhile. Then the writer finishes it (`Writer::after_commit`). A failed one (another
-/// connection was checkpointing, say) leaves it to the writer's next ask. Ends when the writer
-/// is gone.
+/// A `PASSIVE` checkpoint on `conn`: `(log, checkpointed)`, the WAL's frames as it began and
+/// those of them checkpointed, or None if it failed or did nothing as another connection was
+/// checkpointing (the pragma answers that with a row whose `busy` is 1, not with an error).
+fn checkpoint_passive(conn: &Connection) -> Option<(i64, i64)> {
+    conn.prepare_cached("PRAGMA wal_checkpoint(PASSIVE)")
+        .and_then(|mut s| {
+            s.query_row([], |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get(2)?))
+            })
+        })
+        .ok()
+        .filter(|&(busy, _, _)| busy == 0)
+        .map(|(_, log, checkpointed)| (log, checkpointed))
+}
+
+/// Most `PASSIVE` checkpoints one copy of the checkpointer runs (`Checkpointer::copy`).
+const COPY_PASSES: usize = 16;
+
+/// The checkpointer thread: at each wake, `copy`, then the state the writer reads after its next
+/// `COMMIT` (`Writer::after_commit`): copied, or idle again if the copy failed (the writer's
+/// next commit past `CheckpointAt::pages` wakes it again). Ends when the writer is gone.
 fn run_checkpointer(
-    conn: &Connection,
     woken: &Receiver<()>,
-    state: &AtomicU8,
-    counts: &CheckpointCounts,
+    shared: &CheckpointCounts,
+    mut copy: impl FnMut() -> Option<u64>,
 ) {
     while woken.recv().is_ok() {
-        let copied = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            row.get::<_, i64>(2)
-        });
-        if let Ok(frames) = copied {
-            let frames = u64::try_from(frames).unwrap_or(0);
-            counts.copied_frames.fetch_add(frames, Ordering::Relaxed);
-            counts.copied.fetch_add(1, Ordering::Relaxed);
-            state.store(CHECKPOINT_COPIED, Ordering::Release);
+        if let Some(frames) = copy() {
+            shared.copied_frames.fetch_add(frames, Ordering::Relaxed);
+            shared.copied.fetch_add(1, Ordering::Relaxed);
+            shared.state.store(CHECKPOINT_COPIED, Ordering::Release);
         } else {
-            state.store(CHECKPOINT_IDLE, Ordering::Release);
+            shared.state.store(CHECKPOINT_IDLE, Ordering::Release);
         }
     }
 }
 
-/// The checkpointer's connection: as the writer's opens (`FULL` or `NORMAL`: either syncs the
-/// WAL before a checkpoint and the file after it).
-fn open_checkpointer(options: &ShardOptions) -> Result<Connection, String> {
+fn spawn_checkpointer(
+    woken: Receiver<()>,
+    shared: &Arc<CheckpointCounts>,
+    copy: impl FnMut() -> Option<u64> + Send + 'static,
+) -> Result<JoinHandle<()>, ShardError> {
+    let shared = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name("pinlater-ckpt".into()) // Linux keeps 15 bytes: not "pinlater-sqlite"
+        .spawn(move || run_checkpointer(&woken, &shared, copy))
+        .map_err(|e| ShardError::Connection(format!("cannot start the checkpointer thread: {e}")))
+}
+
+/// The checkpointer thread's connection.
+struct Checkpointer {
+    conn: Connection,
+}
+
+impl Checkpointer {
+    /// `PASSIVE` checkpoints, each of which copies every frame committed as it began into the
+    /// shard file (unless a reader still needs it) and waits for no lock: the writer commits on
+    /// meanwhile. `SQLite` syncs the WAL before a copy, but the file after it only if no commit
+    /// came during the copy (the copy reached the WAL's end as it is then; the pragma's answer
+    /// does not tell). Else the file's sync, of every page copied (milliseconds), would fall to
+    /// the writer's checkpoint that finishes this one, on its thread and holding the
+    /// `WriteGate`. So it copies again, what was committed meanwhile (a few pages), until a pass
+    /// finds the WAL as the pass before left it: no commit came during that one, which synced
+    /// the file. At most `COPY_PASSES` (a busy writer may commit during every pass: the writer's
+    /// checkpoint then syncs the file). The frames checkpointed, or None if a pass failed.
+    fn copy(&self) -> Option<u64> {
+        let mut last: Option<(i64, i64)> = None;
+        for _ in 0..COPY_PASSES {
+            let (log, checkpointed) = checkpoint_passive(&self.conn)?;
+            if last.is_some_and(|(before, _)| before == log) {
+                break; // nothing was committed since the pass before began
+            }
+            last = Some((log, checkpointed));
+        }
+        last.map(|(_, checkpointed)| u64::try_from(checkpointed).unwrap_or(0))
+    }
+}
+
+/// The checkpointer's connection, opened as the writer's (`FULL` or `NORMAL`: either syncs the
+/// WAL before a checkpoint, and the file after one that reached the WAL's end).
+fn open_checkpointer(options: &ShardOptions) -> Result<Checkpointer, String> {
     let conn = Connection::open_with_flags(
         &options.path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -701,7 +770,7 @@ fn open_checkpointer(options: &ShardOptions) -> Result<Connection, String> {
     };
     conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
         .map_err(|e| e.to_string())?;
-    Ok(conn)
+    Ok(Checkpointer { conn })
 }
 
 /// The writer's connection; `synced_apart`: `FULL` by the syncer thread, so the connection
@@ -911,7 +980,8 @@ impl<T: Send> Writer<T> {
             }
         }
         // Requests queued after Close cannot exist (close takes the sender first); the
-        // connection closes as the writer drops, checkpointing the WAL if it is the last one.
+        // connection closes as the writer drops. The checkpointer's closes after it, and
+        // checkpoints the WAL if it is the last one.
     }
 
     /// Runs requests from the front of `batch` as one transaction and answers them: all of
@@ -969,34 +1039,29 @@ impl<T: Send> Writer<T> {
         (done, committed)
     }
 
-    /// After a `COMMIT`, with the write lock still held: finishes a checkpoint the checkpointer
-    /// copied (what was committed since, so that the next transaction starts the WAL over), or
-    /// wakes it when the WAL has grown past `CheckpointAt::pages`, or checkpoints here past
-    /// `CheckpointAt::fallback`. A failed checkpoint changes nothing committed: the next commit
-    /// tries again.
+    /// After a `COMMIT`, holding the `WriteGate` (`SQLite`'s write lock is already released):
+    /// finishes a checkpoint the checkpointer copied (what was committed since, so that the next
+    /// transaction starts the WAL over), or checkpoints here past `CheckpointAt::fallback`, or
+    /// wakes the checkpointer when the WAL has grown past `CheckpointAt::pages`. The fallback
+    /// comes before the wake: a checkpointer that fails at once is idle again by the next
+    /// commit, and woken at each one it would never let the fallback run. A failed checkpoint
+    /// changes nothing committed: the next commit tries again.
     fn after_commit(&self) {
         let link = &self.checkpoint;
+        let shared = &link.shared;
         let pages = WAL_PAGES.replace(0); // a commit that writes nothing leaves it 0
-        let state = link.state.load(Ordering::Acquire);
-        let checkpoint_here = if state == CHECKPOINT_COPIED {
-            link.state.store(CHECKPOINT_IDLE, Ordering::Release);
-            true
-        } else if state == CHECKPOINT_IDLE && pages >= link.at.pages {
-            link.state.store(CHECKPOINT_COPYING, Ordering::Release);
+        let state = shared.state.load(Ordering::Acquire);
+        if state == CHECKPOINT_COPIED {
+            shared.state.store(CHECKPOINT_IDLE, Ordering::Release);
+        }
+        let checkpoint_here = state == CHECKPOINT_COPIED || pages >= link.at.fallback;
+        if !checkpoint_here && state == CHECKPOINT_IDLE && pages >= link.at.pages {
+            shared.state.store(CHECKPOINT_COPYING, Ordering::Release);
             // Full or gone (a test's, or closing): no copy is coming, so the fallback applies.
             let _ = link.wake.try_send(());
-            false
-        } else {
-            pages >= link.at.fallback
-        };
-        if checkpoint_here {
-            let done = self
-                .conn
-                .prepare_cached("PRAGMA wal_checkpoint(PASSIVE)")
-                .and_then(|mut s| s.query_row([], |_| Ok(())));
-            if done.is_ok() {
-                link.counts.by_writer.fetch_add(1, Ordering::Relaxed);
-            }
+        }
+        if checkpoint_here && checkpoint_passive(&self.conn).is_some() {
+            shared.by_writer.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -2389,7 +2454,7 @@ mod tests {
         let at = CheckpointAt {
             pages: 60,
             fallback: i32::MAX,
-            thread: true,
+            copier: Copier::Thread,
         };
         let (shard, rx) = open_checkpointing(&path, at);
         commit_until(&shard, &rx, "a copy", |s| s.checkpoints().0 >= 1);
@@ -2421,11 +2486,42 @@ mod tests {
         let at = CheckpointAt {
             pages: 20,
             fallback: 60,
-            thread: false, // woken once, never copies
+            copier: Copier::Never, // woken once, never copies
         };
         let (shard, rx) = open_checkpointing(&path, at);
         for _ in 0..150 {
             commit_one(&shard, &rx); // about 600 pages in all
+        }
+        let (copied, by_writer) = shard.checkpoints();
+        assert_eq!(copied, 0);
+        assert!(by_writer >= 2, "the writer checkpointed {by_writer} times");
+        let size = wal_bytes(&path);
+        assert!(size < 100 * 4120, "the WAL grew to {size} bytes");
+        shard.close();
+        assert_eq!(jobs_in(&setup), 150);
+    }
+
+    #[test]
+    fn the_writer_checkpoints_itself_when_every_copy_fails() {
+        let (path, setup) = fresh_file("ckpt-failing", 1);
+        let at = CheckpointAt {
+            pages: 20,
+            fallback: 60,
+            copier: Copier::Failing,
+        };
+        let (shard, rx) = open_checkpointing(&path, at);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for _ in 0..150 {
+            // About 4 pages each, 600 in all; each wake answered (failed) before the next
+            // commit, however loaded the machine.
+            commit_one(&shard, &rx);
+            while shard.checkpoints.state.load(Ordering::Acquire) == CHECKPOINT_COPYING {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a wake never answered"
+                );
+                std::thread::yield_now();
+            }
         }
         let (copied, by_writer) = shard.checkpoints();
         assert_eq!(copied, 0);
