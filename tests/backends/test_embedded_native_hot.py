@@ -436,3 +436,27 @@ def test_full_syncs_the_log_before_a_call_returns_and_normal_never_does(tmp_path
         assert len(store.lookup_jobs(Q, [(1, 1), (1, 2), (1, 3)], False)) == 3
     finally:
         store.close()
+
+
+def test_python_commits_leave_the_log_to_the_checkpointer_once_the_hot_path_opens(tmp_path: Path) -> None:
+    """Python's connection copies the log into the file (holding the write lock) at SQLite's
+    1,000 pages until the hot path opens, then only at NATIVE_AUTOCHECKPOINT_PAGES: the hot
+    path's checkpointer copies it, off the lock. A copy is what grows the file in WAL mode."""
+    store = EmbeddedStore(tmp_path / "ckpt", "1", synchronous="NORMAL")
+    try:
+        store.create_queue(Q, 3)
+        body = b"x" * 3000  # about a page a job
+
+        def growth_of_the_file() -> int:
+            """Commits about 1,200 pages through Python's connection, 100 a commit."""
+            before = store.path.stat().st_size
+            for _ in range(12):
+                store.enqueue_jobs(Q, [NewJob(1, body, 0, 1) for _ in range(100)], T0)
+            return store.path.stat().st_size - before
+
+        assert growth_of_the_file() > 1_000 * 3000  # copied past 1,000 pages
+        store.native_hot_path(offload)
+        assert growth_of_the_file() == 0  # the log holds them all
+        assert len(records(store, list(range(1, 2401)))) == 2400
+    finally:
+        store.close()

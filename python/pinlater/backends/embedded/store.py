@@ -74,6 +74,12 @@ if TYPE_CHECKING:
 CUSTOM_STATUS_LIMIT = 5000  # characters, as the original's MySQL backend
 SYNCHRONOUS_MODES = ("FULL", "NORMAL")
 MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE ... RETURNING
+
+# Python's connection copies the log into the file (a checkpoint, holding the write lock) when a
+# commit of its own leaves it holding this many pages: SQLite's 1,000 until the hot path opens,
+# then this, the Rust writer's WAL_FALLBACK_PAGES (rust/store/sqlite_shard.rs), as the hot path's
+# checkpointer copies the log at 10,000 pages without holding the lock.
+NATIVE_AUTOCHECKPOINT_PAGES = 40_000
 #: Most due jobs a dequeue (or reservation) of a queue with expiring jobs expires before it
 #: claims (the Rust writer's ``EXPIRE_ON_DEQUEUE``): expired jobs do not pile up at the front of
 #: the queue between the monitor's ``expire_jobs`` sweeps, for one probe when none is due.
@@ -148,6 +154,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 raise ShardConnectionError(self._name, "the store is closed")
             if self._native is None:
                 self._native = open_native_shard(self, self._synchronous, self._busy_timeout_ms)
+                # The hot path's checkpointer copies the log from now on, off the write lock.
+                # Python's commits copy it only past the pages where the Rust writer would too.
+                self._conn.execute(f"PRAGMA wal_autocheckpoint = {NATIVE_AUTOCHECKPOINT_PAGES}")
             return NativeEmbeddedHotPath(self, self._native, offload)
 
     def hot_path(self, offload: Offload) -> HotPath:
