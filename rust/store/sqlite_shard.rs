@@ -739,15 +739,20 @@ impl Checkpointer {
     /// `WriteGate`. So it copies again, what was committed meanwhile (a few pages), until a pass
     /// finds the WAL as the pass before left it: no commit came during that one, which synced
     /// the file. At most `COPY_PASSES` (a busy writer may commit during every pass: the writer's
-    /// checkpoint then syncs the file). The frames checkpointed, or None if a pass failed.
+    /// checkpoint then syncs the file), and none more once a pass copied nothing new: a reader
+    /// (Python's connection) holds an older snapshot, which keeps the rest from being copied.
+    /// The frames checkpointed, or None if a pass failed.
     fn copy(&self) -> Option<u64> {
         let mut last: Option<(i64, i64)> = None;
         for _ in 0..COPY_PASSES {
             let (log, checkpointed) = checkpoint_passive(&self.conn)?;
-            if last.is_some_and(|(before, _)| before == log) {
-                break; // nothing was committed since the pass before began
-            }
+            let done = last.is_some_and(|(log_before, checkpointed_before)| {
+                log == log_before || checkpointed == checkpointed_before
+            });
             last = Some((log, checkpointed));
+            if done {
+                break;
+            }
         }
         last.map(|(_, checkpointed)| u64::try_from(checkpointed).unwrap_or(0))
     }
