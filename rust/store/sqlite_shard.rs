@@ -366,7 +366,7 @@ impl<T: Send + 'static> SqliteShard<T> {
                 let (done, committed) = channel();
                 let (count, failed) = (Arc::clone(&syncs), Arc::clone(&broken));
                 let syncer = std::thread::Builder::new()
-                    .name("pinlater-sqlite-sync".into())
+                    .name("pinlater-sync".into()) // Linux keeps 15 bytes of a name
                     .spawn(move || run_syncer(&committed, sync, complete, &count, &failed))
                     .map_err(|e| {
                         ShardError::Connection(format!("cannot start the syncer thread: {e}"))
@@ -643,8 +643,9 @@ const CHECKPOINT_COPIED: u8 = 2;
 /// What the writer, the checkpointer and the shard share.
 #[derive(Debug, Default)]
 struct CheckpointCounts {
-    /// `CHECKPOINT_IDLE` (the default), `_COPYING` or `_COPIED`: set by the writer when idle or
-    /// copied, by the checkpointer when copying.
+    /// `CHECKPOINT_IDLE` (the default), `_COPYING` or `_COPIED`: the writer sets `_COPYING` as it
+    /// wakes the checkpointer and `_IDLE` as it finishes a copy; the checkpointer sets `_COPIED`,
+    /// or `_IDLE` when its copy failed.
     state: AtomicU8,
     /// Checkpoints the checkpointer thread completed.
     copied: AtomicU64,
@@ -663,7 +664,8 @@ struct CheckpointLink {
 }
 
 thread_local! {
-    /// The pages in the WAL after this thread's last `COMMIT` that wrote any (`record_wal_pages`).
+    /// The pages in the WAL after this thread's last `COMMIT` that wrote any (`record_wal_pages`);
+    /// the writer takes it (leaving 0) after each `COMMIT`.
     static WAL_PAGES: Cell<i32> = const { Cell::new(0) };
 }
 
@@ -719,7 +721,7 @@ fn spawn_checkpointer(
 ) -> Result<JoinHandle<()>, ShardError> {
     let shared = Arc::clone(shared);
     std::thread::Builder::new()
-        .name("pinlater-ckpt".into()) // Linux keeps 15 bytes: not "pinlater-sqlite"
+        .name("pinlater-ckpt".into()) // Linux keeps 15 bytes of a name
         .spawn(move || run_checkpointer(&woken, &shared, copy))
         .map_err(|e| ShardError::Connection(format!("cannot start the checkpointer thread: {e}")))
 }

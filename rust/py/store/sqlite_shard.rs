@@ -245,7 +245,7 @@ impl SqliteShard {
             let gate = Arc::clone(&gate.inner);
             let (done, groups) = channel();
             let settler = std::thread::Builder::new()
-                .name("pinlater-sqlite-settle".into())
+                .name("pinlater-settle".into()) // Linux keeps 15 bytes of a name
                 .spawn(move || settle_groups(&settle, &groups))?;
             // The writer owns `done`: the settler ends once the writer has, after its last group.
             let complete = Box::new(move |answered| {
