@@ -760,35 +760,27 @@ impl Checkpointer {
     }
 }
 
-/// The checkpointer's connection, opened as the writer's (`FULL` or `NORMAL`: either syncs the
+/// The checkpointer's connection, at the writer's level (`FULL` or `NORMAL`: either syncs the
 /// WAL before a checkpoint, and the file after one that reached the WAL's end).
 fn open_checkpointer(options: &ShardOptions) -> Result<Checkpointer, String> {
-    let conn = Connection::open_with_flags(
-        &options.path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| e.to_string())?;
-    conn.busy_timeout(Duration::from_millis(options.busy_timeout_ms))
-        .map_err(|e| e.to_string())?;
-    let sync = if options.synchronous.eq_ignore_ascii_case("FULL") {
-        "FULL"
-    } else {
-        "NORMAL"
-    };
-    conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
-        .map_err(|e| e.to_string())?;
+    let conn = open_file(options, synchronous(options, false)?)?;
     Ok(Checkpointer { conn })
 }
 
-/// The writer's connection; `synced_apart`: `FULL` by the syncer thread, so the connection
-/// itself runs `NORMAL`.
-fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connection, String> {
-    let sync = match options.synchronous.to_ascii_uppercase().as_str() {
-        "FULL" if synced_apart => "NORMAL",
-        "FULL" => "FULL",
-        "NORMAL" => "NORMAL",
-        other => return Err(format!("synchronous must be FULL or NORMAL, not {other}")),
-    };
+/// The `synchronous` level of a connection of the shard; `synced_apart`: `FULL` by the syncer
+/// thread, so the connection itself runs `NORMAL`.
+fn synchronous(options: &ShardOptions, synced_apart: bool) -> Result<&'static str, String> {
+    match options.synchronous.to_ascii_uppercase().as_str() {
+        "FULL" if synced_apart => Ok("NORMAL"),
+        "FULL" => Ok("FULL"),
+        "NORMAL" => Ok("NORMAL"),
+        other => Err(format!("synchronous must be FULL or NORMAL, not {other}")),
+    }
+}
+
+/// A connection to the shard file in WAL mode, with the shard's busy timeout and `sync` its
+/// level.
+fn open_file(options: &ShardOptions, sync: &str) -> Result<Connection, String> {
     let conn = Connection::open_with_flags(
         &options.path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -804,13 +796,20 @@ fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connect
             "WAL journal mode is not available here (got {mode})"
         ));
     }
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}"))
+        .map_err(|e| e.to_string())?;
+    Ok(conn)
+}
+
+/// The writer's connection; `synced_apart`: `FULL` by the syncer thread, so the connection
+/// itself runs `NORMAL`.
+fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connection, String> {
+    let conn = open_file(options, synchronous(options, synced_apart)?)?;
     // temp_store MEMORY: each request's SAVEPOINT keeps the original of every page it changes
     // in a sub-journal, which SQLite spills to a temporary file past 64 KiB (a file opened,
     // written and unlinked per group, more writes than the WAL's): kept in memory instead.
-    conn.execute_batch(&format!(
-        "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY"
-    ))
-    .map_err(|e| e.to_string())?;
+    conn.execute_batch("PRAGMA temp_store = MEMORY")
+        .map_err(|e| e.to_string())?;
     // No automatic checkpoint (the hook replaces it): the writer asks the checkpointer.
     conn.wal_hook(Some(record_wal_pages));
     // Every statement the writer runs stays prepared: its own, and the multi-row ones, one per
