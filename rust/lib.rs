@@ -111,7 +111,8 @@ mod _pinlater {
     use crate::py::queue::job_buffer::{ClaimFlush, ClaimItems, HandOut, JobBuffer};
     #[pymodule_export]
     use crate::py::queue::jobs::{
-        AckGroup, ClaimedJobs, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch,
+        AckGroup, ClaimedJobs, KeyedJobBatch, KeyedPlacement, KeyedSplit, LocalIds, NewJobBatch,
+        SplitPlacement,
     };
     #[pymodule_export]
     use crate::py::queue::rate_limiter::RateLimiter;
@@ -144,7 +145,7 @@ mod _pinlater {
     use crate::py::wire::replies::{
         encode_dequeue_batches, encode_dequeue_handout, encode_dequeue_reply,
         encode_enqueue_descriptors, encode_enqueue_reply, encode_keyed_enqueue_reply,
-        encode_void_reply,
+        encode_split_enqueue_reply, encode_void_reply,
     };
     #[pymodule_export]
     use crate::py::wire::struct_end::thrift_struct_end;

@@ -28,6 +28,7 @@ __all__ = [
     "JobRejected",
     "KeyedJobBatch",
     "KeyedPlacement",
+    "KeyedSplit",
     "LocalIds",
     "MalformedThriftError",
     "MissingFieldError",
@@ -37,6 +38,7 @@ __all__ = [
     "RateLimiter",
     "RedisErrorReply",
     "RedisScriptTail",
+    "SplitPlacement",
     "SqliteShard",
     "WriteGate",
     "__version__",
@@ -53,6 +55,7 @@ __all__ = [
     "encode_enqueue_descriptors",
     "encode_enqueue_reply",
     "encode_keyed_enqueue_reply",
+    "encode_split_enqueue_reply",
     "encode_void_reply",
     "mysql_insert_statements",
     "redis_ack_command",
@@ -424,6 +427,61 @@ class KeyedJobBatch:
         """The distinct priorities of the jobs ``placement`` wrote that are ready at ``now_ms``,
         and the distinct ``(priority, run_after_ms)`` of those that are not, both ascending."""
 
+    @property
+    def needs_loose(self) -> bool:
+        """Whether a job has an expiry and no dedup key or group: ``split`` then needs a
+        ``loose`` shard for it."""
+
+    def split(
+        self, queue: str, shards: Sequence[str], loose: int | None
+    ) -> tuple[KeyedSplit, list[tuple[int, KeyedJobBatch]], NewJobBatch | None]:
+        """The request spread over ``shards`` (the names of the shards that take new jobs) by its
+        keys, as ``ShardedBackend.enqueue_keyed_jobs`` spreads it (``sharded.key_shard``, the
+        same hash): each shard's jobs as a batch of their own, ``(index into shards, batch)``;
+        the jobs without any extension as one batch (None if none); and the ``KeyedSplit`` that
+        puts the shards' answers back in request order. A job with a group goes to its group's
+        shard, one with a dedup key alone to its key's, one with only an expiry to ``loose``;
+        a dedup key repeated in the request goes to no shard (its first job answers it).
+
+        Raises:
+            ValueError: no shard, or a job with only an expiry and no ``loose`` shard.
+        """
+
+@final
+class KeyedSplit:
+    """Where ``KeyedJobBatch.split`` sent each job of a request."""
+
+    def request_index(self, part: int, index: int) -> int:
+        """The request index of job ``index`` of part ``part`` (in the order ``split`` returned).
+
+        Raises:
+            IndexError: no such part or job.
+        """
+
+    def merge(
+        self, shards: Sequence[str], placements: Sequence[KeyedPlacement], plain: tuple[str, LocalIds] | None
+    ) -> SplitPlacement:
+        """Every job's place in request order: each part's placement (one per part, in order),
+        the jobs without an extension enqueued on shard ``plain[0]`` with ids ``plain[1]``, and
+        each repeat of a dedup key answered with its first job's place, deduplicated. ``shards``:
+        the names ``split`` was given.
+
+        Raises:
+            ValueError: a placement or the plain ids do not match their jobs.
+        """
+
+@final
+class SplitPlacement:
+    """Where a keyed enqueue spread over shards put each job of its request, in job order."""
+
+    def __len__(self) -> int: ...
+    @property
+    def deduplicated(self) -> int:
+        """How many jobs were deduplicated."""
+
+    def to_list(self) -> list[tuple[str, int, int, bool]]:
+        """One ``(shard, priority, local_id, deduplicated)`` per job."""
+
 @final
 class KeyedPlacement:
     """Where a keyed enqueue put each job of its request, in job order: ``(priority, local_id,
@@ -767,6 +825,14 @@ def encode_keyed_enqueue_reply(method: str, seqid: int, queue: str, shard: str, 
     """The ``enqueueJobs`` REPLY message for ``seqid`` of a keyed enqueue on one shard: a
     descriptor per job of ``placement`` in ``queue`` on ``shard`` and, when some job was
     deduplicated, ``deduplicated`` as the response's field 2.
+
+    Raises:
+        DescriptorError: a part that cannot form a descriptor.
+    """
+
+def encode_split_enqueue_reply(method: str, seqid: int, queue: str, placement: SplitPlacement) -> bytes:
+    """``encode_keyed_enqueue_reply`` of a keyed enqueue spread over shards: each job's
+    descriptor on its own shard.
 
     Raises:
         DescriptorError: a part that cannot form a descriptor.

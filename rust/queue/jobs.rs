@@ -53,6 +53,95 @@ pub fn repeated_keys(keys: &[JobKeys]) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// Which of `shards` holds `key` of `queue` in `space` ("group" for ordered groups, "" for dedup
+/// keys): the one whose name ranks highest under an 8-byte `BLAKE2b` of `queue`, `key`, `space` and
+/// the name (rendezvous hashing), the first of equals. `key_shard` in `sharded.py` ranks the same
+/// bytes, so every server, Rust or Python, picks the same shard. `None` for no shard.
+///
+/// # Panics
+/// Never: 8 bytes is a `BLAKE2b` digest size, and the buffer is as long.
+#[must_use]
+pub fn key_shard<S: AsRef<str>>(
+    queue: &str,
+    key: &str,
+    space: &str,
+    shards: &[S],
+) -> Option<usize> {
+    use blake2::digest::{Update, VariableOutput};
+    let mut best: Option<(usize, [u8; 8])> = None;
+    for (index, name) in shards.iter().enumerate() {
+        let mut hasher = blake2::Blake2bVar::new(8).expect("8 bytes is a BLAKE2b digest size");
+        hasher.update(queue.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(key.as_bytes());
+        hasher.update(b"\0");
+        if !space.is_empty() {
+            hasher.update(space.as_bytes());
+            hasher.update(b"\0");
+        }
+        hasher.update(name.as_ref().as_bytes());
+        let mut rank = [0u8; 8];
+        hasher
+            .finalize_variable(&mut rank)
+            .expect("the buffer is the digest's size");
+        if best.is_none_or(|(_, top)| rank > top) {
+            best = Some((index, rank));
+        }
+    }
+    best.map(|(index, _)| index)
+}
+
+/// A keyed enqueue's jobs spread over the shards that take new jobs (`split_by_shard`): the
+/// request indexes of the jobs each shard places, of those with no extension, and of those that
+/// repeat an earlier job's dedup key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardSplit {
+    /// `(shard, request indexes)`: each shard's jobs in request order, shards in the order their
+    /// first job came.
+    pub parts: Vec<(usize, Vec<usize>)>,
+    /// The jobs with no key, group or expiry, in request order.
+    pub plain: Vec<usize>,
+    /// `(i, j)`: job `i` repeats job `j`'s dedup key and is answered with `j`'s place.
+    pub repeats: Vec<(usize, usize)>,
+}
+
+/// A keyed enqueue's jobs by the shard that places them, as `ShardedBackend.enqueue_keyed_jobs`
+/// spreads them: a job with a group goes to its group's shard (its dedup key, if any, is checked
+/// there), one with a dedup key alone to its key's, one with only an expiry to `loose`; a dedup key
+/// repeated in the request is answered with its first job's place, wherever that went. `None`
+/// when there is no shard, or a job with only an expiry and no `loose`.
+#[must_use]
+pub fn split_by_shard<S: AsRef<str>>(
+    queue: &str,
+    keys: &[JobKeys],
+    shards: &[S],
+    loose: Option<usize>,
+) -> Option<ShardSplit> {
+    let mut split = ShardSplit::default();
+    let mut part_of: Vec<Option<usize>> = vec![None; shards.len()];
+    for (i, (k, earlier)) in keys.iter().zip(repeated_keys(keys)).enumerate() {
+        if let Some(j) = earlier {
+            split.repeats.push((i, j));
+            continue;
+        }
+        let shard = match (&k.group, &k.key) {
+            (Some(group), _) => key_shard(queue, group, "group", shards)?,
+            (None, Some(key)) => key_shard(queue, key, "", shards)?,
+            (None, None) if k.expire_at_ms.is_some() => loose.filter(|&s| s < shards.len())?,
+            (None, None) => {
+                split.plain.push(i);
+                continue;
+            }
+        };
+        let part = *part_of[shard].get_or_insert_with(|| {
+            split.parts.push((shard, Vec::new()));
+            split.parts.len() - 1
+        });
+        split.parts[part].1.push(i);
+    }
+    Some(split)
+}
+
 /// A job a dequeue claimed (or only looked at, in a dry run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedJob {
@@ -160,6 +249,65 @@ mod tests {
             repeated_keys(&keys),
             [None, None, None, Some(0), None, Some(0)]
         );
+    }
+
+    fn keyed(key: Option<&str>, group: Option<&str>, expire_at_ms: Option<i64>) -> JobKeys {
+        JobKeys {
+            key: key.map(str::to_owned),
+            window_ms: 0,
+            group: group.map(str::to_owned),
+            expire_at_ms,
+        }
+    }
+
+    #[test]
+    fn key_shard_ranks_by_the_python_hash() {
+        // max(names, key=lambda n: hashlib.blake2b(prefix + n.encode(), digest_size=8).digest())
+        // in Python, prefix b"q\0a\0" (a dedup key) or b"q\0a\0group\0" (a group).
+        assert_eq!(key_shard("q", "a", "", &["1", "2", "3"]), Some(2));
+        assert_eq!(key_shard("q", "a", "group", &["1", "2", "3"]), Some(0));
+        assert_eq!(key_shard("q", "d", "", &["1", "2", "3"]), Some(1));
+        assert_eq!(key_shard("q", "k", "", &[] as &[&str]), None);
+        assert_eq!(key_shard("q", "k", "", &["only"]), Some(0));
+    }
+
+    #[test]
+    fn a_split_sends_each_job_where_its_keys_live() {
+        let shards = ["1", "2", "3"];
+        let keys = [
+            keyed(Some("a"), None, None),      // its key's shard
+            keyed(None, None, None),           // plain
+            keyed(Some("b"), Some("g"), None), // its group's shard
+            keyed(Some("a"), Some("g"), None), // repeats job 0's key
+            keyed(None, None, Some(5)),        // an expiry alone: loose
+            keyed(None, Some("g"), None),      // its group's shard
+        ];
+        let split = split_by_shard("q", &keys, &shards, Some(0)).expect("a shard for each");
+        let at = |i: usize| {
+            split
+                .parts
+                .iter()
+                .find(|(_, jobs)| jobs.contains(&i))
+                .map(|&(shard, _)| shard)
+        };
+        assert_eq!(at(0), key_shard("q", "a", "", &shards));
+        assert_eq!(at(2), key_shard("q", "g", "group", &shards));
+        assert_eq!(at(5), at(2));
+        assert_eq!(at(4), Some(0));
+        assert_eq!((at(1), at(3)), (None, None));
+        assert_eq!(split.plain, vec![1]);
+        assert_eq!(split.repeats, vec![(3, 0)]);
+        let placed: usize = split.parts.iter().map(|(_, jobs)| jobs.len()).sum();
+        assert_eq!(placed, 4, "each job placed once: {split:?}");
+        let distinct: std::collections::HashSet<usize> = split.parts.iter().map(|p| p.0).collect();
+        assert_eq!(
+            distinct.len(),
+            split.parts.len(),
+            "one part per shard: {split:?}"
+        );
+        // An expiry alone needs the loose shard.
+        assert_eq!(split_by_shard("q", &keys, &shards, None), None);
+        assert_eq!(split_by_shard("q", &keys, &shards, Some(3)), None);
     }
 
     fn job(priority: i64, run_after_ms: i64) -> NewJob {

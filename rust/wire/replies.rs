@@ -187,25 +187,54 @@ pub fn keyed_enqueue_reply(
     shard: &str,
     placed: &[Placed],
 ) -> Result<Vec<u8>, ReplyError> {
-    let mut encoder = Encoder::new(queue, shard)?;
-    let each = queue.len() + shard.len() + 32;
-    let mut w = header(method, seqid, placed.len() * (each + 1) + 24)?;
+    sharded_enqueue_reply(method, seqid, queue, &[shard], placed.len(), |i| {
+        (0, placed[i])
+    })
+}
+
+/// [`keyed_enqueue_reply`] of a request whose jobs went to several shards: job `i` of `count`
+/// is `job(i)`, `(index into shards, its place)`.
+///
+/// # Errors
+/// As [`keyed_enqueue_reply`].
+///
+/// # Panics
+/// If a job's shard index is past `shards` (the caller's bug: `KeyedSplit.merge` checks them).
+pub fn sharded_enqueue_reply(
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    shards: &[&str],
+    count: usize,
+    job: impl Fn(usize) -> (usize, Placed),
+) -> Result<Vec<u8>, ReplyError> {
+    let mut encoders = shards
+        .iter()
+        .map(|shard| Encoder::new(queue, shard))
+        .collect::<Result<Vec<Encoder>, DescriptorError>>()?;
+    let longest = shards.iter().map(|s| s.len()).max().unwrap_or(0);
+    let each = queue.len() + longest + 32;
+    let mut w = header(method, seqid, count * (each + 1) + 24)?;
     w.field(T_STRUCT, 0); // success
     w.field(T_LIST, 1); // jobDescriptors
     w.byte(T_STRING);
-    w.0.extend_from_slice(&length(placed.len(), "job count")?);
-    for (index, &(priority, id, _)) in placed.iter().enumerate() {
+    w.0.extend_from_slice(&length(count, "job count")?);
+    let mut deduplicated = false;
+    for index in 0..count {
+        let (shard, (priority, id, repeated)) = job(index);
+        deduplicated |= repeated;
+        let encoder = &mut encoders[shard];
         let descriptor = u64::try_from(id)
             .map_err(|_| DescriptorError::InvalidPart(Malformation::LocalId(id.to_string())))
             .and_then(|id| encoder.encode(priority, id))
             .map_err(|e| e.at_index(index))?;
         w.bytes(descriptor.as_bytes(), "job descriptor")?;
     }
-    if placed.iter().any(|p| p.2) {
+    if deduplicated {
         w.field(T_LIST, 2); // deduplicated
         w.byte(T_BOOL);
-        w.0.extend_from_slice(&length(placed.len(), "job count")?);
-        w.0.extend(placed.iter().map(|p| u8::from(p.2)));
+        w.0.extend_from_slice(&length(count, "job count")?);
+        w.0.extend((0..count).map(|i| u8::from(job(i).1 .2)));
     }
     w.byte(T_STOP); // end of PinLaterEnqueueResponse
     w.byte(T_STOP); // end of the result struct

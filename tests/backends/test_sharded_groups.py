@@ -1,7 +1,9 @@
 """Ordered groups and the queue rules above the stores (``ShardedBackend``), over three real
 embedded shards: a group lives on one shard, a dedup key with a group is checked there, the
 in-progress cap is split between the shards and follows a reload of the shard set, and a group
-refused by its shard's store refuses the whole request before anything is written.
+refused by its shard's store refuses the whole request before anything is written. A request
+spread over the shards by the extension (``enqueue_keyed_batch``, what the server runs) lands
+where job-by-job placement (``enqueue_keyed_jobs``) puts it.
 
 Through a server: ``tests/server/test_ordered_groups.py``.
 """
@@ -16,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 from tests.support.redis_server import RedisServer
 
-from pinlater._pinlater import decode_descriptors
+from pinlater._pinlater import KeyedJobBatch, decode_descriptors
 from pinlater.backends.base import JobFilter, JobState, NewJob, QueueRules, ShardStore
 from pinlater.backends.embedded.store import EmbeddedStore
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
@@ -97,8 +99,65 @@ def test_the_cap_is_split_between_the_shards_and_follows_a_reload(stores: dict[s
         backend.close()
 
 
+Keys = list[tuple[str | None, int, str | None, int | None]]
+
+
+def enqueue_split(
+    backend: ShardedBackend, jobs: list[NewJob], keys: Keys, now: int
+) -> list[tuple[str, int, int, bool]]:
+    """``enqueue_keyed_batch`` of a request over several shards: ``(shard, priority, id,
+    deduplicated)`` per job."""
+    placed = run(backend.enqueue_keyed_batch(Q, KeyedJobBatch(jobs, keys), now))
+    assert placed is not None and not isinstance(placed, tuple), "several shards take new jobs: a split"
+    return placed.to_list()
+
+
+def test_a_split_request_lands_where_job_by_job_placement_puts_it(tmp_path: Path) -> None:
+    """The same request through the extension's split and through ``enqueue_keyed_jobs``, on two
+    fresh sets of three shards: every job with a key or a group gets the same shard, id and flag
+    (a dedup key repeated with another group, or with none, included), again when sent twice;
+    the jobs with no key or group (which go to any shard) are written once per request."""
+    backends = []
+    for side in ("python", "split"):
+        stores: dict[str, ShardStore] = {n: EmbeddedStore(tmp_path / side, n) for n in ("1", "2", "3")}
+        backends.append(make_backend(stores))
+    by_python, by_split = backends
+    keys: Keys = [(f"k{i}", 0, None, None) for i in range(24)]
+    keys += [(None, 0, f"g{i % 6}", None) for i in range(12)]
+    keys += [(f"kg{i}", 0, f"g{i % 4}", None) for i in range(8)]
+    keys += [("k3", 0, "g1", None), ("kg2", 0, None, None), ("k5", 0, None, None)]  # repeats
+    keys += [(None, 0, None, None), (None, 0, None, 10**12), (None, 0, None, None)]  # any shard
+    jobs = [NewJob(1 + i % 2, f"job-{i}".encode(), 0, 2) for i in range(len(keys))]
+    keyed = len(keys) - 3
+    try:
+        for round_no in range(2):
+            python = run(by_python.enqueue_keyed_jobs(Q, jobs, keys, 1000))
+            split = enqueue_split(by_split, jobs, keys, 1000)
+            decoded = [(str(s), p, i) for _, s, p, i in decode_descriptors([d for d, _ in python])]
+            assert [place[:2] for place in split[:keyed]] == [d[:2] for d in decoded[:keyed]]
+            # ids too, but for new jobs only while both sides' shards hold the same jobs: the
+            # first request's jobs of no key or group went to any shard, on each side its own
+            same = [i for i in range(keyed) if round_no == 0 or split[i][3]]
+            assert [split[i][:3] for i in same] == [decoded[i] for i in same]
+            assert [place[3] for place in split] == [flag for _, flag in python]
+            assert {place[0] for place in split[:keyed]} == {"1", "2", "3"}, "keys spread over every shard"
+            assert split[44][:3] == split[3][:3] and split[45][:3] == split[38][:3] and split[46][:3] == split[5][:3]
+            again = round_no == 1  # a dedup key is held the second time; a group alone is no key
+            expect = [again] * 24 + [False] * 12 + [again] * 8 + [True] * 3 + [False] * 3
+            assert [place[3] for place in split] == expect
+            fresh = {place[:3] for place in split[keyed:]}
+            assert len(fresh) == 3 and not fresh & {place[:3] for place in split[:keyed]}, "new jobs"
+        for backend in backends:  # the 32 with a dedup key once, the 12 grouped and 3 others twice
+            counts = [run(backend.count_jobs(Q, JobState.PENDING, p, False, None)) for p in (1, 2)]
+            assert sum(counts) == 32 + 2 * (12 + 3)
+    finally:
+        for backend in backends:
+            backend.close()
+
+
 @pytest.mark.redis
-def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["job_by_job", "split"])
+def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_path: Path, split: bool) -> None:
     with RedisServer(tmp_path / "redis") as server:
         original = RedisStore("r", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"))
         embedded = EmbeddedStore(tmp_path, "e")
@@ -110,7 +169,10 @@ def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_pa
             jobs = [NewJob(1, b"plain", 0, 2), NewJob(1, b"keyed", 0, 2), NewJob(1, b"grouped", 0, 2)]
             keys = [(None, 0, None, None), ("k", 0, None, None), (None, 0, group, None)]
             with pytest.raises(PinLaterError) as info:
-                run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
+                if split:
+                    enqueue_split(backend, jobs, keys, 0)
+                else:
+                    run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
             assert info.value.code == ErrorCode.ENQUEUE_REJECTED
             assert info.value.message.startswith("jobs[2]: groupKey (ordered groups) ")
             reason = original.groups_refused

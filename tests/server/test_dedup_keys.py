@@ -7,7 +7,7 @@ import re
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -89,6 +89,35 @@ def test_keys_spread_over_shards_and_each_stays_on_its_own(
         again, flags = enqueue(api, *reversed(jobs))
         assert again == list(reversed(first)) and flags == [True] * 60
     assert api.count(Q, PENDING) == 60
+
+
+def test_a_request_spread_over_shards_answers_each_job_with_its_own_shard(
+    start_server: Callable[..., ServerProcess], open_client: Callable[[ServerProcess], Any], ttypes: ModuleType
+) -> None:
+    """Keys, groups, repeats and plain jobs in one request over three shards: each job with a
+    key or group on its key's shard (``key_shard``, the hash every server uses), a repeat
+    answered with its first job's descriptor, and each job readable where its descriptor says."""
+    from pinlater.backends.sharded import key_shard
+
+    server = start_server(properties={"EMBEDDED_NUM_SHARDS": 3})
+    api = Api(open_client(server), ttypes)
+    api.create(Q)
+    jobs = [api.job(f"k{i}".encode(), dedupKey=f"key-{i}") for i in range(12)]
+    jobs += [api.job(f"g{i}".encode(), groupKey=f"group-{i % 4}") for i in range(8)]
+    jobs += [api.job(b"plain"), api.job(b"again", dedupKey="key-3", groupKey="group-1"), api.job(b"plain 2")]
+    descriptors, flags = enqueue(api, *jobs)
+    assert flags == [False] * 21 + [True, False]
+    assert descriptors[21] == descriptors[3]
+    assert len(set(descriptors)) == 22
+
+    shards: Any = [SimpleNamespace(name=n) for n in ("1", "2", "3")]  # key_shard reads only names
+    want = [key_shard(Q, f"key-{i}", shards).name for i in range(12)]
+    want += [key_shard(Q, f"group-{i % 4}", shards, space="group").name for i in range(8)]
+    assert [d.split(":")[1] for d in descriptors[:20]] == [f"s{n}" for n in want]
+    assert len({d.split(":")[1] for d in descriptors[:20]}) == 3
+    found = api.lookup(*descriptors, body=True)
+    assert [found[d].body for d in descriptors] == [j.body for j in jobs[:21]] + [b"k3", b"plain 2"]
+    assert api.count(Q, PENDING) == 22
 
 
 def test_concurrent_enqueues_of_one_key_make_one_job(

@@ -42,6 +42,7 @@ from pinlater._pinlater import (
     KeyedPlacement,
     LocalIds,
     NewJobBatch,
+    SplitPlacement,
     decode_descriptors,
     encode_descriptors,
 )
@@ -683,23 +684,58 @@ class ShardedBackend:
 
     async def enqueue_keyed_batch(
         self, queue: str, jobs: KeyedJobBatch, now_ms: int
-    ) -> tuple[str, KeyedPlacement] | None:
-        """``enqueue_keyed_jobs`` of a request when one shard takes new jobs (the embedded
-        default, a single store): every job is that shard's, so the whole request goes to it in
-        one store call (``HotPath.enqueue_keyed_batch``; the embedded store's Rust writer places
-        it without a Python value per job), keys repeated in it included. Returns the shard and
-        the placement, or None when several shards take new jobs (or none does): then
-        ``enqueue_keyed_jobs`` places the jobs by their keys' shards."""
+    ) -> tuple[str, KeyedPlacement] | SplitPlacement | None:
+        """``enqueue_keyed_jobs`` of a whole request, with no Python value per job. When one
+        shard takes new jobs (the embedded default, a single store), every job is that shard's,
+        so the request goes to it in one store call (``HotPath.enqueue_keyed_batch``; the
+        embedded store's Rust writer places it whole, keys repeated in it included): returns the
+        shard and the placement. When several do, the extension spreads the request over its
+        keys' shards as ``enqueue_keyed_jobs`` does (``KeyedJobBatch.split``, the same hash as
+        ``key_shard``), each shard's part goes to it in one store call, all at once, and the
+        jobs without any extension are enqueued once those succeeded (so a request that fails
+        part-way leaves none that a retry would duplicate): returns every job's place
+        (``SplitPlacement``). None when no shard takes new jobs (``enqueue_keyed_jobs`` says so)."""
         targets = [s for s in self._shards if not s.dequeue_only]
-        if len(targets) != 1:
+        if not targets:
             return None
-        shard = targets[0]
-        grouped = jobs.first_grouped
-        if grouped is not None and (reason := shard.store.groups_refused) is not None:
-            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{grouped}]: groupKey (ordered groups) {reason}")
+        if len(targets) == 1:
+            shard = targets[0]
+            grouped = jobs.first_grouped
+            if grouped is not None and (reason := shard.store.groups_refused) is not None:
+                raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{grouped}]: groupKey (ordered groups) {reason}")
+            return shard.name, await self._place_keyed(shard, queue, jobs, now_ms)
+        names = [s.name for s in targets]
+        loose: int | None = None
+        if jobs.needs_loose:
+            loose_shard = await self._loose_shard()
+            if loose_shard not in targets:  # (the candidates are shards that take new jobs)
+                return None
+            loose = targets.index(loose_shard)
+        split, parts, plain = jobs.split(queue, names, loose)
+        refused = [
+            (split.request_index(part, grouped), reason)
+            for part, (index, batch) in enumerate(parts)
+            if (grouped := batch.first_grouped) is not None
+            and (reason := targets[index].store.groups_refused) is not None
+        ]
+        if refused:  # before anything is written, as enqueue_keyed_jobs refuses it
+            first, reason = min(refused)
+            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{first}]: groupKey (ordered groups) {reason}")
+        placements = await _gather_raising_first(
+            [self._place_keyed(targets[index], queue, batch, now_ms) for index, batch in parts]
+        )
+        plain_placed = None
+        if plain is not None:
+            plain_placed = await self.enqueue_jobs(queue, plain, now_ms)
+        return split.merge(names, placements, plain_placed)
+
+    async def _place_keyed(self, shard: Shard, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
+        """A keyed batch placed whole on ``shard`` (``_keyed_write``), with what the server
+        notes of the jobs it wrote: the shard's memory use, and their priorities as ready now
+        or later."""
         hot = self.hot_path(shard)
         placement = await self._keyed_write(shard, queue, lambda: hot.enqueue_keyed_batch(queue, jobs, now_ms))
-        if grouped is not None:  # written: the queue exists
+        if jobs.first_grouped is not None:  # written: the queue exists
             self._grouped.add(queue)
         written, body_bytes, keys, key_bytes = jobs.written(placement)
         if written:
@@ -710,7 +746,7 @@ class ShardedBackend:
                 self._ready_later(shard.name, queue, priority, run_after_ms)
             if ready:
                 self.mark_ready(shard.name, queue, ready)
-        return shard.name, placement
+        return placement
 
     async def _keyed_write(self, shard: Shard, queue: str, write: Callable[[], Awaitable[T]]) -> T:
         """A keyed enqueue's store call on its key shard (``write()``, a coroutine each time):

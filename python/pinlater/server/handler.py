@@ -39,12 +39,14 @@ from pinlater._pinlater import (
     KeyedJobBatch,
     LocalIds,
     NewJobBatch,
+    SplitPlacement,
     decode_descriptors,
     encode_dequeue_batches,
     encode_dequeue_handout,
     encode_enqueue_descriptors,
     encode_enqueue_reply,
     encode_keyed_enqueue_reply,
+    encode_split_enqueue_reply,
     encode_void_reply,
 )
 from pinlater.backends import body_filter, scan_pages
@@ -283,10 +285,16 @@ class PinLaterHandler:
 
     async def _enqueue_keyed(self, queue: str, keyed: KeyedJobBatch, now: int, seqid: int) -> bytes:
         """An enqueue whose jobs carry dedup or group keys or an expiry: in one store call where
-        one shard takes new jobs (``enqueue_keyed_batch``), else placed job by job by their keys'
-        shards (``enqueue_keyed_jobs``, with Python values per job); the response's
-        ``deduplicated`` is sent when some job was."""
+        one shard takes new jobs, else in one per key shard (``enqueue_keyed_batch``), with no
+        Python value per job; placed job by job (``enqueue_keyed_jobs``) only where no shard
+        takes new jobs, which that refuses. The response's ``deduplicated`` is sent when some
+        job was."""
         whole = await self.backend.enqueue_keyed_batch(queue, keyed, now)
+        if isinstance(whole, SplitPlacement):
+            repeated = whole.deduplicated
+            self.metrics.incr(f"{queue}_enqueue", len(whole) - repeated)
+            self.metrics.incr(f"{queue}_enqueue_deduplicated", repeated)
+            return encode_split_enqueue_reply(ENQUEUE, seqid, queue, whole)
         if whole is not None:
             shard, placement = whole
             repeated = placement.deduplicated

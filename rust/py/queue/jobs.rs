@@ -227,6 +227,60 @@ impl KeyedJobBatch {
             jobs::later(written(), now_ms),
         )
     }
+
+    /// Whether a job has an expiry and no dedup key or group: `split` then needs a `loose`
+    /// shard for it.
+    #[getter]
+    fn needs_loose(&self) -> bool {
+        self.keys
+            .iter()
+            .any(|k| k.key.is_none() && k.group.is_none() && k.expire_at_ms.is_some())
+    }
+
+    /// The request spread over `shards` (their names, the shards that take new jobs) by its
+    /// keys, as `ShardedBackend.enqueue_keyed_jobs` spreads it (`jobs::split_by_shard`): each
+    /// shard's jobs as a batch of their own, `(index into shards, batch)`, the jobs without any
+    /// extension as one `NewJobBatch` (None if there are none), and the `KeyedSplit` that puts
+    /// the shards' answers back in request order. A dedup key repeated in the request goes to
+    /// no shard: its first job's place answers it.
+    ///
+    /// # Errors
+    /// `ValueError`: no shard, or a job with only an expiry and no `loose` (an index into
+    /// `shards`) to put it on.
+    #[allow(clippy::type_complexity)]
+    fn split(
+        &self,
+        queue: &str,
+        shards: Vec<String>,
+        loose: Option<usize>,
+    ) -> PyResult<(KeyedSplit, Vec<(usize, KeyedJobBatch)>, Option<NewJobBatch>)> {
+        guarded("KeyedJobBatch.split", || {
+            let split =
+                jobs::split_by_shard(queue, &self.keys, &shards, loose).ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err(format!(
+                        "cannot split {} jobs over {} shards (loose shard {loose:?})",
+                        self.jobs.len(),
+                        shards.len()
+                    ))
+                })?;
+            let parts = split
+                .parts
+                .iter()
+                .map(|(shard, indexes)| {
+                    let batch = Self::from_parts(
+                        indexes.iter().map(|&i| self.jobs[i].clone()).collect(),
+                        indexes.iter().map(|&i| self.keys[i].clone()).collect(),
+                    );
+                    (*shard, batch)
+                })
+                .collect();
+            let plain = (!split.plain.is_empty()).then(|| {
+                NewJobBatch::from_jobs(split.plain.iter().map(|&i| self.jobs[i].clone()).collect())
+            });
+            let priorities = self.jobs.iter().map(|j| j.priority).collect();
+            Ok((KeyedSplit { split, priorities }, parts, plain))
+        })
+    }
 }
 
 /// Where a keyed enqueue put each job of its request, in job order (`KeyedJobBatch`).
@@ -267,6 +321,142 @@ impl KeyedPlacement {
     /// One `(priority, local_id, deduplicated)` per job.
     fn to_list(&self) -> Vec<Placed> {
         self.placed.clone()
+    }
+}
+
+/// Where the jobs of a request spread over shards went (`KeyedJobBatch.split`): each shard's
+/// part, the jobs without an extension, the repeats of a dedup key, and every job's priority.
+#[pyclass(frozen, name = "KeyedSplit", module = "pinlater._pinlater")]
+pub struct KeyedSplit {
+    split: jobs::ShardSplit,
+    priorities: Vec<i64>,
+}
+
+#[pymethods]
+impl KeyedSplit {
+    /// The request index of job `index` of part `part` (the order `split` returned the parts in).
+    ///
+    /// # Errors
+    /// `IndexError`: no such part or job.
+    fn request_index(&self, part: usize, index: usize) -> PyResult<usize> {
+        self.split
+            .parts
+            .get(part)
+            .and_then(|(_, jobs)| jobs.get(index))
+            .copied()
+            .ok_or_else(|| {
+                pyo3::exceptions::PyIndexError::new_err(format!("no job {index} of part {part}"))
+            })
+    }
+
+    /// Every job's place in request order: the parts' `placements` (one per part, in order,
+    /// each as long as its part), then the jobs without an extension, enqueued on shard
+    /// `plain[0]` with the ids `plain[1]`, then each repeat of a dedup key, answered with its
+    /// first job's place, deduplicated. `shards` are the names `split` was given.
+    ///
+    /// # Errors
+    /// `ValueError`: a placement or the plain ids do not match their jobs.
+    fn merge(
+        &self,
+        shards: Vec<String>,
+        placements: Vec<PyRef<'_, KeyedPlacement>>,
+        plain: Option<(String, PyRef<'_, LocalIds>)>,
+    ) -> PyResult<SplitPlacement> {
+        guarded("KeyedSplit.merge", || {
+            let wrong = |what: String| pyo3::exceptions::PyValueError::new_err(what);
+            let split = &self.split;
+            if placements.len() != split.parts.len() {
+                return Err(wrong(format!(
+                    "{} placements for {} parts",
+                    placements.len(),
+                    split.parts.len()
+                )));
+            }
+            let mut names = shards;
+            let mut placed: Vec<Option<(usize, Placed)>> = vec![None; self.priorities.len()];
+            for ((shard, indexes), placement) in split.parts.iter().zip(&placements) {
+                if *shard >= names.len() || placement.placed.len() != indexes.len() {
+                    return Err(wrong(format!(
+                        "a placement of {} jobs for {} on shard #{shard} of {}",
+                        placement.placed.len(),
+                        indexes.len(),
+                        names.len()
+                    )));
+                }
+                for (&i, &place) in indexes.iter().zip(&placement.placed) {
+                    placed[i] = Some((*shard, place));
+                }
+            }
+            match plain {
+                Some((name, ids)) if ids.ids.len() == split.plain.len() => {
+                    let shard = names.iter().position(|n| *n == name).unwrap_or_else(|| {
+                        names.push(name);
+                        names.len() - 1
+                    });
+                    for (&i, &id) in split.plain.iter().zip(&ids.ids) {
+                        placed[i] = Some((shard, (self.priorities[i], id, false)));
+                    }
+                }
+                None if split.plain.is_empty() => {}
+                _ => {
+                    return Err(wrong(format!(
+                        "the {} jobs without an extension were not placed as one batch",
+                        split.plain.len()
+                    )))
+                }
+            }
+            for &(i, j) in &split.repeats {
+                placed[i] =
+                    placed[j].map(|(shard, (priority, id, _))| (shard, (priority, id, true)));
+            }
+            let placed = placed
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| wrong("a job was not placed".to_owned()))?;
+            Ok(SplitPlacement {
+                shards: names,
+                placed,
+            })
+        })
+    }
+}
+
+/// Where a keyed enqueue spread over shards put each job of its request, in job order
+/// (`KeyedSplit.merge`): a shard and a place per job.
+#[pyclass(frozen, name = "SplitPlacement", module = "pinlater._pinlater")]
+pub struct SplitPlacement {
+    shards: Vec<String>,
+    placed: Vec<(usize, Placed)>,
+}
+
+impl SplitPlacement {
+    /// The shards' names, and per job an index into them and its place.
+    #[must_use]
+    pub fn parts(&self) -> (&[String], &[(usize, Placed)]) {
+        (&self.shards, &self.placed)
+    }
+}
+
+#[pymethods]
+impl SplitPlacement {
+    fn __len__(&self) -> usize {
+        self.placed.len()
+    }
+
+    /// How many jobs were deduplicated.
+    #[getter]
+    fn deduplicated(&self) -> usize {
+        self.placed.iter().filter(|(_, p)| p.2).count()
+    }
+
+    /// One `(shard, priority, local_id, deduplicated)` per job.
+    fn to_list(&self) -> Vec<(String, i64, i64, bool)> {
+        self.placed
+            .iter()
+            .map(|&(shard, (priority, id, repeated))| {
+                (self.shards[shard].clone(), priority, id, repeated)
+            })
+            .collect()
     }
 }
 

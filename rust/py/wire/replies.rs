@@ -7,7 +7,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::py::errors::guarded;
 use crate::py::queue::job_buffer::HandOut;
-use crate::py::queue::jobs::{ClaimedJobs, KeyedPlacement, LocalIds, NewJobBatch};
+use crate::py::queue::jobs::{ClaimedJobs, KeyedPlacement, LocalIds, NewJobBatch, SplitPlacement};
 use crate::wire::replies::{self, Batch, PlacedJob, ReplyJob};
 
 fn attempts(job: &Bound<'_, PyTuple>, index: usize, what: &str) -> PyResult<i32> {
@@ -125,6 +125,28 @@ pub fn encode_keyed_enqueue_reply<'py>(
     guarded("encode_keyed_enqueue_reply", || {
         let placed = placement.get().placed();
         let reply = replies::keyed_enqueue_reply(method, seqid, queue, shard, placed)?;
+        Ok(PyBytes::new(py, &reply))
+    })
+}
+
+/// The `enqueueJobs` REPLY message for `seqid` of a keyed enqueue spread over shards: a
+/// descriptor per job of `placement` in `queue`, each on its own shard, with `deduplicated` when
+/// some job was.
+#[pyfunction]
+pub fn encode_split_enqueue_reply<'py>(
+    py: Python<'py>,
+    method: &str,
+    seqid: i32,
+    queue: &str,
+    placement: &Bound<'py, SplitPlacement>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded("encode_split_enqueue_reply", || {
+        let (shards, placed) = placement.get().parts();
+        let names: Vec<&str> = shards.iter().map(String::as_str).collect();
+        let reply =
+            replies::sharded_enqueue_reply(method, seqid, queue, &names, placed.len(), |i| {
+                placed[i]
+            })?;
         Ok(PyBytes::new(py, &reply))
     })
 }
