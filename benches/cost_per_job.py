@@ -87,7 +87,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,17 @@ def add_slow_syncs(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="MS",
         help="each sync of the server process this many ms slower (strace; the embedded store's syncs)",
+    )
+
+
+def add_shards(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        choices=range(1, 17),
+        metavar="N",
+        help="shards of each store (default 1; up to 16): a sharded deployment's request paths",
     )
 
 
@@ -220,14 +231,24 @@ def commit_build(commit: str, cache_dir: Path) -> Build:
 class Store:
     pid: int | None  # None: the store runs inside the server (embedded)
     server_args: list[str]
+    properties: list[str] = field(default_factory=list)  # lines of the server's properties file
+
+
+def shard_names(shards: int) -> list[str]:
+    """The shards of a run: ``SHARD`` alone, or ``--shards`` of them named ``1``, ``2``, ..."""
+    return [SHARD] if shards == 1 else [str(n) for n in range(1, shards + 1)]
 
 
 @contextmanager
-def running_store(backend: str, directory: Path, wrapper: tuple[str, ...] = ()) -> Iterator[Store]:
+def running_store(backend: str, directory: Path, wrapper: tuple[str, ...] = (), shards: int = 1) -> Iterator[Store]:
     """A fresh store for one run, stopped by PID on the way out; a Redis one run by ``wrapper``
-    if given (valgrind, for ``instructions_per_job.py --count redis``)."""
+    if given (valgrind, for ``instructions_per_job.py --count redis``). ``shards`` above 1: that
+    many shards, as a sharded deployment has them (embedded: ``EMBEDDED_NUM_SHARDS`` files; Redis
+    and MySQL: that many shard entries on the one server, each its own keys or databases), so the
+    store's CPU is still one process's."""
     if backend == "embedded":
-        yield Store(None, ["--data-dir", str(directory / "data")])
+        properties = [f"EMBEDDED_NUM_SHARDS={shards}"] if shards > 1 else []
+        yield Store(None, ["--data-dir", str(directory / "data")], properties)
         return
     config = directory / f"{backend}.json"
     if backend.startswith("redis"):
@@ -243,10 +264,12 @@ def running_store(backend: str, directory: Path, wrapper: tuple[str, ...] = ()) 
         )
         try:
             layout = "compact" if backend == COMPACT else "original"
-            with redis.Redis(redis_server.host, redis_server.port) as raw:
-                raw.set(f"pll:{{{SHARD}}}", layout)
             master = {"host": redis_server.host, "port": redis_server.port}
-            config.write_text(json.dumps({"shards": [{"name": SHARD, "shardConfig": {"master": master}}]}))
+            with redis.Redis(redis_server.host, redis_server.port) as raw:
+                for name in shard_names(shards):
+                    raw.set(f"pll:{{{name}}}", layout)
+            entries = [{"name": name, "shardConfig": {"master": master}} for name in shard_names(shards)]
+            config.write_text(json.dumps({"shards": entries}))
             yield Store(redis_server.pid, ["--backend", "redis", "--backend-config", str(config)])
         finally:
             redis_server.stop()
@@ -257,7 +280,7 @@ def running_store(backend: str, directory: Path, wrapper: tuple[str, ...] = ()) 
         directory / "mariadb", flush_log_at_trx_commit=1, extra_args=("--innodb-buffer-pool-size=256M",)
     )
     try:
-        config.write_text(json.dumps({SHARD: mariadb.shard_entry()}))
+        config.write_text(json.dumps({name: mariadb.shard_entry() for name in shard_names(shards)}))
         yield Store(mariadb.pid, ["--backend", "mysql", "--backend-config", str(config)])
     finally:
         mariadb.stop()
@@ -432,8 +455,8 @@ def measure(build: Build, backend: str, round_no: int, args: argparse.Namespace,
 
     directory = tmp / f"{backend}-{build.label}-{round_no}"
     directory.mkdir()
-    with running_store(backend, directory) as store:
-        server = (serve or Server)(build, directory, store.server_args, args.property)
+    with running_store(backend, directory, shards=getattr(args, "shards", 1)) as store:
+        server = (serve or Server)(build, directory, store.server_args, [*store.properties, *args.property])
         workers: list[Any] = []
         stop = mp.Event()
         try:
@@ -561,7 +584,8 @@ def report(runs: list[Run], builds: list[Build], args: argparse.Namespace) -> No
     print(
         f"cost per acked job: enqueue + dequeue (acks piggy-backed), batch {args.batch}, {args.body_bytes}-byte "
         f"bodies, {args.producers} producer(s) + {args.consumers} consumer(s) (thriftpy2 cython framed binary), "
-        f"warm-up {args.warmup:g} s, {args.seconds:g} s measured, {args.rounds} round(s), {os.cpu_count()} CPUs"
+        f"warm-up {args.warmup:g} s, {args.seconds:g} s measured, {args.rounds} round(s), "
+        f"{getattr(args, 'shards', 1)} shard(s) per store, {os.cpu_count()} CPUs"
     )
     header = (
         f"{'backend':13} {'build':8} {'round':>5} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
@@ -714,6 +738,7 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a line of every server's properties file (repeatable); default: none, each build's defaults",
     )
+    add_shards(parser)
     add_slow_syncs(parser)
     args = parser.parse_args()
     backends = _split(args.backends, BACKENDS) or list(DEFAULT_BACKENDS)

@@ -45,6 +45,7 @@ from cost_per_job import (
     Run,
     _jobs,
     _us,
+    add_shards,
     add_slow_syncs,
     commit_build,
     current_build,
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument("--against", default="", metavar="COMMIT", help="also run this commit's build, in turn")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where --against builds are kept")
+    add_shards(parser)
     add_slow_syncs(parser)
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
@@ -115,7 +117,7 @@ def main() -> None:
     print(
         f"dedup keys and groups: full lifecycle, batch {args.batch}, {args.body_bytes}-byte bodies, "
         f"{args.producers} producer(s) + {args.consumers} consumer(s), {args.seconds:g} s measured, "
-        f"{args.rounds} round(s), {os.cpu_count()} CPUs"
+        f"{args.rounds} round(s), {args.shards} shard(s) per store, {os.cpu_count()} CPUs"
     )
     print(
         f"{'build':<8} {'backend':<14} {'variant':<7} {'jobs/min':>9} {'server µs/job':>14} {'store µs/job':>13} "
