@@ -432,6 +432,12 @@ class KeyedJobBatch:
         """Whether a job has an expiry and no dedup key or group: ``split`` then needs a
         ``loose`` shard for it."""
 
+    def first_grouped_on(self, queue: str, shards: Sequence[str], among: Sequence[int]) -> tuple[int, int] | None:
+        """The first job (a dedup key's repeats aside) whose group lives on one of the shards
+        ``among`` (indexes into ``shards``, as ``split`` takes them): ``(request index, shard
+        index)``, or None. A request a shard would refuse for its groups is refused before
+        anything is written."""
+
     def split(
         self, queue: str, shards: Sequence[str], loose: int | None
     ) -> tuple[KeyedSplit, list[tuple[int, KeyedJobBatch]], NewJobBatch | None]:
@@ -444,27 +450,18 @@ class KeyedJobBatch:
         a dedup key repeated in the request goes to no shard (its first job answers it).
 
         Raises:
-            ValueError: no shard, or a job with only an expiry and no ``loose`` shard.
+            ValueError: a job with a key or group and no shard, or a job with only an expiry and
+                no ``loose`` shard.
         """
 
 @final
 class KeyedSplit:
     """Where ``KeyedJobBatch.split`` sent each job of a request."""
 
-    def request_index(self, part: int, index: int) -> int:
-        """The request index of job ``index`` of part ``part`` (in the order ``split`` returned).
-
-        Raises:
-            IndexError: no such part or job.
-        """
-
-    def merge(
-        self, shards: Sequence[str], placements: Sequence[KeyedPlacement], plain: tuple[str, LocalIds] | None
-    ) -> SplitPlacement:
+    def merge(self, placements: Sequence[KeyedPlacement], plain: tuple[str, LocalIds] | None) -> SplitPlacement:
         """Every job's place in request order: each part's placement (one per part, in order),
         the jobs without an extension enqueued on shard ``plain[0]`` with ids ``plain[1]``, and
-        each repeat of a dedup key answered with its first job's place, deduplicated. ``shards``:
-        the names ``split`` was given.
+        each repeat of a dedup key answered with its first job's place, deduplicated.
 
         Raises:
             ValueError: a placement or the plain ids do not match their jobs.

@@ -54,9 +54,9 @@ pub fn repeated_keys(keys: &[JobKeys]) -> Vec<Option<usize>> {
 }
 
 /// Which of `shards` holds `key` of `queue` in `space` ("group" for ordered groups, "" for dedup
-/// keys): the one whose name ranks highest under an 8-byte `BLAKE2b` of `queue`, `key`, `space` and
-/// the name (rendezvous hashing), the first of equals. `key_shard` in `sharded.py` ranks the same
-/// bytes, so every server, Rust or Python, picks the same shard. `None` for no shard.
+/// keys): the one whose name ranks highest under an 8-byte `BLAKE2b` of `queue`, `key`, `space`
+/// and the name (rendezvous hashing), the first of equals. `key_shard` in `sharded.py` ranks the
+/// same bytes, so every server, Rust or Python, picks the same shard. `None` for no shard.
 ///
 /// # Panics
 /// Never: 8 bytes is a `BLAKE2b` digest size, and the buffer is as long.
@@ -68,17 +68,18 @@ pub fn key_shard<S: AsRef<str>>(
     shards: &[S],
 ) -> Option<usize> {
     use blake2::digest::{Update, VariableOutput};
+    let mut prefix = blake2::Blake2bVar::new(8).expect("8 bytes is a BLAKE2b digest size");
+    prefix.update(queue.as_bytes());
+    prefix.update(b"\0");
+    prefix.update(key.as_bytes());
+    prefix.update(b"\0");
+    if !space.is_empty() {
+        prefix.update(space.as_bytes());
+        prefix.update(b"\0");
+    }
     let mut best: Option<(usize, [u8; 8])> = None;
     for (index, name) in shards.iter().enumerate() {
-        let mut hasher = blake2::Blake2bVar::new(8).expect("8 bytes is a BLAKE2b digest size");
-        hasher.update(queue.as_bytes());
-        hasher.update(b"\0");
-        hasher.update(key.as_bytes());
-        hasher.update(b"\0");
-        if !space.is_empty() {
-            hasher.update(space.as_bytes());
-            hasher.update(b"\0");
-        }
+        let mut hasher = prefix.clone(); // the prefix hashed once, each name after it
         hasher.update(name.as_ref().as_bytes());
         let mut rank = [0u8; 8];
         hasher
@@ -119,13 +120,20 @@ pub fn split_by_shard<S: AsRef<str>>(
 ) -> Option<ShardSplit> {
     let mut split = ShardSplit::default();
     let mut part_of: Vec<Option<usize>> = vec![None; shards.len()];
+    // A group's shard, hashed once per request however many of its jobs come.
+    let mut groups: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, (k, earlier)) in keys.iter().zip(repeated_keys(keys)).enumerate() {
         if let Some(j) = earlier {
             split.repeats.push((i, j));
             continue;
         }
         let shard = match (&k.group, &k.key) {
-            (Some(group), _) => key_shard(queue, group, "group", shards)?,
+            (Some(group), _) => match groups.get(group.as_str()) {
+                Some(&shard) => shard,
+                None => *groups
+                    .entry(group)
+                    .or_insert(key_shard(queue, group, "group", shards)?),
+            },
             (None, Some(key)) => key_shard(queue, key, "", shards)?,
             (None, None) if k.expire_at_ms.is_some() => loose.filter(|&s| s < shards.len())?,
             (None, None) => {
@@ -140,6 +148,30 @@ pub fn split_by_shard<S: AsRef<str>>(
         split.parts[part].1.push(i);
     }
     Some(split)
+}
+
+/// The first job of the request (a dedup key's repeats aside, as `split_by_shard` skips them)
+/// whose group lives on one of the shards `among` (indexes into `shards`): `(request index,
+/// shard)`. So a request that a shard would refuse for its groups is refused before anything is
+/// written, naming the job `ShardedBackend.enqueue_keyed_jobs` would.
+#[must_use]
+pub fn first_grouped_on<S: AsRef<str>>(
+    queue: &str,
+    keys: &[JobKeys],
+    shards: &[S],
+    among: &[usize],
+) -> Option<(usize, usize)> {
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    keys.iter()
+        .zip(repeated_keys(keys))
+        .enumerate()
+        .filter(|(_, (_, earlier))| earlier.is_none())
+        .filter_map(|(i, (k, _))| Some((i, k.group.as_deref()?)))
+        .filter(|&(_, group)| seen.insert(group)) // a group's later jobs are on its shard too
+        .find_map(|(i, group)| {
+            let shard = key_shard(queue, group, "group", shards)?;
+            among.contains(&shard).then_some((i, shard))
+        })
 }
 
 /// A job a dequeue claimed (or only looked at, in a dry run).
@@ -308,6 +340,34 @@ mod tests {
         // An expiry alone needs the loose shard.
         assert_eq!(split_by_shard("q", &keys, &shards, None), None);
         assert_eq!(split_by_shard("q", &keys, &shards, Some(3)), None);
+    }
+
+    #[test]
+    fn the_first_job_grouped_on_a_shard_is_found_in_request_order() {
+        let shards = ["1", "2", "3"];
+        // "a" is on shard 0 in the group space, so are its later jobs; a repeat is skipped.
+        let on = |group: &str| key_shard("q", group, "group", &shards).unwrap();
+        let other = ["b", "c", "d", "e", "f", "g"]
+            .into_iter()
+            .find(|g| on(g) != on("a"))
+            .unwrap();
+        let keys = [
+            keyed(Some("k"), None, None),
+            keyed(Some("x"), Some(other), None),
+            keyed(Some("k"), Some("a"), None), // a repeat of job 0: goes nowhere
+            keyed(None, Some("a"), None),
+            keyed(None, Some("a"), None),
+        ];
+        assert_eq!(
+            first_grouped_on("q", &keys, &shards, &[on("a")]),
+            Some((3, on("a")))
+        );
+        assert_eq!(
+            first_grouped_on("q", &keys, &shards, &[on("a"), on(other)]),
+            Some((1, on(other)))
+        );
+        let rest: Vec<usize> = (0..3).filter(|&s| s != on("a") && s != on(other)).collect();
+        assert_eq!(first_grouped_on("q", &keys, &shards, &rest), None);
     }
 
     fn job(priority: i64, run_after_ms: i64) -> NewJob {

@@ -518,6 +518,34 @@ mod tests {
     }
 
     #[test]
+    fn a_sharded_reply_names_each_job_s_own_shard() {
+        let placed = [
+            (1, (1, 5, false)),
+            (0, (3, 6, false)),
+            (2, (2, 7, false)),
+            (1, (1, 5, true)),
+        ];
+        let descriptors = ["q:sb:p1:5", "q:sa:p3:6", "q:sc:p2:7", "q:sb:p1:5"];
+        let reply = |n: usize| {
+            sharded_enqueue_reply("enqueueJobs", 9, "q", &["a", "b", "c"], n, |i| placed[i])
+        };
+        assert_eq!(
+            reply(4).unwrap(),
+            enqueue_descriptors_reply(
+                "enqueueJobs",
+                9,
+                &descriptors,
+                Some(&[false, false, false, true])
+            )
+            .unwrap()
+        );
+        assert_eq!(
+            reply(3).unwrap(),
+            enqueue_descriptors_reply("enqueueJobs", 9, &descriptors[..3], None).unwrap()
+        );
+    }
+
+    #[test]
     fn enqueue_reply_lists_a_descriptor_per_job() {
         let reply = enqueue_reply(
             "enqueueJobs",

@@ -112,41 +112,55 @@ def enqueue_split(
     return placed.to_list()
 
 
-def test_a_split_request_lands_where_job_by_job_placement_puts_it(tmp_path: Path) -> None:
+def test_a_split_request_lands_where_job_by_job_placement_puts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same request through the extension's split and through ``enqueue_keyed_jobs``, on two
-    fresh sets of three shards: every job with a key or a group gets the same shard, id and flag
-    (a dedup key repeated with another group, or with none, included), again when sent twice;
-    the jobs with no key or group (which go to any shard) are written once per request."""
+    fresh sets of three shards: every job with a key, a group or an expiry gets the same shard,
+    priority, id and flag (a dedup key repeated with another group, or with none, included), again
+    when sent twice; the jobs with none of them (which go to any shard) are written once per
+    request, at their own priorities."""
     backends = []
     for side in ("python", "split"):
         stores: dict[str, ShardStore] = {n: EmbeddedStore(tmp_path / side, n) for n in ("1", "2", "3")}
-        backends.append(make_backend(stores))
+        backend = make_backend(stores)
+        loose = backend.shards.get("2")
+        assert loose is not None
+
+        async def loose_shard(shard: Shard = loose) -> Shard:  # where a job with only an expiry goes
+            return shard
+
+        monkeypatch.setattr(backend, "_loose_shard", loose_shard)
+        backends.append(backend)
     by_python, by_split = backends
     keys: Keys = [(f"k{i}", 0, None, None) for i in range(24)]
     keys += [(None, 0, f"g{i % 6}", None) for i in range(12)]
     keys += [(f"kg{i}", 0, f"g{i % 4}", None) for i in range(8)]
     keys += [("k3", 0, "g1", None), ("kg2", 0, None, None), ("k5", 0, None, None)]  # repeats
-    keys += [(None, 0, None, None), (None, 0, None, 10**12), (None, 0, None, None)]  # any shard
+    keys += [(None, 0, None, 10**12), (None, 0, None, None), (None, 0, None, None)]  # expiry, plain
     jobs = [NewJob(1 + i % 2, f"job-{i}".encode(), 0, 2) for i in range(len(keys))]
-    keyed = len(keys) - 3
+    placed_by_keys = len(keys) - 2  # the last two go to any shard
     try:
         for round_no in range(2):
             python = run(by_python.enqueue_keyed_jobs(Q, jobs, keys, 1000))
             split = enqueue_split(by_split, jobs, keys, 1000)
             decoded = [(str(s), p, i) for _, s, p, i in decode_descriptors([d for d, _ in python])]
-            assert [place[:2] for place in split[:keyed]] == [d[:2] for d in decoded[:keyed]]
+            assert [place[:2] for place in split[:placed_by_keys]] == [d[:2] for d in decoded[:placed_by_keys]]
             # ids too, but for new jobs only while both sides' shards hold the same jobs: the
-            # first request's jobs of no key or group went to any shard, on each side its own
-            same = [i for i in range(keyed) if round_no == 0 or split[i][3]]
+            # first request's plain jobs went to any shard, on each side its own
+            same = [i for i in range(placed_by_keys) if round_no == 0 or split[i][3]]
             assert [split[i][:3] for i in same] == [decoded[i] for i in same]
             assert [place[3] for place in split] == [flag for _, flag in python]
-            assert {place[0] for place in split[:keyed]} == {"1", "2", "3"}, "keys spread over every shard"
+            assert {place[0] for place in split[:44]} == {"1", "2", "3"}, "keys spread over every shard"
+            assert split[47][0] == "2", "the job with only an expiry on the loose shard"
             assert split[44][:3] == split[3][:3] and split[45][:3] == split[38][:3] and split[46][:3] == split[5][:3]
             again = round_no == 1  # a dedup key is held the second time; a group alone is no key
             expect = [again] * 24 + [False] * 12 + [again] * 8 + [True] * 3 + [False] * 3
             assert [place[3] for place in split] == expect
-            fresh = {place[:3] for place in split[keyed:]}
-            assert len(fresh) == 3 and not fresh & {place[:3] for place in split[:keyed]}, "new jobs"
+            new = [i for i in range(len(keys)) if not split[i][3]]
+            assert [split[i][1] for i in new] == [jobs[i].priority for i in new]
+            plain = {place[::2] for place in split[placed_by_keys:]}  # (shard, id)
+            assert len(plain) == 2 and not plain & {place[::2] for place in split[:placed_by_keys]}, "new jobs"
         for backend in backends:  # the 32 with a dedup key once, the 12 grouped and 3 others twice
             counts = [run(backend.count_jobs(Q, JobState.PENDING, p, False, None)) for p in (1, 2)]
             assert sum(counts) == 32 + 2 * (12 + 3)
@@ -159,15 +173,25 @@ def test_a_split_request_lands_where_job_by_job_placement_puts_it(tmp_path: Path
 @pytest.mark.parametrize("split", [False, True], ids=["job_by_job", "split"])
 def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_path: Path, split: bool) -> None:
     with RedisServer(tmp_path / "redis") as server:
-        original = RedisStore("r", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="original"))
+        endpoint = RedisEndpoint(server.host, server.port)
+        original = RedisStore("r", RedisShardConfig(endpoint, layout="original"))
         embedded = EmbeddedStore(tmp_path, "e")
         stores: dict[str, ShardStore] = {"e": embedded, "r": original}
+        stores["s"] = RedisStore("s", RedisShardConfig(endpoint, layout="original"))  # refuses too
         backend = make_backend(stores)
         try:
             shards = list(backend.shards)
-            group = next(f"g{i}" for i in range(100) if key_shard(Q, f"g{i}", shards, space="group").name == "r")
+
+            def group_on(shard: str) -> str:
+                return next(f"g{i}" for i in range(100) if key_shard(Q, f"g{i}", shards, space="group").name == shard)
+
+            # the first refused job in request order is named, whichever shard refuses it
             jobs = [NewJob(1, b"plain", 0, 2), NewJob(1, b"keyed", 0, 2), NewJob(1, b"grouped", 0, 2)]
-            keys = [(None, 0, None, None), ("k", 0, None, None), (None, 0, group, None)]
+            jobs += [NewJob(1, b"grouped on e", 0, 2), NewJob(1, b"grouped on s", 0, 2)]
+            keys: Keys = [(None, 0, None, None), ("k", 0, None, None), (None, 0, group_on("r"), None)]
+            keys += [(None, 0, group_on("e"), None), (None, 0, group_on("s"), None)]
+            if split:  # the other way round too: the job of s first
+                jobs[2], jobs[4], keys[2], keys[4] = jobs[4], jobs[2], keys[4], keys[2]
             with pytest.raises(PinLaterError) as info:
                 if split:
                     enqueue_split(backend, jobs, keys, 0)
@@ -175,9 +199,9 @@ def test_a_group_its_shard_refuses_refuses_the_request_and_writes_nothing(tmp_pa
                     run(backend.enqueue_keyed_jobs(Q, jobs, keys, 0))
             assert info.value.code == ErrorCode.ENQUEUE_REJECTED
             assert info.value.message.startswith("jobs[2]: groupKey (ordered groups) ")
-            reason = original.groups_refused
+            reason = stores["s" if split else "r"].groups_refused  # (it names its shard)
             assert reason is not None and info.value.message.endswith(reason)
             pending = JobFilter(JobState.PENDING, 1, 0, None)
-            assert [s.count_jobs(Q, pending, None) for s in stores.values()] == [0, 0]
+            assert [s.count_jobs(Q, pending, None) for s in stores.values()] == [0, 0, 0]
         finally:
             backend.close()

@@ -104,7 +104,11 @@ def test_a_request_spread_over_shards_answers_each_job_with_its_own_shard(
     api.create(Q)
     jobs = [api.job(f"k{i}".encode(), dedupKey=f"key-{i}") for i in range(12)]
     jobs += [api.job(f"g{i}".encode(), groupKey=f"group-{i % 4}") for i in range(8)]
-    jobs += [api.job(b"plain"), api.job(b"again", dedupKey="key-3", groupKey="group-1"), api.job(b"plain 2")]
+    jobs += [
+        api.job(b"plain"),
+        api.job(b"again", dedupKey="key-3", groupKey="group-1"),
+        api.job(b"plain 2", priority=2),
+    ]
     descriptors, flags = enqueue(api, *jobs)
     assert flags == [False] * 21 + [True, False]
     assert descriptors[21] == descriptors[3]
@@ -115,6 +119,7 @@ def test_a_request_spread_over_shards_answers_each_job_with_its_own_shard(
     want += [key_shard(Q, f"group-{i % 4}", shards, space="group").name for i in range(8)]
     assert [d.split(":")[1] for d in descriptors[:20]] == [f"s{n}" for n in want]
     assert len({d.split(":")[1] for d in descriptors[:20]}) == 3
+    assert [d.split(":")[2] for d in descriptors[20:]] == ["p1", "p1", "p2"]
     found = api.lookup(*descriptors, body=True)
     assert [found[d].body for d in descriptors] == [j.body for j in jobs[:21]] + [b"k3", b"plain 2"]
     assert api.count(Q, PENDING) == 22

@@ -694,7 +694,10 @@ class ShardedBackend:
         ``key_shard``), each shard's part goes to it in one store call, all at once, and the
         jobs without any extension are enqueued once those succeeded (so a request that fails
         part-way leaves none that a retry would duplicate): returns every job's place
-        (``SplitPlacement``). None when no shard takes new jobs (``enqueue_keyed_jobs`` says so)."""
+        (``SplitPlacement``). A group whose shard refuses groups refuses the request first,
+        naming the job ``enqueue_keyed_jobs`` names (a shard for a job with only an expiry is
+        sought after that, where that path may have failed on it first). None when no shard
+        takes new jobs (``enqueue_keyed_jobs`` says so)."""
         targets = [s for s in self._shards if not s.dequeue_only]
         if not targets:
             return None
@@ -705,6 +708,15 @@ class ShardedBackend:
                 raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{grouped}]: groupKey (ordered groups) {reason}")
             return shard.name, await self._place_keyed(shard, queue, jobs, now_ms)
         names = [s.name for s in targets]
+        refusing = [i for i, s in enumerate(targets) if s.store.groups_refused is not None]
+        if refusing and jobs.first_grouped is not None:
+            # before anything is written (or a loose shard is sought), naming the job that
+            # enqueue_keyed_jobs names
+            hit = jobs.first_grouped_on(queue, names, refusing)
+            if hit is not None:
+                index, shard_index = hit
+                reason = targets[shard_index].store.groups_refused
+                raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{index}]: groupKey (ordered groups) {reason}")
         loose: int | None = None
         if jobs.needs_loose:
             loose_shard = await self._loose_shard()
@@ -712,22 +724,13 @@ class ShardedBackend:
                 return None
             loose = targets.index(loose_shard)
         split, parts, plain = jobs.split(queue, names, loose)
-        refused = [
-            (split.request_index(part, grouped), reason)
-            for part, (index, batch) in enumerate(parts)
-            if (grouped := batch.first_grouped) is not None
-            and (reason := targets[index].store.groups_refused) is not None
-        ]
-        if refused:  # before anything is written, as enqueue_keyed_jobs refuses it
-            first, reason = min(refused)
-            raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"jobs[{first}]: groupKey (ordered groups) {reason}")
         placements = await _gather_raising_first(
             [self._place_keyed(targets[index], queue, batch, now_ms) for index, batch in parts]
         )
         plain_placed = None
         if plain is not None:
             plain_placed = await self.enqueue_jobs(queue, plain, now_ms)
-        return split.merge(names, placements, plain_placed)
+        return split.merge(placements, plain_placed)
 
     async def _place_keyed(self, shard: Shard, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
         """A keyed batch placed whole on ``shard`` (``_keyed_write``), with what the server

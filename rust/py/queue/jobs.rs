@@ -237,6 +237,18 @@ impl KeyedJobBatch {
             .any(|k| k.key.is_none() && k.group.is_none() && k.expire_at_ms.is_some())
     }
 
+    /// The first job (a dedup key's repeats aside) whose group lives on one of the shards
+    /// `among` (indexes into `shards`, the names `split` would be given): `(request index,
+    /// shard)`, or None (`jobs::first_grouped_on`).
+    fn first_grouped_on(
+        &self,
+        queue: &str,
+        shards: Vec<String>,
+        among: Vec<usize>,
+    ) -> Option<(usize, usize)> {
+        jobs::first_grouped_on(queue, &self.keys, &shards, &among)
+    }
+
     /// The request spread over `shards` (their names, the shards that take new jobs) by its
     /// keys, as `ShardedBackend.enqueue_keyed_jobs` spreads it (`jobs::split_by_shard`): each
     /// shard's jobs as a batch of their own, `(index into shards, batch)`, the jobs without any
@@ -245,24 +257,25 @@ impl KeyedJobBatch {
     /// no shard: its first job's place answers it.
     ///
     /// # Errors
-    /// `ValueError`: no shard, or a job with only an expiry and no `loose` (an index into
-    /// `shards`) to put it on.
+    /// `ValueError`: a job with a key or group and no shard, or a job with only an expiry and
+    /// no `loose` (an index into `shards`) to put it on.
     #[allow(clippy::type_complexity)]
     fn split(
         &self,
+        py: Python<'_>,
         queue: &str,
         shards: Vec<String>,
         loose: Option<usize>,
     ) -> PyResult<(KeyedSplit, Vec<(usize, KeyedJobBatch)>, Option<NewJobBatch>)> {
         guarded("KeyedJobBatch.split", || {
-            let split =
-                jobs::split_by_shard(queue, &self.keys, &shards, loose).ok_or_else(|| {
-                    pyo3::exceptions::PyValueError::new_err(format!(
-                        "cannot split {} jobs over {} shards (loose shard {loose:?})",
-                        self.jobs.len(),
-                        shards.len()
-                    ))
-                })?;
+            let split = py.detach(|| jobs::split_by_shard(queue, &self.keys, &shards, loose));
+            let split = split.ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "cannot split {} jobs over {} shards (loose shard {loose:?})",
+                    self.jobs.len(),
+                    shards.len()
+                ))
+            })?;
             let parts = split
                 .parts
                 .iter()
@@ -278,7 +291,15 @@ impl KeyedJobBatch {
                 NewJobBatch::from_jobs(split.plain.iter().map(|&i| self.jobs[i].clone()).collect())
             });
             let priorities = self.jobs.iter().map(|j| j.priority).collect();
-            Ok((KeyedSplit { split, priorities }, parts, plain))
+            Ok((
+                KeyedSplit {
+                    shards,
+                    split,
+                    priorities,
+                },
+                parts,
+                plain,
+            ))
         })
     }
 }
@@ -328,37 +349,23 @@ impl KeyedPlacement {
 /// part, the jobs without an extension, the repeats of a dedup key, and every job's priority.
 #[pyclass(frozen, name = "KeyedSplit", module = "pinlater._pinlater")]
 pub struct KeyedSplit {
+    /// The names the request was split over (the parts' shard indexes point into them).
+    shards: Vec<String>,
     split: jobs::ShardSplit,
     priorities: Vec<i64>,
 }
 
 #[pymethods]
 impl KeyedSplit {
-    /// The request index of job `index` of part `part` (the order `split` returned the parts in).
-    ///
-    /// # Errors
-    /// `IndexError`: no such part or job.
-    fn request_index(&self, part: usize, index: usize) -> PyResult<usize> {
-        self.split
-            .parts
-            .get(part)
-            .and_then(|(_, jobs)| jobs.get(index))
-            .copied()
-            .ok_or_else(|| {
-                pyo3::exceptions::PyIndexError::new_err(format!("no job {index} of part {part}"))
-            })
-    }
-
     /// Every job's place in request order: the parts' `placements` (one per part, in order,
     /// each as long as its part), then the jobs without an extension, enqueued on shard
     /// `plain[0]` with the ids `plain[1]`, then each repeat of a dedup key, answered with its
-    /// first job's place, deduplicated. `shards` are the names `split` was given.
+    /// first job's place, deduplicated.
     ///
     /// # Errors
     /// `ValueError`: a placement or the plain ids do not match their jobs.
     fn merge(
         &self,
-        shards: Vec<String>,
         placements: Vec<PyRef<'_, KeyedPlacement>>,
         plain: Option<(String, PyRef<'_, LocalIds>)>,
     ) -> PyResult<SplitPlacement> {
@@ -372,7 +379,7 @@ impl KeyedSplit {
                     split.parts.len()
                 )));
             }
-            let mut names = shards;
+            let mut names = self.shards.clone();
             let mut placed: Vec<Option<(usize, Placed)>> = vec![None; self.priorities.len()];
             for ((shard, indexes), placement) in split.parts.iter().zip(&placements) {
                 if *shard >= names.len() || placement.placed.len() != indexes.len() {
