@@ -592,6 +592,13 @@ class SqliteShard:
         """Syncs of the WAL file tried so far, a failed one too, off the writer thread (``FULL``;
         none with ``NORMAL``)."""
 
+    @property
+    def checkpoints(self) -> tuple[int, int, int]:
+        """Checkpoints of the shard file so far: ``(copied, by_writer, fallbacks)``, those its
+        checkpointer thread completed, those the writer ran itself (each the few pages that
+        finish a copy, or a whole copy), and of those the ones it ran because the WAL passed the
+        fallback mark with no copy finished (the checkpointer failed or fell behind)."""
+
     def enqueue(self, queue: str, jobs: NewJobBatch, now_ms: int, future: Any, event_loop: Any) -> bool: ...
     def enqueue_keyed(
         self,

@@ -440,14 +440,16 @@ impl<T: Send + 'static> SqliteShard<T> {
         self.syncs.load(Ordering::Relaxed)
     }
 
-    /// Checkpoints so far: `(copied, by_writer)`, those the checkpointer thread completed and
-    /// those the writer ran on its own thread (the small ones that finish a copy, and any past
-    /// `WAL_FALLBACK_PAGES`).
-    pub fn checkpoints(&self) -> (u64, u64) {
+    /// Checkpoints so far: `(copied, by_writer, fallbacks)`, those the checkpointer thread
+    /// completed, those the writer ran on its own thread (the small ones that finish a copy, and
+    /// any past `WAL_FALLBACK_PAGES`), and of those the ones past `WAL_FALLBACK_PAGES` with no
+    /// copy finished (the checkpointer failed or fell behind).
+    pub fn checkpoints(&self) -> (u64, u64, u64) {
         let counts = &self.checkpoints;
         (
             counts.copied.load(Ordering::Relaxed),
             counts.by_writer.load(Ordering::Relaxed),
+            counts.fallbacks.load(Ordering::Relaxed),
         )
     }
 
@@ -654,6 +656,9 @@ struct CheckpointCounts {
     copied_frames: AtomicU64,
     /// Checkpoints the writer ran (not those another connection's kept from running).
     by_writer: AtomicU64,
+    /// Of those, the ones it ran because the WAL passed `fallback` pages with no copy finished:
+    /// the checkpointer failed or fell behind.
+    fallbacks: AtomicU64,
 }
 
 /// The writer's side of the checkpointer.
@@ -1068,6 +1073,9 @@ impl<T: Send> Writer<T> {
         }
         if checkpoint_here && checkpoint_passive(&self.conn).is_some() {
             shared.by_writer.fetch_add(1, Ordering::Relaxed);
+            if state != CHECKPOINT_COPIED {
+                shared.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -2468,6 +2476,11 @@ mod tests {
         assert!(frames >= 60, "the checkpointer copied {frames} frames");
         // The commit after the copy finishes it; the one after that starts the WAL over.
         commit_until(&shard, &rx, "a finish", |s| s.checkpoints().1 >= 1);
+        assert_eq!(
+            shard.checkpoints().2,
+            0,
+            "no fallback: the finish is no fallback"
+        );
         commit_one(&shard, &rx);
         let size = wal_bytes(&path);
         assert!(size >= 60 * 4096, "the WAL held the pages copied: {size}");
@@ -2498,9 +2511,10 @@ mod tests {
         for _ in 0..150 {
             commit_one(&shard, &rx); // about 600 pages in all
         }
-        let (copied, by_writer) = shard.checkpoints();
+        let (copied, by_writer, fallbacks) = shard.checkpoints();
         assert_eq!(copied, 0);
         assert!(by_writer >= 2, "the writer checkpointed {by_writer} times");
+        assert_eq!(fallbacks, by_writer, "each one past the fallback mark");
         let size = wal_bytes(&path);
         assert!(size < 100 * 4120, "the WAL grew to {size} bytes");
         shard.close();
@@ -2529,9 +2543,10 @@ mod tests {
                 std::thread::yield_now();
             }
         }
-        let (copied, by_writer) = shard.checkpoints();
+        let (copied, by_writer, fallbacks) = shard.checkpoints();
         assert_eq!(copied, 0);
         assert!(by_writer >= 2, "the writer checkpointed {by_writer} times");
+        assert_eq!(fallbacks, by_writer, "each one past the fallback mark");
         let size = wal_bytes(&path);
         assert!(size < 100 * 4120, "the WAL grew to {size} bytes");
         shard.close();

@@ -60,6 +60,26 @@ def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def test_the_embedded_writer_shows_its_commits_and_checkpoints(admin_server: AdminServer) -> None:
+    """The Rust writer's counts (the default embedded store's): each write call after another
+    commits once more, and no checkpoint fell back on the writer."""
+    a = admin_server
+    a.jobs.create("written")
+    a.jobs.enqueue("written", b"first")
+    before = prometheus(a)
+    commits = sample(before, "pinlater_embedded_commits")
+    assert commits >= 1, "the enqueue went through the Rust writer"
+    for i in range(3):  # one after another: a commit each
+        a.jobs.enqueue("written", b"job %d" % i)
+    after = prometheus(a)
+    assert sample(after, "pinlater_embedded_commits") >= commits + 3
+    gauges = a.get("/stats.json").json()["gauges"]
+    assert gauges["embedded_commits"] == sample(prometheus(a), "pinlater_embedded_commits")
+    for name in ("wal_syncs", "checkpoints_copied", "checkpoints_by_writer"):
+        assert ("pinlater_embedded_" + name, frozenset()) in after, name
+    assert sample(after, "pinlater_embedded_checkpoint_fallbacks") == 0
+
+
 def test_enqueue_ten_adds_ten_in_stats_txt_stats_json_and_prometheus(admin_server: AdminServer) -> None:
     a = admin_server
     a.jobs.create("metered")

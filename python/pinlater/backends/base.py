@@ -842,5 +842,7 @@ class BackendDriver(Protocol):
         ...
 
     def gauges(self, shards: Callable[[], Iterable[Shard]]) -> Mapping[str, Callable[[], float]]:
-        """Gauges of this kind for ``/stats.txt``, over the shards configured when read."""
+        """Gauges of this kind for ``/stats.txt`` and ``/metrics``, over the shards configured
+        when read: what this process's stores counted, so each is summed over the server
+        processes."""
         ...

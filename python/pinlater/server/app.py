@@ -248,8 +248,9 @@ class PinLaterServer:
         if broker is not None:
             gauge("broker_buffered_jobs", broker.buffered)
         assert self._driver is not None
+        # The driver's counts of what this process's stores did: summed over the processes.
         for name, read in self._driver.gauges(lambda: backend.shards).items():
-            self.metrics.gauge(name, read)
+            gauge(name, read)
 
     async def _health_loop(self) -> None:
         """Ping unhealthy shards and bring them back when they answer (calls that find no

@@ -404,6 +404,15 @@ impl SqliteShard {
         self.inner.syncs()
     }
 
+    /// Checkpoints of the shard file so far: `(copied, by_writer, fallbacks)`: those its
+    /// checkpointer thread completed, those the writer ran itself (each the few pages that finish
+    /// a copy, or a whole copy), and of those the ones it ran because the WAL passed the fallback
+    /// mark with no copy finished (the checkpointer failed or fell behind).
+    #[getter]
+    fn checkpoints(&self) -> (u64, u64, u64) {
+        self.inner.checkpoints()
+    }
+
     /// Finishes the queued requests (answering them), then stops the thread and closes the
     /// connection. Idempotent.
     fn close(&self, py: Python<'_>) {

@@ -7,17 +7,19 @@ data directory alone (``DataDirLock``, taken by ``acquire`` before any file is o
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pinlater.backends.drivers import DriverDefaults
 from pinlater.backends.embedded.lock import DataDirLock
-from pinlater.backends.embedded.store import EmbeddedStore
+from pinlater.backends.embedded.store import EmbeddedStore, WriterCounts
 from pinlater.errors import ConfigError
 
 if TYPE_CHECKING:
     from pinlater.backends.base import ShardConfig
+    from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
 
 
@@ -43,6 +45,19 @@ class EmbeddedDriver(DriverDefaults):
     def shard_configs(self, settings: Settings) -> dict[str, ShardConfig]:
         """Shards "1", "2", ... up to ``EMBEDDED_NUM_SHARDS``."""
         return {str(number): EmbeddedShardConfig() for number in range(1, settings.embedded_num_shards + 1)}
+
+    def gauges(self, shards: Callable[[], Iterable[Shard]]) -> Mapping[str, Callable[[], float]]:
+        """The Rust writers' counts (``WriterCounts``) over the shards, as ``embedded_commits``,
+        ``embedded_wal_syncs``, ``embedded_checkpoints_copied``, ``embedded_checkpoints_by_writer``
+        and ``embedded_checkpoint_fallbacks``: totals since start."""
+
+        def total(field: int) -> Callable[[], float]:
+            def read() -> float:
+                return sum(s.store.writer_counts()[field] for s in shards() if isinstance(s.store, EmbeddedStore))
+
+            return read
+
+        return {f"embedded_{name}": total(i) for i, name in enumerate(WriterCounts._fields)}
 
     def parse_config(self, text: str, source: str) -> dict[str, ShardConfig]:
         raise ConfigError(

@@ -37,7 +37,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pinlater.backends.base import (
     DEFAULT_RULES,
@@ -97,6 +97,18 @@ _I64_MAX = 2**63 - 1
 def shard_path(data_dir: Path, name: str) -> Path:
     """Where shard ``name`` keeps its database file."""
     return data_dir / f"shard-{name}.sqlite3"
+
+
+class WriterCounts(NamedTuple):
+    """What the shard's Rust writer did since it opened (``SqliteShard``): all 0 before the hot
+    path opens it. ``checkpoint_fallbacks`` above 0: its checkpointer failed or fell behind, and
+    the writer copied the whole log itself, holding up the calls queued meanwhile."""
+
+    commits: int
+    wal_syncs: int
+    checkpoints_copied: int
+    checkpoints_by_writer: int
+    checkpoint_fallbacks: int
 
 
 class EmbeddedStore(BlockingStore, BodyFilteredReads):
@@ -161,6 +173,13 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
 
     def hot_path(self, offload: Offload) -> HotPath:
         return self.native_hot_path(offload)
+
+    def writer_counts(self) -> WriterCounts:
+        """The Rust writer's commits, syncs and checkpoints so far (``WriterCounts``)."""
+        native = self._native
+        if native is None:
+            return WriterCounts(0, 0, 0, 0, 0)
+        return WriterCounts(native.commits, native.syncs, *native.checkpoints)
 
     # -- ordered groups and queue rules -------------------------------------------------------
 
