@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pinlater.backends.embedded.store import WriterCounts
 from tests.admin.conftest import FAILED, PENDING, AdminServer, http
 from tests.conftest import ADMIN_PASSWORD, original_password_hash
 from tests.support.pinlater_server import ServerProcess
@@ -75,8 +76,9 @@ def test_the_embedded_writer_shows_its_commits_and_checkpoints(admin_server: Adm
     assert sample(after, "pinlater_embedded_commits") >= commits + 3
     gauges = a.get("/stats.json").json()["gauges"]
     assert gauges["embedded_commits"] == sample(prometheus(a), "pinlater_embedded_commits")
-    for name in ("wal_syncs", "checkpoints_copied", "checkpoints_by_writer"):
+    for name in WriterCounts._fields:
         assert ("pinlater_embedded_" + name, frozenset()) in after, name
+    assert sample(after, "pinlater_embedded_wal_syncs") <= sample(after, "pinlater_embedded_commits")
     assert sample(after, "pinlater_embedded_checkpoint_fallbacks") == 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -458,5 +459,34 @@ def test_python_commits_leave_the_log_to_the_checkpointer_once_the_hot_path_open
         store.native_hot_path(offload)
         assert growth_of_the_file() == 0  # the log holds them all
         assert len(records(store, list(range(1, 2401)))) == 2400
+    finally:
+        store.close()
+
+
+def test_the_writer_counts_its_commits_and_the_checkpointer_s_copies(tmp_path: Path) -> None:
+    """``writer_counts`` through the extension: a commit per write call made in turn, and once
+    the log passes the checkpointer's 10,000 pages, a copy by the checkpointer thread, finished
+    by the writer's next commit, with no fallback (the writer copying it all itself)."""
+    store = EmbeddedStore(tmp_path / "counts", "1", synchronous="NORMAL")
+    try:
+        store.create_queue(Q, 3)
+        assert store.writer_counts() == (0, 0, 0, 0, 0), "no writer before the hot path opens"
+        hot = store.native_hot_path(offload)
+        body = b"x" * 3000  # about a page a job
+
+        async def write(calls: int) -> None:
+            for _ in range(calls):
+                await hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, body, 0, 1) for _ in range(100)]), T0)
+
+        run(write(3))
+        counts = store.writer_counts()
+        assert counts.commits == 3 and counts.wal_syncs == 0, counts  # NORMAL: no sync of the log
+        deadline = time.monotonic() + 60
+        while store.writer_counts().checkpoints_by_writer == 0:  # about 100 pages a call
+            assert time.monotonic() < deadline, f"no checkpoint finished: {store.writer_counts()}"
+            run(write(10))
+        counts = store.writer_counts()
+        assert counts.checkpoints_copied == counts.checkpoints_by_writer == 1, counts
+        assert counts.checkpoint_fallbacks == 0 and counts.commits > 100 and counts.wal_syncs == 0, counts
     finally:
         store.close()
