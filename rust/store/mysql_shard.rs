@@ -14,7 +14,8 @@
 //!
 //! Errors and retries follow `transactions.py`: a missing database or table is
 //! `QueueNotFound`; deadlocks, lock wait timeouts and lost connections are retried
-//! `num_auto_retries` times, then `Connection`; a failure to connect is `Connection` after the
+//! `num_auto_retries` times (deadlocks `DEADLOCK_RETRIES` more), then `Connection`; a failure to
+//! connect is `Connection` after the
 //! same retries. A connection that fails before COMMIT on its first use since it was last
 //! pooled (a stale one, after a server restart) is replaced and the transaction run again once,
 //! free; a connection lost during COMMIT of a transaction that must not be repeated (an
@@ -56,7 +57,15 @@ const LOST_CONNECTION_ERRORS: [u16; 6] = [2006, 2013, 2055, 1053, 1927, 4031];
 /// Could not connect at all (`CONNECT_ERRORS`).
 const CONNECT_ERRORS: [u16; 8] = [2002, 2003, 2005, 1040, 1044, 1045, 1129, 1130];
 /// Rolled back, connection fine: deadlock, lock wait timeout.
-const TRANSIENT_ERRORS: [u16; 2] = [1213, 1205];
+const TRANSIENT_ERRORS: [u16; 2] = [DEADLOCK_ERROR, 1205];
+/// `InnoDB` rolled the transaction back to break a deadlock.
+const DEADLOCK_ERROR: u16 = 1213;
+/// Times a transaction rolled back by a deadlock is run again beyond `num_auto_retries`
+/// (`dedup_keys.py`'s `DEADLOCK_RETRIES`): a deadlock costs `InnoDB` nothing to detect and the
+/// victim nothing to undo (no lock wait timeout was waited out), and under concurrent keyed
+/// enqueues and dequeues on one shard they come often enough that the original's one retry let
+/// some through to clients. A lock wait timeout gets none: each one waited a whole timeout.
+const DEADLOCK_RETRIES: u32 = 3;
 /// Unknown table.
 const NO_TABLE_ERROR: u16 = 1146;
 /// Unknown database, unknown table.
@@ -69,6 +78,33 @@ const LOST_CONNECTION: u16 = 2013;
 const CANT_CONNECT: u16 = 2003;
 /// The most bytes one INSERT takes when the server's `max_allowed_packet` is not known yet.
 const DEFAULT_MAX_ALLOWED_PACKET: u64 = 16 * 1024 * 1024;
+
+/// The runs left to one transaction: `num_auto_retries` for any failure worth another attempt,
+/// and `DEADLOCK_RETRIES` more for deadlocks alone.
+struct Retries {
+    left: u32,
+    deadlocks: u32,
+}
+
+impl Retries {
+    /// Takes a run for any failure, if one is left.
+    fn spend(&mut self) -> bool {
+        let some = self.left > 0;
+        self.left -= u32::from(some);
+        some
+    }
+
+    /// Takes a run for a failure with `MySQL` error `code`, a deadlock's from its own budget once
+    /// the common one is spent.
+    fn spend_on(&mut self, code: u16) -> bool {
+        if self.spend() {
+            return true;
+        }
+        let deadlock = code == DEADLOCK_ERROR && self.deadlocks > 0;
+        self.deadlocks -= u32::from(deadlock);
+        deadlock
+    }
+}
 
 /// Worth another attempt (`RETRYABLE_ERRORS`).
 fn retryable(code: u16) -> bool {
@@ -383,8 +419,10 @@ impl Session {
         repeatable: bool,
         mut op: impl FnMut(&mut Conn, &Shared) -> OpResult<T>,
     ) -> Result<T, StoreError> {
-        let retries = self.shared.settings.num_auto_retries;
-        let mut attempt = 0;
+        let mut budget = Retries {
+            left: self.shared.settings.num_auto_retries,
+            deadlocks: DEADLOCK_RETRIES,
+        };
         let mut replaced_stale = false;
         loop {
             let epoch = self.shared.epoch.load(Ordering::SeqCst);
@@ -397,8 +435,7 @@ impl Session {
                     Ok(conn) => self.conn = Some((conn, epoch)),
                     Err(err) => {
                         let (code, message) = self.connect_failure(&err);
-                        if (retryable(code) || err.is_connectivity_error()) && attempt < retries {
-                            attempt += 1;
+                        if (retryable(code) || err.is_connectivity_error()) && budget.spend() {
                             continue;
                         }
                         let detail = format!("MySQL error {code}: {message}");
@@ -446,8 +483,7 @@ impl Session {
                     replaced_stale = true;
                     continue;
                 }
-                if attempt < retries {
-                    attempt += 1;
+                if budget.spend() {
                     continue;
                 }
                 return Err(connection_error(
@@ -457,8 +493,7 @@ impl Session {
             }
             if !self.rollback() {
                 // The connection died on us after all: as a lost connection.
-                if attempt < retries {
-                    attempt += 1;
+                if budget.spend() {
                     continue;
                 }
                 return Err(connection_error(
@@ -470,8 +505,7 @@ impl Session {
                 return Err(StoreError::QueueNotFound);
             }
             if retryable(code) {
-                if attempt < retries {
-                    attempt += 1;
+                if budget.spend_on(code) {
                     continue;
                 }
                 return Err(connection_error(
@@ -1311,6 +1345,29 @@ fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deadlocks_get_runs_of_their_own_past_the_common_ones() {
+        let mut budget = Retries {
+            left: 1,
+            deadlocks: DEADLOCK_RETRIES,
+        };
+        assert!(
+            budget.spend_on(1205),
+            "a lock wait timeout takes the common run"
+        );
+        assert!(!budget.spend_on(1205), "and has no other");
+        assert!(!budget.spend(), "nor has any other failure");
+        let deadlocks = (0..10)
+            .take_while(|_| budget.spend_on(DEADLOCK_ERROR))
+            .count();
+        assert_eq!(deadlocks, 3);
+        let mut none = Retries {
+            left: 0,
+            deadlocks: 0,
+        };
+        assert!(!none.spend_on(DEADLOCK_ERROR));
+    }
 
     #[test]
     fn render_fills_tokens_and_parameters() {

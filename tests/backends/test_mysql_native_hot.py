@@ -540,3 +540,35 @@ def test_the_store_hands_out_the_native_hot_path(server: MariaDBServer) -> None:
         store.close()  # closes the hot path's workers too
         loop.close()
     assert hot.worker_count == 0
+
+
+def test_a_claim_rolled_back_by_deadlocks_is_run_again_past_the_common_retries(server: MariaDBServer) -> None:
+    """A dequeue whose claim InnoDB rolls back for a deadlock runs again three times beyond
+    ``num_auto_retries`` (0 here), then fails as the shard's error. The deadlocks come from a
+    trigger on the jobs table that raises MySQL error 1213 for the first ``fail`` claims, counted
+    in a table that a rollback leaves alone (Aria, not transactional)."""
+    h = Harness(MySQLStore("1", config_for(server), pool_size=4, num_auto_retries=0))
+    h.store.create_queue(RS, 3)
+    db = f"plq_1_{RS}"
+    try:
+        server.query(f"CREATE TABLE `{db}`.`deadlocks` (n INT NOT NULL, fail INT NOT NULL) ENGINE=Aria")
+        server.query(f"INSERT INTO `{db}`.`deadlocks` VALUES (0, 3)")
+        server.query(
+            f"CREATE TRIGGER `{db}`.`deadlocked_claims` BEFORE UPDATE ON `{db}`.`jobs_p1` FOR EACH ROW "
+            f"BEGIN IF (SELECT n < fail FROM `{db}`.`deadlocks`) THEN "
+            f"UPDATE `{db}`.`deadlocks` SET n = n + 1; "
+            "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found (a test trigger)'; "
+            "END IF; END"
+        )
+        first, second = h.enqueue(RS, [NewJob(1, b"one", T0, 1), NewJob(1, b"two", T0, 1)])
+        (claimed,) = h.dequeue(RS, 1, 1, "c1")
+        assert claimed.local_id == first
+        assert server.query(f"SELECT n FROM `{db}`.`deadlocks`") == [(3,)], "three runs rolled back, the fourth claimed"
+        server.query(f"UPDATE `{db}`.`deadlocks` SET n = 0, fail = 4")
+        with pytest.raises(ShardConnectionError, match="1213"):
+            h.dequeue(RS, 1, 1, "c2")
+        assert server.query(f"SELECT n FROM `{db}`.`deadlocks`") == [(4,)], "four runs, none more"
+        [record] = records(h.store, RS, [(1, second)])
+        assert record.state == JobState.PENDING, "the failed claim left the job as it was"
+    finally:
+        h.close()
