@@ -21,6 +21,7 @@ from tests.support.original_mysql import ORIGINAL_JOBS_TABLE
 
 from pinlater.backends.base import AckItem, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLDriver, MySQLShardConfig, MySQLStore, parse_mysql_config, queries
+from pinlater.backends.mysql.transactions import DEADLOCK_RETRIES
 from pinlater.config import Settings
 from pinlater.errors import ConfigError, ErrorCode, PinLaterError, ShardConnectionError
 
@@ -430,23 +431,30 @@ def test_lock_wait_timeouts_are_retried_then_reported(own_server: MariaDBServer)
 
 
 def test_deadlocks_are_retried_a_bounded_number_of_times(make_store: Callable[..., MySQLStore]) -> None:
+    """num_auto_retries runs again for any transient error; a deadlock gets DEADLOCK_RETRIES more
+    (a lock wait timeout none)."""
     store = make_store(num_auto_retries=2)
     calls: list[int] = []
 
-    def deadlocking(fail_times: int) -> Callable[[Any], str]:
+    def failing(code: int, fail_times: int) -> Callable[[Any], str]:
         def op(cur: Any) -> str:
             calls.append(1)
             if len(calls) <= fail_times:
-                raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+                raise pymysql.err.OperationalError(code, "Deadlock found when trying to get lock")
             return "ok"
 
         return op
 
-    assert store._run(None, deadlocking(2)) == "ok"
-    assert len(calls) == 3
+    allowed = 2 + DEADLOCK_RETRIES
+    assert store._run(None, failing(1213, allowed)) == "ok"
+    assert len(calls) == allowed + 1
     calls.clear()
     with pytest.raises(ShardConnectionError, match="1213"):
-        store._run(None, deadlocking(3))
+        store._run(None, failing(1213, allowed + 1))
+    assert len(calls) == allowed + 1
+    calls.clear()
+    with pytest.raises(ShardConnectionError, match="1205"):
+        store._run(None, failing(1205, 3))
     assert len(calls) == 3
 
 

@@ -16,9 +16,9 @@ the records and their holders' states are plain reads, whose snapshot is taken a
 them, after the locks, so they see every commit before ours (a ``FOR UPDATE`` read of the
 records would lock every row it scanned, and deadlocked concurrent calls; a test counts InnoDB's
 deadlocks). A deadlock all the same rolls the whole call back, so it is run again, up to
-``DEADLOCK_RETRIES`` more times. Like the job INSERTs, each statement of keys is cut to half of
-max_allowed_packet (a request of 10,000 keys of 1 KB is 10 MB of them, twice that escaped),
-the pieces sent in key-hash order.
+``transactions.DEADLOCK_RETRIES`` more times, as every transaction is. Like the job INSERTs,
+each statement of keys is cut to half of max_allowed_packet (a request of 10,000 keys of 1 KB
+is 10 MB of them, twice that escaped), the pieces sent in key-hash order.
 
 The holder's state is read without locking its job: an ack that finishes it as we read is
 ordered after this call (the enqueue was deduplicated against a job that was still running).
@@ -41,17 +41,11 @@ from pinlater.backends.mysql import expiry, names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import insert_jobs, statement_budget
 from pinlater.backends.mysql.pool import error_code
-from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor, T
-from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError
 
 if TYPE_CHECKING:
     from pinlater.backends.mysql.store import MySQLStore
-
-DEADLOCK_RETRIES = 3
-"""Times a dedup enqueue rolled back by a deadlock is run again, beyond the store's
-``num_auto_retries``."""
-
-DEADLOCK_ERROR = 1213
 
 #: A GC walk's position: (held_until, key_hash) of the last record looked at.
 Position = tuple[int, bytes]
@@ -160,11 +154,11 @@ def enqueue_keyed_jobs(store: MySQLStore, queue: str, jobs: Sequence[KeyedJob], 
         return store._run_writing_bodies(queue, op, check_bodies, repeatable=False)
 
     try:
-        return _retrying_deadlocks(run)
+        return run()
     except _NoKeysTable:
         store._run(queue, lambda cur: create_table(cur, store.name, queue))  # a missing queue: QueueNotFoundError
     try:
-        return _retrying_deadlocks(run)
+        return run()
     except _NoKeysTable as exc:  # made a moment ago and gone: the queue was deleted meanwhile
         raise QueueNotFoundError(queue) from exc
 
@@ -261,18 +255,3 @@ def _pieces(items: Sequence[E], cost: Callable[[E], int], budget: int) -> Iterat
         used += size
     if start < len(items):
         yield items[start:]
-
-
-def _retrying_deadlocks(run: Callable[[], T]) -> T:
-    """``run()``, again up to ``DEADLOCK_RETRIES`` times while a deadlock (past the store's own
-    retries) rolled it back. A lock wait timeout is not retried here: each one took
-    innodb_lock_wait_timeout already."""
-    attempt = 0
-    while True:
-        try:
-            return run()
-        except ShardConnectionError as exc:
-            cause = exc.__cause__
-            if attempt >= DEADLOCK_RETRIES or cause is None or error_code(cause) != DEADLOCK_ERROR:
-                raise
-            attempt += 1

@@ -43,6 +43,12 @@ NO_TABLE_ERROR = 1146
 NO_QUEUE_ERRORS = frozenset({1049, NO_TABLE_ERROR})
 NAME_TOO_LONG_ERRORS = frozenset({1059, 1102})
 REGEX_ERROR = 1139
+DEADLOCK_ERROR = 1213
+DEADLOCK_RETRIES = 3
+"""Times a transaction rolled back by a deadlock runs again beyond ``num_auto_retries``: a
+deadlock costs InnoDB nothing to detect and the victim nothing to undo, where a lock wait
+timeout (which gets none) waited a whole innodb_lock_wait_timeout. The Rust hot path
+(``rust/store/mysql_shard.rs``) has the same."""
 
 
 def run_transaction(
@@ -54,9 +60,10 @@ def run_transaction(
     *,
     repeatable: bool = True,
 ) -> T:
-    """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors.
-    ``repeatable`` False: not run again once its COMMIT may have been applied."""
-    attempt = 0
+    """Run ``op`` in a transaction, retrying deadlocks and lost connections, mapping errors
+    (``num_auto_retries`` times, deadlocks ``DEADLOCK_RETRIES`` more). ``repeatable`` False:
+    not run again once its COMMIT may have been applied."""
+    attempt = deadlocks = 0
     replaced_stale = False
     while True:
         try:
@@ -81,6 +88,10 @@ def run_transaction(
             if retryable and attempt < num_auto_retries:
                 attempt += 1
                 log.info("shard %s: retrying after MySQL error %s (attempt %d)", shard, code, attempt)
+                continue
+            if code == DEADLOCK_ERROR and deadlocks < DEADLOCK_RETRIES:
+                deadlocks += 1
+                log.info("shard %s: again after a deadlock (%d past the retries)", shard, deadlocks)
                 continue
             if retryable or is_connection_failure(exc):
                 raise ShardConnectionError(shard, f"MySQL error {code}: {_message(exc)}") from exc
