@@ -333,3 +333,18 @@ def test_metrics_merge_adds_counts_timings_and_summed_gauges() -> None:
     parent.forget("p1")
     assert parent.gauges()["connections_open"] == 3.0
     assert parent.counters["q_enqueue"] == 12  # a process that ended keeps its counts
+
+
+def test_a_total_of_a_process_that_ended_still_counts() -> None:
+    """A ``total`` gauge (a count since its process started) keeps an ended process's last
+    reading, so the sum over the processes never goes back when a child is restarted."""
+    parent, child, restarted = Metrics(), Metrics(), Metrics()
+    for metrics, rejected in ((parent, 1), (child, 2), (restarted, 5)):
+        metrics.gauge("connections_rejected", lambda n=rejected: n, total=True)
+        metrics.gauge("connections_open", lambda n=rejected: 10 * n, summed=True)
+    parent.merge("p1", child.take_delta())
+    assert parent.gauges() == {"connections_rejected": 3.0, "connections_open": 30.0}
+    parent.forget("p1")
+    assert parent.gauges() == {"connections_rejected": 3.0, "connections_open": 10.0}
+    parent.merge("p1", restarted.take_delta())  # the child started again, from 0
+    assert parent.gauges() == {"connections_rejected": 8.0, "connections_open": 60.0}

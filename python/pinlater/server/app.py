@@ -236,21 +236,22 @@ class PinLaterServer:
         gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
         gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
         # Peers closed or refused by the transport's limits (totals since start).
-        gauge("accept_errors", lambda: thrift.stats().accept_errors)
-        gauge("connections_rejected", lambda: thrift.stats().connections_rejected)
-        gauge("frame_timeouts", lambda: thrift.stats().frame_timeouts)
-        gauge("frames_over_budget", lambda: thrift.stats().over_budget)
-        gauge("connections_closed_idle", lambda: thrift.stats().idle_closed)
-        gauge("connections_closed_write_stall", lambda: thrift.stats().write_stalls)
+        total = functools.partial(self.metrics.gauge, total=True)
+        total("accept_errors", lambda: thrift.stats().accept_errors)
+        total("connections_rejected", lambda: thrift.stats().connections_rejected)
+        total("frame_timeouts", lambda: thrift.stats().frame_timeouts)
+        total("frames_over_budget", lambda: thrift.stats().over_budget)
+        total("connections_closed_idle", lambda: thrift.stats().idle_closed)
+        total("connections_closed_write_stall", lambda: thrift.stats().write_stalls)
         # Objects out of the garbage collector's reach: what `pinlater serve` froze after start-up.
         gauge("gc_frozen_objects", gc.get_freeze_count)
         broker = self.broker
         if broker is not None:
             gauge("broker_buffered_jobs", broker.buffered)
         assert self._driver is not None
-        # The driver's counts of what this process's stores did: summed over the processes.
+        # The driver's counts of what this process's stores did: totals, summed over the processes.
         for name, read in self._driver.gauges(lambda: backend.shards).items():
-            gauge(name, read)
+            total(name, read)
 
     async def _health_loop(self) -> None:
         """Ping unhealthy shards and bring them back when they answer (calls that find no

@@ -164,8 +164,12 @@ class Metrics:
         self.timings: dict[str, Timing] = defaultdict(Timing)
         self._gauges: dict[str, Callable[[], float]] = {}
         self._summed: set[str] = set()
+        #: The summed gauges that are totals since start (``total``).
+        self._totals: set[str] = set()
         #: The summed gauges of the other processes, by process name.
         self._remote_gauges: dict[str, dict[str, float]] = {}
+        #: The totals of the processes that ended, summed: they still count.
+        self._departed: dict[str, float] = defaultdict(float)
 
     def incr(self, name: str, by: int = 1) -> None:
         if by:
@@ -175,16 +179,20 @@ class Metrics:
         self.timings[method].add(millis)
         self.counters[outcome_counter(method, ok)] += 1
 
-    def gauge(self, name: str, read: Callable[[], float], *, summed: bool = False) -> None:
+    def gauge(self, name: str, read: Callable[[], float], *, summed: bool = False, total: bool = False) -> None:
         """Register a gauge, read when stats are rendered; ``summed``: a per-process quantity
-        (connections open, say), shown summed over the server processes."""
+        (connections open, say), shown summed over the server processes; ``total`` (summed too):
+        a count since the process started (connections rejected, say), whose last reading still
+        counts once its process ended, so the sum never goes back."""
         self._gauges[name] = read
-        if summed:
+        if summed or total:
             self._summed.add(name)
+        if total:
+            self._totals.add(name)
 
     def gauges(self) -> dict[str, float]:
         out = self._local_gauges()
-        for remote in self._remote_gauges.values():
+        for remote in [*self._remote_gauges.values(), self._departed]:
             for name, value in remote.items():
                 if name in out:
                     out[name] += value
@@ -215,8 +223,10 @@ class Metrics:
         self._remote_gauges[process] = dict(delta.gauges)
 
     def forget(self, process: str) -> None:
-        """A process ended: its gauges no longer count (its counts stay)."""
-        self._remote_gauges.pop(process, None)
+        """A process ended: its gauges no longer count, but for its totals (its counts stay)."""
+        for name, value in self._remote_gauges.pop(process, {}).items():
+            if name in self._totals:
+                self._departed[name] += value
 
     def queue_counters(self) -> dict[str, dict[str, int]]:
         """Per-queue counters: ``{queue: {kind: value}}`` (only those counted so far)."""
