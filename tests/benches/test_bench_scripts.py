@@ -178,3 +178,17 @@ def test_dedup_keys_compares_keyed_grouped_and_plain_on_the_embedded_store() -> 
     rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.startswith("current ")}
     assert all(float(rows[("current", "embedded", variant)][4]) > 0 for variant in ("plain", "keyed", "grouped")), out
     assert "keyed/plain jobs/min" in out and "grouped/plain jobs/min" in out and "issue 17: at least 0.70" in out
+
+
+@pytest.mark.redis
+def test_dedup_keys_runs_keyed_jobs_over_two_redis_shards() -> None:
+    """``--shards 2``: two shard entries on the one Redis, so keyed requests are split over
+    them (``ShardedBackend.enqueue_keyed_batch``) under a real load."""
+    out = run(
+        "dedup_keys.py",
+        *("--backends", "redis-compact", "--variants", "plain,keyed,grouped", "--shards", "2"),
+        *("--seconds", "1", "--warmup", "0.5", "--rounds", "1"),
+    )
+    assert "2 shard(s) per store" in out
+    rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.startswith("current ")}
+    assert all(float(rows[("current", "redis-compact", v)][4]) > 0 for v in ("plain", "keyed", "grouped")), out
