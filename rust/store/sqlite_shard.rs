@@ -750,19 +750,27 @@ impl Checkpointer {
     /// (Python's connection) holds an older snapshot, which keeps the rest from being copied.
     /// The frames checkpointed, or None if a pass failed.
     fn copy(&self) -> Option<u64> {
-        let mut last: Option<(i64, i64)> = None;
-        for _ in 0..COPY_PASSES {
-            let (log, checkpointed) = checkpoint_passive(&self.conn)?;
-            let done = last.is_some_and(|(log_before, checkpointed_before)| {
-                log == log_before || checkpointed == checkpointed_before
-            });
-            last = Some((log, checkpointed));
-            if done {
-                break;
-            }
-        }
-        last.map(|(_, checkpointed)| u64::try_from(checkpointed).unwrap_or(0))
+        copy_passes(|| checkpoint_passive(&self.conn)).map(|(frames, _)| frames)
     }
+}
+
+/// `Checkpointer::copy`'s passes, each `pass` one `PASSIVE` checkpoint's `(log, checkpointed)`:
+/// the frames checkpointed after the last and the passes run, or None if a pass failed.
+fn copy_passes(mut pass: impl FnMut() -> Option<(i64, i64)>) -> Option<(u64, usize)> {
+    let mut last: Option<(i64, i64)> = None;
+    let mut passes = 0;
+    while passes < COPY_PASSES {
+        let (log, checkpointed) = pass()?;
+        passes += 1;
+        let done = last.is_some_and(|(log_before, checkpointed_before)| {
+            log == log_before || checkpointed == checkpointed_before
+        });
+        last = Some((log, checkpointed));
+        if done {
+            break;
+        }
+    }
+    last.map(|(_, checkpointed)| (u64::try_from(checkpointed).unwrap_or(0), passes))
 }
 
 /// The checkpointer's connection, at the writer's level (`FULL` or `NORMAL`: either syncs the
@@ -2497,6 +2505,85 @@ mod tests {
             jobs_in(&setup),
             int(&setup, "SELECT max(local_id) FROM jobs")
         );
+    }
+
+    /// `copy_passes` over scripted passes: the frames and the passes it ran.
+    fn scripted(passes: &[Option<(i64, i64)>]) -> Option<(u64, usize)> {
+        let mut script = passes.iter().copied();
+        copy_passes(|| script.next().expect("a pass beyond the script"))
+    }
+
+    #[test]
+    fn copy_passes_stop_when_the_wal_or_the_copy_stands_still() {
+        // No commit during the second pass: it synced the file.
+        assert_eq!(scripted(&[Some((90, 90)), Some((90, 90))]), Some((90, 2)));
+        // A commit during each of the first passes, none during the third.
+        let settling = [
+            Some((90, 90)),
+            Some((94, 94)),
+            Some((97, 97)),
+            Some((97, 97)),
+        ];
+        assert_eq!(scripted(&settling), Some((97, 4)));
+        // Commits go on, but a reader's snapshot holds the copy at 40 frames: one pass more
+        // would copy nothing again.
+        let held = [Some((90, 40)), Some((94, 40)), Some((99, 40))];
+        assert_eq!(scripted(&held), Some((40, 2)));
+        // A writer that commits during every pass: at most COPY_PASSES.
+        let busy: Vec<_> = (0..COPY_PASSES)
+            .map(|i| {
+                let log = 100 + i64::try_from(i).unwrap();
+                Some((log, log))
+            })
+            .collect();
+        assert_eq!(scripted(&busy), Some((115, COPY_PASSES)));
+        // A failed pass fails the copy.
+        assert_eq!(scripted(&[Some((90, 90)), None]), None);
+    }
+
+    #[test]
+    fn a_readers_snapshot_holds_the_copy_back_and_the_passes_stop() {
+        let (path, setup) = fresh_file("ckpt-reader", 1);
+        let at = CheckpointAt {
+            pages: i32::MAX, // never woken: the test copies
+            fallback: i32::MAX,
+            copier: Copier::Thread,
+        };
+        let (shard, rx) = open_checkpointing(&path, at);
+        commit_one(&shard, &rx);
+        let reader = Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let seen: i64 = reader
+            .query_row("SELECT count(*) FROM jobs", [], |row| row.get(0))
+            .unwrap();
+        for _ in 0..5 {
+            commit_one(&shard, &rx);
+        }
+        let checkpointer = open_checkpointer(&options(&path)).unwrap();
+        let held = checkpoint_passive(&checkpointer.conn).unwrap();
+        let mut logs = Vec::new();
+        let copied = copy_passes(|| {
+            commit_one(&shard, &rx); // a commit during every pass
+            let pass = checkpoint_passive(&checkpointer.conn);
+            logs.extend(pass.map(|(log, _)| log));
+            pass
+        });
+        let (frames, passes) = copied.unwrap();
+        assert_eq!(passes, 2, "passes after the copy stood still at the reader");
+        assert!(
+            logs[1] > logs[0],
+            "the WAL grew during the passes: {logs:?}"
+        );
+        assert_eq!(
+            i64::try_from(frames).unwrap(),
+            held.1,
+            "no frame past the reader's snapshot copied"
+        );
+        assert!(held.1 < held.0, "the reader held frames back: {held:?}");
+        reader.execute_batch("COMMIT").unwrap();
+        assert_eq!(seen, 1);
+        shard.close();
+        assert_eq!(jobs_in(&setup), 8); // 1 + 5 + one per pass
     }
 
     /// After 150 commits with no copy ever made: the writer checkpointed past the fallback mark
