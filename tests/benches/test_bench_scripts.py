@@ -4,9 +4,11 @@ them broken unnoticed (their figures are not checked here: speed is measured, no
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,3 +194,45 @@ def test_dedup_keys_runs_keyed_jobs_over_two_redis_shards() -> None:
     assert "2 shard(s) per store" in out
     rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.startswith("current ")}
     assert all(float(rows[("current", "redis-compact", v)][4]) > 0 for v in ("plain", "keyed", "grouped")), out
+
+
+def _cost_per_job() -> Any:
+    sys.path.insert(0, str(BENCHES))
+    try:
+        import cost_per_job
+    finally:
+        sys.path.remove(str(BENCHES))
+    return cost_per_job
+
+
+def test_a_stores_cpu_counts_the_children_it_reaped() -> None:
+    """What a Redis AOF rewrite costs is in the store's figure (``--aof-rewrites``): a child's
+    CPU still counts once the store has reaped it."""
+    bench = _cost_per_job()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+    parent = (
+        "import subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
+        "print('reaped', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None and proc.stdout.readline() == "reaped\n"
+        own = bench.cpu_seconds(proc.pid)
+        assert bench.store_cpu_seconds(proc.pid) - own >= 0.3
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("rewrites", [False, True])
+def test_aof_rewrites_run_only_when_asked(tmp_path: Path, rewrites: bool) -> None:
+    import redis
+
+    bench = _cost_per_job()
+    with bench.running_store("redis-compact", tmp_path, aof_rewrites=rewrites) as store:
+        config = json.loads(Path(store.server_args[-1]).read_text())
+        master = config["shards"][0]["shardConfig"]["master"]
+        with redis.Redis(master["host"], master["port"]) as raw:
+            percentage = raw.config_get("auto-aof-rewrite-percentage")["auto-aof-rewrite-percentage"]
+    assert percentage == ("100" if rewrites else "0")
