@@ -108,7 +108,9 @@ def test_a_second_signal_releases_jobs_in_hand_without_charging_an_attempt(
     ds = pl.enqueue(queue, [Job(b"j", attempts=3) for _ in range(6)])
     worker = start_worker(srv, queue, gate, "--grace-period", "300")
     try:
-        wait_for(lambda: pl.count(queue, JobState.IN_PROGRESS) == 4, 30, what="4 jobs in hand")
+        # in its handlers, not only claimed: jobs claimed and still prefetched are handed back
+        # at the first signal, and the second would find none in hand
+        wait_for(lambda: started(gate) == 4, 30, what="4 jobs in hand")
         worker.proc.send_signal(signal.SIGINT)
         wait_for(lambda: "stopping: finishing" in worker.output(), 10, what="the stop to begin")
         worker.proc.send_signal(signal.SIGINT)
