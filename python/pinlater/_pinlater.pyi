@@ -385,6 +385,10 @@ class NewJobBatch:
     def later(self, now_ms: int) -> list[tuple[int, int]]:
         """Distinct ``(priority, run_after_ms)`` of the jobs not ready at ``now_ms``, ascending."""
 
+    def chunks(self, size: int) -> list[NewJobBatch]:
+        """The batch in parts of at most ``size`` jobs (at least 1), in order: a request too
+        large for one store call (``backends.base.STORE_CALL_JOBS``). The parts copy the jobs."""
+
     def to_list(self) -> list[_NewJobTuple]:
         """One ``NewJob`` tuple per job."""
 
@@ -417,6 +421,11 @@ class KeyedJobBatch:
     @property
     def first_grouped(self) -> int | None:
         """The index of the first job of an ordered group, if any job has one."""
+
+    def chunks(self, size: int) -> list[KeyedJobBatch]:
+        """The batch in parts of at most ``size`` jobs (at least 1), in order, each job with its
+        keys: a request too large for one store call (``backends.base.STORE_CALL_JOBS``). The
+        parts copy the jobs."""
 
     def written(self, placement: KeyedPlacement) -> tuple[int, int, int, int]:
         """``(jobs, body_bytes, keys, key_bytes)`` of the jobs ``placement`` wrote (not
@@ -486,6 +495,10 @@ class KeyedPlacement:
 
     def __new__(cls, placed: Sequence[tuple[int, int, bool]]) -> KeyedPlacement: ...
     def __len__(self) -> int: ...
+    @staticmethod
+    def concat(parts: Sequence[KeyedPlacement]) -> KeyedPlacement:
+        """The places of ``parts``, one after the other: the answers of a batch's ``chunks``, in order."""
+
     @property
     def deduplicated(self) -> int:
         """How many jobs were deduplicated."""
@@ -499,6 +512,10 @@ class LocalIds:
 
     def __new__(cls, ids: Sequence[int]) -> LocalIds: ...
     def __len__(self) -> int: ...
+    @staticmethod
+    def concat(parts: Sequence[LocalIds]) -> LocalIds:
+        """The ids of ``parts``, one after the other: the answers of a batch's ``chunks``, in order."""
+
     def to_list(self) -> list[int]: ...
 
 @final
@@ -520,6 +537,10 @@ class AckGroup:
     def __len__(self) -> int: ...
     def priorities(self) -> list[int]:
         """The distinct priorities, ascending."""
+
+    def chunks(self, size: int) -> list[AckGroup]:
+        """The acks in parts of at most ``size`` (at least 1), successes first, each part's in
+        the order a store applies the whole group's: for stores taken a part at a time."""
 
     def succeeded(self) -> list[_AckTuple]:
         """One ``AckItem`` tuple per success."""

@@ -226,6 +226,30 @@ impl AckGroup {
     pub fn priorities(&self) -> Vec<i64> {
         distinct(self.items().map(|(_, a)| a.priority))
     }
+
+    /// The group cut into parts of at most `size` acks (at least 1), in `items` order: a store
+    /// that takes the parts in turn applies every ack in the order it applies the whole group's
+    /// (its successes, then its failures).
+    #[must_use]
+    pub fn chunks(&self, size: usize) -> Vec<AckGroup> {
+        let size = size.max(1);
+        let mut parts: Vec<AckGroup> = Vec::with_capacity(self.len().div_ceil(size));
+        let mut part = AckGroup::default();
+        for (succeeded, item) in self.items() {
+            if succeeded {
+                part.succeeded.push(item.clone());
+            } else {
+                part.failed.push(item.clone());
+            }
+            if part.len() == size {
+                parts.push(std::mem::take(&mut part));
+            }
+        }
+        if !part.is_empty() {
+            parts.push(part);
+        }
+        parts
+    }
 }
 
 /// The distinct priorities of a batch of new jobs, ascending.
@@ -267,6 +291,40 @@ fn distinct(values: impl Iterator<Item = i64>) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ack(local_id: i64) -> AckItem {
+        AckItem {
+            priority: 1,
+            local_id,
+            append_custom_status: String::new(),
+            retry_delay_ms: 0,
+        }
+    }
+
+    #[test]
+    fn ack_chunks_keep_every_ack_in_order() {
+        let group = AckGroup {
+            succeeded: (1..=5).map(ack).collect(),
+            failed: (6..=8).map(ack).collect(),
+        };
+        let parts = group.chunks(3);
+        let ids = |items: &[AckItem]| items.iter().map(|a| a.local_id).collect::<Vec<_>>();
+        let shapes: Vec<(Vec<i64>, Vec<i64>)> = parts
+            .iter()
+            .map(|p| (ids(&p.succeeded), ids(&p.failed)))
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                (vec![1, 2, 3], vec![]),
+                (vec![4, 5], vec![6]),
+                (vec![], vec![7, 8]),
+            ]
+        );
+        assert_eq!(group.chunks(8), std::slice::from_ref(&group));
+        assert_eq!(group.chunks(0).len(), 8, "a size of 0 is taken as 1");
+        assert!(AckGroup::default().chunks(3).is_empty());
+    }
 
     #[test]
     fn a_repeated_key_points_at_its_first_job() {

@@ -49,6 +49,13 @@ T = TypeVar("T")
 #: claim ("~" sorts after the characters of sources and host names).
 RESERVATION_PREFIX = "~r|"
 
+#: Most jobs one store call of an enqueue, a dequeue or an ack carries (``ShardedBackend``): a
+#: request of more goes as several calls in turn. One script of a few hundred thousand jobs held
+#: a Redis, every queue and server on it, for one to two seconds (and past Redis' 5 s busy
+#: threshold it answers BUSY to everyone), and one write of them held an embedded shard's
+#: writer; a call of this many takes a few milliseconds, and others' calls run between two.
+STORE_CALL_JOBS = 1000
+
 
 class JobState(IntEnum):
     """Job states with their wire values (Thrift ``PinLaterJobState``).

@@ -63,6 +63,7 @@ from pinlater.backends.base import (
     QueueRules,
     sort_keyed,
 )
+from pinlater.backends.base import STORE_CALL_JOBS as STORE_CALL_JOBS
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
 from pinlater.backends.scan_pages import ScanQuery
@@ -516,7 +517,10 @@ class ShardedBackend:
         behind (``HotPath.enqueue_and_reserve_jobs``): at the batch's best ready priority on the
         shard written, when every better place is known to be empty (so no better job waits
         behind the ones reserved). What it got goes to ``reserve.taken``; fewer than asked means
-        it took every ready job there, so the place is noted empty (the next look can wait)."""
+        it took every ready job there, so the place is noted empty (the next look can wait).
+
+        A batch of more than ``STORE_CALL_JOBS`` jobs goes as a call per part, in turn, with no
+        reserve (``_enqueue_in_parts``)."""
         mark = self.memory_high_water
         candidates = self._shards.enqueue_candidates(mark) or await self._usable(
             lambda: self._shards.enqueue_candidates(mark)
@@ -534,11 +538,14 @@ class ShardedBackend:
             now = self.clock.now_ms() if now_ms is None else now_ms
             hot = self._current_hot_paths.get(shard) or self.hot_path(shard)  # (``hot_path``'s first look, inline)
             at = None
-            if reserve is not None and hot.reserves_behind_enqueue:
+            parts = len(jobs) > STORE_CALL_JOBS
+            if reserve is not None and hot.reserves_behind_enqueue and not parts:
                 at = self._reserve_priority(queue, jobs, now)
             got: ClaimedJobs | None = None
             try:
-                if at is None or reserve is None:
+                if parts:
+                    ids = await self._enqueue_in_parts(shard, hot, queue, jobs, now)
+                elif at is None or reserve is None:
                     ids = await hot.enqueue_jobs(queue, jobs, now)
                 else:
                     both = hot.enqueue_and_reserve_jobs(
@@ -584,6 +591,26 @@ class ShardedBackend:
         if last_error is not None:
             raise last_error
         raise QueueNotFoundError(queue)
+
+    @staticmethod
+    async def _enqueue_in_parts(shard: Shard, hot: HotPath, queue: str, jobs: NewJobBatch, now: int) -> LocalIds:
+        """``hot.enqueue_jobs`` of a batch of more than ``STORE_CALL_JOBS`` jobs: a call per part
+        of that many, in turn, so that other requests' calls run between two. The first part's
+        errors are the call's, as for a smaller batch. A later part's failure leaves the parts
+        before it stored: the request fails with a message that says so, and is not sent to
+        another shard, where they would be stored twice (a connection failure marks the shard,
+        as any does)."""
+        parts: list[LocalIds] = []
+        stored = 0
+        for part in jobs.chunks(STORE_CALL_JOBS):
+            try:
+                parts.append(await hot.enqueue_jobs(queue, part, now))
+            except (ShardConnectionError, StoreMemoryFullError, QueueNotFoundError) as exc:
+                if not parts:
+                    raise
+                raise _part_failed(shard, stored, len(jobs), exc) from exc
+            stored += len(part)
+        return LocalIds.concat(parts)
 
     async def enqueue_keyed_jobs(
         self,
@@ -735,7 +762,21 @@ class ShardedBackend:
     async def _place_keyed(self, shard: Shard, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
         """A keyed batch placed whole on ``shard`` (``_keyed_write``), with what the server
         notes of the jobs it wrote: the shard's memory use, and their priorities as ready now
-        or later."""
+        or later. A batch of more than ``STORE_CALL_JOBS`` jobs goes a part at a time, as
+        ``_enqueue_in_parts`` sends one: a dedup key repeated in a later part finds the job
+        of an earlier part holding it, and a group's jobs join it in request order."""
+        if len(jobs) > STORE_CALL_JOBS:
+            placements: list[KeyedPlacement] = []
+            stored = 0
+            for part in jobs.chunks(STORE_CALL_JOBS):
+                try:
+                    placements.append(await self._place_keyed(shard, queue, part, now_ms))
+                except PinLaterError as exc:
+                    if not placements:
+                        raise
+                    raise _part_failed(shard, stored, len(jobs), exc) from exc
+                stored += len(part)
+            return KeyedPlacement.concat(placements)
         hot = self.hot_path(shard)
         placement = await self._keyed_write(shard, queue, lambda: hot.enqueue_keyed_batch(queue, jobs, now_ms))
         if jobs.first_grouped is not None:  # written: the queue exists
@@ -829,7 +870,9 @@ class ShardedBackend:
         acks: Sequence[tuple[str, AckGroup]] = (),
         on_acked: Callable[[], None] | None = None,
     ) -> list[ReadyBatch[ClaimedJobs]]:
-        """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found.
+        """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found
+        (``walk_ready``: a store call claims at most ``STORE_CALL_JOBS``, so a dry run, which asks
+        each place once, shows at most that many of each).
 
         An unhealthy shard is skipped; a shard failing mid-walk is marked and skipped, so a
         dequeue returns what the healthy shards had. When no shard is healthy the call fails.
@@ -845,7 +888,7 @@ class ShardedBackend:
         once they are applied.
         """
         claim = self.new_claim(source)
-        if acks and (len(acks) != 1 or dry_run or limit <= 0):
+        if acks and (len(acks) != 1 or dry_run or limit <= 0 or len(acks[0][1]) > STORE_CALL_JOBS):
             await self.ack_jobs(queue, acks, ())
             if on_acked is not None:
                 on_acked()
@@ -883,7 +926,7 @@ class ShardedBackend:
 
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
         # and jobs held in a broker's buffer are PENDING and shown.
-        return self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run)
+        return self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run, repeat=not dry_run)
 
     def _dequeue_call(
         self,
@@ -908,11 +951,15 @@ class ShardedBackend:
         *,
         coverage: float = 1.0,
         use_empty_hints: bool = True,
+        repeat: bool = True,
     ) -> list[ReadyBatch[J]]:
         """The dequeue walk, shared by dequeues and the broker's refills: priorities from 1
         down, shards in random order, ``fetch(shard, priority, want, now)`` at each place until
         ``limit`` jobs came back; ``fetch`` makes one store call on ``shard``, and a connection
-        failure marks the shard, as ``on_shard`` would (so ``fetch`` does not). With
+        failure marks the shard, as ``on_shard`` would (so ``fetch`` does not). A call asks for
+        at most ``STORE_CALL_JOBS``; one that got all it asked for is followed by another at the
+        same place while the walk wants more (``repeat``; a dry run, whose calls take nothing,
+        asks each place once). With
         ``use_empty_hints``, places known to be empty are skipped, a place that gave fewer than
         asked is remembered as empty for a while (see ``EMPTY_RECHECK_MS``), and concurrent walks
         do not look at one place at the same time.
@@ -951,48 +998,53 @@ class ShardedBackend:
                     if (shard.name, queue) not in self._lacking:
                         held = True  # it had the queue at the last look
                     continue
-                now = self.clock.now_ms()
-                call: asyncio.Future[None] | None = None
-                if use_empty_hints:
-                    call = self._in_flight[place] = asyncio.get_running_loop().create_future()
-                try:  # (what ``QueueAnswers.ask`` and ``on_shard`` do, without their coroutines)
-                    got = await fetch(shard, priority, want, now)
-                except QueueNotFoundError:
-                    lacking.add(shard.name)
-                    got = None
-                except ShardConnectionError as exc:  # it may hold the queue
-                    shard.mark_unhealthy(exc.detail)
-                    held = True
-                    failures += 1
-                    last_failure = f"shard {shard.name}: {exc.detail}"
-                    continue
-                except StoreMemoryFullError as exc:  # at maxmemory Redis refuses claims too
-                    held = True
-                    failures += 1
-                    last_failure = exc.message
-                    continue
-                else:
-                    held = True
-                finally:
-                    if call is not None:
-                        if self._in_flight.get(place) is call:
-                            del self._in_flight[place]
-                        call.set_result(None)
-                self._count("dequeue_store_calls", 1)
-                if got is None:  # no such queue there
-                    continue
-                n = len(got)
-                if not n:
-                    self._count("dequeue_store_calls_empty", 1)
-                if use_empty_hints:
-                    self._lacking.discard((shard.name, queue))
-                    if n < want:  # it took every ready job there
-                        self._found_empty(place, now, n > 0)
+                while True:  # a call per STORE_CALL_JOBS, while the place has more
+                    ask = want if want <= STORE_CALL_JOBS else STORE_CALL_JOBS
+                    now = self.clock.now_ms()
+                    call: asyncio.Future[None] | None = None
+                    if use_empty_hints:
+                        call = self._in_flight[place] = asyncio.get_running_loop().create_future()
+                    try:  # (what ``QueueAnswers.ask`` and ``on_shard`` do, without their coroutines)
+                        got = await fetch(shard, priority, ask, now)
+                    except QueueNotFoundError:
+                        lacking.add(shard.name)
+                        got = None
+                    except ShardConnectionError as exc:  # it may hold the queue
+                        shard.mark_unhealthy(exc.detail)
+                        held = True
+                        failures += 1
+                        last_failure = f"shard {shard.name}: {exc.detail}"
+                        break
+                    except StoreMemoryFullError as exc:  # at maxmemory Redis refuses claims too
+                        held = True
+                        failures += 1
+                        last_failure = exc.message
+                        break
                     else:
-                        self._empty_streak.pop(place, None)
-                if n:
-                    found.append(ReadyBatch(shard.name, priority, now, got))
-                    total += n
+                        held = True
+                    finally:
+                        if call is not None:
+                            if self._in_flight.get(place) is call:
+                                del self._in_flight[place]
+                            call.set_result(None)
+                    self._count("dequeue_store_calls", 1)
+                    if got is None:  # no such queue there
+                        break
+                    n = len(got)
+                    if not n:
+                        self._count("dequeue_store_calls_empty", 1)
+                    if use_empty_hints:
+                        self._lacking.discard((shard.name, queue))
+                        if n < ask:  # it took every ready job there
+                            self._found_empty(place, now, n > 0)
+                        else:
+                            self._empty_streak.pop(place, None)
+                    if n:
+                        found.append(ReadyBatch(shard.name, priority, now, got))
+                        total += n
+                    want = limit - total
+                    if n < ask or want <= 0 or not repeat:
+                        break
             if total >= limit:
                 break
         if lacking and not held:  # (``QueueAnswers.check``)
@@ -1061,8 +1113,9 @@ class ShardedBackend:
         self, queue: str, groups: Sequence[tuple[str, AckGroup]], retried: Sequence[tuple[str, int, int]]
     ) -> None:
         """One store call per shard named by the acks (``groups``: an ``AckGroup`` per shard), in
-        parallel. ``retried`` is ``(shard, priority, retry_delay_ms)`` for the failures (made
-        ready again if they had attempts left), so the hints know where jobs come back."""
+        parallel; a call per ``STORE_CALL_JOBS`` acks of a shard with more, in turn. ``retried``
+        is ``(shard, priority, retry_delay_ms)`` for the failures (made ready again if they had
+        attempts left), so the hints know where jobs come back."""
         calls = []
         now = self.clock.now_ms()
         for shard_name, acks in groups:
@@ -1070,7 +1123,11 @@ class ShardedBackend:
             if shard is None:
                 log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(acks))
                 continue
-            calls.append(self.on_shard(shard, self.hot_path(shard).ack_jobs(queue, acks, now)))
+            hot = self.hot_path(shard)
+            if len(acks) > STORE_CALL_JOBS:
+                calls.append(self.on_shard(shard, _ack_in_parts(hot, queue, acks, now)))
+            else:
+                calls.append(self.on_shard(shard, hot.ack_jobs(queue, acks, now)))
         try:
             await _gather_raising_first(calls)
         finally:
@@ -1096,18 +1153,23 @@ class ShardedBackend:
         return queue in self._grouped or self._rules.get(queue, DEFAULT_RULES).max_in_progress is not None
 
     async def checkpoint_jobs(self, queue: str, source: str, items: Sequence[tuple[str, CheckpointItem]]) -> int:
+        """``ShardStore.checkpoint_jobs`` per shard, at most ``STORE_CALL_JOBS`` items a store
+        call; how many jobs changed."""
         by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)
         for shard_name, item in items:
             by_shard[shard_name].append(item)
-        calls = []
         now = self.clock.now_ms()
-        for shard_name, shard_items in by_shard.items():
-            shard = self._shard(shard_name)
-            if shard is None:
-                continue
-            calls.append(
-                self.call_store(shard, shard.store.checkpoint_jobs, queue, shard_items, claim_source(source), now)
-            )
+
+        async def on(shard: Shard, shard_items: list[CheckpointItem]) -> int:
+            changed = 0
+            for at in range(0, len(shard_items), STORE_CALL_JOBS):  # one store call stays small
+                part = shard_items[at : at + STORE_CALL_JOBS]
+                changed += await self.call_store(
+                    shard, shard.store.checkpoint_jobs, queue, part, claim_source(source), now
+                )
+            return changed
+
+        calls = [on(shard, its) for name, its in by_shard.items() if (shard := self._shard(name)) is not None]
         try:
             return sum(await _gather_raising_first(calls))
         finally:
@@ -1118,7 +1180,8 @@ class ShardedBackend:
     # -- reads ------------------------------------------------------------------------------
 
     async def lookup_jobs(self, descriptors: Sequence[str], include_body: bool) -> dict[str, JobRecord]:
-        """Jobs found, by descriptor; unknown shards, queues and ids are simply not found."""
+        """Jobs found, by descriptor; unknown shards, queues and ids are simply not found. A
+        store call looks up at most ``STORE_CALL_JOBS`` of them."""
         parsed = decode_descriptors(list(descriptors))
         groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
         for queue, shard_name, priority, local_id in parsed:
@@ -1126,11 +1189,14 @@ class ShardedBackend:
         found: dict[str, JobRecord] = {}
 
         async def one(queue: str, shard: Shard, keys: list[tuple[int, int]]) -> None:
-            call = self.call_store(shard, shard.store.lookup_jobs, queue, keys, include_body)
-            records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
-            for record in records:
-                descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
-                found[descriptor] = record.as_clients_see_it()
+            for at in range(0, len(keys), STORE_CALL_JOBS):  # one store call stays small
+                call = self.call_store(
+                    shard, shard.store.lookup_jobs, queue, keys[at : at + STORE_CALL_JOBS], include_body
+                )
+                records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
+                for record in records:
+                    descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
+                    found[descriptor] = record.as_clients_see_it()
 
         calls = []
         for (queue, shard_name), keys in groups.items():
@@ -1442,6 +1508,25 @@ class _PendingAcks:
             raise _AckFailed(exc) from exc
         self.applied()
         return await call()
+
+
+def _part_failed(shard: Shard, stored: int, total: int, exc: PinLaterError) -> PinLaterError:
+    """The error of a request sent in parts whose part failed after ``stored`` of its ``total``
+    jobs were stored by the parts before: those stay, so it says so, and it is an error that no
+    caller sends to another shard (a connection failure is one that may have been applied)."""
+    what = f"{stored} of the request's {total} jobs were stored before a part of it failed"
+    if isinstance(exc, ShardConnectionError):
+        return ShardConnectionError(shard.name, f"{what}: {exc.detail}", maybe_applied=True)
+    code = ErrorCode.ENQUEUE_REJECTED if isinstance(exc, StoreMemoryFullError) else exc.code
+    return PinLaterError(code, f"shard {shard.name}: {what}: {exc.message}")
+
+
+async def _ack_in_parts(hot: HotPath, queue: str, acks: AckGroup, now: int) -> None:
+    """``hot.ack_jobs`` of more than ``STORE_CALL_JOBS`` acks: a call per part, in turn. A part
+    that fails fails the call; the parts before it stay applied, and acks sent again change only
+    the jobs they had not (an ack of a job no longer IN_PROGRESS changes nothing)."""
+    for part in acks.chunks(STORE_CALL_JOBS):
+        await hot.ack_jobs(queue, part, now)
 
 
 async def _gather_raising_first(calls: Sequence[Awaitable[T]]) -> list[T]:

@@ -84,6 +84,15 @@ impl NewJobBatch {
         jobs::later(&self.jobs, now_ms)
     }
 
+    /// The batch in parts of at most `size` jobs (at least 1), in order: a request too large
+    /// for one store call (`backends.base.STORE_CALL_JOBS`). The parts copy the jobs.
+    fn chunks(&self, size: usize) -> Vec<NewJobBatch> {
+        self.jobs
+            .chunks(size.max(1))
+            .map(|part| Self::from_jobs(part.to_vec()))
+            .collect()
+    }
+
     /// One `(priority, body, run_after_ms, attempts_allowed, custom_status)` per job.
     fn to_list<'py>(&self, py: Python<'py>) -> Vec<NewJobTuple<'py>> {
         self.jobs
@@ -197,6 +206,18 @@ impl KeyedJobBatch {
     #[getter]
     fn first_grouped(&self) -> Option<usize> {
         self.keys.iter().position(|k| k.group.is_some())
+    }
+
+    /// The batch in parts of at most `size` jobs (at least 1), in order, each job with its
+    /// keys: a request too large for one store call (`backends.base.STORE_CALL_JOBS`). The
+    /// parts copy the jobs.
+    fn chunks(&self, size: usize) -> Vec<KeyedJobBatch> {
+        let size = size.max(1);
+        self.jobs
+            .chunks(size)
+            .zip(self.keys.chunks(size))
+            .map(|(jobs, keys)| Self::from_parts(jobs.to_vec(), keys.to_vec()))
+            .collect()
     }
 
     /// `(jobs, body_bytes, keys, key_bytes)` of the jobs `placement` wrote: how many, their
@@ -331,6 +352,17 @@ impl KeyedPlacement {
 
     fn __len__(&self) -> usize {
         self.placed.len()
+    }
+
+    /// The places of `parts`, one after the other: the answers of a batch's `chunks`, in order.
+    #[staticmethod]
+    fn concat(parts: Vec<PyRef<'_, KeyedPlacement>>) -> Self {
+        Self::from_placed(
+            parts
+                .iter()
+                .flat_map(|p| p.placed.iter().copied())
+                .collect(),
+        )
     }
 
     /// How many jobs were deduplicated (answered with the place of the job holding their key).
@@ -496,6 +528,12 @@ impl LocalIds {
         self.ids.len()
     }
 
+    /// The ids of `parts`, one after the other: the answers of a batch's `chunks`, in order.
+    #[staticmethod]
+    fn concat(parts: Vec<PyRef<'_, LocalIds>>) -> Self {
+        Self::from_ids(parts.iter().flat_map(|p| p.ids.iter().copied()).collect())
+    }
+
     fn to_list(&self) -> Vec<i64> {
         self.ids.clone()
     }
@@ -627,6 +665,16 @@ impl AckGroup {
     /// The distinct priorities, ascending.
     fn priorities(&self) -> Vec<i64> {
         self.group.priorities()
+    }
+
+    /// The acks in parts of at most `size` (at least 1), successes first, each part's in the
+    /// order a store applies the whole group's: for stores taken a part at a time.
+    fn chunks(&self, size: usize) -> Vec<AckGroup> {
+        self.group
+            .chunks(size)
+            .into_iter()
+            .map(Self::from_group)
+            .collect()
     }
 
     /// One `(priority, local_id, append_custom_status, retry_delay_ms)` per success.

@@ -1,0 +1,187 @@
+"""A request larger than one store call (``STORE_CALL_JOBS``) goes to its store in parts, in
+turn, so one request cannot hold a store (a Redis every queue and server shares) for seconds:
+enqueues, dequeues, acks, keyed enqueues, lookups and checkpoints, on every backend through
+``ShardedBackend``, are served whole and in order; on Redis each script call carries at most
+that many jobs, and a part that fails after others were stored says so."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from tests.support.hot import ack, dequeue, enqueue
+from tests.support.redis_server import RedisServer
+
+from pinlater._pinlater import AckGroup, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch, decode_descriptor
+from pinlater.backends.base import (
+    STORE_CALL_JOBS,
+    AckItem,
+    CheckpointItem,
+    JobFilter,
+    JobState,
+    NewJob,
+    ShardStore,
+)
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.errors import ErrorCode, PinLaterError
+
+Q = "parts"
+T0 = 1_700_000_000_000
+N = 2 * STORE_CALL_JOBS + 500  # three parts: two whole, one not
+
+
+def backend_of(*stores: ShardStore) -> ShardedBackend:
+    for store in stores:
+        store.create_queue(Q, 2)
+    return ShardedBackend(ShardMap([Shard(s.name, s) for s in stores]), num_priorities=2, parallelism=2)
+
+
+def test_the_extension_cuts_batches_into_parts_and_joins_their_answers() -> None:
+    jobs = [NewJob(1, b"%d" % i, T0, 1) for i in range(5)]
+    parts = NewJobBatch(jobs).chunks(2)
+    assert [[j[1] for j in p.to_list()] for p in parts] == [[b"0", b"1"], [b"2", b"3"], [b"4"]]
+    keyed = KeyedJobBatch(jobs, [(f"k{i}", 0, None, None) for i in range(5)]).chunks(3)
+    assert [[k[0] for k in p.keys()] for p in keyed] == [["k0", "k1", "k2"], ["k3", "k4"]]
+    assert LocalIds.concat([LocalIds([1, 2]), LocalIds([]), LocalIds([7])]).to_list() == [1, 2, 7]
+    placed = KeyedPlacement.concat([KeyedPlacement([(1, 4, False)]), KeyedPlacement([(2, 9, True)])])
+    assert placed.to_list() == [(1, 4, False), (2, 9, True)]
+    acks = AckGroup([AckItem(1, i) for i in (1, 2, 3)], [AckItem(2, 4, "x", 5)]).chunks(2)
+    assert [(a.succeeded(), a.failed()) for a in acks] == [
+        ([(1, 1, "", 0), (1, 2, "", 0)], []),
+        ([(1, 3, "", 0)], [(2, 4, "x", 5)]),
+    ]
+
+
+def test_a_request_of_several_parts_is_served_whole_and_in_order(store: ShardStore) -> None:
+    backend = backend_of(store)
+
+    async def run() -> tuple[list[str], dict[str, bytes], list[str], int, dict[str, JobState]]:
+        jobs = [NewJob(1 + i % 2, b"job-%d" % i, T0, 2) for i in range(N)]
+        descriptors = await enqueue(backend, Q, jobs)
+        found = await backend.lookup_jobs(descriptors, True)
+        bodies = {d: r.body for d, r in found.items() if r.body is not None}
+        got = await dequeue(backend, Q, N + 10, "parts-test")
+        claimed = [d.descriptor for d in got]
+        items = [(store.name, CheckpointItem(decode_descriptor(d)[2], decode_descriptor(d)[3], T0)) for d in claimed]
+        checkpointed = await backend.checkpoint_jobs(Q, "parts-test", items)
+        await ack(backend, Q, succeeded=[(store.name, AckItem(i.priority, i.local_id)) for _, i in items])
+        after = await backend.lookup_jobs(descriptors, False)
+        await backend.aclose()
+        return descriptors, bodies, claimed, checkpointed, {d: r.state for d, r in after.items()}
+
+    descriptors, bodies, claimed, checkpointed, states = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert len(set(descriptors)) == N
+    assert [decode_descriptor(d)[2] for d in descriptors] == [1 + i % 2 for i in range(N)]
+    assert [bodies[d] for d in descriptors] == [b"job-%d" % i for i in range(N)], "each descriptor its own job"
+    assert sorted(claimed) == sorted(descriptors), "one dequeue claimed every job, once"
+    assert checkpointed == N
+    assert set(states.values()) == {JobState.SUCCEEDED}, "every part of the ack applied"
+
+
+def test_a_keyed_request_of_several_parts_finds_its_own_keys_and_keeps_group_order(store: ShardStore) -> None:
+    backend = backend_of(store)
+    grouped = store.groups_refused is None
+    jobs = [NewJob(1, b"keyed-%d" % i, T0, 2) for i in range(N)]
+    keys = [(f"key-{i}", 0, f"g{i % 3}" if grouped else None, None) for i in range(N)]
+    keys[N - 1] = ("key-5", 0, keys[N - 1][2], None)  # in the last part: the first part's job 5 holds it
+
+    async def run() -> tuple[list[tuple[int, int, bool]], list[bytes]]:
+        placed = await backend.enqueue_keyed_batch(Q, KeyedJobBatch(jobs, keys), T0)
+        assert isinstance(placed, tuple)
+        got = await dequeue(backend, Q, 10 if grouped else N, "parts-test")
+        await backend.aclose()
+        return placed[1].to_list(), [d.job.body for d in got]
+
+    placements, bodies = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert len(placements) == N
+    assert placements[N - 1] == (placements[5][0], placements[5][1], True), "deduplicated to its holder"
+    assert not any(dedup for _, _, dedup in placements[: N - 1])
+    assert len({local_id for _, local_id, _ in placements}) == N - 1
+    if grouped:  # each group hands out its first job in request order, whatever part it was in
+        assert sorted(bodies) == [b"keyed-0", b"keyed-1", b"keyed-2"]
+    else:
+        assert len(bodies) == N - 1
+
+
+@pytest.fixture
+def redis_store(tmp_path: Path) -> Iterator[tuple[RedisStore, redis.Redis]]:
+    with RedisServer(tmp_path / "redis") as server:
+        store = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+        raw = redis.Redis(server.host, server.port)
+        try:
+            yield store, raw
+        finally:
+            raw.close()
+            store.close()
+
+
+def script_calls(raw: redis.Redis) -> int:
+    """Script calls Redis ran (a first one that found its script not loaded yet is a failed one)."""
+    stats = raw.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "failed_calls": 0})
+    return int(stats["calls"]) - int(stats["failed_calls"])
+
+
+@pytest.mark.redis
+def test_on_redis_no_script_call_carries_more_than_one_parts_jobs(redis_store: tuple[RedisStore, redis.Redis]) -> None:
+    store, raw = redis_store
+    backend = backend_of(store)
+    calls: list[int] = []
+
+    async def run() -> None:
+        jobs = [NewJob(1, b"x", T0, 2) for _ in range(N)]
+        before = script_calls(raw)
+        await enqueue(backend, Q, jobs)
+        calls.append(script_calls(raw) - before)
+        before = script_calls(raw)
+        got = await dequeue(backend, Q, N, "parts-test")
+        calls.append(script_calls(raw) - before)
+        before = script_calls(raw)
+        await backend.lookup_jobs([d.descriptor for d in got], False)
+        calls.append(script_calls(raw) - before)
+        before = script_calls(raw)
+        items = [(store.name, CheckpointItem(1, decode_descriptor(d.descriptor)[3], T0)) for d in got]
+        await backend.checkpoint_jobs(Q, "parts-test", items)
+        calls.append(script_calls(raw) - before)
+        before = script_calls(raw)
+        await ack(backend, Q, succeeded=[(store.name, AckItem(1, decode_descriptor(d.descriptor)[3])) for d in got])
+        calls.append(script_calls(raw) - before)
+        before = script_calls(raw)
+        keyed = KeyedJobBatch(jobs, [(f"key-{i}", 0, f"g{i}", None) for i in range(N)])
+        await backend.enqueue_keyed_batch(Q, keyed, T0)
+        calls.append(script_calls(raw) - before)
+        await backend.aclose()
+
+    asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert calls == [3] * 6, "enqueue, dequeue, lookup, checkpoint, ack, keyed enqueue: a script call per part"
+
+
+@pytest.mark.redis
+def test_a_part_refused_after_others_were_stored_says_so(redis_store: tuple[RedisStore, redis.Redis]) -> None:
+    store, raw = redis_store
+    backend = backend_of(store)
+    body = b"y" * 2048  # a part's command and what it stores: 2 MB and more each
+
+    async def run() -> PinLaterError:
+        await enqueue(backend, Q, [NewJob(1, b"first", T0, 2)])  # the server's connections are open
+        # Redis counts a command's arguments as it runs it: room for the first part's and less
+        # than both its jobs and the second part's (and below the server's high-water mark)
+        raw.config_set("maxmemory", int(raw.info("memory")["used_memory"]) + 3_200_000)
+        with pytest.raises(PinLaterError) as refused:
+            await enqueue(backend, Q, [NewJob(1, body, T0, 2) for _ in range(N)])
+        await backend.aclose()
+        return refused.value
+
+    error = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    raw.config_set("maxmemory", 0)
+    assert error.code == ErrorCode.ENQUEUE_REJECTED
+    assert f"{STORE_CALL_JOBS} of the request's {N} jobs were stored before a part of it failed" in error.message
+    assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None), None) == 1 + STORE_CALL_JOBS
