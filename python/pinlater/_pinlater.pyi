@@ -422,10 +422,13 @@ class KeyedJobBatch:
     def first_grouped(self) -> int | None:
         """The index of the first job of an ordered group, if any job has one."""
 
-    def chunks(self, size: int) -> list[KeyedJobBatch]:
+    def chunks(self, size: int) -> tuple[list[KeyedJobBatch], list[tuple[int, int]]]:
         """The batch in parts of at most ``size`` jobs (at least 1), in order, each job with its
-        keys: a request too large for one store call (``backends.base.STORE_CALL_JOBS``). The
-        parts copy the jobs."""
+        keys, for a request too large for one store call (``backends.base.STORE_CALL_JOBS``);
+        and ``(index, first)`` for each job left out of them, whose dedup key an earlier job of
+        the batch has (``first``): it is answered with that job's place
+        (``KeyedPlacement.concat``), as a store answers a key repeated in one call, even when
+        that job ended before a later part was sent. The parts copy the jobs."""
 
     def written(self, placement: KeyedPlacement) -> tuple[int, int, int, int]:
         """``(jobs, body_bytes, keys, key_bytes)`` of the jobs ``placement`` wrote (not
@@ -496,8 +499,11 @@ class KeyedPlacement:
     def __new__(cls, placed: Sequence[tuple[int, int, bool]]) -> KeyedPlacement: ...
     def __len__(self) -> int: ...
     @staticmethod
-    def concat(parts: Sequence[KeyedPlacement]) -> KeyedPlacement:
-        """The places of ``parts``, one after the other: the answers of a batch's ``chunks``, in order."""
+    def concat(parts: Sequence[KeyedPlacement], repeats: Sequence[tuple[int, int]]) -> KeyedPlacement:
+        """The places of a batch's jobs from the answers to its ``chunks``: the parts' places in
+        order, each job of ``repeats`` (``(index, first)``) at its index, answered with its first
+        job's place, deduplicated. ValueError if ``repeats`` names a job beyond the parts' or one
+        that repeats no earlier job."""
 
     @property
     def deduplicated(self) -> int:

@@ -592,25 +592,36 @@ class ShardedBackend:
             raise last_error
         raise QueueNotFoundError(queue)
 
-    @staticmethod
-    async def _enqueue_in_parts(shard: Shard, hot: HotPath, queue: str, jobs: NewJobBatch, now: int) -> LocalIds:
+    async def _enqueue_in_parts(self, shard: Shard, hot: HotPath, queue: str, jobs: NewJobBatch, now: int) -> LocalIds:
         """``hot.enqueue_jobs`` of a batch of more than ``STORE_CALL_JOBS`` jobs: a call per part
         of that many, in turn, so that other requests' calls run between two. The first part's
         errors are the call's, as for a smaller batch. A later part's failure leaves the parts
-        before it stored: the request fails with a message that says so, and is not sent to
-        another shard, where they would be stored twice (a connection failure marks the shard,
-        as any does)."""
+        before it stored: those are noted as ``enqueue_jobs`` notes a batch it stored (ready,
+        so that no empty-place hint hides them), and the request fails with a message that says
+        how many were stored; it is not sent to another shard, where they would be stored twice
+        (a connection failure marks the shard, as any does)."""
         parts: list[LocalIds] = []
-        stored = 0
+        stored: list[NewJobBatch] = []
         for part in jobs.chunks(STORE_CALL_JOBS):
             try:
                 parts.append(await hot.enqueue_jobs(queue, part, now))
-            except (ShardConnectionError, StoreMemoryFullError, QueueNotFoundError) as exc:
+            except Exception as exc:
                 if not parts:
                     raise
-                raise _part_failed(shard, stored, len(jobs), exc) from exc
-            stored += len(part)
+                for batch in stored:
+                    self._note_enqueued(shard, queue, batch, now)
+                raise _part_failed(shard, sum(len(b) for b in stored), len(jobs), exc) from exc
+            stored.append(part)
         return LocalIds.concat(parts)
+
+    def _note_enqueued(self, shard: Shard, queue: str, jobs: NewJobBatch, now: int) -> None:
+        """What the server notes of a batch stored on ``shard``: the shard's memory use, and the
+        batch's priorities as ready now or later (``enqueue_jobs``)."""
+        if (probe := memory_probe(shard.store)) is not None:
+            probe.note_enqueued(len(jobs), jobs.body_bytes)
+        self.mark_ready(shard.name, queue, jobs.ready_priorities(now))
+        for priority, run_after_ms in jobs.later(now):
+            self._ready_later(shard.name, queue, priority, run_after_ms)
 
     async def enqueue_keyed_jobs(
         self,
@@ -763,20 +774,23 @@ class ShardedBackend:
         """A keyed batch placed whole on ``shard`` (``_keyed_write``), with what the server
         notes of the jobs it wrote: the shard's memory use, and their priorities as ready now
         or later. A batch of more than ``STORE_CALL_JOBS`` jobs goes a part at a time, as
-        ``_enqueue_in_parts`` sends one: a dedup key repeated in a later part finds the job
-        of an earlier part holding it, and a group's jobs join it in request order."""
+        ``_enqueue_in_parts`` sends one (each part noted as it is stored): a job whose dedup key
+        an earlier job of the batch has is sent in none and answered with that job's place, and
+        a group's jobs join it in request order (another request's may join between two
+        parts)."""
         if len(jobs) > STORE_CALL_JOBS:
             placements: list[KeyedPlacement] = []
             stored = 0
-            for part in jobs.chunks(STORE_CALL_JOBS):
+            parts, repeats = jobs.chunks(STORE_CALL_JOBS)
+            for part in parts:
                 try:
                     placements.append(await self._place_keyed(shard, queue, part, now_ms))
-                except PinLaterError as exc:
+                except Exception as exc:
                     if not placements:
                         raise
                     raise _part_failed(shard, stored, len(jobs), exc) from exc
                 stored += len(part)
-            return KeyedPlacement.concat(placements)
+            return KeyedPlacement.concat(placements, repeats)
         hot = self.hot_path(shard)
         placement = await self._keyed_write(shard, queue, lambda: hot.enqueue_keyed_batch(queue, jobs, now_ms))
         if jobs.first_grouped is not None:  # written: the queue exists
@@ -1019,6 +1033,23 @@ class ShardedBackend:
                         held = True
                         failures += 1
                         last_failure = exc.message
+                        break
+                    except _AckFailed:
+                        raise
+                    except Exception as exc:
+                        if not found:
+                            raise
+                        # the jobs claimed so far are answered, not left IN_PROGRESS unseen
+                        log.warning(
+                            "dequeue of %s: shard %s failed after %d jobs were claimed: %r",
+                            queue,
+                            shard.name,
+                            total,
+                            exc,
+                        )
+                        held = True
+                        failures += 1
+                        last_failure = f"shard {shard.name}: {exc!r}"
                         break
                     else:
                         held = True
@@ -1510,15 +1541,18 @@ class _PendingAcks:
         return await call()
 
 
-def _part_failed(shard: Shard, stored: int, total: int, exc: PinLaterError) -> PinLaterError:
-    """The error of a request sent in parts whose part failed after ``stored`` of its ``total``
-    jobs were stored by the parts before: those stay, so it says so, and it is an error that no
-    caller sends to another shard (a connection failure is one that may have been applied)."""
-    what = f"{stored} of the request's {total} jobs were stored before a part of it failed"
+def _part_failed(shard: Shard, stored: int, total: int, exc: Exception) -> PinLaterError:
+    """The error of ``total`` jobs sent to ``shard`` in parts, when a part failed after the
+    parts before it stored ``stored`` of them: those stay, so it says so, and it is an error
+    that no caller sends to another shard (a connection failure is one that may have been
+    applied)."""
+    what = f"{stored} of the {total} jobs sent to shard {shard.name} were stored before a part of them failed"
     if isinstance(exc, ShardConnectionError):
         return ShardConnectionError(shard.name, f"{what}: {exc.detail}", maybe_applied=True)
-    code = ErrorCode.ENQUEUE_REJECTED if isinstance(exc, StoreMemoryFullError) else exc.code
-    return PinLaterError(code, f"shard {shard.name}: {what}: {exc.message}")
+    if isinstance(exc, PinLaterError):
+        code = ErrorCode.ENQUEUE_REJECTED if isinstance(exc, StoreMemoryFullError) else exc.code
+        return PinLaterError(code, f"{what}: {exc.message}")
+    return PinLaterError(ErrorCode.UNKNOWN, f"{what}: {exc!r}")
 
 
 async def _ack_in_parts(hot: HotPath, queue: str, acks: AckGroup, now: int) -> None:

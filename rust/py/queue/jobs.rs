@@ -209,15 +209,34 @@ impl KeyedJobBatch {
     }
 
     /// The batch in parts of at most `size` jobs (at least 1), in order, each job with its
-    /// keys: a request too large for one store call (`backends.base.STORE_CALL_JOBS`). The
-    /// parts copy the jobs.
-    fn chunks(&self, size: usize) -> Vec<KeyedJobBatch> {
+    /// keys, for a request too large for one store call (`backends.base.STORE_CALL_JOBS`); and
+    /// `(index, first)` for each job left out of them, whose dedup key an earlier job of the
+    /// batch has (`first`): it is answered with that job's place (`KeyedPlacement.concat`), as
+    /// a store answers a key repeated in one call, even when that job ended before a later
+    /// part was sent. The parts copy the jobs.
+    fn chunks(&self, size: usize) -> (Vec<KeyedJobBatch>, Vec<(usize, usize)>) {
         let size = size.max(1);
-        self.jobs
-            .chunks(size)
-            .zip(self.keys.chunks(size))
-            .map(|(jobs, keys)| Self::from_parts(jobs.to_vec(), keys.to_vec()))
-            .collect()
+        let mut parts = Vec::with_capacity(self.jobs.len().div_ceil(size));
+        let mut repeats = Vec::new();
+        let (mut jobs, mut keys) = (Vec::with_capacity(size), Vec::with_capacity(size));
+        for (i, earlier) in jobs::repeated_keys(&self.keys).into_iter().enumerate() {
+            if let Some(first) = earlier {
+                repeats.push((i, first));
+                continue;
+            }
+            jobs.push(self.jobs[i].clone());
+            keys.push(self.keys[i].clone());
+            if jobs.len() == size {
+                parts.push(Self::from_parts(
+                    std::mem::take(&mut jobs),
+                    std::mem::take(&mut keys),
+                ));
+            }
+        }
+        if !jobs.is_empty() {
+            parts.push(Self::from_parts(jobs, keys));
+        }
+        (parts, repeats)
     }
 
     /// `(jobs, body_bytes, keys, key_bytes)` of the jobs `placement` wrote: how many, their
@@ -354,15 +373,44 @@ impl KeyedPlacement {
         self.placed.len()
     }
 
-    /// The places of `parts`, one after the other: the answers of a batch's `chunks`, in order.
+    /// The places of a batch's jobs from the answers to its `chunks`: the parts' places in
+    /// order, each job of `repeats` (`(index, first)`) at its index, answered with its first
+    /// job's place, deduplicated.
     #[staticmethod]
-    fn concat(parts: Vec<PyRef<'_, KeyedPlacement>>) -> Self {
-        Self::from_placed(
-            parts
-                .iter()
-                .flat_map(|p| p.placed.iter().copied())
-                .collect(),
-        )
+    fn concat(
+        parts: Vec<PyRef<'_, KeyedPlacement>>,
+        repeats: Vec<(usize, usize)>,
+    ) -> PyResult<Self> {
+        guarded("KeyedPlacement.concat", || {
+            let mut placed: Vec<Placed> = Vec::with_capacity(
+                parts.iter().map(|p| p.placed.len()).sum::<usize>() + repeats.len(),
+            );
+            let mut answers = parts.iter().flat_map(|p| p.placed.iter().copied());
+            let mut repeats = repeats.into_iter().peekable();
+            loop {
+                let at = placed.len();
+                if let Some(&(index, first)) = repeats.peek().filter(|&&(index, _)| index == at) {
+                    let &(priority, local_id, _) =
+                        placed.get(first).filter(|_| first < index).ok_or_else(|| {
+                            pyo3::exceptions::PyValueError::new_err(format!(
+                                "job {index} repeats job {first}, which is not before it"
+                            ))
+                        })?;
+                    placed.push((priority, local_id, true));
+                    repeats.next();
+                } else if let Some(answer) = answers.next() {
+                    placed.push(answer);
+                } else {
+                    break;
+                }
+            }
+            if let Some((index, _)) = repeats.next() {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "job {index} is beyond the parts' jobs"
+                )));
+            }
+            Ok(Self::from_placed(placed))
+        })
     }
 
     /// How many jobs were deduplicated (answered with the place of the job holding their key).
