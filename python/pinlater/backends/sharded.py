@@ -49,6 +49,7 @@ from pinlater._pinlater import (
 from pinlater.backends import scan_pages
 from pinlater.backends.base import (
     DEFAULT_RULES,
+    STORE_CALL_JOBS,
     CheckpointItem,
     ClaimedJob,
     CountKey,
@@ -63,7 +64,6 @@ from pinlater.backends.base import (
     QueueRules,
     sort_keyed,
 )
-from pinlater.backends.base import STORE_CALL_JOBS as STORE_CALL_JOBS
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
 from pinlater.backends.scan_pages import ScanQuery
