@@ -11,7 +11,10 @@ Redis waits as long). It prints how long the request took and the longest wait o
   its own and one of three groups where the store keeps groups;
 - ``dequeue``: one ``dequeueJobs`` with that limit (the jobs enqueued before, 1,000 a request);
 - ``ack``, ``lookup``, ``checkpoint``: one ``ackDequeuedJobs``, ``lookupJobs`` or
-  ``checkpointJobs`` of that many jobs (dequeued before, 1,000 a request).
+  ``checkpointJobs`` of that many jobs (dequeued before, 1,000 a request);
+- ``delete``: one ``deleteJobs`` of the PENDING jobs with that limit (enqueued before);
+  ``retry``: one ``retryFailedJobs`` with that limit (the jobs failed before: dequeued and acked
+  as failures with no attempt left, 1,000 a request).
 
 With ``--against COMMIT`` (as ``cost_per_job.py`` builds it) each is also run on that commit,
 in turn with this tree's: before ``STORE_CALL_JOBS`` a Redis script of 200,000 jobs held every
@@ -36,7 +39,7 @@ from _common import thrift_client
 from cost_per_job import DEFAULT_CACHE_DIR, Build, Server, _split, commit_build, current_build, running_store
 
 BACKENDS = ("embedded", "redis", "redis-compact", "mysql")
-OPS = ("enqueue", "keyed", "dequeue", "ack", "lookup", "checkpoint")
+OPS = ("enqueue", "keyed", "dequeue", "ack", "lookup", "checkpoint", "delete", "retry")
 PROBE_EVERY_S = 0.005
 
 
@@ -68,14 +71,17 @@ def prepare(client: Any, idl: Any, ctx: Any, op: str, n: int) -> list[Any]:
     if op in ("enqueue", "keyed"):
         return []
     for at in range(0, n, 1000):
-        jobs = [idl.PinLaterJob(body=b"y") for _ in range(min(1000, n - at))]
+        jobs = [idl.PinLaterJob(body=b"y", numAttemptsAllowed=1) for _ in range(min(1000, n - at))]
         client.enqueueJobs(ctx, idl.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
     descriptors: list[Any] = []
-    while op != "dequeue" and len(descriptors) < n:
-        got = client.dequeueJobs(ctx, idl.PinLaterDequeueRequest(queueName="big", limit=1000)).jobs
+    while op not in ("dequeue", "delete") and len(descriptors) < n:
+        got = list(client.dequeueJobs(ctx, idl.PinLaterDequeueRequest(queueName="big", limit=1000)).jobs)
         if not got:
             raise SystemExit(f"only {len(descriptors)} of {n} jobs came back to be {op}ed")
-        descriptors += list(got)
+        if op == "retry":  # failed for good: one attempt allowed
+            acks = [idl.PinLaterJobAckInfo(jobDescriptor=d) for d in got]
+            client.ackDequeuedJobs(ctx, idl.PinLaterJobAckRequest(queueName="big", jobsFailed=acks))
+        descriptors += got
     return descriptors
 
 
@@ -93,6 +99,11 @@ def the_request(client: Any, idl: Any, ctx: Any, op: str, n: int, descriptors: l
     elif op == "ack":
         acks = [idl.PinLaterJobAckInfo(jobDescriptor=d) for d in descriptors]
         client.ackDequeuedJobs(ctx, idl.PinLaterJobAckRequest(queueName="big", jobsSucceeded=acks))
+    elif op == "delete":
+        state = idl.PinLaterJobState.PENDING
+        client.deleteJobs(ctx, idl.PinLaterDeleteJobsRequest(queueName="big", jobState=state, limit=n))
+    elif op == "retry":
+        client.retryFailedJobs(ctx, idl.PinLaterRetryFailedJobsRequest(queueName="big", limit=n))
     elif op == "lookup":
         client.lookupJobs(ctx, idl.PinLaterLookupJobRequest(jobDescriptors=descriptors, includeBody=True))
     else:

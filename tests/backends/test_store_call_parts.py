@@ -124,6 +124,31 @@ def test_a_keyed_request_of_several_parts_finds_its_own_keys_and_keeps_group_ord
         assert len(bodies) == N - 1
 
 
+async def failed_jobs(backend: ShardedBackend, shard: str) -> list[str]:
+    """``N`` jobs failed for good (one attempt allowed, acked as a failure): their descriptors."""
+    await enqueue(backend, Q, [NewJob(1, b"fail-%d" % i, T0, 1) for i in range(N)])
+    got = await dequeue(backend, Q, N, "parts-test")
+    await ack(backend, Q, failed=[(shard, AckItem(1, decode_descriptor(d.descriptor)[3])) for d in got])
+    return [d.descriptor for d in got]
+
+
+def test_retries_and_deletes_of_several_parts_take_every_job(store: ShardStore) -> None:
+    backend = backend_of(store)
+
+    async def run() -> tuple[list[str], int, int, int]:
+        descriptors = await failed_jobs(backend, store.name)
+        retried = await backend.retry_failed_jobs(Q, 1, 2, T0, N + 10)
+        deleted = await backend.delete_jobs(Q, JobState.PENDING, 1, None, N + 10)
+        left = len(await backend.lookup_jobs(descriptors, False))
+        await backend.aclose()
+        return descriptors, retried, deleted, left
+
+    descriptors, retried, deleted, left = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert len(descriptors) == N
+    assert (retried, deleted, left) == (N, N, 0)
+
+
 @pytest.fixture
 def redis_store(tmp_path: Path) -> Iterator[tuple[RedisStore, redis.Redis]]:
     with RedisServer(tmp_path / "redis") as server:
@@ -175,6 +200,27 @@ def test_on_redis_no_script_call_carries_more_than_one_parts_jobs(redis_store: t
     asyncio.run(run())
     backend._executor.shutdown(wait=True)
     assert calls == [3] * 6, "enqueue, dequeue, lookup, checkpoint, ack, keyed enqueue: a script call per part"
+
+
+@pytest.mark.redis
+def test_on_redis_retries_and_deletes_go_a_part_a_script(redis_store: tuple[RedisStore, redis.Redis]) -> None:
+    store, raw = redis_store
+    backend = backend_of(store)
+    calls: list[int] = []
+
+    async def run() -> None:
+        await failed_jobs(backend, store.name)
+        before = script_calls(raw)
+        await backend.retry_failed_jobs(Q, 1, 2, T0, N)
+        calls.append(script_calls(raw) - before)
+        before = script_calls(raw)
+        await backend.delete_jobs(Q, JobState.PENDING, 1, None, N)
+        calls.append(script_calls(raw) - before)
+        await backend.aclose()
+
+    asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert calls == [3, 3], "a retry and a delete: a script call per part"
 
 
 @pytest.mark.redis

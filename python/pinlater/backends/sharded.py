@@ -1419,41 +1419,48 @@ class ShardedBackend:
     async def retry_failed_jobs(
         self, queue: str, priority: int, attempts_to_allow: int, run_after_ms: int | None, limit: int
     ) -> int:
+        """``ShardStore.retry_failed_jobs`` on each shard in turn until ``limit`` jobs were
+        retried, at most ``STORE_CALL_JOBS`` a store call (a shard is asked again while it retried
+        all it was asked to)."""
         done = 0
         answers = QueueAnswers(queue)
         for shard in await self._usable(lambda: self._shards.dequeue_candidates(1.0)):
-            if done >= limit:
-                break
-            now = self.clock.now_ms()
-            run_after = now if run_after_ms is None else run_after_ms
-            call = self.call_store(
-                shard,
-                shard.store.retry_failed_jobs,
-                queue,
-                priority,
-                attempts_to_allow,
-                run_after,
-                limit - done,
-                now,
-            )
-            try:
-                done += await answers.ask(shard, call, 0)
-            finally:
-                if shard.name not in answers.lacking:
-                    self._ready_at(shard.name, queue, priority, run_after, now)
+            while done < limit:
+                ask = min(limit - done, STORE_CALL_JOBS)
+                now = self.clock.now_ms()
+                run_after = now if run_after_ms is None else run_after_ms
+                call = self.call_store(
+                    shard, shard.store.retry_failed_jobs, queue, priority, attempts_to_allow, run_after, ask, now
+                )
+                try:
+                    retried = await answers.ask(shard, call, 0)
+                finally:
+                    if shard.name not in answers.lacking:
+                        self._ready_at(shard.name, queue, priority, run_after, now)
+                done += retried
+                if retried < ask:
+                    break
         answers.check()
         return done
 
     async def delete_jobs(self, queue: str, state: JobState, priority: int, body_regex: str | None, limit: int) -> int:
+        """``ShardStore.delete_jobs`` on each shard in turn until ``limit`` jobs were deleted.
+        Without a body filter, at most ``STORE_CALL_JOBS`` a store call (a shard is asked again
+        while it deleted all it was asked to); with one, a call per shard, within the filter's
+        budget (``call_filtered``), as a filter's walk would start over at each call."""
         done = 0
         deadline = self._filter_deadline(body_regex)  # one budget for the walk over the shards
         answers = QueueAnswers(queue)
         for shard in await self._usable(lambda: self._shards.dequeue_candidates(1.0)):
-            if done >= limit:
-                break
-            where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex, deadline)
-            call = self.call_filtered(shard, shard.store.delete_jobs, queue, where, limit - done)
-            done += await answers.ask(shard, call, 0)
+            while done < limit:
+                ask = limit - done if body_regex is not None else min(limit - done, STORE_CALL_JOBS)
+                where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex, deadline)
+                deleted = await answers.ask(
+                    shard, self.call_filtered(shard, shard.store.delete_jobs, queue, where, ask), 0
+                )
+                done += deleted
+                if deleted < ask or body_regex is not None:
+                    break
         answers.check()
         return done
 
