@@ -605,11 +605,11 @@ class ShardedBackend:
         for part in jobs.chunks(STORE_CALL_JOBS):
             try:
                 parts.append(await hot.enqueue_jobs(queue, part, now))
-            except Exception as exc:
-                if not parts:
-                    raise
+            except BaseException as exc:  # (cancelled too: what was stored is noted)
                 for batch in stored:
                     self._note_enqueued(shard, queue, batch, now)
+                if not parts or not isinstance(exc, Exception):
+                    raise
                 raise _part_failed(shard, sum(len(b) for b in stored), len(jobs), exc) from exc
             stored.append(part)
         return LocalIds.concat(parts)
@@ -991,6 +991,7 @@ class ShardedBackend:
         last_failure = ""  # what the last failed call said, for the error when every shard failed
         # (``QueueAnswers``' two fields, as locals: the walk is on every dequeue)
         lacking: set[str] = set()  # shards that said they do not have the queue
+        broken: set[str] = set()  # shards whose call failed unexpectedly after jobs were claimed
         held = False  # some shard had the queue, or could not say
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
@@ -998,6 +999,8 @@ class ShardedBackend:
                 if want <= 0:
                     break
                 if shard.name in lacking:  # no such queue there, at any priority
+                    continue
+                if broken and shard.name in broken:
                     continue
                 if not shard.healthy:
                     held = True  # it cannot say
@@ -1039,6 +1042,7 @@ class ShardedBackend:
                     except Exception as exc:
                         if not found:
                             raise
+                        broken.add(shard.name)  # not asked again in this walk
                         # the jobs claimed so far are answered, not left IN_PROGRESS unseen
                         log.warning(
                             "dequeue of %s: shard %s failed after %d jobs were claimed: %r",
@@ -1434,6 +1438,11 @@ class ShardedBackend:
                 )
                 try:
                     retried = await answers.ask(shard, call, 0)
+                except Exception as exc:
+                    if not done:
+                        raise
+                    what = f"{done} failed jobs were retried before a store call failed"
+                    raise _failed_after(shard, what, exc) from exc
                 finally:
                     if shard.name not in answers.lacking:
                         self._ready_at(shard.name, queue, priority, run_after, now)
@@ -1455,9 +1464,14 @@ class ShardedBackend:
             while done < limit:
                 ask = limit - done if body_regex is not None else min(limit - done, STORE_CALL_JOBS)
                 where = JobFilter(state, priority, self.clock.now_ms(), None, body_regex, deadline)
-                deleted = await answers.ask(
-                    shard, self.call_filtered(shard, shard.store.delete_jobs, queue, where, ask), 0
-                )
+                try:
+                    deleted = await answers.ask(
+                        shard, self.call_filtered(shard, shard.store.delete_jobs, queue, where, ask), 0
+                    )
+                except Exception as exc:
+                    if not done:
+                        raise
+                    raise _failed_after(shard, f"{done} jobs were deleted before a store call failed", exc) from exc
                 done += deleted
                 if deleted < ask or body_regex is not None:
                     break
@@ -1554,6 +1568,12 @@ def _part_failed(shard: Shard, stored: int, total: int, exc: Exception) -> PinLa
     that no caller sends to another shard (a connection failure is one that may have been
     applied)."""
     what = f"{stored} of the {total} jobs sent to shard {shard.name} were stored before a part of them failed"
+    return _failed_after(shard, what, exc)
+
+
+def _failed_after(shard: Shard, what: str, exc: Exception) -> PinLaterError:
+    """The error of a request done in store calls, when one failed after others were applied
+    (``what`` says what they did): a connection failure stays one, that may have been applied."""
     if isinstance(exc, ShardConnectionError):
         return ShardConnectionError(shard.name, f"{what}: {exc.detail}", maybe_applied=True)
     if isinstance(exc, PinLaterError):
