@@ -7,8 +7,9 @@ that many jobs, and a part that fails after others were stored says so."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis
@@ -28,6 +29,8 @@ from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.errors import ErrorCode, PinLaterError
+
+T = TypeVar("T")
 
 Q = "parts"
 T0 = 1_700_000_000_000
@@ -167,6 +170,13 @@ def script_calls(raw: redis.Redis) -> int:
     return int(stats["calls"]) - int(stats["failed_calls"])
 
 
+async def scripts_run(raw: redis.Redis, call: Awaitable[T]) -> tuple[T, int]:
+    """What ``call`` answered, and the script calls Redis ran for it."""
+    before = script_calls(raw)
+    answer = await call
+    return answer, script_calls(raw) - before
+
+
 @pytest.mark.redis
 def test_on_redis_no_script_call_carries_more_than_one_parts_jobs(redis_store: tuple[RedisStore, redis.Redis]) -> None:
     store, raw = redis_store
@@ -175,26 +185,17 @@ def test_on_redis_no_script_call_carries_more_than_one_parts_jobs(redis_store: t
 
     async def run() -> None:
         jobs = [NewJob(1, b"x", T0, 2) for _ in range(N)]
-        before = script_calls(raw)
-        await enqueue(backend, Q, jobs)
-        calls.append(script_calls(raw) - before)
-        before = script_calls(raw)
-        got = await dequeue(backend, Q, N, "parts-test")
-        calls.append(script_calls(raw) - before)
-        before = script_calls(raw)
-        await backend.lookup_jobs([d.descriptor for d in got], False)
-        calls.append(script_calls(raw) - before)
-        before = script_calls(raw)
-        items = [(store.name, CheckpointItem(1, decode_descriptor(d.descriptor)[3], T0)) for d in got]
-        await backend.checkpoint_jobs(Q, "parts-test", items)
-        calls.append(script_calls(raw) - before)
-        before = script_calls(raw)
-        await ack(backend, Q, succeeded=[(store.name, AckItem(1, decode_descriptor(d.descriptor)[3])) for d in got])
-        calls.append(script_calls(raw) - before)
-        before = script_calls(raw)
+        calls.append((await scripts_run(raw, enqueue(backend, Q, jobs)))[1])
+        got, count = await scripts_run(raw, dequeue(backend, Q, N, "parts-test"))
+        calls.append(count)
+        ids = [decode_descriptor(d.descriptor)[3] for d in got]
+        calls.append((await scripts_run(raw, backend.lookup_jobs([d.descriptor for d in got], False)))[1])
+        items = [(store.name, CheckpointItem(1, i, T0)) for i in ids]
+        calls.append((await scripts_run(raw, backend.checkpoint_jobs(Q, "parts-test", items)))[1])
+        acks = [(store.name, AckItem(1, i)) for i in ids]
+        calls.append((await scripts_run(raw, ack(backend, Q, succeeded=acks)))[1])
         keyed = KeyedJobBatch(jobs, [(f"key-{i}", 0, f"g{i}", None) for i in range(N)])
-        await backend.enqueue_keyed_batch(Q, keyed, T0)
-        calls.append(script_calls(raw) - before)
+        calls.append((await scripts_run(raw, backend.enqueue_keyed_batch(Q, keyed, T0)))[1])
         await backend.aclose()
 
     asyncio.run(run())
@@ -210,12 +211,8 @@ def test_on_redis_retries_and_deletes_go_a_part_a_script(redis_store: tuple[Redi
 
     async def run() -> None:
         await failed_jobs(backend, store.name)
-        before = script_calls(raw)
-        await backend.retry_failed_jobs(Q, 1, 2, T0, N)
-        calls.append(script_calls(raw) - before)
-        before = script_calls(raw)
-        await backend.delete_jobs(Q, JobState.PENDING, 1, None, N)
-        calls.append(script_calls(raw) - before)
+        calls.append((await scripts_run(raw, backend.retry_failed_jobs(Q, 1, 2, T0, N)))[1])
+        calls.append((await scripts_run(raw, backend.delete_jobs(Q, JobState.PENDING, 1, None, N)))[1])
         await backend.aclose()
 
     asyncio.run(run())

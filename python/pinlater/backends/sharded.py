@@ -571,17 +571,13 @@ class ShardedBackend:
                 continue
             if lacking:  # the queue exists: give it to the shards that lack it, behind the reply
                 self._spawn(create_on(self, queue, lacking))
-            if (probe := memory_probe(shard.store)) is not None:
-                probe.note_enqueued(len(jobs), jobs.body_bytes)
             ready = jobs.ready_priorities(now)
             if got is not None and reserve is not None and at is not None:
                 reserve.taken(ReadyBatch(shard.name, at, now, got))
                 if len(got) < reserve.limit:  # it took every ready job there, these included
                     ready = [priority for priority in ready if priority != at]
                     self._found_empty((shard.name, queue, at), now, len(got) > 0)
-            self.mark_ready(shard.name, queue, ready)
-            for priority, run_after_ms in jobs.later(now):
-                self._ready_later(shard.name, queue, priority, run_after_ms)
+            self._note_enqueued(shard, queue, jobs, now, ready)
             return shard.name, ids
         if refused:
             names = {name for name, _ in refused}
@@ -614,12 +610,14 @@ class ShardedBackend:
             stored.append(part)
         return LocalIds.concat(parts)
 
-    def _note_enqueued(self, shard: Shard, queue: str, jobs: NewJobBatch, now: int) -> None:
+    def _note_enqueued(
+        self, shard: Shard, queue: str, jobs: NewJobBatch, now: int, ready: list[int] | None = None
+    ) -> None:
         """What the server notes of a batch stored on ``shard``: the shard's memory use, and the
-        batch's priorities as ready now or later (``enqueue_jobs``)."""
+        batch's priorities as ready now (``ready``, when not all of its own) or later."""
         if (probe := memory_probe(shard.store)) is not None:
             probe.note_enqueued(len(jobs), jobs.body_bytes)
-        self.mark_ready(shard.name, queue, jobs.ready_priorities(now))
+        self.mark_ready(shard.name, queue, jobs.ready_priorities(now) if ready is None else ready)
         for priority, run_after_ms in jobs.later(now):
             self._ready_later(shard.name, queue, priority, run_after_ms)
 
