@@ -4,12 +4,24 @@
 //! once per job, every run reads and rewrites AUTOINCREMENT's counter (a row of
 //! `sqlite_sequence`) and steps the statement anew; one statement whose `VALUES` lists many rows
 //! does both once. The text stays the store's: its `VALUES` row is repeated, each named
-//! parameter becoming a positional `?` bound from the job's field of that name.
+//! parameter becoming a numbered `?N` bound from the job's field of that name.
+//!
+//! A parameter named in `SHARED` (the request's queue and time) is the same in every row: it is
+//! numbered once for the whole statement and bound once, not once per row (a text bound is
+//! copied into the statement and freed again when the statement goes back to its cache: about
+//! 600 instructions a row for the queue name alone). A name repeated within the row is bound
+//! once per row.
+
+use std::fmt::Write as _;
 
 /// Rows per statement, largest first: a batch is cut into as few statements as these make
 /// (100 jobs: 64 + 32 + 4; any batch below 128 in at most seven), and only these few texts
 /// are ever prepared.
 pub const CHUNKS: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
+
+/// Parameters whose value is the request's, the same in every row: bound once per statement.
+/// A caller binds the request's queue and time there, never a row's own.
+pub const SHARED: [&str; 2] = ["queue", "now_ms"];
 
 /// What one parameter of the row binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +61,9 @@ impl Field {
 pub struct SqliteInserts {
     /// The statement inserting `CHUNKS[i]` rows.
     texts: [String; CHUNKS.len()],
-    /// The field bound at each `?` of one row, in order.
+    /// The fields bound once per statement, at `?1`, `?2`, ... (`SHARED`).
+    shared: Vec<Field>,
+    /// The fields bound for each row, in order, after the shared ones and the rows before.
     fields: Vec<Field>,
 }
 
@@ -57,18 +71,32 @@ impl SqliteInserts {
     /// Reads the statement: everything up to its last `VALUES`, then one parenthesized row of
     /// literals and `:name` parameters naming `Field`s.
     pub fn new(single_row: &str) -> Result<Self, String> {
-        let (texts, names) =
+        let (texts, params) =
             repeat_row(single_row, false).map_err(|e| format!("enqueue_jobs: {e}"))?;
-        let fields = names
-            .iter()
-            .map(|name| {
-                Field::named(name).ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { texts, fields })
+        let fields = |names: &[String]| {
+            names
+                .iter()
+                .map(|name| {
+                    Field::named(name)
+                        .ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Self {
+            texts,
+            shared: fields(&params.shared)?,
+            fields: fields(&params.row)?,
+        })
     }
 
-    /// The fields bound at each `?` of one row.
+    /// The fields bound once per statement, at `?1`, `?2`, ... in order.
+    #[must_use]
+    pub fn shared(&self) -> &[Field] {
+        &self.shared
+    }
+
+    /// The fields bound for each row, in order, after the shared ones and those of the rows
+    /// before.
     #[must_use]
     pub fn fields(&self) -> &[Field] {
         &self.fields
@@ -88,26 +116,43 @@ impl SqliteInserts {
 pub struct MultiRow {
     /// The statement taking `CHUNKS[i]` rows.
     texts: [String; CHUNKS.len()],
-    /// For each `?` of one row, in order: the index in `names` of the value it binds.
+    /// The values bound once per statement (`SHARED`), at `?1`, `?2`, ...: their indexes in
+    /// `names`.
+    shared: Vec<usize>,
+    /// The values bound for each row, in order: their indexes in `names`.
     order: Vec<usize>,
 }
 
 impl MultiRow {
     pub fn new(single_row: &str, names: &[&str]) -> Result<Self, String> {
         let (texts, params) = repeat_row(single_row, true)?;
-        let order = params
-            .iter()
-            .map(|name| {
-                names
-                    .iter()
-                    .position(|n| n == name)
-                    .ok_or_else(|| format!("unknown parameter :{name}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { texts, order })
+        let indexes = |params: &[String]| {
+            params
+                .iter()
+                .map(|name| {
+                    names
+                        .iter()
+                        .position(|n| n == name)
+                        .ok_or_else(|| format!("unknown parameter :{name}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Self {
+            texts,
+            shared: indexes(&params.shared)?,
+            order: indexes(&params.row)?,
+        })
     }
 
-    /// For each `?` of one row, in order: the index in `names` of the value it binds.
+    /// The values bound once per statement, at `?1`, `?2`, ...: their indexes in `names`. The
+    /// caller binds them from any row: they are the request's (`SHARED`).
+    #[must_use]
+    pub fn shared(&self) -> &[usize] {
+        &self.shared
+    }
+
+    /// The values bound for each row, in order, after the shared ones and those of the rows
+    /// before: their indexes in `names`.
     #[must_use]
     pub fn order(&self) -> &[usize] {
         &self.order
@@ -119,13 +164,23 @@ impl MultiRow {
     }
 }
 
-/// The statement's one `VALUES` row repeated for each entry of `CHUNKS` (each `:name` a
-/// positional `?`), with the parameters' names in order. What follows the row is kept after the
-/// rows (`keep_tail`), or must be nothing but a `;`.
+/// The names a repeated row binds: once per statement, then once per row (each name once, in
+/// the order the row first names it).
+#[derive(Debug)]
+struct Params {
+    shared: Vec<String>,
+    row: Vec<String>,
+}
+
+/// The statement's one `VALUES` row repeated for each entry of `CHUNKS`, each `:name` a
+/// numbered `?N`: a name of `SHARED` the same number in every row (the shared ones first, in
+/// `SHARED`'s order), any other name one number per row (a name twice in the row, the same
+/// one), numbered on from the row before. What follows the row is kept after the rows
+/// (`keep_tail`), or must be nothing but a `;`.
 fn repeat_row(
     single_row: &str,
     keep_tail: bool,
-) -> Result<([String; CHUNKS.len()], Vec<String>), String> {
+) -> Result<([String; CHUNKS.len()], Params), String> {
     let at = single_row
         .rfind("VALUES")
         .ok_or("no VALUES in the statement")?;
@@ -139,22 +194,50 @@ fn repeat_row(
         }
         tail = "";
     }
-    let (template, names) = placeholders(row)?;
+    let (parts, names) = placeholders(row)?;
+    let shared: Vec<String> = SHARED
+        .iter()
+        .filter(|s| names.iter().any(|n| n == *s))
+        .map(|s| (*s).to_owned())
+        .collect();
+    let mut own: Vec<String> = Vec::new();
+    for name in &names {
+        if !shared.contains(name) && !own.contains(name) {
+            own.push(name.clone());
+        }
+    }
+    // Each `?` of the row: its number in the first row, and whether it moves on per row.
+    let numbers: Vec<(usize, bool)> = names
+        .iter()
+        .map(|name| match shared.iter().position(|s| s == name) {
+            Some(i) => (i + 1, false),
+            None => (
+                shared.len() + own.iter().position(|o| o == name).unwrap_or(0) + 1,
+                true,
+            ),
+        })
+        .collect();
     let texts = CHUNKS.map(|rows| {
-        let mut text =
-            String::with_capacity(head.len() + rows * (template.len() + 1) + tail.len() + 2);
+        let mut text = String::with_capacity(head.len() + rows * (row.len() + 8) + tail.len() + 2);
         text.push_str(head);
         text.push(' ');
         for i in 0..rows {
             if i > 0 {
                 text.push(',');
             }
-            text.push_str(&template);
+            for (k, part) in parts.iter().enumerate() {
+                if k > 0 {
+                    let (first, moves) = numbers[k - 1];
+                    let n = if moves { first + i * own.len() } else { first };
+                    let _ = write!(text, "?{n}");
+                }
+                text.push_str(part);
+            }
         }
         text.push_str(tail);
         text
     });
-    Ok((texts, names))
+    Ok((texts, Params { shared, row: own }))
 }
 
 /// `rows` cut into `CHUNKS`, largest first: each part with its entry of `CHUNKS`.
@@ -192,9 +275,11 @@ fn row_end(text: &str) -> Option<usize> {
     None
 }
 
-/// The row with each `:name` replaced by `?`, and the names in order (quoted literals copied).
-fn placeholders(row: &str) -> Result<(String, Vec<String>), String> {
+/// The row cut at each `:name` (one part more than names; quoted literals copied), and the
+/// names in order.
+fn placeholders(row: &str) -> Result<(Vec<String>, Vec<String>), String> {
     let mut template = String::with_capacity(row.len());
+    let mut parts = Vec::new();
     let mut names = Vec::new();
     let mut chars = row.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
@@ -223,12 +308,13 @@ fn placeholders(row: &str) -> Result<(String, Vec<String>), String> {
                     return Err("a ':' without a name".into());
                 }
                 names.push(row[start..end].to_owned());
-                template.push('?');
+                parts.push(std::mem::take(&mut template));
             }
             _ => template.push(c),
         }
     }
-    Ok((template, names))
+    parts.push(template);
+    Ok((parts, names))
 }
 
 #[cfg(test)]
@@ -253,23 +339,36 @@ mod tests {
     }
 
     #[test]
-    fn rows_are_repeated_with_positional_parameters() {
+    fn rows_are_repeated_with_numbered_parameters_the_shared_ones_once() {
         let inserts = SqliteInserts::new(ONE).unwrap();
-        assert_eq!(
-            inserts.fields(),
-            [
-                Field::Queue,
-                Field::Priority,
-                Field::Body,
-                Field::NowMs,
-                Field::NowMs
-            ]
-        );
-        let row = "(?, ?, ?, 'a:b''c', ?, ?)";
+        assert_eq!(inserts.shared(), [Field::Queue, Field::NowMs]);
+        assert_eq!(inserts.fields(), [Field::Priority, Field::Body]);
         let [_, _, _, eight, _, _, one] = &inserts.texts;
-        assert!(one.ends_with(&format!("VALUES {row}")), "{one}");
+        assert!(
+            one.ends_with("VALUES (?1, ?3, ?4, 'a:b''c', ?2, ?2)"),
+            "{one}"
+        );
         assert!(one.starts_with("-- a comment: with a colon\n"));
-        assert_eq!(eight.matches(row).count(), 8);
+        assert_eq!(eight.matches("(?1, ?").count(), 8);
+        assert!(eight.contains("(?1, ?3, ?4, 'a:b''c', ?2, ?2),(?1, ?5, ?6, 'a:b''c', ?2, ?2),"));
+        assert!(
+            eight.ends_with(",(?1, ?17, ?18, 'a:b''c', ?2, ?2)"),
+            "{eight}"
+        );
+    }
+
+    #[test]
+    fn a_name_twice_in_a_row_is_one_parameter_of_it() {
+        let one = "INSERT INTO t (a, b, c, d) VALUES (:b, :queue, :a, :b)";
+        let rows = MultiRow::new(one, &["queue", "a", "b"]).unwrap();
+        assert_eq!(rows.shared(), [0]);
+        assert_eq!(rows.order(), [2, 1]);
+        let [.., two, single] = &rows.texts;
+        assert!(single.ends_with("VALUES (?2, ?1, ?3, ?2)"), "{single}");
+        assert!(
+            two.ends_with("VALUES (?2, ?1, ?3, ?2),(?4, ?1, ?5, ?4)"),
+            "{two}"
+        );
     }
 
     #[test]
@@ -301,13 +400,16 @@ mod tests {
         let one = "INSERT INTO t (a, b, c) VALUES (:b, lower(':x'), :a)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n";
         let rows = MultiRow::new(one, &["a", "b"]).unwrap();
         assert_eq!(rows.order(), [1, 0]);
+        assert!(rows.shared().is_empty());
         let [_, _, _, eight, _, _, single] = &rows.texts;
         assert_eq!(
             single,
-            "INSERT INTO t (a, b, c) VALUES (?, lower(':x'), ?)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"
+            "INSERT INTO t (a, b, c) VALUES (?1, lower(':x'), ?2)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"
         );
-        assert_eq!(eight.matches("(?, lower(':x'), ?)").count(), 8);
-        assert!(eight.ends_with("?)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"));
+        assert_eq!(eight.matches(", lower(':x'), ?").count(), 8);
+        assert!(eight.ends_with(
+            "(?15, lower(':x'), ?16)\n    ON CONFLICT (a) DO UPDATE SET b = excluded.b\n"
+        ));
         let sizes: Vec<usize> = rows.split(&[0; 73]).map(|(_, part)| part.len()).collect();
         assert_eq!(sizes, [64, 8, 1]);
         let sizes: Vec<usize> = rows.split(&[0; 127]).map(|(_, part)| part.len()).collect();

@@ -35,7 +35,8 @@
 //!   behind, the writer checkpoints on its own thread once the WAL holds `WAL_FALLBACK_PAGES`.
 //! * The statements are the Python store's `sql/*.sql` texts, handed over at open (one source
 //!   of truth); parameters are bound by name, and a name a statement does not use is skipped.
-//!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by position.
+//!   An enqueue runs `enqueue_jobs.sql` as multi-row INSERTs (`SqliteInserts`), bound by number
+//!   (the request's queue and time once per statement).
 //! * Python's own connection (monitor, admin, broker, reads) writes the same file. Both writers
 //!   take the `WriteGate`, a FIFO ticket lock, around each write transaction, so neither can
 //!   starve the other while `SQLite`'s busy handler polls (`SQLite`'s lock stays the last word, and
@@ -1627,7 +1628,8 @@ impl<T: Send> Writer<T> {
 
     /// Runs `statement` over `rows` in as few multi-row statements as `CHUNKS` make; `bind`
     /// binds value `value` (an index of the names `statement` was made with) of a row at `?`
-    /// number `at`.
+    /// number `at`. The statement's shared values (the request's queue: `SHARED`) are bound
+    /// once, from its first row: `bind` gives every row the same value there.
     fn execute_rows<R>(
         &self,
         statement: &MultiRow,
@@ -1638,6 +1640,12 @@ impl<T: Send> Writer<T> {
         for (sql, part) in statement.split(rows) {
             let mut stmt = self.prepare(sql)?;
             let mut at = 0;
+            if let Some(first) = part.first() {
+                for &value in statement.shared() {
+                    at += 1;
+                    bind(&mut stmt, at, first, value).map_err(|e| connection_error(&e))?;
+                }
+            }
             for row in part {
                 for &value in order {
                     at += 1;
@@ -1669,11 +1677,14 @@ impl<T: Send> Writer<T> {
             return Ok(Vec::new());
         }
         let limit = self.options.custom_status_limit;
-        let fields = inserts.fields();
+        let (shared, fields) = (inserts.shared(), inserts.fields());
         for (sql, chunk) in inserts.split(rows) {
             let mut stmt = self.prepare(sql)?;
             let mut index = 0;
-            for entry in chunk {
+            // The shared fields (the queue, the time: the request's) once, from the first row.
+            let bound_once = chunk.first().map(|first| (first, shared));
+            let each = chunk.iter().map(|entry| (entry, fields));
+            for (entry, fields) in bound_once.into_iter().chain(each) {
                 let (job, state, expire_at_ms) = row(entry);
                 for field in fields {
                     index += 1;
