@@ -247,3 +247,23 @@ def test_a_part_refused_after_others_were_stored_says_so(redis_store: tuple[Redi
         f"{STORE_CALL_JOBS} of the {N} jobs sent to shard 1 were stored before a part of them failed" in error.message
     )
     assert dequeued == STORE_CALL_JOBS, "the part stored is there, and found"
+
+
+@pytest.mark.redis
+def test_a_retry_of_several_parts_goes_on_past_evicted_records(redis_store: tuple[RedisStore, redis.Redis]) -> None:
+    store, raw = redis_store
+    backend = backend_of(store)
+    failed_set, records = f"plc:{{1:{Q}}}:p1:s3", f"plc:{{1:{Q}}}:j"
+
+    async def run() -> int:
+        await failed_jobs(backend, store.name)
+        raw.hdel(records, *raw.zrange(failed_set, 0, 4))  # the first part's oldest: evicted
+        retried = await backend.retry_failed_jobs(Q, 1, 2, T0, N + 10)
+        await backend.aclose()
+        return retried
+
+    retried = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert retried == N - 5, "the parts after the first, which met the evicted, were retried too"
+    assert raw.zcard(failed_set) == 0
+    assert store.evicted_jobs == 5

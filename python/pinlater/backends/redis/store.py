@@ -646,9 +646,18 @@ class RedisStore:
             tail_keys, tail_args = self.rules.tail(queue, GROUPS)
             key_list += [*dedup_end_keys(keys), *tail_keys]
             args += [priority, *tail_args]
-        moved, evicted = self._run_in_queue("retry_failed_jobs", queue, key_list, args)
-        self._count_evicted(evicted)
-        return int(moved)
+        # A call takes up to `limit` FAILED members; one whose record was evicted is dropped and
+        # counted, not moved. Its place is asked for again, so that fewer than `limit` moved
+        # means no FAILED job is left, as on the other stores (ShardedBackend's parts stop there).
+        done = 0
+        while True:
+            ask = limit - done
+            args[4] = ask
+            moved, evicted = (int(n) for n in self._run_in_queue("retry_failed_jobs", queue, key_list, args))
+            self._count_evicted(evicted)
+            done += moved
+            if not evicted or moved + evicted < ask:  # every member taken moved, or none is left
+                return done
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
         keys = self._keys(queue)
