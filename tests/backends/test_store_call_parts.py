@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -21,6 +21,7 @@ from pinlater.backends.base import (
     STORE_CALL_JOBS,
     AckItem,
     CheckpointItem,
+    JobFilter,
     JobState,
     NewJob,
     ShardStore,
@@ -28,7 +29,7 @@ from pinlater.backends.base import (
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
-from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
 
 T = TypeVar("T")
 
@@ -150,6 +151,108 @@ def test_retries_and_deletes_of_several_parts_take_every_job(store: ShardStore) 
     backend._executor.shutdown(wait=True)
     assert len(descriptors) == N
     assert (retried, deleted, left) == (N, N, 0)
+
+
+class FailingAt:
+    """A real store whose ``method`` fails with ``error`` at its ``at``-th call (from 1); every
+    other call reaches the store."""
+
+    def __init__(self, store: ShardStore, method: str, at: int, error: Exception) -> None:
+        self._store, self._method, self._at, self._error = store, method, at, error
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name != self._method:
+            return attr
+
+        def failing(*args: Any) -> Any:
+            self.calls += 1
+            if self.calls == self._at:
+                raise self._error
+            return attr(*args)
+
+        return failing
+
+
+def over(store: ShardStore, method: str, at: int, error: Exception) -> tuple[ShardedBackend, FailingAt]:
+    failing = FailingAt(store, method, at, error)
+    backend = ShardedBackend(ShardMap([Shard(store.name, failing)]), num_priorities=2, parallelism=2)  # type: ignore[arg-type]
+    return backend, failing
+
+
+def test_a_retry_or_delete_failing_after_a_part_says_what_the_parts_before_did(store: ShardStore) -> None:
+    backend = backend_of(store)
+
+    def count(state: JobState) -> int:
+        return store.count_jobs(Q, JobFilter(state, 1, 2**52), None)  # (a FAILED job is scored by when it failed)
+
+    async def run() -> tuple[PinLaterError, PinLaterError, list[int]]:
+        await failed_jobs(backend, store.name)
+        await backend.aclose()
+        retrying, _ = over(store, "retry_failed_jobs", 2, ShardConnectionError(store.name, "injected"))
+        with pytest.raises(PinLaterError) as retry_failed:
+            await retrying.retry_failed_jobs(Q, 1, 2, T0, N)
+        await retrying.aclose()
+        counts = [count(JobState.PENDING), count(JobState.FAILED)]
+        deleting, _ = over(store, "delete_jobs", 2, RuntimeError("injected"))
+        with pytest.raises(PinLaterError) as delete_failed:
+            await deleting.delete_jobs(Q, JobState.FAILED, 1, None, N)
+        await deleting.aclose()
+        return retry_failed.value, delete_failed.value, [*counts, count(JobState.PENDING), count(JobState.FAILED)]
+
+    retry_error, delete_error, counts = asyncio.run(run())
+    assert isinstance(retry_error, ShardConnectionError) and retry_error.maybe_applied
+    assert f"{STORE_CALL_JOBS} failed jobs were retried before a store call failed: injected" in retry_error.message
+    assert delete_error.code == ErrorCode.UNKNOWN
+    assert f"{STORE_CALL_JOBS} jobs were deleted before a store call failed: RuntimeError('injected')" in (
+        delete_error.message
+    )
+    left = N - 2 * STORE_CALL_JOBS
+    assert counts == [STORE_CALL_JOBS, N - STORE_CALL_JOBS, STORE_CALL_JOBS, left], "what the messages say happened"
+
+
+def test_a_dequeue_walk_whose_later_call_fails_unexpectedly_answers_the_jobs_it_claimed(store: ShardStore) -> None:
+    backend = backend_of(store)
+    asked: list[int] = []
+
+    def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[Any]:
+        asked.append(want)
+        if len(asked) == 2:
+            raise RuntimeError("injected")
+        return backend.hot_path(shard).dequeue_jobs(Q, priority, want, "parts-test", now, False)
+
+    async def run() -> tuple[int, int]:
+        await enqueue(backend, Q, [NewJob(1, b"x", T0, 2) for _ in range(N)])
+        batches = await backend.walk_ready(Q, N, fetch)
+        claimed = sum(len(batch.jobs.to_list()) for batch in batches)
+        later = len(await dequeue(backend, Q, N, "parts-test"))
+        await backend.aclose()
+        return claimed, later
+
+    claimed, later = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert claimed == STORE_CALL_JOBS, "the first call's jobs are answered"
+    assert asked == [STORE_CALL_JOBS, STORE_CALL_JOBS], "the shard is not asked again in that walk"
+    assert later == N - STORE_CALL_JOBS, "the rest stay PENDING, and the next dequeue finds them"
+
+
+def test_a_dequeue_walk_whose_first_call_fails_unexpectedly_raises(store: ShardStore) -> None:
+    backend = backend_of(store)
+
+    def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[Any]:
+        raise RuntimeError("injected")
+
+    async def run() -> None:
+        await enqueue(backend, Q, [NewJob(1, b"x", T0, 2)])
+        try:
+            with pytest.raises(RuntimeError, match="injected"):
+                await backend.walk_ready(Q, 10, fetch)
+        finally:
+            await backend.aclose()
+
+    asyncio.run(run())
+    backend._executor.shutdown(wait=True)
 
 
 @pytest.fixture
