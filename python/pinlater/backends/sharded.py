@@ -1215,10 +1215,14 @@ class ShardedBackend:
     async def lookup_jobs(self, descriptors: Sequence[str], include_body: bool) -> dict[str, JobRecord]:
         """Jobs found, by descriptor; unknown shards, queues and ids are simply not found. A
         store call looks up at most ``STORE_CALL_JOBS`` of them."""
-        parsed = decode_descriptors(list(descriptors))
         groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
-        for queue, shard_name, priority, local_id in parsed:
-            groups[(queue, shard_name)].append((priority, local_id))
+        for at in range(0, len(descriptors), STORE_CALL_JOBS):  # (the event loop turns between parts)
+            if at:
+                await asyncio.sleep(0)
+            for queue, shard_name, priority, local_id in decode_descriptors(
+                list(descriptors[at : at + STORE_CALL_JOBS])
+            ):
+                groups[(queue, shard_name)].append((priority, local_id))
         found: dict[str, JobRecord] = {}
 
         async def one(queue: str, shard: Shard, keys: list[tuple[int, int]]) -> None:

@@ -1,0 +1,97 @@
+"""A request of many jobs is served in turns with every other client of the server: a lookup's
+reply map is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_map_reply``), with the
+event loop's other work between parts, into the bytes one encode makes; lookups and checkpoints
+of more than a part are answered whole, as Apache's client reads them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tests.support.pinlater_server import ServerProcess
+from tests.support.thrift_client import connect
+from thriftpy2.thrift import TMessageType
+
+from pinlater.idl import idl
+from pinlater.server.dispatch import REPLY_PART, Dispatcher, _encode, _encode_map_reply
+
+N = 2 * REPLY_PART + 500  # three parts: two whole, one not
+
+
+class _Handler:
+    """Every PinLater method, none of them called: enough for ``Dispatcher`` to resolve."""
+
+    def __getattr__(self, name: str) -> Any:
+        async def method(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError(f"{name} called")
+
+        return method
+
+
+def _info(i: int) -> Any:
+    return idl.PinLaterJobInfo(
+        jobDescriptor=f"q:s1:p1:{i}",
+        jobState=i % 4,
+        attemptsAllowed=3,
+        attemptsRemaining=i % 3,
+        customStatus=f"status-{i}" if i % 2 else "",
+        createdAtTimestampMillis=1_700_000_000_000 + i,
+        updatedAtTimestampMillis=1_700_000_000_001 + i,
+        body=b"body-%d" % i if i % 5 else None,
+        dedupKey=f"key-{i}" if i % 7 == 0 else None,
+    )
+
+
+def test_a_large_map_reply_is_encoded_in_parts_into_the_bytes_of_one_encode() -> None:
+    method = Dispatcher(_Handler())._methods["lookupJobs"]
+    answer = {f"q:s1:p1:{i}": _info(i) for i in range(N)}
+    coroutine = _encode_map_reply(method, 7, answer)
+    turns = 0
+    try:
+        while True:
+            coroutine.send(None)  # the event loop's turn: ``asyncio.sleep(0)`` yields nothing
+            turns += 1
+    except StopIteration as done:
+        reply: bytes = done.value
+    whole = _encode("lookupJobs", TMessageType.REPLY, 7, method.result_cls(success=answer))
+    assert reply == whole
+    assert turns == 2, "a turn of the event loop between each two parts"
+
+
+def test_lookups_and_checkpoints_of_several_parts_are_answered_whole(
+    start_server: Callable[..., ServerProcess], thrift_gen: Any
+) -> None:
+    _, ttypes = thrift_gen
+    server = start_server()
+    client, transport = connect("127.0.0.1", server.port)
+    try:
+        ctx = ttypes.RequestContext(source="big-requests-test")
+        client.createQueue(ctx, "big")
+        bodies = [b"job-%d" % i for i in range(N)]
+        for at in range(0, N, 1000):
+            jobs = [ttypes.PinLaterJob(body=body, customStatus="s") for body in bodies[at : at + 1000]]
+            client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
+        claimed: dict[str, bytes] = {}
+        while len(claimed) < N:
+            got = client.dequeueJobs(ctx, ttypes.PinLaterDequeueRequest(queueName="big", limit=1000))
+            assert got.jobs, "every job is dequeued"
+            claimed.update(got.jobs)
+        descriptors = sorted(claimed)
+
+        found = client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=descriptors, includeBody=True))
+        assert sorted(found) == descriptors
+        assert {d: info.body for d, info in found.items()} == claimed
+        assert {(info.jobDescriptor == d, info.jobState, info.customStatus) for d, info in found.items()} == {
+            (True, 1, "s")
+        }
+
+        requests = [
+            ttypes.PinLaterCheckpointJobRequest(jobDescriptor=d, moveToPending=True, prependCustomStatus="cp:")
+            for d in descriptors
+        ]
+        client.checkpointJobs(ctx, ttypes.PinLaterCheckpointJobsRequest(queueName="big", requests=requests))
+        after = client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=descriptors))
+        assert len(after) == N
+        assert {(info.jobState, info.customStatus, info.body) for info in after.values()} == {(0, "cp:s", None)}
+    finally:
+        transport.close()
