@@ -7,7 +7,7 @@ that many jobs, and a part that fails after others were stored says so."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from pinlater.backends.base import (
     ShardStore,
 )
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.redis.keys import job_hash_key
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
@@ -370,3 +371,44 @@ def test_a_retry_of_several_parts_goes_on_past_evicted_records(redis_store: tupl
     assert retried == N - 5, "the parts after the first, which met the evicted, were retried too"
     assert raw.zcard(failed_set) == 0
     assert store.evicted_jobs == 5
+
+
+class _SecondRetryScriptFails(RedisStore):
+    """A real Redis store whose second ``retry_failed_jobs`` script call fails (the first runs)."""
+
+    retry_scripts = 0
+
+    def _run_in_queue(self, script: str, queue: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if script == "retry_failed_jobs":
+            self.retry_scripts += 1
+            if self.retry_scripts == 2:
+                raise ShardConnectionError(self.name, "injected")
+        return super()._run_in_queue(script, queue, keys, args)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_a_retry_past_evicted_records_that_then_fails_says_what_it_retried(tmp_path: Path, layout: str) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        store = _SecondRetryScriptFails("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout=layout))
+        raw = redis.Redis(server.host, server.port)
+        try:
+            store.create_queue(Q, 1)
+            ids = store.enqueue_jobs(Q, [NewJob(1, b"j%d" % i, T0, 1) for i in range(20)], T0)
+            store.dequeue_jobs(Q, 1, 20, "parts-test", T0, False)
+            store.ack_jobs(Q, [], [AckItem(1, i) for i in ids], T0)
+            (failed_set,) = [key for key in raw.keys("*") if raw.type(key) == b"zset" and raw.zcard(key) == 20]
+            evicted = raw.zrange(failed_set, 0, 2)
+            if layout == "original":  # a hash per job
+                raw.delete(*(job_hash_key("1", Q, int(member)) for member in evicted))
+            else:  # a field per job
+                raw.hdel(f"plc:{{1:{Q}}}:j", *evicted)
+            with pytest.raises(ShardConnectionError) as failed:
+                store.retry_failed_jobs(Q, 1, 2, T0, 10, T0)
+            pending = store.count_jobs(Q, JobFilter(JobState.PENDING, 1, 2**52), None)
+        finally:
+            raw.close()
+            store.close()
+    assert failed.value.maybe_applied
+    assert failed.value.message == "shard 1: 7 failed jobs were retried before a call failed: injected"
+    assert pending == 7, "the first call's jobs, those the message counts"

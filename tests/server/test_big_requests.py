@@ -5,9 +5,10 @@ of more than a part are answered whole, as Apache's client reads them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect
 from thriftpy2.thrift import TMessageType
@@ -58,40 +59,78 @@ def test_a_large_map_reply_is_encoded_in_parts_into_the_bytes_of_one_encode() ->
     assert turns == 2, "a turn of the event loop between each two parts"
 
 
-def test_lookups_and_checkpoints_of_several_parts_are_answered_whole(
-    start_server: Callable[..., ServerProcess], thrift_gen: Any
-) -> None:
+@pytest.fixture(params=["broker off", "broker on"])
+def big(
+    request: pytest.FixtureRequest, start_server: Callable[..., ServerProcess], thrift_gen: Any
+) -> Iterator[tuple[Any, Any, Any]]:
+    """(client, ttypes, context) of a fresh server with the queue ``big``, with the dequeue broker
+    off (the default) and on (lookups and checkpoints settle its holds first)."""
     _, ttypes = thrift_gen
-    server = start_server()
+    server = start_server(properties={"BROKER_ENABLED": "true"} if request.param == "broker on" else None)
     client, transport = connect("127.0.0.1", server.port)
     try:
         ctx = ttypes.RequestContext(source="big-requests-test")
         client.createQueue(ctx, "big")
-        bodies = [b"job-%d" % i for i in range(N)]
-        for at in range(0, N, 1000):
-            jobs = [ttypes.PinLaterJob(body=body, customStatus="s") for body in bodies[at : at + 1000]]
-            client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
-        claimed: dict[str, bytes] = {}
-        while len(claimed) < N:
-            got = client.dequeueJobs(ctx, ttypes.PinLaterDequeueRequest(queueName="big", limit=1000))
-            assert got.jobs, "every job is dequeued"
-            claimed.update(got.jobs)
-        descriptors = sorted(claimed)
-
-        found = client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=descriptors, includeBody=True))
-        assert sorted(found) == descriptors
-        assert {d: info.body for d, info in found.items()} == claimed
-        assert {(info.jobDescriptor == d, info.jobState, info.customStatus) for d, info in found.items()} == {
-            (True, 1, "s")
-        }
-
-        requests = [
-            ttypes.PinLaterCheckpointJobRequest(jobDescriptor=d, moveToPending=True, prependCustomStatus="cp:")
-            for d in descriptors
-        ]
-        client.checkpointJobs(ctx, ttypes.PinLaterCheckpointJobsRequest(queueName="big", requests=requests))
-        after = client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=descriptors))
-        assert len(after) == N
-        assert {(info.jobState, info.customStatus, info.body) for info in after.values()} == {(0, "cp:s", None)}
+        yield client, ttypes, ctx
     finally:
         transport.close()
+
+
+def test_lookups_and_checkpoints_of_several_parts_are_answered_whole(big: tuple[Any, Any, Any]) -> None:
+    client, ttypes, ctx = big
+    bodies = [b"job-%d" % i for i in range(N)]
+    for at in range(0, N, 1000):
+        jobs = [ttypes.PinLaterJob(body=body, customStatus="s") for body in bodies[at : at + 1000]]
+        client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
+    claimed: dict[str, bytes] = {}
+    while len(claimed) < N:
+        got = client.dequeueJobs(ctx, ttypes.PinLaterDequeueRequest(queueName="big", limit=1000))
+        assert got.jobs, "every job is dequeued"
+        claimed.update(got.jobs)
+    descriptors = sorted(claimed)
+
+    found = client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=descriptors, includeBody=True))
+    assert sorted(found) == descriptors
+    assert {d: info.body for d, info in found.items()} == claimed
+    assert {(info.jobDescriptor == d, info.jobState, info.customStatus) for d, info in found.items()} == {
+        (True, 1, "s")
+    }
+
+    requests = [
+        ttypes.PinLaterCheckpointJobRequest(jobDescriptor=d, moveToPending=True, prependCustomStatus="cp:")
+        for d in descriptors
+    ]
+    client.checkpointJobs(ctx, ttypes.PinLaterCheckpointJobsRequest(queueName="big", requests=requests))
+    after = client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=descriptors))
+    assert len(after) == N
+    assert {(info.jobState, info.customStatus, info.body) for info in after.values()} == {(0, "cp:s", None)}
+
+
+def test_a_malformed_descriptor_past_the_first_part_is_named_by_its_index_and_nothing_changes(
+    big: tuple[Any, Any, Any],
+) -> None:
+    client, ttypes, ctx = big
+    jobs = [ttypes.PinLaterJob(body=b"job-%d" % i) for i in range(REPLY_PART + 10)]
+    client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
+    claimed: set[str] = set()
+    while len(claimed) < len(jobs):  # (the broker hands out at most its buffer at once)
+        got = client.dequeueJobs(ctx, ttypes.PinLaterDequeueRequest(queueName="big", limit=len(jobs)))
+        assert got.jobs, "every job is dequeued"
+        claimed.update(got.jobs)
+    descriptors = sorted(claimed)
+    bad = [*descriptors[:-1], "big:s1:p1", descriptors[-1]]  # at index len(jobs) - 1
+    errors = []
+    try:
+        client.lookupJobs(ctx, ttypes.PinLaterLookupJobRequest(jobDescriptors=bad))
+    except ttypes.PinLaterException as exc:
+        errors.append(exc)
+    requests = [ttypes.PinLaterCheckpointJobRequest(jobDescriptor=d, moveToPending=True) for d in bad]
+    try:
+        client.checkpointJobs(ctx, ttypes.PinLaterCheckpointJobsRequest(queueName="big", requests=requests))
+    except ttypes.PinLaterException as exc:
+        errors.append(exc)
+    still = client.getJobCount(ctx, ttypes.PinLaterGetJobCountRequest(queueName="big", jobState=1))
+    assert len(errors) == 2
+    assert {exc.errorCode for exc in errors} == {ttypes.ErrorCode.UNKNOWN}
+    assert all(f"index {len(jobs) - 1}" in exc.message for exc in errors), [exc.message for exc in errors]
+    assert still == len(jobs), "no checkpoint applied: every job is still IN_PROGRESS"

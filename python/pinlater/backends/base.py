@@ -27,6 +27,9 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from pinlater.backends.pressure import StoreMemoryFullError
+from pinlater.errors import ErrorCode, PinLaterError, ShardConnectionError
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -55,6 +58,18 @@ RESERVATION_PREFIX = "~r|"
 #: threshold it answers BUSY to everyone), and one write of them held an embedded shard's
 #: writer; a call of this many takes a few milliseconds, and others' calls run between two.
 STORE_CALL_JOBS = 1000
+
+
+def failed_after(shard: str, what: str, exc: Exception) -> PinLaterError:
+    """The error of a request done in store calls (or a store call done in steps), when one
+    failed after others were applied (``what`` says what they did): a connection failure stays
+    one, that may have been applied; a store out of memory is ENQUEUE_REJECTED."""
+    if isinstance(exc, ShardConnectionError):
+        return ShardConnectionError(shard, f"{what}: {exc.detail}", maybe_applied=True)
+    if isinstance(exc, PinLaterError):
+        code = ErrorCode.ENQUEUE_REJECTED if isinstance(exc, StoreMemoryFullError) else exc.code
+        return PinLaterError(code, f"{what}: {exc.message}")
+    return PinLaterError(ErrorCode.UNKNOWN, f"{what}: {exc!r}")
 
 
 class JobState(IntEnum):

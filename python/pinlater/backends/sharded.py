@@ -30,7 +30,7 @@ import socket
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
@@ -62,6 +62,7 @@ from pinlater.backends.base import (
     KeyedJob,
     NewJob,
     QueueRules,
+    failed_after,
     sort_keyed,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
@@ -1216,12 +1217,8 @@ class ShardedBackend:
         """Jobs found, by descriptor; unknown shards, queues and ids are simply not found. A
         store call looks up at most ``STORE_CALL_JOBS`` of them."""
         groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
-        for at in range(0, len(descriptors), STORE_CALL_JOBS):  # (the event loop turns between parts)
-            if at:
-                await asyncio.sleep(0)
-            for queue, shard_name, priority, local_id in decode_descriptors(
-                list(descriptors[at : at + STORE_CALL_JOBS])
-            ):
+        async for part in decoded_in_parts(descriptors):
+            for queue, shard_name, priority, local_id in part:
                 groups[(queue, shard_name)].append((priority, local_id))
         found: dict[str, JobRecord] = {}
 
@@ -1444,7 +1441,7 @@ class ShardedBackend:
                     if not done:
                         raise
                     what = f"{done} failed jobs were retried before a store call failed"
-                    raise _failed_after(shard, what, exc) from exc
+                    raise failed_after(shard.name, what, exc) from exc
                 finally:
                     if shard.name not in answers.lacking:
                         self._ready_at(shard.name, queue, priority, run_after, now)
@@ -1473,7 +1470,7 @@ class ShardedBackend:
                 except Exception as exc:
                     if not done:
                         raise
-                    raise _failed_after(shard, f"{done} jobs were deleted before a store call failed", exc) from exc
+                    raise failed_after(shard.name, f"{done} jobs were deleted before a store call failed", exc) from exc
                 done += deleted
                 if deleted < ask or body_regex is not None:
                     break
@@ -1494,6 +1491,21 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
         log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
         created.append(shard.name)
     return created
+
+
+async def decoded_in_parts(descriptors: Sequence[str]) -> AsyncIterator[list[tuple[str, str, int, int]]]:
+    """``decode_descriptors`` of ``descriptors``, ``STORE_CALL_JOBS`` at a time, in order, the
+    event loop turning between two parts (a request of 100,000 is decoded in about 45 ms). A
+    malformed one raises the error one call of the whole list raises, naming its index there."""
+    for at in range(0, len(descriptors), STORE_CALL_JOBS):
+        if at:
+            await asyncio.sleep(0)
+        try:
+            part = decode_descriptors(list(descriptors[at : at + STORE_CALL_JOBS]))
+        except Exception:
+            decode_descriptors(list(descriptors))  # raises, with the index in the whole list
+            raise
+        yield part
 
 
 def key_shard(queue: str, key: str, shards: Sequence[Shard], space: str = "") -> Shard:
@@ -1570,18 +1582,7 @@ def _part_failed(shard: Shard, stored: int, total: int, exc: Exception) -> PinLa
     that no caller sends to another shard (a connection failure is one that may have been
     applied)."""
     what = f"{stored} of the {total} jobs sent to shard {shard.name} were stored before a part of them failed"
-    return _failed_after(shard, what, exc)
-
-
-def _failed_after(shard: Shard, what: str, exc: Exception) -> PinLaterError:
-    """The error of a request done in store calls, when one failed after others were applied
-    (``what`` says what they did): a connection failure stays one, that may have been applied."""
-    if isinstance(exc, ShardConnectionError):
-        return ShardConnectionError(shard.name, f"{what}: {exc.detail}", maybe_applied=True)
-    if isinstance(exc, PinLaterError):
-        code = ErrorCode.ENQUEUE_REJECTED if isinstance(exc, StoreMemoryFullError) else exc.code
-        return PinLaterError(code, f"{what}: {exc.message}")
-    return PinLaterError(ErrorCode.UNKNOWN, f"{what}: {exc!r}")
+    return failed_after(shard.name, what, exc)
 
 
 async def _ack_in_parts(hot: HotPath, queue: str, acks: AckGroup, now: int) -> None:

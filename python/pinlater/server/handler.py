@@ -52,7 +52,7 @@ from pinlater._pinlater import (
 from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.scan_pages import ScanQuery
-from pinlater.backends.sharded import ReadyBatch, ShardedBackend
+from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded_in_parts
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
@@ -417,10 +417,8 @@ class PinLaterHandler:
         if not requests:
             return
         parsed: list[tuple[str, str, int, int]] = []
-        for at in range(0, len(requests), ITEMS_PER_TURN):
-            if at:
-                await asyncio.sleep(0)
-            parsed += decode_descriptors([r.jobDescriptor for r in requests[at : at + ITEMS_PER_TURN]])
+        async for part in decoded_in_parts([r.jobDescriptor for r in requests]):
+            parsed += part
         if self.broker is not None:
             await self.broker.settle(parsed)
         now = self.backend.clock.now_ms()
@@ -455,7 +453,10 @@ class PinLaterHandler:
         if not descriptors:
             return {}
         if self.broker is not None:
-            await self.broker.settle(decode_descriptors(descriptors))
+            parsed: list[tuple[str, str, int, int]] = []
+            async for part in decoded_in_parts(descriptors):
+                parsed += part
+            await self.broker.settle(parsed)
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
         infos = {}
         for i, (descriptor, record) in enumerate(found.items()):

@@ -102,6 +102,7 @@ from pinlater.backends.base import (
     QueueRules,
     ScanCursor,
     ScheduleRow,
+    failed_after,
 )
 from pinlater.backends.body_filter import BodyFilter
 from pinlater.backends.redis import dedup, reservations, schedules
@@ -653,7 +654,13 @@ class RedisStore:
         while True:
             ask = limit - done
             args[4] = ask
-            moved, evicted = (int(n) for n in self._run_in_queue("retry_failed_jobs", queue, key_list, args))
+            try:
+                reply = self._run_in_queue("retry_failed_jobs", queue, key_list, args)
+            except Exception as exc:
+                if not done:
+                    raise
+                raise failed_after(self.name, f"{done} failed jobs were retried before a call failed", exc) from exc
+            moved, evicted = (int(n) for n in reply)
             self._count_evicted(evicted)
             done += moved
             if not evicted or moved + evicted < ask:  # every member taken moved, or none is left
