@@ -194,6 +194,10 @@ fn repeat_row(
         }
         tail = "";
     }
+    // The tail is copied as it is: a parameter there would never be bound (NULL).
+    if let Some(name) = placeholders(tail)?.1.first() {
+        return Err(format!(":{name} after the VALUES row"));
+    }
     let (parts, names) = placeholders(row)?;
     let shared: Vec<String> = SHARED
         .iter()
@@ -415,6 +419,10 @@ mod tests {
         let sizes: Vec<usize> = rows.split(&[0; 127]).map(|(_, part)| part.len()).collect();
         assert_eq!(sizes, [64, 32, 16, 8, 4, 2, 1]);
         assert!(MultiRow::new(one, &["a"]).unwrap_err().contains(":b"));
+        let bound_after = "INSERT INTO t (a) VALUES (:a) ON CONFLICT (a) DO UPDATE SET b = :a";
+        assert!(MultiRow::new(bound_after, &["a"])
+            .unwrap_err()
+            .contains(":a after the VALUES row"));
         assert!(MultiRow::new("INSERT INTO t SELECT 1", &["a"]).is_err());
     }
 }
