@@ -134,3 +134,25 @@ def test_a_malformed_descriptor_past_the_first_part_is_named_by_its_index_and_no
     assert {exc.errorCode for exc in errors} == {ttypes.ErrorCode.UNKNOWN}
     assert all(f"index {len(jobs) - 1}" in exc.message for exc in errors), [exc.message for exc in errors]
     assert still == len(jobs), "no checkpoint applied: every job is still IN_PROGRESS"
+
+
+def test_a_cancel_naming_another_queues_job_past_the_first_part_is_refused_by_its_index(
+    big: tuple[Any, Any, Any],
+) -> None:
+    client, ttypes, ctx = big
+    jobs = [ttypes.PinLaterJob(body=b"job-%d" % i) for i in range(REPLY_PART + 10)]
+    placed = client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
+    client.createQueue(ctx, "other")
+    (elsewhere,) = client.enqueueJobs(
+        ctx, ttypes.PinLaterEnqueueRequest(queueName="other", jobs=[ttypes.PinLaterJob(body=b"x")])
+    ).jobDescriptors
+    descriptors = [*placed.jobDescriptors[:-1], elsewhere, placed.jobDescriptors[-1]]  # at len(jobs) - 1
+    try:
+        client.cancelJobs(ctx, ttypes.PinLaterCancelJobsRequest(queueName="big", jobDescriptors=descriptors))
+        refused = None
+    except ttypes.PinLaterException as exc:
+        refused = exc
+    pending = client.getJobCount(ctx, ttypes.PinLaterGetJobCountRequest(queueName="big", jobState=0))
+    assert refused is not None and refused.errorCode == ttypes.ErrorCode.UNKNOWN
+    assert f"jobDescriptors[{len(jobs) - 1}] is a job of queue 'other', not 'big'" in refused.message
+    assert pending == len(jobs), "nothing cancelled"

@@ -1244,14 +1244,16 @@ class ShardedBackend:
         """Cancel jobs of ``queue`` (``ShardStore.cancel_jobs``) by descriptor; return how many
         changed. A descriptor of another queue is refused (UNKNOWN, naming it) before anything
         changes; one of a shard not configured here is not found, as in ``lookup_jobs``."""
-        parsed = decode_descriptors(list(descriptors))
         by_shard: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for i, (job_queue, shard_name, priority, local_id) in enumerate(parsed):
-            if job_queue != queue:
-                raise PinLaterError(
-                    ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {job_queue!r}, not {queue!r}"
-                )
-            by_shard[shard_name].append((priority, local_id))
+        i = 0
+        async for part in decoded_in_parts(descriptors):
+            for job_queue, shard_name, priority, local_id in part:
+                if job_queue != queue:
+                    raise PinLaterError(
+                        ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {job_queue!r}, not {queue!r}"
+                    )
+                by_shard[shard_name].append((priority, local_id))
+                i += 1
         answers = QueueAnswers(queue)
 
         async def on(shard: Shard, keys: list[tuple[int, int]]) -> int:

@@ -40,7 +40,6 @@ from pinlater._pinlater import (
     LocalIds,
     NewJobBatch,
     SplitPlacement,
-    decode_descriptors,
     encode_dequeue_batches,
     encode_dequeue_handout,
     encode_enqueue_descriptors,
@@ -548,7 +547,10 @@ class PinLaterHandler:
                 ErrorCode.UNKNOWN, f"cancelJobs takes at most {MAX_CANCEL} descriptors, not {len(descriptors)}"
             )
         if self.broker is not None:
-            await self.broker.settle(decode_descriptors(descriptors))
+            parsed: list[tuple[str, str, int, int]] = []
+            async for part in decoded_in_parts(descriptors):
+                parsed += part
+            await self.broker.settle(parsed)
             # This server's buffer hands none of them out, during the cancel or after it.
             await self.broker.forget(queue)
         changed = await self.backend.cancel_jobs(queue, descriptors)
