@@ -16,6 +16,7 @@ when the enqueue is answered. The other stores enqueue alone, and a refill bring
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -167,12 +168,15 @@ def test_an_enqueue_reserves_no_better_job_than_one_left_in_the_store(
     asyncio.run(scenario())
 
 
-async def _until(cond: Callable[[], bool], turns: int = 10_000) -> None:
-    for _ in range(turns):
-        if cond():
-            return
+async def _until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Await ``cond()``, checked at every turn of the event loop (so the caller goes on at the
+    first turn it holds), for up to ``timeout`` seconds: a store call on the thread pool (PyMySQL's,
+    in Python) may take many turns, which a bound in turns did not always allow under load."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() >= deadline:
+            raise AssertionError("condition never met")
         await asyncio.sleep(0)
-    raise AssertionError("condition never met")
 
 
 def test_a_dequeue_while_an_enqueue_reserves_still_gets_a_ready_job(

@@ -481,12 +481,20 @@ def test_the_writer_counts_its_commits_and_the_checkpointer_s_copies(tmp_path: P
         run(write(3))
         counts = store.writer_counts()
         assert counts.commits == 3 and counts.wal_syncs == 0, counts  # NORMAL: no sync of the log
+        (wal,) = (tmp_path / "counts").rglob("*-wal")
+        calls = 3
+        while wal.stat().st_size < 10_100 * (4096 + 24):  # past the checkpointer's 10,000 pages (~100 a call)
+            run(write(1))
+            calls += 1
+        # The copy goes on while commits come, so wait for it here: a writer racing a slow disk
+        # could pass the fallback's 40,000 pages first.
         deadline = time.monotonic() + 60
-        while store.writer_counts().checkpoints_by_writer == 0:  # about 100 pages a call
-            assert time.monotonic() < deadline, f"no checkpoint finished: {store.writer_counts()}"
-            run(write(10))
+        while store.writer_counts().checkpoints_copied == 0:
+            assert time.monotonic() < deadline, f"no copy finished: {store.writer_counts()}"
+            time.sleep(0.01)
+        run(write(1))  # its commit finishes the copy
         counts = store.writer_counts()
         assert counts.checkpoints_copied == counts.checkpoints_by_writer == 1, counts
-        assert counts.checkpoint_fallbacks == 0 and counts.commits > 100 and counts.wal_syncs == 0, counts
+        assert counts.checkpoint_fallbacks == 0 and counts.commits == calls + 1 and counts.wal_syncs == 0, counts
     finally:
         store.close()
