@@ -73,19 +73,13 @@ impl SqliteInserts {
     pub fn new(single_row: &str) -> Result<Self, String> {
         let (texts, params) =
             repeat_row(single_row, false).map_err(|e| format!("enqueue_jobs: {e}"))?;
-        let fields = |names: &[String]| {
-            names
-                .iter()
-                .map(|name| {
-                    Field::named(name)
-                        .ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        };
+        let (shared, fields) = params.resolve(|name| {
+            Field::named(name).ok_or_else(|| format!("enqueue_jobs: unknown parameter :{name}"))
+        })?;
         Ok(Self {
             texts,
-            shared: fields(&params.shared)?,
-            fields: fields(&params.row)?,
+            shared,
+            fields,
         })
     }
 
@@ -126,21 +120,16 @@ pub struct MultiRow {
 impl MultiRow {
     pub fn new(single_row: &str, names: &[&str]) -> Result<Self, String> {
         let (texts, params) = repeat_row(single_row, true)?;
-        let indexes = |params: &[String]| {
-            params
+        let (shared, order) = params.resolve(|name| {
+            names
                 .iter()
-                .map(|name| {
-                    names
-                        .iter()
-                        .position(|n| n == name)
-                        .ok_or_else(|| format!("unknown parameter :{name}"))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        };
+                .position(|n| *n == name)
+                .ok_or_else(|| format!("unknown parameter :{name}"))
+        })?;
         Ok(Self {
             texts,
-            shared: indexes(&params.shared)?,
-            order: indexes(&params.row)?,
+            shared,
+            order,
         })
     }
 
@@ -170,6 +159,22 @@ impl MultiRow {
 struct Params {
     shared: Vec<String>,
     row: Vec<String>,
+}
+
+impl Params {
+    /// The shared names and the row's, each resolved by `resolve` (its error is the first met).
+    fn resolve<T>(
+        &self,
+        resolve: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<(Vec<T>, Vec<T>), String> {
+        let all = |names: &[String]| {
+            names
+                .iter()
+                .map(|n| resolve(n))
+                .collect::<Result<Vec<T>, String>>()
+        };
+        Ok((all(&self.shared)?, all(&self.row)?))
+    }
 }
 
 /// The statement's one `VALUES` row repeated for each entry of `CHUNKS`, each `:name` a

@@ -1510,6 +1510,15 @@ async def decoded_in_parts(descriptors: Sequence[str]) -> AsyncIterator[list[tup
         yield part
 
 
+async def decoded(descriptors: Sequence[str]) -> list[tuple[str, str, int, int]]:
+    """``decode_descriptors`` of ``descriptors`` as ``decoded_in_parts`` decodes them: the whole
+    list, the event loop turning between parts."""
+    parsed: list[tuple[str, str, int, int]] = []
+    async for part in decoded_in_parts(descriptors):
+        parsed += part
+    return parsed
+
+
 def key_shard(queue: str, key: str, shards: Sequence[Shard], space: str = "") -> Shard:
     """The shard that holds ``key`` of ``queue`` among ``shards``: the highest of a stable hash
     of (queue, key, shard name) (rendezvous hashing), so every server picks the same one, and

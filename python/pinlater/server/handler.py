@@ -51,7 +51,7 @@ from pinlater._pinlater import (
 from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.scan_pages import ScanQuery
-from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded_in_parts
+from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
@@ -415,9 +415,7 @@ class PinLaterHandler:
         requests = request.requests or []
         if not requests:
             return
-        parsed: list[tuple[str, str, int, int]] = []
-        async for part in decoded_in_parts([r.jobDescriptor for r in requests]):
-            parsed += part
+        parsed = await decoded([r.jobDescriptor for r in requests])
         if self.broker is not None:
             await self.broker.settle(parsed)
         now = self.backend.clock.now_ms()
@@ -452,10 +450,7 @@ class PinLaterHandler:
         if not descriptors:
             return {}
         if self.broker is not None:
-            parsed: list[tuple[str, str, int, int]] = []
-            async for part in decoded_in_parts(descriptors):
-                parsed += part
-            await self.broker.settle(parsed)
+            await self.broker.settle(await decoded(descriptors))
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
         infos = {}
         for i, (descriptor, record) in enumerate(found.items()):
@@ -547,10 +542,7 @@ class PinLaterHandler:
                 ErrorCode.UNKNOWN, f"cancelJobs takes at most {MAX_CANCEL} descriptors, not {len(descriptors)}"
             )
         if self.broker is not None:
-            parsed: list[tuple[str, str, int, int]] = []
-            async for part in decoded_in_parts(descriptors):
-                parsed += part
-            await self.broker.settle(parsed)
+            await self.broker.settle(await decoded(descriptors))
             # This server's buffer hands none of them out, during the cancel or after it.
             await self.broker.forget(queue)
         changed = await self.backend.cancel_jobs(queue, descriptors)
