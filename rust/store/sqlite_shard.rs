@@ -827,8 +827,8 @@ fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connect
     // No automatic checkpoint (the hook replaces it): the writer asks the checkpointer.
     conn.wal_hook(Some(record_wal_pages));
     // Every statement the writer runs stays prepared: its own, and the multi-row ones, one per
-    // entry of CHUNKS for each of five statements.
-    conn.set_prepared_statement_cache_capacity(128);
+    // entry of CHUNKS for each of five statements (about a hundred in all).
+    conn.set_prepared_statement_cache_capacity(160);
     Ok(conn)
 }
 
@@ -2918,6 +2918,71 @@ mod tests {
             .unwrap();
         assert_eq!(status, "lon", "custom status cut to the limit");
         assert!(shard.submit(5, enqueue("q", vec![])).is_err(), "closed");
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_request_stopped_half_way_through_a_statement_leaves_nothing() {
+        // The hot statements run OR FAIL (no statement journal): the request's savepoint is
+        // what takes back the rows a statement wrote before it stopped.
+        let (path, setup) = fresh_file("half-way", 1);
+        setup
+            .execute_batch(
+                "CREATE TRIGGER stop_at_b BEFORE INSERT ON jobs WHEN NEW.body = x'62' \
+                 BEGIN SELECT RAISE(FAIL, 'no b'); END",
+            )
+            .unwrap();
+        let gate = Arc::new(WriteGate::default());
+        gate.acquire(); // both requests in one group
+        let (shard, rx) = open_shard(&path, Arc::clone(&gate));
+        let enqueue = |bodies: &[&[u8]]| Op::Enqueue {
+            queue: "q".into(),
+            jobs: Box::new(
+                bodies
+                    .iter()
+                    .map(|body| NewJob {
+                        priority: 1,
+                        body: body.to_vec(),
+                        run_after_ms: 0,
+                        attempts_allowed: 1,
+                        custom_status: String::new(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            now_ms: 10,
+        };
+        shard.submit(1, enqueue(&[b"a", b"b", b"c"])).unwrap(); // one statement of 2, then 1
+        shard.submit(2, enqueue(&[b"d"])).unwrap();
+        gate.release();
+        let mut answered = Vec::new();
+        while answered.len() < 2 {
+            answered.extend(rx.recv().unwrap());
+        }
+        assert!(
+            matches!(&answered[0], (1, Err(ShardError::Connection(why))) if why.contains("no b")),
+            "{:?}",
+            answered[0]
+        );
+        assert!(
+            matches!(answered[1], (2, Ok(Answer::Ids(_)))),
+            "{:?}",
+            answered[1]
+        );
+        assert_eq!(shard.commits(), 1, "one group");
+        shard.close();
+        let bodies: Vec<Vec<u8>> = setup
+            .prepare("SELECT body FROM jobs ORDER BY local_id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            bodies,
+            [b"d".to_vec()],
+            "a, written before b stopped, is gone"
+        );
         drop(setup);
         let _ = std::fs::remove_file(&path);
     }

@@ -5,7 +5,7 @@
 -- For a queue without ordered groups (no row in groups: queue_has_groups.sql); else ack_failed_grouped.sql,
 -- which returns what the groups need, at a cost per job (RETURNING about doubles an UPDATE's).
 -- Params: :queue, :priority, :local_id, :append, :status_limit, :retry_delay_ms, :now_ms.
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
        run_after_ms = CASE WHEN attempts_remaining > 1 THEN :now_ms + :retry_delay_ms ELSE run_after_ms END,
        claim_descriptor = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim_descriptor END,

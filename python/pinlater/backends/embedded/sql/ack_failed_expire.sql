@@ -4,7 +4,7 @@
 -- jobs (a row in expiries), which then finds the job no longer IN_PROGRESS.
 -- Params: :queue, :priority, :local_id, :append, :status_limit, :retry_delay_ms, :now_ms.
 -- Returns the job's group (NULL: ungrouped) when it expired: it left its group.
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = 3, attempts_remaining = 0, claim_descriptor = NULL,
        custom_status = CASE WHEN custom_status || :append = '' THEN 'expired'
                             ELSE substr(custom_status || :append, 1, max(0, :status_limit - 8)) || ' expired' END,

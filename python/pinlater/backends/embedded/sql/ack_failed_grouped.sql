@@ -5,7 +5,7 @@
 -- status appended (base.ended_status). On a queue with expiring jobs ack_failed_expire.sql runs first.
 -- Returns the job's group and new state: a grouped job that became FAILED left its group.
 -- Params: :queue, :priority, :local_id, :append, :status_limit, :retry_delay_ms, :now_ms.
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = CASE WHEN attempts_remaining > 1 THEN 0 ELSE 3 END,
        run_after_ms = CASE WHEN attempts_remaining > 1 THEN :now_ms + :retry_delay_ms ELSE run_after_ms END,
        claim_descriptor = CASE WHEN attempts_remaining > 1 THEN NULL ELSE claim_descriptor END,

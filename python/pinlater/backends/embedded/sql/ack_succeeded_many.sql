@@ -5,7 +5,7 @@
 -- The unary + keeps SQLite from walking the queue's IN_PROGRESS jobs along jobs_by_run_after:
 -- one rowid probe per id instead.
 -- Params: :queue, :priority, :ids (a JSON array of local ids), :append, :status_limit, :now_ms.
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = 2,
        custom_status = substr(custom_status || :append, 1, :status_limit),
        updated_at_ms = :now_ms

@@ -5,7 +5,7 @@
 -- ack_succeeded_many.sql), and only over ranges those ids fill (repeats aside), so it marks what
 -- ack_succeeded_many.sql would, which this must match.
 -- Params: :queue, :priority, :first, :last, :append, :status_limit, :now_ms.
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = 2,
        custom_status = substr(custom_status || :append, 1, :status_limit),
        updated_at_ms = :now_ms

@@ -5,7 +5,7 @@
 -- a few ranges, else dequeue_claim_rows.sql), and only over ranges those ids fill, so no other
 -- job is in one: it claims exactly what dequeue_claim_rows.sql would.
 -- Params: :queue, :priority, :first, :last, :claim, :now_ms.
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = 1, claim_descriptor = :claim, updated_at_ms = :now_ms
  WHERE local_id BETWEEN :first AND :last
    AND +queue = :queue AND +priority = :priority AND +state = 0

@@ -4,7 +4,7 @@
 -- reservation) cleared, updated now, ' expired' appended (base.ended_status).
 -- Params: :queue, :now_ms, :limit, :status_limit.
 -- Returns each job's id, group (NULL: ungrouped) and whether it was waiting in it (NULL, 0 or 1).
-UPDATE jobs
+UPDATE OR FAIL jobs
    SET state = 3, attempts_remaining = 0, claim_descriptor = NULL,
        custom_status = CASE WHEN custom_status = '' THEN 'expired'
                             ELSE substr(custom_status, 1, max(0, :status_limit - 8)) || ' expired' END,

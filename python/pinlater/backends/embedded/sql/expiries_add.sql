@@ -1,2 +1,2 @@
 -- Count :count more expired jobs of a queue. Params: :queue, :count.
-UPDATE expiries SET expired = expired + :count WHERE queue = :queue
+UPDATE OR FAIL expiries SET expired = expired + :count WHERE queue = :queue

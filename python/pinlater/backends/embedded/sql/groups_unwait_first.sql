@@ -5,7 +5,7 @@
 -- with no waiting job gives no row. jobs_promote.sql then makes the returned jobs PENDING.
 -- Params: :queue, :groups (a JSON array of distinct group keys).
 -- Returns: group_key, local_id of each job no longer waiting.
-UPDATE group_jobs
+UPDATE OR FAIL group_jobs
    SET waiting = 0
  WHERE local_id IN (SELECT (SELECT min(local_id) FROM group_jobs
                              WHERE queue = :queue AND group_key = wanted.value AND waiting = 1)

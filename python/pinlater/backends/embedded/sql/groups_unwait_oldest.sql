@@ -17,7 +17,7 @@ WITH RECURSIVE oldest (group_key, left_to_take, local_id) AS (
       FROM oldest
      WHERE left_to_take > 1 AND local_id IS NOT NULL
 )
-UPDATE group_jobs
+UPDATE OR FAIL group_jobs
    SET waiting = 0
  WHERE local_id IN (SELECT local_id FROM oldest WHERE local_id IS NOT NULL)
 RETURNING group_key, local_id
