@@ -2427,6 +2427,12 @@ mod tests {
         (path, setup)
     }
 
+    /// `op` run by `shard`, whose completions come down `rx`: its answer.
+    fn answer(shard: &SqliteShard<()>, rx: &Receiver<Vec<((), Outcome)>>, op: Op) -> Answer {
+        shard.submit((), op).unwrap();
+        rx.recv().unwrap().pop().unwrap().1.unwrap()
+    }
+
     /// The shard on `path`, its completions sent down the channel returned.
     fn open_shard<T: Send + 'static>(
         path: &std::path::Path,
@@ -2982,6 +2988,86 @@ mod tests {
             bodies,
             [b"d".to_vec()],
             "a, written before b stopped, is gone"
+        );
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_success_keeps_or_appends_to_the_status_within_the_limit() {
+        // The limit here is 3 (`options`). A success with nothing to append leaves a status as
+        // it was, unless it is longer than the limit (written by another build, say): then it
+        // is cut, as an append would cut it.
+        let (path, setup) = fresh_file("ack-status", 1);
+        let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
+        let call = |op: Op| answer(&shard, &rx, op);
+        let job = |status: &str| NewJob {
+            priority: 1,
+            body: b"x".to_vec(),
+            run_after_ms: 0,
+            attempts_allowed: 1,
+            custom_status: status.into(),
+        };
+        let enqueued = call(Op::Enqueue {
+            queue: "q".into(),
+            jobs: Box::new(vec![job("ab"), job("ab"), job("ab"), job("")]),
+            now_ms: 10,
+        });
+        assert_eq!(enqueued, Answer::Ids(vec![1, 2, 3, 4]));
+        setup
+            .execute(
+                "UPDATE jobs SET custom_status = 'toolong' WHERE local_id = 2",
+                [],
+            )
+            .unwrap();
+        let claimed = call(Op::Dequeue {
+            queue: "q".into(),
+            priority: 1,
+            limit: 4,
+            claim: "c".into(),
+            now_ms: 20,
+            dry_run: false,
+            max_in_progress: None,
+            group_concurrency: 1,
+        });
+        assert!(
+            matches!(&claimed, Answer::Claimed(jobs) if jobs.len() == 4),
+            "{claimed:?}"
+        );
+        let item = |local_id: i64, append: &str| crate::queue::jobs::AckItem {
+            priority: 1,
+            local_id,
+            append_custom_status: append.into(),
+            retry_delay_ms: 0,
+        };
+        let acks = AckGroup {
+            succeeded: vec![item(1, ""), item(2, ""), item(3, "cd"), item(4, "")],
+            failed: vec![],
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(acks),
+            now_ms: 30,
+            group_concurrency: 1,
+        });
+        assert_eq!(acked, Answer::Acked);
+        shard.close();
+        let statuses: Vec<(String, i64)> = setup
+            .prepare("SELECT custom_status, state FROM jobs ORDER BY local_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let succeeded = |status: &str| (status.to_owned(), 2);
+        assert_eq!(
+            statuses,
+            [
+                succeeded("ab"),
+                succeeded("too"),
+                succeeded("abc"),
+                succeeded("")
+            ]
         );
         drop(setup);
         let _ = std::fs::remove_file(&path);
