@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 
 __all__ = [
+    "DETACH_BYTES",
     "THRIFT_IDL",
     "AckCall",
     "AckGroup",
@@ -81,6 +82,9 @@ __version__: Final[str]
 """The package version (from Cargo.toml)."""
 
 THRIFT_IDL: Final[str]
+DETACH_BYTES: Final[int]
+"""Payloads at least this long are decoded (``decode_hot_frame``, ``thrift_struct_end``) with
+the interpreter released, so a caller on another thread does not hold up the event loop."""
 """The text of ``thrift/pinlater.thrift``, embedded at build time: the wire contract."""
 
 class DescriptorError(ValueError):

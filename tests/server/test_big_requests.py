@@ -1,10 +1,14 @@
 """A request of many jobs is served in turns with every other client of the server: a lookup's
 reply map is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_map_reply``), with the
 event loop's other work between parts, into the bytes one encode makes; lookups and checkpoints
-of more than a part are answered whole, as Apache's client reads them."""
+of more than a part are answered whole, as Apache's client reads them. A hot call's frame of at
+least ``DETACH_BYTES`` is decoded on a worker thread (``connection._decode_hot``), and served as
+any other."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +17,9 @@ from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect
 from thriftpy2.thrift import TMessageType
 
+from pinlater._pinlater import DETACH_BYTES, decode_hot_frame
 from pinlater.idl import idl
+from pinlater.server import connection
 from pinlater.server.dispatch import REPLY_PART, Dispatcher, _encode, _encode_map_reply
 
 N = 2 * REPLY_PART + 500  # three parts: two whole, one not
@@ -156,3 +162,61 @@ def test_a_cancel_naming_another_queues_job_past_the_first_part_is_refused_by_it
     assert refused is not None and refused.errorCode == ttypes.ErrorCode.UNKNOWN
     assert f"jobDescriptors[{len(jobs) - 1}] is a job of queue 'other', not 'big'" in refused.message
     assert pending == len(jobs), "nothing cancelled"
+
+
+def _enqueue_frame(jobs: int, body_bytes: int) -> bytes:
+    """A framed-transport payload: an ``enqueueJobs`` CALL of ``jobs`` jobs with dedup keys."""
+    args = idl.PinLater.enqueueJobs_args(
+        context=idl.RequestContext(source="t"),
+        request=idl.PinLaterEnqueueRequest(
+            queueName="q",
+            jobs=[idl.PinLaterJob(body=b"b" * body_bytes, dedupKey=f"k{i}") for i in range(jobs)],
+        ),
+    )
+    return _encode("enqueueJobs", TMessageType.CALL, 3, args)
+
+
+def test_a_big_hot_frame_is_decoded_off_the_event_loop_and_a_small_one_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+
+    def recording(payload: bytes) -> Any:
+        threads.append(threading.get_ident())
+        return decode_hot_frame(payload)
+
+    monkeypatch.setattr(connection, "decode_hot_frame", recording)
+    small, big = _enqueue_frame(10, 10), _enqueue_frame(300, 4096)
+    assert len(small) < DETACH_BYTES <= len(big)
+
+    async def decode_both() -> tuple[Any, Any, int]:
+        return await connection._decode_hot(small), await connection._decode_hot(big), threading.get_ident()
+
+    got_small, got_big, loop_thread = asyncio.run(decode_both())
+    assert threads[0] == loop_thread, "a small frame on the loop: no thread hop"
+    assert threads[1] != loop_thread, "a big one on a worker thread"
+    for got, jobs in ((got_small, 10), (got_big, 300)):
+        assert got is not None
+        method, seqid, call = got
+        assert (method, seqid) == ("enqueueJobs", 3)
+        assert call.queue == "q" and len(call) == jobs
+
+
+def test_a_hot_frame_the_decoder_fails_on_goes_to_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(payload: bytes) -> Any:
+        raise RuntimeError("a decoder bug")
+
+    monkeypatch.setattr(connection, "decode_hot_frame", failing)
+    for payload in (_enqueue_frame(1, 1), _enqueue_frame(300, 4096)):
+        assert asyncio.run(connection._decode_hot(payload)) is None
+
+
+def test_a_keyed_enqueue_of_a_frame_decoded_apart_is_answered_as_any_other(big: tuple[Any, Any, Any]) -> None:
+    client, ttypes, ctx = big
+    body = b"x" * 4096
+    keys = [f"key-{i % 250}" for i in range(300)]  # the last 50 repeat keys of the first 50
+    jobs = [ttypes.PinLaterJob(body=body, dedupKey=key) for key in keys]
+    reply = client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
+    assert len(reply.jobDescriptors) == 300
+    assert reply.deduplicated == [False] * 250 + [True] * 50
+    assert reply.jobDescriptors[250:] == reply.jobDescriptors[:50], "repeats answered with the first"
+    pending = client.getJobCount(ctx, ttypes.PinLaterGetJobCountRequest(queueName="big", jobState=0))
+    assert pending == 250
