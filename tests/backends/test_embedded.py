@@ -431,13 +431,38 @@ def test_statements_by_id_probe_each_id_and_gc_reads_the_finished_jobs_index(sto
     """Statements given ids look each one up by rowid, never walking a queue's index (which
     holds every PENDING job); GC reads only the partial index of finished jobs."""
     assert store._conn is not None
-    for name in ("claim_reserved", "release_reservations", "delete_jobs_by_id", "lookup_jobs"):
+    names = ("claim_reserved", "release_reservations", "delete_jobs_by_id", "lookup_jobs")
+    for name in (*names, "resurrect_timed_out_jobs", "resurrect_expire"):
         plan = _plan(store._conn, name, ids="[1, 2, 3]")
         assert "INTEGER PRIMARY KEY" in plan and "jobs_by_run_after" not in plan, (name, plan)
     assert "COVERING INDEX jobs_finished_by_updated_at" in _plan(store._conn, "gc_finished_jobs", state=2)
-    assert "INDEX jobs_by_run_after (queue=? AND priority=? AND state=?)" in _plan(
-        store._conn, "resurrect_timed_out_jobs"
-    )
+    # The claim-timeout sweep's walk of the jobs in progress is a read of its own.
+    assert "INDEX jobs_by_run_after (queue=? AND priority=? AND state=?)" in _plan(store._conn, "timed_out_candidates")
+
+
+def test_a_claim_timeout_sweep_walks_the_jobs_in_progress_outside_the_write_lock(store: EmbeddedStore) -> None:
+    """The sweep reads its candidates in a read transaction: one that finds none writes nothing
+    (no commit, so it never held the write lock while it walked), and the write changes only the
+    candidates still claimed before the cutoff, whatever happened to the others since the read."""
+    ids = store.enqueue_jobs(Q, jobs(5), T0)
+    claimed = store.dequeue_jobs(Q, 1, 5, "claim", T0 + 1, False)
+    assert sorted(job.local_id for job in claimed) == sorted(ids)
+    commits = store.commits
+    assert store.resurrect_timed_out_jobs(Q, 1, T0, 10, T0 + 2) == 0, "none claimed before T0"
+    assert store.commits == commits, "a sweep that resurrects nothing writes nothing"
+
+    store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0 + 3)  # acked after the sweep read it, say
+    assert store._conn is not None
+    params = {"queue": Q, "priority": 1, "claimed_before_ms": T0 + 2, "ids": json.dumps(ids)}
+    with store._write() as conn:
+        rows = conn.execute(
+            sql.load("resurrect_timed_out_jobs"), {**params, "status_limit": 100, "now_ms": T0 + 4}
+        ).fetchall()
+    assert len(rows) == 4, "the acked job is left alone"
+    states = {record.local_id: record.state for record in store.lookup_jobs(Q, [(1, i) for i in ids], False)}
+    assert states == {ids[0]: JobState.SUCCEEDED, **{i: JobState.PENDING for i in ids[1:]}}
+    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 5, 10, T0 + 6) == 0
+    assert store.commits == commits + 2, "the ack and the write above; nothing left to resurrect"
 
 
 def test_a_version_1_file_is_migrated_at_open_and_keeps_its_jobs(data_dir: Path) -> None:

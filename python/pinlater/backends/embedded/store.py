@@ -576,21 +576,28 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     def resurrect_timed_out_jobs(
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
     ) -> int:
-        params = {
+        """The timed-out claims are found in a read transaction (``timed_out_candidates.sql``:
+        every job in progress of the queue and priority is read), then changed in a write of
+        their own, so the write lock is held for the jobs resurrected, not for the walk; a pass
+        that finds none writes nothing."""
+        params: dict[str, Any] = {
             "queue": queue,
             "priority": priority,
             "claimed_before_ms": claimed_before_ms,
             "limit": _limit(limit),
-            "status_limit": CUSTOM_STATUS_LIMIT,
-            "now_ms": now_ms,
         }
+        with self._read() as conn:
+            _require_queue(conn, queue)
+            ids = [row[0] for row in conn.execute(sql.load("timed_out_candidates"), params)]
+        if not ids:
+            return 0
+        params.update(ids=json.dumps(ids), status_limit=CUSTOM_STATUS_LIMIT, now_ms=now_ms)
         with self._write() as conn:
             _, expiring = _queue_info(conn, queue)
             rows: list[Any] = []
             if expiring:  # those past their expiry expire instead of a retry
                 rows = [(row[0], 3) for row in conn.execute(sql.load("resurrect_expire"), params)]
                 _count_expired(conn, queue, len(rows))
-                params["limit"] = max(0, _limit(limit) - len(rows))
             rows += conn.execute(sql.load("resurrect_timed_out_jobs"), params).fetchall()
             self._leave_groups(conn, queue, rows)
             return len(rows)
