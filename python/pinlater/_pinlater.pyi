@@ -82,10 +82,11 @@ __version__: Final[str]
 """The package version (from Cargo.toml)."""
 
 THRIFT_IDL: Final[str]
+"""The text of ``thrift/pinlater.thrift``, embedded at build time: the wire contract."""
+
 DETACH_BYTES: Final[int]
 """Payloads at least this long are decoded (``decode_hot_frame``, ``thrift_struct_end``) with
 the interpreter released, so a caller on another thread does not hold up the event loop."""
-"""The text of ``thrift/pinlater.thrift``, embedded at build time: the wire contract."""
 
 class DescriptorError(ValueError):
     """A job descriptor, or a part given to build one, is malformed.

@@ -2995,9 +2995,9 @@ mod tests {
 
     #[test]
     fn a_success_keeps_or_appends_to_the_status_within_the_limit() {
-        // The limit here is 3 (`options`). A success with nothing to append leaves a status as
-        // it was, unless it is longer than the limit (written by another build, say): then it
-        // is cut, as an append would cut it.
+        // The limit here is 3 (`options`). A success with no status and nothing to append
+        // skips the cut; any other status is cut as before, even with nothing to append: one
+        // longer than the limit or holding a NUL (written by another build, say) is shortened.
         let (path, setup) = fresh_file("ack-status", 1);
         let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
         let call = |op: Op| answer(&shard, &rx, op);
@@ -3010,20 +3010,20 @@ mod tests {
         };
         let enqueued = call(Op::Enqueue {
             queue: "q".into(),
-            jobs: Box::new(vec![job("ab"), job("ab"), job("ab"), job("")]),
+            jobs: Box::new(vec![job("ab"), job("ab"), job("ab"), job(""), job("")]),
             now_ms: 10,
         });
-        assert_eq!(enqueued, Answer::Ids(vec![1, 2, 3, 4]));
+        assert_eq!(enqueued, Answer::Ids(vec![1, 2, 3, 4, 5]));
         setup
-            .execute(
-                "UPDATE jobs SET custom_status = 'toolong' WHERE local_id = 2",
-                [],
+            .execute_batch(
+                "UPDATE jobs SET custom_status = 'toolong' WHERE local_id = 2; \
+                 UPDATE jobs SET custom_status = 'a' || char(0) || 'b' WHERE local_id = 5",
             )
             .unwrap();
         let claimed = call(Op::Dequeue {
             queue: "q".into(),
             priority: 1,
-            limit: 4,
+            limit: 5,
             claim: "c".into(),
             now_ms: 20,
             dry_run: false,
@@ -3031,7 +3031,7 @@ mod tests {
             group_concurrency: 1,
         });
         assert!(
-            matches!(&claimed, Answer::Claimed(jobs) if jobs.len() == 4),
+            matches!(&claimed, Answer::Claimed(jobs) if jobs.len() == 5),
             "{claimed:?}"
         );
         let item = |local_id: i64, append: &str| crate::queue::jobs::AckItem {
@@ -3041,7 +3041,13 @@ mod tests {
             retry_delay_ms: 0,
         };
         let acks = AckGroup {
-            succeeded: vec![item(1, ""), item(2, ""), item(3, "cd"), item(4, "")],
+            succeeded: vec![
+                item(1, ""),
+                item(2, ""),
+                item(3, "cd"),
+                item(4, ""),
+                item(5, ""),
+            ],
             failed: vec![],
         };
         let acked = call(Op::Ack {
@@ -3066,7 +3072,8 @@ mod tests {
                 succeeded("ab"),
                 succeeded("too"),
                 succeeded("abc"),
-                succeeded("")
+                succeeded(""),
+                succeeded("a"), // cut at its NUL, as substr cuts it
             ]
         );
         drop(setup);

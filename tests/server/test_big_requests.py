@@ -2,12 +2,13 @@
 reply map is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_map_reply``), with the
 event loop's other work between parts, into the bytes one encode makes; lookups and checkpoints
 of more than a part are answered whole, as Apache's client reads them. A hot call's frame of at
-least ``DETACH_BYTES`` is decoded on a worker thread (``connection._decode_hot``), and served as
-any other."""
+least ``DETACH_BYTES`` is decoded on a worker thread (``connection._decode_hot_apart``), and
+served as any other."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -176,7 +177,7 @@ def _enqueue_frame(jobs: int, body_bytes: int) -> bytes:
     return _encode("enqueueJobs", TMessageType.CALL, 3, args)
 
 
-def test_a_big_hot_frame_is_decoded_off_the_event_loop_and_a_small_one_on_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_big_hot_frame_is_decoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[int] = []
 
     def recording(payload: bytes) -> Any:
@@ -188,7 +189,7 @@ def test_a_big_hot_frame_is_decoded_off_the_event_loop_and_a_small_one_on_it(mon
     assert len(small) < DETACH_BYTES <= len(big)
 
     async def decode_both() -> tuple[Any, Any, int]:
-        return await connection._decode_hot(small), await connection._decode_hot(big), threading.get_ident()
+        return connection._decode_hot(small), await connection._decode_hot_apart(big), threading.get_ident()
 
     got_small, got_big, loop_thread = asyncio.run(decode_both())
     assert threads[0] == loop_thread, "a small frame on the loop: no thread hop"
@@ -205,8 +206,16 @@ def test_a_hot_frame_the_decoder_fails_on_goes_to_the_general_path(monkeypatch: 
         raise RuntimeError("a decoder bug")
 
     monkeypatch.setattr(connection, "decode_hot_frame", failing)
-    for payload in (_enqueue_frame(1, 1), _enqueue_frame(300, 4096)):
-        assert asyncio.run(connection._decode_hot(payload)) is None
+    assert connection._decode_hot(_enqueue_frame(1, 1)) is None
+    assert asyncio.run(connection._decode_hot_apart(_enqueue_frame(300, 4096))) is None
+
+    async def executor_gone() -> Any:
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(1))
+        await asyncio.get_running_loop().shutdown_default_executor()
+        return await connection._decode_hot_apart(_enqueue_frame(300, 4096))
+
+    monkeypatch.setattr(connection, "decode_hot_frame", decode_hot_frame)
+    assert asyncio.run(executor_gone()) is None, "no worker thread: the general path answers"
 
 
 def test_a_keyed_enqueue_of_a_frame_decoded_apart_is_answered_as_any_other(big: tuple[Any, Any, Any]) -> None:

@@ -200,7 +200,7 @@ class Connection(asyncio.Protocol):
                         # A well-formed hot call is served here, the rest by ``handle_frame``
                         # (``Dispatcher.hot_methods``).
                         reply: bytes | None
-                        hot = await _decode_hot(payload)
+                        hot = _decode_hot(payload) if len(payload) < DETACH_BYTES else await _decode_hot_apart(payload)
                         if hot is not None and (serve := hot_methods.get(hot[0])) is not None:
                             name, seqid, call = hot
                             try:
@@ -397,15 +397,22 @@ class Connection(asyncio.Protocol):
         return self._transport
 
 
-async def _decode_hot(payload: bytes) -> tuple[str, int, Any] | None:
+def _decode_hot(payload: bytes) -> tuple[str, int, Any] | None:
     """``decode_hot_frame`` of ``payload``; ``None`` if it is no hot call, or if the decoder
-    failed (a bug: the general path reads the frame again and answers). A frame of at least
-    ``DETACH_BYTES`` is decoded on a worker thread, where the extension releases the GIL: the
-    loop serves the other connections meanwhile (decoding a keyed enqueue of 100,000 jobs took
-    it about 50 ms)."""
+    failed (a bug: the general path reads the frame again and answers)."""
     try:
-        if len(payload) >= DETACH_BYTES:
-            return await asyncio.get_running_loop().run_in_executor(None, decode_hot_frame, payload)
         return decode_hot_frame(payload)
     except Exception:
+        return None
+
+
+async def _decode_hot_apart(payload: bytes) -> tuple[str, int, Any] | None:
+    """``_decode_hot`` on a worker thread, for a frame of at least ``DETACH_BYTES``, for which
+    the extension releases the GIL: the loop serves the other connections meanwhile (decoding a
+    keyed enqueue of 100,000 jobs took it about 50 ms). A smaller frame is decoded on the loop,
+    with no coroutine and no thread hop. ``None`` too if no worker thread takes it (the loop's
+    executor shut down as the server stops): the general path answers."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, _decode_hot, payload)
+    except RuntimeError:
         return None

@@ -4,8 +4,8 @@
 -- Params: :queue, :priority, :local_id, :append, :status_limit, :now_ms.
 UPDATE jobs
    SET state = 2,
-       -- nothing to append (most acks): no concatenation and no copy, the status as it was
-       custom_status = CASE WHEN :append = '' AND length(custom_status) <= :status_limit THEN custom_status
+       -- no status and nothing to append (most acks): no concatenation and no copy
+       custom_status = CASE WHEN :append = '' AND custom_status = '' THEN custom_status
                             ELSE substr(custom_status || :append, 1, :status_limit) END,
        updated_at_ms = :now_ms
  WHERE local_id = :local_id AND queue = :queue AND priority = :priority AND state = 1

@@ -1,8 +1,8 @@
 -- Expire the jobs of :ids (timed_out_candidates.sql's) still claimed (last updated) before
 -- :claimed_before_ms that would be retried (attempts left) but are past their expiry: FAILED, no
--- attempt left, claim cleared, ' expired'
--- appended (base.ended_status). Run before resurrect_timed_out_jobs.sql on a queue with expiring
--- jobs, in the same transaction, which then finds them no longer IN_PROGRESS.
+-- attempt left, claim cleared, ' expired' appended (base.ended_status). Run before
+-- resurrect_timed_out_jobs.sql on a queue with expiring jobs, in the same transaction, which then
+-- finds them no longer IN_PROGRESS.
 -- Params: :queue, :priority, :claimed_before_ms, :ids (a JSON array of local ids), :status_limit, :now_ms.
 -- Returns each expired job's group (NULL: ungrouped): it left its group.
 UPDATE jobs

@@ -37,7 +37,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_run_after ON jobs (queue, priority, state, ru
 -- GC: finished jobs (SUCCEEDED, FAILED) by age. Partial: PENDING and IN_PROGRESS jobs are left
 -- out, so an enqueue, a dequeue and an ack write it once per job in all (the ack), not four
 -- times; SQLite's work per job falls by about a fifth. Claim timeouts walk a queue's
--- IN_PROGRESS jobs along jobs_by_run_after instead (resurrect_timed_out_jobs.sql). Version 1
+-- IN_PROGRESS jobs along jobs_by_run_after instead (timed_out_candidates.sql). Version 1
 -- had an index of every job (jobs_by_updated_at): it is dropped at the first open.
 DROP INDEX IF EXISTS jobs_by_updated_at;
 CREATE INDEX IF NOT EXISTS jobs_finished_by_updated_at ON jobs (queue, priority, state, updated_at_ms)
