@@ -136,7 +136,9 @@ mod _pinlater {
         RedisScriptTail,
     };
     #[pymodule_export]
-    use crate::py::store::sqlite_shard::{sqlite_library_version, SqliteShard, WriteGate};
+    use crate::py::store::sqlite_shard::{
+        sqlite_library_version, AnswerSignal, SqliteShard, WriteGate,
+    };
     #[pymodule_export]
     use crate::py::wire::hot_calls::{
         decode_hot_call, decode_hot_frame, AckCall, DequeueCall, EnqueueCall,

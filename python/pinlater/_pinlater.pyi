@@ -15,6 +15,7 @@ __all__ = [
     "THRIFT_IDL",
     "AckCall",
     "AckGroup",
+    "AnswerSignal",
     "BodyFilterTimeout",
     "BodyMatcher",
     "BodyPatternError",
@@ -574,15 +575,26 @@ class WriteGate:
 _Settle = Callable[[list[tuple[Any, Any, tuple[int, str] | None]]], object]
 
 @final
+class AnswerSignal:
+    """A socket pair by which ``SqliteShard`` tells a listening loop that answers wait for it;
+    open as long as this object lives."""
+
+    def fileno(self) -> int:
+        """The descriptor the loop watches for reading."""
+
+@final
 class SqliteShard:
     """The embedded store's hot writes (enqueue, dequeue, ack) on a Rust thread with a
     connection of its own, group committed (``rust/store/sqlite_shard.rs``).
 
     A request is submitted with an asyncio future and its loop; after the ``COMMIT`` holding it,
-    a second thread (so the writer never waits for the GIL) calls
-    ``loop.call_soon_threadsafe(settle, [(future, value, error), ...])`` once per loop and group:
-    ``value`` is ``LocalIds``, ``ClaimedJobs`` or ``None``; ``error`` is ``None``, ``(1, queue)``
-    (no such queue) or ``(2, message)`` (a connection problem). Submitting answers False when the shard is closed.
+    a second thread (so the writer never waits for the GIL) hands its answer on. For a loop that
+    listens (``listen``) it queues the answer without the GIL and wakes the loop, which calls
+    ``drain``; for any other it calls ``loop.call_soon_threadsafe(settle, [...])`` once per loop
+    and group. Either way ``settle`` gets ``[(future, value, error), ...]``: ``value`` is
+    ``LocalIds``, ``ClaimedJobs`` or ``None``; ``error`` is ``None``, ``(1, queue)`` (no such
+    queue) or ``(2, message)`` (a connection problem). Submitting answers False when the shard
+    is closed.
     """
 
     def __new__(
@@ -614,6 +626,15 @@ class SqliteShard:
             OSError: the file cannot be opened as a WAL database.
             ValueError: a statement is missing.
         """
+
+    def listen(self, event_loop: Any) -> AnswerSignal:
+        """Have the answers of ``event_loop``'s requests queued for it without the GIL from now
+        on: the caller, on that loop, watches the signal (``loop.add_reader(signal.fileno(),
+        shard.drain, loop)``). The same signal for a loop that listens already; loops that closed
+        stop listening."""
+
+    def drain(self, event_loop: Any) -> None:
+        """Call ``settle`` with the answers queued for ``event_loop`` (on its thread)."""
 
     @property
     def commits(self) -> int:

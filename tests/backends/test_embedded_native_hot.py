@@ -498,3 +498,42 @@ def test_the_writer_counts_its_commits_and_the_checkpointer_s_copies(tmp_path: P
         assert counts.checkpoint_fallbacks == 0 and counts.commits == calls + 1 and counts.wal_syncs == 0, counts
     finally:
         store.close()
+
+
+def test_a_listening_loop_is_answered_by_its_signal_without_the_settler_taking_the_gil(
+    store: EmbeddedStore,
+) -> None:
+    """The hot path's loop listens (``SqliteShard.listen``): the settler queues its answers and
+    writes a byte to the loop's signal without the GIL, so the byte arrives while this thread
+    holds the GIL and never lets the loop run; the loop's reader then settles the future. A
+    loop that does not listen is answered by ``call_soon_threadsafe``, as before, and its
+    signal-less request never touches a listening loop's signal."""
+    import select
+
+    hot = store.native_hot_path(offload)
+    shard = hot._shard
+
+    async def listening() -> tuple[bool, Any]:
+        loop = asyncio.get_running_loop()
+        first = await hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"a", 0, 1)]), T0)  # starts listening
+        signal = shard.listen(loop)  # the hot path's, the same one
+        future: asyncio.Future[Any] = loop.create_future()
+        assert shard.enqueue(Q, NewJobBatch([NewJob(1, b"b", 0, 1)]), T0, future, loop)
+        deadline = time.monotonic() + 10
+        readable = False
+        while not readable and time.monotonic() < deadline:  # the GIL held, the loop not run
+            readable = bool(select.select([signal.fileno()], [], [], 0)[0])
+        assert not future.done(), "settled by the loop's reader, not by the settler's thread"
+        return readable, (first.to_list(), (await future).to_list())
+
+    readable, (first, second) = run(listening())
+    assert readable, "the answer's byte came while this thread held the GIL"
+    assert first == [1] and second == [2]
+
+    async def not_listening() -> Any:
+        loop = asyncio.get_running_loop()  # a new loop: the hot path never listened on it
+        future: asyncio.Future[Any] = loop.create_future()
+        assert shard.enqueue(Q, NewJobBatch([NewJob(1, b"c", 0, 1)]), T0, future, loop)
+        return (await future).to_list()
+
+    assert run(not_listening()) == [3], "answered by call_soon_threadsafe"

@@ -3,9 +3,10 @@
 Each shard file gets a ``SqliteShard`` (``rust/store/sqlite_shard.rs``): a second connection to
 the file, owned by a Rust thread that runs the hot writes off the GIL, with no Python object
 per job, group-committing whatever requests are queued (one ``BEGIN IMMEDIATE`` ... ``COMMIT``,
-a savepoint per request). A coroutine here submits its request with an asyncio future; the
-thread completes the futures of a group after its ``COMMIT`` with one
-``loop.call_soon_threadsafe`` per group, so no caller hears of a write a kill -9 could lose.
+a savepoint per request). A coroutine here submits its request with an asyncio future; after
+the group's ``COMMIT`` a settler thread queues the answers for the loop, which listens
+(``SqliteShard.listen``: a socket it watches, written without the GIL), and the loop completes
+the futures (``SqliteShard.drain``), so no caller hears of a write a kill -9 could lose.
 
 The statements are the store's own ``sql/*.sql`` files, handed to Rust as text. Everything
 else (the monitor, admin, reads, the broker's reservations) stays on the Python store's
@@ -125,13 +126,25 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
     Python store instead (its token buckets live in ``groups.py``): such a queue is throttled by
     design, and the two connections take turns on the file, so the rule holds either way."""
 
-    __slots__ = ("_name", "_shard", "_store", "_threaded")
+    __slots__ = ("_heard", "_name", "_shard", "_store", "_threaded")
 
     def __init__(self, store: EmbeddedStore, shard: SqliteShard, offload: Offload) -> None:
         self._name = store.name
         self._store = store
         self._shard = shard
         self._threaded = ThreadedHotPath(store, offload)
+        self._heard: asyncio.AbstractEventLoop | None = None  # the loop that listens, once one does
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, listening for the shard's answers (``SqliteShard.listen``): they
+        reach it without the writer's settler thread taking the GIL, which behind the loop's own
+        work (a lookup of 100,000 jobs building their replies) waited about 100 ms."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._heard:
+            signal = self._shard.listen(loop)
+            loop.add_reader(signal.fileno(), self._shard.drain, loop)
+            self._heard = loop
+        return loop
 
     @property
     def commits(self) -> int:
@@ -149,7 +162,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         return ShardConnectionError(self._name, "the store is closed")
 
     async def enqueue_jobs(self, queue: str, jobs: NewJobBatch, now_ms: int) -> LocalIds:
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         future: asyncio.Future[LocalIds] = loop.create_future()
         if not self._shard.enqueue(queue, jobs, now_ms, future, loop):
             raise self._closed()
@@ -158,7 +171,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
     async def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
         """On the Rust writer, in its group commit, as ``EmbeddedStore.enqueue_keyed_jobs`` does
         on Python's connection (``dedup_keys.py``, ``groups.py``): the same statements and rules."""
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         future: asyncio.Future[KeyedPlacement] = loop.create_future()
         concurrency = self._store.rules(queue).group_concurrency
         if not self._shard.enqueue_keyed(queue, jobs, concurrency, now_ms, future, loop):
@@ -168,7 +181,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
     async def enqueue_keyed_batch(self, queue: str, jobs: KeyedJobBatch, now_ms: int) -> KeyedPlacement:
         """On the Rust writer, whole: the same statements as ``enqueue_keyed_jobs``, the jobs
         without a key among them and a key repeated in the request resolved there too."""
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         future: asyncio.Future[KeyedPlacement] = loop.create_future()
         concurrency = self._store.rules(queue).group_concurrency
         if not self._shard.enqueue_keyed_batch(queue, jobs, concurrency, now_ms, future, loop):
@@ -181,7 +194,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         rules = self._store.rules(queue)
         if rules.group_jobs_per_second is not None and not dry_run:
             return await self._threaded.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         future: asyncio.Future[ClaimedJobs] = loop.create_future()
         cap, concurrency = rules.max_in_progress, rules.group_concurrency
         if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, concurrency, future, loop):
@@ -189,7 +202,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         return await future
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         future: asyncio.Future[None] = loop.create_future()
         concurrency = self._store.rules(queue).group_concurrency
         if not self._shard.ack(queue, acks, now_ms, concurrency, future, loop):
@@ -206,7 +219,7 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         rules = self._store.rules(queue)
         if rules.group_jobs_per_second is not None or acks.failed():
             return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         acked: asyncio.Future[None] = loop.create_future()
         claimed: asyncio.Future[ClaimedJobs] = loop.create_future()
         cap, concurrency = rules.max_in_progress, rules.group_concurrency
