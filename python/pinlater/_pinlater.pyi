@@ -590,11 +590,11 @@ class SqliteShard:
     A request is submitted with an asyncio future and its loop; after the ``COMMIT`` holding it,
     a second thread (so the writer never waits for the GIL) hands its answer on. For a loop that
     listens (``listen``) it queues the answer without the GIL and wakes the loop, which calls
-    ``drain``; for any other it calls ``loop.call_soon_threadsafe(settle, [...])`` once per loop
-    and group. Either way ``settle`` gets ``[(future, value, error), ...]``: ``value`` is
-    ``LocalIds``, ``ClaimedJobs`` or ``None``; ``error`` is ``None``, ``(1, queue)`` (no such
-    queue) or ``(2, message)`` (a connection problem). Submitting answers False when the shard
-    is closed.
+    ``drain``; for any other (or for an answer whose wake-up byte could not be written) it calls
+    ``loop.call_soon_threadsafe(settle, [...])`` once per loop for the groups waiting. Either
+    way ``settle`` gets ``[(future, value, error), ...]``: ``value`` is ``LocalIds``,
+    ``ClaimedJobs`` or ``None``; ``error`` is ``None``, ``(1, queue)`` (no such queue) or
+    ``(2, message)`` (a connection problem). Submitting answers False when the shard is closed.
     """
 
     def __new__(
@@ -630,8 +630,8 @@ class SqliteShard:
     def listen(self, event_loop: Any) -> AnswerSignal:
         """Have the answers of ``event_loop``'s requests queued for it without the GIL from now
         on: the caller, on that loop, watches the signal (``loop.add_reader(signal.fileno(),
-        shard.drain, loop)``). The same signal for a loop that listens already; loops that closed
-        stop listening."""
+        shard.drain, loop)``). The same signal for a loop that listens already; loops found
+        closed here stop listening."""
 
     def drain(self, event_loop: Any) -> None:
         """Call ``settle`` with the answers queued for ``event_loop`` (on its thread)."""
@@ -695,7 +695,9 @@ class SqliteShard:
         """Acks; a grouped job that ends for good leaves its group, whose oldest waiting jobs are
         promoted while fewer than ``group_concurrency`` are active."""
     def close(self) -> None:
-        """Answer the requests queued, stop the thread and close the connection. Idempotent."""
+        """Answer the requests queued, stop the thread and close the connection; then each
+        listening loop settles what waits for it and stops watching its signal (scheduled on the
+        loop). Idempotent."""
 
 def sqlite_library_version() -> str:
     """The version of the SQLite library the extension links (the system one, as ``sqlite3``)."""

@@ -500,40 +500,60 @@ def test_the_writer_counts_its_commits_and_the_checkpointer_s_copies(tmp_path: P
         store.close()
 
 
-def test_a_listening_loop_is_answered_by_its_signal_without_the_settler_taking_the_gil(
-    store: EmbeddedStore,
-) -> None:
+def test_a_listening_loop_is_answered_by_its_signal_and_another_the_old_way(store: EmbeddedStore) -> None:
     """The hot path's loop listens (``SqliteShard.listen``): the settler queues its answers and
-    writes a byte to the loop's signal without the GIL, so the byte arrives while this thread
-    holds the GIL and never lets the loop run; the loop's reader then settles the future. A
-    loop that does not listen is answered by ``call_soon_threadsafe``, as before, and its
-    signal-less request never touches a listening loop's signal."""
+    writes a byte to the loop's signal, which arrives while the loop is kept from running (this
+    thread never yields to it), and the loop's reader settles the future. A loop that does not
+    listen is answered by ``call_soon_threadsafe`` as before, and its answer leaves the other
+    loop's signal quiet."""
     import select
 
     hot = store.native_hot_path(offload)
     shard = hot._shard
+    signals: list[Any] = []
 
-    async def listening() -> tuple[bool, Any]:
+    async def listening() -> tuple[bool, list[int], list[int]]:
         loop = asyncio.get_running_loop()
         first = await hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"a", 0, 1)]), T0)  # starts listening
         signal = shard.listen(loop)  # the hot path's, the same one
+        signals.append(signal)
         future: asyncio.Future[Any] = loop.create_future()
         assert shard.enqueue(Q, NewJobBatch([NewJob(1, b"b", 0, 1)]), T0, future, loop)
-        deadline = time.monotonic() + 10
-        readable = False
-        while not readable and time.monotonic() < deadline:  # the GIL held, the loop not run
-            readable = bool(select.select([signal.fileno()], [], [], 0)[0])
-        assert not future.done(), "settled by the loop's reader, not by the settler's thread"
-        return readable, (first.to_list(), (await future).to_list())
+        readable = bool(select.select([signal.fileno()], [], [], 10)[0])  # the loop does not run meanwhile
+        assert not future.done()
+        return readable, first.to_list(), (await future).to_list()
 
-    readable, (first, second) = run(listening())
-    assert readable, "the answer's byte came while this thread held the GIL"
+    readable, first, second = run(listening())
+    assert readable, "the answer came by the loop's signal"
     assert first == [1] and second == [2]
 
-    async def not_listening() -> Any:
+    async def not_listening() -> list[int]:
         loop = asyncio.get_running_loop()  # a new loop: the hot path never listened on it
         future: asyncio.Future[Any] = loop.create_future()
         assert shard.enqueue(Q, NewJobBatch([NewJob(1, b"c", 0, 1)]), T0, future, loop)
-        return (await future).to_list()
+        ids: list[int] = (await future).to_list()
+        return ids
 
     assert run(not_listening()) == [3], "answered by call_soon_threadsafe"
+    assert not select.select([signals[0].fileno()], [], [], 0)[0], "the first loop's signal stayed quiet"
+
+
+def test_closing_the_store_settles_a_listening_loops_answers_and_stops_watching(store: EmbeddedStore) -> None:
+    """``SqliteShard.close`` (from another thread, as the server stops its stores) answers what
+    was queued, and each listening loop then settles it and stops watching its signal."""
+    hot = store.native_hot_path(offload)
+
+    async def main() -> tuple[list[int], bool]:
+        loop = asyncio.get_running_loop()
+        await hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"a", 0, 1)]), T0)  # listening now
+        fd = hot._shard.listen(loop).fileno()
+        pending = asyncio.ensure_future(hot.enqueue_jobs(Q, NewJobBatch([NewJob(1, b"b", 0, 1)]), T0))
+        await asyncio.sleep(0)  # submitted
+        await asyncio.to_thread(store.close)
+        ids: list[int] = (await pending).to_list()
+        await asyncio.sleep(0)  # the close's removal, scheduled after the drain, has run
+        return ids, loop.remove_reader(fd)
+
+    ids, still_watched = run(main())
+    assert ids == [2]
+    assert not still_watched, "the loop no longer watches the signal"

@@ -13,7 +13,7 @@
 //! `LocalIds`, a `ClaimedJobs` or `None`; `error` is `None`, `(1, queue)` for a missing queue
 //! or `(2, message)` for a connection problem.
 
-use std::io::{Read as _, Write as _};
+use std::io::{ErrorKind, Read as _, Write as _};
 use std::os::unix::io::AsRawFd as _;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -147,24 +147,30 @@ struct Mailbox {
 }
 
 /// Queues each answer for its loop if that loop listens (a byte to its signal when its answers
-/// go from none to some); the others, returned, go the way that takes the GIL. Runs without the
-/// GIL: loops are told apart by address (each listening loop is held, so none is reused).
+/// go from none to some); the others, returned, go the way that takes the GIL, and so does an
+/// answer whose byte could not be written (it would wait unseen). Runs without the GIL: loops
+/// are told apart by address (each listening loop is held, so none is reused).
 fn post(mailboxes: &Mutex<Vec<Mailbox>>, group: Vec<(Token, Outcome)>) -> Vec<(Token, Outcome)> {
     let mut unheard = Vec::new();
     let mut boxes = mailboxes.lock().unwrap_or_else(PoisonError::into_inner);
     for (token, outcome) in group {
         let address = token.event_loop.as_ptr();
-        match boxes.iter_mut().find(|b| b.event_loop.as_ptr() == address) {
-            Some(mailbox) => {
-                if mailbox.answers.is_empty() {
-                    // Full (WouldBlock): a byte is waiting already. The loop reads the bytes and
-                    // takes the answers under this lock, so none is left without a byte.
-                    let _ = (&mailbox.signal.get().send).write(&[1]);
-                }
-                mailbox.answers.push((token, outcome));
+        let Some(mailbox) = boxes.iter_mut().find(|b| b.event_loop.as_ptr() == address) else {
+            unheard.push((token, outcome));
+            continue;
+        };
+        // The loop reads the bytes and takes the answers under this lock, so while answers
+        // wait exactly one byte does (WouldBlock cannot happen: it would mean one is there).
+        if mailbox.answers.is_empty() {
+            let written = (&mailbox.signal.get().send).write(&[1]);
+            if !matches!(written, Ok(1))
+                && !matches!(&written, Err(e) if e.kind() == ErrorKind::WouldBlock)
+            {
+                unheard.push((token, outcome));
+                continue;
             }
-            None => unheard.push((token, outcome)),
         }
+        mailbox.answers.push((token, outcome));
     }
     unheard
 }
@@ -459,31 +465,48 @@ impl SqliteShard {
 
     /// Has the answers of `event_loop`'s requests queued for it, without the GIL, from now on:
     /// the caller, on that loop, watches the returned signal and calls `drain(event_loop)` when
-    /// it is readable. The same signal for a loop that listens already; loops that closed stop
-    /// listening (their answers have no one left to go to).
+    /// it is readable. The same signal for a loop that listens already. Loops found closed here
+    /// stop listening (their answers have no one left to go to). Python is called, and what is
+    /// forgotten dropped, outside the lock the settler thread takes.
     fn listen(&self, py: Python<'_>, event_loop: Py<PyAny>) -> PyResult<Py<AnswerSignal>> {
-        let mut boxes = self
-            .mailboxes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        boxes.retain(|b| {
-            !b.event_loop
-                .call_method0(py, "is_closed")
-                .and_then(|closed| closed.is_truthy(py))
-                .unwrap_or(false)
-        });
-        if let Some(mailbox) = boxes.iter().find(|b| b.event_loop.is(&event_loop)) {
-            return Ok(mailbox.signal.clone_ref(py));
-        }
-        let (receive, send) = UnixStream::pair()?;
-        receive.set_nonblocking(true)?;
-        send.set_nonblocking(true)?;
-        let signal = Py::new(py, AnswerSignal { receive, send })?;
-        boxes.push(Mailbox {
-            event_loop,
-            signal: signal.clone_ref(py),
-            answers: Vec::new(),
-        });
+        let listening: Vec<Py<PyAny>> = self
+            .lock_mailboxes()
+            .iter()
+            .map(|b| b.event_loop.clone_ref(py))
+            .collect();
+        let closed: Vec<usize> = listening
+            .iter()
+            .filter(|l| {
+                l.call_method0(py, "is_closed")
+                    .and_then(|closed| closed.is_truthy(py))
+                    .unwrap_or(false)
+            })
+            .map(|l| l.as_ptr() as usize)
+            .collect();
+        let (signal, forgotten) = {
+            let mut boxes = self.lock_mailboxes();
+            let (forgotten, kept): (Vec<Mailbox>, Vec<Mailbox>) = std::mem::take(&mut *boxes)
+                .into_iter()
+                .partition(|b| closed.contains(&(b.event_loop.as_ptr() as usize)));
+            *boxes = kept;
+            let signal = if let Some(mailbox) = boxes.iter().find(|b| b.event_loop.is(&event_loop))
+            {
+                mailbox.signal.clone_ref(py)
+            } else {
+                let (receive, send) = UnixStream::pair()?;
+                receive.set_nonblocking(true)?;
+                send.set_nonblocking(true)?;
+                let signal = Py::new(py, AnswerSignal { receive, send })?;
+                boxes.push(Mailbox {
+                    event_loop,
+                    signal: signal.clone_ref(py),
+                    answers: Vec::new(),
+                });
+                signal
+            };
+            (signal, forgotten)
+        };
+        drop(forgotten);
         Ok(signal)
     }
 
@@ -491,10 +514,7 @@ impl SqliteShard {
     /// first): `settle` is called with them, on the caller's thread, the loop's.
     fn drain(&self, py: Python<'_>, event_loop: &Bound<'_, PyAny>) {
         let answers = {
-            let mut boxes = self
-                .mailboxes
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut boxes = self.lock_mailboxes();
             let Some(mailbox) = boxes.iter_mut().find(|b| b.event_loop.is(event_loop)) else {
                 return;
             };
@@ -540,16 +560,47 @@ impl SqliteShard {
     }
 
     /// Finishes the queued requests (answering them), then stops the thread and closes the
-    /// connection. Idempotent.
-    fn close(&self, py: Python<'_>) {
+    /// connection; each listening loop then settles what waits for it and stops watching its
+    /// signal (scheduled on the loop, in that order: a closed loop has nothing left to answer).
+    /// Idempotent.
+    fn close(slf: &Bound<'_, Self>) {
+        let py = slf.py();
+        let this = slf.get();
         py.detach(|| {
-            self.inner.close();
-            core::join_once(&self.settler); // every answer is with its loop
+            this.inner.close();
+            core::join_once(&this.settler); // every answer is queued: in a mailbox, or with its loop
         });
+        let listening: Vec<(Py<PyAny>, i32)> = this
+            .lock_mailboxes()
+            .iter()
+            .map(|b| (b.event_loop.clone_ref(py), b.signal.get().fileno()))
+            .collect();
+        let Ok(drain) = slf.getattr("drain") else {
+            return;
+        };
+        for (event_loop, fd) in listening {
+            let Ok(remove) = event_loop.getattr(py, "remove_reader") else {
+                continue;
+            };
+            let drained = event_loop.call_method1(
+                py,
+                "call_soon_threadsafe",
+                (drain.clone(), event_loop.clone_ref(py)),
+            );
+            if drained.is_ok() {
+                let _ = event_loop.call_method1(py, "call_soon_threadsafe", (remove, fd));
+            }
+        }
     }
 }
 
 impl SqliteShard {
+    fn lock_mailboxes(&self) -> std::sync::MutexGuard<'_, Vec<Mailbox>> {
+        self.mailboxes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn submit(&self, future: Py<PyAny>, event_loop: Py<PyAny>, op: Op) -> bool {
         self.inner.submit(Token { future, event_loop }, op).is_ok()
     }
