@@ -3084,10 +3084,7 @@ mod tests {
     fn a_group_hands_out_one_job_at_a_time_and_an_ack_promotes_the_next() {
         let (path, setup) = fresh_file("groups", 3);
         let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
-        let call = |op: Op| {
-            shard.submit((), op).unwrap();
-            rx.recv().unwrap().pop().unwrap().1.unwrap()
-        };
+        let call = |op: Op| answer(&shard, &rx, op);
         let job = |priority: i64| NewJob {
             priority,
             body: b"b".to_vec(),
@@ -3174,10 +3171,7 @@ mod tests {
     fn one_call_joins_and_releases_many_groups_at_once() {
         let (path, setup) = fresh_file("many-groups", 1);
         let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
-        let call = |op: Op| {
-            shard.submit((), op).unwrap();
-            rx.recv().unwrap().pop().unwrap().1.unwrap()
-        };
+        let call = |op: Op| answer(&shard, &rx, op);
         let job = || NewJob {
             priority: 1,
             body: b"b".to_vec(),
@@ -3388,10 +3382,7 @@ mod tests {
     fn expiring_jobs_are_never_claimed_and_a_retry_past_the_expiry_expires() {
         let (path, setup) = fresh_file("expiry", 1);
         let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
-        let call = |op: Op| {
-            shard.submit((), op).unwrap();
-            rx.recv().unwrap().pop().unwrap().1.unwrap()
-        };
+        let call = |op: Op| answer(&shard, &rx, op);
         let job = || NewJob {
             priority: 1,
             body: b"b".to_vec(),
