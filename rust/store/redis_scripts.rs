@@ -24,7 +24,8 @@ const PENDING: u8 = 0;
 const FAILED: u8 = 3;
 
 /// A shard's Redis layout: the original's key names (`keys.py`) or the compact ones
-/// (`keys_compact.py`). The scripts of both take the same `KEYS` positions and `ARGV`.
+/// (`keys_compact.py`). The scripts of both take the same `KEYS` positions and `ARGV`, and the
+/// compact layout's `enqueue_jobs.lua` and `ack_jobs.lua` a uniform call too (one argument a job).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     Original,
@@ -349,13 +350,52 @@ fn text_bytes(jobs: &[NewJob]) -> usize {
         .sum()
 }
 
-/// `enqueue_jobs.lua` for `jobs` (any mix of priorities), as `store._enqueue_call`.
+/// Whether `jobs` go to the compact layout's `enqueue_jobs.lua` as a uniform call (see its
+/// header; `store._uniform_enqueue`): 1 to `UNIFORM_MAX_JOBS` jobs alike but for their bodies.
+fn uniform_batch(keys: &QueueKeys, jobs: &[NewJob]) -> bool {
+    let Some(first) = jobs.first() else {
+        return false;
+    };
+    keys.layout == Layout::Compact
+        && jobs.len() <= UNIFORM_MAX_JOBS
+        && jobs.iter().all(|job| {
+            job.priority == first.priority
+                && job.attempts_allowed == first.attempts_allowed
+                && job.run_after_ms == first.run_after_ms
+                && job.custom_status == first.custom_status
+        })
+}
+
+/// `enqueue_jobs.lua` for `jobs` (any mix of priorities), as `store._enqueue_call`: a uniform
+/// call where the layout and the jobs allow it (`uniform_batch`), else five arguments a job.
 #[must_use]
 pub fn enqueue_command(sha: &str, keys: &QueueKeys, jobs: &[NewJob], now_ms: i64) -> Vec<u8> {
     let priorities = crate::queue::jobs::priorities(jobs);
     let mut key_list = vec![keys.exists_key(), keys.id_key()];
     key_list.extend(priorities.iter().map(|&p| keys.set_key(p, PENDING)));
     key_list.extend(priorities.iter().filter_map(|&p| keys.ready_keys(p)));
+    if uniform_batch(keys, jobs) {
+        let first = &jobs[0];
+        let bodies: usize = jobs.iter().map(|j| j.body.len()).sum();
+        let mut cmd = evalsha(
+            sha,
+            &key_list,
+            8 + jobs.len(),
+            bodies + 16 * jobs.len() + first.custom_status.len() + 256,
+        );
+        cmd.bulk(keys.queue.as_bytes());
+        cmd.bulk(keys.jobs_arg().as_bytes());
+        cmd.bulk(seconds_text(now_ms).as_bytes());
+        cmd.bulk(format!("u{}", jobs.len()).as_bytes());
+        cmd.int(3); // one priority: its PENDING set is KEYS[3]
+        cmd.int(first.attempts_allowed);
+        cmd.bulk(seconds_text(first.run_after_ms).as_bytes());
+        cmd.bulk(first_chars(&first.custom_status, CUSTOM_STATUS_LIMIT).as_bytes());
+        for job in jobs {
+            cmd.bulk(&job.body);
+        }
+        return cmd.into_bytes();
+    }
     let mut cmd = evalsha(
         sha,
         &key_list,
@@ -693,7 +733,22 @@ pub fn require_queue_command(sha: &str, keys: &QueueKeys) -> Vec<u8> {
     cmd.into_bytes()
 }
 
-/// `ack_jobs.lua` for a group (successes first), as `store._ack_call`.
+/// Whether `group` goes to the compact layout's `ack_jobs.lua` as a uniform call (see its
+/// header; `store._ack_call`): 1 to `UNIFORM_MAX_JOBS` successes of one priority that append no
+/// status.
+fn uniform_acks(keys: &QueueKeys, group: &AckGroup) -> bool {
+    let Some((_, first)) = group.items().next() else {
+        return false;
+    };
+    keys.layout == Layout::Compact
+        && group.len() <= UNIFORM_MAX_JOBS
+        && group.items().all(|(succeeded, item)| {
+            succeeded && item.priority == first.priority && item.append_custom_status.is_empty()
+        })
+}
+
+/// `ack_jobs.lua` for a group (successes first), as `store._ack_call`: a uniform call where the
+/// layout and the acks allow it (`uniform_acks`), else five arguments an ack.
 #[must_use]
 pub fn ack_command(
     sha: &str,
@@ -710,6 +765,25 @@ pub fn ack_command(
     }
     key_list.extend(keys.dedup_end_keys());
     key_list.extend(tail.keys.iter().cloned());
+    if uniform_acks(keys, group) {
+        let mut cmd = evalsha(
+            sha,
+            &key_list,
+            6 + group.len() + tail.args.len(),
+            24 * group.len() + 256,
+        );
+        cmd.bulk(keys.queue.as_bytes());
+        cmd.bulk(keys.jobs_arg().as_bytes());
+        cmd.int(count(CUSTOM_STATUS_LIMIT));
+        cmd.bulk(seconds_text(now_ms).as_bytes());
+        cmd.bulk(format!("u{}", group.len()).as_bytes());
+        cmd.int(4); // one priority: its PENDING set is KEYS[4]
+        for (_, item) in group.items() {
+            cmd.int(item.local_id);
+        }
+        tail.push_args(&mut cmd);
+        return cmd.into_bytes();
+    }
     let statuses: usize = group
         .items()
         .map(|(_, a)| a.append_custom_status.len())
@@ -995,6 +1069,87 @@ mod tests {
         assert_eq!(args(&command(&call, &expiring))[7], "2");
         call.uniform = false;
         assert_eq!(args(&command(&call, &both))[7], "2");
+    }
+
+    #[test]
+    fn compact_batches_and_successes_of_one_kind_go_as_uniform_calls() {
+        let compact = QueueKeys {
+            layout: Layout::Compact,
+            shard: "s",
+            queue: "q",
+        };
+        let job = |body: &[u8], attempts_allowed| NewJob {
+            priority: 2,
+            body: body.to_vec(),
+            run_after_ms: 1500,
+            attempts_allowed,
+            custom_status: "st".to_owned(),
+        };
+        let alike = [job(b"a", 3), job(b"b", 3)];
+        let a = args(&enqueue_command("sha", &compact, &alike, 2000));
+        // KEYS: the meta hash twice, the PENDING set, the ready list
+        assert_eq!(a[2], "4");
+        assert_eq!(
+            &a[7..],
+            [
+                "q",
+                "plc:{s:q}:j",
+                "2.0",
+                "u2",
+                "3",
+                "3",
+                "1.5",
+                "st",
+                "a",
+                "b"
+            ]
+        );
+        // jobs that differ in more than their bodies, or the original layout: five values a job
+        let mixed = [job(b"a", 3), job(b"b", 4)];
+        assert_eq!(
+            args(&enqueue_command("sha", &compact, &mixed, 2000))[10],
+            "2"
+        );
+        assert_eq!(
+            args(&enqueue_command("sha", &original("s", "q"), &alike, 2000))[9],
+            "2"
+        );
+
+        let item = |priority, local_id, status: &str| AckItem {
+            priority,
+            local_id,
+            append_custom_status: status.to_owned(),
+            retry_delay_ms: 0,
+        };
+        let acks = |succeeded, failed| AckGroup { succeeded, failed };
+        let ack = |group: &AckGroup, keys: &QueueKeys<'_>| {
+            args(&ack_command(
+                "sha",
+                keys,
+                group,
+                1000,
+                &ScriptTail::default(),
+            ))
+        };
+        let plain = acks(vec![item(2, 7, ""), item(2, 9, "")], vec![]);
+        let a = ack(&plain, &compact);
+        let at = a.iter().position(|v| v == "q").unwrap();
+        assert_eq!(
+            &a[at..],
+            ["q", "plc:{s:q}:j", "3000", "1.0", "u2", "4", "7", "9"]
+        );
+        // a status, a failure, a second priority, or the original layout: five values an ack
+        for group in [
+            acks(vec![item(2, 7, ""), item(2, 9, "x")], vec![]),
+            acks(vec![item(2, 7, "")], vec![item(2, 9, "")]),
+            acks(vec![item(2, 7, ""), item(1, 9, "")], vec![]),
+        ] {
+            let a = ack(&group, &compact);
+            let at = a.iter().position(|v| v == "q").unwrap();
+            assert_eq!(a[at + 4], "2");
+        }
+        let a = ack(&plain, &original("s", "q"));
+        assert_eq!(a[a.iter().position(|v| v == "q").unwrap() + 4], "2");
     }
 
     #[test]

@@ -238,6 +238,28 @@ def test_evicted_records_are_removed_and_counted(store: RedisStore, raw: redis.R
 
 
 @pytest.mark.redis
+def test_a_uniform_ack_the_common_path_gives_up_on_is_acked_whole(store: RedisStore, raw: redis.Redis) -> None:
+    """Successes of one priority that append no status go as one argument a job (ack_jobs.lua's
+    uniform call). Where its common path gives up (here: a job with an expiry, so the queue keeps
+    its expiry index, and a record gone), the call is expanded for the general loop, which acks
+    the rest, counts the gone one, changes an id acked twice once and an id of no job not at all."""
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"job%d" % i, T0, 2) for i in range(4)], T0)
+    expiring = KeyedJob(NewJob(1, b"e", T0, 2), None, expire_at_ms=T0 + 10**6)
+    [(_, exp, _)] = store.enqueue_keyed_jobs(Q, [expiring], T0)
+    claimed = store.dequeue_jobs(Q, 1, 10, CLAIM, T0, False)
+    assert sorted(job.local_id for job in claimed) == sorted([*ids, exp])
+    raw.hdel(K + "j", ids[0])
+    never = exp + 100  # no such job
+    acks = [AckItem(1, i) for i in (ids[0], ids[1], ids[2], ids[2], exp, never)]
+    assert store._ack_call(Q, acks, [], T0 + 5).args[4] == "u6"
+    store.ack_jobs(Q, acks, [], T0 + 5)
+    assert store.evicted_jobs == 1
+    assert zset(raw, K + "p1:s2") == {str(ids[1]): T0 + 5, str(ids[2]): T0 + 5, str(exp): T0 + 5}
+    assert zset(raw, K + "p1:s1") == {str(ids[3]): T0}  # not acked: still in progress
+    assert not raw.exists(K + "xe")  # the finished job left the expiry index
+
+
+@pytest.mark.redis
 def test_a_held_job_whose_record_is_gone_is_claimed_then_counted(store: RedisStore, raw: redis.Redis) -> None:
     a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0, 2), NewJob(1, b"b", T0, 2)], T0)
     store.reserve_jobs(Q, 1, 5, RES, T0, 60_000)

@@ -96,7 +96,21 @@ def offline_store() -> Iterator[RedisStore]:
     store.close()
 
 
-def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> None:
+@pytest.fixture(params=["original", "compact"])
+def layout_store(request: pytest.FixtureRequest) -> Iterator[RedisStore]:
+    """``offline_store`` in each layout."""
+    endpoint = RedisEndpoint("127.0.0.1", free_port())
+    store = RedisStore("s_1", RedisShardConfig(endpoint, layout=request.param), settings())
+    yield store
+    store.close()
+
+
+def test_the_commands_are_todays_byte_for_byte(layout_store: RedisStore) -> None:
+    """Byte for byte what the Python store sends, in either layout; in the compact one a batch
+    alike but for its bodies, and successes of one priority with no status, go as uniform calls
+    (one argument a job), and the rounds send both kinds."""
+    layout = "compact" if layout_store.layout.compact else "original"
+    kinds: set[tuple[str, bool]] = set()
     rng = random.Random(15)
     times = [0, 1, -1, 999, 1000, 1001, 12_345, 10**12, NOW, -NOW, 2**53 + 1, 2**63 - 1, -(2**63)]
     times += [rng.randrange(-(10**18), 10**18) for _ in range(200)]
@@ -116,24 +130,34 @@ def test_the_commands_are_todays_byte_for_byte(offline_store: RedisStore) -> Non
                 )
                 for _ in range(n)
             ]
+            if round_ % 2 and jobs:  # alike but for their bodies
+                jobs = [jobs[0]._replace(body=job.body) for job in jobs]
             now = times[round_]
-            want = packed(offline_store._enqueue_call(queue, jobs, now), sha)
-            assert redis_enqueue_command(sha, "s_1", queue, batch(jobs), now) == want
+            call = layout_store._enqueue_call(queue, jobs, now)
+            kinds.add(("enqueue", str(call.args[3]).startswith("u")))
+            assert redis_enqueue_command(sha, "s_1", queue, batch(jobs), now, layout) == packed(call, sha)
 
             for dry_run in (False, True):
-                call = offline_store._dequeue_call(queue, 3, 100, "claim|é", now, dry_run)
-                got = redis_dequeue_command(sha, "s_1", queue, 3, 100, "claim|é", now, dry_run)
+                call = layout_store._dequeue_call(queue, 3, 100, "claim|é", now, dry_run)
+                got = redis_dequeue_command(sha, "s_1", queue, 3, 100, "claim|é", now, dry_run, layout)
                 assert got == packed(call, sha)
 
             def item() -> AckItem:
                 return AckItem(rng.randint(1, 4), rng.randrange(1, 2**62), rng.choice(statuses), rng.choice(times[:12]))
 
             ok, failed = [item() for _ in range(rng.randint(0, 20))], [item() for _ in range(rng.randint(0, 20))]
-            call_ack = offline_store._ack_call(queue, ok, failed, now)
-            assert redis_ack_command(sha, "s_1", queue, acks(ok, failed), now) == packed(call_ack, sha)
+            if round_ % 2:  # successes of one priority with no status
+                ok, failed = [a._replace(priority=2, append_custom_status="") for a in ok], []
+            call_ack = layout_store._ack_call(queue, ok, failed, now)
+            kinds.add(("ack", str(call_ack.args[4]).startswith("u")))
+            tail = layout_store.rules.native(queue, GROUPS)  # the compact layout's group keys
+            got_ack = redis_ack_command(sha, "s_1", queue, acks(ok, failed), now, layout, tail)
+            assert got_ack == packed(call_ack, sha)
 
-        require = offline_store._dequeue_call(queue, 1, 0, "c", NOW, False)
-        assert redis_require_queue_command(sha, "s_1", queue) == packed(require, sha)
+        require = layout_store._dequeue_call(queue, 1, 0, "c", NOW, False)
+        assert redis_require_queue_command(sha, "s_1", queue, layout) == packed(require, sha)
+    uniform = layout == "compact"
+    assert kinds == {("enqueue", uniform), ("enqueue", False), ("ack", uniform), ("ack", False)}
 
 
 @pytest.mark.parametrize("layout", ["original", "compact"])

@@ -293,6 +293,16 @@ class RedisStore:
         key_list = [keys.exists_key, keys.id_key] + [keys.set_key(p, JobState.PENDING) for p in priorities]
         key_list += [key for p in priorities for key in ready_keys(keys, p)]  # compact: after the sets
         index = {p: i + 3 for i, p in enumerate(priorities)}  # KEYS is 1-based; two keys come first
+        if self.layout.compact and _uniform_enqueue(jobs):  # lua_compact/enqueue_jobs.lua: one argument a job
+            first = jobs[0]
+            shared = [
+                3,
+                first.attempts_allowed,
+                seconds_arg(first.run_after_ms),
+                first.custom_status[:CUSTOM_STATUS_LIMIT],
+            ]
+            uniform = [queue, keys.jobs_arg, seconds_arg(now_ms), f"u{len(jobs)}", *shared, *(job.body for job in jobs)]
+            return ScriptCall("enqueue_jobs", queue, key_list, uniform, _ids)
         args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), len(jobs)]
         for job in jobs:
             status = job.custom_status[:CUSTOM_STATUS_LIMIT]
@@ -366,10 +376,14 @@ class RedisStore:
         keys = self._keys(queue)
         items = [("s", item) for item in succeeded] + [("f", item) for item in failed]
         key_list, index = priority_keys(keys, {item.priority for _, item in items}, 4, keys.expiry_keys())
-        args: list[Any] = [queue, keys.jobs_arg, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms), len(items)]
-        for kind, item in items:
-            retry_at = seconds_arg(now_ms + item.retry_delay_ms)
-            args += [index[item.priority], item.local_id, kind, item.append_custom_status, retry_at]
+        args: list[Any] = [queue, keys.jobs_arg, CUSTOM_STATUS_LIMIT, seconds_arg(now_ms)]
+        if self.layout.compact and _uniform_acks(succeeded, failed):  # lua_compact/ack_jobs.lua: one argument an ack
+            args += [f"u{len(items)}", index[succeeded[0].priority], *(item.local_id for item in succeeded)]
+        else:
+            args.append(len(items))
+            for kind, item in items:
+                retry_at = seconds_arg(now_ms + item.retry_delay_ms)
+                args += [index[item.priority], item.local_id, kind, item.append_custom_status, retry_at]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)
         key_list += dedup_end_keys(keys)
         return ScriptCall("ack_jobs", queue, key_list + tail_keys, args + tail_args, self._count_evicted_of_pair)
@@ -882,6 +896,27 @@ class AsyncHotPath:
 
 def _ids(reply: Any) -> list[int]:
     return [int(i) for i in reply]
+
+
+def _uniform_enqueue(jobs: Sequence[NewJob]) -> bool:
+    """Whether a batch goes to the compact layout's ``enqueue_jobs.lua`` as a uniform call (see
+    its header): 1 to ``UNIFORM_MAX_JOBS`` jobs alike but for their bodies, as the extension's
+    ``redis_enqueue_command`` decides."""
+    if not 0 < len(jobs) <= dedup.UNIFORM_MAX_JOBS:
+        return False
+    first = jobs[0]
+    shared = (first.priority, first.attempts_allowed, first.run_after_ms, first.custom_status)
+    return all((j.priority, j.attempts_allowed, j.run_after_ms, j.custom_status) == shared for j in jobs)
+
+
+def _uniform_acks(succeeded: Sequence[AckItem], failed: Sequence[AckItem]) -> bool:
+    """Whether acks go to the compact layout's ``ack_jobs.lua`` as a uniform call (see its header):
+    1 to ``UNIFORM_MAX_JOBS`` successes of one priority that append no status, as the extension's
+    ``redis_ack_command`` decides."""
+    if failed or not 0 < len(succeeded) <= dedup.UNIFORM_MAX_JOBS:
+        return False
+    priority = succeeded[0].priority
+    return all(a.priority == priority and not a.append_custom_status for a in succeeded)
 
 
 def _now_seconds() -> str:

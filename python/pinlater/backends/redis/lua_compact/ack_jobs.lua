@@ -41,6 +41,12 @@ then 5 per ack:
   ARGV[i+2] 's' for success, 'f' for failure
   ARGV[i+3] status to append
   ARGV[i+4] retry time for a failure, seconds as float (now + retry delay)
+A uniform call (ARGV[5] 'u' then n, 1 <= n <= RECORD_CHUNK): successes of one priority that
+append no status (the usual batch; the server sends one where the acks allow it): ARGV[6] is the
+KEYS index of their PENDING set, then one argument a job, its local id; the tail follows at
+ARGV[7 + n]. One argument a job, not five: each costs Redis hundreds of instructions. Where the
+common path gives up, the call is expanded to five values an ack (retry time: now, which a
+success never reads) for the general loop.
 after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
 keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then, optionally, the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail):
@@ -48,6 +54,9 @@ without them no job of a group may be acked here.
 
 Returns {changed, evicted}, or -1 if the queue does not exist.
 ]]
+-- What every function below reads as ARGV: the call's own, or a uniform call's expansion to five
+-- values an ack, once it falls back to the general loop.
+local ARGV = ARGV
 --@include records
 --@include sets
 --@include cut_chars
@@ -57,11 +66,13 @@ Returns {changed, evicted}, or -1 if the queue does not exist.
 --@include dedup
 local meta_key, expiry_index_key, expired_count_key = KEYS[1], KEYS[2], KEYS[3]
 local records_key, status_limit = ARGV[2], tonumber(ARGV[3])
-local now, n = to_ms(ARGV[4]), tonumber(ARGV[5])
+local now = to_ms(ARGV[4])
+local UNIFORM = string.byte(ARGV[5], 1) == 117  -- 'u'
+local n = tonumber(UNIFORM and string.sub(ARGV[5], 2) or ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
-local rules = rules_tail(5 + 5 * n)
+local rules = rules_tail(UNIFORM and 6 + n or 5 + 5 * n)
 local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 
 -- Whether the common ack may leave its jobs' records unread: no status to append (`appends`, one
@@ -102,16 +113,27 @@ local function ack_common()
   end
   local k_text = ARGV[6]
   local ids, appends, seen = {}, {}, {}
-  for j = 0, n - 1 do
-    local a = 6 + 5 * j
-    if ARGV[a] ~= k_text or ARGV[a + 2] ~= 's' then
-      return nil
+  if UNIFORM then
+    for j = 7, 6 + n do
+      local id = ARGV[j]
+      if not seen[id] then  -- acked twice in one call: it changes once
+        seen[id] = true
+        ids[#ids + 1] = id
+        appends[#ids] = ''
+      end
     end
-    local id = ARGV[a + 1]
-    if not seen[id] then  -- acked twice in one call: it changes once
-      seen[id] = true
-      ids[#ids + 1] = id
-      appends[#ids] = ARGV[a + 3]
+  else
+    for j = 0, n - 1 do
+      local a = 6 + 5 * j
+      if ARGV[a] ~= k_text or ARGV[a + 2] ~= 's' then
+        return nil
+      end
+      local id = ARGV[a + 1]
+      if not seen[id] then  -- acked twice in one call: it changes once
+        seen[id] = true
+        ids[#ids + 1] = id
+        appends[#ids] = ARGV[a + 3]
+      end
     end
   end
   local k = tonumber(k_text)
@@ -176,6 +198,17 @@ end
 local common = ack_common()
 if common then
   return common
+end
+if UNIFORM then  -- five values an ack for the loop below, the tail after them
+  local t = {ARGV[1], ARGV[2], ARGV[3], ARGV[4], string.format('%d', n)}
+  for j = 7, 6 + n do
+    local a = #t
+    t[a + 1], t[a + 2], t[a + 3], t[a + 4], t[a + 5] = ARGV[6], ARGV[j], 's', '', ARGV[4]
+  end
+  for i = 7 + n, #ARGV do
+    t[#t + 1] = ARGV[i]
+  end
+  ARGV = t
 end
 
 local member, jobs = claimed_jobs(records_key, 6, 5, n)

@@ -15,7 +15,8 @@
 -- number) for each job before anything is written, and answers whether the job goes to its
 -- PENDING set (a job of an ordered group may wait instead: lib/groups.lua puts it there, and
 -- sets job.gr and job.gq).
--- Returns the ids (numbers), in order, and the same as text.
+-- `first`, when given, is the first id, already taken from the counter (a uniform call that fell
+-- back here). Returns the ids (numbers), in order, and the same as text.
 
 -- On unless PINLATER_READY_LISTS=0 (scripts.py), which sends every job to its PENDING set.
 local READY_LISTS = false
@@ -88,16 +89,50 @@ local function insert_plain(records_key, now, slots, first, ready_offset)
   return ids, names
 end
 
-local function insert_jobs(counter_key, records_key, now, slots, ready_offset, place)
+-- A uniform call's insert (enqueue_jobs.lua): `n` jobs that share the KEYS index of their PENDING
+-- set, attempts allowed, run after and status (ARGV[s] .. ARGV[s + 3]), job j's body at
+-- ARGV[s + 3 + j], ids from `first` on, none gaining a digit where ready lists are on (the caller
+-- sees to it). What insert_plain does for such a batch, with a record's concatenation and two
+-- table entries a job: the batch goes to its ready list whole (ready_room) or to its PENDING set.
+local function insert_uniform(records_key, now, s, n, first, ready_offset)
+  local k, attempts, run_after, cs = ARGV[s], ARGV[s + 1], ARGV[s + 2], ARGV[s + 3]
+  local ids, names, fields = {}, {}, {}
+  local first_name = string.format('%d', first)
+  local ready_key = KEYS[tonumber(k) + ready_offset]
+  local listed = READY_LISTS and to_ms(run_after) == now and ready_room(ready_key, records_key, now, {first_name}) == 1
+  for j = 1, n do
+    local id = first + j - 1
+    local name = j == 1 and first_name or string.format('%d', id)
+    ids[j], names[j] = id, name
+    fields[2 * j - 1], fields[2 * j] = name, new_record(ARGV[s + 3 + j], attempts, cs, now)
+  end
+  for i = 1, #fields, 2 * RECORD_CHUNK do
+    redis.call('HSET', records_key, unpack(fields, i, math.min(i + 2 * RECORD_CHUNK - 1, #fields)))
+  end
+  if listed then
+    ready_append(ready_key, records_key, now, names)
+  else
+    zadd_all(KEYS[tonumber(k)], to_ms(run_after), names)
+  end
+  return ids, names
+end
+
+-- Whether ids first .. last may go through the common paths: ready lists off, or all of one
+-- number of digits (a list's run keeps its text order).
+local function one_width(first, last)
+  return not READY_LISTS or #string.format('%d', first) == #string.format('%d', last)
+end
+
+local function insert_jobs(counter_key, records_key, now, slots, ready_offset, place, first)
   local ids = {}
   local n = #slots
   if n == 0 then
     return ids
   end
-  local first = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+  first = first or redis.call('HINCRBY', counter_key, 'id', n) - n + 1
   -- the common path, unless an id of the batch gains a digit (its ready lists' runs would break
   -- their text order part way: the general loop below takes the prefix that keeps it)
-  if not place and (not READY_LISTS or #string.format('%d', first) == #string.format('%d', first + n - 1)) then
+  if not place and one_width(first, first + n - 1) then
     return insert_plain(records_key, now, slots, first, ready_offset)
   end
   local names, jobs = {}, {}
