@@ -3,7 +3,7 @@ reply map is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_map_re
 event loop's other work between parts, into the bytes one encode makes; lookups and checkpoints
 of more than a part are answered whole, as Apache's client reads them. A hot call's frame of at
 least ``DETACH_BYTES`` is decoded on a worker thread (``connection._decode_hot_apart``), and
-served as any other."""
+served as any other; so is any other call's (``dispatch._read_args_apart``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from thriftpy2.thrift import TMessageType
 
 from pinlater._pinlater import DETACH_BYTES, decode_hot_frame
 from pinlater.idl import idl
-from pinlater.server import connection
+from pinlater.server import connection, dispatch
 from pinlater.server.dispatch import REPLY_PART, Dispatcher, _encode, _encode_map_reply
 
 N = 2 * REPLY_PART + 500  # three parts: two whole, one not
@@ -229,3 +229,66 @@ def test_a_keyed_enqueue_of_a_frame_decoded_apart_is_answered_as_any_other(big: 
     assert reply.jobDescriptors[250:] == reply.jobDescriptors[:50], "repeats answered with the first"
     pending = client.getJobCount(ctx, ttypes.PinLaterGetJobCountRequest(queueName="big", jobState=0))
     assert pending == 250
+
+
+def _checkpoint_frame(items: int, missing_at: int | None = None) -> bytes:
+    """A framed-transport payload: a ``checkpointJobs`` CALL of ``items`` checkpoints with 100-byte
+    bodies, the one at ``missing_at`` (if any) without its required ``jobDescriptor``."""
+    requests = [
+        idl.PinLaterCheckpointJobRequest(jobDescriptor=None if i == missing_at else f"q:s1:p1:{i}", newBody="b" * 100)
+        for i in range(items)
+    ]
+    args = idl.PinLater.checkpointJobs_args(
+        context=idl.RequestContext(source="t"),
+        request=idl.PinLaterCheckpointJobsRequest(queueName="q", requests=requests),
+    )
+    return _encode("checkpointJobs", TMessageType.CALL, 5, args)
+
+
+class _Checkpoints:
+    """A handler that keeps the checkpoint requests it is called with (and nothing else)."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    async def checkpoint_jobs(self, context: Any, request: Any) -> None:
+        self.requests.append(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_Handler(), name)
+
+
+def test_a_big_general_frame_is_decoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    threads: list[int] = []
+    read_args = dispatch._read_args
+
+    def recording(method: Any, payload: bytes, offset: int) -> Any:
+        threads.append(threading.get_ident())
+        return read_args(method, payload, offset)
+
+    monkeypatch.setattr(dispatch, "_read_args", recording)
+    handler = _Checkpoints()
+    dispatcher = Dispatcher(handler)
+    small, big, incomplete = _checkpoint_frame(10), _checkpoint_frame(10_000), _checkpoint_frame(10_000, 9_999)
+    assert len(small) < DETACH_BYTES <= len(big)
+
+    async def serve() -> tuple[list[bytes | None], int]:
+        replies = [await dispatcher.handle_frame(frame) for frame in (small, big, incomplete)]
+        return replies, threading.get_ident()
+
+    replies, loop_thread = asyncio.run(serve())
+    assert threads[0] == loop_thread, "a small frame on the loop: no thread hop"
+    assert threads[1] != loop_thread and threads[2] != loop_thread, "big ones on a worker thread"
+    assert [len(r.requests) for r in handler.requests] == [10, 10_000], "the incomplete one is refused"
+    assert handler.requests[1].requests[-1].jobDescriptor == "q:s1:p1:9999"
+    assert replies[2] is not None and b"missing required field PinLaterCheckpointJobRequest.jobDescriptor" in replies[2]
+
+    async def executor_gone() -> tuple[bytes | None, int]:
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(1))
+        await asyncio.get_running_loop().shutdown_default_executor()
+        return await dispatcher.handle_frame(big), threading.get_ident()
+
+    threads.clear()
+    reply, loop_thread = asyncio.run(executor_gone())
+    assert reply is not None and len(handler.requests) == 3
+    assert threads == [loop_thread], "no worker thread: decoded on the loop"

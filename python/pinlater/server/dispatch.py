@@ -38,6 +38,12 @@ Decoding rules, in order:
 * A message of type ONEWAY is served and never answered, whatever the method (the Thrift
   protocol: a oneway caller reads no reply), not even with an error; a failure is logged.
 * Bytes after the argument struct's STOP are ignored.
+* A general call's frame of at least ``DETACH_BYTES`` (1 MiB) is decoded, and checked for
+  required fields, on the loop's executor (``_read_args_apart``), as the transport decodes a big
+  hot frame: the Cython decoder holds the GIL, but each struct it makes runs its Python
+  ``__init__``, where the interpreter hands the GIL to the loop's thread when it asks, so the
+  loop serves the other connections between them. Decoding a ``checkpointJobs`` of 100,000 jobs
+  on the loop had held every other client of the server for about 70 ms.
 
 Replies are always strict (versioned); every Apache client reads them. A reply whose result is a
 map of more than ``REPLY_PART`` entries (``lookupJobs`` of many jobs) is encoded that many entries
@@ -61,7 +67,7 @@ from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
-from pinlater._pinlater import MissingFieldError, decode_hot_call, thrift_struct_end
+from pinlater._pinlater import DETACH_BYTES, MissingFieldError, decode_hot_call, thrift_struct_end
 from pinlater.idl import idl
 from pinlater.server.logthrottle import ThrottledLog
 
@@ -224,6 +230,25 @@ def missing_required_field(args: Any) -> str | None:
     return None if found is None else f"{found[0]} at {found[1].lstrip('.')}"
 
 
+def _read_args(method: _Method, payload: bytes, offset: int) -> tuple[Any, str | None]:
+    """A general call's argument struct, decoded by the Cython protocol from ``offset`` (walked
+    already), and its first required field unset (``missing_required_field``)."""
+    args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(method.args_cls())
+    return args, missing_required_field(args)
+
+
+async def _read_args_apart(method: _Method, payload: bytes, offset: int) -> tuple[Any, str | None]:
+    """``_read_args`` on the loop's executor, for a frame of at least ``DETACH_BYTES`` (see the
+    module docstring); on the loop if no worker takes it (the executor shut down as the server
+    stops)."""
+    loop = asyncio.get_running_loop()
+    try:
+        decoding = loop.run_in_executor(None, _read_args, method, payload, offset)
+    except RuntimeError:
+        return _read_args(method, payload, offset)
+    return await decoding
+
+
 def _parse_header(payload: bytes) -> tuple[str, int, int, int]:
     """Return (name, message type, seqid, offset of the argument struct)."""
     end = len(payload)
@@ -344,10 +369,10 @@ class Dispatcher:
                     call = decode_hot_call(name, payload, offset)
                 except MissingFieldError as exc:  # a refusal, not a malformed call: the connection stays
                     return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, str(exc))
+            elif len(payload) < DETACH_BYTES:
+                args, missing = _read_args(method, payload, offset)
             else:
-                args = TCyBinaryProtocol(TCyMemoryBuffer(payload[offset:]), strict_decode=True).read_struct(
-                    method.args_cls()
-                )
+                args, missing = await _read_args_apart(method, payload, offset)
         except Exception as exc:  # MalformedThriftError, MalformedPayload, UnicodeDecodeError (not UTF-8), ...
             reply = (
                 None
@@ -367,7 +392,6 @@ class Dispatcher:
                 return self._refuse(
                     name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, f"missing argument {name}.{arg}"
                 )
-        missing = missing_required_field(args)
         if missing is not None:
             msg = f"missing required field {missing}"
             return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, msg)
