@@ -734,7 +734,7 @@ pub fn require_queue_command(sha: &str, keys: &QueueKeys) -> Vec<u8> {
 }
 
 /// Whether `group` goes to the compact layout's `ack_jobs.lua` as a uniform call (see its
-/// header; `store._ack_call`): 1 to `UNIFORM_MAX_JOBS` successes of one priority that append no
+/// header; `store._uniform_acks`): 1 to `UNIFORM_MAX_JOBS` successes of one priority that append no
 /// status.
 fn uniform_acks(keys: &QueueKeys, group: &AckGroup) -> bool {
     let Some((_, first)) = group.items().next() else {

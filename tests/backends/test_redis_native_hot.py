@@ -154,6 +154,16 @@ def test_the_commands_are_todays_byte_for_byte(layout_store: RedisStore) -> None
             got_ack = redis_ack_command(sha, "s_1", queue, acks(ok, failed), now, layout, tail)
             assert got_ack == packed(call_ack, sha)
 
+        for n in (1000, 1001):  # a uniform call holds at most UNIFORM_MAX_JOBS jobs
+            alike = [NewJob(1, b"x", NOW, 3, "")] * n
+            call = layout_store._enqueue_call(queue, alike, NOW)
+            assert str(call.args[3]).startswith("u") == (layout == "compact" and n == 1000)
+            assert redis_enqueue_command(sha, "s_1", queue, batch(alike), NOW, layout) == packed(call, sha)
+            successes = [AckItem(1, i + 1, "", 0) for i in range(n)]
+            call_ack = layout_store._ack_call(queue, successes, [], NOW)
+            assert str(call_ack.args[4]).startswith("u") == (layout == "compact" and n == 1000)
+            tail = layout_store.rules.native(queue, GROUPS)
+            assert redis_ack_command(sha, "s_1", queue, acks(successes, []), NOW, layout, tail) == packed(call_ack, sha)
         require = layout_store._dequeue_call(queue, 1, 0, "c", NOW, False)
         assert redis_require_queue_command(sha, "s_1", queue, layout) == packed(require, sha)
     uniform = layout == "compact"

@@ -31,12 +31,12 @@ A uniform call (ARGV[4] 'u' then n, 1 <= n <= RECORD_CHUNK): jobs that share all
 index, attempts, run after and status they share, then one argument a job, its body. Each
 argument costs Redis hundreds of instructions (its object, then its Lua string), so such a batch
 sends one a job, not five. Where its ids would gain a digit with ready lists on, it is expanded
-to five values a job for the general loop (expand_uniform), with the ids it took.
+to five values a job for the general loop (at the end of this script), with the ids it took.
 
 Returns the local ids in job order, or -1 if the queue does not exist.
 ]]
 -- What every function below reads as ARGV: the call's own, or a uniform call's expansion
--- (expand_uniform).
+-- (below).
 local ARGV = ARGV
 --@include records
 --@include sets

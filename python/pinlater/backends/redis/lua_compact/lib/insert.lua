@@ -92,8 +92,9 @@ end
 -- A uniform call's insert (enqueue_jobs.lua): `n` jobs that share the KEYS index of their PENDING
 -- set, attempts allowed, run after and status (ARGV[s] .. ARGV[s + 3]), job j's body at
 -- ARGV[s + 3 + j], ids from `first` on, none gaining a digit where ready lists are on (the caller
--- sees to it). What insert_plain does for such a batch, with a record's concatenation and two
--- table entries a job: the batch goes to its ready list whole (ready_room) or to its PENDING set.
+-- sees to it). What insert_plain does for such a batch, with a record's concatenation and four
+-- table entries a job (its id, its name, its field and record): the batch goes to its ready list
+-- whole (ready_room) or to its PENDING set.
 local function insert_uniform(records_key, now, s, n, first, ready_offset)
   local k, attempts, run_after, cs = ARGV[s], ARGV[s + 1], ARGV[s + 2], ARGV[s + 3]
   local ids, names, fields = {}, {}, {}
