@@ -260,10 +260,12 @@ class _Checkpoints:
 
 def test_a_big_general_frame_is_decoded_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     threads: list[int] = []
+    names: list[str] = []
     read_args = dispatch._read_args
 
     def recording(method: Any, payload: bytes, offset: int) -> Any:
         threads.append(threading.get_ident())
+        names.append(threading.current_thread().name)
         return read_args(method, payload, offset)
 
     monkeypatch.setattr(dispatch, "_read_args", recording)
@@ -278,17 +280,41 @@ def test_a_big_general_frame_is_decoded_off_the_event_loop(monkeypatch: pytest.M
 
     replies, loop_thread = asyncio.run(serve())
     assert threads[0] == loop_thread, "a small frame on the loop: no thread hop"
-    assert threads[1] != loop_thread and threads[2] != loop_thread, "big ones on a worker thread"
+    assert threads[1] != loop_thread and threads[2] == threads[1], "big ones on one thread of their own"
+    assert names[1].startswith("pinlater-decode"), names
     assert [len(r.requests) for r in handler.requests] == [10, 10_000], "the incomplete one is refused"
     assert handler.requests[1].requests[-1].jobDescriptor == "q:s1:p1:9999"
     assert replies[2] is not None and b"missing required field PinLaterCheckpointJobRequest.jobDescriptor" in replies[2]
 
+    gone = concurrent.futures.ThreadPoolExecutor(1)
+    gone.shutdown()
+    monkeypatch.setattr(dispatch, "_DECODER", gone)
+
     async def executor_gone() -> tuple[bytes | None, int]:
-        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(1))
-        await asyncio.get_running_loop().shutdown_default_executor()
         return await dispatcher.handle_frame(big), threading.get_ident()
 
     threads.clear()
     reply, loop_thread = asyncio.run(executor_gone())
     assert reply is not None and len(handler.requests) == 3
     assert threads == [loop_thread], "no worker thread: decoded on the loop"
+
+
+def test_the_loop_turns_while_a_big_frame_of_structs_is_decoded() -> None:
+    """The decoder thread hands the GIL to the loop's thread between the structs it makes: a task
+    that only yields turns many times while 100,000 checkpoints decode (on the loop it would turn
+    once before and once after)."""
+    handler = _Checkpoints()
+    dispatcher = Dispatcher(handler)
+    frame = _checkpoint_frame(100_000)
+
+    async def turns_while_serving() -> int:
+        turns = 0
+        serving = asyncio.ensure_future(dispatcher.handle_frame(frame))
+        while not serving.done():
+            turns += 1
+            await asyncio.sleep(0)
+        await serving
+        return turns
+
+    assert asyncio.run(turns_while_serving()) > 10
+    assert len(handler.requests) == 1 and len(handler.requests[0].requests) == 100_000

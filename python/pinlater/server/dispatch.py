@@ -39,11 +39,16 @@ Decoding rules, in order:
   protocol: a oneway caller reads no reply), not even with an error; a failure is logged.
 * Bytes after the argument struct's STOP are ignored.
 * A general call's frame of at least ``DETACH_BYTES`` (1 MiB) is decoded, and checked for
-  required fields, on the loop's executor (``_read_args_apart``), as the transport decodes a big
-  hot frame: the Cython decoder holds the GIL, but each struct it makes runs its Python
-  ``__init__``, where the interpreter hands the GIL to the loop's thread when it asks, so the
-  loop serves the other connections between them. Decoding a ``checkpointJobs`` of 100,000 jobs
-  on the loop had held every other client of the server for about 70 ms.
+  required fields, on a thread of its own (``_read_args_apart``), as the transport decodes a big
+  hot frame on a worker: the Cython decoder holds the GIL, but each struct it makes runs its
+  Python ``__init__``, where the interpreter hands the GIL to the loop's thread once it has asked
+  for a switch interval (5 ms), so the loop serves the other connections between them. Decoding a
+  ``checkpointJobs`` of 100,000 jobs on the loop had held every other client of the server for
+  70-90 ms. Only structs give the loop its turns: where a frame's bulk is strings or fields the
+  decoder skips (a ``lookupJobs`` or ``cancelJobs`` of many descriptors), the loop waits for the
+  whole decode, as before. One thread (``_DECODER``) decodes such frames one at a time: two at
+  once would pass the GIL between themselves more than to the loop, and they leave the loop's
+  executor to the memory probes and the hot frames.
 
 Replies are always strict (versioned); every Apache client reads them. A reply whose result is a
 map of more than ``REPLY_PART`` entries (``lookupJobs`` of many jobs) is encoded that many entries
@@ -54,6 +59,7 @@ encoded at once held every other client of the server for about 120 ms here.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import re
@@ -237,13 +243,17 @@ def _read_args(method: _Method, payload: bytes, offset: int) -> tuple[Any, str |
     return args, missing_required_field(args)
 
 
+_DECODER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinlater-decode")
+"""The one thread that decodes big general frames, one at a time (see the module docstring); it
+starts at the first such frame."""
+
+
 async def _read_args_apart(method: _Method, payload: bytes, offset: int) -> tuple[Any, str | None]:
-    """``_read_args`` on the loop's executor, for a frame of at least ``DETACH_BYTES`` (see the
-    module docstring); on the loop if no worker takes it (the executor shut down as the server
-    stops)."""
+    """``_read_args`` on ``_DECODER``, for a frame of at least ``DETACH_BYTES`` (see the module
+    docstring); on the loop if it takes no work (shut down as the interpreter exits)."""
     loop = asyncio.get_running_loop()
     try:
-        decoding = loop.run_in_executor(None, _read_args, method, payload, offset)
+        decoding = loop.run_in_executor(_DECODER, _read_args, method, payload, offset)
     except RuntimeError:
         return _read_args(method, payload, offset)
     return await decoding
