@@ -39,3 +39,15 @@ def run(main: Coroutine[Any, Any, T], event_loop: str) -> T:
     """``asyncio.run`` on the loop ``EVENT_LOOP`` names."""
     with asyncio.Runner(loop_factory=loop_factory(event_loop)) as runner:
         return runner.run(main)
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on the running loop's default executor: for the extension's work on many jobs,
+    which releases the GIL (``DETACH_JOBS``), so the loop serves other connections meanwhile.
+    Called here if no worker takes it (the executor shut down as the server stops)."""
+    loop = asyncio.get_running_loop()
+    try:
+        running = loop.run_in_executor(None, fn, *args)
+    except RuntimeError:
+        return fn(*args)
+    return await running

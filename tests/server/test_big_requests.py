@@ -3,12 +3,15 @@ reply map is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_map_re
 event loop's other work between parts, into the bytes one encode makes; lookups and checkpoints
 of more than a part are answered whole, as Apache's client reads them. A hot call's frame of at
 least ``DETACH_BYTES`` is decoded on a worker thread (``connection._decode_hot_apart``), and
-served as any other; so is any other call's (``dispatch._read_args_apart``)."""
+served as any other; so is any other call's (``dispatch._read_args_apart``). A keyed enqueue
+of ``DETACH_JOBS`` jobs or more is built and cut into parts on worker threads, the GIL
+released."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +21,8 @@ from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect
 from thriftpy2.thrift import TMessageType
 
-from pinlater._pinlater import DETACH_BYTES, decode_hot_frame
+from pinlater._pinlater import DETACH_BYTES, DETACH_JOBS, decode_hot_frame
+from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.server import connection, dispatch
 from pinlater.server.dispatch import REPLY_PART, Dispatcher, _encode, _encode_map_reply
@@ -318,3 +322,68 @@ def test_the_loop_turns_while_a_big_frame_of_structs_is_decoded() -> None:
 
     assert asyncio.run(turns_while_serving()) > 10
     assert len(handler.requests) == 1 and len(handler.requests[0].requests) == 100_000
+
+
+def _turns_while(work: Callable[[], Any]) -> int:
+    """Turns a task that only yields takes while ``work`` runs on a worker thread: counted from
+    when the worker has set a flag right before calling it (no system call between, so no GIL
+    handed over) until its result reaches the loop. The GIL's switch interval is set far beyond
+    the test meanwhile, so no thread is made to give the GIL up: the loop turns only while
+    ``work`` releases it (and a few times as its result arrives), and work that holds it allows a
+    few turns at most, however long it runs."""
+
+    async def count() -> int:
+        started = threading.Event()
+
+        def run() -> Any:
+            started.set()
+            return work()
+
+        task = asyncio.ensure_future(off_loop(run))
+        while not started.is_set():
+            await asyncio.sleep(0)
+        turns = 0
+        while not task.done():
+            turns += 1
+            await asyncio.sleep(0)
+        await task
+        return turns
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    try:
+        return asyncio.run(count())
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def test_a_big_keyed_call_is_built_and_cut_with_the_gil_released() -> None:
+    """``EnqueueCall.keyed`` and ``KeyedJobBatch.chunks`` of ``DETACH_JOBS`` jobs or more release
+    the GIL, so the loop turns while a worker runs them (``off_loop``, as the handler and the
+    sharded backend send them); smaller ones need not, and give the same result."""
+    jobs = 3 * DETACH_JOBS
+    _, _, call = decode_hot_frame(_enqueue_frame(jobs, 1))
+    assert len(call) >= DETACH_JOBS
+    assert _turns_while(lambda: call.keyed(3, 1_000)) > 10
+    keyed = call.keyed(3, 1_000)
+    assert keyed is not None and len(keyed) == jobs
+    assert _turns_while(lambda: keyed.chunks(1000)) > 10
+    parts, repeats = keyed.chunks(1000)
+    assert [len(part) for part in parts] == [1000] * (jobs // 1000) and repeats == []
+    assert [k for part in parts for k, *_ in part.keys()] == [f"k{i}" for i in range(jobs)]
+
+
+def test_a_keyed_enqueue_of_detach_jobs_or_more_is_answered_as_any_other(big: tuple[Any, Any, Any]) -> None:
+    """Built and cut on worker threads (``DETACH_JOBS``), placed a part at a time, answered whole:
+    repeated keys with their first job's descriptor."""
+    client, ttypes, ctx = big
+    n = DETACH_JOBS + 500
+    keys = [f"key-{i % (n - 100)}" for i in range(n)]  # the last 100 repeat keys of the first 100
+    jobs = [ttypes.PinLaterJob(body=b"x", dedupKey=key) for key in keys]
+    reply = client.enqueueJobs(ctx, ttypes.PinLaterEnqueueRequest(queueName="big", jobs=jobs))
+    assert len(reply.jobDescriptors) == n
+    assert reply.deduplicated == [False] * (n - 100) + [True] * 100
+    assert reply.jobDescriptors[n - 100 :] == reply.jobDescriptors[:100], "repeats answered with the first"
+    assert len(set(reply.jobDescriptors)) == n - 100
+    pending = client.getJobCount(ctx, ttypes.PinLaterGetJobCountRequest(queueName="big", jobState=0))
+    assert pending == n - 100

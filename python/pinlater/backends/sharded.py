@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Generic, NamedTuple, TypeVar
 
 from pinlater._pinlater import (
+    DETACH_JOBS,
     AckGroup,
     ClaimedJobs,
     KeyedJobBatch,
@@ -71,6 +72,7 @@ from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.eventloop import off_loop
 from pinlater.queue_rules import cap_share
 from pinlater.wakeup import QueueSignals
 
@@ -780,7 +782,10 @@ class ShardedBackend:
         if len(jobs) > STORE_CALL_JOBS:
             placements: list[KeyedPlacement] = []
             stored = 0
-            parts, repeats = jobs.chunks(STORE_CALL_JOBS)
+            if len(jobs) < DETACH_JOBS:
+                parts, repeats = jobs.chunks(STORE_CALL_JOBS)
+            else:  # on a worker, the GIL released
+                parts, repeats = await off_loop(jobs.chunks, STORE_CALL_JOBS)
             for part in parts:
                 try:
                     placements.append(await self._place_keyed(shard, queue, part, now_ms))

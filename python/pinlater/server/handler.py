@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from pinlater import schedules
 from pinlater._pinlater import (
+    DETACH_JOBS,
     AckCall,
     AckGroup,
     ClaimedJobs,
@@ -54,6 +55,7 @@ from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.server.metrics import Metrics, outcome_counter
@@ -276,7 +278,11 @@ class PinLaterHandler:
             return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         now = self.backend.clock.now_ms()
-        keyed = call.keyed(self.backend.num_priorities, now)  # None unless a job has an extension
+        # None unless a job has an extension; a big call is built on a worker, the GIL released
+        if len(call) < DETACH_JOBS:
+            keyed = call.keyed(self.backend.num_priorities, now)
+        else:
+            keyed = await off_loop(call.keyed, self.backend.num_priorities, now)
         if keyed is not None:
             return await self._enqueue_keyed(queue, keyed, now, seqid)
         batch = call.batch(self.backend.num_priorities, now)
