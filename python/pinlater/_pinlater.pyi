@@ -92,9 +92,9 @@ the interpreter released, so a caller on another thread does not hold up the eve
 
 DETACH_JOBS: Final[int]
 """Batches of at least this many jobs are built (``EnqueueCall.keyed``) and cut
-(``KeyedJobBatch.chunks``) with the GIL released, about 0.6 us a job: the caller sends such a call
-to a worker thread (``pinlater.eventloop.off_loop``), and the event loop serves other connections
-meanwhile."""
+(``KeyedJobBatch.chunks``) with the GIL released, 0.1-0.6 us a job each (warm to cold): the caller
+sends such a call to a worker thread (``pinlater.eventloop.off_loop``), and the event loop serves
+other connections meanwhile."""
 
 class DescriptorError(ValueError):
     """A job descriptor, or a part given to build one, is malformed.
@@ -977,6 +977,11 @@ class EnqueueCall:
     @property
     def queue(self) -> str | None:
         """``request.queueName``, not yet checked."""
+
+    @property
+    def extended(self) -> bool:
+        """Whether any job asks for a pinlater extension (a dedup key or window, a group, an
+        expiry): ``keyed`` builds a batch only then."""
 
     def __len__(self) -> int:
         """The number of jobs."""

@@ -329,8 +329,8 @@ def _turns_while(work: Callable[[], Any]) -> int:
     when the worker has set a flag right before calling it (no system call between, so no GIL
     handed over) until its result reaches the loop. The GIL's switch interval is set far beyond
     the test meanwhile, so no thread is made to give the GIL up: the loop turns only while
-    ``work`` releases it (and a few times as its result arrives), and work that holds it allows a
-    few turns at most, however long it runs."""
+    ``work`` releases it and the loop's thread has a core (and a few times as its result arrives),
+    and work that holds it allows a few turns at most, however long it runs."""
 
     async def count() -> int:
         started = threading.Event()
@@ -363,11 +363,14 @@ def test_a_big_keyed_call_is_built_and_cut_with_the_gil_released() -> None:
     sharded backend send them); smaller ones need not, and give the same result."""
     jobs = 3 * DETACH_JOBS
     _, _, call = decode_hot_frame(_enqueue_frame(jobs, 1))
-    assert len(call) >= DETACH_JOBS
-    assert _turns_while(lambda: call.keyed(3, 1_000)) > 10
+    assert len(call) >= DETACH_JOBS and call.extended
+    # Work that holds the GIL allows exactly two turns, every time; work that releases it, many,
+    # unless the worker finished before the loop's thread got a core (on a busy machine, now and
+    # then): the most of five runs.
+    assert max(_turns_while(lambda: call.keyed(3, 1_000)) for _ in range(5)) > 10
     keyed = call.keyed(3, 1_000)
     assert keyed is not None and len(keyed) == jobs
-    assert _turns_while(lambda: keyed.chunks(1000)) > 10
+    assert max(_turns_while(lambda: keyed.chunks(1000)) for _ in range(5)) > 10
     parts, repeats = keyed.chunks(1000)
     assert [len(part) for part in parts] == [1000] * (jobs // 1000) and repeats == []
     assert [k for part in parts for k, *_ in part.keys()] == [f"k{i}" for i in range(jobs)]

@@ -279,7 +279,7 @@ class PinLaterHandler:
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         now = self.backend.clock.now_ms()
         # None unless a job has an extension; a big call is built on a worker, the GIL released
-        if len(call) < DETACH_JOBS:
+        if len(call) < DETACH_JOBS or not call.extended:
             keyed = call.keyed(self.backend.num_priorities, now)
         else:
             keyed = await off_loop(call.keyed, self.backend.num_priorities, now)
