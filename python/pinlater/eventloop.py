@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -41,13 +42,14 @@ def run(main: Coroutine[Any, Any, T], event_loop: str) -> T:
         return runner.run(main)
 
 
-async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` on the running loop's default executor: for the extension's work on many jobs,
-    which releases the GIL (``DETACH_JOBS``), so the loop serves other connections meanwhile.
-    Called here if no worker takes it (the executor shut down as the server stops)."""
+async def off_loop(fn: Callable[..., T], *args: Any, executor: Executor | None = None) -> T:
+    """``fn(*args)`` on ``executor`` (the running loop's default one if None): for the extension's
+    work on many jobs, which releases the GIL (``DETACH_JOBS``), so the loop serves other
+    connections meanwhile. Called here if no worker takes it (the executor shut down as the
+    server stops)."""
     loop = asyncio.get_running_loop()
     try:
-        running = loop.run_in_executor(None, fn, *args)
+        running = loop.run_in_executor(executor, fn, *args)
     except RuntimeError:
         return fn(*args)
     return await running

@@ -74,6 +74,7 @@ from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
 from pinlater._pinlater import DETACH_BYTES, MissingFieldError, decode_hot_call, thrift_struct_end
+from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.server.logthrottle import ThrottledLog
 
@@ -251,12 +252,7 @@ starts at the first such frame."""
 async def _read_args_apart(method: _Method, payload: bytes, offset: int) -> tuple[Any, str | None]:
     """``_read_args`` on ``_DECODER``, for a frame of at least ``DETACH_BYTES`` (see the module
     docstring); on the loop if it takes no work (shut down as the interpreter exits)."""
-    loop = asyncio.get_running_loop()
-    try:
-        decoding = loop.run_in_executor(_DECODER, _read_args, method, payload, offset)
-    except RuntimeError:
-        return _read_args(method, payload, offset)
-    return await decoding
+    return await off_loop(_read_args, method, payload, offset, executor=_DECODER)
 
 
 def _parse_header(payload: bytes) -> tuple[str, int, int, int]:
