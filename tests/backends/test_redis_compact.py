@@ -30,6 +30,7 @@ from pinlater.backends.base import (
     JobState,
     KeyedJob,
     NewJob,
+    QueueRules,
     ScanCursor,
 )
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
@@ -573,6 +574,76 @@ def test_dequeue_merges_the_list_and_the_set_by_score_then_id(store: RedisStore,
     assert order == [[b], [a], [d], [c], []]
     assert not raw.exists(K + "p1:r") and extra(raw) == 0 and not raw.hexists(K + "j", "t1")
     assert zset(raw, K + "p1:s1") == dict.fromkeys(map(str, (a, b, c, d)), T0 + 20)
+
+
+def queue_state(raw: redis.Redis, queue: str) -> dict[str, Any]:
+    """Every key of ``queue`` on shard "1" and what it holds, the queue's name left out."""
+    prefix = f"plc:{{1:{queue}}}:"
+    state: dict[str, Any] = {}
+    for key in map(text, raw.keys(prefix + "*")):
+        kind = text(raw.type(key))
+        if kind == "list":
+            value: Any = [text(v) for v in raw.lrange(key, 0, -1)]
+        elif kind == "zset":
+            value = zset(raw, key)
+        elif kind == "hash":
+            value = {text(k): v for k, v in raw.hgetall(key).items()}
+        else:
+            value = raw.get(key)
+        state[key.removeprefix(prefix)] = value
+    return state
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: RedisStore, raw: redis.Redis) -> None:
+    """Where both the ready list and the PENDING set hold due jobs, the common path merges them
+    (claim_merged in dequeue_jobs.lua) with one HMGET; a queue with a group rate always takes
+    the general loop, which for jobs of no group claims alike. Random histories of enqueues
+    (due now: the list; earlier, later, or ids gaining a digit: the set), dequeues and failed
+    acks (retries: the set, often at a list's score) run on both queues side by side: every
+    dequeue answers alike and leaves every key alike."""
+    a, b = "a", "b"
+    store.create_queue(a, 1)
+    store.create_queue(b, 1)
+    store.set_queue_rules({b: QueueRules(group_jobs_per_second=1000.0)})
+    merged = 0
+    for seed in range(30):
+        rng = random.Random(seed)
+        now = T0 + 1_000 * seed
+        for _ in range(24):
+            now += rng.randint(0, 2)
+            if rng.random() < 0.45:
+                jobs = [
+                    NewJob(1, b"%d" % rng.randint(0, 9), rng.choice([now, now, now - rng.randint(0, 4), now + 2]), 2)
+                    for _ in range(rng.randint(1, 30))
+                ]
+                assert store.enqueue_jobs(a, jobs, now) == store.enqueue_jobs(b, jobs, now)
+                continue
+            limit, at = rng.randint(1, 40), now + rng.randint(0, 3)
+            raw.config_resetstat()
+            got = store.dequeue_jobs(a, 1, limit, CLAIM, at, False)
+            used = calls(raw)
+            assert got == store.dequeue_jobs(b, 1, limit, CLAIM, at, False)
+            if used.get("hmget") == 1 and used.get("zrem") and used.get("ltrim"):
+                merged += 1  # one read of records for jobs of both
+            ids = [job.local_id for job in got]
+            failed = [AckItem(1, i, "", rng.choice([0, 1, 2])) for i in ids if rng.random() < 0.4]
+            succeeded = [AckItem(1, i) for i in ids if rng.random() < 0.5 and i not in {f.local_id for f in failed}]
+            for queue in (a, b):
+                store.ack_jobs(queue, succeeded, failed, at)
+            assert queue_state(raw, a) == queue_state(raw, b)
+    assert merged >= 30  # the merged path ran, not only its fall back to the general loop
+    # a list of single-job runs, whose page (limit + 8 entries) ends before the limit is met:
+    # what follows it in the list comes before the set's member, so the general loop claims
+    for queue in (a, b):
+        store.dequeue_jobs(queue, 1, 1000, CLAIM, now + 10, False)  # empty both
+        store.enqueue_jobs(queue, [NewJob(1, b"s", now + 50, 1)], now + 10)
+        for i in range(20):
+            store.enqueue_jobs(queue, [NewJob(1, b"l", now + 11 + i, 1)], now + 11 + i)
+    got = store.dequeue_jobs(a, 1, 10, CLAIM, now + 60, False)
+    assert [job.body for job in got] == [b"l"] * 10 and got == store.dequeue_jobs(b, 1, 10, CLAIM, now + 60, False)
+    assert queue_state(raw, a) == queue_state(raw, b)
 
 
 @pytest.mark.usefixtures("ready_lists_on")

@@ -170,19 +170,124 @@ local function claim_rows(ids, scores)
   return out, fields
 end
 
+-- The entries taken off the list's head (its first t, of which `markers` markers, the last of
+-- them `last_marker`) go, a marker staying in front of the next entry if that is an id.
+local function trim_taken(page, t, markers, last_marker)
+  local next_entry = page[t + 1]
+  if not next_entry then
+    next_entry = redis.call('LINDEX', ready_key, t)
+  end
+  ready_trim(ready_key, records_key, t, next_entry and not is_marker(next_entry) and last_marker, -markers)
+end
+
+-- The common claim when the list and the set both hold due jobs (a queue of ordered groups: a job
+-- that joins an idle group goes to the list, one moved up in its group to the set), merged by
+-- (score, id as a number) as the general loop merges them, but with no table per job: the set's
+-- first `limit` due members (`set_page`, with scores), the list's head (one LRANGE), the records
+-- of the jobs taken (claim_rows), then one ZREM, LTRIM (and LSET), HSET and ZADD. It gives up
+-- (nil) before writing anything where the general loop has more to do: the limit cuts through
+-- equal scores in the set (pick's reorder), ids of different lengths share a score there (text
+-- order is not the numbers' order: sort_entries' reorder), the list's page ends while the list may
+-- hold more, or an entry claim_rows refuses (a tombstone, a cancelled job's place, an evicted
+-- job, one with an expiry).
+local function claim_merged(set_page)
+  local set_n = #set_page / 2
+  if set_n > limit then
+    if set_page[2 * limit] == set_page[2 * limit + 2] then
+      return nil
+    end
+    set_n = limit
+  end
+  local set_scores, score_of = {}, {}
+  for i = 1, set_n do
+    local text = set_page[2 * i]
+    local s = score_of[text]
+    if not s then
+      s = tonumber(text)
+      score_of[text] = s
+    end
+    set_scores[i] = s
+    if i > 1 and text == set_page[2 * i - 2] and #set_page[2 * i - 1] < #set_page[2 * i - 3] then
+      return nil
+    end
+  end
+  local page = redis.call('LRANGE', ready_key, 0, limit + 7)
+  local full_page = #page == limit + 8
+  local ids, scores = {}, {}
+  local si, li, n = 1, 1, 0  -- the next set member, the next list entry, the jobs taken
+  local score, seen, seen_last, list_due = nil, 0, nil, true  -- the list's at li: score, markers passed
+  local t, markers, last_marker = 0, 0, nil  -- the list's entries taken: as trim_taken wants them
+  while n < limit do
+    local entry = list_due and page[li]
+    while entry and is_marker(entry) do
+      local s = marker_score(entry)
+      if s > now then
+        list_due, entry = false, nil
+      else
+        score, seen, seen_last, li = s, seen + 1, entry, li + 1
+        entry = page[li]
+      end
+    end
+    if list_due and not entry and full_page then
+      return nil  -- the list may hold more than this page
+    end
+    local from_list
+    if entry and si <= set_n then
+      local s = set_scores[si]
+      if score ~= s then
+        from_list = score < s
+      else
+        from_list = tonumber(entry) < tonumber(set_page[2 * si - 1])
+      end
+    elseif entry then
+      from_list = true
+    elseif si <= set_n then
+      from_list = false
+    else
+      break
+    end
+    n = n + 1
+    if from_list then
+      ids[n], scores[n] = entry, score
+      t, markers, last_marker, li = li, seen, seen_last, li + 1
+    else
+      ids[n], scores[n] = set_page[2 * si - 1], set_scores[si]
+      si = si + 1
+    end
+  end
+  local out, fields = claim_rows(ids, scores)
+  if not out then
+    return nil
+  end
+  if si > 1 then
+    local taken = {}
+    for i = 1, si - 1 do
+      taken[i] = set_page[2 * i - 1]
+    end
+    redis.call('ZREM', pending_key, unpack(taken))
+  end
+  if t > 0 then
+    trim_taken(page, t, markers, last_marker)
+  end
+  redis.call('HSET', records_key, unpack(fields))
+  zadd_all(in_progress_key, now, ids)
+  return out
+end
+
 -- The common claim from the ready list, as claim_common's from the set: the list's head read with
 -- one LRANGE (the jobs and the markers among them), the records with one HMGET, the claimed
 -- records with one HSET, the entries taken with one LTRIM (and one LSET, keeping a marker at the
--- head). It gives up (nil) before writing anything wherever the general loop has more to do: a
--- dry run, a group rate, eligible members in the set too (the two are merged), a page above
--- RECORD_CHUNK or beyond the one read, or an entry that is no job (a tombstone, an evicted one)
--- or has an expiry.
+-- head). Where the set holds due jobs too, claim_merged takes both. It gives up (nil) before
+-- writing anything wherever the general loop has more to do: a dry run, a group rate, a page
+-- above RECORD_CHUNK or beyond the one read, or an entry that is no job (a tombstone, an evicted
+-- one) or has an expiry.
 local function claim_listed()
   if limit > RECORD_CHUNK then
     return nil
   end
-  if redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'LIMIT', 0, 1)[1] then
-    return nil
+  local set_page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit + 1)
+  if set_page[1] then
+    return claim_merged(set_page)
   end
   local page = redis.call('LRANGE', ready_key, 0, limit + 7)
   local ids, scores, markers, last_marker, t = {}, {}, 0, nil, 0
@@ -214,12 +319,7 @@ local function claim_listed()
   if not out then
     return nil
   end
-  -- the entries taken go; a marker stays in front of the next entry if that is an id
-  local next_entry = page[t + 1]
-  if not next_entry then
-    next_entry = redis.call('LINDEX', ready_key, t)
-  end
-  ready_trim(ready_key, records_key, t, next_entry and not is_marker(next_entry) and last_marker, -markers)
+  trim_taken(page, t, markers, last_marker)
   redis.call('HSET', records_key, unpack(fields))
   zadd_all(in_progress_key, now, ids)
   return out
