@@ -588,6 +588,8 @@ def queue_state(raw: redis.Redis, queue: str) -> dict[str, Any]:
             value = zset(raw, key)
         elif kind == "hash":
             value = {text(k): v for k, v in raw.hgetall(key).items()}
+            if key == prefix + "j":
+                value.pop("c")  # the queue's creation time, in wall-clock ms
         else:
             value = raw.get(key)
         state[key.removeprefix(prefix)] = value
@@ -601,13 +603,16 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
     (claim_merged in dequeue_jobs.lua) with one HMGET; a queue with a group rate always takes
     the general loop, which for jobs of no group claims alike. Random histories of enqueues
     (due now: the list; earlier, later, or ids gaining a digit: the set), dequeues and failed
-    acks (retries: the set, often at a list's score) run on both queues side by side: every
-    dequeue answers alike and leaves every key alike."""
-    a, b = "a", "b"
-    store.create_queue(a, 1)
-    store.create_queue(b, 1)
-    store.set_queue_rules({b: QueueRules(group_jobs_per_second=1000.0)})
-    merged = 0
+    acks (retries: the set, often at a list's score), and dequeues before the last enqueue's now
+    (markers in the future), run on both queues side by side: every dequeue answers alike and
+    leaves every key alike. The same history with jobs in ordered groups runs on a third queue
+    (where a group rate would change what is claimed): each dequeue claims what a dry run (the
+    general loop) just before it shows."""
+    a, b, g = "a", "b", "g"
+    for queue in (a, b, g):
+        store.create_queue(queue, 1)
+    store.set_queue_rules({b: QueueRules(group_jobs_per_second=1000.0), g: QueueRules(group_concurrency=2)})
+    merged = {a: 0, g: 0}
     for seed in range(30):
         rng = random.Random(seed)
         now = T0 + 1_000 * seed
@@ -619,21 +624,29 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
                     for _ in range(rng.randint(1, 30))
                 ]
                 assert store.enqueue_jobs(a, jobs, now) == store.enqueue_jobs(b, jobs, now)
+                store.enqueue_keyed_jobs(g, [KeyedJob(job, None, group=f"g{rng.randint(0, 40)}") for job in jobs], now)
                 continue
-            limit, at = rng.randint(1, 40), now + rng.randint(0, 3)
+            limit, at = rng.randint(1, 40), now + rng.randint(-3, 3)
             raw.config_resetstat()
             got = store.dequeue_jobs(a, 1, limit, CLAIM, at, False)
             used = calls(raw)
             assert got == store.dequeue_jobs(b, 1, limit, CLAIM, at, False)
-            if used.get("hmget") == 1 and used.get("zrem") and used.get("ltrim"):
-                merged += 1  # one read of records for jobs of both
-            ids = [job.local_id for job in got]
-            failed = [AckItem(1, i, "", rng.choice([0, 1, 2])) for i in ids if rng.random() < 0.4]
-            succeeded = [AckItem(1, i) for i in ids if rng.random() < 0.5 and i not in {f.local_id for f in failed}]
-            for queue in (a, b):
-                store.ack_jobs(queue, succeeded, failed, at)
+            shown = [job.local_id for job in store.dequeue_jobs(g, 1, limit, CLAIM, at, True)]
+            raw.config_resetstat()
+            claimed = [job.local_id for job in store.dequeue_jobs(g, 1, limit, CLAIM, at, False)]
+            assert claimed == shown
+            for queue, calls_made in ((a, used), (g, calls(raw))):
+                if calls_made.get("hmget") == 1 and calls_made.get("zrem") and calls_made.get("lrange"):
+                    merged[queue] += 1  # both read, one read of records
+            for queues, ids in (((a, b), [job.local_id for job in got]), ((g,), claimed)):
+                failed = [AckItem(1, i, "", rng.choice([0, 1, 2])) for i in ids if rng.random() < 0.4]
+                done = {f.local_id for f in failed}
+                # a's and b's jobs may stay claimed; g's all end or retry, or their groups block
+                succeeded = [AckItem(1, i) for i in ids if i not in done and (g in queues or rng.random() < 0.5)]
+                for queue in queues:
+                    store.ack_jobs(queue, succeeded, failed, at)
             assert queue_state(raw, a) == queue_state(raw, b)
-    assert merged >= 30  # the merged path ran, not only its fall back to the general loop
+    assert min(merged.values()) >= 30  # the merged path ran, not only its fall back to the general loop
     # a list of single-job runs, whose page (limit + 8 entries) ends before the limit is met:
     # what follows it in the list comes before the set's member, so the general loop claims
     for queue in (a, b):
@@ -644,6 +657,13 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
     got = store.dequeue_jobs(a, 1, 10, CLAIM, now + 60, False)
     assert [job.body for job in got] == [b"l"] * 10 and got == store.dequeue_jobs(b, 1, 10, CLAIM, now + 60, False)
     assert queue_state(raw, a) == queue_state(raw, b)
+    # one score in both, ids of different lengths: the list's 9 before the set's 10, as numbers
+    c = "c"
+    store.create_queue(c, 1)
+    assert store.enqueue_jobs(c, [NewJob(1, b"l", T0, 1)] * 9, T0) == list(range(1, 10))  # the list
+    assert store.enqueue_jobs(c, [NewJob(1, b"s", T0, 1)], T0 + 1) == [10]  # the set: run after < now
+    assert [job.local_id for job in store.dequeue_jobs(c, 1, 8, CLAIM, T0 + 1, False)] == list(range(1, 9))
+    assert [job.local_id for job in store.dequeue_jobs(c, 1, 1, CLAIM, T0 + 1, False)] == [9]
 
 
 @pytest.mark.usefixtures("ready_lists_on")
