@@ -664,6 +664,21 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
     assert store.enqueue_jobs(c, [NewJob(1, b"s", T0, 1)], T0 + 1) == [10]  # the set: run after < now
     assert [job.local_id for job in store.dequeue_jobs(c, 1, 8, CLAIM, T0 + 1, False)] == list(range(1, 9))
     assert [job.local_id for job in store.dequeue_jobs(c, 1, 1, CLAIM, T0 + 1, False)] == [9]
+    # the limit cuts through the set's one score (ids from 6, "10" before "6" as text), after the
+    # list's jobs: a merge that stays below it reads records once, whatever ids that score holds;
+    # one that reaches it gives up to the general loop, which takes its numerically lowest ids
+    store.set_queue_rules({queue: QueueRules(group_jobs_per_second=1000.0) for queue in ("e", "h")})
+    for merges, general, in_set, limit in (("d", "e", 6, 3), ("f", "h", 12, 7)):
+        for queue in (merges, general):
+            store.create_queue(queue, 1)
+            store.enqueue_jobs(queue, [NewJob(1, b"l", T0, 1)] * 5, T0)  # the list: 1 to 5
+            store.enqueue_jobs(queue, [NewJob(1, b"s", T0 + 5, 1)] * in_set, T0 + 10)  # the set
+        raw.config_resetstat()
+        got = store.dequeue_jobs(merges, 1, limit, CLAIM, T0 + 10, False)
+        assert calls(raw)["hmget"] == (1 if limit < 5 else 2)
+        assert [job.local_id for job in got] == list(range(1, limit + 1))
+        assert got == store.dequeue_jobs(general, 1, limit, CLAIM, T0 + 10, False)
+        assert queue_state(raw, merges) == queue_state(raw, general)
 
 
 @pytest.mark.usefixtures("ready_lists_on")

@@ -185,18 +185,18 @@ end
 -- (score, id as a number) as the general loop merges them, but with no table per job: the set's
 -- first `limit` due members (`set_page`, with scores), the list's head (one LRANGE), the records
 -- of the jobs taken (claim_rows), then one ZREM, LTRIM (and LSET), HSET and ZADD. It gives up
--- (nil) before writing anything where the general loop has more to do: the limit cuts through
--- equal scores in the set (pick's reorder), ids of different lengths share a score there (text
--- order is not the numbers' order: sort_entries' reorder), the list's page ends while the list may
--- hold more, or an entry claim_rows refuses (a tombstone, a cancelled job's place, an evicted
--- job, one with an expiry).
+-- (nil) before writing anything where the general loop has more to do: the merge reaches the
+-- score the limit cuts through in the set (pick's reorder of its members), ids of different
+-- lengths share another score there (text order is not the numbers' order: sort_entries'
+-- reorder), the list's page ends while the list may hold more, or an entry claim_rows refuses (a
+-- tombstone, a cancelled job's place, an evicted job, one with an expiry).
 local function claim_merged(set_page)
-  local set_n = #set_page / 2
+  local set_n, cut = #set_page / 2, nil
   if set_n > limit then
-    if set_page[2 * limit] == set_page[2 * limit + 2] then
-      return nil
-    end
     set_n = limit
+    if set_page[2 * limit] == set_page[2 * limit + 2] then
+      cut = set_page[2 * limit]  -- pick() takes this score's members by id as a number: given up if reached
+    end
   end
   local set_scores, score_of = {}, {}
   for i = 1, set_n do
@@ -207,7 +207,7 @@ local function claim_merged(set_page)
       score_of[text] = s
     end
     set_scores[i] = s
-    if i > 1 and text == set_page[2 * i - 2] and #set_page[2 * i - 1] < #set_page[2 * i - 3] then
+    if i > 1 and text ~= cut and text == set_page[2 * i - 2] and #set_page[2 * i - 1] < #set_page[2 * i - 3] then
       return nil
     end
   end
@@ -250,6 +250,8 @@ local function claim_merged(set_page)
     if from_list then
       ids[n], scores[n] = entry, score
       t, markers, last_marker, li = li, seen, seen_last, li + 1
+    elseif set_page[2 * si] == cut then
+      return nil
     else
       ids[n], scores[n] = set_page[2 * si - 1], set_scores[si]
       si = si + 1
