@@ -679,6 +679,18 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
         assert [job.local_id for job in got] == list(range(1, limit + 1))
         assert got == store.dequeue_jobs(general, 1, limit, CLAIM, T0 + 10, False)
         assert queue_state(raw, merges) == queue_state(raw, general)
+    # a cut score that the list's next job shares: pick() takes that score's lowest ids as numbers
+    # (here the retried 2 before the list's 3), so the merge gives up there too
+    store.set_queue_rules({"k": QueueRules(group_jobs_per_second=1000.0)})
+    for queue in ("j", "k"):
+        store.create_queue(queue, 1)
+        store.enqueue_jobs(queue, [NewJob(1, b"l", T0, 2)] * 9, T0)  # the list: 1 to 9
+        store.enqueue_jobs(queue, [NewJob(1, b"s", T0, 2)] * 2, T0)  # 10 and 11 would gain a digit: the set
+        assert [job.local_id for job in store.dequeue_jobs(queue, 1, 2, CLAIM, T0, False)] == [1, 2]
+        store.ack_jobs(queue, [], [AckItem(1, 2, "", 0)], T0)  # retried at once: the set, as "2"
+    got = store.dequeue_jobs("j", 1, 2, CLAIM, T0, False)
+    assert [job.local_id for job in got] == [2, 3] and got == store.dequeue_jobs("k", 1, 2, CLAIM, T0, False)
+    assert queue_state(raw, "j") == queue_state(raw, "k")
 
 
 @pytest.mark.usefixtures("ready_lists_on")

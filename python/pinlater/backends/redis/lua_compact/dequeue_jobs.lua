@@ -186,7 +186,8 @@ end
 -- first `limit` due members (`set_page`, with scores), the list's head (one LRANGE), the records
 -- of the jobs taken (claim_rows), then one ZREM, LTRIM (and LSET), HSET and ZADD. It gives up
 -- (nil) before writing anything where the general loop has more to do: the merge reaches the
--- score the limit cuts through in the set (pick's reorder of its members), ids of different
+-- score the limit cuts through in the set, from the set or at a tie with the list's next job
+-- (pick's reorder of that score's members, by id as a number), ids of different
 -- lengths share another score there (text order is not the numbers' order: sort_entries'
 -- reorder), the list's page ends while the list may hold more, or an entry claim_rows refuses (a
 -- tombstone, a cancelled job's place, an evicted job, one with an expiry).
@@ -236,6 +237,8 @@ local function claim_merged(set_page)
       local s = set_scores[si]
       if score ~= s then
         from_list = score < s
+      elseif set_page[2 * si] == cut then
+        return nil  -- pick() orders this score's members by id as a number, from beyond the page too
       else
         from_list = tonumber(entry) < tonumber(set_page[2 * si - 1])
       end
