@@ -665,8 +665,8 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
     assert [job.local_id for job in store.dequeue_jobs(c, 1, 8, CLAIM, T0 + 1, False)] == list(range(1, 9))
     assert [job.local_id for job in store.dequeue_jobs(c, 1, 1, CLAIM, T0 + 1, False)] == [9]
     # the limit cuts through the set's one score (ids from 6, "10" before "6" as text), after the
-    # list's jobs: a merge that stays below it reads records once, whatever ids that score holds;
-    # one that reaches it gives up to the general loop, which takes its numerically lowest ids
+    # list's jobs: the merge takes that score's numerically lowest ids, as the general loop's
+    # pick() does, and reads records once, whether it stays below that score or reaches it
     store.set_queue_rules({queue: QueueRules(group_jobs_per_second=1000.0) for queue in ("e", "h")})
     for merges, general, in_set, limit in (("d", "e", 6, 3), ("f", "h", 12, 7)):
         for queue in (merges, general):
@@ -675,12 +675,12 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
             store.enqueue_jobs(queue, [NewJob(1, b"s", T0 + 5, 1)] * in_set, T0 + 10)  # the set
         raw.config_resetstat()
         got = store.dequeue_jobs(merges, 1, limit, CLAIM, T0 + 10, False)
-        assert calls(raw)["hmget"] == (1 if limit < 5 else 2)
+        assert calls(raw)["hmget"] == 1
         assert [job.local_id for job in got] == list(range(1, limit + 1))
         assert got == store.dequeue_jobs(general, 1, limit, CLAIM, T0 + 10, False)
         assert queue_state(raw, merges) == queue_state(raw, general)
-    # a cut score that the list's next job shares: pick() takes that score's lowest ids as numbers
-    # (here the retried 2 before the list's 3), so the merge gives up there too
+    # a cut score that the list's next job shares: that score's lowest ids as numbers first (here
+    # the retried 2, in the set after "10" and "11" as text, before the list's 3)
     store.set_queue_rules({"k": QueueRules(group_jobs_per_second=1000.0)})
     for queue in ("j", "k"):
         store.create_queue(queue, 1)
@@ -688,9 +688,30 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
         store.enqueue_jobs(queue, [NewJob(1, b"s", T0, 2)] * 2, T0)  # 10 and 11 would gain a digit: the set
         assert [job.local_id for job in store.dequeue_jobs(queue, 1, 2, CLAIM, T0, False)] == [1, 2]
         store.ack_jobs(queue, [], [AckItem(1, 2, "", 0)], T0)  # retried at once: the set, as "2"
+    raw.config_resetstat()
     got = store.dequeue_jobs("j", 1, 2, CLAIM, T0, False)
+    assert calls(raw)["hmget"] == 1
     assert [job.local_id for job in got] == [2, 3] and got == store.dequeue_jobs("k", 1, 2, CLAIM, T0, False)
     assert queue_state(raw, "j") == queue_state(raw, "k")
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.redis
+def test_a_merge_into_a_huge_group_of_equal_run_afters_keeps_redis_order(
+    store: RedisStore, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_TIES_REORDERED members of one score, the general loop takes them in Redis' order
+    (as text), and so does a dequeue that merges them with the ready list."""
+    monkeypatch.setattr(store_module, "MAX_TIES_REORDERED", 5)
+    store.set_queue_rules({"n": QueueRules(group_jobs_per_second=1000.0)})  # the general loop
+    for queue in ("m", "n"):
+        store.create_queue(queue, 1)
+        assert store.enqueue_jobs(queue, [NewJob(1, b"l", T0, 1)] * 3, T0) == [1, 2, 3]  # the list
+        store.enqueue_jobs(queue, [NewJob(1, b"s", T0, 1)] * 12, T0 + 1)  # the set: 4 to 15, at T0
+    got = store.dequeue_jobs("m", 1, 5, CLAIM, T0 + 1, False)
+    assert [job.local_id for job in got] == [1, 2, 3, 10, 11]
+    assert got == store.dequeue_jobs("n", 1, 5, CLAIM, T0 + 1, False)
+    assert queue_state(raw, "m") == queue_state(raw, "n")
 
 
 @pytest.mark.usefixtures("ready_lists_on")

@@ -184,19 +184,33 @@ end
 -- that joins an idle group goes to the list, one moved up in its group to the set), merged by
 -- (score, id as a number) as the general loop merges them, but with no table per job: the set's
 -- first `limit` due members (`set_page`, with scores), the list's head (one LRANGE), the records
--- of the jobs taken (claim_rows), then one ZREM, LTRIM (and LSET), HSET and ZADD. It gives up
--- (nil) before writing anything where the general loop has more to do: the merge reaches the
--- score the limit cuts through in the set, from the set or at a tie with the list's next job
--- (pick's reorder of that score's members, by id as a number), ids of different
--- lengths share another score there (text order is not the numbers' order: sort_entries'
--- reorder), the list's page ends while the list may hold more, or an entry claim_rows refuses (a
--- tombstone, a cancelled job's place, an evicted job, one with an expiry).
+-- of the jobs taken (claim_rows), then one ZREM, LTRIM (and LSET), HSET and ZADD. Where the
+-- limit cuts through one score of the set, the page takes that score's lowest ids as numbers, as
+-- pick() does. It gives up (nil) before writing anything where the general loop has more to do:
+-- such a score holds more than ARGV[7] members, ids of different lengths share another score in
+-- the page (text order is not the numbers' order: sort_entries' reorder), the list's page ends
+-- while the list may hold more, or an entry claim_rows refuses (a tombstone, a cancelled job's
+-- place, an evicted job, one with an expiry).
 local function claim_merged(set_page)
-  local set_n, cut = #set_page / 2, nil
+  local set_n = #set_page / 2
   if set_n > limit then
     set_n = limit
-    if set_page[2 * limit] == set_page[2 * limit + 2] then
-      cut = set_page[2 * limit]  -- pick() takes this score's members by id as a number: given up if reached
+    local last = set_page[2 * limit]
+    if last == set_page[2 * limit + 2] then
+      -- the limit cuts through this score: the page takes its lowest ids as numbers, as pick()
+      -- does (one ZCOUNT, one read of them all; more than ARGV[7]: the general loop's order)
+      if redis.call('ZCOUNT', pending_key, last, last) > max_ties then
+        return nil
+      end
+      local ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
+      sort_ids(ties)
+      local first = limit  -- the page's first member of that score
+      while first > 1 and set_page[2 * first - 2] == last do
+        first = first - 1
+      end
+      for i = first, limit do
+        set_page[2 * i - 1] = ties[i - first + 1]
+      end
     end
   end
   local set_scores, score_of = {}, {}
@@ -208,7 +222,7 @@ local function claim_merged(set_page)
       score_of[text] = s
     end
     set_scores[i] = s
-    if i > 1 and text ~= cut and text == set_page[2 * i - 2] and #set_page[2 * i - 1] < #set_page[2 * i - 3] then
+    if i > 1 and text == set_page[2 * i - 2] and #set_page[2 * i - 1] < #set_page[2 * i - 3] then
       return nil
     end
   end
@@ -237,8 +251,6 @@ local function claim_merged(set_page)
       local s = set_scores[si]
       if score ~= s then
         from_list = score < s
-      elseif set_page[2 * si] == cut then
-        return nil  -- pick() orders this score's members by id as a number, from beyond the page too
       else
         from_list = tonumber(entry) < tonumber(set_page[2 * si - 1])
       end
@@ -253,8 +265,6 @@ local function claim_merged(set_page)
     if from_list then
       ids[n], scores[n] = entry, score
       t, markers, last_marker, li = li, seen, seen_last, li + 1
-    elseif set_page[2 * si] == cut then
-      return nil
     else
       ids[n], scores[n] = set_page[2 * si - 1], set_scores[si]
       si = si + 1
