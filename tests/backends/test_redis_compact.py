@@ -603,28 +603,47 @@ def test_a_dequeue_from_the_list_and_the_set_claims_as_the_general_loop(store: R
     (claim_merged in dequeue_jobs.lua) with one HMGET; a queue with a group rate always takes
     the general loop, which for jobs of no group claims alike. Random histories of enqueues
     (due now: the list; earlier, later, or ids gaining a digit: the set), dequeues and failed
-    acks (retries: the set, often at a list's score), and dequeues before the last enqueue's now
-    (markers in the future), run on both queues side by side: every dequeue answers alike and
-    leaves every key alike. The same history with jobs in ordered groups runs on a third queue
-    (where a group rate would change what is claimed): each dequeue claims what a dry run (the
-    general loop) just before it shows."""
+    acks (retries: the set, often at a list's score), dequeues before the last enqueue's now
+    (markers in the future), jobs with an expiry, cancels (a place left in the list) and
+    evicted records (which the merge leaves to the general loop) run on both queues side by
+    side: every dequeue answers alike and leaves every key alike. The same history with jobs in
+    ordered groups runs on a third queue (where a group rate would change what is claimed): each
+    dequeue claims what a dry run (the general loop) just before it shows."""
     a, b, g = "a", "b", "g"
     for queue in (a, b, g):
         store.create_queue(queue, 1)
     store.set_queue_rules({b: QueueRules(group_jobs_per_second=1000.0), g: QueueRules(group_concurrency=2)})
     merged = {a: 0, g: 0}
+    last_id = 0
     for seed in range(30):
         rng = random.Random(seed)
         now = T0 + 1_000 * seed
         for _ in range(24):
             now += rng.randint(0, 2)
-            if rng.random() < 0.45:
+            op = rng.random()
+            if op < 0.45:
                 jobs = [
                     NewJob(1, b"%d" % rng.randint(0, 9), rng.choice([now, now, now - rng.randint(0, 4), now + 2]), 2)
                     for _ in range(rng.randint(1, 30))
                 ]
-                assert store.enqueue_jobs(a, jobs, now) == store.enqueue_jobs(b, jobs, now)
+                if rng.random() < 0.2:  # with an expiry (never in the list; a dequeue past it expires them)
+                    keyed = [KeyedJob(job, None, expire_at_ms=now + rng.randint(-2, 4)) for job in jobs]
+                    placed = store.enqueue_keyed_jobs(a, keyed, now)
+                    assert placed == store.enqueue_keyed_jobs(b, keyed, now)
+                    last_id = max(last_id, *(place.local_id for place in placed))
+                else:
+                    ids = store.enqueue_jobs(a, jobs, now)
+                    assert ids == store.enqueue_jobs(b, jobs, now)
+                    last_id = max(last_id, *ids)
                 store.enqueue_keyed_jobs(g, [KeyedJob(job, None, group=f"g{rng.randint(0, 40)}") for job in jobs], now)
+                continue
+            if op < 0.55 and last_id:  # a cancel: in the list, a cancelled job's place stays behind
+                victim = rng.randint(1, last_id)
+                assert store.cancel_jobs(a, [(1, victim)], now) == store.cancel_jobs(b, [(1, victim)], now)
+                continue
+            if op < 0.6 and last_id:  # a record evicted: the merge leaves it to the general loop
+                field = str(rng.randint(1, last_id))
+                assert raw.hdel(f"plc:{{1:{a}}}:j", field) == raw.hdel(f"plc:{{1:{b}}}:j", field)
                 continue
             limit, at = rng.randint(1, 40), now + rng.randint(-3, 3)
             raw.config_resetstat()
