@@ -78,6 +78,17 @@ if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 
+-- Every PENDING member scored `last` (a score as Redis answers it), in id order as numbers; nil
+-- if there are more than ARGV[7] (the tie fix described above: then Redis' order stands).
+local function ties_by_id(last)
+  if redis.call('ZCOUNT', pending_key, last, last) > max_ties then
+    return nil
+  end
+  local ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
+  sort_ids(ties)
+  return ties
+end
+
 -- The first `want` eligible members as {id, score} pairs, with the tie fix described above. One
 -- member more than needed is read to see whether the limit cuts through equal scores at all.
 local function pick(want)
@@ -93,11 +104,8 @@ local function pick(want)
   if not cut then
     return picked
   end
-  local ties
-  if redis.call('ZCOUNT', pending_key, last, last) <= max_ties then
-    ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
-    sort_ids(ties)
-  else
+  local ties = ties_by_id(last)
+  if not ties then
     ties = {}
     for i = 1, 2 * want, 2 do
       if page[i + 1] == last then
@@ -198,12 +206,11 @@ local function claim_merged(set_page)
     local last = set_page[2 * limit]
     if last == set_page[2 * limit + 2] then
       -- the limit cuts through this score: the page takes its lowest ids as numbers, as pick()
-      -- does (one ZCOUNT, one read of them all; more than ARGV[7]: the general loop's order)
-      if redis.call('ZCOUNT', pending_key, last, last) > max_ties then
+      -- does (more than ARGV[7]: the general loop's order)
+      local ties = ties_by_id(last)
+      if not ties then
         return nil
       end
-      local ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
-      sort_ids(ties)
       local first = limit  -- the page's first member of that score
       while first > 1 and set_page[2 * first - 2] == last do
         first = first - 1
