@@ -616,6 +616,7 @@ class SqliteShard:
         statements: dict[str, str],
         gate: WriteGate,
         settle: _Settle,
+        profile_path: str | None = None,
     ) -> SqliteShard:
         """Open ``path`` (WAL, ``synchronous``, busy timeout) and start the writer thread (with
         ``FULL``, also a thread that syncs the WAL after each commit, before its answers go out).
@@ -628,7 +629,10 @@ class SqliteShard:
         ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
         ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
         ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one
-        ``VALUES`` row each, repeated into multi-row statements.
+        ``VALUES`` row each, repeated into multi-row statements. With ``profile_path``, the writer
+        times each statement it runs (SQLite's profile events) and, as it ends, writes every
+        statement timed in the process there: a JSON array of ``{"sql", "runs", "ns"}``
+        (``native_hot.STATEMENT_TIMES_ENV``).
 
         Raises:
             OSError: the file cannot be opened as a WAL database.

@@ -178,6 +178,9 @@ pub struct ShardOptions {
     /// A live reservation's claim descriptor starts with this (the dequeue broker).
     pub reserved_prefix: String,
     pub statements: Statements,
+    /// Where to write the statements' timings when the writer ends (`write_statement_times`);
+    /// `None`: its statements are not timed.
+    pub profile_path: Option<PathBuf>,
 }
 
 /// A request's jobs to enqueue, borrowed from wherever they live (a Python batch, a test's vec).
@@ -358,6 +361,12 @@ impl<T: Send + 'static> SqliteShard<T> {
         let conn = open_connection(&options, sync.is_some()).map_err(|e| {
             ShardError::Connection(format!("cannot open {}: {e}", options.path.display()))
         })?;
+        if options.profile_path.is_some() {
+            conn.trace_v2(
+                rusqlite::trace::TraceEventCodes::SQLITE_TRACE_PROFILE,
+                Some(record_statement_time),
+            );
+        }
         let syncs = Arc::new(AtomicU64::new(0));
         let broken = Arc::new(OnceLock::new());
         let (deliver, syncer) = match sync {
@@ -1002,6 +1011,9 @@ impl<T: Send> Writer<T> {
         // Requests queued after Close cannot exist (close takes the sender first); the
         // connection closes as the writer drops. The checkpointer's closes after it, and
         // checkpoints the WAL if it is the last one.
+        if let Some(path) = &self.options.profile_path {
+            write_statement_times(path);
+        }
     }
 
     /// Runs requests from the front of `batch` as one transaction and answers them: all of
@@ -2254,6 +2266,58 @@ fn json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// The statements timed by the writers that time theirs (`ShardOptions::profile_path`), by
+/// text, over the whole process: how often each ran and its nanoseconds in all, as `SQLite`'s
+/// profile events measure them (from its first step to its reset). A bench's instrument
+/// (`benches/sqlite_statement_time.py`), not the server's: a writer that times its statements
+/// takes this lock once per statement.
+static STATEMENT_TIMES: Mutex<Option<HashMap<String, (u64, u64)>>> = Mutex::new(None);
+
+fn record_statement_time(event: rusqlite::trace::TraceEvent<'_>) {
+    let rusqlite::trace::TraceEvent::Profile(stmt, took) = event else {
+        return;
+    };
+    let sql = stmt.sql();
+    let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+    let mut times = STATEMENT_TIMES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let times = times.get_or_insert_with(HashMap::new);
+    if let Some((runs, total)) = times.get_mut(sql.as_ref()) {
+        *runs += 1;
+        *total = total.saturating_add(ns);
+    } else {
+        times.insert(sql.into_owned(), (1, ns));
+    }
+}
+
+/// Writes every statement timed so far in this process to `path`, as a JSON array of
+/// `{"sql": text, "runs": n, "ns": total}` (each writer that ends writes them all, so the last
+/// one's file holds every shard's). A failed write is reported on stderr and changes nothing else.
+fn write_statement_times(path: &std::path::Path) {
+    let mut out = String::from("[");
+    {
+        let times = STATEMENT_TIMES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (sql, (runs, ns)) in times.iter().flatten() {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            out.push_str("\n{\"sql\": ");
+            json_string(&mut out, sql);
+            let _ = write!(out, ", \"runs\": {runs}, \"ns\": {ns}}}");
+        }
+    }
+    out.push_str("\n]\n");
+    if let Err(e) = std::fs::write(path, out) {
+        eprintln!(
+            "pinlater: cannot write the statement times to {}: {e}",
+            path.display()
+        );
+    }
+}
+
 /// The version of the `SQLite` library linked (the system one: see the module docs).
 #[must_use]
 pub fn sqlite_version() -> &'static str {
@@ -2407,6 +2471,7 @@ mod tests {
                 expire_jobs: sql("expire_jobs"),
                 group_jobs_unwait: sql("group_jobs_unwait"),
             },
+            profile_path: None,
         }
     }
 

@@ -182,6 +182,20 @@ def test_dedup_keys_compares_keyed_grouped_and_plain_on_the_embedded_store() -> 
     assert "keyed/plain jobs/min" in out and "grouped/plain jobs/min" in out and "issue 17: at least 0.70" in out
 
 
+def test_sqlite_statement_time_names_each_statement_the_writer_ran() -> None:
+    """The server's writer times its statements when ``PINLATER_SQLITE_PROFILE`` names a file
+    and writes them as it stops: the plain lifecycle's statements show in both variants, the
+    groups' and keys' in the grouped one only."""
+    out = run("sqlite_statement_time.py", "--variants", "plain,grouped", "--seconds", "1", "--warmup", "0.5")
+    rows = {line[:62].strip(): line[62:].split() for line in out.splitlines()[2:]}
+    for statement in ("enqueue_jobs", "dequeue_rows", "COMMIT"):
+        assert float(rows[statement][0]) > 0, out
+    for statement in ("dedup_records", "groups_put", "group_jobs_record"):
+        plain, grouped = map(float, rows[statement])
+        assert plain == 0 and grouped > 0, out
+    assert float(rows["all statements"][1]) > float(rows["all statements"][0]), out
+
+
 @pytest.mark.redis
 def test_dedup_keys_runs_keyed_jobs_over_two_redis_shards() -> None:
     """``--shards 2``: two shard entries on the one Redis, so keyed requests are split over

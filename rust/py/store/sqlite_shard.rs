@@ -251,7 +251,7 @@ impl SqliteShard {
     /// Opens `path` (WAL, `synchronous`, busy timeout) and starts the writer thread.
     /// `statements` maps each `.sql` file's name to its text (see `Statements`).
     #[new]
-    #[pyo3(signature = (path, synchronous, busy_timeout_ms, group_max_ops, custom_status_limit, reserved_prefix, statements, gate, settle))]
+    #[pyo3(signature = (path, synchronous, busy_timeout_ms, group_max_ops, custom_status_limit, reserved_prefix, statements, gate, settle, profile_path=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -264,6 +264,7 @@ impl SqliteShard {
         statements: std::collections::HashMap<String, String>,
         gate: &WriteGate,
         settle: Py<PyAny>,
+        profile_path: Option<PathBuf>,
     ) -> PyResult<Self> {
         guarded("SqliteShard", || {
             let get = |name: &str| {
@@ -309,6 +310,7 @@ impl SqliteShard {
                     expire_jobs: get("expire_jobs")?,
                     group_jobs_unwait: get("group_jobs_unwait")?,
                 },
+                profile_path,
             };
             let gate = Arc::clone(&gate.inner);
             let (done, groups) = channel();

@@ -16,6 +16,7 @@ connection; the two writers take turns through the store's ``WriteGate``.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,11 @@ STATEMENTS = (
 )
 """The ``sql/*.sql`` files the Rust writer runs."""
 
+STATEMENT_TIMES_ENV = "PINLATER_SQLITE_PROFILE"
+"""When set to a path in the server's environment, each shard's writer times its statements and
+writes them all there as it ends (``benches/sqlite_statement_time.py`` reads them): a bench's
+instrument, which costs the writer a lock per statement."""
+
 _QUEUE_NOT_FOUND = 1  # the error kinds of rust/py/store/sqlite_shard.rs
 _CONNECTION = 2
 
@@ -112,6 +118,7 @@ def open_native_shard(store: EmbeddedStore, synchronous: str, busy_timeout_ms: i
             {statement: sql.load(statement) for statement in STATEMENTS},
             store.write_gate,
             settle,
+            os.environ.get(STATEMENT_TIMES_ENV) or None,
         )
     except OSError as exc:
         raise ShardConnectionError(name, str(exc)) from exc
