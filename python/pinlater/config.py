@@ -82,8 +82,8 @@ class Settings:
     redis_memory_high_water_fraction: float = 0.8
     # REDIS_MEMORY_PROBE_INTERVAL_SECONDS: how often each shard's memory is read (one INFO each).
     redis_memory_probe_interval_seconds: float = 1.0
-    # BODY_FILTER_TIME_BUDGET_SECONDS: how long one store call (a shard and priority) may spend on a
-    # bodyRegexToMatch filter (count, scan, delete) on the embedded and Redis stores; past it the
+    # BODY_FILTER_TIME_BUDGET_SECONDS: how long one request may spend on a bodyRegexToMatch filter
+    # (count, scan, delete; over all its shards and priorities) on the embedded and Redis stores; past it the
     # request fails with an error naming this key instead of returning a partial answer.
     body_filter_time_budget_seconds: float = 10.0
     # SERVER_PROCESSES (or --processes): server processes sharing the Thrift port (SO_REUSEPORT;

@@ -682,8 +682,9 @@ class HotPath(Protocol):
         (``ShardedBackend.enqueue_keyed_batch``): its keyed jobs as ``enqueue_keyed_jobs``
         places them, its jobs without a key as ``enqueue_jobs``, and a dedup key repeated in it
         answered with its first job's place, deduplicated. The embedded store hands it whole to
-        its Rust writer (one transaction, no Python value per job); the others split it in
-        Python (``place_keyed_batch``)."""
+        its Rust writer (one transaction, no Python value per job), Redis to one script call
+        packed in Rust (``redis_enqueue_keyed_command``); MySQL splits it in Python
+        (``place_keyed_batch``)."""
         ...
 
     async def dequeue_jobs(
