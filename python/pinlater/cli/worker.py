@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, default=9010, help="server Thrift port (default 9010)")
     p.add_argument("--servers", help="several servers: host:port,host:port (instead of --host/--port)")
     p.add_argument("--server-set", metavar="FILE", help="a ServerSet file, host:port per line, watched")
-    p.add_argument("--source", help="RequestContext source (default {program}:{hostname})")
+    p.add_argument("--source", help="RequestContext source (default {program}:{hostname}[{pid}])")
     p.add_argument("--concurrency", type=_positive_int, default=8, help="jobs running at once per queue (default 8)")
     p.add_argument(
         "--prefetch",
