@@ -16,6 +16,9 @@ Redis waits as long). It prints how long the request took and the longest wait o
   ``retry``: one ``retryFailedJobs`` with that limit (the jobs failed before: dequeued and acked
   as failures with no attempt left, 1,000 a request).
 
+``--shards N`` gives each store N shards (``cost_per_job.py``'s): a keyed request is then split
+over them by its keys (``KeyedJobBatch.split``, on the event loop) before its parts go out.
+
 With ``--against COMMIT`` (as ``cost_per_job.py`` builds it) each is also run on that commit,
 in turn with this tree's: before ``STORE_CALL_JOBS`` a Redis script of 200,000 jobs held every
 client of its Redis for one to two seconds.
@@ -36,7 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from _common import thrift_client
-from cost_per_job import DEFAULT_CACHE_DIR, Build, Server, _split, commit_build, current_build, running_store
+from cost_per_job import (
+    DEFAULT_CACHE_DIR,
+    Build,
+    Server,
+    _split,
+    add_shards,
+    commit_build,
+    current_build,
+    running_store,
+)
 
 BACKENDS = ("embedded", "redis", "redis-compact", "mysql")
 OPS = ("enqueue", "keyed", "dequeue", "ack", "lookup", "checkpoint", "delete", "retry")
@@ -111,7 +123,9 @@ def the_request(client: Any, idl: Any, ctx: Any, op: str, n: int, descriptors: l
         client.checkpointJobs(ctx, idl.PinLaterCheckpointJobsRequest(queueName="big", requests=items))
 
 
-def measure(build: Build, backend: str, op: str, n: int, tmp: Path) -> tuple[float, list[float], list[float]]:
+def measure(
+    build: Build, backend: str, op: str, n: int, tmp: Path, shards: int = 1
+) -> tuple[float, list[float], list[float]]:
     """(the request's seconds, the server probe's waits, the store probe's waits)."""
     import redis
 
@@ -119,7 +133,7 @@ def measure(build: Build, backend: str, op: str, n: int, tmp: Path) -> tuple[flo
 
     directory = tmp / f"{backend}-{op}-{build.label}"
     directory.mkdir()
-    with running_store(backend, directory) as store:
+    with running_store(backend, directory, shards=shards) as store:
         server = Server(build, directory, store.server_args, store.properties)
         try:
             ctx = idl.RequestContext(source="bench-big-request")
@@ -145,6 +159,9 @@ def measure(build: Build, backend: str, op: str, n: int, tmp: Path) -> tuple[flo
             side.close()
         finally:
             server.stop()
+        files = sorted((directory / "data").glob("*.sqlite3")) if backend == "embedded" else []
+        if backend == "embedded" and len(files) != shards:
+            raise SystemExit(f"embedded: {len(files)} shard files, not {shards}: {[f.name for f in files]}")
     return took, waits[0], waits[1] if len(waits) > 1 else []
 
 
@@ -159,17 +176,21 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs of the one request (default 100,000)")
     parser.add_argument("--against", action="append", default=[], metavar="COMMIT", help="also run this commit")
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="where --against builds are kept")
+    add_shards(parser)
     args = parser.parse_args()
     backends = _split([args.backends], BACKENDS)
     ops = _split([args.ops], OPS)
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
-    print(f"one request of {args.jobs} jobs while others wait; probe waits in ms (each every 5 ms)")
+    print(
+        f"one request of {args.jobs} jobs while others wait, {args.shards} shard(s) per store; "
+        "probe waits in ms (each every 5 ms)"
+    )
     print(f"{'backend':13} {'op':10} {'build':8} {'took s':>7} {'server max':>10} {'median':>7} {'store max':>9}")
     with tempfile.TemporaryDirectory(prefix="pinlater-big-") as tmp:
         for backend in backends:
             for op in ops:
                 for build in builds:
-                    took, server, store = measure(build, backend, op, args.jobs, Path(tmp))
+                    took, server, store = measure(build, backend, op, args.jobs, Path(tmp), args.shards)
                     print(
                         f"{backend:13} {op:10} {build.label:8} {took:7.2f} {_ms(server, max):>10} "
                         f"{_ms(server, statistics.median):>7} {_ms(store, max):>9}",

@@ -217,6 +217,15 @@ def test_big_request_stall_probes_a_request_of_each_kind() -> None:
     assert all(float(row[3]) >= 0 and float(row[4]) > 0 for row in rows), "a request timed, and a probe's wait"
 
 
+def test_big_request_stall_spreads_a_keyed_request_over_shards() -> None:
+    """``--shards 2``: two shard files (the script checks it made them), so the keyed request is
+    split over them (``KeyedJobBatch.split``)."""
+    out = run("big_request_stall.py", "--backends", "embedded", "--ops", "keyed", "--jobs", "1500", "--shards", "2")
+    assert "2 shard(s) per store" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("embedded ")]
+    assert [row[1] for row in rows] == ["keyed"] and float(rows[0][4]) > 0, out
+
+
 def _cost_per_job() -> Any:
     sys.path.insert(0, str(BENCHES))
     try:
