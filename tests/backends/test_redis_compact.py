@@ -170,6 +170,36 @@ def test_a_record_stores_updated_at_after_created_at_and_fits_128_bytes(store: R
 
 
 @pytest.mark.redis
+def test_a_claim_of_several_jobs_makes_the_in_progress_set_a_skiplist(store: RedisStore, raw: redis.Redis) -> None:
+    """A claim of SKIPLIST_FROM (8) jobs or more makes the IN_PROGRESS set a skiplist if it is not
+    one (lib/sets.lua, zadd_claimed), new or a listpack, through the dequeue and through the
+    broker's claim alike, so acks look its members up by hash, not by a scan of a listpack; a
+    smaller claim leaves it as it is. The member that converts it never stays: the set holds the
+    claimed jobs only."""
+    in_progress = K + "p1:s1"
+    few = store.enqueue_jobs(Q, [NewJob(1, b"f", T0, 2)] * 7, T0)
+    store.dequeue_jobs(Q, 1, 7, CLAIM, T0 + 1, False)
+    assert raw.object("encoding", in_progress) == b"listpack"
+    assert zset(raw, in_progress) == dict.fromkeys(map(str, few), T0 + 1)
+
+    more = store.enqueue_jobs(Q, [NewJob(1, b"m", T0, 2)] * 8, T0)
+    store.dequeue_jobs(Q, 1, 8, CLAIM, T0 + 3, False)
+    assert raw.object("encoding", in_progress) == b"skiplist"
+    assert zset(raw, in_progress) == {**dict.fromkeys(map(str, few), T0 + 1), **dict.fromkeys(map(str, more), T0 + 3)}
+    store.ack_jobs(Q, [AckItem(1, i) for i in few + more[:7]], [], T0 + 4)
+    assert raw.object("encoding", in_progress) == b"skiplist"  # Redis keeps it one while it lives
+    assert zset(raw, in_progress) == {str(more[7]): T0 + 3}
+    store.ack_jobs(Q, [AckItem(1, more[7])], [], T0 + 4)
+    assert not raw.exists(in_progress)
+
+    held = store.enqueue_jobs(Q, [NewJob(1, b"h", T0, 2)] * 9, T0)
+    store.reserve_jobs(Q, 1, 9, RES, T0 + 5, 20_000)
+    assert store.claim_reserved(Q, [(1, i, CLAIM) for i in held], RES, T0 + 6) == [(1, i) for i in held]
+    assert raw.object("encoding", in_progress) == b"skiplist"
+    assert zset(raw, in_progress) == dict.fromkeys(map(str, held), T0 + 6)
+
+
+@pytest.mark.redis
 def test_layout_of_the_brokers_holds(store: RedisStore, raw: redis.Redis) -> None:
     a, b = store.enqueue_jobs(Q, [NewJob(1, b"a", T0 - 10, 2), NewJob(1, b"b", T0 - 5, 2)], T0 - 20)
     before = record(raw, a)

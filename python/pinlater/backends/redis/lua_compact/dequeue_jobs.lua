@@ -292,7 +292,7 @@ local function claim_merged(set_page)
     trim_taken(page, t, markers, last_marker)
   end
   redis.call('HSET', records_key, unpack(fields))
-  zadd_all(in_progress_key, now, ids)
+  zadd_claimed(in_progress_key, now, ids)
   return out
 end
 
@@ -343,7 +343,7 @@ local function claim_listed()
   end
   trim_taken(page, t, markers, last_marker)
   redis.call('HSET', records_key, unpack(fields))
-  zadd_all(in_progress_key, now, ids)
+  zadd_claimed(in_progress_key, now, ids)
   return out
 end
 
@@ -376,7 +376,7 @@ local function claim_common()
   end
   redis.call('ZREM', pending_key, unpack(ids))
   redis.call('HSET', records_key, unpack(fields))
-  zadd_all(in_progress_key, now, ids)
+  zadd_claimed(in_progress_key, now, ids)
   return out
 end
 
@@ -496,7 +496,7 @@ if not dry_run then
   zrem_all(pending_key, taken)
   reader.finish()
   write_records(records_key, claimed, jobs_of)
-  zadd_all(in_progress_key, now, claimed)
+  zadd_claimed(in_progress_key, now, claimed)
 end
 out[1] = evicted
 return out

@@ -58,6 +58,30 @@ local function zadd_all(key, score, members)
   end
 end
 
+-- A set of jobs in progress is a skiplist from its first claim of several jobs, never a listpack:
+-- Redis keeps a sorted set of up to zset-max-listpack-entries (128) short members as a listpack,
+-- where each ZMSCORE and ZREM of a member scans the list and parses its scores, so a queue with
+-- fewer than 128 jobs in progress paid about a quarter of Redis' instructions per job at its
+-- acks. Such a claim into a set that is not a skiplist yet (none, or a listpack: OBJECT
+-- ENCODING) adds a member longer than zset-max-listpack-value (64 by default), which makes it
+-- one, with its jobs, and removes it in the same call: Redis never turns a skiplist back into a
+-- listpack while the key lives, and no reader ever sees that member. A claim of fewer than
+-- SKIPLIST_FROM jobs leaves the set as it is (a handful of members costs little to scan, and the
+-- two extra commands would cost more); one of more than LISTPACK_ENTRIES converts it by itself.
+local SKIPLIST_PIN, SKIPLIST_FROM, LISTPACK_ENTRIES = string.rep('\255', 65), 8, 128
+local function zadd_claimed(key, score, members)
+  local n = #members
+  local pin = n >= SKIPLIST_FROM and n <= LISTPACK_ENTRIES
+    and redis.call('OBJECT', 'ENCODING', key) ~= 'skiplist'
+  if pin then
+    redis.call('ZADD', key, 0, SKIPLIST_PIN)
+  end
+  zadd_all(key, score, members)
+  if pin then
+    redis.call('ZREM', key, SKIPLIST_PIN)
+  end
+end
+
 -- The scores of `members` in a sorted set, as a table member -> score (the score's text, as
 -- Redis gives it), with no entry for a member the set does not hold. One ZMSCORE per chunk; a
 -- Redis before 6.2 has no ZMSCORE, and gets a ZSCORE per member instead, as the original does.
