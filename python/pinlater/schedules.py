@@ -92,6 +92,8 @@ class Schedule:
             raise reject("job numAttemptsAllowed must be at least 1")
         if self.job.group_key is not None and not 1 <= len(self.job.group_key.encode()) <= 1024:
             raise reject("job groupKey must be 1 to 1024 bytes")
+        if self.job.group_key is not None and "\0" in self.job.group_key:
+            raise reject("job groupKey must not contain a NUL character (U+0000)")
 
     def tick_after(self, now_ms: int, last_tick_ms: int | None = None) -> int:
         """The first tick after ``now_ms``: the cron's next minute, or for an interval the next

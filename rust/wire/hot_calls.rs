@@ -678,6 +678,10 @@ impl EnqueueCall {
 pub const MAX_DEDUP_KEY_BYTES: usize = 1024;
 /// The longest `dedupWindowMillis` taken: ten years (so `now + window` never overflows).
 pub const MAX_DEDUP_WINDOW_MS: i64 = 10 * 365 * 24 * 3600 * 1000;
+/// The longest `retryDelayMillis` applied: ten years. A longer one is cut to it, so that
+/// `now + delay` never overflows (`SQLite` would store the sum as a float, `MySQL` refuse it); a
+/// negative one is 0. An ack is never refused for its delay: a worker's lost ack costs a retry.
+pub const MAX_RETRY_DELAY_MS: i64 = MAX_DEDUP_WINDOW_MS;
 
 /// One job's extensions, as `EnqueueCall::keys` checked them: its dedup key and window, its
 /// group key, and its expiry.
@@ -691,7 +695,8 @@ impl EnqueueCall {
     }
 
     /// Each job's dedup key, window, group key and expiry, in job order, checked: a key
-    /// (either kind) is 1 to [`MAX_DEDUP_KEY_BYTES`] bytes; a window is 0 to
+    /// (either kind) is 1 to [`MAX_DEDUP_KEY_BYTES`] bytes, with no NUL character (the embedded
+    /// store reads keys through JSON, where `SQLite` cuts a string at U+0000); a window is 0 to
     /// [`MAX_DEDUP_WINDOW_MS`] and more than 0 only with a dedup key; an expiry is 0 or more.
     /// The first job refused refuses the call (`ENQUEUE_REJECTED`, naming the field and the
     /// job's index).
@@ -702,6 +707,10 @@ impl EnqueueCall {
         };
         let checked = |i: usize, field: &str, key: Option<&'p str>| match key {
             Some("") => Err(reject(i, format!("{field} must not be empty"))),
+            Some(k) if k.contains('\0') => Err(reject(
+                i,
+                format!("{field} must not contain a NUL character (U+0000)"),
+            )),
             Some(k) if k.len() > MAX_DEDUP_KEY_BYTES => {
                 let n = k.len();
                 Err(reject(
@@ -773,7 +782,7 @@ impl AckCall {
                     priority: i64::from(d.priority),
                     local_id,
                     append_custom_status: text_at(payload, &a.append_custom_status).to_owned(),
-                    retry_delay_ms: a.retry_delay_ms.max(0),
+                    retry_delay_ms: a.retry_delay_ms.clamp(0, MAX_RETRY_DELAY_MS),
                 });
                 (d, ok, item)
             })
@@ -1055,6 +1064,14 @@ mod tests {
             "jobs[0]: dedupKey must not be empty"
         );
         assert_eq!(
+            refused(&enqueue(&[job(b"a"), job(b"b").str_field(6, "k\0x")])).message,
+            "jobs[1]: dedupKey must not contain a NUL character (U+0000)"
+        );
+        assert_eq!(
+            refused(&enqueue(&[job(b"a").str_field(8, "acct\u{0}7")])).message,
+            "jobs[0]: groupKey must not contain a NUL character (U+0000)"
+        );
+        assert_eq!(
             refused(&enqueue(&[job(b"a").field(T_I64, 7).i64(5)])).message,
             "jobs[0]: dedupWindowMillis needs a dedupKey"
         );
@@ -1266,6 +1283,32 @@ mod tests {
                 .stop();
         }
         w.stop().stop()
+    }
+
+    #[test]
+    fn a_retry_delay_is_cut_to_ten_years_and_a_negative_one_to_zero() {
+        let w = ack_call(
+            &[],
+            &[
+                ("q:s1:p1:1", i64::MAX),
+                ("q:s1:p1:2", MAX_RETRY_DELAY_MS),
+                ("q:s1:p1:3", -1),
+                ("q:s1:p1:4", 2_500),
+            ],
+        );
+        let groups = decode_ack(&w).unwrap().groups(&w.0).unwrap();
+        let delays: Vec<i64> = groups[0]
+            .1
+            .failed
+            .iter()
+            .map(|a| a.retry_delay_ms)
+            .collect();
+        assert_eq!(
+            delays,
+            vec![MAX_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS, 0, 2_500]
+        );
+        let retried = decode_ack(&w).unwrap().retried(&w.0).unwrap();
+        assert_eq!(retried[0].2, MAX_RETRY_DELAY_MS);
     }
 
     #[test]

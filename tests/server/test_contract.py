@@ -148,6 +148,29 @@ def test_failure_acks_retry_after_the_delay_then_fail_when_attempts_run_out(api:
     assert info.jobState == FAILED and info.attemptsRemaining == 0
 
 
+def test_a_retry_delay_past_ten_years_is_cut_to_ten_years(api: Api) -> None:
+    """``now + retryDelayMillis`` must not overflow: SQLite stored the sum as a float, which no
+    lookup could then read back as an i64, and the job was lost to counts and scans."""
+    ten_years = 10 * 365 * 24 * 3600 * 1000
+    api.create("far")
+    far, near = api.enqueue("far", api.job(b"far", numAttemptsAllowed=3), api.job(b"near", numAttemptsAllowed=3))
+    assert set(api.dequeue("far").jobs) == {far, near}
+    before = now_ms()
+    api.ack(
+        "far",
+        failed=[
+            api.t.PinLaterJobAckInfo(jobDescriptor=far, retryDelayMillis=2**63 - 1),
+            api.t.PinLaterJobAckInfo(jobDescriptor=near, retryDelayMillis=-5),
+        ],
+    )
+    after = now_ms()
+    found = api.lookup(far, near)
+    assert before + ten_years <= found[far].runAfterTimestampMillis <= after + ten_years
+    assert before <= found[near].runAfterTimestampMillis <= after
+    assert api.count("far", PENDING, countFutureJobs=True) == 1
+    assert list(api.dequeue("far").jobs) == [near]
+
+
 def test_run_after_dry_run_and_acks_piggybacked_on_dequeue(api: Api) -> None:
     api.create("sched")
     (later,) = api.enqueue("sched", api.job(b"later", runAfterTimestampMillis=now_ms() + 3_600_000))

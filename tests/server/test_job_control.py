@@ -156,6 +156,17 @@ def test_a_bad_schedule_is_refused_with_the_reason(api: Api, kw: dict[str, Any],
     assert reason in info.value.message
 
 
+def test_a_schedules_group_key_with_a_nul_character_is_refused(api: Api) -> None:
+    """As an enqueue's: the embedded store reads group keys through SQLite's JSON, which cuts a
+    string at U+0000, and such a group never let its next job go."""
+    api.create(Q)
+    with pytest.raises(api.t.PinLaterException) as info:
+        api.c.upsertSchedule(api.ctx, schedule(api, "nul", cron="@daily", job=api.job(b"t", groupKey="acct\0007")))
+    assert info.value.errorCode == api.t.ErrorCode.ENQUEUE_REJECTED
+    assert "groupKey must not contain a NUL character" in info.value.message
+    assert api.c.listSchedules(api.ctx, Q) == []
+
+
 def test_schedules_of_an_unknown_queue(api: Api) -> None:
     assert api.error_code(api.c.listSchedules, api.ctx, "nope") == api.t.ErrorCode.QUEUE_NOT_FOUND
     assert api.error_code(api.c.deleteSchedule, api.ctx, "nope", "x") == api.t.ErrorCode.QUEUE_NOT_FOUND
