@@ -42,8 +42,20 @@ MAX_NAME_LENGTH = 200
 TICK_KEY_WINDOW_MS = 24 * 3_600_000
 #: Largest body a schedule's job may carry (the row is read at every tick).
 MAX_BODY_BYTES = 1024 * 1024
+#: Longest custom status a schedule's job keeps, in characters (the longest any store keeps a
+#: job's; its enqueues cut it to the store's own): a longer one is cut, as an enqueue's is.
+MAX_STATUS_CHARS = 5000
+#: The most a queue's schedules hold in all (``Schedule.size``): ``listSchedules`` answers every
+#: one in one reply, which must fit a frame (16 MiB by default) and not hold the server for long.
+#: An upsert past it is refused.
+MAX_QUEUE_SCHEDULE_BYTES = 8 * 1024 * 1024
 #: Due rows one shard hands the runner per pass.
 DUE_PER_PASS = 500
+
+
+def shown(name: str) -> str:
+    """``name`` as an error message shows it: quoted, and cut past 80 characters."""
+    return repr(name) if len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +85,7 @@ class Schedule:
         """ENQUEUE_REJECTED with the reason for a schedule that cannot run."""
 
         def reject(why: str) -> PinLaterError:
-            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {self.name!r}: {why}")
+            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {shown(self.name)}: {why}")
 
         if not self.name or len(self.name) > MAX_NAME_LENGTH or not self.name.isprintable():
             raise reject(f"name must be 1 to {MAX_NAME_LENGTH} printable characters")
@@ -94,6 +106,12 @@ class Schedule:
             raise reject("job groupKey must be 1 to 1024 bytes")
         if self.job.group_key is not None and "\0" in self.job.group_key:
             raise reject("job groupKey must not contain a NUL character (U+0000)")
+
+    def size(self) -> int:
+        """What the schedule holds, in bytes: its name, spec, body, status and group key."""
+        job = self.job
+        texts = (self.name, self.cron or "", job.custom_status, job.group_key or "")
+        return len(job.body) + sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
 
     def tick_after(self, now_ms: int, last_tick_ms: int | None = None) -> int:
         """The first tick after ``now_ms``: the cron's next minute, or for an interval the next
@@ -185,9 +203,19 @@ async def upsert(backend: ShardedBackend, schedule: Schedule) -> Schedule:
         reason = key_shard(schedule.queue, group, targets, space="group").store.groups_refused
         if reason is not None:
             raise PinLaterError(
-                ErrorCode.ENQUEUE_REJECTED, f"schedule {schedule.name!r}: groupKey (ordered groups) {reason}"
+                ErrorCode.ENQUEUE_REJECTED, f"schedule {shown(schedule.name)}: groupKey (ordered groups) {reason}"
             )
     _require_every_shard(backend, "upsertSchedule")
+    if len(stored.job.custom_status) > MAX_STATUS_CHARS:
+        stored = replace(stored, job=replace(stored.job, custom_status=stored.job.custom_status[:MAX_STATUS_CHARS]))
+    others = sum(s.size() for s in await listing(backend, schedule.queue) if s.name != schedule.name)
+    if others + stored.size() > MAX_QUEUE_SCHEDULE_BYTES:
+        raise PinLaterError(
+            ErrorCode.ENQUEUE_REJECTED,
+            f"schedule {shown(schedule.name)}: the queue's schedules would hold {others + stored.size()} bytes, "
+            f"at most {MAX_QUEUE_SCHEDULE_BYTES} (MAX_QUEUE_SCHEDULE_BYTES): delete some, or make their bodies "
+            "smaller",
+        )
     home = _home(backend, schedule.queue, schedule.name)
     await backend.call_store(home, home.store.put_schedule, stored.row())
     for shard in backend.shards.all():  # a row left on a shard that was home before

@@ -167,6 +167,31 @@ def test_a_schedules_group_key_with_a_nul_character_is_refused(api: Api) -> None
     assert api.c.listSchedules(api.ctx, Q) == []
 
 
+def test_a_schedules_status_is_cut_and_a_queues_schedules_are_bounded_in_all(api: Api) -> None:
+    """A schedule's job status is cut as an enqueue's is (the runner reads its row each tick), and
+    the queue's schedules together hold at most MAX_QUEUE_SCHEDULE_BYTES (8 MiB), so that
+    listSchedules answers them in one frame: the upsert that would pass it is refused, naming the
+    schedule shortened, and a schedule replaced counts once."""
+    api.create(Q)
+    api.c.upsertSchedule(api.ctx, schedule(api, "chatty", cron="@daily", job=api.job(b"t", customStatus="s" * 20_000)))
+    (listed,) = api.c.listSchedules(api.ctx, Q)
+    assert listed.job.customStatus == "s" * 5000
+
+    mib = b"x" * (1024 * 1024)
+    for i in range(7):
+        api.c.upsertSchedule(api.ctx, schedule(api, f"big{i}", cron="@daily", job=api.job(mib)))
+    api.c.upsertSchedule(api.ctx, schedule(api, "big0", cron="@hourly", job=api.job(mib)))  # replaced
+    name = "n" * 150
+    with pytest.raises(api.t.PinLaterException) as info:
+        api.c.upsertSchedule(api.ctx, schedule(api, name, cron="@daily", job=api.job(mib)))
+    assert info.value.errorCode == api.t.ErrorCode.ENQUEUE_REJECTED
+    assert "at most 8388608 (MAX_QUEUE_SCHEDULE_BYTES)" in info.value.message
+    assert f"{'n' * 80!r}... (150 characters)" in info.value.message and name not in info.value.message
+    listed = api.c.listSchedules(api.ctx, Q)
+    assert sorted(s.name for s in listed) == ["big0", "big1", "big2", "big3", "big4", "big5", "big6", "chatty"]
+    assert next(s for s in listed if s.name == "big0").cron == "@hourly"
+
+
 def test_schedules_of_an_unknown_queue(api: Api) -> None:
     assert api.error_code(api.c.listSchedules, api.ctx, "nope") == api.t.ErrorCode.QUEUE_NOT_FOUND
     assert api.error_code(api.c.deleteSchedule, api.ctx, "nope", "x") == api.t.ErrorCode.QUEUE_NOT_FOUND

@@ -580,7 +580,7 @@ class PinLaterHandler:
         job = schedule.job
 
         def reject(why: str) -> PinLaterError:
-            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {name!r}: {why}")
+            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {schedules.shown(name)}: {why}")
 
         if job.body is None:
             raise reject("its job needs a body")
