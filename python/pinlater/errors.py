@@ -10,6 +10,17 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
+#: The most characters of a caller's text an error message repeats (``shown``).
+SHOWN_CHARS = 80
+
+
+def shown(text: str) -> str:
+    """``text`` as an error message names it: quoted, and cut past ``SHOWN_CHARS`` characters, so
+    a peer's megabytes do not come back whole in the error, nor fill a log."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
+
 
 class ErrorCode(IntEnum):
     """The contract's error codes (Thrift ``ErrorCode``), with their wire values."""

@@ -27,7 +27,7 @@ from pinlater.backends.base import NewJob, ScheduleRow
 from pinlater.backends.sharded import ShardedBackend, key_shard
 from pinlater.backends.shardmap import Shard
 from pinlater.cron import Cron, CronError
-from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError, shown
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,6 @@ MAX_STATUS_CHARS = 5000
 MAX_QUEUE_SCHEDULE_BYTES = 8 * 1024 * 1024
 #: Due rows one shard hands the runner per pass.
 DUE_PER_PASS = 500
-
-
-def shown(name: str) -> str:
-    """``name`` as an error message shows it: quoted, and cut past 80 characters."""
-    return repr(name) if len(name) <= 80 else f"{name[:80]!r}... ({len(name)} characters)"
 
 
 @dataclass(frozen=True, slots=True)

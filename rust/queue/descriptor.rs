@@ -55,7 +55,7 @@ pub fn check_queue(queue: &str) -> Result<(), Malformation> {
     } else if is_word(queue) {
         Ok(())
     } else {
-        Err(Malformation::QueueChars(queue.to_owned()))
+        Err(Malformation::QueueChars(shown(queue)))
     }
 }
 
@@ -66,7 +66,7 @@ pub fn check_shard(shard: &str) -> Result<(), Malformation> {
     } else if is_word(shard) {
         Ok(())
     } else {
-        Err(Malformation::ShardChars(shard.to_owned()))
+        Err(Malformation::ShardChars(shown(shard)))
     }
 }
 
@@ -104,16 +104,16 @@ fn parse_parts(s: &str) -> Result<Descriptor<'_>, Malformation> {
     check_queue(queue)?;
     let shard = shard_part
         .strip_prefix('s')
-        .ok_or_else(|| Malformation::ShardPrefix(shard_part.to_owned()))?;
+        .ok_or_else(|| Malformation::ShardPrefix(shown(shard_part)))?;
     check_shard(shard)?;
     let priority_text = priority_part
         .strip_prefix('p')
-        .ok_or_else(|| Malformation::PriorityPrefix(priority_part.to_owned()))?;
+        .ok_or_else(|| Malformation::PriorityPrefix(shown(priority_part)))?;
     let priority = digits(priority_text)
         .and_then(|p| i64::try_from(p).ok())
         .and_then(|p| check_priority(p).ok())
-        .ok_or_else(|| Malformation::Priority(priority_text.to_owned()))?;
-    let local_id = digits(local_id).ok_or_else(|| Malformation::LocalId(local_id.to_owned()))?;
+        .ok_or_else(|| Malformation::Priority(shown(priority_text)))?;
+    let local_id = digits(local_id).ok_or_else(|| Malformation::LocalId(shown(local_id)))?;
     Ok(Descriptor {
         queue,
         shard,
@@ -172,9 +172,21 @@ pub fn decode(s: &str) -> Result<Descriptor<'_>, DescriptorError> {
         return Ok(descriptor);
     }
     parse_parts(s).map_err(|reason| DescriptorError::Malformed {
-        descriptor: s.to_owned(),
+        descriptor: shown(s),
         reason,
     })
+}
+
+/// The most characters of a caller's text an error message repeats.
+pub const SHOWN_CHARS: usize = 80;
+
+/// `s` as an error names it: whole up to [`SHOWN_CHARS`] characters, else its first ones and
+/// `...` (a peer's 10 MB descriptor must not come back whole in the error, nor fill a log).
+fn shown(s: &str) -> String {
+    match s.char_indices().nth(SHOWN_CHARS) {
+        None => s.to_owned(),
+        Some((end, _)) => format!("{}...", &s[..end]),
+    }
 }
 
 /// Decodes a batch; the error names the first bad descriptor and its index.
@@ -298,6 +310,25 @@ pub fn encode_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_repeats_at_most_the_first_characters_of_a_long_descriptor() {
+        let long_id = format!("q:s1:p1:{}", "9".repeat(5000));
+        let message = decode(&long_id).unwrap_err().to_string();
+        assert!(message.len() < 300, "{message}");
+        assert!(
+            message.contains(&format!("\"{}...\"", &long_id[..SHOWN_CHARS])),
+            "{message}"
+        );
+        let long_queue = format!("{}:s1:p1:1", "\u{e9}".repeat(3000));
+        let message = decode(&long_queue).unwrap_err().to_string();
+        assert!(message.len() < 600, "{message}"); // cut on a character, not in one
+        let short = "q:s1:px:1";
+        assert_eq!(
+            decode(short).unwrap_err().to_string(),
+            "invalid job descriptor \"q:s1:px:1\": priority \"x\" is not a decimal integer in 1..=127"
+        );
+    }
 
     fn malformation(s: &str) -> Malformation {
         match decode(s) {

@@ -192,6 +192,18 @@ def test_a_schedules_status_is_cut_and_a_queues_schedules_are_bounded_in_all(api
     assert next(s for s in listed if s.name == "big0").cron == "@hourly"
 
 
+@pytest.mark.parametrize(
+    "descriptor",
+    [f"{Q}:" + "x" * 10_000, f"{Q}:s1:p1:" + "9" * 10_000, "other" + "y" * 10_000 + ":s1:p1:1"],
+)
+def test_an_error_repeats_only_the_start_of_a_huge_descriptor(api: Api, descriptor: str) -> None:
+    api.create(Q)
+    with pytest.raises(api.t.PinLaterException) as info:
+        cancel(api, Q, descriptor)
+    message = str(info.value.message)
+    assert len(message) < 500 and descriptor[:80] in message, message
+
+
 def test_schedules_of_an_unknown_queue(api: Api) -> None:
     assert api.error_code(api.c.listSchedules, api.ctx, "nope") == api.t.ErrorCode.QUEUE_NOT_FOUND
     assert api.error_code(api.c.deleteSchedule, api.ctx, "nope", "x") == api.t.ErrorCode.QUEUE_NOT_FOUND

@@ -71,7 +71,7 @@ from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_f
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import Clock, SystemClock
-from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError, shown
 from pinlater.eventloop import off_loop
 from pinlater.queue_rules import cap_share
 from pinlater.wakeup import QueueSignals
@@ -1255,7 +1255,7 @@ class ShardedBackend:
             for job_queue, shard_name, priority, local_id in part:
                 if job_queue != queue:
                     raise PinLaterError(
-                        ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {job_queue!r}, not {queue!r}"
+                        ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {shown(job_queue)}, not {queue!r}"
                     )
                 by_shard[shard_name].append((priority, local_id))
                 i += 1

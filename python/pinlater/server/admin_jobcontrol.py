@@ -25,6 +25,7 @@ from aiohttp import web
 
 from pinlater import schedules
 from pinlater._pinlater import DescriptorError, decode_descriptors
+from pinlater.errors import shown
 from pinlater.redrive import MAX_RUNNING, NOTE, RedrivePlan, RedriveRefused, Redrives
 from pinlater.server.admin_api import AdminApi, ApiError, _audit, _int, _json
 
@@ -63,7 +64,9 @@ class JobControlApi(AdminApi):
             raise ApiError(400, f"invalid job descriptor: {exc}") from None
         for descriptor, (job_queue, *_rest) in zip(descriptors, parsed, strict=True):
             if job_queue != queue:
-                raise ApiError(400, f"{descriptor} is a job of queue {job_queue!r}, not {queue!r}: nothing was done")
+                raise ApiError(
+                    400, f"{shown(descriptor)} is a job of queue {shown(job_queue)}, not {queue!r}: nothing was done"
+                )
         broker = self.server.broker
         if broker is not None:  # jobs this server handed out: their claims first
             await broker.settle(parsed)

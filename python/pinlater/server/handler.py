@@ -54,7 +54,7 @@ from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded
 from pinlater.broker import DequeueBroker
-from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.errors import ErrorCode, PinLaterError, shown
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
@@ -580,7 +580,7 @@ class PinLaterHandler:
         job = schedule.job
 
         def reject(why: str) -> PinLaterError:
-            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {schedules.shown(name)}: {why}")
+            return PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"schedule {shown(name)}: {why}")
 
         if job.body is None:
             raise reject("its job needs a body")
