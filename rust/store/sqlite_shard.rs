@@ -251,6 +251,12 @@ pub const WAITING: i64 = -1;
 /// Most due jobs a dequeue of a queue with expiring jobs expires before it claims.
 pub const EXPIRE_ON_DEQUEUE: i64 = 256;
 
+/// Most waiting jobs of one group one request promotes (groups.py's `MAX_PROMOTED`, as
+/// lib/groups.lua's): a concurrency raised past a million-job backlog fills its room a thousand
+/// at a time, as the promoted jobs finish or jobs join the group, instead of in one transaction
+/// that holds every other request of the shard for seconds.
+pub const MAX_PROMOTED: i64 = 1000;
+
 /// What a request answers.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Answer {
@@ -1464,7 +1470,7 @@ impl<T: Send> Writer<T> {
             // `waiting` is never below the jobs waiting (see `WAITING_SOME`): while it is above
             // zero, every free place is offered to them.
             let room = if row.waiting > 0 {
-                (concurrency - row.active).max(0)
+                (concurrency - row.active).clamp(0, MAX_PROMOTED)
             } else {
                 0
             };

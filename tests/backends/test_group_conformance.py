@@ -193,6 +193,25 @@ def test_group_concurrency_lets_that_many_run_and_a_raise_applies_at_the_next_en
     assert [j.local_id for j in grouped.dequeue(1, 10)] == [placed[4].local_id, late[0].local_id]
 
 
+def test_a_raise_over_a_big_backlog_promotes_a_thousand_at_a_time_in_order(grouped: Ops) -> None:
+    """A concurrency raised past a group's backlog fills its room at most MAX_PROMOTED (1,000)
+    jobs a call, not in one call that holds the shard however big the backlog; the rest follow as
+    the promoted jobs finish, and the group still comes out in enqueue order."""
+    placed = [p.local_id for p in grouped.enqueue([job("g", b"%d" % i) for i in range(1500)])]
+    placed += [p.local_id for p in grouped.enqueue([job("g", b"%d" % i) for i in range(1500, 2500)])]
+    rules(grouped.store, group_concurrency=100_000)
+    placed += [p.local_id for p in grouped.enqueue([job("g", b"late")])]  # applies the raise
+    first = [j.local_id for j in grouped.dequeue(1, 5000)]
+    assert first == placed[:1001], "the one active before and the thousand oldest waiting"
+    taken = list(first)
+    while len(taken) < len(placed):
+        grouped.ack(succeeded=[AckItem(1, i) for i in taken[-1000:]])
+        more = [j.local_id for j in grouped.dequeue(1, 5000)]
+        assert 0 < len(more) <= 1000, len(more)
+        taken += more
+    assert taken == placed
+
+
 def test_a_lowered_concurrency_takes_nothing_back_but_holds_the_next(grouped: Ops) -> None:
     rules(grouped.store, group_concurrency=3)
     placed = grouped.enqueue([job("g", b"%d" % i) for i in range(5)])

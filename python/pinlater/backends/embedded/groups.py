@@ -40,6 +40,11 @@ WAITING_SOME = 1 << 40
 """A group's ``waiting`` once a job waits in it: "some may wait" (``WAITING_SOME`` in
 ``rust/store/sqlite_shard.rs`` says why, and why earlier builds sharing the file stay right)."""
 
+MAX_PROMOTED = 1000
+"""Most waiting jobs of one group one operation promotes (``MAX_PROMOTED`` in
+``rust/store/sqlite_shard.rs`` says why): the rest of a raised concurrency's room is filled as the
+promoted jobs finish or jobs join the group."""
+
 #: A group's change from one operation: (active jobs that left, waiting jobs deleted).
 Change = tuple[int, int]
 
@@ -147,7 +152,7 @@ def _settle(
     active, waiting, tokens, refilled = row if row is not None else (0, 0, None, None)
     active = max(0, active + active_delta)
     waiting = max(0, waiting + waiting_delta)  # still a bound: the deltas are of jobs gone
-    room = max(0, concurrency - active) if waiting > 0 else 0
+    room = min(max(0, concurrency - active), MAX_PROMOTED) if waiting > 0 else 0
     if room > 0:
         params = {"queue": queue, "group_key": group, "count": room}
         promoted = conn.execute(sql.load("group_promote"), params).rowcount

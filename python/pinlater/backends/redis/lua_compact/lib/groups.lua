@@ -51,6 +51,10 @@
 -- tail: rules_tail answers nil.
 
 local FIFO_PLACE_WIDTH = 20
+-- Most waiting jobs of one group one call promotes (embedded/groups.py's MAX_PROMOTED): a
+-- concurrency raised past a million-job backlog fills its room a thousand at a time, as the
+-- promoted jobs finish or jobs join the group, instead of in one script that holds Redis.
+local MAX_PROMOTED = 1000
 local GROUP_KEYS = 5
 local REFILL_SWEEP = 8
 
@@ -419,7 +423,7 @@ local function promote(r, group, active, waiting, head)
   if waiting <= 0 or active >= r.conc then
     return active, waiting, head
   end
-  local suffixes, want = {}, r.conc - active
+  local suffixes, want = {}, math.min(r.conc - active, MAX_PROMOTED)
   if head then
     suffixes[1], head, want = head, nil, want - 1
   end
