@@ -51,6 +51,9 @@ from pinlater.server.dispatch import _parse_header, missing_required_field
 
 BOOL, BYTE, DOUBLE, I16, I32, I64, STRING, STRUCT, MAP, SET, LIST = 2, 3, 4, 6, 8, 10, 11, 12, 13, 14, 15
 HOT = ("enqueueJobs", "dequeueJobs", "ackDequeuedJobs")
+#: The longest retry delay the hot decoder applies: longer ones are cut to it (MAX_RETRY_DELAY_MS
+#: in rust/wire/hot_calls.rs: ten years, so that now + delay never overflows).
+MAX_RETRY_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
 I64_MAX = 2**63 - 1
 
 
@@ -256,7 +259,8 @@ def handler_acks(request: Any) -> dict[str, Any]:
         _q, shard, priority, local_id = parsed[i]
         if local_id > I64_MAX:  # no store hands such an id out: the extension leaves it out
             continue
-        item = AckItem(priority, local_id, ack.appendCustomStatus or "", max(0, ack.retryDelayMillis or 0))
+        delay = min(max(0, ack.retryDelayMillis or 0), MAX_RETRY_DELAY_MS)
+        item = AckItem(priority, local_id, ack.appendCustomStatus or "", delay)
         ok = i < len(succeeded)
         groups.setdefault(shard, ([], []))[0 if ok else 1].append(tuple(item))
         if not ok:

@@ -291,13 +291,13 @@ def test_every_method_round_trips(srv: ServerThread, open_client: Any, gen: Modu
     ack = gen.PinLaterJobAckRequest(
         queueName="q1",
         jobsSucceeded=[gen.PinLaterJobAckInfo(jobDescriptor="q1:s1:p1:0")],
-        jobsFailed=[gen.PinLaterJobAckInfo(jobDescriptor="q1:s1:p1:1", retryDelayMillis=2**40)],
+        jobsFailed=[gen.PinLaterJobAckInfo(jobDescriptor="q1:s1:p1:1", retryDelayMillis=2**35)],
     )
     assert c.ackDequeuedJobs(ctx, ack) is None
     acked = srv.handler.calls[-1][1]
     [(shard, group)] = acked.groups()
     assert shard == "1" and group.succeeded() == [(1, 0, "", 0)]
-    assert acked.retried() == [("1", 1, 2**40)]  # an i64 delay, whole
+    assert acked.retried() == [("1", 1, 2**35)]  # an i64 delay (a year), whole
 
     check = gen.PinLaterCheckpointJobRequest(jobDescriptor="q1:s1:p1:0", newBody="é", moveToPending=True)
     c.checkpointJobs(ctx, gen.PinLaterCheckpointJobsRequest(queueName="q1", requests=[check]))
