@@ -200,7 +200,8 @@ def test_a_raise_over_a_big_backlog_promotes_a_thousand_at_a_time_in_order(group
     placed = [p.local_id for p in grouped.enqueue([job("g", b"%d" % i) for i in range(1500)])]
     placed += [p.local_id for p in grouped.enqueue([job("g", b"%d" % i) for i in range(1500, 2500)])]
     rules(grouped.store, group_concurrency=100_000)
-    placed += [p.local_id for p in grouped.enqueue([job("g", b"late")])]  # applies the raise
+    # applies the raise: a thousand promoted for the request, not for each of its jobs
+    placed += [p.local_id for p in grouped.enqueue([job("g", b"late") for _ in range(1000)])]
     first = [j.local_id for j in grouped.dequeue(1, 5000)]
     assert first == placed[:1001], "the one active before and the thousand oldest waiting"
     taken = list(first)

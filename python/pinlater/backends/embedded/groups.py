@@ -49,10 +49,14 @@ promoted jobs finish or jobs join the group."""
 Change = tuple[int, int]
 
 
-def join(conn: sqlite3.Connection, queue: str, group: str, concurrency: int) -> int:
+def join(
+    conn: sqlite3.Connection, queue: str, group: str, concurrency: int, promoted: dict[str, int] | None = None
+) -> int:
     """Account for one job entering ``group``; the state it enters in (0 PENDING or ``WAITING``).
-    The caller records the job's group (``record``) or, for a job already recorded, its waiting."""
-    active, waiting, tokens, refilled = _settle(conn, queue, group, concurrency, 0, 0)
+    The caller records the job's group (``record``) or, for a job already recorded, its waiting.
+    ``promoted``: the jobs each group promoted so far in the caller's operation, which joins many
+    (``MAX_PROMOTED`` bounds the operation, not each join)."""
+    active, waiting, tokens, refilled = _settle(conn, queue, group, concurrency, 0, 0, promoted)
     if active < concurrency and waiting == 0:
         state, active = 0, active + 1
     else:
@@ -145,22 +149,32 @@ _Row = tuple[int, int, float | None, int | None]  # active, waiting, tokens, ref
 
 
 def _settle(
-    conn: sqlite3.Connection, queue: str, group: str, concurrency: int, active_delta: int, waiting_delta: int
+    conn: sqlite3.Connection,
+    queue: str,
+    group: str,
+    concurrency: int,
+    active_delta: int,
+    waiting_delta: int,
+    promoted: dict[str, int] | None = None,
 ) -> _Row:
-    """The group's row after the deltas and the promotions they allow (not written yet)."""
+    """The group's row after the deltas and the promotions they allow (not written yet), at most
+    ``MAX_PROMOTED`` less what the operation promoted in the group already (``promoted``)."""
     row = conn.execute(sql.load("group_get"), {"queue": queue, "group_key": group}).fetchone()
     active, waiting, tokens, refilled = row if row is not None else (0, 0, None, None)
     active = max(0, active + active_delta)
     waiting = max(0, waiting + waiting_delta)  # still a bound: the deltas are of jobs gone
-    room = min(max(0, concurrency - active), MAX_PROMOTED) if waiting > 0 else 0
+    budget = MAX_PROMOTED - (promoted.get(group, 0) if promoted is not None else 0)
+    room = min(max(0, concurrency - active), budget) if waiting > 0 else 0
     if room > 0:
         params = {"queue": queue, "group_key": group, "count": room}
-        promoted = conn.execute(sql.load("group_promote"), params).rowcount
+        moved = conn.execute(sql.load("group_promote"), params).rowcount
         conn.execute(sql.load("group_unwait"), params)
-        active += promoted
+        active += moved
+        if promoted is not None:
+            promoted[group] = promoted.get(group, 0) + moved
         # Fewer promoted than there was room for: nothing else waits. As many: more may, and the
         # bound stays (the next promotion finds out).
-        waiting = waiting if promoted == room else 0
+        waiting = waiting if moved == room else 0
     return active, waiting, tokens, refilled
 
 

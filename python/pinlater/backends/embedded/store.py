@@ -236,7 +236,8 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         def insert(conn: sqlite3.Connection, new: Sequence[KeyedJob]) -> list[int]:
             if all(job.group is None and job.expire_at_ms is None for job in new):
                 return _insert_jobs(conn, queue, [job.job for job in new], now_ms)
-            return [_insert_keyed(conn, queue, job, concurrency, now_ms) for job in new]
+            promoted: dict[str, int] = {}
+            return [_insert_keyed(conn, queue, job, concurrency, now_ms, promoted) for job in new]
 
         with self._write() as conn:
             _require_queue(conn, queue)
@@ -555,8 +556,9 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         with self._write() as conn:
             _require_queue(conn, queue)
             rows = conn.execute(sql.load("retry_failed_jobs"), params).fetchall()
+            promoted: dict[str, int] = {}
             for local_id, group in sorted(rows):  # rejoin in enqueue order
-                if group is not None and groups.join(conn, queue, group, concurrency) == groups.WAITING:
+                if group is not None and groups.join(conn, queue, group, concurrency, promoted) == groups.WAITING:
                     groups.wait(conn, local_id)
             return len(rows)
 
@@ -712,9 +714,12 @@ def _insert_jobs(conn: sqlite3.Connection, queue: str, jobs: Sequence[NewJob], n
     return list(range(last - len(rows) + 1, last + 1))
 
 
-def _insert_keyed(conn: sqlite3.Connection, queue: str, job: KeyedJob, concurrency: int, now_ms: int) -> int:
-    """Insert one keyed job inside the caller's write transaction, joining its group if it has one."""
-    state = 0 if job.group is None else groups.join(conn, queue, job.group, concurrency)
+def _insert_keyed(
+    conn: sqlite3.Connection, queue: str, job: KeyedJob, concurrency: int, now_ms: int, promoted: dict[str, int]
+) -> int:
+    """Insert one keyed job inside the caller's write transaction, joining its group if it has one
+    (``promoted``: as ``groups.join`` takes it, shared by the request's jobs)."""
+    state = 0 if job.group is None else groups.join(conn, queue, job.group, concurrency, promoted)
     new = job.job
     params = {
         "queue": queue,

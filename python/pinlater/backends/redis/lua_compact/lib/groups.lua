@@ -51,9 +51,10 @@
 -- tail: rules_tail answers nil.
 
 local FIFO_PLACE_WIDTH = 20
--- Most waiting jobs of one group one call promotes (embedded/groups.py's MAX_PROMOTED): a
--- concurrency raised past a million-job backlog fills its room a thousand at a time, as the
--- promoted jobs finish or jobs join the group, instead of in one script that holds Redis.
+-- Most waiting jobs of one group one call promotes (embedded/groups.py's MAX_PROMOTED), however
+-- many of its jobs join or leave in the call (r.promoted counts them): a concurrency raised past
+-- a million-job backlog fills its room a thousand at a time, as the promoted jobs finish or jobs
+-- join the group, instead of in one script that holds Redis.
 local MAX_PROMOTED = 1000
 local GROUP_KEYS = 5
 local REFILL_SWEEP = 8
@@ -93,6 +94,7 @@ local function rules_tail(fixed)
     fifo = KEYS[base + 2],
     buckets = KEYS[base + 3],
     refills = KEYS[base + 4],
+    promoted = {},  -- group -> jobs promote moved up in this call (at most MAX_PROMOTED)
   }
 end
 
@@ -420,10 +422,11 @@ end
 -- from its waiting set to its PENDING set, with its score; its head first, then the fifo's first
 -- members, read with one member more, which becomes the new head. Returns the new counts and head.
 local function promote(r, group, active, waiting, head)
-  if waiting <= 0 or active >= r.conc then
+  local done = r.promoted[group] or 0
+  if waiting <= 0 or active >= r.conc or done >= MAX_PROMOTED then
     return active, waiting, head
   end
-  local suffixes, want = {}, math.min(r.conc - active, MAX_PROMOTED)
+  local suffixes, want = {}, math.min(r.conc - active, MAX_PROMOTED - done)
   if head then
     suffixes[1], head, want = head, nil, want - 1
   end
@@ -480,6 +483,7 @@ local function promote(r, group, active, waiting, head)
   if #suffixes == 0 then
     waiting = 0  -- the count ran ahead of the fifo (cannot happen): trust the fifo
   end
+  r.promoted[group] = done + #suffixes
   return active, waiting, head
 end
 
