@@ -631,8 +631,8 @@ impl Reader<'_> {
 }
 
 impl EnqueueCall {
-    /// The jobs to insert, as the handler built them: `now_ms` for an absent run-after, each job
-    /// checked in order (attempts, then priority in `1..=num_priorities`); the first refused job
+    /// The jobs to insert, as the handler built them: `now_ms` for an absent run-after (one past
+    /// [`MAX_TIMESTAMP_MS`] cut to it), each job checked in order (attempts, then priority in `1..=num_priorities`); the first refused job
     /// refuses the call.
     pub fn new_jobs(
         &self,
@@ -665,7 +665,7 @@ impl EnqueueCall {
             out.push(NewJob {
                 priority,
                 body: bytes_at(payload, body).to_vec(),
-                run_after_ms: job.run_after_ms.unwrap_or(now_ms),
+                run_after_ms: job.run_after_ms.unwrap_or(now_ms).min(MAX_TIMESTAMP_MS),
                 attempts_allowed: i64::from(attempts),
                 custom_status: text_at(payload, &job.custom_status).to_owned(),
             });
@@ -673,6 +673,11 @@ impl EnqueueCall {
         Ok(out)
     }
 }
+
+/// The latest `runAfterTimestampMillis` or `expireAtTimestampMillis` a job keeps, the last
+/// millisecond of the year 9999: a later one is cut to it. A Redis score is a double, exact only
+/// below 2^53, and one near `i64::MAX` read back past it (lookups and scans of the job failed).
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
 /// The longest `dedupKey` or `groupKey` taken, in bytes of UTF-8.
 pub const MAX_DEDUP_KEY_BYTES: usize = 1024;
@@ -697,7 +702,8 @@ impl EnqueueCall {
     /// Each job's dedup key, window, group key and expiry, in job order, checked: a key
     /// (either kind) is 1 to [`MAX_DEDUP_KEY_BYTES`] bytes, with no NUL character (the embedded
     /// store reads keys through JSON, where `SQLite` cuts a string at U+0000); a window is 0 to
-    /// [`MAX_DEDUP_WINDOW_MS`] and more than 0 only with a dedup key; an expiry is 0 or more.
+    /// [`MAX_DEDUP_WINDOW_MS`] and more than 0 only with a dedup key; an expiry is 0 or more (one
+    /// past [`MAX_TIMESTAMP_MS`] is cut to it).
     /// The first job refused refuses the call (`ENQUEUE_REJECTED`, naming the field and the
     /// job's index).
     pub fn keys<'p>(&self, payload: &'p [u8]) -> Result<Vec<KeySpec<'p>>, JobRejected> {
@@ -748,7 +754,8 @@ impl EnqueueCall {
                     format!("expireAtTimestampMillis must be 0 or more, not {at}"),
                 ));
             }
-            out.push((key, window, group, job.expire_at_ms));
+            let expire_at = job.expire_at_ms.map(|at| at.min(MAX_TIMESTAMP_MS));
+            out.push((key, window, group, expire_at));
         }
         Ok(out)
     }
@@ -1283,6 +1290,32 @@ mod tests {
                 .stop();
         }
         w.stop().stop()
+    }
+
+    #[test]
+    fn a_run_after_or_an_expiry_past_the_year_9999_is_cut_to_its_end() {
+        let w = enqueue(&[
+            job(b"a")
+                .field(T_I64, 3)
+                .i64(i64::MAX)
+                .field(T_I64, 9)
+                .i64(i64::MAX),
+            job(b"b")
+                .field(T_I64, 3)
+                .i64(MAX_TIMESTAMP_MS)
+                .field(T_I64, 9)
+                .i64(7),
+        ]);
+        let call = decode_enqueue(&w).unwrap();
+        let run_after: Vec<i64> = call
+            .new_jobs(&w.0, 3, 1000)
+            .unwrap()
+            .iter()
+            .map(|j| j.run_after_ms)
+            .collect();
+        assert_eq!(run_after, vec![MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS]);
+        let expiries: Vec<Option<i64>> = call.keys(&w.0).unwrap().iter().map(|k| k.3).collect();
+        assert_eq!(expiries, vec![Some(MAX_TIMESTAMP_MS), Some(7)]);
     }
 
     #[test]

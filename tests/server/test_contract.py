@@ -148,6 +148,25 @@ def test_failure_acks_retry_after_the_delay_then_fail_when_attempts_run_out(api:
     assert info.jobState == FAILED and info.attemptsRemaining == 0
 
 
+def test_a_run_after_or_an_expiry_at_the_end_of_i64_reads_back(api: Api) -> None:
+    far_jobs_read_back(api)
+
+
+def far_jobs_read_back(api: Api) -> None:
+    """A run-after or expiry past the year 9999 is cut to its last millisecond: a Redis score is a
+    double, and one near i64's end read back past it, so lookups and scans of the job failed
+    (``test_redis_server.py`` runs this on both Redis layouts)."""
+    year_9999_end = 253_402_300_799_999
+    api.create("far")
+    (d,) = api.enqueue("far", api.job(b"far", runAfterTimestampMillis=2**63 - 1))
+    info = api.lookup(d)[d]
+    assert now_ms() + 10 * 365 * 24 * 3600 * 1000 < info.runAfterTimestampMillis <= year_9999_end
+    assert [j.jobDescriptor for j in api.scan("far", PENDING, scanFutureJobs=True).scannedJobs] == [d]
+    (e,) = api.enqueue("far", api.job(b"expiring", expireAtTimestampMillis=2**63 - 1))
+    assert api.lookup(e)[e].expireAtTimestampMillis == year_9999_end
+    assert list(api.dequeue("far").jobs) == [e]
+
+
 def test_a_retry_delay_past_ten_years_is_cut_to_ten_years(api: Api) -> None:
     """``now + retryDelayMillis`` must not overflow: SQLite stored the sum as a float, which no
     lookup could then read back as an i64, and the job was lost to counts and scans."""

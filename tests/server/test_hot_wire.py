@@ -54,6 +54,9 @@ HOT = ("enqueueJobs", "dequeueJobs", "ackDequeuedJobs")
 #: The longest retry delay the hot decoder applies: longer ones are cut to it (MAX_RETRY_DELAY_MS
 #: in rust/wire/hot_calls.rs: ten years, so that now + delay never overflows).
 MAX_RETRY_DELAY_MS = 10 * 365 * 24 * 3600 * 1000
+#: The latest run-after or expiry the hot decoder keeps: later ones are cut to it (MAX_TIMESTAMP_MS
+#: in rust/wire/hot_calls.rs: the last millisecond of the year 9999).
+MAX_TIMESTAMP_MS = 253_402_300_799_999
 I64_MAX = 2**63 - 1
 
 
@@ -235,10 +238,8 @@ def handler_batch(jobs: list[Any], num_priorities: int, now: int) -> Any:
             priority = 1
         elif not 1 <= priority <= num_priorities:
             return ("rejected", ErrorCode.PRIORITY_NOT_SUPPORTED, f"priority {priority} is not in 1..{num_priorities}")
-        run_after = job.runAfterTimestampMillis
-        new_jobs.append(
-            tuple(NewJob(priority, job.body, now if run_after is None else run_after, attempts, job.customStatus or ""))
-        )
+        run_after = now if job.runAfterTimestampMillis is None else min(job.runAfterTimestampMillis, MAX_TIMESTAMP_MS)
+        new_jobs.append(tuple(NewJob(priority, job.body, run_after, attempts, job.customStatus or "")))
     return new_jobs
 
 

@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api
+from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api, far_jobs_read_back
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer
 from tests.support.thrift_client import connect
@@ -615,6 +615,20 @@ def test_an_evicted_job_hash_is_skipped_by_dequeue_and_counted(
 
 
 @pytest.mark.usefixtures("ready_lists_on")
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_a_run_after_or_an_expiry_at_the_end_of_i64_reads_back_from_redis(
+    tmp_path: Path,
+    redis_servers: Callable[..., RedisServer],
+    start_server: Callable[..., ServerProcess],
+    api_for: Callable[[ServerProcess], Api],
+    layout: str,
+) -> None:
+    redis = redis_servers("1")
+    config = tmp_path / "redis.json"
+    write_config(config, {"1": (redis, False)}, layout=layout)
+    far_jobs_read_back(api_for(serve(start_server, config)))
+
+
 def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(
     tmp_path: Path,
     redis_servers: Callable[..., RedisServer],
