@@ -150,6 +150,26 @@ def add_slow_syncs(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_load(parser: argparse.ArgumentParser) -> None:
+    """The options of the lifecycle load (``measure``), for the scripts that run it."""
+    parser.add_argument("--seconds", type=float, default=10, help="the measured interval of each run (default 10)")
+    parser.add_argument("--warmup", type=float, default=3, help="seconds of load before the interval (default 3)")
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--body-bytes", type=int, default=100)
+    parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    parser.add_argument("--consumers", type=int, default=4, help="consumer processes (default 4)")
+    parser.add_argument(
+        "--backlog", type=int, default=0, help="most jobs enqueued and not acked (default 3 batches per consumer)"
+    )
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a line of every server's properties file (repeatable); default: none, each build's defaults",
+    )
+
+
 def add_shards(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shards",
@@ -727,16 +747,8 @@ def main() -> None:
         default=[],
         help=f"comma list of {', '.join(BACKENDS)} (default {','.join(DEFAULT_BACKENDS)})",
     )
-    parser.add_argument("--seconds", type=float, default=10, help="the measured interval of each run (default 10)")
-    parser.add_argument("--warmup", type=float, default=3, help="seconds of load before the interval (default 3)")
+    add_load(parser)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each build on each backend (default 2)")
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--body-bytes", type=int, default=100)
-    parser.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
-    parser.add_argument("--consumers", type=int, default=4, help="consumer processes (default 4)")
-    parser.add_argument(
-        "--backlog", type=int, default=0, help="most jobs enqueued and not acked (default 3 batches per consumer)"
-    )
     parser.add_argument(
         "--against",
         action="append",
@@ -749,13 +761,6 @@ def main() -> None:
         type=Path,
         default=DEFAULT_CACHE_DIR,
         help="where --against virtualenvs are kept, one per commit hash (default ~/.cache/pinlater-bench)",
-    )
-    parser.add_argument(
-        "--property",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a line of every server's properties file (repeatable); default: none, each build's defaults",
     )
     parser.add_argument(
         "--aof-rewrites",

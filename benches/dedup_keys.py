@@ -45,6 +45,7 @@ from cost_per_job import (
     Run,
     _jobs,
     _us,
+    add_load,
     add_shards,
     add_slow_syncs,
     commit_build,
@@ -67,15 +68,8 @@ def _rotated(items: list[T], round_no: int) -> list[T]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="embedded,redis", help=f"comma list of {', '.join(BACKENDS)}")
-    parser.add_argument("--seconds", type=float, default=10, help="the measured interval of each run (default 10)")
-    parser.add_argument("--warmup", type=float, default=3, help="seconds of load before the interval (default 3)")
+    add_load(parser)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each variant on each backend (default 2)")
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--body-bytes", type=int, default=100)
-    parser.add_argument("--producers", type=int, default=2)
-    parser.add_argument("--consumers", type=int, default=4)
-    parser.add_argument("--backlog", type=int, default=0)
-    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of plain, keyed, grouped")
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument("--against", default="", metavar="COMMIT", help="also run this commit's build, in turn")

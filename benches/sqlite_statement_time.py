@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cost_per_job import Figures, _jobs, current_build, measure
+from cost_per_job import Figures, _jobs, add_load, current_build, measure
 from pinlater.backends.embedded import sql
 from pinlater.backends.embedded.native_hot import STATEMENT_TIMES_ENV, STATEMENTS
 
@@ -76,14 +76,7 @@ def _jobs_inserted(data: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", default="plain,grouped", help="comma list of plain, keyed, grouped")
-    parser.add_argument("--seconds", type=float, default=10, help="the measured interval (default 10)")
-    parser.add_argument("--warmup", type=float, default=3, help="seconds of load before it (default 3)")
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--body-bytes", type=int, default=100)
-    parser.add_argument("--producers", type=int, default=2)
-    parser.add_argument("--consumers", type=int, default=4)
-    parser.add_argument("--backlog", type=int, default=0)
-    parser.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
+    add_load(parser)
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument("--top", type=int, default=20, help="statements shown, costliest first (default 20)")
     args = parser.parse_args()
