@@ -542,10 +542,14 @@ class LocalIds:
 class ClaimedJobs:
     """The jobs one store call of a dequeue claimed, in dequeue order, held in Rust."""
 
-    def __new__(cls, jobs: Sequence[_ClaimedTuple]) -> ClaimedJobs:
+    def __new__(cls, jobs: Sequence[_ClaimedTuple], cut: bool = False) -> ClaimedJobs:
         """Claimed jobs from Python values (``ClaimedJob`` tuples), for stores and tests."""
 
     def __len__(self) -> int: ...
+    @property
+    def cut(self) -> bool:
+        """The store call stopped at one of its work budgets before its limit: due jobs may be
+        left behind what it passed (``ShardedBackend.walk_ready`` calls again)."""
     def to_list(self) -> list[_ClaimedTuple]:
         """One ``ClaimedJob`` tuple per job."""
 

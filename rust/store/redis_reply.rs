@@ -490,9 +490,24 @@ pub fn int_reply(reply: &[u8]) -> Result<ScriptReply<i64>, ReplyError> {
 /// Values per job in a dequeue reply: id, score, bd, al, ar, ca, ua.
 const WIDTH: usize = 7;
 
-/// `dequeue_jobs.lua`'s answer `{evicted, 7 values per job}`: the jobs in (run after, id)
-/// order, and the evicted count.
-pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>, ReplyError> {
+/// Values before the jobs in a dequeue reply: evicted, cut.
+const HEAD: usize = 2;
+
+/// What a dequeue or reserve script answered.
+#[derive(Debug, PartialEq)]
+pub struct Claimed {
+    /// The jobs, in (run after, id) order.
+    pub jobs: Vec<ClaimedJob>,
+    /// Records found missing (evicted).
+    pub evicted: i64,
+    /// The call stopped at one of its work budgets before its limit: due jobs may be left
+    /// behind what it passed, so the place is not empty (the scripts' `cut`).
+    pub cut: bool,
+}
+
+/// `dequeue_jobs.lua`'s answer `{evicted, cut, 7 values per job}`: the jobs in (run after, id)
+/// order, the evicted count and whether the call stopped at a budget.
+pub fn claimed_reply(reply: &[u8]) -> Result<ScriptReply<Claimed>, ReplyError> {
     claimed(&mut Cursor { buf: reply, at: 0 })
 }
 
@@ -513,10 +528,7 @@ pub enum Split<T> {
 /// exactly where `reply_end` says (the same headers, the same CRLF checks); anything else (not
 /// all in yet, an error reply, a reply it refuses, one past `max_bytes`) is `reply_end`'s
 /// answer, so the stream is split as `reply_end` splits it whatever comes.
-pub fn claimed_split(
-    buf: &[u8],
-    max_bytes: usize,
-) -> Result<Split<(Vec<ClaimedJob>, i64)>, ReplyError> {
+pub fn claimed_split(buf: &[u8], max_bytes: usize) -> Result<Split<Claimed>, ReplyError> {
     let mut cursor = Cursor { buf, at: 0 };
     // (every value takes at least MIN_VALUE bytes, so within `max_bytes` no array header can
     // pass `reply_end`'s bound either)
@@ -539,17 +551,18 @@ impl<T> From<Scan> for Split<T> {
 }
 
 /// `claimed_reply` from the cursor's place; the cursor ends where the reply does.
-fn claimed(cursor: &mut Cursor<'_>) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)>, ReplyError> {
+fn claimed(cursor: &mut Cursor<'_>) -> Result<ScriptReply<Claimed>, ReplyError> {
     let reply = cursor.buf;
     let n = match head(cursor)? {
         Ok(n) => n,
         Err(r) => return Ok(other(r)),
     };
-    if n == 0 || (n - 1) % WIDTH != 0 {
-        return Err(shape(&format!("{n} values, not 1 + {WIDTH} per job")));
+    if n < HEAD || (n - HEAD) % WIDTH != 0 {
+        return Err(shape(&format!("{n} values, not {HEAD} + {WIDTH} per job")));
     }
     let evicted = int_value(cursor, "evicted")?;
-    let rows = (n - 1) / WIDTH;
+    let cut = int_value(cursor, "cut")? != 0;
+    let rows = (n - HEAD) / WIDTH;
     let mut keys = Vec::with_capacity(rows.min(reply.len()));
     let mut jobs = Vec::with_capacity(rows.min(reply.len()));
     // The jobs of one enqueue share their score and creation time, and every job of a claim
@@ -598,14 +611,18 @@ fn claimed(cursor: &mut Cursor<'_>) -> Result<ScriptReply<(Vec<ClaimedJob>, i64)
         sa.total_cmp(&sb).then(ia.cmp(&ib)).is_le()
     });
     if in_order {
-        return Ok(ScriptReply::Value((jobs, evicted)));
+        return Ok(ScriptReply::Value(Claimed { jobs, evicted, cut }));
     }
     let mut slots: Vec<Option<ClaimedJob>> = jobs.into_iter().map(Some).collect();
     let ordered = order(&keys)
         .into_iter()
         .filter_map(|i| slots[i].take())
         .collect();
-    Ok(ScriptReply::Value((ordered, evicted)))
+    Ok(ScriptReply::Value(Claimed {
+        jobs: ordered,
+        evicted,
+        cut,
+    }))
 }
 
 #[cfg(test)]
@@ -781,7 +798,7 @@ mod tests {
 
     #[test]
     fn claimed_jobs_are_read_and_ordered() {
-        let mut reply = b"*15\r\n:2\r\n".to_vec();
+        let mut reply = b"*16\r\n:2\r\n:1\r\n".to_vec();
         for (id, score, ua) in [("10", "5.5", "7.0"), ("9", "5.5", "7.0005")] {
             bulk(&mut reply, id.as_bytes());
             bulk(&mut reply, score.as_bytes());
@@ -792,10 +809,12 @@ mod tests {
             bulk(&mut reply, ua.as_bytes());
         }
         assert_eq!(reply_end(&reply, MAX), Ok(Scan::Complete(reply.len())));
-        let ScriptReply::Value((jobs, evicted)) = claimed_reply(&reply).unwrap() else {
+        let ScriptReply::Value(Claimed { jobs, evicted, cut }) = claimed_reply(&reply).unwrap()
+        else {
             panic!("not a value")
         };
         assert_eq!(evicted, 2);
+        assert!(cut);
         assert_eq!(jobs.iter().map(|j| j.local_id).collect::<Vec<_>>(), [9, 10]);
         assert_eq!(jobs[0].body, b"body\r\n");
         assert_eq!(jobs[0].attempts_allowed, 3);
@@ -803,10 +822,15 @@ mod tests {
         assert_eq!(jobs[0].created_at_ms, 1_700_000_000_000);
         assert_eq!(jobs[0].updated_at_ms, 7000); // 7000.5 rounds to even
         assert_eq!(
-            claimed_reply(b"*1\r\n:0\r\n").unwrap(),
-            ScriptReply::Value((vec![], 0))
+            claimed_reply(b"*2\r\n:0\r\n:0\r\n").unwrap(),
+            ScriptReply::Value(Claimed {
+                jobs: vec![],
+                evicted: 0,
+                cut: false
+            })
         );
-        assert!(claimed_reply(b"*2\r\n:0\r\n:1\r\n").is_err());
+        assert!(claimed_reply(b"*1\r\n:0\r\n").is_err());
+        assert!(claimed_reply(b"*3\r\n:0\r\n:0\r\n:1\r\n").is_err());
         assert_eq!(claimed_reply(b":-1\r\n"), Ok(ScriptReply::QueueMissing));
     }
 
@@ -839,7 +863,7 @@ mod tests {
         };
         for _ in 0..300 {
             let rows = 1 + next(12);
-            let mut reply = format!("*{}\r\n:0\r\n", 1 + 7 * rows).into_bytes();
+            let mut reply = format!("*{}\r\n:0\r\n:0\r\n", 2 + 7 * rows).into_bytes();
             let mut keys = Vec::new();
             let mut expected = Vec::new();
             let (mut score, mut ca, mut ua) = (next(6), next(4), next(4));
@@ -867,7 +891,7 @@ mod tests {
                 expected.push((id, read_ms(times[ca]), read_ms(times[ua])));
             }
             splits_as_two_walks(&reply);
-            let ScriptReply::Value((jobs, _)) = claimed_reply(&reply).unwrap() else {
+            let ScriptReply::Value(Claimed { jobs, .. }) = claimed_reply(&reply).unwrap() else {
                 panic!("not a value")
             };
             let want: Vec<_> = order(&keys).into_iter().map(|i| expected[i]).collect();
@@ -884,7 +908,7 @@ mod tests {
             assert_eq!(got, want);
         }
         // A bad text is refused wherever it stands in a run of equal ones.
-        let mut reply = b"*15\r\n:0\r\n".to_vec();
+        let mut reply = b"*16\r\n:0\r\n:0\r\n".to_vec();
         for id in [b"1", b"2"] {
             bulk(&mut reply, id);
             bulk(&mut reply, b"soon");
@@ -925,19 +949,20 @@ mod tests {
     #[test]
     fn a_dequeue_reply_splits_as_reply_end_splits_it() {
         let mut cases: Vec<Vec<u8>> = vec![
+            b"*2\r\n:0\r\n:0\r\n".to_vec(),
             b"*1\r\n:0\r\n".to_vec(),
             b":-1\r\n".to_vec(),
             b"-NOSCRIPT No matching script\r\n".to_vec(),
-            b"*2\r\n:0\r\n:1\r\n".to_vec(),
+            b"*3\r\n:0\r\n:0\r\n:1\r\n".to_vec(),
             b"*-1\r\n".to_vec(),
             b"+OK\r\n".to_vec(),
-            b"*8\r\n:0\r\n*1\r\n:1\r\n:2\r\n$1\r\nb\r\n:1\r\n:1\r\n:1\r\n:1\r\n".to_vec(),
+            b"*9\r\n:0\r\n:0\r\n*1\r\n:1\r\n:2\r\n$1\r\nb\r\n:1\r\n:1\r\n:1\r\n:1\r\n".to_vec(),
         ];
         for as_int in [true, false] {
             cases.push(one_job(as_int, 7, 5, 3, 1_700_000_000));
             cases.push(one_job(as_int, -1, 0, 0, 0)); // refused: a bad id
         }
-        let mut many = b"*15\r\n:2\r\n".to_vec();
+        let mut many = b"*16\r\n:2\r\n:1\r\n".to_vec();
         for (id, score) in [("10", "5.5"), ("9", "5.5")] {
             for field in [id, score, "body\r\n", "3", "3", "1.7E9", "7.0"] {
                 bulk(&mut many, field.as_bytes());
@@ -964,7 +989,7 @@ mod tests {
 
     /// One job's reply with each number field an integer (`:n`) or its decimal text (`$`).
     fn one_job(as_int: bool, id: i64, score: i64, al: i64, ca: i64) -> Vec<u8> {
-        let mut reply = b"*8\r\n:0\r\n".to_vec();
+        let mut reply = b"*9\r\n:0\r\n:0\r\n".to_vec();
         for (k, n) in [id, score, 0, al, al, ca, ca].into_iter().enumerate() {
             if k == 2 {
                 bulk(&mut reply, b"b");
@@ -992,7 +1017,7 @@ mod tests {
             assert_eq!(as_int, as_text, "{id} {score} {al} {ca}");
         }
         let ok = claimed_reply(&one_job(true, 7, 5, 3, 1_700_000_000)).unwrap();
-        let ScriptReply::Value((jobs, _)) = ok else {
+        let ScriptReply::Value(Claimed { jobs, .. }) = ok else {
             panic!("not a value")
         };
         assert_eq!(jobs[0].local_id, 7);

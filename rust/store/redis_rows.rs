@@ -1,6 +1,6 @@
 //! Reading the job rows of the Redis store's dequeue and reserve replies.
 //!
-//! The scripts answer `{evicted, then 7 values per job: id, score, bd, al, ar, ca, ua}`, with
+//! The scripts answer `{evicted, cut, then 7 values per job: id, score, bd, al, ar, ca, ua}`, with
 //! the ids and times as text: an id in decimal, a score or time as seconds since the epoch in
 //! Redis' or Java's float notation (`1700000000.123`, `1.7E9`). This module turns the text into
 //! numbers exactly as the Python store did: `int(id)`, and `round(float(s) * 1000.0)` for times,

@@ -11,9 +11,11 @@ methods and through its hot path as the server calls it, since both must keep th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 
 import pytest
+from tests.support.hot import dequeue
 from tests.support.store_ops import CLAIM, Ops
 
 from pinlater.backends.base import (
@@ -32,6 +34,10 @@ from pinlater.backends.base import (
     ShardStore,
     ended_status,
 )
+from pinlater.backends.redis import RedisStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
 
 Q = "control_queue"
@@ -267,6 +273,73 @@ def test_one_dequeue_ends_a_bounded_number_of_expired_jobs(ops: Ops) -> None:
         pass
     assert expired_total(ops.store) == 700
     assert got or ids(ops.dequeue(1, 1, now=T0 + 20)) == [alive.local_id]
+
+
+def test_one_dequeue_through_the_walk_passes_more_expired_jobs_than_one_store_call_ends(store: ShardStore) -> None:
+    # A store call that stops at its budget of expired jobs (256 on Redis) says so
+    # (ClaimedJobs.cut), and the walk calls again instead of taking the place for empty: else the
+    # fresh job behind a mass expiry waited for the empty hint's backoff at every 256 (200,000
+    # expired jobs hid one for minutes).
+    store.create_queue(Q, 3)
+    store.enqueue_keyed_jobs(Q, [job(b"x%d" % i, run_after=T0 - 1_000, expire_at=T0 + 10) for i in range(1_000)], T0)
+    (alive,) = store.enqueue_keyed_jobs(Q, [job(b"alive", run_after=T0)], T0)
+    counts: dict[str, int] = {}
+    backend = ShardedBackend(
+        ShardMap([Shard(store.name, store)]),
+        num_priorities=3,
+        parallelism=2,
+        clock=ManualClock(T0 + 20),
+        count=lambda name, by: counts.__setitem__(name, counts.get(name, 0) + by),
+    )
+
+    async def run() -> list[int]:
+        try:
+            return [j.job.local_id for j in await dequeue(backend, Q, 1, "walk")]
+        finally:
+            await backend.aclose()
+
+    got = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    assert got == [alive.local_id], "the one dequeue request answers the job behind the expired ones"
+    if isinstance(store, RedisStore):
+        assert counts.get("dequeue_store_calls_cut", 0) >= 3, "calls stopped at 256 expired jobs, and said so"
+        assert expired_total(store) == 1_000, "the calls ended every expired job they passed"
+
+
+def test_a_dequeue_past_expired_jobs_takes_no_more_than_its_limit(ops: Ops) -> None:
+    # (Redis reads larger pages once it has met expired jobs: the limit still holds.)
+    ops.enqueue([job(b"x%d" % i, run_after=T0 - 1_000, expire_at=T0 + 10) for i in range(10)])
+    fresh = ops.enqueue([job(b"f%d" % i, run_after=T0) for i in range(20)])
+
+    got = ids(ops.dequeue(1, 2, now=T0 + 20))
+    assert got == [p.local_id for p in fresh[:2]]
+    assert len(ids(ops.dequeue(1, 100, now=T0 + 20))) == 18
+
+
+def test_a_reserve_stopped_by_expired_jobs_says_so_and_the_next_one_goes_on(store: ShardStore) -> None:
+    # The broker's refills walk as dequeues do (walk_ready), so its reserve says cut as well.
+    store.create_queue(Q, 3)
+    store.enqueue_keyed_jobs(Q, [job(b"x%d" % i, run_after=T0 - 1_000, expire_at=T0 + 10) for i in range(300)], T0)
+    (alive,) = store.enqueue_keyed_jobs(Q, [job(b"alive", run_after=T0)], T0)
+    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=2)
+    hot = backend.hot_path(backend.shards.all()[0])
+
+    async def run() -> list[tuple[list[int], bool]]:
+        answers = []
+        try:
+            for _ in range(2):
+                got = await hot.reserve_jobs(Q, 1, 5, "refill", T0 + 20, 5_000)
+                answers.append(([j[0] for j in got.to_list()], got.cut))
+        finally:
+            await backend.aclose()
+        return answers
+
+    answers = asyncio.run(run())
+    backend._executor.shutdown(wait=True)
+    if isinstance(store, RedisStore):
+        assert answers == [([], True), ([alive.local_id], False)], "256 expired jobs, then the rest and the job"
+    else:
+        assert answers[0] == ([alive.local_id], False)
 
 
 def test_expire_jobs_takes_the_soonest_first_and_stops_at_its_limit(ops: Ops) -> None:

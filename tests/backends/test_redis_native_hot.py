@@ -744,7 +744,7 @@ def test_a_close_mid_reply_repeats_a_dequeue_once_but_never_an_enqueue() -> None
     assert [n for n, _ in fake.evalshas] == [1, 2], "repeated once, on a fresh connection"
 
     async def close_first(n: int, _args: list[bytes]) -> bytes | None:
-        return None if n == 1 else b"*1\r\n:0\r\n"
+        return None if n == 1 else b"*2\r\n:0\r\n:0\r\n"
 
     result, fake = fake_run(close_first, dequeue_some)
     assert result == [] and fake.connections == 2
@@ -759,7 +759,7 @@ async def ack_and_dequeue(hot: NativeHotPath) -> Any:
 
 def test_an_ack_and_dequeue_lost_with_its_connection_are_sent_again_one_by_one() -> None:
     # the first dequeue's, then (the pair is lost) the ack's and the dequeue's
-    answers = iter([b"*1\r\n:0\r\n", None, b"*2\r\n:1\r\n:0\r\n", b"*1\r\n:0\r\n"])
+    answers = iter([b"*2\r\n:0\r\n:0\r\n", None, b"*2\r\n:1\r\n:0\r\n", b"*2\r\n:0\r\n:0\r\n"])
 
     async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
         return next(answers)
@@ -772,7 +772,7 @@ def test_an_ack_and_dequeue_lost_with_its_connection_are_sent_again_one_by_one()
 
 
 def test_a_failed_ack_of_a_pair_is_raised_and_the_connection_stays_in_step() -> None:
-    no_jobs = b"*1\r\n:0\r\n"
+    no_jobs = b"*2\r\n:0\r\n:0\r\n"
     answers = iter([no_jobs, b"-ERR Error running script: boom\r\n", no_jobs, no_jobs])
 
     async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
@@ -796,7 +796,7 @@ async def enqueue_and_reserve(hot: NativeHotPath) -> Any:
 
 
 def test_an_enqueue_and_its_reserve_are_answered_together() -> None:
-    answers = iter([b"*1\r\n:0\r\n", b"*1\r\n:41\r\n", dequeue_reply(41, b"x")])
+    answers = iter([b"*2\r\n:0\r\n:0\r\n", b"*1\r\n:41\r\n", dequeue_reply(41, b"x")])
 
     async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
         return next(answers)
@@ -808,7 +808,7 @@ def test_an_enqueue_and_its_reserve_are_answered_together() -> None:
 
 
 def test_an_enqueue_lost_with_its_reserve_behind_it_is_never_sent_again() -> None:
-    answers = iter([b"*1\r\n:0\r\n", None])  # the connection closes on reading the enqueue
+    answers = iter([b"*2\r\n:0\r\n:0\r\n", None])  # the connection closes on reading the enqueue
 
     async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
         return next(answers)
@@ -819,7 +819,7 @@ def test_an_enqueue_lost_with_its_reserve_behind_it_is_never_sent_again() -> Non
 
 
 def test_a_failed_reserve_behind_an_enqueue_is_no_error_and_the_connection_stays_in_step() -> None:
-    no_jobs = b"*1\r\n:0\r\n"
+    no_jobs = b"*2\r\n:0\r\n:0\r\n"
     answers = iter([no_jobs, b"*1\r\n:41\r\n", b"-ERR Error running script: boom\r\n", no_jobs])
 
     async def behaviour(_n: int, _args: list[bytes]) -> bytes | None:
@@ -878,9 +878,9 @@ class LoopbackTransport(asyncio.Transport):
         return self.aborted
 
 
-def dequeue_reply(local_id: int, body: bytes) -> bytes:
+def dequeue_reply(local_id: int, body: bytes, cut: int = 0) -> bytes:
     row = [b"%d" % local_id, b"1700000000.5", body, b"3", b"2", b"1700000000.0", b"1700000001.0"]
-    return b"*8\r\n:0\r\n" + b"".join(b"$%d\r\n%s\r\n" % (len(v), v) for v in row)
+    return b"*9\r\n:0\r\n:%d\r\n" % cut + b"".join(b"$%d\r\n%s\r\n" % (len(v), v) for v in row)
 
 
 def test_pipelined_replies_in_any_pieces_go_to_their_callers_in_order() -> None:
@@ -911,10 +911,10 @@ def test_dequeue_replies_read_as_they_are_split_answer_as_read_after() -> None:
     bytes afterwards gives, in whatever pieces the stream comes; other replies (an error, one the
     parser refuses, one of another call) come as their bytes, and the stream stays in step."""
     bad_al = dequeue_reply(13, b"xy").replace(b"$1\r\n3\r\n", b"$1\r\nq\r\n")
-    replies = [dequeue_reply(i, bytes(range(256)) * i) for i in range(1, 12)] + [
+    replies = [dequeue_reply(i, bytes(range(256)) * i, i % 2) for i in range(1, 12)] + [
         b":-1\r\n",
         b"-NOSCRIPT No matching script\r\n",
-        b"*2\r\n:0\r\n:1\r\n",  # not 1 + 7 per job
+        b"*3\r\n:0\r\n:0\r\n:1\r\n",  # not 2 + 7 per job
         bad_al,  # a job's attempts allowed that is not a count
         b":5\r\n",  # another call's
         dequeue_reply(9, b""),
@@ -938,13 +938,17 @@ def test_dequeue_replies_read_as_they_are_split_answer_as_read_after() -> None:
             value = redis_claimed_reply(reply)
         except (RedisErrorReply, ValueError):
             return reply  # read after, by the caller, as before
-        return None if value is None else (value[0].to_list(), value[1])
+        return None if value is None else (value[0].to_list(), value[0].cut, value[1])
 
     want = [as_read(r) for r in replies[:-2]] + [replies[-2], as_read(replies[-1])]
     assert want[-1] != replies[-1] and want[11] is None and want[12:15] == replies[12:15], "the cases are what they say"
+    assert {w[1] for w in want[:11]} == {False, True}, "cut read both ways"
     for cuts in ([], list(range(1, len(stream))), sorted(rng.sample(range(1, len(stream)), 300))):
         got = asyncio.run(feed(cuts))
-        seen = [r if isinstance(r, bytes) else (None if r[1] is None else (r[1][0].to_list(), r[1][1])) for r in got]
+        seen = [
+            r if isinstance(r, bytes) else (None if r[1] is None else (r[1][0].to_list(), r[1][0].cut, r[1][1]))
+            for r in got
+        ]
         assert seen == want
 
 
@@ -975,7 +979,7 @@ def test_a_cancelled_call_leaves_the_connection_in_step() -> None:
         if args[-3] == b"c0":  # the claim of the first dequeue
             seen.set()
             await gate.wait()
-            return b"*1\r\n:0\r\n"
+            return b"*2\r\n:0\r\n:0\r\n"
         return dequeue_reply(5, b"b")
 
     async def body(hot: NativeHotPath) -> Any:

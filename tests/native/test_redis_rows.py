@@ -14,7 +14,7 @@ from pinlater.backends.redis.replies import _CLAIMED_JOB as MAKE
 
 
 def reply(*rows: tuple[Any, ...]) -> list[Any]:
-    out: list[Any] = [0]
+    out: list[Any] = [0, 0]  # evicted, cut
     for row in rows:
         out += list(row)
     return out
@@ -31,8 +31,7 @@ def test_rows_become_jobs_ordered_by_run_after_then_id() -> None:
         ClaimedJob(9, b"nine", 1, 1, 1_700_000_000_000, 0),
         ClaimedJob(10, b"ten", 3, 2, 1_699_999_999_250, 1_700_000_000_500),
     ]
-    assert redis_claimed_jobs([0], MAKE) == []
-    assert redis_claimed_jobs([], MAKE) == []
+    assert redis_claimed_jobs([0, 1], MAKE) == []
 
 
 def test_times_round_exactly_as_python_does() -> None:
@@ -64,8 +63,12 @@ def test_malformed_replies_raise_clear_errors(row: tuple[Any, ...], error: type[
 
 
 def test_incomplete_rows_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"^malformed Redis reply: 6 values after the evicted count"):
-        redis_claimed_jobs([0, b"1", b"1", b"", b"1", b"1", b"1"], MAKE)
+    with pytest.raises(ValueError, match=r"^malformed Redis reply: 6 values after the evicted count and cut"):
+        redis_claimed_jobs([0, 0, b"1", b"1", b"", b"1", b"1", b"1"], MAKE)
+    with pytest.raises(ValueError, match=r"^malformed Redis reply: no evicted count and cut"):
+        redis_claimed_jobs([0], MAKE)
+    with pytest.raises(ValueError, match=r"^malformed Redis reply: no evicted count and cut"):
+        redis_claimed_jobs([], MAKE)
 
 
 def test_integers_and_text_are_read_like_bytes() -> None:

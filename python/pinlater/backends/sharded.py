@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from pinlater._pinlater import (
     DETACH_JOBS,
@@ -80,9 +80,20 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 T2 = TypeVar("T2")
-#: What one store call of a dequeue walk returns: a store's ``ClaimedJobs`` (dequeues), or a
-#: list of ``ClaimedJob`` (the broker's refills); the walk only counts them.
-J = TypeVar("J", bound=Sized)
+
+
+class WalkAnswer(Sized, Protocol):
+    """What one store call of a dequeue walk returns: a store's ``ClaimedJobs``, for dequeues
+    and the broker's refills alike; the walk counts them and reads ``cut``."""
+
+    @property
+    def cut(self) -> bool:
+        """The call stopped at one of its work budgets before its limit (a Redis script that
+        met ``EXPIRED_BUDGET`` expired jobs, say): due jobs may be left behind what it passed."""
+        ...
+
+
+J = TypeVar("J", bound=WalkAnswer)
 #: (shard, queue, priority): one place a dequeue looks.
 Place = tuple[str, str, int]
 
@@ -96,6 +107,11 @@ EMPTY_RECHECK_MS = 200
 MAX_EMPTY_RECHECK_MS = 3200
 #: Future ready times remembered per place; beyond this the backoff alone bounds the delay.
 MAX_FUTURE_READY_TIMES = 64
+#: Store calls one walk makes again, in all, after calls that stopped at a work budget short of
+#: their limit (``WalkAnswer.cut``): each such call did bounded work (ended up to 256 expired
+#: jobs on Redis, say), and what it passed may hide due jobs, so its place is not taken for
+#: empty. Beyond these the walk goes on to the next place, and the next walk looks again.
+MAX_CUT_REPEATS = 16
 
 #: A failed ping that took longer than this (a store that does not answer, rather than one that
 #: refuses connections) keeps calls from pinging that shard again for ``SLOW_PING_BACKOFF_MS``;
@@ -977,7 +993,9 @@ class ShardedBackend:
         failure marks the shard, as ``on_shard`` would (so ``fetch`` does not). A call asks for
         at most ``STORE_CALL_JOBS``; one that got all it asked for is followed by another at the
         same place while the walk wants more (``repeat``; a dry run, whose calls take nothing,
-        asks each place once). With
+        asks each place once), and so is one that stopped at a work budget (``WalkAnswer.cut``),
+        up to ``MAX_CUT_REPEATS`` such calls a walk; a cut call's place is not remembered as
+        empty. With
         ``use_empty_hints``, places known to be empty are skipped, a place that gave fewer than
         asked is remembered as empty for a while (see ``EMPTY_RECHECK_MS``), and concurrent walks
         do not look at one place at the same time.
@@ -997,6 +1015,7 @@ class ShardedBackend:
         lacking: set[str] = set()  # shards that said they do not have the queue
         broken: set[str] = set()  # shards whose call failed unexpectedly after jobs were claimed
         held = False  # some shard had the queue, or could not say
+        cut_repeats = 0  # calls made again after a cut one (MAX_CUT_REPEATS)
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
                 want = limit - total
@@ -1070,11 +1089,17 @@ class ShardedBackend:
                     if got is None:  # no such queue there
                         break
                     n = len(got)
+                    cut = n < ask and got.cut  # stopped at a budget: more may be due there
                     if not n:
                         self._count("dequeue_store_calls_empty", 1)
+                    if cut:
+                        self._count("dequeue_store_calls_cut", 1)
                     if use_empty_hints:
                         self._lacking.discard((shard.name, queue))
-                        if n < ask:  # it took every ready job there
+                        if cut:
+                            self._empty_until.pop(place, None)
+                            self._empty_streak.pop(place, None)
+                        elif n < ask:  # it took every ready job there
                             self._found_empty(place, now, n > 0)
                         else:
                             self._empty_streak.pop(place, None)
@@ -1082,6 +1107,9 @@ class ShardedBackend:
                         found.append(ReadyBatch(shard.name, priority, now, got))
                         total += n
                     want = limit - total
+                    if cut and repeat and want > 0 and cut_repeats < MAX_CUT_REPEATS:
+                        cut_repeats += 1
+                        continue
                     if n < ask or want <= 0 or not repeat:
                         break
             if total >= limit:

@@ -604,16 +604,23 @@ impl LocalIds {
     }
 }
 
-/// The jobs one store call of a dequeue claimed, in dequeue order.
+/// The jobs one store call of a dequeue claimed, in dequeue order, and whether the call
+/// stopped at one of its work budgets before its limit (`cut`: the place is not empty).
 #[pyclass(frozen, name = "ClaimedJobs", module = "pinlater._pinlater")]
 pub struct ClaimedJobs {
     jobs: Vec<ClaimedJob>,
+    cut: bool,
 }
 
 impl ClaimedJobs {
     #[must_use]
     pub fn from_jobs(jobs: Vec<ClaimedJob>) -> Self {
-        Self { jobs }
+        Self { jobs, cut: false }
+    }
+
+    #[must_use]
+    pub fn from_cut_jobs(jobs: Vec<ClaimedJob>, cut: bool) -> Self {
+        Self { jobs, cut }
     }
 
     #[must_use]
@@ -625,9 +632,10 @@ impl ClaimedJobs {
 #[pymethods]
 impl ClaimedJobs {
     #[new]
-    fn new(jobs: Vec<ClaimedTuple<'_>>) -> PyResult<Self> {
+    #[pyo3(signature = (jobs, cut = false))]
+    fn new(jobs: Vec<ClaimedTuple<'_>>, cut: bool) -> PyResult<Self> {
         guarded("ClaimedJobs", || {
-            Ok(Self::from_jobs(
+            Ok(Self::from_cut_jobs(
                 jobs.into_iter()
                     .map(
                         |(local_id, body, allowed, remaining, created, updated)| ClaimedJob {
@@ -640,12 +648,20 @@ impl ClaimedJobs {
                         },
                     )
                     .collect(),
+                cut,
             ))
         })
     }
 
     fn __len__(&self) -> usize {
         self.jobs.len()
+    }
+
+    /// The store call stopped at one of its work budgets before its limit: due jobs may be
+    /// left behind what it passed (`ShardedBackend.walk_ready` calls again).
+    #[getter]
+    fn cut(&self) -> bool {
+        self.cut
     }
 
     /// One `(local_id, body, attempts_allowed, attempts_remaining, created_at_ms,

@@ -55,12 +55,21 @@ pub fn redis_ids_reply(reply: &[u8]) -> PyResult<Option<LocalIds>> {
     })
 }
 
-/// `dequeue_jobs.lua`'s reply: the jobs in (run after, id) order, and the evicted count.
+/// A dequeue reply's jobs (with its `cut`) and evicted count.
+fn claimed_jobs(claimed: redis_reply::Claimed) -> (ClaimedJobs, i64) {
+    (
+        ClaimedJobs::from_cut_jobs(claimed.jobs, claimed.cut),
+        claimed.evicted,
+    )
+}
+
+/// `dequeue_jobs.lua`'s reply: the jobs in (run after, id) order (and whether the call stopped
+/// at a budget: `ClaimedJobs.cut`), and the evicted count.
 #[pyfunction]
 pub fn redis_claimed_reply(py: Python<'_>, reply: &[u8]) -> PyResult<Option<(ClaimedJobs, i64)>> {
     guarded("redis_claimed_reply", || {
         let parsed = py.detach(|| redis_reply::claimed_reply(reply))?;
-        Ok(value(parsed)?.map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted)))
+        Ok(value(parsed)?.map(claimed_jobs))
     })
 }
 
@@ -79,8 +88,7 @@ pub fn redis_claimed_split(
         let rest = rest_of(buf, start)?;
         let scan = match py.detach(|| redis_reply::claimed_split(rest, max_bytes))? {
             Split::Read(end, reply) => {
-                let value =
-                    value(reply)?.map(|(jobs, evicted)| (ClaimedJobs::from_jobs(jobs), evicted));
+                let value = value(reply)?.map(claimed_jobs);
                 return Ok((offset(start, end), value)
                     .into_pyobject(py)?
                     .into_any()

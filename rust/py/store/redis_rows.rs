@@ -12,6 +12,9 @@ use crate::store::redis_rows::{count, local_id, ms, order, seconds};
 /// Values per job in the reply: id, score, bd, al, ar, ca, ua.
 const WIDTH: usize = 7;
 
+/// Values before the jobs: the evicted count and the call's cut.
+const HEAD: usize = 2;
+
 /// A reply value as text: bulk strings arrive as bytes, integers as int; nil as `None`.
 fn text<'a>(value: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Option<Cow<'a, [u8]>>> {
     if value.is_none() {
@@ -54,8 +57,8 @@ fn ms_or_zero(value: &Bound<'_, PyAny>, what: &'static str) -> PyResult<i64> {
     }
 }
 
-/// The jobs of a dequeue or reserve reply (`reply[0]` is the evicted count, then 7 values per
-/// job), built as `make((local_id, body, attempts_allowed, attempts_remaining, created_at_ms,
+/// The jobs of a dequeue or reserve reply (`reply[0]` is the evicted count, `reply[1]` the
+/// call's cut, then 7 values per job), built as `make((local_id, body, attempts_allowed, attempts_remaining, created_at_ms,
 /// updated_at_ms))` (one tuple, so that `partial(tuple.__new__, cls)` builds a named tuple
 /// without a Python frame) and ordered by (run after, id).
 #[pyfunction]
@@ -66,16 +69,21 @@ pub fn redis_claimed_jobs<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     guarded("redis_claimed_jobs", || {
         let values = reply.as_sequence().to_list()?;
-        let n = values.len().saturating_sub(1);
+        if values.len() < HEAD {
+            return Err(PyValueError::new_err(
+                "malformed Redis reply: no evicted count and cut",
+            ));
+        }
+        let n = values.len() - HEAD;
         if n % WIDTH != 0 {
             return Err(PyValueError::new_err(format!(
-                "malformed Redis reply: {n} values after the evicted count, not a multiple of {WIDTH}"
+                "malformed Redis reply: {n} values after the evicted count and cut, not a multiple of {WIDTH}"
             )));
         }
         let mut keys = Vec::with_capacity(n / WIDTH);
         let mut jobs = Vec::with_capacity(n / WIDTH);
         for row in 0..n / WIDTH {
-            let at = |k: usize| values.get_item(1 + row * WIDTH + k);
+            let at = |k: usize| values.get_item(HEAD + row * WIDTH + k);
             let id_value = at(0)?;
             let id = local_id(&required(&id_value, "id")?)?;
             let score_value = at(1)?;

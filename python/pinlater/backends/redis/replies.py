@@ -12,7 +12,7 @@ from pinlater.backends.redis.keys import ms_from_seconds
 
 
 def claimed_jobs(out: list[Any]) -> list[ClaimedJob]:
-    """Jobs from a dequeue or reserve reply (after the evicted count, 7 values per job),
+    """Jobs from a dequeue or reserve reply (after the evicted count and cut, 7 values per job),
     ordered by (run after, id). Read in Rust: in Python this was about a tenth of the server's
     CPU under load (``benches/python/test_native_bench.py``, group redis-reply-100)."""
     return redis_claimed_jobs(out, _CLAIMED_JOB)

@@ -38,9 +38,11 @@ expiry index, the expired count one up) in place of a job; a dry run skips it. A
 costs nothing more than the field in the HMGET.
 
 Hash fields: bd al ar ca ua cd cs ex (keys.JobField).
-Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, where ua is
-the new updated time (the old one in a dry run), or -1 if the queue does not exist. The caller
-orders the jobs by (score, id).
+Returns {evicted, cut, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, where
+ua is the new updated time (the old one in a dry run), or -1 if the queue does not exist; cut is
+1 when the call stopped at EXPIRED_BUDGET expired jobs met, before its limit, with due jobs maybe
+left behind them (the caller calls again rather than taking the place for empty:
+ShardedBackend.walk_ready), else 0. The caller orders the jobs by (score, id).
 ]]
 --@include holds
 --@include rules
@@ -119,14 +121,18 @@ if not dry_run then
   limit = math.min(limit, room(rules_tail(7)))
 end
 
-local out = {0}
-local found, evicted = 0, 0
+local out = {0, 0}
+local found, evicted, cut = 0, 0, 0
 -- Expired jobs met (ended, or skipped by a dry run) per call: once this many, no further page is
 -- read, so a queue of a million jobs that expired together costs one call about this much;
--- expire_jobs ends the rest.
+-- the next call, or expire_jobs, ends the rest.
 local EXPIRED_BUDGET, expired_met = 256, 0
+local EXPIRED_PAGE = 128  -- members a page reads, at least, once the call has met expired jobs
 while found < limit do
   local want = limit - found
+  if expired_met > 0 and not dry_run then  -- past expired jobs: pages of EXPIRED_PAGE, each pick()'s tie fix paid once
+    want = math.max(want, EXPIRED_PAGE)
+  end
   local picked
   if dry_run then
     picked = pick_with_held(want)
@@ -135,6 +141,9 @@ while found < limit do
   end
   local taken, claimed = {}, {}
   for _, entry in ipairs(picked) do
+    if found >= limit then
+      break  -- (a page of EXPIRED_PAGE may hold more jobs than the limit: those stay)
+    end
     local id, score = entry[1], entry[2]
     local hash_key = hash_prefix .. id
     local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
@@ -176,9 +185,12 @@ while found < limit do
   end
   zrem_all(pending_key, taken)
   zadd_all(in_progress_key, now, claimed)
-  if #picked < want or expired_met >= EXPIRED_BUDGET then
+  if #picked < want then
+    break
+  elseif expired_met >= EXPIRED_BUDGET then
+    cut = 1
     break
   end
 end
-out[1] = evicted
+out[1], out[2] = evicted, cut
 return out

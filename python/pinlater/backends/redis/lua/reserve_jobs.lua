@@ -31,8 +31,10 @@ job out before its claim is written): it stays PENDING for direct dequeues, and 
 most SKIP_BUDGET of them a call (later pages start past the ones skipped).
 
 Hash fields: bd al ar ca ua cs ex (keys.JobField).
-Returns {evicted, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, or -1 if the
-queue does not exist. The caller orders the jobs by (score, id).
+Returns {evicted, cut, then 7 values per job: id, run after score, bd, al, ar, ca, ua}, or -1 if
+the queue does not exist; cut as in dequeue_jobs.lua (the jobs skipped for expiring within the
+hold do not count: a call again would skip them again). The caller orders the jobs by (score,
+id).
 ]]
 --@include holds
 --@include rules
@@ -51,8 +53,8 @@ sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 limit = math.min(limit, room(rules_tail(6)))
 local SKIP_BUDGET = 1000
 local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
-local out = {0}
-local found, evicted, skipped = 0, 0, 0
+local out = {0, 0}
+local found, evicted, skipped, ended = 0, 0, 0, false
 while found < limit and skipped < SKIP_BUDGET and expired_met < EXPIRED_BUDGET do
   local want = limit - found
   -- the jobs skipped stay first in the range (they came before every member not yet read)
@@ -103,8 +105,10 @@ while found < limit and skipped < SKIP_BUDGET and expired_met < EXPIRED_BUDGET d
     redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 1999, #holders)))
   end
   if #page < 2 * want then
+    ended = true
     break
   end
 end
-out[1] = evicted
+local cut = (not ended and found < limit and expired_met >= EXPIRED_BUDGET) and 1 or 0
+out[1], out[2] = evicted, cut
 return out

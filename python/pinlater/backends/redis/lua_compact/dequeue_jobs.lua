@@ -53,8 +53,12 @@ dry runs ignore both.
 A job whose record has an expiry (ex) at or before now is never handed out: a claim expires it
 (lib/expiry.lua) in place of a job, a dry run skips it.
 
-Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
-where ua is the new updated time (the old one in a dry run), or -1 if the queue does not exist.
+Returns {evicted, cut, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua
+(seconds)}, where ua is the new updated time (the old one in a dry run), or -1 if the queue does
+not exist. cut is 1 when the call stopped at one of its budgets (EXPIRED_BUDGET expired jobs
+met, MAX_RATE_SKIPS jobs of groups over their rate, the ready list's READY_SKIP_BUDGET entries
+that are no jobs) before its limit, with due jobs maybe left behind them: the caller calls again
+rather than taking the place for empty (ShardedBackend.walk_ready); else 0.
 The caller orders the jobs by (score, id).
 ]]
 --@include records
@@ -147,7 +151,7 @@ if not dry_run then
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
   limit = math.min(limit, room(rules))
   if limit <= 0 then
-    return {0}
+    return {0, 0}
   end
 end
 local rate_limited = rules and rules.rate > 0 and not dry_run
@@ -159,7 +163,7 @@ local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 -- missing, a tombstone or has an expiry (the general loop then does it).
 local function claim_rows(ids, scores)
   local records = redis.call('HMGET', records_key, unpack(ids))
-  local out, fields, updated = {0}, {}, to_seconds(now)
+  local out, fields, updated = {0, 0}, {}, to_seconds(now)
   for i = 1, #ids do
     local record = records[i]
     if not record or record == TOMBSTONE then
@@ -171,7 +175,7 @@ local function claim_rows(ids, scores)
     end
     local id = ids[i]
     fields[2 * i - 1], fields[2 * i] = id, record_of(bd, al, ar, ca, now, cs, claim, gr, gq, nil, dk)
-    local o = 7 * i - 6
+    local o = 7 * i - 5
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(scores[i]), bd, al
     out[o + 5], out[o + 6], out[o + 7] = ar, to_seconds(ca), updated
   end
@@ -335,7 +339,7 @@ local function claim_listed()
     return nil  -- more than this page holds
   end
   if #ids == 0 then
-    return {0}
+    return {0, 0}
   end
   local out, fields = claim_rows(ids, scores)
   if not out then
@@ -362,7 +366,7 @@ local function claim_common()
   local page = pick(limit)
   local n = #page
   if n == 0 then
-    return {0}
+    return {0, 0}
   elseif n > RECORD_CHUNK then
     return nil
   end
@@ -386,8 +390,8 @@ if common then
 end
 
 
-local out = {0}
-local found, evicted = 0, 0
+local out = {0, 0}
+local found, evicted, cut = 0, 0, 0
 local claimed, jobs_of = {}, {}
 local function take(id, score, job)
   local updated = job.ua
@@ -397,7 +401,7 @@ local function take(id, score, job)
     jobs_of[id] = job
     updated = now
   end
-  local o = 1 + 7 * found
+  local o = 2 + 7 * found
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
   out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(updated)
   found = found + 1
@@ -405,6 +409,11 @@ end
 
 -- The sorted set's side: pages of picked members in (score, id) order, with their records;
 -- those taken (claimed or evicted) are removed before the next page is picked.
+-- Expired jobs met (ended, or skipped by a dry run) per call, at most: a queue of a million jobs
+-- that expired together costs one call no more than this (the reply's cut says so); the next
+-- call, or expire_jobs, ends the rest.
+local EXPIRED_BUDGET, expired_met = 256, 0
+local EXPIRED_PAGE = 128  -- members a page reads, at least, once the call has met expired jobs
 local page, at, more, taken = {}, 1, true, {}
 local function next_member()
   if at > #page and more then
@@ -415,6 +424,9 @@ local function next_member()
       zrem_all(pending_key, taken)
       taken = {}
       local want = limit - found
+      if expired_met > 0 then  -- past expired jobs: pages of EXPIRED_PAGE, each pick()'s tie fix paid once
+        want = math.max(want, EXPIRED_PAGE)
+      end
       page = pick(want)
       more = #page >= want
     end
@@ -437,13 +449,11 @@ end
 -- one page does, and changes nothing.
 local reader = ready_reader(ready_key, records_key, true, limit + 1)
 local places = 0
--- Expired jobs met (ended, or skipped by a dry run) per call, at most: a queue of a million jobs
--- that expired together costs one call no more than this; expire_jobs ends the rest.
-local EXPIRED_BUDGET, expired_met = 256, 0
 while (dry_run and places or found) < limit do
   local member = next_member()
   local entry = reader.peek()
   if reader.cut then
+    cut = 1
     break  -- past READY_SKIP_BUDGET entries that are no jobs: the list's next job may come before any member
   end
   if entry and entry.score > now then
@@ -453,6 +463,7 @@ while (dry_run and places or found) < limit do
     reader.take()
     if entry.job and no_token(entry.id, entry.job) then  -- (out of the list, to the set at its group's next token)
       if skips_spent() then
+        cut = 1
         break
       end
     elseif entry.job then
@@ -472,11 +483,13 @@ while (dry_run and places or found) < limit do
         more = more or member[3].gr ~= nil  -- its group's next job may have moved up: look again
       end
       expired_met = expired_met + 1
-      if expired_met >= EXPIRED_BUDGET then  -- the monitor's expire_jobs ends the rest
+      if expired_met >= EXPIRED_BUDGET then  -- the next call, or the monitor's expire_jobs, ends the rest
+        cut = 1
         break
       end
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
+        cut = 1
         break
       end
     else
@@ -498,5 +511,5 @@ if not dry_run then
   write_records(records_key, claimed, jobs_of)
   zadd_claimed(in_progress_key, now, claimed)
 end
-out[1] = evicted
+out[1], out[2] = evicted, cut
 return out

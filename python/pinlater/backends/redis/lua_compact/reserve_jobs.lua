@@ -38,8 +38,10 @@ A job whose expiry (ex) is at or before now is expired in place of a job (lib/ex
 that expires at or before ARGV[6] is not held (as lua/reserve_jobs.lua: it stays PENDING for
 direct dequeues), at most SKIP_BUDGET of them skipped a call.
 
-Returns {evicted, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua (seconds)},
-or -1 if the queue does not exist. The caller orders the jobs by (score, id).
+Returns {evicted, cut, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua
+(seconds)}, or -1 if the queue does not exist; cut as in dequeue_jobs.lua (the jobs skipped for
+expiring within the hold do not count: a call again would skip them again). The caller orders
+the jobs by (score, id).
 ]]
 --@include records
 --@include sets
@@ -64,12 +66,12 @@ sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
 local rules = rules_tail(6)
 limit = math.min(limit, room(rules))
 if limit <= 0 then
-  return {0}
+  return {0, 0}
 end
 local rate_limited = rules and rules.rate > 0
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
-local out = {0}
-local found, evicted = 0, 0
+local out = {0, 0}
+local found, evicted, cut = 0, 0, 0
 local held, mine, holders = {}, {}, {}
 local function take(id, score, job)
   held[#held + 1] = score
@@ -77,7 +79,7 @@ local function take(id, score, job)
   mine[#mine + 1] = id
   holders[#holders + 1] = id
   holders[#holders + 1] = reservation
-  local o = 1 + 7 * found
+  local o = 2 + 7 * found
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, to_seconds(score), job.bd, job.al
   out[o + 5], out[o + 6], out[o + 7] = job.ar, to_seconds(job.ca), to_seconds(job.ua)
   found = found + 1
@@ -118,6 +120,7 @@ while found < limit do
   local member = next_member()
   local entry = reader.peek()
   if reader.cut then
+    cut = 1
     break  -- past READY_SKIP_BUDGET entries that are no jobs: the list's next job may come before any member
   end
   if entry and entry.score > now then
@@ -127,6 +130,7 @@ while found < limit do
     reader.take()
     if entry.job and no_token(entry.id, entry.job) then  -- (out of the list, to the set at its group's next token)
       if skips_spent() then
+        cut = 1
         break
       end
     elseif entry.job then
@@ -142,13 +146,15 @@ while found < limit do
         taken[#taken + 1] = member[1]
       end
       expired_met = expired_met + 1
-      if expired_met >= EXPIRED_BUDGET then  -- the monitor's expire_jobs ends the rest
+      if expired_met >= EXPIRED_BUDGET then  -- the next call, or the monitor's expire_jobs, ends the rest
+        cut = 1
         break
       end
     elseif member[3] and member[3].ex and member[3].ex <= expiry then
       skipped = skipped + 1
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
+        cut = 1
         break
       end
     else
@@ -170,5 +176,5 @@ zadd_all(expiry_key, expiry, mine)
 for i = 1, #holders, 2 * SET_CHUNK do
   redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 2 * SET_CHUNK - 1, #holders)))
 end
-out[1] = evicted
+out[1], out[2] = evicted, cut
 return out
