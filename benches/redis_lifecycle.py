@@ -241,7 +241,7 @@ def ceiling_client(redis_port: int, batch: int, body: bytes, deadline: float, ou
         pipe.evalsha(sha["dequeue_jobs"], len(dequeue_keys), *dequeue_keys, *dequeue_args)
         results = pipe.execute()
         acked += len(in_hand)
-        in_hand = list(results[-1][1::7])  # {evicted, then 7 values per job, the id first}
+        in_hand = list(results[-1][2::7])  # {evicted, cut, then 7 values per job, the id first}
         cycles += 1
     out.put(("acked", acked, time.time() - started))
 

@@ -266,14 +266,14 @@ def py_claimed_jobs(out: list[Any], make: Any) -> list[Any]:
     def ms(value: bytes | None) -> int:
         return 0 if value is None else round(float(value) * 1000.0)
 
-    rows = [out[i : i + 7] for i in range(1, len(out), 7)]
+    rows = [out[i : i + 7] for i in range(2, len(out), 7)]
     rows.sort(key=lambda row: (float(row[1]), int(row[0])))
     return [make(int(r[0]), r[2], num(r[3]), num(r[4]), ms(r[5]), ms(r[6])) for r in rows]
 
 
 def redis_reply(n_jobs: int) -> list[Any]:
     """A dequeue reply as redis-py returns it: batches of 10 share a run-after, ids as text."""
-    out: list[Any] = [0]
+    out: list[Any] = [0, 0]  # evicted, cut
     for i in range(n_jobs):
         run_after = repr(1_700_000_000 + (i // 10) / 1000).encode()
         created = repr(1_699_999_999.5 + i / 1000).encode()
