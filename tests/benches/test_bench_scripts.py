@@ -226,6 +226,13 @@ def test_big_request_stall_spreads_a_keyed_request_over_shards() -> None:
     assert [row[1] for row in rows] == ["keyed"] and float(rows[0][4]) > 0, out
 
 
+@pytest.mark.redis
+def test_expired_backlog_times_a_fresh_job_behind_a_mass_expiry() -> None:
+    out = run("expired_backlog.py", "--backends", "redis-compact", "--jobs", "3000", "--expire-in", "5")
+    (line,) = [line for line in out.splitlines() if "redis-compact " in line]
+    assert "3,000 expired: fresh job after" in line and "gave up" not in line, out
+
+
 def _cost_per_job() -> Any:
     sys.path.insert(0, str(BENCHES))
     try:
