@@ -231,6 +231,7 @@ def test_expired_backlog_times_a_fresh_job_behind_a_mass_expiry() -> None:
     out = run("expired_backlog.py", "--backends", "redis-compact", "--jobs", "3000", "--expire-in", "5")
     (line,) = [line for line in out.splitlines() if "redis-compact " in line]
     assert "3,000 expired: fresh job after" in line and "gave up" not in line, out
+    assert "dequeues fast again after" in line and "over" not in line, out
 
 
 def _cost_per_job() -> Any:
