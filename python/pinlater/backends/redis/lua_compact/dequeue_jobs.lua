@@ -56,9 +56,10 @@ A job whose record has an expiry (ex) at or before now is never handed out: a cl
 Returns {evicted, cut, then 7 values per job: id, run after (seconds), bd, al, ar, ca, ua
 (seconds)}, where ua is the new updated time (the old one in a dry run), or -1 if the queue does
 not exist. cut is 1 when the call stopped at one of its budgets (EXPIRED_BUDGET expired jobs
-met, MAX_RATE_SKIPS jobs of groups over their rate, the ready list's READY_SKIP_BUDGET entries
-that are no jobs) before its limit, with due jobs maybe left behind them: the caller calls again
-rather than taking the place for empty (ShardedBackend.walk_ready); else 0.
+met, the ready list's READY_SKIP_BUDGET entries that are no jobs) before its limit, with due jobs
+maybe left behind them: the caller calls again rather than taking the place for empty
+(ShardedBackend.walk_ready); else 0. MAX_RATE_SKIPS is no cut: the jobs it moved come due
+again at their group's next token, so calling again would only move more of them.
 The caller orders the jobs by (score, id).
 ]]
 --@include records
@@ -463,8 +464,7 @@ while (dry_run and places or found) < limit do
     reader.take()
     if entry.job and no_token(entry.id, entry.job) then  -- (out of the list, to the set at its group's next token)
       if skips_spent() then
-        cut = 1
-        break
+        break  -- (no cut: the jobs skipped come due again at their group's next token)
       end
     elseif entry.job then
       take(entry.id, entry.score, entry.job)
@@ -489,8 +489,7 @@ while (dry_run and places or found) < limit do
       end
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
-        cut = 1
-        break
+        break  -- (no cut: the jobs skipped come due again at their group's next token)
       end
     else
       if member[3] then

@@ -130,8 +130,7 @@ while found < limit do
     reader.take()
     if entry.job and no_token(entry.id, entry.job) then  -- (out of the list, to the set at its group's next token)
       if skips_spent() then
-        cut = 1
-        break
+        break  -- (no cut: the jobs skipped come due again at their group's next token)
       end
     elseif entry.job then
       take(entry.id, string.format('%d', entry.score), entry.job)
@@ -154,8 +153,7 @@ while found < limit do
       skipped = skipped + 1
     elseif member[3] and no_token(member[1], member[3]) then
       if skips_spent() then
-        cut = 1
-        break
+        break  -- (no cut: the jobs skipped come due again at their group's next token)
       end
     else
       if member[3] then
