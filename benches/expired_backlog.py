@@ -77,9 +77,7 @@ def run(build: Build, backend: str, args: argparse.Namespace, tmp: Path) -> None
                     fast += 1
                 else:
                     fast, slow = 0, slow + 1
-            recovered = (
-                f"{time.monotonic() - started:.1f} s" if fast >= FAST_IN_A_ROW else f"over {args.give_up:.0f} s"
-            )
+            recovered = f"{time.monotonic() - started:.1f} s" if fast >= FAST_IN_A_ROW else f"over {args.give_up:.0f} s"
             print(
                 f"{build.label:8} {backend:14} {args.jobs:>9,} expired: fresh job after {waited}, "
                 f"{requests:,} dequeue requests; dequeues fast again after {recovered} ({slow:,} slow)"
