@@ -321,6 +321,17 @@ def test_a_dequeue_past_expired_jobs_takes_no_more_than_its_limit(ops: Ops) -> N
     assert len(ids(ops.dequeue(1, 100, now=T0 + 20))) == 18
 
 
+def test_a_dequeue_past_an_expired_job_takes_equal_run_afters_by_id(ops: Ops) -> None:
+    # Ids 9 and 10 share a run after: "10" sorts first as text, and the dequeue must still take 9.
+    (expired,) = ops.enqueue([job(b"old", run_after=T0 - 1_000, expire_at=T0 + 10)])
+    ops.enqueue([job(b"f%d" % i, run_after=T0) for i in range(8 - expired.local_id)])
+    pair = ops.enqueue([job(b"a", run_after=T0 - 500), job(b"b", run_after=T0 - 500)])
+    assert [p.local_id for p in pair] == [9, 10], "the ids the case needs"
+
+    assert ids(ops.dequeue(1, 1, now=T0 + 20)) == [9]
+    assert ids(ops.dequeue(1, 1, now=T0 + 20)) == [10]
+
+
 def test_a_reserve_stopped_by_expired_jobs_says_so_and_the_next_one_goes_on(store: ShardStore) -> None:
     # The broker's refills walk as dequeues do (walk_ready), so its reserve says cut as well.
     store.create_queue(Q, 3)

@@ -369,8 +369,14 @@ class MySQLStore(BlockingStore):
             thread = threading.Thread(
                 target=self._drain, args=(queue, now_ms), name=f"pinlater-expiry-{self._name}", daemon=True
             )
+            # started under the lock, so ``close`` never finds one it cannot join; one that cannot
+            # start leaves the backlog to the lazy passes and the monitor, as before
+            try:
+                thread.start()
+            except RuntimeError as exc:
+                log.warning("shard %s: no thread to expire the backlog of queue %s: %s", self._name, queue, exc)
+                return
             self._drains[queue] = thread
-        thread.start()
 
     def _drain(self, queue: str, now_ms: int) -> None:
         expired = misses = 0

@@ -127,12 +127,8 @@ local found, evicted, cut = 0, 0, 0
 -- read, so a queue of a million jobs that expired together costs one call about this much;
 -- the next call, or expire_jobs, ends the rest.
 local EXPIRED_BUDGET, expired_met = 256, 0
-local EXPIRED_PAGE = 128  -- members a page reads, at least, once the call has met expired jobs
 while found < limit do
-  local want = limit - found
-  if expired_met > 0 and not dry_run then  -- past expired jobs: pages of EXPIRED_PAGE, each pick()'s tie fix paid once
-    want = math.max(want, EXPIRED_PAGE)
-  end
+  local want = limit - found  -- (no more: the page is claimed in its order, fixed by pick() only at its end)
   local picked
   if dry_run then
     picked = pick_with_held(want)
@@ -141,9 +137,6 @@ while found < limit do
   end
   local taken, claimed = {}, {}
   for _, entry in ipairs(picked) do
-    if found >= limit then
-      break  -- (a page of EXPIRED_PAGE may hold more jobs than the limit: those stay)
-    end
     local id, score = entry[1], entry[2]
     local hash_key = hash_prefix .. id
     local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
@@ -187,7 +180,7 @@ while found < limit do
   zadd_all(in_progress_key, now, claimed)
   if #picked < want then
     break
-  elseif expired_met >= EXPIRED_BUDGET then
+  elseif found < limit and expired_met >= EXPIRED_BUDGET then
     cut = 1
     break
   end
