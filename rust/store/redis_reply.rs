@@ -10,7 +10,7 @@
 //! text (`ERR ...`, `NOSCRIPT ...`, `OOM ...`) for Python to map as `shard_errors` does.
 
 use crate::queue::jobs::ClaimedJob;
-use crate::store::redis_rows::{count, local_id, ms, order, seconds, RowError};
+use crate::store::redis_rows::{count, local_id, ms, order, seconds, RowError, HEAD, WIDTH};
 
 /// Deepest nesting of arrays read (our scripts answer flat arrays).
 pub const MAX_DEPTH: usize = 8;
@@ -486,12 +486,6 @@ pub fn int_reply(reply: &[u8]) -> Result<ScriptReply<i64>, ReplyError> {
         other => Err(shape(&format!("an integer, not {other:?}"))),
     }
 }
-
-/// Values per job in a dequeue reply: id, score, bd, al, ar, ca, ua.
-const WIDTH: usize = 7;
-
-/// Values before the jobs in a dequeue reply: evicted, cut.
-const HEAD: usize = 2;
 
 /// What a dequeue or reserve script answered.
 #[derive(Debug, PartialEq)]

@@ -6,6 +6,12 @@
 //! numbers exactly as the Python store did: `int(id)`, and `round(float(s) * 1000.0)` for times,
 //! rounding halves to even as Python's `round` does.
 
+/// Values per job in a reply: id, score, bd, al, ar, ca, ua.
+pub const WIDTH: usize = 7;
+
+/// Values before the jobs in a reply: the evicted count and the call's cut.
+pub const HEAD: usize = 2;
+
 /// A number field that is not what the layout says it holds.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{what} {text:?} is not {expected}")]

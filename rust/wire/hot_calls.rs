@@ -632,8 +632,8 @@ impl Reader<'_> {
 
 impl EnqueueCall {
     /// The jobs to insert, as the handler built them: `now_ms` for an absent run-after (one past
-    /// [`MAX_TIMESTAMP_MS`] cut to it), each job checked in order (attempts, then priority in `1..=num_priorities`); the first refused job
-    /// refuses the call.
+    /// [`MAX_TIMESTAMP_MS`] cut to it), each job checked in order (attempts, then priority in
+    /// `1..=num_priorities`); the first refused job refuses the call.
     pub fn new_jobs(
         &self,
         payload: &[u8],

@@ -7,13 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyList, PyString};
 
 use crate::py::errors::guarded;
-use crate::store::redis_rows::{count, local_id, ms, order, seconds};
-
-/// Values per job in the reply: id, score, bd, al, ar, ca, ua.
-const WIDTH: usize = 7;
-
-/// Values before the jobs: the evicted count and the call's cut.
-const HEAD: usize = 2;
+use crate::store::redis_rows::{count, local_id, ms, order, seconds, HEAD, WIDTH};
 
 /// A reply value as text: bulk strings arrive as bytes, integers as int; nil as `None`.
 fn text<'a>(value: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Option<Cow<'a, [u8]>>> {
