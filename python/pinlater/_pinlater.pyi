@@ -628,14 +628,14 @@ class SqliteShard:
         ``dequeue_jobs_dry_run``, ``dequeue_rows``, ``dequeue_claim_rows``, ``dequeue_claim_range``, ``ack_succeeded``,
         ``ack_succeeded_many``, ``ack_succeeded_range``,
         ``ack_failed``, ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
-        ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``, ``groups_forget``,
-        ``groups_unwait_oldest``, ``groups_unwait_first``, ``jobs_promote``, ``group_jobs_record``,
+        ``dedup_records_fresh``, ``next_job_id``, ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``,
+        ``groups_forget``, ``groups_unwait_oldest``, ``groups_unwait_first``, ``jobs_promote``, ``group_jobs_record``,
         ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
         ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
-        ``enqueue_keyed_jobs``, ``dedup_records``, ``group_jobs_record`` and ``groups_put`` are one
-        ``VALUES`` row each, repeated into multi-row statements. With ``profile_path``, the writer
-        times each statement it runs (SQLite's profile events) and, as it ends, writes every
-        statement timed in the process there: a JSON array of ``{"sql", "runs", "ns"}``
+        ``enqueue_keyed_jobs``, ``dedup_records``, ``dedup_records_fresh``, ``group_jobs_record``
+        and ``groups_put`` are one ``VALUES`` row each, repeated into multi-row statements. With
+        ``profile_path``, the writer times each statement it runs (SQLite's profile events) and,
+        as it ends, writes every statement timed in the process there: a JSON array of ``{"sql", "runs", "ns"}``
         (``native_hot.STATEMENT_TIMES_ENV``).
 
         Raises:

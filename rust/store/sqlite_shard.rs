@@ -56,6 +56,8 @@
 //!   read from the file again only after another connection committed (`PRAGMA data_version`)
 //!   or a write of this one was rolled back. A group that promotes one job (the usual case:
 //!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk.
+//!   A keyed enqueue writes its keys' records before it knows whether they have any, and
+//!   probes them only when one has (`Writer::enqueue_keyed`): most keys are new.
 //!   The queue's rules come with each request (`group_concurrency`, `max_in_progress`), read
 //!   from the Python store's current rules; a dequeue without a cap runs no statement more than
 //!   before.
@@ -125,6 +127,11 @@ pub struct Statements {
     pub dedup_holders: String,
     /// The keys taken by new jobs, in multi-row statements (`dedup_records.sql`).
     pub dedup_records: String,
+    /// The same for keys that have no record, written before any probe: a key that has one
+    /// after all fails it (`dedup_records_fresh.sql`, `Writer::enqueue_keyed`).
+    pub dedup_records_fresh: String,
+    /// The local id the next job inserted gets (`next_job_id.sql`).
+    pub next_job_id: String,
     /// A keyed enqueue's jobs, each with its state, repeated into multi-row INSERTs as
     /// `enqueue_jobs` is (`enqueue_keyed_jobs.sql`).
     pub enqueue_keyed_jobs: String,
@@ -256,6 +263,13 @@ pub const EXPIRE_ON_DEQUEUE: i64 = 256;
 /// at a time, as the promoted jobs finish or jobs join the group, instead of in one transaction
 /// that holds every other request of the shard for seconds.
 pub const MAX_PROMOTED: i64 = 1000;
+
+/// Keyed enqueues of a queue that probe their keys before writing them, after one met keys that
+/// had records (`Writer::enqueue_keyed`).
+const PROBES_AFTER_RECORDS: u8 = 8;
+
+/// Most queues the writer remembers as owing probes; past it, it forgets them all.
+const PROBE_QUEUES: usize = 1024;
 
 /// What a request answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -423,6 +437,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             broken,
             commits: Arc::clone(&commits),
             groups: RefCell::new(GroupCache::default()),
+            probe_keys: RefCell::new(RequestMap::default()),
             checkpoint: CheckpointLink {
                 wake,
                 at,
@@ -862,6 +877,9 @@ struct Writer<T> {
     commits: Arc<AtomicU64>,
     /// The `groups` rows this connection last read or wrote (see `GroupCache`).
     groups: RefCell<GroupCache>,
+    /// Per queue whose keyed enqueues met keys that had records: how many more of them probe
+    /// their keys first (see `Writer::enqueue_keyed`). A queue missing: none.
+    probe_keys: RefCell<RequestMap<String, u8>>,
     checkpoint: CheckpointLink,
 }
 
@@ -926,26 +944,29 @@ impl GroupCache {
 /// in the order `Writer::execute_rows`' callers bind them.
 struct RowStatements {
     dedup_records: MultiRow,
+    dedup_records_fresh: MultiRow,
     group_jobs_record: MultiRow,
     groups_put: MultiRow,
 }
 
 impl RowStatements {
     fn new(statements: &Statements) -> Result<Self, String> {
+        const DEDUP_RECORD: [&str; 5] = [
+            "queue",
+            "dedup_key",
+            "priority",
+            "local_id",
+            "held_until_ms",
+        ];
         let named = |name: &str, text: &str, names: &[&str]| {
             MultiRow::new(text, names).map_err(|e| format!("{name}: {e}"))
         };
         Ok(Self {
-            dedup_records: named(
-                "dedup_records",
-                &statements.dedup_records,
-                &[
-                    "queue",
-                    "dedup_key",
-                    "priority",
-                    "local_id",
-                    "held_until_ms",
-                ],
+            dedup_records: named("dedup_records", &statements.dedup_records, &DEDUP_RECORD)?,
+            dedup_records_fresh: named(
+                "dedup_records_fresh",
+                &statements.dedup_records_fresh,
+                &DEDUP_RECORD,
             )?,
             group_jobs_record: named(
                 "group_jobs_record",
@@ -1266,6 +1287,14 @@ impl<T: Send> Writer<T> {
     /// active when its group has room and nothing waits, else waiting (after the group's waiting
     /// jobs were promoted into any room, so a raised concurrency applies). A statement per step
     /// for the whole call, none per job.
+    ///
+    /// Most keys of most enqueues have no record yet. So the call first writes its keys as new
+    /// records, naming the ids their jobs are about to get, without probing them
+    /// (`dedup_records_fresh.sql`); a key that has a record after all fails that write, which
+    /// is rolled back, and the call probes its keys (`dedup_holders.sql`) and goes on as that
+    /// finds. A queue whose keys had records probes first for its next `PROBES_AFTER_RECORDS`
+    /// keyed enqueues, and again each time a probe finds one, so a queue whose clients keep
+    /// sending keys that are taken pays for no failed write but the first.
     fn enqueue_keyed(
         &self,
         queue: &str,
@@ -1274,7 +1303,6 @@ impl<T: Send> Writer<T> {
         now_ms: i64,
         group_concurrency: i64,
     ) -> Result<Vec<Placed>, ShardError> {
-        const HOLDING_STATES: [i64; 2] = [0, 1]; // PENDING (WAITING reads as it), IN_PROGRESS
         self.require_queue(queue)?;
         if jobs.len() != keys.len() {
             return Err(ShardError::Connection(format!(
@@ -1283,35 +1311,100 @@ impl<T: Send> Writer<T> {
                 keys.len()
             )));
         }
+        let keyed = keys.iter().any(|k| k.key.is_some());
+        if keyed && self.write_keys_first(queue) {
+            let placed = self.place_keyed(queue, jobs, keys, None, now_ms, group_concurrency)?;
+            if let Some(out) = placed {
+                return Ok(out);
+            }
+            self.probe_keys_next(queue);
+        }
         let mut holders: RequestMap<String, (i64, i64)> = RequestMap::new();
-        if keys.iter().any(|k| k.key.is_some()) {
-            let mut stmt = self.prepare(&self.options.statements.dedup_holders)?;
-            let json = json_strings(keys.iter().filter_map(|k| k.key.as_deref()));
-            bind(&mut stmt, &[(":queue", &queue), (":keys", &json)])?;
-            let mut rows = stmt.raw_query();
-            while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
-                let read = || -> rusqlite::Result<_> {
-                    let key: String = row.get(0)?;
-                    let held_until: i64 = row.get(3)?;
-                    let state: Option<i64> = row.get(4)?;
-                    Ok((key, row.get(1)?, row.get(2)?, held_until, state))
-                };
-                let (key, priority, local_id, held_until, state) =
-                    read().map_err(|e| connection_error(&e))?;
-                let held =
-                    now_ms < held_until || state.is_some_and(|s| HOLDING_STATES.contains(&s));
-                if held {
-                    holders.insert(key, (priority, local_id));
-                }
+        if keyed && self.dedup_holders(queue, keys, now_ms, &mut holders)? {
+            self.probe_keys_next(queue);
+        }
+        let placed =
+            self.place_keyed(queue, jobs, keys, Some(&holders), now_ms, group_concurrency)?;
+        placed.ok_or_else(|| ShardError::Connection("probed keys placed as unprobed".into()))
+    }
+
+    /// Whether a keyed enqueue of `queue` writes its keys before probing them (see
+    /// `enqueue_keyed`); if not, counts one of the probes owed.
+    fn write_keys_first(&self, queue: &str) -> bool {
+        let mut owed = self.probe_keys.borrow_mut();
+        let Some(left) = owed.get_mut(queue) else {
+            return true;
+        };
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            owed.remove(queue);
+        }
+        false
+    }
+
+    /// Makes the next `PROBES_AFTER_RECORDS` keyed enqueues of `queue` probe their keys first.
+    fn probe_keys_next(&self, queue: &str) {
+        let mut owed = self.probe_keys.borrow_mut();
+        if owed.len() >= PROBE_QUEUES && !owed.contains_key(queue) {
+            owed.clear(); // many queues reuse keys: they each fail one write again
+        }
+        owed.insert(queue.to_owned(), PROBES_AFTER_RECORDS);
+    }
+
+    /// Puts in `holders` each of `keys` whose record names a job that holds it (its priority and
+    /// local id); whether any of them had a record, holding or not.
+    fn dedup_holders(
+        &self,
+        queue: &str,
+        keys: &[JobKeys],
+        now_ms: i64,
+        holders: &mut RequestMap<String, (i64, i64)>,
+    ) -> Result<bool, ShardError> {
+        const HOLDING_STATES: [i64; 2] = [0, 1]; // PENDING (WAITING reads as it), IN_PROGRESS
+        let mut stmt = self.prepare(&self.options.statements.dedup_holders)?;
+        let json = json_strings(keys.iter().filter_map(|k| k.key.as_deref()));
+        bind(&mut stmt, &[(":queue", &queue), (":keys", &json)])?;
+        let mut rows = stmt.raw_query();
+        let mut any = false;
+        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+            any = true;
+            let read = || -> rusqlite::Result<_> {
+                let key: String = row.get(0)?;
+                let held_until: i64 = row.get(3)?;
+                let state: Option<i64> = row.get(4)?;
+                Ok((key, row.get(1)?, row.get(2)?, held_until, state))
+            };
+            let (key, priority, local_id, held_until, state) =
+                read().map_err(|e| connection_error(&e))?;
+            let held = now_ms < held_until || state.is_some_and(|s| HOLDING_STATES.contains(&s));
+            if held {
+                holders.insert(key, (priority, local_id));
             }
         }
+        Ok(any)
+    }
+
+    /// Places the jobs as `enqueue_keyed` says, with the keys' `holders` as a probe found them;
+    /// `None` for unprobed keys: their records are written first, and if any key has one
+    /// already, nothing is kept and the answer is `None` (never with `holders`).
+    fn place_keyed(
+        &self,
+        queue: &str,
+        jobs: &[NewJob],
+        keys: &[JobKeys],
+        holders: Option<&RequestMap<String, (i64, i64)>>,
+        now_ms: i64,
+        group_concurrency: i64,
+    ) -> Result<Option<Vec<Placed>>, ShardError> {
+        let unprobed = RequestMap::new();
+        let known = holders.unwrap_or(&unprobed);
         let mut out: Vec<Placed> = Vec::with_capacity(jobs.len());
         let mut takers: Vec<usize> = Vec::new();
         // A key that is not held, repeated in the request: its first job takes it, the others
         // are answered with that job's place once it has one.
         let mut repeats: Vec<(usize, usize)> = Vec::new();
         for (i, (keys, earlier)) in keys.iter().zip(repeated_keys(keys)).enumerate() {
-            if let Some(&(priority, local_id)) = keys.key.as_ref().and_then(|k| holders.get(k)) {
+            if let Some(&(priority, local_id)) = keys.key.as_ref().and_then(|k| known.get(k)) {
                 out.push((priority, local_id, true));
             } else if let Some(j) = earlier {
                 out.push((jobs[j].priority, 0, true));
@@ -1322,8 +1415,37 @@ impl<T: Send> Writer<T> {
             }
         }
         if takers.is_empty() {
-            return Ok(out);
+            return Ok(Some(out));
         }
+        // A key without a window stores 0: out of the GC walk's index, it goes with its job
+        // (schema.sql: dedup_keys_windowed; dedup_keys.py: held_until). A window's end is
+        // above 0 whatever the clock (at 0 it would be neither walked nor go with its job).
+        let records = |ids: &mut dyn Iterator<Item = i64>| -> Vec<(&str, i64, i64, i64)> {
+            let mut records = Vec::with_capacity(takers.len());
+            for (&i, id) in takers.iter().zip(ids) {
+                let Some(key) = keys[i].key.as_deref() else {
+                    continue;
+                };
+                let held_until = if keys[i].window_ms > 0 {
+                    now_ms.saturating_add(keys[i].window_ms).max(1)
+                } else {
+                    0
+                };
+                records.push((key, jobs[i].priority, id, held_until));
+            }
+            records
+        };
+        // Unprobed: the records name the ids the takers get next (their inserts below follow
+        // in this transaction, which holds the write lock).
+        let first_id = if holders.is_some() {
+            None
+        } else {
+            let first = self.next_job_id()?;
+            if !self.record_fresh_keys(queue, &records(&mut (first..)))? {
+                return Ok(None);
+            }
+            Some(first)
+        };
         let expiring = takers.iter().any(|&i| keys[i].expire_at_ms.is_some());
         if expiring {
             let mut stmt = self.prepare(&self.options.statements.expiries_touch)?;
@@ -1346,35 +1468,65 @@ impl<T: Send> Writer<T> {
         } else {
             self.insert_grouped(queue, jobs, keys, &takers, now_ms, group_concurrency)?
         };
-        let mut records: Vec<(&str, i64, i64, i64)> = Vec::with_capacity(takers.len());
-        for (&i, id) in takers.iter().zip(ids) {
+        if let Some(first) = first_id {
+            if ids.first() != Some(&first) {
+                return Err(ShardError::Connection(format!(
+                    "the jobs got local ids from {:?}, not from {first} as their keys' records say",
+                    ids.first()
+                )));
+            }
+        }
+        for (&i, &id) in takers.iter().zip(&ids) {
             out[i].1 = id;
-            let Some(key) = &keys[i].key else { continue };
-            // A key without a window stores 0: out of the GC walk's index, it goes with its job
-            // (schema.sql: dedup_keys_windowed; dedup_keys.py: held_until). A window's end is
-            // above 0 whatever the clock (at 0 it would be neither walked nor go with its job).
-            let held_until = if keys[i].window_ms > 0 {
-                now_ms.saturating_add(keys[i].window_ms).max(1)
-            } else {
-                0
-            };
-            records.push((key, jobs[i].priority, id, held_until));
         }
         for &(i, j) in &repeats {
             out[i] = (out[j].0, out[j].1, true);
         }
-        self.execute_rows(
-            &self.rows.dedup_records,
-            &records,
-            |stmt, at, row, value| match value {
-                0 => stmt.raw_bind_parameter(at, queue),
-                1 => stmt.raw_bind_parameter(at, row.0),
-                2 => stmt.raw_bind_parameter(at, row.1),
-                3 => stmt.raw_bind_parameter(at, row.2),
-                _ => stmt.raw_bind_parameter(at, row.3),
-            },
-        )?;
-        Ok(out)
+        if first_id.is_none() {
+            let records = records(&mut ids.into_iter());
+            self.execute_rows(&self.rows.dedup_records, &records, bind_dedup_record(queue))?;
+        }
+        Ok(Some(out))
+    }
+
+    /// The local id the next job inserted in this transaction gets (`next_job_id.sql`).
+    fn next_job_id(&self) -> Result<i64, ShardError> {
+        self.prepare(&self.options.statements.next_job_id)?
+            .query_row([], |row| row.get(0))
+            .map_err(|e| connection_error(&e))
+    }
+
+    /// Writes `records` (key, priority, local id, held until) as keys that have none
+    /// (`dedup_records_fresh.sql`), inside a savepoint of their own; false, with nothing
+    /// written, if any of them has one.
+    fn record_fresh_keys(
+        &self,
+        queue: &str,
+        records: &[(&str, i64, i64, i64)],
+    ) -> Result<bool, ShardError> {
+        if records.is_empty() {
+            return Ok(true);
+        }
+        self.control("SAVEPOINT pinlater_keys")
+            .map_err(|e| connection_error(&e))?;
+        let written = self.execute_rows_raw(
+            &self.rows.dedup_records_fresh,
+            records,
+            bind_dedup_record(queue),
+        );
+        let end = match &written {
+            Ok(()) => self.control("RELEASE pinlater_keys"),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                self.control("ROLLBACK TO pinlater_keys")
+                    .and_then(|()| self.control("RELEASE pinlater_keys"))
+            }
+            // Any other failure fails the request, whose savepoint undoes this one's too.
+            Err(e) => return Err(connection_error(e)),
+        };
+        end.map_err(|e| connection_error(&e))?;
+        Ok(written.is_ok())
     }
 
     /// Inserts the takers (`jobs[takers[..]]`), each grouped one joining its group in order;
@@ -1654,23 +1806,34 @@ impl<T: Send> Writer<T> {
         rows: &[R],
         bind: impl Fn(&mut Statement<'_>, usize, &R, usize) -> rusqlite::Result<()>,
     ) -> Result<(), ShardError> {
+        self.execute_rows_raw(statement, rows, bind)
+            .map_err(|e| connection_error(&e))
+    }
+
+    /// `execute_rows` with `SQLite`'s own error, for a caller that tells them apart.
+    fn execute_rows_raw<R>(
+        &self,
+        statement: &MultiRow,
+        rows: &[R],
+        bind: impl Fn(&mut Statement<'_>, usize, &R, usize) -> rusqlite::Result<()>,
+    ) -> rusqlite::Result<()> {
         let order = statement.order();
         for (sql, part) in statement.split(rows) {
-            let mut stmt = self.prepare(sql)?;
+            let mut stmt = self.conn.prepare_cached(sql)?;
             let mut at = 0;
             if let Some(first) = part.first() {
                 for &value in statement.shared() {
                     at += 1;
-                    bind(&mut stmt, at, first, value).map_err(|e| connection_error(&e))?;
+                    bind(&mut stmt, at, first, value)?;
                 }
             }
             for row in part {
                 for &value in order {
                     at += 1;
-                    bind(&mut stmt, at, row, value).map_err(|e| connection_error(&e))?;
+                    bind(&mut stmt, at, row, value)?;
                 }
             }
-            stmt.raw_execute().map_err(|e| connection_error(&e))?;
+            stmt.raw_execute()?;
         }
         Ok(())
     }
@@ -2241,6 +2404,21 @@ fn push_json_int(list: &mut String, value: i64) {
     let _ = write!(list, "{value}");
 }
 
+/// Binds value `value` of a dedup key's record (key, priority, local id, held until) of `queue`,
+/// in `RowStatements`' order of `dedup_records` and `dedup_records_fresh`.
+fn bind_dedup_record(
+    queue: &str,
+) -> impl Fn(&mut Statement<'_>, usize, &(&str, i64, i64, i64), usize) -> rusqlite::Result<()> + '_
+{
+    move |stmt, at, row, value| match value {
+        0 => stmt.raw_bind_parameter(at, queue),
+        1 => stmt.raw_bind_parameter(at, row.0),
+        2 => stmt.raw_bind_parameter(at, row.1),
+        3 => stmt.raw_bind_parameter(at, row.2),
+        _ => stmt.raw_bind_parameter(at, row.3),
+    }
+}
+
 /// `strings` as a JSON array of strings (for `json_each`): quotes, backslashes and control
 /// characters escaped, everything else as it is (JSON text is UTF-8).
 fn json_strings<'a>(strings: impl Iterator<Item = &'a str>) -> String {
@@ -2459,6 +2637,8 @@ mod tests {
                 ack_failed: sql("ack_failed"),
                 dedup_holders: sql("dedup_holders"),
                 dedup_records: sql("dedup_records"),
+                dedup_records_fresh: sql("dedup_records_fresh"),
+                next_job_id: sql("next_job_id"),
                 enqueue_keyed_jobs: sql("enqueue_keyed_jobs"),
                 groups_get: sql("groups_get"),
                 groups_put: sql("groups_put"),
@@ -3232,6 +3412,124 @@ mod tests {
             "two in progress: at the cap"
         );
         assert_eq!(ids(call(dequeue(1, Some(3)))), vec![4], "room for one");
+        shard.close();
+        drop(setup);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    #[allow(clippy::too_many_lines)] // one scenario, step by step
+    fn keys_written_before_a_probe_give_way_to_a_probe_when_one_has_a_record() {
+        let (path, setup) = fresh_file("keys-first", 1);
+        let (shard, rx) = open_shard(&path, Arc::new(WriteGate::default()));
+        let call = |op: Op| answer(&shard, &rx, op);
+        let enqueue = |keys: &[Option<&str>], now_ms: i64| {
+            let job = NewJob {
+                priority: 1,
+                body: b"b".to_vec(),
+                run_after_ms: 0,
+                attempts_allowed: 1,
+                custom_status: String::new(),
+            };
+            let keys = keys.iter().map(|key| JobKeys {
+                key: key.map(str::to_owned),
+                window_ms: 0,
+                group: None,
+                expire_at_ms: None,
+            });
+            call(Op::EnqueueKeyed {
+                queue: "q".into(),
+                jobs: Box::new(vec![job; keys.len()]),
+                keys: keys.collect(),
+                now_ms,
+                group_concurrency: 1,
+            })
+        };
+        let records = || {
+            let mut stmt = setup
+                .prepare("SELECT dedup_key, local_id FROM dedup_keys ORDER BY dedup_key")
+                .unwrap();
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)));
+            rows.unwrap()
+                .map(Result::unwrap)
+                .collect::<Vec<(String, i64)>>()
+        };
+        // New keys, an unkeyed job between them and a key repeated: written first, each record
+        // naming the id its job got.
+        let placed = enqueue(&[Some("a"), None, Some("b"), Some("a")], 10);
+        assert_eq!(
+            placed,
+            Answer::Placed(vec![
+                (1, 1, false),
+                (1, 2, false),
+                (1, 3, false),
+                (1, 1, true)
+            ])
+        );
+        assert_eq!(records(), [("a".into(), 1), ("b".into(), 3)]);
+        // A new key before a held one: the write stops at "a" and is undone, and the probe
+        // places both.
+        let placed = enqueue(&[Some("c"), Some("a"), None], 20);
+        assert_eq!(
+            placed,
+            Answer::Placed(vec![(1, 4, false), (1, 1, true), (1, 5, false)])
+        );
+        assert_eq!(
+            records(),
+            [("a".into(), 1), ("b".into(), 3), ("c".into(), 4)]
+        );
+        // Job 1 ends: its key is free again and goes to the next job that asks for it.
+        let claimed = call(Op::Dequeue {
+            queue: "q".into(),
+            priority: 1,
+            limit: 1,
+            claim: "c".into(),
+            now_ms: 30,
+            dry_run: false,
+            max_in_progress: None,
+            group_concurrency: 1,
+        });
+        assert!(
+            matches!(&claimed, Answer::Claimed(jobs) if jobs[0].local_id == 1),
+            "{claimed:?}"
+        );
+        let acks = AckGroup {
+            succeeded: vec![crate::queue::jobs::AckItem {
+                priority: 1,
+                local_id: 1,
+                append_custom_status: String::new(),
+                retry_delay_ms: 0,
+            }],
+            failed: vec![],
+        };
+        let acked = call(Op::Ack {
+            queue: "q".into(),
+            acks: Box::new(acks),
+            now_ms: 40,
+            group_concurrency: 1,
+        });
+        assert_eq!(acked, Answer::Acked);
+        // The queue's keys had records: its next enqueues probe first, and after them it
+        // writes first again; either way each is placed as the records say.
+        let mut ids = 5;
+        for round in 0..=PROBES_AFTER_RECORDS {
+            let key = format!("new-{round}");
+            ids += 1;
+            let placed = enqueue(&[Some(&key), Some("c")], 50);
+            assert_eq!(
+                placed,
+                Answer::Placed(vec![(1, ids, false), (1, 4, true)]),
+                "round {round}"
+            );
+        }
+        let placed = enqueue(&[Some("a"), Some("a")], 60);
+        assert_eq!(
+            placed,
+            Answer::Placed(vec![(1, ids + 1, false), (1, ids + 1, true)]),
+            "a key whose job ended is taken again"
+        );
+        let placed = enqueue(&[Some("a")], 70);
+        assert_eq!(placed, Answer::Placed(vec![(1, ids + 1, true)]));
         shard.close();
         drop(setup);
         let _ = std::fs::remove_file(&path);

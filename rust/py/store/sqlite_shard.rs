@@ -292,6 +292,8 @@ impl SqliteShard {
                     ack_failed: get("ack_failed")?,
                     dedup_holders: get("dedup_holders")?,
                     dedup_records: get("dedup_records")?,
+                    dedup_records_fresh: get("dedup_records_fresh")?,
+                    next_job_id: get("next_job_id")?,
                     enqueue_keyed_jobs: get("enqueue_keyed_jobs")?,
                     groups_get: get("groups_get")?,
                     groups_put: get("groups_put")?,

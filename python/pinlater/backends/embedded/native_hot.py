@@ -54,6 +54,8 @@ STATEMENTS = (
     "ack_failed_grouped",
     "dedup_holders",
     "dedup_records",
+    "dedup_records_fresh",
+    "next_job_id",
     "enqueue_keyed_jobs",
     "groups_get",
     "groups_put",
