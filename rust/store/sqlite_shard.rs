@@ -350,6 +350,18 @@ pub struct SqliteShard<T: Send + 'static> {
     commits: Arc<AtomicU64>,
     syncs: Arc<AtomicU64>,
     checkpoints: Arc<CheckpointCounts>,
+    keyed: Arc<KeyedCounts>,
+}
+
+/// How keyed enqueues found their keys' records (`Writer::enqueue_keyed`).
+#[derive(Debug, Default)]
+struct KeyedCounts {
+    /// Keys written first, and kept: none had a record.
+    written_first: AtomicU64,
+    /// Keys written first, and rolled back: one had a record.
+    write_refused: AtomicU64,
+    /// Keys probed (after a refused write, or while the queue owed probes).
+    probed: AtomicU64,
 }
 
 impl<T: Send + 'static> SqliteShard<T> {
@@ -426,6 +438,7 @@ impl<T: Send + 'static> SqliteShard<T> {
         };
         let (sender, receiver) = channel();
         let commits = Arc::new(AtomicU64::new(0));
+        let keyed = Arc::new(KeyedCounts::default());
         let writer = Writer {
             conn,
             options,
@@ -438,6 +451,7 @@ impl<T: Send + 'static> SqliteShard<T> {
             commits: Arc::clone(&commits),
             groups: RefCell::new(GroupCache::default()),
             probe_keys: RefCell::new(RequestMap::default()),
+            keyed: Arc::clone(&keyed),
             checkpoint: CheckpointLink {
                 wake,
                 at,
@@ -457,7 +471,21 @@ impl<T: Send + 'static> SqliteShard<T> {
             commits,
             syncs,
             checkpoints,
+            keyed,
         })
+    }
+
+    /// Keyed enqueues (those with a dedup key) so far: `(written_first, write_refused,
+    /// probed)`, those whose keys were written before any probe and kept, those whose write met
+    /// a key's record and was rolled back, and those that probed their keys (after a refused
+    /// write, or first, while their queue owed probes).
+    pub fn keyed_enqueues(&self) -> (u64, u64, u64) {
+        let counts = &self.keyed;
+        (
+            counts.written_first.load(Ordering::Relaxed),
+            counts.write_refused.load(Ordering::Relaxed),
+            counts.probed.load(Ordering::Relaxed),
+        )
     }
 
     /// Write transactions committed so far (each one `COMMIT`).
@@ -857,7 +885,7 @@ fn open_connection(options: &ShardOptions, synced_apart: bool) -> Result<Connect
     // No automatic checkpoint (the hook replaces it): the writer asks the checkpointer.
     conn.wal_hook(Some(record_wal_pages));
     // Every statement the writer runs stays prepared: its own, and the multi-row ones, one per
-    // entry of CHUNKS for each of five statements (about a hundred in all).
+    // entry of CHUNKS for each of six statements (about a hundred and ten in all).
     conn.set_prepared_statement_cache_capacity(160);
     Ok(conn)
 }
@@ -880,6 +908,7 @@ struct Writer<T> {
     /// Per queue whose keyed enqueues met keys that had records: how many more of them probe
     /// their keys first (see `Writer::enqueue_keyed`). A queue missing: none.
     probe_keys: RefCell<RequestMap<String, u8>>,
+    keyed: Arc<KeyedCounts>,
     checkpoint: CheckpointLink,
 }
 
@@ -1315,13 +1344,18 @@ impl<T: Send> Writer<T> {
         if keyed && self.write_keys_first(queue) {
             let placed = self.place_keyed(queue, jobs, keys, None, now_ms, group_concurrency)?;
             if let Some(out) = placed {
+                self.keyed.written_first.fetch_add(1, Ordering::Relaxed);
                 return Ok(out);
             }
+            self.keyed.write_refused.fetch_add(1, Ordering::Relaxed);
             self.probe_keys_next(queue);
         }
         let mut holders: RequestMap<String, (i64, i64)> = RequestMap::new();
-        if keyed && self.dedup_holders(queue, keys, now_ms, &mut holders)? {
-            self.probe_keys_next(queue);
+        if keyed {
+            self.keyed.probed.fetch_add(1, Ordering::Relaxed);
+            if self.dedup_holders(queue, keys, now_ms, &mut holders)? {
+                self.probe_keys_next(queue);
+            }
         }
         let placed =
             self.place_keyed(queue, jobs, keys, Some(&holders), now_ms, group_concurrency)?;
@@ -1517,7 +1551,7 @@ impl<T: Send> Writer<T> {
         let end = match &written {
             Ok(()) => self.control("RELEASE pinlater_keys"),
             Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+                if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
             {
                 self.control("ROLLBACK TO pinlater_keys")
                     .and_then(|()| self.control("RELEASE pinlater_keys"))
@@ -3509,27 +3543,33 @@ mod tests {
             group_concurrency: 1,
         });
         assert_eq!(acked, Answer::Acked);
-        // The queue's keys had records: its next enqueues probe first, and after them it
-        // writes first again; either way each is placed as the records say.
-        let mut ids = 5;
-        for round in 0..=PROBES_AFTER_RECORDS {
+        // The queue's keys had records: its next enqueues probe first, each placed as the
+        // records say; once that many found none, it writes first again.
+        assert_eq!(shard.keyed_enqueues(), (1, 1, 1));
+        let mut id = 5;
+        for round in 0..PROBES_AFTER_RECORDS {
+            id += 1;
             let key = format!("new-{round}");
-            ids += 1;
-            let placed = enqueue(&[Some(&key), Some("c")], 50);
-            assert_eq!(
-                placed,
-                Answer::Placed(vec![(1, ids, false), (1, 4, true)]),
-                "round {round}"
-            );
+            let placed = enqueue(&[Some(&key), Some(&key)], 50);
+            assert_eq!(placed, Answer::Placed(vec![(1, id, false), (1, id, true)]));
         }
-        let placed = enqueue(&[Some("a"), Some("a")], 60);
+        assert_eq!(shard.keyed_enqueues(), (1, 1, 9), "each probed");
+        let placed = enqueue(&[Some("new-0"), Some("a")], 60);
         assert_eq!(
             placed,
-            Answer::Placed(vec![(1, ids + 1, false), (1, ids + 1, true)]),
+            Answer::Placed(vec![(1, 6, true), (1, id + 1, false)]),
             "a key whose job ended is taken again"
         );
+        assert_eq!(shard.keyed_enqueues(), (1, 2, 10), "written first, refused");
         let placed = enqueue(&[Some("a")], 70);
-        assert_eq!(placed, Answer::Placed(vec![(1, ids + 1, true)]));
+        assert_eq!(placed, Answer::Placed(vec![(1, id + 1, true)]));
+        assert_eq!(shard.keyed_enqueues(), (1, 2, 11), "probed first");
+        assert_eq!(
+            records().last(),
+            Some(&("new-7".into(), id)),
+            "the probed keys' records"
+        );
+        assert!(records().contains(&("a".into(), id + 1)));
         shard.close();
         drop(setup);
         let _ = std::fs::remove_file(&path);
