@@ -629,7 +629,7 @@ class SqliteShard:
         ``ack_succeeded_many``, ``ack_succeeded_range``,
         ``ack_failed``, ``queue_has_groups``, ``ack_failed_grouped``, ``dedup_holders``, ``dedup_records``,
         ``dedup_records_fresh``, ``next_job_id``, ``enqueue_keyed_jobs``, ``groups_get``, ``groups_put``,
-        ``groups_forget``, ``groups_unwait_oldest``, ``groups_unwait_first``, ``jobs_promote``, ``group_jobs_record``,
+        ``groups_forget``, ``groups_unwait_oldest``, ``groups_first_waiting``, ``jobs_promote``, ``group_jobs_record``,
         ``group_jobs_of``, ``count_in_progress``, ``ack_failed_expire``, ``expiries_touch``,
         ``expiries_add``, ``expire_jobs``, ``group_jobs_unwait`` (``native_hot.STATEMENTS``). ``enqueue_jobs``,
         ``enqueue_keyed_jobs``, ``dedup_records``, ``dedup_records_fresh``, ``group_jobs_record``

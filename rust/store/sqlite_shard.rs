@@ -55,7 +55,7 @@
 //!   return their group and new state. The group rows this connection wrote are kept in memory (`GroupCache`) and
 //!   read from the file again only after another connection committed (`PRAGMA data_version`)
 //!   or a write of this one was rolled back. A group that promotes one job (the usual case:
-//!   one of its jobs left) finds it with `groups_unwait_first`, without the recursive walk.
+//!   one of its jobs left) finds it with `groups_first_waiting`, without the recursive walk.
 //!   A keyed enqueue writes its keys' records before it knows whether they have any, and
 //!   probes them only when one has (`Writer::enqueue_keyed`): most keys are new.
 //!   The queue's rules come with each request (`group_concurrency`, `max_in_progress`), read
@@ -141,10 +141,10 @@ pub struct Statements {
     pub groups_put: String,
     pub groups_forget: String,
     /// Many groups' oldest waiting jobs taken out of waiting (`groups_unwait_oldest.sql`; the
-    /// groups that take one job each, `groups_unwait_first.sql`), then made active
-    /// (`jobs_promote.sql`).
+    /// groups that take one job each, read by `groups_first_waiting.sql` and taken out by
+    /// `group_jobs_unwait.sql`), then made active (`jobs_promote.sql`).
     pub groups_unwait_oldest: String,
-    pub groups_unwait_first: String,
+    pub groups_first_waiting: String,
     pub jobs_promote: String,
     /// New grouped jobs' groups (`group_jobs_record.sql`).
     pub group_jobs_record: String,
@@ -1746,7 +1746,9 @@ impl<T: Send> Writer<T> {
 
     /// Takes the oldest waiting job of each group of `firsts` (a JSON array of keys) and the
     /// oldest ones of each group of `wanted` (a JSON array of `[key, count]`) out of waiting
-    /// and makes them active; how many each group of `at` promoted.
+    /// and makes them active; how many each group of `at` promoted. The groups of `firsts` (the
+    /// usual promotion) have their jobs read (`groups_first_waiting.sql`), then unflagged by id
+    /// (`group_jobs_unwait.sql`): cheaper than one UPDATE with RETURNING.
     fn groups_unwait(
         &self,
         queue: &str,
@@ -1757,9 +1759,9 @@ impl<T: Send> Writer<T> {
         let mut promoted: Vec<i64> = vec![0; at.len()];
         let mut ids = String::from("[");
         let statements = &self.options.statements;
-        for (sql, groups) in [
-            (&statements.groups_unwait_first, firsts),
-            (&statements.groups_unwait_oldest, wanted),
+        for (read_only, sql, groups) in [
+            (true, &statements.groups_first_waiting, firsts),
+            (false, &statements.groups_unwait_oldest, wanted),
         ] {
             if groups.len() == 2 {
                 continue;
@@ -1768,13 +1770,21 @@ impl<T: Send> Writer<T> {
             bind(&mut stmt, &[(":queue", &queue), (":groups", &groups)])?;
             let mut found = stmt.raw_query();
             while let Some(r) = found.next().map_err(|e| connection_error(&e))? {
+                let id: Option<i64> = r.get(1).map_err(|e| connection_error(&e))?;
+                let Some(id) = id else { continue };
                 let group = r.get_ref(0).and_then(|v| Ok(at.get(v.as_str()?).copied()));
                 let group = group.map_err(|e| connection_error(&e))?;
-                let id: i64 = r.get(1).map_err(|e| connection_error(&e))?;
                 if let Some(i) = group {
                     promoted[i] += 1;
                 }
                 push_json_int(&mut ids, id);
+            }
+            if read_only && ids.len() > 1 {
+                // the jobs read above, the only ones in `ids` yet (`firsts` go first)
+                let mut stmt = self.prepare(&statements.group_jobs_unwait)?;
+                let read = format!("{ids}]");
+                bind(&mut stmt, &[(":ids", &read.as_str())])?;
+                stmt.raw_execute().map_err(|e| connection_error(&e))?;
             }
         }
         ids.push(']');
@@ -2678,7 +2688,7 @@ mod tests {
                 groups_put: sql("groups_put"),
                 groups_forget: sql("groups_forget"),
                 groups_unwait_oldest: sql("groups_unwait_oldest"),
-                groups_unwait_first: sql("groups_unwait_first"),
+                groups_first_waiting: sql("groups_first_waiting"),
                 jobs_promote: sql("jobs_promote"),
                 group_jobs_record: sql("group_jobs_record"),
                 group_jobs_of: sql("group_jobs_of"),

@@ -150,7 +150,7 @@ def test_group_statements_probe_their_indexes(store: EmbeddedStore) -> None:
         promote = _plan(conn, name, queue=Q, group_key="g", count=1)
         assert "INDEX group_jobs_waiting (queue=? AND group_key=?)" in promote, (name, promote)
         assert "TEMP B-TREE" not in promote and "SCAN" not in promote, (name, promote)
-    for name in ("groups_unwait_first", "groups_unwait_oldest"):  # the Rust writer's: a probe per group
+    for name in ("groups_first_waiting", "groups_unwait_oldest"):  # the Rust writer's: a probe per group
         promote = _plan(conn, name, queue=Q, groups='["g"]')
         assert "INDEX group_jobs_waiting (queue=? AND group_key=?)" in promote, (name, promote)
         assert "SCAN group_jobs" not in promote, (name, promote)
@@ -445,7 +445,7 @@ def test_the_hot_path_keeps_groups_and_the_cap(store: EmbeddedStore) -> None:
 
 
 def test_the_hot_path_promotes_one_and_many_in_one_ack(store: EmbeddedStore) -> None:
-    """Groups taking one waiting job (groups_unwait_first.sql) and groups taking more
+    """Groups taking one waiting job (groups_first_waiting.sql) and groups taking more
     (groups_unwait_oldest.sql) in the same ack, each its oldest waiting jobs."""
 
     async def scenario() -> None:

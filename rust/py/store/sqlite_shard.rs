@@ -299,7 +299,7 @@ impl SqliteShard {
                     groups_put: get("groups_put")?,
                     groups_forget: get("groups_forget")?,
                     groups_unwait_oldest: get("groups_unwait_oldest")?,
-                    groups_unwait_first: get("groups_unwait_first")?,
+                    groups_first_waiting: get("groups_first_waiting")?,
                     jobs_promote: get("jobs_promote")?,
                     group_jobs_record: get("group_jobs_record")?,
                     group_jobs_of: get("group_jobs_of")?,

@@ -20,7 +20,7 @@ ones, or one promoted for each that left); the index says how many really wait (
 
 The Rust writer (``rust/store/sqlite_shard.rs``) does ``join`` and ``release`` by the same rules for
 the hot path's keyed enqueue and ack, set-based: one statement per step for all the groups of a
-request (``groups_get.sql``, ``groups_unwait_first.sql``, ``groups_put.sql``, ...), none per job,
+request (``groups_get.sql``, ``groups_first_waiting.sql``, ``groups_put.sql``, ...), none per job,
 and it keeps the rows it wrote in memory until another connection commits to the file.
 """
 

@@ -61,7 +61,7 @@ STATEMENTS = (
     "groups_put",
     "groups_forget",
     "groups_unwait_oldest",
-    "groups_unwait_first",
+    "groups_first_waiting",
     "jobs_promote",
     "group_jobs_record",
     "group_jobs_of",
