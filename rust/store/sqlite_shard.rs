@@ -166,7 +166,8 @@ pub struct Statements {
     pub expiries_touch: String,
     pub expiries_add: String,
     /// A queue's due jobs expired by a dequeue (`expire_jobs.sql`), and those that waited in
-    /// their groups taken out of waiting (`group_jobs_unwait.sql`).
+    /// their groups taken out of waiting (`group_jobs_unwait.sql`, which also unflags the jobs
+    /// `groups_first_waiting.sql` read for promotion).
     pub expire_jobs: String,
     pub group_jobs_unwait: String,
 }
@@ -356,11 +357,11 @@ pub struct SqliteShard<T: Send + 'static> {
 /// How keyed enqueues found their keys' records (`Writer::enqueue_keyed`).
 #[derive(Debug, Default)]
 struct KeyedCounts {
-    /// Keys written first, and kept: none had a record.
+    /// Enqueues whose keys were written first, and kept: none had a record.
     written_first: AtomicU64,
-    /// Keys written first, and rolled back: one had a record.
+    /// Enqueues whose keys were written first, and rolled back: one had a record.
     write_refused: AtomicU64,
-    /// Keys probed (after a refused write, or while the queue owed probes).
+    /// Enqueues whose keys were probed (after a refused write, or while the queue owed probes).
     probed: AtomicU64,
 }
 
