@@ -339,7 +339,7 @@ def test_a_dequeue_that_meets_a_backlog_of_expired_jobs_has_a_thread_end_them_al
     [got] = store.dequeue_jobs(Q, 1, 1, "w:c", T0 + 200, False)
     assert got.local_id == fresh.local_id
     assert store.wait_expiry_drains(60)
-    assert store.expired_counts() == {Q: n}, "the lazy pass's 256, then the drain's calls until one came back short"
+    assert store.expired_counts() == {Q: n}, "the lazy pass's 256, then the drain's calls until three ended none"
 
 
 def test_claim_timeouts_expire_past_expiry_and_end_cancelled_jobs(make_store: Callable[..., MySQLStore]) -> None:
