@@ -14,6 +14,7 @@ embedded store's on its Rust writer, Redis's packed in Rust).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -46,18 +47,32 @@ def ops(request: pytest.FixtureRequest, store: ShardStore) -> Iterator[Ops]:
         made.close()
 
 
-@pytest.fixture
-def grouped(ops: Ops) -> Ops:
-    """``ops`` on a store that keeps ordered groups."""
+#: Dedup keys for ``job`` to give, one of its own to each job, while a ``grouped`` test runs
+#: "with_keys"; None: no keys.
+_keys: Iterator[int] | None = None
+
+
+@pytest.fixture(params=["groups", "with_keys"])
+def grouped(request: pytest.FixtureRequest, ops: Ops) -> Iterator[Ops]:
+    """``ops`` on a store that keeps ordered groups; "with_keys": every job ``job`` makes has a
+    dedup key of its own too (each new, so none is deduplicated), and the groups behave the same:
+    keyed jobs take paths of their own (on Redis, a batch of new keys takes
+    ``enqueue_keyed_jobs.lua``'s ``enqueue_fresh``)."""
+    global _keys
     if ops.store.groups_refused is not None:
         pytest.skip(f"groupKey (ordered groups) {ops.store.groups_refused}")
-    return ops
+    _keys = itertools.count() if request.param == "with_keys" else None
+    try:
+        yield ops
+    finally:
+        _keys = None
 
 
 def job(
     group: str | None, body: bytes = b"b", *, priority: int = 1, run_after: int = T0, attempts: int = 3
 ) -> KeyedJob:
-    return KeyedJob(NewJob(priority, body, run_after, attempts), None, 0, group)
+    key = None if _keys is None else f"key-{next(_keys)}"
+    return KeyedJob(NewJob(priority, body, run_after, attempts), key, 0, group)
 
 
 def dequeue_all(ops: Ops, limit: int = 100, now: int = T0) -> list[tuple[int, ClaimedJob]]:
@@ -114,10 +129,11 @@ def test_a_blocked_group_does_not_hold_back_other_groups_or_ungrouped_jobs(group
 
 
 def test_waiting_jobs_are_pending_to_every_reader(grouped: Ops) -> None:
-    first, second = grouped.enqueue([job("g", b"one"), job("g", b"two")])
+    jobs = [job("g", b"one"), job("g", b"two")]
+    first, second = grouped.enqueue(jobs)
     assert state_of(grouped.store, second) == JobState.PENDING
     (record,) = grouped.store.lookup_jobs(Q, [(second.priority, second.local_id)], True)
-    assert (record.body, record.group_key, record.dedup_key) == (b"two", "g", None)
+    assert (record.body, record.group_key, record.dedup_key) == (b"two", "g", jobs[1].key)
     pending = JobFilter(JobState.PENDING, 1, T0)
     assert grouped.store.count_jobs(Q, pending, None) == 2
     assert {r.local_id: r.group_key for r in grouped.store.scan_jobs(Q, pending, 10)} == {

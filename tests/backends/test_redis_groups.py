@@ -474,3 +474,51 @@ def test_the_group_counts_stay_a_hash_table_and_their_pin_goes_with_the_last_gro
         assert not raw.exists("plc:{1:gq}:ga")
     finally:
         store.close()
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+def test_a_batch_of_new_keys_places_its_jobs_as_any_keyed_batch(server: RedisServer, raw: redis.Redis) -> None:
+    """A uniform call of keyed jobs whose keys are all new (enqueue_keyed_jobs.lua's
+    ``enqueue_fresh``) places them as the common path does: a job that joins an idle group alone
+    is active in the ready list; of a group that several join, the first is active in the PENDING
+    set and the rest wait; a later job of a group with an unfinished job waits (the groups' counts
+    were written). Each key's record names its job, and each job's record its key and group."""
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+
+        def keyed(key: str, group: str) -> KeyedJob:
+            return KeyedJob(NewJob(1, f"body-{key}".encode(), T0, 2), key, 0, group)
+
+        a, b1, b2, b3, c = [
+            e.local_id
+            for e in store.enqueue_keyed_jobs(
+                Q, [keyed("ka", "a"), keyed("kb1", "b"), keyed("kb2", "b"), keyed("kb3", "b"), keyed("kc", "c")], T0
+            )
+        ]
+        (a2,) = [e.local_id for e in store.enqueue_keyed_jobs(Q, [keyed("ka2", "a")], T0)]
+        assert ready_ids(raw) == [a, c]
+        assert raw.zrange(f"plc:{{1:{Q}}}:p1:s0", 0, -1) == [str(b1).encode()]
+        assert sorted(int(i) for i in raw.zrange(f"plc:{{1:{Q}}}:p1:w", 0, -1)) == [b2, b3, a2]
+        assert store.group_counts(Q) == GroupCounts(groups=3, blocked=2)
+        records = raw.hmget(f"plc:{{1:{Q}}}:dk", ["ka", "kb2", "ka2"])
+        assert records == [f"1:{a}:{T0}".encode(), f"1:{b2}:{T0}".encode(), f"1:{a2}:{T0}".encode()]
+        found = store.lookup_jobs(Q, [(1, i) for i in (a, b2, a2)], True)
+        assert [(r.body, r.dedup_key, r.group_key) for r in found] == [
+            (b"body-ka", "ka", "a"),
+            (b"body-kb2", "kb2", "b"),
+            (b"body-ka2", "ka2", "a"),
+        ]
+        again = store.enqueue_keyed_jobs(Q, [keyed("kb2", "b"), keyed("kd", "d")], T0)
+        assert (again[0].local_id, again[0].deduplicated) == (b2, True), "a held key answers its holder"
+
+        order = []
+        for step in range(4):
+            claimed = [j.local_id for j in store.dequeue_jobs(Q, 1, 10, "c", T0 + step, False)]
+            order.append(sorted(claimed))
+            store.ack_jobs(Q, [AckItem(1, i) for i in claimed], [], T0 + step)
+        d = again[1].local_id
+        assert order == [sorted([a, b1, c, d]), sorted([a2, b2]), [b3], []]
+        assert raw.hlen(f"plc:{{1:{Q}}}:dk") <= 1, "the finished jobs forgot their keys (the pin stays)"
+    finally:
+        store.close()

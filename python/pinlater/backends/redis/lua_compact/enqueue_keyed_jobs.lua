@@ -126,6 +126,119 @@ end
 
 -- The groups' counts are read for the whole call at once and written at its end (lib/groups.lua).
 begin_batch(rules)
+
+-- How the call's jobs of a group join it, from one read of their groups' counts (HMGET of ga): a
+-- group with no unfinished job that one job of the call joins is joined at once (the set
+-- returned, group -> true: join_simple, no batch state); the others' counts go to the batch.
+-- Jobs j with held[j] are not inserted and join nothing. nil if the call has no rules tail.
+local function join_plan(held)
+  if not rules then
+    return nil
+  end
+  local times, names = {}, {}
+  for j = 1, n do
+    if grouped(7 + SHARED_STEP * (j - 1)) and not held[j] then
+      local group = ARGV[FIRST_OWN + OWN_STEP * (j - 1) + GROUP]
+      local seen = times[group]
+      times[group] = (seen or 0) + 1
+      if not seen then
+        names[#names + 1] = group
+      end
+    end
+  end
+  local counts = #names > 0 and redis.call('HMGET', rules.active, unpack(names)) or {}
+  local simple = {}
+  for i = 1, #names do
+    local group = names[i]
+    if not counts[i] and times[group] == 1 and rules.conc >= 1 then
+      simple[group] = true
+    else
+      adopt_counts(rules, group, counts[i])
+    end
+  end
+  return simple
+end
+
+-- The usual keyed call: uniform (one priority, run after, attempts, status and window), every job
+-- with a dedup key and none with an expiry, and no key with a record (new keys). enqueue_common's
+-- work in one pass whose per-job part is what each job needs of its own (its id's text, its
+-- record and its key's record, its group's join): the call's shared values are read once, its
+-- record's shared bytes made once, the key records' shared text too. nil, before anything is
+-- written, where it does not apply (then enqueue_common, which reads the keys again).
+local function enqueue_fresh()
+  local flags = ARGV[14]
+  if not UNIFORM or n > RECORD_CHUNK or ARGV[16] ~= '' or (flags ~= 'k' and flags ~= 'kg') then
+    return nil
+  end
+  local keys = {}
+  for j = 1, n do
+    keys[j] = ARGV[15 + 3 * j]  -- job j's own values start at ARGV[14 + 3 * j]: body, key, group
+  end
+  local values = redis.call('HMGET', records_key, unpack(keys))
+  for i = 1, n do
+    if values[i] then
+      return nil
+    end
+  end
+  local any_group = flags == 'kg'
+  local simple = any_group and join_plan({})
+  if any_group and not simple then
+    return nil  -- no rules: the general loop answers the error
+  end
+  local k = ARGV[7]
+  local kn = tonumber(k)
+  local priority = (kn - 7) / DEDUP_GROUP + 1
+  local score = to_ms(ARGV[10])
+  local next_id = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
+  -- the jobs go to the ready list if due now (a job of a group only if it joins it at once),
+  -- as enqueue_common decides
+  local listed = READY_LISTS and score == now
+    and #string.format('%d', next_id) == #string.format('%d', next_id + n - 1)
+    and ready_room(KEYS[kn + INSERT_READY_OFFSET], jobs, now, {string.format('%d', next_id)}) == 1
+  local tail = new_tail(ARGV[9], ARGV[11], now)
+  local held_tail = ':' .. string.format('%d', now_ms + tonumber(ARGV[13]))
+  local held_head = string.format('%d', priority) .. ':'
+  local out, fields, holders, names, members, joined = {}, {}, {}, {}, {}, {}
+  local job = {}  -- join_group's view of each job in turn (its place)
+  for j = 1, n do
+    local own = 14 + 3 * j
+    local id = next_id + j - 1
+    local name = string.format('%d', id)
+    local key = ARGV[own + 1]
+    local pending, group = true, nil
+    if any_group then
+      group = ARGV[own + 2]
+      if simple[group] then
+        joined[#joined + 1] = group
+      else
+        job.gq = id
+        pending = join_group(rules, group, job, name, priority, score, now)
+        if pending then
+          pending = 'set'  -- active, but behind others of its group: the PENDING set
+        end
+      end
+    end
+    fields[2 * j - 1], fields[2 * j] = name, new_keyed_record_tailed(ARGV[own], tail, group, id, key)
+    holders[2 * j - 1], holders[2 * j] = key, held_head .. name .. held_tail
+    if pending == true and listed then
+      names[#names + 1] = name
+    elseif pending then
+      members[#members + 1], members[#members + 2] = score, name
+    end
+    out[3 * j - 2], out[3 * j - 1], out[3 * j] = priority, id, 0
+  end
+  redis.call('HSET', jobs, unpack(fields))
+  if #members > 0 then
+    zadd_pairs(KEYS[kn], members)
+  end
+  if #names > 0 then
+    ready_append(KEYS[kn + INSERT_READY_OFFSET], jobs, now, names)
+  end
+  holders[2 * n + 1], holders[2 * n + 2] = DEDUP_PIN, DEDUP_PIN_VALUE  -- (lib/dedup.lua)
+  redis.call('HSET', records_key, unpack(holders))
+  join_simple(rules, joined, now)
+  return out
+end
 -- The common call, in one pass with no table per job: no job has an expiry, and no record names
 -- a priority beyond the keys passed (else nil, before anything is written: enqueue_dedup's
 -- general loop then does it). A job whose key is held answers its holder; the others are
@@ -170,34 +283,11 @@ local function enqueue_common(any_group)
       end
     end
   end
-  -- A group with no unfinished job that one job of the call joins is joined at once (join_simple,
-  -- no batch state); the others' counts go to the batch from the same read.
-  local simple, joined = {}, {}
-  if any_group then
-    if not rules then
-      return nil  -- the general loop answers the error
-    end
-    local times, names = {}, {}
-    for j = 1, n do
-      if grouped(7 + SHARED_STEP * (j - 1)) and not held[j] then
-        local group = ARGV[FIRST_OWN + OWN_STEP * (j - 1) + GROUP]
-        local seen = times[group]
-        times[group] = (seen or 0) + 1
-        if not seen then
-          names[#names + 1] = group
-        end
-      end
-    end
-    local counts = #names > 0 and redis.call('HMGET', rules.active, unpack(names)) or {}
-    for i = 1, #names do
-      local group = names[i]
-      if not counts[i] and times[group] == 1 and rules.conc >= 1 then
-        simple[group] = true
-      else
-        adopt_counts(rules, group, counts[i])
-      end
-    end
+  local simple = any_group and join_plan(held)
+  if any_group and not simple then
+    return nil  -- no rules: the general loop answers the error
   end
+  local joined = {}
   for _, id in ipairs(old) do
     redis.call('HDEL', ids_key, id)
     redis.call('ZREM', gc_key, id)
@@ -320,7 +410,7 @@ local function expand_uniform()
   return t
 end
 
-local out = enqueue_common(any_group)
+local out = enqueue_fresh() or enqueue_common(any_group)
 if not out then
   if UNIFORM then
     ARGV = expand_uniform()

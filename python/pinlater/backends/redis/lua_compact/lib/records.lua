@@ -198,12 +198,18 @@ local function new_grouped_record(bd, attempts, cs, ca, gr, gq)
     .. cmsgpack.pack(gq)
 end
 
+-- new_keyed_record's bytes from new_tail's for the job (`tail`), which a batch that shares its
+-- attempts, status and created time makes once (enqueue_keyed_jobs.lua's enqueue_fresh).
+local function new_keyed_record_tailed(bd, tail, gr, gq, dk)
+  local group = gr and packed_string(gr) .. cmsgpack.pack(gq) or '\194\194'  -- two falses
+  return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. tail .. group .. '\194'
+    .. (str_header_of[#dk] or str_header(#dk)) .. dk
+end
+
 -- The record of a new job with dedup key `dk`, of group `gr` at place `gq` or of none (gr nil),
 -- as new_record's.
 local function new_keyed_record(bd, attempts, cs, ca, gr, gq, dk)
-  local group = gr and packed_string(gr) .. cmsgpack.pack(gq) or '\194\194'  -- two falses
-  return '\155' .. (str_header_of[#bd] or str_header(#bd)) .. bd .. new_tail(attempts, cs, ca) .. group .. '\194'
-    .. packed_string(dk)
+  return new_keyed_record_tailed(bd, new_tail(attempts, cs, ca), gr, gq, dk)
 end
 
 -- A deleted job of a ready list, until the list's head passes it (ready.lua).
