@@ -102,6 +102,19 @@ def test_instructions_per_job_counts_the_grouped_variant_beside_the_plain_one() 
 
 
 @pytest.mark.redis
+def test_instructions_per_job_counts_redis_with_its_scripts_loaded_first() -> None:
+    """``--count redis`` loads the build's scripts into the store before counting (a failed load
+    fails the run), then counts redis-server's instructions."""
+    out = run(
+        "instructions_per_job.py",
+        *("--backends", "redis-compact", "--count", "redis", "--variants", "plain,keyed"),
+        *("--cycles", "2", "--warmup", "1", "--batch", "10"),
+    )
+    row = next(line for line in out.splitlines() if line.split()[:3] == ["redis-compact", "keyed", "current"])
+    assert float(row.split()[3].replace(",", "")) > 0, out
+
+
+@pytest.mark.redis
 def test_redis_floor_measures_the_server_and_the_bare_floor() -> None:
     out = run("redis_floor.py", "--rounds", "1", "--seconds", "1", "--warmup", "0.5")
     rows = {line[:16].strip(): line[16:].split() for line in out.splitlines() if line[:16].strip()}
