@@ -214,7 +214,7 @@ local function enqueue_fresh()
         job.gq = id
         pending = join_group(rules, group, job, name, priority, score, now)
         if pending then
-          pending = 'set'  -- active, but behind others of its group: the PENDING set
+          pending = 'set'  -- active, not its group's lone job: the PENDING set, not the list
         end
       end
     end
