@@ -522,3 +522,27 @@ def test_a_batch_of_new_keys_places_its_jobs_as_any_keyed_batch(server: RedisSer
         assert raw.hlen(f"plc:{{1:{Q}}}:dk") <= 1, "the finished jobs forgot their keys (the pin stays)"
     finally:
         store.close()
+
+
+@pytest.mark.usefixtures("ready_lists_on")
+def test_a_batch_of_new_keys_asks_the_ready_list_about_its_first_listed_job(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """Whether the ready list takes a batch's jobs is asked of the first job it would list, as the
+    common path asks: here the batch's first ids (100-109, joining a busy group, so never listed)
+    sort before the list's last id 11 as text, its listed ones (110, 111) after it."""
+    store = open_store(server)
+    try:
+        store.create_queue(Q, 1)
+        raw.hset(f"plc:{{1:{Q}}}:j", "id", 10)
+        (first,) = store.enqueue_keyed_jobs(Q, [KeyedJob(NewJob(1, b"x", T0, 2), "k0", 0, None)], T0)
+        assert ready_ids(raw) == [first.local_id] == [11]
+        raw.hset(f"plc:{{1:{Q}}}:j", "id", 99)
+        jobs = [KeyedJob(NewJob(1, b"b%d" % i, T0, 2), f"k{i + 1}", 0, "busy") for i in range(10)]
+        jobs += [KeyedJob(NewJob(1, b"x", T0, 2), "kx", 0, "x"), KeyedJob(NewJob(1, b"y", T0, 2), "ky", 0, "y")]
+        placed = [e.local_id for e in store.enqueue_keyed_jobs(Q, jobs, T0)]
+        assert placed == list(range(100, 112))
+        assert ready_ids(raw) == [11, 110, 111]
+        assert raw.zrange(f"plc:{{1:{Q}}}:p1:s0", 0, -1) == [b"100"]
+    finally:
+        store.close()

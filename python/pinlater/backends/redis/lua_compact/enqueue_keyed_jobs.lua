@@ -15,9 +15,11 @@ A job may have a dedup key, an ordered group, or both (ARGV[i+7]). A job of a gr
 lib/groups.lua says (active at once if its group has room and nothing waits, else waiting), in
 the order of the call; its record keeps the group (gr) and its place (gq: its id).
 
-A call with no expiry takes a common path first (enqueue_common: one pass, no table per job; a
-held key answers its holder there too); any other, or one whose record names a priority beyond
-the keys passed, falls back to the general loop before writing anything.
+A uniform call (below) of keyed jobs with no expiry whose keys have no record (new keys: the usual
+batch) takes the leanest pass (enqueue_fresh); a call with no expiry otherwise takes a common
+path first (enqueue_common: one pass, no table per job; a held key answers its holder there too);
+any other, or one whose record names a priority beyond the keys passed, falls back to the general
+loop before writing anything.
 
 KEYS[1]     the queue's records hash (plc:{S:Q}:j), with its fields c and id
 KEYS[2]     the id counter: the same hash (field `id`)
@@ -190,11 +192,14 @@ local function enqueue_fresh()
   local priority = (kn - 7) / DEDUP_GROUP + 1
   local score = to_ms(ARGV[10])
   local next_id = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
-  -- the jobs go to the ready list if due now (a job of a group only if it joins it at once),
-  -- as enqueue_common decides
-  local listed = READY_LISTS and score == now
-    and #string.format('%d', next_id) == #string.format('%d', next_id + n - 1)
-    and ready_room(KEYS[kn + INSERT_READY_OFFSET], jobs, now, {string.format('%d', next_id)}) == 1
+  -- the jobs go to the ready list if due now (a job of a group only if it joins it at once), as
+  -- enqueue_common decides: whether the list takes them is asked (ready_room) of the first such
+  -- job, then nil: not asked yet
+  local ready_key = KEYS[kn + INSERT_READY_OFFSET]
+  local listed = false
+  if READY_LISTS and score == now and #string.format('%d', next_id) == #string.format('%d', next_id + n - 1) then
+    listed = nil
+  end
   local tail = new_tail(ARGV[9], ARGV[11], now)
   local held_tail = ':' .. string.format('%d', now_ms + tonumber(ARGV[13]))
   local held_head = string.format('%d', priority) .. ':'
@@ -220,6 +225,9 @@ local function enqueue_fresh()
     end
     fields[2 * j - 1], fields[2 * j] = name, new_keyed_record_tailed(ARGV[own], tail, group, id, key)
     holders[2 * j - 1], holders[2 * j] = key, held_head .. name .. held_tail
+    if pending == true and listed == nil then
+      listed = ready_room(ready_key, jobs, now, {name}) == 1
+    end
     if pending == true and listed then
       names[#names + 1] = name
     elseif pending then
@@ -232,7 +240,7 @@ local function enqueue_fresh()
     zadd_pairs(KEYS[kn], members)
   end
   if #names > 0 then
-    ready_append(KEYS[kn + INSERT_READY_OFFSET], jobs, now, names)
+    ready_append(ready_key, jobs, now, names)
   end
   holders[2 * n + 1], holders[2 * n + 2] = DEDUP_PIN, DEDUP_PIN_VALUE  -- (lib/dedup.lua)
   redis.call('HSET', records_key, unpack(holders))
