@@ -172,7 +172,7 @@ def test_a_record_stores_updated_at_after_created_at_and_fits_128_bytes(store: R
 @pytest.mark.redis
 def test_a_claim_of_several_jobs_makes_the_in_progress_set_a_skiplist(store: RedisStore, raw: redis.Redis) -> None:
     """A claim of SKIPLIST_FROM (8) jobs or more makes the IN_PROGRESS set a skiplist if it is not
-    one (lib/sets.lua, zadd_claimed), new or a listpack, through the dequeue and through the
+    one (lib/sets.lua, zadd_skiplist), new or a listpack, through the dequeue and through the
     broker's claim alike, so acks look its members up by hash, not by a scan of a listpack; a
     smaller claim leaves it as it is. The member that converts it never stays: the set holds the
     claimed jobs only."""

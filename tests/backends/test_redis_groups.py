@@ -546,3 +546,24 @@ def test_a_batch_of_new_keys_asks_the_ready_list_about_its_first_listed_job(
         assert raw.zrange(f"plc:{{1:{Q}}}:p1:s0", 0, -1) == [b"100"]
     finally:
         store.close()
+
+
+def test_a_call_that_makes_eight_jobs_wait_makes_the_waiting_set_a_skiplist(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """Jobs that go to wait 8 or more at a time (SKIPLIST_FROM) make their waiting set a skiplist
+    if it is not one (lib/sets.lua, zadd_skiplist), so moving them up looks them up by hash, not
+    by a scan of a listpack; fewer leave it as it is. The member that converts it never stays."""
+    store = open_store(server)
+    waiting = f"plc:{{1:{Q}}}:p1:w"
+    try:
+        store.create_queue(Q, 1)
+        store.enqueue_keyed_jobs(Q, [grouped(f"g{i}") for i in range(20)], T0)  # each group busy
+        few = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped(f"g{i}") for i in range(7)], T0)]
+        assert raw.object("encoding", waiting) == b"listpack"
+        more = [e.local_id for e in store.enqueue_keyed_jobs(Q, [grouped(f"g{i}") for i in range(7, 15)], T0)]
+        assert raw.object("encoding", waiting) == b"skiplist"
+        assert sorted(int(m) for m in raw.zrange(waiting, 0, -1)) == sorted(few + more)
+        assert store.group_counts(Q) == GroupCounts(groups=20, blocked=15)
+    finally:
+        store.close()

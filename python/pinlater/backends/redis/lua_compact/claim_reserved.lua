@@ -90,6 +90,6 @@ end
 write_records(records_key, unique, jobs)
 for k, mine in pairs(claimed) do
   drop_holds(KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], mine)
-  zadd_claimed(KEYS[k + 1], now, mine)
+  zadd_skiplist(KEYS[k + 1], #mine, zadd_all, now, mine)
 end
 return out

@@ -297,7 +297,7 @@ local function claim_merged(set_page)
     trim_taken(page, t, markers, last_marker)
   end
   redis.call('HSET', records_key, unpack(fields))
-  zadd_claimed(in_progress_key, now, ids)
+  zadd_skiplist(in_progress_key, #ids, zadd_all, now, ids)
   return out
 end
 
@@ -348,7 +348,7 @@ local function claim_listed()
   end
   trim_taken(page, t, markers, last_marker)
   redis.call('HSET', records_key, unpack(fields))
-  zadd_claimed(in_progress_key, now, ids)
+  zadd_skiplist(in_progress_key, #ids, zadd_all, now, ids)
   return out
 end
 
@@ -381,7 +381,7 @@ local function claim_common()
   end
   redis.call('ZREM', pending_key, unpack(ids))
   redis.call('HSET', records_key, unpack(fields))
-  zadd_claimed(in_progress_key, now, ids)
+  zadd_skiplist(in_progress_key, #ids, zadd_all, now, ids)
   return out
 end
 
@@ -508,7 +508,7 @@ if not dry_run then
   zrem_all(pending_key, taken)
   reader.finish()
   write_records(records_key, claimed, jobs_of)
-  zadd_claimed(in_progress_key, now, claimed)
+  zadd_skiplist(in_progress_key, #claimed, zadd_all, now, claimed)
 end
 out[1], out[2] = evicted, cut
 return out

@@ -226,7 +226,7 @@ end
 local function flush_waiting_adds(r)
   zadd_pairs(r.fifo, r.fifo_adds)
   for p, list in pairs(r.waiting_adds) do
-    zadd_pairs(waiting_of(r, p), list)
+    zadd_skiplist(waiting_of(r, p), #list / 2, zadd_pairs, list)
   end
   r.fifo_adds, r.waiting_adds = {}, {}
   for _, s in pairs(r.batch) do

@@ -68,15 +68,19 @@ end
 -- listpack while the key lives, and no reader ever sees that member. A claim of fewer than
 -- SKIPLIST_FROM jobs leaves the set as it is (a handful of members costs little to scan, and the
 -- two extra commands would cost more); one of more than LISTPACK_ENTRIES converts it by itself.
+-- The same holds for a group's waiting set (lib/groups.lua: its jobs are read with ZMSCORE and
+-- moved out with ZREM as they move up): lib/groups.lua adds to it with zadd_skiplist(key, n,
+-- zadd_pairs, pairs). (One local for both: a script's main function may have 200 at most.)
 local SKIPLIST_PIN, SKIPLIST_FROM, LISTPACK_ENTRIES = string.rep('\255', 65), 8, 128
-local function zadd_claimed(key, score, members)
-  local n = #members
-  local pin = n >= SKIPLIST_FROM and n <= LISTPACK_ENTRIES
-    and redis.call('OBJECT', 'ENCODING', key) ~= 'skiplist'
+
+-- add(key, a, b), a write of n members to the sorted set `key`, the set made a skiplist first
+-- where above says.
+local function zadd_skiplist(key, n, add, a, b)
+  local pin = n >= SKIPLIST_FROM and n <= LISTPACK_ENTRIES and redis.call('OBJECT', 'ENCODING', key) ~= 'skiplist'
   if pin then
     redis.call('ZADD', key, 0, SKIPLIST_PIN)
   end
-  zadd_all(key, score, members)
+  add(key, a, b)
   if pin then
     redis.call('ZREM', key, SKIPLIST_PIN)
   end
