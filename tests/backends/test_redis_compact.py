@@ -1027,3 +1027,27 @@ def test_the_sharded_backend_gives_the_store_the_now_the_run_afters_were_default
         backend.close()
     assert ready_list(raw) == [f"@{T0 + 1}", str(a)]
     assert zset(raw, K + "p1:s0") == {str(b): T0 + 2}
+
+
+# 8 pairs for zadd_skiplist, the last with a score that is not a number
+ZADD_SKIPLIST_FAILING = """
+local pairs = {}
+for i = 1, 8 do
+  pairs[#pairs + 1], pairs[#pairs + 2] = i, 'm' .. i
+end
+pairs[15] = 'not a score'
+zadd_skiplist(KEYS[1], 8, zadd_pairs, pairs)
+"""
+
+
+@pytest.mark.redis
+def test_a_failed_write_through_zadd_skiplist_leaves_no_pin(raw: redis.Redis) -> None:
+    """A write through lib/sets.lua's zadd_skiplist that fails (a score that is not a number,
+    which ZADD refuses before writing any member) still removes the member that converts the set,
+    and the script fails with the write's error: no reader ever sees that member."""
+    from pinlater.backends.redis import scripts
+
+    source = scripts._library("lua_compact", "sets") + ZADD_SKIPLIST_FAILING
+    with pytest.raises(redis.ResponseError, match="not a valid float"):
+        raw.eval(source, 1, "plc:{1:q}:p1:w")
+    assert raw.zrange("plc:{1:q}:p1:w", 0, -1) == []

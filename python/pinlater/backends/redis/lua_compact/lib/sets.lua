@@ -74,15 +74,19 @@ end
 local SKIPLIST_PIN, SKIPLIST_FROM, LISTPACK_ENTRIES = string.rep('\255', 65), 8, 128
 
 -- add(key, a, b), a write of n members to the sorted set `key`, the set made a skiplist first
--- where above says.
+-- where above says. The pin goes even if the write fails (a score that is not a number), and the
+-- script then fails with the write's error: no reader ever sees it.
 local function zadd_skiplist(key, n, add, a, b)
   local pin = n >= SKIPLIST_FROM and n <= LISTPACK_ENTRIES and redis.call('OBJECT', 'ENCODING', key) ~= 'skiplist'
-  if pin then
-    redis.call('ZADD', key, 0, SKIPLIST_PIN)
+  if not pin then
+    add(key, a, b)
+    return
   end
-  add(key, a, b)
-  if pin then
-    redis.call('ZREM', key, SKIPLIST_PIN)
+  redis.call('ZADD', key, 0, SKIPLIST_PIN)
+  local ok, err = pcall(add, key, a, b)
+  redis.call('ZREM', key, SKIPLIST_PIN)
+  if not ok then
+    error(err, 0)
   end
 end
 
