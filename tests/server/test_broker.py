@@ -333,10 +333,15 @@ def test_a_broker_hand_out_is_the_reply_thriftpy2_writes_for_its_jobs(
     api = Api(open_client(srv), ttypes)
     api.create("shape")
     expected: dict[str, tuple[bytes, int, int]] = {}  # descriptor -> body, priority, attempts
-    for r in range(6):  # one shard per enqueue: the hand-out mixes shards
+    # one shard per enqueue, picked at random: enqueue until the jobs are on two shards at least
+    # (six enqueues at least, 20 at most: the dequeue's limit of 100 jobs; all 20 on one shard of
+    # 3 would take odds of 3 ** -19), so that the hand-out mixes shards
+    for r in range(20):
         jobs = [(b"\x00\xff%d-%d" % (r, i) * (i % 3), 1 + (r + i) % 2, 1 + i % 4) for i in range(5)]
         made = api.enqueue("shape", *[api.job(b, priority=p, numAttemptsAllowed=a) for b, p, a in jobs])
         expected.update(zip(made, jobs, strict=True))
+        if r >= 5 and len({d.split(":")[1] for d in expected}) > 1:
+            break
     assert len({d.split(":")[1] for d in expected}) > 1, "jobs on several shards"
     call = idl.PinLater.dequeueJobs_args(
         context=idl.RequestContext(source="shape-test", requestId="r"),
