@@ -16,7 +16,7 @@ whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and
 with a dedup key that finishes forgets it (lib/dedup.lua, forget_keys).
 
 Batched: one ZADD NX per IN_PROGRESS set for membership (ack_common; ZMSCORE where it finds a
-job that is not there), one HMGET of the records, one HSET of the changed ones, and one ZREM /
+job that is not there, and in the general loop), one HMGET of the records, one HSET of the changed ones, and one ZREM /
 ZADD per set touched (each per chunk of 1000). Successes that append no status, in a queue with
 no unfinished job of a group, with an expiry or with a dedup key, read no record (ack_common's
 plain_queue).
@@ -105,9 +105,10 @@ end
 -- record rewritten (from its items, without a table) only where a status is appended: a
 -- SUCCEEDED job's updated time is its score (lib/records.lua), so the rest keep their records
 -- as they are; a job of an ordered group leaves it as below. It does what the general loop
--- below would, and gives up before writing anything (nil) wherever that loop has more to do: a
--- failure, a second priority, more than RECORD_CHUNK acks, or an acked job whose record is
--- missing or has an expiry. In a plain queue (plain_queue) it reads no record at all.
+-- below would, and gives up before changing anything (nil; it may have added ids to IN_PROGRESS
+-- and taken them out again, below) wherever that loop has more to do: a failure, a second
+-- priority, more than RECORD_CHUNK acks, or an acked job whose record is missing or has an
+-- expiry. In a plain queue (plain_queue) it reads no record at all.
 local function ack_common()
   if n == 0 or n > RECORD_CHUNK then
     return nil
@@ -140,12 +141,15 @@ local function ack_common()
   local k = tonumber(k_text)
   local plain = plain_queue(appends)
   -- Which ids are IN_PROGRESS. Not with ZMSCORE: Redis 7.0 formats each score it answers with
-  -- snprintf('%.17g'), about 3,800 instructions a claim deadline, a fifth of a plain ack. ZADD NX
-  -- of every id at -inf adds only those the set lacks and answers how many: 0 for the usual
-  -- batch, and then nothing was written (Redis propagates no command that changed nothing).
-  -- Otherwise the ids it added, the set's only members at -inf (a claim deadline is finite), go
+  -- snprintf('%.17g'), about 3,800 instructions a claim time, a fifth of a plain ack. ZADD NX of
+  -- every id at -inf adds only those the set lacks and answers how many: 0 for the usual batch,
+  -- and then nothing was written (Redis propagates no command that changed nothing). Otherwise
+  -- the ids it added, the set's only members at -inf (claim times are the servers' clocks), go
   -- again at once and ZMSCORE sorts the batch out; so does an error (a wrong type; a Redis out
   -- of memory refuses a ZADD before the script's first write, but not a ZMSCORE or a ZREM).
+  -- Such a batch (an ack resent, say) writes that ZADD and ZREM, which change nothing, to the
+  -- AOF and replicas, and they signal the key (WATCH, keyspace events, client caching) as
+  -- changed; its ZMSCORE alone did not. Nothing of ours watches those sets.
   local in_progress, at_floor = KEYS[k + 1], {}
   for i = 1, #ids do
     at_floor[2 * i - 1], at_floor[2 * i] = '-inf', ids[i]
