@@ -343,8 +343,10 @@ def test_a_batch_reads_and_writes_its_records_in_one_command_each(store: RedisSt
         Q, [AckItem(by_priority[i], i) for i in ids[:450]], [AckItem(by_priority[i], i) for i in ids[450:]], T0
     )
     stats = calls(raw)
-    assert (stats.get("hmget"), stats.get("hset"), stats.get("zmscore")) == (1, 1, 3)
-    assert stats.get("zrem") == 3 and stats.get("zadd") == 6  # per priority: out of IN_PROGRESS, in two sets
+    assert (stats.get("hmget"), stats.get("hset"), stats.get("zmscore")) == (1, 1, None)
+    # per priority: a ZADD NX that finds every id IN_PROGRESS (lib/claimed.lua), out of IN_PROGRESS,
+    # into two sets
+    assert stats.get("zrem") == 3 and stats.get("zadd") == 9
 
     raw.config_resetstat()
     found = store.lookup_jobs(Q, [(by_priority[i], i) for i in ids], True)
@@ -455,6 +457,36 @@ def test_an_ack_finds_its_in_progress_jobs_without_reading_their_scores(
     if kind == "keyed and grouped":
         assert store.group_counts(Q).groups == 2  # g4 and g5 PENDING
         assert sorted(text(key) for key in raw.hkeys(K + "dk") if key != b"\xff") == ["k4", "k5"]
+
+
+@pytest.mark.redis
+def test_failures_and_checkpoints_find_their_in_progress_jobs_as_the_common_ack_does(
+    store: RedisStore, raw: redis.Redis
+) -> None:
+    """lib/claimed.lua (the general ack loop's and checkpoint_jobs.lua's membership) asks with a
+    ZADD NX at -inf too: a batch all IN_PROGRESS sends no ZMSCORE; one with ids that are not there
+    (retried already, never claimed) has them taken out again and ZMSCORE decide, and only its
+    IN_PROGRESS jobs change."""
+    ids = store.enqueue_jobs(Q, [NewJob(1, b"x", T0, 2) for _ in range(4)], T0)
+    assert sorted(job.local_id for job in store.dequeue_jobs(Q, 1, 3, CLAIM, T0, False)) == ids[:3]
+
+    raw.config_resetstat()
+    store.ack_jobs(Q, [], [AckItem(1, ids[0], retry_delay_ms=100)], T0 + 5)
+    assert calls(raw).get("zmscore") is None
+    raw.config_resetstat()
+    store.ack_jobs(Q, [], [AckItem(1, i, retry_delay_ms=100) for i in (ids[0], ids[1], ids[3])], T0 + 6)
+    assert calls(raw).get("zmscore") == 1
+    assert zset(raw, K + "p1:s1") == {str(ids[2]): T0}
+    assert zset(raw, K + "p1:s0") == {str(ids[0]): T0 + 105, str(ids[1]): T0 + 106}  # once each
+
+    raw.config_resetstat()
+    assert store.checkpoint_jobs(Q, [CheckpointItem(1, ids[2], T0 + 7)], "claim-1", T0 + 7) == 1
+    assert calls(raw).get("zmscore") is None
+    raw.config_resetstat()
+    assert store.checkpoint_jobs(Q, [CheckpointItem(1, i, T0 + 8) for i in (ids[2], ids[3])], "claim-1", T0 + 8) == 1
+    assert calls(raw).get("zmscore") == 1
+    assert zset(raw, K + "p1:s1") == {str(ids[2]): T0 + 8}  # the claim extended, nothing at -inf
+    assert [job.attempts_remaining for job in store.lookup_jobs(Q, [(1, i) for i in ids[:2]], False)] == [1, 1]
 
 
 # -- the script files ---------------------------------------------------------------------------

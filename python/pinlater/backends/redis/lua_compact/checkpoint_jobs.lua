@@ -10,8 +10,9 @@ extends the claim. ua = now either way. A member whose record is missing (evicte
 counted. The checkpoints apply in order, as the original's one by one (a job checkpointed twice
 in one call gets both unless the first moved it to PENDING).
 
-Batched: one ZMSCORE per IN_PROGRESS set for membership, one HMGET of the records, one HSET of
-the changed ones, and one ZREM / ZADD per set touched (each per chunk of 1000).
+Batched: one ZADD NX per IN_PROGRESS set for membership (ZMSCORE where it finds a job that is
+not there: lib/claimed.lua), one HMGET of the records, one HSET of the changed ones, and one
+ZREM / ZADD per set touched (each per chunk of 1000).
 
 A cancelled job (ar 0) keeps ar 0 (attempts to allow set al only), and a move to PENDING ends
 it FAILED with "cancelled" appended (it leaves its group and forgets its dedup key as a final

@@ -3,7 +3,12 @@
 
 -- The jobs a batch names that are IN_PROGRESS: `n` items of `stride` arguments from ARGV[first],
 -- each starting with the KEYS index k of its priority's PENDING set (IN_PROGRESS is KEYS[k + 1])
--- and the job's id. One ZMSCORE per IN_PROGRESS set, then one HMGET of the records found.
+-- and the job's id. Membership is asked as ack_jobs.lua's common path asks it: one ZADD NX of
+-- the set's ids at -inf per chunk, which adds only those the set lacks (none, the usual batch:
+-- then nothing is written and no score is formatted, as ZMSCORE formats each); where it added
+-- some, or failed (a wrong type, or a Redis out of memory refusing the script's first write),
+-- the set's members at -inf (only those it added: a claim time is a server's clock) go again and
+-- ZMSCORE decides. Then one HMGET of the records found.
 -- Returns member (member[k][id] is set while the job is in that IN_PROGRESS set) and the
 -- records by id (read_records: a missing one is an evicted job).
 local function claimed_jobs(records_key, first, stride, n)
@@ -19,7 +24,28 @@ local function claimed_jobs(records_key, first, stride, n)
   end
   local member, present = {}, {}
   for _, k in ipairs(order) do
-    member[k] = scores_of(KEYS[k + 1], ids_of[k])
+    local key, ids, all = KEYS[k + 1], ids_of[k], true
+    for i = 1, #ids, SET_CHUNK do
+      local at_floor = {}
+      for j = i, math.min(i + SET_CHUNK - 1, #ids) do
+        at_floor[#at_floor + 1], at_floor[#at_floor + 2] = '-inf', ids[j]
+      end
+      local added = redis.pcall('ZADD', key, 'NX', unpack(at_floor))
+      all = all and added == 0
+    end
+    if all then
+      local found = {}
+      for _, id in ipairs(ids) do
+        found[id] = true
+      end
+      member[k] = found
+    else
+      local stray = redis.pcall('ZRANGEBYSCORE', key, '-inf', '-inf')
+      if not stray.err then
+        zrem_all(key, stray)
+      end
+      member[k] = scores_of(key, ids)
+    end
     for id in pairs(member[k]) do
       present[#present + 1] = id
     end
