@@ -459,6 +459,7 @@ def test_an_ack_finds_its_in_progress_jobs_without_reading_their_scores(
         assert sorted(text(key) for key in raw.hkeys(K + "dk") if key != b"\xff") == ["k4", "k5"]
 
 
+@pytest.mark.usefixtures("ready_lists_on")  # ids[3], never claimed, waits in the list, not the set
 @pytest.mark.redis
 def test_failures_and_checkpoints_find_their_in_progress_jobs_as_the_common_ack_does(
     store: RedisStore, raw: redis.Redis
@@ -487,6 +488,17 @@ def test_failures_and_checkpoints_find_their_in_progress_jobs_as_the_common_ack_
     assert calls(raw).get("zmscore") == 1
     assert zset(raw, K + "p1:s1") == {str(ids[2]): T0 + 8}  # the claim extended, nothing at -inf
     assert [job.attempts_remaining for job in store.lookup_jobs(Q, [(1, i) for i in ids[:2]], False)] == [1, 1]
+
+    # More than a chunk (1,000) of acks, past the common path: an id not there in the first chunk
+    # and a second chunk all IN_PROGRESS still take the ZMSCORE path.
+    many = store.enqueue_jobs(Q, [NewJob(2, b"y", T0, 1) for _ in range(1001)], T0)
+    claimed = store.dequeue_jobs(Q, 2, 1000, CLAIM, T0, False) + store.dequeue_jobs(Q, 2, 1, CLAIM, T0, False)
+    assert len(claimed) == 1001
+    raw.config_resetstat()
+    store.ack_jobs(Q, [AckItem(2, i) for i in (many[-1] + 1, *many)], [], T0 + 9)
+    assert calls(raw).get("zmscore") == 2  # a chunk each
+    assert not raw.exists(K + "p2:s1") and len(zset(raw, K + "p2:s2")) == 1001
+    assert store.evicted_jobs == 0
 
 
 # -- the script files ---------------------------------------------------------------------------

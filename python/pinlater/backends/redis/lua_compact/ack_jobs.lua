@@ -16,8 +16,9 @@ whose oldest waiting jobs move up (lib/groups.lua); one retried stays active and
 with a dedup key that finishes forgets it (lib/dedup.lua, forget_keys).
 
 Batched: one ZADD NX per IN_PROGRESS set for membership (ZMSCORE where it finds a job that is
-not there: ack_common below, lib/claimed.lua), one HMGET of the records, one HSET of the changed
-ones, and one ZREM / ZADD per set touched (each per chunk of 1000). Successes that append no
+not there: ack_common below, then lib/claimed.lua again if ack_common gives up), one HMGET of
+the records, one HSET of the changed ones, and one ZREM / ZADD per set touched (each per chunk
+of 1000). Successes that append no
 status, in a queue with no unfinished job of a group, with an expiry or with a dedup key, read
 no record (ack_common's plain_queue).
 
