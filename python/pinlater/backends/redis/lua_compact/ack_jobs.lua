@@ -18,9 +18,8 @@ with a dedup key that finishes forgets it (lib/dedup.lua, forget_keys).
 Batched: one ZADD NX per IN_PROGRESS set for membership (ZMSCORE where it finds a job that is
 not there: ack_common below, then lib/claimed.lua again if ack_common gives up), one HMGET of
 the records, one HSET of the changed ones, and one ZREM / ZADD per set touched (each per chunk
-of 1000). Successes that append no
-status, in a queue with no unfinished job of a group, with an expiry or with a dedup key, read
-no record (ack_common's plain_queue).
+of 1000). Successes that append no status, in a queue with no unfinished job of a group, with
+an expiry or with a dedup key, read no record (ack_common's plain_queue).
 
 Cancel and expiry, as lua/ack_jobs.lua: a failure of a cancelled job (ar 0) ends it FAILED with
 "cancelled" appended; a failure whose retry time is at or after the job's expiry (ex) ends it
