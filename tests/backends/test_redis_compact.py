@@ -501,6 +501,34 @@ def test_failures_and_checkpoints_find_their_in_progress_jobs_as_the_common_ack_
     assert store.evicted_jobs == 0
 
 
+@pytest.mark.redis
+def test_a_checkpoint_refused_for_want_of_the_group_keys_leaves_the_expiry_index_as_it_was(
+    store: RedisStore, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint_jobs.lua returns an error, and changes nothing, when a cancelled job of an
+    ordered group would end without the groups' keys (no server of this build omits them; one
+    of an earlier build, or a raw call, may). Its expiry index writes come after that check:
+    Redis keeps what a script wrote before it returns an error."""
+    jobs = [
+        KeyedJob(NewJob(1, b"g", T0, 2), None, 0, "g", T0 + 10**6),  # cancelled below: it would end
+        KeyedJob(NewJob(1, b"e", T0, 2), None, 0, None, T0 + 10**6),  # moved to PENDING: back in xe
+    ]
+    ids = [local_id for _, local_id, _ in store.enqueue_keyed_jobs(Q, jobs, T0)]
+    assert sorted(job.local_id for job in store.dequeue_jobs(Q, 1, 2, CLAIM, T0, False)) == ids
+    assert store.cancel_jobs(Q, [(1, ids[0])], T0 + 1) == 1
+    index = zset(raw, K + "xe")
+    monkeypatch.setattr(store.rules, "tail", lambda queue, kind: ([], []))
+    items = [CheckpointItem(1, i, T0 + 2, move_to_pending=True) for i in ids]
+    with pytest.raises(redis.ResponseError, match="without the group keys"):
+        store.checkpoint_jobs(Q, items, "claim-1", T0 + 2)
+    assert zset(raw, K + "xe") == index
+    assert zset(raw, K + "p1:s1") == {str(ids[0]): T0, str(ids[1]): T0}
+    monkeypatch.undo()
+    assert store.checkpoint_jobs(Q, items, "claim-1", T0 + 2) == 2
+    assert str(ids[0]) not in zset(raw, K + "xe") and zset(raw, K + "xe")[str(ids[1])] == T0 + 10**6
+    assert zset(raw, K + "p1:s3") == {str(ids[0]): T0 + 2} and zset(raw, K + "p1:s0") == {str(ids[1]): T0 + 2}
+
+
 # -- the script files ---------------------------------------------------------------------------
 
 

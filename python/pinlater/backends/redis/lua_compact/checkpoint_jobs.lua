@@ -75,6 +75,9 @@ end
 local changed, evicted, written, seen = 0, 0, {}, {}
 local ended = new_ended()  -- the cancelled jobs that ended with a dedup key
 local left = {}  -- the groups a cancelled job left
+-- The expiry index's changes, written after the error check below (Redis keeps the writes a
+-- script made before it returns an error): ids that leave it, and (score, id) pairs back in it.
+local unexpired, reexpired = {}, {}
 for j = 0, n - 1 do
   local a = 7 + 9 * j
   local k = tonumber(ARGV[a])
@@ -110,11 +113,11 @@ for j = 0, n - 1 do
           ended.add(id, job.dk, job.ca)
         end
         if job.ex then
-          redis.call('ZREM', expiry_index_key, id)
+          unexpired[#unexpired + 1] = id
         end
       elseif ARGV[a + 2] == '1' then
         if job.ex then
-          redis.call('ZADD', expiry_index_key, job.ex, id)
+          reexpired[#reexpired + 1], reexpired[#reexpired + 2] = job.ex, id
         end
         member[k][id] = nil
         settle(k, id, to_ms(ARGV[a + 3]))
@@ -138,6 +141,8 @@ if #left > 0 and not rules then  -- before any write: Redis keeps a failed scrip
 end
 write_records(records_key, written, jobs)
 ended.forget(dedup_records_key, dedup_runs_key, now)
+zrem_all(expiry_index_key, unexpired)
+zadd_pairs(expiry_index_key, reexpired)
 
 local writes = set_writes()
 for _, t in ipairs(touched) do
