@@ -30,8 +30,10 @@ local function claimed_jobs(records_key, first, stride, n)
       for j = i, math.min(i + SET_CHUNK - 1, #ids) do
         at_floor[#at_floor + 1], at_floor[#at_floor + 2] = '-inf', ids[j]
       end
-      local added = redis.pcall('ZADD', key, 'NX', unpack(at_floor))
-      all = all and added == 0
+      if redis.pcall('ZADD', key, 'NX', unpack(at_floor)) ~= 0 then
+        all = false  -- ZMSCORE decides for every chunk: no need to ask the rest
+        break
+      end
     end
     if all then
       local found = {}
