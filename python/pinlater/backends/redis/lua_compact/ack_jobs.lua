@@ -106,7 +106,7 @@ end
 -- SUCCEEDED job's updated time is its score (lib/records.lua), so the rest keep their records
 -- as they are; a job of an ordered group leaves it as below. It does what the general loop
 -- below would, and gives up before changing anything (nil; it may have added ids to IN_PROGRESS
--- and taken them out again, below) wherever that loop has more to do: a failure, a second
+-- and taken them out again: in_progress_of) wherever that loop has more to do: a failure, a second
 -- priority, more than RECORD_CHUNK acks, or an acked job whose record is missing or has an
 -- expiry. In a plain queue (plain_queue) it reads no record at all.
 local function ack_common()
@@ -140,33 +140,12 @@ local function ack_common()
   end
   local k = tonumber(k_text)
   local plain = plain_queue(appends)
-  -- Which ids are IN_PROGRESS. Not with ZMSCORE: Redis 7.0 formats each score it answers with
-  -- snprintf('%.17g'), about 3,800 instructions a claim time, a fifth of a plain ack. ZADD NX of
-  -- every id at -inf adds only those the set lacks and answers how many: 0 for the usual batch,
-  -- and then nothing was written (Redis propagates no command that changed nothing). Otherwise
-  -- the ids it added, the set's only members at -inf (claim times are the servers' clocks), go
-  -- again at once and ZMSCORE sorts the batch out; so does an error (a wrong type; a Redis out
-  -- of memory refuses a ZADD before the script's first write, but not a ZMSCORE or a ZREM).
-  -- Such a batch (an ack resent, say) writes that ZADD and ZREM, which change nothing, to the
-  -- AOF and replicas, and they signal the key (WATCH, keyspace events, client caching) as
-  -- changed; its ZMSCORE alone did not. Nothing of ours watches those sets.
-  local in_progress, at_floor = KEYS[k + 1], {}
-  for i = 1, #ids do
-    at_floor[2 * i - 1], at_floor[2 * i] = '-inf', ids[i]
-  end
+  local found = in_progress_of(KEYS[k + 1], ids)  -- (lib/claimed.lua: not by ZMSCORE alone)
   local acked, added = ids, appends
-  local absent = redis.pcall('ZADD', in_progress, 'NX', unpack(at_floor))
-  if type(absent) ~= 'number' or absent > 0 then
-    if type(absent) == 'number' then
-      zrem_all(in_progress, redis.call('ZRANGEBYSCORE', in_progress, '-inf', '-inf'))
-    end
-    local scores = redis.pcall('ZMSCORE', in_progress, unpack(ids))
-    if scores.err then
-      return nil
-    end
+  if found ~= true then
     acked, added = {}, {}
     for i = 1, #ids do
-      if scores[i] then
+      if found[ids[i]] then
         acked[#acked + 1] = ids[i]
         added[#acked] = appends[i]
       end
