@@ -30,6 +30,15 @@ free: ``--groups`` is at least ``--batch``). Each variant's count is printed wit
 
     PYTHONPATH=$PWD/python python benches/instructions_per_job.py --backends embedded --variants plain,grouped
 
+``--lead N`` enqueues N jobs (rounded down to whole batches) before the cycles, so that the
+dequeues run that far behind the enqueues. With ``--lead 1000`` and 1,000 groups, every grouped
+job joins a group whose previous job is unfinished: it waits, and moves up at that job's ack.
+That is what ``dedup_keys.py``'s default load does (its backlog, 1,200 jobs, spans more than its
+1,000 groups), and without a lead no grouped job here ever waits.
+
+    PYTHONPATH=$PWD/python python benches/instructions_per_job.py --backends redis-compact --count redis \
+        --variants plain,grouped --lead 1000
+
 ``--count redis`` counts redis-server instead (the server runs outside valgrind): Redis' CPU per
 job in instructions, which is what issue 16's first target compares between the layouts, and
 what the compact layout's Lua scripts are tuned against (their per-job Lua, not the commands
@@ -79,9 +88,11 @@ def count(
     variant: str = "plain",
     groups: int = 1000,
     counted: str = "server",
+    lead: int = 0,
 ) -> float:
     """Instructions per job of ``build``'s server (``counted`` "server") or of the Redis it
-    serves from ("redis") over ``cycles`` measured cycles of ``variant``."""
+    serves from ("redis") over ``cycles`` measured cycles of ``variant``, after ``lead`` jobs
+    enqueued ahead of the cycles (``lead // batch`` enqueues with no dequeue)."""
     from pinlater.idl import idl
 
     with tempfile.TemporaryDirectory(prefix="pinlater-instr-") as tmp:
@@ -103,7 +114,7 @@ def count(
                 body = b"x" * 100
                 sent = 0
 
-                def cycle(acks: list[Any]) -> list[Any]:
+                def enqueue() -> None:
                     nonlocal sent
                     jobs = [idl.PinLaterJob(body=body) for _ in range(batch)]
                     if variant != "plain":
@@ -113,6 +124,9 @@ def count(
                                 job.groupKey = f"group-{sent % groups}"
                             sent += 1
                     client.enqueueJobs(ctx, idl.PinLaterEnqueueRequest(queueName=QUEUE, jobs=jobs))
+
+                def cycle(acks: list[Any]) -> list[Any]:
+                    enqueue()
                     ack = idl.PinLaterJobAckRequest(queueName=QUEUE, jobsSucceeded=acks) if acks else None
                     got = client.dequeueJobs(
                         ctx, idl.PinLaterDequeueRequest(queueName=QUEUE, limit=batch, jobAckRequest=ack)
@@ -121,6 +135,8 @@ def count(
                         raise SystemExit(f"{build.label}: a dequeue got {len(got.jobs)} jobs, not {batch}")
                     return [idl.PinLaterJobAckInfo(jobDescriptor=d) for d in got.jobs]
 
+                for _ in range(lead // batch):
+                    enqueue()
                 acks: list[Any] = []
                 for _ in range(warmup):
                     acks = cycle(acks)
@@ -176,6 +192,12 @@ def main() -> None:
     parser.add_argument("--variants", default="plain", help="a comma list of plain, keyed, grouped (default plain)")
     parser.add_argument("--groups", type=int, default=1000, help="groups of the grouped variant (default 1000)")
     parser.add_argument(
+        "--lead",
+        type=int,
+        default=0,
+        help="jobs enqueued ahead of the cycles (default 0; --lead 1000 with 1000 groups: every grouped job waits)",
+    )
+    parser.add_argument(
         "--count",
         choices=("server", "redis"),
         default="server",
@@ -198,12 +220,15 @@ def main() -> None:
         parser.error("--groups: at least --batch (a cycle's groups must all be free)")
     builds = [current_build(), *(commit_build(c, args.cache_dir) for c in _split(args.against))]
     whose = "the server's user space" if args.count == "server" else "redis-server's user space"
-    print(f"instructions per job (callgrind, {whose}): {args.cycles} cycles of {args.batch}")
+    lead = f", {args.lead // args.batch * args.batch} jobs enqueued ahead" if args.lead >= args.batch else ""
+    print(f"instructions per job (callgrind, {whose}): {args.cycles} cycles of {args.batch}{lead}")
     for backend in backends:
         for variant in variants:
             counts = {}
             for build in builds:
-                n = count(build, backend, args.cycles, args.warmup, args.batch, variant, args.groups, args.count)
+                n = count(
+                    build, backend, args.cycles, args.warmup, args.batch, variant, args.groups, args.count, args.lead
+                )
                 counts[build.label] = n
                 label = backend if variant == "plain" else f"{backend} {variant}"
                 print(f"{label:22} {build.label:8} {n:10,.0f}", flush=True)
