@@ -133,3 +133,101 @@ def test_a_groups_head_is_kept_in_its_counts_and_the_rest_in_the_fifo(store: Red
     store.ack_jobs(Q, [AckItem(1, ids[4])], [], T0 + 2)
     assert store.group_counts(Q) == GroupCounts(0, 0)
     assert not [k for k in raw.keys("plc:{1:bq}:g*")]
+
+
+def head_of(place: int, priority: int = 1) -> bytes:
+    """A group's head as its counts keep it (lib/groups.lua's fifo_suffix): place, id, priority."""
+    return b"%020d%d:%d" % (place, place, priority)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_an_ack_moves_each_groups_one_waiting_job_up_in_place(
+    store: RedisStore, raw: redis.Redis, concurrency: int
+) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=concurrency)})
+    groups = [f"g{i}" for i in range(12)]
+    # the groups full (their concurrency's jobs active), then one more job each, of both
+    # priorities: it waits as its group's head, and nothing else of the group waits
+    for n in range(concurrency):
+        store.enqueue_keyed_jobs(Q, [job(g, f"a{n}-{g}") for g in groups], T0)
+    later = [KeyedJob(NewJob(1 + i % 2, b"b", T0 + 5, 1), f"b-{g}", 60_000, g) for i, g in enumerate(groups)]
+    placed = {g: e.local_id for g, e in zip(groups, store.enqueue_keyed_jobs(Q, later, T0 + 1), strict=True)}
+    for i, g in enumerate(groups):
+        assert raw.hget("plc:{1:bq}:ga", g) == b"%d:1:" % concurrency + head_of(placed[g], 1 + i % 2)
+    assert raw.get("plc:{1:bq}:gb") == b"12"
+    claimed = claim_all(store, T0 + 10)
+    assert len(claimed) == 12 * concurrency and not set(placed.values()) & {i for _, i in claimed}
+    first = [(p, i) for p, i in claimed if i <= 12]  # the first job of each group
+    raw.config_resetstat()
+    store.ack_jobs(Q, [AckItem(p, i) for p, i in first], [], T0 + 10)
+    # each head moved up to PENDING with its run after; the counts 'a', nothing blocked or waiting
+    assert all(raw.hget("plc:{1:bq}:ga", g) == b"%d" % concurrency for g in groups)
+    assert raw.get("plc:{1:bq}:gb") is None
+    assert raw.zcard("plc:{1:bq}:p1:w") == raw.zcard("plc:{1:bq}:p2:w") == 0
+    for i, g in enumerate(groups):
+        assert raw.zscore(f"plc:{{1:bq}}:p{1 + i % 2}:s0", str(placed[g])) == (T0 + 5) / 1000 * 1000
+    # per call, not per group: one ZMSCORE of each priority's waiting set, one HSET of the counts
+    assert calls(raw, "zmscore") <= 2 and calls(raw, "hset") <= 1 and calls(raw, "zrangebylex") == 0
+    assert sorted(i for _, i in claim_all(store, T0 + 10)) == sorted(placed.values())
+
+
+def test_a_head_that_left_its_waiting_set_is_not_counted_active(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=1)})
+    g = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g", "k1"), job("g", "k2")], T0)]
+    h = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("h", "k3"), job("h", "k4")], T0)]
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1:1:" + head_of(g[1])
+    raw.zrem("plc:{1:bq}:p1:w", str(g[1]))  # behind the group's back (cannot happen otherwise)
+    assert sorted(claim_all(store, T0)) == [(1, g[0]), (1, h[0])]
+    store.ack_jobs(Q, [AckItem(1, g[0]), AckItem(1, h[0])], [], T0)
+    # as the batch would: g has nothing left (forgotten), h's head moved up
+    assert raw.hget("plc:{1:bq}:ga", "g") is None and raw.hget("plc:{1:bq}:ga", "h") == b"1"
+    assert raw.get("plc:{1:bq}:gb") is None
+    assert claim_all(store, T0 + 1) == [(1, h[1])]
+
+
+def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """A uniform keyed call (dedup.enqueue_keyed_call's, every job keyed: enqueue_fresh) makes the
+    job of a full group with none waiting its head without batch state: what it leaves is what a
+    call that is not uniform (its jobs' attempts differ: enqueue_common and join_group) leaves."""
+    uniform, other = "qu", "qo"
+    opened = RedisStore("1", RedisShardConfig(RedisEndpoint(server.host, server.port), layout="compact"))
+    try:
+        for queue in (uniform, other):
+            opened.create_queue(queue, 2)
+        opened.set_queue_rules({q: QueueRules(group_concurrency=2) for q in (uniform, other)})
+        calls_made = [
+            ["a", "b", "c", "d"],  # all join at once
+            ["a", "b", "c", "c"],  # a, b: full now; c twice (the batch)
+            ["a", "b", "d", "e"],  # a, b: wait as heads; d: full now
+            ["a", "d", "e", "f"],  # a: behind its head (the fifo); d: a head
+        ]
+        for step, names in enumerate(calls_made):
+            for queue in (uniform, other):
+                jobs = [
+                    KeyedJob(NewJob(1, b"b", T0 + step, 1 if queue == uniform else 1 + i), f"{step}-{i}", 0, g)
+                    for i, g in enumerate(names)
+                ]
+                opened.enqueue_keyed_jobs(queue, jobs, T0 + step)
+
+        def state(queue: str) -> dict[str, object]:
+            prefix = f"plc:{{1:{queue}}}"
+            return {
+                "ga": raw.hgetall(f"{prefix}:ga"),
+                "gb": raw.get(f"{prefix}:gb"),
+                "gw": raw.zrange(f"{prefix}:gw", 0, -1),
+                "w": raw.zrange(f"{prefix}:p1:w", 0, -1, withscores=True),
+                "s0": raw.zrange(f"{prefix}:p1:s0", 0, -1, withscores=True),
+                "r": raw.lrange(f"{prefix}:p1:r", 0, -1),
+            }
+
+        assert state(uniform) == state(other)
+        assert state(uniform)["ga"][b"a"] == b"2:2:" + head_of(9)  # a's third job (call 2's first), the head
+        assert state(uniform)["gb"] == b"4"  # a, b, c and d wait
+        for queue in (uniform, other):  # and it moves on alike
+            claimed = [(1, j.local_id) for j in opened.dequeue_jobs(queue, 1, 1000, "c", T0 + 10, False)]
+            opened.ack_jobs(queue, [AckItem(p, i) for p, i in claimed], [], T0 + 10)
+        assert state(uniform) == state(other)
+    finally:
+        opened.close()

@@ -131,9 +131,12 @@ begin_batch(rules)
 
 -- How the call's jobs of a group join it, from one read of their groups' counts (HMGET of ga): a
 -- group with no unfinished job that one job of the call joins is joined at once (the set
--- returned, group -> true: join_simple, no batch state); the others' counts go to the batch.
--- Jobs j with held[j] are not inserted and join nothing. nil if the call has no rules tail.
-local function join_plan(held)
+-- returned, group -> true: join_simple, no batch state); with `heads` (a table), a group with
+-- active jobs and none waiting, as many as its concurrency or more, that one job of the call
+-- joins is named there (group -> its counts' text): that job waits, as its head (the caller
+-- writes it, no batch state); the others' counts go to the batch. Jobs j with held[j] are not
+-- inserted and join nothing. nil if the call has no rules tail.
+local function join_plan(held, heads)
   if not rules then
     return nil
   end
@@ -152,8 +155,12 @@ local function join_plan(held)
   local simple = {}
   for i = 1, #names do
     local group = names[i]
-    if not counts[i] and times[group] == 1 and rules.conc >= 1 then
+    local value = counts[i]
+    if not value and times[group] == 1 and rules.conc >= 1 then
       simple[group] = true
+    elseif heads and value and times[group] == 1 and not string.find(value, ':', 1, true)
+      and count_number(value) >= rules.conc then
+      heads[group] = value
     else
       adopt_counts(rules, group, counts[i])
     end
@@ -183,13 +190,17 @@ local function enqueue_fresh()
     end
   end
   local any_group = flags == 'kg'
-  local simple = any_group and join_plan({})
+  local heads = {}  -- a group whose job of the call waits as its head -> the group's counts
+  local simple = any_group and join_plan({}, heads)
   if any_group and not simple then
     return nil  -- no rules: the general loop answers the error
   end
   local k = ARGV[7]
   local kn = tonumber(k)
   local priority = (kn - 7) / DEDUP_GROUP + 1
+  -- the heads' counts in ga (group, 'a:1:<head>'), and their waiting set's members
+  local head_counts, head_waits = {}, {}
+  local waiting_key = next(heads) and waiting_of(rules, priority)
   local score = to_ms(ARGV[10])
   local next_id = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
   -- the jobs go to the ready list if due now (a job of a group only if it joins it at once), as
@@ -213,8 +224,15 @@ local function enqueue_fresh()
     local pending, group = true, nil
     if any_group then
       group = ARGV[own + 2]
+      local head_of = heads[group]
       if simple[group] then
         joined[#joined + 1] = group
+      elseif head_of then  -- as join_group leaves it: waiting, the group's head (gq: its id)
+        local c = #head_counts
+        head_counts[c + 1], head_counts[c + 2] = group, head_of .. ':1:' .. fifo_suffix(id, name, priority)
+        c = #head_waits
+        head_waits[c + 1], head_waits[c + 2] = score, name
+        pending = false
       else
         job.gq = id
         pending = join_group(rules, group, job, name, priority, score, now)
@@ -244,6 +262,16 @@ local function enqueue_fresh()
   end
   holders[2 * n + 1], holders[2 * n + 2] = DEDUP_PIN, DEDUP_PIN_VALUE  -- (lib/dedup.lua)
   redis.call('HSET', records_key, unpack(holders))
+  if #head_counts > 0 then
+    local waits = #head_waits / 2
+    head_counts[#head_counts + 1], head_counts[#head_counts + 2] = GA_PIN, GA_PIN_VALUE
+    redis.call('HSET', rules.active, unpack(head_counts))
+    count_blocked(rules, waits)  -- each group starts having a job waiting
+    zadd_skiplist(waiting_key, waits, zadd_pairs, head_waits)
+    if #joined == 0 then
+      sweep_refills(rules, now)  -- (join_simple sweeps otherwise)
+    end
+  end
   join_simple(rules, joined, now)
   return out
 end

@@ -723,11 +723,18 @@ end
 
 -- The groups of `left` (one entry per job that left its group, in order: a group once per job)
 -- each lose an active job: their counts read at once, written at the end (as ack_jobs.lua and
--- checkpoint_jobs.lua need after their own writes). The common group first: one that had one
--- active job and none waiting ('1' in ga), which a job of the call left once, and no
--- groupJobsPerSecond (its bucket would need reading): it is forgotten as flush_groups forgets
--- it (its field, its bucket, a refill sweep), with no batch state. The others go through the
--- batch, their counts adopted from the same read of ga.
+-- checkpoint_jobs.lua need after their own writes). Without groupJobsPerSecond (a bucket would
+-- need reading), two common cases of a group that a job of the call left once go without batch
+-- state, as flush_groups would leave them:
+-- * one active job and none waiting ('1' in ga): the group is forgotten (its field, its bucket,
+--   a refill sweep);
+-- * a active jobs, a within the concurrency, and one waiting, its head ('a:1:<head>', no fifo
+--   member): the head moves up (from its waiting set to PENDING with its score, one ZMSCORE,
+--   ZREM and ZADD per priority for all such groups), the counts become 'a', and the group stops
+--   being blocked. This is every group of a load whose groups hold a job active and the next
+--   one waiting (dedup_keys.py's), and the batch's general promote cost about 20k Redis
+--   instructions per job more.
+-- The others go through the batch, their counts adopted from the same read of ga.
 local function leave_groups(r, left, now)
   begin_batch(r)
   local gone = {}  -- group -> true: forgotten in place
@@ -745,7 +752,11 @@ local function leave_groups(r, left, now)
         names[#names + 1] = group
       end
     end
-    local forget = {}
+    local forget, handled = {}, 0
+    -- the groups whose head moves up: per priority (in order of first use) their heads' ids,
+    -- and their groups and active counts, in the same order
+    local head_ids, head_groups, head_actives, head_order = {}, {}, {}, {}
+    local head_only = '^(%d+):1:' .. string.rep('%d', FIFO_PLACE_WIDTH) .. '(%d+):(%d+)$'
     for i = 1, #names, RECORD_CHUNK do
       local last = math.min(i + RECORD_CHUNK - 1, #names)
       local counts = redis.call('HMGET', r.active, unpack(names, i, last))
@@ -754,10 +765,68 @@ local function leave_groups(r, left, now)
         if value == '1' and times[group] == 1 then
           forget[#forget + 1] = group
           gone[group] = true
+          handled = handled + 1
         else
-          adopt_counts(r, group, value)
+          local a, id, p
+          if value and times[group] == 1 then
+            a, id, p = string.match(value, head_only)
+          end
+          if a then
+            a, p = count_number(a), count_number(p)
+          end
+          if a and a >= 1 and a <= r.conc and p <= r.m and (r.promoted[group] or 0) < MAX_PROMOTED then
+            local ids = head_ids[p]
+            if not ids then
+              ids = {}
+              head_ids[p], head_groups[p], head_actives[p] = ids, {}, {}
+              head_order[#head_order + 1] = p
+            end
+            local x = #ids + 1
+            ids[x], head_groups[p][x], head_actives[p][x] = id, group, a
+            gone[group] = true
+            handled = handled + 1
+          else
+            adopt_counts(r, group, value)
+          end
         end
       end
+    end
+    if #head_order > 0 then
+      local fields, moved_up = {}, 0
+      for _, p in ipairs(head_order) do
+        local ids, groups, actives, from = head_ids[p], head_groups[p], head_actives[p], waiting_of(r, p)
+        local scores = scores_of(from, ids)
+        local moved, adds = {}, {}
+        for x, id in ipairs(ids) do
+          local group, score = groups[x], scores[id]
+          r.promoted[group] = (r.promoted[group] or 0) + 1
+          if score then
+            moved[#moved + 1] = id
+            adds[#adds + 1], adds[#adds + 2] = score, id
+            fields[#fields + 1], fields[#fields + 2] = group, count_text(actives[x])
+          elseif actives[x] > 1 then  -- out of its waiting set (cannot happen): not active
+            fields[#fields + 1], fields[#fields + 2] = group, count_text(actives[x] - 1)
+          else  -- nothing left of the group
+            forget[#forget + 1] = group
+          end
+          moved_up = moved_up + 1
+        end
+        zrem_all(from, moved)
+        zadd_pairs(pending_of(r, p), adds)
+      end
+      if #fields > 0 then
+        fields[#fields + 1], fields[#fields + 2] = GA_PIN, GA_PIN_VALUE
+      end
+      for i = 1, #fields, 2 * RECORD_CHUNK do
+        redis.call('HSET', r.active, unpack(fields, i, math.min(i + 2 * RECORD_CHUNK - 1, #fields)))
+      end
+      count_blocked(r, -moved_up)
+      if #forget == 0 then
+        sweep_refills(r, now)
+      end
+    end
+    if handled == #left then
+      r.batch, r.order = nil, nil  -- nothing left for the batch (a group's field forgotten below)
     end
     if #forget > 0 then
       for i = 1, #forget, RECORD_CHUNK do
@@ -770,10 +839,9 @@ local function leave_groups(r, left, now)
         end
       end
       sweep_refills(r, now)
-      if #forget == #left then
-        r.batch, r.order = nil, nil  -- nothing left for the batch
-        return
-      end
+    end
+    if handled == #left then
+      return
     end
   end
   for _, group in ipairs(left) do
