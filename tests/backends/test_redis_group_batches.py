@@ -196,14 +196,15 @@ def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
     try:
         for queue in (uniform, other):
             opened.create_queue(queue, 2)
-        opened.set_queue_rules({q: QueueRules(group_concurrency=2) for q in (uniform, other)})
         calls_made = [
-            ["a", "b", "c", "d"],  # all join at once
-            ["a", "b", "c", "c"],  # a, b: full now; c twice (the batch)
-            ["a", "b", "d", "e"],  # a, b: wait as heads; d: full now
-            ["a", "d", "e", "f"],  # a: behind its head (the fifo); d: a head
+            (2, ["a", "b", "c", "d"]),  # all join at once
+            (2, ["a", "b", "c", "c"]),  # a, b: full now; c twice (the batch)
+            (2, ["a", "b", "d", "e"]),  # a, b: wait as heads; d: full now
+            (2, ["a", "d", "e", "f"]),  # a: behind its head (the fifo); d: a head
+            (1, ["e", "f", "g", "h"]),  # e: two running, above the concurrency now, f one: heads
         ]
-        for step, names in enumerate(calls_made):
+        for step, (concurrency, names) in enumerate(calls_made):
+            opened.set_queue_rules({q: QueueRules(group_concurrency=concurrency) for q in (uniform, other)})
             for queue in (uniform, other):
                 jobs = [
                     KeyedJob(NewJob(1, b"b", T0 + step, 1 if queue == uniform else 1 + i), f"{step}-{i}", 0, g)
@@ -224,10 +225,44 @@ def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
 
         assert state(uniform) == state(other)
         assert state(uniform)["ga"][b"a"] == b"2:2:" + head_of(9)  # a's third job (call 2's first), the head
-        assert state(uniform)["gb"] == b"4"  # a, b, c and d wait
+        assert state(uniform)["ga"][b"e"] == b"2:1:" + head_of(17)  # call 4's first job
+        assert state(uniform)["gb"] == b"6"  # a, b, c, d, e and f wait
         for queue in (uniform, other):  # and it moves on alike
             claimed = [(1, j.local_id) for j in opened.dequeue_jobs(queue, 1, 1000, "c", T0 + 10, False)]
             opened.ack_jobs(queue, [AckItem(p, i) for p, i in claimed], [], T0 + 10)
         assert state(uniform) == state(other)
     finally:
         opened.close()
+
+
+def test_an_ack_under_a_lowered_concurrency_leaves_the_head_waiting(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=2)})
+    ids = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g", f"k{i}") for i in range(3)], T0)]
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"2:1:" + head_of(ids[2])
+    claimed = claim_all(store, T0)
+    assert sorted(i for _, i in claimed) == ids[:2]
+    store.set_queue_rules({Q: QueueRules(group_concurrency=1)})  # one left running is the most
+    store.ack_jobs(Q, [AckItem(1, ids[0])], [], T0)
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1:1:" + head_of(ids[2])  # no room: still waiting
+    assert raw.get("plc:{1:bq}:gb") == b"1" and claim_all(store, T0 + 1) == []
+    store.ack_jobs(Q, [AckItem(1, ids[1])], [], T0 + 1)
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1" and raw.get("plc:{1:bq}:gb") is None
+    assert claim_all(store, T0 + 2) == [(1, ids[2])]
+
+
+def test_an_ack_of_heads_and_of_batched_groups_at_once(store: RedisStore, raw: redis.Redis) -> None:
+    store.set_queue_rules({Q: QueueRules(group_concurrency=2)})
+    # g: two active, one waiting (its head, then missing from its waiting set: cannot happen);
+    # h: two active, one waiting (its head); k: two active, three waiting (batch: the fifo)
+    g = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("g", f"g{i}") for i in range(3)], T0)]
+    h = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("h", f"h{i}") for i in range(3)], T0)]
+    k = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("k", f"k{i}") for i in range(5)], T0)]
+    raw.zrem("plc:{1:bq}:p1:w", str(g[2]))
+    assert sorted(i for _, i in claim_all(store, T0)) == [*g[:2], *h[:2], *k[:2]]
+    # one job of g and of h (each moves its head up in place), both of k (the batch)
+    store.ack_jobs(Q, [AckItem(1, i) for i in (g[0], h[0], k[0], k[1])], [], T0)
+    assert raw.hget("plc:{1:bq}:ga", "g") == b"1"  # its head was gone: not counted active
+    assert raw.hget("plc:{1:bq}:ga", "h") == b"2"
+    assert raw.hget("plc:{1:bq}:ga", "k") == b"2:1:" + head_of(k[4])
+    assert raw.get("plc:{1:bq}:gb") == b"1"  # k alone still waits
+    assert sorted(i for _, i in claim_all(store, T0 + 1)) == [h[2], *k[2:4]]

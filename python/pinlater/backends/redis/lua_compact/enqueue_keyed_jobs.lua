@@ -198,9 +198,10 @@ local function enqueue_fresh()
   local k = ARGV[7]
   local kn = tonumber(k)
   local priority = (kn - 7) / DEDUP_GROUP + 1
-  -- the heads' counts in ga (group, 'a:1:<head>'), and their waiting set's members
-  local head_counts, head_waits = {}, {}
-  local waiting_key = next(heads) and waiting_of(rules, priority)
+  local head_counts = {}  -- the heads' counts in ga: group, 'a:1:<head>'
+  if next(heads) then
+    waiting_of(rules, priority)  -- a priority beyond the keys passed fails here, as join_group
+  end
   local score = to_ms(ARGV[10])
   local next_id = redis.call('HINCRBY', counter_key, 'id', n) - n + 1
   -- the jobs go to the ready list if due now (a job of a group only if it joins it at once), as
@@ -230,8 +231,12 @@ local function enqueue_fresh()
       elseif head_of then  -- as join_group leaves it: waiting, the group's head (gq: its id)
         local c = #head_counts
         head_counts[c + 1], head_counts[c + 2] = group, head_of .. ':1:' .. fifo_suffix(id, name, priority)
-        c = #head_waits
-        head_waits[c + 1], head_waits[c + 2] = score, name
+        local adds = rules.waiting_adds[priority]  -- written with the batch's (flush_groups)
+        if not adds then
+          adds = {}
+          rules.waiting_adds[priority] = adds
+        end
+        adds[#adds + 1], adds[#adds + 2] = score, name
         pending = false
       else
         job.gq = id
@@ -263,14 +268,11 @@ local function enqueue_fresh()
   holders[2 * n + 1], holders[2 * n + 2] = DEDUP_PIN, DEDUP_PIN_VALUE  -- (lib/dedup.lua)
   redis.call('HSET', records_key, unpack(holders))
   if #head_counts > 0 then
-    local waits = #head_waits / 2
+    local waits = #head_counts / 2
     head_counts[#head_counts + 1], head_counts[#head_counts + 2] = GA_PIN, GA_PIN_VALUE
     redis.call('HSET', rules.active, unpack(head_counts))
     count_blocked(rules, waits)  -- each group starts having a job waiting
-    zadd_skiplist(waiting_key, waits, zadd_pairs, head_waits)
-    if #joined == 0 then
-      sweep_refills(rules, now)  -- (join_simple sweeps otherwise)
-    end
+    rules.saved = true  -- a group's state changed: flush_groups sweeps the refills, as after join_group
   end
   join_simple(rules, joined, now)
   return out

@@ -730,7 +730,7 @@ end
 --   a refill sweep);
 -- * a active jobs, a within the concurrency, and one waiting, its head ('a:1:<head>', no fifo
 --   member): the head moves up (from its waiting set to PENDING with its score, one ZMSCORE,
---   ZREM and ZADD per priority for all such groups), the counts become 'a', and the group stops
+--   ZREM and ZADD per priority and 1,000 such groups), the counts become 'a', and the group stops
 --   being blocked. This is every group of a load whose groups hold a job active and the next
 --   one waiting (dedup_keys.py's), and the batch's general promote cost about 20k Redis
 --   instructions per job more.
@@ -821,7 +821,7 @@ local function leave_groups(r, left, now)
         redis.call('HSET', r.active, unpack(fields, i, math.min(i + 2 * RECORD_CHUNK - 1, #fields)))
       end
       count_blocked(r, -moved_up)
-      if #forget == 0 then
+      if #forget == 0 and handled == #left then  -- (else the forgetting or flush_groups sweeps)
         sweep_refills(r, now)
       end
     end
