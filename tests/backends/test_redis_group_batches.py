@@ -185,8 +185,9 @@ def test_a_head_that_left_its_waiting_set_is_not_counted_active(store: RedisStor
     assert claim_all(store, T0 + 1) == [(1, h[1])]
 
 
+@pytest.mark.parametrize("rate", [None, 1.0])
 def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
-    server: RedisServer, raw: redis.Redis
+    server: RedisServer, raw: redis.Redis, rate: float | None
 ) -> None:
     """A uniform keyed call (dedup.enqueue_keyed_call's, every job keyed: enqueue_fresh) makes the
     job of a full group with none waiting its head without batch state: what it leaves is what a
@@ -204,7 +205,8 @@ def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
             (1, ["e", "f", "g", "h"]),  # e: two running, above the concurrency now, f one: heads
         ]
         for step, (concurrency, names) in enumerate(calls_made):
-            opened.set_queue_rules({q: QueueRules(group_concurrency=concurrency) for q in (uniform, other)})
+            rules = QueueRules(group_concurrency=concurrency, group_jobs_per_second=rate)
+            opened.set_queue_rules({q: rules for q in (uniform, other)})
             for queue in (uniform, other):
                 jobs = [
                     KeyedJob(NewJob(1, b"b", T0 + step, 1 if queue == uniform else 1 + i), f"{step}-{i}", 0, g)
@@ -221,6 +223,8 @@ def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
                 "w": raw.zrange(f"{prefix}:p1:w", 0, -1, withscores=True),
                 "s0": raw.zrange(f"{prefix}:p1:s0", 0, -1, withscores=True),
                 "r": raw.lrange(f"{prefix}:p1:r", 0, -1),
+                "buckets": raw.hgetall(f"{prefix}:gr"),
+                "refills": raw.zrange(f"{prefix}:gz", 0, -1, withscores=True),
             }
 
         assert state(uniform) == state(other)
@@ -231,6 +235,8 @@ def test_a_uniform_keyed_call_leaves_its_groups_as_a_call_of_one_job_at_a_time(
             claimed = [(1, j.local_id) for j in opened.dequeue_jobs(queue, 1, 1000, "c", T0 + 10, False)]
             opened.ack_jobs(queue, [AckItem(p, i) for p, i in claimed], [], T0 + 10)
         assert state(uniform) == state(other)
+        if rate:  # the claim spent the groups' tokens, and the groups it finished keep their buckets
+            assert state(uniform)["buckets"] and state(uniform)["refills"]
     finally:
         opened.close()
 
@@ -259,7 +265,7 @@ def test_an_ack_of_heads_and_of_batched_groups_at_once(store: RedisStore, raw: r
     k = [e.local_id for e in store.enqueue_keyed_jobs(Q, [job("k", f"k{i}") for i in range(5)], T0)]
     raw.zrem("plc:{1:bq}:p1:w", str(g[2]))
     assert sorted(i for _, i in claim_all(store, T0)) == [*g[:2], *h[:2], *k[:2]]
-    # one job of g and of h (each moves its head up in place), both of k (the batch)
+    # one job of g and of h (each takes the heads' path: h's moves up, g's is gone), both of k (the batch)
     store.ack_jobs(Q, [AckItem(1, i) for i in (g[0], h[0], k[0], k[1])], [], T0)
     assert raw.hget("plc:{1:bq}:ga", "g") == b"1"  # its head was gone: not counted active
     assert raw.hget("plc:{1:bq}:ga", "h") == b"2"

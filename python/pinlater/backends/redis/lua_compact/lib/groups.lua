@@ -201,7 +201,8 @@ end
 --   and one HDEL of ga write those that changed, one INCRBY of gb counts the groups that started
 --   less those that stopped waiting, with one ZREM and ZADD of the refills, one HDEL of the
 --   buckets and one refill sweep;
--- * jobs that go to wait (join_group): one ZADD of the fifo and one per waiting set touched;
+-- * jobs that go to wait (join_group, and enqueue_keyed_jobs.lua's heads): one ZADD of the fifo
+--   and one per waiting set touched;
 -- * moving up: a group jobs left (leave_group) is moved up once, at the end, however many of
 --   its jobs left (one ZRANGEBYLEX per group; an enqueue's join moves up at once, skipping the
 --   fifo members the batch took already); the jobs moved up leave the fifo with one ZREM and go
@@ -730,7 +731,7 @@ end
 --   a refill sweep);
 -- * a active jobs, a within the concurrency, and one waiting, its head ('a:1:<head>', no fifo
 --   member): the head moves up (from its waiting set to PENDING with its score, one ZMSCORE,
---   ZREM and ZADD per priority and 1,000 such groups), the counts become 'a', and the group stops
+--   ZREM and ZADD per priority, per 1,000 such groups), the counts become 'a', and the group stops
 --   being blocked. This is every group of a load whose groups hold a job active and the next
 --   one waiting (dedup_keys.py's), and the batch's general promote cost about 20k Redis
 --   instructions per job more.
