@@ -135,8 +135,8 @@ begin_batch(rules)
 -- active jobs and none waiting, as many as its concurrency or more, that one job of the call
 -- joins is named there (group -> its counts' text): that job waits, as its head (the caller
 -- writes its counts, with no batch state for its group, and adds it to the batch's waits); the
--- others' counts go to the batch. Jobs j with held[j] are not
--- inserted and join nothing. nil if the call has no rules tail.
+-- others' counts go to the batch. Jobs j with held[j] are not inserted and join nothing. nil if
+-- the call has no rules tail.
 local function join_plan(held, heads)
   if not rules then
     return nil

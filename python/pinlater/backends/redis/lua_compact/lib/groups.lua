@@ -733,8 +733,8 @@ end
 --   member): the head moves up (from its waiting set to PENDING with its score, one ZMSCORE,
 --   ZREM and ZADD per priority, per 1,000 such groups), the counts become 'a', and the group stops
 --   being blocked. This is every group of a load whose groups hold a job active and the next
---   one waiting (dedup_keys.py's), and the batch's general promote cost about 20k Redis
---   instructions per job more.
+--   one waiting (instructions_per_job.py --lead 1000), where the batch's general promote cost
+--   about 20k Redis instructions per job more.
 -- The others go through the batch, their counts adopted from the same read of ga.
 local function leave_groups(r, left, now)
   begin_batch(r)
