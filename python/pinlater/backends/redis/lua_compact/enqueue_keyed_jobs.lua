@@ -133,7 +133,7 @@ begin_batch(rules)
 -- group with no unfinished job that one job of the call joins is joined at once (the set
 -- returned, group -> true: join_simple, no batch state); with `heads` (a table), a group with
 -- active jobs and none waiting, as many as its concurrency or more, that one job of the call
--- joins is named there (group -> its counts' text): that job waits, as its head (the caller
+-- joins is named there (group -> its active jobs): that job waits, as its head (the caller
 -- writes its counts, with no batch state for its group, and adds it to the batch's waits); the
 -- others' counts go to the batch. Jobs j with held[j] are not inserted and join nothing. nil if
 -- the call has no rules tail.
@@ -161,7 +161,7 @@ local function join_plan(held, heads)
       simple[group] = true
     elseif heads and value and times[group] == 1 and not string.find(value, ':', 1, true)
       and count_number(value) >= rules.conc then
-      heads[group] = value
+      heads[group] = count_number(value)
     else
       adopt_counts(rules, group, counts[i])
     end
@@ -191,7 +191,7 @@ local function enqueue_fresh()
     end
   end
   local any_group = flags == 'kg'
-  local heads = {}  -- a group whose job of the call waits as its head -> the group's counts
+  local heads = {}  -- a group whose job of the call waits as its head -> its active jobs
   local simple = any_group and join_plan({}, heads)
   if any_group and not simple then
     return nil  -- no rules: the general loop answers the error
@@ -226,13 +226,15 @@ local function enqueue_fresh()
     local pending, group = true, nil
     if any_group then
       group = ARGV[own + 2]
-      local head_of = heads[group]
+      local active = heads[group]
       if simple[group] then
         joined[#joined + 1] = group
-      elseif head_of then  -- as join_group leaves it: waiting, the group's head (gq: its id)
+      elseif active then  -- as join_group leaves it: waiting, the group's head (gq: its id)
         local c = #head_counts
-        head_counts[c + 1], head_counts[c + 2] = group, head_of .. ':1:' .. fifo_suffix(id, name, priority)
-        local adds = rules.waiting_adds[priority]  -- written with the batch's (flush_groups)
+        head_counts[c + 1], head_counts[c + 2] = group, format_counts(active, 1, fifo_suffix(id, name, priority))
+        -- to the batch's waits as join_group adds (inline: a script's main function holds 200
+        -- locals at most, and the scripts that include groups.lua are near it)
+        local adds = rules.waiting_adds[priority]
         if not adds then
           adds = {}
           rules.waiting_adds[priority] = adds

@@ -826,9 +826,6 @@ local function leave_groups(r, left, now)
         sweep_refills(r, now)
       end
     end
-    if handled == #left then
-      r.batch, r.order = nil, nil  -- nothing left for the batch (a group's field forgotten below)
-    end
     if #forget > 0 then
       for i = 1, #forget, RECORD_CHUNK do
         redis.call('HDEL', r.active, unpack(forget, i, math.min(i + RECORD_CHUNK - 1, #forget)))
@@ -842,6 +839,7 @@ local function leave_groups(r, left, now)
       sweep_refills(r, now)
     end
     if handled == #left then
+      r.batch, r.order = nil, nil  -- nothing left for the batch
       return
     end
   end
