@@ -159,6 +159,7 @@ mod _pinlater {
         m.add("THRIFT_IDL", crate::THRIFT_IDL)?;
         m.add("DETACH_BYTES", crate::py::wire::struct_end::DETACH_BYTES)?;
         m.add("DETACH_JOBS", crate::py::queue::jobs::DETACH_JOBS)?;
+        m.add("MAX_TIMESTAMP_MS", crate::wire::hot_calls::MAX_TIMESTAMP_MS)?;
         m.add("BodyFilterTimeout", py.get_type::<BodyFilterTimeout>())?;
         m.add("BodyPatternError", py.get_type::<BodyPatternError>())?;
         m.add("DescriptorError", py.get_type::<DescriptorError>())?;

@@ -13,6 +13,7 @@ from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 __all__ = [
     "DETACH_BYTES",
     "DETACH_JOBS",
+    "MAX_TIMESTAMP_MS",
     "THRIFT_IDL",
     "AckCall",
     "AckGroup",
@@ -95,6 +96,10 @@ DETACH_JOBS: Final[int]
 (``KeyedJobBatch.chunks``) with the GIL released, 0.1-0.6 us a job each (warm to cold): the caller
 sends such a call to a worker thread (``pinlater.eventloop.off_loop``), and the event loop serves
 other connections meanwhile."""
+
+MAX_TIMESTAMP_MS: Final[int]
+"""The latest run-after or expiry a job keeps, in ms since the epoch (the last millisecond of the
+year 9999): a later one, in an enqueue, a checkpoint or a retry of failed jobs, is cut to it."""
 
 class DescriptorError(ValueError):
     """A job descriptor, or a part given to build one, is malformed.
@@ -351,7 +356,8 @@ class ClaimFlush:
     @staticmethod
     def holding(flushes: Sequence[ClaimFlush], jobs: Sequence[tuple[str, str, int, int]]) -> list[int]:
         """The positions in ``flushes`` of those that hold any of the ``(queue, shard, priority,
-        local_id)`` jobs (decoded descriptors are such tuples)."""
+        local_id)`` jobs (decoded descriptors are such tuples: an id past i64, which no job has,
+        is held by none)."""
 
     def batches(self) -> list[tuple[str, str, ClaimItems]]:
         """``(queue, shard, items)`` per (queue, shard), in the order first booked."""

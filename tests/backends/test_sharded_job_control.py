@@ -19,7 +19,7 @@ import pytest
 from pinlater import schedules
 from pinlater._pinlater import decode_descriptors
 from pinlater.backends import scan_pages
-from pinlater.backends.base import JobRecord, JobState, NewJob, ShardStore
+from pinlater.backends.base import JobRecord, JobState, NewJob, ScanCursor, ShardStore
 from pinlater.backends.embedded.store import EmbeddedStore
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.sharded import ShardedBackend
@@ -162,7 +162,13 @@ def test_a_continuation_is_good_only_for_its_own_query(backend: ShardedBackend, 
         assert info.value.code == ErrorCode.CONTINUATION_INVALID
     version, payload, check = continuation.split(".")
     tampered = f"{version}.{payload}.{'B' if check[0] == 'A' else 'A'}{check[1:]}"
-    for made_up in ("1", "abc", tampered, f"{continuation}.x", "1.e30.AAAA", "x" * 70_000):
+    # the check is no secret: a stop past i64 with a good check is refused, not sent to a store
+    shard = next(iter(scan_pages.decode(query, continuation)))[0]
+    past_i64 = [
+        scan_pages.encode(query, {(shard, 1): ScanCursor(run_after, local_id)})
+        for run_after, local_id in ((2**80, 1), (-(2**80), 1), (1, 2**63), (1, -1))
+    ]
+    for made_up in ("1", "abc", tampered, f"{continuation}.x", "1.e30.AAAA", "x" * 70_000, *past_i64):
         with pytest.raises(PinLaterError) as info:
             run(backend.scan_page(query, 3, made_up))
         assert info.value.code == ErrorCode.CONTINUATION_INVALID

@@ -165,6 +165,40 @@ def far_jobs_read_back(api: Api) -> None:
     (e,) = api.enqueue("far", api.job(b"expiring", expireAtTimestampMillis=2**63 - 1))
     assert api.lookup(e)[e].expireAtTimestampMillis == year_9999_end
     assert list(api.dequeue("far").jobs) == [e]
+    # A checkpoint's and a retry's run-after are cut alike (they were stored whole, and on Redis
+    # every lookup naming the job and every scan of the queue's future jobs then failed).
+    t = api.t
+    put_back = t.PinLaterCheckpointJobRequest(jobDescriptor=e, moveToPending=True, runAfterTimestampMillis=2**63 - 1)
+    api.c.checkpointJobs(api.ctx, t.PinLaterCheckpointJobsRequest(queueName="far", requests=[put_back]))
+    assert api.lookup(e)[e].runAfterTimestampMillis == year_9999_end
+    (f,) = api.enqueue("far", api.job(b"fails", numAttemptsAllowed=1))
+    assert list(api.dequeue("far").jobs) == [f]
+    api.ack("far", failed=[t.PinLaterJobAckInfo(jobDescriptor=f)])
+    retry = t.PinLaterRetryFailedJobsRequest(queueName="far", runAfterTimestampMillis=2**63 - 1)
+    assert api.c.retryFailedJobs(api.ctx, retry) == 1
+    assert api.lookup(f)[f].runAfterTimestampMillis == year_9999_end
+    scanned = api.scan("far", PENDING, scanFutureJobs=True).scannedJobs
+    assert {j.jobDescriptor: j.runAfterTimestampMillis for j in scanned if j.jobDescriptor != d} == {
+        e: year_9999_end,
+        f: year_9999_end,
+    }
+
+
+def test_ids_past_i64_name_no_job_in_any_call(api: Api) -> None:
+    """A descriptor's id may be any u64, but no job has one past i64: a checkpoint of one was an
+    internal error on the embedded store (SQLite's INTEGER is an i64), as an ack is not."""
+    t = api.t
+    api.create("big")
+    (d,) = api.enqueue("big", api.job(b"x"))
+    assert list(api.dequeue("big").jobs) == [d]
+    for local_id in (2**63, 2**64 - 1):
+        big = f"big:s1:p1:{local_id}"
+        put_back = t.PinLaterCheckpointJobRequest(jobDescriptor=big, moveToPending=True)
+        api.c.checkpointJobs(api.ctx, t.PinLaterCheckpointJobsRequest(queueName="big", requests=[put_back]))
+        api.ack("big", ok=[big])
+        assert api.c.cancelJobs(api.ctx, t.PinLaterCancelJobsRequest(queueName="big", jobDescriptors=[big])) == 0
+        assert api.lookup(big) == {}
+    assert api.lookup(d)[d].jobState == IN_PROGRESS
 
 
 def test_a_retry_delay_past_ten_years_is_cut_to_ten_years(api: Api) -> None:

@@ -54,6 +54,9 @@ class ScanQuery(NamedTuple):
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -103,7 +106,9 @@ def decode(query: ScanQuery, continuation: str) -> dict[Walk, Stop]:
         match walk:
             case [str(shard), int(priority)]:
                 stops[(shard, priority)] = None
-            case [str(shard), int(priority), int(run_after), int(local_id)]:
+            case [str(shard), int(priority), int(run_after), int(local_id)] if (
+                _I64_MIN <= run_after <= _I64_MAX and 0 <= local_id <= _I64_MAX
+            ):  # the check is no secret: a forged stop past i64 is refused, not sent to a store
                 stops[(shard, priority)] = ScanCursor(run_after, local_id)
             case _:
                 raise invalid

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from pinlater import schedules
 from pinlater._pinlater import (
     DETACH_JOBS,
+    MAX_TIMESTAMP_MS,
     AckCall,
     AckGroup,
     ClaimedJobs,
@@ -145,6 +146,12 @@ def _who(context: Any) -> str:
         return "unknown caller"
     request_id = context.requestId if hasattr(context, "requestId") else getattr(context, "request_id", "")
     return f"source={context.source!r} requestId={request_id!r}"
+
+
+def _cut_time(ms: int) -> int:
+    """A run-after from a checkpoint or a retry, cut to ``MAX_TIMESTAMP_MS`` as an enqueue's is: a
+    later one read back past ``i64`` from a Redis score, and every lookup or scan of the job failed."""
+    return min(ms, MAX_TIMESTAMP_MS)
 
 
 def _source(context: Any) -> str:
@@ -437,7 +444,7 @@ class PinLaterHandler:
                     CheckpointItem(
                         priority=priority,
                         local_id=local_id,
-                        run_after_ms=now if r.runAfterTimestampMillis is None else r.runAfterTimestampMillis,
+                        run_after_ms=now if r.runAfterTimestampMillis is None else _cut_time(r.runAfterTimestampMillis),
                         move_to_pending=bool(r.moveToPending),
                         new_body=None if r.newBody is None else r.newBody.encode("utf-8"),
                         attempts_allowed=r.numOfAttemptsAllowed,
@@ -513,9 +520,11 @@ class PinLaterHandler:
         limit = 1000 if request.limit is None else request.limit
         if limit <= 0:
             return 0
-        count = await self.backend.retry_failed_jobs(
-            queue, self._priority(request.priority), attempts, request.runAfterTimestampMillis, limit
-        )
+        run_after = request.runAfterTimestampMillis
+        if run_after is not None:
+            run_after = _cut_time(run_after)
+        priority = self._priority(request.priority)
+        count = await self.backend.retry_failed_jobs(queue, priority, attempts, run_after, limit)
         log.info("%d failed jobs of %s retried by %s", count, queue, _who(context))
         return count
 

@@ -284,11 +284,12 @@ impl ClaimFlush {
     }
 
     /// The positions in `flushes` of those that hold any of the `(queue, shard, priority,
-    /// local_id)` jobs (decoded descriptors are such tuples).
+    /// local_id)` jobs (decoded descriptors are such tuples: an id may be any u64, and one past
+    /// i64, which no job has, is held by none).
     #[staticmethod]
     fn holding(
         flushes: Vec<Bound<'_, ClaimFlush>>,
-        jobs: Vec<(String, String, i64, i64)>,
+        jobs: Vec<(String, String, i64, u64)>,
     ) -> PyResult<Vec<usize>> {
         guarded("ClaimFlush.holding", || {
             Ok(flushes
@@ -296,7 +297,9 @@ impl ClaimFlush {
                 .enumerate()
                 .filter(|(_, flush)| {
                     let ledger = flush.get().lock();
-                    jobs.iter().any(|(q, s, p, i)| ledger.holds(q, s, *p, *i))
+                    jobs.iter().any(|(q, s, p, i)| {
+                        i64::try_from(*i).is_ok_and(|id| ledger.holds(q, s, *p, id))
+                    })
                 })
                 .map(|(at, _)| at)
                 .collect())

@@ -310,6 +310,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             self._leave_groups(conn, queue, ended)
 
     def checkpoint_jobs(self, queue: str, items: Sequence[CheckpointItem], source: str, now_ms: int) -> int:
+        # A descriptor's id may be any u64; one past SQLite's INTEGER names no job (as an ack's).
         rows = [
             {
                 "queue": queue,
@@ -325,6 +326,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 "now_ms": now_ms,
             }
             for item in items
+            if item.local_id <= _I64_MAX
         ]
         with self._write() as conn:
             _require_queue(conn, queue)
