@@ -255,6 +255,27 @@ def test_a_retried_failed_job_rejoins_its_group(grouped: Ops) -> None:
     assert [j.local_id for j in grouped.dequeue(1, 10)] == [first.local_id]
 
 
+def test_a_retried_failed_job_rejoins_at_its_old_place_in_the_line(grouped: Ops) -> None:
+    """Enqueue order, whatever happened since: put back behind a running job, the failed first
+    job comes before the jobs enqueued after it that still wait, the line's head among them (on
+    Redis the head of a line is kept in the group's counts, the rest in its fifo: the third job
+    joins as the head, the fourth behind it, and the first must take the head's place)."""
+    first, second = grouped.enqueue([job("g", b"1", attempts=1), job("g", b"2")])
+    assert [j.local_id for j in grouped.dequeue(1, 10)] == [first.local_id]
+    grouped.ack(failed=[AckItem(1, first.local_id)])
+    assert [j.local_id for j in grouped.dequeue(1, 10)] == [second.local_id]
+    (third,) = grouped.enqueue([job("g", b"3")])
+    (fourth,) = grouped.enqueue([job("g", b"4")])
+
+    assert grouped.store.retry_failed_jobs(Q, 1, 2, T0, 10, T0) == 1
+    assert grouped.dequeue(1, 10) == [], "it waits: its group runs a job"
+    order = []
+    for running in (second, first, third, fourth):
+        grouped.ack(succeeded=[AckItem(1, running.local_id)])
+        order += [j.local_id for j in grouped.dequeue(1, 10)]
+    assert order == [first.local_id, third.local_id, fourth.local_id]
+
+
 def test_a_dequeue_takes_ready_groups_in_turn(grouped: Ops) -> None:
     grouped.enqueue([job("big", b"big-%d" % i) for i in range(50)])
     grouped.enqueue([job("small", b"small")])

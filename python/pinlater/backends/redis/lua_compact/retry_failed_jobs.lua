@@ -19,9 +19,9 @@ ARGV[7]  the priority (of KEYS[2] and KEYS[3])
 after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
 keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
-ordered group goes back in its group as an enqueue puts it (lib/groups.lua's join_group), at the
-back of its FIFO (a new place, from the id counter): active only if there is room and nothing
-waits, else waiting.
+ordered group goes back in its group as an enqueue puts it (lib/groups.lua's join_group), at its
+old place in the line (its record's gq, so before the jobs enqueued after it that still wait):
+active only if there is room and nothing waits, else waiting.
 
 A moved job loses its expiry (ex, and its entry in the expiry index, if any): an operator who
 puts a job back wants it run. A moved job with a dedup key (dk) holds it again while it is active,
@@ -65,7 +65,6 @@ for _, id in ipairs(ids) do
     if not job.gr then
       pending[#pending + 1] = id
     else
-      job.gq = redis.call('HINCRBY', meta_key, 'id', 1)
       if join_group(rules, job.gr, job, id, priority, run_after, now) then
         pending[#pending + 1] = id
       end

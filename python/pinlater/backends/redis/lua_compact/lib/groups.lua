@@ -525,7 +525,9 @@ end
 -- Job `id` (record `job`, priority p, PENDING scored `score` ms) joins `group` at place
 -- job.gq, as an enqueue puts it: active at once if the group has room and nothing waits (true:
 -- the caller puts it in its PENDING set), else waiting (in its waiting set and the fifo here).
--- The group's oldest waiting jobs are activated first while there is room.
+-- The group's oldest waiting jobs are activated first while there is room. A place older than
+-- the head's (a job put back by retry_failed_jobs.lua, at its old place) makes it the head, and
+-- the head goes to the fifo; any other place goes to the fifo, which keeps places in order.
 local function join_group(r, group, job, id, p, score, now)
   local batch = r.batch
   local s = batch and batch[group]
@@ -552,8 +554,10 @@ local function join_group(r, group, job, id, p, score, now)
     local member
     if waiting == 0 then
       head = suffix  -- the head of a group with none waiting, in its counts only
+    elseif head and suffix < head then  -- places are fixed-width digits: text order is theirs
+      member, head = fifo_prefix(group) .. head, suffix
     else
-      member = fifo_prefix(group) .. suffix  -- behind the others: the newest place
+      member = fifo_prefix(group) .. suffix  -- an enqueue's: behind the others, the newest place
     end
     waiting = waiting + 1
     if r.batch then
