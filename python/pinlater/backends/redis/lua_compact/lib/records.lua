@@ -7,7 +7,8 @@
 --   ca  created at, integer ms      ua  updated at, stored as ms after ca (ua - ca)
 --   cs  custom status ('' if none)  cd  claim descriptor, or false if the job has no claim
 --   gr  the job's ordered group (groupKey), only for a job of a group (lib/groups.lua), and
---   gq  its place in the group's FIFO (its id, or a later number once retried)
+--   gq  its place in the group's FIFO: its id (builds before this one gave a job put back by
+--       retry_failed_jobs.lua a later number, from the id counter: it keeps that place)
 --   ex  the job's expiry (expireAtTimestampMillis), integer ms, only for a job that has one
 --       (then gr and gq are false for a job of no group)
 --   dk  the job's dedup key, only for a job that has one (then gr, gq and ex are false where
