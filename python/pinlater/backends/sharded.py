@@ -1207,10 +1207,14 @@ class ShardedBackend:
         empty again): where retried jobs come back, and every place of a queue that holds back."""
         for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
             self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+        for shard_name, _ in groups:
+            self._room_back(shard_name, queue)
+
+    def _room_back(self, shard_name: str, queue: str) -> None:
+        """Jobs of the queue ended on the shard (acked, deleted): in a queue that holds back,
+        room came back or a waiting job moved up, in any priority."""
         if self._holds_back(queue):
-            everywhere = range(1, self.num_priorities + 1)
-            for shard_name, _ in groups:
-                self.mark_ready(shard_name, queue, everywhere)
+            self.mark_ready(shard_name, queue, range(1, self.num_priorities + 1))
 
     def _holds_back(self, queue: str) -> bool:
         """Whether the queue's stores may answer a dequeue with fewer jobs than are ready (its
@@ -1507,6 +1511,8 @@ class ShardedBackend:
                         raise
                     raise failed_after(shard.name, f"{done} jobs were deleted before a store call failed", exc) from exc
                 done += deleted
+                if deleted:
+                    self._room_back(shard.name, queue)
                 if deleted < ask or body_regex is not None:
                     break
         answers.check()
