@@ -1,0 +1,60 @@
+"""Descriptors whose priority is past the server's ``NUM_PRIORITY_LEVELS``, through
+``ShardedBackend`` on a real store of every kind. A descriptor may name any priority up to 127,
+but no job has one past the levels (an enqueue refuses it): acking, checkpointing or cancelling
+it changes nothing, as for any job not IN_PROGRESS, and the jobs named beside it are served. A
+MySQL queue has no table for such a priority, and the whole call failed with QUEUE_NOT_FOUND
+(a worker whose dequeues carried such an ack could dequeue no more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from tests.support.hot import dequeue, enqueue
+
+from pinlater._pinlater import AckGroup
+from pinlater.backends.base import CheckpointItem, JobState, NewJob, ShardStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
+
+Q = "past_levels"
+
+
+@pytest.fixture
+def backend(store: ShardStore) -> Iterator[ShardedBackend]:
+    store.create_queue(Q, 3)
+    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=4, clock=ManualClock())
+    yield backend
+    backend._executor.shutdown(wait=True)
+
+
+def test_acks_checkpoints_and_cancels_past_the_levels_change_nothing(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        await enqueue(backend, Q, [NewJob(1, b"job-%d" % i, now, 2) for i in range(3)])
+        first, second, third = await dequeue(backend, Q, 3, "worker")
+        past = (9, first.job.local_id, "", 0)
+
+        await backend.ack_jobs(Q, [(store.name, AckGroup([past, (1, first.job.local_id, "", 0)], [past]))], ())
+        carried = [(store.name, AckGroup([past, (1, second.job.local_id, "", 0)], []))]
+        assert await dequeue_with(backend, carried) == []
+        put_back = [(store.name, CheckpointItem(p, third.job.local_id, now, True)) for p in (9, 1)]
+        assert await backend.checkpoint_jobs(Q, "worker", put_back) == 1
+        assert await backend.cancel_jobs(Q, [f"{Q}:s{store.name}:p9:{third.job.local_id}"]) == 0
+
+        found = await backend.lookup_jobs([first.descriptor, second.descriptor, third.descriptor], False)
+        states = [found[d].state for d in (first.descriptor, second.descriptor, third.descriptor)]
+        assert states == [JobState.SUCCEEDED, JobState.SUCCEEDED, JobState.PENDING]
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+async def dequeue_with(backend: ShardedBackend, acks: list[tuple[str, AckGroup]]) -> list[object]:
+    """A dequeue carrying ``acks`` (successes), as the server sends one; its jobs."""
+    return [j for batch in await backend.dequeue_jobs(Q, 5, "worker", acks=acks) for j in batch.jobs.to_list()]
