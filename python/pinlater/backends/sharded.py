@@ -947,17 +947,25 @@ class ShardedBackend:
     def _dequeue_walk(
         self, queue: str, limit: int, claim: str, dry_run: bool, coverage: float, pending: _PendingAcks | None
     ) -> Awaitable[list[ReadyBatch[ClaimedJobs]]]:
-        """``dequeue_jobs``'s walk (to await); ``pending``: acks to apply before its first store call."""
+        """``dequeue_jobs``'s walk (to await); ``pending``: acks to apply before its first store call.
+        Each store call after the first claims under ``claim`` with ``.{n}`` added: the claim of a
+        call is unique, as MySQL reads back the jobs it claimed by it (with one claim for every
+        call of a large dequeue, each call read back all the calls' jobs before it: quadratic)."""
+        calls = itertools.count()
 
         def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
+            n = next(calls)
+            claim_n = f"{claim}.{n}" if n else claim
             hot = self._current_hot_paths.get(shard) or self.hot_path(shard)  # (``hot_path``'s first look, inline)
             if pending is not None and pending.how is None:
                 if pending.shard == shard.name:
-                    both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim, now)
+                    both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim_n, now)
                     return pending.carry(shard, both)
                 alone = self.ack_jobs(queue, [(pending.shard, pending.acks)], ())
-                return pending.before(alone, lambda: self._dequeue_call(shard, hot, queue, priority, want, claim, now))
-            return self._dequeue_call(shard, hot, queue, priority, want, claim, now, dry_run)
+                return pending.before(
+                    alone, lambda: self._dequeue_call(shard, hot, queue, priority, want, claim_n, now)
+                )
+            return self._dequeue_call(shard, hot, queue, priority, want, claim_n, now, dry_run)
 
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
         # and jobs held in a broker's buffer are PENDING and shown.
