@@ -276,6 +276,24 @@ def test_a_retried_failed_job_rejoins_at_its_old_place_in_the_line(grouped: Ops)
     assert order == [first.local_id, third.local_id, fourth.local_id]
 
 
+def test_retried_failed_jobs_of_a_group_rejoin_in_line_order(grouped: Ops) -> None:
+    """Jobs that failed in the other order than their line's (the later one cancelled first) come
+    back in line order: the first to rejoin a group with room runs first, whatever its place."""
+    x, a, b = grouped.enqueue([job("g", b"x"), job("g", b"a"), job("g", b"b")])
+    assert [j.local_id for j in grouped.dequeue(1, 10)] == [x.local_id]
+    assert grouped.store.cancel_jobs(Q, [(1, b.local_id)], T0 + 1) == 1
+    assert grouped.store.cancel_jobs(Q, [(1, a.local_id)], T0 + 2) == 1
+    grouped.ack(succeeded=[AckItem(1, x.local_id)])
+
+    assert grouped.store.retry_failed_jobs(Q, 1, 2, T0, 10, T0 + 3) == 2
+    order = []
+    for _ in range(2):
+        (got,) = grouped.dequeue(1, 10)
+        order.append(got.local_id)
+        grouped.ack(succeeded=[AckItem(1, got.local_id)])
+    assert order == [a.local_id, b.local_id]
+
+
 def test_a_dequeue_takes_ready_groups_in_turn(grouped: Ops) -> None:
     grouped.enqueue([job("big", b"big-%d" % i) for i in range(50)])
     grouped.enqueue([job("small", b"small")])

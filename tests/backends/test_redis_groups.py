@@ -302,7 +302,7 @@ def test_a_failure_keeps_its_place_and_a_delete_moves_the_next_up(server: RedisS
         assert store.resurrect_timed_out_jobs(Q, 1, T0 + 10**6, 10, T0 + 10**6) == 1
         (fourth,) = store.dequeue_jobs(Q, 1, 10, "c", T0 + 10**6, False)
         assert fourth.local_id == ids[3]
-        # retried, the third goes back to the group's end, behind the fourth
+        # retried, the third rejoins its group at its old place, and waits: the fourth runs
         assert store.retry_failed_jobs(Q, 1, 1, T0, 10, T0 + 10**6) == 1
         assert store.dequeue_jobs(Q, 1, 10, "c", T0 + 10**6, False) == []
         store.ack_jobs(Q, [AckItem(1, ids[3])], [], T0 + 10**6)

@@ -79,6 +79,28 @@ def test_an_ack_or_a_delete_in_a_group_makes_the_walk_look_again(
     asyncio.run(scenario())
 
 
+def test_a_cancel_in_a_group_makes_the_walk_look_again(store: ShardStore, backend: ShardedBackend) -> None:
+    """The group's active job waits for its retry; cancelled, it ends, and the next job moves up
+    and is due now: seen at once, not once the walk's empty hint runs out."""
+    if store.groups_refused is not None:
+        pytest.skip(f"this store refuses ordered groups: {store.groups_refused}")
+
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        jobs = [NewJob(2, b"job-%d" % i, now, 2) for i in range(2)]
+        placed = await backend.enqueue_keyed_jobs(Q, jobs, [(None, 0, "g", None)] * 2, now)
+        (first,) = await dequeue(backend, Q, 5, "worker")
+        await ack(backend, Q, failed=[(store.name, AckItem(2, first.job.local_id, "", 60_000))])
+        for _ in range(3):  # the first waits for its retry, the second behind it: the place looks empty
+            assert await dequeue(backend, Q, 5, "worker") == []
+        assert await backend.cancel_jobs(Q, [placed[0][0]]) == 1
+        got = await dequeue(backend, Q, 5, "worker")  # the clock has not moved: only the cancel tells
+        assert [j.job.body for j in got] == [b"job-1"], "the cancel promoted the group's next job"
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
 def test_a_raised_cap_makes_the_walk_look_again(store: ShardStore, backend: ShardedBackend) -> None:
     async def scenario() -> None:
         now = backend.clock.now_ms()

@@ -149,6 +149,9 @@ def test_a_flush_groups_claims_by_queue_and_shard_and_knows_its_jobs() -> None:
     assert ClaimFlush.holding([other, flush], [("qa", "2", 2, 1)]) == [1]
     assert ClaimFlush.holding([other, flush], [("qa", "1", 2, 1), ("qb", "2", 1, 5)]) == []
     assert ClaimFlush.holding([], [("qa", "2", 2, 1)]) == []
+    # a descriptor's id may be any u64: one past i64 (no job has one) is held by none
+    assert ClaimFlush.holding([other, flush], [("qa", "2", 2, 2**64 - 1), ("qa", "2", 2, 1)]) == [1]
+    assert ClaimFlush.holding([other, flush], [("qa", "2", 2, 2**63)]) == []
 
 
 def test_claim_items_keep_order_and_each_claim() -> None:

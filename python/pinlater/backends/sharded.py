@@ -1235,8 +1235,9 @@ class ShardedBackend:
             self._room_back(shard_name, queue)
 
     def _room_back(self, shard_name: str, queue: str) -> None:
-        """Jobs of the queue ended on the shard (acked, deleted): in a queue that holds back,
-        room came back or a waiting job moved up, in any priority."""
+        """Jobs of the queue ended or went back to PENDING on the shard (acked, deleted,
+        cancelled, checkpointed): in a queue that holds back, room came back or a waiting job
+        moved up, in any priority."""
         if self._holds_back(queue):
             self.mark_ready(shard_name, queue, range(1, self.num_priorities + 1))
 
@@ -1272,6 +1273,7 @@ class ShardedBackend:
             for shard_name, item in items:
                 if item.move_to_pending:
                     self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
+                    self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -1325,6 +1327,8 @@ class ShardedBackend:
                 now = self.clock.now_ms()
                 call = self.call_store(shard, shard.store.cancel_jobs, queue, keys[at : at + CANCEL_CHUNK], now)
                 changed += await answers.ask(shard, call, 0)
+            if changed:  # a PENDING job of a group ended: the next one moved up
+                self._room_back(shard.name, queue)
             return changed
 
         calls = [on(shard, keys) for name, keys in by_shard.items() if (shard := self._shard(name)) is not None]
@@ -1537,7 +1541,7 @@ class ShardedBackend:
                         raise
                     raise failed_after(shard.name, f"{done} jobs were deleted before a store call failed", exc) from exc
                 done += deleted
-                if deleted:
+                if deleted and state in (JobState.PENDING, JobState.IN_PROGRESS):  # (a finished job holds none)
                     self._room_back(shard.name, queue)
                 if deleted < ask or body_regex is not None:
                     break

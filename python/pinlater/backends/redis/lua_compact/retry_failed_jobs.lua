@@ -19,9 +19,10 @@ ARGV[7]  the priority (of KEYS[2] and KEYS[3])
 after the KEYS above, last before the tail's: the dedup records and runs (plc:{S:Q}:dk, :dr;
 keys_compact.dedup_end_keys): a job that ends forgets its dedup key (lib/dedup.lua, forget_keys)
 then the rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail): a job of an
-ordered group goes back in its group as an enqueue puts it (lib/groups.lua's join_group), at its
-old place in the line (its record's gq, so before the jobs enqueued after it that still wait):
-active only if there is room and nothing waits, else waiting.
+ordered group goes back in its group (lib/groups.lua's join_group) at its old place in the line
+(its record's gq: before the jobs enqueued after it that still wait, even the line's head, where
+an enqueue always joins last), the jobs of a group in line order: active only if there is room
+and nothing waits, else waiting.
 
 A moved job loses its expiry (ex, and its entry in the expiry index, if any): an operator who
 puts a job back wants it run. A moved job with a dedup key (dk) holds it again while it is active,
@@ -47,6 +48,16 @@ if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', failed_key, 0, #ids - 1)
 end
 local jobs = read_records(records_key, ids)
+-- A group's jobs rejoin in line order (by place, then id), not in the order they failed: the
+-- first to join a group with room runs first, whatever its place.
+table.sort(ids, function(a, b)
+  local ja, jb = jobs[a], jobs[b]
+  local pa, pb = ja and ja.gq or tonumber(a), jb and jb.gq or tonumber(b)
+  if pa ~= pb then
+    return pa < pb
+  end
+  return tonumber(a) < tonumber(b)
+end)
 local rules, priority = rules_tail(7), tonumber(ARGV[7])
 local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 local moved, pending, cleared, keyed = {}, {}, {}, {}

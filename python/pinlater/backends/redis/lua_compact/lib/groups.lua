@@ -37,10 +37,11 @@
 -- member less the group's prefix (place, id, ':', priority). The fifo then holds the group's
 -- other waiting jobs; without a head (counts written before heads were kept), all of them. A
 -- job that joins a group with none waiting becomes its head, one that joins behind others goes
--- to the fifo (places only grow: ids, or a new id for a retried job, so a join is always the
--- newest); a move up takes the head first, then the fifo's first members, and the fifo member
--- after those becomes the head (out of the fifo); a deleted head leaves none (the others are
--- all in the fifo). So a group that never holds more than one waiting job (every group of a
+-- to the fifo (an enqueue's place is its id, the newest), but for a job put back by
+-- retry_failed_jobs.lua at an older place than the head's: it becomes the head, and the head goes
+-- to the fifo (join_group); a move up takes the head first, then the fifo's first members, and
+-- the fifo member after those becomes the head (out of the fifo); a deleted head leaves none (the
+-- others are all in the fifo). So a group that never holds more than one waiting job (every group of a
 -- queue whose groups hold a job or two: the common case) never touches the fifo.
 --
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
