@@ -165,6 +165,26 @@ def test_patterns_without_a_linear_time_algorithm_are_refused_as_bad_requests(
     assert not any("Traceback" in line for line in server.lines), "a refused pattern is not a server error"
 
 
+def test_a_pattern_the_check_takes_but_a_stores_regexp_refuses_is_a_bad_request(
+    start_any: Start, ttypes: ModuleType
+) -> None:
+    """MySQL runs its own REGEXP, which refuses some patterns the server's check takes (a class
+    difference, bytes mode): a bad request naming the database's reason, not an internal error;
+    the stores that match in Rust count them."""
+    server = start_any()
+    with ExitStack() as stack:
+        a = api(server, ttypes, stack)
+        a.create("dialects")
+        a.enqueue("dialects", a.job(b"a"), a.job(b"ab"))
+        for pattern, count in (("[a--b]", 2), ("(?-u).", 2)):
+            try:
+                assert a.count("dialects", PENDING, bodyRegexToMatch=pattern) == count
+            except ttypes.PinLaterException as exc:
+                assert exc.errorCode == UNKNOWN
+                assert exc.message.startswith("invalid request: bodyRegexToMatch: invalid body regex: MySQL's REGEXP")
+    assert not any("Traceback" in line for line in server.lines), "a refused pattern is not a server error"
+
+
 def test_a_filter_past_its_time_budget_fails_naming_the_budget(start_pinlater: Start, ttypes: ModuleType) -> None:
     server = start_pinlater(BODY_FILTER_TIME_BUDGET_SECONDS="0.000001")
     with ExitStack() as stack:

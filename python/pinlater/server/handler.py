@@ -115,6 +115,8 @@ def _thrift_errors(fn: F) -> F:
             raise _exception(ErrorCode(exc.code), str(exc)) from None
         except DescriptorError as exc:
             raise _exception(ErrorCode.UNKNOWN, f"invalid job descriptor: {exc}") from None
+        except body_filter.BodyPatternError as exc:  # a pattern a store's REGEXP refused (MySQL's)
+            raise _exception(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch: {exc}") from None
         except Exception as exc:
             log.exception("unexpected error in %s from %s", method, _who(_context(args, kwargs)))
             raise _exception(ErrorCode.UNKNOWN, f"internal error in {method}: {type(exc).__name__}: {exc}") from None

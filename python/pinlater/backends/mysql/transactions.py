@@ -10,7 +10,7 @@ is not repeatable (an enqueue: it would insert its jobs twice) then fails with
 after a server restart) is replaced and the transaction run again at once, once, whatever
 ``num_auto_retries`` says: nothing was committed.
 
-A missing database or table is ``QueueNotFoundError``; a bad body regex is ``ValueError``;
+A missing database or table is ``QueueNotFoundError``; a bad body regex is ``BodyPatternError``;
 retryable errors past the retries, and any failure to connect, are ``ShardConnectionError``.
 """
 
@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pymysql
 
+from pinlater._pinlater import BodyPatternError
 from pinlater.backends.mysql.pool import (
     RETRYABLE_ERRORS,
     CommitUnknownError,
@@ -75,8 +76,9 @@ def run_transaction(
             code = error_code(exc)
             if code in NO_QUEUE_ERRORS and queue is not None:
                 raise QueueNotFoundError(queue) from exc
-            if code == REGEX_ERROR:
-                raise ValueError(f"invalid body regex: {exc.args[1] if len(exc.args) > 1 else exc}") from exc
+            if code == REGEX_ERROR:  # a pattern the server's check took and the database's REGEXP did not
+                why = exc.args[1] if len(exc.args) > 1 else exc
+                raise BodyPatternError(f"invalid body regex: MySQL's REGEXP refused it: {why}") from exc
             if isinstance(exc, StaleConnectionError) and not replaced_stale:
                 replaced_stale = True
                 log.info("shard %s: again on a fresh connection after a dead pooled one (%s)", shard, code)
