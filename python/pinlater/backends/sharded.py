@@ -1273,7 +1273,8 @@ class ShardedBackend:
             for shard_name, item in items:
                 if item.move_to_pending:
                     self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
-                    self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
+            for shard_name in {shard_name for shard_name, item in items if item.move_to_pending}:
+                self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
 
     # -- reads ------------------------------------------------------------------------------
 

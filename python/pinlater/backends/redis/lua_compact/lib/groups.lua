@@ -41,8 +41,8 @@
 -- retry_failed_jobs.lua at an older place than the head's: it becomes the head, and the head goes
 -- to the fifo (join_group); a move up takes the head first, then the fifo's first members, and
 -- the fifo member after those becomes the head (out of the fifo); a deleted head leaves none (the
--- others are all in the fifo). So a group that never holds more than one waiting job (every group of a
--- queue whose groups hold a job or two: the common case) never touches the fifo.
+-- others are all in the fifo). So a group that never holds more than one waiting job (every
+-- group of a queue whose groups hold a job or two: the common case) never touches the fifo.
 --
 -- The rules and keys come at the END of a script's ARGV and KEYS (the "tail"), after its own:
 --   ARGV: group concurrency, max in progress (0: none), group jobs per second (0: none), m
