@@ -18,11 +18,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from tests.conftest import ADMIN_PASSWORD
 from tests.server.test_contract import FAILED, PENDING, Api
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer, write_shard_config
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
+
+from pinlater.admin import Admin, AdminError
 
 UNKNOWN = 500
 ATTACK = b"a" * 40 + b"!"
@@ -176,12 +179,17 @@ def test_a_pattern_the_check_takes_but_a_stores_regexp_refuses_is_a_bad_request(
         a = api(server, ttypes, stack)
         a.create("dialects")
         a.enqueue("dialects", a.job(b"a"), a.job(b"ab"))
+        admin = Admin("127.0.0.1", server.admin_port, password=ADMIN_PASSWORD)
         for pattern, count in (("[a--b]", 2), ("(?-u).", 2)):
             try:
                 assert a.count("dialects", PENDING, bodyRegexToMatch=pattern) == count
             except ttypes.PinLaterException as exc:
                 assert exc.errorCode == UNKNOWN
                 assert exc.message.startswith("invalid request: bodyRegexToMatch: invalid body regex: MySQL's REGEXP")
+            try:
+                assert len(admin.scan("dialects", "pending", body_regex=pattern)) == count
+            except AdminError as exc:
+                assert exc.status == 400 and "MySQL's REGEXP" in exc.message
     assert not any("Traceback" in line for line in server.lines), "a refused pattern is not a server error"
 
 

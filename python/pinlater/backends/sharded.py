@@ -922,7 +922,6 @@ class ShardedBackend:
         once they are applied.
         """
         claim = self.new_claim(source)
-        acks = self._known_priorities(acks)
         if acks and (len(acks) != 1 or dry_run or limit <= 0 or len(acks[0][1]) > STORE_CALL_JOBS):
             await self.ack_jobs(queue, acks, ())
             if on_acked is not None:
@@ -1194,7 +1193,6 @@ class ShardedBackend:
         attempts left), so the hints know where jobs come back."""
         calls = []
         now = self.clock.now_ms()
-        groups = self._known_priorities(groups)
         for shard_name, acks in groups:
             shard = self._shard(shard_name)
             if shard is None:
@@ -1209,20 +1207,6 @@ class ShardedBackend:
             await _gather_raising_first(calls)
         finally:
             self._after_acks(queue, groups, retried, now)
-
-    def _known_priorities(self, groups: Sequence[tuple[str, AckGroup]]) -> Sequence[tuple[str, AckGroup]]:
-        """``groups`` without the acks of a priority past ``num_priorities``: no job has one (an
-        enqueue refuses it), so acking it changes nothing, as an ack of any job not IN_PROGRESS;
-        a MySQL queue has no table for it, and the whole call failed with QUEUE_NOT_FOUND."""
-        top = self.num_priorities
-        if all(max(acks.priorities(), default=0) <= top for _, acks in groups):
-            return groups
-        kept = []
-        for shard_name, acks in groups:
-            within = AckGroup([a for a in acks.succeeded() if a[0] <= top], [a for a in acks.failed() if a[0] <= top])
-            if len(within):
-                kept.append((shard_name, within))
-        return kept
 
     def _after_acks(
         self, queue: str, groups: Sequence[tuple[str, AckGroup]], retried: Sequence[tuple[str, int, int]], now: int
@@ -1252,8 +1236,7 @@ class ShardedBackend:
         """``ShardStore.checkpoint_jobs`` per shard, at most ``STORE_CALL_JOBS`` items a store
         call; how many jobs changed."""
         by_shard: dict[str, list[CheckpointItem]] = defaultdict(list)
-        items = [(shard_name, item) for shard_name, item in items if item.priority <= self.num_priorities]
-        for shard_name, item in items:  # (a priority past them has no job: _known_priorities)
+        for shard_name, item in items:
             by_shard[shard_name].append(item)
         now = self.clock.now_ms()
 
@@ -1317,8 +1300,7 @@ class ShardedBackend:
                     raise PinLaterError(
                         ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {shown(job_queue)}, not {queue!r}"
                     )
-                if priority <= self.num_priorities:  # (past them, no job: _known_priorities)
-                    by_shard[shard_name].append((priority, local_id))
+                by_shard[shard_name].append((priority, local_id))
                 i += 1
         answers = QueueAnswers(queue)
 

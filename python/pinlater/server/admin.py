@@ -31,6 +31,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from pinlater._pinlater import BodyPatternError
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.redrive import Redrives
 from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
@@ -148,6 +149,8 @@ class AdminApp(JobControlApi):
             response = web.json_response({"error": exc.message}, status=exc.status)
         except PinLaterError as exc:
             response = web.json_response({"error": exc.message, "code": int(exc.code)}, status=_status_for(exc))
+        except BodyPatternError as exc:  # a pattern a store's REGEXP refused (MySQL's): a bad request
+            response = web.json_response({"error": str(exc)}, status=400)
         except web.HTTPException:
             raise
         except Exception as exc:

@@ -61,7 +61,7 @@ def cancel_jobs(store: MySQLStore, queue: str, keys: Sequence[tuple[int, int]], 
                 missing_tables.append(exc)  # a priority the queue lacks: nothing of it to cancel
                 continue
             changed += int(cur.execute(queries.CANCEL_IN_PROGRESS_JOBS.render(table=table, ids=len(ids)), ids))
-        if missing_tables and len(missing_tables) == len(by_priority):
+        if missing_tables and len(missing_tables) == len(by_priority) and not store.kept_priorities(cur, queue):
             raise missing_tables[0]  # no table at all: the queue is not here (QueueNotFoundError)
         return changed
 

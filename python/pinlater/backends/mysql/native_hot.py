@@ -226,12 +226,29 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             try:
                 await future
                 return
+            except QueueNotFoundError:
+                # It failed before its COMMIT, so nothing was applied. A priority the queue has
+                # no table of: its acks name no job, the others run again.
+                kept = None if attempt else await self._offload(self._kept_acks, queue, acks)
+                if kept is None:
+                    raise
+                if not len(kept):
+                    return
+                acks = kept
             except pymysql.err.MySQLError as exc:
-                # A table made without expire_at: it failed before its COMMIT, so nothing was
-                # applied; migrated (expiry.py), the acks run again.
+                # A table made without expire_at: migrated (expiry.py), the acks run again.
                 if attempt or error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
                     raise
                 await self._offload(expiry.migrate, self._store, queue)
+
+    def _kept_acks(self, queue: str, acks: AckGroup) -> AckGroup | None:
+        """``acks`` but those of a priority the queue has no table of (``MySQLStore.kept_priorities``;
+        blocking), or None when the queue has no table at all or one of every priority named (the
+        error was another table's: it stands)."""
+        kept = self._store._run(queue, lambda cur: self._store.kept_priorities(cur, queue))
+        if not kept or kept.issuperset(acks.priorities()):
+            return None
+        return AckGroup([a for a in acks.succeeded() if a[0] in kept], [a for a in acks.failed() if a[0] in kept])
 
     async def ack_and_dequeue_jobs(
         self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
@@ -248,10 +265,11 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
         self._native.ack_and_dequeue_jobs(queue, database, acks, priority, limit, claim, now_ms, cap, future)
         try:
             return await future
-        except pymysql.err.MySQLError as exc:
-            # A table made without expire_at: the statement that failed ran nothing after it,
-            # and the acks may be repeated; ``ack_jobs`` migrates the queue and runs them again.
-            if error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
+        except (pymysql.err.MySQLError, QueueNotFoundError) as exc:
+            # A table made without expire_at, or none of an ack's priority: the statement that
+            # failed ran nothing after it, and the acks may be repeated; ``ack_jobs`` migrates the
+            # queue, or leaves out the acks that name no job, and runs them again.
+            if not isinstance(exc, QueueNotFoundError) and error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
                 raise
             return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
 

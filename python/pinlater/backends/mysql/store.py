@@ -223,6 +223,13 @@ class MySQLStore(BlockingStore):
     def _table(self, queue: str, priority: int) -> str:
         return names.quoted_table(self._name, queue, priority)
 
+    def kept_priorities(self, cur: Cursor, queue: str) -> set[int]:
+        """The priorities the queue has a table of here (none: the queue is not here). A descriptor
+        may name any priority up to 127, and a server's levels may be fewer than a queue's: an ack,
+        checkpoint or cancel naming a priority without a table names no job, and the others go on."""
+        cur.execute(queries.BODY_COLUMNS.render(), (names.database_name(self._name, queue),))
+        return set(parse_columns(list(cur.fetchall())))
+
     def _read_body_columns(self, queue: str) -> dict[int, tuple[str, int]]:
         database = names.database_name(self._name, queue)
 
@@ -595,23 +602,28 @@ class MySQLStore(BlockingStore):
             for item in items:
                 move = int(item.move_to_pending)
                 prepend = item.prepend_custom_status
-                done = cur.execute(
-                    queries.CHECKPOINT_JOB.render(table=tables[item.priority]),
-                    (
-                        move,
-                        int(JobState.PENDING if item.move_to_pending else JobState.IN_PROGRESS),
-                        to_db_time(item.run_after_ms),
-                        now,
-                        item.new_body,
-                        *(move, prepend, CANCELLED, prepend, expiry.ended_cut(CANCELLED), CANCELLED),
-                        *(prepend, prepend, CUSTOM_STATUS_LIMIT),
-                        item.attempts_allowed,
-                        item.attempts_allowed,
-                        move,
-                        item.local_id,
-                        source,
-                    ),
-                )
+                try:
+                    done = cur.execute(
+                        queries.CHECKPOINT_JOB.render(table=tables[item.priority]),
+                        (
+                            move,
+                            int(JobState.PENDING if item.move_to_pending else JobState.IN_PROGRESS),
+                            to_db_time(item.run_after_ms),
+                            now,
+                            item.new_body,
+                            *(move, prepend, CANCELLED, prepend, expiry.ended_cut(CANCELLED), CANCELLED),
+                            *(prepend, prepend, CUSTOM_STATUS_LIMIT),
+                            item.attempts_allowed,
+                            item.attempts_allowed,
+                            move,
+                            item.local_id,
+                            source,
+                        ),
+                    )
+                except pymysql.err.ProgrammingError as exc:
+                    if error_code(exc) != NO_TABLE_ERROR or not self.kept_priorities(cur, queue):
+                        raise
+                    continue  # no table of its priority here: no such job (kept_priorities)
                 if done and item.move_to_pending:
                     expiry.readd(cur, self, queue, item.priority, [item.local_id])
                 changed += done
