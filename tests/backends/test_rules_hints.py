@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from tests.support.hot import ack, dequeue, enqueue
 
-from pinlater.backends.base import AckItem, JobState, KeyedJob, NewJob, QueueRules, ShardStore
+from pinlater.backends.base import AckItem, CheckpointItem, JobState, KeyedJob, NewJob, QueueRules, ShardStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
@@ -96,6 +96,28 @@ def test_a_cancel_in_a_group_makes_the_walk_look_again(store: ShardStore, backen
         assert await backend.cancel_jobs(Q, [placed[0][0]]) == 1
         got = await dequeue(backend, Q, 5, "worker")  # the clock has not moved: only the cancel tells
         assert [j.job.body for j in got] == [b"job-1"], "the cancel promoted the group's next job"
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_checkpoint_back_to_pending_under_a_cap_makes_the_walk_look_again(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    """At the cap, a job checkpointed back to PENDING (to run later) gives its room back: the
+    queue's other ready job is seen at once, not once the walk's empty hint runs out."""
+
+    async def scenario() -> None:
+        now = backend.clock.now_ms()
+        await enqueue(backend, Q, [NewJob(2, b"job-%d" % i, now, 2) for i in range(2)])
+        backend.set_queue_rules({Q: QueueRules(max_in_progress=1)})
+        (first,) = await dequeue(backend, Q, 5, "worker")
+        for _ in range(3):  # at the cap: nothing, and the place is taken for empty
+            assert await dequeue(backend, Q, 5, "worker") == []
+        put_back = [(store.name, CheckpointItem(2, first.job.local_id, now + 3_600_000, True))]
+        assert await backend.checkpoint_jobs(Q, "worker", put_back) == 1
+        got = await dequeue(backend, Q, 5, "worker")  # the clock has not moved: only the checkpoint tells
+        assert [j.job.body for j in got] == [b"job-1"], "the checkpoint gave the cap's room back"
         await backend.aclose()
 
     asyncio.run(scenario())
