@@ -11,22 +11,18 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from tests.support.hot import dequeue, enqueue
+from tests.support.hot import dequeue, enqueue, one_shard
 
 from pinlater.backends.base import STORE_CALL_JOBS, CheckpointItem, JobState, NewJob, ShardStore
 from pinlater.backends.sharded import ShardedBackend
-from pinlater.backends.shardmap import Shard, ShardMap
-from pinlater.clock import ManualClock
 
 Q = "large_dequeues"
 
 
 @pytest.fixture
 def backend(store: ShardStore) -> Iterator[ShardedBackend]:
-    store.create_queue(Q, 3)
-    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=4, clock=ManualClock())
-    yield backend
-    backend._executor.shutdown(wait=True)
+    with one_shard(store, Q) as backend:
+        yield backend
 
 
 def test_each_store_call_of_a_large_dequeue_claims_under_a_claim_of_its_own(

@@ -15,13 +15,11 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
-from tests.support.hot import dequeue, enqueue
+from tests.support.hot import dequeue, enqueue, one_shard
 
 from pinlater._pinlater import AckGroup, encode_descriptors
 from pinlater.backends.base import CheckpointItem, JobState, NewJob, ShardStore
 from pinlater.backends.sharded import ShardedBackend
-from pinlater.backends.shardmap import Shard, ShardMap
-from pinlater.clock import ManualClock
 
 Q = "past_levels"
 WIDE = "five_levels"
@@ -29,10 +27,8 @@ WIDE = "five_levels"
 
 @pytest.fixture
 def backend(store: ShardStore) -> Iterator[ShardedBackend]:
-    store.create_queue(Q, 3)
-    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=4, clock=ManualClock())
-    yield backend
-    backend._executor.shutdown(wait=True)
+    with one_shard(store, Q) as backend:
+        yield backend
 
 
 def test_acks_checkpoints_and_cancels_past_the_levels_change_nothing(

@@ -4,11 +4,26 @@ helpers build and read them as the server does, so tests speak in descriptors an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from pinlater._pinlater import AckGroup, NewJobBatch, encode_descriptors
-from pinlater.backends.base import AckItem, ClaimedJob, NewJob
+from pinlater.backends.base import AckItem, ClaimedJob, NewJob, ShardStore
 from pinlater.backends.sharded import DequeuedJob, ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
+
+
+@contextmanager
+def one_shard(store: ShardStore, queue: str) -> Iterator[ShardedBackend]:
+    """A ``ShardedBackend`` of three priorities on ``store`` alone, on a ``ManualClock``, with
+    ``queue`` created there; its threads stopped after."""
+    store.create_queue(queue, 3)
+    backend = ShardedBackend(ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=4, clock=ManualClock())
+    try:
+        yield backend
+    finally:
+        backend._executor.shutdown(wait=True)
 
 
 async def enqueue(backend: ShardedBackend, queue: str, jobs: Sequence[NewJob]) -> list[str]:

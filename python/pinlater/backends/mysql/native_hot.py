@@ -242,10 +242,10 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
                 await self._offload(expiry.migrate, self._store, queue)
 
     def _kept_acks(self, queue: str, acks: AckGroup) -> AckGroup | None:
-        """``acks`` but those of a priority the queue has no table of (``MySQLStore.kept_priorities``;
-        blocking), or None when the queue has no table at all or one of every priority named (the
-        error was another table's: it stands)."""
-        kept = self._store._run(queue, lambda cur: self._store.kept_priorities(cur, queue))
+        """``acks`` but those of a priority the queue has no table of (its tables read as
+        ``MySQLStore.kept_priorities`` reads them; blocking), or None when the queue has no table
+        at all or one of every priority named (the error was another table's: it stands)."""
+        kept = set(self._store._read_body_columns(queue))
         if not kept or kept.issuperset(acks.priorities()):
             return None
         return AckGroup([a for a in acks.succeeded() if a[0] in kept], [a for a in acks.failed() if a[0] in kept])

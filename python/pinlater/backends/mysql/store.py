@@ -227,17 +227,14 @@ class MySQLStore(BlockingStore):
         """The priorities the queue has a table of here (none: the queue is not here). A descriptor
         may name any priority up to 127, and a server's levels may be fewer than a queue's: an ack,
         checkpoint or cancel naming a priority without a table names no job, and the others go on."""
+        return set(self._body_columns(cur, queue))
+
+    def _body_columns(self, cur: Cursor, queue: str) -> dict[int, tuple[str, int]]:
         cur.execute(queries.BODY_COLUMNS.render(), (names.database_name(self._name, queue),))
-        return set(parse_columns(list(cur.fetchall())))
+        return parse_columns(list(cur.fetchall()))
 
     def _read_body_columns(self, queue: str) -> dict[int, tuple[str, int]]:
-        database = names.database_name(self._name, queue)
-
-        def op(cur: Cursor) -> dict[int, tuple[str, int]]:
-            cur.execute(queries.BODY_COLUMNS.render(), (database,))
-            return parse_columns(list(cur.fetchall()))
-
-        return self._run(None, op)
+        return self._run(None, lambda cur: self._body_columns(cur, queue))
 
     def _check_body(self, queue: str, priority: int, body: bytes, what: str) -> None:
         info = self.pool.server_info
