@@ -1,6 +1,6 @@
-"""Body-filtered count, scan and delete on the stores that match bodies themselves (embedded,
-Redis): batches that split ties and stop at a byte bound, the attack pattern, refusals and the
-time budget. MySQL runs REGEXP in the database; the conformance suite covers its results."""
+"""Body-filtered count, scan and delete on every store (each matches bodies itself, never in the
+database): batches that split ties and stop at a byte bound, the attack pattern, refusals and the
+time budget."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,20 @@ def open_store(kind: str, tmp_path: Path, budget: float = 10.0) -> Iterator[Shar
         finally:
             embedded.close()
         return
+    if kind == "mysql":
+        from tests.support.mariadb_server import shared_server
+
+        from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
+
+        mariadb = shared_server()
+        mariadb.drop_queue_databases()
+        config = MySQLShardConfig(Endpoint(mariadb.host, mariadb.port), mariadb.user, mariadb.password)
+        mysql_store = MySQLStore("1", config, body_filter_budget_seconds=budget)
+        try:
+            yield mysql_store
+        finally:
+            mysql_store.close()
+        return
     from tests.support.redis_server import RedisServer
 
     from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
@@ -45,7 +60,7 @@ def open_store(kind: str, tmp_path: Path, budget: float = 10.0) -> Iterator[Shar
             redis_store.close()
 
 
-KINDS = ["embedded", pytest.param("redis", marks=pytest.mark.redis)]
+KINDS = ["embedded", pytest.param("redis", marks=pytest.mark.redis), pytest.param("mysql", marks=pytest.mark.mysql)]
 
 
 def pending(body_regex: str, future: bool | None = None) -> JobFilter:
@@ -59,6 +74,12 @@ def test_batches_split_ties_and_stop_at_a_byte_bound(
     if kind == "embedded":
         monkeypatch.setattr(body_filtered, "BATCH_ROWS", 7)
         monkeypatch.setattr(body_filtered, "BATCH_BYTES", 40)  # about 3 bodies of 15 bytes
+    elif kind == "mysql":
+        from pinlater.backends.mysql import body_filtered as mysql_filtered
+
+        monkeypatch.setattr(mysql_filtered, "BATCH_ROWS", 7)
+        monkeypatch.setattr(mysql_filtered, "SHORT_BODY_BYTES", 13)  # every body read by id,
+        monkeypatch.setattr(mysql_filtered, "BATCH_BYTES", 40)  # two or three at a time
     else:
         from pinlater.backends.redis import store as redis_store
 
@@ -98,6 +119,61 @@ def test_the_attack_pattern_is_answered_correctly(kind: str, tmp_path: Path) -> 
         assert store.count_jobs(Q, pending("^(a+)+!$"), None) == 1
         assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None, "(a+)+$"), 10) == 1
         assert [job.local_id for job in store.scan_jobs(Q, pending(".*"), 10)] == [attack_id]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_match_past_heavy_backtracking_is_found(kind: str, tmp_path: Path) -> None:
+    """A backtracking engine gives up on this body before it finds the match at its end
+    (MariaDB's REGEXP: "match limit exceeded", a warning, and the row counted as not matching)."""
+    with open_store(kind, tmp_path) as store:
+        store.create_queue(Q, 1)
+        [found] = store.enqueue_jobs(Q, [NewJob(1, ATTACK + b"ab", T0, 1), NewJob(1, ATTACK, T0, 1)], T0)[:1]
+        assert store.count_jobs(Q, pending("(a+)+b"), None) == 1
+        assert [job.local_id for job in store.scan_jobs(Q, pending("(a+)+b"), 10)] == [found]
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None, "(a+)+b"), 10) == 1
+        assert store.count_jobs(Q, pending("a"), None) == 1
+
+
+@pytest.mark.mysql
+def test_mysql_reads_long_bodies_apart_and_keeps_the_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short bodies come with their rows, longer ones by id in groups bounded in bytes; matches
+    keep the walk's order whichever way their bodies came, and a limit cuts in that order."""
+    from pinlater.backends.mysql import body_filtered as mysql_filtered
+
+    monkeypatch.setattr(mysql_filtered, "BATCH_ROWS", 10)
+    monkeypatch.setattr(mysql_filtered, "SHORT_BODY_BYTES", 20)
+    monkeypatch.setattr(mysql_filtered, "BATCH_BYTES", 250)  # two long bodies a group
+    groups: list[int] = []
+    long_groups = mysql_filtered._long_groups
+
+    def recorded(rows: Any) -> Iterator[list[int]]:
+        for group in long_groups(rows):
+            groups.append(len(group))
+            yield group
+
+    monkeypatch.setattr(mysql_filtered, "_long_groups", recorded)
+    with open_store("mysql", tmp_path) as store:
+        store.create_queue(Q, 1)
+        # Every third body is long; every other one (short or long) has "hit" in it.
+        bodies = [
+            (b"hit-%03d" if i % 2 == 0 else b"miss-%03d") % i + (b"." * 100 if i % 3 == 0 else b"") for i in range(23)
+        ]
+        ids = store.enqueue_jobs(Q, [NewJob(1, body, T0 + i, 1) for i, body in enumerate(bodies)], T0)
+        hits = [local_id for local_id, body in zip(ids, bodies, strict=True) if body.startswith(b"hit")]
+        assert store.count_jobs(Q, pending("^hit"), None) == 12
+        assert store.count_jobs(Q, pending("^hit"), 5) == 5
+        assert [job.local_id for job in store.scan_jobs(Q, pending("^hit"), 100)] == hits[::-1]
+        assert [job.local_id for job in store.scan_jobs(Q, pending("hit.*[.]$"), 3)] == [ids[18], ids[12], ids[6]]
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, T0, None, "^hit"), 7) == 7
+        left = {job.local_id for job in store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0 + 1000, None), 100)}
+        assert left == set(ids) - set(hits[:7])
+        # Jobs at the ends of TIMESTAMP's range (run afters clamped there) are inside every walk.
+        low, high = store.enqueue_jobs(Q, [NewJob(1, b"edge-low", 0, 1), NewJob(1, b"edge-high", 2**62, 1)], T0)
+        everywhen = JobFilter(JobState.PENDING, 1, T0, None, "^edge")
+        assert store.count_jobs(Q, everywhen, None) == 2
+        assert [job.local_id for job in store.scan_jobs(Q, everywhen, 10)] == [high, low]
+        assert store.delete_jobs(Q, everywhen, 10) == 2
+    assert groups and max(groups) == 2
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -470,12 +470,12 @@ _SCHEDULES = "`plq_1_sqlcheck`.`schedules`"
 _MS = 1_700_000_000_000
 _HASH = bytes(range(32))
 _NOW = datetime(2023, 11, 14, 22, 13, 20)
-_RANGE = (0, _NOW - timedelta(days=1), _NOW, None, None)
+_RANGE = (0, _NOW - timedelta(days=1), _NOW)
 _ROW = (0, 2, 2, "status", _NOW, _NOW, _NOW, b"body")
 _CHECKPOINT_ARGS = (1, 0, _NOW, _NOW, b"new", 1, "pre", "cancelled", "pre", 4990, "cancelled", "pre", "pre", 5000)
 _CHECKPOINT_ARGS = (*_CHECKPOINT_ARGS, 3, 3, 1, 1, "c")
 _DAY_AGO = _NOW - timedelta(days=1)
-_SCAN_AFTER_ARGS = (0, _NOW, _DAY_AGO, _NOW, 5, "^b", "^b", 10, 0, _DAY_AGO, _NOW, _NOW, "^b", "^b", 10, 10)
+_SCAN_AFTER_ARGS = (0, _NOW, _DAY_AGO, _NOW, 5, 10, 0, _DAY_AGO, _NOW, _NOW, 10, 10)
 
 #: Every SQL file with sample tokens and arguments, in an order that works on one database.
 SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
@@ -545,13 +545,20 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "delete_schedule": ({"table": _SCHEDULES}, (b"name",)),
     "count_jobs": ({"table": _TABLE}, (*_RANGE, 100)),
     "queue_counts_table": ({"table": _TABLE}, ("q", 1, _NOW)),
-    "scan_jobs": ({"table": _TABLE}, (0, _NOW - timedelta(days=1), _NOW, "^b", "^b", 10)),
+    "scan_jobs": ({"table": _TABLE}, (0, _NOW - timedelta(days=1), _NOW, 10)),
+    "filter_ties": ({"table": _TABLE}, (4096, 0, _NOW, 5, 10)),
+    "filter_after": ({"table": _TABLE}, (4096, 0, _DAY_AGO, _NOW, 10)),
+    "filter_ties_newest": ({"table": _TABLE}, (4096, 0, _NOW, 5, 10)),
+    "filter_before": ({"table": _TABLE}, (4096, 0, _NOW, _DAY_AGO, 10)),
+    "bodies_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
+    "records_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
     "retry_failed_jobs": ({"table": _TABLE}, (1, _NOW, _NOW, 10)),
     "select_timed_out_jobs": ({"table": _TABLE}, (_NOW, 10)),
     "resurrect_expire_jobs": ({"table": _TABLE, "ids": 2}, ("expired", 4992, "expired", _NOW, _MS, 1, 2)),
     "resurrect_timed_out_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "cancelled", 4990, "cancelled", _NOW, 1, 2)),
     "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, 10)),
     "delete_jobs": ({"table": _TABLE}, (*_RANGE, 10)),
+    "delete_jobs_by_id": ({"table": _TABLE, "ids": 2}, (*_RANGE, 1, 2)),
     "dedup_lock_keys": ({"table": _KEYS, "rows": (1, 2)}, (_HASH, b"key")),
     "dedup_records": ({"table": _KEYS, "ids": 1}, (_HASH,)),
     "dedup_take_keys": ({"table": _KEYS, "rows": (1, 5)}, (_HASH, b"key", 1, 1, 0)),

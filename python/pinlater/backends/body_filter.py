@@ -1,4 +1,4 @@
-"""Body filters (``bodyRegexToMatch``) where our side matches: the embedded and Redis stores.
+"""Body filters (``bodyRegexToMatch``), matched on our side for every store.
 
 * The engine is the extension's ``BodyMatcher`` (the Rust ``regex`` crate): matching is linear in
   the body's length whatever the pattern, so ``(a+)+$`` against ``"a" * 40 + "!"`` takes
@@ -8,8 +8,8 @@
   only at the very end (not before a final newline), ``\\Z`` is spelled ``\\z``, and
   backreferences and look-around are refused (no linear-time algorithm exists for them).
 * A pattern the engine cannot take raises ``BodyPatternError`` (a ``ValueError``) saying why in one
-  line; the server answers it as a bad request. MySQL runs its own REGEXP, but the server checks
-  every pattern here first, so the same patterns are accepted on every backend.
+  line; the server answers it as a bad request. Every store matches with this engine (MySQL
+  too: ``mysql/body_filtered.py``), so a pattern means the same on every backend.
 * Bodies are matched a batch at a time with the interpreter released (``BodyFilter.matching``),
   never on the event loop: the stores run on the server's thread pool, at most
   ``sharded.FILTERED_CALLS`` filtered store calls at a time, so ordinary calls always find a

@@ -149,7 +149,7 @@ class AdminApp(JobControlApi):
             response = web.json_response({"error": exc.message}, status=exc.status)
         except PinLaterError as exc:
             response = web.json_response({"error": exc.message, "code": int(exc.code)}, status=_status_for(exc))
-        except BodyPatternError as exc:  # a pattern a store's REGEXP refused (MySQL's): a bad request
+        except BodyPatternError as exc:  # a store's filter refused the pattern: a bad request
             response = web.json_response({"error": str(exc)}, status=400)
         except web.HTTPException:
             raise

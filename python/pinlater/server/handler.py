@@ -115,7 +115,7 @@ def _thrift_errors(fn: F) -> F:
             raise _exception(ErrorCode(exc.code), str(exc)) from None
         except DescriptorError as exc:
             raise _exception(ErrorCode.UNKNOWN, f"invalid job descriptor: {exc}") from None
-        except body_filter.BodyPatternError as exc:  # a pattern a store's REGEXP refused (MySQL's)
+        except body_filter.BodyPatternError as exc:  # a store's filter refused it: a bad request all the same
             raise _exception(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch: {exc}") from None
         except Exception as exc:
             log.exception("unexpected error in %s from %s", method, _who(_context(args, kwargs)))

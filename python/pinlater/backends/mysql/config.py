@@ -192,6 +192,7 @@ class MySQLDriver(DriverDefaults):
             socket_timeout=settings.backend_socket_timeout_seconds,
             num_auto_retries=settings.backend_num_auto_retries,
             longest_shard_name=lambda: self.longest_shard_name,
+            body_filter_budget_seconds=settings.body_filter_time_budget_seconds,
         )
         store.warm_up()  # as the original did: connect now, but a shard that is down is not fatal
         return store

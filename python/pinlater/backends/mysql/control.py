@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pymysql
 
 from pinlater.backends.base import CANCELLED, JobFilter, JobRecord, ScanCursor
-from pinlater.backends.mysql import dedup_keys, expiry, job_rows, names, queries
+from pinlater.backends.mysql import body_filtered, dedup_keys, expiry, job_rows, names, queries
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
 from pinlater.backends.mysql.pool import error_code
 from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor
@@ -72,7 +72,7 @@ def cancel_jobs(store: MySQLStore, queue: str, keys: Sequence[tuple[int, int]], 
 
 def scan_jobs(store: MySQLStore, queue: str, where: JobFilter, limit: int, after: ScanCursor | None) -> list[JobRecord]:
     table = store._table(queue, where.priority)
-    state, low, high, regex, _ = job_rows.filter_args(where)
+    state, low, high = job_rows.filter_args(where)
 
     def op(cur: Cursor) -> list[JobRecord]:
         if after is None:
@@ -82,8 +82,8 @@ def scan_jobs(store: MySQLStore, queue: str, where: JobFilter, limit: int, after
             cur.execute(
                 queries.SCAN_JOBS_AFTER.render(table=table),
                 (
-                    *(state, mark, low, high, after.local_id, regex, regex, limit),
-                    *(state, low, high, mark, regex, regex, limit),
+                    *(state, mark, low, high, after.local_id, limit),
+                    *(state, low, high, mark, limit),
                     limit,
                 ),
             )
@@ -93,6 +93,8 @@ def scan_jobs(store: MySQLStore, queue: str, where: JobFilter, limit: int, after
 
     if limit <= 0:
         return []
+    if where.body_regex is not None:
+        return body_filtered.scan_matching(store, queue, where, limit, after)
     return store._run(queue, op)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from pinlater.backends.base import ClaimedJob, JobFilter, JobRecord, JobState
@@ -15,15 +16,16 @@ CUSTOM_STATUS_LIMIT = 5000
 MAX_CLAIM_LENGTH = 200
 
 
-def filter_args(where: JobFilter) -> tuple[Any, ...]:
-    """(state, run_after from, run_after to, regex, regex) for count/scan/delete."""
+def filter_args(where: JobFilter) -> tuple[int, datetime, datetime]:
+    """(state, run_after from, run_after to) for count/scan/delete (the body regex is matched
+    in the server: body_filtered.py)."""
     if where.future is None:
         low, high = TS_MIN_MS, TS_MAX_MS
     elif where.future:
         low, high = where.now_ms + 1, TS_MAX_MS
     else:
         low, high = TS_MIN_MS, where.now_ms
-    return (int(where.state), to_db_time(low), to_db_time(high), where.body_regex, where.body_regex)
+    return (int(where.state), to_db_time(low), to_db_time(high))
 
 
 def in_claim_order(rows: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:

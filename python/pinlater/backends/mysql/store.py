@@ -28,7 +28,8 @@ never truncated (sessions run in strict mode).
 
 Errors: a missing database or table is ``QueueNotFoundError``; deadlocks, lock wait
 timeouts and lost connections are retried ``num_auto_retries`` times, then
-``ShardConnectionError``, as is any failure to connect; a bad body regex is ``ValueError``. A
+``ShardConnectionError``, as is any failure to connect; a bad body regex is ``ValueError`` (body
+filters are matched in the server: ``body_filtered.py``). A
 stale pooled connection (after a server restart) is replaced before use, or once it fails
 before COMMIT, at no cost to ``num_auto_retries``. A transaction whose COMMIT was cut off is
 repeated only where a repeat is harmless: not an enqueue (it would insert its jobs twice, where
@@ -68,8 +69,10 @@ from pinlater.backends.base import (
     ScanCursor,
     ScheduleRow,
 )
+from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
 from pinlater.backends.mysql import (
+    body_filtered,
     claim_cap,
     control,
     dedup_keys,
@@ -154,6 +157,7 @@ class MySQLStore(BlockingStore):
         num_auto_retries: int = 1,
         insert_id_strategy: str | None = None,
         longest_shard_name: Callable[[], str] | None = None,
+        body_filter_budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     ) -> None:
         """``longest_shard_name`` gives the longest shard name of the whole config (the driver
         passes it): ``create_queue`` checks the queue's database name against it, so a name
@@ -167,6 +171,7 @@ class MySQLStore(BlockingStore):
         self.socket_timeout = socket_timeout
         self.insert_id_strategy = insert_id_strategy
         self._longest_shard_name = longest_shard_name
+        self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
         self.pool = ConnectionPool(
             host=config.master.host,
             port=config.master.port,
@@ -219,6 +224,12 @@ class MySQLStore(BlockingStore):
     def _run_plain(self, queue: str | None, op: Callable[[Cursor], T], *, repeatable: bool = True) -> T:
         """``_run`` without the migration."""
         return run_transaction(self.pool, self._name, self.num_auto_retries, queue, op, repeatable=repeatable)
+
+    def body_filter(self, where: JobFilter) -> BodyFilter:
+        """The filter of a count, scan or delete with a body regex: matched here, in batches
+        (``body_filtered.py``), within the request's budget."""
+        assert where.body_regex is not None
+        return BodyFilter(where.body_regex, self._body_filter_budget, where.deadline)
 
     def _table(self, queue: str, priority: int) -> str:
         return names.quoted_table(self._name, queue, priority)
@@ -668,9 +679,11 @@ class MySQLStore(BlockingStore):
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:
         table = self._table(queue, where.priority)
+        cap = _NO_LIMIT if limit is None else limit
+        if where.body_regex is not None:
+            return body_filtered.count_matching(self, queue, where, cap)
 
         def op(cur: Cursor) -> int:
-            cap = _NO_LIMIT if limit is None else limit
             cur.execute(queries.COUNT_JOBS.render(table=table), (*job_rows.filter_args(where), cap))
             row = cur.fetchone()
             return int(row[0]) if row else 0
@@ -735,7 +748,10 @@ class MySQLStore(BlockingStore):
         return self._run(queue, lambda cur: int(cur.execute(sql, args)), repeatable=False)
 
     def delete_jobs(self, queue: str, where: JobFilter, limit: int) -> int:
-        sql = queries.DELETE_JOBS.render(table=self._table(queue, where.priority))
+        table = self._table(queue, where.priority)
+        if where.body_regex is not None:
+            return body_filtered.delete_matching(self, queue, where, limit)
+        sql = queries.DELETE_JOBS.render(table=table)
         args = (*job_rows.filter_args(where), limit)
         return self._run(queue, lambda cur: int(cur.execute(sql, args)), repeatable=False)
 

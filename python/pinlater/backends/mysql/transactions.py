@@ -10,8 +10,8 @@ is not repeatable (an enqueue: it would insert its jobs twice) then fails with
 after a server restart) is replaced and the transaction run again at once, once, whatever
 ``num_auto_retries`` says: nothing was committed.
 
-A missing database or table is ``QueueNotFoundError``; a bad body regex is ``BodyPatternError``;
-retryable errors past the retries, and any failure to connect, are ``ShardConnectionError``.
+A missing database or table is ``QueueNotFoundError``; retryable errors past the retries, and any
+failure to connect, are ``ShardConnectionError``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from pinlater._pinlater import BodyPatternError
 from pinlater.backends.mysql.pool import (
     RETRYABLE_ERRORS,
     CommitUnknownError,
@@ -43,7 +42,6 @@ Cursor = Any  # pymysql.cursors.Cursor (PyMySQL ships no type information)
 NO_TABLE_ERROR = 1146
 NO_QUEUE_ERRORS = frozenset({1049, NO_TABLE_ERROR})
 NAME_TOO_LONG_ERRORS = frozenset({1059, 1102})
-REGEX_ERROR = 1139
 DEADLOCK_ERROR = 1213
 DEADLOCK_RETRIES = 3
 """Times a transaction rolled back by a deadlock runs again beyond ``num_auto_retries``: a
@@ -76,9 +74,6 @@ def run_transaction(
             code = error_code(exc)
             if code in NO_QUEUE_ERRORS and queue is not None:
                 raise QueueNotFoundError(queue) from exc
-            if code == REGEX_ERROR:  # a pattern the server's check took and the database's REGEXP did not
-                why = exc.args[1] if len(exc.args) > 1 else exc
-                raise BodyPatternError(f"invalid body regex: MySQL's REGEXP refused it: {why}") from exc
             if isinstance(exc, StaleConnectionError) and not replaced_stale:
                 replaced_stale = True
                 log.info("shard %s: again on a fresh connection after a dead pooled one (%s)", shard, code)

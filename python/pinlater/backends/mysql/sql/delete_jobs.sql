@@ -1,7 +1,6 @@
 -- Delete up to a limit of jobs of one state in a run_after range.
 -- {table}: the priority's jobs table.
--- %s: state, run_after from, run_after to (both inclusive), body regex (NULL: any) twice, limit.
+-- %s: state, run_after from, run_after to (both inclusive), limit.
 DELETE FROM {table}
  WHERE state = %s AND run_after >= %s AND run_after <= %s
-   AND (%s IS NULL OR body REGEXP %s)
  LIMIT %s

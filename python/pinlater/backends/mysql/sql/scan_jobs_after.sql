@@ -3,15 +3,13 @@
 -- each a range of the (state, run_after) index (InnoDB appends local_id), so a page costs about
 -- its limit in rows however deep it starts, even among many jobs of one run_after.
 -- {table}: the priority's jobs table.
--- %s: state, cursor run_after, run_after from, run_after to, cursor local_id, body regex twice,
---     limit; state, run_after from, run_after to, cursor run_after, body regex twice, limit;
---     limit.
+-- %s: state, cursor run_after, run_after from, run_after to, cursor local_id, limit;
+--     state, run_after from, run_after to, cursor run_after, limit; limit.
 -- Returns: as scan_jobs.sql.
 (SELECT local_id, state, attempts_allowed, attempts_remaining, custom_status, created_at,
         run_after, updated_at, claim_descriptor, expire_at
    FROM {table}
   WHERE state = %s AND run_after = %s AND run_after >= %s AND run_after <= %s AND local_id < %s
-    AND (%s IS NULL OR body REGEXP %s)
   ORDER BY local_id DESC
   LIMIT %s)
 UNION ALL
@@ -19,7 +17,6 @@ UNION ALL
         run_after, updated_at, claim_descriptor, expire_at
    FROM {table}
   WHERE state = %s AND run_after >= %s AND run_after <= %s AND run_after < %s
-    AND (%s IS NULL OR body REGEXP %s)
   ORDER BY run_after DESC, local_id DESC
   LIMIT %s)
 ORDER BY run_after DESC, local_id DESC

@@ -1,0 +1,7 @@
+-- Delete the jobs of a body-filtered delete's batch that matched (body_filtered.py), each only if
+-- it is still of the filter's state and run_after range (a body never changes), so a job is
+-- deleted only if it matches the filter when it is deleted.
+-- {table}: the priority's jobs table; {ids}: the local ids.
+-- %s: state, run_after from, run_after to, the ids.
+DELETE FROM {table}
+ WHERE state = %s AND run_after >= %s AND run_after <= %s AND local_id IN ({ids})

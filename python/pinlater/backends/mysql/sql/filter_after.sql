@@ -1,0 +1,13 @@
+-- A body filter's batch, oldest first (body_filtered.py), part two: the jobs of one state after
+-- the position's run_after, up to the range's end, by (run_after, local_id).
+-- run_after comes as text (parsing a TIMESTAMP per row cost the client more than its body did)
+-- and goes back as the next position; bodies come when at most a bound long (NULL past it: read
+-- by id), so a batch holds a bounded amount of bodies.
+-- {table}: the priority's jobs table.
+-- %s: body bound, state, position run_after, run_after to, limit.
+-- Returns: as filter_ties.sql.
+SELECT local_id, CAST(run_after AS CHAR), LENGTH(body), IF(LENGTH(body) <= %s, body, NULL)
+  FROM {table}
+ WHERE state = %s AND run_after > %s AND run_after <= %s
+ ORDER BY run_after, local_id
+ LIMIT %s
