@@ -17,13 +17,17 @@ from tests.support.wait import wait_for
 Start = Callable[..., ServerProcess]
 
 
-def in_flight(srv: ServerProcess) -> int:
+def gauge(srv: ServerProcess, wanted: str) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{srv.admin_port}/stats.txt", timeout=10) as response:
         for line in response.read().decode().splitlines():
             name, _, value = line.strip().partition(": ")
-            if name == "requests_in_flight":
+            if name == wanted:
                 return int(float(value))
-    return 0
+    raise AssertionError(f"{wanted} is not in /stats.txt")
+
+
+def in_flight(srv: ServerProcess) -> int:
+    return gauge(srv, "requests_in_flight")
 
 
 def background_dequeue(srv: ServerProcess, ttypes: ModuleType, **kw: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -90,3 +94,31 @@ def test_shutdown_ends_waiting_dequeues_promptly(start_server: Start, open_clien
     thread.join(30)
     assert time.monotonic() - start < 10
     assert result.get("response") is not None and result["response"].jobs == {}, result
+
+
+def test_waiting_long_polls_hold_no_request_slot(start_server: Start, open_client: Any, ttypes: ModuleType) -> None:
+    """More long polls waiting than MAX_CONCURRENT_REQUESTS allows requests at once: another
+    client is still served (before, the polls held every slot and its calls waited for them to
+    expire, past its socket timeout), and each poll takes a slot again for the job it gets."""
+    srv = start_server(properties={"MAX_CONCURRENT_REQUESTS": 2})
+    api = Api(open_client(srv), ttypes)
+    api.create("lp")
+    api.create("other")
+    polls = [background_dequeue(srv, ttypes, waitMillis=30_000) for _ in range(4)]
+    wait_for(lambda: gauge(srv, "long_polls_waiting") == 4, timeout=10, what="four long polls to be waiting")
+    assert gauge(srv, "requests_in_flight") == 4
+    other_client, other_transport = connect("127.0.0.1", srv.port, timeout=10)
+    try:
+        other = Api(other_client, ttypes)
+        (descriptor,) = other.enqueue("other", other.job(b"served"))
+        assert list(other.dequeue("other").jobs) == [descriptor]
+    finally:
+        other_transport.close()
+    assert all(thread.is_alive() for thread, _ in polls), "the polls still wait"
+    woken = api.enqueue("lp", *(api.job(b"job-%d" % i) for i in range(20)))  # five a poll
+    for thread, _ in polls:
+        thread.join(30)
+    assert all(len(result["response"].jobs) == 5 and result["elapsed"] < 20 for _, result in polls), polls
+    got = [descriptor for _, result in polls for descriptor in result["response"].jobs]
+    assert sorted(got) == sorted(woken)
+    assert gauge(srv, "long_polls_waiting") == 0

@@ -234,6 +234,7 @@ class PinLaterServer:
         gauge = functools.partial(self.metrics.gauge, summed=True)
         gauge("connections_open", lambda: thrift.stats().connections_open)
         gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
+        gauge("long_polls_waiting", lambda: thrift.stats().long_polls_waiting)
         gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
         # Peers closed or refused by the transport's limits (totals since start).
         total = functools.partial(self.metrics.gauge, total=True)

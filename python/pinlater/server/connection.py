@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pinlater._pinlater import DETACH_BYTES, decode_hot_frame
 from pinlater.server.dispatch import ProtocolError
+from pinlater.server.lease import RequestLease, current_lease
 
 if TYPE_CHECKING:
     from pinlater.server.transport import FramedServer
@@ -48,6 +49,8 @@ class Connection(asyncio.Protocol):
         self._buf = bytearray()
         self._queue: collections.deque[bytes] = collections.deque()
         self.worker: asyncio.Task[None] | None = None
+        #: The request slot of the request being served (``lease.py``).
+        self._lease = RequestLease(server.slots)
         self._reading_paused = False
         self._writable: asyncio.Future[None] | None = None
         #: No more frames are taken; close once the worker is done.
@@ -183,7 +186,8 @@ class Connection(asyncio.Protocol):
     async def _serve(self) -> None:
         server = self._server
         stats = server._counters
-        slots = server.slots
+        lease = self._lease
+        current_lease.set(lease)  # (this task's: a long poll gives the slot back while it waits)
         dispatcher = server.dispatcher
         hot_methods = dispatcher.hot_methods
         transport = self._transport
@@ -194,8 +198,8 @@ class Connection(asyncio.Protocol):
                 if self._reading_paused:
                     self._maybe_resume_reading()
                 try:
-                    if not slots.take_now():
-                        await slots.take()
+                    if not lease.take_now():
+                        await lease.take()
                     try:
                         # A well-formed hot call is served here, the rest by ``handle_frame``
                         # (``Dispatcher.hot_methods``).
@@ -221,7 +225,7 @@ class Connection(asyncio.Protocol):
                         self._begin_close()
                         break
                     finally:
-                        slots.release()
+                        lease.end()
                 finally:
                     # Handled (or cancelled, even while waiting for a slot): the payload is
                     # garbage now, and its bytes go back to the budget.

@@ -59,6 +59,7 @@ from pinlater.errors import ErrorCode, PinLaterError, shown
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
+from pinlater.server.lease import current_lease
 from pinlater.server.metrics import Metrics, outcome_counter
 
 log = logging.getLogger(__name__)
@@ -391,14 +392,21 @@ class PinLaterHandler:
 
     async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every
-        ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once."""
+        ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once. The
+        request's slot is given back while it waits and taken again for each dequeue
+        (``lease.py``), so idle long polls never starve other requests."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000.0
         recheck = self.backend.empty_recheck_ms / 1000.0
+        lease = current_lease.get()
         while (remaining := deadline - loop.time()) > 0:
+            if lease is not None:
+                lease.rest()
             await self.backend.signals.wait(queue, min(remaining, recheck))
             if self.backend.signals.closed:
                 break
+            if lease is not None:
+                await lease.take()
             dequeued = await self._dequeue(queue, limit, source, False, coverage)
             if dequeued:
                 return dequeued

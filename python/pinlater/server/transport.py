@@ -104,12 +104,15 @@ LOG_INTERVAL_SECONDS = 5.0
 
 @dataclass(frozen=True, slots=True)
 class ServerStats:
-    """A snapshot of the server's counters (totals since start, except the two gauges)."""
+    """A snapshot of the server's counters (totals since start, except the gauges)."""
 
     connections_open: int
     connections_accepted: int
     connections_rejected: int
+    #: Gauge: requests being handled, long polls waiting for jobs among them.
     requests_in_flight: int
+    #: Gauge: long polls waiting for jobs, which hold no request slot while they wait.
+    long_polls_waiting: int
     frames_in: int
     frames_out: int
     protocol_errors: int
@@ -134,12 +137,14 @@ class RequestSlots:
     arrival order. Taking a free slot is a plain call (``take_now``), not a coroutine: it is on
     every request's way."""
 
-    __slots__ = ("_waiters", "held", "limit")
+    __slots__ = ("_waiters", "held", "limit", "resting")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        #: Slots taken (the requests in flight).
+        #: Slots taken (the requests being worked on).
         self.held = 0
+        #: Requests that gave their slot back to wait without working: long polls (``lease.py``).
+        self.resting = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def take_now(self) -> bool:
@@ -526,7 +531,8 @@ class FramedServer:
             connections_open=len(self._connections),
             connections_accepted=c.connections_accepted,
             connections_rejected=c.connections_rejected,
-            requests_in_flight=self.slots.held,
+            requests_in_flight=self.slots.held + self.slots.resting,
+            long_polls_waiting=self.slots.resting,
             frames_in=c.frames_in,
             frames_out=c.frames_out,
             protocol_errors=c.protocol_errors,

@@ -1,0 +1,78 @@
+"""The request slot a connection's request holds (``transport.RequestSlots``), and how a long poll
+gives it back while it waits.
+
+``MAX_CONCURRENT_REQUESTS`` bounds the requests being worked on at once. A long poll
+(``dequeueJobs`` with ``waitMillis``) that finds nothing waits up to 30 s for a job, doing no
+work; while it held its slot, 1,024 idle long polls (the default bound; more workers than that
+long-polling an empty queue, or one peer opening that many connections) left no slot for any
+other request, and every client stalled until the polls expired. So a long poll gives its slot
+back while it waits and takes one again, in line with every other request, before each dequeue
+it makes (``handler._long_poll``). Waiting long polls are bounded by the connections instead,
+one request per connection at a time; ``RequestSlots.resting`` counts them (``/stats.txt``'s
+``long_polls_waiting``; ``requests_in_flight`` counts them too, as before).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pinlater.server.transport import RequestSlots
+
+__all__ = ["RequestLease", "current_lease"]
+
+
+class RequestLease:
+    """One connection's hold on a request slot, for the request it is serving (one at a time)."""
+
+    __slots__ = ("held", "resting", "slots")
+
+    def __init__(self, slots: RequestSlots) -> None:
+        self.slots = slots
+        #: Whether the request holds a slot now.
+        self.held = False
+        #: Whether it gave its slot back to wait (``rest``), counted in ``RequestSlots.resting``.
+        self.resting = False
+
+    def take_now(self) -> bool:
+        """Take a slot if one is free and nobody waits for one (``RequestSlots.take_now``)."""
+        if self.slots.take_now():
+            self.held = True
+            return True
+        return False
+
+    async def take(self) -> None:
+        """Wait in line for a slot, as any request (cancelled: none is held)."""
+        self._wake()
+        if not self.take_now():
+            await self.slots.take()
+            self.held = True
+
+    def release(self) -> None:
+        """Give the slot back, if held."""
+        if self.held:
+            self.held = False
+            self.slots.release()
+
+    def rest(self) -> None:
+        """Give the slot back to wait without working (a long poll); ``take`` before working again."""
+        self.release()
+        if not self.resting:
+            self.resting = True
+            self.slots.resting += 1
+
+    def end(self) -> None:
+        """The request is done (answered, failed or cancelled, resting or not)."""
+        self.release()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.resting:
+            self.resting = False
+            self.slots.resting -= 1
+
+
+#: The lease of the request being served in this task (set by ``Connection._serve``); None
+#: outside a server's connection (a handler called directly).
+current_lease: ContextVar[RequestLease | None] = ContextVar("pinlater_request_lease", default=None)
