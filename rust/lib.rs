@@ -150,7 +150,7 @@ mod _pinlater {
         encode_split_enqueue_reply, encode_void_reply,
     };
     #[pymodule_export]
-    use crate::py::wire::struct_end::thrift_struct_end;
+    use crate::py::wire::struct_end::{thrift_struct_end, thrift_struct_objects};
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {

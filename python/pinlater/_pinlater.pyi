@@ -79,6 +79,7 @@ __all__ = [
     "redis_require_queue_command",
     "sqlite_library_version",
     "thrift_struct_end",
+    "thrift_struct_objects",
 ]
 
 __version__: Final[str]
@@ -1144,6 +1145,17 @@ def thrift_struct_end(payload: bytes, offset: int = 0) -> int:
             wire type, or nests too deeply; ``offset`` at or past the end is ``struct truncated``.
         TypeError: ``payload`` is not ``bytes``.
         OverflowError: ``offset`` is negative.
+    """
+
+def thrift_struct_objects(payload: bytes, offset: int = 0) -> tuple[int, int]:
+    """``thrift_struct_end``, and how many objects a decoder makes of the struct: ``(end,
+    objects)``, counting the struct itself and every struct, string and container in it (not
+    fixed-width values). The walk bounds a decode's time by the bytes; this bounds its memory,
+    where an element can take one byte on the wire (an empty struct: its STOP) and a hundred or
+    more as an object (the server's general calls: ``dispatch.MAX_OBJECTS``).
+
+    Raises:
+        MalformedThriftError: as ``thrift_struct_end``.
     """
 
 _Job = TypeVar("_Job")

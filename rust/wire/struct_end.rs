@@ -60,7 +60,18 @@ enum Elements {
 ///
 /// An `offset` at or past the end is a truncated struct.
 pub fn struct_end(buf: &[u8], offset: usize) -> Result<usize, WalkError> {
-    walk_struct(buf, offset, 0)
+    walk_struct(buf, offset, 0, &mut 0)
+}
+
+/// [`struct_end`], and how many objects a decoder makes of the struct: the struct itself, and
+/// every struct, string and container in it (fixed-width values not counted).
+///
+/// The walk bounds a decode's time by the bytes; this bounds its memory, where an element can
+/// take one byte on the wire (an empty struct, its STOP) and a hundred or more as an object.
+pub fn struct_objects(buf: &[u8], offset: usize) -> Result<(usize, usize), WalkError> {
+    let mut objects = 1;
+    let end = walk_struct(buf, offset, 0, &mut objects)?;
+    Ok((end, objects))
 }
 
 /// The offset just past the value of wire type `ttype` at `pos`, for a decoder skipping a field it
@@ -68,14 +79,19 @@ pub fn struct_end(buf: &[u8], offset: usize) -> Result<usize, WalkError> {
 ///
 /// Checked all the same: a value that runs past the end is a truncated struct.
 pub fn value_end(buf: &[u8], pos: usize, ttype: u8) -> Result<usize, WalkError> {
-    let end = skip(buf, pos, ttype, 0)?;
+    let end = skip(buf, pos, ttype, 0, &mut 0)?;
     if end > buf.len() {
         return Err(WalkError::StructTruncated);
     }
     Ok(end)
 }
 
-fn walk_struct(buf: &[u8], mut pos: usize, depth: usize) -> Result<usize, WalkError> {
+fn walk_struct(
+    buf: &[u8],
+    mut pos: usize,
+    depth: usize,
+    objects: &mut usize,
+) -> Result<usize, WalkError> {
     if depth > MAX_NESTING {
         return Err(WalkError::StructsTooDeep);
     }
@@ -89,8 +105,11 @@ fn walk_struct(buf: &[u8], mut pos: usize, depth: usize) -> Result<usize, WalkEr
         pos += 3; // the type byte and the i16 field id
         pos = match layout(ftype) {
             Layout::Fixed(width) => pos + width,
-            Layout::String => string_end(buf, pos)?,
-            Layout::Nested | Layout::Invalid => skip(buf, pos, ftype, depth)?,
+            Layout::String => {
+                *objects += 1;
+                string_end(buf, pos)?
+            }
+            Layout::Nested | Layout::Invalid => skip(buf, pos, ftype, depth, objects)?,
         };
     }
 }
@@ -102,24 +121,46 @@ fn string_end(buf: &[u8], pos: usize) -> Result<usize, WalkError> {
     Ok(pos.saturating_add(4).saturating_add(n))
 }
 
-/// Skips one value of wire type `ttype`; the result may lie past the end (the caller checks).
-fn skip(buf: &[u8], pos: usize, ttype: u8, depth: usize) -> Result<usize, WalkError> {
+/// Skips one value of wire type `ttype`, counting the objects it makes into `objects`; the result
+/// may lie past the end (the caller checks).
+fn skip(
+    buf: &[u8],
+    pos: usize,
+    ttype: u8,
+    depth: usize,
+    objects: &mut usize,
+) -> Result<usize, WalkError> {
     match layout(ttype) {
         Layout::Fixed(width) => Ok(pos.saturating_add(width)),
-        Layout::String => string_end(buf, pos),
+        Layout::String => {
+            *objects += 1;
+            string_end(buf, pos)
+        }
         Layout::Invalid => Err(WalkError::UnknownWireType(ttype)),
-        Layout::Nested if ttype == STRUCT => walk_struct(buf, pos, depth + 1),
+        Layout::Nested if ttype == STRUCT => {
+            *objects += 1;
+            walk_struct(buf, pos, depth + 1, objects)
+        }
         Layout::Nested if ttype == MAP => {
             let [ktype, vtype, n0, n1, n2, n3] =
                 header(buf, pos).ok_or(WalkError::MapHeaderTruncated)?;
             let n = i32::from_be_bytes([n0, n1, n2, n3]);
-            skip_elements(buf, pos + 6, n, Elements::Pair(ktype, vtype), depth + 1)
+            *objects += 1;
+            skip_elements(
+                buf,
+                pos + 6,
+                n,
+                Elements::Pair(ktype, vtype),
+                depth + 1,
+                objects,
+            )
         }
         Layout::Nested => {
             // LIST or SET
             let [etype, n0, n1, n2, n3] = header(buf, pos).ok_or(WalkError::ListHeaderTruncated)?;
             let n = i32::from_be_bytes([n0, n1, n2, n3]);
-            skip_elements(buf, pos + 5, n, Elements::One(etype), depth + 1)
+            *objects += 1;
+            skip_elements(buf, pos + 5, n, Elements::One(etype), depth + 1, objects)
         }
     }
 }
@@ -136,6 +177,7 @@ fn skip_elements(
     n: i32,
     elements: Elements,
     depth: usize,
+    objects: &mut usize,
 ) -> Result<usize, WalkError> {
     let n = usize::try_from(n).map_err(|_| WalkError::NegativeContainerSize)?;
     if n == 0 {
@@ -168,10 +210,10 @@ fn skip_elements(
     }
     for _ in 0..n {
         match elements {
-            Elements::One(t) => pos = skip(buf, pos, t, depth)?,
+            Elements::One(t) => pos = skip(buf, pos, t, depth, objects)?,
             Elements::Pair(k, v) => {
-                pos = skip(buf, pos, k, depth)?;
-                pos = skip(buf, pos, v, depth)?;
+                pos = skip(buf, pos, k, depth, objects)?;
+                pos = skip(buf, pos, v, depth, objects)?;
             }
         }
         if pos > end {
@@ -251,6 +293,37 @@ mod tests {
             .field(STRING, 7)
             .string(b"hello")
             .stop()
+    }
+
+    #[test]
+    fn objects_are_counted_but_fixed_width_values() {
+        let one = wire().stop();
+        assert_eq!(struct_objects(&one.0, 0), Ok((1, 1)));
+        // A list of 3 empty structs and a string in a struct: 1 + 1 + 3 + 1.
+        let w = wire()
+            .field(LIST, 1)
+            .list(STRUCT, 3)
+            .stop()
+            .stop()
+            .stop()
+            .field(STRING, 2)
+            .string(b"ab")
+            .field(I64, 3)
+            .bytes(&7i64.to_be_bytes())
+            .stop();
+        assert_eq!(struct_objects(&w.0, 0), Ok((w.0.len(), 6)));
+        // Fixed-width elements make no objects of their own; a map's keys and values do.
+        let w = wire()
+            .field(LIST, 1)
+            .list(I64, 2)
+            .bytes(&1i64.to_be_bytes())
+            .bytes(&2i64.to_be_bytes())
+            .field(MAP, 2)
+            .map(STRING, STRING, 1)
+            .string(b"k")
+            .string(b"v")
+            .stop();
+        assert_eq!(struct_objects(&w.0, 0), Ok((w.0.len(), 5)));
     }
 
     #[test]

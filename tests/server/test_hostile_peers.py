@@ -567,3 +567,31 @@ def test_a_oneway_hot_call_is_served_and_never_answered(
     wait_for(lambda: api.count("oneway", 2) == 1, what="the oneway ack")
     assert api.count("oneway", 0) == 1
     sock.close()
+
+
+def checkpoint_of_empty_requests(seqid: int, n: int) -> bytes:
+    """A checkpointJobs call whose request lists ``n`` empty structs: one byte each on the wire."""
+    request = b"\x0b\x00\x01" + struct.pack("!i", 1) + b"q" + b"\x0f\x00\x02" + struct.pack("!bi", 12, n) + b"\x00" * n
+    return message("checkpointJobs", seqid, CONTEXT_ARGS[:-1] + b"\x0c\x00\x02" + request + b"\x00" + b"\x00")
+
+
+def test_a_general_call_that_would_decode_into_too_many_objects_is_refused(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """An element can take one byte on the wire (an empty struct) and a hundred or more decoded: a
+    general call past ``max_objects`` is refused before it is decoded, the connection kept; one
+    within it is decoded (and refused here for its empty requests' missing fields)."""
+    server = start_server()
+    api = api_for(server)
+    sock = raw(server)
+    n = 150_000  # 150,006 values (the empty structs, the list, two structs, two strings and the arguments)
+    sock.sendall(frame(checkpoint_of_empty_requests(1, n)))
+    reply = read_frame(sock)
+    assert reply_seqid(reply) == 1 and b"checkpointJobs call too big to decode: 150006 values" in reply
+    sock.sendall(frame(checkpoint_of_empty_requests(2, 50_000)))  # within it: decoded, then refused
+    reply = read_frame(sock)
+    assert reply_seqid(reply) == 2 and b"missing required field" in reply
+    sock.sendall(frame(get_queue_names_call(3)))
+    assert reply_seqid(read_frame(sock)) == 3, "the connection is still served"
+    still_served(api)
+    sock.close()

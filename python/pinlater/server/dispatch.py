@@ -7,7 +7,7 @@ Decoding rules, in order:
 
 * The message header (strict ``0x8001`` versioned form, or the old unversioned form, as Apache's
   binary protocol accepts both) is parsed here. A header that cannot be read gets no reply.
-* The argument struct is first *walked* (``thrift_struct_end``, in Rust): every length is within
+* The argument struct is first *walked* (``thrift_struct_objects``, in Rust): every length is within
   the frame, every wire type is a real Thrift type, structs and containers nest at most 32 deep.
   (A hot method's is walked by ``decode_hot_call`` itself, first thing, so not twice.) Only then
   is it decoded: the three hot methods (``HOT_METHODS``: enqueueJobs, dequeueJobs,
@@ -38,16 +38,19 @@ Decoding rules, in order:
 * A message of type ONEWAY is served and never answered, whatever the method (the Thrift
   protocol: a oneway caller reads no reply), not even with an error; a failure is logged.
 * Bytes after the argument struct's STOP are ignored.
-* A general call's frame of at least ``DETACH_BYTES`` (1 MiB) is decoded, and checked for
-  required fields, on a thread of its own (``_read_args_apart``), as the transport decodes a big
-  hot frame on a worker: the Cython decoder holds the GIL, but each struct it makes runs its
-  Python ``__init__``, where the interpreter hands the GIL to the loop's thread once it has asked
-  for a switch interval (5 ms), so the loop serves the other connections between them. Decoding a
-  ``checkpointJobs`` of 100,000 jobs on the loop had held every other client of the server for
-  70-90 ms. Only structs give the loop its turns: where a frame's bulk is strings or fields the
-  decoder skips (a ``lookupJobs`` or ``cancelJobs`` of many descriptors), the loop waits for the
-  whole decode, as before. One thread (``_DECODER``) decodes such frames one at a time: two at
-  once would pass the GIL between themselves more than to the loop, and they leave the loop's
+* A general call that would decode into more objects than ``max_objects`` allows for its frame
+  (the walk counts them) is refused with PROTOCOL_ERROR, the connection kept.
+* A general call's frame of at least ``DETACH_BYTES`` (1 MiB), or of more than ``LOOP_OBJECTS``
+  objects, is decoded, and checked for required fields, on a thread of its own
+  (``_read_args_apart``), as the transport decodes a big hot frame on a worker: the Cython
+  decoder holds the GIL, but each struct it makes runs its Python ``__init__``, where the
+  interpreter hands the GIL to the loop's thread once it has asked for a switch interval (5 ms),
+  so the loop serves the other connections between them. Decoding a ``checkpointJobs`` of
+  100,000 jobs on the loop had held every other client of the server for 70-90 ms. Only structs
+  give the loop its turns: where a frame's bulk is strings or fields the decoder skips (a
+  ``lookupJobs`` or ``cancelJobs`` of many descriptors), the loop waits for the whole decode, as
+  before. One thread (``_DECODER``) decodes such frames one at a time: two at once would pass the
+  GIL between themselves more than to the loop, and they leave the loop's
   executor to the memory probes and the hot frames.
 
 Replies are always strict (versioned); every Apache client reads them. A reply whose result is a
@@ -73,7 +76,7 @@ from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
-from pinlater._pinlater import DETACH_BYTES, MissingFieldError, decode_hot_call, thrift_struct_end
+from pinlater._pinlater import DETACH_BYTES, MissingFieldError, decode_hot_call, thrift_struct_objects
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.server.logthrottle import ThrottledLog
@@ -244,6 +247,26 @@ def _read_args(method: _Method, payload: bytes, offset: int) -> tuple[Any, str |
     return args, missing_required_field(args)
 
 
+BASE_OBJECTS = 100_000
+BYTES_PER_OBJECT = 16
+"""A general call decodes into at most ``BASE_OBJECTS`` objects and one more per this many bytes of
+its frame (``max_objects``; the walk counts them: ``thrift_struct_objects``). An element can take
+one byte on the wire and a hundred or more as an object: a ``checkpointJobs`` of 16.7 million
+empty requests in one 16 MiB frame held 2.5 GB while it was decoded, 155 times its bytes, to be
+refused for their missing fields. Real calls stay far inside it (a descriptor is a string of 12
+bytes or more on the wire, a checkpoint request 20 or more for its two objects)."""
+
+LOOP_OBJECTS = 10_000
+"""A general call of more objects than this is decoded off the loop (``_read_args_apart``), however
+small its frame: a frame just under ``DETACH_BYTES`` of a million empty structs held the loop for
+about a second (some 1 µs an object)."""
+
+
+def max_objects(frame_bytes: int) -> int:
+    """The most objects a general call of a frame this long may decode into (``BASE_OBJECTS``)."""
+    return BASE_OBJECTS + frame_bytes // BYTES_PER_OBJECT
+
+
 _DECODER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pinlater-decode")
 """The one thread that decodes big general frames, one at a time (see the module docstring); it
 starts at the first such frame."""
@@ -361,9 +384,10 @@ class Dispatcher:
 
         method = self._methods.get(name)
         oneway = mtype == TMessageType.ONEWAY or (method is not None and method.oneway)
+        objects = 0
         try:
             if method is None or not method.hot:  # a hot call's decoding walks it the same way first
-                thrift_struct_end(payload, offset)
+                objects = thrift_struct_objects(payload, offset)[1]
             if mtype not in (TMessageType.CALL, TMessageType.ONEWAY):
                 raise MalformedPayload(f"message type {mtype} is not a call")
             if method is None:
@@ -375,7 +399,16 @@ class Dispatcher:
                     call = decode_hot_call(name, payload, offset)
                 except MissingFieldError as exc:  # a refusal, not a malformed call: the connection stays
                     return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, str(exc))
-            elif len(payload) < DETACH_BYTES:
+            elif objects > (most := max_objects(len(payload))):
+                return self._refuse(
+                    name,
+                    seqid,
+                    oneway,
+                    TApplicationException.PROTOCOL_ERROR,
+                    f"{name} call too big to decode: {objects} values in {len(payload)} bytes, more than "
+                    f"{most} (100,000 and one per {BYTES_PER_OBJECT} bytes); split it",
+                )
+            elif len(payload) < DETACH_BYTES and objects < LOOP_OBJECTS:
                 args, missing = _read_args(method, payload, offset)
             else:
                 args, missing = await _read_args_apart(method, payload, offset)

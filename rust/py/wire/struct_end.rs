@@ -27,3 +27,23 @@ pub fn thrift_struct_end(py: Python<'_>, payload: &[u8], offset: usize) -> PyRes
         Ok(walked?)
     })
 }
+
+/// [`thrift_struct_end`], and how many objects a decoder makes of the struct (itself, and every
+/// struct, string and container in it): `(end, objects)`.
+#[pyfunction]
+#[pyo3(signature = (payload, offset = 0))]
+pub fn thrift_struct_objects(
+    py: Python<'_>,
+    payload: &[u8],
+    offset: usize,
+) -> PyResult<(usize, usize)> {
+    guarded("thrift_struct_objects", || {
+        // `payload` borrows an immutable `bytes` that the caller keeps alive for this call.
+        let walked = if payload.len() >= DETACH_BYTES {
+            py.detach(|| struct_end::struct_objects(payload, offset))
+        } else {
+            struct_end::struct_objects(payload, offset)
+        };
+        Ok(walked?)
+    })
+}
