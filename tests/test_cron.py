@@ -41,6 +41,11 @@ def following(expr: str, start: str, n: int = 1) -> list[str]:
         ("@hourly", "2026-11-24 10:00:00", ["2026-11-24 11:00"]),
         ("@monthly", "2026-12-31 23:59:59", ["2027-01-01 00:00"]),
         ("10-20/5 3 * * *", "2026-11-24 03:12:00", ["2026-11-24 03:15", "2026-11-24 03:20", "2026-11-25 03:10"]),
+        # A date on one weekday (a day field starting with "*" makes the two fields both count):
+        # 1 December on a Tuesday comes again 11 years on, 29 February on a Sunday 28 years on,
+        # and 40 across 2100 (not a leap year); each is found, however far.
+        ("0 0 */31 12 2", "2026-12-01 00:01:00", ["2037-12-01 00:00"]),
+        ("0 0 29 2 */7", "2032-03-01 00:00:00", ["2060-02-29 00:00", "2088-02-29 00:00", "2128-02-29 00:00"]),
     ],
 )
 def test_next_times(expr: str, start: str, expected: list[str]) -> None:

@@ -16,8 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 MINUTE_MS = 60_000
-#: A cron whose next time is further than this is refused ("never runs": 30 February, say).
-HORIZON_YEARS = 8
+#: A cron whose next time is further than this is refused ("never runs": 30 February, say). The
+#: longest wait for a cron that runs at all is 40 years: 29 February on one weekday comes every
+#: 28 years, and 40 across a century year that is not a leap year (2100). A shorter horizon took
+#: crons that matched within it of 1970 and not of now ("*/31 12 2", 1 December on a Tuesday:
+#: 2026, then 2037), and their first firing failed.
+HORIZON_YEARS = 41
 
 _MACROS = {
     "@yearly": "0 0 1 1 *",

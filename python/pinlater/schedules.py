@@ -26,8 +26,9 @@ from typing import Any
 from pinlater.backends.base import NewJob, ScheduleRow
 from pinlater.backends.sharded import ShardedBackend, key_shard
 from pinlater.backends.shardmap import Shard
-from pinlater.cron import Cron, CronError
+from pinlater.cron import HORIZON_YEARS, Cron, CronError
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError, shown
+from pinlater.server.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ MAX_STATUS_CHARS = 5000
 MAX_QUEUE_SCHEDULE_BYTES = 8 * 1024 * 1024
 #: Due rows one shard hands the runner per pass.
 DUE_PER_PASS = 500
+
+FAILED_ROW_RETRY_MS = 60_000
+"""A row that failed to fire is due again this long after (``ScheduleRunner._fire``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,11 @@ class Schedule:
             raise reject(f"job priority {self.job.priority} is not in 1..{num_priorities}")
         if self.job.attempts_allowed < 1:
             raise reject("job numAttemptsAllowed must be at least 1")
+        for what, text in (("job customStatus", self.job.custom_status), ("job groupKey", self.job.group_key)):
+            try:
+                (text or "").encode("utf-8")
+            except UnicodeEncodeError:
+                raise reject(f"{what} is not text (a lone surrogate, U+D800 to U+DFFF)") from None
         if self.job.group_key is not None and not 1 <= len(self.job.group_key.encode()) <= 1024:
             raise reject("job groupKey must be 1 to 1024 bytes")
         if self.job.group_key is not None and "\0" in self.job.group_key:
@@ -113,7 +122,8 @@ class Schedule:
         point of the grid started at ``last_tick_ms`` (now, for a new schedule)."""
         if self.cron is not None:
             tick = Cron.parse(self.cron).next_after(now_ms)
-            assert tick is not None  # check() refused crons that never run
+            if tick is None:  # check() refused crons that never run, and every other runs within the horizon
+                raise ValueError(f"cron {self.cron!r} has no time within {HORIZON_YEARS} years of {now_ms}")
             return tick
         assert self.interval_ms is not None
         start = now_ms if last_tick_ms is None else last_tick_ms
@@ -254,6 +264,7 @@ class ScheduleRunner:
         self._task: asyncio.Task[None] | None = None
         #: Ticks whose job was enqueued by this runner (deduplicated ones not counted).
         self.fired = 0
+        self._log_failed = ThrottledLog(log, 60.0, logging.ERROR)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pinlater-schedules")
@@ -310,35 +321,58 @@ class ScheduleRunner:
         return True
 
     async def _fire(self, shard: Shard, rows: Sequence[ScheduleRow]) -> int:
+        """Fire each row; one that fails (a bug, or data no check foresaw) is logged and put off
+        for ``FAILED_ROW_RETRY_MS``, so it cannot stop the rows due after it: it stayed the
+        shard's earliest due row and failed every pass first, and no other schedule fired."""
         made = 0
         for row in rows:
             try:
-                if await self._moved_home(shard, row):
-                    continue
-            except PinLaterError as exc:  # a home without the queue yet, say: fire it here
-                log.warning("schedules: %s/%s not moved to its home shard: %s", row.queue, row.name, exc)
-            try:
-                schedule = Schedule.from_row(row)
-            except (ValueError, KeyError, TypeError):
-                log.error("schedules: %s/%s on shard %s cannot be read; deleted", row.queue, row.name, shard.name)
-                await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
-                continue
-            job = schedule.job
-            now = self.backend.clock.now_ms()
-            new_job = NewJob(job.priority, job.body, now, job.attempts_allowed, job.custom_status)
-            keys = [(tick_key(row.name, row.next_run_ms), TICK_KEY_WINDOW_MS, job.group_key, None)]
-            try:
-                ((_, deduplicated),) = await self.backend.enqueue_keyed_jobs(row.queue, [new_job], keys, now)
-            except QueueNotFoundError:
-                log.warning("schedules: queue %s is gone; its schedule %s is deleted", row.queue, row.name)
-                await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
-                continue
-            except PinLaterError as exc:
-                log.warning("schedules: %s/%s not enqueued (tried again next pass): %s", row.queue, row.name, exc)
-                continue
-            made += not deduplicated
-            next_run = schedule.tick_after(self.backend.clock.now_ms(), row.next_run_ms)
-            await self.backend.call_store(
-                shard, shard.store.advance_schedule, row.queue, row.name, row.next_run_ms, next_run
-            )
+                made += await self._fire_one(shard, row)
+            except ShardConnectionError:
+                raise
+            except Exception:
+                self._log_failed(
+                    "schedules: %s/%s on shard %s failed to fire; tried again in %d s",
+                    row.queue,
+                    row.name,
+                    shard.name,
+                    FAILED_ROW_RETRY_MS // 1000,
+                    exc_info=True,
+                )
+                later = self.backend.clock.now_ms() + FAILED_ROW_RETRY_MS
+                await self.backend.call_store(
+                    shard, shard.store.advance_schedule, row.queue, row.name, row.next_run_ms, later
+                )
         return made
+
+    async def _fire_one(self, shard: Shard, row: ScheduleRow) -> int:
+        """Enqueue the row's job for its tick and advance it; the jobs made (0 or 1)."""
+        try:
+            if await self._moved_home(shard, row):
+                return 0
+        except PinLaterError as exc:  # a home without the queue yet, say: fire it here
+            log.warning("schedules: %s/%s not moved to its home shard: %s", row.queue, row.name, exc)
+        try:
+            schedule = Schedule.from_row(row)
+        except (ValueError, KeyError, TypeError):
+            log.error("schedules: %s/%s on shard %s cannot be read; deleted", row.queue, row.name, shard.name)
+            await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
+            return 0
+        job = schedule.job
+        now = self.backend.clock.now_ms()
+        new_job = NewJob(job.priority, job.body, now, job.attempts_allowed, job.custom_status)
+        keys = [(tick_key(row.name, row.next_run_ms), TICK_KEY_WINDOW_MS, job.group_key, None)]
+        try:
+            ((_, deduplicated),) = await self.backend.enqueue_keyed_jobs(row.queue, [new_job], keys, now)
+        except QueueNotFoundError:
+            log.warning("schedules: queue %s is gone; its schedule %s is deleted", row.queue, row.name)
+            await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)
+            return 0
+        except PinLaterError as exc:
+            log.warning("schedules: %s/%s not enqueued (tried again next pass): %s", row.queue, row.name, exc)
+            return 0
+        next_run = schedule.tick_after(self.backend.clock.now_ms(), row.next_run_ms)
+        await self.backend.call_store(
+            shard, shard.store.advance_schedule, row.queue, row.name, row.next_run_ms, next_run
+        )
+        return 0 if deduplicated else 1

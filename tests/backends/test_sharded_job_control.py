@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -244,6 +245,14 @@ def test_a_schedule_lives_on_one_shard_and_is_listed_once(
         (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x"), interval_ms=10), "intervalMillis must be"),
         (schedules.Schedule(Q, "", schedules.ScheduledJob(b"x"), interval_ms=MINUTE), "name must be"),
         (schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x", priority=3), interval_ms=MINUTE), "priority 3"),
+        (
+            schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x", custom_status="\ud800"), interval_ms=MINUTE),
+            "customStatus is not text",
+        ),
+        (
+            schedules.Schedule(Q, "s", schedules.ScheduledJob(b"x", group_key="g\udfff"), interval_ms=MINUTE),
+            "groupKey is not text",
+        ),
     ],
 )
 def test_a_schedule_that_cannot_run_is_refused_with_the_reason(
@@ -272,6 +281,28 @@ def test_each_tick_makes_one_job_and_missed_ticks_make_one(backend: ShardedBacke
     (listed,) = run(schedules.listing(backend, Q))
     assert listed.next_run_ms == clock.now_ms() - 5 + MINUTE, "the next tick on the grid, after now"
     assert len(jobs_of(backend)) == 2
+
+
+def test_a_row_that_fails_to_fire_is_put_off_and_the_others_fire(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    """A row no check foresaw (written by an older server: a status that is not text) fails to
+    fire; it is put off for a minute and the rows due after it fire (before, it stayed the
+    shard's earliest due row and failed every pass first: no schedule of the shard fired)."""
+    good = run(schedules.upsert(backend, every("good")))
+    home = schedules._home(backend, Q, "good")
+    # a name whose home is the good one's, so that the bad row is due first there
+    name = next(f"bad-{i}" for i in range(100) if schedules._home(backend, Q, f"bad-{i}") is home)
+    bad = schedules.Schedule(Q, name, schedules.ScheduledJob(b"x", custom_status="\ud800"), interval_ms=MINUTE)
+    home.store.put_schedule(replace(bad, next_run_ms=clock.now_ms() + 1).row())
+    clock.advance(MINUTE)
+    runner = schedules.ScheduleRunner(backend)
+    assert run(runner.run_once()) == 1, "the good schedule fired"
+    assert [job.dedup_key for job in jobs_of(backend)] == [schedules.tick_key("good", good.next_run_ms or 0)]
+    (failed,) = [row for row in home.store.list_schedules(Q) if row.name == name]
+    assert failed.next_run_ms == clock.now_ms() + schedules.FAILED_ROW_RETRY_MS
+    clock.advance(MINUTE)
+    assert run(runner.run_once()) == 1, "still"
 
 
 def test_two_runners_and_a_runner_that_died_half_way_make_one_job_per_tick(
