@@ -40,6 +40,7 @@ from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_api import ApiError
+from pinlater.server.admin_conns import AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
 from pinlater.server.metrics import (
     RateHistory,
@@ -91,6 +92,8 @@ class AdminApp(JobControlApi):
         self._sampler: asyncio.Task[None] | None = None
         self._queue_snapshot: QueueSnapshot | None = None  # read for each scrape
         self.redrives = Redrives()
+        #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware.
+        self.connections = AdminConnections()
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
@@ -143,6 +146,8 @@ class AdminApp(JobControlApi):
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         start = time.perf_counter()
+        protocol = request.protocol
+        self.connections.request_started(protocol)
         try:
             response = await handler(request)
         except ApiError as exc:
@@ -153,9 +158,13 @@ class AdminApp(JobControlApi):
             response = web.json_response({"error": str(exc)}, status=400)
         except web.HTTPException:
             raise
+        except ConnectionResetError:  # the peer went (a body cut short): nobody to answer or to tell
+            response = web.json_response({"error": "connection lost"}, status=400)
         except Exception as exc:
             log.exception("admin %s %s failed", request.method, request.path)
             response = web.json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
+        finally:
+            self.connections.request_ended(protocol)
         log.debug(
             "admin %s %s -> %d in %.1f ms",
             request.method,
@@ -293,8 +302,9 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 
 async def start_admin(server: PinLaterServer) -> web.AppRunner:
     """Build the admin app for ``server`` and listen on its admin host and port."""
-    runner = web.AppRunner(AdminApp(server).build(), access_log=None)
+    admin = AdminApp(server)
+    runner = web.AppRunner(admin.build(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, server.settings.admin_host, server.settings.admin_port)
+    site = GuardedSite(runner, server.settings.admin_host, server.settings.admin_port, admin.connections)
     await site.start()
     return runner

@@ -1,0 +1,187 @@
+"""The admin port's connections, bounded: at most ``MAX_ADMIN_CONNECTIONS`` open, and none held idle.
+
+aiohttp keeps a connection that sends nothing, or half a request's headers, for its keep-alive
+timeout (an hour) or for ever, and caps no count: 20,000 idle connections to the admin port
+took the server to its open-files limit, and the Thrift port could accept no client (a probe;
+the admin port needs no password to connect). So the admin site (``GuardedSite``) wraps each
+connection's protocol:
+
+* a connection past ``MAX_ADMIN_CONNECTIONS`` open is closed as it is accepted (logged at most
+  once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
+  keeps for it and the stores;
+* a sweep, once a second, closes a connection with no request in progress that has answered
+  none for ``ADMIN_IDLE_SECONDS`` since it opened or since its last answer (an idle keep-alive,
+  or a peer still sending its first request's headers), and one whose request has run for
+  ``ADMIN_REQUEST_SECONDS`` (a body trickled in a byte at a time; the slowest real request, a
+  body-filtered scan, stops at its budget of seconds).
+
+The requests in progress are counted by the admin app's middleware (``request_started``,
+``request_ended``), which sees each request's protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import cast
+
+from aiohttp import web
+
+from pinlater.server.logthrottle import ThrottledLog
+
+__all__ = ["ADMIN_IDLE_SECONDS", "ADMIN_REQUEST_SECONDS", "MAX_ADMIN_CONNECTIONS", "AdminConnections", "GuardedSite"]
+
+log = logging.getLogger("pinlater.server.admin")
+
+MAX_ADMIN_CONNECTIONS = 256
+"""Admin connections open at once; one more is closed as it is accepted."""
+
+ADMIN_IDLE_SECONDS = 30.0
+"""A connection with no request in progress is closed once it has answered none this long."""
+
+ADMIN_REQUEST_SECONDS = 120.0
+"""A connection whose request has run this long is closed."""
+
+SWEEP_SECONDS = 1.0
+
+
+class _Connection:
+    __slots__ = ("busy", "since", "transport")
+
+    def __init__(self, transport: asyncio.Transport, now: float) -> None:
+        self.transport = transport
+        #: Requests in progress (one at a time on HTTP/1.1, but aiohttp may pipeline).
+        self.busy = 0
+        #: When it opened, its last request ended, or its first request in progress began.
+        self.since = now
+
+
+class AdminConnections:
+    """The admin port's open connections, keyed by aiohttp's protocol (``request.protocol``)."""
+
+    def __init__(
+        self,
+        cap: int = MAX_ADMIN_CONNECTIONS,
+        idle_seconds: float = ADMIN_IDLE_SECONDS,
+        request_seconds: float = ADMIN_REQUEST_SECONDS,
+    ) -> None:
+        self.cap = cap
+        self.idle_seconds = idle_seconds
+        self.request_seconds = request_seconds
+        self.open: dict[object, _Connection] = {}
+        #: Connections closed as they were accepted, past the cap (a total since start).
+        self.refused = 0
+        #: Connections closed by the sweep, idle or too slow (a total since start).
+        self.timed_out = 0
+        self._log_refused = ThrottledLog(log, 60.0)
+
+    def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
+        return _Guarded(self, inner)
+
+    def request_started(self, protocol: object) -> None:
+        connection = self.open.get(protocol)
+        if connection is not None:
+            if not connection.busy:
+                connection.since = time.monotonic()
+            connection.busy += 1
+
+    def request_ended(self, protocol: object) -> None:
+        connection = self.open.get(protocol)
+        if connection is not None:
+            connection.busy = max(0, connection.busy - 1)
+            connection.since = time.monotonic()
+
+    def sweep(self, now: float) -> int:
+        """Close the connections past their time; how many."""
+        late = [
+            c for c in self.open.values() if now - c.since >= (self.request_seconds if c.busy else self.idle_seconds)
+        ]
+        for connection in late:
+            connection.transport.abort()
+        self.timed_out += len(late)
+        return len(late)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self.sweep(time.monotonic())
+
+
+class _Guarded(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted in ``AdminConnections`` (or refused)."""
+
+    __slots__ = ("_inner", "_owner")
+
+    def __init__(self, owner: AdminConnections, inner: asyncio.Protocol) -> None:
+        self._owner = owner
+        self._inner: asyncio.Protocol | None = inner
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        owner = self._owner
+        tcp = cast(asyncio.Transport, transport)  # (uvloop's is not an asyncio.Transport)
+        if len(owner.open) >= owner.cap:
+            owner.refused += 1
+            self._inner = None
+            tcp.abort()
+            owner._log_refused(
+                "admin connection refused: %d open, at most %d (MAX_ADMIN_CONNECTIONS)", len(owner.open), owner.cap
+            )
+            return
+        assert self._inner is not None
+        owner.open[self._inner] = _Connection(tcp, time.monotonic())
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return None if self._inner is None else self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._inner is not None:
+            self._owner.open.pop(self._inner, None)
+            self._inner.connection_lost(exc)
+
+
+class GuardedSite(web.BaseSite):
+    """``web.TCPSite`` whose connections go through ``AdminConnections`` (see the module doc)."""
+
+    __slots__ = ("_host", "_port", "_sweeper", "connections")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, connections: AdminConnections) -> None:
+        super().__init__(runner)
+        self._host = host
+        self._port = port
+        self.connections = connections
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        connections = self.connections
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: connections.protocol(server()), self._host, self._port, backlog=self._backlog
+        )
+        self._sweeper = asyncio.create_task(connections.run(), name="pinlater-admin-sweep")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        await super().stop()

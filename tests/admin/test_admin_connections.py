@@ -1,0 +1,134 @@
+"""The admin port's connections are bounded (``server/admin_conns.py``): a count past the cap is
+closed as it is accepted, and a connection idle, stuck in its headers or trickling a body is
+closed by the sweep, while the Thrift port goes on serving."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.request
+from collections.abc import Callable
+from contextlib import ExitStack
+from types import ModuleType
+from typing import Any
+
+from aiohttp import web
+
+from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
+from tests.server.test_contract import Api
+from tests.support.pinlater_server import ServerProcess
+from tests.support.thrift_client import connect
+from tests.support.wait import wait_for
+
+Start = Callable[..., ServerProcess]
+
+
+def closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
+    """Whether the other end closed (or reset) the connection within ``timeout``."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def healthz(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
+        status: int = response.status
+        return status
+
+
+def test_admin_connections_past_the_cap_are_closed_and_thrift_is_served(
+    start_server: Start, ttypes: ModuleType
+) -> None:
+    server = start_server()
+    with ExitStack() as stack:
+        held = []
+        for _ in range(MAX_ADMIN_CONNECTIONS):
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", server.admin_port)))
+            held.append(sock)
+        # Accepted in order: once every held one is counted, the next is closed at once.
+        extra = stack.enter_context(socket.create_connection(("127.0.0.1", server.admin_port)))
+        assert closed_by_peer(extra), "past the cap, closed as it was accepted"
+        client, transport = connect("127.0.0.1", server.port, timeout=10)
+        stack.callback(transport.close)
+        assert isinstance(client.getQueueNames(Api(client, ttypes).ctx), set), "Thrift still served"
+        for sock in held[:8]:
+            sock.close()
+        wait_for(lambda: _healthy(server.admin_port), what="the admin port to take a connection again")
+    assert any("admin connection refused" in line for line in server.lines)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return healthz(port) == 200
+    except OSError:
+        return False
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), 5) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> None:
+    """In-process, with short limits: a connection that sends nothing, half a request's headers,
+    or a body a byte at a time is closed at its limit; one whose request answers is kept while
+    it keeps asking."""
+
+    async def run() -> None:
+        async def echo(request: web.Request) -> web.Response:
+            try:
+                return web.Response(text=(await request.text()) or "ok")
+            except ConnectionResetError:  # (the trickle, closed under it)
+                return web.Response(status=400)
+
+        connections = AdminConnections(cap=16, idle_seconds=0.5, request_seconds=1.5)
+
+        @web.middleware
+        async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+            connections.request_started(request.protocol)
+            try:
+                response: web.StreamResponse = await handler(request)
+                return response
+            finally:
+                connections.request_ended(request.protocol)
+
+        app = web.Application(middlewares=[count])
+        app.router.add_route("*", "/", echo)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = GuardedSite(runner, "127.0.0.1", 0, connections)
+        await site.start()
+        port = runner.addresses[0][1]
+        loop = asyncio.get_running_loop()
+        try:
+            idle = await asyncio.open_connection("127.0.0.1", port)
+            stuck = await asyncio.open_connection("127.0.0.1", port)
+            stuck[1].write(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            trickle = await asyncio.open_connection("127.0.0.1", port)
+            trickle[1].write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            busy = await asyncio.open_connection("127.0.0.1", port)
+            start = loop.time()
+            answered = 0
+            while loop.time() - start < 2.5:  # past every limit
+                busy[1].write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert (await busy[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+                answered += 1
+                if not trickle[0].at_eof():
+                    trickle[1].write(b"x")  # (once closed, nothing more: the writes would fail)
+                await asyncio.sleep(0.2)
+            for reader, _ in (idle, stuck, trickle):
+                assert await _closed(reader)
+            assert answered >= 10 and not busy[0].at_eof(), "the busy one is kept"
+            assert connections.timed_out == 3 and len(connections.open) == 1
+            for _, writer in (idle, stuck, trickle, busy):
+                writer.close()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())
