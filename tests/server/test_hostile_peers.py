@@ -348,7 +348,7 @@ def test_a_peer_that_never_reads_its_replies_is_closed_and_its_bytes_released(
         "lookupJobs",
         1,
         context=t.RequestContext(source="t"),
-        request=t.PinLaterLookupJobRequest(jobDescriptors=[descriptor], includeBody=True),
+        request=t.PinLaterLookupJobRequest(jobDescriptors=[descriptor], body=True),
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -595,3 +595,21 @@ def test_a_general_call_that_would_decode_into_too_many_objects_is_refused(
     assert reply_seqid(read_frame(sock)) == 3, "the connection is still served"
     still_served(api)
     sock.close()
+
+
+def test_a_lookup_whose_bodies_would_pass_the_frame_limit_is_refused(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """A reply holding more bodies than MAX_FRAME_BYTES is refused, naming the limit: no client
+    with that frame limit could read it, and the server held it whole while a peer that did not
+    read it was written to (20 jobs of 15 MiB: 300 MB a lookup). Fewer jobs, or no bodies, are
+    answered."""
+    server = start_server("--max-frame-bytes", "8192")
+    api = api_for(server)
+    api.create("big")
+    descriptors = [api.enqueue("big", api.job(b"%d" % i * 3000))[0] for i in range(3)]
+    with pytest.raises(api.t.PinLaterException, match="more than a reply may \\(8192, MAX_FRAME_BYTES\\)"):
+        api.lookup(*descriptors, body=True)
+    assert set(api.lookup(*descriptors)) == set(descriptors)
+    assert set(api.lookup(*descriptors[:2], body=True)) == set(descriptors[:2])
+    still_served(api)

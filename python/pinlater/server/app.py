@@ -123,7 +123,13 @@ class PinLaterServer:
             self.broker = DequeueBroker(self.backend, BrokerPolicy.from_settings(s), self.metrics)
             self.broker.start()
         handler = PinLaterHandler(
-            self.backend, self.metrics, s.admin_password_hash, rate_limits, self.broker, s.max_scan_limit
+            self.backend,
+            self.metrics,
+            s.admin_password_hash,
+            rate_limits,
+            self.broker,
+            s.max_scan_limit,
+            max_reply_bytes=s.max_frame_bytes,
         )
         idle_minutes = s.server_conn_max_idle_time_minutes
         self._thrift = FramedServer(

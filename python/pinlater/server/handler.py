@@ -80,6 +80,8 @@ MAX_VALID_NAMES_KEPT = 4096
 #: Most jobs one scanJobs reply carries (MAX_SCAN_LIMIT); a larger limit gets this many, so a
 #: limit of 2**31-1 cannot build a reply of every job in the queue.
 DEFAULT_MAX_SCAN_LIMIT = 10_000
+#: Most bytes of bodies one lookupJobs reply carries (the server's MAX_FRAME_BYTES).
+DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 I32_MAX = 2**31 - 1
 #: Most descriptors one cancelJobs takes (each store call gets at most CANCEL_CHUNK of them).
 MAX_CANCEL = 100_000
@@ -195,9 +197,12 @@ class PinLaterHandler:
         rate_limits: QueueRateLimits | None = None,
         broker: DequeueBroker | None = None,
         max_scan_limit: int = DEFAULT_MAX_SCAN_LIMIT,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self.backend = backend
         self.max_scan_limit = max_scan_limit
+        #: A lookup's bodies may hold at most this much of its reply (``MAX_FRAME_BYTES``).
+        self.max_reply_bytes = max_reply_bytes
         self.broker = broker
         self.metrics = metrics
         self.admin_password_hash = admin_password_hash.lower()
@@ -475,6 +480,14 @@ class PinLaterHandler:
         if self.broker is not None:
             await self.broker.settle(await decoded(descriptors))
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
+        if request.includeBody and (size := sum(len(r.body or b"") for r in found.values())) > self.max_reply_bytes:
+            # A reply no client with our frame limit could read, held in memory while a peer that
+            # does not read it is written to: 20 jobs of 15 MiB made each such lookup 300 MB.
+            raise PinLaterError(
+                ErrorCode.UNKNOWN,
+                f"invalid request: the {len(found)} jobs' bodies hold {size} bytes, more than a reply may "
+                f"({self.max_reply_bytes}, MAX_FRAME_BYTES): look up fewer jobs at a time, or without bodies",
+            )
         infos = {}
         for i, (descriptor, record) in enumerate(found.items()):
             if i and not i % ITEMS_PER_TURN:
