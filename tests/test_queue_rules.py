@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,27 @@ def test_resuming_a_queue_paused_without_a_rate_keeps_its_rules(tmp_path: Path) 
     assert json.loads(path.read_text()) == {"queues": [{"name": "q", "queueConfig": {"groupConcurrency": 2}}]}
     set_queue_rules(path, "q", {"groupConcurrency": None})
     assert json.loads(path.read_text()) == {"queues": []}
+
+
+def test_concurrent_edits_of_one_file_lose_none(tmp_path: Path) -> None:
+    """The admin API edits the file on executor threads: each edit reads, changes and writes it
+    whole, so edits running at once lost each other's changes (6 of 20 kept, each answered 200)."""
+    path = tmp_path / "queues.json"
+    path.write_text('{"queues": []}')
+    start = threading.Barrier(20)
+
+    def edit(i: int) -> None:
+        start.wait()
+        if i % 4 == 3:
+            set_queue_rules(path, f"q{i}", {"maxInProgress": i})
+        else:
+            set_queue_rate(path, f"q{i}", float(i))
+
+    threads = [threading.Thread(target=edit, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    entries = {e["name"]: e["queueConfig"] for e in json.loads(path.read_text())["queues"]}
+    assert sorted(entries, key=lambda name: int(name[1:])) == [f"q{i}" for i in range(20)]
+    assert all(entries[f"q{i}"] == ({"maxInProgress": i} if i % 4 == 3 else {"maxJobsPerSecond": i}) for i in range(20))

@@ -8,13 +8,15 @@ file picks the change up within a second. ``pinlater.admin`` re-exports these.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from pinlater.queue_rules import RULE_KEYS
 from pinlater.ratelimit import parse_queue_config
@@ -22,6 +24,25 @@ from pinlater.ratelimit import parse_queue_config
 #: Where ``pause_queue`` remembers the rate it replaced, inside the queue's entry (the original
 #: server read only ``name`` and ``queueConfig``, so the key is harmless to it).
 PAUSED_FROM = "pausedFromMaxJobsPerSecond"
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_EDITING = threading.Lock()
+
+
+def _one_edit_at_a_time(edit: Callable[P, T]) -> Callable[P, T]:
+    """Run ``edit`` (a read, change and write of a file) while no other edit of this process runs:
+    the admin API edits on the loop's executor threads, and twenty concurrent rate changes of
+    twenty queues each read the file before the others wrote it, so 14 of them were lost while
+    every one answered 200 (a probe). Edits from other processes are not ordered by it."""
+
+    @functools.wraps(edit)
+    def edited(*args: P.args, **kwargs: P.kwargs) -> T:
+        with _EDITING:
+            return edit(*args, **kwargs)
+
+    return edited
 
 
 def write_atomically(path: str | os.PathLike[str], text: str) -> None:
@@ -82,6 +103,7 @@ def read_queue_rates(path: str | os.PathLike[str]) -> dict[str, float]:
     return parse_queue_config(text)
 
 
+@_one_edit_at_a_time
 def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None) -> str:
     """Set ``queue``'s maxJobsPerSecond (``None`` removes its limit); returns the new file text.
 
@@ -104,6 +126,7 @@ def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None)
     return _save_queue_config(target, document)
 
 
+@_one_edit_at_a_time
 def set_queue_rules(path: str | os.PathLike[str], queue: str, rules: Mapping[str, int | float | None]) -> str:
     """Set some of ``queue``'s rules (``queue_rules.RULE_KEYS``: ``groupConcurrency``,
     ``maxInProgress``, ``groupJobsPerSecond``; None removes one); returns the new file text. The
@@ -132,6 +155,7 @@ def set_queue_rules(path: str | os.PathLike[str], queue: str, rules: Mapping[str
     return _save_queue_config(target, document)
 
 
+@_one_edit_at_a_time
 def pause_queue(path: str | os.PathLike[str], queue: str) -> str:
     """Set ``queue``'s rate to 0 (dequeues are refused), remembering the rate it had."""
     target = Path(path)
@@ -147,6 +171,7 @@ def pause_queue(path: str | os.PathLike[str], queue: str) -> str:
     return _save_queue_config(target, document)
 
 
+@_one_edit_at_a_time
 def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
     """Undo ``pause_queue``: restore the remembered rate, or no limit if there was none."""
     target = Path(path)
@@ -177,6 +202,7 @@ _NUMBERED_KEY = re.compile(r"[A-Za-z]*([0-9]+)")
 _SHARD_NAME = re.compile(r"([0-9]+)(?:d[0-9]+)?")
 
 
+@_one_edit_at_a_time
 def set_shard_dequeue_only(path: str | os.PathLike[str], shard: str, dequeue_only: bool = True) -> list[str]:
     """Flip ``dequeueOnly`` for ``shard`` in a backend config file; returns the entries changed.
 
