@@ -13,7 +13,7 @@ from pinlater.admin_files import pause_queue, resume_queue, set_queue_rate, set_
 from pinlater.backends.base import QueueRules
 from pinlater.errors import ConfigError
 from pinlater.queue_rules import MAX_COUNT, cap_share, parse_queue_rules
-from pinlater.ratelimit import parse_queue_config
+from pinlater.ratelimit import QueueRateLimits, parse_queue_config
 
 
 def config(*entries: tuple[str, dict[str, Any]]) -> str:
@@ -113,3 +113,15 @@ def test_concurrent_edits_of_one_file_lose_none(tmp_path: Path) -> None:
     entries = {e["name"]: e["queueConfig"] for e in json.loads(path.read_text())["queues"]}
     assert sorted(entries, key=lambda name: int(name[1:])) == [f"q{i}" for i in range(20)]
     assert all(entries[f"q{i}"] == ({"maxInProgress": i} if i % 4 == 3 else {"maxJobsPerSecond": i}) for i in range(20))
+
+
+def test_a_name_that_is_not_text_refuses_the_whole_file() -> None:
+    """JSON can spell a lone surrogate ("\\ud800"): no queue has such a name, and the rate limiter
+    had taken the entries before it (pausing them) from a file the server said it refused."""
+    text = '{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 0}}, {"name": "\\ud800", "queueConfig": {}}]}'
+    with pytest.raises(ConfigError, match=r"queues\[1\]: 'name' .* is not text"):
+        parse_queue_config(text)
+    limits = QueueRateLimits()
+    with pytest.raises(ConfigError):
+        limits.apply_queue_config(text)
+    assert limits.configured == {} and limits.limiter.rates() == {}

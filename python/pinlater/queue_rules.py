@@ -44,6 +44,10 @@ def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
     for i, entry in enumerate(queues):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ConfigError(f"queues[{i}]: expected an object with a string 'name'")
+        try:
+            entry["name"].encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800": no queue can have it, and the limiter took part of the file
+            raise ConfigError(f"queues[{i}]: 'name' {entry['name']!r} is not text (a lone surrogate)") from None
         config = entry.get("queueConfig", {})
         if not isinstance(config, dict):
             raise ConfigError(f"queues[{i}] ({entry['name']}): queueConfig must be an object")

@@ -76,6 +76,7 @@ class QueueRateLimits:
         return None if rate is None else rate / (self._servers * self._processes)
 
     def apply_queue_config(self, text: str) -> None:
+        """Take the file's rates, whole or not at all (``ConfigError``: the last good ones stay)."""
         rates = parse_queue_config(text)
         self._configured = rates
         self._sync()
