@@ -167,3 +167,26 @@ def test_marking_a_redis_shard_dequeue_only_reaches_the_running_server(
         assert wait_for(draining, 10, what="shard 2 to be dequeue-only") == ["2"]
         with pytest.raises(KeyError):
             set_shard_dequeue_only(path, "3")
+
+
+def test_bodies_that_are_not_json_text_or_numbers_are_bad_requests(admin_server: AdminServer) -> None:
+    """Each of these was a 500 with a traceback in the log: JSON nested past Python's stack, a
+    charset Python does not know, a number past a float (1e999), a lone surrogate in a text."""
+    srv = admin_server.server
+    admin_server.jobs.create("q")
+    password = json.dumps(ADMIN_PASSWORD)
+    cases = [
+        (b'{"password": "x", "a": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "application/json", "is not JSON"),
+        (b'{"password": "x"}', "application/json; charset=bogus", "is not JSON"),
+        (b'{"password": %s, "queue": "q", "limit": 1e999}' % password.encode(), "application/json", "whole number"),
+        (
+            b'{"password": %s, "queue": "q", "name": "n", "interval_ms": 1000, "body": "\\ud800"}' % password.encode(),
+            "application/json",
+            "lone surrogate",
+        ),
+    ]
+    paths = ("/api/retry", "/api/retry", "/api/retry", "/api/schedules")
+    for path, (body, content_type, reason) in zip(paths, cases, strict=True):
+        answer = http(srv, path, body, content_type=content_type)
+        assert (answer.status, reason in answer.json()["error"]) == (400, True), (path, answer.text)
+    assert not any("Traceback" in line for line in srv.lines)

@@ -203,10 +203,16 @@ class AdminApi:
             raise ApiError(415, "send the action as application/json")
         try:
             body = await request.json()
-        except ValueError:
-            raise ApiError(400, "the body is not JSON") from None
+        except (ValueError, RecursionError, LookupError):  # (nested past Python's stack; an unknown charset)
+            raise ApiError(
+                400, "the body is not JSON (in a charset Python knows, nested less than 1,000 deep)"
+            ) from None
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a JSON object")
+        try:  # JSON can spell a lone surrogate ("\ud800"), which no text field may hold
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(400, "the body holds a lone surrogate (\\ud800 to \\udfff), which is not text") from None
         expected = self.server.settings.admin_password_hash
         if not expected:
             log.warning("admin %s refused: no ADMIN_PASSWORD_HASH is set", action, extra={"remote": request.remote})
@@ -359,7 +365,7 @@ def _audit(request: web.Request, level: int, action: str, queue: str, what: str)
 def _int(value: Any, what: str, low: int, high: int) -> int:
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (OverflowError: JSON's 1e999, an infinite float)
         raise ApiError(400, f"{what} must be a whole number, not {value!r}") from None
     if isinstance(value, bool) or isinstance(value, float) or not low <= number <= high:
         raise ApiError(400, f"{what} must be a whole number in {low}..{high}, not {value!r}")
