@@ -19,6 +19,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,7 +29,6 @@ from pinlater.backends.sharded import ShardedBackend, key_shard
 from pinlater.backends.shardmap import Shard
 from pinlater.cron import HORIZON_YEARS, Cron, CronError
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError, shown
-from pinlater.server.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ MAX_QUEUE_SCHEDULE_BYTES = 8 * 1024 * 1024
 DUE_PER_PASS = 500
 
 FAILED_ROW_RETRY_MS = 60_000
-"""A row that failed to fire is due again this long after (``ScheduleRunner._fire``)."""
+"""A row that failed to fire is passed over this long by the runner (``ScheduleRunner._fire``),
+and such failures are logged at most once in that time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +265,9 @@ class ScheduleRunner:
         self._task: asyncio.Task[None] | None = None
         #: Ticks whose job was enqueued by this runner (deduplicated ones not counted).
         self.fired = 0
-        self._log_failed = ThrottledLog(log, 60.0, logging.ERROR)
+        #: Rows that failed to fire, by (queue, name, tick), and the time they are tried again.
+        self._put_off: dict[tuple[str, str, int], int] = {}
+        self._failure_logged_at = float("-inf")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="pinlater-schedules")
@@ -321,27 +324,36 @@ class ScheduleRunner:
         return True
 
     async def _fire(self, shard: Shard, rows: Sequence[ScheduleRow]) -> int:
-        """Fire each row; one that fails (a bug, or data no check foresaw) is logged and put off
-        for ``FAILED_ROW_RETRY_MS``, so it cannot stop the rows due after it: it stayed the
-        shard's earliest due row and failed every pass first, and no other schedule fired."""
+        """Fire each row. One that fails (a bug, or data no check foresaw) is logged and passed
+        over by this runner for ``FAILED_ROW_RETRY_MS``, its tick unchanged (so a job it enqueued
+        before it failed is deduplicated when it is tried again): it cannot stop the rows due
+        after it. It stayed the shard's earliest due row and failed every pass first, and no
+        other schedule of the shard fired."""
         made = 0
+        now = self.backend.clock.now_ms()
+        if len(self._put_off) > DUE_PER_PASS:
+            self._put_off = {key: until for key, until in self._put_off.items() if until > now}
         for row in rows:
+            key = (row.queue, row.name, row.next_run_ms)
+            if self._put_off.get(key, now) > now:
+                continue
             try:
                 made += await self._fire_one(shard, row)
             except ShardConnectionError:
                 raise
             except Exception:
-                self._log_failed(
+                self._put_off[key] = self.backend.clock.now_ms() + FAILED_ROW_RETRY_MS
+                logged = time.monotonic() - self._failure_logged_at >= FAILED_ROW_RETRY_MS / 1000
+                if logged:
+                    self._failure_logged_at = time.monotonic()
+                log.log(
+                    logging.ERROR if logged else logging.DEBUG,
                     "schedules: %s/%s on shard %s failed to fire; tried again in %d s",
                     row.queue,
                     row.name,
                     shard.name,
                     FAILED_ROW_RETRY_MS // 1000,
                     exc_info=True,
-                )
-                later = self.backend.clock.now_ms() + FAILED_ROW_RETRY_MS
-                await self.backend.call_store(
-                    shard, shard.store.advance_schedule, row.queue, row.name, row.next_run_ms, later
                 )
         return made
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pinlater.backends.base import JobFilter, JobState, NewJob, ShardStore
+from pinlater.backends.base import JobFilter, JobState, NewJob, ScanCursor, ShardStore
 from pinlater.backends.body_filter import BodyFilter, BodyFilterBudgetExceeded, BodyPatternError
 from pinlater.backends.embedded import EmbeddedStore, body_filtered
 from pinlater.config import Settings
@@ -143,15 +143,15 @@ def test_mysql_reads_long_bodies_apart_and_keeps_the_order(tmp_path: Path, monke
     monkeypatch.setattr(mysql_filtered, "BATCH_ROWS", 10)
     monkeypatch.setattr(mysql_filtered, "SHORT_BODY_BYTES", 20)
     monkeypatch.setattr(mysql_filtered, "BATCH_BYTES", 250)  # two long bodies a group
-    groups: list[int] = []
-    long_groups = mysql_filtered._long_groups
+    groups: list[int] = []  # the long bodies of each group read by id
+    grouped = mysql_filtered._groups
 
-    def recorded(rows: Any) -> Iterator[list[int]]:
-        for group in long_groups(rows):
-            groups.append(len(group))
+    def recorded(rows: Any, indices: Any) -> Iterator[list[int]]:
+        for group in grouped(rows, indices):
+            groups.append(sum(rows[i][3] is None for i in group))
             yield group
 
-    monkeypatch.setattr(mysql_filtered, "_long_groups", recorded)
+    monkeypatch.setattr(mysql_filtered, "_groups", recorded)
     with open_store("mysql", tmp_path) as store:
         store.create_queue(Q, 1)
         # Every third body is long; every other one (short or long) has "hit" in it.
@@ -174,6 +174,50 @@ def test_mysql_reads_long_bodies_apart_and_keeps_the_order(tmp_path: Path, monke
         assert [job.local_id for job in store.scan_jobs(Q, everywhen, 10)] == [high, low]
         assert store.delete_jobs(Q, everywhen, 10) == 2
     assert groups and max(groups) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_now_is_ready_and_a_millisecond_on_is_future(kind: str, tmp_path: Path) -> None:
+    """The filter's range holds at its ends (MySQL's walk once took the jobs at its start
+    position whatever the range: those at now among the future ones, at now + 1 ms among the
+    ready ones)."""
+    now = T0 + 1000
+    with open_store(kind, tmp_path) as store:
+        store.create_queue(Q, 1)
+        ready, future = store.enqueue_jobs(Q, [NewJob(1, b"at now", now, 1), NewJob(1, b"just after", now + 1, 1)], T0)
+        assert store.count_jobs(Q, pending("a", future=True), None) == 1
+        assert store.count_jobs(Q, pending("a", future=False), None) == 1
+        assert [job.local_id for job in store.scan_jobs(Q, pending("a", future=True), 10)] == [future]
+        assert [job.local_id for job in store.scan_jobs(Q, pending("a", future=False), 10)] == [ready]
+        # A page after a cursor below the range (now moved on between pages) finds nothing there.
+        assert store.scan_jobs(Q, pending("a", future=True), 10, ScanCursor(now, ready + 1)) == []
+
+
+@pytest.mark.mysql
+def test_mysql_deletes_only_what_matches_when_it_is_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint may give a job a new body between the batch's snapshot and its delete: the
+    delete reads its matches again under lock and leaves the one that no longer matches."""
+    from pinlater.backends.base import CheckpointItem
+    from pinlater.backends.mysql import body_filtered as mysql_filtered
+
+    with open_store("mysql", tmp_path) as store:
+        store.create_queue(Q, 1)
+        changed, kept = store.enqueue_jobs(Q, [NewJob(1, b"old-1", T0, 1), NewJob(1, b"old-2", T0, 1)], T0)
+        claimed = store.dequeue_jobs(Q, 1, 10, "worker:1", T0 + 1000, False)
+        assert {job.local_id for job in claimed} == {changed, kept}
+        matching = mysql_filtered._matching
+
+        def then_checkpointed(*args: Any) -> list[int]:
+            found = matching(*args)  # the snapshot's matches; then, from another connection:
+            item = CheckpointItem(1, changed, T0 + 1000, move_to_pending=False, new_body=b"new")
+            assert store.checkpoint_jobs(Q, [item], "worker", T0 + 1000) == 1
+            return found
+
+        monkeypatch.setattr(mysql_filtered, "_matching", then_checkpointed)
+        in_progress = JobFilter(JobState.IN_PROGRESS, 1, T0 + 1000, None, "^old")
+        assert store.delete_jobs(Q, in_progress, 10) == 1
+        left = store.scan_jobs(Q, JobFilter(JobState.IN_PROGRESS, 1, T0 + 1000, None), 10)
+        assert [job.local_id for job in left] == [changed]
 
 
 @pytest.mark.parametrize("kind", KINDS)

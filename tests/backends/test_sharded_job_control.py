@@ -10,6 +10,7 @@ Through a server: ``tests/server/test_job_control.py``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -284,25 +285,35 @@ def test_each_tick_makes_one_job_and_missed_ticks_make_one(backend: ShardedBacke
 
 
 def test_a_row_that_fails_to_fire_is_put_off_and_the_others_fire(
-    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A row no check foresaw (written by an older server: a status that is not text) fails to
-    fire; it is put off for a minute and the rows due after it fire (before, it stayed the
-    shard's earliest due row and failed every pass first: no schedule of the shard fired)."""
+    fire; the runner passes it over for a minute, its tick unchanged, and the rows due after it
+    fire (before, it stayed the shard's earliest due row and failed every pass first: no
+    schedule of the shard fired)."""
     good = run(schedules.upsert(backend, every("good")))
     home = schedules._home(backend, Q, "good")
     # a name whose home is the good one's, so that the bad row is due first there
     name = next(f"bad-{i}" for i in range(100) if schedules._home(backend, Q, f"bad-{i}") is home)
     bad = schedules.Schedule(Q, name, schedules.ScheduledJob(b"x", custom_status="\ud800"), interval_ms=MINUTE)
-    home.store.put_schedule(replace(bad, next_run_ms=clock.now_ms() + 1).row())
+    bad_tick = clock.now_ms() + 1
+    home.store.put_schedule(replace(bad, next_run_ms=bad_tick).row())
     clock.advance(MINUTE)
     runner = schedules.ScheduleRunner(backend)
+    caplog.set_level(logging.DEBUG, logger="pinlater.schedules")
+
+    def failures() -> int:
+        return sum("failed to fire" in record.getMessage() for record in caplog.records)
+
     assert run(runner.run_once()) == 1, "the good schedule fired"
+    assert failures() == 1
+    assert run(runner.run_once()) == 0 and failures() == 1, "passed over, not tried every pass"
     assert [job.dedup_key for job in jobs_of(backend)] == [schedules.tick_key("good", good.next_run_ms or 0)]
     (failed,) = [row for row in home.store.list_schedules(Q) if row.name == name]
-    assert failed.next_run_ms == clock.now_ms() + schedules.FAILED_ROW_RETRY_MS
+    assert failed.next_run_ms == bad_tick, "its tick is kept: a job it made before failing is deduplicated"
     clock.advance(MINUTE)
     assert run(runner.run_once()) == 1, "still"
+    assert failures() == 2, "tried again a minute on"
 
 
 def test_two_runners_and_a_runner_that_died_half_way_make_one_job_per_tick(

@@ -348,7 +348,7 @@ def test_a_peer_that_never_reads_its_replies_is_closed_and_its_bytes_released(
         "lookupJobs",
         1,
         context=t.RequestContext(source="t"),
-        request=t.PinLaterLookupJobRequest(jobDescriptors=[descriptor], body=True),
+        request=t.PinLaterLookupJobRequest(jobDescriptors=[descriptor], includeBody=True),
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

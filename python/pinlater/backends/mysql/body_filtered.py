@@ -22,16 +22,17 @@ batches and before every body.
 
 Count and scan read each batch in its own transaction, as the other stores read pages: a change
 between batches may be seen; a scan reads its matches' records by id in the transaction that
-listed them (``records_by_id.sql``). A delete removes a batch's matching jobs by id in the batch's
-transaction, each only if it still has the filter's state and run_after range
-(``delete_jobs_by_id.sql``; a body never changes), so a job is deleted only if it matches the
-filter when it is deleted; the rows it does not delete are not locked.
+listed them (``records_by_id.sql``). A delete reads its batch's matches again
+in the batch's transaction, locked while they have the filter's state and run_after range
+(``lock_bodies_by_id.sql``: a checkpoint may give a job a new body), matches them again and
+deletes those (``delete_jobs_by_id.sql``), so a job is deleted only if it matches the filter
+when it is deleted; the candidates that did not match are not locked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pinlater.backends.base import JobFilter, JobRecord, ScanCursor
@@ -54,7 +55,6 @@ BATCH_BYTES = 8 << 20
 """Longer bodies are read by id in groups of about this many bytes (at least one body each)."""
 
 _ID_MAX = 2**64 - 1  # local_id is BIGINT UNSIGNED
-_MS = timedelta(milliseconds=1)
 
 Row = Sequence[Any]
 """A candidate: local_id, run_after (text), body length, body or None (a long one)."""
@@ -70,7 +70,7 @@ def _candidates(cur: Cursor, table: str, where: JobFilter, position: Position, n
     ties, rest = (
         (queries.FILTER_TIES_NEWEST, queries.FILTER_BEFORE) if newest else (queries.FILTER_TIES, queries.FILTER_AFTER)
     )
-    cur.execute(ties.render(table=table), (SHORT_BODY_BYTES, state, mark, local_id, BATCH_ROWS))
+    cur.execute(ties.render(table=table), (SHORT_BODY_BYTES, state, mark, local_id, low, high, BATCH_ROWS))
     rows = list(cur.fetchall())
     if len(rows) < BATCH_ROWS:
         cur.execute(
@@ -81,9 +81,10 @@ def _candidates(cur: Cursor, table: str, where: JobFilter, position: Position, n
 
 
 def _start(where: JobFilter, newest: bool) -> Position:
-    """Just outside the filter's range, so the first batch's ties are none and the rest all of it."""
+    """Where a walk starts: at the range's first run_after before any id (no job has id 0, nor
+    the largest, AUTO_INCREMENT's ids starting at 1), so its first ties are every job there."""
     _, low, high = job_rows.filter_args(where)
-    return (high + _MS, _ID_MAX) if newest else (low - _MS, 0)
+    return (high, _ID_MAX) if newest else (low, 0)
 
 
 def _matching(cur: Cursor, table: str, rows: Sequence[Row], body_filter: BodyFilter) -> list[int]:
@@ -91,7 +92,7 @@ def _matching(cur: Cursor, table: str, rows: Sequence[Row], body_filter: BodyFil
     by id, ``BATCH_BYTES`` at a time; a job gone since it was listed does not match."""
     short = [i for i, row in enumerate(rows) if row[3] is not None]
     found = [short[i] for i in body_filter.matching([bytes(rows[i][3]) for i in short])]
-    for group in _long_groups(rows):
+    for group in _groups(rows, (i for i, row in enumerate(rows) if row[3] is None)):
         body_filter.check()
         ids = [int(rows[i][0]) for i in group]
         cur.execute(queries.BODIES_BY_ID.render(table=table, ids=len(ids)), ids)
@@ -100,17 +101,18 @@ def _matching(cur: Cursor, table: str, rows: Sequence[Row], body_filter: BodyFil
     return sorted(found)
 
 
-def _long_groups(rows: Sequence[Row]) -> Iterator[list[int]]:
+def _groups(rows: Sequence[Row], indices: Iterable[int]) -> Iterator[list[int]]:
+    """``indices`` of ``rows`` in groups whose bodies (by length) hold about ``BATCH_BYTES``, at
+    least one body each."""
     group: list[int] = []
     size = 0
-    for i, row in enumerate(rows):
-        if row[3] is not None:
-            continue
-        if group and size + int(row[2]) > BATCH_BYTES:
+    for i in indices:
+        length = int(rows[i][2])
+        if group and size + length > BATCH_BYTES:
             yield group
             group, size = [], 0
         group.append(i)
-        size += int(row[2])
+        size += length
     if group:
         yield group
 
@@ -186,12 +188,23 @@ def delete_matching(store: MySQLStore, queue: str, where: JobFilter, limit: int)
 
     def batch(cur: Cursor) -> tuple[list[Row], int]:
         rows = _candidates(cur, table, where, position, newest=False)
-        ids = [int(rows[i][0]) for i in _matching(cur, table, rows, body_filter)][: limit - deleted]
-        if not ids:
-            return rows, 0
-        return rows, int(
-            cur.execute(queries.DELETE_JOBS_BY_ID.render(table=table, ids=len(ids)), (state, low, high, *ids))
-        )
+        matched = [rows[i] for i in _matching(cur, table, rows, body_filter)]
+        gone = 0
+        # The matches' bodies read again, locked, and matched again: a checkpoint may have given
+        # one a new body since the snapshot above; each group about BATCH_BYTES of them.
+        for group in _groups(matched, range(len(matched))):
+            body_filter.check()
+            ids = [int(matched[i][0]) for i in group]
+            cur.execute(queries.LOCK_BODIES_BY_ID.render(table=table, ids=len(ids)), (state, low, high, *ids))
+            locked = [(int(local_id), bytes(body)) for local_id, body in cur.fetchall()]
+            still = sorted(locked[i][0] for i in body_filter.matching([body for _, body in locked]))
+            still = still[: limit - deleted - gone]
+            if still:
+                sql = queries.DELETE_JOBS_BY_ID.render(table=table, ids=len(still))
+                gone += int(cur.execute(sql, (state, low, high, *still)))
+            if deleted + gone >= limit:
+                break
+        return rows, gone
 
     while deleted < limit:
         body_filter.check()

@@ -6,10 +6,11 @@
 -- and goes back as the next position; bodies come when at most a bound long (NULL past it: read
 -- by id), so a batch holds a bounded amount of bodies.
 -- {table}: the priority's jobs table.
--- %s: body bound, state, position run_after, position local_id, limit.
+-- %s: body bound, state, position run_after, position local_id, run_after from, run_after to,
+--     limit.
 -- Returns: local_id, run_after (text), body length, body or NULL.
 SELECT local_id, CAST(run_after AS CHAR), LENGTH(body), IF(LENGTH(body) <= %s, body, NULL)
   FROM {table}
- WHERE state = %s AND run_after = %s AND local_id > %s
+ WHERE state = %s AND run_after = %s AND local_id > %s AND run_after >= %s AND run_after <= %s
  ORDER BY local_id
  LIMIT %s
