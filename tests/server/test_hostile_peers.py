@@ -613,3 +613,38 @@ def test_a_lookup_whose_bodies_would_pass_the_frame_limit_is_refused(
     assert set(api.lookup(*descriptors)) == set(descriptors)
     assert set(api.lookup(*descriptors[:2], body=True)) == set(descriptors[:2])
     still_served(api)
+
+
+def test_a_long_poll_whose_peer_hung_up_ends_and_claims_nothing(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """A waiting long poll holds no request slot, so nothing but its connection bounds it: one
+    whose peer hangs up ends at once. Before, it waited out its 30 s and then dequeued the next
+    job for nobody, which stayed IN_PROGRESS until its claim timed out."""
+    service, t = thrift_gen
+    server = start_server()
+    api = api_for(server)
+    api.create("lp")
+    poll = encoded_call(
+        service,
+        "dequeueJobs",
+        1,
+        context=t.RequestContext(source="t"),
+        request=t.PinLaterDequeueRequest(queueName="lp", limit=1, waitMillis=30_000),
+    )
+    for _ in range(5):
+        sock = raw(server)
+        sock.sendall(frame(poll))
+        wait_for(lambda: gauge(server, "long_polls_waiting") == 1, what="the long poll to be waiting")
+        sock.close()
+        wait_for(lambda: gauge(server, "long_polls_waiting") == 0, what="the long poll to end with its connection")
+    # A peer that half-closes (its side only) gets the poll's answer, empty, at once.
+    sock = raw(server)
+    sock.sendall(frame(poll))
+    wait_for(lambda: gauge(server, "long_polls_waiting") == 1, what="the long poll to be waiting")
+    sock.shutdown(socket.SHUT_WR)
+    assert reply_seqid(read_frame(sock)) == 1 and is_closed(sock)
+    sock.close()
+    (descriptor,) = api.enqueue("lp", api.job(b"for a worker that is there"))
+    assert api.lookup(descriptor)[descriptor].jobState == 0  # PENDING
+    assert list(api.dequeue("lp").jobs) == [descriptor]

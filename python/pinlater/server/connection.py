@@ -87,6 +87,9 @@ class Connection(asyncio.Protocol):
         if exc is not None and self.worker is not None:
             self._peer_gone(exc)
         self._lost = True
+        self._lease.lost = True
+        if self._lease.resting and self.worker is not None:
+            self.worker.cancel()  # a long poll waiting for nobody (``lease.py``): ends now
         self._drop_queue()
         self._release()
         self._server._write_paused.discard(self)
@@ -166,6 +169,9 @@ class Connection(asyncio.Protocol):
             self._server._counters.truncated_frames += 1
             self._release()
         self._closing = True
+        # A long poll waiting for this peer answers empty at its next wake (within the recheck
+        # interval) instead of waiting out its time: the peer may be gone (``lease.py``).
+        self._lease.lost = True
         # Keep the socket half-open while queued requests are answered; close now if idle.
         return self.worker is not None
 

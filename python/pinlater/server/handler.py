@@ -408,7 +408,7 @@ class PinLaterHandler:
             if lease is not None:
                 lease.rest()
             await self.backend.signals.wait(queue, min(remaining, recheck))
-            if self.backend.signals.closed:
+            if self.backend.signals.closed or (lease is not None and lease.lost):
                 break
             if lease is not None:
                 await lease.take()

@@ -8,8 +8,12 @@ long-polling an empty queue, or one peer opening that many connections) left no 
 other request, and every client stalled until the polls expired. So a long poll gives its slot
 back while it waits and takes one again, in line with every other request, before each dequeue
 it makes (``handler._long_poll``). Waiting long polls are bounded by the connections instead,
-one request per connection at a time; ``RequestSlots.resting`` counts them (``/stats.txt``'s
-``long_polls_waiting``; ``requests_in_flight`` counts them too, as before).
+one request per connection at a time: a connection lost while its long poll waits ends the poll
+at once (``Connection.connection_lost`` cancels it), and one whose peer has closed its side
+(``eof_received``: gone, or half-closed to read the answer) answers empty at its next wake, within
+the recheck interval (0.2 s), without dequeuing; so a peer that sends one and hangs up, again and
+again, leaves none behind to claim jobs for nobody. ``RequestSlots.resting`` counts them
+(``/stats.txt``'s ``long_polls_waiting``; ``requests_in_flight`` counts them too, as before).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ __all__ = ["RequestLease", "current_lease"]
 class RequestLease:
     """One connection's hold on a request slot, for the request it is serving (one at a time)."""
 
-    __slots__ = ("held", "resting", "slots")
+    __slots__ = ("held", "lost", "resting", "slots")
 
     def __init__(self, slots: RequestSlots) -> None:
         self.slots = slots
@@ -34,6 +38,8 @@ class RequestLease:
         self.held = False
         #: Whether it gave its slot back to wait (``rest``), counted in ``RequestSlots.resting``.
         self.resting = False
+        #: The connection is gone, or its peer closed its side: a long poll makes no more dequeues.
+        self.lost = False
 
     def take_now(self) -> bool:
         """Take a slot if one is free and nobody waits for one (``RequestSlots.take_now``)."""
@@ -43,11 +49,12 @@ class RequestLease:
         return False
 
     async def take(self) -> None:
-        """Wait in line for a slot, as any request (cancelled: none is held)."""
-        self._wake()
+        """Wait in line for a slot, as any request (cancelled: none is held); a resting request
+        counts as resting until it has one."""
         if not self.take_now():
             await self.slots.take()
             self.held = True
+        self._wake()
 
     def release(self) -> None:
         """Give the slot back, if held."""
