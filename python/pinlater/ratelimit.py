@@ -76,10 +76,16 @@ class QueueRateLimits:
         return None if rate is None else rate / (self._servers * self._processes)
 
     def apply_queue_config(self, text: str) -> None:
-        """Take the file's rates, whole or not at all (``ConfigError``: the last good ones stay)."""
+        """Take the file's rates, whole or not at all: a file refused (``ConfigError``), or one the
+        limiter fails on part way, leaves the last good rates in force."""
         rates = parse_queue_config(text)
-        self._configured = rates
-        self._sync()
+        last, self._configured = self._configured, rates
+        try:
+            self._sync()
+        except Exception:
+            self._configured = last
+            self._sync()
+            raise
 
     def apply_server_set(self, text: str) -> None:
         servers = parse_server_set(text)

@@ -175,17 +175,19 @@ def test_bodies_that_are_not_json_text_or_numbers_are_bad_requests(admin_server:
     srv = admin_server.server
     admin_server.jobs.create("q")
     password = json.dumps(ADMIN_PASSWORD)
+    huge = b"1" + b"0" * 400  # a float of it overflows
     cases = [
         (b'{"password": "x", "a": ' + b"[" * 20_000 + b"]" * 20_000 + b"}", "application/json", "is not JSON"),
         (b'{"password": "x"}', "application/json; charset=bogus", "is not JSON"),
         (b'{"password": %s, "queue": "q", "limit": 1e999}' % password.encode(), "application/json", "whole number"),
+        (b'{"password": %s, "queue": "q", "rate": %s}' % (password.encode(), huge), "application/json", "64 bits"),
         (
             b'{"password": %s, "queue": "q", "name": "n", "interval_ms": 1000, "body": "\\ud800"}' % password.encode(),
             "application/json",
             "lone surrogate",
         ),
     ]
-    paths = ("/api/retry", "/api/retry", "/api/retry", "/api/schedules")
+    paths = ("/api/retry", "/api/retry", "/api/retry", "/api/rate", "/api/schedules")
     for path, (body, content_type, reason) in zip(paths, cases, strict=True):
         answer = http(srv, path, body, content_type=content_type)
         assert (answer.status, reason in answer.json()["error"]) == (400, True), (path, answer.text)

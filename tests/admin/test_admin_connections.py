@@ -40,24 +40,45 @@ def healthz(port: int) -> int:
         return status
 
 
-def test_admin_connections_past_the_cap_are_closed_and_thrift_is_served(
+def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
     start_server: Start, ttypes: ModuleType
 ) -> None:
+    """At the cap a new connection takes the place of the one idle longest; when every one is in
+    a request (here, each sending its body slowly), it is closed as it is accepted. The Thrift
+    port is served throughout."""
     server = start_server()
+    port = server.admin_port
+    address = ("127.0.0.1", port)
     with ExitStack() as stack:
-        held = []
-        for _ in range(MAX_ADMIN_CONNECTIONS):
-            sock = stack.enter_context(socket.create_connection(("127.0.0.1", server.admin_port)))
-            held.append(sock)
-        # Accepted in order: once every held one is counted, the next is closed at once.
-        extra = stack.enter_context(socket.create_connection(("127.0.0.1", server.admin_port)))
-        assert closed_by_peer(extra), "past the cap, closed as it was accepted"
+        head = b"POST /api/retry HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"
+
+        def in_a_request() -> socket.socket:
+            sock = stack.enter_context(socket.create_connection(address))
+            sock.sendall(head)  # a request whose body never ends: in progress
+            return sock
+
+        busy = [in_a_request() for _ in range(MAX_ADMIN_CONNECTIONS)]
+
+        def full() -> bool:
+            # A probe can take the place of one whose request had not begun yet: open it again.
+            for i, sock in enumerate(busy):
+                if closed_by_peer(sock, timeout=0.01):
+                    busy[i] = in_a_request()
+            return not _healthy(port)
+
+        wait_for(full, what="every admin connection to be in a request")
+        extra = stack.enter_context(socket.create_connection(address))
+        assert closed_by_peer(extra), "past the cap with none idle, closed as it was accepted"
         client, transport = connect("127.0.0.1", server.port, timeout=10)
         stack.callback(transport.close)
         assert isinstance(client.getQueueNames(Api(client, ttypes).ctx), set), "Thrift still served"
-        for sock in held[:8]:
+        for sock in busy:
             sock.close()
-        wait_for(lambda: _healthy(server.admin_port), what="the admin port to take a connection again")
+        wait_for(lambda: _healthy(port), what="the admin port to take a connection again")
+
+        idle = [stack.enter_context(socket.create_connection(address)) for _ in range(MAX_ADMIN_CONNECTIONS)]
+        assert _healthy(port), "a new one is served: the one idle longest made room"
+        assert closed_by_peer(idle[0]), "the one idle longest was closed"
     assert any("admin connection refused" in line for line in server.lines)
 
 

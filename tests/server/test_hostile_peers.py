@@ -585,6 +585,7 @@ def test_a_general_call_that_would_decode_into_too_many_objects_is_refused(
     api = api_for(server)
     sock = raw(server)
     n = 150_000  # 150,006 values (the empty structs, the list, two structs, two strings and the arguments)
+    # in about 150 KB: over 100,000 and one per 8 bytes
     sock.sendall(frame(checkpoint_of_empty_requests(1, n)))
     reply = read_frame(sock)
     assert reply_seqid(reply) == 1 and b"checkpointJobs call too big to decode: 150006 values" in reply
@@ -600,10 +601,10 @@ def test_a_general_call_that_would_decode_into_too_many_objects_is_refused(
 def test_a_lookup_whose_bodies_would_pass_the_frame_limit_is_refused(
     start_server: Start, api_for: Callable[[ServerProcess], Api]
 ) -> None:
-    """A reply holding more bodies than MAX_FRAME_BYTES is refused, naming the limit: no client
-    with that frame limit could read it, and the server held it whole while a peer that did not
-    read it was written to (20 jobs of 15 MiB: 300 MB a lookup). Fewer jobs, or no bodies, are
-    answered."""
+    """A reply past MAX_FRAME_BYTES is refused, naming the limit: no client with that frame limit
+    could read it, and the server held it whole while a peer that did not read it was written to
+    (20 jobs of 15 MiB: 300 MB a lookup). Fewer jobs, or no bodies, are answered; statuses count
+    too."""
     server = start_server("--max-frame-bytes", "8192")
     api = api_for(server)
     api.create("big")
@@ -612,6 +613,9 @@ def test_a_lookup_whose_bodies_would_pass_the_frame_limit_is_refused(
         api.lookup(*descriptors, body=True)
     assert set(api.lookup(*descriptors)) == set(descriptors)
     assert set(api.lookup(*descriptors[:2], body=True)) == set(descriptors[:2])
+    statuses = [api.enqueue("big", api.job(b"x", customStatus="s" * 3000))[0] for _ in range(3)]
+    with pytest.raises(api.t.PinLaterException, match="more than a reply may"):
+        api.lookup(*statuses)
     still_served(api)
 
 

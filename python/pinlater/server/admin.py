@@ -303,7 +303,8 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
 async def start_admin(server: PinLaterServer) -> web.AppRunner:
     """Build the admin app for ``server`` and listen on its admin host and port."""
     admin = AdminApp(server)
-    runner = web.AppRunner(admin.build(), access_log=None)
+    # (shutdown_timeout: a stop waits this long for admin requests in progress, not aiohttp's 60 s)
+    runner = web.AppRunner(admin.build(), access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     site = GuardedSite(runner, server.settings.admin_host, server.settings.admin_port, admin.connections)
     await site.start()

@@ -213,6 +213,8 @@ class AdminApi:
             json.dumps(body, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise ApiError(400, "the body holds a lone surrogate (\\ud800 to \\udfff), which is not text") from None
+        if _has_huge_integer(body):  # (a float of it overflows: the checks after would fail on it)
+            raise ApiError(400, "the body holds a whole number past 64 bits")
         expected = self.server.settings.admin_password_hash
         if not expected:
             log.warning("admin %s refused: no ADMIN_PASSWORD_HASH is set", action, extra={"remote": request.remote})
@@ -360,6 +362,20 @@ def _audit(request: web.Request, level: int, action: str, queue: str, what: str)
     """One log line per admin action done, with who asked (JSON logs get the fields as keys)."""
     extra = {"remote": request.remote, "action": action, "queue": queue}
     log.log(level, "admin %s on %s from %s: %s", action, queue, request.remote, what, extra=extra)
+
+
+def _has_huge_integer(value: Any) -> bool:
+    """Whether a decoded JSON value holds an integer outside -2**63..2**64 anywhere."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, int) and not -(2**63) <= item <= 2**64:
+            return True
+    return False
 
 
 def _int(value: Any, what: str, low: int, high: int) -> int:

@@ -6,12 +6,14 @@ took the server to its open-files limit, and the Thrift port could accept no cli
 the admin port needs no password to connect). So the admin site (``GuardedSite``) wraps each
 connection's protocol:
 
-* a connection past ``MAX_ADMIN_CONNECTIONS`` open is closed as it is accepted (logged at most
+* at ``MAX_ADMIN_CONNECTIONS`` open, a new connection takes the place of the one idle longest
+  (no request in progress), or is closed as it is accepted when none is idle (logged at most
   once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
-  keeps for it and the stores;
-* a sweep, once a second, closes a connection with no request in progress that has answered
-  none for ``ADMIN_IDLE_SECONDS`` since it opened or since its last answer (an idle keep-alive,
-  or a peer still sending its first request's headers), and one whose request has run for
+  keeps for it and the stores, and a peer holding idle connections cannot lock an operator out;
+* a sweep, once a second, closes a connection with no request in progress and no answer left to
+  write that has answered none for ``ADMIN_IDLE_SECONDS`` since it opened or since its last
+  answer (an idle keep-alive, or a peer still sending its first request's headers), and one
+  whose request has run for
   ``ADMIN_REQUEST_SECONDS`` (a body trickled in a byte at a time; the slowest real request, a
   body-filtered scan, stops at its budget of seconds).
 
@@ -94,18 +96,40 @@ class AdminConnections:
 
     def sweep(self, now: float) -> int:
         """Close the connections past their time; how many."""
-        late = [
-            c for c in self.open.values() if now - c.since >= (self.request_seconds if c.busy else self.idle_seconds)
-        ]
+        late = [c for c in self.open.values() if self._late(c, now)]
         for connection in late:
             connection.transport.abort()
         self.timed_out += len(late)
         return len(late)
 
+    def _late(self, c: _Connection, now: float) -> bool:
+        if c.busy:
+            return now - c.since >= self.request_seconds
+        if c.transport.get_write_buffer_size():  # an answer still going out to a slow reader
+            c.since = now
+            return False
+        return now - c.since >= self.idle_seconds
+
+    def make_room(self) -> bool:
+        """At the cap: close the connection idle longest, if any is idle; whether one was. It
+        leaves the count at once (its ``connection_lost`` comes later)."""
+        idle = [
+            (c.since, key) for key, c in self.open.items() if not c.busy and not c.transport.get_write_buffer_size()
+        ]
+        if not idle:
+            return False
+        _, key = min(idle, key=lambda pair: pair[0])
+        self.open.pop(key).transport.abort()
+        self.timed_out += 1
+        return True
+
     async def run(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_SECONDS)
-            self.sweep(time.monotonic())
+            try:
+                self.sweep(time.monotonic())
+            except Exception:  # a bug: logged, and the sweep goes on
+                log.exception("admin connection sweep failed")
 
 
 class _Guarded(asyncio.Protocol):
@@ -120,7 +144,7 @@ class _Guarded(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         owner = self._owner
         tcp = cast(asyncio.Transport, transport)  # (uvloop's is not an asyncio.Transport)
-        if len(owner.open) >= owner.cap:
+        if len(owner.open) >= owner.cap and not owner.make_room():
             owner.refused += 1
             self._inner = None
             tcp.abort()

@@ -80,8 +80,12 @@ MAX_VALID_NAMES_KEPT = 4096
 #: Most jobs one scanJobs reply carries (MAX_SCAN_LIMIT); a larger limit gets this many, so a
 #: limit of 2**31-1 cannot build a reply of every job in the queue.
 DEFAULT_MAX_SCAN_LIMIT = 10_000
-#: Most bytes of bodies one lookupJobs reply carries (the server's MAX_FRAME_BYTES).
+#: Most bytes one lookupJobs reply carries (the server's MAX_FRAME_BYTES), counted as its
+#: descriptors, statuses and bodies and ``JOB_INFO_BYTES`` a job.
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
+#: What a ``PinLaterJobInfo`` takes on the wire besides its descriptor, status and body: its
+#: field headers, lengths, state, attempts and times (about 60 bytes), rounded up.
+JOB_INFO_BYTES = 64
 I32_MAX = 2**31 - 1
 #: Most descriptors one cancelJobs takes (each store call gets at most CANCEL_CHUNK of them).
 MAX_CANCEL = 100_000
@@ -480,13 +484,15 @@ class PinLaterHandler:
         if self.broker is not None:
             await self.broker.settle(await decoded(descriptors))
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
-        if request.includeBody and (size := sum(len(r.body or b"") for r in found.values())) > self.max_reply_bytes:
+        size = sum(len(d) + len(r.custom_status) + len(r.body or b"") + JOB_INFO_BYTES for d, r in found.items())
+        if size > self.max_reply_bytes:
             # A reply no client with our frame limit could read, held in memory while a peer that
             # does not read it is written to: 20 jobs of 15 MiB made each such lookup 300 MB.
             raise PinLaterError(
                 ErrorCode.UNKNOWN,
-                f"invalid request: the {len(found)} jobs' bodies hold {size} bytes, more than a reply may "
-                f"({self.max_reply_bytes}, MAX_FRAME_BYTES): look up fewer jobs at a time, or without bodies",
+                f"invalid request: the reply about {len(found)} jobs would be about {size} bytes, more than a "
+                f"reply may ({self.max_reply_bytes}, MAX_FRAME_BYTES): look up fewer jobs at a time"
+                + (", or without bodies" if request.includeBody else ""),
             )
         infos = {}
         for i, (descriptor, record) in enumerate(found.items()):
