@@ -296,8 +296,9 @@ class ScheduleRunner:
             if not shard.healthy:
                 continue
             try:
+                # (more by the rows passed over: they stay the earliest due, as their tick is kept)
                 due = await self.backend.call_store(
-                    shard, shard.store.due_schedules, self.backend.clock.now_ms(), DUE_PER_PASS
+                    shard, shard.store.due_schedules, self.backend.clock.now_ms(), DUE_PER_PASS + len(self._put_off)
                 )
             except ShardConnectionError as exc:
                 log.warning("schedules: shard %s: %s", shard.name, exc)

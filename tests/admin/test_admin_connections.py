@@ -98,10 +98,13 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
 
 def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> None:
     """In-process, with short limits: a connection that sends nothing, half a request's headers,
-    or a body a byte at a time is closed at its limit; one whose request answers is kept while
-    it keeps asking."""
+    a body a byte at a time, or takes none of its answer is closed at its limit; one whose
+    request answers is kept while it keeps asking."""
 
     async def run() -> None:
+        async def big(request: web.Request) -> web.Response:
+            return web.Response(body=b"x" * (32 << 20))
+
         async def echo(request: web.Request) -> web.Response:
             try:
                 return web.Response(text=(await request.text()) or "ok")
@@ -121,6 +124,7 @@ def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> 
 
         app = web.Application(middlewares=[count])
         app.router.add_route("*", "/", echo)
+        app.router.add_get("/big", big)
         runner = web.AppRunner(app)
         await runner.setup()
         site = GuardedSite(runner, "127.0.0.1", 0, connections)
@@ -133,6 +137,8 @@ def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> 
             stuck[1].write(b"GET / HTTP/1.1\r\nHost: x\r\n")
             trickle = await asyncio.open_connection("127.0.0.1", port)
             trickle[1].write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            deaf = await asyncio.open_connection("127.0.0.1", port)  # asks for 32 MiB, reads none
+            deaf[1].write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
             busy = await asyncio.open_connection("127.0.0.1", port)
             start = loop.time()
             answered = 0
@@ -145,9 +151,10 @@ def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> 
                 await asyncio.sleep(0.2)
             for reader, _ in (idle, stuck, trickle):
                 assert await _closed(reader)
+            # the deaf one too: its answer's bytes waiting for it do not keep it open
             assert answered >= 10 and not busy[0].at_eof(), "the busy one is kept"
-            assert connections.timed_out == 3 and len(connections.open) == 1
-            for _, writer in (idle, stuck, trickle, busy):
+            assert connections.timed_out == 4 and len(connections.open) == 1
+            for _, writer in (idle, stuck, trickle, deaf, busy):
                 writer.close()
         finally:
             await runner.cleanup()

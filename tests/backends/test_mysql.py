@@ -558,7 +558,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "resurrect_timed_out_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "cancelled", 4990, "cancelled", _NOW, 1, 2)),
     "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, 10)),
     "delete_jobs": ({"table": _TABLE}, (*_RANGE, 10)),
-    "lock_bodies_by_id": ({"table": _TABLE, "ids": 2}, (*_RANGE, 1, 2)),
+    "lock_bodies_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
     "delete_jobs_by_id": ({"table": _TABLE, "ids": 2}, (*_RANGE, 1, 2)),
     "dedup_lock_keys": ({"table": _KEYS, "rows": (1, 2)}, (_HASH, b"key")),
     "dedup_records": ({"table": _KEYS, "ids": 1}, (_HASH,)),

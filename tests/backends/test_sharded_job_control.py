@@ -285,7 +285,11 @@ def test_each_tick_makes_one_job_and_missed_ticks_make_one(backend: ShardedBacke
 
 
 def test_a_row_that_fails_to_fire_is_put_off_and_the_others_fire(
-    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock, caplog: pytest.LogCaptureFixture
+    backend: ShardedBackend,
+    stores: dict[str, ShardStore],
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A row no check foresaw (written by an older server: a status that is not text) fails to
     fire; the runner passes it over for a minute, its tick unchanged, and the rows due after it
@@ -299,14 +303,16 @@ def test_a_row_that_fails_to_fire_is_put_off_and_the_others_fire(
     bad_tick = clock.now_ms() + 1
     home.store.put_schedule(replace(bad, next_run_ms=bad_tick).row())
     clock.advance(MINUTE)
+    # One due row a pass: the rows passed over, the earliest due, must not fill the page.
+    monkeypatch.setattr(schedules, "DUE_PER_PASS", 1)
     runner = schedules.ScheduleRunner(backend)
     caplog.set_level(logging.DEBUG, logger="pinlater.schedules")
 
     def failures() -> int:
         return sum("failed to fire" in record.getMessage() for record in caplog.records)
 
-    assert run(runner.run_once()) == 1, "the good schedule fired"
-    assert failures() == 1
+    assert run(runner.run_once()) == 0 and failures() == 1, "the bad row came first and failed"
+    assert run(runner.run_once()) == 1, "the good schedule fired: the bad row passed over"
     assert run(runner.run_once()) == 0 and failures() == 1, "passed over, not tried every pass"
     assert [job.dedup_key for job in jobs_of(backend)] == [schedules.tick_key("good", good.next_run_ms or 0)]
     (failed,) = [row for row in home.store.list_schedules(Q) if row.name == name]

@@ -636,10 +636,12 @@ def test_a_long_poll_whose_peer_hung_up_ends_and_claims_nothing(
         context=t.RequestContext(source="t"),
         request=t.PinLaterDequeueRequest(queueName="lp", limit=1, waitMillis=30_000),
     )
-    for _ in range(5):
+    for reset in (False, True) * 3:
         sock = raw(server)
         sock.sendall(frame(poll))
         wait_for(lambda: gauge(server, "long_polls_waiting") == 1, what="the long poll to be waiting")
+        if reset:  # no FIN but a reset: the connection is lost at once
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
         wait_for(lambda: gauge(server, "long_polls_waiting") == 0, what="the long poll to end with its connection")
     # A peer that half-closes (its side only) gets the poll's answer, empty, at once.

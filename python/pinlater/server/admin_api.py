@@ -365,7 +365,7 @@ def _audit(request: web.Request, level: int, action: str, queue: str, what: str)
 
 
 def _has_huge_integer(value: Any) -> bool:
-    """Whether a decoded JSON value holds an integer outside -2**63..2**64 anywhere."""
+    """Whether a decoded JSON value holds an integer outside -2**63..2**64 - 1 anywhere."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -373,7 +373,7 @@ def _has_huge_integer(value: Any) -> bool:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-        elif isinstance(item, int) and not -(2**63) <= item <= 2**64:
+        elif isinstance(item, int) and not -(2**63) <= item < 2**64:
             return True
     return False
 

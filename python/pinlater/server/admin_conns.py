@@ -6,14 +6,14 @@ took the server to its open-files limit, and the Thrift port could accept no cli
 the admin port needs no password to connect). So the admin site (``GuardedSite``) wraps each
 connection's protocol:
 
-* at ``MAX_ADMIN_CONNECTIONS`` open, a new connection takes the place of the one idle longest
-  (no request in progress), or is closed as it is accepted when none is idle (logged at most
+* at ``MAX_ADMIN_CONNECTIONS`` open, a new connection takes the place of the idle one (no request
+  in progress) whose peer was heard from longest ago, or is closed as it is accepted when none is idle (logged at most
   once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
   keeps for it and the stores, and a peer holding idle connections cannot lock an operator out;
-* a sweep, once a second, closes a connection with no request in progress and no answer left to
-  write that has answered none for ``ADMIN_IDLE_SECONDS`` since it opened or since its last
-  answer (an idle keep-alive, or a peer still sending its first request's headers), and one
-  whose request has run for
+* a sweep, once a second, closes a connection with no request in progress that has answered
+  none for ``ADMIN_IDLE_SECONDS`` since it opened or since its last answer, or since its answer
+  last went out further to a slow reader (an idle keep-alive, a peer still sending its first
+  request's headers, or one that takes none of its answer), and one whose request has run for
   ``ADMIN_REQUEST_SECONDS`` (a body trickled in a byte at a time; the slowest real request, a
   body-filtered scan, stops at its budget of seconds).
 
@@ -49,14 +49,19 @@ SWEEP_SECONDS = 1.0
 
 
 class _Connection:
-    __slots__ = ("busy", "since", "transport")
+    __slots__ = ("buffered", "busy", "heard", "since", "transport")
 
     def __init__(self, transport: asyncio.Transport, now: float) -> None:
         self.transport = transport
         #: Requests in progress (one at a time on HTTP/1.1, but aiohttp may pipeline).
         self.busy = 0
-        #: When it opened, its last request ended, or its first request in progress began.
+        #: When it opened, its last request ended, its first request in progress began, or the
+        #: answer it is being written last went out further.
         self.since = now
+        #: Bytes of answers waiting to be written, at the last sweep.
+        self.buffered = 0
+        #: When its peer last sent anything (a request about to begin is not the one to evict).
+        self.heard = now
 
 
 class AdminConnections:
@@ -76,6 +81,8 @@ class AdminConnections:
         self.refused = 0
         #: Connections closed by the sweep, idle or too slow (a total since start).
         self.timed_out = 0
+        #: Idle connections closed to make room for a new one at the cap (a total since start).
+        self.evicted = 0
         self._log_refused = ThrottledLog(log, 60.0)
 
     def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
@@ -103,12 +110,13 @@ class AdminConnections:
         return len(late)
 
     def _late(self, c: _Connection, now: float) -> bool:
-        if c.busy:
-            return now - c.since >= self.request_seconds
-        if c.transport.get_write_buffer_size():  # an answer still going out to a slow reader
+        buffered = c.transport.get_write_buffer_size()
+        if buffered < c.buffered:  # an answer going out to a slow reader: progress
             c.since = now
-            return False
-        return now - c.since >= self.idle_seconds
+        c.buffered = buffered
+        # (aiohttp writes an answer after the middleware ended the request: a peer that takes
+        # none of it ages as an idle one, and is closed as one)
+        return now - c.since >= (self.request_seconds if c.busy else self.idle_seconds)
 
     def make_room(self) -> bool:
         """At the cap: close the connection idle longest, if any is idle; whether one was. It
@@ -158,6 +166,9 @@ class _Guarded(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._inner is not None:
+            connection = self._owner.open.get(self._inner)
+            if connection is not None:
+                connection.heard = time.monotonic()
             self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:

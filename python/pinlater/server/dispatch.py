@@ -248,14 +248,15 @@ def _read_args(method: _Method, payload: bytes, offset: int) -> tuple[Any, str |
 
 
 BASE_OBJECTS = 100_000
-BYTES_PER_OBJECT = 8
+BYTES_PER_OBJECT = 7
 """A general call decodes into at most ``BASE_OBJECTS`` objects and one more per this many bytes of
 its frame (``max_objects``; the walk counts them: ``thrift_struct_objects``). An element can take
 one byte on the wire and a hundred or more as an object: a ``checkpointJobs`` of 16.7 million
 empty requests in one 16 MiB frame held 2.5 GB while it was decoded, 155 times its bytes, to be
 refused for their missing fields. Real calls stay inside it: a descriptor is a string of 12 bytes
 or more on the wire (``q:s1:p1:1`` and its length), a checkpoint request 17 or more for its two
-objects (the struct and its descriptor); an enqueue, dequeue or ack is not decoded this way."""
+objects (the struct and its descriptor), an empty string field 7 (its header and length); an
+enqueue, dequeue or ack is not decoded this way."""
 
 LOOP_OBJECTS = 10_000
 """A general call of more objects than this is decoded off the loop (``_read_args_apart``), however

@@ -80,12 +80,22 @@ MAX_VALID_NAMES_KEPT = 4096
 #: Most jobs one scanJobs reply carries (MAX_SCAN_LIMIT); a larger limit gets this many, so a
 #: limit of 2**31-1 cannot build a reply of every job in the queue.
 DEFAULT_MAX_SCAN_LIMIT = 10_000
-#: Most bytes one lookupJobs reply carries (the server's MAX_FRAME_BYTES), counted as its
-#: descriptors, statuses and bodies and ``JOB_INFO_BYTES`` a job.
+#: Most bytes one lookupJobs reply carries (the server's MAX_FRAME_BYTES), as ``_info_bytes``
+#: counts them.
 DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
-#: What a ``PinLaterJobInfo`` takes on the wire besides its descriptor, status and body: its
-#: field headers, lengths, state, attempts and times (about 60 bytes), rounded up.
+#: What a ``PinLaterJobInfo`` takes on the wire besides its strings and body: its field headers,
+#: lengths, state, attempts and times (about 60 bytes), rounded up.
 JOB_INFO_BYTES = 64
+
+
+def _info_bytes(descriptor: str, record: JobRecord) -> int:
+    """About what a job takes in a ``lookupJobs`` reply: its descriptor twice (the map's key and
+    the info's), its status, claim, keys and body in UTF-8, and ``JOB_INFO_BYTES``."""
+    texts = (record.custom_status, record.claim_descriptor, record.dedup_key, record.group_key)
+    size = 2 * len(descriptor.encode()) + sum(len(text.encode()) for text in texts if text)
+    return size + len(record.body or b"") + JOB_INFO_BYTES
+
+
 I32_MAX = 2**31 - 1
 #: Most descriptors one cancelJobs takes (each store call gets at most CANCEL_CHUNK of them).
 MAX_CANCEL = 100_000
@@ -484,7 +494,7 @@ class PinLaterHandler:
         if self.broker is not None:
             await self.broker.settle(await decoded(descriptors))
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
-        size = sum(len(d) + len(r.custom_status) + len(r.body or b"") + JOB_INFO_BYTES for d, r in found.items())
+        size = sum(_info_bytes(d, r) for d, r in found.items())
         if size > self.max_reply_bytes:
             # A reply no client with our frame limit could read, held in memory while a peer that
             # does not read it is written to: 20 jobs of 15 MiB made each such lookup 300 MB.

@@ -22,11 +22,11 @@ batches and before every body.
 
 Count and scan read each batch in its own transaction, as the other stores read pages: a change
 between batches may be seen; a scan reads its matches' records by id in the transaction that
-listed them (``records_by_id.sql``). A delete reads its batch's matches again
-in the batch's transaction, locked while they have the filter's state and run_after range
-(``lock_bodies_by_id.sql``: a checkpoint may give a job a new body), matches them again and
-deletes those (``delete_jobs_by_id.sql``), so a job is deleted only if it matches the filter
-when it is deleted; the candidates that did not match are not locked.
+listed them (``records_by_id.sql``). A delete reads its batch's matches again in the batch's
+transaction, locked by primary key (``lock_bodies_by_id.sql``: a checkpoint may give a job a new
+body), matches them again and deletes those still of the filter's state and range
+(``delete_jobs_by_id.sql``), so a job is deleted only if it matches the filter when it is
+deleted; the candidates that did not match are not locked.
 """
 
 from __future__ import annotations
@@ -195,9 +195,10 @@ def delete_matching(store: MySQLStore, queue: str, where: JobFilter, limit: int)
         for group in _groups(matched, range(len(matched))):
             body_filter.check()
             ids = [int(matched[i][0]) for i in group]
-            cur.execute(queries.LOCK_BODIES_BY_ID.render(table=table, ids=len(ids)), (state, low, high, *ids))
-            locked = [(int(local_id), bytes(body)) for local_id, body in cur.fetchall()]
-            still = sorted(locked[i][0] for i in body_filter.matching([body for _, body in locked]))
+            cur.execute(queries.LOCK_BODIES_BY_ID.render(table=table, ids=len(ids)), ids)
+            locked = {int(local_id): bytes(body) for local_id, body in cur.fetchall()}
+            # in the walk's order, so that a limit cuts there
+            still = [ids[i] for i in body_filter.matching([locked.get(local_id) for local_id in ids])]
             still = still[: limit - deleted - gone]
             if still:
                 sql = queries.DELETE_JOBS_BY_ID.render(table=table, ids=len(still))
