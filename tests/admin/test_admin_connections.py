@@ -50,7 +50,7 @@ def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
     port = server.admin_port
     address = ("127.0.0.1", port)
     with ExitStack() as stack:
-        head = b"POST /api/retry HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"
+        head = b"POST /api/retry HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"
 
         def in_a_request() -> socket.socket:
             sock = stack.enter_context(socket.create_connection(address))
@@ -160,3 +160,21 @@ def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> 
             await runner.cleanup()
 
     asyncio.run(run())
+
+
+def test_a_loopback_admin_port_answers_only_requests_for_loopback_names(start_server: Start) -> None:
+    """DNS rebinding: a page whose name was made to resolve to 127.0.0.1 sends its requests with
+    its own name in Host; a loopback-only admin port answers them 403, and its own names as ever."""
+    server = start_server()
+
+    def status(host: str | None) -> int:
+        with socket.create_connection(("127.0.0.1", server.admin_port), timeout=10) as sock:
+            header = b"" if host is None else b"Host: %s\r\n" % host.encode()
+            sock.sendall(b"GET /stats.json HTTP/1.0\r\n" + header + b"\r\n")
+            return int(sock.recv(64).split(b" ")[1])
+
+    port = server.admin_port
+    for host in (f"127.0.0.1:{port}", "localhost", f"LOCALHOST:{port}", f"[::1]:{port}", None):
+        assert status(host) == 200, host
+    for host in ("attacker.example", f"attacker.example:{port}", f"10.1.2.3:{port}"):
+        assert status(host) == 403, host

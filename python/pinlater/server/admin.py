@@ -21,6 +21,7 @@ cannot inject script. POSTs must be ``application/json``, which a cross-site for
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -94,6 +95,8 @@ class AdminApp(JobControlApi):
         self.redrives = Redrives()
         #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware.
         self.connections = AdminConnections()
+        #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
+        self._loopback_only = _is_loopback(server.settings.admin_host)
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
@@ -145,6 +148,8 @@ class AdminApp(JobControlApi):
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self._loopback_only and (host := _foreign_host(request)) is not None:
+            return web.json_response({"error": _FOREIGN_HOST % (host,)}, status=403)
         start = time.perf_counter()
         protocol = request.protocol
         self.connections.request_started(protocol)
@@ -298,6 +303,33 @@ async def _security_headers(request: web.Request, response: web.StreamResponse) 
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Referrer-Policy"] = "no-referrer"
+
+
+_FOREIGN_HOST = (
+    "this admin port listens on loopback only and answers requests for localhost or a loopback "
+    "address, not for %r: a web page whose name was made to resolve to 127.0.0.1 (DNS rebinding) "
+    "could otherwise read job bodies through a browser here; to serve other names, listen on "
+    "another address (--admin-host)"
+)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def _foreign_host(request: web.Request) -> str | None:
+    """The request's Host header, if it names something other than this machine's loopback (a
+    request without one is taken: only a browser's requests carry what a rebinding page chose)."""
+    header = request.headers.get("Host")
+    if not header:
+        return None
+    host = header.rsplit(":", 1)[0] if not header.endswith("]") and header.count(":") == 1 else header
+    if host.startswith("[") and "]" in host:
+        host = host[1 : host.index("]")]
+    return None if _is_loopback(host) else header
 
 
 async def start_admin(server: PinLaterServer) -> web.AppRunner:
