@@ -50,7 +50,8 @@ def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
     port = server.admin_port
     address = ("127.0.0.1", port)
     with ExitStack() as stack:
-        head = b"POST /api/retry HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"
+        head = b"POST /api/retry HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        head += b"Content-Length: 99\r\n\r\n{"
 
         def in_a_request() -> socket.socket:
             sock = stack.enter_context(socket.create_connection(address))
