@@ -327,9 +327,10 @@ class ScheduleRunner:
     async def _fire(self, shard: Shard, rows: Sequence[ScheduleRow]) -> int:
         """Fire each row. One that fails (a bug, or data no check foresaw) is logged and passed
         over by this runner for ``FAILED_ROW_RETRY_MS``, its tick unchanged (so a job it enqueued
-        before it failed is deduplicated when it is tried again): it cannot stop the rows due
-        after it. It stayed the shard's earliest due row and failed every pass first, and no
-        other schedule of the shard fired."""
+        before it failed is deduplicated when it is tried again), and the page of due rows is
+        read that many rows longer: it cannot stop the rows due after it. (Before, it stayed the
+        shard's earliest due row and failed every pass first, and no other schedule of the shard
+        fired.)"""
         made = 0
         now = self.backend.clock.now_ms()
         if len(self._put_off) > DUE_PER_PASS:

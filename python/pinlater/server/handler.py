@@ -215,7 +215,7 @@ class PinLaterHandler:
     ) -> None:
         self.backend = backend
         self.max_scan_limit = max_scan_limit
-        #: A lookup's bodies may hold at most this much of its reply (``MAX_FRAME_BYTES``).
+        #: A lookup's reply may hold at most this many bytes (``_info_bytes``; ``MAX_FRAME_BYTES``).
         self.max_reply_bytes = max_reply_bytes
         self.broker = broker
         self.metrics = metrics
