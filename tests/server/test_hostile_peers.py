@@ -653,4 +653,6 @@ def test_a_long_poll_whose_peer_hung_up_ends_and_claims_nothing(
     sock.close()
     (descriptor,) = api.enqueue("lp", api.job(b"for a worker that is there"))
     assert api.lookup(descriptor)[descriptor].jobState == 0  # PENDING
+    # A poll ended with its connection failed nothing: not a dequeueJobs error in the counters.
+    assert int(float(stats(server).get("dequeue_jobs_error", "0"))) == 0
     assert list(api.dequeue("lp").jobs) == [descriptor]

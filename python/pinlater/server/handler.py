@@ -121,11 +121,14 @@ def _thrift_errors(fn: F) -> F:
     @functools.wraps(fn)
     async def wrapper(self: PinLaterHandler, *args: Any, **kwargs: Any) -> Any:
         start = perf_counter()
-        ok = False
+        ok = cancelled = False
         try:
             result = await fn(self, *args, **kwargs)
             ok = True
             return result
+        except asyncio.CancelledError:  # its peer went (a long poll, ended with its connection)
+            cancelled = True
+            raise
         except PinLaterError as exc:
             raise _exception(exc.code, exc.message) from None
         except JobRejected as exc:
@@ -141,7 +144,8 @@ def _thrift_errors(fn: F) -> F:
             millis = (perf_counter() - start) * 1000.0
             metrics = self.metrics  # (``Metrics.timing``, one call fewer on every request)
             metrics.timings[method].add(millis)
-            metrics.counters[counted[ok]] += 1
+            if not cancelled:  # neither answered nor failed
+                metrics.counters[counted[ok]] += 1
             if log.isEnabledFor(logging.DEBUG):
                 who = _who(_context(args, kwargs))
                 log.debug("%s from %s: %s in %.1f ms", method, who, "ok" if ok else "error", millis)
