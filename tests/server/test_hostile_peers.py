@@ -259,6 +259,13 @@ def encoded_call(service: ModuleType, name: str, seqid: int, **args: Any) -> byt
     return value
 
 
+def long_poll_call(thrift_gen: tuple[ModuleType, ModuleType], wait_ms: int) -> bytes:
+    """A dequeueJobs CALL (seqid 1) of one job of queue "lp" that waits up to ``wait_ms``."""
+    service, t = thrift_gen
+    request = t.PinLaterDequeueRequest(queueName="lp", limit=1, waitMillis=wait_ms)
+    return encoded_call(service, "dequeueJobs", 1, context=t.RequestContext(source="t"), request=request)
+
+
 def padded_call(seqid: int, size: int) -> bytes:
     """A framed getQueueNames call padded to ``size`` bytes (bytes after the arguments are ignored)."""
     call = get_queue_names_call(seqid)
@@ -296,17 +303,10 @@ def test_whole_frames_queued_behind_a_long_poll_count_against_the_budget(
     """40 frames of 4 MiB pipelined behind a long poll: before, the server read them all (64
     frames was the only bound) and held 160 MiB with pending_frame_bytes at 0."""
     mib = 1024 * 1024
-    service, t = thrift_gen
     server = start_server(properties={"MAX_FRAME_BYTES": 4 * mib})
     api = api_for(server)
     api.create("lp")
-    poll = encoded_call(
-        service,
-        "dequeueJobs",
-        1,
-        context=t.RequestContext(source="t"),
-        request=t.PinLaterDequeueRequest(queueName="lp", limit=1, waitMillis=5000),
-    )
+    poll = long_poll_call(thrift_gen, 5000)
     peak_before = peak_rss(server.pid)
     sock = raw(server)
     sock.sendall(frame(poll))
@@ -625,17 +625,10 @@ def test_a_long_poll_whose_peer_hung_up_ends_and_claims_nothing(
     """A waiting long poll holds no request slot, so nothing but its connection bounds it: one
     whose peer hangs up ends at once. Before, it waited out its 30 s and then dequeued the next
     job for nobody, which stayed IN_PROGRESS until its claim timed out."""
-    service, t = thrift_gen
     server = start_server()
     api = api_for(server)
     api.create("lp")
-    poll = encoded_call(
-        service,
-        "dequeueJobs",
-        1,
-        context=t.RequestContext(source="t"),
-        request=t.PinLaterDequeueRequest(queueName="lp", limit=1, waitMillis=30_000),
-    )
+    poll = long_poll_call(thrift_gen, 30_000)
     for reset in (False, True) * 3:
         sock = raw(server)
         sock.sendall(frame(poll))

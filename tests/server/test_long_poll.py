@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from tests.server.test_contract import Api
+from tests.server.test_hostile_peers import gauge
 from tests.support.pinlater_server import ServerProcess
 from tests.support.thrift_client import connect
 from tests.support.wait import wait_for
 
 Start = Callable[..., ServerProcess]
-
-
-def gauge(srv: ServerProcess, wanted: str) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{srv.admin_port}/stats.txt", timeout=10) as response:
-        for line in response.read().decode().splitlines():
-            name, _, value = line.strip().partition(": ")
-            if name == wanted:
-                return int(float(value))
-    raise AssertionError(f"{wanted} is not in /stats.txt")
 
 
 def in_flight(srv: ServerProcess) -> int:

@@ -17,14 +17,8 @@ pub const DETACH_BYTES: usize = 1 << 20;
 #[pyfunction]
 #[pyo3(signature = (payload, offset = 0))]
 pub fn thrift_struct_end(py: Python<'_>, payload: &[u8], offset: usize) -> PyResult<usize> {
-    guarded("thrift_struct_end", || {
-        // `payload` borrows an immutable `bytes` that the caller keeps alive for this call.
-        let walked = if payload.len() >= DETACH_BYTES {
-            py.detach(|| struct_end::struct_end(payload, offset))
-        } else {
-            struct_end::struct_end(payload, offset)
-        };
-        Ok(walked?)
+    walked(py, "thrift_struct_end", payload, |p| {
+        struct_end::struct_end(p, offset)
     })
 }
 
@@ -37,13 +31,25 @@ pub fn thrift_struct_objects(
     payload: &[u8],
     offset: usize,
 ) -> PyResult<(usize, usize)> {
-    guarded("thrift_struct_objects", || {
+    walked(py, "thrift_struct_objects", payload, |p| {
+        struct_end::struct_objects(p, offset)
+    })
+}
+
+/// `walk(payload)`, with the interpreter released from `DETACH_BYTES` on.
+fn walked<T: Send>(
+    py: Python<'_>,
+    name: &'static str,
+    payload: &[u8],
+    walk: impl Fn(&[u8]) -> Result<T, crate::error::WalkError> + Send + Sync,
+) -> PyResult<T> {
+    guarded(name, || {
         // `payload` borrows an immutable `bytes` that the caller keeps alive for this call.
-        let walked = if payload.len() >= DETACH_BYTES {
-            py.detach(|| struct_end::struct_objects(payload, offset))
+        let result = if payload.len() >= DETACH_BYTES {
+            py.detach(|| walk(payload))
         } else {
-            struct_end::struct_objects(payload, offset)
+            walk(payload)
         };
-        Ok(walked?)
+        Ok(result?)
     })
 }

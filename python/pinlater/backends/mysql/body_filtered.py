@@ -31,9 +31,9 @@ deleted; the candidates that did not match are not locked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pinlater.backends.base import JobFilter, JobRecord, ScanCursor
 from pinlater.backends.body_filter import BodyFilter
@@ -61,6 +61,7 @@ Row = Sequence[Any]
 Position = tuple["datetime | str", int]
 """Where a walk stands: the run_after (as read back, or a bound) and local_id of the last
 candidate it looked at; the ties of that run_after past that id come next."""
+T = TypeVar("T")
 
 
 def _candidates(cur: Cursor, table: str, where: JobFilter, position: Position, newest: bool) -> list[Row]:
@@ -118,30 +119,40 @@ def _groups(rows: Sequence[Row], indices: Iterable[int]) -> Iterator[list[int]]:
 
 
 def _walk(
-    store: MySQLStore, queue: str, where: JobFilter, body_filter: BodyFilter
-) -> Iterator[tuple[list[Row], list[int]]]:
-    """Each batch's candidates, oldest first, and the positions of those that match, each batch
-    read in a transaction of its own."""
-    table = store._table(queue, where.priority)
-    position = _start(where, False)
-
-    def batch(cur: Cursor) -> tuple[list[Row], list[int]]:
-        rows = _candidates(cur, table, where, position, newest=False)
-        return rows, _matching(cur, table, rows, body_filter)
-
+    store: MySQLStore,
+    queue: str,
+    body_filter: BodyFilter,
+    position: Position,
+    batch: Callable[[Cursor, Position], tuple[list[Row], T]],
+    *,
+    repeatable: bool = True,
+) -> Iterator[T]:
+    """What ``batch`` makes of each batch from ``position`` on (its candidates and a value), each
+    in a transaction of its own, until a batch comes short; the caller stops it when done."""
     while True:
         body_filter.check()
-        rows, matched = store._run(queue, batch)
-        yield rows, matched
+
+        def op(cur: Cursor, at: Position = position) -> tuple[list[Row], T]:
+            return batch(cur, at)
+
+        rows, value = store._run(queue, op, repeatable=repeatable)
+        yield value
         if len(rows) < BATCH_ROWS:
             return
         position = (rows[-1][1], int(rows[-1][0]))
 
 
 def count_matching(store: MySQLStore, queue: str, where: JobFilter, cap: int) -> int:
+    table = store._table(queue, where.priority)
+    body_filter = store.body_filter(where)
+
+    def batch(cur: Cursor, at: Position) -> tuple[list[Row], int]:
+        rows = _candidates(cur, table, where, at, newest=False)
+        return rows, len(_matching(cur, table, rows, body_filter))
+
     count = 0
-    for _, matched in _walk(store, queue, where, store.body_filter(where)):
-        count += len(matched)
+    for matched in _walk(store, queue, body_filter, _start(where, False), batch):
+        count += matched
         if count >= cap:
             return cap
     return count
@@ -159,8 +170,8 @@ def scan_matching(
         position = min((position[0], position[1]), (to_db_time(after.run_after_ms), after.local_id))
     found: list[JobRecord] = []
 
-    def batch(cur: Cursor) -> tuple[list[Row], list[JobRecord]]:
-        rows = _candidates(cur, table, where, position, newest=True)
+    def batch(cur: Cursor, at: Position) -> tuple[list[Row], list[JobRecord]]:
+        rows = _candidates(cur, table, where, at, newest=True)
         ids = [int(rows[i][0]) for i in _matching(cur, table, rows, body_filter)][: limit - len(found)]
         if not ids:
             return rows, []
@@ -169,13 +180,10 @@ def scan_matching(
         keys = dedup_keys.keys_of_jobs(cur, store, queue, where.priority, ids)
         return rows, [job_rows.job_record(where.priority, records[i], None, keys.get(i)) for i in ids if i in records]
 
-    while len(found) < limit:
-        body_filter.check()
-        rows, records = store._run(queue, batch)
+    for records in _walk(store, queue, body_filter, position, batch):
         found += records
-        if len(rows) < BATCH_ROWS:
+        if len(found) >= limit:
             break
-        position = (rows[-1][1], int(rows[-1][0]))
     return found
 
 
@@ -184,10 +192,9 @@ def delete_matching(store: MySQLStore, queue: str, where: JobFilter, limit: int)
     body_filter = store.body_filter(where)
     state, low, high = job_rows.filter_args(where)
     deleted = 0
-    position = _start(where, False)
 
-    def batch(cur: Cursor) -> tuple[list[Row], int]:
-        rows = _candidates(cur, table, where, position, newest=False)
+    def batch(cur: Cursor, at: Position) -> tuple[list[Row], int]:
+        rows = _candidates(cur, table, where, at, newest=False)
         matched = [rows[i] for i in _matching(cur, table, rows, body_filter)]
         gone = 0
         # The matches' bodies read again, locked, and matched again: a checkpoint may have given
@@ -207,12 +214,11 @@ def delete_matching(store: MySQLStore, queue: str, where: JobFilter, limit: int)
                 break
         return rows, gone
 
-    while deleted < limit:
-        body_filter.check()
-        # A batch whose COMMIT may have been applied is not run again (its jobs may be gone).
-        rows, gone = store._run(queue, batch, repeatable=False)
+    if limit <= 0:
+        return 0
+    # A batch whose COMMIT may have been applied is not run again (its jobs may be gone).
+    for gone in _walk(store, queue, body_filter, _start(where, False), batch, repeatable=False):
         deleted += gone
-        if len(rows) < BATCH_ROWS:
+        if deleted >= limit:
             break
-        position = (rows[-1][1], int(rows[-1][0]))
     return deleted
