@@ -4,6 +4,9 @@ What the store holds afterwards is checked with the Apache-generated Thrift clie
 
 from __future__ import annotations
 
+import base64
+import socket
+import threading
 import time
 from typing import Any
 
@@ -11,6 +14,8 @@ import pytest
 
 from pinlater.admin import Admin, AdminError, PasswordRefused
 from pinlater.redrive import BATCH_SECONDS, MAX_RUNNING, NOTE
+from pinlater.server.admin_api import LARGE_POSTS, POST_BYTES
+from pinlater.server.admin_jobcontrol import MAX_SCHEDULE_BODY, SCHEDULE_POST_BYTES
 from tests.admin.conftest import FAILED, PENDING, AdminServer
 from tests.conftest import ADMIN_PASSWORD
 from tests.support.wait import wait_for
@@ -183,6 +188,50 @@ def test_schedules_are_listed_set_paused_resumed_and_deleted_behind_the_password
     with pytest.raises(AdminError) as gone:
         admin.delete_schedule("sched", "binary")
     assert gone.value.status == 404
+
+
+def test_a_schedule_body_of_a_mebibyte_is_set_through_the_api_and_long_bodies_wait_their_turn(
+    admin_server: AdminServer, admin: Admin
+) -> None:
+    jobs = admin_server.jobs
+    jobs.create("big")
+    body = bytes(range(256)) * (MAX_SCHEDULE_BODY // 256)
+    admin.set_schedule("big", "whole", interval_ms=3_600_000, body=body)
+    (listed,) = admin.schedules("big")
+    assert base64.b64decode(listed["body_base64"]) == body
+    with pytest.raises(AdminError) as over:
+        admin.set_schedule("big", "over", interval_ms=3_600_000, body=body + b"!")
+    assert over.value.status == 400 and str(MAX_SCHEDULE_BODY) in over.value.message
+    port = admin_server.server.admin_port
+    past = admin_server.post("/api/schedules", {"queue": "big", "name": "x", "body": "y" * SCHEDULE_POST_BYTES})
+    assert past.status == 413 and str(SCHEDULE_POST_BYTES) in past.json()["error"]
+    # Other actions keep the short bound.
+    rate = admin_server.post("/api/rate", {"queue": "big", "rate": 1, "pad": "y" * POST_BYTES})
+    assert rate.status == 413 and str(POST_BYTES) in rate.json()["error"]
+
+    # Long bodies are read LARGE_POSTS at a time: peers that send a long body slowly hold those
+    # turns, not the other actions, and the next long body is read once a turn is given back.
+    def started(length: int) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        head = "POST /api/schedules HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {length}\r\n\r\n{{".encode())
+        return sock
+
+    holders = [started(2 * POST_BYTES) for _ in range(LARGE_POSTS)]
+    waiting = threading.Thread(
+        target=admin.set_schedule, args=("big", "next"), kwargs={"interval_ms": 60_000, "body": body}
+    )
+    waiting.start()
+    assert admin.schedules("big")[0]["name"] == "whole"  # a short request is answered meanwhile
+    waiting.join(0.5)
+    assert waiting.is_alive(), "a long body was read while every turn was held"
+    assert "next" not in [s["name"] for s in admin.schedules("big")]
+    holders.pop().close()
+    waiting.join(30)
+    assert not waiting.is_alive()
+    assert sorted(s["name"] for s in admin.schedules("big")) == ["next", "whole"]
+    for sock in holders:
+        sock.close()
 
 
 def test_an_interval_schedule_set_through_the_api_fires(admin_server: AdminServer, admin: Admin) -> None:

@@ -39,8 +39,8 @@ from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
 from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
 from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
+from pinlater.server.admin_api import POST_BYTES, ApiError
 from pinlater.server.admin_api import STATES as STATES
-from pinlater.server.admin_api import ApiError
 from pinlater.server.admin_conns import AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
 from pinlater.server.metrics import (
@@ -99,7 +99,7 @@ class AdminApp(JobControlApi):
         self._loopback_only = _is_loopback(server.settings.admin_host)
 
     def build(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=64 * 1024)
+        app = web.Application(middlewares=[self._middleware], client_max_size=POST_BYTES)
         app.on_response_prepare.append(_security_headers)
         app.on_startup.append(self._start_sampler)
         app.on_cleanup.append(self._stop_sampler)

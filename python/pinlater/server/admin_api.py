@@ -44,6 +44,12 @@ MAX_SCAN = 1000
 MAX_BULK = 1_000_000
 BODY_TEXT_LIMIT = 64 * 1024
 BODY_HEX_LIMIT = 4 * 1024
+#: Most bytes an admin request's body may hold (aiohttp's ``client_max_size`` of the app).
+POST_BYTES = 64 * 1024
+#: Requests whose bodies may be longer (a schedule's job body, up to 1 MiB, in base64) read them
+#: this many at a time in the process: each may buffer ``_authorized``'s ``max_bytes``, so a
+#: flood of them holds this many such bodies, not one per admin connection.
+LARGE_POSTS = 2
 STATES = {s.name.lower(): s for s in JobState}
 
 
@@ -62,6 +68,7 @@ class AdminApi:
     server: PinLaterServer
     history: RateHistory
     _queue_counts: QueueCounts | None = None
+    _large_post_slots: asyncio.Semaphore | None = None
 
     @property
     def backend(self) -> ShardedBackend:
@@ -197,12 +204,30 @@ class AdminApi:
 
     # -- changes ---------------------------------------------------------------------------------
 
-    async def _authorized(self, request: web.Request, action: str) -> dict[str, Any]:
-        """The JSON body of an admin action, once its password is right (else 403)."""
+    async def _authorized(self, request: web.Request, action: str, max_bytes: int = POST_BYTES) -> dict[str, Any]:
+        """The JSON body of an admin action, once its password is right (else 403). A body may
+        hold ``max_bytes``; past ``POST_BYTES`` it is read as one of ``LARGE_POSTS``."""
         if request.content_type != "application/json":
             raise ApiError(415, "send the action as application/json")
+        length = request.content_length
+        if max_bytes > POST_BYTES and (length is None or length > POST_BYTES):
+            if length is not None and length > max_bytes:
+                raise ApiError(413, f"the body is {length} bytes; {action} takes at most {max_bytes}")
+            async with self._large_posts():
+                return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
+        return await self._checked(request, action, POST_BYTES)
+
+    def _large_posts(self) -> asyncio.Semaphore:
+        """The semaphore of ``LARGE_POSTS`` (made on the event loop that serves the port)."""
+        if self._large_post_slots is None:
+            self._large_post_slots = asyncio.Semaphore(LARGE_POSTS)
+        return self._large_post_slots
+
+    async def _checked(self, request: web.Request, action: str, max_bytes: int) -> dict[str, Any]:
         try:
             body = await request.json()
+        except web.HTTPRequestEntityTooLarge:
+            raise ApiError(413, f"the body is past {max_bytes} bytes, the most {action} takes") from None
         except (ValueError, RecursionError, LookupError):  # (nested past Python's stack; an unknown charset)
             raise ApiError(
                 400, "the body is not JSON (in a charset Python knows, nested less than 1,000 deep)"

@@ -37,6 +37,10 @@ MAX_CANCEL = 1000
 MAX_SCHEDULE_BODY = schedules.MAX_BODY_BYTES
 #: The schedule body shown as text in listings (characters); ``body_base64`` is always whole.
 SCHEDULE_TEXT_LIMIT = 4096
+#: Most bytes a schedule upsert's body may hold: its job body at MAX_SCHEDULE_BODY in base64
+#: (4 characters for 3 bytes) and the other fields. A text ``body`` that JSON escapes heavily
+#: may not fit: ``body_base64`` always does.
+SCHEDULE_POST_BYTES = (MAX_SCHEDULE_BODY + 2) // 3 * 4 + 64 * 1024
 RESTART = {"survives_restart": False, "note": NOTE}
 
 
@@ -86,7 +90,7 @@ class JobControlApi(AdminApi):
         return _json({"queue": queue, "schedules": [_schedule(s) for s in found], "now_ms": now})
 
     async def api_schedule_set(self, request: web.Request) -> web.Response:
-        body = await self._authorized(request, "schedule-set")
+        body = await self._authorized(request, "schedule-set", SCHEDULE_POST_BYTES)
         queue = await self._existing_queue(body.get("queue"))
         stored = await schedules.upsert(self.backend, _plan_schedule(queue, body))
         how = f"cron {stored.cron!r}" if stored.cron is not None else f"every {stored.interval_ms} ms"
