@@ -4,15 +4,18 @@ jobs in hand, acks on a timer, checkpoints and releases."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from pinlater.client import Job, JobState, PinLaterClient
 from pinlater.worker import JobContext, Worker, constant, linear
+from pinlater.worker.queue_runner import SUCCESS_STATUS_LIMIT
 from tests.client.fixtures import PAUSED_QUEUE
 from tests.support.wait import wait_for
 
@@ -105,6 +108,80 @@ def test_an_exhausted_job_fails_with_the_error_text(address: str, pl: PinLaterCl
     assert info.attempts_remaining == 0
     lines = info.custom_status.splitlines()
     assert lines == ["attempt 1: RuntimeError: " + "x" * 12 + "...", "attempt 2: RuntimeError: " + "x" * 12 + "..."]
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_statuses_no_request_can_carry_cost_no_other_job_its_ack(address: str, pl: PinLaterClient, queue: str) -> None:
+    """A lone surrogate (what ``os.fsdecode`` makes of a byte it cannot decode) in an error or a
+    returned status, an exception whose ``str`` raises, and a returned status past the frame
+    limit: each job ends with a status the server took, and the jobs around them are acked."""
+    odd = {"raise": "raise", "return": "return", "unprintable": "unprintable", "huge": "huge"}
+    bodies = [f"ok-{i}" for i in range(40)]
+    for i, kind in enumerate(odd):
+        bodies.insert(8 * i + 4, kind)
+    ds = dict(zip(pl.enqueue(queue, [Job(b, attempts=1) for b in bodies]), bodies, strict=True))
+    surrogate = os.fsdecode(b"/data/caf\xe9.txt")
+
+    def handle(ctx: JobContext) -> str | None:
+        body = ctx.body.decode()
+        if body == "raise":
+            raise FileNotFoundError("missing " + surrogate)
+        if body == "unprintable":
+            raise _Unprintable()
+        if body == "return":
+            return "wrote " + surrogate
+        if body == "huge":
+            return "r" * (17 * 1024 * 1024)
+        return None
+
+    worker = Worker(address, concurrency=4, batch_size=10)
+    worker.register(queue, handle)
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == len(bodies) - 2, 30, what="every success acked")
+        wait_for(lambda: pl.count(queue, JobState.FAILED) == 2, 30, what="both failures acked")
+    by_body = {body: info for d, info in pl.lookup(list(ds)).items() for body in [ds[d]]}
+    escaped = "caf\\udce9.txt"
+    assert by_body["raise"].custom_status == f"attempt 1: FileNotFoundError: missing /data/{escaped}\n"
+    assert (
+        by_body["unprintable"].custom_status
+        == "attempt 1: _Unprintable: <str() of the exception raised RuntimeError>\n"
+    )
+    assert by_body["return"].custom_status == f"wrote /data/{escaped}"
+    assert by_body["huge"].custom_status == "r" * (SUCCESS_STATUS_LIMIT - 3) + "..."
+    assert pl.count(queue, JobState.IN_PROGRESS) == 0
+    assert worker.stats.succeeded == len(bodies) - 2 and worker.stats.failed == 2
+
+
+def test_an_ack_the_client_cannot_send_is_dropped_alone(address: str, pl: PinLaterClient, queue: str) -> None:
+    """Past what any check foresaw: an ack whose request the client fails to make (not a server's
+    answer) is sent alone and dropped, logged; the acks it went with are sent each alone."""
+    ds = pl.enqueue(queue, [str(i) for i in range(30)])
+    poisoned = ds[7]
+    worker = Worker(address, concurrency=4, batch_size=10)
+    real_ack, real_dequeue = worker.client.ack, worker.client.dequeue
+
+    def refuse(acks: list[Any]) -> None:
+        if poisoned in [getattr(a, "descriptor", a) for a in acks]:
+            raise ValueError("an ack no request can carry")
+
+    async def ack(queue: str, succeeded: Any = (), failed: Any = ()) -> None:
+        refuse([*succeeded, *failed])
+        await real_ack(queue, succeeded, failed)
+
+    async def dequeue(queue: str, limit: int = 1, *, succeeded: Any = (), failed: Any = (), **kw: Any) -> Any:
+        refuse([*succeeded, *failed])
+        return await real_dequeue(queue, limit, succeeded=succeeded, failed=failed, **kw)
+
+    worker.client.ack = ack  # type: ignore[method-assign]
+    worker.client.dequeue = dequeue  # type: ignore[method-assign]
+    worker.register(queue, lambda ctx: None)
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == len(ds) - 1, 30, what="the other acks")
+    assert pl.lookup([poisoned])[poisoned].state == JobState.IN_PROGRESS  # runs again at its claim's timeout
 
 
 def test_jobs_in_hand_never_exceed_the_cap(address: str, pl: PinLaterClient, queue: str) -> None:

@@ -60,13 +60,40 @@ class WorkerStats:
     rate_limited: int = 0
 
 
-def failure_status(exc: BaseException, attempt: int, limit: int) -> str:
-    """The line appended to a failed job's custom status: ``attempt N: Type: message``."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    text = f"attempt {attempt}: {text}"
+#: Longest success status sent (characters): the most any store keeps (the embedded store and
+#: MySQL keep 5,000, Redis 3,000). A handler's longer text is cut here, not sent whole: an ack
+#: past the server's frame limit would fail again at every flush, and the acks beside it too.
+SUCCESS_STATUS_LIMIT = 5000
+
+
+def status_text(text: str, limit: int) -> str:
+    """``text`` as a status the server takes: UTF-8 (a lone surrogate, as ``os.fsdecode`` makes
+    of bytes it cannot decode, is written as its escape, ``\\udce9``: the ack could not be
+    encoded, and would fail at every flush with the acks beside it) and at most ``limit``
+    characters (cut, ending in ``...``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) > limit:
         text = text[: max(0, limit - 3)] + "..."
-    return text + "\n"
+    return text
+
+
+def exception_text(exc: BaseException) -> str:
+    """``Type: message``, or ``Type`` alone where the message is empty; a message that cannot be
+    made (its ``__str__`` raised) is named so, and costs no other job its outcome."""
+    try:
+        message = str(exc)
+    except Exception as failed:
+        message = f"<str() of the exception raised {type(failed).__name__}>"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def failure_status(exc: BaseException, attempt: int, limit: int) -> str:
+    """The line appended to a failed job's custom status: ``attempt N: Type: message``, as
+    ``status_text`` makes it (UTF-8, at most ``limit`` characters) and a newline."""
+    return status_text(f"attempt {attempt}: {exception_text(exc)}", limit) + "\n"
 
 
 def is_async(handler: Handler) -> bool:
@@ -143,11 +170,40 @@ class QueueRunner:
             self.put_back(succeeded, failed)
             log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(succeeded) + len(failed), exc)
             return False
+        except Exception:  # not the server's answer: the request could not be made of them
+            log.exception(
+                "%s: %d ack(s) could not be sent together; sending each alone", self.queue, len(succeeded) + len(failed)
+            )
+            return await self._send_singly(succeeded, failed)
         except BaseException:  # cancelled mid-request (at stop): the final flush sends them again
             self.put_back(succeeded, failed)
             raise
         self.worker.stats.acks_sent += len(succeeded) + len(failed)
         self.worker.stats.ack_requests += 1
+        return True
+
+    async def _send_singly(self, succeeded: list[AckLike], failed: list[AckLike]) -> bool:
+        """Each ack in a request of its own, so that one no request can carry (which no check
+        foresaw) is dropped alone, logged: its job runs again once its claim times out. The
+        others go, or, at the server's first failure, wait with the rest for the next flush."""
+        acks = [(ack, True) for ack in succeeded] + [(ack, False) for ack in failed]
+        for i, (ack, success) in enumerate(acks):
+            try:
+                await self.worker.client.ack(self.queue, [ack] if success else [], [] if success else [ack])
+            except PinLaterError as exc:
+                rest = acks[i:]
+                self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok])
+                log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(rest), exc)
+                return False
+            except Exception:
+                log.exception("%s: dropped an ack that cannot be sent: %r", self.queue, ack)
+                continue
+            except BaseException:
+                rest = acks[i:]
+                self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok])
+                raise
+            self.worker.stats.acks_sent += 1
+            self.worker.stats.ack_requests += 1
         return True
 
     # -- prefetch ---------------------------------------------------------------------------
@@ -286,6 +342,8 @@ class QueueRunner:
                     log.warning("%s: dequeue failed: %s", self.queue, exc)
                 else:
                     log.error("%s: dequeue failed", self.queue, exc_info=exc)
+                    if succeeded or failed:  # the acks it carried go alone, which isolates a bad one
+                        await self.flush_acks()
                 await worker.sleep(trouble.next())
                 continue
             trouble.reset()
@@ -345,7 +403,7 @@ class QueueRunner:
                 worker.stats.released += 1
             elif exc is None:
                 worker.stats.succeeded += 1
-                status = result if isinstance(result, str) else ""
+                status = status_text(result, SUCCESS_STATUS_LIMIT) if isinstance(result, str) else ""
                 self.succeeded.append(Ack(ctx.descriptor, status) if status else ctx.descriptor)
             else:
                 worker.stats.failed += 1
@@ -368,8 +426,8 @@ class QueueRunner:
             delay = 0.0
         what = "giving up" if last else f"retry in {delay:.3g}s"
         log.warning(
-            "%s: job %s failed (attempt %d of %d, %s): %s: %s",
-            self.queue, ctx.descriptor, attempt, ctx.attempts_allowed, what, type(exc).__name__, exc,
+            "%s: job %s failed (attempt %d of %d, %s): %s",
+            self.queue, ctx.descriptor, attempt, ctx.attempts_allowed, what, exception_text(exc),
             exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
         )  # fmt: skip
         return Ack(ctx.descriptor, failure_status(exc, attempt, self.worker.status_limit), delay)
