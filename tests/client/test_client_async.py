@@ -46,6 +46,22 @@ def test_async_lifecycle(address: str, queue: str) -> None:
     asyncio.run(main())
 
 
+def test_one_client_serves_one_asyncio_run_after_another(address: str, queue: str) -> None:
+    """A module-level client driven by ``asyncio.run`` per request: each run drops the closed
+    loop's connections and starts over (closing them had raised "Event loop is closed")."""
+    client = AsyncPinLaterClient(address)
+
+    async def names() -> set[str]:
+        return await client.queue_names()
+
+    client_created = PinLaterClient(address)
+    client_created.create_queue(queue)
+    client_created.close()
+    for _ in range(4):
+        assert queue in asyncio.run(names())
+    client.close()
+
+
 def test_async_errors_and_failover(address: str, queue: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from thriftpy2.thrift import TMessageType
+from thriftpy2.transport import TCyMemoryBuffer
 
 from pinlater.client import JobState, PinLaterClient, PinLaterConnectionError, ServerSet, ServerUnavailable
+from pinlater.client.codec import TCyBinaryProtocol, _method
+from pinlater.client.errors import ServerError
 from pinlater.errors import ErrorCode
+from pinlater.idl import idl
 from tests.client.proxy import FlakyProxy
 from tests.support.pinlater_server import ServerProcess
 from tests.support.wait import wait_for
@@ -81,6 +89,87 @@ def test_a_read_timeout_is_a_connection_error(queue: str) -> None:
         assert info.value.sent is True and "no reply" in info.value.message
     finally:
         silent.close()
+
+
+def test_a_reply_trickled_past_the_timeout_is_a_connection_error(queue: str) -> None:
+    """The timeout bounds the whole reply, not each read: a server sending a byte every 50 ms of a
+    1,000-byte reply is cut off at the timeout, not waited for 50 s."""
+    trickler = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = trickler.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall((1000).to_bytes(4, "big"))
+            while not stop.wait(0.05):
+                conn.sendall(b"\x00")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with PinLaterClient(f"127.0.0.1:{trickler.getsockname()[1]}", timeout=0.5, retries=0) as client:
+            started = time.monotonic()
+            with pytest.raises(PinLaterConnectionError) as info:
+                client.queue_names()
+            assert time.monotonic() - started < 10
+        assert "no reply" in info.value.message
+    finally:
+        stop.set()
+        trickler.close()
+        thread.join(10)
+
+
+def test_connections_are_reused_in_a_process_with_many_files_open(address: str, queue: str) -> None:
+    """Past descriptor 1023, where select cannot look: the idle connection is still reused."""
+    spare = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with PinLaterClient(address) as client:
+            client.queue_names()
+            [pool] = client._pools.values()
+            [conn] = pool.idle
+            assert conn.sock.fileno() > 1023
+            for _ in range(5):
+                client.queue_names()
+            assert pool.idle == [conn] and pool.open == 1
+    finally:
+        for fd in spare:
+            os.close(fd)
+
+
+def test_a_reply_the_client_cannot_read_is_a_server_error(queue: str) -> None:
+    """A server answering a job state this client does not know: a ``PinLaterError`` naming the
+    call, as every failure of a call is, not a bare ValueError."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            frame = conn.recv(65536)
+            _, _, seqid = TCyBinaryProtocol(TCyMemoryBuffer(frame[4:])).read_message_begin()
+            info = idl.PinLaterJobInfo(
+                jobDescriptor="q:s1:p1:1", jobState=99, attemptsAllowed=1, attemptsRemaining=1,
+                customStatus="", createdAtTimestampMillis=0,
+            )  # fmt: skip
+            buf = TCyMemoryBuffer()
+            proto = TCyBinaryProtocol(buf)
+            proto.write_message_begin("lookupJobs", TMessageType.REPLY, seqid)
+            _method("lookupJobs").result_cls(success={"q:s1:p1:1": info}).write(proto)
+            proto.write_message_end()
+            reply = buf.getvalue()
+            conn.sendall(len(reply).to_bytes(4, "big") + reply)
+            conn.recv(1)  # until the client hangs up
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with PinLaterClient(f"127.0.0.1:{server.getsockname()[1]}", retries=0) as client:
+            with pytest.raises(ServerError) as info:
+                client.lookup(["q:s1:p1:1"])
+        assert "lookupJobs" in info.value.message and "99" in info.value.message
+    finally:
+        server.close()
+        thread.join(10)
 
 
 def test_server_set_file_changes_are_picked_up(

@@ -56,7 +56,14 @@ class _AsyncConnection:
             raise PinLaterConnectionError(f"{self.name}: no reply: {exc!r}", address=self.name) from exc
 
     def close(self) -> None:
-        self.writer.close()
+        try:
+            self.writer.close()
+        except RuntimeError:  # its loop is closed (the client moved on to another one)
+            # The cleanup the closed loop can no longer be asked to run (asyncio's selector
+            # transports; the socket is closed now, not by the collector with a warning).
+            lost = getattr(self.writer.transport, "_call_connection_lost", None)
+            if lost is not None:
+                lost(None)
 
 
 class _AsyncPool:
@@ -182,7 +189,7 @@ class AsyncPinLaterClient:
                 finally:
                     pool.release(conn, broken)
                 self.servers.mark_up(address)
-                return call.convert(result)
+                return call.result(result)
 
     @property
     def raw(self) -> AsyncRawClient:

@@ -56,6 +56,15 @@ class Call(Generic[T]):
     #: client's timeout for this call.
     wait: float = 0.0
 
+    def result(self, value: Any) -> T:
+        """The reply's result as the call's typed value; a reply holding what this client cannot
+        read (a job state it does not know, from a newer or foreign server) is a ``ServerError``,
+        as every other failure of a call is a ``PinLaterError``."""
+        try:
+            return self.convert(value)
+        except Exception as exc:
+            raise ServerError(ErrorCode.UNKNOWN, f"{self.method}: a reply this client cannot read: {exc!r}") from exc
+
 
 def job_state(state: StateLike) -> JobState:
     """``state`` as a ``JobState``; a name in any case is taken too. ValueError for anything else."""

@@ -8,6 +8,7 @@ import select
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -54,42 +55,48 @@ class _Connection:
         self.sock.settimeout(timeout)
 
     def is_stale(self) -> bool:
-        """An idle connection with something to read was closed by the server (or is out of step)."""
+        """An idle connection with something to read was closed by the server (or is out of step).
+        Asked with poll, not select, which fails for a descriptor past 1023 (a process with many
+        files open would have opened a connection per call)."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-        except (OSError, ValueError):
+            return bool(poller.poll(0))
+        except OSError:
             return True
-        return bool(readable)
 
     def roundtrip(self, frame: bytes, wait: float = 0.0) -> bytes:
-        """Send a frame and read the reply; ``wait`` seconds are added to the timeout."""
+        """Send a frame and read the reply, all of it within the timeout (plus ``wait`` seconds):
+        a server that trickles its reply is cut off, as one that sends nothing is."""
         try:
             self.sock.sendall(frame)
         except OSError as exc:  # an incomplete frame is never processed: not sent
             raise PinLaterConnectionError(f"{self.name}: send failed: {exc}", address=self.name, sent=False) from exc
         timeout = self.sock.gettimeout()
-        if wait and timeout is not None:
-            self.sock.settimeout(timeout + wait)
+        deadline = None if timeout is None else time.monotonic() + timeout + wait
         try:
-            return self._read(frame_length(self._read(4), self.name))
+            return self._read(frame_length(self._read(4, deadline), self.name), deadline)
         except OSError as exc:
             raise PinLaterConnectionError(f"{self.name}: no reply: {exc}", address=self.name) from exc
         finally:
-            if wait and timeout is not None:
-                self.sock.settimeout(timeout)
+            self.sock.settimeout(timeout)
 
-    def _read(self, n: int) -> bytes:
-        data = self.sock.recv(n)
-        if len(data) == n:
-            return data
-        parts = [data]
-        got = len(data)
-        while data and got < n:
+    def _read(self, n: int, deadline: float | None) -> bytes:
+        parts = []
+        got = 0
+        while got < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"the reply took longer than the timeout ({got} of {n} bytes came)")
+                self.sock.settimeout(left)
             data = self.sock.recv(n - got)
+            if not data:
+                raise PinLaterConnectionError(f"{self.name}: connection closed by the server", address=self.name)
+            if got == 0 and len(data) == n:
+                return data
             parts.append(data)
             got += len(data)
-        if got < n:
-            raise PinLaterConnectionError(f"{self.name}: connection closed by the server", address=self.name)
         return b"".join(parts)
 
     def close(self) -> None:
@@ -159,7 +166,7 @@ class PinLaterClient:
     """Synchronous PinLater client; one instance is meant to be shared by threads.
 
     ``servers``: "host:port", "h1:p1,h2:p2", a list of addresses or a ``ServerSet``;
-    ``server_set``: a ServerSet file instead. ``timeout`` bounds each reply (seconds),
+    ``server_set``: a ServerSet file instead. ``timeout`` bounds each whole reply (seconds),
     ``connect_timeout`` each connect; ``max_connections`` is per server. Calls that are safe to
     repeat are retried on connection errors up to ``retries`` times on the next servers; other
     calls only when the request never left (``calls.Call.safe``). Connection failures raise
@@ -236,7 +243,7 @@ class PinLaterClient:
                 finally:
                     pool.release(conn, broken)
                 self.servers.mark_up(address)
-                return call.convert(result)
+                return call.result(result)
 
     @property
     def raw(self) -> RawClient:
