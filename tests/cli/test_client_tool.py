@@ -3,6 +3,7 @@ afterwards (checked with the independent, Apache-Thrift-generated client)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -214,7 +215,19 @@ def test_an_unreachable_server_is_one_line() -> None:
         (["--mode", "lookup"], "--mode lookup needs --job_descriptor"),
         (["--mode", "delete_queue", "--queue", "q"], "needs --password"),
         (["--mode", "delete_jobs", "--queue", "q"], "needs --job_state"),
-        (["--mode", "enqueue", "--queue", "q", "--concurrency", "0"], "argument --concurrency: it must be >= 1"),
+        (
+            ["--mode", "enqueue", "--queue", "q", "--concurrency", "0"],
+            "argument --concurrency: it must be 1..2147483647",
+        ),
+        # what the wire cannot carry: text that is not UTF-8 (a byte the locale could not decode
+        # reaches argv as a lone surrogate), integers past i32 (counts) and i64 (times)
+        (["--mode", "enqueue", "--queue", os.fsdecode(b"q\xff")], "argument --queue: 'q\\udcff' is not UTF-8 text"),
+        (["--mode", "enqueue", "--queue", "q", "--body", os.fsdecode(b"\xe9")], "is not UTF-8 text"),
+        (["--mode", "retry_failed", "--queue", "q", "--limit", "99999999999"], "it must be 1..2147483647"),
+        (["--mode", "enqueue", "--queue", "q", "--expire-at", "1" + "0" * 23], "it must be 0..9223372036854775807"),
+        (["--mode", "enqueue", "--queue", "q", "--expire-in", "1e300"], "--expire_in must be at most"),
+        (["--mode", "enqueue", "--queue", "q", "--body_size", "100000000000"], "--body_size must be 0..1073741824"),
+        (["--mode", "get_queue_names", "--timeout", "inf"], "it must be > 0 and finite, not inf"),
         (["--mode", "enqueue", "--queue", "q", "--num_queries", "-2"], "--num_queries must be >= -1"),
         (["--mode", "enqueue", "--queue", "q", "--batch_size", "ten"], "'ten' is not a whole number"),
         (["--mode", "dequeue", "--queue", "q", "--dequeue_success_percent", "101"], "a percentage must be 0..100"),

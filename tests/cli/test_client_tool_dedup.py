@@ -94,7 +94,10 @@ def test_a_group_key_is_sent_and_shown(server: ServerProcess, store: KeyedStore)
     [
         (["--mode", "enqueue", "--queue", "q", "--dedup-window-ms", "5"], "--dedup-window-ms needs --dedup-key"),
         (["--mode", "enqueue", "--queue", "q", "--dedup-key", ""], "a dedup key must not be empty"),
-        (["--mode", "enqueue", "--queue", "q", "--dedup-key", "k", "--dedup-window-ms", "-1"], "it must be >= 0"),
+        (
+            ["--mode", "enqueue", "--queue", "q", "--dedup-key", "k", "--dedup-window-ms", "-1"],
+            "it must be 0..9223372036854775807",
+        ),
         (["--mode", "scan", "--queue", "q", "--dedup-key", "k"], "--dedup-key is for --mode enqueue"),
         (["--mode", "dequeue", "--queue", "q", "--group-key", "g"], "--group-key is for --mode enqueue"),
     ],

@@ -204,8 +204,17 @@ def test_the_example_worker(srv: ServerProcess, pl: PinLaterClient, queue: str, 
     assert abs(failed.run_after_ms - failed.updated_at_ms - 1000) < 200, "linear: 1 s x 1 attempt used"
 
 
-def test_a_long_poll_beyond_the_servers_bound_is_a_one_line_error(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "pinlater.cli", "worker", "os:getcwd", "--queue", "q", "--long-poll", "45"]
+@pytest.mark.parametrize(
+    ("flag", "value", "words"),
+    [
+        ("--long-poll", "45", "long_poll must be in 0..30"),
+        ("--ack-interval", "0", "ack_interval must be positive and finite"),  # a flush loop that spun a core
+        ("--grace-period", "inf", "grace_period must be at least 0 and finite"),
+        ("--queue", os.fsdecode(b"q\xff"), "argument --queue: 'q\\udcff' is not UTF-8 text"),
+    ],
+)
+def test_a_setting_out_of_bounds_is_a_one_line_error(tmp_path: Path, flag: str, value: str, words: str) -> None:
+    cmd = [sys.executable, "-m", "pinlater.cli", "worker", "os:getcwd", "--queue", "q", flag, value]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.startswith("pinlater worker: long_poll must be in 0..30") and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"pinlater worker: {words}") and done.stderr.count("\n") == 1

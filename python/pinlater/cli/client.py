@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import socket
 import sys
 from datetime import UTC, datetime
@@ -90,7 +91,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="server hostname (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=9010, help="server Thrift port (default 9010)")
     p.add_argument("--mode", required=True, choices=MODES, metavar="MODE", help="what to do: see modes below")
-    p.add_argument("--queue", help="queue name")
+    p.add_argument("--queue", type=text_flag, help="queue name")
     p.add_argument("--concurrency", type=_positive, default=1, help="requests in flight at once (default 1)")
     p.add_argument("--batch_size", "--batch-size", type=_positive, default=1, help="jobs per query (default 1)")
     p.add_argument(
@@ -104,7 +105,12 @@ def add_parser(sub: Any) -> None:
         help="share of dequeued jobs acked as succeeded, the rest failed (default 100)",
     )
     p.add_argument(
-        "--job_descriptor", "--job-descriptor", action="append", default=[], help="job to look up (repeatable)"
+        "--job_descriptor",
+        "--job-descriptor",
+        action="append",
+        default=[],
+        type=text_flag,
+        help="job to look up (repeatable)",
     )
     p.add_argument(
         "--priority", type=_priority, help="job priority, 1 is the highest (default 1 for writes, all for reads)"
@@ -125,15 +131,19 @@ def add_parser(sub: Any) -> None:
         metavar="BOOL",
         help="count (or scan) only jobs whose run-after time has not come yet (true/false; alone: true)",
     )
-    p.add_argument("--password", help="the admin password (delete_queue)")
+    p.add_argument("--password", type=text_flag, help="the admin password (delete_queue)")
     p.add_argument("--limit", type=_positive, help="most jobs for scan (100), retry_failed and delete_jobs (1000)")
-    p.add_argument("--body_regex", "--body-regex", help="only jobs whose body matches (count, scan, delete_jobs)")
+    p.add_argument(
+        "--body_regex", "--body-regex", type=text_flag, help="only jobs whose body matches (count, scan, delete_jobs)"
+    )
     p.add_argument(
         "--attempts", type=_positive, help="attempts allowed: enqueued jobs (default 2), retry_failed (default 1)"
     )
     body = p.add_mutually_exclusive_group()
-    body.add_argument("--body", help="body of every enqueued job (default task_<random>, as the original)")
-    body.add_argument("--body_size", "--body-size", type=_non_negative, help="enqueued bodies of this many bytes")
+    body.add_argument(
+        "--body", type=text_flag, help="body of every enqueued job (default task_<random>, as the original)"
+    )
+    body.add_argument("--body_size", "--body-size", type=_body_size, help="enqueued bodies of this many bytes")
     p.add_argument(
         "--dedup_key",
         "--dedup-key",
@@ -144,7 +154,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--dedup_window_ms",
         "--dedup-window-ms",
-        type=_non_negative,
+        type=_non_negative_i64,
         default=0,
         help="enqueue, with --dedup-key: keep the key held this many ms after the holder's enqueue, "
         "even once it finished (default 0)",
@@ -159,27 +169,37 @@ def add_parser(sub: Any) -> None:
     expiry.add_argument(
         "--expire_at",
         "--expire-at",
-        type=_non_negative,
+        type=_non_negative_i64,
         metavar="MS",
         help="enqueue: every job expires at this time (ms since the epoch) if still PENDING",
     )
     expiry.add_argument(
         "--expire_in",
         "--expire-in",
-        type=_non_negative_float,
+        type=_expire_in,
         metavar="SECONDS",
         help="enqueue: every job expires this many seconds after its enqueue if still PENDING",
     )
     p.add_argument(
-        "--continuation", help="scan: resume after the page that answered this continuation (default: the start)"
+        "--continuation",
+        type=text_flag,
+        help="scan: resume after the page that answered this continuation (default: the start)",
     )
     p.add_argument("--all", action="store_true", help="scan: follow continuations to the end (--limit per call)")
-    p.add_argument("--schedule_name", "--schedule-name", help="the schedule (upsert_schedule, delete_schedule)")
-    p.add_argument("--cron", help='upsert_schedule: five fields, UTC (e.g. "*/5 * * * *")')
     p.add_argument(
-        "--interval_ms", "--interval-ms", type=_positive, help="upsert_schedule: a job every this many ms (>= 1000)"
+        "--schedule_name", "--schedule-name", type=text_flag, help="the schedule (upsert_schedule, delete_schedule)"
     )
-    p.add_argument("--custom_status", "--custom-status", default="", help="upsert_schedule: each job's custom status")
+    p.add_argument("--cron", type=text_flag, help='upsert_schedule: five fields, UTC (e.g. "*/5 * * * *")')
+    p.add_argument(
+        "--interval_ms", "--interval-ms", type=_positive_i64, help="upsert_schedule: a job every this many ms (>= 1000)"
+    )
+    p.add_argument(
+        "--custom_status",
+        "--custom-status",
+        default="",
+        type=text_flag,
+        help="upsert_schedule: each job's custom status",
+    )
     p.add_argument(
         "--paused",
         type=_bool,
@@ -190,7 +210,12 @@ def add_parser(sub: Any) -> None:
         help="upsert_schedule: keep the schedule but enqueue nothing (true/false; alone: true)",
     )
     p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
-    p.add_argument("--source", default=f"pinlaterclienttool:{socket.gethostname()}", help="the RequestContext source")
+    p.add_argument(
+        "--source",
+        type=text_flag,
+        default=f"pinlaterclienttool:{socket.gethostname()}",
+        help="the RequestContext source",
+    )
     p.set_defaults(run=run, parser=p)
 
 
@@ -208,16 +233,43 @@ def _int_in(text: str, low: int, high: int | None, what: str) -> int:
     return value
 
 
+#: The wire's integers: a count or limit is an i32, a time or span in ms an i64.
+I32_MAX, I64_MAX = 2**31 - 1, 2**63 - 1
+#: Most bytes --body_size makes a body (past any frame a server takes: MAX_FRAME_BYTES).
+MAX_BODY_SIZE = 1 << 30
+#: Longest --expire_in, in seconds: a thousand years.
+MAX_EXPIRE_IN = 1000 * 365.25 * 86400
+
+
+def text_flag(text: str) -> str:
+    """A flag's text as the wire carries it, UTF-8: bytes the locale could not decode reach
+    ``sys.argv`` as lone surrogates, which no request can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise argparse.ArgumentTypeError(f"'{shown}' is not UTF-8 text") from None
+    return text
+
+
 def _port(text: str) -> int:
     return _int_in(text, 1, 65535, "a port")
 
 
 def _positive(text: str) -> int:
-    return _int_in(text, 1, None, "it")
+    return _int_in(text, 1, I32_MAX, "it")
 
 
-def _non_negative(text: str) -> int:
-    return _int_in(text, 0, None, "it")
+def _positive_i64(text: str) -> int:
+    return _int_in(text, 1, I64_MAX, "it")
+
+
+def _non_negative_i64(text: str) -> int:
+    return _int_in(text, 0, I64_MAX, "it")
+
+
+def _body_size(text: str) -> int:
+    return _int_in(text, 0, MAX_BODY_SIZE, "--body_size")
 
 
 def _percent(text: str) -> int:
@@ -237,8 +289,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"it must be > 0, not {text}")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"it must be > 0 and finite, not {text}")
     return value
 
 
@@ -247,19 +299,26 @@ def _non_negative_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"it must be >= 0, not {text}")
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"it must be >= 0 and finite, not {text}")
+    return value
+
+
+def _expire_in(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > MAX_EXPIRE_IN:  # (now + it in ms must stay an i64)
+        raise argparse.ArgumentTypeError(f"--expire_in must be at most {MAX_EXPIRE_IN:g} seconds, not {text}")
     return value
 
 
 def _dedup_key(text: str) -> str:
-    if not text:
+    if not text_flag(text):
         raise argparse.ArgumentTypeError("a dedup key must not be empty")
     return text
 
 
 def _group_key(text: str) -> str:
-    if not text:
+    if not text_flag(text):
         raise argparse.ArgumentTypeError("a group key must not be empty")
     return text
 

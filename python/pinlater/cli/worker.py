@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from pinlater.cli.client import text_flag
 from pinlater.worker.retry import POLICY_NAMES
 
 EPILOG = """\
@@ -33,12 +34,14 @@ def add_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("handler", metavar="MODULE:HANDLER", help="the handler, e.g. mypkg.tasks:send_email")
-    p.add_argument("--queue", action="append", required=True, help="queue to work on (repeat for several)")
+    p.add_argument(
+        "--queue", action="append", required=True, type=text_flag, help="queue to work on (repeat for several)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="server address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9010, help="server Thrift port (default 9010)")
     p.add_argument("--servers", help="several servers: host:port,host:port (instead of --host/--port)")
     p.add_argument("--server-set", metavar="FILE", help="a ServerSet file, host:port per line, watched")
-    p.add_argument("--source", help="RequestContext source (default {program}:{hostname}[{pid}])")
+    p.add_argument("--source", type=text_flag, help="RequestContext source (default {program}:{hostname}[{pid}])")
     p.add_argument("--concurrency", type=_positive_int, default=8, help="jobs running at once per queue (default 8)")
     p.add_argument(
         "--prefetch",

@@ -100,6 +100,12 @@ class Worker:
         status_limit: int = 500,
         timeout: float = 30.0,
     ) -> None:
+        # (0 would spin: an ack flush, an error's back-off, a reply's timeout of no time)
+        for name, value in (("ack_interval", ack_interval), ("error_backoff", error_backoff), ("timeout", timeout)):
+            if not 0 < value < math.inf:
+                raise ValueError(f"{name} must be positive and finite, not {value}")
+        if not 0 <= grace_period < math.inf:
+            raise ValueError(f"grace_period must be at least 0 and finite, not {grace_period}")
         self.servers = make_server_set(servers, server_set)
         self.source = source or worker_source()
         self.client = AsyncPinLaterClient(self.servers, source=self.source, timeout=timeout)
