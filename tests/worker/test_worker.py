@@ -4,10 +4,12 @@ jobs in hand, acks on a timer, checkpoints and releases."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,7 +18,9 @@ import pytest
 from pinlater.client import Job, JobState, PinLaterClient
 from pinlater.worker import JobContext, Worker, constant, linear
 from pinlater.worker.queue_runner import SUCCESS_STATUS_LIMIT
+from pinlater.worker.runner import HURRY_SECONDS
 from tests.client.fixtures import PAUSED_QUEUE
+from tests.support.pinlater_server import ServerProcess
 from tests.support.wait import wait_for
 
 
@@ -182,6 +186,53 @@ def test_an_ack_the_client_cannot_send_is_dropped_alone(address: str, pl: PinLat
     with running(worker):
         wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == len(ds) - 1, 30, what="the other acks")
     assert pl.lookup([poisoned])[poisoned].state == JobState.IN_PROGRESS  # runs again at its claim's timeout
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_stop_against_a_hung_server_ends_within_its_bounds(
+    start_server: Callable[..., ServerProcess], caplog: pytest.LogCaptureFixture, signals: int
+) -> None:
+    """The server stops answering (SIGSTOP) with acks pending and a job in hand: the stop ends
+    within the grace period plus one reply timeout (it had waited a timeout per request: the
+    hand-backs, the releases and three ack flushes), or HURRY_SECONDS after a second signal,
+    and says what it could not send. The jobs are whole: each runs again after its claim."""
+    srv = start_server()
+    assert srv.proc is not None
+    with PinLaterClient(f"127.0.0.1:{srv.port}") as pl:
+        pl.create_queue("hung")
+        pl.enqueue("hung", [Job("quick"), Job("slow")])
+        worker = Worker(f"127.0.0.1:{srv.port}", concurrency=2, prefetch=0, ack_interval=60, grace_period=1, timeout=4)
+        release, go_quick = threading.Event(), threading.Event()
+
+        def handle(ctx: JobContext) -> None:
+            (release if ctx.body == b"slow" else go_quick).wait(30)
+
+        worker.register("hung", handle)
+        serving = threading.Thread(target=asyncio.run, args=(worker.serve(),), daemon=True)
+        with caplog.at_level(logging.INFO, logger="pinlater.worker"):
+            serving.start()
+            try:
+                wait_for(lambda: pl.count("hung", JobState.IN_PROGRESS) == 2, 30, what="both jobs claimed")
+                os.kill(srv.proc.pid, signal.SIGSTOP)
+                go_quick.set()  # its ack goes with the next dequeue, to a server that answers nothing
+                wait_for(lambda: worker.stats.succeeded == 1, 30, what="the quick job's outcome")
+                started = time.monotonic()
+                worker.stop()
+                if signals == 2:
+                    worker.stop()
+                bound = HURRY_SECONDS if signals == 2 else worker.grace_period + worker.timeout
+                serving.join(bound + 30)
+                took = time.monotonic() - started
+            finally:
+                release.set()
+                os.kill(srv.proc.pid, signal.SIGCONT)
+                worker.stop()
+                serving.join(30)
+        assert took < bound + 2, f"the stop took {took:.1f} s, bound {bound} s"
+        assert "ack(s) were not sent" in caplog.text
+        # Nothing is lost: each job is claimed still (run again after its claim), or was released
+        # or acked by requests the server read once it ran again.
+        wait_for(lambda: sum(pl.count("hung", state) for state in JobState if state != JobState.FAILED) == 2, 30)
 
 
 def test_jobs_in_hand_never_exceed_the_cap(address: str, pl: PinLaterClient, queue: str) -> None:

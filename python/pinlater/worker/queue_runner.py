@@ -346,6 +346,9 @@ class QueueRunner:
                         await self.flush_acks()
                 await worker.sleep(trouble.next())
                 continue
+            except BaseException:  # cancelled (a stop out of time): the final flush sends them
+                self.put_back(succeeded, failed)
+                raise
             trouble.reset()
             worker.stats.acks_sent += len(succeeded) + len(failed)
             full = len(jobs) >= limit

@@ -24,7 +24,10 @@ Invariants:
 * Stop (SIGTERM/SIGINT under ``run``) ends dequeuing and hands back the prefetched jobs at once
   (those beyond the free slots: none of them starts after the signal), waits up to
   ``grace_period`` for the jobs in hand, releases the rest, then sends every pending ack. A
-  second signal skips the wait.
+  second signal skips the wait. A stop ends within ``grace_period`` plus ``timeout`` whatever
+  the server does (a hung one had held it for a reply timeout per request: two minutes at a
+  grace period of 5 s), and within ``HURRY_SECONDS`` of a second signal: what it could not send
+  by then is logged, and those jobs run again once their claims time out.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from pinlater.client.aio import AsyncPinLaterClient
@@ -51,6 +54,9 @@ log = logging.getLogger("pinlater.worker")
 #: The default ``prefetch``: enough no-op jobs to cover a round trip to the server (measured by
 #: ``benches/worker_vs_huey.py``); only a quick handler ever gets that many (``prefetch_horizon``).
 DEFAULT_PREFETCH = 256
+#: Seconds a stop may still take after a second signal: the releases and acks still go to a
+#: server that answers, and a hung one is given up on.
+HURRY_SECONDS = 2.0
 
 
 def worker_source() -> str:
@@ -139,6 +145,10 @@ class Worker:
         self._stop_event: asyncio.Event | None = None
         self._hurry = False
         self.changed = asyncio.Event()
+        #: Loop time by which a stop ends (``_bounded``): set at the first signal, brought in
+        #: at the second; None while serving.
+        self._stop_deadline: float | None = None
+        self._deadline_moved = asyncio.Event()
 
     @property
     def sync_client(self) -> PinLaterClient:
@@ -196,8 +206,10 @@ class Worker:
                 loop.call_soon_threadsafe(self._request_stop)
 
     def _request_stop(self) -> None:
+        now = asyncio.get_running_loop().time()
         if not self.stopping:
             self.stopping = True
+            self._stop_deadline = now + self.grace_period + self.timeout
             for runner in self.runners:  # none of them starts: handed back in serve()
                 runner.returning.extend(runner.take_prefetched())
             held = sum(len(r.in_hand) for r in self.runners)
@@ -209,7 +221,31 @@ class Worker:
         else:
             log.info("stopping now: releasing jobs in hand")
             self._hurry = True
+            assert self._stop_deadline is not None
+            self._stop_deadline = min(self._stop_deadline, now + HURRY_SECONDS)
+            self._deadline_moved.set()
         self.changed.set()
+
+    async def _bounded(self, what: str, step: Awaitable[object]) -> bool:
+        """``step`` of a stop, given up (cancelled and logged) once the stop's deadline passes:
+        False then."""
+        task = asyncio.ensure_future(step)
+        loop = asyncio.get_running_loop()
+        while not task.done():
+            deadline = self._stop_deadline if self._stop_deadline is not None else loop.time() + self.timeout
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                log.error("stopping: gave up %s (out of time for the stop)", what)
+                return False
+            self._deadline_moved.clear()
+            moved = asyncio.ensure_future(self._deadline_moved.wait())
+            await asyncio.wait({task, moved}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            moved.cancel()
+        task.result()
+        return True
 
     async def sleep(self, delay: float) -> None:
         """Sleep that ends early when the worker stops."""
@@ -225,6 +261,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self.changed = asyncio.Event()
+        self._deadline_moved = asyncio.Event()
         self.runners = [QueueRunner(self, reg) for reg in self.registrations.values()]
         if self._stop_requested:
             self._request_stop()
@@ -232,18 +269,20 @@ class Worker:
         flusher = asyncio.create_task(self._flush_loop(), name="ack-flusher")
         try:
             await self._stop_event.wait()
-            await asyncio.gather(*(r.return_prefetched() for r in self.runners))
-            await asyncio.gather(*loops)
+            prefetched = asyncio.gather(*(r.return_prefetched() for r in self.runners))
+            await self._bounded("handing back prefetched jobs", prefetched)
+            await self._bounded("the dequeues in flight", asyncio.gather(*loops))
             await self._wait_for_jobs()
-            for runner in self.runners:
-                await runner.release_all()
+            await self._bounded("releasing jobs in hand", asyncio.gather(*(r.release_all() for r in self.runners)))
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await flusher
             for task in loops:
                 task.cancel()
-            await self._final_flush()
+            if not await self._bounded("sending acks", self._final_flush()):
+                lost = sum(len(r.succeeded) + len(r.failed) for r in self.runners)
+                log.error("%d ack(s) were not sent; those jobs will be retried after the claim timeout", lost)
             for runner in self.runners:
                 runner.stop_threads()
             self.client.close()
@@ -256,7 +295,8 @@ class Worker:
         )  # fmt: skip
 
     async def _wait_for_jobs(self) -> None:
-        deadline = asyncio.get_running_loop().time() + self.grace_period
+        assert self._stop_deadline is not None
+        deadline = self._stop_deadline - self.timeout  # the grace period, from the first signal
         while any(r.in_hand for r in self.runners) and not self._hurry:
             self.changed.clear()
             remaining = deadline - asyncio.get_running_loop().time()
