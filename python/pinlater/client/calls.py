@@ -30,7 +30,7 @@ from pinlater.client.types import (
     ScanResult,
     ScheduleInfo,
 )
-from pinlater.errors import ErrorCode
+from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -62,6 +62,8 @@ class Call(Generic[T]):
         as every other failure of a call is a ``PinLaterError``."""
         try:
             return self.convert(value)
+        except PinLaterError:  # (a converter's own refusal of the reply, already named)
+            raise
         except Exception as exc:
             raise ServerError(ErrorCode.UNKNOWN, f"{self.method}: a reply this client cannot read: {exc!r}") from exc
 

@@ -59,10 +59,10 @@ class _Connection:
         Asked with poll, not select, which fails for a descriptor past 1023 (a process with many
         files open would have opened a connection per call)."""
         poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
         try:
+            poller.register(self.sock, select.POLLIN)
             return bool(poller.poll(0))
-        except OSError:
+        except (OSError, ValueError):  # (ValueError: a closed socket)
             return True
 
     def roundtrip(self, frame: bytes, wait: float = 0.0) -> bytes:

@@ -50,6 +50,9 @@ POST_BYTES = 64 * 1024
 #: this many at a time in the process: each may buffer ``_authorized``'s ``max_bytes``, so a
 #: flood of them holds this many such bodies, not one per admin connection.
 LARGE_POSTS = 2
+#: Seconds such a body may take to come, once it has its turn: peers that trickle one (no
+#: password is checked before it is whole) hold the turns this long, not the port's 120 s.
+LARGE_POST_SECONDS = 30.0
 STATES = {s.name.lower(): s for s in JobState}
 
 
@@ -214,7 +217,11 @@ class AdminApi:
             if length is not None and length > max_bytes:
                 raise ApiError(413, f"the body is {length} bytes; {action} takes at most {max_bytes}")
             async with self._large_posts():
-                return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
+                try:
+                    async with asyncio.timeout(LARGE_POST_SECONDS):
+                        return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
+                except TimeoutError:
+                    raise ApiError(408, f"the body did not come within {LARGE_POST_SECONDS:g} s") from None
         return await self._checked(request, action, POST_BYTES)
 
     def _large_posts(self) -> asyncio.Semaphore:

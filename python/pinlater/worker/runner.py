@@ -106,12 +106,16 @@ class Worker:
         status_limit: int = 500,
         timeout: float = 30.0,
     ) -> None:
-        # (0 would spin: an ack flush, an error's back-off, a reply's timeout of no time)
-        for name, value in (("ack_interval", ack_interval), ("error_backoff", error_backoff), ("timeout", timeout)):
+        # (0 would spin: an ack flush, an error's back-off, a reply's timeout of no time; an
+        # infinite ack interval flushes with dequeues and at stop only, an infinite grace period
+        # waits for the jobs in hand however long they run)
+        if not ack_interval > 0:
+            raise ValueError(f"ack_interval must be positive, not {ack_interval}")
+        for name, value in (("error_backoff", error_backoff), ("timeout", timeout)):
             if not 0 < value < math.inf:
                 raise ValueError(f"{name} must be positive and finite, not {value}")
-        if not 0 <= grace_period < math.inf:
-            raise ValueError(f"grace_period must be at least 0 and finite, not {grace_period}")
+        if not grace_period >= 0:
+            raise ValueError(f"grace_period must be at least 0, not {grace_period}")
         self.servers = make_server_set(servers, server_set)
         self.source = source or worker_source()
         self.client = AsyncPinLaterClient(self.servers, source=self.source, timeout=timeout)
@@ -227,23 +231,37 @@ class Worker:
         self.changed.set()
 
     async def _bounded(self, what: str, step: Awaitable[object]) -> bool:
-        """``step`` of a stop, given up (cancelled and logged) once the stop's deadline passes:
-        False then."""
-        task = asyncio.ensure_future(step)
+        """``step`` of a stop, given up (cancelled, and logged) once the stop's deadline passes:
+        False then. A step with nothing to do finishes in its first run, which it always gets.
+        Outside a stop (``serve`` ending on an error) the deadline is one timeout from now."""
         loop = asyncio.get_running_loop()
-        while not task.done():
-            deadline = self._stop_deadline if self._stop_deadline is not None else loop.time() + self.timeout
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+        fallback = loop.time() + self.timeout
+        task = asyncio.ensure_future(step)
+        try:
+            await asyncio.sleep(0)  # its first run
+            while not task.done():
+                deadline = self._stop_deadline if self._stop_deadline is not None else fallback
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    task.cancel()
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        current = asyncio.current_task()
+                        if current is not None and current.cancelling():  # serve() itself is cancelled
+                            raise
+                    log.error("stopping: gave up %s (out of time for the stop)", what)
+                    return False
+                self._deadline_moved.clear()
+                moved = asyncio.ensure_future(self._deadline_moved.wait())
+                try:
+                    await asyncio.wait({task, moved}, timeout=None if remaining == math.inf else remaining,
+                                       return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                finally:
+                    moved.cancel()
+        finally:
+            if not task.done():  # serve() cancelled while it waited
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-                log.error("stopping: gave up %s (out of time for the stop)", what)
-                return False
-            self._deadline_moved.clear()
-            moved = asyncio.ensure_future(self._deadline_moved.wait())
-            await asyncio.wait({task, moved}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            moved.cancel()
         task.result()
         return True
 
@@ -282,7 +300,8 @@ class Worker:
                 task.cancel()
             if not await self._bounded("sending acks", self._final_flush()):
                 lost = sum(len(r.succeeded) + len(r.failed) for r in self.runners)
-                log.error("%d ack(s) were not sent; those jobs will be retried after the claim timeout", lost)
+                if lost:
+                    log.error("%d ack(s) were not sent; those jobs will be retried after the claim timeout", lost)
             for runner in self.runners:
                 runner.stop_threads()
             self.client.close()
@@ -303,7 +322,7 @@ class Worker:
             if remaining <= 0:
                 return
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
+                async with asyncio.timeout(None if remaining == math.inf else remaining):
                     await self.changed.wait()
 
     async def _flush_loop(self) -> None:
