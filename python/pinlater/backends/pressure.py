@@ -127,12 +127,14 @@ def memory_use(shard: Shard) -> MemoryUse | None:
 def memory_full_reason(full: Iterable[tuple[str, MemoryUse | None]], high_water: float | None) -> str:
     """Why an enqueue is refused: each full shard with its reading, and the mark."""
     shards = "; ".join(
-        f"shard {name} {'refused the write (out of memory)' if use is None else use.describe()}" for name, use in full
+        f"shard {name} {'refused the write (out of memory)' if use is None else use.describe() + ' when last read'}"
+        for name, use in full
     )
     mark = "" if high_water is None else f" (high-water mark {high_water:.0%} of the memory limit)"
     return (
         f"enqueue refused: every shard that takes new jobs is out of memory{mark}: {shards}. "
-        "Dequeues and acks still work: drain the backlog, or raise the store's memory limit"
+        "Acks still work, and dequeues until the store reaches its limit (a claim is a write): drain the "
+        "backlog, or raise the store's memory limit"
     )
 
 

@@ -118,6 +118,8 @@ MAX_CUT_REPEATS = 16
 #: the health loop still does, every second.
 SLOW_PING_SECONDS = 0.5
 SLOW_PING_BACKOFF_MS = 1000
+#: Threads of the health pings (one ping per shard at a time: ``revive``).
+PING_THREADS = 4
 
 #: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
 #: is cut to this many characters in claims and in the checkpoint guard alike.
@@ -236,6 +238,10 @@ class ShardedBackend:
         self.count_limit = count_limit
         self.clock: Clock = clock or SystemClock()
         self._executor = ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="pinlater-store")
+        #: The health pings' own threads (``_ping``): a ping never waits behind the store calls
+        #: queued for a store that stopped answering, which every call finding no healthy shard
+        #: would wait on in turn.
+        self._ping_executor = ThreadPoolExecutor(max_workers=PING_THREADS, thread_name_prefix="pinlater-ping")
         #: BODY_FILTER_TIME_BUDGET_SECONDS: one request's time for all its body filtering.
         self.body_filter_budget_seconds = body_filter_budget_seconds
         self._filter_slots = asyncio.Semaphore(max(1, min(FILTERED_CALLS, parallelism // 2)))
@@ -347,8 +353,19 @@ class ShardedBackend:
 
     async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking method of ``shard.store`` on the thread pool (the operations outside
-        the hot path). A connection failure marks the shard."""
-        return await self.on_shard(shard, self._offload(fn, *args))
+        the hot path). A connection failure marks the shard. A call that waited for a thread
+        while the shard failed (marked unhealthy after it was queued) fails at once when its
+        turn comes, instead of waiting out the store's socket timeout in turn: callers that gave
+        up leave a queue behind them, which a store that stopped answering drained at one
+        timeout per call for every thread, holding every later call (and the pings) behind it."""
+        failures = shard.failures
+
+        def turn() -> T:
+            if not shard.healthy and shard.failures != failures:
+                raise ShardConnectionError(shard.name, "it failed while this call waited for a store thread")
+            return fn(*args)
+
+        return await self.on_shard(shard, self._offload(turn))
 
     def _filter_deadline(self, body_regex: str | None) -> float | None:
         """The request's deadline for its body filtering (``JobFilter.deadline``), from now."""
@@ -390,7 +407,8 @@ class ShardedBackend:
     async def _ping(self, shard: Shard) -> bool:
         started = time.monotonic()
         try:
-            await self.call_store(shard, shard.store.ping)
+            pinged = asyncio.get_running_loop().run_in_executor(self._ping_executor, shard.store.ping)
+            await self.on_shard(shard, pinged)
         except Exception as exc:
             log.debug("shard %s still unhealthy: %s", shard.name, exc)
             if time.monotonic() - started > SLOW_PING_SECONDS:
@@ -430,6 +448,7 @@ class ShardedBackend:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        self._ping_executor.shutdown(wait=True)
         for shard in self._shards:
             shard.store.close()
 

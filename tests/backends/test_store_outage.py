@@ -1,0 +1,57 @@
+"""A store that stops answering (its redis-server SIGSTOPped) under calls whose callers gave up:
+the calls queued for a store thread fail at their turn once the shard is known to have failed,
+instead of each waiting out the socket timeout in turn, and the shard's pings keep threads of
+their own. Before, 40 queued counts on 2 threads held the store pool for 20 timeouts, and every
+later call, the pings too, waited behind them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from tests.support.redis_server import RedisServer
+
+from pinlater.backends.base import JobState
+from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.config import Settings
+from pinlater.errors import PinLaterError
+
+TIMEOUT = 1.0  # BACKEND_SOCKET_TIMEOUT_SECONDS
+QUEUED = 40
+
+
+def test_calls_queued_for_a_store_that_stopped_answering_fail_at_their_turn(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        assert server.pid is not None
+        config = RedisShardConfig(RedisEndpoint(server.host, server.port))
+        store = RedisStore("1", config, Settings(backend_socket_timeout_seconds=TIMEOUT))
+        backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=1, parallelism=2)
+
+        async def count() -> int:
+            return await backend.count_jobs("q", JobState.PENDING, None, False, None)
+
+        async def main() -> tuple[list[int | BaseException], float, int]:
+            await backend.create_queue("q")
+            loop = asyncio.get_running_loop()
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                started = loop.time()
+                answers = await asyncio.gather(*(count() for _ in range(QUEUED)), return_exceptions=True)
+                took = loop.time() - started
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            return answers, took, await count()  # served again once the store answers
+
+        try:
+            answers, took, after = asyncio.run(main())
+        finally:
+            backend.close()
+    assert all(isinstance(a, PinLaterError) for a in answers), answers
+    # Two timeouts at most: the calls on the two threads when the store stopped; the other 38
+    # fail at their turn (20 timeouts, 20 s, before).
+    assert took < 4 * TIMEOUT, f"{QUEUED} queued calls took {took:.1f} s"
+    assert after == 0
