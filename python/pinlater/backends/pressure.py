@@ -127,7 +127,7 @@ def memory_use(shard: Shard) -> MemoryUse | None:
 def memory_full_reason(full: Iterable[tuple[str, MemoryUse | None]], high_water: float | None) -> str:
     """Why an enqueue is refused: each full shard with its reading, and the mark."""
     shards = "; ".join(
-        f"shard {name} {'refused the write (out of memory)' if use is None else use.describe() + ' when last read'}"
+        f"shard {name} {'refused the write (out of memory)' if use is None else use.describe() + ' (estimated)'}"
         for name, use in full
     )
     mark = "" if high_water is None else f" (high-water mark {high_water:.0%} of the memory limit)"

@@ -118,8 +118,33 @@ MAX_CUT_REPEATS = 16
 #: the health loop still does, every second.
 SLOW_PING_SECONDS = 0.5
 SLOW_PING_BACKOFF_MS = 1000
-#: Threads of the health pings (one ping per shard at a time: ``revive``).
+#: Threads of the health pings at least (one ping per shard at a time: ``revive``), made as
+#: pings need them.
 PING_THREADS = 4
+
+
+class QueuedCallRefused(ShardConnectionError):
+    """A store call refused at its turn for a thread: the shard failed while it waited
+    (``ShardedBackend.call_store``). It never reached the store."""
+
+    def __init__(self, shard: str) -> None:
+        super().__init__(shard, "it stopped answering while this call waited for a store thread")
+
+
+def _watched(shard: Shard, fn: Callable[..., T], /, *args: object) -> T:
+    """``fn(*args)`` on a store thread, noting on the shard whether it reached the store."""
+    try:
+        result = fn(*args)
+    except ShardConnectionError:
+        shard.failed_calls += 1  # (threads may race here: a count missed still leaves it changed)
+        shard.failing = True
+        raise
+    except Exception:  # the store answered, with an error
+        shard.failing = False
+        raise
+    shard.failing = False
+    return result
+
 
 #: Claim descriptors must fit the original MySQL column (VARCHAR(200)); the caller's source
 #: is cut to this many characters in claims and in the checkpoint guard alike.
@@ -241,7 +266,9 @@ class ShardedBackend:
         #: The health pings' own threads (``_ping``): a ping never waits behind the store calls
         #: queued for a store that stopped answering, which every call finding no healthy shard
         #: would wait on in turn.
-        self._ping_executor = ThreadPoolExecutor(max_workers=PING_THREADS, thread_name_prefix="pinlater-ping")
+        self._ping_executor = ThreadPoolExecutor(
+            max_workers=max(PING_THREADS, parallelism), thread_name_prefix="pinlater-ping"
+        )
         #: BODY_FILTER_TIME_BUDGET_SECONDS: one request's time for all its body filtering.
         self.body_filter_budget_seconds = body_filter_budget_seconds
         self._filter_slots = asyncio.Semaphore(max(1, min(FILTERED_CALLS, parallelism // 2)))
@@ -344,28 +371,39 @@ class ShardedBackend:
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def on_shard(self, shard: Shard, call: Awaitable[T]) -> T:
-        """Await one store call on ``shard``; a connection failure marks the shard."""
+        """Await one store call on ``shard``; a connection failure marks the shard (not a call
+        refused at its turn, ``QueuedCallRefused``: the failure it follows marked it)."""
         try:
             return await call
+        except QueuedCallRefused:
+            raise
         except ShardConnectionError as exc:
             shard.mark_unhealthy(exc.detail)
             raise
 
     async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking method of ``shard.store`` on the thread pool (the operations outside
-        the hot path). A connection failure marks the shard. A call that waited for a thread
-        while the shard failed (marked unhealthy after it was queued) fails at once when its
-        turn comes, instead of waiting out the store's socket timeout in turn: callers that gave
-        up leave a queue behind them, which a store that stopped answering drained at one
-        timeout per call for every thread, holding every later call (and the pings) behind it."""
-        failures = shard.failures
+        the hot path). A connection failure marks the shard. A call queued for a thread before a
+        call to the shard failed, and still waiting when that happened, is refused at its turn
+        while the shard's latest call (or ping) failed, instead of waiting out the store's socket
+        timeout: callers that gave up leave a queue behind them, which a store that stopped
+        answering drained at one timeout per call and thread, holding every later call behind
+        it. What the threads saw is kept on the shard by the threads themselves, so the next
+        call a thread takes after a failure already knows."""
+        queued_after = shard.failed_calls
 
         def turn() -> T:
-            if not shard.healthy and shard.failures != failures:
-                raise ShardConnectionError(shard.name, "it failed while this call waited for a store thread")
-            return fn(*args)
+            if shard.failing and shard.failed_calls != queued_after:
+                raise QueuedCallRefused(shard.name)
+            return _watched(shard, fn, *args)
 
         return await self.on_shard(shard, self._offload(turn))
+
+    async def ping(self, shard: Shard) -> None:
+        """Ask the shard's store whether it answers, on the pings' own threads (never behind
+        queued store calls); a failure marks the shard."""
+        loop = asyncio.get_running_loop()
+        await self.on_shard(shard, loop.run_in_executor(self._ping_executor, _watched, shard, shard.store.ping))
 
     def _filter_deadline(self, body_regex: str | None) -> float | None:
         """The request's deadline for its body filtering (``JobFilter.deadline``), from now."""
@@ -407,8 +445,7 @@ class ShardedBackend:
     async def _ping(self, shard: Shard) -> bool:
         started = time.monotonic()
         try:
-            pinged = asyncio.get_running_loop().run_in_executor(self._ping_executor, shard.store.ping)
-            await self.on_shard(shard, pinged)
+            await self.ping(shard)
         except Exception as exc:
             log.debug("shard %s still unhealthy: %s", shard.name, exc)
             if time.monotonic() - started > SLOW_PING_SECONDS:

@@ -28,6 +28,10 @@ class Shard:
     config: ShardConfig | None = None
     healthy: bool = True
     failures: int = field(default=0)
+    #: What the store threads saw last (``ShardedBackend.call_store``, set there, read there):
+    #: whether the shard's latest call or ping failed to reach it, and how many did so far.
+    failing: bool = field(default=False)
+    failed_calls: int = field(default=0)
 
     def mark_unhealthy(self, reason: str) -> None:
         self.failures += 1

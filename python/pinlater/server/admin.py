@@ -269,7 +269,7 @@ class AdminApp(JobControlApi):
 
         async def ping(shard: Any) -> str | None:
             try:
-                await asyncio.wait_for(backend.call_store(shard, shard.store.ping), timeout)
+                await asyncio.wait_for(backend.ping(shard), timeout)
             except TimeoutError:
                 return f"{shard.name} (no answer within {timeout:g}s)"
             except Exception as exc:
