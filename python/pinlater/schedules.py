@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pinlater.backends.base import NewJob, ScheduleRow
+from pinlater.backends.base import NewJob, ScheduleRow, ShardStore
 from pinlater.backends.sharded import ShardedBackend, key_shard
 from pinlater.backends.shardmap import Shard
 from pinlater.cron import HORIZON_YEARS, Cron, CronError
@@ -249,11 +249,17 @@ async def listing(backend: ShardedBackend, queue: str) -> list[Schedule]:
     for shard in backend.shards.all():
         if not shard.healthy:
             continue
-        for row in await backend.call_store(shard, shard.store.list_schedules, queue):
-            at_home = _home(backend, queue, row.name) is shard
-            if row.name not in found or at_home:
-                found[row.name] = (at_home, Schedule.from_row(row))
+        for schedule in await backend.call_store(shard, _read_schedules, shard.store, queue):
+            at_home = _home(backend, queue, schedule.name) is shard
+            if schedule.name not in found or at_home:
+                found[schedule.name] = (at_home, schedule)
     return [schedule for _, (_, schedule) in sorted(found.items())]
+
+
+def _read_schedules(store: ShardStore, queue: str) -> list[Schedule]:
+    """The shard's schedules of the queue, decoded on the store's thread: a queue's rows may hold
+    8 MiB (``MAX_QUEUE_SCHEDULE_BYTES``), whose JSON and base64 held the event loop."""
+    return [Schedule.from_row(row) for row in store.list_schedules(queue)]
 
 
 class ScheduleRunner:

@@ -15,7 +15,7 @@ import pytest
 from pinlater.admin import Admin, AdminError, PasswordRefused
 from pinlater.redrive import BATCH_SECONDS, MAX_RUNNING, NOTE
 from pinlater.server.admin_api import LARGE_POSTS, POST_BYTES
-from pinlater.server.admin_jobcontrol import MAX_SCHEDULE_BODY, SCHEDULE_POST_BYTES
+from pinlater.server.admin_jobcontrol import LISTING_PART, MAX_SCHEDULE_BODY, SCHEDULE_POST_BYTES
 from tests.admin.conftest import FAILED, PENDING, AdminServer
 from tests.conftest import ADMIN_PASSWORD
 from tests.support.wait import wait_for
@@ -232,6 +232,19 @@ def test_a_schedule_body_of_a_mebibyte_is_set_through_the_api_and_long_bodies_wa
     assert sorted(s["name"] for s in admin.schedules("big")) == ["next", "whole"]
     for sock in holders:
         sock.close()
+
+
+def test_a_listing_of_more_schedules_than_a_part_is_whole_and_in_order(admin_server: AdminServer, admin: Admin) -> None:
+    admin_server.jobs.create("many")
+    names = sorted(f"s{i:03d}" for i in range(LISTING_PART + 50))
+    for name in names:
+        admin.set_schedule("many", name, interval_ms=3_600_000, body=f"job of {name}")
+    resp = admin_server.get("/api/schedules?queue=many")
+    assert resp.status == 200
+    listed = resp.json()
+    assert listed["queue"] == "many" and isinstance(listed["now_ms"], int)
+    assert [s["name"] for s in listed["schedules"]] == names
+    assert [s["body_text"] for s in listed["schedules"]] == [f"job of {name}" for name in names]
 
 
 def test_an_interval_schedule_set_through_the_api_fires(admin_server: AdminServer, admin: Admin) -> None:

@@ -1,5 +1,5 @@
 """A request of many jobs is served in turns with every other client of the server: a lookup's
-reply map is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_map_reply``), with the
+reply map (a schedule listing's list) is encoded ``REPLY_PART`` entries at a time (``dispatch._encode_parts``), with the
 event loop's other work between parts, into the bytes one encode makes; lookups and checkpoints
 of more than a part are answered whole, as Apache's client reads them. A hot call's frame of at
 least ``DETACH_BYTES`` is decoded on a worker thread (``connection._decode_hot_apart``), and
@@ -25,7 +25,7 @@ from pinlater._pinlater import DETACH_BYTES, DETACH_JOBS, decode_hot_frame
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.server import connection, dispatch
-from pinlater.server.dispatch import REPLY_PART, Dispatcher, _encode, _encode_map_reply
+from pinlater.server.dispatch import REPLY_PART, Dispatcher, _encode, _encode_parts
 
 N = 2 * REPLY_PART + 500  # three parts: two whole, one not
 
@@ -54,10 +54,24 @@ def _info(i: int) -> Any:
     )
 
 
-def test_a_large_map_reply_is_encoded_in_parts_into_the_bytes_of_one_encode() -> None:
-    method = Dispatcher(_Handler())._methods["lookupJobs"]
-    answer = {f"q:s1:p1:{i}": _info(i) for i in range(N)}
-    coroutine = _encode_map_reply(method, 7, answer)
+def _schedule_info(i: int) -> Any:
+    job = idl.PinLaterJob(body=b"tick-%d" % i, priority=1 + i % 3, numAttemptsAllowed=2, customStatus="")
+    return idl.PinLaterSchedule(
+        queueName="q", name=f"s{i}", job=job, intervalMillis=60_000 + i, paused=i % 2 == 0,
+        nextRunTimestampMillis=1_700_000_000_000 + i,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method_name", "answer"),
+    [
+        ("lookupJobs", {f"q:s1:p1:{i}": _info(i) for i in range(N)}),
+        ("listSchedules", [_schedule_info(i) for i in range(N)]),
+    ],
+)
+def test_a_large_reply_is_encoded_in_parts_into_the_bytes_of_one_encode(method_name: str, answer: Any) -> None:
+    method = Dispatcher(_Handler())._methods[method_name]
+    coroutine = _encode_parts(method, 7, answer)
     turns = 0
     try:
         while True:
@@ -65,7 +79,7 @@ def test_a_large_map_reply_is_encoded_in_parts_into_the_bytes_of_one_encode() ->
             turns += 1
     except StopIteration as done:
         reply: bytes = done.value
-    whole = _encode("lookupJobs", TMessageType.REPLY, 7, method.result_cls(success=answer))
+    whole = _encode(method_name, TMessageType.REPLY, 7, method.result_cls(success=answer))
     assert reply == whole
     assert turns == 2, "a turn of the event loop between each two parts"
 

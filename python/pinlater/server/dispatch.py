@@ -54,9 +54,10 @@ Decoding rules, in order:
   executor to the memory probes and the hot frames.
 
 Replies are always strict (versioned); every Apache client reads them. A reply whose result is a
-map of more than ``REPLY_PART`` entries (``lookupJobs`` of many jobs) is encoded that many entries
-at a time, with the event loop's other work between parts (``_encode_map_reply``): 100,000 jobs
-encoded at once held every other client of the server for about 120 ms here.
+map or list of more than ``REPLY_PART`` entries (``lookupJobs`` of many jobs, ``listSchedules``
+of many schedules) is encoded that many entries at a time, with the event loop's other work
+between parts (``_encode_parts``): 100,000 jobs encoded at once held every other client of the
+server for about 120 ms here.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ _I32 = struct.Struct(">i")
 #: Methods decoded by the extension and answered by the handler as bytes (see the module doc).
 HOT_METHODS = frozenset({"enqueueJobs", "dequeueJobs", "ackDequeuedJobs"})
 
-#: Most entries of a map result encoded at once (see the module doc).
+#: Most entries of a map or list result encoded at once (see the module doc).
 REPLY_PART = 1000
 
 
@@ -129,8 +130,8 @@ class _Method:
     struct_args: tuple[str, ...]
     #: Decoded by ``decode_hot_call``; ``call(decoded, seqid)`` answers the reply's bytes.
     hot: bool
-    #: The result's ``success`` is a map (``_encode_map_reply`` may encode it).
-    success_map: bool
+    #: The result's ``success`` is a map or a list (``_encode_parts`` may encode it).
+    success_parts: bool
 
 
 def _resolve(service: Any, handler: object) -> dict[str, _Method]:
@@ -155,7 +156,7 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
             oneway=bool(getattr(result_cls, "oneway", False)),
             struct_args=tuple(spec[1] for _, spec in sorted(args_cls.thrift_spec.items()) if spec[0] == TType.STRUCT),
             hot=name in HOT_METHODS,
-            success_map=result_cls.thrift_spec.get(0, (None,))[0] == TType.MAP,
+            success_parts=result_cls.thrift_spec.get(0, (None,))[0] in (TType.MAP, TType.LIST),
         )
     if missing:
         raise TypeError(f"{type(handler).__name__} lacks async methods: {', '.join(missing)}")
@@ -325,20 +326,23 @@ def _encode(name: str, mtype: int, seqid: int, body: Any) -> bytes:
     return data
 
 
-async def _encode_map_reply(method: _Method, seqid: int, answer: dict[Any, Any]) -> bytes:
-    """``_encode`` of a reply whose ``success`` is the map ``answer``, ``REPLY_PART`` entries at a
-    time, yielding to the event loop between parts. The same bytes: each part is encoded as a
-    result of its entries alone, whose field and map headers (9 bytes) and STOP (1) are cut off,
-    between the whole map's headers and STOP."""
-    header = _encode(method.name, TMessageType.REPLY, seqid, method.result_cls(success={}))
-    # the empty result: message header, field header (3), map header (6), STOP (1)
+async def _encode_parts(method: _Method, seqid: int, answer: dict[Any, Any] | list[Any]) -> bytes:
+    """``_encode`` of a reply whose ``success`` is the map or list ``answer``, ``REPLY_PART``
+    entries at a time, yielding to the event loop between parts. The same bytes: each part is
+    encoded as a result of its entries alone, whose field header (3 bytes), map or list header
+    (6 or 5: its size last) and STOP (1) are cut off, between the whole answer's headers and
+    STOP."""
+    is_map = isinstance(answer, dict)
+    header = _encode(method.name, TMessageType.REPLY, seqid, method.result_cls(success={} if is_map else []))
+    # the empty result: message header, field header, map or list header, STOP
     parts = [header[:-5], _I32.pack(len(answer))]
-    entries = iter(answer.items())  # (the handler's own map: nothing else changes it meanwhile)
+    entries = iter(answer.items() if isinstance(answer, dict) else answer)  # (the handler's own)
     for at in range(0, len(answer), REPLY_PART):
         if at:
             await asyncio.sleep(0)
+        chunk = list(islice(entries, REPLY_PART))
         part = _encode(
-            method.name, TMessageType.REPLY, seqid, method.result_cls(success=dict(islice(entries, REPLY_PART)))
+            method.name, TMessageType.REPLY, seqid, method.result_cls(success=dict(chunk) if is_map else chunk)
         )
         parts.append(part[len(header) - 1 : -1])
     parts.append(b"\x00")
@@ -460,8 +464,8 @@ class Dispatcher:
             else:
                 return self._internal_error(method, seqid, exc, oneway)
         try:
-            if method.success_map and isinstance(result.success, dict) and len(result.success) > REPLY_PART:
-                return await _encode_map_reply(method, seqid, result.success)
+            if method.success_parts and isinstance(result.success, dict | list) and len(result.success) > REPLY_PART:
+                return await _encode_parts(method, seqid, result.success)
             return _encode(name, TMessageType.REPLY, seqid, result)
         except Exception as exc:  # the handler returned something that does not fit the IDL
             return self._internal_error(method, seqid, exc, oneway)
