@@ -2,20 +2,28 @@
 
 A ``ShardMap`` is swapped whole on a config reload, so a request sees one consistent set of
 shards from start to end. Health is tracked per shard: a ``ShardConnectionError`` marks a shard
-unhealthy, a background checker pings unhealthy shards and brings them back.
+unhealthy, a background checker pings unhealthy shards and brings them back. A shard logs its
+changes of health at most once per ``HEALTH_LOG_SECONDS``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pinlater.backends.base import ShardConfig, ShardStore
 from pinlater.backends.pressure import MemoryUse, memory_above, memory_use
 
 log = logging.getLogger(__name__)
+
+#: A shard logs a change of its health at most once per this many seconds. A store that refuses
+#: writes while it answers pings (a full disk) is marked unhealthy by each write and healthy by
+#: the next ping: 892 lines in 25 s of enqueues to a full disk, two a request. The changes
+#: between are counted in the next line, which the health loop writes once the time has passed.
+HEALTH_LOG_SECONDS = 10.0
 
 
 @dataclass(eq=False)
@@ -33,16 +41,47 @@ class Shard:
     failing: bool = field(default=False)
     failed_calls: int = field(default=0)
 
+    #: When the latest change of health was logged (``clock()``), and the changes since that were
+    #: not (``HEALTH_LOG_SECONDS``).
+    logged_at: float | None = field(default=None, repr=False)
+    unlogged: int = field(default=0, repr=False)
+    last_reason: str = field(default="", repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
     def mark_unhealthy(self, reason: str) -> None:
         self.failures += 1
+        self.last_reason = reason
         if self.healthy:
-            log.warning("shard %s marked unhealthy: %s", self.name, reason)
-        self.healthy = False
+            self.healthy = False
+            self._changed()
 
     def mark_healthy(self) -> None:
         if not self.healthy:
-            log.info("shard %s is healthy again", self.name)
-        self.healthy = True
+            self.healthy = True
+            self._changed()
+
+    def _changed(self) -> None:
+        """Log a change of health, or count it while the last logged one is recent."""
+        now = self.clock()
+        if self.logged_at is not None and now - self.logged_at < HEALTH_LOG_SECONDS:
+            self.unlogged += 1
+            return
+        self._log(now, "")
+
+    def log_unlogged(self) -> None:
+        """Log the shard's health once changes went unlogged and ``HEALTH_LOG_SECONDS`` have
+        passed since the last line (the health loop asks every second), so the log never ends on
+        a state the shard has since left."""
+        now = self.clock()
+        if self.unlogged and self.logged_at is not None and now - self.logged_at >= HEALTH_LOG_SECONDS:
+            self._log(now, f" ({self.unlogged} changes of health in {now - self.logged_at:.0f} s were not logged)")
+
+    def _log(self, now: float, more: str) -> None:
+        if self.healthy:
+            log.info("shard %s is healthy again%s", self.name, more)
+        else:
+            log.warning("shard %s marked unhealthy: %s%s", self.name, self.last_reason, more)
+        self.logged_at, self.unlogged = now, 0
 
 
 class ShardMap:

@@ -269,6 +269,7 @@ class PinLaterServer:
             await asyncio.sleep(HEALTH_CHECK_INTERVAL_SECONDS)
             for shard in backend.shards.all():
                 await backend.revive(shard, force=True)
+                shard.log_unlogged()
 
     # -- stop -----------------------------------------------------------------------------------
 
