@@ -5,14 +5,17 @@ has *reserved* in the store (``ShardStore.reserve_jobs``): a reserved job stays 
 counts, scans and lookups show it as PENDING, no attempt is charged for it, and a crash needs no
 cleanup, because a reservation lapses by itself after the hold.
 
-A dequeue is served from the buffer without a store call: the jobs are taken (a ``HandOut``, held
-in Rust like the buffer: no Python object per job), the extension writes the reply from it, and
-the response goes out at once. Their claims (``claim_reserved``, the normal unique
-claim for the worker's source, so checkpoint guards, acks and claim timeouts work exactly as
-without the broker) are written behind the response: every hand-out queues its claims, and a
-flush at the next turn of the event loop writes all that queued in that turn, one store call per
-(queue, shard), each job with its own worker's claim. Concurrent dequeues so share store calls
-twice: one refill serves them all, and so does one claim flush. A flush's claims are a
+A dequeue is served from the buffer: the jobs are taken (a ``HandOut``, held in Rust like the
+buffer: no Python object per job) and the extension writes the reply from it once their claims
+are written (``claim_reserved``, the normal unique claim for the worker's source, so checkpoint
+guards, acks and claim timeouts work exactly as without the broker): every hand-out queues its
+claims, and a flush at the next turn of the event loop writes all that queued in that turn, one
+store call per (queue, shard), each job with its own worker's claim. Concurrent dequeues so
+share store calls twice: one refill serves them all, and so does one claim flush. The reply
+waits for its flush because a client may ack through another server (``PinLaterClient`` given
+several spreads its calls over them), whose ack would find a job whose claim was still to be
+written PENDING and change nothing: answered OK, the job ran again at its claim timeout (6% of
+a probe's batches, when the reply went out before its claims). A flush's claims are a
 ``ClaimFlush`` (Rust): per (queue, shard) a ``ClaimItems`` the store call takes whole, and which
 jobs it names, for ``settle``. Invariants:
 
@@ -20,8 +23,8 @@ jobs it names, for ``settle``. Invariants:
   handed out but released (and a loop releases them in the background), and the claim is written
   within one flush, well inside the other half.
 * Acks, checkpoints and lookups on this server first wait for the claims of the jobs they name
-  (``settle``), so a worker that acks through the server that gave it the job never races its
-  own claim; counts and scans wait for the queue's pending claims.
+  (``settle``), and counts and scans for the queue's pending claims: a reply waits for its
+  claims, but a dequeue cancelled meanwhile (its peer gone) leaves them being written.
 * A claim that cannot be written (the shard is down past a few retries, or the job was deleted
   or retried meanwhile) is counted (``broker_lapsed``) and logged: the job is still PENDING under
   a lapsing reservation, so it is delivered again, at least once, never lost. An ack for it is a
@@ -50,8 +53,9 @@ buffer meanwhile.
 A queue with a ``maxInProgress`` (``ShardedBackend.queue_rules``) is not brokered: its dequeues
 are direct (``ShardedBackend.dequeue_jobs``) and the broker holds no reservation of it (what it
 held when a reload set the cap is released at the next dequeue or release-loop tick). A hand-out
-goes out before its claim, so a claim cut by the cap would leave a worker running a job the
-store still holds as PENDING: past the cap, and delivered again when the reservation lapses.
+is taken before its claim is written and goes out whatever the claim finds, so a claim cut by
+the cap would leave a worker running a job the store still holds as PENDING: past the cap, and
+delivered again when the reservation lapses.
 
 The walk over priorities and shards (and its known-empty hints) is ``ShardedBackend.walk_ready``,
 the same one the direct dequeue uses. dryRun and coverage < 1 bypass the broker (the handler
@@ -193,9 +197,9 @@ class DequeueBroker:
     async def dequeue(self, queue: str, limit: int, source: str) -> HandOut | list[ReadyBatch[ClaimedJobs]]:
         """Up to ``limit`` jobs from the queue's buffer, refilled first only if it is empty.
 
-        No store call unless the buffer is empty: what it holds is handed out at once (a refill
-        starts in the background below the low-water mark), and the claims are written behind
-        the response. An empty buffer is answered at once too, with nothing, when no refill is
+        No store call but the claims' unless the buffer is empty: what it holds is handed out at
+        once (a refill starts in the background below the low-water mark), and the reply waits
+        for the flush that writes its claims. An empty buffer is answered at once too, with nothing, when no refill is
         out and the walk's hints say every place is empty (``ShardedBackend.known_empty``): a
         refill would make no store call, and waiting for it would only cost turns of the loop.
         The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue the broker does
@@ -225,10 +229,15 @@ class DequeueBroker:
         out = buffer.hand_out(queue, limit, now - self.policy.max_age_ms)
         if out.stale_count:
             self._spawn(self._release(queue, out.stale()))
-        if out:
-            self._queue_claims(out, source)
+        claimed = self._queue_claims(out, source) if out else None
         if len(buffer) <= self.policy.low_water or (queue in self._more and buffer.room >= self.policy.min_top_up):
             self._refill_in_background(queue)
+        if claimed is not None:
+            # The reply goes out once its claims are written: an ack through another server
+            # (a client that spreads its calls, as PinLaterClient given several servers does)
+            # would otherwise find the job still PENDING and change nothing, and the job, acked
+            # OK, ran again at its claim timeout (FAILED if that was its last attempt).
+            await _wait_for({claimed})
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
 
@@ -287,8 +296,9 @@ class DequeueBroker:
         if kept:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
 
-    def _queue_claims(self, out: HandOut, source: str) -> None:
-        """Queue the claims of the jobs handed out for the next flush, under a new claim."""
+    def _queue_claims(self, out: HandOut, source: str) -> asyncio.Future[None]:
+        """Queue the claims of the jobs handed out for the next flush, under a new claim; the
+        flush's future, done once it was written (or gave up: ``_claim_on``)."""
         claim = self.backend.new_claim(source)
         pending = self._next_flush
         if pending is None:
@@ -301,6 +311,7 @@ class DequeueBroker:
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
         self.metrics.incr("broker_handed_out", len(out))
+        return pending[1]
 
     # -- claims ---------------------------------------------------------------------------------
 

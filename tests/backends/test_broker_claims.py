@@ -1,8 +1,9 @@
-"""The dequeue broker's write-behind claims, in process, on a real store of every kind.
+"""The dequeue broker's claims, in process, on a real store of every kind.
 
-A hand-out returns without a store call; its claims are written by the next flush. These tests
-hold the event loop between the hand-out and the flush to look at the store in that window,
-which a test over a socket cannot do deterministically.
+A hand-out is taken from memory; its claims are written by the next flush, one store call for
+every hand-out of that turn of the loop, and the dequeue answers once they are written (an ack
+through another server would otherwise find its jobs still PENDING). A claim that cannot be
+written leaves its job PENDING, delivered again.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def states(store: ShardStore, descriptors: list[str]) -> list[tuple[JobState, st
     return [(by_id[i].state, by_id[i].claim_descriptor) for _p, i in keys]
 
 
-def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
+def test_a_hand_out_answers_once_its_claims_are_written_and_concurrent_ones_share_a_flush(
     store: ShardStore, backend: ShardedBackend
 ) -> None:
     metrics = Metrics()
@@ -51,12 +52,10 @@ def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
     async def scenario() -> None:
         await enqueue_n(backend, 6)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
-        first = await broker.dequeue(Q, 2, "worker-a")  # refills, then hands out from memory
-        second = await broker.dequeue(Q, 3, "worker-b")  # no store call: the buffer holds 4
+        # both wait for one refill, then hand out from memory in the same turn of the loop
+        first, second = await asyncio.gather(broker.dequeue(Q, 2, "worker-a"), broker.dequeue(Q, 3, "worker-b"))
+        assert not broker.settling, "nothing left to write once the dequeues answered"
         handed = [d for d, *_ in first.to_list() + second.to_list()]
-        # Nothing has yielded to the flush yet: every job is still PENDING under the reservation.
-        assert {state for state, _ in states(store, handed)} == {JobState.PENDING}
-        await broker.settle(decode_descriptors(handed))
         found = states(store, handed)
         assert [s for s, _ in found] == [JobState.IN_PROGRESS] * 5
         claims = [c or "" for _, c in found]
@@ -64,12 +63,15 @@ def test_claims_are_written_behind_the_hand_out_and_settle_waits_for_them(
         assert all(c.startswith("worker-b|") for c in claims[2:]), claims
         assert len(set(claims[:2])) == 1 and claims[0] != claims[2], "one claim per dequeue"
         assert metrics.counters["broker_claim_calls"] == 1, "both hand-outs shared one flush"
+        assert metrics.counters["broker_refills"] == 1
+        third = await broker.dequeue(Q, 1, "worker-c")  # from memory: answered once claimed
+        assert [s for s, _ in states(store, [d for d, *_ in third.to_list()])] == [JobState.IN_PROGRESS]
         await broker.stop()
         await backend.aclose()
-        assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, backend.clock.now_ms()), None) == 1
+        assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, backend.clock.now_ms()), None) == 0
 
     asyncio.run(scenario())
-    assert metrics.counters["broker_claimed"] == 5
+    assert metrics.counters["broker_claimed"] == 6
     assert metrics.counters["broker_lapsed"] == 0
 
 
@@ -79,27 +81,30 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
     metrics = Metrics()
 
     async def scenario() -> tuple[list[str], list[str]]:
-        await enqueue_n(backend, 3)
+        enqueued = await enqueue_n(backend, 3)
         broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
-        handed = [d for d, *_ in (await broker.dequeue(Q, 3, "worker-a")).to_list()]
-        [(_q, _s, priority, local_id)] = decode_descriptors(handed[:1])
-        # Before the flush, an administrator's retry-style move of one job back to plain PENDING
-        # (the reservation is released): that claim must not be written.
+        handed = [d for d, *_ in (await broker.dequeue(Q, 1, "worker-a")).to_list()]  # 2 stay buffered
+        gone = [d for d in enqueued if d not in handed][:1]
+        [(_q, _s, priority, local_id)] = decode_descriptors(gone)
+        # An administrator's retry-style move of a buffered job back to plain PENDING (its
+        # reservation released) before it is handed out: its claim must not be written.
         assert store.release_reservations(Q, [(priority, local_id)], broker.reservation, backend.clock.now_ms()) == 1
-        await broker.settle(decode_descriptors(handed))
+        rest = [d for d, *_ in (await broker.dequeue(Q, 5, "worker-a")).to_list()]
+        assert gone[0] in rest
+        handed += rest
         await broker.stop()
-        found = states(store, handed)
-        assert found[0] == (JobState.PENDING, None), "dequeuable again: at least once"
-        assert [s for s, _ in found[1:]] == [JobState.IN_PROGRESS] * 2
+        found = dict(zip(handed, states(store, handed), strict=True))
+        assert found.pop(gone[0]) == (JobState.PENDING, None), "dequeuable again: at least once"
+        assert [s for s, _ in found.values()] == [JobState.IN_PROGRESS] * 2
         backend.forget_empty()  # the release above went around the backend, which would note it
         again = [j.descriptor for j in await dequeue(backend, Q, 10, "worker-b")]
         await backend.aclose()
-        return handed, again
+        return gone, again
 
-    handed, again = asyncio.run(scenario())
+    gone, again = asyncio.run(scenario())
     assert metrics.counters["broker_claimed"] == 2
     assert metrics.counters["broker_lapsed"] == 1
-    assert again == handed[:1]
+    assert again == gone
 
 
 async def _quiet(broker: DequeueBroker) -> None:

@@ -312,6 +312,34 @@ def test_three_servers_on_one_redis_deliver_every_job_exactly_once(
         assert {info.jobState for info in api.lookup(*enqueued).values()} == {SUCCEEDED}
 
 
+@pytest.mark.redis
+@pytest.mark.parametrize("layout", ["original", "compact"])
+def test_an_ack_through_another_server_finds_its_hand_outs_claim_written(
+    start_server: Start, open_client: Open, ttypes: ModuleType, tmp_path: Path, layout: str
+) -> None:
+    """A client that spreads its calls over servers (as ``PinLaterClient`` given several does)
+    acks through a server other than the one that handed the jobs out. The hand-out's claims
+    were written behind its reply: such an ack often came first, found the jobs still PENDING
+    and changed nothing, though answered OK (6% of the batches of a probe), and the jobs ran
+    again at their claim timeout. The reply now goes out once its claims are written."""
+    with RedisServer(tmp_path / "redis") as redis:
+        config = redis_config(redis, tmp_path, layout)
+        props = {"BROKER_LOW_WATER_FRACTION": "0"}  # no background refills: hand-outs from memory
+        giver, acker = (start_server("--backend", "redis", "--backend-config", config, properties=props) for _ in "ab")
+        worker, other = Api(open_client(giver), ttypes), Api(open_client(acker), ttypes)
+        descriptors = fill(worker, "spread", 300)
+        acked: list[str] = []
+        for _ in range(60):
+            jobs = list(worker.dequeue("spread", limit=5).jobs)
+            other.ack("spread", ok=jobs)
+            found = other.lookup(*jobs)
+            assert {d: info.jobState for d, info in found.items()} == dict.fromkeys(jobs, SUCCEEDED)
+            acked += jobs
+        assert len(set(acked)) == len(acked) == 300 == len(descriptors)
+        assert stats(giver)["broker_refills"] <= 3, "served from the buffer"
+        assert other.count("spread", SUCCEEDED) == 300
+
+
 def _exchange(port: int, message: bytes) -> bytes:
     """One framed message to the server and its framed reply, over a plain socket."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
