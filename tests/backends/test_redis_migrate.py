@@ -716,7 +716,8 @@ def test_a_second_run_of_the_shard_is_refused_naming_the_first(
     migrate_shard(raw, "1", "compact", batch=3, on_progress=second_run)
     assert len(refusals) == 1
     assert re.fullmatch(
-        r"another run holds pll-lock:\{1\}: pinlater-migrate-1 to compact, pid \d+ on \S+, client \d+, "
+        r"another run holds pll-lock:\{1\}: pinlater-migrate-1 to compact, pid \d+ on \S+, client \d+ of redis run "
+        r"[0-9a-f]{40}, "
         r"started \S+; wait for it to finish",
         refusals[0],
     )
@@ -735,6 +736,32 @@ def test_the_lock_of_a_run_whose_connection_is_gone_is_taken_over(server: RedisS
     with pytest.raises(MigrationError, match=r"another run holds pll-lock:\{1\}: written by hand"):
         migrate_shard(raw, "1", "original")
     assert raw.get(LOCK) == b"written by hand"
+
+
+def test_the_lock_of_a_run_on_a_redis_that_restarted_is_taken_over(server: RedisServer, raw: redis.Redis) -> None:
+    """Redis numbers connections from 1 again at each start, so after a restart the dead run's
+    client id names a live connection: the lock was refused until its TTL ran out (30 s). The
+    lock names the Redis process too (its run_id)."""
+    old_run = raw.info("server")["run_id"]
+    holder = raw.client_id()
+    server.restart()  # the run's Redis restarted (kill -9 and start from its AOF, in the probe)
+    raw.connection_pool.disconnect()
+    live = [server.client() for _ in range(holder + 2)]  # one of them now has the dead run's id
+    try:
+        assert any(c.client_id() == holder for c in live)
+        assert raw.info("server")["run_id"] != old_run
+        raw.set(LOCK, f"pinlater-migrate-1 to compact, pid 1, client {holder} of redis run {old_run}, started x", ex=30)
+        migrate_shard(raw, "1", "compact")
+        assert not raw.exists(LOCK)
+        # a lock of this very Redis run whose holder's connection is live is refused, as before
+        holder_now = live[0].client_id()
+        run = raw.info("server")["run_id"]
+        raw.set(LOCK, f"pinlater-migrate-1 to original, client {holder_now} of redis run {run}, started x", ex=30)
+        with pytest.raises(MigrationError, match=r"another run holds pll-lock:\{1\}"):
+            migrate_shard(raw, "1", "original")
+    finally:
+        for c in live:
+            c.close()
 
 
 def test_refuses_a_marker_that_names_no_layout(raw: redis.Redis, filled: ShardView) -> None:

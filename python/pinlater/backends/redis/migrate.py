@@ -373,23 +373,28 @@ end
 return 0
 """
 
-_HOLDER_CLIENT = re.compile(r"client (\d+)")
+_HOLDER_CLIENT = re.compile(r"client (\d+)(?: of redis run ([0-9a-f]+))?")
 
 
 class _Lock:
     """The run's hold on ``pll-lock:{S}``: taken with ``SET NX`` and a TTL, renewed as the run
     goes (``renew``), released at its end, whatever the end. A run that finds it held by
     another, or loses it (its TTL ran out meanwhile), stops with one line naming the other.
-    The value names the holder's connection (``CLIENT ID``): a lock whose holder's connection
-    is gone (the run was killed, or the Redis restarted) is taken over at once, so that running
-    the command again continues without waiting for the TTL."""
+    The value names the holder's connection (``CLIENT ID``) and the Redis process it was made
+    on (its ``run_id``, new at each start: Redis numbers connections from 1 again, so after a
+    restart the dead run's id could name a live connection, and the lock was refused until its
+    TTL ran out): a lock whose holder's connection is gone (the run was killed, or the Redis
+    restarted) is taken over at once, so that running the command again continues without
+    waiting for the TTL."""
 
     def __init__(self, client: redis.Redis, shard: str, target: Layout) -> None:
         self._client = client
         self._key = lock_key(shard)
+        self._run_id = str(client.info("server")["run_id"])
         self._token = (
             f"pinlater-migrate-{shard} to {target}, pid {os.getpid()} on {socket.gethostname()}, "
-            f"client {client.client_id()}, started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+            f"client {client.client_id()} of redis run {self._run_id}, "
+            f"started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
         )
         self._renewed = 0.0
         self._renew = client.register_script(_RENEW)
@@ -411,6 +416,8 @@ class _Lock:
         found = _HOLDER_CLIENT.search(held)
         if found is None:
             return False
+        if found.group(2) is not None and found.group(2) != self._run_id:
+            return True  # made on a Redis process that has stopped since: every connection of it is gone
         return not any(str(c.get("id")) == found.group(1) for c in self._client.client_list())
 
     def __exit__(self, *exc: object) -> None:
