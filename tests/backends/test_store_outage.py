@@ -69,3 +69,45 @@ def test_calls_queued_for_a_store_that_stopped_answering_fail_at_their_turn(tmp_
     assert stopped == THREADS, f"{stopped} of {QUEUED} queued calls reached the stopped store"
     assert took < 3 * TIMEOUT, f"{QUEUED} queued calls took {took:.1f} s"
     assert after == 0
+
+
+@pytest.mark.redis
+def test_a_dequeue_that_no_shard_answered_fails_though_other_calls_marked_shards_meanwhile(tmp_path: Path) -> None:
+    """Both shards' Redis stop while a dequeue waits on its first shard, and other calls mark
+    both shards unhealthy meanwhile (as concurrent calls meeting the stopped stores do). The
+    walk then skipped the second shard rather than fail there, and with one failure of two it
+    answered "no jobs" (5 of 9 dequeues of a probe on a stopped MariaDB)."""
+    with RedisServer(tmp_path / "a") as a, RedisServer(tmp_path / "b") as b:
+        settings = Settings(backend_socket_timeout_seconds=TIMEOUT)
+        servers = {"a": a, "b": b}
+        stores = [RedisStore(n, RedisShardConfig(RedisEndpoint(s.host, s.port)), settings) for n, s in servers.items()]
+        shards = [Shard(store.name, store) for store in stores]
+        backend = ShardedBackend(ShardMap(shards), num_priorities=1, parallelism=THREADS)
+
+        async def main() -> BaseException | None:
+            await backend.create_queue("q")
+            for server in (a, b):
+                assert server.pid is not None
+                os.kill(server.pid, signal.SIGSTOP)
+            try:
+                walk = asyncio.ensure_future(backend.dequeue_jobs("q", 10, "worker"))
+                deadline = asyncio.get_running_loop().time() + 5
+                while not backend._in_flight:  # the walk's call on its first shard is out
+                    assert asyncio.get_running_loop().time() < deadline
+                    await asyncio.sleep(0.01)
+                for shard in shards:
+                    shard.mark_unhealthy("a concurrent call failed")
+                try:
+                    got = await walk
+                except PinLaterError as exc:
+                    return exc
+                raise AssertionError(f"answered {got} with every store stopped")
+            finally:
+                for server in (a, b):
+                    os.kill(server.pid, signal.SIGCONT)  # type: ignore[arg-type]
+
+        try:
+            error = asyncio.run(main())
+        finally:
+            backend.close()
+    assert isinstance(error, PinLaterError) and "every shard failed during dequeue" in error.message, error

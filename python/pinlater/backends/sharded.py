@@ -1079,6 +1079,10 @@ class ShardedBackend:
         lacking: set[str] = set()  # shards that said they do not have the queue
         broken: set[str] = set()  # shards whose call failed unexpectedly after jobs were claimed
         held = False  # some shard had the queue, or could not say
+        # some shard answered (a call, or its place known to be empty): a walk in which none did
+        # and one failed fails, though shards marked unhealthy meanwhile by other calls were
+        # skipped rather than failed here (it answered "no jobs" with every store stopped)
+        answered = False
         cut_repeats = 0  # calls made again after a cut one (MAX_CUT_REPEATS)
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
@@ -1099,6 +1103,7 @@ class ShardedBackend:
                     and not await self._worth_a_look(place)
                 ):
                     self._count("dequeue_known_empty_skips", 1)
+                    answered = True
                     if (shard.name, queue) not in self._lacking:
                         held = True  # it had the queue at the last look
                     continue
@@ -1112,6 +1117,7 @@ class ShardedBackend:
                         got = await fetch(shard, priority, ask, now)
                     except QueueNotFoundError:
                         lacking.add(shard.name)
+                        answered = True
                         got = None
                     except ShardConnectionError as exc:  # it may hold the queue
                         shard.mark_unhealthy(exc.detail)
@@ -1143,7 +1149,7 @@ class ShardedBackend:
                         last_failure = f"shard {shard.name}: {exc!r}"
                         break
                     else:
-                        held = True
+                        held = answered = True
                     finally:
                         if call is not None:
                             if self._in_flight.get(place) is call:
@@ -1186,7 +1192,7 @@ class ShardedBackend:
                 self._lacking.add((name, queue))
                 for priority in range(1, self.num_priorities + 1):
                     self._found_empty((name, queue, priority), now, False)
-        if failures and not found and failures >= len(shards):
+        if failures and not found and not answered:
             message = f"every shard failed during dequeue (the last: {last_failure})"
             raise PinLaterError(ErrorCode.SHARD_CONNECTION_FAILED, message)
         return found
