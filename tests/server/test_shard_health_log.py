@@ -60,8 +60,11 @@ def test_a_shard_that_refuses_writes_but_answers_pings_logs_its_flapping_health_
             HEALTH_LOG_SECONDS + 10,
             what="the health loop to log the changes not logged",
         )
-        count = int(re.search(r"\((\d+) changes of health in", summary[-1]).group(1))  # type: ignore[union-attr]
-        assert count >= 2 * FAILED_WRITES - 2 * len(lines)
+        assert "WARNING" in summary[-1] and "marked unhealthy" in summary[-1], summary[-1]
+        lines = [line for line in server.lines if HEALTH_LINE.search(line)]
+        counts = [int(m.group(1)) for line in lines if (m := re.search(r"\((\d+) changes of health in", line))]
+        # every change is a line or counted in one: a failed write's mark and the ping's revival
+        assert len(lines) + sum(counts) >= 2 * FAILED_WRITES - 1, lines
     finally:
         server.stop()
 
@@ -94,7 +97,8 @@ def test_changes_of_health_are_logged_once_per_period_and_the_state_they_end_in_
         now[0] = 1000.0 + HEALTH_LOG_SECONDS
         shard.log_unlogged()
         quiet = f"10 changes of health in {HEALTH_LOG_SECONDS:.0f} s were not logged"
-        assert logged() == [f"shard 1 marked unhealthy: still ({quiet})"]
+        marks = "marked unhealthy 5 times, the last: still"
+        assert logged() == [f"shard 1 marked unhealthy: still ({quiet}; {marks})"]
         shard.log_unlogged()  # nothing new
         assert logged() == []
 
@@ -104,5 +108,26 @@ def test_changes_of_health_are_logged_once_per_period_and_the_state_they_end_in_
         now[0] += HEALTH_LOG_SECONDS
         shard.log_unlogged()
         assert logged() == []
+
+        # Flapping past the period: the change that comes first after it (a request's, before
+        # the health loop's next tick) is logged with the count, as a warning while the shard
+        # was marked unhealthy in the period, whatever its state now.
+        shard.mark_unhealthy("full")  # after a quiet period: at once
+        assert logged() == ["shard 1 marked unhealthy: full"]
+        for _ in range(3):
+            now[0] += 1
+            shard.mark_healthy()
+            shard.mark_unhealthy("full")
+        now[0] += HEALTH_LOG_SECONDS
+        shard.mark_healthy()
+        [line] = caplog.records
+        assert line.levelno == logging.WARNING
+        marks = "marked unhealthy 3 times, the last: full"
+        assert line.getMessage() == f"shard 1 is healthy again (6 changes of health in 13 s were not logged; {marks})"
+        caplog.clear()
+        shard.mark_unhealthy("stop")
+        shard.log_unlogged(now=True)  # at a stop, whatever the time
+        marks = "marked unhealthy 1 times, the last: stop"
+        assert logged() == [f"shard 1 marked unhealthy: stop (1 changes of health in 0 s were not logged; {marks})"]
     finally:
         store.close()

@@ -41,10 +41,11 @@ class Shard:
     failing: bool = field(default=False)
     failed_calls: int = field(default=0)
 
-    #: When the latest change of health was logged (``clock()``), and the changes since that were
-    #: not (``HEALTH_LOG_SECONDS``).
+    #: When the latest change of health was logged (``clock()``), the changes since that were
+    #: not (``HEALTH_LOG_SECONDS``), and how many of those marked the shard unhealthy.
     logged_at: float | None = field(default=None, repr=False)
     unlogged: int = field(default=0, repr=False)
+    unlogged_marks: int = field(default=0, repr=False)
     last_reason: str = field(default="", repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
 
@@ -65,23 +66,37 @@ class Shard:
         now = self.clock()
         if self.logged_at is not None and now - self.logged_at < HEALTH_LOG_SECONDS:
             self.unlogged += 1
+            self.unlogged_marks += not self.healthy
             return
-        self._log(now, "")
+        self._log(now)
 
-    def log_unlogged(self) -> None:
+    def log_unlogged(self, *, now: bool = False) -> None:
         """Log the shard's health once changes went unlogged and ``HEALTH_LOG_SECONDS`` have
-        passed since the last line (the health loop asks every second), so the log never ends on
-        a state the shard has since left."""
-        now = self.clock()
-        if self.unlogged and self.logged_at is not None and now - self.logged_at >= HEALTH_LOG_SECONDS:
-            self._log(now, f" ({self.unlogged} changes of health in {now - self.logged_at:.0f} s were not logged)")
+        passed since the last line (the health loop asks every second; a change past that time
+        is logged at once, with the same count), so the log never ends on a state the shard has
+        since left, and no change goes uncounted. With ``now`` (a stop), whatever the time."""
+        if not self.unlogged or self.logged_at is None:
+            return
+        if now or self.clock() - self.logged_at >= HEALTH_LOG_SECONDS:
+            self._log(self.clock())
 
-    def _log(self, now: float, more: str) -> None:
-        if self.healthy:
-            log.info("shard %s is healthy again%s", self.name, more)
-        else:
+    def _log(self, now: float) -> None:
+        """One line: the shard's health, and the changes not logged since the last line. A line
+        that covers times the shard was marked unhealthy is a warning, whatever the state now: a
+        flapping shard is healthy again within a second, most of the time."""
+        more = ""
+        if self.unlogged and self.logged_at is not None:
+            more = f" ({self.unlogged} changes of health in {now - self.logged_at:.0f} s were not logged"
+            if self.unlogged_marks:
+                more += f"; marked unhealthy {self.unlogged_marks} times, the last: {self.last_reason}"
+            more += ")"
+        if not self.healthy:
             log.warning("shard %s marked unhealthy: %s%s", self.name, self.last_reason, more)
-        self.logged_at, self.unlogged = now, 0
+        elif self.unlogged_marks:
+            log.warning("shard %s is healthy again%s", self.name, more)
+        else:
+            log.info("shard %s is healthy again%s", self.name, more)
+        self.logged_at, self.unlogged, self.unlogged_marks = now, 0, 0
 
 
 class ShardMap:

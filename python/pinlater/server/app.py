@@ -300,6 +300,9 @@ class PinLaterServer:
                 await self._health_task
             except asyncio.CancelledError:
                 pass
+        if self.backend is not None:
+            for shard in self.backend.shards.all():
+                shard.log_unlogged(now=True)  # the log ends on the state each shard is in
         if self.queue_counts is not None:
             await self.queue_counts.aclose()
         if self.backend is not None:
