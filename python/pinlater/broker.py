@@ -24,7 +24,10 @@ jobs it names, for ``settle``. Invariants:
   within one flush, well inside the other half.
 * Acks, checkpoints and lookups on this server first wait for the claims of the jobs they name
   (``settle``), and counts and scans for the queue's pending claims: a reply waits for its
-  claims, but a dequeue cancelled meanwhile (its peer gone) leaves them being written.
+  claims, but a dequeue cancelled meanwhile (a stop past its grace) leaves them being written.
+  A dequeue waits for its own queue's claims of the flush only, and a claim write that failed
+  slowly (a store that does not answer) is not tried again, so a failing shard holds the
+  dequeues of the queues it has jobs of for one socket timeout, not those of other queues.
 * A claim that cannot be written (the shard is down past a few retries, or the job was deleted
   or retried meanwhile) is counted (``broker_lapsed``) and logged: the job is still PENDING under
   a lapsing reservation, so it is delivered again, at least once, never lost. An ack for it is a
@@ -96,6 +99,9 @@ Entry = tuple[str, int, int, bytes, int, int, int]
 #: growing by this many seconds each time; all of it well inside half the reservation hold.
 CLAIM_ATTEMPTS = 3
 CLAIM_RETRY_SECONDS = 0.05
+#: A claim write is tried again only after a failure this quick: the dequeues of its queue wait
+#: for it (one that waited out the socket timeout is not repeated).
+CLAIM_QUICK_FAILURE_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +145,9 @@ class DequeueBroker:
         self._release_task: asyncio.Task[None] | None = None
         # The claims the next flush writes, and the future it resolves once they are written.
         self._next_flush: tuple[ClaimFlush, asyncio.Future[None]] | None = None
+        # Per queue, the future the next flush resolves once that queue's claims are written:
+        # what a dequeue waits for (not another queue's claims, which may meet a failing shard).
+        self._next_queues: dict[str, asyncio.Future[None]] = {}
         # Every flush whose claims are not written yet (the next one included), for ``settle``.
         self._unsettled: list[tuple[ClaimFlush, asyncio.Future[None]]] = []
         self._flush_scheduled = False
@@ -305,13 +314,16 @@ class DequeueBroker:
             pending = self._next_flush = (ClaimFlush(), asyncio.get_running_loop().create_future())
             self._unsettled.append(pending)
         pending[0].add(claim, out)
+        mine = self._next_queues.get(out.queue)
+        if mine is None:
+            mine = self._next_queues[out.queue] = asyncio.get_running_loop().create_future()
         if not self._flush_scheduled:
             self._flush_scheduled = True
             task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
         self.metrics.incr("broker_handed_out", len(out))
-        return pending[1]
+        return mine
 
     # -- claims ---------------------------------------------------------------------------------
 
@@ -332,19 +344,41 @@ class DequeueBroker:
     async def _flush_claims(self) -> None:
         """Write the claims queued by every hand-out of this turn of the loop: one store call
         per (queue, shard). It does not wait for an earlier flush still in flight (they touch
-        distinct jobs), so a claim is on its way within one turn of the loop."""
-        await asyncio.sleep(0)  # let hand-outs of this turn of the loop join
-        self._flush_scheduled = False
-        pending, self._next_flush = self._next_flush, None
+        distinct jobs), so a claim is on its way within one turn of the loop. Each queue's
+        future is resolved once that queue's calls are done, the flush's once all are (for
+        ``settle``); both whatever happens, cancellation included."""
+        try:
+            await asyncio.sleep(0)  # let hand-outs of this turn of the loop join
+        finally:  # (cancelled here, nothing is written: the jobs' reservations lapse)
+            self._flush_scheduled = False
+            pending, self._next_flush = self._next_flush, None
+            queues, self._next_queues = self._next_queues, {}
+            if pending is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                self._unsettled.remove(pending)
+                for done in [*queues.values(), pending[1]]:
+                    done.set_result(None)
         if pending is None:
             return
         ledger, flush = pending
+        by_queue: dict[str, list[tuple[str, ClaimItems]]] = defaultdict(list)
+        for q, shard, items in ledger.batches():
+            by_queue[q].append((shard, items))
+
+        async def claim_queue(queue: str, batches: list[tuple[str, ClaimItems]]) -> None:
+            try:
+                await asyncio.gather(*(self._claim_on(queue, shard, items) for shard, items in batches))
+            finally:
+                done = queues.get(queue)
+                if done is not None and not done.done():
+                    done.set_result(None)
+
         try:
-            await asyncio.gather(*(self._claim_on(q, shard, items) for q, shard, items in ledger.batches()))
+            await asyncio.gather(*(claim_queue(q, batches) for q, batches in by_queue.items()))
         finally:
             self._unsettled.remove(pending)
-            if not flush.done():
-                flush.set_result(None)
+            for done in [*queues.values(), flush]:
+                if not done.done():
+                    done.set_result(None)
 
     async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> None:
         """Claim handed-out jobs on one shard, retrying a failing shard a few times."""
@@ -355,11 +389,14 @@ class DequeueBroker:
             if shard is None:  # removed by a config reload: its reservations simply lapse
                 break
             now = self.backend.clock.now_ms()
+            started = time.monotonic()
             try:
                 hot = self.backend.hot_path(shard)
                 claimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
             except ShardConnectionError as exc:
-                if attempt + 1 < CLAIM_ATTEMPTS:
+                # again only after a quick failure (a dropped connection): one that waited out
+                # the socket timeout would hold this queue's dequeues that long each time
+                if attempt + 1 < CLAIM_ATTEMPTS and time.monotonic() - started < CLAIM_QUICK_FAILURE_SECONDS:
                     await asyncio.sleep(CLAIM_RETRY_SECONDS * (attempt + 1))
                     continue
                 log.warning("broker: claiming %d jobs of %s on shard %s failed: %s", len(items), queue, shard_name, exc)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from tests.support.hot import dequeue, enqueue
@@ -153,3 +154,50 @@ def test_a_refill_that_found_fewer_jobs_than_room_is_not_repeated(store: ShardSt
         await backend.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_dequeue_waits_for_its_own_queues_claims_not_another_queues(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    """The claims of one turn of the loop are written together, but a dequeue answers once its
+    own queue's are: another queue's claim write meeting a failing shard (here, one held back
+    for a second) does not hold it."""
+    metrics = Metrics()
+    store.create_queue("other", 3)
+
+    async def scenario() -> tuple[float, float]:
+        now = backend.clock.now_ms()
+        await enqueue_n(backend, 4)
+        await enqueue(backend, "other", [NewJob(1, b"other-%d" % i, now, 2) for i in range(4)])
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        await asyncio.gather(broker.dequeue(Q, 1, "w"), broker.dequeue("other", 1, "w"))  # both buffered
+        hot_path = backend.hot_path
+
+        class HeldBack:  # the store's hot path, its claims of "other" a second late
+            def __init__(self, hot: Any) -> None:
+                self._hot = hot
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._hot, name)
+
+            async def claim_reserved(self, queue: str, *args: Any) -> int:
+                if queue == "other":
+                    await asyncio.sleep(1.0)
+                return int(await self._hot.claim_reserved(queue, *args))
+
+        backend.hot_path = lambda shard: HeldBack(hot_path(shard))  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        async def timed(queue: str) -> float:
+            assert len(await broker.dequeue(queue, 1, "w")) == 1
+            return loop.time() - started
+
+        fast, slow = await asyncio.gather(timed(Q), timed("other"))
+        await broker.stop()
+        await backend.aclose()
+        return fast, slow
+
+    fast, slow = asyncio.run(scenario())
+    assert slow >= 1.0 and fast < 0.5, (fast, slow)
+    assert metrics.counters.get("broker_lapsed", 0) == 0
