@@ -208,9 +208,10 @@ class DequeueBroker:
 
         No store call but the claims' unless the buffer is empty: what it holds is handed out at
         once (a refill starts in the background below the low-water mark), and the reply waits
-        for the flush that writes its claims. An empty buffer is answered at once too, with nothing, when no refill is
-        out and the walk's hints say every place is empty (``ShardedBackend.known_empty``): a
-        refill would make no store call, and waiting for it would only cost turns of the loop.
+        for the flush that writes its claims. An empty buffer is answered at once too, with
+        nothing, when no refill is out and the walk's hints say every place is empty
+        (``ShardedBackend.known_empty``): a refill would make no store call, and waiting for it
+        would only cost turns of the loop.
         The ``HandOut`` is the reply's jobs (``encode_dequeue_handout``). A queue the broker does
         not serve (``serves``) is dequeued directly, its reservations released first (they would
         hide its jobs until they lapse)."""
@@ -355,8 +356,7 @@ class DequeueBroker:
             queues, self._next_queues = self._next_queues, {}
             if pending is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 self._unsettled.remove(pending)
-                for done in [*queues.values(), pending[1]]:
-                    done.set_result(None)
+                _resolve(*queues.values(), pending[1])
         if pending is None:
             return
         ledger, flush = pending
@@ -368,17 +368,13 @@ class DequeueBroker:
             try:
                 await asyncio.gather(*(self._claim_on(queue, shard, items) for shard, items in batches))
             finally:
-                done = queues.get(queue)
-                if done is not None and not done.done():
-                    done.set_result(None)
+                _resolve(queues[queue])  # (every queue of the ledger has one: ``_queue_claims``)
 
         try:
             await asyncio.gather(*(claim_queue(q, batches) for q, batches in by_queue.items()))
         finally:
             self._unsettled.remove(pending)
-            for done in [*queues.values(), flush]:
-                if not done.done():
-                    done.set_result(None)
+            _resolve(*queues.values(), flush)
 
     async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> None:
         """Claim handed-out jobs on one shard, retrying a failing shard a few times."""
@@ -564,6 +560,13 @@ class DequeueBroker:
                     self._releasing = False
         self.metrics.incr("broker_released", released)
         return released
+
+
+def _resolve(*futures: asyncio.Future[None]) -> None:
+    """Mark claim flushes' futures done (those not done yet)."""
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 async def _wait_for(flushes: set[asyncio.Future[None]]) -> None:

@@ -77,8 +77,9 @@ class Shard:
         since left, and no change goes uncounted. With ``now`` (a stop), whatever the time."""
         if not self.unlogged or self.logged_at is None:
             return
-        if now or self.clock() - self.logged_at >= HEALTH_LOG_SECONDS:
-            self._log(self.clock())
+        at = self.clock()
+        if now or at - self.logged_at >= HEALTH_LOG_SECONDS:
+            self._log(at)
 
     def _log(self, now: float) -> None:
         """One line: the shard's health, and the changes not logged since the last line. A line
