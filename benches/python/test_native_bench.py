@@ -404,7 +404,7 @@ def test_broker_hand_out_100(benchmark: Any, impl: str) -> None:
 
         def cycle() -> bytes:
             buffer.push(SHARD, 1, batch, 1_000)
-            return encode_dequeue_handout("dequeueJobs", 17, buffer.hand_out(QUEUE, BATCH, 500))
+            return encode_dequeue_handout("dequeueJobs", 17, buffer.hand_out(QUEUE, BATCH, 1 << 30, 500))
 
     else:
         py_buffer = PyJobBuffer(1000)

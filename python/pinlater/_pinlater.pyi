@@ -277,6 +277,10 @@ class JobBuffer:
     def room(self) -> int:
         """``capacity - len(self)``: how many jobs a refill may add."""
 
+    @property
+    def bytes(self) -> int:
+        """The bytes of the bodies held now."""
+
     def __len__(self) -> int:
         """Entries held now."""
 
@@ -294,8 +298,10 @@ class JobBuffer:
     def take(self, limit: int) -> list[_Entry]:
         """Remove and return up to ``limit`` entries: priority 1 first, then first in, first out."""
 
-    def hand_out(self, queue: str, limit: int, fresh_after_ms: int) -> HandOut:
-        """Remove up to ``limit`` entries as ``take`` does, for a dequeue of ``queue``: those
+    def hand_out(self, queue: str, limit: int, max_bytes: int, fresh_after_ms: int) -> HandOut:
+        """Remove up to ``limit`` entries as ``take`` does, for a dequeue of ``queue``, each
+        while the bodies removed before it hold fewer than ``max_bytes`` bytes (the first
+        always: ``within_bytes``): those
         reserved at or after ``fresh_after_ms`` are the jobs handed out; older ones, whose
         reservation may be about to lapse, are kept apart (``HandOut.stale``, to release).
 
@@ -557,6 +563,10 @@ class ClaimedJobs:
     def cut(self) -> bool:
         """The store call stopped at one of its work budgets before its limit: due jobs may be
         left behind what it passed (``ShardedBackend.walk_ready`` calls again)."""
+    @property
+    def body_bytes(self) -> int:
+        """The length of every job's body, summed: what a dequeue walk counts against its
+        reply's byte budget (``DEQUEUE_BYTES``)."""
     def to_list(self) -> list[_ClaimedTuple]:
         """One ``ClaimedJob`` tuple per job."""
 
@@ -705,13 +715,15 @@ class SqliteShard:
         dry_run: bool,
         max_in_progress: int | None,
         group_concurrency: int,
+        max_bytes: int,
         future: Any,
         event_loop: Any,
     ) -> bool:
         """A dequeue claiming no more than brings the queue's IN_PROGRESS jobs on the shard to
-        ``max_in_progress`` (None: no cap; a dry run ignores it). On a queue that ever had an
-        expiring job it first expires some of the queue's due jobs (``group_concurrency``: the
-        queue's, for their groups); it never hands out an expired job."""
+        ``max_in_progress`` (None: no cap; a dry run ignores it), each job while the bodies
+        before it hold fewer than ``max_bytes`` bytes (the first always). On a queue that ever
+        had an expiring job it first expires some of the queue's due jobs (``group_concurrency``:
+        the queue's, for their groups); it never hands out an expired job."""
     def ack(
         self, queue: str, acks: AckGroup, now_ms: int, group_concurrency: int, future: Any, event_loop: Any
     ) -> bool:
@@ -793,12 +805,15 @@ class MySQLShard:
         now_ms: int,
         dry_run: bool,
         max_in_progress: int | None,
+        max_bytes: int,
         future: Any,
     ) -> None:
         """Claim (dry: peek at) up to ``limit`` ready jobs of ``priority``; ``future`` gets
         ``ClaimedJobs``. With ``max_in_progress`` (the queue's cap on this shard, every priority)
         a claim takes the queue's claim lock first and leaves at most that many of the queue's
-        jobs IN_PROGRESS (``claim_cap.py``); a dry run ignores it."""
+        jobs IN_PROGRESS (``claim_cap.py``); a dry run ignores it. Each job is taken while the
+        bodies before it hold fewer than ``max_bytes`` bytes (the first always): a claim past it
+        is rolled back and made again for fewer."""
 
     def ack_jobs(self, queue: str, database: str, acks: AckGroup, now_ms: int, future: Any) -> None:
         """Settle ``acks``; ``future`` gets None."""
@@ -813,6 +828,7 @@ class MySQLShard:
         claim: str,
         now_ms: int,
         max_in_progress: int | None,
+        max_bytes: int,
         future: Any,
     ) -> None:
         """``ack_jobs``, then ``dequeue_jobs`` (not dry), on one worker: the acks' statements and
@@ -833,6 +849,7 @@ class MySQLShard:
         claim: str | None = None,
         dry_run: bool = False,
         max_in_progress: int | None = None,
+        max_bytes: int = ...,
     ) -> tuple[Any, tuple[str, str, int, bool] | None]:
         """``method`` (``enqueue_jobs``, ``dequeue_jobs`` or ``ack_jobs``) run on the calling thread
         with the GIL released, answering ``(value, error)`` as ``settle`` takes them: the
@@ -1287,6 +1304,7 @@ def redis_dequeue_command(
     claim: str,
     now_ms: int,
     dry_run: bool,
+    max_bytes: int,
     layout: str = "original",
     tail: RedisScriptTail | None = None,
 ) -> bytes:

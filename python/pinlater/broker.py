@@ -83,7 +83,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pinlater._pinlater import ClaimedJobs, ClaimFlush, ClaimItems, HandOut, JobBuffer, LocalIds, NewJobBatch
-from pinlater.backends.base import DEFAULT_RULES, RESERVATION_PREFIX
+from pinlater.backends.base import DEFAULT_RULES, DEQUEUE_BYTES, RESERVATION_PREFIX
 from pinlater.backends.sharded import ReadyBatch, ReserveAsk, ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
@@ -109,11 +109,15 @@ class BrokerPolicy:
     buffer_size: int
     low_water: int
     hold_ms: int
+    #: A refill reserves while the buffer's bodies hold fewer bytes than this (by less than one
+    #: body more: ``walk_ready``), so a queue of large bodies does not fill the server's memory.
+    buffer_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def from_settings(cls, settings: Settings) -> BrokerPolicy:
         size = settings.broker_buffer_size
-        return cls(size, int(size * settings.broker_low_water_fraction), settings.broker_hold_ms)
+        low_water = int(size * settings.broker_low_water_fraction)
+        return cls(size, low_water, settings.broker_hold_ms, settings.broker_buffer_bytes)
 
     @property
     def min_top_up(self) -> int:
@@ -203,8 +207,11 @@ class DequeueBroker:
         ``maxInProgress`` (see the module's docstring)."""
         return self.backend.queue_rules.get(queue, DEFAULT_RULES).max_in_progress is None
 
-    async def dequeue(self, queue: str, limit: int, source: str) -> HandOut | list[ReadyBatch[ClaimedJobs]]:
-        """Up to ``limit`` jobs from the queue's buffer, refilled first only if it is empty.
+    async def dequeue(
+        self, queue: str, limit: int, source: str, max_bytes: int = DEQUEUE_BYTES
+    ) -> HandOut | list[ReadyBatch[ClaimedJobs]]:
+        """Up to ``limit`` jobs from the queue's buffer, refilled first only if it is empty, each
+        while the bodies before it hold fewer than ``max_bytes`` bytes (the first always).
 
         No store call but the claims' unless the buffer is empty: what it holds is handed out at
         once (a refill starts in the background below the low-water mark), and the reply waits
@@ -217,7 +224,7 @@ class DequeueBroker:
         hide its jobs until they lapse)."""
         if not self.serves(queue):
             await self._drop_buffer(queue)
-            return await self.backend.dequeue_jobs(queue, limit, source)
+            return await self.backend.dequeue_jobs(queue, limit, source, max_bytes=max_bytes)
         start = time.perf_counter()
         buffer = self.buffer(queue)
         if not len(buffer):
@@ -236,7 +243,7 @@ class DequeueBroker:
         now = self.backend.clock.now_ms()
         # Entries older than half the hold are never handed out (the release loop lagged):
         # their reservations may be about to lapse. They are released instead.
-        out = buffer.hand_out(queue, limit, now - self.policy.max_age_ms)
+        out = buffer.hand_out(queue, limit, max_bytes, now - self.policy.max_age_ms)
         if out.stale_count:
             self._spawn(self._release(queue, out.stale()))
         claimed = self._queue_claims(out, source) if out else None
@@ -270,11 +277,13 @@ class DequeueBroker:
             or queue in self._reserving
             or self._refilling(queue)
             or buffer.room < self.policy.min_top_up
+            or buffer.bytes >= self.policy.buffer_bytes
             or not self.serves(queue)
         ):
             return await self.backend.enqueue_jobs(queue, jobs, now_ms)
         got: list[ReadyBatch[ClaimedJobs]] = []
         limit = min(buffer.room, len(jobs) + self.policy.min_top_up)
+        max_bytes = self.policy.buffer_bytes - buffer.bytes
 
         def out(going: bool) -> None:  # the room it asks for is not a refill's while it is out
             if going:
@@ -283,7 +292,10 @@ class DequeueBroker:
                 self._reserving.pop(queue, None)
 
         placed = await self.backend.enqueue_jobs(
-            queue, jobs, now_ms, reserve=ReserveAsk(limit, self.reservation, self.policy.hold_ms, got.append, out)
+            queue,
+            jobs,
+            now_ms,
+            reserve=ReserveAsk(limit, self.reservation, self.policy.hold_ms, got.append, out, max_bytes),
         )
         for batch in got:
             await self._keep(queue, buffer, batch, limit)
@@ -301,8 +313,8 @@ class DequeueBroker:
         self.metrics.incr("broker_enqueue_reserved", kept)
         if rejected:  # cannot happen while refills ask for the rest of the room; release, never leak
             await self._release(queue, [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in rejected])
-        if len(batch.jobs) >= asked:
-            self._more.add(queue)  # all it asked for: the store may hold more
+        if len(batch.jobs) >= asked or buffer.bytes >= self.policy.buffer_bytes:
+            self._more.add(queue)  # all it asked for (or all the bytes): the store may hold more
         if kept:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
 
@@ -457,16 +469,17 @@ class DequeueBroker:
             return 0
         buffer = self.buffer(queue)
         room = buffer.room - self._reserving.get(queue, 0)
-        if room <= 0:
+        byte_room = self.policy.buffer_bytes - buffer.bytes
+        if room <= 0 or byte_room <= 0:
             return 0
         hold_ms = self.policy.hold_ms
 
-        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
+        def fetch(shard: Shard, priority: int, want: int, now: int, max_bytes: int) -> Awaitable[ClaimedJobs]:
             hot = self.backend.hot_path(shard)
             # (walk_ready marks the shard on a connection failure)
-            return hot.reserve_jobs(queue, priority, want, self.reservation, now, hold_ms)
+            return hot.reserve_jobs(queue, priority, want, self.reservation, now, hold_ms, max_bytes)
 
-        batches = await self.backend.walk_ready(queue, room, fetch)
+        batches = await self.backend.walk_ready(queue, room, fetch, max_bytes=byte_room)
         self.metrics.incr("broker_refills")
         total = 0
         for batch in batches:
@@ -478,7 +491,10 @@ class DequeueBroker:
         self.metrics.incr("broker_refill_jobs", total)
         if total:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
-        if total >= room:
+        if buffer.bytes >= self.policy.buffer_bytes:
+            # The bytes it may hold: the store may hold more, taken as dequeues make room.
+            self._more.add(queue)
+        elif total >= room:
             # All it asked for: the store may hold more, so the buffer is kept topped up, here
             # (dequeues took from it while this refill was out) and after each take.
             self._more.add(queue)

@@ -61,6 +61,8 @@ class Settings:
     # default: it costs the store a reservation write per job (see README, issue 5).
     broker_enabled: bool = False
     broker_buffer_size: int = 1000  # BROKER_BUFFER_SIZE: jobs reserved ahead, per queue and server
+    # BROKER_BUFFER_BYTES: a refill stops once the queue's buffer holds bodies of this many bytes
+    broker_buffer_bytes: int = 64 * 1024 * 1024
     broker_low_water_fraction: float = 0.25  # BROKER_LOW_WATER_FRACTION: refill in the background below
     # BROKER_HOLD_SECONDS: how long a reservation lasts; None: min(20 s, claim timeout / 4). Buffered
     # jobs are released after half of it, well before the reservation could lapse.
@@ -165,6 +167,7 @@ class Settings:
             (self.embedded_synchronous in ("FULL", "NORMAL"), ("embedded_synchronous",), "must be FULL or NORMAL"),
             (self.max_frame_bytes >= 1024, ("max_frame_bytes",), "must be at least 1024"),
             (self.broker_buffer_size >= 1, ("broker_buffer_size",), "must be at least 1"),
+            (self.broker_buffer_bytes >= 1, ("broker_buffer_bytes",), "must be at least 1"),
             (0 <= self.broker_low_water_fraction <= 1, ("broker_low_water_fraction",), "must be in 0..1"),
             (self.max_connections >= 1, ("max_connections",), "must be at least 1"),
             (self.open_files_reserve >= 0, ("open_files_reserve",), "must not be negative"),
@@ -391,6 +394,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_FRAME_BYTES": ("max_frame_bytes", int),
     "BROKER_ENABLED": ("broker_enabled", _bool),
     "BROKER_BUFFER_SIZE": ("broker_buffer_size", int),
+    "BROKER_BUFFER_BYTES": ("broker_buffer_bytes", int),
     "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
     "MAX_CONNECTIONS": ("max_connections", int),

@@ -3,11 +3,12 @@
 //! The broker (Python, `pinlater/broker.py`) reserves jobs in the store ahead of demand and keeps
 //! them here until a worker's dequeue takes them. Invariants of a [`JobBuffer`]:
 //! - it never holds more than `capacity` entries: a push beyond that hands the overflow back,
-//!   and the caller releases those reservations;
+//!   and the caller releases those reservations; it counts the bytes of the bodies it holds
+//!   (the broker refills it only while they are under its byte bound);
 //! - [`JobBuffer::take`] returns entries in priority order (1 first), then first in, first out
 //!   within a priority; an entry is returned by at most one call (take, `take_older_than` or
 //!   drain) and then forgotten;
-//! - lengths (total and per priority) always equal what a drain would return.
+//! - lengths (total and per priority) and bytes always equal what a drain would return.
 //!
 //! A [`HandOut`] is what one worker's dequeue took: the fresh jobs it gets and the stale ones
 //! (reserved too long ago to hand out) to release. A [`ClaimLedger`] gathers the claims of the
@@ -19,6 +20,17 @@
 //! `catch_unwind` like the rest of the extension.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+/// A body whose length a buffer counts.
+pub trait BodyLen {
+    fn body_len(&self) -> usize;
+}
+
+impl BodyLen for Vec<u8> {
+    fn body_len(&self) -> usize {
+        self.len()
+    }
+}
 
 /// One reserved job held for a queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,17 +51,32 @@ pub struct BufferedJob<B> {
 pub struct JobBuffer<B> {
     capacity: usize,
     len: usize,
+    /// The bodies' bytes held now.
+    bytes: usize,
     by_priority: BTreeMap<i64, VecDeque<BufferedJob<B>>>,
 }
 
-impl<B> JobBuffer<B> {
+impl<B: BodyLen> JobBuffer<B> {
     #[must_use]
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
             len: 0,
+            bytes: 0,
             by_priority: BTreeMap::new(),
         }
+    }
+
+    /// The bytes of the bodies held now.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Forget `out`'s entries, taken from the buffer, in the counts.
+    fn taken(&mut self, out: &[BufferedJob<B>]) {
+        self.len -= out.len();
+        self.bytes -= out.iter().map(|j| j.body.body_len()).sum::<usize>();
     }
 
     #[must_use]
@@ -97,6 +124,7 @@ impl<B> JobBuffer<B> {
                 rejected.push(job);
                 continue;
             }
+            self.bytes += job.body.body_len();
             self.by_priority
                 .entry(job.priority)
                 .or_default()
@@ -108,27 +136,39 @@ impl<B> JobBuffer<B> {
 
     /// Up to `limit` entries: priority 1 first, then first in, first out.
     pub fn take(&mut self, limit: usize) -> Vec<BufferedJob<B>> {
+        self.take_within(limit, u64::MAX)
+    }
+
+    /// Up to `limit` entries as `take` takes them, each while the bodies taken before it hold
+    /// fewer than `max_bytes` bytes (the first always: `within_bytes`).
+    pub fn take_within(&mut self, limit: usize, max_bytes: u64) -> Vec<BufferedJob<B>> {
         let mut out = Vec::with_capacity(limit.min(self.len));
-        for jobs in self.by_priority.values_mut() {
+        let mut spent: u64 = 0;
+        'priorities: for jobs in self.by_priority.values_mut() {
             while out.len() < limit {
-                match jobs.pop_front() {
-                    Some(job) => out.push(job),
-                    None => break,
+                if !out.is_empty() && spent >= max_bytes {
+                    break 'priorities; // (as within_bytes takes them)
                 }
+                let Some(job) = jobs.pop_front() else {
+                    break;
+                };
+                spent = spent.saturating_add(job.body.body_len() as u64);
+                out.push(job);
             }
             if out.len() >= limit {
                 break;
             }
         }
-        self.len -= out.len();
+        self.taken(&out);
         out
     }
 
-    /// Up to `limit` entries as [`JobBuffer::take`] takes them, split into those reserved at or
-    /// after `fresh_after_ms` (to hand out) and older ones (to release), each in take order.
-    pub fn hand_out(&mut self, limit: usize, fresh_after_ms: i64) -> HandOut<B> {
+    /// Up to `limit` entries as [`JobBuffer::take_within`] takes them, split into those
+    /// reserved at or after `fresh_after_ms` (to hand out) and older ones (to release), each in
+    /// take order.
+    pub fn hand_out(&mut self, limit: usize, max_bytes: u64, fresh_after_ms: i64) -> HandOut<B> {
         let (fresh, stale) = self
-            .take(limit)
+            .take_within(limit, max_bytes)
             .into_iter()
             .partition(|job| job.reserved_at_ms >= fresh_after_ms);
         HandOut { fresh, stale }
@@ -147,7 +187,7 @@ impl<B> JobBuffer<B> {
             *jobs = young;
             out.extend(old);
         }
-        self.len -= out.len();
+        self.taken(&out);
         out
     }
 
@@ -158,6 +198,7 @@ impl<B> JobBuffer<B> {
             out.extend(jobs.drain(..));
         }
         self.len = 0;
+        self.bytes = 0;
         out
     }
 }
@@ -284,6 +325,12 @@ impl ClaimLedger {
 mod tests {
     use super::*;
 
+    impl BodyLen for u32 {
+        fn body_len(&self) -> usize {
+            *self as usize
+        }
+    }
+
     fn job(priority: i64, local_id: i64, reserved_at_ms: i64) -> BufferedJob<u32> {
         BufferedJob {
             shard: "1".to_owned(),
@@ -379,13 +426,45 @@ mod tests {
     fn hand_out_splits_fresh_from_stale_in_take_order() {
         let mut buffer = JobBuffer::new(10);
         buffer.push([job(2, 1, 100), job(1, 2, 10), job(1, 3, 100), job(3, 4, 5)]);
-        let out = buffer.hand_out(3, 50);
+        let out = buffer.hand_out(3, u64::MAX, 50);
         assert_eq!(ids(&out.fresh), vec![(1, 3), (2, 1)]);
         assert_eq!(ids(&out.stale), vec![(1, 2)]);
         assert_eq!(buffer.len(), 1);
-        let out = buffer.hand_out(0, 0);
+        let out = buffer.hand_out(0, u64::MAX, 0);
         assert!(out.fresh.is_empty() && out.stale.is_empty());
-        assert_eq!(ids(&buffer.hand_out(5, i64::MAX).stale), vec![(3, 4)]);
+        assert_eq!(
+            ids(&buffer.hand_out(5, u64::MAX, i64::MAX).stale),
+            vec![(3, 4)]
+        );
+    }
+
+    #[test]
+    fn takes_stop_at_the_byte_budget_and_bytes_are_counted() {
+        let sized = |priority, local_id, body| BufferedJob {
+            body,
+            ..job(priority, local_id, 0)
+        };
+        let mut buffer = JobBuffer::new(10);
+        buffer.push([
+            sized(2, 1, 4),
+            sized(1, 2, 4),
+            sized(1, 3, 4),
+            sized(2, 4, 100),
+        ]);
+        assert_eq!(buffer.bytes(), 112);
+        // 4, then 8 reached the budget: the third waits, across priorities too
+        assert_eq!(ids(&buffer.take_within(10, 8)), vec![(1, 2), (1, 3)]);
+        assert_eq!(buffer.bytes(), 104);
+        // a body past the budget still goes, alone
+        let out = buffer.hand_out(10, 2, 0);
+        assert_eq!(ids(&out.fresh), vec![(2, 1)]);
+        assert_eq!(ids(&buffer.hand_out(10, 2, 0).fresh), vec![(2, 4)]);
+        assert_eq!((buffer.len(), buffer.bytes()), (0, 0));
+        buffer.push([sized(1, 5, 7), sized(1, 6, 9)]);
+        assert_eq!(buffer.take_older_than(1).len(), 2);
+        assert_eq!(buffer.bytes(), 0);
+        buffer.push([sized(1, 7, 7)]);
+        assert_eq!((buffer.drain().len(), buffer.bytes()), (1, 0));
     }
 
     #[test]

@@ -185,6 +185,25 @@ pub struct ClaimedJob {
     pub updated_at_ms: i64,
 }
 
+/// How many jobs, from the first, one store call takes under a byte budget, given their body
+/// lengths in take order: a job is taken while the bodies taken before it hold fewer than
+/// `max_bytes` bytes. The first job is always taken (a body larger than the budget is still
+/// handed out, alone), so the bodies taken pass `max_bytes` by less than the last one's length.
+/// Dequeue replies and the broker's buffer are bounded by this (`DEQUEUE_BYTES` in Python).
+#[must_use]
+pub fn within_bytes(lengths: impl IntoIterator<Item = usize>, max_bytes: u64) -> usize {
+    let mut spent: u64 = 0;
+    let mut taken = 0;
+    for length in lengths {
+        if taken > 0 && spent >= max_bytes {
+            break;
+        }
+        spent = spent.saturating_add(length as u64);
+        taken += 1;
+    }
+    taken
+}
+
 /// One job to acknowledge. `retry_delay_ms` matters only for a failure with attempts left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckItem {
@@ -299,6 +318,17 @@ mod tests {
             append_custom_status: String::new(),
             retry_delay_ms: 0,
         }
+    }
+
+    #[test]
+    fn within_bytes_takes_while_under_the_budget_and_always_one() {
+        assert_eq!(within_bytes([4, 4, 4], 8), 2); // 4, then 8 reached: stop
+        assert_eq!(within_bytes([4, 4, 4], 9), 3); // 8 < 9: the third goes too
+        assert_eq!(within_bytes([100, 1], 8), 1); // larger than the budget: alone
+        assert_eq!(within_bytes([0, 0, 0], 0), 1); // a budget of 0 still takes one
+        assert_eq!(within_bytes([], 8), 0);
+        let half = 1_usize << 63; // (the sum saturates rather than wrap)
+        assert_eq!(within_bytes([half, half, half], u64::MAX), 2);
     }
 
     #[test]

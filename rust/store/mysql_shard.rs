@@ -48,7 +48,7 @@ use mysql::consts::CapabilityFlags;
 use mysql::prelude::Queryable;
 use mysql::{Conn, DriverError, OptsBuilder, QueryResult, SslOpts, Text, Value};
 
-use crate::queue::jobs::{AckGroup, ClaimedJob, NewJob};
+use crate::queue::jobs::{within_bytes, AckGroup, ClaimedJob, NewJob};
 use crate::store::decimal::push_int;
 use crate::store::mysql_inserts::{push_datetime, push_quoted, Format, Row, Statements};
 
@@ -624,8 +624,11 @@ impl Session {
     /// not unique (the SELECT found more rows than the UPDATE claimed), that rolled back and
     /// redone telling our rows from the others. With `max_in_progress` (the queue's cap on this
     /// shard), each of those transactions first takes the queue's claim lock and claims at most
-    /// the room left (`room`).
-    #[allow(clippy::too_many_arguments)] // the store method's arguments and the queue's cap
+    /// the room left (`room`). Under `max_bytes` (`within_bytes`): a claim whose first jobs'
+    /// bodies reach it is rolled back and made again for those jobs (which this transaction
+    /// had locked, so as a rule the same ones), and no SELECT keeps much more than it in memory
+    /// (`claimed_within`).
+    #[allow(clippy::too_many_arguments)] // the store method's arguments, the cap and the budget
     pub fn dequeue_jobs(
         &mut self,
         database: &str,
@@ -635,10 +638,12 @@ impl Session {
         now_ms: i64,
         dry_run: bool,
         max_in_progress: Option<i64>,
+        max_bytes: i64,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         check_priority(priority)?;
         let table = table(database, priority);
         let prefix = self.shared.settings.reservation_prefix.clone();
+        let max_bytes = u64::try_from(max_bytes).unwrap_or(0);
         if dry_run {
             return self.run(true, |conn, shared| {
                 let sql = render(
@@ -648,53 +653,82 @@ impl Session {
                     &[Arg::Time(now_ms), Arg::Int(now_ms), Arg::Int(limit)],
                     conn.no_backslash_escape(),
                 )?;
-                Ok(Outcome::Commit(claimed_rows(conn, &sql, None, false)?))
+                // (peek_jobs.sql answers in claim order: the bodies kept are those that fit)
+                let mut within =
+                    claimed_within(&mut conn.query_iter(sql)?, None, false, max_bytes)?;
+                within.jobs.truncate(within.fit);
+                Ok(Outcome::Commit(within.jobs))
             });
         }
-        let first = self.run(true, |conn, shared| {
-            let nbe = conn.no_backslash_escape();
-            let sql = &shared.settings.sql;
-            let n = allowed(conn, sql, database, limit, max_in_progress)?;
-            if n <= 0 {
-                return Ok(Outcome::Commit(Some(Vec::new())));
+        let mut limit = limit;
+        let mut unique = true;
+        loop {
+            let claimed = if unique {
+                self.run(true, |conn, shared| {
+                    let nbe = conn.no_backslash_escape();
+                    let sql = &shared.settings.sql;
+                    let n = allowed(conn, sql, database, limit, max_in_progress)?;
+                    if n <= 0 {
+                        return Ok(Outcome::Commit(Claimed::Jobs(Vec::new())));
+                    }
+                    let update_args = dequeue_args(claim, &prefix, now_ms, n);
+                    let mut batch = String::new();
+                    push_claim(&mut batch, sql, &table, &update_args, claim, nbe)?;
+                    let claimed = claim_result(&mut conn.query_iter(batch)?, max_bytes)?;
+                    claimed.outcome(|| {
+                        let select = render(
+                            &sql.select_claimed_jobs,
+                            &table,
+                            None,
+                            &[Arg::Str(claim)],
+                            nbe,
+                        )?;
+                        claimed_rows(conn, &select, None, true)
+                    })
+                })?
+            } else {
+                self.run(true, |conn, shared| {
+                    let nbe = conn.no_backslash_escape();
+                    let sql = &shared.settings.sql;
+                    let n = allowed(conn, sql, database, limit, max_in_progress)?;
+                    if n <= 0 {
+                        return Ok(Outcome::Commit(Claimed::Jobs(Vec::new())));
+                    }
+                    let update_args = dequeue_args(claim, &prefix, now_ms, n);
+                    let select = render(
+                        &sql.select_claimed_jobs,
+                        &table,
+                        None,
+                        &[Arg::Str(claim)],
+                        nbe,
+                    )?;
+                    // (the ids only: a budget of 0 keeps no body but the first)
+                    let before: Vec<i64> =
+                        claimed_within(&mut conn.query_iter(&select)?, None, false, 0)?
+                            .jobs
+                            .into_iter()
+                            .map(|j| j.local_id)
+                            .collect();
+                    let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
+                    conn.query_drop(update)?;
+                    let read = claimed_within(
+                        &mut conn.query_iter(&select)?,
+                        Some(&before),
+                        true,
+                        max_bytes,
+                    )?;
+                    Claimed::of(read).outcome(|| claimed_rows(conn, &select, Some(&before), true))
+                })?
+            };
+            match claimed {
+                Claimed::Jobs(jobs) => return Ok(jobs),
+                Claimed::NotUnique => unique = false,
+                Claimed::Fewer(n) => limit = n,
+                Claimed::Reread => {
+                    return Err(StoreError::Internal("a claim left to read again".into()));
+                }
             }
-            let update_args = dequeue_args(claim, &prefix, now_ms, n);
-            let mut batch = String::new();
-            push_claim(&mut batch, sql, &table, &update_args, claim, nbe)?;
-            let mut result = conn.query_iter(batch)?;
-            claim_result(&mut result)
-        })?;
-        if let Some(jobs) = first {
-            return Ok(jobs);
         }
-        self.run(true, |conn, shared| {
-            let nbe = conn.no_backslash_escape();
-            let sql = &shared.settings.sql;
-            let n = allowed(conn, sql, database, limit, max_in_progress)?;
-            if n <= 0 {
-                return Ok(Outcome::Commit(Vec::new()));
-            }
-            let update_args = dequeue_args(claim, &prefix, now_ms, n);
-            let select = render(
-                &sql.select_claimed_jobs,
-                &table,
-                None,
-                &[Arg::Str(claim)],
-                nbe,
-            )?;
-            let before: Vec<i64> = claimed_rows(conn, &select, None, false)?
-                .into_iter()
-                .map(|j| j.local_id)
-                .collect();
-            let update = render(&sql.dequeue_jobs, &table, None, &update_args, nbe)?;
-            conn.query_drop(update)?;
-            Ok(Outcome::Commit(claimed_rows(
-                conn,
-                &select,
-                Some(&before),
-                true,
-            )?))
-        })
     }
 
     /// `MySQLStore.ack_jobs`: one UPDATE per (priority, appended status) of the successes and per
@@ -747,6 +781,7 @@ impl Session {
         claim: &str,
         now_ms: i64,
         max_in_progress: Option<i64>,
+        max_bytes: i64,
     ) -> Result<Vec<ClaimedJob>, StoreError> {
         if acks.is_empty() || !acks.failed.is_empty() || max_in_progress.is_some() || limit <= 0 {
             self.ack_jobs(database, acks, now_ms)?;
@@ -758,8 +793,10 @@ impl Session {
                 now_ms,
                 false,
                 max_in_progress,
+                max_bytes,
             );
         }
+        let budget = u64::try_from(max_bytes).unwrap_or(0);
         check_priority(priority)?;
         let plan = AckPlan::new(acks)?;
         let table = table(database, priority);
@@ -780,13 +817,30 @@ impl Session {
                     }
                 }
             }
-            claim_result(&mut result)
+            let claimed = claim_result(&mut result, budget)?;
+            drop(result);
+            claimed.outcome(|| {
+                let select = render(
+                    &sql.select_claimed_jobs,
+                    &table,
+                    None,
+                    &[Arg::Str(claim)],
+                    nbe,
+                )?;
+                claimed_rows(conn, &select, None, true)
+            })
         })?;
-        if let Some(jobs) = first {
-            return Ok(jobs);
+        // The acks are in (their COMMIT went before the claim); a claim rolled back is redone
+        // alone: one that was not unique, or one past the byte budget, for fewer jobs.
+        match first {
+            Claimed::Jobs(jobs) => Ok(jobs),
+            Claimed::Fewer(n) => {
+                self.dequeue_jobs(database, priority, n, claim, now_ms, false, None, max_bytes)
+            }
+            _ => self.dequeue_jobs(
+                database, priority, limit, claim, now_ms, false, None, max_bytes,
+            ),
         }
-        // A claim that was not unique: the acks are in; the claim is redone alone.
-        self.dequeue_jobs(database, priority, limit, claim, now_ms, false, None)
     }
 }
 
@@ -978,9 +1032,51 @@ fn push_claim(
     Ok(())
 }
 
-/// The answers of `push_claim`'s statements: the jobs claimed, to commit; `None`, to roll back,
-/// when the SELECT found more rows than the UPDATE claimed (a claim that is not unique).
-fn claim_result(result: &mut QueryResult<'_, '_, '_, Text>) -> OpResult<Option<Vec<ClaimedJob>>> {
+/// What one claim transaction came to.
+enum Claimed {
+    /// The jobs claimed, in claim order: committed.
+    Jobs(Vec<ClaimedJob>),
+    /// The SELECT found more rows than the UPDATE claimed (a claim that is not unique): rolled
+    /// back, to be redone telling our rows from the others.
+    NotUnique,
+    /// The bodies of the first jobs reached the byte budget: rolled back, to be redone for
+    /// this many.
+    Fewer(i64),
+    /// The budget takes every job claimed, but bodies read out of claim order were not kept:
+    /// the claimed rows are read again (bounded, as those jobs are), then committed.
+    Reread,
+}
+
+impl Claimed {
+    /// A claim's rows under the byte budget (`claimed_within`).
+    fn of(within: Within) -> Self {
+        if within.fit < within.jobs.len() {
+            Self::Fewer(i64::try_from(within.fit).unwrap_or(i64::MAX))
+        } else if within.complete {
+            Self::Jobs(within.jobs)
+        } else {
+            Self::Reread
+        }
+    }
+
+    /// Commit or roll back; `reread` reads the claimed rows again for `Reread`.
+    fn outcome(
+        self,
+        reread: impl FnOnce() -> Result<Vec<ClaimedJob>, OpError>,
+    ) -> OpResult<Claimed> {
+        Ok(match self {
+            Self::Jobs(jobs) => Outcome::Commit(Self::Jobs(jobs)),
+            Self::Reread => Outcome::Commit(Self::Jobs(reread()?)),
+            other => Outcome::Rollback(other),
+        })
+    }
+}
+
+/// The answers of `push_claim`'s statements, under a byte budget of `max_bytes`.
+fn claim_result(
+    result: &mut QueryResult<'_, '_, '_, Text>,
+    max_bytes: u64,
+) -> Result<Claimed, OpError> {
     let claimed = match result.iter() {
         Some(set) => {
             let claimed = set.affected_rows();
@@ -991,14 +1087,14 @@ fn claim_result(result: &mut QueryResult<'_, '_, '_, Text>) -> OpResult<Option<V
         }
         None => 0,
     };
-    let jobs = claimed_jobs(result, None, true)?;
+    let within = claimed_within(result, None, true, max_bytes)?;
     if claimed == 0 {
-        return Ok(Outcome::Commit(Some(Vec::new())));
+        return Ok(Claimed::Jobs(Vec::new()));
     }
-    if jobs.len() as u64 != claimed {
-        return Ok(Outcome::Rollback(None));
+    if within.jobs.len() as u64 != claimed {
+        return Ok(Claimed::NotUnique);
     }
-    Ok(Outcome::Commit(Some(jobs)))
+    Ok(Claimed::of(within))
 }
 
 /// The parameters of `dequeue_jobs.sql`: claim `limit` jobs.
@@ -1192,9 +1288,39 @@ fn claimed_jobs(
     skip: Option<&[i64]>,
     sort: bool,
 ) -> Result<Vec<ClaimedJob>, OpError> {
-    let mut jobs: Vec<(i64, ClaimedJob)> = Vec::new();
+    Ok(claimed_within(result, skip, sort, u64::MAX)?.jobs)
+}
+
+/// A claim's (or peek's) rows read under a byte budget (`claimed_within`).
+struct Within {
+    /// Every row, in claim order if sorted; a body is kept only while the bodies of the rows
+    /// read before it (in the order read) hold fewer than the budget's bytes, so the bodies
+    /// held pass it by less than one body.
+    jobs: Vec<ClaimedJob>,
+    /// How many of `jobs`, from the first, the budget takes (`within_bytes` of their lengths).
+    fit: usize,
+    /// Whether every body was kept.
+    complete: bool,
+}
+
+/// The current result set of `result` as `claimed_jobs` reads it, under `max_bytes`: a body
+/// past the budget (in the order read) is not kept, so one SELECT of a thousand large bodies
+/// holds about the budget, not all of them.
+fn claimed_within(
+    result: &mut QueryResult<'_, '_, '_, Text>,
+    skip: Option<&[i64]>,
+    sort: bool,
+    max_bytes: u64,
+) -> Result<Within, OpError> {
+    let mut jobs: Vec<(i64, usize, ClaimedJob)> = Vec::new();
+    let mut read: u64 = 0;
+    let mut complete = true;
     let Some(set) = result.iter() else {
-        return Ok(Vec::new());
+        return Ok(Within {
+            jobs: Vec::new(),
+            fit: 0,
+            complete,
+        });
     };
     for row in set {
         let mut values = row?.unwrap().into_iter();
@@ -1217,13 +1343,25 @@ fn claimed_jobs(
         if skip.is_some_and(|ids| ids.contains(&job.local_id)) {
             continue;
         }
-        jobs.push((run_after, job));
+        let mut job = job;
+        let length = job.body.len();
+        if read >= max_bytes && !jobs.is_empty() {
+            job.body = Vec::new();
+            complete = false;
+        }
+        read = read.saturating_add(length as u64);
+        jobs.push((run_after, length, job));
     }
     if sort {
         // In claim order, by (run_after, local_id): select_claimed_jobs.sql leaves it to us.
-        jobs.sort_unstable_by_key(|(run_after, job)| (*run_after, job.local_id));
+        jobs.sort_unstable_by_key(|(run_after, _, job)| (*run_after, job.local_id));
     }
-    Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    let fit = within_bytes(jobs.iter().map(|(_, length, _)| *length), max_bytes);
+    Ok(Within {
+        jobs: jobs.into_iter().map(|(_, _, job)| job).collect(),
+        fit,
+        complete,
+    })
 }
 
 /// An integer column (text protocol: decimal ASCII); None for NULL.

@@ -614,6 +614,7 @@ pub fn dequeue_command(
     claim: &str,
     now_ms: i64,
     dry_run: bool,
+    max_bytes: i64,
     tail: &ScriptTail,
 ) -> Vec<u8> {
     let mut key_list = vec![
@@ -627,7 +628,7 @@ pub fn dequeue_command(
     key_list.extend(keys.ready_keys(priority));
     key_list.extend(keys.ending_keys(priority));
     key_list.extend(tail.keys.iter().cloned());
-    let mut cmd = evalsha(sha, &key_list, 7 + tail.args.len(), 640 + claim.len());
+    let mut cmd = evalsha(sha, &key_list, 8 + tail.args.len(), 660 + claim.len());
     cmd.bulk(keys.queue.as_bytes());
     cmd.bulk(keys.jobs_arg().as_bytes());
     cmd.bulk(seconds_text(now_ms).as_bytes());
@@ -635,6 +636,7 @@ pub fn dequeue_command(
     cmd.bulk(claim.as_bytes());
     cmd.bulk(if dry_run { b"1" } else { b"0" });
     cmd.int(MAX_TIES_REORDERED);
+    cmd.int(max_bytes);
     tail.push_args(&mut cmd);
     cmd.into_bytes()
 }
@@ -844,7 +846,17 @@ mod tests {
             shard: "s",
             queue: "q",
         };
-        let cmd = dequeue_command("sha", &keys, 2, 10, "c", 1, false, &ScriptTail::default());
+        let cmd = dequeue_command(
+            "sha",
+            &keys,
+            2,
+            10,
+            "c",
+            1,
+            false,
+            64,
+            &ScriptTail::default(),
+        );
         assert_eq!(args(&cmd)[2], "12");
         assert_eq!(
             &args(&cmd)[3..17],
@@ -926,12 +938,12 @@ mod tests {
                 "2".to_owned(),
             ],
         };
-        let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, false, &tail);
+        let cmd = dequeue_command("sha", &original("s", "q"), 2, 10, "c", 1, false, 64, &tail);
         let a = args(&cmd);
         assert_eq!(a[2], "11");
         assert_eq!(&a[12..14], ["plq_s_q.p1_s1", "plq_s_q.p2_s1"]);
         assert_eq!(&a[a.len() - 4..], ["1", "5", "0", "2"]);
-        assert!(cmd.starts_with(b"*25\r\n"));
+        assert!(cmd.starts_with(b"*26\r\n"));
     }
 
     #[test]
@@ -1206,6 +1218,7 @@ mod tests {
             "c",
             1,
             true,
+            4096,
             &ScriptTail::default(),
         );
         assert_eq!(
@@ -1229,7 +1242,8 @@ mod tests {
                 "10",
                 "c",
                 "1",
-                "10000"
+                "10000",
+                "4096"
             ]
         );
         let item = |priority, local_id, retry_delay_ms| AckItem {

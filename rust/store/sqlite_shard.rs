@@ -232,6 +232,8 @@ pub enum Op {
         max_in_progress: Option<i64>,
         /// The queue's `groupConcurrency`, for the groups of jobs the dequeue expires.
         group_concurrency: i64,
+        /// Take each job while the bodies taken before it hold fewer bytes (`within_bytes`).
+        max_bytes: i64,
     },
     Ack {
         queue: String,
@@ -1227,6 +1229,7 @@ impl<T: Send> Writer<T> {
                 dry_run,
                 max_in_progress,
                 group_concurrency,
+                max_bytes,
             } => self
                 .dequeue(
                     queue,
@@ -1234,7 +1237,7 @@ impl<T: Send> Writer<T> {
                     *limit,
                     claim,
                     *now_ms,
-                    (*dry_run, *max_in_progress, *group_concurrency),
+                    (*dry_run, *max_in_progress, *group_concurrency, *max_bytes),
                 )
                 .map(Answer::Claimed),
             Op::Ack {
@@ -1954,9 +1957,10 @@ impl<T: Send> Writer<T> {
         limit: i64,
         claim: &str,
         now_ms: i64,
-        rules: (bool, Option<i64>, i64),
+        rules: (bool, Option<i64>, i64, i64),
     ) -> Result<Vec<ClaimedJob>, ShardError> {
-        let (dry_run, max_in_progress, group_concurrency) = rules;
+        let (dry_run, max_in_progress, group_concurrency, max_bytes) = rules;
+        let max_bytes = u64::try_from(max_bytes).unwrap_or(0);
         let (num_priorities, expiring) = self.queue_info(queue)?;
         if expiring && !dry_run {
             self.expire_due(queue, now_ms, group_concurrency)?;
@@ -1989,7 +1993,11 @@ impl<T: Send> Writer<T> {
         bind(&mut stmt, &params)?;
         let mut rows = stmt.raw_query();
         let mut claimed: Vec<ClaimedJob> = Vec::new();
-        while let Some(row) = rows.next().map_err(|e| connection_error(&e))? {
+        let mut spent: u64 = 0; // body bytes read (max_bytes: the rows after are left as they are)
+        while claimed.is_empty() || spent < max_bytes {
+            let Some(row) = rows.next().map_err(|e| connection_error(&e))? else {
+                break;
+            };
             let job = (|| {
                 Ok::<_, rusqlite::Error>(ClaimedJob {
                     local_id: row.get(0)?,
@@ -2001,6 +2009,7 @@ impl<T: Send> Writer<T> {
                 })
             })()
             .map_err(|e| connection_error(&e))?;
+            spent = spent.saturating_add(job.body.len() as u64);
             claimed.push(job);
         }
         drop(rows);
@@ -3198,6 +3207,7 @@ mod tests {
                     dry_run: false,
                     max_in_progress: None,
                     group_concurrency: 1,
+                    max_bytes: i64::MAX,
                 },
             )
             .unwrap();
@@ -3325,6 +3335,7 @@ mod tests {
             dry_run: false,
             max_in_progress: None,
             group_concurrency: 1,
+            max_bytes: i64::MAX,
         });
         assert!(
             matches!(&claimed, Answer::Claimed(jobs) if jobs.len() == 5),
@@ -3414,6 +3425,7 @@ mod tests {
             dry_run: false,
             max_in_progress: cap,
             group_concurrency: 1,
+            max_bytes: i64::MAX,
         };
         let ids = |answer: Answer| match answer {
             Answer::Claimed(jobs) => jobs.iter().map(|j| j.local_id).collect::<Vec<_>>(),
@@ -3533,6 +3545,7 @@ mod tests {
             dry_run: false,
             max_in_progress: None,
             group_concurrency: 1,
+            max_bytes: i64::MAX,
         });
         assert!(
             matches!(&claimed, Answer::Claimed(jobs) if jobs[0].local_id == 1),
@@ -3691,6 +3704,7 @@ mod tests {
             dry_run: false,
             max_in_progress: None,
             group_concurrency: 1,
+            max_bytes: i64::MAX,
         });
         let Answer::Claimed(claimed) = claimed else {
             panic!("{claimed:?}")
@@ -3833,6 +3847,7 @@ mod tests {
             dry_run: false,
             max_in_progress: None,
             group_concurrency: 1,
+            max_bytes: i64::MAX,
         }) else {
             panic!("not claimed")
         };

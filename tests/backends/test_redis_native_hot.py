@@ -43,7 +43,17 @@ from pinlater._pinlater import (
     redis_reply_end,
     redis_require_queue_command,
 )
-from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobState, KeyedJob, NewJob, QueueRules, sort_keyed
+from pinlater.backends.base import (
+    DEQUEUE_BYTES,
+    AckItem,
+    ClaimedJob,
+    JobFilter,
+    JobState,
+    KeyedJob,
+    NewJob,
+    QueueRules,
+    sort_keyed,
+)
 from pinlater.backends.pressure import StoreMemoryFullError
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore, dedup, reservations
 from pinlater.backends.redis.hot_client import HotClient, Splitter, _Broken, _Connection, script_sha
@@ -138,8 +148,9 @@ def test_the_commands_are_todays_byte_for_byte(layout_store: RedisStore) -> None
             assert redis_enqueue_command(sha, "s_1", queue, batch(jobs), now, layout) == packed(call, sha)
 
             for dry_run in (False, True):
-                call = layout_store._dequeue_call(queue, 3, 100, "claim|é", now, dry_run)
-                got = redis_dequeue_command(sha, "s_1", queue, 3, 100, "claim|é", now, dry_run, layout)
+                budget = rng.choice((1, 4096, DEQUEUE_BYTES))
+                call = layout_store._dequeue_call(queue, 3, 100, "claim|é", now, dry_run, budget)
+                got = redis_dequeue_command(sha, "s_1", queue, 3, 100, "claim|é", now, dry_run, budget, layout)
                 assert got == packed(call, sha)
 
             def item() -> AckItem:
@@ -976,7 +987,7 @@ def test_a_cancelled_call_leaves_the_connection_in_step() -> None:
     seen, gate = asyncio.Event(), asyncio.Event()
 
     async def slow_first(_n: int, args: list[bytes]) -> bytes | None:
-        if args[-3] == b"c0":  # the claim of the first dequeue
+        if args[-4] == b"c0":  # the claim of the first dequeue
             seen.set()
             await gate.wait()
             return b"*2\r\n:0\r\n:0\r\n"

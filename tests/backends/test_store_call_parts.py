@@ -217,7 +217,7 @@ def test_a_dequeue_walk_whose_later_call_fails_unexpectedly_answers_the_jobs_it_
     backend = backend_of(store)
     asked: list[int] = []
 
-    def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[Any]:
+    def fetch(shard: Shard, priority: int, want: int, now: int, max_bytes: int) -> Awaitable[Any]:
         asked.append(want)
         if len(asked) == 2:
             raise RuntimeError("injected")
@@ -241,7 +241,7 @@ def test_a_dequeue_walk_whose_later_call_fails_unexpectedly_answers_the_jobs_it_
 def test_a_dequeue_walk_whose_first_call_fails_unexpectedly_raises(store: ShardStore) -> None:
     backend = backend_of(store)
 
-    def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[Any]:
+    def fetch(shard: Shard, priority: int, want: int, now: int, max_bytes: int) -> Awaitable[Any]:
         raise RuntimeError("injected")
 
     async def run() -> None:

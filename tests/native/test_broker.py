@@ -58,7 +58,7 @@ def test_bad_arguments_raise_ordinary_errors() -> None:
     with pytest.raises(TypeError):
         buffer.push("1", 1, [(1, b"x", 1, 1, 0, 0)], 0)  # type: ignore[arg-type]
     assert buffer.take(-5) == []
-    assert len(buffer.hand_out("q", -5, 0)) == 0
+    assert len(buffer.hand_out("q", -5, 1 << 30, 0)) == 0
 
 
 def test_concurrent_hand_outs_take_each_entry_once() -> None:
@@ -67,7 +67,7 @@ def test_concurrent_hand_outs_take_each_entry_once() -> None:
     taken: list[list[str]] = [[] for _ in range(4)]
 
     def work(k: int) -> None:
-        while out := buffer.hand_out("q", 7, 0):
+        while out := buffer.hand_out("q", 7, 1 << 30, 0):
             taken[k] += [d for d, *_ in out.to_list()]
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
@@ -84,7 +84,7 @@ def test_hand_out_keeps_stale_entries_apart() -> None:
     buffer.push("1", 2, jobs((7, b"payload", 3, 2)), 100)
     buffer.push("east_2", 1, jobs((9, b"b", 2, 2)), 100)
     buffer.push("1", 1, jobs((8, b"old", 2, 1)), 10)  # reserved before the cutoff
-    out = buffer.hand_out("emails", 5, 50)
+    out = buffer.hand_out("emails", 5, 1 << 30, 50)
     assert (len(out), out.queue, out.stale_count) == (2, "emails", 1)
     assert out.to_list() == [("emails:seast_2:p1:9", b"b", 2, 2), ("emails:s1:p2:7", b"payload", 3, 2)]
     assert out.stale() == [("1", 1, 8, b"old", 2, 1, 10)]
@@ -95,9 +95,9 @@ def test_hand_out_takes_at_most_the_limit_in_priority_order() -> None:
     buffer = JobBuffer(10)
     buffer.push("1", 3, jobs((1, b"", 1, 1), (2, b"", 1, 1)), 0)
     buffer.push("1", 1, jobs((3, b"", 1, 1)), 0)
-    out = buffer.hand_out("q", 2, 0)
+    out = buffer.hand_out("q", 2, 1 << 30, 0)
     assert [d for d, *_ in out.to_list()] == ["q:s1:p1:3", "q:s1:p3:1"] and out.stale() == []
-    empty = buffer.hand_out("q", 0, 0)
+    empty = buffer.hand_out("q", 0, 1 << 30, 0)
     assert not empty and empty.stale_count == 0 and len(buffer) == 1
 
 
@@ -105,7 +105,7 @@ def test_hand_out_rejects_a_queue_name_no_descriptor_can_hold() -> None:
     buffer = JobBuffer(2)
     buffer.push("1", 1, jobs((1, b"", 1, 1)), 0)
     with pytest.raises(DescriptorError, match="queue name"):
-        buffer.hand_out("bad:queue", 1, 0)
+        buffer.hand_out("bad:queue", 1, 1 << 30, 0)
 
 
 def test_the_hand_out_reply_is_the_reply_of_its_jobs() -> None:
@@ -115,7 +115,7 @@ def test_the_hand_out_reply_is_the_reply_of_its_jobs() -> None:
     buffer.push("east_2", 2, jobs((9, b"\x00\xffbody", 5, 4)), 100)
     buffer.push("1", 1, jobs((3, b"", 1, 1), (4, b"x" * 300, 2**31 - 1, 0)), 100)
     buffer.push("east_2", 1, jobs((10, b"z", 3, 3)), 100)
-    out = buffer.hand_out("emails", 10, 0)
+    out = buffer.hand_out("emails", 10, 1 << 30, 0)
     as_jobs = [DequeuedJob(d, ClaimedJob(0, body, a, r, 0, 0)) for d, body, a, r in out.to_list()]
     assert [j.descriptor for j in as_jobs] == [
         "emails:s1:p1:3",
@@ -124,7 +124,7 @@ def test_the_hand_out_reply_is_the_reply_of_its_jobs() -> None:
         "emails:seast_2:p2:9",
     ]
     assert encode_dequeue_handout("dequeueJobs", 41, out) == encode_dequeue_reply("dequeueJobs", 41, as_jobs)
-    nothing = buffer.hand_out("emails", 10, 0)
+    nothing = buffer.hand_out("emails", 10, 1 << 30, 0)
     assert encode_dequeue_handout("dequeueJobs", 1, nothing) == encode_dequeue_reply("dequeueJobs", 1, [])
 
 
@@ -134,9 +134,9 @@ def test_a_flush_groups_claims_by_queue_and_shard_and_knows_its_jobs() -> None:
     a.push("2", 2, jobs((1, b"", 1, 1)), 0)
     b.push("1", 1, jobs((5, b"", 1, 1)), 0)
     flush = ClaimFlush()
-    flush.add("w1|c", a.hand_out("qa", 2, 0))
-    flush.add("w2|c", a.hand_out("qa", 5, 0))
-    flush.add("w3|c", b.hand_out("qb", 5, 0))
+    flush.add("w1|c", a.hand_out("qa", 2, 1 << 30, 0))
+    flush.add("w2|c", a.hand_out("qa", 5, 1 << 30, 0))
+    flush.add("w3|c", b.hand_out("qb", 5, 1 << 30, 0))
     assert len(flush) == 4
     assert [(q, s, items.to_list()) for q, s, items in flush.batches()] == [
         ("qa", "1", [(1, 1, "w1|c"), (1, 2, "w1|c")]),

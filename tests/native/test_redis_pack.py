@@ -74,6 +74,6 @@ def test_times_are_python_float_reprs_of_seconds() -> None:
     values += [1_700_000_000_000 + rng.randrange(10**9) for _ in range(5_000)]
     values += [-1, -1000, -1_700_000_000_123, 10**15 + 1, 2**53 + 1, 2**63 - 1, -(2**63)]
     for ms in values:
-        args = command_args(redis_dequeue_command("sha", "s", "q", 1, 10, "c", ms, False))
+        args = command_args(redis_dequeue_command("sha", "s", "q", 1, 10, "c", ms, False, 1 << 24))
         # now: ARGV[3], after the nine keys (dequeue_jobs.lua) and EVALSHA, sha, numkeys, queue, prefix
         assert args[14] == repr(ms / 1000.0).encode(), ms

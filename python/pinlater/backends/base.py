@@ -59,6 +59,28 @@ RESERVATION_PREFIX = "~r|"
 #: writer; a call of this many takes a few milliseconds, and others' calls run between two.
 STORE_CALL_JOBS = 1000
 
+#: Most body bytes one dequeue takes by default, and so about the most its reply holds (the
+#: server passes its ``MAX_FRAME_BYTES``, the largest request it reads, so a reply is no larger
+#: than what clients send it). A store call of a dequeue or a reserve takes jobs while the
+#: bodies it took hold fewer bytes than it was given (``within_bytes``; its first job always):
+#: 300 jobs of 2 MiB asked for at once grew a server by 2.5 GB for a 629 MB reply that the
+#: client then refused, the jobs claimed for nobody.
+DEQUEUE_BYTES = 16 * 1024 * 1024
+
+
+def within_bytes(lengths: Iterable[int], max_bytes: int) -> int:
+    """How many jobs, from the first, a store call takes under a byte budget, given their
+    body lengths in take order: each while the bodies taken before it hold fewer than
+    ``max_bytes`` bytes, the first always (rust/queue/jobs.rs ``within_bytes``, for the stores
+    that claim in Python)."""
+    spent = taken = 0
+    for length in lengths:
+        if taken and spent >= max_bytes:
+            break
+        spent += length
+        taken += 1
+    return taken
+
 
 def failed_after(shard: str, what: str, exc: Exception) -> PinLaterError:
     """The error of a request done in store calls (or a store call done in steps), when one
@@ -468,9 +490,18 @@ class ShardStore(Protocol):
         ...
 
     def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` PENDING jobs with ``run_after <= now`` of one priority.
+        """Claim up to ``limit`` PENDING jobs with ``run_after <= now`` of one priority, taking
+        each while the bodies taken before it hold fewer than ``max_bytes`` bytes (the first
+        always: ``within_bytes``), as if the limit were the number taken.
 
         Claimed jobs become IN_PROGRESS with claim descriptor ``claim`` and updated time now.
         With ``dry_run`` nothing changes and the jobs are only returned. Jobs come in order of
@@ -506,10 +537,18 @@ class ShardStore(Protocol):
     # descriptor; Redis beside the job, which leaves PENDING's set and is merged back into reads).
 
     def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         """Reserve up to ``limit`` ready PENDING jobs of one priority not under a live
-        reservation, until ``now + hold_ms``, in dequeue order. State, attempts and run_after
+        reservation, until ``now + hold_ms``, in dequeue order, under ``max_bytes`` as
+        ``dequeue_jobs`` takes them. State, attempts and run_after
         are unchanged; the returned ``updated_at_ms`` is whatever the store now reports.
 
         A job whose expiry comes before the reservation would lapse (``expire_at_ms <= now +
@@ -688,16 +727,30 @@ class HotPath(Protocol):
         ...
 
     async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs: ...
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None: ...
 
     async def ack_and_dequeue_jobs(
-        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+        self,
+        queue: str,
+        acks: AckGroup,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         """``ack_jobs(queue, acks, now_ms)``, then ``dequeue_jobs(queue, priority, limit, claim,
-        now_ms, False)``: a dequeue's piggy-backed acks of this shard, successes only (a failed
+        now_ms, False, max_bytes)``: a dequeue's piggy-backed acks of this shard, successes only (a failed
         job could be claimed again by this dequeue, and a repeat of the two after a lost answer
         would fail it twice; a store given failures awaits the two in turn), with the dequeue's
         first store call there, in one hand-off where the store allows (Redis: both scripts in one
@@ -711,7 +764,14 @@ class HotPath(Protocol):
         ...
 
     async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs: ...
 
     async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
@@ -729,11 +789,19 @@ class HotPath(Protocol):
         ...
 
     async def enqueue_and_reserve_jobs(
-        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+        self,
+        queue: str,
+        jobs: NewJobBatch,
+        now_ms: int,
+        priority: int,
+        limit: int,
+        reservation: str,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> tuple[LocalIds, ClaimedJobs | None]:
         """``enqueue_jobs(queue, jobs, now_ms)``, and where the store can run it right behind
         the enqueue in the same hand-off, ``reserve_jobs(queue, priority, limit, reservation,
-        now_ms, hold_ms)``: the dequeue broker's refill riding on its own server's enqueue, so
+        now_ms, hold_ms, max_bytes)``: the dequeue broker's refill riding on its own server's enqueue, so
         the jobs are in its buffer when the enqueue is answered (Redis: the reserve written
         behind the enqueue on the same connection, so Redis runs it after). The enqueue is the
         call: its errors are raised as ``enqueue_jobs`` raises them. The reserve is an extra:
@@ -800,12 +868,19 @@ async def place_keyed_batch(hot: KeyedEnqueues, queue: str, jobs: KeyedJobBatch,
 
 
 async def sequential_ack_and_dequeue(
-    hot: HotPath, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+    hot: HotPath,
+    queue: str,
+    acks: AckGroup,
+    priority: int,
+    limit: int,
+    claim: str,
+    now_ms: int,
+    max_bytes: int = DEQUEUE_BYTES,
 ) -> ClaimedJobs:
     """``HotPath.ack_and_dequeue_jobs`` as two calls in turn, for a store with nothing to gain
     from doing them together."""
     await hot.ack_jobs(queue, acks, now_ms)
-    return await hot.dequeue_jobs(queue, priority, limit, claim, now_ms, False)
+    return await hot.dequeue_jobs(queue, priority, limit, claim, now_ms, False, max_bytes)
 
 
 @runtime_checkable

@@ -50,6 +50,7 @@ from pinlater._pinlater import (
 from pinlater.backends import scan_pages
 from pinlater.backends.base import (
     DEFAULT_RULES,
+    DEQUEUE_BYTES,
     STORE_CALL_JOBS,
     CheckpointItem,
     ClaimedJob,
@@ -90,6 +91,11 @@ class WalkAnswer(Sized, Protocol):
     def cut(self) -> bool:
         """The call stopped at one of its work budgets before its limit (a Redis script that
         met ``EXPIRED_BUDGET`` expired jobs, say): due jobs may be left behind what it passed."""
+        ...
+
+    @property
+    def body_bytes(self) -> int:
+        """The length of its jobs' bodies, summed: counted against the walk's ``max_bytes``."""
         ...
 
 
@@ -179,7 +185,8 @@ class ReadyBatch(Generic[J]):
 class ReserveAsk:
     """What the dequeue broker asks an enqueue through its server to reserve right behind it
     (``ShardedBackend.enqueue_jobs(reserve=...)``): up to ``limit`` jobs, under ``reservation``
-    for ``hold_ms``; ``taken`` gets them."""
+    for ``hold_ms``, while their bodies hold fewer than ``max_bytes`` bytes (``within_bytes``);
+    ``taken`` gets them."""
 
     limit: int
     reservation: str
@@ -187,6 +194,7 @@ class ReserveAsk:
     taken: Callable[[ReadyBatch[ClaimedJobs]], None]
     #: Called with True just before the reserve goes out with an enqueue, False once answered.
     out: Callable[[bool], None]
+    max_bytes: int = DEQUEUE_BYTES
 
 
 def claim_source(source: str) -> str:
@@ -624,7 +632,7 @@ class ShardedBackend:
                     ids = await hot.enqueue_jobs(queue, jobs, now)
                 else:
                     both = hot.enqueue_and_reserve_jobs(
-                        queue, jobs, now, at, reserve.limit, reserve.reservation, reserve.hold_ms
+                        queue, jobs, now, at, reserve.limit, reserve.reservation, reserve.hold_ms, reserve.max_bytes
                     )
                     reserve.out(True)
                     try:
@@ -649,7 +657,7 @@ class ShardedBackend:
             ready = jobs.ready_priorities(now)
             if got is not None and reserve is not None and at is not None:
                 reserve.taken(ReadyBatch(shard.name, at, now, got))
-                if len(got) < reserve.limit:  # it took every ready job there, these included
+                if len(got) < reserve.limit and got.body_bytes < reserve.max_bytes:  # it took every ready job there
                     ready = [priority for priority in ready if priority != at]
                     self._found_empty((shard.name, queue, at), now, len(got) > 0)
             self._note_enqueued(shard, queue, jobs, now, ready)
@@ -959,10 +967,12 @@ class ShardedBackend:
         coverage: float = 1.0,
         acks: Sequence[tuple[str, AckGroup]] = (),
         on_acked: Callable[[], None] | None = None,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ReadyBatch[ClaimedJobs]]:
         """Walk priorities from 1 down and shards in random order until ``limit`` jobs are found
         (``walk_ready``: a store call claims at most ``STORE_CALL_JOBS``, so a dry run, which asks
-        each place once, shows at most that many of each).
+        each place once, shows at most that many of each), or bodies of ``max_bytes`` bytes (by
+        less than one body more: ``walk_ready``), so that one dequeue's reply stays bounded.
 
         An unhealthy shard is skipped; a shard failing mid-walk is marked and skipped, so a
         dequeue returns what the healthy shards had. When no shard is healthy the call fails.
@@ -984,12 +994,12 @@ class ShardedBackend:
                 on_acked()
             acks = ()
         if not acks:
-            return await self._dequeue_walk(queue, limit, claim, dry_run, coverage, None)
+            return await self._dequeue_walk(queue, limit, claim, dry_run, coverage, None, max_bytes)
         pending = _PendingAcks(acks[0][0], acks[0][1], on_acked)
         if self._holds_back(queue):  # the acks may free room or move groups on, at any priority
             self.mark_ready(pending.shard, queue, range(1, self.num_priorities + 1))
         try:
-            return await self._dequeue_walk(queue, limit, claim, False, coverage, pending)
+            return await self._dequeue_walk(queue, limit, claim, False, coverage, pending, max_bytes)
         except _AckFailed as failed:
             raise failed.cause from None
         finally:
@@ -1000,7 +1010,14 @@ class ShardedBackend:
                 self._after_acks(queue, acks, (), self.clock.now_ms())
 
     def _dequeue_walk(
-        self, queue: str, limit: int, claim: str, dry_run: bool, coverage: float, pending: _PendingAcks | None
+        self,
+        queue: str,
+        limit: int,
+        claim: str,
+        dry_run: bool,
+        coverage: float,
+        pending: _PendingAcks | None,
+        max_bytes: int,
     ) -> Awaitable[list[ReadyBatch[ClaimedJobs]]]:
         """``dequeue_jobs``'s walk (to await); ``pending``: acks to apply before its first store call.
         Each store call after the first claims under ``claim`` with ``.{n}`` added: the claim of a
@@ -1008,52 +1025,50 @@ class ShardedBackend:
         call of a large dequeue, each call read back all the calls' jobs before it: quadratic)."""
         calls = itertools.count()
 
-        def fetch(shard: Shard, priority: int, want: int, now: int) -> Awaitable[ClaimedJobs]:
+        def fetch(shard: Shard, priority: int, want: int, now: int, bytes_left: int) -> Awaitable[ClaimedJobs]:
             n = next(calls)
             claim_n = f"{claim}.{n}" if n else claim
             hot = self._current_hot_paths.get(shard) or self.hot_path(shard)  # (``hot_path``'s first look, inline)
             if pending is not None and pending.how is None:
                 if pending.shard == shard.name:
-                    both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim_n, now)
+                    both = hot.ack_and_dequeue_jobs(queue, pending.acks, priority, want, claim_n, now, bytes_left)
                     return pending.carry(shard, both)
                 alone = self.ack_jobs(queue, [(pending.shard, pending.acks)], ())
                 return pending.before(
-                    alone, lambda: self._dequeue_call(shard, hot, queue, priority, want, claim_n, now)
+                    alone, lambda: hot.dequeue_jobs(queue, priority, want, claim_n, now, False, bytes_left)
                 )
-            return self._dequeue_call(shard, hot, queue, priority, want, claim_n, now, dry_run)
+            return hot.dequeue_jobs(queue, priority, want, claim_n, now, dry_run, bytes_left)
 
         # A dry run asks the store every time: the known-empty hints say "nothing to claim",
         # and jobs held in a broker's buffer are PENDING and shown.
-        return self.walk_ready(queue, limit, fetch, coverage=coverage, use_empty_hints=not dry_run, repeat=not dry_run)
-
-    def _dequeue_call(
-        self,
-        shard: Shard,
-        hot: HotPath,
-        queue: str,
-        priority: int,
-        want: int,
-        claim: str,
-        now: int,
-        dry_run: bool = False,
-    ) -> Awaitable[ClaimedJobs]:
-        """One store call of the walk: ``hot``'s dequeue (``walk_ready`` marks ``shard`` on a
-        connection failure)."""
-        return hot.dequeue_jobs(queue, priority, want, claim, now, dry_run)
+        return self.walk_ready(
+            queue,
+            limit,
+            fetch,
+            max_bytes=max_bytes,
+            coverage=coverage,
+            use_empty_hints=not dry_run,
+            repeat=not dry_run,
+        )
 
     async def walk_ready(
         self,
         queue: str,
         limit: int,
-        fetch: Callable[[Shard, int, int, int], Awaitable[J]],
+        fetch: Callable[[Shard, int, int, int, int], Awaitable[J]],
         *,
+        max_bytes: int = DEQUEUE_BYTES,
         coverage: float = 1.0,
         use_empty_hints: bool = True,
         repeat: bool = True,
     ) -> list[ReadyBatch[J]]:
         """The dequeue walk, shared by dequeues and the broker's refills: priorities from 1
-        down, shards in random order, ``fetch(shard, priority, want, now)`` at each place until
-        ``limit`` jobs came back; ``fetch`` makes one store call on ``shard``, and a connection
+        down, shards in random order, ``fetch(shard, priority, want, now, max_bytes)`` at each
+        place until ``limit`` jobs came back, or bodies of ``max_bytes`` bytes: each call is
+        given what is left of that budget, and takes jobs while the bodies it took hold less
+        (its first job always, ``within_bytes``), so the walk's bodies pass ``max_bytes`` by
+        less than one body; a place whose call ended the budget is not taken for empty.
+        ``fetch`` makes one store call on ``shard``, and a connection
         failure marks the shard, as ``on_shard`` would (so ``fetch`` does not). A call asks for
         at most ``STORE_CALL_JOBS``; one that got all it asked for is followed by another at the
         same place while the walk wants more (``repeat``; a dry run, whose calls take nothing,
@@ -1073,6 +1088,7 @@ class ShardedBackend:
             raise PinLaterError(ErrorCode.NO_HEALTHY_SHARDS, "no healthy shard to dequeue from")
         found: list[ReadyBatch[J]] = []
         total = 0
+        bytes_left = max_bytes
         failures = 0
         last_failure = ""  # what the last failed call said, for the error when every shard failed
         # (``QueueAnswers``' two fields, as locals: the walk is on every dequeue)
@@ -1087,7 +1103,7 @@ class ShardedBackend:
         for priority in range(1, self.num_priorities + 1):
             for shard in shards:
                 want = limit - total
-                if want <= 0:
+                if want <= 0 or bytes_left <= 0:
                     break
                 if shard.name in lacking:  # no such queue there, at any priority
                     continue
@@ -1114,7 +1130,7 @@ class ShardedBackend:
                     if use_empty_hints:
                         call = self._in_flight[place] = asyncio.get_running_loop().create_future()
                     try:  # (what ``QueueAnswers.ask`` and ``on_shard`` do, without their coroutines)
-                        got = await fetch(shard, priority, ask, now)
+                        got = await fetch(shard, priority, ask, now, bytes_left)
                     except QueueNotFoundError:
                         lacking.add(shard.name)
                         answered = True
@@ -1159,14 +1175,16 @@ class ShardedBackend:
                     if got is None:  # no such queue there
                         break
                     n = len(got)
-                    cut = n < ask and got.cut  # stopped at a budget: more may be due there
+                    if n:
+                        bytes_left -= got.body_bytes
+                    cut = n < ask and got.cut  # stopped at a work budget: more may be due there
                     if not n:
                         self._count("dequeue_store_calls_empty", 1)
                     if cut:
                         self._count("dequeue_store_calls_cut", 1)
                     if use_empty_hints:
                         self._lacking.discard((shard.name, queue))
-                        if cut:
+                        if cut or bytes_left <= 0:  # (at the byte budget: it may have stopped there)
                             self._empty_until.pop(place, None)
                             self._empty_streak.pop(place, None)
                         elif n < ask:  # it took every ready job there
@@ -1177,12 +1195,14 @@ class ShardedBackend:
                         found.append(ReadyBatch(shard.name, priority, now, got))
                         total += n
                     want = limit - total
+                    if bytes_left <= 0:
+                        break
                     if cut and repeat and want > 0 and cut_repeats < MAX_CUT_REPEATS:
                         cut_repeats += 1
                         continue
                     if n < ask or want <= 0 or not repeat:
                         break
-            if total >= limit:
+            if total >= limit or bytes_left <= 0:
                 break
         if lacking and not held:  # (``QueueAnswers.check``)
             raise QueueNotFoundError(queue)

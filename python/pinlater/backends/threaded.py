@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, ClaimItems, KeyedJobBatch, KeyedPlacement, LocalIds, NewJobBatch
 from pinlater.backends.base import (
+    DEQUEUE_BYTES,
     AckItem,
     Enqueued,
     HotPath,
@@ -40,10 +41,17 @@ def enqueue_batch(store: ShardStore, queue: str, jobs: NewJobBatch, now_ms: int)
 
 
 def dequeue_batch(
-    store: ShardStore, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+    store: ShardStore,
+    queue: str,
+    priority: int,
+    limit: int,
+    claim: str,
+    now_ms: int,
+    dry_run: bool,
+    max_bytes: int = DEQUEUE_BYTES,
 ) -> ClaimedJobs:
     """``store.dequeue_jobs`` as ``ClaimedJobs``."""
-    return ClaimedJobs(store.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run))
+    return ClaimedJobs(store.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run, max_bytes))
 
 
 def ack_group(store: ShardStore, queue: str, acks: AckGroup, now_ms: int) -> None:
@@ -52,10 +60,17 @@ def ack_group(store: ShardStore, queue: str, acks: AckGroup, now_ms: int) -> Non
 
 
 def reserve_batch(
-    store: ShardStore, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    store: ShardStore,
+    queue: str,
+    priority: int,
+    limit: int,
+    reservation: str,
+    now_ms: int,
+    hold_ms: int,
+    max_bytes: int = DEQUEUE_BYTES,
 ) -> ClaimedJobs:
     """``store.reserve_jobs`` as ``ClaimedJobs``."""
-    return ClaimedJobs(store.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms))
+    return ClaimedJobs(store.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms, max_bytes))
 
 
 def claim_batch(store: ShardStore, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
@@ -83,22 +98,47 @@ class ThreadedHotPath:
         return await place_keyed_batch(self, queue, jobs, now_ms)
 
     async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
-        return await self._offload(dequeue_batch, self._store, queue, priority, limit, claim, now_ms, dry_run)
+        return await self._offload(
+            dequeue_batch, self._store, queue, priority, limit, claim, now_ms, dry_run, max_bytes
+        )
 
     async def ack_jobs(self, queue: str, acks: AckGroup, now_ms: int) -> None:
         await self._offload(ack_group, self._store, queue, acks, now_ms)
 
     async def ack_and_dequeue_jobs(
-        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+        self,
+        queue: str,
+        acks: AckGroup,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
-        return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+        return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms, max_bytes)
 
     async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
-        return await self._offload(reserve_batch, self._store, queue, priority, limit, reservation, now_ms, hold_ms)
+        return await self._offload(
+            reserve_batch, self._store, queue, priority, limit, reservation, now_ms, hold_ms, max_bytes
+        )
 
     async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         return await self._offload(claim_batch, self._store, queue, items, reservation, now_ms)
@@ -113,7 +153,15 @@ class ThreadedHotPath:
         return False
 
     async def enqueue_and_reserve_jobs(
-        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+        self,
+        queue: str,
+        jobs: NewJobBatch,
+        now_ms: int,
+        priority: int,
+        limit: int,
+        reservation: str,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> tuple[LocalIds, ClaimedJobs | None]:
         return await self.enqueue_jobs(queue, jobs, now_ms), None  # nothing to gain from the pair
 
@@ -133,9 +181,16 @@ class BrokerOnThreadPool:
         return await place_keyed_batch(self, queue, jobs, now_ms)  # enqueue_jobs: the native store's
 
     async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
-        return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms)
+        return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms, max_bytes)
 
     async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
         return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
@@ -150,7 +205,15 @@ class BrokerOnThreadPool:
         return False
 
     async def enqueue_and_reserve_jobs(
-        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+        self,
+        queue: str,
+        jobs: NewJobBatch,
+        now_ms: int,
+        priority: int,
+        limit: int,
+        reservation: str,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> tuple[LocalIds, ClaimedJobs | None]:
         """The enqueue alone: this store's reserve runs on the thread pool, with nothing to
         gain from going with the enqueue."""

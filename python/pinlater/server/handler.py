@@ -219,7 +219,8 @@ class PinLaterHandler:
     ) -> None:
         self.backend = backend
         self.max_scan_limit = max_scan_limit
-        #: A lookup's reply may hold at most this many bytes (``_info_bytes``; ``MAX_FRAME_BYTES``).
+        #: A lookup's reply may hold at most this many bytes (``_info_bytes``; ``MAX_FRAME_BYTES``),
+        #: and a dequeue takes jobs while their bodies hold fewer (``DEQUEUE_BYTES``).
         self.max_reply_bytes = max_reply_bytes
         self.broker = broker
         self.metrics = metrics
@@ -400,8 +401,10 @@ class PinLaterHandler:
         """Through the broker, unless it is off or the request needs the direct walk (a dry run
         answers from the store; a coverage below 1 asks for a random part of the shards)."""
         if self.broker is not None and not dry_run and coverage >= 1.0:
-            return self.broker.dequeue(queue, limit, source)
-        return self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage)
+            return self.broker.dequeue(queue, limit, source, self.max_reply_bytes)
+        return self.backend.dequeue_jobs(
+            queue, limit, source, dry_run=dry_run, coverage=coverage, max_bytes=self.max_reply_bytes
+        )
 
     def _dequeue_with_acks(
         self, queue: str, limit: int, source: str, coverage: float, acks: AckCall, groups: list[tuple[str, AckGroup]]
@@ -411,7 +414,9 @@ class PinLaterHandler:
         def acked() -> None:
             self.metrics.incr(f"{queue}_ack_succeeded", acks.succeeded)
 
-        return self.backend.dequeue_jobs(queue, limit, source, coverage=coverage, acks=groups, on_acked=acked)
+        return self.backend.dequeue_jobs(
+            queue, limit, source, coverage=coverage, acks=groups, on_acked=acked, max_bytes=self.max_reply_bytes
+        )
 
     async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every

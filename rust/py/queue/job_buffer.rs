@@ -81,6 +81,12 @@ impl JobBuffer {
         guarded("JobBuffer.room", || Ok(self.lock().room()))
     }
 
+    /// The bytes of the bodies held now.
+    #[getter]
+    fn bytes(&self) -> PyResult<usize> {
+        guarded("JobBuffer.bytes", || Ok(self.lock().bytes()))
+    }
+
     fn __len__(&self) -> PyResult<usize> {
         guarded("JobBuffer.__len__", || Ok(self.lock().len()))
     }
@@ -127,13 +133,21 @@ impl JobBuffer {
         })
     }
 
-    /// Takes up to `limit` entries for a worker's dequeue of `queue`, as `take` does, split
-    /// into the fresh ones (reserved at or after `fresh_after_ms`) and the stale ones.
-    fn hand_out(&self, queue: String, limit: i64, fresh_after_ms: i64) -> PyResult<HandOut> {
+    /// Takes up to `limit` entries for a worker's dequeue of `queue`, as `take` does, each
+    /// while the bodies taken before it hold fewer than `max_bytes` bytes (the first always),
+    /// split into the fresh ones (reserved at or after `fresh_after_ms`) and the stale ones.
+    fn hand_out(
+        &self,
+        queue: String,
+        limit: i64,
+        max_bytes: i64,
+        fresh_after_ms: i64,
+    ) -> PyResult<HandOut> {
         guarded("JobBuffer.hand_out", || {
             check_queue(&queue).map_err(DescriptorError::InvalidPart)?;
             let limit = usize::try_from(limit).unwrap_or(0);
-            let taken = self.lock().hand_out(limit, fresh_after_ms);
+            let max_bytes = u64::try_from(max_bytes).unwrap_or(0);
+            let taken = self.lock().hand_out(limit, max_bytes, fresh_after_ms);
             for job in &taken.fresh {
                 check_shard(&job.shard).map_err(DescriptorError::InvalidPart)?;
             }

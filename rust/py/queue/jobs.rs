@@ -664,6 +664,13 @@ impl ClaimedJobs {
         self.cut
     }
 
+    /// The length of every job's body, summed: what a dequeue walk counts against its reply's
+    /// byte budget (`DEQUEUE_BYTES`).
+    #[getter]
+    fn body_bytes(&self) -> u64 {
+        self.jobs.iter().map(|j| j.body.len() as u64).sum()
+    }
+
     /// One `(local_id, body, attempts_allowed, attempts_remaining, created_at_ms,
     /// updated_at_ms)` per job.
     fn to_list<'py>(&self, py: Python<'py>) -> Vec<ClaimedTuple<'py>> {

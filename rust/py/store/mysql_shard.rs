@@ -42,6 +42,8 @@ enum Call {
         dry_run: bool,
         /// The queue's cap on `IN_PROGRESS` jobs on this shard, if any.
         max_in_progress: Option<i64>,
+        /// The byte budget (`within_bytes`).
+        max_bytes: i64,
     },
     Ack {
         acks: Py<AckGroup>,
@@ -53,6 +55,7 @@ enum Call {
         limit: i64,
         claim: String,
         max_in_progress: Option<i64>,
+        max_bytes: i64,
     },
 }
 
@@ -245,6 +248,7 @@ impl MySQLShard {
         now_ms: i64,
         dry_run: bool,
         max_in_progress: Option<i64>,
+        max_bytes: i64,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.dequeue_jobs", || {
@@ -254,6 +258,7 @@ impl MySQLShard {
                 claim,
                 dry_run,
                 max_in_progress,
+                max_bytes,
             };
             self.submit(call, queue, database, now_ms, future)
         })
@@ -286,6 +291,7 @@ impl MySQLShard {
         claim: String,
         now_ms: i64,
         max_in_progress: Option<i64>,
+        max_bytes: i64,
         future: Py<PyAny>,
     ) -> PyResult<()> {
         guarded("MySQLShard.ack_and_dequeue_jobs", || {
@@ -295,6 +301,7 @@ impl MySQLShard {
                 limit,
                 claim,
                 max_in_progress,
+                max_bytes,
             };
             self.submit(call, queue, database, now_ms, future)
         })
@@ -306,7 +313,7 @@ impl MySQLShard {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         method, queue, database, now_ms, *, jobs=None, acks=None, priority=0, limit=0, claim=None,
-        dry_run=false, max_in_progress=None
+        dry_run=false, max_in_progress=None, max_bytes=i64::MAX
     ))]
     fn call_blocking(
         &self,
@@ -322,6 +329,7 @@ impl MySQLShard {
         claim: Option<String>,
         dry_run: bool,
         max_in_progress: Option<i64>,
+        max_bytes: i64,
     ) -> PyResult<(Py<PyAny>, Option<ErrorTuple>)> {
         guarded("MySQLShard.call_blocking", || {
             let call = match (method, jobs, acks) {
@@ -333,6 +341,7 @@ impl MySQLShard {
                     claim: claim.unwrap_or_default(),
                     dry_run,
                     max_in_progress,
+                    max_bytes,
                 },
                 _ => return Err(PyValueError::new_err(format!("bad call {method:?}"))),
             };
@@ -564,6 +573,7 @@ fn run_call(
             claim,
             dry_run,
             max_in_progress,
+            max_bytes,
         } => session
             .dequeue_jobs(
                 database,
@@ -573,6 +583,7 @@ fn run_call(
                 now_ms,
                 *dry_run,
                 *max_in_progress,
+                *max_bytes,
             )
             .map(Answer::Jobs),
         Call::Ack { acks } => session
@@ -584,6 +595,7 @@ fn run_call(
             limit,
             claim,
             max_in_progress,
+            max_bytes,
         } => session
             .ack_and_dequeue_jobs(
                 database,
@@ -593,6 +605,7 @@ fn run_call(
                 claim,
                 now_ms,
                 *max_in_progress,
+                *max_bytes,
             )
             .map(Answer::Jobs),
     }

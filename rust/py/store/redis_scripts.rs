@@ -163,7 +163,7 @@ pub fn redis_keyed_placement(
 
 /// `EVALSHA` of `dequeue_jobs.lua` (limit > 0), as `RedisStore._dequeue_call` sends it.
 #[pyfunction]
-#[pyo3(signature = (sha, shard, queue, priority, limit, claim, now_ms, dry_run, layout = "original", tail = None))]
+#[pyo3(signature = (sha, shard, queue, priority, limit, claim, now_ms, dry_run, max_bytes, layout = "original", tail = None))]
 #[allow(clippy::too_many_arguments)] // the script's own arguments, mirrored in the stub
 pub fn redis_dequeue_command<'py>(
     py: Python<'py>,
@@ -175,6 +175,7 @@ pub fn redis_dequeue_command<'py>(
     claim: &str,
     now_ms: i64,
     dry_run: bool,
+    max_bytes: i64,
     layout: &str,
     tail: Option<&Bound<'py, RedisScriptTail>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
@@ -182,7 +183,7 @@ pub fn redis_dequeue_command<'py>(
     let tail = tail_of(tail);
     guarded("redis_dequeue_command", || {
         let command = redis_scripts::dequeue_command(
-            sha, &keys, priority, limit, claim, now_ms, dry_run, tail,
+            sha, &keys, priority, limit, claim, now_ms, dry_run, max_bytes, tail,
         );
         Ok(PyBytes::new(py, &command))
     })

@@ -419,7 +419,8 @@ impl SqliteShard {
 
     /// Queues a dequeue claiming no more than brings the queue's `IN_PROGRESS` jobs to
     /// `max_in_progress` (None: no cap; `group_concurrency`: the queue's, for the groups of jobs
-    /// it expires); `future` gets a `ClaimedJobs`. False if the shard is closed.
+    /// it expires), each job while the bodies before it hold fewer than `max_bytes` bytes
+    /// (`within_bytes`); `future` gets a `ClaimedJobs`. False if the shard is closed.
     #[allow(clippy::too_many_arguments, clippy::fn_params_excessive_bools)]
     fn dequeue(
         &self,
@@ -431,6 +432,7 @@ impl SqliteShard {
         dry_run: bool,
         max_in_progress: Option<i64>,
         group_concurrency: i64,
+        max_bytes: i64,
         future: Py<PyAny>,
         event_loop: Py<PyAny>,
     ) -> bool {
@@ -443,6 +445,7 @@ impl SqliteShard {
             dry_run,
             max_in_progress,
             group_concurrency,
+            max_bytes,
         };
         self.submit(future, event_loop, op)
     }

@@ -31,7 +31,14 @@ from pinlater._pinlater import (
     SqliteShard,
     sqlite_library_version,
 )
-from pinlater.backends.base import RESERVATION_PREFIX, Enqueued, KeyedJob, Offload, sequential_ack_and_dequeue
+from pinlater.backends.base import (
+    DEQUEUE_BYTES,
+    RESERVATION_PREFIX,
+    Enqueued,
+    KeyedJob,
+    Offload,
+    sequential_ack_and_dequeue,
+)
 from pinlater.backends.embedded import connection, sql
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
@@ -198,15 +205,23 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         return await future
 
     async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         rules = self._store.rules(queue)
         if rules.group_jobs_per_second is not None and not dry_run:
-            return await self._threaded.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run)
+            return await self._threaded.dequeue_jobs(queue, priority, limit, claim, now_ms, dry_run, max_bytes)
         loop = self._running_loop()
         future: asyncio.Future[ClaimedJobs] = loop.create_future()
         cap, concurrency = rules.max_in_progress, rules.group_concurrency
-        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, concurrency, future, loop):
+        shard = self._shard
+        if not shard.dequeue(queue, priority, limit, claim, now_ms, dry_run, cap, concurrency, max_bytes, future, loop):
             raise self._closed()
         return await future
 
@@ -219,7 +234,14 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         await future
 
     async def ack_and_dequeue_jobs(
-        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+        self,
+        queue: str,
+        acks: AckGroup,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         """Both queued to the writer at once, the ack first: it runs them in that order, as a
         rule in one group (one COMMIT). Each request has its savepoint, so should the ack fail
@@ -227,14 +249,15 @@ class NativeEmbeddedHotPath(BrokerOnThreadPool):
         at their claim timeout, as when a dequeue's answer is lost."""
         rules = self._store.rules(queue)
         if rules.group_jobs_per_second is not None or acks.failed():
-            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms, max_bytes)
         loop = self._running_loop()
         acked: asyncio.Future[None] = loop.create_future()
         claimed: asyncio.Future[ClaimedJobs] = loop.create_future()
         cap, concurrency = rules.max_in_progress, rules.group_concurrency
         if not self._shard.ack(queue, acks, now_ms, concurrency, acked, loop):
             raise self._closed()
-        if not self._shard.dequeue(queue, priority, limit, claim, now_ms, False, cap, concurrency, claimed, loop):
+        shard = self._shard
+        if not shard.dequeue(queue, priority, limit, claim, now_ms, False, cap, concurrency, max_bytes, claimed, loop):
             await acked  # closed since: the ack was queued before, and is answered
             raise self._closed()
         try:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pinlater.backends.base import (
     DEFAULT_RULES,
+    DEQUEUE_BYTES,
     RESERVATION_PREFIX,
     AckItem,
     CheckpointItem,
@@ -56,6 +57,7 @@ from pinlater.backends.base import (
     QueueRules,
     ScanCursor,
     ScheduleRow,
+    within_bytes,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
@@ -255,13 +257,22 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             return dedup_keys.forget_unheld(conn, queue, now_ms, limit, self._dedup_sweep)
 
     def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         params: dict[str, Any] = {"queue": queue, "priority": priority, "limit": _limit(limit), "now_ms": now_ms}
         if dry_run:
             with self._read() as conn:
                 _require_queue(conn, queue)
                 rows = conn.execute(sql.load("dequeue_jobs_dry_run"), params).fetchall()
+            rows.sort(key=_claim_order)
+            del rows[within_bytes((len(row[1]) for row in rows), max_bytes) :]
         else:
             rules = self.rules(queue)
             claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
@@ -269,13 +280,16 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 num_priorities, expiring = _queue_info(conn, queue)
                 if expiring:  # as the Rust writer does (EXPIRE_ON_DEQUEUE)
                     self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
-                claim_params["limit"] = _room(conn, queue, num_priorities, rules, claim_params["limit"])
-                if rules.group_jobs_per_second is None:
-                    rows = conn.execute(sql.load("dequeue_jobs"), claim_params).fetchall()
-                else:
-                    take = _by_ids(conn, sql.load("claim_jobs_by_id"), claim_params)
-                    rows = _take_by_rate(conn, claim_params, rules.group_jobs_per_second, take)
-            rows.sort(key=lambda row: (row[6], row[0]))  # RETURNING has no order; run_after, id
+                room = _room(conn, queue, num_priorities, rules, claim_params["limit"])
+                rate = rules.group_jobs_per_second
+
+                def take(n: int) -> list[Row]:
+                    if rate is None:
+                        return conn.execute(sql.load("dequeue_jobs"), {**claim_params, "limit": n}).fetchall()
+                    by_ids = _by_ids(conn, sql.load("claim_jobs_by_id"), claim_params)
+                    return _take_by_rate(conn, {**claim_params, "limit": n}, rate, by_ids)
+
+                rows = _within_bytes(conn, room, max_bytes, take)
         return [ClaimedJob(*row[:6]) for row in rows]
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
@@ -341,7 +355,14 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
     # reserve_jobs.sql). Live while updated_at_ms > now.
 
     def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         params: dict[str, Any] = {
             "queue": queue,
@@ -357,13 +378,16 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             num_priorities, expiring = _queue_info(conn, queue)
             if expiring:  # as dequeue_jobs does
                 self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
-            params["limit"] = _room(conn, queue, num_priorities, rules, params["limit"])
-            if rules.group_jobs_per_second is None:
-                rows = conn.execute(sql.load("reserve_jobs"), params).fetchall()
-            else:
-                take = _by_ids(conn, sql.load("reserve_jobs_by_id"), params)
-                rows = _take_by_rate(conn, params, rules.group_jobs_per_second, take)
-        rows.sort(key=lambda row: (row[6], row[0]))
+            room = _room(conn, queue, num_priorities, rules, params["limit"])
+            rate = rules.group_jobs_per_second
+
+            def take(n: int) -> list[Row]:
+                if rate is None:
+                    return conn.execute(sql.load("reserve_jobs"), {**params, "limit": n}).fetchall()
+                by_ids = _by_ids(conn, sql.load("reserve_jobs_by_id"), params)
+                return _take_by_rate(conn, {**params, "limit": n}, rate, by_ids)
+
+            rows = _within_bytes(conn, room, max_bytes, take)
         return [ClaimedJob(*row[:6]) for row in rows]
 
     def claim_reserved(
@@ -778,6 +802,34 @@ def _by_ids(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) ->
         return conn.execute(statement, {**params, "ids": json.dumps(ids)}).fetchall()
 
     return take
+
+
+def _claim_order(row: Row) -> tuple[int, int]:
+    """(run_after, id): the order of a claim's rows (RETURNING has none)."""
+    return row[6], row[0]
+
+
+#: The savepoint ``_within_bytes`` rolls back to.
+_BYTES_SAVEPOINT = "claim_bytes"
+
+
+def _within_bytes(conn: sqlite3.Connection, limit: int, max_bytes: int, take: Callable[[int], list[Row]]) -> list[Row]:
+    """``take(limit)``'s rows (claimed or reserved jobs), in claim order, under a byte budget
+    (``within_bytes``): where the bodies of the first jobs reach ``max_bytes``, the call is
+    rolled back to a savepoint and made again for those jobs only. The write lock is held
+    throughout, so the second call takes the same first jobs."""
+    if limit <= 0:
+        return []
+    conn.execute("SAVEPOINT " + _BYTES_SAVEPOINT)
+    rows = take(limit)
+    rows.sort(key=_claim_order)
+    n = within_bytes((len(row[1]) for row in rows), max_bytes)
+    if n < len(rows):
+        conn.execute("ROLLBACK TO " + _BYTES_SAVEPOINT)
+        rows = take(n)
+        rows.sort(key=_claim_order)
+    conn.execute("RELEASE " + _BYTES_SAVEPOINT)
+    return rows
 
 
 def _take_by_rate(conn: sqlite3.Connection, params: dict[str, Any], rate: float, take: Take) -> list[Row]:

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, MySQLShard, NewJobBatch
-from pinlater.backends.base import CANCELLED, EXPIRED, RESERVATION_PREFIX, Offload, sequential_ack_and_dequeue
+from pinlater.backends.base import (
+    CANCELLED,
+    DEQUEUE_BYTES,
+    EXPIRED,
+    RESERVATION_PREFIX,
+    Offload,
+    sequential_ack_and_dequeue,
+)
 from pinlater.backends.mysql import expiry, names, queries
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET
@@ -195,7 +202,14 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             raise PinLaterError(ErrorCode.ENQUEUE_REJECTED, f"a value is too long for its column: {exc}") from exc
 
     async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         if limit <= 0:
             return ClaimedJobs([])
@@ -207,7 +221,7 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             await self._offload(self._store.expire_met, queue, now_ms)
         for attempt in (0, 1):
             future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
-            self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, cap, future)
+            self._native.dequeue_jobs(queue, database, priority, limit, claim, now_ms, dry_run, cap, max_bytes, future)
             try:
                 return await future
             except pymysql.err.MySQLError as exc:
@@ -251,18 +265,25 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
         return AckGroup([a for a in acks.succeeded() if a[0] in kept], [a for a in acks.failed() if a[0] in kept])
 
     async def ack_and_dequeue_jobs(
-        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+        self,
+        queue: str,
+        acks: AckGroup,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         """One worker, one round trip for the acks and the claim (``MySQLShard``); in turn when
         the queue has expiries to end first, or its tables lack ``expire_at`` (migrated first)."""
         if not len(acks) or self._store.expire_met_due(queue, now_ms):
-            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms, max_bytes)
         if len(claim) > MAX_CLAIM_LENGTH:
             raise ValueError(f"claim descriptor longer than {MAX_CLAIM_LENGTH} characters")
         database = self._database(queue)
         cap = self._store.rules(queue).max_in_progress
         future: asyncio.Future[ClaimedJobs] = self._running_loop().create_future()
-        self._native.ack_and_dequeue_jobs(queue, database, acks, priority, limit, claim, now_ms, cap, future)
+        self._native.ack_and_dequeue_jobs(queue, database, acks, priority, limit, claim, now_ms, cap, max_bytes, future)
         try:
             return await future
         except (pymysql.err.MySQLError, QueueNotFoundError) as exc:
@@ -271,7 +292,7 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             # queue, or leaves out the acks that name no job, and runs them again.
             if not isinstance(exc, QueueNotFoundError) and error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
                 raise
-            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms, max_bytes)
 
     # -- the rest ------------------------------------------------------------------------------
 

@@ -20,14 +20,21 @@ from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
 from pinlater.backends.mysql import claim_cap, queries
 from pinlater.backends.mysql.db_time import to_db_time
 from pinlater.backends.mysql.job_rows import MAX_CLAIM_LENGTH, claimed_job
-from pinlater.backends.mysql.transactions import Cursor
+from pinlater.backends.mysql.transactions import Cursor, fitted, rollback_unless_list
 
 if TYPE_CHECKING:
     from pinlater.backends.mysql.store import MySQLStore
 
 
 def reserve_jobs(
-    store: MySQLStore, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+    store: MySQLStore,
+    queue: str,
+    priority: int,
+    limit: int,
+    reservation: str,
+    now_ms: int,
+    hold_ms: int,
+    max_bytes: int,
 ) -> list[ClaimedJob]:
     if len(reservation) > MAX_CLAIM_LENGTH:
         raise ValueError(f"reservation longer than {MAX_CLAIM_LENGTH} characters")
@@ -36,8 +43,10 @@ def reserve_jobs(
     prefix = RESERVATION_PREFIX
     cap = store.rules(queue).max_in_progress
 
-    def op(cur: Cursor) -> list[ClaimedJob]:
-        n = limit if cap is None or limit <= 0 else min(limit, claim_cap.room(store, cur, queue, cap, lock=False))
+    ask = limit  # lowered where the bodies passed the byte budget (``fitted``)
+
+    def op(cur: Cursor) -> list[ClaimedJob] | int | None:
+        n = ask if cap is None or ask <= 0 else min(ask, claim_cap.room(store, cur, queue, cap, lock=False))
         if n <= 0:
             cur.execute(queries.PEEK_JOBS.render(table=table), (now, now_ms, 0))  # QUEUE_NOT_FOUND check
             return []
@@ -53,9 +62,13 @@ def reserve_jobs(
         if not reserved:
             return []
         cur.execute(select, (reservation, now))
-        return [claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before]
+        return fitted([claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before], max_bytes)
 
-    return store._run(queue, op)
+    while True:
+        jobs = store._run(queue, rollback_unless_list(op))
+        if isinstance(jobs, list):
+            return jobs
+        ask = jobs or 0  # (op answers no None)
 
 
 def claim_reserved(

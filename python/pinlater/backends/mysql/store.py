@@ -50,6 +50,7 @@ import pymysql
 from pinlater.backends.base import (
     CANCELLED,
     DEFAULT_RULES,
+    DEQUEUE_BYTES,
     EXPIRED,
     RESERVATION_PREFIX,
     AckItem,
@@ -68,6 +69,7 @@ from pinlater.backends.base import (
     QueueRules,
     ScanCursor,
     ScheduleRow,
+    within_bytes,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
@@ -95,7 +97,8 @@ from pinlater.backends.mysql.transactions import (
     NO_TABLE_ERROR,
     Cursor,
     T,
-    rollback_if_none,
+    fitted,
+    rollback_unless_list,
     run_transaction,
 )
 from pinlater.backends.threaded import BlockingStore
@@ -478,7 +481,14 @@ class MySQLStore(BlockingStore):
         return self._rules.get(queue, DEFAULT_RULES)
 
     def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
@@ -490,15 +500,18 @@ class MySQLStore(BlockingStore):
         now = to_db_time(now_ms)
         cap = self.rules(queue).max_in_progress
 
+        ask = limit  # lowered where a claim's bodies passed the byte budget (``fitted``)
+
         def allowed(cur: Cursor) -> int:
             """The limit; under a cap, the room left (the claim lock held from here on)."""
-            return limit if cap is None else min(limit, claim_cap.room(self, cur, queue, cap, lock=True))
+            return ask if cap is None else min(ask, claim_cap.room(self, cur, queue, cap, lock=True))
 
         def peek(cur: Cursor) -> list[ClaimedJob]:
             cur.execute(queries.PEEK_JOBS.render(table=table), (now, now_ms, limit))
-            return [job_rows.claimed_job(row) for row in cur.fetchall()]
+            jobs = [job_rows.claimed_job(row) for row in cur.fetchall()]
+            return jobs[: within_bytes((len(job.body) for job in jobs), max_bytes)]
 
-        def claim_jobs(cur: Cursor) -> list[ClaimedJob] | None:
+        def claim_jobs(cur: Cursor) -> list[ClaimedJob] | int | None:
             n = allowed(cur)
             if n <= 0:
                 return []
@@ -512,9 +525,9 @@ class MySQLStore(BlockingStore):
             rows = cur.fetchall()
             if len(rows) != claimed:
                 return None  # the claim was not unique: redo telling our rows from the others
-            return [job_rows.claimed_job(row) for row in job_rows.in_claim_order(rows)]
+            return fitted([job_rows.claimed_job(row) for row in job_rows.in_claim_order(rows)], max_bytes)
 
-        def claim_jobs_reused_claim(cur: Cursor) -> list[ClaimedJob]:
+        def claim_jobs_reused_claim(cur: Cursor) -> list[ClaimedJob] | int | None:
             n = allowed(cur)
             if n <= 0:
                 return []
@@ -527,22 +540,34 @@ class MySQLStore(BlockingStore):
             )
             cur.execute(select_claimed, (claim,))
             rows = job_rows.in_claim_order(cur.fetchall())
-            return [job_rows.claimed_job(row) for row in rows if int(row[0]) not in before]
+            return fitted([job_rows.claimed_job(row) for row in rows if int(row[0]) not in before], max_bytes)
 
         if dry_run:
             return self._run(queue, peek)
-        jobs = self._run(queue, rollback_if_none(claim_jobs))
-        if jobs is None:
-            jobs = self._run(queue, claim_jobs_reused_claim)
-        return jobs
+        op = claim_jobs
+        while True:
+            jobs = self._run(queue, rollback_unless_list(op))
+            if isinstance(jobs, list):
+                return jobs
+            if jobs is None:
+                op = claim_jobs_reused_claim
+            else:
+                ask = jobs
 
     # -- reservations (the dequeue broker): see reservations.py --------------------------------
 
     def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         self.expire_met(queue, now_ms)
-        return reservations.reserve_jobs(self, queue, priority, limit, reservation, now_ms, hold_ms)
+        return reservations.reserve_jobs(self, queue, priority, limit, reservation, now_ms, hold_ms, max_bytes)
 
     def claim_reserved(
         self, queue: str, items: Sequence[tuple[int, int, str]], reservation: str, now_ms: int

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pymysql
 
+from pinlater.backends.base import ClaimedJob, within_bytes
 from pinlater.backends.mysql.pool import (
     RETRYABLE_ERRORS,
     CommitUnknownError,
@@ -97,16 +98,26 @@ def run_transaction(
             raise ShardConnectionError(shard, f"{type(exc).__name__}: {exc}") from exc
 
 
-def rollback_if_none(op: Callable[[Cursor], T | None]) -> Callable[[Cursor], T | None]:
-    """``op`` whose None result rolls the transaction back (and is still returned)."""
+def rollback_unless_list(op: Callable[[Cursor], list[T] | int | None]) -> Callable[[Cursor], list[T] | int | None]:
+    """``op`` whose answer but a list (None, or a number: ``fitted``) rolls the transaction
+    back (and is still returned)."""
 
-    def wrapped(cur: Cursor) -> T | None:
+    def wrapped(cur: Cursor) -> list[T] | int | None:
         result = op(cur)
-        if result is None:
+        if not isinstance(result, list):
             cur.connection.rollback()
         return result
 
     return wrapped
+
+
+def fitted(jobs: list[ClaimedJob], max_bytes: int) -> list[ClaimedJob] | int:
+    """A claim's (or reservation's) jobs, in claim order, when the byte budget takes them all
+    (``within_bytes``); else how many it takes, for the caller to roll the transaction back
+    (``rollback_unless_list``) and claim that many, as the Rust hot path does
+    (rust/store/mysql_shard.rs)."""
+    n = within_bytes((len(job.body) for job in jobs), max_bytes)
+    return jobs if n == len(jobs) else n
 
 
 def _message(exc: BaseException) -> str:

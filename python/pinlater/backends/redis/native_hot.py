@@ -52,7 +52,7 @@ from pinlater._pinlater import (
     redis_pack_command,
     redis_require_queue_command,
 )
-from pinlater.backends.base import Enqueued, JobState, KeyedJob, sequential_ack_and_dequeue
+from pinlater.backends.base import DEQUEUE_BYTES, Enqueued, JobState, KeyedJob, sequential_ack_and_dequeue
 from pinlater.backends.redis import dedup
 from pinlater.backends.redis.hot_client import HotScripts
 from pinlater.backends.redis.keys import seconds_arg
@@ -150,7 +150,14 @@ class NativeHotPath:
             return answers
 
     async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         if limit <= 0:  # only whether the queue exists, as the blocking store answers
             command = redis_require_queue_command(self._sha["count_jobs"], self._shard, queue, self._layout)
@@ -160,7 +167,9 @@ class NativeHotPath:
         sha = self._sha["dequeue_jobs"]
         tail = self._store.rules.native(queue, DEQUEUE)
         layout = self._shard_layout.name
-        command = redis_dequeue_command(sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, layout, tail)
+        command = redis_dequeue_command(
+            sha, self._shard, queue, priority, limit, claim, now_ms, dry_run, max_bytes, layout, tail
+        )
         out = await self._client.call("dequeue_jobs", command, redis_claimed_reply)
         if out is None:
             raise QueueNotFoundError(queue)
@@ -179,17 +188,24 @@ class NativeHotPath:
             self._store._shard.count_evicted(evicted)
 
     async def ack_and_dequeue_jobs(
-        self, queue: str, acks: AckGroup, priority: int, limit: int, claim: str, now_ms: int
+        self,
+        queue: str,
+        acks: AckGroup,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         """Both scripts in one write (``HotScripts.call_pair``): Redis runs the ack's first."""
         if acks.failed():
-            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms)
+            return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms, max_bytes)
         sha, layout, shard = self._sha, self._shard_layout.name, self._shard
         rules = self._store.rules
         ack = redis_ack_command(sha["ack_jobs"], shard, queue, acks, now_ms, layout, rules.native(queue, GROUPS))
         tail = rules.native(queue, DEQUEUE)
         dequeue = redis_dequeue_command(
-            sha["dequeue_jobs"], shard, queue, priority, limit, claim, now_ms, False, layout, tail
+            sha["dequeue_jobs"], shard, queue, priority, limit, claim, now_ms, False, max_bytes, layout, tail
         )
         evicted, out = await self._client.call_pair(
             ("ack_jobs", ack, redis_ack_reply), ("dequeue_jobs", dequeue, redis_claimed_reply)
@@ -204,11 +220,18 @@ class NativeHotPath:
     # -- the dequeue broker ------------------------------------------------------------------------
 
     async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
         if limit <= 0:  # only whether the queue exists, as the blocking store answers
             return await self.dequeue_jobs(queue, priority, 0, "", now_ms, False)
-        command = self._reserve_command(queue, priority, limit, reservation, now_ms, hold_ms)
+        command = self._reserve_command(queue, priority, limit, reservation, now_ms, hold_ms, max_bytes)
         out = await self._client.call("reserve_jobs", command, redis_claimed_reply)
         if out is None:
             raise QueueNotFoundError(queue)
@@ -219,11 +242,19 @@ class NativeHotPath:
         return self._client.pipelines
 
     async def enqueue_and_reserve_jobs(
-        self, queue: str, jobs: NewJobBatch, now_ms: int, priority: int, limit: int, reservation: str, hold_ms: int
+        self,
+        queue: str,
+        jobs: NewJobBatch,
+        now_ms: int,
+        priority: int,
+        limit: int,
+        reservation: str,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> tuple[LocalIds, ClaimedJobs | None]:
         """The reserve written behind the enqueue on the same connection (``call_then``)."""
         enqueue = redis_enqueue_command(self._sha["enqueue_jobs"], self._shard, queue, jobs, now_ms, self._layout)
-        reserve = self._reserve_command(queue, priority, limit, reservation, now_ms, hold_ms)
+        reserve = self._reserve_command(queue, priority, limit, reservation, now_ms, hold_ms, max_bytes)
         ids, out = await self._client.call_then(
             ("enqueue_jobs", enqueue, redis_ids_reply), ("reserve_jobs", reserve, redis_claimed_reply)
         )
@@ -239,7 +270,7 @@ class NativeHotPath:
         return jobs
 
     def _reserve_command(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int, max_bytes: int
     ) -> bytes:
         keys = self._store._keys(queue)
         ending = [*ready_keys(keys, priority), *ending_keys(keys, priority)]
@@ -260,6 +291,7 @@ class NativeHotPath:
                 limit,
                 reservation,
                 seconds_arg(now_ms + hold_ms),
+                max_bytes,
                 *tail_args,
             )
         )

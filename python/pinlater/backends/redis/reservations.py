@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pinlater.backends.base import ClaimedJob, JobState
+from pinlater.backends.base import DEQUEUE_BYTES, ClaimedJob, JobState
 from pinlater.backends.redis.keys import seconds_arg
 from pinlater.backends.redis.keys_compact import ending_keys, ready_keys
 from pinlater.backends.redis.replies import claimed_jobs
@@ -28,6 +28,7 @@ def reserve_call(
     now_ms: int,
     hold_ms: int,
     tail: Tail = NO_TAIL,
+    max_bytes: int = DEQUEUE_BYTES,
 ) -> ScriptCall[list[ClaimedJob]]:
     """reserve_jobs.lua, with the queue's rules at the end of its keys and arguments (``rules.py``)."""
     if limit <= 0:
@@ -36,7 +37,15 @@ def reserve_call(
     key_list = [keys.exists_key, keys.set_key(priority, JobState.PENDING), *keys.hold_keys(priority)]
     key_list += ready_keys(keys, priority)
     key_list += ending_keys(keys, priority)
-    args: list[Any] = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, reservation, seconds_arg(now_ms + hold_ms)]
+    args: list[Any] = [
+        queue,
+        keys.jobs_arg,
+        seconds_arg(now_ms),
+        limit,
+        reservation,
+        seconds_arg(now_ms + hold_ms),
+        max_bytes,
+    ]
     key_list += tail[0]
     args += tail[1]
 

@@ -87,6 +87,7 @@ from redis.retry import Retry
 
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
 from pinlater.backends.base import (
+    DEQUEUE_BYTES,
     AckItem,
     CheckpointItem,
     ClaimedJob,
@@ -345,12 +346,26 @@ class RedisStore:
         return dedup.gc_dedup_keys(self._shard, queue, now_ms, limit)
 
     def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
-        return self._shard.call(self._dequeue_call(queue, priority, limit, claim, now_ms, dry_run))
+        return self._shard.call(self._dequeue_call(queue, priority, limit, claim, now_ms, dry_run, max_bytes))
 
     def _dequeue_call(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ScriptCall[list[ClaimedJob]]:
         if limit <= 0:
             return self._require_queue_call(queue, [])
@@ -363,7 +378,8 @@ class RedisStore:
             *ready_keys(keys, priority),
             *ending_keys(keys, priority),
         ]
-        args = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, claim, "1" if dry_run else "0", MAX_TIES_REORDERED]
+        dry = "1" if dry_run else "0"
+        args = [queue, keys.jobs_arg, seconds_arg(now_ms), limit, claim, dry, MAX_TIES_REORDERED, max_bytes]
         tail_keys, tail_args = self.rules.tail(queue, DEQUEUE)
         return ScriptCall("dequeue_jobs", queue, key_list + tail_keys, args + tail_args, self._claimed_jobs)
 
@@ -413,11 +429,20 @@ class RedisStore:
     # -- reservations (the dequeue broker): see reservations.py --------------------------------
 
     def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         tail = self.rules.tail(queue, DEQUEUE)
         return self._shard.call(
-            reservations.reserve_call(self._shard, queue, priority, limit, reservation, now_ms, hold_ms, tail)
+            reservations.reserve_call(
+                self._shard, queue, priority, limit, reservation, now_ms, hold_ms, tail, max_bytes
+            )
         )
 
     def claim_reserved(
@@ -851,9 +876,16 @@ class AsyncHotPath:
         return LocalIds(ids)
 
     async def dequeue_jobs(
-        self, queue: str, priority: int, limit: int, claim: str, now_ms: int, dry_run: bool
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        claim: str,
+        now_ms: int,
+        dry_run: bool,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs:
-        call = self._store._dequeue_call(queue, priority, limit, claim, now_ms, dry_run)
+        call = self._store._dequeue_call(queue, priority, limit, claim, now_ms, dry_run, max_bytes)
         claimed: list[ClaimedJob] = await self._scripts.call(call)
         return ClaimedJobs(claimed)
 
@@ -863,12 +895,19 @@ class AsyncHotPath:
         await self._scripts.call(self._store._ack_call(queue, succeeded, failed, now_ms))
 
     async def reserve_jobs(
-        self, queue: str, priority: int, limit: int, reservation: str, now_ms: int, hold_ms: int
+        self,
+        queue: str,
+        priority: int,
+        limit: int,
+        reservation: str,
+        now_ms: int,
+        hold_ms: int,
+        max_bytes: int = DEQUEUE_BYTES,
     ) -> list[ClaimedJob]:
         shard = self._store._shard
         tail = self._store.rules.tail(queue, DEQUEUE)
         return await self._scripts.call(
-            reservations.reserve_call(shard, queue, priority, limit, reservation, now_ms, hold_ms, tail)
+            reservations.reserve_call(shard, queue, priority, limit, reservation, now_ms, hold_ms, tail, max_bytes)
         )
 
     async def claim_reserved(

@@ -29,6 +29,10 @@ ARGV[4]  limit
 ARGV[5]  claim descriptor
 ARGV[6]  '1' for a dry run, else '0'
 ARGV[7]  largest group of equal scores to reorder by id
+ARGV[8]  byte budget: a job is taken while the bodies taken before it hold fewer bytes (the
+         first always), so one call's reply stays bounded (base.DEQUEUE_BYTES). A page that the
+         budget may stop in is put in (score, id as a number) order first, so the jobs taken
+         are the first by (score, id), as the limit takes them.
 then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
 (lib/rules.lua): a claim takes no more jobs than the room under it; dry runs ignore it.
 
@@ -55,7 +59,7 @@ local failed_key, expiry_index_key, expired_count_key = KEYS[7], KEYS[8], KEYS[9
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
 local now_ms = ms_of(now)
 local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
-local max_ties = tonumber(ARGV[7])
+local max_ties, max_bytes = tonumber(ARGV[7]), tonumber(ARGV[8])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
@@ -118,7 +122,7 @@ end
 
 if not dry_run then
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
-  limit = math.min(limit, room(rules_tail(7)))
+  limit = math.min(limit, room(rules_tail(8)))
 end
 
 local out = {0, 0}
@@ -127,6 +131,7 @@ local found, evicted, cut = 0, 0, 0
 -- read, so a queue of a million jobs that expired together costs one call about this much;
 -- the next call, or expire_jobs, ends the rest.
 local EXPIRED_BUDGET, expired_met = 256, 0
+local spent = 0  -- body bytes taken (max_bytes)
 while found < limit do
   local want = limit - found  -- (no more: the page is claimed in its order, fixed by pick() only at its end)
   local picked
@@ -136,10 +141,28 @@ while found < limit do
     picked = pick(want)
   end
   local taken, claimed = {}, {}
+  local page_bytes = 0
   for _, entry in ipairs(picked) do
-    local id, score = entry[1], entry[2]
+    local job = redis.call('HMGET', hash_prefix .. entry[1], 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
+    entry[3] = job
+    page_bytes = page_bytes + (job[1] and #job[1] or 0)
+  end
+  if spent + page_bytes >= max_bytes and #picked > 1 and not dry_run then
+    -- the budget may stop the call in this page: its equal scores in id order as numbers
+    table.sort(picked, function(x, y)
+      local sx, sy = tonumber(x[2]), tonumber(y[2])
+      if sx ~= sy then
+        return sx < sy
+      end
+      return tonumber(x[1]) < tonumber(y[1])
+    end)
+  end
+  for _, entry in ipairs(picked) do
+    if found > 0 and spent >= max_bytes then
+      break  -- the rest stay PENDING, untouched
+    end
+    local id, score, job = entry[1], entry[2], entry[3]
     local hash_key = hash_prefix .. id
-    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
     taken[#taken + 1] = id
     if not job[1] or not job[2] then
       if not dry_run then
@@ -170,6 +193,7 @@ while found < limit do
       out[#out + 1] = job[4]
       out[#out + 1] = updated
       found = found + 1
+      spent = spent + #job[1]
     end
   end
   -- a dry run removes nothing, so another page would repeat this one
@@ -178,7 +202,7 @@ while found < limit do
   end
   zrem_all(pending_key, taken)
   zadd_all(in_progress_key, now, claimed)
-  if #picked < want then
+  if #picked < want or (found > 0 and spent >= max_bytes) then
     break
   elseif found < limit and expired_met >= EXPIRED_BUDGET then
     cut = 1

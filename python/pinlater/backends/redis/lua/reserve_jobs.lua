@@ -22,6 +22,8 @@ ARGV[3]  now, seconds as float
 ARGV[4]  limit
 ARGV[5]  reservation
 ARGV[6]  expiry, seconds as float
+ARGV[7]  byte budget, as in dequeue_jobs.lua: a job is held while the bodies held before it
+         hold fewer bytes (the first always)
 then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
 (lib/rules.lua): no more jobs are held than the room under it.
 
@@ -45,22 +47,28 @@ local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local failed_key, expiry_index_key, expired_count_key = KEYS[6], KEYS[7], KEYS[8]
 local queue, hash_prefix, now = ARGV[1], ARGV[2], ARGV[3]
 local limit, reservation, expiry = tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local now_ms, expiry_ms = ms_of(now), ms_of(expiry)
+local now_ms, expiry_ms, max_bytes = ms_of(now), ms_of(expiry), tonumber(ARGV[7])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
-limit = math.min(limit, room(rules_tail(6)))
+limit = math.min(limit, room(rules_tail(7)))
 local SKIP_BUDGET = 1000
 local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 local out = {0, 0}
 local found, evicted, skipped, ended = 0, 0, 0, false
+local spent = 0  -- body bytes held (max_bytes)
 while found < limit and skipped < SKIP_BUDGET and expired_met < EXPIRED_BUDGET do
   local want = limit - found
   -- the jobs skipped stay first in the range (they came before every member not yet read)
   local page = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', skipped, want)
   local taken, held, expiries, holders = {}, {}, {}, {}
+  local full = false
   for i = 1, #page, 2 do
+    if found > 0 and spent >= max_bytes then
+      full = true
+      break  -- the rest stay PENDING, untouched
+    end
     local id, score = page[i], page[i + 1]
     local hash_key = hash_prefix .. id
     local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
@@ -96,6 +104,7 @@ while found < limit and skipped < SKIP_BUDGET and expired_met < EXPIRED_BUDGET d
       out[#out + 1] = job[4]
       out[#out + 1] = job[5]
       found = found + 1
+      spent = spent + #job[1]
     end
   end
   zrem_all(pending_key, taken)
@@ -104,7 +113,9 @@ while found < limit and skipped < SKIP_BUDGET and expired_met < EXPIRED_BUDGET d
   for i = 1, #holders, 2000 do
     redis.call('HSET', holders_key, unpack(holders, i, math.min(i + 1999, #holders)))
   end
-  if #page < 2 * want then
+  if full or (found > 0 and spent >= max_bytes) then
+    break  -- (not ended: the walk stops at its byte budget without taking the place for empty)
+  elseif #page < 2 * want then
     ended = true
     break
   end

@@ -43,6 +43,9 @@ ARGV[4]  limit
 ARGV[5]  claim descriptor
 ARGV[6]  '1' for a dry run, else '0'
 ARGV[7]  largest group of equal scores to reorder by id
+ARGV[8]  byte budget: a job is taken while the bodies taken before it hold fewer bytes (the
+         first always), so one call's reply stays bounded (base.DEQUEUE_BYTES); the jobs taken
+         are the first by (score, id), as the limit takes them
 then, only when the queue has a rule for dequeues (max in progress, group jobs per second), the
 rules and group keys at the end of ARGV and KEYS (lib/groups.lua's tail). A claim then takes no
 more jobs than the room under max in progress (the IN_PROGRESS jobs of every priority), and a
@@ -77,7 +80,9 @@ local meta_key, pending_key, in_progress_key = KEYS[1], KEYS[2], KEYS[3]
 local held_key, expiry_key, holders_key = KEYS[4], KEYS[5], KEYS[6]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
 local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
-local max_ties = tonumber(ARGV[7])
+-- the largest group of equal scores to reorder, the byte budget, and the body bytes the general
+-- loop took (one local: the script is at Lua's 200 locals)
+local limits = {max_ties = tonumber(ARGV[7]), max_bytes = tonumber(ARGV[8]), spent = 0}
 local ready_key = KEYS[7]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
@@ -86,7 +91,7 @@ end
 -- Every PENDING member scored `last` (a score as Redis answers it), in id order as numbers; nil
 -- if there are more than ARGV[7] (the tie fix described above: then Redis' order stands).
 local function ties_by_id(last)
-  if redis.call('ZCOUNT', pending_key, last, last) > max_ties then
+  if redis.call('ZCOUNT', pending_key, last, last) > limits.max_ties then
     return nil
   end
   local ties = redis.call('ZRANGEBYSCORE', pending_key, last, last)
@@ -147,7 +152,7 @@ local function pick_with_held(want)
   return picked
 end
 
-local rules = rules_tail(7)
+local rules = rules_tail(8)
 if not dry_run then
   sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
   limit = math.min(limit, room(rules))
@@ -161,19 +166,22 @@ local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 -- The common claims' records and reply: for `ids` (at most RECORD_CHUNK, scored `scores`), the
 -- HSET arguments of their claimed records (rewritten from their items without a table:
 -- lib/records.lua's bytes, as pack_record makes them) and the reply, or nil where a record is
--- missing, a tombstone or has an expiry (the general loop then does it).
+-- missing, a tombstone or has an expiry, or the byte budget ends before the last job (the
+-- general loop then does it).
 local function claim_rows(ids, scores)
   local records = redis.call('HMGET', records_key, unpack(ids))
   local out, fields, updated = {0, 0}, {}, to_seconds(now)
+  local spent = 0
   for i = 1, #ids do
     local record = records[i]
-    if not record or record == TOMBSTONE then
+    if not record or record == TOMBSTONE or spent >= limits.max_bytes and i > 1 then
       return nil
     end
     local bd, al, ar, ca, _, cs, _, gr, gq, ex, dk = record_items(record)
     if ex then
       return nil
     end
+    spent = spent + #bd
     local id = ids[i]
     fields[2 * i - 1], fields[2 * i] = id, record_of(bd, al, ar, ca, now, cs, claim, gr, gq, nil, dk)
     local o = 7 * i - 5
@@ -395,6 +403,7 @@ local out = {0, 0}
 local found, evicted, cut = 0, 0, 0
 local claimed, jobs_of = {}, {}
 local function take(id, score, job)
+  limits.spent = limits.spent + #job.bd
   local updated = job.ua
   if not dry_run then
     job.ua, job.cd = now, claim
@@ -451,6 +460,9 @@ end
 local reader = ready_reader(ready_key, records_key, true, limit + 1)
 local places = 0
 while (dry_run and places or found) < limit do
+  if found > 0 and limits.spent >= limits.max_bytes then
+    break  -- (no cut: the walk stops at its byte budget, and does not take the place for empty)
+  end
   local member = next_member()
   local entry = reader.peek()
   if reader.cut then

@@ -30,6 +30,8 @@ ARGV[3]  now, seconds as float
 ARGV[4]  limit
 ARGV[5]  reservation
 ARGV[6]  expiry, seconds as float
+ARGV[7]  byte budget, as in dequeue_jobs.lua: a job is held while the bodies held before it
+         hold fewer bytes (the first always)
 then, only when the queue has a rule for dequeues, the rules and group keys at the end of ARGV
 and KEYS (lib/groups.lua's tail): as in dequeue_jobs.lua, no more jobs than the room under max
 in progress, and a job of a group without a token is skipped and rescheduled.
@@ -58,12 +60,13 @@ local meta_key, pending_key = KEYS[1], KEYS[2]
 local held_key, expiry_key, holders_key = KEYS[3], KEYS[4], KEYS[5]
 local records_key, now = ARGV[2], to_ms(ARGV[3])
 local limit, reservation, expiry = tonumber(ARGV[4]), ARGV[5], to_ms(ARGV[6])
+local max_bytes = tonumber(ARGV[7])
 local ready_key = KEYS[6]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
 sweep_lapsed(pending_key, held_key, expiry_key, holders_key, now)
-local rules = rules_tail(6)
+local rules = rules_tail(7)
 limit = math.min(limit, room(rules))
 if limit <= 0 then
   return {0, 0}
@@ -72,8 +75,10 @@ local rate_limited = rules and rules.rate > 0
 local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 local out = {0, 0}
 local found, evicted, cut = 0, 0, 0
+local spent = 0  -- body bytes held (max_bytes)
 local held, mine, holders = {}, {}, {}
 local function take(id, score, job)
+  spent = spent + #job.bd
   held[#held + 1] = score
   held[#held + 1] = id
   mine[#mine + 1] = id
@@ -117,6 +122,9 @@ end
 local reader = ready_reader(ready_key, records_key, true, limit + 1)
 local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 while found < limit do
+  if found > 0 and spent >= max_bytes then
+    break  -- (no cut: the walk stops at its byte budget, and does not take the place for empty)
+  end
   local member = next_member()
   local entry = reader.peek()
   if reader.cut then
