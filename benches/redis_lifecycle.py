@@ -57,6 +57,7 @@ QUEUE = "bench_lifecycle"
 SHARD = "1"
 STATUS_LIMIT = 3000  # keys.CUSTOM_STATUS_LIMIT
 MAX_TIES_REORDERED = 10_000  # store.MAX_TIES_REORDERED
+DEQUEUE_BYTES = 16 * 1024 * 1024  # base.DEQUEUE_BYTES
 
 
 # -- processes and CPU ------------------------------------------------------------------------
@@ -237,7 +238,16 @@ def ceiling_client(redis_port: int, batch: int, body: bytes, deadline: float, ou
         for _ in range(batch):
             enqueue_args += [3, body, 2, now, ""]
         pipe.evalsha(sha["enqueue_jobs"], len(enqueue_keys), *enqueue_keys, *enqueue_args)
-        dequeue_args: list[Any] = [QUEUE, qk.jobs_arg, now, batch, f"{claim}:{cycles}", "0", MAX_TIES_REORDERED]
+        dequeue_args: list[Any] = [
+            QUEUE,
+            qk.jobs_arg,
+            now,
+            batch,
+            f"{claim}:{cycles}",
+            "0",
+            MAX_TIES_REORDERED,
+            DEQUEUE_BYTES,
+        ]
         pipe.evalsha(sha["dequeue_jobs"], len(dequeue_keys), *dequeue_keys, *dequeue_args)
         results = pipe.execute()
         acked += len(in_hand)

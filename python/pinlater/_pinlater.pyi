@@ -337,6 +337,10 @@ class HandOut:
     def stale(self) -> list[_Entry]:
         """The entries too old to hand out."""
 
+    def without_shards(self, shards: set[str] | frozenset[str]) -> HandOut:
+        """The hand-out without its jobs on ``shards`` (whose claims could not be written), in
+        the same order; the jobs left out are its ``stale`` entries, to release."""
+
     def to_list(self) -> list[tuple[str, bytes, int, int]]:
         """``(descriptor, body, attempts_allowed, attempts_remaining)`` per job, in order (for
         tests and tools; the server never builds these).

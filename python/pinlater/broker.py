@@ -144,14 +144,15 @@ class DequeueBroker:
         self._more: set[str] = set()
         #: Jobs asked for by an enqueue's reserve while it is out, per queue (``enqueue``): a
         #: refill meanwhile asks for the rest of the room only.
-        self._reserving: dict[str, int] = {}
+        self._reserving: dict[str, tuple[int, int]] = {}  # (jobs, bytes) asked for
         self._background: set[asyncio.Task[Any]] = set()
         self._release_task: asyncio.Task[None] | None = None
         # The claims the next flush writes, and the future it resolves once they are written.
         self._next_flush: tuple[ClaimFlush, asyncio.Future[None]] | None = None
         # Per queue, the future the next flush resolves once that queue's claims are written:
         # what a dequeue waits for (not another queue's claims, which may meet a failing shard).
-        self._next_queues: dict[str, asyncio.Future[None]] = {}
+        # Its result: the shards on which that queue's claims could not be written.
+        self._next_queues: dict[str, asyncio.Future[frozenset[str]]] = {}
         # Every flush whose claims are not written yet (the next one included), for ``settle``.
         self._unsettled: list[tuple[ClaimFlush, asyncio.Future[None]]] = []
         self._flush_scheduled = False
@@ -255,6 +256,15 @@ class DequeueBroker:
             # would otherwise find the job still PENDING and change nothing, and the job, acked
             # OK, ran again at its claim timeout (FAILED if that was its last attempt).
             await _wait_for({claimed})
+            unclaimed = claimed.result()
+            if unclaimed:
+                # Jobs whose claims could not be written are withheld: still PENDING (reserved),
+                # they are delivered again once their reservations lapse, where a worker given
+                # them now would run them twice, its ack finding them not IN_PROGRESS.
+                kept = out.without_shards(unclaimed)
+                self.metrics.incr("broker_withheld", kept.stale_count)
+                self._spawn(self._release(queue, kept.stale()))  # (they lapse if this fails too)
+                out = kept
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
 
@@ -287,7 +297,7 @@ class DequeueBroker:
 
         def out(going: bool) -> None:  # the room it asks for is not a refill's while it is out
             if going:
-                self._reserving[queue] = limit
+                self._reserving[queue] = (limit, max_bytes)
             else:
                 self._reserving.pop(queue, None)
 
@@ -298,10 +308,12 @@ class DequeueBroker:
             reserve=ReserveAsk(limit, self.reservation, self.policy.hold_ms, got.append, out, max_bytes),
         )
         for batch in got:
-            await self._keep(queue, buffer, batch, limit)
+            await self._keep(queue, buffer, batch, limit, max_bytes)
         return placed
 
-    async def _keep(self, queue: str, buffer: JobBuffer, batch: ReadyBatch[ClaimedJobs], asked: int) -> None:
+    async def _keep(
+        self, queue: str, buffer: JobBuffer, batch: ReadyBatch[ClaimedJobs], asked: int, max_bytes: int
+    ) -> None:
         """Put what an enqueue reserved into the buffer it was asked for; released if that
         buffer is gone meanwhile (a cancel or a cap dropped it: a new one may hold other rules)."""
         if self._buffers.get(queue) is not buffer or self._closed:
@@ -313,14 +325,15 @@ class DequeueBroker:
         self.metrics.incr("broker_enqueue_reserved", kept)
         if rejected:  # cannot happen while refills ask for the rest of the room; release, never leak
             await self._release(queue, [(batch.shard, batch.priority, i, b"", 0, 0, batch.now_ms) for i in rejected])
-        if len(batch.jobs) >= asked or buffer.bytes >= self.policy.buffer_bytes:
+        if len(batch.jobs) >= asked or batch.jobs.body_bytes >= max_bytes:
             self._more.add(queue)  # all it asked for (or all the bytes): the store may hold more
         if kept:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
 
-    def _queue_claims(self, out: HandOut, source: str) -> asyncio.Future[None]:
+    def _queue_claims(self, out: HandOut, source: str) -> asyncio.Future[frozenset[str]]:
         """Queue the claims of the jobs handed out for the next flush, under a new claim; the
-        flush's future, done once it was written (or gave up: ``_claim_on``)."""
+        future of the queue's claims in that flush, done once they were written (or given up:
+        ``_claim_on``), with the shards whose claims could not be written."""
         claim = self.backend.new_claim(source)
         pending = self._next_flush
         if pending is None:
@@ -368,7 +381,9 @@ class DequeueBroker:
             queues, self._next_queues = self._next_queues, {}
             if pending is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 self._unsettled.remove(pending)
-                _resolve(*queues.values(), pending[1])
+                _resolve(pending[1])
+                for mine in queues.values():  # nothing written: every shard's claims failed
+                    _resolve_queue(mine, frozenset(shard for _, shard, _ in pending[0].batches()))
         if pending is None:
             return
         ledger, flush = pending
@@ -377,21 +392,27 @@ class DequeueBroker:
             by_queue[q].append((shard, items))
 
         async def claim_queue(queue: str, batches: list[tuple[str, ClaimItems]]) -> None:
+            unclaimed = frozenset(shard for shard, _ in batches)  # until written
             try:
-                await asyncio.gather(*(self._claim_on(queue, shard, items) for shard, items in batches))
+                written = await asyncio.gather(*(self._claim_on(queue, shard, items) for shard, items in batches))
+                unclaimed = frozenset(shard for (shard, _), ok in zip(batches, written, strict=True) if not ok)
             finally:
-                _resolve(queues[queue])  # (every queue of the ledger has one: ``_queue_claims``)
+                _resolve_queue(queues[queue], unclaimed)  # (every queue of the ledger has one)
 
         try:
             await asyncio.gather(*(claim_queue(q, batches) for q, batches in by_queue.items()))
         finally:
             self._unsettled.remove(pending)
-            _resolve(*queues.values(), flush)
+            _resolve(flush)
+            for mine in queues.values():
+                _resolve_queue(mine, frozenset())
 
-    async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> None:
-        """Claim handed-out jobs on one shard, retrying a failing shard a few times."""
+    async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> bool:
+        """Claim handed-out jobs on one shard, retrying a failing shard a few times; whether the
+        call was answered (some jobs may still not have been claimed: deleted meanwhile, say)."""
         self.metrics.incr("broker_claim_calls")
         claimed = 0
+        answered = False
         for attempt in range(CLAIM_ATTEMPTS):
             shard = self.backend.shards.get(shard_name)
             if shard is None:  # removed by a config reload: its reservations simply lapse
@@ -401,6 +422,7 @@ class DequeueBroker:
             try:
                 hot = self.backend.hot_path(shard)
                 claimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
+                answered = True
             except ShardConnectionError as exc:
                 # again only after a quick failure (a dropped connection): one that waited out
                 # the socket timeout would hold this queue's dequeues that long each time
@@ -425,6 +447,7 @@ class DequeueBroker:
                 queue,
                 shard_name,
             )
+        return answered
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
@@ -468,8 +491,9 @@ class DequeueBroker:
         if self._closed or not self.serves(queue):
             return 0
         buffer = self.buffer(queue)
-        room = buffer.room - self._reserving.get(queue, 0)
-        byte_room = self.policy.buffer_bytes - buffer.bytes
+        out_jobs, out_bytes = self._reserving.get(queue, (0, 0))
+        room = buffer.room - out_jobs
+        byte_room = self.policy.buffer_bytes - buffer.bytes - out_bytes
         if room <= 0 or byte_room <= 0:
             return 0
         hold_ms = self.policy.hold_ms
@@ -481,8 +505,9 @@ class DequeueBroker:
 
         batches = await self.backend.walk_ready(queue, room, fetch, max_bytes=byte_room)
         self.metrics.incr("broker_refills")
-        total = 0
+        total = got_bytes = 0
         for batch in batches:
+            got_bytes += batch.jobs.body_bytes
             rejected = buffer.push(batch.shard, batch.priority, batch.jobs, batch.now_ms)
             total += len(batch.jobs) - len(rejected)
             if rejected:  # cannot happen while refills are single-flight; release, never leak
@@ -491,8 +516,8 @@ class DequeueBroker:
         self.metrics.incr("broker_refill_jobs", total)
         if total:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
-        if buffer.bytes >= self.policy.buffer_bytes:
-            # The bytes it may hold: the store may hold more, taken as dequeues make room.
+        if got_bytes >= byte_room:
+            # All the bytes it asked for: the store may hold more, taken as dequeues make room.
             self._more.add(queue)
         elif total >= room:
             # All it asked for: the store may hold more, so the buffer is kept topped up, here
@@ -585,7 +610,13 @@ def _resolve(*futures: asyncio.Future[None]) -> None:
             future.set_result(None)
 
 
-async def _wait_for(flushes: set[asyncio.Future[None]]) -> None:
+def _resolve_queue(future: asyncio.Future[frozenset[str]], unclaimed: frozenset[str]) -> None:
+    """Mark a queue's claims in a flush done (if not yet), with the shards they failed on."""
+    if not future.done():
+        future.set_result(unclaimed)
+
+
+async def _wait_for(flushes: set[asyncio.Future[None]] | set[asyncio.Future[frozenset[str]]]) -> None:
     """Wait for claim flushes; a caller cancelled meanwhile does not cancel them."""
     if flushes:
         await asyncio.wait([asyncio.shield(f) for f in flushes])

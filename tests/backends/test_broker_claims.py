@@ -3,7 +3,8 @@
 A hand-out is taken from memory; its claims are written by the next flush, one store call for
 every hand-out of that turn of the loop, and the dequeue answers once they are written (an ack
 through another server would otherwise find its jobs still PENDING). A claim that cannot be
-written leaves its job PENDING, delivered again.
+written leaves its job PENDING, delivered again; a shard's whose claim call failed are withheld
+from the reply.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pinlater.backends.base import JobFilter, JobState, NewJob, ShardStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.broker import BrokerPolicy, DequeueBroker
+from pinlater.errors import ShardConnectionError
 from pinlater.server.metrics import Metrics
 
 Q = "claims"
@@ -201,3 +203,45 @@ def test_a_dequeue_waits_for_its_own_queues_claims_not_another_queues(
     fast, slow = asyncio.run(scenario())
     assert slow >= 1.0 and fast < 0.5, (fast, slow)
     assert metrics.counters.get("broker_lapsed", 0) == 0
+
+
+def test_jobs_whose_claims_cannot_be_written_are_withheld_not_handed_out(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    """A worker given a job whose claim failed would run it, and again whoever gets it once its
+    reservation lapses (its ack finding it not IN_PROGRESS changes nothing): the dequeue
+    answers without it instead, and it is delivered once, later."""
+    metrics = Metrics()
+
+    async def scenario() -> tuple[int, list[tuple[JobState, str | None]], list[str]]:
+        enqueued = await enqueue_n(backend, 3)
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        hot_path = backend.hot_path
+
+        class Failing:  # the store's hot path, its claim writes failing as a store that went away
+            def __init__(self, hot: Any) -> None:
+                self._hot = hot
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._hot, name)
+
+            async def claim_reserved(self, queue: str, *args: Any) -> int:
+                raise ShardConnectionError(store.name, "injected: the store went away")
+
+        backend.hot_path = lambda shard: Failing(hot_path(shard))  # type: ignore[method-assign]
+        out = await broker.dequeue(Q, 2, "worker-a")
+        backend.hot_path = hot_path  # type: ignore[method-assign]
+        for shard in backend.shards:
+            shard.mark_healthy()
+        found = states(store, enqueued)
+        await _quiet(broker)  # the withheld jobs' reservations released
+        await broker.stop()  # and the one still buffered
+        again = [j.descriptor for j in await dequeue(backend, Q, 10, "worker-b")]
+        await backend.aclose()
+        return len(out), found, again
+
+    handed, found, again = asyncio.run(scenario())
+    assert handed == 0, "nothing whose claim failed goes out"
+    assert metrics.counters["broker_withheld"] == 2
+    assert [state for state, _ in found] == [JobState.PENDING] * 3, "none claimed"
+    assert len(again) == 3, "every job is delivered, once the broker lets go of it"

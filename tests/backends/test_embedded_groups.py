@@ -200,6 +200,7 @@ def test_a_queue_without_groups_or_rules_runs_the_statements_it_ran_before(store
     assert [name for name in statements if name not in control] == [
         "queue_get",
         "dequeue_jobs",
+        "claim_jobs_by_id",
         "queue_get",
         "queue_has_groups",
         "ack_succeeded",

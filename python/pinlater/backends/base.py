@@ -59,12 +59,12 @@ RESERVATION_PREFIX = "~r|"
 #: writer; a call of this many takes a few milliseconds, and others' calls run between two.
 STORE_CALL_JOBS = 1000
 
-#: Most body bytes one dequeue takes by default, and so about the most its reply holds (the
-#: server passes its ``MAX_FRAME_BYTES``, the largest request it reads, so a reply is no larger
-#: than what clients send it). A store call of a dequeue or a reserve takes jobs while the
-#: bodies it took hold fewer bytes than it was given (``within_bytes``; its first job always):
-#: 300 jobs of 2 MiB asked for at once grew a server by 2.5 GB for a 629 MB reply that the
-#: client then refused, the jobs claimed for nobody.
+#: The byte budget of one dequeue by default (the server passes its ``MAX_FRAME_BYTES``, the
+#: largest request it reads): a store call of a dequeue or a reserve takes jobs while the bodies
+#: it took hold fewer bytes than it was given (``within_bytes``; its first job always), so a
+#: reply's bodies pass the budget by less than one body (plus each job's descriptor and
+#: metadata, about 60 bytes each). 300 jobs of 2 MiB asked for at once had grown a server by
+#: 2.5 GB for a 629 MB reply that the client then refused, the jobs claimed for nobody.
 DEQUEUE_BYTES = 16 * 1024 * 1024
 
 

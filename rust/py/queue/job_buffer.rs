@@ -9,6 +9,7 @@
 //! for queue operations, never while calling into Python, so holding the interpreter while
 //! waiting for it cannot deadlock.
 
+use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use pyo3::exceptions::PyValueError;
@@ -222,6 +223,22 @@ impl HandOut {
     #[getter]
     fn stale_count(&self) -> usize {
         self.stale.len()
+    }
+
+    /// The hand-out without its jobs on `shards` (those whose claims could not be written),
+    /// in the same order; the jobs left out are its entries to release (`stale`), in place of
+    /// the stale ones (released already).
+    fn without_shards(&self, shards: HashSet<String>) -> Self {
+        let (withheld, fresh) = self
+            .fresh
+            .iter()
+            .cloned()
+            .partition(|job| shards.contains(&job.shard));
+        Self {
+            queue: self.queue.clone(),
+            fresh,
+            stale: withheld,
+        }
     }
 
     /// The entries too old to hand out, as `JobBuffer.take` returns entries.

@@ -270,9 +270,13 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         if dry_run:
             with self._read() as conn:
                 _require_queue(conn, queue)
-                rows = conn.execute(sql.load("dequeue_jobs_dry_run"), params).fetchall()
-            rows.sort(key=_claim_order)
-            del rows[within_bytes((len(row[1]) for row in rows), max_bytes) :]
+                rows: list[Row] = []
+                spent = 0
+                for row in conn.execute(sql.load("dequeue_jobs_dry_run"), params):  # (in claim order)
+                    if rows and spent >= max_bytes:  # (``within_bytes``; no body past it is read)
+                        break
+                    rows.append(row)
+                    spent += len(row[1])
         else:
             rules = self.rules(queue)
             claim_params = {**params, "claim": claim, "reserved_prefix": RESERVATION_PREFIX}
@@ -280,16 +284,13 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 num_priorities, expiring = _queue_info(conn, queue)
                 if expiring:  # as the Rust writer does (EXPIRE_ON_DEQUEUE)
                     self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
-                room = _room(conn, queue, num_priorities, rules, claim_params["limit"])
-                rate = rules.group_jobs_per_second
-
-                def take(n: int) -> list[Row]:
-                    if rate is None:
-                        return conn.execute(sql.load("dequeue_jobs"), {**claim_params, "limit": n}).fetchall()
-                    by_ids = _by_ids(conn, sql.load("claim_jobs_by_id"), claim_params)
-                    return _take_by_rate(conn, {**claim_params, "limit": n}, rate, by_ids)
-
-                rows = _within_bytes(conn, room, max_bytes, take)
+                claim_params["limit"] = _room(conn, queue, num_priorities, rules, claim_params["limit"])
+                take = _by_ids(conn, sql.load("claim_jobs_by_id"), claim_params)
+                if rules.group_jobs_per_second is None:
+                    rows = _fitting(conn, sql.load("dequeue_jobs"), claim_params, max_bytes, take)
+                else:
+                    rows = _take_by_rate(conn, claim_params, rules.group_jobs_per_second, take, max_bytes)
+            rows.sort(key=_claim_order)  # RETURNING has no order; run_after, id
         return [ClaimedJob(*row[:6]) for row in rows]
 
     def ack_jobs(self, queue: str, succeeded: Sequence[AckItem], failed: Sequence[AckItem], now_ms: int) -> None:
@@ -378,16 +379,13 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             num_priorities, expiring = _queue_info(conn, queue)
             if expiring:  # as dequeue_jobs does
                 self._expire_due(conn, queue, now_ms, EXPIRE_ON_DEQUEUE)
-            room = _room(conn, queue, num_priorities, rules, params["limit"])
-            rate = rules.group_jobs_per_second
-
-            def take(n: int) -> list[Row]:
-                if rate is None:
-                    return conn.execute(sql.load("reserve_jobs"), {**params, "limit": n}).fetchall()
-                by_ids = _by_ids(conn, sql.load("reserve_jobs_by_id"), params)
-                return _take_by_rate(conn, {**params, "limit": n}, rate, by_ids)
-
-            rows = _within_bytes(conn, room, max_bytes, take)
+            params["limit"] = _room(conn, queue, num_priorities, rules, params["limit"])
+            take = _by_ids(conn, sql.load("reserve_jobs_by_id"), params)
+            if rules.group_jobs_per_second is None:
+                rows = _fitting(conn, sql.load("reserve_jobs"), params, max_bytes, take)
+            else:
+                rows = _take_by_rate(conn, params, rules.group_jobs_per_second, take, max_bytes)
+        rows.sort(key=_claim_order)
         return [ClaimedJob(*row[:6]) for row in rows]
 
     def claim_reserved(
@@ -809,51 +807,49 @@ def _claim_order(row: Row) -> tuple[int, int]:
     return row[6], row[0]
 
 
-#: The savepoint ``_within_bytes`` rolls back to.
-_BYTES_SAVEPOINT = "claim_bytes"
-
-
-def _within_bytes(conn: sqlite3.Connection, limit: int, max_bytes: int, take: Callable[[int], list[Row]]) -> list[Row]:
-    """``take(limit)``'s rows (claimed or reserved jobs), in claim order, under a byte budget
-    (``within_bytes``): where the bodies of the first jobs reach ``max_bytes``, the call is
-    rolled back to a savepoint and made again for those jobs only. The write lock is held
-    throughout, so the second call takes the same first jobs."""
-    if limit <= 0:
+def _fitting(conn: sqlite3.Connection, statement: str, params: dict[str, Any], max_bytes: int, take: Take) -> list[Row]:
+    """What a claim (or reservation) of up to ``params["limit"]`` jobs takes under a byte
+    budget: the jobs ``statement`` (dequeue_jobs.sql, reserve_jobs.sql) finds, with their
+    bodies' lengths only, as many of the first as the budget takes (``within_bytes``), then
+    taken by id (``take``) with their bodies. The write lock is held throughout: the same jobs."""
+    if params["limit"] <= 0:
         return []
-    conn.execute("SAVEPOINT " + _BYTES_SAVEPOINT)
-    rows = take(limit)
-    rows.sort(key=_claim_order)
-    n = within_bytes((len(row[1]) for row in rows), max_bytes)
-    if n < len(rows):
-        conn.execute("ROLLBACK TO " + _BYTES_SAVEPOINT)
-        rows = take(n)
-        rows.sort(key=_claim_order)
-    conn.execute("RELEASE " + _BYTES_SAVEPOINT)
-    return rows
+    sizes = conn.execute(statement, params).fetchall()
+    n = within_bytes((length or 0 for _, length in sizes), max_bytes)
+    return take([local_id for local_id, _ in sizes[:n]]) if n else []
 
 
-def _take_by_rate(conn: sqlite3.Connection, params: dict[str, Any], rate: float, take: Take) -> list[Row]:
+def _take_by_rate(
+    conn: sqlite3.Connection, params: dict[str, Any], rate: float, take: Take, max_bytes: int
+) -> list[Row]:
     """A dequeue (or reservation) of up to ``params["limit"]`` ready jobs where each grouped one
     needs a token of its group (``groups.take_token``); a job whose group has none is deferred
-    to when its next token is due (``defer_job.sql``), so later dequeues skip it without a look."""
+    to when its next token is due (``defer_job.sql``), so later dequeues skip it without a look.
+    Jobs are chosen while the bodies chosen before hold fewer than ``max_bytes`` bytes."""
     limit = params["limit"]
     queue, now_ms = params["queue"], params["now_ms"]
     rows: list[Row] = []
+    spent = 0  # the chosen jobs' body bytes
     budget = limit * _RATE_LOOK_FACTOR + _RATE_LOOK_EXTRA
     while len(rows) < limit and budget > 0:
         want = min(limit - len(rows), budget)
         candidates = conn.execute(sql.load("dequeue_candidates"), {**params, "limit": want}).fetchall()
         budget -= len(candidates)
         chosen: list[int] = []
-        for local_id, group in candidates:
+        full = False
+        for local_id, group, length in candidates:
+            if (rows or chosen) and spent >= max_bytes:
+                full = True
+                break
             due = None if group is None else groups.take_token(conn, queue, group, rate, now_ms)
             if due is None:
                 chosen.append(local_id)
+                spent += length or 0
             else:
                 conn.execute(sql.load("defer_job"), {"local_id": local_id, "run_after_ms": due})
         if chosen:
             rows += take(chosen)
-        if len(candidates) < want:
+        if full or len(candidates) < want:
             break
     return rows
 

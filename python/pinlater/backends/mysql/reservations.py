@@ -13,14 +13,16 @@ lapse).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pymysql
 
 from pinlater.backends.base import RESERVATION_PREFIX, ClaimedJob
 from pinlater.backends.mysql import claim_cap, queries
 from pinlater.backends.mysql.db_time import to_db_time
 from pinlater.backends.mysql.job_rows import MAX_CLAIM_LENGTH, claimed_job
-from pinlater.backends.mysql.transactions import Cursor, fitted, rollback_unless_list
+from pinlater.backends.mysql.transactions import Cursor, rollback_unless_list
 
 if TYPE_CHECKING:
     from pinlater.backends.mysql.store import MySQLStore
@@ -43,7 +45,7 @@ def reserve_jobs(
     prefix = RESERVATION_PREFIX
     cap = store.rules(queue).max_in_progress
 
-    ask = limit  # lowered where the bodies passed the byte budget (``fitted``)
+    ask = limit  # lowered where the bodies passed the byte budget (below)
 
     def op(cur: Cursor) -> list[ClaimedJob] | int | None:
         n = ask if cap is None or ask <= 0 else min(ask, claim_cap.room(store, cur, queue, cap, lock=False))
@@ -52,8 +54,7 @@ def reserve_jobs(
             return []
         # Ours already live before this call are not part of its answer.
         select = queries.SELECT_RESERVED_JOBS.render(table=table)
-        cur.execute(select, (reservation, now))
-        before = {int(row[0]) for row in cur.fetchall()}
+        before = {int(row[0]) for row in _streamed(cur, select, (reservation, now))}
         until = to_db_time(now_ms + hold_ms)
         reserved = cur.execute(
             queries.RESERVE_JOBS.render(table=table),
@@ -61,14 +62,35 @@ def reserve_jobs(
         )
         if not reserved:
             return []
-        cur.execute(select, (reservation, now))
-        return fitted([claimed_job(row) for row in cur.fetchall() if int(row[0]) not in before], max_bytes)
+        # In claim order (run_after, local_id): the jobs the budget takes (``within_bytes``) are
+        # kept, the others only counted, so no more than one body past it is held.
+        jobs: list[ClaimedJob] = []
+        spent = count = 0
+        for row in _streamed(cur, select, (reservation, now)):
+            if int(row[0]) in before:
+                continue
+            count += 1
+            if not jobs or spent < max_bytes:
+                jobs.append(claimed_job(row))
+                spent += len(jobs[-1].body)
+        return jobs if len(jobs) == count else len(jobs)  # (fewer: rolled back, reserved again)
 
     while True:
         jobs = store._run(queue, rollback_unless_list(op))
         if isinstance(jobs, list):
             return jobs
         ask = jobs or 0  # (op answers no None)
+
+
+def _streamed(cur: Cursor, sql: str, args: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``sql``, read one at a time on the transaction's connection (an unbuffered
+    cursor), so a row's body is let go once it was looked at."""
+    rows = cur.connection.cursor(pymysql.cursors.SSCursor)
+    try:
+        rows.execute(sql, args)
+        yield from rows
+    finally:
+        rows.close()
 
 
 def claim_reserved(

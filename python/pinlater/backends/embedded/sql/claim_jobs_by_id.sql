@@ -1,5 +1,5 @@
--- Claim chosen PENDING jobs of one priority (dequeue_candidates.sql's, in the same transaction),
--- as dequeue_jobs.sql claims. The unary + keeps SQLite probing each id.
+-- Claim chosen PENDING jobs of one priority (dequeue_jobs.sql's or dequeue_candidates.sql's, in
+-- the same transaction). The unary + keeps SQLite probing each id.
 -- Params: :queue, :priority, :ids (JSON array of local ids), :claim, :now_ms.
 -- Returns the claimed rows, as dequeue_jobs.sql.
 UPDATE jobs

@@ -1,5 +1,5 @@
--- Reserve chosen PENDING jobs of one priority (dequeue_candidates.sql's, in the same
--- transaction), as reserve_jobs.sql reserves. The unary + keeps SQLite probing each id.
+-- Reserve chosen PENDING jobs of one priority (reserve_jobs.sql's or dequeue_candidates.sql's,
+-- in the same transaction): see reserve_jobs.sql. The unary + keeps SQLite probing each id.
 -- Params: :queue, :priority, :ids (JSON array of local ids), :reservation, :until_ms.
 -- Returns the reserved rows, as reserve_jobs.sql.
 UPDATE jobs

@@ -30,9 +30,10 @@ ARGV[5]  claim descriptor
 ARGV[6]  '1' for a dry run, else '0'
 ARGV[7]  largest group of equal scores to reorder by id
 ARGV[8]  byte budget: a job is taken while the bodies taken before it hold fewer bytes (the
-         first always), so one call's reply stays bounded (base.DEQUEUE_BYTES). A page that the
-         budget may stop in is put in (score, id as a number) order first, so the jobs taken
-         are the first by (score, id), as the limit takes them.
+         first always), so one call's reply stays bounded (base.DEQUEUE_BYTES), and each body
+         is read as its job is taken (none past the budget is). A page where text order is not
+         the ids' order (equal scores, ids of different lengths) is put in (score, id as a
+         number) order first, so the jobs the budget takes are the first by (score, id).
 then, only when the queue has max in progress, the rules at the end of ARGV and KEYS
 (lib/rules.lua): a claim takes no more jobs than the room under it; dry runs ignore it.
 
@@ -141,28 +142,31 @@ while found < limit do
     picked = pick(want)
   end
   local taken, claimed = {}, {}
-  local page_bytes = 0
-  for _, entry in ipairs(picked) do
-    local job = redis.call('HMGET', hash_prefix .. entry[1], 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
-    entry[3] = job
-    page_bytes = page_bytes + (job[1] and #job[1] or 0)
-  end
-  if spent + page_bytes >= max_bytes and #picked > 1 and not dry_run then
-    -- the budget may stop the call in this page: its equal scores in id order as numbers
-    table.sort(picked, function(x, y)
-      local sx, sy = tonumber(x[2]), tonumber(y[2])
-      if sx ~= sy then
-        return sx < sy
+  if not dry_run then  -- (a dry run's page is in that order already: pick_with_held)
+    local mixed = false
+    for i = 2, #picked do
+      if picked[i][2] == picked[i - 1][2] and #picked[i][1] ~= #picked[i - 1][1] then
+        mixed = true
+        break
       end
-      return tonumber(x[1]) < tonumber(y[1])
-    end)
+    end
+    if mixed then  -- equal scores whose text order is not the ids' (the budget may stop in them)
+      table.sort(picked, function(x, y)
+        local sx, sy = tonumber(x[2]), tonumber(y[2])
+        if sx ~= sy then
+          return sx < sy
+        end
+        return tonumber(x[1]) < tonumber(y[1])
+      end)
+    end
   end
   for _, entry in ipairs(picked) do
     if found > 0 and spent >= max_bytes then
-      break  -- the rest stay PENDING, untouched
+      break  -- the rest stay PENDING, untouched (their bodies unread)
     end
-    local id, score, job = entry[1], entry[2], entry[3]
+    local id, score = entry[1], entry[2]
     local hash_key = hash_prefix .. id
+    local job = redis.call('HMGET', hash_key, 'bd', 'al', 'ar', 'ca', 'ua', 'ex')
     taken[#taken + 1] = id
     if not job[1] or not job[2] then
       if not dry_run then

@@ -83,6 +83,16 @@ local limit, claim, dry_run = tonumber(ARGV[4]), ARGV[5], ARGV[6] == '1'
 -- the largest group of equal scores to reorder, the byte budget, and the body bytes the general
 -- loop took (one local: the script is at Lua's 200 locals)
 local limits = {max_ties = tonumber(ARGV[7]), max_bytes = tonumber(ARGV[8]), spent = 0}
+-- How many more records to read at once, `taken` jobs holding `spent` bytes so far: 8 at first,
+-- then about as many as the budget leaves room for (one more), at most `most`: no more than a
+-- few bodies past the budget are ever read, whatever their size.
+function limits.fitting(taken, spent, most)
+  if taken == 0 then
+    return math.min(8, most)
+  end
+  local room = (limits.max_bytes - spent) * taken / math.max(spent, 1)
+  return math.max(1, math.min(most, math.floor(room) + 1))
+end
 local ready_key = KEYS[7]
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
@@ -167,14 +177,22 @@ local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 -- HSET arguments of their claimed records (rewritten from their items without a table:
 -- lib/records.lua's bytes, as pack_record makes them) and the reply, or nil where a record is
 -- missing, a tombstone or has an expiry, or the byte budget ends before the last job (the
--- general loop then does it).
+-- general loop then does it, in pages of BUDGET_PAGE). The records are read a few at a time (8,
+-- then as many as the budget seems to leave room for, at most 32): no more than a few bodies
+-- past the budget are ever read, whatever their size.
 local function claim_rows(ids, scores)
-  local records = redis.call('HMGET', records_key, unpack(ids))
   local out, fields, updated = {0, 0}, {}, to_seconds(now)
-  local spent = 0
+  local spent, records, base, next_read = 0, nil, 1, 1
   for i = 1, #ids do
-    local record = records[i]
-    if not record or record == TOMBSTONE or spent >= limits.max_bytes and i > 1 then
+    if i > 1 and spent >= limits.max_bytes then
+      return nil
+    end
+    if i == next_read then
+      local last = math.min(i + limits.fitting(i - 1, spent, 32) - 1, #ids)
+      records, base, next_read = redis.call('HMGET', records_key, unpack(ids, i, last)), i, last + 1
+    end
+    local record = records[i - base + 1]
+    if not record or record == TOMBSTONE then
       return nil
     end
     local bd, al, ar, ca, _, cs, _, gr, gq, ex, dk = record_items(record)
@@ -437,6 +455,7 @@ local function next_member()
       if expired_met > 0 then  -- past expired jobs: pages of EXPIRED_PAGE, each pick()'s tie fix paid once
         want = math.max(want, EXPIRED_PAGE)
       end
+      want = limits.fitting(found, limits.spent, want)  -- (the records of a page are read whole)
       page = pick(want)
       more = #page >= want
     end
@@ -457,7 +476,7 @@ end
 -- Merge the two sides by (score, id) until `limit` jobs are taken or nothing due is left. A dry
 -- run reads `limit` places (an evicted job's included, a tombstone's not), as the original's
 -- one page does, and changes nothing.
-local reader = ready_reader(ready_key, records_key, true, limit + 1)
+local reader = ready_reader(ready_key, records_key, true, math.min(limit + 1, 33))  -- (33: bodies, as above)
 local places = 0
 while (dry_run and places or found) < limit do
   if found > 0 and limits.spent >= limits.max_bytes then

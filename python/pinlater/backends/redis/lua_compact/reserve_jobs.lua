@@ -76,6 +76,15 @@ local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 local out = {0, 0}
 local found, evicted, cut = 0, 0, 0
 local spent = 0  -- body bytes held (max_bytes)
+-- How many records to read at once (as in dequeue_jobs.lua): 8 at first, then about as many as
+-- the budget leaves room for, at most `most`; no more than a few bodies past it are read.
+local function fitting(most)
+  if found == 0 then
+    return math.min(8, most)
+  end
+  local room = (max_bytes - spent) * found / math.max(spent, 1)
+  return math.max(1, math.min(most, math.floor(room) + 1))
+end
 local held, mine, holders = {}, {}, {}
 local function take(id, score, job)
   spent = spent + #job.bd
@@ -99,7 +108,7 @@ local function next_member()
   if at > #page and more and skipped < SKIP_BUDGET then
     zrem_all(pending_key, taken)
     taken = {}
-    local want = limit - found
+    local want = fitting(limit - found)  -- (the records of a page are read whole)
     -- the jobs skipped stay first in the range (they came before every member not yet read)
     local flat = redis.call('ZRANGEBYSCORE', pending_key, '-inf', now, 'WITHSCORES', 'LIMIT', skipped, want)
     page = {}
@@ -119,7 +128,7 @@ local function next_member()
   return page[at]
 end
 
-local reader = ready_reader(ready_key, records_key, true, limit + 1)
+local reader = ready_reader(ready_key, records_key, true, math.min(limit + 1, 33))  -- (33: bodies)
 local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 while found < limit do
   if found > 0 and spent >= max_bytes then
