@@ -70,20 +70,25 @@ class ShardConnectionError(PinLaterError):
     """A shard could not be reached or stopped answering. ``maybe_applied``: the operation had
     reached the store when the connection failed, so it may have taken effect (a write whose
     outcome is unknown must not be sent again, to this shard or another, where that could
-    duplicate jobs)."""
+    duplicate jobs). ``contention``: the shard answered, but the call lost to other
+    transactions past its retries (MySQL deadlocks, lock wait timeouts): the call failed and
+    nothing was applied, but the shard is not down (``Shard.failed`` leaves it healthy)."""
 
-    def __init__(self, shard: str, detail: str, *, maybe_applied: bool = False) -> None:
+    def __init__(self, shard: str, detail: str, *, maybe_applied: bool = False, contention: bool = False) -> None:
         super().__init__(ErrorCode.SHARD_CONNECTION_FAILED, f"shard {shard}: {detail}")
         self.shard = shard
         self.detail = detail
         self.maybe_applied = maybe_applied
+        self.contention = contention
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_shard_connection_error, (self.shard, self.detail, self.maybe_applied))
+        return (_shard_connection_error, (self.shard, self.detail, self.maybe_applied, self.contention))
 
 
-def _shard_connection_error(shard: str, detail: str, maybe_applied: bool) -> ShardConnectionError:
-    return ShardConnectionError(shard, detail, maybe_applied=maybe_applied)
+def _shard_connection_error(
+    shard: str, detail: str, maybe_applied: bool, contention: bool = False
+) -> ShardConnectionError:
+    return ShardConnectionError(shard, detail, maybe_applied=maybe_applied, contention=contention)
 
 
 class StoreLockedError(RuntimeError):

@@ -129,6 +129,10 @@ pub enum StoreError {
     /// The shard could not be reached, or stopped answering, past the retries.
     #[error("{detail}")]
     Connection { detail: String, maybe_applied: bool },
+    /// Deadlocks or lock wait timeouts past the retries: the shard answers, but other
+    /// transactions held the rows (nothing was applied). Not a reason to take it for down.
+    #[error("{0}")]
+    Contention(String),
     /// A server error the store does not map (`PyMySQL` would raise it as it is).
     #[error("MySQL error {code}: {message}")]
     Server { code: u16, message: String },
@@ -312,6 +316,26 @@ fn is_connection_failure(err: &mysql::Error) -> bool {
     err.is_connectivity_error() || server_code(err).is_some_and(connection_failure_code)
 }
 
+/// A read or write that waited out the socket timeout: the server may be alive but stalled (a
+/// stopped process, a partition), so the failure is not taken for a stale pooled connection's,
+/// which fails at once (`Session::run`): repeated for free, each such call cost one more timeout.
+fn timed_out(err: &mysql::Error) -> bool {
+    let io = match err {
+        mysql::Error::IoError(e) => Some(e),
+        // the packet codec's reads (a query's answer) wrap the socket's error
+        mysql::Error::CodecError(e) => {
+            std::error::Error::source(e).and_then(|e| e.downcast_ref::<std::io::Error>())
+        }
+        _ => None,
+    };
+    io.is_some_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )
+    })
+}
+
 fn describe(err: &mysql::Error) -> (u16, String) {
     match err {
         mysql::Error::MySqlError(e) => (e.code, e.message.clone()),
@@ -478,7 +502,7 @@ impl Session {
                         );
                         return Err(connection_error(detail, true));
                     }
-                } else if reused && !replaced_stale {
+                } else if reused && !replaced_stale && !timed_out(&err) {
                     // A stale pooled connection: nothing was committed, so again at once, free.
                     replaced_stale = true;
                     continue;
@@ -508,10 +532,11 @@ impl Session {
                 if budget.spend_on(code) {
                     continue;
                 }
-                return Err(connection_error(
-                    format!("MySQL error {code}: {message}"),
-                    false,
-                ));
+                let detail = format!("MySQL error {code}: {message}");
+                if TRANSIENT_ERRORS.contains(&code) {
+                    return Err(StoreError::Contention(detail));
+                }
+                return Err(connection_error(detail, false));
             }
             return Err(StoreError::Server { code, message });
         }
@@ -627,7 +652,9 @@ impl Session {
     /// the room left (`room`). Under `max_bytes` (`within_bytes`): a claim whose first jobs'
     /// bodies reach it is rolled back and made again for those jobs (which this transaction
     /// had locked, so as a rule the same ones), and no SELECT keeps much more than it in memory
-    /// (`claimed_within`).
+    /// (`claimed_within`). With the jobs, whether the claim was made again for fewer (the
+    /// rollback released the rows, so other jobs may have come first, and the place may hold
+    /// more than this call took: `ClaimedJobs.cut`).
     #[allow(clippy::too_many_arguments)] // the store method's arguments, the cap and the budget
     pub fn dequeue_jobs(
         &mut self,
@@ -639,7 +666,7 @@ impl Session {
         dry_run: bool,
         max_in_progress: Option<i64>,
         max_bytes: i64,
-    ) -> Result<Vec<ClaimedJob>, StoreError> {
+    ) -> Result<(Vec<ClaimedJob>, bool), StoreError> {
         check_priority(priority)?;
         let table = table(database, priority);
         let prefix = self.shared.settings.reservation_prefix.clone();
@@ -657,10 +684,11 @@ impl Session {
                 let mut within =
                     claimed_within(&mut conn.query_iter(sql)?, None, false, max_bytes)?;
                 within.jobs.truncate(within.fit);
-                Ok(Outcome::Commit(within.jobs))
+                Ok(Outcome::Commit((within.jobs, false)))
             });
         }
         let mut limit = limit;
+        let mut lowered = false;
         let mut unique = true;
         loop {
             let claimed = if unique {
@@ -721,9 +749,9 @@ impl Session {
                 })?
             };
             match claimed {
-                Claimed::Jobs(jobs) => return Ok(jobs),
+                Claimed::Jobs(jobs) => return Ok((jobs, lowered)),
                 Claimed::NotUnique => unique = false,
-                Claimed::Fewer(n) => limit = n,
+                Claimed::Fewer(n) => (limit, lowered) = (n, true),
                 Claimed::Reread => {
                     return Err(StoreError::Internal("a claim left to read again".into()));
                 }
@@ -782,7 +810,7 @@ impl Session {
         now_ms: i64,
         max_in_progress: Option<i64>,
         max_bytes: i64,
-    ) -> Result<Vec<ClaimedJob>, StoreError> {
+    ) -> Result<(Vec<ClaimedJob>, bool), StoreError> {
         if acks.is_empty() || !acks.failed.is_empty() || max_in_progress.is_some() || limit <= 0 {
             self.ack_jobs(database, acks, now_ms)?;
             return self.dequeue_jobs(
@@ -833,10 +861,10 @@ impl Session {
         // The acks are in (their COMMIT went before the claim); a claim rolled back is redone
         // alone: one that was not unique, or one past the byte budget, for fewer jobs.
         match first {
-            Claimed::Jobs(jobs) => Ok(jobs),
-            Claimed::Fewer(n) => {
-                self.dequeue_jobs(database, priority, n, claim, now_ms, false, None, max_bytes)
-            }
+            Claimed::Jobs(jobs) => Ok((jobs, false)),
+            Claimed::Fewer(n) => self
+                .dequeue_jobs(database, priority, n, claim, now_ms, false, None, max_bytes)
+                .map(|(jobs, _)| (jobs, true)),
             _ => self.dequeue_jobs(
                 database, priority, limit, claim, now_ms, false, None, max_bytes,
             ),

@@ -7,6 +7,7 @@ MySQL backend promises, against a real MariaDB (``tests/support/mariadb_server.p
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from tests.support.original_mysql import ORIGINAL_JOBS_TABLE
 from pinlater.backends.base import AckItem, JobFilter, JobState, NewJob
 from pinlater.backends.mysql import Endpoint, MySQLDriver, MySQLShardConfig, MySQLStore, parse_mysql_config, queries
 from pinlater.backends.mysql.transactions import DEADLOCK_RETRIES
+from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
 from pinlater.errors import ConfigError, ErrorCode, PinLaterError, ShardConnectionError
 
@@ -419,8 +421,15 @@ def test_lock_wait_timeouts_are_retried_then_reported(own_server: MariaDBServer)
         with blocker.cursor() as cur:
             cur.execute("BEGIN")
             cur.execute("SELECT local_id FROM plq_1_locked.jobs_p1 WHERE local_id = %s FOR UPDATE", (local_id,))
-        with pytest.raises(ShardConnectionError, match="1205"):
+        with pytest.raises(ShardConnectionError, match="1205") as waited:
             store.ack_jobs("locked", [AckItem(1, local_id)], [], T0)
+        assert waited.value.contention, "the shard answered: other transactions held the row"
+        assert pickle.loads(pickle.dumps(waited.value)).contention, "kept across processes"
+        shard = Shard("1", store)
+        shard.failed(waited.value)
+        assert shard.healthy
+        shard.failed(ShardConnectionError("1", "MySQL error 2003: refused"))
+        assert not shard.healthy, "a connection failure still marks the shard"
         blocker.rollback()
         store.ack_jobs("locked", [AckItem(1, local_id)], [], T0)
         [record] = store.lookup_jobs("locked", [(1, local_id)], False)

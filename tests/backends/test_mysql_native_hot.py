@@ -6,8 +6,11 @@ from the server's general log), the same errors; a server restart mid-use; concu
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -21,6 +24,8 @@ from pinlater.backends.base import AckItem, ClaimedJob, JobFilter, JobRecord, Jo
 from pinlater.backends.mysql import Endpoint, MySQLShardConfig, MySQLStore
 from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.native_hot import NativeMySQLHotPath
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
 
 pytestmark = pytest.mark.mysql
@@ -398,15 +403,53 @@ def test_lock_wait_timeouts_are_retried_then_reported(own_server: MariaDBServer)
         with blocker.cursor() as cur:
             cur.execute("BEGIN")
             cur.execute(f"SELECT local_id FROM plq_1_{RS}.jobs_p1 WHERE local_id = %s FOR UPDATE", (local_id,))
+        # through the walk's own failure handling: the shard answered, so it is not taken for down
+        shard = Shard("1", h.store)
+        backend = ShardedBackend(ShardMap([shard]), num_priorities=1, parallelism=1)
+        acks = AckGroup([AckItem(1, local_id)], [])
         with pytest.raises(ShardConnectionError, match="1205") as waited:
-            h.ack(RS, [AckItem(1, local_id)], [])
+            h.run(backend.on_shard(shard, h.hot.ack_jobs(RS, acks, T0)))
         assert not waited.value.maybe_applied
+        assert waited.value.contention and shard.healthy, "lock waits past the retries are no outage"
+        h.run(backend.aclose())
+        backend._executor.shutdown(wait=True)
         blocker.rollback()
         h.ack(RS, [AckItem(1, local_id)], [])
         [record] = h.store.lookup_jobs(RS, [(1, local_id)], False)
         assert record.state == JobState.SUCCEEDED
     finally:
         blocker.close()
+        h.close()
+
+
+def test_a_stalled_server_costs_a_call_one_timeout_not_two(own_server: MariaDBServer) -> None:
+    """A pooled connection whose call waits out the socket timeout is no stale connection (one
+    the server closed fails at once): the call is not run again for free on a fresh one, which
+    against a stopped server waited out another timeout."""
+    own_server.drop_queue_databases()
+    h = Harness(MySQLStore("1", config_for(own_server), pool_size=1, socket_timeout=1.5, num_auto_retries=0))
+    pid = own_server.pid
+    assert pid is not None
+    try:
+        h.store.create_queue(RS, 1)
+        [local_id] = h.enqueue(RS, [NewJob(1, b"stalled", T0, 1)])  # the Rust session's connection
+        h.store.lookup_jobs(RS, [(1, local_id)], False)  # and the Python pool's, both pooled now
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            calls: list[Callable[[], object]] = [
+                lambda: h.dequeue(RS, 1, 1, "claim-stalled"),
+                lambda: h.store.lookup_jobs(RS, [(1, local_id)], False),
+            ]
+            for call in calls:
+                started = time.monotonic()
+                with pytest.raises(ShardConnectionError):
+                    call()
+                took = time.monotonic() - started
+                assert took < 2.6, f"one socket timeout (1.5 s), not a second on a fresh connection: {took:.1f} s"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert [j.local_id for j in h.dequeue(RS, 1, 1, "claim-after")] == [local_id], "served again at once"
+    finally:
         h.close()
 
 

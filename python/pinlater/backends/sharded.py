@@ -386,7 +386,7 @@ class ShardedBackend:
         except QueuedCallRefused:
             raise
         except ShardConnectionError as exc:
-            shard.mark_unhealthy(exc.detail)
+            shard.failed(exc)
             raise
 
     async def call_store(self, shard: Shard, fn: Callable[..., T], *args: object) -> T:
@@ -640,7 +640,7 @@ class ShardedBackend:
                     finally:
                         reserve.out(False)
             except ShardConnectionError as exc:  # (what ``on_shard`` does, without its coroutine)
-                shard.mark_unhealthy(exc.detail)
+                shard.failed(exc)
                 if exc.maybe_applied:  # the jobs may be in that shard: another would duplicate them
                     detail = f"{exc.detail} (the jobs may have been stored there: not sent to another shard)"
                     raise ShardConnectionError(exc.shard, detail, maybe_applied=True) from exc
@@ -1136,7 +1136,7 @@ class ShardedBackend:
                         answered = True
                         got = None
                     except ShardConnectionError as exc:  # it may hold the queue
-                        shard.mark_unhealthy(exc.detail)
+                        shard.failed(exc)
                         held = True
                         failures += 1
                         last_failure = f"shard {shard.name}: {exc.detail}"
@@ -1700,7 +1700,7 @@ class _PendingAcks:
         try:
             result = await call
         except ShardConnectionError as exc:
-            shard.mark_unhealthy(exc.detail)
+            shard.failed(exc)
             raise _AckFailed(exc) from exc
         except Exception as exc:
             raise _AckFailed(exc) from exc

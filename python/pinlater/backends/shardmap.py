@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from pinlater.backends.base import ShardConfig, ShardStore
 from pinlater.backends.pressure import MemoryUse, memory_above, memory_use
+from pinlater.errors import ShardConnectionError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,12 @@ class Shard:
     unlogged_marks: int = field(default=0, repr=False)
     last_reason: str = field(default="", repr=False)
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    def failed(self, exc: ShardConnectionError) -> None:
+        """A call to the shard failed with ``exc``: marked unhealthy, unless it lost to other
+        transactions (``exc.contention``: the shard answered, and other calls go on)."""
+        if not exc.contention:
+            self.mark_unhealthy(exc.detail)
 
     def mark_unhealthy(self, reason: str) -> None:
         self.failures += 1

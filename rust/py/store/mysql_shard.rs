@@ -70,7 +70,8 @@ struct Request {
 
 enum Answer {
     Ids(Vec<i64>),
-    Jobs(Vec<ClaimedJob>),
+    /// The jobs, and whether the place may hold more than the limit suggests (`cut`).
+    Jobs(Vec<ClaimedJob>, bool),
     Done,
 }
 
@@ -585,7 +586,7 @@ fn run_call(
                 *max_in_progress,
                 *max_bytes,
             )
-            .map(Answer::Jobs),
+            .map(|(jobs, cut)| Answer::Jobs(jobs, cut)),
         Call::Ack { acks } => session
             .ack_jobs(database, acks.get().group(), now_ms)
             .map(|()| Answer::Done),
@@ -607,7 +608,7 @@ fn run_call(
                 *max_in_progress,
                 *max_bytes,
             )
-            .map(Answer::Jobs),
+            .map(|(jobs, cut)| Answer::Jobs(jobs, cut)),
     }
 }
 
@@ -619,7 +620,10 @@ fn answer_value(
 ) -> PyResult<(Py<PyAny>, Option<ErrorTuple>)> {
     Ok(match result {
         Ok(Answer::Ids(ids)) => (Py::new(py, LocalIds::from_ids(ids))?.into_any(), None),
-        Ok(Answer::Jobs(jobs)) => (Py::new(py, ClaimedJobs::from_jobs(jobs))?.into_any(), None),
+        Ok(Answer::Jobs(jobs, cut)) => (
+            Py::new(py, ClaimedJobs::from_cut_jobs(jobs, cut))?.into_any(),
+            None,
+        ),
         Ok(Answer::Done) => (py.None(), None),
         Err(err) => (py.None(), Some(error_tuple(&err, queue))),
     })
@@ -628,7 +632,8 @@ fn answer_value(
 type ErrorTuple = (&'static str, String, i64, bool);
 
 /// `(kind, detail, code, maybe_applied)` for the Python `settle`: kind `queue_not_found` (detail
-/// the queue), `connection`, `server` (code the `MySQL` error number), `priority`, `internal`.
+/// the queue), `connection`, `contention` (deadlocks or lock waits past the retries), `server`
+/// (code the `MySQL` error number), `priority`, `internal`.
 fn error_tuple(err: &StoreError, queue: &str) -> ErrorTuple {
     match err {
         StoreError::QueueNotFound => ("queue_not_found", queue.to_owned(), 0, false),
@@ -636,6 +641,7 @@ fn error_tuple(err: &StoreError, queue: &str) -> ErrorTuple {
             detail,
             maybe_applied,
         } => ("connection", detail.clone(), 0, *maybe_applied),
+        StoreError::Contention(detail) => ("contention", detail.clone(), 0, false),
         StoreError::Server { code, message } => {
             ("server", message.clone(), i64::from(*code), false)
         }

@@ -84,6 +84,8 @@ def _exception(shard: str, error: NativeError) -> BaseException:
         return QueueNotFoundError(detail)
     if kind == "connection":
         return ShardConnectionError(shard, detail, maybe_applied=maybe_applied)
+    if kind == "contention":
+        return ShardConnectionError(shard, detail, contention=True)
     if kind == "server":  # unmapped: as PyMySQL raises it
         default = pymysql.err.InternalError if code < 1000 else pymysql.err.OperationalError
         cls: type[pymysql.err.MySQLError] = pymysql.err.error_map.get(code, default)

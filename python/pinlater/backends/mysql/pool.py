@@ -10,8 +10,10 @@ Stale connections: a pooled connection whose socket is readable while idle (the 
 it: a restart, ``wait_timeout``, a kill) is dropped at checkout, before anything is sent, for
 the cost of one ``poll``. One that still fails before its COMMIT was sent raises
 ``StaleConnectionError``: nothing of the transaction was committed (the server rolls back what a
-dead session left), so it is safe to run again on a fresh connection. A connection lost while
-COMMIT was on its way raises ``CommitUnknownError``: the transaction may have committed.
+dead session left), so it is safe to run again on a fresh connection; not one that waited out
+the socket timeout (a stalled server, not a stale connection: that would cost another timeout).
+A connection lost while COMMIT was on its way raises ``CommitUnknownError``: the transaction may
+have committed.
 
 ``ServerInfo`` is read on every new connection, so a server replaced under us (a restart with
 different settings) is noticed.
@@ -92,6 +94,19 @@ def is_connection_failure(exc: BaseException) -> bool:
         return True
     code = error_code(exc)
     return code is not None and (code in LOST_CONNECTION_ERRORS or code in CONNECT_ERRORS or 2000 <= code < 2100)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A read or write that waited out the socket timeout (PyMySQL raises the lost connection
+    in the handler of the ``TimeoutError``): the server may be alive but stalled, so it is no
+    stale pooled connection's failure, which comes at once (run again for free, each call on a
+    stopped server cost one more timeout)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @cache
@@ -235,7 +250,7 @@ class ConnectionPool:
                 _force_close(conn)
                 conn = None
                 self.discard_idle()
-                if reused and not isinstance(exc, CommitUnknownError | StaleConnectionError):
+                if reused and not isinstance(exc, CommitUnknownError | StaleConnectionError) and not _timed_out(exc):
                     raise StaleConnectionError(error_code(exc) or 2006, _describe(exc)) from exc
             raise
         finally:

@@ -25,6 +25,7 @@ import pymysql
 from pinlater.backends.base import ClaimedJob, within_bytes
 from pinlater.backends.mysql.pool import (
     RETRYABLE_ERRORS,
+    TRANSIENT_ERRORS,
     CommitUnknownError,
     ConnectionPool,
     PoolTimeout,
@@ -92,7 +93,8 @@ def run_transaction(
                 log.info("shard %s: again after a deadlock (%d past the retries)", shard, deadlocks)
                 continue
             if retryable or is_connection_failure(exc):
-                raise ShardConnectionError(shard, f"MySQL error {code}: {_message(exc)}") from exc
+                detail = f"MySQL error {code}: {_message(exc)}"
+                raise ShardConnectionError(shard, detail, contention=code in TRANSIENT_ERRORS) from exc
             raise
         except (OSError, EOFError) as exc:
             raise ShardConnectionError(shard, f"{type(exc).__name__}: {exc}") from exc
