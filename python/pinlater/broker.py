@@ -293,7 +293,8 @@ class DequeueBroker:
             return await self.backend.enqueue_jobs(queue, jobs, now_ms)
         got: list[ReadyBatch[ClaimedJobs]] = []
         limit = min(buffer.room, len(jobs) + self.policy.min_top_up)
-        max_bytes = self.policy.buffer_bytes - buffer.bytes
+        # its share of the byte room, as of the room (a refill meanwhile takes the rest)
+        max_bytes = max(1, (self.policy.buffer_bytes - buffer.bytes) * limit // max(buffer.room, 1))
 
         def out(going: bool) -> None:  # the room it asks for is not a refill's while it is out
             if going:
@@ -409,10 +410,15 @@ class DequeueBroker:
 
     async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> bool:
         """Claim handed-out jobs on one shard, retrying a failing shard a few times; whether the
-        call was answered (some jobs may still not have been claimed: deleted meanwhile, say)."""
+        call may have been applied: answered (some jobs may still not have been claimed: deleted
+        meanwhile, say), or failed where its writes may have landed (a reply lost after the
+        command was sent). Only jobs whose claims are known not written are withheld (``dequeue``):
+        one whose claim landed unseen is IN_PROGRESS, and withheld it would run at no worker's
+        hands before its claim timeout took an attempt (FAILED, if its last)."""
         self.metrics.incr("broker_claim_calls")
         claimed = 0
         answered = False
+        unknown = False  # a failure after which the claims may be in
         for attempt in range(CLAIM_ATTEMPTS):
             shard = self.backend.shards.get(shard_name)
             if shard is None:  # removed by a config reload: its reservations simply lapse
@@ -424,6 +430,7 @@ class DequeueBroker:
                 claimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
                 answered = True
             except ShardConnectionError as exc:
+                unknown = unknown or exc.maybe_applied
                 # again only after a quick failure (a dropped connection): one that waited out
                 # the socket timeout would hold this queue's dequeues that long each time
                 if attempt + 1 < CLAIM_ATTEMPTS and time.monotonic() - started < CLAIM_QUICK_FAILURE_SECONDS:
@@ -435,6 +442,7 @@ class DequeueBroker:
                 break
             except Exception:
                 log.exception("broker: claiming %d jobs of %s on shard %s failed", len(items), queue, shard_name)
+                unknown = True
                 break
             break
         self.metrics.incr("broker_claimed", claimed)
@@ -447,7 +455,7 @@ class DequeueBroker:
                 queue,
                 shard_name,
             )
-        return answered
+        return answered or unknown
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)

@@ -72,7 +72,8 @@ class ShardConnectionError(PinLaterError):
     outcome is unknown must not be sent again, to this shard or another, where that could
     duplicate jobs). ``contention``: the shard answered, but the call lost to other
     transactions past its retries (MySQL deadlocks, lock wait timeouts): the call failed and
-    nothing was applied, but the shard is not down (``Shard.failed`` leaves it healthy)."""
+    what lost was not applied (a dequeue's acks sent ahead of its claim were), but the shard is
+    not down (``Shard.failed`` leaves it healthy, and calls queued for it still run)."""
 
     def __init__(self, shard: str, detail: str, *, maybe_applied: bool = False, contention: bool = False) -> None:
         super().__init__(ErrorCode.SHARD_CONNECTION_FAILED, f"shard {shard}: {detail}")

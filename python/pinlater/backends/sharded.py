@@ -141,7 +141,10 @@ def _watched(shard: Shard, fn: Callable[..., T], /, *args: object) -> T:
     """``fn(*args)`` on a store thread, noting on the shard whether it reached the store."""
     try:
         result = fn(*args)
-    except ShardConnectionError:
+    except ShardConnectionError as exc:
+        if exc.contention:  # the store answered: other transactions held the rows
+            shard.failing = False
+            raise
         shard.failed_calls += 1  # (threads may race here: a count missed still leaves it changed)
         shard.failing = True
         raise

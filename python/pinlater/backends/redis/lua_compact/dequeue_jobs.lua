@@ -177,18 +177,20 @@ local no_token, skips_spent = token_gate(rules, pending_key, now, rate_limited)
 -- HSET arguments of their claimed records (rewritten from their items without a table:
 -- lib/records.lua's bytes, as pack_record makes them) and the reply, or nil where a record is
 -- missing, a tombstone or has an expiry, or the byte budget ends before the last job (the
--- general loop then does it, in pages of BUDGET_PAGE). The records are read a few at a time (8,
--- then as many as the budget seems to leave room for, at most 32): no more than a few bodies
--- past the budget are ever read, whatever their size.
+-- general loop then does it, reading its pages as this does: limits.bailed). The records are
+-- read 8 first, then as many as the budget seems to leave room for (all the rest, where they
+-- seem to fit: two HMGETs for small bodies), so no more than a few bodies past the budget are
+-- ever read, whatever their size.
 local function claim_rows(ids, scores)
   local out, fields, updated = {0, 0}, {}, to_seconds(now)
   local spent, records, base, next_read = 0, nil, 1, 1
   for i = 1, #ids do
     if i > 1 and spent >= limits.max_bytes then
+      limits.bailed = true  -- (the general loop then reads its pages as this does)
       return nil
     end
     if i == next_read then
-      local last = math.min(i + limits.fitting(i - 1, spent, 32) - 1, #ids)
+      local last = math.min(i + limits.fitting(i - 1, spent, RECORD_CHUNK) - 1, #ids)
       records, base, next_read = redis.call('HMGET', records_key, unpack(ids, i, last)), i, last + 1
     end
     local record = records[i - base + 1]
@@ -455,7 +457,9 @@ local function next_member()
       if expired_met > 0 then  -- past expired jobs: pages of EXPIRED_PAGE, each pick()'s tie fix paid once
         want = math.max(want, EXPIRED_PAGE)
       end
-      want = limits.fitting(found, limits.spent, want)  -- (the records of a page are read whole)
+      if limits.bailed then  -- (the records of a page are read whole: as the budget seems to allow)
+        want = limits.fitting(found, limits.spent, want)
+      end
       page = pick(want)
       more = #page >= want
     end
@@ -476,7 +480,7 @@ end
 -- Merge the two sides by (score, id) until `limit` jobs are taken or nothing due is left. A dry
 -- run reads `limit` places (an evicted job's included, a tombstone's not), as the original's
 -- one page does, and changes nothing.
-local reader = ready_reader(ready_key, records_key, true, math.min(limit + 1, 33))  -- (33: bodies, as above)
+local reader = ready_reader(ready_key, records_key, true, limits.bailed and math.min(limit + 1, 9) or limit + 1)
 local places = 0
 while (dry_run and places or found) < limit do
   if found > 0 and limits.spent >= limits.max_bytes then
