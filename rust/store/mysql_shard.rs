@@ -704,13 +704,7 @@ impl Session {
                     push_claim(&mut batch, sql, &table, &update_args, claim, nbe)?;
                     let claimed = claim_result(&mut conn.query_iter(batch)?, max_bytes)?;
                     claimed.outcome(|| {
-                        let select = render(
-                            &sql.select_claimed_jobs,
-                            &table,
-                            None,
-                            &[Arg::Str(claim)],
-                            nbe,
-                        )?;
+                        let select = select_claimed(sql, &table, claim, nbe)?;
                         claimed_rows(conn, &select, None, true)
                     })
                 })?
@@ -723,13 +717,7 @@ impl Session {
                         return Ok(Outcome::Commit(Claimed::Jobs(Vec::new())));
                     }
                     let update_args = dequeue_args(claim, &prefix, now_ms, n);
-                    let select = render(
-                        &sql.select_claimed_jobs,
-                        &table,
-                        None,
-                        &[Arg::Str(claim)],
-                        nbe,
-                    )?;
+                    let select = select_claimed(sql, &table, claim, nbe)?;
                     // (the ids only: a budget of 0 keeps no body but the first)
                     let before: Vec<i64> =
                         claimed_within(&mut conn.query_iter(&select)?, None, false, 0)?
@@ -848,13 +836,7 @@ impl Session {
             let claimed = claim_result(&mut result, budget)?;
             drop(result);
             claimed.outcome(|| {
-                let select = render(
-                    &sql.select_claimed_jobs,
-                    &table,
-                    None,
-                    &[Arg::Str(claim)],
-                    nbe,
-                )?;
+                let select = select_claimed(sql, &table, claim, nbe)?;
                 claimed_rows(conn, &select, None, true)
             })
         })?;
@@ -1050,14 +1032,19 @@ fn push_claim(
 ) -> Result<(), OpError> {
     batch.push_str(&render(&sql.dequeue_jobs, table, None, update_args, nbe)?);
     batch.push_str(";\n");
-    batch.push_str(&render(
+    batch.push_str(&select_claimed(sql, table, claim, nbe)?);
+    Ok(())
+}
+
+/// `select_claimed_jobs.sql` for `claim` on `table`: the jobs a claim just stamped.
+fn select_claimed(sql: &SqlTexts, table: &str, claim: &str, nbe: bool) -> Result<String, OpError> {
+    render(
         &sql.select_claimed_jobs,
         table,
         None,
         &[Arg::Str(claim)],
         nbe,
-    )?);
-    Ok(())
+    )
 }
 
 /// What one claim transaction came to.

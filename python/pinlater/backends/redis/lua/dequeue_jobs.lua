@@ -101,6 +101,15 @@ local function pick(want)
   return picked
 end
 
+-- {id, score} pairs in (score, id as a number) order.
+local function by_score_and_id(x, y)
+  local sx, sy = tonumber(x[2]), tonumber(y[2])
+  if sx ~= sy then
+    return sx < sy
+  end
+  return tonumber(x[1]) < tonumber(y[1])
+end
+
 -- A dry run: the first `want` eligible jobs of PENDING and the held set together, by (score, id).
 local function pick_with_held(want)
   local picked = pick(want)
@@ -108,13 +117,7 @@ local function pick_with_held(want)
   for i = 1, #held, 2 do
     picked[#picked + 1] = {held[i], held[i + 1]}
   end
-  table.sort(picked, function(x, y)
-    local sx, sy = tonumber(x[2]), tonumber(y[2])
-    if sx ~= sy then
-      return sx < sy
-    end
-    return tonumber(x[1]) < tonumber(y[1])
-  end)
+  table.sort(picked, by_score_and_id)
   for i = #picked, want + 1, -1 do
     picked[i] = nil
   end
@@ -151,13 +154,7 @@ while found < limit do
       end
     end
     if mixed then  -- equal scores whose text order is not the ids' (the budget may stop in them)
-      table.sort(picked, function(x, y)
-        local sx, sy = tonumber(x[2]), tonumber(y[2])
-        if sx ~= sy then
-          return sx < sy
-        end
-        return tonumber(x[1]) < tonumber(y[1])
-      end)
+      table.sort(picked, by_score_and_id)
     end
   end
   for _, entry in ipairs(picked) do
