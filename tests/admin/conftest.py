@@ -43,9 +43,12 @@ def http(
     *,
     method: str | None = None,
     content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
 ) -> Http:
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     req = urllib.request.Request(f"http://127.0.0.1:{srv.admin_port}{path}", data=data, method=method)
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     if data is not None:
         req.add_header("Content-Type", content_type)
     try:

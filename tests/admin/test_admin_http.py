@@ -3,8 +3,10 @@ the actions taken through the Thrift port."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -251,6 +253,28 @@ def test_actions_need_the_admin_password_and_do_what_they_say(admin_server: Admi
     assert a.post("/api/delete", {"queue": "acted", "state": "x", "password": ADMIN_PASSWORD}).status == 400
     assert any("admin retry refused: wrong admin password" in line for line in a.server.lines)
     assert any("admin delete on acted from 127.0.0.1: deleted 1 FAILED jobs" in line for line in a.server.lines)
+
+
+def test_compressed_action_bodies_are_refused_unread(admin_server: AdminServer) -> None:
+    """The admin port inflates no body: a compressed action (here a right one, and a gzip of
+    64 MiB of JSON in 64 KB) gets a 415 and does nothing. aiohttp used to inflate a body as it
+    came and all the rest of it after refusing it, on the event loop every client shares."""
+    a = admin_server
+    a.jobs.create("packed")
+    a.jobs.fail_one("packed", b"one")
+    action = json.dumps({"queue": "packed", "state": "failed", "password": ADMIN_PASSWORD}).encode()
+    bomb = zlib.compressobj(wbits=31)  # (gzip)
+    packed_bomb = bomb.compress(b'{"queue": "packed", "pad": "') + b"".join(
+        bomb.compress(b" " * (1 << 20)) for _ in range(64)
+    )
+    packed_bomb += bomb.compress(b'"}') + bomb.flush()
+    for encoding, body in (("gzip", gzip.compress(action)), ("deflate", zlib.compress(action)), ("gzip", packed_bomb)):
+        resp = http(a.server, "/api/delete", body, headers={"Content-Encoding": encoding})
+        assert resp.status == 415, (encoding, resp.status, resp.body[:200])
+        assert "uncompressed" in resp.json()["error"]
+    assert a.jobs.count("packed", FAILED) == 1, "a refused action does nothing"
+    resp = http(a.server, "/api/delete", action, headers={"Content-Encoding": "identity"})
+    assert resp.json() == {"queue": "packed", "deleted": 1}
 
 
 def test_rate_changes_rewrite_the_watched_queue_config(admin_server: AdminServer) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.server.test_contract import Api
 from tests.support.pinlater_server import ServerProcess
+from tests.support.wait import wait_for
 
 Start = Callable[..., ServerProcess]
 Open = Callable[[ServerProcess], Any]
@@ -98,6 +99,23 @@ def test_unknown_method_gets_an_application_exception_and_the_connection_lives(s
         sock.sendall(frame(message("getQueueNames", 42, b"\x0c\x00\x01\x0b\x00\x01\x00\x00\x00\x01x\x00\x00")))
         reply = read_frame(sock)
         (version_type,) = struct.unpack("!i", reply[:4])
+        assert version_type & 0xFF == REPLY
+
+
+def test_a_method_name_past_the_longest_closes_its_connection_unechoed(start_server: Start) -> None:
+    """A name of 1 MiB is not answered (an unknown one used to be echoed twice in the refusal)
+    nor logged whole; a long name that fits still gets its refusal."""
+    srv = start_server()
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        sock.sendall(frame(message("n" * 128, 3)))
+        assert b"n" * 128 in read_frame(sock), "at the limit: an unknown method's refusal"
+        sock.sendall(frame(message("x" * (1 << 20), 4)))
+        assert is_closed(sock)
+    line = wait_for(lambda: next((line for line in srv.lines if "method name of 1048576 characters" in line), None))
+    assert len(line) < 1000
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        sock.sendall(frame(message("getQueueNames", 5, b"\x0c\x00\x01\x0b\x00\x01\x00\x00\x00\x01x\x00\x00")))
+        (version_type,) = struct.unpack("!i", read_frame(sock)[:4])
         assert version_type & 0xFF == REPLY
 
 

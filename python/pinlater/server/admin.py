@@ -335,8 +335,12 @@ def _foreign_host(request: web.Request) -> str | None:
 async def start_admin(server: PinLaterServer) -> web.AppRunner:
     """Build the admin app for ``server`` and listen on its admin host and port."""
     admin = AdminApp(server)
-    # (shutdown_timeout: a stop waits this long for admin requests in progress, not aiohttp's 60 s)
-    runner = web.AppRunner(admin.build(), access_log=None, shutdown_timeout=5.0)
+    # (shutdown_timeout: a stop waits this long for admin requests in progress, not aiohttp's 60 s;
+    # auto_decompress off: aiohttp inflated a compressed body as it came, and went on inflating
+    # the rest while it drained it after the 413 that refused it, so a 1 MB gzip of 1 GiB of JSON
+    # held the event loop, Thrift clients and all, for 2.8 s; the API refuses one unread instead:
+    # AdminApi._authorized)
+    runner = web.AppRunner(admin.build(), access_log=None, shutdown_timeout=5.0, auto_decompress=False)
     await runner.setup()
     site = GuardedSite(runner, server.settings.admin_host, server.settings.admin_port, admin.connections)
     await site.start()

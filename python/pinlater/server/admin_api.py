@@ -20,7 +20,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from pinlater import admin_files as config_files
 from pinlater._pinlater import DescriptorError
@@ -212,6 +212,9 @@ class AdminApi:
         hold ``max_bytes``; past ``POST_BYTES`` it is read as one of ``LARGE_POSTS``."""
         if request.content_type != "application/json":
             raise ApiError(415, "send the action as application/json")
+        encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+        if encoding != "identity":  # (the runner does not inflate bodies: start_admin)
+            raise ApiError(415, f"send the body uncompressed: Content-Encoding {encoding[:40]!r} is not taken")
         length = request.content_length
         if max_bytes > POST_BYTES and (length is None or length > POST_BYTES):
             if length is not None and length > max_bytes:

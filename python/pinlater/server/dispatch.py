@@ -93,6 +93,11 @@ _I32 = struct.Struct(">i")
 #: Methods decoded by the extension and answered by the handler as bytes (see the module doc).
 HOT_METHODS = frozenset({"enqueueJobs", "dequeueJobs", "ackDequeuedJobs"})
 
+#: Longest method name a message may carry (the service's longest is 20 characters). An unknown
+#: name used to be echoed in the refusal, twice (its reply's header and message), and logged in
+#: full: a 16 MiB name cost a 32 MiB reply and a 33 MB log line. A longer one closes the connection.
+MAX_METHOD_NAME = 128
+
 #: Most entries of a map or list result encoded at once (see the module doc).
 REPLY_PART = 1000
 
@@ -387,6 +392,10 @@ class Dispatcher:
             name, mtype, seqid, offset = _parse_header(payload)
         except MalformedPayload as exc:
             raise ProtocolError(f"unreadable message header: {exc}") from None
+        if len(name) > MAX_METHOD_NAME:
+            raise ProtocolError(
+                f"method name of {len(name)} characters, more than {MAX_METHOD_NAME}: {name[:MAX_METHOD_NAME]!r}..."
+            )
 
         method = self._methods.get(name)
         oneway = mtype == TMessageType.ONEWAY or (method is not None and method.oneway)
