@@ -34,6 +34,7 @@ from thriftpy2.transport.memory import TMemoryBuffer
 
 from pinlater.idl import idl
 from pinlater.server.connection import Connection
+from pinlater.server.dispatch import MAX_METHOD_NAME
 
 Start = Callable[..., ServerProcess]
 
@@ -379,6 +380,62 @@ def test_a_peer_that_never_reads_its_replies_is_closed_and_its_bytes_released(
     sock.close()
 
 
+def test_replies_unread_by_many_peers_share_one_budget_and_the_one_past_it_is_closed(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """Peers that each ask for a 12 MiB lookup and read nothing: the replies they leave unread
+    count against MAX_PENDING_FRAME_BYTES (of their own, apart from frames), and the connection
+    whose reply passes it is aborted, its bytes freed; the others wait as before. Each peer used
+    to hold its reply until the write stall timeout (300 of them held 3 GB)."""
+    mib = 1024 * 1024
+    service, t = thrift_gen
+    server = start_server(properties={"MAX_FRAME_BYTES": 16 * mib, "MAX_PENDING_FRAME_BYTES": 24 * mib})
+    api = api_for(server)
+    api.create("unread")
+    descriptors = [api.enqueue("unread", api.job(bytes([65 + i]) * (4 * mib)))[0] for i in range(3)]
+    lookup = frame(
+        encoded_call(
+            service,
+            "lookupJobs",
+            1,
+            context=t.RequestContext(source="t"),
+            request=t.PinLaterLookupJobRequest(jobDescriptors=descriptors, includeBody=True),
+        )
+    )
+    peers = []
+    for _ in range(5):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(lookup)
+        peers.append(sock)
+    wait_for(lambda: gauge(server, "replies_over_budget") >= 1, 30, what="a peer past the budget to be aborted")
+    assert gauge(server, "unread_reply_bytes") <= 24 * mib
+    (line, *_) = wait_for(lambda: log_lines(server, "its unread replies"), what="the abort to be logged")
+    assert "127.0.0.1" in line and "MAX_PENDING_FRAME_BYTES 25165824" in line, line
+    still_served(api)
+    aborted = [sock for sock in peers if ends_closed(sock)]  # (reads the others' replies whole)
+    assert 1 <= len(aborted) == gauge(server, "replies_over_budget") < len(peers)
+    for sock in peers:
+        sock.close()
+    wait_for(lambda: gauge(server, "unread_reply_bytes") == 0, what="the unread bytes to be released")
+    still_served(api)
+
+
+def ends_closed(sock: socket.socket) -> bool:
+    """Read until the server closes or resets the connection (True) or sends nothing for 1 s."""
+    sock.settimeout(1.0)
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
 def drain_until_closed(sock: socket.socket) -> None:
     """Read whatever replies were delivered until the server's close (EOF or reset)."""
     sock.settimeout(10)
@@ -499,12 +556,13 @@ def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
 ) -> None:
     """Pipelined calls answered without touching the store (unknown methods), then a reset: the
     replies after it would each have made asyncio warn, without saying whose they were. The
-    replies (each names the 2 KB method) are more than the peer's small receive window takes,
-    so the server is still writing when the reset comes, however fast its loop."""
+    replies (each names the method, of the longest name taken, twice) are more than the peer's
+    small receive window takes, so the server is still writing when the reset comes, however
+    fast its loop."""
     server = start_server()
     api = api_for(server)
-    name = "noSuchMethod" + "x" * 2000
-    batch = b"".join(frame(message(name, seqid)) for seqid in range(200))
+    name = "noSuchMethod" + "x" * (MAX_METHOD_NAME - len("noSuchMethod"))
+    batch = b"".join(frame(message(name, seqid)) for seqid in range(1000))
     for _ in range(30):
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

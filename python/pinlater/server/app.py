@@ -242,6 +242,7 @@ class PinLaterServer:
         gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
         gauge("long_polls_waiting", lambda: thrift.stats().long_polls_waiting)
         gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
+        gauge("unread_reply_bytes", lambda: thrift.stats().unread_reply_bytes)
         # Peers closed or refused by the transport's limits (totals since start).
         total = functools.partial(self.metrics.gauge, total=True)
         total("accept_errors", lambda: thrift.stats().accept_errors)
@@ -250,6 +251,7 @@ class PinLaterServer:
         total("frames_over_budget", lambda: thrift.stats().over_budget)
         total("connections_closed_idle", lambda: thrift.stats().idle_closed)
         total("connections_closed_write_stall", lambda: thrift.stats().write_stalls)
+        total("replies_over_budget", lambda: thrift.stats().replies_over_budget)
         # Objects out of the garbage collector's reach: what `pinlater serve` froze after start-up.
         gauge("gc_frozen_objects", gc.get_freeze_count)
         broker = self.broker

@@ -64,6 +64,9 @@ class Connection(asyncio.Protocol):
         #: its smallest size since writing paused (``FramedServer._sweep`` watches both).
         self.write_progress_at = 0.0
         self.write_buffer_low = 0
+        #: Reply bytes the peer had not taken when writing paused, counted against the server's
+        #: budget of unread replies (``_count_unread``).
+        self.unread = 0
         #: When the unfinished frame's first byte arrived (``time.monotonic``).
         self.frame_started = 0.0
         #: When the peer last sent anything or was last answered.
@@ -92,6 +95,7 @@ class Connection(asyncio.Protocol):
             self.worker.cancel()  # a long poll waiting for nobody (``lease.py``): ends now
         self._drop_queue()
         self._release()
+        self._uncount_unread()
         self._server._write_paused.discard(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
@@ -183,6 +187,7 @@ class Connection(asyncio.Protocol):
         self._server._write_paused.add(self)
 
     def resume_writing(self) -> None:
+        self._uncount_unread()
         self._server._write_paused.discard(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
@@ -242,6 +247,8 @@ class Connection(asyncio.Protocol):
                 if reply is not None:
                     self._write(reply)
                 if self._writable is not None and not self._writable.done():
+                    if self._count_unread():
+                        break  # aborted: over the budget of unread replies
                     await self._writable
         finally:
             self.worker = None
@@ -273,6 +280,33 @@ class Connection(asyncio.Protocol):
         self._server._log_peer_gone("client %s went away before its replies were written%s", self.peer, why)
 
     # -- limits ---------------------------------------------------------------------------------
+
+    def _count_unread(self) -> bool:
+        """Count the reply bytes the peer has not taken (writing paused) against the server's
+        budget of unread replies, ``max_pending_frame_bytes`` apart from the frames' own; past
+        it, abort (which frees them) and answer True. 300 peers that each sent a lookup of 10 MB
+        of bodies and read nothing held 3 GB until the write stall timeout closed them."""
+        server = self._server
+        size = self.write_buffer_size()
+        server._unread_reply_bytes += size - self.unread
+        self.unread = size
+        if server._unread_reply_bytes <= server.max_pending_frame_bytes:
+            return False
+        server._counters.replies_over_budget += 1
+        server._log_limit(
+            "closing connection from %s: its unread replies (%d bytes) would take the reply bytes waiting for "
+            "peers over MAX_PENDING_FRAME_BYTES %d",
+            self.peer,
+            size,
+            server.max_pending_frame_bytes,
+        )
+        self.abort()
+        return True
+
+    def _uncount_unread(self) -> None:
+        if self.unread:
+            self._server._unread_reply_bytes -= self.unread
+            self.unread = 0
 
     def _maybe_resume_reading(self) -> None:
         """Read again once the queue is down to half its bounds (and within the budget)."""
@@ -399,6 +433,7 @@ class Connection(asyncio.Protocol):
         self._closing = True
         self._aborted = True
         self._drop_queue()
+        self._uncount_unread()  # (the transport drops its buffer)
         if self._transport is not None and not self._lost:
             self._transport.abort()
 

@@ -26,6 +26,9 @@ Invariants:
     not shrink for ``frame_timeout_seconds`` the connection is aborted (aborted, as a graceful
     close would wait for the replies to drain). The frame timeout rather than the idle timeout,
     because a reply is a frame in transit like a request, and the idle timeout may be off.
+    Replies waiting so have a budget of their own, ``max_pending_frame_bytes`` again: the
+    connection whose reply takes the bytes unread by peers past it is aborted (its buffer goes
+    with it), so many peers that each ask for a big reply and read none hold at most that.
   - A connection with nothing in flight and nothing received for ``idle_timeout_seconds`` is
     closed (``None``: never).
 * A peer that goes away before its replies are written costs one rate-limited line naming it.
@@ -128,8 +131,12 @@ class ServerStats:
     idle_closed: int
     #: Connections aborted because their peer took none of its replies for the frame timeout.
     write_stalls: int
+    #: Connections aborted because their unread replies would pass the budget of unread replies.
+    replies_over_budget: int
     #: Gauge: bytes held in unfinished frames and in whole frames not yet handled, now.
     pending_frame_bytes: int
+    #: Gauge: reply bytes waiting for peers that stopped taking them, now (``Connection.unread``).
+    unread_reply_bytes: int
 
 
 class RequestSlots:
@@ -193,6 +200,7 @@ class _Counters:
     over_budget: int = 0
     idle_closed: int = 0
     write_stalls: int = 0
+    replies_over_budget: int = 0
 
 
 def connection_cap(max_connections: int, open_files_limit: int, reserve: int) -> int:
@@ -263,6 +271,8 @@ class FramedServer:
         self._partial: set[Connection] = set()
         #: Bytes in unfinished frames plus whole frames queued or being served (``conn.queued``).
         self._pending_frame_bytes = 0
+        #: Reply bytes that peers had not taken when their writing paused (``Connection.unread``).
+        self._unread_reply_bytes = 0
         #: Connections whose peer is not draining its replies (asyncio paused writing).
         self._write_paused: set[Connection] = set()
         self._all_lost: asyncio.Future[None] | None = None
@@ -544,7 +554,9 @@ class FramedServer:
             over_budget=c.over_budget,
             idle_closed=c.idle_closed,
             write_stalls=c.write_stalls,
+            replies_over_budget=c.replies_over_budget,
             pending_frame_bytes=self._pending_frame_bytes,
+            unread_reply_bytes=self._unread_reply_bytes,
         )
 
     # -- called by connections ------------------------------------------------------------------
