@@ -222,6 +222,9 @@ class PinLaterHandler:
         #: A lookup's reply may hold at most this many bytes (``_info_bytes``; ``MAX_FRAME_BYTES``),
         #: and a dequeue takes jobs while their bodies hold fewer (``DEQUEUE_BYTES``).
         self.max_reply_bytes = max_reply_bytes
+        #: The shard map whose longest name ``_reply_budget`` last measured, and that length.
+        self._named_shards: object = None
+        self._longest_shard_name = 0
         self.broker = broker
         self.metrics = metrics
         self.admin_password_hash = admin_password_hash.lower()
@@ -371,6 +374,7 @@ class PinLaterHandler:
                 await self._ack(acks)
         if limit <= 0:
             return encode_dequeue_batches(DEQUEUE, seqid, queue, [])
+        limit, max_bytes = self._reply_budget(queue, limit)
         if self.rate_limits is not None and not dry_run:
             try:
                 self.rate_limits.check_dequeue(queue, limit)
@@ -383,12 +387,12 @@ class PinLaterHandler:
         coverage = min(1.0, max(coverage, 1e-9))
         source = call.source or ""  # (``_source``)
         if acks is not None and carried is not None:
-            dequeued = await self._dequeue_with_acks(queue, limit, source, coverage, acks, carried)
+            dequeued = await self._dequeue_with_acks(queue, limit, source, coverage, acks, carried, max_bytes)
         else:
-            dequeued = await self._dequeue(queue, limit, source, dry_run, coverage)
+            dequeued = await self._dequeue(queue, limit, source, dry_run, coverage, max_bytes)
         wait_ms = min(call.wait_millis or 0, MAX_WAIT_MILLIS)
         if not dequeued and wait_ms > 0 and not dry_run:
-            dequeued = await self._long_poll(queue, limit, source, coverage, wait_ms)
+            dequeued = await self._long_poll(queue, limit, source, coverage, wait_ms, max_bytes)
         count, reply = _dequeue_reply(seqid, queue, dequeued)
         if count and not dry_run:  # (``incr``, inline)
             self.metrics.counters[f"{queue}_dequeue"] += count
@@ -397,17 +401,40 @@ class PinLaterHandler:
     # (``_dequeue`` and ``_dequeue_with_acks`` answer the store's coroutine to await, rather than
     # await it in one of their own: a coroutine fewer on every dequeue.)
 
-    def _dequeue(self, queue: str, limit: int, source: str, dry_run: bool, coverage: float) -> Awaitable[Dequeued]:
+    def _reply_budget(self, queue: str, limit: int) -> tuple[int, int]:
+        """The jobs and body bytes a dequeue asking for ``limit`` takes at most, so that its reply
+        holds about ``max_reply_bytes`` (past it by less than one body, as a store call's budget
+        of bodies is passed). Besides its body each job costs the reply its descriptor twice and
+        27 bytes (the jobs map and the metadata map); that share is kept to half the budget, and
+        the bodies get the rest. A budget of bodies alone let 300,000 one-byte jobs make a reply
+        of 21.6 MB, past a MAX_FRAME_BYTES of 16 MiB that clients may enforce too."""
+        shards = self.backend.shards
+        if shards is not self._named_shards:
+            self._longest_shard_name = max((len(name.encode()) for name in shards.names()), default=0)
+            self._named_shards = shards
+        # descriptor: queue ':' shard ':p' priority ':' id (a priority and an id of 20 digits at most)
+        per_job = 2 * (len(queue.encode()) + self._longest_shard_name + 46) + 27
+        limit = min(limit, max(1, self.max_reply_bytes // (2 * per_job)))
+        return limit, self.max_reply_bytes - limit * per_job
+
+    def _dequeue(
+        self, queue: str, limit: int, source: str, dry_run: bool, coverage: float, max_bytes: int
+    ) -> Awaitable[Dequeued]:
         """Through the broker, unless it is off or the request needs the direct walk (a dry run
         answers from the store; a coverage below 1 asks for a random part of the shards)."""
         if self.broker is not None and not dry_run and coverage >= 1.0:
-            return self.broker.dequeue(queue, limit, source, self.max_reply_bytes)
-        return self.backend.dequeue_jobs(
-            queue, limit, source, dry_run=dry_run, coverage=coverage, max_bytes=self.max_reply_bytes
-        )
+            return self.broker.dequeue(queue, limit, source, max_bytes)
+        return self.backend.dequeue_jobs(queue, limit, source, dry_run=dry_run, coverage=coverage, max_bytes=max_bytes)
 
     def _dequeue_with_acks(
-        self, queue: str, limit: int, source: str, coverage: float, acks: AckCall, groups: list[tuple[str, AckGroup]]
+        self,
+        queue: str,
+        limit: int,
+        source: str,
+        coverage: float,
+        acks: AckCall,
+        groups: list[tuple[str, AckGroup]],
+        max_bytes: int,
     ) -> Awaitable[Dequeued]:
         """A direct dequeue carrying its acks, successes only (``_ack``, with the broker off)."""
 
@@ -415,10 +442,12 @@ class PinLaterHandler:
             self.metrics.incr(f"{queue}_ack_succeeded", acks.succeeded)
 
         return self.backend.dequeue_jobs(
-            queue, limit, source, coverage=coverage, acks=groups, on_acked=acked, max_bytes=self.max_reply_bytes
+            queue, limit, source, coverage=coverage, acks=groups, on_acked=acked, max_bytes=max_bytes
         )
 
-    async def _long_poll(self, queue: str, limit: int, source: str, coverage: float, wait_ms: int) -> Dequeued:
+    async def _long_poll(
+        self, queue: str, limit: int, source: str, coverage: float, wait_ms: int, max_bytes: int
+    ) -> Dequeued:
         """Wait for jobs: woken at once by this server's enqueues, and re-checking every
         ``empty_recheck_ms`` for jobs made ready elsewhere. The rate limit was charged once. The
         request's slot is given back while it waits and taken again for each dequeue
@@ -435,7 +464,7 @@ class PinLaterHandler:
                 break
             if lease is not None:
                 await lease.take()
-            dequeued = await self._dequeue(queue, limit, source, False, coverage)
+            dequeued = await self._dequeue(queue, limit, source, False, coverage, max_bytes)
             if dequeued:
                 return dequeued
         return []
