@@ -35,6 +35,7 @@ from thriftpy2.transport.memory import TMemoryBuffer
 from pinlater.idl import idl
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import MAX_METHOD_NAME
+from pinlater.server.handler import MAX_LOOKUP
 
 Start = Callable[..., ServerProcess]
 
@@ -674,6 +675,20 @@ def test_a_lookup_whose_bodies_would_pass_the_frame_limit_is_refused(
     statuses = [api.enqueue("big", api.job(b"x", customStatus="s" * 3000))[0] for _ in range(3)]
     with pytest.raises(api.t.PinLaterException, match="more than a reply may"):
         api.lookup(*statuses)
+    still_served(api)
+
+
+def test_a_lookup_of_more_descriptors_than_it_takes_is_refused_unread(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """400,000 descriptors took 5 to 7 s of reads before the reply's size refused them."""
+    api = api_for(start_server())
+    api.create("many")
+    (descriptor,) = api.enqueue("many", api.job(b"x"))
+    many = [descriptor, *(f"many:s1:p1:{n}" for n in range(10**6, 10**6 + MAX_LOOKUP))]
+    with pytest.raises(api.t.PinLaterException, match=f"lookupJobs takes at most {MAX_LOOKUP} descriptors, not "):
+        api.lookup(*many)
+    assert set(api.lookup(*many[:-1])) == {descriptor}, "at the limit: looked up"
     still_served(api)
 
 
