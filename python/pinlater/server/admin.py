@@ -48,10 +48,9 @@ from pinlater.server.metrics import (
     memory_families,
     prometheus_registry,
     queue_depth_families,
-    render_prometheus,
+    render_families,
 )
 from pinlater.server.queue_counts import COUNT_COLUMNS as COUNT_COLUMNS
-from pinlater.server.queue_counts import QueueSnapshot
 
 if TYPE_CHECKING:
     from pinlater.server.app import PinLaterServer
@@ -91,7 +90,6 @@ class AdminApp(JobControlApi):
         self.history = RateHistory(server.metrics, interval=sample_interval)
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
-        self._queue_snapshot: QueueSnapshot | None = None  # read for each scrape
         self.redrives = Redrives()
         #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware.
         self.connections = AdminConnections()
@@ -189,9 +187,16 @@ class AdminApp(JobControlApi):
         return web.Response(text=self.server.metrics.render_json(), content_type="application/json")
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        # Set, then rendered with no await between: a concurrent scrape cannot swap it meanwhile.
-        self._queue_snapshot = await self.queue_snapshot_for_metrics()
-        return web.Response(body=render_prometheus(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        """The families that read the server's live state are collected on the loop; the queue
+        depths, which read only the count pass's snapshot (most of the text: a series per queue,
+        state and priority), are made and everything rendered on a worker thread. On the loop
+        a server of 20,000 queues held every client for each scrape of 33 MB, 4 to 10 s."""
+        snapshot = await self.queue_snapshot_for_metrics()
+        collected = list(self.registry.collect())
+        backend = self.server.backend
+        later = () if snapshot is None or backend is None else queue_depth_families(snapshot, backend.num_priorities)
+        body = await asyncio.get_running_loop().run_in_executor(None, render_families, collected, later)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _extra_families(self) -> Iterator[Metric]:
         backend = self.server.backend
@@ -206,9 +211,6 @@ class AdminApp(JobControlApi):
             yield healthy
             yield drain
             yield from memory_families(backend.shards, backend.memory_high_water)
-        snapshot = self._queue_snapshot
-        if snapshot is not None and backend is not None:
-            yield from queue_depth_families(snapshot, backend.num_priorities)
         yield from self._group_families()
         limits = self.server.rate_limits
         if limits is not None:

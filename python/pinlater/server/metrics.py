@@ -436,8 +436,23 @@ def prometheus_registry(metrics: Metrics, extra: Callable[[], Iterable[Metric]] 
     return registry
 
 
-def render_prometheus(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
+class _Families:
+    """What ``generate_latest`` reads of a registry (``collect``): families collected already,
+    then those ``later`` makes as they are rendered."""
+
+    def __init__(self, collected: list[Metric], later: Iterable[Metric]) -> None:
+        self.collected = collected
+        self.later = later
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.collected
+        yield from self.later
+
+
+def render_families(collected: list[Metric], later: Iterable[Metric]) -> bytes:
+    """The text exposition of ``collected``, then of ``later`` (made as they are rendered: safe
+    off the event loop when they read only what the loop no longer changes, a ``QueueSnapshot``)."""
+    return generate_latest(_Families(collected, later))
 
 
 # -- rate history -----------------------------------------------------------------------------

@@ -101,12 +101,23 @@ class QueueSnapshot:
     #: (``ShardedBackend.oldest_ready``), and how many jobs of each queue expired so far.
     oldest_ready: dict[tuple[str, int], int] = field(default_factory=dict)
     expired: dict[str, int] = field(default_factory=dict)
+    #: The smallest of ``oldest_ready`` per queue, made once with the snapshot: each queue's age
+    #: read by a scan of every queue's entries cost the scrape and the queue list time in the
+    #: square of the queues.
+    _oldest_by_queue: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        oldest: dict[str, int] = {}
+        for (queue, _), at in self.oldest_ready.items():
+            if at < oldest.get(queue, at + 1):
+                oldest[queue] = at
+        object.__setattr__(self, "_oldest_by_queue", oldest)
 
     def oldest_ready_age_ms(self, queue: str) -> int | None:
         """How long the queue's oldest ready PENDING job has been ready when the pass started;
         None when it had none."""
-        ready = [at for (q, _), at in self.oldest_ready.items() if q == queue]
-        return max(0, self.taken_at_ms - min(ready)) if ready else None
+        at = self._oldest_by_queue.get(queue)
+        return None if at is None else max(0, self.taken_at_ms - at)
 
 
 class QueueCounts:

@@ -575,10 +575,12 @@ class FramedServer:
 
     def _refused(self, peer: Any) -> None:
         self._counters.connections_rejected += 1
+        attaching = len(self._attaching)  # accepted, their transports being made: they count
         self._log_refused(
-            "refusing connection from %s: %d connections open (the cap is %d)",
+            "refusing connection from %s: %d connections open%s (the cap is %d)",
             peer,
             len(self._connections),
+            f" and {attaching} being set up" if attaching else "",
             self.connection_cap,
         )
 
