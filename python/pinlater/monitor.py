@@ -2,14 +2,18 @@
 deletes finished jobs, and forgets the dedup key records of jobs that are gone.
 
 One task per server walks every shard every BACKEND_MONITOR_THREAD_DELAY_SECONDS. For each
-queue and priority it makes three bounded store calls (at most BACKEND_MONITOR_UPDATE_MAX_SIZE
-jobs each): claims older than the claim timeout are treated as failures (the job returns to
-PENDING with one attempt less, or FAILED when none is left), and SUCCEEDED / FAILED jobs older
-than their TTLs are deleted. Then PENDING jobs past their ``expireAtTimestampMillis`` expire
+queue and priority it makes three sweeps of bounded store calls (at most
+BACKEND_MONITOR_UPDATE_MAX_SIZE jobs each): claims older than the claim timeout are treated as
+failures (the job returns to PENDING with one attempt less, or FAILED when none is left), and
+SUCCEEDED / FAILED jobs older than their TTLs are deleted. A sweep calls again while its call did
+its whole limit, up to SWEEP_CALLS calls: with one call a pass, as the original made, the GC
+deleted 100 jobs a second per queue, priority and shard at the defaults, so a queue that finished
+more than that piled up its jobs for good, and 500,000 claims of a crashed worker took 80
+minutes to come back. Then PENDING jobs past their ``expireAtTimestampMillis`` expire
 (``expire_jobs``: FAILED, "expired"; the store counts them), up to two bounded calls per priority,
 stopping at one that expires fewer than its limit. Then bounded calls forget the queue's dedup key
 records whose window has passed and whose job is gone (``gc_dedup_keys``): as many calls as the
-finished-job sweeps made (two per priority), so records go as fast as their jobs, stopping early
+finished-job sweeps made (two per priority at least), so records go as fast as their jobs, stopping early
 at a call that forgets none. If one fails for a reason other than the shard or the queue being gone, that is
 logged and the pass goes on with the next queue. Last, it reads the queue's ordered groups
 (``group_counts``: one call, on stores that keep groups), which ``/metrics`` exports as of the
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pinlater.backends.base import GroupCounts, JobState
@@ -33,6 +38,10 @@ from pinlater.errors import PinLaterError, QueueNotFoundError, ShardConnectionEr
 log = logging.getLogger(__name__)
 
 HOUR_MS = 3_600_000
+#: Most calls one sweep (of a queue, priority and shard) makes in one pass, each of
+#: BACKEND_MONITOR_UPDATE_MAX_SIZE jobs, while each did its whole limit: 100,000 jobs a pass, 10,000
+#: a second at the defaults, so a pass stays bounded and still keeps up with a busy queue.
+SWEEP_CALLS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,40 +130,43 @@ class Monitor:
             log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])
         return totals
 
+    async def _sweep(
+        self, shard: Shard, fn: Callable[..., int], args_at: Callable[[int], tuple[object, ...]]
+    ) -> tuple[int, int]:
+        """``fn(*args_at(now))`` on the shard's store again while it did the whole limit, at most
+        ``SWEEP_CALLS`` times: the jobs done and the calls made."""
+        done = calls = 0
+        while calls < SWEEP_CALLS:
+            n: int = await self.backend.call_store(shard, fn, *args_at(self.backend.clock.now_ms()))
+            done += n
+            calls += 1
+            if n < self.policy.max_per_pass:
+                break
+        return done, calls
+
     async def _queue_pass(self, shard: Shard, queue: str, totals: dict[str, int]) -> None:
         """The three bounded sweeps of one queue on one shard, each priority, then the dedup keys
         whose jobs are gone; adds to ``totals``."""
         p = self.policy
         call = self.backend.call_store
+        gc_calls = 0
         for priority in range(1, self.backend.num_priorities + 1):
-            now = self.backend.clock.now_ms()
-            totals["resurrected"] += await call(
-                shard,
-                shard.store.resurrect_timed_out_jobs,
-                queue,
-                priority,
-                now - p.claim_timeout_ms,
-                p.max_per_pass,
-                now,
-            )
-            totals["gc_succeeded"] += await call(
-                shard,
-                shard.store.gc_finished_jobs,
-                queue,
-                priority,
-                JobState.SUCCEEDED,
-                now - p.succeeded_ttl_ms,
-                p.max_per_pass,
-            )
-            totals["gc_failed"] += await call(
-                shard,
-                shard.store.gc_finished_jobs,
-                queue,
-                priority,
-                JobState.FAILED,
-                now - p.failed_ttl_ms,
-                p.max_per_pass,
-            )
+
+            def resurrect_args(now: int, priority: int = priority) -> tuple[object, ...]:
+                return (queue, priority, now - p.claim_timeout_ms, p.max_per_pass, now)
+
+            def gc_args(state: JobState, ttl_ms: int, priority: int = priority) -> Callable[[int], tuple[object, ...]]:
+                return lambda now: (queue, priority, state, now - ttl_ms, p.max_per_pass)
+
+            done, _ = await self._sweep(shard, shard.store.resurrect_timed_out_jobs, resurrect_args)
+            totals["resurrected"] += done
+            for state, ttl_ms, key in (
+                (JobState.SUCCEEDED, p.succeeded_ttl_ms, "gc_succeeded"),
+                (JobState.FAILED, p.failed_ttl_ms, "gc_failed"),
+            ):
+                done, calls = await self._sweep(shard, shard.store.gc_finished_jobs, gc_args(state, ttl_ms))
+                totals[key] += done
+                gc_calls += calls
         for _ in range(2 * self.backend.num_priorities):
             now = self.backend.clock.now_ms()
             expired = await call(shard, shard.store.expire_jobs, queue, now, p.max_per_pass)
@@ -162,7 +174,7 @@ class Monitor:
             if expired < p.max_per_pass:
                 break
         try:
-            for _ in range(2 * self.backend.num_priorities):
+            for _ in range(max(2 * self.backend.num_priorities, gc_calls)):
                 now = self.backend.clock.now_ms()
                 forgotten = await call(shard, shard.store.gc_dedup_keys, queue, now, p.max_per_pass)
                 totals["gc_dedup_keys"] += forgotten

@@ -6,11 +6,13 @@ contract (see ``pinlater.backends.base``), never an implementation detail of one
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
+from pinlater import monitor
 from pinlater.backends.base import (
     RESERVATION_PREFIX,
     AckItem,
@@ -21,7 +23,12 @@ from pinlater.backends.base import (
     NewJob,
     ShardStore,
 )
+from pinlater.backends.sharded import ShardedBackend
+from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
+from pinlater.monitor import Monitor, MonitorPolicy
+from pinlater.server.metrics import Metrics
 
 Q = "test_queue"
 T0 = 1_700_000_000_000  # an arbitrary "now", in ms since the epoch
@@ -620,6 +627,33 @@ def test_gc_deletes_old_finished_jobs(store: ShardStore, queue: str) -> None:
     assert store.gc_finished_jobs(queue, 1, JobState.SUCCEEDED, T0 + 500, 10) == 0
     assert states(store, new + failed) == [JobState.SUCCEEDED, JobState.FAILED]
     assert store.gc_finished_jobs(queue, 1, JobState.FAILED, T0 + 1, 10) == 1
+
+
+def test_a_monitor_pass_keeps_sweeping_while_a_sweep_does_its_whole_limit(
+    store: ShardStore, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call per sweep and pass, as the original made, deleted 100 jobs a second per queue,
+    priority and shard at the defaults (a busy queue piled up its finished jobs for good) and
+    brought back 1,000 timed-out claims a pass. Each sweep calls again while it did its limit
+    (4 here), up to SWEEP_CALLS calls (3 here)."""
+    done = claim_all(store, 10, now=T0)
+    store.ack_jobs(queue, [AckItem(1, i) for i in done], [], T0)
+    make_failed(store, 13, now=T0)
+    stuck = claim_all(store, 9, now=T0)
+    backend = ShardedBackend(
+        ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=2, clock=ManualClock(T0 + 120_000)
+    )
+    policy = MonitorPolicy(
+        interval_seconds=60, max_per_pass=4, claim_timeout_ms=60_000, succeeded_ttl_ms=60_000, failed_ttl_ms=60_000
+    )
+    monkeypatch.setattr(monitor, "SWEEP_CALLS", 3)
+    try:
+        totals = asyncio.run(Monitor(backend, policy, Metrics()).run_once())
+    finally:
+        backend._executor.shutdown(wait=True)  # the store fixture closes the store
+    assert (totals["gc_succeeded"], totals["gc_failed"], totals["resurrected"]) == (10, 12, 9)
+    assert states(store, stuck) == [JobState.PENDING] * 9
+    assert store.count_jobs(queue, JobFilter(JobState.FAILED, 1, T0), None) == 1, "the 13th waits for the next pass"
 
 
 # -- errors and lifecycle -----------------------------------------------------------------------
