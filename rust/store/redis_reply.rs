@@ -302,6 +302,8 @@ impl<'a> Cursor<'a> {
             b':' => Item::Int(n),
             b'+' => Item::Status(body),
             b'-' => Item::Error(body),
+            // (below -1 a length is no nil but a malformed header, as `reply_end` reads it)
+            b'*' | b'$' if n < -1 => return Err(header_error(kind, body)),
             b'*' => Item::Array(usize::try_from(n).ok()),
             b'$' => match usize::try_from(n) {
                 Ok(len) => {
@@ -951,6 +953,11 @@ mod tests {
             b"*-1\r\n".to_vec(),
             b"+OK\r\n".to_vec(),
             b"*9\r\n:0\r\n:0\r\n*1\r\n:1\r\n:2\r\n$1\r\nb\r\n:1\r\n:1\r\n:1\r\n:1\r\n".to_vec(),
+            // a length below -1 is a bad header, not a nil (found by fuzzing: the cursor read it
+            // as a nil where reply_end refused it)
+            b"*9\r\n:0\r\n:0\r\n:5\r\n:1\r\n$0\r\n\r\n$-2\r\n:3\r\n:0\r\n:0\r\n".to_vec(),
+            b"*9\r\n:0\r\n:0\r\n:5\r\n:1\r\n$0\r\n\r\n*-2\r\n:3\r\n:0\r\n:0\r\n".to_vec(),
+            b"*-2\r\n".to_vec(),
         ];
         for as_int in [true, false] {
             cases.push(one_job(as_int, 7, 5, 3, 1_700_000_000));
