@@ -123,3 +123,19 @@ def test_a_checkpoint_back_to_pending_later_is_looked_for_at_its_time(
     assert looks(backend, counts, [499]) == []
     clock.advance(1)
     assert [j.descriptor for j in asyncio.run(dequeue(backend, Q, 10, "w"))] == [got.descriptor]
+
+
+def test_acks_of_made_up_shards_are_ignored_in_one_line_and_leave_no_hint(
+    backend: ShardedBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any name is a descriptor's shard on the wire: 500 failures of as many made-up shards, each
+    with a retry delay, used to log a line each and keep a hint each for good (where the job
+    would come back), a peer's names growing the server without bound."""
+    [real] = asyncio.run(enqueue(backend, Q, [NewJob(1, b"x", 0, 2)]))
+    made_up = [(f"nope{i}", AckItem(1, i, "", 60_000)) for i in range(500)]
+    with caplog.at_level("WARNING", logger="pinlater.backends.sharded"):
+        asyncio.run(ack(backend, Q, failed=made_up))
+    (line,) = [r.getMessage() for r in caplog.records if "unknown shard" in r.getMessage()]
+    assert line == "ack names 500 unknown shard(s) ('nope0', ...); ignored (500 jobs)"
+    assert not any(place[0].startswith("nope") for place in backend._future_ready)
+    assert [job.descriptor for job in asyncio.run(dequeue(backend, Q, 10, "w"))] == [real]

@@ -1278,16 +1278,26 @@ class ShardedBackend:
         attempts left), so the hints know where jobs come back."""
         calls = []
         now = self.clock.now_ms()
+        unknown, ignored = [], 0
         for shard_name, acks in groups:
             shard = self._shard(shard_name)
             if shard is None:
-                log.warning("ack names unknown shard %s; ignored (%d jobs)", shard_name, len(acks))
+                unknown.append(shard_name)
+                ignored += len(acks)
                 continue
             hot = self.hot_path(shard)
             if len(acks) > STORE_CALL_JOBS:
                 calls.append(self.on_shard(shard, _ack_in_parts(hot, queue, acks, now)))
             else:
                 calls.append(self.on_shard(shard, hot.ack_jobs(queue, acks, now)))
+        if unknown:  # one line a call, however many names a peer made up (a line each was a flood)
+            log.warning(
+                "ack names %d unknown shard(s) (%.64r%s); ignored (%d jobs)",
+                len(unknown),
+                unknown[0],
+                ", ..." if len(unknown) > 1 else "",
+                ignored,
+            )
         try:
             await _gather_raising_first(calls)
         finally:
@@ -1299,7 +1309,8 @@ class ShardedBackend:
         """The walk's hints after acks were written (so no dequeue in between notes the places
         empty again): where retried jobs come back, and every place of a queue that holds back."""
         for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
-            self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+            if self._shard(shard_name) is not None:  # (a hint per made-up name was kept for good)
+                self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
         for shard_name, _ in groups:
             self._room_back(shard_name, queue)
 
