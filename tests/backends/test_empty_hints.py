@@ -130,12 +130,15 @@ def test_acks_of_made_up_shards_are_ignored_in_one_line_and_leave_no_hint(
 ) -> None:
     """Any name is a descriptor's shard on the wire: 500 failures of as many made-up shards, each
     with a retry delay, used to log a line each and keep a hint each for good (where the job
-    would come back), a peer's names growing the server without bound."""
+    would come back), a peer's names growing the server without bound; so did a checkpoint's
+    move to PENDING."""
     [real] = asyncio.run(enqueue(backend, Q, [NewJob(1, b"x", 0, 2)]))
     made_up = [(f"nope{i}", AckItem(1, i, "", 60_000)) for i in range(500)]
     with caplog.at_level("WARNING", logger="pinlater.backends.sharded"):
         asyncio.run(ack(backend, Q, failed=made_up))
     (line,) = [r.getMessage() for r in caplog.records if "unknown shard" in r.getMessage()]
     assert line == "ack names 500 unknown shard(s) ('nope0', ...); ignored (500 jobs)"
+    moves = [("nope-too", CheckpointItem(1, 7, 60_000, move_to_pending=True))]
+    assert asyncio.run(backend.checkpoint_jobs(Q, "w", moves)) == 0
     assert not any(place[0].startswith("nope") for place in backend._future_ready)
     assert [job.descriptor for job in asyncio.run(dequeue(backend, Q, 10, "w"))] == [real]

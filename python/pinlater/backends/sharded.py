@@ -520,7 +520,11 @@ class ShardedBackend:
             self._ready_later(shard, queue, priority, ready_at_ms)
 
     def _ready_later(self, shard: str, queue: str, priority: int, ready_at_ms: int) -> None:
-        """A job this server wrote becomes ready at ``ready_at_ms``: look there by then."""
+        """A job this server wrote becomes ready at ``ready_at_ms``: look there by then. A shard
+        that is not in the map (a descriptor's made-up name: an ack's retry, a checkpoint's move)
+        gets no hint: the walk never looks there, and each name's hint was kept for good."""
+        if self._shard(shard) is None:
+            return
         place = (shard, queue, priority)
         times = self._future_ready.setdefault(place, [])
         if len(times) < MAX_FUTURE_READY_TIMES:
@@ -1309,8 +1313,7 @@ class ShardedBackend:
         """The walk's hints after acks were written (so no dequeue in between notes the places
         empty again): where retried jobs come back, and every place of a queue that holds back."""
         for shard_name, priority, retry_delay_ms in retried:  # retried, if it had attempts left
-            if self._shard(shard_name) is not None:  # (a hint per made-up name was kept for good)
-                self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
+            self._ready_at(shard_name, queue, priority, now + retry_delay_ms, now)
         for shard_name, _ in groups:
             self._room_back(shard_name, queue)
 
