@@ -46,6 +46,9 @@ pub enum DescriptorError {
     /// The encoder's parallel inputs differ in length.
     #[error("cannot encode job descriptors: {priorities} priorities but {local_ids} local ids")]
     LengthMismatch { priorities: usize, local_ids: usize },
+    /// One call's acks name more shards than any deployment has (`hot_calls::MAX_ACK_SHARDS`).
+    #[error("the acks name more than {0} shards")]
+    TooManyShards(usize),
     /// The first failing item of a batch; `index` is its position in the input.
     #[error("descriptor at index {index}: {error}")]
     AtIndex {

@@ -40,6 +40,10 @@ const T_LIST: u8 = 15;
 /// `PinLaterJobAckInfo`) need a string field (a 3-byte header, a 4-byte length) and a STOP.
 const MIN_COMPLETE_ITEM: usize = 8;
 
+/// Most shards one ack call may name (`AckCall::groups`): far past any deployment's, far below
+/// the hundreds of thousands of made-up names a frame holds.
+pub const MAX_ACK_SHARDS: usize = 10_000;
+
 /// `ErrorCode.PRIORITY_NOT_SUPPORTED` of the IDL.
 pub const PRIORITY_NOT_SUPPORTED: i32 = 416;
 /// `ErrorCode.ENQUEUE_REJECTED` of the IDL.
@@ -801,7 +805,9 @@ impl AckCall {
     ///
     /// A shard is found by the last one's name, else in a map: a search of the groups for each
     /// ack took time in the acks times the shards they name, which a peer picks (any name is a
-    /// descriptor's shard here): 160,000 acks of as many shards held the loop for 26 s.
+    /// descriptor's shard here): 160,000 acks of as many shards held the loop for 26 s. Past
+    /// `MAX_ACK_SHARDS` shards the call is refused (each group costs the server a Python value
+    /// and a lookup in its shard map: 160,000 made-up shards, 0.5 s).
     pub fn groups(&self, payload: &[u8]) -> Result<Vec<(String, AckGroup)>, DescriptorError> {
         let mut groups: Vec<(String, AckGroup)> = Vec::new();
         let mut index: foldhash::HashMap<&str, usize> = foldhash::HashMap::default();
@@ -811,6 +817,8 @@ impl AckCall {
                 groups.len() - 1
             } else if let Some(&i) = index.get(d.shard) {
                 i
+            } else if groups.len() == MAX_ACK_SHARDS {
+                return Err(DescriptorError::TooManyShards(MAX_ACK_SHARDS));
             } else {
                 index.insert(d.shard, groups.len());
                 groups.push((d.shard.to_owned(), AckGroup::default()));
@@ -1370,6 +1378,20 @@ mod tests {
         assert_eq!(groups[1].1.failed[0].append_custom_status, "x");
         assert_eq!(call.retried(&w.0).unwrap(), vec![("1".to_owned(), 1, 0)]);
         assert_eq!(call.keys(&w.0).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn acks_past_the_most_shards_are_refused() {
+        let descriptors: Vec<String> = (0..=MAX_ACK_SHARDS)
+            .map(|i| format!("q:s{i}:p1:1"))
+            .collect();
+        let succeeded: Vec<&str> = descriptors.iter().map(String::as_str).collect();
+        let w = ack_call(&succeeded, &[]);
+        let err = decode_ack(&w).unwrap().groups(&w.0).unwrap_err();
+        assert_eq!(err, DescriptorError::TooManyShards(MAX_ACK_SHARDS));
+        let w = ack_call(&succeeded[..MAX_ACK_SHARDS], &[]);
+        let groups = decode_ack(&w).unwrap().groups(&w.0).unwrap();
+        assert_eq!(groups.len(), MAX_ACK_SHARDS);
     }
 
     #[test]

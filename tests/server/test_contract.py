@@ -368,3 +368,6 @@ def test_each_client_error_has_its_contract_code(api: Api) -> None:
     with pytest.raises(api.t.PinLaterException) as info:
         api.dequeue("errs", jobAckRequest=api.ack_request("errs", ok=["errs:p1:1"]))
     assert info.value.errorCode == e.UNKNOWN and info.value.message.startswith("invalid job descriptor: ")
+    made_up = [f"errs:s{i}:p1:1" for i in range(10_001)]  # (each a group of the server's)
+    with pytest.raises(api.t.PinLaterException, match="the acks name more than 10000 shards"):
+        api.c.ackDequeuedJobs(api.ctx, api.ack_request("errs", ok=made_up))
