@@ -1220,14 +1220,17 @@ class BodyMatcher:
         """The pattern as given."""
 
     def is_match(self, body: bytes) -> bool:
-        """Whether the pattern occurs in ``body`` (the GIL released from 64 KiB on)."""
+        """Whether the pattern occurs in ``body`` (the GIL released from 64 KiB on). Unbudgeted:
+        a large pattern over a large body can take a minute; the server uses ``match_indices``."""
 
     def match_indices(self, bodies: Sequence[bytes | None], budget_seconds: float) -> list[int]:
         """Positions in ``bodies`` of the bodies the pattern occurs in (``None`` never matches),
         matched with the GIL released.
 
-        The clock is read before each body: once ``budget_seconds`` have passed (at once when it
-        is 0 or negative and a body remains), the batch stops with ``BodyFilterTimeout``.
+        The clock is read before each body, and every 256 bytes within a body whose worst case is
+        large (its automaton's states times its length): once ``budget_seconds`` have passed (at
+        once when it is 0 or negative and a body remains), the batch stops with
+        ``BodyFilterTimeout``, milliseconds late at most.
 
         Raises:
             BodyFilterTimeout: the budget ran out.

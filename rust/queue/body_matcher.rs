@@ -12,10 +12,22 @@
 //!   [`SIZE_LIMIT`] (e.g. `\w{5000}`), so compiling stays cheap too.
 //! - A batch of bodies is matched against a deadline ([`BodyMatcher::match_indices`]): past it,
 //!   the batch stops with [`BudgetExceeded`] instead of returning a partial answer.
+//! - Linear is not cheap: the work per byte grows with the pattern's automaton, so
+//!   `a(?-u:[\x00-\xff]){8000}b` took the `regex` crate 57 s on one 1 MiB body (its lazy DFA
+//!   gives up on the ever-new states and its NFA simulation steps 8,000 states a byte), and
+//!   nothing could stop it. A body whose worst case is small ([`DIRECT_WORK`]) is searched by the
+//!   `regex` crate, fastest; a larger one by a lazy DFA this module walks itself, reading the
+//!   clock every [`CLOCK_EVERY_BYTES`] bytes, so a search stops within a few milliseconds of its
+//!   deadline whatever the body and the pattern.
 
 use std::time::{Duration, Instant};
 
 use regex::bytes::{Regex, RegexBuilder};
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::hybrid::LazyStateID;
+use regex_automata::nfa::thompson;
+use regex_automata::util::syntax;
+use regex_automata::Input;
 
 /// Longest pattern accepted, in bytes of UTF-8.
 pub const MAX_PATTERN_BYTES: usize = 4096;
@@ -25,6 +37,18 @@ pub const SIZE_LIMIT: usize = 1 << 20;
 
 /// Most memory the lazy DFA of one pattern may cache per searching thread.
 pub const DFA_SIZE_LIMIT: usize = 1 << 20;
+
+/// Largest worst case, in automaton states times body bytes, of a body searched by the `regex`
+/// crate in one go; about 7 ns a unit when its lazy DFA gives up, so at most some 30 ms.
+pub const DIRECT_WORK: usize = 1 << 22;
+
+/// Bytes the lazy DFA walks between two readings of the clock: a byte costs at most a new state
+/// (a few tens of µs for the largest automata), and the clock some 20 ns.
+pub const CLOCK_EVERY_BYTES: usize = 256;
+
+/// What [`DIRECT_WORK`] costs at most, per unit, for a body that has to be searched in one go
+/// without the lazy DFA (see [`BodyMatcher::body_matches`]).
+const NANOS_PER_WORK_UNIT: u64 = 8;
 
 /// Why a pattern is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +87,21 @@ fn syntax_reason(message: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct BodyMatcher {
     regex: Regex,
+    /// The forward, unanchored lazy DFA of the pattern, walked here for bodies too large for
+    /// [`DIRECT_WORK`]; None if it cannot be built (the `regex` crate then searches every body,
+    /// when the budget left covers its worst case).
+    dfa: Option<DFA>,
+    /// States of the pattern's automaton: a search's worst case is about this many units a byte.
+    states: usize,
+}
+
+/// How a walk of the lazy DFA ended.
+enum Walk {
+    Decided(bool),
+    /// The deadline passed first.
+    Spent,
+    /// The DFA cannot decide at some byte: a Unicode `\b` beside a non-ASCII byte.
+    Quit,
 }
 
 impl BodyMatcher {
@@ -71,16 +110,45 @@ impl BodyMatcher {
         if pattern.len() > MAX_PATTERN_BYTES {
             return Err(PatternError::TooLong(pattern.len()));
         }
-        RegexBuilder::new(pattern)
+        let regex = RegexBuilder::new(pattern)
             .size_limit(SIZE_LIMIT)
             .dfa_size_limit(DFA_SIZE_LIMIT)
             .build()
-            .map(|regex| Self { regex })
             .map_err(|err| match err {
                 regex::Error::CompiledTooBig(_) => PatternError::TooBig,
                 regex::Error::Syntax(message) => PatternError::Syntax(syntax_reason(&message)),
                 other => PatternError::Syntax(other.to_string()),
-            })
+            })?;
+        // The syntax `regex::bytes` uses: Unicode on, and classes may match invalid UTF-8.
+        let nfa = thompson::Compiler::new()
+            .syntax(syntax::Config::new().utf8(false))
+            .configure(
+                thompson::Config::new()
+                    .utf8(false)
+                    .nfa_size_limit(Some(SIZE_LIMIT))
+                    .which_captures(thompson::WhichCaptures::None),
+            )
+            .build(pattern);
+        let Ok(nfa) = nfa else {
+            // Accepted by `regex` a moment ago: the only difference is the unanchored prefix.
+            return Ok(Self {
+                regex,
+                dfa: None,
+                states: usize::MAX,
+            });
+        };
+        let states = nfa.states().len();
+        let dfa = DFA::builder()
+            .configure(
+                DFA::config()
+                    .cache_capacity(DFA_SIZE_LIMIT)
+                    .skip_cache_capacity_check(true)
+                    .unicode_word_boundary(true)
+                    .minimum_cache_clear_count(None),
+            )
+            .build_from_nfa(nfa)
+            .ok();
+        Ok(Self { regex, dfa, states })
     }
 
     /// The pattern as given.
@@ -96,27 +164,110 @@ impl BodyMatcher {
     }
 
     /// Positions in `bodies` of the bodies the pattern occurs in (a `None` body never matches),
-    /// or [`BudgetExceeded`] once `budget` has passed. The clock is read before each body, so a
-    /// batch overruns its budget by at most one body's match (linear in that body's length).
+    /// or [`BudgetExceeded`] once `budget` has passed. The clock is read before each body and
+    /// within large ones, so a batch overruns its budget by milliseconds at most.
     pub fn match_indices(
         &self,
         bodies: &[Option<&[u8]>],
         budget: Duration,
     ) -> Result<Vec<usize>, BudgetExceeded> {
         let deadline = Instant::now().checked_add(budget);
+        let mut cache = None;
         let mut found = Vec::new();
         for (i, body) in bodies.iter().enumerate() {
+            let spent = BudgetExceeded {
+                done: i,
+                total: bodies.len(),
+            };
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(BudgetExceeded {
-                    done: i,
-                    total: bodies.len(),
-                });
+                return Err(spent);
             }
-            if body.is_some_and(|b| self.regex.is_match(b)) {
-                found.push(i);
+            let Some(body) = body else { continue };
+            match self.body_matches(&mut cache, body, deadline) {
+                Some(true) => found.push(i),
+                Some(false) => {}
+                None => return Err(spent),
             }
         }
         Ok(found)
+    }
+
+    /// Whether the pattern occurs in `body`, or None if that cannot be known by `deadline`.
+    /// `cache`: the lazy DFA's, made on first use and kept for the batch.
+    fn body_matches(
+        &self,
+        cache: &mut Option<Cache>,
+        body: &[u8],
+        deadline: Option<Instant>,
+    ) -> Option<bool> {
+        let work = body.len().saturating_mul(self.states);
+        if work <= DIRECT_WORK {
+            return Some(self.regex.is_match(body));
+        }
+        if let Some(dfa) = &self.dfa {
+            let cache = cache.get_or_insert_with(|| dfa.create_cache());
+            match walk(dfa, cache, body, deadline) {
+                Walk::Decided(found) => return Some(found),
+                Walk::Spent => return None,
+                Walk::Quit => {}
+            }
+        }
+        // Nothing here can stop the `regex` crate midway: search only if its worst case fits in
+        // what is left of the budget.
+        if let Some(deadline) = deadline {
+            let nanos = u64::try_from(work)
+                .unwrap_or(u64::MAX)
+                .saturating_mul(NANOS_PER_WORK_UNIT);
+            if Instant::now() + Duration::from_nanos(nanos) > deadline {
+                return None;
+            }
+        }
+        Some(self.regex.is_match(body))
+    }
+}
+
+/// Walks `body` through the lazy DFA a byte at a time, reading the clock every
+/// [`CLOCK_EVERY_BYTES`] bytes. A match state is entered one byte after the match ends, and the
+/// end of the body has a transition of its own.
+fn walk(dfa: &DFA, cache: &mut Cache, body: &[u8], deadline: Option<Instant>) -> Walk {
+    let Ok(mut state) = dfa.start_state_forward(cache, &Input::new(body)) else {
+        return Walk::Quit;
+    };
+    let settled = |state: LazyStateID| {
+        if state.is_match() {
+            Some(Walk::Decided(true))
+        } else if state.is_dead() {
+            Some(Walk::Decided(false))
+        } else if state.is_quit() {
+            Some(Walk::Quit)
+        } else {
+            None
+        }
+    };
+    if let Some(end) = settled(state) {
+        return end;
+    }
+    for chunk in body.chunks(CLOCK_EVERY_BYTES) {
+        for &byte in chunk {
+            // Without a minimum clear count the cache is cleared as often as it fills, never
+            // given up on: the clock decides when to stop.
+            let Ok(next) = dfa.next_state(cache, state, byte) else {
+                return Walk::Quit;
+            };
+            state = next;
+            if state.is_tagged() {
+                if let Some(end) = settled(state) {
+                    return end;
+                }
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Walk::Spent;
+        }
+    }
+    match dfa.next_eoi_state(cache, state) {
+        Ok(end) => Walk::Decided(end.is_match()),
+        Err(_) => Walk::Quit,
     }
 }
 
@@ -177,5 +328,94 @@ mod tests {
             Err(BudgetExceeded { done: 0, total: 4 })
         );
         assert_eq!(matcher.match_indices(&[], Duration::ZERO), Ok(vec![]));
+    }
+
+    /// Bodies of about 64 KiB, each with a distinct tail, in ASCII and in two-byte UTF-8.
+    fn large_bodies() -> Vec<Vec<u8>> {
+        let tails: [&[u8]; 6] = [
+            b"needle",
+            b"needlex",
+            b" a@b.com",
+            b"\xffn",
+            "\u{e9}en".as_bytes(),
+            b"",
+        ];
+        let mut bodies = Vec::new();
+        for tail in tails {
+            for filler in [&b"x"[..], "\u{e9}".as_bytes()] {
+                let mut body = filler.repeat((1 << 16) / filler.len());
+                body.extend_from_slice(tail);
+                bodies.push(body);
+            }
+        }
+        bodies
+    }
+
+    #[test]
+    fn the_walked_dfa_matches_as_the_regex_crate_searches() {
+        let bodies = large_bodies();
+        let patterns = [
+            "needle",
+            "^x",
+            "^y",
+            "needle$",
+            r"\w+@\w+\.com",
+            r"(?-u:\xff)n",
+            "\u{e9}+n",
+            r"[^x\u{e9}]",
+            r"\bneedle\b",
+            r"^(?s:.)*needlex$",
+        ];
+        for pattern in patterns {
+            let matcher = BodyMatcher::new(pattern).unwrap();
+            let dfa = matcher.dfa.as_ref().unwrap();
+            let mut cache = dfa.create_cache();
+            for body in &bodies {
+                let tail = String::from_utf8_lossy(&body[body.len() - 8..]);
+                let expected = matcher.regex.is_match(body);
+                match walk(dfa, &mut cache, body, None) {
+                    Walk::Decided(found) => assert_eq!(found, expected, "{pattern} on ...{tail}"),
+                    Walk::Quit => assert!(
+                        pattern.contains(r"\b") && !body.is_ascii(),
+                        "{pattern} on ...{tail}"
+                    ),
+                    Walk::Spent => unreachable!("no deadline"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_costly_search_stops_at_its_deadline_within_one_body() {
+        // Every byte a new DFA state of up to 8,000 NFA states: the `regex` crate takes a
+        // minute over this body, and could not be stopped.
+        let matcher = BodyMatcher::new(r"a(?-u:[\x00-\xff]){8000}c").unwrap();
+        let body: Vec<u8> = (0..1u32 << 20)
+            .map(|i| if i.count_ones() % 2 == 0 { b'a' } else { b'b' })
+            .collect();
+        let started = Instant::now();
+        let spent = matcher.match_indices(&[None, Some(&body)], Duration::from_millis(300));
+        assert_eq!(spent, Err(BudgetExceeded { done: 1, total: 2 }));
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "stopped after {took:?}");
+    }
+
+    #[test]
+    fn a_body_the_dfa_quits_on_is_searched_only_if_its_worst_case_fits_the_budget() {
+        // A Unicode word boundary beside a non-ASCII byte: the lazy DFA cannot decide it.
+        let cheap = BodyMatcher::new(r"\bneedle\b").unwrap();
+        let mut body = "\u{e9}".repeat(1 << 19).into_bytes();
+        body.extend_from_slice(b" needle");
+        assert_eq!(
+            cheap.match_indices(&[Some(&body)], Duration::from_secs(600)),
+            Ok(vec![0])
+        );
+        let costly = BodyMatcher::new(r"\b\w{3}[a-z]{300}c").unwrap();
+        let started = Instant::now();
+        assert_eq!(
+            costly.match_indices(&[Some(&body)], Duration::from_secs(1)),
+            Err(BudgetExceeded { done: 0, total: 1 })
+        );
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

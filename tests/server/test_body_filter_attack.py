@@ -198,3 +198,29 @@ def test_a_filter_past_its_time_budget_fails_naming_the_budget(start_pinlater: S
         # Nothing was deleted, the shard stays healthy, and unfiltered reads are not budgeted.
         assert a.count("slow", PENDING) == 50
         assert len(a.scan("slow", PENDING, limit=100).scannedJobs) == 50
+
+
+def test_a_costly_pattern_stops_at_its_budget_inside_a_large_body(start_pinlater: Start, ttypes: ModuleType) -> None:
+    """At the parent commit the budget was read only between bodies, and this pattern (every byte
+    a new automaton state of up to 8,000 NFA states) spent a minute of a core on one 1 MiB body:
+    past the other client's 10 s socket timeout, and whatever the budget said."""
+    server = start_pinlater(BODY_FILTER_TIME_BUDGET_SECONDS="1")
+    costly = r"a(?-u:[\x00-\xff]){8000}c"
+    body = bytes(b"ab"[i.bit_count() % 2] for i in range(1 << 20))
+    with ExitStack() as stack:
+        a = api(server, ttypes, stack)
+        a.create("large")
+        [large] = a.enqueue("large", a.job(body))
+        calls: list[Callable[[], Any]] = [
+            lambda: a.count("large", PENDING, bodyRegexToMatch=costly),
+            lambda: a.c.deleteJobs(a.ctx, delete_request(a, "large", PENDING, costly)),
+        ]
+        for call in calls:
+            with pytest.raises(ttypes.PinLaterException) as info:
+                call()
+            assert info.value.errorCode == UNKNOWN
+            assert "time budget of 1 s (BODY_FILTER_TIME_BUDGET_SECONDS)" in info.value.message
+        # A pattern as cheap on the same body is answered, and the job is still there.
+        assert a.count("large", PENDING, bodyRegexToMatch="a(?-u:[\\x00-\\xff]){8}c") == 0
+        assert a.count("large", PENDING, bodyRegexToMatch="ab") == 1
+        assert list(a.lookup(large)) == [large]
