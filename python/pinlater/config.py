@@ -77,6 +77,10 @@ class Settings:
     # SERVER_CONN_MAX_IDLE_TIME_MINUTES (the original's key and value): idle connections close; 0 never
     server_conn_max_idle_time_minutes: float = 5.0
     max_scan_limit: int = 10_000  # MAX_SCAN_LIMIT: most jobs in one scanJobs reply (a larger limit gets this)
+    # MAX_QUEUES: createQueue of a new queue is refused while the shards hold this many queues (a
+    # peer creating queues in a loop makes a database per queue on MySQL, and the monitor's passes
+    # grow with the queues); queues already there are served whatever their number.
+    max_queues: int = 10_000
     # REDIS_MEMORY_HIGH_WATER_FRACTION: a shard whose store reports memory used at or above this
     # fraction of its limit (Redis used_memory / maxmemory) takes no new jobs; when every shard
     # is there, enqueue is refused (ENQUEUE_REJECTED) while dequeue and ack drain the backlog.
@@ -183,6 +187,7 @@ class Settings:
                 "must not be negative",
             ),
             (self.max_scan_limit >= 1, ("max_scan_limit",), "must be at least 1"),
+            (self.max_queues >= 1, ("max_queues",), "must be at least 1"),
             (self.body_filter_time_budget_seconds > 0, ("body_filter_time_budget_seconds",), "must be positive"),
             (1 <= self.server_processes <= 1024, ("server_processes",), "must be in 1..1024 (or auto)"),
             (self.event_loop in EVENT_LOOPS, ("event_loop",), f"must be one of {', '.join(EVENT_LOOPS)}"),
@@ -403,6 +408,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),
     "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
     "MAX_SCAN_LIMIT": ("max_scan_limit", int),
+    "MAX_QUEUES": ("max_queues", int),
     "REDIS_MEMORY_HIGH_WATER_FRACTION": ("redis_memory_high_water_fraction", float),
     "REDIS_MEMORY_PROBE_INTERVAL_SECONDS": ("redis_memory_probe_interval_seconds", float),
     "BODY_FILTER_TIME_BUDGET_SECONDS": ("body_filter_time_budget_seconds", float),

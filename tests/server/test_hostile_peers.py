@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from tests.conftest import ADMIN_PASSWORD, original_password_hash
 from tests.server.test_contract import Api
 from tests.server.test_frames import frame, is_closed, message, read_frame, still_served
 from tests.server.test_transport import EchoHandler, ServerThread
@@ -547,6 +548,27 @@ def test_scan_jobs_limit_is_capped(start_server: Start, api_for: Callable[[Serve
     rest = api.scan("scanned", 0, limit=2**31 - 1, continuation=page.continuation)
     assert len(rest.scannedJobs) == 3 and rest.continuation == "-1"
     assert len(api.scan("scanned", 0, limit=3).scannedJobs) == 3
+
+
+def test_new_queues_past_the_cap_are_refused_and_existing_ones_served(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], ttypes: ModuleType
+) -> None:
+    server = start_server(properties={"MAX_QUEUES": "3", "ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)})
+    api = api_for(server)
+    for name in ("q1", "q2", "q3"):
+        api.create(name)
+    api.create("q1")  # one that exists: created again, as a client may repeat it
+    with pytest.raises(ttypes.PinLaterException) as refused:
+        api.create("q4")
+    assert refused.value.errorCode == 500
+    assert "q4 not created: the shards hold 3 queues, at most 3 (MAX_QUEUES)" in refused.value.message
+    assert sorted(api.c.getQueueNames(api.ctx)) == ["q1", "q2", "q3"]
+    [job] = api.enqueue("q3", api.job(b"still served"))
+    assert list(api.dequeue("q3", limit=1).jobs) == [job]
+    api.c.deleteQueue(api.ctx, "q2", ADMIN_PASSWORD)
+    api.create("q4")
+    assert sorted(api.c.getQueueNames(api.ctx)) == ["q1", "q3", "q4"]
+    assert len(log_lines(server, "queue q1 created")) == 1, "creating one that exists logs nothing"
 
 
 def test_a_peer_gone_mid_reply_costs_one_line_naming_it(

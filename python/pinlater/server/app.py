@@ -130,6 +130,7 @@ class PinLaterServer:
             self.broker,
             s.max_scan_limit,
             max_reply_bytes=s.max_frame_bytes,
+            max_queues=s.max_queues,
         )
         idle_minutes = s.server_conn_max_idle_time_minutes
         self._thrift = FramedServer(

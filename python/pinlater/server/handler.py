@@ -72,6 +72,8 @@ QUEUE_NAME = re.compile(r"\w+", re.ASCII)
 #: Longest queue name on every backend, so a queue can move between backends; MySQL's
 #: 64-character database names make its own limit tighter (its store checks that).
 MAX_QUEUE_NAME_LENGTH = 128
+#: ``MAX_QUEUES``'s default (``config.Settings.max_queues``).
+DEFAULT_MAX_QUEUES = 10_000
 #: Longest long-poll a dequeue may ask for (waitMillis), so a request never outlives a client
 #: timeout by much and shutdown stays prompt.
 MAX_WAIT_MILLIS = 30_000
@@ -220,8 +222,11 @@ class PinLaterHandler:
         broker: DequeueBroker | None = None,
         max_scan_limit: int = DEFAULT_MAX_SCAN_LIMIT,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        max_queues: int = DEFAULT_MAX_QUEUES,
     ) -> None:
         self.backend = backend
+        #: createQueue of a new queue is refused while the shards hold this many (``MAX_QUEUES``).
+        self.max_queues = max_queues
         self.max_scan_limit = max_scan_limit
         #: A lookup's reply may hold at most this many bytes (``_info_bytes``; ``MAX_FRAME_BYTES``),
         #: and a dequeue takes jobs while their bodies hold fewer (``DEQUEUE_BYTES``).
@@ -292,8 +297,20 @@ class PinLaterHandler:
 
     @_thrift_errors
     async def create_queue(self, context: Any, name: str) -> None:
-        await self.backend.create_queue(self._queue(name))
-        log.info("queue %s created by %s", name, _who(context))
+        """Create the queue on every shard; again for a queue that exists (the original's, which
+        puts it on shards that lack it). A new queue past ``MAX_QUEUES`` is refused: the count is
+        read from the shards at each call, so servers creating at once may pass it by a few."""
+        queue = self._queue(name)
+        names = await self.backend.get_queue_names()
+        if queue not in names and len(names) >= self.max_queues:
+            raise PinLaterError(
+                ErrorCode.UNKNOWN,
+                f"queue {queue} not created: the shards hold {len(names)} queues, at most {self.max_queues} "
+                "(MAX_QUEUES); delete queues no longer used, or raise MAX_QUEUES",
+            )
+        await self.backend.create_queue(queue)
+        if queue not in names:  # (creating one that exists is a no-op a client may repeat: no line)
+            log.info("queue %s created by %s", queue, _who(context))
 
     @_thrift_errors
     async def delete_queue(self, context: Any, name: str, password: str | None) -> None:
