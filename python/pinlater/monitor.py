@@ -19,6 +19,12 @@ logged and the pass goes on with the next queue. Last, it reads the queue's orde
 (``group_counts``: one call, on stores that keep groups), which ``/metrics`` exports as of the
 last pass (``Monitor.group_counts``). Several servers on one store may run monitors
 at once: each step is an atomic guarded store operation, so they never double-apply.
+
+Before its queues, a shard is asked which of them hold nothing for these sweeps
+(``monitor_idle``: on Redis one existence check of a few keys per queue, many queues a call), and
+those are skipped. The sweeps cost about a dozen store calls per queue and pass however empty the
+queue: with 1,000 queues on one Redis shard, idle, that was a quarter of a core of the server and
+5% of Redis' at the default 10 s interval.
 """
 
 from __future__ import annotations
@@ -42,6 +48,8 @@ HOUR_MS = 3_600_000
 #: BACKEND_MONITOR_UPDATE_MAX_SIZE jobs, while each did its whole limit: 100,000 jobs a pass, 10,000
 #: a second at the defaults, so a pass stays bounded and still keeps up with a busy queue.
 SWEEP_CALLS = 100
+#: What a pass counts (each also a counter, ``monitor_{name}``).
+TOTALS = ("resurrected", "gc_succeeded", "gc_failed", "gc_dedup_keys", "expired", "idle_skipped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +102,8 @@ class Monitor:
 
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns totals (resurrected, gc_succeeded, gc_failed,
-        gc_dedup_keys, expired)."""
-        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0, "expired": 0}
+        gc_dedup_keys, expired; idle_skipped: the queues of a shard passed over as idle)."""
+        totals = dict.fromkeys(TOTALS, 0)
         self._counting = {}
         for shard in self.backend.shards.all():
             if not shard.healthy:
@@ -118,9 +126,13 @@ class Monitor:
         return totals
 
     async def _shard_pass(self, shard: Shard) -> dict[str, int]:
-        queues = await self.backend.call_store(shard, shard.store.get_queue_names)
-        totals = {"resurrected": 0, "gc_succeeded": 0, "gc_failed": 0, "gc_dedup_keys": 0, "expired": 0}
-        for queue in sorted(queues):
+        names = sorted(await self.backend.call_store(shard, shard.store.get_queue_names))
+        idle = await self.backend.call_store(shard, shard.store.monitor_idle, names)
+        totals = dict.fromkeys(TOTALS, 0)
+        totals["idle_skipped"] = len(idle)
+        for queue in names:
+            if queue in idle:
+                continue
             try:
                 await self._queue_pass(shard, queue, totals)
             except QueueNotFoundError:  # deleted since the listing: the rest of the shard goes on

@@ -20,6 +20,7 @@ from pinlater.backends.base import (
     JobFilter,
     JobRecord,
     JobState,
+    KeyedJob,
     NewJob,
     ShardStore,
 )
@@ -640,6 +641,8 @@ def test_a_monitor_pass_keeps_sweeping_while_a_sweep_does_its_whole_limit(
     store.ack_jobs(queue, [AckItem(1, i) for i in done], [], T0)
     make_failed(store, 13, now=T0)
     stuck = claim_all(store, 9, now=T0)
+    store.create_queue("waiting_only", 3)
+    store.enqueue_jobs("waiting_only", new_jobs(3), T0)
     backend = ShardedBackend(
         ShardMap([Shard(store.name, store)]), num_priorities=3, parallelism=2, clock=ManualClock(T0 + 120_000)
     )
@@ -652,8 +655,54 @@ def test_a_monitor_pass_keeps_sweeping_while_a_sweep_does_its_whole_limit(
     finally:
         backend._executor.shutdown(wait=True)  # the store fixture closes the store
     assert (totals["gc_succeeded"], totals["gc_failed"], totals["resurrected"]) == (10, 12, 9)
+    assert totals["idle_skipped"] == (1 if type(store).__name__ == "RedisStore" else 0), "waiting_only, on Redis"
     assert states(store, stuck) == [JobState.PENDING] * 9
     assert store.count_jobs(queue, JobFilter(JobState.FAILED, 1, T0), None) == 1, "the 13th waits for the next pass"
+
+
+def test_queues_idle_for_the_monitor_are_those_it_has_nothing_to_do_in(store: ShardStore) -> None:
+    """``monitor_idle`` names no queue holding anything for the monitor's sweeps: a claim, a
+    reservation's hold, a finished job, an expiry, a dedup record waiting for the GC, a group.
+    On Redis it names every queue that holds none of them (the monitor skips those: a dozen store
+    calls a queue and pass); other stores may name none."""
+
+    def expiring(q: str) -> object:
+        return store.enqueue_keyed_jobs(q, [KeyedJob(NewJob(1, b"x", T0, 1), None, 0, None, T0 + 1)], T0)
+
+    busy: dict[str, Callable[[str], object]] = {
+        "claimed": lambda q: claimed_ids(q),
+        "held": lambda q: store.reserve_jobs(q, 3, 1, f"{RESERVATION_PREFIX}r1", T0, 60_000),
+        "succeeded": lambda q: store.ack_jobs(q, [AckItem(2, i) for i in claimed_ids(q)], [], T0),
+        "failed": lambda q: store.ack_jobs(q, [], [AckItem(2, i) for i in claimed_ids(q, attempts=1)], T0),
+        "expiring": expiring,
+        "windowed": lambda q: windowed_and_collected(q),
+    }
+    if store.groups_refused is None:
+        busy["grouped"] = lambda q: store.enqueue_keyed_jobs(q, [KeyedJob(NewJob(1, b"x", T0, 1), None, 0, "g")], T0)
+
+    def claimed_ids(q: str, attempts: int = 2) -> list[int]:
+        store.enqueue_jobs(q, [NewJob(2, b"x", T0, attempts)], T0)
+        return [job.local_id for job in store.dequeue_jobs(q, 2, 1, CLAIM, T0, False)]
+
+    def windowed_and_collected(q: str) -> None:
+        [enqueued] = store.enqueue_keyed_jobs(q, [KeyedJob(NewJob(1, b"x", T0, 1), "k", 3_600_000)], T0)
+        store.dequeue_jobs(q, 1, 1, CLAIM, T0, False)
+        store.ack_jobs(q, [AckItem(1, enqueued.local_id)], [], T0)
+        assert store.gc_finished_jobs(q, 1, JobState.SUCCEEDED, T0 + 1, 10) == 1  # the key's window is open
+
+    for name, make_busy in busy.items():
+        store.create_queue(name, 3)
+        store.enqueue_jobs(name, new_jobs(2, priority=3), T0)  # pending jobs make no queue busy
+        make_busy(name)
+    store.create_queue("empty", 3)
+    store.create_queue("pending", 3)
+    store.enqueue_jobs("pending", new_jobs(3) + new_jobs(2, run_after=T0 + 10_000), T0)
+    queues = sorted(store.get_queue_names())
+    idle = store.monitor_idle(queues)
+    assert idle <= {"empty", "pending"}, idle
+    if type(store).__name__ == "RedisStore":
+        assert idle == {"empty", "pending"}
+        assert store.monitor_idle([]) == set()
 
 
 # -- errors and lifecycle -----------------------------------------------------------------------

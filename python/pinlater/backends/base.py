@@ -482,6 +482,14 @@ class ShardStore(Protocol):
         """
         ...
 
+    def monitor_idle(self, queues: Sequence[str]) -> set[str]:
+        """The queues of ``queues`` that hold nothing for the monitor's sweeps now (no job
+        IN_PROGRESS, held by a reservation, finished or with an expiry; no dedup record waiting
+        for the GC; no ordered group), which its pass skips; a queue missing from the store may
+        be among them. A store that cannot tell cheaply returns none, and every queue gets its
+        pass. A queue with only PENDING jobs is idle: nothing of it times out or is collected."""
+        ...
+
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:
         """Forget up to ``limit`` key records whose window has passed and whose job is gone
         (deleted, or collected by the finished-job GC); return how many. A finished job's record

@@ -51,6 +51,7 @@ SCRIPT_NAMES = (
     "cancel_jobs",
     "expire_jobs",
     "expired_counts",
+    "monitor_idle",
     # job control (issue 18): queue depth and schedules
     "oldest_ready",
     "put_schedule",

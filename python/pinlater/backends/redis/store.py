@@ -790,6 +790,38 @@ class RedisStore:
             args = [queue, keys.jobs_arg, seconds_arg(now_ms), now_ms, max(limit, 0), m]
         return int(self._run_in_queue("expire_jobs", queue, key_list, args))
 
+    def monitor_idle(self, queues: Sequence[str]) -> set[str]:
+        """The queues of ``queues`` none of whose ``monitor_keys`` exists: ``monitor_idle.lua``
+        over many queues a call (one queue a call in a cluster, pipelined by master)."""
+        if not queues:
+            return set()
+        per_queue = [self._monitor_keys(queue) for queue in queues]
+        width = len(per_queue[0])
+        if self._config.is_cluster:
+            calls: list[tuple[list[str], list[Any]]] = [(keys, [width]) for keys in per_queue]
+        else:
+            step = max(1, QUEUE_COUNTS_KEYS_PER_CALL // width)
+            calls = [
+                ([key for keys in per_queue[i : i + step] for key in keys], [width])
+                for i in range(0, len(per_queue), step)
+            ]
+        found = [int(n) for reply in self._shard.run_pipelined("monitor_idle", calls) for n in reply]
+        return {queue for queue, n in zip(queues, found, strict=True) if not n}
+
+    def _monitor_keys(self, queue: str) -> list[str]:
+        """The keys of ``queue`` that exist while a sweep of the monitor has something to do there:
+        IN_PROGRESS jobs and broker holds (claim timeouts, lapsed holds), finished jobs (GC),
+        expiring jobs, dedup GC entries, and (compact layout) groups, which the monitor counts."""
+        keys = self._keys(queue)
+        found: list[str] = []
+        for p in range(1, self._num_priorities + 1):
+            found += [keys.set_key(p, state) for state in (JobState.IN_PROGRESS, JobState.SUCCEEDED, JobState.FAILED)]
+            found += [keys.held_key(p), keys.hold_expiry_key(p)]
+        found += [keys.expiry_keys()[0], keys.dedup_keys()[2], keys.dedup_runs_key()]
+        if isinstance(keys, CompactQueueKeys):
+            found.append(keys.group_keys()[0])
+        return found
+
     def expired_counts(self) -> dict[str, int]:
         """The queue names, then ``expired_counts.lua`` over their counters (``keys.py``), one
         call for all (one per queue in a cluster, pipelined by master): two round trips."""
