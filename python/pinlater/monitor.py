@@ -21,10 +21,11 @@ last pass (``Monitor.group_counts``). Several servers on one store may run monit
 at once: each step is an atomic guarded store operation, so they never double-apply.
 
 Before its queues, a shard is asked which of them hold nothing for these sweeps
-(``monitor_idle``: on Redis one existence check of a few keys per queue, many queues a call), and
-those are skipped. The sweeps cost about a dozen store calls per queue and pass however empty the
-queue: with 1,000 queues on one Redis shard, idle, that was a quarter of a core of the server and
-5% of Redis' at the default 10 s interval.
+(``monitor_idle``: on Redis one existence check of a few keys per queue, many queues a call; on
+the embedded store one read of a few index probes per queue; MySQL names none), and those are
+skipped. The sweeps cost about a dozen store calls per queue and pass however empty the queue:
+with 1,000 idle queues, that was a quarter of a core of the server and 5% of Redis' at the
+default 10 s interval on one Redis shard, a tenth of a core on the embedded store.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ class Monitor:
 
     async def _shard_pass(self, shard: Shard) -> dict[str, int]:
         names = sorted(await self.backend.call_store(shard, shard.store.get_queue_names))
-        idle = await self.backend.call_store(shard, shard.store.monitor_idle, names)
+        idle = await self.backend.call_store(shard, shard.store.monitor_idle, names, self.backend.num_priorities)
         totals = dict.fromkeys(TOTALS, 0)
         totals["idle_skipped"] = len(idle)
         for queue in names:

@@ -482,12 +482,13 @@ class ShardStore(Protocol):
         """
         ...
 
-    def monitor_idle(self, queues: Sequence[str]) -> set[str]:
-        """The queues of ``queues`` that hold nothing for the monitor's sweeps now (no job
-        IN_PROGRESS, held by a reservation, finished or with an expiry; no dedup record waiting
-        for the GC; no ordered group), which its pass skips; a queue missing from the store may
-        be among them. A store that cannot tell cheaply returns none, and every queue gets its
-        pass. A queue with only PENDING jobs is idle: nothing of it times out or is collected."""
+    def monitor_idle(self, queues: Sequence[str], num_priorities: int) -> set[str]:
+        """The queues of ``queues`` that hold nothing for the monitor's sweeps of priorities
+        1..``num_priorities`` now (no job IN_PROGRESS, finished or with an expiry, or held by a
+        reservation where a lapsed one needs the monitor; no dedup record waiting for the GC; no
+        ordered group), which its pass skips; a queue missing from the store may be among them. A
+        store that cannot tell cheaply returns none, and every queue gets its pass. A queue with
+        only PENDING jobs is idle: nothing of it times out or is collected."""
         ...
 
     def gc_dedup_keys(self, queue: str, now_ms: int, limit: int) -> int:

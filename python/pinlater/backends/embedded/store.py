@@ -196,9 +196,13 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         """The rules in force for ``queue`` (``DEFAULT_RULES`` unless set)."""
         return self._rules.get(queue, DEFAULT_RULES)
 
-    def monitor_idle(self, queues: Sequence[str]) -> set[str]:
-        """None: every queue gets the monitor's pass (a cheap test is not written for this store yet)."""
-        return set()
+    def monitor_idle(self, queues: Sequence[str], num_priorities: int) -> set[str]:
+        """One read (``monitor_idle.sql``): a few index probes per queue."""
+        if not queues:
+            return set()
+        params = {"queues": json.dumps(list(queues)), "num_priorities": num_priorities}
+        with self._read() as conn:
+            return {row[0] for row in conn.execute(sql.load("monitor_idle"), params)}
 
     def group_counts(self, queue: str) -> GroupCounts:
         with self._read() as conn:

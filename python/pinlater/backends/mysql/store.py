@@ -458,7 +458,7 @@ class MySQLStore(BlockingStore):
     def groups_refused(self) -> str | None:
         return GROUPS_REFUSED
 
-    def monitor_idle(self, queues: Sequence[str]) -> set[str]:
+    def monitor_idle(self, queues: Sequence[str], num_priorities: int) -> set[str]:
         """None: every queue gets the monitor's pass (a cheap test is not written for this store yet)."""
         return set()
 

@@ -790,12 +790,12 @@ class RedisStore:
             args = [queue, keys.jobs_arg, seconds_arg(now_ms), now_ms, max(limit, 0), m]
         return int(self._run_in_queue("expire_jobs", queue, key_list, args))
 
-    def monitor_idle(self, queues: Sequence[str]) -> set[str]:
+    def monitor_idle(self, queues: Sequence[str], num_priorities: int) -> set[str]:
         """The queues of ``queues`` none of whose ``monitor_keys`` exists: ``monitor_idle.lua``
         over many queues a call (one queue a call in a cluster, pipelined by master)."""
         if not queues:
             return set()
-        per_queue = [self._monitor_keys(queue) for queue in queues]
+        per_queue = [self._monitor_keys(queue, num_priorities) for queue in queues]
         width = len(per_queue[0])
         if self._config.is_cluster:
             calls: list[tuple[list[str], list[Any]]] = [(keys, [width]) for keys in per_queue]
@@ -808,13 +808,13 @@ class RedisStore:
         found = [int(n) for reply in self._shard.run_pipelined("monitor_idle", calls) for n in reply]
         return {queue for queue, n in zip(queues, found, strict=True) if not n}
 
-    def _monitor_keys(self, queue: str) -> list[str]:
+    def _monitor_keys(self, queue: str, num_priorities: int) -> list[str]:
         """The keys of ``queue`` that exist while a sweep of the monitor has something to do there:
         IN_PROGRESS jobs and broker holds (claim timeouts, lapsed holds), finished jobs (GC),
         expiring jobs, dedup GC entries, and (compact layout) groups, which the monitor counts."""
         keys = self._keys(queue)
         found: list[str] = []
-        for p in range(1, self._num_priorities + 1):
+        for p in range(1, num_priorities + 1):
             found += [keys.set_key(p, state) for state in (JobState.IN_PROGRESS, JobState.SUCCEEDED, JobState.FAILED)]
             found += [keys.held_key(p), keys.hold_expiry_key(p)]
         found += [keys.expiry_keys()[0], keys.dedup_keys()[2], keys.dedup_runs_key()]
