@@ -20,6 +20,7 @@
 //!   clock every [`CLOCK_EVERY_BYTES`] bytes, so a search stops within a few milliseconds of its
 //!   deadline whatever the body and the pattern.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use regex::bytes::{Regex, RegexBuilder};
@@ -41,6 +42,10 @@ pub const DFA_SIZE_LIMIT: usize = 1 << 20;
 /// Largest worst case, in automaton states times body bytes, of a body searched by the `regex`
 /// crate in one go; about 7 ns a unit when its lazy DFA gives up, so at most some 30 ms.
 pub const DIRECT_WORK: usize = 1 << 22;
+
+/// Bodies at most this long are searched by the `regex` crate whatever the pattern: with the
+/// largest automata [`SIZE_LIMIT`] lets through (some 30,000 states) a few tens of ms at worst.
+pub const DIRECT_BYTES: usize = 256;
 
 /// Bytes the lazy DFA walks between two readings of the clock: a byte costs at most a new state
 /// (a few tens of µs for the largest automata), and the clock some 20 ns.
@@ -87,12 +92,56 @@ fn syntax_reason(message: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct BodyMatcher {
     regex: Regex,
-    /// The forward, unanchored lazy DFA of the pattern, walked here for bodies too large for
+    /// What large bodies are searched with, built for the first body longer than
+    /// [`DIRECT_BYTES`] (on the thread that searches it: compiling a pattern, which a request
+    /// does to check it, costs no more than the `regex` crate's own).
+    walker: OnceLock<Walker>,
+}
+
+/// The pattern's automaton as this module walks it.
+#[derive(Debug, Clone)]
+struct Walker {
+    /// The forward, unanchored lazy DFA of the pattern, walked for bodies too large for
     /// [`DIRECT_WORK`]; None if it cannot be built (the `regex` crate then searches every body,
     /// when the budget left covers its worst case).
     dfa: Option<DFA>,
     /// States of the pattern's automaton: a search's worst case is about this many units a byte.
     states: usize,
+}
+
+impl Walker {
+    /// The automaton of `pattern`, which the `regex` crate accepted.
+    fn new(pattern: &str) -> Self {
+        // The syntax `regex::bytes` uses: Unicode on, and classes may match invalid UTF-8.
+        let nfa = thompson::Compiler::new()
+            .syntax(syntax::Config::new().utf8(false))
+            .configure(
+                thompson::Config::new()
+                    .utf8(false)
+                    .nfa_size_limit(Some(SIZE_LIMIT))
+                    .which_captures(thompson::WhichCaptures::None),
+            )
+            .build(pattern);
+        let Ok(nfa) = nfa else {
+            // Accepted by `regex`: the only difference is the unanchored prefix.
+            return Self {
+                dfa: None,
+                states: usize::MAX,
+            };
+        };
+        let states = nfa.states().len();
+        let dfa = DFA::builder()
+            .configure(
+                DFA::config()
+                    .cache_capacity(DFA_SIZE_LIMIT)
+                    .skip_cache_capacity_check(true)
+                    .unicode_word_boundary(true)
+                    .minimum_cache_clear_count(None),
+            )
+            .build_from_nfa(nfa)
+            .ok();
+        Self { dfa, states }
+    }
 }
 
 /// How a walk of the lazy DFA ended.
@@ -119,36 +168,14 @@ impl BodyMatcher {
                 regex::Error::Syntax(message) => PatternError::Syntax(syntax_reason(&message)),
                 other => PatternError::Syntax(other.to_string()),
             })?;
-        // The syntax `regex::bytes` uses: Unicode on, and classes may match invalid UTF-8.
-        let nfa = thompson::Compiler::new()
-            .syntax(syntax::Config::new().utf8(false))
-            .configure(
-                thompson::Config::new()
-                    .utf8(false)
-                    .nfa_size_limit(Some(SIZE_LIMIT))
-                    .which_captures(thompson::WhichCaptures::None),
-            )
-            .build(pattern);
-        let Ok(nfa) = nfa else {
-            // Accepted by `regex` a moment ago: the only difference is the unanchored prefix.
-            return Ok(Self {
-                regex,
-                dfa: None,
-                states: usize::MAX,
-            });
-        };
-        let states = nfa.states().len();
-        let dfa = DFA::builder()
-            .configure(
-                DFA::config()
-                    .cache_capacity(DFA_SIZE_LIMIT)
-                    .skip_cache_capacity_check(true)
-                    .unicode_word_boundary(true)
-                    .minimum_cache_clear_count(None),
-            )
-            .build_from_nfa(nfa)
-            .ok();
-        Ok(Self { regex, dfa, states })
+        Ok(Self {
+            regex,
+            walker: OnceLock::new(),
+        })
+    }
+
+    fn walker(&self) -> &Walker {
+        self.walker.get_or_init(|| Walker::new(self.regex.as_str()))
     }
 
     /// The pattern as given.
@@ -200,11 +227,15 @@ impl BodyMatcher {
         body: &[u8],
         deadline: Option<Instant>,
     ) -> Option<bool> {
-        let work = body.len().saturating_mul(self.states);
+        if body.len() <= DIRECT_BYTES {
+            return Some(self.regex.is_match(body));
+        }
+        let walker = self.walker();
+        let work = body.len().saturating_mul(walker.states);
         if work <= DIRECT_WORK {
             return Some(self.regex.is_match(body));
         }
-        if let Some(dfa) = &self.dfa {
+        if let Some(dfa) = &walker.dfa {
             let cache = cache.get_or_insert_with(|| dfa.create_cache());
             match walk(dfa, cache, body, deadline) {
                 Walk::Decided(found) => return Some(found),
@@ -368,7 +399,7 @@ mod tests {
         ];
         for pattern in patterns {
             let matcher = BodyMatcher::new(pattern).unwrap();
-            let dfa = matcher.dfa.as_ref().unwrap();
+            let dfa = matcher.walker().dfa.as_ref().unwrap();
             let mut cache = dfa.create_cache();
             for body in &bodies {
                 let tail = String::from_utf8_lossy(&body[body.len() - 8..]);
