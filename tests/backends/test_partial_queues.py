@@ -234,6 +234,35 @@ def test_the_monitor_goes_past_a_queue_deleted_since_it_listed_them(
     }
 
 
+def test_a_monitor_pass_sweeps_every_queue_when_the_idle_check_fails(
+    backend: ShardedBackend,
+    stores: dict[str, EmbeddedStore],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``monitor_idle`` only spares the sweeps of idle queues: when it fails (a Redis Cluster
+    slot migrating, say), the shard's queues are all swept, as before it existed."""
+    from pinlater.monitor import Monitor, MonitorPolicy
+
+    on_2 = stores["2"]
+
+    def broken(queues: object, num_priorities: int) -> set[str]:
+        raise RuntimeError("TRYAGAIN")
+
+    monkeypatch.setattr(on_2, "monitor_idle", broken)
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+    assert len(on_2.dequeue_jobs(Q, 1, 2, "worker|host:1", clock.now_ms(), False)) == 2
+    clock.advance(10_000)
+    policy = MonitorPolicy(
+        interval_seconds=60, max_per_pass=100, claim_timeout_ms=1_000, succeeded_ttl_ms=HOUR, failed_ttl_ms=HOUR
+    )
+    with caplog.at_level(logging.WARNING, logger="pinlater.monitor"):
+        totals = run(Monitor(backend, policy, Metrics()).run_once())
+    assert totals["resurrected"] == 2
+    assert any("could not name its idle queues (TRYAGAIN)" in r.getMessage() for r in caplog.records)
+
+
 def test_an_enqueue_passes_a_shard_without_the_queue_and_gives_it_the_queue(
     backend: ShardedBackend, stores: dict[str, EmbeddedStore]
 ) -> None:
