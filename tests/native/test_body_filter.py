@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 
 import pytest
 
 from pinlater._pinlater import BodyFilterTimeout, BodyMatcher, BodyPatternError
+from pinlater.backends import body_filter
 from pinlater.backends.body_filter import BodyFilter, BodyFilterBudgetExceeded, compiled
 from pinlater.config import Settings
 from pinlater.errors import ConfigError, ErrorCode, PinLaterError
@@ -174,3 +177,25 @@ def test_the_budget_is_a_validated_setting() -> None:
     assert settings.body_filter_time_budget_seconds == 2.5
     with pytest.raises(ConfigError, match="BODY_FILTER_TIME_BUDGET_SECONDS=0: must be positive"):
         Settings.from_properties("BODY_FILTER_TIME_BUDGET_SECONDS=0\n")
+
+
+def test_a_request_compiles_its_pattern_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh pattern costs its compile (a few ms): on the event loop, a peer sending a new one
+    with every request held everyone's requests that long each time."""
+    threads: list[int] = []
+    real = body_filter.compiled
+
+    def spy(pattern: str) -> BodyMatcher:
+        threads.append(threading.get_ident())
+        return real(pattern)
+
+    monkeypatch.setattr(body_filter, "compiled", spy)
+
+    async def check(pattern: str) -> int:
+        await body_filter.checked(pattern)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(check(r"\w{20}"))
+    assert len(threads) == 1 and threads[0] != loop_thread
+    with pytest.raises(BodyPatternError, match="backreferences are not supported"):
+        asyncio.run(check(r"(a)\1"))

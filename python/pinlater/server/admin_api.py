@@ -181,7 +181,7 @@ class AdminApi:
         state = _state(q.get("state", "failed"))
         priority = self._priority(q.get("priority"))
         limit = _int(q.get("limit", "100"), "limit", 1, MAX_SCAN)
-        regex = _regex(q.get("regex"))
+        regex = await _regex(q.get("regex"))
         future = q.get("future", "") in ("1", "true", "yes")
         continuation = q.get("continuation") or scan_pages.START
         query = ScanQuery(queue, state, priority, future, regex)
@@ -281,7 +281,7 @@ class AdminApi:
         queue = await self._existing_queue(body.get("queue"))
         state = _state(body.get("state"))
         priorities = self._priorities(body.get("priority"))
-        regex = _regex(body.get("regex"))
+        regex = await _regex(body.get("regex"))
         limit = _int(body.get("limit", 1000), "limit", 1, MAX_BULK)
         done = 0
         for p in priorities:
@@ -429,13 +429,13 @@ def _state(value: Any) -> JobState:
     raise ApiError(400, f"state must be one of {', '.join(STATES)}, not {value!r}")
 
 
-def _regex(value: Any) -> str | None:
+async def _regex(value: Any) -> str | None:
     if value in (None, ""):
         return None
     if not isinstance(value, str):
         raise ApiError(400, "regex must be a string")
     try:
-        body_filter.compiled(value)  # the engine the stores match with (see handler._regex)
+        await body_filter.checked(value)  # the engine the stores match with (see handler._regex)
     except body_filter.BodyPatternError as exc:
         raise ApiError(400, str(exc)) from None
     return value

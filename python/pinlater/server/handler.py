@@ -282,13 +282,14 @@ class PinLaterHandler:
             raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: job state {state!r} is not 0..3") from None
 
     @staticmethod
-    def _regex(pattern: str | None) -> str | None:
+    async def _regex(pattern: str | None) -> str | None:
         """A body filter the linear-time engine takes (``backends.body_filter``), checked here for
-        every backend, so MySQL accepts the same patterns; a refused one is a bad request."""
+        every backend, so MySQL accepts the same patterns; a refused one is a bad request. Compiled
+        off the event loop (``body_filter.checked``)."""
         if not pattern:
             return None
         try:
-            body_filter.compiled(pattern)
+            await body_filter.checked(pattern)
         except body_filter.BodyPatternError as exc:
             raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch: {exc}") from None
         return pattern
@@ -581,26 +582,18 @@ class PinLaterHandler:
         queue = self._queue(request.queueName)
         if self.broker is not None:
             await self.broker.settle_queue(queue)
-        count = await self.backend.count_jobs(
-            queue,
-            self._state(request.jobState),
-            self._optional_priority(request.priority),
-            bool(request.countFutureJobs),
-            self._regex(request.bodyRegexToMatch),
-        )
+        state, priority = self._state(request.jobState), self._optional_priority(request.priority)
+        regex = await self._regex(request.bodyRegexToMatch)
+        count = await self.backend.count_jobs(queue, state, priority, bool(request.countFutureJobs), regex)
         return min(count, I32_MAX)
 
     @_thrift_errors
     async def scan_jobs(self, context: Any, request: Any) -> Any:
         queue = self._queue(request.queueName)
         continuation = scan_pages.START if request.continuation is None else request.continuation
-        query = ScanQuery(
-            queue,
-            self._state(request.jobState),
-            self._optional_priority(request.priority),
-            bool(request.scanFutureJobs),
-            self._regex(request.bodyRegexToMatch),
-        )
+        state, priority = self._state(request.jobState), self._optional_priority(request.priority)
+        regex = await self._regex(request.bodyRegexToMatch)
+        query = ScanQuery(queue, state, priority, bool(request.scanFutureJobs), regex)
         # Capped, not refused: the original had no cap, so a caller may ask for more; the
         # continuation resumes after the last job returned.
         limit = min(100 if request.limit is None else request.limit, self.max_scan_limit)
@@ -638,13 +631,9 @@ class PinLaterHandler:
         limit = 1000 if request.limit is None else request.limit
         if limit <= 0:
             return 0
-        count = await self.backend.delete_jobs(
-            queue,
-            self._state(request.jobState),
-            self._priority(request.priority),
-            self._regex(request.bodyRegexToMatch),
-            limit,
-        )
+        state, priority = self._state(request.jobState), self._priority(request.priority)
+        regex = await self._regex(request.bodyRegexToMatch)
+        count = await self.backend.delete_jobs(queue, state, priority, regex, limit)
         log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
         return count
 
