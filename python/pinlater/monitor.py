@@ -130,11 +130,11 @@ class Monitor:
         names = sorted(await self.backend.call_store(shard, shard.store.get_queue_names))
         try:
             idle = await self.backend.call_store(shard, shard.store.monitor_idle, names, self.backend.num_priorities)
-        except ShardConnectionError:
-            raise  # the shard is gone: as for the sweeps
         except Exception as exc:
-            # A shortcut, not a sweep: if the check fails (a cluster slot migrating, say), every
-            # queue gets its pass as before the check existed.
+            # A shortcut, not a sweep: if the check fails, every queue gets its pass as before
+            # the check existed, whatever the error. A Redis Cluster migrating a slot answers
+            # TRYAGAIN (a ShardConnectionError) to the one pipeline of every queue's check, though
+            # the queues of the other slots can be swept; a shard really gone fails the sweeps.
             log.warning("monitor: shard %s could not name its idle queues (%s); sweeping every queue", shard.name, exc)
             idle = set()
         totals = dict.fromkeys(TOTALS, 0)

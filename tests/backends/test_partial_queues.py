@@ -24,7 +24,7 @@ from pinlater.backends.sharded import MAX_EMPTY_RECHECK_MS, ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.clock import ManualClock
-from pinlater.errors import QueueNotFoundError
+from pinlater.errors import QueueNotFoundError, ShardConnectionError
 from pinlater.server.metrics import Metrics
 
 Q = "part"
@@ -241,13 +241,15 @@ def test_a_monitor_pass_sweeps_every_queue_when_the_idle_check_fails(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``monitor_idle`` only spares the sweeps of idle queues: when it fails (a Redis Cluster
-    slot migrating, say), the shard's queues are all swept, as before it existed."""
+    slot migrating, say, which the store reports as a ShardConnectionError), the shard's queues
+    are all swept, as before it existed."""
     from pinlater.monitor import Monitor, MonitorPolicy
 
     on_2 = stores["2"]
 
     def broken(queues: object, num_priorities: int) -> set[str]:
-        raise RuntimeError("TRYAGAIN")
+        # What a Redis Cluster migrating a slot of one queue answers the pipeline of them all.
+        raise ShardConnectionError("2", "TRYAGAIN Multiple keys request during rehashing of slot")
 
     monkeypatch.setattr(on_2, "monitor_idle", broken)
     clock = backend.clock
@@ -260,7 +262,9 @@ def test_a_monitor_pass_sweeps_every_queue_when_the_idle_check_fails(
     with caplog.at_level(logging.WARNING, logger="pinlater.monitor"):
         totals = run(Monitor(backend, policy, Metrics()).run_once())
     assert totals["resurrected"] == 2
-    assert any("could not name its idle queues (TRYAGAIN)" in r.getMessage() for r in caplog.records)
+    logged = [r.getMessage() for r in caplog.records]
+    expected = "could not name its idle queues (SHARD_CONNECTION_FAILED: shard 2: TRYAGAIN"
+    assert any(expected in m for m in logged), logged
 
 
 def test_an_enqueue_passes_a_shard_without_the_queue_and_gives_it_the_queue(
