@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use regex::bytes::{Regex, RegexBuilder};
 use regex_automata::hybrid::dfa::{Cache, DFA};
-use regex_automata::hybrid::LazyStateID;
 use regex_automata::nfa::thompson;
+use regex_automata::util::prefilter::Prefilter;
 use regex_automata::util::syntax;
-use regex_automata::Input;
+use regex_automata::{Input, MatchKind, Span};
 
 /// Longest pattern accepted, in bytes of UTF-8.
 pub const MAX_PATTERN_BYTES: usize = 4096;
@@ -105,6 +105,11 @@ struct Walker {
     /// [`DIRECT_WORK`]; None if it cannot be built (the `regex` crate then searches every body,
     /// when the budget left covers its worst case).
     dfa: Option<DFA>,
+    /// Literals one of which every match starts with, where the pattern has them and they are
+    /// quick to look for (`needle`, `foo|bar`): whenever the walk is back in the start state it
+    /// skips to the next place one occurs (memchr and friends, gigabytes a second), as the
+    /// `regex` crate's own search does, instead of stepping through every byte.
+    prefilter: Option<Prefilter>,
     /// States of the pattern's automaton: a search's worst case is about this many units a byte.
     states: usize,
 }
@@ -112,22 +117,28 @@ struct Walker {
 impl Walker {
     /// The automaton of `pattern`, which the `regex` crate accepted.
     fn new(pattern: &str) -> Self {
+        let unwalkable = Self {
+            dfa: None,
+            prefilter: None,
+            states: usize::MAX,
+        };
         // The syntax `regex::bytes` uses: Unicode on, and classes may match invalid UTF-8.
+        let Ok(hir) = syntax::parse_with(pattern, &syntax::Config::new().utf8(false)) else {
+            return unwalkable;
+        };
+        let prefilter =
+            Prefilter::from_hir_prefix(MatchKind::LeftmostFirst, &hir).filter(Prefilter::is_fast);
         let nfa = thompson::Compiler::new()
-            .syntax(syntax::Config::new().utf8(false))
             .configure(
                 thompson::Config::new()
                     .utf8(false)
                     .nfa_size_limit(Some(SIZE_LIMIT))
                     .which_captures(thompson::WhichCaptures::None),
             )
-            .build(pattern);
+            .build_from_hir(&hir);
         let Ok(nfa) = nfa else {
             // Accepted by `regex`: the only difference is the unanchored prefix.
-            return Self {
-                dfa: None,
-                states: usize::MAX,
-            };
+            return unwalkable;
         };
         let states = nfa.states().len();
         let dfa = DFA::builder()
@@ -136,11 +147,74 @@ impl Walker {
                     .cache_capacity(DFA_SIZE_LIMIT)
                     .skip_cache_capacity_check(true)
                     .unicode_word_boundary(true)
-                    .minimum_cache_clear_count(None),
+                    .minimum_cache_clear_count(None)
+                    .specialize_start_states(prefilter.is_some()),
             )
             .build_from_nfa(nfa)
             .ok();
-        Self { dfa, states }
+        Self {
+            dfa,
+            prefilter,
+            states,
+        }
+    }
+
+    /// Walks `body` through `dfa` (this walker's) a byte at a time, reading the clock every
+    /// [`CLOCK_EVERY_BYTES`] bytes, and skipping ahead with the prefilter from the start state.
+    /// A match state is entered one byte after the match ends, and the end of the body has a
+    /// transition of its own.
+    fn walk(&self, dfa: &DFA, cache: &mut Cache, body: &[u8], deadline: Option<Instant>) -> Walk {
+        let start_at = |cache: &mut Cache, at: usize| {
+            dfa.start_state_forward(cache, &Input::new(body).range(at..))
+                .ok()
+        };
+        let Some(mut state) = start_at(cache, 0) else {
+            return Walk::Quit;
+        };
+        let (mut at, mut clock_at) = (0, CLOCK_EVERY_BYTES);
+        loop {
+            if state.is_tagged() {
+                if state.is_match() {
+                    return Walk::Decided(true);
+                } else if state.is_dead() {
+                    return Walk::Decided(false);
+                } else if state.is_quit() {
+                    return Walk::Quit;
+                } else if let (true, Some(prefilter)) = (state.is_start(), &self.prefilter) {
+                    // No match is under way: the next can only start where a literal occurs.
+                    match prefilter.find(body, Span::from(at..body.len())) {
+                        None => return Walk::Decided(false),
+                        Some(found) if found.start > at => {
+                            at = found.start;
+                            let Some(moved) = start_at(cache, at) else {
+                                return Walk::Quit;
+                            };
+                            state = moved;
+                            continue;
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+            let Some(&byte) = body.get(at) else { break };
+            // Without a minimum clear count the cache is cleared as often as it fills, never
+            // given up on: the clock decides when to stop.
+            let Ok(next) = dfa.next_state(cache, state, byte) else {
+                return Walk::Quit;
+            };
+            state = next;
+            at += 1;
+            if at >= clock_at {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Walk::Spent;
+                }
+                clock_at = at + CLOCK_EVERY_BYTES;
+            }
+        }
+        match dfa.next_eoi_state(cache, state) {
+            Ok(end) => Walk::Decided(end.is_match()),
+            Err(_) => Walk::Quit,
+        }
     }
 }
 
@@ -237,7 +311,7 @@ impl BodyMatcher {
         }
         if let Some(dfa) = &walker.dfa {
             let cache = cache.get_or_insert_with(|| dfa.create_cache());
-            match walk(dfa, cache, body, deadline) {
+            match walker.walk(dfa, cache, body, deadline) {
                 Walk::Decided(found) => return Some(found),
                 Walk::Spent => return None,
                 Walk::Quit => {}
@@ -254,51 +328,6 @@ impl BodyMatcher {
             }
         }
         Some(self.regex.is_match(body))
-    }
-}
-
-/// Walks `body` through the lazy DFA a byte at a time, reading the clock every
-/// [`CLOCK_EVERY_BYTES`] bytes. A match state is entered one byte after the match ends, and the
-/// end of the body has a transition of its own.
-fn walk(dfa: &DFA, cache: &mut Cache, body: &[u8], deadline: Option<Instant>) -> Walk {
-    let Ok(mut state) = dfa.start_state_forward(cache, &Input::new(body)) else {
-        return Walk::Quit;
-    };
-    let settled = |state: LazyStateID| {
-        if state.is_match() {
-            Some(Walk::Decided(true))
-        } else if state.is_dead() {
-            Some(Walk::Decided(false))
-        } else if state.is_quit() {
-            Some(Walk::Quit)
-        } else {
-            None
-        }
-    };
-    if let Some(end) = settled(state) {
-        return end;
-    }
-    for chunk in body.chunks(CLOCK_EVERY_BYTES) {
-        for &byte in chunk {
-            // Without a minimum clear count the cache is cleared as often as it fills, never
-            // given up on: the clock decides when to stop.
-            let Ok(next) = dfa.next_state(cache, state, byte) else {
-                return Walk::Quit;
-            };
-            state = next;
-            if state.is_tagged() {
-                if let Some(end) = settled(state) {
-                    return end;
-                }
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Walk::Spent;
-        }
-    }
-    match dfa.next_eoi_state(cache, state) {
-        Ok(end) => Walk::Decided(end.is_match()),
-        Err(_) => Walk::Quit,
     }
 }
 
@@ -373,7 +402,8 @@ mod tests {
         ];
         let mut bodies = Vec::new();
         for tail in tails {
-            for filler in [&b"x"[..], "\u{e9}".as_bytes()] {
+            // Fillers with near misses of the literal patterns, over and over.
+            for filler in [&b"x"[..], "\u{e9}".as_bytes(), b"needl", b"nneedlx\xff"] {
                 let mut body = filler.repeat((1 << 16) / filler.len());
                 body.extend_from_slice(tail);
                 bodies.push(body);
@@ -396,15 +426,25 @@ mod tests {
             r"[^x\u{e9}]",
             r"\bneedle\b",
             r"^(?s:.)*needlex$",
+            "foo|needle",
+            "nee(d|x)lex?$",
+            r"needle\b",
+            r"(?i)NEEDLE",
         ];
+        assert!(BodyMatcher::new("foo|needle")
+            .unwrap()
+            .walker()
+            .prefilter
+            .is_some());
         for pattern in patterns {
             let matcher = BodyMatcher::new(pattern).unwrap();
-            let dfa = matcher.walker().dfa.as_ref().unwrap();
+            let walker = matcher.walker();
+            let dfa = walker.dfa.as_ref().unwrap();
             let mut cache = dfa.create_cache();
             for body in &bodies {
                 let tail = String::from_utf8_lossy(&body[body.len() - 8..]);
                 let expected = matcher.regex.is_match(body);
-                match walk(dfa, &mut cache, body, None) {
+                match walker.walk(dfa, &mut cache, body, None) {
                     Walk::Decided(found) => assert_eq!(found, expected, "{pattern} on ...{tail}"),
                     Walk::Quit => assert!(
                         pattern.contains(r"\b") && !body.is_ascii(),
