@@ -29,6 +29,21 @@ class Page:
     def find(self, selector: str) -> Any:
         return self.b.find_element(self.by.CSS_SELECTOR, selector)
 
+    def click(self, selector: str) -> None:
+        """Click ``selector``, found afresh until the click lands: the page re-renders a table
+        as it refreshes it, so an element found a moment before may be gone by the click
+        (StaleElementReferenceException, seen on a loaded machine)."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        def clicked() -> bool:
+            try:
+                self.find(selector).click()
+            except StaleElementReferenceException:
+                return False
+            return True
+
+        wait_for(clicked, 10, what=f"a click on {selector}")
+
     def all(self, selector: str) -> list[Any]:
         return list(self.b.find_elements(self.by.CSS_SELECTOR, selector))
 
@@ -132,12 +147,12 @@ def test_schedules_are_created_paused_edited_and_deleted_from_the_page(admin_ser
     assert PAYLOAD in page.text(f"{row} td.status") and "priority 2" in page.text(f"{row} td.status")
     assert browser.execute_script("return window.__pwned") is None, "a payload ran"
 
-    page.find(f"{row} button.schedule-flip").click()
+    page.click(f"{row} button.schedule-flip")
     page.confirm("Pause schedule nightly of queue sched_page?")
     wait_for(lambda: page.text(f"{row} td.state") == "paused", 10, what="paused")
     assert admin.schedules("sched_page")[0]["paused"] is True
 
-    page.find(f"{row} button.schedule-edit").click()
+    page.click(f"{row} button.schedule-edit")
     assert page.find("#schedule-name").get_attribute("value") == "nightly"
     assert page.find("#schedule-body").get_attribute("value") == PAYLOAD
     assert page.find("#schedule-paused").is_selected()
@@ -151,7 +166,7 @@ def test_schedules_are_created_paused_edited_and_deleted_from_the_page(admin_ser
     assert (stored["interval_ms"], stored["cron"], stored["paused"], stored["priority"]) == (60_000, None, False, 2)
     assert stored["body_text"] == PAYLOAD
 
-    page.find(f"{row} button.schedule-delete").click()
+    page.click(f"{row} button.schedule-delete")
     page.confirm("Delete schedule nightly of queue sched_page?")
     wait_for(lambda: not page.all(row), 10, what="the row to go")
     assert admin.schedules("sched_page") == []

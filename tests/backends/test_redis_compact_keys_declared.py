@@ -113,6 +113,7 @@ def run_every_script(store: RedisStore) -> None:
     run_group_scripts(store, q, now + 2 * 10**6)
     run_job_control_scripts(store, q, now + 3 * 10**6)
     store.get_queue_names()
+    assert store.monitor_idle([q, "q_none"], 3) == {"q_none"}
     store.delete_queue(q)
 
 
