@@ -18,6 +18,7 @@ from pinlater.backends.embedded.store import EmbeddedStore
 from pinlater.backends.sharded import EMPTY_RECHECK_MS, MAX_EMPTY_RECHECK_MS, ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
+from pinlater.errors import QueueNotFoundError
 
 Q = "hints"
 
@@ -142,3 +143,21 @@ def test_acks_of_made_up_shards_are_ignored_in_one_line_and_leave_no_hint(
     assert asyncio.run(backend.checkpoint_jobs(Q, "w", moves)) == 0
     assert not any(place[0].startswith("nope") for place in backend._future_ready)
     assert [job.descriptor for job in asyncio.run(dequeue(backend, Q, 10, "w"))] == [real]
+
+
+def test_acks_and_checkpoints_of_a_made_up_queue_leave_no_hint(backend: ShardedBackend) -> None:
+    """The queue's name is the peer's too: failures with a retry delay and moves to PENDING of a
+    queue the store does not have are refused (QUEUE_NOT_FOUND), and kept a hint per queue name
+    and priority for good before (about 300 bytes a name, from a request of a hundred)."""
+    for i in range(50):
+        with pytest.raises(QueueNotFoundError):
+            asyncio.run(ack(backend, f"junk{i}", failed=[("1", AckItem(p, 1, "", 60_000)) for p in (1, 2, 3)]))
+        move = CheckpointItem(1, 7, backend.clock.now_ms() + 60_000, move_to_pending=True)
+        with pytest.raises(QueueNotFoundError):
+            asyncio.run(backend.checkpoint_jobs(f"junkc{i}", "w", [("1", move)]))
+    assert not any(place[1].startswith("junk") for place in backend._future_ready)
+    # A queue that exists still gets its hint.
+    assert len(asyncio.run(enqueue(backend, Q, [NewJob(1, b"x", backend.clock.now_ms(), 2)]))) == 1
+    [claimed] = asyncio.run(dequeue(backend, Q, 10, "w"))
+    asyncio.run(ack(backend, Q, failed=[("1", AckItem(1, claimed.job.local_id, "", 60_000))]))
+    assert ("1", Q, 1) in backend._future_ready

@@ -571,6 +571,30 @@ def test_new_queues_past_the_cap_are_refused_and_existing_ones_served(
     assert len(log_lines(server, "queue q1 created")) == 1, "creating one that exists logs nothing"
 
 
+def test_acks_of_made_up_queues_make_no_counters(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], ttypes: ModuleType
+) -> None:
+    """Acks naming only shards the server does not have are ignored whatever the queue (no store
+    is asked, so nothing says the queue does not exist): each made-up queue name made counters
+    for good, in /stats.txt, /metrics and the rate history (some 30 KB a name, from a request of
+    a hundred bytes), a dequeue carrying them too, though it failed."""
+    server = start_server()
+    api = api_for(server)
+    for i in range(20):
+        api.ack(f"junk{i}", ok=[f"junk{i}:snope:p1:1"], failed=[f"junk{i}:snope:p1:2"])
+        acks = api.ack_request(f"junkd{i}", ok=[f"junkd{i}:snope:p1:1"])
+        with pytest.raises(ttypes.PinLaterException) as refused:
+            api.dequeue(f"junkd{i}", limit=1, jobAckRequest=acks)
+        assert refused.value.errorCode == 413  # QUEUE_NOT_FOUND
+    assert not [name for name in stats(server) if "junk" in name]
+    # A queue that exists still counts its acks, those of a shard it lacks among them.
+    api.create("real")
+    [job] = api.enqueue("real", api.job(b"x"))
+    assert list(api.dequeue("real", limit=1).jobs) == [job]
+    api.ack("real", ok=[job, "real:snope:p1:9"])
+    wait_for(lambda: stats(server).get("real_ack_succeeded") == "2", 10, what="the acks counted")
+
+
 def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
     start_server: Start, api_for: Callable[[ServerProcess], Api]
 ) -> None:

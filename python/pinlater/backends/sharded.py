@@ -996,8 +996,7 @@ class ShardedBackend:
         """
         claim = self.new_claim(source)
         if acks and (len(acks) != 1 or dry_run or limit <= 0 or len(acks[0][1]) > STORE_CALL_JOBS):
-            await self.ack_jobs(queue, acks, ())
-            if on_acked is not None:
+            if await self.ack_jobs(queue, acks, ()) and on_acked is not None:
                 on_acked()
             acks = ()
         if not acks:
@@ -1010,8 +1009,7 @@ class ShardedBackend:
         except _AckFailed as failed:
             raise failed.cause from None
         finally:
-            if pending.how is None:  # the walk made no store call, so claimed nothing
-                await self.ack_jobs(queue, acks, ())
+            if pending.how is None and await self.ack_jobs(queue, acks, ()):  # no store call, no claim
                 pending.applied()
             elif pending.how == "carried" and self._holds_back(queue):  # (all ``_after_acks`` does here)
                 self._after_acks(queue, acks, (), self.clock.now_ms())
@@ -1275,11 +1273,14 @@ class ShardedBackend:
 
     async def ack_jobs(
         self, queue: str, groups: Sequence[tuple[str, AckGroup]], retried: Sequence[tuple[str, int, int]]
-    ) -> None:
+    ) -> bool:
         """One store call per shard named by the acks (``groups``: an ``AckGroup`` per shard), in
         parallel; a call per ``STORE_CALL_JOBS`` acks of a shard with more, in turn. ``retried``
         is ``(shard, priority, retry_delay_ms)`` for the failures (made ready again if they had
-        attempts left), so the hints know where jobs come back."""
+        attempts left), so the hints know where jobs come back. Answers whether any ack reached
+        a store, which then found the queue (or raised QueueNotFoundError): acks naming only
+        shards the map does not have are ignored, whatever the queue's name, so their counts must
+        not be kept (a peer's made-up queue names each made a counter for good)."""
         calls = []
         now = self.clock.now_ms()
         unknown, ignored = [], 0
@@ -1304,8 +1305,13 @@ class ShardedBackend:
             )
         try:
             await _gather_raising_first(calls)
-        finally:
+        except QueueNotFoundError:
+            raise  # no hint: nothing of a queue a store does not have comes back (a made-up name's were kept)
+        except BaseException:
             self._after_acks(queue, groups, retried, now)
+            raise
+        self._after_acks(queue, groups, retried, now)
+        return bool(calls)
 
     def _after_acks(
         self, queue: str, groups: Sequence[tuple[str, AckGroup]], retried: Sequence[tuple[str, int, int]], now: int
@@ -1349,13 +1355,17 @@ class ShardedBackend:
             return changed
 
         calls = [on(shard, its) for name, its in by_shard.items() if (shard := self._shard(name)) is not None]
+        moved = True
         try:
             return sum(await _gather_raising_first(calls))
+        except QueueNotFoundError:
+            moved = False  # no hint, as for acks (``ack_jobs``)
+            raise
         finally:
             for shard_name, item in items:
-                if item.move_to_pending:
+                if item.move_to_pending and moved:
                     self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
-            for shard_name in {shard_name for shard_name, item in items if item.move_to_pending}:
+            for shard_name in {shard_name for shard_name, item in items if item.move_to_pending and moved}:
                 self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
 
     # -- reads ------------------------------------------------------------------------------
@@ -1725,16 +1735,17 @@ class _PendingAcks:
             self.on_acked()
         return result
 
-    def before(self, ack: Awaitable[None], call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+    def before(self, ack: Awaitable[bool], call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
         self.how = "before"
         return self._before(ack, call)
 
-    async def _before(self, ack: Awaitable[None], call: Callable[[], Awaitable[T]]) -> T:
+    async def _before(self, ack: Awaitable[bool], call: Callable[[], Awaitable[T]]) -> T:
         try:
-            await ack
+            reached = await ack
         except Exception as exc:
             raise _AckFailed(exc) from exc
-        self.applied()
+        if reached:  # (acks of a shard the map lacks are ignored, and not counted)
+            self.applied()
         return await call()
 
 

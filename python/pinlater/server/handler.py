@@ -507,9 +507,9 @@ class PinLaterHandler:
             await self.broker.settle(call.keys())
         # (retried() decodes every descriptor again: only worth it when some job failed; groups()
         # has already refused a malformed one)
-        await self.backend.ack_jobs(queue, groups, call.retried() if call.failed else ())
-        self.metrics.incr(f"{queue}_ack_succeeded", call.succeeded)
-        self.metrics.incr(f"{queue}_ack_failed", call.failed)
+        if await self.backend.ack_jobs(queue, groups, call.retried() if call.failed else ()):
+            self.metrics.incr(f"{queue}_ack_succeeded", call.succeeded)
+            self.metrics.incr(f"{queue}_ack_failed", call.failed)
 
     @_thrift_errors
     async def checkpoint_jobs(self, context: Any, request: Any) -> None:
