@@ -72,6 +72,7 @@ low-water mark (at most ``buffer_size`` jobs); on this server a refill starts at
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -469,7 +470,14 @@ class DequeueBroker:
         task = self._refills.get(queue)
         if task is None or task.done():
             task = self._refills[queue] = asyncio.create_task(self._refill(queue), name=f"pinlater-refill-{queue}")
+            task.add_done_callback(functools.partial(self._refill_done, queue))
         return asyncio.shield(task)
+
+    def _refill_done(self, queue: str, task: asyncio.Task[int]) -> None:
+        """A finished refill is forgotten (every reader takes a done one for none): kept, each
+        queue name a peer's dequeue made up held its task, error and traceback for good."""
+        if self._refills.get(queue) is task:
+            del self._refills[queue]
 
     def _refilling(self, queue: str) -> bool:
         task = self._refills.get(queue)

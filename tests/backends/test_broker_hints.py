@@ -259,3 +259,23 @@ def test_what_an_enqueue_reserved_for_a_buffer_dropped_meanwhile_is_released(
     handed = asyncio.run(scenario())
     assert b"to-cancel" not in handed, handed
     assert b"new" in handed, "released, then found by a later look"
+
+
+def test_refills_of_made_up_queues_are_not_kept(store: ShardStore, backend: ShardedBackend, metrics: Metrics) -> None:
+    """A refill done is forgotten: each queue name a peer's dequeue made up kept its refill's
+    task, error and traceback in the broker for good."""
+    from pinlater.errors import QueueNotFoundError
+
+    async def scenario() -> None:
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        for i in range(20):
+            with pytest.raises(QueueNotFoundError):
+                await broker.dequeue(f"junk{i}", 10, "worker")
+        assert bodies(await broker.dequeue(Q, 10, "worker")) == []
+        await asyncio.sleep(0)  # (a task's done callbacks run on the loop's next turn)
+        assert broker._refills == {}
+        assert not [queue for queue in broker._buffers if queue.startswith("junk")]
+        await broker.stop()
+        await backend.aclose()
+
+    asyncio.run(scenario())
