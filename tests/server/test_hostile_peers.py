@@ -595,6 +595,28 @@ def test_acks_of_made_up_queues_make_no_counters(
     wait_for(lambda: stats(server).get("real_ack_succeeded") == "2", 10, what="the acks counted")
 
 
+def test_a_callers_texts_are_cut_in_log_lines_and_wrong_passwords_throttled(
+    start_server: Start, thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """A source and a request id are the peer's, up to a frame long: a 1 MiB source made a 1 MiB
+    line at every create, delete or retry (4 MiB of control characters). A wrong deleteQueue
+    password wrote a line a guess."""
+    server = start_server(properties={"ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)})
+    client, transport = connect("127.0.0.1", server.port)
+    try:
+        api = Api(client, thrift_gen[1], source="\x01" * (1 << 20))
+        api.create("logged")
+        for _ in range(20):
+            with pytest.raises(thrift_gen[1].PinLaterException):
+                api.c.deleteQueue(api.ctx, "logged", "guess")
+    finally:
+        transport.close()
+    wait_for(lambda: log_lines(server, "wrong password"), 10, what="the wrong-password line")
+    [created] = wait_for(lambda: log_lines(server, "queue logged created"), 10, what="the create line")
+    assert len(created) < 1000 and "... (1048576 characters)" in created, created[:300]
+    assert len(log_lines(server, "wrong password")) == 1, "one line for the 20 guesses within 5 s"
+
+
 def test_a_peer_gone_mid_reply_costs_one_line_naming_it(
     start_server: Start, api_for: Callable[[ServerProcess], Api]
 ) -> None:

@@ -60,6 +60,7 @@ from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.server.lease import current_lease
+from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.metrics import Metrics, outcome_counter
 
 log = logging.getLogger(__name__)
@@ -169,12 +170,25 @@ def _exception(code: ErrorCode, message: str) -> Exception:
     return exc
 
 
+#: Characters of a caller's source and request id a log line shows (``_who``).
+MAX_LOGGED_ID = 120
+
+
 def _who(context: Any) -> str:
-    """The caller, from a ``RequestContext`` or a hot method's decoded call."""
+    """The caller, from a ``RequestContext`` or a hot method's decoded call, each of its texts cut
+    to ``MAX_LOGGED_ID`` characters: they are the peer's, up to a frame long, and a 16 MiB source
+    made a log line of 16 to 64 MB (repr writes a control character as four) at every create,
+    delete or retry."""
     if context is None:
         return "unknown caller"
     request_id = context.requestId if hasattr(context, "requestId") else getattr(context, "request_id", "")
-    return f"source={context.source!r} requestId={request_id!r}"
+    return f"source={_shown(context.source)} requestId={_shown(request_id)}"
+
+
+def _shown(text: str | None) -> str:
+    if text is None or len(text) <= MAX_LOGGED_ID:
+        return repr(text)
+    return f"{text[:MAX_LOGGED_ID]!r}... ({len(text)} characters)"
 
 
 def _cut_time(ms: int) -> int:
@@ -227,6 +241,9 @@ class PinLaterHandler:
         self.backend = backend
         #: createQueue of a new queue is refused while the shards hold this many (``MAX_QUEUES``).
         self.max_queues = max_queues
+        #: deleteQueue's wrong-password line, one per 5 s at most with a count of the others: a
+        #: peer guessing wrote a line a guess.
+        self._wrong_password = ThrottledLog(log)
         self.max_scan_limit = max_scan_limit
         #: A lookup's reply may hold at most this many bytes (``_info_bytes``; ``MAX_FRAME_BYTES``),
         #: and a dequeue takes jobs while their bodies hold fewer (``DEQUEUE_BYTES``).
@@ -319,7 +336,7 @@ class PinLaterHandler:
         if not self.admin_password_hash:
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "deleteQueue is disabled: no ADMIN_PASSWORD_HASH is set")
         if not hmac.compare_digest(hash_password(password or ""), self.admin_password_hash):
-            log.warning("deleteQueue %s refused: wrong password from %s", queue, _who(context))
+            self._wrong_password("deleteQueue %s refused: wrong password from %s", queue, _who(context))
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "invalid admin password")
         await self.backend.delete_queue(queue)
         log.warning("queue %s deleted by %s", queue, _who(context))
