@@ -50,8 +50,15 @@ MAX_STATUS_CHARS = 5000
 #: one in one reply, which must fit a frame (16 MiB by default) and not hold the server for long.
 #: An upsert past it is refused.
 MAX_QUEUE_SCHEDULE_BYTES = 8 * 1024 * 1024
-#: Due rows one shard hands the runner per pass.
+#: Most schedules one queue keeps. An upsert of a new name past it is refused: each schedule
+#: fires on its own (one job a second at the shortest interval, from every server's runner, for
+#: as long as it is kept), so their number, not only their bytes, is what a peer could multiply.
+MAX_QUEUE_SCHEDULES = 1000
+#: Due rows one shard hands the runner per pass (and at most ``DUE_PAGE_BYTES`` of them).
 DUE_PER_PASS = 500
+#: A row whose spec is longer is read on a worker thread, not on the event loop (JSON and base64
+#: of a 1 MiB body: some 5 ms).
+DECODE_OFF_LOOP_CHARS = 64 * 1024
 
 FAILED_ROW_RETRY_MS = 60_000
 """A row that failed to fire is passed over this long by the runner (``ScheduleRunner._fire``),
@@ -214,7 +221,14 @@ async def upsert(backend: ShardedBackend, schedule: Schedule) -> Schedule:
     _require_every_shard(backend, "upsertSchedule")
     if len(stored.job.custom_status) > MAX_STATUS_CHARS:
         stored = replace(stored, job=replace(stored.job, custom_status=stored.job.custom_status[:MAX_STATUS_CHARS]))
-    others = sum(s.size() for s in await listing(backend, schedule.queue) if s.name != schedule.name)
+    kept = await listing(backend, schedule.queue)
+    others = sum(s.size() for s in kept if s.name != schedule.name)
+    if len(kept) >= MAX_QUEUE_SCHEDULES and all(s.name != schedule.name for s in kept):
+        raise PinLaterError(
+            ErrorCode.ENQUEUE_REJECTED,
+            f"schedule {shown(schedule.name)}: the queue has {len(kept)} schedules, at most {MAX_QUEUE_SCHEDULES} "
+            "(MAX_QUEUE_SCHEDULES): delete some, or replace one",
+        )
     if others + stored.size() > MAX_QUEUE_SCHEDULE_BYTES:
         raise PinLaterError(
             ErrorCode.ENQUEUE_REJECTED,
@@ -373,7 +387,10 @@ class ScheduleRunner:
         except PinLaterError as exc:  # a home without the queue yet, say: fire it here
             log.warning("schedules: %s/%s not moved to its home shard: %s", row.queue, row.name, exc)
         try:
-            schedule = Schedule.from_row(row)
+            if len(row.spec) > DECODE_OFF_LOOP_CHARS:
+                schedule = await asyncio.get_running_loop().run_in_executor(None, Schedule.from_row, row)
+            else:
+                schedule = Schedule.from_row(row)
         except (ValueError, KeyError, TypeError):
             log.error("schedules: %s/%s on shard %s cannot be read; deleted", row.queue, row.name, shard.name)
             await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)

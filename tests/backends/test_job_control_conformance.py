@@ -614,6 +614,19 @@ def test_due_schedules_are_the_unpaused_ones_whose_tick_came_earliest_first(stor
     assert store.due_schedules(T0, 10)[0] == row("first", T0 - 20, queue=OTHER)
 
 
+def test_a_page_of_due_schedules_stops_at_its_byte_budget(store: ShardStore) -> None:
+    """500 due rows of schedules with 1 MiB bodies made one 700 MB page (on Redis one script's
+    reply, which every client of that Redis waited for); a page holds ``max_bytes`` of specs at
+    most, the first row whatever its size, and the rest are due at the next call."""
+    store.create_queue(Q, 3)
+    for i in range(5):
+        store.put_schedule(row(f"s{i}", T0 - 10 + i, spec="x" * 1000))
+    assert [r.name for r in store.due_schedules(T0, 10, max_bytes=2500)] == ["s0", "s1"]
+    assert [r.name for r in store.due_schedules(T0, 10, max_bytes=0)] == ["s0"], "the first whatever its size"
+    assert [r.name for r in store.due_schedules(T0, 3, max_bytes=10_000)] == ["s0", "s1", "s2"]
+    assert len(store.due_schedules(T0, 10)) == 5, "the default budget is 16 MiB"
+
+
 def test_advancing_a_schedule_is_a_compare_and_set(store: ShardStore) -> None:
     store.create_queue(Q, 3)
     store.put_schedule(row("tick", T0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -235,6 +236,52 @@ def test_a_schedule_lives_on_one_shard_and_is_listed_once(
     assert run(schedules.listing(backend, Q)) == []
     with pytest.raises(QueueNotFoundError):
         run(schedules.listing(backend, "missing"))
+
+
+def test_a_queue_keeps_at_most_max_queue_schedules(backend: ShardedBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each schedule fires on its own, for as long as it is kept: their number per queue is
+    bounded, as their bytes are; replacing one at the cap is still taken."""
+    monkeypatch.setattr(schedules, "MAX_QUEUE_SCHEDULES", 3)
+    for name in ("a", "b", "c"):
+        run(schedules.upsert(backend, every(name)))
+    refusal = r"'d': the queue has 3 schedules, at most 3 \(MAX_QUEUE_SCHEDULES\)"
+    with pytest.raises(PinLaterError, match=refusal) as info:
+        run(schedules.upsert(backend, every("d")))
+    assert info.value.code == ErrorCode.ENQUEUE_REJECTED
+    run(schedules.upsert(backend, every("b", interval_ms=2 * MINUTE)))  # replaced at the cap
+    assert [(s.name, s.interval_ms) for s in run(schedules.listing(backend, Q))] == [
+        ("a", MINUTE),
+        ("b", 2 * MINUTE),
+        ("c", MINUTE),
+    ]
+
+
+def test_a_large_due_row_is_read_off_the_event_loop(
+    backend: ShardedBackend, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due row's spec is JSON and base64 of up to 1 MiB of body: some 5 ms to read, and a
+    page of 500 of them held the event loop seconds a pass. A large one is read on a thread."""
+    big = b"x" * 200_000
+    run(schedules.upsert(backend, schedules.Schedule(Q, "big", schedules.ScheduledJob(big), interval_ms=MINUTE)))
+    run(schedules.upsert(backend, every("small")))
+    threads: dict[str, int] = {}
+    real = schedules.Schedule.from_row
+
+    def spy(row: Any) -> schedules.Schedule:
+        threads[row.name] = threading.get_ident()
+        return real(row)
+
+    monkeypatch.setattr(schedules.Schedule, "from_row", staticmethod(spy))
+    clock.advance(MINUTE)
+
+    async def fire() -> int:
+        made = await schedules.ScheduleRunner(backend).run_once()
+        assert threads["small"] == threading.get_ident(), "a small row is read on the loop"
+        assert threads["big"] != threading.get_ident()
+        return made
+
+    assert run(fire()) == 2
+    assert len(jobs_of(backend)) == 2
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,24 @@ STORE_CALL_JOBS = 1000
 #: 2.5 GB for a 629 MB reply that the client then refused, the jobs claimed for nobody.
 DEQUEUE_BYTES = 16 * 1024 * 1024
 
+#: Bytes of specs one ``due_schedules`` page holds at most (its first row always): 500 due rows of
+#: schedules with 1 MiB bodies (1.4 MB of spec each, JSON and base64) made one 700 MB page, on
+#: Redis one script's reply, which every client of that Redis waited for.
+DUE_PAGE_BYTES = 16 * 1024 * 1024
+
+
+def within_page(rows: Iterable[ScheduleRow], max_bytes: int) -> list[ScheduleRow]:
+    """``rows`` from the first while their specs hold at most ``max_bytes`` (the first always);
+    an iterator is read no further."""
+    page: list[ScheduleRow] = []
+    held = 0
+    for row in rows:
+        held += len(row.spec)
+        if page and held > max_bytes:
+            break
+        page.append(row)
+    return page
+
 
 def within_bytes(lengths: Iterable[int], max_bytes: int) -> int:
     """How many jobs, from the first, a store call takes under a byte budget, given their
@@ -647,9 +665,10 @@ class ShardStore(Protocol):
         """The queue's schedules (paused ones too), by name; empty for a missing queue."""
         ...
 
-    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+    def due_schedules(self, now_ms: int, limit: int, max_bytes: int = DUE_PAGE_BYTES) -> list[ScheduleRow]:
         """Up to ``limit`` unpaused schedules of every queue with ``next_run_ms <= now_ms``,
-        earliest first (an index, not a scan of every schedule)."""
+        earliest first (an index, not a scan of every schedule), and no more once their specs
+        hold ``max_bytes`` (the first row whatever its size): the rest are due at the next call."""
         ...
 
     def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pinlater.backends.base import (
     DEFAULT_RULES,
     DEQUEUE_BYTES,
+    DUE_PAGE_BYTES,
     RESERVATION_PREFIX,
     AckItem,
     CheckpointItem,
@@ -58,6 +59,7 @@ from pinlater.backends.base import (
     ScanCursor,
     ScheduleRow,
     within_bytes,
+    within_page,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
@@ -561,10 +563,11 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         with self._read() as conn:
             return [_schedule(row) for row in conn.execute(sql.load("schedules_of"), {"queue": queue})]
 
-    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
+    def due_schedules(self, now_ms: int, limit: int, max_bytes: int = DUE_PAGE_BYTES) -> list[ScheduleRow]:
+        """Rows are read one at a time, and the reading stops at the byte budget."""
         params = {"now_ms": now_ms, "limit": _limit(limit)}
         with self._read() as conn:
-            return [_schedule(row) for row in conn.execute(sql.load("schedules_due"), params)]
+            return within_page(map(_schedule, conn.execute(sql.load("schedules_due"), params)), max_bytes)
 
     def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
         params = {"queue": queue, "name": name, "expected_next_ms": expected_next_ms, "next_run_ms": next_run_ms}

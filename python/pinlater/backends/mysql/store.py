@@ -51,6 +51,7 @@ from pinlater.backends.base import (
     CANCELLED,
     DEFAULT_RULES,
     DEQUEUE_BYTES,
+    DUE_PAGE_BYTES,
     EXPIRED,
     RESERVATION_PREFIX,
     AckItem,
@@ -70,6 +71,7 @@ from pinlater.backends.base import (
     ScanCursor,
     ScheduleRow,
     within_bytes,
+    within_page,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
@@ -443,8 +445,9 @@ class MySQLStore(BlockingStore):
     def list_schedules(self, queue: str) -> list[ScheduleRow]:
         return schedule_rows.list_schedules(self, queue)
 
-    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
-        return schedule_rows.due_schedules(self, now_ms, limit)
+    def due_schedules(self, now_ms: int, limit: int, max_bytes: int = DUE_PAGE_BYTES) -> list[ScheduleRow]:
+        """The page is cut to ``max_bytes`` once read (each table's rows come in one statement)."""
+        return within_page(schedule_rows.due_schedules(self, now_ms, limit), max_bytes)
 
     def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
         return schedule_rows.advance_schedule(self, queue, name, expected_next_ms, next_run_ms)

@@ -56,11 +56,11 @@ def list_schedules(shard: ShardScripts, name: str, queue: str) -> list[ScheduleR
     return [_row(queue, out[i].decode(), out[i + 1]) for i in range(0, len(out), 2)]
 
 
-def due_schedules(shard: ShardScripts, name: str, now_ms: int, limit: int) -> list[ScheduleRow]:
+def due_schedules(shard: ShardScripts, name: str, now_ms: int, limit: int, max_bytes: int) -> list[ScheduleRow]:
     if limit <= 0:
         return []
     _names, definitions, due, _index = _keys(shard, name)
-    out = shard.run("due_schedules", [definitions, due], [str(now_ms), limit])
+    out = shard.run("due_schedules", [definitions, due], [str(now_ms), limit, max(max_bytes, 0)])
     rows = []
     for i in range(0, len(out), 2):
         queue, schedule = out[i].decode().split(":", 1)  # queue names are \w+

@@ -88,6 +88,7 @@ from redis.retry import Retry
 from pinlater._pinlater import AckGroup, ClaimedJobs, LocalIds, NewJobBatch
 from pinlater.backends.base import (
     DEQUEUE_BYTES,
+    DUE_PAGE_BYTES,
     AckItem,
     CheckpointItem,
     ClaimedJob,
@@ -667,8 +668,8 @@ class RedisStore:
     def list_schedules(self, queue: str) -> list[ScheduleRow]:
         return schedules.list_schedules(self._shard, self._name, queue)
 
-    def due_schedules(self, now_ms: int, limit: int) -> list[ScheduleRow]:
-        return schedules.due_schedules(self._shard, self._name, now_ms, limit)
+    def due_schedules(self, now_ms: int, limit: int, max_bytes: int = DUE_PAGE_BYTES) -> list[ScheduleRow]:
+        return schedules.due_schedules(self._shard, self._name, now_ms, limit, max_bytes)
 
     def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
         return schedules.advance_schedule(self._shard, self._name, queue, name, expected_next_ms, next_run_ms)

@@ -6,6 +6,7 @@ KEYS[1]  the schedules' definitions hash (pls_{shard}.d)
 KEYS[2]  the due schedules' sorted set (pls_{shard}.n)
 ARGV[1]  now (ms)
 ARGV[2]  the most schedules to return
+ARGV[3]  the most bytes of definitions to return (the first whatever its size)
 
 Returns '{queue}:{name}', definition, ... earliest next run first.
 ]]

@@ -7,6 +7,7 @@ KEYS[1]  the schedules' definitions hash (plc:{S}:sd)
 KEYS[2]  the due schedules' sorted set (plc:{S}:sn)
 ARGV[1]  now (ms)
 ARGV[2]  the most schedules to return
+ARGV[3]  the most bytes of definitions to return (the first whatever its size)
 
 Returns '{queue}:{name}', definition, ... earliest next run first.
 ]]

@@ -80,14 +80,28 @@ function schedules.list()
   return out
 end
 
--- KEYS: definitions, due; ARGV: now_ms, limit. Returns field, definition, ... of the unpaused
--- schedules with next_run_ms <= now, earliest first, at most limit.
+-- KEYS: definitions, due; ARGV: now_ms, limit, max_bytes. Returns field, definition, ... of the
+-- unpaused schedules with next_run_ms <= now, earliest first, at most limit, and no more once
+-- their definitions hold max_bytes (the first always). The lengths are read first (HSTRLEN
+-- copies nothing): 500 definitions of 1.4 MB each read whole made a 700 MB reply.
 function schedules.due()
   local definitions_key, due_key = KEYS[1], KEYS[2]
-  local out = {}
+  local max_bytes = tonumber(ARGV[3])
   local fields = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-  for i = 1, #fields, 1000 do
-    local chunk = {unpack(fields, i, math.min(i + 999, #fields))}
+  local chosen, bytes = {}, 0
+  for _, field in ipairs(fields) do
+    local n = redis.call('HSTRLEN', definitions_key, field)
+    if n > 0 then  -- (0: no definition, skipped)
+      if #chosen > 0 and bytes + n > max_bytes then
+        break
+      end
+      bytes = bytes + n
+      chosen[#chosen + 1] = field
+    end
+  end
+  local out = {}
+  for i = 1, #chosen, 1000 do
+    local chunk = {unpack(chosen, i, math.min(i + 999, #chosen))}
     local values = redis.call('HMGET', definitions_key, unpack(chunk))
     for j, field in ipairs(chunk) do
       if values[j] then
