@@ -166,6 +166,25 @@ def test_lifecycle_through_the_server_in_the_original_databases(
     assert set(api.c.getQueueNames(api.ctx)) == {"life"}
 
 
+def test_creating_a_queue_that_exists_runs_no_ddl(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """createQueue of a queue every shard has writes nothing: it ran CREATE DATABASE and a CREATE
+    TABLE per priority on every shard each time (metadata locks), as often as a peer asked."""
+    api = api_for(serve(start_server, tmp_path, {"1": (mariadb, False)}))
+    api.create("again")
+
+    def ddl() -> int:
+        rows = mariadb.query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_create_db', 'Com_create_table')")
+        return sum(int(value) for _, value in rows)
+
+    before = ddl()
+    for _ in range(20):
+        api.create("again")
+    assert ddl() == before
+    assert databases(mariadb) >= {"plq_1_again"}
+
+
 def test_a_body_over_the_blob_limit_is_rejected_before_anything_is_written(
     start_server: Start, api_for: Callable[[ServerProcess], Api], mariadb: MariaDBServer, tmp_path: Path
 ) -> None:

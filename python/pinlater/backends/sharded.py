@@ -30,7 +30,7 @@ import socket
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, Protocol, TypeVar
@@ -566,10 +566,21 @@ class ShardedBackend:
 
     # -- queues -----------------------------------------------------------------------------
 
-    async def create_queue(self, queue: str) -> None:
-        shards = self._shards.all()
+    async def create_queue(self, queue: str, only: Collection[str] | None = None) -> None:
+        """Create the queue on every shard, or on the shards named in ``only``."""
+        shards = [s for s in self._shards.all() if only is None or s.name in only]
         self._forget_lacking(queue)
         await asyncio.gather(*(self.call_store(s, s.store.create_queue, queue, self.num_priorities) for s in shards))
+
+    async def queue_names_by_shard(self) -> dict[str, set[str] | None]:
+        """Each shard's queue names, None for a shard that could not list them."""
+        shards = self._shards.all()
+        calls = (self.call_store(s, s.store.get_queue_names) for s in shards)
+        listed = await asyncio.gather(*calls, return_exceptions=True)
+        return {
+            s.name: (None if isinstance(names, BaseException) else names)
+            for s, names in zip(shards, listed, strict=True)
+        }
 
     async def delete_queue(self, queue: str) -> None:
         shards = self._shards.all()

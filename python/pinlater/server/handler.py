@@ -315,19 +315,25 @@ class PinLaterHandler:
 
     @_thrift_errors
     async def create_queue(self, context: Any, name: str) -> None:
-        """Create the queue on every shard; again for a queue that exists (the original's, which
-        puts it on shards that lack it). A new queue past ``MAX_QUEUES`` is refused: the count is
-        read from the shards at each call, so servers creating at once may pass it by a few."""
+        """Create the queue on the shards that lack it (the original created it on every shard,
+        again for a queue that exists, which puts it on shards that lack it): one listing of each
+        shard's queues, and nothing written where it exists (on MySQL a create is a CREATE
+        DATABASE and a CREATE TABLE per priority, which a peer's repeated createQueue ran each
+        time). A new queue past ``MAX_QUEUES`` is refused: the count is read from the shards at
+        each call, so servers creating at once may pass it by a few."""
         queue = self._queue(name)
-        names = await self.backend.get_queue_names()
-        if queue not in names and len(names) >= self.max_queues:
+        listed = await self.backend.queue_names_by_shard()
+        known: set[str] = set().union(*(names for names in listed.values() if names is not None))
+        if queue not in known and len(known) >= self.max_queues:
             raise PinLaterError(
                 ErrorCode.UNKNOWN,
-                f"queue {queue} not created: the shards hold {len(names)} queues, at most {self.max_queues} "
+                f"queue {queue} not created: the shards hold {len(known)} queues, at most {self.max_queues} "
                 "(MAX_QUEUES); delete queues no longer used, or raise MAX_QUEUES",
             )
-        await self.backend.create_queue(queue)
-        if queue not in names:  # (creating one that exists is a no-op a client may repeat: no line)
+        lacking = [shard for shard, names in listed.items() if names is None or queue not in names]
+        if lacking:
+            await self.backend.create_queue(queue, lacking)
+        if queue not in known:  # (creating one that exists is a no-op a client may repeat: no line)
             log.info("queue %s created by %s", queue, _who(context))
 
     @_thrift_errors
