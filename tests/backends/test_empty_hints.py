@@ -161,3 +161,52 @@ def test_acks_and_checkpoints_of_a_made_up_queue_leave_no_hint(backend: ShardedB
     [claimed] = asyncio.run(dequeue(backend, Q, 10, "w"))
     asyncio.run(ack(backend, Q, failed=[("1", AckItem(1, claimed.job.local_id, "", 60_000))]))
     assert ("1", Q, 1) in backend._future_ready
+
+
+def test_acks_of_priorities_past_the_walks_leave_no_hint(backend: ShardedBackend) -> None:
+    """The walk visits priorities 1..num_priorities only: a hint for p4 to p127 (a descriptor
+    says any) was never taken back, 64 ready times a place kept for good."""
+    failed = [("1", AckItem(p, 1, "", 60_000)) for p in range(2, 128)]
+    asyncio.run(ack(backend, Q, failed=failed))
+    move = [("1", CheckpointItem(p, 7, backend.clock.now_ms() + 60_000, move_to_pending=True)) for p in (2, 50)]
+    asyncio.run(backend.checkpoint_jobs(Q, "w", move))
+    assert not [place for place in backend._future_ready if place[2] > backend.num_priorities]
+
+
+def test_a_lookup_asks_each_job_once_and_names_a_bounded_number_of_places(
+    backend: ShardedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One descriptor 100,000 times with its body made a store reply of 100,000 bodies; 100,000
+    descriptors of as many made-up queues started as many store calls at once."""
+    from pinlater.backends import sharded
+    from pinlater.errors import PinLaterError
+
+    [descriptor] = asyncio.run(enqueue(backend, Q, [NewJob(1, b"body", 0, 1)]))
+    store = backend.shards.all()[0].store
+    asked: list[int] = []
+    in_flight, most = [0], [0]
+    real = store.lookup_jobs
+
+    def spy(queue: str, keys: list[tuple[int, int]], include_body: bool) -> object:
+        asked.append(len(keys))
+        in_flight[0] += 1
+        most[0] = max(most[0], in_flight[0])
+        try:
+            return real(queue, keys, include_body)
+        finally:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(store, "lookup_jobs", spy)
+    found = asyncio.run(backend.lookup_jobs([descriptor] * 5_000, True))
+    assert list(found) == [descriptor] and found[descriptor].body == b"body"
+    assert asked == [1], "the job looked up once"
+
+    asked.clear()
+    monkeypatch.setattr(sharded, "MAX_LOOKUP_PAIRS", 40)
+    made_up = [f"q{i}:s1:p1:1" for i in range(40)]
+    assert asyncio.run(backend.lookup_jobs(made_up, False)) == {}
+    assert len(asked) == 40 and most[0] <= sharded.LOOKUP_CALLS_AT_ONCE
+    asked.clear()
+    with pytest.raises(PinLaterError, match=r"41 \(queue, shard\) pairs; a lookup takes at most 40"):
+        asyncio.run(backend.lookup_jobs([*made_up, "q40:s1:p1:1"], False))
+    assert asked == [], "refused before any store call"

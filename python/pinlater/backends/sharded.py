@@ -113,6 +113,9 @@ EMPTY_RECHECK_MS = 200
 MAX_EMPTY_RECHECK_MS = 3200
 #: Future ready times remembered per place; beyond this the backoff alone bounds the delay.
 MAX_FUTURE_READY_TIMES = 64
+#: (queue, shard) pairs one lookupJobs may name (``lookup_jobs``), and how many are asked at once.
+MAX_LOOKUP_PAIRS = 1_000
+LOOKUP_CALLS_AT_ONCE = 8
 #: Store calls one walk makes again, in all, after calls that stopped at a work budget short of
 #: their limit (``WalkAnswer.cut``): each such call did bounded work (ended up to 256 expired
 #: jobs on Redis, say), and what it passed may hide due jobs, so its place is not taken for
@@ -523,8 +526,8 @@ class ShardedBackend:
         """A job this server wrote becomes ready at ``ready_at_ms``: look there by then. A shard
         that is not in the map (a descriptor's made-up name: an ack's retry, a checkpoint's move)
         gets no hint: the walk never looks there, and each name's hint was kept for good."""
-        if self._shard(shard) is None:
-            return
+        if self._shard(shard) is None or not 1 <= priority <= self.num_priorities:
+            return  # (nor a priority the walk never visits: a descriptor's p4 to p127 kept one each)
         place = (shard, queue, priority)
         times = self._future_ready.setdefault(place, [])
         if len(times) < MAX_FUTURE_READY_TIMES:
@@ -1383,29 +1386,37 @@ class ShardedBackend:
 
     async def lookup_jobs(self, descriptors: Sequence[str], include_body: bool) -> dict[str, JobRecord]:
         """Jobs found, by descriptor; unknown shards, queues and ids are simply not found. A
-        store call looks up at most ``STORE_CALL_JOBS`` of them."""
-        groups: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+        descriptor given twice is looked up once (one descriptor 100,000 times with its body
+        made a store reply of 100,000 bodies). A store call looks up at most ``STORE_CALL_JOBS``
+        of them; at most ``LOOKUP_CALLS_AT_ONCE`` (queue, shard) pairs are asked at once, and a
+        lookup naming more than ``MAX_LOOKUP_PAIRS`` is refused before any is asked (100,000
+        descriptors of as many made-up queues started as many store calls at once)."""
+        groups: dict[tuple[str, str], dict[tuple[int, int], None]] = defaultdict(dict)
         async for part in decoded_in_parts(descriptors):
             for queue, shard_name, priority, local_id in part:
-                groups[(queue, shard_name)].append((priority, local_id))
+                groups[(queue, shard_name)][(priority, local_id)] = None
+        pairs = [(queue, shard, list(keys)) for (queue, name), keys in groups.items() if (shard := self._shard(name))]
+        if len(pairs) > MAX_LOOKUP_PAIRS:
+            raise PinLaterError(
+                ErrorCode.UNKNOWN,
+                f"invalid request: the descriptors name {len(pairs)} (queue, shard) pairs; a lookup takes at most "
+                f"{MAX_LOOKUP_PAIRS}: split it",
+            )
         found: dict[str, JobRecord] = {}
+        turns = asyncio.Semaphore(LOOKUP_CALLS_AT_ONCE)
 
         async def one(queue: str, shard: Shard, keys: list[tuple[int, int]]) -> None:
-            for at in range(0, len(keys), STORE_CALL_JOBS):  # one store call stays small
-                call = self.call_store(
-                    shard, shard.store.lookup_jobs, queue, keys[at : at + STORE_CALL_JOBS], include_body
-                )
-                records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
-                for record in records:
-                    descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
-                    found[descriptor] = record.as_clients_see_it()
+            async with turns:
+                for at in range(0, len(keys), STORE_CALL_JOBS):  # one store call stays small
+                    call = self.call_store(
+                        shard, shard.store.lookup_jobs, queue, keys[at : at + STORE_CALL_JOBS], include_body
+                    )
+                    records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
+                    for record in records:
+                        descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
+                        found[descriptor] = record.as_clients_see_it()
 
-        calls = []
-        for (queue, shard_name), keys in groups.items():
-            shard = self._shard(shard_name)
-            if shard is not None:
-                calls.append(one(queue, shard, keys))
-        await _gather_raising_first(calls)
+        await _gather_raising_first([one(queue, shard, keys) for queue, shard, keys in pairs])
         return found
 
     async def cancel_jobs(self, queue: str, descriptors: Sequence[str]) -> int:
