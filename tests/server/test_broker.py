@@ -402,3 +402,25 @@ def test_a_broker_hand_out_is_the_reply_thriftpy2_writes_for_its_jobs(
     writer.write_struct(idl.PinLater.dequeueJobs_result(success=response))
     assert reply == out.getvalue()
     assert api.count("shape", IN_PROGRESS) == len(expected)
+
+
+def test_a_cancel_that_names_no_job_here_leaves_the_buffer(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    """A cancel dropped the queue's buffer (releasing its reservations, the next dequeue waiting
+    for a refill) before anything was checked: a descriptor of another queue or of a shard not in
+    the map, sent over and over, kept the buffer from ever serving a worker."""
+    srv = start_server(properties={"BROKER_LOW_WATER_FRACTION": "0"})  # no background refills
+    api = Api(open_client(srv), ttypes)
+    fill(api, "kept", 20)
+    api.dequeue("kept", limit=1)  # fills the buffer: one refill
+    before = stats(srv)
+    other = ttypes.PinLaterCancelJobsRequest(queueName="kept", jobDescriptors=["other:s1:p1:1"])
+    unknown_shard = ttypes.PinLaterCancelJobsRequest(queueName="kept", jobDescriptors=["kept:snope:p1:1"])
+    for _ in range(5):
+        with pytest.raises(ttypes.PinLaterException, match="is a job of queue 'other'"):
+            api.c.cancelJobs(api.ctx, other)
+        assert api.c.cancelJobs(api.ctx, unknown_shard) == 0
+    assert len(api.dequeue("kept", limit=5).jobs) == 5
+    after = stats(srv)
+    assert after["broker_refills"] == before["broker_refills"], "served from the buffer it kept"

@@ -673,11 +673,20 @@ class PinLaterHandler:
                 ErrorCode.UNKNOWN, f"cancelJobs takes at most {MAX_CANCEL} descriptors, not {len(descriptors)}"
             )
         if self.broker is not None:
-            await self.broker.settle(await decoded(descriptors))
-            # This server's buffer hands none of them out, during the cancel or after it.
-            await self.broker.forget(queue)
+            keys = await decoded(descriptors)
+            for i, (job_queue, *_rest) in enumerate(keys):
+                if job_queue != queue:  # refused before the buffer is touched (as the backend refuses it)
+                    raise PinLaterError(
+                        ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {shown(job_queue)}, not {queue!r}"
+                    )
+            await self.broker.settle(keys)
+            # This server's buffer hands none of them out, during the cancel or after it: it is
+            # dropped (its reservations released) when a descriptor names a shard of the map.
+            known = any(self.backend.shards.get(shard) is not None for _, shard, *_rest in keys)
+            if known:
+                await self.broker.forget(queue)
         changed = await self.backend.cancel_jobs(queue, descriptors)
-        if self.broker is not None:
+        if self.broker is not None and changed:
             await self.broker.forget(queue)
         self.metrics.incr(f"{queue}_cancel", changed)
         log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
