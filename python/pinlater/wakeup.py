@@ -15,6 +15,10 @@ from collections.abc import Callable
 class QueueSignals:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        #: Waiters per queue: the last one out takes its queue's event away, so a queue nobody
+        #: waits on holds nothing (the long polls of made-up queue names, answered while a shard
+        #: was down, each left an event for good).
+        self._waiting: dict[str, int] = {}
         self.closed = False
         #: Called with the queue on every notify (the dequeue broker refills on it).
         self.listeners: list[Callable[[str], None]] = []
@@ -33,10 +37,17 @@ class QueueSignals:
         event = self._events.get(queue)
         if event is None:
             event = self._events[queue] = asyncio.Event()
+        self._waiting[queue] = self._waiting.get(queue, 0) + 1
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:
             return False
+        finally:
+            left = self._waiting.pop(queue) - 1
+            if left:
+                self._waiting[queue] = left
+            else:
+                self._events.pop(queue, None)
         return not self.closed
 
     def close(self) -> None:

@@ -295,3 +295,36 @@ def test_an_enqueue_passes_a_shard_without_the_queue_and_gives_it_the_queue(
     assert everywhere(), f"after {len(descriptors)} enqueues"
     assert len(descriptors) < 200 and len(set(descriptors)) == len(descriptors), "each enqueue stored its job once"
     assert pending() == before + len(descriptors)
+
+
+def test_a_made_up_queue_leaves_no_hint_while_a_shard_cannot_say(
+    backend: ShardedBackend, stores: dict[str, EmbeddedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a shard cannot answer (Redis at maxmemory refuses claims) a dequeue of a queue the
+    others lack is answered with nothing (that shard may have it), not QUEUE_NOT_FOUND; the
+    lacking shards' places were then kept as known empty, and a long poll's event stayed, for
+    every name a peer made up, for good."""
+    from pinlater.backends.pressure import StoreMemoryFullError
+
+    full = backend.shards.get("2")
+    assert full is not None
+    real_hot_path = backend.hot_path
+
+    class Full:
+        def dequeue_jobs(self, *args: object, **kwargs: object) -> object:
+            raise StoreMemoryFullError("2", "OOM command not allowed")
+
+    monkeypatch.setattr(backend, "hot_path", lambda shard: Full() if shard is full else real_hot_path(shard))
+    backend._current_hot_paths.clear()
+
+    async def scenario() -> None:
+        for i in range(20):
+            assert await dequeue(backend, f"junk{i}", 10, "w") == []
+        assert await backend.signals.wait("junk0", 0.01) is False
+        waits = [backend.signals.wait("junk1", 0.01), backend.signals.wait("junk1", 0.02)]
+        assert await asyncio.gather(*waits) == [False, False]
+
+    run(scenario())
+    assert not [key for key in backend._lacking if key[1].startswith("junk")]
+    assert not [place for place in backend._empty_until if place[1].startswith("junk")]
+    assert backend.signals._events == {} and backend.signals._waiting == {}

@@ -1114,6 +1114,7 @@ class ShardedBackend:
         lacking: set[str] = set()  # shards that said they do not have the queue
         broken: set[str] = set()  # shards whose call failed unexpectedly after jobs were claimed
         held = False  # some shard had the queue, or could not say
+        present = False  # some shard had the queue (no hint is kept of a queue no shard confirmed)
         # some shard answered (a call, or its place known to be empty): a walk in which none did
         # and one failed fails, though shards marked unhealthy meanwhile by other calls were
         # skipped rather than failed here (it answered "no jobs" with every store stopped)
@@ -1140,7 +1141,7 @@ class ShardedBackend:
                     self._count("dequeue_known_empty_skips", 1)
                     answered = True
                     if (shard.name, queue) not in self._lacking:
-                        held = True  # it had the queue at the last look
+                        held = present = True  # it had the queue at the last look
                     continue
                 while True:  # a call per STORE_CALL_JOBS, while the place has more
                     ask = want if want <= STORE_CALL_JOBS else STORE_CALL_JOBS
@@ -1184,7 +1185,7 @@ class ShardedBackend:
                         last_failure = f"shard {shard.name}: {exc!r}"
                         break
                     else:
-                        held = answered = True
+                        held = answered = present = True
                     finally:
                         if call is not None:
                             if self._in_flight.get(place) is call:
@@ -1225,7 +1226,9 @@ class ShardedBackend:
                 break
         if lacking and not held:  # (``QueueAnswers.check``)
             raise QueueNotFoundError(queue)
-        if use_empty_hints and lacking:  # remembered as empty, like any other place
+        # Remembered as empty, like any other place, when another shard had the queue: while the
+        # rest are down, a name no shard confirmed (a peer's, made up) would be kept for good.
+        if use_empty_hints and lacking and present:
             now = self.clock.now_ms()
             for name in lacking:
                 self._lacking.add((name, queue))
