@@ -29,6 +29,7 @@ from pinlater.backends.sharded import ShardedBackend, key_shard
 from pinlater.backends.shardmap import Shard
 from pinlater.cron import HORIZON_YEARS, Cron, CronError
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError, shown
+from pinlater.eventloop import off_loop
 
 log = logging.getLogger(__name__)
 
@@ -387,10 +388,8 @@ class ScheduleRunner:
         except PinLaterError as exc:  # a home without the queue yet, say: fire it here
             log.warning("schedules: %s/%s not moved to its home shard: %s", row.queue, row.name, exc)
         try:
-            if len(row.spec) > DECODE_OFF_LOOP_CHARS:
-                schedule = await asyncio.get_running_loop().run_in_executor(None, Schedule.from_row, row)
-            else:
-                schedule = Schedule.from_row(row)
+            big = len(row.spec) > DECODE_OFF_LOOP_CHARS
+            schedule = await off_loop(Schedule.from_row, row) if big else Schedule.from_row(row)
         except (ValueError, KeyError, TypeError):
             log.error("schedules: %s/%s on shard %s cannot be read; deleted", row.queue, row.name, shard.name)
             await self.backend.call_store(shard, shard.store.delete_schedule, row.queue, row.name)

@@ -30,6 +30,7 @@ from functools import lru_cache
 
 from pinlater._pinlater import BodyFilterTimeout, BodyMatcher, BodyPatternError
 from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.eventloop import off_loop
 
 __all__ = ["BodyFilter", "BodyFilterBudgetExceeded", "BodyPatternError", "checked", "compiled", "describe"]
 
@@ -79,7 +80,7 @@ async def checked(pattern: str) -> None:
     """``compiled(pattern)`` on a worker thread, for a request on the event loop: a fresh pattern
     costs its compile, up to a few ms (``\\w{20}`` 3.4 ms), and a peer sending a new one with
     every request held the loop that long each time. A pattern compiled lately is found at once."""
-    await asyncio.get_running_loop().run_in_executor(None, compiled, pattern)
+    await off_loop(compiled, pattern)
 
 
 def _on_event_loop() -> bool:

@@ -1320,14 +1320,15 @@ class ShardedBackend:
                 ", ..." if len(unknown) > 1 else "",
                 ignored,
             )
+        hints = True
         try:
             await _gather_raising_first(calls)
         except QueueNotFoundError:
-            raise  # no hint: nothing of a queue a store does not have comes back (a made-up name's were kept)
-        except BaseException:
-            self._after_acks(queue, groups, retried, now)
+            hints = False  # nothing of a queue a store does not have comes back (a made-up name's were kept)
             raise
-        self._after_acks(queue, groups, retried, now)
+        finally:
+            if hints:
+                self._after_acks(queue, groups, retried, now)
         return bool(calls)
 
     def _after_acks(
@@ -1372,17 +1373,17 @@ class ShardedBackend:
             return changed
 
         calls = [on(shard, its) for name, its in by_shard.items() if (shard := self._shard(name)) is not None]
-        moved = True
+        hints = True
         try:
             return sum(await _gather_raising_first(calls))
         except QueueNotFoundError:
-            moved = False  # no hint, as for acks (``ack_jobs``)
+            hints = False  # as for acks (``ack_jobs``)
             raise
         finally:
-            for shard_name, item in items:
-                if item.move_to_pending and moved:
-                    self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
-            for shard_name in {shard_name for shard_name, item in items if item.move_to_pending and moved}:
+            moves = [(shard_name, item) for shard_name, item in items if item.move_to_pending] if hints else []
+            for shard_name, item in moves:
+                self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
+            for shard_name in {shard_name for shard_name, _ in moves}:
                 self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
 
     # -- reads ------------------------------------------------------------------------------
@@ -1430,10 +1431,7 @@ class ShardedBackend:
         i = 0
         async for part in decoded_in_parts(descriptors):
             for job_queue, shard_name, priority, local_id in part:
-                if job_queue != queue:
-                    raise PinLaterError(
-                        ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {shown(job_queue)}, not {queue!r}"
-                    )
+                require_queue_of(queue, job_queue, i)
                 by_shard[shard_name].append((priority, local_id))
                 i += 1
         answers = QueueAnswers(queue)
@@ -1679,6 +1677,15 @@ async def create_on(backend: ShardedBackend, queue: str, shards: Sequence[Shard]
         log.info("created queue %s on shard %s: another shard has it", queue, shard.name)
         created.append(shard.name)
     return created
+
+
+def require_queue_of(queue: str, job_queue: str, i: int) -> None:
+    """Refuse (UNKNOWN, naming it) descriptor ``i`` of a call on ``queue`` that names a job of
+    ``job_queue``, another queue."""
+    if job_queue != queue:
+        raise PinLaterError(
+            ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {shown(job_queue)}, not {queue!r}"
+        )
 
 
 async def decoded_in_parts(descriptors: Sequence[str]) -> AsyncIterator[list[tuple[str, str, int, int]]]:

@@ -53,7 +53,7 @@ from pinlater._pinlater import (
 from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.scan_pages import ScanQuery
-from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded
+from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded, require_queue_of
 from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError, shown
 from pinlater.eventloop import off_loop
@@ -674,11 +674,8 @@ class PinLaterHandler:
             )
         if self.broker is not None:
             keys = await decoded(descriptors)
-            for i, (job_queue, *_rest) in enumerate(keys):
-                if job_queue != queue:  # refused before the buffer is touched (as the backend refuses it)
-                    raise PinLaterError(
-                        ErrorCode.UNKNOWN, f"jobDescriptors[{i}] is a job of queue {shown(job_queue)}, not {queue!r}"
-                    )
+            for i, (job_queue, *_rest) in enumerate(keys):  # refused before the buffer is touched
+                require_queue_of(queue, job_queue, i)
             await self.broker.settle(keys)
             # This server's buffer hands none of them out, during the cancel or after it: it is
             # dropped (its reservations released) when a descriptor names a shard of the map.

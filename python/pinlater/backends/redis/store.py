@@ -797,17 +797,20 @@ class RedisStore:
         if not queues:
             return set()
         per_queue = [self._monitor_keys(queue, num_priorities) for queue in queues]
-        width = len(per_queue[0])
-        if self._config.is_cluster:
-            calls: list[tuple[list[str], list[Any]]] = [(keys, [width]) for keys in per_queue]
-        else:
-            step = max(1, QUEUE_COUNTS_KEYS_PER_CALL // width)
-            calls = [
-                ([key for keys in per_queue[i : i + step] for key in keys], [width])
-                for i in range(0, len(per_queue), step)
-            ]
+        calls = self._per_queue_calls(per_queue, [len(per_queue[0])])
         found = [int(n) for reply in self._shard.run_pipelined("monitor_idle", calls) for n in reply]
         return {queue for queue, n in zip(queues, found, strict=True) if not n}
+
+    def _per_queue_calls(self, per_queue: list[list[str]], args: list[Any]) -> list[tuple[list[str], list[Any]]]:
+        """The calls (keys, ``args``) of a script over the keys of many queues (as many a queue):
+        one queue a call in a cluster (its slot), else as many queues as fit in
+        ``QUEUE_COUNTS_KEYS_PER_CALL`` keys."""
+        if self._config.is_cluster:
+            return [(keys, args) for keys in per_queue]
+        step = max(1, QUEUE_COUNTS_KEYS_PER_CALL // len(per_queue[0]))
+        return [
+            ([key for keys in per_queue[i : i + step] for key in keys], args) for i in range(0, len(per_queue), step)
+        ]
 
     def _monitor_keys(self, queue: str, num_priorities: int) -> list[str]:
         """The keys of ``queue`` that exist while a sweep of the monitor has something to do there:
@@ -830,11 +833,7 @@ class RedisStore:
         counters = [self._keys(queue).expiry_keys()[1] for queue in queues]
         if not counters:
             return {}
-        if self._config.is_cluster:
-            calls: list[tuple[list[str], list[Any]]] = [([key], []) for key in counters]
-        else:
-            step = QUEUE_COUNTS_KEYS_PER_CALL
-            calls = [(counters[i : i + step], []) for i in range(0, len(counters), step)]
+        calls = self._per_queue_calls([[key] for key in counters], [])
         numbers = [int(n) for reply in self._shard.run_pipelined("expired_counts", calls) for n in reply]
         return {queue: n for queue, n in zip(queues, numbers, strict=True) if n}
 
