@@ -21,6 +21,7 @@ from pinlater.backends.base import (
     JobRecord,
     JobState,
     KeyedJob,
+    LookupOverBudget,
     NewJob,
     ShardStore,
 )
@@ -503,6 +504,30 @@ def test_lookup_leaves_out_missing_keys(store: ShardStore, queue: str) -> None:
     assert {(job.priority, job.local_id) for job in found} == {(1, a), (3, c), (1, b)}
     assert all(job.body is not None for job in found)
     assert store.lookup_jobs(queue, [], False) == []
+
+
+def test_a_lookup_whose_bodies_pass_its_budget_is_refused_unchanged(store: ShardStore, queue: str) -> None:
+    """Jobs in every state a lookup reads (a ready one, a later one, one running, one done, one
+    of another priority): bodies of 4,000 bytes in all are refused under a budget of 3,999,
+    leaving every job as it was, and answered under a budget with room for them (Redis counts
+    its records, a little more than the bodies), or without bodies whatever the budget."""
+    body = b"b" * 1000
+    [running] = store.enqueue_jobs(queue, [NewJob(1, body, T0, 2)], T0)
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)] == [running]
+    done, ready = store.enqueue_jobs(queue, [NewJob(1, body, T0, 2)] * 2, T0)
+    assert [job.local_id for job in store.dequeue_jobs(queue, 1, 1, CLAIM, T0, False)] == [done]
+    store.ack_jobs(queue, [AckItem(1, done)], [], T0)
+    [later] = store.enqueue_jobs(queue, [NewJob(1, body, T0 + 60_000, 2)], T0)
+    [other] = store.enqueue_jobs(queue, [NewJob(2, body, T0, 2)], T0)
+    keys = [(1, running), (1, done), (1, ready), (1, later), (2, other)]
+    before = store.lookup_jobs(queue, keys, True)
+    assert len(before) == 5
+    with pytest.raises(LookupOverBudget, match="more than a reply may \\(3999, MAX_FRAME_BYTES\\)"):
+        store.lookup_jobs(queue, keys[:4], True, 3999)
+    assert store.lookup_jobs(queue, keys, True) == before
+    assert store.lookup_jobs(queue, keys, True, 10_000) == before
+    assert [job.body for job in store.lookup_jobs(queue, keys, False, 1)] == [None] * 5
+    assert [job.local_id for job in store.lookup_jobs(queue, keys[4:], True, 1000 + 200)] == [other]
 
 
 def test_lookup_does_not_see_other_queues(store: ShardStore, queue: str) -> None:

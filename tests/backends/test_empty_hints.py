@@ -187,12 +187,12 @@ def test_a_lookup_asks_each_job_once_and_names_a_bounded_number_of_places(
     in_flight, most = [0], [0]
     real = store.lookup_jobs
 
-    def spy(queue: str, keys: list[tuple[int, int]], include_body: bool) -> object:
+    def spy(queue: str, keys: list[tuple[int, int]], include_body: bool, max_body_bytes: int | None = None) -> object:
         asked.append(len(keys))
         in_flight[0] += 1
         most[0] = max(most[0], in_flight[0])
         try:
-            return real(queue, keys, include_body)
+            return real(queue, keys, include_body, max_body_bytes)
         finally:
             in_flight[0] -= 1
 

@@ -22,7 +22,15 @@ import pytest
 from pinlater import schedules
 from pinlater._pinlater import decode_descriptors
 from pinlater.backends import scan_pages
-from pinlater.backends.base import JobRecord, JobState, NewJob, ScanCursor, ShardStore
+from pinlater.backends.base import (
+    STORE_CALL_JOBS,
+    JobRecord,
+    JobState,
+    LookupOverBudget,
+    NewJob,
+    ScanCursor,
+    ShardStore,
+)
 from pinlater.backends.embedded.store import EmbeddedStore
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.sharded import ShardedBackend
@@ -194,6 +202,32 @@ def test_cancel_refuses_another_queues_jobs_and_ignores_unknown_shards(
     assert run(backend.cancel_jobs(Q, [f"{Q}:s1:p1:{mine}", f"{Q}:s9:p1:1"])) == 1
     with pytest.raises(QueueNotFoundError):
         run(backend.cancel_jobs("missing", ["missing:s1:p1:1"]))
+
+
+def test_a_lookups_body_budget_holds_over_its_shards_and_store_calls(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+) -> None:
+    """Three shards of 3,000 bytes of bodies each, looked up at once: refused under 8,999 bytes
+    (each store call alone fits what was left when it began), answered at 9,000; and over the
+    store calls of one shard (STORE_CALL_JOBS a call), the second call is given what the first
+    left, and refused."""
+    now = clock.now_ms()
+    descriptors = []
+    for name, store in stores.items():
+        ids = store.enqueue_jobs(Q, [NewJob(1, b"b" * 1000, now, 2)] * 3, now)
+        descriptors += [f"{Q}:s{name}:p1:{local_id}" for local_id in ids]
+    with pytest.raises(LookupOverBudget, match="\\(8999, MAX_FRAME_BYTES\\)"):
+        run(backend.lookup_jobs(descriptors, True, 8999))
+    assert sorted(run(backend.lookup_jobs(descriptors, True, 9000))) == sorted(descriptors)
+    assert len(run(backend.lookup_jobs(descriptors, False, 1))) == 9
+
+    store = stores["1"]
+    many = store.enqueue_jobs(Q, [NewJob(1, b"s", now, 2)] * STORE_CALL_JOBS, now)
+    [last] = store.enqueue_jobs(Q, [NewJob(1, b"b" * 1000, now, 2)], now)
+    some = [f"{Q}:s1:p1:{local_id}" for local_id in [*many, last]]
+    with pytest.raises(LookupOverBudget):
+        run(backend.lookup_jobs(some, True, STORE_CALL_JOBS + 999))
+    assert len(run(backend.lookup_jobs(some, True, STORE_CALL_JOBS + 1000))) == STORE_CALL_JOBS + 1
 
 
 def test_a_job_with_only_an_expiry_keeps_it(backend: ShardedBackend, clock: ManualClock) -> None:

@@ -86,6 +86,24 @@ def within_page(rows: Iterable[ScheduleRow], max_bytes: int) -> list[ScheduleRow
     return page
 
 
+class LookupOverBudget(PinLaterError):
+    """A lookup's bodies hold more than its byte budget (the server passes ``MAX_FRAME_BYTES``,
+    the most a reply may hold): the store stopped before reading them all. 200 jobs of 1 MiB
+    looked up with their bodies were read whole (the server grew by 200 MB) before the reply's
+    size was checked (``benches/lookup_memory.py``)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(
+            ErrorCode.UNKNOWN,
+            f"invalid request: the bodies of the jobs looked up hold more than a reply may ({max_bytes}, "
+            "MAX_FRAME_BYTES): look up fewer jobs at a time, or without bodies",
+        )
+        self.max_bytes = max_bytes
+
+    def __reduce__(self) -> tuple[type[LookupOverBudget], tuple[int]]:  # type: ignore[override]
+        return (LookupOverBudget, (self.max_bytes,))
+
+
 def within_bytes(lengths: Iterable[int], max_bytes: int) -> int:
     """How many jobs, from the first, a store call takes under a byte budget, given their
     body lengths in take order: each while the bodies taken before it hold fewer than
@@ -600,8 +618,13 @@ class ShardStore(Protocol):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
-        """The jobs found among ``(priority, local_id)`` keys; missing ones are left out."""
+    def lookup_jobs(
+        self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool, max_body_bytes: int | None = None
+    ) -> list[JobRecord]:
+        """The jobs found among ``(priority, local_id)`` keys; missing ones are left out. With
+        ``include_body`` and ``max_body_bytes``: ``LookupOverBudget`` if the bodies found hold
+        more than that many bytes, raised having read at most about that many (Redis counts its
+        records' bytes, a little more than their bodies)."""
         ...
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:

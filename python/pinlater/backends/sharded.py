@@ -62,6 +62,7 @@ from pinlater.backends.base import (
     JobRecord,
     JobState,
     KeyedJob,
+    LookupOverBudget,
     NewJob,
     QueueRules,
     failed_after,
@@ -1388,13 +1389,18 @@ class ShardedBackend:
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def lookup_jobs(self, descriptors: Sequence[str], include_body: bool) -> dict[str, JobRecord]:
+    async def lookup_jobs(
+        self, descriptors: Sequence[str], include_body: bool, max_body_bytes: int | None = None
+    ) -> dict[str, JobRecord]:
         """Jobs found, by descriptor; unknown shards, queues and ids are simply not found. A
         descriptor given twice is looked up once (one descriptor 100,000 times with its body
         made a store reply of 100,000 bodies). A store call looks up at most ``STORE_CALL_JOBS``
         of them; at most ``LOOKUP_CALLS_AT_ONCE`` (queue, shard) pairs are asked at once, and a
         lookup naming more than ``MAX_LOOKUP_PAIRS`` is refused before any is asked (100,000
-        descriptors of as many made-up queues started as many store calls at once)."""
+        descriptors of as many made-up queues started as many store calls at once). With
+        ``include_body`` and ``max_body_bytes``: ``LookupOverBudget`` once the bodies found hold
+        more than that; each store call is given what is left of it, so a lookup holds at most
+        about ``LOOKUP_CALLS_AT_ONCE`` times the budget at once, however many bodies it names."""
         groups: dict[tuple[str, str], dict[tuple[int, int], None]] = defaultdict(dict)
         async for part in decoded_in_parts(descriptors):
             for queue, shard_name, priority, local_id in part:
@@ -1408,19 +1414,30 @@ class ShardedBackend:
             )
         found: dict[str, JobRecord] = {}
         turns = asyncio.Semaphore(LOOKUP_CALLS_AT_ONCE)
+        budgeted = include_body and max_body_bytes is not None
+        left = [max_body_bytes or 0]  # bytes of bodies the calls not yet made may read
 
         async def one(queue: str, shard: Shard, keys: list[tuple[int, int]]) -> None:
             async with turns:
                 for at in range(0, len(keys), STORE_CALL_JOBS):  # one store call stays small
-                    call = self.call_store(
-                        shard, shard.store.lookup_jobs, queue, keys[at : at + STORE_CALL_JOBS], include_body
-                    )
-                    records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
+                    if budgeted and left[0] < 0:
+                        raise LookupOverBudget(max_body_bytes or 0)
+                    part = keys[at : at + STORE_CALL_JOBS]
+                    budget = left[0] if budgeted else None
+                    call = self.call_store(shard, shard.store.lookup_jobs, queue, part, include_body, budget)
+                    try:
+                        records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
+                    except LookupOverBudget:
+                        raise LookupOverBudget(max_body_bytes or 0) from None  # the lookup's, not the call's
+                    if budgeted:
+                        left[0] -= sum(len(record.body or b"") for record in records)
                     for record in records:
                         descriptor = encode_descriptors(queue, shard.name, [record.priority], [record.local_id])[0]
                         found[descriptor] = record.as_clients_see_it()
 
         await _gather_raising_first([one(queue, shard, keys) for queue, shard, keys in pairs])
+        if budgeted and left[0] < 0:  # calls made at once each fit what was left when they began
+            raise LookupOverBudget(max_body_bytes or 0)
         return found
 
     async def cancel_jobs(self, queue: str, descriptors: Sequence[str]) -> int:

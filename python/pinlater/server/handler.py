@@ -582,7 +582,8 @@ class PinLaterHandler:
             )
         if self.broker is not None:
             await self.broker.settle(await decoded(descriptors))
-        found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody))
+        # the store calls stop once the bodies pass what a reply may hold (LookupOverBudget)
+        found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody), self.max_reply_bytes)
         size = sum(_info_bytes(d, r) for d, r in found.items())
         if size > self.max_reply_bytes:
             # A reply no client with our frame limit could read, held in memory while a peer that

@@ -54,6 +54,7 @@ from pinlater.backends.base import (
     JobRecord,
     JobState,
     KeyedJob,
+    LookupOverBudget,
     NewJob,
     QueueRules,
     ScanCursor,
@@ -442,15 +443,27 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
+    def lookup_jobs(
+        self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool, max_body_bytes: int | None = None
+    ) -> list[JobRecord]:
         wanted = list(dict.fromkeys(keys))  # unique, in the caller's order
         ids = json.dumps(sorted({local_id for _, local_id in wanted}))
+        asked = set(wanted)
+        found: dict[tuple[int, int], JobRecord] = {}
+        held = 0
         with self._read() as conn:
             _require_queue(conn, queue)
             rows = conn.execute(
                 sql.load("lookup_jobs"), {"queue": queue, "ids": ids, "include_body": int(include_body)}
-            ).fetchall()
-        found = {(row[0], row[1]): _record(row) for row in rows}
+            )
+            for row in rows:  # row by row: a lookup past its budget stops reading
+                if (row[0], row[1]) not in asked:
+                    continue
+                if include_body and max_body_bytes is not None:
+                    held += len(row[-1] or b"")
+                    if held > max_body_bytes:
+                        raise LookupOverBudget(max_body_bytes)
+                found[(row[0], row[1])] = _record(row)
         return [found[key] for key in wanted if key in found]
 
     def count_jobs(self, queue: str, where: JobFilter, limit: int | None) -> int:

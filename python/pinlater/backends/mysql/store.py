@@ -65,6 +65,7 @@ from pinlater.backends.base import (
     JobRecord,
     JobState,
     KeyedJob,
+    LookupOverBudget,
     NewJob,
     Offload,
     QueueRules,
@@ -673,9 +674,12 @@ class MySQLStore(BlockingStore):
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
+    def lookup_jobs(
+        self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool, max_body_bytes: int | None = None
+    ) -> list[JobRecord]:
         if not keys:
             return []
+        budgeted = include_body and max_body_bytes is not None
         by_priority: dict[int, list[int]] = defaultdict(list)
         for priority, local_id in dict.fromkeys(keys):  # each once, in order (a list's `in` was quadratic)
             by_priority[priority].append(local_id)
@@ -684,8 +688,14 @@ class MySQLStore(BlockingStore):
         def op(cur: Cursor) -> list[JobRecord]:
             found: dict[tuple[int, int], JobRecord] = {}
             missing_tables: list[pymysql.err.MySQLError] = []
+            held = 0
             for priority, ids in by_priority.items():
                 try:
+                    if budgeted:  # the bodies' bytes first: a lookup past its budget reads none of them
+                        cur.execute(queries.BODY_BYTES_BY_ID.render(table=tables[priority], ids=len(ids)), ids)
+                        held += int((cur.fetchone() or (0,))[0] or 0)
+                        if max_body_bytes is not None and held > max_body_bytes:
+                            raise LookupOverBudget(max_body_bytes)
                     cur.execute(
                         queries.LOOKUP_JOBS.render(table=tables[priority], ids=len(ids)), (int(include_body), *ids)
                     )

@@ -99,6 +99,7 @@ from pinlater.backends.base import (
     JobRecord,
     JobState,
     KeyedJob,
+    LookupOverBudget,
     NewJob,
     Offload,
     QueueRules,
@@ -457,7 +458,9 @@ class RedisStore:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def lookup_jobs(self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool) -> list[JobRecord]:
+    def lookup_jobs(
+        self, queue: str, keys: Sequence[tuple[int, int]], include_body: bool, max_body_bytes: int | None = None
+    ) -> list[JobRecord]:
         qkeys = self._keys(queue)
         key_list, index = [qkeys.exists_key, qkeys.dedup_keys()[1]], {}
         compact = isinstance(qkeys, CompactQueueKeys)
@@ -469,7 +472,11 @@ class RedisStore:
         args: list[Any] = [queue, qkeys.jobs_arg, "1" if include_body else "0", len(keys)]
         for priority, local_id in keys:
             args += [index[priority], local_id]
+        if include_body and max_body_bytes is not None:
+            args.append(max_body_bytes)
         out = self._run_in_queue("lookup_jobs", queue, key_list, args)
+        if int(out[0]) == -2:  # the bodies hold more than the budget: none was read
+            raise LookupOverBudget(max_body_bytes or 0)
         self._count_evicted(out[0])
         records = []
         width = 13 if compact else 12  # the compact rows carry the job's group

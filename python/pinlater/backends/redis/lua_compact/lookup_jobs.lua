@@ -25,6 +25,7 @@ ARGV[4]     number of lookups, n
 then 2 per lookup:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other six follow)
   ARGV[i+1] local id
+ARGV[5+2n]  with bodies: the most bytes their records may hold ('' or absent: no limit)
 
 Returns {evicted, then 13 values per job found: lookup number (1-based), state (0..3), score
 (seconds), al, ar, cs, ca, ua (seconds), cd (nil if none), bd (nil unless asked), its group (nil
@@ -70,7 +71,6 @@ for _, k in ipairs(order) do
     end
   end
 end
-local jobs = read_records(records_key, found)
 -- the ids in no set: PENDING in a ready list if their record says so and the list holds them
 local unplaced, unplaced_of, in_sets = {}, {}, {}
 for _, id in ipairs(found) do
@@ -83,6 +83,20 @@ for j = 0, n - 1 do
     unplaced[#unplaced + 1] = id
   end
 end
+-- With bodies and a budget: the records' lengths first, and none read past it.
+local budget = with_body and tonumber(ARGV[5 + 2 * n] or '')
+if budget then
+  local held = 0
+  for _, ids in ipairs({found, unplaced}) do
+    for _, id in ipairs(ids) do
+      held = held + redis.call('HSTRLEN', records_key, id)
+      if held > budget then
+        return {-2, held}
+      end
+    end
+  end
+end
+local jobs = read_records(records_key, found)
 local listed, buried = read_records(records_key, unplaced)
 local in_list = {}  -- per priority (KEYS index of its PENDING set): id -> true
 for j = 0, n - 1 do
