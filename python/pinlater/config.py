@@ -70,6 +70,9 @@ class Settings:
     # Limits on what one peer can hold (issue 14). MAX_CONNECTIONS is kept below the open-files
     # limit less OPEN_FILES_RESERVE (the files stores, SQLite and the admin port need).
     max_connections: int = 10_000  # MAX_CONNECTIONS
+    # MAX_CONNECTIONS_PER_PEER: connections one host may hold; None: nine tenths of the cap in
+    # force, so one host opening connections in a loop leaves the rest a tenth of the slots
+    max_connections_per_peer: int | None = None
     open_files_reserve: int = 1024  # OPEN_FILES_RESERVE
     frame_timeout_seconds: float = 60.0  # FRAME_TIMEOUT_SECONDS: a frame arrives whole within this
     # MAX_PENDING_FRAME_BYTES: bytes held in unfinished frames over all connections
@@ -174,6 +177,11 @@ class Settings:
             (self.broker_buffer_bytes >= 1, ("broker_buffer_bytes",), "must be at least 1"),
             (0 <= self.broker_low_water_fraction <= 1, ("broker_low_water_fraction",), "must be in 0..1"),
             (self.max_connections >= 1, ("max_connections",), "must be at least 1"),
+            (
+                self.max_connections_per_peer is None or self.max_connections_per_peer >= 1,
+                ("max_connections_per_peer",),
+                "must be at least 1",
+            ),
             (self.open_files_reserve >= 0, ("open_files_reserve",), "must not be negative"),
             (self.frame_timeout_seconds > 0, ("frame_timeout_seconds",), "must be positive"),
             (
@@ -403,6 +411,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
     "MAX_CONNECTIONS": ("max_connections", int),
+    "MAX_CONNECTIONS_PER_PEER": ("max_connections_per_peer", int),
     "OPEN_FILES_RESERVE": ("open_files_reserve", int),
     "FRAME_TIMEOUT_SECONDS": ("frame_timeout_seconds", float),
     "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),

@@ -37,6 +37,7 @@ from pinlater.idl import idl
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import MAX_METHOD_NAME
 from pinlater.server.handler import MAX_LOOKUP
+from pinlater.server.transport import peer_connection_cap
 
 Start = Callable[..., ServerProcess]
 
@@ -132,6 +133,7 @@ def test_at_the_open_files_limit_the_server_idles_logs_little_and_recovers(
     server = limited_server(nofile, **props)
     cap = nofile if reserve == "0" else nofile // 2
     assert log_lines(server, f"at most {cap} connections (MAX_CONNECTIONS 10000, open files limit {nofile}")
+    assert log_lines(server, f"{peer_connection_cap(cap, None)} from one host (MAX_CONNECTIONS_PER_PEER)")
 
     clients = [raw(server) for _ in range(3 * nofile)]  # the kernel's backlog takes them all
     try:

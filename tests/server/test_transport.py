@@ -34,7 +34,7 @@ from pinlater._pinlater import (
 )
 from pinlater.idl import idl
 from pinlater.server.dispatch import Dispatcher
-from pinlater.server.transport import FramedServer, RequestSlots
+from pinlater.server.transport import FramedServer, RequestSlots, peer_connection_cap
 
 T = TypeVar("T")
 MAX_FRAME = 64 * 1024
@@ -460,6 +460,49 @@ def test_connections_beyond_the_limit_are_refused(gen: ModuleType) -> None:
     finally:
         transport.close()
         server.close()
+
+
+def served(sock: socket.socket, seqid: int) -> bool:
+    """Whether a getQueueNames call on ``sock`` is answered (False: the server closed it)."""
+    try:
+        sock.sendall(frame(encode_call("getQueueNames", seqid)))
+        (length,) = struct.unpack(">i", recv_exact(sock, 4))
+        recv_exact(sock, length)
+        return True
+    except (ConnectionError, AssertionError, struct.error):
+        return False
+
+
+def test_one_host_holds_at_most_its_share_of_the_connections() -> None:
+    """A host at MAX_CONNECTIONS_PER_PEER has its next connect closed at once, while another host
+    (127.0.0.2, a loopback address of its own) is served; a connection it closes gives its place
+    back. Refusals count in connections_rejected and connections_rejected_per_peer."""
+    server = ServerThread(EchoHandler(), max_connections=10, max_connections_per_peer=3)
+    held = [raw_socket(server.port) for _ in range(3)]
+    try:
+        assert all(served(sock, i) for i, sock in enumerate(held))
+        with raw_socket(server.port) as extra:
+            assert not served(extra, 10), "a fourth connection from the host is closed"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=("127.0.0.2", 0)) as other:
+            assert served(other, 11), "another host is served"
+        stats = server.server.stats()
+        assert (stats.connections_rejected, stats.connections_rejected_per_peer) == (1, 1)
+        held.pop().close()
+        wait_for(lambda: server.server.stats().connections_open == 2, what="the closed connection to go")
+        with raw_socket(server.port) as again:
+            assert served(again, 12), "the closed connection's place went back to its host"
+        assert server.server.stats().connections_rejected_per_peer == 1
+    finally:
+        for sock in held:
+            sock.close()
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("cap", "per_peer", "share"), [(10_000, None, 9_000), (96, None, 87), (1, None, 1), (5, 2, 2), (5, 50, 5)]
+)
+def test_a_hosts_share_of_the_connection_cap(cap: int, per_peer: int | None, share: int) -> None:
+    assert peer_connection_cap(cap, per_peer) == share
 
 
 def test_a_thousand_concurrent_connections(srv: ServerThread) -> None:

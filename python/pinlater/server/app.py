@@ -140,6 +140,7 @@ class PinLaterServer:
             max_frame_bytes=s.max_frame_bytes,
             max_concurrent_requests=s.max_concurrent_requests,
             max_connections=s.max_connections,
+            max_connections_per_peer=s.max_connections_per_peer,
             open_files_reserve=s.open_files_reserve,
             frame_timeout_seconds=s.frame_timeout_seconds,
             max_pending_frame_bytes=s.max_pending_frame_bytes,
@@ -248,6 +249,7 @@ class PinLaterServer:
         total = functools.partial(self.metrics.gauge, total=True)
         total("accept_errors", lambda: thrift.stats().accept_errors)
         total("connections_rejected", lambda: thrift.stats().connections_rejected)
+        total("connections_rejected_per_peer", lambda: thrift.stats().connections_rejected_per_peer)
         total("frame_timeouts", lambda: thrift.stats().frame_timeouts)
         total("frames_over_budget", lambda: thrift.stats().over_budget)
         total("connections_closed_idle", lambda: thrift.stats().idle_closed)

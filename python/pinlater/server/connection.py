@@ -37,7 +37,7 @@ PIPELINE_DEPTH = 64
 class Connection(asyncio.Protocol):
     """One client connection: split frames, serve them in order, write the replies."""
 
-    def __init__(self, server: FramedServer, peer: Any = None) -> None:
+    def __init__(self, server: FramedServer, peer: Any = None, peer_host: str | None = None) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
         self._vectored = False
@@ -46,6 +46,8 @@ class Connection(asyncio.Protocol):
         self._loop = server._loop()
         #: The peer's address, from accept() (the transport cannot tell once the peer has reset).
         self.peer: Any = peer
+        #: The host counted for this connection in the server's per-peer count, until released.
+        self.peer_host = peer_host
         self._buf = bytearray()
         self._queue: collections.deque[bytes] = collections.deque()
         self.worker: asyncio.Task[None] | None = None

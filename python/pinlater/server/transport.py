@@ -39,6 +39,10 @@ Invariants:
   Connections are capped below the open-files limit, less ``open_files_reserve`` for store
   connections, files and the admin port (``connection_cap``), so the cap refuses before the
   limit does; the cap in force is logged at start.
+* One peer (a host address) holds at most ``max_connections_per_peer`` of them (by default nine
+  tenths of the cap, at least one): a host that opens connections in a loop, or leaks them,
+  leaves a tenth of the slots to every other client rather than none. Its further connects are
+  refused at accept, as the cap's are (closed at once, one throttled line naming it).
 * Events a peer can repeat at will (refusals, bad frames, timeouts, a peer gone mid-reply) are
   logged through ``ThrottledLog``: at most one line per kind per ``LOG_INTERVAL_SECONDS``.
 * ``stop(grace)`` stops accepting, drops frames not yet started, lets requests in flight finish
@@ -73,6 +77,7 @@ __all__ = [
     "FramedServer",
     "ServerStats",
     "connection_cap",
+    "peer_connection_cap",
 ]
 
 log = logging.getLogger(__name__)
@@ -112,6 +117,8 @@ class ServerStats:
     connections_open: int
     connections_accepted: int
     connections_rejected: int
+    #: Of those, refused because their host held ``max_connections_per_peer`` already.
+    connections_rejected_per_peer: int
     #: Gauge: requests being handled, long polls waiting for jobs among them.
     requests_in_flight: int
     #: Gauge: long polls waiting for jobs, which hold no request slot while they wait.
@@ -189,6 +196,8 @@ class RequestSlots:
 class _Counters:
     connections_accepted: int = 0
     connections_rejected: int = 0
+    #: Of those, refused for their host's count (``max_connections_per_peer``).
+    peer_refused: int = 0
     frames_in: int = 0
     frames_out: int = 0
     protocol_errors: int = 0
@@ -201,6 +210,14 @@ class _Counters:
     idle_closed: int = 0
     write_stalls: int = 0
     replies_over_budget: int = 0
+
+
+def peer_connection_cap(connection_cap: int, max_connections_per_peer: int | None) -> int:
+    """The connections one peer host may hold: ``max_connections_per_peer`` if given, else nine
+    tenths of ``connection_cap`` (at least one), never more than the cap itself."""
+    if max_connections_per_peer is not None:
+        return max(1, min(max_connections_per_peer, connection_cap))
+    return max(1, connection_cap - max(1, connection_cap // 10))
 
 
 def connection_cap(max_connections: int, open_files_limit: int, reserve: int) -> int:
@@ -236,6 +253,7 @@ class FramedServer:
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_connections_per_peer: int | None = None,
         max_concurrent_requests: int = DEFAULT_MAX_CONCURRENT_REQUESTS,
         max_pending_frame_bytes: int = DEFAULT_MAX_PENDING_FRAME_BYTES,
         frame_timeout_seconds: float = DEFAULT_FRAME_TIMEOUT_SECONDS,
@@ -245,6 +263,8 @@ class FramedServer:
     ) -> None:
         if max_frame_bytes <= 0 or max_connections <= 0 or max_concurrent_requests <= 0:
             raise ValueError("max_frame_bytes, max_connections and max_concurrent_requests must be positive")
+        if max_connections_per_peer is not None and max_connections_per_peer <= 0:
+            raise ValueError("max_connections_per_peer must be positive (or None: nine tenths of the cap)")
         if max_pending_frame_bytes <= 0 or frame_timeout_seconds <= 0 or open_files_reserve < 0:
             raise ValueError("max_pending_frame_bytes and frame_timeout_seconds must be positive")
         if idle_timeout_seconds is not None and idle_timeout_seconds <= 0:
@@ -256,6 +276,11 @@ class FramedServer:
         self.max_connections = max_connections
         #: The connections served at most: ``max_connections``, kept below the open-files limit.
         self.connection_cap = max_connections
+        self.max_connections_per_peer = max_connections_per_peer
+        #: The connections one peer host holds at most (``peer_connection_cap``).
+        self.peer_cap = peer_connection_cap(max_connections, max_connections_per_peer)
+        #: Connections accepted and not yet lost, per peer host (refused ones are never counted).
+        self._per_peer: collections.Counter[str] = collections.Counter()
         self.max_concurrent_requests = max_concurrent_requests
         self.max_pending_frame_bytes = max_pending_frame_bytes
         self.frame_timeout_seconds = frame_timeout_seconds
@@ -299,6 +324,7 @@ class FramedServer:
             raise RuntimeError("server already started")
         limit = raise_open_files_limit()
         self.connection_cap = connection_cap(self.max_connections, limit, self.open_files_reserve)
+        self.peer_cap = peer_connection_cap(self.connection_cap, self.max_connections_per_peer)
         loop = self._event_loop = asyncio.get_running_loop()
         self._sockets = self._bind()
         self.port = self._sockets[0].getsockname()[1]
@@ -311,12 +337,14 @@ class FramedServer:
             kept = min(self.open_files_reserve, limit // 2)
             why = f"open files limit {limit}, {kept} of them kept for stores and files"
         log.info(
-            "thrift server listening on %s:%d; at most %d connections (MAX_CONNECTIONS %d, %s)",
+            "thrift server listening on %s:%d; at most %d connections (MAX_CONNECTIONS %d, %s), "
+            "%d from one host (MAX_CONNECTIONS_PER_PEER)",
             self.host,
             self.port,
             self.connection_cap,
             self.max_connections,
             why,
+            self.peer_cap,
         )
 
     def _bind(self) -> list[socket.socket]:
@@ -387,8 +415,14 @@ class FramedServer:
                 self._refused(address)
                 conn.close()
                 continue
+            host = _host_of(address)
+            if self._per_peer[host] >= self.peer_cap:
+                self._refused_peer(address)
+                conn.close()
+                continue
+            self._per_peer[host] += 1
             conn.setblocking(False)
-            task = loop.create_task(self._attach(conn, address))
+            task = loop.create_task(self._attach(conn, address, host))
             self._attaching.add(task)
             task.add_done_callback(self._attaching.discard)
 
@@ -416,12 +450,22 @@ class FramedServer:
         if self._accepting and self._accept_paused:
             self._start_accepting()
 
-    async def _attach(self, conn: socket.socket, address: Any) -> None:
+    async def _attach(self, conn: socket.socket, address: Any, host: str) -> None:
+        made: list[Connection] = []
+
+        def connection() -> Connection:
+            made.append(Connection(self, address, host))
+            return made[-1]
+
         try:
-            await self._loop().connect_accepted_socket(lambda: Connection(self, address), conn)
+            await self._loop().connect_accepted_socket(connection, conn)
         except Exception as exc:  # the peer went away before its transport was made
             conn.close()
             log.debug("dropped an accepted connection: %s", exc)
+            if made:
+                self._release_peer(made[-1])
+            else:
+                self._release_host(host)
 
     # -- timeouts -------------------------------------------------------------------------------
 
@@ -541,6 +585,7 @@ class FramedServer:
             connections_open=len(self._connections),
             connections_accepted=c.connections_accepted,
             connections_rejected=c.connections_rejected,
+            connections_rejected_per_peer=c.peer_refused,
             requests_in_flight=self.slots.held + self.slots.resting,
             long_polls_waiting=self.slots.resting,
             frames_in=c.frames_in,
@@ -584,12 +629,43 @@ class FramedServer:
             self.connection_cap,
         )
 
+    def _refused_peer(self, peer: Any) -> None:
+        self._counters.connections_rejected += 1
+        self._counters.peer_refused += 1
+        self._log_refused(
+            "refusing connection from %s: that host has %d connections open (MAX_CONNECTIONS_PER_PEER %d)",
+            peer,
+            self._per_peer[_host_of(peer)],
+            self.peer_cap,
+        )
+
+    def _release_peer(self, conn: Connection) -> None:
+        """``conn``'s place in its host's count goes back (once, however often it is called)."""
+        host, conn.peer_host = conn.peer_host, None
+        if host is not None:
+            self._release_host(host)
+
+    def _release_host(self, host: str) -> None:
+        left = self._per_peer[host] - 1
+        if left > 0:
+            self._per_peer[host] = left
+        else:
+            del self._per_peer[host]  # a host with none open keeps no entry
+
     def _loop(self) -> asyncio.AbstractEventLoop:
         assert self._event_loop is not None, "server not started"
         return self._event_loop
 
     def _closed(self, conn: Connection) -> None:
+        self._release_peer(conn)
         self._connections.discard(conn)
         self._live.discard(conn)
         if not self._live and self._all_lost is not None and not self._all_lost.done():
             self._all_lost.set_result(None)
+
+
+def _host_of(address: Any) -> str:
+    """The host part of a peer address from accept() (the address itself if it has none)."""
+    if isinstance(address, tuple) and address:
+        return str(address[0])
+    return str(address)
