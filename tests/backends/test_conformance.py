@@ -528,6 +528,8 @@ def test_a_lookup_whose_bodies_pass_its_budget_is_refused_unchanged(store: Shard
     assert store.lookup_jobs(queue, keys, True, 10_000) == before
     assert [job.body for job in store.lookup_jobs(queue, keys, False, 1)] == [None] * 5
     assert [job.local_id for job in store.lookup_jobs(queue, keys[4:], True, 1000 + 200)] == [other]
+    # a job named under another priority too (where it is not: none has priority 3) counts once
+    assert [job.local_id for job in store.lookup_jobs(queue, [(1, ready), (3, ready)], True, 1200)] == [ready]
 
 
 def test_lookup_does_not_see_other_queues(store: ShardStore, queue: str) -> None:

@@ -560,6 +560,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "filter_ties_newest": ({"table": _TABLE}, (4096, 0, _NOW, 5, _DAY_AGO, _NOW, 10)),
     "filter_before": ({"table": _TABLE}, (4096, 0, _NOW, _DAY_AGO, 10)),
     "bodies_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
+    "body_bytes_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
     "records_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
     "retry_failed_jobs": ({"table": _TABLE}, (1, _NOW, _NOW, 10)),
     "select_timed_out_jobs": ({"table": _TABLE}, (_NOW, 10)),

@@ -21,7 +21,7 @@ import pytest
 
 from pinlater import schedules
 from pinlater._pinlater import decode_descriptors
-from pinlater.backends import scan_pages
+from pinlater.backends import scan_pages, sharded
 from pinlater.backends.base import (
     STORE_CALL_JOBS,
     JobRecord,
@@ -205,12 +205,12 @@ def test_cancel_refuses_another_queues_jobs_and_ignores_unknown_shards(
 
 
 def test_a_lookups_body_budget_holds_over_its_shards_and_store_calls(
-    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three shards of 3,000 bytes of bodies each, looked up at once: refused under 8,999 bytes
     (each store call alone fits what was left when it began), answered at 9,000; and over the
     store calls of one shard (STORE_CALL_JOBS a call), the second call is given what the first
-    left, and refused."""
+    left, and refused. Once a call is refused, no other is made."""
     now = clock.now_ms()
     descriptors = []
     for name, store in stores.items():
@@ -220,6 +220,22 @@ def test_a_lookups_body_budget_holds_over_its_shards_and_store_calls(
         run(backend.lookup_jobs(descriptors, True, 8999))
     assert sorted(run(backend.lookup_jobs(descriptors, True, 9000))) == sorted(descriptors)
     assert len(run(backend.lookup_jobs(descriptors, False, 1))) == 9
+
+    # one at a time: once a call is refused, no other is made
+    asked = []
+    for name, store in stores.items():
+        real = store.lookup_jobs
+
+        def spy(*args: Any, real: Any = real, name: str = name) -> Any:
+            asked.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(store, "lookup_jobs", spy)
+    monkeypatch.setattr(sharded, "LOOKUP_CALLS_AT_ONCE", 1)
+    with pytest.raises(LookupOverBudget):
+        run(backend.lookup_jobs(descriptors, True, 2999))
+    assert len(asked) == 1, asked
+    monkeypatch.undo()
 
     store = stores["1"]
     many = store.enqueue_jobs(Q, [NewJob(1, b"s", now, 2)] * STORE_CALL_JOBS, now)

@@ -1428,6 +1428,7 @@ class ShardedBackend:
                     try:
                         records = await QueueAnswers(queue).ask(shard, call, [])  # never QueueNotFoundError
                     except LookupOverBudget:
+                        left[0] = -1  # the other pairs' calls not yet made are not made
                         raise LookupOverBudget(max_body_bytes or 0) from None  # the lookup's, not the call's
                     if budgeted:
                         left[0] -= sum(len(record.body or b"") for record in records)

@@ -32,14 +32,19 @@ if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
 
--- With bodies and a budget: the bodies' lengths first, and none read past it.
+-- With bodies and a budget: the bodies' lengths first (each job's once: its hash is named by
+-- its id alone, whatever priority a descriptor gives), and none read past it.
 local budget = with_body and tonumber(ARGV[5 + 2 * n] or '')
 if budget then
-  local held = 0
+  local held, counted = 0, {}
   for j = 0, n - 1 do
-    held = held + redis.call('HSTRLEN', hash_prefix .. ARGV[6 + 2 * j], 'bd')
-    if held > budget then
-      return {-2, held}
+    local id = ARGV[6 + 2 * j]
+    if not counted[id] then
+      counted[id] = true
+      held = held + redis.call('HSTRLEN', hash_prefix .. id, 'bd')
+      if held > budget then
+        return {-2, held}
+      end
     end
   end
 end
