@@ -242,6 +242,9 @@ class DequeueBroker:
             except QueueNotFoundError:
                 self._buffers.pop(queue, None)
                 raise
+            except Exception:
+                self._forget_if_empty(queue, buffer)
+                raise
         now = self.backend.clock.now_ms()
         # Entries older than half the hold are never handed out (the release loop lagged):
         # their reservations may be about to lapse. They are released instead.
@@ -495,6 +498,21 @@ class DequeueBroker:
             self._buffers.pop(queue, None)
         except Exception as exc:
             log.warning("broker: background refill of %s failed: %s", queue, exc)
+            self._forget_if_empty(queue, self._buffers.get(queue))
+
+    def _forget_if_empty(self, queue: str, buffer: JobBuffer | None) -> None:
+        """After a failed refill: drop ``buffer`` if it is still the queue's, empty, and nothing is
+        out to fill it (the next dequeue makes another). While a store could not answer, each
+        queue name a peer's dequeues made up kept an empty buffer here for good."""
+        if (
+            buffer is not None
+            and self._buffers.get(queue) is buffer
+            and not len(buffer)
+            and not self._refilling(queue)
+            and queue not in self._reserving
+        ):
+            del self._buffers[queue]
+            self._more.discard(queue)
 
     def _on_ready(self, queue: str) -> None:
         """Jobs became ready on this server: top the buffer up (a better priority may be among them)."""

@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from tests.support.redis_server import RedisServer
 
-from pinlater.backends.base import JobState
+from pinlater.backends.base import JobState, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
 from pinlater.errors import PinLaterError
+from pinlater.server.metrics import Metrics
 
 TIMEOUT = 1.0  # BACKEND_SOCKET_TIMEOUT_SECONDS
 QUEUED = 40
@@ -111,3 +113,42 @@ def test_a_dequeue_that_no_shard_answered_fails_though_other_calls_marked_shards
         finally:
             backend.close()
     assert isinstance(error, PinLaterError) and "every shard failed during dequeue" in error.message, error
+
+
+@pytest.mark.redis
+def test_dequeues_of_made_up_queues_through_the_broker_keep_nothing_while_the_store_is_down(tmp_path: Path) -> None:
+    """While the store cannot answer, each queue name a peer's dequeues made up kept an empty
+    buffer in the broker for good (a dequeue makes its queue's buffer, then its refill fails).
+    Now a failed refill drops a buffer left empty; a real queue's is made again once the store
+    is back, and serves its jobs."""
+    with RedisServer(tmp_path / "redis", appendonly=True) as server:
+        config = RedisShardConfig(RedisEndpoint(server.host, server.port))
+        store = RedisStore("1", config, Settings(backend_socket_timeout_seconds=TIMEOUT))
+        backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=1, parallelism=THREADS)
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), Metrics())
+
+        store.create_queue("q", 1)
+        store.enqueue_jobs("q", [NewJob(1, b"job", 0, 1)], 0)
+
+        async def main() -> None:
+            server.stop()
+            for i in range(20):
+                with pytest.raises(PinLaterError):
+                    await broker.dequeue(f"made-up-{i}", 10, "worker")
+            with pytest.raises(PinLaterError):
+                await broker.dequeue("q", 10, "worker")
+            await asyncio.sleep(0)  # (a refill's done callbacks run on the loop's next turn)
+            assert broker._buffers == {}, "no buffer is kept for a refill that failed"
+            server.start()
+            shard = backend.shards.get("1")
+            assert shard is not None
+            await backend.ping(shard)  # (the server's health loop does this)
+            assert len(await broker.dequeue("q", 10, "worker")) == 1, "the queue is served again"
+            assert list(broker._buffers) == ["q"]
+            await broker.stop()
+            await backend.aclose()
+
+        try:
+            asyncio.run(main())
+        finally:
+            backend.close()
