@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -396,6 +397,29 @@ def test_oldest_ready_is_one_statement_over_every_queue_and_skips_expired_jobs(
 
 
 # -- schedules --------------------------------------------------------------------------------------
+
+
+def test_a_due_page_reads_no_spec_past_it(make_store: Callable[..., MySQLStore]) -> None:
+    """The page is cut by the specs' sizes before a spec is read: 40 due schedules of 1 MB, in
+    two queues, under a page of 1.5 MB, read one and hold a few MB at the peak, where all 40
+    specs (over 80 MB with PyMySQL's copies) were read first; 2 MB hold two, across queues."""
+    store = make_store()
+    for queue in ("a", "b"):
+        store.create_queue(queue, 1)
+    spec = "s" * 1_000_000
+    for i in range(40):
+        store.put_schedule(ScheduleRow("ab"[i % 2], f"n{i:02}", spec, T0 + i))
+    tracemalloc.start()
+    try:
+        page = store.due_schedules(T0 + 100, 500, max_bytes=1_500_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(r.queue, r.name, len(r.spec)) for r in page] == [("a", "n00", 1_000_000)]
+    assert peak < 12_000_000, f"{peak} bytes at the peak"
+    page = store.due_schedules(T0 + 100, 500, max_bytes=2_000_000)
+    assert [(r.queue, r.name) for r in page] == [("a", "n00"), ("b", "n01")]
+    assert [r.name for r in store.due_schedules(T0 + 100, 3, max_bytes=10**9)] == ["n00", "n01", "n02"]
 
 
 def test_schedules_live_in_their_queue_and_are_due_across_queues(

@@ -76,13 +76,19 @@ DUE_PAGE_BYTES = 16 * 1024 * 1024
 def within_page(rows: Iterable[ScheduleRow], max_bytes: int) -> list[ScheduleRow]:
     """``rows`` from the first while their specs hold at most ``max_bytes`` (the first always);
     an iterator is read no further."""
-    page: list[ScheduleRow] = []
+    return within_sizes(rows, max_bytes, lambda row: len(row.spec))
+
+
+def within_sizes(items: Iterable[T], max_bytes: int, size: Callable[[T], int]) -> list[T]:
+    """``items`` from the first while their sizes hold at most ``max_bytes`` in all (the first
+    always); an iterator is read no further."""
+    page: list[T] = []
     held = 0
-    for row in rows:
-        held += len(row.spec)
+    for item in items:
+        held += size(item)
         if page and held > max_bytes:
             break
-        page.append(row)
+        page.append(item)
     return page
 
 

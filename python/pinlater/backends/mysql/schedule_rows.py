@@ -5,10 +5,13 @@ the original's jobs tables: inside the databases the original's grants cover (``
 dropped with the queue by ``delete_queue``. Made by the queue's first ``put_schedule``; a queue
 without it has no schedules.
 
-``due_schedules`` is two statements whatever the number of queues: the queues with a schedules
-table (from the data dictionary), then one UNION ALL of a range of each table's ``due`` index
-(unpaused, next_run <= now, earliest first, up to the limit), merged by next_run. Only queues
-that ever had a schedule are read. ``advance_schedule`` is one compare-and-set UPDATE.
+``due_schedules`` is three statements whatever the number of queues: the queues with a schedules
+table (from the data dictionary), one UNION ALL of a range of each table's ``due`` index
+(unpaused, next_run <= now, earliest first, up to the limit) with the specs' sizes, merged by
+next_run and cut to the page (its limit and bytes), then one UNION ALL reading the specs of the
+rows kept. Only queues that ever had a schedule are read, and no spec past the page: 500 due
+rows of 1.4 MB specs were read whole, 700 MB, before the page was cut. ``advance_schedule`` is
+one compare-and-set UPDATE.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from pinlater.backends.base import ScheduleRow
+from pinlater.backends.base import ScheduleRow, within_sizes
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.pool import error_code
 from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor, T
@@ -101,7 +104,9 @@ def advance_schedule(store: MySQLStore, queue: str, name: str, expected_next_ms:
     return _read(store, queue, lambda cur: int(cur.execute(sql, args)) > 0, False)
 
 
-def due_schedules(store: MySQLStore, now_ms: int, limit: int) -> list[ScheduleRow]:
+def due_schedules(store: MySQLStore, now_ms: int, limit: int, max_bytes: int) -> list[ScheduleRow]:
+    """Up to ``limit`` due rows, earliest first, while their specs hold at most ``max_bytes``
+    (the first always, as ``within_page`` cuts); the specs are read for those rows only."""
     if limit <= 0:
         return []
     pattern = names.queue_database_pattern(store.name)
@@ -113,14 +118,29 @@ def due_schedules(store: MySQLStore, now_ms: int, limit: int) -> list[ScheduleRo
             for (database,) in cur.fetchall()
             if (queue := names.queue_from_database(str(database), store.name)) is not None
         )
-        due: list[ScheduleRow] = []
+        due: list[tuple[int, str, bytes, int]] = []  # next run, queue, name, the spec's bytes
         for start in range(0, len(found), TABLES_PER_STATEMENT):
             chunk = found[start : start + TABLES_PER_STATEMENT]
-            parts = [queries.DUE_SCHEDULES_TABLE.render(table=_table(store, queue)) for queue in chunk]
+            parts = [queries.DUE_SCHEDULE_SIZES_TABLE.render(table=_table(store, queue)) for queue in chunk]
             cur.execute("\nUNION ALL\n".join(parts), [arg for queue in chunk for arg in (queue, now_ms, limit)])
-            due += [_row(str(row[0]), row[1:]) for row in cur.fetchall()]
-        due.sort(key=lambda row: (row.next_run_ms, row.queue, row.name))
-        return due[:limit]
+            due += [(int(run), str(queue), bytes(name), int(size or 0)) for queue, name, run, size in cur.fetchall()]
+        due.sort()  # by next run, queue, then name (UTF-8 bytes sort as their text does)
+        kept = within_sizes(due[:limit], max_bytes, lambda row: row[3])  # as within_page cuts, by the sizes
+        names_of: dict[str, list[bytes]] = {}
+        for _, queue, name, _ in kept:
+            names_of.setdefault(queue, []).append(name)
+        rows: dict[tuple[str, bytes], ScheduleRow] = {}
+        queues = list(names_of)
+        for start in range(0, len(queues), TABLES_PER_STATEMENT):
+            chunk = queues[start : start + TABLES_PER_STATEMENT]
+            parts = [
+                queries.SCHEDULE_SPECS_TABLE.render(table=_table(store, queue), ids=len(names_of[queue]))
+                for queue in chunk
+            ]
+            cur.execute("\nUNION ALL\n".join(parts), [arg for queue in chunk for arg in (queue, *names_of[queue])])
+            for row in cur.fetchall():
+                rows[(str(row[0]), bytes(row[1]))] = _row(str(row[0]), row[1:])
+        return [rows[key] for _, queue, name, _ in kept if (key := (queue, name)) in rows]
 
     def op(cur: Cursor) -> list[ScheduleRow]:
         try:

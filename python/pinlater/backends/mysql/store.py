@@ -72,7 +72,6 @@ from pinlater.backends.base import (
     ScanCursor,
     ScheduleRow,
     within_bytes,
-    within_page,
 )
 from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilter
 from pinlater.backends.dedup_sweep import SweepCursors
@@ -447,8 +446,8 @@ class MySQLStore(BlockingStore):
         return schedule_rows.list_schedules(self, queue)
 
     def due_schedules(self, now_ms: int, limit: int, max_bytes: int = DUE_PAGE_BYTES) -> list[ScheduleRow]:
-        """The page is cut to ``max_bytes`` once read (each table's rows come in one statement)."""
-        return within_page(schedule_rows.due_schedules(self, now_ms, limit), max_bytes)
+        """The page is cut by the specs' sizes before any spec is read (``schedule_rows``)."""
+        return schedule_rows.due_schedules(self, now_ms, limit, max_bytes)
 
     def advance_schedule(self, queue: str, name: str, expected_next_ms: int, next_run_ms: int) -> bool:
         return schedule_rows.advance_schedule(self, queue, name, expected_next_ms, next_run_ms)

@@ -1,6 +1,6 @@
 -- A queue's schedules (#18), by name: spec is opaque text of schedules.py (UTF-8); next_run the
 -- next tick, ms since the epoch; paused ones are never due. The `due` index serves
--- due_schedules_table.sql (unpaused, next_run <= now, earliest first). A table of ours beside the
+-- due_schedule_sizes_table.sql (unpaused, next_run <= now, earliest first). A table of ours beside the
 -- original's jobs tables (inside the queue's database, so the grants the original needs cover
 -- it, and it goes with the queue), made by the queue's first put_schedule.
 -- name: the schedule's UTF-8 bytes, binary, so compared byte for byte ('a' is not 'a ').
