@@ -1185,3 +1185,23 @@ def test_a_failed_write_through_zadd_skiplist_leaves_no_pin(raw: redis.Redis) ->
     with pytest.raises(redis.ResponseError, match="not a valid float"):
         raw.eval(source, 1, "plc:{1:q}:p1:w")
     assert raw.zrange("plc:{1:q}:p1:w", 0, -1) == []
+
+
+@pytest.mark.parametrize("side", ["ready list", "sorted set"])
+def test_a_dry_run_reads_no_records_far_past_its_byte_budget(store: RedisStore, raw: redis.Redis, side: str) -> None:
+    """A dry run takes no more bodies than its byte budget, and it reads no more either: 40 jobs
+    of 1 MiB peeked at under a budget of 2 MiB grew Redis' peak memory by the 40 records read at
+    once (a page of the ready list, the sorted set's whole page), where a claim reads them in
+    step with the budget; now by a few records."""
+    body = b"b" * (1 << 20)
+    for i in range(40):  # one a call: the enqueues' own arguments stay small
+        now = T0 - 100 + i  # due at its enqueue: the ready list (each its own run); else the set
+        store.enqueue_jobs(Q, [NewJob(1, body, now if side == "ready list" else now - 1, 2)], now)
+    lengths = raw.llen(K + "p1:r"), raw.zcard(K + "p1:s0")
+    assert lengths == ((80, 0) if side == "ready list" else (0, 40)), lengths  # (a marker a run)
+    before = int(raw.info("memory")["used_memory_peak"])
+    peeked = store.dequeue_jobs(Q, 1, 40, CLAIM, T0 + 1, True, max_bytes=2 << 20)
+    grown = int(raw.info("memory")["used_memory_peak"]) - before
+    assert len(peeked) == 2, "bodies while those before hold fewer than the budget's bytes"
+    assert grown < 12 << 20, f"Redis' peak grew by {grown >> 20} MiB"
+    assert len(store.dequeue_jobs(Q, 1, 40, CLAIM, T0 + 1, True, max_bytes=100 << 20)) == 40

@@ -445,6 +445,10 @@ end
 local EXPIRED_BUDGET, expired_met = 256, 0
 local EXPIRED_PAGE = 128  -- members a page reads, at least, once the call has met expired jobs
 local page, at, more, taken = {}, 1, true, {}
+-- The page's entries whose records are read: all at once for a claim (its page is cut to the
+-- budget already), as the byte budget allows for a dry run (its page is its whole limit:
+-- 1,000 records of 1 MiB had been read at once to hand out 16 of them).
+limits.read_to = 0
 local function next_member()
   if at > #page and more then
     if dry_run then
@@ -464,15 +468,23 @@ local function next_member()
       more = #page >= want
     end
     at = 1
+    limits.read_to = 0
+    sort_entries(page)  -- by (score, id) as numbers: before()
+  end
+  if at <= #page and at > limits.read_to then
+    local from, n = limits.read_to + 1, #page - limits.read_to
+    if dry_run then
+      n = limits.fitting(found, limits.spent, n)
+    end
     local ids = {}
-    for i, entry in ipairs(page) do
-      ids[i] = entry[1]
+    for i = from, from + n - 1 do
+      ids[#ids + 1] = page[i][1]
     end
     local jobs = read_records(records_key, ids)
-    for _, entry in ipairs(page) do
-      entry[3] = jobs[entry[1]]
+    for i = from, from + n - 1 do
+      page[i][3] = jobs[page[i][1]]
     end
-    sort_entries(page)  -- by (score, id) as numbers: before()
+    limits.read_to = from + n - 1
   end
   return page[at]
 end
@@ -480,7 +492,9 @@ end
 -- Merge the two sides by (score, id) until `limit` jobs are taken or nothing due is left. A dry
 -- run reads `limit` places (an evicted job's included, a tombstone's not), as the original's
 -- one page does, and changes nothing.
-local reader = ready_reader(ready_key, records_key, true, limits.bailed and math.min(limit + 1, 9) or limit + 1)
+-- (a dry run reads the list's records as its byte budget allows, as it reads the set's)
+local reader = ready_reader(ready_key, records_key, true, limits.bailed and math.min(limit + 1, 9) or limit + 1, nil,
+  dry_run and function() return limits.fitting(found, limits.spent, limit + 1) end or nil)
 local places = 0
 while (dry_run and places or found) < limit do
   if found > 0 and limits.spent >= limits.max_bytes then

@@ -218,8 +218,10 @@ end
 -- tombstones dropped off `t{p}`. A reader that only reads never calls finish(). `page`: entries
 -- per LRANGE to start with (default READY_PAGE; a dequeue reads its limit and a marker at once),
 -- doubled up to READY_PAGE while entries that are no jobs turn up. `from` (default 0): the index
--- to read from, for a reader that only reads (finish() trims from the head).
-local function ready_reader(ready_key, records_key, with_records, page, from)
+-- to read from, for a reader that only reads (finish() trims from the head). `sizer` (optional):
+-- a function giving the entries each LRANGE reads instead (at most RECORD_CHUNK), for a reader
+-- whose records must stay within a byte budget.
+local function ready_reader(ready_key, records_key, with_records, page, from, sizer)
   local reader = {cut = false}
   local page_size = math.max(1, math.min(page or READY_PAGE, RECORD_CHUNK))
   local buffer, at, read = {}, 1, from or 0  -- entries read, the next one not taken, list entries read
@@ -234,6 +236,9 @@ local function ready_reader(ready_key, records_key, with_records, page, from)
   end
 
   local function fill()
+    if sizer then
+      page_size = math.max(1, math.min(sizer(), RECORD_CHUNK))
+    end
     local page = redis.call('LRANGE', ready_key, read, read + page_size - 1)
     read = read + #page
     if #page < page_size then
