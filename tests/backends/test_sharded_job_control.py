@@ -179,7 +179,9 @@ def test_a_continuation_is_good_only_for_its_own_query(backend: ShardedBackend, 
         scan_pages.encode(query, {(shard, 1): ScanCursor(run_after, local_id)})
         for run_after, local_id in ((2**80, 1), (-(2**80), 1), (1, 2**63), (1, -1))
     ]
-    for made_up in ("1", "abc", tampered, f"{continuation}.x", "1.e30.AAAA", "x" * 70_000, *past_i64):
+    nested = b"[" * 2000  # with a good check: json's recursion limit, once an internal error
+    deep = f"1.{scan_pages._b64(nested)}.{scan_pages._b64(scan_pages._check(nested))}"
+    for made_up in ("1", "abc", tampered, f"{continuation}.x", "1.e30.AAAA", "x" * 70_000, *past_i64, deep):
         with pytest.raises(PinLaterError) as info:
             run(backend.scan_page(query, 3, made_up))
         assert info.value.code == ErrorCode.CONTINUATION_INVALID

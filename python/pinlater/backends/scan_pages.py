@@ -97,7 +97,9 @@ def decode(query: ScanQuery, continuation: str) -> dict[Walk, Stop]:
         if check != _check(payload):
             raise invalid
         digest, walks = json.loads(payload)
-    except (ValueError, binascii.Error, TypeError):
+    except (ValueError, binascii.Error, TypeError, RecursionError):
+        # (the check is no secret: a forged payload of nested lists ran json past its recursion
+        # limit, an internal error and a traceback logged per request)
         raise invalid from None
     if digest != query.digest() or not isinstance(walks, list):
         raise invalid
