@@ -126,6 +126,27 @@ def test_a_checkpoint_back_to_pending_later_is_looked_for_at_its_time(
     assert [j.descriptor for j in asyncio.run(dequeue(backend, Q, 10, "w"))] == [got.descriptor]
 
 
+def test_a_checkpoint_of_many_moves_gives_one_hint_a_place_and_time(
+    backend: ShardedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10,000 moves to PENDING of one job, now or at two later times: the queue's walk is woken
+    once for the place and told its two times, where each move woke the waiters and the broker
+    once, on the event loop, in one request."""
+    now = backend.clock.now_ms()
+    woken: list[tuple[str, str, tuple[int, ...]]] = []
+    mark_ready = backend.mark_ready
+
+    def spy(shard: str, queue: str, priorities: tuple[int, ...]) -> None:
+        woken.append((shard, queue, tuple(priorities)))
+        mark_ready(shard, queue, priorities)
+
+    monkeypatch.setattr(backend, "mark_ready", spy)
+    moves = [("1", CheckpointItem(1, 7, now + (0, 500, 900)[i % 3], move_to_pending=True)) for i in range(10_000)]
+    asyncio.run(backend.checkpoint_jobs(Q, "w", moves))
+    assert woken == [("1", Q, (1,))]
+    assert sorted(backend._future_ready[("1", Q, 1)]) == [now + 500, now + 900]
+
+
 def test_acks_of_made_up_shards_are_ignored_in_one_line_and_leave_no_hint(
     backend: ShardedBackend, caplog: pytest.LogCaptureFixture
 ) -> None:

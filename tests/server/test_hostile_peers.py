@@ -36,7 +36,7 @@ from thriftpy2.transport.memory import TMemoryBuffer
 from pinlater.idl import idl
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import MAX_METHOD_NAME
-from pinlater.server.handler import MAX_LOOKUP
+from pinlater.server.handler import MAX_CHECKPOINT, MAX_LOOKUP
 from pinlater.server.transport import peer_connection_cap
 
 Start = Callable[..., ServerProcess]
@@ -756,6 +756,28 @@ def test_a_lookup_of_more_descriptors_than_it_takes_is_refused_unread(
     with pytest.raises(api.t.PinLaterException, match=f"lookupJobs takes at most {MAX_LOOKUP} descriptors, not "):
         api.lookup(*many)
     assert set(api.lookup(*many[:-1])) == {descriptor}, "at the limit: looked up"
+    still_served(api)
+
+
+def test_a_checkpoint_of_more_requests_than_it_takes_is_refused(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """A 16 MiB frame holds about 800,000 short checkpoint requests, each a Python value and a
+    hint of the queue's walk; at most MAX_CHECKPOINT are taken, the job left as it was."""
+    api = api_for(start_server())
+    api.create("many")
+    (descriptor,) = api.enqueue("many", api.job(b"x"))
+    (claimed,) = api.dequeue("many").jobs
+
+    def checkpoint(n: int) -> None:
+        one = api.t.PinLaterCheckpointJobRequest(jobDescriptor=claimed, moveToPending=True)
+        api.c.checkpointJobs(api.ctx, api.t.PinLaterCheckpointJobsRequest(queueName="many", requests=[one] * n))
+
+    with pytest.raises(api.t.PinLaterException, match=f"checkpointJobs takes at most {MAX_CHECKPOINT} requests"):
+        checkpoint(MAX_CHECKPOINT + 1)
+    assert api.lookup(descriptor)[descriptor].jobState == api.t.PinLaterJobState.IN_PROGRESS
+    checkpoint(MAX_CHECKPOINT)
+    assert api.lookup(descriptor)[descriptor].jobState == api.t.PinLaterJobState.PENDING
     still_served(api)
 
 

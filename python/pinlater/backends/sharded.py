@@ -1381,11 +1381,24 @@ class ShardedBackend:
             hints = False  # as for acks (``ack_jobs``)
             raise
         finally:
-            moves = [(shard_name, item) for shard_name, item in items if item.move_to_pending] if hints else []
-            for shard_name, item in moves:
-                self._ready_at(shard_name, queue, item.priority, item.run_after_ms, now)
-            for shard_name in {shard_name for shard_name, _ in moves}:
-                self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
+            if hints:
+                self._checkpoints_moved(queue, [(name, item) for name, item in items if item.move_to_pending], now)
+
+    def _checkpoints_moved(self, queue: str, moves: Sequence[tuple[str, CheckpointItem]], now: int) -> None:
+        """The hints of jobs a checkpoint moved back to PENDING: one per place (shard, priority),
+        with its distinct times (100,000 moves of one job had woken the queue's waiters and the
+        broker 100,000 times, on the event loop, in one request)."""
+        places: dict[tuple[str, int], set[int]] = defaultdict(set)  # place -> times (now: ready now)
+        for shard_name, item in moves:
+            times = places[(shard_name, item.priority)]
+            ready_at_ms = max(now, item.run_after_ms)
+            if ready_at_ms == now or len(times) < MAX_FUTURE_READY_TIMES:  # (as many as a place keeps)
+                times.add(ready_at_ms)
+        for (shard_name, priority), times in places.items():
+            for ready_at_ms in sorted(times):
+                self._ready_at(shard_name, queue, priority, ready_at_ms, now)
+        for shard_name in {shard_name for shard_name, _ in places}:
+            self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
 
     # -- reads ------------------------------------------------------------------------------
 

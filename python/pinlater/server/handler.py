@@ -102,6 +102,9 @@ def _info_bytes(descriptor: str, record: JobRecord) -> int:
 I32_MAX = 2**31 - 1
 #: Most descriptors one cancelJobs takes (each store call gets at most CANCEL_CHUNK of them).
 MAX_CANCEL = 100_000
+#: Most requests one checkpointJobs takes: a 16 MiB frame holds about 800,000 of a short
+#: descriptor, each a Python value and a hint of the queue's walk.
+MAX_CHECKPOINT = 100_000
 #: Most descriptors one lookupJobs takes: a lookup of 400,000 took the server 5 to 7 s of reads
 #: before the size of its reply refused it. The reply of this many holds about 10 MB without
 #: bodies, under the 16 MiB a reply may hold.
@@ -540,6 +543,12 @@ class PinLaterHandler:
         requests = request.requests or []
         if not requests:
             return
+        if len(requests) > MAX_CHECKPOINT:
+            raise PinLaterError(
+                ErrorCode.UNKNOWN,
+                f"invalid request: checkpointJobs takes at most {MAX_CHECKPOINT} requests, not {len(requests)}: "
+                "checkpoint fewer jobs at a time",
+            )
         parsed = await decoded([r.jobDescriptor for r in requests])
         if self.broker is not None:
             await self.broker.settle(parsed)
