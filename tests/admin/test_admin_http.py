@@ -255,6 +255,21 @@ def test_actions_need_the_admin_password_and_do_what_they_say(admin_server: Admi
     assert any("admin delete on acted from 127.0.0.1: deleted 1 FAILED jobs" in line for line in a.server.lines)
 
 
+def test_a_peer_guessing_the_password_costs_no_walk_of_its_body_and_few_log_lines(admin_server: AdminServer) -> None:
+    """The password is checked before the body is walked (a body that fails the walk's checks is
+    refused for its password first), and 30 wrong guesses write a line or two, where each wrote one."""
+    a = admin_server
+    a.jobs.create("guessed")
+    before = len(a.server.lines)
+    for i in range(30):
+        resp = a.post("/api/retry", {"queue": "guessed", "password": f"guess-{i}", "n": [2**70] * 100})
+        assert resp.status == 403 and "wrong admin password" in resp.json()["error"]
+    lines = [line for line in list(a.server.lines)[before:] if "wrong admin password" in line]
+    assert 1 <= len(lines) <= 3, lines  # (one per 5 s: a slow machine may take longer than that)
+    resp = a.post("/api/retry", {"queue": "guessed", "password": ADMIN_PASSWORD, "n": [2**70]})
+    assert resp.status == 400 and "past 64 bits" in resp.json()["error"], "the walk still refuses, with the password"
+
+
 def test_compressed_action_bodies_are_refused_unread(admin_server: AdminServer) -> None:
     """The admin port inflates no body: a compressed action (here a right one, and a gzip of
     64 MiB of JSON in 64 KB) gets a 415 and does nothing. aiohttp used to inflate a body as it
