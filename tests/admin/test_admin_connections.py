@@ -163,6 +163,48 @@ def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> 
     asyncio.run(run())
 
 
+def test_at_the_cap_the_idle_connection_heard_from_longest_ago_makes_room() -> None:
+    """Not the one opened first: a connection whose next request is arriving (its headers begun)
+    is kept, and the idle one whose peer said nothing since is closed for the newcomer."""
+
+    async def run() -> None:
+        async def ok(request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        connections = AdminConnections(cap=2)
+        app = web.Application()
+        app.router.add_get("/", ok)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = GuardedSite(runner, "127.0.0.1", 0, connections)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            arriving = await asyncio.open_connection("127.0.0.1", port)
+            quiet = await asyncio.open_connection("127.0.0.1", port)
+            arriving[1].write(b"GET / HTTP/1.1\r\n")  # its request begins, after the quiet one opened
+            await arriving[1].drain()
+
+            def heard_arriving() -> bool:  # the first opened was heard from last
+                first, second = sorted(connections.open.values(), key=lambda c: c.since)
+                return first.heard > second.heard
+
+            while not heard_arriving():
+                await asyncio.sleep(0.01)
+            newcomer = await asyncio.open_connection("127.0.0.1", port)
+            assert await _closed(quiet[0]), "the one heard from longest ago made room"
+            arriving[1].write(b"Host: x\r\n\r\n")
+            assert (await arriving[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+            newcomer[1].write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (await newcomer[0].readuntil(b"ok")).startswith(b"HTTP/1.1 200")
+            for _, writer in (arriving, quiet, newcomer):
+                writer.close()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())
+
+
 def test_a_loopback_admin_port_answers_only_requests_for_loopback_names(start_server: Start) -> None:
     """DNS rebinding: a page whose name was made to resolve to 127.0.0.1 sends its requests with
     its own name in Host; a loopback-only admin port answers them 403, and its own names as ever."""

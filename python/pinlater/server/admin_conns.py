@@ -119,10 +119,11 @@ class AdminConnections:
         return now - c.since >= (self.request_seconds if c.busy else self.idle_seconds)
 
     def make_room(self) -> bool:
-        """At the cap: close the connection idle longest, if any is idle; whether one was. It
-        leaves the count at once (its ``connection_lost`` comes later)."""
+        """At the cap: close the idle connection whose peer was heard from longest ago (not one
+        whose next request is arriving), if any is idle; whether one was. It leaves the count at
+        once (its ``connection_lost`` comes later)."""
         idle = [
-            (c.since, key) for key, c in self.open.items() if not c.busy and not c.transport.get_write_buffer_size()
+            (c.heard, key) for key, c in self.open.items() if not c.busy and not c.transport.get_write_buffer_size()
         ]
         if not idle:
             return False
