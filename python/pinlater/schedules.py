@@ -39,9 +39,14 @@ MIN_INTERVAL_MS = 1_000
 MAX_INTERVAL_MS = 10 * 365 * 24 * 3_600_000
 #: Longest schedule name, in characters.
 MAX_NAME_LENGTH = 200
-#: How long a tick's dedup key stays held after its job's enqueue: a tick fired again within it
-#: (a server that died between the enqueue and the move) makes no second job.
+#: How long a tick's dedup key stays held after its job's enqueue (``tick_key_window``): a tick
+#: fired again within it (a server that died between the enqueue and the move, the tick fired
+#: again by the next pass of any server) makes no second job. Each key held is a record in its
+#: store (about 100 to 300 bytes), so the window spans ``TICK_KEY_TICKS`` of the schedule's
+#: ticks, within these bounds: a schedule of one tick a second held 86,400 keys with a day's.
 TICK_KEY_WINDOW_MS = 24 * 3_600_000
+MIN_TICK_KEY_WINDOW_MS = 3_600_000
+TICK_KEY_TICKS = 100
 #: Largest body a schedule's job may carry (the row is read at every tick).
 MAX_BODY_BYTES = 1024 * 1024
 #: Longest custom status a schedule's job keeps, in characters (the longest any store keeps a
@@ -180,6 +185,14 @@ class Schedule:
 def tick_key(name: str, tick_ms: int) -> str:
     """The dedup key of one tick's job."""
     return f"pinlater:schedule:{name}:{tick_ms}"
+
+
+def tick_key_window(tick_ms: int, next_tick_ms: int) -> int:
+    """How long the key of the tick at ``tick_ms`` is held, the next being at ``next_tick_ms``:
+    ``TICK_KEY_TICKS`` ticks, at least an hour (3,600 keys of a schedule of one a second), at most
+    a day (one key of a daily one)."""
+    ticks = TICK_KEY_TICKS * max(0, next_tick_ms - tick_ms)
+    return min(TICK_KEY_WINDOW_MS, max(MIN_TICK_KEY_WINDOW_MS, ticks))
 
 
 def _home(backend: ShardedBackend, queue: str, name: str) -> Shard:
@@ -397,7 +410,8 @@ class ScheduleRunner:
         job = schedule.job
         now = self.backend.clock.now_ms()
         new_job = NewJob(job.priority, job.body, now, job.attempts_allowed, job.custom_status)
-        keys = [(tick_key(row.name, row.next_run_ms), TICK_KEY_WINDOW_MS, job.group_key, None)]
+        window = tick_key_window(row.next_run_ms, schedule.tick_after(now, row.next_run_ms))
+        keys = [(tick_key(row.name, row.next_run_ms), window, job.group_key, None)]
         try:
             ((_, deduplicated),) = await self.backend.enqueue_keyed_jobs(row.queue, [new_job], keys, now)
         except QueueNotFoundError:

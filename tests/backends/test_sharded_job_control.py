@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from tests.support.hot import ack, dequeue
 
 from pinlater import schedules
 from pinlater._pinlater import decode_descriptors
 from pinlater.backends import scan_pages, sharded
 from pinlater.backends.base import (
     STORE_CALL_JOBS,
+    AckItem,
     JobRecord,
     JobState,
     LookupOverBudget,
@@ -439,6 +441,30 @@ def test_two_runners_and_a_runner_that_died_half_way_make_one_job_per_tick(
     assert run(schedules.ScheduleRunner(backend).run_once()) == 0, "the tick's job exists: deduplicated"
     assert len(jobs_of(backend)) == 1
     assert home.store.list_schedules(Q)[0].next_run_ms == due.next_run_ms + MINUTE
+
+
+def test_a_ticks_key_is_held_for_a_hundred_ticks_from_an_hour_to_a_day(
+    backend: ShardedBackend, clock: ManualClock
+) -> None:
+    """A tick fired again (its runner died before moving the row) within its key's window makes
+    no second job, past it one: a schedule of one tick a second holds each key an hour (a day's
+    had kept 86,400 keys of it), one of a tick an hour a day."""
+    assert [schedules.tick_key_window(0, gap) for gap in (1_000, 60_000, 3_600_000)] == [
+        3_600_000,
+        6_000_000,
+        24 * 3_600_000,
+    ]
+    run(schedules.upsert(backend, every("fast", interval_ms=1_000)))
+    clock.advance(1_000)
+    home = next(s for s in backend.shards.all() if s.store.list_schedules(Q))
+    (due,) = home.store.due_schedules(clock.now_ms(), 10)
+    assert run(schedules.ScheduleRunner(backend).run_once()) == 1
+    [job] = run(dequeue(backend, Q, 10, "worker"))  # (a key is held while its job runs, too)
+    run(ack(backend, Q, succeeded=[(shard_of(job.descriptor), AckItem(1, job.job.local_id))]))
+    for minutes, made in ((59, 0), (2, 1)):  # an hour after the tick's enqueue, its key is let go
+        clock.advance(minutes * MINUTE)
+        home.store.put_schedule(due)  # the row back at that tick, as a runner that died leaves it
+        assert run(schedules.ScheduleRunner(backend).run_once()) == made, minutes
 
 
 def test_paused_schedules_do_not_fire_and_a_deleted_queue_takes_its_schedules(
