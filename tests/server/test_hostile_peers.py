@@ -745,6 +745,30 @@ def test_a_lookup_whose_bodies_would_pass_the_frame_limit_is_refused(
     still_served(api)
 
 
+def test_a_scan_page_ends_where_its_reply_would_pass_the_frame_limit(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """10,000 jobs of long statuses and keys made scan replies of 50 MB and more, past what a
+    client with our frame limit reads: a page now ends before the job that would pass the limit,
+    and the scan goes on from there, every job returned once."""
+    api = api_for(start_server("--max-frame-bytes", "8192"))
+    api.create("long")
+    made = {api.enqueue("long", api.job(b"x", customStatus="s" * 3000))[0] for _ in range(7)}
+    pages: list[list[str]] = []
+    continuation = "0"  # CONTINUATION_START; "-1" is its end
+    while continuation != "-1":
+        request = api.t.PinLaterScanJobsRequest(
+            queueName="long", jobState=api.t.PinLaterJobState.PENDING, limit=100, continuation=continuation
+        )
+        reply = api.c.scanJobs(api.ctx, request)
+        pages.append([job.jobDescriptor for job in reply.scannedJobs])
+        continuation = reply.continuation
+        assert len(pages) < 20, "the scan ends"
+    assert all(1 <= len(page) <= 2 for page in pages if page), pages
+    assert sorted(d for page in pages for d in page) == sorted(made)
+    still_served(api)
+
+
 def test_a_lookup_of_more_descriptors_than_it_takes_is_refused_unread(
     start_server: Start, api_for: Callable[[ServerProcess], Api]
 ) -> None:

@@ -19,8 +19,9 @@ import base64
 import binascii
 import hashlib
 import heapq
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from pinlater.backends.base import JobRecord, JobState, ScanCursor
@@ -118,15 +119,29 @@ def decode(query: ScanQuery, continuation: str) -> dict[Walk, Stop]:
 
 
 def merge_page(
-    limit: int, answers: Sequence[tuple[Walk, list[JobRecord]]], stops: Mapping[Walk, Stop]
+    limit: int,
+    answers: Sequence[tuple[Walk, list[JobRecord]]],
+    stops: Mapping[Walk, Stop],
+    max_bytes: int | None = None,
+    size: Callable[[Walk, JobRecord], int] | None = None,
 ) -> tuple[list[tuple[Walk, JobRecord]], dict[Walk, Stop]]:
     """The page (the first ``limit`` of the walks' answers, newest run_after first, each walk's
     own order kept) and the stops after it. ``answers`` are what each walk asked now returned
     (asked for ``limit``); ``stops`` the stops before this page, kept for walks not asked (a
     shard that is down now, say). A walk that answered fewer than ``limit`` jobs, all of them in
-    the page, is done."""
+    the page, is done. With ``max_bytes`` and ``size``: the page ends before the job that would
+    take its ``size``s past ``max_bytes`` (the first always), and the next page starts there."""
     tagged = [[(walk, record) for record in records] for walk, records in answers]
-    page = list(heapq.merge(*tagged, key=lambda pair: -pair[1].run_after_ms))[:limit]
+    merged = itertools.islice(heapq.merge(*tagged, key=lambda pair: -pair[1].run_after_ms), limit)
+    if max_bytes is None or size is None:
+        page = list(merged)
+    else:
+        page, held = [], 0
+        for walk, record in merged:
+            held += size(walk, record)
+            if page and held > max_bytes:
+                break
+            page.append((walk, record))
     after: dict[Walk, Stop] = dict(stops)
     taken: dict[Walk, int] = {}
     for walk, record in page:

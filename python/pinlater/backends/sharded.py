@@ -1578,11 +1578,17 @@ class ShardedBackend:
         return page
 
     async def scan_page(
-        self, query: ScanQuery, limit: int, continuation: str
+        self,
+        query: ScanQuery,
+        limit: int,
+        continuation: str,
+        max_bytes: int | None = None,
+        size: Callable[[scan_pages.Walk, JobRecord], int] | None = None,
     ) -> tuple[list[tuple[str, JobRecord]], str]:
         """One page of a scan over every readable shard and priority, newest run_after first,
         and the continuation that resumes after it (``scan_pages.END`` when nothing is left).
-        CONTINUATION_INVALID for a continuation this query did not make."""
+        CONTINUATION_INVALID for a continuation this query did not make. With ``max_bytes`` and
+        ``size``, the page is cut where it would hold more (``scan_pages.merge_page``)."""
         configured = {shard.name for shard in self._shards.all()}
         # A shard removed since the last page holds none of the queue's jobs any more.
         stops = {walk: stop for walk, stop in scan_pages.decode(query, continuation).items() if walk[0] in configured}
@@ -1613,7 +1619,11 @@ class ShardedBackend:
         )
         answers.check()
         page, after_page = scan_pages.merge_page(
-            limit, [((shard.name, p), records) for ((shard, p), _), records in zip(walks, results, strict=True)], stops
+            limit,
+            [((shard.name, p), records) for ((shard, p), _), records in zip(walks, results, strict=True)],
+            stops,
+            max_bytes,
+            size,
         )
         out: list[tuple[str, JobRecord]] = []
         for (shard_name, _p), record in page:

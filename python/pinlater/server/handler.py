@@ -89,13 +89,18 @@ DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 #: What a ``PinLaterJobInfo`` takes on the wire besides its strings and body: its field headers,
 #: lengths, state, attempts and times (about 60 bytes), rounded up.
 JOB_INFO_BYTES = 64
+#: A descriptor's bytes besides its queue and shard names, at most: ":s", ":p", a priority of
+#: three digits, ":" and a local id of twenty.
+DESCRIPTOR_EXTRA_BYTES = 28
 
 
-def _info_bytes(descriptor: str, record: JobRecord) -> int:
+def _info_bytes(descriptor: str | int, record: JobRecord) -> int:
     """About what a job takes in a ``lookupJobs`` reply: its descriptor twice (the map's key and
-    the info's), its status, claim, keys and body in UTF-8, and ``JOB_INFO_BYTES``."""
+    the info's; or ``descriptor`` bytes, given as a number), its status, claim, keys and body in
+    UTF-8, and ``JOB_INFO_BYTES``."""
     texts = (record.custom_status, record.claim_descriptor, record.dedup_key, record.group_key)
-    size = 2 * len(descriptor.encode()) + sum(len(text.encode()) for text in texts if text)
+    length = descriptor if isinstance(descriptor, int) else len(descriptor.encode())
+    size = 2 * length + sum(len(text.encode()) for text in texts if text)
     return size + len(record.body or b"") + JOB_INFO_BYTES
 
 
@@ -635,8 +640,19 @@ class PinLaterHandler:
             return idl.PinLaterScanJobsResponse(scannedJobs=[], continuation=continuation)
         if self.broker is not None:
             await self.broker.settle_queue(queue)
-        found, resume = await self.backend.scan_page(query, limit, continuation)
-        jobs = [_job_info(d, r) for d, r in found]
+        # The page ends where its reply would pass what a reply may hold (10,000 jobs of long
+        # statuses and keys made replies of 50 MB and more): the continuation resumes there.
+        descriptor_bytes = len(queue.encode()) + DESCRIPTOR_EXTRA_BYTES
+
+        def size(walk: tuple[str, int], record: JobRecord) -> int:
+            return _info_bytes(descriptor_bytes + len(walk[0].encode()), record)
+
+        found, resume = await self.backend.scan_page(query, limit, continuation, self.max_reply_bytes, size)
+        jobs = []
+        for i, (descriptor, record) in enumerate(found):
+            if i and not i % ITEMS_PER_TURN:
+                await asyncio.sleep(0)
+            jobs.append(_job_info(descriptor, record))
         return idl.PinLaterScanJobsResponse(scannedJobs=jobs, continuation=resume)
 
     # -- bulk administration --------------------------------------------------------------------
