@@ -269,7 +269,7 @@
 
   function lastMinuteText(queue) {
     const series = seriesFor(queue);
-    if (!series) return "No activity recorded yet.";
+    if (!series) return "No activity in the charted window.";
     const stamps = rates.timestamps_ms;
     const cutoff = stamps.length ? stamps[stamps.length - 1] - 60000 : 0;
     const parts = KINDS.map((kind) => {
