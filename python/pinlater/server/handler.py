@@ -132,6 +132,9 @@ def _thrift_errors(fn: F) -> F:
     """Time the call and turn every failure into the contract's PinLaterException."""
     method = fn.__name__
     counted = {ok: outcome_counter(method, ok) for ok in (True, False)}  # (``Metrics.timing``'s)
+    # An unexpected error's traceback, once per 5 s per method with a count of the others: a
+    # request that meets one can be sent again at will, a traceback each.
+    unexpected = ThrottledLog(log, level=logging.ERROR)
 
     @functools.wraps(fn)
     async def wrapper(self: PinLaterHandler, *args: Any, **kwargs: Any) -> Any:
@@ -153,7 +156,7 @@ def _thrift_errors(fn: F) -> F:
         except body_filter.BodyPatternError as exc:  # a store's filter refused it: a bad request all the same
             raise _exception(ErrorCode.UNKNOWN, f"invalid request: bodyRegexToMatch: {exc}") from None
         except Exception as exc:
-            log.exception("unexpected error in %s from %s", method, _who(_context(args, kwargs)))
+            unexpected("unexpected error in %s from %s", method, _who(_context(args, kwargs)), exc_info=True)
             raise _exception(ErrorCode.UNKNOWN, f"internal error in {method}: {type(exc).__name__}: {exc}") from None
         finally:
             millis = (perf_counter() - start) * 1000.0
@@ -671,7 +674,8 @@ class PinLaterHandler:
             run_after = _cut_time(run_after)
         priority = self._priority(request.priority)
         count = await self.backend.retry_failed_jobs(queue, priority, attempts, run_after, limit)
-        log.info("%d failed jobs of %s retried by %s", count, queue, _who(context))
+        if count:  # (a call that changes nothing writes no line: a peer may repeat one at will)
+            log.info("%d failed jobs of %s retried by %s", count, queue, _who(context))
         return count
 
     @_thrift_errors
@@ -683,7 +687,8 @@ class PinLaterHandler:
         state, priority = self._state(request.jobState), self._priority(request.priority)
         regex = await self._regex(request.bodyRegexToMatch)
         count = await self.backend.delete_jobs(queue, state, priority, regex, limit)
-        log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
+        if count:
+            log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
         return count
 
     # -- job control (pinlater extensions) ------------------------------------------------------
@@ -712,7 +717,8 @@ class PinLaterHandler:
         if self.broker is not None and changed:
             await self.broker.forget(queue)
         self.metrics.incr(f"{queue}_cancel", changed)
-        log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
+        if changed:
+            log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
         return min(changed, I32_MAX)
 
     @_thrift_errors
