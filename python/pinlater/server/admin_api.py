@@ -95,7 +95,9 @@ class AdminApi:
             counts = {wanted: await one_queue_columns(backend, wanted)}
             counted_at_ms, took_ms = int(time.time() * 1000), None
             groups = {wanted: await backend.group_counts(wanted)}
-            depth = await _depth_now(backend, names)
+            # the oldest ready job and expired count of the list's pass (shared and spaced as
+            # its counts are), not a read of every queue's at each request of one
+            depth = await self.queue_counts.read()
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
             names = sorted(snapshot.names)
@@ -252,10 +254,12 @@ class AdminApi:
         # numbers took about 0.1 s of the event loop before the password was looked at).
         expected = self.server.settings.admin_password_hash
         if not expected:
-            self._wrong_password("admin %s refused: no ADMIN_PASSWORD_HASH is set (from %s)", action, request.remote)
+            self._wrong_password(
+                "admin %s refused: no ADMIN_PASSWORD_HASH is set", action, extra={"remote": request.remote}
+            )
             raise ApiError(403, "admin actions are disabled: the server has no ADMIN_PASSWORD_HASH")
         if not _password_matches(body.get("password"), expected):
-            self._wrong_password("admin %s refused: wrong admin password (from %s)", action, request.remote)
+            self._wrong_password("admin %s refused: wrong admin password", action, extra={"remote": request.remote})
             raise ApiError(403, "wrong admin password: nothing was done")
         try:  # JSON can spell a lone surrogate ("\ud800"), which no text field may hold
             json.dumps(body, ensure_ascii=False).encode("utf-8")
@@ -384,18 +388,6 @@ async def one_queue_columns(backend: ShardedBackend, queue: str) -> Columns:
     ]
     flat = iter(await asyncio.gather(*calls))
     return {column: [next(flat) for _ in priorities] for column, _, _ in COUNT_COLUMNS}
-
-
-async def _depth_now(backend: ShardedBackend, names: list[str]) -> QueueSnapshot:
-    """The oldest ready jobs and expired counts now, as a count pass holds them (the counts
-    left out); empty (logged) when the stores fail them, as a pass does: the counts still answer."""
-    taken_at = backend.clock.now_ms()
-    try:
-        oldest, expired = await asyncio.gather(backend.oldest_ready(), backend.expired_counts())
-    except Exception as exc:
-        log.warning("the queue view without its oldest ready age and expired count: %s: %s", type(exc).__name__, exc)
-        oldest, expired = {}, {}
-    return QueueSnapshot(frozenset(names), {}, taken_at, 0.0, oldest, expired)
 
 
 def _audit(request: web.Request, level: int, action: str, queue: str, what: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 __all__ = ["ThrottledLog"]
 
@@ -25,9 +26,12 @@ class ThrottledLog:
         self._last = float("-inf")
         self._suppressed = 0
 
-    def __call__(self, msg: str, *args: object, exc_info: bool = False) -> bool:
+    def __call__(
+        self, msg: str, *args: object, exc_info: bool = False, extra: Mapping[str, object] | None = None
+    ) -> bool:
         """Log ``msg % args`` unless a line of this kind went out less than ``interval`` ago
-        (with the exception being handled and its traceback, if ``exc_info``).
+        (with the exception being handled and its traceback, if ``exc_info``; with ``extra``'s
+        fields, which JSON logs carry as keys).
 
         Returns whether the line was written.
         """
@@ -40,7 +44,7 @@ class ThrottledLog:
             msg += " (and %d more like this since the last such line)"
             args = (*args, self._suppressed)
             self._suppressed = 0
-        self._logger.log(self.level, msg, *args, exc_info=exc_info)
+        self._logger.log(self.level, msg, *args, exc_info=exc_info, extra=extra)
         return True
 
     @property
