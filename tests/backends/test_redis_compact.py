@@ -1188,11 +1188,14 @@ def test_a_failed_write_through_zadd_skiplist_leaves_no_pin(raw: redis.Redis) ->
 
 
 @pytest.mark.parametrize("side", ["ready list", "sorted set"])
-def test_a_dry_run_reads_no_records_far_past_its_byte_budget(store: RedisStore, raw: redis.Redis, side: str) -> None:
-    """A dry run takes no more bodies than its byte budget, and it reads no more either: 40 jobs
-    of 1 MiB peeked at under a budget of 2 MiB grew Redis' peak memory by the 40 records read at
-    once (a page of the ready list, the sorted set's whole page), where a claim reads them in
-    step with the budget; now by a few records."""
+@pytest.mark.parametrize("how", ["dry run", "reserve"])
+def test_a_dry_run_or_a_reserve_reads_no_records_far_past_its_byte_budget(
+    store: RedisStore, raw: redis.Redis, side: str, how: str
+) -> None:
+    """A dry run or a broker's reserve takes no more bodies than its byte budget, and it reads no
+    more either: 40 jobs of 1 MiB peeked at under a budget of 2 MiB grew Redis' peak memory by the
+    40 records read at once (a page of the ready list, the sorted set's whole page), where a claim
+    reads them in step with the budget; a reserve read 33 of the list's at once; now a few."""
     body = b"b" * (1 << 20)
     for i in range(40):  # one a call: the enqueues' own arguments stay small
         now = T0 - 100 + i  # due at its enqueue: the ready list (each its own run); else the set
@@ -1200,8 +1203,12 @@ def test_a_dry_run_reads_no_records_far_past_its_byte_budget(store: RedisStore, 
     lengths = raw.llen(K + "p1:r"), raw.zcard(K + "p1:s0")
     assert lengths == ((80, 0) if side == "ready list" else (0, 40)), lengths  # (a marker a run)
     before = int(raw.info("memory")["used_memory_peak"])
-    peeked = store.dequeue_jobs(Q, 1, 40, CLAIM, T0 + 1, True, max_bytes=2 << 20)
+    if how == "dry run":
+        peeked = store.dequeue_jobs(Q, 1, 40, CLAIM, T0 + 1, True, max_bytes=2 << 20)
+    else:
+        peeked = store.reserve_jobs(Q, 1, 40, RES, T0 + 1, 60_000, max_bytes=2 << 20)
     grown = int(raw.info("memory")["used_memory_peak"]) - before
     assert len(peeked) == 2, "bodies while those before hold fewer than the budget's bytes"
     assert grown < 12 << 20, f"Redis' peak grew by {grown >> 20} MiB"
-    assert len(store.dequeue_jobs(Q, 1, 40, CLAIM, T0 + 1, True, max_bytes=100 << 20)) == 40
+    if how == "dry run":
+        assert len(store.dequeue_jobs(Q, 1, 40, CLAIM, T0 + 1, True, max_bytes=100 << 20)) == 40

@@ -128,7 +128,10 @@ local function next_member()
   return page[at]
 end
 
-local reader = ready_reader(ready_key, records_key, true, math.min(limit + 1, 33))  -- (33: bodies)
+-- (33 at most, and as many as the byte budget seems to leave room for: 33 records of 16 MiB
+-- had been read at once for a budget of 64 MiB)
+local reader = ready_reader(ready_key, records_key, true, math.min(limit + 1, 33), nil,
+  function() return math.min(fitting(limit + 1), 33) end)
 local EXPIRED_BUDGET, expired_met = 256, 0  -- as in dequeue_jobs.lua
 while found < limit do
   if found > 0 and spent >= max_bytes then
