@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from pinlater.backends.base import JobRecord, JobState, ScanCursor
+from pinlater.backends.base import JobRecord, JobState, ScanCursor, within_sizes
 from pinlater.errors import ErrorCode, PinLaterError
 
 START = "0"
@@ -136,12 +136,7 @@ def merge_page(
     if max_bytes is None or size is None:
         page = list(merged)
     else:
-        page, held = [], 0
-        for walk, record in merged:
-            held += size(walk, record)
-            if page and held > max_bytes:
-                break
-            page.append((walk, record))
+        page = within_sizes(merged, max_bytes, lambda pair: size(*pair))
     after: dict[Walk, Stop] = dict(stops)
     taken: dict[Walk, int] = {}
     for walk, record in page:

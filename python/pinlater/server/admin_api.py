@@ -14,7 +14,6 @@ Errors are raised as ``ApiError`` and answered as JSON by ``AdminApp``'s middlew
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import time
@@ -28,7 +27,7 @@ from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import DEFAULT_RULES, GroupCounts, JobRecord, JobState
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.errors import ConfigError
-from pinlater.server.handler import QUEUE_NAME, hash_password
+from pinlater.server.handler import QUEUE_NAME, password_matches
 from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
@@ -258,7 +257,7 @@ class AdminApi:
                 "admin %s refused: no ADMIN_PASSWORD_HASH is set", action, extra={"remote": request.remote}
             )
             raise ApiError(403, "admin actions are disabled: the server has no ADMIN_PASSWORD_HASH")
-        if not _password_matches(body.get("password"), expected):
+        if not password_matches(body.get("password"), expected):
             self._wrong_password("admin %s refused: wrong admin password", action, extra={"remote": request.remote})
             raise ApiError(403, "wrong admin password: nothing was done")
         try:  # JSON can spell a lone surrogate ("\ud800"), which no text field may hold
@@ -475,14 +474,3 @@ def _json(data: Any) -> web.Response:
     return web.Response(
         text=json.dumps(data, allow_nan=False), content_type="application/json", headers={"Cache-Control": "no-store"}
     )
-
-
-def _password_matches(password: object, expected: str) -> bool:
-    """Whether ``password`` is the admin password (text that hashes to ``expected``; one holding a
-    lone surrogate, which JSON can spell, is not)."""
-    if not isinstance(password, str):
-        return False
-    try:
-        return hmac.compare_digest(hash_password(password), expected)
-    except UnicodeEncodeError:
-        return False

@@ -128,6 +128,17 @@ def hash_password(password: str) -> str:
     return hashlib.sha256((password + PASSWORD_SALT).encode("utf-8")).hexdigest()
 
 
+def password_matches(password: object, expected: str) -> bool:
+    """Whether ``password`` is the admin password: text that hashes to ``expected``, compared in
+    constant time (not one holding a lone surrogate, which JSON can spell)."""
+    if not isinstance(password, str):
+        return False
+    try:
+        return hmac.compare_digest(hash_password(password), expected)
+    except UnicodeEncodeError:
+        return False
+
+
 def _thrift_errors(fn: F) -> F:
     """Time the call and turn every failure into the contract's PinLaterException."""
     method = fn.__name__
@@ -352,7 +363,7 @@ class PinLaterHandler:
         queue = self._queue(name)
         if not self.admin_password_hash:
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "deleteQueue is disabled: no ADMIN_PASSWORD_HASH is set")
-        if not hmac.compare_digest(hash_password(password or ""), self.admin_password_hash):
+        if not password_matches(password or "", self.admin_password_hash):
             self._wrong_password("deleteQueue %s refused: wrong password from %s", queue, _who(context))
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "invalid admin password")
         await self.backend.delete_queue(queue)
