@@ -75,6 +75,8 @@ class Settings:
     max_connections_per_peer: int | None = None
     open_files_reserve: int = 1024  # OPEN_FILES_RESERVE
     frame_timeout_seconds: float = 60.0  # FRAME_TIMEOUT_SECONDS: a frame arrives whole within this
+    # ADMIN_BODY_TIMEOUT_SECONDS: an admin request's body arrives whole within this, or is answered 408
+    admin_body_timeout_seconds: float = 30.0
     # MAX_PENDING_FRAME_BYTES: bytes held in unfinished frames over all connections
     max_pending_frame_bytes: int = 256 * 1024 * 1024
     # SERVER_CONN_MAX_IDLE_TIME_MINUTES (the original's key and value): idle connections close; 0 never
@@ -184,6 +186,7 @@ class Settings:
             ),
             (self.open_files_reserve >= 0, ("open_files_reserve",), "must not be negative"),
             (self.frame_timeout_seconds > 0, ("frame_timeout_seconds",), "must be positive"),
+            (self.admin_body_timeout_seconds > 0, ("admin_body_timeout_seconds",), "must be positive"),
             (
                 self.max_pending_frame_bytes >= self.max_frame_bytes,
                 ("max_pending_frame_bytes", "max_frame_bytes"),
@@ -414,6 +417,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "MAX_CONNECTIONS_PER_PEER": ("max_connections_per_peer", int),
     "OPEN_FILES_RESERVE": ("open_files_reserve", int),
     "FRAME_TIMEOUT_SECONDS": ("frame_timeout_seconds", float),
+    "ADMIN_BODY_TIMEOUT_SECONDS": ("admin_body_timeout_seconds", float),
     "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),
     "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
     "MAX_SCAN_LIMIT": ("max_scan_limit", int),

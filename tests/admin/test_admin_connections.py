@@ -53,18 +53,23 @@ def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
         head = b"POST /api/retry HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         head += b"Content-Length: 99\r\n\r\n{"
 
-        def in_a_request() -> socket.socket:
-            sock = stack.enter_context(socket.create_connection(address))
+        def from_host(i: int) -> socket.socket:
+            # (from two loopback hosts, each under its share of nine tenths of the cap)
+            source = ("127.0.0.1" if i % 2 else "127.0.0.2", 0)
+            return stack.enter_context(socket.create_connection(address, source_address=source))
+
+        def in_a_request(i: int) -> socket.socket:
+            sock = from_host(i)
             sock.sendall(head)  # a request whose body never ends: in progress
             return sock
 
-        busy = [in_a_request() for _ in range(MAX_ADMIN_CONNECTIONS)]
+        busy = [in_a_request(i) for i in range(MAX_ADMIN_CONNECTIONS)]
 
         def full() -> bool:
             # A probe can take the place of one whose request had not begun yet: open it again.
             for i, sock in enumerate(busy):
                 if closed_by_peer(sock, timeout=0.01):
-                    busy[i] = in_a_request()
+                    busy[i] = in_a_request(i)
             return not _healthy(port)
 
         wait_for(full, what="every admin connection to be in a request")
@@ -77,10 +82,10 @@ def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
             sock.close()
         wait_for(lambda: _healthy(port), what="the admin port to take a connection again")
 
-        idle = [stack.enter_context(socket.create_connection(address)) for _ in range(MAX_ADMIN_CONNECTIONS)]
+        idle = [from_host(i) for i in range(MAX_ADMIN_CONNECTIONS)]
         assert _healthy(port), "a new one is served: the one idle longest made room"
         assert closed_by_peer(idle[0]), "the one idle longest was closed"
-    assert any("admin connection refused" in line for line in server.lines)
+    assert any("admin connection refused: 256 open" in line for line in server.lines)
 
 
 def _healthy(port: int) -> bool:
@@ -95,6 +100,28 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
         return await asyncio.wait_for(reader.read(), 5) == b""
     except ConnectionResetError:
         return True
+
+
+async def _counted_site(connections: AdminConnections, *routes: tuple[str, str, Any]) -> tuple[web.AppRunner, int]:
+    """An app of ``routes`` on a ``GuardedSite`` of ``connections`` on a free loopback port, its
+    requests counted as the admin app's middleware counts them; its runner and port."""
+
+    @web.middleware
+    async def count(request: web.Request, handler: Any) -> web.StreamResponse:
+        connections.request_started(request.protocol)
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        finally:
+            connections.request_ended(request.protocol)
+
+    app = web.Application(middlewares=[count])
+    for method, path, handler in routes:
+        app.router.add_route(method, path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await GuardedSite(runner, "127.0.0.1", 0, connections).start()
+    return runner, runner.addresses[0][1]
 
 
 def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> None:
@@ -113,24 +140,7 @@ def test_idle_stuck_and_trickling_connections_are_swept_and_busy_ones_kept() -> 
                 return web.Response(status=400)
 
         connections = AdminConnections(cap=16, idle_seconds=0.5, request_seconds=1.5)
-
-        @web.middleware
-        async def count(request: web.Request, handler: Any) -> web.StreamResponse:
-            connections.request_started(request.protocol)
-            try:
-                response: web.StreamResponse = await handler(request)
-                return response
-            finally:
-                connections.request_ended(request.protocol)
-
-        app = web.Application(middlewares=[count])
-        app.router.add_route("*", "/", echo)
-        app.router.add_get("/big", big)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = GuardedSite(runner, "127.0.0.1", 0, connections)
-        await site.start()
-        port = runner.addresses[0][1]
+        runner, port = await _counted_site(connections, ("*", "/", echo), ("GET", "/big", big))
         loop = asyncio.get_running_loop()
         try:
             idle = await asyncio.open_connection("127.0.0.1", port)
@@ -171,7 +181,7 @@ def test_at_the_cap_the_idle_connection_heard_from_longest_ago_makes_room() -> N
         async def ok(request: web.Request) -> web.Response:
             return web.Response(text="ok")
 
-        connections = AdminConnections(cap=2)
+        connections = AdminConnections(cap=2, peer_cap=2)
         app = web.Application()
         app.router.add_get("/", ok)
         runner = web.AppRunner(app)
@@ -221,3 +231,87 @@ def test_a_loopback_admin_port_answers_only_requests_for_loopback_names(start_se
         assert status(host) == 200, host
     for host in ("attacker.example", f"attacker.example:{port}", f"10.1.2.3:{port}"):
         assert status(host) == 403, host
+
+
+def test_one_host_holds_at_most_nine_tenths_of_the_admin_port() -> None:
+    """A host at its share (9 of 10) has its next connection take the place of its own idle one,
+    or closed as it is accepted when each of its own is in a request (bodies trickled in), even
+    while another host's connection is idle; another host (127.0.0.2, a loopback address of its
+    own) is served meanwhile, and a closed connection gives its host's place back."""
+
+    async def run() -> None:
+        async def echo(request: web.Request) -> web.Response:
+            try:
+                return web.Response(text=(await request.text()) or "ok")
+            except ConnectionResetError:
+                return web.Response(status=400)
+
+        connections = AdminConnections(cap=10)
+        assert connections.peer_cap == 9
+        runner, port = await _counted_site(connections, ("*", "/", echo))
+
+        async def connect(host: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await asyncio.open_connection("127.0.0.1", port, local_addr=(host, 0))
+
+        async def until(condition: Callable[[], bool]) -> None:
+            async with asyncio.timeout(10):
+                while not condition():
+                    await asyncio.sleep(0.01)
+
+        async def ask(pair: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> bytes:
+            pair[1].write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            return await asyncio.wait_for(pair[0].readuntil(b"ok"), 10)
+
+        try:
+            other_idle = await connect("127.0.0.2")
+            await until(lambda: connections.per_host["127.0.0.2"] == 1)
+            own = [await connect("127.0.0.1") for _ in range(9)]
+            await until(lambda: connections.per_host["127.0.0.1"] == 9)
+            for _, writer in own[1:]:  # in a request whose body never ends
+                writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx")
+            await until(lambda: sum(1 for c in connections.open.values() if c.busy) == 8)
+
+            newcomer = await connect("127.0.0.1")
+            assert (await ask(newcomer)).startswith(b"HTTP/1.1 200"), "served in its own idle one's place"
+            assert await _closed(own[0][0]), "its own idle one made room (not the other host's)"
+            assert connections.evicted == 1 and connections.refused == 0
+
+            newcomer[1].write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx")
+            await until(lambda: sum(1 for c in connections.open.values() if c.busy) == 9)
+            refused = await connect("127.0.0.1")
+            assert await _closed(refused[0]), "at its share with none of its own idle: closed as accepted"
+            assert (connections.refused, connections.refused_per_host) == (1, 1)
+            assert len(connections.open) == 10 and connections.per_host["127.0.0.1"] == 9
+
+            assert (await ask(other_idle)).startswith(b"HTTP/1.1 200"), "the other host is served"
+            own[1][1].close()
+            await until(lambda: connections.per_host["127.0.0.1"] == 8)
+            again = await connect("127.0.0.1")
+            assert (await ask(again)).startswith(b"HTTP/1.1 200"), "a closed one gave its place back"
+            for _, writer in (other_idle, *own, newcomer, refused, again):
+                writer.close()
+            await until(lambda: not connections.open)
+            assert not connections.per_host, "a host with none open keeps no entry"
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())
+
+
+def test_an_admin_body_that_does_not_come_in_time_is_answered_408(start_server: Start) -> None:
+    """A POST whose body stops short is answered 408 after ADMIN_BODY_TIMEOUT_SECONDS (not held
+    for the port's 120 s), and a connection past a host's share counts in /stats.txt."""
+    server = start_server(properties={"ADMIN_BODY_TIMEOUT_SECONDS": "0.5"})
+    with socket.create_connection(("127.0.0.1", server.admin_port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /api/retry HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 99\r\n\r\n{"
+        )
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"ADMIN_BODY_TIMEOUT_SECONDS" in answer
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/stats.txt", timeout=10) as response:
+        text = response.read().decode()
+    names = dict(line.strip().split(": ", 1) for line in text.splitlines() if ": " in line)
+    assert float(names["admin_connections_open"]) >= 1  # (this request's)
+    assert float(names["admin_connections_rejected_per_peer"]) == 0

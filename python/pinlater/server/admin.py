@@ -44,6 +44,7 @@ from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_conns import AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
 from pinlater.server.metrics import (
+    Metrics,
     RateHistory,
     memory_families,
     prometheus_registry,
@@ -93,8 +94,20 @@ class AdminApp(JobControlApi):
         self.redrives = Redrives()
         #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware.
         self.connections = AdminConnections()
+        self._register_gauges(server.metrics)
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
+
+    def _register_gauges(self, metrics: Metrics) -> None:
+        """The admin port's connections in ``/stats.txt`` and ``/metrics`` (the process that
+        serves it): open now, then totals since start of those refused (for the port's cap or
+        their host's share), closed idle or too slow, and closed to make room."""
+        c = self.connections
+        metrics.gauge("admin_connections_open", lambda: len(c.open))
+        metrics.gauge("admin_connections_rejected", lambda: c.refused, total=True)
+        metrics.gauge("admin_connections_rejected_per_peer", lambda: c.refused_per_host, total=True)
+        metrics.gauge("admin_connections_closed_idle", lambda: c.timed_out, total=True)
+        metrics.gauge("admin_connections_evicted", lambda: c.evicted, total=True)
 
     def build(self) -> web.Application:
         app = web.Application(middlewares=[self._middleware], client_max_size=POST_BYTES)

@@ -50,9 +50,6 @@ POST_BYTES = 64 * 1024
 #: this many at a time in the process: each may buffer ``_authorized``'s ``max_bytes``, so a
 #: flood of them holds this many such bodies, not one per admin connection.
 LARGE_POSTS = 2
-#: Seconds such a body may take to come, once it has its turn: peers that trickle one (no
-#: password is checked before it is whole) hold the turns this long, not the port's 120 s.
-LARGE_POST_SECONDS = 30.0
 STATES = {s.name.lower(): s for s in JobState}
 
 
@@ -225,11 +222,7 @@ class AdminApi:
             if length is not None and length > max_bytes:
                 raise ApiError(413, f"the body is {length} bytes; {action} takes at most {max_bytes}")
             async with self._large_posts():
-                try:
-                    async with asyncio.timeout(LARGE_POST_SECONDS):
-                        return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
-                except TimeoutError:
-                    raise ApiError(408, f"the body did not come within {LARGE_POST_SECONDS:g} s") from None
+                return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
         return await self._checked(request, action, POST_BYTES)
 
     def _large_posts(self) -> asyncio.Semaphore:
@@ -239,8 +232,15 @@ class AdminApi:
         return self._large_post_slots
 
     async def _checked(self, request: web.Request, action: str, max_bytes: int) -> dict[str, Any]:
+        # The body comes whole within ADMIN_BODY_TIMEOUT_SECONDS (a long one's from its turn):
+        # no password is checked before it is, so a peer trickling bodies holds its connections
+        # (and the long bodies' turns) this long, not the port's ADMIN_REQUEST_SECONDS.
+        timeout = self.server.settings.admin_body_timeout_seconds
         try:
-            body = await request.json()
+            async with asyncio.timeout(timeout):
+                body = await request.json()
+        except TimeoutError:
+            raise ApiError(408, f"the body did not come within {timeout:g} s (ADMIN_BODY_TIMEOUT_SECONDS)") from None
         except web.HTTPRequestEntityTooLarge:
             raise ApiError(413, f"the body is past {max_bytes} bytes, the most {action} takes") from None
         except (ValueError, RecursionError, LookupError):  # (nested past Python's stack; an unknown charset)

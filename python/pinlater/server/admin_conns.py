@@ -1,4 +1,5 @@
-"""The admin port's connections, bounded: at most ``MAX_ADMIN_CONNECTIONS`` open, and none held idle.
+"""The admin port's connections, bounded: at most ``MAX_ADMIN_CONNECTIONS`` open, at most nine tenths
+of them from one host, and none held idle.
 
 aiohttp keeps a connection that sends nothing, or half a request's headers, for its keep-alive
 timeout (an hour) or for ever, and caps no count: 20,000 idle connections to the admin port
@@ -10,6 +11,11 @@ connection's protocol:
   in progress) whose peer was heard from longest ago, or is closed as it is accepted when none is idle (logged at most
   once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
   keeps for it and the stores, and a peer holding idle connections cannot lock an operator out;
+* one host (a peer address) holds at most nine tenths of the cap, as on the Thrift port
+  (``transport.peer_connection_cap``): a host at its share has its new connection take the place
+  of its own idle one heard from longest ago, or closed as it is accepted when none of its own is
+  idle; so a host holding every one of its connections in a request (bodies trickled in, each
+  kept up to ``ADMIN_REQUEST_SECONDS``) leaves the other hosts a tenth of the port;
 * a sweep, once a second, closes a connection with no request in progress that has answered
   none for ``ADMIN_IDLE_SECONDS`` since it opened or since its last answer, or since its answer
   last went out further to a slow reader (an idle keep-alive, a peer still sending its first
@@ -24,6 +30,7 @@ The requests in progress are counted by the admin app's middleware (``request_st
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from typing import cast
@@ -31,6 +38,7 @@ from typing import cast
 from aiohttp import web
 
 from pinlater.server.logthrottle import ThrottledLog
+from pinlater.server.transport import peer_connection_cap, peer_host
 
 __all__ = ["ADMIN_IDLE_SECONDS", "ADMIN_REQUEST_SECONDS", "MAX_ADMIN_CONNECTIONS", "AdminConnections", "GuardedSite"]
 
@@ -49,10 +57,12 @@ SWEEP_SECONDS = 1.0
 
 
 class _Connection:
-    __slots__ = ("buffered", "busy", "heard", "since", "transport")
+    __slots__ = ("buffered", "busy", "heard", "host", "since", "transport")
 
-    def __init__(self, transport: asyncio.Transport, now: float) -> None:
+    def __init__(self, transport: asyncio.Transport, host: str, now: float) -> None:
         self.transport = transport
+        #: The peer's address (its host part), whose share of the cap it counts in.
+        self.host = host
         #: Requests in progress (one at a time on HTTP/1.1, but aiohttp may pipeline).
         self.busy = 0
         #: When it opened, its last request ended, its first request in progress began, or the
@@ -72,13 +82,20 @@ class AdminConnections:
         cap: int = MAX_ADMIN_CONNECTIONS,
         idle_seconds: float = ADMIN_IDLE_SECONDS,
         request_seconds: float = ADMIN_REQUEST_SECONDS,
+        peer_cap: int | None = None,
     ) -> None:
         self.cap = cap
+        #: Connections one host may hold: by default nine tenths of the cap (at least one).
+        self.peer_cap = peer_connection_cap(cap, peer_cap)
         self.idle_seconds = idle_seconds
         self.request_seconds = request_seconds
         self.open: dict[object, _Connection] = {}
+        #: Connections open per host (a host with none has no entry).
+        self.per_host: collections.Counter[str] = collections.Counter()
         #: Connections closed as they were accepted, past the cap (a total since start).
         self.refused = 0
+        #: Of those, refused for their host's share of it (a total since start).
+        self.refused_per_host = 0
         #: Connections closed by the sweep, idle or too slow (a total since start).
         self.timed_out = 0
         #: Idle connections closed to make room for a new one at the cap (a total since start).
@@ -118,18 +135,56 @@ class AdminConnections:
         # none of it ages as an idle one, and is closed as one)
         return now - c.since >= (self.request_seconds if c.busy else self.idle_seconds)
 
-    def make_room(self) -> bool:
-        """At the cap: close the idle connection whose peer was heard from longest ago (not one
-        whose next request is arriving), if any is idle; whether one was. It leaves the count at
-        once (its ``connection_lost`` comes later)."""
+    def admit(self, key: object, transport: asyncio.Transport, host: str) -> bool:
+        """Count a connection just accepted from ``host``, making room for it if its host is at
+        its share or the port at its cap (``make_room``); whether it was taken (if not, the
+        caller closes it and it was counted refused)."""
+        if self.per_host[host] >= self.peer_cap and not self.make_room(host):
+            self.refused += 1
+            self.refused_per_host += 1
+            self._log_refused(
+                "admin connection from %s refused: that host has %d open, at most %d (nine tenths of"
+                " MAX_ADMIN_CONNECTIONS), none of them idle",
+                host,
+                self.per_host[host],
+                self.peer_cap,
+            )
+            return False
+        if len(self.open) >= self.cap and not self.make_room():
+            self.refused += 1
+            self._log_refused(
+                "admin connection refused: %d open, at most %d (MAX_ADMIN_CONNECTIONS)", len(self.open), self.cap
+            )
+            return False
+        self.open[key] = _Connection(transport, host, time.monotonic())
+        self.per_host[host] += 1
+        return True
+
+    def forget(self, key: object) -> None:
+        """A connection closed (or closed by ``make_room``): out of the counts."""
+        connection = self.open.pop(key, None)
+        if connection is not None:
+            left = self.per_host[connection.host] - 1
+            if left > 0:
+                self.per_host[connection.host] = left
+            else:
+                del self.per_host[connection.host]
+
+    def make_room(self, host: str | None = None) -> bool:
+        """Close the idle connection (of ``host``, if given) whose peer was heard from longest ago
+        (not one whose next request is arriving), if any is idle; whether one was. It leaves the
+        counts at once (its ``connection_lost`` comes later)."""
         idle = [
-            (c.heard, key) for key, c in self.open.items() if not c.busy and not c.transport.get_write_buffer_size()
+            (c.heard, key)
+            for key, c in self.open.items()
+            if not c.busy and not c.transport.get_write_buffer_size() and (host is None or c.host == host)
         ]
         if not idle:
             return False
         _, key = min(idle, key=lambda pair: pair[0])
-        self.open.pop(key).transport.abort()
-        self.timed_out += 1
+        self.open[key].transport.abort()
+        self.forget(key)
+        self.evicted += 1
         return True
 
     async def run(self) -> None:
@@ -151,18 +206,12 @@ class _Guarded(asyncio.Protocol):
         self._inner: asyncio.Protocol | None = inner
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        owner = self._owner
         tcp = cast(asyncio.Transport, transport)  # (uvloop's is not an asyncio.Transport)
-        if len(owner.open) >= owner.cap and not owner.make_room():
-            owner.refused += 1
+        assert self._inner is not None
+        if not self._owner.admit(self._inner, tcp, peer_host(tcp.get_extra_info("peername"))):
             self._inner = None
             tcp.abort()
-            owner._log_refused(
-                "admin connection refused: %d open, at most %d (MAX_ADMIN_CONNECTIONS)", len(owner.open), owner.cap
-            )
             return
-        assert self._inner is not None
-        owner.open[self._inner] = _Connection(tcp, time.monotonic())
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
@@ -185,7 +234,7 @@ class _Guarded(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._inner is not None:
-            self._owner.open.pop(self._inner, None)
+            self._owner.forget(self._inner)
             self._inner.connection_lost(exc)
 
 

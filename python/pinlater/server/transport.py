@@ -78,6 +78,7 @@ __all__ = [
     "ServerStats",
     "connection_cap",
     "peer_connection_cap",
+    "peer_host",
 ]
 
 log = logging.getLogger(__name__)
@@ -415,7 +416,7 @@ class FramedServer:
                 self._refused(address)
                 conn.close()
                 continue
-            host = _host_of(address)
+            host = peer_host(address)
             if self._per_peer[host] >= self.peer_cap:
                 self._refused_peer(address)
                 conn.close()
@@ -635,7 +636,7 @@ class FramedServer:
         self._log_refused(
             "refusing connection from %s: that host has %d connections open (MAX_CONNECTIONS_PER_PEER %d)",
             peer,
-            self._per_peer[_host_of(peer)],
+            self._per_peer[peer_host(peer)],
             self.peer_cap,
         )
 
@@ -664,7 +665,7 @@ class FramedServer:
             self._all_lost.set_result(None)
 
 
-def _host_of(address: Any) -> str:
+def peer_host(address: Any) -> str:
     """The host part of a peer address from accept() (the address itself if it has none)."""
     if isinstance(address, tuple) and address:
         return str(address[0])
