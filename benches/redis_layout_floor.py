@@ -12,6 +12,22 @@ do not; below). Rows (``--layouts`` for the floors, ``--served`` for the real lo
   record per job in the queue's records hash (written at the enqueue, read and written at the
   claim), the job's id in its priority's ready list behind a marker, the IN_PROGRESS and
   SUCCEEDED sets by the batch (ZADD, ZMSCORE, ZREM);
+- ``floor blocks``: the compact floor, but a job leaves the records hash at its ack: the ack
+  reads the batch's records, deletes them and appends them to a string of the second's acked
+  jobs, with one SUCCEEDED member a batch; so the records hash holds unfinished jobs only, not
+  the hour of finished ones the GC keeps;
+- ``floor hybrid``: ``blocks``, and the claim writes one claim record (claimer and ids) and one
+  IN_PROGRESS member a batch instead of rewriting each job's record and adding each id; a job's
+  record is written once, at its enqueue, and read at its claim and ack. Nothing here says which
+  claim holds a job, which an ack by id needs: a floor below what a layout could be;
+- ``floor claimed``: ``hybrid`` with that link: the claim sets each id's claim in a hash of the
+  jobs in progress (small: only those), which the ack reads and deletes;
+- ``floor indexed``: ``claimed``, and the ack also sets each finished job's block in a hash of
+  every finished job (an hour of them, as the GC keeps), as a lookup by id would need if the
+  index were kept a field per job;
+- ``floor ranged``: ``claimed``, with that index kept by runs of ids instead: a string per 4,096
+  ids holding each one's block in 4 bytes, a run of acked ids written with one SETRANGE (a
+  batch's ids here are one run);
 - ``floor batches``: a layout that keeps jobs by the batch instead, which this server does not
   have: one record per batch of jobs (written at the enqueue, read at the claim), a claim record
   per batch, one ready entry and one set member a batch, every batch acked whole. The floor of
@@ -52,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_per_job import store_cpu_seconds
 
-LAYOUTS = ("original", "compact", "batches")
+LAYOUTS = ("original", "compact", "blocks", "hybrid", "claimed", "indexed", "ranged", "batches")
 DEFAULT_LAYOUTS = ("compact", "batches")
 CLAIM = b"bench-host:12345"
 
@@ -151,6 +167,107 @@ class Queue:
             p.execute_command("ZREMRANGEBYRANK", self.succeeded, 0, len(old) - 1)
             p.execute_command("HDEL", self.records, *old)
         p.execute()
+
+    def _claim(self, ids: list[bytes]) -> Any:
+        """The compact layout's claim (as ``_compact``'s), its pipeline left open."""
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("LRANGE", self.ready, 0, len(ids) + 7)
+        p.execute_command("LTRIM", self.ready, len(ids) + 1, -1)
+        p.execute_command("HMGET", self.records, *ids)
+        return p
+
+    def _enqueue(self, ids: list[bytes], now: float) -> None:
+        """The compact layout's enqueue (as ``_compact``'s)."""
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("HINCRBY", self.records, "id", len(ids))
+        fields: list[bytes] = []
+        for i in ids:
+            fields += [i, self.new_record]
+        p.execute_command("HSET", self.records, *fields)
+        p.execute_command("RPUSH", self.ready, b"m%d" % int(now * 1000), *ids)
+        p.execute()
+
+    def _blocks(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+        self._enqueue(ids, now)
+        p = self._claim(ids)
+        fields: list[Any] = []
+        scores: list[Any] = []
+        for i in ids:
+            fields += [i, self.claimed_record]
+            scores += [now, i]
+        p.execute_command("HSET", self.records, *fields)
+        p.execute_command("ZADD", self.in_progress, *scores)
+        p.execute()
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("ZMSCORE", self.in_progress, *ids)
+        p.execute_command("ZREM", self.in_progress, *ids)
+        p.execute_command("HMGET", self.records, *ids)
+        p.execute_command("HDEL", self.records, *ids)
+        p.execute_command("APPEND", f"{self.records}:b{int(now)}", self.claimed_record * len(ids))
+        p.execute_command("ZADD", self.succeeded, now, ids[0])
+        if old:
+            p.execute_command("ZREM", self.succeeded, old[0])
+        p.execute()
+
+    def _hybrid(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+        self._enqueue(ids, now)
+        p = self._claim(ids)
+        name = ids[0]
+        p.execute_command("HSET", self.records, b"c" + name, CLAIM + b"".join(ids))
+        p.execute_command("ZADD", self.in_progress, now, name)
+        p.execute()
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("ZSCORE", self.in_progress, name)
+        p.execute_command("HGET", self.records, b"c" + name)
+        p.execute_command("ZREM", self.in_progress, name)
+        p.execute_command("HMGET", self.records, *ids)
+        p.execute_command("HDEL", self.records, b"c" + name, *ids)
+        p.execute_command("APPEND", f"{self.records}:b{int(now)}", self.claimed_record * len(ids))
+        p.execute_command("ZADD", self.succeeded, now, name)
+        if old:
+            p.execute_command("ZREM", self.succeeded, old[0])
+        p.execute()
+
+    def _claimed(self, ids: list[bytes], old: list[bytes], now: float, indexed: str = "") -> None:
+        self._enqueue(ids, now)
+        p = self._claim(ids)
+        name = ids[0]
+        p.execute_command("HSET", self.records, b"c" + name, CLAIM + b"".join(ids))
+        p.execute_command("ZADD", self.in_progress, now, name)
+        marks: list[bytes] = []
+        for i in ids:
+            marks += [i, name]
+        p.execute_command("HSET", self.in_progress + ":ip", *marks)
+        p.execute()
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("HMGET", self.in_progress + ":ip", *ids)
+        p.execute_command("HDEL", self.in_progress + ":ip", *ids)
+        p.execute_command("HGET", self.records, b"c" + name)
+        p.execute_command("ZREM", self.in_progress, name)
+        p.execute_command("HMGET", self.records, *ids)
+        p.execute_command("HDEL", self.records, b"c" + name, *ids)
+        block = f"{self.records}:b{int(now)}"
+        p.execute_command("APPEND", block, self.claimed_record * len(ids))
+        if indexed == "ranged":  # 4 bytes an id, in a string per 4,096 ids: a run of ids, one write
+            first = int(ids[0])
+            p.execute_command(
+                "SETRANGE", f"{self.records}:f{first >> 12}", (first & 4095) * 4, int(now).to_bytes(4, "big") * len(ids)
+            )
+        elif indexed:
+            found: list[Any] = []
+            for i in ids:
+                found += [i, int(now)]
+            p.execute_command("HSET", self.records + ":f", *found)
+        p.execute_command("ZADD", self.succeeded, now, name)
+        if old:
+            p.execute_command("ZREM", self.succeeded, old[0])
+        p.execute()
+
+    def _indexed(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+        self._claimed(ids, old, now, indexed="field")
+
+    def _ranged(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+        self._claimed(ids, old, now, indexed="ranged")
 
     def _batches(self, ids: list[bytes], old: list[bytes], now: float) -> None:
         name = ids[0]
