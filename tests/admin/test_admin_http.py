@@ -379,3 +379,41 @@ def test_admin_actions_are_refused_when_no_password_hash_is_set(start_server: Ca
     resp = http(server, "/api/retry", {"queue": "q", "password": ""})
     assert resp.status == 403 and "ADMIN_PASSWORD_HASH" in resp.json()["error"]
     wait_for(lambda: http(server, "/api/queues").json()["password_set"] is False, 5)
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident set (VmHWM in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_lookups_of_a_big_job_read_its_body_a_few_at_a_time(admin_server: AdminServer) -> None:
+    """Each admin lookup reads the whole body to show its first 64 KiB, so they run BODY_LOOKUPS
+    at a time: 32 at once of a 12 MiB job raise the server's peak memory by about two bodies
+    each (96 MiB here), not by as many as the port takes at once (227 MiB unbounded), and each
+    is answered in full."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pinlater.server.admin_api import BODY_LOOKUPS, BODY_TEXT_LIMIT
+
+    a = admin_server
+    a.jobs.create("big")
+    body = b"x" * (12 << 20)
+    (descriptor,) = a.jobs.enqueue("big", body)
+    pid = a.server.pid
+    first = a.get(f"/api/lookup?descriptor={descriptor}").json()["job"]  # one alone: the baseline's
+    assert (first["body_size"], len(first["body_text"]), first["body_text_truncated"]) == (
+        len(body),
+        BODY_TEXT_LIMIT,
+        True,
+    )
+    before = _peak_rss_bytes(pid)
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda _: a.get(f"/api/lookup?descriptor={descriptor}"), range(32)))
+    assert [r.status for r in answers] == [200] * 32
+    assert all(r.json()["job"]["body_size"] == len(body) for r in answers)
+    grew = _peak_rss_bytes(pid) - before
+    # (a lookup holds about two copies of the body: the store's read and its bytes)
+    assert grew < (3 * BODY_LOOKUPS) * len(body), f"peak memory grew {grew >> 20} MiB"

@@ -50,6 +50,10 @@ POST_BYTES = 64 * 1024
 #: this many at a time in the process: each may buffer ``_authorized``'s ``max_bytes``, so a
 #: flood of them holds this many such bodies, not one per admin connection.
 LARGE_POSTS = 2
+#: Lookups of a job with its body run this many at a time in the process: each reads the whole
+#: body (up to MAX_FRAME_BYTES) to show its first 64 KiB, so the admin port's 256 connections
+#: asking for a 16 MiB job at once held 256 bodies, not this many.
+BODY_LOOKUPS = 4
 STATES = {s.name.lower(): s for s in JobState}
 
 
@@ -69,6 +73,7 @@ class AdminApi:
     history: RateHistory
     _queue_counts: QueueCounts | None = None
     _large_post_slots: asyncio.Semaphore | None = None
+    _body_lookup_slots: asyncio.Semaphore | None = None
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
     #: wrote one a guess), as the Thrift port's deleteQueue has it.
     _wrong_password = ThrottledLog(log)
@@ -198,14 +203,19 @@ class AdminApi:
         descriptor = request.query.get("descriptor", "").strip()
         if not descriptor:
             raise ApiError(400, "give a job descriptor, like queue:s1:p1:42")
-        try:
-            found = await self.backend.lookup_jobs([descriptor], True)
-        except DescriptorError as exc:
-            raise ApiError(400, f"invalid job descriptor: {exc}") from None
-        record = found.get(descriptor)
-        if record is None:
-            raise ApiError(404, f"no job {descriptor}")
-        return _json({"job": _job(descriptor, record, with_body=True)})
+        if self._body_lookup_slots is None:  # (made on the event loop that serves the port)
+            self._body_lookup_slots = asyncio.Semaphore(BODY_LOOKUPS)
+        async with self._body_lookup_slots:
+            try:
+                found = await self.backend.lookup_jobs([descriptor], True)
+            except DescriptorError as exc:
+                raise ApiError(400, f"invalid job descriptor: {exc}") from None
+            record = found.get(descriptor)
+            if record is None:
+                raise ApiError(404, f"no job {descriptor}")
+            job = _job(descriptor, record, with_body=True)
+            del found, record  # (the body goes with its turn: only its first 64 KiB are shown)
+        return _json({"job": job})
 
     # -- changes ---------------------------------------------------------------------------------
 
