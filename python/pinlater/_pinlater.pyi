@@ -313,6 +313,10 @@ class JobBuffer:
     def take_older_than(self, cutoff_ms: int) -> list[_Entry]:
         """Remove and return every entry reserved before ``cutoff_ms``."""
 
+    def take_named(self, jobs: list[tuple[str, int, int]]) -> list[_Entry]:
+        """Remove and return the entries of these ``(shard, priority, local_id)`` jobs (those
+        it holds), in take order; the others keep their places."""
+
     def drain(self) -> list[_Entry]:
         """Remove and return every entry."""
 

@@ -597,6 +597,20 @@ class DequeueBroker:
         dequeue reserves afresh. Return how many were released."""
         return await self._drop_buffer(queue)
 
+    async def withdraw(self, queue: str, jobs: Iterable[tuple[str, str, int, int]]) -> int:
+        """Release these ``(queue, shard, priority, local_id)`` jobs of the queue if this server
+        holds them (after a refill still out lands), so that none is handed out from memory
+        after a change the buffer cannot see (a cancel); the rest of the buffer stays. Return
+        how many were released."""
+        refill = self._refills.get(queue)
+        if refill is not None and not refill.done():
+            await asyncio.gather(refill, return_exceptions=True)
+        buffer = self._buffers.get(queue)
+        if buffer is None or not len(buffer):
+            return 0
+        named = buffer.take_named([(shard, priority, local_id) for q, shard, priority, local_id in jobs if q == queue])
+        return await self._release(queue, named) if named else 0
+
     async def _drop_buffer(self, queue: str) -> int:
         """Forget a queue's buffer, releasing what it holds (after a refill still out lands in
         it); return how many were released."""

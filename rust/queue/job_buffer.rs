@@ -191,6 +191,30 @@ impl<B: BodyLen> JobBuffer<B> {
         out
     }
 
+    /// The entries of the named jobs, `(shard, priority, local_id)` each (names of jobs the
+    /// buffer does not hold are passed over), in take order; the others keep their order.
+    pub fn take_named(&mut self, names: &HashSet<(&str, i64, i64)>) -> Vec<BufferedJob<B>> {
+        let mut out = Vec::new();
+        let priorities: HashSet<i64> = names.iter().map(|&(_, priority, _)| priority).collect();
+        for (priority, jobs) in &mut self.by_priority {
+            if !priorities.contains(priority) {
+                continue;
+            }
+            let is_named = |job: &BufferedJob<B>| {
+                names.contains(&(job.shard.as_str(), job.priority, job.local_id))
+            };
+            if !jobs.iter().any(is_named) {
+                continue;
+            }
+            let (taken, kept): (VecDeque<_>, VecDeque<_>) =
+                std::mem::take(jobs).into_iter().partition(is_named);
+            *jobs = kept;
+            out.extend(taken);
+        }
+        self.taken(&out);
+        out
+    }
+
     /// Every entry, by priority then arrival; the buffer is empty afterwards.
     pub fn drain(&mut self) -> Vec<BufferedJob<B>> {
         let mut out = Vec::with_capacity(self.len);
@@ -398,6 +422,30 @@ mod tests {
         assert_eq!(buffer.len_priority(2), 0);
         assert!(buffer.take_older_than(10).is_empty());
         assert_eq!(ids(&buffer.take(10)), vec![(1, 2)]);
+    }
+
+    #[test]
+    fn take_named_takes_only_those_named_and_keeps_the_rest_in_order() {
+        let mut b = JobBuffer::new(10);
+        let rejected = b.push([
+            on("s1", 1, 1, 10),
+            on("s1", 2, 2, 11),
+            on("s2", 2, 3, 12),
+            on("s1", 2, 4, 13),
+        ]);
+        assert!(rejected.is_empty());
+        let names: HashSet<(&str, i64, i64)> =
+            [("s1", 2, 4), ("s1", 2, 2), ("s1", 2, 3), ("s9", 1, 1)]
+                .into_iter()
+                .collect();
+        let taken = b.take_named(&names);
+        assert_eq!(taken.iter().map(|j| j.local_id).collect::<Vec<_>>(), [2, 4]);
+        assert_eq!(b.len(), 2);
+        assert_eq!(
+            b.take(10).iter().map(|j| j.local_id).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert!(b.take_named(&names).is_empty());
     }
 
     #[test]

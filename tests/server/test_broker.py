@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.server.test_contract import IN_PROGRESS, PENDING, SUCCEEDED, Api
+from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
@@ -424,3 +424,34 @@ def test_a_cancel_that_names_no_job_here_leaves_the_buffer(
     assert len(api.dequeue("kept", limit=5).jobs) == 5
     after = stats(srv)
     assert after["broker_refills"] == before["broker_refills"], "served from the buffer it kept"
+
+
+def test_a_cancel_takes_only_its_jobs_out_of_the_buffer(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    """A cancel takes the jobs it names out of this server's buffer (releasing their
+    reservations) and leaves the others buffered: no dequeue hands a cancelled job out, and the
+    rest are served from memory without a refill. (It dropped the whole buffer, so a peer
+    cancelling one job, or none, over and over made every dequeue refill from the store.)"""
+    srv = start_server(properties={"BROKER_LOW_WATER_FRACTION": "0"})  # no background refills
+    api = Api(open_client(srv), ttypes)
+    descriptors = fill(api, "kept", 20)
+    first = api.dequeue("kept", limit=1).jobs  # fills the buffer: one refill
+    before = stats(srv)
+    buffered = [d for d in descriptors if d not in first]
+    cancelled = buffered[3:6]
+    shard = cancelled[0].split(":")[1]
+    unknown = f"kept:{shard}:p1:999999"  # a job no shard holds, on a shard of the map
+    for _ in range(3):
+        nothing = ttypes.PinLaterCancelJobsRequest(queueName="kept", jobDescriptors=[unknown])
+        assert api.c.cancelJobs(api.ctx, nothing) == 0
+    request = ttypes.PinLaterCancelJobsRequest(queueName="kept", jobDescriptors=cancelled)
+    assert api.c.cancelJobs(api.ctx, request) == len(cancelled)
+    left = set(buffered) - set(cancelled)
+    served = set(api.dequeue("kept", limit=len(left) - 1).jobs)  # (one kept: an empty buffer refills)
+    after = stats(srv)
+    assert after["broker_refills"] == before["broker_refills"], "served from the buffer it kept"
+    served |= set(api.dequeue("kept", limit=5).jobs)
+    assert served == left, "each buffered job but the cancelled ones"
+    assert after.get("broker_released", 0) - before.get("broker_released", 0) == len(cancelled)
+    assert api.count("kept", FAILED) == len(cancelled)

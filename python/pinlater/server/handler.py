@@ -719,14 +719,14 @@ class PinLaterHandler:
             for i, (job_queue, *_rest) in enumerate(keys):  # refused before the buffer is touched
                 require_queue_of(queue, job_queue, i)
             await self.broker.settle(keys)
-            # This server's buffer hands none of them out, during the cancel or after it: it is
-            # dropped (its reservations released) when a descriptor names a shard of the map.
-            known = any(self.backend.shards.get(shard) is not None for _, shard, *_rest in keys)
-            if known:
-                await self.broker.forget(queue)
+            # This server's buffer hands none of them out, during the cancel or after it: they
+            # are taken out of it (their reservations released) before, and again after, for a
+            # refill that reserved one meanwhile. (The whole buffer was dropped, and refilled
+            # from the store, at each cancel a peer sent.)
+            await self.broker.withdraw(queue, keys)
         changed = await self.backend.cancel_jobs(queue, descriptors)
         if self.broker is not None and changed:
-            await self.broker.forget(queue)
+            await self.broker.withdraw(queue, keys)
         self.metrics.incr(f"{queue}_cancel", changed)
         if changed:
             log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))

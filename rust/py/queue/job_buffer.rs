@@ -167,6 +167,21 @@ impl JobBuffer {
         })
     }
 
+    fn take_named<'py>(
+        &self,
+        py: Python<'py>,
+        jobs: Vec<(String, i64, i64)>,
+    ) -> PyResult<Vec<Entry<'py>>> {
+        guarded("JobBuffer.take_named", || {
+            let names: HashSet<(&str, i64, i64)> = jobs
+                .iter()
+                .map(|(shard, priority, local_id)| (shard.as_str(), *priority, *local_id))
+                .collect();
+            let taken = self.lock().take_named(&names);
+            Ok(entries(py, &taken))
+        })
+    }
+
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Vec<Entry<'py>>> {
         guarded("JobBuffer.drain", || {
             let taken = self.lock().drain();
