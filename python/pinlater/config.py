@@ -20,6 +20,10 @@ from typing import Any
 
 from pinlater.errors import ConfigError
 
+#: A request on the admin port that has run this long has its connection closed
+#: (``server/admin_conns.py``); an admin body's timeout is below it.
+ADMIN_REQUEST_SECONDS = 120.0
+
 BACKENDS = ("embedded", "redis", "mysql")
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
@@ -186,7 +190,11 @@ class Settings:
             ),
             (self.open_files_reserve >= 0, ("open_files_reserve",), "must not be negative"),
             (self.frame_timeout_seconds > 0, ("frame_timeout_seconds",), "must be positive"),
-            (self.admin_body_timeout_seconds > 0, ("admin_body_timeout_seconds",), "must be positive"),
+            (
+                0 < self.admin_body_timeout_seconds < ADMIN_REQUEST_SECONDS,
+                ("admin_body_timeout_seconds",),
+                f"must be positive and below {ADMIN_REQUEST_SECONDS:g} (a request's most seconds on the admin port)",
+            ),
             (
                 self.max_pending_frame_bytes >= self.max_frame_bytes,
                 ("max_pending_frame_bytes", "max_frame_bytes"),

@@ -10,10 +10,13 @@ import urllib.request
 from collections.abc import Callable
 from contextlib import ExitStack
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
+import pytest
 from aiohttp import web
 
+from pinlater.config import Settings
+from pinlater.errors import ConfigError
 from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from tests.server.test_contract import Api
 from tests.support.pinlater_server import ServerProcess
@@ -300,7 +303,8 @@ def test_one_host_holds_at_most_nine_tenths_of_the_admin_port() -> None:
 
 def test_an_admin_body_that_does_not_come_in_time_is_answered_408(start_server: Start) -> None:
     """A POST whose body stops short is answered 408 after ADMIN_BODY_TIMEOUT_SECONDS (not held
-    for the port's 120 s), and a connection past a host's share counts in /stats.txt."""
+    for the port's 120 s) and its connection closed (not kept alive, nor held to drain the
+    body's rest); the admin connection gauges are in /stats.txt."""
     server = start_server(properties={"ADMIN_BODY_TIMEOUT_SECONDS": "0.5"})
     with socket.create_connection(("127.0.0.1", server.admin_port), timeout=10) as sock:
         sock.sendall(
@@ -308,10 +312,50 @@ def test_an_admin_body_that_does_not_come_in_time_is_answered_408(start_server: 
             b"Content-Length: 99\r\n\r\n{"
         )
         answer = sock.recv(4096)
-    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-    assert b"ADMIN_BODY_TIMEOUT_SECONDS" in answer
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"ADMIN_BODY_TIMEOUT_SECONDS" in answer
+        assert closed_by_peer(sock, timeout=5), "closed after the 408"
     with urllib.request.urlopen(f"http://127.0.0.1:{server.admin_port}/stats.txt", timeout=10) as response:
         text = response.read().decode()
     names = dict(line.strip().split(": ", 1) for line in text.splitlines() if ": " in line)
     assert float(names["admin_connections_open"]) >= 1  # (this request's)
     assert float(names["admin_connections_rejected_per_peer"]) == 0
+
+
+class _Transport:
+    """What AdminConnections asks of a transport (``asyncio.Transport``'s own methods)."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def abort(self) -> None:
+        self.closing = True
+
+
+def test_room_is_made_first_from_a_connection_already_closing() -> None:
+    """One closed (by the sweep, say) whose loss is not told yet makes room without another
+    being closed or counted evicted, and its loss, told later, counts nothing twice."""
+    connections = AdminConnections(cap=2, peer_cap=2)
+    first, second, third = _Transport(), _Transport(), _Transport()
+    assert connections.admit("a", cast(asyncio.Transport, first), "h")
+    assert connections.admit("b", cast(asyncio.Transport, second), "h")
+    first.abort()
+    assert connections.admit("c", cast(asyncio.Transport, third), "h")
+    assert not second.closing and connections.evicted == 0 and set(connections.open) == {"b", "c"}
+    connections.forget("a")  # its connection_lost, late
+    assert connections.per_host["h"] == 2
+    assert connections.admit("d", cast(asyncio.Transport, _Transport()), "h"), "the idle one heard longest ago"
+    assert second.closing and connections.evicted == 1 and connections.per_host["h"] == 2
+
+
+def test_the_admin_body_timeout_is_below_a_requests_limit() -> None:
+    assert Settings.from_properties("ADMIN_BODY_TIMEOUT_SECONDS=5\n").admin_body_timeout_seconds == 5
+    for bad in ("0", "120", "500"):
+        with pytest.raises(ConfigError, match="ADMIN_BODY_TIMEOUT_SECONDS"):
+            Settings.from_properties(f"ADMIN_BODY_TIMEOUT_SECONDS={bad}\n")

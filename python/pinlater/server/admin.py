@@ -41,7 +41,7 @@ from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
 from pinlater.server.admin_api import POST_BYTES, ApiError
 from pinlater.server.admin_api import STATES as STATES
-from pinlater.server.admin_conns import AdminConnections, GuardedSite
+from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
 from pinlater.server.metrics import (
     Metrics,
@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECONDS = 2.0
+#: Seconds the rest of a body is read and dropped after an answer given before it was whole.
+ADMIN_LINGER_SECONDS = 2.0
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
@@ -92,11 +94,12 @@ class AdminApp(JobControlApi):
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
-        #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware.
-        self.connections = AdminConnections()
-        self._register_gauges(server.metrics)
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
+        #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware;
+        #: on loopback every peer is this machine, one host: no share of the cap per host there.
+        self.connections = AdminConnections(peer_cap=MAX_ADMIN_CONNECTIONS if self._loopback_only else None)
+        self._register_gauges(server.metrics)
 
     def _register_gauges(self, metrics: Metrics) -> None:
         """The admin port's connections in ``/stats.txt`` and ``/metrics`` (the process that
@@ -168,6 +171,8 @@ class AdminApp(JobControlApi):
             response = await handler(request)
         except ApiError as exc:
             response = web.json_response({"error": exc.message}, status=exc.status)
+            if exc.status == 408:  # not kept alive: closed once the body's rest drained (ADMIN_LINGER_SECONDS)
+                response.force_close()
         except PinLaterError as exc:
             response = web.json_response({"error": exc.message, "code": int(exc.code)}, status=_status_for(exc))
         except BodyPatternError as exc:  # a store's filter refused the pattern: a bad request
@@ -355,7 +360,16 @@ async def start_admin(server: PinLaterServer) -> web.AppRunner:
     # the rest while it drained it after the 413 that refused it, so a 1 MB gzip of 1 GiB of JSON
     # held the event loop, Thrift clients and all, for 2.8 s; the API refuses one unread instead:
     # AdminApi._authorized)
-    runner = web.AppRunner(admin.build(), access_log=None, shutdown_timeout=5.0, auto_decompress=False)
+    # (lingering_time: after an answer given before its request's body was read whole, a 408 or
+    # a 413, aiohttp reads and drops the rest this long, so the peer sees the answer, not a
+    # reset, before the connection closes; its 10 s held a trickling peer's connection 10 s more)
+    runner = web.AppRunner(
+        admin.build(),
+        access_log=None,
+        shutdown_timeout=5.0,
+        auto_decompress=False,
+        lingering_time=ADMIN_LINGER_SECONDS,
+    )
     await runner.setup()
     site = GuardedSite(runner, server.settings.admin_host, server.settings.admin_port, admin.connections)
     await site.start()

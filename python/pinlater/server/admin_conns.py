@@ -12,7 +12,8 @@ connection's protocol:
   once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
   keeps for it and the stores, and a peer holding idle connections cannot lock an operator out;
 * one host (a peer address) holds at most nine tenths of the cap, as on the Thrift port
-  (``transport.peer_connection_cap``): a host at its share has its new connection take the place
+  (``transport.peer_connection_cap``; not on a loopback address, where every peer is this
+  machine: ``AdminApp``): a host at its share has its new connection take the place
   of its own idle one heard from longest ago, or closed as it is accepted when none of its own is
   idle; so a host holding every one of its connections in a request (bodies trickled in, each
   kept up to ``ADMIN_REQUEST_SECONDS``) leaves the other hosts a tenth of the port;
@@ -37,6 +38,7 @@ from typing import cast
 
 from aiohttp import web
 
+from pinlater.config import ADMIN_REQUEST_SECONDS
 from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.transport import peer_connection_cap, peer_host
 
@@ -50,8 +52,6 @@ MAX_ADMIN_CONNECTIONS = 256
 ADMIN_IDLE_SECONDS = 30.0
 """A connection with no request in progress is closed once it has answered none this long."""
 
-ADMIN_REQUEST_SECONDS = 120.0
-"""A connection whose request has run this long is closed."""
 
 SWEEP_SECONDS = 1.0
 
@@ -101,6 +101,7 @@ class AdminConnections:
         #: Idle connections closed to make room for a new one at the cap (a total since start).
         self.evicted = 0
         self._log_refused = ThrottledLog(log, 60.0)
+        self._log_refused_host = ThrottledLog(log, 60.0)  # (its own: a flood of one hides not the other)
 
     def protocol(self, inner: asyncio.Protocol) -> asyncio.Protocol:
         return _Guarded(self, inner)
@@ -142,7 +143,7 @@ class AdminConnections:
         if self.per_host[host] >= self.peer_cap and not self.make_room(host):
             self.refused += 1
             self.refused_per_host += 1
-            self._log_refused(
+            self._log_refused_host(
                 "admin connection from %s refused: that host has %d open, at most %d (nine tenths of"
                 " MAX_ADMIN_CONNECTIONS), none of them idle",
                 host,
@@ -171,14 +172,16 @@ class AdminConnections:
                 del self.per_host[connection.host]
 
     def make_room(self, host: str | None = None) -> bool:
-        """Close the idle connection (of ``host``, if given) whose peer was heard from longest ago
-        (not one whose next request is arriving), if any is idle; whether one was. It leaves the
-        counts at once (its ``connection_lost`` comes later)."""
-        idle = [
-            (c.heard, key)
-            for key, c in self.open.items()
-            if not c.busy and not c.transport.get_write_buffer_size() and (host is None or c.host == host)
-        ]
+        """Make room for one connection (of ``host``'s, if given): forget one that is closing
+        already, else close the idle one whose peer was heard from longest ago (not one whose
+        next request is arriving), if any is idle; whether room was made. It leaves the counts
+        at once (its ``connection_lost`` comes later)."""
+        mine = [(key, c) for key, c in self.open.items() if host is None or c.host == host]
+        for key, c in mine:
+            if c.transport.is_closing():  # closed already (by the sweep, say), its loss not yet told
+                self.forget(key)
+                return True
+        idle = [(c.heard, key) for key, c in mine if not c.busy and not c.transport.get_write_buffer_size()]
         if not idle:
             return False
         _, key = min(idle, key=lambda pair: pair[0])
