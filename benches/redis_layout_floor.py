@@ -12,6 +12,9 @@ do not; below). Rows (``--layouts`` for the floors, ``--served`` for the real lo
   record per job in the queue's records hash (written at the enqueue, read and written at the
   claim), the job's id in its priority's ready list behind a marker, the IN_PROGRESS and
   SUCCEEDED sets by the batch (ZADD, ZMSCORE, ZREM);
+- ``floor split``: the compact floor, but a job's record moves at its ack from the records hash
+  to a hash of finished jobs' records (SUCCEEDED members kept per job), so the hash the enqueue
+  and the claim write holds unfinished jobs only;
 - ``floor blocks``: the compact floor, but a job leaves the records hash at its ack: the ack
   reads the batch's records, deletes them and appends them to a string of the second's acked
   jobs, with one SUCCEEDED member a batch; so the records hash holds unfinished jobs only, not
@@ -68,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cost_per_job import store_cpu_seconds
 
-LAYOUTS = ("original", "compact", "blocks", "hybrid", "claimed", "indexed", "ranged", "batches")
+LAYOUTS = ("original", "compact", "split", "blocks", "hybrid", "claimed", "indexed", "ranged", "batches")
 DEFAULT_LAYOUTS = ("compact", "batches")
 CLAIM = b"bench-host:12345"
 
@@ -185,6 +188,30 @@ class Queue:
             fields += [i, self.new_record]
         p.execute_command("HSET", self.records, *fields)
         p.execute_command("RPUSH", self.ready, b"m%d" % int(now * 1000), *ids)
+        p.execute()
+
+    def _split(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+        self._enqueue(ids, now)
+        p = self._claim(ids)
+        fields: list[Any] = []
+        scores: list[Any] = []
+        for i in ids:
+            fields += [i, self.claimed_record]
+            scores += [now, i]
+        p.execute_command("HSET", self.records, *fields)
+        p.execute_command("ZADD", self.in_progress, *scores)
+        p.execute()
+        p = self.r.pipeline(transaction=False)
+        p.execute_command("ZMSCORE", self.in_progress, *ids)
+        p.execute_command("ZREM", self.in_progress, *ids)
+        p.execute_command("HMGET", self.records, *ids)
+        p.execute_command("HDEL", self.records, *ids)
+        p.execute_command("HSET", f"{self.records}:f", *fields)
+        p.execute_command("ZADD", self.succeeded, *scores)
+        if old:
+            p.execute_command("ZRANGEBYSCORE", self.succeeded, "-inf", "+inf", "LIMIT", 0, len(old))
+            p.execute_command("ZREMRANGEBYRANK", self.succeeded, 0, len(old) - 1)
+            p.execute_command("HDEL", f"{self.records}:f", *old)
         p.execute()
 
     def _blocks(self, ids: list[bytes], old: list[bytes], now: float) -> None:
