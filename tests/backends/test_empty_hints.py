@@ -15,7 +15,12 @@ from tests.support.hot import ack, dequeue, enqueue
 
 from pinlater.backends.base import AckItem, CheckpointItem, NewJob
 from pinlater.backends.embedded.store import EmbeddedStore
-from pinlater.backends.sharded import EMPTY_RECHECK_MS, MAX_EMPTY_RECHECK_MS, ShardedBackend
+from pinlater.backends.sharded import (
+    EMPTY_RECHECK_MS,
+    MAX_EMPTY_RECHECK_MS,
+    MAX_FUTURE_READY_TIMES,
+    ShardedBackend,
+)
 from pinlater.backends.shardmap import Shard, ShardMap
 from pinlater.clock import ManualClock
 from pinlater.errors import QueueNotFoundError
@@ -145,6 +150,17 @@ def test_a_checkpoint_of_many_moves_gives_one_hint_a_place_and_time(
     asyncio.run(backend.checkpoint_jobs(Q, "w", moves))
     assert woken == [("1", Q, (1,))]
     assert sorted(backend._future_ready[("1", Q, 1)]) == [now + 500, now + 900]
+
+
+def test_a_checkpoint_of_many_later_times_hints_the_earliest(backend: ShardedBackend) -> None:
+    """Moves to PENDING at more distinct later times than a place keeps (MAX_FUTURE_READY_TIMES)
+    hint the earliest of them, whatever their order in the request: the first met were kept, so
+    a job due sooner, later in the request, waited for the walk to look there at a later time."""
+    now = backend.clock.now_ms()
+    times = [now + 10_000 - 10 * i for i in range(3 * MAX_FUTURE_READY_TIMES)]  # latest first
+    moves = [("1", CheckpointItem(1, 7, t, move_to_pending=True)) for t in times]
+    asyncio.run(backend.checkpoint_jobs(Q, "w", moves))
+    assert sorted(backend._future_ready[("1", Q, 1)]) == sorted(times)[:MAX_FUTURE_READY_TIMES]
 
 
 def test_acks_of_made_up_shards_are_ignored_in_one_line_and_leave_no_hint(

@@ -1390,12 +1390,11 @@ class ShardedBackend:
         broker 100,000 times, on the event loop, in one request)."""
         places: dict[tuple[str, int], set[int]] = defaultdict(set)  # place -> times (now: ready now)
         for shard_name, item in moves:
-            times = places[(shard_name, item.priority)]
-            ready_at_ms = max(now, item.run_after_ms)
-            if ready_at_ms == now or len(times) < MAX_FUTURE_READY_TIMES:  # (as many as a place keeps)
-                times.add(ready_at_ms)
+            places[(shard_name, item.priority)].add(max(now, item.run_after_ms))
         for (shard_name, priority), times in places.items():
-            for ready_at_ms in sorted(times):
+            # the earliest, as many as a place keeps (the first met were kept: a later move's
+            # earlier time was lost, and the walk looked there only at a later one's)
+            for ready_at_ms in heapq.nsmallest(MAX_FUTURE_READY_TIMES, times):
                 self._ready_at(shard_name, queue, priority, ready_at_ms, now)
         for shard_name in {shard_name for shard_name, _ in places}:
             self._room_back(shard_name, queue)  # room under a cap; a cancelled job ended
