@@ -38,3 +38,11 @@ def test_failure_status_names_the_attempt_type_and_message() -> None:
     assert failure_status(ValueError("boom"), 2, 100) == "attempt 2: ValueError: boom\n"
     assert failure_status(KeyError(), 1, 100) == "attempt 1: KeyError\n"
     assert failure_status(ValueError("x" * 50), 1, 30) == "attempt 1: ValueError: xxxx...\n"
+
+
+def test_exponential_past_a_floats_range_is_its_cap() -> None:
+    """Attempt 1,025 at a factor of 2 overflows a float: the policy gives its cap (the worker
+    falls back to no delay at all when a policy fails, a tight loop of retries)."""
+    policy = exponential(1.0, max_delay=300.0, jitter=0.0)
+    assert policy(1) == 1.0 and policy(5) == 16.0
+    assert policy(1025) == 300.0 and policy(10**6) == 300.0

@@ -352,3 +352,42 @@ def test_rate_limited_dequeues_back_off(address: str, pl: PinLaterClient) -> Non
         wait_for(lambda: worker.stats.rate_limited >= 3, timeout=30, what="three rate-limited dequeues")
         elapsed = time.monotonic() - start
     assert elapsed >= 0.2 + 0.4, "waits of 0.2 s then 0.4 s come between them: no busy loop"
+
+
+def test_a_handler_that_returns_a_coroutine_fails_its_job_not_succeeds(
+    address: str, pl: PinLaterClient, queue: str
+) -> None:
+    """A plain function wrapping an ``async def`` (a decorator, a lambda) returns a coroutine
+    that a handler thread cannot run: the job fails with that said, where it was acked a
+    success without having run."""
+    [d] = pl.enqueue(queue, [Job(b"x", attempts=1)])
+    ran: list[str] = []
+
+    async def work(ctx: JobContext) -> None:
+        ran.append(ctx.descriptor)
+
+    worker = Worker(address)
+    worker.register(queue, lambda ctx: work(ctx))
+    with running(worker):
+        info = wait_for(lambda: pl.lookup([d])[d] if pl.count(queue, JobState.FAILED) else None, 30)
+    assert ran == [] and pl.count(queue, JobState.SUCCEEDED) == 0
+    assert "returned an awaitable" in info.custom_status
+
+
+def test_only_acks_that_cannot_have_arrived_are_sent_again() -> None:
+    """A failure ack applied twice (the second after its retry delay let another worker claim
+    the job) charges that run an attempt or ends it FAILED while it runs: one is sent again only
+    if its request cannot have reached the server. Success acks are sent again (a no-op once
+    applied); after RateLimited none is, the server having applied them."""
+    from pinlater.client.errors import PinLaterConnectionError, QueueNotFound, RateLimited
+    from pinlater.errors import ErrorCode
+    from pinlater.worker.queue_runner import acks_to_resend
+
+    ok, bad = ["q:s1:p1:1"], ["q:s1:p1:2"]
+    assert acks_to_resend(ok, bad, RateLimited(ErrorCode.DEQUEUE_RATE_LIMITED, "spent")) == ([], [])
+    assert acks_to_resend(ok, bad, PinLaterConnectionError("refused", sent=False)) == (ok, bad)
+    assert acks_to_resend(ok, bad, PinLaterConnectionError("timed out", sent=True)) == (ok, [])
+    answered = QueueNotFound(ErrorCode.QUEUE_NOT_FOUND, "no queue q")
+    assert acks_to_resend(ok, bad, answered) == (ok, bad), "the server's answer"
+    assert acks_to_resend(ok, bad, ValueError("cannot encode")) == (ok, bad), "no request made"
+    assert acks_to_resend(ok, bad, asyncio.CancelledError()) == (ok, []), "cancelled mid-request"

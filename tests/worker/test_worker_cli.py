@@ -210,6 +210,7 @@ def test_the_example_worker(srv: ServerProcess, pl: PinLaterClient, queue: str, 
         ("--long-poll", "45", "long_poll must be in 0..30"),
         ("--ack-interval", "0", "ack_interval must be positive"),  # a flush loop that spun a core
         ("--grace-period", "-1", "grace_period must be at least 0"),
+        ("--max-poll-interval", "0", "poll_interval must be (first, most)"),  # no back-off at all
         ("--queue", os.fsdecode(b"q\xff"), "argument --queue: 'q\\udcff' is not UTF-8 text"),
     ],
 )

@@ -115,6 +115,29 @@ class _Backoff:
         self.delay = 0.0
 
 
+def acks_to_resend(
+    succeeded: list[AckLike], failed: list[AckLike], error: BaseException
+) -> tuple[list[AckLike], list[AckLike]]:
+    """Of the acks of a request that failed with ``error``, those to send again.
+
+    None after ``RateLimited``: the server applies a dequeue's acks before its rate limit. A
+    success ack sent twice changes nothing the first did not (an ack of a job no longer
+    IN_PROGRESS is a no-op, and a job that ran again after its claim timed out did succeed). A
+    failure ack is sent again only if its request cannot have reached the server (a connection
+    refused, an answer of the server's, a request that could not be made): applied once, it may
+    apply again after its retry delay let another worker claim the job, and charge that run an
+    attempt or end the job FAILED while it runs (and that run's success then counts for nothing). So after a timeout, a
+    connection lost with the request sent, or a cancel mid-request, the failure acks are
+    dropped: a job whose ack did not arrive runs again at its claim timeout."""
+    if isinstance(error, RateLimited):
+        return [], []
+    if isinstance(error, PinLaterConnectionError):
+        maybe_arrived = error.sent
+    else:
+        maybe_arrived = not isinstance(error, Exception)  # cancelled mid-request
+    return succeeded, [] if maybe_arrived else failed
+
+
 class QueueRunner:
     """The jobs in hand and pending acks of one registered queue.
 
@@ -155,10 +178,19 @@ class QueueRunner:
         self.succeeded, self.failed = [], []
         return succeeded, failed
 
-    def put_back(self, succeeded: list[AckLike], failed: list[AckLike]) -> None:
-        """Acks whose request failed are sent again: an ack of a job no longer IN_PROGRESS is a no-op."""
-        self.succeeded[:0] = succeeded
-        self.failed[:0] = failed
+    def put_back(self, succeeded: list[AckLike], failed: list[AckLike], error: BaseException) -> None:
+        """Acks whose request failed with ``error``, to send again as ``acks_to_resend`` says."""
+        again, failed_again = acks_to_resend(succeeded, failed, error)
+        if len(failed_again) < len(failed) and not isinstance(error, RateLimited):
+            log.warning(
+                "%s: %d failure ack(s) may have reached the server (%s): not sent again; a job whose ack"
+                " did not arrive runs again at its claim timeout",
+                self.queue,
+                len(failed) - len(failed_again),
+                error,
+            )
+        self.succeeded[:0] = again
+        self.failed[:0] = failed_again
 
     async def flush_acks(self) -> bool:
         succeeded, failed = self.take_acks()
@@ -167,7 +199,7 @@ class QueueRunner:
         try:
             await self.worker.client.ack(self.queue, succeeded, failed)
         except PinLaterError as exc:
-            self.put_back(succeeded, failed)
+            self.put_back(succeeded, failed, exc)
             log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(succeeded) + len(failed), exc)
             return False
         except Exception:  # not the server's answer: the request could not be made of them
@@ -175,8 +207,8 @@ class QueueRunner:
                 "%s: %d ack(s) could not be sent together; sending each alone", self.queue, len(succeeded) + len(failed)
             )
             return await self._send_singly(succeeded, failed)
-        except BaseException:  # cancelled mid-request (at stop): the final flush sends them again
-            self.put_back(succeeded, failed)
+        except BaseException as exc:  # cancelled mid-request (at stop): the final flush sends them again
+            self.put_back(succeeded, failed, exc)
             raise
         self.worker.stats.acks_sent += len(succeeded) + len(failed)
         self.worker.stats.ack_requests += 1
@@ -192,15 +224,15 @@ class QueueRunner:
                 await self.worker.client.ack(self.queue, [ack] if success else [], [] if success else [ack])
             except PinLaterError as exc:
                 rest = acks[i:]
-                self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok])
+                self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok], exc)
                 log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(rest), exc)
                 return False
             except Exception:
                 log.exception("%s: dropped an ack that cannot be sent: %r", self.queue, ack)
                 continue
-            except BaseException:
+            except BaseException as exc:
                 rest = acks[i:]
-                self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok])
+                self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok], exc)
                 raise
             self.worker.stats.acks_sent += 1
             self.worker.stats.ack_requests += 1
@@ -333,7 +365,7 @@ class QueueRunner:
                 limit = min(reg.batch_size, room)
                 jobs = await worker.client.dequeue(self.queue, limit, succeeded=succeeded, failed=failed, wait=wait)
             except Exception as exc:  # the loop must survive anything; errors are logged and waited out
-                self.put_back(succeeded, failed)
+                self.put_back(succeeded, failed, exc)
                 full = False
                 if isinstance(exc, RateLimited):
                     worker.stats.rate_limited += 1
@@ -346,8 +378,8 @@ class QueueRunner:
                         await self.flush_acks()
                 await worker.sleep(trouble.next())
                 continue
-            except BaseException:  # cancelled (a stop out of time): the final flush sends them
-                self.put_back(succeeded, failed)
+            except BaseException as exc:  # cancelled (a stop out of time): the final flush sends them
+                self.put_back(succeeded, failed, exc)
                 raise
             trouble.reset()
             worker.stats.acks_sent += len(succeeded) + len(failed)
@@ -359,6 +391,9 @@ class QueueRunner:
                 continue
             idle.reset()
             worker.stats.dequeued += len(jobs)
+            if len(jobs) > limit:  # (a server that answered more than asked: jobs in hand stay bounded)
+                await self.hand_back([JobContext(self, job) for job in jobs[limit:]], "past the limit asked for")
+                jobs = jobs[:limit]
             if worker.stopping:  # the stop came while this dequeue was out: none of them starts
                 await self.hand_back([JobContext(self, job) for job in jobs], "at stop")
                 break

@@ -49,7 +49,11 @@ def exponential(
     draw = (rng or random.Random()).random
 
     def policy(attempt: int) -> float:
-        delay = min(max_delay, base * factor ** max(0, attempt - 1))
+        try:
+            grown = base * factor ** max(0, attempt - 1)
+        except OverflowError:  # (past attempt 1,024 at a factor of 2: the cap, not a failed policy's 0)
+            grown = max_delay
+        delay = min(max_delay, grown)
         return delay * (1.0 - jitter * draw())
 
     return policy

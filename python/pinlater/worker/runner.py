@@ -116,6 +116,10 @@ class Worker:
                 raise ValueError(f"{name} must be positive and finite, not {value}")
         if not grace_period >= 0:
             raise ValueError(f"grace_period must be at least 0, not {grace_period}")
+        first_poll, most_poll = poll_interval
+        # (a first wait of 0 made every back-off 0: a worker hammered a server that was down)
+        if not 0 < first_poll <= most_poll < math.inf:
+            raise ValueError(f"poll_interval must be (first, most) with 0 < first <= most, finite; not {poll_interval}")
         self.servers = make_server_set(servers, server_set)
         self.source = source or worker_source()
         self.client = AsyncPinLaterClient(self.servers, source=self.source, timeout=timeout)

@@ -15,6 +15,7 @@ either started or handed back, never both.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import threading
 import time
@@ -72,7 +73,14 @@ class HandlerThreads:
                 continue
             started = clock()
             try:
-                outcome: Outcome = (ctx, None, self.handler(ctx), clock() - started)
+                result = self.handler(ctx)
+                if inspect.isawaitable(result):  # (a plain def wrapping an ``async def``: it never ran)
+                    _discard(result)
+                    raise TypeError(
+                        "the handler returned an awaitable, which a handler thread cannot run: register"
+                        " an async def (or a callable whose __call__ is one) to run on the worker's loop"
+                    )
+                outcome: Outcome = (ctx, None, result, clock() - started)
             except BaseException as exc:  # every failure is reported, even SystemExit from a handler
                 outcome = (ctx, exc, None, clock() - started)
             self._done.append(outcome)
@@ -97,3 +105,10 @@ class HandlerThreads:
         """Threads exit once the jobs queued before this are done (they are not waited for)."""
         for _ in self._threads:
             self._jobs.put(None)
+
+
+def _discard(awaitable: object) -> None:
+    """Close a coroutine that will never run (no "never awaited" warning for it)."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
