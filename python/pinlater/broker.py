@@ -597,6 +597,18 @@ class DequeueBroker:
         dequeue reserves afresh. Return how many were released."""
         return await self._drop_buffer(queue)
 
+    async def around_delete(self, queue: str, delete: Awaitable[int]) -> int:
+        """Await ``delete``, a delete of PENDING jobs of the queue (its count of jobs deleted):
+        the jobs this server holds are PENDING in the store, and deleted there they were still
+        handed out from the buffer (their claims found nothing; the workers ran them). So the
+        buffer is dropped (its reservations released) before, and again after a delete of any,
+        for a refill that reserved one meanwhile."""
+        await self.forget(queue)
+        deleted = await delete
+        if deleted:
+            await self.forget(queue)
+        return deleted
+
     async def withdraw(self, queue: str, jobs: Iterable[tuple[str, str, int, int]]) -> int:
         """Release these ``(queue, shard, priority, local_id)`` jobs of the queue if this server
         holds them (after a refill still out lands), so that none is handed out from memory

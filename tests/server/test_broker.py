@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from tests.conftest import ADMIN_PASSWORD, original_password_hash
 from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer
@@ -455,3 +456,31 @@ def test_a_cancel_takes_only_its_jobs_out_of_the_buffer(
     assert served == left, "each buffered job but the cancelled ones"
     assert after.get("broker_released", 0) - before.get("broker_released", 0) == len(cancelled)
     assert api.count("kept", FAILED) == len(cancelled)
+
+
+def test_jobs_deleted_in_the_store_are_not_handed_out_from_the_buffer(
+    start_server: Start, open_client: Open, ttypes: ModuleType
+) -> None:
+    """The broker's jobs are PENDING in the store: a deleteJobs of PENDING jobs, or a deleteQueue,
+    deleted them there while the buffer still handed them out (their claims found nothing, and
+    the workers ran deleted jobs). Jobs of other states leave the buffer alone."""
+    srv = start_server(
+        properties={"BROKER_LOW_WATER_FRACTION": "0", "ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)}
+    )
+    api = Api(open_client(srv), ttypes)
+    fill(api, "gone", 10)
+    assert len(api.dequeue("gone", limit=1).jobs) == 1  # the other 9 in the buffer
+    before = stats(srv)
+    failed = ttypes.PinLaterDeleteJobsRequest(queueName="gone", jobState=FAILED)
+    assert api.c.deleteJobs(api.ctx, failed) == 0
+    assert stats(srv).get("broker_released", 0) == before.get("broker_released", 0), "FAILED: buffer kept"
+    pending = ttypes.PinLaterDeleteJobsRequest(queueName="gone", jobState=PENDING)
+    assert api.c.deleteJobs(api.ctx, pending) == 9
+    assert len(api.dequeue("gone", limit=10).jobs) == 0, "none handed out after its delete"
+    assert api.count("gone", PENDING) == 0
+
+    fill(api, "dropped", 10)
+    assert len(api.dequeue("dropped", limit=1).jobs) == 1
+    api.c.deleteQueue(api.ctx, "dropped", ADMIN_PASSWORD)
+    api.create("dropped")
+    assert len(api.dequeue("dropped", limit=10).jobs) == 0, "none of the deleted queue's"

@@ -302,9 +302,12 @@ class AdminApi:
         regex = await _regex(body.get("regex"))
         limit = _int(body.get("limit", 1000), "limit", 1, MAX_BULK)
         done = 0
+        broker = self.server.broker
         for p in priorities:
             if done < limit:
-                done += await self.backend.delete_jobs(queue, state, p, regex, limit - done)
+                deleting = self.backend.delete_jobs(queue, state, p, regex, limit - done)
+                pending = state is JobState.PENDING
+                done += await broker.around_delete(queue, deleting) if broker and pending else await deleting
         which = body.get("priority") or "all"
         _audit(
             request,

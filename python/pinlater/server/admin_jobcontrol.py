@@ -78,9 +78,10 @@ class JobControlApi(AdminApi):
         broker = self.server.broker
         if broker is not None:  # jobs this server handed out: their claims first
             await broker.settle(parsed)
+            await broker.withdraw(queue, parsed)  # none of them is handed out from its buffer
         changed = await self.backend.cancel_jobs(queue, descriptors)
         if broker is not None and changed:
-            await broker.forget(queue)  # none of them is handed out from this server's buffer
+            await broker.withdraw(queue, parsed)  # (a refill's meanwhile)
         self.server.metrics.incr(f"{queue}_cancel", changed)
         _audit(request, logging.WARNING, "cancel", queue, f"cancelled {changed} of {len(descriptors)} jobs")
         return _json({"queue": queue, "asked": len(descriptors), "cancelled": changed})

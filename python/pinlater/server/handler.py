@@ -366,7 +366,10 @@ class PinLaterHandler:
         if not password_matches(password or "", self.admin_password_hash):
             self._wrong_password("deleteQueue %s refused: wrong password from %s", queue, _who(context))
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "invalid admin password")
-        await self.backend.delete_queue(queue)
+        if self.broker is not None:
+            await self.broker.around_delete(queue, _one(self.backend.delete_queue(queue)))
+        else:
+            await self.backend.delete_queue(queue)
         log.warning("queue %s deleted by %s", queue, _who(context))
 
     @_thrift_errors
@@ -697,7 +700,11 @@ class PinLaterHandler:
             return 0
         state, priority = self._state(request.jobState), self._priority(request.priority)
         regex = await self._regex(request.bodyRegexToMatch)
-        count = await self.backend.delete_jobs(queue, state, priority, regex, limit)
+        deleting = self.backend.delete_jobs(queue, state, priority, regex, limit)
+        if self.broker is not None and state is JobState.PENDING:
+            count = await self.broker.around_delete(queue, deleting)
+        else:
+            count = await deleting
         if count:
             log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
         return count
@@ -822,3 +829,9 @@ def _job_info(descriptor: str, record: JobRecord) -> Any:
         groupKey=record.group_key,
         expireAtTimestampMillis=record.expire_at_ms,
     )
+
+
+async def _one(done: Awaitable[None]) -> int:
+    """``done`` awaited, counted as one change (``Broker.around_delete`` after a queue's delete)."""
+    await done
+    return 1
