@@ -291,6 +291,20 @@ def test_lookup_leaves_out_missing_jobs_and_rejects_malformed_descriptors(api: A
     assert api.error_code(api.ack, "look", ["look:s1:pX:1"]) == api.t.ErrorCode.UNKNOWN
 
 
+def test_lookup_keys_each_job_by_the_descriptor_as_sent(api: Api) -> None:
+    """As the original did: a descriptor spelled otherwise than the server writes it (a leading
+    zero) is the key its job comes back under; the job's info keeps the written one."""
+    api.create("spelled")
+    (d,) = api.enqueue("spelled", api.job(b"body"))
+    head, local_id = d.rsplit(":", 1)
+    zeroed = f"{head}:00{local_id}"
+    found = api.lookup(zeroed)
+    assert list(found) == [zeroed]
+    assert found[zeroed].jobDescriptor == d
+    both = api.lookup(d, zeroed, zeroed)
+    assert sorted(both) == sorted([d, zeroed]) and both[zeroed].jobDescriptor == d
+
+
 def test_counts_and_scans_by_state_priority_time_and_body_regex(api: Api) -> None:
     api.create("cnt")
     base = now_ms() - 10_000

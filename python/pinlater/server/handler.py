@@ -44,6 +44,7 @@ from pinlater._pinlater import (
     SplitPlacement,
     encode_dequeue_batches,
     encode_dequeue_handout,
+    encode_descriptors,
     encode_enqueue_descriptors,
     encode_enqueue_reply,
     encode_keyed_enqueue_reply,
@@ -630,6 +631,7 @@ class PinLaterHandler:
             if i and not i % ITEMS_PER_TURN:
                 await asyncio.sleep(0)
             infos[descriptor] = _job_info(descriptor, record)
+        await _key_as_sent(infos, descriptors)
         return infos
 
     @_thrift_errors
@@ -835,3 +837,23 @@ async def _one(done: Awaitable[None]) -> int:
     """``done`` awaited, counted as one change (``Broker.around_delete`` after a queue's delete)."""
     await done
     return 1
+
+
+async def _key_as_sent(infos: dict[str, Any], descriptors: list[str]) -> None:
+    """Key lookupJobs' reply by the descriptors as the client spelled them, as the original did:
+    one written otherwise than the store's (``q:s1:p1:042``) names the job ``q:s1:p1:42``,
+    which the reply gave under that key alone, where the client looks for its own. A job's info
+    keeps its descriptor as the store writes it."""
+    sent = set(descriptors)
+    others = [d for d in sent if d not in infos]
+    if not others:
+        return
+    spelled: dict[str, list[str]] = {}
+    for descriptor, (queue, shard, priority, local_id) in zip(others, await decoded(others), strict=True):
+        written = encode_descriptors(queue, shard, [priority], [local_id])[0]
+        if written in infos:
+            spelled.setdefault(written, []).append(descriptor)
+    for written, spellings in spelled.items():
+        info = infos[written] if written in sent else infos.pop(written)
+        for descriptor in spellings:
+            infos[descriptor] = info
