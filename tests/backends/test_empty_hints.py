@@ -247,3 +247,14 @@ def test_a_lookup_asks_each_job_once_and_names_a_bounded_number_of_places(
     with pytest.raises(PinLaterError, match=r"41 \(queue, shard\) pairs; a lookup takes at most 40"):
         asyncio.run(backend.lookup_jobs([*made_up, "q40:s1:p1:1"], False))
     assert asked == [], "refused before any store call"
+
+
+def test_a_deleted_queue_is_not_answered_empty_from_its_hints(backend: ShardedBackend) -> None:
+    """A dequeue of a queue this server found empty, then deleted, asks the store again (and is
+    QUEUE_NOT_FOUND), where the hint answered it empty for up to MAX_EMPTY_RECHECK_MS."""
+    assert asyncio.run(dequeue(backend, Q, 10, "w")) == []  # the place is known empty now
+    assert ("1", Q, 1) in backend._empty_until
+    asyncio.run(backend.delete_queue(Q))
+    assert not [place for place in backend._empty_until if place[1] == Q]
+    with pytest.raises(QueueNotFoundError):
+        asyncio.run(dequeue(backend, Q, 10, "w"))

@@ -369,6 +369,9 @@ def test_each_client_error_has_its_contract_code(api: Api) -> None:
     assert api.error_code(api.create, "q" * 129) == e.QUEUE_NAME_TOO_LONG
     assert api.error_code(api.enqueue, "nope", api.job(b"x")) == e.QUEUE_NOT_FOUND
     assert api.error_code(api.dequeue, "nope") == e.QUEUE_NOT_FOUND
+    for limit in (0, -5):  # no job asked for: the original still asked a shard, which said so
+        assert api.error_code(api.dequeue, "nope", limit=limit) == e.QUEUE_NOT_FOUND
+        assert len(api.dequeue("errs", limit=limit).jobs) == 0
     assert api.error_code(api.enqueue, "errs", api.job(b"x", priority=4)) == e.PRIORITY_NOT_SUPPORTED
     assert api.error_code(api.enqueue, "errs", api.job(b"x", priority=0)) == e.PRIORITY_NOT_SUPPORTED
     assert api.error_code(api.count, "errs", PENDING, priority=9) == e.PRIORITY_NOT_SUPPORTED

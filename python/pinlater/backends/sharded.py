@@ -590,6 +590,12 @@ class ShardedBackend:
         shards = self._shards.all()
         self._forget_lacking(queue)
         await asyncio.gather(*(self.call_store(s, s.store.delete_queue, queue) for s in shards))
+        # Its places known empty were answered empty from the hint, with no store call, for up
+        # to MAX_EMPTY_RECHECK_MS after it was gone: a dequeue now asks, and is QUEUE_NOT_FOUND.
+        for hints in (self._empty_until, self._empty_streak, self._future_ready):
+            for place in [place for place in hints if place[1] == queue]:
+                del hints[place]
+        self.signals.notify(queue)  # (its long polls ask again, and end)
 
     def _forget_lacking(self, queue: str) -> None:
         self._lacking = {key for key in self._lacking if key[1] != queue}

@@ -56,7 +56,7 @@ from pinlater.backends.base import CheckpointItem, JobRecord, JobState, NewJob
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.sharded import ReadyBatch, ShardedBackend, decoded, require_queue_of
 from pinlater.broker import DequeueBroker
-from pinlater.errors import ErrorCode, PinLaterError, shown
+from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, shown
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.ratelimit import QueueRateLimits
@@ -443,7 +443,9 @@ class PinLaterHandler:
                     carried = acks.groups()  # decoded first: a malformed descriptor fails the call
             if carried is None:
                 await self._ack(acks)
-        if limit <= 0:
+        if limit <= 0:  # no job asked for, but an unknown queue is still QUEUE_NOT_FOUND, as in the original
+            if queue not in await self.backend.get_queue_names():
+                raise QueueNotFoundError(queue)
             return encode_dequeue_batches(DEQUEUE, seqid, queue, [])
         limit, max_bytes = self._reply_budget(queue, limit)
         if self.rate_limits is not None and not dry_run:
