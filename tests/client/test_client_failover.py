@@ -121,6 +121,63 @@ def test_a_reply_trickled_past_the_timeout_is_a_connection_error(queue: str) -> 
         thread.join(10)
 
 
+def test_a_server_that_takes_calls_and_never_answers_is_tried_last(address: str, queue: str) -> None:
+    """A read timeout marks the server down, as a failed connect does: round-robin kept sending it
+    every other call, each waiting out the whole timeout."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog) but never answers
+    port = silent.getsockname()[1]
+    try:
+        with PinLaterClient([f"127.0.0.1:{port}", address], timeout=0.3, retries=0) as client:
+            timed_out = 0
+            for _ in range(2):  # (round-robin: one of the two goes to the silent one)
+                try:
+                    client.enqueue(queue, [b"x"])
+                except PinLaterConnectionError:
+                    timed_out += 1
+            assert timed_out == 1
+            assert client.servers.order()[-1] == ("127.0.0.1", port), "marked down: tried last"
+            started = time.monotonic()
+            for _ in range(4):
+                assert len(client.enqueue(queue, [b"y"])) == 1
+            assert time.monotonic() - started < 1.0, "no call waited on the silent one"
+    finally:
+        silent.close()
+
+
+def test_a_frame_header_claiming_a_huge_reply_costs_only_what_arrives(queue: str) -> None:
+    """Each recv allocates what it asks for: a server claiming a 200 MiB reply and sending a few
+    bytes at a time made each read allocate 200 MiB; reads ask for at most READ_PIECE now."""
+    import tracemalloc
+
+    liar = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = liar.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall((200 << 20).to_bytes(4, "big"))
+            for _ in range(5):
+                if stop.wait(0.02):
+                    break
+                conn.sendall(b"\x00" * 10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    tracemalloc.start()
+    try:
+        with PinLaterClient(f"127.0.0.1:{liar.getsockname()[1]}", timeout=0.5, retries=0) as client:
+            with pytest.raises(PinLaterConnectionError):
+                client.queue_names()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        stop.set()
+        liar.close()
+        thread.join(10)
+    assert peak < 32 << 20, f"peak {peak >> 20} MiB"
+
+
 def test_connections_are_reused_in_a_process_with_many_files_open(address: str, queue: str) -> None:
     """Past descriptor 1023, where select cannot look: the idle connection is still reused."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -183,6 +183,8 @@ class AsyncPinLaterClient:
                     result = decode(call.method, seqid, payload, conn.name)
                     broken = False
                 except PinLaterConnectionError as exc:
+                    if isinstance(exc.__cause__, TimeoutError):  # (it took the call, and no answer came in time)
+                        self.servers.mark_down(address)
                     if (exc.sent and not call.safe) or attempts > self.retries:
                         raise
                     continue

@@ -30,6 +30,9 @@ from pinlater.idl import idl
 
 T = TypeVar("T")
 
+#: Most bytes one recv of a reply asks for (each call allocates what it asks for).
+READ_PIECE = 1 << 20
+
 
 def default_source() -> str:
     """The RequestContext source of the original's callers: ``{program}:{hostname}``."""
@@ -82,6 +85,8 @@ class _Connection:
             self.sock.settimeout(timeout)
 
     def _read(self, n: int, deadline: float | None) -> bytes:
+        # Read in pieces of at most READ_PIECE bytes: recv(n) allocates n bytes for each call,
+        # so a frame header claiming 256 MiB made each recv of a trickled reply allocate that.
         parts = []
         got = 0
         while got < n:
@@ -90,7 +95,7 @@ class _Connection:
                 if left <= 0:
                     raise TimeoutError(f"the reply took longer than the timeout ({got} of {n} bytes came)")
                 self.sock.settimeout(left)
-            data = self.sock.recv(n - got)
+            data = self.sock.recv(min(n - got, READ_PIECE))
             if not data:
                 raise PinLaterConnectionError(f"{self.name}: connection closed by the server", address=self.name)
             if got == 0 and len(data) == n:
@@ -237,6 +242,8 @@ class PinLaterClient:
                     result = decode(call.method, seqid, payload, conn.name)
                     broken = False
                 except PinLaterConnectionError as exc:
+                    if isinstance(exc.__cause__, TimeoutError):  # (it took the call, and no answer came in time)
+                        self.servers.mark_down(address)
                     if (exc.sent and not call.safe) or attempts > self.retries:
                         raise
                     continue
