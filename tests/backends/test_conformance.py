@@ -209,6 +209,16 @@ def test_dry_run_dequeue_changes_nothing(store: ShardStore, queue: str) -> None:
     assert [job.local_id for job in store.dequeue_jobs(queue, 1, 2, CLAIM, T0, False)] == ids[:2]
 
 
+def test_a_dry_run_shows_past_one_store_calls_usual_size(store: ShardStore, queue: str) -> None:
+    """A dry run is one call a place (it claims nothing, so a second would show the same jobs):
+    it asks for as many as it wants, as the original's one query did, past the 1,000 a
+    claiming call takes at a time."""
+    ids = store.enqueue_jobs(queue, new_jobs(2500), T0)
+    peek = store.dequeue_jobs(queue, 1, 2500, CLAIM, T0, True)
+    assert [job.local_id for job in peek] == ids
+    assert len(store.dequeue_jobs(queue, 1, 2000, CLAIM, T0, True)) == 2000
+
+
 # -- reservations (the dequeue broker) ------------------------------------------------------------
 
 RES_A = f"{RESERVATION_PREFIX}host-a:1:abc"

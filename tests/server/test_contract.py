@@ -224,6 +224,15 @@ def test_a_retry_delay_past_ten_years_is_cut_to_ten_years(api: Api) -> None:
     assert list(api.dequeue("far").jobs) == [near]
 
 
+def test_a_dry_run_shows_as_many_ready_jobs_as_asked(api: Api) -> None:
+    """As the original's one query did: a dry run of 2,500 on one shard showed 1,000 (its one
+    store call a place asked for no more)."""
+    api.create("peek")
+    descriptors = api.enqueue("peek", *[api.job(b"j%d" % i) for i in range(2500)])
+    assert set(api.dequeue("peek", limit=2500, dryRun=True).jobs) == set(descriptors)
+    assert api.count("peek", PENDING) == 2500, "a dry run claims nothing"
+
+
 def test_run_after_dry_run_and_acks_piggybacked_on_dequeue(api: Api) -> None:
     api.create("sched")
     (later,) = api.enqueue("sched", api.job(b"later", runAfterTimestampMillis=now_ms() + 3_600_000))
