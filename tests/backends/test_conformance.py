@@ -455,6 +455,23 @@ def test_checkpoint_replaces_the_body_and_keeps_the_claim(store: ShardStore, que
     assert (record.attempts_remaining, record.custom_status) == (2, "")
 
 
+def test_a_checkpoint_with_a_later_run_after_extends_a_redis_claim_to_it(store: ShardStore, queue: str) -> None:
+    """Redis, as the original's Redis checkpoint: a job that stays IN_PROGRESS is scored by the
+    run after given (the claim timeout counts from it: a long job's lease) and shows it as its
+    update time. The SQL stores refresh the claim to now, as the original's MySQL did (its
+    updated_at column), and write the run after given."""
+    [local_id] = claim_all(store, 1)
+    later = T0 + 3_600_000
+    assert checkpoint(store, local_id, now=T0 + 10, run_after=later) == 1
+    record = lookup(store, local_id)
+    assert (record.state, record.claim_descriptor) == (JobState.IN_PROGRESS, CLAIM)
+    redis = type(store).__name__ == "RedisStore"
+    assert record.updated_at_ms == (later if redis else T0 + 10)
+    # The monitor's claim timeout counts from that time: claims from before a minute on are late.
+    assert store.resurrect_timed_out_jobs(queue, 1, T0 + 60_000, 10, T0 + 120_000) == (0 if redis else 1)
+    assert lookup(store, local_id).state == (JobState.IN_PROGRESS if redis else JobState.PENDING)
+
+
 def test_checkpoint_resets_attempts(store: ShardStore, queue: str) -> None:
     [local_id] = claim_all(store, 1)
     assert checkpoint(store, local_id, attempts_allowed=5) == 1

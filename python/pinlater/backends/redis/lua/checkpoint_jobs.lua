@@ -5,8 +5,10 @@ contains the source as a plain substring (string.find with plain = true: unlike 
 string.match, no character of the source is a pattern). Then, as asked: the body is replaced,
 attempts allowed and remaining are both set, a status is prepended to cs (cut to ARGV[4]
 characters). With move-to-pending the job goes to PENDING scored by its run-after time and loses
-its claim; otherwise it stays IN_PROGRESS re-scored by now, which extends the claim. ua = now
-either way. A member whose hash is gone (evicted) is removed and counted.
+its claim; otherwise it stays IN_PROGRESS re-scored by its run-after time, which extends the
+claim: to when the claim timeout counts from (a long job's lease, as the original's checkpoint
+gave it; the handler sends now when the request gives none). ua = the run-after time either way,
+as the original wrote it. A member whose hash is gone (evicted) is removed and counted.
 
 A cancelled job (ar 0, ShardStore.cancel_jobs) keeps ar 0: attempts to allow set al only, and
 a move to PENDING ends it FAILED (scored by now, claim kept as a failure ack keeps it) with
@@ -27,7 +29,7 @@ then 9 per checkpoint:
   ARGV[i]   index into KEYS of the PENDING set of the job's priority (the other three follow)
   ARGV[i+1] local id
   ARGV[i+2] '1' to move to PENDING, else '0'
-  ARGV[i+3] run after, seconds as float (used with move-to-pending)
+  ARGV[i+3] run after, seconds as float (the PENDING score, or the IN_PROGRESS one, and ua)
   ARGV[i+4] '1' if a new body follows, else '0'
   ARGV[i+5] new body
   ARGV[i+6] attempts to allow, or '' to keep them
@@ -76,7 +78,9 @@ for j = 0, n - 1 do
         status = cut_chars(ARGV[a + 8] .. status, status_limit)
         redis.call('HSET', hash_key, 'cs', status)
       end
+      local updated = ARGV[a + 3]  -- (the original's: the run after given, else now)
       if ARGV[a + 2] == '1' and cancelled then
+        updated = now
         redis.call('ZREM', in_progress_key, id)
         redis.call('ZADD', KEYS[k + 3], now, id)
         redis.call('HSET', hash_key, 'cs', ended_status(status, CANCELLED, status_limit))
@@ -91,9 +95,9 @@ for j = 0, n - 1 do
         redis.call('ZADD', pending_key, ARGV[a + 3], id)
         redis.call('HDEL', hash_key, 'cd')
       else
-        redis.call('ZADD', in_progress_key, now, id)
+        redis.call('ZADD', in_progress_key, updated, id)
       end
-      redis.call('HSET', hash_key, 'ua', now)
+      redis.call('HSET', hash_key, 'ua', updated)
       changed = changed + 1
     end
   end

@@ -5,8 +5,9 @@ its priority's IN_PROGRESS set and its claim (cd) contains the source as a plain
 (string.find with plain = true: no character of the source is a pattern). Then, as asked: the
 body is replaced, attempts allowed and remaining are both set, a status is prepended to cs (cut
 to ARGV[4] UTF-8 characters). With move-to-pending the job goes to PENDING scored by its
-run-after time and loses its claim; otherwise it stays IN_PROGRESS re-scored by now, which
-extends the claim. ua = now either way. A member whose record is missing (evicted) is removed and
+run-after time and loses its claim; otherwise it stays IN_PROGRESS re-scored by its run-after
+time (the request's, else now), which extends the claim, as the original's checkpoint did. ua =
+that time either way (now for a cancelled job that ends FAILED). A member whose record is missing (evicted) is removed and
 counted. The checkpoints apply in order, as the original's one by one (a job checkpointed twice
 in one call gets both unless the first moved it to PENDING).
 
@@ -63,7 +64,7 @@ end
 local member, jobs = claimed_jobs(records_key, 7, 9, n)
 
 -- Where each job touched ends up, per PENDING set index k: fate[k][id] = true (stays in
--- IN_PROGRESS, re-scored by now), a run-after score in ms (moved to PENDING), or false (evicted).
+-- IN_PROGRESS, re-scored by claimed_at), a run-after score in ms (moved to PENDING), or false (evicted).
 local fate, touched = {}, {}
 local function settle(k, id, where)
   fate[k] = fate[k] or {}
@@ -73,6 +74,7 @@ local function settle(k, id, where)
   fate[k][id] = where
 end
 local changed, evicted, written, seen = 0, 0, {}, {}
+local claimed_at = {}  -- 'k:id' -> the IN_PROGRESS score of a job that stays (its run after given, or now)
 local ended = new_ended()  -- the cancelled jobs that ended with a dedup key
 local left = {}  -- the groups a cancelled job left
 -- The expiry index's changes, written after the error check below (Redis keeps the writes a
@@ -124,8 +126,9 @@ for j = 0, n - 1 do
         job.cd = false
       else
         settle(k, id, true)
+        claimed_at[k .. ':' .. id] = to_ms(ARGV[a + 3])
       end
-      job.ua = now
+      job.ua = ARGV[a + 2] == '1' and cancelled and now or to_ms(ARGV[a + 3])
       if not seen[id] then
         seen[id] = true
         written[#written + 1] = id
@@ -149,7 +152,7 @@ for _, t in ipairs(touched) do
   local k, id = t[1], t[2]
   local where = fate[k][id]
   if where == true then
-    writes.add(k + 1, now, id)
+    writes.add(k + 1, claimed_at[k .. ':' .. id], id)
   elseif where == 'failed' then
     writes.remove(k + 1, id)
     writes.add(k + 3, now, id)
