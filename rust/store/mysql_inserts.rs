@@ -14,8 +14,9 @@ use crate::store::decimal::push_int;
 
 /// Earliest TIMESTAMP: 1970-01-01 00:00:01 UTC (times are clamped into the column's range).
 pub const TS_MIN_MS: i64 = 1_000;
-/// Latest TIMESTAMP(3): 2038-01-19 03:14:07.999 UTC.
-pub const TS_MAX_MS: i64 = 2_147_483_647_999;
+/// Latest TIMESTAMP: 2038-01-19 03:14:07 UTC (not 03:14:07.999, which `MySQL` rounds up to 03:14:08,
+/// past the range, when it writes a `TIMESTAMP(0)` column of the original's: `db_time.py`).
+pub const TS_MAX_MS: i64 = 2_147_483_647_000;
 
 /// One job's values (`custom_status` not yet cut to the column's limit).
 #[derive(Debug, Clone, Copy)]
@@ -276,7 +277,7 @@ mod tests {
         assert_eq!(datetime(1_000), "'1970-01-01 00:00:01.000000'");
         assert_eq!(datetime(951_782_400_123), "'2000-02-29 00:00:00.123000'");
         assert_eq!(datetime(1_767_323_045_678), "'2026-01-02 03:04:05.678000'");
-        assert_eq!(datetime(i64::MAX), "'2038-01-19 03:14:07.999000'");
+        assert_eq!(datetime(i64::MAX), "'2038-01-19 03:14:07.000000'");
     }
 
     #[test]

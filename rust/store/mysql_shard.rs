@@ -1544,7 +1544,7 @@ mod tests {
 
     #[test]
     fn datetimes_read_back_as_written() {
-        for ms in [1_000, 1_700_000_000_123, 2_147_483_647_999, 951_782_400_000] {
+        for ms in [1_000, 1_700_000_000_123, 2_147_483_647_000, 951_782_400_000] {
             let mut text = Vec::new();
             push_datetime(&mut text, ms);
             let inner = &text[1..text.len() - 1];

@@ -280,6 +280,42 @@ def test_count_is_capped_by_the_limit(make_store: Callable[..., MySQLStore]) -> 
     assert store.count_jobs(Q, JobFilter(JobState.PENDING, 1, T0), None) == 30
 
 
+def rows_read_during(store: MySQLStore, action: Callable[[], object]) -> int:
+    """Rows the store's only connection (pool_size=1) read through an index or a table scan."""
+
+    def read() -> int:
+        with store.pool.connection() as conn, conn.cursor() as cur:
+            cur.execute(
+                "SHOW SESSION STATUS WHERE Variable_name IN"
+                " ('Handler_read_next', 'Handler_read_rnd_next', 'Handler_read_key', 'Handler_read_first')"
+            )
+            return sum(int(value) for _, value in cur.fetchall())
+
+    before = read()
+    action()
+    return read() - before
+
+
+def test_the_finished_jobs_gc_reads_only_rows_that_can_qualify(make_store: Callable[..., MySQLStore]) -> None:
+    """updated_at has no index: a GC call that finds fewer than its limit (the sweep's last of each
+    pass) read every finished row of the table, and under REPEATABLE READ locked them all. It is
+    bounded by run_after too, which a finished job's is below, in the (state, run_after) index."""
+    store = make_store(pool_size=1)
+    store.create_queue(Q, 1)
+    old = store.enqueue_jobs(Q, new_jobs(5, run_after=T0), T0)
+    store.dequeue_jobs(Q, 1, 5, "w", T0, False)
+    store.ack_jobs(Q, [AckItem(1, i) for i in old], [], T0)
+    recent = store.enqueue_jobs(Q, new_jobs(2000, run_after=T0 + 3_600_000), T0)
+    store.dequeue_jobs(Q, 1, 2000, "w", T0 + 3_600_000, False)
+    store.ack_jobs(Q, [AckItem(1, i) for i in recent], [], T0 + 3_600_000)
+    gone: list[int] = []
+    read = rows_read_during(
+        store, lambda: gone.append(store.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 1_000, 100))
+    )
+    assert gone == [5]
+    assert read < 100, f"{read} rows read to delete 5 of 2,005 finished"
+
+
 def test_concurrent_dequeues_never_hand_out_a_job_twice(make_store: Callable[..., MySQLStore]) -> None:
     store = make_store(pool_size=4)
     store.create_queue(Q, 1)
@@ -567,7 +603,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "select_timed_out_jobs": ({"table": _TABLE}, (_NOW, 10)),
     "resurrect_expire_jobs": ({"table": _TABLE, "ids": 2}, ("expired", 4992, "expired", _NOW, _MS, 1, 2)),
     "resurrect_timed_out_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "cancelled", 4990, "cancelled", _NOW, 1, 2)),
-    "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, 10)),
+    "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, _NOW, 10)),
     "delete_jobs": ({"table": _TABLE}, (*_RANGE, 10)),
     "lock_bodies_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
     "delete_jobs_by_id": ({"table": _TABLE, "ids": 2}, (*_RANGE, 1, 2)),

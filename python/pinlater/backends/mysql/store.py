@@ -832,7 +832,8 @@ class MySQLStore(BlockingStore):
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
         sql = queries.GC_FINISHED_JOBS.render(table=self._table(queue, priority))
-        args = (int(state), to_db_time(finished_before_ms), limit)
+        cutoff = to_db_time(finished_before_ms)
+        args = (int(state), cutoff, cutoff, limit)
         return self._run(queue, lambda cur: int(cur.execute(sql, args)))
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -1,6 +1,11 @@
 -- The monitor's GC: delete up to a limit of SUCCEEDED or FAILED jobs last updated before a
--- cutoff. (The original compared run_after, which can be far from the finishing time.)
--- {table}: the priority's jobs table. %s: state, cutoff, limit.
+-- cutoff. (The original compared run_after, which can be far from the finishing time.) The
+-- run_after bound keeps the statement in the (state, run_after) index's range of rows that can
+-- qualify: updated_at has no index, and without it the sweep's last call of each pass (the one
+-- that finds fewer than its limit) read, and under REPEATABLE READ locked, every finished row of
+-- the table. A finished job ran after its run_after, so the bound leaves out only a job whose
+-- checkpoint moved its run_after past its end: it goes once that time has passed the cutoff too.
+-- {table}: the priority's jobs table. %s: state, cutoff, cutoff, limit.
 DELETE FROM {table}
- WHERE state = %s AND updated_at < %s
+ WHERE state = %s AND run_after < %s AND updated_at < %s
  LIMIT %s
