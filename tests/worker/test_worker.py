@@ -391,3 +391,28 @@ def test_only_acks_that_cannot_have_arrived_are_sent_again() -> None:
     assert acks_to_resend(ok, bad, answered) == (ok, bad), "the server's answer"
     assert acks_to_resend(ok, bad, ValueError("cannot encode")) == (ok, bad), "no request made"
     assert acks_to_resend(ok, bad, asyncio.CancelledError()) == (ok, []), "cancelled mid-request"
+
+
+def test_an_ack_the_server_keeps_refusing_is_dropped_alone(address: str, pl: PinLaterClient, queue: str) -> None:
+    """An ack the server refuses (an error of its own, not a store down) was sent again with every
+    flush and every dequeue, each failing: the worker took no job of the queue again. Its
+    acks go one by one, and the one refused REFUSED_ACK_TRIES times alone is dropped."""
+    from pinlater.worker.queue_runner import REFUSED_ACK_TRIES
+
+    descriptors = pl.enqueue(queue, [b"first"])
+    poisoned: list[str] = []
+
+    def handle(ctx: JobContext) -> None:
+        if not poisoned:  # the next flush carries an ack no server takes, beside this job's own
+            poisoned.append(f"{queue}:s1:pX:1")
+            ctx.runner.succeeded.append(poisoned[0])
+
+    worker = Worker(address, ack_interval=0.05, poll_interval=(0.01, 0.05), long_poll=0)
+    worker.register(queue, handle)
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == 1, timeout=30, what="the first job's ack")
+        later = pl.enqueue(queue, [b"second", b"third"])
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == 3, timeout=30, what="the jobs after it")
+        wait_for(lambda: worker.stats.acks_dropped == 1, timeout=30, what="the refused ack to be dropped")
+    assert len(descriptors + later) == 3 and REFUSED_ACK_TRIES > 1
+    assert worker.runners[0].refusals == {}

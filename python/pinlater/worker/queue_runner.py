@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pinlater.client.calls import AckLike
-from pinlater.client.errors import PinLaterConnectionError, QueueNotFound, RateLimited
+from pinlater.client.errors import PinLaterConnectionError, QueueNotFound, RateLimited, ServerUnavailable
 from pinlater.client.types import Ack, Checkpoint, DequeuedJob
 from pinlater.errors import PinLaterError
 from pinlater.worker.context import JobContext
@@ -58,6 +58,8 @@ class WorkerStats:
     ack_requests: int = 0
     empty_dequeues: int = 0
     rate_limited: int = 0
+    #: Acks dropped: ones the server kept refusing, or no request could carry.
+    acks_dropped: int = 0
 
 
 #: Longest success status sent (characters): the most any store keeps (the embedded store and
@@ -115,6 +117,25 @@ class _Backoff:
         self.delay = 0.0
 
 
+#: Times the server may refuse one ack sent alone (an error of its own, not a store it could not
+#: reach) before it is dropped, logged: its job runs again once its claim times out. Sent again
+#: for ever, it failed every flush and every dequeue that carried it, and the queue's worker
+#: took no job again.
+REFUSED_ACK_TRIES = 3
+#: Acks whose refusals are counted at most (all forgotten beyond it).
+MAX_REFUSALS_KEPT = 10_000
+
+
+def _refusal(error: PinLaterError) -> bool:
+    """An error the server answered about the request itself, which sending it again is not
+    likely to change: not a store it could not reach, nor a spent rate limit."""
+    return not isinstance(error, ServerUnavailable | RateLimited)
+
+
+def _descriptor_of(ack: AckLike) -> str:
+    return ack if isinstance(ack, str) else ack.descriptor
+
+
 def acks_to_resend(
     succeeded: list[AckLike], failed: list[AckLike], error: BaseException
 ) -> tuple[list[AckLike], list[AckLike]]:
@@ -155,6 +176,8 @@ class QueueRunner:
         self.waiting: dict[JobContext, float] = {}
         self.succeeded: list[AckLike] = []
         self.failed: list[AckLike] = []
+        #: Refusals of acks sent alone, by descriptor (``REFUSED_ACK_TRIES``).
+        self.refusals: dict[str, int] = {}
         self.slot_freed = asyncio.Event()
         self.tasks: dict[JobContext, asyncio.Task[None]] = {}
         self.backlog: deque[JobContext] = deque()  # async handlers: dequeued, not yet a task
@@ -199,6 +222,16 @@ class QueueRunner:
         try:
             await self.worker.client.ack(self.queue, succeeded, failed)
         except PinLaterError as exc:
+            if _refusal(exc) and acks_to_resend(succeeded, failed, exc) == (succeeded, failed):
+                # (refused, and surely not applied: each alone, so that one the server keeps
+                # refusing is found, and in the end dropped, not the others held with it)
+                log.warning(
+                    "%s: the server refused %d ack(s): %s; sending each alone",
+                    self.queue,
+                    len(succeeded) + len(failed),
+                    exc,
+                )
+                return await self._send_singly(succeeded, failed)
             self.put_back(succeeded, failed, exc)
             log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(succeeded) + len(failed), exc)
             return False
@@ -216,19 +249,23 @@ class QueueRunner:
 
     async def _send_singly(self, succeeded: list[AckLike], failed: list[AckLike]) -> bool:
         """Each ack in a request of its own, so that one no request can carry (which no check
-        foresaw) is dropped alone, logged: its job runs again once its claim times out. The
-        others go, or, at the server's first failure, wait with the rest for the next flush."""
+        foresaw), or one the server refused ``REFUSED_ACK_TRIES`` times alone, is dropped alone,
+        logged: its job runs again once its claim times out. The others go, or, at the server's
+        first other failure, wait with the rest for the next flush."""
         acks = [(ack, True) for ack in succeeded] + [(ack, False) for ack in failed]
         for i, (ack, success) in enumerate(acks):
             try:
                 await self.worker.client.ack(self.queue, [ack] if success else [], [] if success else [ack])
             except PinLaterError as exc:
+                if _refusal(exc) and self._refused_for_good(_descriptor_of(ack), exc):
+                    continue
                 rest = acks[i:]
                 self.put_back([a for a, ok in rest if ok], [a for a, ok in rest if not ok], exc)
                 log.warning("%s: sending %d ack(s) failed: %s", self.queue, len(rest), exc)
                 return False
             except Exception:
                 log.exception("%s: dropped an ack that cannot be sent: %r", self.queue, ack)
+                self.worker.stats.acks_dropped += 1
                 continue
             except BaseException as exc:
                 rest = acks[i:]
@@ -236,6 +273,27 @@ class QueueRunner:
                 raise
             self.worker.stats.acks_sent += 1
             self.worker.stats.ack_requests += 1
+            if self.refusals:
+                self.refusals.pop(_descriptor_of(ack), None)
+        return True
+
+    def _refused_for_good(self, descriptor: str, error: PinLaterError) -> bool:
+        """Count a refusal of this ack sent alone; whether it is now dropped (logged)."""
+        if len(self.refusals) >= MAX_REFUSALS_KEPT and descriptor not in self.refusals:
+            self.refusals.clear()
+        times = self.refusals[descriptor] = self.refusals.get(descriptor, 0) + 1
+        if times < REFUSED_ACK_TRIES:
+            return False
+        del self.refusals[descriptor]
+        self.worker.stats.acks_dropped += 1
+        log.error(
+            "%s: dropped the ack of %s, which the server refused %d times alone (%s); its job runs again"
+            " once its claim times out",
+            self.queue,
+            descriptor,
+            times,
+            error,
+        )
         return True
 
     # -- prefetch ---------------------------------------------------------------------------
