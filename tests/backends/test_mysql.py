@@ -538,6 +538,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "ping": ({}, ()),
     "list_queue_databases": ({}, ("plq\\_1\\_%",)),
     "body_columns": ({}, ("plq_1_sqlcheck",)),
+    "status_charsets": ({}, ("plq_1_sqlcheck",)),
     "list_queue_tables": ({}, ("plq\\_1\\_%", "jobs\\_p%")),
     "enqueue_jobs": ({"table": _TABLE, "rows": (2, 8)}, _ROW + _ROW),
     "enqueue_jobs_returning": ({"table": _TABLE, "rows": (1, 8)}, _ROW),
@@ -628,3 +629,14 @@ def test_every_sql_file_executes_on_a_real_server(server: MariaDBServer) -> None
                 cur.fetchall()
     finally:
         conn.close()
+
+
+def test_text_is_fitted_to_a_character_set_as_mysql_wrote_it() -> None:
+    from pinlater.backends.mysql.text_charsets import fit_text
+
+    text = "ok é ✓ 😀"
+    assert fit_text(text, "utf8mb4") == fit_text(text, None) == text
+    assert fit_text(text, "latin1") == "ok é ? ?"
+    assert fit_text(text, "utf8mb3") == fit_text(text, "utf8") == "ok é ✓ ?"
+    assert fit_text(text, "koi8r") == "ok ? ? ?", "a set it does not know: ASCII, which every one holds"
+    assert fit_text("plain", "latin1") == "plain"

@@ -615,3 +615,31 @@ def test_a_claim_rolled_back_by_deadlocks_is_run_again_past_the_common_retries(s
         assert record.state == JobState.PENDING, "the failed claim left the job as it was"
     finally:
         h.close()
+
+
+def test_statuses_a_latin1_table_cannot_hold_are_written_as_the_original_wrote_them(
+    harness: Harness, server: MariaDBServer
+) -> None:
+    """The original created its databases in the server's default character set (latin1 on MySQL
+    5.x), where MySQL wrote each character a column cannot hold as '?'. Sent as utf8mb4 in strict
+    mode, an ack appending one was refused (1267), and every retry of it with it: it is fitted to
+    the table's character set and applied, alone or riding on a dequeue."""
+    from tests.backends.test_mysql import ORIGINAL_JOBS_TABLE
+
+    conn = server.admin_connection()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE plq_1_latin CHARACTER SET latin1")
+        for priority in (1, 2, 3):
+            cur.execute(ORIGINAL_JOBS_TABLE.format(table=f"plq_1_latin.jobs_p{priority}"))
+    conn.close()
+    ids = harness.enqueue("latin", [NewJob(1, b"a", T0, 2), NewJob(1, b"b", T0, 2), NewJob(1, b"c", T0, 2)])
+    assert len(harness.dequeue("latin", 1, 2, "claim:w|h:1")) == 2
+    harness.ack("latin", [AckItem(1, ids[0], " ok é ✓ 日本")], [AckItem(1, ids[1], "boom 💥", 0)])
+    done, retried = harness.store.lookup_jobs("latin", [(1, ids[0]), (1, ids[1])], False)
+    assert (done.state, done.custom_status) == (JobState.SUCCEEDED, " ok é ? ??")
+    assert (retried.state, retried.custom_status) == (JobState.PENDING, "boom ?")
+    [third] = harness.dequeue("latin", 1, 1, "claim:w|h:2")
+    acks = AckGroup([AckItem(1, third.local_id, "fin ✓")], [])
+    harness.run(harness.hot.ack_and_dequeue_jobs("latin", acks, 1, 5, "claim:w|h:3", T0))
+    [record] = harness.store.lookup_jobs("latin", [(1, third.local_id)], False)
+    assert record.state is JobState.SUCCEEDED and record.custom_status.endswith("fin ?")  # (after "boom ?")

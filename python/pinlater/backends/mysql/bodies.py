@@ -99,6 +99,11 @@ class BodyLimits:
             raise too_long(what, size, column)
 
 
+def jobs_tables(rows: list[tuple[object, ...]]) -> dict[int, object]:
+    """Rows of (table name, value) as priority -> value, for the jobs tables only."""
+    return {int(m.group(1)): value for table, value in rows if (m := _JOBS_TABLE.fullmatch(str(table)))}
+
+
 def parse_columns(rows: list[tuple[object, ...]]) -> dict[int, tuple[str, int]]:
     """Rows of ``body_columns.sql`` as priority -> (data type, capacity); other tables skipped."""
     columns: dict[int, tuple[str, int]] = {}

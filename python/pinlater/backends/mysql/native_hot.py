@@ -40,6 +40,7 @@ from pinlater.backends.mysql.bodies import BLOB_BYTES
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_CLAIM_LENGTH
 from pinlater.backends.mysql.pool import error_code
+from pinlater.backends.mysql.text_charsets import TEXT_REFUSED_ERRORS, fit_text
 from pinlater.backends.threaded import BrokerOnThreadPool, ThreadedHotPath
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, ShardConnectionError
 
@@ -252,10 +253,26 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
                     return
                 acks = kept
             except pymysql.err.MySQLError as exc:
+                code = error_code(exc)
+                if not attempt and code in TEXT_REFUSED_ERRORS:
+                    # A status an original table's character set cannot hold (its statement ran
+                    # nothing): fitted to the table, as the original's MySQL wrote it, and again.
+                    acks = await self._offload(self._fitted_acks, queue, acks)
+                    continue
                 # A table made without expire_at: migrated (expiry.py), the acks run again.
-                if attempt or error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
+                if attempt or code != expiry.UNKNOWN_COLUMN_ERROR:
                     raise
                 await self._offload(expiry.migrate, self._store, queue)
+
+    def _fitted_acks(self, queue: str, acks: AckGroup) -> AckGroup:
+        """``acks`` with each status fitted to its table's character set (``text_charsets.py``;
+        blocking: it reads the tables' columns)."""
+        charsets = self._store.status_charsets(queue)
+
+        def fitted(items: list[tuple[int, int, str, int]]) -> list[tuple[int, int, str, int]]:
+            return [(p, i, fit_text(status, charsets.get(p)), delay) for p, i, status, delay in items]
+
+        return AckGroup(fitted(acks.succeeded()), fitted(acks.failed()))
 
     def _kept_acks(self, queue: str, acks: AckGroup) -> AckGroup | None:
         """``acks`` but those of a priority the queue has no table of (its tables read as
@@ -292,8 +309,10 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
             # A table made without expire_at, or none of an ack's priority: the statement that
             # failed ran nothing after it, and the acks may be repeated; ``ack_jobs`` migrates the
             # queue, or leaves out the acks that name no job, and runs them again.
-            if not isinstance(exc, QueueNotFoundError) and error_code(exc) != expiry.UNKNOWN_COLUMN_ERROR:
-                raise
+            code = error_code(exc)
+            if not isinstance(exc, QueueNotFoundError) and code != expiry.UNKNOWN_COLUMN_ERROR:
+                if code not in TEXT_REFUSED_ERRORS:  # (a status its table cannot hold: fitted there)
+                    raise
             return await sequential_ack_and_dequeue(self, queue, acks, priority, limit, claim, now_ms, max_bytes)
 
     # -- the rest ------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ from pinlater.backends.mysql import (
     reservations,
     schedule_rows,
 )
-from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, parse_columns
+from pinlater.backends.mysql.bodies import BLOB_BYTES, MEDIUMBLOB_BYTES, BodyLimits, jobs_tables, parse_columns
 from pinlater.backends.mysql.config import MySQLShardConfig
 from pinlater.backends.mysql.db_time import from_db_time, to_db_time
 from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET, INSERT_ID_STRATEGIES, insert_jobs
@@ -251,6 +251,16 @@ class MySQLStore(BlockingStore):
 
     def _read_body_columns(self, queue: str) -> dict[int, tuple[str, int]]:
         return self._run(None, lambda cur: self._body_columns(cur, queue))
+
+    def status_charsets(self, queue: str) -> dict[int, str]:
+        """The character set of each of the queue's tables' ``custom_status`` (priority -> name),
+        read now (``text_charsets.py``)."""
+
+        def read(cur: Cursor) -> dict[int, str]:
+            cur.execute(queries.STATUS_CHARSETS.render(), (names.database_name(self._name, queue),))
+            return {p: str(charset).lower() for p, charset in jobs_tables(list(cur.fetchall())).items() if charset}
+
+        return self._run(None, read)
 
     def _check_body(self, queue: str, priority: int, body: bytes, what: str) -> None:
         info = self.pool.server_info
