@@ -643,3 +643,25 @@ def test_statuses_a_latin1_table_cannot_hold_are_written_as_the_original_wrote_t
     harness.run(harness.hot.ack_and_dequeue_jobs("latin", acks, 1, 5, "claim:w|h:3", T0))
     [record] = harness.store.lookup_jobs("latin", [(1, third.local_id)], False)
     assert record.state is JobState.SUCCEEDED and record.custom_status.endswith("fin ?")  # (after "boom ?")
+
+
+def test_a_checkpoint_status_a_latin1_table_cannot_hold_is_fitted_to_it(
+    harness: Harness, server: MariaDBServer
+) -> None:
+    """As an ack's: the prepended status is written with '?' for what latin1 cannot hold."""
+    from tests.backends.test_mysql import ORIGINAL_JOBS_TABLE
+
+    from pinlater.backends.base import CheckpointItem
+
+    conn = server.admin_connection()
+    with conn.cursor() as cur:
+        cur.execute("CREATE DATABASE plq_1_latinc CHARACTER SET latin1")
+        for priority in (1, 2, 3):
+            cur.execute(ORIGINAL_JOBS_TABLE.format(table=f"plq_1_latinc.jobs_p{priority}"))
+    conn.close()
+    [local_id] = harness.enqueue("latinc", [NewJob(1, b"a", T0, 2)])
+    assert len(harness.dequeue("latinc", 1, 1, "claim:w|h:1")) == 1
+    item = CheckpointItem(1, local_id, T0, prepend_custom_status="step ✓ é;")
+    assert harness.store.checkpoint_jobs("latinc", [item], "claim:w", T0 + 1) == 1
+    [record] = harness.store.lookup_jobs("latinc", [(1, local_id)], False)
+    assert (record.state, record.custom_status) == (JobState.IN_PROGRESS, "step ? é;")

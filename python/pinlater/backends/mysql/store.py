@@ -94,6 +94,7 @@ from pinlater.backends.mysql.inserts import DEFAULT_MAX_ALLOWED_PACKET, INSERT_I
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT, MAX_CLAIM_LENGTH
 from pinlater.backends.mysql.native_hot import NativeMySQLHotPath
 from pinlater.backends.mysql.pool import ConnectionPool, error_code
+from pinlater.backends.mysql.text_charsets import TEXT_REFUSED_ERRORS, fit_text
 from pinlater.backends.mysql.transactions import (
     NAME_TOO_LONG_ERRORS,
     NO_TABLE_ERROR,
@@ -255,12 +256,11 @@ class MySQLStore(BlockingStore):
     def status_charsets(self, queue: str) -> dict[int, str]:
         """The character set of each of the queue's tables' ``custom_status`` (priority -> name),
         read now (``text_charsets.py``)."""
+        return self._run(None, lambda cur: self._status_charsets(cur, queue))
 
-        def read(cur: Cursor) -> dict[int, str]:
-            cur.execute(queries.STATUS_CHARSETS.render(), (names.database_name(self._name, queue),))
-            return {p: str(charset).lower() for p, charset in jobs_tables(list(cur.fetchall())).items() if charset}
-
-        return self._run(None, read)
+    def _status_charsets(self, cur: Cursor, queue: str) -> dict[int, str]:
+        cur.execute(queries.STATUS_CHARSETS.render(), (names.database_name(self._name, queue),))
+        return {p: str(charset).lower() for p, charset in jobs_tables(list(cur.fetchall())).items() if charset}
 
     def _check_body(self, queue: str, priority: int, body: bytes, what: str) -> None:
         info = self.pool.server_info
@@ -647,33 +647,46 @@ class MySQLStore(BlockingStore):
         tables = {item.priority: self._table(queue, item.priority) for item in items}
         now = to_db_time(now_ms)
 
+        def checkpoint(cur: Cursor, item: CheckpointItem, prepend: str | None) -> int:
+            move = int(item.move_to_pending)
+            return int(
+                cur.execute(
+                    queries.CHECKPOINT_JOB.render(table=tables[item.priority]),
+                    (
+                        move,
+                        int(JobState.PENDING if item.move_to_pending else JobState.IN_PROGRESS),
+                        to_db_time(item.run_after_ms),
+                        now,
+                        item.new_body,
+                        *(move, prepend, CANCELLED, prepend, expiry.ended_cut(CANCELLED), CANCELLED),
+                        *(prepend, prepend, CUSTOM_STATUS_LIMIT),
+                        item.attempts_allowed,
+                        item.attempts_allowed,
+                        move,
+                        item.local_id,
+                        source,
+                    ),
+                )
+            )
+
         def op(cur: Cursor) -> int:
             changed = 0
             for item in items:
-                move = int(item.move_to_pending)
                 prepend = item.prepend_custom_status
                 try:
-                    done = cur.execute(
-                        queries.CHECKPOINT_JOB.render(table=tables[item.priority]),
-                        (
-                            move,
-                            int(JobState.PENDING if item.move_to_pending else JobState.IN_PROGRESS),
-                            to_db_time(item.run_after_ms),
-                            now,
-                            item.new_body,
-                            *(move, prepend, CANCELLED, prepend, expiry.ended_cut(CANCELLED), CANCELLED),
-                            *(prepend, prepend, CUSTOM_STATUS_LIMIT),
-                            item.attempts_allowed,
-                            item.attempts_allowed,
-                            move,
-                            item.local_id,
-                            source,
-                        ),
-                    )
+                    done = checkpoint(cur, item, prepend)
                 except pymysql.err.ProgrammingError as exc:
                     if error_code(exc) != NO_TABLE_ERROR or not self.kept_priorities(cur, queue):
                         raise
                     continue  # no table of its priority here: no such job (kept_priorities)
+                except pymysql.err.MySQLError as exc:
+                    if prepend is None or error_code(exc) not in TEXT_REFUSED_ERRORS:
+                        raise
+                    # a status its table's character set cannot hold (text_charsets.py); the
+                    # refused statement changed nothing
+                    done = checkpoint(
+                        cur, item, fit_text(prepend, self._status_charsets(cur, queue).get(item.priority))
+                    )
                 if done and item.move_to_pending:
                     expiry.readd(cur, self, queue, item.priority, [item.local_id])
                 changed += done
