@@ -617,6 +617,18 @@ def test_a_claim_rolled_back_by_deadlocks_is_run_again_past_the_common_retries(s
         h.close()
 
 
+def latin1_queue(server: MariaDBServer, queue: str) -> None:
+    """A queue on shard 1 as the original made it on a MySQL 5.x: its DDL, in a latin1 database."""
+    from tests.backends.test_mysql import ORIGINAL_JOBS_TABLE
+
+    conn = server.admin_connection()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE plq_1_{queue} CHARACTER SET latin1")
+        for priority in (1, 2, 3):
+            cur.execute(ORIGINAL_JOBS_TABLE.format(table=f"plq_1_{queue}.jobs_p{priority}"))
+    conn.close()
+
+
 def test_statuses_a_latin1_table_cannot_hold_are_written_as_the_original_wrote_them(
     harness: Harness, server: MariaDBServer
 ) -> None:
@@ -624,14 +636,7 @@ def test_statuses_a_latin1_table_cannot_hold_are_written_as_the_original_wrote_t
     5.x), where MySQL wrote each character a column cannot hold as '?'. Sent as utf8mb4 in strict
     mode, an ack appending one was refused (1267), and every retry of it with it: it is fitted to
     the table's character set and applied, alone or riding on a dequeue."""
-    from tests.backends.test_mysql import ORIGINAL_JOBS_TABLE
-
-    conn = server.admin_connection()
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE plq_1_latin CHARACTER SET latin1")
-        for priority in (1, 2, 3):
-            cur.execute(ORIGINAL_JOBS_TABLE.format(table=f"plq_1_latin.jobs_p{priority}"))
-    conn.close()
+    latin1_queue(server, "latin")
     ids = harness.enqueue("latin", [NewJob(1, b"a", T0, 2), NewJob(1, b"b", T0, 2), NewJob(1, b"c", T0, 2)])
     assert len(harness.dequeue("latin", 1, 2, "claim:w|h:1")) == 2
     harness.ack("latin", [AckItem(1, ids[0], " ok é ✓ 日本")], [AckItem(1, ids[1], "boom 💥", 0)])
@@ -649,16 +654,9 @@ def test_a_checkpoint_status_a_latin1_table_cannot_hold_is_fitted_to_it(
     harness: Harness, server: MariaDBServer
 ) -> None:
     """As an ack's: the prepended status is written with '?' for what latin1 cannot hold."""
-    from tests.backends.test_mysql import ORIGINAL_JOBS_TABLE
-
     from pinlater.backends.base import CheckpointItem
 
-    conn = server.admin_connection()
-    with conn.cursor() as cur:
-        cur.execute("CREATE DATABASE plq_1_latinc CHARACTER SET latin1")
-        for priority in (1, 2, 3):
-            cur.execute(ORIGINAL_JOBS_TABLE.format(table=f"plq_1_latinc.jobs_p{priority}"))
-    conn.close()
+    latin1_queue(server, "latinc")
     [local_id] = harness.enqueue("latinc", [NewJob(1, b"a", T0, 2)])
     assert len(harness.dequeue("latinc", 1, 1, "claim:w|h:1")) == 1
     item = CheckpointItem(1, local_id, T0, prepend_custom_status="step ✓ é;")
