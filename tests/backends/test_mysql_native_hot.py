@@ -634,14 +634,16 @@ def test_statuses_a_latin1_table_cannot_hold_are_written_as_the_original_wrote_t
 ) -> None:
     """The original created its databases in the server's default character set (latin1 on MySQL
     5.x), where MySQL wrote each character a column cannot hold as '?'. Sent as utf8mb4 in strict
-    mode, an ack appending one was refused (1267), and every retry of it with it: it is fitted to
-    the table's character set and applied, alone or riding on a dequeue."""
+    mode, an enqueue holding one was refused (1366), an ack appending one (1267), and every retry
+    of it with it: it is fitted to the table's character set and applied, an ack alone or riding
+    on a dequeue."""
     latin1_queue(server, "latin")
-    ids = harness.enqueue("latin", [NewJob(1, b"a", T0, 2), NewJob(1, b"b", T0, 2), NewJob(1, b"c", T0, 2)])
+    ids = harness.enqueue("latin", [NewJob(1, b"a", T0, 2, "new ✓"), NewJob(1, b"b", T0, 2), NewJob(1, b"c", T0, 2)])
+    assert harness.store.lookup_jobs("latin", [(1, ids[0])], False)[0].custom_status == "new ?"
     assert len(harness.dequeue("latin", 1, 2, "claim:w|h:1")) == 2
     harness.ack("latin", [AckItem(1, ids[0], " ok é ✓ 日本")], [AckItem(1, ids[1], "boom 💥", 0)])
     done, retried = harness.store.lookup_jobs("latin", [(1, ids[0]), (1, ids[1])], False)
-    assert (done.state, done.custom_status) == (JobState.SUCCEEDED, " ok é ? ??")
+    assert (done.state, done.custom_status) == (JobState.SUCCEEDED, "new ? ok é ? ??")
     assert (retried.state, retried.custom_status) == (JobState.PENDING, "boom ?")
     [third] = harness.dequeue("latin", 1, 1, "claim:w|h:2")
     acks = AckGroup([AckItem(1, third.local_id, "fin ✓")], [])

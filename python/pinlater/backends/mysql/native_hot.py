@@ -196,8 +196,16 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
         self._native.enqueue_jobs(queue, database, jobs, now_ms, future)
         try:
             return await future
-        except pymysql.err.DataError as exc:
-            if error_code(exc) != _DATA_TOO_LONG_ERROR:
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) in TEXT_REFUSED_ERRORS:
+                # A custom status an original table's character set cannot hold: the enqueue was
+                # rolled back; its statuses fitted to the tables, as the original's MySQL wrote
+                # them, it runs again.
+                jobs = await self._offload(self._fitted_jobs, queue, jobs)
+                again: asyncio.Future[LocalIds] = self._running_loop().create_future()
+                self._native.enqueue_jobs(queue, database, jobs, now_ms, again)
+                return await again
+            if not isinstance(exc, pymysql.err.DataError) or error_code(exc) != _DATA_TOO_LONG_ERROR:
                 raise
             # The column changed under the cache: refused as the checks before would have.
             self._store.bodies.forget(queue)
@@ -263,6 +271,13 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
                 if attempt or code != expiry.UNKNOWN_COLUMN_ERROR:
                     raise
                 await self._offload(expiry.migrate, self._store, queue)
+
+    def _fitted_jobs(self, queue: str, jobs: NewJobBatch) -> NewJobBatch:
+        """``jobs`` with each custom status fitted to its table's character set (blocking)."""
+        charsets = self._store.status_charsets(queue)
+        return NewJobBatch(
+            [(p, body, at, n, fit_text(status, charsets.get(p))) for p, body, at, n, status in jobs.to_list()]
+        )
 
     def _fitted_acks(self, queue: str, acks: AckGroup) -> AckGroup:
         """``acks`` with each status fitted to its table's character set (``text_charsets.py``;
