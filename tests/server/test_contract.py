@@ -312,6 +312,14 @@ def test_lookup_keys_each_job_by_the_descriptor_as_sent(api: Api) -> None:
     assert found[zeroed].jobDescriptor == d
     both = api.lookup(d, zeroed, zeroed)
     assert sorted(both) == sorted([d, zeroed]) and both[zeroed].jobDescriptor == d
+    # Each spelling is a copy of the job in the reply, counted in its size: 20 of a 1 MiB job
+    # pass what a reply may hold (16 MiB), where the check saw one job.
+    (big,) = api.enqueue("spelled", api.job(b"x" * (1 << 20)))
+    head, local_id = big.rsplit(":", 1)
+    many = [f"{head}:{'0' * k}{local_id}" for k in range(1, 21)]
+    assert len(api.lookup(*many[:3], body=True)) == 3
+    with pytest.raises(api.t.PinLaterException, match="look up fewer jobs at a time"):
+        api.lookup(*many, body=True)
 
 
 def test_counts_and_scans_by_state_priority_time_and_body_regex(api: Api) -> None:

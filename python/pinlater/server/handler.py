@@ -23,6 +23,7 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, TypeVar
 
@@ -618,7 +619,10 @@ class PinLaterHandler:
             await self.broker.settle(await decoded(descriptors))
         # the store calls stop once the bodies pass what a reply may hold (LookupOverBudget)
         found = await self.backend.lookup_jobs(descriptors, bool(request.includeBody), self.max_reply_bytes)
-        size = sum(_info_bytes(d, r) for d, r in found.items())
+        spelled = await _spellings(found, descriptors)
+        size = sum(_info_bytes(d, r) for d, r in found.items() if d not in spelled.dropped)
+        # (a job is answered under each spelling sent: each a copy of its info in the reply)
+        size += sum(_info_bytes(d, found[written]) for d, written in spelled.added)
         if size > self.max_reply_bytes:
             # A reply no client with our frame limit could read, held in memory while a peer that
             # does not read it is written to: 20 jobs of 15 MiB made each such lookup 300 MB.
@@ -633,7 +637,10 @@ class PinLaterHandler:
             if i and not i % ITEMS_PER_TURN:
                 await asyncio.sleep(0)
             infos[descriptor] = _job_info(descriptor, record)
-        await _key_as_sent(infos, descriptors)
+        for descriptor, written in spelled.added:
+            infos[descriptor] = infos[written]
+        for written in spelled.dropped:
+            del infos[written]
         return infos
 
     @_thrift_errors
@@ -841,21 +848,33 @@ async def _one(done: Awaitable[None]) -> int:
     return 1
 
 
-async def _key_as_sent(infos: dict[str, Any], descriptors: list[str]) -> None:
+@dataclass(slots=True)
+class _Spellings:
+    """Descriptors a lookup was sent spelled otherwise than the store writes them (``q:s1:p1:042``
+    for ``q:s1:p1:42``): each ``(as sent, as written)`` to answer under, and the written ones the
+    client did not send, to leave out."""
+
+    added: list[tuple[str, str]]
+    dropped: set[str]
+
+
+async def _spellings(found: dict[str, JobRecord], descriptors: list[str]) -> _Spellings:
     """Key lookupJobs' reply by the descriptors as the client spelled them, as the original did:
-    one written otherwise than the store's (``q:s1:p1:042``) names the job ``q:s1:p1:42``,
-    which the reply gave under that key alone, where the client looks for its own. A job's info
-    keeps its descriptor as the store writes it."""
+    one written otherwise than the store's named the job under the store's spelling alone, which
+    the client did not look for. A job's info keeps its descriptor as the store writes it."""
     sent = set(descriptors)
-    others = [d for d in sent if d not in infos]
+    others = [d for d in sent if d not in found]
+    spelled = _Spellings([], set())
     if not others:
-        return
-    spelled: dict[str, list[str]] = {}
-    for descriptor, (queue, shard, priority, local_id) in zip(others, await decoded(others), strict=True):
+        return spelled
+    for i, (descriptor, (queue, shard, priority, local_id)) in enumerate(
+        zip(others, await decoded(others), strict=True)
+    ):
+        if i and not i % ITEMS_PER_TURN:
+            await asyncio.sleep(0)
         written = encode_descriptors(queue, shard, [priority], [local_id])[0]
-        if written in infos:
-            spelled.setdefault(written, []).append(descriptor)
-    for written, spellings in spelled.items():
-        info = infos[written] if written in sent else infos.pop(written)
-        for descriptor in spellings:
-            infos[descriptor] = info
+        if written in found:
+            spelled.added.append((descriptor, written))
+            if written not in sent:
+                spelled.dropped.add(written)
+    return spelled
