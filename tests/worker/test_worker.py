@@ -377,8 +377,9 @@ def test_a_handler_that_returns_a_coroutine_fails_its_job_not_succeeds(
 def test_only_acks_that_cannot_have_arrived_are_sent_again() -> None:
     """A failure ack applied twice (the second after its retry delay let another worker claim
     the job) charges that run an attempt or ends it FAILED while it runs: one is sent again only
-    if its request cannot have reached the server. Success acks are sent again (a no-op once
-    applied); after RateLimited none is, the server having applied them."""
+    if its request cannot have reached the server (a server's answer may follow acks it applied:
+    a dequeue's, or some shards' of several). Success acks are sent again (a no-op once applied);
+    after RateLimited none is, the server having applied them."""
     from pinlater.client.errors import PinLaterConnectionError, QueueNotFound, RateLimited
     from pinlater.errors import ErrorCode
     from pinlater.worker.queue_runner import acks_to_resend
@@ -388,16 +389,22 @@ def test_only_acks_that_cannot_have_arrived_are_sent_again() -> None:
     assert acks_to_resend(ok, bad, PinLaterConnectionError("refused", sent=False)) == (ok, bad)
     assert acks_to_resend(ok, bad, PinLaterConnectionError("timed out", sent=True)) == (ok, [])
     answered = QueueNotFound(ErrorCode.QUEUE_NOT_FOUND, "no queue q")
-    assert acks_to_resend(ok, bad, answered) == (ok, bad), "the server's answer"
+    assert acks_to_resend(ok, bad, answered) == (ok, []), "an answer may follow acks applied (a dequeue's)"
     assert acks_to_resend(ok, bad, ValueError("cannot encode")) == (ok, bad), "no request made"
     assert acks_to_resend(ok, bad, asyncio.CancelledError()) == (ok, []), "cancelled mid-request"
 
 
-def test_an_ack_the_server_keeps_refusing_is_dropped_alone(address: str, pl: PinLaterClient, queue: str) -> None:
+def test_an_ack_the_server_keeps_refusing_is_dropped_alone(
+    address: str, pl: PinLaterClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An ack the server refuses (an error of its own, not a store down) was sent again with every
     flush and every dequeue, each failing: the worker took no job of the queue again. Its
-    acks go one by one, and the one refused REFUSED_ACK_TRIES times alone is dropped."""
+    acks go one by one, and the one refused REFUSED_ACK_TRIES times alone, over at least
+    REFUSED_ACK_SECONDS (60 s, 0.3 here), is dropped."""
+    from pinlater.worker import queue_runner
     from pinlater.worker.queue_runner import REFUSED_ACK_TRIES
+
+    monkeypatch.setattr(queue_runner, "REFUSED_ACK_SECONDS", 0.3)
 
     descriptors = pl.enqueue(queue, [b"first"])
     poisoned: list[str] = []

@@ -118,10 +118,12 @@ class _Backoff:
 
 
 #: Times the server may refuse one ack sent alone (an error of its own, not a store it could not
-#: reach) before it is dropped, logged: its job runs again once its claim times out. Sent again
-#: for ever, it failed every flush and every dequeue that carried it, and the queue's worker
-#: took no job again.
+#: reach) over at least ``REFUSED_ACK_SECONDS`` before it is dropped, logged: its job runs again
+#: once its claim times out. Sent again for ever, it failed every flush and every dequeue that
+#: carried it, and the queue's worker took no job again. (The span: the server answers UNKNOWN
+#: for a store out of memory too, which passes.)
 REFUSED_ACK_TRIES = 3
+REFUSED_ACK_SECONDS = 60.0
 #: Acks whose refusals are counted at most (all forgotten beyond it).
 MAX_REFUSALS_KEPT = 10_000
 
@@ -145,17 +147,23 @@ def acks_to_resend(
     success ack sent twice changes nothing the first did not (an ack of a job no longer
     IN_PROGRESS is a no-op, and a job that ran again after its claim timed out did succeed). A
     failure ack is sent again only if its request cannot have reached the server (a connection
-    refused, an answer of the server's, a request that could not be made): applied once, it may
-    apply again after its retry delay let another worker claim the job, and charge that run an
-    attempt or end the job FAILED while it runs (and that run's success then counts for nothing). So after a timeout, a
-    connection lost with the request sent, or a cancel mid-request, the failure acks are
-    dropped: a job whose ack did not arrive runs again at its claim timeout."""
+    refused, a request that could not be made): applied once, it may apply again after its retry
+    delay let another worker claim the job, and charge that run an attempt or end the job FAILED
+    while it runs (and that run's success then counts for nothing). So after a timeout, a
+    connection lost with the request sent, any answer of the server's (which may follow acks it
+    applied) or a cancel mid-request, the failure acks are dropped: a job whose failure ack did
+    not arrive runs again at its claim timeout, which charges the attempt as the ack would."""
     if isinstance(error, RateLimited):
         return [], []
     if isinstance(error, PinLaterConnectionError):
         maybe_arrived = error.sent
+    elif isinstance(error, PinLaterError):
+        # An answer of the server's may follow acks it applied: a dequeue applies its acks
+        # before its walk, and an ack of several shards, or one whose store call timed out
+        # after the store applied it (SHARD_CONNECTION_FAILED), may have applied some.
+        maybe_arrived = True
     else:
-        maybe_arrived = not isinstance(error, Exception)  # cancelled mid-request
+        maybe_arrived = not isinstance(error, Exception)  # cancelled mid-request; else never made
     return succeeded, [] if maybe_arrived else failed
 
 
@@ -176,8 +184,9 @@ class QueueRunner:
         self.waiting: dict[JobContext, float] = {}
         self.succeeded: list[AckLike] = []
         self.failed: list[AckLike] = []
-        #: Refusals of acks sent alone, by descriptor (``REFUSED_ACK_TRIES``).
-        self.refusals: dict[str, int] = {}
+        #: Refusals of acks sent alone, by descriptor: how many, and when the first came
+        #: (``REFUSED_ACK_TRIES``).
+        self.refusals: dict[str, tuple[int, float]] = {}
         self.slot_freed = asyncio.Event()
         self.tasks: dict[JobContext, asyncio.Task[None]] = {}
         self.backlog: deque[JobContext] = deque()  # async handlers: dequeued, not yet a task
@@ -281,8 +290,11 @@ class QueueRunner:
         """Count a refusal of this ack sent alone; whether it is now dropped (logged)."""
         if len(self.refusals) >= MAX_REFUSALS_KEPT and descriptor not in self.refusals:
             self.refusals.clear()
-        times = self.refusals[descriptor] = self.refusals.get(descriptor, 0) + 1
-        if times < REFUSED_ACK_TRIES:
+        now = time.monotonic()
+        times, since = self.refusals.get(descriptor, (0, now))
+        times += 1
+        self.refusals[descriptor] = (times, since)
+        if times < REFUSED_ACK_TRIES or now - since < REFUSED_ACK_SECONDS:
             return False
         del self.refusals[descriptor]
         self.worker.stats.acks_dropped += 1
