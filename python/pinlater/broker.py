@@ -604,7 +604,11 @@ class DequeueBroker:
         buffer is dropped (its reservations released) before, and again after a delete of any,
         for a refill that reserved one meanwhile."""
         await self.forget(queue)
-        deleted = await delete
+        try:
+            deleted = await delete
+        except BaseException:
+            await self.forget(queue)  # (one that failed may have deleted some)
+            raise
         if deleted:
             await self.forget(queue)
         return deleted
@@ -614,24 +618,32 @@ class DequeueBroker:
         holds them (after a refill still out lands), so that none is handed out from memory
         after a change the buffer cannot see (a cancel); the rest of the buffer stays. Return
         how many were released."""
+        names = [(shard, priority, local_id) for q, shard, priority, local_id in jobs if q == queue]
+        # (taken out before a refill still out lands too: dequeues meanwhile must not hand them out)
+        named = self._take_named(queue, names)
         refill = self._refills.get(queue)
         if refill is not None and not refill.done():
             await asyncio.gather(refill, return_exceptions=True)
-        buffer = self._buffers.get(queue)
-        if buffer is None or not len(buffer):
-            return 0
-        named = buffer.take_named([(shard, priority, local_id) for q, shard, priority, local_id in jobs if q == queue])
+            named += self._take_named(queue, names)
         return await self._release(queue, named) if named else 0
 
+    def _take_named(self, queue: str, names: list[tuple[str, int, int]]) -> list[Entry]:
+        buffer = self._buffers.get(queue)
+        return buffer.take_named(names) if buffer is not None and len(buffer) else []
+
     async def _drop_buffer(self, queue: str) -> int:
-        """Forget a queue's buffer, releasing what it holds (after a refill still out lands in
-        it); return how many were released."""
+        """Forget a queue's buffer, releasing what it holds (and, once a refill still out lands
+        in it, that too: none of it is handed out meanwhile); return how many were released."""
+        held = self._buffers.get(queue)
+        entries = held.drain() if held is not None and len(held) else []
         refill = self._refills.get(queue)
         if refill is not None and not refill.done():
             await asyncio.gather(refill, return_exceptions=True)
         buffer = self._buffers.pop(queue, None)
         self._more.discard(queue)
-        return 0 if buffer is None or not len(buffer) else await self._release(queue, buffer.drain())
+        if buffer is not None and len(buffer):
+            entries += buffer.drain()
+        return await self._release(queue, entries) if entries else 0
 
     async def _release(self, queue: str, entries: Sequence[Entry]) -> int:
         """Release entries' reservations, one store call per shard; failures just lapse."""

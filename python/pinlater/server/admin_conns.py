@@ -178,7 +178,8 @@ class AdminConnections:
         at once (its ``connection_lost`` comes later)."""
         mine = [(key, c) for key, c in self.open.items() if host is None or c.host == host]
         for key, c in mine:
-            if c.transport.is_closing():  # closed already (by the sweep, say), its loss not yet told
+            if c.transport.is_closing():  # closing already (by the sweep, say), its loss not yet told
+                c.transport.abort()  # (a close waits on a peer taking its answer: not forgotten open)
                 self.forget(key)
                 return True
         idle = [(c.heard, key) for key, c in mine if not c.busy and not c.transport.get_write_buffer_size()]

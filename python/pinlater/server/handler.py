@@ -742,7 +742,12 @@ class PinLaterHandler:
             # refill that reserved one meanwhile. (The whole buffer was dropped, and refilled
             # from the store, at each cancel a peer sent.)
             await self.broker.withdraw(queue, keys)
-        changed = await self.backend.cancel_jobs(queue, descriptors)
+        try:
+            changed = await self.backend.cancel_jobs(queue, descriptors)
+        except BaseException:
+            if self.broker is not None:  # (one that failed may have cancelled some)
+                await self.broker.withdraw(queue, keys)
+            raise
         if self.broker is not None and changed:
             await self.broker.withdraw(queue, keys)
         self.metrics.incr(f"{queue}_cancel", changed)

@@ -245,16 +245,19 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
         if not len(acks):
             return
         database = self._database(queue)
-        for attempt in (0, 1):
+        # Each failure below is before the acks' COMMIT (rolled back: nothing applied), and each
+        # fix is made once: an original's table may need all three.
+        kept_tried = fitted = migrated = False
+        while True:
             future: asyncio.Future[None] = self._running_loop().create_future()
             self._native.ack_jobs(queue, database, acks, now_ms, future)
             try:
                 await future
                 return
             except QueueNotFoundError:
-                # It failed before its COMMIT, so nothing was applied. A priority the queue has
-                # no table of: its acks name no job, the others run again.
-                kept = None if attempt else await self._offload(self._kept_acks, queue, acks)
+                # A priority the queue has no table of: its acks name no job, the others run again.
+                kept = None if kept_tried else await self._offload(self._kept_acks, queue, acks)
+                kept_tried = True
                 if kept is None:
                     raise
                 if not len(kept):
@@ -262,15 +265,17 @@ class NativeMySQLHotPath(BrokerOnThreadPool):
                 acks = kept
             except pymysql.err.MySQLError as exc:
                 code = error_code(exc)
-                if not attempt and code in TEXT_REFUSED_ERRORS:
-                    # A status an original table's character set cannot hold (its statement ran
-                    # nothing): fitted to the table, as the original's MySQL wrote it, and again.
+                if code in TEXT_REFUSED_ERRORS and not fitted:
+                    # A status an original table's character set cannot hold: fitted to the
+                    # table, as the original's MySQL wrote it, and again.
                     acks = await self._offload(self._fitted_acks, queue, acks)
-                    continue
-                # A table made without expire_at: migrated (expiry.py), the acks run again.
-                if attempt or code != expiry.UNKNOWN_COLUMN_ERROR:
+                    fitted = True
+                elif code == expiry.UNKNOWN_COLUMN_ERROR and not migrated:
+                    # A table made without expire_at: migrated (expiry.py), the acks run again.
+                    await self._offload(expiry.migrate, self._store, queue)
+                    migrated = True
+                else:
                     raise
-                await self._offload(expiry.migrate, self._store, queue)
 
     def _fitted_jobs(self, queue: str, jobs: NewJobBatch) -> NewJobBatch:
         """``jobs`` with each custom status fitted to its table's character set (blocking)."""

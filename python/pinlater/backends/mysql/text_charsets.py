@@ -4,9 +4,10 @@ The original created each queue's database in the server's default character set
 MySQL 5.x, and MySQL wrote each character such a column cannot hold as ``?``. This server sends
 text as ``utf8mb4`` in strict mode, so the same text made MySQL refuse the statement: error 1366
 (incorrect string value) writing the column, or 1267 (illegal mix of collations) appending to
-it. An ack whose statuses are refused so (its statement ran nothing) is sent again with each
-status fitted to its table's ``custom_status`` column, read from information_schema once per
-table: each character the column cannot hold becomes ``?``. Tables created here are ``utf8mb4``
+it. An enqueue or an ack refused so (rolled back: nothing applied) runs again with each status
+fitted to its table's ``custom_status`` column, read from information_schema at each such
+refusal (rare: the statuses fitted are not refused again), and a checkpoint's status to prepend
+is fitted so too: each character the column cannot hold becomes ``?``. Tables created here are ``utf8mb4``
 and never refuse one.
 """
 
