@@ -308,12 +308,30 @@ def test_the_finished_jobs_gc_reads_only_rows_that_can_qualify(make_store: Calla
     recent = store.enqueue_jobs(Q, new_jobs(2000, run_after=T0 + 3_600_000), T0)
     store.dequeue_jobs(Q, 1, 2000, "w", T0 + 3_600_000, False)
     store.ack_jobs(Q, [AckItem(1, i) for i in recent], [], T0 + 3_600_000)
+    assert store.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 - 1, 100) == 0  # (the hour's call without it)
     gone: list[int] = []
     read = rows_read_during(
         store, lambda: gone.append(store.gc_finished_jobs(Q, 1, JobState.SUCCEEDED, T0 + 1_000, 100))
     )
     assert gone == [5]
     assert read < 100, f"{read} rows read to delete 5 of 2,005 finished"
+
+
+def test_the_gc_reaches_a_finished_job_whose_run_after_is_later_once_an_hour(
+    make_store: Callable[..., MySQLStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job cancelled before it was due ends FAILED with its run_after ahead: the bounded calls
+    pass it by, and the hour's call per table without the bound takes it."""
+    from pinlater.backends.mysql import store as mysql_store
+
+    store = make_store()
+    store.create_queue(Q, 1)
+    [later] = store.enqueue_jobs(Q, new_jobs(1, run_after=T0 + 86_400_000), T0)
+    assert store.cancel_jobs(Q, [(1, later)], T0) == 1
+    assert store.gc_finished_jobs(Q, 1, JobState.FAILED, T0 - 1, 10) == 0  # the hour's call: nothing yet
+    assert store.gc_finished_jobs(Q, 1, JobState.FAILED, T0 + 1_000, 10) == 0, "bounded: passed by"
+    monkeypatch.setattr(mysql_store, "GC_FULL_SWEEP_SECONDS", 0.0)
+    assert store.gc_finished_jobs(Q, 1, JobState.FAILED, T0 + 1_000, 10) == 1
 
 
 def test_concurrent_dequeues_never_hand_out_a_job_twice(make_store: Callable[..., MySQLStore]) -> None:
@@ -605,6 +623,7 @@ SAMPLES: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
     "resurrect_expire_jobs": ({"table": _TABLE, "ids": 2}, ("expired", 4992, "expired", _NOW, _MS, 1, 2)),
     "resurrect_timed_out_jobs": ({"table": _TABLE, "ids": 2}, (_NOW, "cancelled", 4990, "cancelled", _NOW, 1, 2)),
     "gc_finished_jobs": ({"table": _TABLE}, (2, _NOW, _NOW, 10)),
+    "gc_finished_jobs_all": ({"table": _TABLE}, (2, _NOW, 10)),
     "delete_jobs": ({"table": _TABLE}, (*_RANGE, 10)),
     "lock_bodies_by_id": ({"table": _TABLE, "ids": 2}, (1, 2)),
     "delete_jobs_by_id": ({"table": _TABLE, "ids": 2}, (*_RANGE, 1, 2)),

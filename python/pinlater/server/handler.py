@@ -445,7 +445,9 @@ class PinLaterHandler:
             if carried is None:
                 await self._ack(acks)
         if limit <= 0:  # no job asked for, but an unknown queue is still QUEUE_NOT_FOUND, as in the original
-            if queue not in await self.backend.get_queue_names():
+            # (acks carried asked the store already; a worker acking through dequeues of no job
+            # would list every shard's queues at each one)
+            if acks is None and queue not in await self.backend.get_queue_names():
                 raise QueueNotFoundError(queue)
             return encode_dequeue_batches(DEQUEUE, seqid, queue, [])
         limit, max_bytes = self._reply_budget(queue, limit)

@@ -40,6 +40,7 @@ delete_jobs (``transactions.py``). A lookup naming a priority the queue has no t
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import defaultdict
@@ -148,6 +149,11 @@ LAZY_EXPIRY_EVERY_MS = 100
 EXPIRY_DRAIN_LIMIT = 1000
 #: Queues of one store drained at once, at most (each drain holds one pooled connection per call).
 MAX_EXPIRY_DRAINS = 2
+#: Seconds between the GC's calls per table and state without the run_after bound
+#: (``sql/gc_finished_jobs_all.sql``), which may read every finished row of the table.
+GC_FULL_SWEEP_SECONDS = 3600.0
+#: Tables whose last such call is remembered at most (all forgotten beyond it).
+MAX_GC_SWEPT_KEPT = 100_000
 
 
 class MySQLStore(BlockingStore):
@@ -188,6 +194,8 @@ class MySQLStore(BlockingStore):
         )
         #: The body column of each table, learned when a body longer than a BLOB first needs it.
         self.bodies = BodyLimits(self._read_body_columns, self._table)
+        #: When the GC last called without its run_after bound, per (table, state).
+        self._gc_swept: dict[tuple[str, JobState], float] = {}
         #: Where each queue's walk of ``gc_dedup_keys`` goes on (``dedup_sweep``).
         self.dedup_sweep: SweepCursors[dedup_keys.Position] = SweepCursors()
         #: The Rust hot paths handed out (``hot_path``), closed with the store.
@@ -854,9 +862,17 @@ class MySQLStore(BlockingStore):
         return self._run(queue, op)
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
-        sql = queries.GC_FINISHED_JOBS.render(table=self._table(queue, priority))
+        table = self._table(queue, priority)
         cutoff = to_db_time(finished_before_ms)
-        args = (int(state), cutoff, cutoff, limit)
+        now = time.monotonic()
+        args: tuple[object, ...]
+        if now - self._gc_swept.get((table, state), -math.inf) >= GC_FULL_SWEEP_SECONDS:
+            if len(self._gc_swept) >= MAX_GC_SWEPT_KEPT:
+                self._gc_swept.clear()
+            self._gc_swept[(table, state)] = now
+            sql, args = queries.GC_FINISHED_JOBS_ALL.render(table=table), (int(state), cutoff, limit)
+        else:
+            sql, args = queries.GC_FINISHED_JOBS.render(table=table), (int(state), cutoff, cutoff, limit)
         return self._run(queue, lambda cur: int(cur.execute(sql, args)))
 
     # -- lifecycle --------------------------------------------------------------------------
