@@ -139,7 +139,8 @@ class Queue:
                 p.execute_command("DEL", self.original + i.decode())
         p.execute()
 
-    def _compact(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+    def _enqueue(self, ids: list[bytes], now: float) -> None:
+        """The compact layout's enqueue: the records, then the ids behind a marker in the ready list."""
         p = self.r.pipeline(transaction=False)
         p.execute_command("HINCRBY", self.records, "id", len(ids))
         fields: list[bytes] = []
@@ -148,19 +149,53 @@ class Queue:
         p.execute_command("HSET", self.records, *fields)
         p.execute_command("RPUSH", self.ready, b"m%d" % int(now * 1000), *ids)
         p.execute()
+
+    def _claim(self, ids: list[bytes]) -> Any:
+        """The compact layout's claim of the ready list's head and its records, its pipeline left
+        open for what each layout writes of the claim."""
         p = self.r.pipeline(transaction=False)
         p.execute_command("LRANGE", self.ready, 0, len(ids) + 7)
         p.execute_command("LTRIM", self.ready, len(ids) + 1, -1)
         p.execute_command("HMGET", self.records, *ids)
-        fields = []
-        for i in ids:
-            fields += [i, self.claimed_record]
-        p.execute_command("HSET", self.records, *fields)
+        return p
+
+    def _claim_each(self, p: Any, ids: list[bytes], now: float) -> tuple[list[Any], list[Any]]:
+        """The compact layout's claim writes: each record rewritten, each id in IN_PROGRESS; the
+        claim's pipeline run. The records' and the scores' arguments."""
+        fields: list[Any] = []
         scores: list[Any] = []
         for i in ids:
+            fields += [i, self.claimed_record]
             scores += [now, i]
+        p.execute_command("HSET", self.records, *fields)
         p.execute_command("ZADD", self.in_progress, *scores)
         p.execute()
+        return fields, scores
+
+    def _claim_batch(self, p: Any, ids: list[bytes], now: float) -> bytes:
+        """One claim record and IN_PROGRESS member for the batch, named by its first id (the
+        claim's pipeline left open)."""
+        name = ids[0]
+        p.execute_command("HSET", self.records, b"c" + name, CLAIM + b"".join(ids))
+        p.execute_command("ZADD", self.in_progress, now, name)
+        return name
+
+    def _finish_in_block(
+        self, p: Any, ids: list[bytes], gone: list[bytes], name: bytes, now: float, old: list[bytes]
+    ) -> None:
+        """The ack of the batch ``name`` into a block: its records read and deleted (with
+        ``gone``) and appended to the second's block, one SUCCEEDED member; the pipeline run."""
+        p.execute_command("HMGET", self.records, *ids)
+        p.execute_command("HDEL", self.records, *gone, *ids)
+        p.execute_command("APPEND", f"{self.records}:b{int(now)}", self.claimed_record * len(ids))
+        p.execute_command("ZADD", self.succeeded, now, name)
+        if old:
+            p.execute_command("ZREM", self.succeeded, old[0])
+        p.execute()
+
+    def _compact(self, ids: list[bytes], old: list[bytes], now: float) -> None:
+        self._enqueue(ids, now)
+        _, scores = self._claim_each(self._claim(ids), ids, now)
         p = self.r.pipeline(transaction=False)
         p.execute_command("ZMSCORE", self.in_progress, *ids)
         p.execute_command("ZREM", self.in_progress, *ids)
@@ -171,36 +206,9 @@ class Queue:
             p.execute_command("HDEL", self.records, *old)
         p.execute()
 
-    def _claim(self, ids: list[bytes]) -> Any:
-        """The compact layout's claim (as ``_compact``'s), its pipeline left open."""
-        p = self.r.pipeline(transaction=False)
-        p.execute_command("LRANGE", self.ready, 0, len(ids) + 7)
-        p.execute_command("LTRIM", self.ready, len(ids) + 1, -1)
-        p.execute_command("HMGET", self.records, *ids)
-        return p
-
-    def _enqueue(self, ids: list[bytes], now: float) -> None:
-        """The compact layout's enqueue (as ``_compact``'s)."""
-        p = self.r.pipeline(transaction=False)
-        p.execute_command("HINCRBY", self.records, "id", len(ids))
-        fields: list[bytes] = []
-        for i in ids:
-            fields += [i, self.new_record]
-        p.execute_command("HSET", self.records, *fields)
-        p.execute_command("RPUSH", self.ready, b"m%d" % int(now * 1000), *ids)
-        p.execute()
-
     def _split(self, ids: list[bytes], old: list[bytes], now: float) -> None:
         self._enqueue(ids, now)
-        p = self._claim(ids)
-        fields: list[Any] = []
-        scores: list[Any] = []
-        for i in ids:
-            fields += [i, self.claimed_record]
-            scores += [now, i]
-        p.execute_command("HSET", self.records, *fields)
-        p.execute_command("ZADD", self.in_progress, *scores)
-        p.execute()
+        fields, scores = self._claim_each(self._claim(ids), ids, now)
         p = self.r.pipeline(transaction=False)
         p.execute_command("ZMSCORE", self.in_progress, *ids)
         p.execute_command("ZREM", self.in_progress, *ids)
@@ -216,51 +224,27 @@ class Queue:
 
     def _blocks(self, ids: list[bytes], old: list[bytes], now: float) -> None:
         self._enqueue(ids, now)
-        p = self._claim(ids)
-        fields: list[Any] = []
-        scores: list[Any] = []
-        for i in ids:
-            fields += [i, self.claimed_record]
-            scores += [now, i]
-        p.execute_command("HSET", self.records, *fields)
-        p.execute_command("ZADD", self.in_progress, *scores)
-        p.execute()
+        self._claim_each(self._claim(ids), ids, now)
         p = self.r.pipeline(transaction=False)
         p.execute_command("ZMSCORE", self.in_progress, *ids)
         p.execute_command("ZREM", self.in_progress, *ids)
-        p.execute_command("HMGET", self.records, *ids)
-        p.execute_command("HDEL", self.records, *ids)
-        p.execute_command("APPEND", f"{self.records}:b{int(now)}", self.claimed_record * len(ids))
-        p.execute_command("ZADD", self.succeeded, now, ids[0])
-        if old:
-            p.execute_command("ZREM", self.succeeded, old[0])
-        p.execute()
+        self._finish_in_block(p, ids, [], ids[0], now, old)
 
     def _hybrid(self, ids: list[bytes], old: list[bytes], now: float) -> None:
         self._enqueue(ids, now)
         p = self._claim(ids)
-        name = ids[0]
-        p.execute_command("HSET", self.records, b"c" + name, CLAIM + b"".join(ids))
-        p.execute_command("ZADD", self.in_progress, now, name)
+        name = self._claim_batch(p, ids, now)
         p.execute()
         p = self.r.pipeline(transaction=False)
         p.execute_command("ZSCORE", self.in_progress, name)
         p.execute_command("HGET", self.records, b"c" + name)
         p.execute_command("ZREM", self.in_progress, name)
-        p.execute_command("HMGET", self.records, *ids)
-        p.execute_command("HDEL", self.records, b"c" + name, *ids)
-        p.execute_command("APPEND", f"{self.records}:b{int(now)}", self.claimed_record * len(ids))
-        p.execute_command("ZADD", self.succeeded, now, name)
-        if old:
-            p.execute_command("ZREM", self.succeeded, old[0])
-        p.execute()
+        self._finish_in_block(p, ids, [b"c" + name], name, now, old)
 
     def _claimed(self, ids: list[bytes], old: list[bytes], now: float, indexed: str = "") -> None:
         self._enqueue(ids, now)
         p = self._claim(ids)
-        name = ids[0]
-        p.execute_command("HSET", self.records, b"c" + name, CLAIM + b"".join(ids))
-        p.execute_command("ZADD", self.in_progress, now, name)
+        name = self._claim_batch(p, ids, now)
         marks: list[bytes] = []
         for i in ids:
             marks += [i, name]
@@ -271,10 +255,6 @@ class Queue:
         p.execute_command("HDEL", self.in_progress + ":ip", *ids)
         p.execute_command("HGET", self.records, b"c" + name)
         p.execute_command("ZREM", self.in_progress, name)
-        p.execute_command("HMGET", self.records, *ids)
-        p.execute_command("HDEL", self.records, b"c" + name, *ids)
-        block = f"{self.records}:b{int(now)}"
-        p.execute_command("APPEND", block, self.claimed_record * len(ids))
         if indexed == "ranged":  # 4 bytes an id, in a string per 4,096 ids: a run of ids, one write
             first = int(ids[0])
             p.execute_command(
@@ -285,10 +265,7 @@ class Queue:
             for i in ids:
                 found += [i, int(now)]
             p.execute_command("HSET", self.records + ":f", *found)
-        p.execute_command("ZADD", self.succeeded, now, name)
-        if old:
-            p.execute_command("ZREM", self.succeeded, old[0])
-        p.execute()
+        self._finish_in_block(p, ids, [b"c" + name], name, now, old)
 
     def _indexed(self, ids: list[bytes], old: list[bytes], now: float) -> None:
         self._claimed(ids, old, now, indexed="field")
