@@ -79,7 +79,7 @@ import secrets
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -597,21 +597,25 @@ class DequeueBroker:
         dequeue reserves afresh. Return how many were released."""
         return await self._drop_buffer(queue)
 
-    async def around_delete(self, queue: str, delete: Awaitable[int]) -> int:
-        """Await ``delete``, a delete of PENDING jobs of the queue (its count of jobs deleted):
+    async def around_delete(self, queue: str, delete: Callable[[], Awaitable[int]]) -> int:
+        """Await ``delete()``, a delete of PENDING jobs of the queue (its count of jobs deleted):
         the jobs this server holds are PENDING in the store, and deleted there they were still
         handed out from the buffer (their claims found nothing; the workers ran them). So the
         buffer is dropped (its reservations released) before, and again after a delete of any,
         for a refill that reserved one meanwhile."""
-        await self.forget(queue)
-        try:
-            deleted = await delete
-        except BaseException:
-            await self.forget(queue)  # (one that failed may have deleted some)
-            raise
-        if deleted:
-            await self.forget(queue)
-        return deleted
+        return await _around(lambda: self.forget(queue), delete)
+
+    async def around_cancel(
+        self, queue: str, jobs: list[tuple[str, str, int, int]], cancel: Callable[[], Awaitable[int]]
+    ) -> int:
+        """Await ``cancel()``, a cancel of these ``(queue, shard, priority, local_id)`` jobs (its
+        count of jobs changed), once their claims on this server are written (``settle``): none
+        of them is handed out from the buffer during the cancel or after it. They are taken out
+        of it (``withdraw``) before, and again after a cancel of any, for a refill that reserved
+        one meanwhile. (The whole buffer was dropped, and refilled from the store, at each
+        cancel a peer sent.)"""
+        await self.settle(jobs)
+        return await _around(lambda: self.withdraw(queue, jobs), cancel)
 
     async def withdraw(self, queue: str, jobs: Iterable[tuple[str, str, int, int]]) -> int:
         """Release these ``(queue, shard, priority, local_id)`` jobs of the queue if this server
@@ -621,11 +625,18 @@ class DequeueBroker:
         names = [(shard, priority, local_id) for q, shard, priority, local_id in jobs if q == queue]
         # (taken out before a refill still out lands too: dequeues meanwhile must not hand them out)
         named = self._take_named(queue, names)
-        refill = self._refills.get(queue)
-        if refill is not None and not refill.done():
-            await asyncio.gather(refill, return_exceptions=True)
+        if await self._refill_landed(queue):
             named += self._take_named(queue, names)
         return await self._release(queue, named) if named else 0
+
+    async def _refill_landed(self, queue: str) -> bool:
+        """Wait for the queue's refill still out, if one is (it may fail: its entries simply do
+        not land); whether there was one."""
+        refill = self._refills.get(queue)
+        if refill is None or refill.done():
+            return False
+        await asyncio.gather(refill, return_exceptions=True)
+        return True
 
     def _take_named(self, queue: str, names: list[tuple[str, int, int]]) -> list[Entry]:
         buffer = self._buffers.get(queue)
@@ -636,9 +647,7 @@ class DequeueBroker:
         in it, that too: none of it is handed out meanwhile); return how many were released."""
         held = self._buffers.get(queue)
         entries = held.drain() if held is not None and len(held) else []
-        refill = self._refills.get(queue)
-        if refill is not None and not refill.done():
-            await asyncio.gather(refill, return_exceptions=True)
+        await self._refill_landed(queue)
         buffer = self._buffers.pop(queue, None)
         self._more.discard(queue)
         if buffer is not None and len(buffer):
@@ -673,6 +682,21 @@ class DequeueBroker:
                     self._releasing = False
         self.metrics.incr("broker_released", released)
         return released
+
+
+async def _around(clear: Callable[[], Awaitable[int]], change: Callable[[], Awaitable[int]]) -> int:
+    """``clear()``, then ``change()`` awaited (its count of jobs changed), then ``clear()`` again if
+    it changed any or failed (one that failed may have changed some): the buffer's part for a
+    cancel or delete of jobs it may hold (``around_cancel``, ``around_delete``)."""
+    await clear()
+    try:
+        changed = await change()
+    except BaseException:
+        await clear()
+        raise
+    if changed:
+        await clear()
+    return changed
 
 
 def _resolve(*futures: asyncio.Future[None]) -> None:

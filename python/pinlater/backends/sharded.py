@@ -557,10 +557,10 @@ class ShardedBackend:
                 del self._future_ready[place]
         self._empty_until[place] = until
 
-    def forget_empty(self, shard: str | None = None) -> None:
-        """Drop what is known about empty places (all, or one shard's), e.g. after the monitor
-        put jobs back to PENDING."""
-        keys = [k for k in self._empty_until if shard is None or k[0] == shard]
+    def forget_empty(self, shard: str | None = None, queue: str | None = None) -> None:
+        """Drop what is known about empty places (all, or one shard's, or one queue's), e.g.
+        after the monitor put jobs back to PENDING."""
+        keys = [k for k in self._empty_until if (shard is None or k[0] == shard) and (queue is None or k[1] == queue)]
         for key in keys:
             del self._empty_until[key]
             self._empty_streak.pop(key, None)
@@ -595,9 +595,9 @@ class ShardedBackend:
         await asyncio.gather(*(self.call_store(s, s.store.delete_queue, queue) for s in shards))
         # Its places known empty were answered empty from the hint, with no store call, for up
         # to MAX_EMPTY_RECHECK_MS after it was gone: a dequeue now asks, and is QUEUE_NOT_FOUND.
-        for hints in (self._empty_until, self._empty_streak, self._future_ready):
-            for place in [place for place in hints if place[1] == queue]:
-                del hints[place]
+        self.forget_empty(queue=queue)
+        for place in [place for place in self._future_ready if place[1] == queue]:
+            del self._future_ready[place]
         self.signals.notify(queue)  # (its long polls ask again, and end)
 
     def _forget_lacking(self, queue: str) -> None:

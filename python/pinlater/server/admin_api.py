@@ -14,6 +14,7 @@ Errors are raised as ``ApiError`` and answered as JSON by ``AdminApp``'s middlew
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -305,9 +306,9 @@ class AdminApi:
         broker = self.server.broker
         for p in priorities:
             if done < limit:
-                deleting = self.backend.delete_jobs(queue, state, p, regex, limit - done)
+                delete = functools.partial(self.backend.delete_jobs, queue, state, p, regex, limit - done)
                 pending = state is JobState.PENDING
-                done += await broker.around_delete(queue, deleting) if broker and pending else await deleting
+                done += await broker.around_delete(queue, delete) if broker and pending else await delete()
         which = body.get("priority") or "all"
         _audit(
             request,

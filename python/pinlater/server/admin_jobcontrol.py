@@ -19,6 +19,7 @@ import asyncio
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 import logging
 from typing import Any
@@ -76,12 +77,8 @@ class JobControlApi(AdminApi):
                     400, f"{shown(descriptor)} is a job of queue {shown(job_queue)}, not {queue!r}: nothing was done"
                 )
         broker = self.server.broker
-        if broker is not None:  # jobs this server handed out: their claims first
-            await broker.settle(parsed)
-            await broker.withdraw(queue, parsed)  # none of them is handed out from its buffer
-        changed = await self.backend.cancel_jobs(queue, descriptors)
-        if broker is not None and changed:
-            await broker.withdraw(queue, parsed)  # (a refill's meanwhile)
+        cancel = functools.partial(self.backend.cancel_jobs, queue, descriptors)
+        changed = await (cancel() if broker is None else broker.around_cancel(queue, parsed, cancel))
         self.server.metrics.incr(f"{queue}_cancel", changed)
         _audit(request, logging.WARNING, "cancel", queue, f"cancelled {changed} of {len(descriptors)} jobs")
         return _json({"queue": queue, "asked": len(descriptors), "cancelled": changed})

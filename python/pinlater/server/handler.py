@@ -369,7 +369,7 @@ class PinLaterHandler:
             self._wrong_password("deleteQueue %s refused: wrong password from %s", queue, _who(context))
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "invalid admin password")
         if self.broker is not None:
-            await self.broker.around_delete(queue, _one(self.backend.delete_queue(queue)))
+            await self.broker.around_delete(queue, lambda: _one(self.backend.delete_queue(queue)))
         else:
             await self.backend.delete_queue(queue)
         log.warning("queue %s deleted by %s", queue, _who(context))
@@ -713,11 +713,11 @@ class PinLaterHandler:
             return 0
         state, priority = self._state(request.jobState), self._priority(request.priority)
         regex = await self._regex(request.bodyRegexToMatch)
-        deleting = self.backend.delete_jobs(queue, state, priority, regex, limit)
+        delete = functools.partial(self.backend.delete_jobs, queue, state, priority, regex, limit)
         if self.broker is not None and state is JobState.PENDING:
-            count = await self.broker.around_delete(queue, deleting)
+            count = await self.broker.around_delete(queue, delete)
         else:
-            count = await deleting
+            count = await delete()
         if count:
             log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
         return count
@@ -738,20 +738,10 @@ class PinLaterHandler:
             keys = await decoded(descriptors)
             for i, (job_queue, *_rest) in enumerate(keys):  # refused before the buffer is touched
                 require_queue_of(queue, job_queue, i)
-            await self.broker.settle(keys)
-            # This server's buffer hands none of them out, during the cancel or after it: they
-            # are taken out of it (their reservations released) before, and again after, for a
-            # refill that reserved one meanwhile. (The whole buffer was dropped, and refilled
-            # from the store, at each cancel a peer sent.)
-            await self.broker.withdraw(queue, keys)
-        try:
+            cancel = functools.partial(self.backend.cancel_jobs, queue, descriptors)
+            changed = await self.broker.around_cancel(queue, keys, cancel)
+        else:
             changed = await self.backend.cancel_jobs(queue, descriptors)
-        except BaseException:
-            if self.broker is not None:  # (one that failed may have cancelled some)
-                await self.broker.withdraw(queue, keys)
-            raise
-        if self.broker is not None and changed:
-            await self.broker.withdraw(queue, keys)
         self.metrics.incr(f"{queue}_cancel", changed)
         if changed:
             log.info("%d jobs of %s cancelled by %s", changed, queue, _who(context))
