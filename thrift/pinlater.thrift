@@ -42,7 +42,8 @@ enum PinLaterJobState {
 const string CONTINUATION_START = "0"
 const string CONTINUATION_END = "-1"
 
-// One job. Priority 1 is the highest. A job without runAfterTimestampMillis may run at once.
+// One job. Priority 1 is the highest. A job without runAfterTimestampMillis, or with 0 there (as
+// the original's Redis backend read it), is due at once, queued behind the jobs before it.
 // numAttemptsAllowed counts the first attempt too.
 //
 // pinlater extensions (6-8; original servers and clients skip them):

@@ -669,7 +669,14 @@ impl EnqueueCall {
             out.push(NewJob {
                 priority,
                 body: bytes_at(payload, body).to_vec(),
-                run_after_ms: job.run_after_ms.unwrap_or(now_ms).min(MAX_TIMESTAMP_MS),
+                // 0 is "now", as the original's Redis backend read it (its MySQL one stored the
+                // epoch, which MySQL's TIMESTAMP cannot hold): a client that sends 0 for "no
+                // delay" gets its job queued behind the ones before it, not ahead of them all.
+                run_after_ms: job
+                    .run_after_ms
+                    .filter(|&ms| ms != 0)
+                    .unwrap_or(now_ms)
+                    .min(MAX_TIMESTAMP_MS),
                 attempts_allowed: i64::from(attempts),
                 custom_status: text_at(payload, &job.custom_status).to_owned(),
             });
@@ -1306,6 +1313,23 @@ mod tests {
                 .stop();
         }
         w.stop().stop()
+    }
+
+    #[test]
+    fn a_run_after_of_zero_is_now_as_the_original_redis_read_it() {
+        let w = enqueue(&[
+            job(b"a").field(T_I64, 3).i64(0),
+            job(b"b"),
+            job(b"c").field(T_I64, 3).i64(-5),
+        ]);
+        let call = decode_enqueue(&w).unwrap();
+        let run_after: Vec<i64> = call
+            .new_jobs(&w.0, 3, 1000)
+            .unwrap()
+            .iter()
+            .map(|j| j.run_after_ms)
+            .collect();
+        assert_eq!(run_after, vec![1000, 1000, -5]);
     }
 
     #[test]

@@ -152,6 +152,22 @@ def test_a_run_after_or_an_expiry_at_the_end_of_i64_reads_back(api: Api) -> None
     far_jobs_read_back(api)
 
 
+def test_a_run_after_of_zero_is_now(api: Api) -> None:
+    zero_run_after_is_now(api)
+
+
+def zero_run_after_is_now(api: Api) -> None:
+    """An enqueue's runAfter 0 is now, as the original's Redis backend read it: the job is queued
+    behind those enqueued before it, not ahead of them all with a run-after in 1970."""
+    api.create("zero")
+    (first,) = api.enqueue("zero", api.job(b"first"))
+    before = now_ms()
+    (zero,) = api.enqueue("zero", api.job(b"zero", runAfterTimestampMillis=0))
+    assert api.lookup(zero)[zero].runAfterTimestampMillis >= before
+    assert list(api.dequeue("zero", limit=1).jobs) == [first]
+    assert list(api.dequeue("zero", limit=1).jobs) == [zero]
+
+
 def far_jobs_read_back(api: Api) -> None:
     """A run-after or expiry past the year 9999 is cut to its last millisecond: a Redis score is a
     double, and one near i64's end read back past it, so lookups and scans of the job failed

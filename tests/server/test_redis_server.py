@@ -25,7 +25,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api, far_jobs_read_back
+from tests.server.test_contract import (
+    FAILED,
+    IN_PROGRESS,
+    PENDING,
+    SUCCEEDED,
+    Api,
+    far_jobs_read_back,
+    zero_run_after_is_now,
+)
 from tests.support.pinlater_server import ServerProcess
 from tests.support.redis_server import RedisServer
 from tests.support.thrift_client import connect
@@ -616,7 +624,7 @@ def test_an_evicted_job_hash_is_skipped_by_dequeue_and_counted(
 
 @pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.parametrize("layout", ["original", "compact"])
-def test_a_run_after_or_an_expiry_at_the_end_of_i64_reads_back_from_redis(
+def test_far_and_zero_run_afters_read_back_from_redis(
     tmp_path: Path,
     redis_servers: Callable[..., RedisServer],
     start_server: Callable[..., ServerProcess],
@@ -626,7 +634,9 @@ def test_a_run_after_or_an_expiry_at_the_end_of_i64_reads_back_from_redis(
     redis = redis_servers("1")
     config = tmp_path / "redis.json"
     write_config(config, {"1": (redis, False)}, layout=layout)
-    far_jobs_read_back(api_for(serve(start_server, config)))
+    api = api_for(serve(start_server, config))
+    far_jobs_read_back(api)
+    zero_run_after_is_now(api)
 
 
 def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(
