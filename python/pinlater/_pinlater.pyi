@@ -341,9 +341,13 @@ class HandOut:
     def stale(self) -> list[_Entry]:
         """The entries too old to hand out."""
 
-    def without_shards(self, shards: set[str] | frozenset[str]) -> HandOut:
-        """The hand-out without its jobs on ``shards`` (whose claims could not be written), in
-        the same order; the jobs left out are its ``stale`` entries, to release."""
+    def withholding(
+        self, shards: set[str] | frozenset[str], jobs: set[tuple[str, int, int]] | frozenset[tuple[str, int, int]]
+    ) -> HandOut:
+        """The hand-out without the jobs whose claims were not written: all on ``shards`` (their
+        claim calls failed) and the ``(shard, priority, local_id)`` ones of ``jobs`` (a store
+        that answered found them lapsed, taken or deleted), in the same order; the jobs left out
+        are its ``stale`` entries, to release."""
 
     def to_list(self) -> list[tuple[str, bytes, int, int]]:
         """``(descriptor, body, attempts_allowed, attempts_remaining)`` per job, in order (for

@@ -28,10 +28,12 @@ jobs it names, for ``settle``. Invariants:
   A dequeue waits for its own queue's claims of the flush only, and a claim write that failed
   slowly (a store that does not answer) is not tried again, so a failing shard holds the
   dequeues of the queues it has jobs of for one socket timeout, not those of other queues.
-* A claim that cannot be written (the shard is down past a few retries, or the job was deleted
-  or retried meanwhile) is counted (``broker_lapsed``) and logged: the job is still PENDING under
-  a lapsing reservation, so it is delivered again, at least once, never lost. An ack for it is a
-  no-op, as for any job that is not IN_PROGRESS.
+* A claim that cannot be written (the shard is down past a few retries, or the job was deleted,
+  cancelled or retried meanwhile, through another server, say) is counted (``broker_lapsed``) and
+  logged, and its job is withheld from the reply (``broker_withheld``): one that is still PENDING
+  is delivered again once its reservation lapses, at least once, never lost; one that is gone is
+  not run. Only a claim call that failed after it may have been applied hands its jobs out, as
+  their claims may be in.
 * Reservations exclude each other, so several servers on one store reserve distinct jobs.
 * ``stop`` writes every queued claim, then releases every buffered reservation at once.
 * Refills are single-flight per queue: concurrent dequeues await the same refill rather than
@@ -56,9 +58,9 @@ buffer meanwhile.
 A queue with a ``maxInProgress`` (``ShardedBackend.queue_rules``) is not brokered: its dequeues
 are direct (``ShardedBackend.dequeue_jobs``) and the broker holds no reservation of it (what it
 held when a reload set the cap is released at the next dequeue or release-loop tick). A hand-out
-is taken before its claim is written and goes out whatever the claim finds, so a claim cut by
-the cap would leave a worker running a job the store still holds as PENDING: past the cap, and
-delivered again when the reservation lapses.
+is taken from memory before its claim is written, so at the cap each dequeue would take jobs
+whose claims the cap then refuses, withheld from its reply: a worker would get nothing while
+the buffer churned.
 
 The walk over priorities and shards (and its known-empty hints) is ``ShardedBackend.walk_ready``,
 the same one the direct dequeue uses. dryRun and coverage < 1 bypass the broker (the handler
@@ -103,6 +105,26 @@ CLAIM_RETRY_SECONDS = 0.05
 #: A claim write is tried again only after a failure this quick: the dequeues of its queue wait
 #: for it (one that waited out the socket timeout is not repeated).
 CLAIM_QUICK_FAILURE_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Unwritten:
+    """A queue's claims in one flush that were not written: every job on ``shards`` (their claim
+    calls failed) and the ``(shard, priority, local_id)`` ``jobs`` a store that answered did not
+    claim (their reservations lapsed, or they were taken or deleted meanwhile)."""
+
+    shards: frozenset[str] = frozenset()
+    jobs: frozenset[tuple[str, int, int]] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.shards or self.jobs)
+
+    def __or__(self, other: Unwritten) -> Unwritten:
+        return Unwritten(self.shards | other.shards, self.jobs | other.jobs)
+
+
+#: Every claim written.
+ALL_WRITTEN = Unwritten()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +174,8 @@ class DequeueBroker:
         self._next_flush: tuple[ClaimFlush, asyncio.Future[None]] | None = None
         # Per queue, the future the next flush resolves once that queue's claims are written:
         # what a dequeue waits for (not another queue's claims, which may meet a failing shard).
-        # Its result: the shards on which that queue's claims could not be written.
-        self._next_queues: dict[str, asyncio.Future[frozenset[str]]] = {}
+        # Its result: the claims of that queue that were not written.
+        self._next_queues: dict[str, asyncio.Future[Unwritten]] = {}
         # Every flush whose claims are not written yet (the next one included), for ``settle``.
         self._unsettled: list[tuple[ClaimFlush, asyncio.Future[None]]] = []
         self._flush_scheduled = False
@@ -260,12 +282,15 @@ class DequeueBroker:
             # would otherwise find the job still PENDING and change nothing, and the job, acked
             # OK, ran again at its claim timeout (FAILED if that was its last attempt).
             await _wait_for({claimed})
-            unclaimed = claimed.result()
-            if unclaimed:
-                # Jobs whose claims could not be written are withheld: still PENDING (reserved),
-                # they are delivered again once their reservations lapse, where a worker given
-                # them now would run them twice, its ack finding them not IN_PROGRESS.
-                kept = out.without_shards(unclaimed)
+            unwritten = claimed.result()
+            if unwritten:
+                # Jobs whose claims were not written are withheld. On a failing shard they are
+                # still PENDING (reserved) and delivered again once their reservations lapse,
+                # where a worker given them now would run them twice, its ack finding them not
+                # IN_PROGRESS. A job the store did not claim was deleted or cancelled (through
+                # another server: this one drops its buffer around its own), or its reservation
+                # lapsed and it is PENDING or another worker's: not this worker's to run.
+                kept = out.withholding(unwritten.shards, unwritten.jobs)
                 self.metrics.incr("broker_withheld", kept.stale_count)
                 self._spawn(self._release(queue, kept.stale()))  # (they lapse if this fails too)
                 out = kept
@@ -335,10 +360,10 @@ class DequeueBroker:
         if kept:
             self.backend.signals.notify(queue)  # wake long polls: there is something to take
 
-    def _queue_claims(self, out: HandOut, source: str) -> asyncio.Future[frozenset[str]]:
+    def _queue_claims(self, out: HandOut, source: str) -> asyncio.Future[Unwritten]:
         """Queue the claims of the jobs handed out for the next flush, under a new claim; the
         future of the queue's claims in that flush, done once they were written (or given up:
-        ``_claim_on``), with the shards whose claims could not be written."""
+        ``_claim_on``), with those that were not."""
         claim = self.backend.new_claim(source)
         pending = self._next_flush
         if pending is None:
@@ -388,7 +413,7 @@ class DequeueBroker:
                 self._unsettled.remove(pending)
                 _resolve(pending[1])
                 for mine in queues.values():  # nothing written: every shard's claims failed
-                    _resolve_queue(mine, frozenset(shard for _, shard, _ in pending[0].batches()))
+                    _resolve_queue(mine, Unwritten(frozenset(shard for _, shard, _ in pending[0].batches())))
         if pending is None:
             return
         ledger, flush = pending
@@ -397,12 +422,12 @@ class DequeueBroker:
             by_queue[q].append((shard, items))
 
         async def claim_queue(queue: str, batches: list[tuple[str, ClaimItems]]) -> None:
-            unclaimed = frozenset(shard for shard, _ in batches)  # until written
+            unwritten = Unwritten(frozenset(shard for shard, _ in batches))  # until written
             try:
                 written = await asyncio.gather(*(self._claim_on(queue, shard, items) for shard, items in batches))
-                unclaimed = frozenset(shard for (shard, _), ok in zip(batches, written, strict=True) if not ok)
+                unwritten = functools.reduce(Unwritten.__or__, written, ALL_WRITTEN)
             finally:
-                _resolve_queue(queues[queue], unclaimed)  # (every queue of the ledger has one)
+                _resolve_queue(queues[queue], unwritten)  # (every queue of the ledger has one)
 
         try:
             await asyncio.gather(*(claim_queue(q, batches) for q, batches in by_queue.items()))
@@ -410,17 +435,17 @@ class DequeueBroker:
             self._unsettled.remove(pending)
             _resolve(flush)
             for mine in queues.values():
-                _resolve_queue(mine, frozenset())
+                _resolve_queue(mine, ALL_WRITTEN)
 
-    async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> bool:
-        """Claim handed-out jobs on one shard, retrying a failing shard a few times; whether the
-        call may have been applied: answered (some jobs may still not have been claimed: deleted
-        meanwhile, say), or failed where its writes may have landed (a reply lost after the
-        command was sent). Only jobs whose claims are known not written are withheld (``dequeue``):
-        one whose claim landed unseen is IN_PROGRESS, and withheld it would run at no worker's
-        hands before its claim timeout took an attempt (FAILED, if its last)."""
+    async def _claim_on(self, queue: str, shard_name: str, items: ClaimItems) -> Unwritten:
+        """Claim handed-out jobs on one shard, retrying a failing shard a few times; the claims
+        known not to be written. Answered, those of the jobs the store did not claim (deleted
+        meanwhile, say); failed, all of them (the shard), unless the writes may have landed (a
+        reply lost after the command was sent): only claims known not written are withheld
+        (``dequeue``), as a job whose claim landed unseen is IN_PROGRESS, and withheld it would
+        run at no worker's hands before its claim timeout took an attempt (FAILED, if its last)."""
         self.metrics.incr("broker_claim_calls")
-        claimed = 0
+        unclaimed: list[int] = list(range(len(items)))
         answered = False
         unknown = False  # a failure after which the claims may be in
         for attempt in range(CLAIM_ATTEMPTS):
@@ -431,7 +456,7 @@ class DequeueBroker:
             started = time.monotonic()
             try:
                 hot = self.backend.hot_path(shard)
-                claimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
+                unclaimed = await self.backend.on_shard(shard, hot.claim_reserved(queue, items, self.reservation, now))
                 answered = True
             except ShardConnectionError as exc:
                 unknown = unknown or exc.maybe_applied
@@ -449,17 +474,22 @@ class DequeueBroker:
                 unknown = True
                 break
             break
-        self.metrics.incr("broker_claimed", claimed)
-        if claimed < len(items):  # delivered again once the reservation lapses: at least once
-            self.metrics.incr("broker_lapsed", len(items) - claimed)
+        self.metrics.incr("broker_claimed", len(items) - len(unclaimed))
+        if unclaimed:  # delivered again once the reservation lapses: at least once
+            self.metrics.incr("broker_lapsed", len(unclaimed))
             log.warning(
                 "broker: %d of %d jobs of %s handed out on shard %s could not be claimed; they will be delivered again",
-                len(items) - claimed,
+                len(unclaimed),
                 len(items),
                 queue,
                 shard_name,
             )
-        return answered or unknown
+        if not answered:
+            return ALL_WRITTEN if unknown else Unwritten(shards=frozenset({shard_name}))
+        if not unclaimed:
+            return ALL_WRITTEN
+        listed = items.to_list()
+        return Unwritten(jobs=frozenset((shard_name, listed[at][0], listed[at][1]) for at in unclaimed))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
@@ -706,13 +736,13 @@ def _resolve(*futures: asyncio.Future[None]) -> None:
             future.set_result(None)
 
 
-def _resolve_queue(future: asyncio.Future[frozenset[str]], unclaimed: frozenset[str]) -> None:
-    """Mark a queue's claims in a flush done (if not yet), with the shards they failed on."""
+def _resolve_queue(future: asyncio.Future[Unwritten], unwritten: Unwritten) -> None:
+    """Mark a queue's claims in a flush done (if not yet), with those that were not written."""
     if not future.done():
-        future.set_result(unclaimed)
+        future.set_result(unwritten)
 
 
-async def _wait_for(flushes: set[asyncio.Future[None]] | set[asyncio.Future[frozenset[str]]]) -> None:
+async def _wait_for(flushes: set[asyncio.Future[None]] | set[asyncio.Future[Unwritten]]) -> None:
     """Wait for claim flushes; a caller cancelled meanwhile does not cancel them."""
     if flushes:
         await asyncio.wait([asyncio.shield(f) for f in flushes])

@@ -78,9 +78,11 @@ def test_a_hand_out_answers_once_its_claims_are_written_and_concurrent_ones_shar
     assert metrics.counters["broker_lapsed"] == 0
 
 
-def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
+def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_withheld_not_lost(
     store: ShardStore, backend: ShardedBackend
 ) -> None:
+    """A worker given a job whose claim the store refused would run it while it is PENDING,
+    delivered again to another worker: it is withheld from the reply, and delivered once, later."""
     metrics = Metrics()
 
     async def scenario() -> tuple[list[str], list[str]]:
@@ -93,12 +95,11 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
         # reservation released) before it is handed out: its claim must not be written.
         assert store.release_reservations(Q, [(priority, local_id)], broker.reservation, backend.clock.now_ms()) == 1
         rest = [d for d, *_ in (await broker.dequeue(Q, 5, "worker-a")).to_list()]
-        assert gone[0] in rest
+        assert gone[0] not in rest and len(rest) == 1
         handed += rest
         await broker.stop()
-        found = dict(zip(handed, states(store, handed), strict=True))
-        assert found.pop(gone[0]) == (JobState.PENDING, None), "dequeuable again: at least once"
-        assert [s for s, _ in found.values()] == [JobState.IN_PROGRESS] * 2
+        assert states(store, gone) == [(JobState.PENDING, None)], "dequeuable again: at least once"
+        assert [s for s, _ in states(store, handed)] == [JobState.IN_PROGRESS] * 2
         backend.forget_empty()  # the release above went around the backend, which would note it
         again = [j.descriptor for j in await dequeue(backend, Q, 10, "worker-b")]
         await backend.aclose()
@@ -107,7 +108,32 @@ def test_a_claim_that_cannot_be_written_is_counted_and_the_job_is_not_lost(
     gone, again = asyncio.run(scenario())
     assert metrics.counters["broker_claimed"] == 2
     assert metrics.counters["broker_lapsed"] == 1
+    assert metrics.counters["broker_withheld"] == 1
     assert again == gone
+
+
+def test_a_job_deleted_behind_the_broker_is_not_handed_out(store: ShardStore, backend: ShardedBackend) -> None:
+    """Another server's deleteJobs (or cancel) removes jobs this server holds in its buffer: a
+    worker given one would run a deleted job. The store does not claim it, so it is withheld."""
+    metrics = Metrics()
+
+    async def scenario() -> tuple[list[str], list[str], list[str]]:
+        enqueued = await enqueue_n(backend, 4)
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        first = [d for d, *_ in (await broker.dequeue(Q, 1, "worker-a")).to_list()]  # 3 stay buffered
+        now = backend.clock.now_ms()
+        # as another server on the same store deletes them: not through this backend or broker
+        assert store.delete_jobs(Q, JobFilter(JobState.PENDING, 1, now, future=None), 100) == 3
+        rest = [d for d, *_ in (await broker.dequeue(Q, 5, "worker-a")).to_list()]
+        await broker.stop()
+        await backend.aclose()
+        return enqueued, first, rest
+
+    enqueued, first, rest = asyncio.run(scenario())
+    assert rest == [], "no deleted job goes to a worker"
+    assert len(first) == 1 and first[0] in enqueued
+    assert metrics.counters["broker_withheld"] == 3
+    assert metrics.counters["broker_claimed"] == 1
 
 
 async def _quiet(broker: DequeueBroker) -> None:
@@ -182,10 +208,10 @@ def test_a_dequeue_waits_for_its_own_queues_claims_not_another_queues(
             def __getattr__(self, name: str) -> Any:
                 return getattr(self._hot, name)
 
-            async def claim_reserved(self, queue: str, *args: Any) -> int:
+            async def claim_reserved(self, queue: str, *args: Any) -> list[int]:
                 if queue == "other":
                     await asyncio.sleep(1.0)
-                return int(await self._hot.claim_reserved(queue, *args))
+                return list(await self._hot.claim_reserved(queue, *args))
 
         backend.hot_path = lambda shard: HeldBack(hot_path(shard))  # type: ignore[method-assign]
         loop = asyncio.get_running_loop()
@@ -225,7 +251,7 @@ def test_jobs_whose_claims_cannot_be_written_are_withheld_not_handed_out(
             def __getattr__(self, name: str) -> Any:
                 return getattr(self._hot, name)
 
-            async def claim_reserved(self, queue: str, *args: Any) -> int:
+            async def claim_reserved(self, queue: str, *args: Any) -> list[int]:
                 raise ShardConnectionError(store.name, "injected: the store went away")
 
         backend.hot_path = lambda shard: Failing(hot_path(shard))  # type: ignore[method-assign]

@@ -66,7 +66,7 @@ class Server:
     def claim_reserved(self, path: str, queue: str, items: list[tuple[int, int, str]], reservation: str) -> int:
         if path == "store":
             return len(self.store.claim_reserved(queue, items, reservation, T0))
-        return int(self.run(self.hot.claim_reserved(queue, ClaimItems(items), reservation, T0)))
+        return len(items) - len(self.run(self.hot.claim_reserved(queue, ClaimItems(items), reservation, T0)))
 
     def ack(self, queue: str, succeeded: Sequence[tuple[int, int]], failed: Sequence[tuple[int, int]] = ()) -> None:
         acks = AckGroup([AckItem(p, i) for p, i in succeeded], [AckItem(p, i, "", 0) for p, i in failed])

@@ -403,7 +403,7 @@ def test_the_broker_reserve_agrees_with_the_blocking_store(store: RedisStore) ->
     pending = JobFilter(JobState.PENDING, 1, NOW + 3)
     assert store.count_jobs(Q, pending, None) == 4
 
-    async def claim(hot: NativeHotPath) -> list[int]:
+    async def claim(hot: NativeHotPath) -> list[list[int]]:
         # a's three and b's one, under a's reservation: only a's are claimed
         items = [(1, j.local_id, "w|1") for j in native[0]] + [(1, native[1][0].local_id, "w|2")]
         out = [await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 3)]
@@ -412,7 +412,7 @@ def test_the_broker_reserve_agrees_with_the_blocking_store(store: RedisStore) ->
             await hot.claim_reserved("nope", ClaimItems(items), "~r|a", NOW + 4)
         return out
 
-    assert run(store, claim) == [3, 0]
+    assert run(store, claim) == [[3], [0, 1, 2, 3]], "b's job, then all four (claimed already), are not claimed"
     found = store.lookup_jobs(Q, [(1, j.local_id) for j in native[0] + native[1]], False)
     assert [(r.state, r.claim_descriptor) for r in found] == [(JobState.IN_PROGRESS, "w|1")] * 3 + [
         (JobState.PENDING, None)

@@ -70,4 +70,7 @@ class Ops:
         items = [(p, i, CLAIM) for p, i in keys]
         if self._loop is None:
             return len(self.store.claim_reserved(self.queue, items, RESERVATION, now))
-        return self._loop.run_until_complete(self._hot.claim_reserved(self.queue, ClaimItems(items), RESERVATION, now))
+        unclaimed = self._loop.run_until_complete(
+            self._hot.claim_reserved(self.queue, ClaimItems(items), RESERVATION, now)
+        )
+        return len(items) - len(unclaimed)

@@ -831,8 +831,9 @@ class HotPath(Protocol):
         max_bytes: int = DEQUEUE_BYTES,
     ) -> ClaimedJobs: ...
 
-    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
-        """``ShardStore.claim_reserved``; how many of the jobs were claimed."""
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> list[int]:
+        """``ShardStore.claim_reserved``; the positions in ``items`` (from 0) of the jobs *not*
+        claimed (lapsed, taken or deleted meanwhile), ascending: none, as a rule."""
         ...
 
     async def release_reservations(

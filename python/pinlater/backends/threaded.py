@@ -73,9 +73,14 @@ def reserve_batch(
     return ClaimedJobs(store.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms, max_bytes))
 
 
-def claim_batch(store: ShardStore, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
-    """``store.claim_reserved`` for ``ClaimItems``: how many were claimed."""
-    return len(store.claim_reserved(queue, items.to_list(), reservation, now_ms))
+def claim_batch(store: ShardStore, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> list[int]:
+    """``store.claim_reserved`` for ``ClaimItems``: the positions of the jobs not claimed."""
+    listed = items.to_list()
+    claimed = store.claim_reserved(queue, listed, reservation, now_ms)
+    if len(claimed) == len(listed):
+        return []
+    got = set(claimed)
+    return [at for at, (priority, local_id, _claim) in enumerate(listed) if (priority, local_id) not in got]
 
 
 class ThreadedHotPath:
@@ -140,7 +145,7 @@ class ThreadedHotPath:
             reserve_batch, self._store, queue, priority, limit, reservation, now_ms, hold_ms, max_bytes
         )
 
-    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> list[int]:
         return await self._offload(claim_batch, self._store, queue, items, reservation, now_ms)
 
     async def release_reservations(
@@ -192,7 +197,7 @@ class BrokerOnThreadPool:
     ) -> ClaimedJobs:
         return await self._threaded.reserve_jobs(queue, priority, limit, reservation, now_ms, hold_ms, max_bytes)
 
-    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> list[int]:
         return await self._threaded.claim_reserved(queue, items, reservation, now_ms)
 
     async def release_reservations(

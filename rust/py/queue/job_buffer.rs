@@ -240,15 +240,16 @@ impl HandOut {
         self.stale.len()
     }
 
-    /// The hand-out without its jobs on `shards` (those whose claims could not be written),
-    /// in the same order; the jobs left out are its entries to release (`stale`), in place of
-    /// the stale ones (released already).
-    fn without_shards(&self, shards: HashSet<String>) -> Self {
-        let (withheld, fresh) = self
-            .fresh
-            .iter()
-            .cloned()
-            .partition(|job| shards.contains(&job.shard));
+    /// The hand-out without the jobs whose claims were not written: all on `shards` (their
+    /// claim calls failed) and the `(shard, priority, local_id)` ones of `jobs` (a store that
+    /// answered found them lapsed, taken or deleted), in the same order; the jobs left out are
+    /// its entries to release (`stale`), in place of the stale ones (released already).
+    fn withholding(&self, shards: HashSet<String>, jobs: HashSet<(String, i64, i64)>) -> Self {
+        let (withheld, fresh) = self.fresh.iter().cloned().partition(|job| {
+            shards.contains(&job.shard)
+                || (!jobs.is_empty()
+                    && jobs.contains(&(job.shard.clone(), job.priority, job.local_id)))
+        });
         Self {
             queue: self.queue.clone(),
             fresh,

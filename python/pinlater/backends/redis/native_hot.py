@@ -296,14 +296,17 @@ class NativeHotPath:
             )
         )
 
-    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> int:
+    async def claim_reserved(self, queue: str, items: ClaimItems, reservation: str, now_ms: int) -> list[int]:
         sha = self._sha["claim_reserved"]
         tail = self._store.rules.native(queue, DEQUEUE)
         command = redis_claim_command(sha, self._shard, queue, items, reservation, now_ms, self._layout, tail)
         claimed = await self._client.call("claim_reserved", command, redis_ids_reply)
         if claimed is None:
             raise QueueNotFoundError(queue)
-        return len(claimed)
+        if len(claimed) == len(items):
+            return []
+        got = set(claimed.to_list())  # the script numbers the jobs from 1, in the order of ``items``
+        return [at for at in range(len(items)) if at + 1 not in got]
 
     async def release_reservations(
         self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int
