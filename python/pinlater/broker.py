@@ -629,21 +629,21 @@ class DequeueBroker:
 
     async def around_delete(self, queue: str, delete: Callable[[], Awaitable[int]]) -> int:
         """Await ``delete()``, a delete of PENDING jobs of the queue (its count of jobs deleted):
-        the jobs this server holds are PENDING in the store, and deleted there they were still
-        handed out from the buffer (their claims found nothing; the workers ran them). So the
-        buffer is dropped (its reservations released) before, and again after a delete of any,
-        for a refill that reserved one meanwhile."""
+        the jobs this server holds are PENDING in the store, and one deleted there is withheld
+        from the dequeue that takes it (its claim finds nothing), so the buffer is dropped (its
+        reservations released) after a delete of any, rather than answer dequeues with fewer
+        jobs than the store holds. A delete of none leaves it alone: a peer repeating one made
+        the buffer refill from the store each time."""
         return await _around(lambda: self.forget(queue), delete)
 
     async def around_cancel(
         self, queue: str, jobs: list[tuple[str, str, int, int]], cancel: Callable[[], Awaitable[int]]
     ) -> int:
         """Await ``cancel()``, a cancel of these ``(queue, shard, priority, local_id)`` jobs (its
-        count of jobs changed), once their claims on this server are written (``settle``): none
-        of them is handed out from the buffer during the cancel or after it. They are taken out
-        of it (``withdraw``) before, and again after a cancel of any, for a refill that reserved
-        one meanwhile. (The whole buffer was dropped, and refilled from the store, at each
-        cancel a peer sent.)"""
+        count of jobs changed), once their claims on this server are written (``settle``). One
+        handed out meanwhile is withheld (its claim finds it cancelled); they are taken out of
+        the buffer (``withdraw``) after a cancel of any. (The whole buffer was dropped, and
+        refilled from the store, at each cancel a peer sent.)"""
         await self.settle(jobs)
         return await _around(lambda: self.withdraw(queue, jobs), cancel)
 
@@ -715,10 +715,11 @@ class DequeueBroker:
 
 
 async def _around(clear: Callable[[], Awaitable[int]], change: Callable[[], Awaitable[int]]) -> int:
-    """``clear()``, then ``change()`` awaited (its count of jobs changed), then ``clear()`` again if
-    it changed any or failed (one that failed may have changed some): the buffer's part for a
-    cancel or delete of jobs it may hold (``around_cancel``, ``around_delete``)."""
-    await clear()
+    """``change()`` awaited (its count of jobs changed), then ``clear()`` if it changed any or
+    failed (one that failed may have changed some): the buffer's part for a cancel or delete of
+    jobs it may hold (``around_cancel``, ``around_delete``). Nothing is cleared before: a job
+    handed out during the change is claimed before it (and the change does not touch it) or
+    withheld after it (its claim finds it changed)."""
     try:
         changed = await change()
     except BaseException:
