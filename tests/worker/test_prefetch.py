@@ -7,8 +7,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -184,19 +183,6 @@ def test_stop_hands_back_prefetched_jobs_at_once(kind: str, address: str, pl: Pi
     assert len(found) == 12, "none lost"
     pending = [i for i in found.values() if i.state is JobState.PENDING]
     assert len(pending) == 10 and {i.attempts_remaining for i in pending} == {3}, "no attempt charged"
-
-
-@pytest.fixture(scope="module")
-def quick_claims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A server whose claims time out after 2 s, checked every 0.1 s."""
-    tmp = tmp_path_factory.mktemp("quick-claims")
-    props = tmp / "pinlater.properties"
-    props.write_text("BACKEND_MONITOR_THREAD_DELAY_SECONDS=0.1\nBACKEND_MONITOR_JOB_CLAIMED_TIMEOUT_SECONDS=2\n")
-    server = ServerProcess(Path(tmp / "data"), properties=props).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -63,6 +63,18 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--max-retry-delay", type=float, default=300.0, help="cap on the retry delay (default 300)")
     p.add_argument("--grace-period", type=float, default=30.0, help="seconds to finish jobs on stop (default 30)")
+    p.add_argument(
+        "--claim-renewal",
+        type=float,
+        default=60.0,
+        help="seconds between renewals of a running job's claim, well under the server's claim timeout"
+        " (default 60; 0: never, as the original's workers)",
+    )
+    p.add_argument(
+        "--handler-timeout",
+        type=float,
+        help="seconds a handler may run before its job fails (default: no limit)",
+    )
     p.add_argument("--ack-interval", type=float, default=1.0, help="seconds between ack flushes (default 1)")
     p.add_argument("--max-poll-interval", type=float, default=1.0, help="longest wait on an empty queue (default 1)")
     p.add_argument(
@@ -142,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
             poll_interval=(min(0.05, args.max_poll_interval), args.max_poll_interval),
             long_poll=args.long_poll,
             grace_period=args.grace_period,
+            claim_renewal=args.claim_renewal or None,
+            handler_timeout=args.handler_timeout,
         )
         if args.create_queue:
             with PinLaterClient(worker.servers, source=worker.source) as client:

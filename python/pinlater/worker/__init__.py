@@ -14,12 +14,13 @@ Or from the command line: ``pinlater worker mymodule:send_email --queue emails``
 """
 
 from pinlater.worker.context import JobContext, JobKeys
-from pinlater.worker.queue_runner import Handler, Registration, WorkerStats, failure_status
+from pinlater.worker.queue_runner import Handler, HandlerTimeout, Registration, WorkerStats, failure_status
 from pinlater.worker.retry import RetryPolicy, by_name, constant, exponential, linear
 from pinlater.worker.runner import Worker
 
 __all__ = [
     "Handler",
+    "HandlerTimeout",
     "JobContext",
     "JobKeys",
     "Registration",

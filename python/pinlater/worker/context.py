@@ -39,13 +39,20 @@ class JobContext:
     the queue (this one included: it then gets no further attempt).
     """
 
-    __slots__ = ("_keys", "job", "released", "runner")
+    __slots__ = ("_keys", "job", "released", "renewed", "runner", "started", "timed_out")
 
-    def __init__(self, runner: QueueRunner, job: DequeuedJob) -> None:
+    def __init__(self, runner: QueueRunner, job: DequeuedJob, claimed: float = 0.0) -> None:
         self.runner = runner
         self.job = job
         #: Set once the job went back to PENDING (by the handler or at shutdown): no ack follows.
         self.released = False
+        #: ``time.monotonic()`` when the handler started; None until then.
+        self.started: float | None = None
+        #: ``time.monotonic()`` of the claim, or of its last renewal (``QueueRunner.renew_claims``).
+        self.renewed = claimed
+        #: Set once the handler ran past its timeout: its failure is acked, and what it returns
+        #: later is ignored.
+        self.timed_out = False
         self._keys: JobKeys | None = None
 
     @property

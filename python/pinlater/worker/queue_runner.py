@@ -43,6 +43,8 @@ class Registration:
     is_async: bool
     #: Most jobs claimed ahead of free slots: jobs in hand never exceed concurrency + prefetch.
     prefetch: int = 0
+    #: Seconds a handler may run before its job fails (``HandlerTimeout``); None: no limit.
+    timeout: float | None = None
 
 
 @dataclass(slots=True)
@@ -60,6 +62,15 @@ class WorkerStats:
     rate_limited: int = 0
     #: Acks dropped: ones the server kept refusing, or no request could carry.
     acks_dropped: int = 0
+    #: Claims of running jobs renewed (``Worker.claim_renewal``), one per job per renewal.
+    claims_renewed: int = 0
+    #: Jobs failed because their handler ran past its timeout (counted in ``failed`` too).
+    timed_out: int = 0
+
+
+class HandlerTimeout(TimeoutError):
+    """A handler ran past its registration's ``timeout``: its job fails as if it had raised this
+    (retried by the retry policy while attempts remain)."""
 
 
 #: Longest success status sent (characters): the most any store keeps (the embedded store and
@@ -471,8 +482,9 @@ class QueueRunner:
 
     def _start(self, jobs: list[DequeuedJob]) -> None:
         now = self.loop.time()
+        claimed = time.monotonic()
         for job in jobs:
-            ctx = JobContext(self, job)
+            ctx = JobContext(self, job, claimed)
             self.in_hand.add(ctx)
             self.waiting[ctx] = now
             if self.threads is not None:
@@ -491,9 +503,22 @@ class QueueRunner:
                 self.tasks[ctx] = self.loop.create_task(self._run_async(ctx))
 
     async def _run_async(self, ctx: JobContext) -> None:
+        ctx.started = time.monotonic()
         started = time.perf_counter()
+        limit = self.reg.timeout
         try:
-            outcome: Outcome = (ctx, None, await self.reg.handler(ctx), time.perf_counter() - started)
+            if limit is None:
+                result = await self.reg.handler(ctx)
+            else:
+                scope = asyncio.timeout(limit)
+                try:
+                    async with scope:
+                        result = await self.reg.handler(ctx)
+                except TimeoutError:
+                    if not scope.expired():  # (the handler's own)
+                        raise
+                    raise HandlerTimeout(f"the handler ran past its timeout of {limit:g}s") from None
+            outcome: Outcome = (ctx, None, result, time.perf_counter() - started)
         except BaseException as exc:  # CancelledError included: a cancelled job was released at shutdown
             outcome = (ctx, exc, None, time.perf_counter() - started)
         self.tasks.pop(ctx, None)  # cheaper than a done callback per job
@@ -507,6 +532,8 @@ class QueueRunner:
             if ctx not in self.in_hand:  # released at shutdown while it ran
                 continue
             self.in_hand.discard(ctx)
+            if ctx.timed_out:  # its failure was acked when its timeout passed (``expire_threads``)
+                continue
             if ctx.released:
                 worker.stats.released += 1
             elif exc is None:
@@ -515,6 +542,7 @@ class QueueRunner:
                 self.succeeded.append(Ack(ctx.descriptor, status) if status else ctx.descriptor)
             else:
                 worker.stats.failed += 1
+                worker.stats.timed_out += isinstance(exc, HandlerTimeout)
                 self.failed.append(self._failure_ack(ctx, exc))
         mean = total / len(outcomes)
         avg = self.avg_duration
@@ -540,14 +568,64 @@ class QueueRunner:
         )  # fmt: skip
         return Ack(ctx.descriptor, failure_status(exc, attempt, self.worker.status_limit), delay)
 
+    # -- long runs --------------------------------------------------------------------------
+
+    def expire_threads(self, now: float) -> None:
+        """Fail the jobs whose sync handler has run past its timeout (an async handler's is
+        cancelled at its timeout instead: ``_run_async``). A thread cannot be stopped: the job's
+        failure is acked now (so its retry may start while the handler still runs), and the job
+        stays in hand until the handler returns, keeping its slot busy, and what it returns then
+        is ignored."""
+        limit = self.reg.timeout
+        if limit is None or self.threads is None:
+            return
+        for ctx in list(self.in_hand):
+            started = ctx.started
+            if started is None or ctx.timed_out or ctx.released or now - started < limit:
+                continue
+            ctx.timed_out = True
+            self.worker.stats.failed += 1
+            self.worker.stats.timed_out += 1
+            late = HandlerTimeout(f"the handler ran past its timeout of {limit:g}s")
+            self.failed.append(self._failure_ack(ctx, late))
+            log.warning(
+                "%s: job %s ran past its timeout of %gs: failed; its handler thread is still running,"
+                " and its slot stays busy until it returns",
+                self.queue,
+                ctx.descriptor,
+                limit,
+            )
+            self.worker.changed.set()
+
+    async def renew_claims(self, now: float, every: float) -> None:
+        """Renew the claims of the jobs whose handlers have run ``every`` seconds since their
+        claim or its last renewal, by one checkpoint that changes nothing else: it restarts the
+        server's claim timeout, so a job that runs longer is not handed to another worker."""
+        due = [
+            ctx
+            for ctx in list(self.in_hand)
+            if ctx.started is not None and not (ctx.released or ctx.timed_out) and now - ctx.renewed >= every
+        ]
+        if not due:
+            return
+        try:
+            await self.worker.client.checkpoint(self.queue, [Checkpoint(ctx.descriptor) for ctx in due])
+        except PinLaterError as exc:  # tried again at the next tick
+            log.warning("%s: renewing the claims of %d running job(s) failed: %s", self.queue, len(due), exc)
+            return
+        for ctx in due:
+            ctx.renewed = now
+        self.worker.stats.claims_renewed += len(due)
+
     # -- shutdown ---------------------------------------------------------------------------
 
     async def release_all(self) -> None:
-        """Back to PENDING, no attempt charged, for every job still in hand."""
-        if not self.in_hand:
-            return
-        held = list(self.in_hand)
+        """Back to PENDING, no attempt charged, for every job still in hand (but those whose
+        timeout passed: their failure acks are on their way)."""
+        held = [ctx for ctx in self.in_hand if not ctx.timed_out]
         self.in_hand.clear()
+        if not held:
+            return
         for ctx in held:
             self.waiting.pop(ctx, None)  # not started: it never will be
             ctx.released = True

@@ -18,6 +18,13 @@ Invariants:
   no prefetch), and hands back to PENDING, no attempt charged, any prefetched job that has not
   started ``prefetch_timeout`` seconds after its claim (slow jobs holding every slot); after
   that it prefetches again only once jobs prove quick.
+* A job that runs long keeps its claim: every ``claim_renewal`` seconds (60 by default, a third
+  of the server's default claim timeout) a checkpoint that changes nothing else renews the
+  claims of the jobs running that long since their claim or its last renewal, so the server
+  does not hand a long job to another worker while it runs. A handler ``timeout`` (none by
+  default) bounds that: a job whose handler runs past it fails (an async handler is cancelled;
+  a sync handler's thread cannot be, so its job is failed, no longer renewed, and its slot stays
+  busy until it returns).
 * Every job in hand ends in exactly one of: a success ack, a failure ack carrying the retry
   policy's delay and the error text, or a release (checkpoint with ``moveToPending``: back to
   PENDING, no attempt charged) by the handler, by the prefetch timeout, or at shutdown.
@@ -39,6 +46,7 @@ import math
 import os
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
@@ -84,6 +92,13 @@ class Worker:
     ``poll_interval`` (first, most) bounds the wait after an empty dequeue that was not held
     (the original server, or jobs in hand); errors back off up to ``error_backoff``.
     ``status_limit`` caps the error text appended to a failed job's custom status.
+
+    ``claim_renewal``: seconds between renewals of a running job's claim (a checkpoint, which
+    restarts the server's claim timeout, ``BACKEND_MONITOR_JOB_CLAIMED_TIMEOUT_SECONDS``: keep it
+    well under that); None never renews, as the original's workers did not (a job running past
+    the claim timeout then runs twice). ``handler_timeout`` (per queue in ``register`` as
+    ``timeout``): seconds a handler may run before its job fails; None, the default, sets no
+    limit, so a handler that never returns holds its job while the worker runs.
     """
 
     def __init__(
@@ -105,6 +120,8 @@ class Worker:
         grace_period: float = 30.0,
         status_limit: int = 500,
         timeout: float = 30.0,
+        claim_renewal: float | None = 60.0,
+        handler_timeout: float | None = None,
     ) -> None:
         # (0 would spin: an ack flush, an error's back-off, a reply's timeout of no time; an
         # infinite ack interval flushes with dequeues and at stop only, an infinite grace period
@@ -116,6 +133,11 @@ class Worker:
                 raise ValueError(f"{name} must be positive and finite, not {value}")
         if not grace_period >= 0:
             raise ValueError(f"grace_period must be at least 0, not {grace_period}")
+        for name, limit in (("claim_renewal", claim_renewal), ("handler_timeout", handler_timeout)):
+            if limit is not None and not 0 < limit < math.inf:
+                raise ValueError(f"{name} must be positive and finite (or None), not {limit}")
+        self.claim_renewal = claim_renewal
+        self.handler_timeout = handler_timeout
         first_poll, most_poll = poll_interval
         # (a first wait of 0 made every back-off 0: a worker hammered a server that was down)
         if not 0 < first_poll <= most_poll < math.inf:
@@ -175,8 +197,12 @@ class Worker:
         prefetch: int | None = None,
         batch_size: int | None = None,
         retry: RetryPolicy | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """Run ``handler`` for the jobs of ``queue``; without a handler, a decorator."""
+        """Run ``handler`` for the jobs of ``queue``; without a handler, a decorator. ``timeout``:
+        seconds the handler may run (default the worker's ``handler_timeout``)."""
+        if timeout is not None and not 0 < timeout < math.inf:
+            raise ValueError(f"timeout must be positive and finite (or None), not {timeout}")
 
         def add(fn: Handler) -> Handler:
             size = concurrency or self.concurrency
@@ -189,7 +215,14 @@ class Worker:
             # Default half the bound: the next batch is fetched while the other half still runs.
             batch = max(1, min(bound, batch_size or self.batch_size or bound // 2))
             self.registrations[queue] = Registration(
-                queue, fn, size, batch, retry or self.retry, is_async(fn), prefetch=ahead
+                queue,
+                fn,
+                size,
+                batch,
+                retry or self.retry,
+                is_async(fn),
+                prefetch=ahead,
+                timeout=self.handler_timeout if timeout is None else timeout,
             )
             return fn
 
@@ -289,6 +322,7 @@ class Worker:
             self._request_stop()
         loops = [asyncio.create_task(r.dequeue_loop(), name=f"dequeue:{r.queue}") for r in self.runners]
         flusher = asyncio.create_task(self._flush_loop(), name="ack-flusher")
+        watch = asyncio.create_task(self._long_runs_loop(), name="long-runs")
         try:
             await self._stop_event.wait()
             prefetched = asyncio.gather(*(r.return_prefetched() for r in self.runners))
@@ -297,9 +331,10 @@ class Worker:
             await self._wait_for_jobs()
             await self._bounded("releasing jobs in hand", asyncio.gather(*(r.release_all() for r in self.runners)))
         finally:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            for background in (flusher, watch):
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
             for task in loops:
                 task.cancel()
             if not await self._bounded("sending acks", self._final_flush()):
@@ -328,6 +363,23 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(None if remaining == math.inf else remaining):
                     await self.changed.wait()
+
+    async def _long_runs_loop(self) -> None:
+        """Fail the sync handlers' jobs past their timeouts and renew the claims of long runs
+        (``QueueRunner.expire_threads``, ``QueueRunner.renew_claims``), a few times per period."""
+        renewal = self.claim_renewal
+        limits = [r.reg.timeout for r in self.runners if r.threads is not None and r.reg.timeout is not None]
+        periods = [p for p in (renewal, *limits) if p is not None]
+        if not periods:
+            return
+        tick = min(1.0, min(periods) / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for runner in self.runners:
+                runner.expire_threads(now)
+                if renewal is not None:
+                    await runner.renew_claims(now, renewal)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -71,6 +71,7 @@ class HandlerThreads:
                 return
             if waiting.pop(ctx, None) is None:  # handed back to the server before it could start
                 continue
+            ctx.started = time.monotonic()
             started = clock()
             try:
                 result = self.handler(ctx)
