@@ -7,10 +7,15 @@ it. Against a real MariaDB."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
+import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,6 +217,62 @@ def test_a_table_made_without_the_column_after_open_is_migrated_on_the_rust_hot_
         loop.run_until_complete(backend.aclose())
         backend.close()
         loop.close()
+
+
+def test_the_migration_takes_as_long_as_its_alter_takes_not_the_socket_timeout(
+    server: MariaDBServer, make_store: Callable[..., MySQLStore]
+) -> None:
+    """On MySQL before 8.0.12 the ALTER copies the table, minutes on a big one; here it waits
+    1.5 s for a transaction that holds the table open, past the store's 0.5 s socket timeout.
+    On a pooled connection the timeout cut it off (MySQL rolled it back) and every statement
+    of the queue failed, trying again; now it finishes, and the statement then runs."""
+    conn = server.admin_connection()
+    try:
+        seed_original_queue(conn, "1", "big", [(1, 0, b"old")])
+    finally:
+        conn.close()
+    store = make_store(socket_timeout=0.5)
+    reader = server.admin_connection()
+    try:
+        with reader.cursor() as cur:
+            cur.execute("START TRANSACTION")
+            cur.execute("SELECT COUNT(*) FROM plq_1_big.jobs_p1")  # its metadata lock, until COMMIT
+        timer = threading.Timer(1.5, reader.commit)
+        timer.start()
+        started = time.monotonic()
+        found = store.scan_jobs("big", pending(), 10)
+        took = time.monotonic() - started
+        timer.join()
+    finally:
+        reader.close()
+    assert len(found) == 1
+    assert took >= 1.0, "it waited for the transaction"
+    assert "expire_at" in _ddl(server, "plq_1_big.jobs_p1")
+
+
+def test_prepare_mysql_adds_the_column_ahead_and_then_finds_nothing_to_do(
+    server: MariaDBServer, tmp_path: Path
+) -> None:
+    conn = server.admin_connection()
+    try:
+        seed_original_queue(conn, "1", "legacy", [(1, 0, b"a"), (2, 0, b"b")])
+    finally:
+        conn.close()
+    config = tmp_path / "mysql.json"
+    config.write_text(json.dumps({"1": server.shard_entry()}))
+    cmd = [sys.executable, "-m", "pinlater.cli", "prepare-mysql", "--backend-config", str(config)]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "shard 1: 3 table(s) given expire_at\n"  # the original makes p1..p3
+    assert "adding expire_at to `plq_1_legacy`.`jobs_p2`" in first.stderr
+    assert _tables(server, "plq_1_legacy") == ["expired_count", "expiring", "jobs_p1", "jobs_p2", "jobs_p3"]
+    assert all("expire_at" in _ddl(server, f"plq_1_legacy.jobs_p{p}") for p in (1, 2, 3))
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert (again.returncode, again.stdout) == (0, "shard 1: 0 table(s) given expire_at\n")
+    wrong = subprocess.run([*cmd, "--shard", "9"], capture_output=True, text=True, timeout=120)
+    assert (
+        wrong.returncode == 2 and wrong.stderr.startswith("pinlater prepare-mysql: ") and "no shard 9" in wrong.stderr
+    )
 
 
 # -- expiry ---------------------------------------------------------------------------------------

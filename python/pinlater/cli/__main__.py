@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pinlater import __version__
-from pinlater.cli import admin, bench, client, migrate_layout, serve, worker
+from pinlater.cli import admin, bench, client, migrate_layout, prepare_mysql, serve, worker
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_parser(sub)
     bench.add_parser(sub)
     migrate_layout.add_parser(sub)
+    prepare_mysql.add_parser(sub)
     return parser
 
 

@@ -31,6 +31,8 @@ expired some; ``expired_counts`` reads every queue's in one UNION ALL.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -41,9 +43,11 @@ from pinlater.backends.base import EXPIRED, KeyedJob
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.db_time import to_db_time
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT
-from pinlater.backends.mysql.pool import error_code
+from pinlater.backends.mysql.pool import error_code, is_connection_failure
 from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor
-from pinlater.errors import QueueNotFoundError
+from pinlater.errors import QueueNotFoundError, ShardConnectionError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pinlater.backends.base import Enqueued
@@ -79,34 +83,52 @@ def _like(text: str) -> str:
 def migrate(store: MySQLStore, queue: str | None) -> int:
     """Give the jobs tables of ``queue`` (every queue of the shard when None) that lack it the
     ``expire_at`` column, their queue's ``expiring`` table first. Return how many tables were
-    altered. A missing queue alters nothing (the statement that follows finds it missing)."""
+    altered. A missing queue alters nothing (the statement that follows finds it missing).
+
+    One migration at a time per store (the statements that found the column missing wait for
+    it, then find nothing left to do), on a connection of its own with no read timeout
+    (``ConnectionPool.unbounded``): an ALTER that copies a big table (MySQL before 8.0.12)
+    takes what it takes, each table logged as it starts and ends."""
     if queue is None:
         pattern = names.queue_database_pattern(store.name)
     else:
         pattern = _like(names.database_name(store.name, queue))
+    with store.migration_lock:
+        try:
+            with store.pool.unbounded() as conn, conn.cursor() as cur:
+                return _migrate_tables(store, cur, pattern)
+        except pymysql.err.MySQLError as exc:
+            if is_connection_failure(exc):
+                raise ShardConnectionError(store.name, f"MySQL error {error_code(exc)}: {exc}") from exc
+            raise
+        except (OSError, EOFError) as exc:
+            raise ShardConnectionError(store.name, f"{type(exc).__name__}: {exc}") from exc
 
-    def op(cur: Cursor) -> int:
-        cur.execute(queries.TABLES_WITHOUT_EXPIRY.render(), (pattern, names.JOBS_TABLE_PATTERN))
-        found: dict[str, list[int]] = defaultdict(list)
-        for database, table in cur.fetchall():
-            owner = names.queue_from_database(str(database), store.name)
-            priority = names.priority_from_table(str(table))
-            if owner is not None and priority is not None and 1 <= priority <= 127:
-                found[owner].append(priority)
-        altered = 0
-        for owner, priorities in sorted(found.items()):
-            create_table(cur, store.name, owner)
-            for priority in sorted(priorities):
-                try:
-                    cur.execute(queries.ADD_EXPIRE_COLUMN.render(table=store._table(owner, priority)))
-                except pymysql.err.MySQLError as exc:
-                    if error_code(exc) != DUPLICATE_COLUMN_ERROR:
-                        raise
-                    continue
-                altered += 1
-        return altered
 
-    return store._run_plain(None, op)
+def _migrate_tables(store: MySQLStore, cur: Cursor, pattern: str) -> int:
+    cur.execute(queries.TABLES_WITHOUT_EXPIRY.render(), (pattern, names.JOBS_TABLE_PATTERN))
+    found: dict[str, list[int]] = defaultdict(list)
+    for database, table in cur.fetchall():
+        owner = names.queue_from_database(str(database), store.name)
+        priority = names.priority_from_table(str(table))
+        if owner is not None and priority is not None and 1 <= priority <= 127:
+            found[owner].append(priority)
+    altered = 0
+    for owner, priorities in sorted(found.items()):
+        create_table(cur, store.name, owner)
+        for priority in sorted(priorities):
+            table = store._table(owner, priority)
+            log.warning("shard %s: adding expire_at to %s (MySQL before 8.0.12 copies the table)", store.name, table)
+            started = time.monotonic()
+            try:
+                cur.execute(queries.ADD_EXPIRE_COLUMN.render(table=table))
+            except pymysql.err.MySQLError as exc:
+                if error_code(exc) != DUPLICATE_COLUMN_ERROR:
+                    raise
+                continue
+            log.warning("shard %s: %s has expire_at, after %.1f s", store.name, table, time.monotonic() - started)
+            altered += 1
+    return altered
 
 
 def create_table(cur: Cursor, shard: str, queue: str) -> None:

@@ -301,6 +301,20 @@ class ConnectionPool:
                         raise pymysql.err.OperationalError(2013, f"rollback failed: {rollback_exc}") from exc
                 raise
 
+    @contextmanager
+    def unbounded(self) -> Iterator[pymysql.connections.Connection[Any]]:
+        """A connection of its own, outside the pool, in autocommit, whose statements may take as
+        long as they take: for DDL (``expiry.migrate``), which MySQL before 8.0.12 runs by
+        copying the table (minutes on a big one) and which waits for the table's metadata lock.
+        On a pooled connection the socket timeout cut it off, MySQL rolled it back, and the next
+        statement tried it again, for ever. Connecting still times out as the pool's do."""
+        args = dict(self._connect_args, read_timeout=None, write_timeout=None, autocommit=True)
+        conn = _Connection(**args)
+        try:
+            yield conn
+        finally:
+            _force_close(conn)
+
     def discard_idle(self) -> None:
         """Close every idle connection (after a connection failure they are suspect)."""
         with self._lock:

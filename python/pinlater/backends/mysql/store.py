@@ -184,6 +184,8 @@ class MySQLStore(BlockingStore):
         self.insert_id_strategy = insert_id_strategy
         self._longest_shard_name = longest_shard_name
         self._body_filter_budget = body_filter_budget_seconds  # BODY_FILTER_TIME_BUDGET_SECONDS
+        #: Held by ``expiry.migrate``: one migration of this shard's tables at a time.
+        self.migration_lock = threading.Lock()
         self.pool = ConnectionPool(
             host=config.master.host,
             port=config.master.port,
