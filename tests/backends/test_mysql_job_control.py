@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from tests.support.mariadb_server import MariaDBServer, shared_server
 from tests.support.original_mysql import seed_original_queue
+from tests.support.wait import wait_for
 
 from pinlater._pinlater import AckGroup
 from pinlater.backends.base import (
@@ -40,6 +41,7 @@ from pinlater.backends.mysql.native_hot import NativeMySQLHotPath
 from pinlater.backends.mysql.store import EXPIRY_DRAIN_LIMIT, LAZY_EXPIRY_LIMIT
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.errors import ShardConnectionError
 
 pytestmark = pytest.mark.mysql
 
@@ -229,25 +231,40 @@ def test_the_migration_takes_as_long_as_its_alter_takes_not_the_socket_timeout(
     conn = server.admin_connection()
     try:
         seed_original_queue(conn, "1", "big", [(1, 0, b"old")])
+        seed_original_queue(conn, "1", "small", [(1, 0, b"old")])
     finally:
         conn.close()
     store = make_store(socket_timeout=0.5)
     reader = server.admin_connection()
+    timer = threading.Timer(1.5, reader.commit)
     try:
         with reader.cursor() as cur:
             cur.execute("START TRANSACTION")
             cur.execute("SELECT COUNT(*) FROM plq_1_big.jobs_p1")  # its metadata lock, until COMMIT
-        timer = threading.Timer(1.5, reader.commit)
         timer.start()
         started = time.monotonic()
-        found = store.scan_jobs("big", pending(), 10)
+        found: list[list[JobRecord]] = []
+        first = threading.Thread(target=lambda: found.append(store.scan_jobs("big", pending(), 10)))
+        first.start()
+        wait_for(store.migration_lock.locked, 5, what="the migration to start")
+        # Another queue's statement that needs a migration meanwhile waits a socket timeout for
+        # this one, then fails as contention, rather than hold another of the shard's threads
+        # for as long as the copy takes. (The statements of the table being altered wait for
+        # MySQL's metadata lock instead, as they would for anyone's ALTER.)
+        with pytest.raises(ShardConnectionError, match="being given the expire_at column") as caught:
+            store.scan_jobs("small", pending(), 10)
+        assert caught.value.contention
+        first.join(10)
         took = time.monotonic() - started
-        timer.join()
     finally:
+        timer.cancel()  # (if it has not fired: the test failed; the close below ends the transaction)
+        if timer.is_alive():
+            timer.join()  # it commits on the reader: closed only after
         reader.close()
-    assert len(found) == 1
+    assert [len(f) for f in found] == [1]
     assert took >= 1.0, "it waited for the transaction"
     assert "expire_at" in _ddl(server, "plq_1_big.jobs_p1")
+    assert len(store.scan_jobs("small", pending(), 10)) == 1, "migrated when tried again"
 
 
 def test_prepare_mysql_adds_the_column_ahead_and_then_finds_nothing_to_do(

@@ -85,15 +85,20 @@ def migrate(store: MySQLStore, queue: str | None) -> int:
     ``expire_at`` column, their queue's ``expiring`` table first. Return how many tables were
     altered. A missing queue alters nothing (the statement that follows finds it missing).
 
-    One migration at a time per store (the statements that found the column missing wait for
-    it, then find nothing left to do), on a connection of its own with no read timeout
+    One migration at a time per store, on a connection of its own with no read timeout
     (``ConnectionPool.unbounded``): an ALTER that copies a big table (MySQL before 8.0.12)
-    takes what it takes, each table logged as it starts and ends."""
+    takes what it takes, each table logged as it starts and ends. The statements that found
+    the column missing meanwhile wait for it up to the socket timeout (an instant ALTER is
+    done by then, and they find nothing left to do), then fail as contention: a long copy
+    holds one of the shard's threads, not all of them."""
     if queue is None:
         pattern = names.queue_database_pattern(store.name)
     else:
         pattern = _like(names.database_name(store.name, queue))
-    with store.migration_lock:
+    if not store.migration_lock.acquire(timeout=store.socket_timeout):
+        detail = "its tables are being given the expire_at column (logged): try again later"
+        raise ShardConnectionError(store.name, detail, contention=True)
+    try:
         try:
             with store.pool.unbounded() as conn, conn.cursor() as cur:
                 return _migrate_tables(store, cur, pattern)
@@ -103,6 +108,8 @@ def migrate(store: MySQLStore, queue: str | None) -> int:
             raise
         except (OSError, EOFError) as exc:
             raise ShardConnectionError(store.name, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        store.migration_lock.release()
 
 
 def _migrate_tables(store: MySQLStore, cur: Cursor, pattern: str) -> int:
