@@ -227,6 +227,9 @@ def test_scan_failed_jobs_and_look_one_up_with_its_body_as_text_and_hex(admin_se
     assert job["body_text"] == "café \ufffd\x00 <b>bold</b>"
     assert job["body_hex"] == body.hex(" ")
     assert job["body_size"] == len(body)
+    queue, shard, priority, local_id = second.split(":")
+    spelled = a.get(f"/api/lookup?descriptor={queue}:{shard}:{priority}:0{local_id}").json()["job"]
+    assert (spelled["descriptor"], spelled["body_size"]) == (second, len(body)), "a spelling of its own finds it"
     assert a.get("/api/lookup?descriptor=scanned:s1:p1:999999").status == 404
     assert a.get("/api/lookup?descriptor=not-a-descriptor").status == 400
 

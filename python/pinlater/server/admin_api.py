@@ -211,10 +211,11 @@ class AdminApi:
                 found = await self.backend.lookup_jobs([descriptor], True)
             except DescriptorError as exc:
                 raise ApiError(400, f"invalid job descriptor: {exc}") from None
-            record = found.get(descriptor)
-            if record is None:
+            if not found:
                 raise ApiError(404, f"no job {descriptor}")
-            job = _job(descriptor, record, with_body=True)
+            # (under the store's spelling, which the page links to: q:s1:p1:042 finds job 42)
+            [(canonical, record)] = found.items()
+            job = _job(canonical, record, with_body=True)
             del found, record  # (the body goes with its turn: only its first 64 KiB are shown)
         return _json({"job": job})
 
