@@ -652,6 +652,26 @@ def test_statuses_a_latin1_table_cannot_hold_are_written_as_the_original_wrote_t
     assert record.state is JobState.SUCCEEDED and record.custom_status.endswith("fin ?")  # (after "boom ?")
 
 
+def test_a_keyed_or_expiring_enqueue_with_a_status_latin1_cannot_hold_is_fitted_to_it(
+    harness: Harness, server: MariaDBServer
+) -> None:
+    """As a plain enqueue's: the jobs with a dedup key or an expiry (placed by the Python store)
+    were refused (1366) in their one transaction, now run again with the statuses fitted."""
+    from pinlater.backends.base import KeyedJob
+
+    latin1_queue(server, "latink")
+    jobs = [
+        KeyedJob(NewJob(1, b"a", T0, 2, "keyed ✓"), "key-1"),
+        KeyedJob(NewJob(2, b"b", T0, 2, "expiring é 日本"), None, expire_at_ms=T0 + 60_000),
+    ]
+    placed = harness.store.enqueue_keyed_jobs("latink", jobs, T0)
+    found = harness.store.lookup_jobs("latink", [(1, placed[0].local_id)], False)
+    found += harness.store.lookup_jobs("latink", [(2, placed[1].local_id)], False)
+    assert [(r.custom_status, r.dedup_key) for r in found] == [("keyed ?", "key-1"), ("expiring é ??", None)]
+    again = harness.store.enqueue_keyed_jobs("latink", [jobs[0]], T0)
+    assert again[0].local_id == placed[0].local_id and again[0].deduplicated, "the key is held"
+
+
 def test_a_checkpoint_status_a_latin1_table_cannot_hold_is_fitted_to_it(
     harness: Harness, server: MariaDBServer
 ) -> None:

@@ -365,8 +365,21 @@ class MySQLStore(BlockingStore):
         return self._run_writing_bodies(queue, op, check_bodies, repeatable=False)
 
     def enqueue_keyed_jobs(self, queue: str, jobs: Sequence[KeyedJob], now_ms: int) -> list[Enqueued]:
-        """One transaction, keys locked first: see ``dedup_keys``; expiries: ``expiry.mark_enqueued``."""
-        placed = dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
+        """One transaction, keys locked first: see ``dedup_keys``; expiries: ``expiry.mark_enqueued``.
+        A custom status an original table's character set cannot hold (``text_charsets.py``)
+        got the transaction refused and rolled back: it runs again with the statuses fitted."""
+        try:
+            placed = dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) not in TEXT_REFUSED_ERRORS:
+                raise
+            charsets = self.status_charsets(queue)
+            jobs = [
+                keyed._replace(job=keyed.job._replace(custom_status=fit_text(keyed.job.custom_status, charsets.get(p))))
+                for keyed in jobs
+                for p in (keyed.job.priority,)
+            ]
+            placed = dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
         if any(job.expire_at_ms is not None for job in jobs):
             self._expiring.setdefault(queue, 0)
         return placed

@@ -6,8 +6,9 @@ text as ``utf8mb4`` in strict mode, so the same text made MySQL refuse the state
 (incorrect string value) writing the column, or 1267 (illegal mix of collations) appending to
 it. An enqueue or an ack refused so (rolled back: nothing applied) runs again with each status
 fitted to its table's ``custom_status`` column, read from information_schema at each such
-refusal (rare: the statuses fitted are not refused again), and a checkpoint's status to prepend
-is fitted so too: each character the column cannot hold becomes ``?``. Tables created here are ``utf8mb4``
+refusal (rare: the statuses fitted are not refused again), an enqueue of jobs with dedup keys or
+expiries too (``MySQLStore.enqueue_keyed_jobs``), and a checkpoint's status to prepend is
+fitted so too: each character the column cannot hold becomes ``?``. Tables created here are ``utf8mb4``
 and never refuse one.
 """
 
