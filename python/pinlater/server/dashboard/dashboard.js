@@ -202,7 +202,8 @@
   // -- charts ---------------------------------------------------------------------------------------
 
   function seriesFor(queue) {
-    return rates && rates.queues[queue] ? rates.queues[queue] : null;
+    // (own keys only: a queue named "constructor" or "__proto__" is a name, not Object's member)
+    return rates && Object.hasOwn(rates.queues, queue) ? rates.queues[queue] : null;
   }
 
   // Rates as steps: point i covers (stamps[i] - seconds[i], stamps[i]]. The window is the last ten
