@@ -81,6 +81,10 @@ class Settings:
     frame_timeout_seconds: float = 60.0  # FRAME_TIMEOUT_SECONDS: a frame arrives whole within this
     # ADMIN_BODY_TIMEOUT_SECONDS: an admin request's body arrives whole within this, or is answered 408
     admin_body_timeout_seconds: float = 30.0
+    # ADMIN_ALLOWED_HOSTS: host names (comma-separated) a request to an admin port listening
+    # beyond loopback may name in its Host header, besides IP addresses, localhost and this
+    # machine's own names; "*" takes any (no defence against DNS rebinding)
+    admin_allowed_hosts: tuple[str, ...] = ()
     # MAX_PENDING_FRAME_BYTES: bytes held in unfinished frames over all connections
     max_pending_frame_bytes: int = 256 * 1024 * 1024
     # SERVER_CONN_MAX_IDLE_TIME_MINUTES (the original's key and value): idle connections close; 0 never
@@ -388,6 +392,11 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _host_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of host names, each lowercased, without a trailing dot."""
+    return tuple(name.strip().lower().rstrip(".") for name in text.split(",") if name.strip())
+
+
 _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "THRIFT_PORT": ("port", int),
     "OSTRICH_PORT": ("admin_port", int),
@@ -426,6 +435,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "OPEN_FILES_RESERVE": ("open_files_reserve", int),
     "FRAME_TIMEOUT_SECONDS": ("frame_timeout_seconds", float),
     "ADMIN_BODY_TIMEOUT_SECONDS": ("admin_body_timeout_seconds", float),
+    "ADMIN_ALLOWED_HOSTS": ("admin_allowed_hosts", _host_names),
     "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),
     "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
     "MAX_SCAN_LIMIT": ("max_scan_limit", int),

@@ -236,6 +236,42 @@ def test_a_loopback_admin_port_answers_only_requests_for_loopback_names(start_se
         assert status(host) == 403, host
 
 
+def test_an_admin_port_beyond_loopback_answers_ip_addresses_and_known_names_only(start_server: Start) -> None:
+    """Listening on every address, DNS rebinding works as on loopback: the page's own name in
+    Host. Such a port answers IP addresses, localhost, this machine's names and the names of
+    ADMIN_ALLOWED_HOSTS; and, from a browser, no request another site's page made but a
+    navigation (an image tag or a fetch of /metrics, a scan, a lookup cost the server work)."""
+    server = start_server("--admin-host", "0.0.0.0", properties={"ADMIN_ALLOWED_HOSTS": "PinLater.Internal., ops"})
+
+    def status(host: str | None, *headers: str) -> int:
+        with socket.create_connection(("127.0.0.1", server.admin_port), timeout=10) as sock:
+            lines = ([] if host is None else [f"Host: {host}"]) + list(headers)
+            request = "GET /stats.json HTTP/1.0\r\n" + "".join(f"{line}\r\n" for line in lines) + "\r\n"
+            sock.sendall(request.encode())
+            return int(sock.recv(64).split(b" ")[1])
+
+    port = server.admin_port
+    known = (f"127.0.0.1:{port}", f"10.1.2.3:{port}", "[::1]", "localhost", "pinlater.internal", f"OPS:{port}")
+    for host in (*known, socket.gethostname(), None):
+        assert status(host) == 200, host
+    for host in ("attacker.example", f"attacker.example:{port}", "internal"):
+        assert status(host) == 403, host
+    assert status("localhost", "Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: no-cors") == 403
+    assert status("localhost", "Sec-Fetch-Site: same-site", "Sec-Fetch-Mode: cors") == 403
+    assert status("localhost", "Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: navigate") == 200  # a link to it
+    assert status("localhost", "Sec-Fetch-Site: same-origin", "Sec-Fetch-Mode: cors") == 200  # the dashboard's own
+
+
+def test_a_star_in_admin_allowed_hosts_answers_any_name() -> None:
+    from pinlater.config import parse_properties, resolve_settings
+    from pinlater.server.admin import _allowed_names
+
+    settings = resolve_settings(parse_properties("ADMIN_ALLOWED_HOSTS = a.example, *\n", source="p"))
+    assert settings.admin_allowed_hosts == ("a.example", "*")
+    assert _allowed_names(settings.admin_allowed_hosts) is None
+    assert "a.example" in (_allowed_names(("a.example",)) or ())
+
+
 def test_one_host_holds_at_most_nine_tenths_of_the_admin_port() -> None:
     """A host at its share (9 of 10) has its next connection take the place of its own idle one,
     or closed as it is accepted when each of its own is in a request (bodies trickled in), even

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from importlib import resources
@@ -96,6 +97,8 @@ class AdminApp(JobControlApi):
         self.redrives = Redrives()
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
+        #: Else the host names a request may name besides IP addresses (``_unknown_host``); None: any.
+        self._allowed_names = _allowed_names(server.settings.admin_allowed_hosts)
         #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware;
         #: on loopback every peer is this machine, one host: no share of the cap per host there.
         self.connections = AdminConnections(peer_cap=MAX_ADMIN_CONNECTIONS if self._loopback_only else None)
@@ -162,8 +165,13 @@ class AdminApp(JobControlApi):
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self._loopback_only and (host := _foreign_host(request)) is not None:
-            return web.json_response({"error": _FOREIGN_HOST % (host,)}, status=403)
+        if self._loopback_only:
+            if (host := _foreign_host(request)) is not None:
+                return web.json_response({"error": _FOREIGN_HOST % (host,)}, status=403)
+        elif self._allowed_names is not None and (host := _unknown_host(request, self._allowed_names)) is not None:
+            return web.json_response({"error": _UNKNOWN_HOST % (host,)}, status=403)
+        if _cross_site(request):
+            return web.json_response({"error": _CROSS_SITE}, status=403)
         start = time.perf_counter()
         protocol = request.protocol
         self.connections.request_started(protocol)
@@ -333,6 +341,57 @@ _FOREIGN_HOST = (
 )
 
 
+_UNKNOWN_HOST = (
+    "this admin port answers requests for IP addresses, localhost and this machine's names, not "
+    "for %r: a web page whose name was made to resolve here (DNS rebinding) could otherwise read "
+    "job bodies through a browser; add the name to ADMIN_ALLOWED_HOSTS to serve it"
+)
+_CROSS_SITE = (
+    "a request from another site's page (Sec-Fetch-Site) is refused: open the dashboard itself, "
+    "or call the API from outside a browser"
+)
+
+
+def _allowed_names(configured: tuple[str, ...]) -> frozenset[str] | None:
+    """The host names an admin port beyond loopback answers for: localhost, this machine's name
+    and fully qualified name, and ``ADMIN_ALLOWED_HOSTS``; None if that holds ``*`` (any)."""
+    if "*" in configured:
+        return None
+    own = {"localhost", socket.gethostname(), socket.getfqdn()}
+    return frozenset(name.lower().rstrip(".") for name in (*own, *configured) if name)
+
+
+def _host_of(header: str) -> str:
+    """The host of a Host header, without its port or an IPv6 address' brackets."""
+    host = header.rsplit(":", 1)[0] if not header.endswith("]") and header.count(":") == 1 else header
+    if host.startswith("[") and "]" in host:
+        host = host[1 : host.index("]")]
+    return host
+
+
+def _unknown_host(request: web.Request, allowed: frozenset[str]) -> str | None:
+    """The request's Host header, if it names neither an IP address nor an allowed name (a
+    request without one is taken, as in ``_foreign_host``)."""
+    header = request.headers.get("Host")
+    if not header:
+        return None
+    host = _host_of(header)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None if host.lower().rstrip(".") in allowed else header
+    return None
+
+
+def _cross_site(request: web.Request) -> bool:
+    """A browser's request made by another site's page, not a navigation to this one: an image
+    or script tag, or a fetch, sent from any page open in the operator's browser (each asks the
+    server for work: a scan, a lookup of a big body, ``/metrics``). Browsers say so in
+    ``Sec-Fetch-Site``; other clients send no such header."""
+    site = request.headers.get("Sec-Fetch-Site")
+    return site in ("cross-site", "same-site") and request.headers.get("Sec-Fetch-Mode") != "navigate"
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -346,10 +405,7 @@ def _foreign_host(request: web.Request) -> str | None:
     header = request.headers.get("Host")
     if not header:
         return None
-    host = header.rsplit(":", 1)[0] if not header.endswith("]") and header.count(":") == 1 else header
-    if host.startswith("[") and "]" in host:
-        host = host[1 : host.index("]")]
-    return None if _is_loopback(host) else header
+    return None if _is_loopback(_host_of(header)) else header
 
 
 async def start_admin(server: PinLaterServer) -> web.AppRunner:
