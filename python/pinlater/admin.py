@@ -56,6 +56,7 @@ Two halves:
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import urllib.error
 import urllib.parse
@@ -101,6 +102,21 @@ class PasswordRefused(AdminError):
 # -- the admin HTTP API -------------------------------------------------------------------------
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _opener(host: str) -> urllib.request.OpenerDirector:
+    """How to reach ``host`` (``host[:port]``): a loopback address directly, whatever
+    ``http_proxy`` says (urllib sends 127.0.0.1 through it unless ``no_proxy`` names it, and
+    a password with it, in clear); any other as the environment says."""
+    name = urllib.parse.urlsplit(f"http://{host}").hostname or ""
+    try:
+        loopback = ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = name.lower() == "localhost"
+    return _DIRECT if loopback else urllib.request.build_opener()
+
+
 class Admin:
     """A client of a server's admin HTTP port. Reads need nothing; changes need the password."""
 
@@ -129,7 +145,7 @@ class Admin:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with _opener(req.host).open(req, timeout=self.timeout) as resp:
                 return int(resp.status), resp.read()
         except urllib.error.HTTPError as exc:
             payload = exc.read()

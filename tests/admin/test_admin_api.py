@@ -31,6 +31,17 @@ def admin(admin_server: AdminServer) -> Admin:
     return Admin("127.0.0.1", admin_server.server.admin_port, password=ADMIN_PASSWORD)
 
 
+def test_a_loopback_admin_port_is_reached_directly_whatever_http_proxy_says(
+    admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """urllib sends 127.0.0.1 through ``http_proxy`` unless ``no_proxy`` names it, the admin
+    password with it, in clear; here through a proxy that is not there."""
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    assert isinstance(admin.queues(), list)
+
+
 def test_reads_queues_counts_scan_lookup_and_stats(admin_server: AdminServer, admin: Admin) -> None:
     jobs = admin_server.jobs
     jobs.create("beta")
