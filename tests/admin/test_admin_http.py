@@ -258,6 +258,17 @@ def test_actions_need_the_admin_password_and_do_what_they_say(admin_server: Admi
     assert any("admin delete on acted from 127.0.0.1: deleted 1 FAILED jobs" in line for line in a.server.lines)
 
 
+def test_a_hash_that_is_not_a_sha256_matches_no_password_and_says_so(
+    start_server: Callable[..., ServerProcess],
+) -> None:
+    """The original took any ADMIN_PASSWORD_HASH, so a typo matched nothing, silently; a value
+    not text as ASCII made the comparison raise (a 500). Now: refused (403), and logged at start."""
+    srv = start_server(properties={"ADMIN_PASSWORD_HASH": "c0ffee-é"})
+    for password in ("", "c0ffee-é", ADMIN_PASSWORD):
+        assert http(srv, "/api/retry", {"queue": "q", "password": password}).status == 403
+    assert any("ADMIN_PASSWORD_HASH is not 64 hex digits" in line for line in srv.lines)
+
+
 def test_a_peer_guessing_the_password_costs_no_walk_of_its_body_and_few_log_lines(admin_server: AdminServer) -> None:
     """The password is checked before the body is walked (a body that fails the walk's checks is
     refused for its password first), and 30 wrong guesses write a line or two, where each wrote one."""

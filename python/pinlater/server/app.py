@@ -18,6 +18,7 @@ import asyncio
 import functools
 import gc
 import logging
+import re
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,9 @@ class PinLaterServer:
         if s.broker_enabled:
             self.broker = DequeueBroker(self.backend, BrokerPolicy.from_settings(s), self.metrics)
             self.broker.start()
+        if s.admin_password_hash and not re.fullmatch(r"[0-9a-f]{64}", s.admin_password_hash):
+            # (the original took any value: a typo then matched no password, as here, silently)
+            log.warning("ADMIN_PASSWORD_HASH is not 64 hex digits (a SHA-256): no admin password will match it")
         handler = PinLaterHandler(
             self.backend,
             self.metrics,

@@ -136,8 +136,8 @@ def password_matches(password: object, expected: str) -> bool:
     if not isinstance(password, str):
         return False
     try:
-        return hmac.compare_digest(hash_password(password), expected)
-    except UnicodeEncodeError:
+        return hmac.compare_digest(hash_password(password).encode(), expected.encode())
+    except UnicodeEncodeError:  # (or an expected hash that is not text: matched by nothing)
         return False
 
 
