@@ -92,11 +92,14 @@ def test_enqueue_ten_adds_ten_in_stats_txt_stats_json_and_prometheus(admin_serve
     before_prom = prometheus(a)
 
     a.jobs.enqueue("metered", *[b"job %d" % i for i in range(3)])
-    a.jobs.enqueue("metered", *[b"job %d" % i for i in range(3, 10)])
+    made = a.jobs.enqueue("metered", *[b"job %d" % i for i in range(3, 10)])
     dequeued = a.jobs.dequeue("metered", 4)
     assert len(dequeued) == 4
     ok, bad = sorted(dequeued)[:3], sorted(dequeued)[3:]
     a.jobs.ack("metered", ok=ok, failed=bad)
+    waiting = [d for d in made if d not in dequeued][:2]
+    cancelled = a.post("/api/cancel", {"queue": "metered", "descriptors": waiting, "password": ADMIN_PASSWORD})
+    assert cancelled.json()["cancelled"] == 2
 
     txt = ostrich_counters(a.get("/stats.txt").text)
     assert txt["metered_enqueue"] - before_txt.get("metered_enqueue", 0) == 10
@@ -118,6 +121,8 @@ def test_enqueue_ten_adds_ten_in_stats_txt_stats_json_and_prometheus(admin_serve
     assert sample(prom, "pinlater_jobs_dequeued_total", queue="metered") == 4
     assert sample(prom, "pinlater_jobs_acked_total", queue="metered", result="succeeded") == 3
     assert sample(prom, "pinlater_jobs_acked_total", queue="metered", result="failed") == 1
+    assert sample(prom, "pinlater_jobs_cancelled_total", queue="metered") == 2  # (not a family per queue)
+    assert not any(name.startswith("pinlater_metered") for name, _ in prom)
     requests = sample(prom, "pinlater_requests_total", method="enqueue_jobs", outcome="ok")
     assert requests - sample(before_prom, "pinlater_requests_total", method="enqueue_jobs", outcome="ok") == 2
     assert sample(prom, "pinlater_request_duration_seconds_count", method="enqueue_jobs") == requests

@@ -52,6 +52,7 @@ QUEUE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
     "ack_succeeded": ("pinlater_jobs_acked", "Jobs acknowledged, by result", {"result": "succeeded"}),
     "ack_failed": ("pinlater_jobs_acked", "Jobs acknowledged, by result", {"result": "failed"}),
     "checkpoint": ("pinlater_jobs_checkpointed", "Jobs checkpointed", {}),
+    "cancel": ("pinlater_jobs_cancelled", "Jobs cancelled (cancelJobs, the admin API)", {}),
     "enqueue_deduplicated": (
         "pinlater_jobs_deduplicated",
         "Jobs not enqueued because a live job held their dedup key",
