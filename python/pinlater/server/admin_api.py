@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,36 @@ BODY_LOOKUPS = 4
 STATES = {s.name.lower(): s for s in JobState}
 
 
+#: Wrong admin passwords one address may send in ``GUESS_WINDOW_SECONDS`` (from its first); past
+#: them its actions are answered 429, their bodies unread, until that window ends. A guesser
+#: had no bound but the requests it could send (the hash is one SHA-256 of a public salt).
+WRONG_PASSWORDS_ALLOWED = 10
+GUESS_WINDOW_SECONDS = 60.0
+#: Addresses whose wrong passwords are counted at most (the oldest window forgotten first).
+GUESSERS_KEPT = 10_000
+
+
+class Guesses:
+    """Wrong admin passwords by address, in windows of ``GUESS_WINDOW_SECONDS``."""
+
+    def __init__(self) -> None:
+        self._by_host: dict[str, tuple[float, int]] = {}  # (window start, wrong ones), oldest first
+
+    def wait(self, host: str, now: float) -> float:
+        """Seconds until ``host`` may try a password again: 0 unless it spent its window's."""
+        start, wrong = self._by_host.get(host, (now, 0))
+        left = start + GUESS_WINDOW_SECONDS - now
+        return left if wrong >= WRONG_PASSWORDS_ALLOWED and left > 0 else 0.0
+
+    def wrong(self, host: str, now: float) -> None:
+        start, wrong = self._by_host.pop(host, (now, 0))
+        if now - start >= GUESS_WINDOW_SECONDS:
+            start, wrong = now, 0
+        self._by_host[host] = (start, wrong + 1)
+        if len(self._by_host) > GUESSERS_KEPT:
+            del self._by_host[next(iter(self._by_host))]
+
+
 class ApiError(Exception):
     """Answered as ``{"error": message}`` with ``status``."""
 
@@ -75,6 +106,7 @@ class AdminApi:
     _queue_counts: QueueCounts | None = None
     _large_post_slots: asyncio.Semaphore | None = None
     _body_lookup_slots: asyncio.Semaphore | None = None
+    _guesses: Guesses | None = None
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
     #: wrote one a guess), as the Thrift port's deleteQueue has it.
     _wrong_password = ThrottledLog(log)
@@ -226,6 +258,12 @@ class AdminApi:
         hold ``max_bytes``; past ``POST_BYTES`` it is read as one of ``LARGE_POSTS``."""
         if request.content_type != "application/json":
             raise ApiError(415, "send the action as application/json")
+        if self._guesses is None:
+            self._guesses = Guesses()
+        if wait := self._guesses.wait(request.remote or "", time.monotonic()):
+            raise ApiError(
+                429, f"too many wrong admin passwords from {request.remote}: try again in {math.ceil(wait)} s"
+            )
         encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
         if encoding != "identity":  # (the runner does not inflate bodies: start_admin)
             raise ApiError(415, f"send the body uncompressed: Content-Encoding {encoding[:40]!r} is not taken")
@@ -270,6 +308,8 @@ class AdminApi:
             )
             raise ApiError(403, "admin actions are disabled: the server has no ADMIN_PASSWORD_HASH")
         if not password_matches(body.get("password"), expected):
+            if self._guesses is not None:
+                self._guesses.wrong(request.remote or "", time.monotonic())
             self._wrong_password("admin %s refused: wrong admin password", action, extra={"remote": request.remote})
             raise ApiError(403, "wrong admin password: nothing was done")
         try:  # JSON can spell a lone surrogate ("\ud800"), which no text field may hold
