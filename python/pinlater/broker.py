@@ -475,19 +475,22 @@ class DequeueBroker:
                 break
             break
         self.metrics.incr("broker_claimed", len(items) - len(unclaimed))
-        if unclaimed:  # delivered again once the reservation lapses: at least once
+        if unclaimed:  # withheld; one still PENDING is delivered again once its reservation lapses
             self.metrics.incr("broker_lapsed", len(unclaimed))
             log.warning(
-                "broker: %d of %d jobs of %s handed out on shard %s could not be claimed; they will be delivered again",
+                "broker: %d of %d jobs of %s handed out on shard %s could not be claimed (gone, or still"
+                " PENDING: delivered again)",
                 len(unclaimed),
                 len(items),
                 queue,
                 shard_name,
             )
-        if not answered:
-            return ALL_WRITTEN if unknown else Unwritten(shards=frozenset({shard_name}))
-        if not unclaimed:
+        if unknown or not unclaimed:
+            # (an attempt that failed after its writes may have landed, even one answered after
+            # it: that answer finds claimed jobs no longer under the reservation, so not claimed)
             return ALL_WRITTEN
+        if not answered:
+            return Unwritten(shards=frozenset({shard_name}))
         listed = items.to_list()
         return Unwritten(jobs=frozenset((shard_name, listed[at][0], listed[at][1]) for at in unclaimed))
 

@@ -271,3 +271,49 @@ def test_jobs_whose_claims_cannot_be_written_are_withheld_not_handed_out(
     assert metrics.counters["broker_withheld"] == 2
     assert [state for state, _ in found] == [JobState.PENDING] * 3, "none claimed"
     assert len(again) == 3, "every job is delivered, once the broker lets go of it"
+
+
+def test_claims_that_may_have_landed_before_a_retry_was_answered_are_handed_out(
+    store: ShardStore, backend: ShardedBackend
+) -> None:
+    """A claim call that failed after its writes may have landed (its reply lost) and was tried
+    again: the second answer finds the jobs no longer under the reservation (claimed by the first)
+    and says so. They are handed out, as claims that may be in: withheld, they would sit
+    IN_PROGRESS at no worker's hands until their claim timeout took an attempt."""
+    metrics = Metrics()
+
+    async def scenario() -> tuple[list[str], list[tuple[JobState, str | None]], int]:
+        await enqueue_n(backend, 3)
+        broker = DequeueBroker(backend, BrokerPolicy(100, 0, 20_000), metrics)
+        hot_path = backend.hot_path
+        calls = [0]
+
+        class LostReply:  # the store's hot path, the first claim's reply lost after it landed
+            def __init__(self, hot: Any) -> None:
+                self._hot = hot
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self._hot, name)
+
+            async def claim_reserved(self, queue: str, *args: Any) -> list[int]:
+                calls[0] += 1
+                unclaimed = list(await self._hot.claim_reserved(queue, *args))
+                if calls[0] == 1:
+                    raise ShardConnectionError(store.name, "injected: reply lost", maybe_applied=True)
+                return unclaimed
+
+        backend.hot_path = lambda shard: LostReply(hot_path(shard))  # type: ignore[method-assign]
+        out = [d for d, *_ in (await broker.dequeue(Q, 2, "worker-a")).to_list()]
+        backend.hot_path = hot_path  # type: ignore[method-assign]
+        for shard in backend.shards:
+            shard.mark_healthy()
+        found = states(store, out)
+        await broker.stop()
+        await backend.aclose()
+        return out, found, calls[0]
+
+    out, found, calls = asyncio.run(scenario())
+    assert calls == 2, "tried again after the quick failure"
+    assert len(out) == 2, "handed out: their claims are in"
+    assert [state for state, _ in found] == [JobState.IN_PROGRESS] * 2
+    assert metrics.counters.get("broker_withheld", 0) == 0
