@@ -43,6 +43,29 @@ def test_a_job_running_past_the_claim_timeout_keeps_its_claim(kind: str, quick_c
         assert worker.stats.claims_renewed >= 4
 
 
+def test_a_renewal_keeps_a_later_run_after_the_handler_gave(quick_claims: ServerProcess) -> None:
+    """A handler's checkpoint with a run-after takes a lease (on Redis, the job's IN_PROGRESS
+    score); the renewals after it send that run-after, not now, so they never shorten it."""
+    queue = "long_lease"
+    address = f"127.0.0.1:{quick_claims.port}"
+    lease = time.time() + 3600
+    with PinLaterClient(address, timeout=10) as pl:
+        pl.create_queue(queue)
+        [descriptor] = pl.enqueue(queue, [Job(b"leased", attempts=2)])
+
+        def leased(ctx: JobContext) -> None:
+            ctx.checkpoint(run_after=lease)
+            time.sleep(1.2)
+
+        worker = Worker(address, concurrency=1, prefetch=0, claim_renewal=0.3, long_poll=0.2)
+        worker.register(queue, leased)
+        with running(worker):  # (a count leaves out a job whose run-after is later than now)
+            wait_for(lambda: pl.lookup([descriptor])[descriptor].state is JobState.SUCCEEDED, 30, what="success")
+        info = pl.lookup([descriptor])[descriptor]
+        assert worker.stats.claims_renewed >= 2
+        assert info.run_after_ms is not None and info.run_after_ms >= int(lease * 1000), "the lease was kept"
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_handler_past_its_timeout_fails_its_job(kind: str, address: str, pl: PinLaterClient, queue: str) -> None:
     """The job fails as if the handler had raised ``HandlerTimeout``: its retry policy applies,
@@ -51,9 +74,14 @@ def test_a_handler_past_its_timeout_fails_its_job(kind: str, address: str, pl: P
     [descriptor] = pl.enqueue(queue, [Job(b"stuck", attempts=1)])
     returned = threading.Event()
     cancelled = threading.Event()
+    refused: list[BaseException] = []
 
     def sync_stuck(ctx: JobContext) -> None:
         time.sleep(1.5)
+        try:  # its failure is acked: a release now would undo it
+            ctx.retry_later(0)
+        except HandlerTimeout as exc:
+            refused.append(exc)
         returned.set()
 
     async def async_stuck(ctx: JobContext) -> None:
@@ -70,11 +98,12 @@ def test_a_handler_past_its_timeout_fails_its_job(kind: str, address: str, pl: P
         if kind == "sync":
             assert not returned.is_set(), "failed at its timeout, not once the handler returned"
             wait_for(returned.is_set, timeout=10, what="the handler to return")
+            assert len(refused) == 1, "its checkpoint was refused"
         else:
             wait_for(cancelled.is_set, timeout=10, what="the handler to be cancelled")
     info = pl.lookup([descriptor])[descriptor]
-    assert "timeout of 0.3s" in info.custom_status
-    assert (worker.stats.timed_out, worker.stats.failed, worker.stats.succeeded) == (1, 1, 0)
+    assert info.state is JobState.FAILED and "timeout of 0.3s" in info.custom_status
+    assert (worker.stats.timed_out, worker.stats.failed, worker.stats.succeeded, worker.stats.released) == (1, 1, 0, 0)
 
 
 def test_a_registration_timeout_overrides_the_workers(address: str, pl: PinLaterClient, queue: str) -> None:

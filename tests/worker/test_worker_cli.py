@@ -212,7 +212,7 @@ def test_the_example_worker(srv: ServerProcess, pl: PinLaterClient, queue: str, 
         ("--grace-period", "-1", "grace_period must be at least 0"),
         ("--max-poll-interval", "0", "poll_interval must be (first, most)"),  # no back-off at all
         ("--claim-renewal", "-1", "claim_renewal must be positive and finite"),
-        ("--handler-timeout", "0", "handler_timeout must be positive and finite"),
+        ("--handler-timeout", "-1", "handler_timeout must be positive and finite"),
         ("--queue", os.fsdecode(b"q\xff"), "argument --queue: 'q\\udcff' is not UTF-8 text"),
     ],
 )

@@ -73,7 +73,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--handler-timeout",
         type=float,
-        help="seconds a handler may run before its job fails (default: no limit)",
+        help="seconds a handler may run before its job fails (default 0: no limit)",
     )
     p.add_argument("--ack-interval", type=float, default=1.0, help="seconds between ack flushes (default 1)")
     p.add_argument("--max-poll-interval", type=float, default=1.0, help="longest wait on an empty queue (default 1)")
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             long_poll=args.long_poll,
             grace_period=args.grace_period,
             claim_renewal=args.claim_renewal or None,
-            handler_timeout=args.handler_timeout,
+            handler_timeout=args.handler_timeout or None,
         )
         if args.create_queue:
             with PinLaterClient(worker.servers, source=worker.source) as client:

@@ -13,8 +13,8 @@
 Or from the command line: ``pinlater worker mymodule:send_email --queue emails``.
 """
 
-from pinlater.worker.context import JobContext, JobKeys
-from pinlater.worker.queue_runner import Handler, HandlerTimeout, Registration, WorkerStats, failure_status
+from pinlater.worker.context import HandlerTimeout, JobContext, JobKeys
+from pinlater.worker.queue_runner import Handler, Registration, WorkerStats, failure_status
 from pinlater.worker.retry import RetryPolicy, by_name, constant, exponential, linear
 from pinlater.worker.runner import Worker
 

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from pinlater.worker.queue_runner import QueueRunner
 
 
+class HandlerTimeout(TimeoutError):
+    """A handler ran past its registration's ``timeout``: its job fails as if it had raised this
+    (retried by the retry policy while attempts remain)."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobKeys:
     """What a job was enqueued with beyond its body: its keys (``Job.dedup_key``,
@@ -39,7 +44,7 @@ class JobContext:
     the queue (this one included: it then gets no further attempt).
     """
 
-    __slots__ = ("_keys", "job", "released", "renewed", "runner", "started", "timed_out")
+    __slots__ = ("_keys", "job", "lease_ms", "released", "renewed", "runner", "started", "timed_out")
 
     def __init__(self, runner: QueueRunner, job: DequeuedJob, claimed: float = 0.0) -> None:
         self.runner = runner
@@ -50,9 +55,12 @@ class JobContext:
         self.started: float | None = None
         #: ``time.monotonic()`` of the claim, or of its last renewal (``QueueRunner.renew_claims``).
         self.renewed = claimed
-        #: Set once the handler ran past its timeout: its failure is acked, and what it returns
-        #: later is ignored.
+        #: Set once the handler ran past its timeout: its failure is acked, what it returns later
+        #: is ignored, and its checkpoints are refused.
         self.timed_out = False
+        #: The latest run-after (ms since the epoch) the handler's own checkpoints gave the job
+        #: while it runs: on Redis its lease, which a renewal keeps (``QueueRunner.renew_claims``).
+        self.lease_ms: int | None = None
         self._keys: JobKeys | None = None
 
     @property
@@ -136,8 +144,20 @@ class JobContext:
         attempts_allowed: int | None,
         prepend_status: str | None,
     ) -> Checkpoint:
+        if self.timed_out:  # (its failure is acked: a release now would undo it, a change act on its retry)
+            raise HandlerTimeout(f"job {self.descriptor} ran past its handler's timeout and was failed")
         run_after_ms = None if run_after is None else int(run_after * 1000)
         return Checkpoint(self.descriptor, new_body, move_to_pending, run_after_ms, attempts_allowed, prepend_status)
+
+    def _checkpointed(self, cp: Checkpoint) -> None:
+        """After the handler's own checkpoint: a release, or a renewal of the claim (its time,
+        and a later run-after it gave, which the worker's renewals then keep)."""
+        if cp.move_to_pending:
+            self.released = True
+            return
+        self.renewed = time.monotonic()
+        if cp.run_after_ms is not None:
+            self.lease_ms = cp.run_after_ms
 
     def checkpoint(
         self,
@@ -157,7 +177,7 @@ class JobContext:
             raise RuntimeError("JobContext.checkpoint() would block the event loop: use await ctx.acheckpoint()")
         cp = self._checkpoint(new_body, move_to_pending, run_after, attempts_allowed, prepend_status)
         self.runner.worker.sync_client.checkpoint(self.queue, [cp])
-        self.released = self.released or move_to_pending
+        self._checkpointed(cp)
 
     async def acheckpoint(
         self,
@@ -171,7 +191,7 @@ class JobContext:
         """Checkpoint from an async handler."""
         cp = self._checkpoint(new_body, move_to_pending, run_after, attempts_allowed, prepend_status)
         await self.runner.worker.client.checkpoint(self.queue, [cp])
-        self.released = self.released or move_to_pending
+        self._checkpointed(cp)
 
     def retry_later(self, delay: float) -> None:
         """Put the job back to PENDING for ``delay`` seconds without using an attempt (sync handlers)."""

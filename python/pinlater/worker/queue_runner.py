@@ -20,7 +20,7 @@ from pinlater.client.calls import AckLike
 from pinlater.client.errors import PinLaterConnectionError, QueueNotFound, RateLimited, ServerUnavailable
 from pinlater.client.types import Ack, Checkpoint, DequeuedJob
 from pinlater.errors import PinLaterError
-from pinlater.worker.context import JobContext
+from pinlater.worker.context import HandlerTimeout, JobContext
 from pinlater.worker.retry import RetryPolicy
 from pinlater.worker.threads import HandlerThreads, Outcome
 
@@ -66,11 +66,6 @@ class WorkerStats:
     claims_renewed: int = 0
     #: Jobs failed because their handler ran past its timeout (counted in ``failed`` too).
     timed_out: int = 0
-
-
-class HandlerTimeout(TimeoutError):
-    """A handler ran past its registration's ``timeout``: its job fails as if it had raised this
-    (retried by the retry policy while attempts remain)."""
 
 
 #: Longest success status sent (characters): the most any store keeps (the embedded store and
@@ -599,8 +594,11 @@ class QueueRunner:
 
     async def renew_claims(self, now: float, every: float) -> None:
         """Renew the claims of the jobs whose handlers have run ``every`` seconds since their
-        claim or its last renewal, by one checkpoint that changes nothing else: it restarts the
-        server's claim timeout, so a job that runs longer is not handed to another worker."""
+        claim or its last renewal (their own checkpoints count), by one checkpoint that changes
+        only the job's run-after: now, which restarts the server's claim timeout (updated now on
+        the SQL stores, the IN_PROGRESS score on Redis), so a job that runs longer is not handed to
+        another worker; or a later one the handler's own checkpoint gave (``lease_ms``: a lease
+        it took on Redis, kept)."""
         due = [
             ctx
             for ctx in list(self.in_hand)
@@ -608,9 +606,14 @@ class QueueRunner:
         ]
         if not due:
             return
+        wall_ms = int(time.time() * 1000)
+        renewals = [
+            Checkpoint(ctx.descriptor, run_after_ms=None if ctx.lease_ms is None else max(ctx.lease_ms, wall_ms))
+            for ctx in due
+        ]
         try:
-            await self.worker.client.checkpoint(self.queue, [Checkpoint(ctx.descriptor) for ctx in due])
-        except PinLaterError as exc:  # tried again at the next tick
+            await self.worker.client.checkpoint(self.queue, renewals)
+        except Exception as exc:  # tried again at the next tick (any error: the loop must go on)
             log.warning("%s: renewing the claims of %d running job(s) failed: %s", self.queue, len(due), exc)
             return
         for ctx in due:

@@ -19,9 +19,10 @@ Invariants:
   started ``prefetch_timeout`` seconds after its claim (slow jobs holding every slot); after
   that it prefetches again only once jobs prove quick.
 * A job that runs long keeps its claim: every ``claim_renewal`` seconds (60 by default, a third
-  of the server's default claim timeout) a checkpoint that changes nothing else renews the
-  claims of the jobs running that long since their claim or its last renewal, so the server
-  does not hand a long job to another worker while it runs. A handler ``timeout`` (none by
+  of the server's default claim timeout) a checkpoint that changes only their run-after (now,
+  or a later one the handler gave) renews the claims of the jobs running that long since their
+  claim or its last renewal, so the server does not hand a long job to another worker while it
+  runs. A handler ``timeout`` (none by
   default) bounds that: a job whose handler runs past it fails (an async handler is cancelled;
   a sync handler's thread cannot be, so its job is failed, no longer renewed, and its slot stays
   busy until it returns).
@@ -333,8 +334,12 @@ class Worker:
         finally:
             for background in (flusher, watch):
                 background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await background
+                except asyncio.CancelledError:
+                    pass
+                except Exception:  # (it died earlier: the stop's acks and releases must still go)
+                    log.exception("the worker's %s task had failed", background.get_name())
             for task in loops:
                 task.cancel()
             if not await self._bounded("sending acks", self._final_flush()):
@@ -372,14 +377,17 @@ class Worker:
         periods = [p for p in (renewal, *limits) if p is not None]
         if not periods:
             return
-        tick = min(1.0, min(periods) / 4)
+        tick = max(0.01, min(1.0, min(periods) / 4))
         while True:
             await asyncio.sleep(tick)
-            now = time.monotonic()
             for runner in self.runners:
-                runner.expire_threads(now)
-                if renewal is not None:
-                    await runner.renew_claims(now, renewal)
+                try:
+                    runner.expire_threads(time.monotonic())
+                except Exception:  # (the loop must go on: renewals and timeouts for every queue)
+                    log.exception("%s: failing jobs past their timeout failed", runner.queue)
+            if renewal is not None:
+                for runner in self.runners:
+                    await runner.renew_claims(time.monotonic(), renewal)
 
     async def _flush_loop(self) -> None:
         while True:
