@@ -155,6 +155,15 @@ def test_schedules_are_listed_set_paused_resumed_and_deleted_behind_the_password
     assert listed["binary"]["paused"] is True and listed["binary"]["body_base64"] == "AP8="
     assert listed["binary"]["interval_ms"] == 3_600_000 and listed["binary"]["cron"] is None
     assert listed["nightly"]["body_text"] == "build report" and listed["nightly"]["cron"] == "0 3 * * *"
+    # The dashboard's listing leaves the whole bodies out, and asks for one schedule's to edit it.
+    brief = admin_server.get("/api/schedules?queue=sched&bodies=0").json()["schedules"]
+    assert [(s["name"], s["body_base64"], s["body_text"]) for s in brief] == [
+        ("binary", None, "\x00\ufffd"),
+        ("nightly", None, "build report"),
+    ]
+    one = admin_server.get("/api/schedules?queue=sched&name=binary").json()["schedules"]
+    assert [(s["name"], s["body_base64"]) for s in one] == [("binary", "AP8=")]
+    assert admin_server.get("/api/schedules?queue=sched&name=nope").json()["schedules"] == []
 
     paused = admin.pause_schedule("sched", "nightly")
     assert paused["paused"] is True

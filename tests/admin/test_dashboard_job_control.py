@@ -152,8 +152,8 @@ def test_schedules_are_created_paused_edited_and_deleted_from_the_page(admin_ser
     wait_for(lambda: page.text(f"{row} td.state") == "paused", 10, what="paused")
     assert admin.schedules("sched_page")[0]["paused"] is True
 
-    page.click(f"{row} button.schedule-edit")
-    assert page.find("#schedule-name").get_attribute("value") == "nightly"
+    page.click(f"{row} button.schedule-edit")  # (its body fetched then: the listing holds none)
+    wait_for(lambda: page.find("#schedule-name").get_attribute("value") == "nightly", 10, what="the form")
     assert page.find("#schedule-body").get_attribute("value") == PAYLOAD
     assert page.find("#schedule-paused").is_selected()
     page.fill("#schedule-cron", "")

@@ -30,7 +30,8 @@
   async function loadSchedules() {
     const queue = D.selected();
     if (!queue) return;
-    const result = await D.call("GET", `/api/schedules?${new URLSearchParams({ queue })}`);
+    // (without their whole bodies, which editing one fetches: a queue's may hold 8 MiB)
+    const result = await D.call("GET", `/api/schedules?${new URLSearchParams({ queue, bodies: "0" })}`);
     if (!result.ok) {
       $("schedules-empty").hidden = false;
       $("schedules-empty").textContent = `Cannot read the schedules: ${result.data.error}`;
@@ -81,7 +82,14 @@
       { queue, name: s.name }, (d) => `Deleted schedule ${d.name} of ${d.queue}.`);
   }
 
-  function editSchedule(s) {
+  async function editSchedule(listed) {
+    const queue = schedulesOf;
+    const result = await D.call("GET", `/api/schedules?${new URLSearchParams({ queue, name: listed.name })}`);
+    const s = result.ok ? result.data.schedules[0] : undefined;
+    if (!s) {
+      D.showMessage(`Cannot read schedule ${listed.name}: ${result.ok ? "it is gone" : result.data.error}`, true);
+      return;
+    }
     $("schedule-form-title").textContent = `Edit schedule ${s.name}`;
     $("schedule-name").value = s.name;
     $("schedule-cron").value = s.cron || "";
