@@ -124,6 +124,7 @@ def test_dashboard_lists_counts_browses_and_retries_with_the_password(
     browser.find_element(By.ID, "confirm-password").send_keys(ADMIN_PASSWORD)
     browser.find_element(By.ID, "confirm-ok").click()
     wait_for(lambda: "Retried 1 failed job(s) of dash_queue." in text("#message"), 10, what="the retry")
+    assert browser.find_element(By.ID, "confirm-password").get_attribute("value") == "", "not kept in the page"
     wait_for(lambda: count("dash_queue", "failed") == "0" and count("dash_queue", "pending") == "4", 10)
     assert (jobs.count("dash_queue", FAILED), jobs.count("dash_queue", PENDING)) == (0, 4)
 

@@ -357,7 +357,11 @@
     return new Promise((resolve) => {
       dialog.addEventListener(
         "close",
-        () => resolve(dialog.returnValue === "ok" ? $("confirm-password").value : null),
+        () => {
+          const password = dialog.returnValue === "ok" ? $("confirm-password").value : null;
+          $("confirm-password").value = ""; // (not left in the page until the next action)
+          resolve(password);
+        },
         { once: true },
       );
       dialog.showModal();
