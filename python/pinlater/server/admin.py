@@ -191,7 +191,8 @@ class AdminApp(JobControlApi):
             response = web.json_response({"error": "connection lost"}, status=400)
         except Exception as exc:
             log.exception("admin %s %s failed", request.method, request.path)
-            response = web.json_response({"error": f"internal error: {type(exc).__name__}: {exc}"}, status=500)
+            # (its text stays in the log: it may name paths or statements, and reads need no password)
+            response = web.json_response({"error": f"internal error: {type(exc).__name__} (logged)"}, status=500)
         finally:
             self.connections.request_ended(protocol)
         log.debug(
