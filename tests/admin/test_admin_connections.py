@@ -230,7 +230,7 @@ def test_a_loopback_admin_port_answers_only_requests_for_loopback_names(start_se
             return int(sock.recv(64).split(b" ")[1])
 
     port = server.admin_port
-    for host in (f"127.0.0.1:{port}", "localhost", f"LOCALHOST:{port}", f"[::1]:{port}", None):
+    for host in (f"127.0.0.1:{port}", "localhost", f"LOCALHOST:{port}", "localhost.", f"[::1]:{port}", None):
         assert status(host) == 200, host
     for host in ("attacker.example", f"attacker.example:{port}", f"10.1.2.3:{port}"):
         assert status(host) == 403, host
@@ -258,7 +258,9 @@ def test_an_admin_port_beyond_loopback_answers_ip_addresses_and_known_names_only
         assert status(host) == 403, host
     assert status("localhost", "Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: no-cors") == 403
     assert status("localhost", "Sec-Fetch-Site: same-site", "Sec-Fetch-Mode: cors") == 403
-    assert status("localhost", "Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: navigate") == 200  # a link to it
+    link = ("Sec-Fetch-Site: cross-site", "Sec-Fetch-Mode: navigate")
+    assert status("localhost", *link, "Sec-Fetch-Dest: document") == 200  # a link to it followed
+    assert status("localhost", *link, "Sec-Fetch-Dest: iframe") == 403  # a frame, which a page can loop
     assert status("localhost", "Sec-Fetch-Site: same-origin", "Sec-Fetch-Mode: cors") == 200  # the dashboard's own
 
 

@@ -8,6 +8,7 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,18 @@ def test_a_peer_guessing_the_password_costs_no_walk_of_its_body_and_few_log_line
     lines = [line for line in list(a.server.lines)[before:] if "wrong admin password" in line]
     assert 1 <= len(lines) <= 3, lines  # (one per 5 s: a slow machine may take longer than that)
     assert a.post("/api/retry", {"queue": "guessed", "password": ADMIN_PASSWORD}).status == 429
+
+
+def test_guesses_sent_at_once_get_ten_tries_too(admin_server: AdminServer) -> None:
+    """Requests in flight together passed the check made before their bodies were read: each is
+    checked again right before its password is, so 30 at once still get ten answers of 403."""
+    a = admin_server
+    a.jobs.create("rushed")
+    with ThreadPoolExecutor(30) as pool:
+        statuses = list(
+            pool.map(lambda i: a.post("/api/retry", {"queue": "rushed", "password": f"g{i}"}).status, range(30))
+        )
+    assert sorted(statuses) == [403] * 10 + [429] * 20
 
 
 def test_compressed_action_bodies_are_refused_unread(admin_server: AdminServer) -> None:

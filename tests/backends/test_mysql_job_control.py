@@ -267,6 +267,34 @@ def test_the_migration_takes_as_long_as_its_alter_takes_not_the_socket_timeout(
     assert len(store.scan_jobs("small", pending(), 10)) == 1, "migrated when tried again"
 
 
+def test_a_migration_waits_for_a_table_held_open_a_bounded_time(
+    server: MariaDBServer, make_store: Callable[..., MySQLStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle transaction on the table (a stuck client's) held the ALTER's metadata-lock wait,
+    and every statement of the table behind it, for MySQL's default a year: it gives up after
+    MIGRATION_LOCK_WAIT_SECONDS, as contention, and the next statement migrates once it is gone."""
+    from pinlater.backends.mysql import expiry
+
+    monkeypatch.setattr(expiry, "MIGRATION_LOCK_WAIT_SECONDS", 1)
+    conn = server.admin_connection()
+    try:
+        seed_original_queue(conn, "1", "held", [(1, 0, b"old")])
+    finally:
+        conn.close()
+    store = make_store()
+    idle = server.admin_connection()
+    try:
+        with idle.cursor() as cur:
+            cur.execute("START TRANSACTION")
+            cur.execute("SELECT COUNT(*) FROM plq_1_held.jobs_p1")
+        with pytest.raises(ShardConnectionError, match="1205") as caught:
+            store.scan_jobs("held", pending(), 10)
+        assert caught.value.contention
+    finally:
+        idle.close()
+    assert len(store.scan_jobs("held", pending(), 10)) == 1
+
+
 def test_prepare_mysql_adds_the_column_ahead_and_then_finds_nothing_to_do(
     server: MariaDBServer, tmp_path: Path
 ) -> None:

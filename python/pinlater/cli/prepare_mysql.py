@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         assert isinstance(config, MySQLShardConfig)
         store = driver.open_store(name, config, settings)
         try:
-            altered = expiry.migrate(store, None)
+            altered = expiry.migrate(store, None, seconds=None)  # (a big table's copy takes what it takes)
         except Exception as exc:
             failed += 1
             print(f"{PROG}: shard {name}: {type(exc).__name__}: {exc}", file=sys.stderr)

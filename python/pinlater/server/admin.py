@@ -390,7 +390,11 @@ def _cross_site(request: web.Request) -> bool:
     server for work: a scan, a lookup of a big body, ``/metrics``). Browsers say so in
     ``Sec-Fetch-Site``; other clients send no such header."""
     site = request.headers.get("Sec-Fetch-Site")
-    return site in ("cross-site", "same-site") and request.headers.get("Sec-Fetch-Mode") != "navigate"
+    if site not in ("cross-site", "same-site"):
+        return False
+    # (a navigation of the window, a link followed; not of a frame, which a page can loop)
+    headers = request.headers
+    return headers.get("Sec-Fetch-Mode") != "navigate" or headers.get("Sec-Fetch-Dest") != "document"
 
 
 def _is_loopback(host: str) -> bool:
@@ -406,7 +410,7 @@ def _foreign_host(request: web.Request) -> str | None:
     header = request.headers.get("Host")
     if not header:
         return None
-    return None if _is_loopback(_host_of(header)) else header
+    return None if _is_loopback(_host_of(header).rstrip(".")) else header
 
 
 async def start_admin(server: PinLaterServer) -> web.AppRunner:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import json
 import logging
 import math
@@ -87,6 +88,19 @@ class Guesses:
         self._by_host[host] = (start, wrong + 1)
         if len(self._by_host) > GUESSERS_KEPT:
             del self._by_host[next(iter(self._by_host))]
+
+
+def _guesser(request: web.Request) -> str:
+    """Whose wrong passwords a request's count among (``Guesses``): its address, an IPv6 one's
+    /64 (one host may hold all of it, and would guess from a fresh address each time)."""
+    remote = request.remote or ""
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if address.version == 6 and address.ipv4_mapped is None:
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return remote
 
 
 class ApiError(Exception):
@@ -258,12 +272,7 @@ class AdminApi:
         hold ``max_bytes``; past ``POST_BYTES`` it is read as one of ``LARGE_POSTS``."""
         if request.content_type != "application/json":
             raise ApiError(415, "send the action as application/json")
-        if self._guesses is None:
-            self._guesses = Guesses()
-        if wait := self._guesses.wait(request.remote or "", time.monotonic()):
-            raise ApiError(
-                429, f"too many wrong admin passwords from {request.remote}: try again in {math.ceil(wait)} s"
-            )
+        self._refuse_guesser(request)
         encoding = request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
         if encoding != "identity":  # (the runner does not inflate bodies: start_admin)
             raise ApiError(415, f"send the body uncompressed: Content-Encoding {encoding[:40]!r} is not taken")
@@ -274,6 +283,17 @@ class AdminApi:
             async with self._large_posts():
                 return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
         return await self._checked(request, action, POST_BYTES)
+
+    def _refuse_guesser(self, request: web.Request) -> None:
+        """429 for an address that spent its wrong passwords (``Guesses``): checked before its
+        body is read, and again right before its password is (its requests in flight meanwhile
+        were let through the first check)."""
+        if self._guesses is None:
+            self._guesses = Guesses()
+        if wait := self._guesses.wait(_guesser(request), time.monotonic()):
+            raise ApiError(
+                429, f"too many wrong admin passwords from {request.remote}: try again in {math.ceil(wait)} s"
+            )
 
     def _large_posts(self) -> asyncio.Semaphore:
         """The semaphore of ``LARGE_POSTS`` (made on the event loop that serves the port)."""
@@ -307,9 +327,10 @@ class AdminApi:
                 "admin %s refused: no ADMIN_PASSWORD_HASH is set", action, extra={"remote": request.remote}
             )
             raise ApiError(403, "admin actions are disabled: the server has no ADMIN_PASSWORD_HASH")
+        self._refuse_guesser(request)  # (no await from here to the count of a wrong one)
         if not password_matches(body.get("password"), expected):
             if self._guesses is not None:
-                self._guesses.wrong(request.remote or "", time.monotonic())
+                self._guesses.wrong(_guesser(request), time.monotonic())
             self._wrong_password("admin %s refused: wrong admin password", action, extra={"remote": request.remote})
             raise ApiError(403, "wrong admin password: nothing was done")
         try:  # JSON can spell a lone surrogate ("\ud800"), which no text field may hold

@@ -43,8 +43,8 @@ from pinlater.backends.base import EXPIRED, KeyedJob
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.db_time import to_db_time
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT
-from pinlater.backends.mysql.pool import error_code, is_connection_failure
-from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor
+from pinlater.backends.mysql.pool import TRANSIENT_ERRORS, error_code, is_connection_failure
+from pinlater.backends.mysql.transactions import NO_QUEUE_ERRORS, NO_TABLE_ERROR, Cursor
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,14 @@ if TYPE_CHECKING:
 UNKNOWN_COLUMN_ERROR = 1054
 #: ER_DUP_FIELDNAME: the column exists already (another server migrated the table first).
 DUPLICATE_COLUMN_ERROR = 1060
+
+#: How long a migration's ALTER of a table may take in the server (seconds; cut off past it, and
+#: tried again by the next statement that needs it): an hour of copying on MySQL before 8.0.12.
+#: A table bigger than that is prepared with ``pinlater prepare-mysql``, which waits as long.
+MIGRATION_SECONDS = 3600.0
+#: How long a migration's ALTER waits for the table's metadata lock (seconds): an open
+#: transaction on the table holds it, and every statement of the table waits behind the ALTER.
+MIGRATION_LOCK_WAIT_SECONDS = 10
 
 #: Rows of ``expiring`` one ``expire_jobs`` call looks at, at most, per job it may expire.
 LOOK_AHEAD = 4
@@ -80,14 +88,17 @@ def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
 
 
-def migrate(store: MySQLStore, queue: str | None) -> int:
+def migrate(store: MySQLStore, queue: str | None, seconds: float | None = MIGRATION_SECONDS) -> int:
     """Give the jobs tables of ``queue`` (every queue of the shard when None) that lack it the
     ``expire_at`` column, their queue's ``expiring`` table first. Return how many tables were
     altered. A missing queue alters nothing (the statement that follows finds it missing).
 
-    One migration at a time per store, on a connection of its own with no read timeout
-    (``ConnectionPool.unbounded``): an ALTER that copies a big table (MySQL before 8.0.12)
-    takes what it takes, each table logged as it starts and ends. The statements that found
+    One migration at a time per store (per server process: several servers' ALTERs of one table
+    are safe, the later finding the column there), on a connection of its own whose statements
+    may take ``seconds`` (None: what they take; ``ConnectionPool.unbounded``): an ALTER that
+    copies a big table (MySQL before 8.0.12) is not cut off at the socket timeout, and each
+    table is logged as it starts and ends. Its wait for a table's metadata lock ends after
+    ``MIGRATION_LOCK_WAIT_SECONDS`` (a failure as contention, tried again). The statements that found
     the column missing meanwhile wait for it up to the socket timeout (an instant ALTER is
     done by then, and they find nothing left to do), then fail as contention: a long copy
     holds one of the shard's threads, not all of them."""
@@ -100,11 +111,16 @@ def migrate(store: MySQLStore, queue: str | None) -> int:
         raise ShardConnectionError(store.name, detail, contention=True)
     try:
         try:
-            with store.pool.unbounded() as conn, conn.cursor() as cur:
+            with store.pool.unbounded(seconds, MIGRATION_LOCK_WAIT_SECONDS) as conn, conn.cursor() as cur:
                 return _migrate_tables(store, cur, pattern)
         except pymysql.err.MySQLError as exc:
+            code = error_code(exc)
+            if code in NO_QUEUE_ERRORS and queue is not None:  # (deleted meanwhile)
+                raise QueueNotFoundError(queue) from exc
+            if code in TRANSIENT_ERRORS:  # a lock wait or a deadlock: tried again by the next statement
+                raise ShardConnectionError(store.name, f"MySQL error {code}: {exc}", contention=True) from exc
             if is_connection_failure(exc):
-                raise ShardConnectionError(store.name, f"MySQL error {error_code(exc)}: {exc}") from exc
+                raise ShardConnectionError(store.name, f"MySQL error {code}: {exc}") from exc
             raise
         except (OSError, EOFError) as exc:
             raise ShardConnectionError(store.name, f"{type(exc).__name__}: {exc}") from exc

@@ -302,15 +302,21 @@ class ConnectionPool:
                 raise
 
     @contextmanager
-    def unbounded(self) -> Iterator[pymysql.connections.Connection[Any]]:
-        """A connection of its own, outside the pool, in autocommit, whose statements may take as
-        long as they take: for DDL (``expiry.migrate``), which MySQL before 8.0.12 runs by
-        copying the table (minutes on a big one) and which waits for the table's metadata lock.
-        On a pooled connection the socket timeout cut it off, MySQL rolled it back, and the next
-        statement tried it again, for ever. Connecting still times out as the pool's do."""
-        args = dict(self._connect_args, read_timeout=None, write_timeout=None, autocommit=True)
+    def unbounded(
+        self, read_timeout: float | None, lock_wait_seconds: int
+    ) -> Iterator[pymysql.connections.Connection[Any]]:
+        """A connection of its own, outside the pool, in autocommit, whose statements may take up
+        to ``read_timeout`` seconds (None: as long as they take): for DDL (``expiry.migrate``),
+        which MySQL before 8.0.12 runs by copying the table (minutes on a big one). On a pooled
+        connection the socket timeout cut it off, MySQL rolled it back, and the next statement
+        tried it again, for ever. Its wait for a table's metadata lock (an open transaction on
+        the table holds it, and every statement on the table queues behind the wait) ends after
+        ``lock_wait_seconds`` (error 1205). Connecting still times out as the pool's do."""
+        args = dict(self._connect_args, read_timeout=read_timeout, write_timeout=read_timeout, autocommit=True)
         conn = _Connection(**args)
         try:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION lock_wait_timeout = %s", (lock_wait_seconds,))
             yield conn
         finally:
             _force_close(conn)

@@ -82,9 +82,14 @@
       { queue, name: s.name }, (d) => `Deleted schedule ${d.name} of ${d.queue}.`);
   }
 
+  let editing = 0; // the latest Edit click: an earlier one's answer, come late, fills nothing
+
   async function editSchedule(listed) {
     const queue = schedulesOf;
+    const mine = ++editing;
     const result = await D.call("GET", `/api/schedules?${new URLSearchParams({ queue, name: listed.name })}`);
+    // (another queue selected meanwhile: its form is not filled with this one's schedule)
+    if (mine !== editing || queue !== schedulesOf || queue !== D.selected()) return;
     const s = result.ok ? result.data.schedules[0] : undefined;
     if (!s) {
       D.showMessage(`Cannot read schedule ${listed.name}: ${result.ok ? "it is gone" : result.data.error}`, true);
