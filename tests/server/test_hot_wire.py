@@ -238,7 +238,8 @@ def handler_batch(jobs: list[Any], num_priorities: int, now: int) -> Any:
             priority = 1
         elif not 1 <= priority <= num_priorities:
             return ("rejected", ErrorCode.PRIORITY_NOT_SUPPORTED, f"priority {priority} is not in 1..{num_priorities}")
-        run_after = now if job.runAfterTimestampMillis is None else min(job.runAfterTimestampMillis, MAX_TIMESTAMP_MS)
+        given = job.runAfterTimestampMillis  # (0 is now, as the original's Redis backend read it)
+        run_after = now if not given else min(given, MAX_TIMESTAMP_MS)
         new_jobs.append(tuple(NewJob(priority, job.body, run_after, attempts, job.customStatus or "")))
     return new_jobs
 
