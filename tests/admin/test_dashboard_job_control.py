@@ -139,7 +139,7 @@ def test_schedules_are_created_paused_edited_and_deleted_from_the_page(admin_ser
     page.fill("#schedule-body", PAYLOAD)
     page.fill("#schedule-priority", "2")
     page.find("#schedule-submit").click()
-    page.confirm("Create schedule nightly of queue sched_page (cron 0 3 * * *)?")
+    page.confirm('Create schedule "nightly" of queue sched_page (cron 0 3 * * *)?')
     page.message("Schedule nightly of sched_page saved (next run 20")
     row = 'tr[data-schedule="nightly"]'
     wait_for(lambda: page.all(row), 10, what="the schedule's row")
@@ -148,7 +148,7 @@ def test_schedules_are_created_paused_edited_and_deleted_from_the_page(admin_ser
     assert browser.execute_script("return window.__pwned") is None, "a payload ran"
 
     page.click(f"{row} button.schedule-flip")
-    page.confirm("Pause schedule nightly of queue sched_page?")
+    page.confirm('Pause schedule "nightly" of queue sched_page?')
     wait_for(lambda: page.text(f"{row} td.state") == "paused", 10, what="paused")
     assert admin.schedules("sched_page")[0]["paused"] is True
 
@@ -160,14 +160,14 @@ def test_schedules_are_created_paused_edited_and_deleted_from_the_page(admin_ser
     page.fill("#schedule-interval", "60000")
     page.find("#schedule-paused").click()
     page.find("#schedule-submit").click()
-    page.confirm("Replace schedule nightly of queue sched_page (every 60000 ms)?")
+    page.confirm('Replace schedule "nightly" of queue sched_page (every 60000 ms)?')
     wait_for(lambda: page.text(f"{row} td.when") == "every 60000 ms", 10, what="the edit")
     (stored,) = admin.schedules("sched_page")
     assert (stored["interval_ms"], stored["cron"], stored["paused"], stored["priority"]) == (60_000, None, False, 2)
     assert stored["body_text"] == PAYLOAD
 
     page.click(f"{row} button.schedule-delete")
-    page.confirm("Delete schedule nightly of queue sched_page?")
+    page.confirm('Delete schedule "nightly" of queue sched_page?')
     wait_for(lambda: not page.all(row), 10, what="the row to go")
     assert admin.schedules("sched_page") == []
 

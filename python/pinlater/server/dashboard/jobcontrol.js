@@ -70,15 +70,15 @@
   function flipSchedule(s) {
     const queue = schedulesOf;
     const [url, text] = s.paused
-      ? ["/api/schedules/resume", `Resume schedule ${s.name} of queue ${queue} (from its next tick after now)?`]
-      : ["/api/schedules/pause", `Pause schedule ${s.name} of queue ${queue}? It keeps everything it holds.`];
+      ? ["/api/schedules/resume", `Resume schedule ${quoted(s.name)} of queue ${queue} (from its next tick after now)?`]
+      : ["/api/schedules/pause", `Pause schedule ${quoted(s.name)} of queue ${queue}? It keeps everything it holds.`];
     D.act(text, url, { queue, name: s.name }, (d) =>
       `Schedule ${d.schedule.name} of ${d.queue} is now ${d.schedule.paused ? "paused" : "active"}.`);
   }
 
   function deleteSchedule(s) {
     const queue = schedulesOf;
-    D.act(`Delete schedule ${s.name} of queue ${queue}? Jobs it enqueued stay.`, "/api/schedules/delete",
+    D.act(`Delete schedule ${quoted(s.name)} of queue ${queue}? Jobs it enqueued stay.`, "/api/schedules/delete",
       { queue, name: s.name }, (d) => `Deleted schedule ${d.name} of ${d.queue}.`);
   }
 
@@ -134,7 +134,8 @@
     else body.body = $("schedule-body").value;
     const exists = schedules.some((s) => s.name === body.name);
     const when = body.cron ? `cron ${body.cron}` : `every ${body.interval_ms} ms`;
-    const text = `${exists ? "Replace" : "Create"} schedule ${body.name} of queue ${queue} (${when}${body.paused ? ", paused" : ""})?`;
+    const how = `${when}${body.paused ? ", paused" : ""}`;
+    const text = `${exists ? "Replace" : "Create"} schedule ${quoted(body.name)} of queue ${queue} (${how})?`;
     D.act(text, "/api/schedules", body, (d) => {
       clearForm();
       const next = d.schedule.paused ? "paused" : `next run ${D.fmtTime(d.schedule.next_run_ms)}`;
@@ -203,6 +204,12 @@
       clearInterval(progressTimer);
       progressTimer = null;
     }
+  }
+
+  // A schedule's name in a question, quoted: a name may hold spaces and punctuation ("nightly of
+  // queue staging? ... (") that would read as another schedule's in the dialog.
+  function quoted(name) {
+    return JSON.stringify(name);
   }
 
   // -- start ---------------------------------------------------------------------------------------
