@@ -1315,6 +1315,12 @@ mod tests {
         w.stop().stop()
     }
 
+    /// The run-after each job of an enqueue gets at `now_ms` (three priorities).
+    fn run_afters(call: &EnqueueCall, w: &Wire, now_ms: i64) -> Vec<i64> {
+        let jobs = call.new_jobs(&w.0, 3, now_ms).unwrap();
+        jobs.iter().map(|j| j.run_after_ms).collect()
+    }
+
     #[test]
     fn a_run_after_of_zero_is_now_as_the_original_redis_read_it() {
         let w = enqueue(&[
@@ -1323,13 +1329,7 @@ mod tests {
             job(b"c").field(T_I64, 3).i64(-5),
         ]);
         let call = decode_enqueue(&w).unwrap();
-        let run_after: Vec<i64> = call
-            .new_jobs(&w.0, 3, 1000)
-            .unwrap()
-            .iter()
-            .map(|j| j.run_after_ms)
-            .collect();
-        assert_eq!(run_after, vec![1000, 1000, -5]);
+        assert_eq!(run_afters(&call, &w, 1000), vec![1000, 1000, -5]);
     }
 
     #[test]
@@ -1347,13 +1347,10 @@ mod tests {
                 .i64(7),
         ]);
         let call = decode_enqueue(&w).unwrap();
-        let run_after: Vec<i64> = call
-            .new_jobs(&w.0, 3, 1000)
-            .unwrap()
-            .iter()
-            .map(|j| j.run_after_ms)
-            .collect();
-        assert_eq!(run_after, vec![MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS]);
+        assert_eq!(
+            run_afters(&call, &w, 1000),
+            vec![MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS]
+        );
         let expiries: Vec<Option<i64>> = call.keys(&w.0).unwrap().iter().map(|k| k.3).collect();
         assert_eq!(expiries, vec![Some(MAX_TIMESTAMP_MS), Some(7)]);
     }

@@ -40,7 +40,7 @@ from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
 from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
 from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
-from pinlater.server.admin_api import POST_BYTES, ApiError
+from pinlater.server.admin_api import POST_BYTES, ApiError, Guesses
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
@@ -95,6 +95,7 @@ class AdminApp(JobControlApi):
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
+        self._guesses = Guesses()
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
         #: Else the host names a request may name besides IP addresses (``_unknown_host``); None: any.
@@ -358,16 +359,17 @@ def _allowed_names(configured: tuple[str, ...]) -> frozenset[str] | None:
     and fully qualified name, and ``ADMIN_ALLOWED_HOSTS``; None if that holds ``*`` (any)."""
     if "*" in configured:
         return None
-    own = {"localhost", socket.gethostname(), socket.getfqdn()}
-    return frozenset(name.lower().rstrip(".") for name in (*own, *configured) if name)
+    own = (_host_of(name) for name in ("localhost", socket.gethostname(), socket.getfqdn()))
+    return frozenset(name for name in (*own, *configured) if name)
 
 
 def _host_of(header: str) -> str:
-    """The host of a Host header, without its port or an IPv6 address' brackets."""
+    """The host of a Host header, without its port or an IPv6 address' brackets, lowercased and
+    without a trailing dot (as ``ADMIN_ALLOWED_HOSTS`` names are kept)."""
     host = header.rsplit(":", 1)[0] if not header.endswith("]") and header.count(":") == 1 else header
     if host.startswith("[") and "]" in host:
         host = host[1 : host.index("]")]
-    return host
+    return host.lower().rstrip(".")
 
 
 def _unknown_host(request: web.Request, allowed: frozenset[str]) -> str | None:
@@ -380,7 +382,7 @@ def _unknown_host(request: web.Request, allowed: frozenset[str]) -> str | None:
     try:
         ipaddress.ip_address(host)
     except ValueError:
-        return None if host.lower().rstrip(".") in allowed else header
+        return None if host in allowed else header
     return None
 
 
@@ -410,7 +412,7 @@ def _foreign_host(request: web.Request) -> str | None:
     header = request.headers.get("Host")
     if not header:
         return None
-    return None if _is_loopback(_host_of(header).rstrip(".")) else header
+    return None if _is_loopback(_host_of(header)) else header
 
 
 async def start_admin(server: PinLaterServer) -> web.AppRunner:

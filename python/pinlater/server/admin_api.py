@@ -120,7 +120,8 @@ class AdminApi:
     _queue_counts: QueueCounts | None = None
     _large_post_slots: asyncio.Semaphore | None = None
     _body_lookup_slots: asyncio.Semaphore | None = None
-    _guesses: Guesses | None = None
+    #: Wrong admin passwords by address (``_refuse_guesser``).
+    _guesses: Guesses
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
     #: wrote one a guess), as the Thrift port's deleteQueue has it.
     _wrong_password = ThrottledLog(log)
@@ -288,8 +289,6 @@ class AdminApi:
         """429 for an address that spent its wrong passwords (``Guesses``): checked before its
         body is read, and again right before its password is (its requests in flight meanwhile
         were let through the first check)."""
-        if self._guesses is None:
-            self._guesses = Guesses()
         if wait := self._guesses.wait(_guesser(request), time.monotonic()):
             raise ApiError(
                 429, f"too many wrong admin passwords from {request.remote}: try again in {math.ceil(wait)} s"
@@ -329,8 +328,7 @@ class AdminApi:
             raise ApiError(403, "admin actions are disabled: the server has no ADMIN_PASSWORD_HASH")
         self._refuse_guesser(request)  # (no await from here to the count of a wrong one)
         if not password_matches(body.get("password"), expected):
-            if self._guesses is not None:
-                self._guesses.wrong(_guesser(request), time.monotonic())
+            self._guesses.wrong(_guesser(request), time.monotonic())
             self._wrong_password("admin %s refused: wrong admin password", action, extra={"remote": request.remote})
             raise ApiError(403, "wrong admin password: nothing was done")
         try:  # JSON can spell a lone surrogate ("\ud800"), which no text field may hold

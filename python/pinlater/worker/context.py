@@ -18,6 +18,10 @@ class HandlerTimeout(TimeoutError):
     """A handler ran past its registration's ``timeout``: its job fails as if it had raised this
     (retried by the retry policy while attempts remain)."""
 
+    @classmethod
+    def after(cls, limit: float) -> HandlerTimeout:
+        return cls(f"the handler ran past its timeout of {limit:g}s")
+
 
 @dataclass(frozen=True, slots=True)
 class JobKeys:

@@ -512,7 +512,7 @@ class QueueRunner:
                 except TimeoutError:
                     if not scope.expired():  # (the handler's own)
                         raise
-                    raise HandlerTimeout(f"the handler ran past its timeout of {limit:g}s") from None
+                    raise HandlerTimeout.after(limit) from None
             outcome: Outcome = (ctx, None, result, time.perf_counter() - started)
         except BaseException as exc:  # CancelledError included: a cancelled job was released at shutdown
             outcome = (ctx, exc, None, time.perf_counter() - started)
@@ -581,8 +581,7 @@ class QueueRunner:
             ctx.timed_out = True
             self.worker.stats.failed += 1
             self.worker.stats.timed_out += 1
-            late = HandlerTimeout(f"the handler ran past its timeout of {limit:g}s")
-            self.failed.append(self._failure_ack(ctx, late))
+            self.failed.append(self._failure_ack(ctx, HandlerTimeout.after(limit)))
             log.warning(
                 "%s: job %s ran past its timeout of %gs: failed; its handler thread is still running,"
                 " and its slot stays busy until it returns",

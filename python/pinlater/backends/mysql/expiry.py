@@ -43,8 +43,8 @@ from pinlater.backends.base import EXPIRED, KeyedJob
 from pinlater.backends.mysql import names, queries
 from pinlater.backends.mysql.db_time import to_db_time
 from pinlater.backends.mysql.job_rows import CUSTOM_STATUS_LIMIT
-from pinlater.backends.mysql.pool import TRANSIENT_ERRORS, error_code, is_connection_failure
-from pinlater.backends.mysql.transactions import NO_QUEUE_ERRORS, NO_TABLE_ERROR, Cursor
+from pinlater.backends.mysql.pool import error_code
+from pinlater.backends.mysql.transactions import NO_TABLE_ERROR, Cursor, store_error
 from pinlater.errors import QueueNotFoundError, ShardConnectionError
 
 log = logging.getLogger(__name__)
@@ -113,17 +113,11 @@ def migrate(store: MySQLStore, queue: str | None, seconds: float | None = MIGRAT
         try:
             with store.pool.unbounded(seconds, MIGRATION_LOCK_WAIT_SECONDS) as conn, conn.cursor() as cur:
                 return _migrate_tables(store, cur, pattern)
-        except pymysql.err.MySQLError as exc:
-            code = error_code(exc)
-            if code in NO_QUEUE_ERRORS and queue is not None:  # (deleted meanwhile)
-                raise QueueNotFoundError(queue) from exc
-            if code in TRANSIENT_ERRORS:  # a lock wait or a deadlock: tried again by the next statement
-                raise ShardConnectionError(store.name, f"MySQL error {code}: {exc}", contention=True) from exc
-            if is_connection_failure(exc):
-                raise ShardConnectionError(store.name, f"MySQL error {code}: {exc}") from exc
-            raise
-        except (OSError, EOFError) as exc:
-            raise ShardConnectionError(store.name, f"{type(exc).__name__}: {exc}") from exc
+        except (pymysql.err.MySQLError, OSError, EOFError) as exc:  # (a lock wait: contention, tried again)
+            error = store_error(store.name, queue, exc)
+            if error is exc:
+                raise
+            raise error from exc
     finally:
         store.migration_lock.release()
 

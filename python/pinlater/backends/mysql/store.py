@@ -374,11 +374,8 @@ class MySQLStore(BlockingStore):
             if error_code(exc) not in TEXT_REFUSED_ERRORS:
                 raise
             charsets = self.status_charsets(queue)
-            jobs = [
-                keyed._replace(job=keyed.job._replace(custom_status=fit_text(keyed.job.custom_status, charsets.get(p))))
-                for keyed in jobs
-                for p in (keyed.job.priority,)
-            ]
+            fitted = [(k, fit_text(k.job.custom_status, charsets.get(k.job.priority))) for k in jobs]
+            jobs = [k._replace(job=k.job._replace(custom_status=status)) for k, status in fitted]
             placed = dedup_keys.enqueue_keyed_jobs(self, queue, jobs, now_ms)
         if any(job.expire_at_ms is not None for job in jobs):
             self._expiring.setdefault(queue, 0)

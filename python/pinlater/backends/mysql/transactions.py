@@ -92,12 +92,27 @@ def run_transaction(
                 deadlocks += 1
                 log.info("shard %s: again after a deadlock (%d past the retries)", shard, deadlocks)
                 continue
-            if retryable or is_connection_failure(exc):
-                detail = f"MySQL error {code}: {_message(exc)}"
-                raise ShardConnectionError(shard, detail, contention=code in TRANSIENT_ERRORS) from exc
-            raise
+            error = store_error(shard, queue, exc)
+            if error is exc:
+                raise
+            raise error from exc
         except (OSError, EOFError) as exc:
-            raise ShardConnectionError(shard, f"{type(exc).__name__}: {exc}") from exc
+            raise store_error(shard, queue, exc) from exc
+
+
+def store_error(shard: str, queue: str | None, exc: Exception) -> Exception:
+    """What a MySQL failure that is not tried again is raised as: a missing queue's database or
+    table as ``QueueNotFoundError`` (with ``queue``), a lost connection or one of
+    ``RETRYABLE_ERRORS`` as ``ShardConnectionError`` (lock waits and deadlocks as contention),
+    anything else as itself."""
+    if isinstance(exc, OSError | EOFError):
+        return ShardConnectionError(shard, f"{type(exc).__name__}: {exc}")
+    code = error_code(exc)
+    if code in NO_QUEUE_ERRORS and queue is not None:
+        return QueueNotFoundError(queue)
+    if code in RETRYABLE_ERRORS or isinstance(exc, pymysql.err.InterfaceError) or is_connection_failure(exc):
+        return ShardConnectionError(shard, f"MySQL error {code}: {_message(exc)}", contention=code in TRANSIENT_ERRORS)
+    return exc
 
 
 def rollback_unless_list(op: Callable[[Cursor], list[T] | int | None]) -> Callable[[Cursor], list[T] | int | None]:
