@@ -117,6 +117,56 @@ def test_a_registration_timeout_overrides_the_workers(address: str, pl: PinLater
     assert worker.stats.timed_out == 0
 
 
+@pytest.mark.parametrize("after", ["returns", "runs on"])
+def test_an_async_handler_that_swallows_its_cancellation_still_fails(
+    after: str, address: str, pl: PinLaterClient, queue: str
+) -> None:
+    """An ``async def`` handler that catches the ``CancelledError`` of its timeout and returns
+    has its result ignored; one that runs on after it (a retry loop, say) is failed while it
+    runs, as a sync handler is, and its slot stays busy until it returns."""
+    [descriptor] = pl.enqueue(queue, [Job(b"stubborn", attempts=1)])
+    swallowed = threading.Event()
+    release = asyncio.Event()
+    loop: list[asyncio.AbstractEventLoop] = []
+
+    async def stubborn(ctx: JobContext) -> str:
+        loop.append(asyncio.get_running_loop())
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            swallowed.set()
+        if after == "runs on":
+            await release.wait()
+        return "done anyway"
+
+    worker = Worker(address, concurrency=1, prefetch=0, handler_timeout=0.3, long_poll=0.2)
+    worker.register(queue, stubborn)
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.FAILED) == 1, timeout=30, what="the job to fail")
+        assert swallowed.is_set()
+        if after == "runs on":
+            [runner] = worker.runners
+            assert len(runner.in_hand) == 1 and len(runner.tasks) == 1, "still running: its slot is busy"
+            loop[0].call_soon_threadsafe(release.set)
+            wait_for(lambda: not runner.tasks, timeout=10, what="the handler to return")
+    info = pl.lookup([descriptor])[descriptor]
+    assert info.state is JobState.FAILED and "timeout of 0.3s" in info.custom_status
+    assert (worker.stats.timed_out, worker.stats.failed, worker.stats.succeeded) == (1, 1, 0)
+
+
+def test_a_registration_without_a_timeout_has_none(address: str, pl: PinLaterClient, queue: str) -> None:
+    """``register(timeout=None)`` sets no limit for its queue, whatever the worker's default."""
+    pl.enqueue(queue, [Job(b"slow but fine", attempts=1)])
+    worker = Worker(address, concurrency=1, prefetch=0, handler_timeout=0.05, long_poll=0.2)
+    worker.register(queue, lambda ctx: time.sleep(0.3), timeout=None)
+    assert worker.registrations[queue].timeout is None
+    with running(worker):
+        wait_for(lambda: pl.count(queue, JobState.SUCCEEDED) == 1, timeout=30, what="the job to succeed")
+    assert worker.stats.timed_out == 0
+    worker.register("other", lambda ctx: None)
+    assert worker.registrations["other"].timeout == 0.05, "the worker's default otherwise"
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_renewal_and_timeouts_must_be_positive_and_finite(bad: float) -> None:
     with pytest.raises(ValueError, match="positive and finite"):

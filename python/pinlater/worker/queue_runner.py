@@ -509,10 +509,12 @@ class QueueRunner:
                 try:
                     async with scope:
                         result = await self.reg.handler(ctx)
-                except TimeoutError:
-                    if not scope.expired():  # (the handler's own)
+                except Exception:
+                    if not scope.expired():  # (the handler's own error, a TimeoutError of its own too)
                         raise
                     raise HandlerTimeout.after(limit) from None
+                if scope.expired():  # it swallowed its cancellation and returned: that counts for nothing
+                    raise HandlerTimeout.after(limit)
             outcome: Outcome = (ctx, None, result, time.perf_counter() - started)
         except BaseException as exc:  # CancelledError included: a cancelled job was released at shutdown
             outcome = (ctx, exc, None, time.perf_counter() - started)
@@ -527,7 +529,7 @@ class QueueRunner:
             if ctx not in self.in_hand:  # released at shutdown while it ran
                 continue
             self.in_hand.discard(ctx)
-            if ctx.timed_out:  # its failure was acked when its timeout passed (``expire_threads``)
+            if ctx.timed_out:  # its failure was acked when its timeout passed (``expire_handlers``)
                 continue
             if ctx.released:
                 worker.stats.released += 1
@@ -565,14 +567,15 @@ class QueueRunner:
 
     # -- long runs --------------------------------------------------------------------------
 
-    def expire_threads(self, now: float) -> None:
-        """Fail the jobs whose sync handler has run past its timeout (an async handler's is
-        cancelled at its timeout instead: ``_run_async``). A thread cannot be stopped: the job's
-        failure is acked now (so its retry may start while the handler still runs), and the job
-        stays in hand until the handler returns, keeping its slot busy, and what it returns then
-        is ignored."""
+    def expire_handlers(self, now: float) -> None:
+        """Fail the jobs whose handler has run past its timeout. A sync handler's thread cannot be
+        stopped, and an async handler (cancelled at its timeout: ``_run_async``) may swallow its
+        cancellation and run on: the job's failure is acked now (so its retry may start while the
+        handler still runs), and the job stays in hand until the handler returns, keeping its
+        slot busy, and what it returns then is ignored. (An async handler that ends on its
+        cancellation, as most do, is failed by ``_run_async``, mostly before this runs.)"""
         limit = self.reg.timeout
-        if limit is None or self.threads is None:
+        if limit is None:
             return
         for ctx in list(self.in_hand):
             started = ctx.started
@@ -583,7 +586,7 @@ class QueueRunner:
             self.worker.stats.timed_out += 1
             self.failed.append(self._failure_ack(ctx, HandlerTimeout.after(limit)))
             log.warning(
-                "%s: job %s ran past its timeout of %gs: failed; its handler thread is still running,"
+                "%s: job %s ran past its timeout of %gs: failed; its handler is still running,"
                 " and its slot stays busy until it returns",
                 self.queue,
                 ctx.descriptor,

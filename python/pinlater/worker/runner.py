@@ -49,7 +49,8 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Iterable
-from typing import Any
+from enum import Enum
+from typing import Any, Final, Literal
 
 from pinlater.client.aio import AsyncPinLaterClient
 from pinlater.client.calls import MAX_WAIT
@@ -66,6 +67,14 @@ DEFAULT_PREFETCH = 256
 #: Seconds a stop may still take after a second signal: the releases and acks still go to a
 #: server that answers, and a hung one is given up on.
 HURRY_SECONDS = 2.0
+
+
+class _Default(Enum):
+    WORKER = "the worker's"
+
+
+#: ``register(timeout=WORKER_DEFAULT)``, the default: the worker's ``handler_timeout``.
+WORKER_DEFAULT: Final = _Default.WORKER
 
 
 def worker_source() -> str:
@@ -198,11 +207,13 @@ class Worker:
         prefetch: int | None = None,
         batch_size: int | None = None,
         retry: RetryPolicy | None = None,
-        timeout: float | None = None,
+        timeout: float | Literal[_Default.WORKER] | None = WORKER_DEFAULT,
     ) -> Any:
         """Run ``handler`` for the jobs of ``queue``; without a handler, a decorator. ``timeout``:
-        seconds the handler may run (default the worker's ``handler_timeout``)."""
-        if timeout is not None and not 0 < timeout < math.inf:
+        seconds the handler may run; None: no limit; by default the worker's ``handler_timeout``."""
+        if timeout is WORKER_DEFAULT:
+            timeout = self.handler_timeout
+        elif timeout is not None and not 0 < timeout < math.inf:
             raise ValueError(f"timeout must be positive and finite (or None), not {timeout}")
 
         def add(fn: Handler) -> Handler:
@@ -223,7 +234,7 @@ class Worker:
                 retry or self.retry,
                 is_async(fn),
                 prefetch=ahead,
-                timeout=self.handler_timeout if timeout is None else timeout,
+                timeout=timeout,
             )
             return fn
 
@@ -370,10 +381,10 @@ class Worker:
                     await self.changed.wait()
 
     async def _long_runs_loop(self) -> None:
-        """Fail the sync handlers' jobs past their timeouts and renew the claims of long runs
-        (``QueueRunner.expire_threads``, ``QueueRunner.renew_claims``), a few times per period."""
+        """Fail the jobs past their handlers' timeouts and renew the claims of long runs
+        (``QueueRunner.expire_handlers``, ``QueueRunner.renew_claims``), a few times per period."""
         renewal = self.claim_renewal
-        limits = [r.reg.timeout for r in self.runners if r.threads is not None and r.reg.timeout is not None]
+        limits = [r.reg.timeout for r in self.runners if r.reg.timeout is not None]
         periods = [p for p in (renewal, *limits) if p is not None]
         if not periods:
             return
@@ -382,7 +393,7 @@ class Worker:
             await asyncio.sleep(tick)
             for runner in self.runners:
                 try:
-                    runner.expire_threads(time.monotonic())
+                    runner.expire_handlers(time.monotonic())
                 except Exception:  # (the loop must go on: renewals and timeouts for every queue)
                     log.exception("%s: failing jobs past their timeout failed", runner.queue)
             if renewal is not None:
