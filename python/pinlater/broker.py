@@ -294,6 +294,7 @@ class DequeueBroker:
                 self.metrics.incr("broker_withheld", kept.stale_count)
                 self._spawn(self._release(queue, kept.stale()))  # (they lapse if this fails too)
                 out = kept
+        self.metrics.incr("broker_handed_out", len(out))  # (the withheld left out)
         self.metrics.timing("broker_dequeue", (time.perf_counter() - start) * 1000.0, True)
         return out
 
@@ -378,7 +379,6 @@ class DequeueBroker:
             task = asyncio.create_task(self._flush_claims(), name="pinlater-broker-claims")
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
-        self.metrics.incr("broker_handed_out", len(out))
         return mine
 
     # -- claims ---------------------------------------------------------------------------------

@@ -134,6 +134,7 @@ def test_a_job_deleted_behind_the_broker_is_not_handed_out(store: ShardStore, ba
     assert len(first) == 1 and first[0] in enqueued
     assert metrics.counters["broker_withheld"] == 3
     assert metrics.counters["broker_claimed"] == 1
+    assert metrics.counters["broker_handed_out"] == 1, "the withheld were not handed out"
 
 
 async def _quiet(broker: DequeueBroker) -> None:
