@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -272,6 +274,32 @@ def test_a_star_in_admin_allowed_hosts_answers_any_name() -> None:
     assert settings.admin_allowed_hosts == ("a.example", "*")
     assert _allowed_names(settings.admin_allowed_hosts) is None
     assert "a.example" in (_allowed_names(("a.example",)) or ())
+
+
+def test_a_resolver_that_does_not_answer_delays_the_start_by_the_fqdn_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's fully qualified name is a DNS lookup, which a resolver that does not answer
+    holds for its timeouts (a broken /etc/resolv.conf: many seconds). The start waits 0.2 s
+    here, then answers the other names."""
+    from pinlater.server.admin import _allowed_names
+
+    answer = threading.Event()
+
+    def stuck() -> str:
+        answer.wait(30)
+        return "late.example"
+
+    monkeypatch.setattr(socket, "getfqdn", stuck)
+    started = time.monotonic()
+    try:
+        names = _allowed_names(("ops",), fqdn_wait=0.2)
+        took = time.monotonic() - started
+    finally:
+        answer.set()
+    assert names is not None and {"localhost", "ops", socket.gethostname().lower()} <= names
+    assert "late.example" not in names
+    assert took < 10, "it did not wait for the resolver"
+    monkeypatch.setattr(socket, "getfqdn", lambda: "Quick.Example.")
+    assert "quick.example" in (_allowed_names((), fqdn_wait=5) or ()), "a name that resolves is answered"
 
 
 def test_one_host_holds_at_most_nine_tenths_of_the_admin_port() -> None:

@@ -24,6 +24,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from importlib import resources
@@ -99,7 +100,9 @@ class AdminApp(JobControlApi):
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
         #: Else the host names a request may name besides IP addresses (``_unknown_host``); None: any.
-        self._allowed_names = _allowed_names(server.settings.admin_allowed_hosts)
+        self._allowed_names = (
+            frozenset() if self._loopback_only else _allowed_names(server.settings.admin_allowed_hosts)
+        )
         #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware;
         #: on loopback every peer is this machine, one host: no share of the cap per host there.
         self.connections = AdminConnections(peer_cap=MAX_ADMIN_CONNECTIONS if self._loopback_only else None)
@@ -354,12 +357,33 @@ _CROSS_SITE = (
 )
 
 
-def _allowed_names(configured: tuple[str, ...]) -> frozenset[str] | None:
+#: Seconds the server's start waits for this machine's fully qualified name (``_allowed_names``).
+FQDN_WAIT = 2.0
+
+
+def _allowed_names(configured: tuple[str, ...], fqdn_wait: float = FQDN_WAIT) -> frozenset[str] | None:
     """The host names an admin port beyond loopback answers for: localhost, this machine's name
-    and fully qualified name, and ``ADMIN_ALLOWED_HOSTS``; None if that holds ``*`` (any)."""
+    and fully qualified name, and ``ADMIN_ALLOWED_HOSTS``; None if that holds ``*`` (any). The
+    fully qualified name takes a DNS lookup, which a resolver that does not answer holds for its
+    timeouts: it is asked for in a thread, and the start waits ``fqdn_wait`` seconds for it, then
+    goes on without it (logged)."""
     if "*" in configured:
         return None
-    own = (_host_of(name) for name in ("localhost", socket.gethostname(), socket.getfqdn()))
+    names = ["localhost", socket.gethostname()]
+    found: list[str] = []
+    lookup = threading.Thread(target=lambda: found.append(socket.getfqdn()), name="pinlater-fqdn", daemon=True)
+    lookup.start()
+    lookup.join(fqdn_wait)
+    if found:
+        names.append(found[0])
+    else:
+        log.warning(
+            "this machine's fully qualified name did not resolve within %gs: the admin port answers "
+            "its short name %r, not that one; name it in ADMIN_ALLOWED_HOSTS if browsers use it",
+            fqdn_wait,
+            names[1],
+        )
+    own = (_host_of(name) for name in names)
     return frozenset(name for name in (*own, *configured) if name)
 
 
