@@ -636,8 +636,8 @@ impl Reader<'_> {
 
 impl EnqueueCall {
     /// The jobs to insert, as the handler built them: `now_ms` for an absent run-after (one past
-    /// [`MAX_TIMESTAMP_MS`] cut to it), each job checked in order (attempts, then priority in
-    /// `1..=num_priorities`); the first refused job refuses the call.
+    /// [`MAX_TIMESTAMP_MS`] cut to it), attempts below 1 as 1, each job checked in order (a body,
+    /// then priority in `1..=num_priorities`); the first refused job refuses the call.
     pub fn new_jobs(
         &self,
         payload: &[u8],
@@ -646,13 +646,9 @@ impl EnqueueCall {
     ) -> Result<Vec<NewJob>, JobRejected> {
         let mut out = Vec::with_capacity(self.jobs.len());
         for job in &self.jobs {
-            let attempts = job.attempts_allowed;
-            if attempts < 1 {
-                return Err(JobRejected {
-                    code: ENQUEUE_REJECTED,
-                    message: format!("numAttemptsAllowed must be at least 1, not {attempts}"),
-                });
-            }
+            // Below 1 is 1: one attempt, no retry, as the original's Redis backend ran such a job
+            // (its MySQL one left it IN_PROGRESS for good after a failure).
+            let attempts = job.attempts_allowed.max(1);
             let Some(body) = &job.body else {
                 return Err(JobRejected {
                     code: ENQUEUE_REJECTED,
@@ -1119,25 +1115,25 @@ mod tests {
     }
 
     #[test]
-    fn attempts_are_checked_before_priority() {
+    fn attempts_below_one_are_one() {
+        for attempts in [0, -7, i32::MIN] {
+            let w = enqueue(&[job(b"a").field(T_I32, 4).i32(attempts)]);
+            let jobs = decode_enqueue(&w).unwrap().new_jobs(&w.0, 3, 0).unwrap();
+            assert_eq!(jobs[0].attempts_allowed, 1);
+        }
         let w = enqueue(&[job(b"a")
             .field(T_BYTE, 2)
             .bytes(&[0xff])
             .field(T_I32, 4)
             .i32(0)]);
-        let call = decode_enqueue(&w).unwrap();
-        let refused = call.new_jobs(&w.0, 3, 0).unwrap_err();
-        assert_eq!(refused.code, ENQUEUE_REJECTED);
-        assert_eq!(
-            refused.message,
-            "numAttemptsAllowed must be at least 1, not 0"
-        );
-        let w = enqueue(&[job(b"a").field(T_BYTE, 2).bytes(&[0xff])]);
         let refused = decode_enqueue(&w)
             .unwrap()
             .new_jobs(&w.0, 3, 0)
             .unwrap_err();
-        assert_eq!(refused.message, "priority -1 is not in 1..3");
+        assert_eq!(
+            refused.message, "priority -1 is not in 1..3",
+            "attempts 0 is taken"
+        );
     }
 
     #[test]

@@ -156,6 +156,37 @@ def test_a_run_after_of_zero_is_now(api: Api) -> None:
     zero_run_after_is_now(api)
 
 
+def test_attempts_below_one_are_one(api: Api) -> None:
+    attempts_below_one_are_one(api)
+
+
+def attempts_below_one_are_one(api: Api) -> None:
+    """numAttemptsAllowed (enqueue, checkpoint) or attemptsToAllow (retryFailedJobs) below 1 is
+    one attempt, no retry: as the original's Redis backend ran such a job (its MySQL backend
+    left it IN_PROGRESS for good after a failure; we had refused the call)."""
+    t = api.t
+    api.create("few")
+    zero, negative = api.enqueue("few", api.job(b"zero", numAttemptsAllowed=0), api.job(b"neg", numAttemptsAllowed=-3))
+    for d in (zero, negative):
+        info = api.lookup(d)[d]
+        assert (info.attemptsAllowed, info.attemptsRemaining) == (1, 1)
+    got = api.dequeue("few")
+    assert set(got.jobs) == {zero, negative}
+    assert {(m.attemptsAllowed, m.attemptsRemaining) for m in got.jobMetadata.values()} == {(1, 1)}
+    api.ack("few", failed=[zero])
+    assert api.lookup(zero)[zero].jobState == FAILED, "no retry"
+    reset = t.PinLaterCheckpointJobRequest(jobDescriptor=negative, numOfAttemptsAllowed=0)
+    api.c.checkpointJobs(api.ctx, t.PinLaterCheckpointJobsRequest(queueName="few", requests=[reset]))
+    info = api.lookup(negative)[negative]
+    assert (info.jobState, info.attemptsAllowed, info.attemptsRemaining) == (IN_PROGRESS, 1, 1)
+    api.ack("few", failed=[negative])
+    assert api.count("few", FAILED) == 2
+    retry = t.PinLaterRetryFailedJobsRequest(queueName="few", attemptsToAllow=-1)
+    assert api.c.retryFailedJobs(api.ctx, retry) == 2
+    assert {api.lookup(d)[d].attemptsRemaining for d in (zero, negative)} == {1}
+    assert set(api.dequeue("few").jobs) == {zero, negative}
+
+
 def zero_run_after_is_now(api: Api) -> None:
     """An enqueue's runAfter 0 is now, as the original's Redis backend read it: the job is queued
     behind those enqueued before it, not ahead of them all with a run-after in 1970."""
@@ -408,7 +439,6 @@ def test_each_client_error_has_its_contract_code(api: Api) -> None:
     assert api.error_code(api.enqueue, "errs", api.job(b"x", priority=4)) == e.PRIORITY_NOT_SUPPORTED
     assert api.error_code(api.enqueue, "errs", api.job(b"x", priority=0)) == e.PRIORITY_NOT_SUPPORTED
     assert api.error_code(api.count, "errs", PENDING, priority=9) == e.PRIORITY_NOT_SUPPORTED
-    assert api.error_code(api.enqueue, "errs", api.job(b"x", numAttemptsAllowed=0)) == e.ENQUEUE_REJECTED
     assert api.error_code(api.count, "errs", PENDING, bodyRegexToMatch="(unclosed") == e.UNKNOWN
     assert api.count("errs", PENDING) == 0, "nothing of a rejected batch was stored"
     assert api.enqueue("errs") == [], "an enqueue of no jobs is answered, with no descriptor"

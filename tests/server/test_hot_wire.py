@@ -228,11 +228,7 @@ def handler_batch(jobs: list[Any], num_priorities: int, now: int) -> Any:
     """``PinLaterHandler.enqueue_jobs``'s per-job loop."""
     new_jobs = []
     for job in jobs:
-        attempts = job.numAttemptsAllowed
-        if attempts is None:
-            attempts = 2
-        elif attempts < 1:
-            return ("rejected", ErrorCode.ENQUEUE_REJECTED, f"numAttemptsAllowed must be at least 1, not {attempts}")
+        attempts = 2 if job.numAttemptsAllowed is None else max(1, job.numAttemptsAllowed)  # (below 1: one attempt)
         priority = job.priority
         if priority is None:
             priority = 1
@@ -684,9 +680,9 @@ def test_job_rejections_are_the_handlers() -> None:
     with pytest.raises(JobRejected) as caught:
         call.batch(3, 0)
     assert (caught.value.code, str(caught.value)) == (
-        ErrorCode.ENQUEUE_REJECTED,
-        "numAttemptsAllowed must be at least 1, not 0",
-    )
+        ErrorCode.PRIORITY_NOT_SUPPORTED,
+        "priority 5 is not in 1..3",
+    ), "attempts 0 is taken (as 1), its priority is not"
     assert isinstance(caught.value, ValueError)
     jobs[1] = sfield(1, "b") + fld(BYTE, 2) + b"\xfb"
     payload, offset = raw_message("enqueueJobs", enqueue_body(*jobs))

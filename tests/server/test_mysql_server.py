@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api, now_ms
+from tests.server.test_contract import FAILED, IN_PROGRESS, PENDING, SUCCEEDED, Api, attempts_below_one_are_one, now_ms
 from tests.support.mariadb_server import MariaDBServer, shared_server
 from tests.support.original_mysql import ORIGINAL_JOBS_TABLE
 from tests.support.pinlater_server import ServerProcess
@@ -164,6 +164,14 @@ def test_lifecycle_through_the_server_in_the_original_databases(
     assert list(api.dequeue("life", limit=10).jobs) == ["life:s1:p2:1"]
     assert api.count("life", IN_PROGRESS) == 1
     assert set(api.c.getQueueNames(api.ctx)) == {"life"}
+
+
+def test_attempts_below_one_are_one_on_mysql(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], mariadb: MariaDBServer, tmp_path: Path
+) -> None:
+    """(The original's MySQL backend stored 0, then left such a job IN_PROGRESS for good after a
+    failure; ours uses attempts_remaining 0 of a PENDING job for a cancelled one.)"""
+    attempts_below_one_are_one(api_for(serve(start_server, tmp_path, {"1": (mariadb, False)})))
 
 
 def test_creating_a_queue_that_exists_runs_no_ddl(

@@ -31,6 +31,7 @@ from tests.server.test_contract import (
     PENDING,
     SUCCEEDED,
     Api,
+    attempts_below_one_are_one,
     far_jobs_read_back,
     zero_run_after_is_now,
 )
@@ -624,7 +625,7 @@ def test_an_evicted_job_hash_is_skipped_by_dequeue_and_counted(
 
 @pytest.mark.usefixtures("ready_lists_on")
 @pytest.mark.parametrize("layout", ["original", "compact"])
-def test_far_and_zero_run_afters_read_back_from_redis(
+def test_far_and_zero_run_afters_and_few_attempts_on_redis(
     tmp_path: Path,
     redis_servers: Callable[..., RedisServer],
     start_server: Callable[..., ServerProcess],
@@ -637,6 +638,7 @@ def test_far_and_zero_run_afters_read_back_from_redis(
     api = api_for(serve(start_server, config))
     far_jobs_read_back(api)
     zero_run_after_is_now(api)
+    attempts_below_one_are_one(api)
 
 
 def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(

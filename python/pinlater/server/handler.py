@@ -585,8 +585,6 @@ class PinLaterHandler:
         for i, (r, (_q, shard, priority, local_id)) in enumerate(zip(requests, parsed, strict=True)):
             if i and not i % ITEMS_PER_TURN:
                 await asyncio.sleep(0)
-            if r.numOfAttemptsAllowed is not None and r.numOfAttemptsAllowed < 1:
-                raise PinLaterError(ErrorCode.UNKNOWN, "invalid request: numOfAttemptsAllowed must be at least 1")
             items.append(
                 (
                     shard,
@@ -596,7 +594,8 @@ class PinLaterHandler:
                         run_after_ms=now if r.runAfterTimestampMillis is None else _cut_time(r.runAfterTimestampMillis),
                         move_to_pending=bool(r.moveToPending),
                         new_body=None if r.newBody is None else r.newBody.encode("utf-8"),
-                        attempts_allowed=r.numOfAttemptsAllowed,
+                        # (below 1 is 1: one attempt, as the original's Redis ran it)
+                        attempts_allowed=None if r.numOfAttemptsAllowed is None else max(1, r.numOfAttemptsAllowed),
                         prepend_custom_status=r.prependCustomStatus,
                     ),
                 )
@@ -690,9 +689,9 @@ class PinLaterHandler:
     @_thrift_errors
     async def retry_failed_jobs(self, context: Any, request: Any) -> int:
         queue = self._queue(request.queueName)
-        attempts = 1 if request.attemptsToAllow is None else request.attemptsToAllow
-        if attempts < 1:
-            raise PinLaterError(ErrorCode.UNKNOWN, "invalid request: attemptsToAllow must be at least 1")
+        # below 1 is 1: one attempt, as the original's Redis ran it (its MySQL left such a job
+        # IN_PROGRESS for good after a failure)
+        attempts = 1 if request.attemptsToAllow is None else max(1, request.attemptsToAllow)
         limit = 1000 if request.limit is None else request.limit
         if limit <= 0:
             return 0
