@@ -33,6 +33,7 @@ from thrift.transport import TTransport
 from thriftpy2.protocol.binary import TBinaryProtocol as TPyBinaryProtocol
 from thriftpy2.transport.memory import TMemoryBuffer
 
+from pinlater.errors import ErrorCode
 from pinlater.idl import idl
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import MAX_METHOD_NAME
@@ -550,6 +551,17 @@ def test_scan_jobs_limit_is_capped(start_server: Start, api_for: Callable[[Serve
     rest = api.scan("scanned", 0, limit=2**31 - 1, continuation=page.continuation)
     assert len(rest.scannedJobs) == 3 and rest.continuation == "-1"
     assert len(api.scan("scanned", 0, limit=3).scannedJobs) == 3
+
+
+def test_a_bad_queue_name_is_not_echoed_whole(start_server: Start, api_for: Callable[[ServerProcess], Api]) -> None:
+    """A queue name of control characters, a frame long, came back whole in the error, four times
+    its size (each as ``\x01``), built on the event loop."""
+    api = api_for(start_server())
+    for call in (lambda name: api.create(name), lambda name: api.dequeue(name)):
+        with pytest.raises(api.t.PinLaterException) as info:
+            call("\x01" * (1 << 20))
+        assert info.value.errorCode == ErrorCode.QUEUE_NAME_INVALID
+        assert len(info.value.message) < 500 and "(1048576 characters)" in info.value.message
 
 
 def test_new_queues_past_the_cap_are_refused_and_existing_ones_served(

@@ -292,7 +292,8 @@ class PinLaterHandler:
             return known
         if not name or not QUEUE_NAME.fullmatch(name):
             raise PinLaterError(
-                ErrorCode.QUEUE_NAME_INVALID, f"queue name {name!r} must be letters, digits and underscores"
+                ErrorCode.QUEUE_NAME_INVALID,
+                f"queue name {shown(name or '')} must be letters, digits and underscores",
             )
         if len(name) > MAX_QUEUE_NAME_LENGTH:
             raise PinLaterError(
