@@ -236,6 +236,41 @@ def test_a_hot_frame_the_decoder_fails_on_goes_to_the_general_path(monkeypatch: 
     assert asyncio.run(executor_gone()) is None, "no worker thread: the general path answers"
 
 
+def test_a_big_hot_frame_the_general_path_reads_again_is_read_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hot call that ``decode_hot_frame`` does not take (a required field missing: a refusal,
+    the connection kept) is read again by ``handle_frame``: a big one off the loop too, where a
+    peer could pipeline 16 MiB frames that each held the loop for the walk."""
+    threads: list[int] = []
+    decode = dispatch.decode_hot_call
+
+    def recording(name: str, payload: bytes, offset: int) -> Any:
+        threads.append(threading.get_ident())
+        return decode(name, payload, offset)
+
+    monkeypatch.setattr(dispatch, "decode_hot_call", recording)
+    frames = []
+    for jobs, body_bytes in ((10, 10), (300, 4096)):
+        args = idl.PinLater.enqueueJobs_args(
+            context=idl.RequestContext(),  # no source
+            request=idl.PinLaterEnqueueRequest(queueName="q", jobs=[idl.PinLaterJob(body=b"b" * body_bytes)] * jobs),
+        )
+        frames.append(_encode("enqueueJobs", TMessageType.CALL, 3, args))
+    assert len(frames[0]) < DETACH_BYTES <= len(frames[1])
+    assert decode_hot_frame(frames[1]) is None
+
+    async def serve() -> tuple[list[bytes | None], int]:
+        dispatcher = Dispatcher(_Handler())
+        return [await dispatcher.handle_frame(f) for f in frames], threading.get_ident()
+
+    replies, loop_thread = asyncio.run(serve())
+    assert threads[0] == loop_thread, "a small frame on the loop: no thread hop"
+    assert threads[1] != loop_thread, "a big one on a worker thread"
+    for reply in replies:
+        assert reply is not None and b"missing required field RequestContext.source" in reply
+
+
 def test_a_keyed_enqueue_of_a_frame_decoded_apart_is_answered_as_any_other(big: tuple[Any, Any, Any]) -> None:
     client, ttypes, ctx = big
     body = b"x" * 4096

@@ -25,7 +25,8 @@ Decoding rules, in order:
   reply message's bytes, written by the extension. Its declared exceptions are encoded as below.
   A well-formed hot call is not even handed to ``handle_frame``: the transport reads its header
   and arguments in one crossing (``decode_hot_frame``) and awaits the handler itself
-  (``Dispatcher.hot_methods``); anything ``decode_hot_frame`` does not read whole comes here.
+  (``Dispatcher.hot_methods``); anything ``decode_hot_frame`` does not read whole comes here
+  (a frame of at least ``DETACH_BYTES`` read again off the loop, as below).
 * ``required`` fields: thriftpy2 does not enforce them. Every struct reachable from the arguments is
   checked against its ``thrift_spec`` (``missing_required_field``); a missing one is answered with
   TApplicationException(PROTOCOL_ERROR, "missing required field PinLaterJob.body at ...") and the
@@ -410,8 +411,11 @@ class Dispatcher:
                     name, seqid, oneway, TApplicationException.UNKNOWN_METHOD, f"unknown method {name!r}"
                 )
             if method.hot:
-                try:
-                    call = decode_hot_call(name, payload, offset)
+                try:  # (a big frame off the loop: one that ``decode_hot_frame`` did not take is read again)
+                    if len(payload) < DETACH_BYTES:
+                        call = decode_hot_call(name, payload, offset)
+                    else:
+                        call = await off_loop(decode_hot_call, name, payload, offset, executor=_DECODER)
                 except MissingFieldError as exc:  # a refusal, not a malformed call: the connection stays
                     return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, str(exc))
             elif objects > (most := max_objects(len(payload))):
