@@ -197,3 +197,64 @@ def test_a_store_call_stops_at_the_deadline_it_is_given(stores: list[EmbeddedSto
         stores[0].delete_jobs(Q, spent, 10)
     fresh = JobFilter(JobState.PENDING, 1, 0, False, "^match", time.monotonic() + 600)
     assert stores[0].count_jobs(Q, fresh, None) == 5
+
+
+def test_requests_waiting_for_a_filter_turn_hold_no_request_slot(
+    stores: list[EmbeddedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four filtered counts through the handler, on a server of two request slots: two of their
+    store calls hold the filter turns (held in the matcher), the rest wait for one; none holds a
+    request slot meanwhile, so an unfiltered count is served at once. Each filtered request held
+    a slot while it waited, and a peer sending thousands left no slot for any other call."""
+    from pinlater.idl import idl
+    from pinlater.server.handler import PinLaterHandler
+    from pinlater.server.lease import RequestLease, current_lease
+    from pinlater.server.metrics import Metrics
+    from pinlater.server.transport import RequestSlots
+
+    fill(stores)
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    matching = BodyFilter.matching
+
+    def held(self: BodyFilter, bodies: Sequence[bytes | None]) -> list[int]:
+        entered.release()
+        release.wait(WAIT_S)
+        return matching(self, bodies)
+
+    monkeypatch.setattr(BodyFilter, "matching", held)
+    shards = ShardMap([Shard(store.name, store) for store in stores])
+    backend = ShardedBackend(shards, num_priorities=PRIORITIES, parallelism=4, body_filter_budget_seconds=600)
+    handler = PinLaterHandler(backend, Metrics())
+    slots = RequestSlots(2)
+    context = idl.RequestContext(source="test")
+
+    async def request(regex: str | None) -> int:
+        """One request as a connection serves it: a slot taken, in line, for the call."""
+        lease = RequestLease(slots)
+        current_lease.set(lease)
+        if not lease.take_now():
+            await lease.take()
+        try:
+            ask = idl.PinLaterGetJobCountRequest(queueName=Q, jobState=0, bodyRegexToMatch=regex)
+            return int(await handler.get_job_count(context, ask))
+        finally:
+            lease.end()
+
+    async def go() -> None:
+        filtered = [asyncio.create_task(request("^match")) for _ in range(4)]
+        loop = asyncio.get_running_loop()
+        for _ in range(FILTERED_CALLS):
+            assert await loop.run_in_executor(None, entered.acquire, True, WAIT_S)
+        assert (slots.held, slots.resting) == (0, 4)
+        assert await asyncio.wait_for(request(None), WAIT_S) == 60, "served while the filters wait"
+        assert not any(task.done() for task in filtered)
+        release.set()
+        assert await asyncio.gather(*filtered) == [30] * 4
+        assert (slots.held, slots.resting) == (0, 0)
+
+    try:
+        asyncio.run(go())
+    finally:
+        release.set()
+        backend.close()

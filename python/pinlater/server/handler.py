@@ -123,6 +123,7 @@ MAX_LOOKUP = 100_000
 ITEMS_PER_TURN = 1000
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+T = TypeVar("T")
 
 
 def hash_password(password: str) -> str:
@@ -322,6 +323,21 @@ class PinLaterHandler:
             return JobState(-1 if state is None else state)
         except ValueError:
             raise PinLaterError(ErrorCode.UNKNOWN, f"invalid request: job state {state!r} is not 0..3") from None
+
+    @staticmethod
+    async def _filtered(regex: str | None, call: Awaitable[T]) -> T:
+        """``call``, a count, scan or delete of the backend; with a body filter, made with the
+        request's slot given back (``lease.py``), taken again, in line, for what follows. Its
+        store calls take turns (``ShardedBackend.call_filtered``: at most ``FILTERED_CALLS`` at
+        once), which bound the work of all such requests; holding a slot too, thousands of them
+        waiting for a turn held every slot, and every other call waited behind them."""
+        lease = current_lease.get()
+        if regex is None or lease is None:
+            return await call
+        lease.rest()  # (a call that fails leaves it given back: the request ends)
+        result = await call
+        await lease.take()
+        return result
 
     @staticmethod
     async def _regex(pattern: str | None) -> str | None:
@@ -652,7 +668,9 @@ class PinLaterHandler:
             await self.broker.settle_queue(queue)
         state, priority = self._state(request.jobState), self._optional_priority(request.priority)
         regex = await self._regex(request.bodyRegexToMatch)
-        count = await self.backend.count_jobs(queue, state, priority, bool(request.countFutureJobs), regex)
+        count = await self._filtered(
+            regex, self.backend.count_jobs(queue, state, priority, bool(request.countFutureJobs), regex)
+        )
         return min(count, I32_MAX)
 
     @_thrift_errors
@@ -677,7 +695,9 @@ class PinLaterHandler:
         def size(walk: tuple[str, int], record: JobRecord) -> int:
             return _info_bytes(descriptor_bytes + len(walk[0].encode()), record)
 
-        found, resume = await self.backend.scan_page(query, limit, continuation, self.max_reply_bytes, size)
+        found, resume = await self._filtered(
+            regex, self.backend.scan_page(query, limit, continuation, self.max_reply_bytes, size)
+        )
         jobs = []
         for i, (descriptor, record) in enumerate(found):
             if i and not i % ITEMS_PER_TURN:
@@ -715,9 +735,9 @@ class PinLaterHandler:
         regex = await self._regex(request.bodyRegexToMatch)
         delete = functools.partial(self.backend.delete_jobs, queue, state, priority, regex, limit)
         if self.broker is not None and state is JobState.PENDING:
-            count = await self.broker.around_delete(queue, delete)
+            count = await self._filtered(regex, self.broker.around_delete(queue, delete))
         else:
-            count = await delete()
+            count = await self._filtered(regex, delete())
         if count:
             log.info("%d jobs of %s deleted by %s", count, queue, _who(context))
         return count

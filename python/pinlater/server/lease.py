@@ -14,6 +14,9 @@ at once (``Connection.connection_lost`` cancels it), and one whose peer has clos
 the recheck interval (0.2 s), without dequeuing; so a peer that sends one and hangs up, again and
 again, leaves none behind to claim jobs for nobody. ``RequestSlots.resting`` counts them
 (``/stats.txt``'s ``long_polls_waiting``; ``requests_in_flight`` counts them too, as before).
+A count, scan or delete with a body filter rests the same way for its backend call
+(``handler._filtered``): its store calls take the backend's few filter turns, which bound
+their work.
 """
 
 from __future__ import annotations

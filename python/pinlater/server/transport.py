@@ -158,7 +158,7 @@ class RequestSlots:
         self.limit = limit
         #: Slots taken (the requests being worked on).
         self.held = 0
-        #: Requests that gave their slot back to wait without working: long polls (``lease.py``).
+        #: Requests that gave their slot back: long polls, body-filtered calls (``lease.py``).
         self.resting = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
