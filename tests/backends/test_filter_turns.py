@@ -65,6 +65,21 @@ def fill(stores: Sequence[EmbeddedStore]) -> None:
         store.enqueue_jobs(Q, jobs, 0)
 
 
+def hold_matcher(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Semaphore, threading.Event]:
+    """Hold each filter in the matcher: released once for each that enters, until the event is set."""
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    matching = BodyFilter.matching
+
+    def held(self: BodyFilter, bodies: Sequence[bytes | None]) -> list[int]:
+        entered.release()
+        release.wait(WAIT_S)
+        return matching(self, bodies)
+
+    monkeypatch.setattr(BodyFilter, "matching", held)
+    return entered, release
+
+
 def test_ordinary_calls_find_threads_while_filters_hold_theirs(
     stores: list[EmbeddedStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,16 +169,7 @@ def test_a_request_past_its_deadline_gets_no_turn(stores: list[EmbeddedStore], m
     """While the filter turns are taken, a filtered request whose budget runs out waiting for one
     fails with the budget's error, and never runs."""
     fill(stores)
-    release = threading.Event()
-    entered = threading.Semaphore(0)
-    matching = BodyFilter.matching
-
-    def held(self: BodyFilter, bodies: Sequence[bytes | None]) -> list[int]:
-        entered.release()
-        release.wait(WAIT_S)
-        return matching(self, bodies)
-
-    monkeypatch.setattr(BodyFilter, "matching", held)
+    entered, release = hold_matcher(monkeypatch)
     shards = ShardMap([Shard(store.name, store) for store in stores])
     slow = ShardedBackend(shards, num_priorities=PRIORITIES, parallelism=4, body_filter_budget_seconds=600)
     quick = ShardedBackend(shards, num_priorities=PRIORITIES, parallelism=4, body_filter_budget_seconds=0.2)
@@ -213,16 +219,7 @@ def test_requests_waiting_for_a_filter_turn_hold_no_request_slot(
     from pinlater.server.transport import RequestSlots
 
     fill(stores)
-    entered = threading.Semaphore(0)
-    release = threading.Event()
-    matching = BodyFilter.matching
-
-    def held(self: BodyFilter, bodies: Sequence[bytes | None]) -> list[int]:
-        entered.release()
-        release.wait(WAIT_S)
-        return matching(self, bodies)
-
-    monkeypatch.setattr(BodyFilter, "matching", held)
+    entered, release = hold_matcher(monkeypatch)
     shards = ShardMap([Shard(store.name, store) for store in stores])
     backend = ShardedBackend(shards, num_priorities=PRIORITIES, parallelism=4, body_filter_budget_seconds=600)
     handler = PinLaterHandler(backend, Metrics())
