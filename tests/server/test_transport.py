@@ -10,6 +10,7 @@ import asyncio
 import socket
 import struct
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from types import ModuleType
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ from pinlater._pinlater import (
     encode_void_reply,
 )
 from pinlater.idl import idl
+from pinlater.server.connection import Connection
 from pinlater.server.dispatch import Dispatcher
 from pinlater.server.transport import FramedServer, RequestSlots, peer_connection_cap
 
@@ -371,6 +373,73 @@ def test_unknown_method(srv: ServerThread) -> None:
         assert (seqid, exc.type) == (42, TApplicationException.UNKNOWN_METHOD)
         sock.sendall(frame(encode_call("getQueueNames", 43)))  # still served
         assert read_reply(sock)[1:3] == (TMessageType.REPLY, 43)
+
+
+class _Undrained(asyncio.Transport):
+    """A socket whose peer takes none of its replies: what is written stays buffered, and a
+    close waits for the buffer to drain (for ever); an abort drops it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffered = 0
+        self.closed = self.aborted = False
+
+    def write(self, data: Any) -> None:
+        self.buffered += len(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0 if self.aborted else self.buffered
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("192.0.2.7", 1) if name == "peername" else default
+
+
+def test_a_closing_connection_whose_peer_takes_no_reply_is_aborted() -> None:
+    """A peer that sends a call, never reads the answer (smaller than the write buffer's mark, so
+    writing never paused) and half-closes: the graceful close waited for the buffer to drain and
+    the connection stayed, never idle, for good. It is now watched as a stalled writer."""
+
+    async def scenario() -> None:
+        server = FramedServer(Dispatcher(EchoHandler()), "127.0.0.1", 0, frame_timeout_seconds=1)
+        await server.start()
+        try:
+            conn = Connection(server, ("192.0.2.7", 1), "192.0.2.7")
+            transport = _Undrained()
+            conn.connection_made(transport)
+            conn.data_received(frame(encode_call("getQueueNames", 1)))
+            while conn.worker is not None or not transport.buffered:
+                await asyncio.sleep(0.01)
+            conn.eof_received()
+            assert transport.closed and not transport.aborted and conn in server._write_paused
+            server._check_write_stalled(conn, time.monotonic() + 0.5)
+            assert not transport.aborted, "within the frame timeout"
+            server._check_write_stalled(conn, time.monotonic() + 2)
+            assert transport.aborted and server._counters.write_stalls == 1
+            conn.connection_lost(None)
+            assert conn not in server._write_paused
+        finally:
+            await server.stop(1)
+
+    asyncio.run(scenario())
 
 
 def test_pipelined_calls_are_answered_in_order(srv: ServerThread) -> None:

@@ -179,7 +179,9 @@ class Connection(asyncio.Protocol):
         # interval) instead of waiting out its time: the peer may be gone (``lease.py``).
         self._lease.lost = True
         # Keep the socket half-open while queued requests are answered; close now if idle.
-        return self.worker is not None
+        if self.worker is None and self._transport is not None and not self._lost:
+            self._close_transport(self._transport)
+        return True
 
     def pause_writing(self) -> None:
         if self._writable is None or self._writable.done():
@@ -190,7 +192,8 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._uncount_unread()
-        self._server._write_paused.discard(self)
+        if not self._closing:  # (a closing one stays watched: ``_close_transport``)
+            self._server._write_paused.discard(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -256,7 +259,7 @@ class Connection(asyncio.Protocol):
             self.worker = None
             self.last_active = time.monotonic()
             if self._closing and not self._lost:
-                transport.close()
+                self._close_transport(transport)
 
     def _write(self, reply: bytes) -> None:
         transport = self._transport
@@ -424,7 +427,19 @@ class Connection(asyncio.Protocol):
             self._reading_paused = True
             transport.pause_reading()
         if self.worker is None:
-            transport.close()
+            self._close_transport(transport)
+
+    def _close_transport(self, transport: asyncio.Transport) -> None:
+        """Close once the replies still buffered are written. A peer that never takes them held
+        the connection for good (the transport waits for its buffer to drain, and a closing
+        connection is never idle): it stays with the writers the sweep watches, aborted once it
+        has taken none of them for ``FRAME_TIMEOUT_SECONDS`` (``write_stalled``)."""
+        transport.close()
+        left = transport.get_write_buffer_size()
+        if left and self not in self._server._write_paused:
+            self.write_progress_at = time.monotonic()
+            self.write_buffer_low = left
+            self._server._write_paused.add(self)
 
     def shutdown(self) -> None:
         """Server stop: drop frames not yet started, finish the one in flight, then close."""
