@@ -36,7 +36,7 @@ from pinlater._pinlater import (
 from pinlater.idl import idl
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import Dispatcher
-from pinlater.server.transport import FramedServer, RequestSlots, peer_connection_cap
+from pinlater.server.transport import FramedServer, RequestSlots, peer_connection_cap, peer_host
 
 T = TypeVar("T")
 MAX_FRAME = 64 * 1024
@@ -540,6 +540,17 @@ def served(sock: socket.socket, seqid: int) -> bool:
         return True
     except (ConnectionError, AssertionError, struct.error):
         return False
+
+
+def test_an_ipv6_host_is_counted_by_its_64() -> None:
+    """One host may hold a whole IPv6 /64 and connect from a fresh address each time: the share
+    per host counts the /64, as the admin port counts wrong passwords."""
+    same = {peer_host((f"2001:db8:1:2::{i:x}", 9010, 0, 0)) for i in range(1, 500)}
+    assert same == {"2001:db8:1:2::/64"}
+    assert peer_host(("2001:db8:1:3::1", 1, 0, 0)) != peer_host(("2001:db8:1:2::1", 1, 0, 0))
+    assert peer_host(("fe80::1%eth0", 1, 0, 2)) == "fe80::/64"
+    assert peer_host(("::ffff:192.0.2.7", 1, 0, 0)) == peer_host(("192.0.2.7", 1)) == "192.0.2.7"
+    assert peer_host("/run/pinlater.sock") == "/run/pinlater.sock"
 
 
 def test_one_host_holds_at_most_its_share_of_the_connections() -> None:

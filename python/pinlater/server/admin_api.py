@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import ipaddress
 import json
 import logging
 import math
@@ -34,6 +33,7 @@ from pinlater.server.handler import QUEUE_NAME, password_matches
 from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
+from pinlater.server.transport import address_host
 
 if TYPE_CHECKING:
     from pinlater.backends.sharded import ShardedBackend
@@ -91,16 +91,9 @@ class Guesses:
 
 
 def _guesser(request: web.Request) -> str:
-    """Whose wrong passwords a request's count among (``Guesses``): its address, an IPv6 one's
-    /64 (one host may hold all of it, and would guess from a fresh address each time)."""
-    remote = request.remote or ""
-    try:
-        address = ipaddress.ip_address(remote)
-    except ValueError:
-        return remote
-    if address.version == 6 and address.ipv4_mapped is None:
-        return str(ipaddress.ip_network(f"{address}/64", strict=False))
-    return remote
+    """Whose wrong passwords a request's count among (``Guesses``): its host (an IPv6 address by
+    its /64, ``transport.address_host``)."""
+    return address_host(request.remote or "")
 
 
 class ApiError(Exception):

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ipaddress
 import logging
 import resource
 import socket
@@ -666,7 +667,23 @@ class FramedServer:
 
 
 def peer_host(address: Any) -> str:
-    """The host part of a peer address from accept() (the address itself if it has none)."""
+    """The host a peer's connections count for, from its address from accept() (``address_host``
+    of its host part; the address itself if it has none)."""
     if isinstance(address, tuple) and address:
-        return str(address[0])
+        return address_host(str(address[0]))
     return str(address)
+
+
+def address_host(text: str) -> str:
+    """The host of an IP address, for counts per host: an IPv6 address by its /64 (one host may
+    hold all of it, and take a fresh address for each connection or guess), an IPv4-mapped one
+    as its IPv4 address; anything else as given."""
+    try:
+        address = ipaddress.ip_address(text.partition("%")[0])  # (a link-local one's zone)
+    except ValueError:
+        return text
+    if address.version == 4:
+        return text
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{address}/64", strict=False))
