@@ -226,6 +226,37 @@ def test_unfinished_frames_share_one_budget_and_the_one_past_it_is_closed(
     b.close()
 
 
+def test_the_host_holding_most_frame_bytes_goes_first(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """One host (127.0.0.2) holds 5 of the 6 MiB budget in two unfinished frames; another's
+    (127.0.0.1) frame of 2 MiB takes the total past it: the first host's bigger frame goes, where
+    the other's connection was closed, and the other's call is answered."""
+    mib = 1024 * 1024
+    server = start_server(properties={"MAX_FRAME_BYTES": 4 * mib, "MAX_PENDING_FRAME_BYTES": 6 * mib})
+    api = api_for(server)
+    hogs = []
+    for sent in (3 * mib, 2 * mib):
+        hog = socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=("127.0.0.2", 0))
+        hog.sendall(struct.pack("!i", 4 * mib) + b"h" * sent)
+        hogs.append(hog)
+    wait_for(lambda: gauge(server, "pending_frame_bytes") >= 5 * mib, what="the hog's bytes to be held")
+    call = get_queue_names_call(9)
+    payload = call + b"\x00" * (2 * mib - len(call))
+    other = raw(server)
+    other.sendall(struct.pack("!i", len(payload)) + payload)
+    reply = read_frame(other)
+    assert struct.unpack_from("!Ii", reply, 0)[0] & 0xFF == 2 and reply_seqid(reply) == 9, "answered"
+    assert is_closed(hogs[0]), "the hog's bigger frame went"
+    assert gauge(server, "frames_over_budget") == 1
+    (line,) = wait_for(lambda: log_lines(server, "its host holding more"), what="the eviction to be logged")
+    assert "127.0.0.2" in line, line
+    assert gauge(server, "pending_frame_bytes") >= 2 * mib, "the hog's other frame was left alone"
+    for sock in (*hogs, other):
+        sock.close()
+    still_served(api)
+
+
 def test_idle_connections_are_closed_and_busy_ones_are_not(
     start_server: Start, api_for: Callable[[ServerProcess], Api]
 ) -> None:
@@ -385,6 +416,15 @@ def test_a_peer_that_never_reads_its_replies_is_closed_and_its_bytes_released(
     sock.close()
 
 
+def three_big_bodies(start: Start, api_for: Callable[[ServerProcess], Api], queue: str) -> tuple[ServerProcess, Api, list[str]]:
+    """A server of 24 MiB budgets, and the descriptors of three 4 MiB jobs of ``queue`` on it."""
+    mib = 1024 * 1024
+    server = start(properties={"MAX_FRAME_BYTES": 16 * mib, "MAX_PENDING_FRAME_BYTES": 24 * mib})
+    api = api_for(server)
+    api.create(queue)
+    return server, api, [api.enqueue(queue, api.job(bytes([65 + i]) * (4 * mib)))[0] for i in range(3)]
+
+
 def test_replies_unread_by_many_peers_share_one_budget_and_the_one_past_it_is_closed(
     start_server: Start, api_for: Callable[[ServerProcess], Api], thrift_gen: tuple[ModuleType, ModuleType]
 ) -> None:
@@ -394,10 +434,7 @@ def test_replies_unread_by_many_peers_share_one_budget_and_the_one_past_it_is_cl
     to hold its reply until the write stall timeout (300 of them held 3 GB)."""
     mib = 1024 * 1024
     service, t = thrift_gen
-    server = start_server(properties={"MAX_FRAME_BYTES": 16 * mib, "MAX_PENDING_FRAME_BYTES": 24 * mib})
-    api = api_for(server)
-    api.create("unread")
-    descriptors = [api.enqueue("unread", api.job(bytes([65 + i]) * (4 * mib)))[0] for i in range(3)]
+    server, api, descriptors = three_big_bodies(start_server, api_for, "unread")
     lookup = frame(
         encoded_call(
             service,
@@ -425,6 +462,47 @@ def test_replies_unread_by_many_peers_share_one_budget_and_the_one_past_it_is_cl
     for sock in peers:
         sock.close()
     wait_for(lambda: gauge(server, "unread_reply_bytes") == 0, what="the unread bytes to be released")
+    still_served(api)
+
+
+def test_the_host_holding_most_unread_replies_goes_first(
+    start_server: Start, api_for: Callable[[ServerProcess], Api], thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """One host (127.0.0.2) asks for big replies on three connections and reads none, holding most
+    of the budget of unread replies; another (127.0.0.1) asks for one that backs up too. The
+    budget is passed with the second's: the first host's connection with most unread goes, where
+    the second's was aborted, and the second reads its whole reply."""
+    mib = 1024 * 1024
+    service, t = thrift_gen
+    server, api, descriptors = three_big_bodies(start_server, api_for, "hog")
+
+    def lookup(seqid: int, count: int) -> bytes:
+        request = t.PinLaterLookupJobRequest(jobDescriptors=descriptors[:count], includeBody=True)
+        return frame(encoded_call(service, "lookupJobs", seqid, context=t.RequestContext(source="t"), request=request))
+
+    def unread_peer(source: str, call: bytes) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)
+        sock.bind((source, 0))
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(call)
+        return sock
+
+    hogs = [unread_peer("127.0.0.2", lookup(1, 2)) for _ in range(3)]
+    wait_for(lambda: gauge(server, "unread_reply_bytes") >= 12 * mib, 30, what="the hog's replies to back up")
+    assert gauge(server, "replies_over_budget") == 0
+    victim = unread_peer("127.0.0.1", lookup(7, 3))
+    wait_for(lambda: gauge(server, "replies_over_budget") >= 1, 30, what="a connection past the budget to go")
+    (line, *_) = wait_for(lambda: log_lines(server, "its unread replies"), what="the abort to be logged")
+    assert "127.0.0.2" in line, line
+    victim.settimeout(30)
+    reply = read_frame(victim)
+    assert reply_seqid(reply) == 7 and len(reply) > 12 * mib, "the other host's reply came whole"
+    assert sum(ends_closed(sock) for sock in hogs) >= 1
+    assert gauge(server, "replies_over_budget") == 1
+    for sock in (*hogs, victim):
+        sock.close()
     still_served(api)
 
 

@@ -48,6 +48,8 @@ class Connection(asyncio.Protocol):
         self.peer: Any = peer
         #: The host counted for this connection in the server's per-peer count, until released.
         self.peer_host = peer_host
+        #: Its host for the budgets' shares (``FramedServer.evict_unread``), kept once released.
+        self.host = peer_host or ""
         self._buf = bytearray()
         self._queue: collections.deque[bytes] = collections.deque()
         self.worker: asyncio.Task[None] | None = None
@@ -295,18 +297,23 @@ class Connection(asyncio.Protocol):
         size = self.write_buffer_size()
         server._unread_reply_bytes += size - self.unread
         self.unread = size
-        if server._unread_reply_bytes <= server.max_pending_frame_bytes:
+        if server._unread_reply_bytes <= server.max_pending_frame_bytes or server.evict_unread(self):
             return False
+        self.unread_over_budget()
+        return True
+
+    def unread_over_budget(self) -> None:
+        """Abort for the budget of unread replies (``_count_unread``, ``FramedServer.evict_unread``)."""
+        server = self._server
         server._counters.replies_over_budget += 1
         server._log_limit(
             "closing connection from %s: its unread replies (%d bytes) would take the reply bytes waiting for "
             "peers over MAX_PENDING_FRAME_BYTES %d",
             self.peer,
-            size,
+            self.unread,
             server.max_pending_frame_bytes,
         )
         self.abort()
-        return True
 
     def _uncount_unread(self) -> None:
         if self.unread:
@@ -342,16 +349,28 @@ class Connection(asyncio.Protocol):
             self._server._hold(self, 0)
 
     def _over_budget(self) -> None:
+        if not self._server.evict_frames(self):
+            self.frames_over_budget(evicted=False)
+
+    def frames_over_budget(self, evicted: bool) -> None:
+        """Close for the budget of frames: this connection's unfinished frame took the total past
+        it (its requests queued are answered), or its host held more of it than the host of the
+        one that did (``FramedServer.evict_frames``: aborted, its frames given back now)."""
         server = self._server
         server._counters.over_budget += 1
         server._log_limit(
-            "closing connection from %s: its unfinished frame (%d bytes so far) would take the bytes held in "
-            "unfinished frames over MAX_PENDING_FRAME_BYTES %d",
+            "closing connection from %s: its frames (%d bytes) would take the bytes held in frames over "
+            "MAX_PENDING_FRAME_BYTES %d%s",
             self.peer,
-            self.held,
+            self.held + self.queued,
             server.max_pending_frame_bytes,
+            ", its host holding more of them than any other" if evicted else "",
         )
-        self._begin_close()
+        if evicted:
+            self._release()
+            self.abort()
+        else:
+            self._begin_close()
 
     def frame_timed_out(self, now: float) -> None:
         server = self._server

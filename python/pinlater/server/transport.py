@@ -15,7 +15,9 @@ Invariants:
   - A frame must arrive whole within ``frame_timeout_seconds`` of its first byte, or its
     connection is closed. The connection whose unfinished frame would take the total past the
     budget is closed (closed rather than paused: a paused peer still holds its slot and learns
-    nothing, while a closed one fails at once and retries once the budget has room).
+    nothing, while a closed one fails at once and retries once the budget has room); unless
+    another host holds more of the budget: its connections, most first, are aborted instead
+    (``evict_frames``), so no one host can hold the budget against the others.
   - Whole frames are never refused for the budget (they are answered; a small request arriving
     whole in one read is served throughout). Instead a connection stops being read while it
     has ``PIPELINE_DEPTH`` frames or ``max_frame_bytes`` bytes queued, or any at all while the
@@ -28,7 +30,8 @@ Invariants:
     because a reply is a frame in transit like a request, and the idle timeout may be off.
     Replies waiting so have a budget of their own, ``max_pending_frame_bytes`` again: the
     connection whose reply takes the bytes unread by peers past it is aborted (its buffer goes
-    with it), so many peers that each ask for a big reply and read none hold at most that.
+    with it), so many peers that each ask for a big reply and read none hold at most that;
+    unless another host holds more of them, whose connections go first (``evict_unread``).
   - A connection with nothing in flight and nothing received for ``idle_timeout_seconds`` is
     closed (``None``: never).
 * A peer that goes away before its replies are written costs one rate-limited line naming it.
@@ -62,7 +65,7 @@ import logging
 import resource
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -521,6 +524,27 @@ class FramedServer:
         if idle is not None and since is not None and now - since > idle:
             conn.close_idle()
 
+    def evict_unread(self, over: Connection) -> bool:
+        """The unread replies are past their budget with ``over``'s: if another host holds more of
+        them than ``over``'s host, abort that host's connections, most unread first, until the
+        total is within the budget, and answer whether it is. One host that asks for big replies
+        and reads none, over enough connections, had held the budget for good, and the next
+        client whose reply backed up (a big dequeue, a slow link) was aborted instead."""
+        evicted = _evict(over, self._write_paused, lambda c: c.unread, lambda: self._unread_reply_bytes)
+        for conn in evicted:
+            conn.unread_over_budget()
+        return self._unread_reply_bytes <= self.max_pending_frame_bytes
+
+    def evict_frames(self, over: Connection) -> bool:
+        """``evict_unread`` for the bytes held in frames, which ``over``'s unfinished frame took
+        past their budget: one host's long polls, padded and pipelined on enough connections
+        (each holds its frames until it is answered, up to 30 s), had held the budget, and every
+        other client's frame that spans reads closed its connection."""
+        evicted = _evict(over, self._connections, lambda c: c.held + c.queued, lambda: self._pending_frame_bytes)
+        for conn in evicted:
+            conn.frames_over_budget(evicted=True)
+        return self._pending_frame_bytes <= self.max_pending_frame_bytes
+
     def _hold(self, conn: Connection, held: int) -> None:
         self._pending_frame_bytes += held - conn.held
         conn.held = held
@@ -664,6 +688,27 @@ class FramedServer:
         self._live.discard(conn)
         if not self._live and self._all_lost is not None and not self._all_lost.done():
             self._all_lost.set_result(None)
+
+
+def _evict(
+    over: Connection, holders: Iterable[Connection], held: Callable[[Connection], int], total: Callable[[], int]
+) -> Iterator[Connection]:
+    """The connections to close, one at a time as the caller closes them, for a budget that
+    ``over`` took past its bound (``over._server.max_pending_frame_bytes``): those of the host
+    holding most of it, most first, while the total is past the bound, if that host is not
+    ``over``'s and holds more than it; none otherwise."""
+    by_host: collections.Counter[str] = collections.Counter()
+    for conn in holders:
+        by_host[conn.host] += held(conn)
+    ranked = by_host.most_common(1)
+    if not ranked or ranked[0][0] == over.host or ranked[0][1] <= by_host[over.host]:
+        return
+    top = ranked[0][0]
+    bound = over._server.max_pending_frame_bytes
+    for conn in sorted((c for c in holders if c.host == top and held(c)), key=held, reverse=True):
+        if total() <= bound:
+            return
+        yield conn
 
 
 def peer_host(address: Any) -> str:
