@@ -416,7 +416,9 @@ def test_a_peer_that_never_reads_its_replies_is_closed_and_its_bytes_released(
     sock.close()
 
 
-def three_big_bodies(start: Start, api_for: Callable[[ServerProcess], Api], queue: str) -> tuple[ServerProcess, Api, list[str]]:
+def three_big_bodies(
+    start: Start, api_for: Callable[[ServerProcess], Api], queue: str
+) -> tuple[ServerProcess, Api, list[str]]:
     """A server of 24 MiB budgets, and the descriptors of three 4 MiB jobs of ``queue`` on it."""
     mib = 1024 * 1024
     server = start(properties={"MAX_FRAME_BYTES": 16 * mib, "MAX_PENDING_FRAME_BYTES": 24 * mib})
