@@ -19,6 +19,8 @@ class QueueSignals:
         #: waits on holds nothing (the long polls of made-up queue names, answered while a shard
         #: was down, each left an event for good).
         self._waiting: dict[str, int] = {}
+        #: Waiters over every queue.
+        self.waiters = 0
         self.closed = False
         #: Called with the queue on every notify (the dequeue broker refills on it).
         self.listeners: list[Callable[[str], None]] = []
@@ -38,11 +40,13 @@ class QueueSignals:
         if event is None:
             event = self._events[queue] = asyncio.Event()
         self._waiting[queue] = self._waiting.get(queue, 0) + 1
+        self.waiters += 1
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:
             return False
         finally:
+            self.waiters -= 1
             left = self._waiting.pop(queue) - 1
             if left:
                 self._waiting[queue] = left

@@ -113,3 +113,54 @@ def test_waiting_long_polls_hold_no_request_slot(start_server: Start, open_clien
     got = [descriptor for _, result in polls for descriptor in result["response"].jobs]
     assert sorted(got) == sorted(woken)
     assert gauge(srv, "long_polls_waiting") == 0
+
+
+def test_many_waiting_long_polls_recheck_at_a_bounded_rate(tmp_path: Any, monkeypatch: Any) -> None:
+    """3,000 long polls of 4 s on one server, on an empty queue (in process, to count their
+    dequeues): once each has waited once, they recheck at most RECHECKS_PER_SECOND times a
+    second together (each every 1.5 s here, where every 0.2 s made 15,000 dequeues a second), and
+    a job made ready behind the server's back (no enqueue through it wakes them) is still found,
+    by a recheck."""
+    import asyncio
+
+    from pinlater.backends.base import NewJob
+    from pinlater.backends.embedded import EmbeddedStore
+    from pinlater.backends.sharded import ShardedBackend
+    from pinlater.backends.shardmap import Shard, ShardMap
+    from pinlater.server.handler import RECHECKS_PER_SECOND, PinLaterHandler
+    from pinlater.server.metrics import Metrics
+
+    store = EmbeddedStore(tmp_path / "data", "1")
+    store.create_queue("polled", 3)
+    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=3, parallelism=4)
+    handler = PinLaterHandler(backend, Metrics())
+    dequeues = [0]
+    dequeue = PinLaterHandler._dequeue
+
+    def counted(self: PinLaterHandler, *args: Any) -> Any:
+        dequeues[0] += 1
+        return dequeue(self, *args)
+
+    monkeypatch.setattr(PinLaterHandler, "_dequeue", counted)
+    waiters = 3000
+    assert max(backend.empty_recheck_ms / 1000, waiters / RECHECKS_PER_SECOND) == 1.5
+
+    async def go() -> tuple[list[Any], int, float]:
+        loop = asyncio.get_running_loop()
+        polls = [
+            asyncio.create_task(handler._long_poll("polled", 1, "test", 1.0, 4000, 1 << 20)) for _ in range(waiters)
+        ]
+        await asyncio.sleep(1.6)  # each has waited once (the first ones while fewer waited: less)
+        before, started = dequeues[0], loop.time()
+        await asyncio.sleep(2.0)
+        counted_, window = dequeues[0] - before, loop.time() - started
+        store.enqueue_jobs("polled", [NewJob(1, b"behind its back", 0, 1)], 0)  # (not through the backend)
+        backend.forget_empty()  # (as the shards' empty hints expire: up to 3.2 s)
+        return await asyncio.gather(*polls), counted_, window
+
+    try:
+        found, in_window, window = asyncio.run(go())
+    finally:
+        backend.close()
+    assert in_window <= RECHECKS_PER_SECOND * window * 1.3, (in_window, window)
+    assert sum(len(jobs) for jobs in found) == 1, "found by a recheck"

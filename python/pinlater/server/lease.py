@@ -11,7 +11,8 @@ it makes (``handler._long_poll``). Waiting long polls are bounded by the connect
 one request per connection at a time: a connection lost while its long poll waits ends the poll
 at once (``Connection.connection_lost`` cancels it), and one whose peer has closed its side
 (``eof_received``: gone, or half-closed to read the answer) answers empty at its next wake, within
-the recheck interval (0.2 s), without dequeuing; so a peer that sends one and hangs up, again and
+the recheck interval (0.2 s; longer while hundreds wait: ``handler.RECHECKS_PER_SECOND``),
+without dequeuing; so a peer that sends one and hangs up, again and
 again, leaves none behind to claim jobs for nobody. ``RequestSlots.resting`` counts them
 (``/stats.txt``'s ``long_polls_waiting``; ``requests_in_flight`` counts them too, as before).
 A count, scan or delete with a body filter rests the same way for its backend call
