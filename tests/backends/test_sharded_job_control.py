@@ -117,6 +117,41 @@ def test_a_scan_pages_over_every_shard_and_priority_returning_each_job_once(
     assert {shard_of(d) for d in descriptors} == {"1", "2", "3"}
 
 
+def test_a_walk_reads_no_further_than_a_page_can_hold(
+    backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of at most 300,000 bytes of 400-byte jobs holds 750: each of the 6 walks (3 shards,
+    2 priorities, 2,500 jobs each) reads 1,000 jobs (a store call's worth) for it, not the page's
+    limit of 10,000 (all it holds: statuses and keys of 7 KB made 70 MB a walk). Paging on
+    returns every job once, newest first."""
+    total = spread(stores, clock, 5000)
+    read: list[int] = []
+    scan_jobs = EmbeddedStore.scan_jobs
+
+    def counted(self: EmbeddedStore, *args: Any, **kwargs: Any) -> Any:
+        records = scan_jobs(self, *args, **kwargs)
+        read.append(len(records))
+        return records
+
+    monkeypatch.setattr(EmbeddedStore, "scan_jobs", counted)
+    query = ScanQuery(Q, JobState.PENDING, None, False, None)
+
+    def page(continuation: str) -> tuple[list[tuple[str, JobRecord]], str]:
+        return run(backend.scan_page(query, 10_000, continuation, 300_000, lambda walk, record: 400))
+
+    first, continuation = page(scan_pages.START)
+    assert len(first) == 750 and sum(read) == 6 * 1000, read
+    descriptors = [d for d, _ in first]
+    runs = [r.run_after_ms for _, r in first]
+    while continuation != scan_pages.END:
+        more, continuation = page(continuation)
+        assert 0 < len(more) <= 750
+        descriptors += [d for d, _ in more]
+        runs += [r.run_after_ms for _, r in more]
+    assert len(descriptors) == total == len(set(descriptors))
+    assert runs == sorted(runs, reverse=True)
+
+
 def test_jobs_that_stay_are_returned_once_while_others_come_and_go(
     backend: ShardedBackend, stores: dict[str, ShardStore], clock: ManualClock
 ) -> None:

@@ -21,7 +21,7 @@ import hashlib
 import heapq
 import itertools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from pinlater.backends.base import JobRecord, JobState, ScanCursor, within_sizes
@@ -124,13 +124,16 @@ def merge_page(
     stops: Mapping[Walk, Stop],
     max_bytes: int | None = None,
     size: Callable[[Walk, JobRecord], int] | None = None,
+    unfinished: Collection[Walk] = (),
 ) -> tuple[list[tuple[Walk, JobRecord]], dict[Walk, Stop]]:
     """The page (the first ``limit`` of the walks' answers, newest run_after first, each walk's
     own order kept) and the stops after it. ``answers`` are what each walk asked now returned
     (asked for ``limit``); ``stops`` the stops before this page, kept for walks not asked (a
     shard that is down now, say). A walk that answered fewer than ``limit`` jobs, all of them in
-    the page, is done. With ``max_bytes`` and ``size``: the page ends before the job that would
-    take its ``size``s past ``max_bytes`` (the first always), and the next page starts there."""
+    the page, is done, unless it is ``unfinished`` (it stopped reading at ``max_bytes`` of
+    ``size``s, more than a page holds). With ``max_bytes`` and ``size``: the page ends before the
+    job that would take its ``size``s past ``max_bytes`` (the first always), and the next page
+    starts there."""
     tagged = [[(walk, record) for record in records] for walk, records in answers]
     merged = itertools.islice(heapq.merge(*tagged, key=lambda pair: -pair[1].run_after_ms), limit)
     if max_bytes is None or size is None:
@@ -143,6 +146,6 @@ def merge_page(
         after[walk] = ScanCursor(record.run_after_ms, record.local_id)
         taken[walk] = taken.get(walk, 0) + 1
     for walk, records in answers:
-        if len(records) < limit and taken.get(walk, 0) == len(records):
+        if len(records) < limit and taken.get(walk, 0) == len(records) and walk not in unfinished:
             after[walk] = None
     return page, after

@@ -65,6 +65,7 @@ from pinlater.backends.base import (
     LookupOverBudget,
     NewJob,
     QueueRules,
+    ScanCursor,
     failed_after,
     sort_keyed,
 )
@@ -1613,16 +1614,18 @@ class ShardedBackend:
         ]
         answers = QueueAnswers(query.queue)
         no_records: list[JobRecord] = []
+        unfinished: set[scan_pages.Walk] = set()
         results = await _gather_raising_first(
             [
                 answers.ask(
                     shard,
-                    self.call_filtered(
+                    self._scan_walk(
                         shard,
-                        functools.partial(shard.store.scan_jobs, after=after),
+                        after,
                         query.queue,
                         JobFilter(query.state, p, now, query.future, query.body_regex, deadline),
                         limit,
+                        None if max_bytes is None or size is None else (max_bytes, size, unfinished),
                     ),
                     no_records,
                 )
@@ -1636,6 +1639,7 @@ class ShardedBackend:
             stops,
             max_bytes,
             size,
+            unfinished,
         )
         out: list[tuple[str, JobRecord]] = []
         for (shard_name, _p), record in page:
@@ -1647,6 +1651,38 @@ class ShardedBackend:
             # pages until it is back.
             return out, scan_pages.END
         return out, scan_pages.encode(query, after_page)
+
+    async def _scan_walk(
+        self,
+        shard: Shard,
+        after: ScanCursor | None,
+        queue: str,
+        where: JobFilter,
+        limit: int,
+        budget: tuple[int, Callable[[scan_pages.Walk, JobRecord], int], set[scan_pages.Walk]] | None,
+    ) -> list[JobRecord]:
+        """One walk's jobs for a page (``scan_page``): up to ``limit``, read ``STORE_CALL_JOBS`` a
+        store call, each after the last, and with a ``budget`` (the page's bytes, the size of a
+        job in it, and the walks that stop early) no further once their sizes pass the page's
+        bytes: no page holds more of them. Each walk read ``limit`` jobs at once, 10,000 of long
+        statuses and keys (70 MB) per shard and priority, for a page of 16 MiB at most."""
+        walk = (shard.name, where.priority)
+        out: list[JobRecord] = []
+        held = 0
+        while True:
+            ask = min(STORE_CALL_JOBS, limit - len(out))
+            scan = functools.partial(shard.store.scan_jobs, after=after)
+            records = await self.call_filtered(shard, scan, queue, where, ask)
+            out += records
+            if len(records) < ask or len(out) >= limit:
+                return out
+            after = ScanCursor(records[-1].run_after_ms, records[-1].local_id)
+            if budget is not None:
+                max_bytes, size, unfinished = budget
+                held += sum(size(walk, record) for record in records)
+                if held > max_bytes:
+                    unfinished.add(walk)
+                    return out
 
     async def _readable_shards(self) -> list[Shard]:
         shards = await self._usable(lambda: [s for s in self._shards if s.healthy])
