@@ -872,6 +872,12 @@ def test_a_lookup_of_more_descriptors_than_it_takes_is_refused_unread(
     with pytest.raises(api.t.PinLaterException, match=f"lookupJobs takes at most {MAX_LOOKUP} descriptors, not "):
         api.lookup(*many)
     assert set(api.lookup(*many[:-1])) == {descriptor}, "at the limit: looked up"
+    # Millions of short strings (the most a frame holds) are refused before they are decoded.
+    tiny = [f"m:s1:p1:{n}" for n in range(2 * MAX_LOOKUP + 100)]
+    with pytest.raises(
+        TApplicationException, match=f"more than {2 * MAX_LOOKUP + 16}, the most a lookupJobs call takes"
+    ):
+        api.lookup(*tiny)
     still_served(api)
 
 

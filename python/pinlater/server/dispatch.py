@@ -138,11 +138,17 @@ class _Method:
     hot: bool
     #: The result's ``success`` is a map or a list (``_encode_parts`` may encode it).
     success_parts: bool
+    #: The most objects its call may decode into, below ``max_objects`` (the handler's
+    #: ``ARGUMENT_OBJECTS``: twice what it takes, so a call just past that gets the handler's own
+    #: error), or None.
+    most_objects: int | None = None
 
 
 def _resolve(service: Any, handler: object) -> dict[str, _Method]:
     methods: dict[str, _Method] = {}
     missing: list[str] = []
+    declared = getattr(type(handler), "ARGUMENT_OBJECTS", None)  # (the class's: not a proxy's __getattr__)
+    most_objects: dict[str, int] = declared if isinstance(declared, dict) else {}
     for name in service.thrift_services:
         attr = snake_case(name)
         call = getattr(handler, attr, None)
@@ -163,6 +169,7 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
             struct_args=tuple(spec[1] for _, spec in sorted(args_cls.thrift_spec.items()) if spec[0] == TType.STRUCT),
             hot=name in HOT_METHODS,
             success_parts=result_cls.thrift_spec.get(0, (None,))[0] in (TType.MAP, TType.LIST),
+            most_objects=most_objects.get(name),
         )
     if missing:
         raise TypeError(f"{type(handler).__name__} lacks async methods: {', '.join(missing)}")
@@ -418,14 +425,21 @@ class Dispatcher:
                         call = await off_loop(decode_hot_call, name, payload, offset, executor=_DECODER)
                 except MissingFieldError as exc:  # a refusal, not a malformed call: the connection stays
                     return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, str(exc))
-            elif objects > (most := max_objects(len(payload))):
+            elif objects > (most := max_objects(len(payload))) or (
+                method.most_objects is not None and objects > method.most_objects
+            ):
+                why = (
+                    f"{most} (100,000 and one per {BYTES_PER_OBJECT} bytes)"
+                    if objects > most
+                    else f"{method.most_objects}, the most a {name} call takes"
+                )
                 return self._refuse(
                     name,
                     seqid,
                     oneway,
                     TApplicationException.PROTOCOL_ERROR,
-                    f"{name} call too big to decode: {objects} values in {len(payload)} bytes, more than "
-                    f"{most} (100,000 and one per {BYTES_PER_OBJECT} bytes); split it",
+                    f"{name} call too big to decode: {objects} values in {len(payload)} bytes, more than {why}; "
+                    "split it",
                 )
             elif len(payload) < DETACH_BYTES and objects < LOOP_OBJECTS:
                 args, missing = _read_args(method, payload, offset)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pinlater import schedules
 from pinlater._pinlater import (
@@ -257,6 +257,17 @@ def _dequeue_reply(seqid: int, queue: str, dequeued: Dequeued) -> tuple[int, byt
 
 class PinLaterHandler:
     """Implements every method of the ``PinLater`` service over a ``ShardedBackend``."""
+
+    #: The most objects a call of these decodes into (``dispatch._Method.most_objects``): twice
+    #: what the method takes (a descriptor is one, a checkpoint request up to four), so one just
+    #: past it is decoded and gets the method's own error, and one of millions of short strings
+    #: (2.4 million fit a 16 MiB frame) is refused unread, where it was decoded, holding the GIL,
+    #: to be refused then.
+    ARGUMENT_OBJECTS: Final = {
+        "lookupJobs": 2 * MAX_LOOKUP + 16,
+        "cancelJobs": 2 * MAX_CANCEL + 16,
+        "checkpointJobs": 2 * 4 * MAX_CHECKPOINT + 16,
+    }
 
     def __init__(
         self,
