@@ -21,7 +21,7 @@ pub enum Malformation {
     ShardPrefix(String),
     #[error("shard name is empty")]
     EmptyShard,
-    #[error("shard name {0:?} may only contain ASCII letters, digits and underscores")]
+    #[error("shard name {0:?} may only contain ASCII letters, digits, `_`, `-` and `.`")]
     ShardChars(String),
     #[error("priority part {0:?} does not start with 'p'")]
     PriorityPrefix(String),

@@ -33,6 +33,12 @@ fn is_word(s: &str) -> bool {
     s.bytes().all(is_word_byte)
 }
 
+/// A byte of a shard name: `\w`, `-` or `.` (the original took any name without `:`; a Redis
+/// shard named `redis-1` or `cache.a` must be served as it is).
+fn is_shard_byte(b: u8) -> bool {
+    is_word_byte(b) || b == b'-' || b == b'.'
+}
+
 /// `s` as an unsigned decimal of digits only (no sign: `str::parse` would take a leading `+`),
 /// read in one pass; `None` when it is empty, holds anything else, or passes `u64::MAX`.
 fn digits(s: &str) -> Option<u64> {
@@ -59,11 +65,11 @@ pub fn check_queue(queue: &str) -> Result<(), Malformation> {
     }
 }
 
-/// Checks a shard name, without its `s` prefix (non-empty ASCII `\w`).
+/// Checks a shard name, without its `s` prefix (non-empty ASCII `\w`, `-` and `.`).
 pub fn check_shard(shard: &str) -> Result<(), Malformation> {
     if shard.is_empty() {
         Err(Malformation::EmptyShard)
-    } else if is_word(shard) {
+    } else if shard.bytes().all(is_shard_byte) {
         Ok(())
     } else {
         Err(Malformation::ShardChars(shown(shard)))
@@ -134,13 +140,15 @@ fn parse_quick(s: &str) -> Option<Descriptor<'_>> {
         let len = bytes[from..].iter().take_while(|&&b| take(b)).count();
         (len > 0).then_some(from + len)
     };
-    let word = |from: usize| run(from, is_word_byte).filter(|&end| bytes.get(end) == Some(&b':'));
-    let queue_end = word(0)?;
+    let part = |from: usize, take: fn(u8) -> bool| {
+        run(from, take).filter(|&end| bytes.get(end) == Some(&b':'))
+    };
+    let queue_end = part(0, is_word_byte)?;
     let shard_at = queue_end + 2;
     if bytes.get(queue_end + 1) != Some(&b's') {
         return None;
     }
-    let shard_end = word(shard_at)?;
+    let shard_end = part(shard_at, is_shard_byte)?;
     if bytes.get(shard_end + 1) != Some(&b'p') {
         return None;
     }
@@ -352,6 +360,8 @@ mod tests {
                 local_id: 42
             }
         );
+        let d = decode("q:sredis-1.a:p2:7").unwrap();
+        assert_eq!((d.shard, d.priority, d.local_id), ("redis-1.a", 2, 7));
     }
 
     #[test]
@@ -421,6 +431,8 @@ mod tests {
             ("q:1:p1:2", M::ShardPrefix("1".into())),
             ("q:s:p1:2", M::EmptyShard),
             ("q:s1 :p1:2", M::ShardChars("1 ".into())),
+            ("q:sa*b:p1:2", M::ShardChars("a*b".into())),
+            ("q:s{1}:p1:2", M::ShardChars("{1}".into())),
             ("q:s1:1:2", M::PriorityPrefix("1".into())),
             ("q:s1:p:2", M::Priority(String::new())),
             ("q:s1:p0:2", M::Priority("0".into())),
@@ -449,7 +461,9 @@ mod tests {
     fn the_one_pass_reading_agrees_with_the_parts() {
         let parts: [&[&str]; 4] = [
             &["q", "", "Q_9", "a-b", "qué", "s1", "q:x"],
-            &["s1", "1", "s", "s1 ", "sx_Y", "s1:", "ss"],
+            &[
+                "s1", "1", "s", "s1 ", "sx_Y", "s1:", "ss", "sredis-1", "scache.a", "s-", "s*",
+            ],
             &[
                 "p1",
                 "p",

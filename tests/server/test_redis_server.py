@@ -671,3 +671,41 @@ def test_jobs_without_a_run_after_go_to_the_compact_layouts_ready_list(
     assert api.count("rl", PENDING) == 100
     got = api.dequeue("rl", limit=100)
     assert list(got.jobs) == descriptors[:100]
+
+
+def test_shards_named_with_hyphens_and_dots_are_served_as_the_original_wrote_them(
+    tmp_path: Path,
+    redis_servers: Callable[..., RedisServer],
+    start_server: Callable[..., ServerProcess],
+    api_for: Callable[[ServerProcess], Api],
+) -> None:
+    """The original took any shard name without ``:`` (``redis-1`` in its keys and descriptors);
+    ours refused to start on one. A job the original wrote under shard ``redis-1.a`` is served
+    as it is, and a compact shard ``cache-2`` works as any other."""
+    old, new = redis_servers("old"), redis_servers("new")
+    raw = old.client()
+    now = time.time()
+    try:
+        raw.zadd("pln_redis-1.a", {"life": now})
+        raw.set("plj_redis-1.a_life", 1)
+        raw.hset("plh_redis-1.a_life.1", mapping={"bd": b"old", "al": 2, "ar": 2, "ca": now, "ua": now, "cs": ""})
+        raw.zadd("plq_redis-1.a_life.p1_s0", {"1": now - 1})
+    finally:
+        raw.close()
+    config = tmp_path / "redis.json"
+    write_config(config, {"redis-1.a": (old, True), "cache-2": (new, False)}, layout=None)
+    api = api_for(serve(start_server, config))
+    assert list(api.dequeue("life").jobs.items()) == [("life:sredis-1.a:p1:1", b"old")]
+    api.ack("life", ok=["life:sredis-1.a:p1:1"])
+    assert api.lookup("life:sredis-1.a:p1:1")["life:sredis-1.a:p1:1"].jobState == SUCCEEDED
+    api.create("fresh")
+    (descriptor,) = api.enqueue("fresh", api.job(b"new"))
+    assert descriptor == "fresh:scache-2:p1:1", "the writable shard, compact (an empty one)"
+    assert list(api.dequeue("fresh").jobs) == [descriptor]
+    api.ack("fresh", ok=[descriptor])
+    assert api.count("fresh", SUCCEEDED) == 1
+    raw = new.client()
+    try:
+        assert raw.exists("plc:{cache-2:fresh}:j") == 1
+    finally:
+        raw.close()

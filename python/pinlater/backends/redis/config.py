@@ -11,7 +11,9 @@ The original file is read unchanged::
 ``"compact"`` (``keys_compact.py``), beside ``"name"`` and ``"shardConfig"``; without it the shard's
 own record of its layout decides (``layouts.py``). As with the original (Jackson's defaults), an unknown
 field is an error, so a misspelt ``dequeueOnly`` does not pass silently. Shard names appear in key
-names and job descriptors, so they must be ``\\w+`` and unique.
+names and job descriptors, so they must be letters, digits, ``_``, ``-`` or ``.`` (the original
+took any name without ``:``; these cover the usual ones, and none of them is
+special in a key name, a SCAN pattern or a Cluster hash tag), and unique.
 
 A shard on a Redis Cluster lists seed nodes (any of its nodes; the masters are found from them)
 instead of ``master`` and ``slave``; it is always in the compact layout (``"layout": "original"``
@@ -38,7 +40,9 @@ if TYPE_CHECKING:
     from pinlater.backends.shardmap import Shard
     from pinlater.config import Settings
 
-_SHARD_NAME = re.compile(r"\w+", re.ASCII)
+#: A Redis shard's name (``SHARD_NAME_RULE``), as job descriptors take it (``rust/queue/descriptor.rs``).
+SHARD_NAME = re.compile(r"[\w.-]+", re.ASCII)
+SHARD_NAME_RULE = "letters, digits, '_', '-' or '.'"
 
 LAYOUTS = ("original", "compact")
 """The values of a shard's ``"layout"``."""
@@ -106,8 +110,8 @@ def parse_redis_config(text: str, source: str) -> dict[str, RedisShardConfig]:
         name = entry["name"]
         if isinstance(name, int) and not isinstance(name, bool):
             name = str(name)
-        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
-            raise ConfigError(f"{source}: {where}.name must be letters, digits or underscores, not {name!r}")
+        if not isinstance(name, str) or not SHARD_NAME.fullmatch(name):
+            raise ConfigError(f"{source}: {where}.name must be {SHARD_NAME_RULE}, not {name!r}")
         if name in result:
             raise ConfigError(f"{source}: shard name {name!r} appears twice")
         shard = entry["shardConfig"]

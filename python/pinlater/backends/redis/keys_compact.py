@@ -7,7 +7,7 @@ touches one slot and a compact shard can be a Redis Cluster. Scripts: ``lua_comp
 same ``KEYS`` positions, ``ARGV`` and replies as the original's scripts of the same names;
 records: ``lua_compact/lib/records.lua``.
 
-Per shard ``S`` and queue ``Q`` (both ASCII ``\\w+``, so no brace can end the tag early):
+Per shard ``S`` and queue ``Q`` (ASCII ``[\\w.-]+`` and ``\\w+``, so no brace can end the tag early):
 
 * ``plc:{S:Q}:j``: the records hash: field = local id (decimal), value = the job's record; and
   two fields of the queue's own, which no id can be: ``c``, its creation time in ms, while the

@@ -64,7 +64,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
 from pinlater.backends.base import JobState
-from pinlater.backends.redis.config import LAYOUTS
+from pinlater.backends.redis.config import LAYOUTS, SHARD_NAME, SHARD_NAME_RULE
 from pinlater.backends.redis.keys import QueueKeys, job_id_key, queue_names_key, schedule_keys
 from pinlater.backends.redis.keys_compact import CompactQueueKeys, compact_names_key, compact_schedule_keys
 from pinlater.backends.redis.layouts import LAYOUT_KEY_PREFIX, MIGRATING, layout_key
@@ -233,8 +233,8 @@ def migrate_shard(
     running it again continues (the marker stays ``migrating``)."""
     if target not in LAYOUTS:
         raise MigrationError(f"unknown layout {target!r} (one of {', '.join(LAYOUTS)})")
-    if not _QUEUE.fullmatch(shard):
-        raise MigrationError(f"shard names are letters, digits or underscores, not {shard!r}")
+    if not SHARD_NAME.fullmatch(shard):
+        raise MigrationError(f"shard names are {SHARD_NAME_RULE}, not {shard!r}")
     if batch < 1 or batch_bytes < 1:
         raise MigrationError("the batch size must be at least 1")
     if batch > MAX_BATCH:
