@@ -21,6 +21,7 @@ cannot inject script. POSTs must be ``application/json``, which a cross-site for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -100,9 +101,7 @@ class AdminApp(JobControlApi):
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
         #: Else the host names a request may name besides IP addresses (``_unknown_host``); None: any.
-        self._allowed_names = (
-            frozenset() if self._loopback_only else _allowed_names(server.settings.admin_allowed_hosts)
-        )
+        self._allowed_names: frozenset[str] | None = frozenset()  # (set by ``start_admin``)
         #: The admin port's connections (``admin_conns.py``), counted and timed by the middleware;
         #: on loopback every peer is this machine, one host: no share of the cap per host there.
         self.connections = AdminConnections(peer_cap=MAX_ADMIN_CONNECTIONS if self._loopback_only else None)
@@ -361,22 +360,32 @@ _CROSS_SITE = (
 FQDN_WAIT = 2.0
 
 
-def _allowed_names(configured: tuple[str, ...], fqdn_wait: float = FQDN_WAIT) -> frozenset[str] | None:
+async def _allowed_names(configured: tuple[str, ...], fqdn_wait: float = FQDN_WAIT) -> frozenset[str] | None:
     """The host names an admin port beyond loopback answers for: localhost, this machine's name
     and fully qualified name, and ``ADMIN_ALLOWED_HOSTS``; None if that holds ``*`` (any). The
     fully qualified name takes a DNS lookup, which a resolver that does not answer holds for its
-    timeouts: it is asked for in a thread, and the start waits ``fqdn_wait`` seconds for it, then
-    goes on without it (logged)."""
+    timeouts: it is asked for on a thread of its own (daemon: a stop never waits for it), and
+    the start waits ``fqdn_wait`` seconds for it, the event loop serving meanwhile, then goes on
+    without it (logged)."""
     if "*" in configured:
         return None
     names = ["localhost", socket.gethostname()]
-    found: list[str] = []
-    lookup = threading.Thread(target=lambda: found.append(socket.getfqdn()), name="pinlater-fqdn", daemon=True)
-    lookup.start()
-    lookup.join(fqdn_wait)
-    if found:
-        names.append(found[0])
-    else:
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[str] = loop.create_future()
+
+    def found_now(name: str) -> None:
+        if not found.done():
+            found.set_result(name)
+
+    def look() -> None:
+        name = socket.getfqdn()
+        with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+            loop.call_soon_threadsafe(found_now, name)
+
+    threading.Thread(target=look, name="pinlater-fqdn", daemon=True).start()
+    try:
+        names.append(await asyncio.wait_for(found, fqdn_wait))
+    except TimeoutError:
         log.warning(
             "this machine's fully qualified name did not resolve within %gs: the admin port answers "
             "its short name %r, not that one; name it in ADMIN_ALLOWED_HOSTS if browsers use it",
@@ -442,6 +451,8 @@ def _foreign_host(request: web.Request) -> str | None:
 async def start_admin(server: PinLaterServer) -> web.AppRunner:
     """Build the admin app for ``server`` and listen on its admin host and port."""
     admin = AdminApp(server)
+    if not admin._loopback_only:
+        admin._allowed_names = await _allowed_names(server.settings.admin_allowed_hosts)
     # (shutdown_timeout: a stop waits this long for admin requests in progress, not aiohttp's 60 s;
     # auto_decompress off: aiohttp inflated a compressed body as it came, and went on inflating
     # the rest while it drained it after the 413 that refused it, so a 1 MB gzip of 1 GiB of JSON
