@@ -226,9 +226,12 @@ def test_requests_waiting_for_a_filter_turn_hold_no_request_slot(
     slots = RequestSlots(2)
     context = idl.RequestContext(source="test")
 
+    leases: list[RequestLease] = []
+
     async def request(regex: str | None) -> int:
         """One request as a connection serves it: a slot taken, in line, for the call."""
         lease = RequestLease(slots)
+        leases.append(lease)
         current_lease.set(lease)
         if not lease.take_now():
             await lease.take()
@@ -244,11 +247,44 @@ def test_requests_waiting_for_a_filter_turn_hold_no_request_slot(
         for _ in range(FILTERED_CALLS):
             assert await loop.run_in_executor(None, entered.acquire, True, WAIT_S)
         assert (slots.held, slots.resting) == (0, 4)
+        assert not any(lease.idle for lease in leases), "working, not idle: a lost connection does not cancel it"
         assert await asyncio.wait_for(request(None), WAIT_S) == 60, "served while the filters wait"
         assert not any(task.done() for task in filtered)
         release.set()
         assert await asyncio.gather(*filtered) == [30] * 4
         assert (slots.held, slots.resting) == (0, 0)
+
+    try:
+        asyncio.run(go())
+    finally:
+        release.set()
+        backend.close()
+
+
+def test_a_cancelled_filtered_call_keeps_its_turn_until_its_thread_is_done(
+    stores: list[EmbeddedStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filtered count cancelled while its store calls run (its request gone): the calls go on
+    on their threads, and keep their turns until they end, so no other filter joins them past
+    FILTERED_CALLS (the turns were given back at the cancel, and the filters took every thread)."""
+    fill(stores)
+    entered, release = hold_matcher(monkeypatch)
+    shards = ShardMap([Shard(store.name, store) for store in stores])
+    backend = ShardedBackend(shards, num_priorities=PRIORITIES, parallelism=4, body_filter_budget_seconds=600)
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(backend.count_jobs(Q, JobState.PENDING, None, False, "^match"))
+        for _ in range(FILTERED_CALLS):
+            assert await loop.run_in_executor(None, entered.acquire, True, WAIT_S)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert backend._filter_slots.locked(), "the turns are held while the calls run"
+        second = asyncio.create_task(backend.count_jobs(Q, JobState.PENDING, None, False, "^match"))
+        assert not await loop.run_in_executor(None, entered.acquire, True, 0.3), "no other filter joined them"
+        release.set()
+        assert await asyncio.wait_for(second, WAIT_S) == 30
 
     try:
         asyncio.run(go())

@@ -33,7 +33,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from pinlater._pinlater import (
     DETACH_JOBS,
@@ -441,10 +441,18 @@ class ShardedBackend:
             await asyncio.wait_for(self._filter_slots.acquire(), max(deadline - time.monotonic(), 0.0))
         except TimeoutError:
             raise BodyFilterBudgetExceeded(where.body_regex, self.body_filter_budget_seconds, 0) from None
-        try:
-            return await self.call_store(shard, fn, queue, where, limit)
-        finally:
-            self._filter_slots.release()
+        # The turn is given back once the store call is done, its thread too: a request cancelled
+        # meanwhile (a server stop) leaves the call running on its thread, which a turn given
+        # back at the cancel would have let more filters join (past FILTERED_CALLS, ordinary
+        # calls found no thread).
+        call = asyncio.ensure_future(self.call_store(shard, fn, queue, where, limit))
+        call.add_done_callback(self._filter_call_done)
+        return await asyncio.shield(call)
+
+    def _filter_call_done(self, call: asyncio.Future[Any]) -> None:
+        self._filter_slots.release()
+        if not call.cancelled():
+            call.exception()  # (retrieved: a call its request left logs nothing)
 
     async def revive(self, shard: Shard, *, force: bool = False) -> bool:
         """Ask an unhealthy shard whether it answers again and mark it healthy if so; True if it

@@ -95,7 +95,7 @@ class Connection(asyncio.Protocol):
             self._peer_gone(exc)
         self._lost = True
         self._lease.lost = True
-        if self._lease.resting and self.worker is not None:
+        if self._lease.idle and self.worker is not None:
             self.worker.cancel()  # a long poll waiting for nobody (``lease.py``): ends now
         self._drop_queue()
         self._release()

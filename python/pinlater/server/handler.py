@@ -351,7 +351,7 @@ class PinLaterHandler:
         lease = current_lease.get()
         if regex is None or lease is None:
             return await call
-        lease.rest()  # (a call that fails leaves it given back: the request ends)
+        lease.rest(idle=False)  # (a call that fails leaves it given back: the request ends)
         result = await call
         await lease.take()
         return result

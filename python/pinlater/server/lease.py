@@ -34,7 +34,7 @@ __all__ = ["RequestLease", "current_lease"]
 class RequestLease:
     """One connection's hold on a request slot, for the request it is serving (one at a time)."""
 
-    __slots__ = ("held", "lost", "resting", "slots")
+    __slots__ = ("held", "idle", "lost", "resting", "slots")
 
     def __init__(self, slots: RequestSlots) -> None:
         self.slots = slots
@@ -44,6 +44,9 @@ class RequestLease:
         self.resting = False
         #: The connection is gone, or its peer closed its side: a long poll makes no more dequeues.
         self.lost = False
+        #: It rests doing nothing (a long poll's wait, not a filtered call's store work): a lost
+        #: connection cancels it (``Connection.connection_lost``).
+        self.idle = False
 
     def take_now(self) -> bool:
         """Take a slot if one is free and nobody waits for one (``RequestSlots.take_now``)."""
@@ -66,9 +69,12 @@ class RequestLease:
             self.held = False
             self.slots.release()
 
-    def rest(self) -> None:
-        """Give the slot back to wait without working (a long poll); ``take`` before working again."""
+    def rest(self, idle: bool = True) -> None:
+        """Give the slot back to wait without working (a long poll: ``idle``), or while work its
+        slot does not bound runs (a body-filtered call's store calls); ``take`` before working
+        again."""
         self.release()
+        self.idle = idle
         if not self.resting:
             self.resting = True
             self.slots.resting += 1
@@ -79,6 +85,7 @@ class RequestLease:
         self._wake()
 
     def _wake(self) -> None:
+        self.idle = False
         if self.resting:
             self.resting = False
             self.slots.resting -= 1
