@@ -442,6 +442,54 @@ def test_a_closing_connection_whose_peer_takes_no_reply_is_aborted() -> None:
     asyncio.run(scenario())
 
 
+def test_a_closing_connection_is_watched_for_stalls_only_once_its_close_was_sent() -> None:
+    """A half-closed peer still being answered (closing, its close not sent yet) leaves the watch
+    when its writing resumes: kept there, a reply that took longer than the frame timeout to
+    make aborted a peer that had read everything."""
+
+    async def scenario() -> None:
+        server = FramedServer(Dispatcher(EchoHandler()), "127.0.0.1", 0)
+        await server.start()
+        try:
+            conn = Connection(server, ("192.0.2.7", 1), "192.0.2.7")
+            transport = _Undrained()
+            conn.connection_made(transport)
+            conn._closing = True
+            conn.pause_writing()
+            conn.resume_writing()
+            assert conn not in server._write_paused
+            transport.buffered = 10
+            conn._close_transport(transport)
+            conn.pause_writing()
+            conn.resume_writing()
+            assert conn in server._write_paused, "closed with replies left: watched until they go"
+        finally:
+            await server.stop(1)
+
+    asyncio.run(scenario())
+
+
+def test_eviction_counts_only_the_frame_bytes_a_close_gives_back() -> None:
+    """A connection's frame being served is given back only once it is handled (a long poll's,
+    30 s later): evicting a host for it freed nothing, and the client that took the budget past
+    its bound was closed all the same."""
+    from pinlater.server.transport import _freeable_frames
+
+    async def scenario() -> None:
+        server = FramedServer(Dispatcher(EchoHandler()), "127.0.0.1", 0)
+        await server.start()
+        try:
+            conn = Connection(server, ("192.0.2.7", 1), "192.0.2.7")
+            conn.held, conn.queued, conn.serving = 100, 5000, 3000
+            assert _freeable_frames(conn) == 2100
+            conn._aborted = True
+            assert _freeable_frames(conn) == 0
+        finally:
+            await server.stop(1)
+
+    asyncio.run(scenario())
+
+
 def test_pipelined_calls_are_answered_in_order(srv: ServerThread) -> None:
     with raw_socket(srv.port) as sock:
         sock.sendall(b"".join(frame(encode_call("getQueueNames", seqid)) for seqid in range(1, 101)))

@@ -59,11 +59,15 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         #: No more frames are taken; close once the worker is done.
         self._closing = False
+        #: The transport was closed (``_close_transport``): what is left is to write its replies.
+        self._close_sent = False
         self._lost = False
         #: Bytes of the unfinished frame counted against the server's budget (``len(_buf)``).
         self.held = 0
         #: Bytes of whole frames queued or being served, counted against the same budget.
         self.queued = 0
+        #: Bytes of the frame being served (in ``queued``): given back only when it is handled.
+        self.serving = 0
         #: While the peer is not draining its replies: when the write buffer last shrank, and
         #: its smallest size since writing paused (``FramedServer._sweep`` watches both).
         self.write_progress_at = 0.0
@@ -194,7 +198,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._uncount_unread()
-        if not self._closing:  # (a closing one stays watched: ``_close_transport``)
+        if not self._close_sent:  # (one closed with replies left stays watched: ``_close_transport``)
             self._server._write_paused.discard(self)
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
@@ -213,6 +217,7 @@ class Connection(asyncio.Protocol):
         try:
             while self._queue and not self._lost:
                 payload = self._queue.popleft()
+                self.serving = len(payload)
                 if self._reading_paused:
                     self._maybe_resume_reading()
                 try:
@@ -249,6 +254,7 @@ class Connection(asyncio.Protocol):
                     # garbage now, and its bytes go back to the budget.
                     server._pending_frame_bytes -= len(payload)
                     self.queued -= len(payload)
+                    self.serving = 0
                     if self._reading_paused:
                         self._maybe_resume_reading()
                 if reply is not None:
@@ -454,6 +460,7 @@ class Connection(asyncio.Protocol):
         connection is never idle): it stays with the writers the sweep watches, aborted once it
         has taken none of them for ``FRAME_TIMEOUT_SECONDS`` (``write_stalled``)."""
         transport.close()
+        self._close_sent = True
         left = transport.get_write_buffer_size()
         if left and self not in self._server._write_paused:
             self.write_progress_at = time.monotonic()

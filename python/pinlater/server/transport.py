@@ -540,7 +540,7 @@ class FramedServer:
         past their budget: one host's long polls, padded and pipelined on enough connections
         (each holds its frames until it is answered, up to 30 s), had held the budget, and every
         other client's frame that spans reads closed its connection."""
-        evicted = _evict(over, self._connections, lambda c: c.held + c.queued, lambda: self._pending_frame_bytes)
+        evicted = _evict(over, self._connections, _freeable_frames, lambda: self._pending_frame_bytes)
         for conn in evicted:
             conn.frames_over_budget(evicted=True)
         return self._pending_frame_bytes <= self.max_pending_frame_bytes
@@ -688,6 +688,12 @@ class FramedServer:
         self._live.discard(conn)
         if not self._live and self._all_lost is not None and not self._all_lost.done():
             self._all_lost.set_result(None)
+
+
+def _freeable_frames(conn: Connection) -> int:
+    """The frame bytes closing ``conn`` gives back at once: its unfinished frame and those queued,
+    not the one being served (given back once it is handled), none once it was aborted."""
+    return 0 if conn._aborted else conn.held + conn.queued - conn.serving
 
 
 def _evict(
