@@ -267,6 +267,52 @@ def test_the_migration_takes_as_long_as_its_alter_takes_not_the_socket_timeout(
     assert len(store.scan_jobs("small", pending(), 10)) == 1, "migrated when tried again"
 
 
+def held_open_original_queue(server: MariaDBServer, queue: str) -> Any:
+    """A queue of shard 1 as the original made it (one job, no expire_at column), and a
+    connection whose open transaction holds its table's metadata lock until it ends."""
+    conn = server.admin_connection()
+    try:
+        seed_original_queue(conn, "1", queue, [(1, 0, b"old")])
+    finally:
+        conn.close()
+    holder = server.admin_connection()
+    with holder.cursor() as cur:
+        cur.execute("START TRANSACTION")
+        cur.execute(f"SELECT COUNT(*) FROM plq_1_{queue}.jobs_p1")
+    return holder
+
+
+def test_a_stop_does_not_wait_for_a_migrations_alter(
+    server: MariaDBServer, make_store: Callable[..., MySQLStore]
+) -> None:
+    """A server stop waits for its store calls in progress, and a migration's ALTER may take an
+    hour: ``interrupt`` (the stop's first step) abandons it, the call failing at once; MySQL
+    finishes the ALTER, and the next statement finds the column."""
+    store = make_store()
+    reader = held_open_original_queue(server, "slow")  # the ALTER waits for its lock
+    try:
+        failed: list[BaseException] = []
+
+        def scan() -> None:
+            try:
+                store.scan_jobs("slow", pending(), 10)
+            except BaseException as exc:
+                failed.append(exc)
+
+        caller = threading.Thread(target=scan)
+        caller.start()
+        waiting = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE LIKE '%metadata lock%'"
+        wait_for(lambda: server.query(waiting)[0][0] >= 1, 5, what="the ALTER to wait for the table's lock")
+        started = time.monotonic()
+        store.interrupt()
+        caller.join(8)
+        assert not caller.is_alive() and time.monotonic() - started < 8, "within the ALTER's 10 s lock wait"
+        assert len(failed) == 1 and isinstance(failed[0], ShardConnectionError), failed
+    finally:
+        reader.close()
+    assert len(store.scan_jobs("slow", pending(), 10)) == 1
+
+
 def test_a_migration_waits_for_a_table_held_open_a_bounded_time(
     server: MariaDBServer, make_store: Callable[..., MySQLStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -276,17 +322,9 @@ def test_a_migration_waits_for_a_table_held_open_a_bounded_time(
     from pinlater.backends.mysql import expiry
 
     monkeypatch.setattr(expiry, "MIGRATION_LOCK_WAIT_SECONDS", 1)
-    conn = server.admin_connection()
-    try:
-        seed_original_queue(conn, "1", "held", [(1, 0, b"old")])
-    finally:
-        conn.close()
     store = make_store()
-    idle = server.admin_connection()
+    idle = held_open_original_queue(server, "held")
     try:
-        with idle.cursor() as cur:
-            cur.execute("START TRANSACTION")
-            cur.execute("SELECT COUNT(*) FROM plq_1_held.jobs_p1")
         with pytest.raises(ShardConnectionError, match="1205") as caught:
             store.scan_jobs("held", pending(), 10)
         assert caught.value.contention

@@ -732,6 +732,12 @@ class ShardStore(Protocol):
         """Release connections and files. Idempotent."""
         ...
 
+    def interrupt(self) -> None:
+        """The server stops: cut short the calls in progress that may run for long (a MySQL
+        migration's ALTER, up to an hour), so its threads end, as the stop waits for them. What
+        they did stays done or is tried again later."""
+        ...
+
     # -- the hot path, as the server calls it -------------------------------------------------
 
     def hot_path(self, offload: Offload) -> HotPath:

@@ -511,6 +511,8 @@ class ShardedBackend:
             await asyncio.wait(list(self._background))
 
     def close(self) -> None:
+        for shard in self._shards:  # (the shutdown below waits for every store call in progress)
+            shard.store.interrupt()
         self._executor.shutdown(wait=True)
         self._ping_executor.shutdown(wait=True)
         for shard in self._shards:

@@ -232,5 +232,8 @@ class BlockingStore:
     def hot_path(self: ShardStore, offload: Offload) -> HotPath:
         return ThreadedHotPath(self, offload)
 
+    def interrupt(self) -> None:
+        """No call of this store runs long (``ShardStore.interrupt``)."""
+
     async def aclose(self) -> None:
         """Nothing was opened on the loop."""

@@ -21,8 +21,10 @@ different settings) is noticed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -202,6 +204,8 @@ class ConnectionPool:
         self._slots = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._idle: list[pymysql.connections.Connection[Any]] = []
+        #: The ``unbounded`` connections in use (``abandon_unbounded``).
+        self._unbounded: set[pymysql.connections.Connection[Any]] = set()
         self._closed = False
         self.server_info: ServerInfo | None = None
         #: Called with each new connection (tests count statements with it).
@@ -314,12 +318,28 @@ class ConnectionPool:
         ``lock_wait_seconds`` (error 1205). Connecting still times out as the pool's do."""
         args = dict(self._connect_args, read_timeout=read_timeout, write_timeout=read_timeout, autocommit=True)
         conn = _Connection(**args)
+        with self._lock:
+            self._unbounded.add(conn)
         try:
             with conn.cursor() as cur:
                 cur.execute("SET SESSION lock_wait_timeout = %s", (lock_wait_seconds,))
             yield conn
         finally:
+            with self._lock:
+                self._unbounded.discard(conn)
             _force_close(conn)
+
+    def abandon_unbounded(self) -> None:
+        """Shut the sockets of the ``unbounded`` connections in use, from any thread: a statement
+        waiting on one fails at once (a lost connection), where a server stop waited for its
+        ALTER, up to an hour. MySQL runs the statement to its end all the same."""
+        with self._lock:
+            conns = list(self._unbounded)
+        for conn in conns:
+            sock = conn._sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def discard_idle(self) -> None:
         """Close every idle connection (after a connection failure they are suspect)."""

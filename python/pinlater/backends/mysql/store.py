@@ -913,6 +913,11 @@ class MySQLStore(BlockingStore):
         for hot in self._hot_paths:
             hot.unwatch()
 
+    def interrupt(self) -> None:
+        """Abandon a migration's ALTER in progress (``ConnectionPool.abandon_unbounded``): MySQL
+        finishes it (the column is there at the next start), the thread waiting for it ends."""
+        self.pool.abandon_unbounded()
+
     def close(self) -> None:
         with self._drain_lock:
             self._closing = True

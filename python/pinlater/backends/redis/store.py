@@ -849,6 +849,9 @@ class RedisStore:
     def ping(self) -> None:
         self._shard.ping()
 
+    def interrupt(self) -> None:
+        """No call of this store runs long: each is bounded by the socket timeout."""
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
