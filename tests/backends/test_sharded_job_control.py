@@ -26,6 +26,7 @@ from pinlater.backends import scan_pages, sharded
 from pinlater.backends.base import (
     STORE_CALL_JOBS,
     AckItem,
+    JobFilter,
     JobRecord,
     JobState,
     LookupOverBudget,
@@ -527,3 +528,41 @@ def test_schedule_writes_refuse_while_a_shard_is_down(backend: ShardedBackend) -
         assert info.value.code == ErrorCode.SHARD_CONNECTION_FAILED
     down.mark_healthy()
     assert [s.name for s in run(schedules.listing(backend, Q))] == ["kept"], "nothing removed, nothing half-written"
+
+
+def test_a_shard_that_answers_slowly_leaves_the_others_store_threads(
+    backend: ShardedBackend, stores: dict[str, ShardStore]
+) -> None:
+    """Eight calls to a shard whose store answers slowly (held here) on a pool of four threads:
+    three hold threads, the rest wait, and a call to another shard is answered meanwhile; all of
+    them took the pool, and every shard's calls waited behind the slow one's."""
+    slow = stores["1"]
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    count_jobs = slow.count_jobs
+
+    def held(*args: Any) -> int:
+        entered.release()
+        release.wait(60)
+        return count_jobs(*args)
+
+    slow.count_jobs = held  # type: ignore[method-assign]
+    where = JobFilter(JobState.PENDING, 1, 0, None)
+    [one] = [s for s in backend._shards if s.name == "1"]
+    [two] = [s for s in backend._shards if s.name == "2"]
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        calls = [asyncio.ensure_future(backend.call_store(one, slow.count_jobs, Q, where, None)) for _ in range(8)]
+        for _ in range(3):
+            assert await loop.run_in_executor(None, entered.acquire, True, 60)
+        assert not await loop.run_in_executor(None, entered.acquire, True, 0.2), "three threads at most"
+        other = stores["2"]
+        assert await asyncio.wait_for(backend.call_store(two, other.count_jobs, Q, where, None), 30) == 0
+        release.set()
+        assert await asyncio.gather(*calls) == [0] * 8
+
+    try:
+        run(go())
+    finally:
+        release.set()

@@ -64,6 +64,7 @@ from pinlater.backends.base import (
     KeyedJob,
     LookupOverBudget,
     NewJob,
+    Offload,
     QueueRules,
     ScanCursor,
     failed_after,
@@ -282,6 +283,12 @@ class ShardedBackend:
         self.count_limit = count_limit
         self.clock: Clock = clock or SystemClock()
         self._executor = ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="pinlater-store")
+        #: The most store threads one shard's calls hold at once while there are several shards:
+        #: three quarters of them (``_offload_on``), so that a shard that answers, but slowly (a
+        #: MySQL under load: seconds a statement), leaves the others a quarter of the threads,
+        #: where its calls piled up on every thread and every shard's calls waited behind them.
+        self._shard_threads = max(1, parallelism - parallelism // 4)
+        self._shard_offloads: dict[str, Offload] = {}
         #: The health pings' own threads (``_ping``): a ping never waits behind the store calls
         #: queued for a store that stopped answering, which every call finding no healthy shard
         #: would wait on in turn.
@@ -380,14 +387,31 @@ class ShardedBackend:
             return hot
         hot = self._hot_paths.get(shard)
         if hot is None:
-            hot = self._hot_paths[shard] = shard.store.hot_path(self._offload)
+            hot = self._hot_paths[shard] = shard.store.hot_path(self._offload_on(shard))
         if self._shards.get(shard.name) is shard:  # not one a reload has replaced since
             self._current_hot_paths[shard] = hot
         return hot
 
     def _offload(self, fn: Callable[..., T], /, *args: object) -> Awaitable[T]:
-        """Run a blocking store call on the thread pool (the ``base.Offload`` stores are handed)."""
+        """Run a blocking store call on the thread pool."""
         return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _offload_on(self, shard: Shard) -> Offload:
+        """``_offload`` for the calls of ``shard`` (the ``base.Offload`` its store is handed): while
+        the backend has more than one shard, at most ``_shard_threads`` of them at once."""
+        made = self._shard_offloads.get(shard.name)
+        if made is not None:
+            return made
+        turns = asyncio.Semaphore(self._shard_threads)
+
+        async def offload(fn: Callable[..., T], /, *args: object) -> T:
+            if len(self._shards) < 2:
+                return await self._offload(fn, *args)
+            async with turns:
+                return await self._offload(fn, *args)
+
+        self._shard_offloads[shard.name] = offload
+        return offload
 
     async def on_shard(self, shard: Shard, call: Awaitable[T]) -> T:
         """Await one store call on ``shard``; a connection failure marks the shard (not a call
@@ -416,7 +440,7 @@ class ShardedBackend:
                 raise QueuedCallRefused(shard.name)
             return _watched(shard, fn, *args)
 
-        return await self.on_shard(shard, self._offload(turn))
+        return await self.on_shard(shard, self._offload_on(shard)(turn))
 
     async def ping(self, shard: Shard) -> None:
         """Ask the shard's store whether it answers, on the pings' own threads (never behind
