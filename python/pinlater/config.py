@@ -393,8 +393,18 @@ def usable_cores() -> int:
 
 
 def _host_names(text: str) -> tuple[str, ...]:
-    """A comma-separated list of host names, each lowercased, without a trailing dot."""
-    return tuple(name.strip().lower().rstrip(".") for name in text.split(",") if name.strip())
+    """A comma-separated list of host names, each lowercased, without a trailing dot, and a name
+    of other than ASCII in the form a browser sends in ``Host`` (IDNA: ``bücher.example`` is
+    ``xn--bcher-kva.example``), which it was compared with as written, and never matched."""
+    names = (name.strip().lower().rstrip(".") for name in text.split(",") if name.strip())
+    return tuple(name if name.isascii() else _idna(name) for name in names)
+
+
+def _idna(name: str) -> str:
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise ValueError(f"{name!r} is not a host name IDNA can encode ({exc})") from None
 
 
 _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {

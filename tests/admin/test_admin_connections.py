@@ -274,6 +274,12 @@ def test_a_star_in_admin_allowed_hosts_answers_any_name() -> None:
     assert settings.admin_allowed_hosts == ("a.example", "*")
     assert asyncio.run(_allowed_names(settings.admin_allowed_hosts)) is None
     assert "a.example" in (asyncio.run(_allowed_names(("a.example",))) or ())
+    # A name of other than ASCII is kept as a browser sends it in Host (IDNA), where it was
+    # compared as written and never matched; one IDNA cannot encode is a config error.
+    idna = resolve_settings(parse_properties("ADMIN_ALLOWED_HOSTS = Bücher.Example., ops\n", source="p"))
+    assert idna.admin_allowed_hosts == ("xn--bcher-kva.example", "ops")
+    with pytest.raises(ConfigError, match="IDNA"):
+        resolve_settings(parse_properties("ADMIN_ALLOWED_HOSTS = " + "ü" * 70 + ".example\n", source="p"))
 
 
 def test_a_resolver_that_does_not_answer_delays_the_start_by_the_fqdn_wait(monkeypatch: pytest.MonkeyPatch) -> None:
