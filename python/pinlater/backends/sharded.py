@@ -402,12 +402,17 @@ class ShardedBackend:
         made = self._shard_offloads.get(shard.name)
         if made is not None:
             return made
-        turns = asyncio.Semaphore(self._shard_threads)
+        # (one semaphore per event loop: a backend may outlive its loop, as in tests that run one
+        # loop per step, and a semaphore waited on is bound to its loop)
+        turns: list[tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = []
 
         async def offload(fn: Callable[..., T], /, *args: object) -> T:
             if len(self._shards) < 2:
                 return await self._offload(fn, *args)
-            async with turns:
+            loop = asyncio.get_running_loop()
+            if not turns or turns[0][0] is not loop:
+                turns[:] = [(loop, asyncio.Semaphore(self._shard_threads))]
+            async with turns[0][1]:
                 return await self._offload(fn, *args)
 
         self._shard_offloads[shard.name] = offload
