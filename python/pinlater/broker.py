@@ -359,7 +359,7 @@ class DequeueBroker:
         if len(batch.jobs) >= asked or batch.jobs.body_bytes >= max_bytes:
             self._more.add(queue)  # all it asked for (or all the bytes): the store may hold more
         if kept:
-            self.backend.signals.notify(queue)  # wake long polls: there is something to take
+            self.backend.signals.notify(queue, kept)  # wake long polls: there is something to take
 
     def _queue_claims(self, out: HandOut, source: str) -> asyncio.Future[Unwritten]:
         """Queue the claims of the jobs handed out for the next flush, under a new claim; the
@@ -583,7 +583,7 @@ class DequeueBroker:
                 await self._release(queue, entries)
         self.metrics.incr("broker_refill_jobs", total)
         if total:
-            self.backend.signals.notify(queue)  # wake long polls: there is something to take
+            self.backend.signals.notify(queue, total)  # wake long polls: there is something to take
         if got_bytes >= byte_room:
             # All the bytes it asked for: the store may hold more, taken as dequeues make room.
             self._more.add(queue)
@@ -711,7 +711,7 @@ class DequeueBroker:
             if n:  # dequeuable at once: dequeues must not skip them as known-empty
                 self._releasing = True  # but this broker does not refill on its own release
                 try:
-                    self.backend.mark_ready(shard_name, queue, {priority for priority, _ in items})
+                    self.backend.mark_ready(shard_name, queue, {priority for priority, _ in items}, n)
                 finally:
                     self._releasing = False
         self.metrics.incr("broker_released", released)

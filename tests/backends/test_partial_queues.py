@@ -327,4 +327,4 @@ def test_a_made_up_queue_leaves_no_hint_while_a_shard_cannot_say(
     run(scenario())
     assert not [key for key in backend._lacking if key[1].startswith("junk")]
     assert not [place for place in backend._empty_until if place[1].startswith("junk")]
-    assert backend.signals._events == {} and backend.signals._waiting == {}
+    assert backend.signals._queues == {} and backend.signals.waiters == 0

@@ -115,6 +115,29 @@ def test_waiting_long_polls_hold_no_request_slot(start_server: Start, open_clien
     assert gauge(srv, "long_polls_waiting") == 0
 
 
+def counted_dequeues(tmp_path: Any, monkeypatch: Any) -> tuple[Any, Any, Any, list[int]]:
+    """In process, to count a long poll's dequeues: an embedded store with queue ``polled``, its
+    backend, a handler, and the count of the handler's dequeues (``[n]``, kept up to date)."""
+    from pinlater.backends.embedded import EmbeddedStore
+    from pinlater.backends.sharded import ShardedBackend
+    from pinlater.backends.shardmap import Shard, ShardMap
+    from pinlater.server.handler import PinLaterHandler
+    from pinlater.server.metrics import Metrics
+
+    store = EmbeddedStore(tmp_path / "data", "1")
+    store.create_queue("polled", 3)
+    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=3, parallelism=4)
+    dequeues = [0]
+    dequeue = PinLaterHandler._dequeue
+
+    def counted(self: PinLaterHandler, *args: Any) -> Any:
+        dequeues[0] += 1
+        return dequeue(self, *args)
+
+    monkeypatch.setattr(PinLaterHandler, "_dequeue", counted)
+    return store, backend, PinLaterHandler(backend, Metrics()), dequeues
+
+
 def test_many_waiting_long_polls_recheck_at_a_bounded_rate(tmp_path: Any, monkeypatch: Any) -> None:
     """3,000 long polls of 4 s on one server, on an empty queue (in process, to count their
     dequeues): once each has waited once, they recheck at most RECHECKS_PER_SECOND times a
@@ -124,24 +147,9 @@ def test_many_waiting_long_polls_recheck_at_a_bounded_rate(tmp_path: Any, monkey
     import asyncio
 
     from pinlater.backends.base import NewJob
-    from pinlater.backends.embedded import EmbeddedStore
-    from pinlater.backends.sharded import ShardedBackend
-    from pinlater.backends.shardmap import Shard, ShardMap
-    from pinlater.server.handler import RECHECKS_PER_SECOND, PinLaterHandler
-    from pinlater.server.metrics import Metrics
+    from pinlater.server.handler import RECHECKS_PER_SECOND
 
-    store = EmbeddedStore(tmp_path / "data", "1")
-    store.create_queue("polled", 3)
-    backend = ShardedBackend(ShardMap([Shard("1", store)]), num_priorities=3, parallelism=4)
-    handler = PinLaterHandler(backend, Metrics())
-    dequeues = [0]
-    dequeue = PinLaterHandler._dequeue
-
-    def counted(self: PinLaterHandler, *args: Any) -> Any:
-        dequeues[0] += 1
-        return dequeue(self, *args)
-
-    monkeypatch.setattr(PinLaterHandler, "_dequeue", counted)
+    store, backend, handler, dequeues = counted_dequeues(tmp_path, monkeypatch)
     waiters = 3000
     assert max(backend.empty_recheck_ms / 1000, waiters / RECHECKS_PER_SECOND) == 1.5
 
@@ -164,3 +172,70 @@ def test_many_waiting_long_polls_recheck_at_a_bounded_rate(tmp_path: Any, monkey
         backend.close()
     assert in_window <= RECHECKS_PER_SECOND * window * 1.3, (in_window, window)
     assert sum(len(jobs) for jobs in found) == 1, "found by a recheck"
+
+
+def test_an_enqueue_wakes_as_many_long_polls_as_it_has_jobs(tmp_path: Any, monkeypatch: Any) -> None:
+    """300 long polls of one job each wait on a queue (their rechecks pushed out of the test's
+    reach): an enqueue of 3 jobs through the server wakes the 3 that waited longest, which make
+    3 dequeues and take a job each; the others go on waiting (before, every poll of the queue
+    woke and dequeued, 297 of them for nothing). An enqueue of 2 jobs then wakes 2 polls of 5."""
+    import asyncio
+
+    from pinlater._pinlater import NewJobBatch
+
+    _store, backend, handler, dequeues = counted_dequeues(tmp_path, monkeypatch)
+    backend.empty_recheck_ms = 60_000  # no recheck within the test: only wake-ups dequeue
+
+    async def until(condition: Callable[[], bool]) -> None:
+        for _ in range(2000):
+            if condition():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("not within 10 s")
+
+    def jobs(poll: asyncio.Task[Any]) -> int:
+        return sum(len(batch.jobs) for batch in poll.result())  # (ReadyBatch per shard and priority)
+
+    async def go() -> None:
+        def poll(limit: int) -> asyncio.Task[Any]:
+            return asyncio.create_task(handler._long_poll("polled", limit, "test", 1.0, 30_000, 1 << 20))
+
+        polls = []
+        for _ in range(300):
+            polls.append(poll(1))
+            await asyncio.sleep(0)  # each starts waiting in turn: polls[0] waits longest
+        await until(lambda: backend.signals.waiters == 300)
+        before = dequeues[0]
+        await backend.enqueue_jobs("polled", NewJobBatch([(1, b"job", 0, 1, "")] * 3))
+        await until(lambda: sum(p.done() for p in polls) == 3)
+        for _ in range(20):  # any other poll woken would have dequeued by now
+            await asyncio.sleep(0)
+        assert dequeues[0] - before == 3
+        assert [p.done() for p in polls[:3]] == [True] * 3 and not any(p.done() for p in polls[3:])
+        assert [jobs(p) for p in polls[:3]] == [1, 1, 1]
+        assert backend.signals.waiters == 297
+
+        for p in polls[3:]:
+            p.cancel()
+        await asyncio.gather(*polls[3:], return_exceptions=True)
+        assert backend.signals.waiters == 0 and backend.signals._queues == {}
+        fives = []
+        for _ in range(10):
+            fives.append(poll(5))
+            await asyncio.sleep(0)
+        await until(lambda: backend.signals.waiters == 10)
+        before = dequeues[0]
+        await backend.enqueue_jobs("polled", NewJobBatch([(1, b"job", 0, 1, "")] * 7))  # 7 jobs: 2 polls of 5
+        await until(lambda: sum(p.done() for p in fives) == 2)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert dequeues[0] - before == 2
+        assert sorted(jobs(p) for p in fives[:2]) == [2, 5]
+        for p in fives[2:]:
+            p.cancel()
+        await asyncio.gather(*fives[2:], return_exceptions=True)
+
+    try:
+        asyncio.run(go())
+    finally:
+        backend.close()

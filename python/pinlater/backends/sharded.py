@@ -547,8 +547,9 @@ class ShardedBackend:
         for shard in self._shards:
             shard.store.close()
 
-    def mark_ready(self, shard: str, queue: str, priorities: Iterable[int]) -> None:
-        """Jobs became ready in these places: forget they were empty, wake long polls."""
+    def mark_ready(self, shard: str, queue: str, priorities: Iterable[int], jobs: int | None = None) -> None:
+        """Jobs (``jobs`` of them at most, or an unknown number) became ready in these places:
+        forget they were empty, wake long polls (as many as take that many jobs)."""
         woke = False
         if self._lacking:
             self._lacking.discard((shard, queue))
@@ -557,7 +558,7 @@ class ShardedBackend:
             self._empty_streak.pop((shard, queue, priority), None)
             woke = True
         if woke:
-            self.signals.notify(queue)
+            self.signals.notify(queue, jobs)
 
     def _ready_at(self, shard: str, queue: str, priority: int, ready_at_ms: int, now: int) -> None:
         """Jobs this server wrote become ready at ``ready_at_ms``: now, or later."""
@@ -771,7 +772,7 @@ class ShardedBackend:
         batch's priorities as ready now (``ready``, when not all of its own) or later."""
         if (probe := memory_probe(shard.store)) is not None:
             probe.note_enqueued(len(jobs), jobs.body_bytes)
-        self.mark_ready(shard.name, queue, jobs.ready_priorities(now) if ready is None else ready)
+        self.mark_ready(shard.name, queue, jobs.ready_priorities(now) if ready is None else ready, len(jobs))
         for priority, run_after_ms in jobs.later(now):
             self._ready_later(shard.name, queue, priority, run_after_ms)
 
@@ -958,7 +959,7 @@ class ShardedBackend:
             for priority, run_after_ms in later:
                 self._ready_later(shard.name, queue, priority, run_after_ms)
             if ready:
-                self.mark_ready(shard.name, queue, ready)
+                self.mark_ready(shard.name, queue, ready, written)
         return placement
 
     async def _keyed_write(self, shard: Shard, queue: str, write: Callable[[], Awaitable[T]]) -> T:
@@ -1005,7 +1006,7 @@ class ShardedBackend:
                 else:
                     self._ready_later(shard.name, queue, job.priority, job.run_after_ms)
             if ready:
-                self.mark_ready(shard.name, queue, ready)
+                self.mark_ready(shard.name, queue, ready, len(taken))
         return answers
 
     def _spawn(self, work: Awaitable[object]) -> None:

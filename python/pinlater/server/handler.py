@@ -572,7 +572,7 @@ class PinLaterHandler:
                 lease.rest()
             # every waiter of this server rechecks RECHECKS_PER_SECOND times a second in all, at most
             every = max(self.backend.empty_recheck_ms / 1000.0, signals.waiters / RECHECKS_PER_SECOND)
-            await signals.wait(queue, min(remaining, every))
+            await signals.wait(queue, min(remaining, every), limit)
             if signals.closed or (lease is not None and lease.lost):
                 break
             if lease is not None:
