@@ -246,13 +246,13 @@ def test_requests_waiting_for_a_filter_turn_hold_no_request_slot(
         loop = asyncio.get_running_loop()
         for _ in range(FILTERED_CALLS):
             assert await loop.run_in_executor(None, entered.acquire, True, WAIT_S)
-        assert (slots.held, slots.resting) == (0, 4)
+        assert (slots.held, slots.resting, slots.filtering) == (0, 0, 4), "filtering, not long polls waiting"
         assert not any(lease.idle for lease in leases), "working, not idle: a lost connection does not cancel it"
         assert await asyncio.wait_for(request(None), WAIT_S) == 60, "served while the filters wait"
         assert not any(task.done() for task in filtered)
         release.set()
         assert await asyncio.gather(*filtered) == [30] * 4
-        assert (slots.held, slots.resting) == (0, 0)
+        assert (slots.held, slots.resting, slots.filtering) == (0, 0, 0)
 
     try:
         asyncio.run(go())

@@ -247,6 +247,7 @@ class PinLaterServer:
         gauge("connections_open", lambda: thrift.stats().connections_open)
         gauge("requests_in_flight", lambda: thrift.stats().requests_in_flight)
         gauge("long_polls_waiting", lambda: thrift.stats().long_polls_waiting)
+        gauge("filtered_calls_running", lambda: thrift.stats().filtered_calls_running)
         gauge("pending_frame_bytes", lambda: thrift.stats().pending_frame_bytes)
         gauge("unread_reply_bytes", lambda: thrift.stats().unread_reply_bytes)
         # Peers closed or refused by the transport's limits (totals since start).

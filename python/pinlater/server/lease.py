@@ -17,7 +17,7 @@ again, leaves none behind to claim jobs for nobody. ``RequestSlots.resting`` cou
 (``/stats.txt``'s ``long_polls_waiting``; ``requests_in_flight`` counts them too, as before).
 A count, scan or delete with a body filter rests the same way for its backend call
 (``handler._filtered``): its store calls take the backend's few filter turns, which bound
-their work.
+their work. ``RequestSlots.filtering`` counts those (``filtered_calls_running``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class RequestLease:
         self.slots = slots
         #: Whether the request holds a slot now.
         self.held = False
-        #: Whether it gave its slot back to wait (``rest``), counted in ``RequestSlots.resting``.
+        #: Whether it gave its slot back (``rest``): counted in ``RequestSlots.resting`` while
+        #: ``idle``, else in ``RequestSlots.filtering``.
         self.resting = False
         #: The connection is gone, or its peer closed its side: a long poll makes no more dequeues.
         self.lost = False
@@ -74,10 +75,11 @@ class RequestLease:
         slot does not bound runs (a body-filtered call's store calls); ``take`` before working
         again."""
         self.release()
+        if self.resting:
+            self._count(-1)
         self.idle = idle
-        if not self.resting:
-            self.resting = True
-            self.slots.resting += 1
+        self.resting = True
+        self._count(1)
 
     def end(self) -> None:
         """The request is done (answered, failed or cancelled, resting or not)."""
@@ -85,10 +87,16 @@ class RequestLease:
         self._wake()
 
     def _wake(self) -> None:
-        self.idle = False
         if self.resting:
             self.resting = False
-            self.slots.resting -= 1
+            self._count(-1)
+        self.idle = False
+
+    def _count(self, step: int) -> None:
+        if self.idle:
+            self.slots.resting += step
+        else:
+            self.slots.filtering += step
 
 
 #: The lease of the request being served in this task (set by ``Connection._serve``); None

@@ -128,6 +128,9 @@ class ServerStats:
     requests_in_flight: int
     #: Gauge: long polls waiting for jobs, which hold no request slot while they wait.
     long_polls_waiting: int
+    #: Gauge: body-filtered counts, scans and deletes at their store calls, which hold no slot
+    #: either (the backend's filter turns bound them).
+    filtered_calls_running: int
     frames_in: int
     frames_out: int
     protocol_errors: int
@@ -156,14 +159,16 @@ class RequestSlots:
     arrival order. Taking a free slot is a plain call (``take_now``), not a coroutine: it is on
     every request's way."""
 
-    __slots__ = ("_waiters", "held", "limit", "resting")
+    __slots__ = ("_waiters", "filtering", "held", "limit", "resting")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         #: Slots taken (the requests being worked on).
         self.held = 0
-        #: Requests that gave their slot back: long polls, body-filtered calls (``lease.py``).
+        #: Requests that gave their slot back (``lease.py``): long polls waiting for jobs, and
+        #: body-filtered calls whose store calls wait for or run in the backend's filter turns.
         self.resting = 0
+        self.filtering = 0
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def take_now(self) -> bool:
@@ -612,8 +617,9 @@ class FramedServer:
             connections_accepted=c.connections_accepted,
             connections_rejected=c.connections_rejected,
             connections_rejected_per_peer=c.peer_refused,
-            requests_in_flight=self.slots.held + self.slots.resting,
+            requests_in_flight=self.slots.held + self.slots.resting + self.slots.filtering,
             long_polls_waiting=self.slots.resting,
+            filtered_calls_running=self.slots.filtering,
             frames_in=c.frames_in,
             frames_out=c.frames_out,
             protocol_errors=c.protocol_errors,
