@@ -17,7 +17,11 @@ finished-job sweeps made (two per priority at least), so records go as fast as t
 at a call that forgets none. If one fails for a reason other than the shard or the queue being gone, that is
 logged and the pass goes on with the next queue. Last, it reads the queue's ordered groups
 (``group_counts``: one call, on stores that keep groups), which ``/metrics`` exports as of the
-last pass (``Monitor.group_counts``). Several servers on one store may run monitors
+last pass (``Monitor.group_counts``). A queue whose sweeps fail for a reason of its own (its
+data, a script's error, rows locked past the retries) is logged and passed over until the next
+pass; only a shard that does not answer, or a queue gone, ends its steps early (before, any error
+ended the shard's pass, so the queues after it went unswept for as long as it lasted: claims of
+crashed workers held past their timeout). Several servers on one store may run monitors
 at once: each step is an atomic guarded store operation, so they never double-apply.
 
 Before its queues, a shard is asked which of them hold nothing for these sweeps
@@ -146,6 +150,16 @@ class Monitor:
                 await self._queue_pass(shard, queue, totals)
             except QueueNotFoundError:  # deleted since the listing: the rest of the shard goes on
                 continue
+            except ShardConnectionError as exc:
+                if not exc.contention:
+                    raise  # the shard does not answer: the pass on it ends (the next one tries again)
+                # its rows were locked past the retries (a MySQL lock wait, an ALTER): this queue
+                # waits for the next pass, the queues after it are swept now
+                log.warning("monitor: queue %s on shard %s skipped this pass: %s", queue, shard.name, exc)
+            except Exception:
+                # one queue's error (its data, a script) is its own: the claims of the queues after
+                # it on the shard are still rescued, their finished jobs collected, their expiries run
+                log.exception("monitor: the pass of queue %s on shard %s failed", queue, shard.name)
         if totals["resurrected"]:
             self.backend.forget_empty(shard.name)
             log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])

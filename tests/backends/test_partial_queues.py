@@ -234,6 +234,25 @@ def test_the_monitor_goes_past_a_queue_deleted_since_it_listed_them(
     }
 
 
+def pass_over_timed_out_claims(
+    backend: ShardedBackend, store: EmbeddedStore, caplog: pytest.LogCaptureFixture
+) -> tuple[dict[str, int], list[str]]:
+    """Two jobs of ``Q`` on ``store`` claimed, their claims timed out, then one monitor pass: its
+    totals and what it logged (warnings and worse)."""
+    from pinlater.monitor import Monitor, MonitorPolicy
+
+    clock = backend.clock
+    assert isinstance(clock, ManualClock)
+    assert len(store.dequeue_jobs(Q, 1, 2, "worker|host:1", clock.now_ms(), False)) == 2
+    clock.advance(10_000)
+    policy = MonitorPolicy(
+        interval_seconds=60, max_per_pass=100, claim_timeout_ms=1_000, succeeded_ttl_ms=HOUR, failed_ttl_ms=HOUR
+    )
+    with caplog.at_level(logging.WARNING, logger="pinlater.monitor"):
+        totals = run(Monitor(backend, policy, Metrics()).run_once())
+    return totals, [r.getMessage() for r in caplog.records]
+
+
 def test_a_monitor_pass_sweeps_every_queue_when_the_idle_check_fails(
     backend: ShardedBackend,
     stores: dict[str, EmbeddedStore],
@@ -243,8 +262,6 @@ def test_a_monitor_pass_sweeps_every_queue_when_the_idle_check_fails(
     """``monitor_idle`` only spares the sweeps of idle queues: when it fails (a Redis Cluster
     slot migrating, say, which the store reports as a ShardConnectionError), the shard's queues
     are all swept, as before it existed."""
-    from pinlater.monitor import Monitor, MonitorPolicy
-
     on_2 = stores["2"]
 
     def broken(queues: object, num_priorities: int) -> set[str]:
@@ -252,17 +269,8 @@ def test_a_monitor_pass_sweeps_every_queue_when_the_idle_check_fails(
         raise ShardConnectionError("2", "TRYAGAIN Multiple keys request during rehashing of slot")
 
     monkeypatch.setattr(on_2, "monitor_idle", broken)
-    clock = backend.clock
-    assert isinstance(clock, ManualClock)
-    assert len(on_2.dequeue_jobs(Q, 1, 2, "worker|host:1", clock.now_ms(), False)) == 2
-    clock.advance(10_000)
-    policy = MonitorPolicy(
-        interval_seconds=60, max_per_pass=100, claim_timeout_ms=1_000, succeeded_ttl_ms=HOUR, failed_ttl_ms=HOUR
-    )
-    with caplog.at_level(logging.WARNING, logger="pinlater.monitor"):
-        totals = run(Monitor(backend, policy, Metrics()).run_once())
+    totals, logged = pass_over_timed_out_claims(backend, on_2, caplog)
     assert totals["resurrected"] == 2
-    logged = [r.getMessage() for r in caplog.records]
     expected = "could not name its idle queues (SHARD_CONNECTION_FAILED: shard 2: TRYAGAIN"
     assert any(expected in m for m in logged), logged
 
@@ -328,3 +336,33 @@ def test_a_made_up_queue_leaves_no_hint_while_a_shard_cannot_say(
     assert not [key for key in backend._lacking if key[1].startswith("junk")]
     assert not [place for place in backend._empty_until if place[1].startswith("junk")]
     assert backend.signals._queues == {} and backend.signals.waiters == 0
+
+
+@pytest.mark.parametrize("error", ["store", "contention"])
+def test_the_monitor_goes_past_a_queue_whose_sweep_fails(
+    backend: ShardedBackend,
+    stores: dict[str, EmbeddedStore],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: str,
+) -> None:
+    """A queue whose sweep fails (``a_bad`` sorts first: an error of its own data, or its rows
+    locked past the retries) is logged and passed over; the claims of the queues after it on
+    the shard are still rescued (before, the error ended the shard's pass, every pass)."""
+    on_2 = stores["2"]
+    on_2.create_queue("a_bad", 3)
+    monkeypatch.setattr(on_2, "monitor_idle", lambda queues, num_priorities: set())
+    resurrect = on_2.resurrect_timed_out_jobs
+
+    def failing(queue: str, *args: object) -> int:
+        if queue == "a_bad":
+            if error == "store":
+                raise RuntimeError("WRONGTYPE Operation against a key holding the wrong kind of value")
+            raise ShardConnectionError("2", "Lock wait timeout exceeded", contention=True)
+        return resurrect(queue, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(on_2, "resurrect_timed_out_jobs", failing)
+    totals, logged = pass_over_timed_out_claims(backend, on_2, caplog)
+    assert totals["resurrected"] == 2
+    assert any("queue a_bad on shard 2" in m for m in logged), logged
+    assert not any("monitor pass on shard 2 failed" in m for m in logged), logged
