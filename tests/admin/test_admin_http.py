@@ -455,3 +455,24 @@ def test_lookups_of_a_big_job_read_its_body_a_few_at_a_time(admin_server: AdminS
     grew = _peak_rss_bytes(pid) - before
     # (a lookup holds about two copies of the body: the store's read and its bytes)
     assert grew < (3 * BODY_LOOKUPS) * len(body), f"peak memory grew {grew >> 20} MiB"
+
+
+def test_malformed_requests_write_a_short_line_per_five_seconds(admin_server: AdminServer) -> None:
+    """aiohttp logs every malformed request with its traceback, which echoes the request's bytes:
+    a peer sending 8 KB headers wrote 19 MB of log a second. Now one cut line per 5 s, with a
+    count of the others."""
+    import socket
+
+    srv = admin_server.server
+    before = len(srv.lines)
+    bad = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + b"1" * 8000 + b"x\r\n\r\n"
+    for _ in range(40):
+        with socket.create_connection(("127.0.0.1", srv.admin_port), timeout=10) as sock:
+            sock.sendall(bad)
+            answer = sock.recv(4096)
+            assert answer.startswith(b"HTTP/1.") and b" 400 " in answer[:20], answer[:200]
+    assert admin_server.get("/healthz").status == 200
+    lines = list(srv.lines)[before:]
+    assert 1 <= len(lines) <= 3, lines  # (one per 5 s: a slow machine may take longer than that)
+    assert all(len(line) < 600 for line in lines), lines
+    assert "1" * 400 not in "".join(lines)

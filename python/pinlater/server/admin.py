@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from pinlater._pinlater import BodyPatternError
+from pinlater.backends.body_filter import BodyFilterBudgetExceeded
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.redrive import Redrives
 from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
@@ -46,6 +47,7 @@ from pinlater.server.admin_api import POST_BYTES, ApiError, Guesses
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
+from pinlater.server.logthrottle import ThrottleFilter
 from pinlater.server.metrics import (
     Metrics,
     RateHistory,
@@ -184,6 +186,10 @@ class AdminApp(JobControlApi):
             response = web.json_response({"error": exc.message}, status=exc.status)
             if exc.status == 408:  # not kept alive: closed once the body's rest drained (ADMIN_LINGER_SECONDS)
                 response.force_close()
+        except BodyFilterBudgetExceeded as exc:  # load shed (filters wait for few turns), not a fault: 503
+            response = web.json_response(
+                {"error": exc.message, "code": int(exc.code)}, status=503, headers={"Retry-After": "5"}
+            )
         except PinLaterError as exc:
             response = web.json_response({"error": exc.message, "code": int(exc.code)}, status=_status_for(exc))
         except BodyPatternError as exc:  # a store's filter refused the pattern: a bad request
@@ -461,6 +467,9 @@ async def start_admin(server: PinLaterServer) -> web.AppRunner:
     # (lingering_time: after an answer given before its request's body was read whole, a 408 or
     # a 413, aiohttp reads and drops the rest this long, so the peer sees the answer, not a
     # reset, before the connection closes; its 10 s held a trickling peer's connection 10 s more)
+    server_log = logging.getLogger("aiohttp.server")  # (malformed requests: one line per 5 s)
+    if not any(isinstance(f, ThrottleFilter) for f in server_log.filters):
+        server_log.addFilter(ThrottleFilter())
     runner = web.AppRunner(
         admin.build(),
         access_log=None,
