@@ -57,6 +57,7 @@ from pinlater.server.metrics import (
     render_families,
 )
 from pinlater.server.queue_counts import COUNT_COLUMNS as COUNT_COLUMNS
+from pinlater.server.shared_answer import SharedAnswer
 
 if TYPE_CHECKING:
     from pinlater.server.app import PinLaterServer
@@ -100,6 +101,8 @@ class AdminApp(JobControlApi):
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
         self._guesses = Guesses()
+        self._queue_list = SharedAnswer()
+        self._rates = SharedAnswer()
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
         self._loopback_only = _is_loopback(server.settings.admin_host)
         #: Else the host names a request may name besides IP addresses (``_unknown_host``); None: any.

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
@@ -33,6 +34,7 @@ from pinlater.server.handler import QUEUE_NAME, password_matches
 from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
+from pinlater.server.shared_answer import SharedAnswer
 from pinlater.server.transport import address_host
 
 if TYPE_CHECKING:
@@ -57,6 +59,10 @@ LARGE_POSTS = 2
 #: body (up to MAX_FRAME_BYTES) to show its first 64 KiB, so the admin port's 256 connections
 #: asking for a 16 MiB job at once held 256 bodies, not this many.
 BODY_LOOKUPS = 4
+#: One queue's view (``/api/queues?queue=``) is counted this many at a time in the process: each
+#: is 15 counts and its groups', on the store threads every Thrift call needs; 200 connections
+#: asking for one of 300,000 jobs held an enqueue 1.7 s.
+ONE_QUEUE_COUNTS = 4
 STATES = {s.name.lower(): s for s in JobState}
 
 
@@ -111,8 +117,12 @@ class AdminApi:
     server: PinLaterServer
     history: RateHistory
     _queue_counts: QueueCounts | None = None
+    #: The queue list's rows and the rate charts, shared by their requests (``shared_answer.py``).
+    _queue_list: SharedAnswer
+    _rates: SharedAnswer
     _large_post_slots: asyncio.Semaphore | None = None
     _body_lookup_slots: asyncio.Semaphore | None = None
+    _one_queue_slots: asyncio.Semaphore | None = None
     #: Wrong admin passwords by address (``_refuse_guesser``).
     _guesses: Guesses
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
@@ -134,37 +144,35 @@ class AdminApi:
             if wanted not in await backend.get_queue_names():
                 raise ApiError(404, f"no queue {wanted!r}")
             names = [wanted]
-            counts = {wanted: await one_queue_columns(backend, wanted)}
+            if self._one_queue_slots is None:  # (made on the event loop that serves the port)
+                self._one_queue_slots = asyncio.Semaphore(ONE_QUEUE_COUNTS)
+            async with self._one_queue_slots:
+                counts = {wanted: await one_queue_columns(backend, wanted)}
+                groups = {wanted: await backend.group_counts(wanted)}
             counted_at_ms, took_ms = int(time.time() * 1000), None
-            groups = {wanted: await backend.group_counts(wanted)}
             # the oldest ready job and expired count of the list's pass (shared and spaced as
             # its counts are), not a read of every queue's at each request of one
             depth = await self.queue_counts.read()
+            queues = json.dumps(self._queue_rows(names, counts, groups, depth), allow_nan=False)
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
-            names = sorted(snapshot.names)
-            counts = count_columns(snapshot.counts, names, backend.num_priorities)
             counted_at_ms, took_ms = snapshot.taken_at_ms, round(snapshot.took_s * 1000, 1)
             monitor = self.server.monitor
-            groups = {} if monitor is None else monitor.group_counts
-            depth = snapshot
-        queues = [
-            {
-                "name": queue,
-                "counts": counts[queue],
-                "rate": self._rate(queue),
-                "rules": self._rules(queue),
-                "groups": _groups(groups.get(queue)),
-                "oldest_ready_age_ms": depth.oldest_ready_age_ms(queue),
-                "expired": depth.expired.get(queue, 0),
-            }
-            for queue in names
-        ]
+            every_group = {} if monitor is None else monitor.group_counts
+            limits = self.server.rate_limits
+            rates = None if limits is None else (limits.configured, limits.server_count)
+
+            def make() -> str:  # (shared by the requests until a new pass, reload or sample)
+                names = sorted(snapshot.names)
+                counts = count_columns(snapshot.counts, names, backend.num_priorities)
+                rows = self._queue_rows(names, counts, every_group, snapshot)
+                return json.dumps(rows, allow_nan=False)
+
+            queues = self._queue_list.get((snapshot, every_group, backend.queue_rules, rates), make)
         s = self.server.settings
         limits = self.server.rate_limits
-        return _json(
+        rest = json.dumps(
             {
-                "queues": queues,
                 "priorities": backend.num_priorities,
                 "shards": [
                     {"name": sh.name, "healthy": sh.healthy, "dequeue_only": sh.dequeue_only} for sh in backend.shards
@@ -177,8 +185,29 @@ class AdminApi:
                 "now_ms": int(time.time() * 1000),
                 "counts_at_ms": counted_at_ms,
                 "counts_took_ms": took_ms,
-            }
+            },
+            allow_nan=False,
         )
+        return _json_text(f'{{"queues": {queues}, {rest[1:]}')
+
+    def _queue_rows(
+        self, names: list[str], counts: dict[str, Columns], groups: dict[str, GroupCounts], depth: QueueSnapshot
+    ) -> list[dict[str, Any]]:
+        """The queue list's rows of ``names``."""
+        limits = self.server.rate_limits
+        configured = {} if limits is None else limits.configured  # (a copy: once, not per queue)
+        return [
+            {
+                "name": queue,
+                "counts": counts[queue],
+                "rate": self._rate(queue, configured),
+                "rules": self._rules(queue),
+                "groups": _groups(groups.get(queue)),
+                "oldest_ready_age_ms": depth.oldest_ready_age_ms(queue),
+                "expired": depth.expired.get(queue, 0),
+            }
+            for queue in names
+        ]
 
     @property
     def queue_counts(self) -> QueueCounts:
@@ -204,9 +233,9 @@ class AdminApi:
             log.warning("/metrics without queue job counts: %s: %s", type(exc).__name__, exc)
             return None
 
-    def _rate(self, queue: str) -> dict[str, Any]:
+    def _rate(self, queue: str, configured_rates: Mapping[str, float]) -> dict[str, Any]:
         limits = self.server.rate_limits
-        configured = None if limits is None else limits.configured.get(queue)
+        configured = configured_rates.get(queue)
         effective = None if limits is None else limits.effective_rate(queue)
         return {"configured": configured, "effective": effective, "paused": configured == 0}
 
@@ -221,7 +250,10 @@ class AdminApi:
         }
 
     async def api_rates(self, request: web.Request) -> web.Response:
-        return _json(self.history.rates())
+        history = self.history
+        # (shared until the next sample; its last point runs to when it was made)
+        rates = self._rates.get((history.last_sample,), lambda: json.dumps(history.rates(), allow_nan=False))
+        return _json_text(rates)
 
     async def api_scan(self, request: web.Request) -> web.Response:
         q = request.query
@@ -395,7 +427,8 @@ class AdminApi:
             raise ApiError(400, f"action must be set, unlimit, pause or resume, not {action!r}")
         if self.server.rate_limits is not None:
             self.server.apply_queue_config(text)  # now, not at the watcher's next look
-        rate_info = self._rate(queue)
+        limits = self.server.rate_limits
+        rate_info = self._rate(queue, {} if limits is None else limits.configured)
         now = "unlimited" if rate_info["configured"] is None else f"{rate_info['configured']:g} jobs/s"
         _audit(request, logging.WARNING, action, queue, f"rate limit now {now}")
         return _json({"queue": queue, "rate": rate_info, "config_path": str(path)})
@@ -538,6 +571,8 @@ def _groups(counts: GroupCounts | None) -> dict[str, int]:
 
 
 def _json(data: Any) -> web.Response:
-    return web.Response(
-        text=json.dumps(data, allow_nan=False), content_type="application/json", headers={"Cache-Control": "no-store"}
-    )
+    return _json_text(json.dumps(data, allow_nan=False))
+
+
+def _json_text(text: str) -> web.Response:
+    return web.Response(text=text, content_type="application/json", headers={"Cache-Control": "no-store"})

@@ -482,6 +482,11 @@ class RateHistory:
         #: queues that moved in it.
         self.intervals: deque[tuple[float, float, dict[str, tuple[float, ...]]]] = deque(maxlen=keep)
 
+    @property
+    def last_sample(self) -> object:
+        """What changes at each sample (answers made from the history are shared until it does)."""
+        return self._last
+
     def sample(self) -> None:
         now, counters = self.clock(), self.metrics.queue_counters()
         if self._last is not None and now > self._last[0]:
