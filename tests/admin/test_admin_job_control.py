@@ -15,8 +15,8 @@ import pytest
 from pinlater.admin import Admin, AdminError, PasswordRefused
 from pinlater.redrive import BATCH_SECONDS, MAX_RUNNING, NOTE
 from pinlater.server.admin_api import LARGE_POSTS, POST_BYTES
-from pinlater.server.admin_jobcontrol import LISTING_PART, MAX_SCHEDULE_BODY, SCHEDULE_POST_BYTES
-from tests.admin.conftest import FAILED, PENDING, AdminServer
+from pinlater.server.admin_jobcontrol import BODY_LISTINGS, LISTING_PART, MAX_SCHEDULE_BODY, SCHEDULE_POST_BYTES
+from tests.admin.conftest import FAILED, PENDING, AdminServer, http, start_admin_server
 from tests.conftest import ADMIN_PASSWORD
 from tests.support.wait import wait_for
 
@@ -199,6 +199,42 @@ def test_schedules_are_listed_set_paused_resumed_and_deleted_behind_the_password
     assert gone.value.status == 404
 
 
+def long_post_started(port: int) -> socket.socket:
+    """A schedule upsert whose long body (past POST_BYTES) has only begun: it waits for, or holds,
+    one of the LARGE_POSTS turns."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = "POST /api/schedules HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {2 * POST_BYTES}\r\n\r\n{{".encode())
+    return sock
+
+
+def test_a_long_body_that_waits_past_the_body_timeout_for_its_turn_is_answered_503(
+    tmp_path: Any, start_server: Any, open_client: Any, ttypes: Any
+) -> None:
+    """Trickling peers that take the LARGE_POSTS turns one after another (each holds one for
+    ADMIN_BODY_TIMEOUT_SECONDS, 3 s here, from its turn) make a real upload behind them wait for
+    a turn at most that long, then answer 503; it had waited for all of them (118 s, near a
+    request's cap). Two peers hold the turns from 0 s, two more wait from 1.5 s and take them at
+    3 s, the upload waits from 2 s: answered 503 at 5 s, where its turn would come at 6 s."""
+    a = start_admin_server(tmp_path, start_server, open_client, ttypes, ADMIN_BODY_TIMEOUT_SECONDS=3)
+    a.jobs.create("big")
+    port = a.server.admin_port
+    trickling = [long_post_started(port) for _ in range(LARGE_POSTS)]
+    try:
+        time.sleep(1.5)  # (arrivals in this order are the scenario, not a wait for a condition)
+        trickling += [long_post_started(port) for _ in range(LARGE_POSTS)]
+        time.sleep(0.5)
+        started = time.monotonic()
+        upload = {"queue": "big", "name": "real", "interval_ms": 60_000, "body": "y" * (2 * POST_BYTES)}
+        resp = http(a.server, "/api/schedules", {**upload, "password": ADMIN_PASSWORD})
+        waited = time.monotonic() - started
+        assert resp.status == 503 and "long bodies are being read" in resp.json()["error"], (resp.status, waited)
+        assert 2.5 < waited < 3.9, waited
+    finally:
+        for sock in trickling:
+            sock.close()
+
+
 def test_a_schedule_body_of_a_mebibyte_is_set_through_the_api_and_long_bodies_wait_their_turn(
     admin_server: AdminServer, admin: Admin
 ) -> None:
@@ -220,13 +256,7 @@ def test_a_schedule_body_of_a_mebibyte_is_set_through_the_api_and_long_bodies_wa
 
     # Long bodies are read LARGE_POSTS at a time: peers that send a long body slowly hold those
     # turns, not the other actions, and the next long body is read once a turn is given back.
-    def started(length: int) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        head = "POST /api/schedules HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        sock.sendall(f"{head}Content-Length: {length}\r\n\r\n{{".encode())
-        return sock
-
-    holders = [started(2 * POST_BYTES) for _ in range(LARGE_POSTS)]
+    holders = [long_post_started(port) for _ in range(LARGE_POSTS)]
     waiting = threading.Thread(
         target=admin.set_schedule, args=("big", "next"), kwargs={"interval_ms": 60_000, "body": body}
     )
@@ -241,6 +271,48 @@ def test_a_schedule_body_of_a_mebibyte_is_set_through_the_api_and_long_bodies_wa
     assert sorted(s["name"] for s in admin.schedules("big")) == ["next", "whole"]
     for sock in holders:
         sock.close()
+
+
+def test_listings_with_bodies_are_sent_a_few_at_a_time(
+    tmp_path: Any, start_server: Any, open_client: Any, ttypes: Any
+) -> None:
+    """Peers that ask for a queue's schedules with their bodies (6 MiB here, 16 MB of JSON) and
+    read nothing hold BODY_LISTINGS turns, not a reply each in memory (250 of them had taken the
+    server to 6.5 GB): the next one waits ADMIN_BODY_TIMEOUT_SECONDS for a turn and is answered
+    503, a listing without bodies is answered meanwhile, and once the peers go a turn is free."""
+    a = start_admin_server(tmp_path, start_server, open_client, ttypes, ADMIN_BODY_TIMEOUT_SECONDS=1)
+    admin = Admin("127.0.0.1", a.server.admin_port, password=ADMIN_PASSWORD)
+    a.jobs.create("big")
+    body = bytes(range(256)) * (MAX_SCHEDULE_BODY // 256)
+    for i in range(6):
+        admin.set_schedule("big", f"s{i}", interval_ms=3_600_000, body=body)
+
+    def stalled() -> socket.socket:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting: a small window)
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", a.server.admin_port))
+        sock.sendall(b"GET /api/schedules?queue=big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert sock.recv(64).startswith(b"HTTP/1.1 200"), "its listing is being sent"
+        return sock
+
+    holders = [stalled() for _ in range(BODY_LISTINGS)]
+    try:
+        started = time.monotonic()
+        refused = http(a.server, "/api/schedules?queue=big")
+        assert refused.status == 503 and "bodies=0" in refused.json()["error"]
+        assert time.monotonic() - started < 20
+        light = http(a.server, "/api/schedules?queue=big&bodies=0")
+        assert light.status == 200 and len(light.json()["schedules"]) == 6
+    finally:
+        for sock in holders:
+            sock.close()
+    whole = wait_for(
+        lambda: (got := http(a.server, "/api/schedules?queue=big&name=s0")).status == 200 and got,
+        timeout=30,
+        what="a turn to be free once the stalled peers went",
+    )
+    assert base64.b64decode(whole.json()["schedules"][0]["body_base64"]) == body
 
 
 def test_a_listing_of_more_schedules_than_a_part_is_whole_and_in_order(admin_server: AdminServer, admin: Admin) -> None:

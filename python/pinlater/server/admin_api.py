@@ -306,8 +306,17 @@ class AdminApi:
         if max_bytes > POST_BYTES and (length is None or length > POST_BYTES):
             if length is not None and length > max_bytes:
                 raise ApiError(413, f"the body is {length} bytes; {action} takes at most {max_bytes}")
-            async with self._large_posts():
+            # (a turn waited for past the body timeout is refused: trickling peers holding both
+            # turns, one after another, held a real upload 118 s, near the request's cap)
+            slots = self._large_posts()
+            try:
+                await asyncio.wait_for(slots.acquire(), self.server.settings.admin_body_timeout_seconds)
+            except TimeoutError:
+                raise ApiError(503, f"{LARGE_POSTS} long bodies are being read: try again") from None
+            try:
                 return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
+            finally:
+                slots.release()
         return await self._checked(request, action, POST_BYTES)
 
     def _refuse_guesser(self, request: web.Request) -> None:

@@ -45,14 +45,21 @@ SCHEDULE_TEXT_LIMIT = 4096
 #: may not fit: ``body_base64`` always does.
 SCHEDULE_POST_BYTES = (MAX_SCHEDULE_BODY + 2) // 3 * 4 + 64 * 1024
 RESTART = {"survives_restart": False, "note": NOTE}
+_NO_STORE = {"Cache-Control": "no-store"}
 #: Schedules made into JSON at once in a listing (``api_schedules``).
 LISTING_PART = 200
+#: Listings with bodies made and sent this many at a time in the process, each holding its turn
+#: until its peer has taken the answer (up to 11 MB for a queue's 8 MiB of schedules): 250
+#: connections asking for one and reading nothing had taken the server to 6.5 GB. A listing
+#: that waits for a turn longer than ADMIN_BODY_TIMEOUT_SECONDS is answered 503.
+BODY_LISTINGS = 4
 
 
 class JobControlApi(AdminApi):
     """Cancel, schedules and redrives; ``AdminApp`` owns ``redrives``."""
 
     redrives: Redrives
+    _body_listing_slots: asyncio.Semaphore | None = None
 
     # -- cancel ------------------------------------------------------------------------------------
 
@@ -85,16 +92,41 @@ class JobControlApi(AdminApi):
 
     # -- schedules ---------------------------------------------------------------------------------
 
-    async def api_schedules(self, request: web.Request) -> web.Response:
+    async def api_schedules(self, request: web.Request) -> web.StreamResponse:
         """The queue's schedules; ``name=N``: that one only (none if there is none); ``bodies=0``:
         without ``body_base64`` (their text's first ``SCHEDULE_TEXT_LIMIT`` characters stay), as
         the dashboard lists them at each refresh: a queue's bodies may hold 8 MiB, 11 MB of JSON
-        every 5 s for each page open. It asks for one with its body to edit it."""
+        every 5 s for each page open. It asks for one with its body to edit it. With bodies, a
+        listing is made and sent in one of ``BODY_LISTINGS`` turns."""
         queue = await self._existing_queue(request.query.get("queue"))
+        if request.query.get("bodies", "1") == "0":
+            text = await self._schedule_listing(request, queue, False)
+            return web.Response(text=text, content_type="application/json", headers=_NO_STORE)
+        if self._body_listing_slots is None:  # (made on the event loop that serves the port)
+            self._body_listing_slots = asyncio.Semaphore(BODY_LISTINGS)
+        slots, wait = self._body_listing_slots, self.server.settings.admin_body_timeout_seconds
+        try:
+            await asyncio.wait_for(slots.acquire(), wait)
+        except TimeoutError:
+            raise ApiError(
+                503, f"{BODY_LISTINGS} listings with bodies are being sent: try again, or ask with bodies=0"
+            ) from None
+        try:
+            data = (await self._schedule_listing(request, queue, True)).encode()
+            response = web.StreamResponse(headers=_NO_STORE)
+            response.content_type, response.charset, response.content_length = "application/json", "utf-8", len(data)
+            await response.prepare(request)
+            await response.write(data)  # (waits for the peer to take most of it)
+            del data
+            await response.write_eof()
+            return response
+        finally:
+            slots.release()
+
+    async def _schedule_listing(self, request: web.Request, queue: str, with_bodies: bool) -> str:
         found = await schedules.listing(self.backend, queue)
         if (name := request.query.get("name")) is not None:
             found = [s for s in found if s.name == name]
-        with_bodies = request.query.get("bodies", "1") != "0"
         now = self.backend.clock.now_ms()
         # In parts, the event loop's other work between them: a queue's schedules may hold 8 MiB,
         # 18 MB of JSON with their bodies as text and base64, which held the loop 300 ms at once.
@@ -104,8 +136,7 @@ class JobControlApi(AdminApi):
                 await asyncio.sleep(0)
             part = found[at : at + LISTING_PART]
             parts.append(",".join(json.dumps(_schedule(s, with_bodies), allow_nan=False) for s in part))
-        text = f'{{"queue": {json.dumps(queue)}, "schedules": [{",".join(parts)}], "now_ms": {now:d}}}'
-        return web.Response(text=text, content_type="application/json", headers={"Cache-Control": "no-store"})
+        return f'{{"queue": {json.dumps(queue)}, "schedules": [{",".join(parts)}], "now_ms": {now:d}}}'
 
     async def api_schedule_set(self, request: web.Request) -> web.Response:
         body = await self._authorized(request, "schedule-set", SCHEDULE_POST_BYTES)
