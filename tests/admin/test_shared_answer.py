@@ -32,3 +32,24 @@ def test_an_answer_is_made_again_only_for_new_inputs_and_not_soon_after_a_costly
     # a cheap answer is made again at once for new inputs (a rate change shows at the next read)
     assert shared.get((snapshot, {"q": 2.0}), lambda: make("fourth", 0.001)) == "fourth"
     assert made == ["first", "second", "third", "fourth"]
+
+
+def test_requests_while_an_answer_is_made_off_the_loop_share_it() -> None:
+    import asyncio
+
+    shared: SharedAnswer[bytes] = SharedAnswer()
+    made: list[int] = []
+
+    async def render() -> bytes:
+        made.append(1)
+        await asyncio.sleep(0.01)  # (made off the loop, as /metrics renders on a worker thread)
+        return b"metrics %d" % len(made)
+
+    async def scrapes() -> list[bytes]:
+        first = await asyncio.gather(*(shared.get_async(("pass 1",), render) for _ in range(5)))
+        again = await shared.get_async(("pass 1",), render)
+        changed = await shared.get_async(("pass 2",), render)
+        return [*first, again, changed]
+
+    assert asyncio.run(scrapes()) == [b"metrics 1"] * 6 + [b"metrics 2"]
+    assert len(made) == 2

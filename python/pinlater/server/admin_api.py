@@ -118,8 +118,8 @@ class AdminApi:
     history: RateHistory
     _queue_counts: QueueCounts | None = None
     #: The queue list's rows and the rate charts, shared by their requests (``shared_answer.py``).
-    _queue_list: SharedAnswer
-    _rates: SharedAnswer
+    _queue_list: SharedAnswer[bytes]
+    _rates: SharedAnswer[bytes]
     _large_post_slots: asyncio.Semaphore | None = None
     _body_lookup_slots: asyncio.Semaphore | None = None
     _one_queue_slots: asyncio.Semaphore | None = None
@@ -153,7 +153,7 @@ class AdminApi:
             # the oldest ready job and expired count of the list's pass (shared and spaced as
             # its counts are), not a read of every queue's at each request of one
             depth = await self.queue_counts.read()
-            queues = json.dumps(self._queue_rows(names, counts, groups, depth), allow_nan=False)
+            queues = json.dumps(self._queue_rows(names, counts, groups, depth), allow_nan=False).encode()
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
             counted_at_ms, took_ms = snapshot.taken_at_ms, round(snapshot.took_s * 1000, 1)
@@ -162,11 +162,11 @@ class AdminApi:
             limits = self.server.rate_limits
             rates = None if limits is None else (limits.configured, limits.server_count)
 
-            def make() -> str:  # (shared by the requests until a new pass, reload or sample)
+            def make() -> bytes:  # (shared by the requests until a new pass, reload or sample)
                 names = sorted(snapshot.names)
                 counts = count_columns(snapshot.counts, names, backend.num_priorities)
                 rows = self._queue_rows(names, counts, every_group, snapshot)
-                return json.dumps(rows, allow_nan=False)
+                return json.dumps(rows, allow_nan=False).encode()
 
             queues = self._queue_list.get((snapshot, every_group, backend.queue_rules, rates), make)
         s = self.server.settings
@@ -188,7 +188,7 @@ class AdminApi:
             },
             allow_nan=False,
         )
-        return _json_text(f'{{"queues": {queues}, {rest[1:]}')
+        return _json_body(b"".join((b'{"queues": ', queues, b", ", rest[1:].encode())))
 
     def _queue_rows(
         self, names: list[str], counts: dict[str, Columns], groups: dict[str, GroupCounts], depth: QueueSnapshot
@@ -252,8 +252,8 @@ class AdminApi:
     async def api_rates(self, request: web.Request) -> web.Response:
         history = self.history
         # (shared until the next sample; its last point runs to when it was made)
-        rates = self._rates.get((history.last_sample,), lambda: json.dumps(history.rates(), allow_nan=False))
-        return _json_text(rates)
+        rates = self._rates.get((history.last_sample,), lambda: json.dumps(history.rates(), allow_nan=False).encode())
+        return _json_body(rates)
 
     async def api_scan(self, request: web.Request) -> web.Response:
         q = request.query
@@ -580,8 +580,10 @@ def _groups(counts: GroupCounts | None) -> dict[str, int]:
 
 
 def _json(data: Any) -> web.Response:
-    return _json_text(json.dumps(data, allow_nan=False))
+    return _json_body(json.dumps(data, allow_nan=False).encode())
 
 
-def _json_text(text: str) -> web.Response:
-    return web.Response(text=text, content_type="application/json", headers={"Cache-Control": "no-store"})
+def _json_body(body: bytes) -> web.Response:
+    return web.Response(
+        body=body, content_type="application/json", charset="utf-8", headers={"Cache-Control": "no-store"}
+    )
