@@ -45,13 +45,16 @@ def healthz(port: int) -> int:
         return status
 
 
-def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
-    start_server: Start, ttypes: ModuleType
+def test_admin_connections_past_the_cap_take_the_place_of_an_idle_one_or_of_an_action_waiting_for_its_body(
+    tmp_path: Any, start_server: Start, open_client: Any, ttypes: ModuleType
 ) -> None:
-    """At the cap a new connection takes the place of the one idle longest; when every one is in
-    a request (here, each sending its body slowly), it is closed as it is accepted. The Thrift
-    port is served throughout."""
-    server = start_server()
+    """At the cap a new connection takes the place of the one idle longest, else of the action
+    that has waited longest for its body: with every connection an action whose body trickles in
+    (its password unread until it is whole), a health check still gets in (before, nothing made
+    room, and a load balancer's /readyz was refused). The Thrift port is served throughout."""
+    from tests.admin.conftest import http, start_admin_server
+
+    server = start_admin_server(tmp_path, start_server, open_client, ttypes).server
     port = server.admin_port
     address = ("127.0.0.1", port)
     with ExitStack() as stack:
@@ -65,32 +68,29 @@ def test_admin_connections_past_the_cap_take_an_idle_ones_place_or_are_closed(
 
         def in_a_request(i: int) -> socket.socket:
             sock = from_host(i)
-            sock.sendall(head)  # a request whose body never ends: in progress
+            sock.sendall(head)  # an action whose body never ends: waiting for it
             return sock
 
-        busy = [in_a_request(i) for i in range(MAX_ADMIN_CONNECTIONS)]
-
-        def full() -> bool:
-            # A probe can take the place of one whose request had not begun yet: open it again.
-            for i, sock in enumerate(busy):
-                if closed_by_peer(sock, timeout=0.01):
-                    busy[i] = in_a_request(i)
-            return not _healthy(port)
-
-        wait_for(full, what="every admin connection to be in a request")
-        extra = stack.enter_context(socket.create_connection(address))
-        assert closed_by_peer(extra), "past the cap with none idle, closed as it was accepted"
+        busy = [in_a_request(i) for i in range(MAX_ADMIN_CONNECTIONS - 1)]
+        wait_for(
+            lambda: http(server, "/stats.json").json()["gauges"]["admin_connections_reading"] == len(busy),
+            timeout=30,
+            what="every trickling action to wait for its body",
+        )
+        busy.append(in_a_request(len(busy)))  # the port's last place
+        assert _healthy(port), "a health check takes the place of one waiting for its body"
+        gauges = http(server, "/stats.json").json()["gauges"]
+        assert gauges["admin_connections_rejected"] == 0 and gauges["admin_connections_evicted"] >= 1, gauges
         client, transport = connect("127.0.0.1", server.port, timeout=10)
         stack.callback(transport.close)
         assert isinstance(client.getQueueNames(Api(client, ttypes).ctx), set), "Thrift still served"
         for sock in busy:
             sock.close()
-        wait_for(lambda: _healthy(port), what="the admin port to take a connection again")
+        wait_for(lambda: http(server, "/stats.json").json()["gauges"]["admin_connections_open"] <= 1)
 
         idle = [from_host(i) for i in range(MAX_ADMIN_CONNECTIONS)]
         assert _healthy(port), "a new one is served: the one idle longest made room"
         assert closed_by_peer(idle[0]), "the one idle longest was closed"
-    assert any("admin connection refused: 256 open" in line for line in server.lines)
 
 
 def _healthy(port: int) -> bool:
@@ -448,3 +448,62 @@ def test_the_admin_body_timeout_is_below_a_requests_limit() -> None:
     for bad in ("0", "120", "500"):
         with pytest.raises(ConfigError, match="ADMIN_BODY_TIMEOUT_SECONDS"):
             Settings.from_properties(f"ADMIN_BODY_TIMEOUT_SECONDS={bad}\n")
+
+
+def test_at_the_cap_the_action_waiting_longest_for_its_body_makes_room_not_a_request_at_work() -> None:
+    """With none idle, the newcomer takes the place of the action whose body it has waited for
+    longest (``AdminConnections.reading``, as ``AdminApi._authorized`` marks it), not of a request
+    being worked on, nor of an action that began later."""
+
+    async def run() -> None:
+        connections = AdminConnections(cap=3, peer_cap=3)
+        release = asyncio.Event()
+
+        async def action(request: web.Request) -> web.Response:
+            connections.reading(request.protocol, True)
+            try:
+                await request.read()
+            except ConnectionResetError:
+                return web.Response(status=400)
+            finally:
+                connections.reading(request.protocol, False)
+            return web.Response(text="ok")
+
+        async def working(request: web.Request) -> web.Response:
+            await release.wait()
+            return web.Response(text="ok")
+
+        runner, port = await _counted_site(connections, ("POST", "/act", action), ("GET", "/", working))
+
+        async def until(condition: Callable[[], bool]) -> None:
+            async with asyncio.timeout(10):
+                while not condition():
+                    await asyncio.sleep(0.01)
+
+        async def opened(request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            pair = await asyncio.open_connection("127.0.0.1", port)
+            pair[1].write(request)
+            return pair
+
+        act = b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"
+        try:
+            at_work = await opened(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            await until(lambda: sum(c.busy for c in connections.open.values()) == 1)
+            longest = await opened(act)
+            await until(lambda: connections.reading_bodies == 1)
+            later = await opened(act)
+            await until(lambda: connections.reading_bodies == 2)
+            newcomer = await opened(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert await _closed(longest[0]), "the action waiting longest made room"
+            assert connections.evicted == 1 and connections.refused == 0
+            release.set()
+            for reader, _ in (at_work, newcomer):
+                assert (await asyncio.wait_for(reader.readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
+            later[1].write(b"y" * 9)
+            assert (await asyncio.wait_for(later[0].readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
+            for _, writer in (at_work, longest, later, newcomer):
+                writer.close()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())

@@ -119,6 +119,7 @@ class AdminApp(JobControlApi):
         their host's share), closed idle or too slow, and closed to make room."""
         c = self.connections
         metrics.gauge("admin_connections_open", lambda: len(c.open))
+        metrics.gauge("admin_connections_reading", lambda: c.reading_bodies)
         metrics.gauge("admin_connections_rejected", lambda: c.refused, total=True)
         metrics.gauge("admin_connections_rejected_per_peer", lambda: c.refused_per_host, total=True)
         metrics.gauge("admin_connections_closed_idle", lambda: c.timed_out, total=True)

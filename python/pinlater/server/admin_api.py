@@ -39,6 +39,7 @@ from pinlater.server.transport import address_host
 
 if TYPE_CHECKING:
     from pinlater.backends.sharded import ShardedBackend
+    from pinlater.server.admin_conns import AdminConnections
     from pinlater.server.app import PinLaterServer
     from pinlater.server.metrics import RateHistory
 
@@ -123,6 +124,8 @@ class AdminApi:
     _large_post_slots: asyncio.Semaphore | None = None
     _body_lookup_slots: asyncio.Semaphore | None = None
     _one_queue_slots: asyncio.Semaphore | None = None
+    #: The port's connections (``admin_conns.py``; ``AdminApp`` makes them).
+    connections: AdminConnections
     #: Wrong admin passwords by address (``_refuse_guesser``).
     _guesses: Guesses
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
@@ -295,7 +298,16 @@ class AdminApi:
 
     async def _authorized(self, request: web.Request, action: str, max_bytes: int = POST_BYTES) -> dict[str, Any]:
         """The JSON body of an admin action, once its password is right (else 403). A body may
-        hold ``max_bytes``; past ``POST_BYTES`` it is read as one of ``LARGE_POSTS``."""
+        hold ``max_bytes``; past ``POST_BYTES`` it is read as one of ``LARGE_POSTS``. Until it is
+        read whole, its connection is the first to make room at the port's cap after idle ones
+        (``AdminConnections.reading``)."""
+        self.connections.reading(request.protocol, True)
+        try:
+            return await self._read_authorized(request, action, max_bytes)
+        finally:
+            self.connections.reading(request.protocol, False)
+
+    async def _read_authorized(self, request: web.Request, action: str, max_bytes: int) -> dict[str, Any]:
         if request.content_type != "application/json":
             raise ApiError(415, "send the action as application/json")
         self._refuse_guesser(request)

@@ -8,7 +8,10 @@ the admin port needs no password to connect). So the admin site (``GuardedSite``
 connection's protocol:
 
 * at ``MAX_ADMIN_CONNECTIONS`` open, a new connection takes the place of the idle one (no request
-  in progress) whose peer was heard from longest ago, or is closed as it is accepted when none is idle (logged at most
+  in progress) whose peer was heard from longest ago, else of the one whose action has waited
+  longest for its body (``reading``: no password is checked before the body is whole, so a
+  peer trickling bodies on every connection had locked out even ``/healthz`` and ``/readyz``,
+  a load balancer's checks), or is closed as it is accepted when there is none (logged at most
   once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
   keeps for it and the stores, and a peer holding idle connections cannot lock an operator out;
 * one host (a peer address) holds at most nine tenths of the cap, as on the Thrift port
@@ -57,7 +60,7 @@ SWEEP_SECONDS = 1.0
 
 
 class _Connection:
-    __slots__ = ("buffered", "busy", "heard", "host", "since", "transport")
+    __slots__ = ("buffered", "busy", "heard", "host", "reading", "since", "transport")
 
     def __init__(self, transport: asyncio.Transport, host: str, now: float) -> None:
         self.transport = transport
@@ -72,6 +75,8 @@ class _Connection:
         self.buffered = 0
         #: When its peer last sent anything (a request about to begin is not the one to evict).
         self.heard = now
+        #: Its request is an action waiting for its body, its password not yet checked.
+        self.reading = False
 
 
 class AdminConnections:
@@ -118,6 +123,17 @@ class AdminConnections:
         if connection is not None:
             connection.busy = max(0, connection.busy - 1)
             connection.since = time.monotonic()
+
+    def reading(self, protocol: object, reading: bool) -> None:
+        """The request in progress on ``protocol``'s connection waits for its body (or has it)."""
+        connection = self.open.get(protocol)
+        if connection is not None:
+            connection.reading = reading
+
+    @property
+    def reading_bodies(self) -> int:
+        """Connections whose action waits for its body."""
+        return sum(1 for c in self.open.values() if c.reading)
 
     def sweep(self, now: float) -> int:
         """Close the connections past their time; how many."""
@@ -174,8 +190,9 @@ class AdminConnections:
     def make_room(self, host: str | None = None) -> bool:
         """Make room for one connection (of ``host``'s, if given): forget one that is closing
         already, else close the idle one whose peer was heard from longest ago (not one whose
-        next request is arriving), if any is idle; whether room was made. It leaves the counts
-        at once (its ``connection_lost`` comes later)."""
+        next request is arriving), else the one whose action has waited longest for its body;
+        whether room was made. It leaves the counts at once (its ``connection_lost`` comes
+        later)."""
         mine = [(key, c) for key, c in self.open.items() if host is None or c.host == host]
         for key, c in mine:
             if c.transport.is_closing():  # closing already (by the sweep, say), its loss not yet told
@@ -183,6 +200,8 @@ class AdminConnections:
                 self.forget(key)
                 return True
         idle = [(c.heard, key) for key, c in mine if not c.busy and not c.transport.get_write_buffer_size()]
+        if not idle:
+            idle = [(c.since, key) for key, c in mine if c.reading]
         if not idle:
             return False
         _, key = min(idle, key=lambda pair: pair[0])
