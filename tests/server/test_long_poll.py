@@ -229,13 +229,55 @@ def test_an_enqueue_wakes_as_many_long_polls_as_it_has_jobs(tmp_path: Any, monke
         await until(lambda: sum(p.done() for p in fives) == 2)
         for _ in range(20):
             await asyncio.sleep(0)
-        assert dequeues[0] - before == 2
-        assert sorted(jobs(p) for p in fives[:2]) == [2, 5]
+        # (the one that took 2 of its 5 passed 3 on, in case its bytes' bound left some: one
+        # more poll looked, found none, and waits again)
+        assert dequeues[0] - before == 3
+        assert sorted(jobs(p) for p in fives[:2]) == [2, 5] and backend.signals.waiters == 8
         for p in fives[2:]:
             p.cancel()
         await asyncio.gather(*fives[2:], return_exceptions=True)
+
+        # polls whose bytes' bound (100) takes one 100-byte job each (of the 3 each wants): each woken
+        # one passes the rest on, and the 3 jobs are taken at once, no recheck needed
+        small = []
+        for _ in range(5):
+            small.append(asyncio.create_task(handler._long_poll("polled", 3, "test", 1.0, 30_000, 100)))
+            await asyncio.sleep(0)
+        await until(lambda: backend.signals.waiters == 5)
+        await backend.enqueue_jobs("polled", NewJobBatch([(1, b"x" * 100, 0, 1, "")] * 3))
+        await until(lambda: sum(p.done() for p in small) == 3)
+        assert [jobs(p) for p in small[:3]] == [1, 1, 1]
+        for p in small[3:]:
+            p.cancel()
+        await asyncio.gather(*small[3:], return_exceptions=True)
 
     try:
         asyncio.run(go())
     finally:
         backend.close()
+
+
+def test_a_long_poll_cancelled_once_woken_passes_its_wake_on() -> None:
+    """A poll woken for a job and cancelled before it could dequeue (its connection lost) wakes
+    the next poll in its place; on Python 3.11 ``asyncio.wait_for`` swallowed that cancel."""
+    import asyncio
+
+    import pytest
+
+    from pinlater.wakeup import QueueSignals
+
+    async def go() -> None:
+        signals = QueueSignals()
+        first = asyncio.create_task(signals.wait("q", 30, 1))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(signals.wait("q", 30, 1))
+        await asyncio.sleep(0)
+        assert signals.waiters == 2
+        signals.notify("q", 1)  # wakes the first
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await asyncio.wait_for(second, 5) is True, "woken in its place"
+        assert signals.waiters == 0 and signals._queues == {}
+
+    asyncio.run(go())

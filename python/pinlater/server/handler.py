@@ -241,6 +241,11 @@ ENQUEUE, DEQUEUE, ACK = "enqueueJobs", "dequeueJobs", "ackDequeuedJobs"
 _NO_JOBS, _NO_IDS, _NO_SHARD = NewJobBatch([]), LocalIds([]), "0"
 
 
+def _taken(dequeued: Dequeued) -> int:
+    """The jobs a dequeue got."""
+    return len(dequeued) if isinstance(dequeued, HandOut) else sum(len(b.jobs) for b in dequeued)
+
+
 def _dequeue_reply(seqid: int, queue: str, dequeued: Dequeued) -> tuple[int, bytes]:
     """How many jobs, and the reply message: ``PinLaterDequeueResponse(jobs={descriptor: body},
     jobMetadata={descriptor: PinLaterDequeueMetadata(attemptsAllowed, attemptsRemaining)})``,
@@ -572,12 +577,18 @@ class PinLaterHandler:
                 lease.rest()
             # every waiter of this server rechecks RECHECKS_PER_SECOND times a second in all, at most
             every = max(self.backend.empty_recheck_ms / 1000.0, signals.waiters / RECHECKS_PER_SECOND)
-            await signals.wait(queue, min(remaining, every), limit)
+            # (a poll over part of the shards may miss the jobs: woken along with others, for none)
+            want = limit if coverage >= 1.0 else 0
+            woken = await signals.wait(queue, min(remaining, every), want)
             if signals.closed or (lease is not None and lease.lost):
+                if woken:
+                    signals.pass_on(queue, want)  # (it makes no dequeue: the next poll does)
                 break
             if lease is not None:
                 await lease.take()
             dequeued = await self._dequeue(queue, limit, source, False, coverage, max_bytes)
+            if woken and 0 < (taken := _taken(dequeued)) < want:
+                signals.pass_on(queue, want - taken)  # (its bytes' bound left some: the next polls')
             if dequeued:
                 return dequeued
         return []
