@@ -476,3 +476,29 @@ def test_malformed_requests_write_a_short_line_per_five_seconds(admin_server: Ad
     assert 1 <= len(lines) <= 3, lines  # (one per 5 s: a slow machine may take longer than that)
     assert all(len(line) < 600 for line in lines), lines
     assert "1" * 400 not in "".join(lines)
+
+
+def test_the_malformed_request_filter_passes_the_servers_own_faults_whole() -> None:
+    """Only records of what a peer causes are throttled and cut; a fault of the server's goes
+    out whole, traceback and all, however many malformed requests came just before."""
+    import logging
+    import sys
+
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    from pinlater.server.logthrottle import ThrottleFilter
+
+    throttle = ThrottleFilter((BadHttpMessage,))
+
+    def record(exc: BaseException) -> logging.LogRecord:
+        try:
+            raise exc
+        except BaseException:
+            info = sys.exc_info()
+        return logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request", None, info)
+
+    first = record(BadHttpMessage("x" * 5000))
+    assert throttle.filter(first) and first.exc_info is None and len(first.getMessage()) < 400
+    assert not throttle.filter(record(BadHttpMessage("again")))  # within 5 s: counted, not written
+    fault = record(RuntimeError("a bug of ours"))
+    assert throttle.filter(fault) and fault.exc_info is not None and fault.getMessage() == "Error handling request"

@@ -55,7 +55,13 @@ class BodyFilterBudgetExceeded(PinLaterError):
         self.looked = looked
 
     def __reduce__(self) -> tuple[type[BodyFilterBudgetExceeded], tuple[str, float, int]]:  # type: ignore[override]
-        return (BodyFilterBudgetExceeded, (self.pattern, self.budget_seconds, self.looked))
+        return (type(self), (self.pattern, self.budget_seconds, self.looked))
+
+
+class BodyFilterBusy(BodyFilterBudgetExceeded):
+    """A body filter whose budget ran out while it waited for one of the few filter turns
+    (others' filters held them): shed load, which the admin port answers 503, where a filter
+    that ran past its budget on its own data fails the same way again."""
 
 
 def describe(pattern: str) -> str:

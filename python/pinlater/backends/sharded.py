@@ -70,7 +70,7 @@ from pinlater.backends.base import (
     failed_after,
     sort_keyed,
 )
-from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBudgetExceeded
+from pinlater.backends.body_filter import DEFAULT_BUDGET_SECONDS, BodyFilterBusy
 from pinlater.backends.pressure import MemoryUse, StoreMemoryFullError, memory_full_reason, memory_probe, memory_use
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.backends.shardmap import Shard, ShardMap
@@ -466,10 +466,14 @@ class ShardedBackend:
         if where.body_regex is None:
             return await self.call_store(shard, fn, queue, where, limit)
         deadline = where.deadline if where.deadline is not None else time.monotonic() + self.body_filter_budget_seconds
-        try:
-            await asyncio.wait_for(self._filter_slots.acquire(), max(deadline - time.monotonic(), 0.0))
-        except TimeoutError:
-            raise BodyFilterBudgetExceeded(where.body_regex, self.body_filter_budget_seconds, 0) from None
+        slots = self._filter_slots
+        if not slots.locked():  # a turn free: taken at once, whatever is left of the budget
+            await slots.acquire()
+        else:
+            try:
+                await asyncio.wait_for(slots.acquire(), max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                raise BodyFilterBusy(where.body_regex, self.body_filter_budget_seconds, 0) from None
         # The turn is given back once the store call is done, its thread too: a request cancelled
         # meanwhile (a server stop) leaves the call running on its thread, which a turn given
         # back at the cancel would have let more filters join (past FILTERED_CALLS, ordinary

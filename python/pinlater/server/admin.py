@@ -32,11 +32,12 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from pinlater._pinlater import BodyPatternError
-from pinlater.backends.body_filter import BodyFilterBudgetExceeded
+from pinlater.backends.body_filter import BodyFilterBusy
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.redrive import Redrives
 from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
@@ -101,7 +102,8 @@ class AdminApp(JobControlApi):
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
         self._guesses = Guesses()
-        self._queue_list: SharedAnswer[bytes] = SharedAnswer()
+        self._slots = {}
+        self._queue_list: SharedAnswer[tuple[bytes, int, float]] = SharedAnswer()
         self._rates: SharedAnswer[bytes] = SharedAnswer()
         self._scrape: SharedAnswer[bytes] = SharedAnswer(reuse_factor=5.0)  # (counters a few seconds old at most)
         #: Listening on loopback only: requests must name a loopback host (``_foreign_host``).
@@ -191,7 +193,7 @@ class AdminApp(JobControlApi):
             response = web.json_response({"error": exc.message}, status=exc.status)
             if exc.status == 408:  # not kept alive: closed once the body's rest drained (ADMIN_LINGER_SECONDS)
                 response.force_close()
-        except BodyFilterBudgetExceeded as exc:  # load shed (filters wait for few turns), not a fault: 503
+        except BodyFilterBusy as exc:  # load shed (its budget ran out waiting for a filter turn): 503
             response = web.json_response(
                 {"error": exc.message, "code": int(exc.code)}, status=503, headers={"Retry-After": "5"}
             )
@@ -483,7 +485,7 @@ async def start_admin(server: PinLaterServer) -> web.AppRunner:
     # reset, before the connection closes; its 10 s held a trickling peer's connection 10 s more)
     server_log = logging.getLogger("aiohttp.server")  # (malformed requests: one line per 5 s)
     if not any(isinstance(f, ThrottleFilter) for f in server_log.filters):
-        server_log.addFilter(ThrottleFilter())
+        server_log.addFilter(ThrottleFilter((HttpProcessingError,)))
     runner = web.AppRunner(
         admin.build(),
         access_log=None,

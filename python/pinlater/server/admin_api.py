@@ -14,12 +14,13 @@ Errors are raised as ``ApiError`` and answered as JSON by ``AdminApp``'s middlew
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import hdrs, web
@@ -119,11 +120,10 @@ class AdminApi:
     history: RateHistory
     _queue_counts: QueueCounts | None = None
     #: The queue list's rows and the rate charts, shared by their requests (``shared_answer.py``).
-    _queue_list: SharedAnswer[bytes]
+    _queue_list: SharedAnswer[tuple[bytes, int, float]]
     _rates: SharedAnswer[bytes]
-    _large_post_slots: asyncio.Semaphore | None = None
-    _body_lookup_slots: asyncio.Semaphore | None = None
-    _one_queue_slots: asyncio.Semaphore | None = None
+    #: Turns of the few requests of a kind run at once (``_turns``), by kind.
+    _slots: dict[str, asyncio.Semaphore]
     #: The port's connections (``admin_conns.py``; ``AdminApp`` makes them).
     connections: AdminConnections
     #: Wrong admin passwords by address (``_refuse_guesser``).
@@ -147,9 +147,7 @@ class AdminApi:
             if wanted not in await backend.get_queue_names():
                 raise ApiError(404, f"no queue {wanted!r}")
             names = [wanted]
-            if self._one_queue_slots is None:  # (made on the event loop that serves the port)
-                self._one_queue_slots = asyncio.Semaphore(ONE_QUEUE_COUNTS)
-            async with self._one_queue_slots:
+            async with self._turns("one queue's counts", ONE_QUEUE_COUNTS):
                 counts = {wanted: await one_queue_columns(backend, wanted)}
                 groups = {wanted: await backend.group_counts(wanted)}
             counted_at_ms, took_ms = int(time.time() * 1000), None
@@ -159,19 +157,24 @@ class AdminApi:
             queues = json.dumps(self._queue_rows(names, counts, groups, depth), allow_nan=False).encode()
         else:  # every queue: one count pass per shard, or the last one when passes are slow
             snapshot = await self.queue_counts.read()
-            counted_at_ms, took_ms = snapshot.taken_at_ms, round(snapshot.took_s * 1000, 1)
             monitor = self.server.monitor
             every_group = {} if monitor is None else monitor.group_counts
             limits = self.server.rate_limits
             rates = None if limits is None else (limits.configured, limits.server_count)
 
-            def make() -> bytes:  # (shared by the requests until a new pass, reload or sample)
+            def make() -> tuple[bytes, int, float]:  # (shared until a new pass, reload or sample)
                 names = sorted(snapshot.names)
                 counts = count_columns(snapshot.counts, names, backend.num_priorities)
                 rows = self._queue_rows(names, counts, every_group, snapshot)
-                return json.dumps(rows, allow_nan=False).encode()
+                # (the rows with their pass's time: a costly list is kept past the next pass)
+                return (
+                    json.dumps(rows, allow_nan=False).encode(),
+                    snapshot.taken_at_ms,
+                    round(snapshot.took_s * 1000, 1),
+                )
 
-            queues = self._queue_list.get((snapshot, every_group, backend.queue_rules, rates), make)
+            shared = (snapshot, every_group, backend.queue_rules, rates)
+            queues, counted_at_ms, took_ms = self._queue_list.get(shared, make)
         s = self.server.settings
         limits = self.server.rate_limits
         rest = json.dumps(
@@ -254,8 +257,10 @@ class AdminApi:
 
     async def api_rates(self, request: web.Request) -> web.Response:
         history = self.history
-        # (shared until the next sample; its last point runs to when it was made)
-        rates = self._rates.get((history.last_sample,), lambda: json.dumps(history.rates(), allow_nan=False).encode())
+        # (shared until the next sample, or an interval's time without one; its last point runs
+        # to when it was made)
+        shared = (history.last_sample, int(time.monotonic() // history.interval))
+        rates = self._rates.get(shared, lambda: json.dumps(history.rates(), allow_nan=False).encode())
         return _json_body(rates)
 
     async def api_scan(self, request: web.Request) -> web.Response:
@@ -279,9 +284,7 @@ class AdminApi:
         descriptor = request.query.get("descriptor", "").strip()
         if not descriptor:
             raise ApiError(400, "give a job descriptor, like queue:s1:p1:42")
-        if self._body_lookup_slots is None:  # (made on the event loop that serves the port)
-            self._body_lookup_slots = asyncio.Semaphore(BODY_LOOKUPS)
-        async with self._body_lookup_slots:
+        async with self._turns("lookups with bodies", BODY_LOOKUPS):
             try:
                 found = await self.backend.lookup_jobs([descriptor], True)
             except DescriptorError as exc:
@@ -320,15 +323,8 @@ class AdminApi:
                 raise ApiError(413, f"the body is {length} bytes; {action} takes at most {max_bytes}")
             # (a turn waited for past the body timeout is refused: trickling peers holding both
             # turns, one after another, held a real upload 118 s, near the request's cap)
-            slots = self._large_posts()
-            try:
-                await asyncio.wait_for(slots.acquire(), self.server.settings.admin_body_timeout_seconds)
-            except TimeoutError:
-                raise ApiError(503, f"{LARGE_POSTS} long bodies are being read: try again") from None
-            try:
+            async with self._turn("long bodies", LARGE_POSTS, "long bodies are being read: try again"):
                 return await self._checked(request.clone(client_max_size=max_bytes), action, max_bytes)
-            finally:
-                slots.release()
         return await self._checked(request, action, POST_BYTES)
 
     def _refuse_guesser(self, request: web.Request) -> None:
@@ -340,11 +336,26 @@ class AdminApi:
                 429, f"too many wrong admin passwords from {request.remote}: try again in {math.ceil(wait)} s"
             )
 
-    def _large_posts(self) -> asyncio.Semaphore:
-        """The semaphore of ``LARGE_POSTS`` (made on the event loop that serves the port)."""
-        if self._large_post_slots is None:
-            self._large_post_slots = asyncio.Semaphore(LARGE_POSTS)
-        return self._large_post_slots
+    def _turns(self, kind: str, size: int) -> asyncio.Semaphore:
+        """The ``size`` turns of ``kind``'s requests (made on the event loop that serves the port)."""
+        slots = self._slots.get(kind)
+        if slots is None:
+            slots = self._slots[kind] = asyncio.Semaphore(size)
+        return slots
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, kind: str, size: int, busy: str) -> AsyncIterator[None]:
+        """One of ``kind``'s ``size`` turns, waited for at most ADMIN_BODY_TIMEOUT_SECONDS; past
+        that, 503: ``{size} {busy}``."""
+        slots = self._turns(kind, size)
+        try:
+            await asyncio.wait_for(slots.acquire(), self.server.settings.admin_body_timeout_seconds)
+        except TimeoutError:
+            raise ApiError(503, f"{size} {busy}") from None
+        try:
+            yield
+        finally:
+            slots.release()
 
     async def _checked(self, request: web.Request, action: str, max_bytes: int) -> dict[str, Any]:
         # The body comes whole within ADMIN_BODY_TIMEOUT_SECONDS (a long one's from its turn):

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from pinlater import schedules
 from pinlater._pinlater import DescriptorError, decode_descriptors
+from pinlater.config import ADMIN_REQUEST_SECONDS
 from pinlater.errors import shown
 from pinlater.redrive import MAX_RUNNING, NOTE, RedrivePlan, RedriveRefused, Redrives
 from pinlater.server.admin_api import AdminApi, ApiError, _audit, _int, _json
@@ -49,9 +50,10 @@ _NO_STORE = {"Cache-Control": "no-store"}
 #: Schedules made into JSON at once in a listing (``api_schedules``).
 LISTING_PART = 200
 #: Listings with bodies made and sent this many at a time in the process, each holding its turn
-#: until its peer has taken the answer (up to 11 MB for a queue's 8 MiB of schedules): 250
-#: connections asking for one and reading nothing had taken the server to 6.5 GB. A listing
-#: that waits for a turn longer than ADMIN_BODY_TIMEOUT_SECONDS is answered 503.
+#: until its peer has taken the answer (up to 11 MB for a queue's 8 MiB of schedules), for at
+#: most ADMIN_REQUEST_SECONDS (then its connection is cut): 250 connections asking for one and
+#: reading nothing had taken the server to 6.5 GB. A listing that waits for a turn longer than
+#: ADMIN_BODY_TIMEOUT_SECONDS is answered 503. One schedule's (``name=``) takes no turn.
 BODY_LISTINGS = 4
 
 
@@ -59,7 +61,6 @@ class JobControlApi(AdminApi):
     """Cancel, schedules and redrives; ``AdminApp`` owns ``redrives``."""
 
     redrives: Redrives
-    _body_listing_slots: asyncio.Semaphore | None = None
 
     # -- cancel ------------------------------------------------------------------------------------
 
@@ -99,29 +100,27 @@ class JobControlApi(AdminApi):
         every 5 s for each page open. It asks for one with its body to edit it. With bodies, a
         listing is made and sent in one of ``BODY_LISTINGS`` turns."""
         queue = await self._existing_queue(request.query.get("queue"))
-        if request.query.get("bodies", "1") == "0":
-            text = await self._schedule_listing(request, queue, False)
+        with_bodies = request.query.get("bodies", "1") != "0"
+        if not with_bodies or request.query.get("name") is not None or request.method == "HEAD":
+            # (no bodies, or one schedule's: 2.7 MB at most, the dashboard's edit; HEAD sends none)
+            text = await self._schedule_listing(request, queue, with_bodies)
             return web.Response(text=text, content_type="application/json", headers=_NO_STORE)
-        if self._body_listing_slots is None:  # (made on the event loop that serves the port)
-            self._body_listing_slots = asyncio.Semaphore(BODY_LISTINGS)
-        slots, wait = self._body_listing_slots, self.server.settings.admin_body_timeout_seconds
-        try:
-            await asyncio.wait_for(slots.acquire(), wait)
-        except TimeoutError:
-            raise ApiError(
-                503, f"{BODY_LISTINGS} listings with bodies are being sent: try again, or ask with bodies=0"
-            ) from None
-        try:
+        busy = "listings with bodies are being sent: try again, or ask with bodies=0"
+        async with self._turn("listings with bodies", BODY_LISTINGS, busy):
             data = (await self._schedule_listing(request, queue, True)).encode()
             response = web.StreamResponse(headers=_NO_STORE)
             response.content_type, response.charset, response.content_length = "application/json", "utf-8", len(data)
             await response.prepare(request)
-            await response.write(data)  # (waits for the peer to take most of it)
+            try:  # (waits for the peer to take most of it, within a request's time: a turn is not
+                # held for hours by a peer reading a few bytes a minute)
+                await asyncio.wait_for(response.write(data), ADMIN_REQUEST_SECONDS)
+            except TimeoutError:
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
             del data
             await response.write_eof()
             return response
-        finally:
-            slots.release()
 
     async def _schedule_listing(self, request: web.Request, queue: str, with_bodies: bool) -> str:
         found = await schedules.listing(self.backend, queue)

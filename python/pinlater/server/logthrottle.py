@@ -55,27 +55,30 @@ class ThrottledLog:
 
 class ThrottleFilter(logging.Filter):
     """For a logger of a library's that a peer drives (aiohttp's ``aiohttp.server``, which logs
-    every malformed request with its traceback, the request's own bytes in it): at most one
-    record per ``interval`` seconds, with a count of the others, each cut to ``cut`` characters
-    and its exception to one line. A flood of 8 KB malformed headers wrote 19 MB of log a second."""
+    every malformed request with its traceback, the request's own bytes in it): records of an
+    exception of ``kinds`` (what a peer causes) at most one per ``interval`` seconds, with a count
+    of the others, each cut to ``cut`` characters and its exception to one line; any other record
+    (a fault of the server's) as it is. A flood of 8 KB malformed headers wrote 19 MB of log a
+    second."""
 
-    def __init__(self, interval: float = 5.0, cut: int = 300) -> None:
+    def __init__(self, kinds: tuple[type[BaseException], ...], interval: float = 5.0, cut: int = 300) -> None:
         super().__init__()
+        self.kinds = kinds
         self.interval = interval
         self.cut = cut
         self._last = float("-inf")
         self._suppressed = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, self.kinds):
+            return True
         now = time.monotonic()
         if now - self._last < self.interval:
             self._suppressed += 1
             return False
         self._last = now
-        text = record.getMessage()
-        if record.exc_info and record.exc_info[1] is not None:
-            exc = record.exc_info[1]
-            text += f": {type(exc).__name__}: {exc}"
+        text = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
         if len(text) > self.cut:
             text = text[: self.cut] + f"... ({len(text) - self.cut} more characters)"
         if self._suppressed:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["COSTLY_SECONDS", "SharedAnswer"]
 
@@ -71,6 +71,7 @@ class SharedAnswer(Generic[T]):
             return kept
         if self._making is None:
             self._making = asyncio.ensure_future(self._make(inputs, make))
+            self._making.add_done_callback(_retrieved)  # (its askers may all be gone: nothing logged)
         return await asyncio.shield(self._making)
 
     async def _make(self, inputs: tuple[object, ...], make: Callable[[], Awaitable[T]]) -> T:
@@ -79,6 +80,11 @@ class SharedAnswer(Generic[T]):
             return self._keep(inputs, await make(), started)
         finally:
             self._making = None
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
