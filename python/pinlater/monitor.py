@@ -143,6 +143,7 @@ class Monitor:
             idle = set()
         totals = dict.fromkeys(TOTALS, 0)
         totals["idle_skipped"] = len(idle)
+        failed = 0  # queues whose sweeps failed this pass: the first logged, then a count
         for queue in names:
             if queue in idle:
                 continue
@@ -150,16 +151,26 @@ class Monitor:
                 await self._queue_pass(shard, queue, totals)
             except QueueNotFoundError:  # deleted since the listing: the rest of the shard goes on
                 continue
-            except ShardConnectionError as exc:
-                if not exc.contention:
-                    raise  # the shard does not answer: the pass on it ends (the next one tries again)
-                # its rows were locked past the retries (a MySQL lock wait, an ALTER): this queue
-                # waits for the next pass, the queues after it are swept now
-                log.warning("monitor: queue %s on shard %s skipped this pass: %s", queue, shard.name, exc)
-            except Exception:
-                # one queue's error (its data, a script) is its own: the claims of the queues after
-                # it on the shard are still rescued, their finished jobs collected, their expiries run
-                log.exception("monitor: the pass of queue %s on shard %s failed", queue, shard.name)
+            except Exception as exc:
+                # one queue's error (its data, a script, its rows locked past the retries) is its
+                # own: the claims of the queues after it on the shard are still rescued, their
+                # finished jobs collected, their expiries run; a shard that does not answer ends
+                # the pass on it (the next one tries again)
+                if isinstance(exc, ShardConnectionError) and not exc.contention:
+                    raise
+                failed += 1
+                if failed == 1:
+                    log.warning(
+                        "monitor: queue %s on shard %s skipped this pass: %s",
+                        queue,
+                        shard.name,
+                        exc if isinstance(exc, PinLaterError) else repr(exc),
+                        exc_info=not isinstance(exc, PinLaterError),  # (a bug's traceback, once)
+                    )
+        if failed > 1:  # (one line for all: a shard-wide error had written one per queue)
+            log.warning(
+                "monitor: %d queues on shard %s skipped this pass (the first is logged above)", failed, shard.name
+            )
         if totals["resurrected"]:
             self.backend.forget_empty(shard.name)
             log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])
