@@ -450,10 +450,10 @@ def test_the_admin_body_timeout_is_below_a_requests_limit() -> None:
             Settings.from_properties(f"ADMIN_BODY_TIMEOUT_SECONDS={bad}\n")
 
 
-def test_at_the_cap_the_action_waiting_longest_for_its_body_makes_room_not_a_request_at_work() -> None:
-    """With none idle, the newcomer takes the place of the action whose body it has waited for
-    longest (``AdminConnections.reading``, as ``AdminApi._authorized`` marks it), not of a request
-    being worked on, nor of an action that began later."""
+def test_at_the_cap_the_action_whose_body_comes_slowest_makes_room_not_a_request_at_work() -> None:
+    """With none idle, the newcomer takes the place of the action whose body has come slowest
+    (``AdminConnections.reading``, as ``AdminApi._authorized`` marks it): not a request being
+    worked on, nor an upload that has waited longer but sent far more (one waiting its turn)."""
 
     async def run() -> None:
         connections = AdminConnections(cap=3, peer_cap=3)
@@ -485,23 +485,24 @@ def test_at_the_cap_the_action_waiting_longest_for_its_body_makes_room_not_a_req
             pair[1].write(request)
             return pair
 
-        act = b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx"
         try:
             at_work = await opened(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             await until(lambda: sum(c.busy for c in connections.open.values()) == 1)
-            longest = await opened(act)
+            uploading = await opened(b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
             await until(lambda: connections.reading_bodies == 1)
-            later = await opened(act)
+            uploading[1].write(b"u" * 60_000)  # (most of its body, not yet all)
+            await until(lambda: sum(c.received for c in connections.open.values()) > 60_000)
+            trickling = await opened(b"POST /act HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nx")
             await until(lambda: connections.reading_bodies == 2)
             newcomer = await opened(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert await _closed(longest[0]), "the action waiting longest made room"
+            assert await _closed(trickling[0]), "the action whose body came slowest made room"
             assert connections.evicted == 1 and connections.refused == 0
             release.set()
             for reader, _ in (at_work, newcomer):
                 assert (await asyncio.wait_for(reader.readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
-            later[1].write(b"y" * 9)
-            assert (await asyncio.wait_for(later[0].readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
-            for _, writer in (at_work, longest, later, newcomer):
+            uploading[1].write(b"u" * 40_000)
+            assert (await asyncio.wait_for(uploading[0].readuntil(b"ok"), 10)).startswith(b"HTTP/1.1 200")
+            for _, writer in (at_work, uploading, trickling, newcomer):
                 writer.close()
         finally:
             await runner.cleanup()

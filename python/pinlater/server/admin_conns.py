@@ -8,12 +8,13 @@ the admin port needs no password to connect). So the admin site (``GuardedSite``
 connection's protocol:
 
 * at ``MAX_ADMIN_CONNECTIONS`` open, a new connection takes the place of the idle one (no request
-  in progress) whose peer was heard from longest ago, else of the one whose action has waited
-  longest for its body (``reading``: no password is checked before the body is whole, so a
-  peer trickling bodies on every connection had locked out even ``/healthz`` and ``/readyz``,
-  a load balancer's checks), or is closed as it is accepted when there is none (logged at most
-  once a minute), so the admin port holds at most that many of the files ``OPEN_FILES_RESERVE``
-  keeps for it and the stores, and a peer holding idle connections cannot lock an operator out;
+  in progress) whose peer was heard from longest ago, else of the action whose body has come
+  slowest (bytes a second since it began waiting for it, ``reading``: no password is checked
+  before the body is whole, so a peer trickling bodies on every connection had locked out even
+  ``/healthz`` and ``/readyz``, a load balancer's checks), or is closed as it is accepted when
+  there is none (logged at most once a minute), so the admin port holds at most that many of
+  the files ``OPEN_FILES_RESERVE`` keeps for it and the stores, and a peer holding idle
+  connections cannot lock an operator out;
 * one host (a peer address) holds at most nine tenths of the cap, as on the Thrift port
   (``transport.peer_connection_cap``; not on a loopback address, where every peer is this
   machine: ``AdminApp``): a host at its share has its new connection take the place
@@ -60,7 +61,7 @@ SWEEP_SECONDS = 1.0
 
 
 class _Connection:
-    __slots__ = ("buffered", "busy", "heard", "host", "reading", "since", "transport")
+    __slots__ = ("buffered", "busy", "heard", "host", "read_from", "reading", "received", "since", "transport")
 
     def __init__(self, transport: asyncio.Transport, host: str, now: float) -> None:
         self.transport = transport
@@ -77,6 +78,9 @@ class _Connection:
         self.heard = now
         #: Its request is an action waiting for its body, its password not yet checked.
         self.reading = False
+        #: Bytes its peer sent, and when its action began waiting for its body with how many.
+        self.received = 0
+        self.read_from = (now, 0)
 
 
 class AdminConnections:
@@ -129,6 +133,8 @@ class AdminConnections:
         connection = self.open.get(protocol)
         if connection is not None:
             connection.reading = reading
+            if reading:
+                connection.read_from = (time.monotonic(), connection.received)
 
     @property
     def reading_bodies(self) -> int:
@@ -190,9 +196,9 @@ class AdminConnections:
     def make_room(self, host: str | None = None) -> bool:
         """Make room for one connection (of ``host``'s, if given): forget one that is closing
         already, else close the idle one whose peer was heard from longest ago (not one whose
-        next request is arriving), else the one whose action has waited longest for its body;
-        whether room was made. It leaves the counts at once (its ``connection_lost`` comes
-        later)."""
+        next request is arriving), else the action whose body has come slowest (a legitimate
+        upload waiting its turn is not cut for a peer trickling bytes); whether room was made.
+        It leaves the counts at once (its ``connection_lost`` comes later)."""
         mine = [(key, c) for key, c in self.open.items() if host is None or c.host == host]
         for key, c in mine:
             if c.transport.is_closing():  # closing already (by the sweep, say), its loss not yet told
@@ -201,7 +207,8 @@ class AdminConnections:
                 return True
         idle = [(c.heard, key) for key, c in mine if not c.busy and not c.transport.get_write_buffer_size()]
         if not idle:
-            idle = [(c.since, key) for key, c in mine if c.reading]
+            now = time.monotonic()
+            idle = [(_body_rate(c, now), key) for key, c in mine if c.reading]
         if not idle:
             return False
         _, key = min(idle, key=lambda pair: pair[0])
@@ -217,6 +224,12 @@ class AdminConnections:
                 self.sweep(time.monotonic())
             except Exception:  # a bug: logged, and the sweep goes on
                 log.exception("admin connection sweep failed")
+
+
+def _body_rate(c: _Connection, now: float) -> float:
+    """Bytes a second its peer sent since its action began waiting for its body."""
+    began, received = c.read_from
+    return (c.received - received) / max(now - began, 0.001)
 
 
 class _Guarded(asyncio.Protocol):
@@ -242,6 +255,7 @@ class _Guarded(asyncio.Protocol):
             connection = self._owner.open.get(self._inner)
             if connection is not None:
                 connection.heard = time.monotonic()
+                connection.received += len(data)
             self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
