@@ -12,13 +12,17 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pinlater.config_files import read_config_text
 from pinlater.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 #: A request on the admin port that has run this long has its connection closed
 #: (``server/admin_conns.py``); an admin body's timeout is below it.
@@ -295,10 +299,9 @@ def resolve_settings(*layers: SettingsLayer) -> Settings:
 def backend_of_config(path: Path) -> str:
     """Which backend a shard config file is for, by its shape: the original's Redis files are
     ``{"shards": [...]}``, its MySQL files map shard names to ``{"master": {...}, ...}``."""
+    text = read_config_text(path, "backend config")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read backend config {path}: {exc.strerror}") from None
+        data = json.loads(text)
     except ValueError as exc:
         raise ConfigError(f"backend config {path} is not JSON: {exc}") from None
     if isinstance(data, dict) and "shards" in data:
@@ -308,10 +311,15 @@ def backend_of_config(path: Path) -> str:
     raise ConfigError(f"cannot tell which backend {path} is for: set PINLATER_BACKEND or --backend")
 
 
+#: Keys of the original's properties that this server has no use for: taken without a word.
+ORIGINAL_UNUSED_KEYS = frozenset({"BACKEND_CONNECTION_MAX_WAIT_MILLIS"})
+
+
 def parse_properties(text: str, source: str = "properties") -> SettingsLayer:
     """A properties file's text (key=value per line, ``#`` or ``!`` comments) as a layer.
-    Unknown keys are ignored (the original had more); a value that does not convert is a
-    ``ConfigError`` naming ``source:line`` and the key."""
+    A key this server does not know is ignored with a warning naming it (a typo's setting was
+    dropped unseen), except the original's unused ones (``ORIGINAL_UNUSED_KEYS``); a value that
+    does not convert is a ``ConfigError`` naming ``source:line`` and the key."""
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -323,6 +331,8 @@ def parse_properties(text: str, source: str = "properties") -> SettingsLayer:
             raise ConfigError(f"{source}:{lineno}: expected KEY=VALUE, got {line!r}")
         spec = _PROPERTIES.get(key)
         if spec is None:
+            if key not in ORIGINAL_UNUSED_KEYS:
+                log.warning("%s:%d: %s is not a key of this server: ignored (a typo?)", source, lineno, key[:80])
             continue
         attr, convert = spec
         try:
@@ -463,8 +473,4 @@ _KEY_OF: dict[str, str] = {attr: key for key, (attr, _convert) in _PROPERTIES.it
 
 def load_properties(path: Path) -> SettingsLayer:
     """Read and parse a properties file; a missing or unreadable file is a ``ConfigError``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read properties file {path}: {exc.strerror}") from None
-    return parse_properties(text, source=str(path))
+    return parse_properties(read_config_text(path, "properties file"), source=str(path))

@@ -14,7 +14,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from pinlater.config_files import read_config_text
 from pinlater.errors import ConfigError
+from pinlater.server.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,8 @@ class FileWatcher:
         self._task: asyncio.Task[None] | None = None
         self.reloads = 0
         self.errors = 0
+        #: A file that cannot be read is tried at each look: its line once a minute at most.
+        self._unread = ThrottledLog(log, 60.0, logging.ERROR)
 
     def load_now(self, strict: bool = False) -> bool:
         """Read and apply the file if it changed since the last look; True if applied.
@@ -59,7 +63,17 @@ class FileWatcher:
             log.warning("%s %s is missing; keeping the last good one", self.what, self.path)
             return False
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = read_config_text(self.path, self.what)
+        except ConfigError as exc:
+            if strict:
+                raise
+            # (not read: read again at the next look, so a permission put right is taken without
+            # an edit, which alone would change the file's signature)
+            self._seen = None
+            self.errors += 1
+            self._unread("%s; keeping the last good one", exc)
+            return False
+        try:
             self.on_change(text)
         except Exception as exc:
             if strict:

@@ -179,3 +179,104 @@ def test_serve_with_the_backend_in_properties_and_its_config_as_a_flag(
         assert descriptor.startswith("switched:s1:p1:")
         assert count == 1
         assert redis.client().dbsize() > 0  # the jobs went to the Redis the flag named
+
+
+def test_a_file_that_is_not_utf8_is_a_one_line_error_naming_it(tmp_path: Path) -> None:
+    """A Latin-1 properties file or backend config: a ``ConfigError`` naming the file and the
+    byte, where it was a UnicodeDecodeError traceback."""
+    props = tmp_path / "latin1.properties"
+    props.write_bytes(b"THRIFT_PORT=90\xe910\n")
+    with pytest.raises(ConfigError, match=r"latin1.properties is not UTF-8: byte 14 is 0xe9"):
+        settings_from_args(build_parser().parse_args(["serve", "--properties", str(props)]))
+    config = tmp_path / "redis.json"
+    config.write_bytes(json.dumps(REDIS_CONFIG).encode().replace(b'"1"', b'"\xe9"'))
+    with pytest.raises(ConfigError, match=r"redis\.json is not UTF-8"):
+        settings_from_args(build_parser().parse_args(["serve", "--backend-config", str(config)]))
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_key(tmp_path: Path) -> None:
+    """An editor's BOM made the first key another key, and its setting was dropped unseen."""
+    props = tmp_path / "bom.properties"
+    props.write_bytes(b"\xef\xbb\xbfTHRIFT_PORT=9123\n")
+    settings = settings_from_args(build_parser().parse_args(["serve", "--properties", str(props)]))
+    assert settings.port == 9123
+
+
+def test_a_key_this_server_does_not_know_is_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A typo's setting is named in a warning; the original's unused keys pass without one."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="pinlater.config"):
+        settings = resolve(tmp_path, {"THRIFT_PORTT": "9011", "BACKEND_CONNECTION_MAX_WAIT_MILLIS": "5000"}, [])
+    assert settings.port == Settings().port
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "THRIFT_PORTT is not a key of this server: ignored" in warned[0], warned
+
+
+def test_a_config_file_that_is_a_fifo_or_too_big_is_refused_unread(tmp_path: Path) -> None:
+    """A FIFO read on the event loop hung the server past SIGTERM; 100 MB held it 22 s."""
+    import os
+
+    from pinlater.config_files import MAX_CONFIG_BYTES, read_config_text
+
+    fifo = tmp_path / "queues.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_config_text(fifo, "queue config")
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:
+        f.truncate(MAX_CONFIG_BYTES + 1)
+    with pytest.raises(ConfigError, match=f"past the {MAX_CONFIG_BYTES}"):
+        read_config_text(big, "queue config")
+
+
+def test_a_watched_file_that_could_not_be_read_is_read_again_unchanged(tmp_path: Path) -> None:
+    """A read error (a FIFO here, as a permission denied) leaves the file's signature unseen, so
+    the file put right is taken at the next look, with no edit that would change its signature."""
+    import os
+
+    from pinlater.watch import FileWatcher
+
+    path = tmp_path / "queues.json"
+    seen: list[str] = []
+    watcher = FileWatcher(path, seen.append, "queue config")
+    path.write_text("v1")
+    assert watcher.load_now() and seen == ["v1"]
+    path.unlink()
+    os.mkfifo(path)
+    assert not watcher.load_now() and not watcher.load_now(), "refused, at each look"
+    assert watcher.errors == 2
+    path.unlink()
+    path.write_text("v2")
+    assert watcher.load_now() and seen == ["v1", "v2"]
+
+
+def test_a_port_of_other_than_ascii_digits_is_a_config_error() -> None:
+    """``"²"`` passed ``str.isdigit`` and failed ``int()`` with a traceback."""
+    from pinlater.backends.redis.config import parse_redis_config
+
+    shard = {"name": "1", "shardConfig": {"master": {"host": "h", "port": "\u00b2"}}}
+    with pytest.raises(ConfigError, match="port must be a number"):
+        parse_redis_config(json.dumps({"shards": [shard]}), "redis.json")
+
+
+@pytest.mark.parametrize("value", ["0", "false", "OFF", " no "])
+def test_the_ready_lists_are_turned_off_by_any_usual_spelling(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from pinlater.backends.redis import scripts
+
+    monkeypatch.setenv(scripts.READY_LISTS_ENV, value)
+    assert scripts.READY_LISTS_OFF in scripts.source("enqueue_jobs", "compact")
+    monkeypatch.setenv(scripts.READY_LISTS_ENV, "1")
+    assert scripts.READY_LISTS_OFF not in scripts.source("enqueue_jobs", "compact")
+
+
+def test_a_data_dir_with_shards_past_embedded_num_shards_is_refused(tmp_path: Path) -> None:
+    """Lowering EMBEDDED_NUM_SHARDS left shard-2's jobs on disk, served by no one, unsaid."""
+    from pinlater.backends.embedded.driver import EmbeddedDriver
+
+    settings = resolve(tmp_path, {"EMBEDDED_DATA_DIR": str(tmp_path), "EMBEDDED_NUM_SHARDS": "1"}, [])
+    (tmp_path / "shard-1.sqlite3").write_bytes(b"")
+    assert list(EmbeddedDriver().shard_configs(settings)) == ["1"]
+    (tmp_path / "shard-2.sqlite3").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"holds shard 2 past EMBEDDED_NUM_SHARDS=1.*set EMBEDDED_NUM_SHARDS to 2"):
+        EmbeddedDriver().shard_configs(settings)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from pinlater.backends.base import BackendDriver, ShardConfig, ShardStore
+from pinlater.config_files import read_config_text
 from pinlater.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -49,11 +50,7 @@ class DriverDefaults:
         path = self.config_path(settings)
         if path is None:
             raise ConfigError(f"the {self.kind} backend needs a backend config file (BACKEND_CONFIG_PATH)")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read backend config {path}: {exc.strerror}") from None
-        configs = self.parse_config(text, str(path))
+        configs = self.parse_config(read_config_text(path, "backend config"), str(path))
         if not configs:
             raise ConfigError(f"{path}: no shards configured")
         return configs

@@ -37,6 +37,7 @@ from pinlater.backends.redis.migrate import (
     QueueProgress,
     migrate_shard,
 )
+from pinlater.config_files import read_config_text
 from pinlater.errors import ConfigError
 
 PROG = "pinlater migrate-layout"
@@ -131,8 +132,9 @@ def _error(line: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        shards = parse_redis_config(args.backend_config.read_text(encoding="utf-8"), str(args.backend_config))
-    except (ConfigError, OSError) as exc:
+        text = read_config_text(args.backend_config, "backend config")
+        shards = parse_redis_config(text, str(args.backend_config))
+    except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     config = shards.get(args.shard)

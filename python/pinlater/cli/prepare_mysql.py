@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pinlater.config import SettingsLayer, load_properties, resolve_settings
+from pinlater.config_files import read_config_text
 from pinlater.errors import ConfigError
 
 PROG = "pinlater prepare-mysql"
@@ -61,11 +62,7 @@ def run(args: argparse.Namespace) -> int:
         layers.append(SettingsLayer(flags, {"backend": "--backend mysql", "backend_config_path": "--backend-config"}))
         settings = resolve_settings(*layers)
         driver = MySQLDriver.from_settings(settings)
-        try:
-            text = args.backend_config.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read {args.backend_config}: {exc.strerror}") from None
-        shards = driver.parse_config(text, str(args.backend_config))
+        shards = driver.parse_config(read_config_text(args.backend_config, "backend config"), str(args.backend_config))
         unknown = sorted(set(args.shard or ()) - set(shards))
         if unknown:
             raise ConfigError(f"{args.backend_config} has no shard {', '.join(unknown)}")

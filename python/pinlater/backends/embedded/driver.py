@@ -43,8 +43,21 @@ class EmbeddedDriver(DriverDefaults):
         return None
 
     def shard_configs(self, settings: Settings) -> dict[str, ShardConfig]:
-        """Shards "1", "2", ... up to ``EMBEDDED_NUM_SHARDS``."""
-        return {str(number): EmbeddedShardConfig() for number in range(1, settings.embedded_num_shards + 1)}
+        """Shards "1", "2", ... up to ``EMBEDDED_NUM_SHARDS``; a data dir holding a shard's file
+        past them is a ``ConfigError``: its jobs would be served by no one (the key lowered, a
+        restart hid half the jobs, unsaid)."""
+        count = settings.embedded_num_shards
+        beyond = sorted(
+            number
+            for path in settings.data_dir.glob("shard-*.sqlite3")
+            if (number := _shard_number(path.name)) is not None and number > count
+        )
+        if beyond:
+            raise ConfigError(
+                f"{settings.data_dir} holds shard {', '.join(map(str, beyond[:5]))} past EMBEDDED_NUM_SHARDS={count}:"
+                f" its jobs would not be served; set EMBEDDED_NUM_SHARDS to {beyond[-1]} or more"
+            )
+        return {str(number): EmbeddedShardConfig() for number in range(1, count + 1)}
 
     def gauges(self, shards: Callable[[], Iterable[Shard]]) -> Mapping[str, Callable[[], float]]:
         """The Rust writers' counts (``WriterCounts``) over the shards, as ``embedded_commits``,
@@ -84,3 +97,9 @@ class EmbeddedDriver(DriverDefaults):
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+def _shard_number(file_name: str) -> int | None:
+    """N of ``shard-N.sqlite3`` (the store's file of shard "N"), or None for another name."""
+    middle = file_name[len("shard-") : -len(".sqlite3")]
+    return int(middle) if middle.isascii() and middle.isdigit() else None

@@ -77,7 +77,7 @@ def parse_mysql_config(
             continue
         config = _parse_shard(entry, f"{source}: shard {key!r}")
         for db_index in range(num_db_per_queue):
-            name = shard_name(int(base), db_index) if base.isdigit() else _named(base, db_index)
+            name = shard_name(int(base), db_index) if base.isascii() and base.isdigit() else _named(base, db_index)
             if name in owner:
                 raise ConfigError(f"{source}: shards {owner[name]!r} and {key!r} both map to shard name {name!r}")
             owner[name] = key
@@ -94,7 +94,7 @@ def _base_shard_name(key: str, source: str, prefix: str) -> str | None:
         if not key.startswith(prefix):
             return None
         rest = key[len(prefix) :]
-        if not rest.isdigit():
+        if not (rest.isascii() and rest.isdigit()):
             raise ConfigError(f"{source}: shard {key!r}: expected digits after the prefix {prefix!r}")
         return str(int(rest))
     numbered = _NUMBERED_KEY.fullmatch(key)
@@ -136,7 +136,7 @@ def _parse_endpoint(value: Any, where: str) -> Endpoint:
     port = value.get("port", 3306)
     if not isinstance(host, str) or not host:
         raise ConfigError(f'{where}: "host" must be a non-empty string')
-    if isinstance(port, str) and port.isdigit():
+    if isinstance(port, str) and port.isascii() and port.isdigit():
         port = int(port)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ConfigError(f'{where}: "port" must be an integer in 1..65535')

@@ -177,7 +177,7 @@ def _endpoint(value: Any, where: str, source: str) -> RedisEndpoint:
     host, port = value["host"], value["port"]
     if not isinstance(host, str) or not host:
         raise ConfigError(f"{source}: {where}.host must be a non-empty string")
-    if isinstance(port, str) and port.isdigit():
+    if isinstance(port, str) and port.isascii() and port.isdigit():
         port = int(port)
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise ConfigError(f"{source}: {where}.port must be a number in 1..65535, not {port!r}")

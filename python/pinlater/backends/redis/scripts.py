@@ -80,7 +80,8 @@ READY_LISTS_OFF = "local READY_LISTS = false\n"
 
 def source(name: str, layout: str = "original") -> str:
     """The text of the layout's ``{name}.lua``, with its ``--@include`` lines expanded."""
-    return _source(name, layout, os.environ.get(READY_LISTS_ENV) != "0")
+    # (the usual spellings of off: "false" or "off" left the lists on, unseen)
+    return _source(name, layout, os.environ.get(READY_LISTS_ENV, "").strip().lower() not in ("0", "false", "no", "off"))
 
 
 @cache

@@ -1,0 +1,47 @@
+"""Reading a configuration file's text: one rule for every file a person writes (properties,
+shard configs, the queue config, the ServerSet).
+
+UTF-8, with a byte order mark taken away (an editor's BOM made the first key another key, and
+its setting was dropped unseen); a file that is not UTF-8, is not a regular file (a FIFO read
+on the event loop hung the server past SIGTERM), cannot be read, or is past ``MAX_CONFIG_BYTES``
+(a 100 MB queue config held the event loop 22 s) is a ``ConfigError`` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from pinlater.errors import ConfigError
+
+__all__ = ["MAX_CONFIG_BYTES", "read_config_text"]
+
+#: The longest configuration file read (bytes).
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def read_config_text(path: Path, what: str) -> str:
+    """The text of ``what`` (a properties file, a backend config, ...) at ``path``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO opens at once, to be refused)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"cannot read {what} {path}: not a regular file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{what} {path} is {info.st_size} bytes, past the {MAX_CONFIG_BYTES} taken")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{what} {path} is past the {MAX_CONFIG_BYTES} bytes taken")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8: byte {exc.start} is {data[exc.start]:#04x}") from None
