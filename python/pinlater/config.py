@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,10 @@ from pinlater.config_files import read_config_text
 from pinlater.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+#: The largest number a setting takes (2**40): a TTL of that many hours is still a 64-bit count
+#: of milliseconds, and a count of that many jobs or bytes a Rust usize.
+MAX_SETTING = 2**40
 
 #: A request on the admin port that has run this long has its connection closed
 #: (``server/admin_conns.py``); an admin body's timeout is below it.
@@ -140,7 +145,15 @@ class Settings:
 
     def validate(self, origins: Mapping[str, str] | None = None) -> None:
         """Raise ``ConfigError`` on the first value out of range, naming where that value came
-        from (``origins``: attribute name -> a flag or ``FILE:LINE KEY``; defaults name the key)."""
+        from (``origins``: attribute name -> a flag or ``FILE:LINE KEY``; defaults name the key).
+        Every number must be finite and at most ``MAX_SETTING`` either way first: ``inf`` passed
+        "positive" and crashed the start, 1e300 hours of GC TTL failed every monitor pass."""
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if not (math.isfinite(value) and -MAX_SETTING <= value <= MAX_SETTING):
+                    where = _origin_of((item.name,), origins or {})
+                    raise ConfigError(f"{where}: {value!r} is not a finite number within +-{MAX_SETTING}")
         for ok, attrs, message in self._checks():
             if not ok:
                 raise ConfigError(f"{_origin_of(attrs, origins or {})}: {message}")

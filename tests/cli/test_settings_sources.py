@@ -280,3 +280,19 @@ def test_a_data_dir_with_shards_past_embedded_num_shards_is_refused(tmp_path: Pa
     (tmp_path / "shard-2.sqlite3").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"holds shard 2 past EMBEDDED_NUM_SHARDS=1.*set EMBEDDED_NUM_SHARDS to 2"):
         EmbeddedDriver().shard_configs(settings)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("BACKEND_MONITOR_JOB_CLAIMED_TIMEOUT_SECONDS", "inf"),
+        ("BACKEND_MONITOR_JOB_SUCCEEDED_GC_TTL_HOURS", "1e300"),
+        ("BACKEND_MONITOR_UPDATE_MAX_SIZE", "99999999999999999999"),
+        ("BACKEND_SOCKET_TIMEOUT_SECONDS", "inf"),
+    ],
+)
+def test_an_infinite_or_huge_number_is_a_config_error_naming_its_line(tmp_path: Path, key: str, value: str) -> None:
+    """``inf`` passed "must be positive" and crashed the start with a traceback; 1e300 hours of
+    GC TTL started, then failed every monitor pass."""
+    with pytest.raises(ConfigError, match=rf"pinlater\.properties:2 {key}={value}: .* is not a finite number"):
+        resolve(tmp_path, {key: value}, [])
