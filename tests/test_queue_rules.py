@@ -125,3 +125,19 @@ def test_a_name_that_is_not_text_refuses_the_whole_file() -> None:
     with pytest.raises(ConfigError):
         limits.apply_queue_config(text)
     assert limits.configured == {} and limits.limiter.rates() == {}
+
+
+def test_a_queue_listed_twice_is_refused_and_an_unknown_key_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+    """The second entry of a queue was in force while the first looked to be; a misspelt rule
+    (``maxInProgres``) was dropped unseen: now it is named (and kept out, as the original did)."""
+    import logging
+
+    twice = {"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 1}}, {"name": "q"}]}
+    with pytest.raises(ConfigError, match=r"queues\[1\]: 'q' is listed before"):
+        parse_queue_config(json.dumps(twice))
+    typo = {"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 5, "maxInProgres": 2}}]}
+    with caplog.at_level(logging.WARNING, logger="pinlater.ratelimit"):
+        assert parse_queue_config(json.dumps(typo)) == {"q": 5.0}
+    assert [r.getMessage() for r in caplog.records] == [
+        "queue config: queues[0] (q): ['maxInProgres'] not a key of this server: ignored"
+    ]

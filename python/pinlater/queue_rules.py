@@ -41,6 +41,7 @@ def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
     if not isinstance(queues, list):
         raise ConfigError('expected {"queues": [...]}')
     out: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
     for i, entry in enumerate(queues):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ConfigError(f"queues[{i}]: expected an object with a string 'name'")
@@ -51,6 +52,9 @@ def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
         config = entry.get("queueConfig", {})
         if not isinstance(config, dict):
             raise ConfigError(f"queues[{i}] ({entry['name']}): queueConfig must be an object")
+        if entry["name"] in seen:  # (the last one was in force, the first looked to be)
+            raise ConfigError(f"queues[{i}]: {entry['name']!r} is listed before: list a queue once")
+        seen.add(entry["name"])
         out.append((entry["name"], config))
     return out
 

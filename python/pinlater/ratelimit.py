@@ -29,6 +29,9 @@ def parse_queue_config(text: str) -> dict[str, float]:
     a file is taken or refused whole."""
     rates: dict[str, float] = {}
     for i, (name, config) in enumerate(queue_entries(text)):
+        unknown = sorted(key for key in config if key != "maxJobsPerSecond" and key not in RULE_KEYS)
+        if unknown:  # (kept, as the original kept them; but a typo's rule was dropped unseen)
+            log.warning("queue config: queues[%d] (%s): %s not a key of this server: ignored", i, name, unknown[:5])
         rate = config.get("maxJobsPerSecond")
         if rate is None and any(key in config for key in RULE_KEYS):
             continue
