@@ -130,8 +130,13 @@ class Admin:
     @classmethod
     def from_url(cls, url: str, *, password: str | None = None, timeout: float = 30.0) -> Admin:
         """A client of the admin port at ``url`` (``http://host:port``, a path after it ignored)."""
-        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:  # (a bracket left open, or a port not a number, raised ValueError from urllib)
+            parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018  (read to check it)
+        except ValueError:
+            valid = False
+        if not valid:
             raise AdminError(0, f"not an admin URL: {url!r} (like http://127.0.0.1:9999)")
         admin = cls(password=password, timeout=timeout)
         admin.base = f"{parts.scheme}://{parts.netloc}"

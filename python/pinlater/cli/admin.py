@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pinlater.admin import Admin, AdminError
+from pinlater.cli.argtypes import positive_float
 from pinlater.redrive import MAX_RATE, MIN_RATE, NOTE
 
 PROG = "pinlater admin"
@@ -58,7 +59,7 @@ def add_parser(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--admin-url", help=f"the server's admin port (default ${URL_ENV}, else {DEFAULT_URL})")
     common.add_argument("--password", help=f"the admin password, for changes (default ${PASSWORD_ENV})")
-    common.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (30)")
+    common.add_argument("--timeout", type=positive_float, default=30.0, help="seconds to wait for a reply (30)")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
 
@@ -275,18 +276,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"it must be > 0, not {text}")
-    return value
-
-
 def _rate(text: str) -> float:
-    value = _positive_float(text)
+    value = positive_float(text)
     if not MIN_RATE <= value <= MAX_RATE:
         raise argparse.ArgumentTypeError(f"the rate must be {MIN_RATE:g} to {MAX_RATE:g} jobs per second, not {text}")
     return value

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pinlater.bench.rates import parse_rate
+from pinlater.cli.argtypes import positive_float
 
 PROG = "pinlater bench"
 BACKENDS = ("embedded", "redis", "mysql")
@@ -43,7 +44,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--backend", choices=BACKENDS, default="embedded", help="store to start (default embedded)")
     p.add_argument("--target", type=_address, metavar="HOST:PORT", help="drive a running server instead")
-    p.add_argument("--duration", type=_positive_float, default=20.0, help="seconds of load (default 20)")
+    p.add_argument("--duration", type=positive_float, default=20.0, help="seconds of load (default 20)")
     p.add_argument("--producers", type=_count, default=1, help="enqueueing processes (default 1)")
     p.add_argument("--consumers", type=_count, default=2, help="dequeue+ack processes (default 2)")
     p.add_argument("--batch", type=_positive_int, default=100, help="jobs per enqueue and per dequeue (default 100)")
@@ -65,10 +66,10 @@ def add_parser(sub: Any) -> None:
         "or that the --target server runs; the plan counts servers of this many (default 1)",
     )
     p.add_argument(
-        "--cores-per-server", type=_positive_float, default=1.0, help="cores one server process may use (default 1)"
+        "--cores-per-server", type=positive_float, default=1.0, help="cores one server process may use (default 1)"
     )
     p.add_argument(
-        "--cores-per-store", type=_positive_float, default=1.0, help="cores one shard's store may use (default 1)"
+        "--cores-per-store", type=positive_float, default=1.0, help="cores one shard's store may use (default 1)"
     )
     p.add_argument(
         "--server-pid", type=_positive_int, help="with --target: the server's PID, to measure its CPU (children's too)"
@@ -77,18 +78,8 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run, parser=p)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"it must be > 0, not {text}")
-    return value
-
-
 def _headroom(text: str) -> float:
-    value = _positive_float(text)
+    value = positive_float(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"headroom must be >= 1, not {text}")
     return value

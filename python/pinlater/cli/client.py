@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import socket
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from pinlater.cli.argtypes import non_negative_float, positive_float
 from pinlater.client import SCAN_START, AsyncPinLaterClient, JobInfo, JobState, PinLaterClient, ScheduleInfo
 from pinlater.errors import PinLaterError
 
@@ -209,7 +209,7 @@ def add_parser(sub: Any) -> None:
         metavar="BOOL",
         help="upsert_schedule: keep the schedule but enqueue nothing (true/false; alone: true)",
     )
-    p.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
+    p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds to wait for a reply (default 30)")
     p.add_argument(
         "--source",
         type=text_flag,
@@ -284,28 +284,8 @@ def _num_queries(text: str) -> int:
     return _int_in(text, -1, None, "--num_queries")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"it must be > 0 and finite, not {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"it must be >= 0 and finite, not {text}")
-    return value
-
-
 def _expire_in(text: str) -> float:
-    value = _non_negative_float(text)
+    value = non_negative_float(text)
     if value > MAX_EXPIRE_IN:  # (now + it in ms must stay an i64)
         raise argparse.ArgumentTypeError(f"--expire_in must be at most {MAX_EXPIRE_IN:g} seconds, not {text}")
     return value

@@ -7,6 +7,7 @@ server ignores it when the job has no attempts left (it becomes FAILED).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
@@ -16,8 +17,15 @@ RetryPolicy = Callable[[int], float]
 POLICY_NAMES = ("linear", "constant", "exponential")
 
 
+def _seconds(name: str, value: float | None) -> None:
+    """A delay must be a finite number of seconds, at least 0 (NaN and -5 meant at once, unsaid)."""
+    if value is not None and not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0, not {value}")
+
+
 def constant(delay: float = 1.0) -> RetryPolicy:
     """The same delay after every failure."""
+    _seconds("delay", delay)
 
     def policy(attempt: int) -> float:
         return delay
@@ -27,6 +35,8 @@ def constant(delay: float = 1.0) -> RetryPolicy:
 
 def linear(step: float = 1.0, max_delay: float | None = None) -> RetryPolicy:
     """``step`` x attempts used so far: the original example worker's backoff (step 1 s)."""
+    _seconds("step", step)
+    _seconds("max_delay", max_delay)
 
     def policy(attempt: int) -> float:
         delay = step * max(1, attempt)
@@ -46,6 +56,10 @@ def exponential(
     random fraction of at most ``jitter`` (0 to 1), so jobs that failed together spread out."""
     if not 0.0 <= jitter <= 1.0:
         raise ValueError(f"jitter must be between 0 and 1, not {jitter}")
+    _seconds("base", base)
+    _seconds("max_delay", max_delay)
+    if not 0 < factor < math.inf:
+        raise ValueError(f"factor must be a finite number > 0, not {factor}")
     draw = (rng or random.Random()).random
 
     def policy(attempt: int) -> float:

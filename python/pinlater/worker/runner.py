@@ -64,6 +64,9 @@ log = logging.getLogger("pinlater.worker")
 #: The default ``prefetch``: enough no-op jobs to cover a round trip to the server (measured by
 #: ``benches/worker_vs_huey.py``); only a quick handler ever gets that many (``prefetch_horizon``).
 DEFAULT_PREFETCH = 256
+#: Most jobs of one queue running at once (a sync handler's threads): 100 million were made up
+#: front, and the process was killed for memory at 23 GB.
+MAX_CONCURRENCY = 10_000
 #: Seconds a stop may still take after a second signal: the releases and acks still go to a
 #: server that answers, and a hung one is given up on.
 HURRY_SECONDS = 2.0
@@ -138,6 +141,8 @@ class Worker:
         # waits for the jobs in hand however long they run)
         if not ack_interval > 0:
             raise ValueError(f"ack_interval must be positive, not {ack_interval}")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY}, not {concurrency}")
         for name, value in (("error_backoff", error_backoff), ("timeout", timeout)):
             if not 0 < value < math.inf:
                 raise ValueError(f"{name} must be positive and finite, not {value}")
@@ -218,8 +223,8 @@ class Worker:
 
         def add(fn: Handler) -> Handler:
             size = concurrency or self.concurrency
-            if size < 1:
-                raise ValueError("concurrency must be at least 1")
+            if not 1 <= size <= MAX_CONCURRENCY:
+                raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY}, not {size}")
             ahead = next(p for p in (prefetch, self.prefetch, DEFAULT_PREFETCH) if p is not None)
             if ahead < 0:
                 raise ValueError(f"prefetch must be at least 0, not {ahead}")
