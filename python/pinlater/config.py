@@ -384,6 +384,14 @@ def _path(value: str) -> Path | None:
     return Path(value) if value else None
 
 
+def directory(value: str) -> Path:
+    """A directory's path: an empty one was the current directory, unsaid (a store's files
+    written where the command ran)."""
+    if not value.strip():
+        raise ValueError("must name a directory, not be empty")
+    return Path(value)
+
+
 def _lower(value: str) -> str:
     return value.strip().lower()
 
@@ -454,7 +462,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "SHARD_ALLOWED_HOSTNAME_PREFIX": ("shard_allowed_hostname_prefix", str.strip),
     "PINLATER_BACKEND": ("backend", _lower),
     "BACKEND_CONFIG_PATH": ("backend_config_path", _path),
-    "EMBEDDED_DATA_DIR": ("data_dir", Path),
+    "EMBEDDED_DATA_DIR": ("data_dir", directory),
     "EMBEDDED_NUM_SHARDS": ("embedded_num_shards", int),
     "EMBEDDED_SYNCHRONOUS": ("embedded_synchronous", _upper),
     "MAX_FRAME_BYTES": ("max_frame_bytes", int),

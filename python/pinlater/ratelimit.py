@@ -43,16 +43,21 @@ def parse_queue_config(text: str) -> dict[str, float]:
 
 
 def parse_server_set(text: str) -> list[str]:
-    """The ``host:port`` entries of a ServerSet file (blank lines and # comments skipped)."""
-    servers = []
+    """The distinct ``host:port`` entries of a ServerSet file (blank lines and # comments
+    skipped): a server listed twice counts once (it divided every rate by one server too many),
+    and a host with blanks or a port past 65535 is refused."""
+    servers: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         host, sep, port = line.rpartition(":")
-        if not sep or not host or not port.isdigit():
+        if not sep or not host or any(c.isspace() for c in host) or not (port.isascii() and port.isdigit()):
             raise ConfigError(f"expected host:port, got {line!r}")
-        servers.append(line)
+        if not 0 < int(port) <= 65535:
+            raise ConfigError(f"port {port} of {line!r} is not in 1..65535")
+        if line not in servers:
+            servers.append(line)
     return servers
 
 

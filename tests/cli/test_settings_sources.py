@@ -296,3 +296,24 @@ def test_an_infinite_or_huge_number_is_a_config_error_naming_its_line(tmp_path: 
     GC TTL started, then failed every monitor pass."""
     with pytest.raises(ConfigError, match=rf"pinlater\.properties:2 {key}={value}: .* is not a finite number"):
         resolve(tmp_path, {key: value}, [])
+
+
+def test_an_empty_data_dir_is_refused_not_taken_as_the_current_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ConfigError, match=r"EMBEDDED_DATA_DIR=.*must name a directory"):
+        resolve(tmp_path, {"EMBEDDED_DATA_DIR": ""}, [])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--data-dir", ""])
+    assert "--data-dir" in capsys.readouterr().err
+
+
+def test_a_server_set_counts_a_server_once_and_refuses_a_bad_port() -> None:
+    """A server listed twice divided every rate by one server too many."""
+    from pinlater.ratelimit import parse_server_set
+
+    assert parse_server_set("h1:9010\nh1:9010\nh2:9010\n") == ["h1:9010", "h2:9010"]
+    with pytest.raises(ConfigError, match=r"not in 1\.\.65535"):
+        parse_server_set("h2:99999\n")
+    with pytest.raises(ConfigError, match="expected host:port"):
+        parse_server_set("h 3:1\n")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pinlater import eventloop
-from pinlater.config import BACKENDS, Settings, SettingsLayer, load_properties, processes, resolve_settings
+from pinlater.config import BACKENDS, Settings, SettingsLayer, directory, load_properties, processes, resolve_settings
 from pinlater.errors import ConfigError, StoreLockedError
 from pinlater.logs import FORMATS, setup_logging
 
@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--admin-host", help="address of the admin HTTP server (default 127.0.0.1)")
     p.add_argument("--admin-port", type=int, help="admin HTTP port (default 9999; OSTRICH_PORT)")
     p.add_argument(
-        "--data-dir", type=Path, help="embedded store directory (default ./pinlater-data; EMBEDDED_DATA_DIR)"
+        "--data-dir", type=directory, help="embedded store directory (default ./pinlater-data; EMBEDDED_DATA_DIR)"
     )
     p.add_argument("--properties", type=Path, metavar="FILE", help="a properties file with the original's keys")
     p.add_argument("--backend", choices=BACKENDS, help="storage backend (default embedded; PINLATER_BACKEND)")

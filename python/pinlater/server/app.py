@@ -176,6 +176,8 @@ class PinLaterServer:
         """Load and watch the queue config (and the ServerSet), if configured."""
         s = self.settings
         if s.queue_config_file_path is None:
+            if s.server_set_enabled:  # (rates are what it divides: without them it does nothing)
+                log.warning("SERVER_SET_ENABLED is ignored: there is no QUEUE_CONFIG_FILE_PATH, so no rate to divide")
             return None
         limits = QueueRateLimits(processes=s.server_processes)
         self.rate_limits = limits
