@@ -141,3 +141,12 @@ def test_a_queue_listed_twice_is_refused_and_an_unknown_key_warned_of(caplog: py
     assert [r.getMessage() for r in caplog.records] == [
         "queue config: queues[0] (q): ['maxInProgres'] not a key of this server: ignored"
     ]
+
+
+def test_an_admin_edit_reads_the_queue_config_as_the_server_does(tmp_path: Path) -> None:
+    """A file with a byte order mark, which the server loads, is edited too (it was refused:
+    "Unexpected UTF-8 BOM")."""
+    path = tmp_path / "queues.json"
+    path.write_bytes(b"\xef\xbb\xbf" + config(("q", {"maxJobsPerSecond": 5})).encode())
+    set_queue_rate(path, "q", 7)
+    assert parse_queue_config(path.read_text(encoding="utf-8-sig")) == {"q": 7.0}

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from pinlater.config_files import read_config_text
 from pinlater.queue_rules import RULE_KEYS
 from pinlater.ratelimit import parse_queue_config
 
@@ -73,10 +74,9 @@ def write_atomically(path: str | os.PathLike[str], text: str) -> None:
 
 
 def _load_queue_config(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not path.exists():
         return {"queues": []}
+    text = read_config_text(path, "queue config")  # (as the server reads it: a BOM skipped)
     parse_queue_config(text)  # refuse to edit a file the server would reject
     document: dict[str, Any] = json.loads(text)
     return document
@@ -99,8 +99,7 @@ def _entry(document: dict[str, Any], queue: str) -> dict[str, Any] | None:
 
 def read_queue_rates(path: str | os.PathLike[str]) -> dict[str, float]:
     """The rates a queue config file sets: ``{queue: maxJobsPerSecond}`` (0 = paused)."""
-    text = Path(path).read_text(encoding="utf-8")
-    return parse_queue_config(text)
+    return parse_queue_config(read_config_text(Path(path), "queue config"))
 
 
 @_one_edit_at_a_time
@@ -213,7 +212,7 @@ def set_shard_dequeue_only(path: str | os.PathLike[str], shard: str, dequeue_onl
     jobs but is still drained. Raises ``KeyError`` naming the shards there are.
     """
     target = Path(path)
-    document = json.loads(target.read_text(encoding="utf-8"))
+    document = json.loads(read_config_text(target, "backend config"))
     changed: list[str] = []
     if isinstance(document, dict) and isinstance(document.get("shards"), list):
         names = [str(e.get("name")) for e in document["shards"] if isinstance(e, dict)]

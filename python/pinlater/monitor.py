@@ -143,7 +143,8 @@ class Monitor:
             idle = set()
         totals = dict.fromkeys(TOTALS, 0)
         totals["idle_skipped"] = len(idle)
-        failed = 0  # queues whose sweeps failed this pass: the first logged, then a count
+        failed: list[str] = []  # queues whose sweeps failed this pass
+        kinds: set[type[BaseException]] = set()  # each kind of error logged once a pass
         for queue in names:
             if queue in idle:
                 continue
@@ -158,19 +159,21 @@ class Monitor:
                 # the pass on it (the next one tries again)
                 if isinstance(exc, ShardConnectionError) and not exc.contention:
                     raise
-                failed += 1
-                if failed == 1:
-                    log.warning(
+                failed.append(queue)
+                if type(exc) not in kinds:  # (a store's error a warning; anything else a bug's traceback)
+                    kinds.add(type(exc))
+                    store_error = isinstance(exc, PinLaterError)
+                    log.log(
+                        logging.WARNING if store_error else logging.ERROR,
                         "monitor: queue %s on shard %s skipped this pass: %s",
                         queue,
                         shard.name,
-                        exc if isinstance(exc, PinLaterError) else repr(exc),
-                        exc_info=not isinstance(exc, PinLaterError),  # (a bug's traceback, once)
+                        exc if store_error else repr(exc),
+                        exc_info=not store_error,
                     )
-        if failed > 1:  # (one line for all: a shard-wide error had written one per queue)
-            log.warning(
-                "monitor: %d queues on shard %s skipped this pass (the first is logged above)", failed, shard.name
-            )
+        if len(failed) > 1:  # (one line for all: a shard-wide error had written one per queue)
+            shown = ", ".join(failed[:5]) + (", ..." if len(failed) > 5 else "")
+            log.warning("monitor: %d queues on shard %s skipped this pass: %s", len(failed), shard.name, shown)
         if totals["resurrected"]:
             self.backend.forget_empty(shard.name)
             log.info("shard %s: %d timed-out claims resurrected", shard.name, totals["resurrected"])

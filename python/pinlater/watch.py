@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from pinlater.config_files import read_config_text
+from pinlater.config_files import ConfigUnreadable, read_config_text
 from pinlater.errors import ConfigError
 from pinlater.server.logthrottle import ThrottledLog
 
@@ -29,6 +29,10 @@ def _signature(path: Path) -> Signature:
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+#: A signature no file has: the file is read at the next look, changed or not.
+_READ_AGAIN: Signature = (-1, -1, -1)
 
 
 class FileWatcher:
@@ -63,13 +67,14 @@ class FileWatcher:
             log.warning("%s %s is missing; keeping the last good one", self.what, self.path)
             return False
         try:
-            text = read_config_text(self.path, self.what)
+            text = read_config_text(self.path, self.what, regular=True)
         except ConfigError as exc:
             if strict:
                 raise
-            # (not read: read again at the next look, so a permission put right is taken without
-            # an edit, which alone would change the file's signature)
-            self._seen = None
+            if isinstance(exc, ConfigUnreadable):
+                # (not read: read again at the next look, so a permission put right is taken
+                # without an edit, which alone would change the file's signature)
+                self._seen = _READ_AGAIN
             self.errors += 1
             self._unread("%s; keeping the last good one", exc)
             return False

@@ -365,7 +365,7 @@ def test_the_monitor_goes_past_a_queue_whose_sweep_fails(
     monkeypatch.setattr(on_2, "resurrect_timed_out_jobs", failing)
     totals, logged = pass_over_timed_out_claims(backend, on_2, caplog)
     assert totals["resurrected"] == 2
-    # one line for the first, one counting them all (a shard-wide error wrote one per queue)
+    # one line for the first of each kind of error, one naming them all (one was written per queue)
     named = [m for m in logged if "on shard 2" in m]
     assert len(named) == 2 and named[0].startswith("monitor: queue a_bad on shard 2 skipped this pass: "), logged
-    assert named[1] == "monitor: 2 queues on shard 2 skipped this pass (the first is logged above)"
+    assert named[1] == "monitor: 2 queues on shard 2 skipped this pass: a_bad, a_bad2"

@@ -222,7 +222,14 @@ def test_a_config_file_that_is_a_fifo_or_too_big_is_refused_unread(tmp_path: Pat
     fifo = tmp_path / "queues.json"
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):
-        read_config_text(fifo, "queue config")
+        read_config_text(fifo, "queue config", regular=True)
+    read, write = os.pipe()  # a file read once at start may be a pipe: --properties <(envsubst ...)
+    os.write(write, b"THRIFT_PORT=9010\n")
+    os.close(write)
+    try:
+        assert read_config_text(Path(f"/dev/fd/{read}"), "properties file") == "THRIFT_PORT=9010\n"
+    finally:
+        os.close(read)
     big = tmp_path / "big.json"
     with big.open("wb") as f:
         f.truncate(MAX_CONFIG_BYTES + 1)
@@ -230,25 +237,41 @@ def test_a_config_file_that_is_a_fifo_or_too_big_is_refused_unread(tmp_path: Pat
         read_config_text(big, "queue config")
 
 
-def test_a_watched_file_that_could_not_be_read_is_read_again_unchanged(tmp_path: Path) -> None:
-    """A read error (a FIFO here, as a permission denied) leaves the file's signature unseen, so
-    the file put right is taken at the next look, with no edit that would change its signature."""
+def test_a_watched_file_that_could_not_be_read_is_read_again_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read error (a permission denied: simulated, as root reads any file) leaves the file's
+    signature unseen, so the file put right is taken at the next look, with no edit that would
+    change its signature; a file refused for what it is (a FIFO) is not read again until it
+    changes."""
     import os
 
-    from pinlater.watch import FileWatcher
+    from pinlater import watch
+    from pinlater.config_files import ConfigUnreadable
 
     path = tmp_path / "queues.json"
     seen: list[str] = []
-    watcher = FileWatcher(path, seen.append, "queue config")
+    watcher = watch.FileWatcher(path, seen.append, "queue config")
     path.write_text("v1")
     assert watcher.load_now() and seen == ["v1"]
+    path.write_text("v2")
+    real = watch.read_config_text
+
+    def denied(*args: Any, **kwargs: Any) -> str:
+        raise ConfigUnreadable(f"cannot read queue config {path}: Permission denied")
+
+    monkeypatch.setattr(watch, "read_config_text", denied)
+    assert not watcher.load_now() and watcher.errors == 1
+    monkeypatch.setattr(watch, "read_config_text", real)  # (the permission put right)
+    assert watcher.load_now() and seen == ["v1", "v2"]
+
     path.unlink()
     os.mkfifo(path)
-    assert not watcher.load_now() and not watcher.load_now(), "refused, at each look"
-    assert watcher.errors == 2
+    assert not watcher.load_now() and watcher.errors == 2
+    assert not watcher.load_now() and watcher.errors == 2, "a FIFO is not looked at again until it changes"
     path.unlink()
-    path.write_text("v2")
-    assert watcher.load_now() and seen == ["v1", "v2"]
+    path.write_text("v3")
+    assert watcher.load_now() and seen == ["v1", "v2", "v3"]
 
 
 def test_a_port_of_other_than_ascii_digits_is_a_config_error() -> None:

@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from pinlater.config_files import read_config_text
+
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]
@@ -95,7 +97,8 @@ class ServerSet:
             signature = (st.st_ino, st.st_size, st.st_mtime_ns)
             if signature == self._signature:
                 return
-            addresses = parse_server_set(self.path.read_text(encoding="utf-8"))
+            # (as the server reads its files: a BOM skipped, a FIFO refused, not waited on)
+            addresses = parse_server_set(read_config_text(self.path, "ServerSet file", regular=True))
             if not addresses:
                 raise ValueError("it lists no servers")
         except (OSError, ValueError) as exc:

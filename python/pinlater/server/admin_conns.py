@@ -227,9 +227,11 @@ class AdminConnections:
 
 
 def _body_rate(c: _Connection, now: float) -> float:
-    """Bytes a second its peer sent since its action began waiting for its body."""
+    """Bytes a second its peer sent since its action began waiting for its body, counting 1 KiB
+    more over at least a second: one that has just begun (its first bytes not yet in) is not
+    taken for the slowest, a peer trickling a byte a second is, within a few seconds."""
     began, received = c.read_from
-    return (c.received - received) / max(now - began, 0.001)
+    return (c.received - received + 1024) / max(now - began, 1.0)
 
 
 class _Guarded(asyncio.Protocol):

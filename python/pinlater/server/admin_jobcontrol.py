@@ -53,8 +53,11 @@ LISTING_PART = 200
 #: until its peer has taken the answer (up to 11 MB for a queue's 8 MiB of schedules), for at
 #: most ADMIN_REQUEST_SECONDS (then its connection is cut): 250 connections asking for one and
 #: reading nothing had taken the server to 6.5 GB. A listing that waits for a turn longer than
-#: ADMIN_BODY_TIMEOUT_SECONDS is answered 503. One schedule's (``name=``) takes no turn.
+#: ADMIN_BODY_TIMEOUT_SECONDS is answered 503.
 BODY_LISTINGS = 4
+#: One schedule's listing with its body (``name=``, 2.7 MB at most: the dashboard's edit) takes
+#: one of these turns, its own, so it waits behind no big listing, and as many are held at most.
+ONE_SCHEDULE_LISTINGS = 16
 
 
 class JobControlApi(AdminApi):
@@ -100,20 +103,23 @@ class JobControlApi(AdminApi):
         every 5 s for each page open. It asks for one with its body to edit it. With bodies, a
         listing is made and sent in one of ``BODY_LISTINGS`` turns."""
         queue = await self._existing_queue(request.query.get("queue"))
-        with_bodies = request.query.get("bodies", "1") != "0"
-        if not with_bodies or request.query.get("name") is not None or request.method == "HEAD":
-            # (no bodies, or one schedule's: 2.7 MB at most, the dashboard's edit; HEAD sends none)
-            text = await self._schedule_listing(request, queue, with_bodies)
+        if request.query.get("bodies", "1") == "0":
+            text = await self._schedule_listing(request, queue, False)
             return web.Response(text=text, content_type="application/json", headers=_NO_STORE)
         busy = "listings with bodies are being sent: try again, or ask with bodies=0"
-        async with self._turn("listings with bodies", BODY_LISTINGS, busy):
+        # (one schedule's, the dashboard's edit, 2.7 MB at most: turns of its own, many more)
+        kind, turns = ("listings with bodies", BODY_LISTINGS)
+        if request.query.get("name") is not None:
+            kind, turns = ("one schedule's listings", ONE_SCHEDULE_LISTINGS)
+        async with self._turn(kind, turns, busy):
             data = (await self._schedule_listing(request, queue, True)).encode()
             response = web.StreamResponse(headers=_NO_STORE)
             response.content_type, response.charset, response.content_length = "application/json", "utf-8", len(data)
             await response.prepare(request)
             try:  # (waits for the peer to take most of it, within a request's time: a turn is not
-                # held for hours by a peer reading a few bytes a minute)
-                await asyncio.wait_for(response.write(data), ADMIN_REQUEST_SECONDS)
+                # held for hours by a peer reading a few bytes a minute; HEAD's is not sent)
+                if request.method != "HEAD":
+                    await asyncio.wait_for(response.write(data), ADMIN_REQUEST_SECONDS)
             except TimeoutError:
                 if request.transport is not None:
                     request.transport.abort()
