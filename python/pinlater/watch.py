@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pinlater.config_files import ConfigUnreadable, read_config_text
 from pinlater.errors import ConfigError
-from pinlater.server.logthrottle import ThrottledLog
+from pinlater.logthrottle import ThrottledLog
 
 log = logging.getLogger(__name__)
 

@@ -486,7 +486,7 @@ def test_the_malformed_request_filter_passes_the_servers_own_faults_whole() -> N
 
     from aiohttp.http_exceptions import BadHttpMessage
 
-    from pinlater.server.logthrottle import ThrottleFilter
+    from pinlater.logthrottle import ThrottleFilter
 
     throttle = ThrottleFilter((BadHttpMessage,))
 

@@ -39,6 +39,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from pinlater._pinlater import BodyPatternError
 from pinlater.backends.body_filter import BodyFilterBusy
 from pinlater.errors import ErrorCode, PinLaterError
+from pinlater.logthrottle import ThrottleFilter
 from pinlater.redrive import Redrives
 from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
 from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
@@ -48,7 +49,6 @@ from pinlater.server.admin_api import POST_BYTES, ApiError, Guesses
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
-from pinlater.server.logthrottle import ThrottleFilter
 from pinlater.server.metrics import (
     Metrics,
     RateHistory,

@@ -31,8 +31,8 @@ from pinlater.backends import body_filter, scan_pages
 from pinlater.backends.base import DEFAULT_RULES, GroupCounts, JobRecord, JobState
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.errors import ConfigError
+from pinlater.logthrottle import ThrottledLog
 from pinlater.server.handler import QUEUE_NAME, password_matches
-from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
 from pinlater.server.shared_answer import SharedAnswer

@@ -43,7 +43,7 @@ from typing import cast
 from aiohttp import web
 
 from pinlater.config import ADMIN_REQUEST_SECONDS
-from pinlater.server.logthrottle import ThrottledLog
+from pinlater.logthrottle import ThrottledLog
 from pinlater.server.transport import peer_connection_cap, peer_host
 
 __all__ = ["ADMIN_IDLE_SECONDS", "ADMIN_REQUEST_SECONDS", "MAX_ADMIN_CONNECTIONS", "AdminConnections", "GuardedSite"]

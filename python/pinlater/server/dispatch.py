@@ -81,7 +81,7 @@ from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 from pinlater._pinlater import DETACH_BYTES, MissingFieldError, decode_hot_call, thrift_struct_objects
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
-from pinlater.server.logthrottle import ThrottledLog
+from pinlater.logthrottle import ThrottledLog
 
 __all__ = ["HOT_METHODS", "Dispatcher", "ProtocolError", "snake_case"]
 

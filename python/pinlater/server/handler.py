@@ -60,9 +60,9 @@ from pinlater.broker import DequeueBroker
 from pinlater.errors import ErrorCode, PinLaterError, QueueNotFoundError, shown
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
+from pinlater.logthrottle import ThrottledLog
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.server.lease import current_lease
-from pinlater.server.logthrottle import ThrottledLog
 from pinlater.server.metrics import Metrics, outcome_counter
 
 log = logging.getLogger(__name__)

@@ -69,9 +69,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pinlater.logthrottle import ThrottledLog
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import Dispatcher
-from pinlater.server.logthrottle import ThrottledLog
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT_REQUESTS",
