@@ -12,7 +12,7 @@ import pytest
 from pinlater.admin_files import pause_queue, resume_queue, set_queue_rate, set_queue_rules
 from pinlater.backends.base import QueueRules
 from pinlater.errors import ConfigError
-from pinlater.queue_rules import MAX_COUNT, cap_share, parse_queue_rules
+from pinlater.queue_rules import MAX_COUNT, cap_share, parse_queue_file, parse_queue_rules
 from pinlater.ratelimit import QueueRateLimits, parse_queue_config
 
 
@@ -127,20 +127,46 @@ def test_a_name_that_is_not_text_refuses_the_whole_file() -> None:
     assert limits.configured == {} and limits.limiter.rates() == {}
 
 
-def test_a_queue_listed_twice_is_refused_and_an_unknown_key_warned_of(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_queue_listed_twice_is_refused_and_an_unknown_key_warned_of() -> None:
     """The second entry of a queue was in force while the first looked to be; a misspelt rule
     (``maxInProgres``) was dropped unseen: now it is named (and kept out, as the original did)."""
-    import logging
-
     twice = {"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 1}}, {"name": "q"}]}
     with pytest.raises(ConfigError, match=r"queues\[1\]: 'q' is listed before"):
         parse_queue_config(json.dumps(twice))
     typo = {"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 5, "maxInProgres": 2}}]}
-    with caplog.at_level(logging.WARNING, logger="pinlater.ratelimit"):
-        assert parse_queue_config(json.dumps(typo)) == {"q": 5.0}
-    assert [r.getMessage() for r in caplog.records] == [
-        "queue config: queues[0] (q): ['maxInProgres'] not a key of this server: ignored"
-    ]
+    parsed = parse_queue_file(json.dumps(typo))
+    assert parsed.rates == {"q": 5.0} and parsed.rules == {}
+    assert parsed.warnings == ("queue config: queues[0] (q): ['maxInProgres'] not a key of this server: ignored",)
+
+
+def test_one_parse_gives_the_rates_and_the_rules_and_the_first_bad_entry_refuses_the_file() -> None:
+    text = config(
+        ("a", {"maxJobsPerSecond": 2}),
+        ("b", {"maxJobsPerSecond": 0, "maxInProgress": 3}),
+        ("c", {"groupConcurrency": 4, "groupJobsPerSecond": 0.5}),
+    )
+    parsed = parse_queue_file(text)
+    assert parsed.rates == {"a": 2.0, "b": 0.0}, "c sets rules alone: no rate limit"
+    assert parsed.rules == {"b": QueueRules(1, 3, None), "c": QueueRules(4, None, 0.5)}
+    assert parsed.warnings == ()
+    with pytest.raises(ConfigError, match=r"queues\[1\] \(b\): maxInProgress"):
+        parse_queue_file(config(("a", {"maxJobsPerSecond": 2}), ("b", {"maxInProgress": 0}), ("c", {})))
+    with pytest.raises(ConfigError, match=r"queues\[0\] \(a\): maxJobsPerSecond"):
+        parse_queue_file(config(("a", {"maxJobsPerSecond": -1, "maxInProgress": 2})))
+
+
+def test_a_reload_keeps_the_buckets_and_takes_the_changed_rates() -> None:
+    """Only the changed rates are set again (a reload of a file of many queues cost a call into
+    the limiter per queue); a bucket is not refilled by a reload, and a queue dropped from the
+    file loses its limit."""
+    limits = QueueRateLimits()
+    limits.apply_queue_config(config(("a", {"maxJobsPerSecond": 1}), ("b", {"maxJobsPerSecond": 1})))
+    assert limits.limiter.try_acquire("a", 1) and limits.limiter.try_acquire("b", 1)
+    limits.apply_queue_config(config(("a", {"maxJobsPerSecond": 1}), ("b", {"maxJobsPerSecond": 2})))
+    assert not limits.limiter.try_acquire("a", 1), "a's bucket was left as it was: still empty"
+    assert limits.configured == {"a": 1.0, "b": 2.0} and limits.limiter.rates()["b"] == 2.0
+    limits.apply_queue_config(config(("b", {"maxJobsPerSecond": 2})))
+    assert limits.limiter.rates() == {"b": 2.0}
 
 
 def test_an_admin_edit_reads_the_queue_config_as_the_server_does(tmp_path: Path) -> None:

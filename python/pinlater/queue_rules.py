@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from pinlater.backends.base import QueueRules
@@ -59,32 +60,70 @@ def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def parse_queue_rules(text: str) -> dict[str, QueueRules]:
-    """Queue name -> its rules, for the queues that set any (``max_in_progress`` is the whole
-    queue's cap here, not a shard's share); raises ``ConfigError`` with the reason."""
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """A queue config file, parsed and checked whole (``parse_queue_file``)."""
+
+    #: Queue name -> max jobs per second (0: paused), for the queues that set one.
+    rates: dict[str, float]
+    #: Queue name -> its rules, for the queues that set any (``max_in_progress`` is the whole
+    #: queue's cap here, not a shard's share).
+    rules: dict[str, QueueRules]
+    #: What the file says that this server ignores (unknown keys), one line each, for the
+    #: server to log when it takes the file.
+    warnings: tuple[str, ...] = ()
+
+
+#: The keys of a ``queueConfig`` this server reads.
+KNOWN_KEYS = frozenset({"maxJobsPerSecond", *RULE_KEYS})
+
+
+def parse_queue_file(text: str) -> QueueConfig:
+    """The rates and rules of a queue config file, in one pass over one parse of it (a server
+    takes a file of a hundred thousand queues in a second or two, on a thread of its own: it
+    was parsed three times on the event loop); ``ConfigError`` with the reason refuses the file
+    whole. An entry without ``maxJobsPerSecond`` is refused, unless it sets one of pinlater's
+    rules (``RULE_KEYS``): such a queue has no rate limit. Nothing is logged here: unknown keys
+    are in ``warnings`` (an admin edit parses a file several times, the server once)."""
+    rates: dict[str, float] = {}
     rules: dict[str, QueueRules] = {}
+    warnings: list[str] = []
     for i, (name, config) in enumerate(queue_entries(text)):
-        if not any(key in config for key in RULE_KEYS):
-            continue
-        where = f"queues[{i}] ({name})"
-        concurrency = config.get("groupConcurrency", 1)
-        if not _is_count(concurrency):
-            raise ConfigError(f"{where}: groupConcurrency must be a whole number from 1 to {MAX_COUNT}")
-        cap = config.get("maxInProgress")
-        if cap is not None and not _is_count(cap):
-            raise ConfigError(f"{where}: maxInProgress must be a whole number from 1 to {MAX_COUNT}")
-        rate = config.get("groupJobsPerSecond")
-        if rate is not None and (
-            isinstance(rate, bool)
-            or not isinstance(rate, int | float)
-            or not math.isfinite(rate)
-            or not MIN_GROUP_RATE <= rate <= MAX_GROUP_RATE
-        ):
-            raise ConfigError(
-                f"{where}: groupJobsPerSecond must be a number from {MIN_GROUP_RATE:g} to {MAX_GROUP_RATE:g}"
-            )
-        rules[name] = QueueRules(concurrency, cap, None if rate is None else float(rate))
-    return rules
+        if not config.keys() <= KNOWN_KEYS:  # (kept, as the original kept them; but a typo's rule was dropped unseen)
+            unknown = sorted(key for key in config if key not in KNOWN_KEYS)
+            warnings.append(f"queue config: queues[{i}] ({name}): {unknown[:5]} not a key of this server: ignored")
+        has_rules = any(key in config for key in RULE_KEYS)
+        rate = config.get("maxJobsPerSecond")
+        if rate is not None or not has_rules:
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
+                raise ConfigError(f"queues[{i}] ({name}): maxJobsPerSecond must be a number >= 0")
+            rates[name] = float(rate)
+        if has_rules:
+            rules[name] = _rules(f"queues[{i}] ({name})", config)
+    return QueueConfig(rates, rules, tuple(warnings))
+
+
+def parse_queue_rules(text: str) -> dict[str, QueueRules]:
+    """Queue name -> its rules, for the queues that set any (``parse_queue_file``)."""
+    return parse_queue_file(text).rules
+
+
+def _rules(where: str, config: dict[str, Any]) -> QueueRules:
+    concurrency = config.get("groupConcurrency", 1)
+    if not _is_count(concurrency):
+        raise ConfigError(f"{where}: groupConcurrency must be a whole number from 1 to {MAX_COUNT}")
+    cap = config.get("maxInProgress")
+    if cap is not None and not _is_count(cap):
+        raise ConfigError(f"{where}: maxInProgress must be a whole number from 1 to {MAX_COUNT}")
+    rate = config.get("groupJobsPerSecond")
+    if rate is not None and (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not math.isfinite(rate)
+        or not MIN_GROUP_RATE <= rate <= MAX_GROUP_RATE
+    ):
+        raise ConfigError(f"{where}: groupJobsPerSecond must be a number from {MIN_GROUP_RATE:g} to {MAX_GROUP_RATE:g}")
+    return QueueRules(concurrency, cap, None if rate is None else float(rate))
 
 
 def _is_count(value: object) -> bool:

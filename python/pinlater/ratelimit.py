@@ -12,34 +12,19 @@ its share evenly between them. The token buckets live in the Rust extension
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping
 
 from pinlater._pinlater import RateLimiter
 from pinlater.errors import ConfigError, ErrorCode, PinLaterError
-from pinlater.queue_rules import RULE_KEYS, parse_queue_rules, queue_entries
+from pinlater.queue_rules import parse_queue_file
 
 log = logging.getLogger(__name__)
 
 
 def parse_queue_config(text: str) -> dict[str, float]:
-    """Queue name -> max jobs per second; raises ``ConfigError`` with the reason. An entry
-    without ``maxJobsPerSecond`` is refused, unless it sets one of pinlater's rules
-    (``queue_rules.RULE_KEYS``): such a queue has no rate limit. The rules are checked too, so
-    a file is taken or refused whole."""
-    rates: dict[str, float] = {}
-    for i, (name, config) in enumerate(queue_entries(text)):
-        unknown = sorted(key for key in config if key != "maxJobsPerSecond" and key not in RULE_KEYS)
-        if unknown:  # (kept, as the original kept them; but a typo's rule was dropped unseen)
-            log.warning("queue config: queues[%d] (%s): %s not a key of this server: ignored", i, name, unknown[:5])
-        rate = config.get("maxJobsPerSecond")
-        if rate is None and any(key in config for key in RULE_KEYS):
-            continue
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
-            raise ConfigError(f"queues[{i}] ({name}): maxJobsPerSecond must be a number >= 0")
-        rates[name] = float(rate)
-    parse_queue_rules(text)
-    return rates
+    """Queue name -> max jobs per second (``queue_rules.parse_queue_file``: the rules are checked
+    too, so a file is taken or refused whole); raises ``ConfigError`` with the reason."""
+    return parse_queue_file(text).rates
 
 
 def parse_server_set(text: str) -> list[str]:
@@ -86,10 +71,14 @@ class QueueRateLimits:
     def apply_queue_config(self, text: str) -> None:
         """Take the file's rates, whole or not at all: a file refused (``ConfigError``), or one the
         limiter fails on part way, leaves the last good rates in force."""
-        rates = parse_queue_config(text)
-        last, self._configured = self._configured, rates
+        self.apply_rates(parse_queue_config(text))
+
+    def apply_rates(self, rates: Mapping[str, float]) -> None:
+        """Take a parsed file's rates (``apply_queue_config``): the buckets of the queues whose
+        rate changed are set, those of queues no longer listed removed."""
+        last, self._configured = self._configured, dict(rates)
         try:
-            self._sync()
+            self._sync(last)
         except Exception:
             self._configured = last
             self._sync()
@@ -103,9 +92,12 @@ class QueueRateLimits:
         self._servers = len(servers)
         self._sync()
 
-    def _sync(self) -> None:
+    def _sync(self, last: Mapping[str, float] | None = None) -> None:
+        """Bring the buckets in step with the configured rates: every queue's, or with ``last``
+        (the rates the buckets hold, the server count unchanged) only the changed ones'."""
         for queue, rate in self._configured.items():
-            self.limiter.set_rate(queue, rate / (self._servers * self._processes))
+            if last is None or last.get(queue) != rate:
+                self.limiter.set_rate(queue, rate / (self._servers * self._processes))
         for queue in set(self.limiter.rates()) - set(self._configured):
             self.limiter.remove(queue)
 

@@ -12,7 +12,9 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar, cast
 
 from pinlater.config_files import ConfigUnreadable, read_config_text
 from pinlater.errors import ConfigError
@@ -21,6 +23,7 @@ from pinlater.logthrottle import ThrottledLog
 log = logging.getLogger(__name__)
 
 Signature = tuple[int, int, int] | None
+T = TypeVar("T")
 
 
 def _signature(path: Path) -> Signature:
@@ -35,12 +38,40 @@ def _signature(path: Path) -> Signature:
 _READ_AGAIN: Signature = (-1, -1, -1)
 
 
-class FileWatcher:
-    """Calls ``on_change(text)`` at start and whenever the file changes."""
+@dataclass(frozen=True, slots=True)
+class _Look(Generic[T]):
+    """What one look at the file found (``FileWatcher._look``, on a thread of its own)."""
 
-    def __init__(self, path: Path, on_change: Callable[[str], None], what: str, interval: float = 0.5) -> None:
+    signature: Signature
+    #: The file's prepared content, if it changed and was read and prepared.
+    prepared: T | None = None
+    changed: bool = False
+    #: Why it was not taken: the message to log, and whether the file is read again at the
+    #: next look though unchanged (it could not be read).
+    refused: ConfigError | None = None
+    failed: Exception | None = None
+
+
+class FileWatcher(Generic[T]):
+    """Calls ``apply(prepare(text))`` at start and whenever the file changes.
+
+    ``prepare`` (parsing the text, opening what it names) may take long or block: after start it
+    runs on a thread, with the file's stat and read, so that a large file or a store that does not
+    answer holds no request of the event loop's; ``apply``, which swaps the result in, runs on the
+    loop. Without ``prepare`` the text itself is applied.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        apply: Callable[[T], None],
+        what: str,
+        interval: float = 0.5,
+        prepare: Callable[[str], T] | None = None,
+    ) -> None:
         self.path = path
-        self.on_change = on_change
+        self.apply = apply
+        self.prepare = prepare if prepare is not None else cast(Callable[[str], T], _as_is)
         self.what = what
         self.interval = interval
         self._seen: Signature = None
@@ -51,35 +82,50 @@ class FileWatcher:
         self._unread = ThrottledLog(log, 60.0, logging.ERROR)
 
     def load_now(self, strict: bool = False) -> bool:
-        """Read and apply the file if it changed since the last look; True if applied.
+        """Read and apply the file if it changed since the last look; True if applied. Blocks
+        (the start-up's load; the watch itself prepares on a thread).
 
         With ``strict`` (start-up), a missing or bad file raises ``ConfigError`` naming it
         instead of being logged.
         """
+        return self._settle(self._look(strict), strict)
+
+    def _look(self, strict: bool) -> _Look[T]:
+        """Stat, read and prepare the file if it changed (touches no state: may run on a thread)."""
         sig = _signature(self.path)
         if sig == self._seen and not strict:
-            return False
-        self._seen = sig
+            return _Look(sig)
         if sig is None:
-            if strict:
-                raise ConfigError(f"{self.what} {self.path} does not exist")
-            self.errors += 1
-            log.warning("%s %s is missing; keeping the last good one", self.what, self.path)
-            return False
+            return _Look(sig, changed=True, refused=ConfigError(f"{self.what} {self.path} does not exist"))
         try:
             text = read_config_text(self.path, self.what, regular=True)
         except ConfigError as exc:
+            # (not read: read again at the next look, so a permission put right is taken
+            # without an edit, which alone would change the file's signature)
+            return _Look(_READ_AGAIN if isinstance(exc, ConfigUnreadable) else sig, changed=True, refused=exc)
+        try:
+            return _Look(sig, self.prepare(text), changed=True)
+        except Exception as exc:
+            return _Look(sig, changed=True, failed=exc)
+
+    def _settle(self, look: _Look[T], strict: bool) -> bool:
+        """Take what ``_look`` found (on the loop): apply it, or log why not."""
+        if not look.changed:
+            return False
+        self._seen = look.signature
+        if look.refused is not None:
             if strict:
-                raise
-            if isinstance(exc, ConfigUnreadable):
-                # (not read: read again at the next look, so a permission put right is taken
-                # without an edit, which alone would change the file's signature)
-                self._seen = _READ_AGAIN
+                raise look.refused
             self.errors += 1
-            self._unread("%s; keeping the last good one", exc)
+            if look.signature is None:
+                log.warning("%s %s is missing; keeping the last good one", self.what, self.path)
+            else:
+                self._unread("%s; keeping the last good one", look.refused)
             return False
         try:
-            self.on_change(text)
+            if look.failed is not None:
+                raise look.failed
+            self.apply(cast(T, look.prepared))
         except Exception as exc:
             if strict:
                 raise ConfigError(f"{self.what} {self.path}: {exc}") from None
@@ -93,10 +139,19 @@ class FileWatcher:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"watch:{self.path}")
 
+    async def look_now(self) -> bool:
+        """One look as the watch makes it: read and prepared on a thread, applied here, unless
+        the file changed meanwhile (an admin edit applied at once must not be undone by the
+        text read before it: the next look takes the file as it is now)."""
+        look = await asyncio.to_thread(self._look, False)
+        if look.changed and look.refused is None and _signature(self.path) != look.signature:
+            return False
+        return self._settle(look, False)
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            self.load_now()
+            await self.look_now()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -106,3 +161,7 @@ class FileWatcher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+
+
+def _as_is(text: str) -> str:
+    return text

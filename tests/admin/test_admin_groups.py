@@ -110,3 +110,26 @@ def test_the_admin_api_edits_the_rules_in_the_queue_config(admin_server: AdminSe
         Admin("127.0.0.1", admin_server.server.admin_port).set_rules("ruled", max_in_progress=1)
     assert anonymous.value.status in (401, 403)
     assert admin.rules("ruled")["max_in_progress"] is None
+
+
+def test_an_unknown_queue_config_key_is_warned_of_once_through_admin_edits(admin_server: AdminServer) -> None:
+    """An admin edit parsed the file several times, and the server took it at once and again when
+    its watch saw the new file: each warned of a misspelt key anew. The server now warns when the
+    file's warnings change, not at each taking of it."""
+    admin_server.jobs.create("typo")
+    path = admin_server.queue_config
+    entry = {"name": "typo", "queueConfig": {"maxJobsPerSecond": 9, "maxInProgres": 2}}
+    path.write_text(json.dumps({"queues": [entry]}))
+    admin = Admin("127.0.0.1", admin_server.server.admin_port, password=ADMIN_PASSWORD)
+    wait_for(
+        lambda: any("'maxInProgres'" in line for line in admin_server.server.lines), timeout=10, what="the file taken"
+    )
+    for rate in (10, 11, 12):
+        admin.set_rate("typo", rate)
+    entry = {"name": "typo", "queueConfig": {"maxJobsPerSecond": 9, "groupConcurency": 2}}
+    path.write_text(json.dumps({"queues": [entry]}))
+    wait_for(  # (the watch takes files in turn: it has looked at the edited one by then)
+        lambda: any("'groupConcurency'" in line for line in admin_server.server.lines), timeout=10, what="a new warning"
+    )
+    warned = [line for line in admin_server.server.lines if "'maxInProgres'" in line and "not a key" in line]
+    assert len(warned) == 1, warned

@@ -340,3 +340,51 @@ def test_a_server_set_counts_a_server_once_and_refuses_a_bad_port() -> None:
         parse_server_set("h2:99999\n")
     with pytest.raises(ConfigError, match="expected host:port"):
         parse_server_set("h 3:1\n")
+
+
+def test_a_watch_prepares_off_the_loop_and_drops_a_look_the_file_outdated(tmp_path: Path) -> None:
+    """The watch reads and prepares a changed file on a thread (a large queue config was parsed
+    for seconds, a reload's new shard connected, on the event loop); what it prepared is applied on
+    the loop, unless the file changed meanwhile (an admin edit applied at once would be undone
+    by the text read before it): then the next look takes the file as it is."""
+    import asyncio
+    import os
+    import threading
+
+    from pinlater import watch
+
+    path = tmp_path / "queues.json"
+    path.write_text("v1")
+    release, preparing = threading.Event(), threading.Event()
+    applied: list[str] = []
+
+    def prepare(text: str) -> str:
+        preparing.set()
+        assert release.wait(10)
+        return text.upper()
+
+    watcher = watch.FileWatcher(path, applied.append, "queue config", prepare=prepare)
+
+    async def main() -> None:
+        look = asyncio.create_task(watcher.look_now())
+        ticks = 0
+        while not preparing.is_set() or ticks < 20:  # the loop runs on while the file is prepared
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert not look.done() and applied == []
+        release.set()
+        assert await look and applied == ["V1"]
+
+        release.clear()
+        preparing.clear()
+        path.write_text("v2")
+        look = asyncio.create_task(watcher.look_now())
+        while not preparing.is_set():
+            await asyncio.sleep(0.005)
+        (tmp_path / "edit").write_text("v3")
+        os.replace(tmp_path / "edit", path)  # an edit while v2 is prepared
+        release.set()
+        assert not await look and applied == ["V1"], "v2, outdated by v3, is not applied"
+        assert await watcher.look_now() and applied == ["V1", "V3"]
+
+    asyncio.run(main())

@@ -573,6 +573,41 @@ def test_backend_config_reload_adds_marks_and_removes_shards_and_keeps_the_last_
     assert readyz(server)[0] == 200
 
 
+def test_a_reload_adding_a_shard_that_never_answers_holds_no_request(
+    tmp_path: Path,
+    redis_servers: Callable[..., RedisServer],
+    start_server: Callable[..., ServerProcess],
+    api_for: Callable[[ServerProcess], Api],
+) -> None:
+    """Opening a reloaded config's new shard reads its layout record: on a host that takes the
+    connection and never answers, that waits a socket timeout. It ran on the event loop, so every
+    request of every client waited with it; now it runs on the watch's thread."""
+    import socket
+    from types import SimpleNamespace
+
+    a = redis_servers("a")
+    config = tmp_path / "redis.json"
+    write_config(config, {"a": (a, False)})
+    server = serve(start_server, config, BACKEND_SOCKET_TIMEOUT_SECONDS=3)
+    api = api_for(server)
+    api.create("q")
+    with socket.socket() as hole:  # listens, so connections are taken (the kernel's backlog), and never answers
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(8)
+        silent = SimpleNamespace(host="127.0.0.1", port=hole.getsockname()[1])
+        write_config(config, {"a": (a, False), "x": (silent, True)})  # type: ignore[dict-item]
+        slowest, calls, started = 0.0, 0, time.monotonic()
+        while not log_has(server, "backend config reloaded", "added x"):
+            assert time.monotonic() - started < 30, "the reload was not applied"
+            before = time.monotonic()
+            api.enqueue("q", api.job(b"meanwhile"))
+            slowest, calls = max(slowest, time.monotonic() - before), calls + 1
+    assert log_has(server, "shard x: cannot read its layout now"), "the new shard's open waited on the silent host"
+    assert time.monotonic() - started > 2.5 and calls > 10, (calls, time.monotonic() - started)
+    assert slowest < 1.5, f"a request waited {slowest:.1f} s while the reload opened the silent shard"
+    assert stats(server)["shards"] == "2"
+
+
 # -- durability and eviction ------------------------------------------------------------------
 
 

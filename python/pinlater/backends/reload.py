@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pinlater.backends.base import BackendDriver, ShardConfig, ShardStore
 from pinlater.backends.sharded import ShardedBackend, create_on
@@ -33,6 +33,15 @@ class ReloadPlan:
     reopened: list[str]
     flag_changed: list[str]
     retired: list[ShardStore]
+    #: The kept shards' new configs (their ``dequeue_only`` among them), set by ``settle``.
+    kept: list[tuple[Shard, ShardConfig]] = field(default_factory=list)
+
+    def settle(self) -> None:
+        """Give the kept shards their new configs: on the loop, when the map is swapped in (the
+        plan may be made on a thread, while the old map still serves)."""
+        for shard, config in self.kept:
+            shard.dequeue_only = config.dequeue_only
+            shard.config = config
 
     @property
     def changed(self) -> bool:
@@ -61,8 +70,10 @@ class ReloadPlan:
 def plan_reload(
     current: ShardMap, wanted: Mapping[str, ShardConfig], driver: BackendDriver, settings: Settings
 ) -> ReloadPlan:
-    """Open what is new and build the next map. Stores opened here are closed again if a
-    later one fails, so a failed reload leaves nothing behind."""
+    """Open what is new and build the next map (``ReloadPlan.settle`` then updates the kept
+    shards). Stores opened here are closed again if a later one fails, so a failed reload
+    leaves nothing behind. Opening a store may block (it connects): a server calls this off
+    its event loop."""
     added, removed, reopened, flag_changed = diff_configs(current, wanted)
     opened: dict[str, ShardStore] = {}
     try:
@@ -74,6 +85,7 @@ def plan_reload(
         raise
     shards: list[Shard] = []
     retired: list[ShardStore] = []
+    kept: list[tuple[Shard, ShardConfig]] = []
     for name, config in wanted.items():
         old = current.get(name)
         if name in opened:
@@ -82,14 +94,13 @@ def plan_reload(
                 retired.append(old.store)
         else:
             assert old is not None
-            old.dequeue_only = config.dequeue_only
-            old.config = config
+            kept.append((old, config))
             shards.append(old)
     for name in removed:
         old = current.get(name)
         if old is not None:
             retired.append(old.store)
-    return ReloadPlan(ShardMap(shards), added, removed, reopened, flag_changed, retired)
+    return ReloadPlan(ShardMap(shards), added, removed, reopened, flag_changed, retired, kept)
 
 
 async def create_missing_queues(backend: ShardedBackend, targets: Sequence[Shard]) -> list[tuple[str, str]]:

@@ -32,6 +32,7 @@ from pinlater.backends.base import DEFAULT_RULES, GroupCounts, JobRecord, JobSta
 from pinlater.backends.scan_pages import ScanQuery
 from pinlater.errors import ConfigError
 from pinlater.logthrottle import ThrottledLog
+from pinlater.queue_rules import parse_queue_file
 from pinlater.server.handler import QUEUE_NAME, password_matches
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
@@ -457,8 +458,8 @@ class AdminApi:
             text = await loop.run_in_executor(None, config_files.resume_queue, path, queue)
         else:
             raise ApiError(400, f"action must be set, unlimit, pause or resume, not {action!r}")
-        if self.server.rate_limits is not None:
-            self.server.apply_queue_config(text)  # now, not at the watcher's next look
+        if self.server.rate_limits is not None:  # now, not at the watcher's next look
+            self.server.apply_queue_config(await loop.run_in_executor(None, parse_queue_file, text))
         limits = self.server.rate_limits
         rate_info = self._rate(queue, {} if limits is None else limits.configured)
         now = "unlimited" if rate_info["configured"] is None else f"{rate_info['configured']:g} jobs/s"
@@ -487,7 +488,8 @@ class AdminApi:
             text = await loop.run_in_executor(None, config_files.set_queue_rules, path, queue, rules)
         except ConfigError as exc:
             raise ApiError(400, str(exc)) from None
-        self.server.apply_queue_config(text)  # now, not at the watcher's next look
+        # now, not at the watcher's next look
+        self.server.apply_queue_config(await loop.run_in_executor(None, parse_queue_file, text))
         now = self._rules(queue)
         _audit(request, logging.WARNING, "rules", queue, f"rules now {now}")
         return _json({"queue": queue, "rules": now, "config_path": str(path)})

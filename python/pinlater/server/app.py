@@ -35,7 +35,7 @@ from pinlater.broker import BrokerPolicy, DequeueBroker
 from pinlater.config import Settings
 from pinlater.errors import ConfigError
 from pinlater.monitor import Monitor, MonitorPolicy
-from pinlater.queue_rules import parse_queue_rules
+from pinlater.queue_rules import QueueConfig, parse_queue_file
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.schedules import ScheduleRunner
 from pinlater.server.admin import start_admin
@@ -49,6 +49,8 @@ from pinlater.watch import FileWatcher
 log = logging.getLogger(__name__)
 
 HEALTH_CHECK_INTERVAL_SECONDS = 1.0
+#: Unknown keys of a queue config logged a line each, at most; then one line of how many more.
+_MAX_CONFIG_WARNINGS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,8 @@ class PinLaterServer:
         #: What fires the schedules kept in the store, in process 0 (None in the others).
         self.schedules: ScheduleRunner | None = None
         self._health_task: asyncio.Task[None] | None = None
-        self._watchers: list[FileWatcher] = []
+        self._watchers: list[FileWatcher[Any]] = []
+        self._queue_config_warnings: tuple[str, ...] = ()
         self._driver: BackendDriver | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -164,7 +167,9 @@ class PinLaterServer:
         await self._warn(self.backend.shards.all())
         config_path = driver.config_path(s)
         if config_path is not None:
-            watcher = FileWatcher(config_path, self._reload_backend_config, "backend config")
+            watcher = FileWatcher(
+                config_path, self._apply_backend_reload, "backend config", prepare=self._plan_backend_reload
+            )
             watcher.load_now()  # records the file as seen; the map it describes is already open
             watcher.start()
             self._watchers.append(watcher)
@@ -181,7 +186,9 @@ class PinLaterServer:
             return None
         limits = QueueRateLimits(processes=s.server_processes)
         self.rate_limits = limits
-        watchers = [FileWatcher(s.queue_config_file_path, self.apply_queue_config, "queue config")]
+        watchers: list[FileWatcher[Any]] = [
+            FileWatcher(s.queue_config_file_path, self.apply_queue_config, "queue config", prepare=parse_queue_file)
+        ]
         if s.server_set_enabled and s.server_set_path is not None:
             watchers.append(FileWatcher(s.server_set_path, limits.apply_server_set, "server set"))
         for watcher in watchers:
@@ -191,23 +198,39 @@ class PinLaterServer:
         self._watchers.extend(watchers)
         return limits
 
-    def apply_queue_config(self, text: str) -> None:
-        """Take a queue config file's text (at start and at every change): the rate limits, and
-        the rules the stores enforce (``queue_rules.py``). A bad file raises and changes nothing."""
-        rules = parse_queue_rules(text)
+    def apply_queue_config(self, config: QueueConfig) -> None:
+        """Take a parsed queue config file (``queue_rules.parse_queue_file``, at start and at every
+        change): the rate limits, and the rules the stores enforce. A file the limiter fails on
+        raises and changes nothing. Its warnings are logged when they differ from the last
+        file's (an admin edit is applied at once and again when the watch sees the file)."""
         assert self.rate_limits is not None and self.backend is not None
-        self.rate_limits.apply_queue_config(text)
-        self.backend.set_queue_rules(rules)
+        self.rate_limits.apply_rates(config.rates)
+        self.backend.set_queue_rules(config.rules)
+        if config.warnings != self._queue_config_warnings:
+            for line in config.warnings[:_MAX_CONFIG_WARNINGS]:
+                log.warning("%s", line)
+            if len(config.warnings) > _MAX_CONFIG_WARNINGS:
+                more = len(config.warnings) - _MAX_CONFIG_WARNINGS
+                log.warning("queue config: %d more entries with keys this server ignores", more)
+        self._queue_config_warnings = config.warnings
 
-    def _reload_backend_config(self, text: str) -> None:
-        """Parse the edited file and swap in the next shard map (a bad file raises: kept old)."""
+    def _plan_backend_reload(self, text: str) -> ReloadPlan | None:
+        """Parse the edited backend config and open its new stores (on the watch's thread: opening
+        a store connects to it, and a shard that does not answer held every request of the loop
+        for its socket timeout); None if nothing changed. A bad file raises: the old map stays."""
         assert self._driver is not None and self.backend is not None
         wanted = self._driver.parse_config(text, str(self.settings.backend_config_path))
         if not wanted:
             raise ConfigError("no shards configured")
         plan = plan_reload(self.backend.shards, wanted, self._driver, self.settings)
-        if not plan.changed:
+        return plan if plan.changed else None
+
+    def _apply_backend_reload(self, plan: ReloadPlan | None) -> None:
+        """Swap in the next shard map (on the loop)."""
+        assert self.backend is not None
+        if plan is None:
             return
+        plan.settle()
         self.backend.replace_shards(plan.shards)
         log.warning("backend config reloaded: %s", plan.describe())
         self._spawn(self._after_reload(plan))
