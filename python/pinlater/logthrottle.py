@@ -14,17 +14,44 @@ from collections.abc import Mapping
 __all__ = ["ThrottleFilter", "ThrottledLog"]
 
 
+class _Window:
+    """At most one occurrence let through per ``interval`` seconds; the others counted."""
+
+    __slots__ = ("_last", "interval", "suppressed")
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last = float("-inf")
+        self.suppressed = 0
+
+    def admit(self) -> int | None:
+        """None if this occurrence is dropped; else how many were dropped since the last one let
+        through (the count starts again)."""
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self.suppressed += 1
+            return None
+        self._last = now
+        dropped, self.suppressed = self.suppressed, 0
+        return dropped
+
+
+_MORE = " (and %d more like this since the last such line)"
+
+
 class ThrottledLog:
     """One kind of event: at most one line per ``interval`` seconds, with a count of the others."""
 
-    __slots__ = ("_last", "_logger", "_suppressed", "interval", "level")
+    __slots__ = ("_logger", "_window", "level")
 
     def __init__(self, logger: logging.Logger, interval: float = 5.0, level: int = logging.WARNING) -> None:
         self._logger = logger
-        self.interval = interval
+        self._window = _Window(interval)
         self.level = level
-        self._last = float("-inf")
-        self._suppressed = 0
+
+    @property
+    def interval(self) -> float:
+        return self._window.interval
 
     def __call__(
         self, msg: str, *args: object, exc_info: bool = False, extra: Mapping[str, object] | None = None
@@ -35,22 +62,19 @@ class ThrottledLog:
 
         Returns whether the line was written.
         """
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            self._suppressed += 1
+        dropped = self._window.admit()
+        if dropped is None:
             return False
-        self._last = now
-        if self._suppressed:
-            msg += " (and %d more like this since the last such line)"
-            args = (*args, self._suppressed)
-            self._suppressed = 0
+        if dropped:
+            msg += _MORE
+            args = (*args, dropped)
         self._logger.log(self.level, msg, *args, exc_info=exc_info, extra=extra)
         return True
 
     @property
     def suppressed(self) -> int:
         """Occurrences dropped since the last line written."""
-        return self._suppressed
+        return self._window.suppressed
 
 
 class ThrottleFilter(logging.Filter):
@@ -64,26 +88,21 @@ class ThrottleFilter(logging.Filter):
     def __init__(self, kinds: tuple[type[BaseException], ...], interval: float = 5.0, cut: int = 300) -> None:
         super().__init__()
         self.kinds = kinds
-        self.interval = interval
         self.cut = cut
-        self._last = float("-inf")
-        self._suppressed = 0
+        self._window = _Window(interval)
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if not isinstance(exc, self.kinds):
             return True
-        now = time.monotonic()
-        if now - self._last < self.interval:
-            self._suppressed += 1
+        dropped = self._window.admit()
+        if dropped is None:
             return False
-        self._last = now
         text = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
         if len(text) > self.cut:
             text = text[: self.cut] + f"... ({len(text) - self.cut} more characters)"
-        if self._suppressed:
-            text += f" (and {self._suppressed} more like this since the last such line)"
-            self._suppressed = 0
+        if dropped:
+            text += _MORE % dropped
         record.msg, record.args = text.replace("\n", " "), None
         record.exc_info = record.exc_text = None
         record.stack_info = None
