@@ -96,7 +96,7 @@ mod _pinlater {
 
     use crate::py::errors::{
         BodyFilterTimeout, BodyPatternError, DescriptorError, JobRejected, MalformedThriftError,
-        MissingFieldError, NativeError, RedisErrorReply,
+        MissingFieldError, NativeError, NotUtf8Error, RedisErrorReply,
     };
 
     #[pymodule_export]
@@ -170,6 +170,7 @@ mod _pinlater {
         )?;
         m.add("MissingFieldError", py.get_type::<MissingFieldError>())?;
         m.add("NativeError", py.get_type::<NativeError>())?;
+        m.add("NotUtf8Error", py.get_type::<NotUtf8Error>())?;
         m.add("RedisErrorReply", py.get_type::<RedisErrorReply>())?;
         Ok(())
     }

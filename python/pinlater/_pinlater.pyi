@@ -39,6 +39,7 @@ __all__ = [
     "MySQLShard",
     "NativeError",
     "NewJobBatch",
+    "NotUtf8Error",
     "RateLimiter",
     "RedisErrorReply",
     "RedisScriptTail",
@@ -118,9 +119,13 @@ class MalformedThriftError(ValueError):
     truncated``, ``unknown wire type 99``, ``negative container size``, ``unknown element type in
     (99,)`` (or ``(11, 99)`` for a map's key and value), ``container truncated``, ``structs nested
     too deeply`` or ``containers nested too deeply``. From ``decode_hot_call``, also a ``string``
-    field that is not UTF-8, worded as Python's ``UnicodeDecodeError`` (``'utf-8' codec can't
-    decode byte 0xff in position 0: invalid start byte``).
+    field that is not UTF-8 (``NotUtf8Error``).
     """
+
+class NotUtf8Error(MalformedThriftError):
+    """From ``decode_hot_call``: a ``string`` field that is not UTF-8, worded as Python's
+    ``UnicodeDecodeError`` (``'utf-8' codec can't decode byte 0xff in position 0: invalid start
+    byte``)."""
 
 class MissingFieldError(ValueError):
     """A hot call without a struct argument, or without a ``required`` field. The message is the

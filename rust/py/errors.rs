@@ -3,6 +3,8 @@
 //! - `DescriptorError(ValueError)`: a bad job descriptor or descriptor part.
 //! - `MalformedThriftError(ValueError)`: bytes that are not a well-formed Thrift binary struct,
 //!   or a `string` field of a hot call that is not UTF-8.
+//! - `NotUtf8Error(MalformedThriftError)`: a `string` field of a hot call that is not UTF-8 (the
+//!   dispatcher then reads the call as the original did: `server/lossy_text.py`).
 //! - `MissingFieldError(ValueError)`: a hot call without a struct argument or a required field.
 //! - `JobRejected(ValueError)`: an enqueue's job the handler refuses; `.code` is its `ErrorCode`.
 //! - `BodyPatternError(ValueError)`: a body regex the linear-time engine cannot take.
@@ -39,6 +41,13 @@ pyo3::create_exception!(
     PyValueError,
     "The bytes are not a well-formed Thrift binary-protocol struct. The message is what is wrong, \
      e.g. `struct truncated` or `unknown wire type 99`."
+);
+
+pyo3::create_exception!(
+    pinlater._pinlater,
+    NotUtf8Error,
+    MalformedThriftError,
+    "A `string` field of a hot call that is not UTF-8, worded as Python's `UnicodeDecodeError`."
 );
 
 pyo3::create_exception!(
@@ -108,7 +117,7 @@ impl From<DecodeError> for PyErr {
     fn from(err: DecodeError) -> Self {
         match err {
             DecodeError::Walk(walk) => walk.into(),
-            DecodeError::NotUtf8(_) => MalformedThriftError::new_err(err.to_string()),
+            DecodeError::NotUtf8(_) => NotUtf8Error::new_err(err.to_string()),
             DecodeError::Missing(_) => MissingFieldError::new_err(err.to_string()),
             DecodeError::UnknownMethod(_) => PyValueError::new_err(err.to_string()),
         }

@@ -78,10 +78,11 @@ from thriftpy2.protocol.cybin.cybin import TCyBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType, TType
 from thriftpy2.transport.memory.cymemory import TCyMemoryBuffer
 
-from pinlater._pinlater import DETACH_BYTES, MissingFieldError, decode_hot_call, thrift_struct_objects
+from pinlater._pinlater import DETACH_BYTES, MissingFieldError, NotUtf8Error, decode_hot_call, thrift_struct_objects
 from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.logthrottle import ThrottledLog
+from pinlater.server.lossy_text import repair_call
 
 __all__ = ["HOT_METHODS", "Dispatcher", "ProtocolError", "snake_case"]
 
@@ -294,6 +295,21 @@ async def _read_args_apart(method: _Method, payload: bytes, offset: int) -> tupl
     return await off_loop(_read_args, method, payload, offset, executor=_DECODER)
 
 
+async def _repair_text(method: _Method, payload: bytes, offset: int) -> tuple[bytes, int] | None:
+    """``lossy_text.repair_call`` of a call that failed for a ``string`` field that is not UTF-8,
+    within the bounds of any general call's decoding (``max_objects``; off the loop past
+    ``DETACH_BYTES`` or ``LOOP_OBJECTS``: a hot call was not walked before). None: not repaired."""
+    try:
+        objects = thrift_struct_objects(payload, offset)[1]
+    except Exception:
+        return None
+    if objects > max_objects(len(payload)):
+        return None
+    if len(payload) < DETACH_BYTES and objects < LOOP_OBJECTS:
+        return repair_call(method.args_cls, payload, offset)
+    return await off_loop(repair_call, method.args_cls, payload, offset, executor=_DECODER)
+
+
 def _parse_header(payload: bytes) -> tuple[str, int, int, int]:
     """Return (name, message type, seqid, offset of the argument struct)."""
     end = len(payload)
@@ -389,10 +405,12 @@ class Dispatcher:
             name: method.call for name, method in self._methods.items() if method.hot and not method.oneway
         }
         self._log_refused = ThrottledLog(log, 5.0)
+        self._log_repaired = ThrottledLog(log, 60.0)
 
-    async def handle_frame(self, payload: bytes) -> bytes | None:
+    async def handle_frame(self, payload: bytes, *, repaired: bool = False) -> bytes | None:
         """Serve one message; return the reply message, or ``None`` when there is none to send
-        (a oneway message).
+        (a oneway message). A call whose ``string`` fields are not all UTF-8 is served with them
+        made so (``lossy_text.py``; ``repaired``: this is that call).
 
         Raises ``ProtocolError`` when the payload cannot be decoded (the connection must close).
         """
@@ -446,6 +464,17 @@ class Dispatcher:
             else:
                 args, missing = await _read_args_apart(method, payload, offset)
         except Exception as exc:  # MalformedThriftError, MalformedPayload, UnicodeDecodeError (not UTF-8), ...
+            if not repaired and method is not None and isinstance(exc, NotUtf8Error | UnicodeDecodeError):
+                fixed = await _repair_text(method, payload, offset)
+                if fixed is not None:  # served as the original (Java) read it: U+FFFD for the bad bytes
+                    self._log_repaired(
+                        "%s call with %d string field(s) not UTF-8 (%s): served with U+FFFD in place of the bad "
+                        "bytes, as the original server read them",
+                        name,
+                        fixed[1],
+                        exc,
+                    )
+                    return await self.handle_frame(fixed[0], repaired=True)
             reply = (
                 None
                 if oneway
