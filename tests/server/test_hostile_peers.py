@@ -13,6 +13,7 @@ import struct
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -709,6 +710,43 @@ def test_a_callers_texts_are_cut_in_log_lines_and_wrong_passwords_throttled(
     [created] = wait_for(lambda: log_lines(server, "queue logged created"), 10, what="the create line")
     assert len(created) < 1000 and "... (1048576 characters)" in created, created[:300]
     assert len(log_lines(server, "wrong password")) == 1, "one line for the 20 guesses within 5 s"
+
+
+def test_password_guesses_over_thrift_are_bounded_and_shared_with_the_admin_port(
+    start_server: Start, thrift_gen: tuple[ModuleType, ModuleType]
+) -> None:
+    """deleteQueue checked any number of passwords (43,600 a second on one connection) while the
+    admin port refused an address past 10 wrong ones a minute: both now count an address's wrong
+    passwords together, and past the allowance refuse it, the right password too, unchecked."""
+    import json
+
+    from pinlater.server.guesses import WRONG_PASSWORDS_ALLOWED
+
+    server = start_server(properties={"ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)})
+    client, transport = connect("127.0.0.1", server.port)
+    try:
+        api = Api(client, thrift_gen[1])
+        api.create("kept")
+        for _ in range(WRONG_PASSWORDS_ALLOWED):
+            with pytest.raises(thrift_gen[1].PinLaterException) as wrong:
+                api.c.deleteQueue(api.ctx, "kept", "guess")
+            assert wrong.value.errorCode == ErrorCode.PASSWORD_INVALID and "invalid" in wrong.value.message
+        with pytest.raises(thrift_gen[1].PinLaterException) as refused:
+            api.c.deleteQueue(api.ctx, "kept", ADMIN_PASSWORD)
+        assert refused.value.errorCode == ErrorCode.PASSWORD_INVALID
+        assert "too many wrong admin passwords" in refused.value.message
+        assert api.c.getQueueNames(api.ctx) == {"kept"}, "the right password was not even looked at"
+    finally:
+        transport.close()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.admin_port}/api/retry",
+        data=json.dumps({"queue": "kept", "password": ADMIN_PASSWORD}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as admin:
+        urllib.request.urlopen(request, timeout=10)
+    with admin.value:
+        assert admin.value.code == 429, "the admin port counts the Thrift port's guesses of the address"
 
 
 def test_a_peer_gone_mid_reply_costs_one_line_naming_it(

@@ -45,7 +45,7 @@ from pinlater.server.admin_api import BODY_HEX_LIMIT as BODY_HEX_LIMIT
 from pinlater.server.admin_api import BODY_TEXT_LIMIT as BODY_TEXT_LIMIT
 from pinlater.server.admin_api import MAX_BULK as MAX_BULK
 from pinlater.server.admin_api import MAX_SCAN as MAX_SCAN
-from pinlater.server.admin_api import POST_BYTES, ApiError, Guesses
+from pinlater.server.admin_api import POST_BYTES, ApiError
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
@@ -101,7 +101,7 @@ class AdminApp(JobControlApi):
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
-        self._guesses = Guesses()
+        self._guesses = server.password_guesses
         self._slots = {}
         self._queue_list: SharedAnswer[tuple[bytes, int, float]] = SharedAnswer()
         self._rates: SharedAnswer[bytes] = SharedAnswer()

@@ -33,6 +33,7 @@ from pinlater.backends.scan_pages import ScanQuery
 from pinlater.errors import ConfigError
 from pinlater.logthrottle import ThrottledLog
 from pinlater.queue_rules import parse_queue_file
+from pinlater.server.guesses import Guesses
 from pinlater.server.handler import QUEUE_NAME, password_matches
 from pinlater.server.metrics import memory_snapshot
 from pinlater.server.queue_counts import COUNT_COLUMNS, Columns, QueueCounts, QueueSnapshot, count_columns
@@ -69,36 +70,6 @@ ONE_QUEUE_COUNTS = 4
 STATES = {s.name.lower(): s for s in JobState}
 
 
-#: Wrong admin passwords one address may send in ``GUESS_WINDOW_SECONDS`` (from its first); past
-#: them its actions are answered 429, their bodies unread, until that window ends. A guesser
-#: had no bound but the requests it could send (the hash is one SHA-256 of a public salt).
-WRONG_PASSWORDS_ALLOWED = 10
-GUESS_WINDOW_SECONDS = 60.0
-#: Addresses whose wrong passwords are counted at most (the oldest window forgotten first).
-GUESSERS_KEPT = 10_000
-
-
-class Guesses:
-    """Wrong admin passwords by address, in windows of ``GUESS_WINDOW_SECONDS``."""
-
-    def __init__(self) -> None:
-        self._by_host: dict[str, tuple[float, int]] = {}  # (window start, wrong ones), oldest first
-
-    def wait(self, host: str, now: float) -> float:
-        """Seconds until ``host`` may try a password again: 0 unless it spent its window's."""
-        start, wrong = self._by_host.get(host, (now, 0))
-        left = start + GUESS_WINDOW_SECONDS - now
-        return left if wrong >= WRONG_PASSWORDS_ALLOWED and left > 0 else 0.0
-
-    def wrong(self, host: str, now: float) -> None:
-        start, wrong = self._by_host.pop(host, (now, 0))
-        if now - start >= GUESS_WINDOW_SECONDS:
-            start, wrong = now, 0
-        self._by_host[host] = (start, wrong + 1)
-        if len(self._by_host) > GUESSERS_KEPT:
-            del self._by_host[next(iter(self._by_host))]
-
-
 def _guesser(request: web.Request) -> str:
     """Whose wrong passwords a request's count among (``Guesses``): its host (an IPv6 address by
     its /64, ``transport.address_host``)."""
@@ -127,7 +98,8 @@ class AdminApi:
     _slots: dict[str, asyncio.Semaphore]
     #: The port's connections (``admin_conns.py``; ``AdminApp`` makes them).
     connections: AdminConnections
-    #: Wrong admin passwords by address (``_refuse_guesser``).
+    #: Wrong admin passwords by address (``_refuse_guesser``): the server's, shared with the
+    #: Thrift port's deleteQueue (``guesses.py``).
     _guesses: Guesses
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
     #: wrote one a guess), as the Thrift port's deleteQueue has it.

@@ -40,6 +40,7 @@ from pinlater.ratelimit import QueueRateLimits
 from pinlater.schedules import ScheduleRunner
 from pinlater.server.admin import start_admin
 from pinlater.server.dispatch import Dispatcher
+from pinlater.server.guesses import Guesses
 from pinlater.server.handler import PinLaterHandler
 from pinlater.server.metrics import Metrics
 from pinlater.server.queue_counts import QueueCounts
@@ -78,6 +79,8 @@ class PinLaterServer:
         self._health_task: asyncio.Task[None] | None = None
         self._watchers: list[FileWatcher[Any]] = []
         self._queue_config_warnings: tuple[str, ...] = ()
+        #: Wrong admin passwords by address, over the admin port and deleteQueue (``guesses.py``).
+        self.password_guesses = Guesses()
         self._driver: BackendDriver | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
@@ -138,6 +141,7 @@ class PinLaterServer:
             s.max_scan_limit,
             max_reply_bytes=s.max_frame_bytes,
             max_queues=s.max_queues,
+            password_guesses=self.password_guesses,
         )
         idle_minutes = s.server_conn_max_idle_time_minutes
         self._thrift = FramedServer(

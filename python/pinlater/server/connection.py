@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pinlater._pinlater import DETACH_BYTES, decode_hot_frame
 from pinlater.server.dispatch import ProtocolError
+from pinlater.server.guesses import caller_host
 from pinlater.server.lease import RequestLease, current_lease
 
 if TYPE_CHECKING:
@@ -210,6 +211,7 @@ class Connection(asyncio.Protocol):
         stats = server._counters
         lease = self._lease
         current_lease.set(lease)  # (this task's: a long poll gives the slot back while it waits)
+        caller_host.set(self.host)  # (whose wrong admin passwords a deleteQueue counts among)
         dispatcher = server.dispatcher
         hot_methods = dispatcher.hot_methods
         transport = self._transport

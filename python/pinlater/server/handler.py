@@ -22,6 +22,7 @@ import hmac
 import logging
 import math
 import re
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -62,6 +63,7 @@ from pinlater.eventloop import off_loop
 from pinlater.idl import idl
 from pinlater.logthrottle import ThrottledLog
 from pinlater.ratelimit import QueueRateLimits
+from pinlater.server.guesses import Guesses, caller_host
 from pinlater.server.lease import current_lease
 from pinlater.server.metrics import Metrics, outcome_counter
 
@@ -284,8 +286,11 @@ class PinLaterHandler:
         max_scan_limit: int = DEFAULT_MAX_SCAN_LIMIT,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         max_queues: int = DEFAULT_MAX_QUEUES,
+        password_guesses: Guesses | None = None,
     ) -> None:
         self.backend = backend
+        #: Wrong admin passwords by address, shared with the admin port (``guesses.py``).
+        self.password_guesses = password_guesses if password_guesses is not None else Guesses()
         #: createQueue of a new queue is refused while the shards hold this many (``MAX_QUEUES``).
         self.max_queues = max_queues
         #: deleteQueue's wrong-password line, one per 5 s at most with a count of the others: a
@@ -404,8 +409,16 @@ class PinLaterHandler:
         queue = self._queue(name)
         if not self.admin_password_hash:
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "deleteQueue is disabled: no ADMIN_PASSWORD_HASH is set")
+        host, now = caller_host.get(), time.monotonic()
+        if wait := self.password_guesses.wait(host, now):  # (its password not even looked at)
+            self._wrong_password("deleteQueue %s refused: too many wrong passwords from %s", queue, host or "here")
+            raise PinLaterError(
+                ErrorCode.PASSWORD_INVALID,
+                f"too many wrong admin passwords from this address: try again in {math.ceil(wait)} s",
+            )
         if not password_matches(password or "", self.admin_password_hash):
-            self._wrong_password("deleteQueue %s refused: wrong password from %s", queue, _who(context))
+            self.password_guesses.wrong(host, now)
+            self._wrong_password("deleteQueue %s refused: wrong password from %s (%s)", queue, _who(context), host)
             raise PinLaterError(ErrorCode.PASSWORD_INVALID, "invalid admin password")
         if self.broker is not None:
             await self.broker.around_delete(queue, lambda: _one(self.backend.delete_queue(queue)))
