@@ -490,6 +490,71 @@ def test_eviction_counts_only_the_frame_bytes_a_close_gives_back() -> None:
     asyncio.run(scenario())
 
 
+class _Unwalkable(set):  # type: ignore[type-arg]
+    """The server's connections, which ``evict_frames`` must not walk for a frame of the host
+    holding most of the budget."""
+
+    walked = 0
+
+    def __iter__(self) -> Any:
+        _Unwalkable.walked += 1
+        return super().__iter__()
+
+
+def test_a_frame_of_the_host_holding_most_of_the_budget_walks_no_connection() -> None:
+    """Each frame past the budget made the server total every connection's bytes by host: a host
+    holding the budget from thousands of connections had each of its frames past it cost a walk
+    of all of them (seconds of the loop a thousand frames). The bytes are kept by host as they
+    change; only a frame of a host holding under half of them looks for a bigger one."""
+
+    async def scenario() -> None:
+        server = FramedServer(Dispatcher(EchoHandler()), "127.0.0.1", 0, max_pending_frame_bytes=1000)
+        await server.start()
+        try:
+            flood = [Connection(server, ("192.0.2.7", i), "192.0.2.7") for i in range(50)]
+            other = Connection(server, ("192.0.2.9", 1), "192.0.2.9")
+            for conn in [*flood, other]:
+                server._connections.add(conn)
+            for conn in flood:
+                server._hold(conn, 30)
+            server._hold(other, 10)
+            assert server._frame_bytes_by_host == {"192.0.2.7": 1500, "192.0.2.9": 10}
+            server._connections = _Unwalkable(server._connections)
+            assert not server.evict_frames(flood[0]) and _Unwalkable.walked == 0, "its own host holds the most"
+            closed: list[Connection] = []
+            for conn in flood:
+                conn.frames_over_budget = lambda evicted=False, c=conn: closed.append(c)  # type: ignore[method-assign]
+            server.evict_frames(other)
+            assert _Unwalkable.walked == 1 and closed, "another host holds more: its connections are evicted"
+            for conn in flood:
+                server._hold(conn, 0)
+            server._hold(other, 0)
+            assert server._frame_bytes_by_host == {} and server._pending_frame_bytes == 0
+        finally:
+            server._connections = set()
+            await server.stop(1)
+
+    asyncio.run(scenario())
+
+
+def test_the_frame_bytes_by_host_add_up_as_frames_come_and_are_served(srv: ServerThread) -> None:
+    socks = [raw_socket(srv.port) for _ in range(3)]
+    try:
+        for sock in socks:  # an unfinished frame each, then a whole call
+            sock.sendall(struct.pack(">i", 1000) + b"\x80\x01")
+        wait_for(lambda: srv.server._pending_frame_bytes == 18, what="the unfinished frames held (6 bytes each)")
+        assert srv.server._frame_bytes_by_host == {"127.0.0.1": 18}
+        with raw_socket(srv.port) as sock:
+            sock.sendall(b"".join(frame(encode_call("getQueueNames", seqid)) for seqid in range(1, 21)))
+            assert [read_reply(sock)[2] for _ in range(20)] == list(range(1, 21))
+        assert srv.server._frame_bytes_by_host == {"127.0.0.1": 18}, "the served frames were given back"
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_for(lambda: srv.server._pending_frame_bytes == 0, what="the closed connections' frames given back")
+    assert srv.server._frame_bytes_by_host == {}
+
+
 def test_pipelined_calls_are_answered_in_order(srv: ServerThread) -> None:
     with raw_socket(srv.port) as sock:
         sock.sendall(b"".join(frame(encode_call("getQueueNames", seqid)) for seqid in range(1, 101)))

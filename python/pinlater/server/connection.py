@@ -172,9 +172,8 @@ class Connection(asyncio.Protocol):
             stats.frames_in += 1
             queued += length
             pos += 4 + length
-        if queued:  # (``FramedServer._count_queued``, inline: on every read)
-            self._server._pending_frame_bytes += queued
-            self.queued += queued
+        if queued:
+            self._server._count_queued(self, queued)
         return pos, bad_length
 
     def eof_received(self) -> bool:
@@ -254,8 +253,7 @@ class Connection(asyncio.Protocol):
                 finally:
                     # Handled (or cancelled, even while waiting for a slot): the payload is
                     # garbage now, and its bytes go back to the budget.
-                    server._pending_frame_bytes -= len(payload)
-                    self.queued -= len(payload)
+                    server._count_queued(self, -len(payload))
                     self.serving = 0
                     if self._reading_paused:
                         self._maybe_resume_reading()

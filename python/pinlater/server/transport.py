@@ -62,6 +62,7 @@ import asyncio
 import collections
 import ipaddress
 import logging
+import operator
 import resource
 import socket
 import time
@@ -304,6 +305,10 @@ class FramedServer:
         self._live: set[Connection] = set()
         #: Connections holding an unfinished frame, and the bytes they hold.
         self._partial: set[Connection] = set()
+        #: ``_pending_frame_bytes`` by the host of the connections that hold them (``_frame_bytes``):
+        #: whether another host holds more than an over-budget frame's own is known without a
+        #: walk of every connection at each such frame (``evict_frames``).
+        self._frame_bytes_by_host: dict[str, int] = {}
         #: Bytes in unfinished frames plus whole frames queued or being served (``conn.queued``).
         self._pending_frame_bytes = 0
         #: Reply bytes that peers had not taken when their writing paused (``Connection.unread``).
@@ -545,13 +550,23 @@ class FramedServer:
         past their budget: one host's long polls, padded and pipelined on enough connections
         (each holds its frames until it is answered, up to 30 s), had held the budget, and every
         other client's frame that spans reads closed its connection."""
-        evicted = _evict(over, self._connections, _freeable_frames, lambda: self._pending_frame_bytes)
+        by_host = self._frame_bytes_by_host
+        mine = by_host.get(over.host, 0)
+        if 2 * mine >= self._pending_frame_bytes:  # no other host holds more: nothing to walk
+            return False
+        # (its host holds under half: another may hold more, found among the hosts, not the
+        # connections; a host flooding the budget from thousands of connections had made every
+        # frame of its own past it walk all of them, seconds of the loop a thousand frames)
+        top, most = max(by_host.items(), key=operator.itemgetter(1))
+        if top == over.host or most <= mine:
+            return False
+        evicted = _evict(over, self._connections, _freeable_frames, lambda: self._pending_frame_bytes, top)
         for conn in evicted:
             conn.frames_over_budget(evicted=True)
         return self._pending_frame_bytes <= self.max_pending_frame_bytes
 
     def _hold(self, conn: Connection, held: int) -> None:
-        self._pending_frame_bytes += held - conn.held
+        self._frame_bytes(conn, held - conn.held)
         conn.held = held
         if held:
             self._partial.add(conn)
@@ -560,8 +575,18 @@ class FramedServer:
 
     def _count_queued(self, conn: Connection, delta: int) -> None:
         """Whole frames of ``delta`` bytes were queued on ``conn`` (or, below zero, handled)."""
-        self._pending_frame_bytes += delta
+        self._frame_bytes(conn, delta)
         conn.queued += delta
+
+    def _frame_bytes(self, conn: Connection, delta: int) -> None:
+        """``conn`` holds ``delta`` more bytes in frames (fewer, below zero): the total and its host's."""
+        self._pending_frame_bytes += delta
+        by_host = self._frame_bytes_by_host
+        left = by_host.get(conn.host, 0) + delta
+        if left:
+            by_host[conn.host] = left
+        else:
+            del by_host[conn.host]  # a host holding none keeps no entry
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -703,19 +728,24 @@ def _freeable_frames(conn: Connection) -> int:
 
 
 def _evict(
-    over: Connection, holders: Iterable[Connection], held: Callable[[Connection], int], total: Callable[[], int]
+    over: Connection,
+    holders: Iterable[Connection],
+    held: Callable[[Connection], int],
+    total: Callable[[], int],
+    top: str | None = None,
 ) -> Iterator[Connection]:
     """The connections to close, one at a time as the caller closes them, for a budget that
     ``over`` took past its bound (``over._server.max_pending_frame_bytes``): those of the host
-    holding most of it, most first, while the total is past the bound, if that host is not
-    ``over``'s and holds more than it; none otherwise."""
-    by_host: collections.Counter[str] = collections.Counter()
-    for conn in holders:
-        by_host[conn.host] += held(conn)
-    ranked = by_host.most_common(1)
-    if not ranked or ranked[0][0] == over.host or ranked[0][1] <= by_host[over.host]:
-        return
-    top = ranked[0][0]
+    holding most of it (``top``, if the caller knows it), most first, while the total is past the
+    bound, if that host is not ``over``'s and holds more than it; none otherwise."""
+    if top is None:
+        by_host: collections.Counter[str] = collections.Counter()
+        for conn in holders:
+            by_host[conn.host] += held(conn)
+        ranked = by_host.most_common(1)
+        if not ranked or ranked[0][0] == over.host or ranked[0][1] <= by_host[over.host]:
+            return
+        top = ranked[0][0]
     bound = over._server.max_pending_frame_bytes
     for conn in sorted((c for c in holders if c.host == top and held(c)), key=held, reverse=True):
         if total() <= bound:
