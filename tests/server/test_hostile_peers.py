@@ -38,7 +38,7 @@ from pinlater.errors import ErrorCode
 from pinlater.idl import idl
 from pinlater.server.connection import Connection
 from pinlater.server.dispatch import MAX_METHOD_NAME
-from pinlater.server.handler import MAX_CHECKPOINT, MAX_LOOKUP
+from pinlater.server.handler import MAX_ACKS, MAX_CHECKPOINT, MAX_ENQUEUE, MAX_LOOKUP
 from pinlater.server.transport import peer_connection_cap
 
 Start = Callable[..., ServerProcess]
@@ -938,6 +938,36 @@ def test_a_checkpoint_of_more_requests_than_it_takes_is_refused(
     assert api.lookup(descriptor)[descriptor].jobState == api.t.PinLaterJobState.IN_PROGRESS
     checkpoint(MAX_CHECKPOINT)
     assert api.lookup(descriptor)[descriptor].jobState == api.t.PinLaterJobState.PENDING
+    still_served(api)
+
+
+def test_an_enqueue_or_ack_of_more_jobs_than_it_takes_is_refused_whole(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """A 16 MiB frame holds two million empty jobs (724 MB and up to a second of the event loop,
+    and a 40 MB reply no client could read after the jobs were stored) or 666,000 acks: at most
+    MAX_ENQUEUE jobs and MAX_ACKS acks are taken, a call past them refused with nothing done; a
+    long queue name's replies bound an enqueue's jobs below that."""
+    api = api_for(start_server())
+    api.create("many")
+    job = api.job(b"")
+    with pytest.raises(api.t.PinLaterException, match=f"enqueueJobs takes at most {MAX_ENQUEUE} jobs to many, not "):
+        api.enqueue("many", *[job] * (MAX_ENQUEUE + 1))
+    assert api.count("many", api.t.PinLaterJobState.PENDING) == 0, "nothing was enqueued"
+    made = api.enqueue("many", *[job] * MAX_ENQUEUE)
+    assert len(made) == MAX_ENQUEUE
+    claimed = api.dequeue("many", limit=1).jobs
+    with pytest.raises(api.t.PinLaterException, match=f"an ack takes at most {MAX_ACKS} jobs, not {MAX_ACKS + 1}"):
+        api.ack("many", ok=[*claimed, *made[:MAX_ACKS]])
+    assert api.count("many", api.t.PinLaterJobState.SUCCEEDED) == 0, "nothing was acked"
+    api.ack("many", ok=list(claimed))
+    assert api.count("many", api.t.PinLaterJobState.SUCCEEDED) == 1
+    long_name = "q" * 128
+    api.create(long_name)
+    most = 16 * 1024 * 1024 // (128 + 1 + 40)
+    assert most < MAX_ENQUEUE
+    with pytest.raises(api.t.PinLaterException, match=f"takes at most {most} jobs to {long_name}"):
+        api.enqueue(long_name, *[job] * (most + 1))
     still_served(api)
 
 

@@ -118,6 +118,15 @@ MAX_CHECKPOINT = 100_000
 #: before the size of its reply refused it. The reply of this many holds about 10 MB without
 #: bodies, under the 16 MiB a reply may hold.
 MAX_LOOKUP = 100_000
+#: Most jobs one enqueueJobs takes, and most acks one ackDequeuedJobs (or a dequeue's acks): a
+#: 16 MiB frame holds two million empty jobs, which held 724 MB and the event loop up to a
+#: second while their batch and reply were made, and whose reply (40 MB) no client with a 16 MiB
+#: frame limit could read, after the jobs were stored (a retry duplicated them).
+MAX_ENQUEUE = 100_000
+MAX_ACKS = 100_000
+#: A descriptor's bytes in an enqueue's reply besides its queue name and shard name: its length
+#: prefix, ``:s``, ``:p``, a priority and an id of up to 20 digits, and slack.
+DESCRIPTOR_REPLY_BYTES = 40
 
 #: Most items of one request turned into Python values between two turns of the event loop
 #: (lookups answered, checkpoints read): a request of 100,000 held the server's other clients
@@ -437,6 +446,13 @@ class PinLaterHandler:
         queue = self._valid_names.get(call.queue) or self._queue(call.queue)
         if not len(call):
             return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
+        if len(call) > MAX_ENQUEUE or len(call) * self._descriptor_bytes(queue) > self.max_reply_bytes:
+            most = min(MAX_ENQUEUE, self.max_reply_bytes // self._descriptor_bytes(queue))
+            raise PinLaterError(
+                ErrorCode.UNKNOWN,
+                f"invalid request: enqueueJobs takes at most {most} jobs to {queue}, not {len(call)}: "
+                "enqueue fewer at a time (nothing was enqueued)",
+            )
         # every default resolved, each job checked (JobRejected) as the original did, in Rust
         now = self.backend.clock.now_ms()
         # None unless a job has an extension; a big call is built on a worker, the GIL released
@@ -529,6 +545,18 @@ class PinLaterHandler:
     # (``_dequeue`` and ``_dequeue_with_acks`` answer the store's coroutine to await, rather than
     # await it in one of their own: a coroutine fewer on every dequeue.)
 
+    def _shard_name_bytes(self) -> int:
+        """The longest shard name's bytes (measured again when the shard map changes)."""
+        shards = self.backend.shards
+        if shards is not self._named_shards:
+            self._longest_shard_name = max((len(name.encode()) for name in shards.names()), default=0)
+            self._named_shards = shards
+        return self._longest_shard_name
+
+    def _descriptor_bytes(self, queue: str) -> int:
+        """The most bytes one job's descriptor takes in an enqueue's reply (``MAX_ENQUEUE``)."""
+        return len(queue) + self._shard_name_bytes() + DESCRIPTOR_REPLY_BYTES  # (names are ASCII)
+
     def _reply_budget(self, queue: str, limit: int) -> tuple[int, int]:
         """The jobs and body bytes a dequeue asking for ``limit`` takes at most, so that its reply
         holds about ``max_reply_bytes`` (past it by less than one body, as a store call's budget
@@ -536,12 +564,8 @@ class PinLaterHandler:
         27 bytes (the jobs map and the metadata map); that share is kept to half the budget, and
         the bodies get the rest. A budget of bodies alone let 300,000 one-byte jobs make a reply
         of 21.6 MB, past a MAX_FRAME_BYTES of 16 MiB that clients may enforce too."""
-        shards = self.backend.shards
-        if shards is not self._named_shards:
-            self._longest_shard_name = max((len(name.encode()) for name in shards.names()), default=0)
-            self._named_shards = shards
         # descriptor: queue ':' shard ':p' priority ':' id (a priority and an id of 20 digits at most)
-        per_job = 2 * (len(queue.encode()) + self._longest_shard_name + 46) + 27
+        per_job = 2 * (len(queue.encode()) + self._shard_name_bytes() + 46) + 27
         limit = min(limit, max(1, self.max_reply_bytes // (2 * per_job)))
         return limit, self.max_reply_bytes - limit * per_job
 
@@ -615,6 +639,12 @@ class PinLaterHandler:
         queue = self._queue(call.queue)
         if not call.succeeded and not call.failed:
             return
+        if call.succeeded + call.failed > MAX_ACKS:
+            raise PinLaterError(
+                ErrorCode.UNKNOWN,
+                f"invalid request: an ack takes at most {MAX_ACKS} jobs, not {call.succeeded + call.failed}: "
+                "ack fewer at a time (nothing was acked)",
+            )
         groups = call.groups()  # by shard; a malformed descriptor raises DescriptorError
         # jobs the broker handed out: their claims are written first (the keys, one tuple per
         # job, are built only while some claim is still being written)
