@@ -131,6 +131,7 @@ async def _serve(settings: Settings, log_level: str = "INFO", log_format: str = 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    server.request_stop = stop.set  # (the admin port's shutdown, as the original's Ostrich had it)
     try:
         addresses = await server.start()
         if settings.server_processes > 1:

@@ -36,7 +36,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from pinlater._pinlater import BodyPatternError
+from pinlater._pinlater import BodyPatternError, __version__
 from pinlater.backends.body_filter import BodyFilterBusy
 from pinlater.errors import ErrorCode, PinLaterError
 from pinlater.logthrottle import ThrottleFilter
@@ -141,6 +141,15 @@ class AdminApp(JobControlApi):
         r.add_get("/metrics", self.prometheus)
         r.add_get("/healthz", self.healthz)
         r.add_get("/readyz", self.readyz)
+        # The original's admin port (Ostrich's commands: ``/<command>``, JSON, or ``.txt``), for
+        # the load balancers' checks and deploy scripts written against it.
+        r.add_get("/stats", self.stats_json)
+        r.add_get("/health", self.ostrich_health)
+        for name in ("ping", "server_info", "shutdown", "quiesce"):
+            for suffix in ("", ".json", ".txt"):
+                r.add_get(f"/{name}{suffix}", self.ostrich_command)
+        r.add_get("/quitquitquit", self.ostrich_command)
+        r.add_get("/abortabortabort", self.ostrich_command)
         r.add_get("/api/queues", self.api_queues)
         r.add_get("/api/rates", self.api_rates)
         r.add_get("/api/scan", self.api_scan)
@@ -313,6 +322,41 @@ class AdminApp(JobControlApi):
             yield cap
             yield concurrency
             yield group_rate
+
+    async def ostrich_health(self, request: web.Request) -> web.Response:
+        return web.Response(text="OK\n", content_type="text/plain")
+
+    async def ostrich_command(self, request: web.Request) -> web.Response:
+        """Ostrich's commands as the original answered them: ``ping`` (pong), ``server_info``, and
+        ``shutdown``, ``quiesce`` and Mesos' ``quitquitquit`` and ``abortabortabort``, each a
+        graceful stop of the whole server here (requests in flight finish, as at SIGTERM). A stop
+        is taken only from this machine (a peer on loopback): Ostrich took it from anyone who
+        reached the port, which listened on every address; and never from another site's page,
+        not even a navigation (``Sec-Fetch-Site``), which a page could make to a port on
+        loopback. JSON unless the path ends in ``.txt``."""
+        command, _, suffix = request.path.lstrip("/").partition(".")
+        text_format = suffix == "txt"
+        if command == "ping":
+            answer: Any = "pong"
+        elif command == "server_info":
+            answer = {
+                "name": "pinlater",
+                "version": __version__,
+                "start_time": time.strftime("%a %b %d %H:%M:%S %Z %Y", time.localtime(self.server.started_at)),
+                "uptime": int((time.time() - self.server.started_at) * 1000),
+            }
+        else:
+            if not _is_loopback(request.remote or "") or request.headers.get("Sec-Fetch-Site") not in (None, "none"):
+                raise ApiError(403, f"{command} is taken only from this machine (a peer on loopback), not a page")
+            if self.server.request_stop is None:
+                raise ApiError(501, f"{command}: this server is not run by `pinlater serve`, which alone can stop it")
+            log.warning("stopping: %s asked on the admin port by %s", command, request.remote)
+            asyncio.get_running_loop().call_later(0.1, self.server.request_stop)  # (after this answer)
+            answer = "ok"
+        if text_format:
+            lines = [f"{k}: {v}" for k, v in answer.items()] if isinstance(answer, dict) else [answer]
+            return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        return web.json_response(answer if isinstance(answer, dict) else {"response": answer})
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n", content_type="text/plain")

@@ -19,7 +19,8 @@ import functools
 import gc
 import logging
 import re
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,11 @@ class PinLaterServer:
         self._queue_config_warnings: tuple[str, ...] = ()
         #: Wrong admin passwords by address, over the admin port and deleteQueue (``guesses.py``).
         self.password_guesses = Guesses()
+        #: When this server was made (seconds since the epoch: the admin port's ``server_info``).
+        self.started_at = time.time()
+        #: Stops the whole server gracefully, as SIGTERM does, when ``pinlater serve`` runs it (the
+        #: admin port's ``shutdown``, Ostrich's command); None when embedded elsewhere.
+        self.request_stop: Callable[[], None] | None = None
         self._driver: BackendDriver | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopped = False
