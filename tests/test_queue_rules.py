@@ -12,7 +12,7 @@ import pytest
 from pinlater.admin_files import pause_queue, resume_queue, set_queue_rate, set_queue_rules
 from pinlater.backends.base import QueueRules
 from pinlater.errors import ConfigError
-from pinlater.queue_rules import MAX_COUNT, cap_share, parse_queue_file, parse_queue_rules
+from pinlater.queue_rules import MAX_COUNT, PAUSED_FROM, cap_share, parse_queue_file, parse_queue_rules
 from pinlater.ratelimit import QueueRateLimits, parse_queue_config
 
 
@@ -33,9 +33,60 @@ def test_rules_are_read_beside_the_rates() -> None:
     assert parse_queue_config(text) == {"mail": 5.0, "plain": 1.0}, "a queue with rules only has no rate limit"
 
 
-def test_an_entry_with_neither_a_rate_nor_a_rule_is_still_refused() -> None:
+@pytest.mark.parametrize(
+    ("queue_config", "rate", "warned"),
+    [
+        ({}, 0.0, "not set: the queue is paused (0), as the original read it"),
+        ({"maxJobsPerSecond": None}, 0.0, "not set: the queue is paused"),
+        ({"maxJobsPerSecond": -3}, 0.0, "is -3: the queue is paused (0), as the original read it"),
+        ({"maxJobsPerSecond": "5"}, 5.0, "is a string ('5'): read as 5"),
+        ({"maxJobsPerSecond": " 0.5 "}, 0.5, "read as 0.5"),
+        ({"maxJobsPerSecond": 7}, 7.0, None),
+    ],
+)
+def test_a_rate_is_read_as_the_original_read_it(queue_config: dict[str, Any], rate: float, warned: str | None) -> None:
+    """The original read ``maxJobsPerSecond`` with Jackson into a double (absent or null 0, a
+    number in a string that number) and paused a queue at 0 or less: such files had stopped
+    this server at start. Each is taken as it was there, with a warning."""
+    parsed = parse_queue_file(config(("q", queue_config)))
+    assert parsed.rates == {"q": rate}
+    assert [w for w in parsed.warnings if "maxJobsPerSecond" in w] == ([] if warned is None else [parsed.warnings[0]])
+    if warned is not None:
+        assert warned in parsed.warnings[0] and parsed.warnings[0].startswith("queue config: queues[0] (q): ")
+
+
+@pytest.mark.parametrize("value", [True, "5x", "NaN", "inf", [1], {"a": 1}])
+def test_a_rate_the_original_refused_too_refuses_the_file(value: Any) -> None:
     with pytest.raises(ConfigError, match=r"queues\[0\] \(q\): maxJobsPerSecond must be a number >= 0"):
-        parse_queue_config(config(("q", {})))
+        parse_queue_config(config(("q", {"maxJobsPerSecond": value})))
+
+
+def test_a_pause_remembers_its_rate_where_an_original_server_reads_the_file_too(tmp_path: Path) -> None:
+    """The original read each entry's ``name`` and ``queueConfig`` only and refused a file with
+    another key beside them (Jackson's unknown property), where a pause kept the rate it
+    replaced: in the ``queueConfig``, whose unknown keys it ignored, it keeps it now. A file
+    written by the earlier build is resumed from, and warned of."""
+    path = tmp_path / "queues.json"
+    set_queue_rate(path, "q", 10)
+    pause_queue(path, "q")
+    entry = json.loads(path.read_text())["queues"][0]
+    assert entry == {"name": "q", "queueConfig": {"maxJobsPerSecond": 0, PAUSED_FROM: 10}}
+    assert parse_queue_file(path.read_text()).warnings == ()
+    pause_queue(path, "q")  # again: the rate before the first pause is kept
+    resume_queue(path, "q")
+    assert json.loads(path.read_text())["queues"] == [{"name": "q", "queueConfig": {"maxJobsPerSecond": 10}}]
+    pause_queue(path, "new")
+    assert json.loads(path.read_text())["queues"][1] == {
+        "name": "new",
+        "queueConfig": {"maxJobsPerSecond": 0, PAUSED_FROM: None},
+    }
+
+    earlier = {"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 0}, PAUSED_FROM: 4}]}
+    path.write_text(json.dumps(earlier))
+    (warning,) = parse_queue_file(path.read_text()).warnings
+    assert "beside name and queueConfig" in warning and "an original server refuses the whole file" in warning
+    resume_queue(path, "q")
+    assert json.loads(path.read_text()) == {"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": 4}}]}
 
 
 @pytest.mark.parametrize(
@@ -152,7 +203,7 @@ def test_one_parse_gives_the_rates_and_the_rules_and_the_first_bad_entry_refuses
     with pytest.raises(ConfigError, match=r"queues\[1\] \(b\): maxInProgress"):
         parse_queue_file(config(("a", {"maxJobsPerSecond": 2}), ("b", {"maxInProgress": 0}), ("c", {})))
     with pytest.raises(ConfigError, match=r"queues\[0\] \(a\): maxJobsPerSecond"):
-        parse_queue_file(config(("a", {"maxJobsPerSecond": -1, "maxInProgress": 2})))
+        parse_queue_file(config(("a", {"maxJobsPerSecond": True, "maxInProgress": 2})))
 
 
 def test_a_reload_keeps_the_buckets_and_takes_the_changed_rates() -> None:

@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from pinlater.config_files import read_config_text
-from pinlater.queue_rules import RULE_KEYS
+from pinlater.queue_rules import PAUSED_FROM, RULE_KEYS
 from pinlater.ratelimit import parse_queue_config
-
-#: Where ``pause_queue`` remembers the rate it replaced, inside the queue's entry (the original
-#: server read only ``name`` and ``queueConfig``, so the key is harmless to it).
-PAUSED_FROM = "pausedFromMaxJobsPerSecond"
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -121,8 +117,17 @@ def set_queue_rate(path: str | os.PathLike[str], queue: str, rate: float | None)
         document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": rate}})
     else:
         entry.setdefault("queueConfig", {})["maxJobsPerSecond"] = rate
-        entry.pop(PAUSED_FROM, None)
+        _paused_from(entry)  # (a rate set is no pause to undo)
     return _save_queue_config(target, document)
+
+
+def _paused_from(entry: dict[str, Any]) -> Any:
+    """Take the rate a pause remembered out of ``entry``: its ``queueConfig``'s ``PAUSED_FROM``,
+    or one an earlier build kept beside ``name`` (which an original server refused)."""
+    config = entry.get("queueConfig")
+    kept = config.pop(PAUSED_FROM, None) if isinstance(config, dict) else None
+    legacy = entry.pop(PAUSED_FROM, None)
+    return kept if kept is not None else legacy
 
 
 @_one_edit_at_a_time
@@ -161,11 +166,11 @@ def pause_queue(path: str | os.PathLike[str], queue: str) -> str:
     document = _load_queue_config(target)
     entry = _entry(document, queue)
     if entry is None:
-        document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": 0}, PAUSED_FROM: None})
+        document["queues"].append({"name": queue, "queueConfig": {"maxJobsPerSecond": 0, PAUSED_FROM: None}})
     else:
         config = entry.setdefault("queueConfig", {})
-        if config.get("maxJobsPerSecond") != 0:
-            entry[PAUSED_FROM] = config.get("maxJobsPerSecond")
+        remembered = _paused_from(entry)
+        config[PAUSED_FROM] = config.get("maxJobsPerSecond") if config.get("maxJobsPerSecond") != 0 else remembered
         config["maxJobsPerSecond"] = 0
     return _save_queue_config(target, document)
 
@@ -178,7 +183,7 @@ def resume_queue(path: str | os.PathLike[str], queue: str) -> str:
     entry = _entry(document, queue)
     if entry is None:
         return _save_queue_config(target, document)
-    previous = entry.pop(PAUSED_FROM, None)
+    previous = _paused_from(entry)
     if previous is None:
         _drop_rate(document, entry)
     else:
@@ -192,7 +197,7 @@ def _drop_rate(document: dict[str, Any], entry: dict[str, Any] | None) -> None:
     config = entry.get("queueConfig") if entry is not None else None
     if entry is not None and isinstance(config, dict) and any(key in config for key in RULE_KEYS):
         config.pop("maxJobsPerSecond", None)
-        entry.pop(PAUSED_FROM, None)
+        _paused_from(entry)
         return
     document["queues"] = [e for e in document["queues"] if e is not entry]
 

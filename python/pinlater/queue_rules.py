@@ -31,9 +31,9 @@ MAX_COUNT = 1_000_000_000
 MIN_GROUP_RATE, MAX_GROUP_RATE = 0.001, 1_000_000.0
 
 
-def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """Each listed queue's name and ``queueConfig`` (``{}`` when absent), in file order;
-    ``ConfigError`` with the reason for a file that is not ``{"queues": [...]}``."""
+def queue_entries(text: str) -> list[tuple[str, dict[str, Any], list[str]]]:
+    """Each listed queue's name, ``queueConfig`` (``{}`` when absent) and the entry's other keys,
+    in file order; ``ConfigError`` with the reason for a file that is not ``{"queues": [...]}``."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -41,7 +41,7 @@ def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
     queues = data.get("queues") if isinstance(data, dict) else None
     if not isinstance(queues, list):
         raise ConfigError('expected {"queues": [...]}')
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, dict[str, Any], list[str]]] = []
     seen: set[str] = set()
     for i, entry in enumerate(queues):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
@@ -56,7 +56,7 @@ def queue_entries(text: str) -> list[tuple[str, dict[str, Any]]]:
         if entry["name"] in seen:  # (the last one was in force, the first looked to be)
             raise ConfigError(f"queues[{i}]: {entry['name']!r} is listed before: list a queue once")
         seen.add(entry["name"])
-        out.append((entry["name"], config))
+        out.append((entry["name"], config, [key for key in entry if key not in ("name", "queueConfig")]))
     return out
 
 
@@ -74,33 +74,72 @@ class QueueConfig:
     warnings: tuple[str, ...] = ()
 
 
+#: Where the admin's pause (``admin_files.pause_queue``) remembers the rate it replaced, in the
+#: queue's ``queueConfig``, whose unknown keys the original ignored (its ``Queue`` entries took no
+#: key but ``name`` and ``queueConfig``: an earlier build's key beside them made an original
+#: server refuse the whole file).
+PAUSED_FROM = "pausedFromMaxJobsPerSecond"
+
 #: The keys of a ``queueConfig`` this server reads.
-KNOWN_KEYS = frozenset({"maxJobsPerSecond", *RULE_KEYS})
+KNOWN_KEYS = frozenset({"maxJobsPerSecond", PAUSED_FROM, *RULE_KEYS})
 
 
 def parse_queue_file(text: str) -> QueueConfig:
     """The rates and rules of a queue config file, in one pass over one parse of it (a server
     takes a file of a hundred thousand queues in a second or two, on a thread of its own: it
     was parsed three times on the event loop); ``ConfigError`` with the reason refuses the file
-    whole. An entry without ``maxJobsPerSecond`` is refused, unless it sets one of pinlater's
-    rules (``RULE_KEYS``): such a queue has no rate limit. Nothing is logged here: unknown keys
-    are in ``warnings`` (an admin edit parses a file several times, the server once)."""
+    whole. Nothing is logged here: what it says that this server ignores or reads as the original
+    did is in ``warnings`` (an admin edit parses a file several times, the server once).
+
+    ``maxJobsPerSecond`` is read as the original read it (Jackson into a ``double``, then 0 or
+    less pauses the queue): absent or null is 0, a negative rate pauses, a number in a string
+    ("5") is that number, each with a warning, where they had stopped the server at start. An
+    entry with pinlater's rules (``RULE_KEYS``) and no rate has no rate limit. A rate that is
+    not a finite number, ``true`` or a string of no number refuses the file (the original failed
+    on them too)."""
     rates: dict[str, float] = {}
     rules: dict[str, QueueRules] = {}
     warnings: list[str] = []
-    for i, (name, config) in enumerate(queue_entries(text)):
+    for i, (name, config, extra) in enumerate(queue_entries(text)):
+        where = f"queues[{i}] ({name})"
         if not config.keys() <= KNOWN_KEYS:  # (kept, as the original kept them; but a typo's rule was dropped unseen)
             unknown = sorted(key for key in config if key not in KNOWN_KEYS)
-            warnings.append(f"queue config: queues[{i}] ({name}): {unknown[:5]} not a key of this server: ignored")
+            warnings.append(f"queue config: {where}: {unknown[:5]} not a key of this server: ignored")
+        if extra:
+            warnings.append(
+                f"queue config: {where}: {sorted(extra)[:5]} beside name and queueConfig: ignored here, "
+                "and an original server refuses the whole file"
+            )
         has_rules = any(key in config for key in RULE_KEYS)
-        rate = config.get("maxJobsPerSecond")
-        if rate is not None or not has_rules:
-            if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate < 0:
-                raise ConfigError(f"queues[{i}] ({name}): maxJobsPerSecond must be a number >= 0")
-            rates[name] = float(rate)
+        if "maxJobsPerSecond" in config or not has_rules:
+            rate, read_as = _original_rate(config.get("maxJobsPerSecond"))
+            if rate is None:
+                raise ConfigError(f"{where}: maxJobsPerSecond must be a number >= 0")
+            if read_as:
+                warnings.append(f"queue config: {where}: maxJobsPerSecond {read_as}")
+            rates[name] = rate
         if has_rules:
-            rules[name] = _rules(f"queues[{i}] ({name})", config)
+            rules[name] = _rules(where, config)
     return QueueConfig(rates, rules, tuple(warnings))
+
+
+def _original_rate(value: Any) -> tuple[float | None, str]:
+    """A ``maxJobsPerSecond`` as the original read it, and how it was read when not plainly (for
+    a warning); None if it refused it too."""
+    if value is None:
+        return 0.0, "not set: the queue is paused (0), as the original read it"
+    how = ""
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None, ""
+        value, how = number, f"is a string ({value[:20]!r}): read as {number:g}"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None, ""
+    if value < 0:
+        return 0.0, f"is {value:g}: the queue is paused (0), as the original read it"
+    return float(value), how
 
 
 def parse_queue_rules(text: str) -> dict[str, QueueRules]:
