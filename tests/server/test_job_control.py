@@ -118,6 +118,10 @@ def test_scans_page_until_the_end(api: Api) -> None:
     first = api.scan(Q, PENDING, limit=10)
     assert api.error_code(api.scan, Q, FAILED, continuation=first.continuation) == api.t.ErrorCode.CONTINUATION_INVALID
     assert api.error_code(api.scan, Q, PENDING, continuation="1.abc.def") == api.t.ErrorCode.CONTINUATION_INVALID
+    for limit in (0, -5):  # no page can be read: the scan ends (a loop to CONTINUATION_END asked for ever)
+        empty = api.scan(Q, PENDING, limit=limit, continuation=first.continuation)
+        assert (empty.scannedJobs, empty.continuation) == ([], "-1")
+    assert api.error_code(api.scan, Q, PENDING, limit=0, continuation="x") == api.t.ErrorCode.CONTINUATION_INVALID
 
 
 def test_schedules_are_kept_listed_fired_and_deleted(api: Api) -> None:

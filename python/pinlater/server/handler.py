@@ -757,9 +757,10 @@ class PinLaterHandler:
         # Capped, not refused: the original had no cap, so a caller may ask for more; the
         # continuation resumes after the last job returned.
         limit = min(100 if request.limit is None else request.limit, self.max_scan_limit)
-        if limit <= 0:
+        if limit <= 0:  # no page: the scan ends, as the original's ended every scan (a loop
+            # reading pages until CONTINUATION_END would ask again for ever)
             scan_pages.decode(query, continuation)  # CONTINUATION_INVALID still applies
-            return idl.PinLaterScanJobsResponse(scannedJobs=[], continuation=continuation)
+            return idl.PinLaterScanJobsResponse(scannedJobs=[], continuation=scan_pages.END)
         if self.broker is not None:
             await self.broker.settle_queue(queue)
         # The page ends where its reply would pass what a reply may hold (10,000 jobs of long
