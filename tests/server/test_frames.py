@@ -111,8 +111,11 @@ def test_a_method_name_past_the_longest_closes_its_connection_unechoed(start_ser
         assert b"n" * 128 in read_frame(sock), "at the limit: an unknown method's refusal"
         sock.sendall(frame(message("x" * (1 << 20), 4)))
         assert is_closed(sock)
-    line = wait_for(lambda: next((line for line in srv.lines if "method name of 1048576 characters" in line), None))
-    assert len(line) < 1000
+    line = wait_for(lambda: next((line for line in srv.lines if "method name of 1048576 bytes" in line), None))
+    assert len(line) < 1000 and "more than 128 characters take" in line, "(refused by its length, not decoded)"
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:  # past 128, within 512 bytes
+        sock.sendall(frame(message("y" * 300, 6)))
+        assert is_closed(sock)  # (its line within 5 s of the last is not written: throttled)
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
         sock.sendall(frame(message("getQueueNames", 5, b"\x0c\x00\x01\x0b\x00\x01\x00\x00\x00\x01x\x00\x00")))
         (version_type,) = struct.unpack("!i", read_frame(sock)[:4])

@@ -328,6 +328,8 @@ def _parse_header(payload: bytes) -> tuple[str, int, int, int]:
         size, pos, mtype = first, 4, -1
     if size < 0 or pos + size > end:
         raise MalformedPayload("method name length out of range")
+    if size > 4 * MAX_METHOD_NAME:  # (past any name of MAX_METHOD_NAME characters: not decoded)
+        raise MalformedPayload(f"method name of {size} bytes, more than {MAX_METHOD_NAME} characters take")
     name_bytes = payload[pos : pos + size]
     pos += size
     if mtype < 0:
