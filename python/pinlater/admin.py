@@ -63,7 +63,6 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from pinlater.admin_files import PAUSED_FROM as PAUSED_FROM
 from pinlater.admin_files import (
     pause_queue,
     read_queue_rates,
@@ -72,6 +71,7 @@ from pinlater.admin_files import (
     set_shard_dequeue_only,
     write_atomically,
 )
+from pinlater.queue_rules import PAUSED_FROM as PAUSED_FROM
 
 __all__ = [
     "Admin",

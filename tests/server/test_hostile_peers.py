@@ -93,6 +93,21 @@ def get_queue_names_call(seqid: int, mtype: int = 1) -> bytes:
     return struct.pack("!Ii", VERSION_1 | mtype, len(name)) + name + struct.pack("!i", seqid) + CONTEXT_ARGS
 
 
+def lookup_nothing_call(seqid: int) -> bytes:
+    """A lookupJobs call of no descriptor (answered at once, touching no store): a method whose
+    calls may fill a frame, unlike getQueueNames' (``PinLaterHandler.ARGUMENT_BYTES``)."""
+    name = b"lookupJobs"
+    request = b"\x0c\x00\x02" + b"\x0f\x00\x01\x0b" + struct.pack("!i", 0) + b"\x00"
+    return (
+        struct.pack("!Ii", VERSION_1 | 1, len(name))
+        + name
+        + struct.pack("!i", seqid)
+        + CONTEXT_ARGS[:-1]
+        + request
+        + b"\x00"
+    )
+
+
 # -- the open-files limit -----------------------------------------------------------------------
 
 
@@ -202,7 +217,7 @@ def test_unfinished_frames_share_one_budget_and_the_one_past_it_is_closed(
     server = start_server(properties={"MAX_FRAME_BYTES": 4 * mib, "MAX_PENDING_FRAME_BYTES": 6 * mib})
     api = api_for(server)
     # A: a real call padded to 4 MiB (bytes after the arguments' STOP are ignored), 3 MiB sent.
-    call = get_queue_names_call(7)
+    call = lookup_nothing_call(7)
     a_payload = call + b"\x00" * (4 * mib - len(call))
     a = raw(server)
     a.sendall(struct.pack("!i", len(a_payload)) + a_payload[: 3 * mib])
@@ -242,7 +257,7 @@ def test_the_host_holding_most_frame_bytes_goes_first(
         hog.sendall(struct.pack("!i", 4 * mib) + b"h" * sent)
         hogs.append(hog)
     wait_for(lambda: gauge(server, "pending_frame_bytes") >= 5 * mib, what="the hog's bytes to be held")
-    call = get_queue_names_call(9)
+    call = lookup_nothing_call(9)
     payload = call + b"\x00" * (2 * mib - len(call))
     other = raw(server)
     other.sendall(struct.pack("!i", len(payload)) + payload)
@@ -305,8 +320,8 @@ def long_poll_call(thrift_gen: tuple[ModuleType, ModuleType], wait_ms: int) -> b
 
 
 def padded_call(seqid: int, size: int) -> bytes:
-    """A framed getQueueNames call padded to ``size`` bytes (bytes after the arguments are ignored)."""
-    call = get_queue_names_call(seqid)
+    """A framed lookupJobs call padded to ``size`` bytes (bytes after the arguments are ignored)."""
+    call = lookup_nothing_call(seqid)
     return frame(call + b"\x00" * (size - len(call)))
 
 
@@ -640,9 +655,9 @@ def test_a_bad_queue_name_is_not_echoed_whole(start_server: Start, api_for: Call
     api = api_for(start_server())
     for call in (lambda name: api.create(name), lambda name: api.dequeue(name)):
         with pytest.raises(api.t.PinLaterException) as info:
-            call("\x01" * (1 << 20))
+            call("\x01" * (1 << 19))  # (a createQueue call takes 1 MiB at most: ARGUMENT_BYTES)
         assert info.value.errorCode == ErrorCode.QUEUE_NAME_INVALID
-        assert len(info.value.message) < 500 and "(1048576 characters)" in info.value.message
+        assert len(info.value.message) < 500 and "(524288 characters)" in info.value.message
 
 
 def test_new_queues_past_the_cap_are_refused_and_existing_ones_served(
@@ -699,7 +714,7 @@ def test_a_callers_texts_are_cut_in_log_lines_and_wrong_passwords_throttled(
     server = start_server(properties={"ADMIN_PASSWORD_HASH": original_password_hash(ADMIN_PASSWORD)})
     client, transport = connect("127.0.0.1", server.port)
     try:
-        api = Api(client, thrift_gen[1], source="\x01" * (1 << 20))
+        api = Api(client, thrift_gen[1], source="\x01" * (1 << 19))  # (a createQueue call takes 1 MiB at most)
         api.create("logged")
         for _ in range(20):
             with pytest.raises(thrift_gen[1].PinLaterException):
@@ -708,7 +723,7 @@ def test_a_callers_texts_are_cut_in_log_lines_and_wrong_passwords_throttled(
         transport.close()
     wait_for(lambda: log_lines(server, "wrong password"), 10, what="the wrong-password line")
     [created] = wait_for(lambda: log_lines(server, "queue logged created"), 10, what="the create line")
-    assert len(created) < 1000 and "... (1048576 characters)" in created, created[:300]
+    assert len(created) < 1000 and "... (524288 characters)" in created, created[:300]
     assert len(log_lines(server, "wrong password")) == 1, "one line for the 20 guesses within 5 s"
 
 
@@ -1001,3 +1016,43 @@ def test_a_long_poll_whose_peer_hung_up_ends_and_claims_nothing(
     # A poll ended with its connection failed nothing: not a dequeueJobs error in the counters.
     assert int(float(stats(server).get("dequeue_jobs_error", "0"))) == 0
     assert list(api.dequeue("lp").jobs) == [descriptor]
+
+
+def test_padding_in_skipped_fields_is_refused_before_it_is_decoded(
+    start_server: Start, api_for: Callable[[ServerProcess], Api]
+) -> None:
+    """The decoder skips fields it does not know holding the GIL: a getQueueNames padded to
+    16 MiB with a list of 16.7 million bools held every other client 170 ms a call. A call of a
+    method that takes no list nor body is refused past 1 MiB (``ARGUMENT_BYTES``), and a list of
+    fixed-width values counts an object an element against the object bound (no request of the
+    IDL has one), both unread and with the connection kept."""
+    from tests.server.test_transport import read_app_exception
+
+    from pinlater.server.handler import SMALL_CALL_BYTES
+
+    server = start_server()
+    api = api_for(server)
+    api.create("padded")
+
+    def bools(n: int) -> bytes:  # field 9: list<bool> of n
+        return b"\x0f\x00\x09\x02" + struct.pack("!i", n) + b"\x01" * n
+
+    with raw(server) as sock:
+        name = b"getQueueNames"
+        header = struct.pack("!Ii", VERSION_1 | 1, len(name)) + name + struct.pack("!i", 7)
+        sock.sendall(frame(header + CONTEXT_ARGS[:-1] + bools(SMALL_CALL_BYTES) + b"\x00"))
+        seqid, exc = read_app_exception(sock)
+        assert (seqid, exc.type) == (7, TApplicationException.PROTOCOL_ERROR)
+        assert f"more than the {SMALL_CALL_BYTES} such a call takes" in exc.message
+        small = header + CONTEXT_ARGS[:-1] + bools(1000) + b"\x00"  # (padding that fits: served)
+        sock.sendall(frame(small))
+        assert read_frame(sock)[:4] == struct.pack("!I", VERSION_1 | 2)
+
+        name = b"lookupJobs"  # a method that takes a list: bounded by the objects its frame may hold
+        header = struct.pack("!Ii", VERSION_1 | 1, len(name)) + name + struct.pack("!i", 8)
+        n = 8 * 1024 * 1024
+        sock.sendall(frame(header + CONTEXT_ARGS[:-1] + bools(n) + b"\x00"))
+        seqid, exc = read_app_exception(sock)
+        assert (seqid, exc.type) == (8, TApplicationException.PROTOCOL_ERROR)
+        assert "lookupJobs call too big to decode" in exc.message, exc.message
+    still_served(api)

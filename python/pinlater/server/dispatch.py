@@ -143,6 +143,9 @@ class _Method:
     #: ``ARGUMENT_OBJECTS``: twice what it takes, so a call just past that gets the handler's own
     #: error), or None.
     most_objects: int | None = None
+    #: The most bytes its message may take (the handler's ``ARGUMENT_BYTES``), or None: the frame
+    #: limit alone.
+    most_bytes: int | None = None
 
 
 def _resolve(service: Any, handler: object) -> dict[str, _Method]:
@@ -150,6 +153,8 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
     missing: list[str] = []
     declared = getattr(type(handler), "ARGUMENT_OBJECTS", None)  # (the class's: not a proxy's __getattr__)
     most_objects: dict[str, int] = declared if isinstance(declared, dict) else {}
+    declared = getattr(type(handler), "ARGUMENT_BYTES", None)
+    most_bytes: dict[str, int] = declared if isinstance(declared, dict) else {}
     for name in service.thrift_services:
         attr = snake_case(name)
         call = getattr(handler, attr, None)
@@ -171,6 +176,7 @@ def _resolve(service: Any, handler: object) -> dict[str, _Method]:
             hot=name in HOT_METHODS,
             success_parts=result_cls.thrift_spec.get(0, (None,))[0] in (TType.MAP, TType.LIST),
             most_objects=most_objects.get(name),
+            most_bytes=most_bytes.get(name),
         )
     if missing:
         raise TypeError(f"{type(handler).__name__} lacks async methods: {', '.join(missing)}")
@@ -429,6 +435,10 @@ class Dispatcher:
         oneway = mtype == TMessageType.ONEWAY or (method is not None and method.oneway)
         objects = 0
         try:
+            if method is not None and method.most_bytes is not None and len(payload) > method.most_bytes:
+                if mtype in (TMessageType.CALL, TMessageType.ONEWAY):  # (unread: padding is skipped holding the GIL)
+                    why = f"{name} call of {len(payload)} bytes, more than the {method.most_bytes} such a call takes"
+                    return self._refuse(name, seqid, oneway, TApplicationException.PROTOCOL_ERROR, why)
             if method is None or not method.hot:  # a hot call's decoding walks it the same way first
                 objects = thrift_struct_objects(payload, offset)[1]
             if mtype not in (TMessageType.CALL, TMessageType.ONEWAY):

@@ -109,6 +109,8 @@ def _info_bytes(descriptor: str | int, record: JobRecord) -> int:
 
 
 I32_MAX = 2**31 - 1
+#: The most bytes a call of a method that takes no list nor body may take (``ARGUMENT_BYTES``).
+SMALL_CALL_BYTES = 1024 * 1024
 #: Most descriptors one cancelJobs takes (each store call gets at most CANCEL_CHUNK of them).
 MAX_CANCEL = 100_000
 #: Most requests one checkpointJobs takes: a 16 MiB frame holds about 800,000 of a short
@@ -279,6 +281,24 @@ class PinLaterHandler:
     #: past it is decoded and gets the method's own error, and one of millions of short strings
     #: (2.4 million fit a 16 MiB frame) is refused unread, where it was decoded, holding the GIL,
     #: to be refused then.
+    #: The most bytes a call of these may take (``dispatch._Method.most_bytes``): each takes a
+    #: queue name, a regex of 4 KiB at most, a caller's source and id; a frame of up to 16 MiB of
+    #: padding in fields the decoder skips held the GIL 170 ms a call. The others take lists of
+    #: descriptors or job bodies: the frame limit.
+    ARGUMENT_BYTES: Final = dict.fromkeys(
+        (
+            "createQueue",
+            "deleteQueue",
+            "getQueueNames",
+            "getJobCount",
+            "scanJobs",
+            "retryFailedJobs",
+            "deleteJobs",
+            "listSchedules",
+            "deleteSchedule",
+        ),
+        SMALL_CALL_BYTES,
+    )
     ARGUMENT_OBJECTS: Final = {
         "lookupJobs": 2 * MAX_LOOKUP + 16,
         "cancelJobs": 2 * MAX_CANCEL + 16,
