@@ -65,7 +65,7 @@ from pinlater.logthrottle import ThrottledLog
 from pinlater.ratelimit import QueueRateLimits
 from pinlater.server.guesses import Guesses, caller_host
 from pinlater.server.lease import current_lease
-from pinlater.server.metrics import Metrics, outcome_counter
+from pinlater.server.metrics import Metrics, original_error_counter, outcome_counter
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,7 @@ def _thrift_errors(fn: F) -> F:
     """Time the call and turn every failure into the contract's PinLaterException."""
     method = fn.__name__
     counted = {ok: outcome_counter(method, ok) for ok in (True, False)}  # (``Metrics.timing``'s)
+    errors = {code: original_error_counter(method, code) for code in ErrorCode}  # (the original's names)
     # An unexpected error's traceback, once per 5 s per method with a count of the others: a
     # request that meets one can be sent again at will, a traceback each.
     unexpected = ThrottledLog(log, level=logging.ERROR)
@@ -173,6 +174,7 @@ def _thrift_errors(fn: F) -> F:
     async def wrapper(self: PinLaterHandler, *args: Any, **kwargs: Any) -> Any:
         start = perf_counter()
         ok = cancelled = False
+        code = ErrorCode.UNKNOWN
         try:
             result = await fn(self, *args, **kwargs)
             ok = True
@@ -181,9 +183,11 @@ def _thrift_errors(fn: F) -> F:
             cancelled = True
             raise
         except PinLaterError as exc:
+            code = exc.code
             raise _exception(exc.code, exc.message) from None
         except JobRejected as exc:
-            raise _exception(ErrorCode(exc.code), str(exc)) from None
+            code = ErrorCode(exc.code)
+            raise _exception(code, str(exc)) from None
         except DescriptorError as exc:
             raise _exception(ErrorCode.UNKNOWN, f"invalid job descriptor: {exc}") from None
         except body_filter.BodyPatternError as exc:  # a store's filter refused it: a bad request all the same
@@ -197,6 +201,8 @@ def _thrift_errors(fn: F) -> F:
             metrics.timings[method].add(millis)
             if not cancelled:  # neither answered nor failed
                 metrics.counters[counted[ok]] += 1
+                if not ok:
+                    metrics.counters[errors[code]] += 1
             if log.isEnabledFor(logging.DEBUG):
                 who = _who(_context(args, kwargs))
                 log.debug("%s from %s: %s in %.1f ms", method, who, "ok" if ok else "error", millis)

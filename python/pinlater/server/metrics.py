@@ -31,13 +31,15 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from pinlater.backends.pressure import memory_use
+from pinlater.errors import ErrorCode
 from pinlater.server.queue_counts import QueueSnapshot, count_columns
 
 if TYPE_CHECKING:
     from pinlater.backends.shardmap import Shard
 
 RESERVOIR = 1024
-PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))
+#: (Ostrich's: the original's timings showed p95 and p9999 too)
+PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999), ("p9999", 0.9999))
 #: Histogram bucket upper bounds, in milliseconds (exported in seconds).
 BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
 
@@ -69,6 +71,26 @@ RATE_KINDS = ("enqueue", "dequeue", "ack_succeeded", "ack_failed", "dequeue_requ
 def outcome_counter(method: str, ok: bool) -> str:
     """The counter of ``method``'s calls that succeeded (``ok``) or failed, which ``timing`` adds to."""
     return f"{method}_{'ok' if ok else 'error'}"
+
+
+def thrift_name(method: str) -> str:
+    """A handler method's Thrift name: ``enqueue_jobs`` is ``enqueueJobs``."""
+    first, *rest = method.split("_")
+    return first + "".join(part.capitalize() for part in rest)
+
+
+def original_error_counter(method: str, code: ErrorCode) -> str:
+    """The original's counter of ``method``'s failures with ``code``, in ``/stats.txt`` as it was
+    (``PinLater.enqueueJobs.errors.QUEUE_NOT_FOUND``; NO_HEALTHY_SHARDS it counted as
+    ``INTERNAL_ERROR``), so alerts written against it keep working."""
+    name = "INTERNAL_ERROR" if code == ErrorCode.NO_HEALTHY_SHARDS else code.name
+    return f"PinLater.{thrift_name(method)}.errors.{name}"
+
+
+_ORIGINAL_ERROR = re.compile(r"PinLater\.(\w+)\.errors\.(\w+)", re.ASCII)
+#: What the original's Ostrich named a method's timing: ``PinLaterService.enqueueJobs`` (shown
+#: with ``_msec``); ours is the handler's name (``enqueue_jobs_msec``). Both are shown.
+ORIGINAL_TIMING_PREFIX = "PinLaterService."
 
 
 @dataclass
@@ -129,6 +151,7 @@ class Timing:
             "average": self.total / self.count,
             "minimum": self.minimum,
             "maximum": self.maximum,
+            "sum": self.total,
         }
         for name, q in PERCENTILES:
             out[name] = ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -245,17 +268,23 @@ class Metrics:
         lines.append("gauges:")
         lines += [f"  {name}: {_num(value)}" for name, value in sorted(self.gauges().items())]
         lines.append("metrics:")
-        for name, timing in sorted(self.timings.items()):
-            parts = ", ".join(f"{k}={_num(v)}" for k, v in timing.summary().items())
+        for name, summary in self._timing_summaries():
+            parts = ", ".join(f"{k}={_num(v)}" for k, v in summary.items())
             lines.append(f"  {name}_msec: ({parts})")
         return "\n".join(lines) + "\n"
+
+    def _timing_summaries(self) -> list[tuple[str, dict[str, float]]]:
+        """Each timing's summary by its name, and again by the original's (``ORIGINAL_TIMING_PREFIX``)."""
+        summaries = [(name, timing.summary()) for name, timing in self.timings.items()]
+        originals = [(ORIGINAL_TIMING_PREFIX + thrift_name(name), summary) for name, summary in summaries]
+        return sorted(summaries + originals)
 
     def snapshot(self) -> dict[str, Any]:
         """What ``render_text`` shows, as JSON-ready data (NaN gauges become null)."""
         return {
             "counters": dict(sorted(self.counters.items())),
             "gauges": {k: (v if math.isfinite(v) else None) for k, v in sorted(self.gauges().items())},
-            "metrics": {f"{name}_msec": t.summary() for name, t in sorted(self.timings.items())},
+            "metrics": {f"{name}_msec": summary for name, summary in self._timing_summaries()},
         }
 
     def render_json(self) -> str:
@@ -296,11 +325,17 @@ class PrometheusCollector:
         requests = CounterMetricFamily(
             "pinlater_requests", "Thrift requests by method and outcome", labels=["method", "outcome"]
         )
+        errors = CounterMetricFamily(
+            "pinlater_request_errors", "Failed Thrift requests by method and error code", labels=["method", "code"]
+        )
         others: list[Metric] = []
         for name, value in sorted(m.counters.items()):
             if _is_request_counter(name, methods):
                 method, _, outcome = name.rpartition("_")
                 requests.add_metric([method, outcome], value)
+                continue
+            if original := _ORIGINAL_ERROR.fullmatch(name):
+                errors.add_metric([original[1], original[2]], value)
                 continue
             split = split_queue_counter(name)
             if split is None:
@@ -313,6 +348,7 @@ class PrometheusCollector:
             queue_families[family].add_metric([queue, *extra_labels.values()], value)
         yield from queue_families.values()
         yield requests
+        yield errors
         yield from others
         for gauge, reading in sorted(m.gauges().items()):
             yield GaugeMetricFamily(f"pinlater_{_sanitize(gauge)}", f"Gauge {gauge}", value=reading)
