@@ -67,7 +67,7 @@ def test_garbage_oversized_and_truncated_frames_close_only_their_connection(
 
     cases = {
         "garbage": frame(b"\xde\xad\xbe\xef" * 8),
-        "oversized": struct.pack("!i", 4097) + b"x" * 100,
+        "oversized": struct.pack("!i", 4 * 4096 + 1) + b"x" * 100,  # (past 4 times the limit: closed unread)
         "negative length": struct.pack("!i", -5),
         "empty frame": struct.pack("!i", 0),
         "truncated message": frame(message("getQueueNames", 7, b"\x0c\x00")),
@@ -85,6 +85,29 @@ def test_garbage_oversized_and_truncated_frames_close_only_their_connection(
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
         sock.sendall(struct.pack("!i", 1000) + b"only part of it")
     still_served(bystander)
+
+
+def test_a_frame_past_the_limit_is_read_dropped_and_answered_and_the_connection_lives(start_server: Start) -> None:
+    """A frame past MAX_FRAME_BYTES closed its connection unanswered: the client saw a reset,
+    which Finagle retries, the same frame each time. One of up to four times the limit is read
+    and dropped as it comes, and its call answered PROTOCOL_ERROR naming the limit; the calls
+    pipelined behind it are served, in order. A oneway one is not answered."""
+    srv = start_server("--max-frame-bytes", "4096")
+    context = b"\x0c\x00\x01\x0b\x00\x01\x00\x00\x00\x01x\x00\x00"
+    big = message("getQueueNames", 5, context[:-1] + b"\x0b\x00\x09" + struct.pack("!i", 9000) + b"p" * 9000 + b"\x00")
+    oneway = struct.pack("!Ii", VERSION_1 | 4, 13) + b"getQueueNames" + struct.pack("!i", 6) + b"\x00" * 5000
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+        data = frame(big) + frame(oneway) + frame(message("getQueueNames", 7, context))
+        for at in range(0, len(data), 1000):  # (in pieces: the dropping spans reads)
+            sock.sendall(data[at : at + 1000])
+        reply = read_frame(sock)
+        (version_type,) = struct.unpack("!i", reply[:4])
+        assert version_type & 0xFF == EXCEPTION and struct.unpack("!i", reply[21:25]) == (5,), reply[:40]
+        said = f"getQueueNames call of {len(big)} bytes, more than a frame may hold (4096, MAX_FRAME_BYTES)"
+        assert said.encode() in reply
+        reply = read_frame(sock)  # the oneway call got nothing; the next one its answer
+        (version_type,) = struct.unpack("!i", reply[:4])
+        assert version_type & 0xFF == REPLY and struct.unpack("!i", reply[21:25]) == (7,)
 
 
 def test_unknown_method_gets_an_application_exception_and_the_connection_lives(start_server: Start) -> None:

@@ -583,7 +583,7 @@ BAD_FRAMES = {
     "garbage": frame(b"GET / HTTP/1.1\r\n"),
     "bad_args": frame(GOOD_HEADER + b"\x0f\x00\x02\x63\x7f\xff\xff\xff\x00"),  # 2**31 elements, type 99
     "too_deep": frame(GOOD_HEADER + b"\x0c\x00\x01" * 33 + b"\x00" * 34),  # context nests 33 structs
-    "oversized": struct.pack(">i", MAX_FRAME + 1) + b"\x80\x01",
+    "oversized": struct.pack(">i", 4 * MAX_FRAME + 1) + b"\x80\x01",  # (past 4 times the limit: closed unread)
     "zero_length": struct.pack(">i", 0),
     "negative_length": struct.pack(">i", -7),
 }
@@ -787,3 +787,18 @@ def test_request_slots_bound_the_requests_in_flight_and_serve_waiters_in_order()
         assert slots.held == 0 and slots.take_now()
 
     asyncio.run(run())
+
+
+def test_an_oversized_frame_that_stops_coming_is_timed_out_as_an_unfinished_one() -> None:
+    """A frame past the limit is read and dropped as it comes (``OVERSIZED_READ_FACTOR``): one
+    whose rest never comes is closed at FRAME_TIMEOUT_SECONDS, as an unfinished frame is."""
+    server = ServerThread(EchoHandler(), max_frame_bytes=4096, frame_timeout_seconds=0.5)
+    try:
+        with raw_socket(server.port) as sock:
+            sock.sendall(struct.pack(">i", 10_000) + encode_call("getQueueNames", 3)[:20])
+            wait_for(lambda: server.server.stats().oversized_frames == 1, what="the frame to be taken as oversized")
+            assert_closed_by_server(sock)
+        assert server.server.stats().frame_timeouts == 1
+        assert server.server._pending_frame_bytes == 0 and not server.server._partial
+    finally:
+        server.close()

@@ -34,6 +34,22 @@ _I32 = struct.Struct(">i")
 #: half), and, while the server is over ``max_pending_frame_bytes``, once it has any queued.
 PIPELINE_DEPTH = 64
 
+#: A frame longer than ``max_frame_bytes`` but at most this many times it is read and dropped as it
+#: comes, and its call answered PROTOCOL_ERROR naming the limit (``Oversized``), the connection
+#: kept: closed unanswered, a client saw a reset, which Finagle retries, the same frame each time.
+#: One longer still closes the connection at once, as it did.
+OVERSIZED_READ_FACTOR = 4
+#: Bytes of an oversized frame kept to answer it: its message header (a method name of at most
+#: 128 characters, 512 bytes).
+OVERSIZED_HEADER_BYTES = 4 + 4 + 512 + 4
+
+
+class Oversized(bytes):
+    """In a connection's queue, in place of a frame past ``max_frame_bytes`` that was read and
+    dropped: its first ``OVERSIZED_HEADER_BYTES`` (the message header), and its length."""
+
+    length: int
+
 
 class Connection(asyncio.Protocol):
     """One client connection: split frames, serve them in order, write the replies."""
@@ -82,6 +98,11 @@ class Connection(asyncio.Protocol):
         self.last_active = time.monotonic()
         self._aborted = False
         self._gone_noted = False
+        #: Bytes of an oversized frame still to drop (``OVERSIZED_READ_FACTOR``), its length and
+        #: the head of it kept to answer it.
+        self._discard = 0
+        self._oversized_length = 0
+        self._oversized_head = bytearray()
 
     # -- asyncio callbacks ----------------------------------------------------------------------
 
@@ -113,6 +134,11 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._discard:
+            data = self._drop_oversized(data)
+            if not data:
+                self.last_active = time.monotonic()
+                return
         now = self.last_active = time.monotonic()
         if self._buf:  # a frame spans reads: grow the buffer in place (no quadratic copying)
             self._buf += data
@@ -128,7 +154,10 @@ class Connection(asyncio.Protocol):
         if self._queue and self.worker is None:
             self.worker = self._loop.create_task(self._serve())
         if bad_length is not None:
-            self._bad_length(bad_length)
+            if 0 < bad_length <= OVERSIZED_READ_FACTOR * self._server.max_frame_bytes:
+                self._begin_oversized(bad_length)
+            else:
+                self._bad_length(bad_length)
             return
         held = len(self._buf)
         if held != self.held:
@@ -228,13 +257,21 @@ class Connection(asyncio.Protocol):
                         # A well-formed hot call is served here, the rest by ``handle_frame``
                         # (``Dispatcher.hot_methods``).
                         reply: bytes | None
-                        hot = _decode_hot(payload) if len(payload) < DETACH_BYTES else await _decode_hot_apart(payload)
+                        hot = (
+                            None
+                            if type(payload) is Oversized
+                            else _decode_hot(payload)
+                            if len(payload) < DETACH_BYTES
+                            else await _decode_hot_apart(payload)
+                        )
                         if hot is not None and (serve := hot_methods.get(hot[0])) is not None:
                             name, seqid, call = hot
                             try:
                                 reply = await serve(call, seqid)
                             except Exception as exc:  # answered as handle_frame answers it
                                 reply = dispatcher.hot_failed(name, seqid, exc)
+                        elif type(payload) is Oversized:  # read and dropped: answered, or closed
+                            reply = self._answer_oversized(payload)
                         else:
                             reply = await dispatcher.handle_frame(payload)
                     except ProtocolError as exc:
@@ -353,6 +390,9 @@ class Connection(asyncio.Protocol):
         self._buf.clear()
         if self.held:
             self._server._hold(self, 0)
+        if self._discard:  # (an oversized frame being dropped: no longer)
+            self._discard = 0
+            self._server._partial.discard(self)
 
     def _over_budget(self) -> None:
         if not self._server.evict_frames(self):
@@ -427,6 +467,51 @@ class Connection(asyncio.Protocol):
             self._begin_close()
 
     # -- closing --------------------------------------------------------------------------------
+
+    def _begin_oversized(self, length: int) -> None:
+        """The unread bytes start with a frame of ``length`` past the limit: drop it as it comes
+        (its first bytes kept, to answer it), timed as an unfinished frame is."""
+        rest = bytes(self._buf[4:])
+        self._release()
+        self._server._counters.oversized_frames += 1
+        self._discard, self._oversized_length = length, length
+        self._oversized_head.clear()
+        self.frame_started = time.monotonic()
+        self._server._partial.add(self)  # (the sweep closes it if the frame stops coming)
+        rest = self._drop_oversized(rest)
+        if rest and not self._closing:
+            self.data_received(rest)
+
+    def _drop_oversized(self, data: bytes) -> bytes:
+        """Drop what ``data`` holds of the oversized frame; once it is all read, queue its answer
+        (``Oversized``, served in turn). Returns the bytes after it."""
+        take = min(self._discard, len(data))
+        room = OVERSIZED_HEADER_BYTES - len(self._oversized_head)
+        if room > 0:
+            self._oversized_head += data[: min(room, take)]
+        self._discard -= take
+        if self._discard:
+            return b""
+        self._server._partial.discard(self)
+        marker = Oversized(self._oversized_head)
+        marker.length = self._oversized_length
+        self._queue.append(marker)
+        self._server._count_queued(self, len(marker))
+        if self.worker is None:
+            self.worker = self._loop.create_task(self._serve())
+        return data[take:]
+
+    def _answer_oversized(self, head: Oversized) -> bytes | None:
+        """PROTOCOL_ERROR naming the limit for the dropped frame's call (raises ``ProtocolError``,
+        closing the connection, if its header cannot be read)."""
+        server = self._server
+        server._log_bad_frame(
+            "frame of %d bytes from %s exceeds %d (MAX_FRAME_BYTES): read, dropped and answered",
+            head.length,
+            self.peer,
+            server.max_frame_bytes,
+        )
+        return server.dispatcher.oversized(head, head.length, server.max_frame_bytes)
 
     def _bad_length(self, length: int) -> None:
         server = self._server

@@ -415,6 +415,20 @@ class Dispatcher:
         self._log_refused = ThrottledLog(log, 5.0)
         self._log_repaired = ThrottledLog(log, 60.0)
 
+    def oversized(self, head: bytes, length: int, limit: int) -> bytes | None:
+        """The answer to a call whose frame of ``length`` bytes passed ``limit`` and was dropped
+        (``head``: its first bytes): PROTOCOL_ERROR naming the limit, or None for a oneway call.
+        Raises ``ProtocolError`` if ``head`` holds no readable message header."""
+        try:
+            name, mtype, seqid, _ = _parse_header(head)
+        except MalformedPayload as exc:
+            raise ProtocolError(f"frame of {length} bytes past MAX_FRAME_BYTES, its header unreadable: {exc}") from None
+        method = self._methods.get(name)
+        if mtype == TMessageType.ONEWAY or (method is not None and method.oneway):
+            return None
+        why = f"{name} call of {length} bytes, more than a frame may hold ({limit}, MAX_FRAME_BYTES): split it"
+        return _app_error(name, seqid, TApplicationException.PROTOCOL_ERROR, why)
+
     async def handle_frame(self, payload: bytes, *, repaired: bool = False) -> bytes | None:
         """Serve one message; return the reply message, or ``None`` when there is none to send
         (a oneway message). A call whose ``string`` fields are not all UTF-8 is served with them
