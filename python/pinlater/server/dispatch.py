@@ -386,6 +386,38 @@ async def _encode_parts(method: _Method, seqid: int, answer: dict[Any, Any] | li
     return b"".join(parts)
 
 
+async def _encode_scan_parts(method: _Method, seqid: int, answer: Any) -> bytes:
+    """``_encode`` of a scanJobs reply (``answer``: its ``PinLaterScanJobsResponse``) whose
+    ``scannedJobs`` are encoded ``REPLY_PART`` at a time, yielding to the event loop between
+    parts, as ``_encode_parts`` does a map or list result: a page of 10,000 jobs with long
+    statuses (15 MB) held every other client 45-73 ms. The same bytes: the reply made with no
+    job, its list's size set, each part's elements (a response of them alone, less its field
+    and list headers, 8 bytes, and STOP) spliced in after it."""
+    jobs = answer.scannedJobs
+    empty = _encode(method.name, TMessageType.REPLY, seqid, method.result_cls(success=replace_jobs(answer, [])))
+    # message header (strict: 12 bytes and the name), the success field's header (3), then the
+    # response's first field, scannedJobs: its header (3) and the list's (element type, size)
+    at = 12 + len(method.name.encode()) + 3
+    if empty[at : at + 4] != b"\x0f\x00\x01\x0c":  # (not the layout this relies on: whole)
+        return _encode(method.name, TMessageType.REPLY, seqid, method.result_cls(success=answer))
+    parts = [empty[: at + 4], _I32.pack(len(jobs))]
+    for start in range(0, len(jobs), REPLY_PART):
+        if start:
+            await asyncio.sleep(0)
+        part = type(answer)(scannedJobs=jobs[start : start + REPLY_PART])
+        part.continuation = None  # (its list alone: the field and list headers, 8 bytes, then STOP)
+        buf = TCyMemoryBuffer()
+        TCyBinaryProtocol(buf).write_struct(part)
+        parts.append(buf.getvalue()[8:-1])
+    parts.append(empty[at + 8 :])
+    return b"".join(parts)
+
+
+def replace_jobs(answer: Any, jobs: list[Any]) -> Any:
+    """``answer`` (a ``PinLaterScanJobsResponse``) with ``jobs`` for its scanned jobs."""
+    return type(answer)(scannedJobs=jobs, continuation=answer.continuation)
+
+
 def _app_error(name: str, seqid: int, kind: int, message: str) -> bytes:
     return _encode(name, TMessageType.EXCEPTION, seqid, TApplicationException(kind, message))
 
@@ -548,6 +580,8 @@ class Dispatcher:
         try:
             if method.success_parts and isinstance(result.success, dict | list) and len(result.success) > REPLY_PART:
                 return await _encode_parts(method, seqid, result.success)
+            if name == "scanJobs" and len(getattr(result.success, "scannedJobs", None) or ()) > REPLY_PART:
+                return await _encode_scan_parts(method, seqid, result.success)
             return _encode(name, TMessageType.REPLY, seqid, result)
         except Exception as exc:  # the handler returned something that does not fit the IDL
             return self._internal_error(method, seqid, exc, oneway)
