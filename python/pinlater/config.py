@@ -15,7 +15,8 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,19 +330,28 @@ ORIGINAL_UNUSED_KEYS = frozenset({"BACKEND_CONNECTION_MAX_WAIT_MILLIS"})
 
 
 def parse_properties(text: str, source: str = "properties") -> SettingsLayer:
-    """A properties file's text (key=value per line, ``#`` or ``!`` comments) as a layer.
-    A key this server does not know is ignored with a warning naming it (a typo's setting was
-    dropped unseen), except the original's unused ones (``ORIGINAL_UNUSED_KEYS``); a value that
-    does not convert is a ``ConfigError`` naming ``source:line`` and the key."""
+    """A properties file's text as a layer, read as the original read it (Apache Commons
+    Configuration, Java's properties format: ``java_properties``): ``KEY=VALUE``, ``KEY: VALUE``
+    or ``KEY VALUE``, ``#`` or ``!`` comments, a line ending in a backslash continued on the next,
+    backslash escapes (``\\t``, ``\\uXXXX``, ``\\=``...), integers in hex (``0x10``) too. A key
+    set twice takes its first value, as the original's ``getString`` did, with a warning. A key
+    this server does not know is ignored with a warning naming it (a typo's setting was dropped
+    unseen), except the original's unused ones (``ORIGINAL_UNUSED_KEYS``); a value that does not
+    convert is a ``ConfigError`` naming ``source:line`` and the key."""
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
+    first_line: dict[str, int] = {}
+    for lineno, key, value in java_properties(text, source):
+        if key in first_line:
+            log.warning(
+                "%s:%d: %s is set again (first at line %d): the first value is used, as the original did",
+                source,
+                lineno,
+                key[:80],
+                first_line[key],
+            )
             continue
-        key, sep, value = _split_property(line)
-        if not sep:
-            raise ConfigError(f"{source}:{lineno}: expected KEY=VALUE, got {line!r}")
+        first_line[key] = lineno
         spec = _PROPERTIES.get(key)
         if spec is None:
             if key not in ORIGINAL_UNUSED_KEYS:
@@ -356,19 +366,91 @@ def parse_properties(text: str, source: str = "properties") -> SettingsLayer:
     return SettingsLayer(values, origins)
 
 
+_ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_KEY_END = re.compile(r"(?:\\.|[^=:\s\\])*", re.DOTALL)
+
+
+def java_properties(text: str, source: str = "properties") -> Iterator[tuple[int, str, str]]:
+    """(line number, key, value) of each entry of a Java properties text, in order: a line whose
+    first non-blank character is ``#`` or ``!`` is a comment; one ending in an odd number of
+    backslashes goes on with the next (less its leading blanks); the key ends at the first
+    ``=``, ``:`` or blank not escaped, and blanks, then one ``=`` or ``:``, then blanks separate
+    it from the value (a line of a key alone has an empty value; trailing blanks are dropped);
+    ``\\t``, ``\\n``, ``\\r``,
+    ``\\f`` and ``\\uXXXX`` are unescaped, and a backslash before any other character stands
+    for that character."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        lineno, logical = i + 1, lines[i].lstrip(" \t\f")
+        i += 1
+        if not logical or logical[0] in "#!":
+            continue
+        while _continued(logical) and i < len(lines):
+            logical = logical[:-1] + lines[i].lstrip(" \t\f")
+            i += 1
+        if _continued(logical):  # (a last line's trailing backslash: dropped, as Java does)
+            logical = logical[:-1]
+        key_end = _KEY_END.match(logical)
+        assert key_end is not None  # (the pattern matches the empty string)
+        raw_key, rest = logical[: key_end.end()], logical[key_end.end() :].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        # (a value's trailing blanks dropped, as this server always did: Java kept them, which
+        # broke a path or a number read by the original, so its files have none that matter)
+        try:
+            yield lineno, _unescape(raw_key), _unescape(rest.rstrip(" \t\f"))
+        except ValueError as exc:
+            raise ConfigError(f"{source}:{lineno}: {exc}") from None
+
+
+def _continued(line: str) -> bool:
+    """Whether ``line`` ends in an odd number of backslashes (the last one escapes the newline)."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 == len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2 : i + 6]
+            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"malformed \\uXXXX escape {text[i : i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_ESCAPED.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+_JAVA_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|[0-9]+)", re.ASCII)
+
+
+def _java_int(value: str) -> int:
+    """An integer as the original's configuration read one: decimal digits, or ``0x`` hex or
+    ``0b`` binary, with a sign (ASCII only: Python's ``int`` took other scripts' digits)."""
+    text = value.strip()
+    if not _JAVA_INT.fullmatch(text):
+        raise ValueError(f"expected an integer, not {value[:40]!r}")
+    return int(text, 0) if text.lstrip("+-")[:2].lower() in ("0x", "0b") else int(text, 10)
+
+
 def _origin_of(attrs: tuple[str, ...], origins: Mapping[str, str]) -> str:
     """Where the first of ``attrs`` that was set came from; else the first one's key (a default)."""
     for attr in attrs:
         if attr in origins:
             return origins[attr]
     return _KEY_OF.get(attrs[0], attrs[0])
-
-
-def _split_property(line: str) -> tuple[str, str, str]:
-    for i, ch in enumerate(line):
-        if ch in "=:":
-            return line[:i].strip(), ch, line[i + 1 :].strip()
-    return line, "", ""
 
 
 def _bool(value: str) -> bool:
@@ -439,48 +521,48 @@ def _idna(name: str) -> str:
 
 
 _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "THRIFT_PORT": ("port", int),
-    "OSTRICH_PORT": ("admin_port", int),
-    "NUM_PRIORITY_LEVELS": ("num_priority_levels", int),
+    "THRIFT_PORT": ("port", _java_int),
+    "OSTRICH_PORT": ("admin_port", _java_int),
+    "NUM_PRIORITY_LEVELS": ("num_priority_levels", _java_int),
     "ADMIN_PASSWORD_HASH": ("admin_password_hash", _lower),
     "QUEUE_CONFIG_FILE_PATH": ("queue_config_file_path", _path),
     "SERVER_SET_ENABLED": ("server_set_enabled", _bool),
     "SERVER_SET_PATH": ("server_set_path", _path),
-    "MAX_CONCURRENT_REQUESTS": ("max_concurrent_requests", int),
-    "BACKEND_CONNECTIONS_PER_SHARD": ("backend_connections_per_shard", int),
-    "BACKEND_DEQUEUE_CONCURRENCY_PER_QUEUE_PER_SHARD": ("backend_dequeue_concurrency_per_queue_per_shard", int),
-    "BACKEND_QUERY_PARALLELISM": ("backend_query_parallelism", int),
-    "BACKEND_NUM_AUTO_RETRIES": ("backend_num_auto_retries", int),
+    "MAX_CONCURRENT_REQUESTS": ("max_concurrent_requests", _java_int),
+    "BACKEND_CONNECTIONS_PER_SHARD": ("backend_connections_per_shard", _java_int),
+    "BACKEND_DEQUEUE_CONCURRENCY_PER_QUEUE_PER_SHARD": ("backend_dequeue_concurrency_per_queue_per_shard", _java_int),
+    "BACKEND_QUERY_PARALLELISM": ("backend_query_parallelism", _java_int),
+    "BACKEND_NUM_AUTO_RETRIES": ("backend_num_auto_retries", _java_int),
     "BACKEND_SOCKET_TIMEOUT_SECONDS": ("backend_socket_timeout_seconds", float),
     "BACKEND_MONITOR_THREAD_DELAY_SECONDS": ("backend_monitor_thread_delay_seconds", float),
-    "BACKEND_MONITOR_UPDATE_MAX_SIZE": ("backend_monitor_update_max_size", int),
+    "BACKEND_MONITOR_UPDATE_MAX_SIZE": ("backend_monitor_update_max_size", _java_int),
     "BACKEND_MONITOR_JOB_CLAIMED_TIMEOUT_SECONDS": ("backend_monitor_job_claimed_timeout_seconds", float),
     "BACKEND_MONITOR_JOB_SUCCEEDED_GC_TTL_HOURS": ("backend_monitor_job_succeeded_gc_ttl_hours", float),
     "BACKEND_MONITOR_JOB_FAILED_GC_TTL_HOURS": ("backend_monitor_job_failed_gc_ttl_hours", float),
-    "MYSQL_NUM_DB_PER_QUEUE": ("mysql_num_db_per_queue", int),
-    "MYSQL_COUNT_LIMIT": ("mysql_count_limit", int),
+    "MYSQL_NUM_DB_PER_QUEUE": ("mysql_num_db_per_queue", _java_int),
+    "MYSQL_COUNT_LIMIT": ("mysql_count_limit", _java_int),
     "SHARD_ALLOWED_HOSTNAME_PREFIX": ("shard_allowed_hostname_prefix", str.strip),
     "PINLATER_BACKEND": ("backend", _lower),
     "BACKEND_CONFIG_PATH": ("backend_config_path", _path),
     "EMBEDDED_DATA_DIR": ("data_dir", directory),
-    "EMBEDDED_NUM_SHARDS": ("embedded_num_shards", int),
+    "EMBEDDED_NUM_SHARDS": ("embedded_num_shards", _java_int),
     "EMBEDDED_SYNCHRONOUS": ("embedded_synchronous", _upper),
-    "MAX_FRAME_BYTES": ("max_frame_bytes", int),
+    "MAX_FRAME_BYTES": ("max_frame_bytes", _java_int),
     "BROKER_ENABLED": ("broker_enabled", _bool),
-    "BROKER_BUFFER_SIZE": ("broker_buffer_size", int),
-    "BROKER_BUFFER_BYTES": ("broker_buffer_bytes", int),
+    "BROKER_BUFFER_SIZE": ("broker_buffer_size", _java_int),
+    "BROKER_BUFFER_BYTES": ("broker_buffer_bytes", _java_int),
     "BROKER_LOW_WATER_FRACTION": ("broker_low_water_fraction", float),
     "BROKER_HOLD_SECONDS": ("broker_hold_seconds", float),
-    "MAX_CONNECTIONS": ("max_connections", int),
-    "MAX_CONNECTIONS_PER_PEER": ("max_connections_per_peer", int),
-    "OPEN_FILES_RESERVE": ("open_files_reserve", int),
+    "MAX_CONNECTIONS": ("max_connections", _java_int),
+    "MAX_CONNECTIONS_PER_PEER": ("max_connections_per_peer", _java_int),
+    "OPEN_FILES_RESERVE": ("open_files_reserve", _java_int),
     "FRAME_TIMEOUT_SECONDS": ("frame_timeout_seconds", float),
     "ADMIN_BODY_TIMEOUT_SECONDS": ("admin_body_timeout_seconds", float),
     "ADMIN_ALLOWED_HOSTS": ("admin_allowed_hosts", _host_names),
-    "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", int),
+    "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", _java_int),
     "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
-    "MAX_SCAN_LIMIT": ("max_scan_limit", int),
-    "MAX_QUEUES": ("max_queues", int),
+    "MAX_SCAN_LIMIT": ("max_scan_limit", _java_int),
+    "MAX_QUEUES": ("max_queues", _java_int),
     "REDIS_MEMORY_HIGH_WATER_FRACTION": ("redis_memory_high_water_fraction", float),
     "REDIS_MEMORY_PROBE_INTERVAL_SECONDS": ("redis_memory_probe_interval_seconds", float),
     "BODY_FILTER_TIME_BUDGET_SECONDS": ("body_filter_time_budget_seconds", float),

@@ -388,3 +388,34 @@ def test_a_watch_prepares_off_the_loop_and_drops_a_look_the_file_outdated(tmp_pa
         assert await watcher.look_now() and applied == ["V1", "V3"]
 
     asyncio.run(main())
+
+
+def test_a_properties_file_is_read_as_the_original_read_it(caplog: pytest.LogCaptureFixture) -> None:
+    """The original read its properties with Apache Commons Configuration (Java's format): a
+    blank as the separator, a line continued by a backslash, escapes, integers in hex, and the
+    first of a key set twice. Each had stopped this server at start or been read otherwise."""
+    import logging
+
+    from pinlater.config import parse_properties, resolve_settings
+
+    text = (
+        "# the original's file\n"
+        "THRIFT_PORT 9011\n"  # a blank separates
+        "OSTRICH_PORT : 0x270f\n"  # hex, and ':' with blanks around it
+        "QUEUE_CONFIG_FILE_PATH = /etc/pin\\\n"
+        "    later/queues.json\n"  # continued on the next line, its leading blanks dropped
+        "SERVER_SET_PATH=/etc/a\\u0062c\\=d\\\\e\n"  # \uXXXX, an escaped '=', an escaped backslash
+        "NUM_PRIORITY_LEVELS=4\n"
+        "NUM_PRIORITY_LEVELS=7\n"  # set twice: the first is used
+    )
+    with caplog.at_level(logging.WARNING, logger="pinlater.config"):
+        settings = resolve_settings(parse_properties(text, source="p"))
+    assert (settings.port, settings.admin_port, settings.num_priority_levels) == (9011, 9999, 4)
+    assert settings.queue_config_file_path == Path("/etc/pinlater/queues.json")
+    assert settings.server_set_path == Path("/etc/abc=d\\e")
+    assert [r.getMessage() for r in caplog.records] == [
+        "p:8: NUM_PRIORITY_LEVELS is set again (first at line 7): the first value is used, as the original did"
+    ]
+    for bad in ("THRIFT_PORT=٩٠١٠", "THRIFT_PORT=90_10", "THRIFT_PORT=0x", "X=\\u00g1"):
+        with pytest.raises(ConfigError, match=r"p:1: (THRIFT_PORT=|malformed)"):
+            parse_properties(bad, source="p")
