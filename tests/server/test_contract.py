@@ -442,6 +442,7 @@ def test_each_client_error_has_its_contract_code(api: Api) -> None:
     assert api.error_code(api.count, "errs", PENDING, bodyRegexToMatch="(unclosed") == e.UNKNOWN
     assert api.count("errs", PENDING) == 0, "nothing of a rejected batch was stored"
     assert api.enqueue("errs") == [], "an enqueue of no jobs is answered, with no descriptor"
+    assert api.error_code(api.enqueue, "nope") == e.QUEUE_NOT_FOUND, "of no jobs, to a queue that does not exist"
     with pytest.raises(api.t.PinLaterException) as info:  # acked alone or piggy-backed on a dequeue
         api.c.ackDequeuedJobs(api.ctx, api.ack_request("errs", ok=["errs:s1:p1:1"], failed=["not a descriptor"]))
     assert info.value.errorCode == e.UNKNOWN and info.value.message.startswith("invalid job descriptor: ")

@@ -470,7 +470,9 @@ class PinLaterHandler:
     @_thrift_errors
     async def enqueue_jobs(self, call: EnqueueCall, seqid: int) -> bytes:
         queue = self._valid_names.get(call.queue) or self._queue(call.queue)
-        if not len(call):
+        if not len(call):  # no job, but an unknown queue is still QUEUE_NOT_FOUND (as a dequeue of none)
+            if queue not in await self.backend.get_queue_names():
+                raise QueueNotFoundError(queue)
             return encode_enqueue_reply(ENQUEUE, seqid, queue, _NO_SHARD, _NO_JOBS, _NO_IDS)
         if len(call) > MAX_ENQUEUE or len(call) * self._descriptor_bytes(queue) > self.max_reply_bytes:
             most = min(MAX_ENQUEUE, self.max_reply_bytes // self._descriptor_bytes(queue))
