@@ -502,3 +502,31 @@ def test_the_malformed_request_filter_passes_the_servers_own_faults_whole() -> N
     assert not throttle.filter(record(BadHttpMessage("again")))  # within 5 s: counted, not written
     fault = record(RuntimeError("a bug of ours"))
     assert throttle.filter(fault) and fault.exc_info is not None and fault.getMessage() == "Error handling request"
+
+
+def test_scan_pages_are_made_a_few_at_a_time_off_the_loop(admin_server: AdminServer) -> None:
+    """A page of 1,000 jobs with 5,000-character statuses is 5 MB of JSON, and its jobs' dicts
+    more: made off the event loop now (where it held every client about 11 ms a page), SCAN_PAGES
+    at a time, so 24 asked at once are all answered whole and alike, the server's peak memory
+    grows by a few pages, not 24, and the Thrift port's calls go on meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pinlater.server.admin_api import SCAN_PAGES
+
+    a = admin_server
+    a.jobs.create("wide")
+    status = "s" * 5000
+    for _ in range(10):
+        a.jobs.enqueue("wide", *[b"x"] * 100, customStatus=status)
+    one = a.get("/api/scan?queue=wide&state=pending&limit=1000")
+    page = len(one.body)
+    assert one.status == 200 and len(one.json()["jobs"]) == 1000 and page > 5_000_000
+    pid = a.server.pid
+    before = _peak_rss_bytes(pid)
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(lambda _: a.get("/api/scan?queue=wide&state=pending&limit=1000"), range(24)))
+        assert a.jobs.enqueue("wide", b"meanwhile"), "the Thrift port is served meanwhile"
+    assert [r.status for r in answers] == [200] * 24
+    assert all(r.body == one.body for r in answers)
+    grew = _peak_rss_bytes(pid) - before
+    assert grew < 6 * SCAN_PAGES * page, f"peak memory grew {grew >> 20} MiB for pages of {page >> 20} MiB"
