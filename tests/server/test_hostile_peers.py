@@ -974,7 +974,11 @@ def test_an_enqueue_or_ack_of_more_jobs_than_it_takes_is_refused_whole(
     claimed = api.dequeue("many", limit=1).jobs
     with pytest.raises(api.t.PinLaterException, match=f"an ack takes at most {MAX_ACKS} jobs, not {MAX_ACKS + 1}"):
         api.ack("many", ok=[*claimed, *made[:MAX_ACKS]])
+    carried = api.ack_request("many", ok=[*claimed, *made[:MAX_ACKS]])  # (carried by a dequeue: the same)
+    with pytest.raises(api.t.PinLaterException, match=f"an ack takes at most {MAX_ACKS} jobs"):
+        api.dequeue("many", limit=1, jobAckRequest=carried)
     assert api.count("many", api.t.PinLaterJobState.SUCCEEDED) == 0, "nothing was acked"
+    assert api.count("many", api.t.PinLaterJobState.IN_PROGRESS) == 1, "nor dequeued"
     api.ack("many", ok=list(claimed))
     assert api.count("many", api.t.PinLaterJobState.SUCCEEDED) == 1
     long_name = "q" * 128

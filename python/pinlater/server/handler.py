@@ -215,6 +215,16 @@ def _context(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return kwargs.get("context", args[0] if args else None)
 
 
+def _check_ack_count(call: AckCall) -> None:
+    """Refuse an ack of more than ``MAX_ACKS`` jobs, alone or carried by a dequeue, whole."""
+    if call.succeeded + call.failed > MAX_ACKS:
+        raise PinLaterError(
+            ErrorCode.UNKNOWN,
+            f"invalid request: an ack takes at most {MAX_ACKS} jobs, not {call.succeeded + call.failed}: "
+            "ack fewer at a time (nothing was acked)",
+        )
+
+
 def _exception(code: ErrorCode, message: str) -> Exception:
     exc: Exception = idl.PinLaterException(errorCode=int(code), message=message)
     return exc
@@ -535,6 +545,7 @@ class PinLaterHandler:
         # (``ShardedBackend.dequeue_jobs``); any other acks are applied first, on their own.
         carried = None
         if acks is not None:
+            _check_ack_count(acks)  # (before the acks carried with the walk are decoded)
             if acks.succeeded and not acks.failed and acks.queue == queue and limit > 0 and not dry_run:
                 if self.broker is None:
                     carried = acks.groups()  # decoded first: a malformed descriptor fails the call
@@ -667,12 +678,7 @@ class PinLaterHandler:
         queue = self._queue(call.queue)
         if not call.succeeded and not call.failed:
             return
-        if call.succeeded + call.failed > MAX_ACKS:
-            raise PinLaterError(
-                ErrorCode.UNKNOWN,
-                f"invalid request: an ack takes at most {MAX_ACKS} jobs, not {call.succeeded + call.failed}: "
-                "ack fewer at a time (nothing was acked)",
-            )
+        _check_ack_count(call)
         groups = call.groups()  # by shard; a malformed descriptor raises DescriptorError
         # jobs the broker handed out: their claims are written first (the keys, one tuple per
         # job, are built only while some claim is still being written)
