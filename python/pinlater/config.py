@@ -95,6 +95,9 @@ class Settings:
     # beyond loopback may name in its Host header, besides IP addresses, localhost and this
     # machine's own names; "*" takes any (no defence against DNS rebinding)
     admin_allowed_hosts: tuple[str, ...] = ()
+    # ADMIN_STOP_COMMANDS: the admin port's Ostrich stop commands (/shutdown, /quiesce,
+    # /quitquitquit, /abortabortabort), without a password, from a peer on loopback only
+    admin_stop_commands: bool = False
     # MAX_PENDING_FRAME_BYTES: bytes held in unfinished frames over all connections
     max_pending_frame_bytes: int = 256 * 1024 * 1024
     # SERVER_CONN_MAX_IDLE_TIME_MINUTES (the original's key and value): idle connections close; 0 never
@@ -559,6 +562,7 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FRAME_TIMEOUT_SECONDS": ("frame_timeout_seconds", float),
     "ADMIN_BODY_TIMEOUT_SECONDS": ("admin_body_timeout_seconds", float),
     "ADMIN_ALLOWED_HOSTS": ("admin_allowed_hosts", _host_names),
+    "ADMIN_STOP_COMMANDS": ("admin_stop_commands", _bool),
     "MAX_PENDING_FRAME_BYTES": ("max_pending_frame_bytes", _java_int),
     "SERVER_CONN_MAX_IDLE_TIME_MINUTES": ("server_conn_max_idle_time_minutes", float),
     "MAX_SCAN_LIMIT": ("max_scan_limit", _java_int),

@@ -44,14 +44,32 @@ def test_the_original_admin_commands_answer_as_ostrich_did(start_server: Callabl
     assert get(server, "/gc")[0] == 404, "commands of the JVM's are not offered"
 
 
+def test_the_stop_commands_are_off_unless_asked_for(start_server: Callable[..., ServerProcess]) -> None:
+    """They need no password (deploy scripts call them as they are): anyone on this machine, and a
+    proxy on it in front of the port, could stop the server; so they answer only with
+    ADMIN_STOP_COMMANDS set."""
+    server = start_server()
+    for command in ("/shutdown", "/shutdown.txt", "/quiesce.json", "/quitquitquit", "/abortabortabort"):
+        status, text = get(server, command)
+        assert status == 403 and "set ADMIN_STOP_COMMANDS=true" in text, (command, text)
+    assert get(server, "/ping.txt") == (200, "pong\n") and server.proc.poll() is None
+
+
 @pytest.mark.parametrize("command", ["/shutdown.txt", "/quitquitquit"])
 def test_a_stop_command_stops_the_server_gracefully_but_not_from_a_page(
     start_server: Callable[..., ServerProcess], command: str
 ) -> None:
-    server = start_server()
+    server = start_server(properties={"ADMIN_STOP_COMMANDS": "true"})
     navigation = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
     status, text = get(server, command, **navigation)
     assert status == 403 and "only from this machine" in text, "a page's navigation to the port stops nothing"
+    status, text = get(server, command, **{"X-Forwarded-For": "203.0.113.5"})
+    assert status == 403 and "only from this machine" in text, "nor a request a proxy on this machine forwards"
+    head = urllib.request.Request(f"http://127.0.0.1:{server.admin_port}{command}", method="HEAD")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(head, timeout=10)
+    with refused.value:
+        assert refused.value.code == 405, "nor a HEAD"
     assert get(server, "/ping.txt") == (200, "pong\n")
     status, text = get(server, command)
     assert status == 200 and "ok" in text
@@ -72,7 +90,7 @@ def test_a_stop_command_from_another_machine_is_refused(start_server: Callable[.
             outside = "127.0.0.1"
     if outside.startswith("127."):
         pytest.skip("this machine has no route to an address but loopback")
-    server = start_server("--admin-host", "0.0.0.0")
+    server = start_server("--admin-host", "0.0.0.0", properties={"ADMIN_STOP_COMMANDS": "true"})
     with socket.create_connection((outside, server.admin_port), timeout=10) as sock:
         sock.sendall(f"GET /shutdown.txt HTTP/1.0\r\nHost: {outside}\r\n\r\n".encode())
         answer = sock.recv(4096)

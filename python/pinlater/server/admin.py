@@ -333,7 +333,10 @@ class AdminApp(JobControlApi):
         is taken only from this machine (a peer on loopback): Ostrich took it from anyone who
         reached the port, which listened on every address; and never from another site's page,
         not even a navigation (``Sec-Fetch-Site``), which a page could make to a port on
-        loopback. JSON unless the path ends in ``.txt``."""
+        loopback. JSON unless the path ends in ``.txt``. The stop commands are off unless
+        ``ADMIN_STOP_COMMANDS`` is set: they need no password (deploy scripts call them as they
+        are), so anyone on this machine, and a proxy on it in front of the port, could stop the
+        server; and a request forwarded by a proxy, or a HEAD, is refused."""
         command, _, suffix = request.path.lstrip("/").partition(".")
         text_format = suffix == "txt"
         if command == "ping":
@@ -346,8 +349,22 @@ class AdminApp(JobControlApi):
                 "uptime": int((time.time() - self.server.started_at) * 1000),
             }
         else:
-            if not _is_loopback(request.remote or "") or request.headers.get("Sec-Fetch-Site") not in (None, "none"):
+            if not self.server.settings.admin_stop_commands:
+                raise ApiError(
+                    403,
+                    f"{command} is off: set ADMIN_STOP_COMMANDS=true to let scripts on this machine stop the server "
+                    "this way, or send it SIGTERM",
+                )
+            headers = request.headers
+            forwarded = any(name in headers for name in ("Forwarded", "X-Forwarded-For", "X-Real-IP"))
+            if (
+                not _is_loopback(request.remote or "")
+                or forwarded
+                or headers.get("Sec-Fetch-Site") not in (None, "none")
+            ):
                 raise ApiError(403, f"{command} is taken only from this machine (a peer on loopback), not a page")
+            if request.method != "GET":
+                raise ApiError(405, f"{command}: GET it (a HEAD stops nothing)")
             if self.server.request_stop is None:
                 raise ApiError(501, f"{command}: this server is not run by `pinlater serve`, which alone can stop it")
             log.warning("stopping: %s asked on the admin port by %s", command, request.remote)
