@@ -423,3 +423,83 @@ def test_an_ack_the_server_keeps_refusing_is_dropped_alone(
         wait_for(lambda: worker.stats.acks_dropped == 1, timeout=30, what="the refused ack to be dropped")
     assert len(descriptors + later) == 3 and REFUSED_ACK_TRIES > 1
     assert worker.runners[0].refusals == {}
+
+
+def test_a_stop_sends_its_acks_to_a_server_that_comes_back_within_it(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker and its server redeployed together: the server goes with two jobs done and their
+    acks unsent, the worker is told to stop, and the server is back a few seconds later. The
+    stop sends the acks until its deadline (grace period plus timeout); it gave up after three
+    tries within 0.6 s, and both jobs ran again after their claims timed out."""
+    from tests.support.redis_server import free_port
+
+    port = free_port()
+    srv = ServerProcess(tmp_path / "data", "--port", str(port)).start()  # (the last --port wins)
+    address = f"127.0.0.1:{port}"
+    try:
+        with PinLaterClient(address) as pl:
+            pl.create_queue("back")
+            made = pl.enqueue("back", [b"a", b"b"])
+        gate = threading.Event()
+        worker = Worker(address, concurrency=2, prefetch=0, ack_interval=60, grace_period=5, timeout=10)
+        worker.register("back", lambda ctx: gate.wait(30))
+        with caplog.at_level(logging.WARNING, logger="pinlater.worker"), running(worker):
+            with PinLaterClient(address) as pl:
+                wait_for(lambda: pl.count("back", JobState.IN_PROGRESS) == 2, 30, what="both jobs claimed")
+            srv.kill()
+            gate.set()
+            wait_for(lambda: worker.stats.succeeded == 2, 30, what="both handlers done")
+            worker.stop()
+            wait_for(lambda: caplog.text.count("ack(s) failed") >= 4, 30, what="the stop's tries to fail a while")
+            srv.start()
+            wait_for(lambda: worker.stats.acks_sent == 2, 30, what="the acks, once the server is back")
+        with PinLaterClient(address) as pl:
+            assert {d: pl.lookup([d])[d].state for d in made} == dict.fromkeys(made, JobState.SUCCEEDED)
+    finally:
+        srv.stop()
+
+
+def test_a_cancelled_serve_stops_in_a_hurry_and_sends_its_acks(address: str, pl: PinLaterClient, queue: str) -> None:
+    """An app that cancels its tasks at shutdown cancelled serve(): it returned at once, its jobs
+    in hand neither acked nor released, so they ran again after their claims timed out. Now a
+    cancel is a stop in a hurry (the second signal's): a job done is acked, one still running is
+    released, then the cancel goes on."""
+    done_job, running_job = pl.enqueue(queue, [b"done", b"running"])
+    gate = threading.Event()
+    worker = Worker(address, concurrency=2, prefetch=0, ack_interval=60)
+
+    @worker.register(queue)
+    def handle(ctx: JobContext) -> None:
+        if ctx.body == b"running":
+            gate.wait(30)
+
+    outcome: list[BaseException | None] = []
+
+    async def main() -> None:
+        task = asyncio.create_task(worker.serve())
+        await asyncio.to_thread(wait_for, lambda: worker.stats.succeeded == 1, 30)
+        task.cancel()
+        try:
+            await task
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+    assert len(outcome) == 1 and isinstance(outcome[0], asyncio.CancelledError), outcome
+    assert pl.lookup([done_job])[done_job].state is JobState.SUCCEEDED, "its ack was sent"
+    assert pl.lookup([running_job])[running_job].state is JobState.PENDING, "released, not left claimed"
+    with pytest.raises(RuntimeError, match="has served already"):
+        asyncio.run(worker.serve())  # (its client is closed: a second serve hung, deaf to signals)
+
+
+def test_a_registration_of_no_concurrency_or_batch_is_refused(address: str) -> None:
+    worker = Worker(address)
+    with pytest.raises(ValueError, match="concurrency must be in 1"):
+        worker.register("q", lambda ctx: None, concurrency=0)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        worker.register("q", lambda ctx: None, batch_size=0)

@@ -186,6 +186,7 @@ class Worker:
         self.runners: list[QueueRunner] = []
         self.stopping = False
         self._stop_requested = False
+        self._served = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._hurry = False
@@ -222,7 +223,7 @@ class Worker:
             raise ValueError(f"timeout must be positive and finite (or None), not {timeout}")
 
         def add(fn: Handler) -> Handler:
-            size = concurrency or self.concurrency
+            size = concurrency if concurrency is not None else self.concurrency  # (0 is refused, not the default)
             if not 1 <= size <= MAX_CONCURRENCY:
                 raise ValueError(f"concurrency must be in 1..{MAX_CONCURRENCY}, not {size}")
             ahead = next(p for p in (prefetch, self.prefetch, DEFAULT_PREFETCH) if p is not None)
@@ -230,6 +231,8 @@ class Worker:
                 raise ValueError(f"prefetch must be at least 0, not {ahead}")
             bound = size + ahead
             # Default half the bound: the next batch is fetched while the other half still runs.
+            if batch_size is not None and batch_size < 1:
+                raise ValueError(f"batch_size must be at least 1, not {batch_size}")
             batch = max(1, min(bound, batch_size or self.batch_size or bound // 2))
             self.registrations[queue] = Registration(
                 queue,
@@ -330,6 +333,9 @@ class Worker:
         """Run until ``stop()``; then finish or release jobs in hand and send every ack."""
         if not self.registrations:
             raise ValueError("no handler registered")
+        if self._served:  # (its client is closed, and its stop state stays: it hung, deaf to signals)
+            raise RuntimeError("this Worker has served already: make a new one to serve again")
+        self._served = True
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self.changed = asyncio.Event()
@@ -340,8 +346,21 @@ class Worker:
         loops = [asyncio.create_task(r.dequeue_loop(), name=f"dequeue:{r.queue}") for r in self.runners]
         flusher = asyncio.create_task(self._flush_loop(), name="ack-flusher")
         watch = asyncio.create_task(self._long_runs_loop(), name="long-runs")
+        cancelled = False
         try:
-            await self._stop_event.wait()
+            try:
+                await self._stop_event.wait()
+            except asyncio.CancelledError:
+                # serve() cancelled (an app's shutdown): a stop in a hurry, then the cancel goes
+                # on. It had returned at once, its jobs in hand neither released nor acked: they
+                # ran again after the claim timeout, an attempt charged.
+                cancelled = True
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+                if not self.stopping:
+                    self._request_stop()
+                self._request_stop()  # (the second: hurry)
             prefetched = asyncio.gather(*(r.return_prefetched() for r in self.runners))
             await self._bounded("handing back prefetched jobs", prefetched)
             await self._bounded("the dequeues in flight", asyncio.gather(*loops))
@@ -372,6 +391,8 @@ class Worker:
             "stopped: %d succeeded, %d failed, %d released, %d prefetched handed back",
             s.succeeded, s.failed, s.released, s.returned,
         )  # fmt: skip
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _wait_for_jobs(self) -> None:
         assert self._stop_deadline is not None
@@ -411,15 +432,14 @@ class Worker:
             for runner in self.runners:
                 await runner.flush_acks()
 
-    async def _final_flush(self, attempts: int = 3) -> None:
-        for attempt in range(attempts):
-            pending = [r for r in self.runners if not await r.flush_acks()]
-            if not pending:
-                return
-            if attempt + 1 < attempts:
-                await asyncio.sleep(0.2 * 2**attempt)
-        lost = sum(len(r.succeeded) + len(r.failed) for r in self.runners)
-        log.error("%d ack(s) could not be sent; those jobs will be retried after the claim timeout", lost)
+    async def _final_flush(self) -> None:
+        """Send every ack left, again and again (0.2 s, then twice as long, at most 2 s apart) until
+        all are sent; ``_bounded`` gives up at the stop's deadline. It gave up after three tries
+        within 0.6 s, while a server redeployed with the worker came back a few seconds later."""
+        pause = 0.2
+        while [r for r in self.runners if not await r.flush_acks()]:
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 2.0)
 
     def run(self, install_signal_handlers: bool = True) -> int:
         """Serve until SIGTERM/SIGINT (the first finishes jobs in hand, the second hurries); 0 on success."""
