@@ -227,3 +227,18 @@ def test_an_admin_edit_reads_the_queue_config_as_the_server_does(tmp_path: Path)
     path.write_bytes(b"\xef\xbb\xbf" + config(("q", {"maxJobsPerSecond": 5})).encode())
     set_queue_rate(path, "q", 7)
     assert parse_queue_config(path.read_text(encoding="utf-8-sig")) == {"q": 7.0}
+
+
+def test_rules_with_no_rate_or_a_null_one_limit_nothing_and_the_last_rule_removed_takes_the_entry(
+    tmp_path: Path,
+) -> None:
+    """An entry of no rate pauses its queue, as the original read it; but one with rules and no
+    rate, or a null one (as earlier builds read it), has no limit. Removing its last rule takes
+    the entry whole, keys this server ignores with it: left, it would pause the queue."""
+    parsed = parse_queue_file(config(("q", {"maxJobsPerSecond": None, "groupConcurrency": 2})))
+    assert parsed.rates == {} and parsed.rules == {"q": QueueRules(2, None, None)}
+    path = tmp_path / "queues.json"
+    path.write_text(config(("q", {"groupConcurrency": 2, "owner": "team-x"})))
+    set_queue_rules(path, "q", {"groupConcurrency": None})
+    assert json.loads(path.read_text()) == {"queues": []}
+    assert parse_queue_config(path.read_text()) == {}, "no entry: no limit, not a pause"

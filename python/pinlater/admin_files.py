@@ -154,7 +154,10 @@ def set_queue_rules(path: str | os.PathLike[str], queue: str, rules: Mapping[str
             config.pop(key, None)
         else:
             config[key] = value
-    if not config:  # neither a rate (a paused queue has rate 0) nor a rule left
+    if config.get("maxJobsPerSecond") is None and not any(key in config for key in RULE_KEYS):
+        # neither a rate (a paused queue has rate 0) nor a rule left: the entry goes (with any
+        # key of its own this server ignores), where kept it would pause the queue, as the
+        # original read an entry of no rate
         document["queues"] = [e for e in document["queues"] if e is not entry]
     return _save_queue_config(target, document)
 

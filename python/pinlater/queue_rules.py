@@ -94,7 +94,7 @@ def parse_queue_file(text: str) -> QueueConfig:
     ``maxJobsPerSecond`` is read as the original read it (Jackson into a ``double``, then 0 or
     less pauses the queue): absent or null is 0, a negative rate pauses, a number in a string
     ("5") is that number, each with a warning, where they had stopped the server at start. An
-    entry with pinlater's rules (``RULE_KEYS``) and no rate has no rate limit. A rate that is
+    entry with pinlater's rules (``RULE_KEYS``) and no rate (absent or null) has no rate limit. A rate that is
     not a finite number, ``true`` or a string of no number refuses the file (the original failed
     on them too)."""
     rates: dict[str, float] = {}
@@ -111,7 +111,7 @@ def parse_queue_file(text: str) -> QueueConfig:
                 "and an original server refuses the whole file"
             )
         has_rules = any(key in config for key in RULE_KEYS)
-        if "maxJobsPerSecond" in config or not has_rules:
+        if config.get("maxJobsPerSecond") is not None or not has_rules:  # (rules, no rate or null: no limit)
             rate, read_as = _original_rate(config.get("maxJobsPerSecond"))
             if rate is None:
                 raise ConfigError(f"{where}: maxJobsPerSecond must be a number >= 0")

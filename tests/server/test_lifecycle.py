@@ -167,7 +167,7 @@ def test_the_acks_a_dequeue_carries_are_applied_and_counted_whatever_the_dequeue
 
 def test_bad_queue_config_at_start_is_a_one_line_error(tmp_path: Path) -> None:
     config = tmp_path / "queues.json"
-    config.write_text('{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": -1}}]}')
+    config.write_text('{"queues": [{"name": "q", "queueConfig": {"maxJobsPerSecond": true}}]}')
     props = tmp_path / "p.properties"
     props.write_text(f"QUEUE_CONFIG_FILE_PATH={config}\n")
     done = subprocess.run(
