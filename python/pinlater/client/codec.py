@@ -14,6 +14,7 @@ from thriftpy2 import protocol as _protocol
 from thriftpy2.thrift import TApplicationException, TMessageType
 from thriftpy2.transport import TCyMemoryBuffer
 
+from pinlater._pinlater import thrift_struct_end
 from pinlater.client.errors import PinLaterConnectionError, ServerError, error_from_thrift
 from pinlater.errors import ErrorCode
 from pinlater.idl import idl
@@ -67,6 +68,27 @@ def frame_length(header: bytes, address: str) -> int:
     return length
 
 
+def _walk(payload: bytes) -> None:
+    """Check the reply's struct (after its message header) is whole and bounded, as the server
+    checks a call's (``thrift_struct_end``, in Rust): thriftpy2's Cython decoder reads past a
+    truncated buffer into stale bytes (a dequeue reply cut short gave its last job a body of
+    garbage, which a worker would run) and allocates what a length claims (2^31 bytes: the
+    process killed). Raises ``MalformedThriftError`` (a ``ValueError``) or ``ValueError``."""
+    if len(payload) < 4:
+        raise ValueError("message shorter than its header")
+    (first,) = FRAME_HEADER.unpack_from(payload, 0)
+    if first < 0:  # strict: version and type, the name's length and the name, the seqid
+        if len(payload) < 8:
+            raise ValueError("message header truncated")
+        (size,) = FRAME_HEADER.unpack_from(payload, 4)
+        offset = 8 + size + 4
+    else:  # old style: the name's length and the name, the type, the seqid
+        offset = 4 + first + 1 + 4
+    if not 0 <= offset <= len(payload):
+        raise ValueError("message header truncated")
+    thrift_struct_end(payload, offset)
+
+
 def decode(method: str, seqid: int, payload: bytes, address: str) -> Any:
     """The result of a reply, or the typed error it carries.
 
@@ -75,6 +97,7 @@ def decode(method: str, seqid: int, payload: bytes, address: str) -> Any:
     """
     m = _method(method)
     try:
+        _walk(payload)  # (before the decoder, which trusts lengths: see _walk)
         proto = TCyBinaryProtocol(TCyMemoryBuffer(payload))
         name, mtype, rseqid = proto.read_message_begin()
         if mtype == TMessageType.EXCEPTION:
