@@ -211,3 +211,58 @@ def test_a_long_poll_returns_the_job_enqueued_meanwhile(pl: PinLaterClient, queu
     poller.join(20)
     assert not poller.is_alive(), "the long poll returned before its 25 s were up"
     assert [j.descriptor for j in got[0]] == [descriptor]
+
+
+def test_a_servers_error_answer_keeps_its_connection(address: str) -> None:
+    """A typed error is a whole answer: the connection is in step and goes back to the pool. Each
+    had closed it: a loop catching RateLimited opened some 2,200 connections a second."""
+    with PinLaterClient(address) as client:
+        seen = set()
+        for _ in range(20):
+            with pytest.raises(QueueNotFound):
+                client.count("no_such_queue_for_pools", JobState.PENDING)
+            (pool,) = client._pools.values()
+            assert pool.open == 1 and len(pool.idle) == 1
+            seen.add(id(pool.idle[0]))
+        assert len(seen) == 1, "one connection for every call"
+
+
+def test_a_client_used_before_a_fork_serves_parent_and_child_apart(address: str, queue: str) -> None:
+    """Pooled sockets and seqids were shared across a fork: replies went to whichever process
+    read first (failed calls, and each side given the other's descriptors). The child now opens
+    connections of its own."""
+    import os
+
+    with PinLaterClient(address) as client:
+        client.enqueue(queue, [b"warm"])  # (a pooled connection, then the fork)
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status only
+            code = 0
+            try:
+                for i in range(100):
+                    [d] = client.enqueue(queue, [b"child-%d" % i])
+                    if client.lookup([d], include_body=True)[d].body != b"child-%d" % i:
+                        code = 3
+            except BaseException:
+                code = 4
+            os._exit(code)
+        for i in range(100):
+            [d] = client.enqueue(queue, [b"parent-%d" % i])
+            assert client.lookup([d], include_body=True)[d].body == b"parent-%d" % i
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_checkpoint_body_that_is_not_utf8_is_refused_before_it_is_sent(
+    address: str, pl: PinLaterClient, queue: str
+) -> None:
+    """The contract's newBody is a string: the server stored U+FFFD in place of each byte that is
+    not UTF-8, and the caller was not told."""
+    from pinlater.client import Checkpoint
+
+    [d] = pl.enqueue(queue, [b"body"])
+    assert [job.descriptor for job in pl.dequeue(queue, 1)] == [d]
+    with pytest.raises(ValueError, match="new_body must be UTF-8"):
+        pl.checkpoint(queue, [Checkpoint(d, new_body=b"\xff\xfe binary")])
+    pl.checkpoint(queue, [Checkpoint(d, new_body="caf\u00e9".encode())])
+    assert pl.lookup([d], include_body=True)[d].body == "caf\u00e9".encode()

@@ -28,6 +28,7 @@ from pinlater.client.types import (
     ScanResult,
     ScheduleInfo,
 )
+from pinlater.errors import PinLaterError
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -180,7 +181,13 @@ class AsyncPinLaterClient:
                 broken = True
                 try:
                     payload = await conn.roundtrip(frame, self.timeout + call.wait)
-                    result = decode(call.method, seqid, payload, conn.name)
+                    try:
+                        result = decode(call.method, seqid, payload, conn.name)
+                    except PinLaterConnectionError:
+                        raise
+                    except PinLaterError:  # the server's answer, whole: the connection is in step
+                        broken = False
+                        raise
                     broken = False
                 except PinLaterConnectionError as exc:
                     if isinstance(exc.__cause__, TimeoutError):  # (it took the call, and no answer came in time)

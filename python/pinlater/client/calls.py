@@ -209,11 +209,22 @@ def ack(queue: str, succeeded: Iterable[AckLike] = (), failed: Iterable[AckLike]
     return Call("ackDequeuedJobs", (thrift_ack_request(queue, succeeded, failed),), False, _none)
 
 
+def _text_body(body: str | bytes | None) -> str | None:
+    """A checkpoint's new body as the contract's ``newBody`` (a string): bytes that are not UTF-8
+    are refused here, where the server stored U+FFFD in place of each bad byte, unsaid."""
+    if not isinstance(body, bytes):
+        return body
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"a checkpoint's new_body must be UTF-8 (the contract's newBody is a string): {exc}") from None
+
+
 def checkpoint(queue: str, checkpoints: Iterable[Checkpoint]) -> Call[None]:
     requests = [
         idl.PinLaterCheckpointJobRequest(
             jobDescriptor=c.descriptor,
-            newBody=c.new_body,
+            newBody=_text_body(c.new_body),
             moveToPending=c.move_to_pending,
             runAfterTimestampMillis=c.run_after_ms,
             numOfAttemptsAllowed=c.attempts_allowed,

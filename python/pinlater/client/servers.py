@@ -123,9 +123,11 @@ class ServerSet:
         ordered = [addresses[(start + i) % n] for i in range(n)]
         if not self._down:
             return ordered
+        with self._lock:  # (one reading: a mark_up on another thread between two made a KeyError)
+            until = {a: self._down.get(a, (0.0, 0))[0] for a in ordered}
         now = time.monotonic()
-        up = [a for a in ordered if self._down.get(a, (0.0, 0))[0] <= now]
-        down = sorted((a for a in ordered if self._down.get(a, (0.0, 0))[0] > now), key=lambda a: self._down[a][0])
+        up = [a for a in ordered if until[a] <= now]
+        down = sorted((a for a in ordered if until[a] > now), key=lambda a: until[a])
         return up + down
 
     def mark_down(self, address: Address) -> None:

@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from pinlater.client.types import (
     ScanResult,
     ScheduleInfo,
 )
+from pinlater.errors import PinLaterError
 from pinlater.idl import idl
 
 T = TypeVar("T")
@@ -167,6 +169,19 @@ class _Pool:
             self.idle.clear()
 
 
+#: Every client of this process, each told of a fork in the child (``_forked``).
+_CLIENTS: weakref.WeakSet[PinLaterClient] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_CLIENTS):
+        client._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class PinLaterClient:
     """Synchronous PinLater client; one instance is meant to be shared by threads.
 
@@ -200,6 +215,19 @@ class PinLaterClient:
         self._pools_version = -1
         self._lock = threading.Lock()
         self._seqid = itertools.count(1)
+        _CLIENTS.add(self)
+
+    def _forked(self) -> None:
+        """In a child process just forked: the pooled sockets are the parent's too (replies went to
+        whichever process read first, and each side got the other's descriptors), so the child
+        leaves them to it and opens its own; its locks and seqids start afresh."""
+        for pool in self._pools.values():
+            for conn in pool.idle:
+                conn.close()  # (the child's copy of the descriptor: the parent's stays open)
+        self._pools = {}
+        self._pools_version = -1
+        self._lock = threading.Lock()
+        self._seqid = itertools.count(int.from_bytes(os.urandom(3), "big") + 1)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -239,7 +267,13 @@ class PinLaterClient:
                 broken = True
                 try:
                     payload = conn.roundtrip(frame, call.wait)
-                    result = decode(call.method, seqid, payload, conn.name)
+                    try:
+                        result = decode(call.method, seqid, payload, conn.name)
+                    except PinLaterConnectionError:
+                        raise
+                    except PinLaterError:  # the server's answer, whole: the connection is in step
+                        broken = False
+                        raise
                     broken = False
                 except PinLaterConnectionError as exc:
                     if isinstance(exc.__cause__, TimeoutError):  # (it took the call, and no answer came in time)
