@@ -506,9 +506,9 @@ def test_the_malformed_request_filter_passes_the_servers_own_faults_whole() -> N
 
 def test_scan_pages_are_made_a_few_at_a_time_off_the_loop(admin_server: AdminServer) -> None:
     """A page of 1,000 jobs with 5,000-character statuses is 5 MB of JSON, and its jobs' dicts
-    more: made off the event loop now (where it held every client about 11 ms a page), SCAN_PAGES
-    at a time, so 24 asked at once are all answered whole and alike, the server's peak memory
-    grows by a few pages, not 24, and the Thrift port's calls go on meanwhile."""
+    more (about 11 ms of work): made SCAN_PAGES at a time on a worker thread, 24 asked at once are
+    all answered whole and alike, the server's peak memory grows by a few pages, not 24, and the
+    Thrift port's calls go on meanwhile."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pinlater.server.admin_api import SCAN_PAGES
