@@ -370,6 +370,7 @@ def parse_properties(text: str, source: str = "properties") -> SettingsLayer:
 
 
 _ESCAPED = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_JAVA_LINES = re.compile(r"\r\n|\r|\n")
 _KEY_END = re.compile(r"(?:\\.|[^=:\s\\])*", re.DOTALL)
 
 
@@ -382,7 +383,7 @@ def java_properties(text: str, source: str = "properties") -> Iterator[tuple[int
     ``\\t``, ``\\n``, ``\\r``,
     ``\\f`` and ``\\uXXXX`` are unescaped, and a backslash before any other character stands
     for that character."""
-    lines = text.splitlines()
+    lines = _JAVA_LINES.split(text)  # (Java's line ends only: splitlines also split at \f, \v, U+2028...)
     i = 0
     while i < len(lines):
         lineno, logical = i + 1, lines[i].lstrip(" \t\f")

@@ -416,6 +416,9 @@ def test_a_properties_file_is_read_as_the_original_read_it(caplog: pytest.LogCap
     assert [r.getMessage() for r in caplog.records] == [
         "p:8: NUM_PRIORITY_LEVELS is set again (first at line 7): the first value is used, as the original did"
     ]
+    from pinlater.config import java_properties
+
+    assert list(java_properties("A=x\fy\u2028z\r\nB=1\rC=2")) == [(1, "A", "x\fy\u2028z"), (2, "B", "1"), (3, "C", "2")]
     for bad in ("THRIFT_PORT=٩٠١٠", "THRIFT_PORT=90_10", "THRIFT_PORT=0x", "X=\\u00g1"):
         with pytest.raises(ConfigError, match=r"p:1: (THRIFT_PORT=|malformed)"):
             parse_properties(bad, source="p")

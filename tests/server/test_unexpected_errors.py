@@ -81,6 +81,9 @@ def test_failures_are_counted_and_timed_under_the_original_names_too() -> None:
     assert "count=3" in line and "p95=" in line and "p9999=" in line and "sum=" in line, line
     assert "  enqueue_jobs_msec: (count=3" in text and "  PinLater.enqueueJobs.errors.QUEUE_NOT_FOUND: 2" in text
     assert "PinLaterService.getQueueNames_msec" in refusing.metrics.snapshot()["metrics"]
+    refusing.metrics.timings["broker_dequeue"].add(1.0)  # (ours alone: no name of the original's)
+    assert "  broker_dequeue_msec: (" in refusing.metrics.render_text()
+    assert "PinLaterService.brokerDequeue" not in refusing.metrics.render_text()
     registry = CollectorRegistry()
     registry.register(PrometheusCollector(refusing.metrics))
     scraped = generate_latest(registry).decode()

@@ -91,6 +91,23 @@ _ORIGINAL_ERROR = re.compile(r"PinLater\.(\w+)\.errors\.(\w+)", re.ASCII)
 #: What the original's Ostrich named a method's timing: ``PinLaterService.enqueueJobs`` (shown
 #: with ``_msec``); ours is the handler's name (``enqueue_jobs_msec``). Both are shown.
 ORIGINAL_TIMING_PREFIX = "PinLaterService."
+#: The original's methods, the only ones it timed (ours add extensions and timings of their own).
+ORIGINAL_METHODS = frozenset(
+    {
+        "createQueue",
+        "deleteQueue",
+        "enqueueJobs",
+        "dequeueJobs",
+        "ackDequeuedJobs",
+        "checkpointJobs",
+        "lookupJobs",
+        "getJobCount",
+        "getQueueNames",
+        "scanJobs",
+        "retryFailedJobs",
+        "deleteJobs",
+    }
+)
 
 
 @dataclass
@@ -276,7 +293,11 @@ class Metrics:
     def _timing_summaries(self) -> list[tuple[str, dict[str, float]]]:
         """Each timing's summary by its name, and again by the original's (``ORIGINAL_TIMING_PREFIX``)."""
         summaries = [(name, timing.summary()) for name, timing in self.timings.items()]
-        originals = [(ORIGINAL_TIMING_PREFIX + thrift_name(name), summary) for name, summary in summaries]
+        originals = [
+            (ORIGINAL_TIMING_PREFIX + thrift_name(name), summary)
+            for name, summary in summaries
+            if thrift_name(name) in ORIGINAL_METHODS
+        ]
         return sorted(summaries + originals)
 
     def snapshot(self) -> dict[str, Any]:
