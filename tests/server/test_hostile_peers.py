@@ -727,12 +727,12 @@ def test_a_callers_texts_are_cut_in_log_lines_and_wrong_passwords_throttled(
     assert len(log_lines(server, "wrong password")) == 1, "one line for the 20 guesses within 5 s"
 
 
-def test_password_guesses_over_thrift_are_bounded_and_shared_with_the_admin_port(
+def test_password_guesses_over_thrift_are_bounded_apart_from_the_admin_ports(
     start_server: Start, thrift_gen: tuple[ModuleType, ModuleType]
 ) -> None:
     """deleteQueue checked any number of passwords (43,600 a second on one connection) while the
-    admin port refused an address past 10 wrong ones a minute: both now count an address's wrong
-    passwords together, and past the allowance refuse it, the right password too, unchecked."""
+    admin port refused an address past 10 wrong ones a minute: it now counts them too, in a
+    tally of its own, and past the allowance refuses the address, the right password unchecked."""
     import json
 
     from pinlater.server.guesses import WRONG_PASSWORDS_ALLOWED
@@ -758,10 +758,8 @@ def test_password_guesses_over_thrift_are_bounded_and_shared_with_the_admin_port
         data=json.dumps({"queue": "kept", "password": ADMIN_PASSWORD}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with pytest.raises(urllib.error.HTTPError) as admin:
-        urllib.request.urlopen(request, timeout=10)
-    with admin.value:
-        assert admin.value.code == 429, "the admin port counts the Thrift port's guesses of the address"
+    with urllib.request.urlopen(request, timeout=10) as admin:  # (a tally of its own: operators not locked out)
+        assert admin.status == 200
 
 
 def test_a_peer_gone_mid_reply_costs_one_line_naming_it(

@@ -80,7 +80,9 @@ class PinLaterServer:
         self._health_task: asyncio.Task[None] | None = None
         self._watchers: list[FileWatcher[Any]] = []
         self._queue_config_warnings: tuple[str, ...] = ()
-        #: Wrong admin passwords by address, over the admin port and deleteQueue (``guesses.py``).
+        #: Wrong admin passwords by address on the admin port (``guesses.py``; the Thrift port's
+        #: deleteQueue keeps its own tally, so a local client with a stale password does not lock
+        #: the operators on loopback out of the admin port).
         self.password_guesses = Guesses()
         #: When this server was made (seconds since the epoch: the admin port's ``server_info``).
         self.started_at = time.time()
@@ -147,7 +149,6 @@ class PinLaterServer:
             s.max_scan_limit,
             max_reply_bytes=s.max_frame_bytes,
             max_queues=s.max_queues,
-            password_guesses=self.password_guesses,
         )
         idle_minutes = s.server_conn_max_idle_time_minutes
         self._thrift = FramedServer(

@@ -1,11 +1,12 @@
-"""Wrong admin passwords, counted by address and shared by both ports.
+"""Wrong admin passwords, counted by address, on each port.
 
 The admin password guards the admin port's actions and the Thrift port's ``deleteQueue``; its
 hash is one SHA-256 of a public salt (the original's scheme), so an address is allowed
-``WRONG_PASSWORDS_ALLOWED`` wrong ones in ``GUESS_WINDOW_SECONDS`` (from its first), over both
-ports together, and is then refused without its password being looked at until that window
-ends. Over Thrift alone a peer had tried 43,600 passwords a second on one connection (the
-admin-port audit's probe), while the admin port answered 429 from the 11th.
+``WRONG_PASSWORDS_ALLOWED`` wrong ones in ``GUESS_WINDOW_SECONDS`` (from its first) on each port
+(a tally each: a local Thrift client with a stale password must not lock the operators on
+loopback out of the admin port), and is then refused without its password being looked at
+until that window ends. Over Thrift a peer had tried 43,600 passwords a second on one
+connection, while the admin port answered 429 from the 11th.
 
 With ``SERVER_PROCESSES`` > 1 each process counts its own Thrift connections' guesses (the admin
 port is process 0's).
