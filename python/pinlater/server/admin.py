@@ -102,6 +102,7 @@ class AdminApp(JobControlApi):
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
         self._guesses = server.password_guesses
+        self._config_edits = asyncio.Lock()
         self._slots = {}
         self._queue_list: SharedAnswer[tuple[bytes, int, float]] = SharedAnswer()
         self._rates: SharedAnswer[bytes] = SharedAnswer()

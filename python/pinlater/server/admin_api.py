@@ -101,9 +101,11 @@ class AdminApi:
     _slots: dict[str, asyncio.Semaphore]
     #: The port's connections (``admin_conns.py``; ``AdminApp`` makes them).
     connections: AdminConnections
-    #: Wrong admin passwords by address (``_refuse_guesser``): the server's, shared with the
-    #: Thrift port's deleteQueue (``guesses.py``).
+    #: Wrong admin passwords by address (``_refuse_guesser``; ``guesses.py``).
     _guesses: Guesses
+    #: Held from an edit of the queue config's write to its taking (``api_rate``, ``api_rules``):
+    #: two edits parsed at once were taken in either order, the older one left in force.
+    _config_edits: asyncio.Lock
     #: The wrong-password line, one per 5 s at most with a count of the others (a peer guessing
     #: wrote one a guess), as the Thrift port's deleteQueue has it.
     _wrong_password = ThrottledLog(log)
@@ -420,6 +422,12 @@ class AdminApi:
         body = await self._authorized(request, "rate")
         queue = await self._existing_queue(body.get("queue"))
         action = body.get("action", "set")
+        async with self._config_edits:  # (each edit applied in the order of its write)
+            return await self._rate_edit(request, path, queue, action, body)
+
+    async def _rate_edit(
+        self, request: web.Request, path: Any, queue: str, action: Any, body: dict[str, Any]
+    ) -> web.Response:
         loop = asyncio.get_running_loop()
         if action == "set":
             rate = body.get("rate")
@@ -460,12 +468,13 @@ class AdminApi:
         if not rules:
             raise ApiError(400, f"give at least one of {', '.join(names)}")
         loop = asyncio.get_running_loop()
-        try:
-            text = await loop.run_in_executor(None, config_files.set_queue_rules, path, queue, rules)
-        except ConfigError as exc:
-            raise ApiError(400, str(exc)) from None
-        # now, not at the watcher's next look
-        self.server.apply_queue_config(await loop.run_in_executor(None, parse_queue_file, text))
+        async with self._config_edits:  # (each edit applied in the order of its write)
+            try:
+                text = await loop.run_in_executor(None, config_files.set_queue_rules, path, queue, rules)
+            except ConfigError as exc:
+                raise ApiError(400, str(exc)) from None
+            # now, not at the watcher's next look
+            self.server.apply_queue_config(await loop.run_in_executor(None, parse_queue_file, text))
         now = self._rules(queue)
         _audit(request, logging.WARNING, "rules", queue, f"rules now {now}")
         return _json({"queue": queue, "rules": now, "config_path": str(path)})
