@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 Signature = tuple[int, int, int] | None
 T = TypeVar("T")
 
+#: Reads of a file that changed while it was prepared, at most, in one look (``look_now``).
+LOOKS = 3
+
 
 def _signature(path: Path) -> Signature:
     try:
@@ -68,10 +71,13 @@ class FileWatcher(Generic[T]):
         what: str,
         interval: float = 0.5,
         prepare: Callable[[str], T] | None = None,
+        discard: Callable[[T], None] | None = None,
     ) -> None:
         self.path = path
         self.apply = apply
         self.prepare = prepare if prepare is not None else cast(Callable[[str], T], _as_is)
+        #: Called with what was prepared and will not be applied (``look_now``).
+        self.discard = discard
         self.what = what
         self.interval = interval
         self._seen: Signature = None
@@ -140,13 +146,37 @@ class FileWatcher(Generic[T]):
         self._task = asyncio.create_task(self._run(), name=f"watch:{self.path}")
 
     async def look_now(self) -> bool:
-        """One look as the watch makes it: read and prepared on a thread, applied here, unless
-        the file changed meanwhile (an admin edit applied at once must not be undone by the
-        text read before it: the next look takes the file as it is now)."""
-        look = await asyncio.to_thread(self._look, False)
-        if look.changed and look.refused is None and _signature(self.path) != look.signature:
-            return False
+        """One look as the watch makes it: read and prepared on a thread, applied here. A file
+        that changed while it was prepared is read and prepared again (an admin edit applied at
+        once must not be undone by the text read before it), at most ``LOOKS`` times; the last
+        is applied all the same (a file rewritten faster than it is prepared was never taken).
+        What is prepared and not applied is handed to ``discard`` (a reload's new stores are
+        closed), on a cancel too, once its thread is done."""
+        loop = asyncio.get_running_loop()
+        for attempt in range(LOOKS):
+            done = loop.run_in_executor(None, self._look, False)
+            try:
+                look = await asyncio.shield(done)
+            except asyncio.CancelledError:
+                done.add_done_callback(self._dispose_late)
+                raise
+            if attempt + 1 == LOOKS or not look.changed or look.refused is not None:
+                break
+            if _signature(self.path) == look.signature:
+                break
+            self._dispose(look)
         return self._settle(look, False)
+
+    def _dispose(self, look: _Look[T]) -> None:
+        if self.discard is not None and look.changed and look.refused is None and look.failed is None:
+            try:
+                self.discard(cast(T, look.prepared))
+            except Exception:
+                log.exception("%s %s: dropping what was prepared of it failed", self.what, self.path)
+
+    def _dispose_late(self, done: asyncio.Future[_Look[T]]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            self._dispose(done.result())
 
     async def _run(self) -> None:
         while True:

@@ -342,11 +342,14 @@ def test_a_server_set_counts_a_server_once_and_refuses_a_bad_port() -> None:
         parse_server_set("h 3:1\n")
 
 
-def test_a_watch_prepares_off_the_loop_and_drops_a_look_the_file_outdated(tmp_path: Path) -> None:
+def test_a_watch_prepares_off_the_loop_and_prepares_again_a_file_changed_meanwhile(tmp_path: Path) -> None:
     """The watch reads and prepares a changed file on a thread (a large queue config was parsed
     for seconds, a reload's new shard connected, on the event loop); what it prepared is applied on
     the loop, unless the file changed meanwhile (an admin edit applied at once would be undone
-    by the text read before it): then the next look takes the file as it is."""
+    by the text read before it): then it is read and prepared again, and what was prepared of
+    the older text is discarded (a reload's new stores closed: they were left open). A file
+    rewritten at every look is applied at the last of them all the same; a look cancelled while
+    it prepares discards what it prepared once that is done."""
     import asyncio
     import os
     import threading
@@ -357,13 +360,18 @@ def test_a_watch_prepares_off_the_loop_and_drops_a_look_the_file_outdated(tmp_pa
     path.write_text("v1")
     release, preparing = threading.Event(), threading.Event()
     applied: list[str] = []
+    discarded: list[str] = []
+    edits: list[str] = []
 
     def prepare(text: str) -> str:
         preparing.set()
         assert release.wait(10)
+        if edits:  # a writer that edits the file while it is prepared
+            (tmp_path / "edit").write_text(edits.pop(0))
+            os.replace(tmp_path / "edit", path)
         return text.upper()
 
-    watcher = watch.FileWatcher(path, applied.append, "queue config", prepare=prepare)
+    watcher = watch.FileWatcher(path, applied.append, "queue config", prepare=prepare, discard=discarded.append)
 
     async def main() -> None:
         look = asyncio.create_task(watcher.look_now())
@@ -375,17 +383,30 @@ def test_a_watch_prepares_off_the_loop_and_drops_a_look_the_file_outdated(tmp_pa
         release.set()
         assert await look and applied == ["V1"]
 
+        path.write_text("v2")
+        edits.append("v3")  # an edit while v2 is prepared
+        assert await watcher.look_now() and applied == ["V1", "V3"] and discarded == ["V2"]
+
+        path.write_text("v4")
+        edits.extend(["v5", "v6", "v7"])  # rewritten at every look
+        assert await watcher.look_now() and applied == ["V1", "V3", "V6"] and discarded == ["V2", "V4", "V5"]
+        assert await watcher.look_now() and applied[-1] == "V7"
+
         release.clear()
         preparing.clear()
-        path.write_text("v2")
+        path.write_text("v8")
         look = asyncio.create_task(watcher.look_now())
         while not preparing.is_set():
             await asyncio.sleep(0.005)
-        (tmp_path / "edit").write_text("v3")
-        os.replace(tmp_path / "edit", path)  # an edit while v2 is prepared
+        look.cancel()
         release.set()
-        assert not await look and applied == ["V1"], "v2, outdated by v3, is not applied"
-        assert await watcher.look_now() and applied == ["V1", "V3"]
+        with pytest.raises(asyncio.CancelledError):
+            await look
+        for _ in range(200):
+            if discarded[-1] == "V8":
+                break
+            await asyncio.sleep(0.01)
+        assert discarded[-1] == "V8" and applied[-1] == "V7"
 
     asyncio.run(main())
 

@@ -36,6 +36,12 @@ class ReloadPlan:
     #: The kept shards' new configs (their ``dequeue_only`` among them), set by ``settle``.
     kept: list[tuple[Shard, ShardConfig]] = field(default_factory=list)
 
+    def abandon(self) -> None:
+        """Close the stores this plan opened (added or reopened shards): a plan not applied."""
+        for shard in self.shards:
+            if shard.name in self.added or shard.name in self.reopened:
+                shard.store.close()
+
     def settle(self) -> None:
         """Give the kept shards their new configs: on the loop, when the map is swapped in (the
         plan may be made on a thread, while the old map still serves)."""

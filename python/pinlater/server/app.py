@@ -179,7 +179,11 @@ class PinLaterServer:
         config_path = driver.config_path(s)
         if config_path is not None:
             watcher = FileWatcher(
-                config_path, self._apply_backend_reload, "backend config", prepare=self._plan_backend_reload
+                config_path,
+                self._apply_backend_reload,
+                "backend config",
+                prepare=self._plan_backend_reload,
+                discard=lambda plan: plan.abandon() if plan is not None else None,
             )
             watcher.load_now()  # records the file as seen; the map it describes is already open
             watcher.start()
