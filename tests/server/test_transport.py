@@ -530,6 +530,20 @@ def test_a_frame_of_the_host_holding_most_of_the_budget_walks_no_connection() ->
                 server._hold(conn, 0)
             server._hold(other, 0)
             assert server._frame_bytes_by_host == {} and server._pending_frame_bytes == 0
+
+            # frames being served (a long poll's) are given back only when handled: a host holding
+            # the budget so is no one to evict, and another's frame past it walks nothing
+            for conn in flood:
+                server._count_queued(conn, 30)
+                server._serving(conn, 30)
+            server._hold(other, 10)
+            walked = _Unwalkable.walked
+            assert not server.evict_frames(other) and _Unwalkable.walked == walked
+            for conn in flood:
+                server._serving(conn, -30)
+                server._count_queued(conn, -30)
+            server._hold(other, 0)
+            assert server._serving_by_host == {} and server._frame_bytes_by_host == {}
         finally:
             server._connections = set()
             await server.stop(1)
@@ -548,6 +562,7 @@ def test_the_frame_bytes_by_host_add_up_as_frames_come_and_are_served(srv: Serve
             sock.sendall(b"".join(frame(encode_call("getQueueNames", seqid)) for seqid in range(1, 21)))
             assert [read_reply(sock)[2] for _ in range(20)] == list(range(1, 21))
         assert srv.server._frame_bytes_by_host == {"127.0.0.1": 18}, "the served frames were given back"
+        assert srv.server._serving_by_host == {}
     finally:
         for sock in socks:
             sock.close()

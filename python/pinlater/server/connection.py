@@ -248,6 +248,7 @@ class Connection(asyncio.Protocol):
             while self._queue and not self._lost:
                 payload = self._queue.popleft()
                 self.serving = len(payload)
+                server._serving(self, len(payload))
                 if self._reading_paused:
                     self._maybe_resume_reading()
                 try:
@@ -291,6 +292,7 @@ class Connection(asyncio.Protocol):
                     # Handled (or cancelled, even while waiting for a slot): the payload is
                     # garbage now, and its bytes go back to the budget.
                     server._count_queued(self, -len(payload))
+                    server._serving(self, -self.serving)
                     self.serving = 0
                     if self._reading_paused:
                         self._maybe_resume_reading()

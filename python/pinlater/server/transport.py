@@ -309,6 +309,9 @@ class FramedServer:
         #: whether another host holds more than an over-budget frame's own is known without a
         #: walk of every connection at each such frame (``evict_frames``).
         self._frame_bytes_by_host: dict[str, int] = {}
+        #: Of those, the bytes of frames being served (given back only when handled, so no
+        #: eviction frees them: a long poll's), by host (``_serving``).
+        self._serving_by_host: dict[str, int] = {}
         #: Bytes in unfinished frames plus whole frames queued or being served (``conn.queued``).
         self._pending_frame_bytes = 0
         #: Reply bytes that peers had not taken when their writing paused (``Connection.unread``).
@@ -550,14 +553,18 @@ class FramedServer:
         past their budget: one host's long polls, padded and pipelined on enough connections
         (each holds its frames until it is answered, up to 30 s), had held the budget, and every
         other client's frame that spans reads closed its connection."""
-        by_host = self._frame_bytes_by_host
-        mine = by_host.get(over.host, 0)
-        if 2 * mine >= self._pending_frame_bytes:  # no other host holds more: nothing to walk
+        # What closing a host's connections would give back: its frames, less those being served.
+        serving = self._serving_by_host
+        freeable = {host: held - serving.get(host, 0) for host, held in self._frame_bytes_by_host.items()}
+        mine = freeable.get(over.host, 0)
+        if 2 * mine >= sum(freeable.values()):  # no other host holds more: nothing to walk
             return False
         # (its host holds under half: another may hold more, found among the hosts, not the
         # connections; a host flooding the budget from thousands of connections had made every
-        # frame of its own past it walk all of them, seconds of the loop a thousand frames)
-        top, most = max(by_host.items(), key=operator.itemgetter(1))
+        # frame of its own past it walk all of them, seconds of the loop a thousand frames; and
+        # one holding it in frames being served, which no eviction frees, made every frame past
+        # it of another host's walk them for nothing)
+        top, most = max(freeable.items(), key=operator.itemgetter(1))
         if top == over.host or most <= mine:
             return False
         evicted = _evict(over, self._connections, _freeable_frames, lambda: self._pending_frame_bytes, top)
@@ -577,6 +584,17 @@ class FramedServer:
         """Whole frames of ``delta`` bytes were queued on ``conn`` (or, below zero, handled)."""
         self._frame_bytes(conn, delta)
         conn.queued += delta
+
+    def _serving(self, conn: Connection, delta: int) -> None:
+        """``conn`` began (``delta`` > 0) or ended serving a frame of ``abs(delta)`` bytes."""
+        if not delta:
+            return
+        serving = self._serving_by_host
+        left = serving.get(conn.host, 0) + delta
+        if left:
+            serving[conn.host] = left
+        else:
+            del serving[conn.host]
 
     def _frame_bytes(self, conn: Connection, delta: int) -> None:
         """``conn`` holds ``delta`` more bytes in frames (fewer, below zero): the total and its host's."""
