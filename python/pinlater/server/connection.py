@@ -501,6 +501,9 @@ class Connection(asyncio.Protocol):
         self._server._count_queued(self, len(marker))
         if self.worker is None:
             self.worker = self._loop.create_task(self._serve())
+        if len(self._queue) >= PIPELINE_DEPTH and not self._reading_paused:  # (as for whole frames)
+            self._reading_paused = True
+            self._transport_or_fail().pause_reading()
         return data[take:]
 
     def _answer_oversized(self, head: Oversized) -> bytes | None:
