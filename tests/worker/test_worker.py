@@ -503,3 +503,20 @@ def test_a_registration_of_no_concurrency_or_batch_is_refused(address: str) -> N
         worker.register("q", lambda ctx: None, concurrency=0)
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
         worker.register("q", lambda ctx: None, batch_size=0)
+
+
+def test_the_pool_holds_a_long_poll_for_every_queue(address: str, pl: PinLaterClient) -> None:
+    """Each queue's idle loop holds a connection in a long poll: with more queues than the
+    pool's 8 connections, polls waited for one another (an idle worker of 150 queues took 15 s
+    to pick up a job). The pool takes one a queue, and two more."""
+    queues = [f"pooled_{i}" for i in range(12)]
+    for queue in queues:
+        pl.create_queue(queue)
+    worker = Worker(address)
+    done = threading.Event()
+    for queue in queues:
+        worker.register(queue, lambda ctx: done.set())
+    with running(worker):
+        wait_for(lambda: worker.client.max_connections == len(queues) + 2, 30, what="the pool sized")
+        pl.enqueue(queues[-1], [b"last"])
+        assert done.wait(10), "the last queue's job picked up"

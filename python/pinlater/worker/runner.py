@@ -336,6 +336,10 @@ class Worker:
         if self._served:  # (its client is closed, and its stop state stays: it hung, deaf to signals)
             raise RuntimeError("this Worker has served already: make a new one to serve again")
         self._served = True
+        # A long poll per queue holds a connection for up to ``long_poll`` seconds: with more
+        # queues than the pool's 8 connections, polls queued for one (an idle worker of 150
+        # queues took 15 s to pick up a job). One a queue, and two for acks and renewals.
+        self.client.max_connections = max(self.client.max_connections, len(self.registrations) + 2)
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self.changed = asyncio.Event()
