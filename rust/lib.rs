@@ -160,6 +160,7 @@ mod _pinlater {
         m.add("DETACH_BYTES", crate::py::wire::struct_end::DETACH_BYTES)?;
         m.add("DETACH_JOBS", crate::py::queue::jobs::DETACH_JOBS)?;
         m.add("MAX_TIMESTAMP_MS", crate::wire::hot_calls::MAX_TIMESTAMP_MS)?;
+        m.add("MAX_ENQUEUE_JOBS", crate::wire::hot_calls::MAX_ENQUEUE_JOBS)?;
         m.add("BodyFilterTimeout", py.get_type::<BodyFilterTimeout>())?;
         m.add("BodyPatternError", py.get_type::<BodyPatternError>())?;
         m.add("DescriptorError", py.get_type::<DescriptorError>())?;

@@ -13,6 +13,7 @@ from typing import Any, Final, NoReturn, Protocol, TypeVar, final
 __all__ = [
     "DETACH_BYTES",
     "DETACH_JOBS",
+    "MAX_ENQUEUE_JOBS",
     "MAX_TIMESTAMP_MS",
     "THRIFT_IDL",
     "AckCall",
@@ -100,6 +101,9 @@ sends such a call to a worker thread (``pinlater.eventloop.off_loop``), and the 
 other connections meanwhile."""
 
 MAX_TIMESTAMP_MS: Final[int]
+#: Most jobs one ``enqueueJobs`` takes: a call declaring more is walked, not decoded (its
+#: ``len`` is what it declared, its jobs none), for the handler to refuse.
+MAX_ENQUEUE_JOBS: Final[int]
 """The latest run-after or expiry a job keeps, in ms since the epoch (the last millisecond of the
 year 9999): a later one, in an enqueue, a checkpoint or a retry of failed jobs, is cut to it."""
 

@@ -211,8 +211,16 @@ pub struct AckInfo {
 pub struct EnqueueCall {
     pub context: Context,
     pub queue: Option<String>,
+    /// Its jobs, or none if it declared more than [`MAX_ENQUEUE_JOBS`] (the handler refuses it).
     pub jobs: Vec<Job>,
+    /// How many jobs its list declared (`jobs.len()` unless past [`MAX_ENQUEUE_JOBS`]).
+    pub declared: usize,
 }
+
+/// Most jobs one `enqueueJobs` takes (the handler's `MAX_ENQUEUE`): a call declaring more is
+/// walked, not decoded, its jobs left out, so that refusing it holds no job in memory (a 16 MiB
+/// frame of two million empty jobs held about 290 MB while it was decoded to be refused).
+pub const MAX_ENQUEUE_JOBS: usize = 100_000;
 
 /// A `PinLaterJobAckRequest`: the argument of `ackDequeuedJobs`, or piggy-backed on a dequeue.
 /// An absent list is empty.
@@ -335,6 +343,7 @@ pub fn decode(method: &str, payload: &[u8], offset: usize) -> Result<HotCall, De
                 context,
                 queue: request.queue,
                 jobs,
+                declared: request.declared,
             })
         }
         "dequeueJobs" => {
@@ -433,17 +442,24 @@ fn context(r: &mut Reader<'_>) -> Result<Context, DecodeError> {
 struct EnqueueRequest {
     queue: Option<String>,
     jobs: Option<Vec<Job>>,
+    declared: usize,
 }
 
 fn enqueue_request(r: &mut Reader<'_>) -> Result<EnqueueRequest, DecodeError> {
     let mut req = EnqueueRequest {
         queue: None,
         jobs: None,
+        declared: 0,
     };
     r.fields(|r, ttype, id| {
         match (id, ttype) {
             (1, T_STRING) => req.queue = Some(r.string()?),
-            (2, T_LIST) => req.jobs = Some(r.list(T_STRUCT, job, |j| j.body.is_some())?),
+            (2, T_LIST) => {
+                let (jobs, declared) =
+                    r.list_capped(T_STRUCT, job, |j| j.body.is_some(), MAX_ENQUEUE_JOBS)?;
+                req.jobs = Some(jobs);
+                req.declared = declared;
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -605,6 +621,31 @@ impl Reader<'_> {
     /// call will be refused for it (or for an error found earlier in the checks' order), so later
     /// items are read, for their errors, but not kept. A frame of a million empty structs thus
     /// costs no memory, and the first incomplete item keeps its index.
+    /// [`Self::list`], but a list of `etype` declaring more than `cap` elements is walked, not
+    /// decoded: no element is returned, and how many it declared is (else the elements' count).
+    fn list_capped<T>(
+        &mut self,
+        etype: u8,
+        item: impl FnMut(&mut Self) -> Result<T, DecodeError>,
+        complete: fn(&T) -> bool,
+        cap: usize,
+    ) -> Result<(Vec<T>, usize), DecodeError> {
+        let at = self.pos;
+        let [found, n0, n1, n2, n3] = self.take()?;
+        let n = usize::try_from(i32::from_be_bytes([n0, n1, n2, n3]))
+            .map_err(|_| WalkError::NegativeContainerSize)?;
+        if found == etype && n > cap {
+            for _ in 0..n {
+                self.skip(found)?;
+            }
+            return Ok((Vec::new(), n));
+        }
+        self.pos = at;
+        let out = self.list(etype, item, complete)?;
+        let len = out.len();
+        Ok((out, len))
+    }
+
     fn list<T>(
         &mut self,
         etype: u8,

@@ -842,3 +842,23 @@ def test_replies_read_back_with_thriftpy2() -> None:
     assert proto.read_message_begin() == ("enqueueJobs", TMessageType.REPLY, 4)
     result = proto.read_struct(idl.PinLater.enqueueJobs_result())
     assert result.success.jobDescriptors == ["q:s1:p2:10", "q:s1:p1:11"]
+
+
+def test_an_enqueue_past_the_jobs_it_takes_is_walked_not_decoded() -> None:
+    """A call declaring more than MAX_ENQUEUE_JOBS jobs keeps none of them (two million empty
+    jobs held about 290 MB while decoded, to be refused): its length is what it declared, for the
+    handler to refuse; a malformed one is still refused as malformed."""
+    from pinlater._pinlater import MAX_ENQUEUE_JOBS
+
+    for n in (MAX_ENQUEUE_JOBS, MAX_ENQUEUE_JOBS + 1):
+        args = idl.PinLater.enqueueJobs_args(
+            context=idl.RequestContext(source="s"),
+            request=idl.PinLaterEnqueueRequest(queueName="q", jobs=[idl.PinLaterJob(body=b"")] * n),
+        )
+        call = decode_hot_call("enqueueJobs", *call_message("enqueueJobs", args))
+        assert isinstance(call, EnqueueCall) and len(call) == n
+        if n > MAX_ENQUEUE_JOBS:
+            assert call.batch(3, 0).to_list() == [], "none kept"
+    payload, offset = call_message("enqueueJobs", args)
+    with pytest.raises(MalformedThriftError):
+        decode_hot_call("enqueueJobs", payload[:-3], offset)  # (cut short: the walk still checks it)

@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar
 from pinlater import schedules
 from pinlater._pinlater import (
     DETACH_JOBS,
+    MAX_ENQUEUE_JOBS,
     MAX_TIMESTAMP_MS,
     AckCall,
     AckGroup,
@@ -124,7 +125,7 @@ MAX_LOOKUP = 100_000
 #: 16 MiB frame holds two million empty jobs, which held 724 MB and the event loop up to a
 #: second while their batch and reply were made, and whose reply (40 MB) no client with a 16 MiB
 #: frame limit could read, after the jobs were stored (a retry duplicated them).
-MAX_ENQUEUE = 100_000
+MAX_ENQUEUE = MAX_ENQUEUE_JOBS  # (one past it is refused unread: the Rust decoder's)
 MAX_ACKS = 100_000
 #: A descriptor's bytes in an enqueue's reply besides its queue name and shard name: its length
 #: prefix, ``:s``, ``:p``, a priority and an id of up to 20 digits, and slack.

@@ -49,8 +49,9 @@ impl EnqueueCall {
         self.call.queue.as_deref()
     }
 
+    /// How many jobs the call declared (past `MAX_ENQUEUE_JOBS`, none of them was decoded).
     fn __len__(&self) -> usize {
-        self.call.jobs.len()
+        self.call.declared
     }
 
     /// Whether any job asks for a pinlater extension (`keyed` builds a batch only then).
