@@ -49,6 +49,7 @@ from pinlater.server.admin_api import POST_BYTES, ApiError
 from pinlater.server.admin_api import STATES as STATES
 from pinlater.server.admin_conns import MAX_ADMIN_CONNECTIONS, AdminConnections, GuardedSite
 from pinlater.server.admin_jobcontrol import JobControlApi
+from pinlater.server.guesses import Guesses
 from pinlater.server.metrics import (
     Metrics,
     RateHistory,
@@ -101,7 +102,7 @@ class AdminApp(JobControlApi):
         self.registry = prometheus_registry(server.metrics, self._extra_families)
         self._sampler: asyncio.Task[None] | None = None
         self.redrives = Redrives()
-        self._guesses = server.password_guesses
+        self._guesses = Guesses()  # (the admin port's tally: deleteQueue keeps its own, guesses.py)
         self._config_edits = asyncio.Lock()
         self._slots = {}
         self._queue_list: SharedAnswer[tuple[bytes, int, float]] = SharedAnswer()

@@ -41,7 +41,6 @@ from pinlater.ratelimit import QueueRateLimits
 from pinlater.schedules import ScheduleRunner
 from pinlater.server.admin import start_admin
 from pinlater.server.dispatch import Dispatcher
-from pinlater.server.guesses import Guesses
 from pinlater.server.handler import PinLaterHandler
 from pinlater.server.metrics import Metrics
 from pinlater.server.queue_counts import QueueCounts
@@ -80,10 +79,6 @@ class PinLaterServer:
         self._health_task: asyncio.Task[None] | None = None
         self._watchers: list[FileWatcher[Any]] = []
         self._queue_config_warnings: tuple[str, ...] = ()
-        #: Wrong admin passwords by address on the admin port (``guesses.py``; the Thrift port's
-        #: deleteQueue keeps its own tally, so a local client with a stale password does not lock
-        #: the operators on loopback out of the admin port).
-        self.password_guesses = Guesses()
         #: When this server was made (seconds since the epoch: the admin port's ``server_info``).
         self.started_at = time.time()
         #: Stops the whole server gracefully, as SIGTERM does, when ``pinlater serve`` runs it (the

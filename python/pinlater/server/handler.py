@@ -332,11 +332,10 @@ class PinLaterHandler:
         max_scan_limit: int = DEFAULT_MAX_SCAN_LIMIT,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
         max_queues: int = DEFAULT_MAX_QUEUES,
-        password_guesses: Guesses | None = None,
     ) -> None:
         self.backend = backend
-        #: Wrong admin passwords by address, shared with the admin port (``guesses.py``).
-        self.password_guesses = password_guesses if password_guesses is not None else Guesses()
+        #: deleteQueue's wrong admin passwords by address, a tally of its own (``guesses.py``).
+        self.password_guesses = Guesses()
         #: createQueue of a new queue is refused while the shards hold this many (``MAX_QUEUES``).
         self.max_queues = max_queues
         #: deleteQueue's wrong-password line, one per 5 s at most with a count of the others: a

@@ -587,24 +587,12 @@ class FramedServer:
 
     def _serving(self, conn: Connection, delta: int) -> None:
         """``conn`` began (``delta`` > 0) or ended serving a frame of ``abs(delta)`` bytes."""
-        if not delta:
-            return
-        serving = self._serving_by_host
-        left = serving.get(conn.host, 0) + delta
-        if left:
-            serving[conn.host] = left
-        else:
-            del serving[conn.host]
+        _tally(self._serving_by_host, conn.host, delta)
 
     def _frame_bytes(self, conn: Connection, delta: int) -> None:
         """``conn`` holds ``delta`` more bytes in frames (fewer, below zero): the total and its host's."""
         self._pending_frame_bytes += delta
-        by_host = self._frame_bytes_by_host
-        left = by_host.get(conn.host, 0) + delta
-        if left:
-            by_host[conn.host] = left
-        else:
-            del by_host[conn.host]  # a host holding none keeps no entry
+        _tally(self._frame_bytes_by_host, conn.host, delta)
 
     # -- stopping -------------------------------------------------------------------------------
 
@@ -737,6 +725,17 @@ class FramedServer:
         self._live.discard(conn)
         if not self._live and self._all_lost is not None and not self._all_lost.done():
             self._all_lost.set_result(None)
+
+
+def _tally(by_host: dict[str, int], host: str, delta: int) -> None:
+    """Add ``delta`` to ``host``'s count; a host whose count falls to 0 keeps no entry."""
+    if not delta:
+        return
+    left = by_host.get(host, 0) + delta
+    if left:
+        by_host[host] = left
+    else:
+        del by_host[host]
 
 
 def _freeable_frames(conn: Connection) -> int:
