@@ -17,11 +17,13 @@ finished-job sweeps made (two per priority at least), so records go as fast as t
 at a call that forgets none. If one fails for a reason other than the shard or the queue being gone, that is
 logged and the pass goes on with the next queue. Last, it reads the queue's ordered groups
 (``group_counts``: one call, on stores that keep groups), which ``/metrics`` exports as of the
-last pass (``Monitor.group_counts``). A queue whose sweeps fail for a reason of its own (its
-data, a script's error, rows locked past the retries) is logged and passed over until the next
-pass; only a shard that does not answer, or a queue gone, ends its steps early (before, any error
-ended the shard's pass, so the queues after it went unswept for as long as it lasted: claims of
-crashed workers held past their timeout). Several servers on one store may run monitors
+last pass (``Monitor.group_counts``). What the sweeps did is counted per queue under the
+original monitor's names (``QUEUE_COUNTERS``: ``{queue}_timeout_done`` and the like). A queue
+whose sweeps fail for a reason of its own (its data, a script's error, rows locked past the
+retries) is logged and passed over until the next pass; only a shard that does not answer, or
+a queue gone, ends its steps early (before, any error ended the shard's pass, so the queues
+after it went unswept for as long as it lasted: claims of crashed workers held past their
+timeout). Several servers on one store may run monitors
 at once: each step is an atomic guarded store operation, so they never double-apply.
 
 Before its queues, a shard is asked which of them hold nothing for these sweeps
@@ -39,7 +41,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pinlater.backends.base import GroupCounts, JobState
+from pinlater.backends.base import GroupCounts, JobState, Resurrected
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard
 from pinlater.config import Settings
@@ -53,6 +55,8 @@ HOUR_MS = 3_600_000
 #: BACKEND_MONITOR_UPDATE_MAX_SIZE jobs, while each did its whole limit: 100,000 jobs a pass, 10,000
 #: a second at the defaults, so a pass stays bounded and still keeps up with a busy queue.
 SWEEP_CALLS = 100
+#: What the monitor counts per queue, as ``{queue}_{kind}``: the original's monitor's names.
+QUEUE_COUNTERS = ("timeout_done", "timeout_retry", "timeout_evict", "succeeded_gc", "failed_gc")
 #: What a pass counts (each also a counter, ``monitor_{name}``).
 TOTALS = ("resurrected", "gc_succeeded", "gc_failed", "gc_dedup_keys", "expired", "idle_skipped")
 
@@ -180,13 +184,20 @@ class Monitor:
         return totals
 
     async def _sweep(
-        self, shard: Shard, fn: Callable[..., int], args_at: Callable[[int], tuple[object, ...]]
+        self,
+        shard: Shard,
+        fn: Callable[..., int],
+        args_at: Callable[[int], tuple[object, ...]],
+        each: Callable[[int], None] | None = None,
     ) -> tuple[int, int]:
         """``fn(*args_at(now))`` on the shard's store again while it did the whole limit, at most
-        ``SWEEP_CALLS`` times: the jobs done and the calls made."""
+        ``SWEEP_CALLS`` times: the jobs done and the calls made (``each`` is given what each call
+        answered)."""
         done = calls = 0
         while calls < SWEEP_CALLS:
             n: int = await self.backend.call_store(shard, fn, *args_at(self.backend.clock.now_ms()))
+            if each is not None:
+                each(n)
             done += n
             calls += 1
             if n < self.policy.max_per_pass:
@@ -195,7 +206,32 @@ class Monitor:
 
     async def _queue_pass(self, shard: Shard, queue: str, totals: dict[str, int]) -> None:
         """The three bounded sweeps of one queue on one shard, each priority, then the dedup keys
-        whose jobs are gone; adds to ``totals``."""
+        whose jobs are gone; adds to ``totals``, and counts the queue's ``QUEUE_COUNTERS``."""
+        # the original's per-queue counters, summed over the priorities: claims timed out that
+        # failed, were retried, had lost their job (Redis' eviction); finished jobs collected
+        counted = dict.fromkeys(QUEUE_COUNTERS, 0)
+
+        def resurrected(done: int) -> None:
+            split = done if isinstance(done, Resurrected) else Resurrected(done)
+            counted["timeout_done"] += split.failed
+            counted["timeout_retry"] += split.retried
+            counted["timeout_evict"] += split.evicted
+
+        try:
+            await self._sweeps(shard, queue, totals, counted, resurrected)
+        finally:  # what was done is counted, though a later step failed
+            for kind, value in counted.items():
+                if value:
+                    self.metrics.incr(f"{queue}_{kind}", value)
+
+    async def _sweeps(
+        self,
+        shard: Shard,
+        queue: str,
+        totals: dict[str, int],
+        counted: dict[str, int],
+        resurrected: Callable[[int], None],
+    ) -> None:
         p = self.policy
         call = self.backend.call_store
         gc_calls = 0
@@ -207,14 +243,15 @@ class Monitor:
             def gc_args(state: JobState, ttl_ms: int, priority: int = priority) -> Callable[[int], tuple[object, ...]]:
                 return lambda now: (queue, priority, state, now - ttl_ms, p.max_per_pass)
 
-            done, _ = await self._sweep(shard, shard.store.resurrect_timed_out_jobs, resurrect_args)
+            done, _ = await self._sweep(shard, shard.store.resurrect_timed_out_jobs, resurrect_args, resurrected)
             totals["resurrected"] += done
-            for state, ttl_ms, key in (
-                (JobState.SUCCEEDED, p.succeeded_ttl_ms, "gc_succeeded"),
-                (JobState.FAILED, p.failed_ttl_ms, "gc_failed"),
+            for state, ttl_ms, key, kind in (
+                (JobState.SUCCEEDED, p.succeeded_ttl_ms, "gc_succeeded", "succeeded_gc"),
+                (JobState.FAILED, p.failed_ttl_ms, "gc_failed", "failed_gc"),
             ):
                 done, calls = await self._sweep(shard, shard.store.gc_finished_jobs, gc_args(state, ttl_ms))
                 totals[key] += done
+                counted[kind] += done
                 gc_calls += calls
         for _ in range(2 * self.backend.num_priorities):
             now = self.backend.clock.now_ms()

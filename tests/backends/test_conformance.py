@@ -658,7 +658,8 @@ def test_resurrect_retries_or_fails_timed_out_jobs(store: ShardStore, queue: str
     [last] = claim_all(store, 1, attempts=1, now=T0)
     [fresh] = claim_all(store, 1, attempts=2, now=T0 + 50)
     assert store.resurrect_timed_out_jobs(queue, 1, T0, 10, T0 + 100) == 0  # claimed at T0: not before it
-    assert store.resurrect_timed_out_jobs(queue, 1, T0 + 1, 10, T0 + 100) == 2
+    resurrected = store.resurrect_timed_out_jobs(queue, 1, T0 + 1, 10, T0 + 100)
+    assert (resurrected, resurrected.retried, resurrected.failed, resurrected.evicted) == (2, 1, 1, 0)
     r, lst, f = (lookup(store, i) for i in (retry, last, fresh))
     assert (r.state, r.attempts_remaining, r.run_after_ms, r.claim_descriptor) == (JobState.PENDING, 1, T0 + 100, None)
     assert (lst.state, lst.attempts_remaining) == (JobState.FAILED, 0)
@@ -704,11 +705,15 @@ def test_a_monitor_pass_keeps_sweeping_while_a_sweep_does_its_whole_limit(
         interval_seconds=60, max_per_pass=4, claim_timeout_ms=60_000, succeeded_ttl_ms=60_000, failed_ttl_ms=60_000
     )
     monkeypatch.setattr(monitor, "SWEEP_CALLS", 3)
+    metrics = Metrics()
     try:
-        totals = asyncio.run(Monitor(backend, policy, Metrics()).run_once())
+        totals = asyncio.run(Monitor(backend, policy, metrics).run_once())
     finally:
         backend._executor.shutdown(wait=True)  # the store fixture closes the store
     assert (totals["gc_succeeded"], totals["gc_failed"], totals["resurrected"]) == (10, 12, 9)
+    # and per queue, as the original's monitor named them
+    counted = {name: value for name, value in metrics.counters.items() if name.startswith(f"{queue}_")}
+    assert counted == {f"{queue}_succeeded_gc": 10, f"{queue}_failed_gc": 12, f"{queue}_timeout_retry": 9}
     assert totals["idle_skipped"] == (0 if type(store).__name__ == "MySQLStore" else 1), "waiting_only"
     assert states(store, stuck) == [JobState.PENDING] * 9
     assert store.count_jobs(queue, JobFilter(JobState.FAILED, 1, T0), None) == 1, "the 13th waits for the next pass"

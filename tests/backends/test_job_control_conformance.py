@@ -173,7 +173,8 @@ def test_a_cancelled_job_whose_claim_times_out_fails_for_good(ops: Ops) -> None:
     ops.dequeue(1, 1)
     ops.store.cancel_jobs(Q, [key(placed)], T0)
 
-    assert ops.store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 100, T0 + 1_000) == 1
+    resurrected = ops.store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 100, T0 + 1_000)
+    assert (resurrected, resurrected.failed) == (1, 1)
     found = record(ops.store, placed)
     assert (found.state, found.attempts_remaining, found.custom_status) == (JobState.FAILED, 0, "cancelled")
     assert ops.dequeue(1, 10, now=T0 + 2_000) == []
@@ -399,7 +400,8 @@ def test_a_claim_timing_out_past_the_expiry_expires_the_job(ops: Ops) -> None:
     (placed,) = ops.enqueue([job(b"slow", expire_at=T0 + 1_000)])
     ops.dequeue(1, 10)
 
-    assert ops.store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 100, T0 + 2_000) == 1
+    resurrected = ops.store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 100, T0 + 2_000)
+    assert (resurrected, resurrected.failed) == (1, 1)
     found = record(ops.store, placed)
     assert (found.state, found.custom_status) == (JobState.FAILED, "expired")
     assert expired_total(ops.store) == 1

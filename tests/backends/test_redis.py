@@ -262,7 +262,8 @@ def test_evicted_hashes_are_removed_and_counted(store: RedisStore, raw: redis.Re
     assert store.scan_jobs(Q, JobFilter(JobState.PENDING, 1, T0), 10) == []
     assert store.evicted_jobs == 5
     raw.delete(f"plh_1_{Q}.{ids[4]}")
-    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 10, T0 + 1) == 0
+    resurrected = store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 10, T0 + 1)
+    assert (resurrected, resurrected.evicted) == (0, 1), "the monitor's {queue}_timeout_evict"
     assert store.evicted_jobs == 6
     assert raw.zcard(f"plq_1_{Q}.p1_s1") == 0
 

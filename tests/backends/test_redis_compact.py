@@ -298,7 +298,8 @@ def test_a_held_job_whose_record_is_gone_is_claimed_then_counted(store: RedisSto
     assert store.claim_reserved(Q, [(1, a, CLAIM), (1, b, CLAIM)], RES, T0) == [(1, a), (1, b)]
     assert zset(raw, K + "p1:s1") == {str(a): T0, str(b): T0}
     assert record(raw, a) is None  # no partial record: the next script to meet it counts it
-    assert store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 10, T0 + 1) == 1
+    resurrected = store.resurrect_timed_out_jobs(Q, 1, T0 + 1, 10, T0 + 1)
+    assert (resurrected, resurrected.retried, resurrected.evicted) == (1, 1, 1)
     assert store.evicted_jobs == 1
 
 

@@ -106,6 +106,20 @@ def test_monitor_resurrects_timed_out_claims_and_collects_finished_jobs(
         return done not in found and found[twice].jobState == PENDING and found[once].jobState == FAILED
 
     wait_for(settled, timeout=15, what="the monitor to resurrect and collect")
+    # counted per queue as the original's monitor counted them, in /stats.txt and /metrics (at
+    # the end of the queue's pass, which may still run)
+    admin = f"http://127.0.0.1:{srv.admin_port}"
+    counted = ("mon_timeout_done: 1", "mon_timeout_retry: 1", "mon_succeeded_gc: 1")
+
+    def stats() -> str:
+        return str(urllib.request.urlopen(f"{admin}/stats.txt", timeout=10).read().decode())
+
+    wait_for(lambda: all(f"  {line}\n" in stats() for line in counted), timeout=15, what="the monitor's counters")
+    assert "mon_failed_gc" not in stats(), "the failed job is not collected: none counted"
+    scrape = urllib.request.urlopen(f"{admin}/metrics", timeout=10).read().decode()
+    assert 'pinlater_claims_timed_out_total{queue="mon",result="failed"} 1.0' in scrape
+    assert 'pinlater_claims_timed_out_total{queue="mon",result="retried"} 1.0' in scrape
+    assert 'pinlater_jobs_collected_total{queue="mon",state="succeeded"} 1.0' in scrape
     info = api.lookup(twice)[twice]
     assert info.attemptsRemaining == 1
     assert list(api.dequeue("mon").jobs) == [twice]

@@ -298,6 +298,31 @@ class GroupCounts(NamedTuple):
     blocked: int
 
 
+class Resurrected(int):
+    """What one ``ShardStore.resurrect_timed_out_jobs`` call did: the claims it changed (the int
+    itself, so a caller that counts them reads it as before), of which ``failed`` ended FAILED
+    (no attempt left, cancelled or past their expiry) and the rest went back to PENDING; and
+    ``evicted``: claims whose job was gone (Redis' eviction), taken out of IN_PROGRESS and not
+    counted as changed. The monitor publishes them as the original did, per queue:
+    ``{queue}_timeout_done``, ``_timeout_retry`` and ``_timeout_evict``."""
+
+    failed: int
+    evicted: int
+
+    def __new__(cls, changed: int, failed: int = 0, evicted: int = 0) -> Resurrected:
+        if not 0 <= failed <= changed or evicted < 0:
+            raise ValueError(f"resurrected {changed} claims, {failed} of them failed, {evicted} evicted")
+        value = super().__new__(cls, changed)
+        value.failed = failed
+        value.evicted = evicted
+        return value
+
+    @property
+    def retried(self) -> int:
+        """The claims that went back to PENDING, an attempt less."""
+        return int(self) - self.failed
+
+
 class Enqueued(NamedTuple):
     """Where ``enqueue_keyed_jobs`` put one job, or which job already held its key
     (``deduplicated`` True: nothing was inserted and these are the holder's priority and id)."""
@@ -710,11 +735,12 @@ class ShardStore(Protocol):
 
     def resurrect_timed_out_jobs(
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
-    ) -> int:
+    ) -> Resurrected:
         """Treat up to ``limit`` IN_PROGRESS jobs last updated before ``claimed_before_ms`` as
         failed without a retry delay: back to PENDING (run_after now) with one attempt less,
         or FAILED when none is left (with ``CANCELLED`` appended for a cancelled job; expired
-        when past its expiry: see ``cancel_jobs`` and "Expiry"). Return how many changed."""
+        when past its expiry: see ``cancel_jobs`` and "Expiry"). Return how many changed, and
+        of them how many ended FAILED (``Resurrected``)."""
         ...
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:

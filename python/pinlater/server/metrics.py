@@ -43,6 +43,8 @@ PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999"
 #: Histogram bucket upper bounds, in milliseconds (exported in seconds).
 BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
 
+_TIMED_OUT, _TIMED_OUT_HELP = "pinlater_claims_timed_out", "Claims past the claim timeout, by what became of the job"
+_COLLECTED, _COLLECTED_HELP = "pinlater_jobs_collected", "Finished jobs deleted past their TTL, by state"
 #: Per-queue counter kinds -> (Prometheus family, help, extra labels). The shortest queue name
 #: that leaves a known kind wins: ``q_dequeue_requests_rate_limited`` is queue ``q``.
 QUEUE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
@@ -62,6 +64,12 @@ QUEUE_COUNTERS: dict[str, tuple[str, str, dict[str, str]]] = {
     ),
     "enqueue": ("pinlater_jobs_enqueued", "Jobs enqueued", {}),
     "dequeue": ("pinlater_jobs_dequeued", "Jobs dequeued (claimed)", {}),
+    # the monitor's, named as the original's monitor named them (per queue, its priorities and shards summed)
+    "timeout_done": (_TIMED_OUT, _TIMED_OUT_HELP, {"result": "failed"}),
+    "timeout_retry": (_TIMED_OUT, _TIMED_OUT_HELP, {"result": "retried"}),
+    "timeout_evict": (_TIMED_OUT, _TIMED_OUT_HELP, {"result": "evicted"}),
+    "succeeded_gc": (_COLLECTED, _COLLECTED_HELP, {"state": "succeeded"}),
+    "failed_gc": (_COLLECTED, _COLLECTED_HELP, {"state": "failed"}),
 }
 _QUEUE_COUNTER = re.compile(r"(\w+?)_(" + "|".join(QUEUE_COUNTERS) + r")", re.ASCII)
 #: The kinds the dashboard charts.

@@ -57,6 +57,7 @@ from pinlater.backends.base import (
     LookupOverBudget,
     NewJob,
     QueueRules,
+    Resurrected,
     ScanCursor,
     ScheduleRow,
     within_bytes,
@@ -625,7 +626,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
 
     def resurrect_timed_out_jobs(
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
-    ) -> int:
+    ) -> Resurrected:
         """The timed-out claims are found in a read transaction (``timed_out_candidates.sql``:
         every job in progress of the queue and priority is read), then changed in a write of
         their own, so the write lock is held for the jobs resurrected, not for the walk; a pass
@@ -640,7 +641,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
             _require_queue(conn, queue)
             ids = [row[0] for row in conn.execute(sql.load("timed_out_candidates"), params)]
         if not ids:
-            return 0
+            return Resurrected(0)
         params.update(ids=json.dumps(ids), status_limit=CUSTOM_STATUS_LIMIT, now_ms=now_ms)
         with self._write() as conn:
             _, expiring = _queue_info(conn, queue)
@@ -650,7 +651,7 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                 _count_expired(conn, queue, len(rows))
             rows += conn.execute(sql.load("resurrect_timed_out_jobs"), params).fetchall()
             self._leave_groups(conn, queue, rows)
-            return len(rows)
+            return Resurrected(len(rows), sum(1 for row in rows if row[1] == JobState.FAILED))
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
         params = {

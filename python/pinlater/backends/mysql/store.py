@@ -70,6 +70,7 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
     QueueRules,
+    Resurrected,
     ScanCursor,
     ScheduleRow,
     within_bytes,
@@ -842,24 +843,27 @@ class MySQLStore(BlockingStore):
 
     def resurrect_timed_out_jobs(
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
-    ) -> int:
+    ) -> Resurrected:
         """The timed-out jobs picked and locked, then by id: those past their expiry expire
-        (#18), the others fail as a failure ack without delay would fail them."""
+        (#18), the others fail as a failure ack without delay would fail them: back to PENDING
+        those with more than one attempt left (read with the lock), the rest FAILED."""
         table = self._table(queue, priority)
         now = to_db_time(now_ms)
 
-        def op(cur: Cursor) -> int:
+        def op(cur: Cursor) -> Resurrected:
             cur.execute(queries.SELECT_TIMED_OUT_JOBS.render(table=table), (to_db_time(claimed_before_ms), limit))
-            ids = sorted(int(row[0]) for row in cur.fetchall())
+            rows = cur.fetchall()
+            ids = sorted(int(row[0]) for row in rows)
             if not ids:
-                return 0
+                return Resurrected(0)
+            with_attempts_left = sum(1 for row in rows if int(row[1] or 0) > 1)
             expired = int(
                 cur.execute(
                     queries.RESURRECT_EXPIRE_JOBS.render(table=table, ids=len(ids)),
                     (*expiry.ended_args(EXPIRED), now, now_ms, *ids),
                 )
             )
-            failed = int(
+            timed_out = int(
                 cur.execute(
                     queries.RESURRECT_TIMED_OUT_JOBS.render(table=table, ids=len(ids)),
                     (now, *expiry.ended_args(CANCELLED), now, *ids),
@@ -867,10 +871,12 @@ class MySQLStore(BlockingStore):
             )
             expiry.readd(cur, self, queue, priority, ids)
             expiry.count(cur, self, queue, expired)
-            return expired + failed
+            changed = expired + timed_out
+            retried = min(max(with_attempts_left - expired, 0), changed)  # (as read under the lock: exact)
+            return Resurrected(changed, changed - retried)
 
         if limit <= 0:
-            return 0
+            return Resurrected(0)
         return self._run(queue, op)
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:

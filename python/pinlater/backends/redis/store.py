@@ -103,6 +103,7 @@ from pinlater.backends.base import (
     NewJob,
     Offload,
     QueueRules,
+    Resurrected,
     ScanCursor,
     ScheduleRow,
     failed_after,
@@ -734,16 +735,18 @@ class RedisStore:
 
     def resurrect_timed_out_jobs(
         self, queue: str, priority: int, claimed_before_ms: int, limit: int, now_ms: int
-    ) -> int:
+    ) -> Resurrected:
         keys = self._keys(queue)
         key_list = [keys.exists_key, *[keys.set_key(priority, s) for s in (JobState.PENDING, JobState.IN_PROGRESS)]]
         key_list += [keys.set_key(priority, JobState.FAILED), *keys.hold_keys(priority), *keys.expiry_keys()]
         key_list += dedup_end_keys(keys)
         args = [queue, keys.jobs_arg, seconds_arg(claimed_before_ms), limit, seconds_arg(now_ms)]
         tail_keys, tail_args = self.rules.tail(queue, GROUPS)
-        changed, evicted = self._run_in_queue("resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args)
+        changed, evicted, failed = self._run_in_queue(
+            "resurrect_timed_out_jobs", queue, key_list + tail_keys, args + tail_args
+        )
         self._count_evicted(evicted)
-        return int(changed)
+        return Resurrected(int(changed), int(failed), int(evicted))
 
     def gc_finished_jobs(self, queue: str, priority: int, state: JobState, finished_before_ms: int, limit: int) -> int:
         if state not in (JobState.SUCCEEDED, JobState.FAILED):

@@ -27,7 +27,8 @@ whose expiry (ex, ms) is at or before now ends FAILED with "expired" appended (t
 one up). A job with an expiry that finishes leaves the expiry index.
 
 Hash fields: bd al ar ua cd cs ex (keys.JobField).
-Returns {changed, evicted}, or -1 if the queue does not exist.
+Returns {changed, evicted, failed} (failed: of the changed, those that ended FAILED), or -1 if the
+queue does not exist.
 ]]
 --@include holds
 --@include cut_chars
@@ -42,10 +43,10 @@ if not redis.call('ZSCORE', names_key, queue) then
 end
 sweep_lapsed(pending_key, KEYS[5], KEYS[6], KEYS[7], now)
 if limit <= 0 then
-  return {0, 0}
+  return {0, 0, 0}
 end
 local ids = redis.call('ZRANGEBYSCORE', in_progress_key, '-inf', '(' .. before, 'LIMIT', 0, limit)
-local changed, evicted = 0, 0
+local changed, evicted, failed = 0, 0, 0
 if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', in_progress_key, 0, #ids - 1)
 end
@@ -64,6 +65,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', hash_key, 'ar', remaining - 1, 'ua', now)
     else
       redis.call('ZADD', failed_key, now, id)
+      failed = failed + 1
       redis.call('HSET', hash_key, 'ar', 0, 'ua', now)
       if remaining == 0 or remaining > 1 then
         local status = redis.call('HGET', hash_key, 'cs')
@@ -80,4 +82,4 @@ for _, id in ipairs(ids) do
     changed = changed + 1
   end
 end
-return {changed, evicted}
+return {changed, evicted, failed}

@@ -33,7 +33,8 @@ A cancelled job (ar 0) ends FAILED with "cancelled" appended; one with attempts 
 expiry (ex) is at or before now ends FAILED with "expired" appended (the expired count one up),
 as lua/resurrect_timed_out_jobs.lua.
 
-Returns {changed, evicted}, or -1 if the queue does not exist.
+Returns {changed, evicted, failed} (failed: of the changed, those that ended FAILED), or -1 if the
+queue does not exist.
 ]]
 --@include records
 --@include sets
@@ -53,7 +54,7 @@ local rules = rules_tail(5)
 local dedup_records_key, dedup_runs_key = dedup_end_keys(rules)
 sweep_lapsed(pending_key, KEYS[5], KEYS[6], KEYS[7], now)
 if limit <= 0 then
-  return {0, 0}
+  return {0, 0, 0}
 end
 local ids = redis.call('ZRANGEBYSCORE', in_progress_key, '-inf', before, 'LIMIT', 0, limit)
 if #ids > 0 then
@@ -95,4 +96,4 @@ for _, group in ipairs(left) do
   leave_group(rules, group, now)
 end
 ended.forget(dedup_records_key, dedup_runs_key, now)
-return {#changed, #ids - #changed}
+return {#changed, #ids - #changed, #failed}
