@@ -487,8 +487,9 @@ class DequeueBroker:
             )
         if unknown or not unclaimed:
             # (an attempt that failed after its writes may have landed, even one answered after
-            # it: that answer finds claimed jobs no longer under the reservation, so not claimed.
-            # A job among them that was gone may then run, or twice: at least once, as before.)
+            # it: the stores answer a job IN_PROGRESS under the claim given as claimed, but a
+            # job of the first attempt acked or timed out meanwhile is not. A job among them that
+            # was gone may then run, or twice: at least once, as before.)
             return ALL_WRITTEN
         if not answered:
             return Unwritten(shards=frozenset({shard_name}))

@@ -23,6 +23,7 @@ from pinlater.backends.base import (
     KeyedJob,
     LookupOverBudget,
     NewJob,
+    QueueRules,
     ShardStore,
 )
 from pinlater.backends.sharded import ShardedBackend
@@ -283,9 +284,39 @@ def test_claim_reserved_claims_like_a_dequeue(store: ShardStore, queue: str) -> 
     assert checkpoint(store, p1[0], source=SOURCE) == 1
     store.ack_jobs(queue, [AckItem(1, p1[0])], [], T0 + 20)
     assert lookup(store, p1[0]).state == JobState.SUCCEEDED
-    # not twice, not under another reservation
-    assert store.claim_reserved(queue, items, RES_B, T0 + 30) == []
-    assert store.claim_reserved(queue, items, RES_A, T0 + 30) == [(1, p1[1])]
+    # not twice, not under another reservation (by another dequeue: claims are unique to one)
+    again = [(p, i, "another") for p, i in keys]
+    assert store.claim_reserved(queue, again, RES_B, T0 + 30) == []
+    assert store.claim_reserved(queue, again, RES_A, T0 + 30) == [(1, p1[1])]
+
+
+def test_a_claim_run_again_answers_the_jobs_its_first_run_claimed(store: ShardStore, queue: str) -> None:
+    """A claim whose answer was lost (a dropped connection, a COMMIT unanswered) is run again by
+    the store's client: the jobs its first run claimed are IN_PROGRESS under their claims, and are
+    answered as claimed. Answered "not claimed", the broker withheld them, and they ran at no
+    worker's hands until their claim timed out and took an attempt (FAILED, if their last)."""
+    ids = store.enqueue_jobs(queue, new_jobs(3), T0)
+    store.reserve_jobs(queue, 1, 3, RES_A, T0, HOLD)
+    items = [(1, i, f"w|s:{n}") for n, i in enumerate(ids)]
+    assert sorted(store.claim_reserved(queue, items[:2], RES_A, T0 + 1)) == [(1, ids[0]), (1, ids[1])]
+    # run again, with a third job still held: all three claimed, the first two left as they were
+    assert sorted(store.claim_reserved(queue, items, RES_A, T0 + 2)) == sorted((1, i) for i in ids)
+    assert [lookup(store, i).claim_descriptor for i in ids] == ["w|s:0", "w|s:1", "w|s:2"]
+    assert [lookup(store, i).updated_at_ms for i in ids] == [T0 + 1, T0 + 1, T0 + 2]
+    # a job in progress under another claim is not this call's
+    assert store.claim_reserved(queue, [(1, ids[0], "w|s:9")], RES_A, T0 + 3) == []
+
+
+def test_a_claim_run_again_under_a_full_cap_answers_its_first_runs_jobs(store: ShardStore, queue: str) -> None:
+    """As above, with the queue's max in progress reached by the first run: the room left is
+    for jobs not yet claimed; those of the first run are answered all the same."""
+    store.set_queue_rules({queue: QueueRules(max_in_progress=2)})
+    ids = store.enqueue_jobs(queue, new_jobs(3), T0)
+    store.reserve_jobs(queue, 1, 3, RES_A, T0, HOLD)
+    items = [(1, i, f"w|s:{n}") for n, i in enumerate(ids)]
+    assert sorted(store.claim_reserved(queue, items[:2], RES_A, T0 + 1)) == [(1, ids[0]), (1, ids[1])]
+    assert sorted(store.claim_reserved(queue, items, RES_A, T0 + 2)) == [(1, ids[0]), (1, ids[1])]
+    assert lookup(store, ids[2]).state == JobState.PENDING
 
 
 def test_claim_reserved_stamps_each_job_with_its_own_claim(store: ShardStore, queue: str) -> None:

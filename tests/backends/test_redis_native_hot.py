@@ -407,12 +407,14 @@ def test_the_broker_reserve_agrees_with_the_blocking_store(store: RedisStore) ->
         # a's three and b's one, under a's reservation: only a's are claimed
         items = [(1, j.local_id, "w|1") for j in native[0]] + [(1, native[1][0].local_id, "w|2")]
         out = [await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 3)]
-        out.append(await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 4))  # claimed already
+        out.append(await hot.claim_reserved(Q, ClaimItems(items), "~r|a", NOW + 4))  # sent again
         with pytest.raises(QueueNotFoundError):
             await hot.claim_reserved("nope", ClaimItems(items), "~r|a", NOW + 4)
         return out
 
-    assert run(store, claim) == [[3], [0, 1, 2, 3]], "b's job, then all four (claimed already), are not claimed"
+    # b's job is not claimed; sent again (its reply lost), the call answers a's three as claimed
+    # (IN_PROGRESS under their claims), not b's
+    assert run(store, claim) == [[3], [3]]
     found = store.lookup_jobs(Q, [(1, j.local_id) for j in native[0] + native[1]], False)
     assert [(r.state, r.claim_descriptor) for r in found] == [(JobState.IN_PROGRESS, "w|1")] * 3 + [
         (JobState.PENDING, None)
@@ -622,10 +624,12 @@ class FakeRedis:
     """A loopback server that answers the client's set-up as Redis does and each EVALSHA as
     ``behaviour`` says; it records every EVALSHA it read."""
 
-    def __init__(self, behaviour: Behaviour) -> None:
+    def __init__(self, behaviour: Behaviour, refuse_from: int | None = None) -> None:
         self.behaviour = behaviour
         self.evalshas: list[tuple[int, bytes]] = []  # (connection number, script sha)
         self.connections = 0
+        #: connections numbered from this one are closed at once, before the client's set-up
+        self.refuse_from = refuse_from
         self.server: asyncio.Server | None = None
 
     async def start(self) -> RedisShardConfig:
@@ -637,6 +641,8 @@ class FakeRedis:
         self.connections += 1
         number, buf = self.connections, b""
         try:
+            if self.refuse_from is not None and number >= self.refuse_from:
+                return
             while True:
                 end = redis_reply_end(buf, 0, 1 << 30) if buf else -1
                 if end < 0:
@@ -677,7 +683,12 @@ class FakeRedis:
             self.server.close()
 
 
-def fake_run(behaviour: Behaviour, body: Callable[[NativeHotPath], Awaitable[Any]], timeout: float = 0.5) -> Any:
+def fake_run(
+    behaviour: Behaviour,
+    body: Callable[[NativeHotPath], Awaitable[Any]],
+    timeout: float = 0.5,
+    refuse_from: int | None = None,
+) -> Any:
     """``body`` against a ``FakeRedis``; returns (body's result or exception, the fake)."""
 
     async def main() -> tuple[Any, FakeRedis]:
@@ -687,6 +698,7 @@ def fake_run(behaviour: Behaviour, body: Callable[[NativeHotPath], Awaitable[Any
         # the fake (on this loop) can answer it.
         store = await asyncio.to_thread(RedisStore, "f", config, settings(timeout))
         fake.connections = 0  # the tests number the hot path's connections from 1
+        fake.refuse_from = refuse_from
         try:
             hot = store.hot_path(None)  # type: ignore[arg-type]  # offload unused
             try:
@@ -733,6 +745,24 @@ def test_garbage_from_the_server_is_a_connection_error(reply: bytes) -> None:
     assert isinstance(error, ShardConnectionError), error
     assert error.maybe_applied, "the command was written"
     assert len(fake.evalshas) == 1, "an enqueue is never sent twice"
+
+
+def test_a_claim_written_then_lost_may_have_been_applied_though_its_repeat_never_left() -> None:
+    """A broker's claim written, its connection closed before the answer, and the repeat's
+    connection refused: the error says the claim may have landed (the first attempt wrote it).
+    The repeat's own failure had said it did not, and the broker withheld the jobs, which ran at
+    no worker's hands until their claim timed out and took an attempt (FAILED, if their last)."""
+
+    async def close(_n: int, _args: list[bytes]) -> bytes | None:
+        return None
+
+    async def claim(hot: NativeHotPath) -> Any:
+        return await hot.claim_reserved(Q, ClaimItems([(1, 1, "w|1")]), "~r|a", NOW)
+
+    error, fake = fake_run(close, claim, refuse_from=2)
+    assert isinstance(error, ShardConnectionError), error
+    assert error.maybe_applied, "the first attempt wrote the claim"
+    assert [n for n, _ in fake.evalshas] == [1], "repeated on a fresh connection, which was refused"
 
 
 def test_a_reply_that_never_ends_times_out() -> None:

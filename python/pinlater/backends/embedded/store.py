@@ -412,9 +412,10 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
         rules = self.rules(queue)
         with self._write() as conn:
             num_priorities = _require_queue(conn, queue)
+            chosen = by_claim
             if rules.max_in_progress is not None:
                 room = _room(conn, queue, num_priorities, rules, len(items))
-                by_claim = _first_items(by_claim, room)
+                chosen = _first_items(by_claim, room)
             for (priority, claim), ids in by_claim.items():
                 params = {
                     "queue": queue,
@@ -424,7 +425,12 @@ class EmbeddedStore(BlockingStore, BodyFilteredReads):
                     "claim": claim,
                     "now_ms": now_ms,
                 }
-                claimed += [(priority, row[0]) for row in conn.execute(sql.load("claim_reserved"), params)]
+                taken: list[Any] = []
+                if mine := chosen.get((priority, claim)):
+                    taken = conn.execute(sql.load("claim_reserved"), {**params, "ids": json.dumps(mine)}).fetchall()
+                if len(taken) < len(ids):  # an earlier run of this call may have claimed the others
+                    taken = conn.execute(sql.load("claimed_already"), params).fetchall()
+                claimed += [(priority, row[0]) for row in taken]
         return claimed
 
     def release_reservations(self, queue: str, items: Sequence[tuple[int, int]], reservation: str, now_ms: int) -> int:

@@ -128,18 +128,20 @@ def claim_reserved(
         return kept
 
     def op(cur: Cursor) -> list[tuple[int, int]]:
+        # Claimed: every job given that is IN_PROGRESS under its claim once the chosen ones are
+        # claimed (claims are unique per dequeue). That counts the jobs of a first run of this
+        # call whose COMMIT's answer was lost (run again by ``_run``): answered "not claimed",
+        # the broker would withhold them until their claim timed out and took an attempt.
         claimed: list[tuple[int, int]] = []
         chosen = by_priority if cap is None else within_cap(cur, cap)
-        for priority, claims in sorted(chosen.items()):
-            if not claims:
-                continue
+        for priority, claims in sorted(by_priority.items()):
             table = tables[priority]
+            if mine := chosen.get(priority):
+                ids = sorted(mine)
+                params = (*ids, *(mine[i] for i in ids), now, reservation, now, now_ms, *ids)
+                cur.execute(queries.CLAIM_RESERVED_JOBS.render(table=table, ids=len(ids)), params)
             ids = sorted(claims)
-            n = len(ids)
-            params = (*ids, *(claims[i] for i in ids), now, reservation, now, now_ms, *ids)
-            if not cur.execute(queries.CLAIM_RESERVED_JOBS.render(table=table, ids=n), params):
-                continue
-            cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=n), ids)
+            cur.execute(queries.SELECT_CLAIMED_IDS.render(table=table, ids=len(ids)), ids)
             claimed += [(priority, int(i)) for i, cd in cur.fetchall() if claims.get(int(i)) == cd]
         return claimed
 

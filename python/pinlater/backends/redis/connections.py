@@ -21,7 +21,8 @@ group key or an expiry but no dedup key would be made twice), ``retry_failed_job
 ``delete_jobs`` (up to twice the caller's limit). Every other script is guarded by state or
 claim (acks, checkpoints, claims, releases, cancels, expiry sweeps), only reads, or is idempotent
 (queue creation and deletion); a dequeue or reserve run twice leaves the first run's jobs claimed
-until the claim timeout brings them back, as a lost reply would anyway, and a cancel run twice
+until the claim timeout brings them back, as a lost reply would anyway, a broker's claim run
+twice answers the first run's jobs as claimed (IN_PROGRESS under their claims), and a cancel run twice
 answers what its second run changed (the jobs the first run cancelled are left alone then). A
 client that repeats a keyed enqueue after the error is answered for each dedup key by the job the
 first run made, if it made one (a job with no dedup key is made again).

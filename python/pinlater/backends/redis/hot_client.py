@@ -344,40 +344,43 @@ class HotClient:
         same connection, so the node runs the command for a slot it is importing."""
         if self._layout is not None and not self._layout.checked:
             self._layout.require()
-        for attempt in (1, 2):
-            token = SENT.set(False)
-            try:
+        # SENT is kept across the attempts: an error of the second says the writes may have landed
+        # if either attempt sent the command (a claim's first run may have, its reply lost)
+        token = SENT.set(False)
+        try:
+            for attempt in (1, 2):
                 try:
-                    conn = self._conn
-                    if asking or conn is None or self._loop is not asyncio.get_running_loop() or not conn.usable():
-                        return await self._call_once(script, command, parse, asking)
-                    # The connection is up (the common case): its round trip inline, one
-                    # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same),
-                    # and ``_send``'s too.
                     try:
-                        waiter = conn.send_split(command, self._timeout, _SPLITTERS.get(parse))
-                        SENT.set(True)
-                        reply = await waiter
-                    except _Broken as exc:  # (not sent, or its reply lost)
-                        raise exc.kind(str(exc)) from None
-                    if not isinstance(reply, bytes):  # read as it arrived (a splitter's)
-                        return cast(T, reply[1])
-                    try:  # (``_read``'s common case inline: a reply that parses)
-                        result: T | _NoScript = parse(reply)
-                    except (RedisErrorReply, ValueError):
-                        result = _read(conn, reply, parse)
-                    if result is _NOSCRIPT:
-                        return await self._reload_and_call(script, command, parse)
-                    return result
-                except redis.RedisError:  # mapped as the pools' calls are (not entered per call: hot)
-                    with shard_errors(self._name, self._config):
+                        conn = self._conn
+                        if asking or conn is None or self._loop is not asyncio.get_running_loop() or not conn.usable():
+                            return await self._call_once(script, command, parse, asking)
+                        # The connection is up (the common case): its round trip inline, one
+                        # coroutine fewer per level (``_call_once`` and ``_round_trip`` do the same),
+                        # and ``_send``'s too.
+                        try:
+                            waiter = conn.send_split(command, self._timeout, _SPLITTERS.get(parse))
+                            SENT.set(True)
+                            reply = await waiter
+                        except _Broken as exc:  # (not sent, or its reply lost)
+                            raise exc.kind(str(exc)) from None
+                        if not isinstance(reply, bytes):  # read as it arrived (a splitter's)
+                            return cast(T, reply[1])
+                        try:  # (``_read``'s common case inline: a reply that parses)
+                            result: T | _NoScript = parse(reply)
+                        except (RedisErrorReply, ValueError):
+                            result = _read(conn, reply, parse)
+                        if result is _NOSCRIPT:
+                            return await self._reload_and_call(script, command, parse)
+                        return result
+                    except redis.RedisError:  # mapped as the pools' calls are (not entered per call: hot)
+                        with shard_errors(self._name, self._config):
+                            raise
+                except ShardConnectionError as exc:
+                    if attempt == 2 or not repeatable(script, exc.__cause__ or exc):
                         raise
-            except ShardConnectionError as exc:
-                if attempt == 2 or not repeatable(script, exc.__cause__ or exc):
-                    raise
-                log.info("shard %s: %s again on a fresh connection after: %s", self._name, script, exc.detail)
-            finally:
-                SENT.reset(token)
+                    log.info("shard %s: %s again on a fresh connection after: %s", self._name, script, exc.detail)
+        finally:
+            SENT.reset(token)
         raise AssertionError("unreachable")
 
     def _live(self) -> _Connection | None:

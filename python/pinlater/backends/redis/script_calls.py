@@ -152,18 +152,19 @@ class ShardScripts:
 
     def _on_live_connection(self, what: str, send: Callable[[], T]) -> T:
         """``send()``, repeated once on a fresh connection after a dead one where harmless."""
-        for attempt in (1, 2):
-            token = SENT.set(False)
-            try:
-                with self.errors():
-                    return send()
-            except ShardConnectionError as exc:
-                if attempt == 2 or not repeatable(what, exc.__cause__ or exc):
-                    raise
-                log.info("shard %s: %s again on a fresh connection after: %s", self._name, what, exc.detail)
-                self._drop_idle_connections()
-            finally:
-                SENT.reset(token)
+        token = SENT.set(False)  # (kept across the attempts: either may have sent it)
+        try:
+            for attempt in (1, 2):
+                try:
+                    with self.errors():
+                        return send()
+                except ShardConnectionError as exc:
+                    if attempt == 2 or not repeatable(what, exc.__cause__ or exc):
+                        raise
+                    log.info("shard %s: %s again on a fresh connection after: %s", self._name, what, exc.detail)
+                    self._drop_idle_connections()
+        finally:
+            SENT.reset(token)
         raise AssertionError("unreachable")
 
     def _drop_idle_connections(self) -> None:
@@ -274,19 +275,20 @@ class AsyncShardScripts:
 
     async def call(self, call: ScriptCall[T]) -> T:
         self._layout.require()
-        for attempt in (1, 2):
-            token = SENT.set(False)
-            try:
-                with shard_errors(self._name, self._config):
-                    result = await self._scripts_here()[call.script](keys=call.keys, args=call.args)
-                return call.parse(_in_queue(result, call.queue))
-            except ShardConnectionError as exc:
-                if attempt == 2 or not repeatable(call.script, exc.__cause__ or exc):
-                    raise
-                log.info("shard %s: %s again on a fresh connection after: %s", self._name, call.script, exc.detail)
-                await self._drop_idle_connections()
-            finally:
-                SENT.reset(token)
+        token = SENT.set(False)  # (kept across the attempts: either may have sent it)
+        try:
+            for attempt in (1, 2):
+                try:
+                    with shard_errors(self._name, self._config):
+                        result = await self._scripts_here()[call.script](keys=call.keys, args=call.args)
+                    return call.parse(_in_queue(result, call.queue))
+                except ShardConnectionError as exc:
+                    if attempt == 2 or not repeatable(call.script, exc.__cause__ or exc):
+                        raise
+                    log.info("shard %s: %s again on a fresh connection after: %s", self._name, call.script, exc.detail)
+                    await self._drop_idle_connections()
+        finally:
+            SENT.reset(token)
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:

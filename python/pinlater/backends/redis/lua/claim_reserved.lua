@@ -25,6 +25,11 @@ their holds lapse.
 
 Hash fields: ua cd (keys.JobField). A job whose hash was evicted gets a partial one, which the
 next script to meet it removes as evicted.
+
+A job no longer held that is IN_PROGRESS under the claim given for it (claims are unique per
+dequeue) counts as claimed and is left as it is: this call sent again after its reply was lost,
+whose first run claimed it (answered "not claimed", the broker would withhold it until its claim
+timed out and took an attempt).
 Returns the 1-based numbers of the jobs claimed, counting through the groups in order, or -1 if
 the queue does not exist.
 ]]
@@ -36,7 +41,13 @@ local reservation, groups = ARGV[4], tonumber(ARGV[5])
 if not redis.call('ZSCORE', names_key, queue) then
   return -1
 end
+-- Whether job `id` is in the IN_PROGRESS set `in_progress_key` with `claim` in its hash.
+local function claimed_by(in_progress_key, id, claim)
+  return redis.call('ZSCORE', in_progress_key, id) and redis.call('HGET', hash_prefix .. id, 'cd') == claim
+end
+
 local out, claimed, swept = {}, {}, {}
+local taken = 0  -- jobs claimed by this run (the room under the cap is for them)
 local a, number = 6, 0
 for _ = 1, groups do  -- where the groups end: the tail, if any, starts there
   a = a + 3 + tonumber(ARGV[a + 2])
@@ -58,10 +69,14 @@ for _ = 1, groups do
     local holders = redis.call('HMGET', KEYS[k + 4], unpack(ARGV, i, last))
     for j = i, last do
       number = number + 1
-      if holders[j - i + 1] == reservation and #out < left then
+      local holder = holders[j - i + 1]
+      if holder == reservation and taken < left then
         local id = ARGV[j]
         redis.call('HSET', hash_prefix .. id, 'ua', now, 'cd', claim)
         mine[#mine + 1] = id
+        out[#out + 1] = number
+        taken = taken + 1
+      elseif holder ~= reservation and claimed_by(KEYS[k + 1], ARGV[j], claim) then
         out[#out + 1] = number
       end
     end

@@ -28,6 +28,12 @@ jobs of every priority); the others stay held until their holds lapse.
 A held job whose record is missing (evicted) is still claimed and moved (the original writes a
 partial hash there); no record is written for it, so the next script to meet it in IN_PROGRESS
 removes it as evicted.
+
+A job no longer held that is IN_PROGRESS under the claim given for it (claims are unique per
+dequeue) counts as claimed and is left as it is: this call sent again after its reply was lost
+(a connection dropped, Redis restarted), whose first run claimed it. Answered "not claimed", the
+broker would withhold it, and the job would run at no worker's hands until its claim timed out
+and took an attempt (FAILED, if its last).
 Returns the 1-based numbers of the jobs claimed, counting through the groups in order, or -1 if
 the queue does not exist.
 ]]
@@ -41,6 +47,19 @@ local reservation, groups = ARGV[4], tonumber(ARGV[5])
 if redis.call('HEXISTS', meta_key, 'c') == 0 then
   return -1
 end
+-- Whether job `id` is in the IN_PROGRESS set `in_progress_key` with `claim` in its record.
+local function claimed_by(in_progress_key, id, claim)
+  if not redis.call('ZSCORE', in_progress_key, id) then
+    return false
+  end
+  local packed = redis.call('HGET', records_key, id)
+  if not packed or packed == TOMBSTONE then
+    return false
+  end
+  local _, _, _, _, _, _, cd = record_items(packed)
+  return cd == claim
+end
+
 local out, claimed, swept = {}, {}, {}
 local ids, claims = {}, {}  -- every job claimed, in order, and its claim
 local a, number = 6, 0
@@ -64,11 +83,14 @@ for _ = 1, groups do
     local holders = redis.call('HMGET', KEYS[k + 4], unpack(ARGV, i, last))
     for j = i, last do
       number = number + 1
-      if holders[j - i + 1] == reservation and #ids < left then
+      local holder = holders[j - i + 1]
+      if holder == reservation and #ids < left then
         local id = ARGV[j]
         mine[#mine + 1] = id
         ids[#ids + 1] = id
         claims[#ids] = claim
+        out[#out + 1] = number
+      elseif holder ~= reservation and claimed_by(KEYS[k + 1], ARGV[j], claim) then
         out[#out + 1] = number
       end
     end
