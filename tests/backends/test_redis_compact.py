@@ -39,6 +39,7 @@ from pinlater.backends.redis.filtered_reads import page, read_sets
 from pinlater.backends.redis.scripts import INCLUDE, READY_LISTS_ENV, SCRIPT_NAMES, source
 from pinlater.backends.sharded import ShardedBackend
 from pinlater.backends.shardmap import Shard, ShardMap
+from pinlater.errors import QueueNotFoundError
 
 Q = "q"
 T0 = 1_700_000_000_000
@@ -672,6 +673,50 @@ def test_delete_queue_deletes_in_batches_and_keeps_the_counter(
     assert raw.hgetall(K + "j") == {b"id": b"30"}
     store.create_queue(Q, 3)
     assert store.enqueue_jobs(Q, [NewJob(1, b"new", T0, 1)], T0) == [31]  # ids are never handed out twice
+
+
+def test_a_queue_half_created_or_half_deleted_takes_no_job_under_no_name(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The names set (which the monitor walks) is written beside the scripts, not in them (a
+    cluster keeps it in another slot). Stopped between the two, a queue must never take jobs
+    under no name: the monitor would never visit it, and a claim lost there stayed IN_PROGRESS
+    for good. Named first, deleted first: stopped between, the name lists a queue that takes no
+    job, and the call sent again finishes it."""
+    stopped = RuntimeError("the server stopped here")
+    run = store._run
+
+    def create_stops(script: str, *args: Any) -> Any:
+        if script == "create_queue":
+            raise stopped
+        return run(script, *args)
+
+    monkeypatch.setattr(store, "_run", create_stops)
+    with pytest.raises(RuntimeError):
+        store.create_queue("half", 3)
+    monkeypatch.undo()
+    assert "half" in store.get_queue_names()
+    with pytest.raises(QueueNotFoundError):
+        store.enqueue_jobs("half", [NewJob(1, b"x", T0, 1)], T0)
+    store.create_queue("half", 3)
+    assert store.enqueue_jobs("half", [NewJob(1, b"x", T0, 1)], T0) == [1]
+
+    command = store._shard.command
+
+    def unnaming_stops(*args: Any) -> Any:
+        if args[0] == "ZREM":
+            raise stopped
+        return command(*args)
+
+    monkeypatch.setattr(store._shard, "command", unnaming_stops)
+    with pytest.raises(RuntimeError):
+        store.delete_queue("half")
+    monkeypatch.undo()
+    assert "half" in store.get_queue_names()
+    with pytest.raises(QueueNotFoundError):
+        store.enqueue_jobs("half", [NewJob(1, b"y", T0, 1)], T0)
+    store.delete_queue("half")
+    assert "half" not in store.get_queue_names()
 
 
 # -- the ready lists (lib/ready.lua) --------------------------------------------------------------

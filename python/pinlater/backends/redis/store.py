@@ -257,9 +257,14 @@ class RedisStore:
             self.rules.clear()  # the tails name every priority's keys
         keys = self._keys(queue)
         now = _now_seconds()
-        self._run("create_queue", [keys.exists_key], [queue, now])
-        if self.layout.compact:  # the names set is in another slot: not inside the script
+        if self.layout.compact:
+            # The names set is in another slot (a cluster's): not inside the script. Named first:
+            # if the script then fails (or the server stops between), the name lists a queue
+            # that takes no job until createQueue is sent again, never a queue that takes jobs
+            # under no name, which the monitor (it walks the names) would never visit: a claim
+            # lost there stayed IN_PROGRESS for good.
             self._shard.command("ZADD", compact_names_key(self._name), "NX", round(float(now) * 1000), queue)
+        self._run("create_queue", [keys.exists_key], [queue, now])
 
     def delete_queue(self, queue: str) -> None:
         keys = self._keys(queue)
@@ -272,11 +277,16 @@ class RedisStore:
             holders += keys.group_keys() + keys.retired_keys()
         holders += keys.expiry_keys()  # the expiry index and the expired count
         args = [queue, keys.jobs_arg, DELETE_QUEUE_BATCH, len(holders)]
-        if self.layout.compact:  # gone from the list first, as the script's first call does
-            self._shard.command("ZREM", compact_names_key(self._name), queue)
+        if self.layout.compact:
             args.append(len(lists))
-        while self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args):
-            pass
+        more = self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args)
+        if self.layout.compact:
+            # Unnamed once the script's first call took the queue away (as create_queue, the other
+            # way round): stopped between the two, the name lists a queue that takes no job, and a
+            # deleteQueue sent again deletes the rest; unnamed first, it took jobs under no name.
+            self._shard.command("ZREM", compact_names_key(self._name), queue)
+        while more:
+            more = self._run("delete_queue", [keys.exists_key, *sets, *lists, *holders], args)
         schedules.drop_queue_schedules(self._shard, self._name, queue)  # once unregistered (schedules.py)
 
     def get_queue_names(self) -> set[str]:
