@@ -34,7 +34,7 @@ from pinlater._pinlater import (
     encode_void_reply,
 )
 from pinlater.idl import idl
-from pinlater.server.connection import Connection
+from pinlater.server.connection import PIPELINE_DEPTH, Connection
 from pinlater.server.dispatch import Dispatcher
 from pinlater.server.transport import FramedServer, RequestSlots, peer_connection_cap, peer_host
 
@@ -802,6 +802,49 @@ def test_request_slots_bound_the_requests_in_flight_and_serve_waiters_in_order()
         assert slots.held == 0 and slots.take_now()
 
     asyncio.run(run())
+
+
+class _Pausable(_Undrained):
+    """A transport that records whether reading is paused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+def test_answers_to_oversized_frames_piling_up_pause_the_reading_as_whole_frames_do() -> None:
+    """Each oversized frame read and dropped leaves an answer to send (PROTOCOL_ERROR): a peer
+    sending them faster than they are answered filled the connection's queue without bound. At
+    PIPELINE_DEPTH of them waiting, reading pauses, as for whole frames; it resumes once they
+    are answered."""
+
+    async def scenario() -> None:
+        server = FramedServer(Dispatcher(EchoHandler()), "127.0.0.1", 0, max_frame_bytes=4096)
+        await server.start()
+        try:
+            conn = Connection(server, ("192.0.2.7", 1), "192.0.2.7")
+            transport = _Pausable()
+            conn.connection_made(transport)
+            call = encode_call("getQueueNames", 3)
+            oversized = struct.pack(">i", 5000) + call + bytes(5000 - len(call))
+            # all in one read: no answer can go out before the last is queued
+            conn.data_received(oversized * PIPELINE_DEPTH)
+            assert not transport.reading, "paused at PIPELINE_DEPTH answers waiting"
+            assert server.stats().oversized_frames == PIPELINE_DEPTH
+            while conn.worker is not None:
+                await asyncio.sleep(0.01)
+            assert transport.reading, "resumed once answered"
+            assert transport.buffered > 0 and not (transport.closed or transport.aborted)
+        finally:
+            await server.stop(1)
+
+    asyncio.run(scenario())
 
 
 def test_an_oversized_frame_that_stops_coming_is_timed_out_as_an_unfinished_one() -> None:
