@@ -1,10 +1,10 @@
 """What idle queues cost: the CPU of a server (and of its Redis) doing nothing but its monitor.
 
-For each backend of ``--backends`` (embedded, redis, redis-compact), the script starts a fresh
-store (redis-server on loopback through ``tests/support/``, in a temporary directory, stopped by
-PID at the end) and ``pinlater serve`` from ``--python-path`` (a tree's ``python/`` directory,
+For each backend of ``--backends`` (embedded, redis, redis-compact, mysql), the script starts a
+fresh store (redis-server or mariadbd on loopback through ``tests/support/``, in a temporary
+directory, stopped by PID at the end) and ``pinlater serve`` from ``--python-path`` (a tree's ``python/`` directory,
 this one's by default), creates ``--queues`` empty queues, waits ``--settle`` seconds, then reads
-the CPU seconds of the server and of redis-server (utime + stime, ``/proc/PID/stat``) over
+the CPU seconds of the server and of its store's process (utime + stime, ``/proc/PID/stat``) over
 ``--seconds`` seconds in which no client calls: what the monitor's passes
 (``BACKEND_MONITOR_THREAD_DELAY_SECONDS``, 10 s) and the other background tasks cost. It prints
 each as a fraction of a core.
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import await_ready, cpu_seconds, thrift_client  # noqa: E402
 
-BACKENDS = ("embedded", "redis", "redis-compact")
+BACKENDS = ("embedded", "redis", "redis-compact", "mysql")
 
 
 @contextmanager
@@ -46,6 +46,17 @@ def store(kind: str, tmp: Path) -> Iterator[tuple[list[str], int | None]]:
     the embedded store runs in the server)."""
     if kind == "embedded":
         yield ["--backend", "embedded", "--data-dir", str(tmp / "data")], None
+        return
+    if kind == "mysql":
+        from tests.support.mariadb_server import MariaDBServer
+
+        mariadb = MariaDBServer(tmp / "mariadb")
+        try:
+            config = tmp / "backend.json"
+            config.write_text(json.dumps({"1": mariadb.shard_entry()}))
+            yield ["--backend", "mysql", "--backend-config", str(config)], mariadb.pid
+        finally:
+            mariadb.stop()
         return
     from tests.support.redis_server import RedisServer
 
@@ -97,7 +108,7 @@ def main() -> None:
         if kind not in BACKENDS:
             raise SystemExit(f"unknown backend {kind!r}: one of {', '.join(BACKENDS)}")
         server, redis = measure(kind, args.python_path, args.queues, args.settle, args.seconds)
-        print(f"{kind:14} server {server:.3f}" + (f"   redis-server {redis:.3f}" if redis is not None else ""))
+        print(f"{kind:14} server {server:.3f}" + (f"   store {redis:.3f}" if redis is not None else ""))
 
 
 if __name__ == "__main__":

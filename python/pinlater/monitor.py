@@ -28,7 +28,8 @@ at once: each step is an atomic guarded store operation, so they never double-ap
 
 Before its queues, a shard is asked which of them hold nothing for these sweeps
 (``monitor_idle``: on Redis one existence check of a few keys per queue, many queues a call; on
-the embedded store one read of a few index probes per queue; MySQL names none), and those are
+the embedded store one read of a few index probes per queue; on MySQL a read of the data
+dictionary and a UNION ALL of an index probe per table, a thousand tables a statement), and those are
 skipped. The sweeps cost about a dozen store calls per queue and pass however empty the queue:
 with 1,000 idle queues, that was a quarter of a core of the server and 5% of Redis' at the
 default 10 s interval on one Redis shard, a tenth of a core on the embedded store.

@@ -745,7 +745,7 @@ def test_a_monitor_pass_keeps_sweeping_while_a_sweep_does_its_whole_limit(
     # and per queue, as the original's monitor named them
     counted = {name: value for name, value in metrics.counters.items() if name.startswith(f"{queue}_")}
     assert counted == {f"{queue}_succeeded_gc": 10, f"{queue}_failed_gc": 12, f"{queue}_timeout_retry": 9}
-    assert totals["idle_skipped"] == (0 if type(store).__name__ == "MySQLStore" else 1), "waiting_only"
+    assert totals["idle_skipped"] == 1, "waiting_only"
     assert states(store, stuck) == [JobState.PENDING] * 9
     assert store.count_jobs(queue, JobFilter(JobState.FAILED, 1, T0), None) == 1, "the 13th waits for the next pass"
 
@@ -753,8 +753,8 @@ def test_a_monitor_pass_keeps_sweeping_while_a_sweep_does_its_whole_limit(
 def test_queues_idle_for_the_monitor_are_those_it_has_nothing_to_do_in(store: ShardStore) -> None:
     """``monitor_idle`` names no queue holding anything for the monitor's sweeps: a claim, a
     reservation's hold (on Redis), a finished job, an expiry, a dedup record waiting for the GC, a group.
-    On Redis and the embedded store it names every queue that holds none of them (the monitor
-    skips those: a dozen store calls a queue and pass); MySQL names none."""
+    It names every queue that holds none of them (the monitor skips those: a dozen store calls
+    a queue and pass)."""
 
     def expiring(q: str) -> object:
         return store.enqueue_keyed_jobs(q, [KeyedJob(NewJob(1, b"x", T0, 1), None, 0, None, T0 + 1)], T0)
@@ -792,11 +792,9 @@ def test_queues_idle_for_the_monitor_are_those_it_has_nothing_to_do_in(store: Sh
     # A lapsed hold goes back to PENDING through the monitor on Redis (lib/holds.lua); the SQL
     # stores' jobs stay PENDING under a reservation, which simply lapses.
     expected = {"empty", "pending"} | (set() if type(store).__name__ == "RedisStore" else {"held"})
-    assert idle <= expected, idle
-    if type(store).__name__ != "MySQLStore":
-        assert idle == expected
-        assert store.monitor_idle([], 3) == set()
-        assert store.monitor_idle(["claimed", "empty"], 1) == {"claimed", "empty"}, "its claim is of priority 2"
+    assert idle == expected
+    assert store.monitor_idle([], 3) == set()
+    assert store.monitor_idle(["claimed", "empty"], 1) == {"claimed", "empty"}, "its claim is of priority 2"
 
 
 # -- errors and lifecycle -----------------------------------------------------------------------
