@@ -32,7 +32,7 @@ from tests.support.redis_layouts import (
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 
-from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, NewJob
+from pinlater.backends.base import AckItem, JobFilter, JobRecord, JobState, KeyedJob, NewJob
 from pinlater.backends.redis import RedisEndpoint, RedisShardConfig, RedisStore
 from pinlater.backends.redis.layouts import MIGRATING, layout_key
 from pinlater.backends.redis.migrate import MigrationError, QueueProgress, migrate_shard, script_source
@@ -604,6 +604,80 @@ def test_forced_with_a_server_still_running_nothing_it_stored_is_lost(server: Re
     assert moved.counters["q"] == max(stored)
     assert shard_keys(raw, "pl[hq]_1_*") == []
     assert int(raw.get("plj_1_q")) == max(stored)  # type: ignore[arg-type]  # kept, for a re-created queue
+
+
+def test_jobs_of_groups_made_during_a_forced_move_to_original_stop_it_and_are_kept(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """The original layout has no place for a group: a compact server still running (forced)
+    that makes jobs of a group during the move stops the run before the queue is finished, and
+    the job waiting in its group keeps its record (it was deleted with the records hash as an
+    orphan: lost)."""
+    store = open_store(server, layout="compact")
+    store.create_queue("q", 1)
+    store.enqueue_jobs("q", [NewJob(1, b"%d" % i, T0, 3) for i in range(6)], T0)
+    made: list[int] = []
+
+    def enqueue_grouped(progress: QueueProgress) -> None:
+        if not made:
+            jobs = [KeyedJob(NewJob(1, b"g%d" % i, T0, 3), None, 0, "g") for i in range(2)]
+            made.extend(e.local_id for e in store.enqueue_keyed_jobs("q", jobs, T0))
+
+    try:
+        with pytest.raises(MigrationError, match="holds jobs of ordered groups"):
+            migrate_shard(raw, "1", "original", batch=2, force=True, on_progress=enqueue_grouped)
+        waiting = made[1]  # (the first is active: it moved as a plain job)
+        assert raw.hexists("plc:{1:q}:j", str(waiting)), "the waiting job's record is kept"
+        assert raw.zscore("plc:{1:q}:p1:w", str(waiting)) is not None
+        assert raw.get(MARKER) == MIGRATING.encode()
+    finally:
+        store.close()
+
+
+def test_a_queue_unnamed_in_the_compact_layout_with_jobs_of_groups_is_refused_before_the_move(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """The check for groups before a move to original looks at every queue the move takes, the
+    ones found by their records hash alone too (a crash between create_queue's two writes)."""
+    store = open_store(server, layout="compact")
+    try:
+        store.create_queue("q", 1)
+        store.enqueue_keyed_jobs("q", [KeyedJob(NewJob(1, b"g", T0, 3), None, 0, "g")], T0)
+    finally:
+        store.close()
+    raw.zrem("plc:{1}:q", "q")
+    with pytest.raises(MigrationError, match="queue q holds jobs of ordered groups"):
+        migrate_shard(raw, "1", "original", force=True)
+    assert raw.hexists("plc:{1:q}:j", "c"), "nothing moved"
+
+
+def test_an_expiry_index_in_both_layouts_is_merged_a_batch_at_a_time_keeping_the_lower_score(
+    server: RedisServer, raw: redis.Redis
+) -> None:
+    """An expiry index the target already holds (a run that stopped in its last steps) is merged
+    ``--batch`` entries a transaction, the lower score kept: one ZUNIONSTORE of the whole index,
+    made again at every run even with no source left, held Redis 3.2 s for a million entries."""
+    from pinlater.backends.redis.keys import QueueKeys
+    from pinlater.backends.redis.keys_compact import CompactQueueKeys
+
+    store = open_store(server)
+    try:
+        store.create_queue("q", 1)
+        jobs = [KeyedJob(NewJob(1, b"e%d" % i, T0, 2), None, expire_at_ms=T0 + 10_000 + i) for i in range(5)]
+        ids = [e.local_id for e in store.enqueue_keyed_jobs("q", jobs, T0)]
+    finally:
+        store.close()
+    source, target = QueueKeys("1", "q").expiry_keys()[0], CompactQueueKeys("1", "q").expiry_keys()[0]
+    moved = {member: score for member, score in raw.zrange(source, 0, -1, withscores=True)}
+    assert len(moved) == 5
+    first = raw.zrange(source, 0, 0)[0]
+    raw.zadd(target, {first: 1.0, b"elsewhere": 2.0})  # lower than the source's score: kept
+    raw.config_resetstat()
+    migrate_shard(raw, "1", "compact", batch=2)
+    assert "cmdstat_zunionstore" not in raw.info("commandstats")
+    assert not raw.exists(source)
+    assert dict(raw.zrange(target, 0, -1, withscores=True)) == {**moved, first: 1.0, b"elsewhere": 2.0}
+    assert len(ids) == 5
 
 
 def open_source(server: RedisServer, source: str) -> RedisStore:

@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pinlater.backends.base import JobState
 from pinlater.backends.redis.config import LAYOUTS, SHARD_NAME, SHARD_NAME_RULE
@@ -107,6 +107,10 @@ COLLISION = 3
 
 LIVE = 4
 """The scripts' first value when a counter-only call finds the queue in the source."""
+
+GROUPED = 5
+"""to_original.lua's first value when the queue's other jobs are moved and jobs of ordered groups
+are left (made by a compact server during a forced move): the queue is not finished."""
 
 _QUEUE = re.compile(r"\w+", re.ASCII)
 
@@ -267,7 +271,8 @@ def _migrate(
         )
     summary = MigrationSummary(shard, target, known)
     if target == "original":
-        _refuse_ordered_groups(client, shard)
+        queues = _Mover(client, shard, target, batch, batch_bytes, lock).live_queues()
+        _refuse_ordered_groups(client, shard, queues, lock)
     client.set(marker, MIGRATING)
     if not force:
         try:  # a server may have connected just before the marker was set
@@ -309,22 +314,22 @@ GROUPED_SCAN_COUNT = 1000
 """Records looked at per call of ``grouped_records.lua`` (HSCAN COUNT)."""
 
 
-def _refuse_ordered_groups(client: redis.Redis, shard: str) -> None:
+def _refuse_ordered_groups(client: redis.Redis, shard: str, queues: Iterable[str], lock: _Lock) -> None:
     """The original layout's keys have no place for an ordered group (``groupKey``): a compact
     queue that holds a job of a group, unfinished (its ``ga`` hash or ``gb`` count, ``keys_compact.py``)
     or finished (its record, which a retry would put back in the group: ``grouped_records.lua``,
     a page of records per call, reading only each record's first byte), stops the move before
-    anything is written. (Nothing to check the other way: the original layout never holds groups.)"""
+    anything is written. (Nothing to check the other way: the original layout never holds groups.)
+    ``queues``: every queue the move takes, the unnamed ones too (a records hash with ``c``)."""
     script = client.register_script(script_source("grouped_records"))
-    names: list[Any] = client.zrange(compact_names_key(shard), 0, -1)
-    for name in names:
-        queue = _queue_name(name, compact_names_key(shard))
+    for queue in queues:
         keys = CompactQueueKeys(shard, queue)
         active, blocked, *_others = keys.group_keys()
         grouped = bool(client.exists(active, blocked))
         cursor: Any = "0"
         while not grouped:
             cursor, found = script(keys=[keys.jobs_arg], args=[cursor, GROUPED_SCAN_COUNT])
+            lock.renew()  # (a shard of 20 million records takes longer than the lock lives)
             grouped = int(found) == 1
             if _loose_text(cursor) == "0":
                 break
@@ -483,11 +488,16 @@ class _Mover:
             prefix, suffix = job_id_key(self._shard, ""), ""
         else:
             prefix, suffix = self._records("\0").split("\0")
-        for key in self._client.scan_iter(match=f"{prefix}*{suffix}", count=SCAN_COUNT):
+        cursor: Any = 0
+        while True:  # (by page, the lock renewed at each: pages of other shards' keys match nothing)
+            cursor, keys = self._client.scan(cursor, match=f"{prefix}*{suffix}", count=SCAN_COUNT)
             self._lock.renew()
-            queue = _loose_text(key)[len(prefix) : -len(suffix) or None]
-            if _QUEUE.fullmatch(queue) and (self.source == "compact" or not self._other_shards(queue)):
-                yield queue
+            for key in keys:
+                queue = _loose_text(key)[len(prefix) : -len(suffix) or None]
+                if _QUEUE.fullmatch(queue) and (self.source == "compact" or not self._other_shards(queue)):
+                    yield queue
+            if int(cursor) == 0:
+                return
 
     def _other_shards(self, rest: str) -> list[str]:
         """Shards ``{S}_{A}`` shown on this Redis for which ``plj_{S}_{rest}`` could be their
@@ -530,22 +540,29 @@ class _Mover:
     def move_expiry_keys(self, queue: str) -> None:
         """Move the queue's expiry index and expired count to the target layout's keys (the same
         contents in both: ``keys.py``): renamed when the target has none, else merged (the index's
-        union, the counts' sum), in one transaction."""
+        union, the lower score kept) ``--batch`` entries a transaction, each moved once; the
+        counts summed in one. (One ZUNIONSTORE of the whole index, run even with no source left,
+        held Redis 3.2 s for a million entries.)"""
         original = QueueKeys(self._shard, queue).expiry_keys()
         compact = CompactQueueKeys(self._shard, queue).expiry_keys()
         (index, count), (to_index, to_count) = (original, compact) if self._target == "compact" else (compact, original)
         self._lock.renew()
+        if self._client.exists(index):
+            if not self._client.exists(to_index):
+                self._client.rename(index, to_index)
+            while entries := self._client.zrange(index, 0, self._batch - 1, withscores=True):
+                scores = dict(cast(list[tuple[bytes, float]], entries))
+                pipe = self._client.pipeline(transaction=True)
+                pipe.zadd(to_index, scores, lt=True)
+                pipe.zrem(index, *scores)
+                pipe.execute()
+                self._lock.renew()
         n = int(self._client.get(count) or 0)
-        pipe = self._client.pipeline(transaction=True)
-        if self._client.exists(to_index):
-            pipe.zunionstore(to_index, [to_index, index], aggregate="MIN")
-            pipe.delete(index)
-        elif self._client.exists(index):
-            pipe.rename(index, to_index)
         if n:
+            pipe = self._client.pipeline(transaction=True)
             pipe.incrby(to_count, n)
             pipe.delete(count)
-        pipe.execute()
+            pipe.execute()
 
     def move_schedules(self) -> int:
         """Move the shard's schedules to the target layout's keys; how many it gained."""
@@ -568,6 +585,12 @@ class _Mover:
                 return None
             moved = Moved(*counts)
             total.add(moved)
+            if done == GROUPED:
+                raise MigrationError(
+                    f"queue {queue} holds jobs of ordered groups (groupKey) made during the move, which the original "
+                    "layout cannot hold; they are left in the compact layout: let them finish, or delete them, then "
+                    "run again"
+                )
             if done == COLLISION:
                 raise MigrationError(
                     f"queue {queue}: job {collision} is in both layouts (ids handed out twice, by servers "
@@ -599,6 +622,7 @@ class _Mover:
             for p in priorities:
                 keys += priority_keys(compact, p) + priority_keys(original, p)
             keys += [compact.ready_key(p) for p in priorities]
+            keys += compact.group_keys()[:2] + [compact.waiting_key(p) for p in priorities]
         return keys, [queue, original.jobs_arg, self._batch, self._batch_bytes, len(priorities), mode]
 
 

@@ -47,6 +47,10 @@ KEYS[4]     the original's id counter (plj_{S}_{Q})
 KEYS[5..]   14 per priority: the compact s0 s1 s2 s3 h x o (plc:{S:Q}:p{p}:s0 ..), then the
             original's s0 s1 s2 s3 _h _x _o (plq_{S}_{Q}.p{p}_s0 ..)
 KEYS[5+14n..] the compact ready lists, one per priority in the same order (plc:{S:Q}:p{p}:r)
+KEYS[5+15n..] the compact groups' active and blocked counts (plc:{S:Q}:ga, :gb), then the waiting
+            sets, one per priority in the same order (plc:{S:Q}:p{p}:w): while any exists (jobs of
+            groups made by a compact server during a forced move), the queue is not finished,
+            its records kept, and the call returns 5
 ARGV[1]     queue name
 ARGV[2]     the original's job hash key prefix (plh_{S}_{Q}.)
 ARGV[3]     the most jobs (ready list entries: jobs, tombstones, evicted ids) to move in this call
@@ -304,6 +308,16 @@ for p = 0, n - 1 do
   remaining = remaining + redis.call('LLEN', KEYS[FIRST + 14 * n + p])
 end
 if remaining == 0 then
+  -- Jobs of ordered groups (which no original key can hold) that a compact server made during
+  -- a forced move: their records stay, and the run stops (GROUPED) before the queue is finished.
+  local group_keys = {}
+  for i = FIRST + 15 * n, FIRST + 16 * n + 1 do
+    group_keys[#group_keys + 1] = KEYS[i]
+  end
+  if redis.call('EXISTS', unpack(group_keys)) > 0 then
+    out[1] = 5
+    return out
+  end
   -- Whatever field is left but c, id and the lists' counters t{p} is a record no set names.
   local own = redis.call('HEXISTS', records, 'c') + redis.call('HEXISTS', records, 'id')
   for p = 0, n - 1 do
