@@ -148,6 +148,8 @@ def _slots_entry(entry: object, asked: RedisEndpoint) -> tuple[int, int, RedisEn
     if not isinstance(master, list) or len(master) < 2:
         raise ValueError(f"not a master in CLUSTER SLOTS: {master!r:.100}")
     host, port = master[0], master[1]
+    if host is None:  # NULL: "the host asked" (cluster-preferred-endpoint-type unknown-endpoint)
+        host = b""
     if not isinstance(host, bytes) or type(port) is not int or not 0 < port < 65536:
         raise ValueError(f"not a master address in CLUSTER SLOTS: {host!r:.60} {port!r:.30}")
     name = host.decode("utf-8", "replace")
@@ -301,7 +303,7 @@ class ClusterHotClient:
                 if asking:
                     await self._asked_to(target)
                 else:
-                    await self._moved(slot, target, deadline)
+                    target = await self._moved(slot, target, deadline, node)
                 node = target
             except ShardConnectionError as exc:
                 cause = exc.__cause__
@@ -368,17 +370,28 @@ class ClusterHotClient:
             raise ShardConnectionError(self._name, f"cluster slot {slot} is served by no master")
         return node
 
-    async def _moved(self, slot: int, node: RedisEndpoint, deadline: float) -> None:
-        """After ``-MOVED``: the slot is ``node``'s in the map; a node the map did not know means
-        the cluster changed more (a failover, a new master): read the whole map again (at most
-        once in ``REFRESH_INTERVAL``). A node left serving nothing is closed."""
+    async def _moved(self, slot: int, node: RedisEndpoint, deadline: float, by: RedisEndpoint) -> RedisEndpoint:
+        """After ``-MOVED`` (from ``by``): the slot is ``node``'s in the map, where to send the
+        call. A node the map does not know means the cluster changed more (a failover, a new
+        master): the map is read again (waiting out ``REFRESH_INTERVAL`` within ``deadline``)
+        and must name ``node`` as the slot's master, or the redirect makes no sense and the
+        shard counts as down: followed blindly, one bogus ``-MOVED`` (a misconfigured or hostile
+        node) sent the queue's calls, with their bodies, to any host:port for good. A node left
+        serving nothing is closed."""
         slot_map = self._map
-        known = slot_map is not None and node in slot_map.masters()
-        if slot_map is not None:
+        if slot_map is not None and node in slot_map.masters():
             slot_map.move(slot, node)
-        if not known:
-            await self._refresh_quietly(deadline)
+        else:
+            try:
+                owner = (await self._refresh(deadline, fresh=True)).owner(slot)
+            except ShardConnectionError as exc:
+                raise ShardConnectionError(self._name, f"{by}: -MOVED to {node}, and {exc.detail}") from None
+            if owner != node:
+                raise ShardConnectionError(
+                    self._name, f"{by}: -MOVED slot {slot} to {node}, which the slot map read since does not name"
+                )
         await self._prune()
+        return node
 
     async def _asked_to(self, node: RedisEndpoint) -> None:
         """After ``-ASK``: ``node`` is among the latest ``MAX_ASK_TARGETS`` asked (kept though
