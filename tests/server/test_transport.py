@@ -377,12 +377,14 @@ def test_unknown_method(srv: ServerThread) -> None:
 
 class _Undrained(asyncio.Transport):
     """A socket whose peer takes none of its replies: what is written stays buffered, and a
-    close waits for the buffer to drain (for ever); an abort drops it."""
+    close waits for the buffer to drain (for ever); an abort drops it. ``reading``: whether
+    reading is paused or not."""
 
     def __init__(self) -> None:
         super().__init__()
         self.buffered = 0
         self.closed = self.aborted = False
+        self.reading = True
 
     def write(self, data: Any) -> None:
         self.buffered += len(data)
@@ -404,10 +406,10 @@ class _Undrained(asyncio.Transport):
         self.aborted = True
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("192.0.2.7", 1) if name == "peername" else default
@@ -804,20 +806,6 @@ def test_request_slots_bound_the_requests_in_flight_and_serve_waiters_in_order()
     asyncio.run(run())
 
 
-class _Pausable(_Undrained):
-    """A transport that records whether reading is paused."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reading = True
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-
 def test_answers_to_oversized_frames_piling_up_pause_the_reading_as_whole_frames_do() -> None:
     """Each oversized frame read and dropped leaves an answer to send (PROTOCOL_ERROR): a peer
     sending them faster than they are answered filled the connection's queue without bound. At
@@ -829,7 +817,7 @@ def test_answers_to_oversized_frames_piling_up_pause_the_reading_as_whole_frames
         await server.start()
         try:
             conn = Connection(server, ("192.0.2.7", 1), "192.0.2.7")
-            transport = _Pausable()
+            transport = _Undrained()
             conn.connection_made(transport)
             call = encode_call("getQueueNames", 3)
             oversized = struct.pack(">i", 5000) + call + bytes(5000 - len(call))

@@ -157,6 +157,25 @@ GC_FULL_SWEEP_SECONDS = 3600.0
 MAX_GC_SWEPT_KEPT = 100_000
 
 
+#: The queue's tables of ours the monitor has work in while they hold a row (``monitor_idle``).
+_MONITORED_SIDE_TABLES = {
+    names.EXPIRING_TABLE: names.quoted_expiring_table,
+    names.DEDUP_KEYS_TABLE: names.quoted_dedup_keys_table,
+}
+
+
+def _again_if_dropped(cur: Cursor, read: Callable[[Cursor], T]) -> T:
+    """``read(cur)``, once more if a table it named from the data dictionary was dropped
+    meanwhile (a queue deleted): reads over every queue's tables (``queue_counts``,
+    ``monitor_idle``) list them, then read them."""
+    try:
+        return read(cur)
+    except pymysql.err.ProgrammingError as exc:
+        if error_code(exc) != NO_TABLE_ERROR:
+            raise
+        return read(cur)
+
+
 class MySQLStore(BlockingStore):
     """``ShardStore`` for one shard on one MySQL/MariaDB server. Thread-safe."""
 
@@ -524,12 +543,7 @@ class MySQLStore(BlockingStore):
                         probes.append(
                             (queries.MONITOR_BUSY_JOBS_TABLE.render(table=self._table(queue, priority)), queue)
                         )
-                elif str(table) in (names.EXPIRING_TABLE, names.DEDUP_KEYS_TABLE):
-                    quoted = (
-                        names.quoted_expiring_table
-                        if str(table) == names.EXPIRING_TABLE
-                        else names.quoted_dedup_keys_table
-                    )
+                elif (quoted := _MONITORED_SIDE_TABLES.get(str(table))) is not None:
                     probes.append((queries.MONITOR_BUSY_SIDE_TABLE.render(table=quoted(self._name, queue)), queue))
             return found, probes
 
@@ -542,17 +556,11 @@ class MySQLStore(BlockingStore):
                 out.update(str(row[0]) for row in cur.fetchall())
             return out
 
-        def op(cur: Cursor) -> set[str]:
+        def idle(cur: Cursor) -> set[str]:
             found, probes = tables(cur)
-            try:
-                return found - busy(cur, probes)
-            except pymysql.err.ProgrammingError as exc:
-                if error_code(exc) != NO_TABLE_ERROR:
-                    raise
-                found, probes = tables(cur)  # a queue was dropped meanwhile
-                return found - busy(cur, probes)
+            return found - busy(cur, probes)
 
-        return self._run(None, op)
+        return self._run(None, lambda cur: _again_if_dropped(cur, idle))
 
     def group_counts(self, queue: str) -> GroupCounts:
         """No groups, ever; QueueNotFoundError for a missing queue (one read of the data
@@ -866,15 +874,7 @@ class MySQLStore(BlockingStore):
                     counts[CountKey(str(queue), int(priority), JobState(int(state)), True)] = int(future)
             return counts
 
-        def op(cur: Cursor) -> dict[CountKey, int]:
-            try:
-                return count(cur, tables(cur))
-            except pymysql.err.ProgrammingError as exc:
-                if error_code(exc) != NO_TABLE_ERROR:
-                    raise
-                return count(cur, tables(cur))  # a queue was dropped meanwhile
-
-        return self._run(None, op)
+        return self._run(None, lambda cur: _again_if_dropped(cur, lambda c: count(c, tables(c))))
 
     def scan_jobs(self, queue: str, where: JobFilter, limit: int, after: ScanCursor | None = None) -> list[JobRecord]:
         """Paged by ``after`` as ``control.scan_jobs`` reads it."""

@@ -270,9 +270,9 @@ def _migrate(
             "not this tool's to overwrite; find out what wrote it"
         )
     summary = MigrationSummary(shard, target, known)
+    mover = _Mover(client, shard, target, batch, batch_bytes, lock)
     if target == "original":
-        queues = _Mover(client, shard, target, batch, batch_bytes, lock).live_queues()
-        _refuse_ordered_groups(client, shard, queues, lock)
+        _refuse_ordered_groups(client, shard, mover.live_queues(), lock)
     client.set(marker, MIGRATING)
     if not force:
         try:  # a server may have connected just before the marker was set
@@ -283,7 +283,6 @@ def _migrate(
             else:
                 client.set(marker, previous)
             raise
-    mover = _Mover(client, shard, target, batch, batch_bytes, lock)
     for queue in mover.live_queues():
         moved = mover.move_queue(queue, on_progress)
         if moved is not None:  # None: not a queue after all (a name without c, in the compact layout)
